@@ -1,0 +1,5 @@
+import sys
+
+from evio.cli import main
+
+sys.exit(main())

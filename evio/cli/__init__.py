@@ -1,0 +1,49 @@
+"""The `evio` command line.
+
+Each subcommand lives in its own module here and exposes
+``register(subparsers)``; it adds its parser and sets ``handler`` to a function
+taking the parsed namespace and returning the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# Subcommand modules, in the order they appear in --help.
+_COMMANDS = ("evio.cli.config_cmd", "evio.cli.sim_cmd", "evio.cli.lab_cmd")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from evio import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="evio",
+        description="Peer-to-peer layer-2 overlay VPN (Symphony ring, Bounded Flood over Open vSwitch).",
+    )
+    parser.add_argument("--version", action="version", version=f"evio {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (repeatable)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in _COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        status: int = args.handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

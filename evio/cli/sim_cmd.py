@@ -1,0 +1,15 @@
+"""`evio sim` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser("sim", help="(not yet implemented)")
+    parser.set_defaults(handler=lambda args: _missing())
+
+
+def _missing() -> int:
+    raise SystemExit("evio sim: not implemented yet")

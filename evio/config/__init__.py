@@ -1,0 +1,1 @@
+"""Daemon configuration: JSON schema, loading and validation."""

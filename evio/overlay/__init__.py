@@ -1,0 +1,1 @@
+"""Overlay controller: node ids, Symphony link selection, adjacency orchestration."""

@@ -1,0 +1,52 @@
+"""Node identifiers and clockwise ring distance (DESIGN.md section 2).
+
+A node id is a 128-bit integer, written as 32 lowercase hex digits. The ring
+is ordered numerically and wraps at 2**128; all arcs are clockwise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+NODE_ID_BITS = 128
+RING_SIZE = 1 << NODE_ID_BITS
+MAX_NODE_ID = RING_SIZE - 1
+
+_HEX_ID = re.compile(r"[0-9a-fA-F]{32}")
+
+
+class NodeIdError(ValueError):
+    """Text that is not a 32-hex-digit node id."""
+
+
+def parse_node_id(text: str) -> int:
+    """Parse 32 hex digits (either case) into a node id."""
+    if not isinstance(text, str) or not _HEX_ID.fullmatch(text):
+        raise NodeIdError(f"node id must be 32 hex digits, got {text!r}")
+    return int(text, 16)
+
+
+def format_node_id(nid: int) -> str:
+    if not 0 <= nid <= MAX_NODE_ID:
+        raise NodeIdError(f"node id out of range: {nid}")
+    return f"{nid:032x}"
+
+
+def clockwise_distance(a: int, b: int) -> int:
+    """Distance travelled clockwise from `a` to `b`; 0 when they are equal."""
+    return (b - a) % RING_SIZE
+
+
+def sorted_clockwise(origin: int, nids: Iterable[int]) -> list[int]:
+    """Distinct ids ordered by clockwise distance from `origin` (origin itself first if present)."""
+    return sorted(set(nids), key=lambda n: clockwise_distance(origin, n))
+
+
+def strictly_between(x: int, start: int, end: int) -> bool:
+    """True when `x` lies on the open clockwise arc (start, end).
+
+    When start == end the arc is empty: this is the forwarder's view, where a
+    bound equal to oneself grants nothing beyond oneself.
+    """
+    return 0 < clockwise_distance(start, x) < clockwise_distance(start, end)

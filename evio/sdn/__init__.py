@@ -1,0 +1,1 @@
+"""SDN controller: FRB codec, flooding bounds, learning table, os-ken adapter."""

@@ -1,0 +1,1 @@
+"""Signaling: XMPP membership, discovery and request/response remote actions."""

@@ -1,0 +1,1 @@
+"""In-process Symphony + Bounded Flood simulator."""

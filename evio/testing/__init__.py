@@ -1,0 +1,1 @@
+"""Fakes of evio's OS-facing interfaces, shared by unit tests, the simulator and the lab."""
