@@ -1,15 +1,92 @@
-"""`evio config` (placeholder until its issue lands)."""
+"""`evio config check FILE` and `evio config example`.
+
+Exit status of `check`: 0 valid; 1 invalid (every problem printed as
+`FILE: $.path: reason`); 2 unreadable or not JSON (`FILE:LINE:COL: reason`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from importlib import resources
 from typing import Any
+
+from evio.config.loader import ConfigError, ConfigFileError, load_config
+from evio.config.model import Config, OverlayConfig
+from evio.overlay.node_id import format_node_id
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_UNREADABLE = 2
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("config", help="(not yet implemented)")
-    parser.set_defaults(handler=lambda args: _missing())
+    parser: argparse.ArgumentParser = sub.add_parser("config", help="check a config file or print the example")
+    actions = parser.add_subparsers(dest="config_action", metavar="ACTION", required=True)
+
+    check = actions.add_parser("check", help="validate FILE without starting anything; exit 1 if invalid")
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(handler=check_command)
+
+    example = actions.add_parser("example", help="print the fully commented example config")
+    example.set_defaults(handler=example_command)
 
 
-def _missing() -> int:
-    raise SystemExit("evio config: not implemented yet")
+def check_command(args: argparse.Namespace) -> int:
+    name: str = args.file
+    try:
+        config = load_config(name)
+    except ConfigFileError as exc:
+        where = f"{name}:{exc.location}" if exc.location else name
+        print(f"{where}: {exc.reason}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{name}: {problem}", file=sys.stderr)
+        count = len(exc.problems)
+        print(f"{name}: invalid ({count} problem{'s' if count != 1 else ''})", file=sys.stderr)
+        return EXIT_INVALID
+    print("\n".join(summary(config)))
+    return EXIT_OK
+
+
+def example_command(args: argparse.Namespace) -> int:
+    sys.stdout.write(example_text())
+    return EXIT_OK
+
+
+def example_text() -> str:
+    return resources.files("evio.config").joinpath("example.jsonc").read_text(encoding="utf-8")
+
+
+def summary(config: Config) -> list[str]:
+    """A few lines saying what the config will do."""
+    count = len(config.overlays)
+    lines = [f"ok: {count} overlay{'s' if count != 1 else ''} ({', '.join(config.overlays)})"]
+    node = config.node
+    identity = format_node_id(node.id) if node.id is not None else f"generated on first start, kept in {node.state_dir}"
+    lines.append(f"  node id: {identity}")
+    log = config.logging
+    lines.append(f"  logging: {log.level} to {log.file if log.destination == 'file' else log.destination}")
+    for overlay in config.overlays.values():
+        lines.extend(_overlay_summary(overlay))
+    return lines
+
+
+def _overlay_summary(overlay: OverlayConfig) -> list[str]:
+    signal, nat, topology, bridge = overlay.signal, overlay.nat_traversal, overlay.topology, overlay.bridge
+    credential = "password" if signal.password is not None else "password file" if signal.password_file else "client certificate"
+    tls = "PLAINTEXT ALLOWED" if signal.insecure_plaintext else signal.tls
+    k = "log2(n)" if topology.long_distance is None else str(topology.long_distance)
+    on_demand = (
+        f"on-demand up to {topology.on_demand.max_links} above {topology.on_demand.threshold_bytes_per_s:,.0f} B/s"
+        if topology.on_demand.enabled
+        else "on-demand off"
+    )
+    return [
+        f"  overlay {overlay.id}:",
+        f"    signal: {signal.jid} via {signal.server}:{signal.port} ({tls}, {credential})",
+        f"    bridge: {bridge.name} {bridge.address or 'no address'} mtu {bridge.mtu} datapath {bridge.datapath}",
+        f"    topology: s={topology.successors} k={k} ({topology.log_form}), {on_demand}",
+        f"    nat traversal: {len(nat.stun)} STUN, {len(nat.turn)} TURN; tunnel cipher {overlay.tunnel.cipher}",
+    ]

@@ -1,0 +1,591 @@
+"""Read, check and type the daemon configuration.
+
+Three stages, each reporting every problem it finds rather than the first:
+1. text -> JSON: `//` line comments outside strings are removed (so the shipped
+   example can be fully commented), then the JSON is parsed strictly
+   (duplicate keys and NaN/Infinity are problems too);
+2. JSON Schema (schema.json, draft 2020-12, via the `jsonschema` library);
+3. rules the schema cannot express (credentials, files, uniqueness, addresses).
+Only a document with no problems becomes a `Config`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import math
+import os
+import re
+import ssl
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from evio.config.model import (
+    MAX_INTERFACE_NAME,
+    BridgeConfig,
+    Config,
+    InterfaceAddress,
+    LoggingConfig,
+    NatTraversalConfig,
+    NodeConfig,
+    OnDemandConfig,
+    OverlayConfig,
+    SignalConfig,
+    TopologyConfig,
+    TunnelConfig,
+    TurnServer,
+    default_bridge_name,
+)
+from evio.overlay.node_id import parse_node_id
+
+# Keys whose values are never echoed in a problem.
+_SECRET_KEYS = frozenset({"password", "rest_secret"})
+_CREDENTIALS = ("password", "password_file", "client_cert")
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str  # JSON path of the offending value, like $.overlays.ov1.bridge.mtu
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class ConfigError(Exception):
+    """The configuration is not usable; `problems` lists every reason found."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+class ConfigFileError(ConfigError):
+    """The file could not be read or is not JSON; nothing was checked beyond that."""
+
+    def __init__(self, reason: str, line: int | None = None, column: int | None = None) -> None:
+        self.reason = reason
+        self.line = line
+        self.column = column
+        super().__init__([Problem("$", reason)])
+
+    @property
+    def location(self) -> str:
+        """"LINE:COL" when the error has a position, else ""."""
+        return f"{self.line}:{self.column}" if self.line is not None else ""
+
+
+# --- stage 1: text to JSON -------------------------------------------------
+
+
+def strip_line_comments(text: str) -> str:
+    """Remove `//` comments that start outside JSON strings.
+
+    Only the comment text goes; newlines stay, so line and column numbers of
+    everything left are unchanged and syntax errors point at the real file.
+    """
+    out: list[str] = []
+    i = 0
+    in_string = False
+    length = len(text)
+    while i < length:
+        char = text[i]
+        if in_string:
+            if char == "\\":
+                out.append(text[i : i + 2])
+                i += 2
+                continue
+            # A raw newline ends a (malformed) string so later comments are still stripped.
+            if char in '"\n':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "/" and text.startswith("//", i):
+            end = text.find("\n", i)
+            i = length if end == -1 else end
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+class _JsonObject(dict[str, Any]):
+    """A parsed JSON object that remembers keys given more than once."""
+
+    duplicates: tuple[str, ...] = ()
+
+
+def _object_from_pairs(pairs: list[tuple[str, Any]]) -> _JsonObject:
+    obj = _JsonObject()
+    duplicates = []
+    for key, value in pairs:
+        if key in obj:
+            duplicates.append(key)
+        obj[key] = value
+    if duplicates:
+        obj.duplicates = tuple(duplicates)
+    return obj
+
+
+def parse_json(text: str) -> Any:
+    """Parse JSON with `//` comments; raise ConfigFileError with line:column on a syntax error."""
+    stripped = strip_line_comments(text)
+    try:
+        return json.loads(stripped, object_pairs_hook=_object_from_pairs)
+    except json.JSONDecodeError as exc:
+        reason = f"invalid JSON: {exc.msg}"
+        before = stripped[: exc.pos].rstrip()
+        if before.endswith(",") and exc.msg.startswith(("Expecting property name", "Expecting value")):
+            reason += " (trailing comma?)"
+        raise ConfigFileError(reason, exc.lineno, exc.colno) from None
+
+
+def _structure_problems(value: Any, parts: tuple[str | int, ...] = ()) -> Iterator[Problem]:
+    """Duplicate keys and non-finite numbers, which json.loads accepts silently."""
+    if isinstance(value, dict):
+        for key in getattr(value, "duplicates", ()):
+            yield Problem(json_path((*parts, key)), "key given more than once (only the last would count)")
+        for key, item in value.items():
+            yield from _structure_problems(item, (*parts, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _structure_problems(item, (*parts, index))
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield Problem(json_path(parts), f"{value} is not a JSON number")
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def json_path(parts: Iterable[str | int]) -> str:
+    """$.a.b[0] style path; keys that are not plain words are quoted: $["a b"]."""
+    path = "$"
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif _PLAIN_KEY.fullmatch(part):
+            path += "." + part
+        else:
+            path += "[" + json.dumps(part) + "]"
+    return path
+
+
+# --- stage 2: the schema ----------------------------------------------------
+
+
+@cache
+def load_schema() -> dict[str, Any]:
+    text = resources.files("evio.config").joinpath("schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    schema = load_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+               (list, "array"), (dict, "object"), (type(None), "null"))  # fmt: skip
+
+
+def _json_type(value: Any) -> str:
+    for python_type, name in _JSON_TYPES:
+        if isinstance(value, python_type):
+            return name
+    return type(value).__name__
+
+
+def _shown(parts: Sequence[str | int], value: Any) -> str:
+    """The value for a message, unless it sits under a secret key."""
+    if parts and parts[-1] in _SECRET_KEYS:
+        return "(hidden)"
+    return json.dumps(value)
+
+
+def _schema_problems(error: jsonschema.ValidationError) -> Iterator[Problem]:
+    """One or more readable problems for a jsonschema error, at the most precise path."""
+    parts = tuple(error.absolute_path)
+    kind = error.validator
+    instance = error.instance
+    if "propertyNames" in error.absolute_schema_path:
+        # The error sits on the object; point at the key itself.
+        title = error.schema.get("title", "a valid key") if isinstance(error.schema, dict) else "a valid key"
+        yield Problem(json_path((*parts, instance)), f"{json.dumps(instance)} is not {title}")
+    elif kind == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        for key in instance:
+            if key not in allowed:
+                near = difflib.get_close_matches(key, allowed, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                yield Problem(json_path((*parts, key)), f"unknown key; {hint}allowed: {', '.join(allowed)}")
+    elif kind == "required":
+        for key in error.validator_value:
+            if key not in instance:
+                yield Problem(json_path((*parts, key)), "required key is missing")
+    elif kind == "dependentRequired":
+        for key, needed in error.validator_value.items():
+            if key in instance:
+                for other in needed:
+                    if other not in instance:
+                        yield Problem(json_path((*parts, other)), f"required together with {key!r}")
+    elif kind == "type":
+        expected = error.validator_value
+        expected_text = " or ".join(expected) if isinstance(expected, list) else expected
+        got = _json_type(instance) if isinstance(instance, dict | list) else f"{_json_type(instance)} {_shown(parts, instance)}"
+        yield Problem(json_path(parts), f"expected {expected_text}, got {got}")
+    elif kind == "pattern":
+        title = error.schema.get("title", f"matching {error.validator_value}")
+        yield Problem(json_path(parts), f"{_shown(parts, instance)} is not {title}")
+    elif kind == "enum":
+        choices = ", ".join(json.dumps(c) for c in error.validator_value)
+        yield Problem(json_path(parts), f"{_shown(parts, instance)} is not one of {choices}")
+    elif kind == "minProperties":
+        yield Problem(json_path(parts), f"needs at least {error.validator_value} entry")
+    elif kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        relation = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
+        yield Problem(json_path(parts), f"{instance} out of range: must be {relation} {error.validator_value}")
+    elif kind == "uniqueItems":
+        yield Problem(json_path(parts), "entries must be unique")
+    elif kind == "minLength":
+        yield Problem(json_path(parts), "must not be empty")
+    else:
+        yield Problem(json_path(parts), error.message)
+
+
+def schema_problems(document: Any) -> list[Problem]:
+    problems: list[Problem] = []
+    for error in _validator().iter_errors(document):
+        problems.extend(_schema_problems(error))
+    return problems
+
+
+# --- stage 3: rules beyond the schema ------------------------------------------
+
+
+def _resolve(base_dir: Path, text: str) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
+def _file_problem(path: Path) -> str | None:
+    """Why `path` is not a readable regular file, or None when it is."""
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except FileNotFoundError:
+        return f"{path}: no such file"
+    except IsADirectoryError:
+        return f"{path}: is a directory, not a file"
+    except OSError as exc:
+        return f"{path}: cannot read: {exc.strerror or exc}"
+    return None
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _signal_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], base_dir: Path) -> Iterator[Problem]:
+    given = [key for key in _CREDENTIALS if key in signal]
+    if len(given) != 1:
+        found = f"got {', '.join(given)}" if given else "got none"
+        yield Problem(json_path(at), f"needs exactly one of password, password_file, client_cert ({found})")
+
+    if signal.get("insecure_plaintext") is True and signal.get("tls", "starttls") != "starttls":
+        yield Problem(json_path((*at, "insecure_plaintext")), 'only allowed with tls "starttls" (the default), not with direct TLS')
+
+    if signal.get("insecure_plaintext") is True and "client_cert" in signal:
+        yield Problem(json_path((*at, "insecure_plaintext")), "a client certificate login needs TLS")
+
+    if (ca_text := _text(signal.get("ca_file"))) is not None:
+        ca_file = _resolve(base_dir, ca_text)
+        reason = _file_problem(ca_file)
+        if reason is None:
+            try:
+                ssl.create_default_context(cafile=str(ca_file))
+            except (ssl.SSLError, ValueError) as exc:
+                reason = f"{ca_file}: not a PEM CA certificate file ({exc})"
+        if reason:
+            yield Problem(json_path((*at, "ca_file")), reason)
+
+    if (password_text := _text(signal.get("password_file"))) is not None:
+        password_file = _resolve(base_dir, password_text)
+        reason = _file_problem(password_file)
+        if reason is None:
+            try:
+                if not read_password_file(password_file):
+                    reason = f"{password_file}: first line is empty"
+            except UnicodeDecodeError:
+                reason = f"{password_file}: not UTF-8 text"
+        if reason:
+            yield Problem(json_path((*at, "password_file")), reason)
+
+    yield from _client_cert_problems(signal, at, base_dir)
+
+
+def _client_cert_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], base_dir: Path) -> Iterator[Problem]:
+    cert_text, key_text = _text(signal.get("client_cert")), _text(signal.get("client_key"))
+    files_ok = True
+    for key, text in (("client_cert", cert_text), ("client_key", key_text)):
+        if text is not None and (reason := _file_problem(_resolve(base_dir, text))):
+            files_ok = False
+            yield Problem(json_path((*at, key)), reason)
+    if cert_text is None or key_text is None or not files_ok:
+        return
+    cert_file, key_file = _resolve(base_dir, cert_text), _resolve(base_dir, key_text)
+    if b"ENCRYPTED" in key_file.read_bytes()[:4096]:
+        yield Problem(json_path((*at, "client_key")), f"{key_file}: encrypted private keys are not supported")
+        return
+    try:
+        # The password callback stops OpenSSL from prompting on the terminal.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert_file, key_file, password=lambda: b"")
+    except ssl.SSLError as exc:
+        yield Problem(json_path((*at, "client_key")), f"{key_file} with {cert_file}: not a PEM certificate and matching key ({exc.reason or exc})")
+
+
+def _turn_problems(turn: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
+    for index, server in enumerate(turn if isinstance(turn, list) else []):
+        server = _dict(server)
+        static, rest = "username" in server or "password" in server, "rest_secret" in server
+        if static == rest:
+            found = "both" if static else "neither"
+            yield Problem(json_path((*at, index)), f"needs either username and password, or rest_secret ({found} given)")
+
+
+def _address_problems(text: str, mtu: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
+    try:
+        address: InterfaceAddress = ipaddress.ip_interface(text)
+    except ValueError as exc:
+        yield Problem(json_path(at), f"{json.dumps(text)} is not an address with prefix length: {exc}")
+        return
+    ip, network = address.ip, address.network
+    # /31, /32 (and /127, /128) have no network or broadcast address to avoid.
+    point_to_point = network.num_addresses <= 2
+    if ip.is_multicast or ip.is_unspecified or ip.is_loopback:
+        yield Problem(json_path(at), f"{ip} is not a unicast host address")
+    elif not point_to_point and ip == network.network_address:
+        yield Problem(json_path(at), f"{ip} is the network address of {network}, not a host address")
+    elif not point_to_point and isinstance(network, ipaddress.IPv4Network) and ip == network.broadcast_address:
+        yield Problem(json_path(at), f"{ip} is the broadcast address of {network}, not a host address")
+    if address.version == 6 and isinstance(mtu, int) and mtu < 1280:
+        yield Problem(json_path((*at[:-1], "mtu")), f"{mtu} is below 1280, the minimum MTU of IPv6 (bridge has an IPv6 address)")
+
+
+def _bridge_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
+    owner_of_name: dict[str, str] = {}
+    networks: list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network]] = []
+    for overlay_id, overlay in overlays.items():
+        bridge = _dict(_dict(overlay).get("bridge"))
+        at = ("overlays", overlay_id, "bridge")
+        name = _text(bridge.get("name"))
+        if name is None and "name" not in bridge:
+            name = default_bridge_name(overlay_id)
+            if len(name) > MAX_INTERFACE_NAME:
+                yield Problem(json_path((*at, "name")), f"required: the default name {name!r} is longer than {MAX_INTERFACE_NAME} characters")
+                name = None
+        if name is not None:
+            if name in owner_of_name:
+                yield Problem(json_path((*at, "name")), f"bridge {name!r} is already used by overlay {owner_of_name[name]!r}")
+            else:
+                owner_of_name[name] = overlay_id
+        address_text = _text(bridge.get("address"))
+        if address_text is None:
+            continue
+        problems = list(_address_problems(address_text, bridge.get("mtu"), (*at, "address")))
+        yield from problems
+        if problems:
+            continue
+        network = ipaddress.ip_interface(address_text).network
+        for other_id, other in networks:
+            if network.version == other.version and network.overlaps(other):
+                yield Problem(json_path((*at, "address")), f"{network} overlaps {other} of overlay {other_id!r}")
+        networks.append((overlay_id, network))
+
+
+def _logging_problems(logging_section: Mapping[str, Any], base_dir: Path) -> Iterator[Problem]:
+    file_text = _text(logging_section.get("file"))
+    if file_text is None:
+        return
+    if logging_section.get("destination", "stderr") != "file":
+        yield Problem(json_path(("logging", "file")), 'only allowed with destination "file"')
+    elif not _resolve(base_dir, file_text).parent.is_dir():
+        yield Problem(json_path(("logging", "file")), f"directory {_resolve(base_dir, file_text).parent} does not exist")
+
+
+def _node_problems(node: Mapping[str, Any], base_dir: Path) -> Iterator[Problem]:
+    state_text = _text(node.get("state_dir"))
+    if state_text is not None:
+        state_dir = _resolve(base_dir, state_text)
+        if state_dir.exists() and not state_dir.is_dir():
+            yield Problem(json_path(("node", "state_dir")), f"{state_dir} exists and is not a directory")
+
+
+def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
+    """Rules beyond the schema. Tolerates a document that failed the schema: wrong-typed parts are skipped."""
+    root = _dict(document)
+    problems = list(_node_problems(_dict(root.get("node")), base_dir))
+    problems.extend(_logging_problems(_dict(root.get("logging")), base_dir))
+    overlays = _dict(root.get("overlays"))
+    for overlay_id, overlay in overlays.items():
+        overlay = _dict(overlay)
+        at = ("overlays", overlay_id)
+        if isinstance(overlay.get("signal"), dict):
+            problems.extend(_signal_problems(overlay["signal"], (*at, "signal"), base_dir))
+        problems.extend(_turn_problems(_dict(overlay.get("nat_traversal")).get("turn"), (*at, "nat_traversal", "turn")))
+    problems.extend(_bridge_problems(overlays))
+    return problems
+
+
+# --- typed model ---------------------------------------------------------------
+
+
+def _optional_path(base_dir: Path, value: Any) -> Path | None:
+    return None if value is None else _resolve(base_dir, value)
+
+
+def _build(document: Mapping[str, Any], base_dir: Path) -> Config:
+    """The typed config of a document that passed every check."""
+    node = document.get("node", {})
+    logging_section = document.get("logging", {})
+    overlays = {overlay_id: _build_overlay(overlay_id, overlay, base_dir) for overlay_id, overlay in document["overlays"].items()}
+    return Config(
+        overlays=overlays,
+        node=NodeConfig(
+            id=parse_node_id(node["id"]) if "id" in node else None,
+            state_dir=_resolve(base_dir, node.get("state_dir", str(NodeConfig.state_dir))),
+        ),
+        logging=LoggingConfig(
+            level=logging_section.get("level", LoggingConfig.level),
+            destination=logging_section.get("destination", LoggingConfig.destination),
+            file=_optional_path(base_dir, logging_section.get("file")),
+        ),
+    )
+
+
+def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) -> OverlayConfig:
+    signal, nat, topology = overlay["signal"], overlay.get("nat_traversal", {}), overlay.get("topology", {})
+    on_demand, bridge, tunnel = topology.get("on_demand", {}), overlay.get("bridge", {}), overlay.get("tunnel", {})
+    address = bridge.get("address")
+    return OverlayConfig(
+        id=overlay_id,
+        signal=SignalConfig(
+            jid=signal["jid"],
+            server=signal.get("server", ""),
+            port=int(signal.get("port", SignalConfig.port)),
+            password=signal.get("password"),
+            password_file=_optional_path(base_dir, signal.get("password_file")),
+            client_cert=_optional_path(base_dir, signal.get("client_cert")),
+            client_key=_optional_path(base_dir, signal.get("client_key")),
+            ca_file=_optional_path(base_dir, signal.get("ca_file")),
+            tls=signal.get("tls", SignalConfig.tls),
+            insecure_plaintext=signal.get("insecure_plaintext", SignalConfig.insecure_plaintext),
+        ),
+        nat_traversal=NatTraversalConfig(
+            stun=tuple(nat.get("stun", ())),
+            turn=tuple(
+                TurnServer(
+                    server=turn["server"],
+                    username=turn.get("username"),
+                    password=turn.get("password"),
+                    rest_secret=turn.get("rest_secret"),
+                    ttl=int(turn.get("ttl", TurnServer.ttl)),
+                )
+                for turn in nat.get("turn", ())
+            ),
+            direct_timeout=float(nat.get("direct_timeout", NatTraversalConfig.direct_timeout)),
+        ),
+        topology=TopologyConfig(
+            successors=int(topology.get("successors", TopologyConfig.successors)),
+            long_distance=_optional_int(topology.get("long_distance")),
+            log_form=topology.get("log_form", TopologyConfig.log_form),
+            max_incoming_long_distance=_optional_int(topology.get("max_incoming_long_distance")),
+            on_demand=OnDemandConfig(
+                enabled=on_demand.get("enabled", OnDemandConfig.enabled),
+                max_links=int(on_demand.get("max_links", OnDemandConfig.max_links)),
+                threshold_bytes_per_s=float(on_demand.get("threshold_bytes_per_s", OnDemandConfig.threshold_bytes_per_s)),
+                idle_timeout=float(on_demand.get("idle_timeout", OnDemandConfig.idle_timeout)),
+            ),
+        ),
+        bridge=BridgeConfig(
+            name=bridge.get("name", default_bridge_name(overlay_id)),
+            address=None if address is None else ipaddress.ip_interface(address),
+            mtu=int(bridge.get("mtu", BridgeConfig.mtu)),
+            datapath=bridge.get("datapath", BridgeConfig.datapath),
+            flow_idle_timeout=int(bridge.get("flow_idle_timeout", BridgeConfig.flow_idle_timeout)),
+        ),
+        tunnel=TunnelConfig(
+            cipher=tunnel.get("cipher", TunnelConfig.cipher),
+            keepalive=float(tunnel.get("keepalive", TunnelConfig.keepalive)),
+            dead_after=float(tunnel.get("dead_after", TunnelConfig.dead_after)),
+        ),
+    )
+
+
+def _optional_int(value: Any) -> int | None:
+    # The schema allows 3.0 as an integer; the model holds real ints.
+    return None if value is None else int(value)
+
+
+# --- entry points -------------------------------------------------------------
+
+
+def check_document(document: Any, base_dir: Path) -> Config:
+    """Check a parsed document; return its Config or raise ConfigError with every problem."""
+    problems = list(_structure_problems(document))
+    problems.extend(schema_problems(document))
+    problems.extend(semantic_problems(document, base_dir))
+    if problems:
+        # Stable order by path; a path with several problems keeps their order.
+        problems.sort(key=lambda p: p.path)
+        raise ConfigError(_unique(problems))
+    return _build(document, base_dir)
+
+
+def _unique(problems: Iterable[Problem]) -> list[Problem]:
+    return list(dict.fromkeys(problems))
+
+
+def loads_config(text: str, base_dir: Path | None = None) -> Config:
+    """Config from text; relative paths are taken from `base_dir` (default: the working directory)."""
+    return check_document(parse_json(text), (base_dir or Path.cwd()).absolute())
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Config from a file; relative paths in it are relative to the file's directory."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except OSError as exc:
+        raise ConfigFileError(f"cannot read: {exc.strerror or exc}") from None
+    return loads_config(text, file.absolute().parent)
+
+
+def read_password_file(path: Path) -> str:
+    """The password in `path`: its first line, without the line ending."""
+    with path.open(encoding="utf-8") as handle:
+        return handle.readline().rstrip("\r\n")
+
+
+def signal_password(signal: SignalConfig) -> str | None:
+    """The XMPP password from `password` or `password_file`; None with a client certificate."""
+    if signal.password is not None:
+        return signal.password
+    if signal.password_file is not None:
+        return read_password_file(signal.password_file)
+    return None

@@ -1,0 +1,168 @@
+"""Typed, immutable daemon configuration with every default applied.
+
+The loader (evio/config/loader.py) builds these from a checked JSON document;
+tests and the lab may also build them directly. Defaults here must equal the
+`default` values in schema.json (a unit test holds them together). Durations
+are seconds, paths are absolute once loaded.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+LogDestination = Literal["stderr", "journald", "file"]
+TlsMode = Literal["starttls", "direct"]
+LogForm = Literal["ln", "log10"]
+Datapath = Literal["auto", "system", "netdev"]
+Cipher = Literal["aes-256-gcm", "chacha20-poly1305"]
+InterfaceAddress = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+DEFAULT_STATE_DIR = Path("/var/lib/evio")
+BRIDGE_NAME_PREFIX = "evbr-"
+MAX_INTERFACE_NAME = 15  # Linux IFNAMSIZ - 1
+
+_HOST_PORT = re.compile(r"\[(?P<v6>[^\]]+)\]:(?P<port>\d+)|(?P<host>[^:\[\]]+):(?P<port2>\d+)")
+
+
+def split_host_port(text: str) -> tuple[str, int]:
+    """Split "host:port" or "[v6]:port" (the schema's hostPort) into its parts."""
+    match = _HOST_PORT.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not host:port: {text!r}")
+    host = match["v6"] or match["host"]
+    port = int(match["port"] or match["port2"])
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port out of range in {text!r}")
+    return host, port
+
+
+def default_bridge_name(overlay_id: str) -> str:
+    """The bridge name used when the config gives none (may be too long; the loader checks)."""
+    return BRIDGE_NAME_PREFIX + overlay_id
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    id: int | None = None  # None: generated once and kept in state_dir (see state_dir.resolve_node_id)
+    state_dir: Path = DEFAULT_STATE_DIR
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: LogLevel = "info"
+    destination: LogDestination = "stderr"
+    file: Path | None = None
+
+
+@dataclass(frozen=True)
+class SignalConfig:
+    jid: str
+    server: str = ""  # empty: the domain of jid
+    port: int = 5222
+    password: str | None = field(default=None, repr=False)
+    password_file: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    ca_file: Path | None = None  # None: the system trust store
+    tls: TlsMode = "starttls"
+    insecure_plaintext: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.server:
+            object.__setattr__(self, "server", self.domain)
+
+    @property
+    def domain(self) -> str:
+        return self.jid.partition("@")[2]
+
+
+@dataclass(frozen=True)
+class TurnServer:
+    server: str  # host:port
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    rest_secret: str | None = field(default=None, repr=False)
+    ttl: int = 86400  # lifetime of REST credentials, seconds
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return split_host_port(self.server)
+
+
+@dataclass(frozen=True)
+class NatTraversalConfig:
+    stun: tuple[str, ...] = ()  # host:port each
+    turn: tuple[TurnServer, ...] = ()
+    direct_timeout: float = 2.0
+
+
+@dataclass(frozen=True)
+class OnDemandConfig:
+    enabled: bool = True
+    max_links: int = 4
+    threshold_bytes_per_s: float = 1_000_000
+    idle_timeout: float = 60
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    successors: int = 2
+    long_distance: int | None = None  # None: floor(log2(n))
+    log_form: LogForm = "ln"
+    max_incoming_long_distance: int | None = None  # None: same as long-distance links created
+    on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
+
+    def long_distance_for(self, overlay_size: int) -> int:
+        """k for an overlay of `overlay_size` nodes (self included)."""
+        if self.long_distance is not None:
+            return self.long_distance
+        return max(overlay_size, 1).bit_length() - 1  # floor(log2(n)) without floats
+
+    def incoming_long_distance_cap(self, overlay_size: int) -> int:
+        if self.max_incoming_long_distance is not None:
+            return self.max_incoming_long_distance
+        return self.long_distance_for(overlay_size)
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    name: str
+    address: InterfaceAddress | None = None
+    mtu: int = 1400
+    datapath: Datapath = "auto"
+    flow_idle_timeout: int = 30
+
+
+@dataclass(frozen=True)
+class TunnelConfig:
+    cipher: Cipher = "aes-256-gcm"
+    keepalive: float = 15
+    dead_after: float = 5
+
+
+@dataclass(frozen=True)
+class OverlayConfig:
+    id: str
+    signal: SignalConfig
+    bridge: BridgeConfig
+    nat_traversal: NatTraversalConfig = field(default_factory=NatTraversalConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    tunnel: TunnelConfig = field(default_factory=TunnelConfig)
+
+
+@dataclass(frozen=True)
+class Config:
+    overlays: Mapping[str, OverlayConfig]  # keyed by overlay id, in file order
+    node: NodeConfig = field(default_factory=NodeConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def __post_init__(self) -> None:
+        # A read-only view so the frozen config cannot be changed through its dict.
+        object.__setattr__(self, "overlays", MappingProxyType(dict(self.overlays)))
