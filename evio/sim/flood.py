@@ -22,7 +22,8 @@ class FloodResult:
 
     @property
     def duplicates(self) -> int:
-        return sum(c - 1 for c in self.receipts.values() if c > 1)
+        # The root already holds the broadcast, so any copy reaching it is a duplicate.
+        return sum(c if n == self.root else c - 1 for n, c in self.receipts.items() if c > 1 or n == self.root)
 
     def reached(self) -> set[int]:
         return set(self.receipts)
