@@ -1,0 +1,615 @@
+"""`Lab`: bring a NATed multi-node deployment up on this machine, use it, take it down.
+
+    with Lab.up("t1", nodes=4, nat="mixed") as lab:
+        lab.exec(1, ["ping", "-c1", str(lab.public.address)])
+        info = lab.node(2)          # namespace, addresses, NAT kind, JID, password, config path
+    # everything is gone here, also after an exception or Ctrl-C
+
+`Lab.up` cleans up after itself when any step fails or is interrupted.
+`Lab.down(name)` removes a lab made by any earlier process, even one that
+crashed half-way: it uses the state file when it can read it and, in any
+case, every namespace carrying the lab's prefix and every process inside
+those namespaces.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import secrets
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from pathlib import Path
+from types import TracebackType
+
+from evio.lab import nat as nat_rules
+from evio.lab import node_config as configs
+from evio.lab import pki, services, shaping, wiring
+from evio.lab.errors import LabError, LabExistsError, LabNotFoundError, LabStateError
+from evio.lab.netns import Host, LinuxHost
+from evio.lab.state import (
+    DEFAULT_ROOT,
+    LabSecrets,
+    LabState,
+    ProcessRecord,
+    lab_dir,
+    list_labs,
+    load_state,
+    save_state,
+)
+from evio.lab.topology import (
+    DEFAULT_LAB_NAME,
+    LabPlan,
+    NatKind,
+    NodePlan,
+    lab_prefix,
+    nat_kinds,
+    plan_lab,
+    target_netns,
+)
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One step of `up`: `done` of `total` units of `step` finished, `elapsed` seconds since the start."""
+
+    step: str
+    done: int
+    total: int
+    elapsed: float
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    index: int
+    name: str
+    netns: str
+    nat: NatKind
+    address: IPv4Address  # LAN address
+    lan_network: IPv4Network
+    gateway: IPv4Address
+    router_netns: str
+    wan_address: IPv4Address  # the router's public address (the NAT's outside address)
+    overlay_address: IPv4Interface
+    node_id: str
+    jid: str
+    password: str
+    config_path: Path
+
+
+@dataclass(frozen=True)
+class PublicInfo:
+    netns: str
+    address: IPv4Address  # prosody and coturn
+    alt_address: IPv4Address  # coturn's second address
+    domain: str
+    muc_domain: str
+    xmpp_port: int
+    stun_port: int  # STUN and TURN, UDP and TCP
+    relay_ports: tuple[int, int]
+    turn_secret: str
+    ca_file: Path
+    overlay: str
+
+    @property
+    def muc_room(self) -> str:
+        """The overlay's MUC room (membership by MUC)."""
+        return f"{self.overlay}@{self.muc_domain}"
+
+    @property
+    def roster_group(self) -> str:
+        """The shared roster group holding every node (membership by mod_groups)."""
+        return self.overlay
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    role: str
+    pid: int
+    netns: str | None
+    running: bool
+
+
+@dataclass(frozen=True)
+class LabStatus:
+    name: str
+    phase: str
+    directory: Path
+    nodes: tuple[NodeInfo, ...]
+    public: PublicInfo
+    processes: tuple[ProcessStatus, ...]
+    missing_namespaces: tuple[str, ...]
+    rate_mbit: float | None
+
+    @property
+    def healthy(self) -> bool:
+        return self.phase == "up" and not self.missing_namespaces and all(p.running for p in self.processes)
+
+
+@dataclass(frozen=True)
+class DownReport:
+    name: str
+    namespaces: tuple[str, ...]  # deleted
+    processes: tuple[ProcessRecord, ...]  # stopped
+    directory_removed: bool
+    seconds: float
+
+    @property
+    def removed_anything(self) -> bool:
+        return bool(self.namespaces or self.processes or self.directory_removed)
+
+
+class Lab:
+    """A lab that is up. Make one with `Lab.up` or find a running one with `Lab.attach`."""
+
+    def __init__(self, plan: LabPlan, state: LabState, root: Path, host: Host) -> None:
+        self.plan = plan
+        self._state = state
+        self._root = root
+        self._host = host
+        self._lock = threading.Lock()  # guards the state file against concurrent spawn()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def up(
+        cls,
+        name: str = DEFAULT_LAB_NAME,
+        nodes: int = 3,
+        nat: str | Sequence[str] = "eim",
+        *,
+        overlay: str = "ov1",
+        domain: str = "overlay.test",
+        rate_mbit: float | None = None,
+        plaintext: bool = False,
+        progress: ProgressCallback | None = None,
+        root: Path = DEFAULT_ROOT,
+        host: Host | None = None,
+    ) -> Lab:
+        """Build lab `name` with `nodes` nodes behind NATs of kind `nat` (a kind, "mixed", or one per node).
+
+        On any failure or interruption (KeyboardInterrupt included) everything
+        made so far is removed before the exception propagates.
+        """
+        host = host or LinuxHost()
+        host.check_ready()
+        kinds = nat_kinds(nat, nodes)
+        plan = plan_lab(name, kinds, overlay=overlay, domain=domain)
+        _refuse_existing(plan, root, host)
+        state = LabState(
+            name=name,
+            phase="creating",
+            nat=kinds,
+            overlay=overlay,
+            domain=domain,
+            secrets=LabSecrets(
+                turn_secret=secrets.token_hex(16),
+                passwords=tuple(secrets.token_urlsafe(12) for _ in kinds),
+                node_ids=tuple(secrets.token_hex(16) for _ in kinds),
+            ),
+            namespaces=plan.namespaces,
+            rate_mbit=rate_mbit,
+            created_at=time.time(),
+        )
+        _make_lab_dir(root, name)
+        lab = cls(plan, state, root, host)
+        try:
+            save_state(root, state)  # before anything exists, so a crash from here on is recoverable
+            lab._build(progress or (lambda p: None), plaintext=plaintext)
+            state.phase = "up"
+            save_state(root, state)
+        except BaseException:
+            log.warning("lab %s: up failed, removing what was made", name)
+            with _sigint_ignored():
+                try:
+                    cls.down(name, root=root, host=host)
+                except Exception:
+                    log.exception("lab %s: cleanup after the failed up also failed", name)
+            raise
+        return lab
+
+    @classmethod
+    def attach(cls, name: str = DEFAULT_LAB_NAME, *, root: Path = DEFAULT_ROOT, host: Host | None = None) -> Lab:
+        """The running lab `name`, as recorded by the `up` that made it (possibly in another process)."""
+        host = host or LinuxHost()
+        lab_prefix(name)  # validates the name
+        try:
+            state = load_state(root, name)
+        except LabStateError as exc:
+            raise LabNotFoundError(f"lab {name!r} is not up ({exc})") from exc
+        if state.phase != "up":
+            raise LabNotFoundError(f"lab {name!r} is not fully up (phase {state.phase}); run `evio lab down`")
+        plan = plan_lab(state.name, state.nat, overlay=state.overlay, domain=state.domain)
+        return cls(plan, state, root, host)
+
+    @classmethod
+    def down(
+        cls,
+        name: str = DEFAULT_LAB_NAME,
+        *,
+        root: Path = DEFAULT_ROOT,
+        host: Host | None = None,
+        grace: float = STOP_GRACE,
+    ) -> DownReport:
+        """Remove lab `name`: its processes, namespaces (with all their links, rules, qdiscs) and files.
+
+        Works from the state file when it is readable and from a scan by
+        prefix in every case, so a crashed or half-written `up` is removed too.
+        Removing a lab that does not exist is not an error.
+        """
+        started = time.monotonic()
+        host = host or LinuxHost()
+        host.check_ready()
+        prefix = lab_prefix(name)
+        directory = lab_dir(root, name)
+        namespaces: set[str] = set()
+        records: list[ProcessRecord] = []
+        try:
+            state = load_state(root, name)
+            namespaces.update(state.namespaces)
+            records += state.processes
+        except LabStateError as exc:
+            if directory.exists():
+                log.warning("lab %s: %s; removing by name prefix %s", name, exc, prefix)
+        existing = {ns for ns in host.netns_list() if ns.startswith(prefix)}
+        namespaces = (namespaces & set(host.netns_list())) | existing
+        # Processes first: a process keeps its namespace alive after `ip netns del`.
+        records += host.processes_in(sorted(namespaces))
+        stopped = tuple(r for r in _unique(records) if host.is_running(r))
+        survivors = host.stop(stopped, grace)
+        host.ip_batch(wiring.delete_namespaces(sorted(namespaces)), force=True)
+        stray_links = [link for link in host.root_links() if link.startswith(prefix)]
+        if stray_links:
+            host.ip_batch(wiring.IpBatch(None, tuple(f"link del {link}" for link in stray_links)), force=True)
+        removed_dir = directory.exists()
+        shutil.rmtree(directory, ignore_errors=True)
+        _remove_if_empty(root)
+        left = [ns for ns in host.netns_list() if ns.startswith(prefix)]
+        left += [link for link in host.root_links() if link.startswith(prefix)]
+        if survivors or left or directory.exists():
+            raise LabError(
+                f"lab {name}: could not remove everything: processes {[r.pid for r in survivors]}, "
+                f"names {left}, directory {directory if directory.exists() else 'removed'}"
+            )
+        report = DownReport(
+            name=name,
+            namespaces=tuple(sorted(namespaces)),
+            processes=stopped,
+            directory_removed=removed_dir,
+            seconds=time.monotonic() - started,
+        )
+        log.info(
+            "lab %s down: %d namespaces, %d processes, %.2f s", name, len(namespaces), len(stopped), report.seconds
+        )
+        return report
+
+    @classmethod
+    def status(cls, name: str = DEFAULT_LAB_NAME, *, root: Path = DEFAULT_ROOT, host: Host | None = None) -> LabStatus:
+        host = host or LinuxHost()
+        lab_prefix(name)
+        try:
+            state = load_state(root, name)
+        except LabStateError as exc:
+            raise LabNotFoundError(f"lab {name!r}: {exc}") from exc
+        plan = plan_lab(state.name, state.nat, overlay=state.overlay, domain=state.domain)
+        lab = cls(plan, state, root, host)
+        present = set(host.netns_list())
+        return LabStatus(
+            name=name,
+            phase=state.phase,
+            directory=lab.directory,
+            nodes=lab.nodes,
+            public=lab.public,
+            processes=tuple(ProcessStatus(r.role, r.pid, r.netns, host.is_running(r)) for r in state.processes),
+            missing_namespaces=tuple(ns for ns in plan.namespaces if ns not in present),
+            rate_mbit=state.rate_mbit,
+        )
+
+    @staticmethod
+    def names(root: Path = DEFAULT_ROOT) -> list[str]:
+        """Names of the labs with a directory under `root` (up, or left by a crash)."""
+        return list_labs(root)
+
+    def close(self) -> DownReport:
+        return Lab.down(self.name, root=self._root, host=self._host)
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with _sigint_ignored():
+            try:
+                self.close()
+            except Exception:
+                if exc is None:
+                    raise
+                log.exception("lab %s: teardown failed", self.name)
+
+    # -- what tests and tools use --------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def directory(self) -> Path:
+        return lab_dir(self._root, self.name)
+
+    @property
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return tuple(self._node_info(n) for n in self.plan.nodes)
+
+    def node(self, index: int) -> NodeInfo:
+        """Node `index` (1-based)."""
+        return self._node_info(self.plan.node(index))
+
+    @property
+    def public(self) -> PublicInfo:
+        pub = self.plan.public
+        return PublicInfo(
+            netns=pub.netns,
+            address=pub.address,
+            alt_address=pub.alt_address,
+            domain=pub.domain,
+            muc_domain=pub.muc_domain,
+            xmpp_port=pub.xmpp_port,
+            stun_port=pub.stun_port,
+            relay_ports=pub.relay_ports,
+            turn_secret=self._state.secrets.turn_secret,
+            ca_file=self._paths.ca_cert,
+            overlay=self.plan.overlay,
+        )
+
+    @property
+    def processes(self) -> tuple[ProcessRecord, ...]:
+        return tuple(self._state.processes)
+
+    def netns(self, target: int | str) -> str:
+        """The namespace of a node (3, "node3", "n3"), a router ("router3", "r3") or "pub"."""
+        return target_netns(self.plan, target)
+
+    def exec(
+        self,
+        target: int | str,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `argv` to completion in a lab namespace; output is captured as text."""
+        return self._host.run(self.netns(target), argv, input=input, timeout=timeout, check=check)
+
+    def spawn(self, target: int | str, argv: Sequence[str], *, role: str, log_path: Path | None = None) -> ProcessRecord:
+        """Start a long-running process in a lab namespace; `down` stops it (output in the lab dir by default)."""
+        netns = self.netns(target)
+        path = log_path or self.directory / "logs" / f"{role}-{netns}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = self._host.spawn(role, netns, argv, path)
+        with self._lock:
+            self._state.processes.append(record)
+            save_state(self._root, self._state)
+        return record
+
+    def stop(self, record: ProcessRecord, grace: float = STOP_GRACE) -> None:
+        """Stop a process started by `spawn` (SIGTERM, SIGKILL after `grace`)."""
+        survivors = self._host.stop([record], grace)
+        if survivors:
+            raise LabError(f"{record.role} pid {record.pid} did not stop")
+        with self._lock:
+            self._state.processes = [p for p in self._state.processes if p != record]
+            save_state(self._root, self._state)
+
+    def is_running(self, record: ProcessRecord) -> bool:
+        return self._host.is_running(record)
+
+    def stop_service(self, role: str, grace: float = STOP_GRACE) -> None:
+        """Stop "prosody" or "coturn" (e.g. to test how nodes cope with the server going away)."""
+        for record in [p for p in self._state.processes if p.role == role]:
+            self.stop(record, grace)
+
+    def start_service(self, role: str) -> ProcessRecord:
+        """Start "prosody" or "coturn" again with the lab's config; returns once it listens."""
+        starters = {"prosody": services.start_prosody, "coturn": services.start_coturn}
+        if role not in starters:
+            raise LabError(f"unknown lab service {role!r} (prosody or coturn)")
+        if any(p.role == role and self._host.is_running(p) for p in self._state.processes):
+            raise LabError(f"{role} is already running in lab {self.name}")
+        record = starters[role](self._host, self.plan, self._paths)
+        with self._lock:
+            self._state.processes.append(record)
+            save_state(self._root, self._state)
+        return record
+
+    def shape(self, index: int, rate_mbit: float, shaper: shaping.Shaper = "tbf") -> None:
+        """Limit node `index`'s link to `rate_mbit` in each direction."""
+        node = self.plan.node(index)
+        for interface in (node.router_wan_interface, node.router_lan_interface):
+            self._host.tc_batch(node.router_netns, shaping.shape_lines(interface, rate_mbit, shaper))
+
+    def unshape(self, index: int) -> None:
+        node = self.plan.node(index)
+        for interface in (node.router_wan_interface, node.router_lan_interface):
+            self._host.tc_batch(node.router_netns, shaping.unshape_lines(interface))
+
+    def register_account(self, localpart: str, password: str | None = None) -> tuple[str, str]:
+        """Add an XMPP account that is in no overlay group (e.g. to test rejection of non-members)."""
+        password = password or secrets.token_urlsafe(12)
+        services.register_accounts(self._host, self._paths, self.plan.public.domain, [(localpart, password)])
+        with self._lock:
+            self._state.accounts[localpart] = password
+            save_state(self._root, self._state)
+        return f"{localpart}@{self.plan.public.domain}", password
+
+    # -- internals -----------------------------------------------------------------------------
+
+    @property
+    def _paths(self) -> services.ServicePaths:
+        return services.ServicePaths(self.directory)
+
+    def _node_info(self, node: NodePlan) -> NodeInfo:
+        i = node.index - 1
+        return NodeInfo(
+            index=node.index,
+            name=node.name,
+            netns=node.netns,
+            nat=node.nat,
+            address=node.address,
+            lan_network=node.lan_network,
+            gateway=node.gateway,
+            router_netns=node.router_netns,
+            wan_address=node.wan_address,
+            overlay_address=node.overlay_address,
+            node_id=self._state.secrets.node_ids[i],
+            jid=f"{node.localpart}@{self.plan.public.domain}",
+            password=self._state.secrets.passwords[i],
+            config_path=configs.node_config_path(self.directory, node),
+        )
+
+    def _build(self, progress: ProgressCallback, *, plaintext: bool) -> None:
+        plan, host, state = self.plan, self._host, self._state
+        started = time.monotonic()
+        count = len(plan.nodes)
+
+        def report(step: str, done: int, total: int) -> None:
+            progress(Progress(step, done, total, time.monotonic() - started))
+
+        paths = self._paths
+        now = datetime.datetime.now(datetime.timezone.utc)
+        ca = pki.make_ca(paths.pki_dir, f"evio lab {plan.name} CA", now)
+        pki.make_server_cert(
+            paths.prosody_certs, ca, [plan.public.domain, plan.public.muc_domain], now, file_stem=plan.public.domain
+        )
+        services.write_service_files(plan, paths, state.secrets.turn_secret, plaintext=plaintext)
+        report("certificates", 1, 1)
+
+        # prosodyctl costs ~0.1 s of CPU per account: register while the network is built.
+        accounts = [(n.localpart, pw) for n, pw in zip(plan.nodes, state.secrets.passwords)]
+        pool = ThreadPoolExecutor(max_workers=services.REGISTER_WORKERS, thread_name_prefix="register")
+        try:
+            registered = [
+                pool.submit(services.register_accounts, host, paths, plan.public.domain, [account])
+                for account in accounts
+            ]
+            self._build_network(report)
+            for done, future in enumerate(as_completed(registered), start=1):
+                future.result()
+                report("accounts", done, count)
+        finally:
+            # Never leave prosodyctl writing into a lab directory that cleanup is about to remove.
+            pool.shutdown(wait=True, cancel_futures=True)
+
+        for role, start in (("coturn", services.start_coturn), ("prosody", services.start_prosody)):
+            record = start(host, plan, paths)
+            with self._lock:
+                state.processes.append(record)
+                save_state(self._root, state)
+            report(role, 1, 1)
+
+        for node, node_id, password in zip(plan.nodes, state.secrets.node_ids, state.secrets.passwords):
+            home = configs.node_dir(self.directory, node)
+            (home / "state").mkdir(parents=True, exist_ok=True)
+            document = configs.node_config(
+                plan,
+                node,
+                lab_dir=self.directory,
+                node_id=node_id,
+                password=password,
+                turn_secret=state.secrets.turn_secret,
+                ca_file=paths.ca_cert,
+                plaintext=plaintext,
+            )
+            path = configs.node_config_path(self.directory, node)
+            path.write_text(json.dumps(document, indent=2) + "\n")
+            path.chmod(0o600)
+        report("configs", count, count)
+
+    def _build_network(self, report: Callable[[str, int, int], None]) -> None:
+        plan, host = self.plan, self._host
+        host.ip_batch(wiring.create_namespaces(plan))
+        report("namespaces", 1, 1)
+        host.ip_batch(wiring.create_links(plan))
+        for netns, settings in wiring.sysctls(plan).items():
+            host.sysctl(netns, settings)
+        host.ip_batch(wiring.configure_public(plan))
+        report("links", 1, 1)
+        for node in plan.nodes:
+            host.ip_batch(wiring.configure_router(plan, node))
+            host.ip_batch(wiring.configure_node(node))
+            ruleset = nat_rules.nat_ruleset(node.nat, node.router_wan_interface)
+            if ruleset is not None:
+                host.nft(node.router_netns, ruleset)
+            if self._state.rate_mbit is not None:
+                self.shape(node.index, self._state.rate_mbit)
+            report("routers", node.index, len(plan.nodes))
+
+
+def _refuse_existing(plan: LabPlan, root: Path, host: Host) -> None:
+    leftovers = [ns for ns in host.netns_list() if ns.startswith(plan.prefix)]
+    leftovers += [link for link in host.root_links() if link.startswith(plan.prefix)]
+    directory = lab_dir(root, plan.name)
+    if directory.exists() or leftovers:
+        found = f"{len(leftovers)} namespaces/links named {plan.prefix}*" if leftovers else str(directory)
+        raise LabExistsError(
+            f"lab {plan.name!r} already exists ({found}); remove it with `evio lab down --name {plan.name}`"
+        )
+
+
+def _make_lab_dir(root: Path, name: str) -> None:
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    try:
+        lab_dir(root, name).mkdir(mode=0o700)
+    except FileNotFoundError:  # another lab's `down` removed the empty root in between
+        root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        lab_dir(root, name).mkdir(mode=0o700)
+    except FileExistsError as exc:
+        raise LabExistsError(f"lab {name!r} is being created by another process") from exc
+
+
+def _remove_if_empty(root: Path) -> None:
+    try:
+        root.rmdir()
+    except OSError:
+        pass  # other labs live there, or it is already gone
+
+
+def _unique(records: list[ProcessRecord]) -> list[ProcessRecord]:
+    seen: set[tuple[int, int]] = set()
+    result = []
+    for record in records:
+        key = (record.pid, record.starttime)
+        if key not in seen:
+            seen.add(key)
+            result.append(record)
+    return result
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Let a teardown finish although the user presses Ctrl-C again (only the main thread handles signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,64 @@
+"""The daemon config file of each lab node (the shape of evio/config/schema.json). Pure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evio.lab.topology import LabPlan, NodePlan
+
+TURN_CREDENTIAL_TTL = 86400
+
+
+def node_dir(lab_dir: Path, node: NodePlan) -> Path:
+    return lab_dir / "nodes" / node.name
+
+
+def node_config_path(lab_dir: Path, node: NodePlan) -> Path:
+    return node_dir(lab_dir, node) / "config.json"
+
+
+def node_config(
+    plan: LabPlan,
+    node: NodePlan,
+    *,
+    lab_dir: Path,
+    node_id: str,
+    password: str,
+    turn_secret: str,
+    ca_file: Path,
+    plaintext: bool = False,
+) -> dict[str, Any]:
+    """The config `evio run --config` reads on this node: its identity, the lab's servers, its overlay."""
+    pub = plan.public
+    stun = f"{pub.address}:{pub.stun_port}"
+    home = node_dir(lab_dir, node)
+    signal: dict[str, Any] = {
+        "server": str(pub.address),
+        "port": pub.xmpp_port,
+        "jid": f"{node.localpart}@{pub.domain}",
+        "password": password,
+        "ca_file": str(ca_file),
+        "tls": "starttls",
+    }
+    if plaintext:
+        signal["insecure_plaintext"] = True
+    return {
+        "node": {"id": node_id, "state_dir": str(home / "state")},
+        "logging": {"level": "info", "destination": "file", "file": str(home / "evio.log")},
+        "overlays": {
+            plan.overlay: {
+                "signal": signal,
+                "nat_traversal": {
+                    "stun": [stun],
+                    "turn": [{"server": stun, "rest_secret": turn_secret, "ttl": TURN_CREDENTIAL_TTL}],
+                },
+                "bridge": {
+                    "name": f"evbr-{plan.overlay}",  # inside the node's own namespace: no clash between nodes
+                    "address": str(node.overlay_address),
+                    # No OVS kernel module in the lab; each node runs its own userspace vswitchd.
+                    "datapath": "netdev",
+                },
+            }
+        },
+    }

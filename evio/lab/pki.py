@@ -1,0 +1,106 @@
+"""The lab's certificate authority and the XMPP server certificate it signs.
+
+Each lab makes a fresh CA, so nodes verify the server the way a real
+deployment would (ca_file in their config) and nothing outside trusts it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_VALIDITY = datetime.timedelta(days=30)
+_CLOCK_SKEW = datetime.timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Certificate:
+    cert_path: Path
+    key_path: Path
+
+
+def make_ca(directory: Path, common_name: str, now: datetime.datetime) -> Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        _builder(name, name, key.public_key(), now)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return _write(directory, "ca", cert, key)
+
+
+def make_server_cert(
+    directory: Path, ca: Certificate, hostnames: list[str], now: datetime.datetime, file_stem: str
+) -> Certificate:
+    """A certificate for `hostnames` (the first is the CN), signed by `ca`."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_path.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca.key_path.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError("the lab CA key is not an EC key")
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostnames[0])])
+    cert = (
+        _builder(subject, ca_cert.subject, key.public_key(), now)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in hostnames]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return _write(directory, file_stem, cert, key)
+
+
+def _builder(
+    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, now: datetime.datetime
+) -> x509.CertificateBuilder:
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _CLOCK_SKEW)
+        .not_valid_after(now + _VALIDITY)
+    )
+
+
+def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> Certificate:
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path = directory / f"{stem}.crt"
+    key_path = directory / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+    return Certificate(cert_path=cert_path, key_path=key_path)

@@ -1,0 +1,120 @@
+"""From a lab plan to the `ip -batch` lines and sysctls that build it. Pure.
+
+Veth pairs are created with both ends directly in their namespaces
+(`link add A netns X type veth peer name B netns Y`), so no lab interface ever
+appears in the root namespace, even for a moment, and deleting the namespaces
+removes every link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from evio.lab.topology import (
+    PUBLIC_NETWORK,
+    SINK_ADDRESS,
+    SINK_GATEWAY,
+    SINK_GATEWAY_MAC,
+    SINK_NETWORK,
+    LabPlan,
+    NodePlan,
+)
+
+
+@dataclass(frozen=True)
+class IpBatch:
+    """Lines for `ip [-n NETNS] -batch -`; netns None is the root namespace."""
+
+    netns: str | None
+    lines: tuple[str, ...]
+
+
+_FORWARDING = {"net/ipv4/ip_forward": "1"}
+# The underlay is IPv4 only; IPv6 link-local chatter would only add noise to captures.
+_NO_IPV6 = {"net/ipv6/conf/all/disable_ipv6": "1", "net/ipv6/conf/default/disable_ipv6": "1"}
+
+
+def create_namespaces(plan: LabPlan) -> IpBatch:
+    return IpBatch(None, tuple(f"netns add {ns}" for ns in plan.namespaces))
+
+
+def create_links(plan: LabPlan) -> IpBatch:
+    """All veth pairs between namespaces, created in place."""
+    lines = []
+    for node in plan.nodes:
+        lines.append(
+            f"link add {node.lan_interface} netns {node.netns} type veth"
+            f" peer name {node.router_lan_interface} netns {node.router_netns}"
+        )
+        lines.append(
+            f"link add {node.router_wan_interface} netns {node.router_netns} type veth"
+            f" peer name {node.public_port} netns {plan.public.netns}"
+        )
+    return IpBatch(None, tuple(lines))
+
+
+def sysctls(plan: LabPlan) -> dict[str, Mapping[str, str]]:
+    """Per namespace, /proc/sys paths (relative) and values; applied after the links exist."""
+    settings: dict[str, Mapping[str, str]] = {plan.public.netns: {**_FORWARDING, **_NO_IPV6}}
+    for node in plan.nodes:
+        settings[node.router_netns] = {**_FORWARDING, **_NO_IPV6}
+        # Only the underlay link: IPv6 stays available to overlay bridges and TAPs in the node.
+        settings[node.netns] = {f"net/ipv6/conf/{node.lan_interface}/disable_ipv6": "1"}
+    return settings
+
+
+def configure_public(plan: LabPlan) -> IpBatch:
+    pub = plan.public
+    prefixlen = PUBLIC_NETWORK.prefixlen
+    lines = [
+        "link set lo up",
+        f"link add {pub.bridge} type bridge",
+        f"addr add {pub.address}/{prefixlen} dev {pub.bridge}",
+        f"addr add {pub.alt_address}/{prefixlen} dev {pub.bridge}",
+        f"link set {pub.bridge} up",
+        # The sink: a default route to a neighbour that never answers (lab-recipes.md section 3).
+        f"link add {pub.sink_interface} type veth peer name {pub.sink_peer}",
+        f"addr add {SINK_ADDRESS}/{SINK_NETWORK.prefixlen} dev {pub.sink_interface}",
+        f"link set {pub.sink_interface} up",
+        f"link set {pub.sink_peer} up",
+        f"neigh add {SINK_GATEWAY} lladdr {SINK_GATEWAY_MAC} dev {pub.sink_interface} nud permanent",
+        f"route add default via {SINK_GATEWAY} dev {pub.sink_interface}",
+    ]
+    for node in plan.nodes:
+        lines += [f"link set {node.public_port} master {pub.bridge}", f"link set {node.public_port} up"]
+        if node.nat == "none":
+            # Un-NATed LANs are routed: reachable from every router through the public namespace.
+            lines.append(f"route add {node.lan_network} via {node.wan_address}")
+    return IpBatch(pub.netns, tuple(lines))
+
+
+def configure_router(plan: LabPlan, node: NodePlan) -> IpBatch:
+    lan_prefix = node.lan_network.prefixlen
+    return IpBatch(
+        node.router_netns,
+        (
+            "link set lo up",
+            f"addr add {node.gateway}/{lan_prefix} dev {node.router_lan_interface}",
+            f"link set {node.router_lan_interface} up",
+            f"addr add {node.wan_address}/{PUBLIC_NETWORK.prefixlen} dev {node.router_wan_interface}",
+            f"link set {node.router_wan_interface} up",
+            f"route add default via {plan.public.address}",
+        ),
+    )
+
+
+def configure_node(node: NodePlan) -> IpBatch:
+    return IpBatch(
+        node.netns,
+        (
+            "link set lo up",
+            f"addr add {node.address}/{node.lan_network.prefixlen} dev {node.lan_interface}",
+            f"link set {node.lan_interface} up",
+            f"route add default via {node.gateway}",
+        ),
+    )
+
+
+def delete_namespaces(names: list[str]) -> IpBatch:
+    return IpBatch(None, tuple(f"netns del {ns}" for ns in names))
