@@ -1,0 +1,22 @@
+"""Open vSwitch bridge management through OVSDB (DESIGN.md section 7).
+
+`OvsBridge` creates and tears down one overlay's bridge and its ports by
+running `ovs-vsctl` through a `CommandRunner`; `OvsInstance` starts a private
+ovsdb-server + ovs-vswitchd pair in a network namespace, as the lab and the
+integration tests need.
+"""
+
+from evio.bridge.commands import BridgeError, CommandError, CommandRunner, SubprocessRunner
+from evio.bridge.ovs_bridge import BridgeConfig, OvsBridge, datapath_type
+from evio.bridge.ovs_instance import OvsInstance
+
+__all__ = [
+    "BridgeConfig",
+    "BridgeError",
+    "CommandError",
+    "CommandRunner",
+    "OvsBridge",
+    "OvsInstance",
+    "SubprocessRunner",
+    "datapath_type",
+]

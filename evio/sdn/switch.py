@@ -1,0 +1,313 @@
+"""Bounded Flood switching logic for one node's bridge (paper section 3.2, DESIGN.md section 6).
+
+Pure: it sees ports, frames and `now`, and returns `evio.sdn.flow_actions`
+for an adapter to carry out. It never reads a clock or touches a socket.
+
+Ports are either *leaf* ports (the bridge's internal port, app ports) or
+*peer* ports (one tunnel TAP per adjacent node, known by the peer's node id).
+
+- A broadcast or multicast frame from a leaf port is delivered to the other
+  leaf ports and sent to every peer as an FRB with the root bounds.
+- An FRB broadcast from a peer port is delivered to the leaf ports and
+  forwarded within its bound, never back to where it came from.
+- Every frame teaches where its source MAC is; FRBs also teach its root node.
+- Unicast to a known MAC installs `(in_port, eth_src, eth_dst) -> out_port`
+  and sends the frame; unicast to an unknown MAC from a leaf is flooded with
+  bounds like a broadcast, not dropped.
+- A peer port that goes away takes its flows and learned MACs with it.
+- Malformed FRBs and frames that make no sense are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+from evio.overlay.node_id import format_node_id
+from evio.sdn import frb
+from evio.sdn.flooding_bounds import forward_bounds, root_bounds
+from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowAction, FlowMatch, PacketOut
+from evio.sdn.learning_table import Change, Learned, LearningTable
+
+log = logging.getLogger(__name__)
+
+ETH_HEADER_LEN = 14
+BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malformed frames
+
+
+class PortKind(enum.Enum):
+    LEAF = "leaf"
+    PEER = "peer"
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchPort:
+    """One bridge port. `peer` is the adjacent node's id for a PEER port, None for a LEAF."""
+
+    port_no: int
+    name: str
+    kind: PortKind
+    peer: int | None = None
+    hw_addr: str | None = None  # the port's own MAC, announced to peers if it is a leaf
+
+    def __post_init__(self) -> None:
+        if (self.kind is PortKind.PEER) != (self.peer is not None):
+            raise ValueError(f"port {self.name}: a peer port needs a peer id, a leaf port has none")
+
+
+class Drop(enum.Enum):
+    """Counted reasons for dropping a frame the controller was given."""
+
+    RUNT = "shorter than an Ethernet header"
+    UNKNOWN_PORT = "arrived on a port the switch does not know"
+    MALFORMED_FRB = "FRB that does not parse"
+    FRB_ON_LEAF = "FRB from a leaf port"
+    OWN_BROADCAST = "FRB rooted at this node came back"
+    FORWARD_TYPE = "BROADCAST_FORWARD FRB (the original's receivers drop it too)"
+    HOP_LIMIT = "FRB hop count at its maximum"
+    GROUP_FROM_PEER = "broadcast or multicast from a peer port without an FRB"
+    HAIRPIN = "destination learned on the ingress port"
+    GROUP_SOURCE = "source MAC is multicast"
+    TOO_MANY_LEAVES = "more leaf MACs than a leaf announcement holds"
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    dst: str
+    src: str
+    ethertype: int
+
+    @property
+    def is_group(self) -> bool:
+        return _is_group(self.dst)
+
+    @property
+    def has_group_source(self) -> bool:
+        return _is_group(self.src)
+
+
+def _is_group(mac: str) -> bool:
+    return int(mac[:2], 16) & 0x01 == 1  # I/G bit: multicast or broadcast
+
+
+def _parse_ethernet(data: bytes) -> _Frame | None:
+    if len(data) < ETH_HEADER_LEN:
+        return None
+    return _Frame(data[0:6].hex(":"), data[6:12].hex(":"), int.from_bytes(data[12:14], "big"))
+
+
+class BoundedFloodSwitch:
+    """The controller's view of one bridge; one instance per overlay, owned by one thread."""
+
+    def __init__(
+        self,
+        node_id: int,
+        switch_mac: str,
+        flow_idle_timeout: int = 30,
+        mac_max_age: float = 300.0,
+    ) -> None:
+        self.node_id = node_id
+        self.switch_mac = switch_mac  # source of the one-hop FRBs (leaf announcements, link checks)
+        self.flow_idle_timeout = flow_idle_timeout
+        self.learning = LearningTable(mac_max_age)
+        self.ports: dict[int, SwitchPort] = {}
+        self.drops: Counter[Drop] = Counter()
+        self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
+        self.broadcasts_seen = 0  # FRB broadcasts received from peers (E1 counts these)
+        self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
+
+    # ------------------------------------------------------------------ ports
+
+    def leaf_ports(self) -> list[int]:
+        return sorted(p for p, port in self.ports.items() if port.kind is PortKind.LEAF)
+
+    def peer_ports(self) -> dict[int, int]:
+        """Peer node id -> port number."""
+        return {port.peer: p for p, port in sorted(self.ports.items()) if port.peer is not None}
+
+    def port_added(self, port: SwitchPort, now: float) -> list[FlowAction]:
+        """A port appeared (or changed kind). A new peer port gets our leaf announcement."""
+        actions: list[FlowAction] = []
+        old = self.ports.get(port.port_no)
+        if old is not None and old != port:
+            actions += self.port_removed(port.port_no, now)
+        self.ports[port.port_no] = port
+        log.info("port added port=%s name=%s kind=%s peer=%s", port.port_no, port.name, port.kind.value,
+                 format_node_id(port.peer) if port.peer is not None else None)
+        if port.kind is PortKind.PEER:
+            actions += self._leaf_announce(port)
+        return actions
+
+    def port_removed(self, port_no: int, now: float) -> list[FlowAction]:
+        """A port went: its flows and everything learned on it go at once."""
+        port = self.ports.pop(port_no, None)
+        if port is None:
+            return []
+        forgotten = self.learning.forget_port(port_no)
+        log.info("port removed port=%s name=%s forgot=%d", port_no, port.name, len(forgotten))
+        # DeleteFlowsOfPort also removes the flows that output to the port,
+        # so nothing still leads to the forgotten MACs.
+        return [DeleteFlowsOfPort(port_no)]
+
+    def _leaf_announce(self, port: SwitchPort) -> list[FlowAction]:
+        # Stale MACs not yet expired are announced too: harmless, they age out at the peer as here.
+        macs = self._all_leaf_macs()
+        if len(macs) > frb.MAX_PL_COUNT:
+            self.drops[Drop.TOO_MANY_LEAVES] += 1
+            macs = macs[: frb.MAX_PL_COUNT]
+        frame = frb.leaf_announce(frb.BROADCAST_MAC, frb.parse_mac(self.switch_mac), self.node_id, macs)
+        return [PacketOut(port.port_no, frb.pack(frame))]
+
+    def _all_leaf_macs(self) -> list[str]:
+        """MACs hosted here: leaf ports' own addresses and what was learned on leaf ports."""
+        macs: dict[str, None] = {}
+        for p in self.leaf_ports():
+            port = self.ports[p]
+            if port.hw_addr is not None:
+                macs[port.hw_addr.lower()] = None
+            for mac in sorted(self.learning.macs_on_port(p)):
+                macs[mac] = None
+        # Ports may report an all-zero address; an announcement may only carry real unicast MACs.
+        return [m for m in macs if m != "00:00:00:00:00:00" and not _is_group(m)]
+
+    # ------------------------------------------------------------------ packets
+
+    def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
+        """A frame the bridge had no flow for (or an FRB, which always comes here)."""
+        port = self.ports.get(in_port)
+        if port is None:
+            self.drops[Drop.UNKNOWN_PORT] += 1
+            return []
+        eth = _parse_ethernet(data)
+        if eth is None:
+            self.drops[Drop.RUNT] += 1
+            return []
+        if eth.ethertype == frb.ETH_TYPE_FRB:
+            if port.peer is None:
+                self.drops[Drop.FRB_ON_LEAF] += 1
+                return []
+            return self._frb_in(port, port.peer, data, now)
+        if eth.has_group_source:
+            self.drops[Drop.GROUP_SOURCE] += 1  # never a real sender; learning it would poison the table
+            return []
+        if port.kind is PortKind.LEAF:
+            return self._leaf_frame_in(in_port, eth, data, now)
+        return self._peer_frame_in(in_port, eth, data, now)
+
+    def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
+        actions = self._learn(eth.src, in_port, None, now)
+        if eth.is_group:
+            return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
+        target = self.learning.lookup(eth.dst, now)
+        if target is None:
+            # Unknown unicast: a bounded flood reaches the host wherever it is.
+            return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
+        return actions + self._unicast(in_port, eth, target.port, data)
+
+    def _peer_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
+        if eth.is_group:
+            # Peers wrap every broadcast in an FRB; a bare one has no bound and could loop.
+            self.drops[Drop.GROUP_FROM_PEER] += 1
+            return []
+        actions = self._learn(eth.src, in_port, None, now)
+        target = self.learning.lookup(eth.dst, now)
+        if target is None:
+            # The sender thought we lead to it; deliver locally only, since
+            # flooding onward without a bound could loop.
+            return actions + self._deliver_to_leaves(data, exclude=in_port)
+        return actions + self._unicast(in_port, eth, target.port, data)
+
+    def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes) -> list[FlowAction]:
+        if out_port == in_port:
+            self.drops[Drop.HAIRPIN] += 1
+            return []
+        match = FlowMatch(in_port, eth.src, eth.dst)
+        return [AddFlow(match, out_port, self.flow_idle_timeout), PacketOut(out_port, data)]
+
+    def _learn(self, mac: str, port: int, root: int | None, now: float) -> list[FlowAction]:
+        learned: Learned = self.learning.learn(mac, port, root, now)
+        if learned.change is Change.MOVED and learned.previous is not None and learned.previous.port != port:
+            log.info("mac moved mac=%s from_port=%s port=%s", mac, learned.previous.port, port)
+            return [DeleteFlowsToMac(mac)]
+        return []
+
+    def _deliver_to_leaves(self, data: bytes, exclude: int | None) -> list[FlowAction]:
+        return [PacketOut(p, data) for p in self.leaf_ports() if p != exclude]
+
+    def _originate_flood(self, data: bytes) -> list[FlowAction]:
+        """Send `data` as an FRB broadcast rooted here to every peer, each with its bound."""
+        peers = self.peer_ports()
+        actions: list[FlowAction] = []
+        for peer, bound in root_bounds(self.node_id, peers).items():
+            wire = frb.pack(frb.broadcast(data, self.node_id, bound, hop_count=1))
+            actions.append(PacketOut(peers[peer], wire))
+        return actions
+
+    def _frb_in(self, port: SwitchPort, ingress: int, data: bytes, now: float) -> list[FlowAction]:
+        try:
+            frame = frb.parse(data)
+        except frb.FrbParseError as err:
+            self.drops[Drop.MALFORMED_FRB] += 1
+            self.frb_parse_errors[err.reason] += 1
+            last = self._bad_input_logged.get(ingress)
+            if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
+                self._bad_input_logged[ingress] = now
+                log.warning("malformed FRB dropped peer=%s port=%s reason=%s (dropped so far: %d)",
+                            format_node_id(ingress), port.port_no, err.reason.name, self.drops[Drop.MALFORMED_FRB])
+            return []
+        h = frame.header
+        if h.frb_type is frb.FrbType.BROADCAST:
+            return self._frb_broadcast_in(port.port_no, ingress, frame, now)
+        if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
+            announced = self.learning.announce(h.root_nid, frame.leaf_macs, port.port_no, now)
+            actions: list[FlowAction] = []
+            for learned in announced.learned:
+                if learned.change is Change.MOVED and learned.previous is not None:
+                    actions.append(DeleteFlowsToMac(learned.mac))
+            actions += [DeleteFlowsToMac(mac) for mac in announced.withdrawn]
+            return actions
+        if h.frb_type is frb.FrbType.LINK_CHECK:
+            ack = frb.link_ack(frame.src, frb.parse_mac(self.switch_mac), self.node_id)
+            return [PacketOut(port.port_no, frb.pack(ack))]
+        if h.frb_type is frb.FrbType.LINK_ACK:
+            return []  # liveness is the tunnel's business; nothing to switch
+        self.drops[Drop.FORWARD_TYPE] += 1
+        return []
+
+    def _frb_broadcast_in(self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float) -> list[FlowAction]:
+        h = frame.header
+        if h.root_nid == self.node_id:
+            self.drops[Drop.OWN_BROADCAST] += 1
+            return []
+        self.broadcasts_seen += 1
+        inner = frame.payload
+        inner_eth = _parse_ethernet(inner)
+        assert inner_eth is not None  # frb.parse guarantees an inner Ethernet header
+        actions = self._learn(inner_eth.src, in_port, h.root_nid, now)
+        target = None if inner_eth.is_group else self.learning.lookup(inner_eth.dst, now)
+        if target is not None and target.port in self.leaf_ports():
+            actions.append(PacketOut(target.port, inner))
+        else:
+            actions += self._deliver_to_leaves(inner, exclude=None)
+        bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
+        if bounds and h.hop_count >= frb.MAX_HOP_COUNT:
+            self.drops[Drop.HOP_LIMIT] += 1
+            return actions
+        peers = self.peer_ports()
+        for peer, bound in bounds.items():
+            wire = frb.pack(frb.broadcast(inner, h.root_nid, bound, hop_count=h.hop_count + 1))
+            actions.append(PacketOut(peers[peer], wire))
+        return actions
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def flow_removed(self, match: FlowMatch) -> list[FlowAction]:
+        """The switch dropped a flow (idle timeout); nothing to redo: the next frame comes here."""
+        log.debug("flow removed in_port=%s src=%s dst=%s", match.in_port, match.eth_src, match.eth_dst)
+        return []
+
+    def expire(self, now: float) -> list[FlowAction]:
+        """Forget MACs not seen for the table's max age, and the flows towards them."""
+        return [DeleteFlowsToMac(mac) for mac, _ in self.learning.expire(now)]

@@ -1,0 +1,110 @@
+"""OvsBridge against a recording command runner: the OVSDB transactions it asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from evio.bridge import BridgeConfig, BridgeError, CommandError, OvsBridge, OvsInstance, datapath_type
+from evio.bridge.ovs_bridge import openvswitch_module_loaded
+
+
+class RecordingRunner:
+    def __init__(self, outputs: dict[str, str] | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.outputs = outputs or {}
+
+    async def run(self, argv: Sequence[str]) -> str:
+        self.calls.append(list(argv))
+        for needle, out in self.outputs.items():
+            if needle in argv:
+                return out
+        return ""
+
+
+def test_datapath_is_system_only_where_the_kernel_module_is_loaded(tmp_path: Path) -> None:
+    assert datapath_type(True) == "system"
+    assert datapath_type(False) == "netdev"
+    assert not openvswitch_module_loaded(tmp_path / "openvswitch")
+    (tmp_path / "openvswitch").mkdir()
+    assert openvswitch_module_loaded(tmp_path / "openvswitch")
+
+
+async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address() -> None:
+    runner = RecordingRunner()
+    bridge = OvsBridge(BridgeConfig("evobr0", 6653, "10.10.0.5/24", mtu=1410), runner, "netdev", "/x/db.sock")
+    await bridge.create()
+    tso_get, tso_set, create, addr, up = runner.calls
+    assert tso_get[-1] == "other_config:userspace-tso-enable" and "--db=unix:/x/db.sock" in tso_get
+    assert tso_set[-1] == "other_config:userspace-tso-enable=true"
+    text = " ".join(create)
+    for part in ("--may-exist add-br evobr0", "datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure",
+                 "set-controller evobr0 tcp:127.0.0.1:6653", "mtu_request=1410"):
+        assert part in text
+    assert addr == ["ip", "address", "replace", "10.10.0.5/24", "dev", "evobr0"]
+    assert up == ["ip", "link", "set", "evobr0", "up"]
+
+
+async def test_system_datapath_does_not_touch_userspace_tso_and_tso_already_on_is_kept() -> None:
+    runner = RecordingRunner()
+    await OvsBridge(BridgeConfig("evobr0", 6653), runner, "system").create()
+    assert not any("other_config:userspace-tso-enable" in " ".join(c) for c in runner.calls)
+    runner = RecordingRunner({"other_config:userspace-tso-enable": '"true"\n'})
+    await OvsBridge(BridgeConfig("evobr0", 6653), runner, "netdev").create()
+    assert not any("other_config:userspace-tso-enable=true" in c for c in runner.calls)
+
+
+async def test_ports_are_added_and_removed_idempotently_and_the_bridge_deleted() -> None:
+    runner = RecordingRunner({"list-ports": "evot1\nevot2\n"})
+    bridge = OvsBridge(BridgeConfig("evobr0", 6653), runner, "netdev")
+    await bridge.add_port("evot1")
+    await bridge.remove_port("evot1")
+    assert await bridge.ports() == ["evot1", "evot2"]
+    await bridge.delete()
+    tails = [c[2:] for c in runner.calls]
+    assert tails == [
+        ["--may-exist", "add-port", "evobr0", "evot1"],
+        ["--if-exists", "del-port", "evobr0", "evot1"],
+        ["list-ports", "evobr0"],
+        ["--if-exists", "del-br", "evobr0"],
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(name="a-name-too-long-for-linux", controller_port=6653), dict(name="br", controller_port=0)],
+)
+def test_bad_bridge_config_is_rejected(kwargs: dict) -> None:
+    with pytest.raises(BridgeError):
+        BridgeConfig(**kwargs)
+
+
+def test_bad_datapath_and_bad_address_are_rejected() -> None:
+    with pytest.raises(BridgeError):
+        OvsBridge(BridgeConfig("br", 1), RecordingRunner(), "kernel")
+    with pytest.raises(ValueError):
+        BridgeConfig("br", 1, overlay_address="10.0.0.300/24")
+
+
+async def test_subprocess_runner_reports_failure_with_the_command_and_stderr() -> None:
+    from evio.bridge import SubprocessRunner
+
+    runner = SubprocessRunner()
+    assert (await runner.run(["sh", "-c", "echo hi"])).strip() == "hi"
+    with pytest.raises(CommandError, match="boom"):
+        await runner.run(["sh", "-c", "echo boom >&2; exit 3"])
+    with pytest.raises(CommandError):
+        await runner.run(["/nonexistent/evio-no-such-command"])
+
+
+def test_ovs_instance_keeps_everything_under_its_own_directory(tmp_path: Path) -> None:
+    inst = OvsInstance(tmp_path / "n1", netns="evons1")
+    assert inst.db_socket == tmp_path / "n1" / "run" / "db.sock"
+    assert inst.env["OVS_RUNDIR"] == str(tmp_path / "n1" / "run")
+    assert inst._in_netns(["ovs-vswitchd"]) == ["ip", "netns", "exec", "evons1", "ovs-vswitchd"]
+    assert inst.pid("ovs-vswitchd") is None
+    inst.stop()  # nothing started: a no-op, not an error
+    with pytest.raises(BridgeError):
+        OvsInstance(tmp_path / ("x" * 120))

@@ -1,0 +1,444 @@
+"""Bounded Flood switch logic, alone and in a fake network of 16 switches (E1 in miniature)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evio.overlay.node_id import RING_SIZE, sorted_clockwise
+from evio.sdn import frb
+from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
+from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
+from evio.testing.fake_flow_table import FakeNetwork
+
+BCAST = b"\xff" * 6
+H1 = "02:00:00:00:00:01"
+H2 = "02:00:00:00:00:02"
+H3 = "02:00:00:00:00:03"
+
+
+def eth(dst: bytes | str, src: str, ethertype: int = 0x0800, payload: bytes = b"x" * 46) -> bytes:
+    d = dst if isinstance(dst, bytes) else frb.parse_mac(dst)
+    return d + frb.parse_mac(src) + ethertype.to_bytes(2, "big") + payload
+
+
+def arp_request(src: str) -> bytes:
+    return eth(BCAST, src, 0x0806, b"\x00\x01\x08\x00\x06\x04\x00\x01" + b"\x00" * 20)
+
+
+def arp_reply(src: str, dst: str) -> bytes:
+    return eth(dst, src, 0x0806, b"\x00\x01\x08\x00\x06\x04\x00\x02" + b"\x00" * 20)
+
+
+def switch_with_ports(node_id: int = 100) -> BoundedFloodSwitch:
+    sw = BoundedFloodSwitch(node_id, "02:aa:00:00:00:01", flow_idle_timeout=30)
+    sw.port_added(SwitchPort(1, "br0", PortKind.LEAF, None, H1), now=0)
+    sw.port_added(SwitchPort(2, "app0", PortKind.LEAF), now=0)
+    sw.port_added(SwitchPort(10, "t200", PortKind.PEER, 200), now=0)
+    sw.port_added(SwitchPort(11, "t300", PortKind.PEER, 300), now=0)
+    return sw
+
+
+def frbs_by_port(actions: list) -> dict[int, frb.FrbFrame]:
+    return {a.port: frb.parse(a.data) for a in actions if isinstance(a, PacketOut) and a.data[12:14] == b"\xc0\xc0"}
+
+
+# ---------------------------------------------------------------- one switch
+
+
+def test_broadcast_from_leaf_goes_to_other_leaves_and_to_peers_with_root_bounds() -> None:
+    sw = switch_with_ports(100)
+    frame = arp_request(H1)
+    actions = sw.packet_in(1, frame, now=1)
+    assert PacketOut(2, frame) in actions
+    assert not any(isinstance(a, PacketOut) and a.port == 1 for a in actions)
+    frbs = frbs_by_port(actions)
+    assert set(frbs) == {10, 11}
+    # Clockwise from 100: 200 then 300; 200 is bounded by 300, the last by the root.
+    assert (frbs[10].header.root_nid, frbs[10].header.bound_nid) == (100, 300)
+    assert (frbs[11].header.root_nid, frbs[11].header.bound_nid) == (100, 100)
+    assert all(f.header.hop_count == 1 and f.payload == frame for f in frbs.values())
+
+
+def test_frb_from_peer_is_delivered_to_leaves_and_forwarded_within_bound_only() -> None:
+    sw = BoundedFloodSwitch(200, "02:aa:00:00:00:02")
+    sw.port_added(SwitchPort(1, "br0", PortKind.LEAF), now=0)
+    for port, peer in ((10, 100), (11, 250), (12, 300), (13, 400)):
+        sw.port_added(SwitchPort(port, f"t{peer}", PortKind.PEER, peer), now=0)
+    inner = arp_request(H3)
+    wire = frb.pack(frb.broadcast(inner, root_nid=100, bound_nid=350, hop_count=1))
+    actions = sw.packet_in(10, wire, now=1)
+    assert PacketOut(1, inner) in actions
+    frbs = frbs_by_port(actions)
+    # Responsible for [200, 350): 250 (bound 300) and 300 (bound 350); not 400, not back to 100.
+    assert set(frbs) == {11, 12}
+    assert frbs[11].header.bound_nid == 300 and frbs[12].header.bound_nid == 350
+    assert all(f.header.hop_count == 2 and f.header.root_nid == 100 for f in frbs.values())
+    entry = sw.learning.lookup(H3, now=1)
+    assert entry is not None and (entry.port, entry.root) == (10, 100)
+    assert sw.broadcasts_seen == 1
+
+
+def test_unicast_to_known_mac_installs_flow_and_sends_packet() -> None:
+    sw = switch_with_ports()
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)
+    frame = arp_reply(H1, H2)
+    actions = sw.packet_in(1, frame, now=2)
+    assert actions == [AddFlow(FlowMatch(1, H1, H2), 10, 30), PacketOut(10, frame)]
+
+
+def test_unknown_unicast_is_flooded_with_bounds_not_dropped() -> None:
+    sw = switch_with_ports()
+    frame = eth(H3, H1)
+    actions = sw.packet_in(1, frame, now=1)
+    assert set(frbs_by_port(actions)) == {10, 11}
+    assert PacketOut(2, frame) in actions
+    assert not any(isinstance(a, AddFlow) for a in actions)
+
+
+def test_unicast_from_peer_to_local_mac_installs_flow_and_learns_source() -> None:
+    sw = switch_with_ports()
+    sw.packet_in(1, arp_request(H1), now=1)
+    frame = arp_reply(H2, H1)
+    actions = sw.packet_in(11, frame, now=2)
+    assert actions == [AddFlow(FlowMatch(11, H2, H1), 1, 30), PacketOut(1, frame)]
+    entry = sw.learning.lookup(H2, now=2)
+    assert entry is not None and entry.port == 11
+
+
+def test_peer_port_removed_deletes_its_flows_and_learned_macs_at_once() -> None:
+    sw = switch_with_ports()
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)
+    assert sw.learning.lookup(H2, now=1) is not None
+    assert sw.port_removed(10, now=2) == [DeleteFlowsOfPort(10)]
+    assert sw.learning.lookup(H2, now=2) is None
+    assert 200 not in sw.peer_ports()
+
+
+def test_mac_moving_to_another_port_deletes_flows_towards_it() -> None:
+    sw = switch_with_ports()
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)
+    actions = sw.packet_in(2, arp_request(H2), now=2)  # H2 now sits on a local app port
+    assert DeleteFlowsToMac(H2) in actions
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xff" * 6 + frb.parse_mac(H2) + b"\xc0\xc0" + b"\x00" * 10, frb.FrbReason.TOO_SHORT),
+        (frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1))[:49] + b"\x00" * 5, frb.FrbReason.TRUNCATED_PAYLOAD),
+        (frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1))[:47] + b"\x09" + b"\x00" + arp_request(H2),
+         frb.FrbReason.UNKNOWN_TYPE),
+    ],
+)
+def test_malformed_frb_is_dropped_and_counted(data: bytes, reason: frb.FrbReason) -> None:
+    sw = switch_with_ports()
+    assert sw.packet_in(10, data, now=1) == []
+    assert sw.drops[Drop.MALFORMED_FRB] == 1
+    assert sw.frb_parse_errors[reason] == 1
+
+
+def test_bad_frames_are_dropped_and_counted_never_raised() -> None:
+    sw = switch_with_ports(100)
+    assert sw.packet_in(10, b"\x01\x02", now=1) == []
+    assert sw.packet_in(99, arp_request(H1), now=1) == []
+    assert sw.packet_in(1, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1) == []
+    assert sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 100, 100, 3)), now=1) == []
+    assert sw.packet_in(10, arp_request(H2), now=1) == []
+    assert sw.packet_in(1, eth(H2, "01:00:5e:00:00:01"), now=1) == []
+    assert sw.drops == {
+        Drop.GROUP_SOURCE: 1,
+        Drop.RUNT: 1,
+        Drop.UNKNOWN_PORT: 1,
+        Drop.FRB_ON_LEAF: 1,
+        Drop.OWN_BROADCAST: 1,
+        Drop.GROUP_FROM_PEER: 1,
+    }
+
+
+def test_new_peer_port_gets_a_leaf_announcement_of_local_macs() -> None:
+    sw = switch_with_ports(100)
+    sw.packet_in(2, arp_request(H3), now=1)
+    actions = sw.port_added(SwitchPort(12, "t400", PortKind.PEER, 400), now=2)
+    (announce,) = frbs_by_port(actions).values()
+    assert announce.header.frb_type is frb.FrbType.LEAF_ANNOUNCE
+    assert set(announce.leaf_macs) == {H1, H3}
+    # The receiving side learns them as hosted by node 100.
+    peer = BoundedFloodSwitch(400, "02:aa:00:00:00:04")
+    peer.port_added(SwitchPort(5, "t100", PortKind.PEER, 100), now=0)
+    assert peer.packet_in(5, frb.pack(announce), now=3) == []
+    assert peer.learning.leaf_macs(100) == {H1, H3}
+
+
+def test_link_check_is_answered_with_link_ack() -> None:
+    sw = switch_with_ports(100)
+    check = frb.pack(frb.link_check(frb.BROADCAST_MAC, frb.parse_mac("02:aa:00:00:00:02"), 200))
+    (out,) = sw.packet_in(10, check, now=1)
+    assert isinstance(out, PacketOut) and out.port == 10
+    assert frb.parse(out.data).header.frb_type is frb.FrbType.LINK_ACK
+
+
+# ---------------------------------------------------------------- 16 switches (E1 in miniature)
+
+
+def symphony_like(n: int, long_distance: int, seed: int) -> tuple[list[int], set[tuple[int, int]]]:
+    """n random ids on the ring, each linked to its successor plus `long_distance` random chords."""
+    rng = random.Random(seed)
+    ids = sorted(rng.randrange(RING_SIZE) for _ in range(n))
+    links: set[tuple[int, int]] = set()
+    for i, nid in enumerate(ids):
+        links.add(tuple(sorted((nid, ids[(i + 1) % n]))))  # type: ignore[arg-type]
+        for other in rng.sample([x for x in ids if x != nid], long_distance):
+            links.add(tuple(sorted((nid, other))))  # type: ignore[arg-type]
+    return ids, links
+
+
+def build_network(
+    n: int = 16, seed: int = 7, long_distance: int = 2
+) -> tuple[FakeNetwork, list[int], set[tuple[int, int]]]:
+    net = FakeNetwork(flow_idle_timeout=30)
+    ids, links = symphony_like(n, long_distance, seed=seed)
+    for nid in ids:
+        net.add_node(nid)
+    for a, b in sorted(links):
+        net.connect(a, b)
+    return net, ids, links
+
+
+def host_mac(net: FakeNetwork, nid: int) -> str:
+    mac = net.nodes[nid].switch.ports[1].hw_addr
+    assert mac is not None
+    return mac
+
+
+@pytest.mark.parametrize("seed", [1, 7, 42])
+def test_arp_broadcast_reaches_every_node_exactly_once_and_the_reply_comes_back(seed: int) -> None:
+    net, ids, _ = build_network(16, seed)
+    src, dst = ids[0], ids[9]
+    request = arp_request(host_mac(net, src))
+    net.inject(src, 1, request)
+
+    for nid in ids:
+        got = net.nodes[nid].received[1]
+        assert got == ([] if nid == src else [request]), f"node {nid:x}"
+        assert net.nodes[nid].switch.broadcasts_seen == (0 if nid == src else 1)
+
+    reply = arp_reply(host_mac(net, dst), host_mac(net, src))
+    net.inject(dst, 1, reply)
+    assert net.nodes[src].received[1] == [reply]
+    assert all(net.nodes[n].received[1] == ([] if n == src else [request]) for n in ids if n != src)
+
+    # Flows were installed along the path: follow them from dst to src.
+    match_src, match_dst = host_mac(net, dst), host_mac(net, src)
+    node, in_port, hops = dst, 1, 0
+    while node != src:
+        flow = net.nodes[node].table.flows[FlowMatch(in_port, match_src, match_dst)]
+        (far_node, far_port) = net.tunnels[(node, flow.out_port)]
+        node, in_port, hops = far_node, far_port, hops + 1
+    assert net.nodes[src].table.flows[FlowMatch(in_port, match_src, match_dst)].out_port == 1
+    assert hops >= 1
+
+    # A second reply is switched by the flows alone: no controller involved.
+    packet_ins = {n: net.nodes[n].packet_ins for n in ids}
+    net.inject(dst, 1, reply)
+    assert net.nodes[src].received[1] == [reply, reply]
+    assert {n: net.nodes[n].packet_ins for n in ids} == packet_ins
+
+
+def test_removed_tunnel_takes_its_flows_and_learned_macs_with_it() -> None:
+    net, ids, _ = build_network(16, seed=3)
+    src, dst = ids[0], ids[5]
+    net.inject(src, 1, arp_request(host_mac(net, src)))
+    net.inject(dst, 1, arp_reply(host_mac(net, dst), host_mac(net, src)))
+    dst_node = net.nodes[dst]
+    (flow,) = [f for f in dst_node.table.flows.values() if f.match.in_port == 1]
+    far_node, _ = net.tunnels[(dst, flow.out_port)]
+    port = flow.out_port
+    assert dst_node.switch.learning.macs_on_port(port)
+
+    far_port = net.port_towards(far_node, dst)
+    net.disconnect(dst, far_node)
+    assert dst_node.table.flows_of_port(port) == []
+    assert dst_node.switch.learning.macs_on_port(port) == frozenset()
+    assert net.nodes[far_node].table.flows_of_port(far_port) == []
+    assert net.nodes[far_node].switch.learning.macs_on_port(far_port) == frozenset()
+
+
+def test_after_a_tunnel_goes_a_new_broadcast_still_reaches_everyone_at_most_once() -> None:
+    net, ids, links = build_network(16, seed=11)
+    a, b = sorted(links)[3]
+    net.disconnect(a, b)
+    src = ids[2]
+    request = arp_request(host_mac(net, src))
+    net.inject(src, 1, request)
+    counts = [len(net.nodes[n].received[1]) for n in ids if n != src]
+    assert max(counts) == 1  # never twice, whatever the graph
+
+
+def test_idle_flows_expire_and_traffic_then_goes_through_the_controller_again() -> None:
+    net, ids, _ = build_network(16, seed=5)
+    src, dst = ids[1], ids[12]
+    net.inject(src, 1, arp_request(host_mac(net, src)))
+    net.inject(dst, 1, arp_reply(host_mac(net, dst), host_mac(net, src)))
+    assert any(net.nodes[n].table.flows for n in ids)
+    net.advance(31)
+    assert not any(net.nodes[n].table.flows for n in ids)
+
+
+def test_every_node_is_reached_in_clockwise_order_of_bounds() -> None:
+    # Sanity of the graph builder: the ring closes through successors.
+    _, ids, links = build_network(16, seed=2)
+    ring = sorted_clockwise(ids[0], ids)
+    for i, nid in enumerate(ring):
+        assert tuple(sorted((nid, ring[(i + 1) % len(ring)]))) in links
+
+
+# ---------------------------------------------------------------- the os-ken adapter, without a switch
+
+
+class FakeDatapath:
+    """What the adapter needs of an os-ken Datapath: the OF 1.3 codec, an id, and send_msg."""
+
+    def __init__(self) -> None:
+        from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+
+        self.ofproto = ofproto_v1_3
+        self.ofproto_parser = ofproto_v1_3_parser
+        self.id = 0x1234
+        self.sent: list = []
+        self.xid = 0
+
+    def set_xid(self, msg: object) -> int:
+        self.xid += 1
+        msg.set_xid(self.xid)  # type: ignore[attr-defined]
+        return self.xid
+
+    def send_msg(self, msg: object) -> None:
+        msg.serialize()  # type: ignore[attr-defined]  # proves the message encodes
+        self.sent.append(msg)
+
+
+def test_actions_become_openflow_13_messages_that_encode() -> None:
+    from evio.sdn.ofapp import EVIO_COOKIE, base_flows, to_ofp_messages
+
+    dp = FakeDatapath()
+    ofp = dp.ofproto
+    (flow,) = to_ofp_messages(dp, AddFlow(FlowMatch(3, H1, H2), 7, 30))
+    assert (flow.command, flow.idle_timeout, flow.cookie) == (ofp.OFPFC_ADD, 30, EVIO_COOKIE)
+    assert flow.flags & ofp.OFPFF_SEND_FLOW_REM
+    assert (flow.match["in_port"], flow.match["eth_src"], flow.match["eth_dst"]) == (3, H1, H2)
+    assert flow.instructions[0].actions[0].port == 7
+    (out,) = to_ofp_messages(dp, PacketOut(5, b"abc" * 20))
+    assert out.actions[0].port == 5 and out.data == b"abc" * 20
+    by_in, by_out = to_ofp_messages(dp, DeleteFlowsOfPort(9))
+    assert by_in.match["in_port"] == 9 and by_out.out_port == 9
+    assert by_in.cookie_mask and by_out.cookie_mask  # never the base flows
+    (to_mac,) = to_ofp_messages(dp, DeleteFlowsToMac(H2))
+    assert to_mac.match["eth_dst"] == H2 and to_mac.command == ofp.OFPFC_DELETE
+    clear, miss, frb_rule = base_flows(dp)
+    assert frb_rule.match["eth_type"] == 0xC0C0 and frb_rule.priority > miss.priority
+    for msg in [flow, out, by_in, by_out, to_mac, clear, miss, frb_rule]:
+        dp.set_xid(msg)
+        dp.send_msg(msg)
+
+
+class _Msg:
+    def __init__(self, **kw: object) -> None:
+        self.__dict__.update(kw)
+
+
+class _Ev:
+    def __init__(self, msg: object) -> None:
+        self.msg = msg
+
+
+def test_app_classifies_ports_by_the_tunnel_queue_and_switches_packets() -> None:
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+    from evio.sdn.ofapp import BoundedFloodApp, ControllerConfig
+
+    events: list[tuple[str, dict]] = []
+    config = ControllerConfig(node_id=100, clock=lambda: 1.0, observer=lambda what, d: events.append((what, d)))
+    app = BoundedFloodApp(evio_controller=config)
+    dp = FakeDatapath()
+    app.switch_features(_Ev(_Msg(datapath=dp)))
+    assert len(dp.sent) == 4  # clear, table-miss, FRB rule, port description request
+    local = dp.ofproto.OFPP_LOCAL
+
+    def desc(no: int, name: str, mac: str) -> object:
+        return parser.OFPPort(no, mac, name.encode(), 0, 0, 0, 0, 0, 0, 0, 0)
+
+    app.port_desc_reply(_Ev(_Msg(body=[desc(local, "evobr", H1)])))
+    config.tunnel_ports.peer_up("evot200", 200)  # announced before the TAP joins the bridge
+    add = dp.ofproto.OFPPR_ADD
+    app.port_status(_Ev(_Msg(datapath=dp, reason=add, desc=desc(2, "evot200", "02:00:00:00:00:99"))))
+    assert app.switch.ports[local].kind is PortKind.LEAF
+    assert app.switch.ports[2].kind is PortKind.PEER and app.switch.ports[2].peer == 200
+    assert [e for e, _ in events] == ["switch_features", "port_added", "port_added"]
+    dp.sent.clear()
+
+    app.packet_in(_Ev(_Msg(match={"in_port": local}, data=arp_request(H1))))
+    (frb_out,) = dp.sent
+    assert frb_out.actions[0].port == 2 and frb.parse(frb_out.data).header.root_nid == 100
+
+    app.port_status(_Ev(_Msg(datapath=dp, reason=dp.ofproto.OFPPR_DELETE, desc=desc(2, "evot200", H2))))
+    assert 2 not in app.switch.ports
+    assert events[-1] == ("port_removed", {"port": 2, "name": "evot200"})
+
+
+def test_a_failing_handler_is_logged_and_counted_not_raised_into_os_ken() -> None:
+    from evio.sdn.ofapp import BoundedFloodApp, ControllerConfig
+
+    app = BoundedFloodApp(evio_controller=ControllerConfig(node_id=100))
+
+    def broken(*_: object) -> list:
+        raise RuntimeError("bug")
+
+    app.switch.packet_in = broken  # type: ignore[method-assign,assignment]
+    app.packet_in(_Ev(_Msg(match={"in_port": 1}, data=b"\x00" * 60)))
+    assert app.handler_errors == 1
+
+
+def test_malformed_frbs_from_one_peer_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    sw = switch_with_ports()
+    junk = b"\xff" * 6 + frb.parse_mac(H2) + b"\xc0\xc0" + b"\x00" * 10
+    with caplog.at_level("WARNING", logger="evio.sdn.switch"):
+        for t in range(10):
+            sw.packet_in(10, junk, now=float(t))
+        sw.packet_in(10, junk, now=61.0)
+    assert sw.drops[Drop.MALFORMED_FRB] == 11
+    assert sum("malformed FRB" in r.getMessage() for r in caplog.records) == 2
+
+
+# ---------------------------------------------------------------- property: over random overlays
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(min_value=2, max_value=12),
+    seed=st.integers(min_value=0, max_value=2**32),
+    failures=st.integers(min_value=0, max_value=4),
+)
+def test_any_overlay_delivers_each_broadcast_at_most_once_and_a_ring_exactly_once(
+    n: int, seed: int, failures: int
+) -> None:
+    net, ids, links = build_network(n, seed, long_distance=min(2, n - 2))
+    rng = random.Random(seed)
+    src = rng.choice(ids)
+    request = arp_request(host_mac(net, src))
+    net.inject(src, 1, request)
+    assert all(len(net.nodes[x].received[1]) == (0 if x == src else 1) for x in ids)
+
+    # Take some links away (a successor link too, possibly): still never twice.
+    for a, b in rng.sample(sorted(links), min(failures, len(links))):
+        net.disconnect(a, b)
+    for node in net.nodes.values():
+        node.received[1].clear()
+    net.inject(src, 1, request)
+    assert all(len(net.nodes[x].received[1]) <= (0 if x == src else 1) for x in ids)
+
