@@ -1,0 +1,92 @@
+"""Simulator benchmark (not a test): path lengths for both log forms, and timings.
+
+    .venv/bin/python benchmarks/sim_bench.py [--seed N] [--all-roots]
+
+Prints, for n = 8, 32, 64, 128, 1024 and both forms of eq. (1)/(2): k, mean
+path length, exactly-once delivery ratio, roots flooded, seconds (build +
+flood); then each form's Table 1 distribution at n = 128; then the time for
+n = 10 000 (default log form, default root sample). Roots are every node up to
+the simulator's delivery budget and a random sample beyond it (as `evio sim`),
+unless --all-roots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from evio.overlay.symphony import LogForm
+from evio.sim.overlay import OverlayParams, build_overlay
+from evio.sim.stats import (
+    PAPER_MEAN_PATH,
+    PAPER_TABLE_1,
+    BroadcastStats,
+    broadcast_stats,
+    choose_roots,
+    default_root_count,
+    max_path_histogram,
+    paper_fig7_estimate,
+)
+
+SIZES = (8, 32, 64, 128, 1024)
+LARGE = 10_000
+
+
+def measure(n: int, form: LogForm, seed: int, all_roots: bool) -> tuple[BroadcastStats, int, bool, float, float]:
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    built = build_overlay(n, OverlayParams(successors=2, long_distance=None, log_form=form), rng)
+    t1 = time.perf_counter()
+    adjacency = built.overlay.adjacency()
+    roots = choose_roots(adjacency, None if all_roots else default_root_count(n), rng)
+    stats = broadcast_stats(adjacency, roots)
+    return stats, built.overlay.long_distance_count(), built.settled, t1 - t0, time.perf_counter() - t1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--all-roots", action="store_true", help="flood from every node, whatever n")
+    args = parser.parse_args()
+
+    print(f"Symphony + Bounded Flood simulator, s=2, k=floor(log2 n), seed={args.seed}")
+    print()
+    header = (
+        f"{'n':>6} {'form':>6} {'k':>3} {'mean path':>10} {'1/2 log2 n':>11} {'paper':>6} "
+        f"{'exactly-once':>13} {'roots':>6} {'build s':>8} {'flood s':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    tables: dict[LogForm, dict[int, int]] = {}
+    for n in SIZES:
+        for form in LogForm:
+            stats, k, settled, build_s, flood_s = measure(n, form, args.seed, args.all_roots)
+            if n == 128:
+                tables[form] = max_path_histogram(stats.max_path_by_node)
+            paper = PAPER_MEAN_PATH.get(n)
+            print(
+                f"{n:>6} {form.value:>6} {k:>3} {stats.mean_path_length:>10.2f} {paper_fig7_estimate(n):>11.2f} "
+                f"{(f'{paper:.2f}' if paper else '-'):>6} {stats.exactly_once_ratio:>13.4f} {stats.roots:>6} "
+                f"{build_s:>8.2f} {flood_s:>8.2f}{'' if settled else '  (still settling)'}"
+            )
+
+    print()
+    print("Table 1 at n=128: nodes per maximum path length (hops)")
+    hops = sorted(set(PAPER_TABLE_1).union(*(t.keys() for t in tables.values())))
+    print(f"{'':>8}" + "".join(f"{h:>5}" for h in hops))
+    print(f"{'paper':>8}" + "".join(f"{PAPER_TABLE_1.get(h, (0, 0.0))[0]:>5}" for h in hops))
+    for form, table in tables.items():
+        print(f"{form.value:>8}" + "".join(f"{table.get(h, 0):>5}" for h in hops))
+
+    print()
+    stats, k, settled, build_s, flood_s = measure(LARGE, LogForm.LN, args.seed, args.all_roots)
+    print(
+        f"n={LARGE} (ln, k={k}): build {build_s:.2f} s ({'stable' if settled else 'still settling'}), "
+        f"flood from {stats.roots} roots {flood_s:.2f} s, total {build_s + flood_s:.2f} s; "
+        f"mean path {stats.mean_path_length:.2f}, exactly-once {stats.exactly_once_ratio:.4f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

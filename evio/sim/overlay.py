@@ -1,0 +1,292 @@
+"""An n-node Symphony overlay built in-process, with the daemon's own decision code.
+
+Every node knows every live member (as signaling presence tells the daemon)
+and, each round, does what the overlay controller does: `select_links` over the
+ring, `diff` against its current links, then carries the operations out.
+Requests are answered by the target with `accept_request`, under the same
+limits as the daemon (incoming long-distance links capped at the target's k).
+
+A round has two phases so that "both sides ask at once" really happens:
+every node decides from the state at the start of the round and sends its
+requests; then the requests are delivered, in an order drawn from the
+seeded generator (messages race), and answered. New
+links come up at the end of the round (a tunnel takes time to connect), so a
+successor that is being replaced is still there while its replacement is
+pending. A node that is refused a long-distance link does not ask that peer
+again until membership changes (the daemon backs off in the same way).
+
+Links are kept per end, as in `evio.overlay.adjacency`: a node *holds* the
+links it wants; a tunnel exists while either end holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from evio.overlay.adjacency import (
+    Adjacency,
+    AddLink,
+    ChangeType,
+    Link,
+    LinkState,
+    LinkType,
+    RejectReason,
+    RemoveLink,
+    accept_request,
+    desired_links,
+    diff,
+)
+from evio.overlay.node_id import RING_SIZE
+from evio.overlay.symphony import LogForm, Ring, default_long_distance_count, select_links
+
+
+_log = logging.getLogger(__name__)
+
+
+class SimError(ValueError):
+    """Simulator parameters that cannot work."""
+
+
+@dataclass(frozen=True)
+class OverlayParams:
+    successors: int = 2
+    long_distance: int | None = None  # None: floor(log2 n) of the current membership
+    log_form: LogForm = LogForm.LN
+    max_rounds: int = 100
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    operations: int  # link operations carried out (adds that were accepted, removals, type changes)
+    requests: int
+    rejected: int
+
+
+def random_node_ids(n: int, rng: random.Random) -> list[int]:
+    """n distinct random 128-bit ids."""
+    ids: set[int] = set()
+    while len(ids) < n:
+        ids.add(rng.randrange(RING_SIZE))
+    return sorted(ids)
+
+
+class SymphonyOverlay:
+    def __init__(self, node_ids: Iterable[int], params: OverlayParams, rng: random.Random) -> None:
+        if params.successors < 1:
+            raise SimError("need at least one successor link per node")
+        self.params = params
+        self._rng = rng
+        self.members: set[int] = set(node_ids)
+        self._holds: dict[int, dict[int, Link]] = {nid: {} for nid in self.members}  # holder -> peer -> link
+        self._incoming: dict[int, dict[int, Link]] = {nid: {} for nid in self.members}  # peer -> holder -> link
+        self._connecting: list[tuple[int, int]] = []  # (holder, peer) of links that come up at the round's end
+        self._pending: dict[int, dict[int, LinkType]] = {nid: {} for nid in self.members}  # requests in flight
+        self._excluded: dict[int, set[int]] = {nid: set() for nid in self.members}
+        self._ring = Ring(self.members)
+        # Nodes that may want a change: the rest hold exactly what they would select again
+        # (all s successors, k valid long-distance links, ring unchanged), so their diff is empty.
+        self._unsettled: set[int] = set(self.members)
+        self.rounds = 0
+        self.rejections: Counter[RejectReason] = Counter()
+
+    # -- views -------------------------------------------------------------
+
+    def long_distance_count(self) -> int:
+        k = self.params.long_distance
+        return default_long_distance_count(len(self.members)) if k is None else k
+
+    def view(self, nid: int) -> Adjacency:
+        """What node `nid` knows of its links, including its own unanswered requests (as pending)."""
+        # Live mappings, not copies: views are read at once and never kept.
+        holds = self._holds[nid]
+        pending = self._pending[nid]
+        outgoing: Mapping[int, Link] = _WithPending(holds, pending) if pending else holds
+        return Adjacency(outgoing, self._incoming[nid])
+
+    def adjacency(self) -> dict[int, set[int]]:
+        """Symmetric graph of links that are up, for flooding."""
+        graph: dict[int, set[int]] = {nid: set() for nid in self.members}
+        for holder, links in self._holds.items():
+            for peer, link in links.items():
+                if link.state is LinkState.UP:
+                    graph[holder].add(peer)
+                    graph[peer].add(holder)
+        return graph
+
+    def long_distance_shortfall(self) -> int:
+        """Long-distance links still missing: k per node minus those held."""
+        k = self.long_distance_count()
+        return sum(
+            max(0, k - sum(1 for link in links.values() if link.type is LinkType.LONG_DISTANCE))
+            for links in self._holds.values()
+        )
+
+    def held_counts(self) -> Counter[LinkType]:
+        """How many links are held, by the holder's type (a link held by both ends counts twice)."""
+        return Counter(link.type for links in self._holds.values() for link in links.values())
+
+    # -- dynamics ----------------------------------------------------------
+
+    def run_round(self) -> RoundResult:
+        s = self.params.successors
+        k = self.long_distance_count()
+        operations = 0
+        requests: list[tuple[int, int, LinkType]] = []
+        # Phase 1: every node decides from the state at the start of the round.
+        decisions = []
+        unsettled: set[int] = set()
+        for nid in sorted(self._unsettled):
+            keep = [p for p, link in self._holds[nid].items() if link.type is LinkType.LONG_DISTANCE]
+            selection = select_links(
+                self._ring, nid, s, k, self.params.log_form, self._rng, keep=keep, exclude=self._excluded[nid]
+            )
+            ops = diff(nid, self.view(nid), desired_links(selection), s)
+            decisions.append((nid, ops))
+            if ops or len(selection.long_distance) < k:
+                unsettled.add(nid)
+        self._unsettled = unsettled
+        for nid, ops in decisions:
+            for op in ops:
+                if isinstance(op, AddLink):
+                    self._pending[nid][op.peer] = op.type
+                    requests.append((nid, op.peer, op.type))
+                elif isinstance(op, RemoveLink):
+                    operations += self._release(nid, op.peer)
+                elif isinstance(op, ChangeType):
+                    operations += self._retype(nid, op)
+        # Phase 2: deliver the requests, in no particular order (as messages arrive);
+        # the target answers with the daemon's rule.
+        self._rng.shuffle(requests)
+        rejected = 0
+        for requester, target, link_type in requests:
+            if self._pending[requester].get(target) is not link_type:
+                continue  # already settled by a collision the other way round
+            decision = accept_request(target, requester, link_type, self.view(target), k)
+            if decision.accepted:
+                del self._pending[requester][target]
+                self._hold(requester, target, Link(link_type, LinkState.PENDING))
+                operations += 1
+                if decision.replaces_pending:
+                    # The target's own request to the requester is dropped; it holds this link instead.
+                    own = self._pending[target].pop(requester)
+                    self._hold(target, requester, Link(own, LinkState.PENDING))
+                    self._unsettled.add(target)
+                    operations += 1
+            elif decision.reason is RejectReason.COLLISION:
+                self.rejections[RejectReason.COLLISION] += 1
+                rejected += 1  # the target's own request, delivered in this round too, settles it
+            else:
+                del self._pending[requester][target]
+                assert decision.reason is not None
+                self.rejections[decision.reason] += 1
+                rejected += 1
+                if link_type is LinkType.LONG_DISTANCE:
+                    self._excluded[requester].add(target)
+        for requester, target, _ in requests:
+            if self._pending[requester].pop(target, None) is not None:
+                self._unsettled.add(requester)  # unanswered (cannot happen today): ask again next round
+        # End of round: the new tunnels are connected.
+        for holder, peer in self._connecting:
+            link = self._holds[holder].get(peer)
+            if link is not None and link.state is LinkState.PENDING:
+                self._hold(holder, peer, Link(link.type, LinkState.UP))
+        self._connecting.clear()
+        self.rounds += 1
+        return RoundResult(operations, len(requests), rejected)
+
+    def stabilise(self) -> bool:
+        """Run rounds until one changes nothing and asks nothing; False if max_rounds ran out first."""
+        for _ in range(self.params.max_rounds):
+            result = self.run_round()
+            _log.debug(
+                "round %s: %s operations, %s requests, %s refused",
+                self.rounds, result.operations, result.requests, result.rejected,
+            )
+            if result.operations == 0 and result.requests == 0:
+                return True
+        return False
+
+    def fail(self, nids: Iterable[int]) -> None:
+        """Nodes stop: their tunnels go down at both ends. Nobody relinks until the next round."""
+        gone = set(nids) & self.members
+        for nid in gone:
+            for peer in list(self._holds[nid]):
+                self._release(nid, peer)
+            for holder in list(self._incoming[nid]):
+                self._release(holder, nid)
+        for nid in gone:
+            self.members.discard(nid)
+            del self._holds[nid], self._incoming[nid], self._pending[nid], self._excluded[nid]
+        for excluded in self._excluded.values():
+            excluded.clear()  # membership changed: everyone may be asked again
+        self._ring = Ring(self.members)
+        self._unsettled = set(self.members)
+
+    # -- bookkeeping -------------------------------------------------------
+
+    def _hold(self, holder: int, peer: int, link: Link) -> None:
+        self._holds[holder][peer] = link
+        self._incoming[peer][holder] = link
+        if link.state is LinkState.PENDING:
+            self._connecting.append((holder, peer))
+
+    def _release(self, holder: int, peer: int) -> int:
+        if self._holds[holder].pop(peer, None) is None:
+            return 0
+        del self._incoming[peer][holder]
+        return 1
+
+    def _retype(self, holder: int, op: ChangeType) -> int:
+        held = self._holds[holder].get(op.peer)
+        if held is not None:
+            self._hold(holder, op.peer, Link(op.new, held.state))
+            return 1
+        theirs = self._holds[op.peer].get(holder)
+        if theirs is None:
+            return 0  # the peer let go in this same round; the next round asks afresh
+        self._hold(holder, op.peer, Link(op.new, theirs.state))
+        return 1
+
+
+class _WithPending(Mapping[int, Link]):
+    """A node's held links plus its unanswered requests (as pending links), without copying."""
+
+    __slots__ = ("_holds", "_pending")
+
+    def __init__(self, holds: Mapping[int, Link], pending: Mapping[int, LinkType]) -> None:
+        self._holds = holds
+        self._pending = pending
+
+    def __getitem__(self, peer: int) -> Link:
+        link_type = self._pending.get(peer)
+        if link_type is not None:
+            return Link(link_type, LinkState.PENDING)
+        return self._holds[peer]
+
+    def __contains__(self, peer: object) -> bool:
+        return peer in self._pending or peer in self._holds
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._pending
+        yield from (peer for peer in self._holds if peer not in self._pending)
+
+    def __len__(self) -> int:
+        return len(self._pending) + sum(1 for peer in self._holds if peer not in self._pending)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    overlay: SymphonyOverlay
+    settled: bool  # a round changed nothing and asked nothing before max_rounds ran out
+
+
+def build_overlay(n: int, params: OverlayParams, rng: random.Random) -> BuildResult:
+    """n nodes with random ids, linked round by round until they stop changing."""
+    if n < 2:
+        raise SimError("an overlay needs at least 2 nodes")
+    overlay = SymphonyOverlay(random_node_ids(n, rng), params, rng)
+    return BuildResult(overlay, overlay.stabilise())
