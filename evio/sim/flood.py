@@ -37,8 +37,14 @@ def flood(adjacency: Mapping[int, Collection[int]], root: int, alive: Collection
     """
     live = set(adjacency) if alive is None else set(alive)
 
+    cache: dict[int, list[int]] = {}
+
     def neighbours(n: int) -> list[int]:
-        return [p for p in adjacency.get(n, ()) if p in live and n in adjacency.get(p, ())]
+        # Computed once per node per flood: it dominates the cost at large n.
+        found = cache.get(n)
+        if found is None:
+            found = cache[n] = [p for p in adjacency.get(n, ()) if p in live and n in adjacency.get(p, ())]
+        return found
 
     result = FloodResult(root)
     if root not in live:
