@@ -30,7 +30,7 @@ from evio.lab.netns import LinuxHost
 from evio.lab.topology import DEFAULT_LAB_NAME, MAX_NODES, NAT_CHOICES
 
 # Modules adding `evio lab <sub>` commands (later: tunnel, ping, iperf, topology).
-LAB_COMMANDS: tuple[str, ...] = ()
+LAB_COMMANDS: tuple[str, ...] = ("evio.cli.lab_signal_cmd",)
 
 
 def register(sub: Any) -> None:

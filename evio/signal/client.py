@@ -1,0 +1,415 @@
+"""SignalClient: the slixmpp adapter around the pure signaling core.
+
+Membership is by **shared roster groups** (prosody mod_groups, ejabberd
+mod_shared_roster), one group per overlay, not by MUC rooms. Why:
+
+* *Authority.* The server administrator puts an account in a group; the
+  server pushes that roster item, group name included, to every member. The
+  client therefore gets a server-authenticated list of who belongs to which
+  overlay and refuses claims and messages from anyone else. With MUC, whoever
+  can create or join the room is a member unless members-only affiliations are
+  configured per room, and a freshly created room is locked or open by accident
+  (``muc_room_locking``).
+* *Non-members see nothing.* Presence, which carries node ids, goes only to
+  roster contacts, and this client never approves subscription requests.
+* *Both servers.* mod_groups and mod_shared_roster both push groups with the
+  same name, so the client needs nothing server-specific.
+* *Leaving peers.* The server sends ``unavailable`` to all contacts when a
+  session ends, cleanly or by stream timeout, as MUC would.
+* *Server restart.* Groups are server config; on reconnect the initial
+  presence makes the server send every online member's presence again. No room
+  has to be recreated and no creator race exists.
+* *Scale.* Presence fan-out is O(group size) per change, as in MUC, and a
+  login costs one roster fetch of O(group size). Hundreds of nodes per
+  overlay are fine. Changing membership is an admin action (reload the
+  groups), which is the point.
+
+Costs: presence is broadcast to the contacts of every group the account is in,
+so an account in two overlays shows both node ids to members of either (use an
+account per overlay if that matters). Adding a member needs a group reload
+rather than a room invitation.
+
+Wire: ``<message type="normal">`` with ``<evio xmlns="urn:x-evio:signal:1">``
+holding the JSON of evio.signal.protocol, plus a no-store hint. Presence carries
+the same element with an ``announce`` document. Anything malformed, oversized,
+from a non-member, from an unknown session or for another overlay is dropped,
+counted in ``drops`` and logged once per peer per interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from xml.etree.ElementTree import Element
+
+from slixmpp import JID, ClientXMPP
+from slixmpp.exceptions import IqError, IqTimeout
+from slixmpp.stanza import Message, Presence
+from slixmpp.util.sasl.client import SASLCancelled
+from slixmpp.xmlstream import ElementBase, register_stanza_plugin
+from slixmpp.xmlstream.handler import Callback
+from slixmpp.xmlstream.matcher import StanzaPath
+
+from evio.signal import protocol
+from evio.signal.backoff import reconnect_delay
+from evio.signal.endpoint import EndpointLimits, SignalEndpoint
+from evio.signal.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+_HINTS_NS = "urn:xmpp:hints"
+_PAYLOAD_TAG = f"{{{protocol.NAMESPACE}}}{protocol.ELEMENT}"
+
+
+@dataclass(frozen=True)
+class SignalSettings:
+    """Everything one XMPP account needs; the daemon maps config onto this."""
+
+    jid: str  # bare JID, e.g. node1@overlay.test
+    server: str  # host or address to connect to
+    memberships: Mapping[str, int]  # overlay id -> our node id in it
+    port: int = 5222
+    password: str | None = None
+    client_cert: Path | None = None  # PEM; with client_key, login by SASL EXTERNAL
+    client_key: Path | None = None
+    ca_file: Path | None = None  # CA that must have signed the server's certificate; None = system store
+    tls: Literal["starttls", "direct"] = "starttls"
+    insecure_plaintext: bool = False  # no TLS at all: lab/tests only
+    resource: str | None = None  # default: derived from our node id, stable across reconnects
+    overlay_groups: Mapping[str, str] = field(default_factory=dict)  # overlay -> roster group (default: same name)
+    request_timeout: float = 10.0
+    handler_timeout: float = 10.0
+    login_timeout: float = 20.0
+    keepalive_interval: float = 30.0  # XMPP ping to notice a dead server without a TCP reset
+    keepalive_timeout: float = 10.0
+    reconnect_base: float = 0.5
+    reconnect_cap: float = 30.0
+    drop_log_interval: float = 60.0
+    max_payload_bytes: int = protocol.MAX_PAYLOAD_BYTES
+    max_inflight_handlers: int = 64
+
+    def __post_init__(self) -> None:
+        if "@" not in self.jid or "/" in self.jid:
+            raise ConfigError(f"jid must be a bare JID (user@domain), got {self.jid!r}")
+        has_password = self.password is not None
+        has_cert = self.client_cert is not None or self.client_key is not None
+        if has_password == has_cert:
+            raise ConfigError("exactly one of password or client_cert+client_key is required")
+        if has_cert and (self.client_cert is None or self.client_key is None):
+            raise ConfigError("client_cert and client_key go together")
+        if has_cert and self.insecure_plaintext:
+            raise ConfigError("client certificate login needs TLS")
+        if self.tls not in ("starttls", "direct"):
+            raise ConfigError(f"tls must be starttls or direct, got {self.tls!r}")
+        if not self.memberships:
+            raise ConfigError("at least one overlay membership is required")
+        for overlay, node_id in self.memberships.items():
+            if not protocol.is_valid_overlay_id(overlay):
+                raise ConfigError(f"bad overlay id {overlay!r}")
+            if not 0 <= node_id < 1 << 128:
+                raise ConfigError(f"node id for {overlay} out of range")
+
+    @property
+    def domain(self) -> str:
+        return self.jid.split("@", 1)[1]
+
+    def group_of(self, overlay: str) -> str:
+        return self.overlay_groups.get(overlay, overlay)
+
+    def effective_resource(self) -> str:
+        if self.resource:
+            return self.resource
+        first = min(self.memberships)
+        return f"evio-{self.memberships[first]:032x}"
+
+
+class _Payload(ElementBase):
+    """<evio xmlns="urn:x-evio:signal:1">JSON</evio>"""
+
+    name = protocol.ELEMENT
+    namespace = protocol.NAMESPACE
+    plugin_attrib = "evio"
+    interfaces = {"json"}
+
+    def get_json(self) -> str:
+        return self.xml.text or ""
+
+    def set_json(self, value: str) -> None:
+        self.xml.text = value
+
+    def del_json(self) -> None:
+        self.xml.text = None
+
+
+register_stanza_plugin(Message, _Payload)
+register_stanza_plugin(Presence, _Payload)
+
+
+class SignalClient(SignalEndpoint):
+    """One XMPP account serving one or more overlays (implements interface.Signaling).
+
+    ``start()`` begins a supervised connect/reconnect loop and returns; use
+    ``wait_connected()`` or subscribe to ``Connected``. ``stop()`` ends it.
+    """
+
+    def __init__(self, settings: SignalSettings, rng: random.Random | None = None) -> None:
+        limits = EndpointLimits(
+            request_timeout=settings.request_timeout,
+            handler_timeout=settings.handler_timeout,
+            max_payload_bytes=settings.max_payload_bytes,
+            drop_log_interval=settings.drop_log_interval,
+            max_inflight_handlers=settings.max_inflight_handlers,
+        )
+        super().__init__(settings.jid, settings.memberships, limits, rng if rng is not None else random.Random())
+        self.settings = settings
+        self._group_to_overlay = {settings.group_of(ov): ov for ov in settings.memberships}
+        self._xmpp: ClientXMPP | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self.last_login_seconds: float | None = None  # connect() -> announcement sent
+        self.failed_logins = 0  # attempts that ended before a session was up (refused, TLS, auth)
+
+    async def start(self) -> None:
+        if self._supervisor is not None:
+            raise RuntimeError("SignalClient already started")
+        for path in (self.settings.ca_file, self.settings.client_cert, self.settings.client_key):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"{path} does not exist")
+        self._supervisor = asyncio.create_task(self._supervise(), name=f"signal {self.settings.jid}")
+        self._supervisor.add_done_callback(self._supervisor_done)
+
+    async def stop(self) -> None:
+        task, self._supervisor = self._supervisor, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        await self._stop_endpoint()
+
+    # ------------------------------------------------------------------ connection supervision
+
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("signal supervisor for %s died", self.settings.jid, exc_info=task.exception())
+
+    async def _supervise(self) -> None:
+        attempt = 0
+        try:
+            while True:
+                was_up = await self._one_session()
+                if not was_up:
+                    self.failed_logins += 1
+                attempt = 1 if was_up else attempt + 1
+                delay = reconnect_delay(attempt, self._rng, self.settings.reconnect_base, self.settings.reconnect_cap)
+                log.info("signal %s: reconnecting in %.2f s (attempt %d)", self.settings.jid, delay, attempt)
+                await asyncio.sleep(delay)
+        finally:
+            self._session_down("stopped")
+
+    @staticmethod
+    async def _close_stream(xmpp: ClientXMPP) -> None:
+        """Say goodbye (peers see us leave at once), but never hang on a dead server."""
+        xmpp.cancel_connection_attempt()
+        if xmpp.transport is not None:
+            try:
+                await asyncio.wait_for(xmpp.disconnect(wait=1.0), 1.5)
+            except (asyncio.TimeoutError, OSError):
+                pass
+        xmpp.abort()
+
+    async def _one_session(self) -> bool:
+        """Connect, log in, serve until the stream ends. True if the login completed."""
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[str] = loop.create_future()
+        logged_in: asyncio.Future[None] = loop.create_future()
+        xmpp = self._make_xmpp()
+        self._xmpp = xmpp
+        started = loop.time()
+
+        def end(reason: str) -> None:
+            if not ended.done():
+                ended.set_result(reason)
+
+        async def on_session_start(_: Any) -> None:
+            if xmpp.boundjid.bare != s.jid:
+                log.error("signal %s: the server bound us as %s; refusing", s.jid, xmpp.boundjid)
+                end("bound to another account")
+                xmpp.abort()
+                return
+            try:
+                await xmpp.get_roster(timeout=s.login_timeout)
+            except (IqError, IqTimeout) as exc:
+                log.warning("signal %s: roster fetch failed: %s", s.jid, exc)
+                end("roster fetch failed")
+                xmpp.abort()
+                return
+            self._sync_membership(xmpp)
+            presence = xmpp.make_presence()
+            presence["evio"]["json"] = self._announcement()
+            presence.send()
+            self.last_login_seconds = loop.time() - started
+            self._session_up(str(xmpp.boundjid))
+            if not logged_in.done():
+                logged_in.set_result(None)
+
+        def on_connection_failed(error: Any) -> None:
+            # Stop slixmpp's own retry loop: reconnecting is ours, with our backoff.
+            xmpp.cancel_connection_attempt()
+            end(f"connection failed: {error}")
+
+        xmpp.add_event_handler("session_start", on_session_start)
+        xmpp.add_event_handler("disconnected", lambda reason: end(f"disconnected: {reason}"))
+        xmpp.add_event_handler("connection_failed", on_connection_failed)
+        xmpp.add_event_handler("failed_all_auth", lambda _: log.error("signal %s: authentication failed", s.jid))
+        xmpp.add_event_handler("presence_available", self._on_presence_available)
+        xmpp.add_event_handler("presence_unavailable", self._on_presence_unavailable)
+        xmpp.add_event_handler("roster_update", lambda _: self._sync_membership(xmpp))
+        xmpp.add_event_handler("message_error", self._on_message_error)
+        xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), self._on_message))
+
+        log.debug("signal %s: connecting to %s:%d (%s)", s.jid, s.server, s.port, self._tls_mode())
+        xmpp.connect(s.server, s.port)
+        keepalive: asyncio.Task[None] | None = None
+        try:
+            waits: set[asyncio.Future[Any]] = {ended, logged_in}
+            done, _ = await asyncio.wait(waits, timeout=s.login_timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                log.warning("signal %s: no login within %.0f s", s.jid, s.login_timeout)
+                return False
+            if not logged_in.done():
+                log.info("signal %s: %s", s.jid, ended.result())
+                return False
+            keepalive = asyncio.create_task(self._keepalive(xmpp, end), name=f"signal keepalive {s.jid}")
+            await ended
+            return True
+        finally:
+            if keepalive is not None:
+                keepalive.cancel()
+                await asyncio.gather(keepalive, return_exceptions=True)
+            if not ended.done():  # login timeout, or stop()
+                await self._close_stream(xmpp)
+            # slixmpp cancels its output-filter task only in __del__; this stream object is done.
+            output_task = getattr(xmpp, "_run_out_filters", None)
+            if output_task is not None:
+                output_task.cancel()
+            self._xmpp = None
+            self._session_down(ended.result() if ended.done() else "login timed out")
+
+    def _make_xmpp(self) -> ClientXMPP:
+        s = self.settings
+        jid = f"{s.jid}/{s.effective_resource()}"
+        if s.client_cert is not None:
+            xmpp = ClientXMPP(jid, "", sasl_mech="EXTERNAL", ssl_context=self._ssl_context())
+            # Ask for our own JID: a certificate naming several accounts must not log us in as another.
+            xmpp.credentials["authzid"] = s.jid
+        else:
+            xmpp = ClientXMPP(jid, s.password or "", ssl_context=self._ssl_context())
+        # slixmpp >= 1.8 tries direct TLS first, then STARTTLS, then plaintext when given
+        # an explicit host/port: enable exactly the one mode configured (lab-recipes 1.5).
+        xmpp.enable_direct_tls = s.tls == "direct" and not s.insecure_plaintext
+        xmpp.enable_starttls = s.tls == "starttls" and not s.insecure_plaintext
+        xmpp.enable_plaintext = s.insecure_plaintext
+        mechanisms = xmpp.plugin["feature_mechanisms"]
+        mechanisms.unencrypted_plain = s.insecure_plaintext
+        mechanisms.sasl_callback = self._require_tls(xmpp, mechanisms.sasl_callback)
+        # Never let accounts outside our groups see our presence (node ids).
+        xmpp.auto_authorize = False
+        xmpp.auto_subscribe = False
+        xmpp.register_plugin("xep_0199")
+        return xmpp
+
+    def _require_tls(self, xmpp: ClientXMPP, credentials: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap the SASL credentials callback so no mechanism runs on an unencrypted stream.
+
+        slixmpp carries on without TLS when a server (or a man in the middle)
+        does not offer STARTTLS; refusing every mechanism makes it disconnect.
+        """
+        allow_plain = self.settings.insecure_plaintext
+
+        def guarded(required: set[str], optional: set[str]) -> Any:
+            encrypted = "starttls" in xmpp.features or isinstance(xmpp.socket, (ssl.SSLSocket, ssl.SSLObject))
+            if not encrypted and not allow_plain:
+                log.error("signal %s: server did not negotiate TLS; refusing to log in", self.settings.jid)
+                raise SASLCancelled("TLS required")
+            return credentials(required, optional)
+
+        return guarded
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        s = self.settings
+        # Trust only the configured CA when one is given, not the system store as well.
+        ctx = ssl.create_default_context(cafile=str(s.ca_file) if s.ca_file else None)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if s.client_cert is not None and s.client_key is not None:
+            ctx.load_cert_chain(str(s.client_cert), str(s.client_key))
+        return ctx
+
+    def _tls_mode(self) -> str:
+        return "plaintext" if self.settings.insecure_plaintext else self.settings.tls
+
+    async def _keepalive(self, xmpp: ClientXMPP, end: Callable[[str], None]) -> None:
+        """Ping the server now and then: a vanished server often sends no TCP reset."""
+        s = self.settings
+        while True:
+            await asyncio.sleep(s.keepalive_interval)
+            try:
+                await xmpp.plugin["xep_0199"].ping(jid=JID(s.domain), timeout=s.keepalive_timeout)
+            except IqTimeout:
+                log.warning("signal %s: server ping timed out", s.jid)
+                end("server ping timed out")
+                xmpp.abort()
+                return
+            except IqError:
+                pass  # an error reply still proves the server is there
+
+    # ------------------------------------------------------------------ stanzas in, core calls out
+
+    def _sync_membership(self, xmpp: ClientXMPP) -> None:
+        """Overlay membership of every contact, from the groups of our (server-made) roster."""
+        roster = xmpp.client_roster
+        current: dict[str, frozenset[str]] = {}
+        for contact in roster:
+            groups = roster[contact]["groups"]
+            overlays = frozenset(self._group_to_overlay[g] for g in groups if g in self._group_to_overlay)
+            if overlays:
+                current[str(contact)] = overlays
+        self._membership_changed(current)
+
+    def _on_presence_available(self, presence: Presence) -> None:
+        sender = str(presence["from"])
+        if "/" not in sender:
+            return
+        has_payload = presence.xml.find(_PAYLOAD_TAG) is not None
+        self._presence_available(sender, presence["evio"]["json"] if has_payload else None)
+
+    def _on_presence_unavailable(self, presence: Presence) -> None:
+        self._presence_unavailable(str(presence["from"]))
+
+    def _on_message(self, message: Any) -> None:
+        if message["type"] == "error":
+            return  # a bounce: _on_message_error
+        self._payload_received(str(message["from"]), message["evio"]["json"])
+
+    def _on_message_error(self, message: Message) -> None:
+        self._bounced(str(message["id"]), str(message["from"]), str(message["error"]["condition"]))
+
+    def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
+        xmpp = self._xmpp
+        if xmpp is None:
+            return
+        message = xmpp.make_message(mto=to, mtype="normal")
+        if msg_id is not None:
+            message["id"] = msg_id  # a server bounce carries it back: see _bounced
+        message["evio"]["json"] = text
+        # Signaling is ephemeral: no offline storage, no archive, no carbons.
+        for hint in ("no-store", "no-permanent-store", "no-copy"):
+            message.appendxml(Element(f"{{{_HINTS_NS}}}{hint}"))
+        message.send()

@@ -1,0 +1,62 @@
+"""Accounting for refused network input: counters by reason, and when to log.
+
+Pure: time comes in as ``now`` (seconds, any monotonic origin). Bad input is
+counted every time but logged at most once per peer per interval, so a noisy
+or hostile peer cannot flood the log.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Mapping
+
+
+class DropReason(enum.Enum):
+    MALFORMED = "malformed"  # payload failed schema validation
+    OVERSIZED = "oversized"  # payload larger than the limit
+    NOT_MEMBER = "not_member"  # sender is not in the overlay's group on the server
+    FOREIGN_OVERLAY = "foreign_overlay"  # addressed to an overlay we do not serve
+    UNKNOWN_PEER = "unknown_peer"  # member, but no announced node id (yet) from that JID
+    WRONG_NODE = "wrong_node"  # src or dst node id does not match the table
+    UNEXPECTED_RESPONSE = "unexpected_response"  # no outstanding request matches
+    NODE_ID_CONFLICT = "node_id_conflict"  # another JID already holds that node id
+    OVERLOADED = "overloaded"  # too many requests in flight from peers
+
+
+class DropAccounting:
+    """Counts drops by reason; decides which drops are worth a log line."""
+
+    def __init__(self, log_interval: float = 60.0, max_tracked_peers: int = 4096) -> None:
+        self._interval = log_interval
+        self._max_tracked = max_tracked_peers
+        self._counts: Counter[DropReason] = Counter()
+        self._last_logged: dict[str, float] = {}
+
+    def record(self, reason: DropReason, peer: str, now: float) -> bool:
+        """Count one drop; True when the caller should log it (first from `peer` this interval)."""
+        self._counts[reason] += 1
+        last = self._last_logged.get(peer)
+        if last is not None and now - last < self._interval:
+            return False
+        if last is None and len(self._last_logged) >= self._max_tracked:
+            self._forget_older_than(now - self._interval)
+            if len(self._last_logged) >= self._max_tracked:
+                # Still full of recent peers: stay quiet rather than grow without bound.
+                return False
+        self._last_logged[peer] = now
+        return True
+
+    def count(self, reason: DropReason) -> int:
+        return self._counts[reason]
+
+    @property
+    def counts(self) -> Mapping[DropReason, int]:
+        return dict(self._counts)
+
+    @property
+    def total(self) -> int:
+        return sum(self._counts.values())
+
+    def _forget_older_than(self, cutoff: float) -> None:
+        self._last_logged = {p: t for p, t in self._last_logged.items() if t >= cutoff}

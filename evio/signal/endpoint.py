@@ -1,0 +1,353 @@
+"""SignalEndpoint: the transport-independent half of a signaling client.
+
+It glues the pure core (protocol, peer table, transactions, drop accounting)
+to asyncio: futures for callers, one deadline timer, handler tasks, typed
+events. It does no I/O: a subclass supplies ``_transmit`` and feeds in what its
+transport receives (``_membership_changed``, ``_presence_available``,
+``_presence_unavailable``, ``_payload_received``, ``_bounced``,
+``_session_up``, ``_session_down``). ``SignalClient`` does this over XMPP,
+``evio.testing.fake_signal.FakeSignalClient`` in memory, so both run the same
+logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from evio.signal import protocol
+from evio.signal.drops import DropAccounting, DropReason
+from evio.signal.errors import (
+    ErrorReason,
+    HandlerBadRequest,
+    HandlerRejected,
+    Malformed,
+    ProtocolError,
+    RequestError,
+)
+from evio.signal.events import Connected, Disconnected, E, EventRegistry, PeerAdded, Subscription
+from evio.signal.interface import Handler
+from evio.signal.peers import PeerTable, Update, bare_jid
+from evio.signal.protocol import Announcement, Body, ErrorReply, Membership, Request, Response
+from evio.signal.transactions import TransactionTable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EndpointLimits:
+    request_timeout: float = 10.0  # default for request()
+    handler_timeout: float = 10.0  # a local handler taking longer is answered with "timeout"
+    max_payload_bytes: int = protocol.MAX_PAYLOAD_BYTES
+    drop_log_interval: float = 60.0
+    max_inflight_handlers: int = 64
+    max_outstanding_requests: int = 1024
+
+
+class SignalEndpoint:
+    def __init__(
+        self, account: str, memberships: Mapping[str, int], limits: EndpointLimits, rng: random.Random
+    ) -> None:
+        self.account = account  # bare JID, for logs
+        self.limits = limits
+        self._rng = rng
+        self._events = EventRegistry()
+        self.drops = DropAccounting(limits.drop_log_interval)
+        self._handlers: dict[str, Handler] = {}
+        self._transactions: TransactionTable[asyncio.Future[Body]] = TransactionTable(
+            rng, limits.max_outstanding_requests
+        )
+        self._table = PeerTable("", memberships)
+        self._membership: dict[str, frozenset[str]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._handler_tasks: set[asyncio.Task[None]] = set()
+        self._ready = asyncio.Event()
+        self._connected = False
+        self.sessions = 0  # completed logins, for tests and diagnostics
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def overlays(self) -> frozenset[str]:
+        return self._table.overlays
+
+    def node_id(self, overlay: str) -> int:
+        nid = self._table.own_node_id(overlay)
+        if nid is None:
+            raise KeyError(overlay)
+        return nid
+
+    def peers(self, overlay: str) -> dict[int, str]:
+        """node id -> full JID of the members of `overlay` currently present."""
+        return self._table.peers(overlay)
+
+    def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
+        return self._events.subscribe(event_type, callback)
+
+    def register_handler(self, action: str, handler: Handler) -> None:
+        """Serve requests named `action`; the handler returns the response body.
+
+        Raise HandlerRejected / HandlerBadRequest to answer with that error; any
+        other exception answers ``internal`` (and is logged here).
+        """
+        if not protocol.is_valid_action(action):
+            raise ValueError(f"bad action name {action!r}")
+        if action in self._handlers:
+            raise ValueError(f"a handler for {action!r} is already registered")
+        self._handlers[action] = handler
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self._ready.wait(), timeout)
+
+    async def request(
+        self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None
+    ) -> Body:
+        """Send `action` to node `peer` of `overlay`; the response body, or RequestError.
+
+        ProtocolError if `body` itself cannot be sent (not plain JSON, too large).
+        """
+        own = self._table.own_node_id(overlay)
+        if own is None:
+            raise RequestError(ErrorReason.UNKNOWN_PEER, f"not a member of overlay {overlay}")
+        if not self._connected:
+            raise RequestError(ErrorReason.NOT_CONNECTED)
+        jid = self._table.jid_of(overlay, peer)
+        if jid is None:
+            raise RequestError(ErrorReason.UNKNOWN_PEER, f"{peer:032x} is not present in {overlay}")
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Body] = loop.create_future()
+        limit = self.limits.request_timeout if timeout is None else timeout
+        pending = self._transactions.start(overlay, peer, action, loop.time(), limit, waiter)
+        try:
+            text = protocol.encode(
+                Request(overlay, own, peer, pending.txid, action, body), self.limits.max_payload_bytes
+            )
+        except ProtocolError:
+            self._transactions.cancel(pending.txid)
+            raise
+        self._transmit(jid, text, pending.txid)
+        self._arm_timer()
+        try:
+            return await waiter
+        finally:
+            self._transactions.cancel(pending.txid)  # a no-op unless the caller was cancelled
+
+    # ------------------------------------------------------------------ for the transport
+
+    def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
+        raise NotImplementedError
+
+    def _announcement(self) -> str:
+        members = sorted(self._table_memberships().items())
+        return protocol.encode_announcement(Announcement(tuple(Membership(ov, nid) for ov, nid in members)))
+
+    def _table_memberships(self) -> dict[str, int]:
+        return {ov: self.node_id(ov) for ov in self._table.overlays}
+
+    def _session_up(self, own_jid: str) -> None:
+        """Logged in, membership known and our announcement sent."""
+        self._table.set_own_jid(own_jid)
+        self._connected = True
+        self.sessions += 1
+        self._ready.set()
+        log.info("signal %s: logged in as %s", self.account, own_jid)
+        self._events.publish(Connected(own_jid))
+
+    def _session_down(self, reason: str) -> None:
+        was_connected = self._connected
+        self._connected = False
+        self._ready.clear()
+        for pending in self._transactions.close_all():
+            _fail(pending.waiter, RequestError(ErrorReason.NOT_CONNECTED, reason))
+        self._cancel_timer()
+        if was_connected:
+            level = logging.INFO if reason == "stopped" else logging.WARNING
+            log.log(level, "signal %s: session ended (%s)", self.account, reason)
+            self._events.publish(Disconnected(reason))
+        self._membership.clear()
+        self._apply(self._table.clear())
+
+    def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:
+        """The server's view of who is in which overlay: bare JID -> overlay ids."""
+        for bare in self._membership.keys() | current.keys():
+            new = current.get(bare, frozenset())
+            if self._membership.get(bare, frozenset()) != new:
+                self._apply(self._table.set_membership(bare, new))
+        self._membership = {b: o for b, o in current.items() if o}
+
+    def _presence_available(self, sender: str, announcement_json: str | None) -> None:
+        announcement = Announcement(())
+        if announcement_json is not None:
+            try:
+                announcement = protocol.decode_announcement(announcement_json, self.limits.max_payload_bytes)
+            except ProtocolError as exc:
+                self._drop(_drop_reason(exc), sender, f"bad announcement: {exc}")
+        self._apply(self._table.on_available(sender, announcement))
+
+    def _presence_unavailable(self, sender: str) -> None:
+        if "/" in sender:
+            self._apply(self._table.on_unavailable(sender))
+            return
+        # From a bare JID: no session of that account is online.
+        for overlay in self._table.overlays:
+            for jid in list(self._table.peers(overlay).values()):
+                if bare_jid(jid) == sender:
+                    self._apply(self._table.on_unavailable(jid))
+
+    def _payload_received(self, sender: str, text: str) -> None:
+        try:
+            envelope = protocol.decode(text, self.limits.max_payload_bytes)
+        except ProtocolError as exc:
+            self._drop(_drop_reason(exc), sender, str(exc))
+            return
+        overlay = envelope.overlay
+        own = self._table.own_node_id(overlay)
+        if own is None:
+            self._drop(DropReason.FOREIGN_OVERLAY, sender, f"overlay {overlay}")
+            return
+        if not self._table.is_member(overlay, sender):
+            self._drop(DropReason.NOT_MEMBER, sender, f"not in the group of overlay {overlay}")
+            return
+        src = self._table.node_of(overlay, sender)
+        if src is None:
+            self._drop(DropReason.UNKNOWN_PEER, sender, f"no announced node id in {overlay}")
+            return
+        if envelope.src != src or envelope.dst != own:
+            self._drop(DropReason.WRONG_NODE, sender, f"src {envelope.src:032x} dst {envelope.dst:032x}")
+            return
+        if isinstance(envelope, Request):
+            self._start_handler(envelope, sender)
+            return
+        pending = self._transactions.resolve(envelope.txid, overlay, src)
+        if pending is None:
+            self._drop(DropReason.UNEXPECTED_RESPONSE, sender, f"txid {envelope.txid}")
+            return
+        self._arm_timer()
+        if isinstance(envelope, Response):
+            if not pending.waiter.done():
+                pending.waiter.set_result(envelope.body)
+        else:
+            _fail(pending.waiter, RequestError(envelope.reason, envelope.text))
+
+    def _bounced(self, msg_id: str, sender: str, condition: str) -> None:
+        """The server could not deliver our message `msg_id`: fail that request now."""
+        pending = self._transactions.get(msg_id)
+        if pending is None:
+            return
+        expected = self._table.jid_of(pending.overlay, pending.peer)
+        if expected is not None and bare_jid(expected) != bare_jid(sender):
+            return  # not from where the request went: let it run to its deadline
+        self._transactions.cancel(pending.txid)
+        _fail(pending.waiter, RequestError(ErrorReason.UNREACHABLE, condition))
+        self._arm_timer()
+
+    async def _stop_endpoint(self) -> None:
+        for pending in self._transactions.close_all():
+            _fail(pending.waiter, RequestError(ErrorReason.CLOSED))
+        for task in list(self._handler_tasks):
+            task.cancel()
+        if self._handler_tasks:
+            await asyncio.gather(*self._handler_tasks, return_exceptions=True)
+        self._cancel_timer()
+
+    # ------------------------------------------------------------------ internals
+
+    def _apply(self, update: Update) -> None:
+        for refusal in update.refused:
+            self._drop(refusal.reason, refusal.jid, f"claim of {refusal.node_id:032x} in {refusal.overlay}")
+        for event in update.events:
+            if isinstance(event, PeerAdded):
+                log.info("signal peer added overlay=%s node=%032x peer=%s", event.overlay, event.node_id, event.jid)
+            else:
+                log.info(
+                    "signal peer removed overlay=%s node=%032x peer=%s (%s)",
+                    event.overlay, event.node_id, event.jid, event.cause.value,
+                )
+                for pending in self._transactions.fail_peer(event.overlay, event.node_id):
+                    _fail(pending.waiter, RequestError(ErrorReason.UNREACHABLE, "peer left"))
+            self._events.publish(event)
+
+    def _start_handler(self, request: Request, sender: str) -> None:
+        if len(self._handler_tasks) >= self.limits.max_inflight_handlers:
+            self._drop(DropReason.OVERLOADED, sender, f"{len(self._handler_tasks)} requests in progress")
+            return
+        task = asyncio.create_task(self._serve(request, sender), name=f"signal handler {request.action}")
+        self._handler_tasks.add(task)
+        task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        self._handler_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("signal request task failed", exc_info=task.exception())
+
+    async def _serve(self, request: Request, sender: str) -> None:
+        reply: Response | ErrorReply
+        handler = self._handlers.get(request.action)
+        if handler is None:
+            reply = _error(request, ErrorReason.UNKNOWN_ACTION, request.action)
+        else:
+            try:
+                body = await asyncio.wait_for(
+                    handler(request.overlay, request.src, request.body), self.limits.handler_timeout
+                )
+                reply = Response(request.overlay, request.dst, request.src, request.txid, body)
+            except HandlerRejected as exc:
+                reply = _error(request, ErrorReason.REJECTED, str(exc))
+            except HandlerBadRequest as exc:
+                reply = _error(request, ErrorReason.BAD_REQUEST, str(exc))
+            except asyncio.TimeoutError:
+                reply = _error(request, ErrorReason.TIMEOUT, f"handler took over {self.limits.handler_timeout} s")
+            except Exception:
+                log.exception(
+                    "signal handler %s failed overlay=%s peer=%032x", request.action, request.overlay, request.src
+                )
+                reply = _error(request, ErrorReason.INTERNAL, "")
+        try:
+            text = protocol.encode(reply, self.limits.max_payload_bytes)
+        except ProtocolError as exc:
+            log.error("signal handler %s returned an unsendable body: %s", request.action, exc)
+            text = protocol.encode(_error(request, ErrorReason.INTERNAL, "unsendable response"))
+        if self._connected:
+            self._transmit(sender, text, None)
+
+    def _drop(self, reason: DropReason, peer: str, detail: str) -> None:
+        if self.drops.record(reason, peer, asyncio.get_running_loop().time()):
+            log.warning("signal drop %s peer=%s: %s", reason.value, peer, detail)
+
+    def _arm_timer(self) -> None:
+        self._cancel_timer()
+        deadline = self._transactions.next_deadline()
+        if deadline is not None:
+            self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = asyncio.get_running_loop().time() + 1e-3  # call_at may fire up to a clock tick early
+        for pending in self._transactions.expire(now):
+            _fail(pending.waiter, RequestError(ErrorReason.NO_RESPONSE, f"{pending.action} to {pending.peer:032x}"))
+        self._arm_timer()
+
+
+def _error(request: Request, reason: ErrorReason, text: str) -> ErrorReply:
+    return ErrorReply(request.overlay, request.dst, request.src, request.txid, reason, text)
+
+
+def _fail(waiter: asyncio.Future[Body], error: BaseException) -> None:
+    if not waiter.done():
+        waiter.set_exception(error)
+
+
+def _drop_reason(exc: ProtocolError) -> DropReason:
+    return DropReason.OVERSIZED if exc.reason is Malformed.TOO_LARGE else DropReason.MALFORMED

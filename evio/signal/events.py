@@ -1,0 +1,95 @@
+"""Signaling events and a small typed subscription registry.
+
+Subscribers register for one event class and receive instances of exactly that
+class; the set of event classes is closed (``SignalEvent``), so a typo is a
+type error, not a silently dead subscription.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+
+class RemovalCause(enum.Enum):
+    LEFT = "left"  # the peer's presence went unavailable or it stopped announcing the overlay
+    SIGNAL_LOST = "signal_lost"  # our own connection to the server went away
+    MEMBERSHIP_REVOKED = "membership_revoked"  # the server no longer lists it in the overlay's group
+    REPLACED = "replaced"  # another JID took over the node id (the previous holder left first)
+
+
+@dataclass(frozen=True)
+class PeerAdded:
+    overlay: str
+    node_id: int
+    jid: str
+
+
+@dataclass(frozen=True)
+class PeerRemoved:
+    overlay: str
+    node_id: int
+    jid: str
+    cause: RemovalCause
+
+
+@dataclass(frozen=True)
+class Connected:
+    jid: str  # the full JID the server bound for this session
+
+
+@dataclass(frozen=True)
+class Disconnected:
+    reason: str  # human-readable; for logs
+
+
+SignalEvent = PeerAdded | PeerRemoved | Connected | Disconnected
+EVENT_TYPES: tuple[type, ...] = (PeerAdded, PeerRemoved, Connected, Disconnected)
+
+E = TypeVar("E", PeerAdded, PeerRemoved, Connected, Disconnected)
+
+
+class Subscription(Generic[E]):
+    def __init__(self, registry: EventRegistry, event_type: type[E], callback: Callable[[E], None]) -> None:
+        self._registry = registry
+        self.event_type: type[E] = event_type
+        self.callback: Callable[[E], None] = callback
+
+    def cancel(self) -> None:
+        self._registry._remove(self)
+
+
+class EventRegistry:
+    """Synchronous fan-out of signaling events to typed subscribers.
+
+    Callbacks run in the publisher's context (the event loop thread) and must
+    not block; an exception in one is logged and does not reach the publisher or
+    the other subscribers.
+    """
+
+    def __init__(self) -> None:
+        self._subs: dict[type, list[Any]] = {t: [] for t in EVENT_TYPES}
+
+    def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
+        if event_type not in self._subs:
+            raise TypeError(f"{event_type!r} is not a signaling event")
+        sub = Subscription(self, event_type, callback)
+        self._subs[event_type].append(sub)
+        return sub
+
+    def publish(self, event: SignalEvent) -> None:
+        for sub in list(self._subs[type(event)]):
+            try:
+                sub.callback(event)
+            except Exception:
+                log.exception("signal event subscriber failed on %s", event)
+
+    def _remove(self, sub: Any) -> None:
+        subs = self._subs[sub.event_type]
+        if sub in subs:
+            subs.remove(sub)

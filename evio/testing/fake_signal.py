@@ -1,0 +1,179 @@
+"""An in-memory fake of the signaling service (evio.signal.interface.Signaling).
+
+``FakeSignalHub`` plays the XMPP server: accounts in groups (one group per
+overlay, as with shared rosters), presence fan-out to group contacts, message
+routing to full JIDs, bounces for absent recipients, and a server that can go
+down and come back. ``FakeSignalClient`` is the real ``SignalEndpoint`` (the
+same schema checks, peer table, transactions and drop accounting as
+``SignalClient``) on top of that hub, so tests of the overlay controller and
+tunnels exercise the real signaling logic without a server.
+
+Everything is delivered with ``loop.call_soon``: never synchronously inside
+the sender's call, as over a real network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterable, Mapping
+
+from evio.signal.endpoint import EndpointLimits, SignalEndpoint
+from evio.signal.peers import bare_jid
+
+
+class FakeSignalHub:
+    def __init__(self) -> None:
+        self._groups: dict[str, set[str]] = {}  # group name -> bare JIDs
+        self._online: dict[str, FakeSignalClient] = {}  # full JID -> client
+        self._clients: list[FakeSignalClient] = []
+        self.up = True
+        self.delivered = 0  # payloads handed to a recipient
+        self.bounced = 0
+
+    # ------------------------------------------------------------------ "server admin"
+
+    def set_group(self, group: str, members: Iterable[str]) -> None:
+        """Set the members (bare JIDs) of a group and push the change to online clients."""
+        self._groups[group] = set(members)
+        for client in list(self._online.values()):
+            self._push_roster(client)
+
+    def client(
+        self,
+        jid: str,
+        memberships: Mapping[str, int],
+        *,
+        resource: str | None = None,
+        limits: EndpointLimits | None = None,
+        rng: random.Random | None = None,
+    ) -> FakeSignalClient:
+        full = f"{jid}/{resource or 'evio-' + format(min(memberships.values()), '032x')}"
+        client = FakeSignalClient(self, full, memberships, limits or EndpointLimits(), rng or random.Random(0))
+        self._clients.append(client)
+        return client
+
+    def stop_server(self) -> None:
+        """Every session ends at once, as when the XMPP server is killed."""
+        self.up = False
+        for client in list(self._online.values()):
+            del self._online[client.full_jid]
+            client._session_down("server went away")
+
+    def start_server(self) -> None:
+        """The server is back: every started client logs in again."""
+        self.up = True
+        for client in self._clients:
+            if client.started and client.full_jid not in self._online:
+                self._login(client)
+
+    def inject(self, sender: str, to: str, text: str) -> None:
+        """Deliver a raw payload from any JID (members, strangers, forgers) to `to`."""
+        self._route(sender, to, text, None)
+
+    def online(self) -> list[str]:
+        return sorted(self._online)
+
+    # ------------------------------------------------------------------ server behaviour
+
+    def _overlays_of(self, client: FakeSignalClient, bare: str) -> frozenset[str]:
+        return frozenset(ov for ov in client.overlays if bare in self._groups.get(client.group_of(ov), set()))
+
+    def _contacts(self, client: FakeSignalClient) -> set[str]:
+        own = bare_jid(client.full_jid)
+        groups = [m for m in self._groups.values() if own in m]
+        return {b for members in groups for b in members if b != own}
+
+    def _push_roster(self, client: FakeSignalClient) -> None:
+        membership = {bare: self._overlays_of(client, bare) for bare in self._contacts(client)}
+        client._membership_changed({b: o for b, o in membership.items() if o})
+
+    def _login(self, client: FakeSignalClient) -> None:
+        self._online[client.full_jid] = client
+        self._push_roster(client)
+        client._session_up(client.full_jid)
+        announcement = client._announcement()
+        contacts = self._contacts(client)
+        loop = asyncio.get_running_loop()
+        for other in list(self._online.values()):
+            if other is client or bare_jid(other.full_jid) not in contacts:
+                continue
+            # Our presence to them, theirs to us (the server answers our probes).
+            loop.call_soon(self._presence, other, client.full_jid, announcement)
+            loop.call_soon(self._presence, client, other.full_jid, other._announcement())
+
+    def _presence(self, to: FakeSignalClient, sender: str, announcement: str | None) -> None:
+        if self._online.get(to.full_jid) is not to:
+            return
+        if announcement is None:
+            to._presence_unavailable(sender)
+        else:
+            to._presence_available(sender, announcement)
+
+    def _logout(self, client: FakeSignalClient) -> None:
+        if self._online.get(client.full_jid) is not client:
+            return
+        del self._online[client.full_jid]
+        contacts = self._contacts(client)
+        loop = asyncio.get_running_loop()
+        for other in list(self._online.values()):
+            if bare_jid(other.full_jid) in contacts:
+                loop.call_soon(self._presence, other, client.full_jid, None)
+
+    def _route(self, sender: str, to: str, text: str, msg_id: str | None) -> None:
+        loop = asyncio.get_running_loop()
+        target = self._online.get(to)
+        if target is None:  # like a server: a full JID that is gone falls back to another session
+            target = next((c for j, c in self._online.items() if bare_jid(j) == bare_jid(to)), None)
+        if target is None:
+            self.bounced += 1
+            origin = self._online.get(sender)
+            if origin is not None and msg_id is not None:
+                loop.call_soon(origin._bounced, msg_id, to, "service-unavailable")
+            return
+        self.delivered += 1
+        loop.call_soon(self._deliver, target, sender, text)
+
+    def _deliver(self, target: FakeSignalClient, sender: str, text: str) -> None:
+        if self._online.get(target.full_jid) is target:
+            target._payload_received(sender, text)
+
+
+class FakeSignalClient(SignalEndpoint):
+    """A signaling client whose server is a FakeSignalHub."""
+
+    def __init__(
+        self,
+        hub: FakeSignalHub,
+        full_jid: str,
+        memberships: Mapping[str, int],
+        limits: EndpointLimits,
+        rng: random.Random,
+        groups: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(bare_jid(full_jid), memberships, limits, rng)
+        self._hub = hub
+        self.full_jid = full_jid
+        self._groups_by_overlay = dict(groups or {})
+        self.started = False
+
+    def group_of(self, overlay: str) -> str:
+        return self._groups_by_overlay.get(overlay, overlay)
+
+    async def start(self) -> None:
+        if self.started:
+            raise RuntimeError("already started")
+        self.started = True
+        if self._hub.up:
+            self._hub._login(self)
+
+    async def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        self._hub._logout(self)
+        self._session_down("stopped")
+        await self._stop_endpoint()
+
+    def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
+        self._hub._route(self.full_jid, to, text, msg_id)

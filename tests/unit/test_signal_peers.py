@@ -1,0 +1,147 @@
+"""The peer table: membership, presence in, peer events out, conflicts."""
+
+from __future__ import annotations
+
+from evio.signal.drops import DropReason
+from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
+from evio.signal.peers import PeerTable
+from evio.signal.protocol import Announcement, Membership
+
+ME = "me@x.test/evio"
+OWN = {"ov1": 100, "ov2": 200}
+
+
+def ann(*pairs: tuple[str, int]) -> Announcement:
+    return Announcement(tuple(Membership(ov, nid) for ov, nid in pairs))
+
+
+def table_with(*members: tuple[str, frozenset[str]]) -> PeerTable:
+    table = PeerTable(ME, OWN)
+    for bare, overlays in members:
+        table.set_membership(bare, overlays)
+    return table
+
+
+def test_member_announcing_is_added_and_removed_on_unavailable() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})))
+    up = t.on_available("a@x.test/r", ann(("ov1", 1)))
+    assert up.events == [PeerAdded("ov1", 1, "a@x.test/r")] and up.refused == []
+    assert t.peers("ov1") == {1: "a@x.test/r"}
+    assert t.node_of("ov1", "a@x.test/r") == 1 and t.jid_of("ov1", 1) == "a@x.test/r"
+    down = t.on_unavailable("a@x.test/r")
+    assert down.events == [PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.LEFT)]
+    assert t.peers("ov1") == {}
+    assert t.on_unavailable("a@x.test/r").events == []  # twice is harmless
+
+
+def test_presence_repeated_is_quiet() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})))
+    t.on_available("a@x.test/r", ann(("ov1", 1)))
+    again = t.on_available("a@x.test/r", ann(("ov1", 1)))
+    assert again.events == [] and again.refused == []
+
+
+def test_non_member_claim_is_refused() -> None:
+    t = table_with(("a@x.test", frozenset({"ov2"})))
+    up = t.on_available("a@x.test/r", ann(("ov1", 1), ("ov2", 2)))
+    assert up.events == [PeerAdded("ov2", 2, "a@x.test/r")]
+    assert [(r.overlay, r.reason) for r in up.refused] == [("ov1", DropReason.NOT_MEMBER)]
+    assert t.peers("ov1") == {}
+    stranger = t.on_available("z@x.test/r", ann(("ov1", 9)))
+    assert stranger.events == [] and stranger.refused[0].reason is DropReason.NOT_MEMBER
+
+
+def test_overlays_we_do_not_serve_are_ignored_not_refused() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})))
+    up = t.on_available("a@x.test/r", ann(("ov1", 1), ("other", 5)))
+    assert up.events == [PeerAdded("ov1", 1, "a@x.test/r")] and up.refused == []
+
+
+def test_own_jid_and_own_node_id() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})), ("me@x.test", frozenset({"ov1"})))
+    assert t.on_available(ME, ann(("ov1", 100))).events == []  # our own presence echoed back
+    up = t.on_available("a@x.test/r", ann(("ov1", 100)))
+    assert up.events == [] and up.refused[0].reason is DropReason.NODE_ID_CONFLICT
+
+
+def test_claim_changes_node_id() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})))
+    t.on_available("a@x.test/r", ann(("ov1", 1)))
+    up = t.on_available("a@x.test/r", ann(("ov1", 2)))
+    assert up.events == [PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.LEFT), PeerAdded("ov1", 2, "a@x.test/r")]
+    gone = t.on_available("a@x.test/r", ann())  # presence without the overlay: stopped serving it
+    assert gone.events == [PeerRemoved("ov1", 2, "a@x.test/r", RemovalCause.LEFT)]
+
+
+def test_conflict_incumbent_keeps_then_challenger_takes_over() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})), ("b@x.test", frozenset({"ov1"})))
+    t.on_available("a@x.test/r", ann(("ov1", 1)))
+    clash = t.on_available("b@x.test/r", ann(("ov1", 1)))
+    assert clash.events == []
+    assert [(r.jid, r.reason) for r in clash.refused] == [("b@x.test/r", DropReason.NODE_ID_CONFLICT)]
+    assert t.jid_of("ov1", 1) == "a@x.test/r"
+    assert t.node_of("ov1", "b@x.test/r") is None  # so its messages are refused
+    handover = t.on_unavailable("a@x.test/r")
+    assert handover.events == [
+        PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.REPLACED),
+        PeerAdded("ov1", 1, "b@x.test/r"),
+    ]
+    # The old holder returning does not take the id back.
+    back = t.on_available("a@x.test/r2", ann(("ov1", 1)))
+    assert back.events == [] and back.refused[0].reason is DropReason.NODE_ID_CONFLICT
+
+
+def test_conflict_order_does_not_depend_on_account_names() -> None:
+    t = table_with(("z@x.test", frozenset({"ov1"})), ("b@x.test", frozenset({"ov1"})))
+    t.on_available("z@x.test/r", ann(("ov1", 1)))
+    t.on_available("b@x.test/r", ann(("ov1", 1)))
+    assert t.jid_of("ov1", 1) == "z@x.test/r"
+
+
+def test_reconnect_of_same_account_takes_over_silently() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})))
+    t.on_available("a@x.test/old", ann(("ov1", 1)))
+    newer = t.on_available("a@x.test/new", ann(("ov1", 1)))
+    assert newer.events == [] and newer.refused == []
+    assert t.jid_of("ov1", 1) == "a@x.test/new"
+    # The stale session's late unavailable does not remove the peer.
+    assert t.on_unavailable("a@x.test/old").events == []
+    assert t.jid_of("ov1", 1) == "a@x.test/new"
+
+
+def test_membership_revoked_and_restored() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1", "ov2"})))
+    t.on_available("a@x.test/r", ann(("ov1", 1), ("ov2", 2)))
+    revoked = t.set_membership("a@x.test", {"ov2"})
+    assert revoked.events == [PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.MEMBERSHIP_REVOKED)]
+    assert t.peers("ov2") == {2: "a@x.test/r"}
+    restored = t.set_membership("a@x.test", {"ov1", "ov2"})
+    assert restored.events == [PeerAdded("ov1", 1, "a@x.test/r")]
+    assert t.set_membership("a@x.test", {"ov1", "ov2"}).events == []
+
+
+def test_presence_before_membership_is_admitted_once_membership_arrives() -> None:
+    t = PeerTable(ME, OWN)
+    early = t.on_available("a@x.test/r", ann(("ov1", 1)))
+    assert early.events == [] and early.refused[0].reason is DropReason.NOT_MEMBER
+    late = t.set_membership("a@x.test", {"ov1"})
+    assert late.events == [PeerAdded("ov1", 1, "a@x.test/r")]
+
+
+def test_clear_removes_everything_as_signal_lost() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})), ("b@x.test", frozenset({"ov1", "ov2"})))
+    t.on_available("a@x.test/r", ann(("ov1", 1)))
+    t.on_available("b@x.test/r", ann(("ov1", 2), ("ov2", 3)))
+    cleared = t.clear()
+    assert {(e.overlay, e.node_id) for e in cleared.events} == {("ov1", 1), ("ov1", 2), ("ov2", 3)}
+    assert all(isinstance(e, PeerRemoved) and e.cause is RemovalCause.SIGNAL_LOST for e in cleared.events)
+    assert t.peers("ov1") == {} and not t.is_member("ov1", "a@x.test")
+
+
+def test_many_peers() -> None:
+    t = PeerTable(ME, {"ov1": 0})
+    for i in range(1, 201):
+        t.set_membership(f"n{i}@x.test", {"ov1"})
+        t.on_available(f"n{i}@x.test/r", ann(("ov1", i)))
+    assert len(t.peers("ov1")) == 200
+    assert t.on_unavailable("n7@x.test/r").events == [PeerRemoved("ov1", 7, "n7@x.test/r", RemovalCause.LEFT)]
