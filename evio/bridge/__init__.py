@@ -7,7 +7,7 @@ integration tests need.
 """
 
 from evio.bridge.commands import BridgeError, CommandError, CommandRunner, SubprocessRunner
-from evio.bridge.ovs_bridge import BridgeConfig, OvsBridge, datapath_type
+from evio.bridge.ovs_bridge import BridgeConfig, OvsBridge, datapath_id_for, datapath_type
 from evio.bridge.ovs_instance import OvsInstance
 
 __all__ = [
@@ -18,5 +18,6 @@ __all__ = [
     "OvsBridge",
     "OvsInstance",
     "SubprocessRunner",
+    "datapath_id_for",
     "datapath_type",
 ]

@@ -10,6 +10,7 @@ handling in our process for no gain at this rate.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -27,6 +28,17 @@ def openvswitch_module_loaded(module_dir: Path = OPENVSWITCH_MODULE) -> bool:
     return module_dir.exists()
 
 
+def datapath_id_for(overlay_id: str) -> int:
+    """The OpenFlow datapath id of an overlay's bridge: 64 bits from the overlay id, never zero.
+
+    Set on the bridge when it is created (`other-config:datapath-id`), so the
+    controller knows which overlay a connecting switch serves before it
+    connects. One node has one bridge per overlay, so ids differ.
+    """
+    dpid = int.from_bytes(hashlib.sha256(overlay_id.encode()).digest()[:8], "big")
+    return dpid or 1
+
+
 def datapath_type(kernel_module_loaded: bool) -> str:
     """`system` (kernel datapath) where the module is loaded, else `netdev` (userspace)."""
     return "system" if kernel_module_loaded else "netdev"
@@ -39,6 +51,7 @@ class BridgeConfig:
     overlay_address: str | None = None  # interface form, "10.10.0.5/24", put on the internal port
     mtu: int | None = None
     controller_host: str = "127.0.0.1"
+    datapath_id: int | None = None  # None: OVS picks one (from the bridge's MAC)
 
     def __post_init__(self) -> None:
         if not 0 < len(self.name) <= MAX_IFNAME:
@@ -47,6 +60,8 @@ class BridgeConfig:
             raise BridgeError(f"controller port {self.controller_port} out of range")
         if self.overlay_address is not None:
             ipaddress.ip_interface(self.overlay_address)  # ValueError on nonsense, at the edge
+        if self.datapath_id is not None and not 0 < self.datapath_id < 1 << 64:
+            raise BridgeError(f"datapath id {self.datapath_id:#x} must be 64 bits and not zero")
 
 
 class OvsBridge:
@@ -85,6 +100,7 @@ class OvsBridge:
             "--", "--may-exist", "add-br", c.name,
             "--", "set", "Bridge", c.name, f"datapath_type={self.datapath}", "protocols=OpenFlow13",
             "fail_mode=secure", "other_config:disable-in-band=true",
+            *([f"other_config:datapath-id={c.datapath_id:016x}"] if c.datapath_id is not None else []),
             "--", "set-controller", c.name, f"tcp:{c.controller_host}:{c.controller_port}",
         ]  # fmt: skip
         if c.mtu is not None:
@@ -119,6 +135,10 @@ class OvsBridge:
     async def ofport(self, port_name: str) -> int:
         """The OpenFlow port number OVS gave `port_name` (-1 while it cannot be opened)."""
         return int((await self.vsctl("get", "Interface", port_name, "ofport")).strip())
+
+    async def datapath_id(self) -> int:
+        """The datapath id the bridge uses now (as its controller sees it in the features reply)."""
+        return int((await self.vsctl("get", "Bridge", self.name, "datapath_id")).strip().strip('"'), 16)
 
     async def delete(self) -> None:
         await self.vsctl("--if-exists", "del-br", self.name)

@@ -1,32 +1,41 @@
-"""The os-ken (OpenFlow 1.3) adapter around `BoundedFloodSwitch`: thin by design.
+"""The os-ken (OpenFlow 1.3) adapter: thin by design, one controller for every overlay of the node.
 
-Handlers turn OpenFlow events into calls on the pure switch logic, and one
-method (`_send`) turns the neutral actions it returns into OFP messages.
+os-ken's configuration and app manager are process-wide, so one app serves
+all of the node's bridges (one per overlay). It keeps one `OverlaySwitch` per
+overlay, found by the datapath id the bridge was created with; handlers turn
+OpenFlow events into calls on it, and one method (`_send`) turns the neutral
+actions it returns into OFP messages.
 
 Threads. The daemon runs asyncio in the main thread and os-ken, with its
 native (thread) hub, in another. Everything that touches the switch logic
-runs in this app's event thread, so the logic needs no locks. The one
-crossing is `TunnelPortQueue`: the tunnel side calls `peer_up`/`peer_down`
-(which TAP leads to which peer) from any thread; the app drains it before
-every port event and on a periodic tick. The tunnel side announces a TAP
-before adding it to the bridge, so its port comes up as a peer port.
+runs in this app's event thread, so the logic needs no locks. The only
+crossings are `evio.sdn.boundary`: commands in (drained before every port
+and connection event and on every tick; putting one wakes the ticker), and
+typed events out through an `EventSink`.
 
-Started without osken-manager: `run_controller(config, host, port)` blocks,
-and `python -m evio.sdn.ofapp` runs one controller for tests and the lab.
+Periodic work on the tick: expiring learned MACs, polling evio's flows' byte
+counters for the on-demand policy every `stats_interval`, and reporting drop
+counters when they changed.
+
+`start_controller_thread(config, host, port)` runs it beside an asyncio loop
+(the daemon's layout); `python -m evio.sdn.ofapp` runs a standalone
+controller, laid out the same way, for tests and the lab.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import functools
 import json
 import logging
-import queue
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from os_ken import cfg
@@ -36,7 +45,17 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3
 
-from evio.overlay.node_id import format_node_id, parse_node_id
+from evio.config.model import OnDemandConfig
+from evio.overlay.node_id import parse_node_id
+from evio.sdn.boundary import (
+    AsyncioEventSink,
+    AttachOverlay,
+    ControllerChannel,
+    DetachOverlay,
+    PeerPortDown,
+    PeerPortUp,
+    event_as_dict,
+)
 from evio.sdn.flow_actions import (
     FRB_TO_CONTROLLER_PRIORITY,
     TABLE_MISS_PRIORITY,
@@ -48,68 +67,22 @@ from evio.sdn.flow_actions import (
     PacketOut,
 )
 from evio.sdn.frb import ETH_TYPE_FRB
-from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
+from evio.sdn.overlay_switch import OverlaySwitch, Step
 
 log = logging.getLogger(__name__)
 
-# Marks the unicast flows evio installs, so deletes never touch the base flows.
+# Marks the unicast flows evio installs, so deletes and stats never touch the base flows.
 EVIO_COOKIE = 0xE710_0001
 ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
 
 
-# ---------------------------------------------------------------------- the thread boundary
-
-
-@dataclass(frozen=True)
-class PeerPortUp:
-    port_name: str
-    peer: int
-
-
-@dataclass(frozen=True)
-class PeerPortDown:
-    port_name: str
-
-
-TunnelPortEvent = PeerPortUp | PeerPortDown
-
-
-class TunnelPortQueue:
-    """Which TAP leads to which peer, handed from the tunnel side to the os-ken thread."""
-
-    def __init__(self) -> None:
-        self._events: queue.SimpleQueue[TunnelPortEvent] = queue.SimpleQueue()
-
-    def peer_up(self, port_name: str, peer: int) -> None:
-        self._events.put(PeerPortUp(port_name, peer))
-
-    def peer_down(self, port_name: str) -> None:
-        self._events.put(PeerPortDown(port_name))
-
-    def drain(self) -> list[TunnelPortEvent]:
-        out: list[TunnelPortEvent] = []
-        while True:
-            try:
-                out.append(self._events.get_nowait())
-            except queue.Empty:
-                return out
-
-
 @dataclass
 class ControllerConfig:
-    node_id: int
-    tunnel_ports: TunnelPortQueue = field(default_factory=TunnelPortQueue)
-    flow_idle_timeout: int = 30
-    mac_max_age: float = 300.0
+    channel: ControllerChannel
     tick_interval: float = 0.5
+    stats_interval: float = 5.0  # how often flow byte counters are polled for on-demand links
+    drop_report_interval: float = 10.0
     clock: Callable[[], float] = time.monotonic
-    # Called in the os-ken thread with (event name, details); tests and the daemon observe through it.
-    observer: Callable[[str, dict[str, Any]], None] | None = None
-
-    @property
-    def switch_mac(self) -> str:
-        """A locally administered unicast MAC for FRBs this switch originates, from the node id."""
-        return "02:" + (self.node_id & 0xFF_FFFF_FFFF).to_bytes(5, "big").hex(":")
 
 
 # ---------------------------------------------------------------------- neutral actions -> OpenFlow
@@ -158,6 +131,24 @@ def base_flows(datapath: Any) -> list[Any]:
     ]
 
 
+def flow_stats_request(datapath: Any) -> Any:
+    """Byte counters of evio's unicast flows (by cookie), all tables."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    return parser.OFPFlowStatsRequest(datapath, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                      EVIO_COOKIE, ALL_BITS, parser.OFPMatch())
+
+
+def flow_byte_counts(stats: Sequence[Any]) -> dict[FlowMatch, int]:
+    """OFPFlowStats entries of evio's unicast flows as {FlowMatch: byte_count}."""
+    counts: dict[FlowMatch, int] = {}
+    for stat in stats:
+        m = stat.match
+        if stat.cookie != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
+            continue
+        counts[FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])] = stat.byte_count
+    return counts
+
+
 # ---------------------------------------------------------------------- the app
 
 
@@ -184,7 +175,11 @@ def _contained(handler: _Handler) -> _Handler:
 
 
 class EventTick(osken_event.EventBase):
-    """Periodic work (draining the tunnel queue, expiring MACs), run in the app's event thread."""
+    """Work run in the app's event thread: commands always, periodic work when `periodic`."""
+
+    def __init__(self, periodic: bool) -> None:
+        super().__init__()
+        self.periodic = periodic
 
 
 class BoundedFloodApp(app_manager.OSKenApp):
@@ -195,11 +190,14 @@ class BoundedFloodApp(app_manager.OSKenApp):
         if evio_controller is None:
             raise RuntimeError("BoundedFloodApp needs evio_controller=ControllerConfig(...)")
         self.config = evio_controller
-        self.switch = BoundedFloodSwitch(self.config.node_id, self.config.switch_mac,
-                                         self.config.flow_idle_timeout, self.config.mac_max_age)
-        self.datapath: Any = None
-        self.peer_by_name: dict[str, int] = {}
-        self.port_desc: dict[int, tuple[str, str]] = {}  # port number -> (name, hw_addr)
+        self.commands = evio_controller.channel.commands
+        self.sink = evio_controller.channel.events  # (OSKenApp.events is os-ken's own queue)
+        self.overlays: dict[str, OverlaySwitch] = {}
+        self.by_datapath_id: dict[int, OverlaySwitch] = {}
+        self.datapaths: dict[int, Any] = {}  # connected switches, claimed by an overlay or not
+        self._stats_parts: dict[int, dict[FlowMatch, int]] = {}
+        self._next_stats = 0.0
+        self._next_drop_report = 0.0
         self._stopping = threading.Event()
         self.handler_errors = 0
 
@@ -210,26 +208,90 @@ class BoundedFloodApp(app_manager.OSKenApp):
 
     def stop(self) -> None:
         self._stopping.set()
+        self.commands.wake()
         super().stop()
 
     def _ticker(self) -> None:
-        while not self._stopping.wait(self.config.tick_interval):
-            self.send_event(self.name, EventTick())
-
-    def _observe(self, what: str, **details: Any) -> None:
-        if self.config.observer is not None:
-            self.config.observer(what, details)
+        next_tick = time.monotonic() + self.config.tick_interval
+        while not self._stopping.is_set():
+            self.commands.wait(max(0.0, next_tick - time.monotonic()))
+            if self._stopping.is_set():
+                return
+            periodic = time.monotonic() >= next_tick
+            if periodic:
+                next_tick = time.monotonic() + self.config.tick_interval
+            self.send_event(self.name, EventTick(periodic))
 
     # ---------------------------------------------------------------- sending
 
-    def _send(self, actions: Sequence[FlowAction]) -> None:
-        """The one place OFP messages leave for the switch."""
-        dp = self.datapath
+    def _send(self, overlay: OverlaySwitch, actions: Sequence[FlowAction]) -> None:
+        """The one place OFP messages for the logic's actions leave for a switch."""
+        dp = self.datapaths.get(overlay.datapath_id) if overlay.connected else None
         if dp is None:
             return
         for action in actions:
             for msg in to_ofp_messages(dp, action):
                 dp.send_msg(msg)
+
+    def _run(self, overlay: OverlaySwitch, step: Step) -> None:
+        self._send(overlay, step.actions)
+        for event in step.events:
+            self.sink.emit(event)
+
+    # ---------------------------------------------------------------- commands from the daemon
+
+    def _apply_commands(self) -> None:
+        for command in self.commands.drain():
+            now = self.config.clock()
+            if isinstance(command, AttachOverlay):
+                self._attach(command)
+            elif isinstance(command, DetachOverlay):
+                self._detach(command.overlay)
+            else:
+                overlay = self.overlays.get(command.overlay)
+                if overlay is None:
+                    log.warning("tunnel port for an overlay not attached overlay=%s port=%s",
+                                command.overlay, command.port_name)
+                elif isinstance(command, PeerPortUp):
+                    self._run(overlay, overlay.peer_up(command.port_name, command.peer, now))
+                elif isinstance(command, PeerPortDown):
+                    self._run(overlay, overlay.peer_down(command.port_name, now))
+
+    def _attach(self, settings: AttachOverlay) -> None:
+        known = self.overlays.get(settings.overlay)
+        if known is not None and known.settings == settings:
+            return
+        if known is not None:
+            self._detach(settings.overlay)
+        other = self.by_datapath_id.get(settings.datapath_id)
+        if other is not None:
+            log.error("datapath id already attached dpid=%016x overlay=%s wanted_by=%s",
+                      settings.datapath_id, other.overlay, settings.overlay)
+            return
+        overlay = OverlaySwitch(settings)
+        self.overlays[settings.overlay] = overlay
+        self.by_datapath_id[settings.datapath_id] = overlay
+        log.info("overlay attached overlay=%s dpid=%016x", settings.overlay, settings.datapath_id)
+        dp = self.datapaths.get(settings.datapath_id)
+        if dp is not None:
+            self._take_over(overlay, dp)
+
+    def _detach(self, name: str) -> None:
+        overlay = self.overlays.pop(name, None)
+        if overlay is not None:
+            self.by_datapath_id.pop(overlay.datapath_id, None)
+            log.info("overlay detached overlay=%s dpid=%016x", name, overlay.datapath_id)
+
+    def _take_over(self, overlay: OverlaySwitch, dp: Any) -> None:
+        """A connected switch meets its overlay: base flows, then ask for its ports."""
+        for msg in base_flows(dp):
+            dp.send_msg(msg)
+        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
+        self._run(overlay, Step(events=overlay.switch_connected()))
+
+    def _overlay_of(self, dp: Any) -> OverlaySwitch | None:
+        overlay = self.by_datapath_id.get(dp.id)
+        return overlay if overlay is not None and self.datapaths.get(dp.id) is dp else None
 
     # ---------------------------------------------------------------- handlers
 
@@ -237,87 +299,108 @@ class BoundedFloodApp(app_manager.OSKenApp):
     @_contained
     def switch_features(self, ev: Any) -> None:
         dp = ev.msg.datapath
-        self.datapath = dp
-        for msg in base_flows(dp):
-            dp.send_msg(msg)
-        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
-        log.info("switch connected dpid=%016x node=%s", dp.id, format_node_id(self.config.node_id))
-        self._observe("switch_features", dpid=dp.id)
+        self._apply_commands()
+        self.datapaths[dp.id] = dp
+        overlay = self.by_datapath_id.get(dp.id)
+        if overlay is None:
+            log.warning("switch connected for no attached overlay dpid=%016x (waiting for one)", dp.id)
+            return
+        self._take_over(overlay, dp)
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     @_contained
     def switch_gone(self, ev: Any) -> None:
-        if ev.datapath is self.datapath and self.datapath is not None:
-            log.warning("switch disconnected dpid=%016x", self.datapath.id)
-            self._observe("switch_gone", dpid=self.datapath.id)
-            self.datapath = None
+        dpid: int | None = ev.datapath.id
+        if dpid is None or self.datapaths.get(dpid) is not ev.datapath:
+            return  # died before its features reply, or a newer connection replaced it
+        del self.datapaths[dpid]
+        self._stats_parts.pop(dpid, None)
+        overlay = self.by_datapath_id.get(dpid)
+        if overlay is not None and overlay.connected:
+            self._run(overlay, Step(events=overlay.switch_disconnected(self.config.clock())))
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     @_contained
     def port_desc_reply(self, ev: Any) -> None:
-        self._drain_tunnel_ports()
+        self._apply_commands()
+        overlay = self._overlay_of(ev.msg.datapath)
+        if overlay is None:
+            return
+        now = self.config.clock()
+        step = Step()
         for p in ev.msg.body:
-            self._port_up(p.port_no, _text(p.name), p.hw_addr)
+            step += overlay.port_up(p.port_no, _text(p.name), p.hw_addr, now)
+        self._run(overlay, step)
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     @_contained
     def port_status(self, ev: Any) -> None:
-        self._drain_tunnel_ports()
+        self._apply_commands()
         msg = ev.msg
-        ofp = msg.datapath.ofproto
+        overlay = self._overlay_of(msg.datapath)
+        if overlay is None:
+            return
         p = msg.desc
-        if msg.reason == ofp.OFPPR_DELETE:
-            self.port_desc.pop(p.port_no, None)
-            self._send(self.switch.port_removed(p.port_no, self.config.clock()))
-            self._observe("port_removed", port=p.port_no, name=_text(p.name))
+        now = self.config.clock()
+        if msg.reason == msg.datapath.ofproto.OFPPR_DELETE:
+            self._run(overlay, overlay.port_deleted(p.port_no, _text(p.name), now))
         else:
-            self._port_up(p.port_no, _text(p.name), p.hw_addr)
+            self._run(overlay, overlay.port_up(p.port_no, _text(p.name), p.hw_addr, now))
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     @_contained
     def packet_in(self, ev: Any) -> None:
         msg = ev.msg
-        self._send(self.switch.packet_in(msg.match["in_port"], bytes(msg.data), self.config.clock()))
+        overlay = self._overlay_of(msg.datapath)
+        if overlay is not None:
+            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), self.config.clock()))
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     @_contained
     def flow_removed(self, ev: Any) -> None:
-        m = ev.msg.match
-        if ev.msg.cookie != EVIO_COOKIE or "in_port" not in m:
+        msg = ev.msg
+        m = msg.match
+        overlay = self._overlay_of(msg.datapath)
+        if overlay is None or msg.cookie != EVIO_COOKIE or "in_port" not in m:
             return
-        self._send(self.switch.flow_removed(FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])))
+        self._send(overlay, overlay.flow_removed(FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])))
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    @_contained
+    def flow_stats_reply(self, ev: Any) -> None:
+        msg = ev.msg
+        dp = msg.datapath
+        overlay = self._overlay_of(dp)
+        if overlay is None:
+            return
+        parts = self._stats_parts.setdefault(dp.id, {})
+        parts.update(flow_byte_counts(msg.body))
+        if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+            return  # more parts of this reply follow
+        del self._stats_parts[dp.id]
+        self._run(overlay, Step(events=overlay.flow_stats(parts, self.config.clock())))
 
     @set_ev_cls(EventTick)
     @_contained
     def tick(self, ev: EventTick) -> None:
-        self._drain_tunnel_ports()
-        self._send(self.switch.expire(self.config.clock()))
-
-    # ---------------------------------------------------------------- ports
-
-    def _drain_tunnel_ports(self) -> None:
-        for event in self.config.tunnel_ports.drain():
-            if isinstance(event, PeerPortUp):
-                self.peer_by_name[event.port_name] = event.peer
-            else:
-                self.peer_by_name.pop(event.port_name, None)
-            # A port already on the bridge changes kind now that we know where it leads.
-            for port_no, (name, hw_addr) in list(self.port_desc.items()):
-                if name == event.port_name:
-                    self._port_up(port_no, name, hw_addr)
-
-    def _port_up(self, port_no: int, name: str, hw_addr: str) -> None:
-        self.port_desc[port_no] = (name, hw_addr)
-        peer = self.peer_by_name.get(name)
-        if peer is not None:
-            port = SwitchPort(port_no, name, PortKind.PEER, peer)
-        else:
-            port = SwitchPort(port_no, name, PortKind.LEAF, None, hw_addr)
-        if self.switch.ports.get(port_no) == port:
+        self._apply_commands()
+        if not ev.periodic:
             return
-        self._send(self.switch.port_added(port, self.config.clock()))
-        self._observe("port_added", port=port_no, name=name, kind=port.kind.value,
-                      peer=format_node_id(peer) if peer is not None else None)
+        now = self.config.clock()
+        poll = now >= self._next_stats
+        if poll:
+            self._next_stats = now + self.config.stats_interval
+        report = now >= self._next_drop_report
+        if report:
+            self._next_drop_report = now + self.config.drop_report_interval
+        for overlay in list(self.overlays.values()):
+            self._send(overlay, overlay.expire(now))
+            dp = self.datapaths.get(overlay.datapath_id)
+            if poll and overlay.connected and dp is not None and overlay.settings.on_demand.enabled:
+                self._stats_parts.pop(dp.id, None)  # an unanswered earlier poll is superseded
+                dp.send_msg(flow_stats_request(dp))
+            if report:
+                self._run(overlay, Step(events=overlay.drop_report()))
 
 
 def _text(name: bytes | str) -> str:
@@ -342,46 +425,130 @@ def run_controller(config: ControllerConfig, listen_host: str = "127.0.0.1", lis
 
 
 def start_controller_thread(
-    config: ControllerConfig, listen_host: str = "127.0.0.1", listen_port: int = 6653
+    config: ControllerConfig,
+    listen_host: str = "127.0.0.1",
+    listen_port: int = 6653,
+    on_exit: Callable[[BaseException | None], None] | None = None,
 ) -> threading.Thread:
-    """Run the controller beside an asyncio loop (the daemon's layout); the thread ends with the process."""
-    thread = threading.Thread(target=run_controller, args=(config, listen_host, listen_port),
-                              name="evio-os-ken", daemon=True)
+    """Run the controller beside an asyncio loop (the daemon's layout); the thread ends with the process.
+
+    `on_exit` is called in the controller's thread if it ever stops, with the
+    exception that stopped it (None if it returned): the owner must hear of it.
+    """
+
+    def serve() -> None:
+        error: BaseException | None = None
+        try:
+            run_controller(config, listen_host, listen_port)
+        except BaseException as err:  # noqa: BLE001 - handed to the owner, not swallowed
+            error = err
+            log.exception("os-ken controller stopped")
+        if on_exit is not None:
+            on_exit(error)
+
+    thread = threading.Thread(target=serve, name="evio-os-ken", daemon=True)
     thread.start()
     return thread
 
 
-def _parse_peer(text: str) -> tuple[str, int]:
-    name, _, nid = text.partition("=")
-    if not name or not nid:
-        raise argparse.ArgumentTypeError(f"expected TAPNAME=NODEID, got {text!r}")
-    return name, parse_node_id(nid)
+# ---------------------------------------------------------------------- standalone controller
+
+
+def _parse_overlay(text: str) -> tuple[str, int]:
+    name, _, dpid = text.partition("=")
+    try:
+        return name, int(dpid, 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected OVERLAY=DATAPATH_ID_HEX, got {text!r}") from None
+
+
+def _parse_peer(text: str) -> tuple[str, str, int]:
+    overlay, _, rest = text.partition(":")
+    tap, _, nid = rest.partition("=")
+    if not overlay or not tap or not nid:
+        raise argparse.ArgumentTypeError(f"expected OVERLAY:TAPNAME=NODEID, got {text!r}")
+    return overlay, tap, parse_node_id(nid)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """One controller in this process: `python -m evio.sdn.ofapp --node-id HEX [--peer TAP=HEX]...`."""
+    """A standalone controller for one node: `python -m evio.sdn.ofapp --node-id HEX --overlay NAME=DPID ...`.
+
+    Laid out as the daemon is: asyncio in the main thread, os-ken beside it,
+    the boundary between; optionally announces the addresses of `--announce`
+    interfaces with gratuitous ARP. Ends on SIGTERM or SIGINT.
+    """
     ap = argparse.ArgumentParser(prog="python -m evio.sdn.ofapp", description=main.__doc__)
     ap.add_argument("--node-id", type=parse_node_id, required=True)
+    ap.add_argument("--overlay", type=_parse_overlay, action="append", required=True,
+                    help="OVERLAY=DATAPATH_ID_HEX, once per bridge")
+    ap.add_argument("--peer", type=_parse_peer, action="append", default=[], help="OVERLAY:TAPNAME=NODEID")
+    ap.add_argument("--announce", action="append", default=[], metavar="IFNAME",
+                    help="send gratuitous ARP for this interface's IPv4 addresses when they appear")
     ap.add_argument("--listen-host", default="127.0.0.1")
     ap.add_argument("--listen-port", type=int, default=6653)
-    ap.add_argument("--peer", type=_parse_peer, action="append", default=[], help="TAPNAME=NODEID")
     ap.add_argument("--flow-idle-timeout", type=int, default=30)
+    ap.add_argument("--stats-interval", type=float, default=5.0)
+    ap.add_argument("--on-demand-threshold", type=float, default=OnDemandConfig.threshold_bytes_per_s,
+                    help="bytes/s")
+    ap.add_argument("--on-demand-idle", type=float, default=OnDemandConfig.idle_timeout, help="seconds")
     ap.add_argument("--events", help="append controller events here as JSON lines")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = ControllerConfig(args.node_id, flow_idle_timeout=args.flow_idle_timeout)
-    for name, peer in args.peer:
-        config.tunnel_ports.peer_up(name, peer)
-    if args.events:
-        sink = open(args.events, "a", buffering=1)  # noqa: SIM115 - open for the process's life
+    return asyncio.run(_serve(args))
 
-        def write_event(what: str, details: dict[str, Any]) -> None:
-            sink.write(json.dumps({"event": what, **details}) + "\n")
 
-        config.observer = write_event
-    run_controller(config, args.listen_host, args.listen_port)
-    return 0
+async def _serve(args: argparse.Namespace) -> int:
+    from evio.sdn.address_announcer import GarpAnnouncer
+
+    loop = asyncio.get_running_loop()
+    sink = AsyncioEventSink(loop)
+    channel = ControllerChannel(sink)
+    on_demand = OnDemandConfig(threshold_bytes_per_s=args.on_demand_threshold, idle_timeout=args.on_demand_idle)
+    for overlay, dpid in args.overlay:
+        channel.commands.attach(overlay, dpid, args.node_id, flow_idle_timeout=args.flow_idle_timeout,
+                                on_demand=on_demand)
+    for overlay, tap, peer in args.peer:
+        channel.commands.peer_up(overlay, tap, peer)
+    stopped: asyncio.Future[int] = loop.create_future()
+
+    def controller_exit(error: BaseException | None) -> None:
+        def settle() -> None:
+            if not stopped.done():
+                stopped.set_result(1)
+
+        loop.call_soon_threadsafe(settle)
+
+    def terminate() -> None:
+        if not stopped.done():
+            stopped.set_result(0)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, terminate)
+    config = ControllerConfig(channel, stats_interval=args.stats_interval)
+    start_controller_thread(config, args.listen_host, args.listen_port, on_exit=controller_exit)
+    events_file = open(args.events, "a", buffering=1) if args.events else None  # noqa: SIM115
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            writer = tasks.create_task(_write_events(sink, events_file))
+            announcer = (tasks.create_task(GarpAnnouncer(set(args.announce)).run()) if args.announce else None)
+            status = await stopped
+            for task in (writer, announcer):
+                if task is not None:
+                    task.cancel()
+    finally:
+        if events_file is not None:
+            events_file.close()
+    return status
+
+
+async def _write_events(sink: AsyncioEventSink, out: Any) -> None:
+    while True:
+        event = await sink.get()
+        log.info("controller event %s", event)
+        if out is not None:
+            with contextlib.suppress(OSError):
+                out.write(json.dumps(event_as_dict(event)) + "\n")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 `FakeFlowTable` holds the flows evio installs (as `evio.sdn.flow_actions`)
 plus the two the os-ken adapter installs at connect time (table-miss and FRB
-to the controller), and answers where a frame entering a port goes.
+to the controller), answers where a frame entering a port goes, and counts
+each flow's packets and bytes as the switch's flow stats would.
 
 `FakeNetwork` joins several `BoundedFloodSwitch`es with "tunnels" (pairs of
 peer ports) and runs frames through tables and controllers until the network
@@ -43,6 +44,7 @@ class FakeFlow:
     priority: int
     last_used: float
     packets: int = 0
+    bytes: int = 0
 
 
 class FakeFlowTable:
@@ -75,6 +77,7 @@ class FakeFlowTable:
             return CONTROLLER
         flow.last_used = now
         flow.packets += 1
+        flow.bytes += len(frame)
         return flow.out_port
 
     def expire(self, now: float) -> list[FlowMatch]:
@@ -83,6 +86,10 @@ class FakeFlowTable:
         for m in gone:
             del self.flows[m]
         return gone
+
+    def byte_counts(self) -> dict[FlowMatch, int]:
+        """What a flow stats reply would carry: each flow's byte counter (the on-demand policy's feed)."""
+        return {m: f.bytes for m, f in self.flows.items()}
 
     def flows_of_port(self, port: int) -> list[FakeFlow]:
         return [f for f in self.flows.values() if f.match.in_port == port or f.out_port == port]
@@ -137,8 +144,11 @@ class FakeNetwork:
         pa, pb = na.allocate_port(), nb.allocate_port()
         self.tunnels[(a, pa)] = (b, pb)
         self.tunnels[(b, pb)] = (a, pa)
-        self._execute(na, na.switch.port_added(SwitchPort(pa, f"t{b:x}"[:15], PortKind.PEER, b), self.now))
-        self._execute(nb, nb.switch.port_added(SwitchPort(pb, f"t{a:x}"[:15], PortKind.PEER, a), self.now))
+        port_a = SwitchPort(pa, f"t{b:x}"[:15], PortKind.PEER, b)
+        port_b = SwitchPort(pb, f"t{a:x}"[:15], PortKind.PEER, a)
+        in_flight = self._execute(na, na.switch.port_added(port_a, self.now))
+        in_flight += self._execute(nb, nb.switch.port_added(port_b, self.now))
+        self._run(deque(in_flight))  # the leaf announcements each side sends on a new tunnel
         return pa, pb
 
     def disconnect(self, a: int, b: int) -> None:

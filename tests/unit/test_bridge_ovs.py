@@ -108,3 +108,17 @@ def test_ovs_instance_keeps_everything_under_its_own_directory(tmp_path: Path) -
     inst.stop()  # nothing started: a no-op, not an error
     with pytest.raises(BridgeError):
         OvsInstance(tmp_path / ("x" * 120))
+
+
+async def test_bridge_is_created_with_the_overlays_datapath_id_so_the_controller_knows_it() -> None:
+    from evio.bridge import datapath_id_for
+
+    dpid = datapath_id_for("red")
+    assert dpid == datapath_id_for("red") and dpid != datapath_id_for("blue") and 0 < dpid < 1 << 64
+    runner = RecordingRunner({"datapath_id": '"00000000cafe0001"\n'})
+    bridge = OvsBridge(BridgeConfig("evobr0", 6653, datapath_id=0xCAFE0001), runner, "system")
+    await bridge.create()
+    assert "other_config:datapath-id=00000000cafe0001" in runner.calls[0]
+    assert await bridge.datapath_id() == 0xCAFE0001
+    with pytest.raises(BridgeError):
+        BridgeConfig("evobr0", 6653, datapath_id=0)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from evio.overlay.node_id import RING_SIZE, sorted_clockwise
-from evio.sdn import frb
+from evio.sdn import frb, garp
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
 from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
 from evio.testing.fake_flow_table import FakeNetwork
@@ -294,110 +294,68 @@ def test_every_node_is_reached_in_clockwise_order_of_bounds() -> None:
         assert tuple(sorted((nid, ring[(i + 1) % len(ring)]))) in links
 
 
-# ---------------------------------------------------------------- the os-ken adapter, without a switch
+# ---------------------------------------------------------------- IP relocation (E2 in miniature)
 
 
-class FakeDatapath:
-    """What the adapter needs of an os-ken Datapath: the OF 1.3 codec, an id, and send_msg."""
-
-    def __init__(self) -> None:
-        from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
-
-        self.ofproto = ofproto_v1_3
-        self.ofproto_parser = ofproto_v1_3_parser
-        self.id = 0x1234
-        self.sent: list = []
-        self.xid = 0
-
-    def set_xid(self, msg: object) -> int:
-        self.xid += 1
-        msg.set_xid(self.xid)  # type: ignore[attr-defined]
-        return self.xid
-
-    def send_msg(self, msg: object) -> None:
-        msg.serialize()  # type: ignore[attr-defined]  # proves the message encodes
-        self.sent.append(msg)
+OVERLAY_IP = "10.10.0.2"
 
 
-def test_actions_become_openflow_13_messages_that_encode() -> None:
-    from evio.sdn.ofapp import EVIO_COOKIE, base_flows, to_ofp_messages
-
-    dp = FakeDatapath()
-    ofp = dp.ofproto
-    (flow,) = to_ofp_messages(dp, AddFlow(FlowMatch(3, H1, H2), 7, 30))
-    assert (flow.command, flow.idle_timeout, flow.cookie) == (ofp.OFPFC_ADD, 30, EVIO_COOKIE)
-    assert flow.flags & ofp.OFPFF_SEND_FLOW_REM
-    assert (flow.match["in_port"], flow.match["eth_src"], flow.match["eth_dst"]) == (3, H1, H2)
-    assert flow.instructions[0].actions[0].port == 7
-    (out,) = to_ofp_messages(dp, PacketOut(5, b"abc" * 20))
-    assert out.actions[0].port == 5 and out.data == b"abc" * 20
-    by_in, by_out = to_ofp_messages(dp, DeleteFlowsOfPort(9))
-    assert by_in.match["in_port"] == 9 and by_out.out_port == 9
-    assert by_in.cookie_mask and by_out.cookie_mask  # never the base flows
-    (to_mac,) = to_ofp_messages(dp, DeleteFlowsToMac(H2))
-    assert to_mac.match["eth_dst"] == H2 and to_mac.command == ofp.OFPFC_DELETE
-    clear, miss, frb_rule = base_flows(dp)
-    assert frb_rule.match["eth_type"] == 0xC0C0 and frb_rule.priority > miss.priority
-    for msg in [flow, out, by_in, by_out, to_mac, clear, miss, frb_rule]:
-        dp.set_xid(msg)
-        dp.send_msg(msg)
+def talk(net: FakeNetwork, a: int, a_port: int, mac_a: str, b: int, b_port: int, mac_b: str) -> None:
+    """a ARPs for b (a bounded flood), b replies, a sends one frame: flows are installed on the path."""
+    net.inject(a, a_port, arp_request(mac_a))
+    net.inject(b, b_port, arp_reply(mac_b, mac_a))
+    net.inject(a, a_port, eth(mac_b, mac_a))
 
 
-class _Msg:
-    def __init__(self, **kw: object) -> None:
-        self.__dict__.update(kw)
+@pytest.mark.parametrize("seed", [1, 7, 42])
+def test_ip_moved_to_another_node_and_mac_is_reached_at_once_after_its_gratuitous_arp(seed: int) -> None:
+    net, ids, _ = build_network(16, seed)
+    n1, n2, n3 = ids[0], ids[5], ids[11]
+    m1, m2, m3 = host_mac(net, n1), host_mac(net, n2), host_mac(net, n3)
+    talk(net, n1, 1, m1, n2, 1, m2)
+    assert any(f.match.eth_dst == m2 for f in net.nodes[n1].table.flows.values())
+    for node in net.nodes.values():
+        node.received[1].clear()
+
+    announcement = garp.gratuitous_arp(m3, OVERLAY_IP)  # n3's host took the address over
+    net.inject(n3, 1, announcement)
+    (heard,) = net.nodes[n1].received[1]
+    arp = garp.parse_arp(heard)
+    assert arp is not None and arp.is_gratuitous and (str(arp.sender_ip), arp.sender_mac) == (OVERLAY_IP, m3)
+
+    # n1's ARP cache now says m3: the next echo reaches n3 with no time passing (no idle timeouts).
+    echo = eth(m3, m1)
+    net.inject(n1, 1, echo)
+    assert net.nodes[n3].received[1] == [echo]
+    assert net.nodes[n2].received[1] == [announcement]
 
 
-class _Ev:
-    def __init__(self, msg: object) -> None:
-        self.msg = msg
+@pytest.mark.parametrize("seed", [1, 7, 42, 99])
+def test_a_mac_moving_to_another_node_has_its_stale_flows_deleted_wherever_the_frb_goes(seed: int) -> None:
+    """The same MAC (a migrated VM or container) moves from n2 to n3 and announces itself."""
+    net, ids, _ = build_network(16, seed)
+    n1, n2, n3 = ids[0], ids[5], ids[11]
+    m1, moving = host_mac(net, n1), "02:00:00:00:be:ef"
+    old_port, new_port = net.add_leaf(n2, "app"), net.add_leaf(n3, "app")
+    talk(net, n1, 1, m1, n2, old_port, moving)
+    assert net.nodes[n2].received[old_port][-1] == eth(moving, m1)
+    had_flows = {n for n in ids if any(f.match.eth_dst == moving for f in net.nodes[n].table.flows.values())}
+    assert n1 in had_flows and len(had_flows) >= 2
 
+    net.inject(n3, new_port, garp.gratuitous_arp(moving, OVERLAY_IP))
+    # Every flow towards the MAC that is left leads where the MAC is now learned.
+    for nid in ids:
+        node = net.nodes[nid]
+        entry = node.switch.learning.lookup(moving, net.now)
+        assert entry is not None, f"node {nid:x} did not hear the announcement"
+        stale = [f for f in node.table.flows.values() if f.match.eth_dst == moving and f.out_port != entry.port]
+        assert stale == [], f"node {nid:x}"
 
-def test_app_classifies_ports_by_the_tunnel_queue_and_switches_packets() -> None:
-    from os_ken.ofproto import ofproto_v1_3_parser as parser
-
-    from evio.sdn.ofapp import BoundedFloodApp, ControllerConfig
-
-    events: list[tuple[str, dict]] = []
-    config = ControllerConfig(node_id=100, clock=lambda: 1.0, observer=lambda what, d: events.append((what, d)))
-    app = BoundedFloodApp(evio_controller=config)
-    dp = FakeDatapath()
-    app.switch_features(_Ev(_Msg(datapath=dp)))
-    assert len(dp.sent) == 4  # clear, table-miss, FRB rule, port description request
-    local = dp.ofproto.OFPP_LOCAL
-
-    def desc(no: int, name: str, mac: str) -> object:
-        return parser.OFPPort(no, mac, name.encode(), 0, 0, 0, 0, 0, 0, 0, 0)
-
-    app.port_desc_reply(_Ev(_Msg(body=[desc(local, "evobr", H1)])))
-    config.tunnel_ports.peer_up("evot200", 200)  # announced before the TAP joins the bridge
-    add = dp.ofproto.OFPPR_ADD
-    app.port_status(_Ev(_Msg(datapath=dp, reason=add, desc=desc(2, "evot200", "02:00:00:00:00:99"))))
-    assert app.switch.ports[local].kind is PortKind.LEAF
-    assert app.switch.ports[2].kind is PortKind.PEER and app.switch.ports[2].peer == 200
-    assert [e for e, _ in events] == ["switch_features", "port_added", "port_added"]
-    dp.sent.clear()
-
-    app.packet_in(_Ev(_Msg(match={"in_port": local}, data=arp_request(H1))))
-    (frb_out,) = dp.sent
-    assert frb_out.actions[0].port == 2 and frb.parse(frb_out.data).header.root_nid == 100
-
-    app.port_status(_Ev(_Msg(datapath=dp, reason=dp.ofproto.OFPPR_DELETE, desc=desc(2, "evot200", H2))))
-    assert 2 not in app.switch.ports
-    assert events[-1] == ("port_removed", {"port": 2, "name": "evot200"})
-
-
-def test_a_failing_handler_is_logged_and_counted_not_raised_into_os_ken() -> None:
-    from evio.sdn.ofapp import BoundedFloodApp, ControllerConfig
-
-    app = BoundedFloodApp(evio_controller=ControllerConfig(node_id=100))
-
-    def broken(*_: object) -> list:
-        raise RuntimeError("bug")
-
-    app.switch.packet_in = broken  # type: ignore[method-assign,assignment]
-    app.packet_in(_Ev(_Msg(match={"in_port": 1}, data=b"\x00" * 60)))
-    assert app.handler_errors == 1
+    before = len(net.nodes[n2].received[old_port])
+    echo = eth(moving, m1, payload=b"after the move".ljust(46, b"."))
+    net.inject(n1, 1, echo)
+    assert net.nodes[n3].received[new_port][-1] == echo
+    assert len(net.nodes[n2].received[old_port]) == before
 
 
 def test_malformed_frbs_from_one_peer_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:

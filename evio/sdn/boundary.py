@@ -1,0 +1,256 @@
+"""The thread boundary between the daemon (asyncio) and the SDN controller (os-ken's thread).
+
+The daemon runs asyncio in the main thread and os-ken, with its native
+(thread) hub, beside it (DESIGN.md section 1). Everything that crosses is a
+small frozen dataclass defined here; there is no string-named bus.
+
+Into the controller (`ControllerCommand`, any thread -> os-ken thread):
+`CommandQueue.put`, drained by the app before every OpenFlow event and on its
+tick. `put` also wakes the app's ticker, so a command takes effect within
+milliseconds, not at the next tick.
+
+- `AttachOverlay`: an overlay's bridge, known by the datapath id it was
+  created with (`evio.bridge.datapath_id_for`). One controller serves every
+  overlay of the node, one bridge each. A switch that connects before its
+  overlay is attached waits until it is.
+- `DetachOverlay`: forget an overlay (its bridge is being deleted).
+- `PeerPortUp` / `PeerPortDown`: which TAP leads to which peer. The tunnel
+  side announces a TAP before adding it to the bridge, so its port comes up as
+  a peer port rather than flapping from leaf to peer.
+
+Out of the controller (`ControllerEvent`, os-ken thread -> asyncio): an
+`EventSink.emit`; `AsyncioEventSink` hands each event to the loop with
+`call_soon_threadsafe` and the daemon awaits `get()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, Protocol
+
+from evio.config.model import OnDemandConfig
+from evio.overlay.node_id import format_node_id
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------- commands: asyncio -> os-ken
+
+
+@dataclass(frozen=True, slots=True)
+class AttachOverlay:
+    overlay: str
+    datapath_id: int
+    node_id: int
+    flow_idle_timeout: int = 30
+    mac_max_age: float = 300.0
+    on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class DetachOverlay:
+    overlay: str
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPortUp:
+    overlay: str
+    port_name: str
+    peer: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPortDown:
+    overlay: str
+    port_name: str
+
+
+ControllerCommand = AttachOverlay | DetachOverlay | PeerPortUp | PeerPortDown
+
+
+class CommandQueue:
+    """Commands for the controller; `put` from any thread, `drain` in the os-ken thread."""
+
+    def __init__(self) -> None:
+        self._commands: queue.SimpleQueue[ControllerCommand] = queue.SimpleQueue()
+        self._wake = threading.Event()
+
+    def put(self, command: ControllerCommand) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    def attach(self, overlay: str, datapath_id: int, node_id: int, **settings: Any) -> None:
+        self.put(AttachOverlay(overlay, datapath_id, node_id, **settings))
+
+    def detach(self, overlay: str) -> None:
+        self.put(DetachOverlay(overlay))
+
+    def peer_up(self, overlay: str, port_name: str, peer: int) -> None:
+        self.put(PeerPortUp(overlay, port_name, peer))
+
+    def peer_down(self, overlay: str, port_name: str) -> None:
+        self.put(PeerPortDown(overlay, port_name))
+
+    def drain(self) -> list[ControllerCommand]:
+        out: list[ControllerCommand] = []
+        while True:
+            try:
+                out.append(self._commands.get_nowait())
+            except queue.Empty:
+                return out
+
+    def wake(self) -> None:
+        """Wake a waiter without a command (the app is stopping)."""
+        self._wake.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a command is put or `timeout` passes; True if woken by a command."""
+        woken = self._wake.wait(timeout)
+        self._wake.clear()
+        return woken
+
+
+# ---------------------------------------------------------------------- events: os-ken -> asyncio
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchConnected:
+    overlay: str
+    datapath_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchDisconnected:
+    overlay: str
+    datapath_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PortAdded:
+    overlay: str
+    port_no: int
+    name: str
+    kind: str  # "leaf" or "peer" (evio.sdn.switch.PortKind values)
+    peer: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PortRemoved:
+    overlay: str
+    port_no: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class OnDemandWanted:
+    """Traffic with `peer`'s leaves is above the threshold and `peer` is not adjacent: link to it."""
+
+    overlay: str
+    peer: int
+    bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class OnDemandIdle:
+    """The on-demand link asked for `peer` carried less than the threshold for the idle timeout."""
+
+    overlay: str
+    peer: int
+
+
+@dataclass(frozen=True, slots=True)
+class DropCounts:
+    """Totals so far, sent when they changed: `drops` by `evio.sdn.switch.Drop` name,
+    `frb_errors` by `evio.sdn.frb.FrbReason` name."""
+
+    overlay: str
+    drops: Mapping[str, int]
+    frb_errors: Mapping[str, int]
+
+
+ControllerEvent = (
+    SwitchConnected | SwitchDisconnected | PortAdded | PortRemoved | OnDemandWanted | OnDemandIdle | DropCounts
+)
+
+
+class EventSink(Protocol):
+    def emit(self, event: ControllerEvent) -> None:
+        """Called in the os-ken thread; must not block."""
+        ...
+
+
+class AsyncioEventSink:
+    """Delivers controller events into an asyncio loop; the daemon awaits `get()` in that loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[ControllerEvent] = asyncio.Queue()
+        self.lost = 0  # events emitted after the loop closed
+
+    def emit(self, event: ControllerEvent) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # the loop is closed: the daemon is going away
+            self.lost += 1
+
+    async def get(self) -> ControllerEvent:
+        return await self._queue.get()
+
+
+class CollectingSink:
+    """Keeps every event in a list (thread-safe); for tests and the standalone controller."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: list[ControllerEvent] = []
+
+    def emit(self, event: ControllerEvent) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    @property
+    def events(self) -> list[ControllerEvent]:
+        with self._lock:
+            return list(self._events)
+
+
+class JsonLinesSink:
+    """Writes each event as one JSON object per line (the standalone controller's `--events`)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def emit(self, event: ControllerEvent) -> None:
+        line = json.dumps(event_as_dict(event))
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+
+def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
+    """A JSON-ready form: {"event": class name, fields...}; node ids as 32 hex digits."""
+    fields = asdict(event)
+    for key in ("peer",):
+        if isinstance(fields.get(key), int):
+            fields[key] = format_node_id(fields[key])
+    if "datapath_id" in fields:
+        fields["datapath_id"] = f"{fields['datapath_id']:016x}"
+    for key in ("drops", "frb_errors"):
+        if key in fields:
+            fields[key] = dict(fields[key])
+    return {"event": type(event).__name__, **fields}
+
+
+@dataclass
+class ControllerChannel:
+    """Both directions of the boundary, as the daemon hands them to the controller."""
+
+    events: EventSink
+    commands: CommandQueue = field(default_factory=CommandQueue)

@@ -1,0 +1,165 @@
+"""One overlay's bridge as the controller sees it: pure, one instance per datapath.
+
+It joins what the os-ken adapter learns from the switch (ports by number and
+name, packets, flow byte counters) with what the daemon tells it through the
+boundary (which TAP leads to which peer), and drives the Bounded Flood logic
+(`BoundedFloodSwitch`) and the on-demand policy. Every method returns what
+to send to the switch (`evio.sdn.flow_actions`) and what to tell the daemon
+(`evio.sdn.boundary` events); the adapter does both. No clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from evio.overlay.node_id import format_node_id
+from evio.sdn.boundary import (
+    AttachOverlay,
+    ControllerEvent,
+    DropCounts,
+    OnDemandIdle,
+    OnDemandWanted,
+    PortAdded,
+    PortRemoved,
+    SwitchConnected,
+    SwitchDisconnected,
+)
+from evio.sdn.flow_actions import FlowAction, FlowMatch
+from evio.sdn.on_demand import FlowRates, OnDemandPolicy, WantOnDemand, traffic_by_peer
+from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
+
+log = logging.getLogger(__name__)
+
+
+def switch_mac_for(node_id: int) -> str:
+    """A locally administered unicast MAC for the FRBs a switch originates, from the node id."""
+    return "02:" + (node_id & 0xFF_FFFF_FFFF).to_bytes(5, "big").hex(":")
+
+
+@dataclass
+class Step:
+    """What one input leads to: flow changes and packets for the switch, events for the daemon."""
+
+    actions: list[FlowAction] = field(default_factory=list)
+    events: list[ControllerEvent] = field(default_factory=list)
+
+    def __iadd__(self, other: Step) -> Step:
+        self.actions += other.actions
+        self.events += other.events
+        return self
+
+
+class OverlaySwitch:
+    def __init__(self, settings: AttachOverlay) -> None:
+        self.settings = settings
+        self.switch = BoundedFloodSwitch(settings.node_id, switch_mac_for(settings.node_id),
+                                         settings.flow_idle_timeout, settings.mac_max_age)
+        self.on_demand = OnDemandPolicy(settings.on_demand)
+        self.rates = FlowRates()
+        self.peer_by_name: dict[str, int] = {}
+        self.port_desc: dict[int, tuple[str, str]] = {}  # port number -> (name, hw_addr)
+        self.connected = False
+        self._reported: tuple[dict[str, int], dict[str, int]] | None = None
+
+    @property
+    def overlay(self) -> str:
+        return self.settings.overlay
+
+    @property
+    def datapath_id(self) -> int:
+        return self.settings.datapath_id
+
+    # ---------------------------------------------------------------- the switch's connection
+
+    def switch_connected(self) -> list[ControllerEvent]:
+        """The bridge connected; the adapter has cleared its flows, so byte counters start over."""
+        self.connected = True
+        self.rates.reset()
+        log.info("switch connected overlay=%s dpid=%016x node=%s", self.overlay, self.datapath_id,
+                 format_node_id(self.settings.node_id))
+        return [SwitchConnected(self.overlay, self.datapath_id)]
+
+    def switch_disconnected(self, now: float) -> list[ControllerEvent]:
+        """Forget the ports (their numbers may differ when it comes back); keep the peer names."""
+        self.connected = False
+        for port_no in list(self.switch.ports):
+            self.switch.port_removed(port_no, now)  # nothing to send: there is no switch
+        self.port_desc.clear()
+        self.rates.reset()
+        log.warning("switch disconnected overlay=%s dpid=%016x", self.overlay, self.datapath_id)
+        return [SwitchDisconnected(self.overlay, self.datapath_id)]
+
+    # ---------------------------------------------------------------- ports
+
+    def peer_up(self, port_name: str, peer: int, now: float) -> Step:
+        self.peer_by_name[port_name] = peer
+        return self._reclassify(port_name, now)
+
+    def peer_down(self, port_name: str, now: float) -> Step:
+        self.peer_by_name.pop(port_name, None)
+        return self._reclassify(port_name, now)
+
+    def _reclassify(self, port_name: str, now: float) -> Step:
+        # A port already on the bridge changes kind now that we know where it leads.
+        step = Step()
+        for port_no, (name, hw_addr) in list(self.port_desc.items()):
+            if name == port_name:
+                step += self.port_up(port_no, name, hw_addr, now)
+        return step
+
+    def port_up(self, port_no: int, name: str, hw_addr: str, now: float) -> Step:
+        """The switch described a port (at connect or when it was added or changed)."""
+        self.port_desc[port_no] = (name, hw_addr)
+        peer = self.peer_by_name.get(name)
+        if peer is not None:
+            port = SwitchPort(port_no, name, PortKind.PEER, peer)
+        else:
+            port = SwitchPort(port_no, name, PortKind.LEAF, None, hw_addr)
+        if self.switch.ports.get(port_no) == port:
+            return Step()
+        actions = self.switch.port_added(port, now)
+        return Step(actions, [PortAdded(self.overlay, port_no, name, port.kind.value, peer)])
+
+    def port_deleted(self, port_no: int, name: str, now: float) -> Step:
+        self.port_desc.pop(port_no, None)
+        if port_no not in self.switch.ports:
+            return Step()
+        return Step(self.switch.port_removed(port_no, now), [PortRemoved(self.overlay, port_no, name)])
+
+    # ---------------------------------------------------------------- packets and flows
+
+    def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
+        return self.switch.packet_in(in_port, data, now)
+
+    def flow_removed(self, match: FlowMatch) -> list[FlowAction]:
+        return self.switch.flow_removed(match)
+
+    def expire(self, now: float) -> list[FlowAction]:
+        return self.switch.expire(now)
+
+    # ---------------------------------------------------------------- on-demand links and counters
+
+    def flow_stats(self, byte_counts: Mapping[FlowMatch, int], now: float) -> list[ControllerEvent]:
+        """One complete poll of evio's flows' byte counters."""
+        rates = self.rates.update(byte_counts, now)
+        traffic = traffic_by_peer(self.switch, rates, now)
+        adjacent = set(self.switch.peer_ports())
+        events: list[ControllerEvent] = []
+        for decision in self.on_demand.update(now, traffic, adjacent):
+            if isinstance(decision, WantOnDemand):
+                events.append(OnDemandWanted(self.overlay, decision.peer, decision.bytes_per_s))
+            else:
+                events.append(OnDemandIdle(self.overlay, decision.peer))
+        return events
+
+    def drop_report(self) -> list[ControllerEvent]:
+        """The drop counters, if they changed since the last report."""
+        drops = {reason.name: n for reason, n in sorted(self.switch.drops.items(), key=lambda i: i[0].name)}
+        errors = {reason.name: n for reason, n in sorted(self.switch.frb_parse_errors.items(),
+                                                          key=lambda i: i[0].name)}
+        if (drops, errors) == self._reported or (not drops and not errors and self._reported is None):
+            return []
+        self._reported = (drops, errors)
+        return [DropCounts(self.overlay, drops, errors)]

@@ -1,0 +1,136 @@
+"""Gratuitous ARP: the frame builder, and the announcer against a fake address feed and a fake sender."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from collections.abc import AsyncIterator
+
+import pytest
+
+from evio.sdn.address_announcer import AddressEvent, AnnouncedAddresses, GarpAnnouncer
+from evio.sdn.garp import ArpOp, gratuitous_arp, parse_arp
+
+MAC = "02:11:22:33:44:55"
+IP = ipaddress.IPv4Address("10.10.0.7")
+
+
+def test_request_form_is_an_rfc5227_announcement() -> None:
+    frame = gratuitous_arp(MAC, "10.10.0.7")
+    assert len(frame) == 60
+    assert frame[:6] == b"\xff" * 6 and frame[6:12] == bytes.fromhex("021122334455") and frame[12:14] == b"\x08\x06"
+    arp = parse_arp(frame)
+    assert arp is not None
+    assert (arp.op, arp.sender_mac, arp.sender_ip, arp.target_mac, arp.target_ip) == (
+        ArpOp.REQUEST, MAC, IP, "00:00:00:00:00:00", IP)
+    assert arp.is_gratuitous
+
+
+def test_reply_form_repeats_the_sender_mac_as_target_as_linux_requires() -> None:
+    arp = parse_arp(gratuitous_arp(MAC, IP, ArpOp.REPLY))
+    assert arp is not None and arp.op is ArpOp.REPLY and arp.target_mac == MAC and arp.is_gratuitous
+
+
+@pytest.mark.parametrize("mac", ["ff:ff:ff:ff:ff:ff", "01:00:5e:00:00:01", "00:00:00:00:00:00"])
+def test_no_announcement_from_a_group_or_zero_mac(mac: str) -> None:
+    with pytest.raises(ValueError):
+        gratuitous_arp(mac, IP)
+
+
+def test_parse_rejects_what_is_not_ethernet_ipv4_arp() -> None:
+    frame = gratuitous_arp(MAC, IP)
+    assert parse_arp(frame[:30]) is None
+    assert parse_arp(frame[:12] + b"\x08\x00" + frame[14:]) is None  # IPv4, not ARP
+    assert parse_arp(frame[:20] + b"\x00\x09" + frame[22:]) is None  # op 9
+
+
+def test_only_new_addresses_on_watched_interfaces_are_announced() -> None:
+    seen = AnnouncedAddresses({"evobr"})
+    assert seen.update(AddressEvent("evobr", IP, True))
+    assert not seen.update(AddressEvent("evobr", IP, True))  # re-reported: lifetimes, flags
+    assert not seen.update(AddressEvent("eth0", IP, True))
+    assert not seen.update(AddressEvent("evobr", IP, False))
+    assert seen.update(AddressEvent("evobr", IP, True))  # came back: announce again
+
+
+class FakeAddresses:
+    """Present addresses, then changes fed by the test."""
+
+    def __init__(self, present: list[AddressEvent]) -> None:
+        self.present = present
+        self.queue: asyncio.Queue[AddressEvent] = asyncio.Queue()
+
+    async def current(self) -> list[AddressEvent]:
+        return list(self.present)
+
+    async def changes(self) -> AsyncIterator[AddressEvent]:
+        while True:
+            yield await self.queue.get()
+
+
+class FakeSender:
+    def __init__(self, macs: dict[str, str]) -> None:
+        self.macs = macs
+        self.sent: list[tuple[str, bytes]] = []
+        self.arrived = asyncio.Event()
+
+    def hardware_address(self, ifname: str) -> str:
+        if ifname not in self.macs:
+            raise OSError(19, "No such device")
+        return self.macs[ifname]
+
+    def send(self, ifname: str, frame: bytes) -> None:
+        self.sent.append((ifname, frame))
+        self.arrived.set()
+
+
+async def wait_until(condition: object, timeout: float = 5.0) -> None:
+    async def poll() -> None:
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def test_announcer_announces_at_start_and_on_every_new_address_repeating_each() -> None:
+    other = ipaddress.IPv4Address("10.10.0.9")
+    source = FakeAddresses([AddressEvent("evobr", IP, True), AddressEvent("eth0", other, True)])
+    sender = FakeSender({"evobr": MAC})
+    announcer = GarpAnnouncer({"evobr"}, source=source, sender=sender, repeats=2, repeat_interval=0.05)
+    task = asyncio.create_task(announcer.run())
+    try:
+        await wait_until(lambda: len(sender.sent) == 4)  # two rounds of request + reply
+        packets = [parse_arp(frame) for _, frame in sender.sent]
+        assert all(p is not None and p.sender_ip == IP and p.sender_mac == MAC for p in packets)
+        assert [p.op for p in packets if p] == [ArpOp.REQUEST, ArpOp.REPLY] * 2
+
+        source.queue.put_nowait(AddressEvent("evobr", other, True))  # the address moved here
+        await wait_until(lambda: len(sender.sent) >= 5)
+        first = parse_arp(sender.sent[4][1])
+        assert first is not None and first.sender_ip == other and first.is_gratuitous
+        await wait_until(lambda: len(sender.sent) == 8)
+        assert all(name == "evobr" for name, _ in sender.sent)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_removed_address_stops_its_repeats_and_send_errors_are_counted_not_raised() -> None:
+    source = FakeAddresses([])
+    sender = FakeSender({"evobr": MAC})
+    announcer = GarpAnnouncer({"evobr", "evogone"}, source=source, sender=sender, repeats=5, repeat_interval=0.05)
+    task = asyncio.create_task(announcer.run())
+    try:
+        source.queue.put_nowait(AddressEvent("evobr", IP, True))
+        await wait_until(lambda: len(sender.sent) == 2)
+        source.queue.put_nowait(AddressEvent("evobr", IP, False))
+        source.queue.put_nowait(AddressEvent("evogone", IP, True))  # no such interface
+        await wait_until(lambda: announcer.send_errors >= 1)
+        await asyncio.sleep(0.2)  # four repeat intervals: none may come now
+        assert len(sender.sent) == 2
+        assert not task.done()
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

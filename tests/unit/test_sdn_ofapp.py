@@ -1,0 +1,322 @@
+"""The os-ken adapter without a switch: OF 1.3 encoding, several overlays on one app, the boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+from test_sdn_switch import H1, H2, arp_request, eth  # tests/unit is on sys.path
+
+from evio.config.model import OnDemandConfig
+from evio.sdn import frb
+from evio.sdn.boundary import (
+    AsyncioEventSink,
+    CollectingSink,
+    CommandQueue,
+    ControllerChannel,
+    DropCounts,
+    OnDemandWanted,
+    PortAdded,
+    PortRemoved,
+    SwitchConnected,
+    SwitchDisconnected,
+    event_as_dict,
+)
+from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
+from evio.sdn.ofapp import (
+    EVIO_COOKIE,
+    BoundedFloodApp,
+    ControllerConfig,
+    EventTick,
+    base_flows,
+    flow_byte_counts,
+    to_ofp_messages,
+)
+from evio.sdn.switch import PortKind
+
+parser = ofproto_v1_3_parser
+ofp = ofproto_v1_3
+
+
+class FakeDatapath:
+    """What the adapter needs of an os-ken Datapath: the OF 1.3 codec, an id, and send_msg."""
+
+    def __init__(self, dpid: int = 0x1234) -> None:
+        self.ofproto = ofproto_v1_3
+        self.ofproto_parser = ofproto_v1_3_parser
+        self.id = dpid
+        self.sent: list[Any] = []
+        self.xid = 0
+
+    def send_msg(self, msg: Any) -> None:
+        self.xid += 1
+        msg.set_xid(self.xid)
+        msg.serialize()  # proves the message encodes
+        self.sent.append(msg)
+
+    def packet_outs(self) -> list[Any]:
+        return [m for m in self.sent if isinstance(m, parser.OFPPacketOut)]
+
+
+class _Msg:
+    def __init__(self, **kw: object) -> None:
+        self.__dict__.update(kw)
+
+
+class _Ev:
+    def __init__(self, msg: object = None, **kw: object) -> None:
+        self.msg = msg
+        self.__dict__.update(kw)
+
+
+def desc(no: int, name: str, mac: str) -> Any:
+    return parser.OFPPort(no, mac, name.encode(), 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_app(**kw: Any) -> tuple[BoundedFloodApp, CommandQueue, CollectingSink, Clock]:
+    sink = CollectingSink()
+    channel = ControllerChannel(sink)
+    clock = Clock()
+    app = BoundedFloodApp(evio_controller=ControllerConfig(channel, clock=clock, **kw))
+    return app, channel.commands, sink, clock
+
+
+def connect(app: BoundedFloodApp, dp: FakeDatapath, ports: list[Any]) -> None:
+    app.switch_features(_Ev(_Msg(datapath=dp)))
+    app.port_desc_reply(_Ev(_Msg(datapath=dp, body=ports)))
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def test_actions_become_openflow_13_messages_that_encode() -> None:
+    dp = FakeDatapath()
+    (flow,) = to_ofp_messages(dp, AddFlow(FlowMatch(3, H1, H2), 7, 30))
+    assert (flow.command, flow.idle_timeout, flow.cookie) == (ofp.OFPFC_ADD, 30, EVIO_COOKIE)
+    assert flow.flags & ofp.OFPFF_SEND_FLOW_REM
+    assert (flow.match["in_port"], flow.match["eth_src"], flow.match["eth_dst"]) == (3, H1, H2)
+    assert flow.instructions[0].actions[0].port == 7
+    (out,) = to_ofp_messages(dp, PacketOut(5, b"abc" * 20))
+    assert out.actions[0].port == 5 and out.data == b"abc" * 20
+    by_in, by_out = to_ofp_messages(dp, DeleteFlowsOfPort(9))
+    assert by_in.match["in_port"] == 9 and by_out.out_port == 9
+    assert by_in.cookie_mask and by_out.cookie_mask  # never the base flows
+    (to_mac,) = to_ofp_messages(dp, DeleteFlowsToMac(H2))
+    assert to_mac.match["eth_dst"] == H2 and to_mac.command == ofp.OFPFC_DELETE
+    clear, miss, frb_rule = base_flows(dp)
+    assert frb_rule.match["eth_type"] == 0xC0C0 and frb_rule.priority > miss.priority
+    for msg in [flow, out, by_in, by_out, to_mac, clear, miss, frb_rule]:
+        dp.send_msg(msg)
+
+
+def test_flow_stats_become_byte_counts_of_evio_flows_only() -> None:
+    def stat(cookie: int, byte_count: int, **match: Any) -> Any:
+        return parser.OFPFlowStats(0, 1, 0, 10, 30, 0, 0, cookie, 1, byte_count, parser.OFPMatch(**match), [])
+
+    stats = [
+        stat(EVIO_COOKIE, 1500, in_port=1, eth_src=H1, eth_dst=H2),
+        stat(0, 99, in_port=1, eth_src=H1, eth_dst=H2),  # someone else's flow
+        stat(EVIO_COOKIE, 7, eth_type=0xC0C0),  # not a unicast flow
+    ]
+    assert flow_byte_counts(stats) == {FlowMatch(1, H1, H2): 1500}
+
+
+# ---------------------------------------------------------------- one app, several overlays
+
+
+def test_two_overlays_share_one_app_each_switch_known_by_its_datapath_id() -> None:
+    app, commands, sink, _ = make_app()
+    red, blue = FakeDatapath(0xAAAA), FakeDatapath(0xBBBB)
+    commands.attach("red", 0xAAAA, node_id=100)
+    commands.attach("blue", 0xBBBB, node_id=100)
+    commands.peer_up("red", "evot200", 200)  # announced before the TAP joins the bridge
+    commands.peer_up("blue", "evot300", 300)
+    connect(app, red, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    connect(app, blue, [desc(ofp.OFPP_LOCAL, "evoblue", H2), desc(2, "evot300", "02:00:00:00:00:98")])
+
+    assert set(app.overlays) == {"red", "blue"}
+    assert app.overlays["red"].switch.ports[2].peer == 200
+    assert app.overlays["blue"].switch.ports[2].peer == 300
+    assert app.overlays["blue"].switch.ports[ofp.OFPP_LOCAL].kind is PortKind.LEAF
+    connected = [e for e in sink.events if isinstance(e, SwitchConnected)]
+    assert connected == [SwitchConnected("red", 0xAAAA), SwitchConnected("blue", 0xBBBB)]
+    added = {(e.overlay, e.name, e.kind) for e in sink.events if isinstance(e, PortAdded)}
+    assert added == {("red", "evored", "leaf"), ("red", "evot200", "peer"),
+                     ("blue", "evoblue", "leaf"), ("blue", "evot300", "peer")}
+    # Each switch got its own base flows and port request; the peer ports their leaf announcements.
+    for dp in (red, blue):
+        assert [type(m).__name__ for m in dp.sent[:4]] == ["OFPFlowMod"] * 3 + ["OFPPortDescStatsRequest"]
+
+    # A broadcast on red goes out of red only, as an FRB rooted here.
+    red.sent.clear()
+    blue.sent.clear()
+    app.packet_in(_Ev(_Msg(datapath=red, match={"in_port": ofp.OFPP_LOCAL}, data=arp_request(H1))))
+    (frb_out,) = red.packet_outs()
+    assert frb_out.actions[0].port == 2 and frb.parse(frb_out.data).header.root_nid == 100
+    assert blue.sent == []
+    assert app.overlays["blue"].switch.learning.lookup(H1, 100.0) is None
+
+    # A port going on blue touches blue only.
+    app.port_status(_Ev(_Msg(datapath=blue, reason=ofp.OFPPR_DELETE, desc=desc(2, "evot300", H2))))
+    assert 2 not in app.overlays["blue"].switch.ports and 2 in app.overlays["red"].switch.ports
+    assert sink.events[-1] == PortRemoved("blue", 2, "evot300")
+
+
+def test_a_switch_that_connects_before_its_overlay_is_attached_waits_for_it() -> None:
+    app, commands, sink, _ = make_app()
+    dp = FakeDatapath(0xCAFE)
+    app.switch_features(_Ev(_Msg(datapath=dp)))
+    assert dp.sent == [] and sink.events == []
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 1}, data=arp_request(H1))))  # ignored, not raised
+    assert app.handler_errors == 0
+
+    commands.attach("green", 0xCAFE, node_id=7)
+    app.tick(EventTick(periodic=False))
+    assert sink.events == [SwitchConnected("green", 0xCAFE)]
+    assert isinstance(dp.sent[-1], parser.OFPPortDescStatsRequest)
+
+
+def test_a_tunnel_port_announced_after_it_joined_turns_from_leaf_to_peer() -> None:
+    app, commands, sink, _ = make_app()
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100)
+    connect(app, dp, [desc(5, "evot200", "02:00:00:00:00:99")])
+    assert app.overlays["red"].switch.ports[5].kind is PortKind.LEAF
+    commands.peer_up("red", "evot200", 200)
+    app.tick(EventTick(periodic=False))
+    assert app.overlays["red"].switch.ports[5].peer == 200
+    assert sink.events[-1] == PortAdded("red", 5, "evot200", "peer", 200)
+
+
+def test_switch_disconnect_is_reported_and_forgets_its_ports_until_it_returns() -> None:
+    app, commands, sink, _ = make_app()
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100)
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(5, "evot200", "02:00:00:00:00:99")])
+    app.switch_gone(_Ev(datapath=dp))
+    assert sink.events[-1] == SwitchDisconnected("red", 1)
+    assert app.overlays["red"].switch.ports == {}
+    again = FakeDatapath(1)
+    connect(app, again, [desc(6, "evot200", "02:00:00:00:00:99")])
+    assert app.overlays["red"].switch.ports[6].peer == 200  # the tunnel's name is still known
+
+
+def test_tick_polls_flow_counters_and_a_busy_distant_peer_is_reported() -> None:
+    app, commands, sink, clock = make_app(stats_interval=5.0)
+    dp = FakeDatapath(1)
+    on_demand = OnDemandConfig(threshold_bytes_per_s=1000.0, idle_timeout=30.0)
+    commands.attach("red", 1, node_id=100, on_demand=on_demand)
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    # H2 lives behind node 300 (not adjacent), reached through 200: its FRB taught us so.
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
+                           data=frb.pack(frb.broadcast(arp_request(H2), 300, 100, 2)))))
+
+    def poll(byte_count: int) -> None:
+        dp.sent.clear()
+        app.tick(EventTick(periodic=True))
+        (request,) = [m for m in dp.sent if isinstance(m, parser.OFPFlowStatsRequest)]
+        assert (request.cookie, request.cookie_mask) == (EVIO_COOKIE, 0xFFFF_FFFF_FFFF_FFFF)
+        stat = parser.OFPFlowStats(0, 1, 0, 10, 30, 0, 0, EVIO_COOKIE, 1, byte_count,
+                                   parser.OFPMatch(in_port=ofp.OFPP_LOCAL, eth_src=H1, eth_dst=H2), [])
+        # The reply comes in two parts; only the whole one counts.
+        app.flow_stats_reply(_Ev(_Msg(datapath=dp, body=[], flags=ofp.OFPMPF_REPLY_MORE)))
+        app.flow_stats_reply(_Ev(_Msg(datapath=dp, body=[stat], flags=0)))
+
+    poll(0)
+    clock.now += 5
+    poll(50_000)
+    assert [e for e in sink.events if isinstance(e, OnDemandWanted)] == [OnDemandWanted("red", 300, 10_000.0)]
+    clock.now += 1
+    dp.sent.clear()
+    app.tick(EventTick(periodic=True))  # before stats_interval: no new poll
+    assert not any(isinstance(m, parser.OFPFlowStatsRequest) for m in dp.sent)
+
+
+def test_drop_counters_are_reported_when_they_change() -> None:
+    app, commands, sink, clock = make_app(drop_report_interval=10.0)
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100)
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(2, "evot200", "02:00:00:00:00:99")])
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=b"\xff" * 6 + bytes.fromhex(H2.replace(":", ""))
+                           + b"\xc0\xc0" + b"\x00" * 10)))
+    app.tick(EventTick(periodic=True))
+    (report,) = [e for e in sink.events if isinstance(e, DropCounts)]
+    assert report.drops == {"MALFORMED_FRB": 1} and report.frb_errors == {"TOO_SHORT": 1}
+    clock.now += 20
+    app.tick(EventTick(periodic=True))
+    assert len([e for e in sink.events if isinstance(e, DropCounts)]) == 1  # unchanged: not again
+
+
+def test_a_failing_handler_is_logged_and_counted_not_raised_into_os_ken() -> None:
+    app, commands, _, _ = make_app()
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100)
+    connect(app, dp, [])
+
+    def broken(*_: object) -> list:
+        raise RuntimeError("bug")
+
+    app.overlays["red"].switch.packet_in = broken  # type: ignore[method-assign,assignment]
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 1}, data=eth(H2, H1))))
+    assert app.handler_errors == 1
+
+
+# ---------------------------------------------------------------- the boundary
+
+
+def test_putting_a_command_wakes_the_waiter_at_once() -> None:
+    commands = CommandQueue()
+    woke = threading.Event()
+
+    def waiter() -> None:
+        if commands.wait(timeout=30.0):
+            woke.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    commands.peer_up("red", "evot1", 5)
+    thread.join(timeout=5.0)
+    assert woke.is_set()
+    assert [c.port_name for c in commands.drain()] == ["evot1"]  # type: ignore[union-attr]
+    assert commands.drain() == []
+
+
+async def test_events_cross_from_another_thread_into_the_asyncio_loop() -> None:
+    sink = AsyncioEventSink(asyncio.get_running_loop())
+    thread = threading.Thread(target=lambda: sink.emit(OnDemandWanted("red", 0xAB, 5.0)))
+    thread.start()
+    event = await asyncio.wait_for(sink.get(), timeout=5.0)
+    thread.join()
+    assert event == OnDemandWanted("red", 0xAB, 5.0)
+    assert event_as_dict(event) == {"event": "OnDemandWanted", "overlay": "red", "peer": f"{0xAB:032x}",
+                                    "bytes_per_s": 5.0}
+
+
+def test_an_event_after_the_loop_closed_is_counted_not_raised() -> None:
+    loop = asyncio.new_event_loop()
+    sink = AsyncioEventSink(loop)
+    loop.close()
+    sink.emit(SwitchConnected("red", 1))
+    assert sink.lost == 1
+
+
+@pytest.mark.parametrize("event", [SwitchConnected("red", 0x1F), DropCounts("red", {"RUNT": 2}, {})])
+def test_events_have_a_json_form(event: Any) -> None:
+    import json
+
+    as_json = json.loads(json.dumps(event_as_dict(event)))
+    assert as_json["event"] == type(event).__name__ and as_json["overlay"] == "red"
