@@ -1,0 +1,275 @@
+"""16-32 overlay controllers in one process: real signaling logic over FakeSignalHub, fake tunnels.
+
+Each test builds a `FakeOverlay` (evio.testing.fake_links) and waits for
+conditions with a deadline; nothing sleeps for a fixed time. Timings are
+shortened (debounce, periodic evaluation, backoff) so the scenarios take
+seconds, but the code paths are the daemon's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from evio.config.model import OnDemandConfig, TopologyConfig
+from evio.overlay.adjacency import LinkState, LinkType
+from evio.overlay.adjacency_events import LinkDown
+from evio.overlay.controller import Timings
+from evio.testing.fake_links import FakeOverlay
+
+FAST = Timings(
+    reevaluate_interval=0.15, membership_debounce=0.05, membership_max_delay=0.3, settle_after_login=0.1,
+    request_timeout=2.0, collision_wait=1.0, orphan_grace=1.0, refused_retry=0.2, backoff_base=0.2,
+    backoff_cap=2.0, await_tunnel=5.0, connect_timeout=4.0, change_rate=50.0, change_burst=16,
+)
+DEADLINE = 30.0  # generous: the machine is shared; a healthy run takes well under a second per phase
+
+
+async def until(condition: Callable[[], bool], timeout: float = DEADLINE, what: str = "condition") -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout} s")
+        await asyncio.sleep(0.005)
+
+
+async def evaluations_pass(ov: FakeOverlay, count: int = 3) -> None:
+    """Wait until every controller has woken up `count` more times (evaluated, or paused)."""
+    start = {nid: node.controller.core.ticks for nid, node in ov.nodes.items()}
+    await until(
+        lambda: all(node.controller.core.ticks >= start[nid] + count for nid, node in ov.nodes.items()),
+        what=f"{count} more evaluations everywhere",
+    )
+
+
+def tunnel_counts(ov: FakeOverlay) -> tuple[int, int]:
+    return ov.network.setups, ov.network.teardowns
+
+
+async def settled(ov: FakeOverlay) -> None:
+    """Converged, and a whole round of evaluations changed no tunnel."""
+    await until(lambda: not ov.missing_successors(), what="Symphony ring")
+    while True:
+        before = tunnel_counts(ov)
+        await evaluations_pass(ov)
+        if tunnel_counts(ov) == before:
+            return
+
+
+@pytest.fixture
+async def overlay() -> AsyncIterator[FakeOverlay]:
+    ov = FakeOverlay(timings=FAST, seed=11)
+    try:
+        yield ov
+    finally:
+        await ov.close()
+        # Nothing of any controller is left: no tunnel, no task.
+        assert ov.network.open_tunnels() == 0
+        for node in [*ov.nodes.values(), *ov.gone]:
+            assert node.controller.pending_tasks() == 0
+            assert node.controller.core.tracked_peers() == 0
+            assert node.announced() == set(), "every LinkUp got its LinkDown"
+            assert node.event_errors == []
+
+
+def assert_exact_events(ov: FakeOverlay) -> None:
+    for node in [*ov.nodes.values(), *ov.gone]:
+        assert node.event_errors == []
+        up = {p for p, i in node.controller.adjacency().items() if i.state is LinkState.UP} if node in ov.nodes.values() else set()
+        assert node.announced() == up
+
+
+async def test_sixteen_nodes_converge_to_symphony_and_stop_changing(overlay: FakeOverlay) -> None:
+    ids = overlay.random_ids(16)
+    await asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=2)) for nid in ids))
+    await settled(overlay)
+    assert overlay.connected()
+    # Each node holds its s successors and k = floor(log2 16) = 4 long-distance links at most.
+    for nid, node in overlay.nodes.items():
+        held = [overlay.network.tunnel(nid, p) for p in overlay.successors_of(nid, 2)]
+        assert all(t is not None for t in held)
+        long_distance = [
+            p for p, i in node.controller.adjacency().items()
+            if i.link_type is LinkType.LONG_DISTANCE and node.controller.core.view().outgoing.get(p) is not None
+        ]
+        assert len(long_distance) <= 4
+    # The ring is closed: following successor links from any node visits every node.
+    ring = overlay.ring()
+    for a, b in zip(ring, ring[1:] + ring[:1]):
+        assert frozenset((a, b)) in overlay.network.up_pairs()
+    before = tunnel_counts(overlay)
+    await evaluations_pass(overlay, 5)
+    assert tunnel_counts(overlay) == before
+    assert_exact_events(overlay)
+
+
+async def test_e5_mixed_settings_form_one_overlay_that_stops_changing(overlay: FakeOverlay) -> None:
+    """Paper E5: nodes 1-8 s=1 k=log n no OND; 9-16 s=2 k=1 OND; 17-24 s=2 k=log n no OND; 25-32 OND."""
+    ids = sorted(overlay.random_ids(32))
+    groups = [
+        TopologyConfig(successors=1, on_demand=OnDemandConfig(enabled=False)),
+        TopologyConfig(successors=2, long_distance=1, on_demand=OnDemandConfig(enabled=True)),
+        TopologyConfig(successors=2, on_demand=OnDemandConfig(enabled=False)),
+        TopologyConfig(successors=2, on_demand=OnDemandConfig(enabled=True)),
+    ]
+    await asyncio.gather(*(overlay.add(nid, groups[i // 8]) for i, nid in enumerate(ids)))
+    # The SDN side of every on-demand node asks for a link across the ring.
+    wanted = {ids[i]: ids[(i + 16) % 32] for i in range(32) if groups[i // 8].on_demand.enabled}
+    for nid, peer in wanted.items():
+        overlay.nodes[nid].controller.request_on_demand(peer)
+    overlay.nodes[ids[0]].controller.request_on_demand(ids[16])  # disabled here: ignored
+    await settled(overlay)
+    assert overlay.connected()
+    for nid, peer in wanted.items():
+        assert frozenset((nid, peer)) in overlay.network.up_pairs()
+    held = overlay.nodes[ids[0]].controller.core.view().outgoing.get(ids[16])
+    assert held is None or held.type is not LinkType.ON_DEMAND
+    # Incoming long-distance links held by the peer alone stay within each node's cap.
+    for i, nid in enumerate(ids):
+        cap = groups[i // 8].incoming_long_distance_cap(32)
+        alone = sum(
+            1 for other in overlay.nodes.values()
+            if (link := other.controller.core.view().outgoing.get(nid)) is not None
+            and link.type is LinkType.LONG_DISTANCE
+            and overlay.nodes[nid].controller.core.view().outgoing.get(other.node_id) is None
+        )
+        assert alone <= cap
+    stable = tunnel_counts(overlay)
+    await evaluations_pass(overlay, 5)
+    assert tunnel_counts(overlay) == stable, "links still changing in a stable overlay"
+    assert_exact_events(overlay)
+
+
+@pytest.mark.parametrize("successors", [1, 2])
+async def test_repairs_after_a_node_leaves_or_crashes(overlay: FakeOverlay, successors: int) -> None:
+    ids = overlay.random_ids(16)
+    await asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=successors, long_distance=1)) for nid in ids))
+    await settled(overlay)
+    partitions: list[str] = []
+
+    def watch() -> None:
+        if not overlay.connected():
+            partitions.append("partitioned")
+
+    # A graceful leave: its peers repair; with s = 2 the overlay never splits meanwhile.
+    leaving = overlay.ring()[3]
+    predecessor = overlay.ring()[2]
+    for node in overlay.nodes.values():
+        node.controller.subscribe(lambda event: watch())
+    await overlay.leave(leaving)
+    await until(lambda: not overlay.missing_successors(), what="repair after leave")
+    assert frozenset((predecessor, overlay.successors_of(predecessor, 1)[0])) in overlay.network.up_pairs()
+    # A crash: no release, tunnels die, presence goes.
+    crashed = overlay.ring()[7]
+    await overlay.kill(crashed)
+    await until(lambda: not overlay.missing_successors(), what="repair after crash")
+    assert overlay.connected()
+    if successors == 2:
+        assert partitions == []
+    await settled(overlay)
+    assert_exact_events(overlay)
+
+
+async def test_joins_never_leave_a_node_below_s_successors(overlay: FakeOverlay) -> None:
+    s = 2
+    ids = overlay.random_ids(24)
+    await asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=s)) for nid in ids[:16]))
+    await settled(overlay)
+    below: list[int] = []
+    watching = True
+
+    async def monitor() -> None:
+        while watching:
+            below.extend(nid for nid in ids[:16] if overlay.nodes[nid].controller.core.view().successors_up() < s)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(monitor())
+    try:
+        await asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=s)) for nid in ids[16:]))
+        await settled(overlay)
+    finally:
+        watching = False
+        await task
+    assert below == []
+    assert_exact_events(overlay)
+
+
+async def test_tunnels_stay_up_while_signaling_is_down(overlay: FakeOverlay) -> None:
+    ids = overlay.random_ids(16)
+    await asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=2)) for nid in ids))
+    await settled(overlay)
+    up = overlay.network.up_pairs()
+    downs_before = sum(isinstance(e, LinkDown) for n in overlay.nodes.values() for e in n.events)
+    overlay.hub.stop_server()
+    await until(lambda: all(not n.controller.core.connected for n in overlay.nodes.values()))
+    assert all(n.controller.core.members == frozenset() for n in overlay.nodes.values())
+    await evaluations_pass(overlay, 3)  # every controller woke up several times meanwhile
+    assert overlay.network.up_pairs() == up
+    overlay.hub.start_server()
+    await until(lambda: all(len(n.client.peers(overlay.overlay)) == 15 for n in overlay.nodes.values()))
+    await settled(overlay)
+    assert overlay.network.up_pairs() == up
+    assert overlay.network.teardowns == 0
+    assert sum(isinstance(e, LinkDown) for n in overlay.nodes.values() for e in n.events) == downs_before
+
+
+async def test_two_nodes_starting_together_make_one_tunnel(overlay: FakeOverlay) -> None:
+    ids = overlay.random_ids(2)
+    nodes = [await overlay.add(nid, TopologyConfig(successors=1), start_controller=False) for nid in ids]
+    await until(lambda: all(len(n.client.peers(overlay.overlay)) == 1 for n in nodes))
+    for node in nodes:  # the same loop turn: their first evaluations coincide
+        await node.controller.start()
+    await settled(overlay)
+    assert overlay.network.setups == 1 and overlay.network.failed_setups == 0
+    for node in nodes:
+        (info,) = node.controller.adjacency().values()
+        assert info.link_type is LinkType.SUCCESSOR and info.state is LinkState.UP
+
+
+async def test_a_failing_peer_is_backed_off_bypassed_and_retried() -> None:
+    ov = FakeOverlay(timings=FAST, seed=5, fail_delay=0.01)
+    try:
+        ids = ov.random_ids(8)
+        ring = sorted(ids)
+        a, b, c = ring[0], ring[1], ring[2]
+        ov.network.block(a, b)
+        await asyncio.gather(*(ov.add(nid, TopologyConfig(successors=1, long_distance=0)) for nid in ids))
+        # a cannot reach its successor b: it links to c meanwhile, so the ring is not cut.
+        await until(lambda: frozenset((a, c)) in ov.network.up_pairs(), what="bypass of the failing successor")
+        start = ov.nodes[a].links.connects
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await until(lambda: ov.nodes[a].links.connects >= start + 3, what="retries")
+        # Exponential: three more attempts took at least 0.1 + 0.2 + 0.4 s (half of each nominal delay).
+        assert loop.time() - t0 >= 0.6
+        assert ov.network.up_pairs() >= {frozenset((a, c))}
+        ov.network.unblock(a, b)
+        await until(lambda: not ov.missing_successors(), what="link to b after the fault clears")
+        await until(lambda: frozenset((a, c)) not in ov.network.up_pairs() or ov.nodes[a].controller.core.view().outgoing.get(c) is None)
+        assert ov.nodes[a].controller.core.backed_off(loop.time()) == set()
+    finally:
+        await ov.close()
+    assert ov.network.open_tunnels() == 0
+
+
+async def test_on_demand_requests_honoured_within_max_links(overlay: FakeOverlay) -> None:
+    ids = sorted(overlay.random_ids(16))
+    limited = TopologyConfig(successors=1, long_distance=0, on_demand=OnDemandConfig(max_links=2))
+    await asyncio.gather(*(overlay.add(nid, limited) for nid in ids))
+    await settled(overlay)
+    me = overlay.nodes[ids[0]]
+    targets = [ids[5], ids[8], ids[11]]
+    for peer in targets:
+        me.controller.request_on_demand(peer)
+    await until(lambda: sum(frozenset((ids[0], p)) in overlay.network.up_pairs() for p in targets) == 2)
+    await evaluations_pass(overlay, 3)
+    on_demand = [p for p, i in me.controller.adjacency().items() if i.link_type is LinkType.ON_DEMAND]
+    assert sorted(on_demand) == sorted(targets[:2])  # the oldest wishes first, never a third
+    # The SDN side finds one idle: it goes, and the waiting wish takes its slot.
+    me.controller.release_on_demand(targets[0])
+    await until(lambda: frozenset((ids[0], targets[0])) not in overlay.network.up_pairs())
+    await until(lambda: frozenset((ids[0], targets[2])) in overlay.network.up_pairs())
+    assert_exact_events(overlay)

@@ -1,0 +1,495 @@
+"""The overlay controller's decision core, driven by hand: inputs in, actions out, no I/O, no clock."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from typing import TypeVar
+
+import pytest
+
+from evio.config.model import OnDemandConfig, TopologyConfig
+from evio.overlay.adjacency import LinkState, LinkType
+from evio.overlay.adjacency_events import LinkDown, LinkUp
+from evio.overlay.negotiation import LinkAnswer, LinkRequest, Refusal, ReleaseAnswer, ReleaseRequest
+from evio.overlay.orchestrator import (
+    Action,
+    Connect,
+    Disconnect,
+    Failure,
+    Notify,
+    Orchestrator,
+    Phase,
+    SendLinkRequest,
+    SendRelease,
+    Timings,
+)
+from evio.signal.events import RemovalCause
+
+S = LinkType.SUCCESSOR
+L = LinkType.LONG_DISTANCE
+O = LinkType.ON_DEMAND
+ME = 100
+T = Timings(
+    reevaluate_interval=10.0, membership_debounce=0.5, membership_max_delay=2.0, settle_after_login=1.0,
+    collision_wait=5.0, orphan_grace=3.0, refused_retry=1.0, backoff_base=1.0, backoff_cap=8.0,
+    change_rate=1.0, change_burst=100, await_tunnel=30.0,
+)
+
+
+def core(
+    members: Iterable[int] = (110, 120, 130, 140, 150),
+    successors: int = 2,
+    long_distance: int | None = 0,
+    node: int = ME,
+    timings: Timings = T,
+    on_demand: OnDemandConfig | None = None,
+    seed: int = 0,
+    cap: int | None = None,
+) -> Orchestrator:
+    """A core that is logged in at 0 and knows `members`; it settles at 1."""
+    topology = TopologyConfig(
+        successors=successors, long_distance=long_distance, on_demand=on_demand or OnDemandConfig(),
+        max_incoming_long_distance=cap,
+    )
+    orch = Orchestrator(node, topology, random.Random(seed), 0.0, timings, name="ov")
+    orch.signal_connected(0.0)
+    for peer in members:
+        orch.peer_added(peer, 0.0)
+    return orch
+
+
+def requests(actions: list[Action]) -> list[tuple[int, LinkType, bool]]:
+    return [(a.peer, a.request.type, a.request.existing) for a in actions if isinstance(a, SendLinkRequest)]
+
+
+A = TypeVar("A", SendLinkRequest, SendRelease, Connect, Disconnect, Notify)
+
+
+def of(actions: list[Action], kind: type[A]) -> list[A]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def complete(orch: Orchestrator, ask: SendLinkRequest, now: float) -> list[Action]:
+    """Our request is accepted, we connect, the tunnel comes up."""
+    out = orch.link_answered(ask.peer, ask.seq, LinkAnswer(True), now)
+    (connect,) = of(out, Connect)
+    return out + orch.connect_succeeded(ask.peer, connect.seq, f"t{ask.peer}", f"tap{ask.peer}", now)
+
+
+def link_up(orch: Orchestrator, now: float, *peers: int) -> list[Action]:
+    """Evaluate and bring up the links asked for to `peers` (all of them, when none are named)."""
+    asks = of(orch.tick(now), SendLinkRequest)
+    out: list[Action] = []
+    for ask in asks:
+        if not peers or ask.peer in peers:
+            out += complete(orch, ask, now)
+    assert not peers or {a.peer for a in asks} >= set(peers)
+    return out
+
+
+def up_links(orch: Orchestrator) -> dict[int, LinkType]:
+    return {p: i.link_type for p, i in orch.adjacency().items() if i.state is LinkState.UP}
+
+
+# -- evaluation ----------------------------------------------------------------------------------
+
+
+def test_nothing_before_login_settles_then_successors_first() -> None:
+    orch = core(long_distance=2)
+    assert orch.tick(0.5) == []  # membership still arriving
+    assert orch.next_wakeup(0.5) == pytest.approx(1.0)
+    asked = requests(orch.tick(1.0))
+    assert asked[:2] == [(110, S, False), (120, S, False)]
+    assert [t for _, t, _ in asked[2:]] == [L, L]
+    assert orch.tick(1.1) == []  # in flight: not asked twice
+
+
+def test_accepted_link_connects_and_is_announced_exactly_once() -> None:
+    orch = core()
+    out = link_up(orch, 1.0, 110)
+    assert of(out, Notify) == [Notify(LinkUp(110, S, "tap110"))]
+    # The tunnel manager also reports the same tunnel as an event: no second LinkUp.
+    assert orch.tunnel_up(110, "t110", "tap110", 1.1) == []
+    assert up_links(orch) == {110: S}
+    out = orch.tunnel_down(110, "t110", "peer silent", 2.0)
+    assert of(out, Notify) == [Notify(LinkDown(110, "tap110", "peer silent"))]
+    assert orch.tunnel_down(110, "t110", "peer silent", 2.0) == []
+    assert 110 not in orch.adjacency()
+
+
+def test_a_replacing_tunnel_is_reported_down_then_up() -> None:
+    orch = core()
+    link_up(orch, 1.0, 110)
+    out = orch.tunnel_up(110, "t2", "tap110", 3.0)
+    assert of(out, Notify) == [Notify(LinkDown(110, "tap110", "replaced by a new tunnel")), Notify(LinkUp(110, S, "tap110"))]
+    assert orch.tunnel_down(110, "t110", "closed", 3.1) == []  # the old tunnel's late report
+    assert up_links(orch) == {110: S}
+
+
+def test_membership_changes_are_debounced() -> None:
+    orch = core(members=())
+    orch.tick(1.0)
+    orch.peer_added(110, 5.0)
+    orch.peer_added(120, 5.4)
+    assert orch.next_wakeup(5.4) == pytest.approx(5.9)
+    assert orch.tick(5.6) == []  # still within the quiet time
+    assert [p for p, _, _ in requests(orch.tick(5.9))] == [110, 120]
+    # A stream of changes is evaluated no later than max_delay after the first.
+    for i in range(10):
+        orch.peer_added(200 + i, 10.0 + 0.3 * i)
+    assert orch.next_wakeup(12.7) == pytest.approx(12.0)
+
+
+def test_periodic_evaluation() -> None:
+    orch = core(members=(110,), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.tick(1.0)  # the link coming up asked for one more look
+    assert orch.next_wakeup(1.0) == pytest.approx(11.0)
+    before = orch.evaluations
+    assert orch.tick(11.0) == []
+    assert orch.evaluations == before + 1
+
+
+def test_join_adds_the_new_successor_before_releasing_the_old() -> None:
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0, 110, 120)
+    orch.peer_added(105, 2.0)  # joins between us and 110
+    out = orch.tick(2.5)
+    assert requests(out) == [(105, S, False)] and of(out, SendRelease) == []
+    (ask,) = of(out, SendLinkRequest)
+    out = orch.link_answered(105, ask.seq, LinkAnswer(True), 2.6) + orch.tick(2.7)
+    assert of(out, Connect) and of(out, SendRelease) == []  # 105 not up yet: 120 stays
+    assert orch.adjacency()[120].link_type is S
+    out = orch.tunnel_up(105, "t105", "tap105", 3.0) + orch.tick(3.0)
+    (release,) = of(out, SendRelease)
+    assert release.peer == 120 and release.request == ReleaseRequest(S)
+    # 120 does not hold it: the tunnel goes.
+    out = orch.release_answered(120, release.seq, ReleaseAnswer(None), 3.1)
+    assert of(out, Disconnect) == [Disconnect(120)]
+
+
+def test_a_released_link_the_peer_holds_stays_up() -> None:
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0, 110, 120)
+    orch.peer_added(105, 2.0)
+    ask = of(orch.tick(2.5), SendLinkRequest)[0]
+    orch.link_answered(105, ask.seq, LinkAnswer(True), 2.6)
+    (release,) = of(orch.tunnel_up(105, "t105", "tap105", 3.0) + orch.tick(3.0), SendRelease)
+    out = orch.release_answered(120, release.seq, ReleaseAnswer(L), 3.1)
+    assert of(out, Disconnect) == []
+    assert orch.adjacency()[120].link_type is L and orch.adjacency()[120].state is LinkState.UP
+
+
+def test_release_from_a_peer_we_do_not_hold_lets_it_close() -> None:
+    orch = core(members=(90,), successors=0)
+    orch.tick(1.0)
+    answer, _ = orch.link_request(90, LinkRequest(S), 1.0)
+    assert answer == LinkAnswer(True, held_as=None)
+    assert orch.phase(90) is Phase.AWAITING
+    orch.tunnel_up(90, "t90", "tap90", 1.5)
+    released, out = orch.release_request(90, ReleaseRequest(S), 2.0)
+    assert released == ReleaseAnswer(None)
+    assert of(out, Disconnect) == []  # the releaser closes it
+    out = orch.tunnel_down(90, "t90", "closed by peer", 2.1)
+    assert of(out, Notify) == [Notify(LinkDown(90, "tap90", "closed by peer"))]
+    assert orch.backed_off(2.1) == set()  # released first: not a failure
+
+
+# -- negotiation answers -------------------------------------------------------------------------
+
+
+def test_incoming_long_distance_is_capped_successor_and_on_demand_are_not() -> None:
+    orch = core(members=(110, 120, 130, 140), cap=1)
+    orch.tick(1.0)
+    assert orch.link_request(130, LinkRequest(L), 1.0)[0].accepted
+    refused = orch.link_request(140, LinkRequest(L), 1.0)[0]
+    assert refused == LinkAnswer(False, refusal=Refusal.TOO_MANY_LONG_DISTANCE)
+    assert orch.link_request(140, LinkRequest(O), 1.0)[0].accepted
+    assert orch.link_request(50, LinkRequest(S), 1.0)[0].accepted
+
+
+def test_taking_over_a_link_as_long_distance_is_capped_too() -> None:
+    orch = core(members=(110, 120, 130, 140), cap=1)
+    orch.tick(1.0)
+    for peer in (130, 140):
+        orch.link_request(peer, LinkRequest(O), 1.0)
+        orch.tunnel_up(peer, f"t{peer}", f"tap{peer}", 1.1)
+    assert orch.link_request(130, LinkRequest(L, existing=True), 2.0)[0].accepted
+    answer = orch.link_request(140, LinkRequest(L, existing=True), 2.0)[0]
+    assert answer.refusal is Refusal.TOO_MANY_LONG_DISTANCE
+    assert orch.link_request(150, LinkRequest(S, existing=True), 2.0)[0].refusal is Refusal.NO_LINK
+
+
+def test_collision_the_lower_id_request_wins_whatever_the_order() -> None:
+    for answer_first in (False, True):
+        low, high = core(members=(200,), successors=1, node=100), core(members=(100,), successors=1, node=200)
+        (ask_low,) = of(low.tick(1.0), SendLinkRequest)
+        (ask_high,) = of(high.tick(1.0), SendLinkRequest)
+        # high's request reaches low: refused, low's own request goes ahead
+        to_low, _ = low.link_request(200, ask_high.request, 1.1)
+        assert to_low == LinkAnswer(False, refusal=Refusal.COLLISION)
+        if answer_first:
+            assert high.link_answered(100, ask_high.seq, to_low, 1.2) == []  # waits for low's request
+        to_high, _ = high.link_request(100, ask_low.request, 1.3)
+        assert to_high == LinkAnswer(True, held_as=S)  # high holds it as its own successor link
+        assert high.phase(100) is Phase.AWAITING
+        if not answer_first:
+            assert high.link_answered(100, ask_high.seq, to_low, 1.4) == []  # superseded
+        out = low.link_answered(200, ask_low.seq, to_high, 1.5)
+        assert len(of(out, Connect)) == 1
+        # One tunnel, both hold it.
+        low.tunnel_up(200, "t", "tapL", 2.0)
+        high.tunnel_up(100, "t", "tapH", 2.0)
+        assert up_links(low) == {200: S} and up_links(high) == {100: S}
+        assert low.view().incoming[200].type is S and high.view().incoming[100].type is S
+
+
+def test_losing_a_collision_waits_only_so_long() -> None:
+    high = core(members=(100,), successors=1, node=200)
+    (ask,) = of(high.tick(1.0), SendLinkRequest)
+    high.link_answered(100, ask.seq, LinkAnswer(False, refusal=Refusal.COLLISION), 1.1)
+    assert high.tick(2.0) == []
+    assert high.next_wakeup(2.0) == pytest.approx(6.1)
+    assert requests(high.tick(6.1)) == [(100, S, False)]  # the winner never asked: ask again
+
+
+def test_requests_while_closing_are_refused() -> None:
+    orch = core(members=(110,), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.peer_removed(110, RemovalCause.MEMBERSHIP_REVOKED, 2.0)
+    assert orch.phase(110) is Phase.CLOSING
+    assert orch.link_request(110, LinkRequest(S), 2.1)[0].refusal is Refusal.LINK_CLOSING
+
+
+# -- failures and backoff -------------------------------------------------------------------------
+
+
+def test_failing_peer_is_backed_off_exponentially_and_bypassed() -> None:
+    orch = core(members=(110, 120, 130), successors=1)
+    now = 1.0
+    delays = []
+    for _ in range(6):
+        (ask,) = of(orch.tick(now), SendLinkRequest)
+        assert ask.peer == 110
+        (connect,) = of(orch.link_answered(110, ask.seq, LinkAnswer(True), now), Connect)
+        out = orch.connect_failed(110, connect.seq, "ICE failed", now)
+        assert Disconnect(110) in out
+        (release,) = of(out, SendRelease)  # the peer stops waiting for our tunnel
+        orch.disconnected(110, now)
+        orch.release_answered(110, release.seq, ReleaseAnswer(None), now)
+        # Meanwhile 110 is out of the ring: the next peer becomes our successor.
+        bypass = of(orch.tick(now), SendLinkRequest)
+        assert [a.peer for a in bypass] == [120]
+        orch.link_answered(120, bypass[0].seq, LinkAnswer(False, refusal=Refusal.LINK_CLOSING), now)
+        assert 110 in orch.backed_off(now)
+        retry = now
+        while 110 in orch.backed_off(retry):
+            retry += 0.01
+        wake = orch.next_wakeup(now)
+        assert wake is not None and wake <= retry  # woken when it may be asked again
+        delays.append(retry - now)
+        now = retry + T.refused_retry  # 120's refusal has expired too
+    assert delays[0] <= 1.0 and delays[2] >= 2.0 and delays[3] >= 4.0  # doubles ...
+    assert max(delays) <= T.backoff_cap + 0.02  # ... up to the cap
+    (ask,) = of(orch.tick(now), SendLinkRequest)
+    complete(orch, ask, now)
+    assert orch.backed_off(now) == set()  # success resets it
+
+
+def test_unanswered_requests_back_off_but_signal_outage_does_not() -> None:
+    orch = core(members=(110,), successors=1)
+    (ask,) = of(orch.tick(1.0), SendLinkRequest)
+    orch.link_answered(110, ask.seq, Failure.SIGNAL_DOWN, 1.1)
+    assert orch.backed_off(1.1) == set()
+    (ask,) = of(orch.tick(2.5), SendLinkRequest)
+    orch.link_answered(110, ask.seq, Failure.NO_ANSWER, 2.6)
+    assert orch.backed_off(2.6) == {110}
+
+
+def test_tunnel_dying_counts_as_a_failure_a_release_does_not() -> None:
+    orch = core(members=(110, 120), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.tunnel_down(110, "t110", "peer silent", 2.0)
+    assert orch.backed_off(2.0) == {110}
+
+
+# -- signaling outage, departures ---------------------------------------------------------------
+
+
+def test_signal_outage_keeps_every_link_and_pauses_evaluation() -> None:
+    orch = core(members=(110, 120, 130), long_distance=1)
+    link_up(orch, 1.0, 110, 120)
+    before = orch.adjacency()
+    out = orch.signal_disconnected(5.0)
+    for peer in (110, 120, 130):
+        out += orch.peer_removed(peer, RemovalCause.SIGNAL_LOST, 5.0)
+    for t in (6.0, 20.0, 60.0):
+        out += orch.tick(t)
+    assert out == []
+    assert orch.adjacency() == before
+    # Back: nothing moves before the members are known again.
+    assert orch.signal_connected(61.0) == []
+    for peer in (110, 120, 130):
+        orch.peer_added(peer, 61.1)
+    assert orch.tick(61.5) == []
+    out = orch.tick(62.0)
+    assert of(out, Disconnect) == [] and of(out, SendRelease) == []
+
+
+def test_a_release_lost_to_a_signal_outage_is_sent_again_and_the_tunnel_stays_meanwhile() -> None:
+    orch = core(members=(110, 120))
+    link_up(orch, 1.0, 110, 120)
+    orch.peer_added(105, 2.0)
+    (ask,) = of(orch.tick(2.5), SendLinkRequest)
+    complete(orch, ask, 2.6)
+    (release,) = of(orch.tick(2.7), SendRelease)
+    assert release.peer == 120
+    out = orch.release_answered(120, release.seq, Failure.SIGNAL_DOWN, 2.8)
+    out += orch.signal_disconnected(2.8) + orch.tick(5.0)
+    assert of(out, Disconnect) == [] and orch.phase(120) is Phase.UP
+    orch.signal_connected(6.0)
+    (again,) = of(orch.tick(6.0), SendRelease)
+    assert again.peer == 120 and again.request == ReleaseRequest(S)
+    assert of(orch.release_answered(120, again.seq, ReleaseAnswer(None), 6.1), Disconnect) == [Disconnect(120)]
+
+
+def test_a_peer_that_leaves_is_forgotten() -> None:
+    orch = core(members=(110, 120), successors=1, long_distance=1)
+    orch.tick(1.0)  # asks 110 (successor) and 120 (long distance)
+    orch.want_on_demand(120, 1.0)
+    assert orch.tracked_peers() == 2
+    orch.peer_removed(120, RemovalCause.LEFT, 2.0)
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    assert orch.tracked_peers() == 0
+    assert orch.adjacency() == {}
+
+
+def test_an_up_link_to_a_peer_that_left_signaling_stays_until_its_tunnel_goes() -> None:
+    orch = core(members=(110,), successors=1)
+    link_up(orch, 1.0, 110)
+    out = orch.peer_removed(110, RemovalCause.LEFT, 2.0) + orch.tick(3.0)
+    assert of(out, Disconnect) == []
+    assert up_links(orch) == {110: S}
+    orch.tunnel_down(110, "t110", "peer silent", 4.0)
+    assert orch.tracked_peers() == 0
+
+
+def test_revoked_membership_tears_the_link_down() -> None:
+    orch = core(members=(110,), successors=1)
+    link_up(orch, 1.0, 110)
+    out = orch.peer_removed(110, RemovalCause.MEMBERSHIP_REVOKED, 2.0)
+    assert of(out, Disconnect) == [Disconnect(110)]
+    out = orch.disconnected(110, 2.1)
+    assert of(out, Notify) == [Notify(LinkDown(110, "tap110", "closed"))]
+    assert orch.tracked_peers() == 0
+
+
+# -- on-demand, rate limit, adoption, leftovers --------------------------------------------------
+
+
+def test_on_demand_links_within_max_links() -> None:
+    orch = core(members=(110, 120, 130, 140, 150), successors=1, on_demand=OnDemandConfig(max_links=2))
+    link_up(orch, 1.0, 110)
+    for peer in (130, 140, 150, 110):  # 110 is linked already: it does not use an on-demand slot
+        orch.want_on_demand(peer, 2.0)
+    assert requests(orch.tick(2.0)) == [(130, O, False), (140, O, False)]
+    orch.drop_on_demand(130, 3.0)
+    assert requests(orch.tick(3.0)) == []  # 130 is in flight: 150 waits for its slot
+    assert orch.drop_on_demand(999, 3.0) == []
+
+
+def test_on_demand_ignored_when_disabled() -> None:
+    orch = core(members=(110, 130), successors=1, on_demand=OnDemandConfig(enabled=False))
+    orch.want_on_demand(130, 1.0)
+    assert requests(orch.tick(1.0)) == [(110, S, False)]
+
+
+def test_on_demand_link_released_when_idle() -> None:
+    orch = core(members=(110, 130), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.want_on_demand(130, 2.0)
+    link_up(orch, 2.0, 130)
+    orch.drop_on_demand(130, 3.0)
+    (release,) = of(orch.tick(3.0), SendRelease)
+    assert release.peer == 130 and release.request == ReleaseRequest(O)
+
+
+def test_changes_are_rate_limited() -> None:
+    timings = Timings(settle_after_login=1.0, change_rate=2.0, change_burst=2)
+    orch = core(members=(110, 120, 130, 140), successors=4, timings=timings)
+    assert [p for p, _, _ in requests(orch.tick(1.0))] == [110, 120]
+    assert orch.next_wakeup(1.0) == pytest.approx(1.5)
+    assert [p for p, _, _ in requests(orch.tick(1.5))] == [130]
+    assert [p for p, _, _ in requests(orch.tick(2.0))] == [140]
+
+
+def test_a_link_the_peer_opened_is_taken_over_not_opened_again() -> None:
+    orch = core(members=(110, 120), successors=1, cap=1)
+    link_up(orch, 1.0, 110)
+    # 120 holds a long-distance link to us, and we now want 120 as a successor (110 leaves).
+    orch.link_request(120, LinkRequest(L), 2.0)
+    orch.tunnel_up(120, "t120", "tap120", 2.1)
+    orch.peer_removed(110, RemovalCause.LEFT, 3.0)
+    orch.tunnel_down(110, "t110", "closed by peer", 3.0)
+    out = orch.tick(4.0)
+    assert requests(out) == [(120, S, True)] and of(out, Connect) == []
+    assert orch.adjacency()[120].link_type is S
+
+
+def test_a_take_over_refused_lets_go_of_the_link() -> None:
+    orch = core(members=(110, 120), successors=1, cap=1)
+    link_up(orch, 1.0, 110)
+    orch.link_request(120, LinkRequest(O), 2.0)
+    orch.tunnel_up(120, "t120", "tap120", 2.1)
+    orch.peer_removed(110, RemovalCause.LEFT, 3.0)
+    orch.tunnel_down(110, "t110", "closed by peer", 3.0)
+    (ask,) = of(orch.tick(4.0), SendLinkRequest)
+    assert ask.request == LinkRequest(S, existing=True)
+    # Meanwhile 120 released its own hold and refuses ours: we let go, it may close.
+    orch.release_request(120, ReleaseRequest(O), 4.1)
+    out = orch.link_answered(120, ask.seq, LinkAnswer(False, refusal=Refusal.LINK_CLOSING), 4.2)
+    (release,) = of(out, SendRelease)
+    assert release.request == ReleaseRequest(S)
+    assert of(orch.release_answered(120, release.seq, ReleaseAnswer(None), 4.3), Disconnect) == [Disconnect(120)]
+
+
+def test_an_unheld_tunnel_is_closed_after_grace() -> None:
+    orch = core(members=(110,), successors=0)
+    orch.tick(1.0)
+    orch.tunnel_up(110, "stray", "tap110", 1.0)  # nobody asked for it
+    assert of(orch.tick(1.0), Disconnect) == []
+    assert orch.next_wakeup(1.0) == pytest.approx(4.0)
+    assert of(orch.tick(4.0), Disconnect) == [Disconnect(110)]
+
+
+def test_an_accepted_link_never_connected_is_forgotten() -> None:
+    orch = core(members=(90,), successors=0, cap=1)
+    orch.tick(1.0)
+    assert orch.link_request(90, LinkRequest(L), 1.0)[0].accepted
+    assert orch.view().incoming_long_distance_only() == 1
+    orch.tick(31.0)
+    assert orch.tracked_peers() == 0 and orch.view().incoming_long_distance_only() == 0
+
+
+def test_stop_releases_disconnects_and_close_reports_the_rest() -> None:
+    orch = core(members=(110, 120))
+    link_up(orch, 1.0)
+    out = orch.stop(2.0)
+    assert sorted(a.peer for a in of(out, SendRelease)) == [110, 120]
+    assert sorted(a.peer for a in of(out, Disconnect)) == [110, 120]
+    assert of(orch.tunnel_down(110, "t110", "closed", 2.1), Notify) == [Notify(LinkDown(110, "tap110", "closed"))]
+    assert orch.tick(3.0) == [] and orch.next_wakeup(3.0) is None
+    assert orch.link_request(130, LinkRequest(S), 3.0)[0].refusal is Refusal.STOPPING
+    assert of(orch.close(), Notify) == [Notify(LinkDown(120, "tap120", "controller stopped"))]
+    assert orch.tracked_peers() == 0 and orch.adjacency() == {}
+
+
+def test_same_inputs_same_decisions() -> None:
+    def run() -> list[Action]:
+        orch = core(members=range(101, 164), long_distance=None, seed=7)
+        return orch.tick(1.0)
+
+    first = run()
+    assert len(first) == 2 + 6  # s = 2, k = floor(log2 64)
+    assert first == run()
