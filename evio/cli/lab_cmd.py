@@ -1,6 +1,7 @@
 """`evio lab`: a NATed multi-node deployment on this machine (root only).
 
-    evio lab up --nodes N [--nat eim|symmetric|none|mixed] [--name NAME] [--rate MBIT]
+    evio lab up --nodes N [--successors S] [--long-distance K] [--nat eim|symmetric|none|mixed]
+                [--name NAME] [--rate MBIT] [--no-daemons]
     evio lab down [--name NAME]
     evio lab exec [--name NAME] NODE -- CMD...
     evio lab status [--name NAME] [--json]
@@ -30,7 +31,12 @@ from evio.lab.netns import LinuxHost
 from evio.lab.topology import DEFAULT_LAB_NAME, MAX_NODES, NAT_CHOICES
 
 # Modules adding `evio lab <sub>` commands (later: tunnel, ping, iperf, topology).
-LAB_COMMANDS: tuple[str, ...] = ("evio.cli.lab_signal_cmd",)
+LAB_COMMANDS: tuple[str, ...] = (
+    "evio.cli.lab_node_cmd",
+    "evio.cli.lab_demo_cmd",
+    "evio.cli.lab_tunnel_cmd",
+    "evio.cli.lab_signal_cmd",
+)
 
 
 def register(sub: Any) -> None:
@@ -68,7 +74,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _reports_lab_errors(handler: Any) -> Any:
+def reports_lab_errors(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             status: int = handler(args)
@@ -93,12 +99,33 @@ def _register_up(lab_sub: Any) -> None:
     p.add_argument("--overlay", default="ov1", help="overlay id in the node configs and server groups (default ov1)")
     p.add_argument("--domain", default="overlay.test", help="XMPP domain (default overlay.test)")
     p.add_argument("--plaintext", action="store_true", help="let XMPP clients log in without TLS (debugging only)")
-    p.set_defaults(handler=_reports_lab_errors(_up))
+    p.add_argument("--successors", "-s", type=positive, default=2, help="successor links per node (default 2)")
+    p.add_argument("--long-distance", "-k", type=not_negative, default=None,
+                   help="long-distance links per node (default floor(log2(n)) of the overlay size)")
+    p.add_argument("--no-daemons", action="store_true",
+                   help="only the network and servers: no Open vSwitch and no evio daemon in the nodes")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="how long to wait for the daemons to be ready (default 30 + 2 per node)")
+    p.set_defaults(handler=reports_lab_errors(_up))
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def not_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    return value
 
 
 def _up(args: argparse.Namespace) -> int:
-    printer = _ProgressPrinter()
-    with _sigterm_as_interrupt():
+    printer = ProgressPrinter()
+    with sigterm_as_interrupt():
         lab = Lab.up(
             args.name,
             nodes=args.nodes,
@@ -107,17 +134,30 @@ def _up(args: argparse.Namespace) -> int:
             domain=args.domain,
             rate_mbit=args.rate,
             plaintext=args.plaintext,
+            topology=topology_section(args),
+            daemons=not args.no_daemons,
+            daemon_timeout=args.timeout,
             progress=printer,
         )
     printer.finish()
     print(f"lab {lab.name} is up in {printer.elapsed:.2f} s")
     _print_status(Lab.status(lab.name))
-    down = "evio lab down" + ("" if lab.name == DEFAULT_LAB_NAME else f" --name {lab.name}")
-    print(f"\nrun a command on a node: evio lab exec 1 -- ip addr\nremove it: {down}")
+    name = "" if lab.name == DEFAULT_LAB_NAME else f" --name {lab.name}"
+    print(f"\nrun a command on a node: evio lab exec{name} 1 -- ip addr")
+    if not args.no_daemons:
+        print(f"links of every node: evio lab topology{name}\nping over the overlay: evio lab ping{name} 1 2")
+    print(f"remove it: evio lab down{name}")
     return 0
 
 
-class _ProgressPrinter:
+def topology_section(args: argparse.Namespace) -> dict[str, Any]:
+    topology: dict[str, Any] = {"successors": args.successors}
+    if args.long_distance is not None:
+        topology["long_distance"] = args.long_distance
+    return topology
+
+
+class ProgressPrinter:
     """Prints `up`'s progress to stderr: one updating line on a terminal, a line per finished step otherwise."""
 
     def __init__(self) -> None:
@@ -144,7 +184,7 @@ class _ProgressPrinter:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """A SIGTERM during `up` cleans up like Ctrl-C does."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
@@ -165,7 +205,7 @@ def _register_down(lab_sub: Any) -> None:
         "down", help="remove a lab: processes, namespaces, links, files (also after a crash)"
     )
     add_name_option(p)
-    p.set_defaults(handler=_reports_lab_errors(_down))
+    p.set_defaults(handler=reports_lab_errors(_down))
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -190,7 +230,7 @@ def _register_exec(lab_sub: Any) -> None:
     add_name_option(p)
     p.add_argument("node", metavar="NODE", help="node number or nodeN; also routerN or pub")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="command and arguments")
-    p.set_defaults(handler=_reports_lab_errors(_exec))
+    p.set_defaults(handler=reports_lab_errors(_exec))
 
 
 def _exec(args: argparse.Namespace) -> int:
@@ -211,7 +251,7 @@ def _register_status(lab_sub: Any) -> None:
     p: argparse.ArgumentParser = lab_sub.add_parser("status", help="nodes, addresses, NAT kinds, processes")
     add_name_option(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=_reports_lab_errors(_status))
+    p.set_defaults(handler=reports_lab_errors(_status))
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -17,20 +17,24 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import os
 import secrets
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+from evio.bridge.ovs_instance import OvsInstance
+from evio.lab import daemons as full_nodes
 from evio.lab import nat as nat_rules
 from evio.lab import node_config as configs
 from evio.lab import pki, services, shaping, wiring
@@ -46,6 +50,7 @@ from evio.lab.state import (
     load_state,
     save_state,
 )
+from evio.node import control
 from evio.lab.topology import (
     DEFAULT_LAB_NAME,
     LabPlan,
@@ -178,11 +183,22 @@ class Lab:
         domain: str = "overlay.test",
         rate_mbit: float | None = None,
         plaintext: bool = False,
+        topology: Mapping[str, Any] | None = None,
+        node_topology: Mapping[int, Mapping[str, Any]] | None = None,
+        daemons: bool = False,
+        daemon_timeout: float | None = None,
         progress: ProgressCallback | None = None,
         root: Path = DEFAULT_ROOT,
         host: Host | None = None,
     ) -> Lab:
         """Build lab `name` with `nodes` nodes behind NATs of kind `nat` (a kind, "mixed", or one per node).
+
+        `topology` goes into every node config's overlay `topology` section (e.g.
+        {"successors": 2, "long_distance": 3}); `node_topology` {index: {...}}
+        overrides keys of it for single nodes (a mixed overlay, as E5). With `daemons`, every node also
+        runs its own Open vSwitch and an `evio run` daemon, and `up` returns
+        once each daemon's bridge is connected to its SDN controller (within
+        `daemon_timeout`, default 30 s + 2 s per node).
 
         On any failure or interruption (KeyboardInterrupt included) everything
         made so far is removed before the exception propagates.
@@ -211,7 +227,11 @@ class Lab:
         lab = cls(plan, state, root, host)
         try:
             save_state(root, state)  # before anything exists, so a crash from here on is recoverable
-            lab._build(progress or (lambda p: None), plaintext=plaintext)
+            report = progress or (lambda p: None)
+            began = time.monotonic()
+            lab._build(report, began, plaintext=plaintext, topology=topology, node_topology=node_topology or {})
+            if daemons:
+                lab._start_full_nodes(report, began, daemon_timeout or 30.0 + 2.0 * nodes)
             state.phase = "up"
             save_state(root, state)
         except BaseException:
@@ -272,7 +292,10 @@ class Lab:
         # Processes first: a process keeps its namespace alive after `ip netns del`.
         records += host.processes_in(sorted(namespaces))
         stopped = tuple(r for r in _unique(records) if host.is_running(r))
-        survivors = host.stop(stopped, grace)
+        # Daemons first, while their Open vSwitch still runs: they take their bridges down themselves.
+        daemons = [r for r in stopped if full_nodes.is_daemon_role(r.role)]
+        survivors = host.stop(daemons, max(grace, full_nodes.DAEMON_STOP_GRACE)) if daemons else []
+        survivors += host.stop([r for r in stopped if r not in daemons], grace)
         host.ip_batch(wiring.delete_namespaces(sorted(namespaces)), force=True)
         stray_links = [link for link in host.root_links() if link.startswith(prefix)]
         if stray_links:
@@ -459,6 +482,133 @@ class Lab:
             save_state(self._root, self._state)
         return f"{localpart}@{self.plan.public.domain}", password
 
+    # -- full nodes (OVS + daemon per node) ------------------------------------------------------
+
+    def ovs(self, index: int) -> OvsInstance:
+        """Node `index`'s private Open vSwitch (whether or not it runs)."""
+        return full_nodes.ovs_instance(self.directory, self.plan.node(index))
+
+    def start_ovs(self, index: int) -> OvsInstance:
+        ovs = self.ovs(index)
+        ovs.start()
+        return ovs
+
+    def start_daemon(self, index: int) -> ProcessRecord:
+        """Start `evio run` in node `index` (its OVS must run); `down` stops it."""
+        node = self.plan.node(index)
+        if self.daemon(index) is not None:
+            raise LabError(f"the daemon of {node.name} is already running")
+        return self.spawn(index, full_nodes.daemon_argv(self.directory, node), role=full_nodes.daemon_role(node))
+
+    def daemon(self, index: int) -> ProcessRecord | None:
+        """The running daemon of node `index`, if any."""
+        role = full_nodes.daemon_role(self.plan.node(index))
+        for record in self._state.processes:
+            if record.role == role and self._host.is_running(record):
+                return record
+        return None
+
+    def stop_daemon(self, index: int, grace: float = full_nodes.DAEMON_STOP_GRACE) -> None:
+        """SIGTERM the daemon of node `index` and wait until it has exited (SIGKILL after `grace`)."""
+        record = self.daemon(index)
+        if record is not None:
+            self.stop(record, grace)
+
+    def kill_daemon(self, index: int) -> None:
+        """SIGKILL the daemon of node `index` (a crash: it cleans nothing up; its TAPs die with it)."""
+        record = self.daemon(index)
+        if record is None:
+            return
+        try:
+            os.kill(record.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 5.0
+        while self._host.is_running(record):
+            if time.monotonic() > deadline:
+                raise LabError(f"{record.role} pid {record.pid} survived SIGKILL")
+            time.sleep(0.01)
+        with self._lock:
+            self._state.processes = [p for p in self._state.processes if p != record]
+            save_state(self._root, self._state)
+
+    def daemon_usage(self, index: int) -> full_nodes.Usage | None:
+        """Memory and CPU time of the daemon of node `index`, if it runs."""
+        record = self.daemon(index)
+        return full_nodes.process_usage(record.pid) if record is not None else None
+
+    def daemon_status(self, index: int, timeout: float = 5.0) -> dict[str, Any]:
+        """The daemon's status document, from its control API (raises ControlError if it does not answer)."""
+        return control.query(full_nodes.control_socket(self.directory, self.plan.node(index)), "status", timeout)
+
+    def daemon_log(self, index: int) -> Path:
+        return full_nodes.daemon_log(self.directory, self.plan.node(index))
+
+    def wait_daemons(
+        self, indices: Sequence[int], timeout: float, report: Callable[[int], None] | None = None
+    ) -> None:
+        """Wait until each daemon in `indices` answers and its bridges are connected to its controller."""
+        deadline = time.monotonic() + timeout
+        waiting = list(indices)
+        ready = 0
+        while waiting:
+            for index in list(waiting):
+                if self.daemon(index) is None:
+                    raise LabError(f"the daemon of node{index} exited; its log:\n{self._log_tail(index)}")
+                try:
+                    status = self.daemon_status(index, timeout=2.0)
+                except control.ControlError:
+                    continue
+                if full_nodes.is_ready(status):
+                    waiting.remove(index)
+                    ready += 1
+                    if report is not None:
+                        report(ready)
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(f"node{i}" for i in waiting)
+                raise LabError(f"daemons not ready after {timeout:.0f} s: {names}; first one's log:\n"
+                               f"{self._log_tail(waiting[0])}")
+            time.sleep(0.1)
+
+    def topology(self) -> full_nodes.Topology:
+        """Each node's links, as its daemon reports them."""
+        statuses: dict[str, dict[str, Any] | str] = {}
+        for node in self.nodes:
+            try:
+                statuses[node.name] = self.daemon_status(node.index)
+            except control.ControlError as exc:
+                statuses[node.name] = str(exc)
+        return full_nodes.topology(statuses, {n.node_id: n.name for n in self.nodes}, self.plan.overlay)
+
+    def _log_tail(self, index: int, lines: int = 20) -> str:
+        node = self.plan.node(index)
+        texts = []
+        for path in (self.daemon_log(index), self.directory / "logs" / f"{full_nodes.daemon_role(node)}-{node.netns}.log"):
+            try:
+                texts += path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+        return "\n".join(texts[-lines:]) or "(no log)"
+
+    def _start_full_nodes(self, progress: ProgressCallback, started: float, timeout: float) -> None:
+        count = len(self.plan.nodes)
+
+        def report(step: str, done: int) -> None:
+            progress(Progress(step, done, count, time.monotonic() - started))
+
+        # ovsdb-server and vswitchd mostly wait on each other: a few at a time is faster.
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="ovs") as pool:
+            futures = [pool.submit(self.start_ovs, node.index) for node in self.plan.nodes]
+            for done, future in enumerate(as_completed(futures), start=1):
+                future.result()
+                report("ovs", done)
+        for node in self.plan.nodes:
+            self.start_daemon(node.index)
+            report("daemons", node.index)
+        self.wait_daemons([n.index for n in self.plan.nodes], timeout, lambda done: report("ready", done))
+
     # -- internals -----------------------------------------------------------------------------
 
     @property
@@ -484,9 +634,16 @@ class Lab:
             config_path=configs.node_config_path(self.directory, node),
         )
 
-    def _build(self, progress: ProgressCallback, *, plaintext: bool) -> None:
+    def _build(
+        self,
+        progress: ProgressCallback,
+        started: float,
+        *,
+        plaintext: bool,
+        topology: Mapping[str, Any] | None,
+        node_topology: Mapping[int, Mapping[str, Any]],
+    ) -> None:
         plan, host, state = self.plan, self._host, self._state
-        started = time.monotonic()
         count = len(plan.nodes)
 
         def report(step: str, done: int, total: int) -> None:
@@ -536,6 +693,7 @@ class Lab:
                 turn_secret=state.secrets.turn_secret,
                 ca_file=paths.ca_cert,
                 plaintext=plaintext,
+                topology={**(topology or {}), **node_topology.get(node.index, {})} or None,
             )
             path = configs.node_config_path(self.directory, node)
             path.write_text(json.dumps(document, indent=2) + "\n")

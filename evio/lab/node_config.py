@@ -18,6 +18,11 @@ def node_config_path(lab_dir: Path, node: NodePlan) -> Path:
     return node_dir(lab_dir, node) / "config.json"
 
 
+def bridge_name(plan: LabPlan) -> str:
+    """The overlay bridge of every node (each in its own namespace, so the same name never clashes)."""
+    return f"evbr-{plan.overlay}"
+
+
 def node_config(
     plan: LabPlan,
     node: NodePlan,
@@ -28,8 +33,12 @@ def node_config(
     turn_secret: str,
     ca_file: Path,
     plaintext: bool = False,
+    topology: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The config `evio run --config` reads on this node: its identity, the lab's servers, its overlay."""
+    """The config `evio run --config` reads on this node: its identity, the lab's servers, its overlay.
+
+    `topology` is the overlay's `topology` section (s, k, ...); absent, the daemon's defaults apply.
+    """
     pub = plan.public
     stun = f"{pub.address}:{pub.stun_port}"
     home = node_dir(lab_dir, node)
@@ -43,22 +52,23 @@ def node_config(
     }
     if plaintext:
         signal["insecure_plaintext"] = True
+    overlay: dict[str, Any] = {
+        "signal": signal,
+        "nat_traversal": {
+            "stun": [stun],
+            "turn": [{"server": stun, "rest_secret": turn_secret, "ttl": TURN_CREDENTIAL_TTL}],
+        },
+        "bridge": {
+            "name": bridge_name(plan),
+            "address": str(node.overlay_address),
+            # No OVS kernel module in the lab; each node runs its own userspace vswitchd.
+            "datapath": "netdev",
+        },
+    }
+    if topology:
+        overlay["topology"] = dict(topology)
     return {
         "node": {"id": node_id, "state_dir": str(home / "state")},
         "logging": {"level": "info", "destination": "file", "file": str(home / "evio.log")},
-        "overlays": {
-            plan.overlay: {
-                "signal": signal,
-                "nat_traversal": {
-                    "stun": [stun],
-                    "turn": [{"server": stun, "rest_secret": turn_secret, "ttl": TURN_CREDENTIAL_TTL}],
-                },
-                "bridge": {
-                    "name": f"evbr-{plan.overlay}",  # inside the node's own namespace: no clash between nodes
-                    "address": str(node.overlay_address),
-                    # No OVS kernel module in the lab; each node runs its own userspace vswitchd.
-                    "datapath": "netdev",
-                },
-            }
-        },
+        "overlays": {plan.overlay: overlay},
     }

@@ -38,3 +38,29 @@ def test_other_modules_can_add_lab_subcommands(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(lab_cmd, "LAB_COMMANDS", ("evio_test_lab_extra",))
     args = build_parser().parse_args(["lab", "ping", "--name", "t1", "1", "2"])
     assert (args.name, args.a, args.b, args.handler(args)) == ("t1", "1", "2", 0)
+
+
+def test_full_node_lab_commands_parse() -> None:
+    parser = build_parser()
+    up = parser.parse_args(["lab", "up", "--nodes", "16", "-s", "1", "-k", "0", "--no-daemons"])
+    assert (up.successors, up.long_distance, up.no_daemons) == (1, 0, True)
+    assert lab_cmd.topology_section(up) == {"successors": 1, "long_distance": 0}
+    default = parser.parse_args(["lab", "up", "--nodes", "4"])
+    assert lab_cmd.topology_section(default) == {"successors": 2} and not default.no_daemons
+    with pytest.raises(SystemExit):
+        parser.parse_args(["lab", "up", "--nodes", "4", "--successors", "0"])
+    topo = parser.parse_args(["lab", "topology", "--wait", "30", "--json"])
+    assert (topo.wait, topo.json) == (30.0, True)
+    iperf = parser.parse_args(["lab", "iperf", "1", "node3", "-t", "2", "-P", "4", "-R"])
+    assert (iperf.a, iperf.b, iperf.time, iperf.parallel, iperf.reverse) == ("1", "node3", 2.0, 4, True)
+    daemon = parser.parse_args(["lab", "daemon", "restart", "2"])
+    assert (daemon.action, daemon.node) == ("restart", "2")
+    demo = parser.parse_args(["lab", "demo"])
+    assert (demo.name, demo.nodes, demo.nat, demo.keep) == ("demo", 8, "mixed", False)
+    for command in (["lab", "ping", "1", "2"], ["lab", "arping", "1", "2"], ["lab", "pingall"]):
+        assert callable(parser.parse_args(command).handler)
+
+
+def test_run_command_parses() -> None:
+    args = build_parser().parse_args(["run", "--config", "/etc/evio/config.json"])
+    assert args.config == "/etc/evio/config.json" and not args.no_uvloop and callable(args.handler)

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Tunnel benchmark: one tunnel against the bare underlay between the same two namespaces.
+
+    sudo .venv/bin/python benchmarks/tunnel_bench.py [--duration 10] [--rounds 2] [--setup-trials 10]
+
+Part 1, data path: two namespaces joined by a veth pair (MTU 1500), one
+tunnel endpoint in each (evio.tunnel.endpoint: uvloop, FdDatapath, AES-GCM
+unless --cipher says otherwise, TAP MTU 1428). Each round measures, through
+the tunnel and over the veth: iperf3 TCP with 1 and 4 streams, iperf3 UDP at
+100 Mbit/s (loss, jitter), ping RTT (100 x 10 ms). The table gives every
+round and the ratio tunnel / underlay of the mean. It also reports the
+endpoints' CPU time per frame during the single-stream TCP run.
+
+Part 2, setup time (unless --setup-trials 0): a 2-node lab (evio.lab) with
+endpoint-independent NATs (direct) and with one symmetric NAT (relayed);
+each trial starts both endpoints and times the tunnel from the initiator's
+connect() until both sides are up.
+
+Root only; everything made is removed at the end, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evio.tunnel.testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, unique_prefix  # noqa: E402
+
+ID_A = "aa" * 16
+ID_B = "bb" * 16
+TUN_A, TUN_B = "10.99.0.1", "10.99.0.2"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def ping_ms(netns: str, address: str) -> float:
+    avg, received = ping_rtt(netns, address, 100, 0.01)
+    assert received == 100, f"ping {address}: {received}/100"
+    return avg
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def start_pair(tb: VethTestbed, workdir: Path, extra: list[str]) -> tuple[EndpointProcess, EndpointProcess]:
+    common = ["--signal-dir", str(workdir), *extra]
+    b = EndpointProcess(tb.b.netns, ["--node", ID_B, "--peer", ID_A, "--address", f"{TUN_B}/24", *common], workdir / "b.log")
+    b.wait_event("ready")
+    a = EndpointProcess(tb.a.netns, ["--node", ID_A, "--peer", ID_B, "--connect", "--address", f"{TUN_A}/24", *common], workdir / "a.log")
+    a.wait_event("up", timeout=20)
+    b.wait_event("up", timeout=20)
+    return a, b
+
+
+def datapath_part(args: argparse.Namespace) -> None:
+    rows: dict[str, dict[str, list[float]]] = {}
+
+    def add(metric: str, where: str, value: float) -> None:
+        rows.setdefault(metric, {"tunnel": [], "underlay": []})[where].append(value)
+
+    cpu_notes = []
+    with VethTestbed(unique_prefix()) as tb, tempfile.TemporaryDirectory(prefix="evt-bench-") as d:
+        a, b = start_pair(tb, Path(d), ["--cipher", args.cipher, *(["--no-mmsg"] if args.no_mmsg else [])])
+        try:
+            targets = {"tunnel": TUN_B, "underlay": tb.b.address}
+            for r in range(args.rounds):
+                for where, address in targets.items():
+                    before = (cpu_seconds(a.pid), cpu_seconds(b.pid), a.stats()["tx_frames"]) if where == "tunnel" else None
+                    t1 = iperf(tb.a.netns, tb.b.netns, address, args.duration, 1)
+                    if before:
+                        frames = a.stats()["tx_frames"] - before[2]
+                        ca, cb = cpu_seconds(a.pid) - before[0], cpu_seconds(b.pid) - before[1]
+                        cpu_notes.append(f"round {r + 1}: {frames} frames A->B; CPU per frame: sender {ca / frames * 1e6:.2f} us, receiver {cb / frames * 1e6:.2f} us; "
+                                         f"CPU busy: sender {ca / args.duration:.0%}, receiver {cb / args.duration:.0%}")
+                    add("TCP 1 stream Mbit/s", where, t1["mbit"])
+                    if args.tcp_only:
+                        continue
+                    add("TCP 4 streams Mbit/s", where, iperf(tb.a.netns, tb.b.netns, address, args.duration, 4)["mbit"])
+                    u = iperf(tb.a.netns, tb.b.netns, address, args.duration, 1, udp_mbit=100)
+                    add("UDP 100M Mbit/s", where, u["mbit"])
+                    add("UDP 100M loss %", where, u["loss"])
+                    add("UDP 100M jitter ms", where, u["jitter"])
+                    add("ping RTT ms", where, ping_ms(tb.a.netns, address))
+            sa, sb = a.stats(), b.stats()
+        finally:
+            a.stop()
+            b.stop()
+
+    mode = "one system call per datagram" if args.no_mmsg else "sendmmsg/recvmmsg bursts"
+    print(f"\nData path: veth underlay MTU 1500, tunnel TAP MTU 1428, {args.cipher}, {mode}, iperf3 {args.duration:g} s, {args.rounds} round(s)\n")
+    head = f"| {'metric':22} | {'tunnel (per round)':24} | {'underlay (per round)':24} | tunnel / underlay |"
+    print(head)
+    print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
+    for metric, values in rows.items():
+        t, u = values["tunnel"], values["underlay"]
+        tm, um = statistics.mean(t), statistics.mean(u)
+        ratio = f"{tm / um:.2f}" if um else "-"
+        if metric.startswith("ping"):
+            ratio += f" (+{tm - um:.3f} ms)"
+        print(f"| {metric:22} | {' / '.join(f'{x:.3f}' if x < 10 else f'{x:.0f}' for x in t):24} | "
+              f"{' / '.join(f'{x:.3f}' if x < 10 else f'{x:.0f}' for x in u):24} | {ratio:17} |")
+    print()
+    for note in cpu_notes:
+        print("  " + note)
+    print(f"  drops: sender {sa['drops'] or 'none'}, receiver {sb['drops'] or 'none'}")
+
+
+def setup_part(args: argparse.Namespace) -> None:
+    from evio.lab.lab import Lab
+    from evio.testing.labs import unique_lab_name
+
+    print(f"\nSetup time in the lab ({args.setup_trials} trials each): initiator's connect() until both sides are up\n")
+    print("| NAT A / NAT B | path (pair) | median s | min s | max s |")
+    print("|---|---|---|---|---|")
+    for nats in (("eim", "eim"), ("eim", "symmetric")):
+        name = unique_lab_name()
+        times: list[float] = []
+        kinds: set[str] = set()
+        with Lab.up(name, nodes=2, nat=list(nats)) as lab, tempfile.TemporaryDirectory(prefix="evt-bench-") as d:
+            n1, n2 = lab.node(1), lab.node(2)
+            pub = lab.public
+            common = ["--stun", f"{pub.address}:{pub.stun_port}", "--turn", f"{pub.address}:{pub.stun_port}", "--turn-secret", pub.turn_secret]
+            for trial in range(args.setup_trials):
+                workdir = Path(d) / str(trial)
+                workdir.mkdir()
+                b = EndpointProcess(n2.netns, ["--node", n2.node_id, "--peer", n1.node_id, "--signal-dir", str(workdir), *common], workdir / "b.log")
+                a = None
+                try:
+                    b.wait_event("ready")
+                    a = EndpointProcess(n1.netns, ["--node", n1.node_id, "--peer", n2.node_id, "--connect", "--signal-dir", str(workdir), *common], workdir / "a.log")
+                    up_a = a.wait_event("up", timeout=20)
+                    up_b = b.wait_event("up", timeout=20)
+                    started = up_a["t"] - up_a["setup"]
+                    times.append(max(up_a["t"], up_b["t"]) - started)
+                    kinds.add(f"{up_a['path']} ({up_a['local']} -> {up_a['remote']})")
+                finally:
+                    for p in (a, b):
+                        if p is not None:
+                            p.stop()
+        print(f"| {nats[0]} / {nats[1]} | {', '.join(sorted(kinds))} | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per iperf3 run (default 10)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--setup-trials", type=int, default=10)
+    parser.add_argument("--cipher", choices=["aes-256-gcm", "chacha20-poly1305"], default="aes-256-gcm")
+    parser.add_argument("--skip-datapath", action="store_true")
+    parser.add_argument("--no-mmsg", action="store_true", help="endpoints send one datagram per system call (comparison)")
+    parser.add_argument("--tcp-only", action="store_true", help="only the single-stream TCP runs (quick comparisons)")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("tunnel_bench: needs root (network namespaces, TAP devices)", file=sys.stderr)
+        return 2
+    print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared with everything else)")
+    if not args.skip_datapath:
+        datapath_part(args)
+    if args.setup_trials:
+        setup_part(args)
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

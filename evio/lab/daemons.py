@@ -1,0 +1,217 @@
+"""Full nodes in the lab: a private Open vSwitch and an `evio run` daemon in each node namespace.
+
+Pure helpers (paths, the daemon's command line) and the reading of the
+daemons' status documents (their local control API) into a topology: who is
+linked to whom, by which link type, and whether successor links close the ring.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evio.bridge.ovs_instance import OvsInstance
+from evio.lab.node_config import node_config_path, node_dir
+from evio.lab.topology import NodePlan
+from evio.node.control import socket_path
+
+DAEMON_ROLE_PREFIX = "evio-"
+DAEMON_STOP_GRACE = 15.0  # a daemon releases its links and deletes its bridge before it exits
+
+
+def daemon_role(node: NodePlan) -> str:
+    return f"{DAEMON_ROLE_PREFIX}{node.name}"
+
+
+def is_daemon_role(role: str) -> bool:
+    return role.startswith(DAEMON_ROLE_PREFIX)
+
+
+def ovs_instance(lab_dir: Path, node: NodePlan) -> OvsInstance:
+    """The node's private ovsdb-server + ovs-vswitchd (run directory under the node's lab directory)."""
+    return OvsInstance(node_dir(lab_dir, node) / "ovs", netns=node.netns)
+
+
+def control_socket(lab_dir: Path, node: NodePlan) -> Path:
+    return socket_path(node_dir(lab_dir, node) / "state")
+
+
+def daemon_log(lab_dir: Path, node: NodePlan) -> Path:
+    """The daemon's own log (the node config sends it to a file)."""
+    return node_dir(lab_dir, node) / "evio.log"
+
+
+def daemon_argv(lab_dir: Path, node: NodePlan, python: str = sys.executable) -> list[str]:
+    """`evio run` for the node, pointed at its own OVS by the variables OVS's tools read.
+
+    `env` execs in place, as `ip netns exec` does, so the recorded PID is the daemon's.
+    """
+    ovs = ovs_instance(lab_dir, node)
+    return [
+        "env",
+        f"OVS_RUNDIR={ovs.run_dir}",
+        f"OVS_DBDIR={ovs.db_dir}",
+        f"OVS_LOGDIR={ovs.log_dir}",
+        f"OVS_SYSCONFDIR={ovs.etc_dir}",
+        python, "-m", "evio", "run", "--config", str(node_config_path(lab_dir, node)),
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Usage:
+    rss_bytes: int
+    cpu_seconds: float  # user + system since the process started
+
+
+def process_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
+    """RSS and CPU time of `pid` from /proc (None if it is gone)."""
+    try:
+        status = (proc / str(pid) / "status").read_text()
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    rss_kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return Usage(rss_kib * 1024, ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def is_ready(status: Mapping[str, Any]) -> bool:
+    """A daemon is ready once every overlay's bridge is connected to its SDN controller."""
+    overlays = status.get("overlays") or {}
+    return bool(overlays) and all(ov.get("switch_connected") for ov in overlays.values())
+
+
+# -- topology --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinkView:
+    node: str  # lab node name holding the view
+    peer: str  # lab node name (or the peer's node id if it is not a lab node)
+    type: str  # successor, long_distance, on_demand (as the holder's controller names it)
+    state: str
+    tap: str | None
+    port: int | None
+    path: str | None
+
+
+@dataclass(frozen=True)
+class Topology:
+    order: tuple[str, ...]  # lab node names in ring (node id) order
+    links: tuple[LinkView, ...]
+    unreachable: Mapping[str, str]  # node -> why its daemon could not be asked
+
+    def links_of(self, node: str) -> list[LinkView]:
+        return [link for link in self.links if link.node == node]
+
+    def adjacent(self, a: str, b: str) -> bool:
+        """Both ends report a link that is up."""
+        return any(l.node == a and l.peer == b and l.state == "up" for l in self.links) and any(
+            l.node == b and l.peer == a and l.state == "up" for l in self.links
+        )
+
+    @property
+    def live(self) -> tuple[str, ...]:
+        """The nodes whose daemon answered, in ring order: the ring they should form."""
+        return tuple(n for n in self.order if n not in self.unreachable)
+
+    def hops(self, a: str, b: str) -> int | None:
+        """Overlay hops on the shortest path of links that are up (None: no path)."""
+        frontier, seen, distance = [a], {a}, 0
+        while frontier:
+            if b in frontier:
+                return distance
+            distance += 1
+            frontier = [p for n in frontier for p in self.neighbours(n) if p not in seen]
+            seen.update(frontier)
+        return None
+
+    def neighbours(self, node: str) -> set[str]:
+        return {l.peer for l in self.links if l.node == node and self.adjacent(node, l.peer)}
+
+    def ring_gaps(self) -> list[tuple[str, str]]:
+        """Pairs of ring neighbours (clockwise, among live nodes) not joined by a link that is up at
+        both ends and that at least one end holds as a successor link: empty when successor links
+        form the ring."""
+        gaps = []
+        live = self.live
+        count = len(live)
+        if count < 2:
+            return []
+        for i, a in enumerate(live):
+            b = live[(i + 1) % count]
+            successor = any(
+                l.type == "successor" and {l.node, l.peer} == {a, b} for l in self.links
+            )
+            if not (successor and self.adjacent(a, b)):
+                gaps.append((a, b))
+        return gaps
+
+
+def topology(statuses: Mapping[str, Mapping[str, Any] | str], names_by_id: Mapping[str, str], overlay: str) -> Topology:
+    """The overlay's topology from each node's status document (or the error asking it gave)."""
+    ring = sorted(names_by_id.items())  # node ids are fixed-width hex: text order is ring order
+    links: list[LinkView] = []
+    unreachable: dict[str, str] = {}
+    for node, status in statuses.items():
+        if isinstance(status, str):
+            unreachable[node] = status
+            continue
+        ov = (status.get("overlays") or {}).get(overlay)
+        if ov is None:
+            unreachable[node] = f"daemon serves no overlay {overlay}"
+            continue
+        for link in ov.get("links", []):
+            peer_id = str(link.get("peer"))
+            links.append(LinkView(
+                node=node,
+                peer=names_by_id.get(peer_id, peer_id),
+                type=str(link.get("type")),
+                state=str(link.get("state")),
+                tap=link.get("tap"),
+                port=link.get("port"),
+                path=link.get("path"),
+            ))  # fmt: skip
+    return Topology(tuple(name for _, name in ring), tuple(links), unreachable)
+
+
+def format_topology(topo: Topology, addresses: Mapping[str, str], types: Sequence[str] = ("successor", "long_distance", "on_demand")) -> list[str]:
+    """One block per node: its links grouped by type, each with peer, TAP, OpenFlow port and path."""
+    lines = []
+    for node in topo.order:
+        head = f"{node} ({addresses.get(node, '?')})"
+        if node in topo.unreachable:
+            lines.append(f"{head}: NOT ANSWERING: {topo.unreachable[node]}")
+            continue
+        mine = topo.links_of(node)
+        lines.append(f"{head}: {len(mine)} link{'s' if len(mine) != 1 else ''}")
+        for kind in types:
+            of_kind = [l for l in mine if l.type == kind]
+            if not of_kind:
+                continue
+            cells = []
+            for l in sorted(of_kind, key=lambda l: topo.order.index(l.peer) if l.peer in topo.order else 0):
+                extra = [l.tap or "no tap", f"port {l.port}" if l.port is not None else "no port"]
+                if l.path:
+                    extra.append(l.path)
+                if l.state != "up":
+                    extra.append(l.state.upper())
+                cells.append(f"{l.peer} [{', '.join(extra)}]")
+            lines.append(f"  {kind:<13} {'; '.join(cells)}")
+        others = [l for l in mine if l.type not in types]
+        for l in others:
+            lines.append(f"  {l.type:<13} {l.peer} [{l.tap}, {l.state}]")
+    gaps = topo.ring_gaps()
+    live = topo.live
+    if gaps:
+        lines.append("ring: NOT CLOSED, missing successor links " + ", ".join(f"{a}->{b}" for a, b in gaps))
+    else:
+        lines.append("ring: closed (" + " -> ".join([*live, live[0]] if live else []) + ")")
+    if topo.unreachable:
+        lines.append(f"not answering (left out of the ring): {', '.join(topo.unreachable)}")
+    return lines

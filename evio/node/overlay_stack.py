@@ -1,0 +1,350 @@
+"""One overlay on this node: its bridge, tunnels, overlay controller, and their order.
+
+    signaling --> OverlayController --connect/disconnect--> TunnelManager
+                      ^    | LinkUp(tap) / LinkDown(tap)       | TunnelUp / TunnelDown
+                      |    v                                    |
+                      |  port worker: SDN PeerPortUp, then add the TAP to the bridge;
+                      |               remove it from the bridge, then SDN PeerPortDown
+                      +---- on_tunnel_event <-------------------+
+    SDN controller --OnDemandWanted/Idle--> request_on_demand / release_on_demand
+
+Port changes go through one worker task, in the order the controller
+reported them, so a TAP is never removed before it was added. The SDN side
+hears of a TAP before the bridge has it, so the port comes up as a peer port.
+`stop()` undoes everything `start()` did, whatever failed on the way, and
+leaves no port, TAP or bridge behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from evio.bridge.commands import BridgeError
+from evio.node.plan import OverlayPlan
+from evio.node.sdn import SdnController
+from evio.overlay.adjacency_events import LinkDown, LinkUp
+from evio.overlay.node_id import format_node_id
+from evio.sdn.boundary import (
+    ControllerEvent,
+    DropCounts,
+    OnDemandIdle,
+    OnDemandWanted,
+    PortAdded,
+    PortRemoved,
+    SwitchConnected,
+    SwitchDisconnected,
+    event_as_dict,
+)
+from evio.signal.interface import Signaling
+from evio.tunnel.session import TunnelEvent, TunnelInfo
+
+log = logging.getLogger(__name__)
+
+PORT_DRAIN_TIMEOUT = 15.0  # at stop: ovs-vsctl calls still queued get this long before the bridge goes anyway
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Bridge(Protocol):
+    """What the node needs of an OVS bridge (evio.bridge.OvsBridge)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def create(self) -> None: ...
+
+    async def add_port(self, port_name: str) -> None: ...
+
+    async def remove_port(self, port_name: str) -> None: ...
+
+    async def ports(self) -> list[str]: ...
+
+    async def delete(self) -> None: ...
+
+
+class TunnelLike(Protocol):
+    @property
+    def info(self) -> TunnelInfo: ...
+
+
+class LinkManager(Protocol):
+    """What the node needs of the tunnel manager (evio.tunnel.manager.TunnelManager)."""
+
+    def start(self) -> None: ...
+
+    async def connect(self, peer: int) -> TunnelInfo: ...
+
+    async def disconnect(self, peer: int) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def get(self, peer: int) -> TunnelLike | None: ...
+
+
+class AdjacencyController(Protocol):
+    """What the node needs of the overlay controller (evio.overlay.controller.OverlayController)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def on_tunnel_event(self, event: TunnelEvent) -> None: ...
+
+    def subscribe(self, callback: Callable[[Any], None]) -> Cancellable: ...
+
+    def adjacency(self) -> Mapping[int, Any]: ...
+
+    def request_on_demand(self, peer: int) -> None: ...
+
+    def release_on_demand(self, peer: int) -> None: ...
+
+
+LinksFactory = Callable[[Callable[[TunnelEvent], None]], LinkManager]
+ControllerFactory = Callable[[LinkManager], AdjacencyController]
+
+
+class OverlayStack:
+    def __init__(
+        self,
+        plan: OverlayPlan,
+        node_id: int,
+        signaling: Signaling,
+        bridge: Bridge,
+        sdn: SdnController,
+        make_links: LinksFactory,
+        make_controller: ControllerFactory,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plan = plan
+        self.node_id = node_id
+        self.signaling = signaling
+        self.bridge = bridge
+        self._sdn = sdn
+        self._clock = clock
+        self._controller: AdjacencyController | None = None
+        # The tunnel manager reports to the controller, which is made from the manager.
+        self.links = make_links(self._tunnel_event)
+        self.controller = self._controller = make_controller(self.links)
+        self.ports: dict[str, int] = {}  # TAP on the bridge -> peer
+        self.port_numbers: dict[str, int] = {}  # bridge port name -> OpenFlow port number (from the SDN side)
+        self.switch_connected = False
+        self.drops: Mapping[str, int] = {}
+        self.frb_errors: Mapping[str, int] = {}
+        self.port_errors = 0
+        self.link_ups = 0  # adjacency events seen, for "has the overlay stopped changing?"
+        self.link_downs = 0
+        self.last_link_change: float | None = None
+        self.sdn_other: dict[str, dict[str, Any]] = {}  # latest controller event of each other kind
+        self._port_events: asyncio.Queue[LinkUp | LinkDown] = asyncio.Queue()
+        self._port_worker: asyncio.Task[None] | None = None
+        self._subscription: Cancellable | None = None
+        self._attached = False
+        self._bridge_made = False
+        self._controller_started = False
+        self.started_at: float | None = None
+
+    @property
+    def overlay(self) -> str:
+        return self.plan.id
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bridge, SDN attachment, tunnel offers served, then the controller; stop() undoes a partial start."""
+        # Attached first, so the controller knows the bridge's datapath id when it connects.
+        self._sdn.commands.attach(
+            self.overlay,
+            self.plan.datapath_id,
+            self.node_id,
+            flow_idle_timeout=self.plan.config.bridge.flow_idle_timeout,
+            on_demand=self.plan.config.topology.on_demand,
+        )
+        self._attached = True
+        self._bridge_made = True  # from here on, stop() deletes it even if create() failed half-way
+        await self.bridge.create()
+        await self._remove_stale_ports()
+        self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
+        self._port_worker.add_done_callback(self._worker_done)
+        self._subscription = self.controller.subscribe(self._adjacency_event)
+        self.links.start()
+        self._controller_started = True
+        await self.controller.start()
+        self.started_at = self._clock()
+        log.info("overlay started overlay=%s node=%s bridge=%s datapath=%s", self.overlay,
+                 format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
+
+    async def _remove_stale_ports(self) -> None:
+        """TAP ports left on the bridge by an earlier run that was killed: their devices died with it."""
+        prefix = self.plan.tunnel.tap_prefix
+        for port in await self.bridge.ports():
+            if port.startswith(prefix):
+                log.info("stale port removed overlay=%s port=%s", self.overlay, port)
+                await self.bridge.remove_port(port)
+
+    async def stop(self) -> None:
+        """Release every link, close every tunnel, take the TAPs off the bridge, delete the bridge."""
+        if self._controller_started:
+            await _step(self.overlay, "stop overlay controller", self.controller.stop())
+            await _step(self.overlay, "close tunnels", self.links.close())
+        if self._subscription is not None:
+            self._subscription.cancel()
+        # Apply what the controller reported while it let go, then stop the worker.
+        if self._port_worker is not None:
+            if not self._port_worker.done():
+                await _step(self.overlay, "finish port changes", self._drain_port_changes())
+            self._port_worker.cancel()
+            await asyncio.gather(self._port_worker, return_exceptions=True)
+            self._port_worker = None
+        for tap in list(self.ports):
+            await self._remove_port(tap)
+        if self._attached:
+            self._sdn.commands.detach(self.overlay)
+            self._attached = False
+        if self._bridge_made:
+            await _step(self.overlay, "delete bridge", self.bridge.delete())
+            self._bridge_made = False
+        log.info("overlay stopped overlay=%s", self.overlay)
+
+    # -- adjacency -> bridge ports -------------------------------------------------------------
+
+    def _tunnel_event(self, event: TunnelEvent) -> None:
+        if self._controller is not None:
+            self._controller.on_tunnel_event(event)
+
+    def _adjacency_event(self, event: object) -> None:
+        if isinstance(event, LinkUp | LinkDown):
+            if isinstance(event, LinkUp):
+                self.link_ups += 1
+            else:
+                self.link_downs += 1
+            self.last_link_change = self._clock()
+            self._port_events.put_nowait(event)
+
+    async def _apply_port_changes(self) -> None:
+        while True:
+            event = await self._port_events.get()
+            try:
+                await self._apply(event)
+            finally:
+                self._port_events.task_done()
+
+    async def _drain_port_changes(self) -> None:
+        await asyncio.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)
+
+    async def _apply(self, event: LinkUp | LinkDown) -> None:
+        if isinstance(event, LinkUp):
+            if not event.tap:
+                return
+            self.ports[event.tap] = event.peer
+            self._sdn.commands.peer_up(self.overlay, event.tap, event.peer)
+            try:
+                await self.bridge.add_port(event.tap)
+            except BridgeError as exc:
+                self.port_errors += 1
+                log.warning("port not added overlay=%s port=%s peer=%s: %s", self.overlay, event.tap,
+                            format_node_id(event.peer), exc)
+        elif event.tap in self.ports:
+            await self._remove_port(event.tap)
+
+    async def _remove_port(self, tap: str) -> None:
+        try:
+            await self.bridge.remove_port(tap)
+        except BridgeError as exc:
+            self.port_errors += 1
+            log.warning("port not removed overlay=%s port=%s: %s", self.overlay, tap, exc)
+        self._sdn.commands.peer_down(self.overlay, tap)
+        self.ports.pop(tap, None)
+
+    def _worker_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("port worker of overlay %s died", self.overlay, exc_info=task.exception())
+
+    # -- SDN controller -> here ----------------------------------------------------------------
+
+    def controller_event(self, event: ControllerEvent) -> None:
+        if isinstance(event, OnDemandWanted):
+            log.info("on-demand link wanted overlay=%s peer=%s (%.0f B/s)", self.overlay, format_node_id(event.peer),
+                     event.bytes_per_s)
+            self.controller.request_on_demand(event.peer)
+        elif isinstance(event, OnDemandIdle):
+            self.controller.release_on_demand(event.peer)
+        elif isinstance(event, PortAdded):
+            self.port_numbers[event.name] = event.port_no
+        elif isinstance(event, PortRemoved):
+            if self.port_numbers.get(event.name) == event.port_no:
+                del self.port_numbers[event.name]
+        elif isinstance(event, SwitchConnected):
+            self.switch_connected = True
+        elif isinstance(event, SwitchDisconnected):
+            self.switch_connected = False
+            self.port_numbers.clear()
+        elif isinstance(event, DropCounts):
+            self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
+        else:  # kinds this daemon does not act on (counters, reports): kept for the status
+            self.sdn_other[type(event).__name__] = event_as_dict(event)
+
+    # -- status --------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        now = self._clock()
+        links = []
+        for peer, info in sorted(self.controller.adjacency().items()):
+            tap = getattr(info, "tap", None)
+            tunnel = self.links.get(peer)
+            path = tunnel.info.path if tunnel is not None else None
+            setup = tunnel.info.setup_seconds if tunnel is not None else None
+            since = getattr(info, "since", None)
+            links.append({
+                "peer": format_node_id(peer),
+                "type": _value(getattr(info, "link_type", None)),
+                "state": _value(getattr(info, "state", None)),
+                "tap": tap,
+                "port": self.port_numbers.get(tap) if tap else None,
+                "on_bridge": tap in self.ports if tap else False,
+                "path": _value(path),
+                "setup_seconds": round(setup, 3) if setup is not None else None,
+                "age": round(now - since, 3) if isinstance(since, int | float) else None,
+            })
+        config = self.plan.config
+        return {
+            "bridge": self.bridge.name,
+            "address": str(config.bridge.address) if config.bridge.address is not None else None,
+            "datapath": self.plan.datapath,
+            "datapath_id": f"{self.plan.datapath_id:016x}",
+            "switch_connected": self.switch_connected,
+            "signal": {"jid": config.signal.jid, "connected": self.signaling.connected},
+            "peers": {format_node_id(p): jid for p, jid in sorted(self.signaling.peers(self.overlay).items())},
+            "links": links,
+            "drops": dict(self.drops),
+            "frb_errors": dict(self.frb_errors),
+            "port_errors": self.port_errors,
+            "link_events": {
+                "up": self.link_ups,
+                "down": self.link_downs,
+                "seconds_since_last": round(now - self.last_link_change, 3) if self.last_link_change is not None else None,
+            },
+            "sdn": dict(self.sdn_other),
+        }
+
+
+def _value(item: object) -> Any:
+    if isinstance(item, enum.Enum):
+        return item.value
+    return item
+
+
+async def _step(overlay: str, what: str, awaitable: Any) -> None:
+    """One teardown step: a failure is logged and the teardown goes on."""
+    try:
+        await awaitable
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("%s failed overlay=%s; going on with the teardown", what, overlay)

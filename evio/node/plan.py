@@ -1,0 +1,123 @@
+"""From the daemon's config to what the node builds: pure, no I/O except reading password files.
+
+- one signaling account per distinct JID (several overlays may share one; they
+  must then agree on server and credentials), with every overlay it serves;
+- per overlay: the tunnel settings, the bridge settings, the datapath type and
+  the OpenFlow datapath id the SDN controller knows the bridge by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from evio.bridge.ovs_bridge import BridgeConfig as OvsBridgeConfig
+from evio.bridge.ovs_bridge import datapath_id_for, datapath_type
+from evio.config.loader import signal_password
+from evio.config.model import Config, OverlayConfig, SignalConfig
+from evio.node.errors import NodeConfigError
+from evio.signal.client import SignalSettings
+from evio.tunnel.config import TunnelConfig, from_overlay_config
+
+DEFAULT_TAP_PREFIX = "evt"
+
+
+@dataclass(frozen=True)
+class AccountPlan:
+    jid: str
+    settings: SignalSettings
+    overlays: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OverlayPlan:
+    config: OverlayConfig
+    account: str  # the JID whose AccountPlan serves this overlay
+    tunnel: TunnelConfig
+    bridge: OvsBridgeConfig
+    datapath: str  # "system" or "netdev"
+    datapath_id: int  # the SDN controller knows the bridge by it
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node_id: int
+    accounts: tuple[AccountPlan, ...]
+    overlays: tuple[OverlayPlan, ...]
+
+
+def tap_prefix(index: int) -> str:
+    """TAP names start with this in the index-th overlay (index 0: "evt"), so overlays never share a name."""
+    return DEFAULT_TAP_PREFIX if index == 0 else f"ev{index}"
+
+
+def plan_node(
+    config: Config,
+    node_id: int,
+    *,
+    controller_port: int,
+    kernel_module_loaded: bool,
+    read_password: Callable[[SignalConfig], str | None] = signal_password,
+) -> NodePlan:
+    accounts: dict[str, tuple[SignalConfig, list[str]]] = {}
+    for overlay in config.overlays.values():
+        signal = overlay.signal
+        known = accounts.get(signal.jid)
+        if known is None:
+            accounts[signal.jid] = (signal, [overlay.id])
+            continue
+        first, overlays = known
+        if _connection(first) != _connection(signal):
+            raise NodeConfigError(
+                f"overlays {overlays[0]} and {overlay.id} use account {signal.jid} with different servers or "
+                "credentials; one account logs in once, so give them the same signal settings or different JIDs"
+            )
+        overlays.append(overlay.id)
+    account_plans = tuple(
+        AccountPlan(jid, signal_settings(signal, {ov: node_id for ov in overlays}, read_password(signal)), tuple(overlays))
+        for jid, (signal, overlays) in accounts.items()
+    )
+    overlay_networks = tuple(
+        str(ov.bridge.address.network) for ov in config.overlays.values() if ov.bridge.address is not None
+    )
+    plans = []
+    for index, overlay in enumerate(config.overlays.values()):
+        tunnel = from_overlay_config(overlay)
+        # No overlay's own addresses may carry another overlay's tunnels.
+        tunnel = replace(tunnel, tap_prefix=tap_prefix(index), ice=replace(tunnel.ice, exclude_networks=overlay_networks))
+        wanted = overlay.bridge.datapath
+        datapath = datapath_type(kernel_module_loaded) if wanted == "auto" else wanted
+        dpid = datapath_id_for(overlay.id)
+        bridge = OvsBridgeConfig(
+            name=overlay.bridge.name,
+            controller_port=controller_port,
+            overlay_address=str(overlay.bridge.address) if overlay.bridge.address is not None else None,
+            mtu=overlay.bridge.mtu,
+            datapath_id=dpid,
+        )
+        plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid))
+    return NodePlan(node_id, account_plans, tuple(plans))
+
+
+def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:
+    return SignalSettings(
+        jid=signal.jid,
+        server=signal.server,
+        memberships=memberships,
+        port=signal.port,
+        password=password,
+        client_cert=signal.client_cert,
+        client_key=signal.client_key,
+        ca_file=signal.ca_file,
+        tls=signal.tls,
+        insecure_plaintext=signal.insecure_plaintext,
+    )
+
+
+def _connection(signal: SignalConfig) -> tuple[object, ...]:
+    return (signal.server, signal.port, signal.password, signal.password_file, signal.client_cert,
+            signal.client_key, signal.ca_file, signal.tls, signal.insecure_plaintext)

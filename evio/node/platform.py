@@ -1,0 +1,119 @@
+"""Where the node's parts come from: the real ones here, fakes in evio.testing.fake_node.
+
+`Node` asks a `Platform` for each part, so the same wiring runs on a host
+(XMPP, aioice/DTLS tunnels on TAPs, ovs-vsctl, os-ken) and in unit tests
+(in-memory signaling, fake links, a fake OVSDB and SDN).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import ipaddress
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import aioice.ice
+
+from evio.bridge.commands import SubprocessRunner
+from evio.bridge.ovs_bridge import OvsBridge
+from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
+from evio.node.plan import OverlayPlan
+from evio.node.sdn import OskenController, SdnController
+from evio.signal.client import SignalClient, SignalSettings
+from evio.signal.interface import Signaling
+from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.manager import TunnelManager
+from evio.tunnel.session import TunnelEvent
+from evio.tunnel.signaling import RemoteActionSignaling
+
+
+class Runnable(Protocol):
+    async def run(self) -> None: ...
+
+
+class Platform(Protocol):
+    def signal_client(self, settings: SignalSettings) -> Signaling: ...
+
+    def sdn_controller(self) -> SdnController: ...
+
+    def bridge(self, plan: OverlayPlan) -> Bridge: ...
+
+    def links(
+        self, plan: OverlayPlan, node_id: int, signaling: Signaling, on_event: Callable[[TunnelEvent], None]
+    ) -> LinkManager: ...
+
+    def overlay_controller(
+        self, plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager
+    ) -> AdjacencyController: ...
+
+    def address_announcer(self, interfaces: set[str]) -> Runnable | None:
+        """Sends gratuitous ARP for the bridges' addresses when they appear (None: not on this platform)."""
+        ...
+
+
+def exclude_host_networks(networks: Sequence[str]) -> None:
+    """Keep aioice from gathering candidates on addresses in `networks` (the overlays' own subnets).
+
+    aioice binds a host candidate, and asks STUN, on every local address. The
+    STUN answer for an overlay address can never come back (no route to it
+    behind the NAT), so gathering would wait out aioice's 5 s timeout on every
+    tunnel. The candidate filter in evio.tunnel.ice acts only after gathering;
+    this acts before, for the whole process (the daemon's tunnels all share
+    one exclusion list).
+    """
+    excluded = [ipaddress.ip_network(n, strict=False) for n in networks]
+    original = getattr(aioice.ice.get_host_addresses, "__wrapped__", aioice.ice.get_host_addresses)
+
+    @functools.wraps(original)
+    def host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        return [a for a in original(use_ipv4, use_ipv6) if not any(ipaddress.ip_address(a) in n for n in excluded)]
+
+    aioice.ice.get_host_addresses = host_addresses
+
+
+class SystemPlatform:
+    """The real parts, for `evio run`."""
+
+    def __init__(self, controller_port: int, rng: random.Random | None = None, exclude_networks: Sequence[str] = ()) -> None:
+        if exclude_networks:
+            exclude_host_networks(exclude_networks)
+        self.controller_port = controller_port
+        self.rng = rng or random.Random()
+        # One DTLS identity per run: its fingerprint travels in the signed-in signaling exchange.
+        self.certificate = TunnelCertificate.generate("evio", datetime.datetime.now(datetime.timezone.utc))
+
+    def signal_client(self, settings: SignalSettings) -> Signaling:
+        return SignalClient(settings, rng=self.rng)
+
+    def sdn_controller(self) -> SdnController:
+        return OskenController(self.controller_port)
+
+    def bridge(self, plan: OverlayPlan) -> Bridge:
+        return OvsBridge(plan.bridge, SubprocessRunner(), plan.datapath)
+
+    def links(
+        self, plan: OverlayPlan, node_id: int, signaling: Signaling, on_event: Callable[[TunnelEvent], None]
+    ) -> LinkManager:
+        manager: LinkManager = TunnelManager(
+            node_id, plan.tunnel, self.certificate, RemoteActionSignaling(signaling, plan.id), on_event=on_event
+        )
+        return manager
+
+    def overlay_controller(
+        self, plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager
+    ) -> AdjacencyController:
+        from evio.overlay.controller import OverlayController
+
+        controller: AdjacencyController = OverlayController(
+            plan.id, node_id, plan.config.topology, signaling, links,
+            rng=random.Random(self.rng.getrandbits(64)), clock=time.monotonic,
+        )  # fmt: skip
+        return controller
+
+    def address_announcer(self, interfaces: set[str]) -> Runnable | None:
+        from evio.sdn.address_announcer import GarpAnnouncer
+
+        return GarpAnnouncer(interfaces)

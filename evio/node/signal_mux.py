@@ -1,0 +1,96 @@
+"""One signaling account serving several overlays, each through its own ``Signaling`` view.
+
+An XMPP account logs in once, but each overlay's controller and tunnel
+manager register their own remote-action handlers, and a client accepts one
+handler per action. ``SharedAccount`` registers one dispatcher per action on
+the client and routes each request to the handler of the overlay it names.
+Each ``OverlaySignaling`` view sees only its overlay's peer events. The node
+owns the client's start and stop; a view's are no-ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from evio.signal.errors import HandlerRejected
+from evio.signal.events import E, PeerAdded, PeerRemoved, Subscription
+from evio.signal.interface import Handler, Signaling
+from evio.signal.protocol import Body
+
+
+class SharedAccount:
+    def __init__(self, client: Signaling) -> None:
+        self.client = client
+        self._routes: dict[str, dict[str, Handler]] = {}  # action -> overlay -> handler
+
+    def view(self, overlay: str) -> OverlaySignaling:
+        if overlay not in self.client.overlays:
+            raise KeyError(f"account serves no overlay {overlay!r}")
+        return OverlaySignaling(self, overlay)
+
+    def register(self, overlay: str, action: str, handler: Handler) -> None:
+        routes = self._routes.get(action)
+        if routes is None:
+            routes = self._routes[action] = {}
+            self.client.register_handler(action, self._dispatcher(action))
+        if overlay in routes:
+            raise ValueError(f"a handler for {action!r} in overlay {overlay} is already registered")
+        routes[overlay] = handler
+
+    def _dispatcher(self, action: str) -> Handler:
+        async def dispatch(overlay: str, peer: int, body: Body) -> Body:
+            handler = self._routes[action].get(overlay)
+            if handler is None:
+                raise HandlerRejected(f"{action} is not served in overlay {overlay}")
+            return await handler(overlay, peer, body)
+
+        return dispatch
+
+
+class OverlaySignaling:
+    """``Signaling`` narrowed to one overlay of a shared account."""
+
+    def __init__(self, account: SharedAccount, overlay: str) -> None:
+        self._account = account
+        self._client = account.client
+        self.overlay = overlay
+
+    @property
+    def connected(self) -> bool:
+        return self._client.connected
+
+    @property
+    def overlays(self) -> frozenset[str]:
+        return frozenset({self.overlay})
+
+    def node_id(self, overlay: str) -> int:
+        return self._client.node_id(overlay)
+
+    def peers(self, overlay: str) -> dict[int, str]:
+        return self._client.peers(overlay)
+
+    def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
+        if event_type not in (PeerAdded, PeerRemoved):
+            return self._client.subscribe(event_type, callback)
+
+        def ours_only(event: E) -> None:
+            if isinstance(event, PeerAdded | PeerRemoved) and event.overlay != self.overlay:
+                return
+            callback(event)
+
+        return self._client.subscribe(event_type, ours_only)
+
+    def register_handler(self, action: str, handler: Handler) -> None:
+        self._account.register(self.overlay, action, handler)
+
+    async def start(self) -> None:
+        """The node starts the shared client."""
+
+    async def stop(self) -> None:
+        """The node stops the shared client."""
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        await self._client.wait_connected(timeout)
+
+    async def request(self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
+        return await self._client.request(overlay, peer, action, body, timeout)

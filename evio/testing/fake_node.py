@@ -1,0 +1,380 @@
+"""Fakes for the daemon's parts (evio.node.platform.Platform) and a platform made of them.
+
+- `FakeOvsdb`: a CommandRunner that plays ovs-vsctl and ip for `evio.bridge.OvsBridge`: bridges, their
+  ports and addresses, kept in dicts, with injectable failures.
+- `FakeSdn`: the SDN controller's boundary without os-ken: commands are applied to plain state on
+  `sync()`; tests push controller events with `emit()`.
+- `FakeLinkHub` / `FakeLinks`: tunnels between in-process nodes, reported as the real TunnelManager
+  reports them (TunnelUp/TunnelDown to both ends), with unreachable pairs and crashed nodes.
+- `FakePlatform`: all of the above plus `evio.testing.fake_signal` accounts, for `evio.node.Node`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from evio.bridge.commands import CommandError
+from evio.bridge.ovs_bridge import OvsBridge
+from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
+from evio.node.plan import OverlayPlan
+from evio.node.platform import Runnable
+from evio.node.sdn import SdnController
+from evio.sdn.boundary import (
+    AttachOverlay,
+    CommandQueue,
+    ControllerEvent,
+    DetachOverlay,
+    PeerPortDown,
+    PeerPortUp,
+)
+from evio.signal.client import SignalSettings
+from evio.signal.interface import Signaling
+from evio.testing.fake_signal import FakeSignalHub
+from evio.tunnel.errors import SetupError
+from evio.tunnel.ice import PathKind
+from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelState, TunnelUp
+
+# ------------------------------------------------------------------------------------------ OVSDB
+
+
+@dataclass
+class FakeBridgeRow:
+    datapath_type: str = ""
+    settings: list[str] = field(default_factory=list)
+    ports: list[str] = field(default_factory=list)
+    addresses: list[str] = field(default_factory=list)
+    up: bool = False
+
+
+class FakeOvsdb:
+    """Plays `ovs-vsctl` (the subset OvsBridge uses) and `ip address/link` against dicts."""
+
+    def __init__(self) -> None:
+        self.bridges: dict[str, FakeBridgeRow] = {}
+        self.open_vswitch: dict[str, str] = {"other_config:userspace-tso-enable": "true"}
+        self.calls: list[list[str]] = []
+        self.failures: dict[str, int] = {}  # verb (add-br, add-port, del-port, del-br) -> how many calls fail
+
+    def fail(self, verb: str, times: int = 1) -> None:
+        self.failures[verb] = self.failures.get(verb, 0) + times
+
+    async def run(self, argv: Sequence[str]) -> str:
+        argv = list(argv)
+        self.calls.append(argv)
+        await asyncio.sleep(0)  # a subprocess never answers synchronously
+        if argv[0] == "ip":
+            return self._ip(argv)
+        if argv[0] != "ovs-vsctl":
+            raise CommandError(argv, 127, f"{argv[0]}: not found")
+        out: list[str] = []
+        for command in _split_commands(argv[1:]):
+            out.append(self._vsctl(argv, command))
+        return "".join(out)
+
+    def ports(self, bridge: str) -> list[str]:
+        row = self.bridges.get(bridge)
+        return list(row.ports) if row else []
+
+    def _vsctl(self, argv: list[str], command: list[str]) -> str:
+        words = [w for w in command if not w.startswith("--")]
+        if not words:
+            return ""
+        verb, args = words[0], words[1:]
+        if self.failures.get(verb, 0) > 0:
+            self.failures[verb] -= 1
+            raise CommandError(argv, 1, f"ovs-vsctl: injected failure of {verb}")
+        if verb == "add-br":
+            self.bridges.setdefault(args[0], FakeBridgeRow())
+        elif verb == "del-br":
+            if self.bridges.pop(args[0], None) is None and "--if-exists" not in command:
+                raise CommandError(argv, 1, f"ovs-vsctl: no bridge named {args[0]}")
+        elif verb == "add-port":
+            row = self._bridge(argv, args[0])
+            if args[1] not in row.ports:
+                row.ports.append(args[1])
+        elif verb == "del-port":
+            for row in self.bridges.values():
+                if args[-1] in row.ports:
+                    row.ports.remove(args[-1])
+                    break
+            else:
+                if "--if-exists" not in command:
+                    raise CommandError(argv, 1, f"ovs-vsctl: no port named {args[-1]}")
+        elif verb == "list-ports":
+            return "".join(p + "\n" for p in self._bridge(argv, args[0]).ports)
+        elif verb == "set" and args[0] == "Bridge":
+            row = self._bridge(argv, args[1])
+            row.settings += args[2:]
+            for setting in args[2:]:
+                if setting.startswith("datapath_type="):
+                    row.datapath_type = setting.partition("=")[2]
+        elif verb == "set" and args[0] == "Open_vSwitch":
+            for setting in args[2:]:
+                key, _, value = setting.partition("=")
+                self.open_vswitch[key] = value
+        elif verb == "get" and args[0] == "Open_vSwitch":
+            return self.open_vswitch.get(args[2], "") + "\n"
+        elif verb == "get" and args[0] == "Interface":
+            for row in self.bridges.values():
+                if args[1] in row.ports:
+                    return f"{row.ports.index(args[1]) + 1}\n"
+            raise CommandError(argv, 1, f"ovs-vsctl: no row {args[1]} in table Interface")
+        return ""
+
+    def _bridge(self, argv: list[str], name: str) -> FakeBridgeRow:
+        row = self.bridges.get(name)
+        if row is None:
+            raise CommandError(argv, 1, f"ovs-vsctl: no bridge named {name}")
+        return row
+
+    def _ip(self, argv: list[str]) -> str:
+        if argv[1:3] == ["address", "replace"]:
+            self._bridge(argv, argv[-1]).addresses.append(argv[3])
+        elif argv[1:3] == ["link", "set"]:
+            self._bridge(argv, argv[3]).up = argv[-1] == "up"
+        return ""
+
+
+def _split_commands(args: list[str]) -> list[list[str]]:
+    commands: list[list[str]] = [[]]
+    for word in args:
+        if word == "--":
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [c for c in commands if c]
+
+
+# ------------------------------------------------------------------------------------------ SDN
+
+
+class FakeSdn:
+    """The controller boundary with no os-ken behind it."""
+
+    listen_port = 6653
+
+    def __init__(self) -> None:
+        self.commands = CommandQueue()
+        self._events: asyncio.Queue[ControllerEvent] | None = None
+        self._stopped: asyncio.Future[str] | None = None
+        self.started = False
+        self.attached: dict[str, AttachOverlay] = {}
+        self.peer_ports: dict[tuple[str, str], int] = {}  # (overlay, TAP) -> peer
+        self.history: list[object] = []
+
+    async def start(self) -> None:
+        self._events = asyncio.Queue()
+        self._stopped = asyncio.get_running_loop().create_future()
+        self.started = True
+
+    def sync(self) -> None:
+        """Apply the commands the node sent since the last call."""
+        for command in self.commands.drain():
+            self.history.append(command)
+            if isinstance(command, AttachOverlay):
+                self.attached[command.overlay] = command
+            elif isinstance(command, DetachOverlay):
+                self.attached.pop(command.overlay, None)
+                for key in [k for k in self.peer_ports if k[0] == command.overlay]:
+                    del self.peer_ports[key]
+            elif isinstance(command, PeerPortUp):
+                self.peer_ports[(command.overlay, command.port_name)] = command.peer
+            elif isinstance(command, PeerPortDown):
+                self.peer_ports.pop((command.overlay, command.port_name), None)
+
+    def emit(self, event: ControllerEvent) -> None:
+        assert self._events is not None, "not started"
+        self._events.put_nowait(event)
+
+    def crash(self, reason: str = "fake controller crashed") -> None:
+        assert self._stopped is not None, "not started"
+        if not self._stopped.done():
+            self._stopped.set_result(reason)
+
+    async def next_event(self) -> ControllerEvent:
+        assert self._events is not None, "not started"
+        return await self._events.get()
+
+    async def wait_stopped(self) -> str:
+        assert self._stopped is not None, "not started"
+        return await asyncio.shield(self._stopped)
+
+
+# ------------------------------------------------------------------------------------------ links
+
+
+@dataclass
+class _FakeTunnel:
+    info: TunnelInfo
+
+
+class FakeLinkHub:
+    """Tunnels between the `FakeLinks` of one overlay's nodes."""
+
+    def __init__(self) -> None:
+        self.members: dict[tuple[str, int], FakeLinks] = {}
+        self.blocked: set[frozenset[int]] = set()  # pairs that cannot reach each other
+        self.opened = 0
+        self._ids = itertools.count(1)
+
+    def links(self, overlay: str, node_id: int, on_event: Callable[[TunnelEvent], None], tap_prefix: str = "evt") -> FakeLinks:
+        return FakeLinks(self, overlay, node_id, on_event, tap_prefix)
+
+    def block(self, a: int, b: int) -> None:
+        self.blocked.add(frozenset((a, b)))
+
+    def tunnel_id(self) -> str:
+        return f"fake{next(self._ids):08d}"
+
+
+class FakeLinks:
+    """A LinkManager: `connect` makes a tunnel both ends see up; `crash` drops a node's tunnels silently."""
+
+    def __init__(
+        self, hub: FakeLinkHub, overlay: str, node_id: int, on_event: Callable[[TunnelEvent], None], tap_prefix: str
+    ) -> None:
+        self.hub = hub
+        self.overlay = overlay
+        self.node_id = node_id
+        self._on_event = on_event
+        self.tap_prefix = tap_prefix
+        self.tunnels: dict[int, TunnelInfo] = {}
+        self.running = False
+        self.connects = 0
+
+    def tap_name(self, peer: int) -> str:
+        return (self.tap_prefix + f"{peer:032x}")[:15]
+
+    def start(self) -> None:
+        self.running = True
+        self.hub.members[(self.overlay, self.node_id)] = self
+
+    def get(self, peer: int) -> _FakeTunnel | None:
+        info = self.tunnels.get(peer)
+        return _FakeTunnel(info) if info is not None else None
+
+    async def connect(self, peer: int) -> TunnelInfo:
+        self.connects += 1
+        await asyncio.sleep(0)
+        existing = self.tunnels.get(peer)
+        if existing is not None:
+            return existing
+        remote = self.hub.members.get((self.overlay, peer))
+        if not self.running or remote is None or not remote.running or frozenset((self.node_id, peer)) in self.hub.blocked:
+            raise SetupError(f"fake: no path to {peer:032x}")
+        tunnel_id = self.hub.tunnel_id()
+        self.hub.opened += 1
+        mine = self._info(peer, tunnel_id, initiator=True)
+        theirs = remote._info(self.node_id, tunnel_id, initiator=False)
+        self.tunnels[peer] = mine
+        remote.tunnels[self.node_id] = theirs
+        loop = asyncio.get_running_loop()
+        loop.call_soon(remote._emit, TunnelUp(theirs))
+        self._emit(TunnelUp(mine))
+        return mine
+
+    async def disconnect(self, peer: int) -> None:
+        await asyncio.sleep(0)
+        self._drop(peer, "closed locally", tell_peer=True)
+
+    async def close(self) -> None:
+        for peer in list(self.tunnels):
+            self._drop(peer, "node shutting down", tell_peer=True)
+        self.running = False
+        self.hub.members.pop((self.overlay, self.node_id), None)
+
+    def crash(self) -> None:
+        """The node died: its peers see their tunnels go down; it hears nothing."""
+        for peer in list(self.tunnels):
+            del self.tunnels[peer]
+            remote = self.hub.members.get((self.overlay, peer))
+            if remote is not None:
+                remote._drop(self.node_id, "peer silent", tell_peer=False)
+        self.running = False
+        self.hub.members.pop((self.overlay, self.node_id), None)
+
+    def _drop(self, peer: int, reason: str, tell_peer: bool) -> None:
+        info = self.tunnels.pop(peer, None)
+        if info is None:
+            return
+        self._emit(TunnelDown(_closed(info, reason)))
+        if tell_peer:
+            remote = self.hub.members.get((self.overlay, peer))
+            if remote is not None:
+                asyncio.get_running_loop().call_soon(remote._drop, self.node_id, "peer closed", False)
+
+    def _info(self, peer: int, tunnel_id: str, initiator: bool) -> TunnelInfo:
+        return TunnelInfo(peer=peer, tunnel_id=tunnel_id, initiator=initiator, controlling=self.node_id > peer,
+                          state=TunnelState.UP, path=PathKind.DIRECT, tap=self.tap_name(peer), setup_seconds=0.0)
+
+    def _emit(self, event: TunnelEvent) -> None:
+        self._on_event(event)
+
+
+def _closed(info: TunnelInfo, reason: str) -> TunnelInfo:
+    from dataclasses import replace
+
+    return replace(info, state=TunnelState.CLOSED, reason=reason)
+
+
+# ------------------------------------------------------------------------------------------ platform
+
+ControllerFactory = Callable[[OverlayPlan, int, Signaling, LinkManager], AdjacencyController]
+
+
+class FakePlatform:
+    """One node's parts on shared fake infrastructure (signal hub, link hub)."""
+
+    def __init__(
+        self,
+        signal_hub: FakeSignalHub,
+        link_hub: FakeLinkHub,
+        controller_factory: ControllerFactory | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.signal_hub = signal_hub
+        self.link_hub = link_hub
+        self.controller_factory = controller_factory
+        self.rng = random.Random(seed)
+        self.ovsdb = FakeOvsdb()
+        self.sdn = FakeSdn()
+        self.links_made: dict[str, FakeLinks] = {}
+        self.clients: list[Signaling] = []
+
+    def signal_client(self, settings: SignalSettings) -> Signaling:
+        client = self.signal_hub.client(settings.jid, settings.memberships, rng=random.Random(self.rng.getrandbits(32)))
+        self.clients.append(client)
+        return client
+
+    def sdn_controller(self) -> SdnController:
+        return self.sdn
+
+    def bridge(self, plan: OverlayPlan) -> Bridge:
+        return OvsBridge(plan.bridge, self.ovsdb, plan.datapath)
+
+    def links(
+        self, plan: OverlayPlan, node_id: int, signaling: Signaling, on_event: Callable[[TunnelEvent], None]
+    ) -> LinkManager:
+        links = self.link_hub.links(plan.id, node_id, on_event, plan.tunnel.tap_prefix)
+        self.links_made[plan.id] = links
+        return links
+
+    def overlay_controller(
+        self, plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager
+    ) -> AdjacencyController:
+        if self.controller_factory is not None:
+            return self.controller_factory(plan, node_id, signaling, links)
+        from evio.overlay.controller import OverlayController
+
+        controller: AdjacencyController = OverlayController(
+            plan.id, node_id, plan.config.topology, signaling, links,
+            rng=random.Random(self.rng.getrandbits(32)), reevaluate_interval=0.5,
+        )  # fmt: skip
+        return controller
+
+    def address_announcer(self, interfaces: set[str]) -> Runnable | None:
+        return None

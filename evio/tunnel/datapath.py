@@ -1,0 +1,117 @@
+"""The data path's narrow interface: move frames between a TAP and an underlay socket, sealed.
+
+Everything else in the tunnel (ICE, DTLS, liveness, teardown) talks to the
+data path only through ``Datapath``; ``FdDatapath`` is the Python
+implementation, and a faster one (native code, batching, threads) can replace
+it by implementing the same protocol.
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evio.tunnel.keys import SessionSecrets
+from evio.tunnel.record import ControlMessage
+
+Address = Any  # a socket address: (host, port) for UDP
+
+
+class DropReason(enum.Enum):
+    """Why a datagram or frame was dropped; each has its own counter."""
+
+    TRUNCATED = "truncated"
+    """Shorter than a record header plus tag (or a ChannelData shorter than its length)."""
+    OVERSIZED = "oversized"
+    """A frame from the TAP larger than the tunnel MTU allows."""
+    FORGED = "forged"
+    """Failed authentication: wrong key, tampered, or not from the peer."""
+    REPLAYED = "replayed"
+    """Counter already seen inside the replay window."""
+    STALE = "stale"
+    """Counter older than the replay window."""
+    UNKNOWN_EPOCH = "unknown-epoch"
+    """Epoch is none of previous, current or next."""
+    BAD_CONTROL = "bad-control"
+    """Authenticated control record with a malformed payload."""
+    EARLY = "early"
+    """A record that arrived before keys were in place."""
+    SEND_FAILED = "send-failed"
+    """The underlay socket refused a datagram (buffer full, no route)."""
+    TAP_WRITE_FAILED = "tap-write-failed"
+    """The TAP refused a frame (interface down, queue full)."""
+
+
+@dataclass(frozen=True)
+class DatapathStats:
+    tx_frames: int = 0
+    tx_bytes: int = 0
+    rx_frames: int = 0
+    rx_bytes: int = 0
+    tx_records: int = 0
+    """Records sent, frames and control."""
+    rx_records: int = 0
+    """Records received and authenticated, frames and control."""
+    tx_epoch: int = 0
+    rx_epoch: int = 0
+    foreign: int = 0
+    """Datagrams handed back to the socket's owner (STUN, DTLS, TURN)."""
+    drops: Mapping[DropReason, int] = field(default_factory=dict)
+
+    def dropped(self, reason: DropReason) -> int:
+        return self.drops.get(reason, 0)
+
+
+class Underlay(Protocol):
+    """The underlay socket lent to the data path by its owner (the ICE agent).
+
+    While the data path runs it is the only reader; datagrams that are not
+    records go back to the owner through ``deliver_foreign``. The socket must
+    not be connected: a connected UDP socket reports ICMP errors as a socket
+    error, and uvloop (libuv) stops a reader for good on the first one.
+    """
+
+    @property
+    def sock(self) -> socket.socket: ...
+
+    @property
+    def peer(self) -> Address:
+        """Where records are sent: the peer on a direct path, the TURN server on a relayed one."""
+
+    @property
+    def channel(self) -> int | None:
+        """TURN channel number when the path is relayed: records travel as ChannelData."""
+
+    def pause_owner(self) -> None: ...
+
+    def resume_owner(self) -> None: ...
+
+    def deliver_foreign(self, data: bytes, addr: Address) -> None: ...
+
+
+ControlHandler = Callable[[ControlMessage], None]
+
+
+class Datapath(Protocol):
+    def start(self, tap_fd: int, underlay: Underlay, secrets: SessionSecrets, on_control: ControlHandler) -> None:
+        """Take over the TAP fd and the underlay socket and start forwarding."""
+
+    def send_control(self, message: ControlMessage) -> None:
+        """Seal and send one control record."""
+
+    def inject(self, record: bytes) -> None:
+        """A record that reached the socket's owner instead of the data path (slow path)."""
+
+    def rekey(self) -> None:
+        """Move the sending direction to the next epoch now."""
+
+    def maintain(self) -> None:
+        """Periodic housekeeping, called every few hundred milliseconds (re-arms fd readers)."""
+
+    def stop(self) -> None:
+        """Stop reading; give the socket back to its owner. Idempotent."""
+
+    def stats(self) -> DatapathStats: ...

@@ -1,0 +1,220 @@
+"""A one-tunnel endpoint process: ``python -m evio.tunnel.endpoint`` (lab tool, tests, benchmarks).
+
+Run one in each of two network namespaces; they exchange offers through Unix
+sockets in ``--signal-dir`` and bring up one tunnel with a TAP, optionally with
+an address on it. Events go to stdout as JSON lines, for the program that
+started it::
+
+    {"event": "ready"}                       listening for offers
+    {"event": "up", "setup": 0.142, "path": "direct", "local": "host", "remote": "srflx", "tap": "evtbb00..", "t": ...}
+    {"event": "down", "reason": "peer-silent", "t": ...}
+    {"event": "stats", ...}                  on SIGUSR1 and at exit
+    {"event": "error", "reason": "..."}      setup failed
+
+Exit status 0 after a clean run or a tunnel that went down (with
+``--exit-on-down``), 1 when setup failed, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import gc
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from evio.tunnel.config import TunnelConfig
+from evio.tunnel.datapath import Datapath
+from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.errors import TunnelError
+from evio.tunnel.fd_datapath import FdDatapath
+from evio.tunnel.ice import IceConfig, RelayPolicy, TurnServer
+from evio.tunnel.keys import Cipher
+from evio.tunnel.liveness import LivenessConfig
+from evio.tunnel.local_signaling import UnixSocketSignaling
+from evio.tunnel.manager import TunnelManager
+from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
+from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp, default_datapath_factory
+from evio.tunnel.tap import LinuxTap, TapDevice
+
+logger = logging.getLogger(__name__)
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
+    return host, int(port)
+
+
+def _node_id(text: str) -> int:
+    if len(text) != 32:
+        raise argparse.ArgumentTypeError("node ids are 32 hex digits")
+    return int(text, 16)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m evio.tunnel.endpoint", description=__doc__.splitlines()[0])
+    p.add_argument("--node", type=_node_id, required=True)
+    p.add_argument("--peer", type=_node_id, required=True)
+    p.add_argument("--signal-dir", type=Path, required=True)
+    p.add_argument("--connect", action="store_true", help="send the offer (otherwise wait for one)")
+    p.add_argument("--stun", type=_host_port, action="append", default=[])
+    p.add_argument("--turn", type=_host_port)
+    p.add_argument("--turn-user")
+    p.add_argument("--turn-password")
+    p.add_argument("--turn-secret")
+    p.add_argument("--relay", choices=[r.value for r in RelayPolicy], default=RelayPolicy.FALLBACK.value)
+    p.add_argument("--direct-timeout", type=float, default=IceConfig.direct_timeout)
+    p.add_argument("--cipher", choices=[c.value for c in Cipher], default=Cipher.AES_256_GCM.value)
+    p.add_argument("--tap-prefix", default="evt")
+    p.add_argument("--address", help="CIDR address for the TAP, e.g. 10.99.0.1/24")
+    p.add_argument("--underlay-mtu", type=int, default=1500)
+    p.add_argument("--keepalive", type=float, default=1.0)
+    p.add_argument("--dead-after", type=float, default=3.0)
+    p.add_argument("--duration", type=float, help="close the tunnel and exit after this many seconds")
+    p.add_argument("--exit-on-down", action="store_true")
+    p.add_argument("--wrong-fingerprint", action="store_true", help="test only: signal a fingerprint that is not ours")
+    p.add_argument("--no-uvloop", action="store_true")
+    p.add_argument("--no-mmsg", action="store_true", help="one system call per datagram instead of sendmmsg/recvmmsg bursts (comparison)")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def _emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, "t": time.monotonic(), **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
+    tunnel = manager.get(peer)
+    if tunnel is None:
+        return {}
+    s = tunnel.stats()
+    return {
+        "tx_frames": s.tx_frames,
+        "rx_frames": s.rx_frames,
+        "tx_bytes": s.tx_bytes,
+        "rx_bytes": s.rx_bytes,
+        "tx_epoch": s.tx_epoch,
+        "rx_epoch": s.rx_epoch,
+        "foreign": s.foreign,
+        "drops": {r.value: n for r, n in s.drops.items()},
+    }
+
+
+async def run(args: argparse.Namespace) -> int:
+    ice = IceConfig(
+        stun=tuple(args.stun),
+        turn=(TurnServer(args.turn[0], args.turn[1], args.turn_user, args.turn_password, args.turn_secret),) if args.turn else (),
+        relay=RelayPolicy(args.relay),
+        direct_timeout=args.direct_timeout,
+    )
+    preferred = Cipher(args.cipher)
+    config = TunnelConfig(
+        ice=ice,
+        ciphers=(preferred,),
+        underlay_mtu=args.underlay_mtu,
+        liveness=LivenessConfig(keepalive_interval=args.keepalive, dead_after=args.dead_after),
+        tap_prefix=args.tap_prefix,
+    )
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = TunnelCertificate.generate(f"{args.node:032x}", now)
+    if args.wrong_fingerprint:
+        certificate.fingerprint = TunnelCertificate.generate("impostor", now).fingerprint
+    signaling = UnixSocketSignaling(args.signal_dir, args.node)
+    done = asyncio.Event()
+    status = 0
+
+    async def tap_factory(name: str, mtu: int) -> TapDevice:
+        return await LinuxTap.create(name, mtu, [args.address] if args.address else [])
+
+    def on_event(event: TunnelEvent) -> None:
+        info = event.info
+        if isinstance(event, TunnelUp):
+            _emit(
+                "up",
+                setup=info.setup_seconds,
+                path=info.path.value if info.path else None,
+                local=info.local_candidate,
+                remote=info.remote_candidate,
+                remote_addr=list(info.remote_addr) if info.remote_addr else None,
+                tap=info.tap,
+                cipher=info.cipher.value if info.cipher else None,
+                initiator=info.initiator,
+                controlling=info.controlling,
+            )
+        elif isinstance(event, TunnelDown):
+            _emit("down", reason=info.reason, state=info.state.value)
+            if args.exit_on_down:
+                done.set()
+
+    def sendto_datapath(cfg: TunnelConfig) -> Datapath:
+        return FdDatapath(
+            cfg.tap_mtu,
+            rekey=cfg.rekey,
+            replay_window=cfg.replay_window,
+            batch_factory=SendtoBatch,
+            receive_batch_factory=RecvfromBatch,
+        )
+
+    datapath_factory = sendto_datapath if args.no_mmsg else default_datapath_factory
+
+    manager = TunnelManager(
+        args.node, config, certificate, signaling, on_event, tap_factory=tap_factory, datapath_factory=datapath_factory
+    )
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, done.set)
+    loop.add_signal_handler(signal.SIGINT, done.set)
+    loop.add_signal_handler(signal.SIGUSR1, lambda: _emit("stats", **_stats_fields(manager, args.peer)))
+    manager.start()
+    # Everything made so far lives as long as the process: keep it out of the collector's
+    # full passes, which would otherwise stall the data path for tens of milliseconds.
+    gc.freeze()
+    await signaling.open()
+    _emit("ready")
+    try:
+        if args.connect:
+            try:
+                await manager.connect(args.peer)
+            except TunnelError as exc:
+                _emit("error", reason=str(exc))
+                status = 1
+                done.set()
+        try:
+            await asyncio.wait_for(done.wait(), args.duration)
+        except asyncio.TimeoutError:
+            pass
+        _emit("stats", **_stats_fields(manager, args.peer))
+    finally:
+        await manager.close()
+        await signaling.close()
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aioice").setLevel(max(level, logging.WARNING))
+    # TURN allocations created, refreshed and deleted: few lines, and the proof of a clean teardown.
+    logging.getLogger("aioice.turn").setLevel(level)
+    if not args.no_uvloop:
+        try:
+            import uvloop
+
+            return uvloop.run(run(args))
+        except ImportError:
+            pass
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""ICE with aioice, direct paths first.
+
+Each side runs two aioice connections with separate credentials, both
+gathered before the offer/answer exchange:
+
+- ``direct``: host and server-reflexive candidates (STUN only);
+- ``relay``: relayed candidates only (TURN, transport policy RELAY).
+
+aioice uses aggressive nomination: the controlling agent keeps the first pair
+that works, which is often the relay because the first direct probe is
+dropped by the remote NAT (lab-recipes 4.4). Keeping the two apart makes the
+choice ours. The controlling side (higher node id) tries ``direct`` for
+``direct_timeout`` seconds and only then ``relay``. The controlled side runs
+both and follows: it takes whichever connection first both completes and
+delivers the controlling side's first DTLS datagram, because the controlling
+side is the DTLS client and speaks only on the path it chose. Both sides
+therefore always agree on the path.
+
+aioice retransmits STUN requests after 0.5 s, doubling, and gives up after
+about a minute. ``IceConfig.stun_rto`` lowers that first timeout (a dropped
+first check then costs 0.1 s instead of 0.5 s) and the deadlines above bound
+the whole attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import ipaddress
+import logging
+import time
+from dataclasses import dataclass, field
+
+import aioice
+import aioice.stun
+from aioice import Candidate, Connection, TransportPolicy
+
+from evio.tunnel.errors import IceFailed
+from evio.tunnel.signaling import IceParameters
+from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
+from evio.tunnel.underlay import AioiceUnderlay, adopt
+
+logger = logging.getLogger(__name__)
+
+
+class RelayPolicy(enum.Enum):
+    FALLBACK = "fallback"
+    """Direct first; the relay when direct fails."""
+    NEVER = "never"
+    ONLY = "only"
+    """Always relay (tests, or when direct paths are known to be blocked)."""
+
+
+class PathKind(enum.Enum):
+    DIRECT = "direct"
+    RELAY = "relay"
+
+
+@dataclass(frozen=True)
+class TurnServer:
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = None
+    secret: str | None = None
+    """REST API shared secret: time-limited credentials are derived from it."""
+    credential_ttl: float = 86400.0
+
+    def credentials(self, user: str, now: float) -> TurnCredentials:
+        if self.secret is not None:
+            return rest_credentials(self.secret, user, now, self.credential_ttl)
+        if self.username is None or self.password is None:
+            raise ValueError("a TURN server needs a username and password or a REST secret")
+        return TurnCredentials(self.username, self.password)
+
+
+@dataclass(frozen=True)
+class IceConfig:
+    stun: tuple[tuple[str, int], ...] = ()
+    turn: tuple[TurnServer, ...] = ()
+    relay: RelayPolicy = RelayPolicy.FALLBACK
+    direct_timeout: float = 1.0
+    relay_timeout: float = 1.2
+    stun_rto: float = 0.1
+    use_ipv6: bool = False
+    exclude_networks: tuple[str, ...] = ()
+    """Never use local or remote candidates in these networks (the overlay's own subnets)."""
+    gather_timeout: float = 3.0
+
+
+@dataclass
+class SelectedPath:
+    kind: PathKind
+    connection: Connection
+    local_type: str
+    remote_type: str
+    remote_addr: tuple[str, int]
+    _protocol: aioice.ice.StunProtocol = field(repr=False)
+
+    async def send(self, data: bytes) -> None:
+        await self.connection.send(data)
+
+    async def recv(self) -> bytes:
+        return await self.connection.recv()
+
+    def take_underlay(self) -> AioiceUnderlay:
+        return adopt(self._protocol, self.remote_addr)
+
+
+def _configure_aioice(config: IceConfig) -> None:
+    # Module-level in aioice: read when each STUN transaction starts.
+    aioice.stun.RETRY_RTO = config.stun_rto
+
+
+class IceAgent:
+    """Both aioice connections of one tunnel attempt, and the path chosen between them."""
+
+    def __init__(self, config: IceConfig, controlling: bool, user: str, now: float) -> None:
+        _configure_aioice(config)
+        self._config = config
+        self.controlling = controlling
+        self._excluded = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
+        stun = config.stun[0] if config.stun else None
+        self.direct: Connection | None = None
+        self.relay: Connection | None = None
+        if config.relay is not RelayPolicy.ONLY:
+            self.direct = Connection(ice_controlling=controlling, stun_server=stun, use_ipv6=config.use_ipv6)
+        if config.turn and config.relay is not RelayPolicy.NEVER:
+            server = config.turn[0]
+            creds = server.credentials(user, now)
+            self.relay = Connection(
+                ice_controlling=controlling,
+                turn_server=(server.host, server.port),
+                turn_username=creds.username,
+                turn_password=creds.password,
+                transport_policy=TransportPolicy.RELAY,
+                use_ipv6=config.use_ipv6,
+            )
+        if self.direct is None and self.relay is None:
+            raise IceFailed("no ICE connection possible: relay only, but no TURN server configured")
+        self._closers: set[asyncio.Task[None]] = set()
+
+    async def gather(self) -> tuple[IceParameters | None, IceParameters | None]:
+        """Gather both connections' candidates; returns (direct, relay) parameters to signal."""
+        conns = [c for c in (self.direct, self.relay) if c is not None]
+        await asyncio.wait_for(asyncio.gather(*(c.gather_candidates() for c in conns)), self._config.gather_timeout)
+        if self.relay is not None and not self.relay.local_candidates:
+            logger.warning("tunnel relay candidate gathering failed (TURN server unreachable or refused)")
+        return self._parameters(self.direct), self._parameters(self.relay)
+
+    def _parameters(self, conn: Connection | None) -> IceParameters | None:
+        if conn is None or not conn.local_candidates:
+            return None
+        cands = tuple("candidate:" + c.to_sdp() for c in conn.local_candidates if not self._is_excluded(c.host))
+        return IceParameters(conn.local_username, conn.local_password, cands)
+
+    async def set_remote(self, direct: IceParameters | None, relay: IceParameters | None) -> None:
+        """Hand the peer's parameters to the matching connection; unmatched connections are closed."""
+        for conn, params in ((self.direct, direct), (self.relay, relay)):
+            if conn is None:
+                continue
+            if params is None or not conn.local_candidates:
+                self._drop(conn)
+                continue
+            conn.remote_username = params.ufrag
+            conn.remote_password = params.pwd
+            for cand in params.parsed_candidates():
+                if not self._is_excluded(cand.host):
+                    await conn.add_remote_candidate(cand)
+            await conn.add_remote_candidate(None)
+        if self.direct is None and self.relay is None:
+            raise IceFailed("no usable ICE parameters in common with the peer")
+
+    async def select_controlling(self) -> SelectedPath:
+        """Direct for ``direct_timeout``, then relay for ``relay_timeout``."""
+        for conn, timeout in ((self.direct, self._config.direct_timeout), (self.relay, self._config.relay_timeout)):
+            if conn is None:
+                continue
+            try:
+                await asyncio.wait_for(conn.connect(), timeout)
+            except (ConnectionError, asyncio.TimeoutError) as exc:
+                logger.info("tunnel ice %s attempt failed: %s", "direct" if conn is self.direct else "relay", exc or "timeout")
+                self._drop(conn)
+                continue
+            return self._select(conn)
+        raise IceFailed("no candidate pair worked, direct or relayed")
+
+    async def select_controlled(self) -> tuple[SelectedPath, bytes]:
+        """Follow the controlling side: the path on which its first DTLS datagram arrives."""
+        deadline = self._config.direct_timeout + self._config.relay_timeout + 2.0
+        # The relay checks start when the controlling side's do. Started earlier, they fail
+        # (no TURN permission on the peer's allocation yet) and back off, and aioice does not
+        # retry an in-progress check when the peer's check arrives: up to a second lost.
+        relay_delay = self._config.direct_timeout if self.direct is not None else 0.0
+        attempts = {asyncio.create_task(self._await_first_dtls(c)): c for c in (self.direct,) if c is not None}
+        if self.relay is not None:
+            attempts[asyncio.create_task(self._await_first_dtls(self.relay, relay_delay))] = self.relay
+        try:
+            pending = set(attempts)
+            end = time.monotonic() + deadline
+            while pending:
+                done, pending = await asyncio.wait(pending, timeout=max(0.0, end - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                for task in done:
+                    if task.exception() is None:
+                        return self._select(attempts[task]), task.result()
+            raise IceFailed("the controlling side did not start DTLS on any path in time")
+        finally:
+            for task in attempts:
+                task.cancel()
+            await asyncio.gather(*attempts, return_exceptions=True)
+
+    async def close(self) -> None:
+        conns = [c for c in (self.direct, self.relay) if c is not None]
+        self.direct = self.relay = None
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        if self._closers:
+            await asyncio.gather(*self._closers, return_exceptions=True)
+
+    # -- internals -----------------------------------------------------------------
+
+    async def _await_first_dtls(self, conn: Connection, delay: float = 0.0) -> bytes:
+        if delay:
+            await asyncio.sleep(delay)
+        await conn.connect()
+        while True:
+            data = await conn.recv()
+            if data and 20 <= data[0] <= 63:
+                return data
+
+    def _select(self, conn: Connection) -> SelectedPath:
+        kind = PathKind.DIRECT if conn is self.direct else PathKind.RELAY
+        other = self.relay if kind is PathKind.DIRECT else self.direct
+        if other is not None:
+            self._drop(other)
+        pair = conn._nominated[1]  # aioice keeps the selected pair only here (lab-recipes 4.4)
+        path = SelectedPath(
+            kind,
+            conn,
+            pair.local_candidate.type,
+            pair.remote_candidate.type,
+            pair.remote_addr,
+            pair.protocol,
+        )
+        logger.info("tunnel ice selected %s path %s -> %s %s", kind.value, path.local_type, path.remote_type, path.remote_addr)
+        return path
+
+    def _drop(self, conn: Connection) -> None:
+        """Close a connection we will not use, in the background (TURN deallocation takes a round trip)."""
+        if conn is self.direct:
+            self.direct = None
+        if conn is self.relay:
+            self.relay = None
+        task = asyncio.create_task(conn.close())
+        self._closers.add(task)
+        task.add_done_callback(self._closers.discard)
+
+    def _is_excluded(self, host: str) -> bool:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return True  # mDNS names and the like: not used
+        return any(address in net for net in self._excluded)
+
+
+def candidate_types(params: IceParameters | None) -> list[str]:
+    return [c.type for c in params.parsed_candidates()] if params else []
+
+
+__all__ = ["Candidate", "IceAgent", "IceConfig", "PathKind", "RelayPolicy", "SelectedPath", "TurnServer", "candidate_types"]

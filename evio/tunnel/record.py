@@ -1,0 +1,161 @@
+"""Frame records: the datagrams that carry Ethernet frames between tunnel ends.
+
+One record carries one Ethernet frame (or one control message) sealed with an
+AEAD. It shares the ICE socket with STUN, DTLS and TURN channel data, so its
+first byte must tell it apart from them (RFC 7983 section 7, updated by
+RFC 9443):
+
+    0-3 STUN | 16-19 ZRTP | 20-63 DTLS | 64-79 TURN channel | 80-127 free
+    (QUIC short header in RFC 9443, never used here) | 128-191 RTP/RTCP
+
+Layout (network byte order)::
+
+    kind(1) | epoch(1) | counter(8) | AEAD(ciphertext || tag(16))
+
+The 10-byte header is the AEAD's associated data, so kind, epoch and counter
+cannot be altered. The nonce is the epoch's 12-byte IV with the counter XORed
+into its low 8 bytes (as TLS 1.3 does, RFC 8446 section 5.3); a counter is
+never reused under one key because every epoch has its own key.
+
+This module is pure: it packs and parses, and offers allocating ``seal`` /
+``open_`` used by tests and the slow path. The fast path in
+``fd_datapath`` performs the same steps in preallocated buffers.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Protocol
+
+from evio.tunnel.errors import RecordError
+
+KIND_FRAME = 0x70
+"""Record carrying one Ethernet frame."""
+KIND_CONTROL = 0x71
+"""Record carrying one control message (hello, keepalive, close)."""
+
+HEADER = struct.Struct("!BBQ")
+HEADER_LEN = HEADER.size  # 10
+TAG_LEN = 16
+OVERHEAD = HEADER_LEN + TAG_LEN
+NONCE_LEN = 12
+COUNTER_MAX = (1 << 64) - 1
+
+# Ethernet header without FCS; a TAP hands over frames of at least this size.
+ETHERNET_HEADER_LEN = 14
+
+CONTROL = struct.Struct("!BB")
+
+
+class PacketClass(enum.Enum):
+    """What a datagram on the shared ICE socket is, by its first byte."""
+
+    STUN = "stun"
+    DTLS = "dtls"
+    TURN_CHANNEL = "turn-channel"
+    RECORD = "record"
+    OTHER = "other"
+
+
+def classify(first_byte: int) -> PacketClass:
+    """RFC 7983 demultiplexing by the first byte."""
+    if first_byte <= 3:
+        return PacketClass.STUN
+    if 20 <= first_byte <= 63:
+        return PacketClass.DTLS
+    if 64 <= first_byte <= 79:
+        return PacketClass.TURN_CHANNEL
+    if first_byte in (KIND_FRAME, KIND_CONTROL):
+        return PacketClass.RECORD
+    return PacketClass.OTHER
+
+
+class ControlOpcode(enum.IntEnum):
+    HELLO = 1
+    """Sent until the peer is heard; answered with HELLO + PEER_SEEN."""
+    KEEPALIVE = 2
+    """Sent when nothing else was sent for a keepalive interval."""
+    CLOSE = 3
+    """The sender is tearing the tunnel down."""
+
+
+HELLO_PEER_SEEN = 0x01
+"""HELLO flag: the sender has already received an authenticated record from us."""
+
+
+@dataclass(frozen=True)
+class RecordHeader:
+    kind: int
+    epoch: int
+    counter: int
+
+
+@dataclass(frozen=True)
+class ControlMessage:
+    opcode: ControlOpcode
+    flags: int
+
+
+def pack_header(kind: int, epoch: int, counter: int) -> bytes:
+    return HEADER.pack(kind, epoch & 0xFF, counter)
+
+
+def parse_header(data: bytes | bytearray | memoryview) -> RecordHeader:
+    """Parse the header of a whole record; the record must hold at least a tag."""
+    if len(data) < OVERHEAD:
+        raise RecordError("truncated")
+    kind, epoch, counter = HEADER.unpack_from(data, 0)
+    if kind not in (KIND_FRAME, KIND_CONTROL):
+        raise RecordError("unknown kind")
+    return RecordHeader(kind, epoch, counter)
+
+
+def pack_control(opcode: ControlOpcode, flags: int = 0) -> bytes:
+    return CONTROL.pack(int(opcode), flags)
+
+
+def parse_control(payload: bytes | bytearray | memoryview) -> ControlMessage:
+    if len(payload) != CONTROL.size:
+        raise RecordError("control payload length")
+    opcode, flags = CONTROL.unpack_from(payload, 0)
+    try:
+        return ControlMessage(ControlOpcode(opcode), flags)
+    except ValueError:
+        raise RecordError("unknown control opcode") from None
+
+
+def nonce(iv: bytes, counter: int) -> bytes:
+    """Per-record nonce: the IV with the counter XORed into its last 8 bytes."""
+    low = int.from_bytes(iv[4:], "big") ^ counter
+    return iv[:4] + low.to_bytes(8, "big")
+
+
+class Aead(Protocol):
+    """What cryptography's AESGCM and ChaCha20Poly1305 offer."""
+
+    def encrypt(self, nonce: bytes, data: bytes, associated_data: bytes | None) -> bytes: ...
+
+    def decrypt(self, nonce: bytes, data: bytes, associated_data: bytes | None) -> bytes: ...
+
+
+def seal(aead: Aead, iv: bytes, kind: int, epoch: int, counter: int, plaintext: bytes) -> bytes:
+    """Build one record (allocating; the fast path does the same in place)."""
+    if not 0 <= counter <= COUNTER_MAX:
+        raise RecordError("counter out of range")
+    header = pack_header(kind, epoch, counter)
+    return header + aead.encrypt(nonce(iv, counter), plaintext, header)
+
+
+def open_(aead: Aead, iv: bytes, record: bytes) -> tuple[RecordHeader, bytes]:
+    """Check and decrypt one record; raises RecordError on any failure."""
+    from cryptography.exceptions import InvalidTag
+
+    header = parse_header(record)
+    aad = bytes(record[:HEADER_LEN])
+    try:
+        plaintext = aead.decrypt(nonce(iv, header.counter), bytes(record[HEADER_LEN:]), aad)
+    except InvalidTag:
+        raise RecordError("forged") from None
+    return header, plaintext

@@ -1,0 +1,458 @@
+"""One tunnel to one peer: offer/answer, ICE, DTLS, keys, TAP, data path, liveness, teardown.
+
+A ``Tunnel`` is driven by one task that owns every resource it creates and
+releases them all on the way out, whatever the reason: setup failure, dead
+peer, peer closing, local close, cancellation.
+
+Setup::
+
+    initiator                                   responder
+    gather (direct + relay connections)
+    offer -------- signaling --------------->   gather, set remote, answer
+    set remote  <------------------------------
+    ICE: controlling = higher node id (direct first, then relay; see ice.py)
+    DTLS: the controlling side is the client; fingerprints pinned from the offer/answer
+    keys exported from DTLS; TAP created; data path takes the selected socket
+    HELLO records until an authenticated record arrives from the peer: link UP
+
+Only that authenticated record proves the peer holds the keys of *this*
+handshake with the certificate we pinned, so the tunnel is reported up then
+and never earlier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import secrets as pysecrets
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, replace
+from typing import Any
+
+from evio.tunnel.config import TunnelConfig
+from evio.tunnel.datapath import Datapath, DatapathStats, DropReason
+from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, TunnelCertificate
+from evio.tunnel.errors import (
+    DtlsFailed,
+    FingerprintMismatch,
+    NotAuthenticated,
+    OfferError,
+    SetupError,
+    SignalingFailed,
+    TunnelError,
+)
+from evio.tunnel.fd_datapath import FdDatapath
+from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
+from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, Cipher, SessionSecrets, split_exporter
+from evio.tunnel.liveness import DownReason, LinkDown, LinkUp, Liveness, SendControl
+from evio.tunnel.liveness import Action as LivenessAction
+from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
+from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
+from evio.tunnel.tap import LinuxTap, TapDevice
+
+logger = logging.getLogger(__name__)
+
+TapFactory = Callable[[str, int], Coroutine[Any, Any, TapDevice]]
+DatapathFactory = Callable[[TunnelConfig], Datapath]
+Clock = Callable[[], float]
+
+_STATS_LOG_INTERVAL = 10.0
+_MAX_EARLY_RECORDS = 16
+
+
+class TunnelState(enum.Enum):
+    NEGOTIATING = "negotiating"
+    CONNECTING = "connecting"
+    AUTHENTICATING = "authenticating"
+    ESTABLISHING = "establishing"
+    UP = "up"
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class TunnelInfo:
+    peer: int
+    tunnel_id: str
+    initiator: bool
+    controlling: bool
+    state: TunnelState
+    path: PathKind | None = None
+    local_candidate: str | None = None
+    remote_candidate: str | None = None
+    remote_addr: tuple[str, int] | None = None
+    cipher: Cipher | None = None
+    tap: str | None = None
+    setup_seconds: float | None = None
+    reason: str | None = None
+    """Why the tunnel went down or failed."""
+
+
+@dataclass(frozen=True)
+class TunnelUp:
+    info: TunnelInfo
+
+
+@dataclass(frozen=True)
+class TunnelDown:
+    info: TunnelInfo
+
+
+TunnelEvent = TunnelUp | TunnelDown
+EventHandler = Callable[[TunnelEvent], None]
+
+
+async def default_tap_factory(name: str, mtu: int) -> TapDevice:
+    return await LinuxTap.create(name, mtu)
+
+
+def default_datapath_factory(config: TunnelConfig) -> Datapath:
+    return FdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window)
+
+
+def new_tunnel_id() -> str:
+    return pysecrets.token_urlsafe(12)
+
+
+class Tunnel:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        peer: int,
+        config: TunnelConfig,
+        certificate: TunnelCertificate,
+        on_event: EventHandler,
+        initiator: bool,
+        tunnel_id: str | None = None,
+        tap_factory: TapFactory = default_tap_factory,
+        datapath_factory: DatapathFactory = default_datapath_factory,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+    ) -> None:
+        if node_id == peer:
+            raise ValueError("a tunnel needs two different nodes")
+        self.node_id = node_id
+        self.peer = peer
+        self.config = config
+        self._certificate = certificate
+        self._on_event = on_event
+        self._tap_factory = tap_factory
+        self._datapath = datapath_factory(config)
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._started = clock()
+        self._info = TunnelInfo(
+            peer=peer,
+            tunnel_id=tunnel_id or new_tunnel_id(),
+            initiator=initiator,
+            controlling=node_id > peer,
+            state=TunnelState.NEGOTIATING,
+        )
+        self._ice: IceAgent | None = None
+        self._path: SelectedPath | None = None
+        self._dtls: DtlsHandshake | None = None
+        self._dtls_progress = asyncio.Event()
+        self._tap: TapDevice | None = None
+        self._tap_task: asyncio.Task[TapDevice] | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._datapath_running = False
+        self._liveness: Liveness | None = None
+        self._stop = asyncio.Event()
+        self._down_reason: str | None = None
+        self._up: asyncio.Future[TunnelInfo] = asyncio.get_running_loop().create_future()
+        self._early_records: list[bytes] = []
+        self._pending_cipher: Cipher | None = None
+        self._pending_fingerprint: Fingerprint | None = None
+
+    # -- public ------------------------------------------------------------------------
+
+    @property
+    def info(self) -> TunnelInfo:
+        return self._info
+
+    @property
+    def state(self) -> TunnelState:
+        return self._info.state
+
+    @property
+    def active(self) -> bool:
+        return self._info.state not in (TunnelState.CLOSED, TunnelState.FAILED)
+
+    def stats(self) -> DatapathStats:
+        return self._datapath.stats()
+
+    async def wait_up(self) -> TunnelInfo:
+        """Wait until the link is up; raises SetupError if it never comes up."""
+        return await asyncio.shield(self._up)
+
+    async def close(self, reason: str = "closed locally") -> None:
+        """Tear down and wait until every resource is released."""
+        if self._down_reason is None:
+            self._down_reason = reason
+        self._stop.set()
+        if self._task is not None:
+            if not self._task.done() and self._info.state in (TunnelState.NEGOTIATING, TunnelState.CONNECTING, TunnelState.AUTHENTICATING):
+                self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        else:
+            await self._teardown()
+
+    def start_initiator(self, signaling: TunnelSignaling) -> None:
+        self._task = asyncio.create_task(self._guard(self._run_initiator(signaling)), name=f"tunnel-{self._info.tunnel_id}")
+
+    async def prepare_answer(self, offer: TunnelOffer) -> TunnelAnswer:
+        """Responder: gather and build the answer; ``start_responder`` then runs the tunnel."""
+        try:
+            cipher = choose_cipher(offer.ciphers, self.config.ciphers)
+            self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock())
+            direct, relay = await self._ice.gather()
+            if direct is None and relay is None:
+                raise SetupError("no local ICE candidates")
+            await self._ice.set_remote(offer.direct, offer.relay)
+        except BaseException:
+            await self._teardown()
+            raise
+        self._pending_cipher = cipher
+        self._pending_fingerprint = offer.fingerprint
+        return TunnelAnswer(self._info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, cipher)
+
+    def start_responder(self) -> None:
+        assert self._pending_cipher is not None and self._pending_fingerprint is not None
+        coro = self._connect_and_run(self._pending_fingerprint, self._pending_cipher)
+        self._task = asyncio.create_task(self._guard(coro), name=f"tunnel-{self._info.tunnel_id}")
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def _guard(self, coro: Awaitable[None]) -> None:
+        """The task body: run, and whatever happens, release everything and report."""
+        try:
+            await coro
+        except asyncio.CancelledError:
+            if self._down_reason is None:
+                self._down_reason = "cancelled"
+        except TunnelError as exc:
+            self._down_reason = self._down_reason or str(exc) or type(exc).__name__
+            logger.info("tunnel %s peer %032x failed: %s", self._info.tunnel_id, self.peer, self._down_reason)
+        except Exception:
+            self._down_reason = self._down_reason or "internal error"
+            logger.exception("tunnel %s peer %032x crashed", self._info.tunnel_id, self.peer)
+        finally:
+            await self._teardown()
+
+    async def _run_initiator(self, signaling: TunnelSignaling) -> None:
+        self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock())
+        direct, relay = await self._ice.gather()
+        if direct is None and relay is None:
+            raise SetupError("no local ICE candidates")
+        offer = TunnelOffer(self._info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, self.config.ciphers)
+        body = await signaling.request(self.peer, offer.to_body(), self.config.signaling_timeout)
+        try:
+            answer = TunnelAnswer.from_body(body)
+        except OfferError as exc:
+            raise SignalingFailed(f"bad answer: {exc}") from exc
+        if answer.node_id != self.peer or answer.tunnel_id != self._info.tunnel_id:
+            raise SignalingFailed("answer from another node or for another tunnel")
+        if answer.cipher not in self.config.ciphers:
+            raise SignalingFailed(f"answer chose a cipher we did not offer: {answer.cipher.value}")
+        await self._ice.set_remote(answer.direct, answer.relay)
+        await self._connect_and_run(answer.fingerprint, answer.cipher)
+
+    async def _connect_and_run(self, peer_fingerprint: Fingerprint, cipher: Cipher) -> None:
+        assert self._ice is not None
+        self._set_info(state=TunnelState.CONNECTING, cipher=cipher)
+        # The TAP is made while ICE runs; it takes a netlink round trip or two.
+        self._tap_task = asyncio.create_task(self._tap_factory(self.config.tap_name(self.peer), self.config.tap_mtu))
+        first: bytes | None = None
+        if self._info.controlling:
+            path = await self._ice.select_controlling()
+        else:
+            path, first = await self._ice.select_controlled()
+        self._path = path
+        self._set_info(
+            state=TunnelState.AUTHENTICATING,
+            path=path.kind,
+            local_candidate=path.local_type,
+            remote_candidate=path.remote_type,
+            remote_addr=path.remote_addr,
+        )
+        secrets = await self._handshake(path, peer_fingerprint, cipher, first)
+        self._tap = await self._tap_task
+        self._set_info(tap=self._tap.name)
+        self._datapath.start(self._tap.fd, path.take_underlay(), secrets, self._on_control)
+        self._datapath_running = True
+        for record in self._early_records:
+            self._datapath.inject(record)
+        self._early_records.clear()
+        self._set_info(state=TunnelState.ESTABLISHING)
+        await self._supervise()
+
+    async def _handshake(self, path: SelectedPath, peer_fingerprint: Fingerprint, cipher: Cipher, first: bytes | None) -> SessionSecrets:
+        role = DtlsRole.CLIENT if self._info.controlling else DtlsRole.SERVER
+        dtls = self._dtls = DtlsHandshake(self._certificate, role, peer_fingerprint)
+        await self._send_all(dtls.start())
+        if first is not None:
+            await self._send_all(dtls.receive(first))
+        self._pump_task = asyncio.create_task(self._pump(path, dtls), name=f"tunnel-pump-{self._info.tunnel_id}")
+        deadline = self._clock() + self.config.dtls_timeout
+        while dtls.state is DtlsState.HANDSHAKING:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise DtlsFailed("DTLS handshake timed out")
+            timer = dtls.timeout()
+            wait = remaining if timer is None else min(timer, remaining)
+            self._dtls_progress.clear()
+            try:
+                await asyncio.wait_for(self._dtls_progress.wait(), max(wait, 0.001))
+            except asyncio.TimeoutError:
+                await self._send_all(dtls.handle_timeout())
+            if self._pump_task.done():
+                raise DtlsFailed("ICE connection closed during DTLS")
+        if dtls.state is not DtlsState.CONNECTED:
+            if dtls.failure == "fingerprint mismatch":
+                raise FingerprintMismatch("peer certificate does not match its signalled fingerprint")
+            raise DtlsFailed(f"DTLS handshake failed: {dtls.failure}")
+        material = dtls.export(EXPORTER_LABEL, EXPORTER_LEN)
+        logger.debug("tunnel %s dtls connected (%s)", self._info.tunnel_id, dtls.cipher_name())
+        return split_exporter(material, cipher, role is DtlsRole.CLIENT)
+
+    async def _pump(self, path: SelectedPath, dtls: DtlsHandshake) -> None:
+        """Datagrams the ICE connection still receives: DTLS, and records that bypassed the data path."""
+        try:
+            while True:
+                data = await path.recv()
+                if not data:
+                    continue
+                first = data[0]
+                if 20 <= first <= 63:
+                    await self._send_all(dtls.receive(data))
+                    self._dtls_progress.set()
+                    if dtls.state is DtlsState.CLOSED and self._datapath_running:
+                        self._link_down("peer closed DTLS")
+                elif first in (KIND_FRAME, KIND_CONTROL):
+                    if self._datapath_running:
+                        self._datapath.inject(data)
+                    elif len(self._early_records) < _MAX_EARLY_RECORDS:
+                        # The peer finished DTLS first and already says hello: keep it for start.
+                        self._early_records.append(data)
+        except ConnectionError:
+            self._dtls_progress.set()
+            self._link_down("ICE connection closed")
+        except Exception:
+            logger.exception("tunnel %s peer %032x: receive pump failed", self._info.tunnel_id, self.peer)
+            self._dtls_progress.set()
+            self._link_down("internal error")
+
+    async def _supervise(self) -> None:
+        assert self._liveness is None
+        liveness = self._liveness = Liveness(self.config.liveness, self._clock())
+        self._execute(liveness.start(self._clock()))
+        last_rekey = self._clock()
+        tx_epoch = 0
+        last_log = self._clock()
+        logged_drops: dict[DropReason, int] = {}
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.config.liveness.tick_interval(liveness.state))
+            except asyncio.TimeoutError:
+                pass
+            if self._stop.is_set():
+                break
+            now = self._clock()
+            self._datapath.maintain()
+            stats = self._datapath.stats()
+            self._execute(liveness.tick(now, stats.rx_records, stats.tx_records))
+            if stats.tx_epoch != tx_epoch:
+                tx_epoch, last_rekey = stats.tx_epoch, now
+            elif now - last_rekey >= self.config.rekey.max_seconds:
+                self._datapath.rekey()
+                tx_epoch, last_rekey = tx_epoch + 1, now
+            if now - last_log >= _STATS_LOG_INTERVAL and dict(stats.drops) != logged_drops:
+                logged_drops = dict(stats.drops)
+                last_log = now
+                logger.info("tunnel %s peer %032x drops %s", self._info.tunnel_id, self.peer, {r.value: n for r, n in stats.drops.items()})
+        if self._info.state is not TunnelState.UP and self._down_reason == DownReason.NOT_AUTHENTICATED.value:
+            raise NotAuthenticated("no authenticated record from the peer")
+
+    def _on_control(self, message: ControlMessage) -> None:
+        if self._liveness is not None:
+            self._execute(self._liveness.on_control(self._clock(), message))
+
+    def _execute(self, actions: list[LivenessAction]) -> None:
+        for action in actions:
+            if isinstance(action, SendControl):
+                self._datapath.send_control(ControlMessage(action.opcode, action.flags))
+            elif isinstance(action, LinkUp):
+                self._set_info(state=TunnelState.UP, setup_seconds=self._clock() - self._started)
+                logger.info(
+                    "tunnel %s peer %032x up: %s path %s -> %s in %.3f s",
+                    self._info.tunnel_id,
+                    self.peer,
+                    self._info.path.value if self._info.path else "?",
+                    self._info.local_candidate,
+                    self._info.remote_candidate,
+                    self._info.setup_seconds,
+                )
+                if not self._up.done():
+                    self._up.set_result(self._info)
+                self._on_event(TunnelUp(self._info))
+            elif isinstance(action, LinkDown):
+                self._link_down(action.reason.value)
+
+    def _link_down(self, reason: str) -> None:
+        if self._down_reason is None:
+            self._down_reason = reason
+        self._stop.set()
+
+    async def _teardown(self) -> None:
+        """Release everything this tunnel holds; safe to call at any point and more than once."""
+        if self._info.state in (TunnelState.CLOSED, TunnelState.FAILED):
+            return
+        was_up = self._info.state is TunnelState.UP
+        if self._datapath_running:
+            if self._down_reason not in (DownReason.PEER_CLOSED.value, DownReason.PEER_SILENT.value):
+                self._datapath.send_control(ControlMessage(ControlOpcode.CLOSE, 0))
+            self._datapath.stop()
+            self._datapath_running = False
+        if self._dtls is not None and self._path is not None:
+            try:
+                await asyncio.wait_for(self._send_all(self._dtls.close()), 0.5)
+            except (asyncio.TimeoutError, ConnectionError, OSError):
+                pass
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            await asyncio.gather(self._pump_task, return_exceptions=True)
+        if self._ice is not None:
+            try:
+                await asyncio.wait_for(self._ice.close(), self.config.teardown_timeout)
+            except asyncio.TimeoutError:
+                logger.warning("tunnel %s: ICE close timed out", self._info.tunnel_id)
+        if self._tap_task is not None and self._tap is None:
+            self._tap_task.cancel()
+            (made,) = await asyncio.gather(self._tap_task, return_exceptions=True)
+            if not isinstance(made, BaseException):
+                self._tap = made
+        if self._tap is not None:
+            await self._tap.close()
+        reason = self._down_reason or "closed"
+        self._set_info(state=TunnelState.CLOSED if was_up else TunnelState.FAILED, reason=reason)
+        logger.info("tunnel %s peer %032x %s: %s", self._info.tunnel_id, self.peer, self._info.state.value, reason)
+        if not self._up.done():
+            self._up.set_exception(SetupError(reason))
+            self._up.exception()  # retrieved here: nobody may be waiting
+        self._on_event(TunnelDown(self._info))
+
+    async def _send_all(self, datagrams: list[bytes]) -> None:
+        assert self._path is not None
+        for d in datagrams:
+            await self._path.send(d)
+
+    def _set_info(self, **changes: object) -> None:
+        old = self._info.state
+        self._info = replace(self._info, **changes)  # type: ignore[arg-type]
+        if self._info.state is not old:
+            logger.debug("tunnel %s peer %032x %s -> %s", self._info.tunnel_id, self.peer, old.value, self._info.state.value)
+

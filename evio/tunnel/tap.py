@@ -1,0 +1,108 @@
+"""TAP devices: one per tunnel, the tunnel's Ethernet end on this host.
+
+The device is created by TUNSETIFF on /dev/net/tun without TUNSETPERSIST, so
+the kernel removes it when its fd closes: a killed daemon leaves no TAP
+behind. ``IFF_NO_PI`` means every read and write is exactly one Ethernet
+frame. MTU, state and addresses are set with pyroute2's synchronous
+``IPRoute`` in a worker thread: its asyncio flavour cannot run on uvloop
+(netlink sockets are not UDP handles), and the synchronous one must not run on
+the loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import ipaddress
+import logging
+import os
+import struct
+from collections.abc import Sequence
+from typing import Protocol
+
+from pyroute2 import IPRoute  # imported here: the import alone takes a quarter second
+
+from evio.tunnel.errors import TapError
+
+logger = logging.getLogger(__name__)
+
+TUNSETIFF = 0x400454CA
+IFF_TAP = 0x0002
+IFF_NO_PI = 0x1000
+IFNAMSIZ = 16
+
+
+class TapDevice(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def mtu(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+class LinuxTap:
+    """A non-persistent TAP device owned by this process."""
+
+    def __init__(self, name: str, fd: int, mtu: int) -> None:
+        self._name = name
+        self._fd = fd
+        self._mtu = mtu
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @property
+    def mtu(self) -> int:
+        return self._mtu
+
+    @classmethod
+    async def create(cls, name: str, mtu: int, addresses: Sequence[str] = (), up: bool = True) -> LinuxTap:
+        """Create ``name``, set its MTU and addresses (CIDR strings) and bring it up."""
+        if not 0 < len(name.encode()) < IFNAMSIZ:
+            raise TapError(f"bad interface name {name!r}")
+        try:
+            fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise TapError(f"cannot open /dev/net/tun: {exc}") from exc
+        try:
+            fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, _configure, name, mtu, list(addresses), up)
+        except BaseException as exc:
+            os.close(fd)
+            if isinstance(exc, OSError | ValueError):
+                raise TapError(f"cannot set up TAP {name}: {exc}") from exc
+            raise
+        logger.debug("tap %s created, mtu %d", name, mtu)
+        return cls(name, fd, mtu)
+
+    async def close(self) -> None:
+        """Close the fd; the kernel deletes the device."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            logger.debug("tap %s closed", self._name)
+
+
+def _configure(name: str, mtu: int, addresses: list[str], up: bool) -> None:
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=name)
+        if not found:
+            raise ValueError(f"{name} vanished")
+        index = found[0]
+        ipr.link("set", index=index, mtu=mtu)
+        for cidr in addresses:
+            iface = ipaddress.ip_interface(cidr)
+            ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
+        if up:
+            ipr.link("set", index=index, state="up")

@@ -1,0 +1,27 @@
+"""Time-limited TURN credentials (the "TURN REST API" of coturn, draft-uberti-behave-turn-rest).
+
+The server and the daemon share a secret. The username is the expiry time
+(Unix seconds) and a user tag; the password is the base64 HMAC-SHA1 of the
+username under the secret. ``now`` is passed in, so this stays pure.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TurnCredentials:
+    username: str
+    password: str
+
+
+def rest_credentials(secret: str, user: str, now: float, ttl: float = 86400.0) -> TurnCredentials:
+    if ttl <= 0:
+        raise ValueError("ttl must be positive")
+    username = f"{int(now + ttl)}:{user}"
+    digest = hmac.new(secret.encode(), username.encode(), hashlib.sha1).digest()
+    return TurnCredentials(username, base64.b64encode(digest).decode())

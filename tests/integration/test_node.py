@@ -1,0 +1,103 @@
+"""The whole node in the lab: daemons (signaling, overlay controller, tunnels, OVS, os-ken) in NATed namespaces.
+
+A 4-node overlay behind mixed NATs comes up; successor links close the ring;
+every pair pings over the overlay addresses; SIGTERM to one daemon leaves its
+namespace with no TAP or bridge, and the others repair around it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import pytest
+
+from evio.lab.daemons import Topology
+from evio.lab.lab import Lab
+from evio.testing.labs import LabFactory
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+RING_TIMEOUT = 60.0  # generous: the machine is shared and loaded
+
+
+def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    value = get()
+    while not good(value):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout:.0f} s; last: {value}")
+        time.sleep(0.5)
+        value = get()
+    return value
+
+
+def ring_closed(topo: Topology) -> bool:
+    return len(topo.live) > 1 and not topo.ring_gaps()
+
+
+def on_bridges(topo: Topology) -> bool:
+    """Every link that is up is a TAP with an OpenFlow port on its node's bridge."""
+    return all(link.tap and link.port is not None for link in topo.links if link.state == "up")
+
+
+def pings(lab: Lab, a: int, b: int) -> bool:
+    target = str(lab.node(b).overlay_address.ip)
+    done = lab.exec(a, ["ping", "-c", "3", "-i", "0.2", "-W", "2", target], check=False, timeout=20)
+    return done.returncode == 0
+
+
+def overlay_interfaces(lab: Lab, index: int) -> list[str]:
+    """TAPs and OVS devices left in a node's namespace (its LAN link and lo excluded)."""
+    out = lab.exec(index, ["ip", "-o", "link", "show"]).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()]
+    return [n for n in names if n != "lo" and n != lab.plan.node(index).lan_interface]
+
+
+@pytest.fixture
+def keep_logs(request: pytest.FixtureRequest) -> Iterator[list[Lab]]:
+    """Labs appended here have their daemons' logs printed if the test fails (the lab is removed after)."""
+    labs: list[Lab] = []
+    failed_before = request.session.testsfailed
+    yield labs
+    if request.session.testsfailed > failed_before:  # the call phase failed (it is counted before teardown)
+        for lab in labs:
+            for node in lab.nodes:
+                try:
+                    text = lab.daemon_log(node.index).read_text(errors="replace")
+                except OSError:
+                    continue
+                print(f"===== {node.name} ({node.nat}) daemon log, last 60 lines")
+                print("\n".join(text.splitlines()[-60:]))
+
+
+def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(lab_factory: LabFactory, keep_logs: list[Lab]) -> None:
+    lab = lab_factory(nodes=4, nat="mixed", topology={"successors": 2}, daemons=True)
+    keep_logs.append(lab)
+
+    topo = wait_for(lab.topology, lambda t: ring_closed(t) and on_bridges(t), RING_TIMEOUT, "a ring of successor links")
+    assert set(topo.live) == {n.name for n in lab.nodes}
+
+    failed = [(a.index, b.index) for a in lab.nodes for b in lab.nodes if a != b and not pings(lab, a.index, b.index)]
+    assert failed == [], f"pairs without an answer over the overlay: {failed}"
+
+    victim = 2
+    victim_taps = {link.tap for link in topo.links if link.peer == f"node{victim}"}
+    assert overlay_interfaces(lab, victim)  # it had its bridge and TAPs
+    lab.stop_daemon(victim)
+    assert lab.daemon(victim) is None
+    assert overlay_interfaces(lab, victim) == []  # no TAP, no bridge port device, no ovs-netdev left
+    assert lab.ovs(victim).vsctl("list-br").strip() == ""
+
+    others = [n.index for n in lab.nodes if n.index != victim]
+    topo = wait_for(
+        lab.topology, lambda t: ring_closed(t) and on_bridges(t) and set(t.live) == {f"node{i}" for i in others},
+        RING_TIMEOUT, "the ring repaired without node2",
+    )
+    for index in others:
+        ports = set(lab.ovs(index).vsctl("list-ports", "evbr-ov1").split())
+        assert not ports & victim_taps, f"node{index} still has a port towards node{victim}"
+    failed = [(a, b) for a in others for b in others if a != b and not pings(lab, a, b)]
+    assert failed == [], f"pairs without an answer after the repair: {failed}"

@@ -1,0 +1,234 @@
+"""Tunnels for real: endpoint processes in lab namespaces behind nftables NATs, coturn, TAPs.
+
+NAT cases use the lab (evio.lab); the attacker and kill cases that need no
+NAT use a bare two-namespace veth testbed with the ``evt`` prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from evio.lab.lab import Lab, NodeInfo
+from evio.testing.labs import LabFactory
+from evio.tunnel.testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, run, unique_prefix
+
+pytestmark = pytest.mark.integration
+
+ID_A = "aa" * 16
+ID_B = "bb" * 16
+
+
+@dataclass
+class Pair:
+    a: EndpointProcess
+    b: EndpointProcess
+    up_a: dict[str, object]
+    up_b: dict[str, object]
+
+
+@contextmanager
+def endpoints(
+    netns_a: str,
+    netns_b: str,
+    ids: tuple[str, str],
+    addresses: tuple[str, str],
+    extra: list[str],
+    workdir: Path,
+    extra_a: list[str] | None = None,
+    extra_b: list[str] | None = None,
+    expect_up: bool = True,
+) -> Iterator[Pair]:
+    """B waits for the offer, A connects; both stopped on exit whatever happened."""
+    common = ["--signal-dir", str(workdir), "-v", *extra]
+    procs: list[EndpointProcess] = []
+    try:
+        args_b = ["--node", ids[1], "--peer", ids[0], "--address", addresses[1], "--exit-on-down", *common, *(extra_b or [])]
+        b = EndpointProcess(netns_b, args_b, workdir / "b.log")
+        procs.append(b)
+        b.wait_event("ready")
+        args_a = ["--node", ids[0], "--peer", ids[1], "--connect", "--address", addresses[0], *common, *(extra_a or [])]
+        a = EndpointProcess(netns_a, args_a, workdir / "a.log")
+        procs.append(a)
+        up_a: dict[str, object] = {}
+        up_b: dict[str, object] = {}
+        if expect_up:
+            up_a = a.wait_event("up", timeout=15)
+            up_b = b.wait_event("up", timeout=15)
+        yield Pair(a, b, up_a, up_b)
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def lab_endpoints(lab: Lab, workdir: Path, extra: list[str] | None = None, **kwargs: object) -> AbstractContextManager[Pair]:
+    n1, n2 = lab.node(1), lab.node(2)
+    pub = lab.public
+    args = [
+        "--stun", f"{pub.address}:{pub.stun_port}",
+        "--turn", f"{pub.address}:{pub.stun_port}",
+        "--turn-secret", pub.turn_secret,
+        *(extra or []),
+    ]
+    return endpoints(n1.netns, n2.netns, (n1.node_id, n2.node_id), (str(n1.overlay_address), str(n2.overlay_address)), args, workdir, **kwargs)  # type: ignore[arg-type]
+
+
+def ping(netns: str, address: str, count: int = 5) -> float:
+    """Average RTT in ms; asserts no loss."""
+    avg, received = ping_rtt(netns, address, count, interval=0.05)
+    assert received == count, (address, received)
+    return avg
+
+
+def taps_in(netns: str) -> list[str]:
+    out = run(["ip", "-br", "link", "show", "type", "tun"], netns, check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="evt-") as d:
+        yield Path(d)
+
+
+@pytest.fixture
+def veth() -> Iterator[VethTestbed]:
+    with VethTestbed(unique_prefix()) as tb:
+        yield tb
+
+
+# -- NAT traversal -------------------------------------------------------------------------------
+
+
+def check_traffic(lab: Lab, n1: NodeInfo, n2: NodeInfo) -> None:
+    ping(n1.netns, str(n2.overlay_address.ip))
+    ping(n2.netns, str(n1.overlay_address.ip))
+    result = iperf(n1.netns, n2.netns, str(n2.overlay_address.ip), seconds=2)
+    assert result["mbit"] > 20, result
+
+
+def test_eim_nats_give_a_direct_tunnel(lab_factory: LabFactory, workdir: Path) -> None:
+    lab = lab_factory(nodes=2, nat="eim")
+    with lab_endpoints(lab, workdir) as pair:
+        for up in (pair.up_a, pair.up_b):
+            assert up["path"] == "direct", up
+            assert up["remote"] in ("srflx", "prflx"), up  # across two NATs
+            assert isinstance(up["setup"], float) and up["setup"] < 2.0
+        check_traffic(lab, lab.node(1), lab.node(2))
+        assert not pair.a.stats()["drops"].get("forged")
+
+
+def test_symmetric_nat_gives_a_relayed_tunnel(lab_factory: LabFactory, workdir: Path) -> None:
+    lab = lab_factory(nodes=2, nat=["eim", "symmetric"])
+    with lab_endpoints(lab, workdir) as pair:
+        for up in (pair.up_a, pair.up_b):
+            assert (up["path"], up["local"], up["remote"]) == ("relay", "relay", "relay"), up
+            assert isinstance(up["setup"], float) and up["setup"] < 4.0
+        check_traffic(lab, lab.node(1), lab.node(2))
+    # Both ended cleanly, so both gave their allocation back to coturn.
+    for p in (pair.a, pair.b):
+        assert "TURN allocation deleted" in p.log_path.read_text(), p.log_tail()
+
+
+def test_wrong_fingerprint_never_yields_a_link(lab_factory: LabFactory, workdir: Path) -> None:
+    lab = lab_factory(nodes=2, nat="eim")
+    for liar in ("a", "b"):
+        with lab_endpoints(lab, workdir, expect_up=False, **{f"extra_{liar}": ["--wrong-fingerprint"]}) as pair:
+            error = pair.a.wait_event("error", "up", timeout=15)
+            assert error["event"] == "error", error
+            down = pair.b.wait_event("down", "up", timeout=15)
+            assert down["event"] == "down", down
+            assert not any(e["event"] == "up" for e in pair.a.events + pair.b.events)
+            assert pair.b.proc.wait(10) == 0
+            for node in (lab.node(1), lab.node(2)):
+                assert taps_in(node.netns) == []
+
+
+# -- attacks and failures on a bare underlay ------------------------------------------------------
+
+
+def test_replayed_tampered_and_truncated_datagrams_are_dropped_and_counted(veth: VethTestbed, workdir: Path) -> None:
+    with endpoints(veth.a.netns, veth.b.netns, (ID_A, ID_B), ("10.99.0.1/24", "10.99.0.2/24"), [], workdir) as pair:
+        assert pair.up_a["path"] == "direct"
+        pinger = subprocess.Popen(["ip", "netns", "exec", veth.a.netns, "ping", "-c", "100", "-i", "0.02", "10.99.0.2"], stdout=subprocess.DEVNULL)
+        try:
+            injector = run(
+                [sys.executable, "-m", "evio.testing.fake_tunnel_injector", "--iface", veth.a.interface, "--dst", veth.b.address, "--count", "5"],
+                veth.a.netns,
+                timeout=30,
+            )
+        finally:
+            pinger.wait(30)
+        sent = json.loads(injector.stdout)
+        assert sent == {"captured": 5, "replayed": 5, "tampered": 5, "truncated": 1}
+
+        def drops() -> dict[str, int]:
+            return pair.b.stats()["drops"]
+
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and sum(drops().values()) < 11:
+            time.sleep(0.05)
+        counted = drops()
+        assert counted.get("replayed") == 5, counted
+        assert counted.get("forged") == 5, counted
+        assert counted.get("truncated") == 1, counted
+        # The tunnel shrugs it off.
+        ping(veth.a.netns, "10.99.0.2")
+        assert not any(e["event"] == "down" for e in pair.a.events + pair.b.events)
+
+
+def test_killed_peer_is_detected_and_everything_is_cleaned_up(veth: VethTestbed, workdir: Path) -> None:
+    with endpoints(veth.a.netns, veth.b.netns, (ID_A, ID_B), ("10.99.0.1/24", "10.99.0.2/24"), ["--dead-after", "3"], workdir) as pair:
+        ping(veth.a.netns, "10.99.0.2")
+        assert len(taps_in(veth.a.netns)) == 1 and len(taps_in(veth.b.netns)) == 1
+        killed_at = time.monotonic()
+        pair.a.kill()
+        down = pair.b.wait_event("down", timeout=10)
+        detected_after = down["t"] - killed_at  # both clocks are CLOCK_MONOTONIC of this machine
+        assert down["reason"] == "peer-silent", down
+        assert detected_after <= 5.0, detected_after
+        assert pair.b.proc.wait(10) == 0
+        # The killed side's TAP went with its fd, the survivor removed its own.
+        assert taps_in(veth.a.netns) == [] and taps_in(veth.b.netns) == []
+        assert run(["ss", "-uanp"], veth.b.netns).stdout.count("python") == 0
+
+
+def test_killed_relayed_peer_survivor_frees_its_turn_allocation(lab_factory: LabFactory, workdir: Path) -> None:
+    lab = lab_factory(nodes=2, nat=["symmetric", "symmetric"])
+    with lab_endpoints(lab, workdir) as pair:
+        assert pair.up_b["path"] == "relay"
+        pair.a.kill()
+        down = pair.b.wait_event("down", timeout=10)
+        assert down["reason"] == "peer-silent", down
+        assert pair.b.proc.wait(10) == 0
+    assert "TURN allocation deleted" in pair.b.log_path.read_text(), pair.b.log_tail()
+    assert taps_in(lab.node(2).netns) == []
+
+
+def test_lab_tunnel_command_reports_path_and_setup_time(lab_factory: LabFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from evio.cli import lab_tunnel_cmd
+
+    lab = lab_factory(nodes=3, nat=["eim", "eim", "symmetric"])
+    parser = argparse.ArgumentParser()
+    lab_tunnel_cmd.register(parser.add_subparsers())
+    for pair, path in ((("1", "node2"), "direct"), (("n1", "3"), "relay")):
+        args = parser.parse_args(["tunnel", "--name", lab.name, *pair, "--duration", "0"])
+        assert args.handler(args) == 0
+        out = capsys.readouterr().out
+        assert f": {path} path," in out, out
+        assert "setup:" in out and "through the tunnel: 3/3" in out and out.rstrip().endswith("closed"), out
+    for node in lab.nodes:
+        assert taps_in(node.netns) == []
+    args = parser.parse_args(["tunnel", "--name", lab.name, "1", "1", "--duration", "0"])
+    assert args.handler(args) == 2

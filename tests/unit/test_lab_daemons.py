@@ -1,0 +1,98 @@
+"""Full lab nodes, the pure parts: daemon command line, readiness, topology and ring checks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from evio.lab import daemons
+from evio.lab.topology import plan_lab
+
+PLAN = plan_lab("t1", ("eim", "symmetric", "none"))
+IDS = {"a" * 32: "node1", "b" * 32: "node2", "c" * 32: "node3"}  # text order = ring order
+
+
+def link(peer: str, kind: str = "successor", state: str = "up", port: int | None = 1) -> dict[str, Any]:
+    return {"peer": peer, "type": kind, "state": state, "tap": "evt" + peer[:12], "port": port, "path": "direct"}
+
+
+def status(*links: dict[str, Any], connected: bool = True) -> dict[str, Any]:
+    return {"overlays": {"ov1": {"switch_connected": connected, "links": list(links)}}}
+
+
+def test_daemon_runs_evio_with_the_node_config_and_its_own_ovs() -> None:
+    node = PLAN.node(2)
+    argv = daemons.daemon_argv(Path("/run/evio-lab/t1"), node, python="/venv/bin/python")
+    assert argv[0] == "env"
+    assert "OVS_RUNDIR=/run/evio-lab/t1/nodes/node2/ovs/run" in argv
+    assert argv[-6:] == ["/venv/bin/python", "-m", "evio", "run", "--config", "/run/evio-lab/t1/nodes/node2/config.json"]
+    assert daemons.control_socket(Path("/run/evio-lab/t1"), node) == Path("/run/evio-lab/t1/nodes/node2/state/control.sock")
+    assert daemons.daemon_role(node) == "evio-node2" and daemons.is_daemon_role("evio-node2")
+    assert not daemons.is_daemon_role("prosody")
+
+
+def test_ready_once_every_bridge_is_connected() -> None:
+    assert daemons.is_ready(status())
+    assert not daemons.is_ready(status(connected=False))
+    assert not daemons.is_ready({"overlays": {}})
+
+
+def test_a_ring_of_successor_links_held_by_either_end() -> None:
+    statuses = {
+        "node1": status(link("b" * 32), link("c" * 32, "long_distance")),
+        "node2": status(link("a" * 32, "long_distance"), link("c" * 32)),
+        "node3": status(link("a" * 32), link("b" * 32, "long_distance")),
+    }
+    topo = daemons.topology(statuses, IDS, "ov1")
+    assert topo.order == ("node1", "node2", "node3")
+    assert topo.ring_gaps() == []
+    lines = daemons.format_topology(topo, {"node1": "10.254.0.1"})
+    assert lines[0] == "node1 (10.254.0.1): 2 links"
+    assert lines[1].split() == ["successor", "node2", "[evtbbbbbbbbbbbb,", "port", "1,", "direct]"]
+    assert lines[-1] == "ring: closed (node1 -> node2 -> node3 -> node1)"
+
+
+def test_gaps_pending_links_one_sided_links_and_silent_nodes() -> None:
+    statuses: dict[str, dict[str, Any] | str] = {
+        "node1": status(link("b" * 32, state="pending", port=None), link("c" * 32)),
+        "node2": status(link("a" * 32, state="pending", port=None)),
+        "node3": "no daemon control socket",
+    }
+    topo = daemons.topology(statuses, IDS, "ov1")
+    assert topo.live == ("node1", "node2")
+    assert topo.ring_gaps() == [("node1", "node2"), ("node2", "node1")]  # only pending between them
+    assert not topo.adjacent("node1", "node3")  # node3 did not confirm the link
+    text = "\n".join(daemons.format_topology(topo, {}))
+    assert "PENDING" in text and "node3 (?): NOT ANSWERING: no daemon control socket" in text
+    assert "ring: NOT CLOSED" in text and "(left out of the ring): node3" in text
+
+
+def test_a_daemon_without_the_lab_overlay_is_reported() -> None:
+    topo = daemons.topology({"node1": {"overlays": {"other": {}}}}, IDS, "ov1")
+    assert topo.unreachable == {"node1": "daemon serves no overlay ov1"}
+
+
+def test_process_usage_reads_rss_and_cpu_from_proc(tmp_path: Path) -> None:
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "status").write_text("Name:\tpython\nVmRSS:\t   51200 kB\n")
+    # pid (comm with spaces) state ppid ... utime=field 14, stime=field 15
+    fields = ["S"] + ["0"] * 10 + ["300", "100"] + ["0"] * 30
+    (tmp_path / "42" / "stat").write_text("42 (py thon) " + " ".join(fields) + "\n")
+    usage = daemons.process_usage(42, proc=tmp_path)
+    assert usage is not None and usage.rss_bytes == 51200 * 1024
+    assert usage.cpu_seconds == 400 / os.sysconf("SC_CLK_TCK")
+    assert daemons.process_usage(43, proc=tmp_path) is None
+
+
+def test_hops_follow_links_up_at_both_ends() -> None:
+    ids = {f"{c}" * 32: f"node{i}" for i, c in enumerate("abcd", start=1)}
+    chain = {  # node1 - node2 - node3 - node4, and a one-sided node1 -> node4
+        "node1": status(link("b" * 32), link("d" * 32)),
+        "node2": status(link("a" * 32), link("c" * 32)),
+        "node3": status(link("b" * 32), link("d" * 32)),
+        "node4": status(link("c" * 32)),
+    }
+    topo = daemons.topology(chain, ids, "ov1")
+    assert topo.hops("node1", "node4") == 3 and topo.hops("node2", "node2") == 0
+    assert daemons.topology({"node1": status()}, ids, "ov1").hops("node1", "node2") is None

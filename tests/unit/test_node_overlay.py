@@ -1,0 +1,96 @@
+"""Nodes with the real overlay controller over fake signaling, links, OVSDB and SDN (no root, no network).
+
+What the daemon must get right with the real controller: successor links
+close the ring and each link that is up is exactly one TAP on the bridge and
+one peer port on the SDN side; a node that stops takes everything down, and
+the rest repair the ring around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from evio.node.overlay_stack import AdjacencyController, LinkManager
+from evio.node.plan import OverlayPlan
+from evio.overlay.adjacency import LinkState
+from evio.overlay.controller import OverlayController
+from evio.overlay.orchestrator import Timings
+from evio.signal.interface import Signaling
+from evio.testing.node_fleet import Fleet, nid, until
+
+FAST = Timings(reevaluate_interval=0.5, membership_debounce=0.05, membership_max_delay=0.2, settle_after_login=0.1,
+               backoff_base=0.1, orphan_grace=1.0, refused_retry=0.2, stop_release_timeout=0.5)
+
+
+def real_controller(plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager) -> AdjacencyController:
+    controller: AdjacencyController = OverlayController(
+        plan.id, node_id, plan.config.topology, signaling, links, rng=random.Random(node_id), timings=FAST,
+    )
+    return controller
+
+
+def fleet_with_real_controllers(count: int) -> Fleet:
+    return Fleet(count, controller_factory=real_controller)
+
+
+def up_links(fleet: Fleet, i: int) -> dict[int, str]:
+    """peer -> TAP of node i's links that are up, as its controller reports them."""
+    stack = fleet.nodes[i].overlays["ov1"]
+    return {peer: info.tap for peer, info in stack.controller.adjacency().items() if info.state is LinkState.UP}
+
+
+def ring_closed(fleet: Fleet, members: list[int]) -> bool:
+    order = sorted(members, key=nid)
+    for a, b in zip(order, order[1:] + order[:1]):
+        if nid(b) not in up_links(fleet, a) or nid(a) not in up_links(fleet, b):
+            return False
+    return True
+
+
+def bridge_matches_adjacency(fleet: Fleet, i: int) -> bool:
+    platform = fleet.platforms[i]
+    platform.sdn.sync()
+    taps = set(up_links(fleet, i).values())
+    sdn_taps = {tap for (_, tap) in platform.sdn.peer_ports}
+    return set(platform.ovsdb.ports("evbr-ov1")) == taps == sdn_taps
+
+
+async def test_a_ring_forms_and_each_up_link_is_one_bridge_port() -> None:
+    fleet = fleet_with_real_controllers(5)
+    await fleet.start()
+    try:
+        await until(lambda: ring_closed(fleet, list(fleet.nodes)), timeout=20)
+        await until(lambda: all(bridge_matches_adjacency(fleet, i) for i in fleet.nodes), timeout=10)
+    finally:
+        await fleet.stop_all()
+    for platform in fleet.platforms.values():
+        platform.sdn.sync()
+        assert platform.ovsdb.bridges == {} and platform.sdn.peer_ports == {} and platform.sdn.attached == {}
+    assert fleet.link_hub.members == {}
+
+
+async def test_a_stopped_node_leaves_nothing_and_the_others_repair_the_ring() -> None:
+    fleet = fleet_with_real_controllers(5)
+    await fleet.start()
+    try:
+        await until(lambda: ring_closed(fleet, list(fleet.nodes)), timeout=20)
+        assert await fleet.stop(3) is None
+        assert fleet.platforms[3].ovsdb.bridges == {}
+        others = [i for i in fleet.nodes if i != 3]
+        await until(lambda: ring_closed(fleet, others), timeout=20)
+        await until(lambda: all(bridge_matches_adjacency(fleet, i) for i in others), timeout=10)
+        assert all(nid(3) not in up_links(fleet, i) for i in others)
+    finally:
+        await fleet.stop_all()
+
+
+async def test_stop_while_links_are_being_negotiated_leaves_nothing() -> None:
+    fleet = fleet_with_real_controllers(4)
+    await fleet.start()
+    await asyncio.sleep(0.05)  # mid-negotiation
+    await fleet.stop_all()
+    for i, platform in fleet.platforms.items():
+        platform.sdn.sync()
+        assert platform.ovsdb.bridges == {}, f"node{i} left a bridge"
+        assert platform.sdn.peer_ports == {} and platform.links_made["ov1"].tunnels == {}

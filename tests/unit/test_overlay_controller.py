@@ -1,0 +1,304 @@
+"""The asyncio adapter: its API contract, bad input, failures of the link provider, and the real TunnelManager."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import random
+from collections.abc import Callable, Iterator
+from functools import partial
+
+import aioice.ice
+import pytest
+
+from evio.config.model import TopologyConfig
+from evio.overlay.adjacency import LinkState, LinkType
+from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkUp
+from evio.overlay.controller import ControllerError, LinkProvider, OverlayController, Timings
+from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE, Refusal, decode_link_answer
+from evio.signal.errors import ErrorReason, RequestError
+from evio.testing.fake_links import FakeLinkNetwork, FakeOverlay
+from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
+from evio.testing.fake_tunnel import FakeTap
+from evio.tunnel.config import TunnelConfig
+from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.liveness import LivenessConfig
+from evio.tunnel.manager import TunnelManager
+from evio.tunnel.session import TunnelEvent, TunnelInfo
+from evio.tunnel.signaling import RemoteActionSignaling
+from evio.tunnel.tap import TapDevice
+
+FAST = Timings(
+    reevaluate_interval=0.2, membership_debounce=0.05, membership_max_delay=0.3, settle_after_login=0.1,
+    request_timeout=2.0, collision_wait=1.0, orphan_grace=1.0, refused_retry=0.2, backoff_base=0.2,
+    backoff_cap=2.0, await_tunnel=5.0, connect_timeout=0.5, change_rate=50.0, change_burst=16,
+)
+OV = "ov"
+
+
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.005)
+
+
+def jid(nid: int) -> str:
+    return f"n{nid:032x}@overlay.test"
+
+
+async def clients(hub: FakeSignalHub, ids: list[int], overlays: tuple[str, ...] = (OV,)) -> list[FakeSignalClient]:
+    for ov in overlays:
+        hub.set_group(ov, [jid(n) for n in ids])
+    out = [hub.client(jid(n), {ov: n for ov in overlays}) for n in ids]
+    for c in out:
+        await c.start()
+    await until(lambda: all(len(c.peers(OV)) == len(ids) - 1 for c in out))
+    return out
+
+
+def controller(client: FakeSignalClient, nid: int, links: LinkProvider, **topology: int) -> OverlayController:
+    return OverlayController(
+        OV, nid, TopologyConfig(**topology), client, links,  # type: ignore[arg-type]
+        rng=random.Random(nid), clock=asyncio.get_running_loop().time, reevaluate_interval=0.2, timings=FAST,
+    )
+
+
+# -- the contract ------------------------------------------------------------------------------
+
+
+async def test_started_once_and_stop_is_idempotent() -> None:
+    hub = FakeSignalHub()
+    (client,) = await clients(hub, [1])
+    ctl = controller(client, 1, FakeLinkNetwork().endpoint(1))
+    await ctl.stop()  # never started: nothing to do
+    assert not ctl.running
+    ctl2 = controller(client, 1, FakeLinkNetwork().endpoint(1))
+    await ctl2.start()
+    with pytest.raises(ControllerError):
+        await ctl2.start()
+    await ctl2.stop()
+    await ctl2.stop()
+    assert ctl2.pending_tasks() == 0
+    await client.stop()
+
+
+async def test_negotiation_after_stop_is_refused_and_bad_bodies_are_counted(caplog: pytest.LogCaptureFixture) -> None:
+    hub = FakeSignalHub()
+    a, b = await clients(hub, [1, 2])
+    network = FakeLinkNetwork()
+    ctl = controller(b, 2, network.endpoint(2), successors=0, long_distance=0)
+    await ctl.start()
+    with caplog.at_level(logging.WARNING, logger="evio.overlay.controller"):
+        for _ in range(3):
+            with pytest.raises(RequestError) as info:
+                await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "chord", "existing": False})
+            assert info.value.reason is ErrorReason.BAD_REQUEST
+        with pytest.raises(RequestError):
+            await a.request(OV, 2, ACTION_RELEASE, {"type": "successor"})
+    assert ctl.malformed[1] == 4
+    assert sum("malformed negotiation" in r.getMessage() for r in caplog.records) == 1  # once per peer per interval
+    # A good request still works.
+    answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False}))
+    assert answer.accepted
+    await ctl.stop()
+    answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False}))
+    assert answer.refusal is Refusal.STOPPING
+    await a.stop()
+    await b.stop()
+    await network.close()
+
+
+async def test_requests_for_another_overlay_are_rejected() -> None:
+    hub = FakeSignalHub()
+    a, b = await clients(hub, [1, 2], overlays=(OV, "other"))
+    ctl = controller(b, 2, FakeLinkNetwork().endpoint(2), successors=0, long_distance=0)
+    await ctl.start()
+    with pytest.raises(RequestError) as info:
+        await a.request("other", 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False})
+    assert info.value.reason is ErrorReason.REJECTED
+    await ctl.stop()
+    await a.stop()
+    await b.stop()
+
+
+async def test_a_failing_subscriber_does_not_stop_the_others() -> None:
+    ov = FakeOverlay(timings=FAST, seed=3)
+    try:
+        ids = ov.random_ids(3)
+        nodes = [await ov.add(nid, TopologyConfig(successors=1)) for nid in ids]
+        seen: list[AdjacencyEvent] = []
+
+        def broken(event: AdjacencyEvent) -> None:
+            raise RuntimeError("subscriber bug")
+
+        nodes[0].controller.subscribe(broken)
+        sub = nodes[0].controller.subscribe(seen.append)
+        await until(lambda: not ov.missing_successors())
+        assert any(isinstance(e, LinkUp) for e in seen)
+        sub.cancel()
+        count = len(seen)
+        await ov.leave(ids[1])
+        await until(lambda: not ov.missing_successors())
+        assert len(seen) == count  # cancelled: nothing more
+    finally:
+        await ov.close()
+
+
+class BrokenLinks:
+    """A provider whose connect fails in its own way (a bug, or never returns)."""
+
+    def __init__(self, hang: bool) -> None:
+        self.hang = hang
+        self.connects = 0
+        self.disconnects = 0
+
+    async def connect(self, peer: int) -> TunnelInfo:
+        self.connects += 1
+        if self.hang:
+            await asyncio.Event().wait()
+        raise RuntimeError("provider bug")
+
+    async def disconnect(self, peer: int) -> None:
+        self.disconnects += 1
+
+
+@pytest.mark.parametrize("hang", [False, True])
+async def test_provider_failures_are_failures_not_crashes(hang: bool) -> None:
+    hub = FakeSignalHub()
+    a, b = await clients(hub, [1, 2])
+    network = FakeLinkNetwork()
+    broken = BrokenLinks(hang)
+    ctl_a = controller(a, 1, broken, successors=1, long_distance=0)
+    b_links = network.endpoint(2)
+    ctl_b = controller(b, 2, b_links, successors=0, long_distance=0)
+    b_links.on_event = ctl_b.on_tunnel_event
+    await ctl_b.start()
+    await ctl_a.start()
+    await until(lambda: broken.connects >= 2)
+    assert ctl_a.core.failures["connect failed"] >= 1
+    assert broken.disconnects >= 1  # a connect that timed out or failed is cleaned up
+    assert ctl_a.running
+    await ctl_a.stop()
+    await ctl_b.stop()
+    assert ctl_a.pending_tasks() == 0 and ctl_a.core.tracked_peers() == 0
+    await a.stop()
+    await b.stop()
+    await network.close()
+
+
+# -- over the real TunnelManager: ICE, DTLS and data path on loopback, fake TAPs ---------------
+
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+
+
+@pytest.fixture
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # aioice gathers from every interface but 127.0.0.1; 127.0.0.2 is still loopback (see test_tunnel_session).
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
+    yield
+
+
+class FakeTapDevice:
+    def __init__(self, name: str, mtu: int) -> None:
+        self.tap = FakeTap()
+        self._name = name
+        self._mtu = mtu
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def fd(self) -> int:
+        return self.tap.fd
+
+    @property
+    def mtu(self) -> int:
+        return self._mtu
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.tap.close()
+            self.closed = True
+
+
+def forward(owner: list[OverlayController], event: TunnelEvent) -> None:
+    owner[0].on_tunnel_event(event)
+
+
+async def test_controllers_drive_real_tunnel_managers(loopback_only: None) -> None:
+    hub = FakeSignalHub()
+    rng = random.Random(9)
+    ids = sorted(rng.getrandbits(128) for _ in range(4))
+    signal = await clients(hub, ids)
+    config = TunnelConfig(liveness=LivenessConfig(hello_interval=0.02, keepalive_interval=0.1, dead_after=0.6, establish_timeout=2.0))
+    taps: list[FakeTapDevice] = []
+    managers: list[TunnelManager] = []
+    controllers: list[OverlayController] = []
+    events: dict[int, list[AdjacencyEvent]] = {nid: [] for nid in ids}
+
+    async def tap_factory(name: str, mtu: int) -> TapDevice:
+        tap = FakeTapDevice(name, mtu)
+        taps.append(tap)
+        return tap
+
+    timings = Timings(
+        reevaluate_interval=0.5, membership_debounce=0.05, settle_after_login=0.1, request_timeout=5.0,
+        connect_timeout=20.0, backoff_base=0.5, backoff_cap=4.0,
+    )
+    for nid, client in zip(ids, signal):
+        # The manager reports to the controller, the controller drives the manager: bind the callback late.
+        owner: list[OverlayController] = []
+        manager = TunnelManager(
+            nid, config, TunnelCertificate.generate(f"{nid:032x}", NOW), RemoteActionSignaling(client, OV),
+            on_event=partial(forward, owner), tap_factory=tap_factory,
+        )
+        ctl = OverlayController(
+            OV, nid, TopologyConfig(successors=2, long_distance=0), client, manager,
+            rng=random.Random(nid), clock=asyncio.get_running_loop().time, reevaluate_interval=0.5, timings=timings,
+        )
+        owner.append(ctl)
+        manager.start()
+        ctl.subscribe(events[nid].append)
+        managers.append(manager)
+        controllers.append(ctl)
+    try:
+        for ctl in controllers:
+            await ctl.start()
+
+        def ring_up() -> bool:
+            for i, nid in enumerate(ids):
+                adjacency = controllers[i].adjacency()
+                for succ in (ids[(i + 1) % 4], ids[(i + 2) % 4]):
+                    info = adjacency.get(succ)
+                    if info is None or info.state is not LinkState.UP or info.link_type is not LinkType.SUCCESSOR:
+                        return False
+            return True
+
+        await until(ring_up, timeout=30.0)
+        # n = 4, s = 2: every pair is linked, one tunnel each, with a TAP named after the peer.
+        for i, manager in enumerate(managers):
+            assert set(manager.tunnels()) == set(ids) - {ids[i]}
+        for nid in ids:
+            ups = [e for e in events[nid] if isinstance(e, LinkUp)]
+            assert len(ups) == 3 and all(e.tap == config.tap_name(e.peer) for e in ups)
+        # One node stops: its peers see exactly one LinkDown each for it, and its TAPs are closed.
+        await controllers[0].stop()
+        await until(lambda: all(ids[0] not in m.tunnels() for m in managers[1:]))
+        for i in (1, 2, 3):
+            downs = [e for e in events[ids[i]] if isinstance(e, LinkDown) and e.peer == ids[0]]
+            assert len(downs) == 1
+        assert len([e for e in events[ids[0]] if isinstance(e, LinkDown)]) == 3
+    finally:
+        for ctl in controllers:
+            await ctl.stop()
+        for manager in managers:
+            await manager.close()
+        for client in signal:
+            await client.stop()
+    assert all(t.closed for t in taps)

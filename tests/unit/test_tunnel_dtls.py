@@ -1,0 +1,129 @@
+"""DtlsHandshake in memory: two machines exchanging datagrams directly."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import pytest
+
+from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, TunnelCertificate
+from evio.tunnel.errors import OfferError
+from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN
+
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def certs() -> tuple[TunnelCertificate, TunnelCertificate, TunnelCertificate]:
+    return (
+        TunnelCertificate.generate("a", NOW),
+        TunnelCertificate.generate("b", NOW),
+        TunnelCertificate.generate("mallory", NOW),
+    )
+
+
+def run(client: DtlsHandshake, server: DtlsHandshake, drop: set[int] | None = None) -> int:
+    """Shuttle datagrams until both sides settle; returns how many datagrams flew."""
+    drop = drop or set()
+    to_server = client.start()
+    to_client: list[bytes] = []
+    sent = 0
+    for _ in range(50):
+        if not to_server and not to_client:
+            wait = client.timeout()
+            if client.state is DtlsState.HANDSHAKING and wait is not None:
+                # OpenSSL's retransmission timer runs on the real clock (1 s at first).
+                time.sleep(wait + 0.01)
+                to_server = client.handle_timeout()
+                continue
+            break
+        next_to_client = []
+        for d in to_server:
+            sent += 1
+            if sent not in drop:
+                next_to_client += server.receive(d)
+        next_to_server = []
+        for d in to_client:
+            sent += 1
+            if sent not in drop:
+                next_to_server += client.receive(d)
+        to_server, to_client = next_to_server, next_to_client
+    return sent
+
+
+def test_handshake_pins_and_exports_the_same_keys(certs: tuple[TunnelCertificate, ...]) -> None:
+    a, b, _ = certs
+    client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
+    server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint)
+    run(client, server)
+    assert client.state is server.state is DtlsState.CONNECTED
+    ka = client.export(EXPORTER_LABEL, EXPORTER_LEN)
+    kb = server.export(EXPORTER_LABEL, EXPORTER_LEN)
+    assert ka == kb and len(ka) == EXPORTER_LEN
+    assert client.export(b"EXPERIMENTAL other", 32) != ka[:32]
+    assert client.cipher_name()
+
+
+@pytest.mark.parametrize("wrong_side", ["client", "server"])
+def test_wrong_fingerprint_fails_both_sides(certs: tuple[TunnelCertificate, ...], wrong_side: str) -> None:
+    a, b, mallory = certs
+    client = DtlsHandshake(a, DtlsRole.CLIENT, mallory.fingerprint if wrong_side == "client" else b.fingerprint)
+    server = DtlsHandshake(b, DtlsRole.SERVER, mallory.fingerprint if wrong_side == "server" else a.fingerprint)
+    run(client, server)
+    assert client.state is DtlsState.FAILED
+    assert server.state is DtlsState.FAILED
+    checker = client if wrong_side == "client" else server
+    assert checker.failure == "fingerprint mismatch"
+    with pytest.raises(RuntimeError):
+        client.export(EXPORTER_LABEL, EXPORTER_LEN)
+
+
+def test_impostor_with_a_different_certificate_is_rejected(certs: tuple[TunnelCertificate, ...]) -> None:
+    a, b, mallory = certs
+    # Mallory answers in b's place, but the client pinned b's fingerprint.
+    client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
+    server = DtlsHandshake(mallory, DtlsRole.SERVER, a.fingerprint)
+    run(client, server)
+    assert client.state is DtlsState.FAILED
+    assert server.state is not DtlsState.CONNECTED or client.state is DtlsState.FAILED
+
+
+def test_lost_flight_is_retransmitted_on_timeout(certs: tuple[TunnelCertificate, ...]) -> None:
+    a, b, _ = certs
+    client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
+    server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint)
+    # Drop the first ClientHello: only the client's timer recovers it.
+    first = client.start()
+    assert first and client.timeout() is not None
+    client2 = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
+    run(client2, server, drop={1})
+    assert client2.state is DtlsState.CONNECTED and server.state is DtlsState.CONNECTED
+
+
+def test_close_notify_reaches_the_peer(certs: tuple[TunnelCertificate, ...]) -> None:
+    a, b, _ = certs
+    client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
+    server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint)
+    run(client, server)
+    for d in client.close():
+        server.receive(d)
+    assert client.state is DtlsState.CLOSED
+    assert server.state is DtlsState.CLOSED and server.failure == "closed by peer"
+    assert server.receive(b"\x17\xfe\xfd") == []
+
+
+def test_garbage_during_handshake_does_not_raise(certs: tuple[TunnelCertificate, ...]) -> None:
+    a, b, _ = certs
+    server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint)
+    server.receive(b"\x16\xfe\xfd" + bytes(40))
+    assert server.state in (DtlsState.HANDSHAKING, DtlsState.FAILED)
+
+
+def test_fingerprint_parse_and_format(certs: tuple[TunnelCertificate, ...]) -> None:
+    fp = certs[0].fingerprint
+    assert Fingerprint.parse(str(fp)) == fp
+    assert Fingerprint.parse(str(fp).lower().replace("sha-256", "SHA-256")) == fp
+    for bad in ["", "sha-1 AB", "sha-256 " + "AB" * 32, "md5 " + fp.value]:
+        with pytest.raises(OfferError):
+            Fingerprint.parse(bad)
