@@ -115,6 +115,16 @@ def run(argv: Sequence[str], netns: str | None = None, check: bool = True, timeo
     return subprocess.run([*prefix, *argv], check=check, capture_output=True, text=True, timeout=timeout)
 
 
+def _wait_listening(netns: str, port: int, timeout: float = 5.0) -> None:
+    """Until something listens on TCP ``port`` in ``netns`` (or the deadline passes)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = run(["ss", "-Hltn", f"sport = :{port}"], netns, check=False, timeout=5).stdout
+        if out.strip():
+            return
+        time.sleep(0.02)
+
+
 def iperf(client_ns: str, server_ns: str, address: str, seconds: float, streams: int = 1, udp_mbit: int | None = None) -> dict[str, float]:
     """One iperf3 run from ``client_ns`` to a one-off server in ``server_ns``.
 
@@ -132,7 +142,7 @@ def iperf(client_ns: str, server_ns: str, address: str, seconds: float, streams:
             stderr=subprocess.DEVNULL,
         )
         try:
-            time.sleep(0.2)  # let the server listen
+            _wait_listening(server_ns, 5201)
             result = run(argv, client_ns, check=False, timeout=seconds + 60)
             try:
                 report = json.loads(result.stdout or "{}")

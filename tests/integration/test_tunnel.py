@@ -113,7 +113,9 @@ def check_traffic(lab: Lab, n1: NodeInfo, n2: NodeInfo) -> None:
     ping(n1.netns, str(n2.overlay_address.ip))
     ping(n2.netns, str(n1.overlay_address.ip))
     result = iperf(n1.netns, n2.netns, str(n2.overlay_address.ip), seconds=2)
-    assert result["mbit"] > 20, result
+    # A functional check that TCP flows through the tunnel; throughput targets
+    # belong to benchmarks/tunnel_bench.py, not to a test on a shared machine.
+    assert result["mbit"] > 1, result
 
 
 def test_eim_nats_give_a_direct_tunnel(lab_factory: LabFactory, workdir: Path) -> None:
