@@ -11,7 +11,7 @@ from evio.node.errors import DependencyError
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Libraries that log every packet or state change at INFO; they speak at WARNING unless we debug.
-CHATTY_LIBRARIES = ("aioice", "aiortc", "slixmpp", "os_ken", "pyroute2")
+CHATTY_LIBRARIES = ("aioice", "slixmpp", "os_ken", "pyroute2")
 
 
 def journal_handler() -> logging.Handler:
