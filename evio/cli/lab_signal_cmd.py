@@ -6,8 +6,9 @@
 Starts a SignalClient in every node's namespace (behind its NAT, STARTTLS
 verified against the lab CA), and reports the time to log in, the time until
 every node knows every other, and the remote-action round trip. It logs in
-with the nodes' own accounts and fixed resources, so stop any evio daemon
-running in the lab first (the server would swap sessions).
+with the nodes' own accounts and fixed resources, so it refuses to run while
+evio daemons do (the server would swap sessions): `evio lab daemon stop N`,
+or `evio lab up --no-daemons`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         lab = attach(args)
+        lab.require_no_daemons()  # the server would swap their sessions for ours
     except LabError as exc:
         print(f"evio lab signal-bench: {exc}")
         return 1

@@ -7,7 +7,8 @@ Prints the path kind (direct or relay), the candidate types and the setup time
 on both nodes, pings through the tunnel, and keeps it up until Ctrl-C (or for
 --duration seconds; 0 closes it at once). The TAPs carry the nodes' overlay
 addresses, so `evio lab exec 1 -- ping <node 2's overlay address>` works
-meanwhile. The tunnel is standalone: stop any evio daemon in the lab first.
+meanwhile. The tunnel is standalone: it refuses to run while either node's
+evio daemon does (`evio lab daemon stop N`, or `evio lab up --no-daemons`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         if a == b:
             raise ValueError("a tunnel needs two different nodes")
         lab.node(a), lab.node(b)
+        lab.require_no_daemons([a, b])  # their daemons hold the TAP names and overlay addresses it would take
     except (LabError, ValueError, KeyError, IndexError) as exc:
         print(f"evio lab tunnel: {exc}", file=sys.stderr)
         return 2

@@ -99,8 +99,7 @@ def _run(config: Config, use_uvloop: bool) -> int:
         return EXIT_INVALID_CONFIG
     controller_port = free_tcp_port()
     plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=openvswitch_module_loaded())
-    overlay_networks = sorted({net for ov in plan.overlays for net in ov.tunnel.ice.exclude_networks})
-    platform = SystemPlatform(controller_port, rng=random.SystemRandom(), exclude_networks=overlay_networks)
+    platform = SystemPlatform(controller_port, rng=random.SystemRandom())
     node = Node(plan, platform, control_socket=socket_path(config.node.state_dir))
 
     async def main() -> int:

@@ -100,7 +100,7 @@ class TurnServer:
 class NatTraversalConfig:
     stun: tuple[str, ...] = ()  # host:port each
     turn: tuple[TurnServer, ...] = ()
-    direct_timeout: float = 2.0
+    direct_timeout: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class BridgeConfig:
 @dataclass(frozen=True)
 class TunnelConfig:
     cipher: Cipher = "aes-256-gcm"
-    keepalive: float = 15
+    keepalive: float = 1.5  # the tunnel uses min(keepalive, dead_after / 3)
     dead_after: float = 5
 
 

@@ -23,6 +23,10 @@ class LabNotFoundError(LabError):
     """No lab of that name is up."""
 
 
+class LabDaemonsRunningError(LabError):
+    """A tool that needs the nodes to itself (their accounts, TAPs, addresses) while their daemons run."""
+
+
 class LabStateError(LabError):
     """The lab's state file is missing, unreadable or from another version."""
 

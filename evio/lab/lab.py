@@ -24,7 +24,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,7 +38,7 @@ from evio.lab import daemons as full_nodes
 from evio.lab import nat as nat_rules
 from evio.lab import node_config as configs
 from evio.lab import pki, services, shaping, wiring
-from evio.lab.errors import LabError, LabExistsError, LabNotFoundError, LabStateError
+from evio.lab.errors import LabDaemonsRunningError, LabError, LabExistsError, LabNotFoundError, LabStateError
 from evio.lab.netns import Host, LinuxHost
 from evio.lab.state import (
     DEFAULT_ROOT,
@@ -507,6 +507,22 @@ class Lab:
             if record.role == role and self._host.is_running(record):
                 return record
         return None
+
+    def require_no_daemons(self, indices: Iterable[int] | None = None) -> None:
+        """Raise LabDaemonsRunningError if the daemon of any of these nodes (default: all) runs.
+
+        For tools that log in with the nodes' own accounts or put their own TAPs
+        and overlay addresses in the nodes: beside a daemon, both would break.
+        """
+        wanted = [n.index for n in self.nodes] if indices is None else list(indices)
+        running = [self.plan.node(i).name for i in wanted if self.daemon(i) is not None]
+        if running:
+            numbers = " ".join(name.removeprefix("node") for name in running)
+            lab = "" if self.name == DEFAULT_LAB_NAME else f" --name {self.name}"
+            raise LabDaemonsRunningError(
+                f"evio daemons run in {', '.join(running)}, and this tool would take over their accounts and TAPs; "
+                f"stop the daemons first: evio lab daemon stop N{lab} (N = {numbers}), or evio lab up --no-daemons"
+            )
 
     def stop_daemon(self, index: int, grace: float = full_nodes.DAEMON_STOP_GRACE) -> None:
         """SIGTERM the daemon of node `index` and wait until it has exited (SIGKILL after `grace`)."""

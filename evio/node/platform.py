@@ -8,14 +8,10 @@
 from __future__ import annotations
 
 import datetime
-import functools
-import ipaddress
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
-
-import aioice.ice
 
 from evio.bridge.commands import SubprocessRunner
 from evio.bridge.ovs_bridge import OvsBridge
@@ -54,32 +50,11 @@ class Platform(Protocol):
         ...
 
 
-def exclude_host_networks(networks: Sequence[str]) -> None:
-    """Keep aioice from gathering candidates on addresses in `networks` (the overlays' own subnets).
-
-    aioice binds a host candidate, and asks STUN, on every local address. The
-    STUN answer for an overlay address can never come back (no route to it
-    behind the NAT), so gathering would wait out aioice's 5 s timeout on every
-    tunnel. The candidate filter in evio.tunnel.ice acts only after gathering;
-    this acts before, for the whole process (the daemon's tunnels all share
-    one exclusion list).
-    """
-    excluded = [ipaddress.ip_network(n, strict=False) for n in networks]
-    original = getattr(aioice.ice.get_host_addresses, "__wrapped__", aioice.ice.get_host_addresses)
-
-    @functools.wraps(original)
-    def host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
-        return [a for a in original(use_ipv4, use_ipv6) if not any(ipaddress.ip_address(a) in n for n in excluded)]
-
-    aioice.ice.get_host_addresses = host_addresses
-
-
 class SystemPlatform:
     """The real parts, for `evio run`."""
 
-    def __init__(self, controller_port: int, rng: random.Random | None = None, exclude_networks: Sequence[str] = ()) -> None:
-        if exclude_networks:
-            exclude_host_networks(exclude_networks)
+    def __init__(self, controller_port: int, rng: random.Random | None = None) -> None:
+        # The overlays' own subnets are kept out of ICE gathering by evio.tunnel.ice (IceConfig.exclude_networks).
         self.controller_port = controller_port
         self.rng = rng or random.Random()
         # One DTLS identity per run: its fingerprint travels in the signed-in signaling exchange.

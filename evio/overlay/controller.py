@@ -150,7 +150,9 @@ class OverlayController:
         self._links = links
         self._clock = clock
         self.timings = replace(timings or Timings(), reevaluate_interval=reevaluate_interval)
-        self._core = Orchestrator(node_id, topology, rng, clock(), self.timings, name=overlay)
+        # A new epoch for every controller: peers tell our restart from a repeated request by it.
+        epoch = rng.getrandbits(64)
+        self._core = Orchestrator(node_id, topology, rng, clock(), self.timings, name=overlay, epoch=epoch)
         self._state = _State.NEW
         self._subscribers: list[AdjacencySubscription] = []
         self._signal_subscriptions: list[Subscription[Any]] = []

@@ -5,9 +5,9 @@ evio.signal remote action.
 
 ``overlay.link`` -- "I want to hold a link to you, of this type"::
 
-    request  {"v": 1, "type": T, "existing": false}   a new link (the requester then connects)
-             {"v": 1, "type": T, "existing": true}    hold, or hold as another type, the link we share
-    answer   {"v": 1, "accepted": true,  "held_as": T | null}   held_as: the answerer holds it too
+    request  {"v": 1, "type": T, "existing": false, "epoch": E}   a new link (the requester then connects)
+             {"v": 1, "type": T, "existing": true, "epoch": E}    hold, or hold as another type, the link we share
+    answer   {"v": 1, "accepted": true, "held_as": T | null, "epoch": E}   held_as: the answerer holds it too
              {"v": 1, "accepted": false, "refusal": R}
 
 ``overlay.release`` -- "I no longer hold the link to you"::
@@ -16,8 +16,13 @@ evio.signal remote action.
     answer   {"v": 1, "held_as": T | null}            null: nobody holds it, the releaser tears it down
 
 T is a link type (``successor``, ``long_distance``, ``on_demand``), R a
-``Refusal``. Every field is required and no other is allowed; anything else
-raises ``NegotiationError`` with the reason, never a KeyError or TypeError.
+``Refusal``, E the sender's epoch: a number its overlay controller draws when
+it starts (0 <= E < 2**64). A new-link request from a peer whose epoch differs
+from the one its current link was agreed with comes from a restarted peer:
+that link is stale (its other end is gone), and the request replaces it at once
+instead of being refused as ``already_linked`` until the dead tunnel times out.
+Every field is required and no other is allowed; anything else raises
+``NegotiationError`` with the reason, never a KeyError or TypeError.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from evio.overlay.adjacency import LinkType, RejectReason
 ACTION_LINK = "overlay.link"
 ACTION_RELEASE = "overlay.release"
 VERSION = 1
+EPOCH_LIMIT = 1 << 64
 
 Body = dict[str, Any]
 
@@ -59,6 +65,7 @@ class Refusal(enum.Enum):
 class LinkRequest:
     type: LinkType
     existing: bool = False
+    epoch: int = 0  # the requester's controller run
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class LinkAnswer:
     accepted: bool
     held_as: LinkType | None = None  # accepted: the answerer's own hold on the link
     refusal: Refusal | None = None  # refused: why
+    epoch: int = 0  # accepted: the answerer's controller run (a refusal does not carry it)
 
     def __post_init__(self) -> None:
         if self.accepted == (self.refusal is not None):
@@ -90,12 +98,12 @@ def _type_text(link_type: LinkType | None) -> str | None:
 
 
 def encode_link_request(request: LinkRequest) -> Body:
-    return {"v": VERSION, "type": request.type.value, "existing": request.existing}
+    return {"v": VERSION, "type": request.type.value, "existing": request.existing, "epoch": request.epoch}
 
 
 def encode_link_answer(answer: LinkAnswer) -> Body:
     if answer.accepted:
-        return {"v": VERSION, "accepted": True, "held_as": _type_text(answer.held_as)}
+        return {"v": VERSION, "accepted": True, "held_as": _type_text(answer.held_as), "epoch": answer.epoch}
     assert answer.refusal is not None
     return {"v": VERSION, "accepted": False, "refusal": answer.refusal.value}
 
@@ -142,11 +150,18 @@ def _bool(value: object, what: str) -> bool:
     return value
 
 
+def _epoch(value: object, what: str) -> int:
+    if type(value) is not int or not 0 <= value < EPOCH_LIMIT:
+        raise NegotiationError(f"{what}: must be an integer from 0 to 2**64 - 1")
+    return value
+
+
 def decode_link_request(body: object) -> LinkRequest:
-    fields = _fields(body, frozenset({"v", "type", "existing"}), "link request")
+    fields = _fields(body, frozenset({"v", "type", "existing", "epoch"}), "link request")
     link_type = _link_type(fields["type"], "link request type")
     assert link_type is not None
-    return LinkRequest(link_type, _bool(fields["existing"], "link request existing"))
+    existing = _bool(fields["existing"], "link request existing")
+    return LinkRequest(link_type, existing, _epoch(fields["epoch"], "link request epoch"))
 
 
 def decode_link_answer(body: object) -> LinkAnswer:
@@ -159,10 +174,11 @@ def decode_link_answer(body: object) -> LinkAnswer:
             return LinkAnswer(False, refusal=Refusal(refusal))
         except ValueError:
             raise NegotiationError(f"link answer: unknown refusal {refusal[:40]!r}") from None
-    fields = _fields(body, frozenset({"v", "accepted", "held_as"}), "link answer")
+    fields = _fields(body, frozenset({"v", "accepted", "held_as", "epoch"}), "link answer")
     if fields["accepted"] is not True:
         raise NegotiationError("link answer accepted: must be true or false")
-    return LinkAnswer(True, held_as=_link_type(fields["held_as"], "link answer held_as", nullable=True))
+    held_as = _link_type(fields["held_as"], "link answer held_as", nullable=True)
+    return LinkAnswer(True, held_as=held_as, epoch=_epoch(fields["epoch"], "link answer epoch"))
 
 
 def decode_release_request(body: object) -> ReleaseRequest:

@@ -26,6 +26,15 @@ A tunnel exists while either end holds it. Edge negotiation
 A tunnel going down ends the link for both ends; each re-evaluates and asks
 again if it still wants it.
 
+Restarts: every request and acceptance carries the sender's `epoch`, drawn
+when its controller starts. A peer that restarts under the same node id has
+no links, while this node still sees the old link up until tunnel liveness
+kills it. Its new-link request, from another epoch than the one the link was
+agreed with, ends that stale link here at once (LinkDown, and its tunnel
+reports are ignored from then on) and is answered as for a new link; the
+peer's tunnel offer then replaces the stale tunnel (the tunnel manager does
+that for a peer it thinks it is connected to).
+
 Evaluation (`tick`): ring = present members, self, and peers whose link is up
 (a live tunnel proves the peer runs even if its signaling session dropped),
 minus peers in failure backoff; `select_links` -> `desired_links` -> `diff`;
@@ -45,7 +54,7 @@ import enum
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evio.config.model import TopologyConfig
 from evio.overlay.adjacency import (
@@ -164,6 +173,7 @@ class _Peer:
     deadline: float | None = None  # AWAITING: give up; UP with no holder: close
     tunnel_id: str | None = None
     last_down_id: str | None = None  # a late report about this tunnel is ignored
+    epoch: int | None = None  # the peer's epoch in its last request or acceptance
     tap: str | None = None
     since: float = 0.0
     announced: bool = False  # LinkUp sent for the current tunnel
@@ -201,8 +211,10 @@ class Orchestrator:
         now: float,
         timings: Timings | None = None,
         name: str = "",
+        epoch: int = 0,
     ) -> None:
         self.node_id = node_id
+        self.epoch = epoch  # sent with our requests and acceptances: a restart changes it
         self.topology = topology
         self.timings = timings or Timings()
         self.name = name  # the overlay id, for logs
@@ -357,8 +369,14 @@ class Orchestrator:
         st = self._peers.get(peer)
         if st is None:
             st = self._peers[peer] = _Peer()
+        if st.epoch is not None and st.epoch != request.epoch and st.phase is Phase.UP and not request.existing:
+            # The peer restarted: the link it does not know any more is stale.
+            log.info("overlay %s peer=%032x restarted: its new request replaces the stale link", self.name, peer)
+            self._end_tunnel(peer, st, "peer restarted", now)
+        st.epoch = request.epoch
         answer = self._answer_link(peer, st, request, now)
         if answer.accepted:
+            answer = replace(answer, epoch=self.epoch)
             log.debug(
                 "overlay %s accepted %s link from peer=%032x%s",
                 self.name, request.type.value, peer, " (existing)" if request.existing else "",
@@ -382,6 +400,7 @@ class Orchestrator:
         if isinstance(outcome, LinkAnswer) and outcome.accepted:
             st.asking = None
             st.theirs = outcome.held_as
+            st.epoch = outcome.epoch
             if not existing:
                 st.held = wanted
                 if st.phase in (Phase.NONE, Phase.AWAITING):
@@ -622,7 +641,7 @@ class Orchestrator:
                 st = self._peers.setdefault(op.peer, _Peer())
                 st.held = op.new
                 st.deadline = None
-                self._ask(op.peer, st, LinkRequest(op.new, existing=True))
+                self._ask(op.peer, st, LinkRequest(op.new, existing=True, epoch=self.epoch))
                 continue
             if isinstance(op, AddLink):
                 if (st is not None and st.phase is Phase.CLOSING) or self._retry_at.get(op.peer, now) > now:
@@ -633,7 +652,7 @@ class Orchestrator:
             if isinstance(op, AddLink):
                 st = self._peers.setdefault(op.peer, _Peer())
                 st.since = now if st.phase is Phase.NONE else st.since
-                self._ask(op.peer, st, LinkRequest(op.type))
+                self._ask(op.peer, st, LinkRequest(op.type, epoch=self.epoch))
             else:
                 assert isinstance(op, RemoveLink) and st is not None
                 log.info("overlay %s releasing %s link to peer=%032x", self.name, op.type.value, op.peer)

@@ -1,20 +1,30 @@
-"""In-memory tunnels for overlay controller tests: a `LinkProvider` per node over one `FakeLinkNetwork`.
+"""In-memory tunnels: a `LinkProvider` / `LinkManager` per node over one `FakeLinkNetwork` per overlay.
+
+The one fake of `evio.tunnel.manager.TunnelManager`'s contract, for the
+overlay controller's tests (`FakeOverlay`) and the daemon's (`FakeLinkHub`,
+used by `evio.testing.fake_node.FakePlatform`).
 
 A tunnel joins two endpoints. `FakeLinks.connect(peer)` opens one (or joins
 the one already opening or up between the two, as the tunnel manager reuses an
 active tunnel) and returns its `TunnelInfo` once it is up; both ends' `on_event`
-get `TunnelUp`, and later `TunnelDown`, exactly as `evio.tunnel.manager.TunnelManager`
-reports them: a tunnel that never came up is reported down (state FAILED) to
-the ends that took part, one that was up is reported down (CLOSED) to both.
+get `TunnelUp`, and later `TunnelDown`, exactly as the tunnel manager reports
+them: a tunnel that never came up is reported down (state FAILED) to the ends
+that took part, one that was up is reported down (CLOSED) to both. An endpoint
+takes part once started (`start()`, as the manager serves offers once
+started) and until `close()`; TAP names are `evio.tunnel.config.tap_name`.
 
 `FakeOverlay` puts it together: N `OverlayController`s over one
-`FakeSignalHub` and one `FakeLinkNetwork`, with join, graceful leave and
-crash, and views of the resulting topology.
+`FakeSignalHub` and one `FakeLinkNetwork`, with join, graceful leave, crash
+and restart, and views of the resulting topology.
 
 Faults, for tests: `block(a, b)` makes every setup between a and b fail (after
 `fail_delay`); `cut(a, b)` kills an up tunnel as liveness would; `kill(node)`
 makes a node vanish: its tunnels go down at the other ends, and it reports
-nothing any more. Setup takes `setup_delay` seconds (0: the next loop turns).
+nothing any more; `vanish(node, dead_after)` does the same, but the other ends
+notice only after `dead_after` seconds (liveness), and a tunnel the node opens
+again under the same id meanwhile replaces the stale one there (as the tunnel
+manager does with a new offer from a peer it thinks it is connected to).
+Setup takes `setup_delay` seconds (0: the next loop turns).
 """
 
 from __future__ import annotations
@@ -24,30 +34,30 @@ import itertools
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from evio.config.model import TopologyConfig
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkUp
 from evio.overlay.controller import OverlayController, Timings
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
+from evio.tunnel.config import tap_name
 from evio.tunnel.errors import SetupError
+from evio.tunnel.ice import PathKind
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelState, TunnelUp
 
 log = logging.getLogger(__name__)
 
-TAP_PREFIX = "evt"
-
-
-def tap_name(peer: int) -> str:
-    """The TAP a node gives its tunnel to `peer` (as TunnelConfig.tap_name: at most 15 characters)."""
-    return (TAP_PREFIX + f"{peer:032x}")[:15]
+EventHandler = Callable[[TunnelEvent], None]
 
 
 class _FakeTunnel:
-    def __init__(self, tunnel_id: str, initiator: int, responder: int) -> None:
+    def __init__(self, tunnel_id: str, initiator: FakeLinks, responder: FakeLinks) -> None:
         self.tunnel_id = tunnel_id
-        self.initiator = initiator
-        self.responder = responder
+        self.initiator = initiator.node_id
+        self.responder = responder.node_id
+        # The endpoints it was made with: a node that restarted has a new one, and this tunnel is stale.
+        self.links = {initiator.node_id: initiator, responder.node_id: responder}
         self.state = TunnelState.NEGOTIATING
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
@@ -67,9 +77,18 @@ class _FakeTunnel:
             initiator=node == self.initiator,
             controlling=node > peer,
             state=state,
-            tap=tap_name(peer),
+            path=PathKind.DIRECT if state is not TunnelState.NEGOTIATING else None,
+            tap=tap_name(self.links[node].tap_prefix, peer),
+            setup_seconds=0.0 if state is not TunnelState.NEGOTIATING else None,
             reason=reason,
         )
+
+
+@dataclass(frozen=True)
+class FakeTunnelView:
+    """What `FakeLinks.get` returns: the tunnel as one end sees it (the manager returns its `Tunnel`)."""
+
+    info: TunnelInfo
 
 
 class FakeLinkNetwork:
@@ -79,16 +98,19 @@ class FakeLinkNetwork:
         self._endpoints: dict[int, FakeLinks] = {}
         self._tunnels: dict[frozenset[int], _FakeTunnel] = {}
         self._blocked: set[frozenset[int]] = set()
-        self._dead: set[int] = set()
+        self._liveness: list[asyncio.TimerHandle] = []
         self._ids = itertools.count(1)
         self.setups = 0  # tunnels that came up
         self.failed_setups = 0
         self.teardowns = 0  # tunnels that were up and went down
 
-    def endpoint(self, node_id: int, on_event: Callable[[TunnelEvent], None] | None = None) -> FakeLinks:
-        links = FakeLinks(self, node_id, on_event)
-        self._endpoints[node_id] = links
-        self._dead.discard(node_id)
+    def endpoint(
+        self, node_id: int, on_event: EventHandler | None = None, tap_prefix: str = "evt", start: bool = True
+    ) -> FakeLinks:
+        """Node `node_id`'s links; started at once unless `start` is False (then `start()` them)."""
+        links = FakeLinks(self, node_id, on_event, tap_prefix)
+        if start:
+            links.start()
         return links
 
     # -- faults ----------------------------------------------------------------------------
@@ -106,10 +128,16 @@ class FakeLinkNetwork:
 
     def kill(self, node: int) -> None:
         """The node is gone: no goodbye, its peers see their tunnels die."""
-        self._dead.add(node)
         self._endpoints.pop(node, None)
         for tunnel in [t for t in self._tunnels.values() if node in t.ends]:
             self._end(tunnel, "peer silent")
+
+    def vanish(self, node: int, dead_after: float) -> None:
+        """The node is gone and its peers notice only after `dead_after` seconds (their tunnels' liveness)."""
+        self._endpoints.pop(node, None)
+        loop = asyncio.get_running_loop()
+        for tunnel in [t for t in self._tunnels.values() if node in t.ends]:
+            self._liveness.append(loop.call_later(dead_after, self._end, tunnel, "peer silent"))
 
     # -- views -----------------------------------------------------------------------------
 
@@ -124,41 +152,66 @@ class FakeLinkNetwork:
     def open_tunnels(self) -> int:
         return len(self._tunnels)
 
+    def attached(self) -> set[int]:
+        """Nodes with a started endpoint."""
+        return set(self._endpoints)
+
+    def stale_tunnels(self) -> set[frozenset[int]]:
+        """Pairs whose tunnel goes to an earlier run of a node (after `vanish`), not yet replaced or timed out."""
+        return {pair for pair, t in self._tunnels.items() if not self._current(t)}
+
+    def expire_stale(self) -> None:
+        """The liveness of every stale tunnel gives up now."""
+        for pair in self.stale_tunnels():
+            self._end(self._tunnels[pair], "peer silent")
+
     async def close(self) -> None:
         """End every tunnel and setup task (for test teardown)."""
-        for tunnel in list(self._tunnels.values()):
+        for handle in self._liveness:
+            handle.cancel()
+        self._liveness.clear()
+        tunnels = list(self._tunnels.values())
+        for tunnel in tunnels:
             self._end(tunnel, "network closed")
-        tasks = [t.task for t in self._tunnels.values() if t.task is not None]
+        tasks = [t.task for t in tunnels if t.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- mechanics -------------------------------------------------------------------------
 
-    def _open(self, initiator: int, responder: int) -> _FakeTunnel:
+    def _current(self, tunnel: _FakeTunnel) -> bool:
+        """Both ends still run the endpoints the tunnel was made with."""
+        return all(self._endpoints.get(node) is links for node, links in tunnel.links.items())
+
+    def _open(self, initiator: FakeLinks, peer: int) -> _FakeTunnel:
+        # An absent responder is recorded as a closed endpoint of its own: the setup fails.
+        responder = self._endpoints.get(peer) or FakeLinks(self, peer, None, initiator.tap_prefix)
         tunnel = _FakeTunnel(f"fake-{next(self._ids)}", initiator, responder)
         self._tunnels[frozenset(tunnel.ends)] = tunnel
         tunnel.task = asyncio.get_running_loop().create_task(self._setup(tunnel), name=f"fake tunnel {tunnel.tunnel_id}")
         tunnel.task.add_done_callback(_observe)
         return tunnel
 
+    def _reachable(self, tunnel: _FakeTunnel) -> bool:
+        return frozenset(tunnel.ends) not in self._blocked and self._current(tunnel)
+
     async def _setup(self, tunnel: _FakeTunnel) -> None:
-        pair = frozenset(tunnel.ends)
-        fails = pair in self._blocked or tunnel.responder not in self._endpoints
-        await asyncio.sleep(self.fail_delay if fails else self.setup_delay)
+        await asyncio.sleep(self.setup_delay if self._reachable(tunnel) else self.fail_delay)
         if tunnel.state is not TunnelState.NEGOTIATING:
             return  # closed meanwhile
-        if fails or tunnel.responder not in self._endpoints or tunnel.initiator not in self._endpoints:
+        if not self._reachable(tunnel):
             self._end(tunnel, "setup failed")
             return
         tunnel.state = TunnelState.UP
         self.setups += 1
         for node in tunnel.ends:
-            self._emit(node, TunnelUp(tunnel.info(node, TunnelState.UP)))
+            self._emit(tunnel, node, TunnelUp(tunnel.info(node, TunnelState.UP)))
         if not tunnel.done.done():
             tunnel.done.set_result(None)
 
-    def _end(self, tunnel: _FakeTunnel, reason: str) -> None:
+    def _end(self, tunnel: _FakeTunnel, reason: str, closer: int | None = None) -> None:
+        """The tunnel is gone: each end still running hears it (`closer`'s peer hears "closed by peer")."""
         if self._tunnels.get(frozenset(tunnel.ends)) is tunnel:
             del self._tunnels[frozenset(tunnel.ends)]
         if tunnel.state in (TunnelState.CLOSED, TunnelState.FAILED):
@@ -170,56 +223,134 @@ class FakeLinkNetwork:
         else:
             self.failed_setups += 1
         for node in tunnel.ends:
-            self._emit(node, TunnelDown(tunnel.info(node, tunnel.state, reason)))
+            why = reason if closer is None or node == closer else "closed by peer"
+            self._emit(tunnel, node, TunnelDown(tunnel.info(node, tunnel.state, why)))
         if not tunnel.done.done():
             tunnel.done.set_exception(SetupError(reason))
             tunnel.done.exception()  # retrieved: nobody may be waiting
 
-    def _emit(self, node: int, event: TunnelEvent) -> None:
-        endpoint = self._endpoints.get(node)
-        if endpoint is None or endpoint.on_event is None:
-            return
+    def _emit(self, tunnel: _FakeTunnel, node: int, event: TunnelEvent) -> None:
+        links = tunnel.links[node]
+        if self._endpoints.get(node) is not links or links.on_event is None:
+            return  # that end is gone (crashed, closed, or restarted: the new run never knew this tunnel)
         try:
-            endpoint.on_event(event)
+            links.on_event(event)
         except Exception:
             log.exception("fake tunnel event subscriber of %032x failed", node)
 
 
 class FakeLinks:
-    """One node's `LinkProvider` on a `FakeLinkNetwork`."""
+    """One node's links on a `FakeLinkNetwork`: the contract of `evio.tunnel.manager.TunnelManager`."""
 
     def __init__(
-        self, network: FakeLinkNetwork, node_id: int, on_event: Callable[[TunnelEvent], None] | None = None
+        self, network: FakeLinkNetwork, node_id: int, on_event: EventHandler | None = None, tap_prefix: str = "evt"
     ) -> None:
         self._network = network
         self.node_id = node_id
         self.on_event = on_event
+        self.tap_prefix = tap_prefix
         self.connects = 0
         self.disconnects = 0
+
+    @property
+    def running(self) -> bool:
+        return self._network._endpoints.get(self.node_id) is self
+
+    def start(self) -> None:
+        """Take part in the network (a node restarted under the same id replaces its old endpoint)."""
+        self._network._endpoints[self.node_id] = self
+
+    def get(self, peer: int) -> FakeTunnelView | None:
+        tunnel = self._tunnel(peer)
+        return None if tunnel is None else FakeTunnelView(tunnel.info(self.node_id, tunnel.state))
+
+    def tunnels(self) -> dict[int, TunnelInfo]:
+        """Active tunnels by peer, as this end sees them."""
+        out = {}
+        for tunnel in list(self._network._tunnels.values()):
+            if tunnel.links.get(self.node_id) is self:
+                out[tunnel.other(self.node_id)] = tunnel.info(self.node_id, tunnel.state)
+        return out
 
     async def connect(self, peer: int) -> TunnelInfo:
         if peer == self.node_id:
             raise ValueError("a tunnel needs two different nodes")
-        if self._network._endpoints.get(self.node_id) is not self:
-            raise SetupError("this endpoint is gone")
+        if not self.running:
+            raise SetupError("this endpoint is not running")
         self.connects += 1
-        tunnel = self._network._tunnels.get(frozenset((self.node_id, peer)))
+        network = self._network
+        tunnel = network._tunnels.get(frozenset((self.node_id, peer)))
+        if tunnel is not None and tunnel.links[self.node_id] is not self:
+            # Made by an earlier run of this node: the peer takes our offer as its replacement.
+            network._end(tunnel, "replaced by a new offer from the peer")
+            tunnel = None
         if tunnel is None or tunnel.state in (TunnelState.CLOSED, TunnelState.FAILED):
-            tunnel = self._network._open(self.node_id, peer)
+            tunnel = network._open(self, peer)
         await asyncio.shield(tunnel.done)
         return tunnel.info(self.node_id, TunnelState.UP)
 
     async def disconnect(self, peer: int) -> None:
         self.disconnects += 1
-        tunnel = self._network._tunnels.get(frozenset((self.node_id, peer)))
+        tunnel = self._tunnel(peer) if self.running else None  # a crashed node closes nothing
         if tunnel is not None:
-            self._network._end(tunnel, "closed by peer")
-            await asyncio.sleep(0)  # as a real close, it takes at least a loop turn
+            self._network._end(tunnel, "closed locally", closer=self.node_id)
+        await asyncio.sleep(0)  # as a real close, it takes at least a loop turn
+
+    async def close(self) -> None:
+        """Close every tunnel and stop taking part (the manager's close at shutdown)."""
+        if not self.running:
+            return  # crashed, or never started
+        for peer in list(self.tunnels()):
+            tunnel = self._tunnel(peer)
+            if tunnel is not None:
+                self._network._end(tunnel, "node shutting down", closer=self.node_id)
+        del self._network._endpoints[self.node_id]
+        await asyncio.sleep(0)
+
+    def _tunnel(self, peer: int) -> _FakeTunnel | None:
+        tunnel = self._network._tunnels.get(frozenset((self.node_id, peer)))
+        return tunnel if tunnel is not None and tunnel.links.get(self.node_id) is self else None
 
 
 def _observe(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("fake tunnel setup failed", exc_info=task.exception())
+
+
+class FakeLinkHub:
+    """One `FakeLinkNetwork` per overlay, for daemons that serve several (evio.testing.fake_node)."""
+
+    def __init__(self, setup_delay: float = 0.0, fail_delay: float = 0.0) -> None:
+        self.setup_delay = setup_delay
+        self.fail_delay = fail_delay
+        self.networks: dict[str, FakeLinkNetwork] = {}
+        self._blocked: set[tuple[int, int]] = set()
+
+    def network(self, overlay: str) -> FakeLinkNetwork:
+        network = self.networks.get(overlay)
+        if network is None:
+            network = self.networks[overlay] = FakeLinkNetwork(self.setup_delay, self.fail_delay)
+            for a, b in self._blocked:
+                network.block(a, b)
+        return network
+
+    def links(self, overlay: str, node_id: int, on_event: EventHandler, tap_prefix: str = "evt") -> FakeLinks:
+        """A node's links in `overlay`, not yet started (as a TunnelManager before `start()`)."""
+        return self.network(overlay).endpoint(node_id, on_event, tap_prefix, start=False)
+
+    def block(self, a: int, b: int) -> None:
+        """`a` and `b` cannot reach each other, in every overlay."""
+        self._blocked.add((a, b))
+        for network in self.networks.values():
+            network.block(a, b)
+
+    def attached(self) -> set[tuple[str, int]]:
+        """(overlay, node) of every started endpoint."""
+        return {(overlay, node) for overlay, network in self.networks.items() for node in network.attached()}
+
+    async def close(self) -> None:
+        for network in self.networks.values():
+            await network.close()
 
 
 # -- an in-process overlay: N controllers over one FakeSignalHub and one FakeLinkNetwork -----------
@@ -326,6 +457,19 @@ class FakeOverlay:
         self.network.kill(node_id)
         await node.controller.stop()  # only reaps its tasks: it can no longer reach anyone
         self._forget(node)
+
+    async def restart(self, node_id: int, dead_after: float) -> FakeOverlayNode:
+        """The node's process dies and is started again at once with the same id and account.
+
+        Its peers' tunnels to the old run stay up until their liveness gives up
+        after `dead_after` seconds; the new run knows none of them.
+        """
+        node = self.nodes.pop(node_id)
+        self.network.vanish(node_id, dead_after)
+        await node.client.stop()
+        await node.controller.stop()  # only reaps its tasks: its endpoint is gone
+        self.gone.append(node)
+        return await self.add(node_id, node.topology)
 
     def _forget(self, node: FakeOverlayNode) -> None:
         self._jids.discard(self.jid(node.node_id))

@@ -4,15 +4,14 @@
   ports and addresses, kept in dicts, with injectable failures.
 - `FakeSdn`: the SDN controller's boundary without os-ken: commands are applied to plain state on
   `sync()`; tests push controller events with `emit()`.
-- `FakeLinkHub` / `FakeLinks`: tunnels between in-process nodes, reported as the real TunnelManager
-  reports them (TunnelUp/TunnelDown to both ends), with unreachable pairs and crashed nodes.
+- links: `evio.testing.fake_links.FakeLinkHub` (re-exported here), the one fake of the TunnelManager
+  contract, shared with the overlay controller's tests.
 - `FakePlatform`: all of the above plus `evio.testing.fake_signal` accounts, for `evio.node.Node`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,10 +32,9 @@ from evio.sdn.boundary import (
 )
 from evio.signal.client import SignalSettings
 from evio.signal.interface import Signaling
+from evio.testing.fake_links import FakeLinkHub, FakeLinks
 from evio.testing.fake_signal import FakeSignalHub
-from evio.tunnel.errors import SetupError
-from evio.tunnel.ice import PathKind
-from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelState, TunnelUp
+from evio.tunnel.session import TunnelEvent
 
 # ------------------------------------------------------------------------------------------ OVSDB
 
@@ -204,124 +202,9 @@ class FakeSdn:
         return await asyncio.shield(self._stopped)
 
 
-# ------------------------------------------------------------------------------------------ links
-
-
-@dataclass
-class _FakeTunnel:
-    info: TunnelInfo
-
-
-class FakeLinkHub:
-    """Tunnels between the `FakeLinks` of one overlay's nodes."""
-
-    def __init__(self) -> None:
-        self.members: dict[tuple[str, int], FakeLinks] = {}
-        self.blocked: set[frozenset[int]] = set()  # pairs that cannot reach each other
-        self.opened = 0
-        self._ids = itertools.count(1)
-
-    def links(self, overlay: str, node_id: int, on_event: Callable[[TunnelEvent], None], tap_prefix: str = "evt") -> FakeLinks:
-        return FakeLinks(self, overlay, node_id, on_event, tap_prefix)
-
-    def block(self, a: int, b: int) -> None:
-        self.blocked.add(frozenset((a, b)))
-
-    def tunnel_id(self) -> str:
-        return f"fake{next(self._ids):08d}"
-
-
-class FakeLinks:
-    """A LinkManager: `connect` makes a tunnel both ends see up; `crash` drops a node's tunnels silently."""
-
-    def __init__(
-        self, hub: FakeLinkHub, overlay: str, node_id: int, on_event: Callable[[TunnelEvent], None], tap_prefix: str
-    ) -> None:
-        self.hub = hub
-        self.overlay = overlay
-        self.node_id = node_id
-        self._on_event = on_event
-        self.tap_prefix = tap_prefix
-        self.tunnels: dict[int, TunnelInfo] = {}
-        self.running = False
-        self.connects = 0
-
-    def tap_name(self, peer: int) -> str:
-        return (self.tap_prefix + f"{peer:032x}")[:15]
-
-    def start(self) -> None:
-        self.running = True
-        self.hub.members[(self.overlay, self.node_id)] = self
-
-    def get(self, peer: int) -> _FakeTunnel | None:
-        info = self.tunnels.get(peer)
-        return _FakeTunnel(info) if info is not None else None
-
-    async def connect(self, peer: int) -> TunnelInfo:
-        self.connects += 1
-        await asyncio.sleep(0)
-        existing = self.tunnels.get(peer)
-        if existing is not None:
-            return existing
-        remote = self.hub.members.get((self.overlay, peer))
-        if not self.running or remote is None or not remote.running or frozenset((self.node_id, peer)) in self.hub.blocked:
-            raise SetupError(f"fake: no path to {peer:032x}")
-        tunnel_id = self.hub.tunnel_id()
-        self.hub.opened += 1
-        mine = self._info(peer, tunnel_id, initiator=True)
-        theirs = remote._info(self.node_id, tunnel_id, initiator=False)
-        self.tunnels[peer] = mine
-        remote.tunnels[self.node_id] = theirs
-        loop = asyncio.get_running_loop()
-        loop.call_soon(remote._emit, TunnelUp(theirs))
-        self._emit(TunnelUp(mine))
-        return mine
-
-    async def disconnect(self, peer: int) -> None:
-        await asyncio.sleep(0)
-        self._drop(peer, "closed locally", tell_peer=True)
-
-    async def close(self) -> None:
-        for peer in list(self.tunnels):
-            self._drop(peer, "node shutting down", tell_peer=True)
-        self.running = False
-        self.hub.members.pop((self.overlay, self.node_id), None)
-
-    def crash(self) -> None:
-        """The node died: its peers see their tunnels go down; it hears nothing."""
-        for peer in list(self.tunnels):
-            del self.tunnels[peer]
-            remote = self.hub.members.get((self.overlay, peer))
-            if remote is not None:
-                remote._drop(self.node_id, "peer silent", tell_peer=False)
-        self.running = False
-        self.hub.members.pop((self.overlay, self.node_id), None)
-
-    def _drop(self, peer: int, reason: str, tell_peer: bool) -> None:
-        info = self.tunnels.pop(peer, None)
-        if info is None:
-            return
-        self._emit(TunnelDown(_closed(info, reason)))
-        if tell_peer:
-            remote = self.hub.members.get((self.overlay, peer))
-            if remote is not None:
-                asyncio.get_running_loop().call_soon(remote._drop, self.node_id, "peer closed", False)
-
-    def _info(self, peer: int, tunnel_id: str, initiator: bool) -> TunnelInfo:
-        return TunnelInfo(peer=peer, tunnel_id=tunnel_id, initiator=initiator, controlling=self.node_id > peer,
-                          state=TunnelState.UP, path=PathKind.DIRECT, tap=self.tap_name(peer), setup_seconds=0.0)
-
-    def _emit(self, event: TunnelEvent) -> None:
-        self._on_event(event)
-
-
-def _closed(info: TunnelInfo, reason: str) -> TunnelInfo:
-    from dataclasses import replace
-
-    return replace(info, state=TunnelState.CLOSED, reason=reason)
-
-
 # ------------------------------------------------------------------------------------------ platform
+
+__all__ = ["ControllerFactory", "FakeLinkHub", "FakeLinks", "FakeOvsdb", "FakePlatform", "FakeSdn"]
 
 ControllerFactory = Callable[[OverlayPlan, int, Signaling, LinkManager], AdjacencyController]
 

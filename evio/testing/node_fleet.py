@@ -20,7 +20,7 @@ DOMAIN = "x.test"
 
 
 def nid(index: int) -> int:
-    """Node ids whose first hex digit is the index (1-15): TAP names (prefix + leading digits) differ."""
+    """Node ids whose first hex digit is the index (1-15)."""
     return index << 124
 
 

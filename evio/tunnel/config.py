@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,26 @@ from evio.tunnel.mtu import tap_mtu
 
 if TYPE_CHECKING:
     from evio.config.model import OverlayConfig
+
+IFNAME_MAX = 15
+"""Linux interface names have at most 15 characters."""
+MIN_TAP_HASH = 8
+"""Hex digits of the peer id's hash a TAP name keeps at least (32 bits)."""
+
+
+def tap_name(prefix: str, peer: int) -> str:
+    """The TAP of the tunnel to `peer`: `prefix` and a hash of the whole peer id, 15 characters at most.
+
+    A hash and not the id's leading digits: ids that share them (hand-written
+    ones such as 00..01 and 00..02) still get different names. The same peer
+    always gets the same name, and every name starts with `prefix`, which is
+    how a daemon finds the TAP ports an earlier run left on its bridge.
+    """
+    room = IFNAME_MAX - len(prefix)
+    if room < MIN_TAP_HASH:
+        raise ValueError(f"TAP prefix {prefix!r} is too long: at most {IFNAME_MAX - MIN_TAP_HASH} characters")
+    digest = hashlib.blake2b(peer.to_bytes(16, "big"), digest_size=8, person=b"evio-tap").hexdigest()
+    return prefix + digest[:room]
 
 
 @dataclass(frozen=True)
@@ -27,14 +48,18 @@ class TunnelConfig:
     dtls_timeout: float = 3.0
     teardown_timeout: float = 2.0
     tap_prefix: str = "evt"
-    """TAP names are this prefix and the start of the peer's node id (15 characters at most)."""
+    """TAP names are this prefix and a hash of the peer's node id (see `tap_name`)."""
+
+    def __post_init__(self) -> None:
+        if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:
+            raise ValueError(f"tap_prefix {self.tap_prefix!r}: at most {IFNAME_MAX - MIN_TAP_HASH} characters")
 
     @property
     def tap_mtu(self) -> int:
         return tap_mtu(self.underlay_mtu, ipv6_underlay=self.ice.use_ipv6)
 
     def tap_name(self, peer: int) -> str:
-        return (self.tap_prefix + f"{peer:032x}")[:15]
+        return tap_name(self.tap_prefix, peer)
 
 
 def from_overlay_config(overlay: OverlayConfig) -> TunnelConfig:

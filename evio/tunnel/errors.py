@@ -41,6 +41,10 @@ class IceFailed(SetupError):
     """No ICE candidate pair could be nominated in time."""
 
 
+class GatherTimeout(IceFailed):
+    """Local candidates were not gathered in time (a STUN or TURN server that does not answer)."""
+
+
 class DtlsFailed(SetupError):
     """The DTLS handshake failed or timed out."""
 

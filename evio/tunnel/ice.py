@@ -20,22 +20,30 @@ aioice retransmits STUN requests after 0.5 s, doubling, and gives up after
 about a minute. ``IceConfig.stun_rto`` lowers that first timeout (a dropped
 first check then costs 0.1 s instead of 0.5 s) and the deadlines above bound
 the whole attempt.
+
+``IceConfig.exclude_networks`` (the overlays' own subnets) are left out
+before gathering, not only from what is signalled: aioice binds a host
+candidate, and asks STUN, on every local address, and a STUN answer for an
+overlay address never comes back (no route to it behind the NAT), so
+gathering would wait out aioice's 5 s per-address timeout on every tunnel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import ipaddress
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aioice
 import aioice.stun
 from aioice import Candidate, Connection, TransportPolicy
 
-from evio.tunnel.errors import IceFailed
+from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.signaling import IceParameters
 from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
 from evio.tunnel.underlay import AioiceUnderlay, adopt
@@ -84,7 +92,7 @@ class IceConfig:
     stun_rto: float = 0.1
     use_ipv6: bool = False
     exclude_networks: tuple[str, ...] = ()
-    """Never use local or remote candidates in these networks (the overlay's own subnets)."""
+    """Never gather, signal or try candidates in these networks (the overlays' own subnets)."""
     gather_timeout: float = 3.0
 
 
@@ -107,9 +115,49 @@ class SelectedPath:
         return adopt(self._protocol, self.remote_addr)
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# The networks the agent whose gathering is running excludes. aioice has no
+# per-connection address filter: `Connection.gather_candidates` calls the
+# module function `aioice.ice.get_host_addresses`. `_HostFilter` replaces that
+# function once for the process and reads this variable, which each gathering
+# task inherits from the agent that started it: every agent gets its own list.
+_gathering_excludes: contextvars.ContextVar[tuple[Network, ...]] = contextvars.ContextVar(
+    "evio_ice_gathering_excludes", default=()
+)
+
+
+class _HostFilter:
+    """aioice's host address lookup, minus the running agent's excluded networks."""
+
+    def __init__(self, lookup: Callable[[bool, bool], list[str]]) -> None:
+        self.lookup = lookup
+
+    def __call__(self, use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        addresses = self.lookup(use_ipv4, use_ipv6)
+        excluded = _gathering_excludes.get()
+        return [a for a in addresses if not _in_networks(a, excluded)] if excluded else addresses
+
+
+def _install_host_filter() -> None:
+    # Checked at every gathering, not once: tests replace aioice's function and restore it.
+    current = aioice.ice.get_host_addresses
+    if not isinstance(current, _HostFilter):
+        setattr(aioice.ice, "get_host_addresses", _HostFilter(current))
+
+
+def _in_networks(host: str, networks: Sequence[Network]) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True  # mDNS names and the like: not used
+    return any(address in net for net in networks)
+
+
 def _configure_aioice(config: IceConfig) -> None:
     # Module-level in aioice: read when each STUN transaction starts.
     aioice.stun.RETRY_RTO = config.stun_rto
+    _install_host_filter()
 
 
 class IceAgent:
@@ -119,7 +167,7 @@ class IceAgent:
         _configure_aioice(config)
         self._config = config
         self.controlling = controlling
-        self._excluded = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
+        self._excluded: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
         stun = config.stun[0] if config.stun else None
         self.direct: Connection | None = None
         self.relay: Connection | None = None
@@ -143,7 +191,19 @@ class IceAgent:
     async def gather(self) -> tuple[IceParameters | None, IceParameters | None]:
         """Gather both connections' candidates; returns (direct, relay) parameters to signal."""
         conns = [c for c in (self.direct, self.relay) if c is not None]
-        await asyncio.wait_for(asyncio.gather(*(c.gather_candidates() for c in conns)), self._config.gather_timeout)
+        # The gathering tasks copy the context as they are created: they see this agent's exclusions.
+        token = _gathering_excludes.set(tuple(self._excluded))
+        try:
+            gathering = asyncio.gather(*(c.gather_candidates() for c in conns))
+        finally:
+            _gathering_excludes.reset(token)
+        try:
+            await asyncio.wait_for(gathering, self._config.gather_timeout)
+        except asyncio.TimeoutError:
+            raise GatherTimeout(
+                f"ICE candidates not gathered within {self._config.gather_timeout:g} s "
+                "(a STUN or TURN server that does not answer?)"
+            ) from None
         if self.relay is not None and not self.relay.local_candidates:
             logger.warning("tunnel relay candidate gathering failed (TURN server unreachable or refused)")
         return self._parameters(self.direct), self._parameters(self.relay)
@@ -257,11 +317,7 @@ class IceAgent:
         task.add_done_callback(self._closers.discard)
 
     def _is_excluded(self, host: str) -> bool:
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return True  # mDNS names and the like: not used
-        return any(address in net for net in self._excluded)
+        return _in_networks(host, self._excluded)
 
 
 def candidate_types(params: IceParameters | None) -> list[str]:

@@ -147,6 +147,46 @@ def test_model_defaults_equal_schema_defaults(definition: str, model: type) -> N
         assert model_default == (Path(default) if isinstance(model_default, Path) else default), key
 
 
+
+def _schema_defaults(schema: Any, into: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """key -> every default the schema gives a property of that name."""
+    if isinstance(schema, dict):
+        for key, spec in schema.get("properties", {}).items():
+            if isinstance(spec, dict) and "default" in spec:
+                into.setdefault(key, []).append(spec["default"])
+        for value in schema.values():
+            _schema_defaults(value, into)
+    elif isinstance(schema, list):
+        for value in schema:
+            _schema_defaults(value, into)
+    return into
+
+
+def test_example_comments_state_the_schema_defaults() -> None:
+    # Each key's comment ends with "Default: <value>."; where that value is a plain literal it must be
+    # the schema's (and so the model's) default, or the documentation lies about what an omitted key does.
+    defaults = _schema_defaults(load_schema(), {})
+    comment: list[str] = []
+    checked = []
+    for line in EXAMPLE.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("//"):
+            comment.append(stripped.lstrip("/ "))
+            continue
+        key = re.match(r'"(\w+)":', stripped)
+        stated = re.search(r"Default: (\S+?)[.,]?(?: |$)", " ".join(comment))
+        comment = []
+        if key is None or stated is None or len(defaults.get(key.group(1), [])) != 1:
+            continue
+        try:
+            value = json.loads(stated.group(1))
+        except json.JSONDecodeError:
+            continue  # prose ("absent", "the domain of jid", ...)
+        assert value == defaults[key.group(1)][0], key.group(1)
+        checked.append(key.group(1))
+    assert {"direct_timeout", "keepalive", "dead_after", "successors"} <= set(checked)
+
+
 # --- a valid config and its defaults ----------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,36 @@ def test_full_node_lab_commands_parse() -> None:
 def test_run_command_parses() -> None:
     args = build_parser().parse_args(["run", "--config", "/etc/evio/config.json"])
     assert args.config == "/etc/evio/config.json" and not args.no_uvloop and callable(args.handler)
+
+
+def test_lab_tools_that_take_over_nodes_refuse_while_their_daemons_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evio.cli import lab_signal_cmd, lab_tunnel_cmd
+    from evio.lab.lab import Lab
+    from evio.testing.lab_host import FakeHost
+
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the tool ran beside a daemon")
+
+    def run(*argv: str) -> int:
+        args = build_parser().parse_args(["lab", *argv])
+        status: int = args.handler(args)
+        return status
+
+    host = FakeHost()
+    lab = Lab.up("t1", nodes=3, root=tmp_path, host=host)
+    try:
+        lab.start_daemon(2)
+        for module in (lab_tunnel_cmd, lab_signal_cmd):
+            monkeypatch.setattr(module, "attach", lambda args: lab)
+        monkeypatch.setattr("evio.tunnel.lab_tool.open_lab_tunnel", must_not_run)
+        monkeypatch.setattr("evio.signal.labrun.run_bench", must_not_run)
+        assert run("tunnel", "--name", "t1", "1", "2") == 2
+        assert run("signal-bench", "--name", "t1") == 1
+        out = capsys.readouterr()
+        for text in (out.err, out.out):
+            assert "stop the daemons first: evio lab daemon stop N --name t1 (N = 2), or evio lab up --no-daemons" in text
+        lab.require_no_daemons([1, 3])  # nodes without a daemon are the tunnel tool's to use
+    finally:
+        Lab.down("t1", root=tmp_path, host=host)

@@ -67,7 +67,7 @@ async def test_a_ring_forms_and_each_up_link_is_one_bridge_port() -> None:
     for platform in fleet.platforms.values():
         platform.sdn.sync()
         assert platform.ovsdb.bridges == {} and platform.sdn.peer_ports == {} and platform.sdn.attached == {}
-    assert fleet.link_hub.members == {}
+    assert fleet.link_hub.attached() == set()
 
 
 async def test_a_stopped_node_leaves_nothing_and_the_others_repair_the_ring() -> None:
@@ -93,4 +93,4 @@ async def test_stop_while_links_are_being_negotiated_leaves_nothing() -> None:
     for i, platform in fleet.platforms.items():
         platform.sdn.sync()
         assert platform.ovsdb.bridges == {}, f"node{i} left a bridge"
-        assert platform.sdn.peer_ports == {} and platform.links_made["ov1"].tunnels == {}
+        assert platform.sdn.peer_ports == {} and platform.links_made["ov1"].tunnels() == {}

@@ -8,6 +8,7 @@ and the SDN controller, in which order, and that stopping leaves nothing.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from evio.testing.fake_signal import FakeSignalHub
 from evio.testing.node_fleet import DOMAIN, nid, until
 from evio.testing.node_fleet import Fleet
 from evio.testing.node_fleet import fleet_config as node_config
+from evio.tunnel.config import tap_name
 from evio.tunnel.errors import SetupError
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp
 
@@ -156,13 +158,13 @@ async def test_stop_leaves_no_bridge_port_or_sdn_state_and_peers_drop_their_port
         platform.sdn.sync()
         assert platform.ovsdb.bridges == {}
         assert platform.sdn.attached == {} and platform.sdn.peer_ports == {}
-        assert not platform.links_made["ov1"].tunnels and not platform.links_made["ov1"].running
+        assert not platform.links_made["ov1"].tunnels() and not platform.links_made["ov1"].running
         assert all(not c.connected for c in platform.clients)
         downs = [c for c in platform.sdn.history if isinstance(c, PeerPortDown)]
         assert len(downs) == 2
         # The others lose their tunnel to node 2 and take its TAP off their bridges.
         await until(lambda: all(len(bridge_ports(fleet, i)) == 1 for i in (1, 3)))
-        assert all("evt" + f"{nid(2):032x}"[:12] not in bridge_ports(fleet, i) for i in (1, 3))
+        assert all(tap_name("evt", nid(2)) not in bridge_ports(fleet, i) for i in (1, 3))
     finally:
         await fleet.stop_all()
 
@@ -268,7 +270,7 @@ async def test_tap_ports_left_by_a_killed_run_are_removed_at_start_and_other_por
     fleet = mesh_fleet(1)
     ovsdb = fleet.platforms[1].ovsdb
     await ovsdb.run(["ovs-vsctl", "add-br", "evbr-ov1"])
-    for port in ("evt0123456789ab", "vm-app0"):
+    for port in (tap_name("evt", nid(2)), "evt0123456789ab", "vm-app0"):
         await ovsdb.run(["ovs-vsctl", "add-port", "evbr-ov1", port])
     await fleet.start()
     try:
@@ -293,3 +295,20 @@ async def test_a_second_daemon_on_the_same_state_dir_touches_nothing(tmp_path: P
     assert "evbr-ov1" in first_platform.ovsdb.bridges and sock.exists()
     first.stop()
     await run
+
+
+async def test_startup_objects_are_frozen_while_the_node_runs_and_released_after() -> None:
+    # Full collections over what startup made take 40-60 ms and stall the data path.
+    gc.unfreeze()
+    hub, links = FakeSignalHub(), FakeLinkHub()
+    hub.set_group("ov1", [f"node1@{DOMAIN}"])
+    plan = plan_node(node_config(1), nid(1), controller_port=6653, kernel_module_loaded=True)
+    node = Node(plan, FakePlatform(hub, links, controller_factory=MeshController))
+    run = asyncio.create_task(node.run())
+    try:
+        await until(lambda: node.ready.is_set())
+        assert gc.get_freeze_count() > 1000  # at least the node's own objects and the modules loaded
+    finally:
+        node.stop()
+        assert await run is None
+    assert gc.get_freeze_count() == 0

@@ -95,17 +95,17 @@ async def test_negotiation_after_stop_is_refused_and_bad_bodies_are_counted(capl
     with caplog.at_level(logging.WARNING, logger="evio.overlay.controller"):
         for _ in range(3):
             with pytest.raises(RequestError) as info:
-                await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "chord", "existing": False})
+                await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "chord", "existing": False, "epoch": 1})
             assert info.value.reason is ErrorReason.BAD_REQUEST
         with pytest.raises(RequestError):
             await a.request(OV, 2, ACTION_RELEASE, {"type": "successor"})
     assert ctl.malformed[1] == 4
     assert sum("malformed negotiation" in r.getMessage() for r in caplog.records) == 1  # once per peer per interval
     # A good request still works.
-    answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False}))
+    answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False, "epoch": 1}))
     assert answer.accepted
     await ctl.stop()
-    answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False}))
+    answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False, "epoch": 1}))
     assert answer.refusal is Refusal.STOPPING
     await a.stop()
     await b.stop()
@@ -118,7 +118,7 @@ async def test_requests_for_another_overlay_are_rejected() -> None:
     ctl = controller(b, 2, FakeLinkNetwork().endpoint(2), successors=0, long_distance=0)
     await ctl.start()
     with pytest.raises(RequestError) as info:
-        await a.request("other", 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False})
+        await a.request("other", 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False, "epoch": 1})
     assert info.value.reason is ErrorReason.REJECTED
     await ctl.stop()
     await a.stop()

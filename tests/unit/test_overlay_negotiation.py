@@ -31,21 +31,22 @@ from evio.overlay.negotiation import (
 
 types = st.sampled_from(list(LinkType))
 optional_types = st.one_of(st.none(), types)
+epochs = st.integers(0, 2**64 - 1)
 
 
 def wire(body: dict[str, Any]) -> Any:
     return json.loads(json.dumps(body))
 
 
-@given(types, st.booleans())
-def test_link_request_round_trip(link_type: LinkType, existing: bool) -> None:
-    request = LinkRequest(link_type, existing)
+@given(types, st.booleans(), epochs)
+def test_link_request_round_trip(link_type: LinkType, existing: bool, epoch: int) -> None:
+    request = LinkRequest(link_type, existing, epoch)
     assert decode_link_request(wire(encode_link_request(request))) == request
 
 
-@given(optional_types)
-def test_accepted_answer_round_trip(held_as: LinkType | None) -> None:
-    answer = LinkAnswer(True, held_as=held_as)
+@given(optional_types, epochs)
+def test_accepted_answer_round_trip(held_as: LinkType | None, epoch: int) -> None:
+    answer = LinkAnswer(True, held_as=held_as, epoch=epoch)
     assert decode_link_answer(wire(encode_link_answer(answer))) == answer
 
 
@@ -73,14 +74,19 @@ def test_every_reject_reason_has_a_wire_refusal() -> None:
         [],
         "successor",
         {},
-        {"v": 1, "type": "successor"},  # missing existing
-        {"v": 1, "type": "successor", "existing": False, "extra": 1},
-        {"v": 2, "type": "successor", "existing": False},
-        {"v": True, "type": "successor", "existing": False},  # bool is not the version
-        {"v": 1, "type": "chord", "existing": False},
-        {"v": 1, "type": 3, "existing": False},
-        {"v": 1, "type": "successor", "existing": "no"},
-        {"v": 1, "type": "x" * 10_000, "existing": False},
+        {"v": 1, "type": "successor", "epoch": 1},  # missing existing
+        {"v": 1, "type": "successor", "existing": False},  # missing epoch
+        {"v": 1, "type": "successor", "existing": False, "epoch": 1, "extra": 1},
+        {"v": 2, "type": "successor", "existing": False, "epoch": 1},
+        {"v": True, "type": "successor", "existing": False, "epoch": 1},  # bool is not the version
+        {"v": 1, "type": "chord", "existing": False, "epoch": 1},
+        {"v": 1, "type": 3, "existing": False, "epoch": 1},
+        {"v": 1, "type": "successor", "existing": "no", "epoch": 1},
+        {"v": 1, "type": "x" * 10_000, "existing": False, "epoch": 1},
+        {"v": 1, "type": "successor", "existing": False, "epoch": -1},
+        {"v": 1, "type": "successor", "existing": False, "epoch": 2**64},
+        {"v": 1, "type": "successor", "existing": False, "epoch": True},
+        {"v": 1, "type": "successor", "existing": False, "epoch": 1.0},
     ],
 )
 def test_malformed_link_requests_rejected_with_a_reason(body: Any) -> None:
@@ -93,6 +99,8 @@ def test_malformed_link_requests_rejected_with_a_reason(body: Any) -> None:
     "body",
     [
         {"v": 1, "accepted": True},
+        {"v": 1, "accepted": True, "held_as": None},  # missing epoch
+        {"v": 1, "accepted": True, "held_as": None, "epoch": "1"},
         {"v": 1, "accepted": "yes", "held_as": None},
         {"v": 1, "accepted": True, "held_as": "ring"},
         {"v": 1, "accepted": False, "refusal": "bored"},

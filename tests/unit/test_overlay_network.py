@@ -229,6 +229,27 @@ async def test_two_nodes_starting_together_make_one_tunnel(overlay: FakeOverlay)
         assert info.link_type is LinkType.SUCCESSOR and info.state is LinkState.UP
 
 
+async def test_a_node_restarted_with_its_id_gets_its_links_back_without_waiting_for_liveness(
+    overlay: FakeOverlay,
+) -> None:
+    topology = TopologyConfig(successors=2, long_distance=0)
+    for nid in overlay.random_ids(5):
+        await overlay.add(nid, topology)
+    await settled(overlay)
+    restarted = overlay.ring()[2]
+    successors = overlay.successors_of(restarted, 2)
+    # The old run's peers would notice only after 120 s: nothing below may wait for that.
+    await overlay.restart(restarted, dead_after=120.0)
+    assert {frozenset((restarted, p)) for p in successors} <= overlay.network.stale_tunnels()
+    # Its successors take its new requests over the stale links at once (not "already linked" until liveness).
+    await until(lambda: overlay.successors_up(restarted) == 2, what="the restarted node's successor links")
+    assert not {frozenset((restarted, p)) for p in successors} & overlay.network.stale_tunnels()
+    # Its predecessors' links it does not ask for: they go when liveness gives up, and are asked for again.
+    overlay.network.expire_stale()
+    await settled(overlay)
+    assert_exact_events(overlay)
+
+
 async def test_a_failing_peer_is_backed_off_bypassed_and_retried() -> None:
     ov = FakeOverlay(timings=FAST, seed=5, fail_delay=0.01)
     try:

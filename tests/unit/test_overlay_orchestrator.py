@@ -262,6 +262,55 @@ def test_requests_while_closing_are_refused() -> None:
     assert orch.link_request(110, LinkRequest(S), 2.1)[0].refusal is Refusal.LINK_CLOSING
 
 
+
+# -- a peer that restarts with the same node id ----------------------------------------------------
+
+
+def test_requests_and_acceptances_carry_the_epoch() -> None:
+    orch = Orchestrator(ME, TopologyConfig(successors=1, long_distance=0), random.Random(0), 0.0, T, epoch=42)
+    orch.signal_connected(0.0)
+    orch.peer_added(110, 0.0)
+    (ask,) = of(orch.tick(1.0), SendLinkRequest)
+    assert ask.request.epoch == 42
+    answer, _ = orch.link_request(90, LinkRequest(S, epoch=7), 1.0)
+    assert answer.accepted and answer.epoch == 42
+
+
+def test_a_restarted_peer_s_request_replaces_the_stale_link_it_accepted_at_once() -> None:
+    orch = core(members=(90, 110, 120))
+    assert orch.link_request(90, LinkRequest(S, epoch=1), 1.0)[0].accepted
+    orch.tunnel_up(90, "old", "tap90", 1.1)
+    assert orch.phase(90) is Phase.UP
+    # The same run asking again (a late duplicate) is still refused: that link is fine.
+    assert orch.link_request(90, LinkRequest(S, epoch=1), 2.0)[0].refusal is Refusal.ALREADY_LINKED
+    # Node 90 restarts with the same id and a new epoch; the old tunnel has not timed out here yet.
+    answer, out = orch.link_request(90, LinkRequest(S, epoch=2), 3.0)
+    assert answer.accepted
+    assert of(out, Notify) == [Notify(LinkDown(90, "tap90", "peer restarted"))]
+    assert of(out, Disconnect) == []  # the peer's tunnel offer replaces the stale tunnel
+    assert orch.phase(90) is Phase.AWAITING
+    # The stale tunnel's end is old news: no second LinkDown, no failure, no backoff.
+    assert orch.tunnel_down(90, "old", "replaced by a new offer from the peer", 3.1) == []
+    assert orch.phase(90) is Phase.AWAITING and not orch.backed_off(3.1)
+    assert of(orch.tunnel_up(90, "new", "tap90", 3.2), Notify) == [Notify(LinkUp(90, S, "tap90"))]
+
+
+def test_a_restarted_peer_s_request_replaces_a_stale_link_we_asked_for() -> None:
+    orch = core(members=(110, 120))
+    (ask, *_) = of(orch.tick(1.0), SendLinkRequest)
+    assert ask.peer == 110
+    (connect,) = of(orch.link_answered(110, ask.seq, LinkAnswer(True, epoch=5), 1.1), Connect)
+    orch.connect_succeeded(110, connect.seq, "old", "tap110", 1.2)
+    assert up_links(orch) == {110: S}
+    answer, out = orch.link_request(110, LinkRequest(O, epoch=6), 4.0)
+    assert answer.accepted and of(out, Notify) == [Notify(LinkDown(110, "tap110", "peer restarted"))]
+    # An existing-link request is no restart (a new run has no links to take over): left as it was.
+    orch2 = core(members=(110, 120))
+    link_up(orch2, 1.0, 110)
+    assert of(orch2.link_request(110, LinkRequest(S, existing=True, epoch=9), 2.0)[1], Notify) == []
+    assert up_links(orch2) == {110: S}
+
+
 # -- failures and backoff -------------------------------------------------------------------------
 
 

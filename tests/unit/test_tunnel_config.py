@@ -1,7 +1,10 @@
 import ipaddress
 
+import pytest
+
 from evio.config.model import BridgeConfig, NatTraversalConfig, OverlayConfig, SignalConfig, TunnelConfig, TurnServer
-from evio.tunnel.config import from_overlay_config
+from evio.tunnel.config import TunnelConfig as TunnelSettings
+from evio.tunnel.config import from_overlay_config, tap_name
 from evio.tunnel.keys import Cipher
 
 
@@ -28,4 +31,30 @@ def test_from_overlay_config_maps_servers_cipher_and_liveness() -> None:
     assert config.liveness.dead_after == 5
     assert config.liveness.keepalive_interval <= 5 / 3
     assert config.tap_mtu == 1428
-    assert config.tap_name(0xAB << 120) == "evtab0000000000"
+    assert config.tap_name(0xAB << 120) == tap_name("evt", 0xAB << 120)
+
+
+def test_tap_names_hash_the_whole_peer_id() -> None:
+    # Hand-written ids share their leading digits: the names must still differ.
+    ids = [1, 2, 3, 1 << 64, (1 << 64) + 1, 0xAB << 120, (0xAB << 120) + 1]
+    names = [tap_name("evt", peer) for peer in ids]
+    assert len(set(names)) == len(ids)
+    assert all(len(n) == 15 and n.startswith("evt") for n in names)
+    # The same in every process (no per-process hash seed): a restarted daemon finds its old names.
+    assert tap_name("evt", 2) == TunnelSettings().tap_name(2) == "evt77ceff8e2f89"
+    assert tap_name("ev1", 2) != tap_name("evt", 2) and tap_name("ev1", 2).startswith("ev1")
+    assert len(tap_name("evtab1", 2)) == 15
+    with pytest.raises(ValueError, match="too long"):
+        tap_name("evtoolong", 2)
+    with pytest.raises(ValueError):
+        TunnelSettings(tap_prefix="evtoolong")
+
+
+def test_default_settings_report_a_dead_peer_within_5_s_with_the_keepalive_configured() -> None:
+    config = from_overlay_config(OverlayConfig(id="ov1", signal=SignalConfig(jid="a@x.test"), bridge=BridgeConfig(name="evbr-ov1")))
+    # Relay fallback waits direct_timeout first: 1 s keeps it within the 2.5 s setup target.
+    assert config.ice.direct_timeout == 1.0
+    assert config.liveness.dead_after == 5.0
+    # The documented default keepalive is the interval used: min(keepalive, dead_after / 3) does not override it.
+    assert config.liveness.keepalive_interval == TunnelConfig().keepalive <= 5.0 / 3
+    assert config.liveness.keepalive_interval < 25.0

@@ -17,7 +17,7 @@ import pytest
 
 from evio.testing.fake_tunnel import FakeTap, wait_until
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
-from evio.tunnel.config import TunnelConfig
+from evio.tunnel.config import TunnelConfig, tap_name
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import SetupError
 from evio.tunnel.ice import IceConfig, PathKind, RelayPolicy
@@ -132,7 +132,7 @@ async def test_tunnel_comes_up_carries_frames_and_closes_cleanly(nodes: tuple[No
     assert info.setup_seconds is not None and info.setup_seconds < 2.0
     await wait_until(lambda: len(b.ups()) == 1)
     assert b.ups()[0].info.controlling and b.ups()[0].info.tunnel_id == info.tunnel_id
-    assert a.taps[0].mtu == 1428 and a.taps[0].name == "evtbb0000000000"
+    assert a.taps[0].mtu == 1428 and a.taps[0].name == tap_name("evt", B)
     for _ in range(20):
         a.taps[0].tap.send_frame(FRAME)
         b.taps[0].tap.send_frame(FRAME[::-1])
