@@ -10,14 +10,21 @@ neighbours are adjacent; nodes 3 and 5 positions apart have 2 and 4
 intermediate nodes between them. In one run it prints:
 
 - iperf3 TCP, one stream, through two adjacent nodes and through paths of
-  2 and 4 intermediate nodes;
+  2 and 4 intermediate nodes, with its retransmissions (a hop that drops
+  shows here first);
 - ping RTT over each path (after a warm-up, so flows are installed) and the
   switching overhead per intermediate node: half the RTT increase per
   intermediate node, as the paper's E11 measures it (paper 0.37 ms);
 - tunnel setup times across the overlay (from each daemon's status);
-- RSS and idle CPU of each daemon (daemon and SDN controller are one process).
+- RSS and idle CPU of each daemon (daemon and SDN controller are one process);
+- where the CPU goes while iperf3 runs: seconds of CPU per GB delivered,
+  summed over all daemons and over all ovs-vswitchd processes of the lab
+  (so the tunnel's and the switch's shares can be told apart on a loaded
+  machine, where Mbit/s alone mostly measures the neighbours), and the load
+  average during each run.
 
-A benchmark, not a test: it asserts nothing; figures depend on the load of
+Each path is measured `--rounds` times, paths interleaved, so the rounds see
+the same load. A benchmark, not a test: it asserts nothing; figures depend on the load of
 the machine. Root only; the lab is removed at the end, also on failure or Ctrl-C.
 """
 
@@ -35,6 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from evio.lab import daemons as full_nodes  # noqa: E402
 from evio.lab.daemons import Topology  # noqa: E402
 from evio.lab.lab import Lab  # noqa: E402
 from evio.testing.labs import unique_lab_name  # noqa: E402
@@ -69,17 +77,60 @@ def pair_with_hops(lab: Lab, topo: Topology, hops: int) -> tuple[int, int] | Non
     return None
 
 
-def ping_rtt(lab: Lab, a: int, b: int, count: int = 50) -> float | None:
+def ping_rtt(lab: Lab, a: int, b: int, count: int = 50) -> tuple[float, float] | None:
+    """(mean, median) RTT in ms; the median shows the switching cost without a loaded machine's stalls."""
     target = str(lab.node(b).overlay_address.ip)
     lab.exec(a, ["ping", "-c", "3", "-i", "0.2", "-W", "2", target], check=False)  # ARP and flows first
-    out = lab.exec(a, ["ping", "-c", str(count), "-i", "0.02", "-W", "2", "-q", target], check=False).stdout
-    for line in out.splitlines():
-        if "min/avg/max" in line:
-            return float(line.split("=")[1].split("/")[1])
-    return None
+    out = lab.exec(a, ["ping", "-c", str(count), "-i", "0.02", "-W", "2", target], check=False).stdout
+    times = [float(line.split("time=")[1].split()[0]) for line in out.splitlines() if "time=" in line]
+    if not times:
+        return None
+    return statistics.mean(times), statistics.median(times)
 
 
-def iperf(lab: Lab, a: int, b: int, duration: float) -> float | None:
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        usage = full_nodes.process_usage(pid)
+        if usage is not None:
+            total += usage.cpu_seconds
+    return total
+
+
+def lab_pids(lab: Lab) -> tuple[list[int], list[int]]:
+    """PIDs of every daemon and every ovs-vswitchd in the lab."""
+    daemons = [r.pid for r in (lab.daemon(n.index) for n in lab.nodes) if r is not None]
+    switches = [p for p in (lab.ovs(n.index).pid("ovs-vswitchd") for n in lab.nodes) if p is not None]
+    return daemons, switches
+
+
+Run = tuple[float | None, float | None, float | None, float, int | None]
+
+
+def iperf_with_cpu(lab: Lab, a: int, b: int, duration: float) -> Run:
+    """(Mbit/s, daemon CPU s per GB, ovs-vswitchd CPU s per GB, load average at the end, TCP retransmissions).
+
+    CPU per GB counts every daemon and switch of the lab, idle ones too: at a few Mbit/s it is
+    mostly their idle work and means little."""
+    daemons, switches = lab_pids(lab)
+    before = cpu_seconds(daemons), cpu_seconds(switches)
+    result = iperf(lab, a, b, duration)
+    after = cpu_seconds(daemons), cpu_seconds(switches)
+    load = load_average()
+    if result is None:
+        return None, None, None, load, None
+    mbit, gigabytes, retransmits = result
+    if gigabytes <= 0:
+        return mbit, None, None, load, retransmits
+    return mbit, (after[0] - before[0]) / gigabytes, (after[1] - before[1]) / gigabytes, load, retransmits
+
+
+def iperf(lab: Lab, a: int, b: int, duration: float) -> tuple[float, float, int] | None:
+    """(Mbit/s, GB received, segments retransmitted) of one TCP stream from node `a` to node `b`."""
     server_ip = str(lab.node(b).overlay_address.ip)
     server = subprocess.Popen(
         ["ip", "netns", "exec", lab.netns(b), "iperf3", "-s", "-1", "-B", server_ip, "-p", str(IPERF_PORT)],
@@ -95,7 +146,9 @@ def iperf(lab: Lab, a: int, b: int, duration: float) -> float | None:
                         check=False, timeout=duration + 30)
         try:
             result: dict[str, Any] = json.loads(done.stdout)
-            return float(result["end"]["sum_received"]["bits_per_second"]) / 1e6
+            received = result["end"]["sum_received"]
+            retransmits = int(result["end"]["sum_sent"].get("retransmits", 0))
+            return float(received["bits_per_second"]) / 1e6, float(received["bytes"]) / 1e9, retransmits
         except (ValueError, KeyError):
             return None
     finally:
@@ -131,46 +184,72 @@ def main() -> int:
     ap.add_argument("--nat", default="eim", help="NAT kind of the nodes (default eim: direct tunnels)")
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per iperf3 run (default 5)")
     ap.add_argument("--idle", type=float, default=20.0, help="seconds of idling for the CPU figure (default 20)")
+    ap.add_argument("--rounds", type=int, default=2, help="measurements per path, paths interleaved (default 2)")
     args = ap.parse_args()
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
     started = time.monotonic()
+    print(f"load average at start: {load_average():.2f}", flush=True)
     with Lab.up(unique_lab_name(), nodes=args.nodes, nat=args.nat, topology=topology, daemons=True) as lab:
         print(f"lab {lab.name}: {args.nodes} nodes up in {time.monotonic() - started:.1f} s", flush=True)
         topo = wait_stable(lab, timeout=60 + 4 * args.nodes)
         print(f"ring stable after {time.monotonic() - started:.1f} s", flush=True)
 
-        rows: list[tuple[str, str, float | None, float | None]] = []
-        rtts: dict[int, float] = {}
+        pairs: dict[int, tuple[int, int]] = {}
         for intermediates in (0, 2, 4):
             pair = pair_with_hops(lab, topo, intermediates + 1)
             if pair is None:
                 print(f"no path with {intermediates} intermediate nodes in this ring", flush=True)
-                continue
-            a, b = pair
-            rtt = ping_rtt(lab, a, b)
-            mbit = iperf(lab, a, b, args.duration)
-            if rtt is not None:
-                rtts[intermediates] = rtt
-            rows.append((f"{intermediates} intermediate", f"node{a} -> node{b}", mbit, rtt))
-            print(f"  {rows[-1][0]}: {rows[-1][1]} iperf {mbit or 0:.0f} Mbit/s, RTT {rtt or 0:.3f} ms", flush=True)
+            else:
+                pairs[intermediates] = pair
+        runs: dict[int, list[Run]] = {i: [] for i in pairs}
+        pings: dict[int, list[tuple[float, float]]] = {i: [] for i in pairs}
+        for round_no in range(1, args.rounds + 1):
+            for intermediates, (a, b) in pairs.items():
+                rtt = ping_rtt(lab, a, b)
+                run = iperf_with_cpu(lab, a, b, args.duration)
+                if rtt is not None:
+                    pings[intermediates].append(rtt)
+                runs[intermediates].append(run)
+                mbit, daemon_cpu, switch_cpu, load, retransmits = run
+                print(f"  round {round_no}, {intermediates} intermediate, node{a} -> node{b}: "
+                      f"iperf {_fmt(mbit, '.0f')} Mbit/s ({_fmt(retransmits, 'd')} retransmitted), "
+                      f"RTT mean/median {_fmt(rtt and rtt[0], '.3f')}/{_fmt(rtt and rtt[1], '.3f')} ms, "
+                      f"CPU per GB: daemons {_fmt(daemon_cpu, '.1f')} s, ovs-vswitchd {_fmt(switch_cpu, '.1f')} s, "
+                      f"load {load:.2f}", flush=True)
 
         setups = setup_times(lab)
         usage = idle_usage(lab, args.idle)
 
-    print("\n| path | nodes | iperf3 TCP 1 stream, Mbit/s | ping RTT, ms |")
-    print("|---|---|---|---|")
-    for name, nodes, mbit, rtt in rows:
-        print(f"| {name} | {nodes} | {mbit:.0f} |" if mbit is not None else f"| {name} | {nodes} | failed |", end="")
-        print(f" {rtt:.3f} |" if rtt is not None else " - |")
+    print("\n| path | nodes | iperf3 TCP 1 stream, Mbit/s (each round) | ping RTT mean / median, ms "
+          "| CPU s/GB daemons / ovs-vswitchd | load |")
+    print("|---|---|---|---|---|---|")
+    rtts: dict[int, tuple[float, float]] = {}
+    for intermediates, (a, b) in pairs.items():
+        mbits = [r[0] for r in runs[intermediates]]
+        rtt = None
+        if pings[intermediates]:
+            rtt = (statistics.median(p[0] for p in pings[intermediates]),
+                   statistics.median(p[1] for p in pings[intermediates]))
+            rtts[intermediates] = rtt
+        daemon_cpu = _median([r[1] for r in runs[intermediates]])
+        switch_cpu = _median([r[2] for r in runs[intermediates]])
+        loads = [r[3] for r in runs[intermediates]]
+        print(f"| {intermediates} intermediate | node{a} -> node{b} | {' / '.join(_fmt(m, '.0f') for m in mbits)} "
+              f"| {_fmt(rtt and rtt[0], '.3f')} / {_fmt(rtt and rtt[1], '.3f')} "
+              f"| {_fmt(daemon_cpu, '.1f')} / {_fmt(switch_cpu, '.1f')} "
+              f"| {' / '.join(f'{x:.1f}' for x in loads)} |")
     print()
     for n in (2, 4):
         if n in rtts and 0 in rtts:
-            overhead = (rtts[n] - rtts[0]) / n / 2
-            print(f"switching overhead per intermediate node ({n} intermediates): {overhead:.3f} ms "
-                  f"(paper {PAPER['overhead_ms']} ms, target <= {TARGET['overhead_ms']} ms)")
-    if rows and rows[0][2] is not None:
-        print(f"adjacent nodes, one TCP stream: {rows[0][2]:.0f} Mbit/s "
-              f"(paper {PAPER['bandwidth_mbit']:.0f}, target >= {TARGET['bandwidth_mbit']:.0f})")
+            mean_oh = (rtts[n][0] - rtts[0][0]) / n / 2
+            median_oh = (rtts[n][1] - rtts[0][1]) / n / 2
+            print(f"switching overhead per intermediate node ({n} intermediates): {mean_oh:.3f} ms from mean RTTs, "
+                  f"{median_oh:.3f} ms from median RTTs (paper {PAPER['overhead_ms']} ms, "
+                  f"target <= {TARGET['overhead_ms']} ms)")
+    adjacent = [r[0] for r in runs.get(0, []) if r[0] is not None]
+    if adjacent:
+        print(f"adjacent nodes, one TCP stream: best {max(adjacent):.0f}, median {statistics.median(adjacent):.0f} "
+              f"Mbit/s (paper {PAPER['bandwidth_mbit']:.0f}, target >= {TARGET['bandwidth_mbit']:.0f})")
     if setups:
         print(f"tunnel setup across the overlay ({len(setups)} tunnel ends): median {statistics.median(setups):.2f} s, "
               f"max {max(setups):.2f} s (paper {PAPER['setup_s']} s average)")
@@ -181,7 +260,17 @@ def main() -> int:
         print(f"  mean    RSS {statistics.mean(r for _, r, _ in usage):6.1f} MB   CPU "
               f"{statistics.mean(c for _, _, c in usage):5.2f} %   "
               f"(target <= {TARGET['rss_mb']:.0f} MB, <= {TARGET['idle_cpu_pct']:.0f} %)")
+    print(f"load average at the end: {load_average():.2f}")
     return 0
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 if __name__ == "__main__":

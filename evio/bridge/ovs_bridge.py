@@ -10,6 +10,7 @@ handling in our process for no gain at this rate.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import logging
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evio.bridge.commands import BridgeError, CommandRunner
+from evio.bridge.packet_buffers import PacketSocketTuner, PortTuner, ovs_rundir
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +76,18 @@ class OvsBridge:
         datapath: str,
         db_socket: str | None = None,
         vsctl_timeout: int = 10,
+        port_tuner: PortTuner | None = None,
     ) -> None:
+        """`port_tuner` runs on every added port; default: on netdev, a bigger receive buffer on
+        vswitchd's packet socket of the port (packet_buffers.py), none on the kernel datapath."""
         if datapath not in ("system", "netdev"):
             raise BridgeError(f"unknown datapath type {datapath!r}")
         self.config = config
         self.runner = runner
         self.datapath = datapath
+        if port_tuner is None and datapath == "netdev":
+            port_tuner = PacketSocketTuner(ovs_rundir(db_socket))
+        self._port_tuner = port_tuner
         self._vsctl = ["ovs-vsctl", f"--timeout={vsctl_timeout}"]
         if db_socket is not None:
             self._vsctl.append(f"--db=unix:{db_socket}")
@@ -122,6 +130,9 @@ class OvsBridge:
 
     async def add_port(self, port_name: str) -> None:
         await self.vsctl("--may-exist", "add-port", self.name, port_name)
+        if self._port_tuner is not None:
+            # ovs-vsctl returned once vswitchd applied the change: the port's socket exists now.
+            await asyncio.to_thread(self._port_tuner, port_name)
         log.info("port added bridge=%s port=%s", self.name, port_name)
 
     async def remove_port(self, port_name: str) -> None:

@@ -34,6 +34,7 @@ from typing import BinaryIO
 import pytest
 
 from evio.bridge import BridgeConfig, OvsBridge, OvsInstance, SubprocessRunner, datapath_id_for
+from evio.bridge.packet_buffers import PORT_RECEIVE_BUFFER
 
 pytestmark = pytest.mark.integration
 
@@ -165,6 +166,18 @@ def nodes(workdir: Path) -> Iterator[list[Node]]:
         assert not any(n.netns in leftover.split() for n in made), leftover
 
 
+def packet_socket_receive_buffer(node: Node, port: str) -> int:
+    """The receive buffer (ss's `rb`) of vswitchd's packet socket bound to `port`."""
+    out = _sh("ip", "netns", "exec", node.netns, "ss", "-0", "-a", "-m", "-p").stdout
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if f"*:{port} " in line and "ovs-vswitchd" in line:
+            found = re.search(r"\brb(\d+)", line + (lines[i + 1] if i + 1 < len(lines) else ""))
+            assert found, line
+            return int(found.group(1))
+    raise AssertionError(f"no packet socket of ovs-vswitchd on {port}:\n{out}")
+
+
 def unique_prefix() -> str:
     """"evo" and 4 random characters: never another helper's or an earlier run's names."""
     return "evo" + "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(4))
@@ -196,6 +209,9 @@ def test_controller_sees_the_switch_and_classifies_its_ports(workdir: Path, node
     assert node.ovs is not None
     flows = node.ovs.ofctl("dump-flows", node.bridge_name())
     assert "dl_type=0xc0c0" in flows and "actions=CONTROLLER:65535" in flows, flows
+    # vswitchd reads each TAP through a packet socket; its default 208 KiB buffer drops bursts.
+    for tap in (f"{ns}t1", f"{ns}t2"):
+        assert packet_socket_receive_buffer(node, tap) >= PORT_RECEIVE_BUFFER
     assert "priority=0 actions=CONTROLLER:65535" in flows, flows
 
     asyncio.run(node.bridges["o"].remove_port(f"{ns}t2"))

@@ -85,3 +85,42 @@ def test_receive_a_burst_with_lengths_and_sources(cls: type) -> None:
 def test_parse_sockaddr_round_trip() -> None:
     assert parse_sockaddr(sockaddr(("192.0.2.7", 4242))) == ("192.0.2.7", 4242)
     assert parse_sockaddr(sockaddr(("fe80::1", 5, 0, 2))) == ("fe80::1", 5, 0, 2)
+
+
+def fill(batch: SendBatch, sizes: list[int]) -> list[bytes]:
+    payloads = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    for i, p in enumerate(payloads):
+        start = i * batch.slot_size
+        batch.view[start : start + len(p)] = p
+        batch.set_length(i, len(p))
+    return payloads
+
+
+def test_runs_of_equal_datagrams_go_by_gso_and_arrive_as_the_same_datagrams() -> None:
+    rx = receiver()
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    batch = SendBatch(64, 1500, rx.getsockname())
+    # A bulk run longer than one GSO message can hold, a short tail, a lone odd size, another run.
+    sizes = [1442] * 50 + [300] + [90, 1442] + [700] * 5 + [1442]
+    payloads = fill(batch, sizes)
+    assert batch.send(tx, len(sizes)) == len(sizes)
+    assert batch.gso  # loopback takes GSO: it was used, not refused
+    assert [rx.recv(2000) for _ in sizes] == payloads
+    rx.close()
+    tx.close()
+
+
+def test_a_route_that_refuses_gso_gets_the_burst_one_datagram_per_message() -> None:
+    rx = receiver()
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.setsockopt(socket.SOL_SOCKET, 11, 1)  # SO_NO_CHECK: the kernel refuses GSO without checksums
+    batch = SendBatch(8, 200, rx.getsockname())
+    payloads = fill(batch, [100] * 6)
+    assert batch.send(tx, 6) == 6
+    assert not batch.gso
+    assert [rx.recv(200) for _ in payloads] == payloads
+    assert batch.send(tx, 6) == 6  # and it stays off
+    assert [rx.recv(200) for _ in payloads] == payloads
+    rx.close()
+    tx.close()
