@@ -30,6 +30,7 @@ from evio.node.sdn import SdnController
 from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.overlay.node_id import format_node_id
 from evio.sdn.boundary import (
+    BroadcastCounts,
     ControllerEvent,
     DropCounts,
     OnDemandIdle,
@@ -137,6 +138,7 @@ class OverlayStack:
         self.switch_connected = False
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
+        self.broadcasts: BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
         self.port_errors = 0
         self.link_ups = 0  # adjacency events seen, for "has the overlay stopped changing?"
         self.link_downs = 0
@@ -287,6 +289,8 @@ class OverlayStack:
             self.port_numbers.clear()
         elif isinstance(event, DropCounts):
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
+        elif isinstance(event, BroadcastCounts):
+            self.broadcasts = event
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = event_as_dict(event)
 
@@ -325,6 +329,7 @@ class OverlayStack:
             "drops": dict(self.drops),
             "frb_errors": dict(self.frb_errors),
             "port_errors": self.port_errors,
+            "broadcasts": _broadcasts(self.broadcasts),
             "link_events": {
                 "up": self.link_ups,
                 "down": self.link_downs,
@@ -332,6 +337,14 @@ class OverlayStack:
             },
             "sdn": dict(self.sdn_other),
         }
+
+
+def _broadcasts(counts: BroadcastCounts | None) -> dict[str, Any]:
+    """FRB broadcasts received: totals, per root, and the latest ones (`recent`, oldest first)."""
+    if counts is None:
+        return {"received": 0, "own_returned": 0, "by_root": {}, "recent": []}
+    document = event_as_dict(counts)
+    return {key: document[key] for key in ("received", "own_returned", "by_root", "recent")}
 
 
 def _value(item: object) -> Any:

@@ -36,6 +36,7 @@ from typing import IO, Any, Protocol
 
 from evio.config.model import OnDemandConfig
 from evio.overlay.node_id import format_node_id
+from evio.sdn.broadcast_log import BroadcastReceived
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +175,27 @@ class DropCounts:
     frb_errors: Mapping[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class BroadcastCounts:
+    """FRB broadcasts received so far (`evio.sdn.broadcast_log`), sent when they changed: totals,
+    a count per root node, and the latest ones received, oldest first."""
+
+    overlay: str
+    received: int
+    own_returned: int
+    by_root: Mapping[int, int]
+    recent: tuple[BroadcastReceived, ...]
+
+
 ControllerEvent = (
-    SwitchConnected | SwitchDisconnected | PortAdded | PortRemoved | OnDemandWanted | OnDemandIdle | DropCounts
+    SwitchConnected
+    | SwitchDisconnected
+    | PortAdded
+    | PortRemoved
+    | OnDemandWanted
+    | OnDemandIdle
+    | DropCounts
+    | BroadcastCounts
 )
 
 
@@ -245,6 +265,12 @@ def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
     for key in ("drops", "frb_errors"):
         if key in fields:
             fields[key] = dict(fields[key])
+    if isinstance(event, BroadcastCounts):
+        fields["by_root"] = {format_node_id(root): n for root, n in sorted(event.by_root.items())}
+        fields["recent"] = [
+            {**asdict(seen), "root": format_node_id(seen.root), "peer": format_node_id(seen.peer)}
+            for seen in event.recent
+        ]
     return {"event": type(event).__name__, **fields}
 
 

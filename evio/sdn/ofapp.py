@@ -401,6 +401,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
                 dp.send_msg(flow_stats_request(dp))
             if report:
                 self._run(overlay, Step(events=overlay.drop_report()))
+            # Every tick, not every drop report: E1 reads them right after a broadcast.
+            self._run(overlay, Step(events=overlay.broadcast_report()))
 
 
 def _text(name: bytes | str) -> str:

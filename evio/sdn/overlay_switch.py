@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from evio.overlay.node_id import format_node_id
 from evio.sdn.boundary import (
     AttachOverlay,
+    BroadcastCounts,
     ControllerEvent,
     DropCounts,
     OnDemandIdle,
@@ -62,6 +63,7 @@ class OverlaySwitch:
         self.port_desc: dict[int, tuple[str, str]] = {}  # port number -> (name, hw_addr)
         self.connected = False
         self._reported: tuple[dict[str, int], dict[str, int]] | None = None
+        self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
 
     @property
     def overlay(self) -> str:
@@ -163,3 +165,13 @@ class OverlaySwitch:
             return []
         self._reported = (drops, errors)
         return [DropCounts(self.overlay, drops, errors)]
+
+    def broadcast_report(self) -> list[ControllerEvent]:
+        """The broadcast counters (E1), if any broadcast arrived since the last report."""
+        broadcasts = self.switch.broadcasts
+        totals = (broadcasts.received, broadcasts.own_returned)
+        if totals == self._broadcasts_reported:
+            return []
+        self._broadcasts_reported = totals
+        return [BroadcastCounts(self.overlay, broadcasts.received, broadcasts.own_returned, dict(broadcasts.by_root),
+                                tuple(broadcasts.recent))]

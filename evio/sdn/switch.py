@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from evio.overlay.node_id import format_node_id
 from evio.sdn import frb
+from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import forward_bounds, root_bounds
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowAction, FlowMatch, PacketOut
 from evio.sdn.learning_table import Change, Learned, LearningTable
@@ -115,8 +116,12 @@ class BoundedFloodSwitch:
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
-        self.broadcasts_seen = 0  # FRB broadcasts received from peers (E1 counts these)
+        self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
         self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
+
+    @property
+    def broadcasts_seen(self) -> int:
+        return self.broadcasts.received
 
     # ------------------------------------------------------------------ ports
 
@@ -278,11 +283,12 @@ class BoundedFloodSwitch:
 
     def _frb_broadcast_in(self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float) -> list[FlowAction]:
         h = frame.header
+        inner = frame.payload
         if h.root_nid == self.node_id:
             self.drops[Drop.OWN_BROADCAST] += 1
+            self.broadcasts.record_own_return()
             return []
-        self.broadcasts_seen += 1
-        inner = frame.payload
+        self.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
         inner_eth = _parse_ethernet(inner)
         assert inner_eth is not None  # frb.parse guarantees an inner Ethernet header
         actions = self._learn(inner_eth.src, in_port, h.root_nid, now)

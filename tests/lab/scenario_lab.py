@@ -1,0 +1,229 @@
+"""What the scenario tests do to a lab of full nodes: wait for conditions, run a ping in the background,
+move an address, run a short TCP transfer. Every process is started through the lab, so `Lab.down`
+stops it even if a test dies half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+from evio.lab.daemons import Topology
+from evio.lab.lab import Lab
+from evio.lab.node_config import bridge_name
+from evio.lab.state import ProcessRecord
+from evio.testing.scenarios import Figure, PingTrace
+
+T = TypeVar("T")
+
+IPERF_PORT = 5201
+
+
+class FigureBook:
+    """Where the scenarios record their figures (the `figures` fixture): kept for the run's summary,
+    printed with the test's output, and appended as JSON lines to EVIO_SCENARIO_RESULTS if set."""
+
+    def __init__(self, figures: list[Figure]) -> None:
+        self._figures = figures
+
+    def record(self, figure: Figure) -> None:
+        self._figures.append(figure)
+        print(figure.line())
+        results = os.environ.get("EVIO_SCENARIO_RESULTS")
+        if results:
+            with Path(results).open("a") as out:
+                out.write(figure.json() + "\n")
+
+
+def scenario_nodes() -> int:
+    """n for every scenario: 16, or EVIO_SCENARIO_NODES (at least 8: E5 needs four groups of two)."""
+    text = os.environ.get("EVIO_SCENARIO_NODES", "16")
+    try:
+        nodes = int(text)
+    except ValueError:
+        raise ValueError(f"EVIO_SCENARIO_NODES must be a whole number, not {text!r}") from None
+    if nodes < 8:
+        raise ValueError(f"EVIO_SCENARIO_NODES must be at least 8 (got {nodes})")
+    return nodes
+
+
+def ring_timeout(nodes: int) -> float:
+    """How long an overlay of `nodes` may take to form (generous: 2 shared cores run it all)."""
+    return 60.0 + 4.0 * nodes
+
+
+def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str, poll: float = 0.5) -> T:
+    """`get()` once `good` holds for it; AssertionError naming `what` and the last value after `timeout`."""
+    deadline = time.monotonic() + timeout
+    value = get()
+    while not good(value):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout:.0f} s; last: {value}")
+        time.sleep(poll)
+        value = get()
+    return value
+
+
+def seconds_since_link_change(lab: Lab) -> float:
+    """Seconds since the last link came up or went down at any answering node (inf if none ever did)."""
+    overlay = lab.plan.overlay
+    since = []
+    for node in lab.nodes:
+        if lab.daemon(node.index) is None:
+            continue
+        last = lab.daemon_status(node.index)["overlays"][overlay]["link_events"]["seconds_since_last"]
+        since.append(float("inf") if last is None else float(last))
+    return min(since, default=float("inf"))
+
+
+def wait_quiet(lab: Lab, quiet: float, timeout: float) -> None:
+    """Until no link has come up or gone down at any node for `quiet` seconds."""
+    wait_for(lambda: seconds_since_link_change(lab), lambda s: s >= quiet, timeout,
+             f"{quiet:.0f} s without a link change")
+
+
+def index_of(name: str) -> int:
+    """"node7" -> 7."""
+    return int(name.removeprefix("node"))
+
+
+def overlay_ip(lab: Lab, name: str) -> str:
+    return str(lab.node(index_of(name)).overlay_address.ip)
+
+
+class PingProbe:
+    """`ping -D` from node `index` to `address` every `interval` seconds, in the background.
+
+        with PingProbe(lab, 3, "10.254.0.7", 0.1) as probe:
+            probe.wait_replies(5, timeout=30)
+            ...
+        trace = probe.trace()
+    """
+
+    def __init__(self, lab: Lab, index: int, address: str, interval: float) -> None:
+        self.lab = lab
+        self.index = index
+        self.address = address
+        self.interval = interval
+        self.log_path = lab.directory / "logs" / f"ping-{index}-{uuid.uuid4().hex[:8]}.log"
+        self._record: ProcessRecord | None = None
+
+    def __enter__(self) -> PingProbe:
+        argv = ["ping", "-D", "-n", "-i", f"{self.interval:g}", "-W", "1", self.address]
+        self._record = self.lab.spawn(self.index, argv, role="scenario-ping", log_path=self.log_path)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """SIGINT (ping prints its summary and exits), then forget the process."""
+        record, self._record = self._record, None
+        if record is None:
+            return
+        try:
+            os.kill(record.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 5.0
+        while self.lab.is_running(record) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.lab.stop(record)  # SIGTERM/SIGKILL if it is somehow still there; drops it from the lab's state
+
+    def text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def trace(self) -> PingTrace:
+        return PingTrace.parse(self.text(), self.interval)
+
+    def wait_replies(self, count: int, timeout: float) -> PingTrace:
+        """Once `count` replies came (the path is warm: ARP resolved, flows installed)."""
+        return wait_for(self.trace, lambda t: len(t.replies) >= count, timeout,
+                        f"{count} ping replies from {self.address}", poll=0.05)
+
+    def wait_reply_after(self, moment: float, timeout: float) -> PingTrace:
+        """Once a reply came after `moment` (epoch seconds, as `ping -D` prints)."""
+        return wait_for(self.trace, lambda t: any(at > moment for _, at in t.replies), timeout,
+                        f"a ping reply from {self.address} after the change", poll=0.05)
+
+
+def move_address(lab: Lab, address: str, prefixlen: int, source: int, destination: int) -> None:
+    """Take `address` off node `source`'s bridge port and put it on node `destination`'s."""
+    bridge = bridge_name(lab.plan)
+    lab.exec(source, ["ip", "addr", "del", f"{address}/{prefixlen}", "dev", bridge])
+    lab.exec(destination, ["ip", "addr", "add", f"{address}/{prefixlen}", "dev", bridge])
+
+
+def restore_address(lab: Lab, address: str, prefixlen: int, home: int, away: int) -> None:
+    """Put `address` back on node `home` only, whatever state a failed move left it in."""
+    bridge = bridge_name(lab.plan)
+    lab.exec(away, ["ip", "addr", "del", f"{address}/{prefixlen}", "dev", bridge], check=False)
+    lab.exec(home, ["ip", "addr", "replace", f"{address}/{prefixlen}", "dev", bridge])
+
+
+def daemon_log_tails(lab: Lab, lines: int = 40) -> str:
+    """The last `lines` of every node's daemon log, for a failure report."""
+    parts = []
+    for node in lab.nodes:
+        try:
+            text = lab.daemon_log(node.index).read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        parts.append(f"===== lab {lab.name} {node.name} ({node.nat}) daemon log, last {lines} lines")
+        parts.extend(text[-lines:])
+    return "\n".join(parts)
+
+
+def bridge_mac(lab: Lab, index: int) -> str:
+    out = lab.exec(index, ["cat", f"/sys/class/net/{bridge_name(lab.plan)}/address"]).stdout
+    return out.strip().lower()
+
+
+def neighbour_mac(lab: Lab, index: int, address: str) -> str | None:
+    """The MAC node `index`'s ARP cache holds for `address` on its bridge port."""
+    out = lab.exec(index, ["ip", "-j", "neigh", "show", address, "dev", bridge_name(lab.plan)]).stdout
+    entries = json.loads(out or "[]")
+    mac = entries[0].get("lladdr") if entries else None
+    return str(mac).lower() if mac else None
+
+
+_LOCAL_FLOW = re.compile(r"in_port=LOCAL,dl_src=(?P<src>[0-9a-f:]+),dl_dst=(?P<dst>[0-9a-f:]+) actions=output:(?P<port>\d+)")
+
+
+def next_hop(lab: Lab, topo: Topology, node: str, target: str) -> str | None:
+    """The neighbour `node`'s bridge sends `target`'s frames to (from its installed unicast flow), if any."""
+    dst = bridge_mac(lab, index_of(target))
+    flows = lab.ovs(index_of(node)).ofctl("dump-flows", bridge_name(lab.plan))
+    ports = {link.port: link.peer for link in topo.links_of(node) if link.port is not None}
+    for match in _LOCAL_FLOW.finditer(flows):
+        if match["dst"] == dst:
+            return ports.get(int(match["port"]))
+    return None
+
+
+def tcp_mbit(lab: Lab, client: int, server: int, seconds: float = 2.0) -> float:
+    """One iperf3 TCP stream from node `client` to node `server` over the overlay: Mbit/s received."""
+    address = str(lab.node(server).overlay_address.ip)
+    record = lab.spawn(server, ["iperf3", "-s", "-1", "-B", address, "-p", str(IPERF_PORT)], role="scenario-iperf")
+    try:
+        wait_for(lambda: lab.exec(server, ["ss", "-Htln", f"sport = :{IPERF_PORT}"], check=False).stdout.strip(),
+                 bool, 10.0, "the iperf3 server listening", poll=0.05)
+        done = lab.exec(client, ["iperf3", "-c", address, "-p", str(IPERF_PORT), "-t", f"{seconds:g}", "-J"],
+                        timeout=seconds + 30)
+        report = json.loads(done.stdout)
+        return float(report["end"]["sum_received"]["bits_per_second"]) / 1e6
+    finally:
+        lab.stop(record)
