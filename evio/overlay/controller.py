@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from evio.config.model import TopologyConfig
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkInfo, LinkUp
@@ -68,6 +68,8 @@ from evio.signal.events import Connected, Disconnected, PeerAdded, PeerRemoved, 
 from evio.signal.interface import Signaling
 from evio.signal.protocol import Body
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelUp
+
+_Answer = TypeVar("_Answer")
 
 __all__ = [
     "AdjacencyEvent",
@@ -336,41 +338,30 @@ class OverlayController:
             except Exception:
                 log.exception("overlay %s adjacency subscriber failed on %s", self.overlay, event)
 
-    async def _send_link_request(self, action: SendLinkRequest) -> None:
-        outcome: LinkAnswer | Failure
+    async def _ask(self, peer: int, action: str, body: Body, decode: Callable[[Body], _Answer]) -> _Answer | Failure:
+        """One negotiation request; every way it can go wrong becomes a Failure for the core."""
         try:
-            body = await self._signaling.request(
-                self.overlay, action.peer, ACTION_LINK, encode_link_request(action.request),
-                timeout=self.timings.request_timeout,
-            )
-            outcome = decode_link_answer(body)
+            return decode(await self._signaling.request(
+                self.overlay, peer, action, body, timeout=self.timings.request_timeout,
+            ))
         except RequestError as exc:
-            outcome = _failure_of(exc.reason)
+            return _failure_of(exc.reason)
         except NegotiationError as exc:
-            self._count_malformed(action.peer, exc)
-            outcome = Failure.ERROR
+            self._count_malformed(peer, exc)
+            return Failure.ERROR
         except SignalError as exc:
-            log.warning("overlay %s link request to %032x not sent: %s", self.overlay, action.peer, exc)
-            outcome = Failure.ERROR
+            log.warning("overlay %s %s to %032x not sent: %s", self.overlay, action, peer, exc)
+            return Failure.ERROR
+
+    async def _send_link_request(self, action: SendLinkRequest) -> None:
+        outcome = await self._ask(action.peer, ACTION_LINK, encode_link_request(action.request), decode_link_answer)
         if self._state is _State.RUNNING:
             self._execute(self._core.link_answered(action.peer, action.seq, outcome, self._clock()))
 
     async def _send_release(self, action: SendRelease) -> None:
-        outcome: ReleaseAnswer | Failure
-        try:
-            body = await self._signaling.request(
-                self.overlay, action.peer, ACTION_RELEASE, encode_release_request(action.request),
-                timeout=self.timings.request_timeout,
-            )
-            outcome = decode_release_answer(body)
-        except RequestError as exc:
-            outcome = _failure_of(exc.reason)
-        except NegotiationError as exc:
-            self._count_malformed(action.peer, exc)
-            outcome = Failure.ERROR
-        except SignalError as exc:
-            log.warning("overlay %s release to %032x not sent: %s", self.overlay, action.peer, exc)
-            outcome = Failure.ERROR
+        outcome = await self._ask(
+            action.peer, ACTION_RELEASE, encode_release_request(action.request), decode_release_answer
+        )
         if self._state is _State.RUNNING:
             self._execute(self._core.release_answered(action.peer, action.seq, outcome, self._clock()))
 
