@@ -104,5 +104,21 @@ def _configure(name: str, mtu: int, addresses: list[str], up: bool) -> None:
         for cidr in addresses:
             iface = ipaddress.ip_interface(cidr)
             ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
+        if not addresses:
+            _disable_ipv6(name)
         if up:
             ipr.link("set", index=index, state="up")
+
+
+def _disable_ipv6(name: str) -> None:
+    """A TAP that is only a bridge port needs no addresses of its own.
+
+    Left on, the kernel gives it an IPv6 link-local address and sends router
+    and neighbour solicitations and MLD reports out of it: multicast that
+    reaches the peer's bridge outside any FRB and is dropped there as noise.
+    """
+    try:
+        with open(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6", "w") as knob:
+            knob.write("1")
+    except FileNotFoundError:
+        pass  # no IPv6 in this kernel or namespace: nothing to silence

@@ -83,6 +83,12 @@ def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(lab_factory: Lab
     failed = [(a.index, b.index) for a in lab.nodes for b in lab.nodes if a != b and not pings(lab, a.index, b.index)]
     assert failed == [], f"pairs without an answer over the overlay: {failed}"
 
+    # Tunnel TAPs are bare bridge ports: no address, so no IPv6 chatter of their own onto the overlay.
+    for link in topo.links:
+        if link.state == "up":
+            addresses = lab.exec(int(link.node.removeprefix("node")), ["ip", "-o", "addr", "show", "dev", link.tap]).stdout
+            assert addresses.strip() == "", f"{link.node}'s TAP {link.tap} has addresses: {addresses}"
+
     victim = 2
     victim_taps = {link.tap for link in topo.links if link.peer == f"node{victim}"}
     assert overlay_interfaces(lab, victim)  # it had its bridge and TAPs
