@@ -140,3 +140,30 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 5.0, interv
         if loop.time() > deadline:
             raise TimeoutError("condition not met in time")
         await asyncio.sleep(interval)
+
+
+class FakeTapDevice:
+    """``evio.tunnel.tap.TapDevice`` over a FakeTap: what a tunnel's tap factory returns in tests."""
+
+    def __init__(self, name: str, mtu: int) -> None:
+        self.tap = FakeTap()
+        self._name = name
+        self._mtu = mtu
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def fd(self) -> int:
+        return self.tap.fd
+
+    @property
+    def mtu(self) -> int:
+        return self._mtu
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.tap.close()
+            self.closed = True

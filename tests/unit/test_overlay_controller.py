@@ -20,7 +20,7 @@ from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE, Refusal, decod
 from evio.signal.errors import ErrorReason, RequestError
 from evio.testing.fake_links import FakeLinkNetwork, FakeOverlay
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
-from evio.testing.fake_tunnel import FakeTap
+from evio.testing.fake_tunnel import FakeTap, FakeTapDevice
 from evio.tunnel.config import TunnelConfig
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.liveness import LivenessConfig
@@ -200,31 +200,6 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # aioice gathers from every interface but 127.0.0.1; 127.0.0.2 is still loopback (see test_tunnel_session).
     monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
     yield
-
-
-class FakeTapDevice:
-    def __init__(self, name: str, mtu: int) -> None:
-        self.tap = FakeTap()
-        self._name = name
-        self._mtu = mtu
-        self.closed = False
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def fd(self) -> int:
-        return self.tap.fd
-
-    @property
-    def mtu(self) -> int:
-        return self._mtu
-
-    async def close(self) -> None:
-        if not self.closed:
-            self.tap.close()
-            self.closed = True
 
 
 def forward(owner: list[OverlayController], event: TunnelEvent) -> None:

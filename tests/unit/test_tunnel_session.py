@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import aioice.ice
 import pytest
 
-from evio.testing.fake_tunnel import FakeTap, wait_until
+from evio.testing.fake_tunnel import FakeTap, FakeTapDevice, wait_until
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.tunnel.config import TunnelConfig, tap_name
 from evio.tunnel.dtls import TunnelCertificate
@@ -38,31 +38,6 @@ FRAME = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00" + b"payload"
 def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
     yield
-
-
-class FakeTapDevice:
-    def __init__(self, name: str, mtu: int) -> None:
-        self.tap = FakeTap()
-        self._name = name
-        self._mtu = mtu
-        self.closed = False
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def fd(self) -> int:
-        return self.tap.fd
-
-    @property
-    def mtu(self) -> int:
-        return self._mtu
-
-    async def close(self) -> None:
-        if not self.closed:
-            self.tap.close()
-            self.closed = True
 
 
 def collected(tap: FakeTap, into: list[bytes], count: int) -> Callable[[], bool]:
