@@ -1,13 +1,19 @@
-"""Suite-wide guard: a run that leaves an evio namespace behind fails, even if every test passed.
+"""Suite-wide guards.
 
-Each tier cleans up in its own fixtures; this catches the hole none of them
-saw. Only namespaces with evio's prefixes that appeared during the run count.
+- A run that leaves an evio namespace behind fails, even if every test passed.
+  Each tier cleans up in its own fixtures; this catches the hole none of them
+  saw. Only namespaces with evio's prefixes that appeared during the run count.
+- In CI (`CI` set, as root, after scripts/bootstrap) every test can run, so a
+  skip there means a missing install or privilege: it fails instead of hiding.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -35,3 +41,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _BEFORE = pytest.StashKey[set[str]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome: Any = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every test must run: {reason}"
