@@ -155,7 +155,7 @@ class FdDatapath:
     def send_control(self, message: ControlMessage) -> None:
         if not self._running:
             return
-        self._send_record(KIND_CONTROL, pack_control(message.opcode, message.flags))
+        self._send_record(KIND_CONTROL, pack_control(message.opcode, message.flags, message.token))
         self._tx_control += 1
 
     def inject(self, record: bytes) -> None:

@@ -15,6 +15,11 @@ returns. It never reads the clock itself.
   comes at most ``dead_after`` after the last record.
 - A HELLO without PEER_SEEN is answered at once with HELLO + PEER_SEEN, so
   the later side comes up one round trip after the earlier one.
+- Round-trip time: while UP, an ECHO_REQUEST goes out every
+  ``keepalive_interval`` (it counts as sent, so it stands in for the idle
+  keepalive) and the peer answers each at once with ECHO_REPLY. ``probe``
+  sends one on demand (`evio ping`). Tokens are sequence numbers; a reply
+  whose token we did not send, or sent too long ago, is ignored.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import enum
 from dataclasses import dataclass
 
 from evio.tunnel.record import HELLO_PEER_SEEN, ControlMessage, ControlOpcode
+
+MAX_PENDING_ECHOES = 32  # unanswered echo requests remembered; older ones are forgotten
+RTT_GAIN = 0.125  # smoothing of the RTT estimate (RFC 6298's alpha)
 
 
 class LinkState(enum.Enum):
@@ -67,6 +75,7 @@ class LivenessConfig:
 class SendControl:
     opcode: ControlOpcode
     flags: int = 0
+    token: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,11 +84,28 @@ class LinkUp:
 
 
 @dataclass(frozen=True)
+class EchoAnswered:
+    """The peer answered the echo request `token` after `rtt` seconds."""
+
+    token: int
+    rtt: float
+
+
+@dataclass(frozen=True)
+class RttStats:
+    last: float | None = None
+    smoothed: float | None = None
+    minimum: float | None = None
+    samples: int = 0
+    last_at: float | None = None  # when the last sample was taken (the owner's clock)
+
+
+@dataclass(frozen=True)
 class LinkDown:
     reason: DownReason
 
 
-Action = SendControl | LinkUp | LinkDown
+Action = SendControl | LinkUp | LinkDown | EchoAnswered
 
 
 class Liveness:
@@ -92,6 +118,10 @@ class Liveness:
         self._rx_changed = now
         self._tx_seen = 0
         self._tx_changed = now
+        self._next_token = 1
+        self._pending_echoes: dict[int, float] = {}  # token -> when sent
+        self._last_echo = now
+        self.rtt = RttStats()
 
     def start(self, now: float) -> list[Action]:
         """The first HELLO, sent as soon as keys are in place."""
@@ -108,7 +138,37 @@ class Liveness:
         elif message.opcode is ControlOpcode.CLOSE:
             self.state = LinkState.DOWN
             actions.append(LinkDown(DownReason.PEER_CLOSED))
+        elif message.opcode is ControlOpcode.ECHO_REQUEST:
+            actions.append(SendControl(ControlOpcode.ECHO_REPLY, 0, message.token))
+        elif message.opcode is ControlOpcode.ECHO_REPLY:
+            sent = self._pending_echoes.pop(message.token, None)
+            if sent is not None:
+                rtt = max(now - sent, 0.0)
+                self._sample(now, rtt)
+                actions.append(EchoAnswered(message.token, rtt))
         return actions
+
+    def probe(self, now: float) -> tuple[int, list[Action]]:
+        """An echo request now (UP only); the reply comes back as EchoAnswered with the token returned."""
+        if self.state is not LinkState.UP:
+            return 0, []
+        token = self._echo_token(now)
+        return token, [SendControl(ControlOpcode.ECHO_REQUEST, 0, token)]
+
+    def _echo_token(self, now: float) -> int:
+        token = self._next_token
+        self._next_token = (self._next_token + 1) & 0xFFFF_FFFF_FFFF_FFFF or 1
+        self._pending_echoes[token] = now
+        while len(self._pending_echoes) > MAX_PENDING_ECHOES:
+            del self._pending_echoes[next(iter(self._pending_echoes))]
+        self._last_echo = now
+        return token
+
+    def _sample(self, now: float, rtt: float) -> None:
+        old = self.rtt
+        smoothed = rtt if old.smoothed is None else (1 - RTT_GAIN) * old.smoothed + RTT_GAIN * rtt
+        minimum = rtt if old.minimum is None else min(old.minimum, rtt)
+        self.rtt = RttStats(rtt, smoothed, minimum, old.samples + 1, now)
 
     def tick(self, now: float, rx_records: int, tx_records: int) -> list[Action]:
         """Periodic check with the data path's authenticated-received and sent record counts."""
@@ -132,7 +192,11 @@ class Liveness:
         if now - self._rx_changed >= self.config.silence_limit:
             self.state = LinkState.DOWN
             return [LinkDown(DownReason.PEER_SILENT)]
-        if now - self._tx_changed >= self.config.keepalive_interval:
+        if now - self._last_echo >= self.config.keepalive_interval:
+            # The echo is sent whatever the traffic (RTT stays fresh) and is itself a keepalive.
+            self._tx_changed = now
+            actions.append(SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now)))
+        elif now - self._tx_changed >= self.config.keepalive_interval:
             self._tx_changed = now
             actions.append(SendControl(ControlOpcode.KEEPALIVE))
         return actions
@@ -141,5 +205,6 @@ class Liveness:
         self._rx_changed = now
         if self.state is LinkState.ESTABLISHING:
             self.state = LinkState.UP
+            self._last_echo = now
             return [LinkUp()]
         return []

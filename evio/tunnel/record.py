@@ -47,6 +47,7 @@ COUNTER_MAX = (1 << 64) - 1
 ETHERNET_HEADER_LEN = 14
 
 CONTROL = struct.Struct("!BB")
+ECHO = struct.Struct("!BBQ")  # opcode, flags, token
 
 
 class PacketClass(enum.Enum):
@@ -79,6 +80,13 @@ class ControlOpcode(enum.IntEnum):
     """Sent when nothing else was sent for a keepalive interval."""
     CLOSE = 3
     """The sender is tearing the tunnel down."""
+    ECHO_REQUEST = 4
+    """Carries a token; the peer answers at once with ECHO_REPLY and the same token (round-trip time)."""
+    ECHO_REPLY = 5
+    """The answer to ECHO_REQUEST, token echoed."""
+
+
+ECHO_OPCODES = frozenset({ControlOpcode.ECHO_REQUEST, ControlOpcode.ECHO_REPLY})
 
 
 HELLO_PEER_SEEN = 0x01
@@ -96,6 +104,8 @@ class RecordHeader:
 class ControlMessage:
     opcode: ControlOpcode
     flags: int
+    token: int = 0
+    """Echo opcodes only: opaque to the receiver, which sends it back."""
 
 
 def pack_header(kind: int, epoch: int, counter: int) -> bytes:
@@ -112,18 +122,27 @@ def parse_header(data: bytes | bytearray | memoryview) -> RecordHeader:
     return RecordHeader(kind, epoch, counter)
 
 
-def pack_control(opcode: ControlOpcode, flags: int = 0) -> bytes:
+def pack_control(opcode: ControlOpcode, flags: int = 0, token: int = 0) -> bytes:
+    if opcode in ECHO_OPCODES:
+        return ECHO.pack(int(opcode), flags, token)
     return CONTROL.pack(int(opcode), flags)
 
 
 def parse_control(payload: bytes | bytearray | memoryview) -> ControlMessage:
-    if len(payload) != CONTROL.size:
+    if len(payload) < CONTROL.size:
         raise RecordError("control payload length")
-    opcode, flags = CONTROL.unpack_from(payload, 0)
     try:
-        return ControlMessage(ControlOpcode(opcode), flags)
+        opcode = ControlOpcode(payload[0])
     except ValueError:
         raise RecordError("unknown control opcode") from None
+    if opcode in ECHO_OPCODES:
+        if len(payload) != ECHO.size:
+            raise RecordError("control payload length")
+        _, flags, token = ECHO.unpack_from(payload, 0)
+        return ControlMessage(opcode, flags, token)
+    if len(payload) != CONTROL.size:
+        raise RecordError("control payload length")
+    return ControlMessage(opcode, payload[1])
 
 
 def nonce(iv: bytes, counter: int) -> bytes:

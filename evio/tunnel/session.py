@@ -46,7 +46,7 @@ from evio.tunnel.errors import (
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
 from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, Cipher, SessionSecrets, split_exporter
-from evio.tunnel.liveness import DownReason, LinkDown, LinkUp, Liveness, SendControl
+from evio.tunnel.liveness import DownReason, EchoAnswered, LinkDown, LinkUp, Liveness, RttStats, SendControl
 from evio.tunnel.liveness import Action as LivenessAction
 from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
 from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
@@ -144,6 +144,7 @@ class Tunnel:
         self._clock = clock
         self._wall_clock = wall_clock
         self._started = clock()
+        self._up_since: float | None = None
         self._info = TunnelInfo(
             peer=peer,
             tunnel_id=tunnel_id or new_tunnel_id(),
@@ -167,6 +168,7 @@ class Tunnel:
         self._early_records: list[bytes] = []
         self._pending_cipher: Cipher | None = None
         self._pending_fingerprint: Fingerprint | None = None
+        self._probes: dict[int, asyncio.Future[float]] = {}  # echo token -> `probe` waiting for it
 
     # -- public ------------------------------------------------------------------------
 
@@ -184,6 +186,32 @@ class Tunnel:
 
     def stats(self) -> DatapathStats:
         return self._datapath.stats()
+
+    @property
+    def rtt(self) -> RttStats:
+        """Round-trip times from the echo requests that keep the link alive."""
+        return self._liveness.rtt if self._liveness is not None else RttStats()
+
+    @property
+    def up_since(self) -> float | None:
+        """When the link came up (this tunnel's clock), None before."""
+        return self._up_since
+
+    async def probe(self, timeout: float) -> float:
+        """One echo request through the tunnel; the round-trip time in seconds.
+
+        Raises TunnelError when the link is not up, asyncio.TimeoutError without an answer.
+        """
+        if self._liveness is None or self._info.state is not TunnelState.UP:
+            raise TunnelError(f"tunnel is {self._info.state.value}, not up")
+        token, actions = self._liveness.probe(self._clock())
+        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._probes[token] = waiter
+        try:
+            self._execute(actions)
+            return await asyncio.wait_for(waiter, timeout)
+        finally:
+            self._probes.pop(token, None)
 
     async def wait_up(self) -> TunnelInfo:
         """Wait until the link is up; raises SetupError if it never comes up."""
@@ -384,9 +412,14 @@ class Tunnel:
     def _execute(self, actions: list[LivenessAction]) -> None:
         for action in actions:
             if isinstance(action, SendControl):
-                self._datapath.send_control(ControlMessage(action.opcode, action.flags))
+                self._datapath.send_control(ControlMessage(action.opcode, action.flags, action.token))
+            elif isinstance(action, EchoAnswered):
+                waiter = self._probes.get(action.token)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(action.rtt)
             elif isinstance(action, LinkUp):
-                self._set_info(state=TunnelState.UP, setup_seconds=self._clock() - self._started)
+                self._up_since = self._clock()
+                self._set_info(state=TunnelState.UP, setup_seconds=self._up_since - self._started)
                 logger.info(
                     "tunnel %s peer %032x up: %s path %s -> %s in %.3f s",
                     self._info.tunnel_id,

@@ -1,7 +1,9 @@
 import pytest
 
 from evio.tunnel.liveness import (
+    MAX_PENDING_ECHOES,
     DownReason,
+    EchoAnswered,
     LinkDown,
     LinkState,
     LinkUp,
@@ -47,25 +49,67 @@ def test_never_authenticated_goes_down() -> None:
     assert lv.tick(t + 1, 5, 5) == []
 
 
-def test_keepalive_only_when_idle_and_dead_after_silence() -> None:
+def echo(token: int) -> SendControl:
+    return SendControl(ControlOpcode.ECHO_REQUEST, 0, token)
+
+
+def test_an_echo_every_keepalive_interval_stands_in_for_keepalives_and_dead_after_silence() -> None:
     lv = Liveness(CFG, now=0.0)
     lv.tick(0.0, 1, 1)
     assert lv.state is LinkState.UP
-    # Sending and receiving steadily: nothing to do.
-    for i in range(1, 20):
-        assert lv.tick(i * 0.25, 1 + i, 1 + i) == []
+    # Sending and receiving steadily: one echo request a second, nothing else.
+    sent = [(i, lv.tick(i * 0.25, 1 + i, 1 + i)) for i in range(1, 20)]
+    assert [(i, a) for i, a in sent if a] == [(4, [echo(1)]), (8, [echo(2)]), (12, [echo(3)]), (16, [echo(4)])]
     t = 19 * 0.25
-    # Tx stops: a keepalive after 1 s; rx keeps coming.
-    assert lv.tick(t + 0.5, 100, 20) == []
-    assert lv.tick(t + 0.9, 101, 20) == []
-    assert lv.tick(t + 1.0, 102, 20) == [SendControl(ControlOpcode.KEEPALIVE)]
-    # Rx stops at t+1.0: dead 2.5 s later (3 s minus two 0.25 s ticks), not before.
-    assert lv.tick(t + 1.5, 102, 21) == []
-    assert lv.tick(t + 2.4, 102, 21) == []
-    assert lv.tick(t + 2.5, 102, 21) == [SendControl(ControlOpcode.KEEPALIVE)]
-    assert lv.tick(t + 3.4, 102, 22) == []
-    assert lv.tick(t + 3.5, 102, 22) == [LinkDown(DownReason.PEER_SILENT)]
+    # Tx stops: the echo requests keep the link alive; no separate keepalive.
+    assert lv.tick(t + 0.25, 100, 20) == [echo(5)]
+    assert lv.tick(t + 0.9, 101, 21) == []
+    assert lv.tick(t + 1.25, 102, 21) == [echo(6)]
+    # Rx stops at t+1.25: dead 2.5 s later (3 s minus two 0.25 s ticks), not before.
+    assert lv.tick(t + 2.25, 102, 22) == [echo(7)]
+    assert lv.tick(t + 3.25, 102, 23) == [echo(8)]
+    assert lv.tick(t + 3.5, 102, 24) == []
+    assert lv.tick(t + 3.75, 102, 24) == [LinkDown(DownReason.PEER_SILENT)]
     assert lv.state is LinkState.DOWN
+
+
+def test_keepalive_when_echoes_are_rarer_than_the_idle_limit() -> None:
+    lv = Liveness(CFG, now=0.0)
+    lv.tick(0.0, 1, 1)
+    assert lv.tick(0.25, 2, 1) == []
+    assert lv.tick(0.9, 3, 1) == []
+    # tx idle since 0.0 and the echo is due at the same time: the echo goes, not both.
+    assert lv.tick(1.0, 4, 1) == [echo(1)]
+
+
+def test_echo_requests_are_answered_and_replies_give_the_rtt() -> None:
+    a, b = Liveness(CFG, now=0.0), Liveness(CFG, now=0.0)
+    a.tick(0.0, 1, 1)
+    b.tick(0.0, 1, 1)
+    token, actions = a.probe(2.0)
+    assert actions == [echo(token)]
+    request = ControlMessage(ControlOpcode.ECHO_REQUEST, 0, token)
+    assert b.on_control(2.01, request) == [SendControl(ControlOpcode.ECHO_REPLY, 0, token)]
+    reply = ControlMessage(ControlOpcode.ECHO_REPLY, 0, token)
+    (answered,) = a.on_control(2.03, reply)
+    assert isinstance(answered, EchoAnswered) and answered.token == token
+    assert answered.rtt == pytest.approx(0.03)
+    assert a.rtt.last == pytest.approx(0.03) and a.rtt.samples == 1 and a.rtt.last_at == 2.03
+    # A reply repeated, or for a token never sent, is ignored.
+    assert a.on_control(2.05, reply) == []
+    assert a.on_control(2.05, ControlMessage(ControlOpcode.ECHO_REPLY, 0, 999)) == []
+    assert a.rtt.samples == 1
+
+
+def test_probe_only_when_up_and_pending_echoes_are_bounded() -> None:
+    lv = Liveness(CFG, now=0.0)
+    assert lv.probe(0.0) == (0, [])
+    lv.tick(0.0, 1, 1)
+    tokens = [lv.probe(0.1 + i)[0] for i in range(MAX_PENDING_ECHOES + 5)]
+    assert lv.on_control(50.0, ControlMessage(ControlOpcode.ECHO_REPLY, 0, tokens[0])) == []  # forgotten
+    (answered,) = lv.on_control(50.0, ControlMessage(ControlOpcode.ECHO_REPLY, 0, tokens[-1]))
+    assert isinstance(answered, EchoAnswered)
+    assert lv.rtt.smoothed == pytest.approx(50.0 - (0.1 + MAX_PENDING_ECHOES + 4))
 
 
 def test_close_goes_down_at_once() -> None:

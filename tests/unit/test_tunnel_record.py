@@ -112,3 +112,15 @@ def test_control_round_trip_and_rejects() -> None:
 def test_seal_rejects_counter_out_of_range() -> None:
     with pytest.raises(RecordError):
         seal(AESGCM(KEY), IV, KIND_FRAME, 0, 2**64, b"")
+
+
+def test_echo_control_messages_carry_a_token_and_others_keep_two_bytes() -> None:
+    from evio.tunnel.record import ControlMessage, ControlOpcode, RecordError, pack_control, parse_control
+
+    wire = pack_control(ControlOpcode.ECHO_REQUEST, 0, 0x0102030405060708)
+    assert len(wire) == 10
+    assert parse_control(wire) == ControlMessage(ControlOpcode.ECHO_REQUEST, 0, 0x0102030405060708)
+    assert len(pack_control(ControlOpcode.KEEPALIVE, 0, 7)) == 2  # the token is for echoes only
+    for bad in (wire[:2], wire + b"x", pack_control(ControlOpcode.HELLO) + b"\0", b"\x09\x00", b"\x04"):
+        with pytest.raises(RecordError):
+            parse_control(bad)

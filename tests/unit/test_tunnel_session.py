@@ -19,7 +19,7 @@ from evio.testing.fake_tunnel import FakeTap, FakeTapDevice, wait_until
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.tunnel.config import TunnelConfig, tap_name
 from evio.tunnel.dtls import TunnelCertificate
-from evio.tunnel.errors import SetupError
+from evio.tunnel.errors import SetupError, TunnelError
 from evio.tunnel.ice import IceConfig, PathKind, RelayPolicy
 from evio.tunnel.keys import Cipher, RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig
@@ -268,3 +268,20 @@ async def test_tunnel_over_the_signal_packages_remote_actions() -> None:
         for client in clients.values():
             await client.stop()
     assert all(t.closed for t in taps)
+
+
+async def test_probe_measures_the_round_trip_and_echoes_keep_an_rtt(nodes: tuple[Node, Node]) -> None:
+    a, b = nodes
+    await a.manager.connect(B)
+    tunnel = a.manager.get(B)
+    assert tunnel is not None and tunnel.up_since is not None
+    rtts = [await tunnel.probe(1.0) for _ in range(3)]
+    assert all(0 < rtt < 0.5 for rtt in rtts)
+    # The periodic echo (every keepalive_interval, 0.1 s here) keeps a sample without any probe.
+    peer_side = b.manager.get(A)
+    assert peer_side is not None
+    await wait_until(lambda: peer_side.rtt.samples >= 2)
+    assert peer_side.rtt.smoothed is not None and peer_side.rtt.smoothed > 0
+    await a.manager.disconnect(B)
+    with pytest.raises(TunnelError, match="not up"):
+        await tunnel.probe(1.0)
