@@ -29,6 +29,7 @@ from evio.node.platform import Platform
 from evio.node.sdn import SdnController
 from evio.node.side_loop import SideLoop
 from evio.node.signal_mux import SharedAccount
+from evio.node.status import STATUS_VERSION
 from evio.overlay.node_id import format_node_id
 from evio.signal.interface import Signaling
 
@@ -202,6 +203,7 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         return {
+            "version": STATUS_VERSION,
             "node_id": format_node_id(self.node_id),
             "pid": os.getpid(),
             "uptime": round(self._clock() - self._started_at, 3) if self._started_at is not None else None,

@@ -32,6 +32,7 @@ from evio.overlay.node_id import format_node_id
 from evio.sdn.boundary import (
     BroadcastCounts,
     ControllerEvent,
+    TrafficCounts,
     DropCounts,
     OnDemandIdle,
     OnDemandWanted,
@@ -42,7 +43,8 @@ from evio.sdn.boundary import (
     event_as_dict,
 )
 from evio.signal.interface import Signaling
-from evio.tunnel.session import TunnelEvent, TunnelInfo
+from evio.node.status import SetupHistogram, TunnelView, link_counts, link_document
+from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +72,10 @@ class Bridge(Protocol):
     async def delete(self) -> None: ...
 
 
-class TunnelLike(Protocol):
-    @property
-    def info(self) -> TunnelInfo: ...
+class TunnelLike(TunnelView, Protocol):
+    async def probe(self, timeout: float) -> float:
+        """RTT of one echo through the tunnel (raises TunnelError if not up, TimeoutError)."""
+        ...
 
 
 class LinkManager(Protocol):
@@ -139,6 +142,10 @@ class OverlayStack:
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
         self.broadcasts: BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
+        self.traffic: TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
+        self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
+        self.tunnels_up = 0
+        self.tunnels_down = 0
         self.port_errors = 0
         self.link_ups = 0  # adjacency events seen, for "has the overlay stopped changing?"
         self.link_downs = 0
@@ -217,6 +224,12 @@ class OverlayStack:
     # -- adjacency -> bridge ports -------------------------------------------------------------
 
     def _tunnel_event(self, event: TunnelEvent) -> None:
+        if isinstance(event, TunnelUp):
+            self.tunnels_up += 1
+            if event.info.setup_seconds is not None:
+                self.setup_times.observe(event.info.setup_seconds)
+        elif event.info.state.value == "closed":  # a tunnel that was up went down
+            self.tunnels_down += 1
         if self._controller is not None:
             self._controller.on_tunnel_event(event)
 
@@ -291,6 +304,8 @@ class OverlayStack:
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
         elif isinstance(event, BroadcastCounts):
             self.broadcasts = event
+        elif isinstance(event, TrafficCounts):
+            self.traffic = event
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = event_as_dict(event)
 
@@ -298,34 +313,38 @@ class OverlayStack:
 
     def status(self) -> dict[str, Any]:
         now = self._clock()
+        names = self.signaling.peers(self.overlay)
         links = []
         for peer, info in sorted(self.controller.adjacency().items()):
             tap = getattr(info, "tap", None)
-            tunnel = self.links.get(peer)
-            path = tunnel.info.path if tunnel is not None else None
-            setup = tunnel.info.setup_seconds if tunnel is not None else None
-            since = getattr(info, "since", None)
-            links.append({
-                "peer": format_node_id(peer),
-                "type": _value(getattr(info, "link_type", None)),
-                "state": _value(getattr(info, "state", None)),
-                "tap": tap,
-                "port": self.port_numbers.get(tap) if tap else None,
-                "on_bridge": tap in self.ports if tap else False,
-                "path": _value(path),
-                "setup_seconds": round(setup, 3) if setup is not None else None,
-                "age": round(now - since, 3) if isinstance(since, int | float) else None,
-            })
+            links.append(link_document(
+                peer, info, self.links.get(peer), names,
+                port=self.port_numbers.get(tap) if tap else None,
+                on_bridge=tap in self.ports if tap else False,
+                now=now,
+            ))  # fmt: skip
         config = self.plan.config
+        traffic = self.traffic
         return {
+            "node_id": format_node_id(self.node_id),
             "bridge": self.bridge.name,
             "address": str(config.bridge.address) if config.bridge.address is not None else None,
             "datapath": self.plan.datapath,
             "datapath_id": f"{self.plan.datapath_id:016x}",
             "switch_connected": self.switch_connected,
-            "signal": {"jid": config.signal.jid, "connected": self.signaling.connected},
-            "peers": {format_node_id(p): jid for p, jid in sorted(self.signaling.peers(self.overlay).items())},
+            "signal": {"jid": config.signal.jid, "server": f"{config.signal.server}:{config.signal.port}",
+                       "connected": self.signaling.connected, "connected_since": self.signaling.connected_since,
+                       "logins": self.signaling.sessions, "reconnects": max(self.signaling.sessions - 1, 0)},
+            "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},
             "links": links,
+            "link_counts": link_counts(links),
+            "tunnels": {"up": self.tunnels_up, "down": self.tunnels_down, "setup_seconds": self.setup_times.as_dict()},
+            "switch": {
+                "packet_ins": traffic.packet_ins if traffic else 0,
+                "broadcasts_originated": traffic.broadcasts_originated if traffic else 0,
+                "frb_sent": traffic.frb_sent if traffic else 0,
+                "frb_forwarded": traffic.frb_forwarded if traffic else 0,
+            },
             "drops": dict(self.drops),
             "frb_errors": dict(self.frb_errors),
             "port_errors": self.port_errors,

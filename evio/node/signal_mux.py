@@ -63,6 +63,14 @@ class OverlaySignaling:
     def overlays(self) -> frozenset[str]:
         return frozenset({self.overlay})
 
+    @property
+    def connected_since(self) -> float | None:
+        return self._client.connected_since
+
+    @property
+    def sessions(self) -> int:
+        return self._client.sessions
+
     def node_id(self, overlay: str) -> int:
         return self._client.node_id(overlay)
 

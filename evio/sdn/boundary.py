@@ -187,6 +187,18 @@ class BroadcastCounts:
     recent: tuple[BroadcastReceived, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class TrafficCounts:
+    """The switch's packet-ins and FRB copies sent (as root) and forwarded so far
+    (`evio.sdn.switch.SwitchCounters`), sent when they changed."""
+
+    overlay: str
+    packet_ins: int
+    broadcasts_originated: int
+    frb_sent: int
+    frb_forwarded: int
+
+
 ControllerEvent = (
     SwitchConnected
     | SwitchDisconnected
@@ -196,6 +208,7 @@ ControllerEvent = (
     | OnDemandIdle
     | DropCounts
     | BroadcastCounts
+    | TrafficCounts
 )
 
 

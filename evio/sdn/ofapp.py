@@ -403,6 +403,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
                 self._run(overlay, Step(events=overlay.drop_report()))
             # Every tick, not every drop report: E1 reads them right after a broadcast.
             self._run(overlay, Step(events=overlay.broadcast_report()))
+            self._run(overlay, Step(events=overlay.traffic_report()))
 
 
 def _text(name: bytes | str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from evio.overlay.node_id import format_node_id
 from evio.sdn.boundary import (
+    TrafficCounts,
     AttachOverlay,
     BroadcastCounts,
     ControllerEvent,
@@ -64,6 +65,7 @@ class OverlaySwitch:
         self.connected = False
         self._reported: tuple[dict[str, int], dict[str, int]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
+        self._traffic_reported = (0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
 
     @property
     def overlay(self) -> str:
@@ -165,6 +167,14 @@ class OverlaySwitch:
             return []
         self._reported = (drops, errors)
         return [DropCounts(self.overlay, drops, errors)]
+
+    def traffic_report(self) -> list[ControllerEvent]:
+        """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""
+        totals = self.switch.counters.as_tuple()
+        if totals == self._traffic_reported:
+            return []
+        self._traffic_reported = totals
+        return [TrafficCounts(self.overlay, *totals)]
 
     def broadcast_report(self) -> list[ControllerEvent]:
         """The broadcast counters (E1), if any broadcast arrived since the last report."""

@@ -99,6 +99,19 @@ def _parse_ethernet(data: bytes) -> _Frame | None:
     return _Frame(data[0:6].hex(":"), data[6:12].hex(":"), int.from_bytes(data[12:14], "big"))
 
 
+@dataclass
+class SwitchCounters:
+    """Totals since the switch was made (the metrics endpoint reads them)."""
+
+    packet_ins: int = 0
+    broadcasts_originated: int = 0  # broadcast or unknown-unicast frames from local ports flooded as FRBs
+    frb_sent: int = 0  # FRB copies sent by this node as the root
+    frb_forwarded: int = 0  # FRB copies passed on within their bounds
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return (self.packet_ins, self.broadcasts_originated, self.frb_sent, self.frb_forwarded)
+
+
 class BoundedFloodSwitch:
     """The controller's view of one bridge; one instance per overlay, owned by one thread."""
 
@@ -117,6 +130,7 @@ class BoundedFloodSwitch:
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
+        self.counters = SwitchCounters()
         self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
 
     @property
@@ -181,6 +195,7 @@ class BoundedFloodSwitch:
 
     def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
         """A frame the bridge had no flow for (or an FRB, which always comes here)."""
+        self.counters.packet_ins += 1
         port = self.ports.get(in_port)
         if port is None:
             self.drops[Drop.UNKNOWN_PORT] += 1
@@ -245,7 +260,10 @@ class BoundedFloodSwitch:
         """Send `data` as an FRB broadcast rooted here to every peer, each with its bound."""
         peers = self.peer_ports()
         actions: list[FlowAction] = []
+        if peers:
+            self.counters.broadcasts_originated += 1
         for peer, bound in root_bounds(self.node_id, peers).items():
+            self.counters.frb_sent += 1
             wire = frb.pack(frb.broadcast(data, self.node_id, bound, hop_count=1))
             actions.append(PacketOut(peers[peer], wire))
         return actions
@@ -303,6 +321,7 @@ class BoundedFloodSwitch:
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
+            self.counters.frb_forwarded += 1
             wire = frb.pack(frb.broadcast(inner, h.root_nid, bound, hop_count=h.hop_count + 1))
             actions.append(PacketOut(peers[peer], wire))
         return actions

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -67,6 +68,7 @@ class SignalEndpoint:
         self._ready = asyncio.Event()
         self._connected = False
         self.sessions = 0  # completed logins, for tests and diagnostics
+        self.connected_since: float | None = None  # wall-clock time of the current session's login
 
     # ------------------------------------------------------------------ public API
 
@@ -155,6 +157,7 @@ class SignalEndpoint:
         """Logged in, membership known and our announcement sent."""
         self._table.set_own_jid(own_jid)
         self._connected = True
+        self.connected_since = time.time()
         self.sessions += 1
         self._ready.set()
         log.info("signal %s: logged in as %s", self.account, own_jid)
@@ -163,6 +166,7 @@ class SignalEndpoint:
     def _session_down(self, reason: str) -> None:
         was_connected = self._connected
         self._connected = False
+        self.connected_since = None
         self._ready.clear()
         for pending in self._transactions.close_all():
             _fail(pending.waiter, RequestError(ErrorReason.NOT_CONNECTED, reason))

@@ -23,6 +23,16 @@ class Signaling(Protocol):
     @property
     def overlays(self) -> frozenset[str]: ...
 
+    @property
+    def connected_since(self) -> float | None:
+        """Wall-clock time the current session logged in (None while disconnected)."""
+        ...
+
+    @property
+    def sessions(self) -> int:
+        """Logins completed so far (every one after the first is a reconnect)."""
+        ...
+
     def node_id(self, overlay: str) -> int: ...
 
     def peers(self, overlay: str) -> dict[int, str]: ...

@@ -42,7 +42,9 @@ from evio.overlay.adjacency_events import AdjacencyEvent, LinkUp
 from evio.overlay.controller import OverlayController, Timings
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
 from evio.tunnel.config import tap_name
-from evio.tunnel.errors import SetupError
+from evio.tunnel.datapath import DatapathStats
+from evio.tunnel.errors import SetupError, TunnelError
+from evio.tunnel.liveness import RttStats
 from evio.tunnel.ice import PathKind
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelState, TunnelUp
 
@@ -89,6 +91,17 @@ class FakeTunnelView:
     """What `FakeLinks.get` returns: the tunnel as one end sees it (the manager returns its `Tunnel`)."""
 
     info: TunnelInfo
+    rtt: RttStats = RttStats()
+    up_since: float | None = None
+    mtu: int = 1428
+
+    def stats(self) -> DatapathStats:
+        return DatapathStats()
+
+    async def probe(self, timeout: float) -> float:
+        if self.info.state is not TunnelState.UP:
+            raise TunnelError(f"tunnel is {self.info.state.value}, not up")
+        return 0.0
 
 
 class FakeLinkNetwork:

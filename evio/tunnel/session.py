@@ -193,6 +193,11 @@ class Tunnel:
         return self._liveness.rtt if self._liveness is not None else RttStats()
 
     @property
+    def mtu(self) -> int:
+        """The TAP's MTU (the largest frame the tunnel carries, less the Ethernet header)."""
+        return self.config.tap_mtu
+
+    @property
     def up_since(self) -> float | None:
         """When the link came up (this tunnel's clock), None before."""
         return self._up_since

@@ -223,10 +223,17 @@ async def test_sdn_events_reach_the_overlay_controller_and_the_status() -> None:
         ov = status["overlays"]["ov1"]
         assert status["node_id"] == f"{nid(1):032x}"
         assert ov["switch_connected"] is True
-        assert ov["links"] == [{
-            "peer": f"{nid(2):032x}", "type": "successor", "state": "up", "tap": tap, "port": 7, "on_bridge": True,
-            "path": "direct", "setup_seconds": 0.0, "age": ov["links"][0]["age"],
-        }]
+        (link,) = ov["links"]
+        assert {key: link[key] for key in ("peer", "peer_name", "type", "state", "tap", "port", "on_bridge", "path",
+                                           "setup_seconds", "mtu", "tx", "rx", "drops", "rtt_ms")} == {
+            "peer": f"{nid(2):032x}", "peer_name": f"node2@{DOMAIN}", "type": "successor", "state": "up", "tap": tap,
+            "port": 7, "on_bridge": True, "path": "direct", "setup_seconds": 0.0, "mtu": 1428,
+            "tx": {"bytes": 0, "frames": 0}, "rx": {"bytes": 0, "frames": 0}, "drops": {}, "rtt_ms": None,
+        }
+        assert ov["link_counts"] == {"successor": 1}
+        assert ov["signal"]["connected"] is True and ov["signal"]["reconnects"] == 0
+        assert ov["signal"]["connected_since"] is not None
+        assert status["version"] == 1
         assert ov["link_events"]["up"] == 1 and ov["link_events"]["down"] == 0
         assert ov["peers"] == {f"{nid(2):032x}": f"node2@{DOMAIN}/evio-{nid(2):032x}"}
     finally:
