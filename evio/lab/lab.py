@@ -50,7 +50,7 @@ from evio.lab.state import (
     load_state,
     save_state,
 )
-from evio.node import control
+from evio.node import control, control_client
 from evio.lab.topology import (
     DEFAULT_LAB_NAME,
     LabPlan,
@@ -555,7 +555,7 @@ class Lab:
 
     def daemon_status(self, index: int, timeout: float = 5.0) -> dict[str, Any]:
         """The daemon's status document, from its control API (raises ControlError if it does not answer)."""
-        return control.query(full_nodes.control_socket(self.directory, self.plan.node(index)), "status", timeout)
+        return control_client.fetch_status(full_nodes.control_socket(self.directory, self.plan.node(index)), timeout)
 
     def daemon_log(self, index: int) -> Path:
         return full_nodes.daemon_log(self.directory, self.plan.node(index))

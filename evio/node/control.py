@@ -5,9 +5,14 @@ this socket, as tailscale's CLI does with tailscaled. One request per
 connection: the client writes one JSON object and a newline, the daemon
 answers with one JSON object and a newline, and closes.
 
-    {"request": "status"}   -> {"ok": true, "status": {node id, overlays, links, peers, ...}}
+    {"request": "status"}   -> {"ok": true, "status": {the status document, evio.node.status}}
     {"request": "ping"}     -> {"ok": true}
+    {"request": "probe", "overlay": ID, "peer": NODE_ID, "timeout": S}
+                            -> {"ok": true, "probe": {"result": "pong" | "no-link" | "timeout", ...}}
     anything else           -> {"ok": false, "error": "..."}
+
+Requests with arguments (probe) are served by coroutines, given the whole
+request object, and answered within `REQUEST_TIMEOUT`.
 
 The socket is created mode 0600 in the node's state directory: only root
 (who runs the daemon) may ask.
@@ -21,7 +26,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +37,10 @@ MAX_REQUEST_BYTES = 4096
 READ_TIMEOUT = 5.0
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
+REQUEST_TIMEOUT = 30.0  # an asynchronous handler that takes longer is answered with an error
+
 Handlers = Mapping[str, Callable[[], dict[str, Any]]]
+RequestHandlers = Mapping[str, Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]]
 
 
 class ControlError(Exception):
@@ -43,20 +51,28 @@ def socket_path(state_dir: Path) -> Path:
     return state_dir / SOCKET_NAME
 
 
-def respond(line: bytes, handlers: Handlers) -> dict[str, Any]:
-    """The answer to one request line (pure: the handlers build what is asked for)."""
+def parse_request(line: bytes) -> dict[str, Any] | str:
+    """The request object of one line, or why it is not one."""
     try:
         request = json.loads(line)
     except (ValueError, UnicodeDecodeError):
-        return {"ok": False, "error": "request is not JSON"}
+        return "request is not JSON"
     if not isinstance(request, dict) or not isinstance(request.get("request"), str):
-        return {"ok": False, "error": 'expected {"request": NAME}'}
+        return 'expected {"request": NAME}'
+    return request
+
+
+def respond(line: bytes, handlers: Handlers, request_handlers: RequestHandlers | None = None) -> dict[str, Any]:
+    """The answer to one request line (pure: the handlers build what is asked for)."""
+    request = parse_request(line)
+    if isinstance(request, str):
+        return {"ok": False, "error": request}
     name = request["request"]
     if name == "ping":
         return {"ok": True}
     handler = handlers.get(name)
     if handler is None:
-        known = ", ".join(sorted({"ping", *handlers}))
+        known = ", ".join(sorted({"ping", *handlers, *(request_handlers or {})}))
         return {"ok": False, "error": f"unknown request {name!r} (known: {known})"}
     try:
         return {"ok": True, name: handler()}
@@ -65,10 +81,28 @@ def respond(line: bytes, handlers: Handlers) -> dict[str, Any]:
         return {"ok": False, "error": f"{name} failed: {type(exc).__name__}: {exc}"}
 
 
+async def respond_async(line: bytes, handlers: Handlers, request_handlers: RequestHandlers) -> dict[str, Any]:
+    """As `respond`, with the requests that take arguments and time (served by coroutines)."""
+    request = parse_request(line)
+    if isinstance(request, str) or request["request"] not in request_handlers:
+        return respond(line, handlers, request_handlers)
+    name = request["request"]
+    try:
+        return {"ok": True, name: await asyncio.wait_for(request_handlers[name](request), REQUEST_TIMEOUT)}
+    except asyncio.TimeoutError:
+        return {"ok": False, "error": f"{name} took longer than {REQUEST_TIMEOUT:.0f} s"}
+    except ControlError as exc:
+        return {"ok": False, "error": str(exc)}
+    except Exception as exc:
+        log.exception("control request %s failed", name)
+        return {"ok": False, "error": f"{name} failed: {type(exc).__name__}: {exc}"}
+
+
 class ControlServer:
-    def __init__(self, path: Path, handlers: Handlers) -> None:
+    def __init__(self, path: Path, handlers: Handlers, request_handlers: RequestHandlers | None = None) -> None:
         self.path = path
         self._handlers = handlers
+        self._request_handlers: RequestHandlers = request_handlers or {}
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -115,7 +149,7 @@ class ControlServer:
                 if len(line) > MAX_REQUEST_BYTES:
                     answer = {"ok": False, "error": "request too large"}
                 else:
-                    answer = respond(line, self._handlers)
+                    answer = await respond_async(line, self._handlers, self._request_handlers)
             writer.write(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
             await writer.drain()
         except (ConnectionError, OSError):
@@ -126,13 +160,13 @@ class ControlServer:
                 await writer.wait_closed()
 
 
-def query(path: Path, request: str, timeout: float = 5.0) -> dict[str, Any]:
+def query(path: Path, request: str, timeout: float = 5.0, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Ask the daemon listening on `path` (blocking; for the CLI). Returns the answer's payload."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
         try:
             conn.connect(str(path))
-            conn.sendall(json.dumps({"request": request}).encode() + b"\n")
+            conn.sendall(json.dumps({**(fields or {}), "request": request}).encode() + b"\n")
             chunks = []
             size = 0
             while True:
@@ -147,6 +181,10 @@ def query(path: Path, request: str, timeout: float = 5.0) -> dict[str, Any]:
             raise ControlError(f"no daemon control socket at {path} (is evio running?)") from None
         except ConnectionRefusedError:
             raise ControlError(f"nothing listens on {path} (the daemon is not running)") from None
+        except PermissionError:
+            raise ControlError(f"no access to {path} (the control socket is root's only)") from None
+        except socket.timeout:
+            raise ControlError(f"the daemon at {path} did not answer within {timeout:g} s") from None
         except OSError as exc:
             raise ControlError(f"cannot ask the daemon at {path}: {exc}") from None
     try:

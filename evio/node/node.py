@@ -17,11 +17,11 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from evio.node.control import ControlServer
+from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
 from evio.node.overlay_stack import OverlayStack
 from evio.node.plan import NodePlan
@@ -30,7 +30,7 @@ from evio.node.sdn import SdnController
 from evio.node.side_loop import SideLoop
 from evio.node.signal_mux import SharedAccount
 from evio.node.status import STATUS_VERSION
-from evio.overlay.node_id import format_node_id
+from evio.overlay.node_id import format_node_id, parse_node_id
 from evio.signal.interface import Signaling
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class Node:
         if self._control_socket is not None:
             # First: its socket is also the lock that keeps a second daemon with this state dir
             # from touching the bridges of the first.
-            control = ControlServer(self._control_socket, {"status": self.status})
+            control = ControlServer(self._control_socket, {"status": self.status}, {"probe": self.probe})
             await control.start()
             self._control = control
         self.sdn = self._platform.sdn_controller()
@@ -199,7 +199,25 @@ class Node:
                 except Exception:
                     log.exception("handling %s failed", event)
 
-    # -- status ----------------------------------------------------------------------------------
+    # -- control requests --------------------------------------------------------------------------
+
+    async def probe(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """`evio ping`: {"overlay": ID (optional with one overlay), "peer": 32 hex digits, "timeout": s}."""
+        overlay = request.get("overlay")
+        if overlay is None and len(self.overlays) == 1:
+            overlay = next(iter(self.overlays))
+        stack = self.overlays.get(overlay) if isinstance(overlay, str) else None
+        if stack is None:
+            raise ControlError(f"no overlay {overlay!r} on this node (overlays: {', '.join(self.overlays) or 'none'})")
+        try:
+            peer = parse_node_id(str(request.get("peer", "")))
+        except ValueError as exc:
+            raise ControlError(f"bad peer: {exc}") from None
+        timeout = request.get("timeout", 2.0)
+        if not isinstance(timeout, int | float) or not 0 < timeout <= 10:
+            raise ControlError("timeout must be a number of seconds in (0, 10]")
+        return await stack.probe(peer, float(timeout))
+
 
     def status(self) -> dict[str, Any]:
         return {

@@ -44,6 +44,7 @@ from evio.sdn.boundary import (
 )
 from evio.signal.interface import Signaling
 from evio.node.status import SetupHistogram, TunnelView, link_counts, link_document
+from evio.tunnel.errors import TunnelError
 from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
 
 log = logging.getLogger(__name__)
@@ -308,6 +309,42 @@ class OverlayStack:
             self.traffic = event
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = event_as_dict(event)
+
+    # -- probe (evio ping) ----------------------------------------------------------------------
+
+    async def probe(self, peer: int, timeout: float) -> dict[str, Any]:
+        """One echo through the tunnel to `peer`: its path and RTT, or why there is none."""
+        names = self.signaling.peers(self.overlay)
+        adjacency = self.controller.adjacency().get(peer)
+        tunnel = self.links.get(peer)
+        answer: dict[str, Any] = {
+            "overlay": self.overlay,
+            "peer": format_node_id(peer),
+            "peer_name": names[peer].partition("/")[0] if peer in names else None,
+            "link_type": _value(getattr(adjacency, "link_type", None)),
+            "link_state": _value(getattr(adjacency, "state", None)),
+            "tunnel_state": _value(tunnel.info.state) if tunnel is not None else None,
+            "peer_online": peer in names,
+        }
+        if tunnel is None or answer["tunnel_state"] != "up":
+            # Being set up: the controller holds a pending link, or a tunnel is negotiating.
+            setting_up = answer["link_state"] == "pending" or (
+                tunnel is not None and answer["tunnel_state"] not in ("closed", "failed"))
+            return {**answer, "result": "no-link", "setting_up": setting_up}
+        info = tunnel.info
+        answer.update({
+            "path": _value(info.path),
+            "local_candidate": info.local_candidate,
+            "remote_candidate": info.remote_candidate,
+            "remote_address": f"{info.remote_addr[0]}:{info.remote_addr[1]}" if info.remote_addr else None,
+        })  # fmt: skip
+        try:
+            rtt = await tunnel.probe(timeout)
+        except asyncio.TimeoutError:
+            return {**answer, "result": "timeout", "timeout": timeout}
+        except TunnelError as exc:
+            return {**answer, "result": "no-link", "setting_up": False, "reason": str(exc)}
+        return {**answer, "result": "pong", "rtt_ms": round(rtt * 1000, 3)}
 
     # -- status --------------------------------------------------------------------------------
 

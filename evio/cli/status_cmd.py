@@ -1,0 +1,241 @@
+"""`evio status` and `evio ping`: clients of the running daemon's control socket, nothing else.
+
+Exit status: 0 the daemon answered (for ping: at least one pong); 1 no daemon,
+no access to its socket, or (ping) no answer from the peer; 2 the config
+given with --config cannot be read or is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from evio.config.model import DEFAULT_STATE_DIR
+
+EXIT_OK = 0
+EXIT_NO_DAEMON = 1
+EXIT_BAD_CONFIG = 2
+
+
+def register(sub: Any) -> None:
+    status = sub.add_parser(
+        "status",
+        help="the running daemon's overlays, signaling and links",
+        description="Ask the running daemon (through its control socket) for its overlays, signaling and links.",
+    )
+    _socket_options(status)
+    status.add_argument("--json", action="store_true", help="the status document as JSON (stable; see the README)")
+    status.set_defaults(handler=status_command)
+
+    ping = sub.add_parser(
+        "ping",
+        help="probe a peer through its tunnel",
+        description="Send echo records to a peer through its tunnel (not ICMP) and print the path and round-trip "
+        "time of each answer, as `tailscale ping` does.",
+    )
+    ping.add_argument("peer", metavar="PEER", help="node id (or a unique prefix), JID, or the JID's user part")
+    _socket_options(ping)
+    ping.add_argument("--overlay", metavar="ID", help="the overlay (needed only if the peer is in several)")
+    ping.add_argument("-c", "--count", type=int, default=4, help="probes to send (default 4)")
+    ping.add_argument("-i", "--interval", type=float, default=1.0, help="seconds between probes (default 1)")
+    ping.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for each answer (default 2)")
+    ping.set_defaults(handler=ping_command)
+
+
+def _socket_options(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--state-dir", metavar="DIR", type=Path,
+                       help=f"the daemon's state directory (default {DEFAULT_STATE_DIR})")
+    where.add_argument("--config", metavar="FILE", dest="config_file",
+                       help="the daemon's config (its node.state_dir is used)")
+
+
+def control_socket(args: argparse.Namespace, command: str) -> Path | None:
+    """The control socket the options point at (None after printing why there is none)."""
+    from evio.config.loader import ConfigError, ConfigFileError, load_config
+    from evio.node.control_client import control_socket_for
+
+    if args.state_dir is not None:
+        return control_socket_for(args.state_dir)
+    if args.config_file is not None:
+        try:
+            config = load_config(args.config_file)
+        except ConfigFileError as exc:
+            where = f"{args.config_file}:{exc.location}" if exc.location else args.config_file
+            print(f"evio {command}: {where}: {exc.reason}", file=sys.stderr)
+            return None
+        except ConfigError as exc:
+            print(f"evio {command}: {args.config_file}: invalid config ({exc.problems[0]})", file=sys.stderr)
+            return None
+        return control_socket_for(config.node.state_dir)
+    return control_socket_for(DEFAULT_STATE_DIR)
+
+
+def status_command(args: argparse.Namespace) -> int:
+    from evio.node.control import ControlError
+    from evio.node.control_client import fetch_status
+
+    path = control_socket(args, "status")
+    if path is None:
+        return EXIT_BAD_CONFIG
+    try:
+        status = fetch_status(path)
+    except ControlError as exc:
+        print(f"evio status: {exc}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        print(render_status(status, now=time.time()))
+    return EXIT_OK
+
+
+def ping_command(args: argparse.Namespace) -> int:
+    from evio.node.control import ControlError
+    from evio.node.control_client import fetch_status, find_peer, probe
+
+    path = control_socket(args, "ping")
+    if path is None:
+        return EXIT_BAD_CONFIG
+    if args.count < 1 or args.interval < 0 or not 0 < args.timeout <= 10:
+        print("evio ping: --count >= 1, --interval >= 0 and 0 < --timeout <= 10", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    try:
+        match = find_peer(fetch_status(path), args.peer, args.overlay)
+    except ControlError as exc:
+        print(f"evio ping: {exc}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    pongs = 0
+    for sent in range(args.count):
+        if sent:
+            time.sleep(args.interval)
+        try:
+            answer = probe(path, match.overlay, match.peer, args.timeout)
+        except ControlError as exc:
+            print(f"evio ping: {exc}", file=sys.stderr)
+            return EXIT_NO_DAEMON
+        print(render_probe(answer), flush=True)
+        if answer.get("result") == "no-link":
+            return EXIT_NO_DAEMON
+        pongs += answer.get("result") == "pong"
+    return EXIT_OK if pongs else EXIT_NO_DAEMON
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def render_probe(answer: Mapping[str, Any]) -> str:
+    who = _peer_label(answer.get("peer_name"), str(answer.get("peer", "?")))
+    result = answer.get("result")
+    if result == "pong":
+        return f"pong from {who} via {_path(answer)} in {_ms(answer.get('rtt_ms'))}"
+    if result == "timeout":
+        return f"no answer from {who} via {_path(answer)} within {answer.get('timeout')} s"
+    online = "online" if answer.get("peer_online") else "not online in signaling"
+    if answer.get("setting_up"):
+        state = answer.get("tunnel_state") or answer.get("link_state") or "pending"
+        return f"no link to {who} in {answer.get('overlay')} yet: one is being set up ({state}); the peer is {online}"
+    return f"no link to {who} in {answer.get('overlay')}, and none is being set up; the peer is {online}"
+
+
+def render_status(status: Mapping[str, Any], now: float) -> str:
+    lines = [f"node {status.get('node_id')}  pid {status.get('pid')}  up {_duration(status.get('uptime'))}"]
+    for name, ov in status.get("overlays", {}).items():
+        counts = ov.get("link_counts", {})
+        summary = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none"
+        switch = "switch connected" if ov.get("switch_connected") else "switch NOT connected"
+        lines.append("")
+        lines.append(f"overlay {name}  address {ov.get('address') or '-'}  bridge {ov.get('bridge')} "
+                     f"({ov.get('datapath')}, {switch})")
+        lines.append(f"  node id {ov.get('node_id')}")
+        lines.append("  " + _signal_line(ov.get("signal", {}), now))
+        lines.append(f"  links up: {sum(counts.values())} ({summary}); members online: {len(ov.get('peers', {}))}")
+        links = ov.get("links", [])
+        if links:
+            header = ("PEER", "NAME", "TYPE", "STATE", "PATH", "RTT", "AGE", "TX", "RX", "DROPS", "MTU")
+            rows = [header] + [_link_row(link) for link in links]
+            widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+            for row in rows:
+                lines.append("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def _signal_line(signal: Mapping[str, Any], now: float) -> str:
+    where = f"signaling {signal.get('jid')} via {signal.get('server')}"
+    reconnects = signal.get("reconnects", 0)
+    if not signal.get("connected"):
+        return f"{where}: NOT connected ({reconnects} reconnects so far)"
+    since = signal.get("connected_since")
+    if isinstance(since, int | float):
+        stamp = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"{where}: connected since {stamp} ({_duration(now - since)}), {reconnects} reconnects"
+    return f"{where}: connected, {reconnects} reconnects"
+
+
+def _link_row(link: Mapping[str, Any]) -> tuple[str, ...]:
+    drops = link.get("drops") or {}
+    tx, rx = link.get("tx", {}), link.get("rx", {})
+    return (
+        str(link.get("peer", ""))[:12],
+        _peer_label(link.get("peer_name"), "-", short=True),
+        str(link.get("type") or "-"),
+        str(link.get("state") or "-"),
+        _path(link) if link.get("path") else "-",
+        _ms(link.get("rtt_ms")),
+        _duration(link.get("age")),
+        f"{_size(tx.get('bytes'))}/{tx.get('frames', 0)}f",
+        f"{_size(rx.get('bytes'))}/{rx.get('frames', 0)}f",
+        ",".join(f"{reason}={n}" for reason, n in sorted(drops.items())) or "0",
+        str(link.get("mtu") or "-"),
+    )
+
+
+def _path(doc: Mapping[str, Any]) -> str:
+    """"direct host->srflx 198.51.100.3:40001" or "relay relay->relay ..."."""
+    kind = doc.get("path") or "?"
+    local, remote = doc.get("local_candidate"), doc.get("remote_candidate")
+    address = doc.get("remote_address")
+    candidates = f" {local or '?'}->{remote or '?'}" if local or remote else ""
+    return f"{kind}{candidates}" + (f" {address}" if address else "")
+
+
+def _peer_label(name: Any, fallback: str, short: bool = False) -> str:
+    if not isinstance(name, str) or not name:
+        return fallback
+    return name.partition("@")[0] if short else name
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value:.2f}ms" if value < 10 else f"{value:.0f}ms"
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def _size(count: Any) -> str:
+    if not isinstance(count, int):
+        return "0B"
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1000
+    return f"{value:.1f}TB"

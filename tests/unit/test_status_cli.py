@@ -1,0 +1,118 @@
+"""`evio status` and `evio ping` against a node on fakes, through its real control socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from evio.cli import main
+from evio.cli.status_cmd import render_probe, render_status
+from evio.node.control import ControlError
+from evio.node.control_client import find_peer
+from evio.node.node import Node
+from evio.node.plan import plan_node
+from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid, until
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
+    """Three nodes, the real overlay controller (s = 2: all linked); node 1 answers on tmp_path/control.sock."""
+    fleet = Fleet(3)
+    plan = plan_node(fleet_config(1), nid(1), controller_port=6653, kernel_module_loaded=False)
+    fleet.nodes[1] = Node(plan, fleet.platforms[1], control_socket=tmp_path / "control.sock")
+    await fleet.start()
+    stack = fleet.nodes[1].overlays["ov1"]
+    await until(lambda: len([p for p, i in stack.controller.adjacency().items() if i.state.value == "up"]) == 2, 10)
+    yield fleet
+    await fleet.stop_all()
+
+
+async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = await asyncio.to_thread(main, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+async def test_status_prints_overlays_signaling_and_one_line_per_link(
+        fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = await cli(capsys, "status", "--state-dir", str(tmp_path))
+    assert (code, err) == (0, "")
+    assert f"node {nid(1):032x}" in out
+    assert "overlay ov1  address 10.254.0.1/16  bridge evbr-ov1 (netdev" in out
+    assert f"signaling node1@{DOMAIN} via 127.0.0.1:5222: connected since" in out and "0 reconnects" in out
+    assert "links up: 2" in out
+    table = [line.strip() for line in out[out.index("PEER"):].splitlines()]
+    assert len(table) == 3 and table[1].startswith(f"{nid(2):032x}"[:12]) and "node2" in table[1]
+    assert "direct" in table[1] and "successor" in table[1]
+
+    code, out, err = await cli(capsys, "status", "--state-dir", str(tmp_path), "--json")
+    document = json.loads(out)
+    assert code == 0 and document["version"] == 1
+    ov = document["overlays"]["ov1"]
+    assert [link["peer"] for link in ov["links"]] == [f"{nid(2):032x}", f"{nid(3):032x}"]
+    assert {link["peer_name"] for link in ov["links"]} == {f"node2@{DOMAIN}", f"node3@{DOMAIN}"}
+    assert ov["link_counts"] == {"successor": 2}
+    assert ov["tunnels"]["up"] == 2 and ov["tunnels"]["setup_seconds"]["count"] == 2
+
+
+async def test_status_without_a_daemon_says_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = await cli(capsys, "status", "--state-dir", str(tmp_path / "none"))
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "no daemon control socket" in err
+
+
+async def test_ping_by_name_and_by_id_prefix_prints_path_and_rtt(
+        fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = await cli(capsys, "ping", "node3", "--state-dir", str(tmp_path), "-c", "2", "-i", "0")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"pong from node3@{DOMAIN} via direct") for line in lines)
+    code, out, _ = await cli(capsys, "ping", f"{nid(2):032x}"[:3], "--state-dir", str(tmp_path), "-c", "1")
+    assert code == 0 and out.startswith(f"pong from node2@{DOMAIN}")
+    code, out, err = await cli(capsys, "ping", "node9", "--state-dir", str(tmp_path), "-c", "1")
+    assert code == 1 and out == "" and "no peer 'node9'" in err
+
+
+async def test_probe_of_a_peer_without_a_link_says_whether_one_is_being_set_up(fleet: Fleet) -> None:
+    node = fleet.nodes[1]
+    answer = await node.probe({"peer": f"{nid(7):032x}"})
+    assert answer["result"] == "no-link" and answer["setting_up"] is False and answer["peer_online"] is False
+    assert "none is being set up" in render_probe(answer)
+    with pytest.raises(ControlError, match="bad peer"):
+        await node.probe({"peer": "zz"})
+    with pytest.raises(ControlError, match="no overlay"):
+        await node.probe({"overlay": "nope", "peer": f"{nid(2):032x}"})
+
+
+def test_render_probe_of_a_link_being_set_up() -> None:
+    text = render_probe({"result": "no-link", "setting_up": True, "overlay": "ov1", "peer": "ab" * 16,
+                         "peer_name": "node2@x.test", "link_state": "pending", "tunnel_state": "connecting",
+                         "peer_online": True})
+    assert text == "no link to node2@x.test in ov1 yet: one is being set up (connecting); the peer is online"
+
+
+def test_find_peer_by_id_prefix_jid_or_user_and_ambiguity() -> None:
+    status = {"overlays": {
+        "a": {"peers": {"ab" + "0" * 30: "node2@x.test/evio-1"}, "links": []},
+        "b": {"peers": {"ab" + "1" * 30: "node3@x.test/evio-2"},
+              "links": [{"peer": "cd" + "0" * 30, "peer_name": "node4@x.test"}]},
+    }}
+    assert find_peer(status, "node2").peer == "ab" + "0" * 30
+    assert find_peer(status, "NODE3@x.test").overlay == "b"
+    assert find_peer(status, "node4").peer == "cd" + "0" * 30  # linked, not online: still found
+    assert find_peer(status, "ab", overlay="a").overlay == "a"
+    with pytest.raises(ControlError, match="more than one peer"):
+        find_peer(status, "ab")
+    with pytest.raises(ControlError, match="no peer"):
+        find_peer(status, "node5")
+
+
+def test_render_status_of_a_disconnected_overlay() -> None:
+    text = render_status({"node_id": "ab" * 16, "pid": 1, "uptime": 75, "overlays": {"ov1": {
+        "signal": {"jid": "n@x", "server": "x:5222", "connected": False, "reconnects": 3}, "links": [],
+    }}}, now=0.0)
+    assert "up 1m15s" in text and "NOT connected (3 reconnects so far)" in text and "links up: 0 (none)" in text
