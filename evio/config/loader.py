@@ -33,6 +33,7 @@ from evio.config.model import (
     Config,
     InterfaceAddress,
     LoggingConfig,
+    MetricsConfig,
     NatTraversalConfig,
     NodeConfig,
     OnDemandConfig,
@@ -42,6 +43,7 @@ from evio.config.model import (
     TunnelConfig,
     TurnServer,
     default_bridge_name,
+    split_host_port,
 )
 from evio.overlay.node_id import parse_node_id
 
@@ -426,6 +428,17 @@ def _logging_problems(logging_section: Mapping[str, Any], base_dir: Path) -> Ite
         yield Problem(json_path(("logging", "file")), f"directory {_resolve(base_dir, file_text).parent} does not exist")
 
 
+def _metrics_problems(metrics: Mapping[str, Any]) -> Iterator[Problem]:
+    listen = _text(metrics.get("listen"))
+    if listen is None:
+        return
+    try:
+        host, _ = split_host_port(listen)
+        ipaddress.ip_address(host)
+    except ValueError:
+        yield Problem(json_path(("metrics", "listen")), f"must be an IP address and port to listen on, got {listen!r}")
+
+
 def _node_problems(node: Mapping[str, Any], base_dir: Path) -> Iterator[Problem]:
     state_text = _text(node.get("state_dir"))
     if state_text is not None:
@@ -439,6 +452,7 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
     root = _dict(document)
     problems = list(_node_problems(_dict(root.get("node")), base_dir))
     problems.extend(_logging_problems(_dict(root.get("logging")), base_dir))
+    problems.extend(_metrics_problems(_dict(root.get("metrics"))))
     overlays = _dict(root.get("overlays"))
     for overlay_id, overlay in overlays.items():
         overlay = _dict(overlay)
@@ -461,6 +475,7 @@ def _build(document: Mapping[str, Any], base_dir: Path) -> Config:
     """The typed config of a document that passed every check."""
     node = document.get("node", {})
     logging_section = document.get("logging", {})
+    metrics = document.get("metrics", {})
     overlays = {overlay_id: _build_overlay(overlay_id, overlay, base_dir) for overlay_id, overlay in document["overlays"].items()}
     return Config(
         overlays=overlays,
@@ -472,6 +487,10 @@ def _build(document: Mapping[str, Any], base_dir: Path) -> Config:
             level=logging_section.get("level", LoggingConfig.level),
             destination=logging_section.get("destination", LoggingConfig.destination),
             file=_optional_path(base_dir, logging_section.get("file")),
+        ),
+        metrics=MetricsConfig(
+            enabled=metrics.get("enabled", MetricsConfig.enabled),
+            listen=metrics.get("listen", MetricsConfig.listen),
         ),
     )
 

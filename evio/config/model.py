@@ -62,6 +62,16 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    enabled: bool = False
+    listen: str = "127.0.0.1:9470"  # IP:port or [IPv6]:port
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return split_host_port(self.listen)
+
+
+@dataclass(frozen=True)
 class SignalConfig:
     jid: str
     server: str = ""  # empty: the domain of jid
@@ -162,6 +172,7 @@ class Config:
     overlays: Mapping[str, OverlayConfig]  # keyed by overlay id, in file order
     node: NodeConfig = field(default_factory=NodeConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:
         # A read-only view so the frozen config cannot be changed through its dict.

@@ -23,6 +23,7 @@ from typing import Any
 
 from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
+from evio.node.metrics import MetricsServer
 from evio.node.overlay_stack import OverlayStack
 from evio.node.plan import NodePlan
 from evio.node.platform import Platform
@@ -52,6 +53,7 @@ class Node:
         self.accounts: dict[str, Signaling] = {}
         self.overlays: dict[str, OverlayStack] = {}
         self._control: ControlServer | None = None
+        self.metrics: MetricsServer | None = None
         self._announcer: SideLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop_requested = asyncio.Event()
@@ -88,6 +90,14 @@ class Node:
             control = ControlServer(self._control_socket, {"status": self.status}, {"probe": self.probe})
             await control.start()
             self._control = control
+        if self.plan.metrics_listen is not None:
+            host, port = self.plan.metrics_listen
+            metrics = MetricsServer(host, port, self.status)
+            try:
+                await metrics.start()
+            except OSError as exc:
+                raise StartupError(f"metrics endpoint {host}:{port}: {exc.strerror or exc}") from exc
+            self.metrics = metrics
         self.sdn = self._platform.sdn_controller()
         await self.sdn.start()
         self._watch(self._sdn_events(self.sdn), "sdn events")
@@ -144,6 +154,9 @@ class Node:
         if self._control is not None:
             await self._control.stop()
             self._control = None
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
         if self._announcer is not None:
             await asyncio.to_thread(self._announcer.stop)
             self._announcer = None

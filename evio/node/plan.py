@@ -48,6 +48,7 @@ class NodePlan:
     node_id: int
     accounts: tuple[AccountPlan, ...]
     overlays: tuple[OverlayPlan, ...]
+    metrics_listen: tuple[str, int] | None = None  # (IP, port) of the Prometheus endpoint; None: off
 
 
 def tap_prefix(index: int) -> str:
@@ -100,7 +101,8 @@ def plan_node(
             datapath_id=dpid,
         )
         plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid))
-    return NodePlan(node_id, account_plans, tuple(plans))
+    metrics = config.metrics.host_port if config.metrics.enabled else None
+    return NodePlan(node_id, account_plans, tuple(plans), metrics)
 
 
 def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:

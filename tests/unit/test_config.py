@@ -26,6 +26,7 @@ from evio.config.model import (
     BridgeConfig,
     Config,
     LoggingConfig,
+    MetricsConfig,
     NatTraversalConfig,
     NodeConfig,
     OnDemandConfig,
@@ -105,7 +106,7 @@ def test_schema_is_valid_draft_2020_12_and_closed_everywhere() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     objects = list(_subschemas_with_properties(schema))
-    assert len(objects) == 11  # the root and the ten sections
+    assert len(objects) == 12  # the root and the eleven sections
     assert all(s.get("additionalProperties") is False for s in objects)
 
 
@@ -126,6 +127,7 @@ def _subschemas_with_properties(schema: Any) -> Any:
     [
         ("node", NodeConfig),
         ("logging", LoggingConfig),
+        ("metrics", MetricsConfig),
         ("signal", SignalConfig),
         ("natTraversal", NatTraversalConfig),
         ("turnServer", TurnServer),
@@ -679,3 +681,21 @@ def test_cli_example_prints_a_checkable_config(tmp_path: Path, capsys: pytest.Ca
     assert printed == EXAMPLE.read_text()
     (tmp_path / "printed.jsonc").write_text(printed)
     assert main(["config", "check", str(tmp_path / "printed.jsonc")]) == 0
+
+
+def test_metrics_are_off_by_default_on_loopback_and_listen_must_be_an_address(tmp_path: Path) -> None:
+    from evio.config.loader import ConfigError, load_config
+
+    base = {"overlays": {"ov1": {"signal": {"jid": "a@x.test", "password": "pw"}, "bridge": {"name": "evbr-ov1"}}}}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(base))
+    config = load_config(path)
+    assert config.metrics == MetricsConfig(enabled=False, listen="127.0.0.1:9470")
+    path.write_text(json.dumps({**base, "metrics": {"enabled": True, "listen": "[::1]:9100"}}))
+    assert load_config(path).metrics.host_port == ("::1", 9100)
+    for bad, where in (({"listen": "localhost:9100"}, "$.metrics.listen"), ({"port": 1}, "$.metrics"),
+                       ({"enabled": "yes"}, "$.metrics.enabled")):
+        path.write_text(json.dumps({**base, "metrics": bad}))
+        with pytest.raises(ConfigError) as caught:
+            load_config(path)
+        assert any(where in str(problem) for problem in caught.value.problems), (bad, caught.value.problems)

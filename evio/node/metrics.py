@@ -1,0 +1,221 @@
+"""Prometheus metrics: a collector over the status document, served over HTTP on the daemon's loop.
+
+Nothing is counted for the metrics' sake: at each scrape `StatusCollector`
+asks the node for its status document (the counters the tunnels, the SDN
+side and signaling keep anyway) and turns it into metric families. The HTTP
+side is a few lines of asyncio on the daemon's own loop, so the collector
+reads the daemon's state without crossing a thread.
+
+Names follow Prometheus conventions (`_total` counters, base units: bytes,
+seconds); labels are `overlay`, `peer` (32 hex digits) and a `reason` or
+`type` where it applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_HEAD = 8192
+READ_TIMEOUT = 5.0
+
+StatusSource = Callable[[], Mapping[str, Any]]
+
+
+class StatusCollector:
+    """A prometheus_client collector: metric families from the status document, built at scrape time."""
+
+    def __init__(self, status: StatusSource) -> None:
+        self._status = status
+
+    def describe(self) -> list[Metric]:
+        return []  # no scrape at registration: families are only known from a live status
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self._status())
+
+
+def families(status: Mapping[str, Any]) -> Iterator[Metric]:
+    """Every metric family of one status document (pure)."""
+    info = GaugeMetricFamily("evio_node_info", "This node; the value is 1.", labels=["node_id"])
+    info.add_metric([str(status.get("node_id"))], 1)
+    yield info
+    uptime = GaugeMetricFamily("evio_uptime_seconds", "Seconds since the daemon was up.")
+    uptime.add_metric([], float(status.get("uptime") or 0))
+    yield uptime
+
+    f = _Families()
+    for overlay, ov in status.get("overlays", {}).items():
+        f.overlay(overlay, ov)
+    yield from f.all()
+
+
+class _Families:
+    def __init__(self) -> None:
+        o, op = ["overlay"], ["overlay", "peer"]
+        self.overlay_info = GaugeMetricFamily(
+            "evio_overlay_info", "Overlays this node is in; the value is 1.",
+            labels=["overlay", "node_id", "bridge", "datapath", "address"])
+        self.links = GaugeMetricFamily("evio_links", "Links up, by type.", labels=["overlay", "type"])
+        self.link_info = GaugeMetricFamily(
+            "evio_link_info", "Each link; the value is 1.",
+            labels=["overlay", "peer", "peer_name", "type", "state", "path", "local_candidate", "remote_candidate"])
+        self.tx_bytes = CounterMetricFamily("evio_tunnel_transmit_bytes", "Frame bytes sent into the tunnel.", labels=op)
+        self.rx_bytes = CounterMetricFamily("evio_tunnel_receive_bytes", "Frame bytes received from the tunnel.",
+                                            labels=op)
+        self.tx_frames = CounterMetricFamily("evio_tunnel_transmit_frames", "Frames sent into the tunnel.", labels=op)
+        self.rx_frames = CounterMetricFamily("evio_tunnel_receive_frames", "Frames received from the tunnel.", labels=op)
+        self.tunnel_drops = CounterMetricFamily(
+            "evio_tunnel_drops", "Datagrams or frames the tunnel dropped, by reason.", labels=[*op, "reason"])
+        self.rtt = GaugeMetricFamily("evio_tunnel_rtt_seconds", "Smoothed round-trip time from the tunnel's echoes.",
+                                     labels=op)
+        self.mtu = GaugeMetricFamily("evio_tunnel_mtu_bytes", "The tunnel TAP's MTU.", labels=op)
+        self.setup = HistogramMetricFamily("evio_tunnel_setup_seconds", "Time from offer to a link up.", labels=o)
+        self.tunnels_up = CounterMetricFamily("evio_tunnels_established", "Tunnels that came up.", labels=o)
+        self.tunnels_down = CounterMetricFamily("evio_tunnels_closed", "Tunnels that went down after being up.",
+                                                labels=o)
+        self.packet_ins = CounterMetricFamily("evio_switch_packet_ins", "Frames the bridge sent to the controller.",
+                                              labels=o)
+        self.originated = CounterMetricFamily(
+            "evio_frb_broadcasts_originated", "Broadcast or unknown-unicast frames from local ports flooded as FRBs.",
+            labels=o)
+        self.frb_sent = CounterMetricFamily("evio_frb_sent", "FRB copies sent to peers with this node as root.",
+                                            labels=o)
+        self.frb_forwarded = CounterMetricFamily("evio_frb_forwarded", "FRB copies passed on within their bounds.",
+                                                 labels=o)
+        self.frb_received = CounterMetricFamily("evio_frb_received", "FRB broadcasts received from peers.", labels=o)
+        self.switch_drops = CounterMetricFamily(
+            "evio_switch_drops", "Frames and FRBs the controller dropped, by reason.", labels=["overlay", "reason"])
+        self.signal_connected = GaugeMetricFamily("evio_signal_connected", "1 while signaling is logged in.", labels=o)
+        self.signal_reconnects = CounterMetricFamily("evio_signal_reconnects", "Signaling logins after the first.",
+                                                     labels=o)
+        self.members = GaugeMetricFamily("evio_signal_members_online", "Other members signaling sees online.",
+                                         labels=o)
+
+    def overlay(self, overlay: str, ov: Mapping[str, Any]) -> None:
+        self.overlay_info.add_metric(
+            [overlay, str(ov.get("node_id")), str(ov.get("bridge")), str(ov.get("datapath")), str(ov.get("address"))], 1)
+        for kind in ("successor", "long_distance", "on_demand"):
+            self.links.add_metric([overlay, kind], ov.get("link_counts", {}).get(kind, 0))
+        for link in ov.get("links", []):
+            self._link(overlay, link)
+        tunnels = ov.get("tunnels", {})
+        histogram = tunnels.get("setup_seconds")
+        if histogram:
+            cumulative, buckets = 0, []
+            for bound, count in zip([*histogram["bounds"], float("inf")], histogram["counts"]):
+                cumulative += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+            self.setup.add_metric([overlay], buckets, histogram["sum"])
+        self.tunnels_up.add_metric([overlay], tunnels.get("up", 0))
+        self.tunnels_down.add_metric([overlay], tunnels.get("down", 0))
+        switch = ov.get("switch", {})
+        self.packet_ins.add_metric([overlay], switch.get("packet_ins", 0))
+        self.originated.add_metric([overlay], switch.get("broadcasts_originated", 0))
+        self.frb_sent.add_metric([overlay], switch.get("frb_sent", 0))
+        self.frb_forwarded.add_metric([overlay], switch.get("frb_forwarded", 0))
+        self.frb_received.add_metric([overlay], ov.get("broadcasts", {}).get("received", 0))
+        for reason, count in sorted(ov.get("drops", {}).items()):
+            self.switch_drops.add_metric([overlay, reason.lower()], count)
+        signal = ov.get("signal", {})
+        self.signal_connected.add_metric([overlay], 1 if signal.get("connected") else 0)
+        self.signal_reconnects.add_metric([overlay], signal.get("reconnects", 0))
+        self.members.add_metric([overlay], len(ov.get("peers", {})))
+
+    def _link(self, overlay: str, link: Mapping[str, Any]) -> None:
+        peer = str(link.get("peer"))
+        labels = [overlay, peer]
+        self.link_info.add_metric([
+            overlay, peer, str(link.get("peer_name") or ""), str(link.get("type") or ""), str(link.get("state") or ""),
+            str(link.get("path") or ""), str(link.get("local_candidate") or ""), str(link.get("remote_candidate") or ""),
+        ], 1)  # fmt: skip
+        if link.get("tunnel_state") is None:
+            return  # no tunnel yet: no counters
+        tx, rx = link.get("tx", {}), link.get("rx", {})
+        self.tx_bytes.add_metric(labels, tx.get("bytes", 0))
+        self.rx_bytes.add_metric(labels, rx.get("bytes", 0))
+        self.tx_frames.add_metric(labels, tx.get("frames", 0))
+        self.rx_frames.add_metric(labels, rx.get("frames", 0))
+        for reason, count in sorted(link.get("drops", {}).items()):
+            self.tunnel_drops.add_metric([*labels, reason], count)
+        if link.get("rtt_smoothed_ms") is not None:
+            self.rtt.add_metric(labels, link["rtt_smoothed_ms"] / 1000)
+        if link.get("mtu") is not None:
+            self.mtu.add_metric(labels, link["mtu"])
+
+    def all(self) -> list[Metric]:
+        return [value for value in vars(self).values() if isinstance(value, Metric)]
+
+
+class MetricsServer:
+    """HTTP/1.x on the daemon's loop: GET /metrics answers the text exposition format; nothing else is served."""
+
+    def __init__(self, host: str, port: int, status: StatusSource) -> None:
+        self.host = host
+        self.port = port
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(StatusCollector(status))
+        self._server: asyncio.Server | None = None
+
+    @property
+    def bound_port(self) -> int:
+        """The port actually listened on (differs from `port` when that was 0)."""
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_REQUEST_HEAD)
+        log.info("metrics on http://%s:%d/metrics", self.host if ":" not in self.host else f"[{self.host}]",
+                 self.bound_port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                return  # not HTTP, too slow or too large: close without an answer
+            status, content_type, body = self.answer(head)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode() + body
+            )
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    def answer(self, head: bytes) -> tuple[str, str, bytes]:
+        """(status line, content type, body) for one request head."""
+        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = request_line.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            return "400 Bad Request", "text/plain", b"bad request\n"
+        method, target = parts[0], parts[1].split("?", 1)[0]
+        if method != "GET":
+            return "405 Method Not Allowed", "text/plain", b"only GET\n"
+        if target != "/metrics":
+            return "404 Not Found", "text/plain", b"see /metrics\n"
+        try:
+            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry)
+        except Exception:
+            log.exception("metrics scrape failed")
+            return "500 Internal Server Error", "text/plain", b"scrape failed; see the daemon's log\n"
