@@ -1,5 +1,9 @@
 """`evio run --config FILE`: the daemon, in the foreground (systemd runs it as is).
 
+SIGHUP (systemd's ExecReload) re-reads and validates the config and applies
+it to the running node (evio.node.reload); an invalid config is logged, with
+the JSON path of every problem, and the running one stays.
+
 Exit status: 0 after SIGTERM/SIGINT and a clean teardown; 1 the config is
 invalid; 2 it cannot be read; 3 a dependency is missing (not root, no
 ovs-vsctl, OVSDB unreachable, os-ken missing, no journald module); 4 the node
@@ -71,7 +75,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"evio run: cannot open the log: {exc}", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
     try:
-        return _run(config, use_uvloop=not args.no_uvloop)
+        return _run(config, name, use_uvloop=not args.no_uvloop)
     except NodeConfigError as exc:
         print(f"evio run: {name}: {exc}", file=sys.stderr)
         return EXIT_INVALID_CONFIG
@@ -81,7 +85,7 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_MISSING_DEPENDENCY
 
 
-def _run(config: Config, use_uvloop: bool) -> int:
+def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
     from evio.bridge.ovs_bridge import openvswitch_module_loaded
     from evio.config.state_dir import FileStateDir, resolve_node_id
     from evio.node.control import socket_path
@@ -97,15 +101,27 @@ def _run(config: Config, use_uvloop: bool) -> int:
         for problem in exc.problems:
             print(f"evio run: {problem}", file=sys.stderr)
         return EXIT_INVALID_CONFIG
+    from evio.node.systemd import Notifier
+
     controller_port = free_tcp_port()
-    plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=openvswitch_module_loaded())
+    kernel_module = openvswitch_module_loaded()
+    plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=kernel_module)
     platform = SystemPlatform(controller_port, rng=random.SystemRandom())
-    node = Node(plan, platform, control_socket=socket_path(config.node.state_dir))
+    notifier = Notifier.from_environment()
+    node = Node(plan, platform, control_socket=socket_path(config.node.state_dir), notifier=notifier)
+    reloads: set[asyncio.Task[None]] = set()
+
+    def on_sighup() -> None:
+        task = asyncio.get_running_loop().create_task(
+            reload_config(node, config_name, config, controller_port, kernel_module), name="reload")
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, node.stop)
+        loop.add_signal_handler(signal.SIGHUP, on_sighup)
         try:
             fatal = await node.run()
         except DependencyError:
@@ -128,3 +144,39 @@ def _run(config: Config, use_uvloop: bool) -> int:
             return uvloop.run(main())
     return asyncio.run(main())
 
+
+
+async def reload_config(node: Any, config_name: str, running: Config, controller_port: int, kernel_module: bool) -> None:
+    """SIGHUP: read and check the config again and apply it; on any problem log it and keep the running one."""
+    from evio.config.state_dir import FileStateDir, resolve_node_id
+    from evio.node.errors import NodeConfigError
+    from evio.node.plan import plan_node
+    from evio.node.reload import ReloadRefused
+
+    state_dir = running.node.state_dir
+    log.info("reload: reading %s", config_name)
+    try:
+        config = await asyncio.to_thread(load_config, config_name)
+    except ConfigFileError as exc:
+        where = f"{config_name}:{exc.location}" if exc.location else config_name
+        log.error("reload refused, the running config stays: %s: %s", where, exc.reason)
+        return
+    except ConfigError as exc:
+        for problem in exc.problems:
+            log.error("reload refused, the running config stays: %s: %s", config_name, problem)
+        return
+    try:
+        if config.node.state_dir != state_dir:
+            raise ReloadRefused(f"node.state_dir changed ({state_dir} -> {config.node.state_dir}); restart the daemon")
+        node_id = resolve_node_id(config, FileStateDir(state_dir))
+        plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=kernel_module)
+        change = await node.reload(plan)
+    except (ConfigError, NodeConfigError, ReloadRefused) as exc:
+        log.error("reload refused, the running config stays: %s: %s", config_name, exc)
+        return
+    except Exception:
+        log.exception("reload failed part-way; see the status for what runs")
+        return
+    if config.logging != running.logging:
+        log.warning("reload: logging settings take effect at the next restart")
+    log.info("reload done: %s", change.summary())

@@ -25,16 +25,20 @@ from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
 from evio.node.metrics import MetricsServer
 from evio.node.overlay_stack import OverlayStack
-from evio.node.plan import NodePlan
+from evio.node.plan import AccountPlan, NodePlan, OverlayPlan
+from evio.node.reload import ReloadPlan, ReloadRefused, plan_reload
 from evio.node.platform import Platform
 from evio.node.sdn import SdnController
 from evio.node.side_loop import SideLoop
 from evio.node.signal_mux import SharedAccount
 from evio.node.status import STATUS_VERSION
+from evio.node.systemd import Notifier
 from evio.overlay.node_id import format_node_id, parse_node_id
 from evio.signal.interface import Signaling
 
 log = logging.getLogger(__name__)
+
+STATUS_INTERVAL = 5.0  # seconds between STATUS= updates to systemd (sent only when the line changed)
 
 
 class Node:
@@ -44,6 +48,7 @@ class Node:
         platform: Platform,
         control_socket: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
+        notifier: Notifier | None = None,
     ) -> None:
         self.plan = plan
         self._platform = platform
@@ -60,6 +65,11 @@ class Node:
         self._fatal: str | None = None
         self._started_at: float | None = None
         self.ready = asyncio.Event()  # set once every part is up
+        self._notifier = notifier
+        self.notified_ready = False  # READY=1 went to systemd (every account logged in)
+        self._shared: dict[str, SharedAccount] = {}
+        self._reload_lock = asyncio.Lock()
+        self.reloads = 0
 
     @property
     def node_id(self) -> int:
@@ -90,54 +100,18 @@ class Node:
             control = ControlServer(self._control_socket, {"status": self.status}, {"probe": self.probe})
             await control.start()
             self._control = control
-        if self.plan.metrics_listen is not None:
-            host, port = self.plan.metrics_listen
-            metrics = MetricsServer(host, port, self.status)
-            try:
-                await metrics.start()
-            except OSError as exc:
-                raise StartupError(f"metrics endpoint {host}:{port}: {exc.strerror or exc}") from exc
-            self.metrics = metrics
+        await self._start_metrics(self.plan.metrics_listen)
         self.sdn = self._platform.sdn_controller()
         await self.sdn.start()
         self._watch(self._sdn_events(self.sdn), "sdn events")
         self._watch(self._sdn_alive(self.sdn), "sdn watch")
-        shared: dict[str, SharedAccount] = {}
         for account in self.plan.accounts:
-            client = self._platform.signal_client(account.settings)
-            self.accounts[account.jid] = client
-            shared[account.jid] = SharedAccount(client)
+            self._add_account(account)
         for overlay_plan in self.plan.overlays:
-            signaling = shared[overlay_plan.account].view(overlay_plan.id)
-            stack = OverlayStack(
-                overlay_plan,
-                self.node_id,
-                signaling,
-                self._platform.bridge(overlay_plan),
-                self.sdn,
-                make_links=lambda on_event, p=overlay_plan, s=signaling: self._platform.links(  # type: ignore[misc]
-                    p, self.node_id, s, on_event
-                ),
-                make_controller=lambda links, p=overlay_plan, s=signaling: self._platform.overlay_controller(  # type: ignore[misc]
-                    p, self.node_id, s, links
-                ),
-                clock=self._clock,
-            )
-            self.overlays[overlay_plan.id] = stack
-            try:
-                await stack.start()
-            except Exception as exc:
-                raise StartupError(f"overlay {overlay_plan.id}: {type(exc).__name__}: {exc}") from exc
-        for jid, client in self.accounts.items():
-            try:
-                await client.start()
-            except Exception as exc:
-                raise StartupError(f"signaling account {jid}: {type(exc).__name__}: {exc}") from exc
-        announcer = self._platform.address_announcer({stack.bridge.name for stack in self.overlays.values()})
-        if announcer is not None:
-            # Its netlink watch cannot run on uvloop: it gets a thread and a plain loop of its own.
-            self._announcer = SideLoop("evio-garp", announcer.run)
-            self._announcer.start()
+            await self._start_overlay(overlay_plan)
+        for jid in list(self.accounts):
+            await self._start_account(jid)
+        self._start_announcer()
         self._started_at = self._clock()
         # What startup made (some 130 000 objects: modules, os-ken's parsers, config) lives as long
         # as the process. Frozen, it is out of the collector's full passes, which otherwise take
@@ -147,28 +121,181 @@ class Node:
         self.ready.set()
         log.info("node %s up: %d overlay(s) in %.2f s", format_node_id(self.node_id), len(self.overlays),
                  self._clock() - started)
+        self._watch(self._systemd(), "systemd notifications", fatal=False)
+
+    # -- parts, started and stopped one by one (start, and a reload) ------------------------------
+
+    async def _start_metrics(self, listen: tuple[str, int] | None) -> None:
+        if listen is None:
+            return
+        host, port = listen
+        metrics = MetricsServer(host, port, self.status)
+        try:
+            await metrics.start()
+        except OSError as exc:
+            raise StartupError(f"metrics endpoint {host}:{port}: {exc.strerror or exc}") from exc
+        self.metrics = metrics
+
+    def _add_account(self, account: AccountPlan) -> None:
+        client = self._platform.signal_client(account.settings)
+        self.accounts[account.jid] = client
+        self._shared[account.jid] = SharedAccount(client)
+
+    async def _start_account(self, jid: str) -> None:
+        try:
+            await self.accounts[jid].start()
+        except Exception as exc:
+            raise StartupError(f"signaling account {jid}: {type(exc).__name__}: {exc}") from exc
+
+    async def _stop_account(self, jid: str) -> None:
+        client = self.accounts.pop(jid, None)
+        self._shared.pop(jid, None)
+        if client is not None:
+            try:
+                await client.stop()
+            except Exception:
+                log.exception("signaling account %s did not stop cleanly", jid)
+
+    async def _start_overlay(self, overlay_plan: OverlayPlan) -> None:
+        assert self.sdn is not None
+        signaling = self._shared[overlay_plan.account].view(overlay_plan.id)
+        stack = OverlayStack(
+            overlay_plan,
+            self.node_id,
+            signaling,
+            self._platform.bridge(overlay_plan),
+            self.sdn,
+            make_links=lambda on_event, p=overlay_plan, s=signaling: self._platform.links(  # type: ignore[misc]
+                p, self.node_id, s, on_event
+            ),
+            make_controller=lambda links, p=overlay_plan, s=signaling: self._platform.overlay_controller(  # type: ignore[misc]
+                p, self.node_id, s, links
+            ),
+            clock=self._clock,
+        )
+        self.overlays[overlay_plan.id] = stack
+        try:
+            await stack.start()
+        except Exception as exc:
+            raise StartupError(f"overlay {overlay_plan.id}: {type(exc).__name__}: {exc}") from exc
+
+    async def _stop_overlay(self, overlay: str) -> None:
+        stack = self.overlays.pop(overlay, None)
+        if stack is not None:
+            await stack.stop()
+
+    def _start_announcer(self) -> None:
+        announcer = self._platform.address_announcer({stack.bridge.name for stack in self.overlays.values()})
+        if announcer is not None:
+            # Its netlink watch cannot run on uvloop: it gets a thread and a plain loop of its own.
+            self._announcer = SideLoop("evio-garp", announcer.run)
+            self._announcer.start()
+
+    async def _stop_announcer(self) -> None:
+        if self._announcer is not None:
+            await asyncio.to_thread(self._announcer.stop)
+            self._announcer = None
+
+    # -- reload (SIGHUP) ---------------------------------------------------------------------------
+
+    async def reload(self, new_plan: NodePlan) -> ReloadPlan:
+        """Apply a new config's plan; overlays it does not concern keep running untouched.
+
+        Raises ReloadRefused (nothing changed) when it cannot be applied. One reload at a time.
+        """
+        async with self._reload_lock:
+            if not self.ready.is_set():
+                raise ReloadRefused("the node is not up")
+            change = plan_reload(self.plan, new_plan)
+            if change.changes_nothing:
+                self.plan = change.plan
+                self.reloads += 1
+                log.info("reload: nothing changed")
+                return change
+            if self._notifier is not None:
+                self._notifier.reloading()
+            log.info("reload: %s", change.summary())
+            try:
+                await self._apply_reload(change)
+            finally:
+                if self._notifier is not None:
+                    self._notifier.ready(self.status_line())
+            self.reloads += 1
+            return change
+
+    async def _apply_reload(self, change: ReloadPlan) -> None:
+        for overlay in (*change.removed, *change.restarted):
+            await self._stop_overlay(overlay)
+        for jid in change.accounts_stopped:
+            await self._stop_account(jid)
+        for overlay, topology in change.topology.items():
+            self.overlays[overlay].set_topology(topology)
+        for overlay, settings in change.tunnel.items():
+            self.overlays[overlay].set_tunnel_settings(settings)
+        self.plan = change.plan
+        for account in change.plan.accounts:
+            if account.jid in change.accounts_started:
+                self._add_account(account)
+        for overlay_plan in change.plan.overlays:
+            if overlay_plan.id in change.added or overlay_plan.id in change.restarted:
+                await self._start_overlay(overlay_plan)
+        for jid in change.accounts_started:
+            await self._start_account(jid)
+        # Overlays kept their place in the dict; new ones went to the end. Keep the config's order.
+        self.overlays = {p.id: self.overlays[p.id] for p in change.plan.overlays if p.id in self.overlays}
+        if change.added or change.removed or change.restarted:
+            await self._stop_announcer()
+            self._start_announcer()
+        if change.metrics_changed:
+            if self.metrics is not None:
+                await self.metrics.stop()
+                self.metrics = None
+            await self._start_metrics(change.plan.metrics_listen)
+
+    # -- systemd ------------------------------------------------------------------------------------
+
+    def status_line(self) -> str:
+        """One line for systemd's STATUS=: links up per overlay and signaling."""
+        parts = []
+        for name, stack in self.overlays.items():
+            up = [info for info in stack.controller.adjacency().values() if getattr(info, "state", None) is not None
+                  and getattr(info.state, "value", None) == "up"]
+            signal = "signaling up" if stack.signaling.connected else "signaling DOWN"
+            parts.append(f"{name}: {len(up)} links up, {signal}")
+        return "; ".join(parts) or "no overlays"
+
+    async def _systemd(self) -> None:
+        """READY=1 once every account is logged in; then WATCHDOG=1 and STATUS= from this loop."""
+        notifier = self._notifier
+        if notifier is None or not notifier.enabled:
+            return
+        await asyncio.gather(*(client.wait_connected() for client in self.accounts.values()))
+        notifier.ready(self.status_line())
+        self.notified_ready = True
+        log.info("told systemd: ready")
+        interval = min(notifier.watchdog_interval or STATUS_INTERVAL, STATUS_INTERVAL)
+        while True:
+            await asyncio.sleep(interval)
+            if notifier.watchdog_interval is not None:
+                notifier.watchdog()
+            notifier.status(self.status_line())
 
     async def shutdown(self) -> None:
         """Undo whatever `start` did, in reverse order; every step runs even if one before it failed."""
         self.ready.clear()
+        if self._notifier is not None:
+            self._notifier.stopping()
         if self._control is not None:
             await self._control.stop()
             self._control = None
         if self.metrics is not None:
             await self.metrics.stop()
             self.metrics = None
-        if self._announcer is not None:
-            await asyncio.to_thread(self._announcer.stop)
-            self._announcer = None
-        for stack in reversed(list(self.overlays.values())):
-            await stack.stop()
-        self.overlays.clear()
-        for jid, client in self.accounts.items():
-            try:
-                await client.stop()
-            except Exception:
-                log.exception("signaling account %s did not stop cleanly", jid)
-        self.accounts.clear()
+        await self._stop_announcer()
+        for overlay in reversed(list(self.overlays)):
+            await self._stop_overlay(overlay)
+        for jid in list(self.accounts):
+            await self._stop_account(jid)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -239,5 +366,8 @@ class Node:
             "pid": os.getpid(),
             "uptime": round(self._clock() - self._started_at, 3) if self._started_at is not None else None,
             "sdn_port": self.sdn.listen_port if self.sdn is not None else None,
+            "reloads": self.reloads,
+            "systemd": {"notify": self._notifier is not None and self._notifier.enabled, "ready_sent": self.notified_ready,
+                        "watchdog_interval": self._notifier.watchdog_interval if self._notifier else None},
             "overlays": {name: stack.status() for name, stack in self.overlays.items()},
         }

@@ -22,9 +22,11 @@ import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from evio.bridge.commands import BridgeError
+from evio.config.model import TopologyConfig
 from evio.node.plan import OverlayPlan
 from evio.node.sdn import SdnController
 from evio.overlay.adjacency_events import LinkDown, LinkUp
@@ -44,6 +46,7 @@ from evio.sdn.boundary import (
 )
 from evio.signal.interface import Signaling
 from evio.node.status import SetupHistogram, TunnelView, link_counts, link_document
+from evio.tunnel.config import TunnelConfig
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
 
@@ -92,6 +95,10 @@ class LinkManager(Protocol):
 
     def get(self, peer: int) -> TunnelLike | None: ...
 
+    def reconfigure(self, config: TunnelConfig) -> None:
+        """Settings for the tunnels set up from now on (those up keep theirs)."""
+        ...
+
 
 class AdjacencyController(Protocol):
     """What the node needs of the overlay controller (evio.overlay.controller.OverlayController)."""
@@ -109,6 +116,8 @@ class AdjacencyController(Protocol):
     def request_on_demand(self, peer: int) -> None: ...
 
     def release_on_demand(self, peer: int) -> None: ...
+
+    def set_topology(self, topology: TopologyConfig) -> None: ...
 
 
 LinksFactory = Callable[[Callable[[TunnelEvent], None]], LinkManager]
@@ -221,6 +230,18 @@ class OverlayStack:
             await _step(self.overlay, "delete bridge", self.bridge.delete())
             self._bridge_made = False
         log.info("overlay stopped overlay=%s", self.overlay)
+
+    # -- reload ----------------------------------------------------------------------------------
+
+    def set_topology(self, topology: TopologyConfig) -> None:
+        self.plan = replace(self.plan, config=replace(self.plan.config, topology=topology))
+        self.controller.set_topology(topology)
+        log.info("topology settings applied overlay=%s", self.overlay)
+
+    def set_tunnel_settings(self, settings: TunnelConfig) -> None:
+        self.plan = replace(self.plan, tunnel=settings)
+        self.links.reconfigure(settings)
+        log.info("tunnel settings applied to new tunnels overlay=%s", self.overlay)
 
     # -- adjacency -> bridge ports -------------------------------------------------------------
 

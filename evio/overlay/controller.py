@@ -233,6 +233,12 @@ class OverlayController:
     def adjacency(self) -> dict[int, LinkInfo]:
         return self._core.adjacency()
 
+    def set_topology(self, topology: TopologyConfig) -> None:
+        """Apply new topology settings (a config reload); links they no longer want are released."""
+        self.topology = topology
+        self._core.set_topology(topology, self._clock())
+        self._reschedule()
+
     def request_on_demand(self, peer: int) -> None:
         if self._state is _State.RUNNING:
             self._execute(self._core.want_on_demand(peer, self._clock()))

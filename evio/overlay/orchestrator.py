@@ -529,6 +529,17 @@ class Orchestrator:
         self._evaluate(now)
         return self._flush()
 
+    def set_topology(self, topology: TopologyConfig, now: float) -> None:
+        """New s, k, log form, caps or on-demand settings (a config reload): the next evaluation uses them.
+
+        Links the new settings no longer want are released by that evaluation as usual; nothing else changes.
+        """
+        if topology == self.topology:
+            return
+        self.topology = topology
+        self._log_form = LogForm(topology.log_form)
+        self._want_evaluation(now)
+
     # == stop ====================================================================================
 
     def stop(self, now: float) -> list[Action]:

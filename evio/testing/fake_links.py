@@ -264,6 +264,7 @@ class FakeLinks:
         self.tap_prefix = tap_prefix
         self.connects = 0
         self.disconnects = 0
+        self.reconfigured: list[object] = []  # tunnel settings given by reloads
 
     @property
     def running(self) -> bool:
@@ -272,6 +273,9 @@ class FakeLinks:
     def start(self) -> None:
         """Take part in the network (a node restarted under the same id replaces its old endpoint)."""
         self._network._endpoints[self.node_id] = self
+
+    def reconfigure(self, config: object) -> None:
+        self.reconfigured.append(config)
 
     def get(self, peer: int) -> FakeTunnelView | None:
         tunnel = self._tunnel(peer)

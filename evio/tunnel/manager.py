@@ -61,6 +61,10 @@ class TunnelManager:
     def start(self) -> None:
         self._signaling.serve(self._on_offer)
 
+    def reconfigure(self, config: TunnelConfig) -> None:
+        """Settings for tunnels made from now on; the tunnels that exist keep the ones they were made with."""
+        self.config = config
+
     def get(self, peer: int) -> Tunnel | None:
         return self._tunnels.get(peer)
 

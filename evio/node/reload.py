@@ -1,0 +1,121 @@
+"""What a config reload changes: the running plan against the one the new config gives (pure).
+
+An overlay is
+- *kept* when its signaling account and bridge are unchanged: its tunnels
+  stay up; new topology settings go to its overlay controller (links no
+  longer wanted are released as on any re-evaluation) and new tunnel
+  settings apply to the tunnels it sets up from then on;
+- *restarted* when its bridge or its account changed (server, credentials,
+  or the overlays one shared account serves: an XMPP login's memberships are
+  fixed), since its tunnels and bridge depend on them;
+- *added* or *removed* otherwise.
+
+Kept overlays keep their TAP prefix, so the ports on their bridges keep their
+names whatever order the overlays now have in the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from evio.config.model import TopologyConfig
+from evio.node.plan import AccountPlan, NodePlan, OverlayPlan, tap_prefix
+from evio.tunnel.config import TunnelConfig
+
+
+@dataclass(frozen=True)
+class ReloadPlan:
+    plan: NodePlan  # what runs once the reload is done (kept overlays with their TAP prefixes)
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    restarted: tuple[str, ...] = ()
+    topology: dict[str, TopologyConfig] = field(default_factory=dict)  # kept overlays with new settings
+    tunnel: dict[str, TunnelConfig] = field(default_factory=dict)
+    accounts_stopped: tuple[str, ...] = ()  # JIDs logged out (removed, or changed and logged in again)
+    accounts_started: tuple[str, ...] = ()
+    metrics_changed: bool = False
+
+    @property
+    def changes_nothing(self) -> bool:
+        return not (self.added or self.removed or self.restarted or self.topology or self.tunnel
+                    or self.accounts_stopped or self.accounts_started or self.metrics_changed)
+
+    def summary(self) -> str:
+        parts = [f"{what} {', '.join(ids)}" for what, ids in (
+            ("added", self.added), ("removed", self.removed), ("restarted", self.restarted),
+            ("new topology for", tuple(self.topology)), ("new tunnel settings for", tuple(self.tunnel)),
+        ) if ids]  # fmt: skip
+        if self.metrics_changed:
+            parts.append("metrics endpoint changed")
+        return "; ".join(parts) or "nothing changed"
+
+
+class ReloadRefused(Exception):
+    """The new config cannot be applied to the running node (it needs a restart)."""
+
+
+def plan_reload(old: NodePlan, new: NodePlan) -> ReloadPlan:
+    if new.node_id != old.node_id:
+        raise ReloadRefused("the node id changed; restart the daemon to take a new identity")
+    old_accounts = {a.jid: a for a in old.accounts}
+    new_accounts = {a.jid: a for a in new.accounts}
+    changed_accounts = {jid for jid in old_accounts.keys() | new_accounts.keys()
+                        if old_accounts.get(jid) != new_accounts.get(jid)}
+    old_overlays = {o.id: o for o in old.overlays}
+    new_overlays = {o.id: o for o in new.overlays}
+
+    kept: dict[str, OverlayPlan] = {}
+    restarted, removed, added = [], [], []
+    topology: dict[str, TopologyConfig] = {}
+    tunnel: dict[str, TunnelConfig] = {}
+    for overlay_id, running in old_overlays.items():
+        wanted = new_overlays.get(overlay_id)
+        if wanted is None:
+            removed.append(overlay_id)
+        elif running.account != wanted.account or running.account in changed_accounts or _bridge(running) != _bridge(wanted):
+            restarted.append(overlay_id)
+        else:
+            settings = replace(wanted.tunnel, tap_prefix=running.tunnel.tap_prefix)
+            kept[overlay_id] = replace(wanted, tunnel=settings)
+            if wanted.config.topology != running.config.topology:
+                topology[overlay_id] = wanted.config.topology
+            if settings != running.tunnel:
+                tunnel[overlay_id] = settings
+    added = [overlay_id for overlay_id in new_overlays if overlay_id not in old_overlays]
+
+    # New and restarted overlays take TAP prefixes the kept ones do not use.
+    taken = {plan.tunnel.tap_prefix for plan in kept.values()}
+    overlays: list[OverlayPlan] = []
+    for overlay_id, wanted in new_overlays.items():
+        if overlay_id in kept:
+            overlays.append(kept[overlay_id])
+            continue
+        prefix = wanted.tunnel.tap_prefix
+        index = 0
+        while prefix in taken:
+            prefix = tap_prefix(index)
+            index += 1
+        taken.add(prefix)
+        overlays.append(replace(wanted, tunnel=replace(wanted.tunnel, tap_prefix=prefix)))
+
+    accounts_stopped = tuple(jid for jid in old_accounts if jid in changed_accounts)
+    accounts_started = tuple(jid for jid in new_accounts if jid in changed_accounts)
+    return ReloadPlan(
+        plan=replace(new, overlays=tuple(overlays)),
+        added=tuple(added),
+        removed=tuple(removed),
+        restarted=tuple(restarted),
+        topology=topology,
+        tunnel=tunnel,
+        accounts_stopped=accounts_stopped,
+        accounts_started=accounts_started,
+        metrics_changed=old.metrics_listen != new.metrics_listen,
+    )
+
+
+def _bridge(plan: OverlayPlan) -> tuple[object, ...]:
+    return (plan.bridge, plan.datapath, plan.datapath_id, plan.config.bridge)
+
+
+def accounts_of(plan: NodePlan, jids: tuple[str, ...]) -> list[AccountPlan]:
+    return [account for account in plan.accounts if account.jid in jids]
