@@ -110,6 +110,9 @@ def _configure(name: str, mtu: int, addresses: list[str], up: bool) -> None:
             ipr.link("set", index=index, state="up")
 
 
+_ipv6_warned = False
+
+
 def _disable_ipv6(name: str) -> None:
     """A TAP that is only a bridge port needs no addresses of its own.
 
@@ -122,3 +125,10 @@ def _disable_ipv6(name: str) -> None:
             knob.write("1")
     except FileNotFoundError:
         pass  # no IPv6 in this kernel or namespace: nothing to silence
+    except OSError as exc:
+        # A read-only /proc/sys (systemd's ProtectKernelTunables= without the unit's ReadWritePaths=):
+        # the TAP works, it only keeps its IPv6 chatter.
+        global _ipv6_warned
+        if not _ipv6_warned:
+            _ipv6_warned = True
+            logger.warning("cannot switch IPv6 off on tunnel TAPs (%s): they will send IPv6 link-local chatter", exc)
