@@ -482,6 +482,14 @@ class Lab:
             save_state(self._root, self._state)
         return f"{localpart}@{self.plan.public.domain}", password
 
+    def add_overlay_group(self, overlay: str, jids: Sequence[str]) -> None:
+        """Give the running prosody one more shared-roster group (another overlay and its members)."""
+        path = self._paths.groups_file
+        path.write_text(path.read_text() + f"[{overlay}]\n" + "".join(f"{jid}\n" for jid in jids))
+        domain = self.plan.public.domain
+        self._host.run(None, ["prosodyctl", "--config", str(self._paths.prosody_config), "shell",
+                              f"module:reload('groups', '{domain}')"])
+
     # -- full nodes (OVS + daemon per node) ------------------------------------------------------
 
     def ovs(self, index: int) -> OvsInstance:
