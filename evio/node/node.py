@@ -183,6 +183,9 @@ class Node:
         stack = self.overlays.pop(overlay, None)
         if stack is not None:
             await stack.stop()
+            shared = self._shared.get(stack.plan.account)
+            if shared is not None:
+                shared.forget(overlay)
 
     def _start_announcer(self) -> None:
         announcer = self._platform.address_announcer({stack.bridge.name for stack in self.overlays.values()})

@@ -28,6 +28,11 @@ class SharedAccount:
             raise KeyError(f"account serves no overlay {overlay!r}")
         return OverlaySignaling(self, overlay)
 
+    def forget(self, overlay: str) -> None:
+        """Drop an overlay's handlers (it was stopped; a restarted one registers its own)."""
+        for routes in self._routes.values():
+            routes.pop(overlay, None)
+
     def register(self, overlay: str, action: str, handler: Handler) -> None:
         routes = self._routes.get(action)
         if routes is None:

@@ -237,3 +237,20 @@ async def test_sighup_with_an_invalid_config_logs_its_json_path_and_keeps_the_ru
     finally:
         await fleet.stop_all()
     await asyncio.sleep(0)
+
+
+async def test_reload_restarts_an_overlay_whose_bridge_changed_on_the_same_account() -> None:
+    fleet = Fleet(2)
+    await fleet.start()
+    try:
+        await until(lambda: all(len(links_up(n, "ov1")) == 1 for n in fleet.nodes.values()), 10)
+        first = fleet.nodes[1].overlays["ov1"]
+        base = fleet_config(1)
+        bridge = dataclasses.replace(base.overlays["ov1"].bridge, mtu=1300)
+        ov1 = dataclasses.replace(base.overlays["ov1"], bridge=bridge)
+        change = await fleet.nodes[1].reload(plan_of(dataclasses.replace(base, overlays={"ov1": ov1})))
+        assert change.restarted == ("ov1",) and change.accounts_stopped == ()
+        assert fleet.nodes[1].overlays["ov1"] is not first
+        await until(lambda: len(links_up(fleet.nodes[1], "ov1")) == 1, 10)  # handlers registered again, ring back
+    finally:
+        await fleet.stop_all()
