@@ -18,7 +18,11 @@ from collections.abc import Sequence
 _COMMANDS = ("evio.cli.run_cmd", "evio.cli.status_cmd", "evio.cli.config_cmd", "evio.cli.sim_cmd", "evio.cli.lab_cmd")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands a health check runs often: their parser is built alone, without importing the others.
+_LIGHT = {"status": "evio.cli.status_cmd", "ping": "evio.cli.status_cmd"}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from evio import __version__
 
     parser = argparse.ArgumentParser(
@@ -28,14 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"evio {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (repeatable)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in _COMMANDS:
+    for name in (only,) if only is not None else _COMMANDS:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in arguments if not a.startswith("-")), None)
+    light = _LIGHT.get(first) if first is not None and "--help" not in arguments and "-h" not in arguments else None
+    parser = build_parser(light)
+    args = parser.parse_args(arguments)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

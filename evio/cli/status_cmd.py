@@ -58,12 +58,13 @@ def _socket_options(parser: argparse.ArgumentParser) -> None:
 
 def control_socket(args: argparse.Namespace, command: str) -> Path | None:
     """The control socket the options point at (None after printing why there is none)."""
-    from evio.config.loader import ConfigError, ConfigFileError, load_config
     from evio.node.control_client import control_socket_for
 
     if args.state_dir is not None:
         return control_socket_for(args.state_dir)
     if args.config_file is not None:
+        from evio.config.loader import ConfigError, ConfigFileError, load_config
+
         try:
             config = load_config(args.config_file)
         except ConfigFileError as exc:
@@ -78,7 +79,7 @@ def control_socket(args: argparse.Namespace, command: str) -> Path | None:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    from evio.node.control import ControlError
+    from evio.node.control_client import ControlError
     from evio.node.control_client import fetch_status
 
     path = control_socket(args, "status")
@@ -97,7 +98,7 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def ping_command(args: argparse.Namespace) -> int:
-    from evio.node.control import ControlError
+    from evio.node.control_client import ControlError
     from evio.node.control_client import fetch_status, find_peer, probe
 
     path = control_socket(args, "ping")

@@ -4,9 +4,30 @@
 listing every problem as a JSON path and a reason.
 """
 
-from evio.config.loader import ConfigError, ConfigFileError, Problem, load_config, loads_config
-from evio.config.model import Config
-from evio.config.state_dir import FileStateDir, StateDir, resolve_node_id
+from typing import Any
+
+# Loaded on first use (PEP 562): the loader pulls in jsonschema (~0.3 s), which `evio status`
+# and other light users of evio.config.model do not need.
+_EXPORTS = {
+    "ConfigError": "evio.config.loader",
+    "ConfigFileError": "evio.config.loader",
+    "Problem": "evio.config.loader",
+    "load_config": "evio.config.loader",
+    "loads_config": "evio.config.loader",
+    "Config": "evio.config.model",
+    "FileStateDir": "evio.config.state_dir",
+    "StateDir": "evio.config.state_dir",
+    "resolve_node_id": "evio.config.state_dir",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evio.config' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 __all__ = [
     "Config",

@@ -30,25 +30,26 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+# The client side lives in control_client (no asyncio: `evio status` starts fast); re-exported here.
+from evio.node.control_client import (
+    MAX_RESPONSE_BYTES,
+    SOCKET_NAME,
+    ControlError,
+    query,
+    socket_path,
+)
+
+__all__ = ["MAX_RESPONSE_BYTES", "SOCKET_NAME", "ControlError", "ControlServer", "query", "respond", "socket_path"]
+
 log = logging.getLogger(__name__)
 
-SOCKET_NAME = "control.sock"
 MAX_REQUEST_BYTES = 4096
 READ_TIMEOUT = 5.0
-MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 REQUEST_TIMEOUT = 30.0  # an asynchronous handler that takes longer is answered with an error
 
 Handlers = Mapping[str, Callable[[], dict[str, Any]]]
 RequestHandlers = Mapping[str, Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]]
-
-
-class ControlError(Exception):
-    """The daemon could not be asked, or answered with an error."""
-
-
-def socket_path(state_dir: Path) -> Path:
-    return state_dir / SOCKET_NAME
 
 
 def parse_request(line: bytes) -> dict[str, Any] | str:
@@ -158,42 +159,3 @@ class ControlServer:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
-
-
-def query(path: Path, request: str, timeout: float = 5.0, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Ask the daemon listening on `path` (blocking; for the CLI). Returns the answer's payload."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout)
-        try:
-            conn.connect(str(path))
-            conn.sendall(json.dumps({**(fields or {}), "request": request}).encode() + b"\n")
-            chunks = []
-            size = 0
-            while True:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_RESPONSE_BYTES:
-                    raise ControlError(f"answer from {path} too large")
-        except FileNotFoundError:
-            raise ControlError(f"no daemon control socket at {path} (is evio running?)") from None
-        except ConnectionRefusedError:
-            raise ControlError(f"nothing listens on {path} (the daemon is not running)") from None
-        except PermissionError:
-            raise ControlError(f"no access to {path} (the control socket is root's only)") from None
-        except socket.timeout:
-            raise ControlError(f"the daemon at {path} did not answer within {timeout:g} s") from None
-        except OSError as exc:
-            raise ControlError(f"cannot ask the daemon at {path}: {exc}") from None
-    try:
-        answer = json.loads(b"".join(chunks))
-    except ValueError:
-        raise ControlError(f"unreadable answer from {path}") from None
-    if not isinstance(answer, dict):
-        raise ControlError(f"unreadable answer from {path}")
-    if not answer.get("ok"):
-        raise ControlError(str(answer.get("error", "request failed")))
-    payload = answer.get(request, {})
-    return payload if isinstance(payload, dict) else {}

@@ -6,12 +6,62 @@ reach or understand the daemon is a `ControlError` with a one-line reason.
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evio.node.control import ControlError, query, socket_path
+SOCKET_NAME = "control.sock"
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
+class ControlError(Exception):
+    """The daemon could not be asked, or answered with an error."""
+
+
+def socket_path(state_dir: Path) -> Path:
+    return state_dir / SOCKET_NAME
+
+
+def query(path: Path, request: str, timeout: float = 5.0, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Ask the daemon listening on `path` (blocking; for the CLI). Returns the answer's payload."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        try:
+            conn.connect(str(path))
+            conn.sendall(json.dumps({**(fields or {}), "request": request}).encode() + b"\n")
+            chunks = []
+            size = 0
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_RESPONSE_BYTES:
+                    raise ControlError(f"answer from {path} too large")
+        except FileNotFoundError:
+            raise ControlError(f"no daemon control socket at {path} (is evio running?)") from None
+        except ConnectionRefusedError:
+            raise ControlError(f"nothing listens on {path} (the daemon is not running)") from None
+        except PermissionError:
+            raise ControlError(f"no access to {path} (the control socket is root's only)") from None
+        except socket.timeout:
+            raise ControlError(f"the daemon at {path} did not answer within {timeout:g} s") from None
+        except OSError as exc:
+            raise ControlError(f"cannot ask the daemon at {path}: {exc}") from None
+    try:
+        answer = json.loads(b"".join(chunks))
+    except ValueError:
+        raise ControlError(f"unreadable answer from {path}") from None
+    if not isinstance(answer, dict):
+        raise ControlError(f"unreadable answer from {path}")
+    if not answer.get("ok"):
+        raise ControlError(str(answer.get("error", "request failed")))
+    payload = answer.get(request, {})
+    return payload if isinstance(payload, dict) else {}
 
 STATUS_TIMEOUT = 5.0
 
