@@ -210,16 +210,14 @@ class Node:
             if not self.ready.is_set():
                 raise ReloadRefused("the node is not up")
             change = plan_reload(self.plan, new_plan)
-            if change.changes_nothing:
-                self.plan = change.plan
-                self.reloads += 1
-                log.info("reload: nothing changed")
-                return change
             if self._notifier is not None:
                 self._notifier.reloading()
             log.info("reload: %s", change.summary())
             try:
-                await self._apply_reload(change)
+                if change.changes_nothing:
+                    self.plan = change.plan
+                else:
+                    await self._apply_reload(change)
             finally:
                 if self._notifier is not None:
                     self._notifier.ready(self.status_line())

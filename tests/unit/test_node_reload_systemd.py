@@ -254,3 +254,19 @@ async def test_reload_restarts_an_overlay_whose_bridge_changed_on_the_same_accou
         await until(lambda: len(links_up(fleet.nodes[1], "ov1")) == 1, 10)  # handlers registered again, ring back
     finally:
         await fleet.stop_all()
+
+
+async def test_every_reload_is_framed_by_reloading_and_ready(listener: Listener, tmp_path: Path) -> None:
+    notifier = Notifier.from_environment({"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    fleet = Fleet(1)
+    plan = plan_node(fleet_config(1), nid(1), controller_port=6653, kernel_module_loaded=False)
+    fleet.nodes[1] = node = Node(plan, fleet.platforms[1], notifier=notifier)
+    await fleet.start()
+    try:
+        await until(lambda: "READY=1" in listener.lines())
+        count = len(listener.drain())
+        assert (await node.reload(plan_of(fleet_config(1)))).changes_nothing
+        after = listener.drain()[count:]
+        assert after[0].startswith("RELOADING=1\nMONOTONIC_USEC=") and after[1].startswith("READY=1")
+    finally:
+        await fleet.stop_all()
