@@ -116,3 +116,20 @@ def test_render_status_of_a_disconnected_overlay() -> None:
         "signal": {"jid": "n@x", "server": "x:5222", "connected": False, "reconnects": 3}, "links": [],
     }}}, now=0.0)
     assert "up 1m15s" in text and "NOT connected (3 reconnects so far)" in text and "links up: 0 (none)" in text
+
+
+def test_no_access_to_the_socket_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    import evio.node.control_client as client
+
+    class Refused(socket.socket):
+        def connect(self, address: object) -> None:
+            raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(client.socket, "socket", Refused)
+    code = main(["status", "--state-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert err == f"evio status: no access to {tmp_path / 'control.sock'} (the control socket is root's only)\n"
