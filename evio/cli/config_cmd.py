@@ -13,7 +13,7 @@ from typing import Any
 
 from evio.config.loader import ConfigError, ConfigFileError, load_config
 from evio.config.model import Config, OverlayConfig
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
 
 EXIT_OK = 0
 EXIT_INVALID = 1

@@ -18,10 +18,10 @@ from evio.overlay.adjacency import LinkType
 from evio.overlay.symphony import LogForm, default_long_distance_count
 from evio.sim.overlay import OverlayParams, SimError, SymphonyOverlay, build_overlay
 from evio.sim.stats import (
+    DELIVERY_BUDGET,
     PAPER_MEAN_PATH,
     PAPER_TABLE_1,
     PAPER_TABLE_1_N,
-    DELIVERY_BUDGET,
     BroadcastStats,
     broadcast_stats,
     choose_roots,

@@ -43,7 +43,7 @@ from evio.config.model import (
     TurnServer,
     default_bridge_name,
 )
-from evio.overlay.node_id import parse_node_id
+from evio.ids import parse_node_id
 
 # Keys whose values are never echoed in a problem.
 _SECRET_KEYS = frozenset({"password", "rest_secret"})

@@ -62,7 +62,7 @@ class LinuxProbe:
     def can_import(self, module: str) -> str | None:
         try:
             importlib.import_module(module)
-        except Exception as exc:  # an import can fail in many ways; all mean "missing"
+        except Exception as exc:  # noqa: BLE001 - an import can fail in many ways; all mean "missing"
             return f"{type(exc).__name__}: {exc}"
         return None
 

@@ -39,7 +39,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from evio.overlay.node_id import clockwise_distance
+from evio.ids import clockwise_distance
 from evio.overlay.symphony import Selection
 
 

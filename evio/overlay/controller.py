@@ -213,7 +213,7 @@ class OverlayController:
                     asyncio.gather(*(self._release_on_stop(a) for a in releases)),
                     self.timings.stop_release_timeout,
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.info("overlay %s: some releases went unanswered on stop", self.overlay)
         disconnects = [a.peer for a in actions if isinstance(a, Disconnect)]
         await asyncio.gather(*(self._disconnect(peer) for peer in disconnects))
@@ -379,7 +379,7 @@ class OverlayController:
             info = await asyncio.wait_for(self._links.connect(action.peer), self.timings.connect_timeout)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # any failure of the provider is a failed setup, never a crash here
+        except Exception as exc:  # noqa: BLE001 - any failure of the provider is a failed setup, never a crash here
             reason = str(exc) or type(exc).__name__
             if self._state is _State.RUNNING:
                 self._execute(self._core.connect_failed(action.peer, action.seq, reason, self._clock()))

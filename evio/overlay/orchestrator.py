@@ -58,8 +58,8 @@ from dataclasses import dataclass, replace
 
 from evio.config.model import TopologyConfig
 from evio.overlay.adjacency import (
-    Adjacency,
     AddLink,
+    Adjacency,
     ChangeType,
     Link,
     LinkState,
@@ -643,9 +643,10 @@ class Orchestrator:
                 st.deadline = None
                 self._ask(op.peer, st, LinkRequest(op.new, existing=True, epoch=self.epoch))
                 continue
-            if isinstance(op, AddLink):
-                if (st is not None and st.phase is Phase.CLOSING) or self._retry_at.get(op.peer, now) > now:
-                    continue
+            if isinstance(op, AddLink) and (
+                (st is not None and st.phase is Phase.CLOSING) or self._retry_at.get(op.peer, now) > now
+            ):
+                continue
             if not self._budget.take(now):
                 deferred = True
                 continue

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Protocol
 
 from evio.config.model import OnDemandConfig
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
 from evio.sdn.broadcast_log import BroadcastReceived
 
 log = logging.getLogger(__name__)

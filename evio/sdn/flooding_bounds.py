@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from evio.overlay.node_id import sorted_clockwise, strictly_between
+from evio.ids import sorted_clockwise, strictly_between
 
 
 def _chain(ordered: list[int], last_bound: int) -> dict[int, int]:

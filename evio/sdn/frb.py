@@ -54,7 +54,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from evio.overlay.node_id import MAX_NODE_ID
+from evio.ids import MAX_NODE_ID
 
 ETH_TYPE_FRB = 0xC0C0
 ETH_HEADER_LEN = 14

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from evio.config.model import OnDemandConfig
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
 from evio.sdn.flow_actions import FlowMatch
 from evio.sdn.switch import BoundedFloodSwitch
 

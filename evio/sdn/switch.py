@@ -25,7 +25,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
 from evio.sdn import frb
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import forward_bounds, root_bounds

@@ -220,7 +220,7 @@ class SignalClient(SignalEndpoint):
         if xmpp.transport is not None:
             try:
                 await asyncio.wait_for(xmpp.disconnect(wait=1.0), 1.5)
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 pass
         xmpp.abort()
 

@@ -27,9 +27,10 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from evio.ids import RING_SIZE
 from evio.overlay.adjacency import (
-    Adjacency,
     AddLink,
+    Adjacency,
     ChangeType,
     Link,
     LinkState,
@@ -40,9 +41,7 @@ from evio.overlay.adjacency import (
     desired_links,
     diff,
 )
-from evio.overlay.node_id import RING_SIZE
 from evio.overlay.symphony import LogForm, Ring, default_long_distance_count, select_links
-
 
 _log = logging.getLogger(__name__)
 

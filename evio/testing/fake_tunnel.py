@@ -12,6 +12,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+
 class FakeTap:
     """``fd`` is what the data path reads and writes; the test uses ``send_frame`` / ``frames``."""
 

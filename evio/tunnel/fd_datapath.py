@@ -26,9 +26,10 @@ import os
 import struct
 from collections.abc import Callable
 from typing import Any
+
 from cryptography.exceptions import InvalidTag
 
-from evio.tunnel.datapath import Address, ControlHandler, DatapathStats, DropReason, Underlay
+from evio.tunnel.datapath import ControlHandler, DatapathStats, DropReason, Underlay
 from evio.tunnel.errors import RecordError
 from evio.tunnel.keys import Cipher, RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
 from evio.tunnel.mmsg import DatagramBatch, ReceiveBatch, make_batch, make_receive_batch
@@ -375,7 +376,7 @@ class FdDatapath:
             at = start + hoff
             kind = buf[at]
             if kind != KIND_FRAME or buf[at + 1] != epoch_byte or n > max_record:
-                if kind == KIND_FRAME or kind == KIND_CONTROL:
+                if kind in (KIND_FRAME, KIND_CONTROL):
                     self._open_slow(buf[at : at + n], n)
                     # The slow path may have promoted the next epoch.
                     if self._rx is not rx:

@@ -143,7 +143,7 @@ def _install_host_filter() -> None:
     # Checked at every gathering, not once: tests replace aioice's function and restore it.
     current = aioice.ice.get_host_addresses
     if not isinstance(current, _HostFilter):
-        setattr(aioice.ice, "get_host_addresses", _HostFilter(current))
+        aioice.ice.get_host_addresses = _HostFilter(current)
 
 
 def _in_networks(host: str, networks: Sequence[Network]) -> bool:
@@ -199,7 +199,7 @@ class IceAgent:
             _gathering_excludes.reset(token)
         try:
             await asyncio.wait_for(gathering, self._config.gather_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise GatherTimeout(
                 f"ICE candidates not gathered within {self._config.gather_timeout:g} s "
                 "(a STUN or TURN server that does not answer?)"
@@ -238,7 +238,7 @@ class IceAgent:
                 continue
             try:
                 await asyncio.wait_for(conn.connect(), timeout)
-            except (ConnectionError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ConnectionError) as exc:
                 logger.info("tunnel ice %s attempt failed: %s", "direct" if conn is self.direct else "relay", exc or "timeout")
                 self._drop(conn)
                 continue

@@ -46,8 +46,8 @@ from evio.tunnel.errors import (
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
 from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, Cipher, SessionSecrets, split_exporter
-from evio.tunnel.liveness import DownReason, LinkDown, LinkUp, Liveness, SendControl
 from evio.tunnel.liveness import Action as LivenessAction
+from evio.tunnel.liveness import DownReason, LinkDown, LinkUp, Liveness, SendControl
 from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
 from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
 from evio.tunnel.tap import LinuxTap, TapDevice
@@ -307,7 +307,7 @@ class Tunnel:
             self._dtls_progress.clear()
             try:
                 await asyncio.wait_for(self._dtls_progress.wait(), max(wait, 0.001))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._send_all(dtls.handle_timeout())
             if self._pump_task.done():
                 raise DtlsFailed("ICE connection closed during DTLS")
@@ -357,7 +357,7 @@ class Tunnel:
         while not self._stop.is_set():
             try:
                 await asyncio.wait_for(self._stop.wait(), self.config.liveness.tick_interval(liveness.state))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if self._stop.is_set():
                 break
@@ -420,7 +420,7 @@ class Tunnel:
         if self._dtls is not None and self._path is not None:
             try:
                 await asyncio.wait_for(self._send_all(self._dtls.close()), 0.5)
-            except (asyncio.TimeoutError, ConnectionError, OSError):
+            except (TimeoutError, ConnectionError, OSError):
                 pass
         if self._pump_task is not None:
             self._pump_task.cancel()
@@ -428,7 +428,7 @@ class Tunnel:
         if self._ice is not None:
             try:
                 await asyncio.wait_for(self._ice.close(), self.config.teardown_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 logger.warning("tunnel %s: ICE close timed out", self._info.tunnel_id)
         if self._tap_task is not None and self._tap is None:
             self._tap_task.cancel()

@@ -415,7 +415,7 @@ def test_referenced_files_must_exist_and_be_files(tmp_path: Path) -> None:
 def _write_cert(directory: Path, name: str) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)

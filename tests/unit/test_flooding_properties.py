@@ -17,7 +17,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evio.overlay.node_id import MAX_NODE_ID, RING_SIZE, clockwise_distance
+from evio.ids import MAX_NODE_ID, RING_SIZE, clockwise_distance
 from evio.sdn import flooding_bounds
 from evio.sim import flood as flood_module
 from evio.sim.flood import FloodResult, flood

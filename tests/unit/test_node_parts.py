@@ -29,8 +29,8 @@ from evio.node import preflight as pf
 from evio.node.control import ControlError, ControlServer, query, respond
 from evio.node.errors import DependencyError, NodeConfigError
 from evio.node.logs import configure_logging
-from evio.node.side_loop import SideLoop
 from evio.node.plan import plan_node
+from evio.node.side_loop import SideLoop
 
 D = "x.test"
 

@@ -20,7 +20,7 @@ from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE, Refusal, decod
 from evio.signal.errors import ErrorReason, RequestError
 from evio.testing.fake_links import FakeLinkNetwork, FakeOverlay
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
-from evio.testing.fake_tunnel import FakeTap, FakeTapDevice
+from evio.testing.fake_tunnel import FakeTapDevice
 from evio.tunnel.config import TunnelConfig
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.liveness import LivenessConfig
@@ -192,7 +192,7 @@ async def test_provider_failures_are_failures_not_crashes(hang: bool) -> None:
 
 # -- over the real TunnelManager: ICE, DTLS and data path on loopback, fake TAPs ---------------
 
-NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 
 
 @pytest.fixture
@@ -247,7 +247,7 @@ async def test_controllers_drive_real_tunnel_managers(loopback_only: None) -> No
             await ctl.start()
 
         def ring_up() -> bool:
-            for i, nid in enumerate(ids):
+            for i in range(len(ids)):
                 adjacency = controllers[i].adjacency()
                 for succ in (ids[(i + 1) % 4], ids[(i + 2) % 4]):
                     info = adjacency.get(succ)

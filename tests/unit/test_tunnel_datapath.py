@@ -153,7 +153,7 @@ async def test_stale_counter_dropped(pair: Pair) -> None:
     for i in range(0, 200, 20):
         for j in range(i, i + 20):
             pair.a.tap.send_frame(frame(j, 60))
-        await wait_until(lambda: pair.b.datapath.stats().rx_frames == i + 20)
+        await wait_until(lambda i=i: pair.b.datapath.stats().rx_frames == i + 20)
     pair.wire.deliver_to_b(pair.wire.a_to_b[0])
     await wait_until(lambda: pair.b.datapath.stats().dropped(DropReason.STALE) == 1)
 

@@ -28,7 +28,7 @@ from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelState, TunnelUp
 from evio.tunnel.signaling import Body
 from evio.tunnel.tap import TapDevice
 
-NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 A = 0xAA << 120
 B = 0xBB << 120
 FRAME = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00" + b"payload" * 20

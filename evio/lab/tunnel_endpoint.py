@@ -1,4 +1,4 @@
-"""A one-tunnel endpoint process: ``python -m evio.tunnel.endpoint`` (lab tool, tests, benchmarks).
+"""A one-tunnel endpoint process: ``python -m evio.lab.tunnel_endpoint`` (lab tool, tests, benchmarks).
 
 Run one in each of two network namespaces; they exchange offers through Unix
 sockets in ``--signal-dir`` and bring up one tunnel with a TAP, optionally with
@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evio.lab.local_signaling import UnixSocketSignaling
 from evio.tunnel.config import TunnelConfig
 from evio.tunnel.datapath import Datapath
 from evio.tunnel.dtls import TunnelCertificate
@@ -38,7 +39,6 @@ from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.ice import IceConfig, RelayPolicy, TurnServer
 from evio.tunnel.keys import Cipher
 from evio.tunnel.liveness import LivenessConfig
-from evio.tunnel.local_signaling import UnixSocketSignaling
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp, default_datapath_factory
@@ -61,7 +61,7 @@ def _node_id(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m evio.tunnel.endpoint", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m evio.lab.tunnel_endpoint", description=__doc__.splitlines()[0])
     p.add_argument("--node", type=_node_id, required=True)
     p.add_argument("--peer", type=_node_id, required=True)
     p.add_argument("--signal-dir", type=Path, required=True)
@@ -125,7 +125,7 @@ async def run(args: argparse.Namespace) -> int:
         liveness=LivenessConfig(keepalive_interval=args.keepalive, dead_after=args.dead_after),
         tap_prefix=args.tap_prefix,
     )
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     certificate = TunnelCertificate.generate(f"{args.node:032x}", now)
     if args.wrong_fingerprint:
         certificate.fingerprint = TunnelCertificate.generate("impostor", now).fingerprint
@@ -190,7 +190,7 @@ async def run(args: argparse.Namespace) -> int:
                 done.set()
         try:
             await asyncio.wait_for(done.wait(), args.duration)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         _emit("stats", **_stats_fields(manager, args.peer))
     finally:

@@ -1,6 +1,6 @@
 """``evio lab tunnel A B``: one tunnel between two nodes of a running lab, with addresses on its TAPs.
 
-Starts a tunnel endpoint process (evio.tunnel.endpoint) in each node's
+Starts a tunnel endpoint process (evio.lab.tunnel_endpoint) in each node's
 namespace, with the lab's coturn as STUN and TURN server (REST secret), and
 the nodes' overlay addresses on the TAPs. B waits for the offer, A sends it;
 offers travel over Unix sockets in the lab directory, so this needs no XMPP
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from evio.lab.lab import Lab, NodeInfo
+from evio.lab.tunnel_testbed import EndpointProcess, run
 from evio.tunnel.ice import RelayPolicy
-from evio.tunnel.testbed import EndpointProcess, run
 
 
 @dataclass
