@@ -47,7 +47,7 @@ def datapath_type(kernel_module_loaded: bool) -> str:
 
 
 @dataclass(frozen=True)
-class BridgeConfig:
+class BridgeSpec:
     name: str
     controller_port: int
     overlay_address: str | None = None  # interface form, "10.10.0.5/24", put on the internal port
@@ -71,7 +71,7 @@ class OvsBridge:
 
     def __init__(
         self,
-        config: BridgeConfig,
+        config: BridgeSpec,
         runner: CommandRunner,
         datapath: str,
         db_socket: str | None = None,

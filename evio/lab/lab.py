@@ -52,9 +52,9 @@ from evio.lab.state import (
 )
 from evio.lab.topology import (
     DEFAULT_LAB_NAME,
+    LabNodePlan,
     LabPlan,
     NatKind,
-    NodePlan,
     lab_prefix,
     nat_kinds,
     plan_lab,
@@ -631,7 +631,7 @@ class Lab:
     def _paths(self) -> services.ServicePaths:
         return services.ServicePaths(self.directory)
 
-    def _node_info(self, node: NodePlan) -> NodeInfo:
+    def _node_info(self, node: LabNodePlan) -> NodeInfo:
         i = node.index - 1
         return NodeInfo(
             index=node.index,

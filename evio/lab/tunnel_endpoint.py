@@ -30,14 +30,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evio.config.model import Cipher
 from evio.lab.local_signaling import UnixSocketSignaling
-from evio.tunnel.config import TunnelConfig
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath import Datapath
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.ice import IceConfig, RelayPolicy, TurnServer
-from evio.tunnel.keys import Cipher
+from evio.tunnel.ice import IceConfig, RelayPolicy, TurnRelay
 from evio.tunnel.liveness import LivenessConfig
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
@@ -113,12 +113,12 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> int:
     ice = IceConfig(
         stun=tuple(args.stun),
-        turn=(TurnServer(args.turn[0], args.turn[1], args.turn_user, args.turn_password, args.turn_secret),) if args.turn else (),
+        turn=(TurnRelay(args.turn[0], args.turn[1], args.turn_user, args.turn_password, args.turn_secret),) if args.turn else (),
         relay=RelayPolicy(args.relay),
         direct_timeout=args.direct_timeout,
     )
     preferred = Cipher(args.cipher)
-    config = TunnelConfig(
+    config = TunnelSettings(
         ice=ice,
         ciphers=(preferred,),
         underlay_mtu=args.underlay_mtu,
@@ -156,7 +156,7 @@ async def run(args: argparse.Namespace) -> int:
             if args.exit_on_down:
                 done.set()
 
-    def sendto_datapath(cfg: TunnelConfig) -> Datapath:
+    def sendto_datapath(cfg: TunnelSettings) -> Datapath:
         return FdDatapath(
             cfg.tap_mtu,
             rekey=cfg.rekey,

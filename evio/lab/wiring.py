@@ -17,8 +17,8 @@ from evio.lab.topology import (
     SINK_GATEWAY,
     SINK_GATEWAY_MAC,
     SINK_NETWORK,
+    LabNodePlan,
     LabPlan,
-    NodePlan,
 )
 
 
@@ -89,7 +89,7 @@ def configure_public(plan: LabPlan) -> IpBatch:
     return IpBatch(pub.netns, tuple(lines))
 
 
-def configure_router(plan: LabPlan, node: NodePlan) -> IpBatch:
+def configure_router(plan: LabPlan, node: LabNodePlan) -> IpBatch:
     lan_prefix = node.lan_network.prefixlen
     return IpBatch(
         node.router_netns,
@@ -104,7 +104,7 @@ def configure_router(plan: LabPlan, node: NodePlan) -> IpBatch:
     )
 
 
-def configure_node(node: NodePlan) -> IpBatch:
+def configure_node(node: LabNodePlan) -> IpBatch:
     return IpBatch(
         node.netns,
         (

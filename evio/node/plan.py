@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from evio.bridge.ovs_bridge import BridgeConfig as OvsBridgeConfig
-from evio.bridge.ovs_bridge import datapath_id_for, datapath_type
+from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type
 from evio.config.loader import signal_password
 from evio.config.model import Config, OverlayConfig, SignalConfig
 from evio.node.errors import NodeConfigError
 from evio.signal.client import SignalSettings
-from evio.tunnel.config import TunnelConfig, from_overlay_config
+from evio.tunnel.config import TunnelSettings, from_overlay_config
 
 DEFAULT_TAP_PREFIX = "evt"
 
@@ -33,8 +32,8 @@ class AccountPlan:
 class OverlayPlan:
     config: OverlayConfig
     account: str  # the JID whose AccountPlan serves this overlay
-    tunnel: TunnelConfig
-    bridge: OvsBridgeConfig
+    tunnel: TunnelSettings
+    bridge: BridgeSpec
     datapath: str  # "system" or "netdev"
     datapath_id: int  # the SDN controller knows the bridge by it
 
@@ -92,7 +91,7 @@ def plan_node(
         wanted = overlay.bridge.datapath
         datapath = datapath_type(kernel_module_loaded) if wanted == "auto" else wanted
         dpid = datapath_id_for(overlay.id)
-        bridge = OvsBridgeConfig(
+        bridge = BridgeSpec(
             name=overlay.bridge.name,
             controller_port=controller_port,
             overlay_address=str(overlay.bridge.address) if overlay.bridge.address is not None else None,

@@ -40,8 +40,8 @@ from evio.overlay.negotiation import (
     ACTION_LINK,
     ACTION_RELEASE,
     LinkAnswer,
+    LinkRefusal,
     NegotiationError,
-    Refusal,
     ReleaseAnswer,
     decode_link_answer,
     decode_link_request,
@@ -292,7 +292,7 @@ class OverlayController:
             self._count_malformed(peer, exc)
             raise HandlerBadRequest(str(exc)) from exc
         if self._state is not _State.RUNNING:
-            return encode_link_answer(LinkAnswer(False, refusal=Refusal.STOPPING))
+            return encode_link_answer(LinkAnswer(False, refusal=LinkRefusal.STOPPING))
         answer, actions = self._core.link_request(peer, request, self._clock())
         self._execute(actions)
         return encode_link_answer(answer)

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from evio.config.model import LogForm, default_long_distance
 from evio.ids import RING_SIZE
 from evio.overlay.adjacency import (
     AddLink,
@@ -41,7 +42,7 @@ from evio.overlay.adjacency import (
     desired_links,
     diff,
 )
-from evio.overlay.symphony import LogForm, Ring, default_long_distance_count, select_links
+from evio.overlay.symphony import Ring, select_links
 
 _log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class SymphonyOverlay:
 
     def long_distance_count(self) -> int:
         k = self.params.long_distance
-        return default_long_distance_count(len(self.members)) if k is None else k
+        return default_long_distance(len(self.members)) if k is None else k
 
     def view(self, nid: int) -> Adjacency:
         """What node `nid` knows of its links, including its own unanswered requests (as pending)."""

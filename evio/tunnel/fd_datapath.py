@@ -29,9 +29,10 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 
+from evio.config.model import Cipher
 from evio.tunnel.datapath import ControlHandler, DatapathStats, DropReason, Underlay
 from evio.tunnel.errors import RecordError
-from evio.tunnel.keys import Cipher, RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
+from evio.tunnel.keys import RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
 from evio.tunnel.mmsg import DatagramBatch, ReceiveBatch, make_batch, make_receive_batch
 from evio.tunnel.mtu import TURN_CHANNEL_HEADER_LEN
 from evio.tunnel.record import (

@@ -65,7 +65,7 @@ class PathKind(enum.Enum):
 
 
 @dataclass(frozen=True)
-class TurnServer:
+class TurnRelay:
     host: str
     port: int
     username: str | None = None
@@ -85,7 +85,7 @@ class TurnServer:
 @dataclass(frozen=True)
 class IceConfig:
     stun: tuple[tuple[str, int], ...] = ()
-    turn: tuple[TurnServer, ...] = ()
+    turn: tuple[TurnRelay, ...] = ()
     relay: RelayPolicy = RelayPolicy.FALLBACK
     direct_timeout: float = 1.0
     relay_timeout: float = 1.2
@@ -324,4 +324,4 @@ def candidate_types(params: IceParameters | None) -> list[str]:
     return [c.type for c in params.parsed_candidates()] if params else []
 
 
-__all__ = ["Candidate", "IceAgent", "IceConfig", "PathKind", "RelayPolicy", "SelectedPath", "TurnServer", "candidate_types"]
+__all__ = ["Candidate", "IceAgent", "IceConfig", "PathKind", "RelayPolicy", "SelectedPath", "TurnRelay", "candidate_types"]

@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 import pytest
 
-from evio.bridge import BridgeConfig, OvsBridge, OvsInstance, SubprocessRunner, datapath_id_for
+from evio.bridge import BridgeSpec, OvsBridge, OvsInstance, SubprocessRunner, datapath_id_for
 from evio.bridge.packet_buffers import PORT_RECEIVE_BUFFER
 
 pytestmark = pytest.mark.integration
@@ -104,7 +104,7 @@ class Node:
         self.controller_log = open(self.base / "controller.log", "wb")  # noqa: SIM115 - closed in down()
         self.controller = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.controller_log)
         for overlay, address in self.addresses.items():
-            config = BridgeConfig(self.bridge_name(overlay), CONTROLLER_PORT, address,
+            config = BridgeSpec(self.bridge_name(overlay), CONTROLLER_PORT, address,
                                   datapath_id=datapath_id_for(overlay))
             bridge = OvsBridge(config, SubprocessRunner(prefix=["ip", "netns", "exec", self.netns]), "netdev",
                                str(self.ovs.db_socket))
