@@ -525,7 +525,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
         bridge=BridgeConfig(
             name=bridge.get("name", default_bridge_name(overlay_id)),
             address=None if address is None else ipaddress.ip_interface(address),
-            mtu=int(bridge.get("mtu", BridgeConfig.mtu)),
+            mtu=None if bridge.get("mtu") is None else int(bridge["mtu"]),
             datapath=bridge.get("datapath", BridgeConfig.datapath),
             flow_idle_timeout=int(bridge.get("flow_idle_timeout", BridgeConfig.flow_idle_timeout)),
         ),

@@ -157,7 +157,7 @@ class TopologyConfig:
 class BridgeConfig:
     name: str
     address: InterfaceAddress | None = None
-    mtu: int = 1400
+    mtu: int | None = None  # None: the tunnels' MTU (evio.node.plan derives it and checks an explicit one)
     datapath: Datapath = "auto"
     flow_idle_timeout: int = 30
 

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from evio.config.model import OnDemandConfig
+from evio.config.model import BridgeConfig, OnDemandConfig
 from evio.ids import parse_node_id
 from evio.sdn.boundary import AsyncioEventSink, ControllerChannel, event_as_dict
 from evio.sdn.ofapp import ControllerConfig, start_controller_thread
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="send gratuitous ARP for this interface's IPv4 addresses when they appear")
     ap.add_argument("--listen-host", default="127.0.0.1")
     ap.add_argument("--listen-port", type=int, default=6653)
-    ap.add_argument("--flow-idle-timeout", type=int, default=30)
+    ap.add_argument("--flow-idle-timeout", type=int, default=BridgeConfig.flow_idle_timeout)
     ap.add_argument("--stats-interval", type=float, default=5.0)
     ap.add_argument("--on-demand-threshold", type=float, default=OnDemandConfig.threshold_bytes_per_s,
                     help="bytes/s")

@@ -95,11 +95,40 @@ def plan_node(
             name=overlay.bridge.name,
             controller_port=controller_port,
             overlay_address=str(overlay.bridge.address) if overlay.bridge.address is not None else None,
-            mtu=overlay.bridge.mtu,
+            mtu=bridge_mtu(overlay, tunnel),
             datapath_id=dpid,
         )
         plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid))
     return NodePlan(node_id, account_plans, tuple(plans))
+
+
+def bridge_mtu(overlay: OverlayConfig, tunnel: TunnelSettings) -> int:
+    """The bridge's MTU: the tunnels' unless the config sets a smaller one.
+
+    The bridge and the TAPs are one Ethernet segment, so a frame the bridge's
+    host port may send must fit every tunnel; one bigger would be dropped
+    silently at the TAP.
+    """
+    wanted = overlay.bridge.mtu
+    if wanted is None:
+        return tunnel.tap_mtu
+    if wanted > tunnel.tap_mtu:
+        raise NodeConfigError(
+            f"$.overlays.{overlay.id}.bridge.mtu: {wanted} is above the tunnels' MTU {tunnel.tap_mtu} "
+            f"(underlay MTU {tunnel.underlay_mtu} less encapsulation); leave it out or set at most {tunnel.tap_mtu}"
+        )
+    return wanted
+
+
+def mtu_problems(config: Config) -> list[str]:
+    """Every bridge MTU that no tunnel could carry (`evio config check` reports them)."""
+    problems = []
+    for overlay in config.overlays.values():
+        try:
+            bridge_mtu(overlay, from_overlay_config(overlay))
+        except NodeConfigError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Protocol
 
-from evio.config.model import OnDemandConfig
+from evio.config.model import BridgeConfig, OnDemandConfig
 from evio.ids import format_node_id
 from evio.sdn.broadcast_log import BroadcastReceived
 
@@ -49,7 +49,7 @@ class AttachOverlay:
     overlay: str
     datapath_id: int
     node_id: int
-    flow_idle_timeout: int = 30
+    flow_idle_timeout: int = BridgeConfig.flow_idle_timeout
     mac_max_age: float = 300.0
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
 

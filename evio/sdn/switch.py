@@ -25,6 +25,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 
+from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
 from evio.sdn import frb
 from evio.sdn.broadcast_log import BroadcastLog
@@ -106,7 +107,7 @@ class BoundedFloodSwitch:
         self,
         node_id: int,
         switch_mac: str,
-        flow_idle_timeout: int = 30,
+        flow_idle_timeout: int = BridgeConfig.flow_idle_timeout,
         mac_max_age: float = 300.0,
     ) -> None:
         self.node_id = node_id

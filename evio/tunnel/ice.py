@@ -43,6 +43,7 @@ import aioice
 import aioice.stun
 from aioice import Candidate, Connection, TransportPolicy
 
+from evio.config.model import NatTraversalConfig, TurnServer
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.signaling import IceParameters
 from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
@@ -72,7 +73,7 @@ class TurnRelay:
     password: str | None = None
     secret: str | None = None
     """REST API shared secret: time-limited credentials are derived from it."""
-    credential_ttl: float = 86400.0
+    credential_ttl: float = TurnServer.ttl
 
     def credentials(self, user: str, now: float) -> TurnCredentials:
         if self.secret is not None:
@@ -87,7 +88,7 @@ class IceConfig:
     stun: tuple[tuple[str, int], ...] = ()
     turn: tuple[TurnRelay, ...] = ()
     relay: RelayPolicy = RelayPolicy.FALLBACK
-    direct_timeout: float = 1.0
+    direct_timeout: float = NatTraversalConfig.direct_timeout
     relay_timeout: float = 1.2
     stun_rto: float = 0.1
     use_ipv6: bool = False

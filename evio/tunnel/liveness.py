@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from evio.config.model import TunnelConfig
 from evio.tunnel.record import HELLO_PEER_SEEN, ControlMessage, ControlOpcode
 
 
@@ -40,8 +41,10 @@ class DownReason(enum.Enum):
 @dataclass(frozen=True)
 class LivenessConfig:
     hello_interval: float = 0.05
-    keepalive_interval: float = 1.0
-    dead_after: float = 4.0
+    # The daemon's values come from the config (evio.tunnel.config.from_overlay_config); these
+    # defaults are the config model's, so a component built without a config behaves the same.
+    keepalive_interval: float = min(TunnelConfig.keepalive, TunnelConfig.dead_after / 3)
+    dead_after: float = TunnelConfig.dead_after
     establish_timeout: float = 5.0
 
     def __post_init__(self) -> None:
