@@ -143,10 +143,6 @@ class OvsBridge:
         out = await self.vsctl("list-ports", self.name)
         return [line for line in out.splitlines() if line]
 
-    async def ofport(self, port_name: str) -> int:
-        """The OpenFlow port number OVS gave `port_name` (-1 while it cannot be opened)."""
-        return int((await self.vsctl("get", "Interface", port_name, "ofport")).strip())
-
     async def datapath_id(self) -> int:
         """The datapath id the bridge uses now (as its controller sees it in the features reply)."""
         return int((await self.vsctl("get", "Bridge", self.name, "datapath_id")).strip().strip('"'), 16)

@@ -11,15 +11,13 @@ import sys
 from importlib import resources
 from typing import Any
 
-from evio.config.loader import ConfigError, ConfigFileError, load_config
+from evio.cli.config_file import EXIT_INVALID, load_or_report, problem_count
 from evio.config.model import Config, OverlayConfig
 from evio.ids import format_node_id
 from evio.node.plan import bridge_mtu, mtu_problems
 from evio.tunnel.config import from_overlay_config
 
 EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_UNREADABLE = 2
 
 
 def register(sub: Any) -> None:
@@ -36,24 +34,15 @@ def register(sub: Any) -> None:
 
 def check_command(args: argparse.Namespace) -> int:
     name: str = args.file
-    try:
-        config = load_config(name)
-    except ConfigFileError as exc:
-        where = f"{name}:{exc.location}" if exc.location else name
-        print(f"{where}: {exc.reason}", file=sys.stderr)
-        return EXIT_UNREADABLE
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{name}: {problem}", file=sys.stderr)
-        count = len(exc.problems)
-        print(f"{name}: invalid ({count} problem{'s' if count != 1 else ''})", file=sys.stderr)
-        return EXIT_INVALID
+    config = load_or_report(name)
+    if isinstance(config, int):
+        return config
     # Checks that need the tunnels' arithmetic, which the config package does not know.
     mtus = mtu_problems(config)
     if mtus:
         for text in mtus:
             print(f"{name}: {text}", file=sys.stderr)
-        print(f"{name}: invalid ({len(mtus)} problem{'s' if len(mtus) != 1 else ''})", file=sys.stderr)
+        print(f"{name}: {problem_count(len(mtus))}", file=sys.stderr)
         return EXIT_INVALID
     print("\n".join(summary(config)))
     return EXIT_OK

@@ -108,10 +108,6 @@ class LabPlan:
             names += [node.router_netns, node.netns]
         return tuple(names)
 
-    @property
-    def routers(self) -> tuple[str, ...]:
-        return tuple(node.router_netns for node in self.nodes)
-
     def node(self, index: int) -> LabNodePlan:
         if not 1 <= index <= len(self.nodes):
             raise LabPlanError(f"no node {index} in lab {self.name!r} (nodes are 1..{len(self.nodes)})")

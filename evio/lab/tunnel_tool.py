@@ -16,7 +16,6 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from evio.lab.lab import Lab, NodeInfo
@@ -148,7 +147,3 @@ def parse_node(text: str) -> int:
     if not digits.isdigit():
         raise ValueError(f"not a node: {text!r} (use 3, node3 or n3)")
     return int(digits)
-
-
-def log_paths(tunnel: LabTunnel) -> list[Path]:
-    return [p.log_path for p in (tunnel.a, tunnel.b) if p is not None]

@@ -26,13 +26,12 @@ Out of the controller (`ControllerEvent`, os-ken thread -> asyncio): an
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import queue
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 from evio.config.model import BridgeConfig, OnDemandConfig
 from evio.ids import format_node_id
@@ -238,20 +237,6 @@ class CollectingSink:
     def events(self) -> list[ControllerEvent]:
         with self._lock:
             return list(self._events)
-
-
-class JsonLinesSink:
-    """Writes each event as one JSON object per line (the standalone controller's `--events`)."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-        self._lock = threading.Lock()
-
-    def emit(self, event: ControllerEvent) -> None:
-        line = json.dumps(event_as_dict(event))
-        with self._lock:
-            self._stream.write(line + "\n")
-            self._stream.flush()
 
 
 def event_as_dict(event: ControllerEvent) -> dict[str, Any]:

@@ -117,14 +117,6 @@ class SymphonyOverlay:
                     graph[peer].add(holder)
         return graph
 
-    def long_distance_shortfall(self) -> int:
-        """Long-distance links still missing: k per node minus those held."""
-        k = self.long_distance_count()
-        return sum(
-            max(0, k - sum(1 for link in links.values() if link.type is LinkType.LONG_DISTANCE))
-            for links in self._holds.values()
-        )
-
     def held_counts(self) -> Counter[LinkType]:
         """How many links are held, by the holder's type (a link held by both ends counts twice)."""
         return Counter(link.type for links in self._holds.values() for link in links.values())

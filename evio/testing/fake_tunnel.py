@@ -119,9 +119,6 @@ class DatagramWire:
     def deliver_to_b(self, datagram: bytes) -> None:
         self._b.send_to_datapath(datagram)
 
-    def deliver_to_a(self, datagram: bytes) -> None:
-        self._a.send_to_datapath(datagram)
-
     def _pump(self, src: FakeUnderlay, dst: FakeUnderlay, a_to_b: bool) -> None:
         while True:
             try:
