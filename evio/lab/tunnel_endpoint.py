@@ -38,7 +38,7 @@ from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.ice import IceConfig, RelayPolicy, TurnRelay
-from evio.tunnel.liveness import LivenessConfig
+from evio.tunnel.liveness import LivenessConfig, keepalive_for
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp, default_datapath_factory
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tap-prefix", default="evt")
     p.add_argument("--address", help="CIDR address for the TAP, e.g. 10.99.0.1/24")
     p.add_argument("--underlay-mtu", type=int, default=1500)
-    p.add_argument("--keepalive", type=float, default=LivenessConfig.keepalive_interval)
+    p.add_argument("--keepalive", type=float, help="seconds (default: the daemon's rule for --dead-after)")
     p.add_argument("--dead-after", type=float, default=LivenessConfig.dead_after)
     p.add_argument("--duration", type=float, help="close the tunnel and exit after this many seconds")
     p.add_argument("--exit-on-down", action="store_true")
@@ -122,7 +122,9 @@ async def run(args: argparse.Namespace) -> int:
         ice=ice,
         ciphers=(preferred,),
         underlay_mtu=args.underlay_mtu,
-        liveness=LivenessConfig(keepalive_interval=args.keepalive, dead_after=args.dead_after),
+        liveness=LivenessConfig(
+            keepalive_interval=args.keepalive or keepalive_for(args.dead_after), dead_after=args.dead_after
+        ),
         tap_prefix=args.tap_prefix,
     )
     now = datetime.datetime.now(datetime.UTC)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from evio.config.model import Cipher
 from evio.tunnel.ice import IceConfig, TurnRelay
 from evio.tunnel.keys import RekeyPolicy
-from evio.tunnel.liveness import LivenessConfig
+from evio.tunnel.liveness import LivenessConfig, keepalive_for
 from evio.tunnel.mtu import tap_mtu
 
 if TYPE_CHECKING:
@@ -80,8 +80,7 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
     )
     preferred = Cipher(overlay.tunnel.cipher)
     dead_after = overlay.tunnel.dead_after
-    # Detecting a dead peer within dead_after needs keepalives a few times faster.
-    keepalive = min(overlay.tunnel.keepalive, dead_after / 3)
+    keepalive = keepalive_for(dead_after, overlay.tunnel.keepalive)
     return TunnelSettings(
         ice=ice,
         ciphers=(preferred, *(c for c in Cipher if c is not preferred)),

@@ -38,12 +38,17 @@ class DownReason(enum.Enum):
     PEER_CLOSED = "peer-closed"
 
 
+def keepalive_for(dead_after: float, wanted: float = TunnelConfig.keepalive) -> float:
+    """The keepalive interval to use: detecting a dead peer within `dead_after` needs them a few times faster."""
+    return min(wanted, dead_after / 3)
+
+
 @dataclass(frozen=True)
 class LivenessConfig:
     hello_interval: float = 0.05
     # The daemon's values come from the config (evio.tunnel.config.from_overlay_config); these
     # defaults are the config model's, so a component built without a config behaves the same.
-    keepalive_interval: float = min(TunnelConfig.keepalive, TunnelConfig.dead_after / 3)
+    keepalive_interval: float = keepalive_for(TunnelConfig.dead_after)
     dead_after: float = TunnelConfig.dead_after
     establish_timeout: float = 5.0
 
