@@ -1,4 +1,4 @@
-"""Open vSwitch bridge management through OVSDB (DESIGN.md section 7).
+"""Open vSwitch bridge management through OVSDB (docs/design.md, "Open vSwitch bridges").
 
 `OvsBridge` creates and tears down one overlay's bridge and its ports by
 running `ovs-vsctl` through a `CommandRunner`; `OvsInstance` starts a private

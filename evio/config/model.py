@@ -49,7 +49,7 @@ class Cipher(enum.StrEnum):
 
 
 def default_long_distance(n: int) -> int:
-    """k = floor(log2 n) long-distance links in an overlay of n nodes; 0 for a ring of one."""
+    """k = floor(log2 n) long-distance links in an overlay of n nodes; 0 for a ring of one (docs/design.md, "Symphony link selection")."""
     return max(n, 1).bit_length() - 1  # floor(log2 n) without floats
 
 

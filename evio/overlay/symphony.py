@@ -1,4 +1,4 @@
-"""Symphony link selection (paper section 3.1, DESIGN.md section 5).
+"""Symphony link selection (paper section 3.1; docs/design.md, "Symphony link selection").
 
 A node links to its `s` nearest clockwise peers (successors) and to `k`
 long-distance peers drawn from the harmonic distribution of eq. (1):

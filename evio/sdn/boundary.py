@@ -1,7 +1,7 @@
 """The thread boundary between the daemon (asyncio) and the SDN controller (os-ken's thread).
 
 The daemon runs asyncio in the main thread and os-ken, with its native
-(thread) hub, beside it (DESIGN.md section 1). Everything that crosses is a
+(thread) hub, beside it (docs/design.md, "A node"). Everything that crosses is a
 small frozen dataclass defined here; there is no string-named bus.
 
 Into the controller (`ControllerCommand`, any thread -> os-ken thread):

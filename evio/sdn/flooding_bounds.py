@@ -1,4 +1,4 @@
-"""The flooding-bound algorithm of Bounded Flood (paper section 3.2.3, DESIGN.md section 6).
+"""The flooding-bound algorithm of Bounded Flood (paper section 3.2.3; docs/design.md, "Flooding bounds").
 
 A broadcast rooted at `r` is split into disjoint clockwise arcs, closed-open:
 the root sends to each neighbour `n_i` (sorted clockwise from `r`) the bound

@@ -1,4 +1,4 @@
-"""The Flood Route and Bound (FRB) frame: a pure codec (paper section 3.2.2, DESIGN.md section 6).
+"""The Flood Route and Bound (FRB) frame: a pure codec (paper section 3.2.2; docs/design.md, "FRB frame").
 
 Wire format, compatible with the original EdgeVPN BoundedFlood controller
 (`FloodRouteBound`, pack string ``!16s16sBBB``)::

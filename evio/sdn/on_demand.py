@@ -1,4 +1,4 @@
-"""When to ask for an on-demand link, from flow byte counters (paper section 3.2.1, DESIGN.md section 6).
+"""When to ask for an on-demand link, from flow byte counters (paper section 3.2.1; docs/design.md, "On-demand links").
 
 Pure: the adapter polls the switch's byte counters of evio's unicast flows and
 passes them in with `now`; these classes turn them into decisions.

@@ -1,4 +1,4 @@
-"""Bounded Flood switching logic for one node's bridge (paper section 3.2, DESIGN.md section 6).
+"""Bounded Flood switching logic for one node's bridge (paper section 3.2; docs/design.md, "Bounded Flood").
 
 Pure: it sees ports, frames and `now`, and returns `evio.sdn.flow_actions`
 for an adapter to carry out. It never reads a clock or touches a socket.
