@@ -4,8 +4,7 @@
 evio/testing/lab_host.py fakes it. LinuxHost drives iproute2 and nft as
 subprocesses rather than through pyroute2, because:
 
-- pyroute2's sync API fails inside a running asyncio loop (lab-recipes.md
-  section 6, pitfalls), and the lab is used from async integration tests;
+- pyroute2's sync API fails inside a running asyncio loop, and the lab is used from async integration tests;
 - `ip -batch` applies a whole namespace's configuration in one process, which
   is as fast as netlink calls from Python at this scale;
 - nftables has no pyroute2 equivalent, so `nft -f` is needed anyway;

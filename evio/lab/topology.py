@@ -43,7 +43,7 @@ PUBLIC_ADDRESS = ipaddress.IPv4Address("198.51.100.1")  # prosody, coturn
 PUBLIC_ALT_ADDRESS = ipaddress.IPv4Address("198.51.100.2")  # coturn's second address (NAT mapping tests)
 _ROUTER_OFFSET = 10  # router i's WAN address is 198.51.100.(10 + i)
 # The public namespace routes everything it does not know into a sink, so coturn
-# never gets ENETUNREACH (lab-recipes.md section 3).
+# never gets ENETUNREACH.
 SINK_NETWORK = ipaddress.IPv4Network("192.0.2.0/30")  # TEST-NET-1
 SINK_ADDRESS = ipaddress.IPv4Address("192.0.2.1")
 SINK_GATEWAY = ipaddress.IPv4Address("192.0.2.2")

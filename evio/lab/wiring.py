@@ -73,7 +73,7 @@ def configure_public(plan: LabPlan) -> IpBatch:
         f"addr add {pub.address}/{prefixlen} dev {pub.bridge}",
         f"addr add {pub.alt_address}/{prefixlen} dev {pub.bridge}",
         f"link set {pub.bridge} up",
-        # The sink: a default route to a neighbour that never answers (lab-recipes.md section 3).
+        # The sink: a default route to a neighbour that never answers, so coturn never gets ENETUNREACH.
         f"link add {pub.sink_interface} type veth peer name {pub.sink_peer}",
         f"addr add {SINK_ADDRESS}/{SINK_NETWORK.prefixlen} dev {pub.sink_interface}",
         f"link set {pub.sink_interface} up",

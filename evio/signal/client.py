@@ -313,7 +313,7 @@ class SignalClient(SignalEndpoint):
         else:
             xmpp = ClientXMPP(jid, s.password or "", ssl_context=self._ssl_context())
         # slixmpp >= 1.8 tries direct TLS first, then STARTTLS, then plaintext when given
-        # an explicit host/port: enable exactly the one mode configured (lab-recipes 1.5).
+        # an explicit host/port: enable exactly the one mode configured.
         xmpp.enable_direct_tls = s.tls == "direct" and not s.insecure_plaintext
         xmpp.enable_starttls = s.tls == "starttls" and not s.insecure_plaintext
         xmpp.enable_plaintext = s.insecure_plaintext

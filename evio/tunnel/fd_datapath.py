@@ -1,6 +1,6 @@
 """``FdDatapath``: the Python data path, built for per-packet cost.
 
-Why it looks like this (see the data path baseline notes):
+Why it looks like this (docs/design.md, "Data path"):
 - Both fds are read with ``loop.add_reader`` and drained without blocking into
   preallocated rings; asyncio datagram transports would allocate a 256 KiB
   buffer per datagram.

@@ -8,7 +8,7 @@ gathered before the offer/answer exchange:
 
 aioice uses aggressive nomination: the controlling agent keeps the first pair
 that works, which is often the relay because the first direct probe is
-dropped by the remote NAT (lab-recipes 4.4). Keeping the two apart makes the
+dropped by the remote NAT before its own outbound probe opens the mapping. Keeping the two apart makes the
 choice ours. The controlling side (higher node id) tries ``direct`` for
 ``direct_timeout`` seconds and only then ``relay``. The controlled side runs
 both and follows: it takes whichever connection first both completes and
@@ -295,7 +295,7 @@ class IceAgent:
         other = self.relay if kind is PathKind.DIRECT else self.direct
         if other is not None:
             self._drop(other)
-        pair = conn._nominated[1]  # aioice keeps the selected pair only here (lab-recipes 4.4)
+        pair = conn._nominated[1]  # aioice keeps the selected pair only here
         path = SelectedPath(
             kind,
             conn,

@@ -4,8 +4,8 @@ Python's socket module has neither. A TAP read burst becomes up to ``slots``
 records sealed in place into a ring of preallocated slots, then one call
 sends them all; on the way in, one call fills a ring with whatever datagrams
 are queued. One kernel crossing per burst instead of one per frame: the
-largest per-packet cost left in the Python data path (see the data path
-baseline notes).
+largest per-packet cost left in the Python data path (docs/design.md,
+"Data path").
 
 ``SendBatch`` / ``RecvBatch`` call libc through ctypes; ``SendtoBatch`` /
 ``RecvfromBatch`` are the same interfaces over the socket module, for
