@@ -79,8 +79,7 @@ def control_socket(args: argparse.Namespace, command: str) -> Path | None:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    from evio.node.control_client import ControlError
-    from evio.node.control_client import fetch_status
+    from evio.node.control_client import ControlError, fetch_status
 
     path = control_socket(args, "status")
     if path is None:
@@ -98,8 +97,7 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def ping_command(args: argparse.Namespace) -> int:
-    from evio.node.control_client import ControlError
-    from evio.node.control_client import fetch_status, find_peer, probe
+    from evio.node.control_client import ControlError, fetch_status, find_peer, probe
 
     path = control_socket(args, "ping")
     if path is None:
@@ -174,7 +172,7 @@ def _signal_line(signal: Mapping[str, Any], now: float) -> str:
         return f"{where}: NOT connected ({reconnects} reconnects so far)"
     since = signal.get("connected_since")
     if isinstance(since, int | float):
-        stamp = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        stamp = datetime.datetime.fromtimestamp(since, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         return f"{where}: connected since {stamp} ({_duration(now - since)}), {reconnects} reconnects"
     return f"{where}: connected, {reconnects} reconnects"
 

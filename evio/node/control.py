@@ -90,7 +90,7 @@ async def respond_async(line: bytes, handlers: Handlers, request_handlers: Reque
     name = request["request"]
     try:
         return {"ok": True, name: await asyncio.wait_for(request_handlers[name](request), REQUEST_TIMEOUT)}
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return {"ok": False, "error": f"{name} took longer than {REQUEST_TIMEOUT:.0f} s"}
     except ControlError as exc:
         return {"ok": False, "error": str(exc)}
@@ -144,7 +144,7 @@ class ControlServer:
         try:
             try:
                 line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
-            except (asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
+            except (TimeoutError, asyncio.LimitOverrunError, ValueError):
                 answer = {"ok": False, "error": "no request line"}
             else:
                 if len(line) > MAX_REQUEST_BYTES:

@@ -48,7 +48,7 @@ def query(path: Path, request: str, timeout: float = 5.0, fields: Mapping[str, A
             raise ControlError(f"nothing listens on {path} (the daemon is not running)") from None
         except PermissionError:
             raise ControlError(f"no access to {path} (the control socket is root's only)") from None
-        except socket.timeout:
+        except TimeoutError:
             raise ControlError(f"the daemon at {path} did not answer within {timeout:g} s") from None
         except OSError as exc:
             raise ControlError(f"cannot ask the daemon at {path}: {exc}") from None

@@ -188,7 +188,7 @@ class MetricsServer:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
-            except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 return  # not HTTP, too slow or too large: close without an answer
             status, content_type, body = self.answer(head)
             writer.write(

@@ -21,19 +21,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from evio.ids import format_node_id, parse_node_id
 from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
 from evio.node.metrics import MetricsServer
 from evio.node.overlay_stack import OverlayStack
 from evio.node.plan import AccountPlan, NodePlan, OverlayPlan
-from evio.node.reload import ReloadPlan, ReloadRefused, plan_reload
 from evio.node.platform import Platform
+from evio.node.reload import ReloadPlan, ReloadRefused, plan_reload
 from evio.node.sdn import SdnController
 from evio.node.side_loop import SideLoop
 from evio.node.signal_mux import SharedAccount
 from evio.node.status import STATUS_VERSION
 from evio.node.systemd import Notifier
-from evio.overlay.node_id import format_node_id, parse_node_id
 from evio.signal.interface import Signaling
 
 log = logging.getLogger(__name__)

@@ -27,14 +27,14 @@ from typing import Any, Protocol
 
 from evio.bridge.commands import BridgeError
 from evio.config.model import TopologyConfig
+from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
 from evio.node.sdn import SdnController
+from evio.node.status import SetupHistogram, TunnelView, link_counts, link_document
 from evio.overlay.adjacency_events import LinkDown, LinkUp
-from evio.overlay.node_id import format_node_id
 from evio.sdn.boundary import (
     BroadcastCounts,
     ControllerEvent,
-    TrafficCounts,
     DropCounts,
     OnDemandIdle,
     OnDemandWanted,
@@ -42,11 +42,11 @@ from evio.sdn.boundary import (
     PortRemoved,
     SwitchConnected,
     SwitchDisconnected,
+    TrafficCounts,
     event_as_dict,
 )
 from evio.signal.interface import Signaling
-from evio.node.status import SetupHistogram, TunnelView, link_counts, link_document
-from evio.tunnel.config import TunnelConfig
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
 
@@ -95,7 +95,7 @@ class LinkManager(Protocol):
 
     def get(self, peer: int) -> TunnelLike | None: ...
 
-    def reconfigure(self, config: TunnelConfig) -> None:
+    def reconfigure(self, config: TunnelSettings) -> None:
         """Settings for the tunnels set up from now on (those up keep theirs)."""
         ...
 
@@ -238,7 +238,7 @@ class OverlayStack:
         self.controller.set_topology(topology)
         log.info("topology settings applied overlay=%s", self.overlay)
 
-    def set_tunnel_settings(self, settings: TunnelConfig) -> None:
+    def set_tunnel_settings(self, settings: TunnelSettings) -> None:
         self.plan = replace(self.plan, tunnel=settings)
         self.links.reconfigure(settings)
         log.info("tunnel settings applied to new tunnels overlay=%s", self.overlay)
@@ -361,7 +361,7 @@ class OverlayStack:
         })  # fmt: skip
         try:
             rtt = await tunnel.probe(timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return {**answer, "result": "timeout", "timeout": timeout}
         except TunnelError as exc:
             return {**answer, "result": "no-link", "setting_up": False, "reason": str(exc)}

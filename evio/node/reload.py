@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from evio.config.model import TopologyConfig
 from evio.node.plan import AccountPlan, NodePlan, OverlayPlan, tap_prefix
-from evio.tunnel.config import TunnelConfig
+from evio.tunnel.config import TunnelSettings
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class ReloadPlan:
     removed: tuple[str, ...] = ()
     restarted: tuple[str, ...] = ()
     topology: dict[str, TopologyConfig] = field(default_factory=dict)  # kept overlays with new settings
-    tunnel: dict[str, TunnelConfig] = field(default_factory=dict)
+    tunnel: dict[str, TunnelSettings] = field(default_factory=dict)
     accounts_stopped: tuple[str, ...] = ()  # JIDs logged out (removed, or changed and logged in again)
     accounts_started: tuple[str, ...] = ()
     metrics_changed: bool = False
@@ -67,7 +67,7 @@ def plan_reload(old: NodePlan, new: NodePlan) -> ReloadPlan:
     kept: dict[str, OverlayPlan] = {}
     restarted, removed, added = [], [], []
     topology: dict[str, TopologyConfig] = {}
-    tunnel: dict[str, TunnelConfig] = {}
+    tunnel: dict[str, TunnelSettings] = {}
     for overlay_id, running in old_overlays.items():
         wanted = new_overlays.get(overlay_id)
         if wanted is None:

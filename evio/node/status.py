@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
 from evio.tunnel.datapath import DatapathStats
 from evio.tunnel.liveness import RttStats
 from evio.tunnel.session import TunnelInfo

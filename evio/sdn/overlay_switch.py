@@ -14,9 +14,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
 from evio.sdn.boundary import (
-    TrafficCounts,
     AttachOverlay,
     BroadcastCounts,
     ControllerEvent,
@@ -27,6 +26,7 @@ from evio.sdn.boundary import (
     PortRemoved,
     SwitchConnected,
     SwitchDisconnected,
+    TrafficCounts,
 )
 from evio.sdn.flow_actions import FlowAction, FlowMatch
 from evio.sdn.on_demand import FlowRates, OnDemandPolicy, WantOnDemand, traffic_by_peer

@@ -44,8 +44,8 @@ from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
 from evio.tunnel.config import tap_name
 from evio.tunnel.datapath import DatapathStats
 from evio.tunnel.errors import SetupError, TunnelError
-from evio.tunnel.liveness import RttStats
 from evio.tunnel.ice import PathKind
+from evio.tunnel.liveness import RttStats
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelState, TunnelUp
 
 log = logging.getLogger(__name__)
@@ -133,11 +133,6 @@ class FakeLinkNetwork:
 
     def unblock(self, a: int, b: int) -> None:
         self._blocked.discard(frozenset((a, b)))
-
-    def cut(self, a: int, b: int, reason: str = "peer silent") -> None:
-        tunnel = self._tunnels.get(frozenset((a, b)))
-        if tunnel is not None:
-            self._end(tunnel, reason)
 
     def kill(self, node: int) -> None:
         """The node is gone: no goodbye, its peers see their tunnels die."""

@@ -22,7 +22,6 @@ from evio.node.reload import ReloadRefused, plan_reload
 from evio.node.systemd import Notifier, notify_address, watchdog_interval
 from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid, until
 
-
 # -- the datagram protocol ---------------------------------------------------------------------
 
 
