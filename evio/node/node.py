@@ -266,20 +266,28 @@ class Node:
         return "; ".join(parts) or "no overlays"
 
     async def _systemd(self) -> None:
-        """READY=1 once every account is logged in; then WATCHDOG=1 and STATUS= from this loop."""
+        """READY=1 once every account is logged in; WATCHDOG=1 (from the start) and STATUS= from this loop."""
         notifier = self._notifier
         if notifier is None or not notifier.enabled:
             return
-        await asyncio.gather(*(client.wait_connected() for client in self.accounts.values()))
-        notifier.ready(self.status_line())
-        self.notified_ready = True
-        log.info("told systemd: ready")
         interval = min(notifier.watchdog_interval or STATUS_INTERVAL, STATUS_INTERVAL)
-        while True:
-            await asyncio.sleep(interval)
-            if notifier.watchdog_interval is not None:
-                notifier.watchdog()
-            notifier.status(self.status_line())
+        logins = asyncio.ensure_future(asyncio.gather(*(client.wait_connected() for client in self.accounts.values())))
+        try:
+            while True:
+                if notifier.watchdog_interval is not None:
+                    notifier.watchdog()  # also while logging in: the loop is alive, only the server is slow
+                if not self.notified_ready:
+                    await asyncio.wait({logins}, timeout=interval)
+                    if logins.done():
+                        notifier.ready(self.status_line())
+                        self.notified_ready = True
+                        log.info("told systemd: ready")
+                        continue
+                else:
+                    notifier.status(self.status_line())
+                    await asyncio.sleep(interval)
+        finally:
+            logins.cancel()
 
     async def shutdown(self) -> None:
         """Undo whatever `start` did, in reverse order; every step runs even if one before it failed."""
