@@ -269,3 +269,19 @@ async def test_every_reload_is_framed_by_reloading_and_ready(listener: Listener,
         assert after[0].startswith("RELOADING=1\nMONOTONIC_USEC=") and after[1].startswith("READY=1")
     finally:
         await fleet.stop_all()
+
+
+async def test_watchdog_runs_while_logging_in_and_ready_waits_for_the_login(listener: Listener, tmp_path: Path) -> None:
+    notifier = Notifier.from_environment({"NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "100000"})
+    fleet = Fleet(1)
+    fleet.signal_hub.stop_server()  # the XMPP server is down: no login yet
+    plan = plan_node(fleet_config(1), nid(1), controller_port=6653, kernel_module_loaded=False)
+    fleet.nodes[1] = node = Node(plan, fleet.platforms[1], notifier=notifier)
+    await fleet.start()
+    try:
+        await until(lambda: listener.lines().count("WATCHDOG=1") >= 3)
+        assert "READY=1" not in listener.lines() and not node.notified_ready
+        fleet.signal_hub.start_server()
+        await until(lambda: "READY=1" in listener.lines())
+    finally:
+        await fleet.stop_all()
