@@ -38,12 +38,12 @@ def control(request):
         data += chunk
     s.close()
     return data
-def http(path):
+def get(path):
     c = http.client.HTTPConnection("127.0.0.1", 9470, timeout=5); c.request("GET", path)
     body = c.getresponse().read(); c.close(); return body
 out = {}
 for name, call in (("ping", lambda: control("ping")), ("status", lambda: control("status")),
-                   ("404", lambda: http("/nope")), ("metrics", lambda: http("/metrics"))):
+                   ("404", lambda: get("/nope")), ("metrics", lambda: get("/metrics"))):
     call(); times = []
     for _ in range(rounds):
         t = time.perf_counter(); call(); times.append(time.perf_counter() - t)
