@@ -34,6 +34,7 @@ from evio.config.model import (
     InterfaceAddress,
     LoggingConfig,
     NatTraversalConfig,
+    LimitsConfig,
     NodeConfig,
     OnDemandConfig,
     OverlayConfig,
@@ -479,6 +480,7 @@ def _build(document: Mapping[str, Any], base_dir: Path) -> Config:
 def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) -> OverlayConfig:
     signal, nat, topology = overlay["signal"], overlay.get("nat_traversal", {}), overlay.get("topology", {})
     on_demand, bridge, tunnel = topology.get("on_demand", {}), overlay.get("bridge", {}), overlay.get("tunnel", {})
+    limits = overlay.get("limits", {})
     address = bridge.get("address")
     return OverlayConfig(
         id=overlay_id,
@@ -513,6 +515,8 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             long_distance=_optional_int(topology.get("long_distance")),
             log_form=topology.get("log_form", TopologyConfig.log_form),
             max_incoming_long_distance=_optional_int(topology.get("max_incoming_long_distance")),
+            max_incoming_successors=_optional_int(topology.get("max_incoming_successors")),
+            max_incoming_on_demand=int(topology.get("max_incoming_on_demand", TopologyConfig.max_incoming_on_demand)),
             on_demand=OnDemandConfig(
                 enabled=on_demand.get("enabled", OnDemandConfig.enabled),
                 max_links=int(on_demand.get("max_links", OnDemandConfig.max_links)),
@@ -531,6 +535,14 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             cipher=tunnel.get("cipher", TunnelConfig.cipher),
             keepalive=float(tunnel.get("keepalive", TunnelConfig.keepalive)),
             dead_after=float(tunnel.get("dead_after", TunnelConfig.dead_after)),
+        ),
+        limits=LimitsConfig(
+            max_tunnels=int(limits.get("max_tunnels", LimitsConfig.max_tunnels)),
+            max_pending_offers=int(limits.get("max_pending_offers", LimitsConfig.max_pending_offers)),
+            link_requests_per_s=float(limits.get("link_requests_per_s", LimitsConfig.link_requests_per_s)),
+            link_request_burst=int(limits.get("link_request_burst", LimitsConfig.link_request_burst)),
+            offers_per_s=float(limits.get("offers_per_s", LimitsConfig.offers_per_s)),
+            offer_burst=int(limits.get("offer_burst", LimitsConfig.offer_burst)),
         ),
     )
 

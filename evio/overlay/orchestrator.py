@@ -14,11 +14,14 @@ A tunnel exists while either end holds it. Edge negotiation
 (`evio.overlay.negotiation`):
 
 - ``overlay.link`` asks to hold a link. For a new link the peer answers with
-  `accept_request` (successor and on-demand accepted, long-distance only under
-  the incoming cap, collisions settled by node id: the lower id's request
-  wins); the requester then connects, the answerer waits for the tunnel.
-  ``existing`` requests take over or retype a link that is already there
-  (no new tunnel; a long-distance hold is still capped).
+  `accept_request` (every type under its incoming cap, collisions settled by
+  node id: the lower id's request wins), within `limits.max_tunnels` and a
+  per-peer request rate (`limits.link_requests_per_s`: a flood is refused
+  before any state is kept); the requester then connects, the answerer waits
+  for the tunnel, and its tunnel manager serves the offer only because the
+  link was agreed (`expects_tunnel`). ``existing`` requests take over or
+  retype a link that is already there (no new tunnel; the new type's cap
+  still applies).
 - ``overlay.release`` says this end no longer holds the link; the answer says
   whether the peer still does. If not, the releaser disconnects: a tunnel
   comes down only when neither end holds it.
@@ -56,7 +59,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from evio.config.model import TopologyConfig
+from evio.config.model import LimitsConfig, TopologyConfig
 from evio.overlay.adjacency import (
     Adjacency,
     AddLink,
@@ -66,6 +69,7 @@ from evio.overlay.adjacency import (
     LinkType,
     RemoveLink,
     accept_request,
+    cap_reason,
     desired_links,
     diff,
 )
@@ -73,6 +77,7 @@ from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkInfo, Li
 from evio.overlay.backoff import ChangeBudget, PeerBackoff
 from evio.overlay.negotiation import LinkAnswer, LinkRequest, Refusal, ReleaseAnswer, ReleaseRequest
 from evio.overlay.symphony import LogForm, Ring, Selection, select_links
+from evio.ratelimit import PeerRateLimiter, Rate
 from evio.signal.events import RemovalCause
 
 log = logging.getLogger(__name__)
@@ -117,6 +122,10 @@ class Failure(enum.Enum):
     PEER_ABSENT = "peer_absent"  # the peer is not present in signaling (left, or not yet known)
     NO_ANSWER = "no_answer"  # timed out or bounced
     ERROR = "error"  # an error answer, or one we could not read
+
+
+# Refusals that say the answerer is full (or we asked too often): asking again soon would not help.
+_FULL = frozenset({Refusal.TOO_MANY_SUCCESSORS, Refusal.TOO_MANY_ON_DEMAND, Refusal.TOO_MANY_LINKS, Refusal.RATE_LIMITED})
 
 
 # -- actions for the adapter ------------------------------------------------------------------
@@ -212,8 +221,13 @@ class Orchestrator:
         timings: Timings | None = None,
         name: str = "",
         epoch: int = 0,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self.node_id = node_id
+        self.limits = limits or LimitsConfig()
+        self._link_requests = PeerRateLimiter[int](
+            Rate(self.limits.link_requests_per_s, self.limits.link_request_burst)
+        )
         self.epoch = epoch  # sent with our requests and acceptances: a restart changes it
         self.topology = topology
         self.timings = timings or Timings()
@@ -241,6 +255,7 @@ class Orchestrator:
         self.evaluations = 0
         self.requests_sent = 0
         self.refusals_received: Counter[Refusal] = Counter()
+        self.refusals_sent: Counter[Refusal] = Counter()
         self.failures: Counter[Failure | str] = Counter()
 
     # == inputs: signaling =======================================================================
@@ -366,6 +381,10 @@ class Orchestrator:
         """A peer's overlay.link: the answer to send back, and what to do."""
         if self._stopped:
             return LinkAnswer(False, refusal=Refusal.STOPPING), self._flush()
+        if not self._link_requests.allow(peer, now):
+            # Before any state is kept for the peer: a flood costs a counter, nothing more.
+            self.refusals_sent[Refusal.RATE_LIMITED] += 1
+            return LinkAnswer(False, refusal=Refusal.RATE_LIMITED), self._flush()
         st = self._peers.get(peer)
         if st is None:
             st = self._peers[peer] = _Peer()
@@ -384,6 +403,7 @@ class Orchestrator:
             self._want_evaluation(now)
         else:
             assert answer.refusal is not None
+            self.refusals_sent[answer.refusal] += 1
             log.debug(
                 "overlay %s refused %s link from peer=%032x: %s",
                 self.name, request.type.value, peer, answer.refusal.value,
@@ -420,6 +440,8 @@ class Orchestrator:
             st.asking = None
             if refusal is Refusal.TOO_MANY_LONG_DISTANCE:
                 self._refused_long_distance[peer] = now + self.timings.long_distance_refusal_ttl
+            elif refusal in _FULL:
+                self._fail(peer, f"refused: {refusal.value}", now)  # the peer is full: back off, ask others
             else:
                 self._retry_at[peer] = now + self.timings.refused_retry
             if existing:
@@ -590,6 +612,20 @@ class Orchestrator:
                 incoming[peer] = Link(st.theirs, st.link_state())
         return Adjacency(outgoing, incoming)
 
+    def tunnel_count(self) -> int:
+        """Tunnels this node has or is setting up or awaiting (what `limits.max_tunnels` caps)."""
+        return sum(1 for st in self._peers.values() if st.phase is not Phase.NONE)
+
+    def expects_tunnel(self, peer: int) -> bool:
+        """May `peer` offer us a tunnel? Only for a link negotiated with it (or up, to replace a stale tunnel).
+
+        The tunnel manager asks before it gathers a socket, allocates on TURN or makes a TAP.
+        """
+        st = self._peers.get(peer)
+        return st is not None and st.phase in (Phase.AWAITING, Phase.CONNECTING, Phase.UP) and (
+            st.holder_type() is not None or st.busy()
+        )
+
     def phase(self, peer: int) -> Phase:
         st = self._peers.get(peer)
         return Phase.NONE if st is None else st.phase
@@ -646,6 +682,8 @@ class Orchestrator:
             if isinstance(op, AddLink):
                 if (st is not None and st.phase is Phase.CLOSING) or self._retry_at.get(op.peer, now) > now:
                     continue
+                if self.tunnel_count() + self._asking_new() >= self.limits.max_tunnels:
+                    continue  # at the cap: only changes and removals until a tunnel goes
             if not self._budget.take(now):
                 deferred = True
                 continue
@@ -659,6 +697,13 @@ class Orchestrator:
                 self._let_go(op.peer, st, now)
         if deferred:
             self._want_evaluation(self._budget.next_token(now))
+
+    def _incoming_caps(self, now: float) -> dict[LinkType, int]:
+        return {
+            LinkType.LONG_DISTANCE: self.topology.incoming_long_distance_cap(len(self._ring(now)[0])),
+            LinkType.SUCCESSOR: self.topology.incoming_successor_cap(),
+            LinkType.ON_DEMAND: self.topology.max_incoming_on_demand,
+        }
 
     def _on_demand_targets(self, selection: Selection, ring: Ring) -> list[int]:
         config = self.topology.on_demand
@@ -711,6 +756,9 @@ class Orchestrator:
 
     # == internals: link steps ===================================================================
 
+    def _asking_new(self) -> int:
+        return sum(1 for st in self._peers.values() if st.asking is not None and st.phase is Phase.NONE)
+
     def _ask(self, peer: int, st: _Peer, request: LinkRequest) -> None:
         self._seq += 1
         st.asking, st.asking_existing, st.asking_seq = request.type, request.existing, self._seq
@@ -725,18 +773,19 @@ class Orchestrator:
     def _answer_link(self, peer: int, st: _Peer, request: LinkRequest, now: float) -> LinkAnswer:
         if st.phase is Phase.CLOSING:
             return LinkAnswer(False, refusal=Refusal.LINK_CLOSING)
-        cap = self.topology.incoming_long_distance_cap(len(self._ring(now)[0]))
+        caps = self._incoming_caps(now)
         if request.existing:
             if st.phase is Phase.NONE:
                 return LinkAnswer(False, refusal=Refusal.NO_LINK)
-            if request.type is LinkType.LONG_DISTANCE and st.held is None:
+            if st.held is None and st.theirs is not request.type:
+                # Held by the peer alone under a new type: it counts against that type's cap.
                 others = sum(
                     1
                     for p, other in self._peers.items()
-                    if p != peer and other.theirs is LinkType.LONG_DISTANCE and (other.held or other.asking) is None
+                    if p != peer and other.theirs is request.type and (other.held or other.asking) is None
                 )
-                if others >= cap:
-                    return LinkAnswer(False, refusal=Refusal.TOO_MANY_LONG_DISTANCE)
+                if others >= caps[request.type]:
+                    return LinkAnswer(False, refusal=Refusal.of(cap_reason(request.type)))
             st.theirs = request.type
             st.deadline = None if st.phase is not Phase.AWAITING else st.deadline
             self._announce_up(peer, st)
@@ -746,7 +795,11 @@ class Orchestrator:
             st.theirs = request.type
             st.deadline = now + self.timings.await_tunnel
             return LinkAnswer(True, held_as=st.held)
-        decision = accept_request(self.node_id, peer, request.type, self.view(), cap)
+        if st.phase is Phase.NONE and self.tunnel_count() >= self.limits.max_tunnels:
+            return LinkAnswer(False, refusal=Refusal.TOO_MANY_LINKS)
+        decision = accept_request(
+            self.node_id, peer, request.type, self.view(), caps[LinkType.LONG_DISTANCE], max_incoming=caps
+        )
         if not decision.accepted:
             assert decision.reason is not None
             return LinkAnswer(False, refusal=Refusal.of(decision.reason))

@@ -49,6 +49,13 @@ class TunnelConfig:
     teardown_timeout: float = 2.0
     tap_prefix: str = "evt"
     """TAP names are this prefix and a hash of the peer's node id (see `tap_name`)."""
+    max_tunnels: int = 64
+    """Tunnels at once; an offer for one more is refused before any resource is allocated."""
+    max_pending_offers: int = 8
+    """Offers being answered at once (each gathers sockets and may allocate on TURN)."""
+    offers_per_s: float = 1.0
+    """Offers one peer may send, sustained, after a burst of `offer_burst`."""
+    offer_burst: int = 5
 
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:
@@ -81,8 +88,13 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelConfig:
     dead_after = overlay.tunnel.dead_after
     # Detecting a dead peer within dead_after needs keepalives a few times faster.
     keepalive = min(overlay.tunnel.keepalive, dead_after / 3)
+    limits = overlay.limits
     return TunnelConfig(
         ice=ice,
         ciphers=(preferred, *(c for c in Cipher if c is not preferred)),
         liveness=LivenessConfig(keepalive_interval=keepalive, dead_after=dead_after),
+        max_tunnels=limits.max_tunnels,
+        max_pending_offers=limits.max_pending_offers,
+        offers_per_s=limits.offers_per_s,
+        offer_burst=limits.offer_burst,
     )
