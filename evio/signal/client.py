@@ -93,6 +93,7 @@ class SignalSettings:
     drop_log_interval: float = 60.0
     max_payload_bytes: int = protocol.MAX_PAYLOAD_BYTES
     max_inflight_handlers: int = 64
+    max_inflight_per_peer: int = 8
 
     def __post_init__(self) -> None:
         if "@" not in self.jid or "/" in self.jid:
@@ -165,6 +166,7 @@ class SignalClient(SignalEndpoint):
             max_payload_bytes=settings.max_payload_bytes,
             drop_log_interval=settings.drop_log_interval,
             max_inflight_handlers=settings.max_inflight_handlers,
+            max_inflight_per_peer=settings.max_inflight_per_peer,
         )
         super().__init__(settings.jid, settings.memberships, limits, rng if rng is not None else random.Random())
         self.settings = settings

@@ -23,6 +23,7 @@ class DropReason(enum.Enum):
     NODE_ID_CONFLICT = "node_id_conflict"  # another account already holds that node id
     ACCOUNT_HAS_NODE = "account_has_node"  # a newer session of the same account holds another node id
     OVERLOADED = "overloaded"  # too many requests in flight from peers
+    PEER_OVERLOADED = "peer_overloaded"  # too many requests in flight from this one peer
 
 
 class DropAccounting:

@@ -44,6 +44,7 @@ class EndpointLimits:
     max_payload_bytes: int = protocol.MAX_PAYLOAD_BYTES
     drop_log_interval: float = 60.0
     max_inflight_handlers: int = 64
+    max_inflight_per_peer: int = 8  # so one peer cannot fill the shared limit and starve the others
     max_outstanding_requests: int = 1024
 
 
@@ -64,6 +65,7 @@ class SignalEndpoint:
         self._membership: dict[str, frozenset[str]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
+        self._inflight_by_peer: dict[str, int] = {}  # sender JID -> its requests being served
         self._ready = asyncio.Event()
         self._connected = False
         self.sessions = 0  # completed logins, for tests and diagnostics
@@ -275,15 +277,25 @@ class SignalEndpoint:
             self._events.publish(event)
 
     def _start_handler(self, request: Request, sender: str) -> None:
+        mine = self._inflight_by_peer.get(sender, 0)
+        if mine >= self.limits.max_inflight_per_peer:
+            self._drop(DropReason.PEER_OVERLOADED, sender, f"{mine} of its requests in progress")
+            return
         if len(self._handler_tasks) >= self.limits.max_inflight_handlers:
             self._drop(DropReason.OVERLOADED, sender, f"{len(self._handler_tasks)} requests in progress")
             return
         task = asyncio.create_task(self._serve(request, sender), name=f"signal handler {request.action}")
         self._handler_tasks.add(task)
-        task.add_done_callback(self._handler_done)
+        self._inflight_by_peer[sender] = mine + 1
+        task.add_done_callback(lambda t: self._handler_done(t, sender))
 
-    def _handler_done(self, task: asyncio.Task[None]) -> None:
+    def _handler_done(self, task: asyncio.Task[None], sender: str) -> None:
         self._handler_tasks.discard(task)
+        left = self._inflight_by_peer.get(sender, 1) - 1
+        if left > 0:
+            self._inflight_by_peer[sender] = left
+        else:
+            self._inflight_by_peer.pop(sender, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("signal request task failed", exc_info=task.exception())
 

@@ -206,6 +206,30 @@ async def test_overload_is_dropped() -> None:
     await b.stop()
 
 
+async def test_one_peer_cannot_fill_the_shared_handler_limit() -> None:
+    """Issue 9: a flood from one peer used to take every in-flight slot, and other peers were dropped."""
+    hub = FakeSignalHub()
+    a, b, c = await overlay(hub, 3, EndpointLimits(max_inflight_handlers=16, max_inflight_per_peer=4))
+    release = asyncio.Event()
+
+    async def wait(ov: str, peer: int, body: Body) -> Body:
+        await release.wait()
+        return {"from": peer}
+
+    b.register_handler("wait", wait)
+    flood = [asyncio.create_task(a.request("ov1", 2, "wait", {}, timeout=2.0)) for _ in range(40)]
+    await until(lambda: b.drops.count(DropReason.PEER_OVERLOADED) == 36)
+    assert b.drops.count(DropReason.OVERLOADED) == 0
+    fair = asyncio.create_task(c.request("ov1", 2, "wait", {}, timeout=2.0))
+    await asyncio.sleep(0.05)
+    release.set()
+    assert await fair == {"from": 3}  # the other peer is still served
+    results = await asyncio.gather(*flood, return_exceptions=True)
+    assert sum(1 for r in results if r == {"from": 1}) == 4
+    for client in (a, b, c):
+        await client.stop()
+
+
 async def test_server_restart_everyone_rejoins_and_rediscovers() -> None:
     hub = FakeSignalHub()
     clients = await overlay(hub, 4)
