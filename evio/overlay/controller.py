@@ -54,6 +54,7 @@ from evio.overlay.negotiation import (
 )
 from evio.overlay.orchestrator import (
     Action,
+    CheckMembership,
     Connect,
     Disconnect,
     Failure,
@@ -324,6 +325,9 @@ class OverlayController:
         for action in actions:
             if isinstance(action, Notify):
                 self._notify(action.event)
+            elif isinstance(action, CheckMembership):
+                if self._state is _State.RUNNING:
+                    self._signaling.check_membership()
             elif self._state is not _State.RUNNING:
                 # While stopping, stop() itself carries out releases and disconnects.
                 if isinstance(action, Disconnect):

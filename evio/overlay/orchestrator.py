@@ -103,6 +103,7 @@ class Timings:
     change_rate: float = 4.0  # tunnels added or removed per second, sustained ...
     change_burst: int = 16  # ... after a burst of this many
     stop_release_timeout: float = 1.0  # on stop, how long releases are given before tunnels close
+    revalidate_after: float = 1.5  # a linked peer gone from signaling this long: ask whether it is still a member
 
 
 class Phase(enum.Enum):
@@ -161,7 +162,12 @@ class Notify:
     event: AdjacencyEvent
 
 
-Action = SendLinkRequest | SendRelease | Connect | Disconnect | Notify
+@dataclass(frozen=True)
+class CheckMembership:
+    """Ask signaling whether peers that left are still members (a removal is then reported as revoked)."""
+
+
+Action = SendLinkRequest | SendRelease | Connect | Disconnect | Notify | CheckMembership
 
 
 @dataclass(slots=True)
@@ -241,6 +247,7 @@ class Orchestrator:
         self._budget = ChangeBudget(self.timings.change_rate, self.timings.change_burst, now)
         self._retry_at: dict[int, float] = {}  # refused for a passing reason: not before then
         self._refused_long_distance: dict[int, float] = {}  # peer -> until
+        self._absent_check: dict[int, float] = {}  # linked peer gone from signaling -> when to ask about it
         self._connected = False
         self._settle_until = now
         self._due: float | None = None  # an evaluation is wanted then
@@ -275,6 +282,7 @@ class Orchestrator:
         if peer == self.node_id or peer in self._members:
             return self._flush()
         self._members.add(peer)
+        self._absent_check.pop(peer, None)  # back: still a member
         self._membership_changed(now)
         return self._flush()
 
@@ -300,7 +308,12 @@ class Orchestrator:
                 self._set_phase(st, Phase.NONE, now)
             elif st.phase in (Phase.UP, Phase.CONNECTING):
                 self._disconnect(peer, st, now)
-        # An up link to a peer that merely left signaling stays while its tunnel lives.
+        # An up link to a peer that merely left signaling stays while its tunnel lives, unless
+        # signaling, asked a little later, says it was removed (servers need not push that).
+        if cause is not RemovalCause.MEMBERSHIP_REVOKED and st.phase is Phase.UP:
+            self._absent_check[peer] = now + self.timings.revalidate_after
+        else:
+            self._absent_check.pop(peer, None)
         self._forget_if_idle(peer)
         return self._flush()
 
@@ -531,6 +544,8 @@ class Orchestrator:
         if expiry is not None:
             times.append(expiry)  # a backed-off peer rejoins the ring
         later = [*self._retry_at.values(), *self._refused_long_distance.values()]
+        if self._connected:
+            later.extend(self._absent_check.values())
         for st in self._peers.values():
             later.extend(t for t in (st.deadline, st.collision_until) if t is not None)
         times.extend(t for t in later if t > now)  # those due now are handled by the tick they cause
@@ -577,6 +592,7 @@ class Orchestrator:
         self._on_demand.clear()
         self._retry_at.clear()
         self._refused_long_distance.clear()
+        self._absent_check.clear()
         self._backoff.clear()
         return self._flush()
 
@@ -753,6 +769,14 @@ class Orchestrator:
         for table in (self._retry_at, self._refused_long_distance):
             for peer in [p for p, until in table.items() if until <= now]:
                 del table[peer]
+        due = [p for p, at in self._absent_check.items() if at <= now]
+        if due and self._connected:
+            for peer in due:
+                del self._absent_check[peer]
+            linked = [p for p in due if p not in self._members and self.phase(p) is Phase.UP]
+            if linked:
+                log.info("overlay %s %d linked peer(s) gone from signaling: checking membership", self.name, len(linked))
+                self._out.append(CheckMembership())
 
     # == internals: link steps ===================================================================
 

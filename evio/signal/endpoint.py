@@ -8,6 +8,16 @@ transport receives (``_membership_changed``, ``_presence_available``,
 ``_session_up``, ``_session_down``). ``SignalClient`` does this over XMPP,
 ``evio.testing.fake_signal.FakeSignalClient`` in memory, so both run the same
 logic.
+
+Revocation sticks: the endpoint remembers which account held each node id it
+has seen (`_known`, bounded), across its own reconnects. Whenever the server's
+membership list arrives (the roster fetched at every login, a roster push),
+every remembered node id whose account is no longer a member is reported
+`PeerRemoved(MEMBERSHIP_REVOKED)`, present or not, so the overlay closes its
+tunnels even to a member removed while it was away or while this node was
+offline. `check_membership()` asks for that list again (the subclass decides
+how: the XMPP client logs in again, since a server caches the roster of an
+online session and pushes no group change).
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -28,7 +39,16 @@ from evio.signal.errors import (
     ProtocolError,
     RequestError,
 )
-from evio.signal.events import Connected, Disconnected, E, EventRegistry, PeerAdded, Subscription
+from evio.signal.events import (
+    Connected,
+    Disconnected,
+    E,
+    EventRegistry,
+    PeerAdded,
+    PeerRemoved,
+    RemovalCause,
+    Subscription,
+)
 from evio.signal.interface import Handler
 from evio.signal.peers import PeerTable, Update, bare_jid
 from evio.signal.protocol import Announcement, Body, ErrorReply, Membership, Request, Response
@@ -46,6 +66,7 @@ class EndpointLimits:
     max_inflight_handlers: int = 64
     max_inflight_per_peer: int = 8  # so one peer cannot fill the shared limit and starve the others
     max_outstanding_requests: int = 1024
+    max_known_peers: int = 4096  # node id -> account remembered for revocation
 
 
 class SignalEndpoint:
@@ -63,6 +84,8 @@ class SignalEndpoint:
         )
         self._table = PeerTable("", memberships)
         self._membership: dict[str, frozenset[str]] = {}
+        # (overlay, node id) -> the account that held it: revoked even when absent (most recent last).
+        self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
         self._timer: asyncio.TimerHandle | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
         self._inflight_by_peer: dict[str, int] = {}  # sender JID -> its requests being served
@@ -92,6 +115,10 @@ class SignalEndpoint:
 
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         return self._events.subscribe(event_type, callback)
+
+    def check_membership(self) -> None:
+        """See evio.signal.interface.Signaling.check_membership; the transport decides how."""
+        self._refresh_membership()
 
     def register_handler(self, action: str, handler: Handler) -> None:
         """Serve requests named `action`; the handler returns the response body.
@@ -146,6 +173,10 @@ class SignalEndpoint:
     def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
         raise NotImplementedError
 
+    def _refresh_membership(self) -> None:
+        """Get the server's membership list again and feed it to `_membership_changed`."""
+        raise NotImplementedError
+
     def _announcement(self) -> str:
         members = sorted(self._table_memberships().items())
         return protocol.encode_announcement(Announcement(tuple(Membership(ov, nid) for ov, nid in members)))
@@ -183,6 +214,14 @@ class SignalEndpoint:
             if self._membership.get(bare, frozenset()) != new:
                 self._apply(self._table.set_membership(bare, new))
         self._membership = {b: o for b, o in current.items() if o}
+        # Node ids seen before whose account is no longer listed: revoked, present or not.
+        for (overlay, node_id), bare in list(self._known.items()):
+            if overlay not in current.get(bare, frozenset()):
+                del self._known[(overlay, node_id)]
+                log.info(
+                    "signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare
+                )
+                self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
 
     def _presence_available(self, sender: str, announcement_json: str | None) -> None:
         announcement = Announcement(())
@@ -267,6 +306,7 @@ class SignalEndpoint:
         for event in update.events:
             if isinstance(event, PeerAdded):
                 log.info("signal peer added overlay=%s node=%032x peer=%s", event.overlay, event.node_id, event.jid)
+                self._remember(event.overlay, event.node_id, bare_jid(event.jid))
             else:
                 log.info(
                     "signal peer removed overlay=%s node=%032x peer=%s (%s)",
@@ -274,7 +314,16 @@ class SignalEndpoint:
                 )
                 for pending in self._transactions.fail_peer(event.overlay, event.node_id):
                     _fail(pending.waiter, RequestError(ErrorReason.UNREACHABLE, "peer left"))
+                if event.cause is RemovalCause.MEMBERSHIP_REVOKED:
+                    self._known.pop((event.overlay, event.node_id), None)  # reported: once is enough
             self._events.publish(event)
+
+    def _remember(self, overlay: str, node_id: int, bare: str) -> None:
+        key = (overlay, node_id)
+        self._known.pop(key, None)
+        self._known[key] = bare
+        while len(self._known) > self.limits.max_known_peers:
+            self._known.popitem(last=False)
 
     def _start_handler(self, request: Request, sender: str) -> None:
         mine = self._inflight_by_peer.get(sender, 0)

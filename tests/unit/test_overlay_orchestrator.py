@@ -14,6 +14,7 @@ from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.overlay.negotiation import LinkAnswer, LinkRequest, Refusal, ReleaseAnswer, ReleaseRequest
 from evio.overlay.orchestrator import (
     Action,
+    CheckMembership,
     Connect,
     Disconnect,
     Failure,
@@ -636,3 +637,25 @@ def test_same_inputs_same_decisions() -> None:
     first = run()
     assert len(first) == 2 + 6  # s = 2, k = floor(log2 64)
     assert first == run()
+
+
+def test_a_linked_peer_gone_from_signaling_triggers_one_membership_check() -> None:
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0)
+    assert orch.phase(110) is Phase.UP
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    assert orch.next_wakeup(2.0) <= 2.0 + T.revalidate_after
+    assert not any(isinstance(a, CheckMembership) for a in orch.tick(2.0 + T.revalidate_after / 2))
+    checks = [a for a in orch.tick(2.0 + T.revalidate_after) if isinstance(a, CheckMembership)]
+    assert len(checks) == 1 and orch.phase(110) is Phase.UP  # asked, not yet cut
+    # Revoked while absent: the link goes at once.
+    out = orch.peer_removed(110, RemovalCause.MEMBERSHIP_REVOKED, 4.0)
+    assert Disconnect(110) in out
+
+
+def test_a_peer_back_in_time_is_not_checked() -> None:
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0)
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    orch.peer_added(110, 2.5)
+    assert not any(isinstance(a, CheckMembership) for a in orch.tick(2.0 + T.revalidate_after))
