@@ -1,7 +1,8 @@
 """`evio run --config FILE`: the daemon, in the foreground (systemd runs it as is).
 
 Exit status: 0 after SIGTERM/SIGINT and a clean teardown; 1 the config is
-invalid; 2 it cannot be read; 3 a dependency is missing (not root, no
+invalid; 2 it cannot be read, or it or a secret file it names is accessible
+by other users (evio.config.secrets); 3 a dependency is missing (not root, no
 ovs-vsctl, OVSDB unreachable, os-ken missing, no journald module); 4 the node
 failed while starting or running.
 """
@@ -52,6 +53,15 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"evio run: {name}: {problem}", file=sys.stderr)
         print(f"evio run: {name}: invalid config; check it with `evio config check {name}`", file=sys.stderr)
         return EXIT_INVALID_CONFIG
+    from pathlib import Path
+
+    from evio.config.secrets import secret_problems
+
+    refused = secret_problems(Path(name), config)
+    if refused:
+        for reason in refused:
+            print(f"evio run: {reason}", file=sys.stderr)
+        return EXIT_UNREADABLE_CONFIG
 
     from evio.node.errors import DependencyError, NodeConfigError
     from evio.node.logs import configure_logging
@@ -98,7 +108,17 @@ def _run(config: Config, use_uvloop: bool) -> int:
             print(f"evio run: {problem}", file=sys.stderr)
         return EXIT_INVALID_CONFIG
     controller_port = free_tcp_port()
-    plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=openvswitch_module_loaded())
+    try:
+        plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=openvswitch_module_loaded())
+    except (OSError, ValueError) as exc:  # a password file changed since the check (FileCheckError is a ValueError)
+        print(f"evio run: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE_CONFIG
+    for overlay in config.overlays.values():
+        if any(turn.rest_secret for turn in overlay.nat_traversal.turn):
+            log.warning(
+                "overlay %s: this node holds the TURN server's REST secret, so anyone who takes it can mint "
+                "TURN credentials for any user; prefer per-node static credentials (README: Secrets)", overlay.id,
+            )
     platform = SystemPlatform(controller_port, rng=random.SystemRandom())
     node = Node(plan, platform, control_socket=socket_path(config.node.state_dir))
 

@@ -44,6 +44,7 @@ from evio.config.model import (
     TurnServer,
     default_bridge_name,
 )
+from evio.config.secrets import MAX_CONFIG_BYTES, MAX_SECRET_BYTES, FileCheckError, read_regular
 from evio.overlay.node_id import parse_node_id
 
 # Keys whose values are never echoed in a problem.
@@ -278,15 +279,16 @@ def _resolve(base_dir: Path, text: str) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
-def _file_problem(path: Path) -> str | None:
-    """Why `path` is not a readable regular file, or None when it is."""
+def _file_problem(path: Path, limit: int = MAX_CONFIG_BYTES) -> str | None:
+    """Why `path` is not a readable regular file of at most `limit` bytes, or None when it is."""
     try:
-        with path.open("rb") as handle:
-            handle.read(1)
+        read_regular(path, limit)
     except FileNotFoundError:
         return f"{path}: no such file"
     except IsADirectoryError:
         return f"{path}: is a directory, not a file"
+    except FileCheckError as exc:
+        return str(exc)
     except OSError as exc:
         return f"{path}: cannot read: {exc.strerror or exc}"
     return None
@@ -325,7 +327,7 @@ def _signal_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], base_
 
     if (password_text := _text(signal.get("password_file"))) is not None:
         password_file = _resolve(base_dir, password_text)
-        reason = _file_problem(password_file)
+        reason = _file_problem(password_file, MAX_SECRET_BYTES)
         if reason is None:
             try:
                 if not read_password_file(password_file):
@@ -342,13 +344,14 @@ def _client_cert_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], 
     cert_text, key_text = _text(signal.get("client_cert")), _text(signal.get("client_key"))
     files_ok = True
     for key, text in (("client_cert", cert_text), ("client_key", key_text)):
-        if text is not None and (reason := _file_problem(_resolve(base_dir, text))):
+        limit = MAX_SECRET_BYTES if key == "client_key" else MAX_CONFIG_BYTES
+        if text is not None and (reason := _file_problem(_resolve(base_dir, text), limit)):
             files_ok = False
             yield Problem(json_path((*at, key)), reason)
     if cert_text is None or key_text is None or not files_ok:
         return
     cert_file, key_file = _resolve(base_dir, cert_text), _resolve(base_dir, key_text)
-    if b"ENCRYPTED" in key_file.read_bytes()[:4096]:
+    if b"ENCRYPTED" in read_regular(key_file, MAX_SECRET_BYTES):
         yield Problem(json_path((*at, "client_key")), f"{key_file}: encrypted private keys are not supported")
         return
     try:
@@ -580,18 +583,22 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     """Config from a file; relative paths in it are relative to the file's directory."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_regular(file, MAX_CONFIG_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigFileError(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except FileCheckError as exc:
+        raise ConfigFileError(str(exc).removeprefix(f"{file}: ")) from None
     except OSError as exc:
         raise ConfigFileError(f"cannot read: {exc.strerror or exc}") from None
     return loads_config(text, file.absolute().parent)
 
 
 def read_password_file(path: Path) -> str:
-    """The password in `path`: its first line, without the line ending."""
-    with path.open(encoding="utf-8") as handle:
-        return handle.readline().rstrip("\r\n")
+    """The password in `path`: its first line, without the line ending.
+
+    At most MAX_SECRET_BYTES of a regular file are read (FileCheckError otherwise).
+    """
+    return read_regular(path, MAX_SECRET_BYTES).decode("utf-8").split("\n", 1)[0].rstrip("\r")
 
 
 def signal_password(signal: SignalConfig) -> str | None:

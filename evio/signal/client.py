@@ -82,7 +82,7 @@ class SignalSettings:
     server: str  # host or address to connect to
     memberships: Mapping[str, int]  # overlay id -> our node id in it
     port: int = 5222
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     client_cert: Path | None = None  # PEM; with client_key, login by SASL EXTERNAL
     client_key: Path | None = None
     ca_file: Path | None = None  # CA that must have signed the server's certificate; None = system store

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aioice import Candidate
@@ -51,7 +51,7 @@ Body = dict[str, Any]
 @dataclass(frozen=True)
 class IceParameters:
     ufrag: str
-    pwd: str
+    pwd: str = field(repr=False)  # the ICE password: whoever has it can answer our checks
     candidates: tuple[str, ...]
 
     def parsed_candidates(self) -> list[Candidate]:

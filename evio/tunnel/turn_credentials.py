@@ -10,13 +10,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class TurnCredentials:
     username: str
-    password: str
+    password: str = field(repr=False)
 
 
 def rest_credentials(secret: str, user: str, now: float, ttl: float = 86400.0) -> TurnCredentials:
