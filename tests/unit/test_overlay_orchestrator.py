@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -213,9 +214,9 @@ def test_incoming_long_distance_is_capped() -> None:
 # -- issue 9: every incoming type capped, tunnels per node capped, link requests rate-limited per peer ----
 
 
-def capped(members: Iterable[int], limits: LimitsConfig | None = None, **topology: int) -> Orchestrator:
-    orch = Orchestrator(ME, TopologyConfig(long_distance=0, **topology), random.Random(0), 0.0, T, name="ov",
-                        limits=limits or LimitsConfig())  # fmt: skip
+def capped(members: Iterable[int], limits: LimitsConfig | None = None, **topology: Any) -> Orchestrator:
+    orch = Orchestrator(ME, replace(TopologyConfig(long_distance=0), **topology), random.Random(0), 0.0, T,
+                        name="ov", limits=limits or LimitsConfig())  # fmt: skip
     orch.signal_connected(0.0)
     for peer in members:
         orch.peer_added(peer, 0.0)
@@ -644,7 +645,8 @@ def test_a_linked_peer_gone_from_signaling_triggers_one_membership_check() -> No
     link_up(orch, 1.0)
     assert orch.phase(110) is Phase.UP
     orch.peer_removed(110, RemovalCause.LEFT, 2.0)
-    assert orch.next_wakeup(2.0) <= 2.0 + T.revalidate_after
+    wake = orch.next_wakeup(2.0)
+    assert wake is not None and wake <= 2.0 + T.revalidate_after
     assert not any(isinstance(a, CheckMembership) for a in orch.tick(2.0 + T.revalidate_after / 2))
     checks = [a for a in orch.tick(2.0 + T.revalidate_after) if isinstance(a, CheckMembership)]
     assert len(checks) == 1 and orch.phase(110) is Phase.UP  # asked, not yet cut

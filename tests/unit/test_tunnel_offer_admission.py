@@ -82,7 +82,7 @@ async def offer(hub: FakeTunnelSignalingHub, peer: int, body: dict[str, Any]) ->
 
 
 async def test_offers_without_a_negotiated_link_are_refused_before_any_allocation(spy: Spy) -> None:
-    hub, taps = FakeTunnelSignalingHub(), []
+    hub, taps = FakeTunnelSignalingHub(), list[str]()
     m = manager(hub, taps, offer_burst=100)
     negotiated = {0x11}
     m.admit_offers(lambda peer: peer in negotiated)
@@ -98,7 +98,7 @@ async def test_offers_without_a_negotiated_link_are_refused_before_any_allocatio
 
 
 async def test_malformed_offers_are_counted_and_logged_once_per_peer(spy: Spy, caplog: pytest.LogCaptureFixture) -> None:
-    hub, taps = FakeTunnelSignalingHub(), []
+    hub, taps = FakeTunnelSignalingHub(), list[str]()
     m = manager(hub, taps, offer_burst=100)
     m.admit_offers(lambda peer: True)
     bad = offer_from(0x21)
@@ -115,7 +115,7 @@ async def test_malformed_offers_are_counted_and_logged_once_per_peer(spy: Spy, c
 
 
 async def test_offers_are_rate_limited_per_peer(spy: Spy) -> None:
-    hub, taps = FakeTunnelSignalingHub(), []
+    hub, taps = FakeTunnelSignalingHub(), list[str]()
     m = manager(hub, taps, offer_burst=3, offers_per_s=0.001)
     m.admit_offers(lambda peer: False)
     try:
@@ -129,7 +129,7 @@ async def test_offers_are_rate_limited_per_peer(spy: Spy) -> None:
 
 
 async def test_pending_offers_and_tunnels_are_capped(spy: Spy) -> None:
-    hub, taps = FakeTunnelSignalingHub(), []
+    hub, taps = FakeTunnelSignalingHub(), list[str]()
     m = manager(hub, taps, max_pending_offers=2, max_tunnels=3)
     m.admit_offers(lambda peer: True)
     spy.release.clear()
