@@ -188,3 +188,46 @@ async def test_member_removed_while_this_node_was_offline_is_cut_at_login(
     took = loop.time() - start
     assert n1.linked_up(n2.node_id)  # the member still in the group keeps its link
     print(f"\n[revocation] removed while this node was offline: tunnel closed {took:.2f} s after login began")
+
+
+async def test_debug_logs_carry_no_sasl_or_ice_credentials(tmp_path: Path) -> None:
+    """At -vv slixmpp logs every stanza it sends and receives: SASL and tunnel offers included."""
+    import io
+    import logging
+    import re
+
+    from evio.config.model import LoggingConfig
+    from evio.node.logs import configure_logging
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    stream = io.StringIO()
+    configure_logging(LoggingConfig(level="debug"), verbose=2)
+    root.handlers[0].setStream(stream)  # type: ignore[attr-defined]
+    try:
+        with local_prosody(tmp_path / "prosody", ["n1", "n2"], {OV: [f"n1@{DOMAIN}", f"n2@{DOMAIN}"]}) as server:
+            members = [_member(server, name, node_id) for name, node_id in (("n1", 1 << 120), ("n2", 2 << 120))]
+            try:
+                for m in members:
+                    m.manager.admit_offers(m.controller.expects_tunnel)
+                    m.manager.start()
+                    await m.controller.start()
+                    await m.client.start()
+                a, b = members
+                await until(lambda: a.linked_up(b.node_id) and b.linked_up(a.node_id), SLOW, "linked")
+            finally:
+                for m in members:
+                    await m.controller.stop()
+                    await m.manager.close()
+                    await m.client.stop()
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
+    text = stream.getvalue()
+    assert "SEND:" in text and "<auth" in text and "tunnel.offer" in text  # the stanzas were logged ...
+    assert "pw-n1" not in text and "pw-n2" not in text  # ... without the passwords,
+    assert not re.search(r"<(auth|response)\b[^>]*>(?!\[redacted\])[^<]+<", text)  # any SASL payload,
+    assert not re.search(r'(?:"|&quot;)pwd(?:"|&quot;)\s*:\s*(?:"|&quot;)(?!\[redacted\])', text)  # or ICE password
