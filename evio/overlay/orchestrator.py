@@ -59,10 +59,10 @@ import random
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from evio.config.model import LimitsConfig, TopologyConfig
+from evio.config.model import LimitsConfig, LogForm, TopologyConfig
 from evio.overlay.adjacency import (
-    Adjacency,
     AddLink,
+    Adjacency,
     ChangeType,
     Link,
     LinkState,
@@ -75,8 +75,8 @@ from evio.overlay.adjacency import (
 )
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkInfo, LinkUp
 from evio.overlay.backoff import ChangeBudget, PeerBackoff
-from evio.overlay.negotiation import LinkAnswer, LinkRequest, Refusal, ReleaseAnswer, ReleaseRequest
-from evio.overlay.symphony import LogForm, Ring, Selection, select_links
+from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
+from evio.overlay.symphony import Ring, Selection, select_links
 from evio.ratelimit import PeerRateLimiter, Rate
 from evio.signal.events import RemovalCause
 
@@ -126,7 +126,9 @@ class Failure(enum.Enum):
 
 
 # Refusals that say the answerer is full (or we asked too often): asking again soon would not help.
-_FULL = frozenset({Refusal.TOO_MANY_SUCCESSORS, Refusal.TOO_MANY_ON_DEMAND, Refusal.TOO_MANY_LINKS, Refusal.RATE_LIMITED})
+_FULL = frozenset({
+    LinkRefusal.TOO_MANY_SUCCESSORS, LinkRefusal.TOO_MANY_ON_DEMAND, LinkRefusal.TOO_MANY_LINKS, LinkRefusal.RATE_LIMITED,
+})
 
 
 # -- actions for the adapter ------------------------------------------------------------------
@@ -261,8 +263,8 @@ class Orchestrator:
         self.ticks = 0  # wake-ups, evaluated or not (e.g. while signaling is down)
         self.evaluations = 0
         self.requests_sent = 0
-        self.refusals_received: Counter[Refusal] = Counter()
-        self.refusals_sent: Counter[Refusal] = Counter()
+        self.refusals_received: Counter[LinkRefusal] = Counter()
+        self.refusals_sent: Counter[LinkRefusal] = Counter()
         self.failures: Counter[Failure | str] = Counter()
 
     # == inputs: signaling =======================================================================
@@ -393,11 +395,11 @@ class Orchestrator:
     def link_request(self, peer: int, request: LinkRequest, now: float) -> tuple[LinkAnswer, list[Action]]:
         """A peer's overlay.link: the answer to send back, and what to do."""
         if self._stopped:
-            return LinkAnswer(False, refusal=Refusal.STOPPING), self._flush()
+            return LinkAnswer(False, refusal=LinkRefusal.STOPPING), self._flush()
         if not self._link_requests.allow(peer, now):
             # Before any state is kept for the peer: a flood costs a counter, nothing more.
-            self.refusals_sent[Refusal.RATE_LIMITED] += 1
-            return LinkAnswer(False, refusal=Refusal.RATE_LIMITED), self._flush()
+            self.refusals_sent[LinkRefusal.RATE_LIMITED] += 1
+            return LinkAnswer(False, refusal=LinkRefusal.RATE_LIMITED), self._flush()
         st = self._peers.get(peer)
         if st is None:
             st = self._peers[peer] = _Peer()
@@ -447,11 +449,11 @@ class Orchestrator:
             refusal = outcome.refusal
             self.refusals_received[refusal] += 1
             log.debug("overlay %s %s link to peer=%032x refused: %s", self.name, wanted.value, peer, refusal.value)
-            if refusal is Refusal.COLLISION and not existing:
+            if refusal is LinkRefusal.COLLISION and not existing:
                 st.collision_until = now + self.timings.collision_wait  # the peer's own request is coming
                 return self._flush()
             st.asking = None
-            if refusal is Refusal.TOO_MANY_LONG_DISTANCE:
+            if refusal is LinkRefusal.TOO_MANY_LONG_DISTANCE:
                 self._refused_long_distance[peer] = now + self.timings.long_distance_refusal_ttl
             elif refusal in _FULL:
                 self._fail(peer, f"refused: {refusal.value}", now)  # the peer is full: back off, ask others
@@ -796,11 +798,11 @@ class Orchestrator:
 
     def _answer_link(self, peer: int, st: _Peer, request: LinkRequest, now: float) -> LinkAnswer:
         if st.phase is Phase.CLOSING:
-            return LinkAnswer(False, refusal=Refusal.LINK_CLOSING)
+            return LinkAnswer(False, refusal=LinkRefusal.LINK_CLOSING)
         caps = self._incoming_caps(now)
         if request.existing:
             if st.phase is Phase.NONE:
-                return LinkAnswer(False, refusal=Refusal.NO_LINK)
+                return LinkAnswer(False, refusal=LinkRefusal.NO_LINK)
             if st.held is None and st.theirs is not request.type:
                 # Held by the peer alone under a new type: it counts against that type's cap.
                 others = sum(
@@ -809,7 +811,7 @@ class Orchestrator:
                     if p != peer and other.theirs is request.type and (other.held or other.asking) is None
                 )
                 if others >= caps[request.type]:
-                    return LinkAnswer(False, refusal=Refusal.of(cap_reason(request.type)))
+                    return LinkAnswer(False, refusal=LinkRefusal.of(cap_reason(request.type)))
             st.theirs = request.type
             st.deadline = None if st.phase is not Phase.AWAITING else st.deadline
             self._announce_up(peer, st)
@@ -820,13 +822,13 @@ class Orchestrator:
             st.deadline = now + self.timings.await_tunnel
             return LinkAnswer(True, held_as=st.held)
         if st.phase is Phase.NONE and self.tunnel_count() >= self.limits.max_tunnels:
-            return LinkAnswer(False, refusal=Refusal.TOO_MANY_LINKS)
+            return LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_LINKS)
         decision = accept_request(
             self.node_id, peer, request.type, self.view(), caps[LinkType.LONG_DISTANCE], max_incoming=caps
         )
         if not decision.accepted:
             assert decision.reason is not None
-            return LinkAnswer(False, refusal=Refusal.of(decision.reason))
+            return LinkAnswer(False, refusal=LinkRefusal.of(decision.reason))
         if decision.replaces_pending:
             # Both asked at once and the peer's request wins: hold its link as our own wish.
             if st.held is None:

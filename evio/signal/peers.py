@@ -178,11 +178,9 @@ class PeerTable:
             if refusals_for is not None:
                 mine = self._claims.get(refusals_for, {}).get(overlay)
                 current = speaker.get(bare_jid(refusals_for))
-                if mine is not None and current is not None and current[1] != refusals_for:
-                    if current[2].node_id != mine.node_id:
-                        update.refused.append(
-                            Refusal(refusals_for, overlay, mine.node_id, DropReason.ACCOUNT_HAS_NODE)
-                        )
+                if (mine is not None and current is not None and current[1] != refusals_for
+                        and current[2].node_id != mine.node_id):
+                    update.refused.append(Refusal(refusals_for, overlay, mine.node_id, DropReason.ACCOUNT_HAS_NODE))
             # node id -> [(account's claim seq, full jid)]
             claimants: dict[int, list[tuple[int, str]]] = {}
             for _, jid, claim in speaker.values():
@@ -193,9 +191,9 @@ class PeerTable:
                 held = [e for e in entries if incumbent is not None and bare_jid(e[1]) == bare_jid(incumbent)]
                 # The holder's account keeps the id while present; otherwise the earliest claim wins.
                 owners[node_id] = (held[0] if held else min(entries))[1]
-                if refusals_for is not None and owners[node_id] != refusals_for:
-                    if any(jid == refusals_for for _, jid in entries):
-                        update.refused.append(Refusal(refusals_for, overlay, node_id, DropReason.NODE_ID_CONFLICT))
+                if (refusals_for is not None and owners[node_id] != refusals_for
+                        and any(jid == refusals_for for _, jid in entries)):
+                    update.refused.append(Refusal(refusals_for, overlay, node_id, DropReason.NODE_ID_CONFLICT))
             update.events.extend(self._diff(overlay, self._owners[overlay], owners, cause))
             self._owners[overlay] = owners
         return update

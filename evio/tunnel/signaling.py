@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aioice import Candidate
 
+from evio.config.model import Cipher
 from evio.tunnel.dtls import Fingerprint
 from evio.tunnel.errors import OfferError, SignalingFailed
-from evio.tunnel.keys import Cipher
 
 if TYPE_CHECKING:
     from evio.signal.interface import Signaling
@@ -193,7 +193,7 @@ def _total(parse: Callable[[], _T]) -> _T:
         return parse()
     except OfferError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the last-resort net this function exists for
         raise OfferError("$", f"unreadable ({type(exc).__name__})") from None
 
 

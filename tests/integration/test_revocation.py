@@ -34,7 +34,7 @@ from evio.overlay.controller import OverlayController, Timings
 from evio.signal.client import SignalClient, SignalSettings
 from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.prosody import DOMAIN, LocalProsody, local_prosody
-from evio.tunnel.config import TunnelConfig
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.liveness import LivenessConfig
 from evio.tunnel.manager import TunnelManager
@@ -53,7 +53,7 @@ TIMINGS = Timings(
     request_timeout=5.0, connect_timeout=30.0, backoff_base=0.5, backoff_cap=4.0, refused_retry=0.5,
 )
 LIVENESS = LivenessConfig(hello_interval=0.05, keepalive_interval=0.3, dead_after=3.0, establish_timeout=5.0)
-NOW = datetime.datetime.now(datetime.timezone.utc)
+NOW = datetime.datetime.now(datetime.UTC)
 
 
 @dataclass
@@ -116,7 +116,7 @@ def _member(server: LocalProsody, name: str, node_id: int) -> Member:
         return tap
 
     manager = TunnelManager(
-        node_id, TunnelConfig(liveness=LIVENESS), TunnelCertificate.generate(name, NOW),
+        node_id, TunnelSettings(liveness=LIVENESS), TunnelCertificate.generate(name, NOW),
         RemoteActionSignaling(client, OV), on_event=partial(_forward, owner), tap_factory=tap_factory,
     )  # fmt: skip
     controller = OverlayController(

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
@@ -12,7 +12,7 @@ import pytest
 from evio.config.model import LimitsConfig, OnDemandConfig, TopologyConfig
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import LinkDown, LinkUp
-from evio.overlay.negotiation import LinkAnswer, LinkRequest, Refusal, ReleaseAnswer, ReleaseRequest
+from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
 from evio.overlay.orchestrator import (
     Action,
     CheckMembership,
@@ -206,7 +206,7 @@ def test_incoming_long_distance_is_capped() -> None:
     orch.tick(1.0)
     assert orch.link_request(130, LinkRequest(L), 1.0)[0].accepted
     refused = orch.link_request(140, LinkRequest(L), 1.0)[0]
-    assert refused == LinkAnswer(False, refusal=Refusal.TOO_MANY_LONG_DISTANCE)
+    assert refused == LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_LONG_DISTANCE)
     assert orch.link_request(140, LinkRequest(O), 1.0)[0].accepted
     assert orch.link_request(50, LinkRequest(S), 1.0)[0].accepted
 
@@ -229,8 +229,8 @@ def test_incoming_successor_links_are_capped() -> None:
     orch = capped(peers, max_incoming_successors=6)
     answers = [orch.link_request(p, LinkRequest(S), 1.0)[0] for p in peers]
     assert sum(a.accepted for a in answers) == 6
-    assert {a.refusal for a in answers if not a.accepted} == {Refusal.TOO_MANY_SUCCESSORS}
-    assert orch.refusals_sent[Refusal.TOO_MANY_SUCCESSORS] == 44
+    assert {a.refusal for a in answers if not a.accepted} == {LinkRefusal.TOO_MANY_SUCCESSORS}
+    assert orch.refusals_sent[LinkRefusal.TOO_MANY_SUCCESSORS] == 44
     assert orch.tunnel_count() == 6
 
 
@@ -245,7 +245,7 @@ def test_incoming_on_demand_links_are_capped() -> None:
     orch = capped(peers, max_incoming_on_demand=3)
     answers = [orch.link_request(p, LinkRequest(O), 1.0)[0] for p in peers]
     assert sum(a.accepted for a in answers) == 3
-    assert {a.refusal for a in answers if not a.accepted} == {Refusal.TOO_MANY_ON_DEMAND}
+    assert {a.refusal for a in answers if not a.accepted} == {LinkRefusal.TOO_MANY_ON_DEMAND}
 
 
 def test_retyping_an_incoming_link_counts_against_the_new_type_s_cap() -> None:
@@ -254,7 +254,7 @@ def test_retyping_an_incoming_link_counts_against_the_new_type_s_cap() -> None:
         assert orch.link_request(peer, LinkRequest(S), 1.0)[0].accepted
         orch.tunnel_up(peer, f"t{peer}", f"tap{peer}", 1.1)
     assert orch.link_request(110, LinkRequest(O, existing=True), 2.0)[0].accepted
-    assert orch.link_request(120, LinkRequest(O, existing=True), 2.0)[0].refusal is Refusal.TOO_MANY_ON_DEMAND
+    assert orch.link_request(120, LinkRequest(O, existing=True), 2.0)[0].refusal is LinkRefusal.TOO_MANY_ON_DEMAND
 
 
 def test_tunnels_per_node_are_capped_whatever_the_type() -> None:
@@ -264,7 +264,7 @@ def test_tunnels_per_node_are_capped_whatever_the_type() -> None:
     kinds = [S, O, L]
     answers = [orch.link_request(p, LinkRequest(kinds[p % 3]), 1.0)[0] for p in peers]
     assert sum(a.accepted for a in answers) == 10 and orch.tunnel_count() == 10
-    assert {a.refusal for a in answers if not a.accepted} == {Refusal.TOO_MANY_LINKS}
+    assert {a.refusal for a in answers if not a.accepted} == {LinkRefusal.TOO_MANY_LINKS}
     # Our own evaluation opens no new tunnel past the cap either (it may take over the links it has).
     assert [r for r in requests(orch.tick(5.0)) if not r[2]] == []
 
@@ -272,9 +272,9 @@ def test_tunnels_per_node_are_capped_whatever_the_type() -> None:
 def test_link_requests_are_rate_limited_per_peer() -> None:
     orch = capped((110, 120), LimitsConfig(link_requests_per_s=1.0, link_request_burst=3))
     flood = [orch.link_request(110, LinkRequest(S, existing=True), 1.0)[0] for _ in range(20)]
-    assert [a.refusal for a in flood[:3]] == [Refusal.NO_LINK] * 3  # answered on their merits
-    assert {a.refusal for a in flood[3:]} == {Refusal.RATE_LIMITED}
-    assert orch.refusals_sent[Refusal.RATE_LIMITED] == 17
+    assert [a.refusal for a in flood[:3]] == [LinkRefusal.NO_LINK] * 3  # answered on their merits
+    assert {a.refusal for a in flood[3:]} == {LinkRefusal.RATE_LIMITED}
+    assert orch.refusals_sent[LinkRefusal.RATE_LIMITED] == 17
     assert orch.tracked_peers() == 0  # a refused flood leaves no state behind
     # Another peer is not affected, and the flooder gets a token back after a second.
     assert orch.link_request(120, LinkRequest(S), 1.0)[0].accepted
@@ -285,7 +285,7 @@ def test_a_full_or_rate_limiting_peer_is_backed_off() -> None:
     orch = core(members=(110, 120, 130))
     asks = of(orch.tick(1.0), SendLinkRequest)
     ask = asks[0]
-    orch.link_answered(ask.peer, ask.seq, LinkAnswer(False, refusal=Refusal.TOO_MANY_SUCCESSORS), 1.0)
+    orch.link_answered(ask.peer, ask.seq, LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_SUCCESSORS), 1.0)
     assert ask.peer in orch.backed_off(1.0)
 
 
@@ -313,8 +313,8 @@ def test_taking_over_a_link_as_long_distance_is_capped_too() -> None:
         orch.tunnel_up(peer, f"t{peer}", f"tap{peer}", 1.1)
     assert orch.link_request(130, LinkRequest(L, existing=True), 2.0)[0].accepted
     answer = orch.link_request(140, LinkRequest(L, existing=True), 2.0)[0]
-    assert answer.refusal is Refusal.TOO_MANY_LONG_DISTANCE
-    assert orch.link_request(150, LinkRequest(S, existing=True), 2.0)[0].refusal is Refusal.NO_LINK
+    assert answer.refusal is LinkRefusal.TOO_MANY_LONG_DISTANCE
+    assert orch.link_request(150, LinkRequest(S, existing=True), 2.0)[0].refusal is LinkRefusal.NO_LINK
 
 
 def test_collision_the_lower_id_request_wins_whatever_the_order() -> None:
@@ -324,7 +324,7 @@ def test_collision_the_lower_id_request_wins_whatever_the_order() -> None:
         (ask_high,) = of(high.tick(1.0), SendLinkRequest)
         # high's request reaches low: refused, low's own request goes ahead
         to_low, _ = low.link_request(200, ask_high.request, 1.1)
-        assert to_low == LinkAnswer(False, refusal=Refusal.COLLISION)
+        assert to_low == LinkAnswer(False, refusal=LinkRefusal.COLLISION)
         if answer_first:
             assert high.link_answered(100, ask_high.seq, to_low, 1.2) == []  # waits for low's request
         to_high, _ = high.link_request(100, ask_low.request, 1.3)
@@ -344,7 +344,7 @@ def test_collision_the_lower_id_request_wins_whatever_the_order() -> None:
 def test_losing_a_collision_waits_only_so_long() -> None:
     high = core(members=(100,), successors=1, node=200)
     (ask,) = of(high.tick(1.0), SendLinkRequest)
-    high.link_answered(100, ask.seq, LinkAnswer(False, refusal=Refusal.COLLISION), 1.1)
+    high.link_answered(100, ask.seq, LinkAnswer(False, refusal=LinkRefusal.COLLISION), 1.1)
     assert high.tick(2.0) == []
     assert high.next_wakeup(2.0) == pytest.approx(6.1)
     assert requests(high.tick(6.1)) == [(100, S, False)]  # the winner never asked: ask again
@@ -355,7 +355,7 @@ def test_requests_while_closing_are_refused() -> None:
     link_up(orch, 1.0, 110)
     orch.peer_removed(110, RemovalCause.MEMBERSHIP_REVOKED, 2.0)
     assert orch.phase(110) is Phase.CLOSING
-    assert orch.link_request(110, LinkRequest(S), 2.1)[0].refusal is Refusal.LINK_CLOSING
+    assert orch.link_request(110, LinkRequest(S), 2.1)[0].refusal is LinkRefusal.LINK_CLOSING
 
 
 
@@ -378,7 +378,7 @@ def test_a_restarted_peer_s_request_replaces_the_stale_link_it_accepted_at_once(
     orch.tunnel_up(90, "old", "tap90", 1.1)
     assert orch.phase(90) is Phase.UP
     # The same run asking again (a late duplicate) is still refused: that link is fine.
-    assert orch.link_request(90, LinkRequest(S, epoch=1), 2.0)[0].refusal is Refusal.ALREADY_LINKED
+    assert orch.link_request(90, LinkRequest(S, epoch=1), 2.0)[0].refusal is LinkRefusal.ALREADY_LINKED
     # Node 90 restarts with the same id and a new epoch; the old tunnel has not timed out here yet.
     answer, out = orch.link_request(90, LinkRequest(S, epoch=2), 3.0)
     assert answer.accepted
@@ -426,7 +426,7 @@ def test_failing_peer_is_backed_off_exponentially_and_bypassed() -> None:
         # Meanwhile 110 is out of the ring: the next peer becomes our successor.
         bypass = of(orch.tick(now), SendLinkRequest)
         assert [a.peer for a in bypass] == [120]
-        orch.link_answered(120, bypass[0].seq, LinkAnswer(False, refusal=Refusal.LINK_CLOSING), now)
+        orch.link_answered(120, bypass[0].seq, LinkAnswer(False, refusal=LinkRefusal.LINK_CLOSING), now)
         assert 110 in orch.backed_off(now)
         retry = now
         while 110 in orch.backed_off(retry):
@@ -593,7 +593,7 @@ def test_a_take_over_refused_lets_go_of_the_link() -> None:
     assert ask.request == LinkRequest(S, existing=True)
     # Meanwhile 120 released its own hold and refuses ours: we let go, it may close.
     orch.release_request(120, ReleaseRequest(O), 4.1)
-    out = orch.link_answered(120, ask.seq, LinkAnswer(False, refusal=Refusal.LINK_CLOSING), 4.2)
+    out = orch.link_answered(120, ask.seq, LinkAnswer(False, refusal=LinkRefusal.LINK_CLOSING), 4.2)
     (release,) = of(out, SendRelease)
     assert release.request == ReleaseRequest(S)
     assert of(orch.release_answered(120, release.seq, ReleaseAnswer(None), 4.3), Disconnect) == [Disconnect(120)]
@@ -625,7 +625,7 @@ def test_stop_releases_disconnects_and_close_reports_the_rest() -> None:
     assert sorted(a.peer for a in of(out, Disconnect)) == [110, 120]
     assert of(orch.tunnel_down(110, "t110", "closed", 2.1), Notify) == [Notify(LinkDown(110, "tap110", "closed"))]
     assert orch.tick(3.0) == [] and orch.next_wakeup(3.0) is None
-    assert orch.link_request(130, LinkRequest(S), 3.0)[0].refusal is Refusal.STOPPING
+    assert orch.link_request(130, LinkRequest(S), 3.0)[0].refusal is LinkRefusal.STOPPING
     assert of(orch.close(), Notify) == [Notify(LinkDown(120, "tap120", "controller stopped"))]
     assert orch.tracked_peers() == 0 and orch.adjacency() == {}
 

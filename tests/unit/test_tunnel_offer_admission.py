@@ -19,7 +19,7 @@ import pytest
 from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.tunnel import session
-from evio.tunnel.config import TunnelConfig
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import OfferError, SignalingFailed
 from evio.tunnel.keys import Cipher
@@ -27,7 +27,7 @@ from evio.tunnel.manager import TunnelManager
 from evio.tunnel.signaling import IceParameters, TunnelAnswer, TunnelOffer
 from evio.tunnel.tap import TapDevice
 
-NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 B = 0xBB << 120
 CERT = TunnelCertificate.generate("x", NOW)
 ICE = IceParameters("abcd", "a" * 22, ("candidate:1 1 UDP 2130706431 10.10.1.2 40000 typ host",))
@@ -68,7 +68,7 @@ def manager(hub: FakeTunnelSignalingHub, taps: list[str], **config: Any) -> Tunn
         taps.append(name)
         return FakeTapDevice(name, mtu)
 
-    m = TunnelManager(B, TunnelConfig(**config), CERT, hub.endpoint(B), tap_factory=tap_factory)
+    m = TunnelManager(B, TunnelSettings(**config), CERT, hub.endpoint(B), tap_factory=tap_factory)
     m.start()
     return m
 
