@@ -45,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(arguments)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from evio.node.logs import SecretRedactor
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(SecretRedactor())  # -vv logs raw XMPP stanzas: never their credentials
     try:
         status: int = args.handler(args)
     except KeyboardInterrupt:

@@ -5,7 +5,8 @@ it to the running node (evio.node.reload); an invalid config is logged, with
 the JSON path of every problem, and the running one stays.
 
 Exit status: 0 after SIGTERM/SIGINT and a clean teardown; 1 the config is
-invalid; 2 it cannot be read; 3 a dependency is missing (not root, no
+invalid; 2 it cannot be read, or it or a secret file it names is accessible
+by other users (evio.config.secrets); 3 a dependency is missing (not root, no
 ovs-vsctl, OVSDB unreachable, os-ken missing, no journald module); 4 the node
 failed while starting or running.
 """
@@ -21,6 +22,7 @@ import sys
 from typing import Any
 
 from evio.cli.config_file import EXIT_INVALID as EXIT_INVALID_CONFIG
+from evio.cli.config_file import EXIT_UNREADABLE as EXIT_UNREADABLE_CONFIG
 from evio.cli.config_file import load_or_report
 from evio.config.loader import ConfigError
 from evio.config.model import Config
@@ -48,6 +50,15 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_or_report(name, "evio run: ", f"invalid config; check it with `evio config check {name}`")
     if isinstance(config, int):
         return config
+    from pathlib import Path
+
+    from evio.config.secrets import secret_problems
+
+    refused = secret_problems(Path(name), config)
+    if refused:
+        for reason in refused:
+            print(f"evio run: {reason}", file=sys.stderr)
+        return EXIT_UNREADABLE_CONFIG
 
     from evio.node.errors import DependencyError, NodeConfigError
     from evio.node.logs import configure_logging
@@ -97,7 +108,17 @@ def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
 
     controller_port = free_tcp_port()
     kernel_module = openvswitch_module_loaded()
-    plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=kernel_module)
+    try:
+        plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=kernel_module)
+    except (OSError, ValueError) as exc:  # a password file changed since the check (FileCheckError is a ValueError)
+        print(f"evio run: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE_CONFIG
+    for overlay in config.overlays.values():
+        if any(turn.rest_secret for turn in overlay.nat_traversal.turn):
+            log.warning(
+                "overlay %s: this node holds the TURN server's REST secret, so anyone who takes it can mint "
+                "TURN credentials for any user; prefer per-node static credentials (README: Secrets)", overlay.id,
+            )
     platform = SystemPlatform(controller_port, rng=random.SystemRandom())
     notifier = Notifier.from_environment()
     node = Node(plan, platform, control_socket=socket_path(config.node.state_dir), notifier=notifier)

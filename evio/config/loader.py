@@ -33,6 +33,7 @@ from evio.config.model import (
     Cipher,
     Config,
     InterfaceAddress,
+    LimitsConfig,
     LogForm,
     LoggingConfig,
     MetricsConfig,
@@ -47,6 +48,7 @@ from evio.config.model import (
     default_bridge_name,
     split_host_port,
 )
+from evio.config.secrets import MAX_CONFIG_BYTES, MAX_SECRET_BYTES, FileCheckError, read_regular
 from evio.ids import parse_node_id
 
 # Keys whose values are never echoed in a problem.
@@ -281,15 +283,16 @@ def _resolve(base_dir: Path, text: str) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
-def _file_problem(path: Path) -> str | None:
-    """Why `path` is not a readable regular file, or None when it is."""
+def _file_problem(path: Path, limit: int = MAX_CONFIG_BYTES) -> str | None:
+    """Why `path` is not a readable regular file of at most `limit` bytes, or None when it is."""
     try:
-        with path.open("rb") as handle:
-            handle.read(1)
+        read_regular(path, limit)
     except FileNotFoundError:
         return f"{path}: no such file"
     except IsADirectoryError:
         return f"{path}: is a directory, not a file"
+    except FileCheckError as exc:
+        return str(exc)
     except OSError as exc:
         return f"{path}: cannot read: {exc.strerror or exc}"
     return None
@@ -328,7 +331,7 @@ def _signal_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], base_
 
     if (password_text := _text(signal.get("password_file"))) is not None:
         password_file = _resolve(base_dir, password_text)
-        reason = _file_problem(password_file)
+        reason = _file_problem(password_file, MAX_SECRET_BYTES)
         if reason is None:
             try:
                 if not read_password_file(password_file):
@@ -345,13 +348,14 @@ def _client_cert_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], 
     cert_text, key_text = _text(signal.get("client_cert")), _text(signal.get("client_key"))
     files_ok = True
     for key, text in (("client_cert", cert_text), ("client_key", key_text)):
-        if text is not None and (reason := _file_problem(_resolve(base_dir, text))):
+        limit = MAX_SECRET_BYTES if key == "client_key" else MAX_CONFIG_BYTES
+        if text is not None and (reason := _file_problem(_resolve(base_dir, text), limit)):
             files_ok = False
             yield Problem(json_path((*at, key)), reason)
     if cert_text is None or key_text is None or not files_ok:
         return
     cert_file, key_file = _resolve(base_dir, cert_text), _resolve(base_dir, key_text)
-    if b"ENCRYPTED" in key_file.read_bytes()[:4096]:
+    if b"ENCRYPTED" in read_regular(key_file, MAX_SECRET_BYTES):
         yield Problem(json_path((*at, "client_key")), f"{key_file}: encrypted private keys are not supported")
         return
     try:
@@ -500,6 +504,7 @@ def _build(document: Mapping[str, Any], base_dir: Path) -> Config:
 def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) -> OverlayConfig:
     signal, nat, topology = overlay["signal"], overlay.get("nat_traversal", {}), overlay.get("topology", {})
     on_demand, bridge, tunnel = topology.get("on_demand", {}), overlay.get("bridge", {}), overlay.get("tunnel", {})
+    limits = overlay.get("limits", {})
     address = bridge.get("address")
     return OverlayConfig(
         id=overlay_id,
@@ -534,6 +539,8 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             long_distance=_optional_int(topology.get("long_distance")),
             log_form=LogForm(topology.get("log_form", TopologyConfig.log_form)),
             max_incoming_long_distance=_optional_int(topology.get("max_incoming_long_distance")),
+            max_incoming_successors=_optional_int(topology.get("max_incoming_successors")),
+            max_incoming_on_demand=int(topology.get("max_incoming_on_demand", TopologyConfig.max_incoming_on_demand)),
             on_demand=OnDemandConfig(
                 enabled=on_demand.get("enabled", OnDemandConfig.enabled),
                 max_links=int(on_demand.get("max_links", OnDemandConfig.max_links)),
@@ -552,6 +559,14 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             cipher=Cipher(tunnel.get("cipher", TunnelConfig.cipher)),
             keepalive=float(tunnel.get("keepalive", TunnelConfig.keepalive)),
             dead_after=float(tunnel.get("dead_after", TunnelConfig.dead_after)),
+        ),
+        limits=LimitsConfig(
+            max_tunnels=int(limits.get("max_tunnels", LimitsConfig.max_tunnels)),
+            max_pending_offers=int(limits.get("max_pending_offers", LimitsConfig.max_pending_offers)),
+            link_requests_per_s=float(limits.get("link_requests_per_s", LimitsConfig.link_requests_per_s)),
+            link_request_burst=int(limits.get("link_request_burst", LimitsConfig.link_request_burst)),
+            offers_per_s=float(limits.get("offers_per_s", LimitsConfig.offers_per_s)),
+            offer_burst=int(limits.get("offer_burst", LimitsConfig.offer_burst)),
         ),
     )
 
@@ -589,18 +604,22 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     """Config from a file; relative paths in it are relative to the file's directory."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_regular(file, MAX_CONFIG_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigFileError(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except FileCheckError as exc:
+        raise ConfigFileError(str(exc).removeprefix(f"{file}: ")) from None
     except OSError as exc:
         raise ConfigFileError(f"cannot read: {exc.strerror or exc}") from None
     return loads_config(text, file.absolute().parent)
 
 
 def read_password_file(path: Path) -> str:
-    """The password in `path`: its first line, without the line ending."""
-    with path.open(encoding="utf-8") as handle:
-        return handle.readline().rstrip("\r\n")
+    """The password in `path`: its first line, without the line ending.
+
+    At most MAX_SECRET_BYTES of a regular file are read (FileCheckError otherwise).
+    """
+    return read_regular(path, MAX_SECRET_BYTES).decode("utf-8").split("\n", 1)[0].rstrip("\r")
 
 
 def signal_password(signal: SignalConfig) -> str | None:

@@ -149,6 +149,8 @@ class TopologyConfig:
     long_distance: int | None = None  # None: floor(log2(n))
     log_form: LogForm = LogForm.LN
     max_incoming_long_distance: int | None = None  # None: same as long-distance links created
+    max_incoming_successors: int | None = None  # None: 2 * successors + 2
+    max_incoming_on_demand: int = 8
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
 
     def long_distance_for(self, overlay_size: int) -> int:
@@ -161,6 +163,24 @@ class TopologyConfig:
         if self.max_incoming_long_distance is not None:
             return self.max_incoming_long_distance
         return self.long_distance_for(overlay_size)
+
+    def incoming_successor_cap(self) -> int:
+        """Predecessors that may hold us as a successor: s of them in a stable ring, a few more while it moves."""
+        if self.max_incoming_successors is not None:
+            return self.max_incoming_successors
+        return 2 * self.successors + 2
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """Caps that keep one member (or a few) from exhausting this node: every peer is untrusted."""
+
+    max_tunnels: int = 64  # tunnels of any type in this overlay; link requests beyond it are refused
+    max_pending_offers: int = 8  # tunnel offers being answered at once; more are refused before any socket
+    link_requests_per_s: float = 1.0  # overlay.link requests from one peer, sustained ...
+    link_request_burst: int = 10  # ... after a burst of this many
+    offers_per_s: float = 1.0  # tunnel offers from one peer, sustained ...
+    offer_burst: int = 5  # ... after a burst of this many
 
 
 @dataclass(frozen=True)
@@ -187,6 +207,7 @@ class OverlayConfig:
     nat_traversal: NatTraversalConfig = field(default_factory=NatTraversalConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     tunnel: TunnelConfig = field(default_factory=TunnelConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 from types import TracebackType
@@ -94,7 +94,7 @@ class NodeInfo:
     overlay_address: IPv4Interface
     node_id: str
     jid: str
-    password: str
+    password: str = field(repr=False)
     config_path: Path
 
 
@@ -108,7 +108,7 @@ class PublicInfo:
     xmpp_port: int
     stun_port: int  # STUN and TURN, UDP and TCP
     relay_ports: tuple[int, int]
-    turn_secret: str
+    turn_secret: str = field(repr=False)
     ca_file: Path
     overlay: str
 

@@ -39,8 +39,8 @@ class ProcessRecord:
 
 @dataclass(frozen=True)
 class LabSecrets:
-    turn_secret: str
-    passwords: tuple[str, ...]  # per node, in node order
+    turn_secret: str = field(repr=False)
+    passwords: tuple[str, ...] = field(repr=False)  # per node, in node order
     node_ids: tuple[str, ...]  # per node, 32 hex digits
 
 

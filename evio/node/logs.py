@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import re
 import sys
 
 from evio.config.model import LoggingConfig
@@ -12,6 +13,33 @@ from evio.node.errors import DependencyError
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Libraries that log every packet or state change at INFO; they speak at WARNING unless we debug.
 CHATTY_LIBRARIES = ("aioice", "slixmpp", "os_ken", "pyroute2")
+
+
+# What must never reach a log, even at -vv, where slixmpp logs every stanza it sends and receives:
+# SASL exchanges (PLAIN carries the password in base64; SCRAM proofs allow offline guessing) and
+# the ICE passwords of tunnel offers, in evio payloads (JSON, possibly XML-escaped).
+_SECRETS = (
+    (re.compile(r"(<(auth|response|challenge|success)\b[^>]*>)[^<]+(</\2>)"), r"\1[redacted]\3"),
+    (re.compile(r'((?:"|&quot;)(?:pwd|password|rest_secret|secret)(?:"|&quot;)\s*:\s*(?:"|&quot;))(?:(?!"|&quot;).)*'),
+     r"\1[redacted]"),
+)
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class SecretRedactor(logging.Filter):
+    """Rewrites every record a handler emits so that no credential in it is written (see `_SECRETS`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
 
 
 def journal_handler() -> logging.Handler:
@@ -48,6 +76,7 @@ def configure_logging(config: LoggingConfig, verbose: int = 0) -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(SecretRedactor())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

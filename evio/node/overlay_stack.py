@@ -87,6 +87,8 @@ class LinkManager(Protocol):
 
     def start(self) -> None: ...
 
+    def admit_offers(self, policy: Callable[[int], bool]) -> None: ...
+
     async def connect(self, peer: int) -> TunnelInfo: ...
 
     async def disconnect(self, peer: int) -> None: ...
@@ -108,6 +110,8 @@ class AdjacencyController(Protocol):
     async def stop(self) -> None: ...
 
     def on_tunnel_event(self, event: TunnelEvent) -> None: ...
+
+    def expects_tunnel(self, peer: int) -> bool: ...
 
     def subscribe(self, callback: Callable[[Any], None]) -> Cancellable: ...
 
@@ -192,6 +196,8 @@ class OverlayStack:
         self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
         self._port_worker.add_done_callback(self._worker_done)
         self._subscription = self.controller.subscribe(self._adjacency_event)
+        # Offers only for links the controller negotiated: before any socket, TURN allocation or TAP.
+        self.links.admit_offers(self.controller.expects_tunnel)
         self.links.start()
         self._controller_started = True
         await self.controller.start()

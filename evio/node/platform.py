@@ -84,7 +84,7 @@ class SystemPlatform:
 
         controller: AdjacencyController = OverlayController(
             plan.id, node_id, plan.config.topology, signaling, links,
-            rng=random.Random(self.rng.getrandbits(64)), clock=time.monotonic,
+            rng=random.Random(self.rng.getrandbits(64)), clock=time.monotonic, limits=plan.config.limits,
         )  # fmt: skip
         return controller
 

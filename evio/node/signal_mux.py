@@ -96,6 +96,9 @@ class OverlaySignaling:
     def register_handler(self, action: str, handler: Handler) -> None:
         self._account.register(self.overlay, action, handler)
 
+    def check_membership(self) -> None:
+        self._client.check_membership()
+
     async def start(self) -> None:
         """The node starts the shared client."""
 

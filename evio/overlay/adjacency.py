@@ -26,9 +26,11 @@ This follows the priorities of the original GraphTransformation, with
 successor additions moved ahead of every removal.
 
 `accept_request` is the answer to a peer asking for a link, shared by the
-daemon and the simulator: successor and on-demand requests are accepted;
-long-distance ones only while fewer than `k` links are held by peers alone
-as their long-distance links ("accept as many as you create"); when both
+daemon and the simulator: long-distance requests are accepted only while
+fewer than `k` links are held by peers alone as their long-distance links
+("accept as many as you create"); successor and on-demand requests under
+caps of their own (every peer is untrusted: no type of incoming link may
+grow without bound); when both
 sides asked each other at once, the request from the lower node id wins on
 both sides (as in the original: the higher id accepts, the lower id refuses).
 """
@@ -70,10 +72,12 @@ class Adjacency:
 
     def incoming_long_distance_only(self) -> int:
         """Links held by a peer alone as its long-distance link: what the cap of k counts."""
+        return self.incoming_only(LinkType.LONG_DISTANCE)
+
+    def incoming_only(self, link_type: LinkType) -> int:
+        """Links held by a peer alone as `link_type`: what the incoming caps count."""
         return sum(
-            1
-            for peer, link in self.incoming.items()
-            if link.type is LinkType.LONG_DISTANCE and peer not in self.outgoing
+            1 for peer, link in self.incoming.items() if link.type is link_type and peer not in self.outgoing
         )
 
     def successors_up(self) -> int:
@@ -211,6 +215,8 @@ class RejectReason(enum.Enum):
     COLLISION = "collision"  # both asked at once and this side's request wins (lower node id)
     ALREADY_LINKED = "already_linked"  # a link to the requester already exists (a stale or repeated request)
     LINK_CLOSING = "link_closing"  # the previous link to the requester is being torn down; ask again later
+    TOO_MANY_SUCCESSORS = "too_many_successors"  # the cap of incoming successor links is reached
+    TOO_MANY_ON_DEMAND = "too_many_on_demand"  # the cap of incoming on-demand links is reached
 
 
 @dataclass(frozen=True)
@@ -222,10 +228,31 @@ class RequestDecision:
     replaces_pending: bool = False
 
 
+_CAP_REASON = {
+    LinkType.LONG_DISTANCE: RejectReason.TOO_MANY_LONG_DISTANCE,
+    LinkType.SUCCESSOR: RejectReason.TOO_MANY_SUCCESSORS,
+    LinkType.ON_DEMAND: RejectReason.TOO_MANY_ON_DEMAND,
+}
+
+
+def cap_reason(link_type: LinkType) -> RejectReason:
+    """The refusal when the incoming cap of `link_type` is reached."""
+    return _CAP_REASON[link_type]
+
+
 def accept_request(
-    self_id: int, requester: int, link_type: LinkType, current: Adjacency, max_incoming_long_distance: int
+    self_id: int,
+    requester: int,
+    link_type: LinkType,
+    current: Adjacency,
+    max_incoming_long_distance: int,
+    max_incoming: Mapping[LinkType, int] | None = None,
 ) -> RequestDecision:
-    """Decide on `requester` asking this node for a link of `link_type`."""
+    """Decide on `requester` asking this node for a link of `link_type`.
+
+    `max_incoming` caps the links peers hold alone of the other types (absent: no cap),
+    so no type of incoming link can grow without bound.
+    """
     mine = current.outgoing.get(requester)
     if mine is not None:
         if mine.state is LinkState.CLOSING:
@@ -240,6 +267,8 @@ def accept_request(
     if theirs is not None:
         reason = RejectReason.LINK_CLOSING if theirs.state is LinkState.CLOSING else RejectReason.ALREADY_LINKED
         return RequestDecision(False, reason)
-    if link_type is LinkType.LONG_DISTANCE and current.incoming_long_distance_only() >= max_incoming_long_distance:
-        return RequestDecision(False, RejectReason.TOO_MANY_LONG_DISTANCE)
+    caps = {**(max_incoming or {}), LinkType.LONG_DISTANCE: max_incoming_long_distance}
+    cap = caps.get(link_type)
+    if cap is not None and current.incoming_only(link_type) >= cap:
+        return RequestDecision(False, cap_reason(link_type))
     return RequestDecision(True)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from evio.config.model import TopologyConfig
+from evio.config.model import LimitsConfig, TopologyConfig
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkInfo, LinkUp
 from evio.overlay.negotiation import (
     ACTION_LINK,
@@ -54,6 +54,7 @@ from evio.overlay.negotiation import (
 )
 from evio.overlay.orchestrator import (
     Action,
+    CheckMembership,
     Connect,
     Disconnect,
     Failure,
@@ -144,6 +145,7 @@ class OverlayController:
         clock: Callable[[], float] = time.monotonic,
         reevaluate_interval: float = 10.0,
         timings: Timings | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self.overlay = overlay
         self.node_id = node_id
@@ -154,7 +156,9 @@ class OverlayController:
         self.timings = replace(timings or Timings(), reevaluate_interval=reevaluate_interval)
         # A new epoch for every controller: peers tell our restart from a repeated request by it.
         epoch = rng.getrandbits(64)
-        self._core = Orchestrator(node_id, topology, rng, clock(), self.timings, name=overlay, epoch=epoch)
+        self._core = Orchestrator(
+            node_id, topology, rng, clock(), self.timings, name=overlay, epoch=epoch, limits=limits
+        )
         self._state = _State.NEW
         self._subscribers: list[AdjacencySubscription] = []
         self._signal_subscriptions: list[Subscription[Any]] = []
@@ -247,6 +251,10 @@ class OverlayController:
         if self._state is _State.RUNNING:
             self._execute(self._core.drop_on_demand(peer, self._clock()))
 
+    def expects_tunnel(self, peer: int) -> bool:
+        """The tunnel manager's offer policy: serve offers only for links negotiated with `peer`."""
+        return self._state is _State.RUNNING and self._core.expects_tunnel(peer)
+
     def on_tunnel_event(self, event: TunnelEvent) -> None:
         if self._state in (_State.NEW, _State.STOPPED):
             return
@@ -323,6 +331,9 @@ class OverlayController:
         for action in actions:
             if isinstance(action, Notify):
                 self._notify(action.event)
+            elif isinstance(action, CheckMembership):
+                if self._state is _State.RUNNING:
+                    self._signaling.check_membership()
             elif self._state is not _State.RUNNING:
                 # While stopping, stop() itself carries out releases and disconnects.
                 if isinstance(action, Disconnect):

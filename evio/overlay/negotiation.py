@@ -47,14 +47,18 @@ class NegotiationError(ValueError):
 
 
 class LinkRefusal(enum.Enum):
-    """Why an ``overlay.link`` request was refused: the RejectReason vocabulary plus two of the wire's own."""
+    """Why an ``overlay.link`` request was refused: the RejectReason vocabulary plus some of the wire's own."""
 
     TOO_MANY_LONG_DISTANCE = "too_many_long_distance"
     COLLISION = "collision"
     ALREADY_LINKED = "already_linked"
     LINK_CLOSING = "link_closing"
+    TOO_MANY_SUCCESSORS = "too_many_successors"
+    TOO_MANY_ON_DEMAND = "too_many_on_demand"
     NO_LINK = "no_link"  # asked to hold an existing link, but there is none here (it just went down)
     STOPPING = "stopping"  # the answering controller is shutting down
+    TOO_MANY_LINKS = "too_many_links"  # the answerer has its most tunnels (limits.max_tunnels)
+    RATE_LIMITED = "rate_limited"  # the requester asked too often (limits.link_requests_per_s)
 
     @classmethod
     def of(cls, reason: RejectReason) -> LinkRefusal:

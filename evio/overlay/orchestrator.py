@@ -14,11 +14,14 @@ A tunnel exists while either end holds it. Edge negotiation
 (`evio.overlay.negotiation`):
 
 - ``overlay.link`` asks to hold a link. For a new link the peer answers with
-  `accept_request` (successor and on-demand accepted, long-distance only under
-  the incoming cap, collisions settled by node id: the lower id's request
-  wins); the requester then connects, the answerer waits for the tunnel.
-  ``existing`` requests take over or retype a link that is already there
-  (no new tunnel; a long-distance hold is still capped).
+  `accept_request` (every type under its incoming cap, collisions settled by
+  node id: the lower id's request wins), within `limits.max_tunnels` and a
+  per-peer request rate (`limits.link_requests_per_s`: a flood is refused
+  before any state is kept); the requester then connects, the answerer waits
+  for the tunnel, and its tunnel manager serves the offer only because the
+  link was agreed (`expects_tunnel`). ``existing`` requests take over or
+  retype a link that is already there (no new tunnel; the new type's cap
+  still applies).
 - ``overlay.release`` says this end no longer holds the link; the answer says
   whether the peer still does. If not, the releaser disconnects: a tunnel
   comes down only when neither end holds it.
@@ -56,7 +59,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from evio.config.model import LogForm, TopologyConfig
+from evio.config.model import LimitsConfig, LogForm, TopologyConfig
 from evio.overlay.adjacency import (
     AddLink,
     Adjacency,
@@ -66,6 +69,7 @@ from evio.overlay.adjacency import (
     LinkType,
     RemoveLink,
     accept_request,
+    cap_reason,
     desired_links,
     diff,
 )
@@ -73,6 +77,7 @@ from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkInfo, Li
 from evio.overlay.backoff import ChangeBudget, PeerBackoff
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
 from evio.overlay.symphony import Ring, Selection, select_links
+from evio.ratelimit import PeerRateLimiter, Rate
 from evio.signal.events import RemovalCause
 
 log = logging.getLogger(__name__)
@@ -98,6 +103,7 @@ class Timings:
     change_rate: float = 4.0  # tunnels added or removed per second, sustained ...
     change_burst: int = 16  # ... after a burst of this many
     stop_release_timeout: float = 1.0  # on stop, how long releases are given before tunnels close
+    revalidate_after: float = 1.5  # a linked peer gone from signaling this long: ask whether it is still a member
 
 
 class Phase(enum.Enum):
@@ -117,6 +123,12 @@ class Failure(enum.Enum):
     PEER_ABSENT = "peer_absent"  # the peer is not present in signaling (left, or not yet known)
     NO_ANSWER = "no_answer"  # timed out or bounced
     ERROR = "error"  # an error answer, or one we could not read
+
+
+# Refusals that say the answerer is full (or we asked too often): asking again soon would not help.
+_FULL = frozenset({
+    LinkRefusal.TOO_MANY_SUCCESSORS, LinkRefusal.TOO_MANY_ON_DEMAND, LinkRefusal.TOO_MANY_LINKS, LinkRefusal.RATE_LIMITED,
+})
 
 
 # -- actions for the adapter ------------------------------------------------------------------
@@ -152,7 +164,12 @@ class Notify:
     event: AdjacencyEvent
 
 
-Action = SendLinkRequest | SendRelease | Connect | Disconnect | Notify
+@dataclass(frozen=True)
+class CheckMembership:
+    """Ask signaling whether peers that left are still members (a removal is then reported as revoked)."""
+
+
+Action = SendLinkRequest | SendRelease | Connect | Disconnect | Notify | CheckMembership
 
 
 @dataclass(slots=True)
@@ -212,8 +229,13 @@ class Orchestrator:
         timings: Timings | None = None,
         name: str = "",
         epoch: int = 0,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self.node_id = node_id
+        self.limits = limits or LimitsConfig()
+        self._link_requests = PeerRateLimiter[int](
+            Rate(self.limits.link_requests_per_s, self.limits.link_request_burst)
+        )
         self.epoch = epoch  # sent with our requests and acceptances: a restart changes it
         self.topology = topology
         self.timings = timings or Timings()
@@ -227,6 +249,7 @@ class Orchestrator:
         self._budget = ChangeBudget(self.timings.change_rate, self.timings.change_burst, now)
         self._retry_at: dict[int, float] = {}  # refused for a passing reason: not before then
         self._refused_long_distance: dict[int, float] = {}  # peer -> until
+        self._absent_check: dict[int, float] = {}  # linked peer gone from signaling -> when to ask about it
         self._connected = False
         self._settle_until = now
         self._due: float | None = None  # an evaluation is wanted then
@@ -241,6 +264,7 @@ class Orchestrator:
         self.evaluations = 0
         self.requests_sent = 0
         self.refusals_received: Counter[LinkRefusal] = Counter()
+        self.refusals_sent: Counter[LinkRefusal] = Counter()
         self.failures: Counter[Failure | str] = Counter()
 
     # == inputs: signaling =======================================================================
@@ -260,6 +284,7 @@ class Orchestrator:
         if peer == self.node_id or peer in self._members:
             return self._flush()
         self._members.add(peer)
+        self._absent_check.pop(peer, None)  # back: still a member
         self._membership_changed(now)
         return self._flush()
 
@@ -285,7 +310,12 @@ class Orchestrator:
                 self._set_phase(st, Phase.NONE, now)
             elif st.phase in (Phase.UP, Phase.CONNECTING):
                 self._disconnect(peer, st, now)
-        # An up link to a peer that merely left signaling stays while its tunnel lives.
+        # An up link to a peer that merely left signaling stays while its tunnel lives, unless
+        # signaling, asked a little later, says it was removed (servers need not push that).
+        if cause is not RemovalCause.MEMBERSHIP_REVOKED and st.phase is Phase.UP:
+            self._absent_check[peer] = now + self.timings.revalidate_after
+        else:
+            self._absent_check.pop(peer, None)
         self._forget_if_idle(peer)
         return self._flush()
 
@@ -366,6 +396,10 @@ class Orchestrator:
         """A peer's overlay.link: the answer to send back, and what to do."""
         if self._stopped:
             return LinkAnswer(False, refusal=LinkRefusal.STOPPING), self._flush()
+        if not self._link_requests.allow(peer, now):
+            # Before any state is kept for the peer: a flood costs a counter, nothing more.
+            self.refusals_sent[LinkRefusal.RATE_LIMITED] += 1
+            return LinkAnswer(False, refusal=LinkRefusal.RATE_LIMITED), self._flush()
         st = self._peers.get(peer)
         if st is None:
             st = self._peers[peer] = _Peer()
@@ -384,6 +418,7 @@ class Orchestrator:
             self._want_evaluation(now)
         else:
             assert answer.refusal is not None
+            self.refusals_sent[answer.refusal] += 1
             log.debug(
                 "overlay %s refused %s link from peer=%032x: %s",
                 self.name, request.type.value, peer, answer.refusal.value,
@@ -420,6 +455,8 @@ class Orchestrator:
             st.asking = None
             if refusal is LinkRefusal.TOO_MANY_LONG_DISTANCE:
                 self._refused_long_distance[peer] = now + self.timings.long_distance_refusal_ttl
+            elif refusal in _FULL:
+                self._fail(peer, f"refused: {refusal.value}", now)  # the peer is full: back off, ask others
             else:
                 self._retry_at[peer] = now + self.timings.refused_retry
             if existing:
@@ -509,6 +546,8 @@ class Orchestrator:
         if expiry is not None:
             times.append(expiry)  # a backed-off peer rejoins the ring
         later = [*self._retry_at.values(), *self._refused_long_distance.values()]
+        if self._connected:
+            later.extend(self._absent_check.values())
         for st in self._peers.values():
             later.extend(t for t in (st.deadline, st.collision_until) if t is not None)
         times.extend(t for t in later if t > now)  # those due now are handled by the tick they cause
@@ -566,6 +605,7 @@ class Orchestrator:
         self._on_demand.clear()
         self._retry_at.clear()
         self._refused_long_distance.clear()
+        self._absent_check.clear()
         self._backoff.clear()
         return self._flush()
 
@@ -600,6 +640,20 @@ class Orchestrator:
             if st.theirs is not None:
                 incoming[peer] = Link(st.theirs, st.link_state())
         return Adjacency(outgoing, incoming)
+
+    def tunnel_count(self) -> int:
+        """Tunnels this node has or is setting up or awaiting (what `limits.max_tunnels` caps)."""
+        return sum(1 for st in self._peers.values() if st.phase is not Phase.NONE)
+
+    def expects_tunnel(self, peer: int) -> bool:
+        """May `peer` offer us a tunnel? Only for a link negotiated with it (or up, to replace a stale tunnel).
+
+        The tunnel manager asks before it gathers a socket, allocates on TURN or makes a TAP.
+        """
+        st = self._peers.get(peer)
+        return st is not None and st.phase in (Phase.AWAITING, Phase.CONNECTING, Phase.UP) and (
+            st.holder_type() is not None or st.busy()
+        )
 
     def phase(self, peer: int) -> Phase:
         st = self._peers.get(peer)
@@ -654,10 +708,11 @@ class Orchestrator:
                 st.deadline = None
                 self._ask(op.peer, st, LinkRequest(op.new, existing=True, epoch=self.epoch))
                 continue
-            if isinstance(op, AddLink) and (
-                (st is not None and st.phase is Phase.CLOSING) or self._retry_at.get(op.peer, now) > now
-            ):
-                continue
+            if isinstance(op, AddLink):
+                if (st is not None and st.phase is Phase.CLOSING) or self._retry_at.get(op.peer, now) > now:
+                    continue
+                if self.tunnel_count() + self._asking_new() >= self.limits.max_tunnels:
+                    continue  # at the cap: only changes and removals until a tunnel goes
             if not self._budget.take(now):
                 deferred = True
                 continue
@@ -671,6 +726,13 @@ class Orchestrator:
                 self._let_go(op.peer, st, now)
         if deferred:
             self._want_evaluation(self._budget.next_token(now))
+
+    def _incoming_caps(self, now: float) -> dict[LinkType, int]:
+        return {
+            LinkType.LONG_DISTANCE: self.topology.incoming_long_distance_cap(len(self._ring(now)[0])),
+            LinkType.SUCCESSOR: self.topology.incoming_successor_cap(),
+            LinkType.ON_DEMAND: self.topology.max_incoming_on_demand,
+        }
 
     def _on_demand_targets(self, selection: Selection, ring: Ring) -> list[int]:
         config = self.topology.on_demand
@@ -720,8 +782,19 @@ class Orchestrator:
         for table in (self._retry_at, self._refused_long_distance):
             for peer in [p for p, until in table.items() if until <= now]:
                 del table[peer]
+        due = [p for p, at in self._absent_check.items() if at <= now]
+        if due and self._connected:
+            for peer in due:
+                del self._absent_check[peer]
+            linked = [p for p in due if p not in self._members and self.phase(p) is Phase.UP]
+            if linked:
+                log.info("overlay %s %d linked peer(s) gone from signaling: checking membership", self.name, len(linked))
+                self._out.append(CheckMembership())
 
     # == internals: link steps ===================================================================
+
+    def _asking_new(self) -> int:
+        return sum(1 for st in self._peers.values() if st.asking is not None and st.phase is Phase.NONE)
 
     def _ask(self, peer: int, st: _Peer, request: LinkRequest) -> None:
         self._seq += 1
@@ -737,18 +810,19 @@ class Orchestrator:
     def _answer_link(self, peer: int, st: _Peer, request: LinkRequest, now: float) -> LinkAnswer:
         if st.phase is Phase.CLOSING:
             return LinkAnswer(False, refusal=LinkRefusal.LINK_CLOSING)
-        cap = self.topology.incoming_long_distance_cap(len(self._ring(now)[0]))
+        caps = self._incoming_caps(now)
         if request.existing:
             if st.phase is Phase.NONE:
                 return LinkAnswer(False, refusal=LinkRefusal.NO_LINK)
-            if request.type is LinkType.LONG_DISTANCE and st.held is None:
+            if st.held is None and st.theirs is not request.type:
+                # Held by the peer alone under a new type: it counts against that type's cap.
                 others = sum(
                     1
                     for p, other in self._peers.items()
-                    if p != peer and other.theirs is LinkType.LONG_DISTANCE and (other.held or other.asking) is None
+                    if p != peer and other.theirs is request.type and (other.held or other.asking) is None
                 )
-                if others >= cap:
-                    return LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_LONG_DISTANCE)
+                if others >= caps[request.type]:
+                    return LinkAnswer(False, refusal=LinkRefusal.of(cap_reason(request.type)))
             st.theirs = request.type
             st.deadline = None if st.phase is not Phase.AWAITING else st.deadline
             self._announce_up(peer, st)
@@ -758,7 +832,11 @@ class Orchestrator:
             st.theirs = request.type
             st.deadline = now + self.timings.await_tunnel
             return LinkAnswer(True, held_as=st.held)
-        decision = accept_request(self.node_id, peer, request.type, self.view(), cap)
+        if st.phase is Phase.NONE and self.tunnel_count() >= self.limits.max_tunnels:
+            return LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_LINKS)
+        decision = accept_request(
+            self.node_id, peer, request.type, self.view(), caps[LinkType.LONG_DISTANCE], max_incoming=caps
+        )
         if not decision.accepted:
             assert decision.reason is not None
             return LinkAnswer(False, refusal=LinkRefusal.of(decision.reason))

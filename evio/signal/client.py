@@ -16,6 +16,13 @@ mod_shared_roster), one group per overlay, not by MUC rooms. Why:
   same name, so the client needs nothing server-specific.
 * *Leaving peers.* The server sends ``unavailable`` to all contacts when a
   session ends, cleanly or by stream timeout, as MUC would.
+* *Removed members.* Only a contact with subscription ``both`` counts: an
+  account deleted on the server unsubscribes from its contacts, whose roster
+  items change at once (a live push). Group changes are not pushed by prosody's
+  mod_groups (the roster of an online session is cached, a re-fetch returns
+  the same), so membership is reconciled at every login, and when the overlay
+  asks (`check_membership`: a linked peer left and did not come back) this
+  client logs in again at once, at most once per ``membership_check_interval``.
 * *Server restart.* Groups are server config; on reconnect the initial
   presence makes the server send every online member's presence again. No room
   has to be recreated and no creator race exists.
@@ -75,7 +82,7 @@ class SignalSettings:
     server: str  # host or address to connect to
     memberships: Mapping[str, int]  # overlay id -> our node id in it
     port: int = 5222
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     client_cert: Path | None = None  # PEM; with client_key, login by SASL EXTERNAL
     client_key: Path | None = None
     ca_file: Path | None = None  # CA that must have signed the server's certificate; None = system store
@@ -93,6 +100,8 @@ class SignalSettings:
     drop_log_interval: float = 60.0
     max_payload_bytes: int = protocol.MAX_PAYLOAD_BYTES
     max_inflight_handlers: int = 64
+    max_inflight_per_peer: int = 8
+    membership_check_interval: float = 5.0  # forced re-logins to re-read the roster: at most one per this
 
     def __post_init__(self) -> None:
         if "@" not in self.jid or "/" in self.jid:
@@ -165,12 +174,18 @@ class SignalClient(SignalEndpoint):
             max_payload_bytes=settings.max_payload_bytes,
             drop_log_interval=settings.drop_log_interval,
             max_inflight_handlers=settings.max_inflight_handlers,
+            max_inflight_per_peer=settings.max_inflight_per_peer,
         )
         super().__init__(settings.jid, settings.memberships, limits, rng if rng is not None else random.Random())
         self.settings = settings
         self._group_to_overlay = {settings.group_of(ov): ov for ov in settings.memberships}
         self._xmpp: ClientXMPP | None = None
         self._supervisor: asyncio.Task[None] | None = None
+        self._end_session: Callable[[str], None] | None = None
+        self._relogin_now = False  # the session ended for a membership check: log in again without delay
+        self._membership_check: asyncio.TimerHandle | None = None
+        self._last_membership_check: float | None = None
+        self.membership_checks = 0  # forced re-logins done
         self.last_login_seconds: float | None = None  # connect() -> announcement sent
         self.failed_logins = 0  # attempts that ended before a session was up (refused, TLS, auth)
 
@@ -184,6 +199,9 @@ class SignalClient(SignalEndpoint):
         self._supervisor.add_done_callback(self._supervisor_done)
 
     async def stop(self) -> None:
+        if self._membership_check is not None:
+            self._membership_check.cancel()
+            self._membership_check = None
         task, self._supervisor = self._supervisor, None
         if task is not None:
             task.cancel()
@@ -207,6 +225,9 @@ class SignalClient(SignalEndpoint):
                 if not was_up:
                     self.failed_logins += 1
                 attempt = 1 if was_up else attempt + 1
+                if self._relogin_now:
+                    self._relogin_now = False
+                    continue  # a membership check: the server is fine, log in again at once
                 delay = reconnect_delay(attempt, self._rng, self.settings.reconnect_base, self.settings.reconnect_cap)
                 log.info("signal %s: reconnecting in %.2f s (attempt %d)", self.settings.jid, delay, attempt)
                 await asyncio.sleep(delay)
@@ -237,6 +258,8 @@ class SignalClient(SignalEndpoint):
         def end(reason: str) -> None:
             if not ended.done():
                 ended.set_result(reason)
+
+        self._end_session = end
 
         async def on_session_start(_: Any) -> None:
             if xmpp.boundjid.bare != s.jid:
@@ -294,7 +317,8 @@ class SignalClient(SignalEndpoint):
             if keepalive is not None:
                 keepalive.cancel()
                 await asyncio.gather(keepalive, return_exceptions=True)
-            if not ended.done():  # login timeout, or stop()
+            self._end_session = None
+            if not ended.done() or self._relogin_now:  # login timeout, stop(), or a membership check
                 await self._close_stream(xmpp)
             # slixmpp cancels its output-filter task only in __del__; this stream object is done.
             output_task = getattr(xmpp, "_run_out_filters", None)
@@ -377,11 +401,34 @@ class SignalClient(SignalEndpoint):
         roster = xmpp.client_roster
         current: dict[str, frozenset[str]] = {}
         for contact in roster:
-            groups = roster[contact]["groups"]
+            item = roster[contact]
+            if item["subscription"] != "both":
+                continue  # group rosters are mutual; an account deleted on the server unsubscribes first
+            groups = item["groups"]
             overlays = frozenset(self._group_to_overlay[g] for g in groups if g in self._group_to_overlay)
             if overlays:
                 current[str(contact)] = overlays
         self._membership_changed(current)
+
+    def _refresh_membership(self) -> None:
+        """Log in again soon: a new session is the only way to a fresh roster (see the module doc)."""
+        if self._membership_check is not None:
+            return  # one is already due
+        loop = asyncio.get_running_loop()
+        last = self._last_membership_check
+        at = loop.time() if last is None else max(loop.time(), last + self.settings.membership_check_interval)
+        self._membership_check = loop.call_at(at, self._relogin_for_membership)
+
+    def _relogin_for_membership(self) -> None:
+        self._membership_check = None
+        end = self._end_session
+        if end is None or not self.connected:
+            return  # not logged in: the next login reads the roster anyway
+        self._last_membership_check = asyncio.get_running_loop().time()
+        self.membership_checks += 1
+        log.info("signal %s: logging in again to re-read the membership", self.settings.jid)
+        self._relogin_now = True
+        end("membership check")
 
     def _on_presence_available(self, presence: Presence) -> None:
         sender = str(presence["from"])

@@ -20,8 +20,10 @@ class DropReason(enum.Enum):
     UNKNOWN_PEER = "unknown_peer"  # member, but no announced node id (yet) from that JID
     WRONG_NODE = "wrong_node"  # src or dst node id does not match the table
     UNEXPECTED_RESPONSE = "unexpected_response"  # no outstanding request matches
-    NODE_ID_CONFLICT = "node_id_conflict"  # another JID already holds that node id
+    NODE_ID_CONFLICT = "node_id_conflict"  # another account already holds that node id
+    ACCOUNT_HAS_NODE = "account_has_node"  # a newer session of the same account holds another node id
     OVERLOADED = "overloaded"  # too many requests in flight from peers
+    PEER_OVERLOADED = "peer_overloaded"  # too many requests in flight from this one peer
 
 
 class DropAccounting:

@@ -8,6 +8,16 @@ transport receives (``_membership_changed``, ``_presence_available``,
 ``_session_up``, ``_session_down``). ``SignalClient`` does this over XMPP,
 ``evio.testing.fake_signal.FakeSignalClient`` in memory, so both run the same
 logic.
+
+Revocation sticks: the endpoint remembers which account held each node id it
+has seen (`_known`, bounded), across its own reconnects. Whenever the server's
+membership list arrives (the roster fetched at every login, a roster push),
+every remembered node id whose account is no longer a member is reported
+`PeerRemoved(MEMBERSHIP_REVOKED)`, present or not, so the overlay closes its
+tunnels even to a member removed while it was away or while this node was
+offline. `check_membership()` asks for that list again (the subclass decides
+how: the XMPP client logs in again, since a server caches the roster of an
+online session and pushes no group change).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -29,7 +40,16 @@ from evio.signal.errors import (
     ProtocolError,
     RequestError,
 )
-from evio.signal.events import Connected, Disconnected, E, EventRegistry, PeerAdded, Subscription
+from evio.signal.events import (
+    Connected,
+    Disconnected,
+    E,
+    EventRegistry,
+    PeerAdded,
+    PeerRemoved,
+    RemovalCause,
+    Subscription,
+)
 from evio.signal.interface import Handler
 from evio.signal.peers import PeerTable, Update, bare_jid
 from evio.signal.protocol import Announcement, Body, ErrorReply, Membership, Request, Response
@@ -45,7 +65,9 @@ class EndpointLimits:
     max_payload_bytes: int = protocol.MAX_PAYLOAD_BYTES
     drop_log_interval: float = 60.0
     max_inflight_handlers: int = 64
+    max_inflight_per_peer: int = 8  # so one peer cannot fill the shared limit and starve the others
     max_outstanding_requests: int = 1024
+    max_known_peers: int = 4096  # node id -> account remembered for revocation
 
 
 class SignalEndpoint:
@@ -63,8 +85,11 @@ class SignalEndpoint:
         )
         self._table = PeerTable("", memberships)
         self._membership: dict[str, frozenset[str]] = {}
+        # (overlay, node id) -> the account that held it: revoked even when absent (most recent last).
+        self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
         self._timer: asyncio.TimerHandle | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
+        self._inflight_by_peer: dict[str, int] = {}  # sender JID -> its requests being served
         self._ready = asyncio.Event()
         self._connected = False
         self.sessions = 0  # completed logins, for tests and diagnostics
@@ -92,6 +117,10 @@ class SignalEndpoint:
 
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         return self._events.subscribe(event_type, callback)
+
+    def check_membership(self) -> None:
+        """See evio.signal.interface.Signaling.check_membership; the transport decides how."""
+        self._refresh_membership()
 
     def register_handler(self, action: str, handler: Handler) -> None:
         """Serve requests named `action`; the handler returns the response body.
@@ -146,6 +175,10 @@ class SignalEndpoint:
     def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
         raise NotImplementedError
 
+    def _refresh_membership(self) -> None:
+        """Get the server's membership list again and feed it to `_membership_changed`."""
+        raise NotImplementedError
+
     def _announcement(self) -> str:
         members = sorted(self._table_memberships().items())
         return protocol.encode_announcement(Announcement(tuple(Membership(ov, nid) for ov, nid in members)))
@@ -185,6 +218,14 @@ class SignalEndpoint:
             if self._membership.get(bare, frozenset()) != new:
                 self._apply(self._table.set_membership(bare, new))
         self._membership = {b: o for b, o in current.items() if o}
+        # Node ids seen before whose account is no longer listed: revoked, present or not.
+        for (overlay, node_id), bare in list(self._known.items()):
+            if overlay not in current.get(bare, frozenset()):
+                del self._known[(overlay, node_id)]
+                log.info(
+                    "signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare
+                )
+                self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
 
     def _presence_available(self, sender: str, announcement_json: str | None) -> None:
         announcement = Announcement(())
@@ -269,6 +310,7 @@ class SignalEndpoint:
         for event in update.events:
             if isinstance(event, PeerAdded):
                 log.info("signal peer added overlay=%s node=%032x peer=%s", event.overlay, event.node_id, event.jid)
+                self._remember(event.overlay, event.node_id, bare_jid(event.jid))
             else:
                 log.info(
                     "signal peer removed overlay=%s node=%032x peer=%s (%s)",
@@ -276,18 +318,37 @@ class SignalEndpoint:
                 )
                 for pending in self._transactions.fail_peer(event.overlay, event.node_id):
                     _fail(pending.waiter, RequestError(ErrorReason.UNREACHABLE, "peer left"))
+                if event.cause is RemovalCause.MEMBERSHIP_REVOKED:
+                    self._known.pop((event.overlay, event.node_id), None)  # reported: once is enough
             self._events.publish(event)
 
+    def _remember(self, overlay: str, node_id: int, bare: str) -> None:
+        key = (overlay, node_id)
+        self._known.pop(key, None)
+        self._known[key] = bare
+        while len(self._known) > self.limits.max_known_peers:
+            self._known.popitem(last=False)
+
     def _start_handler(self, request: Request, sender: str) -> None:
+        mine = self._inflight_by_peer.get(sender, 0)
+        if mine >= self.limits.max_inflight_per_peer:
+            self._drop(DropReason.PEER_OVERLOADED, sender, f"{mine} of its requests in progress")
+            return
         if len(self._handler_tasks) >= self.limits.max_inflight_handlers:
             self._drop(DropReason.OVERLOADED, sender, f"{len(self._handler_tasks)} requests in progress")
             return
         task = asyncio.create_task(self._serve(request, sender), name=f"signal handler {request.action}")
         self._handler_tasks.add(task)
-        task.add_done_callback(self._handler_done)
+        self._inflight_by_peer[sender] = mine + 1
+        task.add_done_callback(lambda t: self._handler_done(t, sender))
 
-    def _handler_done(self, task: asyncio.Task[None]) -> None:
+    def _handler_done(self, task: asyncio.Task[None], sender: str) -> None:
         self._handler_tasks.discard(task)
+        left = self._inflight_by_peer.get(sender, 1) - 1
+        if left > 0:
+            self._inflight_by_peer[sender] = left
+        else:
+            self._inflight_by_peer.pop(sender, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("signal request task failed", exc_info=task.exception())
 

@@ -41,6 +41,16 @@ class Signaling(Protocol):
 
     def register_handler(self, action: str, handler: Handler) -> None: ...
 
+    def check_membership(self) -> None:
+        """Ask the server again who the members are (soon, not at once: checks are rate-limited).
+
+        A member that went away may have been removed from the overlay meanwhile,
+        and servers do not push every change (prosody's mod_groups pushes none):
+        a removed member found this way is reported as `PeerRemoved` with cause
+        MEMBERSHIP_REVOKED, even though it is no longer present.
+        """
+        ...
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...

@@ -14,10 +14,23 @@ Each returns an ``Update``: the peer events to publish and the refused claims
 to count. The table is recomputed from the claims after each input and diffed
 against the previous one, so events are exact whatever the order of inputs.
 
-Conflicts (two JIDs claiming one node id in one overlay): a newer session of
-the *same* account takes over silently (a reconnect whose old session the
-server has not noticed yet); a *different* account is refused while the
-current holder is present, and takes over when it leaves.
+One node id per member account (bare JID) per overlay: of an account's
+sessions, the newest one (by first presence seen) speaks for the account in
+each overlay it claims. Its claim replaces whatever an older session of the
+same account claimed (a reconnect whose old session the server has not
+noticed yet, or a node restarted with a new id); the older sessions' claims
+are ignored, and refused (`ACCOUNT_HAS_NODE`) when they announce a different
+id, until the newest session leaves. So one account cannot hold more node
+ids than it has overlays, however many resources it binds.
+
+Conflicts between accounts (two accounts claiming one node id in one
+overlay): the account holding it keeps it while present and the other is
+refused (`NODE_ID_CONFLICT`, counted); the other takes over when the holder
+leaves. Nothing binds a node id to an account before it is first claimed: a
+member may still squat the id of a member that has not logged in yet, at the
+price of its own (the one id its account may hold), and the real owner's
+node counts and logs the conflict. Binding ids to accounts needs an
+authority the server does not provide (see the overlay trust anchor).
 """
 
 from __future__ import annotations
@@ -61,6 +74,7 @@ class PeerTable:
         self._own = dict(memberships)
         self._membership: dict[str, frozenset[str]] = {}
         self._claims: dict[str, dict[str, _Claim]] = {}  # full jid -> overlay -> claim
+        self._session_seq: dict[str, int] = {}  # full jid -> input seq of its first presence: newest wins
         self._owners: dict[str, dict[int, str]] = {ov: {} for ov in self._own}
         self._seq = 0
 
@@ -119,11 +133,14 @@ class PeerTable:
             claims[m.overlay] = _Claim(m.node_id, seq)
         if claims:
             self._claims[full_jid] = claims
+            self._session_seq.setdefault(full_jid, self._seq)
         else:
             self._claims.pop(full_jid, None)
+            self._session_seq.pop(full_jid, None)
         return self._recompute(refusals_for=full_jid, cause=RemovalCause.LEFT)
 
     def on_unavailable(self, full_jid: str) -> Update:
+        self._session_seq.pop(full_jid, None)
         if self._claims.pop(full_jid, None) is None:
             return Update()
         return self._recompute(refusals_for=None, cause=RemovalCause.LEFT)
@@ -131,6 +148,7 @@ class PeerTable:
     def clear(self) -> Update:
         """Our session ended: forget every claim and membership (the server re-sends both)."""
         self._claims.clear()
+        self._session_seq.clear()
         self._membership.clear()
         return self._recompute(refusals_for=None, cause=RemovalCause.SIGNAL_LOST)
 
@@ -139,8 +157,8 @@ class PeerTable:
     def _recompute(self, refusals_for: str | None, cause: RemovalCause) -> Update:
         update = Update()
         for overlay, own_node in self._own.items():
-            # node id -> [(account's first claim seq, session's claim seq, full jid)]
-            claimants: dict[int, list[tuple[int, str]]] = {}
+            # One claim per account: its newest session claiming in this overlay speaks for it.
+            speaker: dict[str, tuple[int, str, _Claim]] = {}  # bare -> (session seq, full jid, claim)
             for jid, claims in self._claims.items():
                 claim = claims.get(overlay)
                 if claim is None:
@@ -153,21 +171,27 @@ class PeerTable:
                     if jid == refusals_for:
                         update.refused.append(Refusal(jid, overlay, claim.node_id, DropReason.NODE_ID_CONFLICT))
                     continue
+                bare = bare_jid(jid)
+                entry = (self._session_seq.get(jid, 0), jid, claim)
+                if bare not in speaker or entry[:2] > speaker[bare][:2]:
+                    speaker[bare] = entry
+            if refusals_for is not None:
+                mine = self._claims.get(refusals_for, {}).get(overlay)
+                current = speaker.get(bare_jid(refusals_for))
+                if (mine is not None and current is not None and current[1] != refusals_for
+                        and current[2].node_id != mine.node_id):
+                    update.refused.append(Refusal(refusals_for, overlay, mine.node_id, DropReason.ACCOUNT_HAS_NODE))
+            # node id -> [(account's claim seq, full jid)]
+            claimants: dict[int, list[tuple[int, str]]] = {}
+            for _, jid, claim in speaker.values():
                 claimants.setdefault(claim.node_id, []).append((claim.seq, jid))
             owners: dict[int, str] = {}
             for node_id, entries in claimants.items():
-                first_by_account: dict[str, int] = {}
-                for seq, jid in entries:
-                    bare = bare_jid(jid)
-                    first_by_account[bare] = min(seq, first_by_account.get(bare, seq))
                 incumbent = self._owners[overlay].get(node_id)
-                if incumbent is not None and bare_jid(incumbent) in first_by_account:
-                    account = bare_jid(incumbent)  # the holder's account keeps the id while present
-                else:
-                    account = min(first_by_account, key=lambda b: (first_by_account[b], b))
-                # Within the account, the newest session wins (a reconnect).
-                owners[node_id] = max(e for e in entries if bare_jid(e[1]) == account)[1]
-                if (refusals_for is not None and bare_jid(refusals_for) != account
+                held = [e for e in entries if incumbent is not None and bare_jid(e[1]) == bare_jid(incumbent)]
+                # The holder's account keeps the id while present; otherwise the earliest claim wins.
+                owners[node_id] = (held[0] if held else min(entries))[1]
+                if (refusals_for is not None and owners[node_id] != refusals_for
                         and any(jid == refusals_for for _, jid in entries)):
                     update.refused.append(Refusal(refusals_for, overlay, node_id, DropReason.NODE_ID_CONFLICT))
             update.events.extend(self._diff(overlay, self._owners[overlay], owners, cause))

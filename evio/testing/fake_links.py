@@ -205,6 +205,11 @@ class FakeLinkNetwork:
         return frozenset(tunnel.ends) not in self._blocked and self._current(tunnel)
 
     async def _setup(self, tunnel: _FakeTunnel) -> None:
+        responder = tunnel.links[tunnel.responder]
+        if responder.offer_policy is not None and not responder.offer_policy(tunnel.initiator):
+            responder.refused_offers += 1  # refused at once, as the manager refuses the offer
+            self._end(tunnel, "offer refused: no link negotiated")
+            return
         await asyncio.sleep(self.setup_delay if self._reachable(tunnel) else self.fail_delay)
         if tunnel.state is not TunnelState.NEGOTIATING:
             return  # closed meanwhile
@@ -260,6 +265,12 @@ class FakeLinks:
         self.connects = 0
         self.disconnects = 0
         self.reconfigured: list[object] = []  # tunnel settings given by reloads
+        self.offer_policy: Callable[[int], bool] | None = None
+        self.refused_offers = 0
+
+    def admit_offers(self, policy: Callable[[int], bool]) -> None:
+        """As the tunnel manager: a tunnel from a peer `policy` does not admit fails at this end."""
+        self.offer_policy = policy
 
     @property
     def running(self) -> bool:
@@ -448,6 +459,7 @@ class FakeOverlay:
             timings=self.timings,
         )
         links.on_event = controller.on_tunnel_event
+        links.admit_offers(controller.expects_tunnel)
         node = FakeOverlayNode(node_id, topology, client, links, controller)
         self.nodes[node_id] = node
         await client.start()

@@ -255,7 +255,7 @@ class FakePlatform:
 
         controller: AdjacencyController = OverlayController(
             plan.id, node_id, plan.config.topology, signaling, links,
-            rng=random.Random(self.rng.getrandbits(32)), reevaluate_interval=0.5,
+            rng=random.Random(self.rng.getrandbits(32)), reevaluate_interval=0.5, limits=plan.config.limits,
         )  # fmt: skip
         return controller
 

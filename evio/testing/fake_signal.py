@@ -33,11 +33,48 @@ class FakeSignalHub:
 
     # ------------------------------------------------------------------ "server admin"
 
-    def set_group(self, group: str, members: Iterable[str]) -> None:
-        """Set the members (bare JIDs) of a group and push the change to online clients."""
+    def set_group(self, group: str, members: Iterable[str], push: bool = True) -> None:
+        """Set the members (bare JIDs) of a group and push the change to online clients.
+
+        `push=False` is prosody's mod_groups: online clients learn of the change only
+        when their roster is loaded again (a new login, or `check_membership`).
+        """
         self._groups[group] = set(members)
-        for client in list(self._online.values()):
-            self._push_roster(client)
+        if push:
+            for client in list(self._online.values()):
+                self._push_roster(client)
+
+    def kick(self, full_jid: str, relogin: bool = True) -> None:
+        """The server ends that session (its contacts see it go unavailable); the client logs in
+        again at once, or (relogin False) when `relogin` is called, as if its network were down meanwhile."""
+        client = self._online.get(full_jid)
+        if client is None:
+            return
+        self._logout(client)
+        client._session_down("kicked")
+        if client.started and relogin:
+            asyncio.get_running_loop().call_soon(self._relogin, client)
+
+    def delete_account(self, bare: str) -> None:
+        """The account is deleted on the server: it unsubscribes from its contacts (a roster push) and its
+        sessions end for good."""
+        for group, members in self._groups.items():
+            if bare in members:
+                self.set_group(group, members - {bare})
+        for full_jid in [j for j in self._online if bare_jid(j) == bare]:
+            client = self._online[full_jid]
+            self._logout(client)
+            client._session_down("account deleted")
+            client.started = False  # it cannot log in any more
+
+    def relogin(self, full_jid: str) -> None:
+        client = next((c for c in self._clients if c.full_jid == full_jid), None)
+        if client is not None:
+            self._relogin(client)
+
+    def _relogin(self, client: FakeSignalClient) -> None:
+        if self.up and client.started and client.full_jid not in self._online:
+            self._login(client)
 
     def client(
         self,
@@ -82,7 +119,9 @@ class FakeSignalHub:
         return {b for members in groups for b in members if b != own}
 
     def _push_roster(self, client: FakeSignalClient) -> None:
-        membership = {bare: self._overlays_of(client, bare) for bare in self._contacts(client)}
+        contacts = self._contacts(client)
+        client.roster_contacts = contacts  # what the server has loaded for this session (prosody caches it)
+        membership = {bare: self._overlays_of(client, bare) for bare in contacts}
         client._membership_changed({b: o for b, o in membership.items() if o})
 
     def _login(self, client: FakeSignalClient) -> None:
@@ -111,7 +150,7 @@ class FakeSignalHub:
         if self._online.get(client.full_jid) is not client:
             return
         del self._online[client.full_jid]
-        contacts = self._contacts(client)
+        contacts = client.roster_contacts  # the session's roster, not the groups as they are now
         loop = asyncio.get_running_loop()
         for other in list(self._online.values()):
             if bare_jid(other.full_jid) in contacts:
@@ -153,6 +192,8 @@ class FakeSignalClient(SignalEndpoint):
         self.full_jid = full_jid
         self._groups_by_overlay = dict(groups or {})
         self.started = False
+        self.membership_checks = 0
+        self.roster_contacts: set[str] = set()
 
     def group_of(self, overlay: str) -> str:
         return self._groups_by_overlay.get(overlay, overlay)
@@ -174,3 +215,8 @@ class FakeSignalClient(SignalEndpoint):
 
     def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
         self._hub._route(self.full_jid, to, text, msg_id)
+
+    def _refresh_membership(self) -> None:
+        self.membership_checks += 1
+        if self._hub._online.get(self.full_jid) is self:
+            self._hub._push_roster(self)

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from evio.config.model import Cipher
+from evio.config.model import Cipher, LimitsConfig
 from evio.tunnel.ice import IceConfig, TurnRelay
 from evio.tunnel.keys import RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig, keepalive_for
@@ -50,6 +50,14 @@ class TunnelSettings:
     teardown_timeout: float = 2.0
     tap_prefix: str = "evt"
     """TAP names are this prefix and a hash of the peer's node id (see `tap_name`)."""
+    # The limits' defaults live in the config model (LimitsConfig), as every default does.
+    max_tunnels: int = LimitsConfig.max_tunnels
+    """Tunnels at once; an offer for one more is refused before any resource is allocated."""
+    max_pending_offers: int = LimitsConfig.max_pending_offers
+    """Offers being answered at once (each gathers sockets and may allocate on TURN)."""
+    offers_per_s: float = LimitsConfig.offers_per_s
+    """Offers one peer may send, sustained, after a burst of `offer_burst`."""
+    offer_burst: int = LimitsConfig.offer_burst
 
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:
@@ -81,8 +89,13 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
     preferred = Cipher(overlay.tunnel.cipher)
     dead_after = overlay.tunnel.dead_after
     keepalive = keepalive_for(dead_after, overlay.tunnel.keepalive)
+    limits = overlay.limits
     return TunnelSettings(
         ice=ice,
         ciphers=(preferred, *(c for c in Cipher if c is not preferred)),
         liveness=LivenessConfig(keepalive_interval=keepalive, dead_after=dead_after),
+        max_tunnels=limits.max_tunnels,
+        max_pending_offers=limits.max_pending_offers,
+        offers_per_s=limits.offers_per_s,
+        offer_burst=limits.offer_burst,
     )

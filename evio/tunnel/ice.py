@@ -70,8 +70,8 @@ class TurnRelay:
     host: str
     port: int
     username: str | None = None
-    password: str | None = None
-    secret: str | None = None
+    password: str | None = field(default=None, repr=False)
+    secret: str | None = field(default=None, repr=False)
     """REST API shared secret: time-limited credentials are derived from it."""
     credential_ttl: float = TurnServer.ttl
 

@@ -5,6 +5,14 @@ going up or down to one subscriber (the overlay controller). Offer collisions
 (both nodes open at once) are settled by node id: the higher id's offer wins.
 A new offer from a peer we think we are connected to replaces the old tunnel
 (the peer restarted or lost it).
+
+Every offer costs sockets, maybe a TURN allocation under this node's
+credentials, and a TAP, so an offer is refused, before any of that, when it
+comes too often from its peer (`offers_per_s`), cannot be read, is not for a
+link this node negotiated with the peer (the offer policy, `admit_offers`:
+the overlay controller's `expects_tunnel`), or would exceed
+`max_pending_offers` or `max_tunnels`. Refusals are counted by reason in
+`refused_offers` and logged at most once per peer per minute.
 """
 
 from __future__ import annotations
@@ -12,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
+from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import OfferError, SignalingFailed
@@ -31,6 +41,10 @@ from evio.tunnel.session import (
 from evio.tunnel.signaling import Body, TunnelOffer, TunnelSignaling
 
 logger = logging.getLogger(__name__)
+
+REFUSAL_LOG_INTERVAL = 60.0
+OfferPolicy = Callable[[int], bool]
+"""May this peer offer us a tunnel now? (The overlay controller: was a link negotiated with it?)"""
 
 
 class TunnelManager:
@@ -57,6 +71,15 @@ class TunnelManager:
         self._wall_clock = wall_clock
         self._tunnels: dict[int, Tunnel] = {}
         self._closing = False
+        self._offer_policy: OfferPolicy | None = None
+        self._offer_rate = PeerRateLimiter[int](Rate(config.offers_per_s, config.offer_burst))
+        self._offers_in_progress = 0
+        self.refused_offers: Counter[str] = Counter()  # reason -> offers refused
+        self._refusal_log = LogLimiter[int](REFUSAL_LOG_INTERVAL)
+
+    def admit_offers(self, policy: OfferPolicy) -> None:
+        """Serve offers only from peers `policy` admits (without one, every well-formed offer is served)."""
+        self._offer_policy = policy
 
     def start(self) -> None:
         self._signaling.serve(self._on_offer)
@@ -108,18 +131,44 @@ class TunnelManager:
     async def _on_offer(self, peer: int, body: Body) -> Body:
         if self._closing:
             raise SignalingFailed("node shutting down")
-        offer = TunnelOffer.from_body(body)
-        if offer.node_id != peer:
-            raise OfferError("node", "does not match the sender")
+        if not self._offer_rate.allow(peer, self._clock()):
+            raise self._refuse(peer, "rate_limited", SignalingFailed("too many offers"))
+        try:
+            offer = TunnelOffer.from_body(body)
+            if offer.node_id != peer:
+                raise OfferError("node", "does not match the sender")
+        except OfferError as exc:
+            raise self._refuse(peer, "malformed", exc) from None
+        if self._offer_policy is not None and not self._offer_policy(peer):
+            raise self._refuse(peer, "not_negotiated", SignalingFailed("no link negotiated with this node"))
+        if self._offers_in_progress >= self.config.max_pending_offers:
+            raise self._refuse(peer, "too_many_pending", SignalingFailed("too many offers in progress"))
         existing = self._tunnels.get(peer)
         if existing is not None and existing.active:
             if existing.info.initiator and existing.state.value in ("negotiating",) and self.node_id > peer:
                 raise SignalingFailed("offer collision: the higher node id's offer wins")
-            await existing.close("replaced by a new offer from the peer")
-        tunnel = self._new_tunnel(peer, initiator=False, tunnel_id=offer.tunnel_id)
-        answer = await tunnel.prepare_answer(offer)
+        elif sum(1 for t in self._tunnels.values() if t.active) >= self.config.max_tunnels:
+            raise self._refuse(peer, "too_many_tunnels", SignalingFailed("too many tunnels"))
+        self._offers_in_progress += 1
+        try:
+            if existing is not None and existing.active:
+                await existing.close("replaced by a new offer from the peer")
+            tunnel = self._new_tunnel(peer, initiator=False, tunnel_id=offer.tunnel_id)
+            answer = await tunnel.prepare_answer(offer)
+        finally:
+            self._offers_in_progress -= 1
         tunnel.start_responder()
         return answer.to_body()
+
+    def _refuse(self, peer: int, reason: str, error: Exception) -> Exception:
+        """Count a refused offer, log it at most once per peer per interval; the error to raise."""
+        self.refused_offers[reason] += 1
+        if self._refusal_log.should_log(peer, self._clock()):
+            logger.warning(
+                "tunnel offer refused peer=%032x: %s: %s (%d %s so far)",
+                peer, reason, error, self.refused_offers[reason], reason,
+            )
+        return error
 
     def _on_tunnel_event(self, event: TunnelEvent) -> None:
         if isinstance(event, TunnelDown):

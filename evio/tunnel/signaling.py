@@ -22,10 +22,11 @@ one request/response action. ``RemoteActionSignaling`` adapts
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aioice import Candidate
 
@@ -50,7 +51,7 @@ Body = dict[str, Any]
 @dataclass(frozen=True)
 class IceParameters:
     ufrag: str
-    pwd: str
+    pwd: str = field(repr=False)  # the ICE password: whoever has it can answer our checks
     candidates: tuple[str, ...]
 
     def parsed_candidates(self) -> list[Candidate]:
@@ -73,12 +74,25 @@ class TunnelOffer:
 
     @classmethod
     def from_body(cls, body: object) -> TunnelOffer:
+        """The offer in `body`; OfferError (and nothing else) for any body that is not one."""
+        return _total(lambda: cls._parse(body))
+
+    @classmethod
+    def _parse(cls, body: object) -> TunnelOffer:
         fields = _check_fields(body, "ciphers")
         ciphers_raw = fields["ciphers"]
         if not isinstance(ciphers_raw, list) or not 1 <= len(ciphers_raw) <= len(Cipher):
             raise OfferError("ciphers", "expected a non-empty list")
-        ciphers = tuple(Cipher(c) for c in ciphers_raw if c in {x.value for x in Cipher})
-        return cls(*_common_fields(fields), ciphers=ciphers)
+        known = {x.value: x for x in Cipher}
+        ciphers: list[Cipher] = []
+        for i, name in enumerate(ciphers_raw):
+            if not isinstance(name, str):
+                raise OfferError(f"ciphers[{i}]", "expected a string")
+            if name in known and known[name] not in ciphers:
+                ciphers.append(known[name])  # unknown names are skipped: a newer peer may offer more
+        if not ciphers:
+            raise OfferError("ciphers", "no cipher this node knows")
+        return cls(*_common_fields(fields), ciphers=tuple(ciphers))
 
 
 @dataclass(frozen=True)
@@ -97,12 +111,17 @@ class TunnelAnswer:
 
     @classmethod
     def from_body(cls, body: object) -> TunnelAnswer:
+        """The answer in `body`; OfferError (and nothing else) for any body that is not one."""
+        return _total(lambda: cls._parse(body))
+
+    @classmethod
+    def _parse(cls, body: object) -> TunnelAnswer:
         fields = _check_fields(body, "cipher")
-        try:
-            cipher = Cipher(fields["cipher"])
-        except ValueError:
-            raise OfferError("cipher", "unknown cipher") from None
-        return cls(*_common_fields(fields), cipher=cipher)
+        name = fields["cipher"]
+        known = {x.value: x for x in Cipher}
+        if not isinstance(name, str) or name not in known:
+            raise OfferError("cipher", "unknown cipher")
+        return cls(*_common_fields(fields), cipher=known[name])
 
 
 def choose_cipher(offered: tuple[Cipher, ...], supported: tuple[Cipher, ...]) -> Cipher:
@@ -160,6 +179,23 @@ class RemoteActionSignaling:
 
 # -- parsing helpers ------------------------------------------------------------------
 
+_T = TypeVar("_T")
+
+
+def _total(parse: Callable[[], _T]) -> _T:
+    """Run a parser of peer input so that only OfferError leaves it.
+
+    The parsers check every field, but they call into aioice and the standard
+    library; a case they missed must still be a counted bad offer, never a
+    traceback in the signaling handler.
+    """
+    try:
+        return parse()
+    except OfferError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the last-resort net this function exists for
+        raise OfferError("$", f"unreadable ({type(exc).__name__})") from None
+
 
 def _common_body(
     tunnel_id: str, node_id: int, fingerprint: Fingerprint, direct: IceParameters | None, relay: IceParameters | None
@@ -179,7 +215,7 @@ def _ice_body(ice: IceParameters) -> Body:
 
 
 def _check_fields(body: object, extra: str) -> Mapping[str, Any]:
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) or not all(isinstance(k, str) for k in body):
         raise OfferError("$", "expected an object")
     expected = {"v", "tunnel", "node", "fingerprint", "direct", "relay", extra}
     unknown = set(body) - expected
@@ -224,7 +260,10 @@ def _parse_ice(raw: object, path: str) -> IceParameters:
         if not isinstance(c, str) or len(c) > MAX_CANDIDATE_LEN:
             raise OfferError(f"{path}.candidates[{i}]", "expected a short string")
         try:
-            Candidate.from_sdp(c.removeprefix("candidate:"))
+            candidate = Candidate.from_sdp(c.removeprefix("candidate:"))
+            ipaddress.ip_address(candidate.host)  # an address, never a name to resolve
+            if not 1 <= candidate.port <= 65535:
+                raise ValueError(f"port {candidate.port} out of range")
         except (ValueError, IndexError) as exc:
             raise OfferError(f"{path}.candidates[{i}]", f"not an ICE candidate: {exc}") from None
     return IceParameters(ufrag, pwd, tuple(candidates))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evio.config.model import TurnServer
 
@@ -18,7 +18,7 @@ from evio.config.model import TurnServer
 @dataclass(frozen=True)
 class TurnCredentials:
     username: str
-    password: str
+    password: str = field(repr=False)
 
 
 def rest_credentials(secret: str, user: str, now: float, ttl: float = TurnServer.ttl) -> TurnCredentials:

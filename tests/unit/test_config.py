@@ -25,6 +25,7 @@ from evio.config.loader import load_schema, parse_json, signal_password, strip_l
 from evio.config.model import (
     BridgeConfig,
     Config,
+    LimitsConfig,
     LoggingConfig,
     MetricsConfig,
     NatTraversalConfig,
@@ -106,7 +107,7 @@ def test_schema_is_valid_draft_2020_12_and_closed_everywhere() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     objects = list(_subschemas_with_properties(schema))
-    assert len(objects) == 12  # the root and the eleven sections
+    assert len(objects) == 13  # the root and the twelve sections
     assert all(s.get("additionalProperties") is False for s in objects)
 
 
@@ -135,6 +136,7 @@ def _subschemas_with_properties(schema: Any) -> Any:
         ("onDemand", OnDemandConfig),
         ("bridge", BridgeConfig),
         ("tunnel", TunnelConfig),
+        ("limits", LimitsConfig),
     ],
 )
 def test_model_defaults_equal_schema_defaults(definition: str, model: type) -> None:

@@ -215,6 +215,20 @@ def test_run_with_an_unreadable_config_exits_2(tmp_path: Path, capsys: pytest.Ca
     assert "cannot read" in capsys.readouterr().err
 
 
+def test_run_refuses_secrets_other_users_can_read_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password_file = tmp_path / "pw"
+    password_file.write_text("pw\n")
+    password_file.chmod(0o644)
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps({"overlays": {"ov1": {"signal": {"jid": f"a@{D}", "password_file": str(password_file)}}}}))
+    monkeypatch.setattr(pf, "LinuxProbe", lambda: FakeProbe(uid=1000, programs={"ip"}))
+    assert cli_main(["run", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{password_file}: permissions 0644 are too open" in err and f"chmod 600 {password_file}" in err
+
+
 def test_run_without_dependencies_exits_3_listing_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,6 +237,7 @@ def test_run_without_dependencies_exits_3_listing_them(
         "node": {"state_dir": str(tmp_path / "state")},
         "overlays": {"ov1": {"signal": {"jid": f"a@{D}", "password": "pw"}, "bridge": {"address": "10.254.0.1/16"}}},
     }))  # fmt: skip
+    path.chmod(0o600)  # it holds a password inline
     monkeypatch.setattr(pf, "LinuxProbe", lambda: FakeProbe(uid=1000, programs={"ip"}))
     assert cli_main(["run", "--config", str(path)]) == 3
     err = capsys.readouterr().err

@@ -60,6 +60,9 @@ class MeshController:
         self.signaling.subscribe(PeerAdded, self._peer_added)
         self.signaling.subscribe(PeerRemoved, lambda e: None)
 
+    def expects_tunnel(self, peer: int) -> bool:
+        return True  # a full mesh: every peer may dial
+
     def _peer_added(self, event: PeerAdded) -> None:
         if event.overlay == self.overlay and self.node_id < event.node_id and not self.stopped:
             task = asyncio.get_running_loop().create_task(self._dial(event.node_id))

@@ -294,3 +294,72 @@ async def test_on_demand_requests_honoured_within_max_links(overlay: FakeOverlay
     await until(lambda: frozenset((ids[0], targets[0])) not in overlay.network.up_pairs())
     await until(lambda: frozenset((ids[0], targets[2])) in overlay.network.up_pairs())
     assert_exact_events(overlay)
+
+
+# -- issue 9: revocation sticks -------------------------------------------------------------------
+
+
+def tunnels_to(overlay: FakeOverlay, victim: int) -> set[int]:
+    return {other for other in overlay.nodes if other != victim and overlay.network.tunnel(other, victim) is not None}
+
+
+async def removal_setup(overlay: FakeOverlay) -> tuple[list[int], int]:
+    ids = overlay.random_ids(8)
+    await asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=2)) for nid in ids))
+    await settled(overlay)
+    victim = ids[3]
+    assert tunnels_to(overlay, victim)
+
+    async def keep(peer: int) -> None:
+        """The removed member is hostile: it never closes a tunnel itself."""
+
+    overlay.nodes[victim].links.disconnect = keep  # type: ignore[method-assign]
+    return ids, victim
+
+
+async def closed_within(overlay: FakeOverlay, victim: int, linked: set[int], seconds: float) -> float:
+    """Seconds until none of `linked` has a tunnel to `victim` (the victim itself keeps trying: it is hostile)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await until(lambda: not (tunnels_to(overlay, victim) & linked), timeout=seconds, what="tunnels to the removed member closed")
+    return loop.time() - start
+
+
+@pytest.mark.parametrize("case", ["deleted", "kicked"])
+async def test_a_removed_member_s_tunnels_close_within_seconds(overlay: FakeOverlay, case: str) -> None:
+    ids, victim = await removal_setup(overlay)
+    linked = tunnels_to(overlay, victim)
+    members = {FakeOverlay.jid(n) for n in ids if n != victim}
+    if case == "deleted":
+        overlay.hub.delete_account(FakeOverlay.jid(victim))  # the server pushes the unsubscription
+    else:
+        # Removed from the group (prosody's mod_groups pushes nothing), then its session is kicked:
+        # the others see only "unavailable". Before: its tunnels stayed up as long as it kept them.
+        overlay.hub.set_group(overlay.overlay, members, push=False)
+        overlay.hub.kick(overlay.nodes[victim].client.full_jid)
+    await closed_within(overlay, victim, linked, 5.0)
+    await evaluations_pass(overlay, 3)
+    assert not tunnels_to(overlay, victim)  # and it does not get back in
+
+
+async def test_a_member_removed_while_this_node_was_offline_is_cut_at_its_next_login(overlay: FakeOverlay) -> None:
+    ids, victim = await removal_setup(overlay)
+    me = next(iter(tunnels_to(overlay, victim)))
+    members = {FakeOverlay.jid(n) for n in ids if n != victim}
+    overlay.hub.kick(overlay.nodes[me].client.full_jid, relogin=False)  # our session is down ...
+    overlay.hub.set_group(overlay.overlay, members, push=False)  # ... while the member is removed
+    await evaluations_pass(overlay, 2)
+    assert overlay.network.tunnel(me, victim) is not None  # tunnels stay while signaling is down
+    overlay.hub.relogin(overlay.nodes[me].client.full_jid)
+    await closed_within(overlay, victim, {me}, 5.0)
+
+
+async def test_a_member_that_merely_reconnects_keeps_its_links(overlay: FakeOverlay) -> None:
+    ids, victim = await removal_setup(overlay)
+    up = overlay.network.up_pairs()
+    overlay.hub.kick(overlay.nodes[victim].client.full_jid, relogin=False)
+    await until(lambda: any(n.client.membership_checks for n in overlay.nodes.values()), what="a membership check")
+    overlay.hub.relogin(overlay.nodes[victim].client.full_jid)
+    await until(lambda: all(len(n.client.peers(overlay.overlay)) == 7 for n in overlay.nodes.values()))
+    await settled(overlay)
+    assert overlay.network.up_pairs() == up and overlay.network.teardowns == 0

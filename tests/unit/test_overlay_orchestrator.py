@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from typing import TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import pytest
 
-from evio.config.model import OnDemandConfig, TopologyConfig
+from evio.config.model import LimitsConfig, OnDemandConfig, TopologyConfig
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
 from evio.overlay.orchestrator import (
     Action,
+    CheckMembership,
     Connect,
     Disconnect,
     Failure,
@@ -199,7 +201,7 @@ def test_release_from_a_peer_we_do_not_hold_lets_it_close() -> None:
 # -- negotiation answers -------------------------------------------------------------------------
 
 
-def test_incoming_long_distance_is_capped_successor_and_on_demand_are_not() -> None:
+def test_incoming_long_distance_is_capped() -> None:
     orch = core(members=(110, 120, 130, 140), cap=1)
     orch.tick(1.0)
     assert orch.link_request(130, LinkRequest(L), 1.0)[0].accepted
@@ -207,6 +209,100 @@ def test_incoming_long_distance_is_capped_successor_and_on_demand_are_not() -> N
     assert refused == LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_LONG_DISTANCE)
     assert orch.link_request(140, LinkRequest(O), 1.0)[0].accepted
     assert orch.link_request(50, LinkRequest(S), 1.0)[0].accepted
+
+
+# -- issue 9: every incoming type capped, tunnels per node capped, link requests rate-limited per peer ----
+
+
+def capped(members: Iterable[int], limits: LimitsConfig | None = None, **topology: Any) -> Orchestrator:
+    orch = Orchestrator(ME, replace(TopologyConfig(long_distance=0), **topology), random.Random(0), 0.0, T,
+                        name="ov", limits=limits or LimitsConfig())  # fmt: skip
+    orch.signal_connected(0.0)
+    for peer in members:
+        orch.peer_added(peer, 0.0)
+    return orch
+
+
+def test_incoming_successor_links_are_capped() -> None:
+    # Before: 50 fake predecessors were all accepted as successors, each a tunnel and a TAP.
+    peers = range(1000, 1050)
+    orch = capped(peers, max_incoming_successors=6)
+    answers = [orch.link_request(p, LinkRequest(S), 1.0)[0] for p in peers]
+    assert sum(a.accepted for a in answers) == 6
+    assert {a.refusal for a in answers if not a.accepted} == {LinkRefusal.TOO_MANY_SUCCESSORS}
+    assert orch.refusals_sent[LinkRefusal.TOO_MANY_SUCCESSORS] == 44
+    assert orch.tunnel_count() == 6
+
+
+def test_incoming_successor_cap_defaults_to_twice_s_plus_two() -> None:
+    peers = range(1000, 1020)
+    orch = capped(peers, successors=3)
+    assert sum(orch.link_request(p, LinkRequest(S), 1.0)[0].accepted for p in peers) == 8
+
+
+def test_incoming_on_demand_links_are_capped() -> None:
+    peers = range(1000, 1050)
+    orch = capped(peers, max_incoming_on_demand=3)
+    answers = [orch.link_request(p, LinkRequest(O), 1.0)[0] for p in peers]
+    assert sum(a.accepted for a in answers) == 3
+    assert {a.refusal for a in answers if not a.accepted} == {LinkRefusal.TOO_MANY_ON_DEMAND}
+
+
+def test_retyping_an_incoming_link_counts_against_the_new_type_s_cap() -> None:
+    orch = capped((110, 120, 130), max_incoming_on_demand=1, max_incoming_successors=10)
+    for peer in (110, 120):
+        assert orch.link_request(peer, LinkRequest(S), 1.0)[0].accepted
+        orch.tunnel_up(peer, f"t{peer}", f"tap{peer}", 1.1)
+    assert orch.link_request(110, LinkRequest(O, existing=True), 2.0)[0].accepted
+    assert orch.link_request(120, LinkRequest(O, existing=True), 2.0)[0].refusal is LinkRefusal.TOO_MANY_ON_DEMAND
+
+
+def test_tunnels_per_node_are_capped_whatever_the_type() -> None:
+    peers = range(1000, 1040)
+    orch = capped(peers, LimitsConfig(max_tunnels=10, link_request_burst=100), max_incoming_successors=100,
+                  max_incoming_on_demand=100, max_incoming_long_distance=100)  # fmt: skip
+    kinds = [S, O, L]
+    answers = [orch.link_request(p, LinkRequest(kinds[p % 3]), 1.0)[0] for p in peers]
+    assert sum(a.accepted for a in answers) == 10 and orch.tunnel_count() == 10
+    assert {a.refusal for a in answers if not a.accepted} == {LinkRefusal.TOO_MANY_LINKS}
+    # Our own evaluation opens no new tunnel past the cap either (it may take over the links it has).
+    assert [r for r in requests(orch.tick(5.0)) if not r[2]] == []
+
+
+def test_link_requests_are_rate_limited_per_peer() -> None:
+    orch = capped((110, 120), LimitsConfig(link_requests_per_s=1.0, link_request_burst=3))
+    flood = [orch.link_request(110, LinkRequest(S, existing=True), 1.0)[0] for _ in range(20)]
+    assert [a.refusal for a in flood[:3]] == [LinkRefusal.NO_LINK] * 3  # answered on their merits
+    assert {a.refusal for a in flood[3:]} == {LinkRefusal.RATE_LIMITED}
+    assert orch.refusals_sent[LinkRefusal.RATE_LIMITED] == 17
+    assert orch.tracked_peers() == 0  # a refused flood leaves no state behind
+    # Another peer is not affected, and the flooder gets a token back after a second.
+    assert orch.link_request(120, LinkRequest(S), 1.0)[0].accepted
+    assert orch.link_request(110, LinkRequest(S), 2.0)[0].accepted
+
+
+def test_a_full_or_rate_limiting_peer_is_backed_off() -> None:
+    orch = core(members=(110, 120, 130))
+    asks = of(orch.tick(1.0), SendLinkRequest)
+    ask = asks[0]
+    orch.link_answered(ask.peer, ask.seq, LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_SUCCESSORS), 1.0)
+    assert ask.peer in orch.backed_off(1.0)
+
+
+def test_tunnel_offers_are_expected_only_for_negotiated_links() -> None:
+    orch = core(members=(110, 120, 130, 140))
+    assert not orch.expects_tunnel(130)  # a member, but no link was agreed: its offer is refused
+    assert orch.link_request(130, LinkRequest(O), 1.0)[0].accepted
+    assert orch.expects_tunnel(130)  # accepted: it connects to us now
+    orch.tunnel_up(130, "t130", "tap130", 1.1)
+    assert orch.expects_tunnel(130)  # up: a new offer replaces a tunnel the peer lost
+    orch.release_request(130, ReleaseRequest(O), 2.0)
+    orch.tunnel_down(130, "t130", "closed by peer", 2.1)
+    assert not orch.expects_tunnel(130)
+    ask = of(orch.tick(3.0), SendLinkRequest)[0]
+    assert not orch.expects_tunnel(ask.peer)  # asked, not yet accepted
+    orch.link_answered(ask.peer, ask.seq, LinkAnswer(True), 3.0)
+    assert orch.expects_tunnel(ask.peer)  # connecting: the manager settles crossing offers
 
 
 def test_taking_over_a_link_as_long_distance_is_capped_too() -> None:
@@ -542,3 +638,26 @@ def test_same_inputs_same_decisions() -> None:
     first = run()
     assert len(first) == 2 + 6  # s = 2, k = floor(log2 64)
     assert first == run()
+
+
+def test_a_linked_peer_gone_from_signaling_triggers_one_membership_check() -> None:
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0)
+    assert orch.phase(110) is Phase.UP
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    wake = orch.next_wakeup(2.0)
+    assert wake is not None and wake <= 2.0 + T.revalidate_after
+    assert not any(isinstance(a, CheckMembership) for a in orch.tick(2.0 + T.revalidate_after / 2))
+    checks = [a for a in orch.tick(2.0 + T.revalidate_after) if isinstance(a, CheckMembership)]
+    assert len(checks) == 1 and orch.phase(110) is Phase.UP  # asked, not yet cut
+    # Revoked while absent: the link goes at once.
+    out = orch.peer_removed(110, RemovalCause.MEMBERSHIP_REVOKED, 4.0)
+    assert Disconnect(110) in out
+
+
+def test_a_peer_back_in_time_is_not_checked() -> None:
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0)
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    orch.peer_added(110, 2.5)
+    assert not any(isinstance(a, CheckMembership) for a in orch.tick(2.0 + T.revalidate_after))

@@ -206,6 +206,30 @@ async def test_overload_is_dropped() -> None:
     await b.stop()
 
 
+async def test_one_peer_cannot_fill_the_shared_handler_limit() -> None:
+    """Issue 9: a flood from one peer used to take every in-flight slot, and other peers were dropped."""
+    hub = FakeSignalHub()
+    a, b, c = await overlay(hub, 3, EndpointLimits(max_inflight_handlers=16, max_inflight_per_peer=4))
+    release = asyncio.Event()
+
+    async def wait(ov: str, peer: int, body: Body) -> Body:
+        await release.wait()
+        return {"from": peer}
+
+    b.register_handler("wait", wait)
+    flood = [asyncio.create_task(a.request("ov1", 2, "wait", {}, timeout=2.0)) for _ in range(40)]
+    await until(lambda: b.drops.count(DropReason.PEER_OVERLOADED) == 36)
+    assert b.drops.count(DropReason.OVERLOADED) == 0
+    fair = asyncio.create_task(c.request("ov1", 2, "wait", {}, timeout=2.0))
+    await asyncio.sleep(0.05)
+    release.set()
+    assert await fair == {"from": 3}  # the other peer is still served
+    results = await asyncio.gather(*flood, return_exceptions=True)
+    assert sum(1 for r in results if r == {"from": 1}) == 4
+    for client in (a, b, c):
+        await client.stop()
+
+
 async def test_server_restart_everyone_rejoins_and_rediscovers() -> None:
     hub = FakeSignalHub()
     clients = await overlay(hub, 4)
@@ -235,3 +259,35 @@ async def test_membership_revoked_by_server() -> None:
     hub.set_group("ov1", [f"n1@{D}", f"n2@{D}"])
     assert removed == [PeerRemoved("ov1", 3, c.full_jid, RemovalCause.MEMBERSHIP_REVOKED)]
     assert set(a.peers("ov1")) == {2}
+
+
+async def test_a_member_removed_while_we_were_offline_is_revoked_at_login() -> None:
+    """Issue 9: the roster read at login is reconciled with every node id seen before, present or not."""
+    hub = FakeSignalHub()
+    a, b, c = await overlay(hub, 3)
+    removed: list[PeerRemoved] = []
+    a.subscribe(PeerRemoved, removed.append)
+    hub.kick(a.full_jid, relogin=False)
+    hub.set_group("ov1", [f"n1@{D}", f"n2@{D}"], push=False)  # as prosody's mod_groups: no push
+    hub.relogin(a.full_jid)
+    await until(lambda: 2 in a.peers("ov1"))
+    revoked = [e for e in removed if e.cause is RemovalCause.MEMBERSHIP_REVOKED]
+    assert [(e.overlay, e.node_id) for e in revoked] == [("ov1", 3)]
+    assert 3 not in a.peers("ov1")
+    for client in (a, b, c):
+        await client.stop()
+
+
+async def test_check_membership_reads_the_group_again() -> None:
+    hub = FakeSignalHub()
+    a, b, c = await overlay(hub, 3)
+    removed: list[PeerRemoved] = []
+    a.subscribe(PeerRemoved, removed.append)
+    hub.set_group("ov1", [f"n1@{D}", f"n2@{D}"], push=False)
+    hub.kick(c.full_jid)  # a sees only "unavailable"
+    await until(lambda: 3 not in a.peers("ov1"))
+    assert [e.cause for e in removed] == [RemovalCause.LEFT]
+    a.check_membership()
+    assert [e.cause for e in removed] == [RemovalCause.LEFT, RemovalCause.MEMBERSHIP_REVOKED]
+    for client in (a, b, c):
+        await client.stop()

@@ -145,3 +145,47 @@ def test_many_peers() -> None:
         t.on_available(f"n{i}@x.test/r", ann(("ov1", i)))
     assert len(t.peers("ov1")) == 200
     assert t.on_unavailable("n7@x.test/r").events == [PeerRemoved("ov1", 7, "n7@x.test/r", RemovalCause.LEFT)]
+
+
+# -- one node id per member account per overlay (issue 9) ---------------------------------------
+
+
+def test_one_account_with_many_resources_holds_one_node_id() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})))
+    for i in range(50):
+        t.on_available(f"a@x.test/r{i}", ann(("ov1", 1000 + i)))
+    # Before: 50 node ids. Now: the account's newest session's claim only.
+    assert t.peers("ov1") == {1049: "a@x.test/r49"}
+
+
+def test_newer_session_claiming_another_id_replaces_the_older_one() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})))
+    t.on_available("a@x.test/old", ann(("ov1", 1)))
+    newer = t.on_available("a@x.test/new", ann(("ov1", 2)))
+    assert newer.events == [PeerRemoved("ov1", 1, "a@x.test/old", RemovalCause.LEFT), PeerAdded("ov1", 2, "a@x.test/new")]
+    assert t.node_of("ov1", "a@x.test/old") is None  # its messages are refused from now on
+    # The older session announcing again is refused and counted, not re-admitted.
+    again = t.on_available("a@x.test/old", ann(("ov1", 1)))
+    assert again.events == []
+    assert [(r.jid, r.node_id, r.reason) for r in again.refused] == [
+        ("a@x.test/old", 1, DropReason.ACCOUNT_HAS_NODE)
+    ]
+    # When the newest session leaves, the account's remaining session holds its id again.
+    back = t.on_unavailable("a@x.test/new")
+    assert back.events == [PeerRemoved("ov1", 2, "a@x.test/new", RemovalCause.LEFT), PeerAdded("ov1", 1, "a@x.test/old")]
+
+
+def test_a_second_account_cannot_take_a_held_id_even_with_many_resources() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})), ("b@x.test", frozenset({"ov1"})))
+    t.on_available("a@x.test/r", ann(("ov1", 1)))
+    refused = [t.on_available(f"b@x.test/r{i}", ann(("ov1", 1))).refused for i in range(5)]
+    assert all(r and r[0].reason is DropReason.NODE_ID_CONFLICT for r in refused)
+    assert t.peers("ov1") == {1: "a@x.test/r"}
+
+
+def test_one_id_per_account_in_each_overlay_independently() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1", "ov2"})))
+    t.on_available("a@x.test/r1", ann(("ov1", 1), ("ov2", 2)))
+    t.on_available("a@x.test/r2", ann(("ov1", 3)))
+    # r2 is newest in ov1 only; in ov2 r1 is the account's only claimant.
+    assert t.peers("ov1") == {3: "a@x.test/r2"} and t.peers("ov2") == {2: "a@x.test/r1"}

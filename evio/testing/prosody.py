@@ -1,0 +1,118 @@
+"""A prosody of a test's own on 127.0.0.1, with its admin shell: membership changed as an admin would.
+
+Host ``overlay.test``, plaintext c2s on loopback (tests only), shared roster
+groups from a groups file (mod_groups), accounts registered with
+``prosodyctl register`` (password ``pw-<user>``). `LocalProsody.shell` runs a
+``prosodyctl shell`` command against the running server (delete an account,
+reload the groups, close a session). Needs root (prosody refuses otherwise
+without ``run_as_root``) and the prosody package.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+DOMAIN = "overlay.test"
+
+
+@dataclass
+class LocalProsody:
+    directory: Path
+    port: int
+
+    @property
+    def config(self) -> Path:
+        return self.directory / "prosody.cfg.lua"
+
+    @property
+    def groups_file(self) -> Path:
+        return self.directory / "groups.txt"
+
+    def ctl(self, *args: str) -> str:
+        done = subprocess.run(
+            ["prosodyctl", "--config", str(self.config), *args], capture_output=True, text=True, timeout=30
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"prosodyctl {' '.join(args)}: {done.stdout}{done.stderr}")
+        return done.stdout
+
+    def shell(self, command: str) -> str:
+        """One admin shell command on the running server, e.g. ``user:delete('n3@overlay.test')``."""
+        out = self.ctl("shell", command)
+        if "OK" not in out:
+            raise RuntimeError(f"prosodyctl shell {command!r}: {out}")
+        return out
+
+    def set_groups(self, groups: Mapping[str, list[str]]) -> None:
+        """Rewrite the groups file and reload mod_groups (online sessions are not told: rosters are cached)."""
+        self.groups_file.write_text(_groups_text(groups))
+        self.shell(f"module:reload('groups', '{DOMAIN}')")
+
+
+def _groups_text(groups: Mapping[str, list[str]]) -> str:
+    return "".join(f"[{name}]\n" + "".join(f"{jid}\n" for jid in members) for name, members in groups.items())
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def local_prosody(directory: Path, accounts: list[str], groups: Mapping[str, list[str]]) -> Iterator[LocalProsody]:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "data").mkdir()
+    server = LocalProsody(directory, free_port())
+    server.groups_file.write_text(_groups_text(groups))
+    server.config.write_text("\n".join([
+        "run_as_root = true",
+        f'pidfile = "{directory}/prosody.pid"',
+        f'data_path = "{directory}/data"',
+        f'log = {{ info = "{directory}/prosody.log"; error = "{directory}/prosody.err" }}',
+        'interfaces = { "127.0.0.1" }',
+        f"c2s_ports = {{ {server.port} }}",
+        "c2s_direct_tls_ports = {}",
+        "s2s_ports = {}",
+        "network_settings = { nagle = false }",
+        f'groups_file = "{server.groups_file}"',
+        "c2s_require_encryption = false",
+        "allow_unencrypted_plain_auth = true",
+        f'admin_socket = "{directory}/data/prosody.sock"',
+        'modules_enabled = { "roster"; "saslauth"; "disco"; "ping"; "groups"; "admin_socket"; "admin_shell" }',
+        f'VirtualHost "{DOMAIN}"',
+        "",
+    ]))  # fmt: skip
+    for user in accounts:
+        server.ctl("register", user, DOMAIN, f"pw-{user}")
+    with open(directory / "prosody.out", "wb") as out:
+        proc = subprocess.Popen(["prosody", "--config", str(server.config), "-F"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while not _listening(server.port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"prosody did not start: {(directory / 'prosody.out').read_text()}")
+            time.sleep(0.02)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.2).close()
+    except OSError:
+        return False
+    return True
