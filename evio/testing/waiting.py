@@ -1,0 +1,53 @@
+"""Waiting for a condition: the one helper tests use instead of sleeping.
+
+    await wait_until(lambda: len(b.ups()) == 1, what="b's tunnel up")
+    await wait_until(lambda: not overlay.missing_successors(), 60, what="ring", clock=overlay.clock)
+
+With a `VirtualClock` the wait moves that clock's time (nothing waits for
+real, and the condition is checked each time the loop has gone idle);
+without one it polls on real time. Either way it fails with AssertionError
+naming `what` once `timeout` seconds (virtual or real) have passed.
+`wait_until_blocking` is the same for code outside an event loop (tests
+driving subprocesses and namespaces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from evio.testing.virtual_clock import VirtualClock
+
+__all__ = ["wait_until", "wait_until_blocking"]
+
+
+async def wait_until(
+    condition: Callable[[], object],
+    timeout: float = 5.0,
+    *,
+    what: str = "condition",
+    clock: VirtualClock | None = None,
+    interval: float = 0.002,
+) -> None:
+    """Return once `condition()` is true; AssertionError after `timeout` seconds."""
+    if clock is not None:
+        await clock.run_until(lambda: bool(condition()), timeout, what)
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout} s")
+        await asyncio.sleep(interval)
+
+
+def wait_until_blocking(
+    condition: Callable[[], object], timeout: float, *, what: str = "condition", interval: float = 0.02
+) -> None:
+    """`wait_until` for a caller without an event loop: polls, sleeping the thread."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout} s")
+        time.sleep(interval)
