@@ -16,11 +16,10 @@ import asyncio
 import gc
 import logging
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from evio.clock import REAL_CLOCK, Clock
 from evio.node.control import ControlServer
 from evio.node.errors import StartupError
 from evio.node.overlay_stack import OverlayStack
@@ -41,7 +40,7 @@ class Node:
         plan: NodePlan,
         platform: Platform,
         control_socket: Path | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.plan = plan
         self._platform = platform
@@ -80,7 +79,7 @@ class Node:
         return self._fatal
 
     async def start(self) -> None:
-        started = self._clock()
+        started = self._clock.now()
         if self._control_socket is not None:
             # First: its socket is also the lock that keeps a second daemon with this state dir
             # from touching the bridges of the first.
@@ -127,7 +126,7 @@ class Node:
             # Its netlink watch cannot run on uvloop: it gets a thread and a plain loop of its own.
             self._announcer = SideLoop("evio-garp", announcer.run)
             self._announcer.start()
-        self._started_at = self._clock()
+        self._started_at = self._clock.now()
         # What startup made (some 130 000 objects: modules, os-ken's parsers, config) lives as long
         # as the process. Frozen, it is out of the collector's full passes, which otherwise take
         # 40-60 ms here and stall every tunnel's data path on this loop meanwhile.
@@ -135,7 +134,7 @@ class Node:
         gc.freeze()
         self.ready.set()
         log.info("node %s up: %d overlay(s) in %.2f s", format_node_id(self.node_id), len(self.overlays),
-                 self._clock() - started)
+                 self._clock.now() - started)
 
     async def shutdown(self) -> None:
         """Undo whatever `start` did, in reverse order; every step runs even if one before it failed."""
@@ -204,7 +203,7 @@ class Node:
         return {
             "node_id": format_node_id(self.node_id),
             "pid": os.getpid(),
-            "uptime": round(self._clock() - self._started_at, 3) if self._started_at is not None else None,
+            "uptime": round(self._clock.now() - self._started_at, 3) if self._started_at is not None else None,
             "sdn_port": self.sdn.listen_port if self.sdn is not None else None,
             "overlays": {name: stack.status() for name, stack in self.overlays.items()},
         }

@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from evio.clock import REAL_CLOCK, Clock
 from evio.bridge.commands import BridgeError
 from evio.node.plan import OverlayPlan
 from evio.node.sdn import SdnController
@@ -121,7 +121,7 @@ class OverlayStack:
         sdn: SdnController,
         make_links: LinksFactory,
         make_controller: ControllerFactory,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.plan = plan
         self.node_id = node_id
@@ -178,7 +178,7 @@ class OverlayStack:
         self.links.start()
         self._controller_started = True
         await self.controller.start()
-        self.started_at = self._clock()
+        self.started_at = self._clock.now()
         log.info("overlay started overlay=%s node=%s bridge=%s datapath=%s", self.overlay,
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 
@@ -226,7 +226,7 @@ class OverlayStack:
                 self.link_ups += 1
             else:
                 self.link_downs += 1
-            self.last_link_change = self._clock()
+            self.last_link_change = self._clock.now()
             self._port_events.put_nowait(event)
 
     async def _apply_port_changes(self) -> None:
@@ -238,7 +238,7 @@ class OverlayStack:
                 self._port_events.task_done()
 
     async def _drain_port_changes(self) -> None:
-        await asyncio.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)
+        await self._clock.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)
 
     async def _apply(self, event: LinkUp | LinkDown) -> None:
         if isinstance(event, LinkUp):
@@ -297,7 +297,7 @@ class OverlayStack:
     # -- status --------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        now = self._clock()
+        now = self._clock.now()
         links = []
         for peer, info in sorted(self.controller.adjacency().items()):
             tap = getattr(info, "tap", None)

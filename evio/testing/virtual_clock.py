@@ -19,7 +19,10 @@ armed), so a run is the same every time.
 While the clock is not driven its time stands still: a test that awaits
 something which needs a timer must await it through `run` (or `run_until`).
 Needs the standard asyncio event loop (it looks at the loop's ready queue to
-know that the loop went idle).
+know that the loop went idle). Work handed to a thread (`asyncio.to_thread`,
+`run_in_executor(None, ...)`) is real work: the loop is not idle until it is
+back. Other real I/O (sockets, pipes) the clock cannot see: keep such tests
+on real time.
 """
 
 from __future__ import annotations
@@ -35,6 +38,31 @@ T = TypeVar("T")
 __all__ = ["VirtualClock", "VirtualTimer"]
 
 MAX_TURNS = 1_000_000  # loop turns without going idle before we call it a busy loop
+
+
+THREAD_POLL = 0.0005  # real seconds between looks at work out in threads
+
+
+class _ThreadWork:
+    """Counts the loop's `run_in_executor` jobs (what `asyncio.to_thread` uses) whose result is not back yet.
+
+    Counted on the loop's side: a job ends for us when its asyncio future is
+    resolved, which also schedules whoever awaits it, so the loop is never
+    seen idle in between.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.unfinished = 0
+        self._submit = loop.run_in_executor
+
+    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        future = self._submit(executor, func, *args)
+        self.unfinished += 1
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: asyncio.Future[Any]) -> None:
+        self.unfinished -= 1
 
 
 class VirtualTimer:
@@ -125,11 +153,15 @@ class VirtualClock:
         ready = getattr(loop, "_ready", None)
         if ready is None:
             raise RuntimeError("VirtualClock needs the standard asyncio event loop")
+        threads = _thread_work(loop)
         for _ in range(MAX_TURNS):
             await asyncio.sleep(0)
             for check in list(self._watchers):
                 check()
             if ready:
+                continue
+            if threads.unfinished:
+                await asyncio.sleep(THREAD_POLL)  # its result comes back through the loop
                 continue
             if not self._fire_due(loop):
                 return
@@ -188,3 +220,13 @@ class VirtualClock:
                 context: dict[str, Any] = {"message": f"virtual timer {timer.callback!r} failed", "exception": exc}
                 loop.call_exception_handler(context)
         return fired
+
+
+def _thread_work(loop: asyncio.AbstractEventLoop) -> _ThreadWork:
+    """The loop's count of work out in threads, installed the first time (on this test's loop only)."""
+    work = getattr(loop, "_virtual_clock_threads", None)
+    if work is None:
+        work = _ThreadWork(loop)
+        loop.run_in_executor = work.run_in_executor  # type: ignore[method-assign,assignment]
+        loop._virtual_clock_threads = work  # type: ignore[attr-defined]
+    return work

@@ -3,9 +3,10 @@
     await wait_until(lambda: len(b.ups()) == 1, what="b's tunnel up")
     await wait_until(lambda: not overlay.missing_successors(), 60, what="ring", clock=overlay.clock)
 
-With a `VirtualClock` the wait moves that clock's time (nothing waits for
-real, and the condition is checked each time the loop has gone idle);
-without one it polls on real time. Either way it fails with AssertionError
+Given a `VirtualClock` the wait moves that clock's time (nothing waits for
+real, and the condition is checked each time the loop has gone idle); given
+none, or the real clock, it polls on real time. So a fixture that may run
+either way passes its clock and the test reads the same. Either way it fails with AssertionError
 naming `what` once `timeout` seconds (virtual or real) have passed.
 `wait_until_blocking` is the same for code outside an event loop (tests
 driving subprocesses and namespaces).
@@ -17,6 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from evio.clock import Clock
 from evio.testing.virtual_clock import VirtualClock
 
 __all__ = ["wait_until", "wait_until_blocking"]
@@ -27,11 +29,11 @@ async def wait_until(
     timeout: float = 5.0,
     *,
     what: str = "condition",
-    clock: VirtualClock | None = None,
+    clock: Clock | None = None,
     interval: float = 0.002,
 ) -> None:
     """Return once `condition()` is true; AssertionError after `timeout` seconds."""
-    if clock is not None:
+    if isinstance(clock, VirtualClock):
         await clock.run_until(lambda: bool(condition()), timeout, what)
         return
     loop = asyncio.get_running_loop()
