@@ -8,9 +8,8 @@ the rest repair the ring around it. The fleet runs on a `VirtualClock`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import random
+from collections.abc import Callable
 
 from evio.node.overlay_stack import AdjacencyController, LinkManager
 from evio.node.plan import OverlayPlan

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import aioice.ice
 import pytest
 
-from evio.testing.fake_tunnel import FakeTap, FakeTapDevice, wait_until
+from evio.testing.fake_tunnel import FakeTap, FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
+from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelConfig, tap_name
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import SetupError
