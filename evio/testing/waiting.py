@@ -9,7 +9,9 @@ none, or the real clock, it polls on real time. So a fixture that may run
 either way passes its clock and the test reads the same. Either way it fails with AssertionError
 naming `what` once `timeout` seconds (virtual or real) have passed.
 `wait_until_blocking` is the same for code outside an event loop (tests
-driving subprocesses and namespaces).
+driving subprocesses and namespaces), and `wait_for_value` its form for a
+reading that must come to satisfy a predicate (it returns the reading, and
+names the last one if it never did).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from evio.clock import Clock
 from evio.testing.virtual_clock import VirtualClock
 
-__all__ = ["wait_until", "wait_until_blocking"]
+T = TypeVar("T")
+
+__all__ = ["wait_for_value", "wait_until", "wait_until_blocking"]
 
 
 async def wait_until(
@@ -53,3 +58,20 @@ def wait_until_blocking(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached in {timeout} s")
         time.sleep(interval)
+
+
+def wait_for_value(
+    get: Callable[[], T], good: Callable[[T], bool], timeout: float, *, what: str, interval: float = 0.5
+) -> T:
+    """`get()` once `good` holds for it; AssertionError naming `what` and the last reading after `timeout`."""
+    readings: list[T] = []
+
+    def reached() -> bool:
+        readings[:] = [get()]
+        return good(readings[0])
+
+    try:
+        wait_until_blocking(reached, timeout, what=what, interval=interval)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last: {readings[0] if readings else None}") from None
+    return readings[0]
