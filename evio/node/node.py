@@ -41,11 +41,14 @@ class Node:
         platform: Platform,
         control_socket: Path | None = None,
         clock: Clock = REAL_CLOCK,
+        freeze_startup_objects: bool = True,
     ) -> None:
+        """`freeze_startup_objects` is process-wide (the collector's): off where several nodes share a process."""
         self.plan = plan
         self._platform = platform
         self._control_socket = control_socket
         self._clock = clock
+        self._freeze = freeze_startup_objects
         self.sdn: SdnController | None = None
         self.accounts: dict[str, Signaling] = {}
         self.overlays: dict[str, OverlayStack] = {}
@@ -130,8 +133,9 @@ class Node:
         # What startup made (some 130 000 objects: modules, os-ken's parsers, config) lives as long
         # as the process. Frozen, it is out of the collector's full passes, which otherwise take
         # 40-60 ms here and stall every tunnel's data path on this loop meanwhile.
-        gc.collect()
-        gc.freeze()
+        if self._freeze:
+            gc.collect()
+            gc.freeze()
         self.ready.set()
         log.info("node %s up: %d overlay(s) in %.2f s", format_node_id(self.node_id), len(self.overlays),
                  self._clock.now() - started)
@@ -158,7 +162,8 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        gc.unfreeze()  # what start froze may now be garbage
+        if self._freeze:
+            gc.unfreeze()  # what start froze may now be garbage
         log.info("node %s stopped", format_node_id(self.node_id))
 
     # -- supervised tasks ------------------------------------------------------------------------

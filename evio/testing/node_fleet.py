@@ -66,7 +66,8 @@ class Fleet:
             )
             plan = plan_node(fleet_config(i, overlays), nid(i), controller_port=6653, kernel_module_loaded=False)
             self.platforms[i] = platform
-            self.nodes[i] = Node(plan, platform, clock=clock)
+            # Freezing the collector's view is process-wide: not the business of one node among several.
+            self.nodes[i] = Node(plan, platform, clock=clock, freeze_startup_objects=False)
 
     async def start(self) -> None:
         for i, node in self.nodes.items():
