@@ -13,7 +13,8 @@ A, B, C = "02:00:00:00:00:0a", "02:00:00:00:00:0b", "02:00:00:00:00:0c"
 
 
 def frame(dst: str, src: str, eth_type: int = 0x0800) -> bytes:
-    return bytes.fromhex(dst.replace(":", "")) + bytes.fromhex(src.replace(":", "")) + eth_type.to_bytes(2, "big") + b"x" * 46
+    header = bytes.fromhex(dst.replace(":", "")) + bytes.fromhex(src.replace(":", "")) + eth_type.to_bytes(2, "big")
+    return header + b"x" * 46
 
 
 def table_with_base_flows() -> FakeFlowTable:

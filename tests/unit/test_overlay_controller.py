@@ -265,7 +265,9 @@ async def test_controllers_drive_real_tunnel_managers(loopback_only: None) -> No
             return [e for e in events[nid] if isinstance(e, LinkUp)]
 
         # Each end reports its LinkUp when its own side of the tunnel is up: wait for both ends of all.
-        await wait_until(lambda: ring_up() and all(len(ups(nid)) >= 3 for nid in ids), 30.0, what="ring over real tunnels")
+        await wait_until(
+            lambda: ring_up() and all(len(ups(nid)) >= 3 for nid in ids), 30.0, what="ring over real tunnels"
+        )
         # n = 4, s = 2: every pair is linked, one tunnel each, with a TAP named after the peer.
         for i, manager in enumerate(managers):
             assert set(manager.tunnels()) == set(ids) - {ids[i]}

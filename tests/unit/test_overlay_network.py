@@ -274,7 +274,11 @@ async def test_a_failing_peer_is_backed_off_bypassed_and_retried() -> None:
         assert ov.network.up_pairs() >= {frozenset((a, c))}
         ov.network.unblock(a, b)
         await until(ov, lambda: not ov.missing_successors(), what="link to b after the fault clears")
-        await until(ov, lambda: frozenset((a, c)) not in ov.network.up_pairs() or ov.nodes[a].controller.core.view().outgoing.get(c) is None)
+        await until(
+            ov,
+            lambda: frozenset((a, c)) not in ov.network.up_pairs()
+            or ov.nodes[a].controller.core.view().outgoing.get(c) is None,
+        )
         assert ov.nodes[a].controller.core.backed_off(clock.now()) == set()
     finally:
         await clock.run(ov.close())
