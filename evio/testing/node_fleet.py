@@ -79,9 +79,13 @@ class Fleet:
 
     async def stop(self, i: int) -> str | None:
         self.nodes[i].stop()
+        return await self.ended(i)
+
+    async def ended(self, i: int, timeout: float = 10.0) -> str | None:
+        """What node i's `run()` returned, once it has (moving a virtual clock meanwhile)."""
         if isinstance(self.clock, VirtualClock):
-            return await self.clock.run(self.runs[i], 10, what=f"node{i}'s stop")
-        return await asyncio.wait_for(self.runs[i], 10)
+            return await self.clock.run(self.runs[i], timeout, what=f"the end of node{i}'s run")
+        return await asyncio.wait_for(self.runs[i], timeout)
 
     async def stop_all(self) -> None:
         for i in list(self.runs):
