@@ -24,7 +24,7 @@ from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE, Refusal, decod
 from evio.signal.errors import ErrorReason, RequestError
 from evio.testing.fake_links import FakeLinkNetwork, FakeOverlay
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
-from evio.testing.fake_tunnel import FakeTap, FakeTapDevice
+from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelConfig
