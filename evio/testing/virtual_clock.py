@@ -38,8 +38,6 @@ T = TypeVar("T")
 __all__ = ["VirtualClock", "VirtualTimer"]
 
 MAX_TURNS = 1_000_000  # loop turns without going idle before we call it a busy loop
-
-
 THREAD_POLL = 0.0005  # real seconds between looks at work out in threads
 
 
