@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from evio.bridge.commands import CommandError
-from evio.clock import REAL_CLOCK, Clock
 from evio.bridge.ovs_bridge import OvsBridge
+from evio.clock import REAL_CLOCK, Clock
 from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.node.platform import Runnable

@@ -214,7 +214,7 @@ class VirtualClock:
             self.fired += 1
             try:
                 timer.callback()
-            except Exception as exc:  # as the loop does with a failing callback: report, go on
+            except Exception as exc:  # noqa: BLE001 - as the loop does with a failing callback: report, go on
                 context: dict[str, Any] = {"message": f"virtual timer {timer.callback!r} failed", "exception": exc}
                 loop.call_exception_handler(context)
         return fired
