@@ -16,11 +16,11 @@ import asyncio
 import gc
 import logging
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evio.clock import REAL_CLOCK, Clock
 from evio.ids import format_node_id, parse_node_id
 from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
@@ -47,13 +47,15 @@ class Node:
         plan: NodePlan,
         platform: Platform,
         control_socket: Path | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = REAL_CLOCK,
+        freeze_startup_objects: bool = True,
         notifier: Notifier | None = None,
     ) -> None:
         self.plan = plan
         self._platform = platform
         self._control_socket = control_socket
         self._clock = clock
+        self._freeze = freeze_startup_objects  # process-wide (the collector's): off where nodes share a process
         self.sdn: SdnController | None = None
         self.accounts: dict[str, Signaling] = {}
         self.overlays: dict[str, OverlayStack] = {}
@@ -93,7 +95,7 @@ class Node:
         return self._fatal
 
     async def start(self) -> None:
-        started = self._clock()
+        started = self._clock.now()
         if self._control_socket is not None:
             # First: its socket is also the lock that keeps a second daemon with this state dir
             # from touching the bridges of the first.
@@ -112,15 +114,16 @@ class Node:
         for jid in list(self.accounts):
             await self._start_account(jid)
         self._start_announcer()
-        self._started_at = self._clock()
+        self._started_at = self._clock.now()
         # What startup made (some 130 000 objects: modules, os-ken's parsers, config) lives as long
         # as the process. Frozen, it is out of the collector's full passes, which otherwise take
         # 40-60 ms here and stall every tunnel's data path on this loop meanwhile.
-        gc.collect()
-        gc.freeze()
+        if self._freeze:
+            gc.collect()
+            gc.freeze()
         self.ready.set()
         log.info("node %s up: %d overlay(s) in %.2f s", format_node_id(self.node_id), len(self.overlays),
-                 self._clock() - started)
+                 self._clock.now() - started)
         self._watch(self._systemd(), "systemd notifications", fatal=False)
 
     # -- parts, started and stopped one by one (start, and a reload) ------------------------------
@@ -309,7 +312,8 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        gc.unfreeze()  # what start froze may now be garbage
+        if self._freeze:
+            gc.unfreeze()  # what start froze may now be garbage
         log.info("node %s stopped", format_node_id(self.node_id))
 
     # -- supervised tasks ------------------------------------------------------------------------
@@ -373,7 +377,7 @@ class Node:
             "version": STATUS_VERSION,
             "node_id": format_node_id(self.node_id),
             "pid": os.getpid(),
-            "uptime": round(self._clock() - self._started_at, 3) if self._started_at is not None else None,
+            "uptime": round(self._clock.now() - self._started_at, 3) if self._started_at is not None else None,
             "sdn_port": self.sdn.listen_port if self.sdn is not None else None,
             "reloads": self.reloads,
             "systemd": {"notify": self._notifier is not None and self._notifier.enabled, "ready_sent": self.notified_ready,

@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
 from evio.bridge.commands import BridgeError
+from evio.clock import REAL_CLOCK, Clock
 from evio.config.model import TopologyConfig
 from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
@@ -138,7 +138,7 @@ class OverlayStack:
         sdn: SdnController,
         make_links: LinksFactory,
         make_controller: ControllerFactory,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.plan = plan
         self.node_id = node_id
@@ -201,7 +201,7 @@ class OverlayStack:
         self.links.start()
         self._controller_started = True
         await self.controller.start()
-        self.started_at = self._clock()
+        self.started_at = self._clock.now()
         log.info("overlay started overlay=%s node=%s bridge=%s datapath=%s", self.overlay,
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 
@@ -267,7 +267,7 @@ class OverlayStack:
                 self.link_ups += 1
             else:
                 self.link_downs += 1
-            self.last_link_change = self._clock()
+            self.last_link_change = self._clock.now()
             self._port_events.put_nowait(event)
 
     async def _apply_port_changes(self) -> None:
@@ -279,7 +279,7 @@ class OverlayStack:
                 self._port_events.task_done()
 
     async def _drain_port_changes(self) -> None:
-        await asyncio.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)
+        await self._clock.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)
 
     async def _apply(self, event: LinkUp | LinkDown) -> None:
         if isinstance(event, LinkUp):
@@ -376,7 +376,7 @@ class OverlayStack:
     # -- status --------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        now = self._clock()
+        now = self._clock.now()
         names = self.signaling.peers(self.overlay)
         links = []
         for peer, info in sorted(self.controller.adjacency().items()):

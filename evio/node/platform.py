@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import random
-import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -84,7 +83,7 @@ class SystemPlatform:
 
         controller: AdjacencyController = OverlayController(
             plan.id, node_id, plan.config.topology, signaling, links,
-            rng=random.Random(self.rng.getrandbits(64)), clock=time.monotonic, limits=plan.config.limits,
+            rng=random.Random(self.rng.getrandbits(64)), limits=plan.config.limits,
         )  # fmt: skip
         return controller
 

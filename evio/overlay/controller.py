@@ -28,12 +28,12 @@ import asyncio
 import enum
 import logging
 import random
-import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
+from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.config.model import LimitsConfig, TopologyConfig
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkInfo, LinkUp
 from evio.overlay.negotiation import (
@@ -142,7 +142,7 @@ class OverlayController:
         links: LinkProvider,
         *,
         rng: random.Random,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = REAL_CLOCK,
         reevaluate_interval: float = 10.0,
         timings: Timings | None = None,
         limits: LimitsConfig | None = None,
@@ -157,13 +157,13 @@ class OverlayController:
         # A new epoch for every controller: peers tell our restart from a repeated request by it.
         epoch = rng.getrandbits(64)
         self._core = Orchestrator(
-            node_id, topology, rng, clock(), self.timings, name=overlay, epoch=epoch, limits=limits
+            node_id, topology, rng, clock.now(), self.timings, name=overlay, epoch=epoch, limits=limits
         )
         self._state = _State.NEW
         self._subscribers: list[AdjacencySubscription] = []
         self._signal_subscriptions: list[Subscription[Any]] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self.malformed: Counter[int] = Counter()  # negotiation bodies from a peer we could not read
         self._malformed_logged: dict[int, float] = {}
 
@@ -183,7 +183,7 @@ class OverlayController:
             subscribe(Connected, self._on_connected),
             subscribe(Disconnected, self._on_disconnected),
         ]
-        now = self._clock()
+        now = self._clock.now()
         actions: list[Action] = []
         for peer in self._signaling.peers(self.overlay):
             actions += self._core.peer_added(peer, now)
@@ -209,11 +209,11 @@ class OverlayController:
             sub.cancel()
         self._signal_subscriptions.clear()
         await self._cancel_tasks()
-        actions = self._core.stop(self._clock())
+        actions = self._core.stop(self._clock.now())
         releases = [a for a in actions if isinstance(a, SendRelease)]
         if releases:
             try:
-                await asyncio.wait_for(
+                await self._clock.wait_for(
                     asyncio.gather(*(self._release_on_stop(a) for a in releases)),
                     self.timings.stop_release_timeout,
                 )
@@ -240,16 +240,16 @@ class OverlayController:
     def set_topology(self, topology: TopologyConfig) -> None:
         """Apply new topology settings (a config reload); links they no longer want are released."""
         self.topology = topology
-        self._core.set_topology(topology, self._clock())
+        self._core.set_topology(topology, self._clock.now())
         self._reschedule()
 
     def request_on_demand(self, peer: int) -> None:
         if self._state is _State.RUNNING:
-            self._execute(self._core.want_on_demand(peer, self._clock()))
+            self._execute(self._core.want_on_demand(peer, self._clock.now()))
 
     def release_on_demand(self, peer: int) -> None:
         if self._state is _State.RUNNING:
-            self._execute(self._core.drop_on_demand(peer, self._clock()))
+            self._execute(self._core.drop_on_demand(peer, self._clock.now()))
 
     def expects_tunnel(self, peer: int) -> bool:
         """The tunnel manager's offer policy: serve offers only for links negotiated with `peer`."""
@@ -259,7 +259,7 @@ class OverlayController:
         if self._state in (_State.NEW, _State.STOPPED):
             return
         info = event.info
-        now = self._clock()
+        now = self._clock.now()
         if isinstance(event, TunnelUp):
             self._execute(self._core.tunnel_up(info.peer, info.tunnel_id, info.tap or "", now))
         elif isinstance(event, TunnelDown):
@@ -281,19 +281,19 @@ class OverlayController:
 
     def _on_peer_added(self, event: PeerAdded) -> None:
         if event.overlay == self.overlay and self._state is _State.RUNNING:
-            self._execute(self._core.peer_added(event.node_id, self._clock()))
+            self._execute(self._core.peer_added(event.node_id, self._clock.now()))
 
     def _on_peer_removed(self, event: PeerRemoved) -> None:
         if event.overlay == self.overlay and self._state is _State.RUNNING:
-            self._execute(self._core.peer_removed(event.node_id, event.cause, self._clock()))
+            self._execute(self._core.peer_removed(event.node_id, event.cause, self._clock.now()))
 
     def _on_connected(self, event: Connected) -> None:
         if self._state is _State.RUNNING:
-            self._execute(self._core.signal_connected(self._clock()))
+            self._execute(self._core.signal_connected(self._clock.now()))
 
     def _on_disconnected(self, event: Disconnected) -> None:
         if self._state is _State.RUNNING:
-            self._execute(self._core.signal_disconnected(self._clock()))
+            self._execute(self._core.signal_disconnected(self._clock.now()))
 
     # -- negotiation served to peers ---------------------------------------------------------
 
@@ -307,7 +307,7 @@ class OverlayController:
             raise HandlerBadRequest(str(exc)) from exc
         if self._state is not _State.RUNNING:
             return encode_link_answer(LinkAnswer(False, refusal=LinkRefusal.STOPPING))
-        answer, actions = self._core.link_request(peer, request, self._clock())
+        answer, actions = self._core.link_request(peer, request, self._clock.now())
         self._execute(actions)
         return encode_link_answer(answer)
 
@@ -321,7 +321,7 @@ class OverlayController:
             raise HandlerBadRequest(str(exc)) from exc
         if self._state is _State.NEW or self._state is _State.STOPPED:
             return encode_release_answer(ReleaseAnswer(None))
-        answer, actions = self._core.release_request(peer, request, self._clock())
+        answer, actions = self._core.release_request(peer, request, self._clock.now())
         self._execute(actions)
         return encode_release_answer(answer)
 
@@ -373,14 +373,14 @@ class OverlayController:
     async def _send_link_request(self, action: SendLinkRequest) -> None:
         outcome = await self._ask(action.peer, ACTION_LINK, encode_link_request(action.request), decode_link_answer)
         if self._state is _State.RUNNING:
-            self._execute(self._core.link_answered(action.peer, action.seq, outcome, self._clock()))
+            self._execute(self._core.link_answered(action.peer, action.seq, outcome, self._clock.now()))
 
     async def _send_release(self, action: SendRelease) -> None:
         outcome = await self._ask(
             action.peer, ACTION_RELEASE, encode_release_request(action.request), decode_release_answer
         )
         if self._state is _State.RUNNING:
-            self._execute(self._core.release_answered(action.peer, action.seq, outcome, self._clock()))
+            self._execute(self._core.release_answered(action.peer, action.seq, outcome, self._clock.now()))
 
     async def _release_on_stop(self, action: SendRelease) -> None:
         try:
@@ -393,17 +393,17 @@ class OverlayController:
 
     async def _connect(self, action: Connect) -> None:
         try:
-            info = await asyncio.wait_for(self._links.connect(action.peer), self.timings.connect_timeout)
+            info = await self._clock.wait_for(self._links.connect(action.peer), self.timings.connect_timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the provider is a failed setup, never a crash here
             reason = str(exc) or type(exc).__name__
             if self._state is _State.RUNNING:
-                self._execute(self._core.connect_failed(action.peer, action.seq, reason, self._clock()))
+                self._execute(self._core.connect_failed(action.peer, action.seq, reason, self._clock.now()))
             return
         if self._state is _State.RUNNING:
             self._execute(
-                self._core.connect_succeeded(action.peer, action.seq, info.tunnel_id, info.tap or "", self._clock())
+                self._core.connect_succeeded(action.peer, action.seq, info.tunnel_id, info.tap or "", self._clock.now())
             )
 
     async def _disconnect(self, peer: int) -> None:
@@ -414,7 +414,7 @@ class OverlayController:
         except Exception:
             log.exception("overlay %s disconnect from %032x failed", self.overlay, peer)
         if self._state is not _State.STOPPED:
-            self._execute(self._core.disconnected(peer, self._clock()))
+            self._execute(self._core.disconnected(peer, self._clock.now()))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -439,11 +439,11 @@ class OverlayController:
         self._cancel_timer()
         if self._state is not _State.RUNNING:
             return
-        now = self._clock()
+        now = self._clock.now()
         wake = self._core.next_wakeup(now)
         if wake is None:
             return
-        self._timer = asyncio.get_running_loop().call_later(max(0.0, wake - now), self._on_timer)
+        self._timer = self._clock.call_later(max(0.0, wake - now), self._on_timer)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -453,13 +453,13 @@ class OverlayController:
     def _on_timer(self) -> None:
         self._timer = None
         if self._state is _State.RUNNING:
-            self._execute(self._core.tick(self._clock()))
+            self._execute(self._core.tick(self._clock.now()))
 
     # -- bad input --------------------------------------------------------------------------
 
     def _count_malformed(self, peer: int, exc: NegotiationError) -> None:
         self.malformed[peer] += 1
-        now = self._clock()
+        now = self._clock.now()
         last = self._malformed_logged.get(peer)
         if last is None or now - last >= MALFORMED_LOG_INTERVAL:
             self._malformed_logged[peer] = now

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Set
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from evio.clock import REAL_CLOCK, Clock
 from evio.sdn.frb import format_mac
 from evio.sdn.garp import ArpOp, gratuitous_arp
 
@@ -174,8 +175,10 @@ class GarpAnnouncer:
         sender: FrameSender | None = None,
         repeats: int = 3,
         repeat_interval: float = 1.0,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.tracker = AnnouncedAddresses(interfaces)
+        self._clock = clock
         self._source = source
         self.sender: FrameSender = sender if sender is not None else PacketSocketSender()
         self.repeats = repeats
@@ -231,11 +234,11 @@ class GarpAnnouncer:
     async def _announce(self, ifname: str, address: ipaddress.IPv4Address) -> None:
         for attempt in range(self.repeats):
             if attempt:
-                await asyncio.sleep(self.repeat_interval)
+                await self._clock.sleep(self.repeat_interval)
             self._send(ifname, address)
 
     def _send(self, ifname: str, address: ipaddress.IPv4Address) -> None:
-        loop_time = asyncio.get_running_loop().time()
+        now = self._clock.now()
         try:
             mac = self.sender.hardware_address(ifname)
             for op in (ArpOp.REQUEST, ArpOp.REPLY):
@@ -244,7 +247,7 @@ class GarpAnnouncer:
         except (OSError, ValueError) as err:
             self.send_errors += 1
             last = self._error_logged.get(ifname)
-            if last is None or loop_time - last >= SEND_ERROR_LOG_INTERVAL:
-                self._error_logged[ifname] = loop_time
+            if last is None or now - last >= SEND_ERROR_LOG_INTERVAL:
+                self._error_logged[ifname] = now
                 log.warning("gratuitous ARP not sent interface=%s address=%s: %s (errors so far: %d)",
                             ifname, address, err, self.send_errors)

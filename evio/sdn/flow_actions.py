@@ -1,9 +1,9 @@
 """Neutral descriptions of what the Bounded Flood logic wants done to the switch.
 
 The pure switch logic (`evio.sdn.switch`) returns lists of these; the os-ken
-adapter (`evio.sdn.ofapp`) turns each into an OpenFlow 1.3 message, and the
-fake flow table (`evio.testing.fake_flow_table`) applies them directly. Keeping
-them free of os-ken types lets the logic be tested without a controller.
+adapter (`evio.sdn.ofapp`) turns each into OpenFlow 1.3 messages, which the
+fake flow table (`evio.testing.fake_flow_table`) decodes and applies as a
+switch would. Keeping them free of os-ken types keeps the logic pure.
 """
 
 from __future__ import annotations

@@ -139,6 +139,14 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[FlowMatch, int]:
     return counts
 
 
+def removed_flow_match(msg: Any) -> FlowMatch | None:
+    """The evio unicast flow an OFPFlowRemoved reports; None for the base flows and anyone else's."""
+    m = msg.match
+    if msg.cookie != EVIO_COOKIE or "in_port" not in m:
+        return None
+    return FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])
+
+
 # ---------------------------------------------------------------------- the app
 
 
@@ -349,11 +357,11 @@ class BoundedFloodApp(app_manager.OSKenApp):
     @_contained
     def flow_removed(self, ev: Any) -> None:
         msg = ev.msg
-        m = msg.match
         overlay = self._overlay_of(msg.datapath)
-        if overlay is None or msg.cookie != EVIO_COOKIE or "in_port" not in m:
+        match = removed_flow_match(msg)
+        if overlay is None or match is None:
             return
-        self._send(overlay, overlay.flow_removed(FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])))
+        self._send(overlay, overlay.flow_removed(match))
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     @_contained

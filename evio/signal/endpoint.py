@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.signal import protocol
 from evio.signal.drops import DropAccounting, DropReason
 from evio.signal.errors import (
@@ -72,9 +73,15 @@ class EndpointLimits:
 
 class SignalEndpoint:
     def __init__(
-        self, account: str, memberships: Mapping[str, int], limits: EndpointLimits, rng: random.Random
+        self,
+        account: str,
+        memberships: Mapping[str, int],
+        limits: EndpointLimits,
+        rng: random.Random,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.account = account  # bare JID, for logs
+        self.clock = clock  # request deadlines, handler timeouts and drop logging run on it
         self.limits = limits
         self._rng = rng
         self._events = EventRegistry()
@@ -87,7 +94,7 @@ class SignalEndpoint:
         self._membership: dict[str, frozenset[str]] = {}
         # (overlay, node id) -> the account that held it: revoked even when absent (most recent last).
         self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
         self._inflight_by_peer: dict[str, int] = {}  # sender JID -> its requests being served
         self._ready = asyncio.Event()
@@ -135,7 +142,7 @@ class SignalEndpoint:
         self._handlers[action] = handler
 
     async def wait_connected(self, timeout: float | None = None) -> None:
-        await asyncio.wait_for(self._ready.wait(), timeout)
+        await self.clock.wait_for(self._ready.wait(), timeout)
 
     async def request(
         self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None
@@ -155,7 +162,7 @@ class SignalEndpoint:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[Body] = loop.create_future()
         limit = self.limits.request_timeout if timeout is None else timeout
-        pending = self._transactions.start(overlay, peer, action, loop.time(), limit, waiter)
+        pending = self._transactions.start(overlay, peer, action, self.clock.now(), limit, waiter)
         try:
             text = protocol.encode(
                 Request(overlay, own, peer, pending.txid, action, body), self.limits.max_payload_bytes
@@ -359,7 +366,7 @@ class SignalEndpoint:
             reply = _error(request, ErrorReason.UNKNOWN_ACTION, request.action)
         else:
             try:
-                body = await asyncio.wait_for(
+                body = await self.clock.wait_for(
                     handler(request.overlay, request.src, request.body), self.limits.handler_timeout
                 )
                 reply = Response(request.overlay, request.dst, request.src, request.txid, body)
@@ -383,14 +390,14 @@ class SignalEndpoint:
             self._transmit(sender, text, None)
 
     def _drop(self, reason: DropReason, peer: str, detail: str) -> None:
-        if self.drops.record(reason, peer, asyncio.get_running_loop().time()):
+        if self.drops.record(reason, peer, self.clock.now()):
             log.warning("signal drop %s peer=%s: %s", reason.value, peer, detail)
 
     def _arm_timer(self) -> None:
         self._cancel_timer()
         deadline = self._transactions.next_deadline()
         if deadline is not None:
-            self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timer)
+            self._timer = self.clock.call_at(deadline, self._on_timer)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -399,7 +406,7 @@ class SignalEndpoint:
 
     def _on_timer(self) -> None:
         self._timer = None
-        now = asyncio.get_running_loop().time() + 1e-3  # call_at may fire up to a clock tick early
+        now = self.clock.now() + 1e-3  # a timer may fire up to a clock tick early
         for pending in self._transactions.expire(now):
             _fail(pending.waiter, RequestError(ErrorReason.NO_RESPONSE, f"{pending.action} to {pending.peer:032x}"))
         self._arm_timer()

@@ -1,98 +1,308 @@
-"""A fake OpenFlow table and a fake network of Bounded Flood switches, without OVS.
+"""A fake OpenFlow 1.3 switch table and a fake network of Bounded Flood switches, without OVS.
 
-`FakeFlowTable` holds the flows evio installs (as `evio.sdn.flow_actions`)
-plus the two the os-ken adapter installs at connect time (table-miss and FRB
-to the controller), answers where a frame entering a port goes, and counts
-each flow's packets and bytes as the switch's flow stats would.
+The switch logic's actions take the daemon's way to the switch:
+`evio.sdn.ofapp.to_ofp_messages` (and `base_flows` at connect) make os-ken
+OpenFlow 1.3 messages of them, which are serialized to bytes as for the wire.
+`FakeFlowTable` is the switch end: it parses those bytes back with os-ken's
+parser and does what they say, as Open vSwitch would in table 0:
+
+- OFPFlowMod ADD: an entry (priority, match fields, apply-actions outputs,
+  idle timeout, cookie, flags) replacing one with the same match and priority;
+  DELETE: every entry whose match has the delete's fields, filtered by
+  out_port and cookie/cookie_mask; anything else the daemon never sends is an
+  error here.
+- OFPPacketOut: the frame leaves by its output actions.
+- A frame entering a port goes by the highest-priority matching entry's
+  actions (a miss with no table-miss entry drops it), counting its packets
+  and bytes; idle entries time out.
+- Entries with OFPFF_SEND_FLOW_REM that go (timeout or delete) become
+  OFPFlowRemoved messages, encoded here and parsed by os-ken for the
+  controller side (`evio.sdn.ofapp.removed_flow_match`); flow stats go
+  through `evio.sdn.ofapp.flow_byte_counts`.
 
 `FakeNetwork` joins several `BoundedFloodSwitch`es with "tunnels" (pairs of
 peer ports) and runs frames through tables and controllers until the network
 is quiet, recording what every leaf port received. Unit tests use it to
-assert where a packet goes, as faucet does with its fake OpenFlow table.
+assert where a packet goes, as faucet does with its fake OpenFlow table, so
+they test the translation to OpenFlow too.
 """
 
 from __future__ import annotations
 
+import itertools
+import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from evio.sdn.flow_actions import (
-    FRB_TO_CONTROLLER_PRIORITY,
-    AddFlow,
-    DeleteFlowsOfPort,
-    DeleteFlowsToMac,
-    FlowAction,
-    FlowMatch,
-    PacketOut,
-)
-from evio.sdn.frb import ETH_TYPE_FRB
+from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
+
+from evio.sdn.flow_actions import FlowAction, FlowMatch
+from evio.sdn.ofapp import EVIO_COOKIE, base_flows, flow_byte_counts, removed_flow_match, to_ofp_messages
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
 
+ofp = ofproto_v1_3
+parser = ofproto_v1_3_parser
+
 CONTROLLER = -1  # output "port" meaning a packet-in
+
+_UNICAST_FIELDS = frozenset({"in_port", "eth_src", "eth_dst"})
+_ETH_TYPE_VLAN = 0x8100
 
 
 class FakeNetworkError(Exception):
     """The fake network was driven into a state a real one would not reach (e.g. a forwarding loop)."""
 
 
+class FakeFlowTableError(Exception):
+    """A message the fake switch does not model (the daemon does not send it): the test must say so."""
+
+
+class CodecDatapath:
+    """What os-ken's message classes need of a datapath to encode and decode: the OF 1.3 codec."""
+
+    ofproto = ofproto_v1_3
+    ofproto_parser = ofproto_v1_3_parser
+
+    def __init__(self, dpid: int = 1) -> None:
+        self.id = dpid
+        self._xids = itertools.count(1)
+
+    def encode(self, msg: Any) -> bytes:
+        """`msg` as it would go on the wire."""
+        msg.set_xid(next(self._xids))
+        msg.serialize()
+        return bytes(msg.buf)
+
+    def decode(self, data: bytes) -> Any:
+        """A message parsed from the wire by os-ken's parser (for the types it has one for)."""
+        version, msg_type, msg_len, xid = ofproto_parser.header(data)
+        if version != ofp.OFP_VERSION:
+            raise FakeFlowTableError(f"OpenFlow version {version:#x}, not 1.3")
+        msg = ofproto_parser.msg(self, version, msg_type, msg_len, xid, data)
+        if msg is None:
+            raise FakeFlowTableError(f"os-ken could not parse message type {msg_type}")
+        return msg
+
+
 @dataclass
 class FakeFlow:
-    match: FlowMatch
-    out_port: int
-    idle_timeout: int
+    """One entry of table 0."""
+
     priority: int
+    fields: dict[str, Any]  # OXM field -> value, or (value, mask)
+    outputs: tuple[int, ...]  # ports of its output actions, CONTROLLER for OFPP_CONTROLLER
+    idle_timeout: int
+    cookie: int
+    flags: int
     last_used: float
     packets: int = 0
     bytes: int = 0
 
+    @property
+    def is_unicast(self) -> bool:
+        """One of evio's learned flows `(in_port, eth_src, eth_dst) -> out_port`."""
+        return self.cookie == EVIO_COOKIE and set(self.fields) == _UNICAST_FIELDS and len(self.outputs) == 1
+
+    @property
+    def match(self) -> FlowMatch:
+        return FlowMatch(self.fields["in_port"], self.fields["eth_src"], self.fields["eth_dst"])
+
+    @property
+    def out_port(self) -> int:
+        (port,) = self.outputs
+        return port
+
+    def matches(self, packet: dict[str, Any]) -> bool:
+        for name, wanted in self.fields.items():
+            have = packet.get(name)
+            if have is None:
+                return False
+            if isinstance(wanted, tuple):
+                value, mask = wanted
+                if _masked(have, mask) != _masked(value, mask):
+                    return False
+            elif have != wanted:
+                return False
+        return True
+
+    def outputs_to(self, port: int) -> bool:
+        return port in self.outputs
+
 
 class FakeFlowTable:
-    """One switch's table: evio's unicast flows over a fixed table-miss and FRB rule."""
+    """Table 0 of one switch, fed with encoded OpenFlow 1.3 messages."""
 
-    def __init__(self) -> None:
-        self.flows: dict[FlowMatch, FakeFlow] = {}
+    def __init__(self, codec: CodecDatapath | None = None) -> None:
+        self.codec = codec or CodecDatapath()
+        self.entries: list[FakeFlow] = []
+        self.notices: list[bytes] = []  # encoded OFPFlowRemoved messages not yet read by the controller
 
-    def apply(self, action: FlowAction, now: float) -> None:
-        """Carry out a flow change; PacketOut is the network's business and ignored here."""
-        if isinstance(action, AddFlow):
-            self.flows[action.match] = FakeFlow(action.match, action.out_port, action.idle_timeout,
-                                                action.priority, now)
-        elif isinstance(action, DeleteFlowsOfPort):
-            for m in [m for m, f in self.flows.items() if m.in_port == action.port or f.out_port == action.port]:
-                del self.flows[m]
-        elif isinstance(action, DeleteFlowsToMac):
-            for m in [m for m in self.flows if m.eth_dst == action.mac]:
-                del self.flows[m]
+    # ---------------------------------------------------------------- from the controller
 
-    def lookup(self, in_port: int, frame: bytes, now: float) -> int:
-        """Output port for `frame` entering `in_port`, or CONTROLLER."""
-        if len(frame) >= 14 and int.from_bytes(frame[12:14], "big") == ETH_TYPE_FRB:
-            return CONTROLLER  # the adapter's FRB rule outranks every unicast flow
-        if len(frame) < 14:
-            return CONTROLLER
-        match = FlowMatch(in_port, frame[6:12].hex(":"), frame[0:6].hex(":"))
-        flow = self.flows.get(match)
-        if flow is None or flow.priority >= FRB_TO_CONTROLLER_PRIORITY:
-            return CONTROLLER
-        flow.last_used = now
-        flow.packets += 1
-        flow.bytes += len(frame)
-        return flow.out_port
+    def receive(self, data: bytes, now: float) -> list[tuple[int, bytes]]:
+        """Carry out one encoded message; frames it sends out, as (port, frame)."""
+        _version, msg_type, msg_len, _xid = ofproto_parser.header(data)
+        if msg_type == ofp.OFPT_FLOW_MOD:
+            self._flow_mod(self.codec.decode(data), now)
+            return []
+        if msg_type == ofp.OFPT_PACKET_OUT:
+            return self._packet_out(data, msg_len)
+        raise FakeFlowTableError(f"message type {msg_type} is not modelled")
 
-    def expire(self, now: float) -> list[FlowMatch]:
-        """Remove flows idle for their timeout, as the switch would; return their matches."""
-        gone = [m for m, f in self.flows.items() if f.idle_timeout and now - f.last_used >= f.idle_timeout]
-        for m in gone:
-            del self.flows[m]
+    def _flow_mod(self, msg: Any, now: float) -> None:
+        fields = dict(msg.match.items())
+        if msg.command == ofp.OFPFC_ADD:
+            if msg.table_id != 0:
+                raise FakeFlowTableError(f"flow added to table {msg.table_id}: only table 0 exists")
+            flow = FakeFlow(msg.priority, fields, _outputs(msg.instructions), msg.idle_timeout, msg.cookie,
+                            msg.flags, now)
+            for i, old in enumerate(self.entries):
+                if old.priority == flow.priority and old.fields == flow.fields:
+                    if not flow.flags & ofp.OFPFF_RESET_COUNTS:
+                        flow.packets, flow.bytes = old.packets, old.bytes
+                    self.entries[i] = flow
+                    return
+            self.entries.append(flow)
+        elif msg.command == ofp.OFPFC_DELETE:
+            if msg.table_id not in (0, ofp.OFPTT_ALL):
+                return  # a table that has no entries
+            if any(isinstance(v, tuple) for v in fields.values()):
+                raise FakeFlowTableError("masked fields in a delete are not modelled")
+            gone = [
+                f for f in self.entries
+                if all(f.fields.get(k) == v for k, v in fields.items())
+                and (msg.out_port == ofp.OFPP_ANY or f.outputs_to(_port(msg.out_port)))
+                and f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask
+            ]  # fmt: skip
+            self._remove(gone, ofp.OFPRR_DELETE, now)
+        else:
+            raise FakeFlowTableError(f"flow mod command {msg.command} is not modelled")
+
+    def _packet_out(self, data: bytes, msg_len: int) -> list[tuple[int, bytes]]:
+        # os-ken has no parser for a message the switch never sends: its body by the spec's layout.
+        buffer_id, _in_port, actions_len = struct.unpack_from(ofp.OFP_PACKET_OUT_PACK_STR, data, ofp.OFP_HEADER_SIZE)
+        if buffer_id != ofp.OFP_NO_BUFFER:
+            raise FakeFlowTableError("packet out of a buffered packet: the switch buffers nothing")
+        offset, end = ofp.OFP_PACKET_OUT_SIZE, ofp.OFP_PACKET_OUT_SIZE + actions_len
+        actions = []
+        while offset < end:
+            action = parser.OFPAction.parser(data, offset)
+            actions.append(action)
+            offset += action.len
+        frame = data[end:msg_len]
+        return [(port, frame) for port in _output_ports(actions)]
+
+    # ---------------------------------------------------------------- the datapath
+
+    def lookup(self, in_port: int, frame: bytes, now: float) -> list[int]:
+        """Where `frame` entering `in_port` goes (CONTROLLER: a packet-in); [] if dropped."""
+        packet = _packet_fields(in_port, frame)
+        best: FakeFlow | None = None
+        for flow in self.entries:
+            if (best is None or flow.priority > best.priority) and flow.matches(packet):
+                best = flow
+        if best is None:
+            return []  # a miss with no table-miss entry: dropped
+        best.last_used = now
+        best.packets += 1
+        best.bytes += len(frame)
+        return list(best.outputs)
+
+    def expire(self, now: float) -> list[FakeFlow]:
+        """Remove entries idle for their timeout, as the switch would; return them."""
+        gone = [f for f in self.entries if f.idle_timeout and now - f.last_used >= f.idle_timeout]
+        self._remove(gone, ofp.OFPRR_IDLE_TIMEOUT, now)
         return gone
 
+    def take_notices(self) -> list[bytes]:
+        """The OFPFlowRemoved messages sent since the last call."""
+        notices, self.notices = self.notices, []
+        return notices
+
+    def _remove(self, gone: list[FakeFlow], reason: int, now: float) -> None:
+        for flow in gone:
+            self.entries.remove(flow)
+            if flow.flags & ofp.OFPFF_SEND_FLOW_REM:
+                self.notices.append(self._flow_removed(flow, reason, now))
+
+    def _flow_removed(self, flow: FakeFlow, reason: int, now: float) -> bytes:
+        match = parser.OFPMatch(**flow.fields)
+        body = bytearray(struct.pack(
+            ofp.OFP_FLOW_REMOVED_PACK_STR0, flow.cookie, flow.priority, reason, 0, 0, 0,
+            flow.idle_timeout, 0, flow.packets, flow.bytes,
+        ))
+        match_at = ofp.OFP_HEADER_SIZE + len(body)
+        buf = bytearray(ofp.OFP_HEADER_SIZE) + body
+        match_len = match.serialize(buf, match_at)
+        length = match_at + match_len
+        struct.pack_into(ofp.OFP_HEADER_PACK_STR, buf, 0, ofp.OFP_VERSION, ofp.OFPT_FLOW_REMOVED, length, 0)
+        return bytes(buf[:length])
+
+    # ---------------------------------------------------------------- views
+
+    @property
+    def flows(self) -> dict[FlowMatch, FakeFlow]:
+        """evio's unicast flows by match."""
+        return {f.match: f for f in self.entries if f.is_unicast}
+
+    def flow_stats(self) -> list[Any]:
+        """What a flow stats reply would carry, one OFPFlowStats per entry."""
+        return [
+            parser.OFPFlowStats(0, 0, 0, f.priority, f.idle_timeout, 0, f.flags, f.cookie, f.packets, f.bytes,
+                                parser.OFPMatch(**f.fields), [])
+            for f in self.entries
+        ]
+
     def byte_counts(self) -> dict[FlowMatch, int]:
-        """What a flow stats reply would carry: each flow's byte counter (the on-demand policy's feed)."""
-        return {m: f.bytes for m, f in self.flows.items()}
+        """evio's flows' byte counters as the adapter reads them from a stats reply (the on-demand policy's feed)."""
+        return flow_byte_counts(self.flow_stats())
 
     def flows_of_port(self, port: int) -> list[FakeFlow]:
         return [f for f in self.flows.values() if f.match.in_port == port or f.out_port == port]
+
+
+def _port(no: int) -> int:
+    return CONTROLLER if no == ofp.OFPP_CONTROLLER else no
+
+
+def _output_ports(actions: Iterable[Any]) -> list[int]:
+    ports = []
+    for action in actions:
+        if not isinstance(action, parser.OFPActionOutput):
+            raise FakeFlowTableError(f"action {type(action).__name__} is not modelled")
+        if action.port > ofp.OFPP_MAX and action.port != ofp.OFPP_CONTROLLER:
+            raise FakeFlowTableError(f"output to reserved port {action.port:#x} is not modelled")
+        ports.append(_port(action.port))
+    return ports
+
+
+def _outputs(instructions: Iterable[Any]) -> tuple[int, ...]:
+    ports: list[int] = []
+    for inst in instructions:
+        if not isinstance(inst, parser.OFPInstructionActions) or inst.type != ofp.OFPIT_APPLY_ACTIONS:
+            raise FakeFlowTableError(f"instruction {inst!r} is not modelled")
+        ports += _output_ports(inst.actions)
+    return tuple(ports)
+
+
+def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
+    packet: dict[str, Any] = {"in_port": in_port}
+    if len(frame) >= 14:
+        packet["eth_dst"] = frame[0:6].hex(":")
+        packet["eth_src"] = frame[6:12].hex(":")
+        eth_type = int.from_bytes(frame[12:14], "big")
+        if eth_type == _ETH_TYPE_VLAN and len(frame) >= 18:
+            eth_type = int.from_bytes(frame[16:18], "big")  # OpenFlow matches the type inside the tag
+        packet["eth_type"] = eth_type
+    return packet
+
+
+def _masked(value: Any, mask: Any) -> Any:
+    if isinstance(value, str):  # a MAC address
+        return bytes(a & b for a, b in zip(bytes.fromhex(value.replace(":", "")), bytes.fromhex(mask.replace(":", ""))))
+    return value & mask
 
 
 @dataclass
@@ -126,8 +336,10 @@ class FakeNetwork:
         """A switch with its internal (leaf) port as port 1, whose MAC is `local_mac`."""
         mac = local_mac if local_mac is not None else _mac_for(node_id, 0xFE)
         switch = BoundedFloodSwitch(node_id, _mac_for(node_id, 0x02), self.flow_idle_timeout)
-        node = FakeNode(node_id, switch)
+        node = FakeNode(node_id, switch, FakeFlowTable(CodecDatapath(node_id)))
         self.nodes[node_id] = node
+        for msg in base_flows(node.table.codec):  # what the adapter installs when the switch connects
+            node.table.receive(node.table.codec.encode(msg), self.now)
         self.add_leaf(node_id, name="internal", hw_addr=mac)
         return node
 
@@ -173,8 +385,8 @@ class FakeNetwork:
         """Move time on: idle flows time out and the switches hear of it."""
         self.now += seconds
         for node in self.nodes.values():
-            for match in node.table.expire(self.now):
-                self._execute(node, node.switch.flow_removed(match))
+            node.table.expire(self.now)
+            self._execute(node, [])  # the flow-removed notices
             self._execute(node, node.switch.expire(self.now))
 
     # ------------------------------------------------------------------ internals
@@ -187,24 +399,37 @@ class FakeNetwork:
                 raise FakeNetworkError("forwarding loop: too many frames in flight")
             node_id, in_port, frame = queue.popleft()
             node = self.nodes[node_id]
-            out = node.table.lookup(in_port, frame, self.now)
-            if out == CONTROLLER:
-                node.packet_ins += 1
-                queue.extend(self._execute(node, node.switch.packet_in(in_port, frame, self.now)))
-            else:
-                queue.extend(self._output(node, out, frame))
+            for out in node.table.lookup(in_port, frame, self.now):
+                if out == CONTROLLER:
+                    node.packet_ins += 1
+                    queue.extend(self._execute(node, node.switch.packet_in(in_port, frame, self.now)))
+                else:
+                    queue.extend(self._output(node, out, frame))
 
     def _execute(self, node: FakeNode, actions: Iterable[FlowAction]) -> list[tuple[int, int, bytes]]:
-        """Apply actions to `node`'s table; return frames now travelling to other nodes."""
+        """Send the actions to `node`'s switch as encoded OpenFlow; return frames now travelling to other nodes.
+
+        Flow-removed notices the switch sends meanwhile go to the logic, and what it answers goes too.
+        """
         in_flight: list[tuple[int, int, bytes]] = []
-        for action in actions:
-            if isinstance(action, PacketOut):
-                in_flight += self._output(node, action.port, action.data)
-            else:
-                node.table.apply(action, self.now)
-        return in_flight
+        table = node.table
+        pending = deque(actions)
+        while True:
+            while pending:
+                for msg in to_ofp_messages(table.codec, pending.popleft()):
+                    for port, frame in table.receive(table.codec.encode(msg), self.now):
+                        in_flight += self._output(node, port, frame)
+            notices = table.take_notices()
+            if not notices:
+                return in_flight
+            for data in notices:
+                match = removed_flow_match(table.codec.decode(data))
+                if match is not None:
+                    pending.extend(node.switch.flow_removed(match))
 
     def _output(self, node: FakeNode, port: int, frame: bytes) -> list[tuple[int, int, bytes]]:
+        if port == CONTROLLER:
+            raise FakeNetworkError("a packet out to the controller")
         if port in node.received:
             node.received[port].append(frame)
             return []

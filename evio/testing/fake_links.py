@@ -35,7 +35,9 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
+from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.config.model import TopologyConfig
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkUp
@@ -105,13 +107,14 @@ class FakeTunnelView:
 
 
 class FakeLinkNetwork:
-    def __init__(self, setup_delay: float = 0.0, fail_delay: float = 0.0) -> None:
+    def __init__(self, setup_delay: float = 0.0, fail_delay: float = 0.0, clock: Clock = REAL_CLOCK) -> None:
+        self.clock = clock  # setup and failure delays, and liveness after `vanish`, run on it
         self.setup_delay = setup_delay
         self.fail_delay = fail_delay
         self._endpoints: dict[int, FakeLinks] = {}
         self._tunnels: dict[frozenset[int], _FakeTunnel] = {}
         self._blocked: set[frozenset[int]] = set()
-        self._liveness: list[asyncio.TimerHandle] = []
+        self._liveness: list[Timer] = []
         self._ids = itertools.count(1)
         self.setups = 0  # tunnels that came up
         self.failed_setups = 0
@@ -143,9 +146,8 @@ class FakeLinkNetwork:
     def vanish(self, node: int, dead_after: float) -> None:
         """The node is gone and its peers notice only after `dead_after` seconds (their tunnels' liveness)."""
         self._endpoints.pop(node, None)
-        loop = asyncio.get_running_loop()
         for tunnel in [t for t in self._tunnels.values() if node in t.ends]:
-            self._liveness.append(loop.call_later(dead_after, self._end, tunnel, "peer silent"))
+            self._liveness.append(self.clock.call_later(dead_after, partial(self._end, tunnel, "peer silent")))
 
     # -- views -----------------------------------------------------------------------------
 
@@ -210,7 +212,7 @@ class FakeLinkNetwork:
             responder.refused_offers += 1  # refused at once, as the manager refuses the offer
             self._end(tunnel, "offer refused: no link negotiated")
             return
-        await asyncio.sleep(self.setup_delay if self._reachable(tunnel) else self.fail_delay)
+        await self.clock.sleep(self.setup_delay if self._reachable(tunnel) else self.fail_delay)
         if tunnel.state is not TunnelState.NEGOTIATING:
             return  # closed meanwhile
         if not self._reachable(tunnel):
@@ -343,7 +345,8 @@ def _observe(task: asyncio.Task[None]) -> None:
 class FakeLinkHub:
     """One `FakeLinkNetwork` per overlay, for daemons that serve several (evio.testing.fake_node)."""
 
-    def __init__(self, setup_delay: float = 0.0, fail_delay: float = 0.0) -> None:
+    def __init__(self, setup_delay: float = 0.0, fail_delay: float = 0.0, clock: Clock = REAL_CLOCK) -> None:
+        self.clock = clock
         self.setup_delay = setup_delay
         self.fail_delay = fail_delay
         self.networks: dict[str, FakeLinkNetwork] = {}
@@ -352,7 +355,7 @@ class FakeLinkHub:
     def network(self, overlay: str) -> FakeLinkNetwork:
         network = self.networks.get(overlay)
         if network is None:
-            network = self.networks[overlay] = FakeLinkNetwork(self.setup_delay, self.fail_delay)
+            network = self.networks[overlay] = FakeLinkNetwork(self.setup_delay, self.fail_delay, self.clock)
             for a, b in self._blocked:
                 network.block(a, b)
         return network
@@ -421,11 +424,13 @@ class FakeOverlay:
         setup_delay: float = 0.0,
         fail_delay: float = 0.0,
         seed: int = 0,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.overlay = overlay
         self.timings = timings or Timings()
-        self.hub = FakeSignalHub()
-        self.network = FakeLinkNetwork(setup_delay, fail_delay)
+        self.clock = clock  # every part's: give it an evio.testing.virtual_clock.VirtualClock to drive time
+        self.hub = FakeSignalHub(clock)
+        self.network = FakeLinkNetwork(setup_delay, fail_delay, clock)
         self.nodes: dict[int, FakeOverlayNode] = {}
         self.gone: list[FakeOverlayNode] = []
         self._rng = random.Random(seed)
@@ -454,7 +459,7 @@ class FakeOverlay:
         controller = OverlayController(
             self.overlay, node_id, topology, client, links,
             rng=random.Random(self._rng.random()),
-            clock=asyncio.get_running_loop().time,
+            clock=self.clock,
             reevaluate_interval=self.timings.reevaluate_interval,
             timings=self.timings,
         )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from evio.bridge.commands import CommandError
 from evio.bridge.ovs_bridge import OvsBridge
+from evio.clock import REAL_CLOCK, Clock
 from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.node.platform import Runnable
@@ -218,7 +219,9 @@ class FakePlatform:
         link_hub: FakeLinkHub,
         controller_factory: ControllerFactory | None = None,
         seed: int = 0,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
+        self.clock = clock  # the overlay controllers' (the hubs have theirs)
         self.signal_hub = signal_hub
         self.link_hub = link_hub
         self.controller_factory = controller_factory
@@ -255,7 +258,8 @@ class FakePlatform:
 
         controller: AdjacencyController = OverlayController(
             plan.id, node_id, plan.config.topology, signaling, links,
-            rng=random.Random(self.rng.getrandbits(32)), reevaluate_interval=0.5, limits=plan.config.limits,
+            rng=random.Random(self.rng.getrandbits(32)), clock=self.clock, reevaluate_interval=0.5,
+            limits=plan.config.limits,
         )  # fmt: skip
         return controller
 

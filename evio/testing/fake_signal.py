@@ -18,12 +18,14 @@ import asyncio
 import random
 from collections.abc import Iterable, Mapping
 
+from evio.clock import REAL_CLOCK, Clock
 from evio.signal.endpoint import EndpointLimits, SignalEndpoint
 from evio.signal.peers import bare_jid
 
 
 class FakeSignalHub:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = REAL_CLOCK) -> None:
+        self.clock = clock  # every client's: request deadlines and handler timeouts run on it
         self._groups: dict[str, set[str]] = {}  # group name -> bare JIDs
         self._online: dict[str, FakeSignalClient] = {}  # full JID -> client
         self._clients: list[FakeSignalClient] = []
@@ -86,7 +88,9 @@ class FakeSignalHub:
         rng: random.Random | None = None,
     ) -> FakeSignalClient:
         full = f"{jid}/{resource or 'evio-' + format(min(memberships.values()), '032x')}"
-        client = FakeSignalClient(self, full, memberships, limits or EndpointLimits(), rng or random.Random(0))
+        client = FakeSignalClient(
+            self, full, memberships, limits or EndpointLimits(), rng or random.Random(0), clock=self.clock
+        )
         self._clients.append(client)
         return client
 
@@ -186,8 +190,9 @@ class FakeSignalClient(SignalEndpoint):
         limits: EndpointLimits,
         rng: random.Random,
         groups: Mapping[str, str] | None = None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
-        super().__init__(bare_jid(full_jid), memberships, limits, rng)
+        super().__init__(bare_jid(full_jid), memberships, limits, rng, clock)
         self._hub = hub
         self.full_jid = full_jid
         self._groups_by_overlay = dict(groups or {})

@@ -130,16 +130,6 @@ class DatagramWire:
                 dst.send_to_datapath(out)
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 5.0, interval: float = 0.002) -> None:
-    """Poll ``condition`` until it holds; raise TimeoutError after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(interval)
-
-
 class FakeTapDevice:
     """``evio.tunnel.tap.TapDevice`` over a FakeTap: what a tunnel's tap factory returns in tests."""
 

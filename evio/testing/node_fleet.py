@@ -2,19 +2,26 @@
 
     fleet = Fleet(4, controller_factory=...)   # node i has node id nid(i) and account node<i>@x.test
     await fleet.start(); ...; await fleet.stop_all()
+
+With `clock=VirtualClock()` every part (signaling, links, nodes, the default
+controllers) runs on it, and `start`, `stop` and `wait_until(..., clock=fleet.clock)`
+move its time; a `controller_factory` must give its controllers the same clock.
+Leave the real clock to fleets that do real I/O (the control socket).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import Callable
 
+from evio.clock import REAL_CLOCK, Clock
 from evio.config.model import BridgeConfig, Config, NodeConfig, OverlayConfig, SignalConfig
 from evio.node.node import Node
 from evio.node.plan import plan_node
 from evio.testing.fake_node import ControllerFactory, FakeLinkHub, FakePlatform
 from evio.testing.fake_signal import FakeSignalHub
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 
 DOMAIN = "x.test"
 
@@ -36,41 +43,49 @@ def fleet_config(index: int, overlays: tuple[str, ...] = ("ov1",), jid: str | No
     return Config(overlays=overlay_configs, node=NodeConfig(id=nid(index)))
 
 
-async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait until `cond()` holds, polling; AssertionError after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.002)
-
-
 class Fleet:
     def __init__(
-        self, count: int, overlays: tuple[str, ...] = ("ov1",), controller_factory: ControllerFactory | None = None
+        self,
+        count: int,
+        overlays: tuple[str, ...] = ("ov1",),
+        controller_factory: ControllerFactory | None = None,
+        clock: Clock = REAL_CLOCK,
+        setup_delay: float = 0.0,
     ) -> None:
-        self.signal_hub = FakeSignalHub()
+        self.clock = clock
+        self.signal_hub = FakeSignalHub(clock)
         for overlay in overlays:
             self.signal_hub.set_group(overlay, [f"node{i}@{DOMAIN}" for i in range(1, count + 1)])
-        self.link_hub = FakeLinkHub()
+        self.link_hub = FakeLinkHub(setup_delay=setup_delay, clock=clock)
         self.platforms: dict[int, FakePlatform] = {}
         self.nodes: dict[int, Node] = {}
         self.runs: dict[int, asyncio.Task[str | None]] = {}
         for i in range(1, count + 1):
-            platform = FakePlatform(self.signal_hub, self.link_hub, controller_factory=controller_factory, seed=i)
+            platform = FakePlatform(
+                self.signal_hub, self.link_hub, controller_factory=controller_factory, seed=i, clock=clock
+            )
             plan = plan_node(fleet_config(i, overlays), nid(i), controller_port=6653, kernel_module_loaded=False)
             self.platforms[i] = platform
-            self.nodes[i] = Node(plan, platform)
+            # Freezing the collector's view is process-wide: not the business of one node among several.
+            self.nodes[i] = Node(plan, platform, clock=clock, freeze_startup_objects=False)
 
     async def start(self) -> None:
         for i, node in self.nodes.items():
             self.runs[i] = asyncio.create_task(node.run())
-        await until(lambda: all(n.ready.is_set() or self.runs[i].done() for i, n in self.nodes.items()))
+        await wait_until(
+            lambda: all(n.ready.is_set() or self.runs[i].done() for i, n in self.nodes.items()),
+            what="every node ready", clock=self.clock,
+        )
 
     async def stop(self, i: int) -> str | None:
         self.nodes[i].stop()
-        return await asyncio.wait_for(self.runs[i], 10)
+        return await self.ended(i)
+
+    async def ended(self, i: int, timeout: float = 10.0) -> str | None:
+        """What node i's `run()` returned, once it has (moving a virtual clock meanwhile)."""
+        if isinstance(self.clock, VirtualClock):
+            return await self.clock.run(self.runs[i], timeout, what=f"the end of node{i}'s run")
+        return await asyncio.wait_for(self.runs[i], timeout)
 
     async def stop_all(self) -> None:
         for i in list(self.runs):

@@ -35,6 +35,7 @@ import pytest
 
 from evio.bridge import BridgeSpec, OvsBridge, OvsInstance, SubprocessRunner, datapath_id_for
 from evio.bridge.packet_buffers import PORT_RECEIVE_BUFFER
+from evio.testing.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +48,7 @@ def _sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    wait_until_blocking(condition, timeout, what=what, interval=0.05)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from evio.lab.state import DEFAULT_ROOT, lab_dir, state_path
 from evio.lab.topology import lab_prefix
 from evio.testing.host_snapshot import HostSnapshot, netns_inodes, take_snapshot
 from evio.testing.labs import LabFactory, unique_lab_name
+from evio.testing.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +48,7 @@ def mixed_lab() -> Iterator[Lab]:
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    wait_until_blocking(condition, timeout, what=what)
 
 
 def leftovers(name: str, before: HostSnapshot, inodes: frozenset[int] = frozenset()) -> set[str]:

@@ -7,7 +7,6 @@ namespace with no TAP or bridge, and the others repair around it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -16,6 +15,7 @@ import pytest
 from evio.lab.daemons import Topology
 from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
+from evio.testing.waiting import wait_for_value
 
 pytestmark = pytest.mark.integration
 
@@ -24,14 +24,7 @@ RING_TIMEOUT = 60.0  # generous: the machine is shared and loaded
 
 
 def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    value = get()
-    while not good(value):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout:.0f} s; last: {value}")
-        time.sleep(0.5)
-        value = get()
-    return value
+    return wait_for_value(get, good, timeout, what=what)
 
 
 def ring_closed(topo: Topology) -> bool:

@@ -40,6 +40,7 @@ from evio.signal.client import SignalClient, SignalSettings  # also registers th
 from evio.signal.drops import DropReason
 from evio.signal.errors import ErrorReason, RequestError
 from evio.signal.protocol import Body
+from evio.testing.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -372,11 +373,7 @@ def _listening(port: int) -> bool:
 
 
 async def _until(condition: Any, timeout: float, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        await asyncio.sleep(0.01)
+    await wait_until(condition, timeout, what=what, interval=0.01)
 
 
 async def test_client_certificate_login_by_sasl_external(cert_server: CertServer) -> None:

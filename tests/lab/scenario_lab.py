@@ -21,6 +21,7 @@ from evio.lab.lab import Lab
 from evio.lab.node_config import bridge_name
 from evio.lab.state import ProcessRecord
 from evio.testing.scenarios import Figure, PingTrace
+from evio.testing.waiting import wait_for_value
 
 T = TypeVar("T")
 
@@ -62,14 +63,7 @@ def ring_timeout(nodes: int) -> float:
 
 def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str, poll: float = 0.5) -> T:
     """`get()` once `good` holds for it; AssertionError naming `what` and the last value after `timeout`."""
-    deadline = time.monotonic() + timeout
-    value = get()
-    while not good(value):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout:.0f} s; last: {value}")
-        time.sleep(poll)
-        value = get()
-    return value
+    return wait_for_value(get, good, timeout, what=what, interval=poll)
 
 
 def seconds_since_link_change(lab: Lab) -> float:

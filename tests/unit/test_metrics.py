@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from evio.node.metrics import MetricsServer, families
 from evio.node.node import Node
 from evio.node.plan import plan_node
-from evio.testing.node_fleet import Fleet, fleet_config, nid, until
+from evio.testing.node_fleet import Fleet, fleet_config, nid
+from evio.testing.waiting import wait_until as until
 
 
 async def http(port: int, request: bytes) -> tuple[str, dict[str, str], bytes]:

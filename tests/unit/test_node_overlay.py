@@ -3,13 +3,13 @@
 What the daemon must get right with the real controller: successor links
 close the ring and each link that is up is exactly one TAP on the bridge and
 one peer port on the SDN side; a node that stops takes everything down, and
-the rest repair the ring around it.
+the rest repair the ring around it. The fleet runs on a `VirtualClock`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
+from collections.abc import Callable
 
 from evio.node.overlay_stack import AdjacencyController, LinkManager
 from evio.node.plan import OverlayPlan
@@ -17,21 +17,29 @@ from evio.overlay.adjacency import LinkState
 from evio.overlay.controller import OverlayController
 from evio.overlay.orchestrator import Timings
 from evio.signal.interface import Signaling
-from evio.testing.node_fleet import Fleet, nid, until
+from evio.testing.node_fleet import Fleet, nid
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 
 FAST = Timings(reevaluate_interval=0.5, membership_debounce=0.05, membership_max_delay=0.2, settle_after_login=0.1,
                backoff_base=0.1, orphan_grace=1.0, refused_retry=0.2, stop_release_timeout=0.5)
 
 
-def real_controller(plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager) -> AdjacencyController:
-    controller: AdjacencyController = OverlayController(
-        plan.id, node_id, plan.config.topology, signaling, links, rng=random.Random(node_id), timings=FAST,
-    )
-    return controller
+def fleet_with_real_controllers(count: int, setup_delay: float = 0.0) -> Fleet:
+    clock = VirtualClock()
+
+    def real_controller(plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager) -> AdjacencyController:
+        controller: AdjacencyController = OverlayController(
+            plan.id, node_id, plan.config.topology, signaling, links, rng=random.Random(node_id), clock=clock,
+            timings=FAST,
+        )
+        return controller
+
+    return Fleet(count, controller_factory=real_controller, clock=clock, setup_delay=setup_delay)
 
 
-def fleet_with_real_controllers(count: int) -> Fleet:
-    return Fleet(count, controller_factory=real_controller)
+async def until(fleet: Fleet, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    await wait_until(condition, timeout, what=what, clock=fleet.clock)
 
 
 def up_links(fleet: Fleet, i: int) -> dict[int, str]:
@@ -60,8 +68,8 @@ async def test_a_ring_forms_and_each_up_link_is_one_bridge_port() -> None:
     fleet = fleet_with_real_controllers(5)
     await fleet.start()
     try:
-        await until(lambda: ring_closed(fleet, list(fleet.nodes)), timeout=20)
-        await until(lambda: all(bridge_matches_adjacency(fleet, i) for i in fleet.nodes), timeout=10)
+        await until(fleet, lambda: ring_closed(fleet, list(fleet.nodes)), 20, "ring")
+        await until(fleet, lambda: all(bridge_matches_adjacency(fleet, i) for i in fleet.nodes), 10, "bridges")
     finally:
         await fleet.stop_all()
     for platform in fleet.platforms.values():
@@ -74,21 +82,22 @@ async def test_a_stopped_node_leaves_nothing_and_the_others_repair_the_ring() ->
     fleet = fleet_with_real_controllers(5)
     await fleet.start()
     try:
-        await until(lambda: ring_closed(fleet, list(fleet.nodes)), timeout=20)
+        await until(fleet, lambda: ring_closed(fleet, list(fleet.nodes)), 20, "ring")
         assert await fleet.stop(3) is None
         assert fleet.platforms[3].ovsdb.bridges == {}
         others = [i for i in fleet.nodes if i != 3]
-        await until(lambda: ring_closed(fleet, others), timeout=20)
-        await until(lambda: all(bridge_matches_adjacency(fleet, i) for i in others), timeout=10)
+        await until(fleet, lambda: ring_closed(fleet, others), 20, "ring without node 3")
+        await until(fleet, lambda: all(bridge_matches_adjacency(fleet, i) for i in others), 10, "bridges")
         assert all(nid(3) not in up_links(fleet, i) for i in others)
     finally:
         await fleet.stop_all()
 
 
 async def test_stop_while_links_are_being_negotiated_leaves_nothing() -> None:
-    fleet = fleet_with_real_controllers(4)
+    fleet = fleet_with_real_controllers(4, setup_delay=0.05)
     await fleet.start()
-    await asyncio.sleep(0.05)  # mid-negotiation
+    network = fleet.link_hub.network("ov1")
+    await until(fleet, lambda: network.open_tunnels() > len(network.up_pairs()), 20, "a tunnel being set up")
     await fleet.stop_all()
     for i, platform in fleet.platforms.items():
         platform.sdn.sync()

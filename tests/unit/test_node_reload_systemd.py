@@ -20,7 +20,8 @@ from evio.node.node import Node
 from evio.node.plan import NodePlan, plan_node
 from evio.node.reload import ReloadRefused, plan_reload
 from evio.node.systemd import Notifier, notify_address, watchdog_interval
-from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid, until
+from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid
+from evio.testing.waiting import wait_until as until
 
 # -- the datagram protocol ---------------------------------------------------------------------
 

@@ -28,8 +28,10 @@ from evio.signal.interface import Signaling
 from evio.signal.protocol import Body
 from evio.testing.fake_node import FakeLinkHub, FakePlatform
 from evio.testing.fake_signal import FakeSignalHub
-from evio.testing.node_fleet import DOMAIN, Fleet, nid, until
+from evio.testing.node_fleet import DOMAIN, Fleet, nid
 from evio.testing.node_fleet import fleet_config as node_config
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 from evio.tunnel.config import tap_name
 from evio.tunnel.errors import SetupError
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp
@@ -116,7 +118,7 @@ class MeshController:
 
 
 def mesh_fleet(count: int, overlays: tuple[str, ...] = ("ov1",)) -> Fleet:
-    return Fleet(count, overlays, controller_factory=MeshController)
+    return Fleet(count, overlays, controller_factory=MeshController, clock=VirtualClock())
 
 
 def bridge_ports(fleet: Fleet, i: int, bridge: str = "evbr-ov1") -> set[str]:
@@ -128,7 +130,7 @@ async def test_links_become_bridge_ports_and_sdn_peer_ports_in_that_order() -> N
     await fleet.start()
     try:
         # Full mesh of 4: every node has 3 links, each a TAP on its bridge, and the SDN side knows the peer.
-        await until(lambda: all(len(bridge_ports(fleet, i)) == 3 for i in fleet.nodes))
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 3 for i in fleet.nodes), clock=fleet.clock)
         for i, platform in fleet.platforms.items():
             platform.sdn.sync()
             stack = fleet.nodes[i].overlays["ov1"]
@@ -153,7 +155,7 @@ async def test_stop_leaves_no_bridge_port_or_sdn_state_and_peers_drop_their_port
     fleet = mesh_fleet(3)
     await fleet.start()
     try:
-        await until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in fleet.nodes))
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in fleet.nodes), clock=fleet.clock)
         assert await fleet.stop(2) is None
         platform = fleet.platforms[2]
         platform.sdn.sync()
@@ -164,7 +166,7 @@ async def test_stop_leaves_no_bridge_port_or_sdn_state_and_peers_drop_their_port
         downs = [c for c in platform.sdn.history if isinstance(c, PeerPortDown)]
         assert len(downs) == 2
         # The others lose their tunnel to node 2 and take its TAP off their bridges.
-        await until(lambda: all(len(bridge_ports(fleet, i)) == 1 for i in (1, 3)))
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 1 for i in (1, 3)), clock=fleet.clock)
         assert all(tap_name("evt", nid(2)) not in bridge_ports(fleet, i) for i in (1, 3))
     finally:
         await fleet.stop_all()
@@ -186,9 +188,9 @@ async def test_a_bridge_that_cannot_be_made_fails_the_start_and_leaves_nothing()
 async def test_the_sdn_controller_dying_stops_the_node_with_a_reason_and_a_clean_teardown() -> None:
     fleet = mesh_fleet(2)
     await fleet.start()
-    await until(lambda: all(len(bridge_ports(fleet, i)) == 1 for i in fleet.nodes))
+    await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 1 for i in fleet.nodes), clock=fleet.clock)
     fleet.platforms[1].sdn.crash("os-ken stopped: boom")
-    reason = await asyncio.wait_for(fleet.runs[1], 5)
+    reason = await fleet.ended(1, 5)
     assert reason is not None and "boom" in reason
     assert fleet.platforms[1].ovsdb.bridges == {}
     await fleet.stop_all()
@@ -199,8 +201,11 @@ async def test_a_port_that_ovs_refuses_is_counted_and_the_node_goes_on() -> None
     fleet.platforms[1].ovsdb.fail("add-port")
     await fleet.start()
     try:
-        await until(lambda: fleet.nodes[1].overlays["ov1"].port_errors == 1)
-        await until(lambda: len(bridge_ports(fleet, 1)) == 1 and all(len(bridge_ports(fleet, i)) == 2 for i in (2, 3)))
+        await wait_until(lambda: fleet.nodes[1].overlays["ov1"].port_errors == 1, clock=fleet.clock)
+        await wait_until(
+            lambda: len(bridge_ports(fleet, 1)) == 1 and all(len(bridge_ports(fleet, i)) == 2 for i in (2, 3)),
+            clock=fleet.clock,
+        )
     finally:
         await fleet.stop_all()
 
@@ -209,7 +214,7 @@ async def test_sdn_events_reach_the_overlay_controller_and_the_status() -> None:
     fleet = mesh_fleet(2)
     await fleet.start()
     try:
-        await until(lambda: len(bridge_ports(fleet, 1)) == 1)
+        await wait_until(lambda: len(bridge_ports(fleet, 1)) == 1, clock=fleet.clock)
         sdn = fleet.platforms[1].sdn
         tap = next(iter(bridge_ports(fleet, 1)))
         sdn.emit(SwitchConnected("ov1", 1))
@@ -218,7 +223,7 @@ async def test_sdn_events_reach_the_overlay_controller_and_the_status() -> None:
         sdn.emit(OnDemandIdle("ov1", nid(5)))
         sdn.emit(OnDemandWanted("other-overlay", nid(6), 2e6))  # not ours: ignored
         controller = MeshController.instances[("ov1", nid(1))]
-        await until(lambda: len(controller.on_demand) == 2)
+        await wait_until(lambda: len(controller.on_demand) == 2, clock=fleet.clock)
         assert controller.on_demand == [("wanted", nid(5)), ("idle", nid(5))]
         status = fleet.nodes[1].status()
         ov = status["overlays"]["ov1"]
@@ -246,7 +251,10 @@ async def test_two_overlays_on_one_account_get_their_own_bridges_handlers_and_ta
     await fleet.start()
     try:
         for bridge in ("evbr-ova", "evbr-ovb"):
-            await until(lambda b=bridge: all(len(bridge_ports(fleet, i, b)) == 1 for i in fleet.nodes))  # type: ignore[misc]
+            await wait_until(
+                lambda b=bridge: all(len(bridge_ports(fleet, i, b)) == 1 for i in fleet.nodes),  # type: ignore[misc]
+                clock=fleet.clock,
+            )
         node = fleet.nodes[1]
         assert len(node.accounts) == 1  # one login serves both overlays
         (port_a,), (port_b,) = bridge_ports(fleet, 1, "evbr-ova"), bridge_ports(fleet, 1, "evbr-ovb")
@@ -265,7 +273,7 @@ async def test_control_api_answers_status_and_goes_away_with_the_node(tmp_path: 
     sock = tmp_path / "control.sock"
     node = Node(plan, FakePlatform(hub, links, controller_factory=MeshController), control_socket=sock)
     run = asyncio.create_task(node.run())
-    await until(lambda: node.ready.is_set())
+    await wait_until(lambda: node.ready.is_set())
     status = await asyncio.to_thread(query, sock, "status")
     assert status["node_id"] == f"{nid(1):032x}"
     assert status["overlays"]["ov1"]["datapath"] == "system"  # the kernel module "is loaded" here
@@ -295,7 +303,7 @@ async def test_a_second_daemon_on_the_same_state_dir_touches_nothing(tmp_path: P
     first_platform = FakePlatform(hub, links, controller_factory=MeshController)
     first = Node(plan, first_platform, control_socket=sock)
     run = asyncio.create_task(first.run())
-    await until(lambda: first.ready.is_set())
+    await wait_until(lambda: first.ready.is_set())
     second_platform = FakePlatform(hub, links, controller_factory=MeshController)
     second_platform.ovsdb = first_platform.ovsdb  # the same OVS
     with pytest.raises(Exception, match="another daemon"):
@@ -314,7 +322,7 @@ async def test_startup_objects_are_frozen_while_the_node_runs_and_released_after
     node = Node(plan, FakePlatform(hub, links, controller_factory=MeshController))
     run = asyncio.create_task(node.run())
     try:
-        await until(lambda: node.ready.is_set())
+        await wait_until(lambda: node.ready.is_set())
         assert gc.get_freeze_count() > 1000  # at least the node's own objects and the modules loaded
     finally:
         node.stop()

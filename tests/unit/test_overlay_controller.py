@@ -1,4 +1,8 @@
-"""The asyncio adapter: its API contract, bad input, failures of the link provider, and the real TunnelManager."""
+"""The asyncio adapter: its API contract, bad input, failures of the link provider, and the real TunnelManager.
+
+Over the fakes everything runs on a `VirtualClock` the test drives; over the
+real TunnelManager (sockets on loopback) on real time.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import asyncio
 import datetime
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 
 import aioice.ice
@@ -21,6 +25,8 @@ from evio.signal.errors import ErrorReason, RequestError
 from evio.testing.fake_links import FakeLinkNetwork, FakeOverlay
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
 from evio.testing.fake_tunnel import FakeTapDevice
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.liveness import LivenessConfig
@@ -37,13 +43,7 @@ FAST = Timings(
 OV = "ov"
 
 
-async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
+DEADLINE = 60.0  # virtual seconds
 
 
 def jid(nid: int) -> str:
@@ -56,14 +56,15 @@ async def clients(hub: FakeSignalHub, ids: list[int], overlays: tuple[str, ...] 
     out = [hub.client(jid(n), {ov: n for ov in overlays}) for n in ids]
     for c in out:
         await c.start()
-    await until(lambda: all(len(c.peers(OV)) == len(ids) - 1 for c in out))
+    clock = hub.clock if isinstance(hub.clock, VirtualClock) else None
+    await wait_until(lambda: all(len(c.peers(OV)) == len(ids) - 1 for c in out), DEADLINE, what="peers", clock=clock)
     return out
 
 
 def controller(client: FakeSignalClient, nid: int, links: LinkProvider, **topology: int) -> OverlayController:
     return OverlayController(
         OV, nid, TopologyConfig(**topology), client, links,  # type: ignore[arg-type]
-        rng=random.Random(nid), clock=asyncio.get_running_loop().time, reevaluate_interval=0.2, timings=FAST,
+        rng=random.Random(nid), clock=client.clock, reevaluate_interval=0.2, timings=FAST,
     )
 
 
@@ -71,25 +72,27 @@ def controller(client: FakeSignalClient, nid: int, links: LinkProvider, **topolo
 
 
 async def test_started_once_and_stop_is_idempotent() -> None:
-    hub = FakeSignalHub()
+    clock = VirtualClock()
+    hub = FakeSignalHub(clock)
     (client,) = await clients(hub, [1])
-    ctl = controller(client, 1, FakeLinkNetwork().endpoint(1))
+    ctl = controller(client, 1, FakeLinkNetwork(clock=clock).endpoint(1))
     await ctl.stop()  # never started: nothing to do
     assert not ctl.running
-    ctl2 = controller(client, 1, FakeLinkNetwork().endpoint(1))
+    ctl2 = controller(client, 1, FakeLinkNetwork(clock=clock).endpoint(1))
     await ctl2.start()
     with pytest.raises(ControllerError):
         await ctl2.start()
-    await ctl2.stop()
-    await ctl2.stop()
+    await clock.run(ctl2.stop())
+    await clock.run(ctl2.stop())
     assert ctl2.pending_tasks() == 0
     await client.stop()
 
 
 async def test_negotiation_after_stop_is_refused_and_bad_bodies_are_counted(caplog: pytest.LogCaptureFixture) -> None:
-    hub = FakeSignalHub()
+    clock = VirtualClock()
+    hub = FakeSignalHub(clock)
     a, b = await clients(hub, [1, 2])
-    network = FakeLinkNetwork()
+    network = FakeLinkNetwork(clock=clock)
     ctl = controller(b, 2, network.endpoint(2), successors=0, long_distance=0)
     await ctl.start()
     with caplog.at_level(logging.WARNING, logger="evio.overlay.controller"):
@@ -104,7 +107,7 @@ async def test_negotiation_after_stop_is_refused_and_bad_bodies_are_counted(capl
     # A good request still works.
     answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False, "epoch": 1}))
     assert answer.accepted
-    await ctl.stop()
+    await clock.run(ctl.stop())
     answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False, "epoch": 1}))
     assert answer.refusal is LinkRefusal.STOPPING
     await a.stop()
@@ -113,9 +116,10 @@ async def test_negotiation_after_stop_is_refused_and_bad_bodies_are_counted(capl
 
 
 async def test_requests_for_another_overlay_are_rejected() -> None:
-    hub = FakeSignalHub()
+    clock = VirtualClock()
+    hub = FakeSignalHub(clock)
     a, b = await clients(hub, [1, 2], overlays=(OV, "other"))
-    ctl = controller(b, 2, FakeLinkNetwork().endpoint(2), successors=0, long_distance=0)
+    ctl = controller(b, 2, FakeLinkNetwork(clock=clock).endpoint(2), successors=0, long_distance=0)
     await ctl.start()
     with pytest.raises(RequestError) as info:
         await a.request("other", 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False, "epoch": 1})
@@ -126,7 +130,8 @@ async def test_requests_for_another_overlay_are_rejected() -> None:
 
 
 async def test_a_failing_subscriber_does_not_stop_the_others() -> None:
-    ov = FakeOverlay(timings=FAST, seed=3)
+    clock = VirtualClock()
+    ov = FakeOverlay(timings=FAST, seed=3, clock=clock)
     try:
         ids = ov.random_ids(3)
         nodes = [await ov.add(nid, TopologyConfig(successors=1)) for nid in ids]
@@ -137,15 +142,15 @@ async def test_a_failing_subscriber_does_not_stop_the_others() -> None:
 
         nodes[0].controller.subscribe(broken)
         sub = nodes[0].controller.subscribe(seen.append)
-        await until(lambda: not ov.missing_successors())
+        await wait_until(lambda: not ov.missing_successors(), DEADLINE, what="ring", clock=clock)
         assert any(isinstance(e, LinkUp) for e in seen)
         sub.cancel()
         count = len(seen)
-        await ov.leave(ids[1])
-        await until(lambda: not ov.missing_successors())
+        await clock.run(ov.leave(ids[1]))
+        await wait_until(lambda: not ov.missing_successors(), DEADLINE, what="ring after a leave", clock=clock)
         assert len(seen) == count  # cancelled: nothing more
     finally:
-        await ov.close()
+        await clock.run(ov.close())
 
 
 class BrokenLinks:
@@ -168,9 +173,10 @@ class BrokenLinks:
 
 @pytest.mark.parametrize("hang", [False, True])
 async def test_provider_failures_are_failures_not_crashes(hang: bool) -> None:
-    hub = FakeSignalHub()
+    clock = VirtualClock()
+    hub = FakeSignalHub(clock)
     a, b = await clients(hub, [1, 2])
-    network = FakeLinkNetwork()
+    network = FakeLinkNetwork(clock=clock)
     broken = BrokenLinks(hang)
     ctl_a = controller(a, 1, broken, successors=1, long_distance=0)
     b_links = network.endpoint(2)
@@ -178,12 +184,12 @@ async def test_provider_failures_are_failures_not_crashes(hang: bool) -> None:
     b_links.on_event = ctl_b.on_tunnel_event
     await ctl_b.start()
     await ctl_a.start()
-    await until(lambda: broken.connects >= 2)
+    await wait_until(lambda: broken.connects >= 2, DEADLINE, what="a second connect", clock=clock)
     assert ctl_a.core.failures["connect failed"] >= 1
     assert broken.disconnects >= 1  # a connect that timed out or failed is cleaned up
     assert ctl_a.running
-    await ctl_a.stop()
-    await ctl_b.stop()
+    await clock.run(ctl_a.stop())
+    await clock.run(ctl_b.stop())
     assert ctl_a.pending_tasks() == 0 and ctl_a.core.tracked_peers() == 0
     await a.stop()
     await b.stop()
@@ -235,7 +241,7 @@ async def test_controllers_drive_real_tunnel_managers(loopback_only: None) -> No
         )
         ctl = OverlayController(
             OV, nid, TopologyConfig(successors=2, long_distance=0), client, manager,
-            rng=random.Random(nid), clock=asyncio.get_running_loop().time, reevaluate_interval=0.5, timings=timings,
+            rng=random.Random(nid), reevaluate_interval=0.5, timings=timings,
         )
         owner.append(ctl)
         manager.start()
@@ -255,16 +261,21 @@ async def test_controllers_drive_real_tunnel_managers(loopback_only: None) -> No
                         return False
             return True
 
-        await until(ring_up, timeout=30.0)
+        def ups(nid: int) -> list[LinkUp]:
+            return [e for e in events[nid] if isinstance(e, LinkUp)]
+
+        # Each end reports its LinkUp when its own side of the tunnel is up: wait for both ends of all.
+        await wait_until(
+            lambda: ring_up() and all(len(ups(nid)) >= 3 for nid in ids), 30.0, what="ring over real tunnels"
+        )
         # n = 4, s = 2: every pair is linked, one tunnel each, with a TAP named after the peer.
         for i, manager in enumerate(managers):
             assert set(manager.tunnels()) == set(ids) - {ids[i]}
         for nid in ids:
-            ups = [e for e in events[nid] if isinstance(e, LinkUp)]
-            assert len(ups) == 3 and all(e.tap == config.tap_name(e.peer) for e in ups)
+            assert len(ups(nid)) == 3 and all(e.tap == config.tap_name(e.peer) for e in ups(nid))
         # One node stops: its peers see exactly one LinkDown each for it, and its TAPs are closed.
         await controllers[0].stop()
-        await until(lambda: all(ids[0] not in m.tunnels() for m in managers[1:]))
+        await wait_until(lambda: all(ids[0] not in m.tunnels() for m in managers[1:]), 20.0, what="tunnels closed")
         for i in (1, 2, 3):
             downs = [e for e in events[ids[i]] if isinstance(e, LinkDown) and e.peer == ids[0]]
             assert len(downs) == 1

@@ -1,9 +1,10 @@
 """16-32 overlay controllers in one process: real signaling logic over FakeSignalHub, fake tunnels.
 
-Each test builds a `FakeOverlay` (evio.testing.fake_links) and waits for
-conditions with a deadline; nothing sleeps for a fixed time. Timings are
-shortened (debounce, periodic evaluation, backoff) so the scenarios take
-seconds, but the code paths are the daemon's.
+Each test builds a `FakeOverlay` (evio.testing.fake_links) on a
+`VirtualClock` and moves its time until a condition holds, with a deadline in
+virtual seconds: nothing waits for real, and every run takes the same path.
+Timings are shortened (debounce, periodic evaluation, backoff) so a scenario
+has fewer events, but the code paths are the daemon's.
 """
 
 from __future__ import annotations
@@ -18,29 +19,35 @@ from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import LinkDown
 from evio.overlay.controller import Timings
 from evio.testing.fake_links import FakeOverlay
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 
 FAST = Timings(
     reevaluate_interval=0.15, membership_debounce=0.05, membership_max_delay=0.3, settle_after_login=0.1,
     request_timeout=2.0, collision_wait=1.0, orphan_grace=1.0, refused_retry=0.2, backoff_base=0.2,
     backoff_cap=2.0, await_tunnel=5.0, connect_timeout=4.0, change_rate=50.0, change_burst=16,
 )
-DEADLINE = 30.0  # generous: the machine is shared; a healthy run takes well under a second per phase
+DEADLINE = 60.0  # virtual seconds; a healthy run needs a few per phase
 
 
-async def until(condition: Callable[[], bool], timeout: float = DEADLINE, what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout} s")
-        await asyncio.sleep(0.005)
+def virtual_overlay(seed: int, fail_delay: float = 0.0) -> FakeOverlay:
+    return FakeOverlay(timings=FAST, seed=seed, fail_delay=fail_delay, clock=VirtualClock())
+
+
+def clock_of(ov: FakeOverlay) -> VirtualClock:
+    assert isinstance(ov.clock, VirtualClock)
+    return ov.clock
+
+
+async def until(ov: FakeOverlay, condition: Callable[[], bool], what: str = "condition") -> None:
+    await wait_until(condition, DEADLINE, what=what, clock=clock_of(ov))
 
 
 async def evaluations_pass(ov: FakeOverlay, count: int = 3) -> None:
     """Wait until every controller has woken up `count` more times (evaluated, or paused)."""
     start = {nid: node.controller.core.ticks for nid, node in ov.nodes.items()}
     await until(
-        lambda: all(node.controller.core.ticks >= start[nid] + count for nid, node in ov.nodes.items()),
+        ov, lambda: all(node.controller.core.ticks >= start[nid] + count for nid, node in ov.nodes.items()),
         what=f"{count} more evaluations everywhere",
     )
 
@@ -51,7 +58,7 @@ def tunnel_counts(ov: FakeOverlay) -> tuple[int, int]:
 
 async def settled(ov: FakeOverlay) -> None:
     """Converged, and a whole round of evaluations changed no tunnel."""
-    await until(lambda: not ov.missing_successors(), what="Symphony ring")
+    await until(ov, lambda: not ov.missing_successors(), what="Symphony ring")
     while True:
         before = tunnel_counts(ov)
         await evaluations_pass(ov)
@@ -61,11 +68,11 @@ async def settled(ov: FakeOverlay) -> None:
 
 @pytest.fixture
 async def overlay() -> AsyncIterator[FakeOverlay]:
-    ov = FakeOverlay(timings=FAST, seed=11)
+    ov = virtual_overlay(seed=11)
     try:
         yield ov
     finally:
-        await ov.close()
+        await clock_of(ov).run(ov.close())
         # Nothing of any controller is left: no tunnel, no task.
         assert ov.network.open_tunnels() == 0
         for node in [*ov.nodes.values(), *ov.gone]:
@@ -159,13 +166,13 @@ async def test_repairs_after_a_node_leaves_or_crashes(overlay: FakeOverlay, succ
     predecessor = overlay.ring()[2]
     for node in overlay.nodes.values():
         node.controller.subscribe(lambda event: watch())
-    await overlay.leave(leaving)
-    await until(lambda: not overlay.missing_successors(), what="repair after leave")
+    await clock_of(overlay).run(overlay.leave(leaving))
+    await until(overlay, lambda: not overlay.missing_successors(), what="repair after leave")
     assert frozenset((predecessor, overlay.successors_of(predecessor, 1)[0])) in overlay.network.up_pairs()
     # A crash: no release, tunnels die, presence goes.
     crashed = overlay.ring()[7]
-    await overlay.kill(crashed)
-    await until(lambda: not overlay.missing_successors(), what="repair after crash")
+    await clock_of(overlay).run(overlay.kill(crashed))
+    await until(overlay, lambda: not overlay.missing_successors(), what="repair after crash")
     assert overlay.connected()
     if successors == 2:
         assert partitions == []
@@ -179,20 +186,18 @@ async def test_joins_never_leave_a_node_below_s_successors(overlay: FakeOverlay)
     await asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=s)) for nid in ids[:16]))
     await settled(overlay)
     below: list[int] = []
-    watching = True
 
-    async def monitor() -> None:
-        while watching:
-            below.extend(nid for nid in ids[:16] if overlay.nodes[nid].controller.core.view().successors_up() < s)
-            await asyncio.sleep(0)
+    def monitor() -> None:  # after every turn of the event loop
+        below.extend(nid for nid in ids[:16] if overlay.nodes[nid].controller.core.view().successors_up() < s)
 
-    task = asyncio.create_task(monitor())
+    unwatch = clock_of(overlay).watch(monitor)
     try:
-        await asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=s)) for nid in ids[16:]))
+        await clock_of(overlay).run(
+            asyncio.gather(*(overlay.add(nid, TopologyConfig(successors=s)) for nid in ids[16:]))
+        )
         await settled(overlay)
     finally:
-        watching = False
-        await task
+        unwatch()
     assert below == []
     assert_exact_events(overlay)
 
@@ -204,12 +209,12 @@ async def test_tunnels_stay_up_while_signaling_is_down(overlay: FakeOverlay) -> 
     up = overlay.network.up_pairs()
     downs_before = sum(isinstance(e, LinkDown) for n in overlay.nodes.values() for e in n.events)
     overlay.hub.stop_server()
-    await until(lambda: all(not n.controller.core.connected for n in overlay.nodes.values()))
+    await until(overlay, lambda: all(not n.controller.core.connected for n in overlay.nodes.values()))
     assert all(n.controller.core.members == frozenset() for n in overlay.nodes.values())
     await evaluations_pass(overlay, 3)  # every controller woke up several times meanwhile
     assert overlay.network.up_pairs() == up
     overlay.hub.start_server()
-    await until(lambda: all(len(n.client.peers(overlay.overlay)) == 15 for n in overlay.nodes.values()))
+    await until(overlay, lambda: all(len(n.client.peers(overlay.overlay)) == 15 for n in overlay.nodes.values()))
     await settled(overlay)
     assert overlay.network.up_pairs() == up
     assert overlay.network.teardowns == 0
@@ -219,7 +224,7 @@ async def test_tunnels_stay_up_while_signaling_is_down(overlay: FakeOverlay) -> 
 async def test_two_nodes_starting_together_make_one_tunnel(overlay: FakeOverlay) -> None:
     ids = overlay.random_ids(2)
     nodes = [await overlay.add(nid, TopologyConfig(successors=1), start_controller=False) for nid in ids]
-    await until(lambda: all(len(n.client.peers(overlay.overlay)) == 1 for n in nodes))
+    await until(overlay, lambda: all(len(n.client.peers(overlay.overlay)) == 1 for n in nodes))
     for node in nodes:  # the same loop turn: their first evaluations coincide
         await node.controller.start()
     await settled(overlay)
@@ -239,10 +244,10 @@ async def test_a_node_restarted_with_its_id_gets_its_links_back_without_waiting_
     restarted = overlay.ring()[2]
     successors = overlay.successors_of(restarted, 2)
     # The old run's peers would notice only after 120 s: nothing below may wait for that.
-    await overlay.restart(restarted, dead_after=120.0)
+    await clock_of(overlay).run(overlay.restart(restarted, dead_after=120.0))
     assert {frozenset((restarted, p)) for p in successors} <= overlay.network.stale_tunnels()
     # Its successors take its new requests over the stale links at once (not "already linked" until liveness).
-    await until(lambda: overlay.successors_up(restarted) == 2, what="the restarted node's successor links")
+    await until(overlay, lambda: overlay.successors_up(restarted) == 2, what="the restarted node's successor links")
     assert not {frozenset((restarted, p)) for p in successors} & overlay.network.stale_tunnels()
     # Its predecessors' links it does not ask for: they go when liveness gives up, and are asked for again.
     overlay.network.expire_stale()
@@ -251,7 +256,8 @@ async def test_a_node_restarted_with_its_id_gets_its_links_back_without_waiting_
 
 
 async def test_a_failing_peer_is_backed_off_bypassed_and_retried() -> None:
-    ov = FakeOverlay(timings=FAST, seed=5, fail_delay=0.01)
+    ov = virtual_overlay(seed=5, fail_delay=0.01)
+    clock = clock_of(ov)
     try:
         ids = ov.random_ids(8)
         ring = sorted(ids)
@@ -259,20 +265,23 @@ async def test_a_failing_peer_is_backed_off_bypassed_and_retried() -> None:
         ov.network.block(a, b)
         await asyncio.gather(*(ov.add(nid, TopologyConfig(successors=1, long_distance=0)) for nid in ids))
         # a cannot reach its successor b: it links to c meanwhile, so the ring is not cut.
-        await until(lambda: frozenset((a, c)) in ov.network.up_pairs(), what="bypass of the failing successor")
+        await until(ov, lambda: frozenset((a, c)) in ov.network.up_pairs(), what="bypass of the failing successor")
         start = ov.nodes[a].links.connects
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        await until(lambda: ov.nodes[a].links.connects >= start + 3, what="retries")
+        t0 = clock.now()
+        await until(ov, lambda: ov.nodes[a].links.connects >= start + 3, what="retries")
         # Exponential: three more attempts took at least 0.1 + 0.2 + 0.4 s (half of each nominal delay).
-        assert loop.time() - t0 >= 0.6
+        assert clock.now() - t0 >= 0.6
         assert ov.network.up_pairs() >= {frozenset((a, c))}
         ov.network.unblock(a, b)
-        await until(lambda: not ov.missing_successors(), what="link to b after the fault clears")
-        await until(lambda: frozenset((a, c)) not in ov.network.up_pairs() or ov.nodes[a].controller.core.view().outgoing.get(c) is None)
-        assert ov.nodes[a].controller.core.backed_off(loop.time()) == set()
+        await until(ov, lambda: not ov.missing_successors(), what="link to b after the fault clears")
+        await until(
+            ov,
+            lambda: frozenset((a, c)) not in ov.network.up_pairs()
+            or ov.nodes[a].controller.core.view().outgoing.get(c) is None,
+        )
+        assert ov.nodes[a].controller.core.backed_off(clock.now()) == set()
     finally:
-        await ov.close()
+        await clock.run(ov.close())
     assert ov.network.open_tunnels() == 0
 
 
@@ -285,14 +294,14 @@ async def test_on_demand_requests_honoured_within_max_links(overlay: FakeOverlay
     targets = [ids[5], ids[8], ids[11]]
     for peer in targets:
         me.controller.request_on_demand(peer)
-    await until(lambda: sum(frozenset((ids[0], p)) in overlay.network.up_pairs() for p in targets) == 2)
+    await until(overlay, lambda: sum(frozenset((ids[0], p)) in overlay.network.up_pairs() for p in targets) == 2)
     await evaluations_pass(overlay, 3)
     on_demand = [p for p, i in me.controller.adjacency().items() if i.link_type is LinkType.ON_DEMAND]
     assert sorted(on_demand) == sorted(targets[:2])  # the oldest wishes first, never a third
     # The SDN side finds one idle: it goes, and the waiting wish takes its slot.
     me.controller.release_on_demand(targets[0])
-    await until(lambda: frozenset((ids[0], targets[0])) not in overlay.network.up_pairs())
-    await until(lambda: frozenset((ids[0], targets[2])) in overlay.network.up_pairs())
+    await until(overlay, lambda: frozenset((ids[0], targets[0])) not in overlay.network.up_pairs())
+    await until(overlay, lambda: frozenset((ids[0], targets[2])) in overlay.network.up_pairs())
     assert_exact_events(overlay)
 
 
@@ -319,10 +328,11 @@ async def removal_setup(overlay: FakeOverlay) -> tuple[list[int], int]:
 
 async def closed_within(overlay: FakeOverlay, victim: int, linked: set[int], seconds: float) -> float:
     """Seconds until none of `linked` has a tunnel to `victim` (the victim itself keeps trying: it is hostile)."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    await until(lambda: not (tunnels_to(overlay, victim) & linked), timeout=seconds, what="tunnels to the removed member closed")
-    return loop.time() - start
+    clock = clock_of(overlay)
+    start = clock.now()
+    await wait_until(lambda: not (tunnels_to(overlay, victim) & linked), seconds,
+                     what="tunnels to the removed member closed", clock=clock)
+    return clock.now() - start
 
 
 @pytest.mark.parametrize("case", ["deleted", "kicked"])
@@ -358,8 +368,8 @@ async def test_a_member_that_merely_reconnects_keeps_its_links(overlay: FakeOver
     ids, victim = await removal_setup(overlay)
     up = overlay.network.up_pairs()
     overlay.hub.kick(overlay.nodes[victim].client.full_jid, relogin=False)
-    await until(lambda: any(n.client.membership_checks for n in overlay.nodes.values()), what="a membership check")
+    await until(overlay, lambda: any(n.client.membership_checks for n in overlay.nodes.values()), what="a membership check")
     overlay.hub.relogin(overlay.nodes[victim].client.full_jid)
-    await until(lambda: all(len(n.client.peers(overlay.overlay)) == 7 for n in overlay.nodes.values()))
+    await until(overlay, lambda: all(len(n.client.peers(overlay.overlay)) == 7 for n in overlay.nodes.values()))
     await settled(overlay)
     assert overlay.network.up_pairs() == up and overlay.network.teardowns == 0

@@ -14,7 +14,9 @@ from evio.sdn.broadcast_log import BroadcastLog, BroadcastReceived, frame_digest
 from evio.sdn.ofapp import EventTick
 from evio.sdn.overlay_switch import OverlaySwitch
 from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
-from evio.testing.node_fleet import Fleet, nid, until
+from evio.testing.node_fleet import Fleet, nid
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 
 
 def test_the_log_counts_per_root_and_keeps_the_latest_frames_by_digest() -> None:
@@ -91,7 +93,7 @@ def test_the_app_emits_broadcast_counts_at_its_next_tick_and_they_have_a_json_fo
 
 
 async def test_the_daemon_status_shows_the_latest_broadcast_counts() -> None:
-    fleet = Fleet(1)
+    fleet = Fleet(1, clock=VirtualClock())
     await fleet.start()
     try:
         node = fleet.nodes[1]
@@ -99,7 +101,8 @@ async def test_the_daemon_status_shows_the_latest_broadcast_counts() -> None:
             "received": 0, "own_returned": 0, "by_root": {}, "recent": []}
         seen = BroadcastReceived(1, nid(2), "00" * 8, 0x0806, nid(3), 2)
         fleet.platforms[1].sdn.emit(BroadcastCounts("ov1", 1, 0, {nid(2): 1}, (seen,)))
-        await until(lambda: node.status()["overlays"]["ov1"]["broadcasts"]["received"] == 1)
+        counts = node.status
+        await wait_until(lambda: counts()["overlays"]["ov1"]["broadcasts"]["received"] == 1, clock=fleet.clock)
         broadcasts = node.status()["overlays"]["ov1"]["broadcasts"]
         assert broadcasts["by_root"] == {f"{nid(2):032x}": 1}
         assert broadcasts["recent"] == [{"seq": 1, "root": f"{nid(2):032x}", "frame": "00" * 8, "ethertype": 0x0806,

@@ -10,6 +10,8 @@ import pytest
 
 from evio.sdn.address_announcer import AddressEvent, AnnouncedAddresses, GarpAnnouncer
 from evio.sdn.garp import ArpOp, gratuitous_arp, parse_arp
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 
 MAC = "02:11:22:33:44:55"
 IP = ipaddress.IPv4Address("10.10.0.7")
@@ -84,31 +86,24 @@ class FakeSender:
         self.arrived.set()
 
 
-async def wait_until(condition: object, timeout: float = 5.0) -> None:
-    async def poll() -> None:
-        while not condition():  # type: ignore[operator]
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), timeout)
-
-
 async def test_announcer_announces_at_start_and_on_every_new_address_repeating_each() -> None:
     other = ipaddress.IPv4Address("10.10.0.9")
     source = FakeAddresses([AddressEvent("evobr", IP, True), AddressEvent("eth0", other, True)])
     sender = FakeSender({"evobr": MAC})
-    announcer = GarpAnnouncer({"evobr"}, source=source, sender=sender, repeats=2, repeat_interval=0.05)
+    clock = VirtualClock()
+    announcer = GarpAnnouncer({"evobr"}, source=source, sender=sender, repeats=2, repeat_interval=0.05, clock=clock)
     task = asyncio.create_task(announcer.run())
     try:
-        await wait_until(lambda: len(sender.sent) == 4)  # two rounds of request + reply
+        await wait_until(lambda: len(sender.sent) == 4, clock=clock)  # two rounds of request + reply
         packets = [parse_arp(frame) for _, frame in sender.sent]
         assert all(p is not None and p.sender_ip == IP and p.sender_mac == MAC for p in packets)
         assert [p.op for p in packets if p] == [ArpOp.REQUEST, ArpOp.REPLY] * 2
 
         source.queue.put_nowait(AddressEvent("evobr", other, True))  # the address moved here
-        await wait_until(lambda: len(sender.sent) >= 5)
+        await wait_until(lambda: len(sender.sent) >= 5, clock=clock)
         first = parse_arp(sender.sent[4][1])
         assert first is not None and first.sender_ip == other and first.is_gratuitous
-        await wait_until(lambda: len(sender.sent) == 8)
+        await wait_until(lambda: len(sender.sent) == 8, clock=clock)
         assert all(name == "evobr" for name, _ in sender.sent)
     finally:
         task.cancel()
@@ -119,15 +114,18 @@ async def test_announcer_announces_at_start_and_on_every_new_address_repeating_e
 async def test_removed_address_stops_its_repeats_and_send_errors_are_counted_not_raised() -> None:
     source = FakeAddresses([])
     sender = FakeSender({"evobr": MAC})
-    announcer = GarpAnnouncer({"evobr", "evogone"}, source=source, sender=sender, repeats=5, repeat_interval=0.05)
+    clock = VirtualClock()
+    announcer = GarpAnnouncer(
+        {"evobr", "evogone"}, source=source, sender=sender, repeats=5, repeat_interval=0.05, clock=clock
+    )
     task = asyncio.create_task(announcer.run())
     try:
         source.queue.put_nowait(AddressEvent("evobr", IP, True))
-        await wait_until(lambda: len(sender.sent) == 2)
+        await wait_until(lambda: len(sender.sent) == 2, clock=clock)
         source.queue.put_nowait(AddressEvent("evobr", IP, False))
         source.queue.put_nowait(AddressEvent("evogone", IP, True))  # no such interface
-        await wait_until(lambda: announcer.send_errors >= 1)
-        await asyncio.sleep(0.2)  # four repeat intervals: none may come now
+        await wait_until(lambda: announcer.send_errors >= 1, clock=clock)
+        await clock.advance(0.2)  # four repeat intervals: none may come now
         assert len(sender.sent) == 2
         assert not task.done()
     finally:

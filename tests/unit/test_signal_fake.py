@@ -1,4 +1,4 @@
-"""The in-memory signaling hub, running the real endpoint logic (no server, no network)."""
+"""The in-memory signaling hub, running the real endpoint logic (no server, no network), on a VirtualClock."""
 
 from __future__ import annotations
 
@@ -14,16 +14,23 @@ from evio.signal.errors import ErrorReason, HandlerBadRequest, HandlerRejected, 
 from evio.signal.events import Connected, Disconnected, PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.protocol import Body
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 
 D = "x.test"
 
 
-async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.001)
+def virtual_hub() -> FakeSignalHub:
+    return FakeSignalHub(VirtualClock())
+
+
+def clock_of(hub: FakeSignalHub) -> VirtualClock:
+    assert isinstance(hub.clock, VirtualClock)
+    return hub.clock
+
+
+async def until(hub: FakeSignalHub, cond: Callable[[], bool], what: str = "condition") -> None:
+    await wait_until(cond, 5.0, what=what, clock=clock_of(hub))
 
 
 async def overlay(hub: FakeSignalHub, n: int, limits: EndpointLimits | None = None) -> list[FakeSignalClient]:
@@ -32,12 +39,12 @@ async def overlay(hub: FakeSignalHub, n: int, limits: EndpointLimits | None = No
     clients = [hub.client(name, {"ov1": i}, limits=limits) for i, name in enumerate(names, start=1)]
     for c in clients:
         await c.start()
-    await until(lambda: all(len(c.peers("ov1")) == n - 1 for c in clients))
+    await until(hub, lambda: all(len(c.peers("ov1")) == n - 1 for c in clients))
     return clients
 
 
 async def test_discovery_and_non_members_unseen() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     hub.set_group("ov1", [f"n{i}@{D}" for i in range(1, 6)])
     added: list[PeerAdded] = []
     clients = [hub.client(f"n{i}@{D}", {"ov1": i}) for i in range(1, 6)]
@@ -45,7 +52,7 @@ async def test_discovery_and_non_members_unseen() -> None:
     outsider = hub.client(f"evil@{D}", {"ov1": 99})
     for c in [*clients, outsider]:
         await c.start()
-    await until(lambda: all(len(c.peers("ov1")) == 4 for c in clients))
+    await until(hub, lambda: all(len(c.peers("ov1")) == 4 for c in clients))
     assert set(clients[0].peers("ov1")) == {2, 3, 4, 5}
     assert sorted(e.node_id for e in added) == [2, 3, 4, 5]
     assert outsider.peers("ov1") == {}
@@ -53,7 +60,7 @@ async def test_discovery_and_non_members_unseen() -> None:
 
 
 async def test_round_trip_and_typed_errors() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b = await overlay(hub, 2, EndpointLimits(handler_timeout=0.2))
     calls: list[tuple[str, int, Body]] = []
 
@@ -71,7 +78,7 @@ async def test_round_trip_and_typed_errors() -> None:
         raise KeyError("bug")
 
     async def slow(ov: str, peer: int, body: Body) -> Body:
-        await asyncio.sleep(10)
+        await clock_of(hub).sleep(10)
         return {}
 
     async def unsendable(ov: str, peer: int, body: Body) -> Body:
@@ -86,7 +93,7 @@ async def test_round_trip_and_typed_errors() -> None:
                            ("bad", ErrorReason.BAD_REQUEST), ("crash", ErrorReason.INTERNAL),
                            ("slow", ErrorReason.TIMEOUT), ("unsendable", ErrorReason.INTERNAL)]:
         with pytest.raises(RequestError) as info:
-            await a.request("ov1", 2, action, {}, timeout=2.0)
+            await clock_of(hub).run(a.request("ov1", 2, action, {}, timeout=2.0))
         assert info.value.reason is reason, action
     assert a.drops.total == 0 and b.drops.total == 0
     with pytest.raises(ValueError):
@@ -96,16 +103,16 @@ async def test_round_trip_and_typed_errors() -> None:
 
 
 async def test_local_errors() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b = await overlay(hub, 2)
 
     async def hang(ov: str, peer: int, body: Body) -> Body:
-        await asyncio.sleep(10)
+        await clock_of(hub).sleep(10)
         return {}
 
     b.register_handler("hang", hang)
     with pytest.raises(RequestError) as info:
-        await a.request("ov1", 2, "hang", {}, timeout=0.05)
+        await clock_of(hub).run(a.request("ov1", 2, "hang", {}, timeout=0.05))
     assert info.value.reason is ErrorReason.NO_RESPONSE
     with pytest.raises(RequestError) as info:
         await a.request("ov1", 77, "hang", {})
@@ -120,27 +127,27 @@ async def test_local_errors() -> None:
 
 
 async def test_peer_leaving_fails_its_requests_and_is_removed() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b = await overlay(hub, 2)
     removed: list[PeerRemoved] = []
     a.subscribe(PeerRemoved, removed.append)
 
     async def hang(ov: str, peer: int, body: Body) -> Body:
-        await asyncio.sleep(10)
+        await clock_of(hub).sleep(10)
         return {}
 
     b.register_handler("hang", hang)
     pending = asyncio.create_task(a.request("ov1", 2, "hang", {}, timeout=30))
-    await until(lambda: hub.delivered >= 1)
+    await until(hub, lambda: hub.delivered >= 1)
     await b.stop()
     with pytest.raises(RequestError) as info:
-        await pending
+        await clock_of(hub).run(pending)
     assert info.value.reason is ErrorReason.UNREACHABLE
     assert removed == [PeerRemoved("ov1", 2, b.full_jid, RemovalCause.LEFT)]
 
 
 async def test_bounce_when_session_vanished_silently() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b = await overlay(hub, 2)
     del hub._online[b.full_jid]  # gone without an unavailable presence reaching anyone
     with pytest.raises(RequestError) as info:
@@ -150,7 +157,7 @@ async def test_bounce_when_session_vanished_silently() -> None:
 
 
 async def test_refused_input_is_counted_and_receiver_keeps_working() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b, c = await overlay(hub, 3)
     hub.set_group("other", [f"n1@{D}", f"evil@{D}"])  # a contact, but not in ov1
     calls: list[int] = []
@@ -177,7 +184,7 @@ async def test_refused_input_is_counted_and_receiver_keeps_working() -> None:
     hub.inject(f"n1@{D}/other-session", b.full_jid, req())  # member account, unannounced session
     hub.inject(a.full_jid, b.full_jid, json.dumps({"v": 1, "kind": "response", "overlay": "ov1", "src": ha,
                                                    "dst": hb, "txid": "t9", "body": {}}))  # nothing asked
-    await until(lambda: b.drops.total == 8)
+    await until(hub, lambda: b.drops.total == 8)
     assert calls == []
     expected = {DropReason.NOT_MEMBER: 1, DropReason.MALFORMED: 1, DropReason.OVERSIZED: 1,
                 DropReason.FOREIGN_OVERLAY: 1, DropReason.WRONG_NODE: 2, DropReason.UNKNOWN_PEER: 1,
@@ -188,7 +195,7 @@ async def test_refused_input_is_counted_and_receiver_keeps_working() -> None:
 
 
 async def test_overload_is_dropped() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b = await overlay(hub, 2, EndpointLimits(max_inflight_handlers=2))
     release = asyncio.Event()
 
@@ -198,9 +205,9 @@ async def test_overload_is_dropped() -> None:
 
     b.register_handler("wait", wait)
     tasks = [asyncio.create_task(a.request("ov1", 2, "wait", {}, timeout=0.5)) for _ in range(3)]
-    await until(lambda: b.drops.count(DropReason.OVERLOADED) == 1)
+    await until(hub, lambda: b.drops.count(DropReason.OVERLOADED) == 1)
     release.set()
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+    results = await clock_of(hub).run(asyncio.gather(*tasks, return_exceptions=True))
     assert sum(1 for r in results if r == {}) == 2
     await a.stop()
     await b.stop()
@@ -208,8 +215,14 @@ async def test_overload_is_dropped() -> None:
 
 async def test_one_peer_cannot_fill_the_shared_handler_limit() -> None:
     """Issue 9: a flood from one peer used to take every in-flight slot, and other peers were dropped."""
-    hub = FakeSignalHub()
-    a, b, c = await overlay(hub, 3, EndpointLimits(max_inflight_handlers=16, max_inflight_per_peer=4))
+    hub = FakeSignalHub()  # real time: the handlers wait on an event, not on the clock
+    names = [f"n{i}@{D}" for i in range(1, 4)]
+    hub.set_group("ov1", names)
+    limits = EndpointLimits(max_inflight_handlers=16, max_inflight_per_peer=4)
+    a, b, c = [hub.client(name, {"ov1": i}, limits=limits) for i, name in enumerate(names, start=1)]
+    for client in (a, b, c):
+        await client.start()
+    await wait_until(lambda: all(len(x.peers("ov1")) == 2 for x in (a, b, c)))
     release = asyncio.Event()
 
     async def wait(ov: str, peer: int, body: Body) -> Body:
@@ -218,7 +231,7 @@ async def test_one_peer_cannot_fill_the_shared_handler_limit() -> None:
 
     b.register_handler("wait", wait)
     flood = [asyncio.create_task(a.request("ov1", 2, "wait", {}, timeout=2.0)) for _ in range(40)]
-    await until(lambda: b.drops.count(DropReason.PEER_OVERLOADED) == 36)
+    await wait_until(lambda: b.drops.count(DropReason.PEER_OVERLOADED) == 36)
     assert b.drops.count(DropReason.OVERLOADED) == 0
     fair = asyncio.create_task(c.request("ov1", 2, "wait", {}, timeout=2.0))
     await asyncio.sleep(0.05)
@@ -231,7 +244,7 @@ async def test_one_peer_cannot_fill_the_shared_handler_limit() -> None:
 
 
 async def test_server_restart_everyone_rejoins_and_rediscovers() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     clients = await overlay(hub, 4)
     log: list[object] = []
     clients[0].subscribe(Connected, log.append)
@@ -246,13 +259,13 @@ async def test_server_restart_everyone_rejoins_and_rediscovers() -> None:
         await clients[0].request("ov1", 2, "x", {})
     assert info.value.reason is ErrorReason.NOT_CONNECTED
     hub.start_server()
-    await until(lambda: all(len(c.peers("ov1")) == 3 for c in clients))
+    await until(hub, lambda: all(len(c.peers("ov1")) == 3 for c in clients))
     assert all(c.sessions == 2 for c in clients)
     assert any(isinstance(e, Connected) for e in log)
 
 
 async def test_membership_revoked_by_server() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b, c = await overlay(hub, 3)
     removed: list[PeerRemoved] = []
     a.subscribe(PeerRemoved, removed.append)
@@ -263,14 +276,14 @@ async def test_membership_revoked_by_server() -> None:
 
 async def test_a_member_removed_while_we_were_offline_is_revoked_at_login() -> None:
     """Issue 9: the roster read at login is reconciled with every node id seen before, present or not."""
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b, c = await overlay(hub, 3)
     removed: list[PeerRemoved] = []
     a.subscribe(PeerRemoved, removed.append)
     hub.kick(a.full_jid, relogin=False)
     hub.set_group("ov1", [f"n1@{D}", f"n2@{D}"], push=False)  # as prosody's mod_groups: no push
     hub.relogin(a.full_jid)
-    await until(lambda: 2 in a.peers("ov1"))
+    await until(hub, lambda: 2 in a.peers("ov1"))
     revoked = [e for e in removed if e.cause is RemovalCause.MEMBERSHIP_REVOKED]
     assert [(e.overlay, e.node_id) for e in revoked] == [("ov1", 3)]
     assert 3 not in a.peers("ov1")
@@ -279,13 +292,13 @@ async def test_a_member_removed_while_we_were_offline_is_revoked_at_login() -> N
 
 
 async def test_check_membership_reads_the_group_again() -> None:
-    hub = FakeSignalHub()
+    hub = virtual_hub()
     a, b, c = await overlay(hub, 3)
     removed: list[PeerRemoved] = []
     a.subscribe(PeerRemoved, removed.append)
     hub.set_group("ov1", [f"n1@{D}", f"n2@{D}"], push=False)
     hub.kick(c.full_jid)  # a sees only "unavailable"
-    await until(lambda: 3 not in a.peers("ov1"))
+    await until(hub, lambda: 3 not in a.peers("ov1"))
     assert [e.cause for e in removed] == [RemovalCause.LEFT]
     a.check_membership()
     assert [e.cause for e in removed] == [RemovalCause.LEFT, RemovalCause.MEMBERSHIP_REVOKED]

@@ -15,7 +15,8 @@ from evio.node.control import ControlError
 from evio.node.control_client import find_peer
 from evio.node.node import Node
 from evio.node.plan import plan_node
-from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid, until
+from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid
+from evio.testing.waiting import wait_until as until
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import pytest
 
 from evio.config.model import Cipher
-from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay, wait_until
+from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
+from evio.testing.waiting import wait_until
 from evio.tunnel.datapath import DropReason
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.keys import EXPORTER_LEN, RekeyPolicy, make_aead, split_exporter

@@ -16,8 +16,9 @@ import aioice.ice
 import pytest
 
 from evio.config.model import Cipher
-from evio.testing.fake_tunnel import FakeTap, FakeTapDevice, wait_until
+from evio.testing.fake_tunnel import FakeTap, FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
+from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings, tap_name
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import SetupError, TunnelError
