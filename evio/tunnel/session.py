@@ -185,6 +185,12 @@ class Tunnel:
     def stats(self) -> DatapathStats:
         return self._datapath.stats()
 
+    def inbound_rejects(self) -> dict[str, int]:
+        """Datagrams ICE's receive gates turned away (not from the peer, or failed), by reason."""
+        if self._ice is None:
+            return {}
+        return {reason.value: n for reason, n in self._ice.rejected().items()}
+
     async def wait_up(self) -> TunnelInfo:
         """Wait until the link is up; raises SetupError if it never comes up."""
         return await asyncio.shield(self._up)
