@@ -77,7 +77,11 @@ class TunnelOffer:
         ciphers_raw = fields["ciphers"]
         if not isinstance(ciphers_raw, list) or not 1 <= len(ciphers_raw) <= len(Cipher):
             raise OfferError("ciphers", "expected a non-empty list")
-        ciphers = tuple(Cipher(c) for c in ciphers_raw if c in {x.value for x in Cipher})
+        known = {x.value for x in Cipher}
+        # Unknown names are skipped (a newer peer may offer more); non-strings are malformed.
+        if not all(isinstance(c, str) for c in ciphers_raw):
+            raise OfferError("ciphers", "expected a list of cipher names")
+        ciphers = tuple(Cipher(c) for c in ciphers_raw if c in known)
         return cls(*_common_fields(fields), ciphers=ciphers)
 
 
