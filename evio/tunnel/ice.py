@@ -168,6 +168,20 @@ class InboundGate:
 
         setattr(protocol, "datagram_received", datagram_received)
         setattr(protocol, "_evio_gate", self)
+        # A relayed candidate's socket belongs to aioice's TURN client protocol, which parses
+        # what the TURN server sends before anything reaches ``protocol``: contain it too.
+        inner = getattr(protocol.transport, "_TurnTransport__inner_protocol", None) if hasattr(protocol, "transport") else None
+        if inner is not None and getattr(inner, "_evio_gate", None) is not self:
+            turn_receive = inner.datagram_received
+
+            def turn_datagram_received(data: bytes | str, addr: tuple[Any, ...]) -> None:
+                try:
+                    turn_receive(data, addr)
+                except Exception:  # noqa: BLE001 - as in ``receive``
+                    self._reject(InboundReject.RECEIVER_FAILED, addr, exc_info=True)
+
+            setattr(inner, "datagram_received", turn_datagram_received)
+            setattr(inner, "_evio_gate", self)
 
     def allows(self, addr: tuple[Any, ...]) -> bool:
         source = (addr[0], addr[1])
