@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evio.testing.fuzz import TARGETS, Result, fuzz_targets, quiet_logging, run_target  # noqa: E402
+from evio.testing.fuzz import TARGETS, Result, fuzz_targets, quiet_logging, run_target
 
 
 def table(results: list[Result], reasons_shown: int) -> str:

@@ -594,7 +594,7 @@ def _offer_target(stack: ExitStack) -> Target:
     from evio.tunnel.keys import Cipher
     from evio.tunnel.signaling import IceParameters, TunnelAnswer, TunnelOffer
 
-    cert = TunnelCertificate.generate("fuzz", datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+    cert = TunnelCertificate.generate("fuzz", datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
     ice = IceParameters("abcd", "p" * 24, ("candidate:1 1 udp 2130706431 10.0.0.1 40000 typ host",
                                            "candidate:2 1 udp 1694498815 198.51.100.7 40001 typ srflx raddr 10.0.0.1 rport 40000"))
     offer = TunnelOffer("tunnel-0001", 0xAB, cert.fingerprint, ice, None, (Cipher.AES_256_GCM, Cipher.CHACHA20_POLY1305))
@@ -625,7 +625,7 @@ def _negotiation_target(stack: ExitStack) -> Target:
     docs: list[Any] = [
         n.encode_link_request(n.LinkRequest(first, existing=True, epoch=7)),
         n.encode_link_answer(n.LinkAnswer(True, held_as=first, epoch=9)),
-        n.encode_link_answer(n.LinkAnswer(False, refusal=next(iter(n.Refusal)))),
+        n.encode_link_answer(n.LinkAnswer(False, refusal=next(iter(n.LinkRefusal)))),
         n.encode_release_request(n.ReleaseRequest(first)),
         n.encode_release_answer(n.ReleaseAnswer(None)),
     ]

@@ -8,7 +8,7 @@ gathered before the offer/answer exchange:
 
 aioice uses aggressive nomination: the controlling agent keeps the first pair
 that works, which is often the relay because the first direct probe is
-dropped by the remote NAT (lab-recipes 4.4). Keeping the two apart makes the
+dropped by the remote NAT before its own outbound probe opens the mapping. Keeping the two apart makes the
 choice ours. The controlling side (higher node id) tries ``direct`` for
 ``direct_timeout`` seconds and only then ``relay``. The controlled side runs
 both and follows: it takes whichever connection first both completes and
@@ -52,6 +52,7 @@ import aioice
 import aioice.stun
 from aioice import Candidate, Connection, TransportPolicy
 
+from evio.config.model import NatTraversalConfig, TurnServer
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.signaling import IceParameters
 from evio.tunnel.stun_guard import MalformedStun, StunReject, parse_stun
@@ -75,14 +76,14 @@ class PathKind(enum.Enum):
 
 
 @dataclass(frozen=True)
-class TurnServer:
+class TurnRelay:
     host: str
     port: int
     username: str | None = None
     password: str | None = None
     secret: str | None = None
     """REST API shared secret: time-limited credentials are derived from it."""
-    credential_ttl: float = 86400.0
+    credential_ttl: float = TurnServer.ttl
 
     def credentials(self, user: str, now: float) -> TurnCredentials:
         if self.secret is not None:
@@ -95,9 +96,9 @@ class TurnServer:
 @dataclass(frozen=True)
 class IceConfig:
     stun: tuple[tuple[str, int], ...] = ()
-    turn: tuple[TurnServer, ...] = ()
+    turn: tuple[TurnRelay, ...] = ()
     relay: RelayPolicy = RelayPolicy.FALLBACK
-    direct_timeout: float = 1.0
+    direct_timeout: float = NatTraversalConfig.direct_timeout
     relay_timeout: float = 1.2
     stun_rto: float = 0.1
     use_ipv6: bool = False
@@ -166,8 +167,8 @@ class InboundGate:
         def datagram_received(data: bytes | str, addr: tuple[Any, ...]) -> None:
             self.receive(receive, data, addr)
 
-        setattr(protocol, "datagram_received", datagram_received)
-        setattr(protocol, "_evio_gate", self)
+        protocol.datagram_received = datagram_received  # type: ignore[method-assign]
+        protocol._evio_gate = self  # type: ignore[attr-defined]
         # A relayed candidate's socket belongs to aioice's TURN client protocol, which parses
         # what the TURN server sends before anything reaches ``protocol``: contain it too.
         inner = getattr(protocol.transport, "_TurnTransport__inner_protocol", None) if hasattr(protocol, "transport") else None
@@ -180,8 +181,8 @@ class InboundGate:
                 except Exception:  # noqa: BLE001 - as in ``receive``
                     self._reject(InboundReject.RECEIVER_FAILED, addr, exc_info=True)
 
-            setattr(inner, "datagram_received", turn_datagram_received)
-            setattr(inner, "_evio_gate", self)
+            inner.datagram_received = turn_datagram_received
+            inner._evio_gate = self
 
     def allows(self, addr: tuple[Any, ...]) -> bool:
         source = (addr[0], addr[1])
@@ -254,7 +255,7 @@ def _install_host_filter() -> None:
     # Checked at every gathering, not once: tests replace aioice's function and restore it.
     current = aioice.ice.get_host_addresses
     if not isinstance(current, _HostFilter):
-        setattr(aioice.ice, "get_host_addresses", _HostFilter(current))
+        aioice.ice.get_host_addresses = _HostFilter(current)
 
 
 def _in_networks(host: str, networks: Sequence[Network]) -> bool:
@@ -269,7 +270,7 @@ def _install_stun_guard() -> None:
     # ice.py and turn.py call ``stun.parse_message`` through the module: one replacement covers
     # every receive path of aioice (ICE checks, TURN responses, data indications).
     if aioice.stun.parse_message is not _guarded_parse:
-        setattr(aioice.stun, "parse_message", _guarded_parse)
+        aioice.stun.parse_message = _guarded_parse
 
 
 def _configure_aioice(config: IceConfig) -> None:
@@ -319,7 +320,7 @@ class IceAgent:
             _gathering_excludes.reset(token)
         try:
             await asyncio.wait_for(gathering, self._config.gather_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise GatherTimeout(
                 f"ICE candidates not gathered within {self._config.gather_timeout:g} s "
                 "(a STUN or TURN server that does not answer?)"
@@ -360,7 +361,7 @@ class IceAgent:
                 continue
             try:
                 await asyncio.wait_for(conn.connect(), timeout)
-            except (ConnectionError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ConnectionError) as exc:
                 logger.info("tunnel ice %s attempt failed: %s", "direct" if conn is self.direct else "relay", exc or "timeout")
                 self._drop(conn)
                 continue
@@ -424,7 +425,7 @@ class IceAgent:
         other = self.relay if kind is PathKind.DIRECT else self.direct
         if other is not None:
             self._drop(other)
-        pair = conn._nominated[1]  # aioice keeps the selected pair only here (lab-recipes 4.4)
+        pair = conn._nominated[1]  # aioice keeps the selected pair only here
         gate = self._guard_connection(conn)
         gate.selected = (pair.remote_addr[0], pair.remote_addr[1])
         path = SelectedPath(
@@ -465,4 +466,7 @@ def candidate_types(params: IceParameters | None) -> list[str]:
     return [c.type for c in params.parsed_candidates()] if params else []
 
 
-__all__ = ["STUN_REJECTED", "Candidate", "IceAgent", "InboundGate", "InboundReject", "IceConfig", "PathKind", "RelayPolicy", "SelectedPath", "TurnServer", "candidate_types"]
+__all__ = [
+    "STUN_REJECTED", "Candidate", "IceAgent", "IceConfig", "InboundGate", "InboundReject", "PathKind", "RelayPolicy",
+    "SelectedPath", "TurnRelay", "candidate_types",
+]

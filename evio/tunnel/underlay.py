@@ -135,7 +135,7 @@ class AdoptedTransport(asyncio.DatagramTransport):
                 return
             try:
                 self.protocol.datagram_received(data, addr)
-            except Exception:  # noqa: BLE001 - a datagram from the network must not cost the rest
+            except Exception:
                 self.receive_failures += 1
                 if self.receive_failures == 1 or self.receive_failures % 1000 == 0:
                     logger.warning("tunnel socket: receiver failed on a datagram from %s (%d so far)", addr, self.receive_failures, exc_info=True)

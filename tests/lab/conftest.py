@@ -19,7 +19,6 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
-
 from scenario_lab import FigureBook, daemon_log_tails
 
 from evio.lab.lab import Lab

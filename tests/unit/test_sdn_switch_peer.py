@@ -12,7 +12,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_sdn_ofapp import FakeDatapath, _Ev, _Msg, connect, desc, make_app  # tests/unit is on sys.path

@@ -17,11 +17,11 @@ import pytest
 
 from evio.testing.fake_tunnel import wait_until
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
-from evio.tunnel.config import TunnelConfig
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath import DropReason
 from evio.tunnel.session import TunnelState
 from evio.tunnel.signaling import Body
-from tests.unit.test_tunnel_session import A, B, FAST, FRAME, Node, collected, make_node
+from tests.unit.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
 
 # A STUN Binding request carrying PRIORITY (a 4-byte value) with a 2-byte value:
 # 20-byte header + 4-byte attribute header + 2 bytes + 2 padding = 28 bytes.
@@ -49,7 +49,7 @@ async def loop_errors() -> AsyncIterator[list[dict[str, object]]]:
 @pytest.fixture
 async def nodes() -> AsyncIterator[tuple[Node, Node]]:
     hub = FakeTunnelSignalingHub()
-    config = TunnelConfig(liveness=FAST)
+    config = TunnelSettings(liveness=FAST)
     a, b = make_node(hub, A, config), make_node(hub, B, config)
     yield a, b
     await a.manager.close()
@@ -99,7 +99,7 @@ async def test_dtls_injected_from_another_address_neither_aborts_nor_stalls_the_
         return body
 
     hub.tamper = learn_ports
-    config = TunnelConfig(liveness=FAST)
+    config = TunnelSettings(liveness=FAST)
     a, b = make_node(hub, A, config), make_node(hub, B, config)
     attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     attacker.setblocking(False)
