@@ -119,7 +119,7 @@ def _random_value(rng: random.Random, strings: list[str]) -> Any:
     pool: list[Callable[[], Any]] = [
         lambda: None, lambda: True, lambda: False, lambda: 0, lambda: -1, lambda: 1 << 64, lambda: -(1 << 70),
         lambda: 1.5, lambda: 1e308, lambda: "", lambda: "x" * rng.choice((1, 64, 300, 5000)),
-        lambda: "\u00e9\u4e2d\U0001f600", lambda: [], lambda: {}, lambda: [{}], lambda: {"a": [1, {"b": None}]},
+        lambda: "\u00e9\u4e2d\U0001f600", lambda: "a\x00b", lambda: "../" * 40, lambda: [], lambda: {}, lambda: [{}], lambda: {"a": [1, {"b": None}]},
         lambda: [rng.choice(strings)] if strings else ["a"], lambda: rng.choice(strings) if strings else "a",
         lambda: (rng.choice(strings) if strings else "a")[: rng.randrange(1, 40)],
         lambda: _nested(rng.randrange(1, 60)), lambda: rng.randrange(-1000, 1 << 20),

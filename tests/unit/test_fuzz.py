@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from evio.testing.fuzz import TARGETS, fuzz_targets, run_target
@@ -30,3 +33,16 @@ async def test_the_offer_that_raised_type_error_is_now_refused(name: str) -> Non
         body = targets[name].json_docs[0] | {"ciphers": [{}]}
     with pytest.raises(OfferError):
         TunnelOffer.from_body(body)
+
+
+def test_a_config_path_too_long_to_look_up_is_a_problem_not_an_oserror(tmp_path: Path) -> None:
+    # Found by benchmarks/fuzz.py: Path.exists() raises ENAMETOOLONG instead of answering False,
+    # and ValueError for a NUL in the name.
+    from evio.config.loader import ConfigError, loads_config
+
+    for name, says in (("x" * 300, "too long"), ("a\x00b", "NUL")):
+        for section in ({"node": {"state_dir": name}}, {"logging": {"destination": "file", "file": name + "/log"}}):
+            text = json.dumps({"overlays": {"ov1": {"signal": {"jid": "n1@overlay.test", "password": "pw"}}}} | section)
+            with pytest.raises(ConfigError) as raised:
+                loads_config(text, tmp_path)
+            assert any(says in p.reason for p in raised.value.problems), raised.value.problems
