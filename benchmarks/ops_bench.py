@@ -35,7 +35,8 @@ from evio.node.node import Node
 from evio.node.plan import plan_node
 from evio.testing.fake_node import FakeLinkHub, FakePlatform
 from evio.testing.fake_signal import FakeSignalHub
-from evio.testing.node_fleet import DOMAIN, fleet_config, until
+from evio.testing.node_fleet import DOMAIN, fleet_config
+from evio.testing.waiting import wait_until as until
 
 NODES = 17
 SUCCESSORS = 8

@@ -295,6 +295,8 @@ def _file_problem(path: Path, limit: int = MAX_CONFIG_BYTES) -> str | None:
         return str(exc)
     except OSError as exc:
         return f"{path}: cannot read: {exc.strerror or exc}"
+    except ValueError:  # a NUL in the name: no file can have it
+        return f"{str(path)!r}: not a usable path (NUL character)"
     return None
 
 
@@ -430,8 +432,13 @@ def _logging_problems(logging_section: Mapping[str, Any], base_dir: Path) -> Ite
         return
     if logging_section.get("destination", "stderr") != "file":
         yield Problem(json_path(("logging", "file")), 'only allowed with destination "file"')
-    elif not _resolve(base_dir, file_text).parent.is_dir():
-        yield Problem(json_path(("logging", "file")), f"directory {_resolve(base_dir, file_text).parent} does not exist")
+    else:
+        directory = _resolve(base_dir, file_text).parent
+        why = _stat_problem(directory)
+        if why is not None:
+            yield Problem(json_path(("logging", "file")), why)
+        elif not directory.is_dir():
+            yield Problem(json_path(("logging", "file")), f"directory {directory} does not exist")
 
 
 def _metrics_problems(metrics: Mapping[str, Any]) -> Iterator[Problem]:
@@ -449,8 +456,26 @@ def _node_problems(node: Mapping[str, Any], base_dir: Path) -> Iterator[Problem]
     state_text = _text(node.get("state_dir"))
     if state_text is not None:
         state_dir = _resolve(base_dir, state_text)
-        if state_dir.exists() and not state_dir.is_dir():
+        why = _stat_problem(state_dir)
+        if why is not None:
+            yield Problem(json_path(("node", "state_dir")), why)
+        elif state_dir.exists() and not state_dir.is_dir():
             yield Problem(json_path(("node", "state_dir")), f"{state_dir} exists and is not a directory")
+
+
+def _stat_problem(path: Path) -> str | None:
+    """Why `path` cannot even be looked up (a name too long, a loop); None when it can, existing or not.
+
+    Path.exists() and is_dir() raise for these instead of answering False."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    except ValueError:  # a NUL in the name: no file can have it
+        return f"{str(path)!r}: not a usable path (NUL character)"
+    return None
 
 
 def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:

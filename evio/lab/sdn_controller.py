@@ -15,12 +15,14 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from evio.config.model import BridgeConfig, OnDemandConfig
 from evio.ids import parse_node_id
 from evio.sdn.boundary import AsyncioEventSink, ControllerChannel, event_as_dict
 from evio.sdn.ofapp import ControllerConfig, start_controller_thread
+from evio.sdn.switch_peer import VswitchdPeerCheck
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="bytes/s")
     ap.add_argument("--on-demand-idle", type=float, default=OnDemandConfig.idle_timeout, help="seconds")
     ap.add_argument("--events", help="append controller events here as JSON lines")
+    ap.add_argument("--switch-run-dir", type=Path,
+                    help="accept OpenFlow connections only from the ovs-vswitchd whose pidfile is in this directory")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -98,7 +102,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, terminate)
-    config = ControllerConfig(channel, stats_interval=args.stats_interval)
+    peer_check = VswitchdPeerCheck(args.switch_run_dir) if args.switch_run_dir is not None else None
+    config = ControllerConfig(channel, stats_interval=args.stats_interval, peer_check=peer_check)
     start_controller_thread(config, args.listen_host, args.listen_port, on_exit=controller_exit)
     events_file = open(args.events, "a", buffering=1) if args.events else None  # noqa: SIM115
     try:

@@ -63,7 +63,10 @@ class SystemPlatform:
         return SignalClient(settings, rng=self.rng)
 
     def sdn_controller(self) -> SdnController:
-        return OskenController(self.controller_port)
+        from evio.node.preflight import ovs_run_dir
+
+        # Only the ovs-vswitchd the bridges are made on may connect (OVS_RUNDIR, as ovs-vsctl finds it).
+        return OskenController(self.controller_port, switch_run_dir=ovs_run_dir())
 
     def bridge(self, plan: OverlayPlan) -> Bridge:
         return OvsBridge(plan.bridge, SubprocessRunner(), plan.datapath)

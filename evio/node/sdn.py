@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from pathlib import Path
 from typing import Protocol
 
 from evio.node.errors import DependencyError
@@ -50,9 +51,12 @@ def free_tcp_port(host: str = LISTEN_HOST) -> int:
 
 
 class OskenController:
-    def __init__(self, listen_port: int, listen_host: str = LISTEN_HOST) -> None:
+    def __init__(self, listen_port: int, listen_host: str = LISTEN_HOST, switch_run_dir: Path | None = None) -> None:
+        """`switch_run_dir`: the rundir of the ovs-vswitchd whose bridges this controller serves;
+        OpenFlow connections from any other process are refused (evio.sdn.switch_peer)."""
         self._port = listen_port
         self._host = listen_host
+        self._switch_run_dir = switch_run_dir
         self._sink: AsyncioEventSink | None = None
         self._channel: ControllerChannel | None = None
         self._stopped: asyncio.Future[str] | None = None
@@ -90,7 +94,13 @@ class OskenController:
             except RuntimeError:  # the loop is closed: the daemon is exiting anyway
                 pass
 
-        start_controller_thread(ControllerConfig(self._channel), self._host, self._port, on_exit=on_exit)
+        peer_check = None
+        if self._switch_run_dir is not None:
+            from evio.sdn.switch_peer import VswitchdPeerCheck
+
+            peer_check = VswitchdPeerCheck(self._switch_run_dir)
+        config = ControllerConfig(self._channel, peer_check=peer_check)
+        start_controller_thread(config, self._host, self._port, on_exit=on_exit)
         await self._wait_listening()
         log.info("sdn controller listening on %s:%d", self._host, self._port)
 

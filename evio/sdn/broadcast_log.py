@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 FRAME_DIGEST_BYTES = 8  # 64 bits: no accidental collision among the few frames kept
 DEFAULT_KEEP = 128
+# Roots are node ids taken from FRBs, which adjacent peers write: without a cap a peer
+# inventing roots grows `by_root` without end. Far above a real overlay's node count;
+# when full, the root heard from least recently makes room (its count restarts if it returns).
+MAX_ROOTS = 4096
 
 
 def frame_digest(frame: bytes) -> str:
@@ -34,15 +38,20 @@ class BroadcastReceived:
 
 
 class BroadcastLog:
-    def __init__(self, keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, keep: int = DEFAULT_KEEP, max_roots: int = MAX_ROOTS) -> None:
         self.received = 0
         self.own_returned = 0  # broadcasts rooted here that came back: a bound violation if ever non-zero
-        self.by_root: Counter[int] = Counter()
+        self.by_root: Counter[int] = Counter()  # least recently heard root first
+        self.max_roots = max_roots
+        self.roots_evicted = 0
         self.recent: deque[BroadcastReceived] = deque(maxlen=keep)
 
     def record(self, root: int, inner: bytes, peer: int, hop_count: int) -> BroadcastReceived:
         self.received += 1
-        self.by_root[root] += 1
+        self.by_root[root] = self.by_root.pop(root, 0) + 1  # re-inserted: most recent last
+        if len(self.by_root) > self.max_roots:
+            del self.by_root[next(iter(self.by_root))]
+            self.roots_evicted += 1
         ethertype = int.from_bytes(inner[12:14], "big") if len(inner) >= 14 else 0
         entry = BroadcastReceived(self.received, root, frame_digest(inner), ethertype, peer, hop_count)
         self.recent.append(entry)

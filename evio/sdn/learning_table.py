@@ -14,6 +14,20 @@ its root is not known (learned from a packet-in, not from an FRB).
 
 MACs are strings in the form os-ken uses, "aa:bb:cc:dd:ee:ff"; the table
 compares them as given, so callers pass one canonical (lowercase) form.
+
+Adjacent peers are not trusted with this table:
+
+- an entry learned on a local (leaf) port is *pinned* while it is live: a
+  non-local learn does not move it (``Change.REFUSED``), so a peer cannot
+  pull a local host's traffic to itself by sending with its source address
+  or announcing it. The one exception is ``may_move_local``, which the
+  switch uses for a broadcast the host sends from its new place after it
+  really moved (a migrated VM's gratuitous ARP); the host's next local frame
+  moves it back if that broadcast was forged;
+- the table holds at most ``max_entries`` MACs; when full, the least
+  recently seen entry learned from a tunnel makes room (entries learned
+  locally only for other local ones), so a peer sending from random
+  addresses evicts only what peers taught, never the pins.
 """
 
 from __future__ import annotations
@@ -22,18 +36,26 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+# Far above any real overlay's hosts (one bridge MAC per node plus the hosts
+# behind leaf ports; the paper's overlays have hundreds of nodes), and small
+# enough that a peer inventing source MACs costs a few MB and a bounded number
+# of flows. Each entry is ~200 bytes of Python objects.
+MAX_ENTRIES = 8192
+
 
 @dataclass(frozen=True, slots=True)
 class LearnedMac:
     port: int
     root: int | None
     last_seen: float
+    local: bool = False  # learned on a leaf port: pinned while live
 
 
 class Change(enum.Enum):
     NEW = "new"  # not in the table before
     REFRESHED = "refreshed"  # same port and root, only last_seen moved on
     MOVED = "moved"  # port or root changed: flows towards the old place are wrong now
+    REFUSED = "refused"  # a tunnel claimed a live local MAC: the table is unchanged
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +64,7 @@ class Learned:
     change: Change
     entry: LearnedMac
     previous: LearnedMac | None  # the replaced entry when MOVED, else None
+    evicted: tuple[str, ...] = ()  # MACs dropped to make room (the table was full)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +72,27 @@ class Announced:
     learned: tuple[Learned, ...]
     withdrawn: tuple[str, ...]  # MACs the root hosted before and no longer announces
 
+    @property
+    def refused(self) -> tuple[str, ...]:
+        return tuple(item.mac for item in self.learned if item.change is Change.REFUSED)
+
+    @property
+    def evicted(self) -> tuple[str, ...]:
+        return tuple(mac for item in self.learned for mac in item.evicted)
+
 
 class LearningTable:
-    def __init__(self, max_age: float) -> None:
+    def __init__(self, max_age: float, max_entries: int = MAX_ENTRIES) -> None:
         if not max_age > 0:
             raise ValueError(f"max_age must be positive, got {max_age}")
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.max_age = max_age
+        self.max_entries = max_entries
         self._entries: dict[str, LearnedMac] = {}
+        # Recency orders (least recently seen first), one per kind: eviction takes remote ones first.
+        self._lru_remote: dict[str, None] = {}
+        self._lru_local: dict[str, None] = {}
         self._by_port: dict[int, set[str]] = {}
         self._by_root: dict[int, set[str]] = {}
 
@@ -84,28 +121,54 @@ class LearningTable:
 
     # ------------------------------------------------------------------ updates
 
-    def learn(self, mac: str, port: int, root: int | None, now: float) -> Learned:
+    def learn(
+        self, mac: str, port: int, root: int | None, now: float, local: bool = False, may_move_local: bool = False
+    ) -> Learned:
         """Record that `mac` was seen on `port`, hosted by `root` (None: local or not known).
 
-        Seen again on the same port without a root (a plain packet-in), the
-        root learned earlier from an FRB is kept. A new port or a different
-        root is a move, reported with the previous entry so the caller can
-        fix the flows. A stale entry not yet expired still counts as the
-        previous place: flows towards it may still be installed.
+        `local` says `port` is a leaf port. Seen again on the same port without
+        a root (a plain packet-in), the root learned earlier from an FRB is
+        kept. A new port or a different root is a move, reported with the
+        previous entry so the caller can fix the flows. A stale entry not yet
+        expired still counts as the previous place: flows towards it may
+        still be installed. A live local entry is not moved by a non-local
+        learn unless `may_move_local`: that is REFUSED and changes nothing.
         """
         old = self._entries.get(mac)
+        if old is not None and old.local and not local and not may_move_local and now - old.last_seen < self.max_age:
+            return Learned(mac, Change.REFUSED, old, None)
         if old is not None and root is None and port == old.port:
             root = old.root
-        entry = LearnedMac(port, root, now)
+        entry = LearnedMac(port, root, now, local)
+        evicted: tuple[str, ...] = ()
+        if old is None and len(self._entries) >= self.max_entries:
+            victim = self._victim(local)
+            if victim is None:
+                return Learned(mac, Change.REFUSED, entry, None)  # full of pins, and this one is remote
+            self._remove(victim)
+            evicted = (victim,)
         self._entries[mac] = entry
+        self._touch(mac, local)
         if old is None:
             self._index(mac, entry)
-            return Learned(mac, Change.NEW, entry, None)
+            return Learned(mac, Change.NEW, entry, None, evicted)
         if old.port == port and old.root == root:
             return Learned(mac, Change.REFRESHED, entry, None)
         self._unindex(mac, old)
         self._index(mac, entry)
         return Learned(mac, Change.MOVED, entry, old)
+
+    def _victim(self, local: bool) -> str | None:
+        """The entry to evict for a new one: the least recently seen remote one, else (for a local) a local one."""
+        for order in (self._lru_remote, self._lru_local) if local else (self._lru_remote,):
+            for mac in order:
+                return mac
+        return None
+
+    def _touch(self, mac: str, local: bool) -> None:
+        self._lru_remote.pop(mac, None)
+        self._lru_local.pop(mac, None)
+        (self._lru_local if local else self._lru_remote)[mac] = None
 
     def announce(self, root: int, macs: Iterable[str], port: int, now: float) -> Announced:
         """Apply a leaf announcement from adjacent switch `root` received on `port`.
@@ -145,6 +208,8 @@ class LearningTable:
         entry = self._entries.pop(mac, None)
         if entry is not None:
             self._unindex(mac, entry)
+            self._lru_remote.pop(mac, None)
+            self._lru_local.pop(mac, None)
         return entry
 
     def _index(self, mac: str, entry: LearnedMac) -> None:

@@ -13,6 +13,12 @@ crossings are `evio.sdn.boundary`: commands in (drained before every port
 and connection event and on every tick; putting one wakes the ticker), and
 typed events out through an `EventSink`.
 
+Only our own ovs-vswitchd may connect (`ControllerConfig.peer_check`, see
+switch_peer.py): datapath ids are predictable, and without the check any
+local process could connect with a bridge's id and take the bridge over.
+A refused connection is closed before it is registered; the bridge that is
+connected stays.
+
 Periodic work on the tick: expiring learned MACs, polling evio's flows' byte
 counters for the on-demand policy every `stats_interval`, and reporting drop
 counters when they changed.
@@ -24,8 +30,10 @@ controller, laid out the same way, for tests and the lab.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -73,6 +81,11 @@ class ControllerConfig:
     stats_interval: float = 5.0  # how often flow byte counters are polled for on-demand links
     drop_report_interval: float = 10.0
     clock: Callable[[], float] = time.monotonic
+    peer_check: Callable[[Any], str | None] | None = None
+    """Given a connecting switch's socket: None to accept it, or why it is refused. None: accept all."""
+
+
+REFUSAL_LOG_INTERVAL = 10.0  # seconds between warnings about refused switch connections
 
 
 # ---------------------------------------------------------------------- neutral actions -> OpenFlow
@@ -198,6 +211,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
         self._next_drop_report = 0.0
         self._stopping = threading.Event()
         self.handler_errors = 0
+        self.refused_switches = 0
+        self._refusal_logged = float("-inf")
 
     def start(self) -> Any:
         thread = super().start()
@@ -287,6 +302,26 @@ class BoundedFloodApp(app_manager.OSKenApp):
         dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
         self._run(overlay, Step(events=overlay.switch_connected()))
 
+    def _refusal(self, dp: Any) -> str | None:
+        check = self.config.peer_check
+        if check is None:
+            return None
+        try:
+            return check(dp.socket)
+        except Exception as exc:  # noqa: BLE001 - an unverifiable peer is refused, not let in
+            return f"peer check failed: {exc!r}"
+
+    def _refuse(self, dp: Any, reason: str) -> None:
+        """Close a connection that may not control a bridge; whatever is connected stays."""
+        self.refused_switches += 1
+        now = self.config.clock()
+        if now - self._refusal_logged >= REFUSAL_LOG_INTERVAL:
+            self._refusal_logged = now
+            log.warning("switch connection refused dpid=%016x address=%s reason=%s (refused so far: %d)",
+                        dp.id or 0, getattr(dp, "address", None), reason, self.refused_switches)
+        with contextlib.suppress(OSError):
+            dp.socket.shutdown(socket.SHUT_RDWR)  # os-ken's receive loop ends; the datapath goes DEAD
+
     def _overlay_of(self, dp: Any) -> OverlaySwitch | None:
         overlay = self.by_datapath_id.get(dp.id)
         return overlay if overlay is not None and self.datapaths.get(dp.id) is dp else None
@@ -298,6 +333,10 @@ class BoundedFloodApp(app_manager.OSKenApp):
     def switch_features(self, ev: Any) -> None:
         dp = ev.msg.datapath
         self._apply_commands()
+        refusal = self._refusal(dp)
+        if refusal is not None:
+            self._refuse(dp, refusal)
+            return
         self.datapaths[dp.id] = dp
         overlay = self.by_datapath_id.get(dp.id)
         if overlay is None:

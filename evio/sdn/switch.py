@@ -16,6 +16,19 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   bounds like a broadcast, not dropped.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Malformed FRBs and frames that make no sense are dropped and counted.
+
+Adjacent peers are members, not trusted with this node's switching:
+
+- the bridge's own MACs (the switch MAC, leaf ports' hardware addresses)
+  are never learned on a peer port: a frame, an FRB or a leaf announcement
+  from a tunnel that claims one is dropped. MACs learned on leaf ports are
+  pinned the same way against unicast frames and leaf announcements; only
+  an FRB broadcast can move one (a host that migrated announces itself so,
+  see learning_table.py);
+- a leaf announcement is taken only for the announcing port's own root, so a
+  peer cannot withdraw (or claim) another root's MACs;
+- each port may cause at most `PACKET_IN_RATE` packet-ins a second on average
+  (`PACKET_IN_BURST` at once); the rest are dropped and counted.
 """
 
 from __future__ import annotations
@@ -31,12 +44,19 @@ from evio.sdn import frb
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import forward_bounds, root_bounds
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowAction, FlowMatch, PacketOut
-from evio.sdn.learning_table import Change, Learned, LearningTable
+from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
+from evio.sdn.rate_limit import TokenBuckets
 
 log = logging.getLogger(__name__)
 
 ETH_HEADER_LEN = 14
 BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malformed frames
+# Packet-ins per port and second. Bulk traffic rides installed flows; what comes to the
+# controller is broadcasts (ARP, ND, DHCP, mDNS) and the first frames of new flows, a few
+# hundred a second on a busy port. The os-ken thread handles a few thousand a second in
+# all, so one port (one peer, one local storm) may take a fraction and never all of it.
+PACKET_IN_RATE = 1000.0
+PACKET_IN_BURST = 2000.0
 
 
 class PortKind(enum.Enum):
@@ -73,6 +93,10 @@ class Drop(enum.Enum):
     HAIRPIN = "destination learned on the ingress port"
     GROUP_SOURCE = "source MAC is multicast"
     TOO_MANY_LEAVES = "more leaf MACs than a leaf announcement holds"
+    LOCAL_MAC_CLAIMED = "a peer sent from (or announced) one of this node's local MACs"
+    FOREIGN_ANNOUNCE = "leaf announcement for a root other than the announcing peer"
+    RATE_LIMITED = "more packet-ins from the port than its rate allows"
+    TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +146,15 @@ class BoundedFloodSwitch:
         switch_mac: str,
         flow_idle_timeout: int = BridgeConfig.flow_idle_timeout,
         mac_max_age: float = 300.0,
+        max_macs: int = MAX_ENTRIES,
+        packet_in_rate: float = PACKET_IN_RATE,
+        packet_in_burst: float = PACKET_IN_BURST,
     ) -> None:
         self.node_id = node_id
         self.switch_mac = switch_mac  # source of the one-hop FRBs (leaf announcements, link checks)
         self.flow_idle_timeout = flow_idle_timeout
-        self.learning = LearningTable(mac_max_age)
+        self.learning = LearningTable(mac_max_age, max_macs)
+        self.packet_in_budget = TokenBuckets(packet_in_rate, packet_in_burst)
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
@@ -163,6 +191,7 @@ class BoundedFloodSwitch:
     def port_removed(self, port_no: int, now: float) -> list[FlowAction]:
         """A port went: its flows and everything learned on it go at once."""
         port = self.ports.pop(port_no, None)
+        self.packet_in_budget.forget(port_no)
         if port is None:
             return []
         forgotten = self.learning.forget_port(port_no)
@@ -201,6 +230,9 @@ class BoundedFloodSwitch:
         if port is None:
             self.drops[Drop.UNKNOWN_PORT] += 1
             return []
+        if not self.packet_in_budget.allow(in_port, now):
+            self.drops[Drop.RATE_LIMITED] += 1
+            return []
         eth = _parse_ethernet(data)
         if eth is None:
             self.drops[Drop.RUNT] += 1
@@ -218,7 +250,7 @@ class BoundedFloodSwitch:
         return self._peer_frame_in(in_port, eth, data, now)
 
     def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
-        actions = self._learn(eth.src, in_port, None, now)
+        actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
         if eth.is_group:
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         target = self.learning.lookup(eth.dst, now)
@@ -233,6 +265,8 @@ class BoundedFloodSwitch:
             self.drops[Drop.GROUP_FROM_PEER] += 1
             return []
         actions = self._learn(eth.src, in_port, None, now)
+        if actions is None:
+            return []
         target = self.learning.lookup(eth.dst, now)
         if target is None:
             # The sender thought we lead to it; deliver locally only, since
@@ -247,12 +281,32 @@ class BoundedFloodSwitch:
         match = FlowMatch(in_port, eth.src, eth.dst)
         return [AddFlow(match, out_port, self.flow_idle_timeout), PacketOut(out_port, data)]
 
-    def _learn(self, mac: str, port: int, root: int | None, now: float) -> list[FlowAction]:
-        learned: Learned = self.learning.learn(mac, port, root, now)
+    def _learn(self, mac: str, port: int, root: int | None, now: float, broadcast: bool = False) -> list[FlowAction] | None:
+        """Learn `mac` on `port`; None when a peer port claims a local MAC (counted, nothing changes)."""
+        local = self.ports[port].kind is PortKind.LEAF if port in self.ports else False
+        if not local and mac in self._own_macs():
+            self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+            return None
+        learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast)
+        return self._learned_actions(learned, port)
+
+    def _learned_actions(self, learned: Learned, port: int) -> list[FlowAction] | None:
+        if learned.change is Change.REFUSED:
+            self.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
+            return None
+        actions: list[FlowAction] = [DeleteFlowsToMac(mac) for mac in learned.evicted]
         if learned.change is Change.MOVED and learned.previous is not None and learned.previous.port != port:
-            log.info("mac moved mac=%s from_port=%s port=%s", mac, learned.previous.port, port)
-            return [DeleteFlowsToMac(mac)]
-        return []
+            log.info("mac moved mac=%s from_port=%s port=%s", learned.mac, learned.previous.port, port)
+            actions.append(DeleteFlowsToMac(learned.mac))
+        return actions
+
+    def _own_macs(self) -> set[str]:
+        """The bridge's own addresses: the switch MAC and every leaf port's hardware address."""
+        own = {self.switch_mac.lower()}
+        for port in self.ports.values():
+            if port.kind is PortKind.LEAF and port.hw_addr is not None:
+                own.add(port.hw_addr.lower())
+        return own
 
     def _deliver_to_leaves(self, data: bytes, exclude: int | None) -> list[FlowAction]:
         return [PacketOut(p, data) for p in self.leaf_ports() if p != exclude]
@@ -285,9 +339,20 @@ class BoundedFloodSwitch:
         if h.frb_type is frb.FrbType.BROADCAST:
             return self._frb_broadcast_in(port.port_no, ingress, frame, now)
         if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
-            announced = self.learning.announce(h.root_nid, frame.leaf_macs, port.port_no, now)
+            if h.root_nid != ingress:
+                self.drops[Drop.FOREIGN_ANNOUNCE] += 1  # only a root speaks for its own leaves
+                return []
+            own = self._own_macs()
+            leaves = [mac for mac in frame.leaf_macs if mac not in own]
+            if len(leaves) < len(frame.leaf_macs):
+                self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+            announced = self.learning.announce(h.root_nid, leaves, port.port_no, now)
             actions: list[FlowAction] = []
             for learned in announced.learned:
+                if learned.change is Change.REFUSED:
+                    self.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
+                    continue
+                actions += [DeleteFlowsToMac(mac) for mac in learned.evicted]
                 if learned.change is Change.MOVED and learned.previous is not None:
                     actions.append(DeleteFlowsToMac(learned.mac))
             actions += [DeleteFlowsToMac(mac) for mac in announced.withdrawn]
@@ -310,7 +375,10 @@ class BoundedFloodSwitch:
         self.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
         inner_eth = _parse_ethernet(inner)
         assert inner_eth is not None  # frb.parse guarantees an inner Ethernet header
-        actions = self._learn(inner_eth.src, in_port, h.root_nid, now)
+        learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True)
+        if learned is None:
+            return []  # a broadcast "from" one of our own MACs: forged, neither delivered nor forwarded
+        actions = learned
         target = None if inner_eth.is_group else self.learning.lookup(inner_eth.dst, now)
         if target is not None and target.port in self.leaf_ports():
             actions.append(PacketOut(target.port, inner))

@@ -43,6 +43,10 @@ class DropReason(enum.Enum):
     """The underlay socket refused a datagram (buffer full, no route)."""
     TAP_WRITE_FAILED = "tap-write-failed"
     """The TAP refused a frame (interface down, queue full)."""
+    MALFORMED_STUN = "malformed-stun"
+    """In the STUN range (first byte 0-3) but not a STUN message aioice can take (stun_guard.py)."""
+    OWNER_FAILED = "owner-failed"
+    """The socket's owner raised while taking a datagram handed back to it."""
 
 
 @dataclass(frozen=True)

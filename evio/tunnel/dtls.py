@@ -101,6 +101,12 @@ class DtlsState(enum.Enum):
     CLOSED = "closed"
 
 
+def _describe(exc: SSL.Error) -> str:
+    """pyOpenSSL's error list, as the reasons alone: ``sslv3 alert handshake failure``."""
+    reasons = [str(item[2]) for item in exc.args[0] if isinstance(item, tuple) and len(item) == 3] if exc.args and isinstance(exc.args[0], list) else []
+    return "; ".join(r for r in reasons if r) or str(exc) or type(exc).__name__
+
+
 class DtlsHandshake:
     """One DTLS association, fed and drained by its owner."""
 
@@ -110,6 +116,7 @@ class DtlsHandshake:
         self.failure: str | None = None
         self._peer_fingerprint = peer_fingerprint
         self._fingerprint_ok = False
+        self._verified = False
         ctx = SSL.Context(SSL.DTLS_METHOD)
         ctx.set_options(SSL.OP_NO_TICKET | SSL.OP_NO_QUERY_MTU)
         ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, self._verify)
@@ -190,8 +197,10 @@ class DtlsHandshake:
         except SSL.WantReadError:
             return
         except SSL.Error as exc:
-            reason = "fingerprint mismatch" if not self._fingerprint_ok else f"handshake failed: {exc}"
-            self._set_state(DtlsState.FAILED, reason)
+            # Only a certificate that was checked and did not match is a mismatch; anything
+            # else (an alert, a malformed flight) fails before or apart from the check.
+            mismatch = self._verified and not self._fingerprint_ok
+            self._set_state(DtlsState.FAILED, "fingerprint mismatch" if mismatch else _describe(exc))
             return
         if not self._fingerprint_ok:
             self._set_state(DtlsState.FAILED, "fingerprint mismatch")
@@ -202,6 +211,7 @@ class DtlsHandshake:
         # Self-signed certificates: the pinned fingerprint is the only trust anchor.
         if depth != 0:
             return False
+        self._verified = True
         actual = Fingerprint.of_der(crypto.dump_certificate(crypto.FILETYPE_ASN1, cert))
         self._fingerprint_ok = actual == self._peer_fingerprint
         if not self._fingerprint_ok:

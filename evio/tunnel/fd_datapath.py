@@ -48,6 +48,7 @@ from evio.tunnel.record import (
     parse_control,
 )
 from evio.tunnel.replay import ACCEPT, REPLAYED, ReplayWindow
+from evio.tunnel.stun_guard import stun_reject_reason
 from evio.tunnel.underlay import clear_socket_error
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ _CHANNEL = struct.Struct("!HH")
 _RECV_BUF_LEN = 65536
 _MIN_FRAME_RECORD = OVERHEAD + ETHERNET_HEADER_LEN
 _MIN_RX_SLOT = 2048
+_OWNER_FAILURE_LOG_INTERVAL = 10.0
 
 
 class _RxEpoch:
@@ -110,6 +112,7 @@ class FdDatapath:
         self._rx: _RxEpoch | None = None
         self._rx_prev: _RxEpoch | None = None
         self._rx_next: _RxEpoch | None = None
+        self._owner_failure_logged = float("-inf")
 
     # -- interface -----------------------------------------------------------------
 
@@ -419,9 +422,27 @@ class FdDatapath:
         return frames
 
     def _to_owner(self, slot: int, n: int) -> None:
-        self._foreign += 1
+        """Hand a datagram that is not a record to the socket's owner, unless it is bad STUN.
+
+        Anyone can send to this port: whatever happens here stays here (counted), so one bad
+        datagram can cost neither the rest of the burst nor the counters."""
+        if n == 0:
+            self._drops[DropReason.TRUNCATED] += 1
+            return
         start = slot * self._rx_ring.slot_size
-        self._underlay.deliver_foreign(bytes(self._rx_ring.view[start : start + n]), self._rx_ring.source(slot))  # type: ignore[union-attr]
+        data = bytes(self._rx_ring.view[start : start + n])
+        if data[0] <= 3 and stun_reject_reason(data) is not None:
+            self._drops[DropReason.MALFORMED_STUN] += 1
+            return
+        self._foreign += 1
+        try:
+            self._underlay.deliver_foreign(data, self._rx_ring.source(slot))  # type: ignore[union-attr]
+        except Exception:
+            self._drops[DropReason.OWNER_FAILED] += 1
+            now = self._loop.time() if self._loop is not None else 0.0
+            if now - self._owner_failure_logged >= _OWNER_FAILURE_LOG_INTERVAL:
+                self._owner_failure_logged = now
+                logger.warning("tunnel datagram owner failed (%d so far)", self._drops[DropReason.OWNER_FAILED], exc_info=True)
 
     def _open_slow(self, record: memoryview, n: int) -> None:
         """Any record: other epochs, control, odd sizes, injected. Allocates; rare."""

@@ -21,6 +21,13 @@ about a minute. ``IceConfig.stun_rto`` lowers that first timeout (a dropped
 first check then costs 0.1 s instead of 0.5 s) and the deadlines above bound
 the whole attempt.
 
+Every datagram an aioice connection receives passes an ``InboundGate``
+first (``_guard_connection``): STUN goes through our checked parser
+(stun_guard.py), and anything else (DTLS, records) is taken only from the
+peer: a remote candidate's address until a pair is nominated, the nominated
+pair's address after. An off-path sender can thus neither crash the receive
+callback nor inject DTLS into the handshake; what it sends is counted.
+
 ``IceConfig.exclude_networks`` (the overlays' own subnets) are left out
 before gathering, not only from what is signalled: aioice binds a host
 candidate, and asks STUN, on every local address, and a STUN answer for an
@@ -31,6 +38,7 @@ gathering would wait out aioice's 5 s per-address timeout on every tunnel.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import enum
 import ipaddress
@@ -38,6 +46,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aioice
 import aioice.stun
@@ -46,6 +55,7 @@ from aioice import Candidate, Connection, TransportPolicy
 from evio.config.model import NatTraversalConfig, TurnServer
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.signaling import IceParameters
+from evio.tunnel.stun_guard import MalformedStun, StunReject, parse_stun
 from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
 from evio.tunnel.underlay import AioiceUnderlay, adopt
 
@@ -112,8 +122,109 @@ class SelectedPath:
     async def recv(self) -> bytes:
         return await self.connection.recv()
 
+    gate: InboundGate | None = None
+
     def take_underlay(self) -> AioiceUnderlay:
         return adopt(self._protocol, self.remote_addr)
+
+
+class InboundReject(enum.Enum):
+    """Why a datagram never reached an aioice connection."""
+
+    FOREIGN_SOURCE = "foreign-source"
+    """Not STUN, and not from the peer's address (DTLS or records injected by a third party)."""
+    RECEIVER_FAILED = "receiver-failed"
+    """aioice raised while taking the datagram (a bug, or input our checks missed)."""
+
+
+_REJECT_LOG_INTERVAL = 10.0
+
+
+class InboundGate:
+    """Stands in front of one connection's protocols: what aioice receives, and from whom.
+
+    STUN (first byte 0-3) always passes: aioice authenticates checks itself and
+    its parser is the guarded one. Anything else is accepted only from the
+    nominated pair's remote address or, before nomination, from a remote
+    candidate's. Rejections are counted by reason and logged at most once per
+    ``_REJECT_LOG_INTERVAL``.
+    """
+
+    def __init__(self, connection: Connection, label: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self._connection = connection
+        self._label = label
+        self._clock = clock
+        self._last_log = float("-inf")
+        self.selected: tuple[str, int] | None = None
+        self.rejected: collections.Counter[InboundReject] = collections.Counter()
+
+    def guard(self, protocol: aioice.ice.StunProtocol) -> None:
+        """Put the gate in front of ``protocol`` (transports look its callback up per datagram)."""
+        if getattr(protocol, "_evio_gate", None) is self:
+            return
+        receive = protocol.datagram_received
+
+        def datagram_received(data: bytes | str, addr: tuple[Any, ...]) -> None:
+            self.receive(receive, data, addr)
+
+        protocol.datagram_received = datagram_received  # type: ignore[method-assign]
+        protocol._evio_gate = self  # type: ignore[attr-defined]
+        # A relayed candidate's socket belongs to aioice's TURN client protocol, which parses
+        # what the TURN server sends before anything reaches ``protocol``: contain it too.
+        inner = getattr(protocol.transport, "_TurnTransport__inner_protocol", None) if hasattr(protocol, "transport") else None
+        if inner is not None and getattr(inner, "_evio_gate", None) is not self:
+            turn_receive = inner.datagram_received
+
+            def turn_datagram_received(data: bytes | str, addr: tuple[Any, ...]) -> None:
+                try:
+                    turn_receive(data, addr)
+                except Exception:  # noqa: BLE001 - as in ``receive``
+                    self._reject(InboundReject.RECEIVER_FAILED, addr, exc_info=True)
+
+            inner.datagram_received = turn_datagram_received
+            inner._evio_gate = self
+
+    def allows(self, addr: tuple[Any, ...]) -> bool:
+        source = (addr[0], addr[1])
+        if self.selected is not None:
+            return source == self.selected
+        nominated = [pair.remote_addr for pair in self._connection._nominated.values()]
+        if nominated:
+            return source in nominated
+        return any((getattr(c, "_network_host", c.host), c.port) == source for c in self._connection.remote_candidates)
+
+    def receive(self, inner: Callable[[bytes | str, tuple[Any, ...]], None], data: bytes | str, addr: tuple[Any, ...]) -> None:
+        if data and isinstance(data, bytes) and data[0] > 3 and not self.allows(addr):
+            self._reject(InboundReject.FOREIGN_SOURCE, addr)
+            return
+        try:
+            inner(data, addr)
+        except Exception:  # noqa: BLE001 - nothing from the network may escape into the loop
+            self._reject(InboundReject.RECEIVER_FAILED, addr, exc_info=True)
+
+    def _reject(self, reason: InboundReject, addr: tuple[Any, ...], exc_info: bool = False) -> None:
+        self.rejected[reason] += 1
+        now = self._clock()
+        if now - self._last_log >= _REJECT_LOG_INTERVAL:
+            self._last_log = now
+            logger.info(
+                "tunnel ice %s: datagram from %s dropped (%s; %d so far)",
+                self._label, addr, reason.value, self.rejected[reason], exc_info=exc_info,
+            )
+
+
+STUN_REJECTED: collections.Counter[StunReject] = collections.Counter()
+"""STUN-range datagrams aioice's receive paths were not given as messages, by reason (process-wide)."""
+
+
+def _guarded_parse(data: bytes) -> aioice.stun.Message:
+    """Replaces ``aioice.stun.parse_message``: every failure is a ValueError, the one aioice expects."""
+    try:
+        return parse_stun(data)
+    except MalformedStun as exc:
+        if data and data[0] <= 3:  # STUN range; anything else is aioice asking "is this STUN?"
+            STUN_REJECTED[exc.reason] += 1
+        raise
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -155,10 +266,18 @@ def _in_networks(host: str, networks: Sequence[Network]) -> bool:
     return any(address in net for net in networks)
 
 
+def _install_stun_guard() -> None:
+    # ice.py and turn.py call ``stun.parse_message`` through the module: one replacement covers
+    # every receive path of aioice (ICE checks, TURN responses, data indications).
+    if aioice.stun.parse_message is not _guarded_parse:
+        aioice.stun.parse_message = _guarded_parse
+
+
 def _configure_aioice(config: IceConfig) -> None:
     # Module-level in aioice: read when each STUN transaction starts.
     aioice.stun.RETRY_RTO = config.stun_rto
     _install_host_filter()
+    _install_stun_guard()
 
 
 class IceAgent:
@@ -188,6 +307,7 @@ class IceAgent:
         if self.direct is None and self.relay is None:
             raise IceFailed("no ICE connection possible: relay only, but no TURN server configured")
         self._closers: set[asyncio.Task[None]] = set()
+        self._gates: dict[int, InboundGate] = {}
 
     async def gather(self) -> tuple[IceParameters | None, IceParameters | None]:
         """Gather both connections' candidates; returns (direct, relay) parameters to signal."""
@@ -207,6 +327,8 @@ class IceAgent:
             ) from None
         if self.relay is not None and not self.relay.local_candidates:
             logger.warning("tunnel relay candidate gathering failed (TURN server unreachable or refused)")
+        for conn in conns:
+            self._guard_connection(conn)
         return self._parameters(self.direct), self._parameters(self.relay)
 
     def _parameters(self, conn: Connection | None) -> IceParameters | None:
@@ -272,6 +394,13 @@ class IceAgent:
                 task.cancel()
             await asyncio.gather(*attempts, return_exceptions=True)
 
+    def rejected(self) -> collections.Counter[InboundReject]:
+        """Datagrams the gates turned away, over both connections."""
+        total: collections.Counter[InboundReject] = collections.Counter()
+        for gate in self._gates.values():
+            total.update(gate.rejected)
+        return total
+
     async def close(self) -> None:
         conns = [c for c in (self.direct, self.relay) if c is not None]
         self.direct = self.relay = None
@@ -285,6 +414,7 @@ class IceAgent:
         if delay:
             await asyncio.sleep(delay)
         await conn.connect()
+        self._guard_connection(conn)  # protocols made after gathering (none expected; cheap to be sure)
         while True:
             data = await conn.recv()
             if data and 20 <= data[0] <= 63:
@@ -296,6 +426,8 @@ class IceAgent:
         if other is not None:
             self._drop(other)
         pair = conn._nominated[1]  # aioice keeps the selected pair only here
+        gate = self._guard_connection(conn)
+        gate.selected = (pair.remote_addr[0], pair.remote_addr[1])
         path = SelectedPath(
             kind,
             conn,
@@ -303,6 +435,7 @@ class IceAgent:
             pair.remote_candidate.type,
             pair.remote_addr,
             pair.protocol,
+            gate,
         )
         logger.info("tunnel ice selected %s path %s -> %s %s", kind.value, path.local_type, path.remote_type, path.remote_addr)
         return path
@@ -317,6 +450,14 @@ class IceAgent:
         self._closers.add(task)
         task.add_done_callback(self._closers.discard)
 
+    def _guard_connection(self, conn: Connection) -> InboundGate:
+        gate = self._gates.get(id(conn))
+        if gate is None:
+            gate = self._gates[id(conn)] = InboundGate(conn, "direct" if conn is self.direct else "relay")
+        for protocol in conn._protocols:
+            gate.guard(protocol)
+        return gate
+
     def _is_excluded(self, host: str) -> bool:
         return _in_networks(host, self._excluded)
 
@@ -325,4 +466,7 @@ def candidate_types(params: IceParameters | None) -> list[str]:
     return [c.type for c in params.parsed_candidates()] if params else []
 
 
-__all__ = ["Candidate", "IceAgent", "IceConfig", "PathKind", "RelayPolicy", "SelectedPath", "TurnRelay", "candidate_types"]
+__all__ = [
+    "STUN_REJECTED", "Candidate", "IceAgent", "IceConfig", "InboundGate", "InboundReject", "PathKind", "RelayPolicy",
+    "SelectedPath", "TurnRelay", "candidate_types",
+]

@@ -219,6 +219,12 @@ class Tunnel:
         finally:
             self._probes.pop(token, None)
 
+    def inbound_rejects(self) -> dict[str, int]:
+        """Datagrams ICE's receive gates turned away (not from the peer, or failed), by reason."""
+        if self._ice is None:
+            return {}
+        return {reason.value: n for reason, n in self._ice.rejected().items()}
+
     async def wait_up(self) -> TunnelInfo:
         """Wait until the link is up; raises SetupError if it never comes up."""
         return await asyncio.shield(self._up)

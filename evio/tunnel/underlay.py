@@ -72,6 +72,7 @@ class AdoptedTransport(asyncio.DatagramTransport):
         self.default_addr = default_addr
         self._closing = False
         self._reading = False
+        self.receive_failures = 0
         sock.setblocking(False)
 
     def resume_reading(self) -> None:
@@ -132,7 +133,12 @@ class AdoptedTransport(asyncio.DatagramTransport):
             except OSError as exc:
                 self.protocol.error_received(exc)
                 return
-            self.protocol.datagram_received(data, addr)
+            try:
+                self.protocol.datagram_received(data, addr)
+            except Exception:
+                self.receive_failures += 1
+                if self.receive_failures == 1 or self.receive_failures % 1000 == 0:
+                    logger.warning("tunnel socket: receiver failed on a datagram from %s (%d so far)", addr, self.receive_failures, exc_info=True)
 
 
 def _adopt_transport(owner: Any, default_addr: tuple[str, int] | None = None) -> AdoptedTransport:

@@ -442,3 +442,60 @@ def _collect_replies(pinger: subprocess.Popen[str], replies: list[float]) -> Non
         match = _REPLY.match(line)
         if match:
             replies.append(float(match["ts"]))
+
+
+_IMPOSTOR = r"""
+import json, socket, struct, sys, time
+dpid = int(sys.argv[2], 16)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(struct.pack("!BBHI", 4, 0, 8, 1))  # OFPT_HELLO, OpenFlow 1.3
+types, closed, buf = [], False, b""
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    try:
+        chunk = s.recv(65536)
+    except socket.timeout:
+        break
+    except ConnectionResetError:
+        closed = True
+        break
+    if not chunk:
+        closed = True
+        break
+    buf += chunk
+    while len(buf) >= 8:
+        version, kind, length, xid = struct.unpack("!BBHI", buf[:8])
+        buf = buf[length:]
+        types.append(kind)
+        if kind == 5:  # FEATURES_REQUEST: claim the bridge's datapath id
+            s.sendall(struct.pack("!BBHIQIBB2xII", 4, 6, 32, xid, dpid, 256, 254, 0, 0, 0))
+            deadline = time.monotonic() + 2
+        elif kind == 2:  # ECHO_REQUEST
+            s.sendall(struct.pack("!BBHI", 4, 3, 8, xid))
+print(json.dumps({"types": types, "closed": closed}))
+"""
+
+
+def test_a_second_openflow_connection_with_the_bridges_datapath_id_cannot_take_the_bridge(
+    workdir: Path, nodes: list[Node]
+) -> None:
+    """issue 9: any local process could connect with the bridge's predictable datapath id and replace it."""
+    ns = unique_prefix() + "i"
+    base = workdir / "a"
+    node = Node(ns, node_id=0xA1A1 << 100, base=base, controller_args=["--switch-run-dir", str(base / "ovs" / "run")])
+    base.mkdir()
+    nodes.append(node)
+    node.up()
+    wait_for(lambda: bool(node.events("SwitchConnected")), 15, "switch connected")
+
+    out = _sh("ip", "netns", "exec", ns, sys.executable, "-c", _IMPOSTOR, str(CONTROLLER_PORT),
+              f"{datapath_id_for('o'):016x}").stdout
+    impostor = json.loads(out)
+    assert impostor["closed"], impostor
+    assert 14 not in impostor["types"], impostor  # never sent a FLOW_MOD: it controls nothing
+    assert "switch connection refused" in (node.base / "controller.log").read_text()
+    assert len(node.events("SwitchConnected")) == 1
+
+    # The real bridge still has the controller: a port added to it now is seen and classified.
+    node.add_tap(f"{ns}t9")
+    wait_for(lambda: any(e.get("name") == f"{ns}t9" for e in node.events("PortAdded")), 10, "the new port seen")

@@ -127,3 +127,19 @@ def test_fingerprint_parse_and_format(certs: tuple[TunnelCertificate, ...]) -> N
     for bad in ["", "sha-1 AB", "sha-256 " + "AB" * 32, "md5 " + fp.value]:
         with pytest.raises(OfferError):
             Fingerprint.parse(bad)
+
+
+# A plaintext fatal alert (handshake_failure) in epoch 0: anyone can forge one.
+FORGED_ALERT = bytes([21, 0xFE, 0xFD, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 2, 40])
+
+
+def test_a_failure_before_any_certificate_is_not_called_a_fingerprint_mismatch(certs: tuple[TunnelCertificate, ...]) -> None:
+    a, b, _ = certs
+    client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
+    server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint)
+    for datagram in client.start():
+        server.receive(datagram)
+    server.receive(FORGED_ALERT)
+    assert server.state is DtlsState.FAILED
+    assert server.failure is not None and "fingerprint" not in server.failure
+    assert "alert" in server.failure
