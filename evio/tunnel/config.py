@@ -10,6 +10,7 @@ from evio.tunnel.ice import IceConfig, TurnServer
 from evio.tunnel.keys import Cipher, RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig
 from evio.tunnel.mtu import tap_mtu
+from evio.tunnel.trust import TrustAnchor
 
 if TYPE_CHECKING:
     from evio.config.model import OverlayConfig
@@ -49,6 +50,8 @@ class TunnelConfig:
     teardown_timeout: float = 2.0
     tap_prefix: str = "evt"
     """TAP names are this prefix and a hash of the peer's node id (see `tap_name`)."""
+    trust: TrustAnchor | None = None
+    """The overlay's trust anchor; None: the fingerprint from signaling is the only check (labs)."""
 
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:

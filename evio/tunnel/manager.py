@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from evio.tunnel.config import TunnelConfig
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.dtls import UNTRUSTED, TunnelCertificate
 from evio.tunnel.errors import OfferError, SignalingFailed
 from evio.tunnel.session import (
     Clock,
@@ -25,6 +25,7 @@ from evio.tunnel.session import (
     TunnelDown,
     TunnelEvent,
     TunnelInfo,
+    TunnelState,
     default_datapath_factory,
     default_tap_factory,
 )
@@ -57,6 +58,8 @@ class TunnelManager:
         self._wall_clock = wall_clock
         self._tunnels: dict[int, Tunnel] = {}
         self._closing = False
+        self.untrusted_refused = 0
+        """Tunnels refused because the peer's certificate failed the overlay's trust anchor."""
 
     def start(self) -> None:
         self._signaling.serve(self._on_offer)
@@ -118,6 +121,8 @@ class TunnelManager:
         return answer.to_body()
 
     def _on_tunnel_event(self, event: TunnelEvent) -> None:
+        if isinstance(event, TunnelDown) and event.info.state is TunnelState.FAILED and (event.info.reason or "").startswith(UNTRUSTED):
+            self.untrusted_refused += 1
         if isinstance(event, TunnelDown):
             tunnel = self._tunnels.get(event.info.peer)
             if tunnel is not None and tunnel.info.tunnel_id == event.info.tunnel_id:

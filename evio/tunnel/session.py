@@ -23,6 +23,7 @@ and never earlier.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
 import logging
 import secrets as pysecrets
@@ -31,9 +32,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cryptography import x509
+
 from evio.tunnel.config import TunnelConfig
 from evio.tunnel.datapath import Datapath, DatapathStats, DropReason
-from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, TunnelCertificate
+from evio.tunnel.dtls import FINGERPRINT_MISMATCH, UNTRUSTED, DtlsHandshake, DtlsRole, DtlsState, Fingerprint, PeerCheck, TunnelCertificate
 from evio.tunnel.errors import (
     DtlsFailed,
     FingerprintMismatch,
@@ -42,6 +45,7 @@ from evio.tunnel.errors import (
     SetupError,
     SignalingFailed,
     TunnelError,
+    UntrustedCertificate,
 )
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
@@ -292,7 +296,7 @@ class Tunnel:
 
     async def _handshake(self, path: SelectedPath, peer_fingerprint: Fingerprint, cipher: Cipher, first: bytes | None) -> SessionSecrets:
         role = DtlsRole.CLIENT if self._info.controlling else DtlsRole.SERVER
-        dtls = self._dtls = DtlsHandshake(self._certificate, role, peer_fingerprint)
+        dtls = self._dtls = DtlsHandshake(self._certificate, role, peer_fingerprint, self._peer_check())
         await self._send_all(dtls.start())
         if first is not None:
             await self._send_all(dtls.receive(first))
@@ -312,12 +316,27 @@ class Tunnel:
             if self._pump_task.done():
                 raise DtlsFailed("ICE connection closed during DTLS")
         if dtls.state is not DtlsState.CONNECTED:
-            if dtls.failure == "fingerprint mismatch":
+            if dtls.failure == FINGERPRINT_MISMATCH:
                 raise FingerprintMismatch("peer certificate does not match its signalled fingerprint")
+            if dtls.failure is not None and dtls.failure.startswith(UNTRUSTED):
+                logger.warning("tunnel %s peer %032x refused: %s", self._info.tunnel_id, self.peer, dtls.failure)
+                raise UntrustedCertificate(dtls.failure)
             raise DtlsFailed(f"DTLS handshake failed: {dtls.failure}")
         material = dtls.export(EXPORTER_LABEL, EXPORTER_LEN)
         logger.debug("tunnel %s dtls connected (%s)", self._info.tunnel_id, dtls.cipher_name())
         return split_exporter(material, cipher, role is DtlsRole.CLIENT)
+
+    def _peer_check(self) -> PeerCheck | None:
+        """With an overlay trust anchor: the peer's certificate must be issued for the node id it claims."""
+        anchor = self.config.trust
+        if anchor is None:
+            return None
+
+        def refusal(cert: x509.Certificate) -> str | None:
+            now = datetime.datetime.fromtimestamp(self._wall_clock(), datetime.timezone.utc)
+            return anchor.refusal(cert, self.peer, now)
+
+        return refusal
 
     async def _pump(self, path: SelectedPath, dtls: DtlsHandshake) -> None:
         """Datagrams the ICE connection still receives: DTLS, and records that bypassed the data path."""

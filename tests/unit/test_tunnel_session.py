@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -64,7 +65,13 @@ class Node:
 FAST = LivenessConfig(hello_interval=0.02, keepalive_interval=0.1, dead_after=0.4, establish_timeout=1.5)
 
 
-def make_node(hub: FakeTunnelSignalingHub, node_id: int, config: TunnelConfig, certificate: TunnelCertificate | None = None) -> Node:
+def make_node(
+    hub: FakeTunnelSignalingHub,
+    node_id: int,
+    config: TunnelConfig,
+    certificate: TunnelCertificate | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> Node:
     node = Node(manager=None)  # type: ignore[arg-type]
 
     async def tap_factory(name: str, mtu: int) -> TapDevice:
@@ -79,6 +86,7 @@ def make_node(hub: FakeTunnelSignalingHub, node_id: int, config: TunnelConfig, c
         hub.endpoint(node_id),
         node.events.append,
         tap_factory=tap_factory,
+        wall_clock=wall_clock,
     )
     node.manager.start()
     return node
@@ -268,3 +276,62 @@ async def test_tunnel_over_the_signal_packages_remote_actions() -> None:
         for client in clients.values():
             await client.stop()
     assert all(t.closed for t in taps)
+
+
+# -- overlay trust anchor: the signaling server cannot stand in for a member --------------------------
+
+
+def certificate_time() -> float:
+    """The certificates' own time (they are issued at NOW), not the test machine's."""
+    return NOW.timestamp() + 60
+
+
+def _member_certificate(ca: tuple[object, object], node: int) -> TunnelCertificate:
+    from evio.tunnel.overlay_ca import issue_node_certificate
+
+    key, cert = issue_node_certificate(ca[0], ca[1], ("ov1",), node, NOW, 30)  # type: ignore[arg-type]
+    return TunnelCertificate(key, cert)
+
+
+@pytest.mark.parametrize("anchored", [True, False])
+async def test_forged_member_whose_fingerprint_the_server_carries(hub: FakeTunnelSignalingHub, anchored: bool) -> None:
+    """B's place is taken by whoever runs the server: a self-signed certificate, its fingerprint signalled."""
+    from evio.tunnel.overlay_ca import make_overlay_ca
+    from evio.tunnel.trust import TrustAnchor
+
+    ca = make_overlay_ca("ov1 CA", NOW, 365)
+    anchor = TrustAnchor("ov1", (ca[1],)) if anchored else None
+    a = make_node(hub, A, TunnelConfig(liveness=FAST, trust=anchor), _member_certificate(ca, A), certificate_time)
+    forger = make_node(hub, B, TunnelConfig(liveness=FAST))  # signals its own fingerprint: the pin matches
+    try:
+        if anchored:
+            with pytest.raises(SetupError, match="untrusted certificate: not issued by the overlay CA"):
+                await a.manager.connect(B)
+            await wait_until(lambda: len(forger.downs()) == 1)
+            assert not a.ups() and not forger.ups()
+            assert a.manager.untrusted_refused == 1
+            assert all(t.closed for t in a.taps + forger.taps)
+        else:
+            # XMPP-only mode (the default): the fingerprint is all there is, so the forgery goes through.
+            info = await a.manager.connect(B)
+            assert info.state is TunnelState.UP and a.manager.untrusted_refused == 0
+    finally:
+        await a.manager.close()
+        await forger.manager.close()
+
+
+async def test_members_with_certificates_from_the_anchor_connect(hub: FakeTunnelSignalingHub) -> None:
+    from evio.tunnel.overlay_ca import make_overlay_ca
+    from evio.tunnel.trust import TrustAnchor
+
+    ca = make_overlay_ca("ov1 CA", NOW, 365)
+    config = TunnelConfig(liveness=FAST, trust=TrustAnchor("ov1", (ca[1],)))
+    a = make_node(hub, A, config, _member_certificate(ca, A), certificate_time)
+    b = make_node(hub, B, config, _member_certificate(ca, B), certificate_time)
+    try:
+        info = await a.manager.connect(B)
+        assert info.state is TunnelState.UP
+        await wait_until(lambda: len(b.ups()) == 1)
+    finally:
+        await a.manager.close()
+        await b.manager.close()
