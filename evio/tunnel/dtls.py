@@ -102,7 +102,7 @@ class TunnelCertificate:
         key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError(f"{key_file}: not an EC private key (DTLS here uses ECDSA cipher suites)")
-        if key.public_key().public_numbers() != cert.public_key().public_numbers():  # type: ignore[union-attr]
+        if key.public_key() != cert.public_key():
             raise ValueError(f"{key_file} is not the key of {cert_file}")
         return cls(key, cert)
 

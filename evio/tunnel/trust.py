@@ -26,7 +26,6 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.x509.oid import ExtensionOID
 
 URI_SCHEME = "evio"
 
@@ -39,7 +38,7 @@ def node_uri(overlay: str, node_id: int) -> str:
 def named_node_ids(cert: x509.Certificate, overlay: str) -> list[int]:
     """The node ids `cert` names for `overlay` (SAN URIs ``evio:<overlay>:<id>``)."""
     try:
-        san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return []
     prefix = f"{URI_SCHEME}:{overlay}:"

@@ -105,7 +105,7 @@ def test_schema_is_valid_draft_2020_12_and_closed_everywhere() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     objects = list(_subschemas_with_properties(schema))
-    assert len(objects) == 11  # the root and the ten sections
+    assert len(objects) == 12  # the root and the eleven sections
     assert all(s.get("additionalProperties") is False for s in objects)
 
 
