@@ -41,6 +41,7 @@ from evio.sdn.boundary import (
     SwitchDisconnected,
     event_as_dict,
 )
+from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.interface import Signaling
 from evio.tunnel.session import TunnelEvent, TunnelInfo
 
@@ -87,6 +88,8 @@ class LinkManager(Protocol):
     async def close(self) -> None: ...
 
     def get(self, peer: int) -> TunnelLike | None: ...
+
+    def probe(self, peer: int) -> None: ...
 
 
 class AdjacencyController(Protocol):
@@ -147,6 +150,7 @@ class OverlayStack:
         self._port_events: asyncio.Queue[LinkUp | LinkDown] = asyncio.Queue()
         self._port_worker: asyncio.Task[None] | None = None
         self._subscription: Cancellable | None = None
+        self._presence: list[Cancellable] = []
         self._attached = False
         self._bridge_made = False
         self._controller_started = False
@@ -176,6 +180,10 @@ class OverlayStack:
         self._port_worker.add_done_callback(self._worker_done)
         self._subscription = self.controller.subscribe(self._adjacency_event)
         self.links.start()
+        self._presence = [
+            self.signaling.subscribe(PeerRemoved, self._peer_removed),
+            self.signaling.subscribe(PeerAdded, self._peer_added),
+        ]
         self._controller_started = True
         await self.controller.start()
         self.started_at = self._clock()
@@ -197,6 +205,9 @@ class OverlayStack:
             await _step(self.overlay, "close tunnels", self.links.close())
         if self._subscription is not None:
             self._subscription.cancel()
+        for presence in self._presence:
+            presence.cancel()
+        self._presence.clear()
         # Apply what the controller reported while it let go, then stop the worker.
         if self._port_worker is not None:
             if not self._port_worker.done():
@@ -213,6 +224,19 @@ class OverlayStack:
             await _step(self.overlay, "delete bridge", self.bridge.delete())
             self._bridge_made = False
         log.info("overlay stopped overlay=%s", self.overlay)
+
+    # -- presence -> tunnel probes --------------------------------------------------------------
+
+    def _peer_removed(self, event: PeerRemoved) -> None:
+        # A peer whose presence went may have crashed (its server session closes with its process):
+        # its tunnel must answer a probe within a second, or it goes down now rather than after
+        # dead_after, and the link is made again as soon as the peer is back.
+        if event.cause is RemovalCause.LEFT:
+            self.links.probe(event.node_id)
+
+    def _peer_added(self, event: PeerAdded) -> None:
+        # Back so soon that the probe above may not have ended: a restarted peer answers no old tunnel.
+        self.links.probe(event.node_id)
 
     # -- adjacency -> bridge ports -------------------------------------------------------------
 

@@ -251,6 +251,7 @@ class FakeLinks:
         self.tap_prefix = tap_prefix
         self.connects = 0
         self.disconnects = 0
+        self.probes = 0
 
     @property
     def running(self) -> bool:
@@ -288,6 +289,13 @@ class FakeLinks:
             tunnel = network._open(self, peer)
         await asyncio.shield(tunnel.done)
         return tunnel.info(self.node_id, TunnelState.UP)
+
+    def probe(self, peer: int) -> None:
+        """As the tunnel's probe: a tunnel to a peer that vanished (or restarted since) goes down now."""
+        self.probes += 1
+        tunnel = self._tunnel(peer) if self.running else None
+        if tunnel is not None and tunnel.state is TunnelState.UP and not self._network._current(tunnel):
+            self._network._end(tunnel, "peer-silent")
 
     async def disconnect(self, peer: int) -> None:
         self.disconnects += 1

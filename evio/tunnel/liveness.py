@@ -15,6 +15,11 @@ returns. It never reads the clock itself.
   comes at most ``dead_after`` after the last record.
 - A HELLO without PEER_SEEN is answered at once with HELLO + PEER_SEEN, so
   the later side comes up one round trip after the earlier one.
+- A probe (``probe``), when the owner has reason to doubt the peer (its
+  signaling presence went away, as when its daemon was killed), sends such
+  a HELLO every ``probe_interval``; a peer that answers nothing within
+  ``probe_timeout`` is dead at once instead of after ``dead_after``. A live
+  peer answers in a round trip, and nothing changes.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class LivenessConfig:
     keepalive_interval: float = 1.0
     dead_after: float = 4.0
     establish_timeout: float = 5.0
+    probe_interval: float = 0.2
+    probe_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         if self.keepalive_interval <= 0 or self.keepalive_interval > 25.0:
@@ -50,6 +57,8 @@ class LivenessConfig:
         # A live but idle peer's keepalives are up to a tick late; two of them must fit the limit.
         if 2 * (self.keepalive_interval + self.tick_interval(LinkState.UP)) > self.dead_after:
             raise ValueError("dead_after must allow two keepalive intervals (plus a tick each)")
+        if not 0 < self.probe_interval < self.probe_timeout:
+            raise ValueError("probe_interval must be positive and shorter than probe_timeout")
 
     def tick_interval(self, state: LinkState) -> float:
         """How often the owner should call ``tick`` in this state."""
@@ -92,6 +101,26 @@ class Liveness:
         self._rx_changed = now
         self._tx_seen = 0
         self._tx_changed = now
+        self._probe_since: float | None = None  # when the running probe began
+        self._probe_rx = 0  # the received-record count when it began
+        self._last_probe = float("-inf")
+
+    @property
+    def probing(self) -> bool:
+        return self._probe_since is not None
+
+    def tick_interval(self) -> float:
+        """How often the owner should call ``tick`` now (faster while a probe runs)."""
+        if self._probe_since is not None:
+            return min(self.config.probe_interval, self.config.tick_interval(self.state))
+        return self.config.tick_interval(self.state)
+
+    def probe(self, now: float, rx_records: int) -> list[Action]:
+        """Doubt the peer: it must answer within ``probe_timeout`` (`rx_records`: the count so far)."""
+        if self.state is not LinkState.UP or self._probe_since is not None:
+            return []
+        self._probe_since, self._probe_rx, self._last_probe = now, rx_records, now
+        return [SendControl(ControlOpcode.HELLO)]
 
     def start(self, now: float) -> list[Action]:
         """The first HELLO, sent as soon as keys are in place."""
@@ -103,6 +132,7 @@ class Liveness:
         if self.state is LinkState.DOWN:
             return []
         actions: list[Action] = self._heard(now)
+        self._probe_since = None  # a record that arrived now: the peer is alive
         if message.opcode is ControlOpcode.HELLO and not message.flags & HELLO_PEER_SEEN:
             actions.append(SendControl(ControlOpcode.HELLO, HELLO_PEER_SEEN))
         elif message.opcode is ControlOpcode.CLOSE:
@@ -129,6 +159,15 @@ class Liveness:
                 self._last_hello = now
                 actions.append(SendControl(ControlOpcode.HELLO))
             return actions
+        if self._probe_since is not None:
+            if rx_records > self._probe_rx:
+                self._probe_since = None  # records counted since the probe began: alive
+            elif now - self._probe_since >= self.config.probe_timeout:
+                self.state = LinkState.DOWN
+                return [LinkDown(DownReason.PEER_SILENT)]
+            elif now - self._last_probe >= self.config.probe_interval:
+                self._last_probe = now
+                actions.append(SendControl(ControlOpcode.HELLO))
         if now - self._rx_changed >= self.config.silence_limit:
             self.state = LinkState.DOWN
             return [LinkDown(DownReason.PEER_SILENT)]

@@ -78,6 +78,12 @@ class TunnelManager:
             tunnel.start_initiator(self._signaling)
         return await tunnel.wait_up()
 
+    def probe(self, peer: int) -> None:
+        """The peer may be gone (its signaling presence went): an up tunnel to it must answer within 1 s."""
+        tunnel = self._tunnels.get(peer)
+        if tunnel is not None:
+            tunnel.probe()
+
     async def disconnect(self, peer: int) -> None:
         tunnel = self._tunnels.get(peer)
         if tunnel is not None:

@@ -375,7 +375,7 @@ class Tunnel:
         logged_drops: dict[DropReason, int] = {}
         while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._stop.wait(), self.config.liveness.tick_interval(liveness.state))
+                await asyncio.wait_for(self._stop.wait(), liveness.tick_interval())
             except asyncio.TimeoutError:
                 pass
             if self._stop.is_set():
@@ -395,6 +395,13 @@ class Tunnel:
                 logger.info("tunnel %s peer %032x drops %s", self._info.tunnel_id, self.peer, {r.value: n for r, n in stats.drops.items()})
         if self._info.state is not TunnelState.UP and self._down_reason == DownReason.NOT_AUTHENTICATED.value:
             raise NotAuthenticated("no authenticated record from the peer")
+
+    def probe(self) -> None:
+        """Doubt the peer (its signaling presence went): an up tunnel it does not answer goes down within
+        the probe timeout (1 s) instead of after the dead-peer time."""
+        if self._liveness is not None and self._datapath_running:
+            logger.debug("tunnel %s peer %032x probed", self._info.tunnel_id, self.peer)
+            self._execute(self._liveness.probe(self._clock(), self._datapath.stats().rx_records))
 
     def _on_control(self, message: ControlMessage) -> None:
         if self._liveness is not None:

@@ -312,3 +312,22 @@ async def test_startup_objects_are_frozen_while_the_node_runs_and_released_after
         node.stop()
         assert await run is None
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_peer_whose_presence_goes_is_probed_and_a_dead_one_loses_its_port_at_once() -> None:
+    fleet = mesh_fleet(3)
+    await fleet.start()
+    try:
+        await until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in fleet.nodes))
+        # Node 3's XMPP session drops but its tunnels live: the probes leave them alone.
+        await fleet.platforms[3].clients[0].stop()
+        await until(lambda: fleet.platforms[1].links_made["ov1"].probes >= 1)
+        await asyncio.sleep(0.05)
+        assert len(bridge_ports(fleet, 1)) == 2
+        # Node 2 dies (kill -9): its server session closes with it; its tunnels would time out only after 60 s.
+        fleet.link_hub.network("ov1").vanish(nid(2), dead_after=60)
+        await fleet.platforms[2].clients[0].stop()
+        await until(lambda: tap_name("evt", nid(2)) not in bridge_ports(fleet, 1), timeout=2)
+        assert tap_name("evt", nid(3)) in bridge_ports(fleet, 1)
+    finally:
+        await fleet.stop_all()

@@ -335,3 +335,47 @@ async def test_members_with_certificates_from_the_anchor_connect(hub: FakeTunnel
     finally:
         await a.manager.close()
         await b.manager.close()
+
+
+# -- probes: a peer whose presence went must answer at once ------------------------------------------
+
+PROBED = LivenessConfig(hello_interval=0.02, keepalive_interval=0.5, dead_after=3.0, establish_timeout=1.5,
+                        probe_interval=0.1, probe_timeout=0.5)
+
+
+async def test_probe_of_a_vanished_peer_takes_the_tunnel_down_within_the_probe_timeout(hub: FakeTunnelSignalingHub) -> None:
+    config = TunnelConfig(liveness=PROBED)
+    a, b = make_node(hub, A, config), make_node(hub, B, config)
+    try:
+        await a.manager.connect(B)
+        await wait_until(lambda: len(b.ups()) == 1)
+        tunnel_b = b.manager.get(A)
+        assert tunnel_b is not None
+        tunnel_b._datapath.stop()  # B is gone without a word, as with kill -9
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        a.manager.probe(B)
+        await wait_until(lambda: len(a.downs()) == 1, timeout=3)
+        assert a.downs()[0].info.reason == "peer-silent"
+        assert loop.time() - started < PROBED.probe_timeout + 0.4 < PROBED.dead_after
+    finally:
+        await a.manager.close()
+        await b.manager.close()
+
+
+async def test_probe_of_a_live_peer_changes_nothing(hub: FakeTunnelSignalingHub) -> None:
+    config = TunnelConfig(liveness=PROBED)
+    a, b = make_node(hub, A, config), make_node(hub, B, config)
+    try:
+        await a.manager.connect(B)
+        await wait_until(lambda: len(b.ups()) == 1)
+        tunnel = a.manager.get(B)
+        assert tunnel is not None
+        a.manager.probe(B)
+        a.manager.probe(0xCC << 120)  # no tunnel: nothing to do
+        await wait_until(lambda: tunnel._liveness is not None and not tunnel._liveness.probing, timeout=2)
+        await asyncio.sleep(PROBED.probe_timeout + 0.2)
+        assert not a.downs() and not b.downs() and tunnel.state is TunnelState.UP
+    finally:
+        await a.manager.close()
+        await b.manager.close()
