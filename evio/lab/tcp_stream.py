@@ -44,7 +44,7 @@ class StreamReport:
     final: bool = False
 
     def line(self) -> str:
-        return json.dumps({**asdict(self), "max_stall": round(self.max_stall, 3)})
+        return json.dumps({**asdict(self), "max_stall": round(self.max_stall, 3), "t": round(time.time(), 3)})
 
 
 def _tune(sock: socket.socket, user_timeout: float) -> None:

@@ -13,7 +13,14 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
 - Every frame teaches where its source MAC is; FRBs also teach its root node.
 - Unicast to a known MAC installs `(in_port, eth_src, eth_dst) -> out_port`
   and sends the frame; unicast to an unknown MAC from a leaf is flooded with
-  bounds like a broadcast, not dropped.
+  bounds like a broadcast, not dropped. From a peer (a path that ended here,
+  e.g. its next hop's link went with churn) it is flooded too, rooted here:
+  the sender keeps its flow through us and would otherwise lose every frame
+  until its ARP entry aged (paper 3.2.4: "the node performs a bounded flood
+  for the forwarding operation"). The destination's answer teaches the path.
+  A flooded frame whose source is one of our own leaf MACs (it came back to
+  the node that sent it) is forwarded within its bound but neither delivered
+  nor learned, so it never moves a local MAC onto a peer port.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Malformed FRBs and frames that make no sense are dropped and counted.
 """
@@ -72,6 +79,7 @@ class Drop(enum.Enum):
     HAIRPIN = "destination learned on the ingress port"
     GROUP_SOURCE = "source MAC is multicast"
     TOO_MANY_LEAVES = "more leaf MACs than a leaf announcement holds"
+    OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +125,7 @@ class BoundedFloodSwitch:
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
+        self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
 
     @property
@@ -219,9 +228,10 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now)
         target = self.learning.lookup(eth.dst, now)
         if target is None:
-            # The sender thought we lead to it; deliver locally only, since
-            # flooding onward without a bound could loop.
-            return actions + self._deliver_to_leaves(data, exclude=in_port)
+            # The sender thought we lead to it. A flood rooted here carries its own bounds, so it cannot
+            # loop; where it reaches the node the frame came from, that node only passes it on.
+            self.transit_floods += 1
+            return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast(in_port, eth, target.port, data)
 
     def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes) -> list[FlowAction]:
@@ -291,12 +301,17 @@ class BoundedFloodSwitch:
         self.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
         inner_eth = _parse_ethernet(inner)
         assert inner_eth is not None  # frb.parse guarantees an inner Ethernet header
-        actions = self._learn(inner_eth.src, in_port, h.root_nid, now)
-        target = None if inner_eth.is_group else self.learning.lookup(inner_eth.dst, now)
-        if target is not None and target.port in self.leaf_ports():
-            actions.append(PacketOut(target.port, inner))
+        actions: list[FlowAction] = []
+        source = self.learning.lookup(inner_eth.src, now)
+        if source is not None and source.port in self.leaf_ports():
+            self.drops[Drop.OWN_FRAME] += 1  # ours, flooded on by a node whose path ended (see the docstring)
         else:
-            actions += self._deliver_to_leaves(inner, exclude=None)
+            actions += self._learn(inner_eth.src, in_port, h.root_nid, now)
+            target = None if inner_eth.is_group else self.learning.lookup(inner_eth.dst, now)
+            if target is not None and target.port in self.leaf_ports():
+                actions.append(PacketOut(target.port, inner))
+            else:
+                actions += self._deliver_to_leaves(inner, exclude=None)
         bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
         if bounds and h.hop_count >= frb.MAX_HOP_COUNT:
             self.drops[Drop.HOP_LIMIT] += 1

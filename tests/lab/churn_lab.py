@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import time
 import uuid
@@ -81,6 +82,22 @@ class TcpStream:
         lines = [line for line in _text(self.client_log).splitlines() if line.startswith("{")]
         return json.loads(lines[-1]) if lines else {}
 
+    def stalls(self, longer_than: float) -> list[tuple[float, float]]:
+        """(epoch seconds, length) of each stretch of the once-a-second reports where no echo came back."""
+        reports = [json.loads(line) for line in _text(self.client_log).splitlines() if line.startswith("{\"sent")]
+        found, since, echoed = [], None, -1
+        for report in reports:
+            if report["echoed"] == echoed and report["sent"] > echoed:
+                since = since if since is not None else previous
+            elif since is not None:
+                if report["t"] - since > longer_than:
+                    found.append((since, report["t"] - since))
+                since = None
+            echoed, previous = report["echoed"], report["t"]
+        if since is not None and reports and reports[-1]["t"] - since > longer_than:
+            found.append((since, reports[-1]["t"] - since))
+        return found
+
     def wait_flowing(self, timeout: float) -> None:
         wait_for(self.report, lambda r: int(r.get("echoed", 0)) > 0, timeout, f"stream node{self.client} -> node{self.server}")
 
@@ -92,6 +109,21 @@ class TcpStream:
         report = self.report()
         return StreamResult(self.client, self.server, int(report.get("sent", 0)), int(report.get("echoed", 0)),
                             float(report.get("max_stall", 0.0)), report.get("broken") or (None if report.get("final") else "no final report"))  # type: ignore[arg-type]
+
+
+def keep_logs(lab: Lab, label: str) -> Path | None:
+    """With EVIO_KEEP_LOGS=DIR: copy the lab's daemon and tool logs to DIR/<lab>-<label> (for a failure's post-mortem)."""
+    target_dir = os.environ.get("EVIO_KEEP_LOGS")
+    if not target_dir:
+        return None
+    target = Path(target_dir) / f"{lab.name}-{label}"
+    shutil.copytree(lab.directory / "logs", target / "logs", dirs_exist_ok=True)
+    for node in lab.nodes:
+        try:
+            shutil.copy(lab.daemon_log(node.index), target / f"{node.name}.log")
+        except OSError:
+            continue
+    return target
 
 
 def _text(path: Path) -> str:
