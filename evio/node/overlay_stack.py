@@ -47,6 +47,7 @@ from evio.tunnel.session import TunnelEvent, TunnelInfo
 
 log = logging.getLogger(__name__)
 
+PORT_RETRY_INTERVAL = 1.0  # after OVS refused a port change (ovsdb-server down, say): reconcile this often
 PORT_DRAIN_TIMEOUT = 15.0  # at stop: ovs-vsctl calls still queued get this long before the bridge goes anyway
 
 
@@ -254,12 +255,37 @@ class OverlayStack:
             self._port_events.put_nowait(event)
 
     async def _apply_port_changes(self) -> None:
+        behind = False  # OVS refused a change: the bridge's ports may not be what the links say
         while True:
-            event = await self._port_events.get()
+            if behind:
+                try:
+                    event = await asyncio.wait_for(self._port_events.get(), PORT_RETRY_INTERVAL)
+                except asyncio.TimeoutError:
+                    behind = not await self._reconcile_ports()
+                    continue
+            else:
+                event = await self._port_events.get()
+            errors = self.port_errors
             try:
                 await self._apply(event)
             finally:
                 self._port_events.task_done()
+            behind = behind or self.port_errors != errors
+
+    async def _reconcile_ports(self) -> bool:
+        """Put on the bridge the TAP of every up link and take off every other tunnel port; True when done."""
+        prefix = self.plan.tunnel.tap_prefix
+        try:
+            present = {port for port in await self.bridge.ports() if port.startswith(prefix)}
+            for tap in sorted(set(self.ports) - present):
+                await self.bridge.add_port(tap)
+            for tap in sorted(present - set(self.ports)):
+                await self.bridge.remove_port(tap)
+        except BridgeError as exc:
+            log.info("ports not reconciled yet overlay=%s: %s", self.overlay, exc)
+            return False
+        log.info("ports reconciled overlay=%s ports=%d", self.overlay, len(self.ports))
+        return True
 
     async def _drain_port_changes(self) -> None:
         await asyncio.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)

@@ -76,7 +76,7 @@ class Drop(enum.Enum):
     FORWARD_TYPE = "BROADCAST_FORWARD FRB (the original's receivers drop it too)"
     HOP_LIMIT = "FRB hop count at its maximum"
     GROUP_FROM_PEER = "broadcast or multicast from a peer port without an FRB"
-    HAIRPIN = "destination learned on the ingress port"
+    HAIRPIN = "destination learned on the ingress port (from a peer: flooded on instead)"
     GROUP_SOURCE = "source MAC is multicast"
     TOO_MANY_LEAVES = "more leaf MACs than a leaf announcement holds"
     OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
@@ -227,9 +227,12 @@ class BoundedFloodSwitch:
             return []
         actions = self._learn(eth.src, in_port, None, now)
         target = self.learning.lookup(eth.dst, now)
-        if target is None:
-            # The sender thought we lead to it. A flood rooted here carries its own bounds, so it cannot
-            # loop; where it reaches the node the frame came from, that node only passes it on.
+        if target is None or target.port == in_port:
+            # The sender thought we lead to it, but we know no way on (or only the way back: one of the two
+            # views is stale). A flood rooted here carries its own bounds, so it cannot loop; where it
+            # reaches the node the frame came from, that node only passes it on.
+            if target is not None:
+                self.drops[Drop.HAIRPIN] += 1
             self.transit_floods += 1
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast(in_port, eth, target.port, data)

@@ -114,6 +114,15 @@ def test_unknown_unicast_from_a_peer_is_flooded_onward_rooted_here() -> None:
     assert not any(isinstance(a, AddFlow) for a in actions) and sw.transit_floods == 1
 
 
+def test_unicast_from_a_peer_whose_destination_we_learned_on_that_peer_is_flooded_not_bounced() -> None:
+    sw = switch_with_ports(100)
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)  # H2 learned via port 10
+    frame = eth(H2, H3)
+    actions = sw.packet_in(10, frame, now=2)  # ...and 200 sends H2's frames to us: one view is stale
+    assert not any(isinstance(a, AddFlow) for a in actions)
+    assert set(frbs_by_port(actions)) == {10, 11} and sw.drops[Drop.HAIRPIN] == 1 and sw.transit_floods == 1
+
+
 def test_own_frame_flooded_back_is_passed_on_but_not_delivered_or_learned() -> None:
     sw = BoundedFloodSwitch(200, "02:aa:00:00:00:02")
     sw.port_added(SwitchPort(1, "br0", PortKind.LEAF), now=0)
