@@ -62,8 +62,11 @@ DAEMON_RESTART_TARGET = 5.0
 QUIET = 3.0
 DAEMON_RESTART_BOUND = 15.0  # what the test insists on; the 5 s target is checked (and reported) apart
 KNOWN_MISS_STREAMS = (
-    "known miss: under churn a stable pair's TCP stream sometimes stalls past its 10 s user timeout right after a "
-    "neighbour leaves, while pings between stable pairs lose nothing; cause not found yet"
+    "known miss: with OVS userspace TSO on (the default here), a stable pair's TCP stream stalls past its 10 s "
+    "user timeout when churn cuts its path: after the first loss TCP coalesces its backlog into TSO super-frames, "
+    "and frames that take the controller's flood path (no flow yet) are not segmented to the tunnel MTU, so they "
+    "are lost until the path is learned again. Pings (small) lose nothing. With userspace-tso-enable=false the "
+    "same run broke no stream (longest stall 0.13 s)"
 )
 KNOWN_MISS_RESTART = (
     "known miss on a loaded 2-core machine: a restarted daemon needs 2-3 s to start (Python imports, OVS, "
