@@ -77,35 +77,54 @@ class OvsInstance:
 
     def start(self) -> None:
         """Create the database and start both daemons; on any failure, stop what was started."""
-        for d in (self.run_dir, self.db_dir, self.log_dir, self.etc_dir):
-            d.mkdir(parents=True, exist_ok=True)
         try:
-            db = self.db_dir / "conf.db"
-            if not db.exists():
-                self._run(["ovsdb-tool", "create", str(db), str(self.schema)])
-            self._run(self._in_netns([
-                "ovsdb-server", str(db), f"--remote=punix:{self.db_socket}",
-                f"--pidfile={self.run_dir / 'ovsdb-server.pid'}",
-                f"--unixctl={self.run_dir / 'ovsdb-server.ctl'}",
-                f"--log-file={self.log_dir / 'ovsdb-server.log'}",
-                "-vconsole:off", "--detach", "--no-chdir",
-            ]))  # fmt: skip
+            self.start_ovsdb()
             self.vsctl("--no-wait", "init")
             if self.userspace_tso:
                 # Read by vswitchd at start only, so it goes in before vswitchd starts.
                 self.vsctl("--no-wait", "set", "Open_vSwitch", ".", "other_config:userspace-tso-enable=true")
-            self._run(self._in_netns([
-                "ovs-vswitchd", f"unix:{self.db_socket}",
-                f"--pidfile={self.run_dir / 'ovs-vswitchd.pid'}",
-                f"--unixctl={self.run_dir / 'ovs-vswitchd.ctl'}",
-                f"--log-file={self.log_dir / 'ovs-vswitchd.log'}",
-                "-vconsole:off", "--detach", "--no-chdir",
-            ]))  # fmt: skip
+            self.start_vswitchd()
         except BaseException:
             self.stop()
             raise
         log.info("ovs instance started netns=%s dir=%s vswitchd=%s ovsdb=%s", self.netns, self.base_dir,
                  self.pid("ovs-vswitchd"), self.pid("ovsdb-server"))
+
+    def start_ovsdb(self) -> None:
+        """Start ovsdb-server on this instance's database (created if missing), e.g. again after it died."""
+        for d in (self.run_dir, self.db_dir, self.log_dir, self.etc_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        db = self.db_dir / "conf.db"
+        if not db.exists():
+            self._run(["ovsdb-tool", "create", str(db), str(self.schema)])
+        self._run(self._in_netns([
+            "ovsdb-server", str(db), f"--remote=punix:{self.db_socket}",
+            f"--pidfile={self.run_dir / 'ovsdb-server.pid'}",
+            f"--unixctl={self.run_dir / 'ovsdb-server.ctl'}",
+            f"--log-file={self.log_dir / 'ovsdb-server.log'}",
+            "-vconsole:off", "--detach", "--no-chdir",
+        ]))  # fmt: skip
+
+    def start_vswitchd(self) -> None:
+        """Start ovs-vswitchd against this instance's ovsdb-server, e.g. again after it died."""
+        self._run(self._in_netns([
+            "ovs-vswitchd", f"unix:{self.db_socket}",
+            f"--pidfile={self.run_dir / 'ovs-vswitchd.pid'}",
+            f"--unixctl={self.run_dir / 'ovs-vswitchd.ctl'}",
+            f"--log-file={self.log_dir / 'ovs-vswitchd.log'}",
+            "-vconsole:off", "--detach", "--no-chdir",
+        ]))  # fmt: skip
+
+    def kill(self, daemon: str) -> int | None:
+        """SIGKILL one of the daemons (a crash, for fault tests) and wait until it is gone; its PID, if it ran."""
+        if daemon not in _DAEMONS:
+            raise ValueError(f"not an Open vSwitch daemon: {daemon!r}")
+        pid = self.pid(daemon)
+        if pid is None:
+            return None
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, 5.0)
+        return pid
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask each daemon to exit, then signal it by PID if it does not; idempotent."""

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 
 # Subcommand modules, in the order they appear in --help.
-_COMMANDS = ("evio.cli.run_cmd", "evio.cli.status_cmd", "evio.cli.config_cmd", "evio.cli.sim_cmd", "evio.cli.lab_cmd")
+_COMMANDS = ("evio.cli.run_cmd", "evio.cli.status_cmd", "evio.cli.config_cmd", "evio.cli.pki_cmd", "evio.cli.sim_cmd",
+             "evio.cli.lab_cmd")
 
 
 # Commands a health check runs often: their parser is built alone, without importing the others.

@@ -99,6 +99,9 @@ def _register_up(lab_sub: Any) -> None:
     p.add_argument("--overlay", default="ov1", help="overlay id in the node configs and server groups (default ov1)")
     p.add_argument("--domain", default="overlay.test", help="XMPP domain (default overlay.test)")
     p.add_argument("--plaintext", action="store_true", help="let XMPP clients log in without TLS (debugging only)")
+    p.add_argument("--trust", action="store_true",
+                   help="make an overlay CA and give each node a certificate for its id (config: trust), "
+                   "so tunnels do not rely on the XMPP server for keys")  # fmt: skip
     p.add_argument("--successors", "-s", type=positive, default=2, help="successor links per node (default 2)")
     p.add_argument("--long-distance", "-k", type=not_negative, default=None,
                    help="long-distance links per node (default floor(log2(n)) of the overlay size)")
@@ -137,6 +140,7 @@ def _up(args: argparse.Namespace) -> int:
             topology=topology_section(args),
             daemons=not args.no_daemons,
             daemon_timeout=args.timeout,
+            trust=args.trust,
             progress=printer,
         )
     printer.finish()

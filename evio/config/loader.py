@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.config.model import (
     MAX_INTERFACE_NAME,
@@ -43,6 +46,7 @@ from evio.config.model import (
     OverlayConfig,
     SignalConfig,
     TopologyConfig,
+    TrustConfig,
     TunnelConfig,
     TurnServer,
     default_bridge_name,
@@ -367,6 +371,49 @@ def _client_cert_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], 
         yield Problem(json_path((*at, "client_key")), f"{key_file} with {cert_file}: not a PEM certificate and matching key ({exc.reason or exc})")
 
 
+def _trust_problems(trust: Mapping[str, Any], at: tuple[str | int, ...], base_dir: Path) -> Iterator[Problem]:
+    """Readable PEM files: CA certificate(s) marked as CA, and this node's EC key matching its certificate.
+
+    Whether the certificate names this node is checked when the node starts
+    (evio.node.plan), since the node id may be generated then.
+    """
+    paths = {key: _resolve(base_dir, text) for key in ("ca_file", "cert_file", "key_file") if (text := _text(trust.get(key)))}
+    unreadable = False
+    for key, path in paths.items():
+        if reason := _file_problem(path):
+            unreadable = True
+            yield Problem(json_path((*at, key)), reason)
+    if unreadable or len(paths) != 3:
+        return
+    try:
+        authorities = x509.load_pem_x509_certificates(paths["ca_file"].read_bytes())
+        if not all(_is_ca_certificate(ca) for ca in authorities):
+            raise ValueError("a certificate in it is not a CA (basicConstraints ca=true)")
+    except ValueError as exc:
+        yield Problem(json_path((*at, "ca_file")), f"{paths['ca_file']}: not PEM CA certificates ({exc})")
+    try:
+        cert = x509.load_pem_x509_certificate(paths["cert_file"].read_bytes())
+    except ValueError as exc:
+        yield Problem(json_path((*at, "cert_file")), f"{paths['cert_file']}: not a PEM certificate ({exc})")
+        return
+    try:
+        private_key = serialization.load_pem_private_key(paths["key_file"].read_bytes(), password=None)
+    except (ValueError, TypeError) as exc:
+        yield Problem(json_path((*at, "key_file")), f"{paths['key_file']}: not an unencrypted PEM private key ({exc})")
+        return
+    if not isinstance(private_key, ec.EllipticCurvePrivateKey):
+        yield Problem(json_path((*at, "key_file")), f"{paths['key_file']}: not an EC key (tunnels use ECDSA cipher suites)")
+    elif private_key.public_key() != cert.public_key():
+        yield Problem(json_path((*at, "key_file")), f"{paths['key_file']}: not the key of {paths['cert_file']}")
+
+
+def _is_ca_certificate(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
 def _turn_problems(turn: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
     for index, server in enumerate(turn if isinstance(turn, list) else []):
         server = _dict(server)
@@ -491,6 +538,8 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
         if isinstance(overlay.get("signal"), dict):
             problems.extend(_signal_problems(overlay["signal"], (*at, "signal"), base_dir))
         problems.extend(_turn_problems(_dict(overlay.get("nat_traversal")).get("turn"), (*at, "nat_traversal", "turn")))
+        if isinstance(overlay.get("trust"), dict):
+            problems.extend(_trust_problems(overlay["trust"], (*at, "trust"), base_dir))
     problems.extend(_bridge_problems(overlays))
     return problems
 
@@ -593,6 +642,17 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             offers_per_s=float(limits.get("offers_per_s", LimitsConfig.offers_per_s)),
             offer_burst=int(limits.get("offer_burst", LimitsConfig.offer_burst)),
         ),
+        trust=_build_trust(overlay.get("trust"), base_dir),
+    )
+
+
+def _build_trust(trust: Mapping[str, Any] | None, base_dir: Path) -> TrustConfig | None:
+    if trust is None:
+        return None
+    return TrustConfig(
+        ca_file=_resolve(base_dir, trust["ca_file"]),
+        cert_file=_resolve(base_dir, trust["cert_file"]),
+        key_file=_resolve(base_dir, trust["key_file"]),
     )
 
 

@@ -200,6 +200,15 @@ class TunnelConfig:
 
 
 @dataclass(frozen=True)
+class TrustConfig:
+    """An overlay's trust anchor and this node's certificate issued under it (evio.tunnel.trust)."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+@dataclass(frozen=True)
 class OverlayConfig:
     id: str
     signal: SignalConfig
@@ -208,6 +217,7 @@ class OverlayConfig:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     tunnel: TunnelConfig = field(default_factory=TunnelConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    trust: TrustConfig | None = None  # None: fingerprints from signaling only (XMPP-only trust, labs)
 
 
 @dataclass(frozen=True)

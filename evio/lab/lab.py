@@ -187,6 +187,7 @@ class Lab:
         node_topology: Mapping[int, Mapping[str, Any]] | None = None,
         daemons: bool = False,
         daemon_timeout: float | None = None,
+        trust: bool = False,
         progress: ProgressCallback | None = None,
         root: Path = DEFAULT_ROOT,
         host: Host | None = None,
@@ -198,7 +199,10 @@ class Lab:
         overrides keys of it for single nodes (a mixed overlay, as E5). With `daemons`, every node also
         runs its own Open vSwitch and an `evio run` daemon, and `up` returns
         once each daemon's bridge is connected to its SDN controller (within
-        `daemon_timeout`, default 30 s + 2 s per node).
+        `daemon_timeout`, default 30 s + 2 s per node). With `trust`, the lab
+        also makes an overlay CA and gives each node a certificate issued for its
+        node id (the config's `trust` section), so tunnels check more than the
+        fingerprint the XMPP server carries.
 
         On any failure or interruption (KeyboardInterrupt included) everything
         made so far is removed before the exception propagates.
@@ -229,7 +233,7 @@ class Lab:
             save_state(root, state)  # before anything exists, so a crash from here on is recoverable
             report = progress or (lambda p: None)
             began = time.monotonic()
-            lab._build(report, began, plaintext=plaintext, topology=topology, node_topology=node_topology or {})
+            lab._build(report, began, plaintext=plaintext, topology=topology, node_topology=node_topology or {}, trust=trust)
             if daemons:
                 lab._start_full_nodes(report, began, daemon_timeout or 30.0 + 2.0 * nodes)
             state.phase = "up"
@@ -666,6 +670,7 @@ class Lab:
         plaintext: bool,
         topology: Mapping[str, Any] | None,
         node_topology: Mapping[int, Mapping[str, Any]],
+        trust: bool = False,
     ) -> None:
         plan, host, state = self.plan, self._host, self._state
         count = len(plan.nodes)
@@ -679,6 +684,7 @@ class Lab:
         pki.make_server_cert(
             paths.prosody_certs, ca, [plan.public.domain, plan.public.muc_domain], now, file_stem=plan.public.domain
         )
+        overlay_ca = pki.make_overlay_ca(paths.pki_dir / "overlay", f"evio lab {plan.name} overlay {plan.overlay} CA", now) if trust else None
         services.write_service_files(plan, paths, state.secrets.turn_secret, plaintext=plaintext)
         report("certificates", 1, 1)
 
@@ -718,6 +724,7 @@ class Lab:
                 ca_file=paths.ca_cert,
                 plaintext=plaintext,
                 topology={**(topology or {}), **node_topology.get(node.index, {})} or None,
+                trust=pki.issue_overlay_member(overlay_ca, plan.overlay, int(node_id, 16), home / "trust", now) if overlay_ca else None,
             )
             path = configs.node_config_path(self.directory, node)
             path.write_text(json.dumps(document, indent=2) + "\n")

@@ -34,10 +34,12 @@ def node_config(
     ca_file: Path,
     plaintext: bool = False,
     topology: dict[str, Any] | None = None,
+    trust: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The config `evio run --config` reads on this node: its identity, the lab's servers, its overlay.
 
     `topology` is the overlay's `topology` section (s, k, ...); absent, the daemon's defaults apply.
+    `trust` is the overlay's `trust` section (CA, certificate, key files); absent, XMPP-only trust.
     """
     pub = plan.public
     stun = f"{pub.address}:{pub.stun_port}"
@@ -67,6 +69,8 @@ def node_config(
     }
     if topology:
         overlay["topology"] = dict(topology)
+    if trust:
+        overlay["trust"] = dict(trust)
     return {
         "node": {"id": node_id, "state_dir": str(home / "state")},
         "logging": {"level": "info", "destination": "file", "file": str(home / "evio.log")},

@@ -16,6 +16,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from evio.tunnel.overlay_ca import issue_node_certificate, load_ca_key, write_certificate, write_private_key
+from evio.tunnel.overlay_ca import make_overlay_ca as _make_overlay_ca
+
 _VALIDITY = datetime.timedelta(days=30)
 _CLOCK_SKEW = datetime.timedelta(minutes=5)
 
@@ -75,6 +78,26 @@ def make_server_cert(
         .sign(ca_key, hashes.SHA256())
     )
     return _write(directory, file_stem, cert, key)
+
+
+def make_overlay_ca(directory: Path, common_name: str, now: datetime.datetime) -> Certificate:
+    """The overlay trust anchor of `evio lab up --trust` (the same as `evio pki ca` makes)."""
+    key, cert = _make_overlay_ca(common_name, now, _VALIDITY.days)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = Certificate(cert_path=directory / "ca.crt", key_path=directory / "ca.key")
+    write_private_key(paths.key_path, key)
+    write_certificate(paths.cert_path, cert)
+    return paths
+
+
+def issue_overlay_member(ca: Certificate, overlay: str, node_id: int, directory: Path, now: datetime.datetime) -> dict[str, str]:
+    """A node certificate for `node_id` under the overlay CA; returns the node config's `trust` section."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_path.read_bytes())
+    key, cert = issue_node_certificate(load_ca_key(ca.key_path), ca_cert, [overlay], node_id, now, _VALIDITY.days)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_private_key(directory / "node.key", key)
+    write_certificate(directory / "node.crt", cert)
+    return {"ca_file": str(ca.cert_path), "cert_file": str(directory / "node.crt"), "key_file": str(directory / "node.key")}
 
 
 def _builder(

@@ -43,6 +43,7 @@ from evio.tunnel.manager import TunnelManager
 from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp, default_datapath_factory
 from evio.tunnel.tap import LinuxTap, TapDevice
+from evio.tunnel.trust import TrustAnchor
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="close the tunnel and exit after this many seconds")
     p.add_argument("--exit-on-down", action="store_true")
     p.add_argument("--wrong-fingerprint", action="store_true", help="test only: signal a fingerprint that is not ours")
+    p.add_argument("--trust-ca", type=Path, help="overlay CA the peer's certificate must be issued by (overlay trust anchor)")
+    p.add_argument("--overlay", default="ov1", help="overlay id the certificates name (with --trust-ca, --cert)")
+    p.add_argument("--cert", type=Path, help="this endpoint's certificate (PEM); default a fresh self-signed one")
+    p.add_argument("--key", type=Path, help="the key of --cert (PEM)")
     p.add_argument("--no-uvloop", action="store_true")
     p.add_argument("--no-mmsg", action="store_true", help="one system call per datagram instead of sendmmsg/recvmmsg bursts (comparison)")
     p.add_argument("-v", "--verbose", action="count", default=0)
@@ -126,9 +131,13 @@ async def run(args: argparse.Namespace) -> int:
             keepalive_interval=args.keepalive or keepalive_for(args.dead_after), dead_after=args.dead_after
         ),
         tap_prefix=args.tap_prefix,
+        trust=TrustAnchor.from_file(args.overlay, args.trust_ca) if args.trust_ca else None,
     )
     now = datetime.datetime.now(datetime.UTC)
-    certificate = TunnelCertificate.generate(f"{args.node:032x}", now)
+    if args.cert:
+        certificate = TunnelCertificate.from_files(args.cert, args.key or args.cert)
+    else:
+        certificate = TunnelCertificate.generate(f"{args.node:032x}", now)
     if args.wrong_fingerprint:
         certificate.fingerprint = TunnelCertificate.generate("impostor", now).fingerprint
     signaling = UnixSocketSignaling(args.signal_dir, args.node)

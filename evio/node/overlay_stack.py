@@ -45,6 +45,7 @@ from evio.sdn.boundary import (
     TrafficCounts,
     event_as_dict,
 )
+from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.interface import Signaling
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.errors import TunnelError
@@ -52,6 +53,7 @@ from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
 
 log = logging.getLogger(__name__)
 
+PORT_RETRY_INTERVAL = 1.0  # after OVS refused a port change (ovsdb-server down, say): reconcile this often
 PORT_DRAIN_TIMEOUT = 15.0  # at stop: ovs-vsctl calls still queued get this long before the bridge goes anyway
 
 
@@ -100,6 +102,7 @@ class LinkManager(Protocol):
     def reconfigure(self, config: TunnelSettings) -> None:
         """Settings for the tunnels set up from now on (those up keep theirs)."""
         ...
+    def doubt(self, peer: int) -> None: ...
 
 
 class AdjacencyController(Protocol):
@@ -168,6 +171,7 @@ class OverlayStack:
         self._port_events: asyncio.Queue[LinkUp | LinkDown] = asyncio.Queue()
         self._port_worker: asyncio.Task[None] | None = None
         self._subscription: Cancellable | None = None
+        self._presence: list[Cancellable] = []
         self._attached = False
         self._bridge_made = False
         self._controller_started = False
@@ -199,6 +203,10 @@ class OverlayStack:
         # Offers only for links the controller negotiated: before any socket, TURN allocation or TAP.
         self.links.admit_offers(self.controller.expects_tunnel)
         self.links.start()
+        self._presence = [
+            self.signaling.subscribe(PeerRemoved, self._peer_removed),
+            self.signaling.subscribe(PeerAdded, self._peer_added),
+        ]
         self._controller_started = True
         await self.controller.start()
         self.started_at = self._clock.now()
@@ -220,6 +228,9 @@ class OverlayStack:
             await _step(self.overlay, "close tunnels", self.links.close())
         if self._subscription is not None:
             self._subscription.cancel()
+        for presence in self._presence:
+            presence.cancel()
+        self._presence.clear()
         # Apply what the controller reported while it let go, then stop the worker.
         if self._port_worker is not None:
             if not self._port_worker.done():
@@ -249,6 +260,19 @@ class OverlayStack:
         self.links.reconfigure(settings)
         log.info("tunnel settings applied to new tunnels overlay=%s", self.overlay)
 
+    # -- presence -> tunnel probes --------------------------------------------------------------
+
+    def _peer_removed(self, event: PeerRemoved) -> None:
+        # A peer whose presence went may have crashed (its server session closes with its process):
+        # its tunnel must answer a probe within a second, or it goes down now rather than after
+        # dead_after, and the link is made again as soon as the peer is back.
+        if event.cause is RemovalCause.LEFT:
+            self.links.doubt(event.node_id)
+
+    def _peer_added(self, event: PeerAdded) -> None:
+        # Back so soon that the probe above may not have ended: a restarted peer answers no old tunnel.
+        self.links.doubt(event.node_id)
+
     # -- adjacency -> bridge ports -------------------------------------------------------------
 
     def _tunnel_event(self, event: TunnelEvent) -> None:
@@ -271,12 +295,37 @@ class OverlayStack:
             self._port_events.put_nowait(event)
 
     async def _apply_port_changes(self) -> None:
+        behind = False  # OVS refused a change: the bridge's ports may not be what the links say
         while True:
-            event = await self._port_events.get()
+            if behind:
+                try:
+                    event = await self._clock.wait_for(self._port_events.get(), PORT_RETRY_INTERVAL)
+                except TimeoutError:
+                    behind = not await self._reconcile_ports()
+                    continue
+            else:
+                event = await self._port_events.get()
+            errors = self.port_errors
             try:
                 await self._apply(event)
             finally:
                 self._port_events.task_done()
+            behind = behind or self.port_errors != errors
+
+    async def _reconcile_ports(self) -> bool:
+        """Put on the bridge the TAP of every up link and take off every other tunnel port; True when done."""
+        prefix = self.plan.tunnel.tap_prefix
+        try:
+            present = {port for port in await self.bridge.ports() if port.startswith(prefix)}
+            for tap in sorted(set(self.ports) - present):
+                await self.bridge.add_port(tap)
+            for tap in sorted(present - set(self.ports)):
+                await self.bridge.remove_port(tap)
+        except BridgeError as exc:
+            log.info("ports not reconciled yet overlay=%s: %s", self.overlay, exc)
+            return False
+        log.info("ports reconciled overlay=%s ports=%d", self.overlay, len(self.ports))
+        return True
 
     async def _drain_port_changes(self) -> None:
         await self._clock.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)

@@ -1,4 +1,4 @@
-"""From the daemon's config to what the node builds: pure, no I/O except reading password files.
+"""From the daemon's config to what the node builds: pure, no I/O except reading password and trust files.
 
 - one signaling account per distinct JID (several overlays may share one; they
   must then agree on server and credentials), with every overlay it serves;
@@ -8,15 +8,18 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type
 from evio.config.loader import signal_password
-from evio.config.model import Config, OverlayConfig, SignalConfig
+from evio.config.model import Config, OverlayConfig, SignalConfig, TrustConfig
 from evio.node.errors import NodeConfigError
 from evio.signal.client import SignalSettings
 from evio.tunnel.config import TunnelSettings, from_overlay_config
+from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.trust import TrustAnchor
 
 DEFAULT_TAP_PREFIX = "evt"
 
@@ -36,6 +39,7 @@ class OverlayPlan:
     bridge: BridgeSpec
     datapath: str  # "system" or "netdev"
     datapath_id: int  # the SDN controller knows the bridge by it
+    certificate: TunnelCertificate | None = None  # issued under the overlay's trust anchor; None: the node's self-signed one
 
     @property
     def id(self) -> str:
@@ -62,6 +66,7 @@ def plan_node(
     controller_port: int,
     kernel_module_loaded: bool,
     read_password: Callable[[SignalConfig], str | None] = signal_password,
+    now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
 ) -> NodePlan:
     accounts: dict[str, tuple[SignalConfig, list[str]]] = {}
     for overlay in config.overlays.values():
@@ -99,7 +104,11 @@ def plan_node(
             mtu=bridge_mtu(overlay, tunnel),
             datapath_id=dpid,
         )
-        plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid))
+        certificate = None
+        if overlay.trust is not None:
+            anchor, certificate = trust_of(overlay.id, overlay.trust, node_id, now())
+            tunnel = replace(tunnel, trust=anchor)
+        plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid, certificate))
     metrics = config.metrics.host_port if config.metrics.enabled else None
     return NodePlan(node_id, account_plans, tuple(plans), metrics)
 
@@ -131,6 +140,19 @@ def mtu_problems(config: Config) -> list[str]:
         except NodeConfigError as exc:
             problems.append(str(exc))
     return problems
+
+
+def trust_of(overlay: str, trust: TrustConfig, node_id: int, now: datetime.datetime) -> tuple[TrustAnchor, TunnelCertificate]:
+    """The overlay's anchor and this node's certificate, which its peers must accept for `node_id`."""
+    try:
+        anchor = TrustAnchor.from_file(overlay, trust.ca_file)
+        certificate = TunnelCertificate.from_files(trust.cert_file, trust.key_file)
+    except (OSError, ValueError) as exc:
+        raise NodeConfigError(f"overlay {overlay}: trust: {exc}") from exc
+    refusal = anchor.refusal(certificate.cert, node_id, now)
+    if refusal is not None:
+        raise NodeConfigError(f"overlay {overlay}: trust: {trust.cert_file}: peers would refuse it: {refusal}")
+    return anchor, certificate
 
 
 def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:

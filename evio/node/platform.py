@@ -75,7 +75,7 @@ class SystemPlatform:
         self, plan: OverlayPlan, node_id: int, signaling: Signaling, on_event: Callable[[TunnelEvent], None]
     ) -> LinkManager:
         manager: LinkManager = TunnelManager(
-            node_id, plan.tunnel, self.certificate, RemoteActionSignaling(signaling, plan.id), on_event=on_event
+            node_id, plan.tunnel, plan.certificate or self.certificate, RemoteActionSignaling(signaling, plan.id), on_event=on_event
         )
         return manager
 

@@ -13,7 +13,14 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
 - Every frame teaches where its source MAC is; FRBs also teach its root node.
 - Unicast to a known MAC installs `(in_port, eth_src, eth_dst) -> out_port`
   and sends the frame; unicast to an unknown MAC from a leaf is flooded with
-  bounds like a broadcast, not dropped.
+  bounds like a broadcast, not dropped. From a peer (a path that ended here,
+  e.g. its next hop's link went with churn) it is flooded too, rooted here:
+  the sender keeps its flow through us and would otherwise lose every frame
+  until its ARP entry aged (paper 3.2.4: "the node performs a bounded flood
+  for the forwarding operation"). The destination's answer teaches the path.
+  A flooded frame whose source is one of our own leaf MACs (it came back to
+  the node that sent it) is forwarded within its bound but neither delivered
+  nor learned, so it never moves a local MAC onto a peer port.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Malformed FRBs and frames that make no sense are dropped and counted.
 
@@ -90,13 +97,14 @@ class Drop(enum.Enum):
     FORWARD_TYPE = "BROADCAST_FORWARD FRB (the original's receivers drop it too)"
     HOP_LIMIT = "FRB hop count at its maximum"
     GROUP_FROM_PEER = "broadcast or multicast from a peer port without an FRB"
-    HAIRPIN = "destination learned on the ingress port"
+    HAIRPIN = "destination learned on the ingress port (from a peer: flooded on instead)"
     GROUP_SOURCE = "source MAC is multicast"
     TOO_MANY_LEAVES = "more leaf MACs than a leaf announcement holds"
     LOCAL_MAC_CLAIMED = "a peer sent from (or announced) one of this node's local MACs"
     FOREIGN_ANNOUNCE = "leaf announcement for a root other than the announcing peer"
     RATE_LIMITED = "more packet-ins from the port than its rate allows"
     TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
+    OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +168,7 @@ class BoundedFloodSwitch:
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
         self.counters = SwitchCounters()
+        self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
 
     @property
@@ -268,10 +277,14 @@ class BoundedFloodSwitch:
         if actions is None:
             return []
         target = self.learning.lookup(eth.dst, now)
-        if target is None:
-            # The sender thought we lead to it; deliver locally only, since
-            # flooding onward without a bound could loop.
-            return actions + self._deliver_to_leaves(data, exclude=in_port)
+        if target is None or target.port == in_port:
+            # The sender thought we lead to it, but we know no way on (or only the way back: one of the two
+            # views is stale). A flood rooted here carries its own bounds, so it cannot loop; where it
+            # reaches the node the frame came from, that node only passes it on.
+            if target is not None:
+                self.drops[Drop.HAIRPIN] += 1
+            self.transit_floods += 1
+            return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast(in_port, eth, target.port, data)
 
     def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes) -> list[FlowAction]:
@@ -375,15 +388,20 @@ class BoundedFloodSwitch:
         self.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
         inner_eth = _parse_ethernet(inner)
         assert inner_eth is not None  # frb.parse guarantees an inner Ethernet header
-        learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True)
-        if learned is None:
-            return []  # a broadcast "from" one of our own MACs: forged, neither delivered nor forwarded
-        actions = learned
-        target = None if inner_eth.is_group else self.learning.lookup(inner_eth.dst, now)
-        if target is not None and target.port in self.leaf_ports():
-            actions.append(PacketOut(target.port, inner))
+        actions: list[FlowAction] = []
+        source = self.learning.lookup(inner_eth.src, now)
+        if source is not None and source.port in self.leaf_ports():
+            self.drops[Drop.OWN_FRAME] += 1  # ours, flooded on by a node whose path ended (see the docstring)
         else:
-            actions += self._deliver_to_leaves(inner, exclude=None)
+            learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True)
+            if learned is None:
+                return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
+            actions += learned
+            target = None if inner_eth.is_group else self.learning.lookup(inner_eth.dst, now)
+            if target is not None and target.port in self.leaf_ports():
+                actions.append(PacketOut(target.port, inner))
+            else:
+                actions += self._deliver_to_leaves(inner, exclude=None)
         bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
         if bounds and h.hop_count >= frb.MAX_HOP_COUNT:
             self.drops[Drop.HOP_LIMIT] += 1

@@ -273,6 +273,7 @@ class FakeLinks:
     def admit_offers(self, policy: Callable[[int], bool]) -> None:
         """As the tunnel manager: a tunnel from a peer `policy` does not admit fails at this end."""
         self.offer_policy = policy
+        self.probes = 0
 
     @property
     def running(self) -> bool:
@@ -313,6 +314,13 @@ class FakeLinks:
             tunnel = network._open(self, peer)
         await asyncio.shield(tunnel.done)
         return tunnel.info(self.node_id, TunnelState.UP)
+
+    def doubt(self, peer: int) -> None:
+        """As the tunnel's doubt: a tunnel to a peer that vanished (or restarted since) goes down now."""
+        self.probes += 1
+        tunnel = self._tunnel(peer) if self.running else None
+        if tunnel is not None and tunnel.state is TunnelState.UP and not self._network._current(tunnel):
+            self._network._end(tunnel, "peer-silent")
 
     async def disconnect(self, peer: int) -> None:
         self.disconnects += 1

@@ -11,6 +11,7 @@ from evio.tunnel.ice import IceConfig, TurnRelay
 from evio.tunnel.keys import RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig, keepalive_for
 from evio.tunnel.mtu import tap_mtu
+from evio.tunnel.trust import TrustAnchor
 
 if TYPE_CHECKING:
     from evio.config.model import OverlayConfig
@@ -58,6 +59,8 @@ class TunnelSettings:
     offers_per_s: float = LimitsConfig.offers_per_s
     """Offers one peer may send, sustained, after a burst of `offer_burst`."""
     offer_burst: int = LimitsConfig.offer_burst
+    trust: TrustAnchor | None = None
+    """The overlay's trust anchor; None: the fingerprint from signaling is the only check (labs)."""
 
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:

@@ -22,7 +22,9 @@ import enum
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -39,6 +41,11 @@ _FINGERPRINT_VALUE = re.compile(r"(?:[0-9A-F]{2}:){31}[0-9A-F]{2}")
 _CIPHERS = b"ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305"
 _DTLS_MTU = 1200
 _READ_LEN = 65536
+
+PeerCheck = Callable[[x509.Certificate], "str | None"]
+"""Why the peer's certificate is refused beyond its fingerprint (an overlay trust anchor), None when it is not."""
+FINGERPRINT_MISMATCH = "fingerprint mismatch"
+UNTRUSTED = "untrusted certificate"
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class Fingerprint:
 
 
 class TunnelCertificate:
-    """This node's DTLS identity: an ECDSA P-256 key and a self-signed certificate."""
+    """This node's DTLS identity: an ECDSA key and its certificate (self-signed, or issued by an overlay CA)."""
 
     def __init__(self, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
         self.key = key
@@ -86,6 +93,17 @@ class TunnelCertificate:
             .not_valid_after(now + datetime.timedelta(days=days))
             .sign(key, hashes.SHA256())
         )
+        return cls(key, cert)
+
+    @classmethod
+    def from_files(cls, cert_file: Path, key_file: Path) -> TunnelCertificate:
+        """A certificate and key given in the config; the key must be ECDSA (the accepted cipher suites)."""
+        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{key_file}: not an EC private key (DTLS here uses ECDSA cipher suites)")
+        if key.public_key() != cert.public_key():
+            raise ValueError(f"{key_file} is not the key of {cert_file}")
         return cls(key, cert)
 
 
@@ -110,13 +128,17 @@ def _describe(exc: SSL.Error) -> str:
 class DtlsHandshake:
     """One DTLS association, fed and drained by its owner."""
 
-    def __init__(self, certificate: TunnelCertificate, role: DtlsRole, peer_fingerprint: Fingerprint) -> None:
+    def __init__(
+        self, certificate: TunnelCertificate, role: DtlsRole, peer_fingerprint: Fingerprint, peer_check: PeerCheck | None = None
+    ) -> None:
         self.role = role
         self.state = DtlsState.HANDSHAKING
         self.failure: str | None = None
         self._peer_fingerprint = peer_fingerprint
+        self._peer_check = peer_check
         self._fingerprint_ok = False
         self._verified = False
+        self._refusal: str | None = None
         ctx = SSL.Context(SSL.DTLS_METHOD)
         ctx.set_options(SSL.OP_NO_TICKET | SSL.OP_NO_QUERY_MTU)
         ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, self._verify)
@@ -197,18 +219,28 @@ class DtlsHandshake:
         except SSL.WantReadError:
             return
         except SSL.Error as exc:
-            # Only a certificate that was checked and did not match is a mismatch; anything
-            # else (an alert, a malformed flight) fails before or apart from the check.
-            mismatch = self._verified and not self._fingerprint_ok
-            self._set_state(DtlsState.FAILED, "fingerprint mismatch" if mismatch else _describe(exc))
+            # Only a certificate that was checked can explain the failure (a mismatch or an untrusted
+            # certificate); anything else (an alert, a malformed flight) fails before or apart from the check.
+            explained = self._verify_failure() if self._verified else None
+            self._set_state(DtlsState.FAILED, explained or _describe(exc))
             return
-        if not self._fingerprint_ok:
-            self._set_state(DtlsState.FAILED, "fingerprint mismatch")
+        failure = self._verify_failure()
+        if failure is not None:
+            self._set_state(DtlsState.FAILED, failure)
             return
         self._set_state(DtlsState.CONNECTED, None)
 
+    def _verify_failure(self) -> str | None:
+        if not self._fingerprint_ok:
+            return FINGERPRINT_MISMATCH
+        if self._refusal is not None:
+            return f"{UNTRUSTED}: {self._refusal}"
+        return None
+
     def _verify(self, conn: SSL.Connection, cert: crypto.X509, errnum: int, depth: int, ok: int) -> bool:
-        # Self-signed certificates: the pinned fingerprint is the only trust anchor.
+        # OpenSSL's own chain verdict (errnum) is ignored: peers present one certificate,
+        # pinned by the fingerprint the peer signalled and, with an overlay trust anchor,
+        # checked against that anchor by `peer_check` (evio.tunnel.trust).
         if depth != 0:
             return False
         self._verified = True
@@ -216,7 +248,13 @@ class DtlsHandshake:
         self._fingerprint_ok = actual == self._peer_fingerprint
         if not self._fingerprint_ok:
             logger.debug("dtls peer fingerprint %s, expected %s", actual, self._peer_fingerprint)
-        return self._fingerprint_ok
+            return False
+        if self._peer_check is not None:
+            self._refusal = self._peer_check(cert.to_cryptography())
+            if self._refusal is not None:
+                logger.debug("dtls peer certificate refused: %s", self._refusal)
+                return False
+        return True
 
     def _drain(self) -> list[bytes]:
         out = []

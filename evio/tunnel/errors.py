@@ -53,6 +53,10 @@ class FingerprintMismatch(DtlsFailed):
     """The peer's certificate does not match the fingerprint it signalled."""
 
 
+class UntrustedCertificate(DtlsFailed):
+    """The peer's certificate matches its fingerprint but not the overlay's trust anchor."""
+
+
 class NotAuthenticated(SetupError):
     """No authenticated record arrived from the peer in time."""
 

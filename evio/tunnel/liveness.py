@@ -20,6 +20,11 @@ returns. It never reads the clock itself.
   keepalive) and the peer answers each at once with ECHO_REPLY. ``probe``
   sends one on demand (`evio ping`). Tokens are sequence numbers; a reply
   whose token we did not send, or sent too long ago, is ignored.
+- A doubt (``doubt``), when the owner has reason to doubt the peer (its
+  signaling presence went away, as when its daemon was killed), sends a
+  HELLO every ``probe_interval``; a peer that answers nothing within
+  ``probe_timeout`` is dead at once instead of after ``dead_after``. A live
+  peer answers in a round trip, and nothing changes.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ class LivenessConfig:
     keepalive_interval: float = keepalive_for(TunnelConfig.dead_after)
     dead_after: float = TunnelConfig.dead_after
     establish_timeout: float = 5.0
+    probe_interval: float = 0.2
+    probe_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         if self.keepalive_interval <= 0 or self.keepalive_interval > 25.0:
@@ -66,6 +73,8 @@ class LivenessConfig:
         # A live but idle peer's keepalives are up to a tick late; two of them must fit the limit.
         if 2 * (self.keepalive_interval + self.tick_interval(LivenessState.UP)) > self.dead_after:
             raise ValueError("dead_after must allow two keepalive intervals (plus a tick each)")
+        if not 0 < self.probe_interval < self.probe_timeout:
+            raise ValueError("probe_interval must be positive and shorter than probe_timeout")
 
     def tick_interval(self, state: LivenessState) -> float:
         """How often the owner should call ``tick`` in this state."""
@@ -130,6 +139,26 @@ class Liveness:
         self._pending_echoes: dict[int, float] = {}  # token -> when sent
         self._last_echo = now
         self.rtt = RttStats()
+        self._probe_since: float | None = None  # when the running probe began
+        self._probe_rx = 0  # the received-record count when it began
+        self._last_probe = float("-inf")
+
+    @property
+    def probing(self) -> bool:
+        return self._probe_since is not None
+
+    def tick_interval(self) -> float:
+        """How often the owner should call ``tick`` now (faster while a probe runs)."""
+        if self._probe_since is not None:
+            return min(self.config.probe_interval, self.config.tick_interval(self.state))
+        return self.config.tick_interval(self.state)
+
+    def doubt(self, now: float, rx_records: int) -> list[Action]:
+        """Doubt the peer: it must answer within ``probe_timeout`` (`rx_records`: the count so far)."""
+        if self.state is not LivenessState.UP or self._probe_since is not None:
+            return []
+        self._probe_since, self._probe_rx, self._last_probe = now, rx_records, now
+        return [SendControl(ControlOpcode.HELLO)]
 
     def start(self, now: float) -> list[Action]:
         """The first HELLO, sent as soon as keys are in place."""
@@ -141,6 +170,7 @@ class Liveness:
         if self.state is LivenessState.DOWN:
             return []
         actions: list[Action] = self._heard(now)
+        self._probe_since = None  # a record that arrived now: the peer is alive
         if message.opcode is ControlOpcode.HELLO and not message.flags & HELLO_PEER_SEEN:
             actions.append(SendControl(ControlOpcode.HELLO, HELLO_PEER_SEEN))
         elif message.opcode is ControlOpcode.CLOSE:
@@ -197,6 +227,15 @@ class Liveness:
                 self._last_hello = now
                 actions.append(SendControl(ControlOpcode.HELLO))
             return actions
+        if self._probe_since is not None:
+            if rx_records > self._probe_rx:
+                self._probe_since = None  # records counted since the probe began: alive
+            elif now - self._probe_since >= self.config.probe_timeout:
+                self.state = LivenessState.DOWN
+                return [PeerDead(DownReason.PEER_SILENT)]
+            elif now - self._last_probe >= self.config.probe_interval:
+                self._last_probe = now
+                actions.append(SendControl(ControlOpcode.HELLO))
         if now - self._rx_changed >= self.config.silence_limit:
             self.state = LivenessState.DOWN
             return [PeerDead(DownReason.PEER_SILENT)]

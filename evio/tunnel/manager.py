@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.dtls import UNTRUSTED, TunnelCertificate
 from evio.tunnel.errors import OfferError, SignalingFailed
 from evio.tunnel.session import (
     Clock,
@@ -35,6 +35,7 @@ from evio.tunnel.session import (
     TunnelDown,
     TunnelEvent,
     TunnelInfo,
+    TunnelState,
     default_datapath_factory,
     default_tap_factory,
 )
@@ -76,6 +77,8 @@ class TunnelManager:
         self._offers_in_progress = 0
         self.refused_offers: Counter[str] = Counter()  # reason -> offers refused
         self._refusal_log = LogLimiter[int](REFUSAL_LOG_INTERVAL)
+        self.untrusted_refused = 0
+        """Tunnels refused because the peer's certificate failed the overlay's trust anchor."""
 
     def admit_offers(self, policy: OfferPolicy) -> None:
         """Serve offers only from peers `policy` admits (without one, every well-formed offer is served)."""
@@ -101,6 +104,12 @@ class TunnelManager:
             tunnel = self._new_tunnel(peer, initiator=True)
             tunnel.start_initiator(self._signaling)
         return await tunnel.wait_up()
+
+    def doubt(self, peer: int) -> None:
+        """The peer may be gone (its signaling presence went): an up tunnel to it must answer within 1 s."""
+        tunnel = self._tunnels.get(peer)
+        if tunnel is not None:
+            tunnel.doubt()
 
     async def disconnect(self, peer: int) -> None:
         tunnel = self._tunnels.get(peer)
@@ -171,6 +180,8 @@ class TunnelManager:
         return error
 
     def _on_tunnel_event(self, event: TunnelEvent) -> None:
+        if isinstance(event, TunnelDown) and event.info.state is TunnelState.FAILED and (event.info.reason or "").startswith(UNTRUSTED):
+            self.untrusted_refused += 1
         if isinstance(event, TunnelDown):
             tunnel = self._tunnels.get(event.info.peer)
             if tunnel is not None and tunnel.info.tunnel_id == event.info.tunnel_id:

@@ -23,6 +23,7 @@ and never earlier.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
 import logging
 import secrets as pysecrets
@@ -31,10 +32,21 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cryptography import x509
+
 from evio.config.model import Cipher
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath import Datapath, DatapathStats, DropReason
-from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, TunnelCertificate
+from evio.tunnel.dtls import (
+    FINGERPRINT_MISMATCH,
+    UNTRUSTED,
+    DtlsHandshake,
+    DtlsRole,
+    DtlsState,
+    Fingerprint,
+    PeerCheck,
+    TunnelCertificate,
+)
 from evio.tunnel.errors import (
     DtlsFailed,
     FingerprintMismatch,
@@ -43,6 +55,7 @@ from evio.tunnel.errors import (
     SetupError,
     SignalingFailed,
     TunnelError,
+    UntrustedCertificate,
 )
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
@@ -332,7 +345,7 @@ class Tunnel:
 
     async def _handshake(self, path: SelectedPath, peer_fingerprint: Fingerprint, cipher: Cipher, first: bytes | None) -> SessionSecrets:
         role = DtlsRole.CLIENT if self._info.controlling else DtlsRole.SERVER
-        dtls = self._dtls = DtlsHandshake(self._certificate, role, peer_fingerprint)
+        dtls = self._dtls = DtlsHandshake(self._certificate, role, peer_fingerprint, self._peer_check())
         await self._send_all(dtls.start())
         if first is not None:
             await self._send_all(dtls.receive(first))
@@ -352,12 +365,27 @@ class Tunnel:
             if self._pump_task.done():
                 raise DtlsFailed("ICE connection closed during DTLS")
         if dtls.state is not DtlsState.CONNECTED:
-            if dtls.failure == "fingerprint mismatch":
+            if dtls.failure == FINGERPRINT_MISMATCH:
                 raise FingerprintMismatch("peer certificate does not match its signalled fingerprint")
+            if dtls.failure is not None and dtls.failure.startswith(UNTRUSTED):
+                logger.warning("tunnel %s peer %032x refused: %s", self._info.tunnel_id, self.peer, dtls.failure)
+                raise UntrustedCertificate(dtls.failure)
             raise DtlsFailed(f"DTLS handshake failed: {dtls.failure}")
         material = dtls.export(EXPORTER_LABEL, EXPORTER_LEN)
         logger.debug("tunnel %s dtls connected (%s)", self._info.tunnel_id, dtls.cipher_name())
         return split_exporter(material, cipher, role is DtlsRole.CLIENT)
+
+    def _peer_check(self) -> PeerCheck | None:
+        """With an overlay trust anchor: the peer's certificate must be issued for the node id it claims."""
+        anchor = self.config.trust
+        if anchor is None:
+            return None
+
+        def refusal(cert: x509.Certificate) -> str | None:
+            now = datetime.datetime.fromtimestamp(self._wall_clock(), datetime.UTC)
+            return anchor.refusal(cert, self.peer, now)
+
+        return refusal
 
     async def _pump(self, path: SelectedPath, dtls: DtlsHandshake) -> None:
         """Datagrams the ICE connection still receives: DTLS, and records that bypassed the data path."""
@@ -396,7 +424,7 @@ class Tunnel:
         logged_drops: dict[DropReason, int] = {}
         while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._stop.wait(), self.config.liveness.tick_interval(liveness.state))
+                await asyncio.wait_for(self._stop.wait(), liveness.tick_interval())
             except TimeoutError:
                 pass
             if self._stop.is_set():
@@ -416,6 +444,13 @@ class Tunnel:
                 logger.info("tunnel %s peer %032x drops %s", self._info.tunnel_id, self.peer, {r.value: n for r, n in stats.drops.items()})
         if self._info.state is not TunnelState.UP and self._down_reason == DownReason.NOT_AUTHENTICATED.value:
             raise NotAuthenticated("no authenticated record from the peer")
+
+    def doubt(self) -> None:
+        """Doubt the peer (its signaling presence went): an up tunnel it does not answer goes down within
+        the probe timeout (1 s) instead of after the dead-peer time."""
+        if self._liveness is not None and self._datapath_running:
+            logger.debug("tunnel %s peer %032x probed", self._info.tunnel_id, self.peer)
+            self._execute(self._liveness.doubt(self._clock(), self._datapath.stats().rx_records))
 
     def _on_control(self, message: ControlMessage) -> None:
         if self._liveness is not None:

@@ -155,6 +155,29 @@ def test_wrong_fingerprint_never_yields_a_link(lab_factory: LabFactory, workdir:
                 assert taps_in(node.netns) == []
 
 
+def test_forged_member_is_refused_only_with_a_trust_anchor(lab_factory: LabFactory, workdir: Path) -> None:
+    """Node 2's place is taken by whoever runs signaling: a self-signed certificate whose fingerprint it carries."""
+    from evio.cli import main
+
+    lab = lab_factory(nodes=2, nat="eim")
+    n1 = lab.node(1)
+    assert main(["pki", "ca", "--name", "ov1 CA", "--out", str(workdir / "ca")]) == 0
+    assert main(["pki", "issue", "--ca", str(workdir / "ca"), "--overlay", "ov1", "--node", n1.node_id, "--out", str(workdir / "n1")]) == 0
+    member = ["--cert", str(workdir / "n1" / "node.crt"), "--key", str(workdir / "n1" / "node.key")]
+    anchored = [*member, "--trust-ca", str(workdir / "ca" / "ca.crt")]
+    with lab_endpoints(lab, workdir, expect_up=False, extra_a=anchored) as pair:
+        error = pair.a.wait_event("error", "up", timeout=15)
+        assert error["event"] == "error", error
+        assert "untrusted certificate: not issued by the overlay CA" in str(error["reason"]), error
+        assert pair.b.wait_event("down", "up", timeout=15)["event"] == "down"
+        assert not any(e["event"] == "up" for e in pair.a.events + pair.b.events)
+    for node in (lab.node(1), lab.node(2)):
+        assert taps_in(node.netns) == []
+    # XMPP-only trust (the default): the same forgery is a working tunnel.
+    with lab_endpoints(lab, workdir, extra_a=member) as pair:
+        assert pair.up_a["event"] == "up" and pair.up_b["event"] == "up"
+
+
 # -- attacks and failures on a bare underlay ------------------------------------------------------
 
 

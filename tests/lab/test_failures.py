@@ -11,8 +11,9 @@ successor link leads past it, so the ping goes on. Then, as in the paper, the tw
 node fail at once, which s = 2 does not cover: measured where the ping leaves through one of them,
 the ping stops until the overlay repairs.
 
-Neighbours notice a killed node when its tunnels go silent (the tunnels' dead-peer time, 4 s), not
-when its XMPP presence goes: that and the new link's setup make most of each interruption.
+Neighbours notice a killed node when its XMPP presence goes (the server sees its connection close):
+they probe its tunnels, which then fail within a second instead of after the dead-peer time (5 s);
+that and the new link's setup make most of each interruption.
 
 "Does not interrupt" (E4): the paper watched a running ping (one echo a second) go on. Our probe
 sends ten a second; we ask that no gap between two replies reaches one second, i.e. a default ping

@@ -16,6 +16,7 @@ def test_lab_subcommands_parse() -> None:
     parser = build_parser()
     up = parser.parse_args(["lab", "up", "--nodes", "8", "--nat", "mixed", "--rate", "20"])
     assert (up.name, up.nodes, up.nat, up.rate, up.overlay) == ("lab", 8, "mixed", 20.0, "ov1")
+    assert up.trust is False and parser.parse_args(["lab", "up", "--nodes", "4", "--trust"]).trust is True
     down = parser.parse_args(["lab", "down", "--name", "t1"])
     assert down.name == "t1" and callable(down.handler)
     ex = parser.parse_args(["lab", "exec", "--name", "t1", "node2", "--", "ping", "-c", "1", "198.51.100.1"])

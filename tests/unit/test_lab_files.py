@@ -152,3 +152,21 @@ def test_unreadable_state_is_a_state_error(tmp_path: Path, text: str) -> None:
 def test_missing_state_is_a_state_error(tmp_path: Path) -> None:
     with pytest.raises(LabStateError):
         load_state(tmp_path, "t1")
+
+
+def test_node_config_with_a_trust_anchor_loads(tmp_path: Path) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    ca = pki.make_ca(tmp_path / "pki", "lab CA", now)
+    overlay_ca = pki.make_overlay_ca(tmp_path / "pki" / "overlay", "lab overlay CA", now)
+    node = PLAN.nodes[0]
+    node_config.node_dir(tmp_path, node).mkdir(parents=True)
+    section = pki.issue_overlay_member(overlay_ca, "ov1", node.index, tmp_path / "trust", now)
+    doc = node_config.node_config(
+        PLAN, node, lab_dir=tmp_path, node_id=f"{node.index:032x}", password="pw", turn_secret="s",
+        ca_file=ca.cert_path, trust=section,
+    )
+    assert doc["overlays"]["ov1"]["trust"] == section
+    trust = loads_config(json.dumps(doc), tmp_path).overlays["ov1"].trust
+    assert trust is not None and trust.ca_file == overlay_ca.cert_path
+    assert (tmp_path / "trust" / "node.key").stat().st_mode & 0o077 == 0
+

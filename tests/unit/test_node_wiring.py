@@ -202,10 +202,25 @@ async def test_a_port_that_ovs_refuses_is_counted_and_the_node_goes_on() -> None
     await fleet.start()
     try:
         await wait_until(lambda: fleet.nodes[1].overlays["ov1"].port_errors == 1, clock=fleet.clock)
-        await wait_until(
-            lambda: len(bridge_ports(fleet, 1)) == 1 and all(len(bridge_ports(fleet, i)) == 2 for i in (2, 3)),
-            clock=fleet.clock,
-        )
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in (2, 3)), clock=fleet.clock)
+        # The refused port is put on the bridge once OVS takes changes again (a reconcile, not an operator).
+        await wait_until(lambda: len(bridge_ports(fleet, 1)) == 2, 5, clock=fleet.clock)
+        assert fleet.nodes[1].overlays["ov1"].port_errors == 1
+    finally:
+        await fleet.stop_all()
+
+
+async def test_port_changes_refused_while_ovsdb_is_down_are_reconciled_when_it_is_back() -> None:
+    fleet = mesh_fleet(3)
+    await fleet.start()
+    try:
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in fleet.nodes), clock=fleet.clock)
+        fleet.platforms[1].ovsdb.fail("del-port", times=1)
+        fleet.platforms[1].ovsdb.fail("list-ports", times=2)  # the first reconciles find ovsdb still gone
+        assert await fleet.stop(3) is None
+        await wait_until(lambda: fleet.nodes[1].overlays["ov1"].port_errors == 1, clock=fleet.clock)
+        assert tap_name("evt", nid(3)) in bridge_ports(fleet, 1)  # left behind for now
+        await wait_until(lambda: bridge_ports(fleet, 1) == {tap_name("evt", nid(2))}, 6, clock=fleet.clock)
     finally:
         await fleet.stop_all()
 
@@ -328,3 +343,22 @@ async def test_startup_objects_are_frozen_while_the_node_runs_and_released_after
         node.stop()
         assert await run is None
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_peer_whose_presence_goes_is_probed_and_a_dead_one_loses_its_port_at_once() -> None:
+    fleet = mesh_fleet(3)
+    await fleet.start()
+    try:
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in fleet.nodes), clock=fleet.clock)
+        # Node 3's XMPP session drops but its tunnels live: the probes leave them alone.
+        await fleet.platforms[3].clients[0].stop()
+        await wait_until(lambda: fleet.platforms[1].links_made["ov1"].probes >= 1, clock=fleet.clock)
+        await fleet.clock.advance(0.05)  # type: ignore[attr-defined]
+        assert len(bridge_ports(fleet, 1)) == 2
+        # Node 2 dies (kill -9): its server session closes with it; its tunnels would time out only after 60 s.
+        fleet.link_hub.network("ov1").vanish(nid(2), dead_after=60)
+        await fleet.platforms[2].clients[0].stop()
+        await wait_until(lambda: tap_name("evt", nid(2)) not in bridge_ports(fleet, 1), 2, clock=fleet.clock)
+        assert tap_name("evt", nid(3)) in bridge_ports(fleet, 1)
+    finally:
+        await fleet.stop_all()

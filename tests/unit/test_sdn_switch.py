@@ -97,6 +97,46 @@ def test_unknown_unicast_is_flooded_with_bounds_not_dropped() -> None:
     assert not any(isinstance(a, AddFlow) for a in actions)
 
 
+def test_unknown_unicast_from_a_peer_is_flooded_onward_rooted_here() -> None:
+    """A path that ended here (its next hop went with churn): the sender still sends through us."""
+    sw = BoundedFloodSwitch(100, "02:aa:00:00:00:01")
+    sw.port_added(SwitchPort(1, "br0", PortKind.LEAF, None, H1), now=0)
+    for port, peer in ((10, 200), (11, 300), (12, 400)):
+        sw.port_added(SwitchPort(port, f"t{peer}", PortKind.PEER, peer), now=0)
+    frame = eth(H3, H2)
+    actions = sw.packet_in(11, frame, now=1)  # from 300, for H3, which nobody taught us
+    assert PacketOut(1, frame) in actions
+    frbs = frbs_by_port(actions)
+    # Rooted here, with the root bounds: the whole ring is covered, the sender (300) included.
+    assert set(frbs) == {10, 11, 12}
+    assert [(frbs[p].header.root_nid, frbs[p].header.bound_nid) for p in (10, 11, 12)] == [(100, 300), (100, 400), (100, 100)]
+    assert all(f.payload == frame for f in frbs.values())
+    assert not any(isinstance(a, AddFlow) for a in actions) and sw.transit_floods == 1
+
+
+def test_unicast_from_a_peer_whose_destination_we_learned_on_that_peer_is_flooded_not_bounced() -> None:
+    sw = switch_with_ports(100)
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)  # H2 learned via port 10
+    frame = eth(H2, H3)
+    actions = sw.packet_in(10, frame, now=2)  # ...and 200 sends H2's frames to us: one view is stale
+    assert not any(isinstance(a, AddFlow) for a in actions)
+    assert set(frbs_by_port(actions)) == {10, 11} and sw.drops[Drop.HAIRPIN] == 1 and sw.transit_floods == 1
+
+
+def test_own_frame_flooded_back_is_passed_on_but_not_delivered_or_learned() -> None:
+    sw = BoundedFloodSwitch(200, "02:aa:00:00:00:02")
+    sw.port_added(SwitchPort(1, "br0", PortKind.LEAF), now=0)
+    for port, peer in ((10, 100), (11, 300)):
+        sw.port_added(SwitchPort(port, f"t{peer}", PortKind.PEER, peer), now=0)
+    sw.packet_in(1, arp_request(H1), now=1)  # H1 lives here
+    mine = eth(H3, H1)
+    actions = sw.packet_in(10, frb.pack(frb.broadcast(mine, root_nid=100, bound_nid=100, hop_count=1)), now=2)
+    entry = sw.learning.lookup(H1, now=2)
+    assert entry is not None and entry.port == 1  # still local
+    assert PacketOut(1, mine) not in actions and sw.drops[Drop.OWN_FRAME] == 1
+    assert set(frbs_by_port(actions)) == {11}  # its part of the ring still gets it
+
+
 def test_unicast_from_peer_to_local_mac_installs_flow_and_learns_source() -> None:
     sw = switch_with_ports()
     sw.packet_in(1, arp_request(H1), now=1)
@@ -400,3 +440,41 @@ def test_any_overlay_delivers_each_broadcast_at_most_once_and_a_ring_exactly_onc
     net.inject(src, 1, request)
     assert all(len(net.nodes[x].received[1]) <= (0 if x == src else 1) for x in ids)
 
+
+
+@pytest.mark.parametrize("seed", [3, 8, 21])
+def test_a_path_cut_in_the_middle_by_churn_heals_on_the_next_frame(seed: int) -> None:
+    """E8's black hole: a transit node loses its link towards the destination while the source keeps its
+    flow through that node. The next frame must still arrive (the transit node floods it onward).
+    Two successor links per node, as in E8, so one cut link does not partition the ring."""
+    net, ids, links = build_network(16, seed)
+    for i, nid in enumerate(ids):
+        second = tuple(sorted((nid, ids[(i + 2) % len(ids)])))
+        if second not in links:
+            links.add(second)  # type: ignore[arg-type]
+            net.connect(*second)
+    for src, dst in ((a, b) for a in ids[:4] for b in ids[8:12]):
+        s_mac, d_mac = host_mac(net, src), host_mac(net, dst)
+        net.inject(src, 1, arp_request(s_mac))
+        net.inject(dst, 1, arp_reply(d_mac, s_mac))
+        net.inject(src, 1, eth(d_mac, s_mac))
+        first = net.nodes[src].table.flows.get(FlowMatch(1, s_mac, d_mac))
+        assert first is not None
+        hop = net.tunnels[(src, first.out_port)][0]
+        onward = net.nodes[hop].table.flows.get(FlowMatch(net.tunnels[(src, first.out_port)][1], s_mac, d_mac))
+        if hop == dst or onward is None:
+            continue  # no transit node to cut behind
+        beyond = net.tunnels[(hop, onward.out_port)][0]
+        if beyond == ids[(ids.index(hop) + 1) % len(ids)]:
+            continue  # not a link churn takes while the ring holds: the ring repairs its first successor link
+        net.disconnect(hop, beyond)
+        before = len(net.nodes[dst].received[1])
+        net.inject(src, 1, eth(d_mac, s_mac, payload=b"y" * 46))
+        assert len(net.nodes[dst].received[1]) == before + 1, f"frame lost behind {hop:x} (cut {hop:x}-{beyond:x})"
+        assert net.nodes[hop].switch.transit_floods >= 1
+        # The answer teaches the path again: from then on the flows carry it.
+        net.inject(dst, 1, eth(s_mac, d_mac))
+        net.inject(src, 1, eth(d_mac, s_mac, payload=b"z" * 46))
+        assert len(net.nodes[dst].received[1]) == before + 2
+        return
+    pytest.fail("no pair with a transit node on its path")

@@ -145,3 +145,56 @@ def test_config_checks() -> None:
         LivenessConfig(keepalive_interval=1.5, dead_after=3)
     with pytest.raises(ValueError):
         LivenessConfig(keepalive_interval=30, dead_after=60)
+
+
+def doubting(actions: list[object]) -> list[object]:
+    """The actions of a doubt, without the periodic echo requests that measure the RTT."""
+    return [a for a in actions if not (isinstance(a, SendControl) and a.opcode is ControlOpcode.ECHO_REQUEST)]
+
+
+def _up() -> Liveness:
+    lv = Liveness(CFG, now=0.0)
+    lv.start(0.0)
+    lv.on_control(0.01, ControlMessage(ControlOpcode.HELLO, HELLO_PEER_SEEN))
+    assert lv.state is LivenessState.UP
+    return lv
+
+
+def test_probe_unanswered_is_down_within_the_probe_timeout_not_dead_after() -> None:
+    lv = _up()
+    assert lv.doubt(0.5, rx_records=7) == [SendControl(ControlOpcode.HELLO)]
+    assert lv.probing and lv.tick_interval() == CFG.probe_interval
+    assert lv.doubt(0.55, rx_records=7) == []  # one probe at a time
+    assert doubting(lv.tick(0.6, 7, 9)) == []
+    assert doubting(lv.tick(0.71, 7, 9)) == [SendControl(ControlOpcode.HELLO)]  # probed again every probe_interval
+    assert doubting(lv.tick(1.49, 7, 10)) == [SendControl(ControlOpcode.HELLO)]
+    assert doubting(lv.tick(1.5, 7, 11)) == [PeerDead(DownReason.PEER_SILENT)]  # 1 s after the probe, not 3 s of silence
+    assert lv.state is LivenessState.DOWN
+
+
+def test_probe_answered_keeps_the_link() -> None:
+    lv = _up()
+    lv.doubt(0.5, rx_records=7)
+    assert lv.on_control(0.52, ControlMessage(ControlOpcode.HELLO, HELLO_PEER_SEEN)) == []
+    assert not lv.probing and lv.tick_interval() == CFG.tick_interval(LivenessState.UP)
+    assert doubting(lv.tick(1.6, 8, 9)) == []
+    assert lv.state is LivenessState.UP
+
+
+def test_records_counted_after_the_probe_began_answer_it_earlier_ones_do_not() -> None:
+    lv = _up()
+    lv.doubt(0.5, rx_records=7)
+    assert doubting(lv.tick(0.71, 7, 8)) == [SendControl(ControlOpcode.HELLO)]  # nothing new since the probe: still doubting
+    assert doubting(lv.tick(0.8, 8, 8)) == []
+    assert not lv.probing
+
+
+def test_probe_before_the_link_is_up_does_nothing() -> None:
+    lv = Liveness(CFG, now=0.0)
+    lv.start(0.0)
+    assert lv.doubt(0.01, 0) == [] and not lv.probing
+
+
+def test_probe_config_checks() -> None:
+    with pytest.raises(ValueError, match="probe_interval"):
+        LivenessConfig(probe_interval=1.0, probe_timeout=1.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -66,7 +67,13 @@ class Node:
 FAST = LivenessConfig(hello_interval=0.02, keepalive_interval=0.1, dead_after=0.4, establish_timeout=1.5)
 
 
-def make_node(hub: FakeTunnelSignalingHub, node_id: int, config: TunnelSettings, certificate: TunnelCertificate | None = None) -> Node:
+def make_node(
+    hub: FakeTunnelSignalingHub,
+    node_id: int,
+    config: TunnelSettings,
+    certificate: TunnelCertificate | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> Node:
     node = Node(manager=None)  # type: ignore[arg-type]
 
     async def tap_factory(name: str, mtu: int) -> TapDevice:
@@ -81,6 +88,7 @@ def make_node(hub: FakeTunnelSignalingHub, node_id: int, config: TunnelSettings,
         hub.endpoint(node_id),
         node.events.append,
         tap_factory=tap_factory,
+        wall_clock=wall_clock,
     )
     node.manager.start()
     return node
@@ -287,3 +295,106 @@ async def test_probe_measures_the_round_trip_and_echoes_keep_an_rtt(nodes: tuple
     await a.manager.disconnect(B)
     with pytest.raises(TunnelError, match="not up"):
         await tunnel.probe(1.0)
+
+
+# -- overlay trust anchor: the signaling server cannot stand in for a member --------------------------
+
+
+def certificate_time() -> float:
+    """The certificates' own time (they are issued at NOW), not the test machine's."""
+    return NOW.timestamp() + 60
+
+
+def _member_certificate(ca: tuple[object, object], node: int) -> TunnelCertificate:
+    from evio.tunnel.overlay_ca import issue_node_certificate
+
+    key, cert = issue_node_certificate(ca[0], ca[1], ("ov1",), node, NOW, 30)  # type: ignore[arg-type]
+    return TunnelCertificate(key, cert)
+
+
+@pytest.mark.parametrize("anchored", [True, False])
+async def test_forged_member_whose_fingerprint_the_server_carries(hub: FakeTunnelSignalingHub, anchored: bool) -> None:
+    """B's place is taken by whoever runs the server: a self-signed certificate, its fingerprint signalled."""
+    from evio.tunnel.overlay_ca import make_overlay_ca
+    from evio.tunnel.trust import TrustAnchor
+
+    ca = make_overlay_ca("ov1 CA", NOW, 365)
+    anchor = TrustAnchor("ov1", (ca[1],)) if anchored else None
+    a = make_node(hub, A, TunnelSettings(liveness=FAST, trust=anchor), _member_certificate(ca, A), certificate_time)
+    forger = make_node(hub, B, TunnelSettings(liveness=FAST))  # signals its own fingerprint: the pin matches
+    try:
+        if anchored:
+            with pytest.raises(SetupError, match="untrusted certificate: not issued by the overlay CA"):
+                await a.manager.connect(B)
+            await wait_until(lambda: len(forger.downs()) == 1)
+            assert not a.ups() and not forger.ups()
+            assert a.manager.untrusted_refused == 1
+            assert all(t.closed for t in a.taps + forger.taps)
+        else:
+            # XMPP-only mode (the default): the fingerprint is all there is, so the forgery goes through.
+            info = await a.manager.connect(B)
+            assert info.state is TunnelState.UP and a.manager.untrusted_refused == 0
+    finally:
+        await a.manager.close()
+        await forger.manager.close()
+
+
+async def test_members_with_certificates_from_the_anchor_connect(hub: FakeTunnelSignalingHub) -> None:
+    from evio.tunnel.overlay_ca import make_overlay_ca
+    from evio.tunnel.trust import TrustAnchor
+
+    ca = make_overlay_ca("ov1 CA", NOW, 365)
+    config = TunnelSettings(liveness=FAST, trust=TrustAnchor("ov1", (ca[1],)))
+    a = make_node(hub, A, config, _member_certificate(ca, A), certificate_time)
+    b = make_node(hub, B, config, _member_certificate(ca, B), certificate_time)
+    try:
+        info = await a.manager.connect(B)
+        assert info.state is TunnelState.UP
+        await wait_until(lambda: len(b.ups()) == 1)
+    finally:
+        await a.manager.close()
+        await b.manager.close()
+
+
+# -- probes: a peer whose presence went must answer at once ------------------------------------------
+
+PROBED = LivenessConfig(hello_interval=0.02, keepalive_interval=0.5, dead_after=3.0, establish_timeout=1.5,
+                        probe_interval=0.1, probe_timeout=0.5)
+
+
+async def test_doubt_of_a_vanished_peer_takes_the_tunnel_down_within_the_probe_timeout(hub: FakeTunnelSignalingHub) -> None:
+    config = TunnelSettings(liveness=PROBED)
+    a, b = make_node(hub, A, config), make_node(hub, B, config)
+    try:
+        await a.manager.connect(B)
+        await wait_until(lambda: len(b.ups()) == 1)
+        tunnel_b = b.manager.get(A)
+        assert tunnel_b is not None
+        tunnel_b._datapath.stop()  # B is gone without a word, as with kill -9
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        a.manager.doubt(B)
+        await wait_until(lambda: len(a.downs()) == 1, timeout=3)
+        assert a.downs()[0].info.reason == "peer-silent"
+        assert loop.time() - started < PROBED.probe_timeout + 0.4 < PROBED.dead_after
+    finally:
+        await a.manager.close()
+        await b.manager.close()
+
+
+async def test_doubt_of_a_live_peer_changes_nothing(hub: FakeTunnelSignalingHub) -> None:
+    config = TunnelSettings(liveness=PROBED)
+    a, b = make_node(hub, A, config), make_node(hub, B, config)
+    try:
+        await a.manager.connect(B)
+        await wait_until(lambda: len(b.ups()) == 1)
+        tunnel = a.manager.get(B)
+        assert tunnel is not None
+        a.manager.doubt(B)
+        a.manager.doubt(0xCC << 120)  # no tunnel: nothing to do
+        await wait_until(lambda: tunnel._liveness is not None and not tunnel._liveness.probing, timeout=2)
+        await asyncio.sleep(PROBED.probe_timeout + 0.2)
+        assert not a.downs() and not b.downs() and tunnel.state is TunnelState.UP
+    finally:
+        await a.manager.close()
+        await b.manager.close()

@@ -1,0 +1,65 @@
+"""The churn scenarios' TCP stream checker, over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from evio.lab.tcp_stream import Client, payload
+
+
+@contextlib.asynccontextmanager
+async def echo_server(transform: Callable[[bytes], bytes] = lambda b: b, close_after: int | None = None) -> AsyncIterator[int]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen = 0
+        while data := await reader.read(65536):
+            seen += len(data)
+            if close_after is not None and seen >= close_after:
+                break
+            writer.write(transform(data))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield port
+
+
+async def run_client(port: int, seconds: float) -> Client:
+    client = Client("127.0.0.1", port, rate=200, size=64, user_timeout=5)
+    task = asyncio.create_task(client.run(connect_timeout=5))
+    await asyncio.sleep(seconds)
+    client.stop()
+    await task
+    return client
+
+
+async def test_an_echoing_peer_keeps_the_stream_whole() -> None:
+    async with echo_server() as port:
+        client = await run_client(port, 0.5)
+    report = client.report
+    assert report.broken is None and report.final
+    assert report.sent >= 50 and report.sent - report.echoed <= 2
+    assert report.max_stall < 0.5
+
+
+async def test_a_corrupt_echo_breaks_the_stream() -> None:
+    def flip(data: bytes) -> bytes:
+        return data[:-1] + bytes([data[-1] ^ 1])
+
+    async with echo_server(flip) as port:
+        client = await run_client(port, 0.3)
+    assert client.report.broken is not None and "wrong" in client.report.broken
+
+
+async def test_a_closed_connection_breaks_the_stream() -> None:
+    async with echo_server(close_after=64 * 10) as port:
+        client = await run_client(port, 0.3)
+    assert client.report.broken == "end of stream"
+    assert client.report.echoed == 9
+
+
+def test_payload_carries_its_number() -> None:
+    assert payload(7, 16)[:8] == (7).to_bytes(8, "big") and payload(7, 16) != payload(8, 16)
