@@ -12,6 +12,7 @@ the loop's thread.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import ipaddress
 import logging
@@ -27,6 +28,7 @@ from evio.tunnel.errors import TapError
 logger = logging.getLogger(__name__)
 
 TUNSETIFF = 0x400454CA
+IN6_ADDR_GEN_MODE_NONE = 1  # linux/if_link.h
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 IFNAMSIZ = 16
@@ -105,12 +107,12 @@ def _configure(name: str, mtu: int, addresses: list[str], up: bool) -> None:
             iface = ipaddress.ip_interface(cidr)
             ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
         if not addresses:
-            _disable_ipv6(name)
+            _disable_ipv6(ipr, index, name)
         if up:
             ipr.link("set", index=index, state="up")
 
 
-def _disable_ipv6(name: str) -> None:
+def _disable_ipv6(ipr: IPRoute, index: int, name: str) -> None:
     """A TAP that is only a bridge port needs no addresses of its own.
 
     Left on, the kernel gives it an IPv6 link-local address and sends router
@@ -122,3 +124,10 @@ def _disable_ipv6(name: str) -> None:
             knob.write("1")
     except FileNotFoundError:
         pass  # no IPv6 in this kernel or namespace: nothing to silence
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        # /proc/sys is read-only in a container. Without an address generation
+        # mode the TAP gets no link-local address, so it has no source to solicit from.
+        ipr.link("set", index=index, IFLA_AF_SPEC={"attrs": [("AF_INET6", {"attrs": [(
+            "IFLA_INET6_ADDR_GEN_MODE", IN6_ADDR_GEN_MODE_NONE)]})]})  # fmt: skip
