@@ -12,7 +12,7 @@ set -euo pipefail
 
 config=${EVIO_CONFIG:-/etc/evio/config.json}
 mode=${EVIO_OVS:-auto}
-rundir=/run/openvswitch
+rundir=${OVS_RUNDIR:-/run/openvswitch}  # where OVS tools look, as they do
 
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
     exec "$@"
@@ -23,8 +23,8 @@ ovsdb_answers() {
 }
 
 start_ovs() {
-    local db=/var/lib/openvswitch/conf.db
-    mkdir -p "$rundir" /var/lib/openvswitch /var/log/openvswitch
+    local db=${OVS_DBDIR:-/var/lib/openvswitch}/conf.db
+    mkdir -p "$rundir" "$(dirname "$db")" "${OVS_LOGDIR:-/var/log/openvswitch}"
     [ -e "$db" ] || ovsdb-tool create "$db" /usr/share/openvswitch/vswitch.ovsschema
     ovsdb-server "$db" --remote="punix:$rundir/db.sock" --pidfile --detach --no-chdir \
         --log-file -vconsole:off

@@ -29,6 +29,7 @@ BUILD_TIMEOUT = 1800.0  # a cold build (debootstrap, apt, pip) takes minutes on 
 CONFIG_DIR = "/etc/evio"
 STATE_DIR = "/var/lib/evio"
 CA_NAME = "ca.crt"
+OVS_RUN_DIR = "/run/openvswitch"
 
 
 @dataclass(frozen=True)
@@ -81,15 +82,20 @@ class NodeContainer:
     """`podman run` of the node image in network namespace `netns`; removed on exit, whatever happened.
 
     The flags are the README's: host networking (here: the node's namespace), NET_ADMIN and NET_RAW,
-    /dev/net/tun, config and state as volumes. OVS runs inside the container (EVIO_OVS=container).
+    /dev/net/tun, config and state as volumes. Open vSwitch runs inside the container, or, given
+    `host_ovs` (an OVS run directory: db.sock, pidfiles), is the host's, mounted at /run/openvswitch
+    with the host's PID namespace (evio checks that the pidfile's ovs-vswitchd runs) and SYS_PTRACE
+    (evio raises the receive buffers of vswitchd's sockets, which it reaches through /proc/PID).
     """
 
-    def __init__(self, image: BuiltImage, name: str, netns: str, config_dir: Path, state_dir: Path) -> None:
+    def __init__(self, image: BuiltImage, name: str, netns: str, config_dir: Path, state_dir: Path,
+                 host_ovs: Path | None = None) -> None:  # fmt: skip
         self.image = image
         self.name = name
         self.netns = netns
         self.config_dir = config_dir
         self.state_dir = state_dir
+        self.host_ovs = host_ovs
 
     def run_argv(self) -> list[str]:
         return [
@@ -97,7 +103,9 @@ class NodeContainer:
             "--network", f"ns:{NETNS_DIR / self.netns}",
             "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "--device", "/dev/net/tun",
             "--volume", f"{self.config_dir}:{CONFIG_DIR}:ro", "--volume", f"{self.state_dir}:{STATE_DIR}",
-            "--env", "EVIO_OVS=container",
+            *(["--env", "EVIO_OVS=container"] if self.host_ovs is None else
+              ["--env", "EVIO_OVS=host", "--volume", f"{self.host_ovs}:{OVS_RUN_DIR}", "--pid", "host",
+               "--cap-add", "SYS_PTRACE"]),
             # No systemd here to schedule the check: the test runs it with `podman healthcheck run`.
             "--health-interval", "disable",
             self.image.tag,

@@ -1,8 +1,8 @@
 """The node image (docker/): one lab node's daemon runs in the container, joins the ring, pings the others.
 
 Node 1 of a 3-node lab runs `evio run` from the image, in its own namespace (podman
-`--network ns:`), with Open vSwitch inside the container and its config and state as
-volumes: its lab config rewritten for the container, the lab CA, its lab state directory
+`--network ns:`), with Open vSwitch inside the container or the node's own (the "host" OVS,
+mounted), and its config and state as volumes: its lab config rewritten for the container, the lab CA, its lab state directory
 (so the lab's topology reads its control socket as for any node). Nodes 2 and 3 run the
 daemon directly, as the lab does. The container is removed even when the test fails.
 """
@@ -77,20 +77,22 @@ def healthcheck(container: NodeContainer) -> subprocess.CompletedProcess[str]:
     return container.exec("/opt/evio/bin/python", "-c", probe, f"{STATE_DIR}/control.sock")
 
 
+@pytest.mark.parametrize("ovs", ["container", "host"])
 def test_a_node_in_the_container_joins_the_ring_and_pings_the_others(
-    lab_factory: LabFactory, node_image: BuiltImage, tmp_path: Path
+    lab_factory: LabFactory, node_image: BuiltImage, tmp_path: Path, ovs: str
 ) -> None:
     lab = lab_factory(nodes=3, nat="mixed")
     host_nodes = [2, 3]
     for index in host_nodes:
         lab.start_ovs(index)
         lab.start_daemon(index)
+    host_ovs = lab.start_ovs(1).run_dir if ovs == "host" else None
 
     node = lab.plan.node(1)
     state_dir = node_dir(lab.directory, node) / "state"
     config_dir = write_config_dir(tmp_path / "etc-evio", lab.node(1).config_path, lab.public.ca_file)
     name = f"evio-test-{lab.name}-{secrets.token_hex(3)}"
-    container = NodeContainer(node_image, name, node.netns, config_dir, state_dir)
+    container = NodeContainer(node_image, name, node.netns, config_dir, state_dir, host_ovs)
 
     with container:
         def container_gone() -> str | None:
@@ -118,10 +120,16 @@ def test_a_node_in_the_container_joins_the_ring_and_pings_the_others(
             health = healthcheck(container)
             assert health.returncode == 0, f"healthcheck: {health.stdout}{health.stderr}"
 
+            # The flags suffice for evio to reach vswitchd's packet sockets (else one warning per bridge).
+            log = container.logs(2000)
+            assert "cannot raise ovs-vswitchd's receive buffer" not in log, [l for l in log.splitlines() if "buffer" in l]
+
             # SIGTERM from `podman stop` reaches the daemon (tini passes it on): a clean exit,
             # its bridge, ports and TAPs removed from the node's namespace.
             assert container.stop(STOP_GRACE) == 0, container.logs()
             assert overlay_interfaces(lab, 1) == []
+            if host_ovs is not None:
+                assert lab.ovs(1).vsctl("list-br").strip() == "", "the host's OVS still has the node's bridge"
         except BaseException:
             print(f"===== container {name} log\n{container.logs()}")
             raise
