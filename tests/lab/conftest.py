@@ -119,6 +119,7 @@ def node_image(request: pytest.FixtureRequest) -> BuiltImage:
     if os.geteuid() != 0:
         pytest.skip("node image: needs root (debootstrap, rootful podman)")
     image = build_image()
+    image.remove_exited_test_containers()
     request.config.stash[_IMAGE_BUILD] = image.seconds
     return image
 

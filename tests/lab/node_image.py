@@ -30,6 +30,7 @@ CONFIG_DIR = "/etc/evio"
 STATE_DIR = "/var/lib/evio"
 CA_NAME = "ca.crt"
 OVS_RUN_DIR = "/run/openvswitch"
+TEST_CONTAINER_PREFIX = "evio-test-"
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,18 @@ class BuiltImage:
     env: dict[str, str]  # the environment podman needs here (CONTAINERS_CONF from build-image)
 
     def podman(self, *args: str, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout,
-                              check=check)  # fmt: skip
+        done = subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout,
+                              check=False)  # fmt: skip
+        if check and done.returncode != 0:
+            raise AssertionError(f"podman {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+        return done
+
+    def remove_exited_test_containers(self) -> None:
+        """Test containers left by a run that was killed (a later lab `down` ended their processes)."""
+        names = self.podman("ps", "--all", "--filter", f"name=^{TEST_CONTAINER_PREFIX}", "--filter", "status=exited",
+                            "--format", "{{.Names}}").stdout.split()  # fmt: skip
+        if names:
+            self.podman("rm", "--force", "--volumes", *names, check=False)
 
 
 def build_image() -> BuiltImage:

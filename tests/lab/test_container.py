@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import pytest
 
-from node_image import STATE_DIR, BuiltImage, NodeContainer, write_config_dir
+from node_image import STATE_DIR, TEST_CONTAINER_PREFIX, BuiltImage, NodeContainer, write_config_dir
 
 from evio.lab import daemons as full_nodes
 from evio.lab.lab import Lab
@@ -91,7 +91,7 @@ def test_a_node_in_the_container_joins_the_ring_and_pings_the_others(
     node = lab.plan.node(1)
     state_dir = node_dir(lab.directory, node) / "state"
     config_dir = write_config_dir(tmp_path / "etc-evio", lab.node(1).config_path, lab.public.ca_file)
-    name = f"evio-test-{lab.name}-{secrets.token_hex(3)}"
+    name = f"{TEST_CONTAINER_PREFIX}{lab.name}-{secrets.token_hex(3)}"
     container = NodeContainer(node_image, name, node.netns, config_dir, state_dir, host_ovs)
 
     with container:
