@@ -12,7 +12,6 @@ the loop's thread.
 from __future__ import annotations
 
 import asyncio
-import errno
 import fcntl
 import ipaddress
 import logging
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from pyroute2 import IPRoute  # imported here: the import alone takes a quarter second
+from pyroute2.netlink.exceptions import NetlinkError
 
 from evio.tunnel.errors import TapError
 
@@ -125,9 +125,18 @@ def _disable_ipv6(ipr: IPRoute, index: int, name: str) -> None:
     except FileNotFoundError:
         pass  # no IPv6 in this kernel or namespace: nothing to silence
     except OSError as exc:
-        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
-            raise
-        # /proc/sys is read-only in a container. Without an address generation
-        # mode the TAP gets no link-local address, so it has no source to solicit from.
-        ipr.link("set", index=index, IFLA_AF_SPEC={"attrs": [("AF_INET6", {"attrs": [(
-            "IFLA_INET6_ADDR_GEN_MODE", IN6_ADDR_GEN_MODE_NONE)]})]})  # fmt: skip
+        # A read-only /proc/sys (a container; systemd's ProtectKernelTunables=). Without an
+        # address generation mode the TAP gets no link-local address, so it has no source
+        # to solicit from; failing that too, the TAP works and only keeps its chatter.
+        try:
+            ipr.link("set", index=index, IFLA_AF_SPEC={"attrs": [("AF_INET6", {"attrs": [(
+                "IFLA_INET6_ADDR_GEN_MODE", IN6_ADDR_GEN_MODE_NONE)]})]})  # fmt: skip
+        except (OSError, NetlinkError) as netlink_exc:
+            global _ipv6_warned
+            if not _ipv6_warned:
+                _ipv6_warned = True
+                logger.warning("cannot switch IPv6 off on tunnel TAPs (%s; netlink: %s): they will send IPv6 "
+                               "link-local chatter", exc, netlink_exc)
+
+
+_ipv6_warned = False
