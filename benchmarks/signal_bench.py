@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/signal_bench.py [--nodes 8] [--nat mixed] [--requests 200]
 
-Brings up its own lab (name "evsb"), runs evio.signal.labrun.run_bench, and
+Brings up its own lab (name "evsb"), runs evio.lab.signal_bench.run_bench, and
 removes the lab again. On a running lab use `evio lab signal-bench` instead.
 """
 
@@ -14,7 +14,7 @@ import logging
 import sys
 
 from evio.lab.lab import Lab
-from evio.signal.labrun import run_bench
+from evio.lab.signal_bench import run_bench
 
 
 def main() -> int:

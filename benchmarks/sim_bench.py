@@ -16,7 +16,7 @@ import argparse
 import random
 import time
 
-from evio.overlay.symphony import LogForm
+from evio.config.model import LogForm
 from evio.sim.overlay import OverlayParams, build_overlay
 from evio.sim.stats import (
     PAPER_MEAN_PATH,

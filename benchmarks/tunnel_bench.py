@@ -4,7 +4,7 @@
     sudo .venv/bin/python benchmarks/tunnel_bench.py [--duration 10] [--rounds 2] [--setup-trials 10]
 
 Part 1, data path: two namespaces joined by a veth pair (MTU 1500), one
-tunnel endpoint in each (evio.tunnel.endpoint: uvloop, FdDatapath, AES-GCM
+tunnel endpoint in each (evio.lab.tunnel_endpoint: uvloop, FdDatapath, AES-GCM
 unless --cipher says otherwise, TAP MTU 1428). Each round measures, through
 the tunnel and over the veth: iperf3 TCP with 1 and 4 streams, iperf3 UDP at
 100 Mbit/s (loss, jitter), ping RTT (100 x 10 ms). The table gives every
@@ -26,14 +26,12 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from evio.tunnel.testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, unique_prefix  # noqa: E402
+from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, unique_prefix  # noqa: E402
 
 ID_A = "aa" * 16
 ID_B = "bb" * 16

@@ -1,4 +1,4 @@
-"""Open vSwitch bridge management through OVSDB (DESIGN.md section 7).
+"""Open vSwitch bridge management through OVSDB (docs/design.md, "Open vSwitch bridges").
 
 `OvsBridge` creates and tears down one overlay's bridge and its ports by
 running `ovs-vsctl` through a `CommandRunner`; `OvsInstance` starts a private
@@ -7,11 +7,11 @@ integration tests need.
 """
 
 from evio.bridge.commands import BridgeError, CommandError, CommandRunner, SubprocessRunner
-from evio.bridge.ovs_bridge import BridgeConfig, OvsBridge, datapath_id_for, datapath_type
+from evio.bridge.ovs_bridge import BridgeSpec, OvsBridge, datapath_id_for, datapath_type
 from evio.bridge.ovs_instance import OvsInstance
 
 __all__ = [
-    "BridgeConfig",
+    "BridgeSpec",
     "BridgeError",
     "CommandError",
     "CommandRunner",

@@ -47,7 +47,7 @@ def datapath_type(kernel_module_loaded: bool) -> str:
 
 
 @dataclass(frozen=True)
-class BridgeConfig:
+class BridgeSpec:
     name: str
     controller_port: int
     overlay_address: str | None = None  # interface form, "10.10.0.5/24", put on the internal port
@@ -71,7 +71,7 @@ class OvsBridge:
 
     def __init__(
         self,
-        config: BridgeConfig,
+        config: BridgeSpec,
         runner: CommandRunner,
         datapath: str,
         db_socket: str | None = None,
@@ -142,10 +142,6 @@ class OvsBridge:
     async def ports(self) -> list[str]:
         out = await self.vsctl("list-ports", self.name)
         return [line for line in out.splitlines() if line]
-
-    async def ofport(self, port_name: str) -> int:
-        """The OpenFlow port number OVS gave `port_name` (-1 while it cannot be opened)."""
-        return int((await self.vsctl("get", "Interface", port_name, "ofport")).strip())
 
     async def datapath_id(self) -> int:
         """The datapath id the bridge uses now (as its controller sees it in the features reply)."""

@@ -1,4 +1,4 @@
-"""A private ovsdb-server + ovs-vswitchd pair in one network namespace (lab-recipes 6.1).
+"""A private ovsdb-server + ovs-vswitchd pair in one network namespace.
 
 Each instance has its own run/db/log/etc directories under `base_dir`, so
 several can run side by side (one per lab node). vswitchd runs inside the

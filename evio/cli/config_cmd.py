@@ -11,13 +11,13 @@ import sys
 from importlib import resources
 from typing import Any
 
-from evio.config.loader import ConfigError, ConfigFileError, load_config
+from evio.cli.config_file import EXIT_INVALID, load_or_report, problem_count
 from evio.config.model import Config, OverlayConfig
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
+from evio.node.plan import bridge_mtu, mtu_problems
+from evio.tunnel.config import from_overlay_config
 
 EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_UNREADABLE = 2
 
 
 def register(sub: Any) -> None:
@@ -34,17 +34,15 @@ def register(sub: Any) -> None:
 
 def check_command(args: argparse.Namespace) -> int:
     name: str = args.file
-    try:
-        config = load_config(name)
-    except ConfigFileError as exc:
-        where = f"{name}:{exc.location}" if exc.location else name
-        print(f"{where}: {exc.reason}", file=sys.stderr)
-        return EXIT_UNREADABLE
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{name}: {problem}", file=sys.stderr)
-        count = len(exc.problems)
-        print(f"{name}: invalid ({count} problem{'s' if count != 1 else ''})", file=sys.stderr)
+    config = load_or_report(name)
+    if isinstance(config, int):
+        return config
+    # Checks that need the tunnels' arithmetic, which the config package does not know.
+    mtus = mtu_problems(config)
+    if mtus:
+        for text in mtus:
+            print(f"{name}: {text}", file=sys.stderr)
+        print(f"{name}: {problem_count(len(mtus))}", file=sys.stderr)
         return EXIT_INVALID
     print("\n".join(summary(config)))
     return EXIT_OK
@@ -77,6 +75,7 @@ def _overlay_summary(overlay: OverlayConfig) -> list[str]:
     signal, nat, topology, bridge = overlay.signal, overlay.nat_traversal, overlay.topology, overlay.bridge
     credential = "password" if signal.password is not None else "password file" if signal.password_file else "client certificate"
     tls = "PLAINTEXT ALLOWED" if signal.insecure_plaintext else signal.tls
+    mtu = bridge_mtu(overlay, from_overlay_config(overlay))
     k = "log2(n)" if topology.long_distance is None else str(topology.long_distance)
     on_demand = (
         f"on-demand up to {topology.on_demand.max_links} above {topology.on_demand.threshold_bytes_per_s:,.0f} B/s"
@@ -86,7 +85,7 @@ def _overlay_summary(overlay: OverlayConfig) -> list[str]:
     return [
         f"  overlay {overlay.id}:",
         f"    signal: {signal.jid} via {signal.server}:{signal.port} ({tls}, {credential})",
-        f"    bridge: {bridge.name} {bridge.address or 'no address'} mtu {bridge.mtu} datapath {bridge.datapath}",
+        f"    bridge: {bridge.name} {bridge.address or 'no address'} mtu {mtu}{'' if bridge.mtu else ' (the tunnels’)'} datapath {bridge.datapath}",
         f"    topology: s={topology.successors} k={k} ({topology.log_form}), {on_demand}",
         f"    nat traversal: {len(nat.stun)} STUN, {len(nat.turn)} TURN; tunnel cipher {overlay.tunnel.cipher}",
     ]

@@ -32,7 +32,7 @@ def register(lab_sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evio.lab.errors import LabError
-    from evio.signal.labrun import run_bench
+    from evio.lab.signal_bench import run_bench
 
     try:
         lab = attach(args)

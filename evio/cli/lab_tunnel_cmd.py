@@ -36,8 +36,8 @@ def register(lab_sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evio.lab.errors import LabError
+    from evio.lab.tunnel_tool import open_lab_tunnel, parse_node
     from evio.tunnel.ice import RelayPolicy
-    from evio.tunnel.lab_tool import open_lab_tunnel, parse_node
 
     try:
         lab = attach(args)

@@ -16,12 +16,12 @@ import signal
 import sys
 from typing import Any
 
-from evio.config.loader import ConfigError, ConfigFileError, load_config
+from evio.cli.config_file import EXIT_INVALID as EXIT_INVALID_CONFIG
+from evio.cli.config_file import load_or_report
+from evio.config.loader import ConfigError
 from evio.config.model import Config
 
 EXIT_OK = 0
-EXIT_INVALID_CONFIG = 1
-EXIT_UNREADABLE_CONFIG = 2
 EXIT_MISSING_DEPENDENCY = 3
 EXIT_FAILED = 4
 
@@ -41,17 +41,9 @@ def register(sub: Any) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     name: str = args.config
-    try:
-        config = load_config(name)
-    except ConfigFileError as exc:
-        where = f"{name}:{exc.location}" if exc.location else name
-        print(f"evio run: {where}: {exc.reason}", file=sys.stderr)
-        return EXIT_UNREADABLE_CONFIG
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"evio run: {name}: {problem}", file=sys.stderr)
-        print(f"evio run: {name}: invalid config; check it with `evio config check {name}`", file=sys.stderr)
-        return EXIT_INVALID_CONFIG
+    config = load_or_report(name, "evio run: ", f"invalid config; check it with `evio config check {name}`")
+    if isinstance(config, int):
+        return config
 
     from evio.node.errors import DependencyError, NodeConfigError
     from evio.node.logs import configure_logging

@@ -14,14 +14,14 @@ import random
 import time
 from typing import Any
 
+from evio.config.model import LogForm, default_long_distance
 from evio.overlay.adjacency import LinkType
-from evio.overlay.symphony import LogForm, default_long_distance_count
 from evio.sim.overlay import OverlayParams, SimError, SymphonyOverlay, build_overlay
 from evio.sim.stats import (
+    DELIVERY_BUDGET,
     PAPER_MEAN_PATH,
     PAPER_TABLE_1,
     PAPER_TABLE_1_N,
-    DELIVERY_BUDGET,
     BroadcastStats,
     broadcast_stats,
     choose_roots,
@@ -94,7 +94,7 @@ def _single(args: argparse.Namespace, log_form: LogForm) -> None:
     n = args.nodes
     rng = random.Random(args.seed)
     params = OverlayParams(args.successors, args.long_distance, log_form, args.rounds)
-    k = default_long_distance_count(n) if args.long_distance is None else args.long_distance
+    k = default_long_distance(n) if args.long_distance is None else args.long_distance
     k_note = " (floor(log2 n))" if args.long_distance is None else ""
     print("evio sim: Symphony overlay + Bounded Flood, in-process")
     print(

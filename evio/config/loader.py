@@ -30,8 +30,10 @@ import jsonschema
 from evio.config.model import (
     MAX_INTERFACE_NAME,
     BridgeConfig,
+    Cipher,
     Config,
     InterfaceAddress,
+    LogForm,
     LoggingConfig,
     NatTraversalConfig,
     NodeConfig,
@@ -43,7 +45,7 @@ from evio.config.model import (
     TurnServer,
     default_bridge_name,
 )
-from evio.overlay.node_id import parse_node_id
+from evio.ids import parse_node_id
 
 # Keys whose values are never echoed in a problem.
 _SECRET_KEYS = frozenset({"password", "rest_secret"})
@@ -511,7 +513,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
         topology=TopologyConfig(
             successors=int(topology.get("successors", TopologyConfig.successors)),
             long_distance=_optional_int(topology.get("long_distance")),
-            log_form=topology.get("log_form", TopologyConfig.log_form),
+            log_form=LogForm(topology.get("log_form", TopologyConfig.log_form)),
             max_incoming_long_distance=_optional_int(topology.get("max_incoming_long_distance")),
             on_demand=OnDemandConfig(
                 enabled=on_demand.get("enabled", OnDemandConfig.enabled),
@@ -523,12 +525,12 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
         bridge=BridgeConfig(
             name=bridge.get("name", default_bridge_name(overlay_id)),
             address=None if address is None else ipaddress.ip_interface(address),
-            mtu=int(bridge.get("mtu", BridgeConfig.mtu)),
+            mtu=None if bridge.get("mtu") is None else int(bridge["mtu"]),
             datapath=bridge.get("datapath", BridgeConfig.datapath),
             flow_idle_timeout=int(bridge.get("flow_idle_timeout", BridgeConfig.flow_idle_timeout)),
         ),
         tunnel=TunnelConfig(
-            cipher=tunnel.get("cipher", TunnelConfig.cipher),
+            cipher=Cipher(tunnel.get("cipher", TunnelConfig.cipher)),
             keepalive=float(tunnel.get("keepalive", TunnelConfig.keepalive)),
             dead_after=float(tunnel.get("dead_after", TunnelConfig.dead_after)),
         ),

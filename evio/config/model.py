@@ -8,7 +8,9 @@ are seconds, paths are absolute once loaded.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,9 +21,7 @@ from typing import Literal
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 LogDestination = Literal["stderr", "journald", "file"]
 TlsMode = Literal["starttls", "direct"]
-LogForm = Literal["ln", "log10"]
 Datapath = Literal["auto", "system", "netdev"]
-Cipher = Literal["aes-256-gcm", "chacha20-poly1305"]
 InterfaceAddress = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 DEFAULT_STATE_DIR = Path("/var/lib/evio")
@@ -29,6 +29,28 @@ BRIDGE_NAME_PREFIX = "evbr-"
 MAX_INTERFACE_NAME = 15  # Linux IFNAMSIZ - 1
 
 _HOST_PORT = re.compile(r"\[(?P<v6>[^\]]+)\]:(?P<port>\d+)|(?P<host>[^:\[\]]+):(?P<port2>\d+)")
+
+
+class LogForm(enum.StrEnum):
+    """Which logarithm Symphony's eq. (1) and eq. (2) use (docs/design.md, "Symphony link selection")."""
+
+    LN = "ln"  # as the paper writes it
+    LOG10 = "log10"  # as the original EdgeVPN code computes it
+
+    def log(self, n: float) -> float:
+        return math.log(n) if self is LogForm.LN else math.log10(n)
+
+
+class Cipher(enum.StrEnum):
+    """AEAD ciphers a tunnel can seal frames with."""
+
+    AES_256_GCM = "aes-256-gcm"
+    CHACHA20_POLY1305 = "chacha20-poly1305"
+
+
+def default_long_distance(n: int) -> int:
+    """k = floor(log2 n) long-distance links in an overlay of n nodes; 0 for a ring of one (docs/design.md, "Symphony link selection")."""
+    return max(n, 1).bit_length() - 1  # floor(log2 n) without floats
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -115,7 +137,7 @@ class OnDemandConfig:
 class TopologyConfig:
     successors: int = 2
     long_distance: int | None = None  # None: floor(log2(n))
-    log_form: LogForm = "ln"
+    log_form: LogForm = LogForm.LN
     max_incoming_long_distance: int | None = None  # None: same as long-distance links created
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
 
@@ -123,7 +145,7 @@ class TopologyConfig:
         """k for an overlay of `overlay_size` nodes (self included)."""
         if self.long_distance is not None:
             return self.long_distance
-        return max(overlay_size, 1).bit_length() - 1  # floor(log2(n)) without floats
+        return default_long_distance(overlay_size)
 
     def incoming_long_distance_cap(self, overlay_size: int) -> int:
         if self.max_incoming_long_distance is not None:
@@ -135,14 +157,14 @@ class TopologyConfig:
 class BridgeConfig:
     name: str
     address: InterfaceAddress | None = None
-    mtu: int = 1400
+    mtu: int | None = None  # None: the tunnels' MTU (evio.node.plan derives it and checks an explicit one)
     datapath: Datapath = "auto"
     flow_idle_timeout: int = 30
 
 
 @dataclass(frozen=True)
 class TunnelConfig:
-    cipher: Cipher = "aes-256-gcm"
+    cipher: Cipher = Cipher.AES_256_GCM
     keepalive: float = 1.5  # the tunnel uses min(keepalive, dead_after / 3)
     dead_after: float = 5
 

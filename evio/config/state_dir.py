@@ -18,7 +18,7 @@ from typing import Protocol
 
 from evio.config.loader import ConfigError, Problem
 from evio.config.model import Config
-from evio.overlay.node_id import NODE_ID_BITS, NodeIdError, format_node_id, parse_node_id
+from evio.ids import NODE_ID_BITS, NodeIdError, format_node_id, parse_node_id
 
 log = logging.getLogger(__name__)
 

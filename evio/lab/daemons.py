@@ -16,14 +16,14 @@ from typing import Any
 
 from evio.bridge.ovs_instance import OvsInstance
 from evio.lab.node_config import node_config_path, node_dir
-from evio.lab.topology import NodePlan
+from evio.lab.topology import LabNodePlan
 from evio.node.control import socket_path
 
 DAEMON_ROLE_PREFIX = "evio-"
 DAEMON_STOP_GRACE = 15.0  # a daemon releases its links and deletes its bridge before it exits
 
 
-def daemon_role(node: NodePlan) -> str:
+def daemon_role(node: LabNodePlan) -> str:
     return f"{DAEMON_ROLE_PREFIX}{node.name}"
 
 
@@ -31,21 +31,21 @@ def is_daemon_role(role: str) -> bool:
     return role.startswith(DAEMON_ROLE_PREFIX)
 
 
-def ovs_instance(lab_dir: Path, node: NodePlan) -> OvsInstance:
+def ovs_instance(lab_dir: Path, node: LabNodePlan) -> OvsInstance:
     """The node's private ovsdb-server + ovs-vswitchd (run directory under the node's lab directory)."""
     return OvsInstance(node_dir(lab_dir, node) / "ovs", netns=node.netns)
 
 
-def control_socket(lab_dir: Path, node: NodePlan) -> Path:
+def control_socket(lab_dir: Path, node: LabNodePlan) -> Path:
     return socket_path(node_dir(lab_dir, node) / "state")
 
 
-def daemon_log(lab_dir: Path, node: NodePlan) -> Path:
+def daemon_log(lab_dir: Path, node: LabNodePlan) -> Path:
     """The daemon's own log (the node config sends it to a file)."""
     return node_dir(lab_dir, node) / "evio.log"
 
 
-def daemon_argv(lab_dir: Path, node: NodePlan, python: str = sys.executable) -> list[str]:
+def daemon_argv(lab_dir: Path, node: LabNodePlan, python: str = sys.executable) -> list[str]:
     """`evio run` for the node, pointed at its own OVS by the variables OVS's tools read.
 
     `env` execs in place, as `ip netns exec` does, so the recorded PID is the daemon's.

@@ -50,17 +50,17 @@ from evio.lab.state import (
     load_state,
     save_state,
 )
-from evio.node import control
 from evio.lab.topology import (
     DEFAULT_LAB_NAME,
+    LabNodePlan,
     LabPlan,
     NatKind,
-    NodePlan,
     lab_prefix,
     nat_kinds,
     plan_lab,
     target_netns,
 )
+from evio.node import control
 
 log = logging.getLogger(__name__)
 
@@ -631,7 +631,7 @@ class Lab:
     def _paths(self) -> services.ServicePaths:
         return services.ServicePaths(self.directory)
 
-    def _node_info(self, node: NodePlan) -> NodeInfo:
+    def _node_info(self, node: LabNodePlan) -> NodeInfo:
         i = node.index - 1
         return NodeInfo(
             index=node.index,
@@ -666,7 +666,7 @@ class Lab:
             progress(Progress(step, done, total, time.monotonic() - started))
 
         paths = self._paths
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         ca = pki.make_ca(paths.pki_dir, f"evio lab {plan.name} CA", now)
         pki.make_server_cert(
             paths.prosody_certs, ca, [plan.public.domain, plan.public.muc_domain], now, file_stem=plan.public.domain

@@ -1,4 +1,4 @@
-"""nftables rulesets for the NAT routers (lab-recipes.md section 4.1).
+"""nftables rulesets for the NAT routers.
 
 eim:       masquerade keeps the source port when it can, so one inside socket
            maps to one outside address:port whatever the destination

@@ -4,8 +4,7 @@
 evio/testing/lab_host.py fakes it. LinuxHost drives iproute2 and nft as
 subprocesses rather than through pyroute2, because:
 
-- pyroute2's sync API fails inside a running asyncio loop (lab-recipes.md
-  section 6, pitfalls), and the lab is used from async integration tests;
+- pyroute2's sync API fails inside a running asyncio loop, and the lab is used from async integration tests;
 - `ip -batch` applies a whole namespace's configuration in one process, which
   is as fast as netlink calls from Python at this scale;
 - nftables has no pyroute2 equivalent, so `nft -f` is needed anyway;
@@ -18,6 +17,7 @@ Sysctls are written from a short-lived thread that has entered the namespace
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -172,6 +172,9 @@ class LinuxHost:
         log.info("started %s pid %s: %s", role, proc.pid, " ".join(full))
         return ProcessRecord(role=role, pid=proc.pid, starttime=starttime, netns=netns, argv=tuple(argv))
 
+    def _still_running(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
+        return [r for r in records if self.is_running(r)]
+
     def is_running(self, record: ProcessRecord) -> bool:
         self._reap()
         stat = _read_stat(record.pid)
@@ -216,7 +219,7 @@ class LinuxHost:
                     os.kill(record.pid, sig)
                 except ProcessLookupError:
                     pass
-            alive = _poll_until(lambda: [r for r in alive if self.is_running(r)], wait)
+            alive = _poll_until(functools.partial(self._still_running, alive), wait)
             if not alive:
                 break
         # Services outlive `evio lab up`, so init inherits them and must reap them. Wait (briefly) for
@@ -321,7 +324,7 @@ def run_in(netns: str, fn: Callable[[], T]) -> T:
             finally:
                 os.close(fd)
             outcome.append(fn())
-        except BaseException as exc:  # handed to the caller below
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
             failure.append(exc)
 
     thread = threading.Thread(target=body, name=f"netns-{netns}")

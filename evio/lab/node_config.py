@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evio.lab.topology import LabPlan, NodePlan
+from evio.lab.topology import LabNodePlan, LabPlan
 
 TURN_CREDENTIAL_TTL = 86400
 
 
-def node_dir(lab_dir: Path, node: NodePlan) -> Path:
+def node_dir(lab_dir: Path, node: LabNodePlan) -> Path:
     return lab_dir / "nodes" / node.name
 
 
-def node_config_path(lab_dir: Path, node: NodePlan) -> Path:
+def node_config_path(lab_dir: Path, node: LabNodePlan) -> Path:
     return node_dir(lab_dir, node) / "config.json"
 
 
@@ -25,7 +25,7 @@ def bridge_name(plan: LabPlan) -> str:
 
 def node_config(
     plan: LabPlan,
-    node: NodePlan,
+    node: LabNodePlan,
     *,
     lab_dir: Path,
     node_id: str,

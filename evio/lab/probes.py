@@ -43,7 +43,7 @@ def stun_binding(sock: socket.socket, server: tuple[str, int], timeout: float = 
                 if response.transaction_id == request.transaction_id:
                     host, port = response.attributes["XOR-MAPPED-ADDRESS"]
                     return str(host), int(port)
-        except socket.timeout:
+        except TimeoutError:
             continue
     raise ProbeError(f"no STUN answer from {server[0]}:{server[1]}")
 
@@ -65,7 +65,7 @@ def tcp_connect(netns: str, address: str, port: int, timeout: float = 2.0) -> st
             sock.connect((address, port))
         except ConnectionRefusedError:
             return "refused"
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return "timeout"
         return "connected"
 

@@ -1,8 +1,7 @@
 """prosody (XMPP) and coturn (STUN/TURN) in the lab's public namespace.
 
 Config generation is pure (`prosody_config`, `groups_file`, `coturn_config`);
-`start_*` and `register_accounts` do the I/O through a Host. Recipes and
-pitfalls: lab-recipes.md sections 1 and 3.
+`start_*` and `register_accounts` do the I/O through a Host.
 
 Overlay membership is configured both ways the signaling layer may use:
 a shared roster group named after the overlay (mod_groups, groups.txt with
@@ -31,7 +30,7 @@ log = logging.getLogger(__name__)
 
 # Relaying to private addresses is refused; besides being right for production,
 # it keeps coturn from ever sending to an address its namespace cannot route
-# (a failed sendto breaks the allocation: lab-recipes.md section 3).
+# (a failed sendto breaks the allocation).
 DENIED_PEER_RANGES = ("10.0.0.0-10.255.255.255", "172.16.0.0-172.31.255.255", "192.168.0.0-192.168.255.255")
 _START_TIMEOUT = 15.0
 REGISTER_WORKERS = 4

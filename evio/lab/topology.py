@@ -43,7 +43,7 @@ PUBLIC_ADDRESS = ipaddress.IPv4Address("198.51.100.1")  # prosody, coturn
 PUBLIC_ALT_ADDRESS = ipaddress.IPv4Address("198.51.100.2")  # coturn's second address (NAT mapping tests)
 _ROUTER_OFFSET = 10  # router i's WAN address is 198.51.100.(10 + i)
 # The public namespace routes everything it does not know into a sink, so coturn
-# never gets ENETUNREACH (lab-recipes.md section 3).
+# never gets ENETUNREACH.
 SINK_NETWORK = ipaddress.IPv4Network("192.0.2.0/30")  # TEST-NET-1
 SINK_ADDRESS = ipaddress.IPv4Address("192.0.2.1")
 SINK_GATEWAY = ipaddress.IPv4Address("192.0.2.2")
@@ -56,7 +56,7 @@ RELAY_PORTS = (49152, 49999)  # coturn's relay range, inside the public namespac
 
 
 @dataclass(frozen=True)
-class NodePlan:
+class LabNodePlan:
     index: int  # 1-based
     nat: NatKind
     netns: str
@@ -98,7 +98,7 @@ class LabPlan:
     prefix: str
     overlay: str
     public: PublicPlan
-    nodes: tuple[NodePlan, ...]
+    nodes: tuple[LabNodePlan, ...]
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -108,11 +108,7 @@ class LabPlan:
             names += [node.router_netns, node.netns]
         return tuple(names)
 
-    @property
-    def routers(self) -> tuple[str, ...]:
-        return tuple(node.router_netns for node in self.nodes)
-
-    def node(self, index: int) -> NodePlan:
+    def node(self, index: int) -> LabNodePlan:
         if not 1 <= index <= len(self.nodes):
             raise LabPlanError(f"no node {index} in lab {self.name!r} (nodes are 1..{len(self.nodes)})")
         return self.nodes[index - 1]
@@ -193,10 +189,10 @@ def plan_lab(
     return plan
 
 
-def _plan_node(prefix: str, i: int, nat: NatKind) -> NodePlan:
+def _plan_node(prefix: str, i: int, nat: NatKind) -> LabNodePlan:
     lan = ipaddress.IPv4Network(f"10.10.{i}.0/24")
     overlay_host = OVERLAY_NETWORK.network_address + i
-    return NodePlan(
+    return LabNodePlan(
         index=i,
         nat=nat,
         netns=f"{prefix}n{i}",

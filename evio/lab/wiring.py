@@ -17,8 +17,8 @@ from evio.lab.topology import (
     SINK_GATEWAY,
     SINK_GATEWAY_MAC,
     SINK_NETWORK,
+    LabNodePlan,
     LabPlan,
-    NodePlan,
 )
 
 
@@ -73,7 +73,7 @@ def configure_public(plan: LabPlan) -> IpBatch:
         f"addr add {pub.address}/{prefixlen} dev {pub.bridge}",
         f"addr add {pub.alt_address}/{prefixlen} dev {pub.bridge}",
         f"link set {pub.bridge} up",
-        # The sink: a default route to a neighbour that never answers (lab-recipes.md section 3).
+        # The sink: a default route to a neighbour that never answers, so coturn never gets ENETUNREACH.
         f"link add {pub.sink_interface} type veth peer name {pub.sink_peer}",
         f"addr add {SINK_ADDRESS}/{SINK_NETWORK.prefixlen} dev {pub.sink_interface}",
         f"link set {pub.sink_interface} up",
@@ -89,7 +89,7 @@ def configure_public(plan: LabPlan) -> IpBatch:
     return IpBatch(pub.netns, tuple(lines))
 
 
-def configure_router(plan: LabPlan, node: NodePlan) -> IpBatch:
+def configure_router(plan: LabPlan, node: LabNodePlan) -> IpBatch:
     lan_prefix = node.lan_network.prefixlen
     return IpBatch(
         node.router_netns,
@@ -104,7 +104,7 @@ def configure_router(plan: LabPlan, node: NodePlan) -> IpBatch:
     )
 
 
-def configure_node(node: NodePlan) -> IpBatch:
+def configure_node(node: LabNodePlan) -> IpBatch:
     return IpBatch(
         node.netns,
         (

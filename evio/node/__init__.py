@@ -1,5 +1,5 @@
 """The daemon: one process per node wiring signaling, the overlay controller,
-tunnels, the OVS bridge and the SDN controller, per overlay (DESIGN.md section 1).
+tunnels, the OVS bridge and the SDN controller, per overlay (docs/design.md, "A node").
 
 - ``plan``          config -> what to build (accounts, tunnel/bridge settings per overlay). Pure.
 - ``preflight``     root, /dev/net/tun, ovs-vsctl, OVSDB and ovs-vswitchd, os-ken: checked before anything starts.

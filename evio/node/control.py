@@ -109,7 +109,7 @@ class ControlServer:
         try:
             try:
                 line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
-            except (asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
+            except (TimeoutError, asyncio.LimitOverrunError, ValueError):
                 answer = {"ok": False, "error": "no request line"}
             else:
                 if len(line) > MAX_REQUEST_BYTES:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from evio.ids import format_node_id
 from evio.node.control import ControlServer
 from evio.node.errors import StartupError
 from evio.node.overlay_stack import OverlayStack
@@ -29,7 +30,6 @@ from evio.node.platform import Platform
 from evio.node.sdn import SdnController
 from evio.node.side_loop import SideLoop
 from evio.node.signal_mux import SharedAccount
-from evio.overlay.node_id import format_node_id
 from evio.signal.interface import Signaling
 
 log = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from evio.bridge.commands import BridgeError
+from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
 from evio.node.sdn import SdnController
 from evio.overlay.adjacency_events import LinkDown, LinkUp
-from evio.overlay.node_id import format_node_id
 from evio.sdn.boundary import (
     BroadcastCounts,
     ControllerEvent,

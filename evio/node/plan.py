@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from evio.bridge.ovs_bridge import BridgeConfig as OvsBridgeConfig
-from evio.bridge.ovs_bridge import datapath_id_for, datapath_type
+from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type
 from evio.config.loader import signal_password
 from evio.config.model import Config, OverlayConfig, SignalConfig
 from evio.node.errors import NodeConfigError
 from evio.signal.client import SignalSettings
-from evio.tunnel.config import TunnelConfig, from_overlay_config
+from evio.tunnel.config import TunnelSettings, from_overlay_config
 
 DEFAULT_TAP_PREFIX = "evt"
 
@@ -33,8 +32,8 @@ class AccountPlan:
 class OverlayPlan:
     config: OverlayConfig
     account: str  # the JID whose AccountPlan serves this overlay
-    tunnel: TunnelConfig
-    bridge: OvsBridgeConfig
+    tunnel: TunnelSettings
+    bridge: BridgeSpec
     datapath: str  # "system" or "netdev"
     datapath_id: int  # the SDN controller knows the bridge by it
 
@@ -92,15 +91,44 @@ def plan_node(
         wanted = overlay.bridge.datapath
         datapath = datapath_type(kernel_module_loaded) if wanted == "auto" else wanted
         dpid = datapath_id_for(overlay.id)
-        bridge = OvsBridgeConfig(
+        bridge = BridgeSpec(
             name=overlay.bridge.name,
             controller_port=controller_port,
             overlay_address=str(overlay.bridge.address) if overlay.bridge.address is not None else None,
-            mtu=overlay.bridge.mtu,
+            mtu=bridge_mtu(overlay, tunnel),
             datapath_id=dpid,
         )
         plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid))
     return NodePlan(node_id, account_plans, tuple(plans))
+
+
+def bridge_mtu(overlay: OverlayConfig, tunnel: TunnelSettings) -> int:
+    """The bridge's MTU: the tunnels' unless the config sets a smaller one.
+
+    The bridge and the TAPs are one Ethernet segment, so a frame the bridge's
+    host port may send must fit every tunnel; one bigger would be dropped
+    silently at the TAP.
+    """
+    wanted = overlay.bridge.mtu
+    if wanted is None:
+        return tunnel.tap_mtu
+    if wanted > tunnel.tap_mtu:
+        raise NodeConfigError(
+            f"$.overlays.{overlay.id}.bridge.mtu: {wanted} is above the tunnels' MTU {tunnel.tap_mtu} "
+            f"(underlay MTU {tunnel.underlay_mtu} less encapsulation); leave it out or set at most {tunnel.tap_mtu}"
+        )
+    return wanted
+
+
+def mtu_problems(config: Config) -> list[str]:
+    """Every bridge MTU that no tunnel could carry (`evio config check` reports them)."""
+    problems = []
+    for overlay in config.overlays.values():
+        try:
+            bridge_mtu(overlay, from_overlay_config(overlay))
+        except NodeConfigError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:

@@ -58,7 +58,7 @@ class SystemPlatform:
         self.controller_port = controller_port
         self.rng = rng or random.Random()
         # One DTLS identity per run: its fingerprint travels in the signed-in signaling exchange.
-        self.certificate = TunnelCertificate.generate("evio", datetime.datetime.now(datetime.timezone.utc))
+        self.certificate = TunnelCertificate.generate("evio", datetime.datetime.now(datetime.UTC))
 
     def signal_client(self, settings: SignalSettings) -> Signaling:
         return SignalClient(settings, rng=self.rng)

@@ -62,7 +62,7 @@ class LinuxProbe:
     def can_import(self, module: str) -> str | None:
         try:
             importlib.import_module(module)
-        except Exception as exc:  # an import can fail in many ways; all mean "missing"
+        except Exception as exc:  # noqa: BLE001 - an import can fail in many ways; all mean "missing"
             return f"{type(exc).__name__}: {exc}"
         return None
 
@@ -74,7 +74,7 @@ class LinuxProbe:
 
 
 @dataclass(frozen=True)
-class Problem:
+class PreflightProblem:
     what: str  # short name: root, tun, program, ovsdb, vswitchd, os-ken
     reason: str  # a sentence for the user
 
@@ -82,21 +82,21 @@ class Problem:
         return self.reason
 
 
-def preflight(probe: HostProbe) -> list[Problem]:
+def preflight(probe: HostProbe) -> list[PreflightProblem]:
     """Every reason the daemon cannot run here (empty: go ahead)."""
-    problems: list[Problem] = []
+    problems: list[PreflightProblem] = []
     if probe.euid() != 0:
-        problems.append(Problem("root", "must run as root (it creates TAP devices and manages Open vSwitch bridges)"))
+        problems.append(PreflightProblem("root", "must run as root (it creates TAP devices and manages Open vSwitch bridges)"))
     if not probe.exists(TUN_DEVICE):
-        problems.append(Problem("tun", f"{TUN_DEVICE} is missing (load the tun module: modprobe tun)"))
+        problems.append(PreflightProblem("tun", f"{TUN_DEVICE} is missing (load the tun module: modprobe tun)"))
     missing = [p for p in PROGRAMS if probe.which(p) is None]
     for program in missing:
         package = "iproute2" if program == "ip" else "openvswitch-switch"
-        problems.append(Problem("program", f"{program} not found on PATH (install the {package} package)"))
+        problems.append(PreflightProblem("program", f"{program} not found on PATH (install the {package} package)"))
     if "ovs-vsctl" not in missing:
         status, err = probe.run(["ovs-vsctl", f"--timeout={PROBE_TIMEOUT}", "show"])
         if status != 0:
-            problems.append(Problem(
+            problems.append(PreflightProblem(
                 "ovsdb",
                 f"cannot reach OVSDB at {ovs_run_dir()}/db.sock ({_first_line(err)}); "
                 "start Open vSwitch (systemctl start openvswitch-switch)",
@@ -104,13 +104,13 @@ def preflight(probe: HostProbe) -> list[Problem]:
         else:
             why = vswitchd_missing(probe, ovs_run_dir())
             if why is not None:
-                problems.append(Problem(
+                problems.append(PreflightProblem(
                     "vswitchd", f"ovs-vswitchd is not running ({why}); start Open vSwitch (systemctl start openvswitch-switch)"
                 ))
     for module in OS_KEN_MODULES:
         why = probe.can_import(module)
         if why is not None:
-            problems.append(Problem("os-ken", f"cannot import {module} ({why}); install os-ken (pip install os-ken)"))
+            problems.append(PreflightProblem("os-ken", f"cannot import {module} ({why}); install os-ken (pip install os-ken)"))
             break
     return problems
 

@@ -50,7 +50,7 @@ class SideLoop:
             asyncio.run(self._run())
         except asyncio.CancelledError:
             pass
-        except BaseException as exc:  # noqa: BLE001 - logged and handed to the owner
+        except BaseException as exc:
             error = exc
             log.error("%s failed", self.name, exc_info=exc)
         finally:

@@ -1,4 +1,4 @@
-"""The adjacency diff and the edge-request decision (paper section 3.1, DESIGN.md section 5).
+"""The adjacency diff and the edge-request decision (paper section 3.1; docs/design.md, "Link negotiation").
 
 Vocabulary. A *link* is one tunnel between two nodes. Each end keeps its own
 view: links it *holds* (`Adjacency.outgoing`, under its own type: successor,
@@ -39,7 +39,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from evio.overlay.node_id import clockwise_distance
+from evio.ids import clockwise_distance
 from evio.overlay.symphony import Selection
 
 

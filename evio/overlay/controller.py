@@ -40,8 +40,8 @@ from evio.overlay.negotiation import (
     ACTION_LINK,
     ACTION_RELEASE,
     LinkAnswer,
+    LinkRefusal,
     NegotiationError,
-    Refusal,
     ReleaseAnswer,
     decode_link_answer,
     decode_link_request,
@@ -213,7 +213,7 @@ class OverlayController:
                     asyncio.gather(*(self._release_on_stop(a) for a in releases)),
                     self.timings.stop_release_timeout,
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.info("overlay %s: some releases went unanswered on stop", self.overlay)
         disconnects = [a.peer for a in actions if isinstance(a, Disconnect)]
         await asyncio.gather(*(self._disconnect(peer) for peer in disconnects))
@@ -292,7 +292,7 @@ class OverlayController:
             self._count_malformed(peer, exc)
             raise HandlerBadRequest(str(exc)) from exc
         if self._state is not _State.RUNNING:
-            return encode_link_answer(LinkAnswer(False, refusal=Refusal.STOPPING))
+            return encode_link_answer(LinkAnswer(False, refusal=LinkRefusal.STOPPING))
         answer, actions = self._core.link_request(peer, request, self._clock())
         self._execute(actions)
         return encode_link_answer(answer)
@@ -379,7 +379,7 @@ class OverlayController:
             info = await asyncio.wait_for(self._links.connect(action.peer), self.timings.connect_timeout)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # any failure of the provider is a failed setup, never a crash here
+        except Exception as exc:  # noqa: BLE001 - any failure of the provider is a failed setup, never a crash here
             reason = str(exc) or type(exc).__name__
             if self._state is _State.RUNNING:
                 self._execute(self._core.connect_failed(action.peer, action.seq, reason, self._clock()))

@@ -16,7 +16,7 @@ evio.signal remote action.
     answer   {"v": 1, "held_as": T | null}            null: nobody holds it, the releaser tears it down
 
 T is a link type (``successor``, ``long_distance``, ``on_demand``), R a
-``Refusal``, E the sender's epoch: a number its overlay controller draws when
+``LinkRefusal``, E the sender's epoch: a number its overlay controller draws when
 it starts (0 <= E < 2**64). A new-link request from a peer whose epoch differs
 from the one its current link was agreed with comes from a restarted peer:
 that link is stale (its other end is gone), and the request replaces it at once
@@ -46,7 +46,7 @@ class NegotiationError(ValueError):
     """A negotiation body that does not follow the schema above."""
 
 
-class Refusal(enum.Enum):
+class LinkRefusal(enum.Enum):
     """Why an ``overlay.link`` request was refused: the RejectReason vocabulary plus two of the wire's own."""
 
     TOO_MANY_LONG_DISTANCE = "too_many_long_distance"
@@ -57,7 +57,7 @@ class Refusal(enum.Enum):
     STOPPING = "stopping"  # the answering controller is shutting down
 
     @classmethod
-    def of(cls, reason: RejectReason) -> Refusal:
+    def of(cls, reason: RejectReason) -> LinkRefusal:
         return cls(reason.value)
 
 
@@ -72,7 +72,7 @@ class LinkRequest:
 class LinkAnswer:
     accepted: bool
     held_as: LinkType | None = None  # accepted: the answerer's own hold on the link
-    refusal: Refusal | None = None  # refused: why
+    refusal: LinkRefusal | None = None  # refused: why
     epoch: int = 0  # accepted: the answerer's controller run (a refusal does not carry it)
 
     def __post_init__(self) -> None:
@@ -171,7 +171,7 @@ def decode_link_answer(body: object) -> LinkAnswer:
         if not isinstance(refusal, str):
             raise NegotiationError("link answer refusal: must be a string")
         try:
-            return LinkAnswer(False, refusal=Refusal(refusal))
+            return LinkAnswer(False, refusal=LinkRefusal(refusal))
         except ValueError:
             raise NegotiationError(f"link answer: unknown refusal {refusal[:40]!r}") from None
     fields = _fields(body, frozenset({"v", "accepted", "held_as", "epoch"}), "link answer")

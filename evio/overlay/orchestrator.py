@@ -56,10 +56,10 @@ import random
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from evio.config.model import TopologyConfig
+from evio.config.model import LogForm, TopologyConfig
 from evio.overlay.adjacency import (
-    Adjacency,
     AddLink,
+    Adjacency,
     ChangeType,
     Link,
     LinkState,
@@ -71,8 +71,8 @@ from evio.overlay.adjacency import (
 )
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkInfo, LinkUp
 from evio.overlay.backoff import ChangeBudget, PeerBackoff
-from evio.overlay.negotiation import LinkAnswer, LinkRequest, Refusal, ReleaseAnswer, ReleaseRequest
-from evio.overlay.symphony import LogForm, Ring, Selection, select_links
+from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
+from evio.overlay.symphony import Ring, Selection, select_links
 from evio.signal.events import RemovalCause
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class Orchestrator:
         self.ticks = 0  # wake-ups, evaluated or not (e.g. while signaling is down)
         self.evaluations = 0
         self.requests_sent = 0
-        self.refusals_received: Counter[Refusal] = Counter()
+        self.refusals_received: Counter[LinkRefusal] = Counter()
         self.failures: Counter[Failure | str] = Counter()
 
     # == inputs: signaling =======================================================================
@@ -365,7 +365,7 @@ class Orchestrator:
     def link_request(self, peer: int, request: LinkRequest, now: float) -> tuple[LinkAnswer, list[Action]]:
         """A peer's overlay.link: the answer to send back, and what to do."""
         if self._stopped:
-            return LinkAnswer(False, refusal=Refusal.STOPPING), self._flush()
+            return LinkAnswer(False, refusal=LinkRefusal.STOPPING), self._flush()
         st = self._peers.get(peer)
         if st is None:
             st = self._peers[peer] = _Peer()
@@ -414,11 +414,11 @@ class Orchestrator:
             refusal = outcome.refusal
             self.refusals_received[refusal] += 1
             log.debug("overlay %s %s link to peer=%032x refused: %s", self.name, wanted.value, peer, refusal.value)
-            if refusal is Refusal.COLLISION and not existing:
+            if refusal is LinkRefusal.COLLISION and not existing:
                 st.collision_until = now + self.timings.collision_wait  # the peer's own request is coming
                 return self._flush()
             st.asking = None
-            if refusal is Refusal.TOO_MANY_LONG_DISTANCE:
+            if refusal is LinkRefusal.TOO_MANY_LONG_DISTANCE:
                 self._refused_long_distance[peer] = now + self.timings.long_distance_refusal_ttl
             else:
                 self._retry_at[peer] = now + self.timings.refused_retry
@@ -643,9 +643,10 @@ class Orchestrator:
                 st.deadline = None
                 self._ask(op.peer, st, LinkRequest(op.new, existing=True, epoch=self.epoch))
                 continue
-            if isinstance(op, AddLink):
-                if (st is not None and st.phase is Phase.CLOSING) or self._retry_at.get(op.peer, now) > now:
-                    continue
+            if isinstance(op, AddLink) and (
+                (st is not None and st.phase is Phase.CLOSING) or self._retry_at.get(op.peer, now) > now
+            ):
+                continue
             if not self._budget.take(now):
                 deferred = True
                 continue
@@ -724,11 +725,11 @@ class Orchestrator:
 
     def _answer_link(self, peer: int, st: _Peer, request: LinkRequest, now: float) -> LinkAnswer:
         if st.phase is Phase.CLOSING:
-            return LinkAnswer(False, refusal=Refusal.LINK_CLOSING)
+            return LinkAnswer(False, refusal=LinkRefusal.LINK_CLOSING)
         cap = self.topology.incoming_long_distance_cap(len(self._ring(now)[0]))
         if request.existing:
             if st.phase is Phase.NONE:
-                return LinkAnswer(False, refusal=Refusal.NO_LINK)
+                return LinkAnswer(False, refusal=LinkRefusal.NO_LINK)
             if request.type is LinkType.LONG_DISTANCE and st.held is None:
                 others = sum(
                     1
@@ -736,7 +737,7 @@ class Orchestrator:
                     if p != peer and other.theirs is LinkType.LONG_DISTANCE and (other.held or other.asking) is None
                 )
                 if others >= cap:
-                    return LinkAnswer(False, refusal=Refusal.TOO_MANY_LONG_DISTANCE)
+                    return LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_LONG_DISTANCE)
             st.theirs = request.type
             st.deadline = None if st.phase is not Phase.AWAITING else st.deadline
             self._announce_up(peer, st)
@@ -749,7 +750,7 @@ class Orchestrator:
         decision = accept_request(self.node_id, peer, request.type, self.view(), cap)
         if not decision.accepted:
             assert decision.reason is not None
-            return LinkAnswer(False, refusal=Refusal.of(decision.reason))
+            return LinkAnswer(False, refusal=LinkRefusal.of(decision.reason))
         if decision.replaces_pending:
             # Both asked at once and the peer's request wins: hold its link as our own wish.
             if st.held is None:

@@ -1,4 +1,4 @@
-"""Symphony link selection (paper section 3.1, DESIGN.md section 5).
+"""Symphony link selection (paper section 3.1; docs/design.md, "Symphony link selection").
 
 A node links to its `s` nearest clockwise peers (successors) and to `k`
 long-distance peers drawn from the harmonic distribution of eq. (1):
@@ -44,11 +44,12 @@ so a given generator state always yields the same selection.
 
 from __future__ import annotations
 
-import enum
 import math
 import random
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
+
+from evio.config.model import LogForm, default_long_distance
 
 # A wanted long-distance link gets this many draws before the node settles for fewer.
 DRAWS_PER_LINK = 4
@@ -60,21 +61,6 @@ _FLOOR_EPSILON = 1e-9
 
 class SelectionError(ValueError):
     """Inputs that cannot describe a Symphony selection (self not in the ring, negative counts)."""
-
-
-class LogForm(enum.Enum):
-    """Which logarithm eq. (1) and eq. (2) use."""
-
-    LN = "ln"  # as the paper writes it
-    LOG10 = "log10"  # as the original EdgeVPN code computes it
-
-    def log(self, n: int) -> float:
-        return math.log(n) if self is LogForm.LN else math.log10(n)
-
-
-def default_long_distance_count(n: int) -> int:
-    """k = floor(log2(n)) (DESIGN.md section 5); 0 for a ring of one."""
-    return int(math.floor(math.log2(n))) if n >= 2 else 0
 
 
 def too_close_distance(n: int, log_form: LogForm) -> int:
@@ -157,7 +143,7 @@ def select_links(
     ids = ring._ids
     origin = ring.rank(self_id)  # raises when self is missing
     successors = tuple(ids[(origin + d) % n] for d in range(1, min(successor_count, n - 1) + 1))
-    wanted = default_long_distance_count(n) if long_distance_count is None else long_distance_count
+    wanted = default_long_distance(n) if long_distance_count is None else long_distance_count
     d_c = too_close_distance(n, log_form)
     taken = set(successors)
     taken.add(self_id)

@@ -1,7 +1,7 @@
 """The thread boundary between the daemon (asyncio) and the SDN controller (os-ken's thread).
 
 The daemon runs asyncio in the main thread and os-ken, with its native
-(thread) hub, beside it (DESIGN.md section 1). Everything that crosses is a
+(thread) hub, beside it (docs/design.md, "A node"). Everything that crosses is a
 small frozen dataclass defined here; there is no string-named bus.
 
 Into the controller (`ControllerCommand`, any thread -> os-ken thread):
@@ -26,16 +26,15 @@ Out of the controller (`ControllerEvent`, os-ken thread -> asyncio): an
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import queue
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
-from evio.config.model import OnDemandConfig
-from evio.overlay.node_id import format_node_id
+from evio.config.model import BridgeConfig, OnDemandConfig
+from evio.ids import format_node_id
 from evio.sdn.broadcast_log import BroadcastReceived
 
 log = logging.getLogger(__name__)
@@ -49,7 +48,7 @@ class AttachOverlay:
     overlay: str
     datapath_id: int
     node_id: int
-    flow_idle_timeout: int = 30
+    flow_idle_timeout: int = BridgeConfig.flow_idle_timeout
     mac_max_age: float = 300.0
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
 
@@ -238,20 +237,6 @@ class CollectingSink:
     def events(self) -> list[ControllerEvent]:
         with self._lock:
             return list(self._events)
-
-
-class JsonLinesSink:
-    """Writes each event as one JSON object per line (the standalone controller's `--events`)."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-        self._lock = threading.Lock()
-
-    def emit(self, event: ControllerEvent) -> None:
-        line = json.dumps(event_as_dict(event))
-        with self._lock:
-            self._stream.write(line + "\n")
-            self._stream.flush()
 
 
 def event_as_dict(event: ControllerEvent) -> dict[str, Any]:

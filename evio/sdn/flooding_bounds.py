@@ -1,4 +1,4 @@
-"""The flooding-bound algorithm of Bounded Flood (paper section 3.2.3, DESIGN.md section 6).
+"""The flooding-bound algorithm of Bounded Flood (paper section 3.2.3; docs/design.md, "Flooding bounds").
 
 A broadcast rooted at `r` is split into disjoint clockwise arcs, closed-open:
 the root sends to each neighbour `n_i` (sorted clockwise from `r`) the bound
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from evio.overlay.node_id import sorted_clockwise, strictly_between
+from evio.ids import sorted_clockwise, strictly_between
 
 
 def _chain(ordered: list[int], last_bound: int) -> dict[int, int]:

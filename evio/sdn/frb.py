@@ -1,4 +1,4 @@
-"""The Flood Route and Bound (FRB) frame: a pure codec (paper section 3.2.2, DESIGN.md section 6).
+"""The Flood Route and Bound (FRB) frame: a pure codec (paper section 3.2.2; docs/design.md, "FRB frame").
 
 Wire format, compatible with the original EdgeVPN BoundedFlood controller
 (`FloodRouteBound`, pack string ``!16s16sBBB``)::
@@ -54,7 +54,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from evio.overlay.node_id import MAX_NODE_ID
+from evio.ids import MAX_NODE_ID
 
 ETH_TYPE_FRB = 0xC0C0
 ETH_HEADER_LEN = 14

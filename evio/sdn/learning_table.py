@@ -1,4 +1,4 @@
-"""The learning table of Bounded Flood (paper section 3.2.1, DESIGN.md section 6).
+"""The learning table of Bounded Flood (paper section 3.2.1; docs/design.md, "Learning and unicast flows").
 
 Two views of one soft state, kept consistent by this class alone:
 

@@ -1,4 +1,4 @@
-"""When to ask for an on-demand link, from flow byte counters (paper section 3.2.1, DESIGN.md section 6).
+"""When to ask for an on-demand link, from flow byte counters (paper section 3.2.1; docs/design.md, "On-demand links").
 
 Pure: the adapter polls the switch's byte counters of evio's unicast flows and
 passes them in with `now`; these classes turn them into decisions.
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from evio.config.model import OnDemandConfig
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
 from evio.sdn.flow_actions import FlowMatch
 from evio.sdn.switch import BoundedFloodSwitch
 

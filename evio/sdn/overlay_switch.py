@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from evio.overlay.node_id import format_node_id
+from evio.ids import format_node_id
 from evio.sdn.boundary import (
     AttachOverlay,
     BroadcastCounts,

@@ -1,4 +1,4 @@
-"""Bounded Flood switching logic for one node's bridge (paper section 3.2, DESIGN.md section 6).
+"""Bounded Flood switching logic for one node's bridge (paper section 3.2; docs/design.md, "Bounded Flood").
 
 Pure: it sees ports, frames and `now`, and returns `evio.sdn.flow_actions`
 for an adapter to carry out. It never reads a clock or touches a socket.
@@ -25,7 +25,8 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 
-from evio.overlay.node_id import format_node_id
+from evio.config.model import BridgeConfig
+from evio.ids import format_node_id
 from evio.sdn import frb
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import forward_bounds, root_bounds
@@ -106,7 +107,7 @@ class BoundedFloodSwitch:
         self,
         node_id: int,
         switch_mac: str,
-        flow_idle_timeout: int = 30,
+        flow_idle_timeout: int = BridgeConfig.flow_idle_timeout,
         mac_max_age: float = 300.0,
     ) -> None:
         self.node_id = node_id

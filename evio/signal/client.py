@@ -59,7 +59,7 @@ from slixmpp.xmlstream.matcher import StanzaPath
 from evio.signal import protocol
 from evio.signal.backoff import reconnect_delay
 from evio.signal.endpoint import EndpointLimits, SignalEndpoint
-from evio.signal.errors import ConfigError
+from evio.signal.errors import SignalSettingsError
 
 log = logging.getLogger(__name__)
 
@@ -96,24 +96,24 @@ class SignalSettings:
 
     def __post_init__(self) -> None:
         if "@" not in self.jid or "/" in self.jid:
-            raise ConfigError(f"jid must be a bare JID (user@domain), got {self.jid!r}")
+            raise SignalSettingsError(f"jid must be a bare JID (user@domain), got {self.jid!r}")
         has_password = self.password is not None
         has_cert = self.client_cert is not None or self.client_key is not None
         if has_password == has_cert:
-            raise ConfigError("exactly one of password or client_cert+client_key is required")
+            raise SignalSettingsError("exactly one of password or client_cert+client_key is required")
         if has_cert and (self.client_cert is None or self.client_key is None):
-            raise ConfigError("client_cert and client_key go together")
+            raise SignalSettingsError("client_cert and client_key go together")
         if has_cert and self.insecure_plaintext:
-            raise ConfigError("client certificate login needs TLS")
+            raise SignalSettingsError("client certificate login needs TLS")
         if self.tls not in ("starttls", "direct"):
-            raise ConfigError(f"tls must be starttls or direct, got {self.tls!r}")
+            raise SignalSettingsError(f"tls must be starttls or direct, got {self.tls!r}")
         if not self.memberships:
-            raise ConfigError("at least one overlay membership is required")
+            raise SignalSettingsError("at least one overlay membership is required")
         for overlay, node_id in self.memberships.items():
             if not protocol.is_valid_overlay_id(overlay):
-                raise ConfigError(f"bad overlay id {overlay!r}")
+                raise SignalSettingsError(f"bad overlay id {overlay!r}")
             if not 0 <= node_id < 1 << 128:
-                raise ConfigError(f"node id for {overlay} out of range")
+                raise SignalSettingsError(f"node id for {overlay} out of range")
 
     @property
     def domain(self) -> str:
@@ -179,7 +179,7 @@ class SignalClient(SignalEndpoint):
             raise RuntimeError("SignalClient already started")
         for path in (self.settings.ca_file, self.settings.client_cert, self.settings.client_key):
             if path is not None and not Path(path).is_file():
-                raise ConfigError(f"{path} does not exist")
+                raise SignalSettingsError(f"{path} does not exist")
         self._supervisor = asyncio.create_task(self._supervise(), name=f"signal {self.settings.jid}")
         self._supervisor.add_done_callback(self._supervisor_done)
 
@@ -220,7 +220,7 @@ class SignalClient(SignalEndpoint):
         if xmpp.transport is not None:
             try:
                 await asyncio.wait_for(xmpp.disconnect(wait=1.0), 1.5)
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 pass
         xmpp.abort()
 
@@ -313,7 +313,7 @@ class SignalClient(SignalEndpoint):
         else:
             xmpp = ClientXMPP(jid, s.password or "", ssl_context=self._ssl_context())
         # slixmpp >= 1.8 tries direct TLS first, then STARTTLS, then plaintext when given
-        # an explicit host/port: enable exactly the one mode configured (lab-recipes 1.5).
+        # an explicit host/port: enable exactly the one mode configured.
         xmpp.enable_direct_tls = s.tls == "direct" and not s.insecure_plaintext
         xmpp.enable_starttls = s.tls == "starttls" and not s.insecure_plaintext
         xmpp.enable_plaintext = s.insecure_plaintext

@@ -302,7 +302,7 @@ class SignalEndpoint:
                 reply = _error(request, ErrorReason.REJECTED, str(exc))
             except HandlerBadRequest as exc:
                 reply = _error(request, ErrorReason.BAD_REQUEST, str(exc))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 reply = _error(request, ErrorReason.TIMEOUT, f"handler took over {self.limits.handler_timeout} s")
             except Exception:
                 log.exception(

@@ -95,5 +95,5 @@ class HandlerBadRequest(SignalError):
     """Raised by a handler to answer with a ``bad_request`` error (unusable body)."""
 
 
-class ConfigError(SignalError):
+class SignalSettingsError(SignalError):
     """Settings that cannot work (e.g. no credential, or a CA file missing)."""

@@ -166,10 +166,10 @@ class PeerTable:
                 else:
                     account = min(first_by_account, key=lambda b: (first_by_account[b], b))
                 # Within the account, the newest session wins (a reconnect).
-                owners[node_id] = max((e for e in entries if bare_jid(e[1]) == account))[1]
-                if refusals_for is not None and bare_jid(refusals_for) != account:
-                    if any(jid == refusals_for for _, jid in entries):
-                        update.refused.append(Refusal(refusals_for, overlay, node_id, DropReason.NODE_ID_CONFLICT))
+                owners[node_id] = max(e for e in entries if bare_jid(e[1]) == account)[1]
+                if (refusals_for is not None and bare_jid(refusals_for) != account
+                        and any(jid == refusals_for for _, jid in entries)):
+                    update.refused.append(Refusal(refusals_for, overlay, node_id, DropReason.NODE_ID_CONFLICT))
             update.events.extend(self._diff(overlay, self._owners[overlay], owners, cause))
             self._owners[overlay] = owners
         return update

@@ -27,9 +27,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from evio.config.model import LogForm, default_long_distance
+from evio.ids import RING_SIZE
 from evio.overlay.adjacency import (
-    Adjacency,
     AddLink,
+    Adjacency,
     ChangeType,
     Link,
     LinkState,
@@ -40,9 +42,7 @@ from evio.overlay.adjacency import (
     desired_links,
     diff,
 )
-from evio.overlay.node_id import RING_SIZE
-from evio.overlay.symphony import LogForm, Ring, default_long_distance_count, select_links
-
+from evio.overlay.symphony import Ring, select_links
 
 _log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class SymphonyOverlay:
 
     def long_distance_count(self) -> int:
         k = self.params.long_distance
-        return default_long_distance_count(len(self.members)) if k is None else k
+        return default_long_distance(len(self.members)) if k is None else k
 
     def view(self, nid: int) -> Adjacency:
         """What node `nid` knows of its links, including its own unanswered requests (as pending)."""
@@ -116,14 +116,6 @@ class SymphonyOverlay:
                     graph[holder].add(peer)
                     graph[peer].add(holder)
         return graph
-
-    def long_distance_shortfall(self) -> int:
-        """Long-distance links still missing: k per node minus those held."""
-        k = self.long_distance_count()
-        return sum(
-            max(0, k - sum(1 for link in links.values() if link.type is LinkType.LONG_DISTANCE))
-            for links in self._holds.values()
-        )
 
     def held_counts(self) -> Counter[LinkType]:
         """How many links are held, by the holder's type (a link held by both ends counts twice)."""

@@ -121,11 +121,6 @@ class FakeLinkNetwork:
     def unblock(self, a: int, b: int) -> None:
         self._blocked.discard(frozenset((a, b)))
 
-    def cut(self, a: int, b: int, reason: str = "peer silent") -> None:
-        tunnel = self._tunnels.get(frozenset((a, b)))
-        if tunnel is not None:
-            self._end(tunnel, reason)
-
     def kill(self, node: int) -> None:
         """The node is gone: no goodbye, its peers see their tunnels die."""
         self._endpoints.pop(node, None)

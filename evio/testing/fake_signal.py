@@ -71,9 +71,6 @@ class FakeSignalHub:
         """Deliver a raw payload from any JID (members, strangers, forgers) to `to`."""
         self._route(sender, to, text, None)
 
-    def online(self) -> list[str]:
-        return sorted(self._online)
-
     # ------------------------------------------------------------------ server behaviour
 
     def _overlays_of(self, client: FakeSignalClient, bare: str) -> frozenset[str]:

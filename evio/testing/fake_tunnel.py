@@ -12,6 +12,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+
 class FakeTap:
     """``fd`` is what the data path reads and writes; the test uses ``send_frame`` / ``frames``."""
 
@@ -117,9 +118,6 @@ class DatagramWire:
 
     def deliver_to_b(self, datagram: bytes) -> None:
         self._b.send_to_datapath(datagram)
-
-    def deliver_to_a(self, datagram: bytes) -> None:
-        self._a.send_to_datapath(datagram)
 
     def _pump(self, src: FakeUnderlay, dst: FakeUnderlay, a_to_b: bool) -> None:
         while True:

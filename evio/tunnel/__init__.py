@@ -17,6 +17,7 @@ Adapters:
     tap         TAP devices (TUNSETIFF, pyroute2)
     session     one tunnel: setup, supervision, teardown
     manager     TunnelManager: this node's tunnels, one per peer
-    local_signaling  offers over Unix sockets (lab tool, tests, benchmark)
-    endpoint    one-tunnel process (python -m evio.tunnel.endpoint); testbed, lab_tool: harnesses
+
+The one-tunnel harness (endpoint process, veth testbed, `evio lab tunnel`)
+lives in evio.lab, above the daemon.
 """

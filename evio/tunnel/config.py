@@ -6,9 +6,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from evio.tunnel.ice import IceConfig, TurnServer
-from evio.tunnel.keys import Cipher, RekeyPolicy
-from evio.tunnel.liveness import LivenessConfig
+from evio.config.model import Cipher
+from evio.tunnel.ice import IceConfig, TurnRelay
+from evio.tunnel.keys import RekeyPolicy
+from evio.tunnel.liveness import LivenessConfig, keepalive_for
 from evio.tunnel.mtu import tap_mtu
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def tap_name(prefix: str, peer: int) -> str:
 
 
 @dataclass(frozen=True)
-class TunnelConfig:
+class TunnelSettings:
     ice: IceConfig = field(default_factory=IceConfig)
     ciphers: tuple[Cipher, ...] = (Cipher.AES_256_GCM, Cipher.CHACHA20_POLY1305)
     """Accepted ciphers, preferred first (AES-GCM: this kind of CPU has AES-NI)."""
@@ -62,7 +63,7 @@ class TunnelConfig:
         return tap_name(self.tap_prefix, peer)
 
 
-def from_overlay_config(overlay: OverlayConfig) -> TunnelConfig:
+def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
     """The tunnel settings of one overlay of the daemon's config file."""
     from evio.config.model import split_host_port
 
@@ -70,7 +71,7 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelConfig:
     turn = []
     for server in nat.turn:
         host, port = server.host_port
-        turn.append(TurnServer(host, port, server.username, server.password, server.rest_secret, float(server.ttl)))
+        turn.append(TurnRelay(host, port, server.username, server.password, server.rest_secret, float(server.ttl)))
     ice = IceConfig(
         stun=tuple(split_host_port(s) for s in nat.stun),
         turn=tuple(turn),
@@ -79,9 +80,8 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelConfig:
     )
     preferred = Cipher(overlay.tunnel.cipher)
     dead_after = overlay.tunnel.dead_after
-    # Detecting a dead peer within dead_after needs keepalives a few times faster.
-    keepalive = min(overlay.tunnel.keepalive, dead_after / 3)
-    return TunnelConfig(
+    keepalive = keepalive_for(dead_after, overlay.tunnel.keepalive)
+    return TunnelSettings(
         ice=ice,
         ciphers=(preferred, *(c for c in Cipher if c is not preferred)),
         liveness=LivenessConfig(keepalive_interval=keepalive, dead_after=dead_after),

@@ -1,6 +1,6 @@
 """``FdDatapath``: the Python data path, built for per-packet cost.
 
-Why it looks like this (see the data path baseline notes):
+Why it looks like this (docs/design.md, "Data path"):
 - Both fds are read with ``loop.add_reader`` and drained without blocking into
   preallocated rings; asyncio datagram transports would allocate a 256 KiB
   buffer per datagram.
@@ -26,11 +26,13 @@ import os
 import struct
 from collections.abc import Callable
 from typing import Any
+
 from cryptography.exceptions import InvalidTag
 
-from evio.tunnel.datapath import Address, ControlHandler, DatapathStats, DropReason, Underlay
+from evio.config.model import Cipher
+from evio.tunnel.datapath import ControlHandler, DatapathStats, DropReason, Underlay
 from evio.tunnel.errors import RecordError
-from evio.tunnel.keys import Cipher, RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
+from evio.tunnel.keys import RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
 from evio.tunnel.mmsg import DatagramBatch, ReceiveBatch, make_batch, make_receive_batch
 from evio.tunnel.mtu import TURN_CHANNEL_HEADER_LEN
 from evio.tunnel.record import (
@@ -375,7 +377,7 @@ class FdDatapath:
             at = start + hoff
             kind = buf[at]
             if kind != KIND_FRAME or buf[at + 1] != epoch_byte or n > max_record:
-                if kind == KIND_FRAME or kind == KIND_CONTROL:
+                if kind in (KIND_FRAME, KIND_CONTROL):
                     self._open_slow(buf[at : at + n], n)
                     # The slow path may have promoted the next epoch.
                     if self._rx is not rx:

@@ -8,7 +8,7 @@ gathered before the offer/answer exchange:
 
 aioice uses aggressive nomination: the controlling agent keeps the first pair
 that works, which is often the relay because the first direct probe is
-dropped by the remote NAT (lab-recipes 4.4). Keeping the two apart makes the
+dropped by the remote NAT before its own outbound probe opens the mapping. Keeping the two apart makes the
 choice ours. The controlling side (higher node id) tries ``direct`` for
 ``direct_timeout`` seconds and only then ``relay``. The controlled side runs
 both and follows: it takes whichever connection first both completes and
@@ -43,6 +43,7 @@ import aioice
 import aioice.stun
 from aioice import Candidate, Connection, TransportPolicy
 
+from evio.config.model import NatTraversalConfig, TurnServer
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.signaling import IceParameters
 from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
@@ -65,14 +66,14 @@ class PathKind(enum.Enum):
 
 
 @dataclass(frozen=True)
-class TurnServer:
+class TurnRelay:
     host: str
     port: int
     username: str | None = None
     password: str | None = None
     secret: str | None = None
     """REST API shared secret: time-limited credentials are derived from it."""
-    credential_ttl: float = 86400.0
+    credential_ttl: float = TurnServer.ttl
 
     def credentials(self, user: str, now: float) -> TurnCredentials:
         if self.secret is not None:
@@ -85,9 +86,9 @@ class TurnServer:
 @dataclass(frozen=True)
 class IceConfig:
     stun: tuple[tuple[str, int], ...] = ()
-    turn: tuple[TurnServer, ...] = ()
+    turn: tuple[TurnRelay, ...] = ()
     relay: RelayPolicy = RelayPolicy.FALLBACK
-    direct_timeout: float = 1.0
+    direct_timeout: float = NatTraversalConfig.direct_timeout
     relay_timeout: float = 1.2
     stun_rto: float = 0.1
     use_ipv6: bool = False
@@ -143,7 +144,7 @@ def _install_host_filter() -> None:
     # Checked at every gathering, not once: tests replace aioice's function and restore it.
     current = aioice.ice.get_host_addresses
     if not isinstance(current, _HostFilter):
-        setattr(aioice.ice, "get_host_addresses", _HostFilter(current))
+        aioice.ice.get_host_addresses = _HostFilter(current)
 
 
 def _in_networks(host: str, networks: Sequence[Network]) -> bool:
@@ -199,7 +200,7 @@ class IceAgent:
             _gathering_excludes.reset(token)
         try:
             await asyncio.wait_for(gathering, self._config.gather_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise GatherTimeout(
                 f"ICE candidates not gathered within {self._config.gather_timeout:g} s "
                 "(a STUN or TURN server that does not answer?)"
@@ -238,7 +239,7 @@ class IceAgent:
                 continue
             try:
                 await asyncio.wait_for(conn.connect(), timeout)
-            except (ConnectionError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ConnectionError) as exc:
                 logger.info("tunnel ice %s attempt failed: %s", "direct" if conn is self.direct else "relay", exc or "timeout")
                 self._drop(conn)
                 continue
@@ -294,7 +295,7 @@ class IceAgent:
         other = self.relay if kind is PathKind.DIRECT else self.direct
         if other is not None:
             self._drop(other)
-        pair = conn._nominated[1]  # aioice keeps the selected pair only here (lab-recipes 4.4)
+        pair = conn._nominated[1]  # aioice keeps the selected pair only here
         path = SelectedPath(
             kind,
             conn,
@@ -324,4 +325,4 @@ def candidate_types(params: IceParameters | None) -> list[str]:
     return [c.type for c in params.parsed_candidates()] if params else []
 
 
-__all__ = ["Candidate", "IceAgent", "IceConfig", "PathKind", "RelayPolicy", "SelectedPath", "TurnServer", "candidate_types"]
+__all__ = ["Candidate", "IceAgent", "IceConfig", "PathKind", "RelayPolicy", "SelectedPath", "TurnRelay", "candidate_types"]

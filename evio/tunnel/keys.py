@@ -18,23 +18,19 @@ rotates).
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
+from evio.config.model import Cipher
+
 EXPORTER_LABEL = b"EXPERIMENTAL evio frame aead v1"
 SECRET_LEN = 32
 EXPORTER_LEN = 2 * SECRET_LEN
 KEY_LEN = 32
 IV_LEN = 12
-
-
-class Cipher(enum.Enum):
-    AES_256_GCM = "aes-256-gcm"
-    CHACHA20_POLY1305 = "chacha20-poly1305"
 
 
 # Records one key may seal before the sender moves to the next epoch: the

@@ -22,10 +22,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from evio.config.model import TunnelConfig
 from evio.tunnel.record import HELLO_PEER_SEEN, ControlMessage, ControlOpcode
 
 
-class LinkState(enum.Enum):
+class LivenessState(enum.Enum):
     ESTABLISHING = "establishing"
     UP = "up"
     DOWN = "down"
@@ -37,30 +38,37 @@ class DownReason(enum.Enum):
     PEER_CLOSED = "peer-closed"
 
 
+def keepalive_for(dead_after: float, wanted: float = TunnelConfig.keepalive) -> float:
+    """The keepalive interval to use: detecting a dead peer within `dead_after` needs them a few times faster."""
+    return min(wanted, dead_after / 3)
+
+
 @dataclass(frozen=True)
 class LivenessConfig:
     hello_interval: float = 0.05
-    keepalive_interval: float = 1.0
-    dead_after: float = 4.0
+    # The daemon's values come from the config (evio.tunnel.config.from_overlay_config); these
+    # defaults are the config model's, so a component built without a config behaves the same.
+    keepalive_interval: float = keepalive_for(TunnelConfig.dead_after)
+    dead_after: float = TunnelConfig.dead_after
     establish_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         if self.keepalive_interval <= 0 or self.keepalive_interval > 25.0:
             raise ValueError("keepalive_interval must be positive and under NAT timeouts (25 s)")
         # A live but idle peer's keepalives are up to a tick late; two of them must fit the limit.
-        if 2 * (self.keepalive_interval + self.tick_interval(LinkState.UP)) > self.dead_after:
+        if 2 * (self.keepalive_interval + self.tick_interval(LivenessState.UP)) > self.dead_after:
             raise ValueError("dead_after must allow two keepalive intervals (plus a tick each)")
 
-    def tick_interval(self, state: LinkState) -> float:
+    def tick_interval(self, state: LivenessState) -> float:
         """How often the owner should call ``tick`` in this state."""
-        if state is LinkState.ESTABLISHING:
+        if state is LivenessState.ESTABLISHING:
             return self.hello_interval
         return self.keepalive_interval / 4
 
     @property
     def silence_limit(self) -> float:
         """Silence after which the peer is dead (see the module docstring)."""
-        return self.dead_after - 2 * self.tick_interval(LinkState.UP)
+        return self.dead_after - 2 * self.tick_interval(LivenessState.UP)
 
 
 @dataclass(frozen=True)
@@ -70,22 +78,22 @@ class SendControl:
 
 
 @dataclass(frozen=True)
-class LinkUp:
+class PeerAlive:
     pass
 
 
 @dataclass(frozen=True)
-class LinkDown:
+class PeerDead:
     reason: DownReason
 
 
-Action = SendControl | LinkUp | LinkDown
+Action = SendControl | PeerAlive | PeerDead
 
 
 class Liveness:
     def __init__(self, config: LivenessConfig, now: float) -> None:
         self.config = config
-        self.state = LinkState.ESTABLISHING
+        self.state = LivenessState.ESTABLISHING
         self._started = now
         self._last_hello = float("-inf")
         self._rx_seen = 0
@@ -100,19 +108,19 @@ class Liveness:
 
     def on_control(self, now: float, message: ControlMessage) -> list[Action]:
         """An authenticated control record arrived."""
-        if self.state is LinkState.DOWN:
+        if self.state is LivenessState.DOWN:
             return []
         actions: list[Action] = self._heard(now)
         if message.opcode is ControlOpcode.HELLO and not message.flags & HELLO_PEER_SEEN:
             actions.append(SendControl(ControlOpcode.HELLO, HELLO_PEER_SEEN))
         elif message.opcode is ControlOpcode.CLOSE:
-            self.state = LinkState.DOWN
-            actions.append(LinkDown(DownReason.PEER_CLOSED))
+            self.state = LivenessState.DOWN
+            actions.append(PeerDead(DownReason.PEER_CLOSED))
         return actions
 
     def tick(self, now: float, rx_records: int, tx_records: int) -> list[Action]:
         """Periodic check with the data path's authenticated-received and sent record counts."""
-        if self.state is LinkState.DOWN:
+        if self.state is LivenessState.DOWN:
             return []
         actions: list[Action] = []
         if rx_records != self._rx_seen:
@@ -121,17 +129,17 @@ class Liveness:
         if tx_records != self._tx_seen:
             self._tx_seen = tx_records
             self._tx_changed = now
-        if self.state is LinkState.ESTABLISHING:
+        if self.state is LivenessState.ESTABLISHING:
             if now - self._started >= self.config.establish_timeout:
-                self.state = LinkState.DOWN
-                return [LinkDown(DownReason.NOT_AUTHENTICATED)]
+                self.state = LivenessState.DOWN
+                return [PeerDead(DownReason.NOT_AUTHENTICATED)]
             if now - self._last_hello >= self.config.hello_interval:
                 self._last_hello = now
                 actions.append(SendControl(ControlOpcode.HELLO))
             return actions
         if now - self._rx_changed >= self.config.silence_limit:
-            self.state = LinkState.DOWN
-            return [LinkDown(DownReason.PEER_SILENT)]
+            self.state = LivenessState.DOWN
+            return [PeerDead(DownReason.PEER_SILENT)]
         if now - self._tx_changed >= self.config.keepalive_interval:
             self._tx_changed = now
             actions.append(SendControl(ControlOpcode.KEEPALIVE))
@@ -139,7 +147,7 @@ class Liveness:
 
     def _heard(self, now: float) -> list[Action]:
         self._rx_changed = now
-        if self.state is LinkState.ESTABLISHING:
-            self.state = LinkState.UP
-            return [LinkUp()]
+        if self.state is LivenessState.ESTABLISHING:
+            self.state = LivenessState.UP
+            return [PeerAlive()]
         return []

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from evio.tunnel.config import TunnelConfig
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import OfferError, SignalingFailed
 from evio.tunnel.session import (
@@ -37,7 +37,7 @@ class TunnelManager:
     def __init__(
         self,
         node_id: int,
-        config: TunnelConfig,
+        config: TunnelSettings,
         certificate: TunnelCertificate,
         signaling: TunnelSignaling,
         on_event: Callable[[TunnelEvent], None] | None = None,

@@ -4,8 +4,8 @@ Python's socket module has neither. A TAP read burst becomes up to ``slots``
 records sealed in place into a ring of preallocated slots, then one call
 sends them all; on the way in, one call fills a ring with whatever datagrams
 are queued. One kernel crossing per burst instead of one per frame: the
-largest per-packet cost left in the Python data path (see the data path
-baseline notes).
+largest per-packet cost left in the Python data path (docs/design.md,
+"Data path").
 
 ``SendBatch`` / ``RecvBatch`` call libc through ctypes; ``SendtoBatch`` /
 ``RecvfromBatch`` are the same interfaces over the socket module, for
@@ -100,6 +100,27 @@ def sockaddr(address: Any) -> bytes:
         return struct.pack("=H", socket.AF_INET6) + struct.pack("!HI16s", port, flowinfo, packed) + struct.pack("=I", scope)
 
 
+class _Slots:
+    """A ring of ``slots`` buffers of ``slot_size`` bytes, seen as one writable view (every batch kind)."""
+
+    _slots: int
+    _slot_size: int
+    _view: memoryview
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    @property
+    def slot_size(self) -> int:
+        return self._slot_size
+
+    @property
+    def view(self) -> memoryview:
+        """The whole ring, writable: slot i starts at i * slot_size."""
+        return self._view
+
+
 class DatagramBatch(Protocol):
     @property
     def slots(self) -> int: ...
@@ -119,7 +140,7 @@ class DatagramBatch(Protocol):
         """Send slots 0..count-1 as datagrams; returns how many left (the rest are dropped)."""
 
 
-class SendBatch:
+class SendBatch(_Slots):
     """A ring of ``slots`` datagram buffers to one destination, flushed by one sendmmsg(2).
 
     With ``gso``, runs of equal-sized datagrams go as one ``UDP_SEGMENT`` message each (module doc).
@@ -166,18 +187,6 @@ class SendBatch:
     def gso(self) -> bool:
         """Whether runs of equal datagrams still go as UDP GSO messages (off after a route refused one)."""
         return self._gso
-
-    @property
-    def slots(self) -> int:
-        return self._slots
-
-    @property
-    def slot_size(self) -> int:
-        return self._slot_size
-
-    @property
-    def view(self) -> memoryview:
-        return self._view
 
     def set_length(self, slot: int, length: int) -> None:
         self._lengths[2 * slot + 1] = length
@@ -236,7 +245,7 @@ class SendBatch:
         return sum(groups[:sent])
 
 
-class SendtoBatch:
+class SendtoBatch(_Slots):
     """``DatagramBatch`` over one sendto per datagram (no sendmmsg)."""
 
     def __init__(self, slots: int, slot_size: int, destination: Any) -> None:
@@ -245,18 +254,6 @@ class SendtoBatch:
         self._destination = destination
         self._view = memoryview(bytearray(slots * slot_size))
         self._lengths = [0] * slots
-
-    @property
-    def slots(self) -> int:
-        return self._slots
-
-    @property
-    def slot_size(self) -> int:
-        return self._slot_size
-
-    @property
-    def view(self) -> memoryview:
-        return self._view
 
     def set_length(self, slot: int, length: int) -> None:
         self._lengths[slot] = length
@@ -303,7 +300,7 @@ class ReceiveBatch(Protocol):
     def source(self, slot: int) -> tuple[Any, ...]: ...
 
 
-class RecvBatch:
+class RecvBatch(_Slots):
     """A ring of ``slots`` receive buffers, filled by one recvmmsg(2)."""
 
     def __init__(self, slots: int, slot_size: int) -> None:
@@ -331,18 +328,6 @@ class RecvBatch:
         self._words = memoryview(self._msgs).cast("B").cast("I")
         self._msgs_address = ctypes.addressof(self._msgs)
 
-    @property
-    def slots(self) -> int:
-        return self._slots
-
-    @property
-    def slot_size(self) -> int:
-        return self._slot_size
-
-    @property
-    def view(self) -> memoryview:
-        return self._view
-
     def recv(self, sock: socket.socket) -> int:
         received = _recvmmsg(sock.fileno(), self._msgs_address, self._slots, MSG_DONTWAIT, None)
         if received <= 0:
@@ -360,7 +345,7 @@ class RecvBatch:
         return parse_sockaddr(self._names_view[start : start + _SOCKADDR_STORAGE])
 
 
-class RecvfromBatch:
+class RecvfromBatch(_Slots):
     """``ReceiveBatch`` over one recvfrom_into per datagram."""
 
     def __init__(self, slots: int, slot_size: int) -> None:
@@ -370,18 +355,6 @@ class RecvfromBatch:
         self._slot_views = [self._view[i * slot_size : (i + 1) * slot_size] for i in range(slots)]
         self._lengths = [0] * slots
         self._sources: list[tuple[Any, ...]] = [()] * slots
-
-    @property
-    def slots(self) -> int:
-        return self._slots
-
-    @property
-    def slot_size(self) -> int:
-        return self._slot_size
-
-    @property
-    def view(self) -> memoryview:
-        return self._view
 
     def recv(self, sock: socket.socket) -> int:
         for i in range(self._slots):

@@ -31,7 +31,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evio.tunnel.config import TunnelConfig
+from evio.config.model import Cipher
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath import Datapath, DatapathStats, DropReason
 from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, TunnelCertificate
 from evio.tunnel.errors import (
@@ -45,9 +46,9 @@ from evio.tunnel.errors import (
 )
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
-from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, Cipher, SessionSecrets, split_exporter
-from evio.tunnel.liveness import DownReason, LinkDown, LinkUp, Liveness, SendControl
+from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split_exporter
 from evio.tunnel.liveness import Action as LivenessAction
+from evio.tunnel.liveness import DownReason, Liveness, PeerAlive, PeerDead, SendControl
 from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
 from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
 from evio.tunnel.tap import LinuxTap, TapDevice
@@ -55,7 +56,7 @@ from evio.tunnel.tap import LinuxTap, TapDevice
 logger = logging.getLogger(__name__)
 
 TapFactory = Callable[[str, int], Coroutine[Any, Any, TapDevice]]
-DatapathFactory = Callable[[TunnelConfig], Datapath]
+DatapathFactory = Callable[[TunnelSettings], Datapath]
 Clock = Callable[[], float]
 
 _STATS_LOG_INTERVAL = 10.0
@@ -108,7 +109,7 @@ async def default_tap_factory(name: str, mtu: int) -> TapDevice:
     return await LinuxTap.create(name, mtu)
 
 
-def default_datapath_factory(config: TunnelConfig) -> Datapath:
+def default_datapath_factory(config: TunnelSettings) -> Datapath:
     return FdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window)
 
 
@@ -122,7 +123,7 @@ class Tunnel:
         *,
         node_id: int,
         peer: int,
-        config: TunnelConfig,
+        config: TunnelSettings,
         certificate: TunnelCertificate,
         on_event: EventHandler,
         initiator: bool,
@@ -307,7 +308,7 @@ class Tunnel:
             self._dtls_progress.clear()
             try:
                 await asyncio.wait_for(self._dtls_progress.wait(), max(wait, 0.001))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._send_all(dtls.handle_timeout())
             if self._pump_task.done():
                 raise DtlsFailed("ICE connection closed during DTLS")
@@ -357,7 +358,7 @@ class Tunnel:
         while not self._stop.is_set():
             try:
                 await asyncio.wait_for(self._stop.wait(), self.config.liveness.tick_interval(liveness.state))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if self._stop.is_set():
                 break
@@ -385,7 +386,7 @@ class Tunnel:
         for action in actions:
             if isinstance(action, SendControl):
                 self._datapath.send_control(ControlMessage(action.opcode, action.flags))
-            elif isinstance(action, LinkUp):
+            elif isinstance(action, PeerAlive):
                 self._set_info(state=TunnelState.UP, setup_seconds=self._clock() - self._started)
                 logger.info(
                     "tunnel %s peer %032x up: %s path %s -> %s in %.3f s",
@@ -399,7 +400,7 @@ class Tunnel:
                 if not self._up.done():
                     self._up.set_result(self._info)
                 self._on_event(TunnelUp(self._info))
-            elif isinstance(action, LinkDown):
+            elif isinstance(action, PeerDead):
                 self._link_down(action.reason.value)
 
     def _link_down(self, reason: str) -> None:
@@ -420,7 +421,7 @@ class Tunnel:
         if self._dtls is not None and self._path is not None:
             try:
                 await asyncio.wait_for(self._send_all(self._dtls.close()), 0.5)
-            except (asyncio.TimeoutError, ConnectionError, OSError):
+            except (TimeoutError, ConnectionError, OSError):
                 pass
         if self._pump_task is not None:
             self._pump_task.cancel()
@@ -428,7 +429,7 @@ class Tunnel:
         if self._ice is not None:
             try:
                 await asyncio.wait_for(self._ice.close(), self.config.teardown_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 logger.warning("tunnel %s: ICE close timed out", self._info.tunnel_id)
         if self._tap_task is not None and self._tap is None:
             self._tap_task.cancel()

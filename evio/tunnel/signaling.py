@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aioice import Candidate
 
+from evio.config.model import Cipher
 from evio.tunnel.dtls import Fingerprint
 from evio.tunnel.errors import OfferError, SignalingFailed
-from evio.tunnel.keys import Cipher
 
 if TYPE_CHECKING:
     from evio.signal.interface import Signaling

@@ -12,6 +12,8 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
+from evio.config.model import TurnServer
+
 
 @dataclass(frozen=True)
 class TurnCredentials:
@@ -19,7 +21,7 @@ class TurnCredentials:
     password: str
 
 
-def rest_credentials(secret: str, user: str, now: float, ttl: float = 86400.0) -> TurnCredentials:
+def rest_credentials(secret: str, user: str, now: float, ttl: float = TurnServer.ttl) -> TurnCredentials:
     if ttl <= 0:
         raise ValueError("ttl must be positive")
     username = f"{int(now + ttl)}:{user}"

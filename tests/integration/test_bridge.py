@@ -1,7 +1,7 @@
 """A real OVS netdev bridge in a namespace, driven by the real os-ken Bounded Flood controller.
 
 Each node is a namespace with a private ovsdb-server + ovs-vswitchd, one bridge per overlay and ONE
-standalone controller process (`python -m evio.sdn.ofapp`: asyncio + os-ken thread, the daemon's
+standalone controller process (`python -m evio.lab.sdn_controller`: asyncio + os-ken thread, the daemon's
 layout) serving all of them; nodes are joined by a plain Python TAP<->TAP forwarder standing in
 for tunnels.
 
@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 import pytest
 
-from evio.bridge import BridgeConfig, OvsBridge, OvsInstance, SubprocessRunner, datapath_id_for
+from evio.bridge import BridgeSpec, OvsBridge, OvsInstance, SubprocessRunner, datapath_id_for
 from evio.bridge.packet_buffers import PORT_RECEIVE_BUFFER
 
 pytestmark = pytest.mark.integration
@@ -92,7 +92,7 @@ class Node:
         _sh("ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up")
         self.ovs = OvsInstance(self.base / "ovs", netns=self.netns)
         self.ovs.start()
-        argv = ["ip", "netns", "exec", self.netns, sys.executable, "-m", "evio.sdn.ofapp",
+        argv = ["ip", "netns", "exec", self.netns, sys.executable, "-m", "evio.lab.sdn_controller",
                 "--node-id", f"{self.node_id:032x}", "--listen-port", str(CONTROLLER_PORT),
                 "--events", str(self.events_path)]
         for overlay in self.addresses:
@@ -104,7 +104,7 @@ class Node:
         self.controller_log = open(self.base / "controller.log", "wb")  # noqa: SIM115 - closed in down()
         self.controller = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.controller_log)
         for overlay, address in self.addresses.items():
-            config = BridgeConfig(self.bridge_name(overlay), CONTROLLER_PORT, address,
+            config = BridgeSpec(self.bridge_name(overlay), CONTROLLER_PORT, address,
                                   datapath_id=datapath_id_for(overlay))
             bridge = OvsBridge(config, SubprocessRunner(prefix=["ip", "netns", "exec", self.netns]), "netdev",
                                str(self.ovs.db_socket))

@@ -28,7 +28,6 @@ from evio.lab.topology import lab_prefix
 from evio.testing.host_snapshot import HostSnapshot, netns_inodes, take_snapshot
 from evio.testing.labs import LabFactory, unique_lab_name
 
-
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +136,7 @@ def xmpp_session(netns: str, jid: str, password: str, ca_file: Path, server: str
 
         async def started(_: object) -> None:
             await client.get_roster()
-            roster = sorted(str(j) for j in client.client_roster.keys())  # before the room adds itself
+            roster = sorted(str(j) for j in client.client_roster)  # before the room adds itself
             client.send_presence()
             joined = None
             if room is not None:

@@ -1,7 +1,7 @@
 """Signaling against the lab's real prosody, with every client behind its own NAT.
 
 One 8-node lab (mixed NAT kinds) serves the whole module; each node's
-SignalClient runs on a thread inside the node's namespace (evio.signal.labrun).
+SignalClient runs on a thread inside the node's namespace (evio.lab.signal_bench).
 The tests run in file order and the prosody restart comes last.
 
 Run with -s to see the measured figures (logins, discovery, round trips).
@@ -35,10 +35,10 @@ from slixmpp import ClientXMPP
 
 from evio.lab import pki, services
 from evio.lab.lab import Lab
+from evio.lab.signal_bench import LabNode, NamespaceLoop, all_discovered, start_nodes, stop_nodes, wait_for
 from evio.signal.client import SignalClient, SignalSettings  # also registers the <evio/> payload on Message
 from evio.signal.drops import DropReason
 from evio.signal.errors import ErrorReason, RequestError
-from evio.signal.labrun import LabNode, NamespaceLoop, all_discovered, start_nodes, stop_nodes, wait_for
 from evio.signal.protocol import Body
 
 pytestmark = pytest.mark.integration
@@ -259,7 +259,7 @@ class CertServer:
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
         key = ec.generate_private_key(ec.SECP256R1())
         raw = jid.encode()
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         cert = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, jid)]))
@@ -308,7 +308,7 @@ def cert_server(tmp_path: Path) -> Iterator[CertServer]:
         pytest.skip("integration test: needs root (prosody)")
     if not _CCERT.exists():
         pytest.skip(f"client-certificate login needs prosody's mod_auth_ccert ({_CCERT}): apt install prosody-modules")
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca = pki.make_ca(tmp_path / "pki", "evio signal test CA", now)
     pki.make_server_cert(tmp_path / "certs", ca, ["overlay.test"], now, file_stem="overlay.test")
     port = _free_port()
@@ -400,7 +400,7 @@ async def test_client_certificate_login_by_sasl_external(cert_server: CertServer
 
 
 async def test_untrusted_certificates_are_refused(cert_server: CertServer, tmp_path: Path) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     other_ca = pki.make_ca(tmp_path / "other-pki", "someone else's CA", now)
     foreign_cert, foreign_key = cert_server.client_cert("n1@overlay.test", ca=other_ca)
     good_cert, good_key = cert_server.client_cert("n1@overlay.test")
@@ -459,7 +459,7 @@ async def test_direct_tls_with_password(tmp_path: Path) -> None:
     """tls="direct": TLS from the first byte (XEP-0368 style port), verified against our CA."""
     if os.geteuid() != 0:
         pytest.skip("integration test: needs root (prosody)")
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca = pki.make_ca(tmp_path / "pki", "evio signal test CA", now)
     pki.make_server_cert(tmp_path / "certs", ca, ["overlay.test"], now, file_stem="overlay.test")
     starttls_port, direct_port = _free_port(), _free_port()

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from evio.lab.lab import Lab, NodeInfo
+from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, run, unique_prefix
 from evio.testing.labs import LabFactory
-from evio.tunnel.testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, run, unique_prefix
 
 pytestmark = pytest.mark.integration
 

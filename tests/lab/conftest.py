@@ -19,7 +19,6 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
-
 from node_image import BuiltImage, build_image
 from scenario_lab import FigureBook, daemon_log_tails
 

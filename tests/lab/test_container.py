@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-
 from node_image import STATE_DIR, TEST_CONTAINER_PREFIX, BuiltImage, NodeContainer, write_config_dir
 
 from evio.lab import daemons as full_nodes

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evio.bridge import BridgeConfig, BridgeError, CommandError, OvsBridge, OvsInstance, datapath_type
+from evio.bridge import BridgeError, BridgeSpec, CommandError, OvsBridge, OvsInstance, datapath_type
 from evio.bridge.ovs_bridge import openvswitch_module_loaded
 
 
@@ -34,7 +34,7 @@ def test_datapath_is_system_only_where_the_kernel_module_is_loaded(tmp_path: Pat
 
 async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address() -> None:
     runner = RecordingRunner()
-    bridge = OvsBridge(BridgeConfig("evobr0", 6653, "10.10.0.5/24", mtu=1410), runner, "netdev", "/x/db.sock")
+    bridge = OvsBridge(BridgeSpec("evobr0", 6653, "10.10.0.5/24", mtu=1410), runner, "netdev", "/x/db.sock")
     await bridge.create()
     tso_get, tso_set, create, addr, up = runner.calls
     assert tso_get[-1] == "other_config:userspace-tso-enable" and "--db=unix:/x/db.sock" in tso_get
@@ -49,16 +49,16 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
 
 async def test_system_datapath_does_not_touch_userspace_tso_and_tso_already_on_is_kept() -> None:
     runner = RecordingRunner()
-    await OvsBridge(BridgeConfig("evobr0", 6653), runner, "system").create()
+    await OvsBridge(BridgeSpec("evobr0", 6653), runner, "system").create()
     assert not any("other_config:userspace-tso-enable" in " ".join(c) for c in runner.calls)
     runner = RecordingRunner({"other_config:userspace-tso-enable": '"true"\n'})
-    await OvsBridge(BridgeConfig("evobr0", 6653), runner, "netdev").create()
+    await OvsBridge(BridgeSpec("evobr0", 6653), runner, "netdev").create()
     assert not any("other_config:userspace-tso-enable=true" in c for c in runner.calls)
 
 
 async def test_ports_are_added_and_removed_idempotently_and_the_bridge_deleted() -> None:
     runner = RecordingRunner({"list-ports": "evot1\nevot2\n"})
-    bridge = OvsBridge(BridgeConfig("evobr0", 6653), runner, "netdev")
+    bridge = OvsBridge(BridgeSpec("evobr0", 6653), runner, "netdev")
     await bridge.add_port("evot1")
     await bridge.remove_port("evot1")
     assert await bridge.ports() == ["evot1", "evot2"]
@@ -78,14 +78,14 @@ async def test_ports_are_added_and_removed_idempotently_and_the_bridge_deleted()
 )
 def test_bad_bridge_config_is_rejected(kwargs: dict) -> None:
     with pytest.raises(BridgeError):
-        BridgeConfig(**kwargs)
+        BridgeSpec(**kwargs)
 
 
 def test_bad_datapath_and_bad_address_are_rejected() -> None:
     with pytest.raises(BridgeError):
-        OvsBridge(BridgeConfig("br", 1), RecordingRunner(), "kernel")
+        OvsBridge(BridgeSpec("br", 1), RecordingRunner(), "kernel")
     with pytest.raises(ValueError):
-        BridgeConfig("br", 1, overlay_address="10.0.0.300/24")
+        BridgeSpec("br", 1, overlay_address="10.0.0.300/24")
 
 
 async def test_subprocess_runner_reports_failure_with_the_command_and_stderr() -> None:
@@ -116,9 +116,9 @@ async def test_bridge_is_created_with_the_overlays_datapath_id_so_the_controller
     dpid = datapath_id_for("red")
     assert dpid == datapath_id_for("red") and dpid != datapath_id_for("blue") and 0 < dpid < 1 << 64
     runner = RecordingRunner({"datapath_id": '"00000000cafe0001"\n'})
-    bridge = OvsBridge(BridgeConfig("evobr0", 6653, datapath_id=0xCAFE0001), runner, "system")
+    bridge = OvsBridge(BridgeSpec("evobr0", 6653, datapath_id=0xCAFE0001), runner, "system")
     await bridge.create()
     assert "other_config:datapath-id=00000000cafe0001" in runner.calls[0]
     assert await bridge.datapath_id() == 0xCAFE0001
     with pytest.raises(BridgeError):
-        BridgeConfig("evobr0", 6653, datapath_id=0)
+        BridgeSpec("evobr0", 6653, datapath_id=0)

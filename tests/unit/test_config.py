@@ -288,7 +288,7 @@ def test_unknown_key_inside_a_turn_entry() -> None:
     ("path", "value", "reason"),
     [
         ("overlays.ov1.signal.port", "5222", "expected integer, got string"),
-        ("overlays.ov1.bridge.mtu", 1400.5, "expected integer, got number 1400.5"),
+        ("overlays.ov1.bridge.mtu", 1400.5, "expected integer or null, got number 1400.5"),
         ("overlays.ov1.topology.successors", True, "expected integer, got boolean"),
         ("overlays.ov1.topology.long_distance", "3", "expected integer or null"),
         ("overlays.ov1.nat_traversal.stun", "1.2.3.4:3478", "expected array, got string"),
@@ -415,7 +415,7 @@ def test_referenced_files_must_exist_and_be_files(tmp_path: Path) -> None:
 def _write_cert(directory: Path, name: str) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -646,7 +646,7 @@ def test_cli_check_example_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "check", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("ok: 1 overlay (ov1)\n")
-    assert "bridge: evbr-ov1 10.254.0.1/16 mtu 1400" in out
+    assert "bridge: evbr-ov1 10.254.0.1/16 mtu 1428 (the tunnels’)" in out
 
 
 def test_cli_check_invalid_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -659,6 +659,20 @@ def test_cli_check_invalid_lists_every_problem(tmp_path: Path, capsys: pytest.Ca
     assert f"{config_file}: $.overlays.ov1.bridge.mtu: 100 out of range: must be >= 576" in lines
     assert any(line.startswith(f"{config_file}: $.overlays.ov1.bridge.nmae: unknown key; did you mean 'name'?") for line in lines)
     assert lines[-1] == f"{config_file}: invalid (2 problems)"
+
+
+def test_cli_check_refuses_a_bridge_mtu_no_tunnel_can_carry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = copy.deepcopy(minimal())
+    document["overlays"]["ov1"]["bridge"] = {"mtu": 1429}
+    config_file = tmp_path / "big.json"
+    config_file.write_text(json.dumps(document))
+    assert main(["config", "check", str(config_file)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith(f"{config_file}: $.overlays.ov1.bridge.mtu: 1429 is above the tunnels' MTU 1428")
+    document["overlays"]["ov1"]["bridge"] = {"mtu": 1428}
+    config_file.write_text(json.dumps(document))
+    assert main(["config", "check", str(config_file)]) == 0
+    assert "mtu 1428 datapath" in capsys.readouterr().out
 
 
 def test_cli_check_syntax_error_and_unreadable_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""Property tests of Bounded Flood over random overlays (issue 2, item 4; DESIGN.md section 6).
+"""Property tests of Bounded Flood over random overlays (issue 2, item 4; docs/design.md, "Loop-free, exactly once").
 
 Graphs are random sets of 1..60 node ids with random chords and random link
 or node failures; up to 15 nodes spread round the ring take turns as the root. The flood is
@@ -17,7 +17,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evio.overlay.node_id import MAX_NODE_ID, RING_SIZE, clockwise_distance
+from evio.ids import MAX_NODE_ID, RING_SIZE, clockwise_distance
 from evio.sdn import flooding_bounds
 from evio.sim import flood as flood_module
 from evio.sim.flood import FloodResult, flood

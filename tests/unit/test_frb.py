@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evio.overlay.node_id import MAX_NODE_ID
+from evio.ids import MAX_NODE_ID
 from evio.sdn import frb
 from evio.sdn.frb import (
     ETH_TYPE_FRB,

@@ -88,8 +88,8 @@ def test_lab_tools_that_take_over_nodes_refuse_while_their_daemons_run(
         lab.start_daemon(2)
         for module in (lab_tunnel_cmd, lab_signal_cmd):
             monkeypatch.setattr(module, "attach", lambda args: lab)
-        monkeypatch.setattr("evio.tunnel.lab_tool.open_lab_tunnel", must_not_run)
-        monkeypatch.setattr("evio.signal.labrun.run_bench", must_not_run)
+        monkeypatch.setattr("evio.lab.tunnel_tool.open_lab_tunnel", must_not_run)
+        monkeypatch.setattr("evio.lab.signal_bench.run_bench", must_not_run)
         assert run("tunnel", "--name", "t1", "1", "2") == 2
         assert run("signal-bench", "--name", "t1") == 1
         out = capsys.readouterr()

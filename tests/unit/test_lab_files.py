@@ -70,7 +70,7 @@ def test_node_config_shape() -> None:
 
 
 def test_node_configs_pass_the_daemon_config_loader(tmp_path: Path) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca = pki.make_ca(tmp_path / "pki", "test CA", now)
     for node in PLAN.nodes:
         (node_config.node_dir(tmp_path, node) / "state").mkdir(parents=True)  # as Lab.up makes them
@@ -89,7 +89,7 @@ def test_node_configs_pass_the_daemon_config_loader(tmp_path: Path) -> None:
 
 
 def test_lab_ca_signs_a_server_cert_that_tls_accepts(tmp_path: Path) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca = pki.make_ca(tmp_path / "pki", "test CA", now)
     server = pki.make_server_cert(tmp_path / "certs", ca, ["overlay.test", "conference.overlay.test"], now,
                                   file_stem="overlay.test")

@@ -48,9 +48,8 @@ def test_up_builds_everything_and_down_removes_it(tmp_path: Path) -> None:
 
 def test_context_manager_tears_down_on_exception(tmp_path: Path) -> None:
     host = FakeHost()
-    with pytest.raises(RuntimeError):
-        with Lab.up("t1", nodes=2, root=tmp_path, host=host):
-            raise RuntimeError("test body failed")
+    with pytest.raises(RuntimeError), Lab.up("t1", nodes=2, root=tmp_path, host=host):
+        raise RuntimeError("test body failed")
     empty(host, tmp_path)
 
 

@@ -29,8 +29,8 @@ from evio.node import preflight as pf
 from evio.node.control import ControlError, ControlServer, query, respond
 from evio.node.errors import DependencyError, NodeConfigError
 from evio.node.logs import configure_logging
-from evio.node.side_loop import SideLoop
 from evio.node.plan import plan_node
+from evio.node.side_loop import SideLoop
 
 D = "x.test"
 
@@ -61,6 +61,8 @@ def test_plan_one_overlay() -> None:
     assert ov.tunnel.tap_prefix == "evt"
     assert ov.tunnel.ice.stun == (("198.51.100.1", 3478),)
     assert ov.tunnel.ice.exclude_networks == ("10.254.0.0/16",)
+    # The bridge and the TAPs are one segment: the bridge's MTU is derived from the tunnels'.
+    assert ov.bridge.mtu == ov.tunnel.tap_mtu == 1428
     assert plan_node(config, 7, controller_port=1, kernel_module_loaded=True).overlays[0].datapath == "system"
 
 

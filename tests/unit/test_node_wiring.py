@@ -28,13 +28,11 @@ from evio.signal.interface import Signaling
 from evio.signal.protocol import Body
 from evio.testing.fake_node import FakeLinkHub, FakePlatform
 from evio.testing.fake_signal import FakeSignalHub
-from evio.testing.node_fleet import DOMAIN, nid, until
-from evio.testing.node_fleet import Fleet
+from evio.testing.node_fleet import DOMAIN, Fleet, nid, until
 from evio.testing.node_fleet import fleet_config as node_config
 from evio.tunnel.config import tap_name
 from evio.tunnel.errors import SetupError
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp
-
 
 
 class MeshController:

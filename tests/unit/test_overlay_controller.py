@@ -16,12 +16,12 @@ from evio.config.model import TopologyConfig
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkUp
 from evio.overlay.controller import ControllerError, LinkProvider, OverlayController, Timings
-from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE, Refusal, decode_link_answer
+from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE, LinkRefusal, decode_link_answer
 from evio.signal.errors import ErrorReason, RequestError
 from evio.testing.fake_links import FakeLinkNetwork, FakeOverlay
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
-from evio.testing.fake_tunnel import FakeTap, FakeTapDevice
-from evio.tunnel.config import TunnelConfig
+from evio.testing.fake_tunnel import FakeTapDevice
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.liveness import LivenessConfig
 from evio.tunnel.manager import TunnelManager
@@ -106,7 +106,7 @@ async def test_negotiation_after_stop_is_refused_and_bad_bodies_are_counted(capl
     assert answer.accepted
     await ctl.stop()
     answer = decode_link_answer(await a.request(OV, 2, ACTION_LINK, {"v": 1, "type": "successor", "existing": False, "epoch": 1}))
-    assert answer.refusal is Refusal.STOPPING
+    assert answer.refusal is LinkRefusal.STOPPING
     await a.stop()
     await b.stop()
     await network.close()
@@ -192,7 +192,7 @@ async def test_provider_failures_are_failures_not_crashes(hang: bool) -> None:
 
 # -- over the real TunnelManager: ICE, DTLS and data path on loopback, fake TAPs ---------------
 
-NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 
 
 @pytest.fixture
@@ -211,7 +211,7 @@ async def test_controllers_drive_real_tunnel_managers(loopback_only: None) -> No
     rng = random.Random(9)
     ids = sorted(rng.getrandbits(128) for _ in range(4))
     signal = await clients(hub, ids)
-    config = TunnelConfig(liveness=LivenessConfig(hello_interval=0.02, keepalive_interval=0.1, dead_after=0.6, establish_timeout=2.0))
+    config = TunnelSettings(liveness=LivenessConfig(hello_interval=0.02, keepalive_interval=0.1, dead_after=0.6, establish_timeout=2.0))
     taps: list[FakeTapDevice] = []
     managers: list[TunnelManager] = []
     controllers: list[OverlayController] = []
@@ -247,7 +247,7 @@ async def test_controllers_drive_real_tunnel_managers(loopback_only: None) -> No
             await ctl.start()
 
         def ring_up() -> bool:
-            for i, nid in enumerate(ids):
+            for i in range(len(ids)):
                 adjacency = controllers[i].adjacency()
                 for succ in (ids[(i + 1) % 4], ids[(i + 2) % 4]):
                     info = adjacency.get(succ)

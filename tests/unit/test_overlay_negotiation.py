@@ -14,9 +14,9 @@ from evio.overlay.adjacency import LinkType, RejectReason
 from evio.overlay.backoff import ChangeBudget, PeerBackoff, backoff_delay
 from evio.overlay.negotiation import (
     LinkAnswer,
+    LinkRefusal,
     LinkRequest,
     NegotiationError,
-    Refusal,
     ReleaseAnswer,
     ReleaseRequest,
     decode_link_answer,
@@ -50,8 +50,8 @@ def test_accepted_answer_round_trip(held_as: LinkType | None, epoch: int) -> Non
     assert decode_link_answer(wire(encode_link_answer(answer))) == answer
 
 
-@given(st.sampled_from(list(Refusal)))
-def test_refusal_round_trip(refusal: Refusal) -> None:
+@given(st.sampled_from(list(LinkRefusal)))
+def test_refusal_round_trip(refusal: LinkRefusal) -> None:
     answer = LinkAnswer(False, refusal=refusal)
     assert decode_link_answer(wire(encode_link_answer(answer))) == answer
 
@@ -64,7 +64,7 @@ def test_release_round_trip(link_type: LinkType, held_as: LinkType | None) -> No
 
 
 def test_every_reject_reason_has_a_wire_refusal() -> None:
-    assert {Refusal.of(r).value for r in RejectReason} <= {r.value for r in Refusal}
+    assert {LinkRefusal.of(r).value for r in RejectReason} <= {r.value for r in LinkRefusal}
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_decoders_raise_only_negotiation_errors(body: Any) -> None:
 
 def test_answer_is_either_accepted_or_refused() -> None:
     with pytest.raises(ValueError):
-        LinkAnswer(True, refusal=Refusal.COLLISION)
+        LinkAnswer(True, refusal=LinkRefusal.COLLISION)
     with pytest.raises(ValueError):
         LinkAnswer(False)
 

@@ -11,7 +11,7 @@ import pytest
 from evio.config.model import OnDemandConfig, TopologyConfig
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import LinkDown, LinkUp
-from evio.overlay.negotiation import LinkAnswer, LinkRequest, Refusal, ReleaseAnswer, ReleaseRequest
+from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
 from evio.overlay.orchestrator import (
     Action,
     Connect,
@@ -204,7 +204,7 @@ def test_incoming_long_distance_is_capped_successor_and_on_demand_are_not() -> N
     orch.tick(1.0)
     assert orch.link_request(130, LinkRequest(L), 1.0)[0].accepted
     refused = orch.link_request(140, LinkRequest(L), 1.0)[0]
-    assert refused == LinkAnswer(False, refusal=Refusal.TOO_MANY_LONG_DISTANCE)
+    assert refused == LinkAnswer(False, refusal=LinkRefusal.TOO_MANY_LONG_DISTANCE)
     assert orch.link_request(140, LinkRequest(O), 1.0)[0].accepted
     assert orch.link_request(50, LinkRequest(S), 1.0)[0].accepted
 
@@ -217,8 +217,8 @@ def test_taking_over_a_link_as_long_distance_is_capped_too() -> None:
         orch.tunnel_up(peer, f"t{peer}", f"tap{peer}", 1.1)
     assert orch.link_request(130, LinkRequest(L, existing=True), 2.0)[0].accepted
     answer = orch.link_request(140, LinkRequest(L, existing=True), 2.0)[0]
-    assert answer.refusal is Refusal.TOO_MANY_LONG_DISTANCE
-    assert orch.link_request(150, LinkRequest(S, existing=True), 2.0)[0].refusal is Refusal.NO_LINK
+    assert answer.refusal is LinkRefusal.TOO_MANY_LONG_DISTANCE
+    assert orch.link_request(150, LinkRequest(S, existing=True), 2.0)[0].refusal is LinkRefusal.NO_LINK
 
 
 def test_collision_the_lower_id_request_wins_whatever_the_order() -> None:
@@ -228,7 +228,7 @@ def test_collision_the_lower_id_request_wins_whatever_the_order() -> None:
         (ask_high,) = of(high.tick(1.0), SendLinkRequest)
         # high's request reaches low: refused, low's own request goes ahead
         to_low, _ = low.link_request(200, ask_high.request, 1.1)
-        assert to_low == LinkAnswer(False, refusal=Refusal.COLLISION)
+        assert to_low == LinkAnswer(False, refusal=LinkRefusal.COLLISION)
         if answer_first:
             assert high.link_answered(100, ask_high.seq, to_low, 1.2) == []  # waits for low's request
         to_high, _ = high.link_request(100, ask_low.request, 1.3)
@@ -248,7 +248,7 @@ def test_collision_the_lower_id_request_wins_whatever_the_order() -> None:
 def test_losing_a_collision_waits_only_so_long() -> None:
     high = core(members=(100,), successors=1, node=200)
     (ask,) = of(high.tick(1.0), SendLinkRequest)
-    high.link_answered(100, ask.seq, LinkAnswer(False, refusal=Refusal.COLLISION), 1.1)
+    high.link_answered(100, ask.seq, LinkAnswer(False, refusal=LinkRefusal.COLLISION), 1.1)
     assert high.tick(2.0) == []
     assert high.next_wakeup(2.0) == pytest.approx(6.1)
     assert requests(high.tick(6.1)) == [(100, S, False)]  # the winner never asked: ask again
@@ -259,7 +259,7 @@ def test_requests_while_closing_are_refused() -> None:
     link_up(orch, 1.0, 110)
     orch.peer_removed(110, RemovalCause.MEMBERSHIP_REVOKED, 2.0)
     assert orch.phase(110) is Phase.CLOSING
-    assert orch.link_request(110, LinkRequest(S), 2.1)[0].refusal is Refusal.LINK_CLOSING
+    assert orch.link_request(110, LinkRequest(S), 2.1)[0].refusal is LinkRefusal.LINK_CLOSING
 
 
 
@@ -282,7 +282,7 @@ def test_a_restarted_peer_s_request_replaces_the_stale_link_it_accepted_at_once(
     orch.tunnel_up(90, "old", "tap90", 1.1)
     assert orch.phase(90) is Phase.UP
     # The same run asking again (a late duplicate) is still refused: that link is fine.
-    assert orch.link_request(90, LinkRequest(S, epoch=1), 2.0)[0].refusal is Refusal.ALREADY_LINKED
+    assert orch.link_request(90, LinkRequest(S, epoch=1), 2.0)[0].refusal is LinkRefusal.ALREADY_LINKED
     # Node 90 restarts with the same id and a new epoch; the old tunnel has not timed out here yet.
     answer, out = orch.link_request(90, LinkRequest(S, epoch=2), 3.0)
     assert answer.accepted
@@ -330,7 +330,7 @@ def test_failing_peer_is_backed_off_exponentially_and_bypassed() -> None:
         # Meanwhile 110 is out of the ring: the next peer becomes our successor.
         bypass = of(orch.tick(now), SendLinkRequest)
         assert [a.peer for a in bypass] == [120]
-        orch.link_answered(120, bypass[0].seq, LinkAnswer(False, refusal=Refusal.LINK_CLOSING), now)
+        orch.link_answered(120, bypass[0].seq, LinkAnswer(False, refusal=LinkRefusal.LINK_CLOSING), now)
         assert 110 in orch.backed_off(now)
         retry = now
         while 110 in orch.backed_off(retry):
@@ -497,7 +497,7 @@ def test_a_take_over_refused_lets_go_of_the_link() -> None:
     assert ask.request == LinkRequest(S, existing=True)
     # Meanwhile 120 released its own hold and refuses ours: we let go, it may close.
     orch.release_request(120, ReleaseRequest(O), 4.1)
-    out = orch.link_answered(120, ask.seq, LinkAnswer(False, refusal=Refusal.LINK_CLOSING), 4.2)
+    out = orch.link_answered(120, ask.seq, LinkAnswer(False, refusal=LinkRefusal.LINK_CLOSING), 4.2)
     (release,) = of(out, SendRelease)
     assert release.request == ReleaseRequest(S)
     assert of(orch.release_answered(120, release.seq, ReleaseAnswer(None), 4.3), Disconnect) == [Disconnect(120)]
@@ -529,7 +529,7 @@ def test_stop_releases_disconnects_and_close_reports_the_rest() -> None:
     assert sorted(a.peer for a in of(out, Disconnect)) == [110, 120]
     assert of(orch.tunnel_down(110, "t110", "closed", 2.1), Notify) == [Notify(LinkDown(110, "tap110", "closed"))]
     assert orch.tick(3.0) == [] and orch.next_wakeup(3.0) is None
-    assert orch.link_request(130, LinkRequest(S), 3.0)[0].refusal is Refusal.STOPPING
+    assert orch.link_request(130, LinkRequest(S), 3.0)[0].refusal is LinkRefusal.STOPPING
     assert of(orch.close(), Notify) == [Notify(LinkDown(120, "tap120", "controller stopped"))]
     assert orch.tracked_peers() == 0 and orch.adjacency() == {}
 

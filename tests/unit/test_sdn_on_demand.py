@@ -7,6 +7,7 @@ feed (`FakeFlowTable.byte_counts`, counted as frames cross the fake flows).
 from __future__ import annotations
 
 import pytest
+from test_sdn_switch import arp_reply, arp_request, eth, host_mac  # tests/unit is on sys.path
 
 from evio.config.model import OnDemandConfig
 from evio.sdn.boundary import AttachOverlay, OnDemandIdle, OnDemandWanted
@@ -14,7 +15,6 @@ from evio.sdn.flow_actions import FlowMatch
 from evio.sdn.on_demand import FlowRates, OnDemandPolicy, ReleaseOnDemand, WantOnDemand, traffic_by_peer
 from evio.sdn.overlay_switch import OverlaySwitch
 from evio.testing.fake_flow_table import FakeNetwork
-from test_sdn_switch import arp_reply, arp_request, eth, host_mac  # tests/unit is on sys.path
 
 A, B, C, D = 0xA0, 0xB0, 0xC0, 0xD0
 M1 = FlowMatch(1, "02:00:00:00:00:01", "02:00:00:00:00:02")

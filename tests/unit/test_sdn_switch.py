@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from evio.overlay.node_id import RING_SIZE, sorted_clockwise
+from evio.ids import RING_SIZE, sorted_clockwise
 from evio.sdn import frb, garp
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
 from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort

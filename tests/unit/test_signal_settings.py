@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from evio.signal.client import SignalClient, SignalSettings
-from evio.signal.errors import ConfigError, ErrorReason, RequestError
+from evio.signal.errors import ErrorReason, RequestError, SignalSettingsError
 
 
 def settings(**changes: Any) -> SignalSettings:
@@ -43,13 +43,13 @@ def test_defaults() -> None:
     ],
 )
 def test_invalid_settings_refused(changes: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(SignalSettingsError):
         settings(**changes)
 
 
 async def test_missing_files_refused_at_start(tmp_path: Path) -> None:
     client = SignalClient(settings(ca_file=tmp_path / "nope.crt"))
-    with pytest.raises(ConfigError):
+    with pytest.raises(SignalSettingsError):
         await client.start()
     await client.stop()
 

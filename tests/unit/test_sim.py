@@ -3,8 +3,9 @@ import random
 import pytest
 
 from evio.cli import main
+from evio.config.model import LogForm
 from evio.overlay.adjacency import LinkType, RejectReason
-from evio.overlay.symphony import LogForm, Ring
+from evio.overlay.symphony import Ring
 from evio.sim.overlay import OverlayParams, SimError, SymphonyOverlay, build_overlay
 from evio.sim.stats import broadcast_stats, choose_roots, max_path_histogram
 

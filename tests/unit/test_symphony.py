@@ -5,15 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evio.overlay.symphony import (
-    LogForm,
-    Ring,
-    SelectionError,
-    default_long_distance_count,
-    draw_offset,
-    select_links,
-    too_close_distance,
-)
+from evio.config.model import LogForm, default_long_distance
+from evio.overlay.symphony import Ring, SelectionError, draw_offset, select_links, too_close_distance
 
 
 class FixedRandom(random.Random):
@@ -33,7 +26,7 @@ def ring_of(n: int) -> Ring:
 
 
 def test_default_k_is_floor_log2_n() -> None:
-    assert [default_long_distance_count(n) for n in (1, 2, 8, 127, 128, 1024, 10000)] == [0, 1, 3, 6, 7, 10, 13]
+    assert [default_long_distance(n) for n in (1, 2, 8, 127, 128, 1024, 10000)] == [0, 1, 3, 6, 7, 10, 13]
 
 
 @pytest.mark.parametrize("n", [2, 3, 8, 100, 128, 1000, 10000])
@@ -157,7 +150,7 @@ def test_selection_invariants(n: int, s: int, k: int | None, form: LogForm, seed
     assert sel == again  # deterministic for a given generator
     size = len(ring)
     assert sel.successors == tuple(ring.peer_at(me, d) for d in range(1, min(s, size - 1) + 1))
-    wanted = default_long_distance_count(size) if k is None else k
+    wanted = default_long_distance(size) if k is None else k
     assert len(sel.long_distance) <= wanted
     assert len(set(sel.long_distance)) == len(sel.long_distance)
     assert me not in sel.long_distance

@@ -2,10 +2,16 @@ import ipaddress
 
 import pytest
 
-from evio.config.model import BridgeConfig, NatTraversalConfig, OverlayConfig, SignalConfig, TunnelConfig, TurnServer
-from evio.tunnel.config import TunnelConfig as TunnelSettings
-from evio.tunnel.config import from_overlay_config, tap_name
-from evio.tunnel.keys import Cipher
+from evio.config.model import (
+    BridgeConfig,
+    Cipher,
+    NatTraversalConfig,
+    OverlayConfig,
+    SignalConfig,
+    TunnelConfig,
+    TurnServer,
+)
+from evio.tunnel.config import TunnelSettings, from_overlay_config, tap_name
 
 
 def test_from_overlay_config_maps_servers_cipher_and_liveness() -> None:

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from evio.config.model import Cipher
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay, wait_until
 from evio.tunnel.datapath import DropReason
 from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.keys import EXPORTER_LEN, Cipher, RekeyPolicy, make_aead, split_exporter
+from evio.tunnel.keys import EXPORTER_LEN, RekeyPolicy, make_aead, split_exporter
 from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
 from evio.tunnel.record import (
     HELLO_PEER_SEEN,
@@ -153,7 +154,7 @@ async def test_stale_counter_dropped(pair: Pair) -> None:
     for i in range(0, 200, 20):
         for j in range(i, i + 20):
             pair.a.tap.send_frame(frame(j, 60))
-        await wait_until(lambda: pair.b.datapath.stats().rx_frames == i + 20)
+        await wait_until(lambda i=i: pair.b.datapath.stats().rx_frames == i + 20)
     pair.wire.deliver_to_b(pair.wire.a_to_b[0])
     await wait_until(lambda: pair.b.datapath.stats().dropped(DropReason.STALE) == 1)
 

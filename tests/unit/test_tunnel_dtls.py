@@ -11,7 +11,7 @@ from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, Tu
 from evio.tunnel.errors import OfferError
 from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN
 
-NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,12 @@ import os
 
 import pytest
 
+from evio.config.model import Cipher
 from evio.tunnel.keys import (
     CONFIDENTIALITY_LIMIT,
     EXPORTER_LEN,
     IV_LEN,
     KEY_LEN,
-    Cipher,
     RekeyPolicy,
     make_aead,
     split_exporter,

@@ -15,20 +15,21 @@ from dataclasses import dataclass, field
 import aioice.ice
 import pytest
 
+from evio.config.model import Cipher
 from evio.testing.fake_tunnel import FakeTap, FakeTapDevice, wait_until
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
-from evio.tunnel.config import TunnelConfig, tap_name
+from evio.tunnel.config import TunnelSettings, tap_name
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import SetupError
 from evio.tunnel.ice import IceConfig, PathKind, RelayPolicy
-from evio.tunnel.keys import Cipher, RekeyPolicy
+from evio.tunnel.keys import RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelState, TunnelUp
 from evio.tunnel.signaling import Body
 from evio.tunnel.tap import TapDevice
 
-NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 A = 0xAA << 120
 B = 0xBB << 120
 FRAME = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00" + b"payload" * 20
@@ -64,7 +65,7 @@ class Node:
 FAST = LivenessConfig(hello_interval=0.02, keepalive_interval=0.1, dead_after=0.4, establish_timeout=1.5)
 
 
-def make_node(hub: FakeTunnelSignalingHub, node_id: int, config: TunnelConfig, certificate: TunnelCertificate | None = None) -> Node:
+def make_node(hub: FakeTunnelSignalingHub, node_id: int, config: TunnelSettings, certificate: TunnelCertificate | None = None) -> Node:
     node = Node(manager=None)  # type: ignore[arg-type]
 
     async def tap_factory(name: str, mtu: int) -> TapDevice:
@@ -91,7 +92,7 @@ def hub() -> FakeTunnelSignalingHub:
 
 @pytest.fixture
 async def nodes(hub: FakeTunnelSignalingHub) -> AsyncIterator[tuple[Node, Node]]:
-    config = TunnelConfig(liveness=FAST)
+    config = TunnelSettings(liveness=FAST)
     a, b = make_node(hub, A, config), make_node(hub, B, config)
     yield a, b
     await a.manager.close()
@@ -125,7 +126,7 @@ async def test_tunnel_comes_up_carries_frames_and_closes_cleanly(nodes: tuple[No
 
 
 async def test_wrong_fingerprint_never_yields_a_link(hub: FakeTunnelSignalingHub) -> None:
-    config = TunnelConfig(liveness=FAST)
+    config = TunnelSettings(liveness=FAST)
     impostor = TunnelCertificate.generate("impostor", NOW)
 
     def swap_fingerprint(src: int, dst: int, body: Body) -> Body:
@@ -165,7 +166,7 @@ async def test_silent_peer_detected_and_torn_down(nodes: tuple[Node, Node]) -> N
 
 
 async def test_offer_to_a_silent_peer_fails_in_time(hub: FakeTunnelSignalingHub) -> None:
-    config = TunnelConfig(liveness=FAST, signaling_timeout=0.3)
+    config = TunnelSettings(liveness=FAST, signaling_timeout=0.3)
     a = make_node(hub, A, config)
     make_node(hub, B, config)
     hub.drop_to.add(B)
@@ -187,7 +188,7 @@ async def test_simultaneous_connects_give_one_tunnel(nodes: tuple[Node, Node]) -
 
 
 async def test_rekey_by_time_keeps_the_link(hub: FakeTunnelSignalingHub) -> None:
-    config = TunnelConfig(liveness=FAST, rekey=RekeyPolicy(max_seconds=0.15), ciphers=(Cipher.CHACHA20_POLY1305,))
+    config = TunnelSettings(liveness=FAST, rekey=RekeyPolicy(max_seconds=0.15), ciphers=(Cipher.CHACHA20_POLY1305,))
     a, b = make_node(hub, A, config), make_node(hub, B, config)
     try:
         await a.manager.connect(B)
@@ -205,7 +206,7 @@ async def test_rekey_by_time_keeps_the_link(hub: FakeTunnelSignalingHub) -> None
 
 
 async def test_relay_only_without_turn_fails_at_once(hub: FakeTunnelSignalingHub) -> None:
-    config = TunnelConfig(ice=IceConfig(relay=RelayPolicy.ONLY), liveness=FAST)
+    config = TunnelSettings(ice=IceConfig(relay=RelayPolicy.ONLY), liveness=FAST)
     a = make_node(hub, A, config)
     try:
         with pytest.raises(SetupError):
@@ -233,7 +234,7 @@ async def test_tunnel_over_the_signal_packages_remote_actions() -> None:
     for client in clients.values():
         await client.start()
     await wait_until(lambda: all(len(c.peers("ov1")) == 1 for c in clients.values()))
-    config = TunnelConfig(liveness=FAST)
+    config = TunnelSettings(liveness=FAST)
     events: dict[int, list[TunnelEvent]] = {A: [], B: []}
     taps: list[FakeTapDevice] = []
 

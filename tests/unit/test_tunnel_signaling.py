@@ -4,12 +4,12 @@ from typing import Any
 
 import pytest
 
+from evio.config.model import Cipher
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import OfferError
-from evio.tunnel.keys import Cipher
 from evio.tunnel.signaling import IceParameters, TunnelAnswer, TunnelOffer, choose_cipher
 
-FP = TunnelCertificate.generate("x", datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)).fingerprint
+FP = TunnelCertificate.generate("x", datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)).fingerprint
 DIRECT = IceParameters(
     "abcd",
     "a" * 22,

@@ -1,6 +1,6 @@
 import pytest
 
-from evio.overlay.node_id import (
+from evio.ids import (
     MAX_NODE_ID,
     RING_SIZE,
     NodeIdError,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from evio.lab.local_signaling import UnixSocketSignaling
 from evio.tunnel.errors import OfferError, SignalingFailed
-from evio.tunnel.local_signaling import UnixSocketSignaling
 from evio.tunnel.signaling import Body
 
 

@@ -58,7 +58,7 @@ class NamespaceLoop:
 
         try:
             run_in(self.netns, serve)
-        except BaseException as exc:  # reported by start()
+        except BaseException as exc:  # noqa: BLE001 - reported by start()
             self._failure.append(exc)
             self._ready.set()
 

@@ -1,6 +1,6 @@
 """Running tunnel endpoints in network namespaces: the tests', the benchmark's and the lab tool's harness.
 
-``EndpointProcess`` starts ``python -m evio.tunnel.endpoint`` inside a
+``EndpointProcess`` starts ``python -m evio.lab.tunnel_endpoint`` inside a
 namespace and collects its JSON events. ``VethTestbed`` is the smallest
 underlay: two namespaces joined by one veth pair, no NAT (the data path
 benchmark's setup). NATed setups come from evio.lab.
@@ -36,10 +36,10 @@ class EndpointProcess:
     def __init__(self, netns: str | None, args: Sequence[str], log_path: Path) -> None:
         prefix = ["ip", "netns", "exec", netns] if netns else []
         self.log_path = log_path
-        self._log: IO[bytes] = open(log_path, "ab")
+        self._log: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "evio.tunnel.endpoint", *args],
+            [*prefix, sys.executable, "-m", "evio.lab.tunnel_endpoint", *args],
             stdout=subprocess.PIPE,
             stderr=self._log,
             env=env,

@@ -54,7 +54,7 @@ class UnixSocketSignaling:
     async def request(self, peer: int, body: Body, timeout: float) -> Body:
         try:
             return await asyncio.wait_for(self._request(peer, body), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise SignalingFailed(f"no answer from {peer:032x} in {timeout} s") from None
 
     async def _request(self, peer: int, body: Body) -> Body:

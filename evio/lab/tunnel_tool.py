@@ -1,6 +1,6 @@
 """``evio lab tunnel A B``: one tunnel between two nodes of a running lab, with addresses on its TAPs.
 
-Starts a tunnel endpoint process (evio.tunnel.endpoint) in each node's
+Starts a tunnel endpoint process (evio.lab.tunnel_endpoint) in each node's
 namespace, with the lab's coturn as STUN and TURN server (REST secret), and
 the nodes' overlay addresses on the TAPs. B waits for the offer, A sends it;
 offers travel over Unix sockets in the lab directory, so this needs no XMPP
@@ -16,12 +16,11 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from evio.lab.lab import Lab, NodeInfo
+from evio.lab.tunnel_testbed import EndpointProcess, run
 from evio.tunnel.ice import RelayPolicy
-from evio.tunnel.testbed import EndpointProcess, run
 
 
 @dataclass
@@ -148,7 +147,3 @@ def parse_node(text: str) -> int:
     if not digits.isdigit():
         raise ValueError(f"not a node: {text!r} (use 3, node3 or n3)")
     return int(digits)
-
-
-def log_paths(tunnel: LabTunnel) -> list[Path]:
-    return [p.log_path for p in (tunnel.a, tunnel.b) if p is not None]

@@ -1,4 +1,4 @@
-"""Node identifiers and clockwise ring distance (DESIGN.md section 2).
+"""Node identifiers and clockwise ring distance (docs/design.md, "Ring and node ids").
 
 A node id is a 128-bit integer, written as 32 lowercase hex digits. The ring
 is ordered numerically and wraps at 2**128; all arcs are clockwise.

@@ -1,4 +1,4 @@
-"""A one-tunnel endpoint process: ``python -m evio.tunnel.endpoint`` (lab tool, tests, benchmarks).
+"""A one-tunnel endpoint process: ``python -m evio.lab.tunnel_endpoint`` (lab tool, tests, benchmarks).
 
 Run one in each of two network namespaces; they exchange offers through Unix
 sockets in ``--signal-dir`` and bring up one tunnel with a TAP, optionally with
@@ -30,15 +30,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evio.tunnel.config import TunnelConfig
+from evio.config.model import Cipher
+from evio.lab.local_signaling import UnixSocketSignaling
+from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath import Datapath
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.ice import IceConfig, RelayPolicy, TurnServer
-from evio.tunnel.keys import Cipher
-from evio.tunnel.liveness import LivenessConfig
-from evio.tunnel.local_signaling import UnixSocketSignaling
+from evio.tunnel.ice import IceConfig, RelayPolicy, TurnRelay
+from evio.tunnel.liveness import LivenessConfig, keepalive_for
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp, default_datapath_factory
@@ -61,7 +61,7 @@ def _node_id(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m evio.tunnel.endpoint", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m evio.lab.tunnel_endpoint", description=__doc__.splitlines()[0])
     p.add_argument("--node", type=_node_id, required=True)
     p.add_argument("--peer", type=_node_id, required=True)
     p.add_argument("--signal-dir", type=Path, required=True)
@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tap-prefix", default="evt")
     p.add_argument("--address", help="CIDR address for the TAP, e.g. 10.99.0.1/24")
     p.add_argument("--underlay-mtu", type=int, default=1500)
-    p.add_argument("--keepalive", type=float, default=1.0)
-    p.add_argument("--dead-after", type=float, default=3.0)
+    p.add_argument("--keepalive", type=float, help="seconds (default: the daemon's rule for --dead-after)")
+    p.add_argument("--dead-after", type=float, default=LivenessConfig.dead_after)
     p.add_argument("--duration", type=float, help="close the tunnel and exit after this many seconds")
     p.add_argument("--exit-on-down", action="store_true")
     p.add_argument("--wrong-fingerprint", action="store_true", help="test only: signal a fingerprint that is not ours")
@@ -113,19 +113,21 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> int:
     ice = IceConfig(
         stun=tuple(args.stun),
-        turn=(TurnServer(args.turn[0], args.turn[1], args.turn_user, args.turn_password, args.turn_secret),) if args.turn else (),
+        turn=(TurnRelay(args.turn[0], args.turn[1], args.turn_user, args.turn_password, args.turn_secret),) if args.turn else (),
         relay=RelayPolicy(args.relay),
         direct_timeout=args.direct_timeout,
     )
     preferred = Cipher(args.cipher)
-    config = TunnelConfig(
+    config = TunnelSettings(
         ice=ice,
         ciphers=(preferred,),
         underlay_mtu=args.underlay_mtu,
-        liveness=LivenessConfig(keepalive_interval=args.keepalive, dead_after=args.dead_after),
+        liveness=LivenessConfig(
+            keepalive_interval=args.keepalive or keepalive_for(args.dead_after), dead_after=args.dead_after
+        ),
         tap_prefix=args.tap_prefix,
     )
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     certificate = TunnelCertificate.generate(f"{args.node:032x}", now)
     if args.wrong_fingerprint:
         certificate.fingerprint = TunnelCertificate.generate("impostor", now).fingerprint
@@ -156,7 +158,7 @@ async def run(args: argparse.Namespace) -> int:
             if args.exit_on_down:
                 done.set()
 
-    def sendto_datapath(cfg: TunnelConfig) -> Datapath:
+    def sendto_datapath(cfg: TunnelSettings) -> Datapath:
         return FdDatapath(
             cfg.tap_mtu,
             rekey=cfg.rekey,
@@ -190,7 +192,7 @@ async def run(args: argparse.Namespace) -> int:
                 done.set()
         try:
             await asyncio.wait_for(done.wait(), args.duration)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         _emit("stats", **_stats_fields(manager, args.peer))
     finally:
