@@ -21,12 +21,14 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from pyroute2 import IPRoute  # imported here: the import alone takes a quarter second
+from pyroute2.netlink.exceptions import NetlinkError
 
 from evio.tunnel.errors import TapError
 
 logger = logging.getLogger(__name__)
 
 TUNSETIFF = 0x400454CA
+IN6_ADDR_GEN_MODE_NONE = 1  # linux/if_link.h
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
 IFNAMSIZ = 16
@@ -105,15 +107,12 @@ def _configure(name: str, mtu: int, addresses: list[str], up: bool) -> None:
             iface = ipaddress.ip_interface(cidr)
             ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
         if not addresses:
-            _disable_ipv6(name)
+            _disable_ipv6(ipr, index, name)
         if up:
             ipr.link("set", index=index, state="up")
 
 
-_ipv6_warned = False
-
-
-def _disable_ipv6(name: str) -> None:
+def _disable_ipv6(ipr: IPRoute, index: int, name: str) -> None:
     """A TAP that is only a bridge port needs no addresses of its own.
 
     Left on, the kernel gives it an IPv6 link-local address and sends router
@@ -126,9 +125,18 @@ def _disable_ipv6(name: str) -> None:
     except FileNotFoundError:
         pass  # no IPv6 in this kernel or namespace: nothing to silence
     except OSError as exc:
-        # A read-only /proc/sys (systemd's ProtectKernelTunables= without the unit's ReadWritePaths=):
-        # the TAP works, it only keeps its IPv6 chatter.
-        global _ipv6_warned
-        if not _ipv6_warned:
-            _ipv6_warned = True
-            logger.warning("cannot switch IPv6 off on tunnel TAPs (%s): they will send IPv6 link-local chatter", exc)
+        # A read-only /proc/sys (a container; systemd's ProtectKernelTunables=). Without an
+        # address generation mode the TAP gets no link-local address, so it has no source
+        # to solicit from; failing that too, the TAP works and only keeps its chatter.
+        try:
+            ipr.link("set", index=index, IFLA_AF_SPEC={"attrs": [("AF_INET6", {"attrs": [(
+                "IFLA_INET6_ADDR_GEN_MODE", IN6_ADDR_GEN_MODE_NONE)]})]})  # fmt: skip
+        except (OSError, NetlinkError) as netlink_exc:
+            global _ipv6_warned
+            if not _ipv6_warned:
+                _ipv6_warned = True
+                logger.warning("cannot switch IPv6 off on tunnel TAPs (%s; netlink: %s): they will send IPv6 "
+                               "link-local chatter", exc, netlink_exc)
+
+
+_ipv6_warned = False

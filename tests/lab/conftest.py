@@ -19,6 +19,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
+from node_image import BuiltImage, build_image
 from scenario_lab import FigureBook, daemon_log_tails
 
 from evio.lab.lab import Lab
@@ -108,6 +109,23 @@ def module_lab_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]
         labs.print_logs()
 
 
+# -- the node image (docker/) ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def node_image(request: pytest.FixtureRequest) -> BuiltImage:
+    """docker/build-image, once per run (cached across runs under EVIO_IMAGE_CACHE)."""
+    if os.geteuid() != 0:
+        pytest.skip("node image: needs root (debootstrap, rootful podman)")
+    image = build_image()
+    image.remove_exited_test_containers()
+    request.config.stash[_IMAGE_BUILD] = image.seconds
+    return image
+
+
+_IMAGE_BUILD = pytest.StashKey[float]()
+
+
 # -- figures -------------------------------------------------------------------------------------
 
 
@@ -117,6 +135,9 @@ def figures(request: pytest.FixtureRequest) -> FigureBook:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    built = config.stash.get(_IMAGE_BUILD, None)
+    if built is not None:
+        terminalreporter.write_line(f"node image: docker/build-image took {built:.1f} s in this run")
     recorded = config.stash.get(_FIGURES, [])
     if not recorded:
         return

@@ -1,0 +1,57 @@
+"""A bridge-port TAP gets no IPv6 of its own, also where /proc/sys is read-only (a container)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from typing import Any
+
+import pytest
+from pyroute2.netlink.exceptions import NetlinkError
+
+from evio.tunnel import tap
+
+
+class FakeIPRoute:
+    def __init__(self, fails: bool = False) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.fails = fails
+
+    def link(self, command: str, **kwargs: Any) -> None:
+        self.calls.append((command, kwargs))
+        if self.fails:
+            raise NetlinkError(errno.EOPNOTSUPP, "not supported")
+
+
+def read_only(*args: Any, **kwargs: Any) -> Any:
+    raise OSError(errno.EROFS, "Read-only file system")
+
+
+def test_a_read_only_proc_sys_turns_address_generation_off_through_netlink(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tap, "open", read_only, raising=False)
+    ipr = FakeIPRoute()
+    tap._disable_ipv6(ipr, 7, "evt0")  # type: ignore[arg-type]
+    assert ipr.calls == [("set", {"index": 7, "IFLA_AF_SPEC": {"attrs": [
+        ("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", tap.IN6_ADDR_GEN_MODE_NONE)]})]}})]  # fmt: skip
+
+
+def test_when_netlink_fails_too_the_tap_still_comes_up_and_it_is_logged_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tap, "open", read_only, raising=False)
+    monkeypatch.setattr(tap, "_ipv6_warned", False)
+    with caplog.at_level(logging.WARNING, logger=tap.logger.name):
+        for name in ("evt0", "evt1"):
+            tap._disable_ipv6(FakeIPRoute(fails=True), 7, name)  # type: ignore[arg-type]
+    warnings = [r for r in caplog.records if "cannot switch IPv6 off" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_no_ipv6_in_the_kernel_is_nothing_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise FileNotFoundError(errno.ENOENT, "No such file")
+
+    monkeypatch.setattr(tap, "open", missing, raising=False)
+    ipr = FakeIPRoute()
+    tap._disable_ipv6(ipr, 7, "evt0")  # type: ignore[arg-type]
+    assert ipr.calls == []
