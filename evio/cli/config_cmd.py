@@ -85,7 +85,7 @@ def _overlay_summary(overlay: OverlayConfig) -> list[str]:
     return [
         f"  overlay {overlay.id}:",
         f"    signal: {signal.jid} via {signal.server}:{signal.port} ({tls}, {credential})",
-        f"    bridge: {bridge.name} {bridge.address or 'no address'} mtu {mtu}{'' if bridge.mtu else ' (the tunnels’)'} datapath {bridge.datapath}",
+        f"    bridge: {bridge.name} {bridge.address or (f'address from the node id in {bridge.address_pool}' if bridge.address_pool else 'no address')} mtu {mtu}{'' if bridge.mtu else ' (the tunnels’)'} datapath {bridge.datapath}",
         f"    topology: s={topology.successors} k={k} ({topology.log_form}), {on_demand}",
         f"    nat traversal: {len(nat.stun)} STUN, {len(nat.turn)} TURN; tunnel cipher {overlay.tunnel.cipher}",
     ]
