@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from pathlib import Path
 
 import pytest
 
+from evio.cli import main
 from evio.config import ConfigError, loads_config
 from evio.config.address_pool import conflicting_peers, derive_address, pool_problem, usable_hosts
 
@@ -69,3 +71,31 @@ def test_pools_of_two_overlays_must_not_overlap() -> None:
                                    "bridge": {"address": "10.254.3.1/24"}}
     with pytest.raises(ConfigError, match="overlaps"):
         loads_config(json.dumps(document))
+
+
+def test_config_address_prints_the_address_the_daemon_will_set_and_keeps_the_node_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.json"
+    document = json.loads(config_with({"address_pool": "10.254.0.0/16"}))
+    document["node"] = {"state_dir": str(tmp_path / "state")}
+    config.write_text(json.dumps(document))
+    assert main(["config", "address", str(config)]) == 0
+    first = capsys.readouterr().out
+    node_id = int((tmp_path / "state" / "node_id").read_text().strip(), 16)  # made now, as the daemon would
+    assert first == f"ov1 {derive_address(POOL, node_id)}\n"
+    assert main(["config", "address", str(config), "--overlay", "ov1", "--ip"]) == 0
+    assert capsys.readouterr().out == f"{derive_address(POOL, node_id).ip}\n"  # the same id again
+    assert main(["config", "address", str(config), "--overlay", "nope"]) == 1
+
+
+def test_config_address_of_a_set_address_and_a_node_id_from_the_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.json"
+    document = json.loads(config_with({"address": "10.1.0.5/24"}))
+    document["node"] = {"id": "00000000000000000000000000000002", "state_dir": str(tmp_path / "state")}
+    config.write_text(json.dumps(document))
+    assert main(["config", "address", str(config), "--ip"]) == 0
+    assert capsys.readouterr().out == "10.1.0.5\n"
+    assert not (tmp_path / "state").exists()
