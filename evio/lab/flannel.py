@@ -149,6 +149,7 @@ class FlannelLab:
         self._flanneld: list[ProcessRecord] = []
         self.backend: Backend | None = None
         self.interface: Interface = "overlay"
+        self.last_iperf_error = ""
 
     # -- etcd ----------------------------------------------------------------------------------
 
@@ -302,12 +303,14 @@ class FlannelLab:
         done = self._host.run(netns, ["iperf3", "-c", address, "-p", str(IPERF_PORT), "-t", f"{seconds:g}",
                                       "--connect-timeout", f"{int(timeout * 1000)}", "-J"],
                               check=False, timeout=seconds + timeout + 20)
-        if done.returncode != 0:
-            return None
         try:
-            return float(json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]) / 1e6
+            report = json.loads(done.stdout)
+            if done.returncode == 0:
+                return float(report["end"]["sum_received"]["bits_per_second"]) / 1e6
+            self.last_iperf_error = str(report.get("error", done.stderr.strip()))
         except (ValueError, KeyError, TypeError):
-            return None
+            self.last_iperf_error = (done.stdout + done.stderr).strip()[-300:]
+        return None
 
     def connectivity(self, *, tcp_seconds: float = 0.5, capture: bool = True) -> Connectivity:
         """Ping and a short TCP transfer between the pods of every ordered pair of nodes.
@@ -376,7 +379,7 @@ class FlannelLab:
                                             (str(pod.address.ip), pods, self.pods[src].netns)):
                     mbit = self._iperf(netns, target, seconds, timeout=5.0)
                     if mbit is None:
-                        raise FlannelLabError(f"iperf3 {netns} -> {target} failed")
+                        raise FlannelLabError(f"iperf3 {netns} -> {target} failed: {self.last_iperf_error}")
                     into.append(mbit)
         return statistics.median(pods), statistics.median(nodes)
 
