@@ -299,10 +299,13 @@ class FlannelLab:
         finally:
             self._host.stop([record], 2.0)
 
-    def _iperf(self, netns: str, address: str, seconds: float, timeout: float) -> float | None:
-        done = self._host.run(netns, ["iperf3", "-c", address, "-p", str(IPERF_PORT), "-t", f"{seconds:g}",
+    def _iperf(self, netns: str, address: str, seconds: int | None, timeout: float, size: str = "1M") -> float | None:
+        """Mbit/s received of one TCP stream for `seconds` (whole: iperf3 reads -t as an integer), or of
+        `size` bytes when seconds is None; None if it failed (the reason in last_iperf_error)."""
+        amount = ["-n", size] if seconds is None else ["-t", str(seconds)]
+        done = self._host.run(netns, ["iperf3", "-c", address, "-p", str(IPERF_PORT), *amount,
                                       "--connect-timeout", f"{int(timeout * 1000)}", "-J"],
-                              check=False, timeout=seconds + timeout + 20)
+                              check=False, timeout=(seconds or 10) + timeout + 20)
         try:
             report = json.loads(done.stdout)
             if done.returncode == 0:
@@ -312,8 +315,8 @@ class FlannelLab:
             self.last_iperf_error = (done.stdout + done.stderr).strip()[-300:]
         return None
 
-    def connectivity(self, *, tcp_seconds: float = 0.5, capture: bool = True) -> Connectivity:
-        """Ping and a short TCP transfer between the pods of every ordered pair of nodes.
+    def connectivity(self, *, tcp_bytes: str = "1M", ping_count: int = 2, capture: bool = True) -> Connectivity:
+        """Ping and a TCP transfer of `tcp_bytes` between the pods of every ordered pair of nodes.
 
         With `capture`, tcpdump runs on every NAT router's WAN side meanwhile and
         each capture's verdict is kept (evio/lab/flannel_plan.capture_verdict).
@@ -329,8 +332,8 @@ class FlannelLab:
                     for src in nodes:
                         if src == dst:
                             continue
-                        rtt = self.ping(src, dst)
-                        mbit = self._iperf(self.pods[src].netns, str(pod.address.ip), tcp_seconds, timeout=3.0)
+                        rtt = self.ping(src, dst, count=ping_count)
+                        mbit = self._iperf(self.pods[src].netns, str(pod.address.ip), None, 3.0, tcp_bytes)
                         results.append(PairResult(src, dst, rtt, mbit))
         return Connectivity(self.backend, self.interface, tuple(results), verdicts)
 
@@ -367,7 +370,7 @@ class FlannelLab:
             verdicts[router] = capture_verdict(parse_tcpdump(text.splitlines()), signal_server=public.address,
                                                signal_port=public.xmpp_port)
 
-    def throughput(self, src: int, dst: int, *, seconds: float = 3.0, rounds: int = 3) -> tuple[float, float]:
+    def throughput(self, src: int, dst: int, *, seconds: int = 3, rounds: int = 3) -> tuple[float, float]:
         """(pod-to-pod, node-to-node) TCP Mbit/s from src to dst, medians of `rounds` alternated runs."""
         pod, node = self.pods[dst], self.lab.node(dst)
         pods: list[float] = []

@@ -186,7 +186,7 @@ _TCPDUMP_LINE = re.compile(
 )
 
 
-_ARP_LINE = re.compile(r"ARP, \w+ .*?(?P<a>\d+\.\d+\.\d+\.\d+).*?(?P<b>\d+\.\d+\.\d+\.\d+)")
+_ARP_LINE = re.compile(r"ARP, \w+ .*?(?P<a>\d+\.\d+\.\d+\.\d+)(?:.*?(?P<b>\d+\.\d+\.\d+\.\d+))?")
 
 
 def parse_tcpdump(lines: Iterable[str]) -> list[Packet]:
@@ -196,7 +196,8 @@ def parse_tcpdump(lines: Iterable[str]) -> list[Packet]:
         match = _TCPDUMP_LINE.search(line)
         arp = _ARP_LINE.search(line) if match is None else None
         if arp is not None:
-            packets.append(Packet("ARP", ipaddress.IPv4Address(arp["a"]), ipaddress.IPv4Address(arp["b"]), None, None))
+            packets.append(Packet("ARP", ipaddress.IPv4Address(arp["a"]), ipaddress.IPv4Address(arp["b"] or arp["a"]),
+                                  None, None))
             continue
         if match is None:
             if line.strip():

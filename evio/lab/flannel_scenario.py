@@ -105,8 +105,8 @@ class FlannelReport:
         return out
 
 
-def run(lab: Lab, *, src: int = 1, dst: int = 2, seconds: float = 3.0, rounds: int = 3,
-        tcp_seconds: float = 0.5, log: Callable[[str], None] = lambda _: None) -> FlannelReport:
+def run(lab: Lab, *, src: int = 1, dst: int = 2, seconds: int = 3, rounds: int = 3,
+        tcp_bytes: str = "1M", log: Callable[[str], None] = lambda _: None) -> FlannelReport:
     """E10 on `lab` (full nodes, overlay formed). Leaves Flannel stopped; Lab.down removes the rest."""
     report = FlannelReport(len(lab.nodes), src, dst)
     flannel = FlannelLab(lab)
@@ -123,7 +123,7 @@ def run(lab: Lab, *, src: int = 1, dst: int = 2, seconds: float = 3.0, rounds: i
             else:
                 report.host_gw_encapsulates = any(flannel.encapsulating(n.index) for n in lab.nodes)
             log(f"{backend}: ping and TCP between every pod pair, WAN captured ...")
-            report.connectivity[backend] = flannel.connectivity(tcp_seconds=tcp_seconds)
+            report.connectivity[backend] = flannel.connectivity(tcp_bytes=tcp_bytes)
             log(f"{backend}: TCP node{src} -> node{dst}, pod and node alternated ...")
             pod, node = flannel.throughput(src, dst, seconds=seconds, rounds=rounds)
             report.throughput[backend] = Throughput(backend, pod, node)
@@ -132,7 +132,7 @@ def run(lab: Lab, *, src: int = 1, dst: int = 2, seconds: float = 3.0, rounds: i
         step = time.monotonic()
         log("negative control: vxlan bound to the LAN interface ...")
         flannel.start("vxlan", interface="lan")
-        report.connectivity["lan"] = flannel.connectivity(tcp_seconds=tcp_seconds)
+        report.connectivity["lan"] = flannel.connectivity(tcp_bytes=tcp_bytes, ping_count=1)
         report.seconds["control"] = time.monotonic() - step
     finally:
         flannel.stop()

@@ -30,7 +30,7 @@ def test_e10_flannel_pods_talk_across_nats_only_over_evio(lab_factory: LabFactor
     except AssertionError:
         print(daemon_log_tails(lab))
         raise
-    report = flannel_scenario.run(lab, src=1, dst=2, seconds=2.0, rounds=3, tcp_seconds=0.3, log=print)
+    report = flannel_scenario.run(lab, src=1, dst=2, seconds=2, rounds=3, tcp_bytes="512K", log=print)
     print("\n".join(report.lines(lab)))
 
     for backend in ("vxlan", "host-gw"):

@@ -87,13 +87,14 @@ CLEAN = [
     "22:40:01.000002 IP 198.51.100.11.41000 > 198.51.100.1.5222: tcp 120",
     "22:40:01.000003 IP 198.51.100.1.3478 > 198.51.100.12.40001: UDP, length 80",
     "22:40:01.000004 ARP, Request who-has 198.51.100.13 tell 198.51.100.11, length 28",
+    "22:53:05.061580 ARP, Reply 198.51.100.11 is-at 6e:03:07:99:9a:01, length 28",
 ]
 
 
 def test_a_capture_of_evios_udp_and_signaling_is_clean() -> None:
     verdict = capture_verdict(parse_tcpdump(CLEAN), signal_server=SERVER, signal_port=5222)
     assert verdict.clean
-    assert (verdict.packets, verdict.udp, verdict.signaling, verdict.arp) == (4, 2, 1, 1)
+    assert (verdict.packets, verdict.udp, verdict.signaling, verdict.arp) == (5, 2, 1, 2)
 
 
 @pytest.mark.parametrize("line, field", [
