@@ -99,6 +99,7 @@ class FlannelReport:
             for line in describe(conn.captures):
                 out.append(f"  {name:8} {line}")
         out.append("")
+        out.append("vxlan: flannel.1 checksums its own packets (tx-checksum-ip-generic off, docs/kubernetes.md)")
         out.append(f"flannel.1 on the evio bridge (vxlan): {'yes' if self.vxlan_on_bridge else 'NO'}; "
                    f"VXLAN device under host-gw: {'YES' if self.host_gw_encapsulates else 'none'}")
         out.append("steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items()))
