@@ -9,8 +9,10 @@ the rest repair the ring around it.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import random
 
+from evio.ids import format_node_id
 from evio.node.overlay_stack import AdjacencyController, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.overlay.adjacency import LinkState
@@ -94,3 +96,22 @@ async def test_stop_while_links_are_being_negotiated_leaves_nothing() -> None:
         platform.sdn.sync()
         assert platform.ovsdb.bridges == {}, f"node{i} left a bridge"
         assert platform.sdn.peer_ports == {} and platform.links_made["ov1"].tunnels() == {}
+
+
+async def test_addresses_from_a_pool_are_set_and_a_collision_is_reported_at_both_nodes() -> None:
+    # nid(i) = i << 124, and 2**124 = 4 (mod 6): in a /29 (6 hosts) nodes 1 and 4 both get .5.
+    pool = ipaddress.IPv4Network("10.9.0.0/29")
+    fleet = Fleet(4, controller_factory=real_controller, address_pool=pool)
+    await fleet.start()
+    try:
+        await until(lambda: ring_closed(fleet, list(fleet.nodes)), timeout=20)
+        status = {i: fleet.nodes[i].status()["overlays"]["ov1"] for i in fleet.nodes}
+        on_bridges = {i: fleet.platforms[i].ovsdb.bridges["evbr-ov1"].addresses for i in fleet.nodes}
+    finally:
+        await fleet.stop_all()
+    assert {i: s["address"] for i, s in status.items()} == {
+        1: "10.9.0.5/29", 2: "10.9.0.3/29", 3: "10.9.0.1/29", 4: "10.9.0.5/29"}
+    assert on_bridges == {i: [s["address"]] for i, s in status.items()}
+    assert status[1]["address_conflicts"] == [format_node_id(nid(4))]
+    assert status[4]["address_conflicts"] == [format_node_id(nid(1))]
+    assert status[2]["address_conflicts"] == [] and status[3]["address_conflicts"] == []
