@@ -205,20 +205,32 @@ class FlannelLab:
                 f"--iface={self.iface(node.index, interface)}", f"--subnet-file={self.subnet_file(node.index)}",
                 "--ip-masq",
             ], role="flanneld", log_path=self.directory / f"flanneld-node{node.index}-{backend}-{interface}.log"))
-        self.backend, self.interface = backend, interface
+            self.backend, self.interface = backend, interface
         for node in self.lab.nodes:
             def written(n: int = node.index) -> SubnetEnv | None:
                 return self._subnet_env(n)
 
-            wait_until(written, lambda env: env is not None, timeout,
-                       f"node{node.index}'s flanneld writing its subnet file "
-                       f"(log: {self.directory}/flanneld-node{node.index}-{backend}-{interface}.log)")
+            try:
+                wait_until(written, lambda env: env is not None, timeout,
+                           f"node{node.index}'s flanneld writing its subnet file")
+            except FlannelLabError as error:
+                raise FlannelLabError(f"{error}\n{self.log_tail(node.index)}") from None
         if backend == "vxlan":
             for node in self.lab.nodes:
                 self.lab.exec(node.index, ["ethtool", "-K", VXLAN_DEVICE, *VXLAN_CSUM_OFF])
         for node in self.lab.nodes:
             self.pods[node.index] = self._attach_pod(node.index)
         self._wait_routes(timeout)
+
+    def flanneld_log(self, node: int) -> Path:
+        return self.directory / f"flanneld-node{node}-{self.backend}-{self.interface}.log"
+
+    def log_tail(self, node: int, lines: int = 15) -> str:
+        try:
+            tail = self.flanneld_log(node).read_text(errors="replace").splitlines()[-lines:]
+        except FileNotFoundError:
+            tail = ["(no log)"]
+        return f"--- {self.flanneld_log(node)}\n" + "\n".join(tail)
 
     def _subnet_env(self, node: int) -> SubnetEnv | None:
         try:
