@@ -206,8 +206,10 @@ class FlannelLab:
                 "--ip-masq",
             ], role="flanneld", log_path=self.directory / f"flanneld-node{node.index}-{backend}-{interface}.log"))
             self.backend, self.interface = backend, interface
-        for node in self.lab.nodes:
-            def written(n: int = node.index) -> SubnetEnv | None:
+        for node, record in zip(self.lab.nodes, self._flanneld, strict=True):
+            def written(n: int = node.index, record: ProcessRecord = record) -> SubnetEnv | None:
+                if not self.lab.is_running(record):
+                    raise FlannelLabError(f"node{n}'s flanneld exited\n{self.log_tail(n)}")
                 return self._subnet_env(n)
 
             try:
@@ -426,6 +428,7 @@ def pair_label(lab: Lab, src: int, dst: int) -> str:
 
 
 def describe(verdicts: dict[str, CaptureVerdict]) -> Sequence[str]:
-    return [f"{r}: {v.packets} packets, {v.udp} UDP, {v.signaling} signaling TCP, {v.arp} ARP, {v.vxlan} VXLAN, "
-            f"{v.pod_addressed} with a pod address{', other: ' + '; '.join(v.other) if v.other else ''}"
+    return [f"{r}: {v.packets} packets, {v.udp} UDP, {v.signaling} signaling TCP, {v.arp} ARP, "
+            f"{v.icmp_control} ICMP errors/redirects, {v.vxlan} VXLAN, {v.pod_addressed} with a pod address"
+            f"{', other: ' + '; '.join(v.other) if v.other else ''}"
             for r, v in sorted(verdicts.items())]

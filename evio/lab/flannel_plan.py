@@ -170,13 +170,15 @@ class CaptureVerdict:
     udp: int
     signaling: int  # TCP to or from the XMPP server (evio's TLS signaling)
     arp: int  # the underlay's own address resolution between public addresses
+    icmp_control: int  # the underlay's ICMP errors and redirects about those packets (no pod address)
     vxlan: int  # UDP to or from port 8472
     pod_addressed: int  # an outer address inside the pod network
     other: tuple[str, ...]  # anything else, described (at most a few)
 
     @property
     def clean(self) -> bool:
-        """Only evio's encrypted UDP (and its TLS signaling, the WAN's ARP): no VXLAN, no pod address."""
+        """Only evio's encrypted UDP (and its TLS signaling, the underlay's ARP and ICMP errors): no VXLAN,
+        no pod address, nothing else."""
         return self.vxlan == 0 and self.pod_addressed == 0 and not self.other
 
 
@@ -205,7 +207,7 @@ def parse_tcpdump(lines: Iterable[str]) -> list[Packet]:
                                       None, None))
             continue
         rest = match["rest"]
-        proto = "UDP" if rest.startswith("UDP") else "TCP" if rest.startswith("tcp") else rest.split(",")[0][:40]
+        proto = "UDP" if rest.startswith("UDP") else "TCP" if rest.startswith("tcp") else rest.split(",")[0]
         packets.append(Packet(
             proto, ipaddress.IPv4Address(match["src"]), ipaddress.IPv4Address(match["dst"]),
             int(match["sport"]) if match["sport"] else None, int(match["dport"]) if match["dport"] else None,
@@ -213,9 +215,14 @@ def parse_tcpdump(lines: Iterable[str]) -> list[Packet]:
     return packets
 
 
+# A router on the public side redirects or refuses evio's UDP ("ICMP redirect 10.10.3.2 to host ...",
+# "ICMP 198.51.100.13 udp port 40000 unreachable"): the underlay's own control traffic.
+_ICMP_CONTROL = ("redirect", "unreachable", "time exceeded")
+
+
 def capture_verdict(packets: Iterable[Packet], *, signal_server: ipaddress.IPv4Address, signal_port: int,
                     pod_network: ipaddress.IPv4Network = POD_NETWORK) -> CaptureVerdict:
-    count = udp = signaling = arp = vxlan = pods = 0
+    count = udp = signaling = arp = icmp = vxlan = pods = 0
     other: list[str] = []
     for p in packets:
         count += 1
@@ -227,8 +234,10 @@ def capture_verdict(packets: Iterable[Packet], *, signal_server: ipaddress.IPv4A
                 vxlan += 1
         elif p.proto == "ARP":
             arp += 1
+        elif p.proto.startswith("ICMP") and any(word in p.proto for word in _ICMP_CONTROL):
+            icmp += 1
         elif p.proto == "TCP" and signal_server in (p.src, p.dst) and signal_port in (p.sport, p.dport):
             signaling += 1
         elif len(other) < 5:
-            other.append(f"{p.proto} {p.src}:{p.sport} > {p.dst}:{p.dport}")
-    return CaptureVerdict(count, udp, signaling, arp, vxlan, pods, tuple(other))
+            other.append(f"{p.proto[:40]} {p.src}:{p.sport} > {p.dst}:{p.dport}")
+    return CaptureVerdict(count, udp, signaling, arp, icmp, vxlan, pods, tuple(other))

@@ -19,6 +19,10 @@ from evio.testing.scenarios import Figure
 pytestmark = pytest.mark.integration
 
 NODES = 3  # nat="mixed": eim, symmetric, none
+# host-gw's target is 90 % of node-to-node TCP (issue 11; `evio lab flannel` holds a run to it). On CI's
+# two shared cores one run's medians still move by 10 % or more, so the test fails only below this floor,
+# which double encapsulation or a detour through another node would fall under; the figure shows the ratio.
+HOST_GW_FLOOR = 0.8
 
 
 def test_e10_flannel_pods_talk_across_nats_only_over_evio(lab_factory: LabFactory, figures: FigureBook) -> None:
@@ -30,7 +34,7 @@ def test_e10_flannel_pods_talk_across_nats_only_over_evio(lab_factory: LabFactor
     except AssertionError:
         print(daemon_log_tails(lab))
         raise
-    report = flannel_scenario.run(lab, src=1, dst=2, seconds=2, rounds=3, tcp_bytes="512K", log=print)
+    report = flannel_scenario.run(lab, src=1, dst=2, seconds=2, rounds=5, tcp_bytes="512K", log=print)
     print("\n".join(report.lines(lab)))
 
     for backend in ("vxlan", "host-gw"):
@@ -40,10 +44,12 @@ def test_e10_flannel_pods_talk_across_nats_only_over_evio(lab_factory: LabFactor
                               note=", ".join(pair_label(lab, p.src, p.dst) for p in conn.pairs if not p.ok)))
         t = report.throughput[backend]
         figures.record(Figure("E10", f"{backend}: pod-to-pod TCP node1 -> node2", t.pod_mbit, "Mbit/s",
+                              target=">= 90 % of node-to-node" if backend == "host-gw" else "",
                               note=f"node-to-node {t.node_mbit:.0f} Mbit/s, ratio {t.ratio:.0%}"))
     control = report.connectivity["lan"]
     figures.record(Figure("E10", "negative control (flannel on the LAN interface): pod pairs connected",
                           f"{control.answered}/{len(control.pairs)}", paper="none across NATs"))
-    assert report.problems() == [], "\n".join(report.problems())
+    problems = report.problems(host_gw_target=HOST_GW_FLOOR)
+    assert problems == [], "\n".join(problems)
     # The control's own captures see Flannel's VXLAN leave through the NAT: the capture check can fail.
     assert any(v.vxlan for v in control.captures.values()), "no VXLAN seen on the WAN in the negative control"

@@ -88,19 +88,22 @@ CLEAN = [
     "22:40:01.000003 IP 198.51.100.1.3478 > 198.51.100.12.40001: UDP, length 80",
     "22:40:01.000004 ARP, Request who-has 198.51.100.13 tell 198.51.100.11, length 28",
     "22:53:05.061580 ARP, Reply 198.51.100.11 is-at 6e:03:07:99:9a:01, length 28",
+    "23:15:01.1 IP 198.51.100.1 > 198.51.100.11: ICMP redirect 10.10.3.2 to host 198.51.100.13, length 36",
+    "23:15:01.2 IP 198.51.100.13 > 198.51.100.11: ICMP 198.51.100.13 udp port 40000 unreachable, length 36",
 ]
 
 
 def test_a_capture_of_evios_udp_and_signaling_is_clean() -> None:
     verdict = capture_verdict(parse_tcpdump(CLEAN), signal_server=SERVER, signal_port=5222)
     assert verdict.clean
-    assert (verdict.packets, verdict.udp, verdict.signaling, verdict.arp) == (5, 2, 1, 2)
+    assert (verdict.packets, verdict.udp, verdict.signaling, verdict.arp, verdict.icmp_control) == (7, 2, 1, 2, 2)
 
 
 @pytest.mark.parametrize("line, field", [
     ("22:40:01.1 IP 198.51.100.11.43210 > 198.51.100.13.8472: UDP, length 1428", "vxlan"),
     ("22:40:01.1 IP 10.244.1.2 > 10.244.3.2: ICMP echo request, id 1, seq 1, length 64", "pod_addressed"),
     ("22:40:01.1 IP 198.51.100.11.41000 > 198.51.100.13.80: tcp 0", "other"),
+    ("22:40:01.1 IP 198.51.100.11 > 198.51.100.13: ICMP echo request, id 1, seq 1, length 64", "other"),
     ("22:40:01.1 ARP, Request who-has 10.244.3.2 tell 10.244.1.2, length 28", "pod_addressed"),
     ("22:40:01.1 IP6 fe80::1 > ff02::2: ICMP6, router solicitation, length 16", "other"),
 ])
