@@ -50,25 +50,39 @@ def test_the_rendered_config_passes_evio_config_check_where_the_daemonset_mounts
     daemonset = one(docs, "DaemonSet", "evio")
     pod = daemonset["spec"]["template"]["spec"]
     container = pod["containers"][0]
+    init = pod["initContainers"][0]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
 
-    # The files, laid out as the pod sees them (under tmp_path instead of /).
-    assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    # The files, laid out as the pods see them (under tmp_path instead of /).
+    assert volumes["template"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert volumes["secret"]["secret"]["secretName"] == secret["metadata"]["name"]
+    assert "emptyDir" in volumes["config"] and init_mounts["config"] == mounts["config"]
+    assert init_mounts["secret"] == mounts["secret"]
     for name, text in config_map["data"].items():
-        target = tmp_path / mounts["config"].lstrip("/") / name
+        target = tmp_path / init_mounts["template"].lstrip("/") / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
     for name, data in secret["data"].items():
         target = tmp_path / mounts["secret"].lstrip("/") / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(base64.b64decode(data))
-    env = {e["name"]: e["value"] for e in container["env"]}
+    (tmp_path / mounts["config"].lstrip("/")).mkdir(parents=True)
+
+    # The init container's own command renders this node's config (node name from the downward API).
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    init_env = {e["name"]: e.get("value") for e in init["env"]}
+    assert init_env["EVIO_CONFIG"] == env["EVIO_CONFIG"]
+    assert [e for e in init["env"] if e["name"] == "NODE_NAME"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     config = tmp_path / env["EVIO_CONFIG"].lstrip("/")
-    done = subprocess.run([sys.executable, "-m", "evio", "config", "check", str(config)],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    bin_dir = Path(sys.executable).parent  # `evio` as the image has it
+    run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "NODE_NAME": "worker-7.example",
+               "TEMPLATE": str(tmp_path / init_env["TEMPLATE"].lstrip("/")), "EVIO_CONFIG": str(config)}
+    done = subprocess.run([*init["command"], *init["args"]], env=run_env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr  # the init container ends with `evio config check`
+    assert "evio-worker-7.example@example.net" in done.stdout
     assert "address from the node id in 10.254.0.0/16" in done.stdout  # no per-node address in the config
 
     # What `evio run` needs on a node: the host's network, TAPs, its state kept on the host.
