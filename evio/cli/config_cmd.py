@@ -1,4 +1,9 @@
-"""`evio config check FILE` and `evio config example`.
+"""`evio config check FILE`, `evio config example` and `evio config address FILE`.
+
+`address` prints this node's overlay address in each overlay (or one, `--overlay`;
+`--ip` for the bare address, e.g. kubelet's --node-ip), with the node id the
+daemon will use: node.id, else state_dir/node_id, made there now if absent,
+so the daemon started later keeps it (docs/kubernetes.md).
 
 Exit status of `check`: 0 valid; 1 invalid (every problem printed as
 `FILE: $.path: reason`); 2 unreadable or not JSON (`FILE:LINE:COL: reason`).
@@ -11,7 +16,8 @@ import sys
 from importlib import resources
 from typing import Any
 
-from evio.cli.config_file import EXIT_INVALID, load_or_report, problem_count
+from evio.cli.config_file import EXIT_INVALID, EXIT_UNREADABLE, load_or_report, problem_count
+from evio.config import ConfigError, FileStateDir, resolve_node_id
 from evio.config.model import Config, OverlayConfig
 from evio.ids import format_node_id
 from evio.node.plan import bridge_mtu, mtu_problems
@@ -31,6 +37,12 @@ def register(sub: Any) -> None:
     example = actions.add_parser("example", help="print the fully commented example config")
     example.set_defaults(handler=example_command)
 
+    address = actions.add_parser("address", help="print this node's overlay address(es), as the daemon will set them")
+    address.add_argument("file", metavar="FILE")
+    address.add_argument("--overlay", metavar="ID", help="only this overlay")
+    address.add_argument("--ip", action="store_true", help="the bare address, without prefix length or overlay id")
+    address.set_defaults(handler=address_command)
+
 
 def check_command(args: argparse.Namespace) -> int:
     name: str = args.file
@@ -46,6 +58,37 @@ def check_command(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     print("\n".join(summary(config)))
     return EXIT_OK
+
+
+def address_command(args: argparse.Namespace) -> int:
+    name: str = args.file
+    config = load_or_report(name)
+    if isinstance(config, int):
+        return config
+    overlays = list(config.overlays.values())
+    if args.overlay is not None:
+        overlays = [ov for ov in overlays if ov.id == args.overlay]
+        if not overlays:
+            print(f"{name}: no overlay {args.overlay!r} (overlays: {', '.join(config.overlays)})", file=sys.stderr)
+            return EXIT_INVALID
+    try:
+        node_id = resolve_node_id(config, FileStateDir(config.node.state_dir))
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{name}: {problem.path}: {problem.reason}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as exc:
+        print(f"{name}: state_dir {config.node.state_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    missing = False
+    for overlay in overlays:
+        address = overlay.bridge.address_for(node_id)
+        missing |= address is None
+        if args.ip:
+            print(address.ip if address is not None else "")
+        else:
+            print(f"{overlay.id} {address if address is not None else 'none'}")
+    return EXIT_INVALID if missing and args.ip else EXIT_OK
 
 
 def example_command(args: argparse.Namespace) -> int:
@@ -85,7 +128,7 @@ def _overlay_summary(overlay: OverlayConfig) -> list[str]:
     return [
         f"  overlay {overlay.id}:",
         f"    signal: {signal.jid} via {signal.server}:{signal.port} ({tls}, {credential})",
-        f"    bridge: {bridge.name} {bridge.address or 'no address'} mtu {mtu}{'' if bridge.mtu else ' (the tunnels’)'} datapath {bridge.datapath}",
+        f"    bridge: {bridge.name} {bridge.address or (f'address from the node id in {bridge.address_pool}' if bridge.address_pool else 'no address')} mtu {mtu}{'' if bridge.mtu else ' (the tunnels’)'} datapath {bridge.datapath}",
         f"    topology: s={topology.successors} k={k} ({topology.log_form}), {on_demand}",
         f"    nat traversal: {len(nat.stun)} STUN, {len(nat.turn)} TURN; tunnel cipher {overlay.tunnel.cipher}",
     ]

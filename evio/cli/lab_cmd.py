@@ -36,6 +36,7 @@ LAB_COMMANDS: tuple[str, ...] = (
     "evio.cli.lab_demo_cmd",
     "evio.cli.lab_tunnel_cmd",
     "evio.cli.lab_signal_cmd",
+    "evio.cli.lab_flannel_cmd",
 )
 
 

@@ -30,6 +30,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from evio.config.address_pool import pool_problem
 from evio.config.model import (
     MAX_INTERFACE_NAME,
     BridgeConfig,
@@ -460,16 +461,32 @@ def _bridge_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
             else:
                 owner_of_name[name] = overlay_id
         address_text = _text(bridge.get("address"))
-        if address_text is None:
+        pool_text = _text(bridge.get("address_pool"))
+        key = "address"
+        if address_text is not None and pool_text is not None:
+            yield Problem(json_path((*at, "address_pool")), "set address or address_pool, not both")
             continue
-        problems = list(_address_problems(address_text, bridge.get("mtu"), (*at, "address")))
-        yield from problems
-        if problems:
+        if pool_text is not None:
+            key = "address_pool"
+            reason = pool_problem(pool_text)
+            if reason is not None:
+                yield Problem(json_path((*at, key)), reason)
+                continue
+            network = ipaddress.ip_network(pool_text)
+            if network.version == 6 and isinstance(bridge.get("mtu"), int) and bridge["mtu"] < 1280:
+                yield Problem(json_path((*at, "mtu")), f"{bridge['mtu']} is below 1280, the minimum MTU of IPv6 "
+                              "(bridge has an IPv6 address)")
+        elif address_text is None:
             continue
-        network = ipaddress.ip_interface(address_text).network
+        else:
+            problems = list(_address_problems(address_text, bridge.get("mtu"), (*at, "address")))
+            yield from problems
+            if problems:
+                continue
+            network = ipaddress.ip_interface(address_text).network
         for other_id, other in networks:
             if network.version == other.version and network.overlaps(other):
-                yield Problem(json_path((*at, "address")), f"{network} overlaps {other} of overlay {other_id!r}")
+                yield Problem(json_path((*at, key)), f"{network} overlaps {other} of overlay {other_id!r}")
         networks.append((overlay_id, network))
 
 
@@ -625,6 +642,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
         bridge=BridgeConfig(
             name=bridge.get("name", default_bridge_name(overlay_id)),
             address=None if address is None else ipaddress.ip_interface(address),
+            address_pool=None if bridge.get("address_pool") is None else ipaddress.ip_network(bridge["address_pool"]),
             mtu=None if bridge.get("mtu") is None else int(bridge["mtu"]),
             datapath=bridge.get("datapath", BridgeConfig.datapath),
             flow_idle_timeout=int(bridge.get("flow_idle_timeout", BridgeConfig.flow_idle_timeout)),

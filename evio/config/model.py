@@ -18,11 +18,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from evio.config.address_pool import derive_address
+
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 LogDestination = Literal["stderr", "journald", "file"]
 TlsMode = Literal["starttls", "direct"]
 Datapath = Literal["auto", "system", "netdev"]
 InterfaceAddress = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_STATE_DIR = Path("/var/lib/evio")
 BRIDGE_NAME_PREFIX = "evbr-"
@@ -187,9 +190,16 @@ class LimitsConfig:
 class BridgeConfig:
     name: str
     address: InterfaceAddress | None = None
+    address_pool: IPNetwork | None = None  # instead of address: derived from the node id (config/address_pool.py)
     mtu: int | None = None  # None: the tunnels' MTU (evio.node.plan derives it and checks an explicit one)
     datapath: Datapath = "auto"
     flow_idle_timeout: int = 30
+
+    def address_for(self, node_id: int) -> InterfaceAddress | None:
+        """The bridge's address on node `node_id`: the configured one, or the one derived from the pool."""
+        if self.address is not None or self.address_pool is None:
+            return self.address
+        return derive_address(self.address_pool, node_id)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from evio.bridge.commands import BridgeError
 from evio.clock import REAL_CLOCK, Clock
+from evio.config.address_pool import conflicting_peers
 from evio.config.model import TopologyConfig
 from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
@@ -176,6 +177,7 @@ class OverlayStack:
         self._bridge_made = False
         self._controller_started = False
         self.started_at: float | None = None
+        self._conflicts_logged: set[int] = set()
 
     @property
     def overlay(self) -> str:
@@ -289,6 +291,7 @@ class OverlayStack:
         if isinstance(event, LinkUp | LinkDown):
             if isinstance(event, LinkUp):
                 self.link_ups += 1
+                self.address_conflicts()
             else:
                 self.link_downs += 1
             self.last_link_change = self._clock.now()
@@ -424,6 +427,24 @@ class OverlayStack:
 
     # -- status --------------------------------------------------------------------------------
 
+    def address_conflicts(self) -> list[int]:
+        """Members whose address, derived from their node id in `bridge.address_pool`, is this node's.
+
+        Logged once per peer; empty when the address is set in the config (the operator's choice).
+        """
+        bridge = self.plan.config.bridge
+        if bridge.address is not None or bridge.address_pool is None:
+            return []
+        peers = list(self.signaling.peers(self.overlay))
+        conflicts = conflicting_peers(bridge.address_pool, self.node_id, peers)
+        for peer in conflicts:
+            if peer not in self._conflicts_logged:
+                self._conflicts_logged.add(peer)
+                log.error("address conflict overlay=%s: peer %s derives %s from its node id in %s as this node "
+                          "does; set node.id on one of them or use a bigger address_pool", self.overlay,
+                          format_node_id(peer), self.plan.bridge.overlay_address, bridge.address_pool)
+        return conflicts
+
     def status(self) -> dict[str, Any]:
         now = self._clock.now()
         names = self.signaling.peers(self.overlay)
@@ -441,7 +462,8 @@ class OverlayStack:
         return {
             "node_id": format_node_id(self.node_id),
             "bridge": self.bridge.name,
-            "address": str(config.bridge.address) if config.bridge.address is not None else None,
+            "address": self.plan.bridge.overlay_address,
+            "address_conflicts": [format_node_id(p) for p in self.address_conflicts()],
             "datapath": self.plan.datapath,
             "datapath_id": f"{self.plan.datapath_id:016x}",
             "switch_connected": self.switch_connected,

@@ -87,7 +87,8 @@ def plan_node(
         for jid, (signal, overlays) in accounts.items()
     )
     overlay_networks = tuple(
-        str(ov.bridge.address.network) for ov in config.overlays.values() if ov.bridge.address is not None
+        str(address.network) for ov in config.overlays.values()
+        if (address := ov.bridge.address_for(node_id)) is not None
     )
     plans = []
     for index, overlay in enumerate(config.overlays.values()):
@@ -100,7 +101,7 @@ def plan_node(
         bridge = BridgeSpec(
             name=overlay.bridge.name,
             controller_port=controller_port,
-            overlay_address=str(overlay.bridge.address) if overlay.bridge.address is not None else None,
+            overlay_address=str(address) if (address := overlay.bridge.address_for(node_id)) is not None else None,
             mtu=bridge_mtu(overlay, tunnel),
             datapath_id=dpid,
         )

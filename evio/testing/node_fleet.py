@@ -31,14 +31,17 @@ def nid(index: int) -> int:
     return index << 124
 
 
-def fleet_config(index: int, overlays: tuple[str, ...] = ("ov1",), jid: str | None = None) -> Config:
-    """Node `index`'s config: one account, a bridge per overlay with 10.(254-n).0.index/16."""
+def fleet_config(index: int, overlays: tuple[str, ...] = ("ov1",), jid: str | None = None,
+                 address_pool: ipaddress.IPv4Network | None = None) -> Config:
+    """Node `index`'s config: one account, a bridge per overlay with 10.(254-n).0.index/16, or with an
+    address derived from the node id in `address_pool`."""
     overlay_configs = {}
     for n, overlay in enumerate(overlays):
+        address = None if address_pool else ipaddress.IPv4Interface(f"10.{254 - n}.0.{index}/16")
         overlay_configs[overlay] = OverlayConfig(
             id=overlay,
             signal=SignalConfig(jid=jid or f"node{index}@{DOMAIN}", server="127.0.0.1", password="pw"),
-            bridge=BridgeConfig(name=f"evbr-{overlay}", address=ipaddress.IPv4Interface(f"10.{254 - n}.0.{index}/16")),
+            bridge=BridgeConfig(name=f"evbr-{overlay}", address=address, address_pool=address_pool),
         )
     return Config(overlays=overlay_configs, node=NodeConfig(id=nid(index)))
 
@@ -51,6 +54,7 @@ class Fleet:
         controller_factory: ControllerFactory | None = None,
         clock: Clock = REAL_CLOCK,
         setup_delay: float = 0.0,
+        address_pool: ipaddress.IPv4Network | None = None,
     ) -> None:
         self.clock = clock
         self.signal_hub = FakeSignalHub(clock)
@@ -64,7 +68,8 @@ class Fleet:
             platform = FakePlatform(
                 self.signal_hub, self.link_hub, controller_factory=controller_factory, seed=i, clock=clock
             )
-            plan = plan_node(fleet_config(i, overlays), nid(i), controller_port=6653, kernel_module_loaded=False)
+            plan = plan_node(fleet_config(i, overlays, address_pool=address_pool), nid(i), controller_port=6653,
+                             kernel_module_loaded=False)
             self.platforms[i] = platform
             # Freezing the collector's view is process-wide: not the business of one node among several.
             self.nodes[i] = Node(plan, platform, clock=clock, freeze_startup_objects=False)

@@ -87,7 +87,10 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
         stun=tuple(split_host_port(s) for s in nat.stun),
         turn=tuple(turn),
         direct_timeout=nat.direct_timeout,
-        exclude_networks=(str(overlay.bridge.address.network),) if overlay.bridge.address else (),
+        exclude_networks=(
+            (str(overlay.bridge.address.network),) if overlay.bridge.address
+            else (str(overlay.bridge.address_pool),) if overlay.bridge.address_pool else ()
+        ),
     )
     preferred = Cipher(overlay.tunnel.cipher)
     dead_after = overlay.tunnel.dead_after

@@ -8,9 +8,11 @@ the rest repair the ring around it. The fleet runs on a `VirtualClock`.
 
 from __future__ import annotations
 
+import ipaddress
 import random
 from collections.abc import Callable
 
+from evio.ids import format_node_id
 from evio.node.overlay_stack import AdjacencyController, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.overlay.adjacency import LinkState
@@ -25,7 +27,9 @@ FAST = Timings(reevaluate_interval=0.5, membership_debounce=0.05, membership_max
                backoff_base=0.1, orphan_grace=1.0, refused_retry=0.2, stop_release_timeout=0.5)
 
 
-def fleet_with_real_controllers(count: int, setup_delay: float = 0.0) -> Fleet:
+def fleet_with_real_controllers(
+    count: int, setup_delay: float = 0.0, address_pool: ipaddress.IPv4Network | None = None
+) -> Fleet:
     clock = VirtualClock()
 
     def real_controller(plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager) -> AdjacencyController:
@@ -35,7 +39,8 @@ def fleet_with_real_controllers(count: int, setup_delay: float = 0.0) -> Fleet:
         )
         return controller
 
-    return Fleet(count, controller_factory=real_controller, clock=clock, setup_delay=setup_delay)
+    return Fleet(count, controller_factory=real_controller, clock=clock, setup_delay=setup_delay,
+                 address_pool=address_pool)
 
 
 async def until(fleet: Fleet, condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -103,3 +108,22 @@ async def test_stop_while_links_are_being_negotiated_leaves_nothing() -> None:
         platform.sdn.sync()
         assert platform.ovsdb.bridges == {}, f"node{i} left a bridge"
         assert platform.sdn.peer_ports == {} and platform.links_made["ov1"].tunnels() == {}
+
+
+async def test_addresses_from_a_pool_are_set_and_a_collision_is_reported_at_both_nodes() -> None:
+    # nid(i) = i << 124, and 2**124 = 4 (mod 6): in a /29 (6 hosts) nodes 1 and 4 both get .5.
+    pool = ipaddress.IPv4Network("10.9.0.0/29")
+    fleet = fleet_with_real_controllers(4, address_pool=pool)
+    await fleet.start()
+    try:
+        await until(fleet, lambda: ring_closed(fleet, list(fleet.nodes)), 20, "ring")
+        status = {i: fleet.nodes[i].status()["overlays"]["ov1"] for i in fleet.nodes}
+        on_bridges = {i: fleet.platforms[i].ovsdb.bridges["evbr-ov1"].addresses for i in fleet.nodes}
+    finally:
+        await fleet.stop_all()
+    assert {i: s["address"] for i, s in status.items()} == {
+        1: "10.9.0.5/29", 2: "10.9.0.3/29", 3: "10.9.0.1/29", 4: "10.9.0.5/29"}
+    assert on_bridges == {i: [s["address"]] for i, s in status.items()}
+    assert status[1]["address_conflicts"] == [format_node_id(nid(4))]
+    assert status[4]["address_conflicts"] == [format_node_id(nid(1))]
+    assert status[2]["address_conflicts"] == [] and status[3]["address_conflicts"] == []
