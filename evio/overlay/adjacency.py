@@ -27,8 +27,9 @@ successor additions moved ahead of every removal.
 
 `accept_request` is the answer to a peer asking for a link, shared by the
 daemon and the simulator: successor and on-demand requests are accepted;
-long-distance ones only while fewer than `k` links are held by peers alone
-as their long-distance links ("accept as many as you create"); when both
+long-distance ones only while fewer than a cap (2k by default) of links are
+held by peers alone as their long-distance links ("accept as many as you
+create", and then some); when both
 sides asked each other at once, the request from the lower node id wins on
 both sides (as in the original: the higher id accepts, the lower id refuses).
 """
@@ -207,7 +208,7 @@ def diff(
 
 
 class RejectReason(enum.Enum):
-    TOO_MANY_LONG_DISTANCE = "too_many_long_distance"  # the cap of k incoming long-distance links is reached
+    TOO_MANY_LONG_DISTANCE = "too_many_long_distance"  # the cap on incoming long-distance links is reached
     COLLISION = "collision"  # both asked at once and this side's request wins (lower node id)
     ALREADY_LINKED = "already_linked"  # a link to the requester already exists (a stale or repeated request)
     LINK_CLOSING = "link_closing"  # the previous link to the requester is being torn down; ask again later
