@@ -51,12 +51,26 @@ def forward_bounds(node: int, bound: int, neighbours: Iterable[int], ingress: in
     return forward_bounds_ordered(node, bound, sorted_clockwise(node, neighbours), ingress)
 
 
-def forward_bounds_ordered(node: int, bound: int, ordered: Sequence[int], ingress: int | None = None) -> dict[int, int]:
-    """`forward_bounds` for distinct neighbours already sorted clockwise from `node`."""
+def forward_bounds_ordered(
+    node: int,
+    bound: int,
+    ordered: Sequence[int],
+    ingress: int | None = None,
+    distances: Sequence[int] | None = None,
+) -> dict[int, int]:
+    """`forward_bounds` for distinct neighbours already sorted clockwise from `node`.
+
+    `distances`, when given, are their clockwise distances from `node` (a caller
+    flooding many times over the same neighbours computes them once).
+    """
     # Clockwise order makes "strictly inside (node, bound)" the slice from the first
     # neighbour past distance 0 (the node itself) up to the first at or past the bound.
     start = 1 if ordered and ordered[0] == node else 0
-    end = bisect_left(ordered, (bound - node) % RING_SIZE, lo=start, key=lambda n: (n - node) % RING_SIZE)
+    limit = (bound - node) % RING_SIZE
+    if distances is not None:
+        end = bisect_left(distances, limit, lo=start)
+    else:
+        end = bisect_left(ordered, limit, lo=start, key=lambda n: (n - node) % RING_SIZE)
     inside = ordered[start:end]
     if ingress is not None and ingress in inside:
         inside = [n for n in inside if n != ingress]

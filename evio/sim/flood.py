@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from evio.ids import sorted_clockwise
+from evio.ids import RING_SIZE, sorted_clockwise
 from evio.sdn.flooding_bounds import forward_bounds_ordered, root_bounds_ordered
 
 
@@ -41,7 +41,7 @@ class FloodGraph:
     symmetric) and only between nodes in `alive` (all nodes when None).
     """
 
-    __slots__ = ("live", "_ordered")
+    __slots__ = ("live", "_ordered", "_distances")
 
     def __init__(self, adjacency: Mapping[int, Collection[int]], alive: Collection[int] | None = None) -> None:
         self.live: frozenset[int] = frozenset(adjacency if alive is None else alive)
@@ -51,10 +51,17 @@ class FloodGraph:
             n: sorted_clockwise(n, (p for p in adjacency.get(n, empty) if p in live and n in adjacency.get(p, empty)))
             for n in live
         }
+        self._distances: dict[int, list[int]] = {
+            n: [(p - n) % RING_SIZE for p in ordered] for n, ordered in self._ordered.items()
+        }
 
     def neighbours(self, node: int) -> list[int]:
         """Usable neighbours of `node`, clockwise from it."""
         return self._ordered.get(node, [])
+
+    def distances(self, node: int) -> list[int]:
+        """Clockwise distances from `node` of `neighbours(node)`, in the same order."""
+        return self._distances.get(node, [])
 
 
 def flood(
@@ -77,6 +84,7 @@ def flood(
         if node in hops:
             continue  # a duplicate: counted, not forwarded again
         hops[node] = hops[sender] + 1
-        for peer, next_bound in forward_bounds_ordered(node, bound, graph.neighbours(node), sender).items():
+        handed = forward_bounds_ordered(node, bound, graph.neighbours(node), sender, graph.distances(node))
+        for peer, next_bound in handed.items():
             queue.append((peer, next_bound, node))
     return result

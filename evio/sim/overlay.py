@@ -25,7 +25,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evio.config.model import LogForm, TopologyConfig
 from evio.ids import RING_SIZE
@@ -45,6 +45,16 @@ from evio.overlay.adjacency import (
 from evio.overlay.symphony import Ring, select_links
 
 _log = logging.getLogger(__name__)
+
+
+# Links are immutable values of which there are only nine: share them instead of building
+# one per request (millions at n = 10^5).
+# Keyed by identity: an enum member's own hash is computed in Python, slowly.
+_LINKS = {(id(t), id(st)): Link(t, st) for t in LinkType for st in LinkState}
+
+
+def _link(link_type: LinkType, state: LinkState) -> Link:
+    return _LINKS[id(link_type), id(state)]
 
 
 class SimError(ValueError):
@@ -99,6 +109,13 @@ class SymphonyOverlay:
         # Per node, `Adjacency.incoming_long_distance_only` of its view, kept up to date on every
         # change instead of recounted per request (the recount dominated large builds).
         self._ld_only: dict[int, int] = {nid: 0 for nid in self.members}
+        # Each node's view, made once: it reads the live mappings and the running count.
+        self._views: dict[int, _CountedAdjacency] = {
+            nid: _CountedAdjacency(
+                _WithPending(self._holds[nid], self._pending[nid]), self._incoming[nid], self._ld_only, nid
+            )
+            for nid in self.members
+        }
         self._topology = params.topology()
         self._ring = Ring(self.members)
         # Nodes that may want a change. The rest hold exactly the links of their last
@@ -120,11 +137,7 @@ class SymphonyOverlay:
 
     def view(self, nid: int) -> Adjacency:
         """What node `nid` knows of its links, including its own unanswered requests (as pending)."""
-        # Live mappings, not copies: views are read at once and never kept.
-        holds = self._holds[nid]
-        pending = self._pending[nid]
-        outgoing: Mapping[int, Link] = _WithPending(holds, pending) if pending else holds
-        return _CountedAdjacency(outgoing, self._incoming[nid], self._ld_only[nid])
+        return self._views[nid]
 
     def adjacency(self) -> dict[int, set[int]]:
         """Symmetric graph of links that are up, for flooding."""
@@ -135,6 +148,12 @@ class SymphonyOverlay:
                     graph[holder].add(peer)
                     graph[peer].add(holder)
         return graph
+
+    def held_links(self) -> Iterator[tuple[int, int, Link]]:
+        """(holder, peer, link) for every link held, by either end."""
+        for holder, links in self._holds.items():
+            for peer, link in links.items():
+                yield holder, peer, link
 
     def held_counts(self) -> Counter[LinkType]:
         """How many links are held, by the holder's type (a link held by both ends counts twice)."""
@@ -158,7 +177,8 @@ class SymphonyOverlay:
                 self._ring, nid, s, k, self.params.log_form, self._rng, keep=keep, exclude=self._excluded[nid]
             )
             desired = desired_links(selection)
-            ops = diff(nid, self.view(nid), desired, s)
+            # No request is in flight between rounds: the held links are the whole outgoing view.
+            ops = diff(nid, Adjacency(self._holds[nid], self._incoming[nid]), desired, s)
             decisions.append((nid, ops))
             if len(selection.long_distance) < k:
                 unsettled.add(nid)  # draws again next round
@@ -184,13 +204,13 @@ class SymphonyOverlay:
             decision = accept_request(target, requester, link_type, self.view(target), cap)
             if decision.accepted:
                 self._drop_pending(requester, target)
-                self._hold(requester, target, Link(link_type, LinkState.PENDING))
+                self._hold(requester, target, _link(link_type, LinkState.PENDING))
                 operations += 1
                 if decision.replaces_pending:
                     # The target's own request to the requester is dropped; it holds this link instead.
                     own = self._drop_pending(target, requester)
                     assert own is not None
-                    self._hold(target, requester, Link(own, LinkState.PENDING))
+                    self._hold(target, requester, _link(own, LinkState.PENDING))
                     self._unsettled.add(target)
                     operations += 1
             elif decision.reason is RejectReason.COLLISION:
@@ -210,7 +230,8 @@ class SymphonyOverlay:
         for holder, peer in self._connecting:
             link = self._holds[holder].get(peer)
             if link is not None and link.state is LinkState.PENDING:
-                self._hold(holder, peer, Link(link.type, LinkState.UP))
+                # Same type, same holder: the cap counts do not change.
+                self._holds[holder][peer] = self._incoming[peer][holder] = _link(link.type, LinkState.UP)
         self._connecting.clear()
         # A node whose operations left it holding exactly its wish is done (see _unsettled).
         for nid, desired in wanted:
@@ -242,7 +263,8 @@ class SymphonyOverlay:
                 self._release(holder, nid)
         for nid in gone:
             self.members.discard(nid)
-            del self._holds[nid], self._incoming[nid], self._pending[nid], self._excluded[nid], self._ld_only[nid]
+            del self._holds[nid], self._incoming[nid], self._pending[nid], self._excluded[nid]
+            del self._ld_only[nid], self._views[nid]
         for excluded in self._excluded.values():
             excluded.clear()  # membership changed: everyone may be asked again
         self._ring = Ring(self.members)
@@ -258,9 +280,9 @@ class SymphonyOverlay:
         holds = self._holds[holder]
         old = holds.get(peer)
         was_ld = old is not None and old.type is LinkType.LONG_DISTANCE
-        if was_ld is not (link.type is LinkType.LONG_DISTANCE):
-            if holder not in self._holds[peer] and holder not in self._pending[peer]:
-                self._ld_only[peer] += -1 if was_ld else 1
+        changes = was_ld is not (link.type is LinkType.LONG_DISTANCE)
+        if changes and holder not in self._holds[peer] and holder not in self._pending[peer]:
+            self._ld_only[peer] += -1 if was_ld else 1
         if old is None and peer not in self._pending[holder]:
             theirs = self._incoming[holder].get(peer)
             if theirs is not None and theirs.type is LinkType.LONG_DISTANCE:
@@ -302,23 +324,24 @@ class SymphonyOverlay:
     def _retype(self, holder: int, op: ChangeType) -> int:
         held = self._holds[holder].get(op.peer)
         if held is not None:
-            self._hold(holder, op.peer, Link(op.new, held.state))
+            self._hold(holder, op.peer, _link(op.new, held.state))
             return 1
         theirs = self._holds[op.peer].get(holder)
         if theirs is None:
             return 0  # the peer let go in this same round; the next round asks afresh
-        self._hold(holder, op.peer, Link(op.new, theirs.state))
+        self._hold(holder, op.peer, _link(op.new, theirs.state))
         return 1
 
 
 @dataclass(frozen=True)
 class _CountedAdjacency(Adjacency):
-    """A view whose cap count is the simulator's running count; `test_sim` holds it equal to the recount."""
+    """A live view whose cap count is the simulator's running count; `test_sim` holds it equal to the recount."""
 
-    ld_only: int = 0
+    counts: Mapping[int, int] = field(default_factory=dict)
+    nid: int = 0
 
     def incoming_long_distance_only(self) -> int:
-        return self.ld_only
+        return self.counts[self.nid]
 
 
 class _WithPending(Mapping[int, Link]):
@@ -333,14 +356,14 @@ class _WithPending(Mapping[int, Link]):
     def __getitem__(self, peer: int) -> Link:
         link_type = self._pending.get(peer)
         if link_type is not None:
-            return Link(link_type, LinkState.PENDING)
+            return _link(link_type, LinkState.PENDING)
         return self._holds[peer]
 
     def get(self, peer: int, default: Link | None = None) -> Link | None:  # type: ignore[override]
         # Mapping.get goes through __getitem__ and a KeyError: too slow for every request.
         link_type = self._pending.get(peer)
         if link_type is not None:
-            return Link(link_type, LinkState.PENDING)
+            return _link(link_type, LinkState.PENDING)
         return self._holds.get(peer, default)
 
     def __contains__(self, peer: object) -> bool:

@@ -90,28 +90,30 @@ def broadcast_stats(
     graph = FloodGraph(adjacency, alive)  # neighbours sorted once for all the roots
     live = graph.live
     expected = exactly_once = duplicated = missed = 0
-    hop_sum: Counter[int] = Counter()
-    hop_count: Counter[int] = Counter()
+    hop_sum: dict[int, int] = {}
+    hop_count: dict[int, int] = {}
     longest: dict[int, int] = {}
     for root in roots:
         result = flood(graph, root)
-        for node in live:
+        receivers = len(live) - (1 if root in live else 0)
+        expected += receivers
+        heard = 0
+        hops_of = result.hops
+        # Only nodes that got a copy are visited: the rest of the receivers missed it.
+        for node, copies in result.receipts.items():
             if node == root:
                 continue
-            expected += 1
-            copies = result.receipts.get(node, 0)
-            if copies == 0:
-                missed += 1
-                continue
+            heard += 1
             if copies == 1:
                 exactly_once += 1
             else:
                 duplicated += 1
-            hops = result.hops[node]
-            hop_sum[node] += hops
-            hop_count[node] += 1
+            hops = hops_of[node]
+            hop_sum[node] = hop_sum.get(node, 0) + hops
+            hop_count[node] = hop_count.get(node, 0) + 1
             if hops > longest.get(node, 0):
                 longest[node] = hops
+        missed += receivers - heard
     per_node = [hop_sum[node] / hop_count[node] for node in hop_count]
     mean = sum(per_node) / len(per_node) if per_node else 0.0
     return BroadcastStats(len(roots), expected, exactly_once, duplicated, missed, mean, longest)

@@ -55,7 +55,16 @@ def test_bisected_forward_bounds_equal_the_filter_definition(
         ingress = neighbours[ingress % len(neighbours)]  # often one of the neighbours, as in a real flood
     expected = _forward_reference(node, bound, neighbours, ingress)
     assert forward_bounds(node, bound, neighbours, ingress) == expected
-    assert forward_bounds_ordered(node, bound, sorted_clockwise(node, neighbours), ingress) == expected
+    ordered = sorted_clockwise(node, neighbours)
+    assert forward_bounds_ordered(node, bound, ordered, ingress) == expected
+    distances = [(n - node) % (MAX_NODE_ID + 1) for n in ordered]
+    assert forward_bounds_ordered(node, bound, ordered, ingress, distances) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(origin=_ids, nids=st.lists(_ids, max_size=40))
+def test_sorted_clockwise_is_the_order_of_clockwise_distance(origin: int, nids: list[int]) -> None:
+    assert sorted_clockwise(origin, nids) == sorted(set(nids), key=lambda n: (n - origin) % (MAX_NODE_ID + 1))
 
 
 @settings(max_examples=200, deadline=None)

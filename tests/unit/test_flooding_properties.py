@@ -124,8 +124,10 @@ def recording_bounds() -> Iterator[list[Handout]]:
         handouts.append(Handout(root, root, handed))
         return handed
 
-    def forward_bounds(node: int, bound: int, neighbours: list[int], ingress: int | None = None) -> dict[int, int]:
-        handed = flooding_bounds.forward_bounds_ordered(node, bound, neighbours, ingress)
+    def forward_bounds(
+        node: int, bound: int, neighbours: list[int], ingress: int | None = None, distances: list[int] | None = None
+    ) -> dict[int, int]:
+        handed = flooding_bounds.forward_bounds_ordered(node, bound, neighbours, ingress, distances)
         handouts.append(Handout(node, bound, handed))
         return handed
 
@@ -310,9 +312,11 @@ def test_broken_bounds_would_be_caught() -> None:
         link(adj, nodes[i], nodes[(i + 1) % 4])
     link(adj, 0, 20)
 
-    def unbounded(node: int, bound: int, neighbours: list[int], ingress: int | None = None) -> dict[int, int]:
+    def unbounded(
+        node: int, bound: int, neighbours: list[int], ingress: int | None = None, distances: list[int] | None = None
+    ) -> dict[int, int]:
         everything_but_itself = (node - 1) % RING_SIZE
-        return flooding_bounds.forward_bounds_ordered(node, everything_but_itself, neighbours, ingress)
+        return flooding_bounds.forward_bounds_ordered(node, everything_but_itself, neighbours, ingress, distances)
 
     with mock.patch.object(flood_module, "forward_bounds_ordered", unbounded):
         assert flood(adj, 0).duplicates > 0
