@@ -223,8 +223,9 @@ class SymphonyOverlay:
                 rejected += 1
                 if link_type is LinkType.LONG_DISTANCE:
                     self._excluded[requester].add(target)
+        pending = self._pending
         for requester, target, _ in requests:
-            if self._drop_pending(requester, target) is not None:
+            if target in pending[requester] and self._drop_pending(requester, target) is not None:
                 self._unsettled.add(requester)  # unanswered (cannot happen today): ask again next round
         # End of round: the new tunnels are connected.
         for holder, peer in self._connecting:
