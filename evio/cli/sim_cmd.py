@@ -113,10 +113,11 @@ def _single(args: argparse.Namespace, log_form: LogForm) -> None:
     t0 = time.perf_counter()
     built = build_overlay(n, params, rng)
     overlay = built.overlay
-    print()
-    print(_overlay_line(overlay, built.settled, time.perf_counter() - t0))
-
+    seconds = time.perf_counter() - t0
     adjacency = overlay.adjacency()
+    print()
+    print(_overlay_line(overlay, adjacency, built.settled, seconds))
+
     roots = choose_roots(adjacency, _root_count(args.roots, n), rng)
     t0 = time.perf_counter()
     stats = broadcast_stats(adjacency, roots)
@@ -150,11 +151,11 @@ def ring_picture(overlay: SymphonyOverlay, title: str) -> RingPicture:
     return RingPicture(tuple(names[nid] for nid in ordered), merge_links(links), title)
 
 
-def _overlay_line(overlay: SymphonyOverlay, settled: bool, seconds: float) -> str:
+def _overlay_line(overlay: SymphonyOverlay, adjacency: dict[int, set[int]], settled: bool, seconds: float) -> str:
     held = overlay.held_counts()
     k = overlay.long_distance_count()
     wanted = k * len(overlay.members)
-    degree = sum(len(peers) for peers in overlay.adjacency().values()) / max(1, len(overlay.members))
+    degree = sum(len(peers) for peers in adjacency.values()) / max(1, len(overlay.members))
     state = f"stable after {overlay.rounds} rounds" if settled else f"still settling after {overlay.rounds} rounds"
     refused = ", ".join(f"{count} {reason.value}" for reason, count in sorted(overlay.rejections.items(), key=str))
     return (
