@@ -16,7 +16,7 @@ each node's longest path (Table 1's quantity), beside the paper's ~1/2 log2 n.
 The shortest path over the lab's links (BFS) is printed too: Bounded Flood
 follows clockwise arcs, so its paths may be longer than the shortest.
 Writes the histogram of path lengths (lab beside simulator) to --plot, and the
-live overlay (Fig. 3) of each lab to --svg-dir.
+live overlay (Fig. 3) of each lab to --svg-dir (SVG and PNG).
 """
 
 from __future__ import annotations
@@ -232,8 +232,9 @@ def main() -> int:
                                    f"gaps {topo.ring_gaps()}")  # fmt: skip
                 if args.svg_dir is not None:
                     args.svg_dir.mkdir(parents=True, exist_ok=True)
-                    draw_ring(ring_picture(topo, f"evio lab, {n} nodes: the live overlay"),
-                              args.svg_dir / f"e7_lab{n}.svg")  # fmt: skip
+                    picture = ring_picture(topo, f"evio lab, {n} nodes: the live overlay")
+                    for suffix in (".svg", ".png"):
+                        draw_ring(picture, args.svg_dir / f"e7_lab{n}{suffix}")
                 measured.append(measure_lab(lab))
                 measured.append(shortest_paths(topo))
             finally:
