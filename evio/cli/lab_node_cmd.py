@@ -1,6 +1,8 @@
 """`evio lab` commands for a lab of full nodes (started by `evio lab up` without --no-daemons).
 
-    evio lab topology [--name NAME] [--wait SECONDS] [--json]   each node's links by type; is the ring closed?
+    evio lab topology [--name NAME] [--wait SECONDS] [--json] [--svg FILE]
+                                                                  each node's links by type; is the ring closed?
+                                                                  (--svg: draw it as the paper's Fig. 3, .svg or .png)
     evio lab ping A B [--count N]                                 ping B's overlay address from A
     evio lab pingall [--count N]                                  every ordered pair, a summary
     evio lab arping A B [--count N]                               ARP for B's overlay address on A's bridge
@@ -19,6 +21,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from evio.cli.lab_cmd import add_name_option, attach, reports_lab_errors
@@ -26,6 +29,7 @@ from evio.lab.daemons import Topology, format_topology
 from evio.lab.errors import LabError
 from evio.lab.lab import Lab, NodeInfo
 from evio.lab.node_config import bridge_name
+from evio.plots.ring import PlotError, RingLink, RingPicture, draw_ring, merge_links
 
 IPERF_PORT = 5201
 
@@ -36,6 +40,8 @@ def register(lab_sub: Any) -> None:
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="wait up to SECONDS for successor links to close the ring")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--svg", type=Path, default=None, metavar="FILE",
+                   help="also draw the overlay as the paper's Fig. 3 into FILE (.svg or .png)")
     p.set_defaults(handler=reports_lab_errors(topology_command))
 
     p = lab_sub.add_parser("ping", help="ping node B's overlay address from node A")
@@ -100,7 +106,23 @@ def topology_command(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         print_topology(lab, topo)
+    if args.svg is not None:
+        try:
+            draw_ring(ring_picture(topo, f"evio lab {lab.name}: the live overlay"), args.svg)
+        except PlotError as exc:
+            raise LabError(str(exc)) from None
+        if not args.json:
+            print(f"picture: {args.svg}")
     return 0 if closed else 1
+
+
+def ring_picture(topo: Topology, title: str) -> RingPicture:
+    """The lab's overlay as the daemons report it: relayed when a tunnel's path is TURN."""
+    links = [
+        RingLink(l.node, l.peer, l.type, relayed=l.path == "relay", up=l.state == "up" and topo.adjacent(l.node, l.peer))
+        for l in topo.links
+    ]
+    return RingPicture(topo.order, merge_links(links), title)
 
 
 def wait_ring(lab: Lab, timeout: float) -> tuple[Topology, bool]:

@@ -12,10 +12,12 @@ import argparse
 import math
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 from evio.config.model import LogForm, default_long_distance
-from evio.overlay.adjacency import LinkType
+from evio.overlay.adjacency import LinkState, LinkType
+from evio.plots.ring import MAX_DRAWN_NODES, PlotError, RingLink, RingPicture, draw_ring, merge_links
 from evio.sim.overlay import OverlayParams, SimError, SymphonyOverlay, build_overlay
 from evio.sim.stats import (
     DELIVERY_BUDGET,
@@ -70,12 +72,18 @@ def register(sub: Any) -> None:
         "--sweep", type=_sizes, default=None, metavar="N1,N2,...",
         help="print mean path length vs n (Fig. 7) for these sizes instead of one overlay",
     )
+    parser.add_argument(
+        "--svg", type=Path, default=None, metavar="FILE",
+        help=f"draw the built overlay as the paper's Fig. 3 (FILE.svg or FILE.png; n <= {MAX_DRAWN_NODES})",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     log_form = LogForm(args.log_form)
+    if args.svg is not None and (args.sweep or args.nodes > MAX_DRAWN_NODES):
+        raise SystemExit(f"evio sim: --svg draws one overlay of at most {MAX_DRAWN_NODES} nodes")
     try:
         if args.sweep:
             _sweep(args, log_form)
@@ -105,10 +113,11 @@ def _single(args: argparse.Namespace, log_form: LogForm) -> None:
     t0 = time.perf_counter()
     built = build_overlay(n, params, rng)
     overlay = built.overlay
-    print()
-    print(_overlay_line(overlay, built.settled, time.perf_counter() - t0))
-
+    seconds = time.perf_counter() - t0
     adjacency = overlay.adjacency()
+    print()
+    print(_overlay_line(overlay, adjacency, built.settled, seconds))
+
     roots = choose_roots(adjacency, _root_count(args.roots, n), rng)
     t0 = time.perf_counter()
     stats = broadcast_stats(adjacency, roots)
@@ -117,16 +126,36 @@ def _single(args: argparse.Namespace, log_form: LogForm) -> None:
     if len(roots) < n:
         print("  (maxima below are over the sampled roots only; use --roots all for the full table)")
     _print_table_1(n, stats)
+    if args.svg is not None:
+        title = f"evio sim: n={n}, s={args.successors}, k={k}, {log_form.value}, seed={args.seed}"
+        try:
+            draw_ring(ring_picture(overlay, title), args.svg)
+        except PlotError as exc:
+            raise SystemExit(f"evio sim: {exc}") from None
+        print(f"\npicture    {args.svg}")
 
     if args.failed > 0:
         _print_failure(args, overlay, rng)
 
 
-def _overlay_line(overlay: SymphonyOverlay, settled: bool, seconds: float) -> str:
+def ring_picture(overlay: SymphonyOverlay, title: str) -> RingPicture:
+    """The simulated overlay as a ring picture; nodes named by their id's first hex digits."""
+    ordered = sorted(overlay.members)
+    names = {nid: f"{nid:032x}"[:6] for nid in ordered}
+    if len(set(names.values())) < len(names):
+        names = {nid: f"{nid:032x}" for nid in ordered}
+    links = [
+        RingLink(names[holder], names[peer], link.type.value, up=link.state is LinkState.UP)
+        for holder, peer, link in overlay.held_links()
+    ]
+    return RingPicture(tuple(names[nid] for nid in ordered), merge_links(links), title)
+
+
+def _overlay_line(overlay: SymphonyOverlay, adjacency: dict[int, set[int]], settled: bool, seconds: float) -> str:
     held = overlay.held_counts()
     k = overlay.long_distance_count()
     wanted = k * len(overlay.members)
-    degree = sum(len(peers) for peers in overlay.adjacency().values()) / max(1, len(overlay.members))
+    degree = sum(len(peers) for peers in adjacency.values()) / max(1, len(overlay.members))
     state = f"stable after {overlay.rounds} rounds" if settled else f"still settling after {overlay.rounds} rounds"
     refused = ", ".join(f"{count} {reason.value}" for reason, count in sorted(overlay.rejections.items(), key=str))
     return (

@@ -151,7 +151,7 @@ class TopologyConfig:
     successors: int = 2
     long_distance: int | None = None  # None: floor(log2(n))
     log_form: LogForm = LogForm.LN
-    max_incoming_long_distance: int | None = None  # None: same as long-distance links created
+    max_incoming_long_distance: int | None = None  # None: twice the long-distance links created (Symphony's 2k)
     max_incoming_successors: int | None = None  # None: 2 * successors + 2
     max_incoming_on_demand: int = 8
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
@@ -163,9 +163,18 @@ class TopologyConfig:
         return default_long_distance(overlay_size)
 
     def incoming_long_distance_cap(self, overlay_size: int) -> int:
+        """Most links a node accepts as peers' long-distance links: 2k unless configured.
+
+        At k, when every node wants k, demand equals supply: the last free
+        slots are found only by chance and the overlay keeps asking (the
+        simulator at n = 10^4: 121 links still unplaced and 86 809 refusals
+        after 100 rounds). Symphony's own bound is 2k: the same n settles in 3
+        rounds with 11 refusals; the mean degree is unchanged, since each node
+        still creates k (docs/design.md, "Link negotiation").
+        """
         if self.max_incoming_long_distance is not None:
             return self.max_incoming_long_distance
-        return self.long_distance_for(overlay_size)
+        return 2 * self.long_distance_for(overlay_size)
 
     def incoming_successor_cap(self) -> int:
         """Predecessors that may hold us as a successor: s of them in a stable ring, a few more while it moves."""

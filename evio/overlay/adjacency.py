@@ -27,10 +27,10 @@ successor additions moved ahead of every removal.
 
 `accept_request` is the answer to a peer asking for a link, shared by the
 daemon and the simulator: long-distance requests are accepted only while
-fewer than `k` links are held by peers alone as their long-distance links
-("accept as many as you create"); successor and on-demand requests under
-caps of their own (every peer is untrusted: no type of incoming link may
-grow without bound); when both
+fewer than a cap (2k by default) of links are held by peers alone as their
+long-distance links ("accept as many as you create", and then some);
+successor and on-demand requests under caps of their own (every peer is
+untrusted: no type of incoming link may grow without bound); when both
 sides asked each other at once, the request from the lower node id wins on
 both sides (as in the original: the higher id accepts, the lower id refuses).
 """
@@ -41,7 +41,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from evio.ids import clockwise_distance
+from evio.ids import RING_SIZE, clockwise_distance
 from evio.overlay.symphony import Selection
 
 
@@ -134,7 +134,7 @@ def diff(
     """
 
     def clockwise(peers: list[int]) -> list[int]:
-        return sorted(peers, key=lambda p: clockwise_distance(self_id, p))
+        return sorted(peers, key=lambda p: (p - self_id) % RING_SIZE)  # clockwise_distance, inlined
 
     to_successor: list[LinkOperation] = []
     add_successor: list[LinkOperation] = []
@@ -211,7 +211,7 @@ def diff(
 
 
 class RejectReason(enum.Enum):
-    TOO_MANY_LONG_DISTANCE = "too_many_long_distance"  # the cap of k incoming long-distance links is reached
+    TOO_MANY_LONG_DISTANCE = "too_many_long_distance"  # the cap on incoming long-distance links is reached
     COLLISION = "collision"  # both asked at once and this side's request wins (lower node id)
     ALREADY_LINKED = "already_linked"  # a link to the requester already exists (a stale or repeated request)
     LINK_CLOSING = "link_closing"  # the previous link to the requester is being torn down; ask again later

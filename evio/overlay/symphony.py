@@ -157,10 +157,13 @@ def select_links(
             long_distance.append(peer)
             taken.add(peer)
     draws = DRAWS_PER_LINK * (wanted - len(long_distance))
+    log_n = log_form.log(n)
     while draws > 0 and len(long_distance) < wanted:
         draws -= 1
+        # Eq. (1) as in draw_offset, with log n taken once per selection (simulations draw millions).
+        offset = n * math.exp(log_n * (rng.random() - 1.0))
         # The closest peer not beyond the target: ranks are dense, so it is the one at floor(offset).
-        distance = math.floor(draw_offset(n, log_form, rng) + _FLOOR_EPSILON)
+        distance = math.floor(offset + _FLOOR_EPSILON)
         peer = ids[(origin + distance) % n]
         if distance >= d_c and peer not in taken and peer not in exclude:
             long_distance.append(peer)

@@ -8,16 +8,22 @@ is responsible for `[q, b)`: it forwards to its neighbours strictly inside
 Because the arcs handed out never overlap, no node can receive the same
 broadcast twice on any graph; with every node linked to its clockwise
 successor, every node receives it exactly once.
+
+The `*_ordered` forms take the neighbours already in clockwise order from the
+node (`evio.ids.sorted_clockwise`): the neighbours strictly inside `(q, b)`
+are then a prefix of that list, found by bisection. The unordered forms sort
+and call them, so the switch and the simulator run the same code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
 
-from evio.ids import sorted_clockwise, strictly_between
+from evio.ids import RING_SIZE, sorted_clockwise
 
 
-def _chain(ordered: list[int], last_bound: int) -> dict[int, int]:
+def _chain(ordered: Sequence[int], last_bound: int) -> dict[int, int]:
     bounds = {}
     for i, nid in enumerate(ordered):
         bounds[nid] = ordered[i + 1] if i + 1 < len(ordered) else last_bound
@@ -26,7 +32,13 @@ def _chain(ordered: list[int], last_bound: int) -> dict[int, int]:
 
 def root_bounds(root: int, neighbours: Iterable[int]) -> dict[int, int]:
     """Bounds for a broadcast originating here: neighbour id -> bound id."""
-    ordered = [n for n in sorted_clockwise(root, neighbours) if n != root]
+    return root_bounds_ordered(root, sorted_clockwise(root, neighbours))
+
+
+def root_bounds_ordered(root: int, ordered: Sequence[int]) -> dict[int, int]:
+    """`root_bounds` for distinct neighbours already sorted clockwise from `root`."""
+    if ordered and ordered[0] == root:  # sorted clockwise, the root itself can only come first
+        ordered = ordered[1:]
     return _chain(ordered, root)
 
 
@@ -36,7 +48,30 @@ def forward_bounds(node: int, bound: int, neighbours: Iterable[int], ingress: in
     Only neighbours strictly inside (node, bound) receive it; the neighbour it
     came from (`ingress`) never does.
     """
-    ordered = [
-        n for n in sorted_clockwise(node, neighbours) if n != ingress and strictly_between(n, node, bound)
-    ]
-    return _chain(ordered, bound)
+    return forward_bounds_ordered(node, bound, sorted_clockwise(node, neighbours), ingress)
+
+
+def forward_bounds_ordered(
+    node: int,
+    bound: int,
+    ordered: Sequence[int],
+    ingress: int | None = None,
+    distances: Sequence[int] | None = None,
+) -> dict[int, int]:
+    """`forward_bounds` for distinct neighbours already sorted clockwise from `node`.
+
+    `distances`, when given, are their clockwise distances from `node` (a caller
+    flooding many times over the same neighbours computes them once).
+    """
+    # Clockwise order makes "strictly inside (node, bound)" the slice from the first
+    # neighbour past distance 0 (the node itself) up to the first at or past the bound.
+    start = 1 if ordered and ordered[0] == node else 0
+    limit = (bound - node) % RING_SIZE
+    if distances is not None:
+        end = bisect_left(distances, limit, lo=start)
+    else:
+        end = bisect_left(ordered, limit, lo=start, key=lambda n: (n - node) % RING_SIZE)
+    inside = ordered[start:end]
+    if ingress is not None and ingress in inside:
+        inside = [n for n in inside if n != ingress]
+    return _chain(inside, bound)

@@ -4,7 +4,7 @@ Every node knows every live member (as signaling presence tells the daemon)
 and, each round, does what the overlay controller does: `select_links` over the
 ring, `diff` against its current links, then carries the operations out.
 Requests are answered by the target with `accept_request`, under the same
-limits as the daemon (incoming long-distance links capped at the target's k).
+limits as the daemon (incoming long-distance links capped by the config model's rule, 2k).
 
 A round has two phases so that "both sides ask at once" really happens:
 every node decides from the state at the start of the round and sends its
@@ -25,9 +25,9 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from evio.config.model import LogForm, default_long_distance
+from evio.config.model import LogForm, TopologyConfig
 from evio.ids import RING_SIZE
 from evio.overlay.adjacency import (
     AddLink,
@@ -47,6 +47,16 @@ from evio.overlay.symphony import Ring, select_links
 _log = logging.getLogger(__name__)
 
 
+# Links are immutable values of which there are only nine: share them instead of building
+# one per request (millions at n = 10^5).
+# Keyed by identity: an enum member's own hash is computed in Python, slowly.
+_LINKS = {(id(t), id(st)): Link(t, st) for t in LinkType for st in LinkState}
+
+
+def _link(link_type: LinkType, state: LinkState) -> Link:
+    return _LINKS[id(link_type), id(state)]
+
+
 class SimError(ValueError):
     """Simulator parameters that cannot work."""
 
@@ -57,6 +67,16 @@ class OverlayParams:
     long_distance: int | None = None  # None: floor(log2 n) of the current membership
     log_form: LogForm = LogForm.LN
     max_rounds: int = 100
+    max_incoming_long_distance: int | None = None  # None: the daemon's default (the config model's rule)
+
+    def topology(self) -> TopologyConfig:
+        """The daemon's topology settings these parameters stand for: k and the incoming cap come from it."""
+        return TopologyConfig(
+            successors=self.successors,
+            long_distance=self.long_distance,
+            log_form=self.log_form,
+            max_incoming_long_distance=self.max_incoming_long_distance,
+        )
 
 
 @dataclass(frozen=True)
@@ -86,9 +106,22 @@ class SymphonyOverlay:
         self._connecting: list[tuple[int, int]] = []  # (holder, peer) of links that come up at the round's end
         self._pending: dict[int, dict[int, LinkType]] = {nid: {} for nid in self.members}  # requests in flight
         self._excluded: dict[int, set[int]] = {nid: set() for nid in self.members}
+        # Per node, `Adjacency.incoming_long_distance_only` of its view, kept up to date on every
+        # change instead of recounted per request (the recount dominated large builds).
+        self._ld_only: dict[int, int] = {nid: 0 for nid in self.members}
+        # Each node's view, made once: it reads the live mappings and the running count.
+        self._views: dict[int, _CountedAdjacency] = {
+            nid: _CountedAdjacency(
+                _WithPending(self._holds[nid], self._pending[nid]), self._incoming[nid], self._ld_only, nid
+            )
+            for nid in self.members
+        }
+        self._topology = params.topology()
         self._ring = Ring(self.members)
-        # Nodes that may want a change: the rest hold exactly what they would select again
-        # (all s successors, k valid long-distance links, ring unchanged), so their diff is empty.
+        # Nodes that may want a change. The rest hold exactly the links of their last
+        # selection, with k long-distance ones, all up: while the ring is unchanged they
+        # would keep every one without a draw and their diff would be empty, and other
+        # nodes' moves cannot change what a node holds. So only these are evaluated.
         self._unsettled: set[int] = set(self.members)
         self.rounds = 0
         self.rejections: Counter[RejectReason] = Counter()
@@ -96,16 +129,15 @@ class SymphonyOverlay:
     # -- views -------------------------------------------------------------
 
     def long_distance_count(self) -> int:
-        k = self.params.long_distance
-        return default_long_distance(len(self.members)) if k is None else k
+        return self._topology.long_distance_for(len(self.members))
+
+    def incoming_cap(self) -> int:
+        """Most links a node accepts as peers' long-distance links (the daemon's rule, from the config model)."""
+        return self._topology.incoming_long_distance_cap(len(self.members))
 
     def view(self, nid: int) -> Adjacency:
         """What node `nid` knows of its links, including its own unanswered requests (as pending)."""
-        # Live mappings, not copies: views are read at once and never kept.
-        holds = self._holds[nid]
-        pending = self._pending[nid]
-        outgoing: Mapping[int, Link] = _WithPending(holds, pending) if pending else holds
-        return Adjacency(outgoing, self._incoming[nid])
+        return self._views[nid]
 
     def adjacency(self) -> dict[int, set[int]]:
         """Symmetric graph of links that are up, for flooding."""
@@ -117,6 +149,12 @@ class SymphonyOverlay:
                     graph[peer].add(holder)
         return graph
 
+    def held_links(self) -> Iterator[tuple[int, int, Link]]:
+        """(holder, peer, link) for every link held, by either end."""
+        for holder, links in self._holds.items():
+            for peer, link in links.items():
+                yield holder, peer, link
+
     def held_counts(self) -> Counter[LinkType]:
         """How many links are held, by the holder's type (a link held by both ends counts twice)."""
         return Counter(link.type for links in self._holds.values() for link in links.values())
@@ -126,25 +164,31 @@ class SymphonyOverlay:
     def run_round(self) -> RoundResult:
         s = self.params.successors
         k = self.long_distance_count()
+        cap = self.incoming_cap()
         operations = 0
         requests: list[tuple[int, int, LinkType]] = []
         # Phase 1: every node decides from the state at the start of the round.
         decisions = []
+        wanted: list[tuple[int, dict[int, LinkType]]] = []  # nodes whose diff was not empty, and their wish
         unsettled: set[int] = set()
         for nid in sorted(self._unsettled):
             keep = [p for p, link in self._holds[nid].items() if link.type is LinkType.LONG_DISTANCE]
             selection = select_links(
                 self._ring, nid, s, k, self.params.log_form, self._rng, keep=keep, exclude=self._excluded[nid]
             )
-            ops = diff(nid, self.view(nid), desired_links(selection), s)
+            desired = desired_links(selection)
+            # No request is in flight between rounds: the held links are the whole outgoing view.
+            ops = diff(nid, Adjacency(self._holds[nid], self._incoming[nid]), desired, s)
             decisions.append((nid, ops))
-            if ops or len(selection.long_distance) < k:
-                unsettled.add(nid)
+            if len(selection.long_distance) < k:
+                unsettled.add(nid)  # draws again next round
+            elif ops:
+                wanted.append((nid, desired))
         self._unsettled = unsettled
         for nid, ops in decisions:
             for op in ops:
                 if isinstance(op, AddLink):
-                    self._pending[nid][op.peer] = op.type
+                    self._set_pending(nid, op.peer, op.type)
                     requests.append((nid, op.peer, op.type))
                 elif isinstance(op, RemoveLink):
                     operations += self._release(nid, op.peer)
@@ -157,36 +201,44 @@ class SymphonyOverlay:
         for requester, target, link_type in requests:
             if self._pending[requester].get(target) is not link_type:
                 continue  # already settled by a collision the other way round
-            decision = accept_request(target, requester, link_type, self.view(target), k)
+            decision = accept_request(target, requester, link_type, self.view(target), cap)
             if decision.accepted:
-                del self._pending[requester][target]
-                self._hold(requester, target, Link(link_type, LinkState.PENDING))
+                self._drop_pending(requester, target)
+                self._hold(requester, target, _link(link_type, LinkState.PENDING))
                 operations += 1
                 if decision.replaces_pending:
                     # The target's own request to the requester is dropped; it holds this link instead.
-                    own = self._pending[target].pop(requester)
-                    self._hold(target, requester, Link(own, LinkState.PENDING))
+                    own = self._drop_pending(target, requester)
+                    assert own is not None
+                    self._hold(target, requester, _link(own, LinkState.PENDING))
                     self._unsettled.add(target)
                     operations += 1
             elif decision.reason is RejectReason.COLLISION:
                 self.rejections[RejectReason.COLLISION] += 1
                 rejected += 1  # the target's own request, delivered in this round too, settles it
             else:
-                del self._pending[requester][target]
+                self._drop_pending(requester, target)
                 assert decision.reason is not None
                 self.rejections[decision.reason] += 1
                 rejected += 1
                 if link_type is LinkType.LONG_DISTANCE:
                     self._excluded[requester].add(target)
+        pending = self._pending
         for requester, target, _ in requests:
-            if self._pending[requester].pop(target, None) is not None:
+            if target in pending[requester] and self._drop_pending(requester, target) is not None:
                 self._unsettled.add(requester)  # unanswered (cannot happen today): ask again next round
         # End of round: the new tunnels are connected.
         for holder, peer in self._connecting:
             link = self._holds[holder].get(peer)
             if link is not None and link.state is LinkState.PENDING:
-                self._hold(holder, peer, Link(link.type, LinkState.UP))
+                # Same type, same holder: the cap counts do not change.
+                self._holds[holder][peer] = self._incoming[peer][holder] = _link(link.type, LinkState.UP)
         self._connecting.clear()
+        # A node whose operations left it holding exactly its wish is done (see _unsettled).
+        for nid, desired in wanted:
+            holds = self._holds[nid]
+            if len(holds) != len(desired) or any(desired.get(p) is not link.type for p, link in holds.items()):
+                self._unsettled.add(nid)
         self.rounds += 1
         return RoundResult(operations, len(requests), rejected)
 
@@ -213,6 +265,7 @@ class SymphonyOverlay:
         for nid in gone:
             self.members.discard(nid)
             del self._holds[nid], self._incoming[nid], self._pending[nid], self._excluded[nid]
+            del self._ld_only[nid], self._views[nid]
         for excluded in self._excluded.values():
             excluded.clear()  # membership changed: everyone may be asked again
         self._ring = Ring(self.members)
@@ -220,28 +273,76 @@ class SymphonyOverlay:
 
     # -- bookkeeping -------------------------------------------------------
 
+    # Each change below touches one pair of nodes, and can change only that pair's terms of
+    # the two nodes' running `incoming_long_distance_only` counts: a link counts against
+    # node t's cap while the holder holds it as long-distance and t holds or asks nothing back.
+
     def _hold(self, holder: int, peer: int, link: Link) -> None:
-        self._holds[holder][peer] = link
+        holds = self._holds[holder]
+        old = holds.get(peer)
+        was_ld = old is not None and old.type is LinkType.LONG_DISTANCE
+        changes = was_ld is not (link.type is LinkType.LONG_DISTANCE)
+        if changes and holder not in self._holds[peer] and holder not in self._pending[peer]:
+            self._ld_only[peer] += -1 if was_ld else 1
+        if old is None and peer not in self._pending[holder]:
+            theirs = self._incoming[holder].get(peer)
+            if theirs is not None and theirs.type is LinkType.LONG_DISTANCE:
+                self._ld_only[holder] -= 1  # holding it back takes the peer's link off the cap
+        holds[peer] = link
         self._incoming[peer][holder] = link
         if link.state is LinkState.PENDING:
             self._connecting.append((holder, peer))
 
     def _release(self, holder: int, peer: int) -> int:
-        if self._holds[holder].pop(peer, None) is None:
+        old = self._holds[holder].pop(peer, None)
+        if old is None:
             return 0
         del self._incoming[peer][holder]
+        if old.type is LinkType.LONG_DISTANCE and holder not in self._holds[peer] and holder not in self._pending[peer]:
+            self._ld_only[peer] -= 1
+        if peer not in self._pending[holder]:
+            theirs = self._incoming[holder].get(peer)
+            if theirs is not None and theirs.type is LinkType.LONG_DISTANCE:
+                self._ld_only[holder] += 1
         return 1
+
+    def _set_pending(self, requester: int, target: int, link_type: LinkType) -> None:
+        pending = self._pending[requester]
+        if target not in pending and target not in self._holds[requester]:
+            theirs = self._incoming[requester].get(target)
+            if theirs is not None and theirs.type is LinkType.LONG_DISTANCE:
+                self._ld_only[requester] -= 1
+        pending[target] = link_type
+
+    def _drop_pending(self, requester: int, target: int) -> LinkType | None:
+        link_type = self._pending[requester].pop(target, None)
+        if link_type is not None and target not in self._holds[requester]:
+            theirs = self._incoming[requester].get(target)
+            if theirs is not None and theirs.type is LinkType.LONG_DISTANCE:
+                self._ld_only[requester] += 1
+        return link_type
 
     def _retype(self, holder: int, op: ChangeType) -> int:
         held = self._holds[holder].get(op.peer)
         if held is not None:
-            self._hold(holder, op.peer, Link(op.new, held.state))
+            self._hold(holder, op.peer, _link(op.new, held.state))
             return 1
         theirs = self._holds[op.peer].get(holder)
         if theirs is None:
             return 0  # the peer let go in this same round; the next round asks afresh
-        self._hold(holder, op.peer, Link(op.new, theirs.state))
+        self._hold(holder, op.peer, _link(op.new, theirs.state))
         return 1
+
+
+@dataclass(frozen=True)
+class _CountedAdjacency(Adjacency):
+    """A live view whose cap count is the simulator's running count; `test_sim` holds it equal to the recount."""
+
+    counts: Mapping[int, int] = field(default_factory=dict)
+    nid: int = 0
+
+    def incoming_long_distance_only(self) -> int:
+        return self.counts[self.nid]
 
 
 class _WithPending(Mapping[int, Link]):
@@ -256,8 +357,15 @@ class _WithPending(Mapping[int, Link]):
     def __getitem__(self, peer: int) -> Link:
         link_type = self._pending.get(peer)
         if link_type is not None:
-            return Link(link_type, LinkState.PENDING)
+            return _link(link_type, LinkState.PENDING)
         return self._holds[peer]
+
+    def get(self, peer: int, default: Link | None = None) -> Link | None:  # type: ignore[override]
+        # Mapping.get goes through __getitem__ and a KeyError: too slow for every request.
+        link_type = self._pending.get(peer)
+        if link_type is not None:
+            return _link(link_type, LinkState.PENDING)
+        return self._holds.get(peer, default)
 
     def __contains__(self, peer: object) -> bool:
         return peer in self._pending or peer in self._holds

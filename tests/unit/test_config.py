@@ -204,7 +204,7 @@ def test_minimal_config_gets_every_default(tmp_path: Path) -> None:
     assert overlay.bridge == BridgeConfig(name="evbr-ov1")
     assert overlay.topology == TopologyConfig()
     assert overlay.topology.long_distance_for(128) == 7
-    assert overlay.topology.incoming_long_distance_cap(100) == 6
+    assert overlay.topology.incoming_long_distance_cap(100) == 12
     assert overlay.nat_traversal == NatTraversalConfig() and overlay.tunnel == TunnelConfig()
     assert signal_password(overlay.signal) == "pw"
 

@@ -1,4 +1,8 @@
-from evio.sdn.flooding_bounds import forward_bounds, root_bounds
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evio.ids import MAX_NODE_ID, sorted_clockwise, strictly_between
+from evio.sdn.flooding_bounds import forward_bounds, forward_bounds_ordered, root_bounds, root_bounds_ordered
 
 
 def test_root_bounds_match_paper_figure_2() -> None:
@@ -27,3 +31,45 @@ def test_forwarder_never_sends_back_to_ingress() -> None:
 
 def test_forwarder_with_bound_at_its_successor_forwards_nothing() -> None:
     assert forward_bounds(10, 11, [11, 40]) == {}
+
+
+# The definition before the bisection: sort, then keep the neighbours strictly inside (node, bound).
+def _chain_reference(ordered: list[int], last: int) -> dict[int, int]:
+    return {n: ordered[i + 1] if i + 1 < len(ordered) else last for i, n in enumerate(ordered)}
+
+
+def _forward_reference(node: int, bound: int, neighbours: list[int], ingress: int | None) -> dict[int, int]:
+    ordered = [n for n in sorted_clockwise(node, neighbours) if n != ingress and strictly_between(n, node, bound)]
+    return _chain_reference(ordered, bound)
+
+
+_ids = st.one_of(st.integers(0, MAX_NODE_ID), st.integers(0, 50), st.integers(MAX_NODE_ID - 50, MAX_NODE_ID))
+
+
+@settings(max_examples=400, deadline=None)
+@given(node=_ids, bound=_ids, neighbours=st.lists(_ids, max_size=40), ingress=st.one_of(st.none(), _ids))
+def test_bisected_forward_bounds_equal_the_filter_definition(
+    node: int, bound: int, neighbours: list[int], ingress: int | None
+) -> None:
+    if ingress is not None and neighbours and ingress % 2:
+        ingress = neighbours[ingress % len(neighbours)]  # often one of the neighbours, as in a real flood
+    expected = _forward_reference(node, bound, neighbours, ingress)
+    assert forward_bounds(node, bound, neighbours, ingress) == expected
+    ordered = sorted_clockwise(node, neighbours)
+    assert forward_bounds_ordered(node, bound, ordered, ingress) == expected
+    distances = [(n - node) % (MAX_NODE_ID + 1) for n in ordered]
+    assert forward_bounds_ordered(node, bound, ordered, ingress, distances) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(origin=_ids, nids=st.lists(_ids, max_size=40))
+def test_sorted_clockwise_is_the_order_of_clockwise_distance(origin: int, nids: list[int]) -> None:
+    assert sorted_clockwise(origin, nids) == sorted(set(nids), key=lambda n: (n - origin) % (MAX_NODE_ID + 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(root=_ids, neighbours=st.lists(_ids, max_size=40))
+def test_ordered_root_bounds_equal_the_filter_definition(root: int, neighbours: list[int]) -> None:
+    expected = _chain_reference([n for n in sorted_clockwise(root, neighbours) if n != root], root)
+    assert root_bounds(root, neighbours) == expected
+    assert root_bounds_ordered(root, sorted_clockwise(root, neighbours)) == expected

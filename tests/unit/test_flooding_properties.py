@@ -120,18 +120,20 @@ def recording_bounds() -> Iterator[list[Handout]]:
     handouts: list[Handout] = []
 
     def root_bounds(root: int, neighbours: list[int]) -> dict[int, int]:
-        handed = flooding_bounds.root_bounds(root, neighbours)
+        handed = flooding_bounds.root_bounds_ordered(root, neighbours)
         handouts.append(Handout(root, root, handed))
         return handed
 
-    def forward_bounds(node: int, bound: int, neighbours: list[int], ingress: int | None = None) -> dict[int, int]:
-        handed = flooding_bounds.forward_bounds(node, bound, neighbours, ingress)
+    def forward_bounds(
+        node: int, bound: int, neighbours: list[int], ingress: int | None = None, distances: list[int] | None = None
+    ) -> dict[int, int]:
+        handed = flooding_bounds.forward_bounds_ordered(node, bound, neighbours, ingress, distances)
         handouts.append(Handout(node, bound, handed))
         return handed
 
     with (
-        mock.patch.object(flood_module, "root_bounds", root_bounds),
-        mock.patch.object(flood_module, "forward_bounds", forward_bounds),
+        mock.patch.object(flood_module, "root_bounds_ordered", root_bounds),
+        mock.patch.object(flood_module, "forward_bounds_ordered", forward_bounds),
     ):
         yield handouts
 
@@ -310,9 +312,11 @@ def test_broken_bounds_would_be_caught() -> None:
         link(adj, nodes[i], nodes[(i + 1) % 4])
     link(adj, 0, 20)
 
-    def unbounded(node: int, bound: int, neighbours: list[int], ingress: int | None = None) -> dict[int, int]:
+    def unbounded(
+        node: int, bound: int, neighbours: list[int], ingress: int | None = None, distances: list[int] | None = None
+    ) -> dict[int, int]:
         everything_but_itself = (node - 1) % RING_SIZE
-        return flooding_bounds.forward_bounds(node, everything_but_itself, neighbours, ingress)
+        return flooding_bounds.forward_bounds_ordered(node, everything_but_itself, neighbours, ingress, distances)
 
-    with mock.patch.object(flood_module, "forward_bounds", unbounded):
+    with mock.patch.object(flood_module, "forward_bounds_ordered", unbounded):
         assert flood(adj, 0).duplicates > 0

@@ -37,7 +37,7 @@ def test_stable_overlay_has_the_ring_and_respects_the_cap() -> None:
         view = overlay.view(nid)
         successors = {p for p, link in view.outgoing.items() if link.type is LinkType.SUCCESSOR}
         assert successors == {ring.peer_at(nid, 1), ring.peer_at(nid, 2)}
-        assert view.incoming_long_distance_only() <= k
+        assert view.incoming_long_distance_only() <= overlay.incoming_cap() == 2 * k
         assert sum(1 for link in view.outgoing.values() if link.type is LinkType.LONG_DISTANCE) <= k
         for peer in view.outgoing:
             assert nid in adjacency[peer]  # links are symmetric tunnels
@@ -150,3 +150,47 @@ def test_cli_sweep_and_failures(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_rejects_bad_options(bad: list[str]) -> None:
     with pytest.raises(SystemExit):
         main(["sim", *bad])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_running_cap_count_equals_the_recount_at_every_request(seed: int) -> None:
+    # The simulator keeps each node's incoming long-distance count as it goes; the daemon
+    # recounts it (`Adjacency.incoming_long_distance_only`). They must agree whenever a
+    # request is answered (mid-round, with requests in flight), and after failures.
+    from unittest import mock
+
+    from evio.overlay.adjacency import Adjacency, accept_request
+    from evio.sim import overlay as sim_overlay
+
+    answered = 0
+
+    def checked(self_id: int, requester: int, link_type: LinkType, current: Adjacency, cap: int) -> object:
+        nonlocal answered
+        answered += 1
+        assert current.incoming_long_distance_only() == Adjacency(current.outgoing, current.incoming).incoming_long_distance_only()
+        return accept_request(self_id, requester, link_type, current, cap)
+
+    rng = random.Random(seed)
+    # k = 2 for 60 nodes, with the incoming cap at k: refusals for lack of slots happen.
+    overlay = SymphonyOverlay(rng.sample(range(10**6), 60), OverlayParams(long_distance=2, max_incoming_long_distance=2), rng)
+    with mock.patch.object(sim_overlay, "accept_request", checked):
+        overlay.stabilise()
+        overlay.fail(rng.sample(sorted(overlay.members), 15))
+        overlay.stabilise()
+    assert answered > 100
+    assert overlay.rejections[RejectReason.TOO_MANY_LONG_DISTANCE] > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nodes_left_out_of_a_round_would_not_change_anything(seed: int) -> None:
+    # Only unsettled nodes are evaluated each round; evaluating every node instead must
+    # find nothing to do once the overlay is stable, including after repairs.
+    overlay = build(70, seed=seed)
+    overlay._unsettled = set(overlay.members)
+    before = overlay.adjacency()
+    result = overlay.run_round()
+    assert (result.operations, result.requests) == (0, 0) and overlay.adjacency() == before
+    overlay.fail(random.Random(seed).sample(sorted(overlay.members), 10))
+    assert overlay.stabilise()
+    overlay._unsettled = set(overlay.members)
+    assert overlay.run_round().requests == 0

@@ -162,3 +162,22 @@ def test_selection_invariants(n: int, s: int, k: int | None, form: LogForm, seed
 def test_whole_number_offsets_are_not_lost_to_rounding() -> None:
     # exp(ln(100) * -0.5) * 100 computes as 9.999...; the target is 10 positions
     assert select_links(ring_of(100), 10, 2, 1, LogForm.LN, FixedRandom(0.5)).long_distance == (110,)
+
+
+@pytest.mark.parametrize("form", list(LogForm))
+def test_selection_draws_exactly_the_offsets_of_eq_1(form: LogForm) -> None:
+    # select_links inlines eq. (1) with log n taken once; it must draw what draw_offset draws.
+    import math
+    import random
+
+    ring = Ring(range(0, 5000, 5))
+    for seed in range(5):
+        picked = select_links(ring, 0, 0, 6, form, random.Random(seed))
+        twin = random.Random(seed)
+        expected: list[int] = []
+        while len(expected) < 6:
+            distance = math.floor(draw_offset(len(ring), form, twin) + 1e-9)
+            peer = ring.peer_at(0, distance)
+            if distance >= too_close_distance(len(ring), form) and peer not in expected and peer != 0:
+                expected.append(peer)
+        assert picked.long_distance == tuple(expected)
