@@ -121,7 +121,7 @@ def _member(server: LocalProsody, name: str, node_id: int) -> Member:
     )  # fmt: skip
     controller = OverlayController(
         OV, node_id, TopologyConfig(successors=2, long_distance=0), client, manager,
-        rng=random.Random(node_id), clock=asyncio.get_event_loop().time, timings=TIMINGS,
+        rng=random.Random(node_id), timings=TIMINGS,
     )  # fmt: skip
     owner.append(controller)
     return Member(name, node_id, client, manager, controller, taps)
