@@ -23,6 +23,7 @@ from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.node.platform import Runnable
 from evio.node.sdn import SdnController
+from evio.overlay.orchestrator import Timings
 from evio.sdn.boundary import (
     AttachOverlay,
     CommandQueue,
@@ -47,6 +48,13 @@ class FakeBridgeRow:
     ports: list[str] = field(default_factory=list)
     addresses: list[str] = field(default_factory=list)
     up: bool = False
+
+
+
+# The fake hub delivers presence at once, so the waits a real server needs (members' presence
+# trickling in after login, debouncing a burst of them) only slow fleets on real time down.
+FAKE_TIMINGS = Timings(reevaluate_interval=0.5, settle_after_login=0.1, membership_debounce=0.05,
+                       membership_max_delay=0.2)
 
 
 class FakeOvsdb:
@@ -259,7 +267,7 @@ class FakePlatform:
         controller: AdjacencyController = OverlayController(
             plan.id, node_id, plan.config.topology, signaling, links,
             rng=random.Random(self.rng.getrandbits(32)), clock=self.clock, reevaluate_interval=0.5,
-            limits=plan.config.limits,
+            limits=plan.config.limits, timings=FAKE_TIMINGS,
         )  # fmt: skip
         return controller
 

@@ -230,7 +230,7 @@ async def test_one_peer_cannot_fill_the_shared_handler_limit() -> None:
         return {"from": peer}
 
     b.register_handler("wait", wait)
-    flood = [asyncio.create_task(a.request("ov1", 2, "wait", {}, timeout=2.0)) for _ in range(40)]
+    flood = [asyncio.create_task(a.request("ov1", 2, "wait", {}, timeout=0.5)) for _ in range(40)]
     await wait_until(lambda: b.drops.count(DropReason.PEER_OVERLOADED) == 36)
     assert b.drops.count(DropReason.OVERLOADED) == 0
     fair = asyncio.create_task(c.request("ov1", 2, "wait", {}, timeout=2.0))
