@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evio.tunnel.mmsg import SlotRing
+
 # -- mutations ----------------------------------------------------------------------------
 
 _INTERESTING_BYTES = (0x00, 0x01, 0x03, 0x14, 0x3F, 0x40, 0x4F, 0x70, 0x71, 0x7F, 0x80, 0xC0, 0xFE, 0xFF)
@@ -307,27 +309,16 @@ class _FakeTransport:
         return default
 
 
-class _OneDatagram:
+class _OneDatagram(SlotRing):
     """A ``ReceiveBatch`` that hands the data path one datagram per pass."""
 
     def __init__(self, slots: int, slot_size: int) -> None:
+        self._slots = slots
         self._slot_size = slot_size
         self._buf = bytearray(slots * slot_size)
         self._view = memoryview(self._buf)
         self._length = 0
         self.source_addr: tuple[str, int] = ("127.0.0.1", 4000)
-
-    @property
-    def slots(self) -> int:
-        return len(self._buf) // self._slot_size
-
-    @property
-    def slot_size(self) -> int:
-        return self._slot_size
-
-    @property
-    def view(self) -> memoryview:
-        return self._view
 
     def load(self, data: bytes, source: tuple[str, int]) -> None:
         n = min(len(data), self._slot_size)  # the kernel cuts a datagram to the slot, as recvmmsg does

@@ -100,7 +100,7 @@ def sockaddr(address: Any) -> bytes:
         return struct.pack("=H", socket.AF_INET6) + struct.pack("!HI16s", port, flowinfo, packed) + struct.pack("=I", scope)
 
 
-class _Slots:
+class SlotRing:
     """A ring of ``slots`` buffers of ``slot_size`` bytes, seen as one writable view (every batch kind)."""
 
     _slots: int
@@ -140,7 +140,7 @@ class DatagramBatch(Protocol):
         """Send slots 0..count-1 as datagrams; returns how many left (the rest are dropped)."""
 
 
-class SendBatch(_Slots):
+class SendBatch(SlotRing):
     """A ring of ``slots`` datagram buffers to one destination, flushed by one sendmmsg(2).
 
     With ``gso``, runs of equal-sized datagrams go as one ``UDP_SEGMENT`` message each (module doc).
@@ -245,7 +245,7 @@ class SendBatch(_Slots):
         return sum(groups[:sent])
 
 
-class SendtoBatch(_Slots):
+class SendtoBatch(SlotRing):
     """``DatagramBatch`` over one sendto per datagram (no sendmmsg)."""
 
     def __init__(self, slots: int, slot_size: int, destination: Any) -> None:
@@ -300,7 +300,7 @@ class ReceiveBatch(Protocol):
     def source(self, slot: int) -> tuple[Any, ...]: ...
 
 
-class RecvBatch(_Slots):
+class RecvBatch(SlotRing):
     """A ring of ``slots`` receive buffers, filled by one recvmmsg(2)."""
 
     def __init__(self, slots: int, slot_size: int) -> None:
@@ -345,7 +345,7 @@ class RecvBatch(_Slots):
         return parse_sockaddr(self._names_view[start : start + _SOCKADDR_STORAGE])
 
 
-class RecvfromBatch(_Slots):
+class RecvfromBatch(SlotRing):
     """``ReceiveBatch`` over one recvfrom_into per datagram."""
 
     def __init__(self, slots: int, slot_size: int) -> None:
