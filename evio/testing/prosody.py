@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from evio.testing.waiting import wait_until_blocking
 
 DOMAIN = "overlay.test"
 
@@ -92,15 +93,24 @@ def local_prosody(directory: Path, accounts: list[str], groups: Mapping[str, lis
     ]))  # fmt: skip
     for user in accounts:
         server.ctl("register", user, DOMAIN, f"pw-{user}")
-    with open(directory / "prosody.out", "wb") as out:
-        proc = subprocess.Popen(["prosody", "--config", str(server.config), "-F"], stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 10
-        while not _listening(server.port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prosody did not start: {(directory / 'prosody.out').read_text()}")
-            time.sleep(0.02)
+    with running_prosody(server.config, server.port):
         yield server
+
+
+@contextmanager
+def running_prosody(config: Path, port: int) -> Iterator[None]:
+    """Prosody in the foreground with `config` until the block ends; entered once it listens on `port`.
+
+    Its output goes to prosody.out beside the config, and is shown if it exits before listening.
+    """
+    out_path = config.parent / "prosody.out"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(["prosody", "--config", str(config), "-F"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until_blocking(lambda: _listening(port) or proc.poll() is not None, 10, what="prosody listening")
+        if proc.poll() is not None:
+            raise RuntimeError(f"prosody did not start: {out_path.read_text()}")
+        yield
     finally:
         proc.terminate()
         try:

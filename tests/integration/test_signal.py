@@ -40,6 +40,7 @@ from evio.signal.client import SignalClient, SignalSettings  # also registers th
 from evio.signal.drops import DropReason
 from evio.signal.errors import ErrorReason, RequestError
 from evio.signal.protocol import Body
+from evio.testing.prosody import running_prosody
 from evio.testing.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -349,27 +350,8 @@ def _prosody(directory: Path, port: int, settings: list[str], accounts: tuple[st
     for user in accounts:
         subprocess.run(["prosodyctl", "--config", str(config), "register", user, "overlay.test", f"pw-{user}"],
                        check=True, capture_output=True, timeout=30)
-    with open(directory / "prosody.out", "wb") as out:
-        proc = subprocess.Popen(["prosody", "--config", str(config), "-F"], stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: _listening(port) or proc.poll() is not None, 10, "prosody listening")
-        assert proc.poll() is None, (directory / "prosody.out").read_text()
+    with running_prosody(config, port):
         yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.2).close()
-    except OSError:
-        return False
-    return True
 
 
 async def _until(condition: Any, timeout: float, what: str) -> None:
