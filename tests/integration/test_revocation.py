@@ -34,6 +34,7 @@ from evio.overlay.controller import OverlayController, Timings
 from evio.signal.client import SignalClient, SignalSettings
 from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.prosody import DOMAIN, LocalProsody, local_prosody
+from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.liveness import LivenessConfig
@@ -143,10 +144,7 @@ def make_hostile(victim: Member) -> None:
 async def until(condition: Callable[[], bool], timeout: float, what: str) -> float:
     loop = asyncio.get_running_loop()
     start = loop.time()
-    while not condition():
-        if loop.time() - start > timeout:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        await asyncio.sleep(0.01)
+    await wait_until(condition, timeout, what=what, interval=0.01)
     return loop.time() - start
 
 
