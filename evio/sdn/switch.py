@@ -47,12 +47,12 @@ from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
+from evio.ratelimit import PeerRateLimiter, Rate
 from evio.sdn import frb
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import forward_bounds, root_bounds
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowAction, FlowMatch, PacketOut
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
-from evio.sdn.rate_limit import TokenBuckets
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malfo
 # hundred a second on a busy port. The os-ken thread handles a few thousand a second in
 # all, so one port (one peer, one local storm) may take a fraction and never all of it.
 PACKET_IN_RATE = 1000.0
-PACKET_IN_BURST = 2000.0
+PACKET_IN_BURST = 2000
 
 
 class PortKind(enum.Enum):
@@ -156,13 +156,13 @@ class BoundedFloodSwitch:
         mac_max_age: float = 300.0,
         max_macs: int = MAX_ENTRIES,
         packet_in_rate: float = PACKET_IN_RATE,
-        packet_in_burst: float = PACKET_IN_BURST,
+        packet_in_burst: int = PACKET_IN_BURST,
     ) -> None:
         self.node_id = node_id
         self.switch_mac = switch_mac  # source of the one-hop FRBs (leaf announcements, link checks)
         self.flow_idle_timeout = flow_idle_timeout
         self.learning = LearningTable(mac_max_age, max_macs)
-        self.packet_in_budget = TokenBuckets(packet_in_rate, packet_in_burst)
+        self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()

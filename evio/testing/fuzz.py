@@ -251,7 +251,7 @@ def _frb_target(stack: ExitStack) -> Target:
     from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
 
     def fresh() -> BoundedFloodSwitch:
-        sw = BoundedFloodSwitch(0x5000, "02:aa:00:00:50:00", max_macs=512, packet_in_rate=1e12, packet_in_burst=1e12)
+        sw = BoundedFloodSwitch(0x5000, "02:aa:00:00:50:00", max_macs=512, packet_in_rate=1e12, packet_in_burst=10**12)
         sw.port_added(SwitchPort(1, "br0", PortKind.LEAF, None, "02:00:00:00:00:01"), now=0)
         for port, peer in ((10, 0x1000), (11, 0x3000), (12, 0x7000), (13, 0x9000)):
             sw.port_added(SwitchPort(port, f"t{peer:x}", PortKind.PEER, peer), now=0)

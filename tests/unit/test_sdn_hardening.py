@@ -91,7 +91,7 @@ def test_a_table_full_of_pins_refuses_remote_macs() -> None:
 
 
 def test_a_peer_flooding_random_source_macs_evicts_only_what_peers_taught_and_flows_follow() -> None:
-    sw = BoundedFloodSwitch(100, SWITCH_MAC, max_macs=64, packet_in_rate=1e9, packet_in_burst=1e9)
+    sw = BoundedFloodSwitch(100, SWITCH_MAC, max_macs=64, packet_in_rate=1e9, packet_in_burst=10**9)
     sw.port_added(SwitchPort(1, "br0", PortKind.LEAF, None, BRIDGE), now=0)
     sw.port_added(SwitchPort(10, "t200", PortKind.PEER, 200), now=0)
     sw.packet_in(1, eth(H200, BRIDGE), now=0)
