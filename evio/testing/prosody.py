@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from evio.node.sdn import free_tcp_port
 from evio.testing.waiting import wait_until_blocking
 
 DOMAIN = "overlay.test"
@@ -60,18 +61,11 @@ def _groups_text(groups: Mapping[str, list[str]]) -> str:
     return "".join(f"[{name}]\n" + "".join(f"{jid}\n" for jid in members) for name, members in groups.items())
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextmanager
 def local_prosody(directory: Path, accounts: list[str], groups: Mapping[str, list[str]]) -> Iterator[LocalProsody]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "data").mkdir()
-    server = LocalProsody(directory, free_port())
+    server = LocalProsody(directory, free_tcp_port())
     server.groups_file.write_text(_groups_text(groups))
     server.config.write_text("\n".join([
         "run_as_root = true",
