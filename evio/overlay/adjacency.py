@@ -267,8 +267,12 @@ def accept_request(
     if theirs is not None:
         reason = RejectReason.LINK_CLOSING if theirs.state is LinkState.CLOSING else RejectReason.ALREADY_LINKED
         return RequestDecision(False, reason)
-    caps = {**(max_incoming or {}), LinkType.LONG_DISTANCE: max_incoming_long_distance}
-    cap = caps.get(link_type)
-    if cap is not None and current.incoming_only(link_type) >= cap:
+    if link_type is LinkType.LONG_DISTANCE:
+        # Through incoming_long_distance_only: a view may keep that count running (the simulator's does).
+        full = current.incoming_long_distance_only() >= max_incoming_long_distance
+    else:
+        cap = (max_incoming or {}).get(link_type)
+        full = cap is not None and current.incoming_only(link_type) >= cap
+    if full:
         return RequestDecision(False, cap_reason(link_type))
     return RequestDecision(True)
