@@ -253,8 +253,12 @@ class OverlayStack:
     # -- reload ----------------------------------------------------------------------------------
 
     def set_topology(self, topology: TopologyConfig) -> None:
+        previous = self.plan.config.topology
         self.plan = replace(self.plan, config=replace(self.plan.config, topology=topology))
         self.controller.set_topology(topology)
+        if topology.on_demand != previous.on_demand and self._attached:
+            # The SDN side decides when a link is wanted: it needs the new threshold and timeout too.
+            self._sdn.commands.set_on_demand(self.overlay, topology.on_demand)
         log.info("topology settings applied overlay=%s", self.overlay)
 
     def set_tunnel_settings(self, settings: TunnelSettings) -> None:

@@ -576,6 +576,9 @@ class Orchestrator:
         if topology == self.topology:
             return
         self.topology = topology
+        if not topology.on_demand.enabled:
+            # Its links go with the next evaluation; kept wishes would come back unasked if it is enabled again.
+            self._on_demand.clear()
         self._log_form = LogForm(topology.log_form)
         self._want_evaluation(now)
 

@@ -14,6 +14,8 @@ milliseconds, not at the next tick.
   overlay of the node, one bridge each. A switch that connects before its
   overlay is attached waits until it is.
 - `DetachOverlay`: forget an overlay (its bridge is being deleted).
+- `SetOnDemand`: an attached overlay's new on-demand settings (a config
+  reload); the switch, its flows and its learning stay.
 - `PeerPortUp` / `PeerPortDown`: which TAP leads to which peer. The tunnel
   side announces a TAP before adding it to the bridge, so its port comes up as
   a peer port rather than flapping from leaf to peer.
@@ -59,6 +61,12 @@ class DetachOverlay:
 
 
 @dataclass(frozen=True, slots=True)
+class SetOnDemand:
+    overlay: str
+    on_demand: OnDemandConfig
+
+
+@dataclass(frozen=True, slots=True)
 class PeerPortUp:
     overlay: str
     port_name: str
@@ -71,7 +79,7 @@ class PeerPortDown:
     port_name: str
 
 
-ControllerCommand = AttachOverlay | DetachOverlay | PeerPortUp | PeerPortDown
+ControllerCommand = AttachOverlay | DetachOverlay | SetOnDemand | PeerPortUp | PeerPortDown
 
 
 class CommandQueue:
@@ -90,6 +98,9 @@ class CommandQueue:
 
     def detach(self, overlay: str) -> None:
         self.put(DetachOverlay(overlay))
+
+    def set_on_demand(self, overlay: str, on_demand: OnDemandConfig) -> None:
+        self.put(SetOnDemand(overlay, on_demand))
 
     def peer_up(self, overlay: str, port_name: str, peer: int) -> None:
         self.put(PeerPortUp(overlay, port_name, peer))

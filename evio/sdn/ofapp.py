@@ -53,6 +53,7 @@ from evio.sdn.boundary import (
     DetachOverlay,
     PeerPortDown,
     PeerPortUp,
+    SetOnDemand,
 )
 from evio.sdn.flow_actions import (
     FRB_TO_CONTROLLER_PRIORITY,
@@ -78,7 +79,9 @@ ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
 class ControllerConfig:
     channel: ControllerChannel
     tick_interval: float = 0.5
-    stats_interval: float = 5.0  # how often flow byte counters are polled for on-demand links
+    # How often flow byte counters are polled for on-demand links: the first poll after a flow starts
+    # sees its rate, so this bounds how long a busy pair waits before its link is asked for.
+    stats_interval: float = 1.0
     drop_report_interval: float = 10.0
     clock: Callable[[], float] = time.monotonic
     peer_check: Callable[[Any], str | None] | None = None
@@ -263,8 +266,10 @@ class BoundedFloodApp(app_manager.OSKenApp):
             else:
                 overlay = self.overlays.get(command.overlay)
                 if overlay is None:
-                    log.warning("tunnel port for an overlay not attached overlay=%s port=%s",
-                                command.overlay, command.port_name)
+                    log.warning("command for an overlay not attached overlay=%s command=%s",
+                                command.overlay, type(command).__name__)
+                elif isinstance(command, SetOnDemand):
+                    overlay.set_on_demand(command.on_demand)
                 elif isinstance(command, PeerPortUp):
                     self._run(overlay, overlay.peer_up(command.port_name, command.peer, now))
                 elif isinstance(command, PeerPortDown):

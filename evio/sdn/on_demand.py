@@ -80,6 +80,11 @@ def traffic_by_peer(switch: BoundedFloodSwitch, rates: Mapping[FlowMatch, float]
     return totals
 
 
+def _check(config: OnDemandConfig) -> None:
+    if config.max_links < 0 or config.threshold_bytes_per_s <= 0 or config.idle_timeout <= 0:
+        raise ValueError(f"bad on-demand settings: {config}")
+
+
 @dataclass(frozen=True, slots=True)
 class WantOnDemand:
     peer: int
@@ -98,10 +103,17 @@ class OnDemandPolicy:
     """Which on-demand links this node wants, from traffic per peer; one instance per overlay."""
 
     def __init__(self, config: OnDemandConfig) -> None:
-        if config.max_links < 0 or config.threshold_bytes_per_s <= 0 or config.idle_timeout <= 0:
-            raise ValueError(f"bad on-demand settings: {config}")
+        _check(config)
         self.config = config
         self._wanted: dict[int, float] = {}  # peer -> last time its traffic reached the threshold
+
+    def reconfigure(self, config: OnDemandConfig) -> None:
+        """New settings (a config reload). Disabled, it forgets its wishes: the overlay controller
+        drops its on-demand links itself, and no release would ever come for a wish kept here."""
+        _check(config)
+        self.config = config
+        if not config.enabled:
+            self._wanted.clear()
 
     @property
     def wanted(self) -> frozenset[int]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from evio.config.model import OnDemandConfig
 from evio.ids import format_node_id
 from evio.sdn.boundary import (
     AttachOverlay,
@@ -144,6 +145,18 @@ class OverlaySwitch:
         return self.switch.expire(now)
 
     # ---------------------------------------------------------------- on-demand links and counters
+
+    def set_on_demand(self, config: OnDemandConfig) -> None:
+        """New on-demand settings (a config reload); the switch and its flows stay."""
+        if config == self.settings.on_demand:
+            return
+        was_enabled = self.settings.on_demand.enabled
+        self.on_demand.reconfigure(config)
+        self.settings = replace(self.settings, on_demand=config)
+        if config.enabled and not was_enabled:
+            self.rates.reset()  # counters from before the pause would spread its bytes over the whole pause
+        log.info("on-demand settings applied overlay=%s enabled=%s threshold_bytes_per_s=%.0f idle_timeout=%g",
+                 self.overlay, config.enabled, config.threshold_bytes_per_s, config.idle_timeout)
 
     def flow_stats(self, byte_counts: Mapping[FlowMatch, int], now: float) -> list[ControllerEvent]:
         """One complete poll of evio's flows' byte counters."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from evio.bridge.commands import CommandError
 from evio.bridge.ovs_bridge import OvsBridge
@@ -31,6 +31,7 @@ from evio.sdn.boundary import (
     DetachOverlay,
     PeerPortDown,
     PeerPortUp,
+    SetOnDemand,
 )
 from evio.signal.client import SignalSettings
 from evio.signal.interface import Signaling
@@ -188,6 +189,9 @@ class FakeSdn:
                 self.attached.pop(command.overlay, None)
                 for key in [k for k in self.peer_ports if k[0] == command.overlay]:
                     del self.peer_ports[key]
+            elif isinstance(command, SetOnDemand):
+                if command.overlay in self.attached:
+                    self.attached[command.overlay] = replace(self.attached[command.overlay], on_demand=command.on_demand)
             elif isinstance(command, PeerPortUp):
                 self.peer_ports[(command.overlay, command.port_name)] = command.peer
             elif isinstance(command, PeerPortDown):

@@ -15,11 +15,20 @@ from pathlib import Path
 import pytest
 
 from evio.cli.run_cmd import reload_config
-from evio.config.model import BridgeConfig, Config, NodeConfig, OverlayConfig, SignalConfig, TopologyConfig
+from evio.config.model import (
+    BridgeConfig,
+    Config,
+    NodeConfig,
+    OnDemandConfig,
+    OverlayConfig,
+    SignalConfig,
+    TopologyConfig,
+)
 from evio.node.node import Node
 from evio.node.plan import NodePlan, plan_node
 from evio.node.reload import ReloadRefused, plan_reload
 from evio.node.systemd import Notifier, notify_address, watchdog_interval
+from evio.sdn.boundary import SetOnDemand
 from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid
 from evio.testing.waiting import wait_until as until
 
@@ -211,6 +220,16 @@ async def test_reload_applies_topology_and_tunnel_settings_to_the_running_overla
         assert stack.controller.topology == TopologyConfig(successors=3)  # type: ignore[attr-defined]
         assert fleet.platforms[1].links_made["ov1"].reconfigured == [change.tunnel["ov1"]]
         assert len(links_up(fleet.nodes[1], "ov1")) == 1
+        # New on-demand settings reach the SDN side too: it is the one that asks for on-demand links.
+        sdn = fleet.platforms[1].sdn
+        sdn.sync()
+        assert sdn.attached["ov1"].on_demand == OnDemandConfig()
+        on_demand = OnDemandConfig(threshold_bytes_per_s=5e5, idle_timeout=7.0)
+        ov1 = dataclasses.replace(ov1, topology=TopologyConfig(successors=3, on_demand=on_demand))
+        await fleet.nodes[1].reload(plan_of(dataclasses.replace(base, overlays={"ov1": ov1})))
+        sdn.sync()
+        assert sdn.attached["ov1"].on_demand == on_demand
+        assert [c for c in sdn.history if isinstance(c, SetOnDemand)] == [SetOnDemand("ov1", on_demand)]
     finally:
         await fleet.stop_all()
 

@@ -560,6 +560,20 @@ def test_on_demand_link_released_when_idle() -> None:
     assert release.peer == 130 and release.request == ReleaseRequest(O)
 
 
+def test_disabling_on_demand_by_reload_releases_its_links_and_enabling_it_again_brings_none_back() -> None:
+    orch = core(members=(110, 130), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.want_on_demand(130, 2.0)
+    link_up(orch, 2.0, 130)
+    off = TopologyConfig(successors=1, long_distance=0, on_demand=OnDemandConfig(enabled=False))
+    orch.set_topology(off, 3.0)
+    (release,) = of(orch.tick(3.0), SendRelease)
+    assert release.peer == 130 and release.request == ReleaseRequest(O)
+    # The wish went with the setting: enabled again, nothing asks until traffic does.
+    orch.set_topology(TopologyConfig(successors=1, long_distance=0), 4.0)
+    assert requests(orch.tick(4.0)) == []
+
+
 def test_changes_are_rate_limited() -> None:
     timings = Timings(settle_after_login=1.0, change_rate=2.0, change_burst=2)
     orch = core(members=(110, 120, 130, 140), successors=4, timings=timings)

@@ -245,6 +245,26 @@ def test_tick_polls_flow_counters_and_a_busy_distant_peer_is_reported() -> None:
     assert not any(isinstance(m, parser.OFPFlowStatsRequest) for m in dp.sent)
 
 
+def test_on_demand_enabled_by_a_reload_starts_polling_without_resetting_the_switch() -> None:
+    app, commands, sink, clock = make_app(stats_interval=1.0)
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig(enabled=False))
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1)])
+    switch = app.overlays["red"]
+    dp.sent.clear()
+    app.tick(EventTick(periodic=True))
+    assert not any(isinstance(m, parser.OFPFlowStatsRequest) for m in dp.sent)  # disabled: no polls
+    enabled = OnDemandConfig(threshold_bytes_per_s=1000.0, idle_timeout=3.0)
+    commands.set_on_demand("red", enabled)
+    clock.now += 1
+    app.tick(EventTick(periodic=True))
+    assert app.overlays["red"] is switch and switch.settings.on_demand == enabled
+    assert switch.on_demand.config == enabled
+    assert any(isinstance(m, parser.OFPFlowStatsRequest) for m in dp.sent)
+    assert not any(isinstance(m, parser.OFPFlowMod) and m.command == ofp.OFPFC_DELETE and m.cookie == 0
+                   for m in dp.sent)  # no base flows again: the switch kept its flows
+
+
 def test_drop_counters_are_reported_when_they_change() -> None:
     app, commands, sink, clock = make_app(drop_report_interval=10.0)
     dp = FakeDatapath(1)

@@ -69,6 +69,18 @@ def test_disabled_policy_never_asks() -> None:
     assert policy(enabled=False).update(0.0, {C: 1e9}, adjacent=set()) == []
 
 
+def test_reconfigured_policy_keeps_its_wishes_unless_disabled() -> None:
+    p = policy()
+    assert p.update(0.0, {C: 5000.0}, adjacent=set()) == [WantOnDemand(C, 5000.0)]
+    p.reconfigure(OnDemandConfig(max_links=2, threshold_bytes_per_s=1000.0, idle_timeout=5.0))
+    assert p.update(5.0, {}, adjacent={C}) == [ReleaseOnDemand(C)]  # the new, shorter idle timeout
+    assert p.update(6.0, {C: 5000.0}, adjacent=set()) == [WantOnDemand(C, 5000.0)]
+    p.reconfigure(OnDemandConfig(enabled=False))
+    assert p.wanted == frozenset()  # the overlay controller drops the links itself; no release will come
+    with pytest.raises(ValueError):
+        p.reconfigure(OnDemandConfig(idle_timeout=0.0))
+
+
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError):
         policy(threshold_bytes_per_s=0.0)
