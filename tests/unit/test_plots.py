@@ -10,6 +10,7 @@ import pytest
 from evio.cli import main
 from evio.cli.lab_node_cmd import ring_picture
 from evio.lab.daemons import LinkView, Topology
+from evio.plots.cdf import draw_cdfs, percentile, share_at_least
 from evio.plots.histograms import draw_path_histograms
 from evio.plots.ring import MAX_DRAWN_NODES, PlotError, RingLink, RingPicture, draw_ring, merge_links
 
@@ -90,3 +91,23 @@ def test_path_histograms(tmp_path: Path) -> None:
     draw_path_histograms({"n = 16": {"lab": [1, 1, 2, 3], "sim": [1, 2, 2]}}, path, "E7", {"n = 16": "paper 2.0"})
     document = svg_text(path)
     assert "lab (mean 1.75, max 3)" in document and "sim (mean 1.67, max 2)" in document
+
+
+def test_percentiles_and_shares() -> None:
+    values = [400.0, 100.0, 300.0, 200.0]
+    assert percentile(values, 0.0) == 100.0 and percentile(values, 1.0) == 400.0
+    assert percentile(values, 0.5) == pytest.approx(250.0)
+    assert share_at_least(values, 300.0) == 0.5 and share_at_least([], 1.0) == 0.0
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
+
+
+def test_cdfs(tmp_path: Path) -> None:
+    path = tmp_path / "e6.svg"
+    draw_cdfs({"off": [100.0, 200.0], "on": [300.0, 500.0, 700.0]}, path, "E6", "Mbit/s",
+              marks=[(330.0, 20.0, "paper: 80 % above 330")])
+    document = svg_text(path)
+    assert "off (n = 2, median 150)" in document and "on (n = 3, median 500)" in document
+    assert "paper: 80 % above 330" in document
+    with pytest.raises(PlotError):
+        draw_cdfs({"off": [1.0]}, tmp_path / "e6.pdf", "E6", "Mbit/s")
