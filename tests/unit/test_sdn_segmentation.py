@@ -18,7 +18,9 @@ from os_ken.lib.packet import tcp as osken_tcp
 
 from evio.sdn import frb
 from evio.sdn import segmentation as seg
+from evio.sdn.boundary import AttachOverlay, DropCounts
 from evio.sdn.flow_actions import AddFlow, FlowMatch, PacketOut
+from evio.sdn.overlay_switch import OverlaySwitch
 from evio.sdn.segmentation import ACK, CWR, ECE, FIN, PSH, RST, SYN, URG, SegmentError, SegmentReason
 from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
 
@@ -371,3 +373,14 @@ def test_an_oversized_frame_that_is_not_tcp_is_dropped_and_counted_never_raised(
     actions = sw.packet_in(1, full, now=2)
     assert packet_outs(actions, 10) == [] and packet_outs(actions, 2) == [full]
     assert sw.segment_errors[SegmentReason.NOT_TCP] == 3
+
+
+def test_the_overlay_passes_its_tunnel_mtu_and_reports_why_oversized_frames_were_dropped() -> None:
+    overlay = OverlaySwitch(AttachOverlay("red", 0x1F, 100, tunnel_mtu=1408))  # an IPv6 underlay's TAP MTU
+    assert overlay.switch.max_frame_len == 1422
+    overlay.port_up(1, "br0", "02:aa:00:00:00:09", now=0)
+    overlay.port_up(2, "app0", "02:aa:00:00:00:0a", now=0)
+    overlay.packet_in(1, udp_frame(2000), now=1)
+    (report,) = overlay.drop_report()
+    assert isinstance(report, DropCounts)
+    assert report.drops == {"OVERSIZED": 1} and report.segment_errors == {"NOT_TCP": 1}
