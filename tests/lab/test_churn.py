@@ -14,13 +14,13 @@ Faults, each on one node in turn, with a ping to it running: its daemon SIGKILLe
 all its links within 5 s), ovs-vswitchd and then ovsdb-server SIGKILLed and restarted, then prosody and
 coturn restarted for everyone. Each must recover with no operator; the time it takes is recorded.
 
-One target is not met yet and is checked by its own test, marked as an expected failure with the
-measured cause (KNOWN_MISS_RESTART), so the rest of the module still guards what holds: a restarted
-daemon back to all its links within 5 s.
+One target is not met yet, a restarted daemon back to all its links within 5 s: it is checked by its
+own test, marked as an expected failure with the measured cause (KNOWN_MISS_RESTART), so the rest of the
+module still guards what holds.
 
 Streams survive churn because the controller cuts what it sends itself to fit a tunnel: with OVS
 userspace TSO, frames that take the flood path while a path is re-learned are TCP super-frames of up
-to 64 KiB with partial checksums (evio.sdn.segmentation); the run reports how many it segmented.
+to 64 KiB with partial checksums (evio.sdn.segmentation); the run reports what the controllers did.
 """
 
 from __future__ import annotations
