@@ -18,9 +18,10 @@ One target is not met yet, a restarted daemon back to all its links within 5 s: 
 own test, marked as an expected failure with the measured cause (KNOWN_MISS_RESTART), so the rest of the
 module still guards what holds.
 
-Streams survive churn because the controller cuts what it sends itself to fit a tunnel: with OVS
-userspace TSO, frames that take the flood path while a path is re-learned are TCP super-frames of up
-to 64 KiB with partial checksums (evio.sdn.segmentation); the run reports what the controllers did.
+Streams survive churn because the controller fixes what it sends itself: with OVS userspace TSO, TCP
+frames that take the flood path while a path is re-learned carry partial checksums and may be
+super-frames of up to 64 KiB; it finishes the one and segments the other to fit a tunnel
+(evio.sdn.segmentation). The run reports what the controllers did.
 """
 
 from __future__ import annotations
