@@ -93,6 +93,12 @@ class _Families:
         self.frb_forwarded = CounterMetricFamily("evio_frb_forwarded", "FRB copies passed on within their bounds.",
                                                  labels=o)
         self.frb_received = CounterMetricFamily("evio_frb_received", "FRB broadcasts received from peers.", labels=o)
+        self.segmented = CounterMetricFamily(
+            "evio_switch_segmented", "Frames too large for a tunnel that the controller split into TCP segments.",
+            labels=o)
+        self.checksums_completed = CounterMetricFamily(
+            "evio_switch_checksums_completed", "TCP frames whose partial (offload) checksum the controller finished.",
+            labels=o)
         self.switch_drops = CounterMetricFamily(
             "evio_switch_drops", "Frames and FRBs the controller dropped, by reason.", labels=["overlay", "reason"])
         self.signal_connected = GaugeMetricFamily("evio_signal_connected", "1 while signaling is logged in.", labels=o)
@@ -124,6 +130,8 @@ class _Families:
         self.frb_sent.add_metric([overlay], switch.get("frb_sent", 0))
         self.frb_forwarded.add_metric([overlay], switch.get("frb_forwarded", 0))
         self.frb_received.add_metric([overlay], ov.get("broadcasts", {}).get("received", 0))
+        self.segmented.add_metric([overlay], switch.get("segmented", 0))
+        self.checksums_completed.add_metric([overlay], switch.get("checksums_completed", 0))
         for reason, count in sorted(ov.get("drops", {}).items()):
             self.switch_drops.add_metric([overlay, reason.lower()], count)
         signal = ov.get("signal", {})

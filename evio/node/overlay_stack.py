@@ -159,6 +159,7 @@ class OverlayStack:
         self.switch_connected = False
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
+        self.segment_errors: Mapping[str, int] = {}
         self.broadcasts: BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
         self.traffic: TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
         self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
@@ -194,6 +195,7 @@ class OverlayStack:
             self.node_id,
             flow_idle_timeout=self.plan.config.bridge.flow_idle_timeout,
             on_demand=self.plan.config.topology.on_demand,
+            tunnel_mtu=self.plan.tunnel.tap_mtu,
         )
         self._attached = True
         self._bridge_made = True  # from here on, stop() deletes it even if create() failed half-way
@@ -386,6 +388,7 @@ class OverlayStack:
             self.port_numbers.clear()
         elif isinstance(event, DropCounts):
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
+            self.segment_errors = dict(event.segment_errors)
         elif isinstance(event, BroadcastCounts):
             self.broadcasts = event
         elif isinstance(event, TrafficCounts):
@@ -483,9 +486,12 @@ class OverlayStack:
                 "broadcasts_originated": traffic.broadcasts_originated if traffic else 0,
                 "frb_sent": traffic.frb_sent if traffic else 0,
                 "frb_forwarded": traffic.frb_forwarded if traffic else 0,
+                "segmented": traffic.segmented if traffic else 0,
+                "checksums_completed": traffic.checksums_completed if traffic else 0,
             },
             "drops": dict(self.drops),
             "frb_errors": dict(self.frb_errors),
+            "segment_errors": dict(self.segment_errors),
             "port_errors": self.port_errors,
             "broadcasts": _broadcasts(self.broadcasts),
             "link_events": {

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from evio.config.model import BridgeConfig, OnDemandConfig
 from evio.ids import format_node_id
 from evio.sdn.broadcast_log import BroadcastReceived
+from evio.sdn.switch import DEFAULT_TUNNEL_MTU
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class AttachOverlay:
     flow_idle_timeout: int = BridgeConfig.flow_idle_timeout
     mac_max_age: float = 300.0
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
+    tunnel_mtu: int = DEFAULT_TUNNEL_MTU  # the tunnel TAPs' MTU: frames the controller sends are cut to fit
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,11 +180,13 @@ class OnDemandIdle:
 @dataclass(frozen=True, slots=True)
 class DropCounts:
     """Totals so far, sent when they changed: `drops` by `evio.sdn.switch.Drop` name,
-    `frb_errors` by `evio.sdn.frb.FrbReason` name."""
+    `frb_errors` by `evio.sdn.frb.FrbReason` name, `segment_errors` (why an oversized frame
+    was dropped) by `evio.sdn.segmentation.SegmentReason` name."""
 
     overlay: str
     drops: Mapping[str, int]
     frb_errors: Mapping[str, int]
+    segment_errors: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,14 +203,16 @@ class BroadcastCounts:
 
 @dataclass(frozen=True, slots=True)
 class TrafficCounts:
-    """The switch's packet-ins and FRB copies sent (as root) and forwarded so far
-    (`evio.sdn.switch.SwitchCounters`), sent when they changed."""
+    """The switch's packet-ins, FRB copies sent (as root) and forwarded, frames it segmented and partial
+    checksums it finished so far (`evio.sdn.switch.SwitchCounters`), sent when they changed."""
 
     overlay: str
     packet_ins: int
     broadcasts_originated: int
     frb_sent: int
     frb_forwarded: int
+    segmented: int = 0
+    checksums_completed: int = 0
 
 
 ControllerEvent = (
@@ -271,7 +277,7 @@ def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
             fields[key] = format_node_id(fields[key])
     if "datapath_id" in fields:
         fields["datapath_id"] = f"{fields['datapath_id']:016x}"
-    for key in ("drops", "frb_errors"):
+    for key in ("drops", "frb_errors", "segment_errors"):
         if key in fields:
             fields[key] = dict(fields[key])
     if isinstance(event, BroadcastCounts):

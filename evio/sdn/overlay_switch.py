@@ -58,15 +58,16 @@ class OverlaySwitch:
     def __init__(self, settings: AttachOverlay) -> None:
         self.settings = settings
         self.switch = BoundedFloodSwitch(settings.node_id, switch_mac_for(settings.node_id),
-                                         settings.flow_idle_timeout, settings.mac_max_age)
+                                         settings.flow_idle_timeout, settings.mac_max_age,
+                                         tunnel_mtu=settings.tunnel_mtu)
         self.on_demand = OnDemandPolicy(settings.on_demand)
         self.rates = FlowRates()
         self.peer_by_name: dict[str, int] = {}
         self.port_desc: dict[int, tuple[str, str]] = {}  # port number -> (name, hw_addr)
         self.connected = False
-        self._reported: tuple[dict[str, int], dict[str, int]] | None = None
+        self._reported: tuple[dict[str, int], dict[str, int], dict[str, int]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
-        self._traffic_reported = (0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
+        self._traffic_reported = (0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
 
     @property
     def overlay(self) -> str:
@@ -176,10 +177,13 @@ class OverlaySwitch:
         drops = {reason.name: n for reason, n in sorted(self.switch.drops.items(), key=lambda i: i[0].name)}
         errors = {reason.name: n for reason, n in sorted(self.switch.frb_parse_errors.items(),
                                                           key=lambda i: i[0].name)}
-        if (drops, errors) == self._reported or (not drops and not errors and self._reported is None):
+        segments = {reason.name: n for reason, n in sorted(self.switch.segment_errors.items(),
+                                                           key=lambda i: i[0].name)}
+        report = (drops, errors, segments)
+        if report == self._reported or (not drops and not errors and self._reported is None):
             return []
-        self._reported = (drops, errors)
-        return [DropCounts(self.overlay, drops, errors)]
+        self._reported = report
+        return [DropCounts(self.overlay, drops, errors, segments)]
 
     def traffic_report(self) -> list[ControllerEvent]:
         """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""

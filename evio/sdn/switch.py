@@ -23,6 +23,12 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   nor learned, so it never moves a local MAC onto a peer port.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Malformed FRBs and frames that make no sense are dropped and counted.
+- A frame this switch sends itself (PacketOut) must fit a tunnel TAP,
+  `tunnel_mtu + 14` bytes, or that less the FRB (49 bytes) when it is flooded:
+  with userspace TSO a host's TCP super-frame (up to 64 KiB) reaches the
+  controller whole, and the TAP would refuse it. TCP is segmented in
+  software (segmentation.py) and partial checksums left by checksum offload
+  are finished; anything else too large is dropped and counted.
 
 Adjacent peers are members, not trusted with this node's switching:
 
@@ -48,7 +54,7 @@ from dataclasses import dataclass
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
 from evio.ratelimit import PeerRateLimiter, Rate
-from evio.sdn import frb
+from evio.sdn import frb, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import forward_bounds, root_bounds
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowAction, FlowMatch, PacketOut
@@ -64,6 +70,8 @@ BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malfo
 # all, so one port (one peer, one local storm) may take a fraction and never all of it.
 PACKET_IN_RATE = 1000.0
 PACKET_IN_BURST = 2000
+# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.mtu); the node passes its own.
+DEFAULT_TUNNEL_MTU = 1428
 
 
 class PortKind(enum.Enum):
@@ -105,6 +113,7 @@ class Drop(enum.Enum):
     RATE_LIMITED = "more packet-ins from the port than its rate allows"
     TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
     OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
+    OVERSIZED = "larger than a tunnel carries and not TCP that can be segmented (why: segment_errors)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +149,12 @@ class SwitchCounters:
     broadcasts_originated: int = 0  # broadcast or unknown-unicast frames from local ports flooded as FRBs
     frb_sent: int = 0  # FRB copies sent by this node as the root
     frb_forwarded: int = 0  # FRB copies passed on within their bounds
+    segmented: int = 0  # frames too large to send whole, split into TCP segments (once per output kind)
+    checksums_completed: int = 0  # TCP frames whose partial (offload) checksum the controller finished
 
-    def as_tuple(self) -> tuple[int, int, int, int]:
-        return (self.packet_ins, self.broadcasts_originated, self.frb_sent, self.frb_forwarded)
+    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
+        return (self.packet_ins, self.broadcasts_originated, self.frb_sent, self.frb_forwarded, self.segmented,
+                self.checksums_completed)
 
 
 class BoundedFloodSwitch:
@@ -157,8 +169,12 @@ class BoundedFloodSwitch:
         max_macs: int = MAX_ENTRIES,
         packet_in_rate: float = PACKET_IN_RATE,
         packet_in_burst: int = PACKET_IN_BURST,
+        tunnel_mtu: int = DEFAULT_TUNNEL_MTU,
     ) -> None:
         self.node_id = node_id
+        # What a tunnel TAP takes (vswitchd's packet socket refuses more), and what an FRB may carry.
+        self.max_frame_len = tunnel_mtu + ETH_HEADER_LEN
+        self.max_flooded_frame_len = self.max_frame_len - frb.FRB_MIN_FRAME_LEN  # its own Ethernet header too
         self.switch_mac = switch_mac  # source of the one-hop FRBs (leaf announcements, link checks)
         self.flow_idle_timeout = flow_idle_timeout
         self.learning = LearningTable(mac_max_age, max_macs)
@@ -166,6 +182,7 @@ class BoundedFloodSwitch:
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
+        self.segment_errors: Counter[segmentation.SegmentReason] = Counter()
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
@@ -254,6 +271,11 @@ class BoundedFloodSwitch:
         if eth.has_group_source:
             self.drops[Drop.GROUP_SOURCE] += 1  # never a real sender; learning it would poison the table
             return []
+        if eth.ethertype in (segmentation.ETH_TYPE_IPV4, segmentation.ETH_TYPE_IPV6):
+            completed = segmentation.complete_partial_checksum(data)
+            if completed is not data:
+                self.counters.checksums_completed += 1
+                data = completed
         if port.kind is PortKind.LEAF:
             return self._leaf_frame_in(in_port, eth, data, now)
         return self._peer_frame_in(in_port, eth, data, now)
@@ -292,7 +314,21 @@ class BoundedFloodSwitch:
             self.drops[Drop.HAIRPIN] += 1
             return []
         match = FlowMatch(in_port, eth.src, eth.dst)
-        return [AddFlow(match, out_port, self.flow_idle_timeout), PacketOut(out_port, data)]
+        actions: list[FlowAction] = [AddFlow(match, out_port, self.flow_idle_timeout)]
+        return actions + [PacketOut(out_port, frame) for frame in self._fit(data, self.max_frame_len)]
+
+    def _fit(self, data: bytes, max_len: int) -> list[bytes]:
+        """`data` as frames of at most `max_len` bytes: itself, its TCP segments, or none (counted)."""
+        if len(data) <= max_len:
+            return [data]
+        try:
+            frames = segmentation.segment_tcp(data, max_len)
+        except segmentation.SegmentError as err:
+            self.drops[Drop.OVERSIZED] += 1
+            self.segment_errors[err.reason] += 1
+            return []
+        self.counters.segmented += 1
+        return frames
 
     def _learn(self, mac: str, port: int, root: int | None, now: float, broadcast: bool = False) -> list[FlowAction] | None:
         """Learn `mac` on `port`; None when a peer port claims a local MAC (counted, nothing changes)."""
@@ -322,18 +358,27 @@ class BoundedFloodSwitch:
         return own
 
     def _deliver_to_leaves(self, data: bytes, exclude: int | None) -> list[FlowAction]:
-        return [PacketOut(p, data) for p in self.leaf_ports() if p != exclude]
+        leaves = [p for p in self.leaf_ports() if p != exclude]
+        if not leaves:
+            return []
+        frames = self._fit(data, self.max_frame_len)
+        return [PacketOut(p, frame) for p in leaves for frame in frames]
 
     def _originate_flood(self, data: bytes) -> list[FlowAction]:
         """Send `data` as an FRB broadcast rooted here to every peer, each with its bound."""
         peers = self.peer_ports()
         actions: list[FlowAction] = []
-        if peers:
-            self.counters.broadcasts_originated += 1
+        if not peers:
+            return actions
+        frames = self._fit(data, self.max_flooded_frame_len)  # each must fit a tunnel inside its FRB
+        if not frames:
+            return actions
+        self.counters.broadcasts_originated += 1
         for peer, bound in root_bounds(self.node_id, peers).items():
-            self.counters.frb_sent += 1
-            wire = frb.pack(frb.broadcast(data, self.node_id, bound, hop_count=1))
-            actions.append(PacketOut(peers[peer], wire))
+            for frame in frames:
+                self.counters.frb_sent += 1
+                wire = frb.pack(frb.broadcast(frame, self.node_id, bound, hop_count=1))
+                actions.append(PacketOut(peers[peer], wire))
         return actions
 
     def _frb_in(self, port: SwitchPort, ingress: int, data: bytes, now: float) -> list[FlowAction]:

@@ -56,7 +56,7 @@ async def test_scrape_over_http_parses_with_links_tunnels_and_overlay_labels(fle
     assert setup["evio_tunnel_setup_seconds_count"].value == 2
     assert {s.labels["overlay"] for s in parsed["evio_signal_connected"].samples} == {"ov1"}
     for name in ("evio_frb_sent", "evio_frb_forwarded", "evio_switch_packet_ins", "evio_signal_reconnects",
-                 "evio_tunnel_mtu_bytes", "evio_overlay_info", "evio_node_info"):
+                 "evio_switch_segmented", "evio_switch_checksums_completed", "evio_tunnel_mtu_bytes", "evio_overlay_info", "evio_node_info"):
         assert name in parsed, name
 
 
