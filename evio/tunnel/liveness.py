@@ -21,10 +21,14 @@ returns. It never reads the clock itself.
   sends one on demand (`evio ping`). Tokens are sequence numbers; a reply
   whose token we did not send, or sent too long ago, is ignored.
 - A doubt (``doubt``), when the owner has reason to doubt the peer (its
-  signaling presence went away, as when its daemon was killed), sends a
-  HELLO every ``probe_interval``; a peer that answers nothing within
-  ``probe_timeout`` is dead at once instead of after ``dead_after``. A live
-  peer answers in a round trip, and nothing changes.
+  signaling presence went away, as when its daemon was killed), sends an
+  ECHO_REQUEST every ``probe_interval``; a peer from which no record at all
+  arrives within the probe deadline is dead at once instead of after
+  ``dead_after``. The deadline follows the measured RTT:
+  ``probe_rtt_factor`` times the larger of the smoothed and the last RTT,
+  at least ``probe_floor`` (a live peer whose loop is busy for a moment
+  must not be killed) and at most ``probe_timeout`` (also the deadline while
+  no RTT is known). A live peer answers in a round trip, and nothing changes.
 """
 
 from __future__ import annotations
@@ -64,8 +68,10 @@ class LivenessConfig:
     keepalive_interval: float = keepalive_for(TunnelConfig.dead_after)
     dead_after: float = TunnelConfig.dead_after
     establish_timeout: float = 5.0
-    probe_interval: float = 0.2
-    probe_timeout: float = 1.0
+    probe_interval: float = 0.05  # echo requests while doubting: several fit in the shortest deadline
+    probe_floor: float = 0.25  # a doubted peer gets at least this long to answer ...
+    probe_rtt_factor: float = 4.0  # ... or this many RTTs if longer ...
+    probe_timeout: float = 1.0  # ... but never more than this (nor, without an RTT, less)
 
     def __post_init__(self) -> None:
         if self.keepalive_interval <= 0 or self.keepalive_interval > 25.0:
@@ -73,8 +79,10 @@ class LivenessConfig:
         # A live but idle peer's keepalives are up to a tick late; two of them must fit the limit.
         if 2 * (self.keepalive_interval + self.tick_interval(LivenessState.UP)) > self.dead_after:
             raise ValueError("dead_after must allow two keepalive intervals (plus a tick each)")
-        if not 0 < self.probe_interval < self.probe_timeout:
-            raise ValueError("probe_interval must be positive and shorter than probe_timeout")
+        if not 0 < self.probe_interval < self.probe_floor <= self.probe_timeout:
+            raise ValueError("probe_interval must be positive and shorter than probe_floor, at most probe_timeout")
+        if self.probe_rtt_factor < 1:
+            raise ValueError("probe_rtt_factor must be at least 1 (a live peer answers in one RTT)")
 
     def tick_interval(self, state: LivenessState) -> float:
         """How often the owner should call ``tick`` in this state."""
@@ -141,6 +149,7 @@ class Liveness:
         self.rtt = RttStats()
         self._probe_since: float | None = None  # when the running probe began
         self._probe_rx = 0  # the received-record count when it began
+        self._probe_deadline = config.probe_timeout  # silence that ends the running probe
         self._last_probe = float("-inf")
 
     @property
@@ -153,12 +162,21 @@ class Liveness:
             return min(self.config.probe_interval, self.config.tick_interval(self.state))
         return self.config.tick_interval(self.state)
 
+    def probe_deadline(self) -> float:
+        """How long a doubted peer has to answer: a few RTTs, within [probe_floor, probe_timeout]."""
+        config = self.config
+        if self.rtt.smoothed is None or self.rtt.last is None:
+            return config.probe_timeout
+        rtt = max(self.rtt.smoothed, self.rtt.last)
+        return min(config.probe_timeout, max(config.probe_floor, config.probe_rtt_factor * rtt))
+
     def doubt(self, now: float, rx_records: int) -> list[Action]:
-        """Doubt the peer: it must answer within ``probe_timeout`` (`rx_records`: the count so far)."""
+        """Doubt the peer: it must answer within `probe_deadline` (`rx_records`: the count so far)."""
         if self.state is not LivenessState.UP or self._probe_since is not None:
             return []
         self._probe_since, self._probe_rx, self._last_probe = now, rx_records, now
-        return [SendControl(ControlOpcode.HELLO)]
+        self._probe_deadline = self.probe_deadline()
+        return [SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now))]
 
     def start(self, now: float) -> list[Action]:
         """The first HELLO, sent as soon as keys are in place."""
@@ -230,12 +248,12 @@ class Liveness:
         if self._probe_since is not None:
             if rx_records > self._probe_rx:
                 self._probe_since = None  # records counted since the probe began: alive
-            elif now - self._probe_since >= self.config.probe_timeout:
+            elif now - self._probe_since >= self._probe_deadline:
                 self.state = LivenessState.DOWN
                 return [PeerDead(DownReason.PEER_SILENT)]
             elif now - self._last_probe >= self.config.probe_interval:
                 self._last_probe = now
-                actions.append(SendControl(ControlOpcode.HELLO))
+                actions.append(SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now)))
         if now - self._rx_changed >= self.config.silence_limit:
             self.state = LivenessState.DOWN
             return [PeerDead(DownReason.PEER_SILENT)]

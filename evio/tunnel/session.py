@@ -177,6 +177,7 @@ class Tunnel:
         self._datapath_running = False
         self._liveness: Liveness | None = None
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()  # the supervisor's tick is due now (a stop, or a doubt to act on)
         self._down_reason: str | None = None
         self._up: asyncio.Future[TunnelInfo] = asyncio.get_running_loop().create_future()
         self._early_records: list[bytes] = []
@@ -247,6 +248,7 @@ class Tunnel:
         if self._down_reason is None:
             self._down_reason = reason
         self._stop.set()
+        self._wake.set()
         if self._task is not None:
             if not self._task.done() and self._info.state in (TunnelState.NEGOTIATING, TunnelState.CONNECTING, TunnelState.AUTHENTICATING):
                 self._task.cancel()
@@ -424,9 +426,10 @@ class Tunnel:
         logged_drops: dict[DropReason, int] = {}
         while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._stop.wait(), liveness.tick_interval())
+                await asyncio.wait_for(self._wake.wait(), liveness.tick_interval())
             except TimeoutError:
                 pass
+            self._wake.clear()
             if self._stop.is_set():
                 break
             now = self._clock()
@@ -447,10 +450,14 @@ class Tunnel:
 
     def doubt(self) -> None:
         """Doubt the peer (its signaling presence went): an up tunnel it does not answer goes down within
-        the probe timeout (1 s) instead of after the dead-peer time."""
+        the probe deadline (a few RTTs, 0.25-1 s) instead of after the dead-peer time."""
         if self._liveness is not None and self._datapath_running:
-            logger.debug("tunnel %s peer %032x probed", self._info.tunnel_id, self.peer)
-            self._execute(self._liveness.doubt(self._clock(), self._datapath.stats().rx_records))
+            actions = self._liveness.doubt(self._clock(), self._datapath.stats().rx_records)
+            if actions:
+                logger.debug("tunnel %s peer %032x probed (deadline %.3f s)", self._info.tunnel_id, self.peer,
+                             self._liveness.probe_deadline())
+            self._execute(actions)
+            self._wake.set()  # the supervisor's next tick comes at the probe's pace, not the idle one
 
     def _on_control(self, message: ControlMessage) -> None:
         if self._liveness is not None:
@@ -486,6 +493,7 @@ class Tunnel:
         if self._down_reason is None:
             self._down_reason = reason
         self._stop.set()
+        self._wake.set()
 
     async def _teardown(self) -> None:
         """Release everything this tunnel holds; safe to call at any point and more than once."""

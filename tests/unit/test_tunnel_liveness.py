@@ -148,53 +148,96 @@ def test_config_checks() -> None:
 
 
 def doubting(actions: list[object]) -> list[object]:
-    """The actions of a doubt, without the periodic echo requests that measure the RTT."""
+    """What a doubt's tick decides, without the echo requests (periodic ones, and the probe's own)."""
     return [a for a in actions if not (isinstance(a, SendControl) and a.opcode is ControlOpcode.ECHO_REQUEST)]
 
 
-def _up() -> Liveness:
-    lv = Liveness(CFG, now=0.0)
+def echoes(actions: list[object]) -> int:
+    return sum(1 for a in actions if isinstance(a, SendControl) and a.opcode is ControlOpcode.ECHO_REQUEST)
+
+
+PROBE = LivenessConfig(hello_interval=0.1, keepalive_interval=1.0, dead_after=3.0, establish_timeout=2.0,
+                       probe_interval=0.05, probe_floor=0.25, probe_rtt_factor=4.0, probe_timeout=1.0)
+
+
+def _up(config: LivenessConfig = PROBE, rtt: float | None = None) -> Liveness:
+    """An UP link at 0.01; with `rtt`, one echo answered after that long (the RTT is known)."""
+    lv = Liveness(config, now=0.0)
     lv.start(0.0)
     lv.on_control(0.01, ControlMessage(ControlOpcode.HELLO, HELLO_PEER_SEEN))
     assert lv.state is LivenessState.UP
+    if rtt is not None:
+        token, _ = lv.probe(0.02)
+        lv.on_control(0.02 + rtt, ControlMessage(ControlOpcode.ECHO_REPLY, 0, token))
+        assert lv.rtt.last == pytest.approx(rtt)
     return lv
 
 
-def test_probe_unanswered_is_down_within_the_probe_timeout_not_dead_after() -> None:
+def test_probe_without_a_known_rtt_waits_the_probe_timeout() -> None:
     lv = _up()
-    assert lv.doubt(0.5, rx_records=7) == [SendControl(ControlOpcode.HELLO)]
-    assert lv.probing and lv.tick_interval() == CFG.probe_interval
+    assert lv.probe_deadline() == PROBE.probe_timeout
+    actions = lv.doubt(0.5, rx_records=7)
+    assert echoes(actions) == 1 and doubting(actions) == []
+    assert lv.probing and lv.tick_interval() == PROBE.probe_interval
     assert lv.doubt(0.55, rx_records=7) == []  # one probe at a time
-    assert doubting(lv.tick(0.6, 7, 9)) == []
-    assert doubting(lv.tick(0.71, 7, 9)) == [SendControl(ControlOpcode.HELLO)]  # probed again every probe_interval
-    assert doubting(lv.tick(1.49, 7, 10)) == [SendControl(ControlOpcode.HELLO)]
-    assert doubting(lv.tick(1.5, 7, 11)) == [PeerDead(DownReason.PEER_SILENT)]  # 1 s after the probe, not 3 s of silence
+    assert doubting(lv.tick(1.49, 7, 10)) == []
+    assert doubting(lv.tick(1.5, 7, 11)) == [PeerDead(DownReason.PEER_SILENT)]  # not 3 s of silence
     assert lv.state is LivenessState.DOWN
 
 
+def test_probe_of_a_near_peer_ends_after_the_floor_with_several_echoes_unanswered() -> None:
+    lv = _up(rtt=0.002)
+    assert lv.probe_deadline() == PROBE.probe_floor
+    sent = echoes(lv.doubt(0.5, rx_records=7))
+    now = 0.5
+    while now < 0.68:
+        now = round(now + 0.06, 3)
+        actions = lv.tick(now, 7, 9)
+        sent += echoes(actions)
+        assert doubting(actions) == [], now
+    assert doubting(lv.tick(0.75, 7, 9)) == [PeerDead(DownReason.PEER_SILENT)]
+    assert sent >= 4  # one lost datagram does not kill a live peer
+
+
+def test_probe_of_a_far_peer_waits_a_few_rtts_at_most_the_probe_timeout() -> None:
+    far = _up(rtt=0.1)
+    assert far.probe_deadline() == pytest.approx(0.4)
+    far.doubt(0.5, rx_records=7)
+    assert doubting(far.tick(0.89, 7, 9)) == []
+    assert doubting(far.tick(0.91, 7, 9)) == [PeerDead(DownReason.PEER_SILENT)]
+    assert _up(rtt=0.5).probe_deadline() == PROBE.probe_timeout
+
+
 def test_probe_answered_keeps_the_link() -> None:
-    lv = _up()
-    lv.doubt(0.5, rx_records=7)
-    assert lv.on_control(0.52, ControlMessage(ControlOpcode.HELLO, HELLO_PEER_SEEN)) == []
-    assert not lv.probing and lv.tick_interval() == CFG.tick_interval(LivenessState.UP)
+    lv = _up(rtt=0.002)
+    (echo,) = lv.doubt(0.5, rx_records=7)
+    assert isinstance(echo, SendControl)
+    reply = lv.on_control(0.52, ControlMessage(ControlOpcode.ECHO_REPLY, 0, echo.token))
+    assert reply == [EchoAnswered(echo.token, pytest.approx(0.02))]
+    assert not lv.probing and lv.tick_interval() == PROBE.tick_interval(LivenessState.UP)
     assert doubting(lv.tick(1.6, 8, 9)) == []
     assert lv.state is LivenessState.UP
 
 
 def test_records_counted_after_the_probe_began_answer_it_earlier_ones_do_not() -> None:
-    lv = _up()
+    lv = _up(rtt=0.002)
     lv.doubt(0.5, rx_records=7)
-    assert doubting(lv.tick(0.71, 7, 8)) == [SendControl(ControlOpcode.HELLO)]  # nothing new since the probe: still doubting
-    assert doubting(lv.tick(0.8, 8, 8)) == []
+    assert echoes(lv.tick(0.55, 7, 8)) == 1  # nothing new since the probe: still doubting, asking again
+    assert doubting(lv.tick(0.6, 8, 8)) == []
     assert not lv.probing
+    assert doubting(lv.tick(0.9, 8, 8)) == []  # past the deadline, but the probe was answered
 
 
 def test_probe_before_the_link_is_up_does_nothing() -> None:
-    lv = Liveness(CFG, now=0.0)
+    lv = Liveness(PROBE, now=0.0)
     lv.start(0.0)
     assert lv.doubt(0.01, 0) == [] and not lv.probing
 
 
 def test_probe_config_checks() -> None:
     with pytest.raises(ValueError, match="probe_interval"):
-        LivenessConfig(probe_interval=1.0, probe_timeout=1.0)
+        LivenessConfig(probe_interval=0.3, probe_floor=0.25)
+    with pytest.raises(ValueError, match="probe_interval"):
+        LivenessConfig(probe_floor=1.5, probe_timeout=1.0)
+    with pytest.raises(ValueError, match="probe_rtt_factor"):
+        LivenessConfig(probe_rtt_factor=0.5)
