@@ -348,7 +348,12 @@ class Orchestrator:
         ):
             return self._flush()  # about an older tunnel
         was = st.phase
-        expected = was is Phase.CLOSING or st.released_by_peer or peer not in self._members or self._stopped
+        gone = peer not in self._members
+        expected = was is Phase.CLOSING or st.released_by_peer or gone or self._stopped
+        if gone and was is Phase.UP and self._membership_due is not None:
+            # A peer gone from signaling whose tunnel has now died too (a crash): its place in the ring
+            # is free and the neighbours must link up at once, not after the membership debounce.
+            self._membership_due = min(self._membership_due, now)
         self._end_tunnel(peer, st, reason, now)
         if not expected:
             self._fail(peer, f"tunnel {reason}", now)

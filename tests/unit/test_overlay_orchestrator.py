@@ -675,3 +675,22 @@ def test_a_peer_back_in_time_is_not_checked() -> None:
     orch.peer_removed(110, RemovalCause.LEFT, 2.0)
     orch.peer_added(110, 2.5)
     assert not any(isinstance(a, CheckMembership) for a in orch.tick(2.0 + T.revalidate_after))
+
+
+def test_a_crashed_successor_is_replaced_as_soon_as_its_tunnel_dies_not_after_the_debounce() -> None:
+    orch = core(members=(110, 120, 130), successors=1)
+    link_up(orch, 1.0, 110)
+    # 110 crashed: its presence goes (membership debounce until 2.5), then the doubt probe kills its tunnel.
+    assert requests(orch.peer_removed(110, RemovalCause.LEFT, 2.0) + orch.tick(2.1)) == []
+    orch.tunnel_down(110, "t110", "peer-silent", 2.2)
+    assert orch.next_wakeup(2.2) == 2.2
+    assert requests(orch.tick(2.2)) == [(120, S, False)]  # the new successor at once, not at 2.5
+
+
+def test_a_tunnel_down_of_a_present_peer_still_waits_for_a_moving_membership() -> None:
+    orch = core(members=(110, 120, 130), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.peer_added(140, 2.0)  # membership moving until 2.5
+    orch.tunnel_down(110, "t110", "peer-silent", 2.1)
+    assert requests(orch.tick(2.1)) == []
+    assert orch.next_wakeup(2.1) == 2.5
