@@ -25,7 +25,7 @@ from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import SetupError, TunnelError
 from evio.tunnel.ice import IceConfig, PathKind, RelayPolicy
 from evio.tunnel.keys import RekeyPolicy
-from evio.tunnel.liveness import LivenessConfig
+from evio.tunnel.liveness import LivenessConfig, LivenessState
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelState, TunnelUp
 from evio.tunnel.signaling import Body
@@ -377,6 +377,33 @@ async def test_doubt_of_a_vanished_peer_takes_the_tunnel_down_within_the_probe_t
         await wait_until(lambda: len(a.downs()) == 1, timeout=3)
         assert a.downs()[0].info.reason == "peer-silent"
         assert loop.time() - started < PROBED.probe_timeout + 0.4 < PROBED.dead_after
+    finally:
+        await a.manager.close()
+        await b.manager.close()
+
+
+# The idle tick is 2 s here: a doubt acted on only at the next tick would take up to 2.3 s.
+SLOW_TICKS = LivenessConfig(hello_interval=0.02, keepalive_interval=8.0, dead_after=24.0, establish_timeout=1.5,
+                            probe_interval=0.05, probe_floor=0.25, probe_timeout=0.3)
+
+
+async def test_a_doubt_is_acted_on_at_once_not_at_the_next_idle_tick(hub: FakeTunnelSignalingHub) -> None:
+    config = TunnelSettings(liveness=SLOW_TICKS)
+    a, b = make_node(hub, A, config), make_node(hub, B, config)
+    try:
+        await a.manager.connect(B)
+        await wait_until(lambda: len(b.ups()) == 1)
+        tunnel_b = b.manager.get(A)
+        assert tunnel_b is not None
+        tunnel_b._datapath.stop()
+        await asyncio.sleep(0.2)  # past the establishing-pace ticks: A's supervisor is in its 2 s idle wait
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        a.manager.doubt(B)
+        await wait_until(lambda: len(a.downs()) == 1, timeout=5)
+        assert a.downs()[0].info.reason == "peer-silent"
+        # The deadline (0.3 s) plus a generous margin for a loaded machine, well under one idle tick.
+        assert loop.time() - started < SLOW_TICKS.probe_timeout + 0.6 < SLOW_TICKS.tick_interval(LivenessState.UP)
     finally:
         await a.manager.close()
         await b.manager.close()
