@@ -12,8 +12,9 @@ node fail at once, which s = 2 does not cover: measured where the ping leaves th
 the ping stops until the overlay repairs.
 
 Neighbours notice a killed node when its XMPP presence goes (the server sees its connection close):
-they probe its tunnels, which then fail within a second instead of after the dead-peer time (5 s);
-that and the new link's setup make most of each interruption.
+they probe its tunnels, which then fail within a few RTTs (at least 0.25 s) instead of after the
+dead-peer time (5 s), and link to each other at once; the new link's setup makes the rest of each
+interruption (0.2 s direct, over 1 s when it needs the relay).
 
 "Does not interrupt" (E4): the paper watched a running ping (one echo a second) go on. Our probe
 sends ten a second; we ask that no gap between two replies reaches one second, i.e. a default ping
@@ -41,6 +42,7 @@ from scenario_lab import (
     wait_quiet,
 )
 
+from evio.config.model import TunnelConfig
 from evio.lab.daemons import Topology
 from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
@@ -52,6 +54,7 @@ NODES = scenario_nodes()
 LONG_DISTANCE = 2  # the paper's k for E3 and E4
 PING_INTERVAL = 0.1
 NO_INTERRUPTION = 1.0  # longest gap between replies that is not an interruption (a 1/s ping misses nothing)
+REPAIR_TARGET = 1.0  # E11: the ring repaired within 1 s of a crash (a direct replacement link)
 AFTER_REPAIR = 2.0  # seconds the probe keeps running once the ring is whole again
 QUIET = 3.0  # seconds without a link change before the next failure
 
@@ -83,6 +86,12 @@ class FailureRun:
     node: str
     target: str
     victims: tuple[str, ...]
+    after: Topology  # the repaired overlay
+
+    def path_to(self, peer: str) -> str:
+        """How the pinging node's link to `peer` runs after the repair (direct, relay), as the topology says."""
+        paths = {l.path for l in self.after.links if {l.node, l.peer} == {self.node, peer} and l.state == "up"}
+        return "/".join(sorted(p or "?" for p in paths)) or "no link"
 
     @property
     def outage(self) -> Outage:
@@ -122,12 +131,12 @@ def fail_under_ping(
         started = time.monotonic()
         for victim in victims:
             lab.kill_daemon(index_of(victim))
-        wait_for(lab.topology, lambda t: set(t.live) == survivors and not successor_gaps(t, successors),
-                 ring_timeout(NODES), "the ring repaired among the survivors", poll=0.2)
+        after = wait_for(lab.topology, lambda t: set(t.live) == survivors and not successor_gaps(t, successors),
+                         ring_timeout(NODES), "the ring repaired among the survivors", poll=0.2)
         repaired = time.monotonic() - started
         probe.wait_reply_after(killed_at, timeout=30)
         time.sleep(AFTER_REPAIR)  # the probe's rate is the measurement: keep watching after the repair
-    return FailureRun(probe.trace(), killed_at, repaired, via, node, target, tuple(victims))
+    return FailureRun(probe.trace(), killed_at, repaired, via, node, target, tuple(victims), after)
 
 
 def fail_on_path(lab: Lab, victim_steps: tuple[int, ...], target_steps: int, successors: int) -> FailureRun:
@@ -159,7 +168,12 @@ def test_e3_with_one_successor_a_failure_partitions_the_ring_until_it_is_repaire
                           paper="interrupted until repair",
                           note=f"{outage.lost} probes lost; {run.path_note()}; n={NODES}, k=2"))
     figures.record(Figure("E3", "s=1: ring whole again among the survivors after", run.repaired, "s",
-                          paper="repaired, ping resumed"))
+                          paper="repaired, ping resumed", target=f"<= {REPAIR_TARGET:.0f} s",
+                          note=f"new successor link {run.node}-{run.target}: {run.path_to(run.target)}"))
+    # The target is the figure's; the test asks only that repair did not wait for the tunnel's silence.
+    assert run.repaired < TunnelConfig.dead_after, (
+        f"the ring took {run.repaired:.2f} s to repair after {run.victims[0]} failed: as long as waiting "
+        f"for its tunnels to go silent ({TunnelConfig.dead_after} s), not acting on its presence")
 
 
 def test_e4_with_two_successors_one_failure_does_not_interrupt_a_ping(
