@@ -272,7 +272,7 @@ class OverlayStack:
 
     def _peer_removed(self, event: PeerRemoved) -> None:
         # A peer whose presence went may have crashed (its server session closes with its process):
-        # its tunnel must answer a probe within a second, or it goes down now rather than after
+        # its tunnel must answer a probe within a few RTTs (0.25-1 s), or it goes down now rather than after
         # dead_after, and the link is made again as soon as the peer is back.
         if event.cause is RemovalCause.LEFT:
             self.links.doubt(event.node_id)

@@ -106,7 +106,7 @@ class TunnelManager:
         return await tunnel.wait_up()
 
     def doubt(self, peer: int) -> None:
-        """The peer may be gone (its signaling presence went): an up tunnel to it must answer within 1 s."""
+        """The peer may be gone (its signaling presence went): an up tunnel to it must answer within a few RTTs (0.25-1 s)."""
         tunnel = self._tunnels.get(peer)
         if tunnel is not None:
             tunnel.doubt()
