@@ -11,7 +11,9 @@ handling in our process for no gain at this rate.
 from __future__ import annotations
 
 import asyncio
+import csv
 import hashlib
+import io
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -24,6 +26,13 @@ log = logging.getLogger(__name__)
 
 OPENVSWITCH_MODULE = Path("/sys/module/openvswitch")
 MAX_IFNAME = 15
+SWITCHING_MODES = ("bounded-flood", "stp")
+# RSTP (802.1D-2004 clause 17) as Open vSwitch runs it: every bridge at the default priority, so the
+# root is the lowest bridge address (rstp_address_for: the lowest node id); every tunnel costs the
+# same, 802.1D-2004's recommended cost of a 1 Gbit/s link, since a TAP's nominal speed says nothing
+# of the tunnel behind it. The tree is then the fewest-hop tree towards the root.
+RSTP_PRIORITY = 32768
+RSTP_TUNNEL_PATH_COST = 20000
 
 
 def openvswitch_module_loaded(module_dir: Path = OPENVSWITCH_MODULE) -> bool:
@@ -41,6 +50,13 @@ def datapath_id_for(overlay_id: str) -> int:
     return dpid or 1
 
 
+def rstp_address_for(node_id: int) -> str:
+    """The RSTP bridge address (the low 48 bits of the bridge id) of a node: locally administered,
+    from the top 40 bits of its node id, so the same node id always makes the same spanning tree."""
+    octets = [0x02, *((node_id >> (120 - 8 * i)) & 0xFF for i in range(5))]
+    return ":".join(f"{octet:02x}" for octet in octets)
+
+
 def datapath_type(kernel_module_loaded: bool) -> str:
     """`system` (kernel datapath) where the module is loaded, else `netdev` (userspace)."""
     return "system" if kernel_module_loaded else "netdev"
@@ -54,8 +70,16 @@ class BridgeSpec:
     mtu: int | None = None
     controller_host: str = "127.0.0.1"
     datapath_id: int | None = None  # None: OVS picks one (from the bridge's MAC)
+    switching: str = "bounded-flood"  # or "stp": RSTP + MAC learning in OVS, no controller
+    rstp_address: str | None = None  # stp only; None: the bridge's MAC
+
+    @property
+    def stp(self) -> bool:
+        return self.switching == "stp"
 
     def __post_init__(self) -> None:
+        if self.switching not in SWITCHING_MODES:
+            raise BridgeError(f"unknown switching mode {self.switching!r} (one of {', '.join(SWITCHING_MODES)})")
         if not 0 < len(self.name) <= MAX_IFNAME:
             raise BridgeError(f"bridge name {self.name!r} must be 1-{MAX_IFNAME} characters")
         if not 0 < self.controller_port < 65536:
@@ -100,7 +124,13 @@ class OvsBridge:
         return await self.runner.run([*self._vsctl, *args])
 
     async def create(self) -> None:
-        """The bridge, secure fail mode, OpenFlow 1.3, our controller; then the internal port's address."""
+        """The bridge and its switching, then the internal port's address.
+
+        bounded-flood: secure fail mode, OpenFlow 1.3, our controller (it installs every flow).
+        stp: no controller and standalone fail mode, so OVS itself switches (the NORMAL action: MAC
+        learning) and runs RSTP on the tunnel ports; a bridge left by an earlier run is made anew so
+        no flow of a former controller stays behind.
+        """
         c = self.config
         if self.datapath == "netdev":
             await self._enable_userspace_tso()
@@ -111,14 +141,27 @@ class OvsBridge:
             *([f"other_config:datapath-id={c.datapath_id:016x}"] if c.datapath_id is not None else []),
             "--", "set-controller", c.name, f"tcp:{c.controller_host}:{c.controller_port}",
         ]  # fmt: skip
+        if c.stp:
+            args = [
+                "--", "--if-exists", "del-br", c.name,
+                "--", "add-br", c.name,
+                "--", "set", "Bridge", c.name, f"datapath_type={self.datapath}", "protocols=OpenFlow13",
+                "fail_mode=standalone", "other_config:disable-in-band=true", "rstp_enable=true",
+                f"other_config:rstp-priority={RSTP_PRIORITY}",
+                *([f"other_config:rstp-address={c.rstp_address}"] if c.rstp_address is not None else []),
+            ]  # fmt: skip
         if c.mtu is not None:
             args += ["--", "set", "Interface", c.name, f"mtu_request={c.mtu}"]
         await self.vsctl(*args)
         if c.overlay_address is not None:
             await self.runner.run(["ip", "address", "replace", c.overlay_address, "dev", c.name])
         await self.runner.run(["ip", "link", "set", c.name, "up"])
-        log.info("bridge created bridge=%s datapath=%s controller=%s:%s address=%s",
-                 c.name, self.datapath, c.controller_host, c.controller_port, c.overlay_address)
+        if c.stp:
+            log.info("bridge created bridge=%s datapath=%s switching=stp rstp_address=%s address=%s",
+                     c.name, self.datapath, c.rstp_address, c.overlay_address)
+        else:
+            log.info("bridge created bridge=%s datapath=%s controller=%s:%s address=%s",
+                     c.name, self.datapath, c.controller_host, c.controller_port, c.overlay_address)
 
     async def _enable_userspace_tso(self) -> None:
         # The userspace datapath caps near 1 Gbit/s without it (datapath-baseline.md).
@@ -129,7 +172,8 @@ class OvsBridge:
             log.warning("userspace-tso-enable was off; it takes effect when ovs-vswitchd restarts")
 
     async def add_port(self, port_name: str) -> None:
-        await self.vsctl("--may-exist", "add-port", self.name, port_name)
+        rstp = ["--", "set", "Port", port_name, f"other_config:rstp-path-cost={RSTP_TUNNEL_PATH_COST}"]
+        await self.vsctl("--may-exist", "add-port", self.name, port_name, *(rstp if self.config.stp else []))
         if self._port_tuner is not None:
             # ovs-vsctl returned once vswitchd applied the change: the port's socket exists now.
             await asyncio.to_thread(self._port_tuner, port_name)
@@ -143,6 +187,12 @@ class OvsBridge:
         out = await self.vsctl("list-ports", self.name)
         return [line for line in out.splitlines() if line]
 
+    async def rstp_ports(self) -> dict[str, tuple[str, str]]:
+        """Each port's RSTP (role, state), e.g. ("Alternate", "Discarding"); empty without RSTP."""
+        out = await self.vsctl("--format=csv", "--data=bare", "--no-headings", "--columns=name,rstp_status",
+                               "list", "Port")
+        return parse_rstp_ports(out)
+
     async def datapath_id(self) -> int:
         """The datapath id the bridge uses now (as its controller sees it in the features reply)."""
         return int((await self.vsctl("get", "Bridge", self.name, "datapath_id")).strip().strip('"'), 16)
@@ -150,3 +200,17 @@ class OvsBridge:
     async def delete(self) -> None:
         await self.vsctl("--if-exists", "del-br", self.name)
         log.info("bridge deleted bridge=%s", self.name)
+
+
+def parse_rstp_ports(csv_text: str) -> dict[str, tuple[str, str]]:
+    """`ovs-vsctl --format=csv --data=bare --no-headings --columns=name,rstp_status list Port` ->
+    {port: (role, state)}; ports that report no RSTP status (internal ports) are left out."""
+    ports: dict[str, tuple[str, str]] = {}
+    for row in csv.reader(io.StringIO(csv_text)):
+        if len(row) < 2:
+            continue
+        status = dict(item.partition("=")[::2] for item in row[1].split() if "=" in item)
+        role, state = status.get("rstp_port_role"), status.get("rstp_port_state")
+        if role and state:
+            ports[row[0]] = (role, state)
+    return ports

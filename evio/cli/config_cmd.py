@@ -122,13 +122,16 @@ def _overlay_summary(overlay: OverlayConfig) -> list[str]:
     k = "log2(n)" if topology.long_distance is None else str(topology.long_distance)
     on_demand = (
         f"on-demand up to {topology.on_demand.max_links} above {topology.on_demand.threshold_bytes_per_s:,.0f} B/s"
-        if topology.on_demand.enabled
+        if topology.on_demand.enabled and bridge.switching == "bounded-flood"
         else "on-demand off"
     )
+    switching = ("Bounded Flood (SDN controller)" if bridge.switching == "bounded-flood"
+                 else "STP (Open vSwitch RSTP and MAC learning, no controller)")
     return [
         f"  overlay {overlay.id}:",
         f"    signal: {signal.jid} via {signal.server}:{signal.port} ({tls}, {credential})",
         f"    bridge: {bridge.name} {bridge.address or (f'address from the node id in {bridge.address_pool}' if bridge.address_pool else 'no address')} mtu {mtu}{'' if bridge.mtu else ' (the tunnels’)'} datapath {bridge.datapath}",
+        f"    switching: {switching}",
         f"    topology: s={topology.successors} k={k} ({topology.log_form}), {on_demand}",
         f"    nat traversal: {len(nat.stun)} STUN, {len(nat.turn)} TURN; tunnel cipher {overlay.tunnel.cipher}",
     ]

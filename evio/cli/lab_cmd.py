@@ -106,6 +106,9 @@ def _register_up(lab_sub: Any) -> None:
     p.add_argument("--successors", "-s", type=positive, default=2, help="successor links per node (default 2)")
     p.add_argument("--long-distance", "-k", type=not_negative, default=None,
                    help="long-distance links per node (default floor(log2(n)) of the overlay size)")
+    p.add_argument("--switching", choices=("bounded-flood", "stp"), default="bounded-flood",
+                   help="how every bridge switches: bounded-flood (the SDN controller, default) or stp "
+                   "(Open vSwitch's RSTP and MAC learning over the same tunnels, no controller)")  # fmt: skip
     p.add_argument("--no-daemons", action="store_true",
                    help="only the network and servers: no Open vSwitch and no evio daemon in the nodes")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -142,6 +145,7 @@ def _up(args: argparse.Namespace) -> int:
             daemons=not args.no_daemons,
             daemon_timeout=args.timeout,
             trust=args.trust,
+            switching=args.switching,
             progress=printer,
         )
     printer.finish()

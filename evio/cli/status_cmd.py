@@ -148,7 +148,10 @@ def render_status(status: Mapping[str, Any], now: float) -> str:
     for name, ov in status.get("overlays", {}).items():
         counts = ov.get("link_counts", {})
         summary = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none"
-        switch = "switch connected" if ov.get("switch_connected") else "switch NOT connected"
+        if ov.get("switching") == "stp":
+            switch = "switching by STP" if ov.get("bridge_ready") else "bridge NOT made"
+        else:
+            switch = "switch connected" if ov.get("switch_connected") else "switch NOT connected"
         lines.append("")
         lines.append(f"overlay {name}  address {ov.get('address') or '-'}  bridge {ov.get('bridge')} "
                      f"({ov.get('datapath')}, {switch})")

@@ -557,8 +557,20 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
         problems.extend(_turn_problems(_dict(overlay.get("nat_traversal")).get("turn"), (*at, "nat_traversal", "turn")))
         if isinstance(overlay.get("trust"), dict):
             problems.extend(_trust_problems(overlay["trust"], (*at, "trust"), base_dir))
+        problems.extend(_switching_problems(overlay, at))
     problems.extend(_bridge_problems(overlays))
     return problems
+
+
+def _switching_problems(overlay: Mapping[str, Any], at: tuple[str | int, ...]) -> Iterator[Problem]:
+    """On-demand links are asked for by the SDN controller, which an stp bridge does not have."""
+    if _dict(overlay.get("bridge")).get("switching") != "stp":
+        return
+    on_demand = _dict(_dict(overlay.get("topology")).get("on_demand"))
+    if on_demand.get("enabled") is True:
+        yield Problem(json_path((*at, "topology", "on_demand", "enabled")),
+                      'on-demand links need "switching": "bounded-flood" (its SDN controller measures the flows '
+                      'that ask for them); with "stp" leave it out or set false')
 
 
 # --- typed model ---------------------------------------------------------------
@@ -646,6 +658,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             mtu=None if bridge.get("mtu") is None else int(bridge["mtu"]),
             datapath=bridge.get("datapath", BridgeConfig.datapath),
             flow_idle_timeout=int(bridge.get("flow_idle_timeout", BridgeConfig.flow_idle_timeout)),
+            switching=bridge.get("switching", BridgeConfig.switching),
         ),
         tunnel=TunnelConfig(
             cipher=Cipher(tunnel.get("cipher", TunnelConfig.cipher)),

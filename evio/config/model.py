@@ -24,6 +24,8 @@ LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 LogDestination = Literal["stderr", "journald", "file"]
 TlsMode = Literal["starttls", "direct"]
 Datapath = Literal["auto", "system", "netdev"]
+Switching = Literal["bounded-flood", "stp"]
+SWITCHING_MODES: tuple[Switching, ...] = ("bounded-flood", "stp")
 InterfaceAddress = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -203,6 +205,9 @@ class BridgeConfig:
     mtu: int | None = None  # None: the tunnels' MTU (evio.node.plan derives it and checks an explicit one)
     datapath: Datapath = "auto"
     flow_idle_timeout: int = 30
+    # bounded-flood: the SDN controller's flows (the paper's design); stp: Open vSwitch's own RSTP and
+    # MAC learning over the same tunnels, no controller (the paper's comparison point, E9).
+    switching: Switching = "bounded-flood"
 
     def address_for(self, node_id: int) -> InterfaceAddress | None:
         """The bridge's address on node `node_id`: the configured one, or the one derived from the pool."""

@@ -81,9 +81,13 @@ def process_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
 
 
 def is_ready(status: Mapping[str, Any]) -> bool:
-    """A daemon is ready once every overlay's bridge is connected to its SDN controller."""
+    """A daemon is ready once every overlay's bridge is connected to its SDN controller (or, for a
+    bridge that switches by STP and has no controller, once it exists)."""
     overlays = status.get("overlays") or {}
-    return bool(overlays) and all(ov.get("switch_connected") for ov in overlays.values())
+    return bool(overlays) and all(
+        ov.get("bridge_ready") if ov.get("switching") == "stp" else ov.get("switch_connected")
+        for ov in overlays.values()
+    )
 
 
 # -- topology --------------------------------------------------------------------------------

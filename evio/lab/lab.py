@@ -188,6 +188,7 @@ class Lab:
         daemons: bool = False,
         daemon_timeout: float | None = None,
         trust: bool = False,
+        switching: str = "bounded-flood",
         progress: ProgressCallback | None = None,
         root: Path = DEFAULT_ROOT,
         host: Host | None = None,
@@ -202,7 +203,8 @@ class Lab:
         `daemon_timeout`, default 30 s + 2 s per node). With `trust`, the lab
         also makes an overlay CA and gives each node a certificate issued for its
         node id (the config's `trust` section), so tunnels check more than the
-        fingerprint the XMPP server carries.
+        fingerprint the XMPP server carries. `switching` is every bridge's switching mode
+        ("stp": Open vSwitch's RSTP over the same tunnels, no SDN controller; E9).
 
         On any failure or interruption (KeyboardInterrupt included) everything
         made so far is removed before the exception propagates.
@@ -233,7 +235,8 @@ class Lab:
             save_state(root, state)  # before anything exists, so a crash from here on is recoverable
             report = progress or (lambda p: None)
             began = time.monotonic()
-            lab._build(report, began, plaintext=plaintext, topology=topology, node_topology=node_topology or {}, trust=trust)
+            lab._build(report, began, plaintext=plaintext, topology=topology, node_topology=node_topology or {}, trust=trust,
+                       switching=switching)
             if daemons:
                 lab._start_full_nodes(report, began, daemon_timeout or 30.0 + 2.0 * nodes)
             state.phase = "up"
@@ -675,6 +678,7 @@ class Lab:
         topology: Mapping[str, Any] | None,
         node_topology: Mapping[int, Mapping[str, Any]],
         trust: bool = False,
+        switching: str = "bounded-flood",
     ) -> None:
         plan, host, state = self.plan, self._host, self._state
         count = len(plan.nodes)
@@ -728,6 +732,7 @@ class Lab:
                 ca_file=paths.ca_cert,
                 plaintext=plaintext,
                 topology={**(topology or {}), **node_topology.get(node.index, {})} or None,
+                switching=switching,
                 trust=pki.issue_overlay_member(overlay_ca, plan.overlay, int(node_id, 16), home / "trust", now) if overlay_ca else None,
             )
             path = configs.node_config_path(self.directory, node)

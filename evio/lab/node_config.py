@@ -35,11 +35,13 @@ def node_config(
     plaintext: bool = False,
     topology: dict[str, Any] | None = None,
     trust: dict[str, str] | None = None,
+    switching: str = "bounded-flood",
 ) -> dict[str, Any]:
     """The config `evio run --config` reads on this node: its identity, the lab's servers, its overlay.
 
     `topology` is the overlay's `topology` section (s, k, ...); absent, the daemon's defaults apply.
     `trust` is the overlay's `trust` section (CA, certificate, key files); absent, XMPP-only trust.
+    `switching` is the bridge's switching mode ("stp": RSTP in OVS, no controller, no on-demand links).
     """
     pub = plan.public
     stun = f"{pub.address}:{pub.stun_port}"
@@ -67,6 +69,8 @@ def node_config(
             "datapath": "netdev",
         },
     }
+    if switching != "bounded-flood":
+        overlay["bridge"]["switching"] = switching
     if topology:
         overlay["topology"] = dict(topology)
     if trust:

@@ -11,6 +11,9 @@
 Port changes go through one worker task, in the order the controller
 reported them, so a TAP is never removed before it was added. The SDN side
 hears of a TAP before the bridge has it, so the port comes up as a peer port.
+An overlay whose bridge switches by STP (`bridge.switching: stp`) has no SDN
+side at all: its bridge runs Open vSwitch's RSTP and MAC learning on the same
+TAPs, and nothing asks for on-demand links.
 `stop()` undoes everything `start()` did, whatever failed on the way, and
 leaves no port, TAP or bridge behind.
 """
@@ -149,6 +152,7 @@ class OverlayStack:
         self.signaling = signaling
         self.bridge = bridge
         self._sdn = sdn
+        self.stp = plan.bridge.stp  # no SDN controller for this bridge: OVS's own RSTP and learning
         self._clock = clock
         self._controller: AdjacencyController | None = None
         # The tunnel manager reports to the controller, which is made from the manager.
@@ -157,6 +161,7 @@ class OverlayStack:
         self.ports: dict[str, int] = {}  # TAP on the bridge -> peer
         self.port_numbers: dict[str, int] = {}  # bridge port name -> OpenFlow port number (from the SDN side)
         self.switch_connected = False
+        self.bridge_ready = False  # created (an stp bridge is ready then; a Bounded Flood one once connected)
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
         self.segment_errors: Mapping[str, int] = {}
@@ -189,17 +194,19 @@ class OverlayStack:
     async def start(self) -> None:
         """Bridge, SDN attachment, tunnel offers served, then the controller; stop() undoes a partial start."""
         # Attached first, so the controller knows the bridge's datapath id when it connects.
-        self._sdn.commands.attach(
-            self.overlay,
-            self.plan.datapath_id,
-            self.node_id,
-            flow_idle_timeout=self.plan.config.bridge.flow_idle_timeout,
-            on_demand=self.plan.config.topology.on_demand,
-            tunnel_mtu=self.plan.tunnel.tap_mtu,
-        )
-        self._attached = True
+        if not self.stp:
+            self._sdn.commands.attach(
+                self.overlay,
+                self.plan.datapath_id,
+                self.node_id,
+                flow_idle_timeout=self.plan.config.bridge.flow_idle_timeout,
+                on_demand=self.plan.config.topology.on_demand,
+                tunnel_mtu=self.plan.tunnel.tap_mtu,
+            )
+            self._attached = True
         self._bridge_made = True  # from here on, stop() deletes it even if create() failed half-way
         await self.bridge.create()
+        self.bridge_ready = True
         await self._remove_stale_ports()
         self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
         self._port_worker.add_done_callback(self._worker_done)
@@ -250,6 +257,7 @@ class OverlayStack:
         if self._bridge_made:
             await _step(self.overlay, "delete bridge", self.bridge.delete())
             self._bridge_made = False
+            self.bridge_ready = False
         log.info("overlay stopped overlay=%s", self.overlay)
 
     # -- reload ----------------------------------------------------------------------------------
@@ -344,7 +352,8 @@ class OverlayStack:
             if not event.tap:
                 return
             self.ports[event.tap] = event.peer
-            self._sdn.commands.peer_up(self.overlay, event.tap, event.peer)
+            if not self.stp:
+                self._sdn.commands.peer_up(self.overlay, event.tap, event.peer)
             try:
                 await self.bridge.add_port(event.tap)
             except BridgeError as exc:
@@ -360,7 +369,8 @@ class OverlayStack:
         except BridgeError as exc:
             self.port_errors += 1
             log.warning("port not removed overlay=%s port=%s: %s", self.overlay, tap, exc)
-        self._sdn.commands.peer_down(self.overlay, tap)
+        if not self.stp:
+            self._sdn.commands.peer_down(self.overlay, tap)
         self.ports.pop(tap, None)
 
     def _worker_done(self, task: asyncio.Task[None]) -> None:
@@ -473,7 +483,9 @@ class OverlayStack:
             "address_conflicts": [format_node_id(p) for p in self.address_conflicts()],
             "datapath": self.plan.datapath,
             "datapath_id": f"{self.plan.datapath_id:016x}",
+            "switching": self.plan.bridge.switching,
             "switch_connected": self.switch_connected,
+            "bridge_ready": self.bridge_ready,
             "signal": {"jid": config.signal.jid, "server": f"{config.signal.server}:{config.signal.port}",
                        "connected": self.signaling.connected, "connected_since": self.signaling.connected_since,
                        "logins": self.signaling.sessions, "reconnects": max(self.signaling.sessions - 1, 0)},

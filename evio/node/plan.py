@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type
+from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type, rstp_address_for
 from evio.config.loader import signal_password
 from evio.config.model import Config, OverlayConfig, SignalConfig, TrustConfig
 from evio.node.errors import NodeConfigError
@@ -104,6 +104,8 @@ def plan_node(
             overlay_address=str(address) if (address := overlay.bridge.address_for(node_id)) is not None else None,
             mtu=bridge_mtu(overlay, tunnel),
             datapath_id=dpid,
+            switching=overlay.bridge.switching,
+            rstp_address=rstp_address_for(node_id) if overlay.bridge.switching == "stp" else None,
         )
         certificate = None
         if overlay.trust is not None:

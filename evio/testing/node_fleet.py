@@ -15,7 +15,7 @@ import asyncio
 import ipaddress
 
 from evio.clock import REAL_CLOCK, Clock
-from evio.config.model import BridgeConfig, Config, NodeConfig, OverlayConfig, SignalConfig
+from evio.config.model import BridgeConfig, Config, NodeConfig, OverlayConfig, SignalConfig, Switching
 from evio.node.node import Node
 from evio.node.plan import plan_node
 from evio.testing.fake_node import ControllerFactory, FakeLinkHub, FakePlatform
@@ -32,7 +32,7 @@ def nid(index: int) -> int:
 
 
 def fleet_config(index: int, overlays: tuple[str, ...] = ("ov1",), jid: str | None = None,
-                 address_pool: ipaddress.IPv4Network | None = None) -> Config:
+                 address_pool: ipaddress.IPv4Network | None = None, switching: Switching = "bounded-flood") -> Config:
     """Node `index`'s config: one account, a bridge per overlay with 10.(254-n).0.index/16, or with an
     address derived from the node id in `address_pool`."""
     overlay_configs = {}
@@ -41,7 +41,7 @@ def fleet_config(index: int, overlays: tuple[str, ...] = ("ov1",), jid: str | No
         overlay_configs[overlay] = OverlayConfig(
             id=overlay,
             signal=SignalConfig(jid=jid or f"node{index}@{DOMAIN}", server="127.0.0.1", password="pw"),
-            bridge=BridgeConfig(name=f"evbr-{overlay}", address=address, address_pool=address_pool),
+            bridge=BridgeConfig(name=f"evbr-{overlay}", address=address, address_pool=address_pool, switching=switching),
         )
     return Config(overlays=overlay_configs, node=NodeConfig(id=nid(index)))
 
@@ -55,6 +55,7 @@ class Fleet:
         clock: Clock = REAL_CLOCK,
         setup_delay: float = 0.0,
         address_pool: ipaddress.IPv4Network | None = None,
+        switching: Switching = "bounded-flood",
     ) -> None:
         self.clock = clock
         self.signal_hub = FakeSignalHub(clock)
@@ -68,7 +69,7 @@ class Fleet:
             platform = FakePlatform(
                 self.signal_hub, self.link_hub, controller_factory=controller_factory, seed=i, clock=clock
             )
-            plan = plan_node(fleet_config(i, overlays, address_pool=address_pool), nid(i), controller_port=6653,
+            plan = plan_node(fleet_config(i, overlays, address_pool=address_pool, switching=switching), nid(i), controller_port=6653,
                              kernel_module_loaded=False)
             self.platforms[i] = platform
             # Freezing the collector's view is process-wide: not the business of one node among several.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evio.bridge import BridgeError, BridgeSpec, CommandError, OvsBridge, OvsInstance, datapath_type
-from evio.bridge.ovs_bridge import openvswitch_module_loaded
+from evio.bridge.ovs_bridge import openvswitch_module_loaded, parse_rstp_ports, rstp_address_for
 
 
 class RecordingRunner:
@@ -45,6 +45,39 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
         assert part in text
     assert addr == ["ip", "address", "replace", "10.10.0.5/24", "dev", "evobr0"]
     assert up == ["ip", "link", "set", "evobr0", "up"]
+
+
+async def test_an_stp_bridge_runs_rstp_and_mac_learning_with_no_controller() -> None:
+    runner = RecordingRunner()
+    spec = BridgeSpec("evobr0", 6653, "10.10.0.5/24", switching="stp", rstp_address=rstp_address_for(0xAB << 120))
+    await OvsBridge(spec, runner, "netdev").create()
+    create = next(c for c in runner.calls if "add-br" in c)
+    text = " ".join(create)
+    # Made anew (no flow of an earlier controller survives), standalone: OVS's NORMAL action switches.
+    assert text.index("--if-exists del-br evobr0") < text.index("add-br evobr0")
+    for part in ("fail_mode=standalone", "rstp_enable=true", "other_config:rstp-priority=32768",
+                 "other_config:rstp-address=02:ab:00:00:00:00"):
+        assert part in text
+    assert "set-controller" not in text and "fail_mode=secure" not in text
+    await OvsBridge(spec, runner, "netdev", port_tuner=lambda port: None).add_port("evot1")
+    assert runner.calls[-1][2:] == ["--may-exist", "add-port", "evobr0", "evot1",
+                                    "--", "set", "Port", "evot1", "other_config:rstp-path-cost=20000"]
+
+
+def test_rstp_address_is_locally_administered_and_ordered_as_node_ids() -> None:
+    low, high = rstp_address_for(1 << 100), rstp_address_for(1 << 126)
+    assert int(low.split(":")[0], 16) & 0x02 and low < high
+    with pytest.raises(BridgeError, match="switching mode"):
+        BridgeSpec("evobr0", 6653, switching="spanning-tree")
+
+
+def test_rstp_port_roles_and_states_are_read_from_ovsdb() -> None:
+    csv_text = (
+        "evt1,rstp_designated_bridge_id=8.000.020fe3ab0a81 rstp_port_role=Root rstp_port_state=Forwarding\n"
+        "evbr-ov1,\n"
+        "evt2,rstp_port_id=8002 rstp_port_role=Alternate rstp_port_state=Discarding\n"
+    )
+    assert parse_rstp_ports(csv_text) == {"evt1": ("Root", "Forwarding"), "evt2": ("Alternate", "Discarding")}
 
 
 async def test_system_datapath_does_not_touch_userspace_tso_and_tso_already_on_is_kept() -> None:

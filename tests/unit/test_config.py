@@ -538,6 +538,31 @@ def test_ipv6_address_needs_ipv6_mtu() -> None:
     assert "below 1280" in problems_of(document)["$.overlays.ov1.bridge.mtu"]
 
 
+def test_switching_is_bounded_flood_unless_stp_is_asked_for() -> None:
+    assert loads_config(json.dumps(minimal())).overlays["ov1"].bridge.switching == "bounded-flood"
+    document = with_changes("overlays.ov1.bridge", {"switching": "stp"})
+    assert loads_config(json.dumps(document)).overlays["ov1"].bridge.switching == "stp"
+    reason = problems_of(with_changes("overlays.ov1.bridge", {"switching": "spanning-tree"}))["$.overlays.ov1.bridge.switching"]
+    assert reason == '"spanning-tree" is not one of "bounded-flood", "stp"'
+
+
+def test_stp_switching_refuses_on_demand_links_asked_for_explicitly() -> None:
+    document = with_changes("overlays.ov1.bridge", {"switching": "stp"})
+    document["overlays"]["ov1"]["topology"] = {"on_demand": {"enabled": True}}
+    assert "bounded-flood" in problems_of(document)["$.overlays.ov1.topology.on_demand.enabled"]
+    document["overlays"]["ov1"]["topology"] = {"on_demand": {"enabled": False}}
+    assert loads_config(json.dumps(document)).overlays["ov1"].topology.on_demand.enabled is False
+
+
+def test_cli_check_says_how_the_bridge_switches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config_file = tmp_path / "stp.json"
+    config_file.write_text(json.dumps(with_changes("overlays.ov1.bridge", {"switching": "stp"})))
+    assert main(["config", "check", str(config_file)]) == 0
+    out = capsys.readouterr().out
+    assert "switching: STP (Open vSwitch RSTP and MAC learning, no controller)" in out
+    assert "on-demand off" in out  # no controller asks for them
+
+
 def test_logging_file_rules(tmp_path: Path) -> None:
     found = problems_of(with_changes("logging", {"destination": "file"}))
     assert found["$.logging.file"] == "required key is missing"

@@ -36,6 +36,9 @@ def test_ready_once_every_bridge_is_connected() -> None:
     assert daemons.is_ready(status())
     assert not daemons.is_ready(status(connected=False))
     assert not daemons.is_ready({"overlays": {}})
+    # A bridge switching by STP has no controller to connect to: ready once it exists.
+    assert daemons.is_ready({"overlays": {"ov1": {"switching": "stp", "switch_connected": False, "bridge_ready": True}}})
+    assert not daemons.is_ready({"overlays": {"ov1": {"switching": "stp", "bridge_ready": False}}})
 
 
 def test_a_ring_of_successor_links_held_by_either_end() -> None:

@@ -86,6 +86,11 @@ def test_node_configs_pass_the_daemon_config_loader(tmp_path: Path) -> None:
             assert overlay.signal.insecure_plaintext is plaintext
             assert str(overlay.bridge.address) == str(node.overlay_address)
             assert overlay.nat_traversal.turn[0].rest_secret == "s"
+            assert overlay.bridge.switching == "bounded-flood"
+    node = PLAN.node(1)
+    doc = node_config.node_config(PLAN, node, lab_dir=tmp_path, node_id=f"{1:032x}", password="pw", turn_secret="s",
+                                  ca_file=ca.cert_path, switching="stp")
+    assert loads_config(json.dumps(doc), tmp_path).overlays["ov1"].bridge.switching == "stp"
 
 
 def test_lab_ca_signs_a_server_cert_that_tls_accepts(tmp_path: Path) -> None:

@@ -151,6 +151,25 @@ async def test_links_become_bridge_ports_and_sdn_peer_ports_in_that_order() -> N
         await fleet.stop_all()
 
 
+async def test_an_stp_overlay_puts_the_same_taps_on_an_rstp_bridge_and_tells_the_sdn_controller_nothing() -> None:
+    fleet = Fleet(3, controller_factory=MeshController, clock=VirtualClock(), switching="stp")
+    await fleet.start()
+    try:
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in fleet.nodes), clock=fleet.clock)
+        for i, platform in fleet.platforms.items():
+            platform.sdn.sync()
+            assert platform.sdn.history == []  # no attach, no peer ports: OVS switches on its own
+            row = platform.ovsdb.bridges["evbr-ov1"]
+            assert "rstp_enable=true" in row.settings and "fail_mode=standalone" in row.settings
+            assert not any(c[:1] == ["set-controller"] for c in platform.ovsdb.calls)
+            status = fleet.nodes[i].overlays["ov1"].status()
+            assert (status["switching"], status["bridge_ready"], status["switch_connected"]) == ("stp", True, False)
+        assert await fleet.stop(1) is None
+        assert fleet.platforms[1].ovsdb.bridges == {}
+    finally:
+        await fleet.stop_all()
+
+
 async def test_stop_leaves_no_bridge_port_or_sdn_state_and_peers_drop_their_ports() -> None:
     fleet = mesh_fleet(3)
     await fleet.start()
