@@ -220,9 +220,14 @@ def convergence(lab: Lab, a: int, b: int, window: float, result: ModeResult) -> 
             log_path = logs / f"e9-{result.mode}-{source}-{target.index}.log"
             argv = ["ping", "-D", "-n", "-i", f"{PROBE_INTERVAL:g}", "-W", "1", str(target.overlay_address.ip)]
             probes.append((log_path, lab.spawn(source, argv, role="e9-ping", log_path=log_path)))
+    cut_at = time.time()
     try:
         time.sleep(3.0)  # every probe answering before the cut
-        address = cut_tunnel(lab, a, b)
+        try:
+            address = cut_tunnel(lab, a, b)
+        except LabError as exc:
+            result.cut = f"not cut: {exc}"
+            return
         cut_at = time.time()
         result.cut = f"node{a}-node{b} (node{a} drops {address})"
         down_at = None
@@ -316,6 +321,8 @@ def measure(
     assert cut is not None
     if topo.adjacent(f"node{cut[0]}", f"node{cut[1]}"):
         convergence(lab, cut[0], cut[1], window, result)
+        if result.cut.startswith("not cut"):
+            return result, cut
         summary = all_pairs_ping(lab, count=2)
         result.pairs_after = (summary.pairs - len(summary.failed), summary.pairs)
     else:

@@ -126,7 +126,8 @@ class OvsBridge:
     async def create(self) -> None:
         """The bridge and its switching, then the internal port's address.
 
-        bounded-flood: secure fail mode, OpenFlow 1.3, our controller (it installs every flow).
+        bounded-flood: secure fail mode, OpenFlow 1.3, our controller (it installs every flow), and no
+        RSTP (a bridge an stp run left behind is reused).
         stp: no controller and standalone fail mode, so OVS itself switches (the NORMAL action: MAC
         learning) and runs RSTP on the tunnel ports; a bridge left by an earlier run is made anew so
         no flow of a former controller stays behind.
@@ -137,7 +138,7 @@ class OvsBridge:
         args = [
             "--", "--may-exist", "add-br", c.name,
             "--", "set", "Bridge", c.name, f"datapath_type={self.datapath}", "protocols=OpenFlow13",
-            "fail_mode=secure", "other_config:disable-in-band=true",
+            "fail_mode=secure", "other_config:disable-in-band=true", "rstp_enable=false",
             *([f"other_config:datapath-id={c.datapath_id:016x}"] if c.datapath_id is not None else []),
             "--", "set-controller", c.name, f"tcp:{c.controller_host}:{c.controller_port}",
         ]  # fmt: skip
