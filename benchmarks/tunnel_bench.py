@@ -113,6 +113,54 @@ def datapath_part(args: argparse.Namespace) -> None:
     print(f"  drops: sender {sa['drops'] or 'none'}, receiver {sb['drops'] or 'none'}")
 
 
+def offload_part(args: argparse.Namespace) -> None:
+    """TAP offloads on against off (the baseline) in one run, rounds interleaved: one TCP stream each,
+    with what it costs per GB delivered: CPU of each end, TAP reads and writes, records."""
+    modes = {"offloads off": ["--no-offload"], "offloads on": [], "on, no TSO": ["--no-tso"]}
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    with VethTestbed(unique_prefix()) as tb:
+        for _ in range(args.rounds):
+            for mode, extra in modes.items():
+                with tempfile.TemporaryDirectory(prefix="evt-bench-") as d:
+                    a, b = start_pair(tb, Path(d), ["--cipher", args.cipher, *extra])
+                    try:
+                        sa0, sb0 = a.stats(), b.stats()
+                        ca0, cb0 = cpu_seconds(a.pid), cpu_seconds(b.pid)
+                        t1 = iperf(tb.a.netns, tb.b.netns, TUN_B, args.duration, 1)
+                        ca, cb = cpu_seconds(a.pid) - ca0, cpu_seconds(b.pid) - cb0
+                        sa, sb = a.stats(), b.stats()
+                    finally:
+                        a.stop()
+                        b.stop()
+                gb = max(sb["rx_bytes"] - sb0["rx_bytes"], 1) / 1e9
+                runs[mode].append({
+                    "mbit": t1["mbit"],
+                    "cpu_a": ca / gb, "cpu_b": cb / gb,
+                    "reads": (sa["tap_reads"] - sa0["tap_reads"]) / gb,
+                    "records": (sa["tx_frames"] - sa0["tx_frames"]) / gb,
+                    "writes": (sb["tap_writes"] - sb0["tap_writes"]) / gb,
+                    "gso": (sa["gso_reads"] - sa0["gso_reads"]) / gb,
+                    "gro": (sb["gro_writes"] - sb0["gro_writes"]) / gb,
+                    "drops": sum(sa["drops"].values()) + sum(sb["drops"].values()),
+                })
+    print(f"\nTAP offloads, one TCP stream A -> B, iperf3 {args.duration:g} s, {args.rounds} round(s) interleaved; "
+          "per GB received by B\n")
+    print("| mode | Mbit/s (each round) | CPU s/GB sender / receiver | TAP reads/GB at A (super-frames) "
+          "| records/GB | TAP writes/GB at B (super-frames) | drops |")
+    print("|---|---|---|---|---|---|---|")
+    med: dict[str, dict[str, float]] = {}
+    for mode, rs in runs.items():
+        m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        med[mode] = m
+        mbits = " / ".join(format(r["mbit"], ".0f") for r in rs)
+        print(f"| {mode} | {mbits} | {m['cpu_a']:.2f} / {m['cpu_b']:.2f} "
+              f"| {m['reads']:.0f} ({m['gso']:.0f}) | {m['records']:.0f} | {m['writes']:.0f} ({m['gro']:.0f}) "
+              f"| {sum(r['drops'] for r in rs):.0f} |")
+    off, on = med["offloads off"], med["offloads on"]
+    print(f"| on / off | {on['mbit'] / off['mbit']:.2f} | {on['cpu_a'] / off['cpu_a']:.2f} / {on['cpu_b'] / off['cpu_b']:.2f} "
+          f"| {on['reads'] / off['reads']:.3f} | {on['records'] / off['records']:.2f} | {on['writes'] / off['writes']:.3f} | |")
+
+
 def setup_part(args: argparse.Namespace) -> None:
     from evio.lab.lab import Lab
     from evio.testing.labs import unique_lab_name
@@ -157,11 +205,15 @@ def main() -> int:
     parser.add_argument("--skip-datapath", action="store_true")
     parser.add_argument("--no-mmsg", action="store_true", help="endpoints send one datagram per system call (comparison)")
     parser.add_argument("--tcp-only", action="store_true", help="only the single-stream TCP runs (quick comparisons)")
+    parser.add_argument("--offload", action="store_true", help="only TAP offloads on against off, one TCP stream")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("tunnel_bench: needs root (network namespaces, TAP devices)", file=sys.stderr)
         return 2
     print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared with everything else)")
+    if args.offload:
+        offload_part(args)
+        return 0
     if not args.skip_datapath:
         datapath_part(args)
     if args.setup_trials:

@@ -221,6 +221,7 @@ class TunnelConfig:
     cipher: Cipher = Cipher.AES_256_GCM
     keepalive: float = 1.5  # the tunnel uses min(keepalive, dead_after / 3)
     dead_after: float = 5
+    offload: bool = True  # TAP offloads (vnet header, TSO) where the kernel has them; false: one frame per read/write
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", type=Path, help="the key of --cert (PEM)")
     p.add_argument("--no-uvloop", action="store_true")
     p.add_argument("--no-mmsg", action="store_true", help="one system call per datagram instead of sendmmsg/recvmmsg bursts (comparison)")
+    p.add_argument("--no-offload", action="store_true", help="no TAP offloads or UDP GRO: one frame per TAP read/write (comparison)")
+    p.add_argument("--no-tso", action="store_true", help="offloads on the way in only: the kernel segments what the TAP hands over (comparison)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -111,6 +113,10 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
         "tx_epoch": s.tx_epoch,
         "rx_epoch": s.rx_epoch,
         "foreign": s.foreign,
+        "tap_reads": s.tap_reads,
+        "tap_writes": s.tap_writes,
+        "gso_reads": s.gso_reads,
+        "gro_writes": s.gro_writes,
         "drops": {r.value: n for r, n in s.drops.items()},
     }
 
@@ -132,6 +138,7 @@ async def run(args: argparse.Namespace) -> int:
         ),
         tap_prefix=args.tap_prefix,
         trust=TrustAnchor.from_file(args.overlay, args.trust_ca) if args.trust_ca else None,
+        offload=not args.no_offload,
     )
     now = datetime.datetime.now(datetime.UTC)
     if args.cert:
@@ -145,7 +152,7 @@ async def run(args: argparse.Namespace) -> int:
     status = 0
 
     async def tap_factory(name: str, mtu: int) -> TapDevice:
-        return await LinuxTap.create(name, mtu, [args.address] if args.address else [])
+        return await LinuxTap.create(name, mtu, [args.address] if args.address else [], offload=not args.no_offload, tso=not args.no_tso)
 
     def on_event(event: TunnelEvent) -> None:
         info = event.info

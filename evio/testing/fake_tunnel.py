@@ -151,6 +151,10 @@ class FakeTapDevice:
     def mtu(self) -> int:
         return self._mtu
 
+    @property
+    def vnet_hdr(self) -> bool:
+        return False  # a socketpair has no virtio-net header
+
     async def close(self) -> None:
         if not self.closed:
             self.tap.close()

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from evio.config.model import Cipher, LimitsConfig
+from evio.config.model import Cipher, LimitsConfig, TunnelConfig
 from evio.tunnel.ice import IceConfig, TurnRelay
 from evio.tunnel.keys import RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig, keepalive_for
@@ -61,6 +61,8 @@ class TunnelSettings:
     offer_burst: int = LimitsConfig.offer_burst
     trust: TrustAnchor | None = None
     """The overlay's trust anchor; None: the fingerprint from signaling is the only check (labs)."""
+    offload: bool = TunnelConfig.offload
+    """TAP offloads and UDP GRO where the kernel has them (tunnel.offload); False: one frame per read/write."""
 
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:
@@ -104,4 +106,5 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
         max_pending_offers=limits.max_pending_offers,
         offers_per_s=limits.offers_per_s,
         offer_burst=limits.offer_burst,
+        offload=overlay.tunnel.offload,
     )

@@ -47,6 +47,8 @@ class DropReason(enum.Enum):
     """In the STUN range (first byte 0-3) but not a STUN message aioice can take (stun_guard.py)."""
     OWNER_FAILED = "owner-failed"
     """The socket's owner raised while taking a datagram handed back to it."""
+    BAD_OFFLOAD = "bad-offload"
+    """A TAP read whose virtio-net header or headers cannot be segmented or checksummed (tunnel.offload)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ class DatapathStats:
     rx_epoch: int = 0
     foreign: int = 0
     """Datagrams handed back to the socket's owner (STUN, DTLS, TURN)."""
+    tap_reads: int = 0
+    """Reads from the TAP that returned a frame (with offloads: a super-frame counts once)."""
+    tap_writes: int = 0
+    """Frames written to the TAP (with offloads: a coalesced super-frame counts once)."""
+    gso_reads: int = 0
+    """TCP super-frames read from the TAP and cut into records."""
+    gro_writes: int = 0
+    """Super-frames written to the TAP, each joined from several records."""
     drops: Mapping[DropReason, int] = field(default_factory=dict)
 
     def dropped(self, reason: DropReason) -> int:
@@ -100,8 +110,12 @@ ControlHandler = Callable[[ControlMessage], None]
 
 
 class Datapath(Protocol):
-    def start(self, tap_fd: int, underlay: Underlay, secrets: SessionSecrets, on_control: ControlHandler) -> None:
-        """Take over the TAP fd and the underlay socket and start forwarding."""
+    def start(
+        self, tap_fd: int, underlay: Underlay, secrets: SessionSecrets, on_control: ControlHandler,
+        vnet_hdr: bool = False,
+    ) -> None:
+        """Take over the TAP fd and the underlay socket and start forwarding; ``vnet_hdr``: the TAP
+        was opened with IFF_VNET_HDR and offloads (every read and write starts with a virtio-net header)."""
 
     def send_control(self, message: ControlMessage) -> None:
         """Seal and send one control record."""

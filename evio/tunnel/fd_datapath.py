@@ -16,6 +16,14 @@ Why it looks like this (docs/design.md, "Data path"):
   inline; control records, other epochs and odd sizes take ``_open_slow``,
   which allocates and is kept simple.
 - No logging per frame: drops are counted by reason and reported by stats.
+
+With offloads (docs/design.md, "TAP offloads"), a TAP opened with a vnet
+header takes its own two passes: ``_tap_pass_vnet`` cuts each TCP
+super-frame into records in place (``offload.segment_tcp``) and flushes the
+ring whenever it fills; ``_sock_pass_offload`` takes UDP GRO messages (a
+burst of records in one buffer) and feeds the opened frames to a
+``TcpCoalescer``, which writes one super-frame per run of segments. The
+records are the same either way; the passes without offloads are unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -33,8 +42,26 @@ from evio.config.model import Cipher
 from evio.tunnel.datapath import ControlHandler, DatapathStats, DropReason, Underlay
 from evio.tunnel.errors import RecordError
 from evio.tunnel.keys import RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
-from evio.tunnel.mmsg import DatagramBatch, ReceiveBatch, make_batch, make_receive_batch
+from evio.tunnel.mmsg import (
+    DatagramBatch,
+    GroRecvBatch,
+    ReceiveBatch,
+    enable_gro,
+    make_batch,
+    make_receive_batch,
+)
 from evio.tunnel.mtu import TURN_CHANNEL_HEADER_LEN
+from evio.tunnel.offload import (
+    F_NEEDS_CSUM,
+    GSO_NONE,
+    VNET_HDR,
+    VNET_HDR_LEN,
+    OffloadError,
+    TcpCoalescer,
+    VnetHeader,
+    complete_checksum,
+    segment_tcp,
+)
 from evio.tunnel.record import (
     ETHERNET_HEADER_LEN,
     HEADER,
@@ -59,6 +86,8 @@ _RECV_BUF_LEN = 65536
 _MIN_FRAME_RECORD = OVERHEAD + ETHERNET_HEADER_LEN
 _MIN_RX_SLOT = 2048
 _OWNER_FAILURE_LOG_INTERVAL = 10.0
+_GRO_SLOTS = 16  # 64 KiB each: up to 16 bursts of records per recvmmsg
+_SUPERFRAME_LEN = VNET_HDR_LEN + 65536 + 256  # a TAP read with offloads: 64 KiB of TCP and its headers
 
 
 class _RxEpoch:
@@ -88,7 +117,9 @@ class FdDatapath:
         batch: int = 64,
         batch_factory: Callable[[int, int, Any], DatagramBatch] = make_batch,
         receive_batch_factory: Callable[[int, int], ReceiveBatch] = make_receive_batch,
+        gro: bool = False,
     ) -> None:
+        """``gro``: receive with UDP GRO where the kernel has it (tunnel.offload)."""
         self._max_frame = mtu + ETHERNET_HEADER_LEN
         self._max_record = self._max_frame + OVERHEAD
         self._rekey_policy = rekey or RekeyPolicy()
@@ -113,16 +144,28 @@ class FdDatapath:
         self._rx_prev: _RxEpoch | None = None
         self._rx_next: _RxEpoch | None = None
         self._owner_failure_logged = float("-inf")
+        self._want_gro = gro
+        self._gro = False
+        self._vnet = False
+        self._coalescer: TcpCoalescer | None = None
+        self._tap_reads = self._tap_writes = self._gso_reads = self._gro_writes = 0
 
     # -- interface -----------------------------------------------------------------
 
-    def start(self, tap_fd: int, underlay: Underlay, secrets: SessionSecrets, on_control: ControlHandler) -> None:
+    def start(
+        self, tap_fd: int, underlay: Underlay, secrets: SessionSecrets, on_control: ControlHandler,
+        vnet_hdr: bool = False,
+    ) -> None:
         if self._running:
             raise RuntimeError("data path already started")
         self._loop = asyncio.get_running_loop()
         self._underlay = underlay
         self._tap_fd = tap_fd
         self._on_control = on_control
+        self._vnet = vnet_hdr
+        # GRO only on a real socket this data path reads with recvmmsg (not under test doubles).
+        self._gro = (self._want_gro and self._receive_batch_factory is make_receive_batch
+                     and isinstance(underlay.sock, socket.socket) and enable_gro(underlay.sock))  # fmt: skip
         self._cipher = secrets.cipher
         self._tx_limit = self._rekey_policy.record_limit(secrets.cipher)
         self._prepare_buffers(underlay)
@@ -134,8 +177,9 @@ class FdDatapath:
         underlay.sock.setblocking(False)
         self._sock_fd = underlay.sock.fileno()
         underlay.pause_owner()
-        self._loop.add_reader(self._sock_fd, self._sock_pass)
-        self._loop.add_reader(tap_fd, self._tap_pass)
+        self._sock_reader = self._sock_pass_offload if self._gro or self._vnet else self._sock_pass
+        self._loop.add_reader(self._sock_fd, self._sock_reader)
+        self._loop.add_reader(tap_fd, self._tap_pass_vnet if self._vnet else self._tap_pass)
         self._running = True
 
     def stop(self) -> None:
@@ -145,6 +189,8 @@ class FdDatapath:
         assert self._loop is not None and self._underlay is not None
         self._loop.remove_reader(self._tap_fd)
         self._loop.remove_reader(self._sock_fd)
+        if self._gro:
+            enable_gro(self._underlay.sock, False)  # the owner reads one datagram per call again
         self._underlay.resume_owner()
 
     def maintain(self) -> None:
@@ -155,7 +201,7 @@ class FdDatapath:
         assert self._loop is not None and self._underlay is not None
         clear_socket_error(self._underlay.sock)
         self._loop.remove_reader(self._sock_fd)
-        self._loop.add_reader(self._sock_fd, self._sock_pass)
+        self._loop.add_reader(self._sock_fd, self._sock_reader)
 
     def send_control(self, message: ControlMessage) -> None:
         if not self._running:
@@ -168,6 +214,8 @@ class FdDatapath:
             self._drops[DropReason.EARLY] += 1
             return
         self._open_slow(memoryview(record), len(record))
+        if self._coalescer is not None:
+            self._coalescer.flush()
 
     def rekey(self) -> None:
         assert self._tx_secret is not None
@@ -185,6 +233,10 @@ class FdDatapath:
             tx_epoch=self._tx_secret.epoch if self._tx_secret else 0,
             rx_epoch=rx.epoch if rx else 0,
             foreign=self._foreign,
+            tap_reads=self._tap_reads if self._vnet else self._tx_frames,
+            tap_writes=self._tap_writes if self._vnet else self._rx_frames,
+            gso_reads=self._gso_reads,
+            gro_writes=self._gro_writes,
             drops={reason: n for reason, n in self._drops.items() if n},
         )
 
@@ -212,13 +264,23 @@ class FdDatapath:
         # Room for our largest record and then some (DTLS flights, STUN); a larger datagram
         # is cut short by the kernel and then fails authentication.
         rx_slot = max(_MIN_RX_SLOT, hoff + self._max_record)
-        self._rx_ring = self._receive_batch_factory(self._batch, rx_slot)
+        if self._gro:
+            self._rx_ring = GroRecvBatch(_GRO_SLOTS)
+            rx_slot = self._rx_ring.slot_size
+        else:
+            self._rx_ring = self._receive_batch_factory(self._batch, rx_slot)
         rx_ring = self._rx_ring.view
         self._rx_aads = [rx_ring[i * rx_slot + hoff : i * rx_slot + hoff + HEADER_LEN] for i in range(self._batch)]
         self._rx_plain = bytearray(self._max_frame)
         self._rx_plain_mv = memoryview(self._rx_plain)
         # rx_views[slot][n]: (ciphertext+tag, plaintext) for a record of n bytes in that slot.
         self._rx_views: list[dict[int, tuple[memoryview, memoryview]]] = [{} for _ in range(self._batch)]
+        if self._vnet:
+            self._sf = bytearray(_SUPERFRAME_LEN)
+            self._sf_mv = memoryview(self._sf)
+            self._sf_iov = [self._sf_mv]
+            self._slot = self._tx_nbytes = 0
+            self._coalescer = TcpCoalescer(self._write_vnet, self._max_frame)
 
     def _make_tx_views(self, slot: int, n: int) -> tuple[memoryview, memoryview]:
         start = slot * self._tx_ring.slot_size + self._hoff
@@ -313,6 +375,94 @@ class FdDatapath:
         self._tx_frames += sent
         self._tx_bytes += nbytes
         return sent
+
+    # -- TAP -> underlay, with offloads -----------------------------------------------
+
+    def _tap_pass_vnet(self) -> int:
+        """Drain a TAP with vnet headers: each read is a frame or a TCP super-frame, cut into records."""
+        readv = os.readv
+        tap_fd = self._tap_fd
+        iov = self._sf_iov
+        buf = self._sf_mv
+        max_frame = self._max_frame
+        seal = self._seal_at
+        drops = self._drops
+        reads = 0
+        self._slot = self._tx_nbytes = 0
+        self._tx_sent = 0
+        try:
+            # Reads, not frames: one read may fill the ring several times over; a full ring sent
+            # ends the pass so the other direction gets its turn.
+            for _ in range(self._batch):
+                if self._tx_sent >= self._batch:
+                    break
+                try:
+                    n = readv(tap_fd, iov)
+                except BlockingIOError:
+                    break
+                reads += 1
+                length = n - VNET_HDR_LEN
+                if length < ETHERNET_HEADER_LEN:
+                    drops[DropReason.BAD_OFFLOAD] += 1
+                    continue
+                flags, gso_type, _, gso_size, csum_start, csum_offset = VNET_HDR.unpack_from(buf, 0)
+                try:
+                    if gso_type == GSO_NONE:
+                        if length > max_frame:
+                            drops[DropReason.OVERSIZED] += 1
+                            continue
+                        if flags & F_NEEDS_CSUM:
+                            complete_checksum(buf, VNET_HDR_LEN, n, csum_start, csum_offset)
+                        seal(VNET_HDR_LEN, n)
+                    else:
+                        vnet = VnetHeader(flags, gso_type, 0, gso_size, csum_start, csum_offset)
+                        segment_tcp(buf, VNET_HDR_LEN, length, vnet, max_frame, seal)
+                        self._gso_reads += 1
+                except OffloadError:
+                    drops[DropReason.BAD_OFFLOAD] += 1
+        except OSError as exc:
+            logger.warning("tunnel tap read failed: %s", exc)
+            self._loop.remove_reader(tap_fd)  # type: ignore[union-attr]
+        self._tap_reads += reads
+        if self._slot:
+            self._flush_tx(self._slot)
+        return self._tx_sent
+
+    def _seal_at(self, start: int, end: int) -> None:
+        """Seal the frame ``_sf[start:end]`` into the next ring slot; send the ring when it is full."""
+        slot = self._slot
+        if slot == self._batch:
+            self._flush_tx(slot)
+            slot = 0
+        if self._tx_counter >= self._tx_limit:
+            self.rekey()
+        counter = self._tx_counter
+        self._tx_counter = counter + 1
+        n = end - start
+        ring = self._tx_ring
+        out = ring.view
+        at = slot * ring.slot_size + self._hoff
+        out[at + 1] = self._tx_secret.epoch & 0xFF  # type: ignore[union-attr]
+        _U64.pack_into(out, at + 2, counter)
+        _U64.pack_into(self._tx_nonce, 4, self._tx_iv_low ^ counter)
+        self._tx_seal(self._tx_nonce, self._sf_mv[start:end], self._tx_aads[slot], out[at + HEADER_LEN : at + OVERHEAD + n])
+        if self._channel is not None:
+            _CHANNEL.pack_into(out, at - self._hoff, self._channel, n + OVERHEAD)
+        ring.set_length(slot, self._hoff + OVERHEAD + n)
+        self._slot = slot + 1
+        self._tx_nbytes += n
+
+    def _flush_tx(self, count: int) -> None:
+        ring = self._tx_ring
+        sent = ring.send(self._underlay.sock, count)  # type: ignore[union-attr]
+        nbytes = self._tx_nbytes
+        if sent < count:
+            self._drops[DropReason.SEND_FAILED] += count - sent
+            nbytes -= sum(ring.length(i) - self._hoff - OVERHEAD for i in range(sent, count))
+        self._tx_frames += sent
+        self._tx_bytes += nbytes
+        self._tx_sent += sent
+        self._slot = self._tx_nbytes = 0
 
     def _send_record(self, kind: int, payload: bytes) -> None:
         """Seal and send one record outside the fast path (control messages)."""
@@ -421,7 +571,106 @@ class FdDatapath:
         self._rx_bytes += nbytes
         return frames
 
-    def _to_owner(self, slot: int, n: int) -> None:
+    # -- underlay -> TAP, with offloads -----------------------------------------------
+
+    def _sock_pass_offload(self) -> int:
+        """Receive a burst, each message possibly a GRO run of records; frames go through the coalescer
+        (TAP with vnet header) or straight to the TAP. Returns frames delivered."""
+        ring = self._rx_ring
+        count = ring.recv(self._underlay.sock)  # type: ignore[union-attr]
+        if not count:
+            return 0
+        before = self._rx_frames
+        length = ring.length
+        slot_size = ring.slot_size
+        segment_size = ring.segment_size if self._gro else None  # type: ignore[attr-defined]
+        datagram = self._datagram
+        for slot in range(count):
+            total = length(slot)
+            start = slot * slot_size
+            step = segment_size(slot) if segment_size is not None else 0
+            if step <= 0 or step >= total:
+                datagram(slot, start, total)
+                continue
+            for offset in range(0, total, step):
+                datagram(slot, start + offset, min(step, total - offset))
+        if self._coalescer is not None:
+            self._coalescer.flush()
+        return self._rx_frames - before
+
+    def _datagram(self, slot: int, start: int, n: int) -> None:
+        """One datagram at ``start`` in the receive ring: a record, opened and delivered, or the owner's."""
+        buf = self._rx_ring.view
+        channel = self._channel
+        if channel is not None:
+            if n < 4 or (buf[start] << 8 | buf[start + 1]) != channel:
+                self._to_owner(slot, n, start)
+                return
+            size = buf[start + 2] << 8 | buf[start + 3]
+            if size > n - 4:
+                self._drops[DropReason.TRUNCATED] += 1
+                return
+            if size == 0 or buf[start + 4] not in (KIND_FRAME, KIND_CONTROL):
+                self._to_owner(slot, n, start)
+                return
+            n = size
+        at = start + self._hoff
+        if n == 0:
+            self._drops[DropReason.TRUNCATED] += 1
+            return
+        kind = buf[at]
+        rx = self._rx
+        assert rx is not None
+        if kind != KIND_FRAME or buf[at + 1] != rx.epoch & 0xFF or n > self._max_record:
+            if kind in (KIND_FRAME, KIND_CONTROL):
+                self._open_slow(buf[at : at + n], n)
+            else:
+                self._to_owner(slot, n, start)
+            return
+        if n < _MIN_FRAME_RECORD:
+            self._drops[DropReason.TRUNCATED] += 1
+            return
+        counter = _U64.unpack_from(buf, at + 2)[0]
+        window = rx.window
+        if counter <= window.top:
+            verdict = window.check(counter)
+            if verdict != ACCEPT:
+                self._drops[DropReason.REPLAYED if verdict == REPLAYED else DropReason.STALE] += 1
+                return
+        nonce_buf = rx.nonce
+        _U64.pack_into(nonce_buf, 4, rx.iv_low ^ counter)
+        plain = self._rx_plain_mv[: n - OVERHEAD]
+        try:
+            rx.aead.decrypt_into(nonce_buf, buf[at + HEADER_LEN : at + n], buf[at : at + HEADER_LEN], plain)
+        except InvalidTag:
+            self._drops[DropReason.FORGED] += 1
+            return
+        window.update(counter)
+        self._rx_frames += 1
+        self._rx_bytes += n - OVERHEAD
+        self._deliver(plain)
+
+    def _deliver(self, frame: memoryview) -> None:
+        """An opened frame to the TAP: through the coalescer with a vnet header, else as it is."""
+        if self._coalescer is not None:
+            self._coalescer.add(frame)
+            return
+        try:
+            os.write(self._tap_fd, frame)
+        except OSError:
+            self._drops[DropReason.TAP_WRITE_FAILED] += 1
+
+    def _write_vnet(self, data: memoryview) -> None:
+        """The coalescer's output: vnet header and frame or super-frame, one TAP write."""
+        self._tap_writes += 1
+        if data[1] != GSO_NONE:
+            self._gro_writes += 1
+        try:
+            os.write(self._tap_fd, data)
+        except OSError:
+            self._drops[DropReason.TAP_WRITE_FAILED] += 1
+
+    def _to_owner(self, slot: int, n: int, start: int | None = None) -> None:
         """Hand a datagram that is not a record to the socket's owner, unless it is bad STUN.
 
         Anyone can send to this port: whatever happens here stays here (counted), so one bad
@@ -429,7 +678,8 @@ class FdDatapath:
         if n == 0:
             self._drops[DropReason.TRUNCATED] += 1
             return
-        start = slot * self._rx_ring.slot_size
+        if start is None:
+            start = slot * self._rx_ring.slot_size
         data = bytes(self._rx_ring.view[start : start + n])
         if data[0] <= 3 and stun_reject_reason(data) is not None:
             self._drops[DropReason.MALFORMED_STUN] += 1
@@ -475,10 +725,7 @@ class FdDatapath:
                 return
             self._rx_frames += 1
             self._rx_bytes += len(plaintext)
-            try:
-                os.write(self._tap_fd, plaintext)
-            except OSError:
-                self._drops[DropReason.TAP_WRITE_FAILED] += 1
+            self._deliver(memoryview(plaintext))
             return
         try:
             message = parse_control(plaintext)

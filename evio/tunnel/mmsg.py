@@ -72,6 +72,9 @@ MSG_DONTWAIT = 0x40
 _SOCKADDR_STORAGE = 128
 SOL_UDP = 17
 UDP_SEGMENT = 103
+UDP_GRO = 104
+GRO_SLOT_SIZE = 65536
+"""A GRO message is up to 64 KiB of equal datagrams back to back (at most one shorter, last)."""
 UDP_MAX_SEGMENTS = 64  # the kernel takes up to 128 per message; 64 keeps a message under 64 KiB at 1 KiB
 _GSO_MAX_BYTES = 65000  # a GSO message is one IP packet to the kernel: under 64 KiB with headers
 _CMSG_SPACE = 24  # struct cmsghdr (len 8, level 4, type 4) + a u16, aligned to 8
@@ -371,6 +374,53 @@ class RecvfromBatch(SlotRing):
 
     def source(self, slot: int) -> tuple[Any, ...]:
         return self._sources[slot]
+
+
+class GroRecvBatch(RecvBatch):
+    """``RecvBatch`` on a socket with ``UDP_GRO``: each message may hold a run of datagrams.
+
+    The kernel queues a UDP GSO burst from the peer as one buffer instead of
+    splitting it at the socket (one queueing, one wake-up, one message per
+    burst); ``segment_size(slot)`` says how long each datagram in it is, 0
+    when the message is one datagram. Slots are 64 KiB, so there are fewer of them.
+    """
+
+    def __init__(self, slots: int, slot_size: int = GRO_SLOT_SIZE) -> None:
+        super().__init__(slots, slot_size)
+        self._controls = (ctypes.c_char * (slots * _CMSG_SPACE))()
+        self._controls_view = memoryview(self._controls).cast("B")
+        base = ctypes.addressof(self._controls)
+        for i in range(slots):
+            self._msgs[i].hdr.control = base + i * _CMSG_SPACE
+        self._qwords = memoryview(self._msgs).cast("B").cast("Q")  # message i's controllen: word 8i + 5
+        self._used = slots
+
+    def recv(self, sock: socket.socket) -> int:
+        qwords = self._qwords
+        for i in range(self._used):  # the kernel shortened them to what it wrote
+            qwords[8 * i + 5] = _CMSG_SPACE
+        received = super().recv(sock)
+        self._used = received
+        return received
+
+    def segment_size(self, slot: int) -> int:
+        """Length of each datagram in message ``slot`` (the last may be shorter); 0: one datagram."""
+        controllen = self._qwords[8 * slot + 5]
+        if controllen < 20:
+            return 0
+        length, level, kind = struct.unpack_from("=Qii", self._controls_view, slot * _CMSG_SPACE)
+        if level != SOL_UDP or kind != UDP_GRO or length < 20:
+            return 0
+        return int(struct.unpack_from("=i", self._controls_view, slot * _CMSG_SPACE + 16)[0])
+
+
+def enable_gro(sock: socket.socket, on: bool = True) -> bool:
+    """Turn ``UDP_GRO`` on (or off) on ``sock``; False where the kernel has no such option."""
+    try:
+        sock.setsockopt(SOL_UDP, UDP_GRO, 1 if on else 0)
+    except OSError:
+        return False
+    return True
 
 
 def make_receive_batch(slots: int, slot_size: int) -> ReceiveBatch:

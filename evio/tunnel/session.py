@@ -30,6 +30,7 @@ import secrets as pysecrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from cryptography import x509
@@ -118,12 +119,12 @@ TunnelEvent = TunnelUp | TunnelDown
 EventHandler = Callable[[TunnelEvent], None]
 
 
-async def default_tap_factory(name: str, mtu: int) -> TapDevice:
-    return await LinuxTap.create(name, mtu)
+async def default_tap_factory(name: str, mtu: int, offload: bool = True) -> TapDevice:
+    return await LinuxTap.create(name, mtu, offload=offload)
 
 
 def default_datapath_factory(config: TunnelSettings) -> Datapath:
-    return FdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window)
+    return FdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window, gro=config.offload)
 
 
 def new_tunnel_id() -> str:
@@ -153,6 +154,8 @@ class Tunnel:
         self.config = config
         self._certificate = certificate
         self._on_event = on_event
+        if tap_factory is default_tap_factory:
+            tap_factory = partial(default_tap_factory, offload=config.offload)
         self._tap_factory = tap_factory
         self._datapath = datapath_factory(config)
         self._clock = clock
@@ -337,7 +340,7 @@ class Tunnel:
         secrets = await self._handshake(path, peer_fingerprint, cipher, first)
         self._tap = await self._tap_task
         self._set_info(tap=self._tap.name)
-        self._datapath.start(self._tap.fd, path.take_underlay(), secrets, self._on_control)
+        self._datapath.start(self._tap.fd, path.take_underlay(), secrets, self._on_control, vnet_hdr=self._tap.vnet_hdr)
         self._datapath_running = True
         for record in self._early_records:
             self._datapath.inject(record)

@@ -3,7 +3,11 @@
 The device is created by TUNSETIFF on /dev/net/tun without TUNSETPERSIST, so
 the kernel removes it when its fd closes: a killed daemon leaves no TAP
 behind. ``IFF_NO_PI`` means every read and write is exactly one Ethernet
-frame. MTU, state and addresses are set with pyroute2's synchronous
+frame. With ``offload`` the TAP also gets ``IFF_VNET_HDR`` and negotiates
+checksum and TCP segmentation offload (``TUNSETOFFLOAD``): every read and
+write then starts with a 10-byte virtio-net header and may carry a TCP
+super-frame of up to 64 KiB (tunnel.offload). Where the kernel refuses, the
+TAP is made again without them. MTU, state and addresses are set with pyroute2's synchronous
 ``IPRoute`` in a worker thread: its asyncio flavour cannot run on uvloop
 (netlink sockets are not UDP handles), and the synchronous one must not run on
 the loop's thread.
@@ -24,13 +28,23 @@ from pyroute2 import IPRoute  # imported here: the import alone takes a quarter 
 from pyroute2.netlink.exceptions import NetlinkError
 
 from evio.tunnel.errors import TapError
+from evio.tunnel.offload import VNET_HDR_LEN
 
 logger = logging.getLogger(__name__)
 
 TUNSETIFF = 0x400454CA
+TUNSETOFFLOAD = 0x400454D0
+TUNSETVNETHDRSZ = 0x400454D8
 IN6_ADDR_GEN_MODE_NONE = 1  # linux/if_link.h
 IFF_TAP = 0x0002
 IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000
+TUN_F_CSUM = 0x01
+TUN_F_TSO4 = 0x02
+TUN_F_TSO6 = 0x04
+TAP_OFFLOADS = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6
+"""No USO (TUN_F_USO4/6): Open vSwitch's userspace datapath (3.1) never builds UDP GSO
+frames and does not parse them, so nothing would ever use it."""
 IFNAMSIZ = 16
 
 
@@ -44,16 +58,21 @@ class TapDevice(Protocol):
     @property
     def mtu(self) -> int: ...
 
+    @property
+    def vnet_hdr(self) -> bool:
+        """Whether reads and writes carry a virtio-net header (offloads negotiated)."""
+
     async def close(self) -> None: ...
 
 
 class LinuxTap:
     """A non-persistent TAP device owned by this process."""
 
-    def __init__(self, name: str, fd: int, mtu: int) -> None:
+    def __init__(self, name: str, fd: int, mtu: int, vnet_hdr: bool = False) -> None:
         self._name = name
         self._fd = fd
         self._mtu = mtu
+        self._vnet_hdr = vnet_hdr
 
     @property
     def name(self) -> str:
@@ -67,17 +86,23 @@ class LinuxTap:
     def mtu(self) -> int:
         return self._mtu
 
+    @property
+    def vnet_hdr(self) -> bool:
+        return self._vnet_hdr
+
     @classmethod
-    async def create(cls, name: str, mtu: int, addresses: Sequence[str] = (), up: bool = True) -> LinuxTap:
-        """Create ``name``, set its MTU and addresses (CIDR strings) and bring it up."""
+    async def create(
+        cls, name: str, mtu: int, addresses: Sequence[str] = (), up: bool = True, offload: bool = False,
+        tso: bool = True,
+    ) -> LinuxTap:
+        """Create ``name``, set its MTU and addresses (CIDR strings) and bring it up; with offloads if asked and possible."""
         if not 0 < len(name.encode()) < IFNAMSIZ:
             raise TapError(f"bad interface name {name!r}")
+        fd = _open_tap(name, True, tso) if offload else -1
+        vnet_hdr = fd >= 0
+        if not vnet_hdr:
+            fd = _open_tap(name, False)
         try:
-            fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            raise TapError(f"cannot open /dev/net/tun: {exc}") from exc
-        try:
-            fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, _configure, name, mtu, list(addresses), up)
         except BaseException as exc:
@@ -85,8 +110,8 @@ class LinuxTap:
             if isinstance(exc, OSError | ValueError):
                 raise TapError(f"cannot set up TAP {name}: {exc}") from exc
             raise
-        logger.debug("tap %s created, mtu %d", name, mtu)
-        return cls(name, fd, mtu)
+        logger.debug("tap %s created, mtu %d, offloads %s", name, mtu, "on" if vnet_hdr else "off")
+        return cls(name, fd, mtu, vnet_hdr)
 
     async def close(self) -> None:
         """Close the fd; the kernel deletes the device."""
@@ -94,6 +119,32 @@ class LinuxTap:
             os.close(self._fd)
             self._fd = -1
             logger.debug("tap %s closed", self._name)
+
+
+def _open_tap(name: str, offload: bool, tso: bool = True) -> int:
+    """The TAP's fd; with ``offload``, -1 where the kernel refuses the vnet header or the offloads."""
+    try:
+        fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TapError(f"cannot open /dev/net/tun: {exc}") from exc
+    try:
+        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI | (IFF_VNET_HDR if offload else 0)))
+        if offload:
+            fcntl.ioctl(fd, TUNSETVNETHDRSZ, struct.pack("i", VNET_HDR_LEN))
+            fcntl.ioctl(fd, TUNSETOFFLOAD, TAP_OFFLOADS if tso else 0)
+    except OSError as exc:
+        os.close(fd)
+        if offload:
+            global _offload_warned
+            if not _offload_warned:
+                _offload_warned = True
+                logger.warning("TAP offloads refused by the kernel (%s): tunnels move one frame per read and write", exc)
+            return -1
+        raise TapError(f"cannot create TAP {name}: {exc}") from exc
+    return fd
+
+
+_offload_warned = False
 
 
 def _configure(name: str, mtu: int, addresses: list[str], up: bool) -> None:
