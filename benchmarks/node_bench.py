@@ -111,22 +111,52 @@ def lab_pids(lab: Lab) -> tuple[list[int], list[int]]:
 Run = tuple[float | None, float | None, float | None, float, int | None]
 
 
+def tap_packets(lab: Lab) -> int:
+    """Packets through every tunnel TAP of the lab so far, both directions (a super-frame counts once)."""
+    total = 0
+    for node in lab.nodes:
+        out = lab.exec(node.index, ["ip", "-j", "-s", "link", "show", "type", "tun"], check=False).stdout
+        for link in json.loads(out or "[]"):
+            stats = link.get("stats64", {})
+            total += int(stats.get("rx", {}).get("packets", 0)) + int(stats.get("tx", {}).get("packets", 0))
+    return total
+
+
+TAP_FRAMES: dict[int, list[float]] = {}
+"""Per path (intermediates): TAP frames per GB delivered, per TAP crossing, one entry per run."""
+
+
 def iperf_with_cpu(lab: Lab, a: int, b: int, duration: float) -> Run:
     """(Mbit/s, daemon CPU s per GB, ovs-vswitchd CPU s per GB, load average at the end, TCP retransmissions).
 
     CPU per GB counts every daemon and switch of the lab, idle ones too: at a few Mbit/s it is
     mostly their idle work and means little."""
     daemons, switches = lab_pids(lab)
+    taps_before = tap_packets(lab)
     before = cpu_seconds(daemons), cpu_seconds(switches)
     result = iperf(lab, a, b, duration)
     after = cpu_seconds(daemons), cpu_seconds(switches)
+    taps = tap_packets(lab) - taps_before
     load = load_average()
     if result is None:
         return None, None, None, load, None
     mbit, gigabytes, retransmits = result
     if gigabytes <= 0:
         return mbit, None, None, load, retransmits
+    # A path through k intermediates crosses 2 (k + 1) TAPs: out of each tunnel's sender, into its receiver.
+    crossings = 2 * lab_topology_hops(lab, a, b)
+    TAP_FRAMES.setdefault(crossings // 2 - 1, []).append(taps / gigabytes / crossings)
     return mbit, (after[0] - before[0]) / gigabytes, (after[1] - before[1]) / gigabytes, load, retransmits
+
+
+_HOPS: dict[tuple[int, int], int] = {}
+
+
+def lab_topology_hops(lab: Lab, a: int, b: int) -> int:
+    """Tunnels on the path from `a` to `b` (remembered: the ring does not change during a run)."""
+    if (a, b) not in _HOPS:
+        _HOPS[(a, b)] = lab.topology().hops(lab.node(a).name, lab.node(b).name)
+    return _HOPS[(a, b)]
 
 
 def iperf(lab: Lab, a: int, b: int, duration: float) -> tuple[float, float, int] | None:
@@ -185,11 +215,14 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per iperf3 run (default 5)")
     ap.add_argument("--idle", type=float, default=20.0, help="seconds of idling for the CPU figure (default 20)")
     ap.add_argument("--rounds", type=int, default=2, help="measurements per path, paths interleaved (default 2)")
+    ap.add_argument("--no-offload", action="store_true", help="tunnels without TAP offloads (tunnel.offload false)")
     args = ap.parse_args()
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
     started = time.monotonic()
     print(f"load average at start: {load_average():.2f}", flush=True)
-    with Lab.up(unique_lab_name(), nodes=args.nodes, nat=args.nat, topology=topology, daemons=True) as lab:
+    print(f"tunnel offloads: {'off' if args.no_offload else 'on'}", flush=True)
+    tunnel = {"offload": not args.no_offload}
+    with Lab.up(unique_lab_name(), nodes=args.nodes, nat=args.nat, topology=topology, tunnel=tunnel, daemons=True) as lab:
         print(f"lab {lab.name}: {args.nodes} nodes up in {time.monotonic() - started:.1f} s", flush=True)
         topo = wait_stable(lab, timeout=60 + 4 * args.nodes)
         print(f"ring stable after {time.monotonic() - started:.1f} s", flush=True)
@@ -238,6 +271,10 @@ def main() -> int:
               f"| {_fmt(rtt and rtt[0], '.3f')} / {_fmt(rtt and rtt[1], '.3f')} "
               f"| {_fmt(daemon_cpu, '.1f')} / {_fmt(switch_cpu, '.1f')} "
               f"| {' / '.join(f'{x:.1f}' for x in loads)} |")
+    print()
+    for intermediates, per_crossing in sorted(TAP_FRAMES.items()):
+        print(f"TAP frames per GB delivered, per TAP crossing ({intermediates} intermediate): "
+              f"{' / '.join(f'{x:,.0f}' for x in per_crossing)} (one frame per 1428-byte MTU: about 700,000)")
     print()
     for n in (2, 4):
         if n in rtts and 0 in rtts:

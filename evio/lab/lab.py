@@ -185,6 +185,7 @@ class Lab:
         plaintext: bool = False,
         topology: Mapping[str, Any] | None = None,
         node_topology: Mapping[int, Mapping[str, Any]] | None = None,
+        tunnel: Mapping[str, Any] | None = None,
         daemons: bool = False,
         daemon_timeout: float | None = None,
         trust: bool = False,
@@ -197,7 +198,8 @@ class Lab:
 
         `topology` goes into every node config's overlay `topology` section (e.g.
         {"successors": 2, "long_distance": 3}); `node_topology` {index: {...}}
-        overrides keys of it for single nodes (a mixed overlay, as E5). With `daemons`, every node also
+        overrides keys of it for single nodes (a mixed overlay, as E5); `tunnel` is every node's
+        overlay `tunnel` section (e.g. {"offload": False}). With `daemons`, every node also
         runs its own Open vSwitch and an `evio run` daemon, and `up` returns
         once each daemon's bridge is connected to its SDN controller (within
         `daemon_timeout`, default 30 s + 2 s per node). With `trust`, the lab
@@ -236,7 +238,7 @@ class Lab:
             report = progress or (lambda p: None)
             began = time.monotonic()
             lab._build(report, began, plaintext=plaintext, topology=topology, node_topology=node_topology or {}, trust=trust,
-                       switching=switching)
+                       switching=switching, tunnel=tunnel)
             if daemons:
                 lab._start_full_nodes(report, began, daemon_timeout or 30.0 + 2.0 * nodes)
             state.phase = "up"
@@ -679,6 +681,7 @@ class Lab:
         node_topology: Mapping[int, Mapping[str, Any]],
         trust: bool = False,
         switching: str = "bounded-flood",
+        tunnel: Mapping[str, Any] | None = None,
     ) -> None:
         plan, host, state = self.plan, self._host, self._state
         count = len(plan.nodes)
@@ -734,6 +737,7 @@ class Lab:
                 topology={**(topology or {}), **node_topology.get(node.index, {})} or None,
                 switching=switching,
                 trust=pki.issue_overlay_member(overlay_ca, plan.overlay, int(node_id, 16), home / "trust", now) if overlay_ca else None,
+                tunnel=dict(tunnel) if tunnel else None,
             )
             path = configs.node_config_path(self.directory, node)
             path.write_text(json.dumps(document, indent=2) + "\n")

@@ -36,12 +36,14 @@ def node_config(
     topology: dict[str, Any] | None = None,
     trust: dict[str, str] | None = None,
     switching: str = "bounded-flood",
+    tunnel: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The config `evio run --config` reads on this node: its identity, the lab's servers, its overlay.
 
     `topology` is the overlay's `topology` section (s, k, ...); absent, the daemon's defaults apply.
     `trust` is the overlay's `trust` section (CA, certificate, key files); absent, XMPP-only trust.
     `switching` is the bridge's switching mode ("stp": RSTP in OVS, no controller, no on-demand links).
+    `tunnel` is the overlay's `tunnel` section; absent, the defaults apply.
     """
     pub = plan.public
     stun = f"{pub.address}:{pub.stun_port}"
@@ -75,6 +77,8 @@ def node_config(
         overlay["topology"] = dict(topology)
     if trust:
         overlay["trust"] = dict(trust)
+    if tunnel:
+        overlay["tunnel"] = dict(tunnel)
     return {
         "node": {"id": node_id, "state_dir": str(home / "state")},
         "logging": {"level": "info", "destination": "file", "file": str(home / "evio.log")},

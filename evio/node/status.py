@@ -115,8 +115,11 @@ def link_document(
         "rtt_ms": _ms(rtt.last),
         "rtt_smoothed_ms": _ms(rtt.smoothed),
         "rtt_min_ms": _ms(rtt.minimum),
-        "tx": {"bytes": stats.tx_bytes, "frames": stats.tx_frames},
-        "rx": {"bytes": stats.rx_bytes, "frames": stats.rx_frames},
+        # TAP reads/writes against frames: how much the offloads join (a super-frame is one read or write).
+        "tx": {"bytes": stats.tx_bytes, "frames": stats.tx_frames, "tap_reads": stats.tap_reads,
+               "super_frames": stats.gso_reads},
+        "rx": {"bytes": stats.rx_bytes, "frames": stats.rx_frames, "tap_writes": stats.tap_writes,
+               "super_frames": stats.gro_writes},
         "drops": {reason.value: n for reason, n in sorted(stats.drops.items(), key=lambda i: i[0].value) if n},
     })  # fmt: skip
     if document["age"] is None and tunnel.up_since is not None:

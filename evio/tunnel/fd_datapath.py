@@ -264,9 +264,11 @@ class FdDatapath:
         # Room for our largest record and then some (DTLS flights, STUN); a larger datagram
         # is cut short by the kernel and then fails authentication.
         rx_slot = max(_MIN_RX_SLOT, hoff + self._max_record)
+        self._gro_ring: GroRecvBatch | None = None
         if self._gro:
-            self._rx_ring = GroRecvBatch(_GRO_SLOTS)
-            rx_slot = self._rx_ring.slot_size
+            self._gro_ring = GroRecvBatch(_GRO_SLOTS)
+            self._rx_ring: ReceiveBatch = self._gro_ring
+            rx_slot = self._gro_ring.slot_size
         else:
             self._rx_ring = self._receive_batch_factory(self._batch, rx_slot)
         rx_ring = self._rx_ring.view
@@ -583,7 +585,7 @@ class FdDatapath:
         before = self._rx_frames
         length = ring.length
         slot_size = ring.slot_size
-        segment_size = ring.segment_size if self._gro else None  # type: ignore[attr-defined]
+        segment_size = self._gro_ring.segment_size if self._gro_ring is not None else None
         datagram = self._datagram
         for slot in range(count):
             total = length(slot)

@@ -7,6 +7,9 @@ namespace with no TAP or bridge, and the others repair around it.
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -49,6 +52,52 @@ def overlay_interfaces(lab: Lab, index: int) -> list[str]:
     return [n for n in names if n != "lo" and n != lab.plan.node(index).lan_interface]
 
 
+TRANSFER_BYTES = 32 * 1024 * 1024
+_SERVER = """
+import hashlib, socket, sys
+s = socket.create_server((sys.argv[1], 5302))
+print("listening", flush=True)
+c, _ = s.accept()
+h, n = hashlib.sha256(), 0
+while chunk := c.recv(1 << 20):
+    h.update(chunk); n += len(chunk)
+print(n, h.hexdigest(), flush=True)
+"""
+_CLIENT = """
+import hashlib, socket, sys
+block = hashlib.sha256(b"evio").digest() * 2048  # 64 KiB, the same every run
+c = socket.create_connection((sys.argv[1], 5302), timeout=30)
+for i in range(int(sys.argv[2]) // len(block)):
+    c.sendall(bytes([i & 0xFF]) + block[1:])
+c.close()
+"""
+
+
+def transfer_intact(lab: Lab, a: int, b: int) -> tuple[int, str]:
+    """Bytes and SHA-256 that node b received over one TCP connection from node a (bulk: TSO super-frames)."""
+    target = str(lab.node(b).overlay_address.ip)
+    server = subprocess.Popen(["ip", "netns", "exec", lab.netns(b), sys.executable, "-c", _SERVER, target],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        lab.exec(a, [sys.executable, "-c", _CLIENT, target, str(TRANSFER_BYTES)], timeout=120)
+        out, _ = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    size, digest = out.split()
+    return int(size), digest
+
+
+def expected_transfer() -> tuple[int, str]:
+    block = hashlib.sha256(b"evio").digest() * 2048
+    h = hashlib.sha256()
+    for i in range(TRANSFER_BYTES // len(block)):
+        h.update(bytes([i & 0xFF]) + block[1:])
+    return TRANSFER_BYTES, h.hexdigest()
+
+
 @pytest.fixture
 def keep_logs(request: pytest.FixtureRequest) -> Iterator[list[Lab]]:
     """Labs appended here have their daemons' logs printed if the test fails (the lab is removed after)."""
@@ -66,8 +115,11 @@ def keep_logs(request: pytest.FixtureRequest) -> Iterator[list[Lab]]:
                 print("\n".join(text.splitlines()[-60:]))
 
 
-def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(lab_factory: LabFactory, keep_logs: list[Lab]) -> None:
-    lab = lab_factory(nodes=4, nat="mixed", topology={"successors": 2}, daemons=True)
+@pytest.mark.parametrize("offload", [True, False], ids=["offload", "no-offload"])
+def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(
+    lab_factory: LabFactory, keep_logs: list[Lab], offload: bool
+) -> None:
+    lab = lab_factory(nodes=4, nat="mixed", topology={"successors": 2}, tunnel={"offload": offload}, daemons=True)
     keep_logs.append(lab)
 
     topo = wait_for(lab.topology, lambda t: ring_closed(t) and on_bridges(t), RING_TIMEOUT, "a ring of successor links")
@@ -75,6 +127,14 @@ def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(lab_factory: Lab
 
     failed = [(a.index, b.index) for a in lab.nodes for b in lab.nodes if a != b and not pings(lab, a.index, b.index)]
     assert failed == [], f"pairs without an answer over the overlay: {failed}"
+
+    # Bulk TCP through both bridges and the tunnel arrives whole, with offloads as without.
+    assert transfer_intact(lab, 1, 3) == expected_transfer()
+    links = [link for n, peer in ((1, 3), (3, 1)) for link in lab.daemon_status(n)["overlays"][lab.plan.overlay]["links"]
+             if link["peer"] == lab.node(peer).node_id]  # fmt: skip
+    assert links and all(not link["drops"].get("bad-offload") for link in links), links
+    super_frames = sum(link["tx"]["super_frames"] + link["rx"]["super_frames"] for link in links)
+    assert (super_frames > 0) == offload, links
 
     # Tunnel TAPs are bare bridge ports: no address, so no IPv6 chatter of their own onto the overlay.
     for link in topo.links:

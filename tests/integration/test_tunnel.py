@@ -26,6 +26,8 @@ pytestmark = pytest.mark.integration
 
 ID_A = "aa" * 16
 ID_B = "bb" * 16
+# Both data paths: TAP offloads (vnet headers, super-frames, UDP GRO) and one frame per TAP read/write.
+DATAPATHS = pytest.mark.parametrize("datapath", [[], ["--no-offload"]], ids=["offload", "no-offload"])
 
 
 @dataclass
@@ -109,33 +111,49 @@ def veth() -> Iterator[VethTestbed]:
 # -- NAT traversal -------------------------------------------------------------------------------
 
 
-def check_traffic(lab: Lab, n1: NodeInfo, n2: NodeInfo) -> None:
+def check_traffic(
+    lab: Lab, n1: NodeInfo, n2: NodeInfo, pair: Pair | None = None, offload: bool = False, relayed: bool = False
+) -> None:
     ping(n1.netns, str(n2.overlay_address.ip))
     ping(n2.netns, str(n1.overlay_address.ip))
     result = iperf(n1.netns, n2.netns, str(n2.overlay_address.ip), seconds=2)
     # A functional check that TCP flows through the tunnel; throughput targets
     # belong to benchmarks/tunnel_bench.py, not to a test on a shared machine.
     assert result["mbit"] > 1, result
+    if pair is not None:
+        sent, received = pair.a.stats(), pair.b.stats()
+        if offload:
+            # The kernel handed A's tunnel TCP super-frames (bulk TCP always makes some) ...
+            assert sent["gso_reads"] > 0 and sent["tap_reads"] < sent["tx_frames"], sent
+            if not relayed:
+                # ... and B joined them again: a super-frame's records leave in one UDP GSO message and
+                # arrive in one GRO buffer (a TURN relay forwards datagrams one by one, so no promise there).
+                assert received["gro_writes"] > 0 and received["tap_writes"] < received["rx_frames"], received
+        else:
+            assert sent["gso_reads"] == received["gro_writes"] == 0
+        assert not sent["drops"].get("bad-offload"), sent
 
 
-def test_eim_nats_give_a_direct_tunnel(lab_factory: LabFactory, workdir: Path) -> None:
+@DATAPATHS
+def test_eim_nats_give_a_direct_tunnel(lab_factory: LabFactory, workdir: Path, datapath: list[str]) -> None:
     lab = lab_factory(nodes=2, nat="eim")
-    with lab_endpoints(lab, workdir) as pair:
+    with lab_endpoints(lab, workdir, datapath) as pair:
         for up in (pair.up_a, pair.up_b):
             assert up["path"] == "direct", up
             assert up["remote"] in ("srflx", "prflx"), up  # across two NATs
             assert isinstance(up["setup"], float) and up["setup"] < 2.0
-        check_traffic(lab, lab.node(1), lab.node(2))
+        check_traffic(lab, lab.node(1), lab.node(2), pair, offload=not datapath)
         assert not pair.a.stats()["drops"].get("forged")
 
 
-def test_symmetric_nat_gives_a_relayed_tunnel(lab_factory: LabFactory, workdir: Path) -> None:
+@DATAPATHS
+def test_symmetric_nat_gives_a_relayed_tunnel(lab_factory: LabFactory, workdir: Path, datapath: list[str]) -> None:
     lab = lab_factory(nodes=2, nat=["eim", "symmetric"])
-    with lab_endpoints(lab, workdir) as pair:
+    with lab_endpoints(lab, workdir, datapath) as pair:
         for up in (pair.up_a, pair.up_b):
             assert (up["path"], up["local"], up["remote"]) == ("relay", "relay", "relay"), up
             assert isinstance(up["setup"], float) and up["setup"] < 4.0
-        check_traffic(lab, lab.node(1), lab.node(2))
+        check_traffic(lab, lab.node(1), lab.node(2), pair, offload=not datapath, relayed=True)
     # Both ended cleanly, so both gave their allocation back to coturn.
     for p in (pair.a, pair.b):
         assert "TURN allocation deleted" in p.log_path.read_text(), p.log_tail()
@@ -181,8 +199,9 @@ def test_forged_member_is_refused_only_with_a_trust_anchor(lab_factory: LabFacto
 # -- attacks and failures on a bare underlay ------------------------------------------------------
 
 
-def test_replayed_tampered_and_truncated_datagrams_are_dropped_and_counted(veth: VethTestbed, workdir: Path) -> None:
-    with endpoints(veth.a.netns, veth.b.netns, (ID_A, ID_B), ("10.99.0.1/24", "10.99.0.2/24"), [], workdir) as pair:
+@DATAPATHS
+def test_replayed_tampered_and_truncated_datagrams_are_dropped_and_counted(veth: VethTestbed, workdir: Path, datapath: list[str]) -> None:
+    with endpoints(veth.a.netns, veth.b.netns, (ID_A, ID_B), ("10.99.0.1/24", "10.99.0.2/24"), datapath, workdir) as pair:
         assert pair.up_a["path"] == "direct"
         pinger = subprocess.Popen(["ip", "netns", "exec", veth.a.netns, "ping", "-c", "100", "-i", "0.02", "10.99.0.2"], stdout=subprocess.DEVNULL)
         try:
