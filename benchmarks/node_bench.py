@@ -216,12 +216,14 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=20.0, help="seconds of idling for the CPU figure (default 20)")
     ap.add_argument("--rounds", type=int, default=2, help="measurements per path, paths interleaved (default 2)")
     ap.add_argument("--no-offload", action="store_true", help="tunnels without TAP offloads (tunnel.offload false)")
+    ap.add_argument("--tso", action="store_true", help="tunnels with TSO on their TAPs (tunnel.tso true)")
     args = ap.parse_args()
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
     started = time.monotonic()
     print(f"load average at start: {load_average():.2f}", flush=True)
-    print(f"tunnel offloads: {'off' if args.no_offload else 'on'}", flush=True)
-    tunnel = {"offload": not args.no_offload}
+    print(f"tunnel offloads: {'off' if args.no_offload else 'on'}, TSO on the TAPs: {'on' if args.tso else 'off'}",
+          flush=True)  # fmt: skip
+    tunnel = {"offload": not args.no_offload, "tso": args.tso}
     with Lab.up(unique_lab_name(), nodes=args.nodes, nat=args.nat, topology=topology, tunnel=tunnel, daemons=True) as lab:
         print(f"lab {lab.name}: {args.nodes} nodes up in {time.monotonic() - started:.1f} s", flush=True)
         topo = wait_stable(lab, timeout=60 + 4 * args.nodes)

@@ -116,7 +116,7 @@ def datapath_part(args: argparse.Namespace) -> None:
 def offload_part(args: argparse.Namespace) -> None:
     """TAP offloads on against off (the baseline) in one run, rounds interleaved: one TCP stream each,
     with what it costs per GB delivered: CPU of each end, TAP reads and writes, records."""
-    modes = {"offloads off": ["--no-offload"], "offloads on": [], "on, no TSO": ["--no-tso"]}
+    modes = {"offloads off": ["--no-offload"], "offloads on": [], "on, with TSO": ["--tso"]}
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     with VethTestbed(unique_prefix()) as tb:
         for _ in range(args.rounds):

@@ -665,6 +665,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             keepalive=float(tunnel.get("keepalive", TunnelConfig.keepalive)),
             dead_after=float(tunnel.get("dead_after", TunnelConfig.dead_after)),
             offload=bool(tunnel.get("offload", TunnelConfig.offload)),
+            tso=bool(tunnel.get("tso", TunnelConfig.tso)),
         ),
         limits=LimitsConfig(
             max_tunnels=int(limits.get("max_tunnels", LimitsConfig.max_tunnels)),

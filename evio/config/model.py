@@ -221,7 +221,8 @@ class TunnelConfig:
     cipher: Cipher = Cipher.AES_256_GCM
     keepalive: float = 1.5  # the tunnel uses min(keepalive, dead_after / 3)
     dead_after: float = 5
-    offload: bool = True  # TAP offloads (vnet header, TSO) where the kernel has them; false: one frame per read/write
+    offload: bool = True  # TAP offloads (vnet header, GRO) where the kernel has them; false: one frame per read/write
+    tso: bool = False  # with offload: the TAP hands over unsegmented TCP, cut into records by the daemon
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-uvloop", action="store_true")
     p.add_argument("--no-mmsg", action="store_true", help="one system call per datagram instead of sendmmsg/recvmmsg bursts (comparison)")
     p.add_argument("--no-offload", action="store_true", help="no TAP offloads or UDP GRO: one frame per TAP read/write (comparison)")
-    p.add_argument("--no-tso", action="store_true", help="offloads on the way in only: the kernel segments what the TAP hands over (comparison)")
+    p.add_argument("--tso", action="store_true", help="with offloads, TSO on the TAP too: the daemon segments super-frames")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -152,7 +152,7 @@ async def run(args: argparse.Namespace) -> int:
     status = 0
 
     async def tap_factory(name: str, mtu: int) -> TapDevice:
-        return await LinuxTap.create(name, mtu, [args.address] if args.address else [], offload=not args.no_offload, tso=not args.no_tso)
+        return await LinuxTap.create(name, mtu, [args.address] if args.address else [], offload=not args.no_offload, tso=args.tso)
 
     def on_event(event: TunnelEvent) -> None:
         info = event.info

@@ -63,6 +63,8 @@ class TunnelSettings:
     """The overlay's trust anchor; None: the fingerprint from signaling is the only check (labs)."""
     offload: bool = TunnelConfig.offload
     """TAP offloads and UDP GRO where the kernel has them (tunnel.offload); False: one frame per read/write."""
+    tso: bool = TunnelConfig.tso
+    """With offload, TSO on the TAP too: the daemon segments super-frames (tunnel.tso)."""
 
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:
@@ -107,4 +109,5 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
         offers_per_s=limits.offers_per_s,
         offer_burst=limits.offer_burst,
         offload=overlay.tunnel.offload,
+        tso=overlay.tunnel.tso,
     )

@@ -119,8 +119,8 @@ TunnelEvent = TunnelUp | TunnelDown
 EventHandler = Callable[[TunnelEvent], None]
 
 
-async def default_tap_factory(name: str, mtu: int, offload: bool = True) -> TapDevice:
-    return await LinuxTap.create(name, mtu, offload=offload)
+async def default_tap_factory(name: str, mtu: int, offload: bool = True, tso: bool = False) -> TapDevice:
+    return await LinuxTap.create(name, mtu, offload=offload, tso=tso)
 
 
 def default_datapath_factory(config: TunnelSettings) -> Datapath:
@@ -155,7 +155,7 @@ class Tunnel:
         self._certificate = certificate
         self._on_event = on_event
         if tap_factory is default_tap_factory:
-            tap_factory = partial(default_tap_factory, offload=config.offload)
+            tap_factory = partial(default_tap_factory, offload=config.offload, tso=config.tso)
         self._tap_factory = tap_factory
         self._datapath = datapath_factory(config)
         self._clock = clock

@@ -93,7 +93,7 @@ class LinuxTap:
     @classmethod
     async def create(
         cls, name: str, mtu: int, addresses: Sequence[str] = (), up: bool = True, offload: bool = False,
-        tso: bool = True,
+        tso: bool = False,
     ) -> LinuxTap:
         """Create ``name``, set its MTU and addresses (CIDR strings) and bring it up; with offloads if asked and possible."""
         if not 0 < len(name.encode()) < IFNAMSIZ:
