@@ -115,11 +115,14 @@ def keep_logs(request: pytest.FixtureRequest) -> Iterator[list[Lab]]:
                 print("\n".join(text.splitlines()[-60:]))
 
 
-@pytest.mark.parametrize("offload", [True, False], ids=["offload", "no-offload"])
+# With offloads, TSO on the TAPs too: every super-frame from Open vSwitch then reaches the daemon, which
+# makes the count below certain (records joined on the way in depend on how they arrive).
+@pytest.mark.parametrize("offload", [True, False], ids=["offload-tso", "no-offload"])
 def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(
     lab_factory: LabFactory, keep_logs: list[Lab], offload: bool
 ) -> None:
-    lab = lab_factory(nodes=4, nat="mixed", topology={"successors": 2}, tunnel={"offload": offload}, daemons=True)
+    tunnel = {"offload": offload, "tso": offload}
+    lab = lab_factory(nodes=4, nat="mixed", topology={"successors": 2}, tunnel=tunnel, daemons=True)
     keep_logs.append(lab)
 
     topo = wait_for(lab.topology, lambda t: ring_closed(t) and on_bridges(t), RING_TIMEOUT, "a ring of successor links")
@@ -133,8 +136,10 @@ def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(
     links = [link for n, peer in ((1, 3), (3, 1)) for link in lab.daemon_status(n)["overlays"][lab.plan.overlay]["links"]
              if link["peer"] == lab.node(peer).node_id]  # fmt: skip
     assert links and all(not link["drops"].get("bad-offload") for link in links), links
-    super_frames = sum(link["tx"]["super_frames"] + link["rx"]["super_frames"] for link in links)
-    assert (super_frames > 0) == offload, links
+    sent_super_frames = sum(link["tx"]["super_frames"] for link in links)
+    assert (sent_super_frames > 0) == offload, links
+    if not offload:
+        assert sum(link["rx"]["super_frames"] for link in links) == 0, links
 
     # Tunnel TAPs are bare bridge ports: no address, so no IPv6 chatter of their own onto the overlay.
     for link in topo.links:
