@@ -2,7 +2,17 @@ import socket
 
 import pytest
 
-from evio.tunnel.mmsg import RecvBatch, RecvfromBatch, SendBatch, SendtoBatch, make_batch, parse_sockaddr, sockaddr
+from evio.tunnel.mmsg import (
+    GroRecvBatch,
+    RecvBatch,
+    RecvfromBatch,
+    SendBatch,
+    SendtoBatch,
+    enable_gro,
+    make_batch,
+    parse_sockaddr,
+    sockaddr,
+)
 
 
 def receiver(family: int = socket.AF_INET, host: str = "127.0.0.1") -> socket.socket:
@@ -122,5 +132,27 @@ def test_a_route_that_refuses_gso_gets_the_burst_one_datagram_per_message() -> N
     assert [rx.recv(200) for _ in payloads] == payloads
     assert batch.send(tx, 6) == 6  # and it stays off
     assert [rx.recv(200) for _ in payloads] == payloads
+    rx.close()
+    tx.close()
+
+
+def test_with_gro_a_gso_run_arrives_as_one_message_with_its_segment_size() -> None:
+    rx = receiver()
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    assert enable_gro(rx)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    batch = SendBatch(64, 1500, rx.getsockname())
+    sizes = [1442] * 10 + [300] + [90]
+    payloads = fill(batch, sizes)
+    assert batch.send(tx, len(sizes)) == len(sizes)
+    ring = GroRecvBatch(4)
+    rx.setblocking(False)
+    got: list[tuple[int, bytes]] = []
+    for _ in range(2):  # both messages are queued by now, on loopback; one call may take both
+        for slot in range(ring.recv(rx)):
+            got.append((ring.segment_size(slot), bytes(ring.view[slot * ring.slot_size : slot * ring.slot_size + ring.length(slot)])))
+    # The run and its shorter tail in one buffer, cut at the segment size; the lone datagram as it is.
+    assert got == [(1442, b"".join(payloads[:11])), (0, payloads[11])]
+    assert enable_gro(rx, False)
     rx.close()
     tx.close()
