@@ -471,7 +471,7 @@ async def test_frames_cross_between_vnet_taps_in_order() -> None:
     "bad",
     [
         b"\x00" * 5,  # shorter than a vnet header
-        bytes(VNET_HDR_LEN_) + b"\x02" * 8 if (VNET_HDR_LEN_ := 10) else b"",  # a vnet header and half an Ethernet header
+        bytes(10) + b"\x02" * 8,  # a (10-byte) vnet header and half an Ethernet header
         bytes([1, 0]) + (60000).to_bytes(2, "little") * 4 + b"\x02" * 100,  # checksum offsets beyond the frame
         bytes([1, 1]) + (1000).to_bytes(2, "little") * 4 + b"\x02" * 100,  # GSO of something that is not TCP
         bytes([0, 0]) + bytes(8) + b"\x02" * (MTU + 100),  # a plain frame above the MTU
