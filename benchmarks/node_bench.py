@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""Full-stack benchmark: evio daemons in a lab, a ring with paths of 0, 2 and 4 intermediate nodes.
+"""Full-stack benchmark: evio daemons in a lab, a ring with paths of 0, 2, 4 and 8 intermediate nodes.
 
-    sudo .venv/bin/python benchmarks/node_bench.py [--nodes 10] [--duration 5] [--idle 20]
+    sudo .venv/bin/python benchmarks/node_bench.py [--nodes 10] [--duration 5] [--idle 20] [--profile]
 
 One lab of full nodes (prosody, coturn, per node a NAT router, Open vSwitch
 and an `evio run` daemon) with s = 1, k = 0 and on-demand links off, so the
 overlay is a plain ring and the path between two nodes is fixed: ring
 neighbours are adjacent; nodes 3 and 5 positions apart have 2 and 4
-intermediate nodes between them. In one run it prints:
+intermediate nodes between them (a ring of 18 or more nodes also has a path
+of 8 intermediate nodes: `--nodes 18`). In one run it prints:
 
 - iperf3 TCP, one stream, through two adjacent nodes and through paths of
   2 and 4 intermediate nodes, with its retransmissions (a hop that drops
   shows here first);
-- ping RTT over each path (after a warm-up, so flows are installed) and the
-  switching overhead per intermediate node: half the RTT increase per
-  intermediate node, as the paper's E11 measures it (paper 0.37 ms);
+- ping RTT over each path (after a warm-up, so flows are installed), the
+  underlay RTT between the same two nodes (their NAT routers' public
+  addresses), and the one-way latency per hop: an adjacent hop (tunnel, two
+  bridges) is half the overlay RTT minus half the underlay RTT; each
+  intermediate node adds half the slope of median RTT over intermediate
+  nodes (least squares over every path measured), which is the switching
+  overhead per intermediate node as the paper's E11 measures it (paper 0.37 ms);
+- the first packet of a new flow (--first-packet): the evio flows of every
+  bridge deleted, then 5 pings 0.2 s apart; the first one is forwarded by
+  each node's controller (packet-ins), the others by installed flows;
 - tunnel setup times across the overlay (from each daemon's status);
 - RSS and idle CPU of each daemon (daemon and SDN controller are one process);
 - where the CPU goes while iperf3 runs: seconds of CPU per GB delivered,
@@ -25,7 +33,11 @@ intermediate nodes between them. In one run it prints:
 
 Each path is measured `--rounds` times, paths interleaved, so the rounds see
 the same load. A benchmark, not a test: it asserts nothing; figures depend on the load of
-the machine. Root only; the lab is removed at the end, also on failure or Ctrl-C.
+the machine. With --profile each run is followed by an account of where
+the time went on the nodes of the path (benchmarks/profiling.py): per
+process and thread, user and system CPU and context switches per frame,
+drops at every interface and UDP socket, packet-ins, and machine-wide CPU by
+kind. Root only; the lab is removed at the end, also on failure or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -42,6 +54,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import profiling  # noqa: E402
+
 from evio.lab import daemons as full_nodes  # noqa: E402
 from evio.lab.daemons import Topology  # noqa: E402
 from evio.lab.lab import Lab  # noqa: E402
@@ -50,6 +64,8 @@ from evio.testing.labs import unique_lab_name  # noqa: E402
 PAPER = {"overhead_ms": 0.37, "setup_s": 2.4, "bandwidth_mbit": 330.0}
 TARGET = {"overhead_ms": 0.15, "bandwidth_mbit": 660.0, "idle_cpu_pct": 1.0, "rss_mb": 80.0}
 IPERF_PORT = 5201
+EVIO_COOKIE = "0xe7100001/-1"  # evio.sdn.ofapp.EVIO_COOKIE: every flow the controller installs
+PATHS = (0, 2, 4, 8)
 
 
 def wait_stable(lab: Lab, timeout: float, quiet: float = 5.0) -> Topology:
@@ -77,15 +93,87 @@ def pair_with_hops(lab: Lab, topo: Topology, hops: int) -> tuple[int, int] | Non
     return None
 
 
+def path_of(lab: Lab, topo: Topology, a: int, b: int) -> list[int]:
+    """The node indices on a shortest path of up links from `a` to `b`, both ends included."""
+    names = {n.name: n.index for n in lab.nodes}
+    start, goal = lab.node(a).name, lab.node(b).name
+    previous: dict[str, str | None] = {start: None}
+    frontier = [start]
+    while frontier and goal not in previous:
+        frontier_next = []
+        for name in frontier:
+            for peer in sorted(topo.neighbours(name)):
+                if peer not in previous:
+                    previous[peer] = name
+                    frontier_next.append(peer)
+        frontier = frontier_next
+    path: list[int] = []
+    at: str | None = goal if goal in previous else None
+    while at is not None:
+        path.append(names[at])
+        at = previous[at]
+    return path[::-1]
+
+
+def _times(out: str) -> list[float]:
+    return [float(line.split("time=")[1].split()[0]) for line in out.splitlines() if "time=" in line]
+
+
 def ping_rtt(lab: Lab, a: int, b: int, count: int = 50) -> tuple[float, float] | None:
     """(mean, median) RTT in ms; the median shows the switching cost without a loaded machine's stalls."""
     target = str(lab.node(b).overlay_address.ip)
     lab.exec(a, ["ping", "-c", "3", "-i", "0.2", "-W", "2", target], check=False)  # ARP and flows first
-    out = lab.exec(a, ["ping", "-c", str(count), "-i", "0.02", "-W", "2", target], check=False).stdout
-    times = [float(line.split("time=")[1].split()[0]) for line in out.splitlines() if "time=" in line]
+    times = _times(lab.exec(a, ["ping", "-c", str(count), "-i", "0.02", "-W", "2", target], check=False).stdout)
     if not times:
         return None
     return statistics.mean(times), statistics.median(times)
+
+
+def underlay_rtt(lab: Lab, a: int, b: int, count: int = 50) -> float | None:
+    """Median RTT in ms from node `a` to node `b`'s NAT router (the underlay under a tunnel between them)."""
+    target = str(lab.node(b).wan_address)
+    times = _times(lab.exec(a, ["ping", "-c", str(count), "-i", "0.02", "-W", "2", target], check=False).stdout)
+    return statistics.median(times) if times else None
+
+
+def first_packet(lab: Lab, path: list[int], count: int = 5) -> tuple[float, float, int] | None:
+    """(first RTT, median of the later RTTs, packet-ins on the path) after deleting the evio flows
+    of every bridge on the path: the first echo and its reply go through each node's controller."""
+    a, b = path[0], path[-1]
+    target = str(lab.node(b).overlay_address.ip)
+    lab.exec(a, ["ping", "-c", "2", "-i", "0.2", "-W", "2", target], check=False)  # the neighbour entry is fresh
+    for index in path:
+        lab.ovs(index).ofctl("del-flows", bridge_of(lab, index), f"cookie={EVIO_COOKIE}")
+    before = sum(switch_counters(lab, i)[0] for i in path)
+    times = _times(lab.exec(a, ["ping", "-c", str(count), "-i", "0.2", "-W", "2", target], check=False).stdout)
+    packet_ins = sum(switch_counters(lab, i)[0] for i in path) - before
+    if len(times) < 2:
+        return None
+    return times[0], statistics.median(times[1:]), packet_ins
+
+
+def bridge_of(lab: Lab, index: int) -> str:
+    return str(lab.daemon_status(index)["overlays"][lab.plan.overlay]["bridge"])
+
+
+def switch_counters(lab: Lab, index: int) -> tuple[int, dict[str, int]]:
+    """(packet-ins, drops by reason: the controller's and the tunnels') of node `index` so far."""
+    overlay = lab.daemon_status(index)["overlays"][lab.plan.overlay]
+    drops = {k: int(v) for k, v in overlay["drops"].items()}
+    for link in overlay["links"]:
+        for reason, n in (link.get("drops") or {}).items():
+            drops[f"tunnel {reason}"] = drops.get(f"tunnel {reason}", 0) + int(n)
+    return int(overlay["switch"]["packet_ins"]), drops
+
+
+def overlay_device(lab: Lab, index: int) -> str | None:
+    """The interface holding node `index`'s overlay address (the bridge's internal port)."""
+    address = str(lab.node(index).overlay_address.ip)
+    out = lab.exec(index, ["ip", "-j", "addr", "show"], check=False).stdout
+    for row in json.loads(out or "[]"):
+        if any(info.get("local") == address for info in row.get("addr_info", [])):
+            return str(row["ifname"])
+    return None
 
 
 def load_average() -> float:
@@ -126,15 +214,109 @@ TAP_FRAMES: dict[int, list[float]] = {}
 """Per path (intermediates): TAP frames per GB delivered, per TAP crossing, one entry per run."""
 
 
-def iperf_with_cpu(lab: Lab, a: int, b: int, duration: float) -> Run:
+class PathProfile:
+    """Counters of the nodes on one path, read around one iperf3 run (--profile)."""
+
+    def __init__(self, lab: Lab, path: list[int]) -> None:
+        self.lab, self.path = lab, path
+        self.others = [n.index for n in lab.nodes if n.index not in path]
+        self.processes: dict[str, int] = {}
+        self.ovs_env: dict[str, str] = {}
+        for index in path + self.others:
+            record = lab.daemon(index)
+            if record is not None:
+                self.processes[f"node{index} daemon"] = record.pid
+            pid = lab.ovs(index).pid("ovs-vswitchd")
+            if pid is not None:
+                self.processes[f"node{index} vswitchd"] = pid
+            self.ovs_env[f"node{index}"] = str(lab.ovs(index).run_dir / "ovs-vswitchd.ctl")
+        self.namespaces = [lab.netns(i) for i in path + self.others]
+        self.device = overlay_device(lab, path[-1])
+
+    def __enter__(self) -> PathProfile:
+        self.log_sizes = {i: self.lab.daemon_log(i).stat().st_size for i in self.path + self.others}
+        self.switch_before = {i: switch_counters(self.lab, i) for i in self.path + self.others}
+        self.before = profiling.snapshot(self.processes, self.namespaces, self.ovs_env)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delta = profiling.diff(self.before, profiling.snapshot(self.processes, self.namespaces, self.ovs_env))
+        self.switch_after = {i: switch_counters(self.lab, i) for i in self.path + self.others}
+        self.log_lines: dict[int, list[str]] = {}
+        for i in self.path + self.others:
+            with self.lab.daemon_log(i).open("rb") as f:
+                f.seek(self.log_sizes[i])
+                self.log_lines[i] = f.read().decode(errors="replace").splitlines()
+
+    def report(self) -> str:
+        d = self.delta
+        frames = 0
+        if self.device is not None:
+            frames = d.links.get(self.lab.netns(self.path[-1]), {}).get(self.device, {}).get("rx_packets", 0)
+        if frames <= 0:
+            return "    profile: no frames delivered"
+        lines = [f"    profile: {frames} frames delivered to node{self.path[-1]}'s {self.device}; "
+                 "per delivered frame (us CPU user+system, context switches voluntary+involuntary):"]
+        for index in self.path + self.others:
+            role = "source" if index == self.path[0] else "destination" if index == self.path[-1] else "transit"
+            if index in self.others:
+                # Off the shortest path: shown only if it carried the flow (a longer way round the ring).
+                if d.process(f"node{index} daemon").cpu / frames < 3e-6:
+                    continue
+                role = "OFF the shortest path"
+            parts = []
+            for kind in ("daemon", "vswitchd"):
+                label = f"node{index} {kind}"
+                if label not in d.processes:
+                    continue
+                total = d.process(label)
+                busiest = sorted(d.processes[label].items(), key=lambda kv: -kv[1].cpu)[:3]
+                threads = ", ".join(f"{name} {c.cpu / frames * 1e6:.1f} us/{c.wakeups / frames:.2f}"
+                                    for name, c in busiest if c.cpu > 0 or c.wakeups > 0)
+                parts.append(f"{kind} {total.user / frames * 1e6:.1f}+{total.system / frames * 1e6:.1f} us, "
+                             f"{total.voluntary / frames:.2f}+{total.involuntary / frames:.2f} cs [{threads}]")
+            ins = self.switch_after[index][0] - self.switch_before[index][0]
+            drops = {k: v - self.switch_before[index][1].get(k, 0) for k, v in self.switch_after[index][1].items()}
+            drops = {k: v for k, v in drops.items() if v}
+            parts.append(f"packet-ins +{ins}" + (f", drops {drops}" if drops else ""))
+            notable = [line for line in self.log_lines[index] if "WARNING" in line or "moved" in line]
+            if notable:
+                parts.append(f"{len(notable)} log lines, e.g. {notable[0][-160:]!r}")
+            lines.append(f"      node{index} ({role}): " + "; ".join(parts))
+        m = d.machine
+        busy = sum(v for k, v in m.items() if k not in ("idle", "iowait"))
+        lines.append("      machine: " + ", ".join(f"{k} {v / frames * 1e6:.1f}" for k, v in m.items() if v > 0)
+                     + f" us/frame; busy {busy / frames * 1e6:.1f} us/frame "
+                     f"({busy / max(sum(m.values()), 1e-9):.0%} of both cores)")
+        drops_moved = d.drops()
+        lines.append("      drops: " + ("; ".join(drops_moved) if drops_moved else "none at any interface or UDP socket"))
+        coverage: dict[str, int] = {}
+        for counters in d.coverage.values():
+            for key, value in counters.items():
+                coverage[key] = coverage.get(key, 0) + value
+        top = sorted(coverage.items(), key=lambda kv: -kv[1])[:10]
+        lines.append("      ovs coverage on the path, per frame: " + ", ".join(f"{k} {v / frames:.2f}" for k, v in top))
+        return "\n".join(lines)
+
+
+def iperf_with_cpu(lab: Lab, a: int, b: int, duration: float, loaded_rtt: list[float] | None = None) -> Run:
     """(Mbit/s, daemon CPU s per GB, ovs-vswitchd CPU s per GB, load average at the end, TCP retransmissions).
+
+    With `loaded_rtt`, pings every 50 ms during the run and adds their RTTs to it (queueing under load).
 
     CPU per GB counts every daemon and switch of the lab, idle ones too: at a few Mbit/s it is
     mostly their idle work and means little."""
     daemons, switches = lab_pids(lab)
     taps_before = tap_packets(lab)
     before = cpu_seconds(daemons), cpu_seconds(switches)
+    pinger = subprocess.Popen(
+        ["ip", "netns", "exec", lab.netns(a), "ping", "-i", "0.05", "-w", f"{duration:g}", "-W", "2",
+         str(lab.node(b).overlay_address.ip)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    ) if loaded_rtt is not None else None
     result = iperf(lab, a, b, duration)
+    if pinger is not None and loaded_rtt is not None:
+        out, _ = pinger.communicate(timeout=duration + 10)
+        loaded_rtt.extend(_times(out))
     after = cpu_seconds(daemons), cpu_seconds(switches)
     taps = tap_packets(lab) - taps_before
     load = load_average()
@@ -217,7 +399,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="measurements per path, paths interleaved (default 2)")
     ap.add_argument("--no-offload", action="store_true", help="tunnels without TAP offloads (tunnel.offload false)")
     ap.add_argument("--tso", action="store_true", help="tunnels with TSO on their TAPs (tunnel.tso true)")
+    ap.add_argument("--paths", default=",".join(map(str, PATHS)),
+                    help="intermediate nodes of the paths measured, where the ring has them (default 0,2,4,8)")
+    ap.add_argument("--profile", action="store_true", help="after each run, where the time went on the path")
+    ap.add_argument("--first-packet", action="store_true", help="first-packet RTT of a new flow on each path")
     args = ap.parse_args()
+    wanted = [int(x) for x in args.paths.split(",") if x.strip()]
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
     started = time.monotonic()
     print(f"load average at start: {load_average():.2f}", flush=True)
@@ -230,27 +417,52 @@ def main() -> int:
         print(f"ring stable after {time.monotonic() - started:.1f} s", flush=True)
 
         pairs: dict[int, tuple[int, int]] = {}
-        for intermediates in (0, 2, 4):
+        for intermediates in wanted:
             pair = pair_with_hops(lab, topo, intermediates + 1)
             if pair is None:
-                print(f"no path with {intermediates} intermediate nodes in this ring", flush=True)
+                print(f"no path with {intermediates} intermediate nodes in a ring of {args.nodes} "
+                      f"(needs --nodes {2 * intermediates + 2})", flush=True)
             else:
                 pairs[intermediates] = pair
+        paths = {i: path_of(lab, topo, a, b) for i, (a, b) in pairs.items()}
         runs: dict[int, list[Run]] = {i: [] for i in pairs}
         pings: dict[int, list[tuple[float, float]]] = {i: [] for i in pairs}
+        underlay: dict[int, list[float]] = {i: [] for i in pairs}
+        firsts: dict[int, list[tuple[float, float, int]]] = {i: [] for i in pairs}
         for round_no in range(1, args.rounds + 1):
             for intermediates, (a, b) in pairs.items():
+                if args.first_packet:
+                    first = first_packet(lab, paths[intermediates])
+                    if first is not None:
+                        firsts[intermediates].append(first)
+                        print(f"  round {round_no}, {intermediates} intermediate: first packet of a new flow "
+                              f"{first[0]:.3f} ms, later {first[1]:.3f} ms, {first[2]} packet-ins on the path",
+                              flush=True)
                 rtt = ping_rtt(lab, a, b)
-                run = iperf_with_cpu(lab, a, b, args.duration)
+                under = underlay_rtt(lab, a, b)
+                loaded: list[float] = []
+                if args.profile:
+                    with PathProfile(lab, paths[intermediates]) as profile:
+                        run = iperf_with_cpu(lab, a, b, args.duration, loaded)
+                else:
+                    run = iperf_with_cpu(lab, a, b, args.duration)
                 if rtt is not None:
                     pings[intermediates].append(rtt)
+                if under is not None:
+                    underlay[intermediates].append(under)
                 runs[intermediates].append(run)
                 mbit, daemon_cpu, switch_cpu, load, retransmits = run
                 print(f"  round {round_no}, {intermediates} intermediate, node{a} -> node{b}: "
                       f"iperf {_fmt(mbit, '.0f')} Mbit/s ({_fmt(retransmits, 'd')} retransmitted), "
-                      f"RTT mean/median {_fmt(rtt and rtt[0], '.3f')}/{_fmt(rtt and rtt[1], '.3f')} ms, "
+                      f"RTT mean/median {_fmt(rtt and rtt[0], '.3f')}/{_fmt(rtt and rtt[1], '.3f')} ms "
+                      f"(underlay {_fmt(under, '.3f')}), "
                       f"CPU per GB: daemons {_fmt(daemon_cpu, '.1f')} s, ovs-vswitchd {_fmt(switch_cpu, '.1f')} s, "
                       f"load {load:.2f}", flush=True)
+                if args.profile:
+                    print(f"    path {' -> '.join(f'node{i}' for i in paths[intermediates])}; ping RTT during the run: "
+                          f"median {_fmt(statistics.median(loaded) if loaded else None, '.2f')} ms, "
+                          f"max {_fmt(max(loaded) if loaded else None, '.2f')} ms, {len(loaded)} answered")
+                    print(profile.report(), flush=True)
 
         setups = setup_times(lab)
         usage = idle_usage(lab, args.idle)
@@ -278,13 +490,20 @@ def main() -> int:
         print(f"TAP frames per GB delivered, per TAP crossing ({intermediates} intermediate): "
               f"{' / '.join(f'{x:,.0f}' for x in per_crossing)} (one frame per 1428-byte MTU: about 700,000)")
     print()
-    for n in (2, 4):
-        if n in rtts and 0 in rtts:
+    for n in sorted(rtts):
+        if n and 0 in rtts:
             mean_oh = (rtts[n][0] - rtts[0][0]) / n / 2
             median_oh = (rtts[n][1] - rtts[0][1]) / n / 2
             print(f"switching overhead per intermediate node ({n} intermediates): {mean_oh:.3f} ms from mean RTTs, "
                   f"{median_oh:.3f} ms from median RTTs (paper {PAPER['overhead_ms']} ms, "
                   f"target <= {TARGET['overhead_ms']} ms)")
+    print_one_way(rtts, underlay)
+    for n, results in firsts.items():
+        if results:
+            print(f"first packet of a new flow, {n} intermediate ({len(paths[n])} switches): first RTT "
+                  f"{' / '.join(f'{r[0]:.2f}' for r in results)} ms vs later "
+                  f"{' / '.join(f'{r[1]:.2f}' for r in results)} ms; packet-ins on the path "
+                  f"{' / '.join(str(r[2]) for r in results)} (target <= 2 per node, first RTT <= 2 ms)")
     adjacent = [r[0] for r in runs.get(0, []) if r[0] is not None]
     if adjacent:
         print(f"adjacent nodes, one TCP stream: best {max(adjacent):.0f}, median {statistics.median(adjacent):.0f} "
@@ -301,6 +520,22 @@ def main() -> int:
               f"(target <= {TARGET['rss_mb']:.0f} MB, <= {TARGET['idle_cpu_pct']:.0f} %)")
     print(f"load average at the end: {load_average():.2f}")
     return 0
+
+
+def print_one_way(rtts: dict[int, tuple[float, float]], underlay: dict[int, list[float]]) -> None:
+    """One-way latency per hop from median RTTs: an adjacent hop over its underlay, and the
+    least-squares slope over every path measured for each intermediate node."""
+    if 0 in rtts and underlay.get(0):
+        under = statistics.median(underlay[0])
+        print(f"one-way latency of an adjacent hop (tunnel + both bridges): {(rtts[0][1] - under) / 2:.3f} ms "
+              f"over the underlay's {under / 2:.3f} ms (median overlay RTT {rtts[0][1]:.3f} ms, underlay {under:.3f} ms)")
+    if len(rtts) >= 2:
+        xs = sorted(rtts)
+        ys = [rtts[x][1] for x in xs]
+        mx, my = statistics.mean(xs), statistics.mean(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+        print(f"one-way latency added per intermediate node (least squares over {xs} intermediates, median RTTs): "
+              f"{slope / 2:.3f} ms (target <= {TARGET['overhead_ms']} ms)")
 
 
 def _median(values: list[float | None]) -> float | None:
