@@ -314,8 +314,10 @@ class BoundedFloodSwitch:
             self.drops[Drop.HAIRPIN] += 1
             return []
         match = FlowMatch(in_port, eth.src, eth.dst)
-        actions: list[FlowAction] = [AddFlow(match, out_port, self.flow_idle_timeout)]
-        return actions + [PacketOut(out_port, frame) for frame in self._fit(data, self.max_frame_len)]
+        # The frames first: the switch handles messages in order, so a PacketOut sent after the
+        # FlowMod would wait for the flow's install; the frames need no flow to leave.
+        outs: list[FlowAction] = [PacketOut(out_port, frame) for frame in self._fit(data, self.max_frame_len)]
+        return outs + [AddFlow(match, out_port, self.flow_idle_timeout)]
 
     def _fit(self, data: bytes, max_len: int) -> list[bytes]:
         """`data` as frames of at most `max_len` bytes: itself, its TCP segments, or none (counted)."""
