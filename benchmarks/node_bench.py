@@ -130,10 +130,17 @@ def ping_rtt(lab: Lab, a: int, b: int, count: int = 50) -> tuple[float, float] |
 
 
 def underlay_rtt(lab: Lab, a: int, b: int, count: int = 50) -> float | None:
-    """Median RTT in ms from node `a` to node `b`'s NAT router (the underlay under a tunnel between them)."""
-    target = str(lab.node(b).wan_address)
-    times = _times(lab.exec(a, ["ping", "-c", str(count), "-i", "0.02", "-W", "2", target], check=False).stdout)
-    return statistics.median(times) if times else None
+    """Median RTT in ms of the underlay between nodes `a` and `b`: each node's RTT to the public
+    segment's host (through its NAT router) added up. The routers drop new inbound packets, so
+    the path a -> b itself cannot be pinged; this sum crosses the same links and routers."""
+    target = str(lab.public.address)
+    total = 0.0
+    for node in (a, b):
+        times = _times(lab.exec(node, ["ping", "-c", str(count), "-i", "0.02", "-W", "2", target], check=False).stdout)
+        if not times:
+            return None
+        total += statistics.median(times)
+    return total
 
 
 def first_packet(lab: Lab, path: list[int], count: int = 5) -> tuple[float, float, int] | None:
