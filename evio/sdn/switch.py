@@ -177,6 +177,7 @@ class BoundedFloodSwitch:
         self.max_flooded_frame_len = self.max_frame_len - frb.FRB_MIN_FRAME_LEN  # its own Ethernet header too
         self.switch_mac = switch_mac  # source of the one-hop FRBs (leaf announcements, link checks)
         self.flow_idle_timeout = flow_idle_timeout
+        self.unicast_floods_not_learned = 0  # flooded unicast frames that moved no known MAC
         self.learning = LearningTable(mac_max_age, max_macs)
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         self.ports: dict[int, SwitchPort] = {}
@@ -440,10 +441,18 @@ class BoundedFloodSwitch:
         if source is not None and source.port in self.leaf_ports():
             self.drops[Drop.OWN_FRAME] += 1  # ours, flooded on by a node whose path ended (see the docstring)
         else:
-            learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True)
-            if learned is None:
-                return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
-            actions += learned
+            if inner_eth.is_group or source is None:
+                learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True)
+                if learned is None:
+                    return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
+                actions += learned
+            else:
+                # A flooded unicast frame whose sender we know. Its root is the node that did not know
+                # the way on (a transit flood), not the sender's node, and the flood may have come the
+                # long way round: moving the sender here deleted working flows along its path and sent
+                # the next frames to the controller and into more floods (docs/performance.md). It only
+                # teaches a MAC not known yet.
+                self.unicast_floods_not_learned += 1
             target = None if inner_eth.is_group else self.learning.lookup(inner_eth.dst, now)
             if target is not None and target.port in self.leaf_ports():
                 actions.append(PacketOut(target.port, inner))

@@ -137,6 +137,30 @@ def test_own_frame_flooded_back_is_passed_on_but_not_delivered_or_learned() -> N
     assert set(frbs_by_port(actions)) == {11}  # its part of the ring still gets it
 
 
+def test_a_flooded_unicast_frame_does_not_move_a_sender_already_known() -> None:
+    """A transit flood is rooted at the node that lost the way, and may arrive the long way round:
+    moving the sender on it deleted the flows of a working path (the multi-hop collapse)."""
+    sw = switch_with_ports(100)
+    sw.packet_in(10, eth(H1, H2), now=1)  # H2's frames come in by port 10
+    flooded = frb.pack(frb.broadcast(eth(H3, H2), root_nid=300, bound_nid=100, hop_count=2))
+    actions = sw.packet_in(11, flooded, now=2)  # a copy flooded by 300 reaches us by port 11
+    entry = sw.learning.lookup(H2, now=2)
+    assert entry is not None and entry.port == 10
+    assert not any(isinstance(a, DeleteFlowsToMac) for a in actions)
+    assert sw.unicast_floods_not_learned == 1
+    # A broadcast from H2 arriving the same way still moves it (a host that really moved says so).
+    sw.packet_in(11, frb.pack(frb.broadcast(arp_request(H2), root_nid=300, bound_nid=100, hop_count=2)), now=3)
+    moved = sw.learning.lookup(H2, now=3)
+    assert moved is not None and moved.port == 11
+
+
+def test_a_flooded_unicast_frame_teaches_a_sender_not_known() -> None:
+    sw = switch_with_ports(100)
+    sw.packet_in(11, frb.pack(frb.broadcast(eth(H3, H2), root_nid=300, bound_nid=100, hop_count=2)), now=1)
+    entry = sw.learning.lookup(H2, now=1)
+    assert entry is not None and entry.port == 11 and sw.unicast_floods_not_learned == 0
+
+
 def test_unicast_from_peer_to_local_mac_installs_flow_and_learns_source() -> None:
     sw = switch_with_ports()
     sw.packet_in(1, arp_request(H1), now=1)
