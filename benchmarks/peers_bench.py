@@ -262,6 +262,15 @@ def wait_device(netns: str, device: str, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def device_with(netns: str, address: str) -> str | None:
+    """The interface in `netns` that holds `address`."""
+    rows = json.loads(run(["ip", "-j", "addr", "show"], netns, check=False).stdout or "[]")
+    for row in rows:
+        if any(info.get("local") == address for info in row.get("addr_info", [])):
+            return str(row["ifname"])
+    return None
+
+
 def wait_reachable(netns: str, address: str, timeout: float = 45.0) -> bool:
     """Pings until one answers: handshakes (fastd retries for ~20 s when the other end was late)."""
     deadline = time.monotonic() + timeout
@@ -375,7 +384,8 @@ def main() -> int:
                     tunnel.stop()
                     del tunnels[tool]
                     continue
-                print(f"{tool}: up ({tunnel.address('a')} <-> {tunnel.address('b')})", flush=True)
+                tunnel.device_a = device_with(tb.a.netns, tunnel.address("a")) or tunnel.device_a
+                print(f"{tool}: up ({tunnel.address('a')} <-> {tunnel.address('b')}, {tunnel.device_a})", flush=True)
             order = ["veth", *tunnels]
             for round_no in range(1, args.rounds + 1):
                 for name in order if round_no % 2 else order[::-1]:
