@@ -38,7 +38,7 @@ from typing import Any
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
-from evio.sdn.flow_actions import FlowAction, FlowMatch
+from evio.sdn.flow_actions import DeleteFlowsToMac, FlowAction, FlowMatch
 from evio.sdn.ofapp import EVIO_COOKIE, base_flows, flow_byte_counts, removed_flow_match, to_ofp_messages
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
 
@@ -380,6 +380,12 @@ class FakeNetwork:
     def inject(self, node_id: int, port: int, frame: bytes) -> None:
         """A host on leaf `port` of `node_id` sends `frame`; run until nothing is in flight."""
         self._run(deque([(node_id, port, frame)]))
+
+    def forget(self, node_id: int, mac: str) -> None:
+        """`node_id`'s switch forgets `mac` and the flows towards it, as if its entry aged out there alone."""
+        node = self.nodes[node_id]
+        node.switch.learning.forget(mac)
+        self._execute(node, [DeleteFlowsToMac(mac)])
 
     def advance(self, seconds: float) -> None:
         """Move time on: idle flows time out and the switches hear of it."""

@@ -502,3 +502,29 @@ def test_a_path_cut_in_the_middle_by_churn_heals_on_the_next_frame(seed: int) ->
         assert len(net.nodes[dst].received[1]) == before + 2
         return
     pytest.fail("no pair with a transit node on its path")
+
+
+def test_a_transit_flood_does_not_turn_the_path_behind_it_around() -> None:
+    """The multi-hop collapse (docs/performance.md): a transit node that lost its way floods the
+    sender's frame rooted at itself; the node between it and the sender got that copy from the transit
+    node's side, and learning the sender there sent the replies back into the flood, hairpin after
+    hairpin. A ring of 10, s -> p1 -> p2 -> d."""
+    net, ids, _ = build_network(10, seed=5, long_distance=0)
+    s, p1, p2, d = ids[0], ids[1], ids[2], ids[3]
+    sm, dm = host_mac(net, s), host_mac(net, d)
+    net.inject(s, 1, arp_request(sm))
+    net.inject(d, 1, arp_reply(dm, sm))
+    net.inject(s, 1, eth(dm, sm))
+    toward_s = net.port_towards(p1, s)
+    entry = net.nodes[p1].switch.learning.lookup(sm, net.now)
+    assert entry is not None and entry.port == toward_s
+    net.forget(p2, dm)  # p2 lost its way on to d
+    net.inject(s, 1, eth(dm, sm, payload=b"y" * 46))
+    assert net.nodes[p2].switch.transit_floods >= 1
+    entry = net.nodes[p1].switch.learning.lookup(sm, net.now)
+    assert entry is not None and entry.port == toward_s, "the sender moved behind the transit node"
+    floods = sum(net.nodes[n].switch.transit_floods for n in ids)
+    received = len(net.nodes[s].received[1])
+    net.inject(d, 1, eth(sm, dm))  # the reply goes back along the path, not into another flood
+    assert len(net.nodes[s].received[1]) == received + 1
+    assert sum(net.nodes[n].switch.transit_floods for n in ids) == floods
