@@ -440,6 +440,11 @@ def print_table(results: dict[str, list[dict[str, float]]], args: argparse.Names
                 values = _values(results, name, key)
             cells.append(_each(values))
         print(f"| {name} | " + " | ".join(cells) + " |")
+    ratios = []
+    for key, _, higher in metrics:
+        own, top = mean("evio", key), best(key, higher)
+        ratios.append("-" if own is None or top is None or top[1] == 0 else f"{own / top[1]:.2f}x {top[0]}")
+    print("| evio / best peer (means) | " + " | ".join(ratios) + " |")
     print()
     for key, title, higher in metrics:
         own, top = mean("evio", key), best(key, higher)
