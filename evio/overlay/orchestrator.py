@@ -102,8 +102,10 @@ class Timings:
     backoff_cap: float = 60.0  # ... doubling up to this
     change_rate: float = 4.0  # tunnels added or removed per second, sustained ...
     change_burst: int = 16  # ... after a burst of this many
+    max_setups: int = 3  # new links of ours asked for or connecting at once (successors go first)
     stop_release_timeout: float = 1.0  # on stop, how long releases are given before tunnels close
     revalidate_after: float = 1.5  # a linked peer gone from signaling this long: ask whether it is still a member
+    relogin_grace: float = 30.0  # ... or this long, when it said it was logging in again
 
 
 class Phase(enum.Enum):
@@ -311,9 +313,12 @@ class Orchestrator:
             elif st.phase in (Phase.UP, Phase.CONNECTING):
                 self._disconnect(peer, st, now)
         # An up link to a peer that merely left signaling stays while its tunnel lives, unless
-        # signaling, asked a little later, says it was removed (servers need not push that).
+        # signaling, asked a little later, says it was removed (servers need not push that). A peer
+        # logging in again said it is back at once: it is asked about only if it is not, since each
+        # check is a re-login of ours that our own peers see (a cascade around a large overlay).
         if cause is not RemovalCause.MEMBERSHIP_REVOKED and st.phase is Phase.UP:
-            self._absent_check[peer] = now + self.timings.revalidate_after
+            wait = self.timings.relogin_grace if cause is RemovalCause.RELOGIN else self.timings.revalidate_after
+            self._absent_check[peer] = now + wait
         else:
             self._absent_check.pop(peer, None)
         self._forget_if_idle(peer)
@@ -721,6 +726,11 @@ class Orchestrator:
                     continue
                 if self.tunnel_count() + self._asking_new() >= self.limits.max_tunnels:
                     continue  # at the cap: only changes and removals until a tunnel goes
+                if self._setting_up() >= self.timings.max_setups:
+                    # Each setup costs both ends CPU (ICE, TURN, DTLS, a TAP, a bridge port): started all
+                    # at once on a busy host they time out together and are retried together. The
+                    # next one starts when one of these ends (its answer or tunnel event evaluates).
+                    continue
             if not self._budget.take(now):
                 deferred = True
                 continue
@@ -803,6 +813,14 @@ class Orchestrator:
 
     def _asking_new(self) -> int:
         return sum(1 for st in self._peers.values() if st.asking is not None and st.phase is Phase.NONE)
+
+    def _setting_up(self) -> int:
+        """Our own new links under way: asked for, or accepted and connecting."""
+        return sum(
+            1
+            for st in self._peers.values()
+            if (st.asking is not None and not st.asking_existing and st.phase is Phase.NONE) or st.phase is Phase.CONNECTING
+        )
 
     def _ask(self, peer: int, st: _Peer, request: LinkRequest) -> None:
         self._seq += 1
