@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import signal
 import statistics
 import sys
 import time
@@ -146,6 +147,11 @@ def main() -> int:
     parser.add_argument("--name", default="sc", help="lab name prefix (the size is appended)")
     parser.add_argument("--logs", default=None, help="copy the daemons' logs into this directory")
     args = parser.parse_args()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a SIGTERM (timeout, Ctrl-C's cousin) still removes the lab
+
+    signal.signal(signal.SIGTERM, interrupt)
     results = []
     for n in (int(x) for x in args.nodes.split(",")):
         results.append(run(n, args))
