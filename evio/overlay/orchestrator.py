@@ -352,7 +352,7 @@ class Orchestrator:
             tunnel_id == st.last_down_id or (st.tunnel_id is not None and tunnel_id != st.tunnel_id)
         ):
             return self._flush()  # about an older tunnel
-        was = st.phase
+        was, held = st.phase, st.held
         gone = peer not in self._members
         expected = was is Phase.CLOSING or st.released_by_peer or gone or self._stopped
         if gone and was is Phase.UP and self._membership_due is not None:
@@ -362,6 +362,10 @@ class Orchestrator:
         self._end_tunnel(peer, st, reason, now)
         if not expected:
             self._fail(peer, f"tunnel {reason}", now)
+            if was is Phase.CONNECTING and held is not None:
+                # Our offer may never have reached the peer (no_response): without word from us it
+                # would wait for our tunnel until `await_tunnel`, a pending link on its side only.
+                self._withdraw(peer, st, held)
         log.info("overlay %s link down peer=%032x (%s, was %s)", self.name, peer, reason, was.value)
         self._forget_if_idle(peer)
         if not self._stopped:
@@ -478,6 +482,9 @@ class Orchestrator:
             log.info("overlay %s %s link request to peer=%032x failed: %s", self.name, wanted.value, peer, outcome.value)
             if outcome in (Failure.NO_ANSWER, Failure.ERROR):
                 self._fail(peer, f"link request {outcome.value}", now)
+                if not existing:
+                    # The peer may have accepted and lost only its answer: it would await our tunnel.
+                    self._withdraw(peer, st, wanted)
             else:
                 self._retry_at[peer] = now + self.timings.refused_retry
             # An existing link keeps our local hold: only the peer's bookkeeping is behind.
@@ -892,6 +899,11 @@ class Orchestrator:
             st.release_due = held
         else:
             self._close_if_unheld(peer, st, now)
+
+    def _withdraw(self, peer: int, st: _Peer, link_type: LinkType) -> None:
+        """A new link we asked for will not be made now: say so, in case the peer agreed and waits for it."""
+        if peer in self._members and self._connected and st.releasing_seq is None:
+            self._send_release(peer, st, link_type)
 
     def _send_release(self, peer: int, st: _Peer, held: LinkType) -> None:
         self._seq += 1

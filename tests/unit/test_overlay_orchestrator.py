@@ -596,6 +596,33 @@ def test_at_most_max_setups_new_links_are_under_way_at_once_successors_first() -
     assert [t for _, t, _ in requests(out + orch.tick(2.5))] == [L]  # one done: the next starts
 
 
+def test_a_new_link_asked_for_without_an_answer_is_withdrawn_so_the_peer_does_not_wait_for_it() -> None:
+    # The lab's asymmetric pair: the peer accepted and held the link as pending while our side,
+    # its answer lost, had moved on.
+    asker = core(members=(110, 120), successors=1)
+    (ask,) = of(asker.tick(1.0), SendLinkRequest)
+    answerer = Orchestrator(110, TopologyConfig(successors=1, long_distance=0), random.Random(1), 0.0, T)
+    answerer.signal_connected(0.0)
+    answerer.peer_added(ME, 0.0)
+    answer, _ = answerer.link_request(ME, ask.request, 1.1)
+    assert answer.accepted and answerer.phase(ME) is Phase.AWAITING
+    (release,) = of(asker.link_answered(110, ask.seq, Failure.NO_ANSWER, 11.0), SendRelease)
+    assert release.peer == 110 and release.request == ReleaseRequest(S)
+    reply, _ = answerer.release_request(ME, release.request, 11.1)
+    assert answerer.phase(ME) is Phase.NONE and ME not in answerer.adjacency()
+    asker.release_answered(110, release.seq, reply, 11.2)
+    assert asker.adjacency() == {}
+
+
+def test_a_tunnel_that_fails_while_we_connect_is_withdrawn_too() -> None:
+    orch = core(members=(110, 120), successors=1)
+    (ask,) = of(orch.tick(1.0), SendLinkRequest)
+    assert of(orch.link_answered(110, ask.seq, LinkAnswer(True), 1.1), Connect)
+    out = orch.tunnel_down(110, "t1", "offer to 110: no_response", 6.0)
+    assert [r.request for r in of(out, SendRelease) if r.peer == 110] == [ReleaseRequest(S)]
+    assert 110 in orch.backed_off(6.0)
+
+
 def test_a_link_the_peer_opened_is_taken_over_not_opened_again() -> None:
     orch = core(members=(110, 120), successors=1, cap=1)
     link_up(orch, 1.0, 110)
