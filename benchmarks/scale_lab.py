@@ -52,7 +52,19 @@ class Result:
     failed: list[str] = field(default_factory=list)
     rtt_ms: float | None = None
     rss_mb: list[float] = field(default_factory=list)
+    pss_mb: list[float] = field(default_factory=list)  # shared libraries divided among the daemons
     cpu_pct: list[float] = field(default_factory=list)
+
+
+def pss_mb(pid: int) -> float | None:
+    """Proportional set size: what the process costs once libraries shared with the others are split."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 def sample_pairs(lab: Lab, count: int, rng: random.Random) -> list[tuple[int, int]]:
@@ -101,6 +113,10 @@ def run(n: int, args: argparse.Namespace) -> Result:
             if start is not None and end is not None:
                 result.rss_mb.append(end.rss_bytes / 1e6)
                 result.cpu_pct.append(100 * (end.cpu_seconds - start.cpu_seconds) / args.idle)
+            record = lab.daemon(node.index)
+            pss = pss_mb(record.pid) if record is not None else None
+            if pss is not None:
+                result.pss_mb.append(pss)
         pairs = sample_pairs(lab, args.pairs, random.Random(args.seed))
         result.failed, rtts = ping_pairs(lab, pairs)
         result.pairs, result.answered = len(pairs), len(pairs) - len(result.failed)
@@ -120,14 +136,15 @@ def run(n: int, args: argparse.Namespace) -> Result:
 def print_table(results: list[Result]) -> None:
     print()
     print(f"{'n':>4} {'up s':>6} {'ring s':>7} {'target':>7} {'pairs':>6} {'answered':>9} {'RTT ms':>7}"
-          f" {'RSS MB mean/max':>16} {'target':>7} {'idle CPU % mean/max':>20}")  # fmt: skip
+          f" {'RSS MB mean/max':>16} {'target':>7} {'PSS MB mean':>12} {'idle CPU % mean/max':>20}")  # fmt: skip
     for r in results:
         ring = f"{r.ring_s:.1f}" if r.ring_s is not None else "open"
         rtt = f"{r.rtt_ms:.1f}" if r.rtt_ms is not None else "-"
         rss = f"{statistics.mean(r.rss_mb):.1f}/{max(r.rss_mb):.1f}" if r.rss_mb else "-"
         cpu = f"{statistics.mean(r.cpu_pct):.2f}/{max(r.cpu_pct):.2f}" if r.cpu_pct else "-"
+        pss = f"{statistics.mean(r.pss_mb):.1f}" if r.pss_mb else "-"
         print(f"{r.nodes:>4} {r.up_s:>6.1f} {ring:>7} {TARGET['ring_s']:>7.0f} {r.pairs:>6} {r.answered:>9} {rtt:>7}"
-              f" {rss:>16} {TARGET['rss_mb']:>7.0f} {cpu:>20}")  # fmt: skip
+              f" {rss:>16} {TARGET['rss_mb']:>7.0f} {pss:>12} {cpu:>20}")  # fmt: skip
     for r in results:
         if r.gaps:
             print(f"n={r.nodes}: ring gaps: " + " ".join(f"{a}-{b}" for a, b in r.gaps))
