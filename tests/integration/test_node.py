@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
 RING_TIMEOUT = 60.0  # generous: the machine is shared and loaded
-IDLE_RSS_BOUND_MB = 90.0  # the target is 80 MB (issue 12); this catches a regression without flaking
+IDLE_RSS_BOUND_MB = 93.0  # target 80 MB (issue 12); measured 86.9 at 4 nodes, main was about 96: margin, yet pyroute2 back would fail it
 
 
 def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str) -> T:
