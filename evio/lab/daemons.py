@@ -49,6 +49,8 @@ def daemon_argv(lab_dir: Path, node: LabNodePlan, python: str = sys.executable) 
     """`evio run` for the node, pointed at its own OVS by the variables OVS's tools read.
 
     `env` execs in place, as `ip netns exec` does, so the recorded PID is the daemon's.
+    MALLOC_ARENA_MAX as in config/evio.service: glibc's arena per thread (os-ken's, the side
+    loop's, the executor's) holds memory the daemon never gives back.
     """
     ovs = ovs_instance(lab_dir, node)
     return [
@@ -57,6 +59,7 @@ def daemon_argv(lab_dir: Path, node: LabNodePlan, python: str = sys.executable) 
         f"OVS_DBDIR={ovs.db_dir}",
         f"OVS_LOGDIR={ovs.log_dir}",
         f"OVS_SYSCONFDIR={ovs.etc_dir}",
+        "MALLOC_ARENA_MAX=2",
         python, "-m", "evio", "run", "--config", str(node_config_path(lab_dir, node)),
     ]  # fmt: skip
 

@@ -18,13 +18,12 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evio.clock import REAL_CLOCK, Clock
 from evio.ids import format_node_id, parse_node_id
 from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
-from evio.node.metrics import MetricsServer
 from evio.node.overlay_stack import OverlayStack
 from evio.node.plan import AccountPlan, NodePlan, OverlayPlan
 from evio.node.platform import Platform
@@ -35,6 +34,9 @@ from evio.node.signal_mux import SharedAccount
 from evio.node.status import STATUS_VERSION
 from evio.node.systemd import Notifier
 from evio.signal.interface import Signaling
+
+if TYPE_CHECKING:  # prometheus_client (some 2 MB resident) is imported only where metrics are on
+    from evio.node.metrics import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +134,8 @@ class Node:
         if listen is None:
             return
         host, port = listen
+        from evio.node.metrics import MetricsServer
+
         metrics = MetricsServer(host, port, self.status)
         try:
             await metrics.start()

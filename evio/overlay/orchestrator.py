@@ -102,8 +102,10 @@ class Timings:
     backoff_cap: float = 60.0  # ... doubling up to this
     change_rate: float = 4.0  # tunnels added or removed per second, sustained ...
     change_burst: int = 16  # ... after a burst of this many
+    max_setups: int = 3  # new links of ours asked for or connecting at once (successors go first)
     stop_release_timeout: float = 1.0  # on stop, how long releases are given before tunnels close
     revalidate_after: float = 1.5  # a linked peer gone from signaling this long: ask whether it is still a member
+    relogin_grace: float = 30.0  # ... or this long, when it said it was logging in again
 
 
 class Phase(enum.Enum):
@@ -311,9 +313,12 @@ class Orchestrator:
             elif st.phase in (Phase.UP, Phase.CONNECTING):
                 self._disconnect(peer, st, now)
         # An up link to a peer that merely left signaling stays while its tunnel lives, unless
-        # signaling, asked a little later, says it was removed (servers need not push that).
+        # signaling, asked a little later, says it was removed (servers need not push that). A peer
+        # logging in again said it is back at once: it is asked about only if it is not, since each
+        # check is a re-login of ours that our own peers see (a cascade around a large overlay).
         if cause is not RemovalCause.MEMBERSHIP_REVOKED and st.phase is Phase.UP:
-            self._absent_check[peer] = now + self.timings.revalidate_after
+            wait = self.timings.relogin_grace if cause is RemovalCause.RELOGIN else self.timings.revalidate_after
+            self._absent_check[peer] = now + wait
         else:
             self._absent_check.pop(peer, None)
         self._forget_if_idle(peer)
@@ -347,7 +352,7 @@ class Orchestrator:
             tunnel_id == st.last_down_id or (st.tunnel_id is not None and tunnel_id != st.tunnel_id)
         ):
             return self._flush()  # about an older tunnel
-        was = st.phase
+        was, held = st.phase, st.held
         gone = peer not in self._members
         expected = was is Phase.CLOSING or st.released_by_peer or gone or self._stopped
         if gone and was is Phase.UP and self._membership_due is not None:
@@ -357,6 +362,10 @@ class Orchestrator:
         self._end_tunnel(peer, st, reason, now)
         if not expected:
             self._fail(peer, f"tunnel {reason}", now)
+            if was is Phase.CONNECTING and held is not None:
+                # Our offer may never have reached the peer (no_response): without word from us it
+                # would wait for our tunnel until `await_tunnel`, a pending link on its side only.
+                self._withdraw(peer, st, held)
         log.info("overlay %s link down peer=%032x (%s, was %s)", self.name, peer, reason, was.value)
         self._forget_if_idle(peer)
         if not self._stopped:
@@ -473,6 +482,9 @@ class Orchestrator:
             log.info("overlay %s %s link request to peer=%032x failed: %s", self.name, wanted.value, peer, outcome.value)
             if outcome in (Failure.NO_ANSWER, Failure.ERROR):
                 self._fail(peer, f"link request {outcome.value}", now)
+                if not existing:
+                    # The peer may have accepted and lost only its answer: it would await our tunnel.
+                    self._withdraw(peer, st, wanted)
             else:
                 self._retry_at[peer] = now + self.timings.refused_retry
             # An existing link keeps our local hold: only the peer's bookkeeping is behind.
@@ -721,6 +733,11 @@ class Orchestrator:
                     continue
                 if self.tunnel_count() + self._asking_new() >= self.limits.max_tunnels:
                     continue  # at the cap: only changes and removals until a tunnel goes
+                if self._setting_up() >= self.timings.max_setups:
+                    # Each setup costs both ends CPU (ICE, TURN, DTLS, a TAP, a bridge port): started all
+                    # at once on a busy host they time out together and are retried together. The
+                    # next one starts when one of these ends (its answer or tunnel event evaluates).
+                    continue
             if not self._budget.take(now):
                 deferred = True
                 continue
@@ -804,6 +821,14 @@ class Orchestrator:
     def _asking_new(self) -> int:
         return sum(1 for st in self._peers.values() if st.asking is not None and st.phase is Phase.NONE)
 
+    def _setting_up(self) -> int:
+        """Our own new links under way: asked for, or accepted and connecting."""
+        return sum(
+            1
+            for st in self._peers.values()
+            if (st.asking is not None and not st.asking_existing and st.phase is Phase.NONE) or st.phase is Phase.CONNECTING
+        )
+
     def _ask(self, peer: int, st: _Peer, request: LinkRequest) -> None:
         self._seq += 1
         st.asking, st.asking_existing, st.asking_seq = request.type, request.existing, self._seq
@@ -874,6 +899,11 @@ class Orchestrator:
             st.release_due = held
         else:
             self._close_if_unheld(peer, st, now)
+
+    def _withdraw(self, peer: int, st: _Peer, link_type: LinkType) -> None:
+        """A new link we asked for will not be made now: say so, in case the peer agreed and waits for it."""
+        if peer in self._members and self._connected and st.releasing_seq is None:
+            self._send_release(peer, st, link_type)
 
     def _send_release(self, peer: int, st: _Peer, held: LinkType) -> None:
         self._seq += 1

@@ -9,8 +9,9 @@ floods it to the whole overlay as an FRB like any broadcast, and every switch
 it reaches re-learns the MAC (deleting flows towards an old place).
 
 Two narrow interfaces, each with a real implementation here:
-`AddressSource` (netlink through pyroute2's AsyncIPRoute: its sync API must
-not be used inside a running loop) and `FrameSender` (an AF_PACKET socket).
+`AddressSource` (an rtnetlink socket of our own, parsed by `parse_address_messages`:
+a few lines that spare the daemon pyroute2's 10 MB of modules) and
+`FrameSender` (an AF_PACKET socket).
 Which addresses to announce is decided by the pure `AnnouncedAddresses`.
 """
 
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import ipaddress
 import logging
 import socket
+import struct
 from collections.abc import AsyncIterator, Set
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -106,63 +109,135 @@ class PacketSocketSender:
         return sock
 
 
+# rtnetlink (linux/netlink.h, linux/rtnetlink.h, linux/if_addr.h)
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+RTM_NEWADDR = 20
+RTM_DELADDR = 21
+RTM_GETADDR = 22
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+RTMGRP_IPV4_IFADDR = 0x10
+IFA_ADDRESS = 1
+IFA_LOCAL = 2
+IFA_LABEL = 3
+_NLMSGHDR = struct.Struct("=IHHII")
+_IFADDRMSG = struct.Struct("=BBBBI")
+_RTATTR = struct.Struct("=HH")
+RECEIVE_SIZE = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class AddressMessage:
+    seq: int
+    event: AddressEvent | None  # None: not an IPv4 address message we can use
+    done: bool = False  # the end of a dump (or the kernel's error answer to it)
+
+
+def parse_address_messages(data: bytes, ifname_of: Any = socket.if_indextoname) -> list[AddressMessage]:
+    """The rtnetlink messages in one datagram from the kernel; malformed tails are ignored."""
+    messages: list[AddressMessage] = []
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length, kind, _flags, seq, _pid = _NLMSGHDR.unpack_from(data, offset)
+        if length < _NLMSGHDR.size or offset + length > len(data):
+            break
+        body = data[offset + _NLMSGHDR.size:offset + length]
+        offset += (length + 3) & ~3
+        if kind in (NLMSG_DONE, NLMSG_ERROR):
+            messages.append(AddressMessage(seq, None, done=True))
+        elif kind in (RTM_NEWADDR, RTM_DELADDR):
+            messages.append(AddressMessage(seq, _address_event(body, kind == RTM_NEWADDR, ifname_of)))
+    return messages
+
+
+def _address_event(body: bytes, added: bool, ifname_of: Any) -> AddressEvent | None:
+    if len(body) < _IFADDRMSG.size:
+        return None
+    family, _prefixlen, _flags, _scope, index = _IFADDRMSG.unpack_from(body)
+    if family != socket.AF_INET:
+        return None
+    attrs: dict[int, bytes] = {}
+    offset = _IFADDRMSG.size
+    while offset + _RTATTR.size <= len(body):
+        length, kind = _RTATTR.unpack_from(body, offset)
+        if length < _RTATTR.size or offset + length > len(body):
+            break
+        attrs[kind] = body[offset + _RTATTR.size:offset + length]
+        offset += (length + 3) & ~3
+    raw = attrs.get(IFA_LOCAL) or attrs.get(IFA_ADDRESS)  # IFA_LOCAL is ours; IFA_ADDRESS may be a peer's
+    if raw is None or len(raw) != 4:
+        return None
+    label = attrs.get(IFA_LABEL, b"").split(b"\0", 1)[0].decode(errors="replace")
+    ifname = label.partition(":")[0]
+    if not ifname:
+        try:
+            ifname = ifname_of(index)
+        except OSError:  # the interface went meanwhile
+            return None
+    return AddressEvent(ifname, ipaddress.IPv4Address(raw), added)
+
+
 class NetlinkAddresses:
-    """IPv4 address events from rtnetlink via pyroute2's AsyncIPRoute; use as `async with`."""
+    """IPv4 address events from an rtnetlink socket; use as `async with` on a selector (plain asyncio) loop."""
 
     def __init__(self) -> None:
-        self._ipr: Any = None
+        self._sock: socket.socket | None = None
+        self._seq = 0
+        self._early: list[AddressEvent] = []  # changes that arrived while a dump was read
 
     async def __aenter__(self) -> NetlinkAddresses:
-        from pyroute2 import AsyncIPRoute
-        from pyroute2.netlink.rtnl import RTMGRP_IPV4_IFADDR
-
-        self._ipr = AsyncIPRoute()
-        await self._ipr.bind(groups=RTMGRP_IPV4_IFADDR)  # before the dump, so nothing falls between
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_NONBLOCK, socket.NETLINK_ROUTE)
+        try:
+            sock.bind((0, RTMGRP_IPV4_IFADDR))  # before the dump, so nothing falls between
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._ipr is not None:
-            self._ipr.close()
-            self._ipr = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     async def current(self) -> list[AddressEvent]:
-        events = []
-        async for msg in await self._ipr.addr("dump", family=socket.AF_INET):
-            event = await self._event(msg, added=True)
-            if event is not None:
-                events.append(event)
-        return events
+        assert self._sock is not None
+        loop = asyncio.get_running_loop()
+        self._seq += 1
+        request = _NLMSGHDR.pack(_NLMSGHDR.size + _IFADDRMSG.size, RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP,
+                                 self._seq, 0) + _IFADDRMSG.pack(socket.AF_INET, 0, 0, 0, 0)  # fmt: skip
+        await loop.sock_sendall(self._sock, request)
+        events: list[AddressEvent] = []
+        while True:
+            for message in parse_address_messages(await loop.sock_recv(self._sock, RECEIVE_SIZE)):
+                if message.seq != self._seq:
+                    if message.event is not None:
+                        self._early.append(message.event)
+                elif message.done:
+                    return events
+                elif message.event is not None:
+                    events.append(message.event)
 
     async def changes(self) -> AsyncIterator[AddressEvent]:
+        assert self._sock is not None
+        loop = asyncio.get_running_loop()
         while True:
-            async for msg in self._ipr.get():
-                kind = msg.get("event")
-                if kind not in ("RTM_NEWADDR", "RTM_DELADDR") or msg.get("family") != socket.AF_INET:
-                    continue
-                event = await self._event(msg, added=kind == "RTM_NEWADDR")
-                if event is not None:
+            while self._early:
+                yield self._early.pop(0)
+            try:
+                data = await loop.sock_recv(self._sock, RECEIVE_SIZE)
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
+                # Events were lost: what is present now stands in for them (re-reported ones are not re-announced).
+                log.warning("address events lost (netlink receive buffer full): reading the addresses again")
+                for event in await self.current():
                     yield event
-
-    async def _event(self, msg: Any, added: bool) -> AddressEvent | None:
-        text = msg.get("local") or msg.get("address")  # IFA_LOCAL is ours; IFA_ADDRESS may be a peer's
-        if not text:
-            return None
-        label = msg.get("label")
-        ifname = label.partition(":")[0] if label else await self._ifname(msg.get("index"))
-        if not ifname:
-            return None
-        return AddressEvent(ifname, ipaddress.IPv4Address(text), added)
-
-    async def _ifname(self, index: int | None) -> str | None:
-        if index is None:
-            return None
-        try:
-            for link in await self._ipr.link("get", index=index):
-                name: str | None = link.get("ifname")
-                return name
-        except Exception:  # noqa: BLE001 - the interface went meanwhile
-            return None
-        return None
+                continue
+            for message in parse_address_messages(data):
+                if message.event is not None:
+                    yield message.event
 
 
 class GarpAnnouncer:

@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 
 _HINTS_NS = "urn:xmpp:hints"
 _PAYLOAD_TAG = f"{{{protocol.NAMESPACE}}}{protocol.ELEMENT}"
+# The status of the unavailable presence a session sends when it ends only to log in again at once.
+RELOGIN_STATUS = "evio:relogin"
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,10 @@ class SignalClient(SignalEndpoint):
                 await asyncio.gather(keepalive, return_exceptions=True)
             self._end_session = None
             if not ended.done() or self._relogin_now:  # login timeout, stop(), or a membership check
+                if self._relogin_now and xmpp.transport is not None:
+                    # Peers hear we are back at once: they must not check their own membership in turn
+                    # (each such check is a re-login their peers see, and so on around the overlay).
+                    xmpp.send_presence(ptype="unavailable", pstatus=RELOGIN_STATUS)
                 await self._close_stream(xmpp)
             # slixmpp cancels its output-filter task only in __del__; this stream object is done.
             output_task = getattr(xmpp, "_run_out_filters", None)
@@ -438,7 +444,7 @@ class SignalClient(SignalEndpoint):
         self._presence_available(sender, presence["evio"]["json"] if has_payload else None)
 
     def _on_presence_unavailable(self, presence: Presence) -> None:
-        self._presence_unavailable(str(presence["from"]))
+        self._presence_unavailable(str(presence["from"]), returning=presence["status"] == RELOGIN_STATUS)
 
     def _on_message(self, message: Any) -> None:
         if message["type"] == "error":

@@ -243,9 +243,10 @@ class SignalEndpoint:
                 self._drop(_drop_reason(exc), sender, f"bad announcement: {exc}")
         self._apply(self._table.on_available(sender, announcement))
 
-    def _presence_unavailable(self, sender: str) -> None:
+    def _presence_unavailable(self, sender: str, returning: bool = False) -> None:
+        """`returning`: the session said it ends only to log in again at once (a membership check)."""
         if "/" in sender:
-            self._apply(self._table.on_unavailable(sender))
+            self._apply(self._table.on_unavailable(sender, returning))
             return
         # From a bare JID: no session of that account is online.
         for overlay in self._table.overlays:

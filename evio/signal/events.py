@@ -21,6 +21,9 @@ class RemovalCause(enum.Enum):
     SIGNAL_LOST = "signal_lost"  # our own connection to the server went away
     MEMBERSHIP_REVOKED = "membership_revoked"  # the server no longer lists it in the overlay's group
     REPLACED = "replaced"  # another JID took over the node id (the previous holder left first)
+    # The peer said it is logging in again at once (its own membership check): it is back shortly,
+    # nothing of it needs checking meanwhile.
+    RELOGIN = "relogin"
 
 
 @dataclass(frozen=True)

@@ -139,11 +139,12 @@ class PeerTable:
             self._session_seq.pop(full_jid, None)
         return self._recompute(refusals_for=full_jid, cause=RemovalCause.LEFT)
 
-    def on_unavailable(self, full_jid: str) -> Update:
+    def on_unavailable(self, full_jid: str, returning: bool = False) -> Update:
+        """The session went; `returning`: it said it logs in again at once."""
         self._session_seq.pop(full_jid, None)
         if self._claims.pop(full_jid, None) is None:
             return Update()
-        return self._recompute(refusals_for=None, cause=RemovalCause.LEFT)
+        return self._recompute(refusals_for=None, cause=RemovalCause.RELOGIN if returning else RemovalCause.LEFT)
 
     def clear(self) -> Update:
         """Our session ended: forget every claim and membership (the server re-sends both)."""

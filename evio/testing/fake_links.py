@@ -116,6 +116,9 @@ class FakeLinkNetwork:
         self._blocked: set[frozenset[int]] = set()
         self._liveness: list[Timer] = []
         self._ids = itertools.count(1)
+        # Faults on demand: a setup between (initiator, responder) for which this says True fails
+        # after `fail_delay`, as a tunnel whose ICE or DTLS gives up on a loaded machine.
+        self.setup_fails: Callable[[int, int], bool] | None = None
         self.setups = 0  # tunnels that came up
         self.failed_setups = 0
         self.teardowns = 0  # tunnels that were up and went down
@@ -212,10 +215,11 @@ class FakeLinkNetwork:
             responder.refused_offers += 1  # refused at once, as the manager refuses the offer
             self._end(tunnel, "offer refused: no link negotiated")
             return
-        await self.clock.sleep(self.setup_delay if self._reachable(tunnel) else self.fail_delay)
+        fails = self.setup_fails is not None and self.setup_fails(tunnel.initiator, tunnel.responder)
+        await self.clock.sleep(self.setup_delay if self._reachable(tunnel) and not fails else self.fail_delay)
         if tunnel.state is not TunnelState.NEGOTIATING:
             return  # closed meanwhile
-        if not self._reachable(tunnel):
+        if fails or not self._reachable(tunnel):
             self._end(tunnel, "setup failed")
             return
         tunnel.state = TunnelState.UP

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from evio.clock import REAL_CLOCK, Clock
 from evio.signal.endpoint import EndpointLimits, SignalEndpoint
@@ -32,6 +32,10 @@ class FakeSignalHub:
         self.up = True
         self.delivered = 0  # payloads handed to a recipient
         self.bounced = 0
+        # Loss on demand: a payload (sender, recipient) for which this says True vanishes without a
+        # bounce, as a stanza lost or answered too late on a loaded server.
+        self.loses: Callable[[str, str], bool] | None = None
+        self.lost = 0
 
     # ------------------------------------------------------------------ "server admin"
 
@@ -170,6 +174,9 @@ class FakeSignalHub:
             origin = self._online.get(sender)
             if origin is not None and msg_id is not None:
                 loop.call_soon(origin._bounced, msg_id, to, "service-unavailable")
+            return
+        if self.loses is not None and self.loses(sender, to):
+            self.lost += 1
             return
         self.delivered += 1
         loop.call_soon(self._deliver, target, sender, text)

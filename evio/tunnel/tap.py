@@ -3,6 +3,7 @@
 The device is created by TUNSETIFF on /dev/net/tun without TUNSETPERSIST, so
 the kernel removes it when its fd closes: a killed daemon leaves no TAP
 behind. ``IFF_NO_PI`` means every read and write is exactly one Ethernet
+<<<<<<< HEAD
 frame. With ``offload`` the TAP also gets ``IFF_VNET_HDR`` and negotiates
 checksum and TCP segmentation offload (``TUNSETOFFLOAD``): every read and
 write then starts with a 10-byte virtio-net header and may carry a TCP
@@ -11,6 +12,13 @@ TAP is made again without them. MTU, state and addresses are set with pyroute2's
 ``IPRoute`` in a worker thread: its asyncio flavour cannot run on uvloop
 (netlink sockets are not UDP handles), and the synchronous one must not run on
 the loop's thread.
+=======
+frame. MTU and state are set by ioctls on the TAP's name, in a worker
+thread so the loop's thread never blocks. Addresses (only the lab's tunnel tool
+gives any) and the netlink fallback for IPv6 use pyroute2's synchronous
+``IPRoute``, imported only then: importing pyroute2 costs a daemon some 10 MB
+of resident memory for nothing else it needs.
+>>>>>>> scale
 """
 
 from __future__ import annotations
@@ -20,12 +28,10 @@ import fcntl
 import ipaddress
 import logging
 import os
+import socket
 import struct
-from collections.abc import Sequence
-from typing import Protocol
-
-from pyroute2 import IPRoute  # imported here: the import alone takes a quarter second
-from pyroute2.netlink.exceptions import NetlinkError
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from evio.tunnel.errors import TapError
 from evio.tunnel.offload import VNET_HDR_LEN
@@ -46,6 +52,10 @@ TAP_OFFLOADS = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6
 """No USO (TUN_F_USO4/6): Open vSwitch's userspace datapath (3.1) never builds UDP GSO
 frames and does not parse them, so nothing would ever use it."""
 IFNAMSIZ = 16
+SIOCGIFFLAGS = 0x8913  # linux/sockios.h
+SIOCSIFFLAGS = 0x8914
+SIOCSIFMTU = 0x8922
+IFF_UP = 0x1
 
 
 class TapDevice(Protocol):
@@ -148,22 +158,51 @@ _offload_warned = False
 
 
 def _configure(name: str, mtu: int, addresses: list[str], up: bool) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as control:
+        _set_mtu(control, name, mtu)
+        if addresses:
+            _add_addresses(name, addresses)
+        else:
+            _disable_ipv6(name)
+        if up:
+            _set_up(control, name)
+
+
+def _set_mtu(control: socket.socket, name: str, mtu: int) -> None:
+    fcntl.ioctl(control, SIOCSIFMTU, struct.pack("16si12x", name.encode(), mtu))
+
+
+def _set_up(control: socket.socket, name: str) -> None:
+    request = struct.pack("16sH14x", name.encode(), 0)
+    flags: int = struct.unpack_from("16sH", fcntl.ioctl(control, SIOCGIFFLAGS, request))[1]
+    fcntl.ioctl(control, SIOCSIFFLAGS, struct.pack("16sH14x", name.encode(), flags | IFF_UP))
+
+
+def _add_addresses(name: str, addresses: list[str]) -> None:
+    from pyroute2 import IPRoute
+
     with IPRoute() as ipr:
         found = ipr.link_lookup(ifname=name)
         if not found:
             raise ValueError(f"{name} vanished")
-        index = found[0]
-        ipr.link("set", index=index, mtu=mtu)
         for cidr in addresses:
             iface = ipaddress.ip_interface(cidr)
-            ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
-        if not addresses:
-            _disable_ipv6(ipr, index, name)
-        if up:
-            ipr.link("set", index=index, state="up")
+            ipr.addr("add", index=found[0], address=str(iface.ip), prefixlen=iface.network.prefixlen)
 
 
-def _disable_ipv6(ipr: IPRoute, index: int, name: str) -> None:
+def _netlink_no_ipv6_addresses(name: str) -> None:
+    """Address generation mode `none` on `name` through rtnetlink (raises OSError or NetlinkError)."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=name)
+        if not found:
+            raise OSError(f"{name} vanished")
+        ipr.link("set", index=found[0], IFLA_AF_SPEC={"attrs": [("AF_INET6", {"attrs": [(
+            "IFLA_INET6_ADDR_GEN_MODE", IN6_ADDR_GEN_MODE_NONE)]})]})  # fmt: skip
+
+
+def _disable_ipv6(name: str, netlink_fallback: Callable[[str], Any] = _netlink_no_ipv6_addresses) -> None:
     """A TAP that is only a bridge port needs no addresses of its own.
 
     Left on, the kernel gives it an IPv6 link-local address and sends router
@@ -180,9 +219,8 @@ def _disable_ipv6(ipr: IPRoute, index: int, name: str) -> None:
         # address generation mode the TAP gets no link-local address, so it has no source
         # to solicit from; failing that too, the TAP works and only keeps its chatter.
         try:
-            ipr.link("set", index=index, IFLA_AF_SPEC={"attrs": [("AF_INET6", {"attrs": [(
-                "IFLA_INET6_ADDR_GEN_MODE", IN6_ADDR_GEN_MODE_NONE)]})]})  # fmt: skip
-        except (OSError, NetlinkError) as netlink_exc:
+            netlink_fallback(name)
+        except Exception as netlink_exc:  # noqa: BLE001 - OSError or pyroute2's NetlinkError: the TAP works anyway
             global _ipv6_warned
             if not _ipv6_warned:
                 _ipv6_warned = True

@@ -32,6 +32,7 @@ from evio.config.model import TopologyConfig
 from evio.overlay.adjacency import LinkState
 from evio.overlay.controller import OverlayController, Timings
 from evio.signal.client import SignalClient, SignalSettings
+from evio.signal.events import PeerRemoved, RemovalCause
 from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.prosody import DOMAIN, LocalProsody, local_prosody
 from evio.testing.waiting import wait_until
@@ -168,6 +169,19 @@ async def test_kicked_member_removed_from_the_group_is_cut_within_5_s(overlay: t
                        "tunnels to the kicked member closed")  # fmt: skip
     assert n1.client.membership_checks + n2.client.membership_checks >= 1
     print(f"\n[revocation] removed from the group and kicked: tunnels closed {took:.2f} s after the kick")
+
+
+async def test_a_member_logging_in_again_to_check_is_seen_as_returning(overlay: tuple[LocalProsody, list[Member]]) -> None:
+    """Its peers must not check their own membership in turn: in a large overlay such checks set
+    each other off (each is a re-login the checker's peers see)."""
+    _, (n1, n2, n3) = overlay
+    removals: list[PeerRemoved] = []
+    n2.client.subscribe(PeerRemoved, removals.append)
+    n1.client.check_membership()
+    await until(lambda: any(r.node_id == n1.node_id for r in removals), SLOW, "n1's session seen ending")
+    await until(lambda: n1.node_id in n2.client.peers(OV), SLOW, "n1 back")
+    assert [r.cause for r in removals if r.node_id == n1.node_id] == [RemovalCause.RELOGIN]
+    assert n1.linked_up(n2.node_id) and n2.linked_up(n1.node_id)
 
 
 async def test_member_removed_while_this_node_was_offline_is_cut_at_login(

@@ -10,7 +10,9 @@ has fewer events, but the code paths are the daemon's.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 import pytest
 
@@ -373,3 +375,40 @@ async def test_a_member_that_merely_reconnects_keeps_its_links(overlay: FakeOver
     await until(overlay, lambda: all(len(n.client.peers(overlay.overlay)) == 7 for n in overlay.nodes.values()))
     await settled(overlay)
     assert overlay.network.up_pairs() == up and overlay.network.teardowns == 0
+
+
+async def test_the_ring_closes_after_a_storm_of_lost_messages_and_failed_setups() -> None:
+    """The 64-node lab's trouble, in the fakes: under load, negotiation messages are lost (requests
+    end in no_response, answers never arrive) and tunnel setups fail at both ends. Once the storm
+    is over, every missing successor is retried until it exists and no link stays pending."""
+    seed = 3
+    ov = FakeOverlay(timings=replace(FAST, backoff_cap=8.0), seed=seed, fail_delay=1.0, setup_delay=0.05,
+                     clock=VirtualClock())  # fmt: skip
+    clock = clock_of(ov)
+    storm = random.Random(seed)
+    ov.hub.loses = lambda sender, to: storm.random() < 0.25
+    ov.network.setup_fails = lambda a, b: storm.random() < 0.4
+    try:
+        ids = ov.random_ids(24)
+        await asyncio.gather(*(ov.add(nid, TopologyConfig(successors=2)) for nid in ids))
+        await clock.advance(15.0)
+        ov.hub.loses = None
+        ov.network.setup_fails = None
+        storm_over = clock.now()
+        await wait_until(lambda: not ov.missing_successors(), 120.0, what="Symphony ring after the storm", clock=clock)
+        closed_after = clock.now() - storm_over
+
+        def pending() -> set[tuple[int, int]]:
+            return {
+                (nid, peer)
+                for nid, node in ov.nodes.items()
+                for peer, info in node.controller.adjacency().items()
+                if info.state is not LinkState.UP
+            }
+
+        # Every link that was pending when the ring closed is up or given up within a few rounds.
+        await wait_until(lambda: not pending(), 120.0, what="no pending links", clock=clock)
+        assert closed_after < 60.0
+    finally:
+        await clock.run(ov.close())
+    assert ov.network.open_tunnels() == 0

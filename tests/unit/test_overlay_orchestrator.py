@@ -35,7 +35,7 @@ ME = 100
 T = Timings(
     reevaluate_interval=10.0, membership_debounce=0.5, membership_max_delay=2.0, settle_after_login=1.0,
     collision_wait=5.0, orphan_grace=3.0, refused_retry=1.0, backoff_base=1.0, backoff_cap=8.0,
-    change_rate=1.0, change_burst=100, await_tunnel=30.0,
+    change_rate=1.0, change_burst=100, await_tunnel=30.0, max_setups=100,
 )
 
 
@@ -575,12 +575,52 @@ def test_disabling_on_demand_by_reload_releases_its_links_and_enabling_it_again_
 
 
 def test_changes_are_rate_limited() -> None:
-    timings = Timings(settle_after_login=1.0, change_rate=2.0, change_burst=2)
+    timings = Timings(settle_after_login=1.0, change_rate=2.0, change_burst=2, max_setups=100)
     orch = core(members=(110, 120, 130, 140), successors=4, timings=timings)
     assert [p for p, _, _ in requests(orch.tick(1.0))] == [110, 120]
     assert orch.next_wakeup(1.0) == pytest.approx(1.5)
     assert [p for p, _, _ in requests(orch.tick(1.5))] == [130]
     assert [p for p, _, _ in requests(orch.tick(2.0))] == [140]
+
+
+def test_at_most_max_setups_new_links_are_under_way_at_once_successors_first() -> None:
+    # 64 nodes starting together on two cores: every setup at once made them all time out together.
+    orch = core(members=range(101, 164), long_distance=None, timings=replace(T, max_setups=3))
+    asks = of(orch.tick(1.0), SendLinkRequest)
+    assert [a.request.type for a in asks] == [S, S, L]
+    assert requests(orch.tick(1.5)) == []  # all three in flight
+    out = orch.link_answered(asks[0].peer, asks[0].seq, LinkAnswer(True), 2.0)
+    (connect,) = of(out, Connect)
+    assert requests(out + orch.tick(2.0)) == []  # accepted and connecting: still under way
+    out = orch.connect_succeeded(asks[0].peer, connect.seq, "t", "tap", 2.5)
+    assert [t for _, t, _ in requests(out + orch.tick(2.5))] == [L]  # one done: the next starts
+
+
+def test_a_new_link_asked_for_without_an_answer_is_withdrawn_so_the_peer_does_not_wait_for_it() -> None:
+    # The lab's asymmetric pair: the peer accepted and held the link as pending while our side,
+    # its answer lost, had moved on.
+    asker = core(members=(110, 120), successors=1)
+    (ask,) = of(asker.tick(1.0), SendLinkRequest)
+    answerer = Orchestrator(110, TopologyConfig(successors=1, long_distance=0), random.Random(1), 0.0, T)
+    answerer.signal_connected(0.0)
+    answerer.peer_added(ME, 0.0)
+    answer, _ = answerer.link_request(ME, ask.request, 1.1)
+    assert answer.accepted and answerer.phase(ME) is Phase.AWAITING
+    (release,) = of(asker.link_answered(110, ask.seq, Failure.NO_ANSWER, 11.0), SendRelease)
+    assert release.peer == 110 and release.request == ReleaseRequest(S)
+    reply, _ = answerer.release_request(ME, release.request, 11.1)
+    assert answerer.phase(ME) is Phase.NONE and ME not in answerer.adjacency()
+    asker.release_answered(110, release.seq, reply, 11.2)
+    assert asker.adjacency() == {}
+
+
+def test_a_tunnel_that_fails_while_we_connect_is_withdrawn_too() -> None:
+    orch = core(members=(110, 120), successors=1)
+    (ask,) = of(orch.tick(1.0), SendLinkRequest)
+    assert of(orch.link_answered(110, ask.seq, LinkAnswer(True), 1.1), Connect)
+    out = orch.tunnel_down(110, "t1", "offer to 110: no_response", 6.0)
+    assert [r.request for r in of(out, SendRelease) if r.peer == 110] == [ReleaseRequest(S)]
+    assert 110 in orch.backed_off(6.0)
 
 
 def test_a_link_the_peer_opened_is_taken_over_not_opened_again() -> None:
@@ -667,6 +707,19 @@ def test_a_linked_peer_gone_from_signaling_triggers_one_membership_check() -> No
     # Revoked while absent: the link goes at once.
     out = orch.peer_removed(110, RemovalCause.MEMBERSHIP_REVOKED, 4.0)
     assert Disconnect(110) in out
+
+
+def test_a_peer_logging_in_again_sets_off_no_membership_check_of_ours_unless_it_stays_away() -> None:
+    # A membership check is a re-login that our own peers see: were it answered with checks of
+    # theirs, re-logins would run around a large overlay for ever (the 64-node lab did so).
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0)
+    orch.peer_removed(110, RemovalCause.RELOGIN, 2.0)
+    assert orch.phase(110) is Phase.UP
+    assert not any(isinstance(a, CheckMembership) for a in orch.tick(2.0 + 4 * T.revalidate_after))
+    # Still away long after it said it would be back: now it is asked about.
+    checks = [a for a in orch.tick(2.0 + T.relogin_grace) if isinstance(a, CheckMembership)]
+    assert len(checks) == 1 and orch.phase(110) is Phase.UP
 
 
 def test_a_peer_back_in_time_is_not_checked() -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
+import struct
 from collections.abc import AsyncIterator
 
 import pytest
 
+from evio.sdn import address_announcer
 from evio.sdn.address_announcer import AddressEvent, AnnouncedAddresses, GarpAnnouncer
 from evio.sdn.garp import ArpOp, gratuitous_arp, parse_arp
 from evio.testing.virtual_clock import VirtualClock
@@ -132,3 +135,42 @@ async def test_removed_address_stops_its_repeats_and_send_errors_are_counted_not
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+def _rtattr(kind: int, value: bytes) -> bytes:
+    data = struct.pack("=HH", 4 + len(value), kind) + value
+    return data + b"\0" * (-len(data) % 4)
+
+
+def _address_message(kind: int, seq: int, family: int, index: int, attrs: bytes) -> bytes:
+    body = struct.pack("=BBBBI", family, 24, 0, 0, index) + attrs
+    return struct.pack("=IHHII", 16 + len(body), kind, 0, seq, 0) + body
+
+
+def test_rtnetlink_address_messages_are_parsed_into_events_and_a_dump_end() -> None:
+    ipv4 = _address_message(address_announcer.RTM_NEWADDR, 7, socket.AF_INET, 3,
+                            _rtattr(address_announcer.IFA_ADDRESS, bytes([10, 1, 0, 9]))
+                            + _rtattr(address_announcer.IFA_LOCAL, bytes([10, 1, 0, 5]))
+                            + _rtattr(address_announcer.IFA_LABEL, b"brov1:0\0"))  # fmt: skip
+    removed = _address_message(address_announcer.RTM_DELADDR, 0, socket.AF_INET, 4,
+                               _rtattr(address_announcer.IFA_ADDRESS, bytes([10, 1, 0, 6])))  # fmt: skip
+    ipv6 = _address_message(address_announcer.RTM_NEWADDR, 7, socket.AF_INET6, 3,
+                            _rtattr(address_announcer.IFA_ADDRESS, bytes(16)))  # fmt: skip
+    done = struct.pack("=IHHII", 20, address_announcer.NLMSG_DONE, 0, 7, 0) + bytes(4)
+    messages = address_announcer.parse_address_messages(ipv4 + removed + ipv6 + done, ifname_of={4: "eth1"}.__getitem__)
+    assert [(m.seq, m.event, m.done) for m in messages] == [
+        (7, AddressEvent("brov1", ipaddress.IPv4Address("10.1.0.5"), True), False),  # the local address, not the peer's
+        (0, AddressEvent("eth1", ipaddress.IPv4Address("10.1.0.6"), False), False),  # no label: the name by index
+        (7, None, False),
+        (7, None, True),
+    ]
+
+
+def test_truncated_rtnetlink_data_is_ignored_not_raised() -> None:
+    good = _address_message(address_announcer.RTM_NEWADDR, 1, socket.AF_INET, 3,
+                            _rtattr(address_announcer.IFA_LOCAL, bytes([10, 1, 0, 5]))
+                            + _rtattr(address_announcer.IFA_LABEL, b"brov1\0"))  # fmt: skip
+    bad_attr = _address_message(address_announcer.RTM_NEWADDR, 1, socket.AF_INET, 3, struct.pack("=HH", 200, 2))
+    for data in (good[:-3], good[:10], bad_attr, struct.pack("=IHHII", 3, 20, 0, 0, 0)):
+        events = [m.event for m in address_announcer.parse_address_messages(data, ifname_of=lambda i: "x")]
+        assert all(e is None for e in events)

@@ -34,6 +34,13 @@ def test_member_announcing_is_added_and_removed_on_unavailable() -> None:
     assert t.on_unavailable("a@x.test/r").events == []  # twice is harmless
 
 
+def test_a_session_ending_to_log_in_again_is_removed_as_returning() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1"})))
+    t.on_available("a@x.test/r", ann(("ov1", 1)))
+    down = t.on_unavailable("a@x.test/r", returning=True)
+    assert down.events == [PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.RELOGIN)]
+
+
 def test_presence_repeated_is_quiet() -> None:
     t = table_with(("a@x.test", frozenset({"ov1"})))
     t.on_available("a@x.test/r", ann(("ov1", 1)))

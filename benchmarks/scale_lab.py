@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Scale: a lab of many full nodes behind mixed NATs; ring closure, pings, memory and CPU per node.
+
+    flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/scale_lab.py \
+        [--nodes 32,64] [--pairs 200] [--idle 30] [--ring-timeout 300] [--logs DIR]
+
+For each n: a lab of n full nodes (`evio lab`, daemons on, NATs cycling
+endpoint-independent, symmetric and none, s = 2, k = floor(log2 n): the
+daemon's defaults) is brought up; printed are the time to bring it up, the
+time until successor links close the ring (measured from "up"), a ping over
+the overlay between a sample of pairs (every ordered pair when there are
+no more than --pairs of them), and each daemon's resident memory and CPU
+while the overlay idles (daemon and SDN controller are one process). Beside
+them the targets (issue 13: ring closed within 120 s at n = 64 and every
+sampled pair answers; idle RSS under 80 MB) and the paper's figures where it
+has them. --logs copies every daemon's log there before the lab is removed
+(also when the ring does not close). Root only; each lab is removed at the
+end, also on failure or Ctrl-C. A benchmark, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import signal
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evio.cli.lab_node_cmd import wait_ring  # noqa: E402
+from evio.lab.lab import Lab  # noqa: E402
+
+TARGET = {"ring_s": 120.0, "rss_mb": 80.0, "ping_share": 1.0}
+
+
+@dataclass
+class Result:
+    nodes: int
+    up_s: float = 0.0
+    ring_s: float | None = None
+    gaps: list[tuple[str, str]] = field(default_factory=list)
+    pending: int = 0
+    pairs: int = 0
+    answered: int = 0
+    failed: list[str] = field(default_factory=list)
+    rtt_ms: float | None = None
+    rss_mb: list[float] = field(default_factory=list)
+    pss_mb: list[float] = field(default_factory=list)  # shared libraries divided among the daemons
+    cpu_pct: list[float] = field(default_factory=list)
+
+
+def pss_mb(pid: int) -> float | None:
+    """Proportional set size: what the process costs once libraries shared with the others are split."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def sample_pairs(lab: Lab, count: int, rng: random.Random) -> list[tuple[int, int]]:
+    indices = [n.index for n in lab.nodes]
+    pairs = [(a, b) for a in indices for b in indices if a != b]
+    return pairs if len(pairs) <= count else rng.sample(pairs, count)
+
+
+def ping_pairs(lab: Lab, pairs: list[tuple[int, int]], tries: int = 3) -> tuple[list[str], list[float]]:
+    """Pairs that did not answer any of `tries` pings (2 s each); RTTs of those that did."""
+    nodes = {n.index: n for n in lab.nodes}
+
+    def one(pair: tuple[int, int]) -> tuple[str, float | None, bool]:
+        a, b = nodes[pair[0]], nodes[pair[1]]
+        done = lab.exec(a.index, ["ping", "-c", str(tries), "-i", "0.3", "-W", "2", "-q", str(b.overlay_address.ip)],
+                        check=False, timeout=30)  # fmt: skip
+        rtt = None
+        for line in done.stdout.splitlines():
+            if "min/avg/max" in line:
+                rtt = float(line.split("=")[1].split("/")[1])
+        return f"{a.name}->{b.name}", rtt, done.returncode == 0
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, pairs))
+    return [name for name, _, good in results if not good], [rtt for _, rtt, good in results if good and rtt]
+
+
+def run(n: int, args: argparse.Namespace) -> Result:
+    result = Result(n)
+    started = time.monotonic()
+    lab = Lab.up(f"{args.name}{n}"[:5], nodes=n, nat=args.nat, topology={"successors": 2}, daemons=True)
+    try:
+        result.up_s = time.monotonic() - started
+        print(f"n={n}: up in {result.up_s:.1f} s; waiting for the ring ...", flush=True)
+        ring_started = time.monotonic()
+        topo, closed = wait_ring(lab, args.ring_timeout)
+        result.ring_s = time.monotonic() - ring_started if closed else None
+        result.gaps = topo.ring_gaps()
+        result.pending = sum(1 for link in topo.links if link.state != "up")
+        print(f"n={n}: ring {'closed' if closed else 'NOT closed'} after {time.monotonic() - ring_started:.1f} s"
+              f" ({len(result.gaps)} gaps, {result.pending} links not up)", flush=True)  # fmt: skip
+        before = {node.index: lab.daemon_usage(node.index) for node in lab.nodes}
+        time.sleep(args.idle)
+        for node in lab.nodes:
+            start, end = before[node.index], lab.daemon_usage(node.index)
+            if start is not None and end is not None:
+                result.rss_mb.append(end.rss_bytes / 1e6)
+                result.cpu_pct.append(100 * (end.cpu_seconds - start.cpu_seconds) / args.idle)
+            record = lab.daemon(node.index)
+            pss = pss_mb(record.pid) if record is not None else None
+            if pss is not None:
+                result.pss_mb.append(pss)
+        pairs = sample_pairs(lab, args.pairs, random.Random(args.seed))
+        result.failed, rtts = ping_pairs(lab, pairs)
+        result.pairs, result.answered = len(pairs), len(pairs) - len(result.failed)
+        result.rtt_ms = statistics.mean(rtts) if rtts else None
+    finally:
+        if args.logs is not None:
+            target = Path(args.logs) / f"n{n}"
+            target.mkdir(parents=True, exist_ok=True)
+            for node in lab.nodes:
+                log = lab.directory / "nodes" / node.name / "evio.log"
+                if log.exists():
+                    shutil.copy(log, target / f"{node.name}.log")
+        lab.close()
+    return result
+
+
+def print_table(results: list[Result]) -> None:
+    print()
+    print(f"{'n':>4} {'up s':>6} {'ring s':>7} {'target':>7} {'pairs':>6} {'answered':>9} {'RTT ms':>7}"
+          f" {'RSS MB mean/max':>16} {'target':>7} {'PSS MB mean':>12} {'idle CPU % mean/max':>20}")  # fmt: skip
+    for r in results:
+        ring = f"{r.ring_s:.1f}" if r.ring_s is not None else "open"
+        rtt = f"{r.rtt_ms:.1f}" if r.rtt_ms is not None else "-"
+        rss = f"{statistics.mean(r.rss_mb):.1f}/{max(r.rss_mb):.1f}" if r.rss_mb else "-"
+        cpu = f"{statistics.mean(r.cpu_pct):.2f}/{max(r.cpu_pct):.2f}" if r.cpu_pct else "-"
+        pss = f"{statistics.mean(r.pss_mb):.1f}" if r.pss_mb else "-"
+        print(f"{r.nodes:>4} {r.up_s:>6.1f} {ring:>7} {TARGET['ring_s']:>7.0f} {r.pairs:>6} {r.answered:>9} {rtt:>7}"
+              f" {rss:>16} {TARGET['rss_mb']:>7.0f} {pss:>12} {cpu:>20}")  # fmt: skip
+    for r in results:
+        if r.gaps:
+            print(f"n={r.nodes}: ring gaps: " + " ".join(f"{a}-{b}" for a, b in r.gaps))
+        if r.failed:
+            print(f"n={r.nodes}: no answer ({len(r.failed)}): " + " ".join(r.failed[:40]))
+    print("targets (issue 13): n = 64 ring closed within 120 s, every sampled pair answers; idle RSS <= 80 MB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--nodes", default="32,64", help="comma-separated lab sizes (default 32,64)")
+    parser.add_argument("--nat", default="mixed", help="NAT kind (default mixed)")
+    parser.add_argument("--pairs", type=int, default=200, help="ordered pairs pinged (default 200; all if fewer)")
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle over which CPU is measured")
+    parser.add_argument("--ring-timeout", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--name", default="sc", help="lab name prefix (the size is appended)")
+    parser.add_argument("--logs", default=None, help="copy the daemons' logs into this directory")
+    args = parser.parse_args()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a SIGTERM (timeout, Ctrl-C's cousin) still removes the lab
+
+    signal.signal(signal.SIGTERM, interrupt)
+    results = []
+    for n in (int(x) for x in args.nodes.split(",")):
+        results.append(run(n, args))
+        print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
