@@ -17,7 +17,9 @@ wire format is unchanged and a peer without offloads reads them as before:
 
 Everything read here comes from the kernel or from a peer: lengths and
 offsets are checked, and a bad header raises ``OffloadError`` (counted by
-the data path), never IndexError.
+the data path), never IndexError. The checksum arithmetic and the header
+parse are ``evio.tcpip``'s, shared with the controller's segmenter
+(``evio.sdn.segmentation``, which copies where this works in place).
 """
 
 from __future__ import annotations
@@ -25,6 +27,26 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from evio.tcpip import (
+    ACK,
+    CWR,
+    ETH_HEADER_LEN,
+    FIN,
+    IPV4_MIN_HEADER_LEN,
+    IPV6_HEADER_LEN,
+    PSH,
+    TCP_CHECKSUM_AT,
+    TCP_MIN_HEADER_LEN,
+    SegmentError,
+    TcpHeaders,
+    finish,
+    fold,
+    ipv4_header_checksum,
+    ones_sum,
+    parse_tcp,
+    pseudo_header_sum,
+)
 
 # struct virtio_net_hdr (linux/virtio_net.h), little-endian on the hosts we run on.
 VNET_HDR = struct.Struct("<BBHHHH")
@@ -39,15 +61,6 @@ GSO_UDP_L4 = 5
 GSO_ECN = 0x80
 ZERO_VNET_HDR = bytes(VNET_HDR_LEN)
 
-ETH_LEN = 14
-ETH_P_IPV4 = 0x0800
-ETH_P_IPV6 = 0x86DD
-IPPROTO_TCP = 6
-IPV4_LEN = 20
-IPV6_LEN = 40
-TCP_MIN_LEN = 20
-TCP_CSUM_OFFSET = 16
-TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK, TCP_URG, TCP_ECE, TCP_CWR = 1, 2, 4, 8, 16, 32, 64, 128
 MAX_IP_PAYLOAD = 65535
 """An IPv4 total length or IPv6 payload length fits 16 bits: a coalesced frame stays under it."""
 
@@ -78,34 +91,7 @@ class VnetHeader:
         return cls(*VNET_HDR.unpack_from(data, offset))
 
 
-# -- checksums ----------------------------------------------------------------------
-
-
-def ones_sum(data: bytes | bytearray | memoryview) -> int:
-    """The 16-bit ones' complement sum of ``data`` (RFC 1071), not inverted; an odd tail is padded with zero.
-
-    Computed as one integer: 2**16 = 1 (mod 2**16 - 1), so the sum of the 16-bit words
-    is the integer's value mod 65535 (one C call instead of a Python loop per word).
-    Little-endian words are summed and the result swapped back: RFC 1071's byte-order
-    independence, and little-endian conversion is the cheaper one here.
-    """
-    value = int.from_bytes(data, "little")
-    total = value % 0xFFFF
-    if total == 0 and value:
-        total = 0xFFFF  # a nonzero sum of words is never +0 in ones' complement
-    return ((total & 0xFF) << 8) | (total >> 8)
-
-
-def fold(total: int) -> int:
-    """Fold a sum of 16-bit words into 16 bits (ones' complement, end-around carry)."""
-    while total > 0xFFFF:
-        total = (total & 0xFFFF) + (total >> 16)
-    return total
-
-
-def finish(total: int) -> int:
-    """The checksum field for a ones' complement sum: inverted; 0 becomes 0xFFFF (as skb_checksum_help)."""
-    return (~fold(total) & 0xFFFF) or 0xFFFF
+# -- checksums and headers -------------------------------------------------------------
 
 
 def complete_checksum(buf: bytearray | memoryview, start: int, end: int, csum_start: int, csum_offset: int) -> None:
@@ -115,69 +101,20 @@ def complete_checksum(buf: bytearray | memoryview, start: int, end: int, csum_st
     checksum covers everything from ``csum_start`` to the end, that field included.
     """
     field = start + csum_start + csum_offset
-    if csum_start < ETH_LEN or field + 2 > end:
+    if csum_start < ETH_HEADER_LEN or field + 2 > end:
         raise OffloadError("checksum offsets outside the frame")
     _U16.pack_into(buf, field, finish(ones_sum(buf[start + csum_start : end])))
 
 
-def ipv4_header_checksum(buf: bytearray | memoryview, at: int, length: int = IPV4_LEN) -> int:
-    """The IPv4 header checksum of ``buf[at:at+length]`` with its checksum field counted as zero."""
-    return finish(ones_sum(buf[at : at + 10]) + ones_sum(buf[at + 12 : at + length]))
+def tcp_layout(buf: bytearray | memoryview, start: int, length: int) -> TcpHeaders:
+    """The headers of a TCP frame over IPv4 (options allowed) or IPv6 (no extension headers).
 
-
-def _pseudo_sum(buf: bytearray | memoryview, start: int, ipv6: bool) -> int:
-    """Sum of the source and destination addresses (the length and protocol are added per segment)."""
-    if ipv6:
-        return ones_sum(buf[start + ETH_LEN + 8 : start + ETH_LEN + 40])
-    return ones_sum(buf[start + ETH_LEN + 12 : start + ETH_LEN + 20])
-
-
-# -- parsing ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TcpLayout:
-    """Where the headers of a TCP frame lie, relative to its first byte."""
-
-    ipv6: bool
-    l3_len: int
-    header_len: int
-    """Ethernet + IP + TCP headers."""
-
-    @property
-    def l4_start(self) -> int:
-        return ETH_LEN + self.l3_len
-
-
-def tcp_layout(buf: bytearray | memoryview, start: int, length: int) -> TcpLayout:
-    """The header layout of a TCP frame over IPv4 (options allowed) or IPv6 (no extension headers)."""
-    if length < ETH_LEN + IPV4_LEN + TCP_MIN_LEN:
-        raise OffloadError("frame too short for TCP")
-    ethertype = buf[start + 12] << 8 | buf[start + 13]
-    ip = start + ETH_LEN
-    if ethertype == ETH_P_IPV4:
-        if buf[ip] >> 4 != 4:
-            raise OffloadError("not IPv4")
-        l3 = (buf[ip] & 0x0F) * 4
-        if l3 < IPV4_LEN or buf[ip + 9] != IPPROTO_TCP:
-            raise OffloadError("not TCP over IPv4")
-        if (buf[ip + 6] << 8 | buf[ip + 7]) & 0x3FFF:
-            raise OffloadError("IPv4 fragment")
-        ipv6 = False
-    elif ethertype == ETH_P_IPV6:
-        if buf[ip] >> 4 != 6 or buf[ip + 6] != IPPROTO_TCP:
-            raise OffloadError("not TCP over IPv6 without extension headers")
-        l3 = IPV6_LEN
-        ipv6 = True
-    else:
-        raise OffloadError("not IP")
-    tcp = ip + l3
-    if ETH_LEN + l3 + TCP_MIN_LEN > length:
-        raise OffloadError("frame too short for its IP header")
-    l4 = (buf[tcp + 12] >> 4) * 4
-    if l4 < TCP_MIN_LEN or ETH_LEN + l3 + l4 > length:
-        raise OffloadError("bad TCP header length")
-    return TcpLayout(ipv6, l3, ETH_LEN + l3 + l4)
+    The frame's length is the packet's: a super-frame's IP length is not read.
+    """
+    try:
+        return parse_tcp(buf, start, length, ip_length=False)
+    except SegmentError as err:
+        raise OffloadError(str(err)) from None
 
 
 # -- segmentation (TAP -> records) ----------------------------------------------------
@@ -207,7 +144,7 @@ def segment_tcp(
     layout = tcp_layout(buf, start, length)
     if layout.ipv6 != (gso == GSO_TCPV6):
         raise OffloadError("GSO type does not match the IP version")
-    header_len = layout.header_len
+    header_len = layout.payload_at
     payload = length - header_len
     size = min(vnet.gso_size, max_frame - header_len)
     if size <= 0 or vnet.gso_size <= 0:
@@ -216,11 +153,11 @@ def segment_tcp(
         raise OffloadError("GSO frame without payload")
     if size < header_len:
         raise OffloadError("segment size below the header length")  # in-place headers would overlap
-    ip = ETH_LEN
-    tcp = layout.l4_start
+    ip = ETH_HEADER_LEN
+    tcp = layout.tcp_at
     template = bytes(buf[start : start + header_len])
     ipv6 = layout.ipv6
-    pseudo = _pseudo_sum(buf, start, ipv6) + IPPROTO_TCP
+    pseudo = pseudo_header_sum(buf, start, ipv6, 0)
     seq0 = _U32.unpack_from(template, tcp + 4)[0]
     flags0 = template[tcp + 13]
     ip_id0 = 0 if ipv6 else _U16.unpack_from(template, ip + 4)[0]
@@ -247,14 +184,14 @@ def segment_tcp(
             pack16(buf, at + ip + 10, finish(ip_base + ip_len + ip_id))
         flags = flags0
         if i < segments - 1:
-            flags &= ~(TCP_FIN | TCP_PSH)
+            flags &= ~(FIN | PSH)
         if i:
-            flags &= ~TCP_CWR
+            flags &= ~CWR
         buf[at + tcp + 13] = flags
         pack32(buf, at + tcp + 4, (seq0 + i * size) & 0xFFFFFFFF)
-        pack16(buf, at + tcp + TCP_CSUM_OFFSET, 0)
+        pack16(buf, at + tcp + TCP_CHECKSUM_AT, 0)
         end = at + header_len + chunk
-        pack16(buf, at + tcp + TCP_CSUM_OFFSET, finish(pseudo + l4_len + ones_sum(buf[at + tcp : end])))
+        pack16(buf, at + tcp + TCP_CHECKSUM_AT, finish(pseudo + l4_len + ones_sum(buf[at + tcp : end])))
         emit(at, end)
     return segments
 
@@ -279,7 +216,7 @@ class TcpCoalescer:
 
     def __init__(self, write: Callable[[memoryview], None], max_frame: int) -> None:
         self._write = write
-        self._buf = bytearray(VNET_HDR_LEN + ETH_LEN + IPV6_LEN + MAX_IP_PAYLOAD)
+        self._buf = bytearray(VNET_HDR_LEN + ETH_HEADER_LEN + IPV6_HEADER_LEN + MAX_IP_PAYLOAD)
         self._view = memoryview(self._buf)
         self._max_frame = max_frame
         self._held = 0  # segments held
@@ -315,14 +252,14 @@ class TcpCoalescer:
                     and _U16.unpack_from(frame, self._ip_len_at)[0] == n - self._ip_len_base):  # fmt: skip
                 tcp = self._tcp
                 if _U32.unpack_from(frame, tcp + 4)[0] == self._next_seq and (
-                    self._end - VNET_HDR_LEN - ETH_LEN + payload <= MAX_IP_PAYLOAD
+                    self._end - VNET_HDR_LEN - ETH_HEADER_LEN + payload <= MAX_IP_PAYLOAD
                 ):
                     start = self._end
                     self._view[start : start + payload] = frame[header_len:]
                     self._end = start + payload
                     self._held += 1
                     self._next_seq = (self._next_seq + payload) & 0xFFFFFFFF
-                    psh = frame[tcp + 13] & TCP_PSH
+                    psh = frame[tcp + 13] & PSH
                     if psh or payload < self._size:
                         self._open = False
                         self._psh = bool(psh)
@@ -334,9 +271,9 @@ class TcpCoalescer:
             return
         self._start_run(frame, n, layout)
 
-    def _start_run(self, frame: memoryview, n: int, layout: TcpLayout) -> None:
-        header_len = layout.header_len
-        tcp = layout.l4_start
+    def _start_run(self, frame: memoryview, n: int, layout: TcpHeaders) -> None:
+        header_len = layout.payload_at
+        tcp = layout.tcp_at
         base = VNET_HDR_LEN
         self._view[base : base + n] = frame
         self._end = base + n
@@ -346,43 +283,43 @@ class TcpCoalescer:
         self._ipv6 = layout.ipv6
         self._size = n - header_len
         self._next_seq = (_U32.unpack_from(frame, tcp + 4)[0] + self._size) & 0xFFFFFFFF
-        psh = bool(frame[tcp + 13] & TCP_PSH)
+        psh = bool(frame[tcp + 13] & PSH)
         self._open = not psh
         self._psh = psh
         # Bytes that may differ between segments of one run: IP length (and IPv4 id and header
         # checksum), TCP sequence number and checksum, and the PSH bit.
         if layout.ipv6:
-            self._ip_len_at, self._ip_len_base = ETH_LEN + 4, ETH_LEN + IPV6_LEN
-            varying = [(ETH_LEN + 4, 2)]
+            self._ip_len_at, self._ip_len_base = ETH_HEADER_LEN + 4, ETH_HEADER_LEN + IPV6_HEADER_LEN
+            varying = [(ETH_HEADER_LEN + 4, 2)]
         else:
-            self._ip_len_at, self._ip_len_base = ETH_LEN + 2, ETH_LEN
-            varying = [(ETH_LEN + 2, 4), (ETH_LEN + 10, 2)]
-        varying += [(tcp + 4, 4), (tcp + TCP_CSUM_OFFSET, 2)]
+            self._ip_len_at, self._ip_len_base = ETH_HEADER_LEN + 2, ETH_HEADER_LEN
+            varying = [(ETH_HEADER_LEN + 2, 4), (ETH_HEADER_LEN + 10, 2)]
+        varying += [(tcp + 4, 4), (tcp + TCP_CHECKSUM_AT, 2)]
         mask = bytearray(b"\xff" * header_len)
         for at, length in varying:
             mask[at : at + length] = bytes(length)
-        mask[tcp + 13] = 0xFF & ~TCP_PSH
+        mask[tcp + 13] = 0xFF & ~PSH
         self._mask = int.from_bytes(mask, "big")
         self._key = int.from_bytes(frame[:header_len], "big") & self._mask
 
-    def _candidate(self, frame: memoryview, n: int) -> TcpLayout | None:
+    def _candidate(self, frame: memoryview, n: int) -> TcpHeaders | None:
         """The layout of a frame that could join or start a run: a TCP data segment, only ACK/PSH set."""
-        if n < ETH_LEN + IPV4_LEN + TCP_MIN_LEN:
+        if n < ETH_HEADER_LEN + IPV4_MIN_HEADER_LEN + TCP_MIN_HEADER_LEN:
             return None
         try:
             layout = tcp_layout(frame, 0, n)
         except OffloadError:
             return None
-        if n <= layout.header_len:
+        if n <= layout.payload_at:
             return None  # no payload: a pure ACK is passed through
-        tcp = layout.l4_start
-        if frame[tcp + 13] & ~TCP_PSH != TCP_ACK:
+        tcp = layout.tcp_at
+        if frame[tcp + 13] & ~PSH != ACK:
             return None
         # The IP length must say exactly this frame (no padding, no truncation).
         if layout.ipv6:
-            if _U16.unpack_from(frame, ETH_LEN + 4)[0] != n - ETH_LEN - IPV6_LEN:
+            if _U16.unpack_from(frame, ETH_HEADER_LEN + 4)[0] != n - ETH_HEADER_LEN - IPV6_HEADER_LEN:
                 return None
-        elif _U16.unpack_from(frame, ETH_LEN + 2)[0] != n - ETH_LEN:
+        elif _U16.unpack_from(frame, ETH_HEADER_LEN + 2)[0] != n - ETH_HEADER_LEN:
             return None
         return layout
 
@@ -398,28 +335,28 @@ class TcpCoalescer:
             self._write(view[: self._end])
             return
         base = VNET_HDR_LEN
-        tcp = base + ETH_LEN + (IPV6_LEN if self._ipv6 else 0)
+        tcp = base + ETH_HEADER_LEN + (IPV6_HEADER_LEN if self._ipv6 else 0)
         frame_len = self._end - base
         if self._ipv6:
-            l4_len = frame_len - ETH_LEN - IPV6_LEN
-            _U16.pack_into(view, base + ETH_LEN + 4, l4_len)
-            pseudo = _pseudo_sum(view, base, True)
+            l4_len = frame_len - ETH_HEADER_LEN - IPV6_HEADER_LEN
+            _U16.pack_into(view, base + ETH_HEADER_LEN + 4, l4_len)
+            pseudo = pseudo_header_sum(view, base, True, l4_len)
         else:
-            ip = base + ETH_LEN
+            ip = base + ETH_HEADER_LEN
             l3 = (view[ip] & 0x0F) * 4
             tcp = ip + l3
-            l4_len = frame_len - ETH_LEN - l3
-            _U16.pack_into(view, ip + 2, frame_len - ETH_LEN)
+            l4_len = frame_len - ETH_HEADER_LEN - l3
+            _U16.pack_into(view, ip + 2, frame_len - ETH_HEADER_LEN)
             _U16.pack_into(view, ip + 10, 0)
             _U16.pack_into(view, ip + 10, ipv4_header_checksum(view, ip, l3))
-            pseudo = _pseudo_sum(view, base, False)
+            pseudo = pseudo_header_sum(view, base, False, l4_len)
         if self._psh:
-            view[tcp + 13] |= TCP_PSH
+            view[tcp + 13] |= PSH
         # CHECKSUM_PARTIAL: the field holds the pseudo-header sum over the whole length, not inverted.
-        _U16.pack_into(view, tcp + TCP_CSUM_OFFSET, fold(pseudo + IPPROTO_TCP + l4_len))
+        _U16.pack_into(view, tcp + TCP_CHECKSUM_AT, fold(pseudo))
         VNET_HDR.pack_into(
             view, 0, F_NEEDS_CSUM, GSO_TCPV6 if self._ipv6 else GSO_TCPV4, self._header_len, self._size,
-            tcp - base, TCP_CSUM_OFFSET,
+            tcp - base, TCP_CHECKSUM_AT,
         )
         self.frames_out += 1
         self._write(view[: self._end])

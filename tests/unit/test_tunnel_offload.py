@@ -12,23 +12,18 @@ import struct
 
 import pytest
 
+from evio.tcpip import ACK, CWR, FIN, PSH, SYN
 from evio.tunnel.offload import (
     F_NEEDS_CSUM,
     GSO_NONE,
     GSO_TCPV4,
     GSO_TCPV6,
     GSO_UDP_L4,
-    TCP_ACK,
-    TCP_CWR,
-    TCP_FIN,
-    TCP_PSH,
-    TCP_SYN,
     VNET_HDR_LEN,
     OffloadError,
     TcpCoalescer,
     VnetHeader,
     complete_checksum,
-    ones_sum,
     segment_tcp,
 )
 
@@ -57,7 +52,7 @@ def checksum_ok(data: bytes) -> bool:
 
 
 def tcp_frame(
-    payload: bytes, seq: int = 1000, flags: int = TCP_ACK, ipv6: bool = False, options: bytes = TIMESTAMPS,
+    payload: bytes, seq: int = 1000, flags: int = ACK, ipv6: bool = False, options: bytes = TIMESTAMPS,
     ack: int = 5000, window: int = 512, ip_id: int = 7, sport: int = 40000, total_len: int | None = None,
     partial: bool = False,
 ) -> bytes:
@@ -122,16 +117,6 @@ def gso(ipv6: bool, size: int, flags: int = F_NEEDS_CSUM) -> VnetHeader:
 # -- checksums and headers ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("length", [0, 1, 2, 3, 20, 1399, 1400, 65535])
-def test_ones_sum_matches_the_word_by_word_sum(length: int) -> None:
-    rng = random.Random(length)
-    for _ in range(5):
-        data = bytes(rng.getrandbits(8) for _ in range(length))
-        assert ones_sum(data) == reference_sum(data)
-    assert ones_sum(b"\xff\xff" * 3) == 0xFFFF == reference_sum(b"\xff\xff" * 3)
-    assert ones_sum(b"") == 0
-
-
 def test_vnet_header_round_trip_and_layout() -> None:
     h = VnetHeader(F_NEEDS_CSUM, GSO_TCPV4, 66, 1374, 34, 16)
     packed = h.pack()
@@ -160,7 +145,7 @@ def test_complete_checksum_finishes_a_partial_one() -> None:
 def test_segments_carry_the_payload_with_valid_headers(ipv6: bool, payload_len: int) -> None:
     payload = os.urandom(payload_len)
     size = 1374 if not ipv6 else 1354
-    superframe = tcp_frame(payload, seq=0xFFFFF000, flags=TCP_ACK | TCP_PSH | TCP_FIN | TCP_CWR, ipv6=ipv6,
+    superframe = tcp_frame(payload, seq=0xFFFFF000, flags=ACK | PSH | FIN | CWR, ipv6=ipv6,
                            partial=True, ip_id=0xFFFE)  # fmt: skip
     segments = cut(superframe, gso(ipv6, size))
     assert len(segments) == -(-payload_len // size)
@@ -172,7 +157,7 @@ def test_segments_carry_the_payload_with_valid_headers(ipv6: bool, payload_len: 
         assert f["seq"] == (0xFFFFF000 + i * size) & 0xFFFFFFFF  # wraps
         assert f["ack"] == 5000
         last, first = i == len(fields) - 1, i == 0
-        assert f["flags"] == TCP_ACK | (TCP_PSH | TCP_FIN if last else 0) | (TCP_CWR if first else 0)
+        assert f["flags"] == ACK | (PSH | FIN if last else 0) | (CWR if first else 0)
         if not ipv6:
             assert f["ip_id"] == (0xFFFE + i) & 0xFFFF
 
@@ -266,7 +251,7 @@ def complete(vnet: VnetHeader, frame: bytes) -> bytes:
 @pytest.mark.parametrize("ipv6", [False, True])
 def test_segments_join_into_one_super_frame(ipv6: bool) -> None:
     payload = os.urandom(50000)
-    original = tcp_frame(payload, flags=TCP_ACK | TCP_PSH, ipv6=ipv6, partial=True)
+    original = tcp_frame(payload, flags=ACK | PSH, ipv6=ipv6, partial=True)
     segments = cut(original, gso(ipv6, 1300))
     writes = coalesce(segments)
     assert len(writes) == 1
@@ -275,17 +260,17 @@ def test_segments_join_into_one_super_frame(ipv6: bool) -> None:
     assert vnet == VnetHeader(F_NEEDS_CSUM, GSO_TCPV6 if ipv6 else GSO_TCPV4, hdr, 1300, hdr - 32, 16)
     fields = parse(complete(vnet, frame))
     assert fields["payload"] == payload and fields["ip_ok"] and fields["tcp_ok"]
-    assert fields["flags"] == TCP_ACK | TCP_PSH and fields["seq"] == 1000
+    assert fields["flags"] == ACK | PSH and fields["seq"] == 1000
     # ... and cutting it again gives the very segments it was joined from.
     assert cut(frame, vnet) == segments
 
 
 def test_runs_end_at_psh_at_a_short_segment_and_at_a_gap() -> None:
-    def seg(seq: int, n: int, flags: int = TCP_ACK) -> bytes:
+    def seg(seq: int, n: int, flags: int = ACK) -> bytes:
         return tcp_frame(bytes([seq & 0xFF]) * n, seq=seq, flags=flags)
 
     frames = [
-        seg(0, 1000), seg(1000, 1000), seg(2000, 1000, TCP_ACK | TCP_PSH),  # PSH ends a run
+        seg(0, 1000), seg(1000, 1000), seg(2000, 1000, ACK | PSH),  # PSH ends a run
         seg(3000, 1000), seg(4000, 500),  # a shorter one ends it too
         seg(4500, 1000), seg(5500, 1000), seg(7000, 1000),  # a gap
     ]
@@ -301,7 +286,7 @@ def test_only_the_same_stream_joins_and_order_is_kept() -> None:
     a0, a1 = tcp_frame(b"a" * 800, seq=0), tcp_frame(b"a" * 800, seq=800)
     other_port = tcp_frame(b"b" * 800, seq=800, sport=40001)
     other_ack = tcp_frame(b"c" * 800, seq=1600, ack=6000)
-    syn = tcp_frame(b"", seq=0, flags=TCP_SYN)
+    syn = tcp_frame(b"", seq=0, flags=SYN)
     pure_ack = tcp_frame(b"", seq=77)
     padded = tcp_frame(b"d" * 10, seq=2400, total_len=20 + 32 + 5)
     not_ip = ETH4[:12] + b"\x08\x06" + bytes(28)
