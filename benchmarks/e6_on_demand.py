@@ -52,6 +52,7 @@ from typing import Any
 from e7_path_length import measure_lab, wait_formed  # benchmarks/ is on sys.path when run as a script
 
 from evio.lab.daemons import Topology
+from evio.lab.iperf import IPERF_PORT, server_argv, wait_listening
 from evio.lab.lab import Lab
 from evio.plots.cdf import draw_cdfs, percentile, share_at_least
 from evio.testing.labs import unique_lab_name
@@ -60,7 +61,6 @@ PAPER_BAR_MBIT = 330.0
 PAPER_SHARE_ON = 0.80  # Fig. 5's caption; the text says 96 %
 PAPER_SHARE_OFF = 0.41  # BF without on-demand links, k = log n (text)
 ACQUIRE_TARGET = 2.0
-IPERF_PORT = 5201
 PERCENTILES = (0.05, 0.10, 0.20, 0.25, 0.50, 0.75, 0.90)
 
 
@@ -181,15 +181,12 @@ def iperf_json(lab: Lab, client: str, server: str, argv: Sequence[str], watch: W
     """One iperf3 client run from `client` to `server`'s overlay address; `watch(started)` runs meanwhile."""
     a, b = index_of(client), index_of(server)
     address = str(lab.node(b).overlay_address.ip)
-    server_record = lab.spawn(b, ["iperf3", "-s", "-1", "-B", address, "-p", str(IPERF_PORT)], role="e6-iperf-server")
+    server_record = lab.spawn(b, server_argv(lab, b), role="e6-iperf-server")
     log = lab.directory / "logs" / f"e6-iperf-{client}-{server}-{time.monotonic_ns()}.json"
     client_record = None
     try:
-        deadline = time.monotonic() + 10
-        while not lab.exec(b, ["ss", "-Htln", f"sport = :{IPERF_PORT}"], check=False).stdout.strip():
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.05)
+        if not wait_listening(lab, b):
+            return None
         started = time.monotonic()
         client_record = lab.spawn(a, ["iperf3", "-c", address, "-p", str(IPERF_PORT), "-J", *argv],
                                   role="e6-iperf-client", log_path=log)

@@ -48,6 +48,7 @@ from e7_path_length import formed, measure_lab, wait_formed
 from evio.cli.lab_node_cmd import all_pairs_ping
 from evio.lab.daemons import Topology
 from evio.lab.errors import LabError
+from evio.lab.iperf import tcp_run
 from evio.lab.lab import Lab
 from evio.lab.node_config import node_config_path
 from evio.lab.spanning_tree import (
@@ -62,7 +63,6 @@ from evio.lab.spanning_tree import (
 from evio.plots.comparison import draw_mode_comparison
 from evio.testing.scenarios import PingTrace
 
-IPERF_PORT = 5201
 PROBE_INTERVAL = 0.2
 OUTAGE = 1.0  # a gap between replies this long or longer is an interruption
 MODES = ("STP", "BF")
@@ -169,25 +169,6 @@ def broadcast_delivery(lab: Lab, log_dir: Path | None, mode: str) -> tuple[int, 
 
     results = [one(n.index) for n in nodes]
     return sum(a for a, _ in results), len(nodes) * (len(nodes) - 1), sum(d for _, d in results)
-
-
-def iperf(lab: Lab, a: int, b: int, seconds: float) -> float | None:
-    address = str(lab.node(b).overlay_address.ip)
-    server = lab.spawn(b, ["iperf3", "-s", "-1", "-B", address, "-p", str(IPERF_PORT)], role="e9-iperf")
-    try:
-        deadline = time.monotonic() + 10
-        while not lab.exec(b, ["ss", "-Htln", f"sport = :{IPERF_PORT}"], check=False).stdout.strip():
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.05)
-        done = lab.exec(a, ["iperf3", "-c", address, "-p", str(IPERF_PORT), "-t", f"{seconds:g}", "-J"],
-                        check=False, timeout=seconds + 30)  # fmt: skip
-        try:
-            return float(json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"]) / 1e6
-        except (ValueError, KeyError):
-            return None
-    finally:
-        lab.stop(server)
 
 
 def rtt_ms(lab: Lab, a: int, b: int) -> float | None:
@@ -323,7 +304,8 @@ def measure(
         before = after
     for a, b in pairs:
         result.rtt_ms[(a, b)] = rtt_ms(lab, a, b)
-        result.mbit[(a, b)] = iperf(lab, a, b, seconds)
+        run = tcp_run(lab, a, b, seconds, role="e9-iperf")
+        result.mbit[(a, b)] = run.mbit if run is not None else None
         print(f"{mode}: node{a} -> node{b} {result.mbit[(a, b)]} Mbit/s", file=sys.stderr, flush=True)
     if mode == "STP":
         after = stp_tree(lab, lab.topology()).forwarding

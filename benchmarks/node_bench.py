@@ -49,7 +49,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -58,12 +57,12 @@ import profiling  # noqa: E402
 
 from evio.lab import daemons as full_nodes  # noqa: E402
 from evio.lab.daemons import Topology  # noqa: E402
+from evio.lab.iperf import tcp_run  # noqa: E402
 from evio.lab.lab import Lab  # noqa: E402
 from evio.testing.labs import unique_lab_name  # noqa: E402
 
 PAPER = {"overhead_ms": 0.37, "setup_s": 2.4, "bandwidth_mbit": 330.0}
 TARGET = {"overhead_ms": 0.15, "bandwidth_mbit": 660.0, "idle_cpu_pct": 1.0, "rss_mb": 80.0}
-IPERF_PORT = 5201
 EVIO_COOKIE = "0xe7100001/-1"  # evio.sdn.ofapp.EVIO_COOKIE: every flow the controller installs
 PATHS = (0, 2, 4, 8)
 
@@ -320,7 +319,7 @@ def iperf_with_cpu(lab: Lab, a: int, b: int, duration: float, loaded_rtt: list[f
         ["ip", "netns", "exec", lab.netns(a), "ping", "-i", "0.05", "-w", f"{duration:g}", "-W", "2",
          str(lab.node(b).overlay_address.ip)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     ) if loaded_rtt is not None else None
-    result = iperf(lab, a, b, duration)
+    result = tcp_run(lab, a, b, duration, role="node-bench-iperf")
     if pinger is not None and loaded_rtt is not None:
         out, _ = pinger.communicate(timeout=duration + 10)
         loaded_rtt.extend(_times(out))
@@ -329,7 +328,7 @@ def iperf_with_cpu(lab: Lab, a: int, b: int, duration: float, loaded_rtt: list[f
     load = load_average()
     if result is None:
         return None, None, None, load, None
-    mbit, gigabytes, retransmits = result
+    mbit, gigabytes, retransmits = result.mbit, result.gigabytes, result.retransmits
     if gigabytes <= 0:
         return mbit, None, None, load, retransmits
     # A path through k intermediates crosses 2 (k + 1) TAPs: out of each tunnel's sender, into its receiver.
@@ -346,33 +345,6 @@ def lab_topology_hops(lab: Lab, a: int, b: int) -> int:
     if (a, b) not in _HOPS:
         _HOPS[(a, b)] = lab.topology().hops(lab.node(a).name, lab.node(b).name)
     return _HOPS[(a, b)]
-
-
-def iperf(lab: Lab, a: int, b: int, duration: float) -> tuple[float, float, int] | None:
-    """(Mbit/s, GB received, segments retransmitted) of one TCP stream from node `a` to node `b`."""
-    server_ip = str(lab.node(b).overlay_address.ip)
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", lab.netns(b), "iperf3", "-s", "-1", "-B", server_ip, "-p", str(IPERF_PORT)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 5
-        while not lab.exec(b, ["ss", "-Htln", f"sport = :{IPERF_PORT}"], check=False).stdout.strip():
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.05)
-        done = lab.exec(a, ["iperf3", "-c", server_ip, "-p", str(IPERF_PORT), "-t", f"{duration:g}", "-J"],
-                        check=False, timeout=duration + 30)
-        try:
-            result: dict[str, Any] = json.loads(done.stdout)
-            received = result["end"]["sum_received"]
-            retransmits = int(result["end"]["sum_sent"].get("retransmits", 0))
-            return float(received["bits_per_second"]) / 1e6, float(received["bytes"]) / 1e9, retransmits
-        except (ValueError, KeyError):
-            return None
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def idle_usage(lab: Lab, seconds: float) -> list[tuple[str, float, float]]:

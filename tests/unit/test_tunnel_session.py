@@ -8,6 +8,7 @@ tests need neither root nor a network.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -362,24 +363,40 @@ PROBED = LivenessConfig(hello_interval=0.02, keepalive_interval=0.5, dead_after=
                         probe_interval=0.1, probe_timeout=0.5)
 
 
-async def test_doubt_of_a_vanished_peer_takes_the_tunnel_down_within_the_probe_timeout(hub: FakeTunnelSignalingHub) -> None:
-    config = TunnelSettings(liveness=PROBED)
+@contextlib.asynccontextmanager
+async def connected_pair(hub: FakeTunnelSignalingHub, liveness: LivenessConfig) -> AsyncIterator[tuple[Node, Node]]:
+    """Nodes A and B with a tunnel up between them; both managers closed after."""
+    config = TunnelSettings(liveness=liveness)
     a, b = make_node(hub, A, config), make_node(hub, B, config)
     try:
         await a.manager.connect(B)
         await wait_until(lambda: len(b.ups()) == 1)
-        tunnel_b = b.manager.get(A)
-        assert tunnel_b is not None
-        tunnel_b._datapath.stop()  # B is gone without a word, as with kill -9
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        a.manager.doubt(B)
-        await wait_until(lambda: len(a.downs()) == 1, timeout=3)
-        assert a.downs()[0].info.reason == "peer-silent"
-        assert loop.time() - started < PROBED.probe_timeout + 0.4 < PROBED.dead_after
+        yield a, b
     finally:
         await a.manager.close()
         await b.manager.close()
+
+
+async def seconds_to_act_on_a_doubt(hub: FakeTunnelSignalingHub, liveness: LivenessConfig, *, settle: float = 0.0,
+                                    timeout: float = 3.0) -> float:
+    """B's end of a tunnel A - B stops without a word (as with kill -9), `settle` s pass, then A doubts B:
+    the seconds until A takes the tunnel down, for B being silent."""
+    async with connected_pair(hub, liveness) as (a, b):
+        tunnel_b = b.manager.get(A)
+        assert tunnel_b is not None
+        tunnel_b._datapath.stop()
+        if settle:
+            await asyncio.sleep(settle)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        a.manager.doubt(B)
+        await wait_until(lambda: len(a.downs()) == 1, timeout=timeout)
+        assert a.downs()[0].info.reason == "peer-silent"
+        return loop.time() - started
+
+
+async def test_doubt_of_a_vanished_peer_takes_the_tunnel_down_within_the_probe_timeout(hub: FakeTunnelSignalingHub) -> None:
+    assert await seconds_to_act_on_a_doubt(hub, PROBED) < PROBED.probe_timeout + 0.4 < PROBED.dead_after
 
 
 # The idle tick is 2 s here: a doubt acted on only at the next tick would take up to 2.3 s.
@@ -388,33 +405,14 @@ SLOW_TICKS = LivenessConfig(hello_interval=0.02, keepalive_interval=8.0, dead_af
 
 
 async def test_a_doubt_is_acted_on_at_once_not_at_the_next_idle_tick(hub: FakeTunnelSignalingHub) -> None:
-    config = TunnelSettings(liveness=SLOW_TICKS)
-    a, b = make_node(hub, A, config), make_node(hub, B, config)
-    try:
-        await a.manager.connect(B)
-        await wait_until(lambda: len(b.ups()) == 1)
-        tunnel_b = b.manager.get(A)
-        assert tunnel_b is not None
-        tunnel_b._datapath.stop()
-        await asyncio.sleep(0.2)  # past the establishing-pace ticks: A's supervisor is in its 2 s idle wait
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        a.manager.doubt(B)
-        await wait_until(lambda: len(a.downs()) == 1, timeout=5)
-        assert a.downs()[0].info.reason == "peer-silent"
-        # The deadline (0.3 s) plus a generous margin for a loaded machine, well under one idle tick.
-        assert loop.time() - started < SLOW_TICKS.probe_timeout + 0.6 < SLOW_TICKS.tick_interval(LivenessState.UP)
-    finally:
-        await a.manager.close()
-        await b.manager.close()
+    # Settled past the establishing-pace ticks: A's supervisor is in its 2 s idle wait when the doubt comes.
+    elapsed = await seconds_to_act_on_a_doubt(hub, SLOW_TICKS, settle=0.2, timeout=5)
+    # The deadline (0.3 s) plus a generous margin for a loaded machine, well under one idle tick.
+    assert elapsed < SLOW_TICKS.probe_timeout + 0.6 < SLOW_TICKS.tick_interval(LivenessState.UP)
 
 
 async def test_doubt_of_a_live_peer_changes_nothing(hub: FakeTunnelSignalingHub) -> None:
-    config = TunnelSettings(liveness=PROBED)
-    a, b = make_node(hub, A, config), make_node(hub, B, config)
-    try:
-        await a.manager.connect(B)
-        await wait_until(lambda: len(b.ups()) == 1)
+    async with connected_pair(hub, PROBED) as (a, b):
         tunnel = a.manager.get(B)
         assert tunnel is not None
         a.manager.doubt(B)
@@ -422,6 +420,3 @@ async def test_doubt_of_a_live_peer_changes_nothing(hub: FakeTunnelSignalingHub)
         await wait_until(lambda: tunnel._liveness is not None and not tunnel._liveness.probing, timeout=2)
         await asyncio.sleep(PROBED.probe_timeout + 0.2)
         assert not a.downs() and not b.downs() and tunnel.state is TunnelState.UP
-    finally:
-        await a.manager.close()
-        await b.manager.close()
