@@ -9,6 +9,12 @@ Because the arcs handed out never overlap, no node can receive the same
 broadcast twice on any graph; with every node linked to its clockwise
 successor, every node receives it exactly once.
 
+The same algorithm on the mirrored ring (`mirror`: ids negated, so clockwise
+becomes counter-clockwise) gives the `reverse_*` bounds: a second, disjoint
+flood whose arcs run the other way round. Evio floods a broadcast's header
+that way too, for learning only: one orientation alone reaches some nodes
+the long way round (docs/design.md, "Learning and unicast flows").
+
 The `*_ordered` forms take the neighbours already in clockwise order from the
 node (`evio.ids.sorted_clockwise`): the neighbours strictly inside `(q, b)`
 are then a prefix of that list, found by bisection. The unordered forms sort
@@ -75,3 +81,23 @@ def forward_bounds_ordered(
     if ingress is not None and ingress in inside:
         inside = [n for n in inside if n != ingress]
     return _chain(inside, bound)
+
+
+def mirror(nid: int) -> int:
+    """`nid` on the mirrored ring: clockwise order there is counter-clockwise order here."""
+    return -nid % RING_SIZE
+
+
+def reverse_root_bounds(root: int, neighbours: Iterable[int]) -> dict[int, int]:
+    """`root_bounds` counter-clockwise: neighbour id -> bound id, arcs running the other way."""
+    bounds = root_bounds(mirror(root), (mirror(n) for n in neighbours))
+    return {mirror(n): mirror(b) for n, b in bounds.items()}
+
+
+def reverse_forward_bounds(
+    node: int, bound: int, neighbours: Iterable[int], ingress: int | None = None
+) -> dict[int, int]:
+    """`forward_bounds` counter-clockwise, for a copy received with reverse bound `bound`."""
+    bounds = forward_bounds(mirror(node), mirror(bound), (mirror(n) for n in neighbours),
+                            None if ingress is None else mirror(ingress))
+    return {mirror(n): mirror(b) for n, b in bounds.items()}

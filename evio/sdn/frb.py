@@ -19,6 +19,9 @@ BROADCAST_FORWARD       2     as BROADCAST; the original sends it when a switch 
                               receivers drop it; we parse it so the controller can too
 LINK_CHECK              3     none; pl_count 0
 LINK_ACK                4     none; pl_count 0
+BROADCAST_REVERSE       5     evio's own: the Ethernet header (14 bytes) of a broadcast,
+                              flooded counter-clockwise for learning only, never
+                              delivered; older nodes reject the type and lose nothing
 ======================  ====  =========================================================
 
 What the original sends, and so what `parse` accepts (anything else is
@@ -31,6 +34,9 @@ malformed and rejected with an `FrbReason`):
   The inner frame must hold at least an Ethernet header (14 bytes), may not
   itself be an FRB (nothing wraps one), and must have a unicast source MAC:
   that is the MAC every switch on the way learns.
+- a reverse copy (evio only) obeys the broadcast rules and carries exactly
+  the 14-byte Ethernet header of a frame sent to a group address (the only
+  frames evio floods both ways round).
 - leaf announcements, link checks and link acks travel one hop between
   adjacent switches: hop_count 0 and bound == root (the sender's own id).
   pl_count 0 is a valid leaf announcement ("no leaf devices here"); each
@@ -79,13 +85,14 @@ class FrbType(enum.IntEnum):
     BROADCAST_FORWARD = 2
     LINK_CHECK = 3
     LINK_ACK = 4
+    BROADCAST_REVERSE = 5
 
     @property
     def carries_frame(self) -> bool:
         return self in _FRAME_CARRYING
 
 
-_FRAME_CARRYING = frozenset({FrbType.BROADCAST, FrbType.BROADCAST_FORWARD})
+_FRAME_CARRYING = frozenset({FrbType.BROADCAST, FrbType.BROADCAST_FORWARD, FrbType.BROADCAST_REVERSE})
 # Looked up by value in parse: a dict is faster than FrbType(value) and never raises.
 _TYPES: dict[int, FrbType] = {t.value: t for t in FrbType}
 
@@ -108,6 +115,7 @@ class FrbReason(enum.Enum):
     BAD_LEAF_MAC = "announced leaf MAC is multicast or all zeros"
     DUPLICATE_LEAF_MAC = "a leaf MAC is announced twice"
     OUT_OF_RANGE = "a field does not fit its wire width"
+    BAD_REVERSE = "reverse copy that is not exactly the Ethernet header of a group-addressed frame"
 
 
 class FrbError(Exception):
@@ -245,6 +253,8 @@ def _check(
             return FrbReason.BAD_INNER_SOURCE_MAC, 0
         if _ETHERTYPE.unpack_from(data, inner + _ETHERTYPE_AT)[0] == ETH_TYPE_FRB:
             return FrbReason.NESTED_FRB, 0
+        if frb_type is FrbType.BROADCAST_REVERSE and (available != ETH_HEADER_LEN or not _is_group(data[inner])):
+            return FrbReason.BAD_REVERSE, 0
         return None, available  # the inner frame is opaque past its header
     # One-hop control frames: leaf announcement, link check, link ack.
     if hop_count != 0:

@@ -15,6 +15,16 @@ its root is not known (learned from a packet-in, not from an FRB).
 MACs are strings in the form os-ken uses, "aa:bb:cc:dd:ee:ff"; the table
 compares them as given, so callers pass one canonical (lowercase) form.
 
+Entries learned from an FRB or a leaf announcement also keep the overlay
+*hops* to their root (the FRB's hop count; 1 for an announcement), and the
+table prefers the shortest way: while a path is confirmed (within
+``path_hold`` of the last copy that taught it), a copy from the *same* root
+arriving by another port with as many hops or more, or a plain unicast
+packet-in on another port, does not move the MAC (``Change.HELD``). Bounded
+Flood delivers each broadcast once per orientation, and one orientation may
+come the long way round; a shorter copy, a different root (a host that
+moved) or a path not confirmed for ``path_hold`` moves it as before.
+
 Adjacent peers are not trusted with this table:
 
 - an entry learned on a local (leaf) port is *pinned* while it is live: a
@@ -41,6 +51,12 @@ from dataclasses import dataclass
 # enough that a peer inventing source MACs costs a few MB and a bounded number
 # of flows. Each entry is ~200 bytes of Python objects.
 MAX_ENTRIES = 8192
+# How long a path learned with a hop count holds against a longer one from the same root without being
+# confirmed again. A host's broadcasts reconfirm it (both copies of one broadcast arrive within
+# milliseconds); past it, the way the copies now come wins, so a path whose far part broke while this
+# port stayed up is left within this time. It is also how long a member's lie about hop counts can hold
+# against the truth after its last forged copy (docs/design.md, "Learning and unicast flows").
+PATH_HOLD = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +65,8 @@ class LearnedMac:
     root: int | None
     last_seen: float
     local: bool = False  # learned on a leaf port: pinned while live
+    hops: int | None = None  # overlay hops to `root` as the FRB (or announcement) taught; None: not known
+    hops_seen: float = 0.0  # when a copy last confirmed `hops` on this port
 
 
 class Change(enum.Enum):
@@ -56,6 +74,7 @@ class Change(enum.Enum):
     REFRESHED = "refreshed"  # same port and root, only last_seen moved on
     MOVED = "moved"  # port or root changed: flows towards the old place are wrong now
     REFUSED = "refused"  # a tunnel claimed a live local MAC: the table is unchanged
+    HELD = "held"  # a longer (or unmeasured) way to the same root: the shorter path stays, only last_seen moves
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +101,13 @@ class Announced:
 
 
 class LearningTable:
-    def __init__(self, max_age: float, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, max_age: float, max_entries: int = MAX_ENTRIES, path_hold: float = PATH_HOLD) -> None:
         if not max_age > 0:
             raise ValueError(f"max_age must be positive, got {max_age}")
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.max_age = max_age
+        self.path_hold = min(path_hold, max_age)
         self.max_entries = max_entries
         self._entries: dict[str, LearnedMac] = {}
         # Recency orders (least recently seen first), one per kind: eviction takes remote ones first.
@@ -122,24 +142,46 @@ class LearningTable:
     # ------------------------------------------------------------------ updates
 
     def learn(
-        self, mac: str, port: int, root: int | None, now: float, local: bool = False, may_move_local: bool = False
+        self,
+        mac: str,
+        port: int,
+        root: int | None,
+        now: float,
+        local: bool = False,
+        may_move_local: bool = False,
+        hops: int | None = None,
     ) -> Learned:
-        """Record that `mac` was seen on `port`, hosted by `root` (None: local or not known).
+        """Record that `mac` was seen on `port`, hosted by `root` (None: local or not known), `hops` away.
 
         `local` says `port` is a leaf port. Seen again on the same port without
-        a root (a plain packet-in), the root learned earlier from an FRB is
-        kept. A new port or a different root is a move, reported with the
-        previous entry so the caller can fix the flows. A stale entry not yet
-        expired still counts as the previous place: flows towards it may
+        a root (a plain packet-in), the root and hops learned earlier from an
+        FRB are kept. A new port or a different root is a move, reported with
+        the previous entry so the caller can fix the flows. A stale entry not
+        yet expired still counts as the previous place: flows towards it may
         still be installed. A live local entry is not moved by a non-local
         learn unless `may_move_local`: that is REFUSED and changes nothing.
+        A live remote entry with a confirmed hop count is not moved by a
+        longer way to the same root or by a packet-in (HELD; see the module).
         """
         old = self._entries.get(mac)
-        if old is not None and old.local and not local and not may_move_local and now - old.last_seen < self.max_age:
+        live = old is not None and now - old.last_seen < self.max_age
+        if old is not None and live and old.local and not local and not may_move_local:
             return Learned(mac, Change.REFUSED, old, None)
-        if old is not None and root is None and port == old.port:
-            root = old.root
-        entry = LearnedMac(port, root, now, local)
+        if old is not None and live and not local and self._holds(old, port, root, hops, now):
+            if root is None:
+                return Learned(mac, Change.HELD, old, None)  # a packet-in says nothing of where the host is
+            held = LearnedMac(old.port, old.root, now, old.local, old.hops, old.hops_seen)
+            self._entries[mac] = held
+            self._touch(mac, held.local)
+            return Learned(mac, Change.HELD, held, None)
+        hops_seen = now
+        if old is not None and port == old.port:
+            if root is None:
+                root = old.root
+            if root == old.root and old.hops is not None and (hops is None or (
+                    hops > old.hops and now - old.hops_seen < self.path_hold)):
+                hops, hops_seen = old.hops, old.hops_seen  # unmeasured, or the longer of two ways by this port
+        entry = LearnedMac(port, root, now, local, hops, hops_seen if hops is not None else 0.0)
         evicted: tuple[str, ...] = ()
         if old is None and len(self._entries) >= self.max_entries:
             victim = self._victim(local)
@@ -157,6 +199,14 @@ class LearningTable:
         self._unindex(mac, old)
         self._index(mac, entry)
         return Learned(mac, Change.MOVED, entry, old)
+
+    def _holds(self, old: LearnedMac, port: int, root: int | None, hops: int | None, now: float) -> bool:
+        """Whether `old`, a confirmed path by another port, stays against this (longer or unmeasured) way."""
+        if old.port == port or old.hops is None or now - old.hops_seen >= self.path_hold:
+            return False
+        if root is None:
+            return True  # a plain packet-in: no root, no hop count
+        return root == old.root and hops is not None and hops >= old.hops
 
     def _victim(self, local: bool) -> str | None:
         """The entry to evict for a new one: the least recently seen remote one, else (for a local) a local one."""
@@ -181,7 +231,7 @@ class LearningTable:
         withdrawn = sorted(self._by_root.get(root, set()) - keep)
         for mac in withdrawn:
             self._remove(mac)
-        learned = tuple(self.learn(mac, port, root, now) for mac in announced)
+        learned = tuple(self.learn(mac, port, root, now, hops=1) for mac in announced)
         return Announced(learned, tuple(withdrawn))
 
     def expire(self, now: float) -> list[tuple[str, LearnedMac]]:

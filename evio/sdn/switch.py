@@ -10,7 +10,12 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   leaf ports and sent to every peer as an FRB with the root bounds.
 - An FRB broadcast from a peer port is delivered to the leaf ports and
   forwarded within its bound, never back to where it came from.
-- Every frame teaches where its source MAC is; FRBs also teach its root node.
+- Every frame teaches where its source MAC is; FRBs also teach its root node
+  and how many hops away it is. A broadcast from a leaf port also sends its
+  Ethernet header round the ring the other way (a BROADCAST_REVERSE FRB with
+  mirrored bounds, learning only, never delivered): one orientation alone
+  reaches some nodes the long way round, so every node learns the source by
+  the copy with fewer hops (docs/design.md, "Learning and unicast flows").
 - Unicast to a known MAC installs `(in_port, eth_src, eth_dst) -> out_port`
   and sends the frame; unicast to an unknown MAC from a leaf is flooded with
   bounds like a broadcast, not dropped. From a peer (a path that ended here,
@@ -40,6 +45,9 @@ Adjacent peers are members, not trusted with this node's switching:
   see learning_table.py);
 - a leaf announcement is taken only for the announcing port's own root, so a
   peer cannot withdraw (or claim) another root's MACs;
+- a copy from a peer that is not its root cannot have come fewer than 2 hops:
+  a lower hop count is raised to 2 and counted (`hop_counts_raised`), so no
+  peer beats a root that is adjacent here by lying about hops;
 - each port may cause at most `PACKET_IN_RATE` packet-ins a second on average
   (`PACKET_IN_BURST` at once); the rest are dropped and counted.
 """
@@ -56,7 +64,7 @@ from evio.ids import format_node_id
 from evio.ratelimit import PeerRateLimiter, Rate
 from evio.sdn import frb, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
-from evio.sdn.flooding_bounds import forward_bounds, root_bounds
+from evio.sdn.flooding_bounds import forward_bounds, reverse_forward_bounds, reverse_root_bounds, root_bounds
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowAction, FlowMatch, PacketOut
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 
@@ -178,6 +186,10 @@ class BoundedFloodSwitch:
         self.switch_mac = switch_mac  # source of the one-hop FRBs (leaf announcements, link checks)
         self.flow_idle_timeout = flow_idle_timeout
         self.unicast_floods_not_learned = 0  # flooded unicast frames that moved no known MAC
+        self.longer_paths_held = 0  # a longer way to a MAC's root (or a packet-in) left its shorter path in place
+        self.hop_counts_raised = 0  # copies from a non-root peer claiming fewer than 2 hops
+        self.reverse_sent = 0  # BROADCAST_REVERSE copies sent as the root
+        self.reverse_forwarded = 0  # BROADCAST_REVERSE copies passed on within their bounds
         self.learning = LearningTable(mac_max_age, max_macs)
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         self.ports: dict[int, SwitchPort] = {}
@@ -284,7 +296,8 @@ class BoundedFloodSwitch:
     def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
         if eth.is_group:
-            return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
+            return (actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
+                    + self._originate_reverse(data))
         target = self.learning.lookup(eth.dst, now)
         if target is None:
             # Unknown unicast: a bounded flood reaches the host wherever it is.
@@ -333,19 +346,24 @@ class BoundedFloodSwitch:
         self.counters.segmented += 1
         return frames
 
-    def _learn(self, mac: str, port: int, root: int | None, now: float, broadcast: bool = False) -> list[FlowAction] | None:
+    def _learn(
+        self, mac: str, port: int, root: int | None, now: float, broadcast: bool = False, hops: int | None = None
+    ) -> list[FlowAction] | None:
         """Learn `mac` on `port`; None when a peer port claims a local MAC (counted, nothing changes)."""
         local = self.ports[port].kind is PortKind.LEAF if port in self.ports else False
         if not local and mac in self._own_macs():
             self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
             return None
-        learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast)
+        learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops)
         return self._learned_actions(learned, port)
 
     def _learned_actions(self, learned: Learned, port: int) -> list[FlowAction] | None:
         if learned.change is Change.REFUSED:
             self.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
             return None
+        if learned.change is Change.HELD:
+            self.longer_paths_held += 1
+            return []
         actions: list[FlowAction] = [DeleteFlowsToMac(mac) for mac in learned.evicted]
         if learned.change is Change.MOVED and learned.previous is not None and learned.previous.port != port:
             log.info("mac moved mac=%s from_port=%s port=%s", learned.mac, learned.previous.port, port)
@@ -384,6 +402,23 @@ class BoundedFloodSwitch:
                 actions.append(PacketOut(peers[peer], wire))
         return actions
 
+    def _originate_reverse(self, data: bytes) -> list[FlowAction]:
+        """Send `data`'s Ethernet header counter-clockwise as a BROADCAST_REVERSE rooted here (learning only)."""
+        peers = self.peer_ports()
+        actions: list[FlowAction] = []
+        for peer, bound in reverse_root_bounds(self.node_id, peers).items():
+            self.reverse_sent += 1
+            wire = frb.pack(frb.broadcast(data[:ETH_HEADER_LEN], self.node_id, bound, 1, frb.FrbType.BROADCAST_REVERSE))
+            actions.append(PacketOut(peers[peer], wire))
+        return actions
+
+    def _hops(self, header: frb.FrbHeader, ingress: int) -> int:
+        """The copy's hop count, at least 2 unless it comes from its root: a peer cannot be nearer than that."""
+        if header.root_nid != ingress and header.hop_count < 2:
+            self.hop_counts_raised += 1
+            return 2
+        return header.hop_count
+
     def _frb_in(self, port: SwitchPort, ingress: int, data: bytes, now: float) -> list[FlowAction]:
         try:
             frame = frb.parse(data)
@@ -399,6 +434,8 @@ class BoundedFloodSwitch:
         h = frame.header
         if h.frb_type is frb.FrbType.BROADCAST:
             return self._frb_broadcast_in(port.port_no, ingress, frame, now)
+        if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
+            return self._frb_reverse_in(port.port_no, ingress, frame, now)
         if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
             if h.root_nid != ingress:
                 self.drops[Drop.FOREIGN_ANNOUNCE] += 1  # only a root speaks for its own leaves
@@ -434,6 +471,7 @@ class BoundedFloodSwitch:
             self.broadcasts.record_own_return()
             return []
         self.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
+        hops = self._hops(h, ingress)
         inner_eth = _parse_ethernet(inner)
         assert inner_eth is not None  # frb.parse guarantees an inner Ethernet header
         actions: list[FlowAction] = []
@@ -442,7 +480,9 @@ class BoundedFloodSwitch:
             self.drops[Drop.OWN_FRAME] += 1  # ours, flooded on by a node whose path ended (see the docstring)
         else:
             if inner_eth.is_group or source is None:
-                learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True)
+                # A flooded unicast's root is not the sender's node (see below): its hops say nothing.
+                learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True,
+                                      hops=hops if inner_eth.is_group else None)
                 if learned is None:
                     return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
                 actions += learned
@@ -459,13 +499,42 @@ class BoundedFloodSwitch:
             else:
                 actions += self._deliver_to_leaves(inner, exclude=None)
         bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and h.hop_count >= frb.MAX_HOP_COUNT:
+        if bounds and hops >= frb.MAX_HOP_COUNT:
             self.drops[Drop.HOP_LIMIT] += 1
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
             self.counters.frb_forwarded += 1
-            wire = frb.pack(frb.broadcast(inner, h.root_nid, bound, hop_count=h.hop_count + 1))
+            wire = frb.pack(frb.broadcast(inner, h.root_nid, bound, hop_count=hops + 1))
+            actions.append(PacketOut(peers[peer], wire))
+        return actions
+
+    def _frb_reverse_in(self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float) -> list[FlowAction]:
+        """A broadcast's header flooded counter-clockwise: learn its source by it, pass it on, deliver nothing."""
+        h = frame.header
+        if h.root_nid == self.node_id:
+            self.drops[Drop.OWN_BROADCAST] += 1
+            return []
+        hops = self._hops(h, ingress)
+        inner_eth = _parse_ethernet(frame.payload)
+        assert inner_eth is not None  # frb.parse guarantees the header
+        source = self.learning.lookup(inner_eth.src, now)
+        actions: list[FlowAction] = []
+        if source is not None and source.port in self.leaf_ports():
+            self.drops[Drop.OWN_FRAME] += 1
+        else:
+            learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True, hops=hops)
+            if learned is None:
+                return []  # forged from one of the bridge's own MACs: not passed on either
+            actions += learned
+        bounds = reverse_forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
+        if bounds and hops >= frb.MAX_HOP_COUNT:
+            self.drops[Drop.HOP_LIMIT] += 1
+            return actions
+        peers = self.peer_ports()
+        for peer, bound in bounds.items():
+            self.reverse_forwarded += 1
+            wire = frb.pack(frb.broadcast(frame.payload, h.root_nid, bound, hops + 1, frb.FrbType.BROADCAST_REVERSE))
             actions.append(PacketOut(peers[peer], wire))
         return actions
 

@@ -1,8 +1,18 @@
+import random
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evio.ids import MAX_NODE_ID, sorted_clockwise, strictly_between
-from evio.sdn.flooding_bounds import forward_bounds, forward_bounds_ordered, root_bounds, root_bounds_ordered
+from evio.sdn.flooding_bounds import (
+    forward_bounds,
+    forward_bounds_ordered,
+    mirror,
+    reverse_forward_bounds,
+    reverse_root_bounds,
+    root_bounds,
+    root_bounds_ordered,
+)
 
 
 def test_root_bounds_match_paper_figure_2() -> None:
@@ -73,3 +83,37 @@ def test_ordered_root_bounds_equal_the_filter_definition(root: int, neighbours: 
     expected = _chain_reference([n for n in sorted_clockwise(root, neighbours) if n != root], root)
     assert root_bounds(root, neighbours) == expected
     assert root_bounds_ordered(root, sorted_clockwise(root, neighbours)) == expected
+
+
+def reverse_flood(root: int, adjacency: dict[int, set[int]]) -> dict[int, int]:
+    """Each node -> how many reverse copies it received (the switch's forwarding, without the switch)."""
+    received: dict[int, int] = {}
+    queue = [(n, b, root) for n, b in reverse_root_bounds(root, adjacency[root]).items()]
+    while queue:
+        node, bound, sender = queue.pop(0)
+        received[node] = received.get(node, 0) + 1
+        queue += [(n, b, node) for n, b in reverse_forward_bounds(node, bound, adjacency[node], sender).items()]
+    return received
+
+
+def test_reverse_bounds_are_the_forward_ones_counter_clockwise() -> None:
+    # Root 40 with neighbours 10, 30, 50: counter-clockwise 30 [30, 10), then 10 [10, 50), then 50 [50, 40).
+    assert reverse_root_bounds(40, [10, 50, 30]) == {30: 10, 10: 50, 50: 40}
+    assert reverse_forward_bounds(30, 10, [40, 20, 15, 10, 5]) == {20: 15, 15: 10}
+    assert mirror(mirror(12345)) == 12345 and mirror(0) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, MAX_NODE_ID), min_size=2, max_size=30, unique=True), st.randoms(use_true_random=False))
+def test_a_reverse_flood_reaches_every_node_of_a_ring_exactly_once(nodes: list[int], rng: random.Random) -> None:
+    ring = sorted(nodes)
+    adjacency: dict[int, set[int]] = {n: set() for n in ring}
+    for i, n in enumerate(ring):
+        succ = ring[(i + 1) % len(ring)]
+        chord = rng.choice(ring)
+        for a, b in ((n, succ), (n, chord)):
+            if a != b:
+                adjacency[a].add(b)
+                adjacency[b].add(a)
+    root = rng.choice(ring)
+    assert reverse_flood(root, adjacency) == {n: 1 for n in ring if n != root}

@@ -69,6 +69,7 @@ def test_type_numbers_match_the_original_boundedflood() -> None:
         ("BROADCAST_FORWARD", 2),
         ("LINK_CHECK", 3),
         ("LINK_ACK", 4),
+        ("BROADCAST_REVERSE", 5),  # evio's own, after the original's
     ]
 
 
@@ -176,7 +177,7 @@ def test_wrong_ethertype() -> None:
     assert rejected(tagged) is FrbReason.WRONG_ETHERTYPE
 
 
-@pytest.mark.parametrize("value", [5, 6, 0x7F, 0xFF])
+@pytest.mark.parametrize("value", [6, 7, 0x7F, 0xFF])
 def test_unknown_type(value: int) -> None:
     err = pytest.raises(FrbParseError, parse, raw_frame(frb_type=value)).value
     assert err.reason is FrbReason.UNKNOWN_TYPE
@@ -345,7 +346,10 @@ def valid_frames(draw: st.DrawFn) -> FrbFrame:
     if frb_type.carries_frame:
         bound = draw(st.one_of(node_ids, st.just(root)))
         hops = draw(st.integers(1, 255))
-        return FrbFrame(dst, src, FrbHeader(root, bound, hops, frb_type, 0), draw(inner_frames()))
+        inner = draw(inner_frames())
+        if frb_type is FrbType.BROADCAST_REVERSE:  # the header of a group-addressed frame only
+            inner = bytes([inner[0] | 1]) + inner[1:14]
+        return FrbFrame(dst, src, FrbHeader(root, bound, hops, frb_type, 0), inner)
     if frb_type is FrbType.LEAF_ANNOUNCE:
         macs = draw(st.lists(leaf_macs, max_size=20, unique=True))
         return FrbFrame(dst, src, FrbHeader(root, root, 0, frb_type, len(macs)), b"".join(macs))

@@ -143,7 +143,7 @@ def test_announcement_replaces_the_roots_leaf_list() -> None:
     assert [(g.mac, g.change) for g in got.learned] == [(B, Change.MOVED), (C, Change.NEW)]
     assert t.lookup(A, now=10.0) is None
     assert t.leaf_macs(R1) == {B, C}
-    assert t.lookup(C, now=10.0) == LearnedMac(TUNNEL_6, R1, 10.0)
+    assert t.lookup(C, now=10.0) == LearnedMac(TUNNEL_6, R1, 10.0, hops=1, hops_seen=10.0)
 
 
 def test_empty_announcement_withdraws_every_leaf_of_that_root_only() -> None:
@@ -173,7 +173,7 @@ ops = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(ops, max_size=40))
 def test_indexes_always_agree_with_the_entries(steps: list[tuple[object, ...]]) -> None:
-    t = LearningTable(max_age=20)
+    t = LearningTable(max_age=20, path_hold=0)  # no hold: the model is plain learning (holds: tests below)
     now = 0.0
     model: dict[str, LearnedMac] = {}
     for step in steps:
@@ -186,7 +186,9 @@ def test_indexes_always_agree_with_the_entries(steps: list[tuple[object, ...]]) 
             old = model.get(mac)
             kept = old.root if old and root is None and old.port == port else root
             got = t.learn(mac, port, root, now)
-            model[mac] = LearnedMac(port, kept, now)
+            same = old is not None and old.port == port and kept == old.root
+            model[mac] = LearnedMac(port, kept, now, hops=old.hops if same and old else None,
+                                    hops_seen=old.hops_seen if same and old else 0.0)
             expected = Change.NEW if old is None else (
                 Change.REFRESHED if (old.port, old.root) == (port, kept) else Change.MOVED
             )
@@ -214,7 +216,7 @@ def test_indexes_always_agree_with_the_entries(steps: list[tuple[object, ...]]) 
             for m in result.withdrawn:
                 del model[m]
             for m in announced:
-                model[m] = LearnedMac(port, root, now)
+                model[m] = LearnedMac(port, root, now, hops=1, hops_seen=now)
         assert len(t) == len(model)
         for m, e in model.items():
             assert t.lookup(m, now) == (e if now - e.last_seen < 20 else None)

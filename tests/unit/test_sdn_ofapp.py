@@ -162,8 +162,9 @@ def test_two_overlays_share_one_app_each_switch_known_by_its_datapath_id() -> No
     red.sent.clear()
     blue.sent.clear()
     app.packet_in(_Ev(_Msg(datapath=red, match={"in_port": ofp.OFPP_LOCAL}, data=arp_request(H1))))
-    (frb_out,) = red.packet_outs()
+    frb_out, reverse_out = red.packet_outs()  # the broadcast, and its header the other way round
     assert frb_out.actions[0].port == 2 and frb.parse(frb_out.data).header.root_nid == 100
+    assert frb.parse(reverse_out.data).header.frb_type is frb.FrbType.BROADCAST_REVERSE
     assert blue.sent == []
     assert app.overlays["blue"].switch.learning.lookup(H1, 100.0) is None
 

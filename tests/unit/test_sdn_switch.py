@@ -40,8 +40,10 @@ def switch_with_ports(node_id: int = 100) -> BoundedFloodSwitch:
     return sw
 
 
-def frbs_by_port(actions: list) -> dict[int, frb.FrbFrame]:
-    return {a.port: frb.parse(a.data) for a in actions if isinstance(a, PacketOut) and a.data[12:14] == b"\xc0\xc0"}
+def frbs_by_port(actions: list, frb_type: frb.FrbType = frb.FrbType.BROADCAST) -> dict[int, frb.FrbFrame]:
+    frames = [frb.parse(a.data) for a in actions if isinstance(a, PacketOut) and a.data[12:14] == b"\xc0\xc0"]
+    ports = [a.port for a in actions if isinstance(a, PacketOut) and a.data[12:14] == b"\xc0\xc0"]
+    return {p: f for p, f in zip(ports, frames) if f.header.frb_type is frb_type}
 
 
 # ---------------------------------------------------------------- one switch
@@ -59,6 +61,10 @@ def test_broadcast_from_leaf_goes_to_other_leaves_and_to_peers_with_root_bounds(
     assert (frbs[10].header.root_nid, frbs[10].header.bound_nid) == (100, 300)
     assert (frbs[11].header.root_nid, frbs[11].header.bound_nid) == (100, 100)
     assert all(f.header.hop_count == 1 and f.payload == frame for f in frbs.values())
+    # Its header goes the other way round too: counter-clockwise from 100, 300 (bounded by 200), then 200.
+    reverse = frbs_by_port(actions, frb.FrbType.BROADCAST_REVERSE)
+    assert {p: (f.header.root_nid, f.header.bound_nid) for p, f in reverse.items()} == {11: (100, 200), 10: (100, 100)}
+    assert all(f.header.hop_count == 1 and f.payload == frame[:14] for f in reverse.values())
 
 
 def test_frb_from_peer_is_delivered_to_leaves_and_forwarded_within_bound_only() -> None:
@@ -225,7 +231,7 @@ def test_new_peer_port_gets_a_leaf_announcement_of_local_macs() -> None:
     sw = switch_with_ports(100)
     sw.packet_in(2, arp_request(H3), now=1)
     actions = sw.port_added(SwitchPort(12, "t400", PortKind.PEER, 400), now=2)
-    (announce,) = frbs_by_port(actions).values()
+    (announce,) = frbs_by_port(actions, frb.FrbType.LEAF_ANNOUNCE).values()
     assert announce.header.frb_type is frb.FrbType.LEAF_ANNOUNCE
     assert set(announce.leaf_macs) == {H1, H3}
     # The receiving side learns them as hosted by node 100.
@@ -528,3 +534,129 @@ def test_a_transit_flood_does_not_turn_the_path_behind_it_around() -> None:
     net.inject(d, 1, eth(sm, dm))  # the reply goes back along the path, not into another flood
     assert len(net.nodes[s].received[1]) == received + 1
     assert sum(net.nodes[n].switch.transit_floods for n in ids) == floods
+
+
+# ---------------------------------------------------------------- learning takes the short way round
+
+
+def learned_path(net: FakeNetwork, start: int, mac: str) -> list[int]:
+    """The nodes a frame for `mac` crosses from `start`, following each node's learned port."""
+    path, node = [start], start
+    while True:
+        entry = net.nodes[node].switch.learning.lookup(mac, net.now)
+        assert entry is not None, f"node {node:x} does not know {mac}"
+        if entry.local:
+            return path
+        node, _ = net.tunnels[(node, entry.port)]
+        assert node not in path, f"loop: {[f'{n:x}' for n in path + [node]]}"
+        path.append(node)
+
+
+def overlay_distances(ids: list[int], links: set[tuple[int, int]], src: int) -> dict[int, int]:
+    neighbours: dict[int, set[int]] = {n: set() for n in ids}
+    for a, b in links:
+        neighbours[a].add(b)
+        neighbours[b].add(a)
+    dist, frontier = {src: 0}, [src]
+    while frontier:
+        frontier = [m for n in frontier for m in sorted(neighbours[n]) if m not in dist and not dist.update({m: dist[n] + 1})]
+    return dist
+
+
+@pytest.mark.parametrize("n", [10, 18])
+def test_in_a_ring_of_successors_every_learned_path_is_a_shortest_one(n: int) -> None:
+    """One orientation of Bounded Flood reaches every node clockwise: alone, a node learned a host 3 hops
+    clockwise 15 hops the other way (docs/performance.md). The reverse copy teaches the short way."""
+    net, ids, _ = build_network(n, seed=5, long_distance=0)
+    for nid in ids:
+        net.inject(nid, 1, arp_request(host_mac(net, nid)))
+    for i, a in enumerate(ids):
+        for j, b in enumerate(ids):
+            if a != b:
+                hops = len(learned_path(net, a, host_mac(net, b))) - 1
+                assert hops == min((j - i) % n, (i - j) % n), f"{i} -> {j}"
+
+
+@pytest.mark.parametrize("seed", [1, 7, 42])
+def test_with_long_distance_links_learned_paths_are_loop_free_and_short(seed: int) -> None:
+    net, ids, links = build_network(24, seed, long_distance=2)
+    for nid in ids:
+        net.inject(nid, 1, arp_request(host_mac(net, nid)))
+    stretch = []
+    for b in ids:
+        shortest = overlay_distances(ids, links, b)
+        for a in ids:
+            if a != b:
+                hops = len(learned_path(net, a, host_mac(net, b))) - 1
+                entry = net.nodes[a].switch.learning.lookup(host_mac(net, b), net.now)
+                assert entry is not None and entry.hops is not None and hops <= entry.hops  # never longer than taught
+                stretch.append(hops - shortest[a])
+    assert min(stretch) >= 0 and sum(stretch) / len(stretch) < 1.0
+
+
+def test_traffic_and_more_broadcasts_do_not_turn_a_short_path_around() -> None:
+    """The flap the lab showed: a unicast packet-in moved a MAC the short way, the next broadcast the long
+    way back, and every move deleted the flows towards it. Now nothing moves."""
+    net, ids, _ = build_network(12, seed=5, long_distance=0)
+    macs = {nid: host_mac(net, nid) for nid in ids}
+    for nid in ids:
+        net.inject(nid, 1, arp_request(macs[nid]))
+    learned = {(a, b): net.nodes[a].switch.learning.lookup(macs[b], net.now) for a in ids for b in ids}
+    for a in ids:
+        for b in ids:
+            if a != b:
+                net.inject(a, 1, eth(macs[b], macs[a]))
+    for nid in ids:
+        net.advance(1)
+        net.inject(nid, 1, arp_request(macs[nid]))
+    for (a, b), before in learned.items():
+        after = net.nodes[a].switch.learning.lookup(macs[b], net.now)
+        assert before is not None and after is not None and (after.port, after.hops) == (before.port, before.hops)
+    assert sum(net.nodes[n].switch.longer_paths_held for n in ids) > 0
+
+
+def test_a_peer_cannot_claim_to_be_nearer_a_root_than_one_hop_beyond_itself() -> None:
+    sw = switch_with_ports(100)  # 200 on port 10, 300 on port 11
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), root_nid=200, bound_nid=300, hop_count=1)), now=1)
+    # 300 forwards a copy of a broadcast by H2's root 200, claiming it is 1 hop old: at least 2, so 200's own stays.
+    lie = frb.pack(frb.broadcast(arp_request(H2), root_nid=200, bound_nid=100, hop_count=1))
+    actions = sw.packet_in(11, lie, now=2)
+    entry = sw.learning.lookup(H2, now=2)
+    assert entry is not None and (entry.port, entry.hops) == (10, 1)
+    assert sw.hop_counts_raised == 1 and not any(isinstance(a, DeleteFlowsToMac) for a in actions)
+
+
+def test_a_shorter_copy_moves_a_mac_a_longer_one_only_once_the_short_one_is_unconfirmed() -> None:
+    sw = switch_with_ports(100)
+    far = frb.pack(frb.broadcast(arp_request(H2), root_nid=500, bound_nid=100, hop_count=6))
+    near = frb.pack(frb.broadcast(arp_request(H2), root_nid=500, bound_nid=100, hop_count=3))
+    sw.packet_in(11, far, now=1)
+    assert DeleteFlowsToMac(H2) in sw.packet_in(10, near, now=2)  # shorter: moved
+    assert not any(isinstance(a, DeleteFlowsToMac) for a in sw.packet_in(11, far, now=3))  # longer: held
+    assert sw.learning.lookup(H2, now=3).port == 10  # type: ignore[union-attr]
+    assert sw.packet_in(11, eth(H1, H2), now=4)[0] == PacketOut(1, eth(H1, H2))  # a packet-in does not move it either
+    assert sw.learning.lookup(H2, now=4).port == 10  # type: ignore[union-attr]
+    hold = sw.learning.path_hold
+    assert DeleteFlowsToMac(H2) in sw.packet_in(11, far, now=2 + hold)  # the short way unconfirmed: the copies' way wins
+    # A different root is a host that moved: it moves at once, however long its way.
+    moved = frb.pack(frb.broadcast(arp_request(H2), root_nid=300, bound_nid=100, hop_count=9))
+    sw.packet_in(10, moved, now=3 + hold)
+    entry = sw.learning.lookup(H2, now=3 + hold)
+    assert entry is not None and (entry.port, entry.root, entry.hops) == (10, 300, 9)
+
+
+def test_reverse_copies_are_learned_from_and_passed_on_but_never_delivered() -> None:
+    sw = BoundedFloodSwitch(200, "02:aa:00:00:00:02")
+    sw.port_added(SwitchPort(1, "br0", PortKind.LEAF), now=0)
+    for port, peer in ((10, 100), (11, 150), (12, 300)):
+        sw.port_added(SwitchPort(port, f"t{peer}", PortKind.PEER, peer), now=0)
+    header = arp_request(H3)[:14]
+    # Counter-clockwise from 300 down to (bound) 100: 200 is responsible for (100, 200], so 150 gets it.
+    wire = frb.pack(frb.broadcast(header, 300, 100, 1, frb.FrbType.BROADCAST_REVERSE))
+    actions = sw.packet_in(12, wire, now=1)
+    assert not any(isinstance(a, PacketOut) and a.port == 1 for a in actions)
+    out = frbs_by_port(actions, frb.FrbType.BROADCAST_REVERSE)
+    assert {p: (f.header.bound_nid, f.header.hop_count) for p, f in out.items()} == {11: (100, 2)}
+    entry = sw.learning.lookup(H3, now=1)
+    assert entry is not None and (entry.port, entry.root, entry.hops) == (12, 300, 1)
+    assert sw.broadcasts_seen == 0 and sw.reverse_forwarded == 1
