@@ -158,6 +158,24 @@ def first_packet(lab: Lab, path: list[int], count: int = 5) -> tuple[float, floa
     return times[0], statistics.median(times[1:]), packet_ins
 
 
+def unicast_path(lab: Lab, a: int, b: int) -> tuple[int, int] | None:
+    """(bridges a -> b, bridges b -> a) that hold an evio flow for the pair's overlay MACs, right after a
+    ping: the length of the path the unicast flows really take (a shortest path crosses hops + 1)."""
+    macs = []
+    for index in (a, b):
+        device = overlay_device(lab, index)
+        if device is None:
+            return None
+        macs.append(lab.exec(index, ["cat", f"/sys/class/net/{device}/address"], check=False).stdout.strip().lower())
+    counts = [0, 0]
+    for node in lab.nodes:
+        flows = lab.ovs(node.index).ofctl("dump-flows", bridge_of(lab, node.index), f"cookie={EVIO_COOKIE}").lower()
+        for way, (src, dst) in enumerate(((macs[0], macs[1]), (macs[1], macs[0]))):
+            if f"dl_src={src},dl_dst={dst}" in flows:
+                counts[way] += 1
+    return counts[0], counts[1]
+
+
 def bridge_of(lab: Lab, index: int) -> str:
     return str(lab.daemon_status(index)["overlays"][lab.plan.overlay]["bridge"])
 
@@ -408,6 +426,7 @@ def main() -> int:
         pings: dict[int, list[tuple[float, float]]] = {i: [] for i in pairs}
         underlay: dict[int, list[float]] = {i: [] for i in pairs}
         firsts: dict[int, list[tuple[float, float, int]]] = {i: [] for i in pairs}
+        crossings: dict[int, list[tuple[int, int]]] = {i: [] for i in pairs}
         for round_no in range(1, args.rounds + 1):
             for intermediates, (a, b) in pairs.items():
                 if args.first_packet:
@@ -418,6 +437,11 @@ def main() -> int:
                               f"{first[0]:.3f} ms, later {first[1]:.3f} ms, {first[2]} packet-ins on the path",
                               flush=True)
                 rtt = ping_rtt(lab, a, b)
+                crossed = unicast_path(lab, a, b)
+                if crossed is not None:
+                    crossings[intermediates].append(crossed)
+                    print(f"  round {round_no}, {intermediates} intermediate: unicast flows on {crossed[0]} bridges "
+                          f"node{a} -> node{b}, {crossed[1]} back (shortest: {intermediates + 2})", flush=True)
                 under = underlay_rtt(lab, a, b)
                 loaded: list[float] = []
                 if args.profile:
@@ -483,6 +507,10 @@ def main() -> int:
                   f"{' / '.join(f'{r[0]:.2f}' for r in results)} ms vs later "
                   f"{' / '.join(f'{r[1]:.2f}' for r in results)} ms; packet-ins on the path "
                   f"{' / '.join(str(r[2]) for r in results)} (target <= 2 per node, first RTT <= 2 ms)")
+    for n, counts in crossings.items():
+        if counts:
+            print(f"unicast path, {n} intermediate: bridges with the pair's flows there / back "
+                  f"{' , '.join(f'{c[0]} / {c[1]}' for c in counts)} (shortest {n + 2} each way)")
     adjacent = [r[0] for r in runs.get(0, []) if r[0] is not None]
     if adjacent:
         print(f"adjacent nodes, one TCP stream: best {max(adjacent):.0f}, median {statistics.median(adjacent):.0f} "

@@ -7,11 +7,22 @@ OpenFlow events into calls on it, and one method (`_send`) turns the neutral
 actions it returns into OFP messages.
 
 Threads. The daemon runs asyncio in the main thread and os-ken, with its
-native (thread) hub, in another. Everything that touches the switch logic
-runs in this app's event thread, so the logic needs no locks. The only
-crossings are `evio.sdn.boundary`: commands in (drained before every port
-and connection event and on every tick; putting one wakes the ticker), and
-typed events out through an `EventSink`.
+native (thread) hub, in others: one receive and one send thread per switch
+connection, and this app's event thread. Everything that touches the switch
+logic holds the app's lock, so the logic itself needs none. The only
+crossings with the daemon are `evio.sdn.boundary`: commands in (drained
+before every port and connection event and on every tick; putting one wakes
+the ticker), and typed events out through an `EventSink`.
+
+The first packet of a new flow is on the critical path of every connection,
+so a packet-in is handled where it is read: in the switch's receive thread,
+not queued for the event thread, and its messages are written to the socket
+there, in one `sendall`, not queued for the send thread (the socket's writes
+go through one lock, os-ken's included; TCP_NODELAY is set). Each hand-off
+between threads is a wake-up and a GIL hand-over, up to the interpreter's 5 ms
+switch interval while another thread runs Python. Only when events of that
+switch are still queued (a port change, say) does a packet-in wait its turn
+behind them, so the switch's events keep their order.
 
 Only our own ovs-vswitchd may connect (`ControllerConfig.peer_check`, see
 switch_peer.py): datapath ids are predictable, and without the check any
@@ -179,11 +190,14 @@ def _contained(handler: _Handler) -> _Handler:
 
     @functools.wraps(handler)
     def wrapper(self: BoundedFloodApp, ev: Any) -> None:
-        try:
-            handler(self, ev)
-        except Exception:
-            self.handler_errors += 1
-            log.exception("handler %s failed on %s", handler.__name__, type(ev).__name__)
+        with self._lock:
+            try:
+                handler(self, ev)
+            except Exception:
+                self.handler_errors += 1
+                log.exception("handler %s failed on %s", handler.__name__, type(ev).__name__)
+            finally:
+                self._handled(ev)
 
     return wrapper
 
@@ -194,6 +208,33 @@ class EventTick(osken_event.EventBase):
     def __init__(self, periodic: bool) -> None:
         super().__init__()
         self.periodic = periodic
+
+
+class _SerializedSocket:
+    """A switch connection's socket whose writes go through one lock: os-ken's send thread and ours.
+
+    Concurrent `sendall`s on one stream could interleave their bytes once the
+    send buffer fills; everything else is the socket's own.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        self.raw = sock
+        self._write_lock = threading.Lock()
+
+    def sendall(self, data: bytes, *args: Any) -> None:
+        with self._write_lock:
+            self.raw.sendall(data, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+def _event_datapath(ev: Any) -> Any:
+    """The connection an os-ken event came from (None for our own ticks)."""
+    msg = getattr(ev, "msg", None)
+    if msg is not None:
+        return getattr(msg, "datapath", None)
+    return getattr(ev, "datapath", None)
 
 
 class BoundedFloodApp(app_manager.OSKenApp):
@@ -216,6 +257,10 @@ class BoundedFloodApp(app_manager.OSKenApp):
         self.handler_errors = 0
         self.refused_switches = 0
         self._refusal_logged = float("-inf")
+        # Held by every handler, in whichever thread it runs (see the module docstring).
+        self._lock = threading.RLock()
+        self._queued: dict[Any, int] = {}  # connection -> its events queued for the event thread, not yet handled
+        self.packet_ins_inline = 0  # handled in the receive thread (the rest waited behind that switch's events)
 
     def start(self) -> Any:
         thread = super().start()
@@ -226,6 +271,30 @@ class BoundedFloodApp(app_manager.OSKenApp):
         self._stopping.set()
         self.commands.wake()
         super().stop()
+
+    def _send_event(self, ev: Any, state: Any) -> None:
+        """os-ken hands this app an event (in the thread that made it: a switch's receive thread for its messages)."""
+        dp = _event_datapath(ev)
+        if dp is not None:
+            with self._lock:
+                if isinstance(ev, ofp_event.EventOFPPacketIn) and state == MAIN_DISPATCHER and not self._queued.get(dp):
+                    self.packet_ins_inline += 1
+                    self.packet_in(ev)
+                    return
+                self._queued[dp] = self._queued.get(dp, 0) + 1
+                ev.evio_queued = True  # see _contained: the handler marks it done
+        super()._send_event(ev, state)
+
+    def _handled(self, ev: Any) -> None:
+        """A queued event's handler ran (os-ken only queues events whose handler's state matches)."""
+        if getattr(ev, "evio_queued", False):
+            ev.evio_queued = False
+            dp = _event_datapath(ev)
+            left = self._queued.get(dp, 0) - 1
+            if left > 0:
+                self._queued[dp] = left
+            else:
+                self._queued.pop(dp, None)
 
     def _ticker(self) -> None:
         next_tick = time.monotonic() + self.config.tick_interval
@@ -241,13 +310,26 @@ class BoundedFloodApp(app_manager.OSKenApp):
     # ---------------------------------------------------------------- sending
 
     def _send(self, overlay: OverlaySwitch, actions: Sequence[FlowAction]) -> None:
-        """The one place OFP messages for the logic's actions leave for a switch."""
+        """The one place OFP messages for the logic's actions leave for a switch: one write for them all."""
         dp = self.datapaths.get(overlay.datapath_id) if overlay.connected else None
-        if dp is None:
+        if dp is None or not actions:
             return
-        for action in actions:
-            for msg in to_ofp_messages(dp, action):
-                dp.send_msg(msg)
+        self._write(dp, [msg for action in actions for msg in to_ofp_messages(dp, action)])
+
+    def _write(self, dp: Any, messages: Sequence[Any]) -> None:
+        """Every OFP message of ours goes this way, so none overtakes another."""
+        sock = getattr(dp, "socket", None)
+        if not isinstance(sock, _SerializedSocket):
+            for msg in messages:
+                dp.send_msg(msg)  # os-ken's send thread writes them
+            return
+        for msg in messages:
+            dp.set_xid(msg)
+            msg.serialize()
+        try:
+            sock.sendall(b"".join(msg.buf for msg in messages))
+        except OSError as err:  # the receive thread sees the connection end and os-ken tears it down
+            log.debug("write to switch failed dpid=%016x: %s", dp.id or 0, err)
 
     def _run(self, overlay: OverlaySwitch, step: Step) -> None:
         self._send(overlay, step.actions)
@@ -302,9 +384,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
 
     def _take_over(self, overlay: OverlaySwitch, dp: Any) -> None:
         """A connected switch meets its overlay: base flows, then ask for its ports."""
-        for msg in base_flows(dp):
-            dp.send_msg(msg)
-        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
+        self._write(dp, [*base_flows(dp), dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0)])
         self._run(overlay, Step(events=overlay.switch_connected()))
 
     def _refusal(self, dp: Any) -> str | None:
@@ -343,6 +423,11 @@ class BoundedFloodApp(app_manager.OSKenApp):
             self._refuse(dp, refusal)
             return
         self.datapaths[dp.id] = dp
+        sock = getattr(dp, "socket", None)
+        if sock is not None and not isinstance(sock, _SerializedSocket):
+            with contextlib.suppress(OSError):  # a Unix socket has no Nagle to turn off
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            dp.socket = _SerializedSocket(sock)  # from now on our handlers write directly, os-ken's thread too
         overlay = self.by_datapath_id.get(dp.id)
         if overlay is None:
             log.warning("switch connected for no attached overlay dpid=%016x (waiting for one)", dp.id)
@@ -440,7 +525,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
             dp = self.datapaths.get(overlay.datapath_id)
             if poll and overlay.connected and dp is not None and overlay.settings.on_demand.enabled:
                 self._stats_parts.pop(dp.id, None)  # an unanswered earlier poll is superseded
-                dp.send_msg(flow_stats_request(dp))
+                self._write(dp, [flow_stats_request(dp)])
             if report:
                 self._run(overlay, Step(events=overlay.drop_report()))
             # Every tick, not every drop report: E1 reads them right after a broadcast.

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from typing import Any
 
 import pytest
-from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import MAIN_DISPATCHER
+from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 from test_sdn_switch import H1, H2, arp_request, eth  # tests/unit is on sys.path
 
 from evio.config.model import OnDemandConfig
@@ -52,10 +55,13 @@ class FakeDatapath:
         self.xid = 0
 
     def send_msg(self, msg: Any) -> None:
-        self.xid += 1
-        msg.set_xid(self.xid)
+        self.set_xid(msg)
         msg.serialize()  # proves the message encodes
         self.sent.append(msg)
+
+    def set_xid(self, msg: Any) -> None:
+        self.xid += 1
+        msg.set_xid(self.xid)
 
     def packet_outs(self) -> list[Any]:
         return [m for m in self.sent if isinstance(m, parser.OFPPacketOut)]
@@ -341,3 +347,86 @@ def test_events_have_a_json_form(event: Any) -> None:
 
     as_json = json.loads(json.dumps(event_as_dict(event)))
     assert as_json["event"] == type(event).__name__ and as_json["overlay"] == "red"
+
+
+# ---------------------------------------------------------------- the first packet: no thread hand-offs
+
+
+def packet_in_event(dp: Any, in_port: int, data: bytes) -> Any:
+    ev = ofp_event.EventOFPPacketIn(_Msg(datapath=dp, match={"in_port": in_port}, data=data))
+    return ev
+
+
+def test_a_packet_in_is_handled_in_the_thread_that_read_it_unless_that_switch_has_events_queued() -> None:
+    app, commands, _, _ = make_app()
+    dp = FakeDatapath(0xAAAA)
+    commands.attach("red", 0xAAAA, node_id=100)
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # H2 is behind port 2
+    dp.sent.clear()
+
+    app._send_event(packet_in_event(dp, ofp.OFPP_LOCAL, eth(H2, H1)), MAIN_DISPATCHER)
+    assert app.packet_ins_inline == 1 and app.events.qsize() == 0
+    assert [type(m).__name__ for m in dp.sent] == ["OFPPacketOut", "OFPFlowMod"]
+
+    # A port change of the same switch still queued: the packet-in waits behind it, so order holds.
+    status = ofp_event.EventOFPPortStatus(_Msg(datapath=dp, reason=ofp.OFPPR_DELETE,
+                                               desc=desc(2, "evot200", "02:00:00:00:00:99")))
+    app._send_event(status, MAIN_DISPATCHER)
+    app._send_event(packet_in_event(dp, ofp.OFPP_LOCAL, eth(H2, H1, payload=b"y" * 46)), MAIN_DISPATCHER)
+    assert app.packet_ins_inline == 1 and app.events.qsize() == 2
+    dp.sent.clear()
+    handlers = {ofp_event.EventOFPPortStatus: app.port_status, ofp_event.EventOFPPacketIn: app.packet_in}
+    while app.events.qsize():  # what os-ken's event thread does, in order
+        ev, _ = app.events.get()
+        app._events_sem.release()
+        handlers[type(ev)](ev)
+    assert 2 not in app.overlays["red"].switch.ports
+    assert not any(isinstance(m, parser.OFPPacketOut) and m.actions[0].port == 2 for m in dp.sent)
+    # Nothing queued any more: inline again.
+    app._send_event(packet_in_event(dp, ofp.OFPP_LOCAL, eth(H2, H1)), MAIN_DISPATCHER)
+    assert app.packet_ins_inline == 2
+
+
+class RecordingSocket:
+    """A switch connection's socket: what was written, write by write, and the options set."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.options: dict[tuple[int, int], int] = {}
+
+    def sendall(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def setsockopt(self, level: int, name: int, value: int) -> None:
+        self.options[(level, name)] = value
+
+
+def message_types(data: bytes) -> list[int]:
+    types = []
+    while data:
+        _, msg_type, msg_len, _ = ofproto_parser.header(data)
+        types.append(msg_type)
+        data = data[msg_len:]
+    return types
+
+
+def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_nodelay_socket() -> None:
+    app, commands, _, _ = make_app()
+    sock = RecordingSocket()
+    dp = FakeDatapath(0xAAAA)
+    dp.socket = sock  # type: ignore[attr-defined]
+    commands.attach("red", 0xAAAA, node_id=100)
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    assert sock.options[(socket.IPPROTO_TCP, socket.TCP_NODELAY)] == 1
+    assert dp.sent == []  # nothing through os-ken's send queue
+    # Connect: base flows and the port request in one write; the new peer port's leaf announcement in another.
+    assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_FLOW_MOD] * 3 + [ofp.OFPT_MULTIPART_REQUEST],
+                                                       [ofp.OFPT_PACKET_OUT]]
+    sock.writes.clear()
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
+    sock.writes.clear()
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
+    assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_PACKET_OUT, ofp.OFPT_FLOW_MOD]]
