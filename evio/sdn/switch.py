@@ -178,8 +178,10 @@ class BoundedFloodSwitch:
         packet_in_rate: float = PACKET_IN_RATE,
         packet_in_burst: int = PACKET_IN_BURST,
         tunnel_mtu: int = DEFAULT_TUNNEL_MTU,
+        reverse_copies: bool = True,
     ) -> None:
         self.node_id = node_id
+        self.reverse_copies = reverse_copies  # off: one flood orientation only (benchmarks/learned_paths.py)
         # What a tunnel TAP takes (vswitchd's packet socket refuses more), and what an FRB may carry.
         self.max_frame_len = tunnel_mtu + ETH_HEADER_LEN
         self.max_flooded_frame_len = self.max_frame_len - frb.FRB_MIN_FRAME_LEN  # its own Ethernet header too
@@ -404,7 +406,7 @@ class BoundedFloodSwitch:
 
     def _originate_reverse(self, data: bytes) -> list[FlowAction]:
         """Send `data`'s Ethernet header counter-clockwise as a BROADCAST_REVERSE rooted here (learning only)."""
-        peers = self.peer_ports()
+        peers = self.peer_ports() if self.reverse_copies else {}
         actions: list[FlowAction] = []
         for peer, bound in reverse_root_bounds(self.node_id, peers).items():
             self.reverse_sent += 1

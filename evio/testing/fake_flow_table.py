@@ -325,7 +325,8 @@ class FakeNetwork:
 
     max_events = 1_000_000  # a forwarding loop trips this instead of hanging the test
 
-    def __init__(self, flow_idle_timeout: int = 30) -> None:
+    def __init__(self, flow_idle_timeout: int = 30, reverse_copies: bool = True) -> None:
+        self.reverse_copies = reverse_copies
         self.nodes: dict[int, FakeNode] = {}
         self.tunnels: dict[tuple[int, int], tuple[int, int]] = {}  # (node, port) -> (peer node, peer port)
         self.flow_idle_timeout = flow_idle_timeout
@@ -335,7 +336,8 @@ class FakeNetwork:
     def add_node(self, node_id: int, local_mac: str | None = None) -> FakeNode:
         """A switch with its internal (leaf) port as port 1, whose MAC is `local_mac`."""
         mac = local_mac if local_mac is not None else _mac_for(node_id, 0xFE)
-        switch = BoundedFloodSwitch(node_id, _mac_for(node_id, 0x02), self.flow_idle_timeout)
+        switch = BoundedFloodSwitch(node_id, _mac_for(node_id, 0x02), self.flow_idle_timeout,
+                                    reverse_copies=self.reverse_copies)
         node = FakeNode(node_id, switch, FakeFlowTable(CodecDatapath(node_id)))
         self.nodes[node_id] = node
         for msg in base_flows(node.table.codec):  # what the adapter installs when the switch connects
