@@ -449,6 +449,10 @@ def main() -> int:
                         run = iperf_with_cpu(lab, a, b, args.duration, loaded)
                 else:
                     run = iperf_with_cpu(lab, a, b, args.duration)
+                after = unicast_path(lab, a, b)  # the flows iperf3's stream left: where it really went
+                if after is not None:
+                    print(f"  round {round_no}, {intermediates} intermediate: after iperf3, unicast flows on "
+                          f"{after[0]} bridges there, {after[1]} back (shortest: {intermediates + 2})", flush=True)
                 if rtt is not None:
                     pings[intermediates].append(rtt)
                 if under is not None:
