@@ -20,7 +20,8 @@ Entries learned from an FRB or a leaf announcement also keep the overlay
 table prefers the shortest way: while a path is confirmed (within
 ``path_hold`` of the last copy that taught it), a copy from the *same* root
 arriving by another port with as many hops or more, or a plain unicast
-packet-in on another port, does not move the MAC (``Change.HELD``). Bounded
+packet-in on another port within ``unicast_hold`` of that copy, does not
+move the MAC (``Change.HELD``). Bounded
 Flood delivers each broadcast once per orientation, and one orientation may
 come the long way round; a shorter copy, a different root (a host that
 moved) or a path not confirmed for ``path_hold`` moves it as before.
@@ -57,6 +58,11 @@ MAX_ENTRIES = 8192
 # port stayed up is left within this time. It is also how long a member's lie about hop counts can hold
 # against the truth after its last forged copy (docs/design.md, "Learning and unicast flows").
 PATH_HOLD = 60.0
+# How long after a copy confirmed it a path holds against plain unicast packet-ins by another port. The flap
+# the lab showed came right after a broadcast (the ARP exchange, then the flow's first frames); much later,
+# a packet-in by a new port is more likely a path that changed (a link cut beyond the next hop), and moving
+# on it heals the path on the next frame, as before.
+UNICAST_HOLD = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +107,17 @@ class Announced:
 
 
 class LearningTable:
-    def __init__(self, max_age: float, max_entries: int = MAX_ENTRIES, path_hold: float = PATH_HOLD) -> None:
+    def __init__(
+        self, max_age: float, max_entries: int = MAX_ENTRIES, path_hold: float = PATH_HOLD,
+        unicast_hold: float = UNICAST_HOLD,
+    ) -> None:
         if not max_age > 0:
             raise ValueError(f"max_age must be positive, got {max_age}")
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.max_age = max_age
         self.path_hold = min(path_hold, max_age)
+        self.unicast_hold = min(unicast_hold, self.path_hold)
         self.max_entries = max_entries
         self._entries: dict[str, LearnedMac] = {}
         # Recency orders (least recently seen first), one per kind: eviction takes remote ones first.
@@ -204,8 +214,8 @@ class LearningTable:
         """Whether `old`, a confirmed path by another port, stays against this (longer or unmeasured) way."""
         if old.port == port or old.hops is None or now - old.hops_seen >= self.path_hold:
             return False
-        if root is None:
-            return True  # a plain packet-in: no root, no hop count
+        if root is None:  # a plain packet-in: no root, no hop count
+            return now - old.hops_seen < self.unicast_hold
         return root == old.root and hops is not None and hops >= old.hops
 
     def _victim(self, local: bool) -> str | None:

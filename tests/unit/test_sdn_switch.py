@@ -660,3 +660,14 @@ def test_reverse_copies_are_learned_from_and_passed_on_but_never_delivered() -> 
     entry = sw.learning.lookup(H3, now=1)
     assert entry is not None and (entry.port, entry.root, entry.hops) == (12, 300, 1)
     assert sw.broadcasts_seen == 0 and sw.reverse_forwarded == 1
+
+
+def test_long_after_its_last_copy_a_packet_in_by_another_port_moves_a_mac_again() -> None:
+    """A link cut beyond the next hop leaves this port up: the sender's frames by a new way heal the path."""
+    sw = switch_with_ports(100)
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), root_nid=500, bound_nid=300, hop_count=3)), now=1)
+    hold = sw.learning.unicast_hold
+    assert sw.packet_in(11, eth(H1, H2), now=1 + hold / 2)[0] == PacketOut(1, eth(H1, H2))
+    assert sw.learning.lookup(H2, now=1 + hold / 2).port == 10  # type: ignore[union-attr]
+    assert DeleteFlowsToMac(H2) in sw.packet_in(11, eth(H1, H2), now=1 + hold)
+    assert sw.learning.lookup(H2, now=1 + hold).port == 11  # type: ignore[union-attr]
