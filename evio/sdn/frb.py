@@ -21,7 +21,8 @@ LINK_CHECK              3     none; pl_count 0
 LINK_ACK                4     none; pl_count 0
 BROADCAST_REVERSE       5     evio's own: the Ethernet header (14 bytes) of a broadcast,
                               flooded counter-clockwise for learning only, never
-                              delivered; older nodes reject the type and lose nothing
+                              delivered; an older evio node drops it as malformed
+                              (counted, logged) and loses no delivery by it
 ======================  ====  =========================================================
 
 What the original sends, and so what `parse` accepts (anything else is
