@@ -44,11 +44,16 @@ class PeerBackoff:
         self.cap = cap
         self._records: dict[int, _Record] = {}
 
-    def failed(self, peer: int, now: float, rng: random.Random) -> float:
-        """Count one more failure of `peer`; the time before which it is not asked again."""
+    def failed(self, peer: int, now: float, rng: random.Random, cap: float | None = None) -> float:
+        """Count one more failure of `peer`; the time before which it is not asked again.
+
+        `cap` (at least `base`) lowers the cap for this delay: a missing ring successor is asked
+        again within seconds however often it failed, where another peer may wait `self.cap`.
+        """
         record = self._records.get(peer)
         failures = 1 if record is None else record.failures + 1
-        retry_at = now + backoff_delay(failures, rng, self.base, self.cap)
+        limit = self.cap if cap is None else max(self.base, min(cap, self.cap))
+        retry_at = now + backoff_delay(failures, rng, self.base, limit)
         self._records[peer] = _Record(failures, retry_at)
         return retry_at
 

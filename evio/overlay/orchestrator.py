@@ -100,9 +100,10 @@ class Timings:
     long_distance_refusal_ttl: float = 300.0  # a peer that refused a long-distance link is not asked again
     backoff_base: float = 1.0  # failing peers: first delay ...
     backoff_cap: float = 60.0  # ... doubling up to this
+    successor_backoff_cap: float = 8.0  # ... or this, for a successor: the ring is retried until it closes
     change_rate: float = 4.0  # tunnels added or removed per second, sustained ...
     change_burst: int = 16  # ... after a burst of this many
-    max_setups: int = 3  # new links of ours asked for or connecting at once (successors go first)
+    max_setups: int = 3  # new links of ours asked for or connecting at once, of each kind: successors, others
     stop_release_timeout: float = 1.0  # on stop, how long releases are given before tunnels close
     revalidate_after: float = 1.5  # a linked peer gone from signaling this long: ask whether it is still a member
     relogin_grace: float = 30.0  # ... or this long, when it said it was logging in again
@@ -252,6 +253,7 @@ class Orchestrator:
         self._retry_at: dict[int, float] = {}  # refused for a passing reason: not before then
         self._refused_long_distance: dict[int, float] = {}  # peer -> until
         self._absent_check: dict[int, float] = {}  # linked peer gone from signaling -> when to ask about it
+        self._successors: frozenset[int] = frozenset()  # our ring successors, backed-off ones included
         self._connected = False
         self._settle_until = now
         self._due: float | None = None  # an evaluation is wanted then
@@ -361,7 +363,7 @@ class Orchestrator:
             self._membership_due = min(self._membership_due, now)
         self._end_tunnel(peer, st, reason, now)
         if not expected:
-            self._fail(peer, f"tunnel {reason}", now)
+            self._fail(peer, f"tunnel {reason}", now, held)
             if was is Phase.CONNECTING and held is not None:
                 # Our offer may never have reached the peer (no_response): without word from us it
                 # would wait for our tunnel until `await_tunnel`, a pending link on its side only.
@@ -385,7 +387,7 @@ class Orchestrator:
         log.info("overlay %s connect to peer=%032x failed: %s", self.name, peer, reason)
         held = st.held
         st.held = st.theirs = None
-        self._fail(peer, "connect failed", now)
+        self._fail(peer, "connect failed", now, held)
         # Tell the peer to stop waiting for our tunnel, and make sure no half-made one lingers.
         if held is not None and peer in self._members and self._connected:
             self._send_release(peer, st, held)
@@ -470,7 +472,7 @@ class Orchestrator:
             if refusal is LinkRefusal.TOO_MANY_LONG_DISTANCE:
                 self._refused_long_distance[peer] = now + self.timings.long_distance_refusal_ttl
             elif refusal in _FULL:
-                self._fail(peer, f"refused: {refusal.value}", now)  # the peer is full: back off, ask others
+                self._fail(peer, f"refused: {refusal.value}", now, wanted)  # the peer is full: back off, ask others
             else:
                 self._retry_at[peer] = now + self.timings.refused_retry
             if existing:
@@ -481,7 +483,7 @@ class Orchestrator:
             self.failures[outcome] += 1
             log.info("overlay %s %s link request to peer=%032x failed: %s", self.name, wanted.value, peer, outcome.value)
             if outcome in (Failure.NO_ANSWER, Failure.ERROR):
-                self._fail(peer, f"link request {outcome.value}", now)
+                self._fail(peer, f"link request {outcome.value}", now, wanted)
                 if not existing:
                     # The peer may have accepted and lost only its answer: it would await our tunnel.
                     self._withdraw(peer, st, wanted)
@@ -626,6 +628,7 @@ class Orchestrator:
         self._retry_at.clear()
         self._refused_long_distance.clear()
         self._absent_check.clear()
+        self._successors = frozenset()
         self._backoff.clear()
         return self._flush()
 
@@ -708,6 +711,8 @@ class Orchestrator:
             self._backoff.forget(gone)  # vanished while our signaling was down: nothing to pace any more
         ring, blocked = self._ring(now)
         s = self.topology.successors
+        whole = Ring(set(ring) | (blocked & self._members))
+        self._successors = frozenset(whole.peer_at(self.node_id, d) for d in range(1, min(s, len(whole) - 1) + 1))
         k = self.topology.long_distance_for(len(ring))
         keep = [p for p, st in self._peers.items() if (st.held or st.asking) is LinkType.LONG_DISTANCE]
         refused = {p for p, until in self._refused_long_distance.items() if until > now}
@@ -715,6 +720,10 @@ class Orchestrator:
             ring, self.node_id, s, k, self._log_form, self._rng, keep=keep, exclude=blocked | refused
         )
         desired = desired_links(selection, self._on_demand_targets(selection, ring))
+        # The ring first: no long-distance link is started while one of our successor links is not up.
+        # On a loaded host every setup slows the others, and a missing successor splits the ring
+        # (Bounded Flood and routing need it) where a missing chord costs a few hops.
+        ring_pending = any(self.phase(p) is not Phase.UP for p in selection.successors)
         deferred = False
         for op in diff(self.node_id, self.view(), desired, s):
             st = self._peers.get(op.peer)
@@ -733,10 +742,14 @@ class Orchestrator:
                     continue
                 if self.tunnel_count() + self._asking_new() >= self.limits.max_tunnels:
                     continue  # at the cap: only changes and removals until a tunnel goes
-                if self._setting_up() >= self.timings.max_setups:
+                successor = op.type is LinkType.SUCCESSOR
+                if not successor and op.type is LinkType.LONG_DISTANCE and ring_pending:
+                    continue  # evaluated again when a successor link comes up or fails
+                if self._setting_up(successor) >= self.timings.max_setups:
                     # Each setup costs both ends CPU (ICE, TURN, DTLS, a TAP, a bridge port): started all
                     # at once on a busy host they time out together and are retried together. The
                     # next one starts when one of these ends (its answer or tunnel event evaluates).
+                    # Successors have slots of their own: a slow long-distance setup never holds them up.
                     continue
             if not self._budget.take(now):
                 deferred = True
@@ -821,13 +834,19 @@ class Orchestrator:
     def _asking_new(self) -> int:
         return sum(1 for st in self._peers.values() if st.asking is not None and st.phase is Phase.NONE)
 
-    def _setting_up(self) -> int:
-        """Our own new links under way: asked for, or accepted and connecting."""
-        return sum(
-            1
-            for st in self._peers.values()
-            if (st.asking is not None and not st.asking_existing and st.phase is Phase.NONE) or st.phase is Phase.CONNECTING
-        )
+    def _setting_up(self, successors: bool) -> int:
+        """Our own new links under way, successor links or the others: asked for, or accepted and connecting."""
+        count = 0
+        kind: LinkType | None
+        for st in self._peers.values():
+            if st.asking is not None and not st.asking_existing and st.phase is Phase.NONE:
+                kind = st.asking
+            elif st.phase is Phase.CONNECTING:
+                kind = st.held or st.asking
+            else:
+                continue
+            count += (kind is LinkType.SUCCESSOR) is successors
+        return count
 
     def _ask(self, peer: int, st: _Peer, request: LinkRequest) -> None:
         self._seq += 1
@@ -940,9 +959,13 @@ class Orchestrator:
         st.released_by_peer = False
         self._set_phase(st, Phase.NONE, now)
 
-    def _fail(self, peer: int, why: str, now: float) -> None:
+    def _fail(self, peer: int, why: str, now: float, link_type: LinkType | None = None) -> None:
         self.failures[why] += 1
-        retry_at = self._backoff.failed(peer, now, self._rng)
+        # A successor is retried within seconds for ever: while it is left out, the next peer stands in,
+        # but the ring is only whole once this link is up (the issue's "retried until it exists").
+        successor = link_type is LinkType.SUCCESSOR or peer in self._successors
+        cap = self.timings.successor_backoff_cap if successor else None
+        retry_at = self._backoff.failed(peer, now, self._rng, cap)
         log.info(
             "overlay %s peer=%032x backed off for %.1f s after %s failure(s): %s",
             self.name, peer, retry_at - now, self._backoff.failures(peer), why,

@@ -12,6 +12,7 @@ import pytest
 from evio.config.model import LimitsConfig, OnDemandConfig, TopologyConfig
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import LinkDown, LinkUp
+from evio.overlay.backoff import PeerBackoff
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
 from evio.overlay.orchestrator import (
     Action,
@@ -101,10 +102,13 @@ def test_nothing_before_login_settles_then_successors_first() -> None:
     orch = core(long_distance=2)
     assert orch.tick(0.5) == []  # membership still arriving
     assert orch.next_wakeup(0.5) == pytest.approx(1.0)
-    asked = requests(orch.tick(1.0))
-    assert asked[:2] == [(110, S, False), (120, S, False)]
-    assert [t for _, t, _ in asked[2:]] == [L, L]
+    asks = of(orch.tick(1.0), SendLinkRequest)
+    assert [(a.peer, a.request.type) for a in asks] == [(110, S), (120, S)]  # the ring first
     assert orch.tick(1.1) == []  # in flight: not asked twice
+    complete(orch, asks[0], 1.2)
+    assert requests(orch.tick(1.2)) == []  # long-distance links wait for every successor link
+    complete(orch, asks[1], 1.3)
+    assert [t for _, t, _ in requests(orch.tick(1.3))] == [L, L]
 
 
 def test_accepted_link_connects_and_is_announced_exactly_once() -> None:
@@ -442,6 +446,29 @@ def test_failing_peer_is_backed_off_exponentially_and_bypassed() -> None:
     assert orch.backed_off(now) == set()  # success resets it
 
 
+def test_a_missing_successor_is_retried_for_ever_within_the_successor_cap() -> None:
+    # Issue 13: "A missing successor must be retried until it exists"; a long-distance peer may wait longer.
+    timings = replace(T, backoff_cap=60.0, successor_backoff_cap=4.0)
+    orch = core(members=(110,), successors=1, timings=timings)
+    now, delays = 1.0, []
+    for _ in range(12):
+        (ask,) = of(orch.tick(now), SendLinkRequest)
+        assert ask.peer == 110
+        for release in of(orch.link_answered(110, ask.seq, Failure.NO_ANSWER, now), SendRelease):
+            orch.release_answered(110, release.seq, ReleaseAnswer(None), now)  # the withdrawal
+        retry = now
+        while 110 in orch.backed_off(retry):
+            retry += 0.05
+        delays.append(retry - now)
+        now = retry
+    assert max(delays) <= 4.0 + 0.06 and min(delays[4:]) >= 2.0  # capped, never given up
+    # Without that cap (a peer that is no successor of ours) the same failures back off much longer.
+    backoff, rng = PeerBackoff(1.0, 60.0), random.Random(0)
+    for failure in range(8):
+        backoff.failed(150, float(failure), rng)
+    assert backoff.blocked(150, 7.0 + 4.5)
+
+
 def test_unanswered_requests_back_off_but_signal_outage_does_not() -> None:
     orch = core(members=(110,), successors=1)
     (ask,) = of(orch.tick(1.0), SendLinkRequest)
@@ -501,11 +528,13 @@ def test_a_release_lost_to_a_signal_outage_is_sent_again_and_the_tunnel_stays_me
 
 def test_a_peer_that_leaves_is_forgotten() -> None:
     orch = core(members=(110, 120), successors=1, long_distance=1)
-    orch.tick(1.0)  # asks 110 (successor) and 120 (long distance)
+    link_up(orch, 1.0, 110)  # the successor: the long-distance link waits for it
+    assert [p for p, _, _ in requests(orch.tick(1.0))] == [120]
     orch.want_on_demand(120, 1.0)
     assert orch.tracked_peers() == 2
     orch.peer_removed(120, RemovalCause.LEFT, 2.0)
     orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    orch.tunnel_down(110, "t110", "peer-silent", 2.5)  # an up link goes with its tunnel
     assert orch.tracked_peers() == 0
     assert orch.adjacency() == {}
 
@@ -586,14 +615,24 @@ def test_changes_are_rate_limited() -> None:
 def test_at_most_max_setups_new_links_are_under_way_at_once_successors_first() -> None:
     # 64 nodes starting together on two cores: every setup at once made them all time out together.
     orch = core(members=range(101, 164), long_distance=None, timings=replace(T, max_setups=3))
-    asks = of(orch.tick(1.0), SendLinkRequest)
-    assert [a.request.type for a in asks] == [S, S, L]
-    assert requests(orch.tick(1.5)) == []  # all three in flight
+    successors = of(orch.tick(1.0), SendLinkRequest)
+    assert [a.request.type for a in successors] == [S, S]  # the ring first, alone
+    for ask in successors:
+        complete(orch, ask, 1.5)
+    asks = of(orch.tick(1.5), SendLinkRequest)
+    assert [a.request.type for a in asks] == [L, L, L]
+    assert requests(orch.tick(1.6)) == []  # all three in flight
     out = orch.link_answered(asks[0].peer, asks[0].seq, LinkAnswer(True), 2.0)
     (connect,) = of(out, Connect)
     assert requests(out + orch.tick(2.0)) == []  # accepted and connecting: still under way
     out = orch.connect_succeeded(asks[0].peer, connect.seq, "t", "tap", 2.5)
     assert [t for _, t, _ in requests(out + orch.tick(2.5))] == [L]  # one done: the next starts
+    # A successor has slots of its own: three long-distance setups under way do not hold it up.
+    orch.tunnel_down(successors[0].peer, f"t{successors[0].peer}", "peer-silent", 3.0)
+    again = 3.0
+    while successors[0].peer in orch.backed_off(again):
+        again += 0.5
+    assert requests(orch.tick(again)) == [(successors[0].peer, S, False)]
 
 
 def test_a_new_link_asked_for_without_an_answer_is_withdrawn_so_the_peer_does_not_wait_for_it() -> None:
@@ -690,7 +729,7 @@ def test_same_inputs_same_decisions() -> None:
         return orch.tick(1.0)
 
     first = run()
-    assert len(first) == 2 + 6  # s = 2, k = floor(log2 64)
+    assert len(first) == 2  # s = 2; the k = floor(log2 64) long-distance links follow once they are up
     assert first == run()
 
 
