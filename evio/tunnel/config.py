@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from evio.config.model import Cipher, LimitsConfig, TunnelConfig
@@ -71,6 +71,12 @@ class TunnelSettings:
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:
             raise ValueError(f"tap_prefix {self.tap_prefix!r}: at most {IFNAME_MAX - MIN_TAP_HASH} characters")
+
+    def stretched(self, patience: float) -> TunnelSettings:
+        """These settings for one setup on a loaded host: its ICE and DTLS deadlines times `patience`."""
+        if patience <= 1.0:
+            return self
+        return replace(self, ice=replace(self.ice, patience=patience), dtls_timeout=self.dtls_timeout * patience)
 
     @property
     def tap_mtu(self) -> int:

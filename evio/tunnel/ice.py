@@ -93,6 +93,10 @@ class TurnRelay:
         return TurnCredentials(self.username, self.password)
 
 
+MAX_PATIENCE = 4.0
+"""The most the setup deadlines are stretched under load; the controlled side always allows for it."""
+
+
 @dataclass(frozen=True)
 class IceConfig:
     stun: tuple[tuple[str, int], ...] = ()
@@ -105,6 +109,8 @@ class IceConfig:
     exclude_networks: tuple[str, ...] = ()
     """Never gather, signal or try candidates in these networks (the overlays' own subnets)."""
     gather_timeout: float = 3.0
+    patience: float = 1.0
+    """The direct and relay deadlines are multiplied by this (`evio.tunnel.patience`: it grows with load)."""
 
 
 @dataclass
@@ -355,8 +361,9 @@ class IceAgent:
             raise IceFailed("no usable ICE parameters in common with the peer")
 
     async def select_controlling(self) -> SelectedPath:
-        """Direct for ``direct_timeout``, then relay for ``relay_timeout``."""
-        for conn, timeout in ((self.direct, self._config.direct_timeout), (self.relay, self._config.relay_timeout)):
+        """Direct for ``direct_timeout``, then relay for ``relay_timeout`` (each times ``patience``)."""
+        c = self._config
+        for conn, timeout in ((self.direct, c.direct_timeout * c.patience), (self.relay, c.relay_timeout * c.patience)):
             if conn is None:
                 continue
             try:
@@ -370,11 +377,13 @@ class IceAgent:
 
     async def select_controlled(self) -> tuple[SelectedPath, bytes]:
         """Follow the controlling side: the path on which its first DTLS datagram arrives."""
-        deadline = self._config.direct_timeout + self._config.relay_timeout + 2.0
+        c = self._config
+        # The controlling side's patience is not signalled: allow for the most it may take.
+        deadline = (c.direct_timeout + c.relay_timeout) * max(c.patience, MAX_PATIENCE) + 2.0
         # The relay checks start when the controlling side's do. Started earlier, they fail
         # (no TURN permission on the peer's allocation yet) and back off, and aioice does not
         # retry an in-progress check when the peer's check arrives: up to a second lost.
-        relay_delay = self._config.direct_timeout if self.direct is not None else 0.0
+        relay_delay = c.direct_timeout * c.patience if self.direct is not None else 0.0
         attempts = {asyncio.create_task(self._await_first_dtls(c)): c for c in (self.direct,) if c is not None}
         if self.relay is not None:
             attempts[asyncio.create_task(self._await_first_dtls(self.relay, relay_delay))] = self.relay

@@ -226,8 +226,14 @@ class Liveness:
         minimum = rtt if old.minimum is None else min(old.minimum, rtt)
         self.rtt = RttStats(rtt, smoothed, minimum, old.samples + 1, now)
 
-    def tick(self, now: float, rx_records: int, tx_records: int) -> list[Action]:
-        """Periodic check with the data path's authenticated-received and sent record counts."""
+    def tick(self, now: float, rx_records: int, tx_records: int, patience: float = 1.0) -> list[Action]:
+        """Periodic check with the data path's authenticated-received and sent record counts.
+
+        `patience` (>= 1, `evio.tunnel.patience`) stretches the silence, doubt and establishment
+        limits while this host's event loops run late: a starved peer's keepalives and echo replies
+        are late too, and killing its working tunnel only adds a setup to the load.
+        """
+        patience = max(1.0, patience)
         if self.state is LivenessState.DOWN:
             return []
         actions: list[Action] = []
@@ -238,7 +244,7 @@ class Liveness:
             self._tx_seen = tx_records
             self._tx_changed = now
         if self.state is LivenessState.ESTABLISHING:
-            if now - self._started >= self.config.establish_timeout:
+            if now - self._started >= self.config.establish_timeout * patience:
                 self.state = LivenessState.DOWN
                 return [PeerDead(DownReason.NOT_AUTHENTICATED)]
             if now - self._last_hello >= self.config.hello_interval:
@@ -248,13 +254,13 @@ class Liveness:
         if self._probe_since is not None:
             if rx_records > self._probe_rx:
                 self._probe_since = None  # records counted since the probe began: alive
-            elif now - self._probe_since >= self._probe_deadline:
+            elif now - self._probe_since >= self._probe_deadline * patience:
                 self.state = LivenessState.DOWN
                 return [PeerDead(DownReason.PEER_SILENT)]
             elif now - self._last_probe >= self.config.probe_interval:
                 self._last_probe = now
                 actions.append(SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now)))
-        if now - self._rx_changed >= self.config.silence_limit:
+        if now - self._rx_changed >= self.config.silence_limit * patience:
             self.state = LivenessState.DOWN
             return [PeerDead(DownReason.PEER_SILENT)]
         if now - self._last_echo >= self.config.keepalive_interval:

@@ -27,6 +27,7 @@ from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import UNTRUSTED, TunnelCertificate
 from evio.tunnel.errors import OfferError, SignalingFailed
+from evio.tunnel.patience import LoopLag
 from evio.tunnel.session import (
     Clock,
     DatapathFactory,
@@ -79,6 +80,8 @@ class TunnelManager:
         self._refusal_log = LogLimiter[int](REFUSAL_LOG_INTERVAL)
         self.untrusted_refused = 0
         """Tunnels refused because the peer's certificate failed the overlay's trust anchor."""
+        self.loop_lag = LoopLag()
+        """Sampled while tunnels are set up: the setup deadlines stretch with it (evio.tunnel.patience)."""
 
     def admit_offers(self, policy: OfferPolicy) -> None:
         """Serve offers only from peers `policy` admits (without one, every well-formed offer is served)."""
@@ -119,12 +122,14 @@ class TunnelManager:
     async def close(self) -> None:
         self._closing = True
         await asyncio.gather(*(t.close("node shutting down") for t in list(self._tunnels.values())))
+        await self.loop_lag.close()
 
     def _new_tunnel(self, peer: int, initiator: bool, tunnel_id: str | None = None) -> Tunnel:
+        self.loop_lag.wake()
         tunnel = Tunnel(
             node_id=self.node_id,
             peer=peer,
-            config=self.config,
+            config=self.config.stretched(self.loop_lag.patience()),
             certificate=self.certificate,
             on_event=self._on_tunnel_event,
             initiator=initiator,
@@ -133,6 +138,7 @@ class TunnelManager:
             datapath_factory=self._datapath_factory,
             clock=self._clock,
             wall_clock=self._wall_clock,
+            patience=self.loop_lag.patience,
         )
         self._tunnels[peer] = tunnel
         return tunnel

@@ -146,6 +146,7 @@ class Tunnel:
         datapath_factory: DatapathFactory = default_datapath_factory,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
+        patience: Callable[[], float] | None = None,
     ) -> None:
         if node_id == peer:
             raise ValueError("a tunnel needs two different nodes")
@@ -160,6 +161,7 @@ class Tunnel:
         self._datapath = datapath_factory(config)
         self._clock = clock
         self._wall_clock = wall_clock
+        self._patience = patience  # how far liveness limits stretch now (the host's loop lag)
         self._started = clock()
         self._up_since: float | None = None
         self._info = TunnelInfo(
@@ -438,7 +440,8 @@ class Tunnel:
             now = self._clock()
             self._datapath.maintain()
             stats = self._datapath.stats()
-            self._execute(liveness.tick(now, stats.rx_records, stats.tx_records))
+            patience = self._patience() if self._patience is not None else 1.0
+            self._execute(liveness.tick(now, stats.rx_records, stats.tx_records, patience))
             if stats.tx_epoch != tx_epoch:
                 tx_epoch, last_rekey = stats.tx_epoch, now
             elif now - last_rekey >= self.config.rekey.max_seconds:

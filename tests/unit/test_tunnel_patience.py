@@ -1,0 +1,67 @@
+"""Setup deadlines that stretch with event-loop lateness (evio.tunnel.patience)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from evio.tunnel.config import TunnelSettings
+from evio.tunnel.ice import MAX_PATIENCE
+from evio.tunnel.liveness import Liveness, LivenessConfig, LivenessState
+from evio.tunnel.patience import LAG_FREE, LAG_UNIT, LoopLag, patience
+
+
+def test_patience_is_one_when_idle_and_grows_with_lag_up_to_the_cap() -> None:
+    assert patience(0.0) == 1.0
+    assert patience(-1.0) == 1.0  # a clock oddity is no lag
+    assert patience(LAG_FREE) == 1.0  # an ordinary busy moment stretches nothing
+    assert patience(LAG_FREE + LAG_UNIT) == 2.0
+    assert patience(100.0) == MAX_PATIENCE
+
+
+def test_stretched_settings_multiply_the_ice_and_dtls_deadlines() -> None:
+    base = TunnelSettings()
+    assert base.stretched(1.0) is base
+    slow = base.stretched(3.0)
+    assert slow.ice.patience == 3.0 and slow.dtls_timeout == pytest.approx(3 * base.dtls_timeout)
+    assert slow.ice.direct_timeout == base.ice.direct_timeout  # the agent applies the factor itself
+    assert slow.signaling_timeout == base.signaling_timeout
+
+
+def test_recent_lag_is_the_worst_sample_of_the_window() -> None:
+    lag = LoopLag(window=10.0)
+    lag.record(100.0, 0.4)
+    lag.record(105.0, 0.1)
+    assert lag.recent(105.0) == 0.4
+    assert lag.recent(111.0) == 0.1  # the first sample left the window
+    assert lag.recent(200.0) == 0.0
+
+
+async def test_a_blocked_loop_is_measured_and_the_sampler_stops_after_linger() -> None:
+    lag = LoopLag(interval=0.02, linger=0.3)
+    lag.wake()
+    await asyncio.sleep(0.05)
+    time.sleep(0.3)  # the loop is busy: the sampler's sleep wakes late
+    await asyncio.sleep(0.05)
+    assert lag.recent() >= 0.2
+    assert lag.patience() > 1.0
+    task = lag._task
+    assert task is not None
+    await asyncio.wait_for(task, 2.0)  # nothing to set up any more: no sampling while idle
+    await lag.close()
+
+
+def test_liveness_limits_stretch_with_patience() -> None:
+    config = LivenessConfig(keepalive_interval=0.5, dead_after=3.0)
+    for patience_now, dead_by in ((1.0, config.silence_limit), (3.0, 3 * config.silence_limit)):
+        live = Liveness(config, 0.0)
+        live.start(0.0)
+        live.tick(0.1, 1, 1, patience_now)  # a record: up
+        assert live.state is LivenessState.UP
+        t = 0.1
+        while live.state is LivenessState.UP:
+            t += 0.05
+            live.tick(t, 1, 1, patience_now)
+        assert t - 0.1 == pytest.approx(dead_by, abs=0.06)
