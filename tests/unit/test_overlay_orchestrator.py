@@ -748,6 +748,26 @@ def test_a_linked_peer_gone_from_signaling_triggers_one_membership_check() -> No
     assert Disconnect(110) in out
 
 
+def test_a_peer_that_dropped_out_is_given_as_long_as_our_own_last_way_back_took() -> None:
+    # On a loaded host a login took 20 s: a check after 1.5 s turned every dropped session into a
+    # re-login of each of its linked peers.
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0)
+    orch.signal_disconnected(2.0)
+    orch.signal_connected(14.0)  # 12 s to log in again
+    orch.peer_removed(110, RemovalCause.LEFT, 20.0)
+    assert not any(isinstance(a, CheckMembership) for a in orch.tick(20.0 + 11.0))
+    checks = [a for a in orch.tick(20.0 + 12.0) if isinstance(a, CheckMembership)]
+    assert len(checks) == 1
+    # Never longer than a peer that said it is logging in again gets.
+    slow = core(members=(110, 120, 130))
+    link_up(slow, 1.0)
+    slow.signal_disconnected(2.0)
+    slow.signal_connected(2.0 + 10 * T.relogin_grace)
+    slow.peer_removed(110, RemovalCause.LEFT, 1000.0)
+    assert [a for a in slow.tick(1000.0 + T.relogin_grace) if isinstance(a, CheckMembership)]
+
+
 def test_a_peer_logging_in_again_sets_off_no_membership_check_of_ours_unless_it_stays_away() -> None:
     # A membership check is a re-login that our own peers see: were it answered with checks of
     # theirs, re-logins would run around a large overlay for ever (the 64-node lab did so).
