@@ -221,9 +221,11 @@ class SignalClient(SignalEndpoint):
 
     async def _supervise(self) -> None:
         attempt = 0
+        failed = 0  # logins that failed in a row
         try:
             while True:
-                was_up = await self._one_session()
+                was_up = await self._one_session(failed)
+                failed = 0 if was_up else failed + 1
                 if not was_up:
                     self.failed_logins += 1
                 attempt = 1 if was_up else attempt + 1
@@ -247,9 +249,14 @@ class SignalClient(SignalEndpoint):
                 pass
         xmpp.abort()
 
-    async def _one_session(self) -> bool:
-        """Connect, log in, serve until the stream ends. True if the login completed."""
+    async def _one_session(self, failed_before: int = 0) -> bool:
+        """Connect, log in, serve until the stream ends. True if the login completed.
+
+        After logins that failed, the next one is given longer (up to 3x `login_timeout`): on a
+        loaded host a login took over 20 s, and starting it over every 20 s only repeated the work.
+        """
         s = self.settings
+        login_timeout = s.login_timeout * min(3, 1 + failed_before)
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[str] = loop.create_future()
         logged_in: asyncio.Future[None] = loop.create_future()
@@ -305,9 +312,9 @@ class SignalClient(SignalEndpoint):
         keepalive: asyncio.Task[None] | None = None
         try:
             waits: set[asyncio.Future[Any]] = {ended, logged_in}
-            done, _ = await asyncio.wait(waits, timeout=s.login_timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waits, timeout=login_timeout, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                log.warning("signal %s: no login within %.0f s", s.jid, s.login_timeout)
+                log.warning("signal %s: no login within %.0f s", s.jid, login_timeout)
                 return False
             if not logged_in.done():
                 log.info("signal %s: %s", s.jid, ended.result())
