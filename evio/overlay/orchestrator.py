@@ -43,7 +43,11 @@ Evaluation (`tick`): ring = present members, self, and peers whose link is up
 minus peers in failure backoff; `select_links` -> `desired_links` -> `diff`;
 the operations are carried out in diff's order (successors first, never
 below `s` successors up), skipping peers with a request in flight and
-spending a `ChangeBudget` token per tunnel added or removed. Evaluations run
+spending a `ChangeBudget` token per tunnel added or removed. The ring comes
+first: no long-distance link is started while one of our successor links is
+not up, new successor links and new other links are each paced to
+`max_setups` under way, and a failing successor's backoff is capped at
+`successor_backoff_cap`. Evaluations run
 after membership changes (debounced), after link events, when a backoff or
 deadline expires, and every `reevaluate_interval` seconds. While our own
 signaling is down nothing is evaluated and every tunnel stays up; after
