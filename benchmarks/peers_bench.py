@@ -41,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,8 @@ PACKAGES = {  # tool -> (executables it needs, Debian packages that provide them
     "wireguard-go": (["wireguard-go", "wg"], ["wireguard-go", "wireguard-tools"]),
     "nebula": (["nebula", "nebula-cert"], ["nebula"]),
 }
-TOOLS = ["evio", *PACKAGES]
+TOOLS = ["evio", "evio-python", *PACKAGES]
+"""evio: tunnel.datapath auto (the native data path where scripts/build-native installed it); evio-python: the Python one."""
 
 
 @dataclass
@@ -123,8 +125,8 @@ def address_device(netns: str, name: str, address: str) -> None:
 # ---------------------------------------------------------------------- the tools
 
 
-def start_evio(tb: VethTestbed, t: Tunnel, d: Path) -> None:
-    common = ["--signal-dir", str(d), "--cipher", "aes-256-gcm"]
+def start_evio(tb: VethTestbed, t: Tunnel, d: Path, datapath: str = "auto") -> None:
+    common = ["--signal-dir", str(d), "--cipher", "aes-256-gcm", "--datapath", datapath]
     b = EndpointProcess(tb.b.netns, ["--node", ID_B, "--peer", ID_A, "--address", f"{t.address('b')}/24", *common],
                         d / "b.log")
     t.endpoints.append(b)
@@ -249,7 +251,7 @@ def start_nebula(tb: VethTestbed, t: Tunnel, d: Path) -> None:
 
 
 STARTERS: dict[str, Callable[[VethTestbed, Tunnel, Path], None]] = {
-    "evio": start_evio, "fastd": start_fastd, "tinc": start_tinc, "openvpn": start_openvpn,
+    "evio": start_evio, "evio-python": partial(start_evio, datapath="python"), "fastd": start_fastd, "tinc": start_tinc, "openvpn": start_openvpn,
     "wireguard-go": start_wireguard, "nebula": start_nebula,
 }
 
@@ -411,7 +413,7 @@ def _values(results: dict[str, list[dict[str, float]]], name: str, key: str) -> 
 def print_table(results: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:
     veth_rtt = _values(results, "veth", "rtt")
     base_rtt = statistics.mean(veth_rtt) if veth_rtt else None
-    peers = [n for n in results if n not in ("veth", "evio")]
+    peers = [n for n in results if n != "veth" and not n.startswith("evio")]
 
     def mean(name: str, key: str) -> float | None:
         values = _values(results, name, key)
@@ -445,6 +447,12 @@ def print_table(results: dict[str, list[dict[str, float]]], args: argparse.Names
         own, top = mean("evio", key), best(key, higher)
         ratios.append("-" if own is None or top is None or top[1] == 0 else f"{own / top[1]:.2f}x {top[0]}")
     print("| evio / best peer (means) | " + " | ".join(ratios) + " |")
+    if "evio-python" in results:
+        own_ratios = []
+        for key, _, _ in metrics:
+            own, python = mean("evio", key), mean("evio-python", key)
+            own_ratios.append("-" if own is None or not python else f"{own / python:.2f}x")
+        print("| evio / evio-python (means) | " + " | ".join(own_ratios) + " |")
     print()
     for key, title, higher in metrics:
         own, top = mean("evio", key), best(key, higher)

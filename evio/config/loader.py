@@ -666,6 +666,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             dead_after=float(tunnel.get("dead_after", TunnelConfig.dead_after)),
             offload=bool(tunnel.get("offload", TunnelConfig.offload)),
             tso=bool(tunnel.get("tso", TunnelConfig.tso)),
+            datapath=tunnel.get("datapath", TunnelConfig.datapath),
         ),
         limits=LimitsConfig(
             max_tunnels=int(limits.get("max_tunnels", LimitsConfig.max_tunnels)),

@@ -25,6 +25,7 @@ LogDestination = Literal["stderr", "journald", "file"]
 TlsMode = Literal["starttls", "direct"]
 Datapath = Literal["auto", "system", "netdev"]
 Switching = Literal["bounded-flood", "stp"]
+TunnelDatapath = Literal["auto", "native", "python"]
 SWITCHING_MODES: tuple[Switching, ...] = ("bounded-flood", "stp")
 InterfaceAddress = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -223,6 +224,9 @@ class TunnelConfig:
     dead_after: float = 5
     offload: bool = True  # TAP offloads (vnet header, GRO) where the kernel has them; false: one frame per read/write
     tso: bool = False  # with offload: the TAP hands over unsegmented TCP, cut into records by the daemon
+    # native: the per-frame loops in Rust (evio_native, built by scripts/bootstrap with cargo); python:
+    # FdDatapath's own; auto: native where it is installed.
+    datapath: TunnelDatapath = "auto"
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-uvloop", action="store_true")
     p.add_argument("--no-mmsg", action="store_true", help="one system call per datagram instead of sendmmsg/recvmmsg bursts (comparison)")
     p.add_argument("--no-offload", action="store_true", help="no TAP offloads or UDP GRO: one frame per TAP read/write (comparison)")
+    p.add_argument("--datapath", choices=["auto", "native", "python"], default="auto",
+                   help="tunnel.datapath: native (Rust), python, or auto (native where installed)")
     p.add_argument("--tso", action="store_true", help="with offloads, TSO on the TAP too: the daemon segments super-frames")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
@@ -139,6 +141,7 @@ async def run(args: argparse.Namespace) -> int:
         tap_prefix=args.tap_prefix,
         trust=TrustAnchor.from_file(args.overlay, args.trust_ca) if args.trust_ca else None,
         offload=not args.no_offload,
+        datapath=args.datapath,
     )
     now = datetime.datetime.now(datetime.UTC)
     if args.cert:

@@ -78,6 +78,9 @@ class _Families:
             "evio_tunnel_drops", "Datagrams or frames the tunnel dropped, by reason.", labels=[*op, "reason"])
         self.rtt = GaugeMetricFamily("evio_tunnel_rtt_seconds", "Smoothed round-trip time from the tunnel's echoes.",
                                      labels=op)
+        self.datapath = GaugeMetricFamily(
+            "evio_tunnel_datapath_info", "The data path code a tunnel runs (tunnel.datapath); the value is 1.",
+            labels=[*op, "implementation"])
         self.mtu = GaugeMetricFamily("evio_tunnel_mtu_bytes", "The tunnel TAP's MTU.", labels=op)
         self.setup = HistogramMetricFamily("evio_tunnel_setup_seconds", "Time from offer to a link up.", labels=o)
         self.tunnels_up = CounterMetricFamily("evio_tunnels_established", "Tunnels that came up.", labels=o)
@@ -159,6 +162,8 @@ class _Families:
             self.rtt.add_metric(labels, link["rtt_smoothed_ms"] / 1000)
         if link.get("mtu") is not None:
             self.mtu.add_metric(labels, link["mtu"])
+        if link.get("datapath") is not None:
+            self.datapath.add_metric([*labels, str(link["datapath"])], 1)
 
     def all(self) -> list[Metric]:
         return [value for value in vars(self).values() if isinstance(value, Metric)]

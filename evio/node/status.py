@@ -110,6 +110,7 @@ def link_document(
         "remote_candidate": info.remote_candidate,
         "remote_address": f"{info.remote_addr[0]}:{info.remote_addr[1]}" if info.remote_addr else None,
         "cipher": _value(info.cipher),
+        "datapath": stats.implementation,  # tunnel.datapath as it runs: native or python
         "mtu": tunnel.mtu,
         "setup_seconds": round(info.setup_seconds, 3) if info.setup_seconds is not None else None,
         "rtt_ms": _ms(rtt.last),

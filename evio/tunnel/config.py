@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from evio.config.model import Cipher, LimitsConfig, TunnelConfig
+from evio.config.model import Cipher, LimitsConfig, TunnelConfig, TunnelDatapath
 from evio.tunnel.ice import IceConfig, TurnRelay
 from evio.tunnel.keys import RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig, keepalive_for
@@ -67,6 +67,8 @@ class TunnelSettings:
     """TAP offloads and UDP GRO where the kernel has them (tunnel.offload); False: one frame per read/write."""
     tso: bool = TunnelConfig.tso
     """With offload, TSO on the TAP too: the daemon segments super-frames (tunnel.tso)."""
+    datapath: TunnelDatapath = TunnelConfig.datapath
+    """Which data path code runs (tunnel.datapath): native, python, or auto (native where installed)."""
 
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:
@@ -118,4 +120,5 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
         offer_burst=limits.offer_burst,
         offload=overlay.tunnel.offload,
         tso=overlay.tunnel.tso,
+        datapath=overlay.tunnel.datapath,
     )

@@ -74,6 +74,8 @@ class DatapathStats:
     gro_writes: int = 0
     """Super-frames written to the TAP, each joined from several records."""
     drops: Mapping[DropReason, int] = field(default_factory=dict)
+    implementation: str = "python"
+    """Which data path code runs: "python" or "native" (tunnel.datapath)."""
 
     def dropped(self, reason: DropReason) -> int:
         return self.drops.get(reason, 0)

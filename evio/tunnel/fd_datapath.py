@@ -93,7 +93,7 @@ _SUPERFRAME_LEN = VNET_HDR_LEN + 65536 + 256  # a TAP read with offloads: 64 KiB
 class _RxEpoch:
     """Receive state of one epoch: key, IV, nonce buffer and replay window."""
 
-    __slots__ = ("aead", "epoch", "iv", "iv_low", "nonce", "secret", "window")
+    __slots__ = ("aead", "epoch", "iv", "iv_low", "native", "nonce", "secret", "window")
 
     def __init__(self, cipher: Cipher, secret: TrafficSecret, window_size: int) -> None:
         keys = secret.keys()
@@ -104,10 +104,14 @@ class _RxEpoch:
         self.iv_low = int.from_bytes(keys.iv[4:], "big")
         self.nonce = bytearray(keys.iv)
         self.window = ReplayWindow(window_size)
+        self.native: Any = None  # the native data path's key (native.py)
 
 
 class FdDatapath:
     """Datapath over a TAP fd and a non-blocking UDP socket, driven by the event loop."""
+
+    implementation = "python"
+    """Which passes run: "python" here, "native" in native.py's subclass (status, metrics)."""
 
     def __init__(
         self,
@@ -170,17 +174,25 @@ class FdDatapath:
         self._tx_limit = self._rekey_policy.record_limit(secrets.cipher)
         self._prepare_buffers(underlay)
         self._set_tx(secrets.tx)
-        self._rx = _RxEpoch(secrets.cipher, secrets.rx, self._window_size)
-        self._rx_next = _RxEpoch(secrets.cipher, secrets.rx.next(), self._window_size)
+        self._rx = self._new_rx_epoch(secrets.rx)
+        self._rx_next = self._new_rx_epoch(secrets.rx.next())
         self._rx_prev = None
         os.set_blocking(tap_fd, False)
         underlay.sock.setblocking(False)
         self._sock_fd = underlay.sock.fileno()
         underlay.pause_owner()
-        self._sock_reader = self._sock_pass_offload if self._gro or self._vnet else self._sock_pass
+        self._sock_reader, tap_reader = self._readers()
         self._loop.add_reader(self._sock_fd, self._sock_reader)
-        self._loop.add_reader(tap_fd, self._tap_pass_vnet if self._vnet else self._tap_pass)
+        self._loop.add_reader(tap_fd, tap_reader)
         self._running = True
+
+    def _readers(self) -> tuple[Callable[[], int], Callable[[], int]]:
+        """The socket's and the TAP's reader (a native data path overrides this, native.py)."""
+        return (self._sock_pass_offload if self._gro or self._vnet else self._sock_pass,
+                self._tap_pass_vnet if self._vnet else self._tap_pass)  # fmt: skip
+
+    def _new_rx_epoch(self, secret: TrafficSecret) -> _RxEpoch:
+        return _RxEpoch(self._cipher, secret, self._window_size)
 
     def stop(self) -> None:
         if not self._running:
@@ -238,6 +250,7 @@ class FdDatapath:
             gso_reads=self._gso_reads,
             gro_writes=self._gro_writes,
             drops={reason: n for reason, n in self._drops.items() if n},
+            implementation=self.implementation,
         )
 
     # -- setup ---------------------------------------------------------------------
@@ -749,5 +762,5 @@ class FdDatapath:
         assert self._rx_next is not None
         self._rx_prev = self._rx
         self._rx = self._rx_next
-        self._rx_next = _RxEpoch(self._cipher, self._rx.secret.next(), self._window_size)
+        self._rx_next = self._new_rx_epoch(self._rx.secret.next())
         logger.debug("tunnel rx epoch %d", self._rx.epoch)

@@ -63,6 +63,7 @@ from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
 from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split_exporter
 from evio.tunnel.liveness import Action as LivenessAction
 from evio.tunnel.liveness import DownReason, EchoAnswered, Liveness, PeerAlive, PeerDead, RttStats, SendControl
+from evio.tunnel.native import NativeFdDatapath, pick_implementation
 from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
 from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
 from evio.tunnel.tap import LinuxTap, TapDevice
@@ -124,6 +125,8 @@ async def default_tap_factory(name: str, mtu: int, offload: bool = True, tso: bo
 
 
 def default_datapath_factory(config: TunnelSettings) -> Datapath:
+    if pick_implementation(config.datapath) == "native":
+        return NativeFdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window, tso=config.tso)
     return FdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window, gro=config.offload)
 
 

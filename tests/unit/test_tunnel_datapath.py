@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -12,10 +14,12 @@ import pytest
 from evio.config.model import Cipher
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
+from evio.tunnel import native
 from evio.tunnel.datapath import DropReason
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.keys import EXPORTER_LEN, RekeyPolicy, make_aead, split_exporter
 from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
+from evio.tunnel.native import NativeFdDatapath
 from evio.tunnel.record import (
     HELLO_PEER_SEEN,
     KIND_CONTROL,
@@ -62,6 +66,35 @@ class Pair:
     cipher: Cipher
 
 
+IMPLEMENTATIONS = ["python", "native"]
+_implementation = "python"
+
+
+@pytest.fixture(autouse=True, params=IMPLEMENTATIONS)
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs over both data paths; the native one is built by scripts/build-native."""
+    if request.param == "native":
+        require_native()
+    monkeypatch.setattr(sys.modules[__name__], "_implementation", request.param)
+    return str(request.param)
+
+
+def require_native() -> None:
+    if not native.available():
+        if shutil.which("cargo") or os.path.exists(os.path.expanduser("~/.cargo/bin/cargo")):
+            pytest.fail("cargo is installed but evio_native is not: run scripts/build-native")
+        pytest.skip("no cargo on this machine: the native data path is not built")
+
+
+def make_datapath(is_client: bool, rekey: RekeyPolicy | None, plain_syscalls: bool) -> FdDatapath:
+    """The end under test; with the native data path and ``plain_syscalls``, the server end is the
+    Python one over one system call per datagram (a native end talking to a Python end)."""
+    if _implementation == "native" and (is_client or not plain_syscalls):
+        return NativeFdDatapath(MTU, rekey=rekey, replay_window=128)
+    batches = {"batch_factory": SendtoBatch, "receive_batch_factory": RecvfromBatch} if plain_syscalls else {}
+    return FdDatapath(MTU, rekey=rekey, replay_window=128, **batches)  # type: ignore[arg-type]
+
+
 async def make_pair(
     cipher: Cipher = Cipher.AES_256_GCM, channel: int | None = None, rekey: RekeyPolicy | None = None, plain_syscalls: bool = False
 ) -> Pair:
@@ -69,8 +102,7 @@ async def make_pair(
     ends = []
     for is_client in (True, False):
         tap, underlay = FakeTap(), FakeUnderlay(channel)
-        batches = {"batch_factory": SendtoBatch, "receive_batch_factory": RecvfromBatch} if plain_syscalls else {}
-        dp = FdDatapath(MTU, rekey=rekey, replay_window=128, **batches)  # type: ignore[arg-type]
+        dp = make_datapath(is_client, rekey, plain_syscalls)
         control: list[ControlMessage] = []
         dp.start(tap.fd, underlay, split_exporter(material, cipher, is_client), control.append)
         ends.append(End(tap, underlay, dp, control))
@@ -115,6 +147,7 @@ async def test_frames_cross_both_ways(cipher: Cipher, plain_syscalls: bool) -> N
         assert got_b == sent_ab
         assert got_a == sent_ba
         sa, sb = p.a.datapath.stats(), p.b.datapath.stats()
+        assert sa.implementation == _implementation
         assert (sa.tx_frames, sb.rx_frames, sb.tx_frames, sa.rx_frames) == (200, 200, 50, 50)
         assert sb.rx_bytes == sum(map(len, sent_ab))
         assert not sa.drops and not sb.drops
@@ -386,13 +419,16 @@ def test_maintain_revives_a_reader_dropped_after_an_icmp_error_under_uvloop() ->
 # -- TAP offloads (vnet headers) ----------------------------------------------------------------
 
 
-async def make_vnet_pair(vnet_a: bool, vnet_b: bool) -> Pair:
+async def make_vnet_pair(vnet_a: bool, vnet_b: bool, tso: bool = False) -> Pair:
     """Like make_pair, with each end's TAP speaking virtio-net headers or not (the fake TAP carries them as bytes)."""
     material = os.urandom(EXPORTER_LEN)
     ends = []
     for is_client, vnet in ((True, vnet_a), (False, vnet_b)):
         tap, underlay = FakeTap(), FakeUnderlay()
-        dp = FdDatapath(MTU, replay_window=128, gro=True)
+        # Native: the sending end A (with tso, its TAP pass is Python's, which segments); B stays
+        # Python, which joins segments into super-frames (the native receive pass does not).
+        dp: FdDatapath = (NativeFdDatapath(MTU, replay_window=128, tso=tso) if _implementation == "native" and is_client
+                          else FdDatapath(MTU, replay_window=128, gro=True))  # fmt: skip
         control: list[ControlMessage] = []
         dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), control.append, vnet_hdr=vnet)
         ends.append(End(tap, underlay, dp, control))
@@ -408,7 +444,7 @@ async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None
     from evio.tunnel.offload import GSO_TCPV4, VNET_HDR_LEN, VnetHeader
     from tests.unit.test_tunnel_offload import complete, gso, parse, tcp_frame
 
-    p = await make_vnet_pair(True, vnet_b)
+    p = await make_vnet_pair(True, vnet_b, tso=True)
     try:
         payload = os.urandom(40000)
         superframe = tcp_frame(payload, partial=True)

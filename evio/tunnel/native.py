@@ -1,0 +1,228 @@
+"""``NativeFdDatapath``: ``FdDatapath`` with its per-frame loops in Rust (the ``evio_native`` extension).
+
+Why (docs/design.md, "Native data path"): in the Python passes the
+interpreter, not the kernel or the AEAD, is most of a frame's cost. Here one
+call per burst, with the GIL released, does a whole pass:
+
+- TAP -> underlay: read up to ``batch`` frames straight into the slots of a
+  ring, seal each in place, send the ring with one sendmmsg(2) (UDP GSO for
+  runs of equal records);
+- underlay -> TAP: one recvmmsg(2), open every frame record of the current
+  epoch in place, check and move the replay window, write the frame to the
+  TAP. Whatever else came (control records, other epochs, STUN, DTLS, TURN)
+  is left in the ring and handed to ``FdDatapath``'s Python code, which opens
+  it or gives it to the socket's owner as before.
+
+The records are the same bytes as the Python path's (a native end talks to
+a Python end), keys and epochs still come from Python (``_set_tx``,
+``_new_rx_epoch``), and the replay window of each epoch is the native
+``ReplayWindow``, shared by both paths. Where the native passes do not
+apply (TCP segmentation with ``tunnel.tso``, UDP GRO), the Python passes run.
+
+``available()`` says whether the extension is installed (scripts/bootstrap
+builds it when cargo is there); ``tunnel.datapath`` chooses (config).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from evio.config.model import Cipher
+from evio.tunnel.datapath import DropReason, Underlay
+from evio.tunnel.fd_datapath import FdDatapath, _RxEpoch
+from evio.tunnel.keys import RekeyPolicy, TrafficSecret
+from evio.tunnel.mmsg import parse_sockaddr, sockaddr
+
+logger = logging.getLogger(__name__)
+
+_MIN_RX_SLOT = 2048
+
+try:
+    _native: Any = importlib.import_module("evio_native")
+except ImportError:
+    _native = None
+
+
+def available() -> bool:
+    """Whether the native extension is installed."""
+    return _native is not None
+
+
+def module() -> Any:
+    """The extension module; raises ImportError where it is not installed."""
+    if _native is None:
+        raise ImportError("evio_native is not installed (scripts/bootstrap builds it when cargo is present)")
+    return _native
+
+
+def native_aead(cipher: Cipher, key: bytes, iv: bytes) -> Any:
+    return module().Aead(str(cipher), key, iv)
+
+
+class _NativeRecvRing:
+    """The receive ring the native pass fills: a bytearray (Python's slow path reads it in place)
+    with lengths and sources of the last burst, as ``mmsg.ReceiveBatch`` offers."""
+
+    def __init__(self, slots: int, slot_size: int) -> None:
+        self._slots = slots
+        self._slot_size = slot_size
+        self._buffer = bytearray(slots * slot_size)
+        self._view = memoryview(self._buffer)
+        self.native = module().RxRing(self._buffer, slots, slot_size)
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    @property
+    def slot_size(self) -> int:
+        return self._slot_size
+
+    @property
+    def view(self) -> memoryview:
+        return self._view
+
+    def length(self, slot: int) -> int:
+        return int(self.native.length(slot))
+
+    def source(self, slot: int) -> tuple[Any, ...]:
+        return parse_sockaddr(self.native.source(slot))
+
+
+class NativeFdDatapath(FdDatapath):
+    """``FdDatapath`` whose TAP and socket passes run in the native extension (module doc)."""
+
+    implementation = "native"
+
+    def __init__(self, mtu: int, rekey: RekeyPolicy | None = None, replay_window: int = 2048, batch: int = 64,
+                 tso: bool = False) -> None:  # fmt: skip
+        """``tso``: the TAP may hand over TCP super-frames (tunnel.tso); those reads take the Python pass."""
+        module()
+        # No UDP GRO: the native receive pass takes one datagram per message.
+        super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=False)
+        self._tso = tso
+        self._native_tx: Any = None
+        self._native_rx: _NativeRecvRing | None = None
+        self._tx_native_aead: Any = None
+
+    # -- hooks of FdDatapath -------------------------------------------------------
+
+    def _readers(self) -> tuple[Callable[[], int], Callable[[], int]]:
+        sock_reader, tap_reader = super()._readers()
+        if self._native_rx is not None:
+            sock_reader = self._sock_pass_native
+        if self._native_tx is not None:
+            tap_reader = self._tap_pass_native
+        return sock_reader, tap_reader
+
+    def _prepare_buffers(self, underlay: Underlay) -> None:
+        super()._prepare_buffers(underlay)
+        peer = underlay.peer
+        self._native_tx = None
+        if isinstance(peer, tuple) and not (self._vnet and self._tso):
+            self._native_tx = module().TxRing(self._batch, self._max_frame, sockaddr(peer), self._channel, self._vnet)
+        rx_slot = max(_MIN_RX_SLOT, self._hoff + self._max_record)
+        self._native_rx = _NativeRecvRing(self._batch, rx_slot)
+        # _to_owner and the slow path read the native ring (view, length, source; it has no recv of its own).
+        self._rx_ring = self._native_rx  # type: ignore[assignment]
+
+    def _set_tx(self, secret: TrafficSecret) -> None:
+        super()._set_tx(secret)
+        keys = secret.keys()
+        self._tx_native_aead = native_aead(self._cipher, keys.key, keys.iv)
+
+    def _new_rx_epoch(self, secret: TrafficSecret) -> _RxEpoch:
+        state = super()._new_rx_epoch(secret)
+        keys = secret.keys()
+        state.native = native_aead(self._cipher, keys.key, keys.iv)
+        state.window = module().ReplayWindow(self._window_size)
+        return state
+
+    # -- the passes ----------------------------------------------------------------
+
+    def _tap_pass_native(self) -> int:
+        """Drain the TAP through the native ring; returns how many records went out."""
+        tx = self._native_tx
+        drops = self._drops
+        total = reads_done = 0
+        budget = 2 * self._batch  # oversized frames use a read but no slot
+        while budget > 0:
+            assert self._tx_secret is not None
+            sent, nbytes, counter, oversized, bad_offload, failed, reads, error, at_limit, gso_refused = tx.tap_pass(
+                self._tap_fd, self._sock_fd, self._tx_native_aead, self._tx_secret.epoch & 0xFF, self._tx_counter,
+                self._tx_limit, budget,
+            )
+            self._tx_counter = counter
+            self._tx_frames += sent
+            self._tx_bytes += nbytes
+            total += sent
+            reads_done += reads
+            if oversized:
+                drops[DropReason.OVERSIZED] += oversized
+            if bad_offload:
+                drops[DropReason.BAD_OFFLOAD] += bad_offload
+            if failed:
+                drops[DropReason.SEND_FAILED] += failed
+            if gso_refused:
+                logger.info("UDP GSO refused; sending one datagram per message")
+            if error:
+                # The TAP went away under us; the session notices and tears down.
+                logger.warning("tunnel tap read failed: errno %d", error)
+                self._loop.remove_reader(self._tap_fd)  # type: ignore[union-attr]
+                break
+            if not at_limit:
+                break
+            self.rekey()
+            budget -= max(reads, 1)
+        if self._vnet:
+            self._tap_reads += reads_done
+        return total
+
+    def _sock_pass_native(self) -> int:
+        """One burst through the native ring; the rest of it through the Python slow path."""
+        rx = self._rx
+        ring = self._native_rx
+        assert rx is not None and ring is not None
+        received, frames, nbytes, counts, leftovers = ring.native.sock_pass(
+            self._sock_fd, self._tap_fd, rx.native, rx.window, rx.epoch & 0xFF, self._max_record,
+            self._channel, self._vnet,
+        )
+        if not received:
+            return 0
+        self._rx_frames += frames
+        self._rx_bytes += nbytes
+        if self._vnet:
+            self._tap_writes += frames
+        truncated, replayed, stale, forged, tap_failed = counts
+        if truncated or replayed or stale or forged or tap_failed:
+            drops = self._drops
+            drops[DropReason.TRUNCATED] += truncated
+            drops[DropReason.REPLAYED] += replayed
+            drops[DropReason.STALE] += stale
+            drops[DropReason.FORGED] += forged
+            drops[DropReason.TAP_WRITE_FAILED] += tap_failed
+        if leftovers:
+            before = self._rx_frames
+            view = ring.view
+            for slot, start, n, is_record in leftovers:
+                if is_record:
+                    self._open_slow(view[start : start + n], n)
+                else:
+                    self._to_owner(slot, n, start)
+            if self._coalescer is not None:
+                self._coalescer.flush()
+            frames += self._rx_frames - before
+        return frames
+
+
+def pick_implementation(choice: str) -> str:
+    """``tunnel.datapath`` to what runs: "native" or "python" ("auto": native where installed)."""
+    if choice == "auto":
+        return "native" if available() else "python"
+    if choice == "native" and not available():
+        raise ImportError("tunnel.datapath is native but evio_native is not installed (scripts/bootstrap builds it with cargo)")
+    return choice
+

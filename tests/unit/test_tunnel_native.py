@@ -1,0 +1,139 @@
+"""The native data path (evio_native) against the Python one: same records, same replay verdicts, garbage dropped.
+
+The data path tests proper (tests/unit/test_tunnel_datapath.py) run over both
+implementations; these check the pieces the native path brings along.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+
+from evio.config.model import Cipher
+from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
+from evio.testing.waiting import wait_until
+from evio.tunnel import native
+from evio.tunnel.config import TunnelSettings
+from evio.tunnel.datapath import DropReason
+from evio.tunnel.fd_datapath import FdDatapath
+from evio.tunnel.keys import EXPORTER_LEN, make_aead, split_exporter
+from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, open_, pack_control, seal
+from evio.tunnel.replay import ReplayWindow
+from evio.tunnel.session import default_datapath_factory
+
+MTU = 1428
+
+
+@pytest.fixture(autouse=True)
+def _native_built() -> None:
+    if not native.available():
+        if shutil.which("cargo") or os.path.exists(os.path.expanduser("~/.cargo/bin/cargo")):
+            pytest.fail("cargo is installed but evio_native is not: run scripts/build-native")
+        pytest.skip("no cargo on this machine: the native data path is not built")
+
+
+def frame(i: int, size: int = 200) -> bytes:
+    return (b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00" + i.to_bytes(4, "big")).ljust(size, b"\xab")
+
+
+@pytest.mark.parametrize("cipher", list(Cipher))
+def test_native_records_are_the_pure_codecs(cipher: Cipher) -> None:
+    key, iv = os.urandom(32), os.urandom(12)
+    ours = native.native_aead(cipher, key, iv)
+    theirs = make_aead(cipher, key)
+    for counter, kind, payload in ((0, KIND_FRAME, frame(1)), (2**64 - 1, KIND_CONTROL, pack_control(1)), (77, KIND_FRAME, b"")):
+        record = ours.seal_record(kind, 3, counter, payload)
+        assert record == seal(theirs, iv, kind, 3, counter, payload)
+        assert ours.open_record(record) == payload
+        assert open_(theirs, iv, record)[1] == payload
+
+
+def test_native_open_rejects_garbage() -> None:
+    """Fuzz-ish: random bytes, truncations and single bit flips of a good record never open and never raise."""
+    rng = random.Random(7)
+    key, iv = os.urandom(32), os.urandom(12)
+    aead = native.native_aead(Cipher.AES_256_GCM, key, iv)
+    good = aead.seal_record(KIND_FRAME, 0, 5, frame(2))
+    for _ in range(2000):
+        junk = rng.randbytes(rng.randrange(0, 300))
+        assert aead.open_record(junk) is None
+    for n in range(len(good)):
+        assert aead.open_record(good[:n]) is None
+    for bit in range(len(good) * 8):
+        flipped = bytearray(good)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        assert aead.open_record(bytes(flipped)) is None
+    assert aead.open_record(good) == frame(2)
+
+
+def test_native_replay_window_gives_the_python_verdicts() -> None:
+    rng = random.Random(11)
+    for size in (64, 128, 2048):
+        ours, theirs = native.module().ReplayWindow(size), ReplayWindow(size)
+        counter = 0
+        for _ in range(5000):
+            step = rng.choice((1, 1, 1, -3, -70, -size, 5, 64, 1000, -2 * size))
+            counter = max(0, counter + step)
+            assert ours.check(counter) == theirs.check(counter), (size, counter)
+            if theirs.check(counter) == 0 and rng.random() < 0.9:
+                ours.update(counter)
+                theirs.update(counter)
+            assert ours.top == theirs.top
+        assert ours.check(2**64 - 1) == theirs.check(2**64 - 1)
+    with pytest.raises(ValueError):
+        native.module().ReplayWindow(100)
+
+
+async def test_garbage_datagrams_into_the_native_pass_are_dropped_and_counted() -> None:
+    """Random datagrams, and mangled records of the current epoch, at a native end: counted, none reach the
+    TAP, and a good frame still crosses afterwards."""
+    rng = random.Random(3)
+    material = os.urandom(EXPORTER_LEN)
+    taps, underlays, ends = [], [], []
+    for is_client in (True, False):
+        tap, underlay = FakeTap(), FakeUnderlay()
+        dp = native.NativeFdDatapath(MTU, replay_window=128)
+        controls: list[ControlMessage] = []
+        dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), controls.append)
+        taps.append(tap), underlays.append(underlay), ends.append(dp)
+    wire = DatagramWire(underlays[0], underlays[1])
+    wire.start()
+    try:
+        b = ends[1]
+        sent = 0
+
+        def all_seen() -> bool:
+            s = b.stats()
+            return sum(s.drops.values()) + s.foreign + s.rx_records >= sent
+
+        for _ in range(15):  # in bursts of 20: a socket buffer holds only so many
+            for _ in range(20):
+                kind = rng.choice((KIND_FRAME, KIND_CONTROL, 0x70, 0x70, 0x42, 0x16, 0x00))
+                wire.deliver_to_b(bytes([kind, 0]) + rng.randbytes(rng.randrange(0, 1600)))
+                sent += 1
+            await wait_until(all_seen)
+        assert taps[1].frames() == []
+        stats = b.stats()
+        assert stats.rx_frames == 0 and stats.implementation == "native"
+        assert stats.dropped(DropReason.FORGED) + stats.dropped(DropReason.TRUNCATED) > 0
+        taps[0].send_frame(frame(9))
+        got: list[bytes] = []
+        await wait_until(lambda: bool(got.extend(taps[1].frames()) or got))
+        assert got == [frame(9)]
+    finally:
+        wire.stop()
+        for dp, tap, underlay in zip(ends, taps, underlays, strict=True):
+            dp.stop()
+            tap.close()
+            underlay.close()
+
+
+def test_tunnel_datapath_setting_picks_the_implementation() -> None:
+    assert isinstance(default_datapath_factory(TunnelSettings(datapath="native")), native.NativeFdDatapath)
+    assert isinstance(default_datapath_factory(TunnelSettings(datapath="auto")), native.NativeFdDatapath)
+    python = default_datapath_factory(TunnelSettings(datapath="python"))
+    assert type(python) is FdDatapath and python.stats().implementation == "python"
+    assert native.pick_implementation("auto") == "native"
