@@ -118,6 +118,7 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
         "tap_reads": s.tap_reads,
         "tap_writes": s.tap_writes,
         "gso_reads": s.gso_reads,
+        "datapath": s.implementation,
         "gro_writes": s.gro_writes,
         "drops": {r.value: n for r, n in s.drops.items()},
     }

@@ -137,3 +137,44 @@ def test_tunnel_datapath_setting_picks_the_implementation() -> None:
     python = default_datapath_factory(TunnelSettings(datapath="python"))
     assert type(python) is FdDatapath and python.stats().implementation == "python"
     assert native.pick_implementation("auto") == "native"
+
+
+async def test_native_end_with_vnet_taps_both_ways() -> None:
+    """Behind TAPs with virtio-net headers: the native TAP pass strips them (completing a partial checksum),
+    the native socket pass writes each frame behind a zero header; the Python end has plain TAPs."""
+    from evio.tunnel.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
+    from tests.unit.test_tunnel_offload import parse, tcp_frame
+
+    material = os.urandom(EXPORTER_LEN)
+    taps, underlays, ends = [], [], []
+    for is_client in (True, False):
+        tap, underlay = FakeTap(), FakeUnderlay()
+        dp = native.NativeFdDatapath(MTU, replay_window=128) if is_client else FdDatapath(MTU, replay_window=128)
+        dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), lambda m: None, vnet_hdr=is_client)
+        taps.append(tap), underlays.append(underlay), ends.append(dp)
+    wire = DatagramWire(underlays[0], underlays[1])
+    wire.start()
+    try:
+        sent = [frame(i, 60 + i) for i in range(20)]
+        for f in sent:
+            taps[0].send_frame(bytes(VNET_HDR_LEN) + f)
+        partial = tcp_frame(b"q" * 500, partial=True)
+        taps[0].send_frame(VnetHeader(F_NEEDS_CSUM, 0, 0, 0, 34, 16).pack() + partial)
+        got: list[bytes] = []
+        await wait_until(lambda: len(got.__iadd__(taps[1].frames())) >= 21)
+        assert got[:20] == sent
+        assert parse(got[20])["tcp_ok"]
+        for f in sent:
+            taps[1].send_frame(f)
+        back: list[bytes] = []
+        await wait_until(lambda: len(back.__iadd__(taps[0].frames())) >= 20)
+        assert back == [bytes(VNET_HDR_LEN) + f for f in sent]
+        a = ends[0].stats()
+        assert (a.implementation, a.tap_reads, a.tx_frames, a.tap_writes, a.rx_frames) == ("native", 21, 21, 20, 20)
+        assert not a.drops and not ends[1].stats().drops
+    finally:
+        wire.stop()
+        for dp, tap, underlay in zip(ends, taps, underlays, strict=True):
+            dp.stop()
+            tap.close()
+            underlay.close()
