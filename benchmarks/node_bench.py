@@ -396,6 +396,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="measurements per path, paths interleaved (default 2)")
     ap.add_argument("--no-offload", action="store_true", help="tunnels without TAP offloads (tunnel.offload false)")
     ap.add_argument("--tso", action="store_true", help="tunnels with TSO on their TAPs (tunnel.tso true)")
+    ap.add_argument("--datapath", choices=["auto", "native", "python"], default="auto",
+                    help="tunnel.datapath: native (Rust), python, or auto (native where installed; default)")
     ap.add_argument("--paths", default=",".join(map(str, PATHS)),
                     help="intermediate nodes of the paths measured, where the ring has them (default 0,2,4,8)")
     ap.add_argument("--profile", action="store_true", help="after each run, where the time went on the path")
@@ -405,9 +407,9 @@ def main() -> int:
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
     started = time.monotonic()
     print(f"load average at start: {load_average():.2f}", flush=True)
-    print(f"tunnel offloads: {'off' if args.no_offload else 'on'}, TSO on the TAPs: {'on' if args.tso else 'off'}",
-          flush=True)  # fmt: skip
-    tunnel = {"offload": not args.no_offload, "tso": args.tso}
+    print(f"tunnel offloads: {'off' if args.no_offload else 'on'}, TSO on the TAPs: {'on' if args.tso else 'off'}, "
+          f"data path: {args.datapath}", flush=True)  # fmt: skip
+    tunnel = {"offload": not args.no_offload, "tso": args.tso, "datapath": args.datapath}
     with Lab.up(unique_lab_name(), nodes=args.nodes, nat=args.nat, topology=topology, tunnel=tunnel, daemons=True) as lab:
         print(f"lab {lab.name}: {args.nodes} nodes up in {time.monotonic() - started:.1f} s", flush=True)
         topo = wait_stable(lab, timeout=60 + 4 * args.nodes)

@@ -126,7 +126,9 @@ def address_device(netns: str, name: str, address: str) -> None:
 
 
 def start_evio(tb: VethTestbed, t: Tunnel, d: Path, datapath: str = "auto") -> None:
-    common = ["--signal-dir", str(d), "--cipher", "aes-256-gcm", "--datapath", datapath]
+    # A TAP prefix of its own per data path: both tunnels run side by side with the same node ids.
+    common = ["--signal-dir", str(d), "--cipher", "aes-256-gcm", "--datapath", datapath,
+              "--tap-prefix", "evq" if datapath == "python" else "evt"]
     b = EndpointProcess(tb.b.netns, ["--node", ID_B, "--peer", ID_A, "--address", f"{t.address('b')}/24", *common],
                         d / "b.log")
     t.endpoints.append(b)

@@ -9,7 +9,7 @@ call per burst, with the GIL released, does a whole pass:
   runs of equal records);
 - underlay -> TAP: one recvmmsg(2), open every frame record of the current
   epoch in place, check and move the replay window, write the frame to the
-  TAP. Whatever else came (control records, other epochs, STUN, DTLS, TURN)
+  TAP (a UDP GRO message is cut into its datagrams first). Whatever else came (control records, other epochs, STUN, DTLS, TURN)
   is left in the ring and handed to ``FdDatapath``'s Python code, which opens
   it or gives it to the socket's owner as before.
 
@@ -17,7 +17,8 @@ The records are the same bytes as the Python path's (a native end talks to
 a Python end), keys and epochs still come from Python (``_set_tx``,
 ``_new_rx_epoch``), and the replay window of each epoch is the native
 ``ReplayWindow``, shared by both paths. Where the native passes do not
-apply (TCP segmentation with ``tunnel.tso``, UDP GRO), the Python passes run.
+apply (TCP segmentation with ``tunnel.tso``), the Python pass runs; frames
+are not joined into super-frames for a vnet TAP (each is its own write).
 
 ``available()`` says whether the extension is installed (scripts/bootstrap
 builds it when cargo is there); ``tunnel.datapath`` chooses (config).
@@ -32,9 +33,9 @@ from typing import Any
 
 from evio.config.model import Cipher
 from evio.tunnel.datapath import DropReason, Underlay
-from evio.tunnel.fd_datapath import FdDatapath, _RxEpoch
+from evio.tunnel.fd_datapath import _GRO_SLOTS, FdDatapath, _RxEpoch
 from evio.tunnel.keys import RekeyPolicy, TrafficSecret
-from evio.tunnel.mmsg import parse_sockaddr, sockaddr
+from evio.tunnel.mmsg import GRO_SLOT_SIZE, parse_sockaddr, sockaddr
 
 logger = logging.getLogger(__name__)
 
@@ -66,12 +67,12 @@ class _NativeRecvRing:
     """The receive ring the native pass fills: a bytearray (Python's slow path reads it in place)
     with lengths and sources of the last burst, as ``mmsg.ReceiveBatch`` offers."""
 
-    def __init__(self, slots: int, slot_size: int) -> None:
+    def __init__(self, slots: int, slot_size: int, gro: bool = False) -> None:
         self._slots = slots
         self._slot_size = slot_size
         self._buffer = bytearray(slots * slot_size)
         self._view = memoryview(self._buffer)
-        self.native = module().RxRing(self._buffer, slots, slot_size)
+        self.native = module().RxRing(self._buffer, slots, slot_size, gro)
 
     @property
     def slots(self) -> int:
@@ -98,11 +99,11 @@ class NativeFdDatapath(FdDatapath):
     implementation = "native"
 
     def __init__(self, mtu: int, rekey: RekeyPolicy | None = None, replay_window: int = 2048, batch: int = 64,
-                 tso: bool = False) -> None:  # fmt: skip
-        """``tso``: the TAP may hand over TCP super-frames (tunnel.tso); those reads take the Python pass."""
+                 gro: bool = False, tso: bool = False) -> None:  # fmt: skip
+        """``gro``: receive with UDP GRO where the kernel has it; ``tso``: the TAP may hand over TCP
+        super-frames (tunnel.tso), so the TAP pass stays Python's, which segments them."""
         module()
-        # No UDP GRO: the native receive pass takes one datagram per message.
-        super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=False)
+        super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=gro)
         self._tso = tso
         self._native_tx: Any = None
         self._native_rx: _NativeRecvRing | None = None
@@ -124,8 +125,10 @@ class NativeFdDatapath(FdDatapath):
         self._native_tx = None
         if isinstance(peer, tuple) and not (self._vnet and self._tso):
             self._native_tx = module().TxRing(self._batch, self._max_frame, sockaddr(peer), self._channel, self._vnet)
-        rx_slot = max(_MIN_RX_SLOT, self._hoff + self._max_record)
-        self._native_rx = _NativeRecvRing(self._batch, rx_slot)
+        if self._gro:
+            self._native_rx = _NativeRecvRing(_GRO_SLOTS, GRO_SLOT_SIZE, gro=True)
+        else:
+            self._native_rx = _NativeRecvRing(self._batch, max(_MIN_RX_SLOT, self._hoff + self._max_record))
         # _to_owner and the slow path read the native ring (view, length, source; it has no recv of its own).
         self._rx_ring = self._native_rx  # type: ignore[assignment]
 

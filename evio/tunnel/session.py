@@ -126,7 +126,8 @@ async def default_tap_factory(name: str, mtu: int, offload: bool = True, tso: bo
 
 def default_datapath_factory(config: TunnelSettings) -> Datapath:
     if pick_implementation(config.datapath) == "native":
-        return NativeFdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window, tso=config.tso)
+        return NativeFdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window,
+                                gro=config.offload, tso=config.tso)
     return FdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window, gro=config.offload)
 
 

@@ -34,6 +34,7 @@ const VNET_F_NEEDS_CSUM: u8 = 1;
 const VNET_GSO_NONE: u8 = 0;
 const SOL_UDP: libc::c_int = 17;
 const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
 const UDP_MAX_SEGMENTS: usize = 64;
 const GSO_MAX_BYTES: usize = 65000;
 const CMSG_SPACE: usize = 24; // cmsghdr (16) + u16, aligned to 8
@@ -457,10 +458,13 @@ impl TxRing {
 struct RxRing {
     slots: usize,
     slot_size: usize,
+    gro: bool,
     buf: PyBuffer<u8>,
     lens: Vec<usize>,
+    segments: Vec<usize>,
     names: Vec<libc::sockaddr_storage>,
     namelens: Vec<libc::socklen_t>,
+    controls: Vec<u64>, // CMSG_SPACE bytes per slot, 8-aligned
 }
 
 unsafe impl Send for RxRing {}
@@ -481,17 +485,103 @@ struct RxResult {
     leftovers: Vec<Leftover>,
 }
 
+/// What every datagram of one pass is checked and opened against.
+struct RxContext<'a> {
+    tap_fd: i32,
+    aead: &'a Aead,
+    epoch: u8,
+    channel: Option<u16>,
+    max_record: usize,
+    vnet: bool,
+}
+
+/// One datagram at `buf[start..start + n]` (n within the buffer): a frame record of the epoch is
+/// opened in place and written to the TAP; anything else is counted or left for Python.
+fn datagram(buf: &mut [u8], slot: usize, start: usize, n: usize, cx: &RxContext, window: &mut ReplayWindow, r: &mut RxResult) {
+    let whole = n;
+    let mut n = n;
+    let mut hoff = 0;
+    if let Some(ch) = cx.channel {
+        // Records come as ChannelData on our channel; anything else is the TURN client's.
+        if n < 4 || u16::from_be_bytes([buf[start], buf[start + 1]]) != ch {
+            r.leftovers.push((slot, start, n, false));
+            return;
+        }
+        let size = u16::from_be_bytes([buf[start + 2], buf[start + 3]]) as usize;
+        if size > n - 4 {
+            r.truncated += 1;
+            return;
+        }
+        if size == 0 || (buf[start + 4] != KIND_FRAME && buf[start + 4] != KIND_CONTROL) {
+            r.leftovers.push((slot, start, n, false));
+            return;
+        }
+        n = size;
+        hoff = 4;
+    }
+    if n == 0 {
+        r.truncated += 1;
+        return;
+    }
+    let at = start + hoff;
+    let kind = buf[at];
+    if kind != KIND_FRAME || n < 2 || buf[at + 1] != cx.epoch || n > cx.max_record {
+        if kind == KIND_FRAME || kind == KIND_CONTROL {
+            r.leftovers.push((slot, at, n, true));
+        } else {
+            r.leftovers.push((slot, start, whole, false));
+        }
+        return;
+    }
+    if n < MIN_FRAME_RECORD {
+        r.truncated += 1;
+        return;
+    }
+    let counter = u64::from_be_bytes(buf[at + 2..at + 10].try_into().unwrap());
+    match window.verdict(counter) {
+        0 => {}
+        1 => {
+            r.replayed += 1;
+            return;
+        }
+        _ => {
+            r.stale += 1;
+            return;
+        }
+    }
+    let rec = &mut buf[at..at + n];
+    let (head, rest) = rec.split_at_mut(HEADER_LEN);
+    let (body, tag) = rest.split_at_mut(n - OVERHEAD);
+    if !cx.aead.open(counter, head, body, tag) {
+        r.forged += 1;
+        return;
+    }
+    window.mark(counter);
+    r.frames += 1;
+    r.nbytes += n - OVERHEAD;
+    let written = if cx.vnet {
+        let zero = [0u8; VNET_HDR_LEN];
+        let iov = [
+            libc::iovec { iov_base: zero.as_ptr() as *mut libc::c_void, iov_len: VNET_HDR_LEN },
+            libc::iovec { iov_base: body.as_mut_ptr() as *mut libc::c_void, iov_len: body.len() },
+        ];
+        unsafe { libc::writev(cx.tap_fd, iov.as_ptr(), 2) }
+    } else {
+        unsafe { libc::write(cx.tap_fd, body.as_ptr() as *const libc::c_void, body.len()) }
+    };
+    if written < 0 {
+        r.tap_write_failed += 1;
+    }
+}
+
 impl RxRing {
-    #[allow(clippy::too_many_arguments)]
-    fn pass(
-        &mut self, sock_fd: i32, tap_fd: i32, aead: &Aead, window: &mut ReplayWindow, epoch: u8, channel: Option<u16>,
-        max_record: usize, vnet: bool,
-    ) -> RxResult {
+    fn pass(&mut self, sock_fd: i32, cx: &RxContext, window: &mut ReplayWindow) -> RxResult {
         let mut r = RxResult::default();
         let base = self.buf.buf_ptr() as *mut u8;
         let mut iov: Vec<libc::iovec> = (0..self.slots)
             .map(|i| libc::iovec { iov_base: unsafe { base.add(i * self.slot_size) } as *mut libc::c_void, iov_len: self.slot_size })
             .collect();
+        let controls = self.controls.as_mut_ptr() as *mut u8;
         let mut msgs: Vec<libc::mmsghdr> = (0..self.slots)
             .map(|i| {
                 let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -499,6 +589,10 @@ impl RxRing {
                 m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
                 m.msg_hdr.msg_iov = &mut iov[i];
                 m.msg_hdr.msg_iovlen = 1;
+                if self.gro {
+                    m.msg_hdr.msg_control = unsafe { controls.add(i * CMSG_SPACE) } as *mut libc::c_void;
+                    m.msg_hdr.msg_controllen = CMSG_SPACE as _;
+                }
                 m
             })
             .collect();
@@ -508,83 +602,36 @@ impl RxRing {
         }
         let count = got as usize;
         r.count = count;
-        for i in 0..count {
-            self.lens[i] = msgs[i].msg_len as usize;
-            self.namelens[i] = msgs[i].msg_hdr.msg_namelen;
+        for (i, m) in msgs.iter().enumerate().take(count) {
+            self.lens[i] = (m.msg_len as usize).min(self.slot_size);
+            self.namelens[i] = m.msg_hdr.msg_namelen;
+            self.segments[i] = 0;
+            if self.gro && m.msg_hdr.msg_controllen as usize >= 20 {
+                // struct cmsghdr: len (8), level (4), type (4), then the segment size (an int).
+                let c = unsafe { std::slice::from_raw_parts(controls.add(i * CMSG_SPACE), CMSG_SPACE) };
+                let level = i32::from_ne_bytes(c[8..12].try_into().unwrap());
+                let kind = i32::from_ne_bytes(c[12..16].try_into().unwrap());
+                let size = i32::from_ne_bytes(c[16..20].try_into().unwrap());
+                if level == SOL_UDP && kind == UDP_GRO && size > 0 {
+                    self.segments[i] = size as usize;
+                }
+            }
         }
         // Safety: the bytearray is held (and its buffer exported, so not resizable) for our lifetime,
         // and Python does not touch it while this pass runs.
         let buf = unsafe { std::slice::from_raw_parts_mut(base, self.slots * self.slot_size) };
-        let hoff = if channel.is_some() { 4 } else { 0 };
-        let zero_vnet = [0u8; VNET_HDR_LEN];
         for slot in 0..count {
             let start = slot * self.slot_size;
-            let mut n = self.lens[slot].min(self.slot_size);
-            if let Some(ch) = channel {
-                // Records come as ChannelData on our channel; anything else is the TURN client's.
-                if n < 4 || u16::from_be_bytes([buf[start], buf[start + 1]]) != ch {
-                    r.leftovers.push((slot, start, n, false));
-                    continue;
-                }
-                let size = u16::from_be_bytes([buf[start + 2], buf[start + 3]]) as usize;
-                if size > n - 4 {
-                    r.truncated += 1;
-                    continue;
-                }
-                if size == 0 || (buf[start + 4] != KIND_FRAME && buf[start + 4] != KIND_CONTROL) {
-                    r.leftovers.push((slot, start, n, false));
-                    continue;
-                }
-                n = size;
-            }
-            if n == 0 {
-                r.truncated += 1;
+            let total = self.lens[slot];
+            let step = self.segments[slot];
+            if step == 0 || step >= total {
+                datagram(buf, slot, start, total, cx, window, &mut r);
                 continue;
             }
-            let at = start + hoff;
-            let kind = buf[at];
-            if kind != KIND_FRAME || n < 2 || buf[at + 1] != epoch || n > max_record {
-                let is_record = kind == KIND_FRAME || kind == KIND_CONTROL;
-                r.leftovers.push((slot, if is_record { at } else { start }, if is_record { n } else { self.lens[slot] }, is_record));
-                continue;
-            }
-            if n < MIN_FRAME_RECORD {
-                r.truncated += 1;
-                continue;
-            }
-            let counter = u64::from_be_bytes(buf[at + 2..at + 10].try_into().unwrap());
-            match window.verdict(counter) {
-                0 => {}
-                1 => {
-                    r.replayed += 1;
-                    continue;
-                }
-                _ => {
-                    r.stale += 1;
-                    continue;
-                }
-            }
-            let rec = &mut buf[at..at + n];
-            let (head, rest) = rec.split_at_mut(HEADER_LEN);
-            let (body, tag) = rest.split_at_mut(n - OVERHEAD);
-            if !aead.open(counter, head, body, tag) {
-                r.forged += 1;
-                continue;
-            }
-            window.mark(counter);
-            r.frames += 1;
-            r.nbytes += n - OVERHEAD;
-            let written = if vnet {
-                let iov = [
-                    libc::iovec { iov_base: zero_vnet.as_ptr() as *mut libc::c_void, iov_len: VNET_HDR_LEN },
-                    libc::iovec { iov_base: body.as_mut_ptr() as *mut libc::c_void, iov_len: body.len() },
-                ];
-                unsafe { libc::writev(tap_fd, iov.as_ptr(), 2) }
-            } else {
-                unsafe { libc::write(tap_fd, body.as_ptr() as *const libc::c_void, body.len()) }
-            };
-            if written < 0 {
-                r.tap_write_failed += 1;
+            let mut offset = 0;
+            while offset < total {
+                datagram(buf, slot, start + offset, step.min(total - offset), cx, window, &mut r);
+                offset += step;
             }
         }
         r
@@ -593,16 +640,19 @@ impl RxRing {
 
 #[pymethods]
 impl RxRing {
-    /// `buffer`: a bytearray of `slots * slot_size` bytes, kept by the caller as the ring's view.
+    /// `buffer`: a bytearray of `slots * slot_size` bytes, kept by the caller as the ring's view;
+    /// `gro`: the socket has UDP_GRO on, so a message may be a run of datagrams (64 KiB slots).
     #[new]
-    fn new(buffer: &Bound<'_, PyAny>, slots: usize, slot_size: usize) -> PyResult<Self> {
+    #[pyo3(signature = (buffer, slots, slot_size, gro = false))]
+    fn new(buffer: &Bound<'_, PyAny>, slots: usize, slot_size: usize, gro: bool) -> PyResult<Self> {
         let buf = PyBuffer::<u8>::get(buffer)?;
         if buf.readonly() || !buf.is_c_contiguous() || buf.len_bytes() < slots * slot_size || slots == 0 || slot_size < 64 {
             return Err(PyValueError::new_err("ring must be a writable contiguous buffer of slots * slot_size bytes"));
         }
         Ok(RxRing {
-            slots, slot_size, buf, lens: vec![0; slots],
+            slots, slot_size, gro, buf, lens: vec![0; slots], segments: vec![0; slots],
             names: vec![unsafe { std::mem::zeroed() }; slots], namelens: vec![0; slots],
+            controls: vec![0; slots * CMSG_SPACE / 8],
         })
     }
 
@@ -616,12 +666,18 @@ impl RxRing {
         max_record: usize, channel: Option<u16>, vnet: bool,
     ) -> (usize, usize, usize, (usize, usize, usize, usize, usize), Vec<Leftover>) {
         let w: &mut ReplayWindow = &mut window;
-        let r = py.allow_threads(|| self.pass(sock_fd, tap_fd, aead, w, epoch, channel, max_record, vnet));
+        let cx = RxContext { tap_fd, aead, epoch, channel, max_record, vnet };
+        let r = py.allow_threads(|| self.pass(sock_fd, &cx, w));
         (r.count, r.frames, r.nbytes, (r.truncated, r.replayed, r.stale, r.forged, r.tap_write_failed), r.leftovers)
     }
 
     fn length(&self, slot: usize) -> usize {
         self.lens.get(slot).copied().unwrap_or(0)
+    }
+
+    /// The length of each datagram in message `slot` of the last burst (UDP GRO); 0: one datagram.
+    fn segment_size(&self, slot: usize) -> usize {
+        self.segments.get(slot).copied().unwrap_or(0)
     }
 
     /// The source of datagram `slot` of the last burst, as struct sockaddr bytes.

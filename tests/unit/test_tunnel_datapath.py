@@ -427,7 +427,7 @@ async def make_vnet_pair(vnet_a: bool, vnet_b: bool, tso: bool = False) -> Pair:
         tap, underlay = FakeTap(), FakeUnderlay()
         # Native: the sending end A (with tso, its TAP pass is Python's, which segments); B stays
         # Python, which joins segments into super-frames (the native receive pass does not).
-        dp: FdDatapath = (NativeFdDatapath(MTU, replay_window=128, tso=tso) if _implementation == "native" and is_client
+        dp: FdDatapath = (NativeFdDatapath(MTU, replay_window=128, gro=True, tso=tso) if _implementation == "native" and is_client
                           else FdDatapath(MTU, replay_window=128, gro=True))  # fmt: skip
         control: list[ControlMessage] = []
         dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), control.append, vnet_hdr=vnet)

@@ -149,7 +149,7 @@ async def test_native_end_with_vnet_taps_both_ways() -> None:
     taps, underlays, ends = [], [], []
     for is_client in (True, False):
         tap, underlay = FakeTap(), FakeUnderlay()
-        dp = native.NativeFdDatapath(MTU, replay_window=128) if is_client else FdDatapath(MTU, replay_window=128)
+        dp = native.NativeFdDatapath(MTU, replay_window=128, gro=True) if is_client else FdDatapath(MTU, replay_window=128)
         dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), lambda m: None, vnet_hdr=is_client)
         taps.append(tap), underlays.append(underlay), ends.append(dp)
     wire = DatagramWire(underlays[0], underlays[1])
