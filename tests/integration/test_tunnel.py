@@ -125,8 +125,8 @@ def check_traffic(lab: Lab, n1: NodeInfo, n2: NodeInfo, pair: Pair, datapath: li
     result = iperf(n1.netns, n2.netns, str(n2.overlay_address.ip), seconds=2)
     # A functional check that TCP flows through the tunnel; throughput targets
     # belong to benchmarks/tunnel_bench.py, not to a test on a shared machine.
-    assert result["mbit"] > 1, result
     sent, received = pair.a.stats(), pair.b.stats()
+    assert result["mbit"] > 1, (result, sent, received)
     if "--tso" in datapath:
         # The kernel handed A's tunnel TCP super-frames (bulk TCP always makes some) and A cut them.
         assert sent["gso_reads"] > 0 and sent["tap_reads"] < sent["tx_frames"], sent

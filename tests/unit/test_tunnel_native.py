@@ -178,3 +178,11 @@ async def test_native_end_with_vnet_taps_both_ways() -> None:
             dp.stop()
             tap.close()
             underlay.close()
+
+
+def test_without_the_extension_auto_means_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "_native", None)
+    assert native.pick_implementation("auto") == "python"
+    assert type(default_datapath_factory(TunnelSettings())) is FdDatapath
+    with pytest.raises(ImportError):
+        default_datapath_factory(TunnelSettings(datapath="native"))
