@@ -9,9 +9,10 @@ call per burst, with the GIL released, does a whole pass:
   runs of equal records);
 - underlay -> TAP: one recvmmsg(2), open every frame record of the current
   epoch in place, check and move the replay window, write the frame to the
-  TAP (a UDP GRO message is cut into its datagrams first). Whatever else came (control records, other epochs, STUN, DTLS, TURN)
-  is left in the ring and handed to ``FdDatapath``'s Python code, which opens
-  it or gives it to the socket's owner as before.
+  TAP (a UDP GRO message is cut into its datagrams first). Whatever else
+  came (control records, other epochs, STUN, DTLS, TURN) is left in the ring
+  and handed to ``FdDatapath``'s Python code, which opens it or gives it to
+  the socket's owner as before.
 
 The records are the same bytes as the Python path's (a native end talks to
 a Python end), keys and epochs still come from Python (``_set_tx``,
