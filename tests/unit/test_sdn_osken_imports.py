@@ -1,0 +1,44 @@
+"""os-ken as the daemon loads it: OpenFlow 1.3 only, BGP and zebra codecs on first use.
+
+Checked in a fresh interpreter: the test process may already hold os-ken in full.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+PROBE = textwrap.dedent(
+    """
+    import sys
+    import evio.sdn.ofapp  # trims os-ken before importing it
+    from evio.sdn.osken_imports import OTHER_VERSION_PARSERS, UnusedParser, _DeferredModule
+    from os_ken.controller import ofp_event
+    from os_ken.lib.packet import tcp
+    from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser
+
+    assert all(isinstance(sys.modules[name], UnusedParser) for name in OTHER_VERSION_PARSERS)
+    assert ofproto_protocol._supported_versions >= {ofproto_v1_3.OFP_VERSION}
+    assert ofproto_v1_3_parser.OFPPacketIn is not None
+    assert "EventOFPPacketIn" in ofp_event._OFP_MSG_EVENTS
+    try:
+        sys.modules["os_ken.ofproto.ofproto_v1_0_parser"].OFPPacketIn
+    except AttributeError as exc:
+        assert "only the OpenFlow 1.3 parser" in str(exc)
+    else:
+        raise AssertionError("a placeholder parser answered")
+    deferred = [name for name in ("os_ken.lib.packet.bgp", "os_ken.lib.packet.zebra")
+                if type(sys.modules[name]) is _DeferredModule]
+    assert deferred == ["os_ken.lib.packet.bgp", "os_ken.lib.packet.zebra"], deferred
+    # A segment to the BGP or the zebra port still decodes: the codec loads on that lookup.
+    assert tcp.tcp.get_payload_type(179, 40000).__name__ == "BGPMessage"
+    assert tcp.tcp.get_payload_type(40000, 2600).__name__ == "ZebraMessage"
+    assert type(sys.modules["os_ken.lib.packet.bgp"]) is not _DeferredModule
+    print("ok")
+    """
+)
+
+
+def test_the_adapter_loads_openflow_13_only_and_routing_codecs_on_use() -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
