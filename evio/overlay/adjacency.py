@@ -235,6 +235,12 @@ _CAP_REASON = {
 }
 
 
+# The few answers there are, made once (the simulator decides millions of requests).
+_ACCEPTED = RequestDecision(True)
+_ACCEPTED_OVER_PENDING = RequestDecision(True, replaces_pending=True)
+_REFUSED = {reason: RequestDecision(False, reason) for reason in RejectReason}
+
+
 def cap_reason(link_type: LinkType) -> RejectReason:
     """The refusal when the incoming cap of `link_type` is reached."""
     return _CAP_REASON[link_type]
@@ -256,17 +262,17 @@ def accept_request(
     mine = current.outgoing.get(requester)
     if mine is not None:
         if mine.state is LinkState.CLOSING:
-            return RequestDecision(False, RejectReason.LINK_CLOSING)
+            return _REFUSED[RejectReason.LINK_CLOSING]
         if mine.state is LinkState.UP:
-            return RequestDecision(False, RejectReason.ALREADY_LINKED)
+            return _REFUSED[RejectReason.ALREADY_LINKED]
         # Both asked at once: the lower node id's request is the one that goes ahead.
         if self_id < requester:
-            return RequestDecision(False, RejectReason.COLLISION)
-        return RequestDecision(True, replaces_pending=True)
+            return _REFUSED[RejectReason.COLLISION]
+        return _ACCEPTED_OVER_PENDING
     theirs = current.incoming.get(requester)
     if theirs is not None:
         reason = RejectReason.LINK_CLOSING if theirs.state is LinkState.CLOSING else RejectReason.ALREADY_LINKED
-        return RequestDecision(False, reason)
+        return _REFUSED[reason]
     if link_type is LinkType.LONG_DISTANCE:
         # Through incoming_long_distance_only: a view may keep that count running (the simulator's does).
         full = current.incoming_long_distance_only() >= max_incoming_long_distance
@@ -274,5 +280,5 @@ def accept_request(
         cap = (max_incoming or {}).get(link_type)
         full = cap is not None and current.incoming_only(link_type) >= cap
     if full:
-        return RequestDecision(False, cap_reason(link_type))
-    return RequestDecision(True)
+        return _REFUSED[cap_reason(link_type)]
+    return _ACCEPTED

@@ -17,6 +17,12 @@ again until membership changes (the daemon backs off in the same way).
 
 Links are kept per end, as in `evio.overlay.adjacency`: a node *holds* the
 links it wants; a tunnel exists while either end holds it.
+
+Inside, a node is its rank among the ids it was built with (0 .. n-1), and
+the methods translate at the edges. Symphony and Bounded Flood use only the
+ids' clockwise order, which ranks keep, so the overlay is the same; but small
+ints hash and compare faster than 128-bit ones and take less memory (at
+n = 10^5 the build does millions of lookups keyed by node).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from evio.overlay.adjacency import (
     diff,
 )
 from evio.overlay.symphony import Ring, select_links
+from evio.sim.collector import collector_paused
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +62,9 @@ _LINKS = {(id(t), id(st)): Link(t, st) for t in LinkType for st in LinkState}
 
 def _link(link_type: LinkType, state: LinkState) -> Link:
     return _LINKS[id(link_type), id(state)]
+
+
+_PENDING_LINKS = {id(t): _LINKS[id(t), id(LinkState.PENDING)] for t in LinkType}  # the commonest lookup
 
 
 class SimError(ValueError):
@@ -100,60 +110,101 @@ class SymphonyOverlay:
             raise SimError("need at least one successor link per node")
         self.params = params
         self._rng = rng
-        self.members: set[int] = set(node_ids)
-        self._holds: dict[int, dict[int, Link]] = {nid: {} for nid in self.members}  # holder -> peer -> link
-        self._incoming: dict[int, dict[int, Link]] = {nid: {} for nid in self.members}  # peer -> holder -> link
+        # Node ids by rank, and back (see the module's docstring); everything below is by rank.
+        self._ids: list[int] = sorted(set(node_ids))
+        self._rank: dict[int, int] = {nid: rank for rank, nid in enumerate(self._ids)}
+        self._members: set[int] = set(range(len(self._ids)))
+        self._holds: dict[int, dict[int, Link]] = {nid: {} for nid in self._members}  # holder -> peer -> link
+        self._incoming: dict[int, dict[int, Link]] = {nid: {} for nid in self._members}  # peer -> holder -> link
         self._connecting: list[tuple[int, int]] = []  # (holder, peer) of links that come up at the round's end
-        self._pending: dict[int, dict[int, LinkType]] = {nid: {} for nid in self.members}  # requests in flight
-        self._excluded: dict[int, set[int]] = {nid: set() for nid in self.members}
+        self._pending: dict[int, dict[int, LinkType]] = {nid: {} for nid in self._members}  # requests in flight
+        self._excluded: dict[int, set[int]] = {nid: set() for nid in self._members}
         # Per node, `Adjacency.incoming_long_distance_only` of its view, kept up to date on every
         # change instead of recounted per request (the recount dominated large builds).
-        self._ld_only: dict[int, int] = {nid: 0 for nid in self.members}
+        self._ld_only: dict[int, int] = {nid: 0 for nid in self._members}
         # Each node's view, made once: it reads the live mappings and the running count.
         self._views: dict[int, _CountedAdjacency] = {
             nid: _CountedAdjacency(
                 _WithPending(self._holds[nid], self._pending[nid]), self._incoming[nid], self._ld_only, nid
             )
-            for nid in self.members
+            for nid in self._members
         }
         self._topology = params.topology()
-        self._ring = Ring(self.members)
+        self._ring = Ring(self._members)
         # Nodes that may want a change. The rest hold exactly the links of their last
         # selection, with k long-distance ones, all up: while the ring is unchanged they
         # would keep every one without a draw and their diff would be empty, and other
         # nodes' moves cannot change what a node holds. So only these are evaluated.
-        self._unsettled: set[int] = set(self.members)
+        self._unsettled: set[int] = set(self._members)
         self.rounds = 0
         self.rejections: Counter[RejectReason] = Counter()
 
     # -- views -------------------------------------------------------------
 
+    @property
+    def members(self) -> set[int]:
+        """The ids of the live nodes."""
+        ids = self._ids
+        return {ids[nid] for nid in self._members}
+
     def long_distance_count(self) -> int:
-        return self._topology.long_distance_for(len(self.members))
+        return self._topology.long_distance_for(len(self._members))
 
     def incoming_cap(self) -> int:
         """Most links a node accepts as peers' long-distance links (the daemon's rule, from the config model)."""
-        return self._topology.incoming_long_distance_cap(len(self.members))
+        return self._topology.incoming_long_distance_cap(len(self._members))
 
     def view(self, nid: int) -> Adjacency:
-        """What node `nid` knows of its links, including its own unanswered requests (as pending)."""
-        return self._views[nid]
+        """What node `nid` knows of its links, including its own unanswered requests (as pending); a copy."""
+        rank = self._rank[nid]
+        ranked = self._views[rank]
+        ids = self._ids
+        return _CountedAdjacency(
+            {ids[p]: link for p, link in ranked.outgoing.items()},
+            {ids[p]: link for p, link in ranked.incoming.items()},
+            {nid: ranked.incoming_long_distance_only()},
+            nid,
+        )
 
-    def adjacency(self) -> dict[int, set[int]]:
-        """Symmetric graph of links that are up, for flooding."""
-        graph: dict[int, set[int]] = {nid: set() for nid in self.members}
+    def adjacency(self, by_rank: bool = False) -> dict[int, set[int]]:
+        """Symmetric graph of links that are up, for flooding.
+
+        `by_rank`: nodes as their ranks among the ids the overlay was built with. The clockwise
+        order is the same, so a flood over it takes the same paths (and its roots, drawn from
+        the sorted nodes, are the same nodes); at large n it floods in half the time.
+        """
+        if by_rank:
+            return self._ranked_adjacency()
+        ids = self._ids
+        graph: dict[int, set[int]] = {ids[nid]: set() for nid in self._members}
+        up = LinkState.UP
         for holder, links in self._holds.items():
+            holder_id = ids[holder]
+            holder_peers = graph[holder_id]
             for peer, link in links.items():
-                if link.state is LinkState.UP:
-                    graph[holder].add(peer)
+                if link.state is up:
+                    peer_id = ids[peer]
+                    holder_peers.add(peer_id)
+                    graph[peer_id].add(holder_id)
+        return graph
+
+    def _ranked_adjacency(self) -> dict[int, set[int]]:
+        graph: dict[int, set[int]] = {nid: set() for nid in sorted(self._members)}
+        up = LinkState.UP
+        for holder, links in self._holds.items():
+            holder_peers = graph[holder]
+            for peer, link in links.items():
+                if link.state is up:
+                    holder_peers.add(peer)
                     graph[peer].add(holder)
         return graph
 
     def held_links(self) -> Iterator[tuple[int, int, Link]]:
         """(holder, peer, link) for every link held, by either end."""
+        ids = self._ids
         for holder, links in self._holds.items():
             for peer, link in links.items():
-                yield holder, peer, link
+                yield ids[holder], ids[peer], link
 
     def held_counts(self) -> Counter[LinkType]:
         """How many links are held, by the holder's type (a link held by both ends counts twice)."""
@@ -198,19 +249,21 @@ class SymphonyOverlay:
         # the target answers with the daemon's rule.
         self._rng.shuffle(requests)
         rejected = 0
+        pending = self._pending
+        views = self._views
         for requester, target, link_type in requests:
-            if self._pending[requester].get(target) is not link_type:
+            if pending[requester].get(target) is not link_type:
                 continue  # already settled by a collision the other way round
-            decision = accept_request(target, requester, link_type, self.view(target), cap)
+            decision = accept_request(target, requester, link_type, views[target], cap)
             if decision.accepted:
                 self._drop_pending(requester, target)
-                self._hold(requester, target, _link(link_type, LinkState.PENDING))
+                self._hold(requester, target, _PENDING_LINKS[id(link_type)])
                 operations += 1
                 if decision.replaces_pending:
                     # The target's own request to the requester is dropped; it holds this link instead.
                     own = self._drop_pending(target, requester)
                     assert own is not None
-                    self._hold(target, requester, _link(own, LinkState.PENDING))
+                    self._hold(target, requester, _PENDING_LINKS[id(own)])
                     self._unsettled.add(target)
                     operations += 1
             elif decision.reason is RejectReason.COLLISION:
@@ -223,7 +276,6 @@ class SymphonyOverlay:
                 rejected += 1
                 if link_type is LinkType.LONG_DISTANCE:
                     self._excluded[requester].add(target)
-        pending = self._pending
         for requester, target, _ in requests:
             if target in pending[requester] and self._drop_pending(requester, target) is not None:
                 self._unsettled.add(requester)  # unanswered (cannot happen today): ask again next round
@@ -244,6 +296,10 @@ class SymphonyOverlay:
 
     def stabilise(self) -> bool:
         """Run rounds until one changes nothing and asks nothing; False if max_rounds ran out first."""
+        with collector_paused():
+            return self._stabilise()
+
+    def _stabilise(self) -> bool:
         for _ in range(self.params.max_rounds):
             result = self.run_round()
             _log.debug(
@@ -256,20 +312,21 @@ class SymphonyOverlay:
 
     def fail(self, nids: Iterable[int]) -> None:
         """Nodes stop: their tunnels go down at both ends. Nobody relinks until the next round."""
-        gone = set(nids) & self.members
+        rank = self._rank
+        gone = {rank[nid] for nid in nids if nid in rank} & self._members
         for nid in gone:
             for peer in list(self._holds[nid]):
                 self._release(nid, peer)
             for holder in list(self._incoming[nid]):
                 self._release(holder, nid)
         for nid in gone:
-            self.members.discard(nid)
+            self._members.discard(nid)
             del self._holds[nid], self._incoming[nid], self._pending[nid], self._excluded[nid]
             del self._ld_only[nid], self._views[nid]
         for excluded in self._excluded.values():
             excluded.clear()  # membership changed: everyone may be asked again
-        self._ring = Ring(self.members)
-        self._unsettled = set(self.members)
+        self._ring = Ring(self._members)
+        self._unsettled = set(self._members)
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -388,5 +445,6 @@ def build_overlay(n: int, params: OverlayParams, rng: random.Random) -> BuildRes
     """n nodes with random ids, linked round by round until they stop changing."""
     if n < 2:
         raise SimError("an overlay needs at least 2 nodes")
-    overlay = SymphonyOverlay(random_node_ids(n, rng), params, rng)
-    return BuildResult(overlay, overlay.stabilise())
+    with collector_paused():  # the tables made for every node too
+        overlay = SymphonyOverlay(random_node_ids(n, rng), params, rng)
+        return BuildResult(overlay, overlay.stabilise())

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from evio.sim.collector import collector_paused
 from evio.sim.flood import FloodGraph, flood
 
 # Table 1 (n = 128, s = 2, k = log n): max hops -> (frequency, cumulative %).
@@ -90,6 +91,13 @@ def broadcast_stats(
     adjacency: Mapping[int, Collection[int]], roots: Sequence[int], alive: Collection[int] | None = None
 ) -> BroadcastStats:
     """Flood one broadcast from each root with the real bound code and tally what every live node got."""
+    with collector_paused():
+        return _broadcast_stats(adjacency, roots, alive)
+
+
+def _broadcast_stats(
+    adjacency: Mapping[int, Collection[int]], roots: Sequence[int], alive: Collection[int] | None = None
+) -> BroadcastStats:
     graph = FloodGraph(adjacency, alive)  # neighbours sorted once for all the roots
     live = graph.live
     expected = exactly_once = duplicated = missed = 0

@@ -186,11 +186,11 @@ def test_nodes_left_out_of_a_round_would_not_change_anything(seed: int) -> None:
     # Only unsettled nodes are evaluated each round; evaluating every node instead must
     # find nothing to do once the overlay is stable, including after repairs.
     overlay = build(70, seed=seed)
-    overlay._unsettled = set(overlay.members)
+    overlay._unsettled = set(overlay._members)
     before = overlay.adjacency()
     result = overlay.run_round()
     assert (result.operations, result.requests) == (0, 0) and overlay.adjacency() == before
     overlay.fail(random.Random(seed).sample(sorted(overlay.members), 10))
     assert overlay.stabilise()
-    overlay._unsettled = set(overlay.members)
+    overlay._unsettled = set(overlay._members)
     assert overlay.run_round().requests == 0
