@@ -60,6 +60,10 @@ class LinuxProbe:
         return done.returncode, done.stderr
 
     def can_import(self, module: str) -> str | None:
+        if module.partition(".")[0] == "os_ken":
+            from evio.sdn.osken_imports import trim_os_ken
+
+            trim_os_ken()  # loaded here first: as the adapter loads it, OpenFlow 1.3 only
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - an import can fail in many ways; all mean "missing"

@@ -10,7 +10,10 @@ import textwrap
 PROBE = textwrap.dedent(
     """
     import sys
-    import evio.sdn.ofapp  # trims os-ken before importing it
+    from evio.node.preflight import OS_KEN_MODULES, LinuxProbe
+    # The daemon's order: `evio run` checks that os-ken imports before the adapter loads it.
+    assert [LinuxProbe().can_import(name) for name in OS_KEN_MODULES] == [None] * len(OS_KEN_MODULES)
+    import evio.sdn.ofapp
     from evio.sdn.osken_imports import OTHER_VERSION_PARSERS, UnusedParser, _DeferredModule
     from os_ken.controller import ofp_event
     from os_ken.lib.packet import tcp
