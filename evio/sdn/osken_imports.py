@@ -14,7 +14,7 @@ BGP and zebra codecs only when a name of theirs is first looked up (a TCP
 segment to port 179 or 2600 would still decode). importlib's own
 `LazyLoader` does not do here: it loads on any attribute, and the import
 system reads `__spec__` of a module each time it is imported again. Called after os-ken is
-loaded, it changes nothing.
+loaded, it changes nothing. Figures: docs/design.md, "What a daemon imports".
 """
 
 from __future__ import annotations
