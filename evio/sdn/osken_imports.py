@@ -2,8 +2,8 @@
 
 os-ken imports, whatever an app speaks, the message parsers of OpenFlow 1.0,
 1.2, 1.3, 1.4 and 1.5 (`ofproto_protocol` lists them all) and, through its
-TCP decoder, its BGP and zebra codecs: about 6 MB of an idle daemon's memory
-for code it never runs. Our app speaks 1.3 only (`OFP_VERSIONS`) and the
+TCP decoder, its BGP and zebra codecs: about 10 MB of an idle daemon's
+memory for code it never runs. Our app speaks 1.3 only (`OFP_VERSIONS`) and the
 bridges are created with `protocols=OpenFlow13`, so no other version can be
 negotiated; and nothing of ours decodes BGP or zebra.
 
@@ -13,8 +13,10 @@ messages for them; using one raises an error that says why) and loads the
 BGP and zebra codecs only when a name of theirs is first looked up (a TCP
 segment to port 179 or 2600 would still decode). importlib's own
 `LazyLoader` does not do here: it loads on any attribute, and the import
-system reads `__spec__` of a module each time it is imported again. Called after os-ken is
-loaded, it changes nothing. Figures: docs/design.md, "What a daemon imports".
+system reads `__spec__` of a module each time it is imported again. Called
+after os-ken is loaded, it changes nothing.
+
+Figures: docs/design.md, "What a daemon imports".
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ Inside, a node is its rank among the ids it was built with (0 .. n-1), and
 the methods translate at the edges. Symphony and Bounded Flood use only the
 ids' clockwise order, which ranks keep, so the overlay is the same; but small
 ints hash and compare faster than 128-bit ones and take less memory (at
-n = 10^5 the build does millions of lookups keyed by node; docs/design.md,
-"The simulator at n = 10^5").
+n = 10^5 the build does millions of lookups keyed by node; see
+docs/design.md, "The simulator at n = 10^5").
 """
 
 from __future__ import annotations
