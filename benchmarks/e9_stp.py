@@ -54,7 +54,9 @@ from evio.lab.node_config import node_config_path
 from evio.lab.spanning_tree import (
     SpanningTree,
     all_tree_hops,
+    broadcast_ping,
     cut_tunnel,
+    enable_broadcast_echo,
     mend_tunnel,
     rstp_ports,
     spanning_tree,
@@ -123,11 +125,6 @@ def restart_daemons(lab: Lab, timeout: float) -> None:
     lab.wait_daemons([n.index for n in lab.nodes], timeout)
 
 
-def enable_broadcast_echo(lab: Lab) -> None:
-    for node in lab.nodes:
-        lab.exec(node.index, ["sysctl", "-q", "-w", "net.ipv4.icmp_echo_ignore_broadcasts=0"])
-
-
 # -- measurements --------------------------------------------------------------------------------
 
 
@@ -154,16 +151,9 @@ def broadcast_delivery(lab: Lab, log_dir: Path | None, mode: str) -> tuple[int, 
 
     def one(root_index: int) -> tuple[int, int]:
         root = lab.node(root_index)
-        broadcast = str(root.overlay_address.network.broadcast_address)
-        done = lab.exec(root_index, ["ping", "-b", "-n", "-c", "2", "-i", "1", "-w", "3", broadcast],
-                        check=False, timeout=15)  # fmt: skip
+        seen, output = broadcast_ping(lab, root_index)
         if log_dir is not None:
-            (log_dir / f"broadcast-{mode}-node{root_index}.txt").write_text(done.stdout + done.stderr)
-        seen: dict[str, int] = {}
-        for line in done.stdout.splitlines():
-            if "icmp_seq=1 " in line and "bytes from" in line:
-                source = line.split("bytes from", 1)[1].split(":", 1)[0].strip()
-                seen[source] = seen.get(source, 0) + 1
+            (log_dir / f"broadcast-{mode}-node{root_index}.txt").write_text(output)
         others = {str(n.overlay_address.ip) for n in nodes} - {str(root.overlay_address.ip)}
         return len(others & set(seen)), sum(count - 1 for count in seen.values())
 

@@ -133,3 +133,33 @@ def cut_tunnel(lab: Lab, index: int, peer_index: int) -> str:
 def mend_tunnel(lab: Lab, index: int) -> None:
     """Undo `cut_tunnel` on node `index` (nothing if there is no cut)."""
     lab.exec(index, ["nft", "delete", "table", "inet", CUT_TABLE], check=False)
+
+
+def enable_broadcast_echo(lab: Lab) -> None:
+    """Let every node answer pings to a broadcast address (Linux ignores them by default)."""
+    for node in lab.nodes:
+        lab.exec(node.index, ["sysctl", "-q", "-w", "net.ipv4.icmp_echo_ignore_broadcasts=0"])
+
+
+def first_echo_answers(ping_output: str) -> dict[str, int]:
+    """Source address -> how many answers to the first echo (icmp_seq=1) `ping -b -n` printed.
+
+    On a loop-free switch every node answers a broadcast once: more than one
+    answer from a source means the request or the answer was copied on the way.
+    """
+    seen: dict[str, int] = {}
+    for line in ping_output.splitlines():
+        if "icmp_seq=1 " in line and "bytes from" in line:
+            source = line.split("bytes from", 1)[1].split(":", 1)[0].strip()
+            seen[source] = seen.get(source, 0) + 1
+    return seen
+
+
+def broadcast_ping(lab: Lab, index: int) -> tuple[dict[str, int], str]:
+    """Answers by source to a broadcast ping from node `index` (first echo only), and ping's output.
+
+    Needs `enable_broadcast_echo` first.
+    """
+    broadcast = str(lab.node(index).overlay_address.network.broadcast_address)
+    done = lab.exec(index, ["ping", "-b", "-n", "-c", "2", "-i", "1", "-w", "3", broadcast], check=False, timeout=15)
+    return first_echo_answers(done.stdout), done.stdout + done.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evio.lab.daemons import LinkView, Topology
-from evio.lab.spanning_tree import all_tree_hops, spanning_tree, tree_hops
+from evio.lab.spanning_tree import all_tree_hops, first_echo_answers, spanning_tree, tree_hops
 from evio.plots.comparison import draw_mode_comparison
 
 
@@ -44,3 +44,19 @@ def test_the_comparison_plot_is_written(tmp_path: Path) -> None:
     draw_mode_comparison({"BF": [1, 2, 2], "STP": [1, 3, 4]}, {"BF": [300.0, None], "STP": [200.0, 100.0]},
                          ["1->2", "3->4"], path, "E9")  # fmt: skip
     assert path.stat().st_size > 1000
+
+
+def test_answers_to_the_first_broadcast_echo_are_counted_by_source() -> None:
+    output = """PING 10.254.255.255 (10.254.255.255) 56(84) bytes of data.
+64 bytes from 10.254.0.3: icmp_seq=1 ttl=64 time=0.022 ms
+64 bytes from 10.254.0.4: icmp_seq=1 ttl=64 time=54.3 ms
+64 bytes from 10.254.0.14: icmp_seq=1 ttl=64 time=54.3 ms (DUP!)
+64 bytes from 10.254.0.14: icmp_seq=1 ttl=64 time=54.4 ms (DUP!)
+64 bytes from 10.254.0.4: icmp_seq=11 ttl=64 time=1.1 ms
+64 bytes from 10.254.0.3: icmp_seq=2 ttl=64 time=0.020 ms
+
+--- 10.254.255.255 ping statistics ---
+2 packets transmitted, 2 received, +3 duplicates, 0% packet loss, time 1000ms
+"""
+    assert first_echo_answers(output) == {"10.254.0.3": 1, "10.254.0.4": 1, "10.254.0.14": 2}
+    assert first_echo_answers("ping: connect: Network is unreachable\n") == {}
