@@ -164,6 +164,7 @@ def _configure(name: str, mtu: int, addresses: list[str], up: bool) -> None:
             _add_addresses(name, addresses)
         else:
             _disable_ipv6(name)
+            _refuse_ipv4(name)
         if up:
             _set_up(control, name)
 
@@ -229,3 +230,31 @@ def _disable_ipv6(name: str, netlink_fallback: Callable[[str], Any] = _netlink_n
 
 
 _ipv6_warned = False
+
+
+def _refuse_ipv4(name: str) -> None:
+    """Keep the host's IPv4 stack from taking in what arrives on a bridge-port TAP.
+
+    On the userspace datapath Open vSwitch reads a TAP through a packet
+    socket, which does not take frames from the kernel: every frame a tunnel
+    writes into the TAP also goes up the host's own stack, as if received on
+    that interface. Under Bounded Flood broadcasts travel inside FRBs, which
+    the stack ignores, but under STP switching (and for any other raw
+    broadcast) a node answered an ARP request or a broadcast ping once per TAP
+    it came in on, besides once from the bridge. Strict reverse-path filtering
+    on the TAP drops them: the node's addresses are reached through the
+    bridge's internal port, never through a TAP. (The effective value is the
+    larger of this and `all`; `all` set to 2, loose, would let them in again.)
+    """
+    try:
+        with open(f"/proc/sys/net/ipv4/conf/{name}/rp_filter", "w") as knob:
+            knob.write("1")
+    except OSError as exc:
+        global _ipv4_warned
+        if not _ipv4_warned:
+            _ipv4_warned = True
+            logger.warning("cannot set rp_filter on tunnel TAPs (%s): a node may answer a broadcast or an ARP "
+                           "request once more per TAP it arrives on", exc)
+
+
+_ipv4_warned = False

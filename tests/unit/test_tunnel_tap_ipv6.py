@@ -56,3 +56,35 @@ def test_no_ipv6_in_the_kernel_is_nothing_to_do(monkeypatch: pytest.MonkeyPatch)
     netlink = FakeNetlink()
     tap._disable_ipv6("evt0", netlink)
     assert netlink.calls == []
+
+
+def test_a_bridge_port_tap_refuses_ipv4_by_strict_reverse_path_filtering(monkeypatch: pytest.MonkeyPatch) -> None:
+    written: dict[str, str] = {}
+
+    class Knob:
+        def __init__(self, path: str, mode: str) -> None:
+            self.path = path
+
+        def __enter__(self) -> Knob:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def write(self, text: str) -> None:
+            written[self.path] = text
+
+    monkeypatch.setattr(tap, "open", Knob, raising=False)
+    tap._refuse_ipv4("evt0")
+    assert written == {"/proc/sys/net/ipv4/conf/evt0/rp_filter": "1"}
+
+
+def test_a_read_only_proc_sys_leaves_ipv4_as_it_is_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tap, "open", read_only, raising=False)
+    monkeypatch.setattr(tap, "_ipv4_warned", False)
+    with caplog.at_level(logging.WARNING, logger=tap.logger.name):
+        for name in ("evt0", "evt1"):
+            tap._refuse_ipv4(name)
+    assert len([r for r in caplog.records if "rp_filter" in r.getMessage()]) == 1
