@@ -2,7 +2,8 @@
 
 Open vSwitch runs RSTP on the tunnel ports and switches by MAC learning, with no SDN controller.
 On an overlay of 8 nodes, s = 2: the ring closes as it does under Bounded Flood; RSTP reduces the
-cyclic overlay to a tree, so some links stay blocked; every pair pings over the tree. Then the
+cyclic overlay to a tree, so some links stay blocked; every pair pings over the tree, and a
+broadcast ping is answered once by every node (no copies: nothing loops). Then the
 tunnel of one link the tree forwards on is cut in the underlay: both ends see it dead, take its
 port off, RSTP moves to a blocked link, and every pair pings again.
 """
@@ -16,7 +17,15 @@ from scenario_lab import FigureBook, ring_timeout, wait_for
 
 from evio.cli.lab_node_cmd import PingSummary, all_pairs_ping
 from evio.lab.lab import Lab
-from evio.lab.spanning_tree import SpanningTree, cut_tunnel, mend_tunnel, rstp_ports, spanning_tree
+from evio.lab.spanning_tree import (
+    SpanningTree,
+    broadcast_ping,
+    cut_tunnel,
+    enable_broadcast_echo,
+    mend_tunnel,
+    rstp_ports,
+    spanning_tree,
+)
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure, successor_gaps
 
@@ -52,6 +61,14 @@ def test_an_stp_overlay_forms_a_tree_pings_everywhere_and_heals_a_cut_forwarding
     assert tree.blocked, f"no link blocked on a cyclic overlay: {tree}"
     assert len(tree.forwarding) == NODES - 1
     every_pair_answers(lab, 60.0, "every pair pinging over the spanning tree")
+    # On a tree every node answers a broadcast once: a second answer means a frame went round a loop
+    # (or was copied) on its way, which RSTP is there to prevent.
+    enable_broadcast_echo(lab)
+    for root in (lab.nodes[0], lab.nodes[NODES // 2]):
+        answers, output = broadcast_ping(lab, root.index)
+        assert set(answers) == {str(n.overlay_address.ip) for n in lab.nodes}, f"not every node answered:\n{output}"
+        copies = {source: n for source, n in answers.items() if n > 1}
+        assert not copies, f"duplicate answers to {root.name}'s broadcast (tree {tree_of(lab)}): {copies}\n{output}"
 
     topo = lab.topology()
     candidates = [l for l in topo.links if l.type == "successor" and l.path == "direct"
