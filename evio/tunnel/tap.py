@@ -243,8 +243,9 @@ def _refuse_ipv4(name: str) -> None:
     broadcast) a node answered an ARP request or a broadcast ping once per TAP
     it came in on, besides once from the bridge. Strict reverse-path filtering
     on the TAP drops them: the node's addresses are reached through the
-    bridge's internal port, never through a TAP. (The effective value is the
-    larger of this and `all`; `all` set to 2, loose, would let them in again.)
+    bridge's internal port, never through a TAP. (The kernel uses the larger
+    of this and `all`; on an interface without addresses loose filtering, 2,
+    refuses them as well.)
     """
     try:
         with open(f"/proc/sys/net/ipv4/conf/{name}/rp_filter", "w") as knob:
