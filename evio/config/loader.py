@@ -667,6 +667,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
             offload=bool(tunnel.get("offload", TunnelConfig.offload)),
             tso=bool(tunnel.get("tso", TunnelConfig.tso)),
             datapath=tunnel.get("datapath", TunnelConfig.datapath),
+            transit=bool(tunnel.get("transit", TunnelConfig.transit)),
         ),
         limits=LimitsConfig(
             max_tunnels=int(limits.get("max_tunnels", LimitsConfig.max_tunnels)),

@@ -227,6 +227,7 @@ class TunnelConfig:
     # native: the per-frame loops in Rust (evio_native, built by scripts/bootstrap with cargo); python:
     # FdDatapath's own; auto: native where it is installed.
     datapath: TunnelDatapath = "auto"
+    transit: bool = True  # frames only passing through go tunnel to tunnel where the controller's flow says so
 
 
 @dataclass(frozen=True)

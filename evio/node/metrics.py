@@ -102,6 +102,13 @@ class _Families:
         self.checksums_completed = CounterMetricFamily(
             "evio_switch_checksums_completed", "TCP frames whose partial (offload) checksum the controller finished.",
             labels=o)
+        self.transit_frames = CounterMetricFamily(
+            "evio_transit_frames", "Frames sent on tunnel to tunnel by the transit fast path, past the bridge.",
+            labels=o)
+        self.transit_fallbacks = CounterMetricFamily(
+            "evio_transit_fallbacks", "Frames with a fast-path entry that went through the bridge, by reason.",
+            labels=["overlay", "reason"])
+        self.transit_entries = GaugeMetricFamily("evio_transit_entries", "Transit fast-path entries.", labels=o)
         self.switch_drops = CounterMetricFamily(
             "evio_switch_drops", "Frames and FRBs the controller dropped, by reason.", labels=["overlay", "reason"])
         self.signal_connected = GaugeMetricFamily("evio_signal_connected", "1 while signaling is logged in.", labels=o)
@@ -135,6 +142,12 @@ class _Families:
         self.frb_received.add_metric([overlay], ov.get("broadcasts", {}).get("received", 0))
         self.segmented.add_metric([overlay], switch.get("segmented", 0))
         self.checksums_completed.add_metric([overlay], switch.get("checksums_completed", 0))
+        transit = ov.get("transit", {})
+        if "forwarded" in transit:
+            self.transit_frames.add_metric([overlay], transit.get("forwarded", 0))
+            self.transit_entries.add_metric([overlay], transit.get("entries", 0))
+            for reason in ("expired", "no_egress"):
+                self.transit_fallbacks.add_metric([overlay, reason], transit.get(reason, 0))
         for reason, count in sorted(ov.get("drops", {}).items()):
             self.switch_drops.add_metric([overlay, reason.lower()], count)
         signal = ov.get("signal", {})

@@ -54,6 +54,7 @@ from evio.signal.interface import Signaling
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
+from evio.tunnel.transit import TransitTable
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,11 @@ class LinkManager(Protocol):
     async def close(self) -> None: ...
 
     def get(self, peer: int) -> TunnelLike | None: ...
+
+    @property
+    def transit(self) -> TransitTable | None:
+        """The overlay's transit fast-path table (tunnel.transit), None without one."""
+        ...
 
     def reconfigure(self, config: TunnelSettings) -> None:
         """Settings for the tunnels set up from now on (those up keep theirs)."""
@@ -202,6 +208,7 @@ class OverlayStack:
                 flow_idle_timeout=self.plan.config.bridge.flow_idle_timeout,
                 on_demand=self.plan.config.topology.on_demand,
                 tunnel_mtu=self.plan.tunnel.tap_mtu,
+                transit=self.links.transit,
             )
             self._attached = True
         self._bridge_made = True  # from here on, stop() deletes it even if create() failed half-way
@@ -503,6 +510,7 @@ class OverlayStack:
                 "segmented": traffic.segmented if traffic else 0,
                 "checksums_completed": traffic.checksums_completed if traffic else 0,
             },
+            "transit": _transit(self.links.transit),
             "drops": dict(self.drops),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
@@ -529,6 +537,16 @@ def _value(item: object) -> Any:
     if isinstance(item, enum.Enum):
         return item.value
     return item
+
+
+def _transit(table: TransitTable | None) -> dict[str, Any]:
+    """The transit fast path's counters (frames it sent on, frames it left to the bridge and why)."""
+    if table is None:
+        return {"enabled": False}
+    counters = table.counters()
+    return {"enabled": table.enabled, "entries": counters.entries, "max_entries": table.max_entries,
+            "forwarded": counters.forwarded, "expired": counters.expired, "no_egress": counters.no_egress,
+            "refused_full": counters.refused_full, "refused_group": counters.refused_group}
 
 
 async def _step(overlay: str, what: str, awaitable: Any) -> None:

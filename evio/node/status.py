@@ -120,7 +120,7 @@ def link_document(
         "tx": {"bytes": stats.tx_bytes, "frames": stats.tx_frames, "tap_reads": stats.tap_reads,
                "super_frames": stats.gso_reads},
         "rx": {"bytes": stats.rx_bytes, "frames": stats.rx_frames, "tap_writes": stats.tap_writes,
-               "super_frames": stats.gro_writes},
+               "super_frames": stats.gro_writes, "transit_frames": stats.transit_frames},
         "drops": {reason.value: n for reason, n in sorted(stats.drops.items(), key=lambda i: i[0].value) if n},
     })  # fmt: skip
     if document["age"] is None and tunnel.up_since is not None:

@@ -4,6 +4,12 @@ The daemon runs asyncio in the main thread and os-ken, with its native
 (thread) hub, beside it (docs/design.md, "A node"). Everything that crosses is a
 small frozen dataclass defined here; there is no string-named bus.
 
+One thing crosses that is not a message: an overlay's transit fast-path
+table (`AttachOverlay.transit`, evio.sdn.transit), written by the controller
+and read per frame by the data path. It is shared, not messaged, because an
+entry must be gone *before* the flow delete leaves for the switch; an event
+through the loop would arrive after it.
+
 Into the controller (`ControllerCommand`, any thread -> os-ken thread):
 `CommandQueue.put`, drained by the app before every OpenFlow event and on its
 tick. `put` also wakes the app's ticker, so a command takes effect within
@@ -39,6 +45,7 @@ from evio.config.model import BridgeConfig, OnDemandConfig
 from evio.ids import format_node_id
 from evio.sdn.broadcast_log import BroadcastReceived
 from evio.sdn.switch import DEFAULT_TUNNEL_MTU
+from evio.sdn.transit import TransitSink
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,7 @@ class AttachOverlay:
     mac_max_age: float = 300.0
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
     tunnel_mtu: int = DEFAULT_TUNNEL_MTU  # the tunnel TAPs' MTU: frames the controller sends are cut to fit
+    transit: TransitSink | None = None  # the data path's fast-path table to mirror tunnel-to-tunnel flows into
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from evio.sdn.boundary import (
 from evio.sdn.flow_actions import FlowAction, FlowMatch
 from evio.sdn.on_demand import FlowRates, OnDemandPolicy, WantOnDemand, traffic_by_peer
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
+from evio.sdn.transit import TransitMirror
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class OverlaySwitch:
                                          settings.flow_idle_timeout, settings.mac_max_age,
                                          tunnel_mtu=settings.tunnel_mtu)
         self.on_demand = OnDemandPolicy(settings.on_demand)
+        self.transit = TransitMirror(settings.transit) if settings.transit is not None else None
         self.rates = FlowRates()
         self.peer_by_name: dict[str, int] = {}
         self.port_desc: dict[int, tuple[str, str]] = {}  # port number -> (name, hw_addr)
@@ -90,6 +92,8 @@ class OverlaySwitch:
     def switch_disconnected(self, now: float) -> list[ControllerEvent]:
         """Forget the ports (their numbers may differ when it comes back); keep the peer names."""
         self.connected = False
+        if self.transit is not None:
+            self.transit.clear()
         for port_no in list(self.switch.ports):
             self.switch.port_removed(port_no, now)  # nothing to send: there is no switch
         self.port_desc.clear()
@@ -140,7 +144,30 @@ class OverlaySwitch:
         return self.switch.packet_in(in_port, data, now)
 
     def flow_removed(self, match: FlowMatch) -> list[FlowAction]:
+        if self.transit is not None:
+            self.transit.flow_removed(match)
         return self.switch.flow_removed(match)
+
+    # ---------------------------------------------------------------- the transit fast path's mirror
+
+    def before_send(self, action: FlowAction) -> None:
+        """`action` is about to go to the switch: fast-path entries it deletes go now."""
+        if self.transit is not None:
+            self.transit.before(action)
+
+    def after_send(self, action: FlowAction, now: float) -> None:
+        """`action` went to the switch: a tunnel-to-tunnel flow gets its fast-path entry."""
+        if self.transit is not None:
+            self.transit.after(action, self.switch.ports, now)
+
+    def transit_refresh(self, now: float) -> list[FlowAction]:
+        """Flows the fast path keeps busy, re-installed before the switch would expire them."""
+        return self.transit.refresh(now) if self.transit is not None else []
+
+    def clear_transit(self) -> None:
+        """The switch's flows are about to be cleared, or the overlay is going: no fast-path entry may stay."""
+        if self.transit is not None:
+            self.transit.clear()
 
     def expire(self, now: float) -> list[FlowAction]:
         return self.switch.expire(now)

@@ -271,6 +271,7 @@ class FakeLinks:
         self.connects = 0
         self.disconnects = 0
         self.reconfigured: list[object] = []  # tunnel settings given by reloads
+        self.transit = None  # no data path here, so no transit fast path
         self.offer_policy: Callable[[int], bool] | None = None
         self.refused_offers = 0
 

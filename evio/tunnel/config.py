@@ -69,6 +69,8 @@ class TunnelSettings:
     """With offload, TSO on the TAP too: the daemon segments super-frames (tunnel.tso)."""
     datapath: TunnelDatapath = TunnelConfig.datapath
     """Which data path code runs (tunnel.datapath): native, python, or auto (native where installed)."""
+    transit: bool = TunnelConfig.transit
+    """Transit fast path, tunnel to tunnel past the bridge, where the SDN controller's flows say (tunnel.transit)."""
 
     def __post_init__(self) -> None:
         if len(self.tap_prefix) > IFNAME_MAX - MIN_TAP_HASH:
@@ -121,4 +123,5 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
         offload=overlay.tunnel.offload,
         tso=overlay.tunnel.tso,
         datapath=overlay.tunnel.datapath,
+        transit=overlay.tunnel.transit,
     )

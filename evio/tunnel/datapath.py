@@ -73,6 +73,8 @@ class DatapathStats:
     """TCP super-frames read from the TAP and cut into records."""
     gro_writes: int = 0
     """Super-frames written to the TAP, each joined from several records."""
+    transit_frames: int = 0
+    """Frames received (counted in rx_frames) that went on by another tunnel, not the TAP (tunnel.transit)."""
     drops: Mapping[DropReason, int] = field(default_factory=dict)
     implementation: str = "python"
     """Which data path code runs: "python" or "native" (tunnel.datapath)."""

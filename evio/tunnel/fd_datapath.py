@@ -24,6 +24,11 @@ ring whenever it fills; ``_sock_pass_offload`` takes UDP GRO messages (a
 burst of records in one buffer) and feeds the opened frames to a
 ``TcpCoalescer``, which writes one super-frame per run of segments. The
 records are the same either way; the passes without offloads are unchanged.
+
+The transit fast path (transit.py) touches two places only: a hook that sees
+every opened frame before the TAP does (``set_transit``) and may send it on
+by another tunnel instead, and ``accept_plain`` / ``flush_plain``, by which
+another tunnel's data path hands this one a plain frame to seal and send.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ from evio.tunnel.record import (
 )
 from evio.tunnel.replay import ACCEPT, REPLAYED, ReplayWindow
 from evio.tunnel.stun_guard import stun_reject_reason
+from evio.tunnel.transit import TransitHook
 from evio.tunnel.underlay import clear_socket_error
 
 logger = logging.getLogger(__name__)
@@ -153,6 +159,11 @@ class FdDatapath:
         self._vnet = False
         self._coalescer: TcpCoalescer | None = None
         self._tap_reads = self._tap_writes = self._gso_reads = self._gro_writes = 0
+        self._slot = self._tx_nbytes = self._tx_sent = 0
+        self._transit: TransitHook | None = None
+        self._transit_done: Callable[[], None] | None = None
+        self._transit_frames = 0
+        self._plain_sealed = 0  # frames taken by accept_plain (another tunnel's transit frames)
 
     # -- interface -----------------------------------------------------------------
 
@@ -228,6 +239,27 @@ class FdDatapath:
         self._open_slow(memoryview(record), len(record))
         if self._coalescer is not None:
             self._coalescer.flush()
+        if self._transit_done is not None:
+            self._transit_done()
+
+    def set_transit(self, hook: TransitHook | None, done: Callable[[], None] | None = None) -> None:
+        """Offer every opened frame to ``hook`` before the TAP (it returns True if it sent the frame on
+        by another tunnel); ``done`` is called after each received burst. None: every frame to the TAP."""
+        self._transit = hook
+        self._transit_done = done if hook is not None else None
+
+    def accept_plain(self, frame: memoryview) -> bool:
+        """Seal a plain frame from elsewhere (another tunnel's transit frame) into the send ring;
+        ``flush_plain`` sends it. False if this data path cannot take it."""
+        if not self._running or len(frame) > self._max_frame:
+            return False
+        self._seal_frame(frame)
+        self._plain_sealed += 1
+        return True
+
+    def flush_plain(self) -> None:
+        if self._slot:
+            self._flush_tx(self._slot)
 
     def rekey(self) -> None:
         assert self._tx_secret is not None
@@ -245,10 +277,11 @@ class FdDatapath:
             tx_epoch=self._tx_secret.epoch if self._tx_secret else 0,
             rx_epoch=rx.epoch if rx else 0,
             foreign=self._foreign,
-            tap_reads=self._tap_reads if self._vnet else self._tx_frames,
-            tap_writes=self._tap_writes if self._vnet else self._rx_frames,
+            tap_reads=self._tap_reads if self._vnet else self._tx_frames - self._plain_sealed,
+            tap_writes=self._tap_writes if self._vnet else self._rx_frames - self._transit_frames,
             gso_reads=self._gso_reads,
             gro_writes=self._gro_writes,
+            transit_frames=self._transit_frames,
             drops={reason: n for reason, n in self._drops.items() if n},
             implementation=self.implementation,
         )
@@ -445,6 +478,10 @@ class FdDatapath:
 
     def _seal_at(self, start: int, end: int) -> None:
         """Seal the frame ``_sf[start:end]`` into the next ring slot; send the ring when it is full."""
+        self._seal_frame(self._sf_mv[start:end])
+
+    def _seal_frame(self, frame: memoryview) -> None:
+        """Seal ``frame`` into the next ring slot; send the ring when it is full."""
         slot = self._slot
         if slot == self._batch:
             self._flush_tx(slot)
@@ -453,14 +490,14 @@ class FdDatapath:
             self.rekey()
         counter = self._tx_counter
         self._tx_counter = counter + 1
-        n = end - start
+        n = len(frame)
         ring = self._tx_ring
         out = ring.view
         at = slot * ring.slot_size + self._hoff
         out[at + 1] = self._tx_secret.epoch & 0xFF  # type: ignore[union-attr]
         _U64.pack_into(out, at + 2, counter)
         _U64.pack_into(self._tx_nonce, 4, self._tx_iv_low ^ counter)
-        self._tx_seal(self._tx_nonce, self._sf_mv[start:end], self._tx_aads[slot], out[at + HEADER_LEN : at + OVERHEAD + n])
+        self._tx_seal(self._tx_nonce, frame, self._tx_aads[slot], out[at + HEADER_LEN : at + OVERHEAD + n])
         if self._channel is not None:
             _CHANNEL.pack_into(out, at - self._hoff, self._channel, n + OVERHEAD)
         ring.set_length(slot, self._hoff + OVERHEAD + n)
@@ -524,6 +561,7 @@ class FdDatapath:
         open_into = rx.aead.decrypt_into
         nonce_buf = rx.nonce
         iv_low = rx.iv_low
+        transit = self._transit
         frames = 0
         nbytes = 0
         for slot in range(count):
@@ -578,12 +616,17 @@ class FdDatapath:
             update(counter)
             frames += 1
             nbytes += n - OVERHEAD
+            if transit is not None and transit(v[1]):
+                self._transit_frames += 1
+                continue
             try:
                 write(tap_fd, v[1])
             except OSError:
                 self._drops[DropReason.TAP_WRITE_FAILED] += 1
         self._rx_frames += frames
         self._rx_bytes += nbytes
+        if self._transit_done is not None:
+            self._transit_done()
         return frames
 
     # -- underlay -> TAP, with offloads -----------------------------------------------
@@ -611,6 +654,8 @@ class FdDatapath:
                 datagram(slot, start + offset, min(step, total - offset))
         if self._coalescer is not None:
             self._coalescer.flush()
+        if self._transit_done is not None:
+            self._transit_done()
         return self._rx_frames - before
 
     def _datagram(self, slot: int, start: int, n: int) -> None:
@@ -666,7 +711,12 @@ class FdDatapath:
         self._deliver(plain)
 
     def _deliver(self, frame: memoryview) -> None:
-        """An opened frame to the TAP: through the coalescer with a vnet header, else as it is."""
+        """An opened frame to the TAP: through the coalescer with a vnet header, else as it is
+        (unless the transit hook sends it on by another tunnel: a frame of at most the MTU, never a
+        super-frame, so offloads change nothing for it)."""
+        if self._transit is not None and self._transit(frame):
+            self._transit_frames += 1
+            return
         if self._coalescer is not None:
             self._coalescer.add(frame)
             return

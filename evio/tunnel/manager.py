@@ -41,6 +41,7 @@ from evio.tunnel.session import (
     default_tap_factory,
 )
 from evio.tunnel.signaling import Body, TunnelOffer, TunnelSignaling
+from evio.tunnel.transit import TransitTable
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,9 @@ class TunnelManager:
         datapath_factory: DatapathFactory = default_datapath_factory,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
+        transit: TransitTable | None = None,
     ) -> None:
+        """``transit``: the overlay's fast-path table (tunnel.transit), shared by its tunnels and the SDN controller."""
         self.node_id = node_id
         self.config = config
         self.certificate = certificate
@@ -71,6 +74,7 @@ class TunnelManager:
         self._datapath_factory = datapath_factory
         self._clock = clock
         self._wall_clock = wall_clock
+        self.transit = transit
         self._tunnels: dict[int, Tunnel] = {}
         self._closing = False
         self._offer_policy: OfferPolicy | None = None
@@ -91,8 +95,11 @@ class TunnelManager:
         self._signaling.serve(self._on_offer)
 
     def reconfigure(self, config: TunnelSettings) -> None:
-        """Settings for tunnels made from now on; the tunnels that exist keep the ones they were made with."""
+        """Settings for tunnels made from now on; the tunnels that exist keep the ones they were made with,
+        except the transit fast path, switched for all of them at once."""
         self.config = config
+        if self.transit is not None:
+            self.transit.set_enabled(config.transit)
 
     def get(self, peer: int) -> Tunnel | None:
         return self._tunnels.get(peer)
@@ -139,6 +146,7 @@ class TunnelManager:
             clock=self._clock,
             wall_clock=self._wall_clock,
             patience=self.loop_lag.patience,
+            transit=self.transit,
         )
         self._tunnels[peer] = tunnel
         return tunnel

@@ -67,6 +67,7 @@ from evio.tunnel.native import NativeFdDatapath, pick_implementation
 from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
 from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
 from evio.tunnel.tap import LinuxTap, TapDevice
+from evio.tunnel.transit import TransitPort, TransitTable
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,9 @@ class Tunnel:
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         patience: Callable[[], float] | None = None,
+        transit: TransitTable | None = None,
     ) -> None:
+        """``transit``: the overlay's fast-path table (tunnel.transit); the data path joins it while it runs."""
         if node_id == peer:
             raise ValueError("a tunnel needs two different nodes")
         self.node_id = node_id
@@ -165,6 +168,7 @@ class Tunnel:
             tap_factory = partial(default_tap_factory, offload=config.offload, tso=config.tso)
         self._tap_factory = tap_factory
         self._datapath = datapath_factory(config)
+        self._transit = transit
         self._clock = clock
         self._wall_clock = wall_clock
         self._patience = patience  # how far liveness limits stretch now (the host's loop lag)
@@ -350,6 +354,8 @@ class Tunnel:
         self._set_info(tap=self._tap.name)
         self._datapath.start(self._tap.fd, path.take_underlay(), secrets, self._on_control, vnet_hdr=self._tap.vnet_hdr)
         self._datapath_running = True
+        if self._transit is not None and isinstance(self._datapath, TransitPort):
+            self._datapath.set_transit(self._transit.attach(self._tap.name, self._datapath), self._transit.flush)
         for record in self._early_records:
             self._datapath.inject(record)
         self._early_records.clear()
@@ -515,6 +521,9 @@ class Tunnel:
         if self._datapath_running:
             if self._down_reason not in (DownReason.PEER_CLOSED.value, DownReason.PEER_SILENT.value):
                 self._datapath.send_control(ControlMessage(ControlOpcode.CLOSE, 0))
+            if self._transit is not None and self._tap is not None and isinstance(self._datapath, TransitPort):
+                self._transit.detach(self._tap.name, self._datapath)
+                self._datapath.set_transit(None)
             self._datapath.stop()
             self._datapath_running = False
         if self._dtls is not None and self._path is not None:

@@ -269,7 +269,7 @@ async def test_sdn_events_reach_the_overlay_controller_and_the_status() -> None:
             "peer": f"{nid(2):032x}", "peer_name": f"node2@{DOMAIN}", "type": "successor", "state": "up", "tap": tap,
             "port": 7, "on_bridge": True, "path": "direct", "setup_seconds": 0.0, "mtu": 1428,
             "tx": {"bytes": 0, "frames": 0, "tap_reads": 0, "super_frames": 0},
-            "rx": {"bytes": 0, "frames": 0, "tap_writes": 0, "super_frames": 0}, "drops": {}, "rtt_ms": None,
+            "rx": {"bytes": 0, "frames": 0, "tap_writes": 0, "super_frames": 0, "transit_frames": 0}, "drops": {}, "rtt_ms": None,
         }
         assert ov["link_counts"] == {"successor": 1}
         assert ov["signal"]["connected"] is True and ov["signal"]["reconnects"] == 0
