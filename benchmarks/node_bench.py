@@ -25,6 +25,12 @@ of 8 intermediate nodes: `--nodes 18`). In one run it prints:
   each node's controller (packet-ins), the others by installed flows;
 - tunnel setup times across the overlay (from each daemon's status);
 - RSS and idle CPU of each daemon (daemon and SDN controller are one process);
+- with `--transit both` (the default) every round is measured twice, with
+  the transit fast path (tunnel.transit) switched off and then on by a
+  config reload of every daemon (and the evio flows of every bridge deleted,
+  so that each mode starts from fresh flows), and the summary gives both and
+  their ratio; the frames the fast path forwarded on the path's nodes are
+  printed per run;
 - where the CPU goes while iperf3 runs: seconds of CPU per GB delivered,
   summed over all daemons and over all ovs-vswitchd processes of the lab
   (so the tunnel's and the switch's shares can be told apart on a loaded
@@ -44,6 +50,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -158,22 +166,36 @@ def first_packet(lab: Lab, path: list[int], count: int = 5) -> tuple[float, floa
     return times[0], statistics.median(times[1:]), packet_ins
 
 
-def unicast_path(lab: Lab, a: int, b: int) -> tuple[int, int] | None:
-    """(bridges a -> b, bridges b -> a) that hold an evio flow for the pair's overlay MACs, right after a
-    ping: the length of the path the unicast flows really take (a shortest path crosses hops + 1)."""
-    macs = []
-    for index in (a, b):
-        device = overlay_device(lab, index)
-        if device is None:
-            return None
-        macs.append(lab.exec(index, ["cat", f"/sys/class/net/{device}/address"], check=False).stdout.strip().lower())
-    counts = [0, 0]
+def set_transit(lab: Lab, on: bool, timeout: float = 30.0) -> None:
+    """Switch every daemon's transit fast path (tunnel.transit) by a config reload (SIGHUP), then delete
+    the evio flows of every bridge so the next frames install (and mirror) fresh ones."""
+    overlay = lab.plan.overlay
+    before = {n.index: int(lab.daemon_status(n.index)["reloads"]) for n in lab.nodes}
     for node in lab.nodes:
-        flows = lab.ovs(node.index).ofctl("dump-flows", bridge_of(lab, node.index), f"cookie={EVIO_COOKIE}").lower()
-        for way, (src, dst) in enumerate(((macs[0], macs[1]), (macs[1], macs[0]))):
-            if f"dl_src={src},dl_dst={dst}" in flows:
-                counts[way] += 1
-    return counts[0], counts[1]
+        config = json.loads(node.config_path.read_text())
+        config["overlays"][overlay].setdefault("tunnel", {})["transit"] = on
+        node.config_path.write_text(json.dumps(config, indent=2))
+        record = lab.daemon(node.index)
+        if record is None:
+            raise SystemExit(f"{node.name}'s daemon is not running")
+        os.kill(record.pid, signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    for node in lab.nodes:
+        while int(lab.daemon_status(node.index)["reloads"]) <= before[node.index]:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{node.name} did not reload its config in {timeout:.0f} s")
+            time.sleep(0.1)
+        state = lab.daemon_status(node.index)["overlays"][overlay]["transit"]
+        if bool(state.get("enabled")) != on:
+            raise SystemExit(f"{node.name}: transit fast path still {'off' if on else 'on'} after the reload")
+    for node in lab.nodes:
+        lab.ovs(node.index).ofctl("del-flows", bridge_of(lab, node.index), f"cookie={EVIO_COOKIE}")
+
+
+def transit_forwarded(lab: Lab, path: list[int]) -> int:
+    """Frames the transit fast path forwarded so far on the nodes of `path`."""
+    overlay = lab.plan.overlay
+    return sum(int(lab.daemon_status(i)["overlays"][overlay]["transit"].get("forwarded", 0)) for i in path)
 
 
 def bridge_of(lab: Lab, index: int) -> str:
@@ -402,14 +424,17 @@ def main() -> int:
                     help="intermediate nodes of the paths measured, where the ring has them (default 0,2,4,8)")
     ap.add_argument("--profile", action="store_true", help="after each run, where the time went on the path")
     ap.add_argument("--first-packet", action="store_true", help="first-packet RTT of a new flow on each path")
+    ap.add_argument("--transit", choices=("both", "on", "off"), default="both",
+                    help="transit fast path (tunnel.transit) off and on in every round, or only one (default both)")
     args = ap.parse_args()
+    modes = ["off", "on"] if args.transit == "both" else [args.transit]
     wanted = [int(x) for x in args.paths.split(",") if x.strip()]
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
     started = time.monotonic()
     print(f"load average at start: {load_average():.2f}", flush=True)
     print(f"tunnel offloads: {'off' if args.no_offload else 'on'}, TSO on the TAPs: {'on' if args.tso else 'off'}, "
           f"data path: {args.datapath}", flush=True)  # fmt: skip
-    tunnel = {"offload": not args.no_offload, "tso": args.tso, "datapath": args.datapath}
+    tunnel = {"offload": not args.no_offload, "tso": args.tso, "datapath": args.datapath, "transit": modes[0] == "on"}
     with Lab.up(unique_lab_name(), nodes=args.nodes, nat=args.nat, topology=topology, tunnel=tunnel, daemons=True) as lab:
         print(f"lab {lab.name}: {args.nodes} nodes up in {time.monotonic() - started:.1f} s", flush=True)
         topo = wait_stable(lab, timeout=60 + 4 * args.nodes)
@@ -424,103 +449,114 @@ def main() -> int:
             else:
                 pairs[intermediates] = pair
         paths = {i: path_of(lab, topo, a, b) for i, (a, b) in pairs.items()}
-        runs: dict[int, list[Run]] = {i: [] for i in pairs}
-        pings: dict[int, list[tuple[float, float]]] = {i: [] for i in pairs}
-        underlay: dict[int, list[float]] = {i: [] for i in pairs}
-        firsts: dict[int, list[tuple[float, float, int]]] = {i: [] for i in pairs}
-        crossings: dict[int, list[tuple[int, int]]] = {i: [] for i in pairs}
+        # Per (mode, intermediates): mode is the transit fast path's, "off" or "on".
+        keys = [(mode, i) for mode in modes for i in pairs]
+        runs: dict[tuple[str, int], list[Run]] = {k: [] for k in keys}
+        pings: dict[tuple[str, int], list[tuple[float, float]]] = {k: [] for k in keys}
+        underlay: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
+        firsts: dict[tuple[str, int], list[tuple[float, float, int]]] = {k: [] for k in keys}
+        current = modes[0]
         for round_no in range(1, args.rounds + 1):
-            for intermediates, (a, b) in pairs.items():
-                if args.first_packet:
-                    first = first_packet(lab, paths[intermediates])
-                    if first is not None:
-                        firsts[intermediates].append(first)
-                        print(f"  round {round_no}, {intermediates} intermediate: first packet of a new flow "
-                              f"{first[0]:.3f} ms, later {first[1]:.3f} ms, {first[2]} packet-ins on the path",
-                              flush=True)
-                rtt = ping_rtt(lab, a, b)
-                crossed = unicast_path(lab, a, b)
-                if crossed is not None:
-                    crossings[intermediates].append(crossed)
-                    print(f"  round {round_no}, {intermediates} intermediate: unicast flows on {crossed[0]} bridges "
-                          f"node{a} -> node{b}, {crossed[1]} back (shortest: {intermediates + 2})", flush=True)
-                under = underlay_rtt(lab, a, b)
-                loaded: list[float] = []
-                if args.profile:
-                    with PathProfile(lab, paths[intermediates]) as profile:
-                        run = iperf_with_cpu(lab, a, b, args.duration, loaded)
-                else:
-                    run = iperf_with_cpu(lab, a, b, args.duration)
-                after = unicast_path(lab, a, b)  # the flows iperf3's stream left: where it really went
-                if after is not None:
-                    print(f"  round {round_no}, {intermediates} intermediate: after iperf3, unicast flows on "
-                          f"{after[0]} bridges there, {after[1]} back (shortest: {intermediates + 2})", flush=True)
-                if rtt is not None:
-                    pings[intermediates].append(rtt)
-                if under is not None:
-                    underlay[intermediates].append(under)
-                runs[intermediates].append(run)
-                mbit, daemon_cpu, switch_cpu, load, retransmits = run
-                print(f"  round {round_no}, {intermediates} intermediate, node{a} -> node{b}: "
-                      f"iperf {_fmt(mbit, '.0f')} Mbit/s ({_fmt(retransmits, 'd')} retransmitted), "
-                      f"RTT mean/median {_fmt(rtt and rtt[0], '.3f')}/{_fmt(rtt and rtt[1], '.3f')} ms "
-                      f"(underlay {_fmt(under, '.3f')}), "
-                      f"CPU per GB: daemons {_fmt(daemon_cpu, '.1f')} s, ovs-vswitchd {_fmt(switch_cpu, '.1f')} s, "
-                      f"load {load:.2f}", flush=True)
-                if args.profile:
-                    print(f"    path {' -> '.join(f'node{i}' for i in paths[intermediates])}; ping RTT during the run: "
-                          f"median {_fmt(statistics.median(loaded) if loaded else None, '.2f')} ms, "
-                          f"max {_fmt(max(loaded) if loaded else None, '.2f')} ms, {len(loaded)} answered")
-                    print(profile.report(), flush=True)
+            for mode in modes:
+                if mode != current:
+                    set_transit(lab, mode == "on")
+                    current = mode
+                    print(f"  transit fast path {mode} (config reloaded, flows deleted)", flush=True)
+                for intermediates, (a, b) in pairs.items():
+                    key = (mode, intermediates)
+                    label = f"round {round_no}, transit {mode}, {intermediates} intermediate"
+                    if args.first_packet:
+                        first = first_packet(lab, paths[intermediates])
+                        if first is not None:
+                            firsts[key].append(first)
+                            print(f"  {label}: first packet of a new flow {first[0]:.3f} ms, later {first[1]:.3f} ms, "
+                                  f"{first[2]} packet-ins on the path", flush=True)
+                    rtt = ping_rtt(lab, a, b)
+                    under = underlay_rtt(lab, a, b)
+                    forwarded_before = transit_forwarded(lab, paths[intermediates])
+                    loaded: list[float] = []
+                    if args.profile:
+                        with PathProfile(lab, paths[intermediates]) as profile:
+                            run = iperf_with_cpu(lab, a, b, args.duration, loaded)
+                    else:
+                        run = iperf_with_cpu(lab, a, b, args.duration)
+                    forwarded = transit_forwarded(lab, paths[intermediates]) - forwarded_before
+                    if rtt is not None:
+                        pings[key].append(rtt)
+                    if under is not None:
+                        underlay[key].append(under)
+                    runs[key].append(run)
+                    mbit, daemon_cpu, switch_cpu, load, retransmits = run
+                    print(f"  {label}, node{a} -> node{b}: "
+                          f"iperf {_fmt(mbit, '.0f')} Mbit/s ({_fmt(retransmits, 'd')} retransmitted), "
+                          f"RTT mean/median {_fmt(rtt and rtt[0], '.3f')}/{_fmt(rtt and rtt[1], '.3f')} ms "
+                          f"(underlay {_fmt(under, '.3f')}), "
+                          f"CPU per GB: daemons {_fmt(daemon_cpu, '.1f')} s, ovs-vswitchd {_fmt(switch_cpu, '.1f')} s, "
+                          f"transit frames on the path {forwarded}, load {load:.2f}", flush=True)
+                    if args.profile:
+                        print(f"    path {' -> '.join(f'node{i}' for i in paths[intermediates])}; ping RTT during the "
+                              f"run: median {_fmt(statistics.median(loaded) if loaded else None, '.2f')} ms, "
+                              f"max {_fmt(max(loaded) if loaded else None, '.2f')} ms, {len(loaded)} answered")
+                        print(profile.report(), flush=True)
 
         setups = setup_times(lab)
         usage = idle_usage(lab, args.idle)
 
-    print("\n| path | nodes | iperf3 TCP 1 stream, Mbit/s (each round) | ping RTT mean / median, ms "
+    print("\n| path | transit | nodes | iperf3 TCP 1 stream, Mbit/s (each round) | median | ping RTT mean / median, ms "
           "| CPU s/GB daemons / ovs-vswitchd | load |")
-    print("|---|---|---|---|---|---|")
-    rtts: dict[int, tuple[float, float]] = {}
+    print("|---|---|---|---|---|---|---|---|")
+    rtts: dict[str, dict[int, tuple[float, float]]] = {mode: {} for mode in modes}
+    medians: dict[tuple[str, int], float | None] = {}
     for intermediates, (a, b) in pairs.items():
-        mbits = [r[0] for r in runs[intermediates]]
-        rtt = None
-        if pings[intermediates]:
-            rtt = (statistics.median(p[0] for p in pings[intermediates]),
-                   statistics.median(p[1] for p in pings[intermediates]))
-            rtts[intermediates] = rtt
-        daemon_cpu = _median([r[1] for r in runs[intermediates]])
-        switch_cpu = _median([r[2] for r in runs[intermediates]])
-        loads = [r[3] for r in runs[intermediates]]
-        print(f"| {intermediates} intermediate | node{a} -> node{b} | {' / '.join(_fmt(m, '.0f') for m in mbits)} "
-              f"| {_fmt(rtt and rtt[0], '.3f')} / {_fmt(rtt and rtt[1], '.3f')} "
-              f"| {_fmt(daemon_cpu, '.1f')} / {_fmt(switch_cpu, '.1f')} "
-              f"| {' / '.join(f'{x:.1f}' for x in loads)} |")
+        for mode in modes:
+            key = (mode, intermediates)
+            mbits = [r[0] for r in runs[key]]
+            medians[key] = _median(mbits)
+            rtt = None
+            if pings[key]:
+                rtt = (statistics.median(p[0] for p in pings[key]), statistics.median(p[1] for p in pings[key]))
+                rtts[mode][intermediates] = rtt
+            daemon_cpu = _median([r[1] for r in runs[key]])
+            switch_cpu = _median([r[2] for r in runs[key]])
+            loads = [r[3] for r in runs[key]]
+            print(f"| {intermediates} intermediate | {mode} | node{a} -> node{b} "
+                  f"| {' / '.join(_fmt(m, '.0f') for m in mbits)} | {_fmt(medians[key], '.0f')} "
+                  f"| {_fmt(rtt and rtt[0], '.3f')} / {_fmt(rtt and rtt[1], '.3f')} "
+                  f"| {_fmt(daemon_cpu, '.1f')} / {_fmt(switch_cpu, '.1f')} "
+                  f"| {' / '.join(f'{x:.1f}' for x in loads)} |")
+    if len(modes) == 2:
+        print()
+        for intermediates in pairs:
+            off, on = medians[("off", intermediates)], medians[("on", intermediates)]
+            ratio = f"{on / off:.2f}x" if on is not None and off else "-"
+            print(f"{intermediates} intermediate: median {_fmt(on, '.0f')} Mbit/s with the transit fast path, "
+                  f"{_fmt(off, '.0f')} without: {ratio}")
     print()
     for intermediates, per_crossing in sorted(TAP_FRAMES.items()):
-        print(f"TAP frames per GB delivered, per TAP crossing ({intermediates} intermediate): "
+        print(f"TAP frames per GB delivered, per TAP crossing ({intermediates} intermediate, every mode): "
               f"{' / '.join(f'{x:,.0f}' for x in per_crossing)} (one frame per 1428-byte MTU: about 700,000)")
-    print()
-    for n in sorted(rtts):
-        if n and 0 in rtts:
-            mean_oh = (rtts[n][0] - rtts[0][0]) / n / 2
-            median_oh = (rtts[n][1] - rtts[0][1]) / n / 2
-            print(f"switching overhead per intermediate node ({n} intermediates): {mean_oh:.3f} ms from mean RTTs, "
-                  f"{median_oh:.3f} ms from median RTTs (paper {PAPER['overhead_ms']} ms, "
-                  f"target <= {TARGET['overhead_ms']} ms)")
-    print_one_way(rtts, underlay)
-    for n, results in firsts.items():
-        if results:
-            print(f"first packet of a new flow, {n} intermediate ({len(paths[n])} switches): first RTT "
-                  f"{' / '.join(f'{r[0]:.2f}' for r in results)} ms vs later "
-                  f"{' / '.join(f'{r[1]:.2f}' for r in results)} ms; packet-ins on the path "
-                  f"{' / '.join(str(r[2]) for r in results)} (target <= 2 per node, first RTT <= 2 ms)")
-    for n, counts in crossings.items():
-        if counts:
-            print(f"unicast path, {n} intermediate: bridges with the pair's flows there / back "
-                  f"{' , '.join(f'{c[0]} / {c[1]}' for c in counts)} (shortest {n + 2} each way)")
-    adjacent = [r[0] for r in runs.get(0, []) if r[0] is not None]
-    if adjacent:
-        print(f"adjacent nodes, one TCP stream: best {max(adjacent):.0f}, median {statistics.median(adjacent):.0f} "
-              f"Mbit/s (paper {PAPER['bandwidth_mbit']:.0f}, target >= {TARGET['bandwidth_mbit']:.0f})")
+    for mode in modes:
+        print(f"\ntransit fast path {mode}:")
+        mode_rtts = rtts[mode]
+        for n in sorted(mode_rtts):
+            if n and 0 in mode_rtts:
+                mean_oh = (mode_rtts[n][0] - mode_rtts[0][0]) / n / 2
+                median_oh = (mode_rtts[n][1] - mode_rtts[0][1]) / n / 2
+                print(f"switching overhead per intermediate node ({n} intermediates): {mean_oh:.3f} ms from mean "
+                      f"RTTs, {median_oh:.3f} ms from median RTTs (paper {PAPER['overhead_ms']} ms, "
+                      f"target <= {TARGET['overhead_ms']} ms)")
+        print_one_way(mode_rtts, {i: underlay[(mode, i)] for i in pairs})
+        for n in pairs:
+            results = firsts[(mode, n)]
+            if results:
+                print(f"first packet of a new flow, {n} intermediate ({len(paths[n])} switches): first RTT "
+                      f"{' / '.join(f'{r[0]:.2f}' for r in results)} ms vs later "
+                      f"{' / '.join(f'{r[1]:.2f}' for r in results)} ms; packet-ins on the path "
+                      f"{' / '.join(str(r[2]) for r in results)} (target <= 2 per node, first RTT <= 2 ms)")
+        adjacent = [r[0] for r in runs.get((mode, 0), []) if r[0] is not None]
+        if adjacent:
+            print(f"adjacent nodes, one TCP stream: best {max(adjacent):.0f}, median {statistics.median(adjacent):.0f} "
+                  f"Mbit/s (paper {PAPER['bandwidth_mbit']:.0f}, target >= {TARGET['bandwidth_mbit']:.0f})")
     if setups:
         print(f"tunnel setup across the overlay ({len(setups)} tunnel ends): median {statistics.median(setups):.2f} s, "
               f"max {max(setups):.2f} s (paper {PAPER['setup_s']} s average)")
