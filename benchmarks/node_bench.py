@@ -192,10 +192,14 @@ def set_transit(lab: Lab, on: bool, timeout: float = 30.0) -> None:
         lab.ovs(node.index).ofctl("del-flows", bridge_of(lab, node.index), f"cookie={EVIO_COOKIE}")
 
 
-def transit_forwarded(lab: Lab, path: list[int]) -> int:
-    """Frames the transit fast path forwarded so far on the nodes of `path`."""
+def transit_forwarded(lab: Lab, path: list[int]) -> tuple[int, int]:
+    """Frames the transit fast path forwarded so far on the nodes of `path`, and on every other node (where
+    the frames went a longer way round)."""
     overlay = lab.plan.overlay
-    return sum(int(lab.daemon_status(i)["overlays"][overlay]["transit"].get("forwarded", 0)) for i in path)
+    counts = {n.index: int(lab.daemon_status(n.index)["overlays"][overlay]["transit"].get("forwarded", 0))
+              for n in lab.nodes}
+    on_path = sum(counts[i] for i in path)
+    return on_path, sum(counts.values()) - on_path
 
 
 def bridge_of(lab: Lab, index: int) -> str:
@@ -480,7 +484,8 @@ def main() -> int:
                             run = iperf_with_cpu(lab, a, b, args.duration, loaded)
                     else:
                         run = iperf_with_cpu(lab, a, b, args.duration)
-                    forwarded = transit_forwarded(lab, paths[intermediates]) - forwarded_before
+                    after = transit_forwarded(lab, paths[intermediates])
+                    forwarded = (after[0] - forwarded_before[0], after[1] - forwarded_before[1])
                     if rtt is not None:
                         pings[key].append(rtt)
                     if under is not None:
@@ -492,7 +497,8 @@ def main() -> int:
                           f"RTT mean/median {_fmt(rtt and rtt[0], '.3f')}/{_fmt(rtt and rtt[1], '.3f')} ms "
                           f"(underlay {_fmt(under, '.3f')}), "
                           f"CPU per GB: daemons {_fmt(daemon_cpu, '.1f')} s, ovs-vswitchd {_fmt(switch_cpu, '.1f')} s, "
-                          f"transit frames on the path {forwarded}, load {load:.2f}", flush=True)
+                          f"transit frames on the path {forwarded[0]} (elsewhere {forwarded[1]}), load {load:.2f}",
+                          flush=True)
                     if args.profile:
                         print(f"    path {' -> '.join(f'node{i}' for i in paths[intermediates])}; ping RTT during the "
                               f"run: median {_fmt(statistics.median(loaded) if loaded else None, '.2f')} ms, "
