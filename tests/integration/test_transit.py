@@ -153,7 +153,7 @@ def test_a_busy_entry_keeps_its_flow_alive_past_the_idle_timeout(lab_factory: La
     target = str(lab.node(b).overlay_address.ip)
     out = lab.exec(a, ["ping", "-c", str(count), "-i", "0.1", "-W", "2", target], check=False, timeout=120).stdout
     answered = sum("bytes from" in line for line in out.splitlines())
-    assert answered >= count - 5
+    assert answered >= count - 10
     states = {i: transit(lab, i) for i in middle}
     assert forwarded(lab, middle) >= answered, states  # of 2 per echo: far above the first 3 s alone
 
