@@ -136,24 +136,27 @@ def set_flow_idle_timeout(lab: Lab, seconds: int) -> None:
 
 
 def test_a_busy_entry_keeps_its_flow_alive_past_the_idle_timeout(lab_factory: LabFactory) -> None:
-    """Fast-path frames bypass the flow, so the controller re-installs it while the entry is used: with a 4 s
-    idle timeout (entries run out 3 s after their flow's install), 12 s of pings stay on the fast path.
-    Without the refresh the fast path would carry only the first 3 s of them (about a quarter)."""
+    """Fast-path frames bypass the flow, so the controller re-installs it while the entry is used and moves
+    the entry's deadline (three quarters of the idle timeout after the install) with it. With a 10 s idle
+    timeout, 25 s of pings stay on the fast path: frames that meet an entry past its deadline (`expired`) stay
+    rare. Without the refresh every entry runs out after 7.5 s and the rest of the frames meet it expired."""
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
     lab = lab_factory(nodes=4, nat="eim", topology=topology, daemons=True)
     wait_for(lab.topology, ring_closed, RING_TIMEOUT, "a ring of 4 successor links")
-    set_flow_idle_timeout(lab, 4)
+    set_flow_idle_timeout(lab, 10)
     topo = wait_for(lab.topology, ring_closed, RING_TIMEOUT, "the ring again after the overlays restarted")
     names = {n.name: n.index for n in lab.nodes}
     a = lab.nodes[0].index
     (b,) = [names[n] for n in topo.live if topo.hops(lab.nodes[0].name, n) == 2]
     middle = [i for i in names.values() if i not in (a, b)]
 
-    count = 120  # 0.1 s apart: 12 s, three times the idle timeout; each echo crosses the middle twice
+    count = 250  # 0.1 s apart: 25 s, 2.5 idle timeouts; each echo crosses the middle twice
     target = str(lab.node(b).overlay_address.ip)
     out = lab.exec(a, ["ping", "-c", str(count), "-i", "0.1", "-W", "2", target], check=False, timeout=120).stdout
     answered = sum("bytes from" in line for line in out.splitlines())
     assert answered >= count - 10
     states = {i: transit(lab, i) for i in middle}
-    assert forwarded(lab, middle) >= answered, states  # of 2 per echo: far above the first 3 s alone
-
+    sent_on = sum(int(s["forwarded"]) for s in states.values())
+    expired = sum(int(s["expired"]) for s in states.values())
+    assert sent_on >= answered, states  # of 2 per echo
+    assert expired * 10 <= sent_on, states  # without the refresh: about half of them or more
