@@ -166,6 +166,24 @@ def first_packet(lab: Lab, path: list[int], count: int = 5) -> tuple[float, floa
     return times[0], statistics.median(times[1:]), packet_ins
 
 
+def unicast_path(lab: Lab, a: int, b: int) -> tuple[int, int] | None:
+    """(bridges a -> b, bridges b -> a) that hold an evio flow for the pair's overlay MACs, right after a
+    ping: the length of the path the unicast flows really take (a shortest path crosses hops + 1)."""
+    macs = []
+    for index in (a, b):
+        device = overlay_device(lab, index)
+        if device is None:
+            return None
+        macs.append(lab.exec(index, ["cat", f"/sys/class/net/{device}/address"], check=False).stdout.strip().lower())
+    counts = [0, 0]
+    for node in lab.nodes:
+        flows = lab.ovs(node.index).ofctl("dump-flows", bridge_of(lab, node.index), f"cookie={EVIO_COOKIE}").lower()
+        for way, (src, dst) in enumerate(((macs[0], macs[1]), (macs[1], macs[0]))):
+            if f"dl_src={src},dl_dst={dst}" in flows:
+                counts[way] += 1
+    return counts[0], counts[1]
+
+
 def set_transit(lab: Lab, on: bool, timeout: float = 30.0) -> None:
     """Switch every daemon's transit fast path (tunnel.transit) by a config reload (SIGHUP), then delete
     the evio flows of every bridge so the next frames install (and mirror) fresh ones."""
@@ -459,6 +477,7 @@ def main() -> int:
         pings: dict[tuple[str, int], list[tuple[float, float]]] = {k: [] for k in keys}
         underlay: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
         firsts: dict[tuple[str, int], list[tuple[float, float, int]]] = {k: [] for k in keys}
+        crossings: dict[tuple[str, int], list[tuple[int, int]]] = {k: [] for k in keys}
         current = modes[0]
         for round_no in range(1, args.rounds + 1):
             for mode in modes:
@@ -476,6 +495,11 @@ def main() -> int:
                             print(f"  {label}: first packet of a new flow {first[0]:.3f} ms, later {first[1]:.3f} ms, "
                                   f"{first[2]} packet-ins on the path", flush=True)
                     rtt = ping_rtt(lab, a, b)
+                    crossed = unicast_path(lab, a, b)
+                    if crossed is not None:
+                        crossings[key].append(crossed)
+                        print(f"  {label}: unicast flows on {crossed[0]} bridges node{a} -> node{b}, {crossed[1]} "
+                              f"back (shortest: {intermediates + 2})", flush=True)
                     under = underlay_rtt(lab, a, b)
                     forwarded_before = transit_forwarded(lab, paths[intermediates])
                     loaded: list[float] = []
@@ -484,6 +508,10 @@ def main() -> int:
                             run = iperf_with_cpu(lab, a, b, args.duration, loaded)
                     else:
                         run = iperf_with_cpu(lab, a, b, args.duration)
+                    flows_after = unicast_path(lab, a, b)  # the flows iperf3's stream left: where it really went
+                    if flows_after is not None:
+                        print(f"  {label}: after iperf3, unicast flows on {flows_after[0]} bridges there, "
+                              f"{flows_after[1]} back (shortest: {intermediates + 2})", flush=True)
                     after = transit_forwarded(lab, paths[intermediates])
                     forwarded = (after[0] - forwarded_before[0], after[1] - forwarded_before[1])
                     if rtt is not None:
@@ -559,6 +587,11 @@ def main() -> int:
                       f"{' / '.join(f'{r[0]:.2f}' for r in results)} ms vs later "
                       f"{' / '.join(f'{r[1]:.2f}' for r in results)} ms; packet-ins on the path "
                       f"{' / '.join(str(r[2]) for r in results)} (target <= 2 per node, first RTT <= 2 ms)")
+        for n in pairs:
+            counts = crossings[(mode, n)]
+            if counts:
+                print(f"unicast path, {n} intermediate: bridges with the pair's flows there / back "
+                      f"{' , '.join(f'{c[0]} / {c[1]}' for c in counts)} (shortest {n + 2} each way)")
         adjacent = [r[0] for r in runs.get((mode, 0), []) if r[0] is not None]
         if adjacent:
             print(f"adjacent nodes, one TCP stream: best {max(adjacent):.0f}, median {statistics.median(adjacent):.0f} "
