@@ -155,3 +155,13 @@ def test_a_used_entry_has_its_flow_reinstalled_and_its_deadline_moved_an_unused_
     assert dp.flow_adds() == []
     assert not hook(frame)
     assert table.counters().expired == 1
+
+
+def test_a_delete_after_an_add_in_one_batch_leaves_no_entry() -> None:
+    """The adapter writes a batch at once; an add mirrored after the write would outlive a delete after it."""
+    from evio.sdn.flow_actions import AddFlow, DeleteFlowsToMac, FlowMatch
+
+    app, dp, table, _ = transit_switch()
+    app._send(app.overlays["red"], [AddFlow(FlowMatch(PORT_B, H2, H1), PORT_A, IDLE), DeleteFlowsToMac(H1)])
+    assert table.get(B, mac(H1), mac(H2)) is None
+    assert len(table) == 1  # (A, H1, H2) -> B stays: its destination is H2
