@@ -28,6 +28,9 @@ T = TypeVar("T")
 RING_TIMEOUT = 60.0  # generous: the machine is shared and loaded
 EVIO_COOKIE = "0xe7100001/-1"  # evio.sdn.ofapp.EVIO_COOKIE
 PINGS = 20
+# The native data path's receive pass writes frames to the TAP in Rust, past the transit hook (design.md,
+# Known gaps): the fast path is tested where it runs.
+PYTHON_DATAPATH = {"datapath": "python"}
 
 
 def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str) -> T:
@@ -83,7 +86,7 @@ def set_transit(lab: Lab, on: bool) -> None:
 
 def test_frames_through_an_intermediate_node_take_its_fast_path_until_their_flows_go(lab_factory: LabFactory) -> None:
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
-    lab = lab_factory(nodes=4, nat="eim", topology=topology, daemons=True)
+    lab = lab_factory(nodes=4, nat="eim", topology=topology, tunnel=PYTHON_DATAPATH, daemons=True)
     topo = wait_for(lab.topology, ring_closed, RING_TIMEOUT, "a ring of 4 successor links")
     names = {n.name: n.index for n in lab.nodes}
     a = lab.nodes[0].index
@@ -141,7 +144,7 @@ def test_a_busy_entry_keeps_its_flow_alive_past_the_idle_timeout(lab_factory: La
     timeout, 25 s of pings stay on the fast path: frames that meet an entry past its deadline (`expired`) stay
     rare. Without the refresh every entry runs out after 7.5 s and the rest of the frames meet it expired."""
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
-    lab = lab_factory(nodes=4, nat="eim", topology=topology, daemons=True)
+    lab = lab_factory(nodes=4, nat="eim", topology=topology, tunnel=PYTHON_DATAPATH, daemons=True)
     wait_for(lab.topology, ring_closed, RING_TIMEOUT, "a ring of 4 successor links")
     set_flow_idle_timeout(lab, 10)
     topo = wait_for(lab.topology, ring_closed, RING_TIMEOUT, "the ring again after the overlays restarted")
