@@ -75,6 +75,8 @@ class DatapathStats:
     """Super-frames written to the TAP, each joined from several records."""
     transit_frames: int = 0
     """Frames received (counted in rx_frames) that went on by another tunnel, not the TAP (tunnel.transit)."""
+    path_moves: int = 0
+    """Times the data path moved to another underlay (relay to direct), by us or following the peer."""
     drops: Mapping[DropReason, int] = field(default_factory=dict)
     implementation: str = "python"
     """Which data path code runs: "python" or "native" (tunnel.datapath)."""
@@ -132,6 +134,17 @@ class Datapath(Protocol):
 
     def maintain(self) -> None:
         """Periodic housekeeping, called every few hundred milliseconds (re-arms fd readers)."""
+
+    def add_underlay(self, underlay: Underlay) -> None:
+        """A second path validated by ICE: read it too; the first authenticated, non-replayed record
+        from it moves sending there (the peer moved). Ignored while a second path is held."""
+
+    def move_underlay(self, underlay: Underlay) -> None:
+        """Send on ``underlay`` from now on, same keys, counters and replay windows; the path left
+        is still read until ``release_side``."""
+
+    def release_side(self) -> Underlay | None:
+        """Stop reading the second path, give it back to its owner and return it (None without one)."""
 
     def stop(self) -> None:
         """Stop reading; give the socket back to its owner. Idempotent."""

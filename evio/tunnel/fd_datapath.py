@@ -164,6 +164,11 @@ class FdDatapath:
         self._transit_done: Callable[[], None] | None = None
         self._transit_frames = 0
         self._plain_sealed = 0  # frames taken by accept_plain (another tunnel's transit frames)
+        # The second path (docs/design.md, "Relay first, then direct"): read beside the main one.
+        self._side: Underlay | None = None
+        self._side_fd = -1
+        self._side_moves = False  # its first authenticated record moves the data path there
+        self._path_moves = 0
 
     # -- interface -----------------------------------------------------------------
 
@@ -178,24 +183,30 @@ class FdDatapath:
         self._tap_fd = tap_fd
         self._on_control = on_control
         self._vnet = vnet_hdr
-        # GRO only on a real socket this data path reads with recvmmsg (not under test doubles).
-        self._gro = (self._want_gro and self._receive_batch_factory is make_receive_batch
-                     and isinstance(underlay.sock, socket.socket) and enable_gro(underlay.sock))  # fmt: skip
         self._cipher = secrets.cipher
         self._tx_limit = self._rekey_policy.record_limit(secrets.cipher)
-        self._prepare_buffers(underlay)
         self._set_tx(secrets.tx)
         self._rx = self._new_rx_epoch(secrets.rx)
         self._rx_next = self._new_rx_epoch(secrets.rx.next())
         self._rx_prev = None
         os.set_blocking(tap_fd, False)
+        self._install(underlay)
+        self._loop.add_reader(tap_fd, self._readers()[1])
+        self._running = True
+
+    def _install(self, underlay: Underlay) -> None:
+        """Make ``underlay`` the path records are sent on and read from in bursts."""
+        assert self._loop is not None
+        self._underlay = underlay
+        # GRO only on a real socket this data path reads with recvmmsg (not under test doubles).
+        self._gro = (self._want_gro and self._receive_batch_factory is make_receive_batch
+                     and isinstance(underlay.sock, socket.socket) and enable_gro(underlay.sock))  # fmt: skip
+        self._prepare_buffers(underlay)
         underlay.sock.setblocking(False)
         self._sock_fd = underlay.sock.fileno()
         underlay.pause_owner()
-        self._sock_reader, tap_reader = self._readers()
+        self._sock_reader = self._readers()[0]
         self._loop.add_reader(self._sock_fd, self._sock_reader)
-        self._loop.add_reader(tap_fd, tap_reader)
-        self._running = True
 
     def _readers(self) -> tuple[Callable[[], int], Callable[[], int]]:
         """The socket's and the TAP's reader (a native data path overrides this, native.py)."""
@@ -215,6 +226,7 @@ class FdDatapath:
         if self._gro:
             enable_gro(self._underlay.sock, False)  # the owner reads one datagram per call again
         self._underlay.resume_owner()
+        self.release_side()
 
     def maintain(self) -> None:
         """Re-arm the socket reader: uvloop drops it for good on a socket error (an ICMP
@@ -225,6 +237,111 @@ class FdDatapath:
         clear_socket_error(self._underlay.sock)
         self._loop.remove_reader(self._sock_fd)
         self._loop.add_reader(self._sock_fd, self._sock_reader)
+        if self._side is not None:
+            clear_socket_error(self._side.sock)
+            self._loop.remove_reader(self._side_fd)
+            self._loop.add_reader(self._side_fd, self._side_pass)
+
+    # -- path moves ----------------------------------------------------------------
+    # Keys, epochs, counters and replay windows belong to the session, not to a path:
+    # a move changes only the socket, the address and the ChannelData framing.
+
+    def add_underlay(self, underlay: Underlay) -> None:
+        """A second path to the peer, validated by ICE (the direct one, found after the relay):
+        read it beside the current one; the first authenticated, non-replayed record that comes
+        by it moves the data path there (the peer moved first)."""
+        if self._running and self._side is None:
+            self._attach_side(underlay, moves=True)
+
+    def move_underlay(self, underlay: Underlay) -> None:
+        """Send on ``underlay`` from now on. The path left is still read, for records in flight
+        and for the peer until it moves too, until ``release_side``."""
+        if not self._running or underlay is self._underlay:
+            return
+        if self._side is underlay:
+            assert self._loop is not None
+            self._loop.remove_reader(self._side_fd)
+            self._side = None
+        else:
+            self.release_side()
+        self._swap(underlay)
+
+    def release_side(self) -> Underlay | None:
+        """Stop reading the second path and give its socket back to its owner; returns it."""
+        side = self._side
+        if side is None:
+            return None
+        self._side = None
+        assert self._loop is not None
+        self._loop.remove_reader(self._side_fd)
+        self._side_fd = -1
+        side.resume_owner()
+        return side
+
+    def _attach_side(self, underlay: Underlay, moves: bool) -> None:
+        assert self._loop is not None
+        self._side = underlay
+        self._side_moves = moves
+        underlay.sock.setblocking(False)
+        self._side_fd = underlay.sock.fileno()
+        underlay.pause_owner()
+        self._loop.add_reader(self._side_fd, self._side_pass)
+
+    def _swap(self, underlay: Underlay) -> None:
+        """``underlay`` becomes the main path; the old main one is read as the side path."""
+        assert self._loop is not None and self._underlay is not None
+        old = self._underlay
+        if self._coalescer is not None:
+            self._coalescer.flush()
+        self._loop.remove_reader(self._sock_fd)
+        if self._gro:
+            enable_gro(old.sock, False)  # the side path is read one datagram per call
+        self._install(underlay)
+        self._attach_side(old, moves=False)
+        self._path_moves += 1
+        logger.info("tunnel data path moved to %s (%s)", underlay.peer, "relayed" if underlay.channel is not None else "direct")
+
+    def _side_pass(self) -> None:
+        """Read the side path, one datagram per call: it carries little (stragglers, the peer's
+        first records after its move), and only for a moment."""
+        side = self._side
+        if side is None:
+            return
+        sock = side.sock
+        channel = side.channel
+        moved = False
+        for _ in range(self._batch):
+            try:
+                data, addr = sock.recvfrom(_RECV_BUF_LEN)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                clear_socket_error(sock)
+                break
+            record = _record_in(data, channel)
+            if record is None:
+                self._side_foreign(side, data, addr)
+            elif len(record) == 0:
+                self._drops[DropReason.TRUNCATED] += 1
+            elif self._open_slow(record, len(record)) and self._side_moves and not moved:
+                moved = True
+        if self._coalescer is not None:
+            self._coalescer.flush()
+        if moved and self._side is side:
+            self._side = None
+            assert self._loop is not None
+            self._loop.remove_reader(self._side_fd)
+            self._swap(side)
+
+    def _side_foreign(self, side: Underlay, data: bytes, addr: Any) -> None:
+        if data and data[0] <= 3 and stun_reject_reason(data) is not None:
+            self._drops[DropReason.MALFORMED_STUN] += 1
+            return
+        self._foreign += 1
+        try:
+            side.deliver_foreign(data, addr)
+        except Exception:
+            self._drops[DropReason.OWNER_FAILED] += 1
 
     def send_control(self, message: ControlMessage) -> None:
         if not self._running:
@@ -282,6 +399,7 @@ class FdDatapath:
             gso_reads=self._gso_reads,
             gro_writes=self._gro_writes,
             transit_frames=self._transit_frames,
+            path_moves=self._path_moves,
             drops={reason: n for reason, n in self._drops.items() if n},
             implementation=self.implementation,
         )
@@ -759,47 +877,49 @@ class FdDatapath:
                 self._owner_failure_logged = now
                 logger.warning("tunnel datagram owner failed (%d so far)", self._drops[DropReason.OWNER_FAILED], exc_info=True)
 
-    def _open_slow(self, record: memoryview, n: int) -> None:
-        """Any record: other epochs, control, odd sizes, injected. Allocates; rare."""
+    def _open_slow(self, record: memoryview | bytes, n: int) -> bool:
+        """Any record: other epochs, control, odd sizes, injected. Allocates; rare. True when it was
+        authentic and new (a frame delivered or a control message taken, even a malformed one)."""
         if n < OVERHEAD:
             self._drops[DropReason.TRUNCATED] += 1
-            return
+            return False
         kind, epoch_byte, counter = HEADER.unpack_from(record, 0)
         if kind not in (KIND_FRAME, KIND_CONTROL):
             self._drops[DropReason.FORGED] += 1
-            return
+            return False
         state = self._epoch_for(epoch_byte)
         if state is None:
             self._drops[DropReason.UNKNOWN_EPOCH] += 1
-            return
+            return False
         verdict = state.window.check(counter)
         if verdict != ACCEPT:
             self._drops[DropReason.REPLAYED if verdict == REPLAYED else DropReason.STALE] += 1
-            return
+            return False
         try:
             plaintext = state.aead.decrypt(nonce(state.iv, counter), bytes(record[HEADER_LEN:n]), bytes(record[:HEADER_LEN]))
         except InvalidTag:
             self._drops[DropReason.FORGED] += 1
-            return
+            return False
         state.window.update(counter)
         if state is self._rx_next:
             self._promote_rx()
         if kind == KIND_FRAME:
             if len(plaintext) < ETHERNET_HEADER_LEN:
                 self._drops[DropReason.TRUNCATED] += 1
-                return
+                return False
             self._rx_frames += 1
             self._rx_bytes += len(plaintext)
             self._deliver(memoryview(plaintext))
-            return
+            return True
         try:
             message = parse_control(plaintext)
         except RecordError:
             self._drops[DropReason.BAD_CONTROL] += 1
-            return
+            return True
         self._rx_control += 1
         assert self._on_control is not None
         self._on_control(message)
+        return True
 
     def _epoch_for(self, epoch_byte: int) -> _RxEpoch | None:
         for state in (self._rx, self._rx_next, self._rx_prev):
@@ -814,3 +934,19 @@ class FdDatapath:
         self._rx = self._rx_next
         self._rx_next = self._new_rx_epoch(self._rx.secret.next())
         logger.debug("tunnel rx epoch %d", self._rx.epoch)
+
+
+def _record_in(data: bytes, channel: int | None) -> bytes | None:
+    """The record a datagram carries (on a relayed path: inside ChannelData on ``channel``), or
+    None when it is something else (STUN, DTLS, TURN) for the socket's owner. A ChannelData
+    shorter than its length yields an empty record (counted as truncated)."""
+    if channel is not None:
+        if len(data) < 4 or int.from_bytes(data[:2], "big") != channel:
+            return None
+        size = int.from_bytes(data[2:4], "big")
+        if size > len(data) - 4:
+            return b""
+        data = data[4 : 4 + size]
+    if not data or data[0] not in (KIND_FRAME, KIND_CONTROL):
+        return None
+    return data
