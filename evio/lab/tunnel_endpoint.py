@@ -8,7 +8,7 @@ started it::
     {"event": "ready"}                       listening for offers
     {"event": "up", "setup": 0.142, "path": "direct", "local": "host", "remote": "srflx", "tap": "evtbb00..", "t": ...}
     {"event": "down", "reason": "peer-silent", "t": ...}
-    {"event": "stats", ...}                  on SIGUSR1 and at exit
+    {"event": "stats", "path": "direct", "path_moves": 1, ...}   on SIGUSR1 and at exit
     {"event": "error", "reason": "..."}      setup failed
 
 Exit status 0 after a clean run or a tunnel that went down (with
@@ -120,6 +120,8 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
         "gso_reads": s.gso_reads,
         "datapath": s.implementation,
         "gro_writes": s.gro_writes,
+        "path": tunnel.info.path.value if tunnel.info.path else None,
+        "path_moves": s.path_moves,
         "drops": {r.value: n for r, n in s.drops.items()},
     }
 

@@ -135,9 +135,10 @@ class Datapath(Protocol):
     def maintain(self) -> None:
         """Periodic housekeeping, called every few hundred milliseconds (re-arms fd readers)."""
 
-    def add_underlay(self, underlay: Underlay) -> None:
+    def add_underlay(self, underlay: Underlay, on_move: Callable[[], None] | None = None) -> None:
         """A second path validated by ICE: read it too; the first authenticated, non-replayed record
-        from it moves sending there (the peer moved). Ignored while a second path is held."""
+        from it moves sending there (the peer moved) and calls ``on_move``. Ignored while a second
+        path is held."""
 
     def move_underlay(self, underlay: Underlay) -> None:
         """Send on ``underlay`` from now on, same keys, counters and replay windows; the path left

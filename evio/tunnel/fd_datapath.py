@@ -169,6 +169,7 @@ class FdDatapath:
         self._side_fd = -1
         self._side_moves = False  # its first authenticated record moves the data path there
         self._path_moves = 0
+        self._on_move: Callable[[], None] | None = None
 
     # -- interface -----------------------------------------------------------------
 
@@ -246,11 +247,12 @@ class FdDatapath:
     # Keys, epochs, counters and replay windows belong to the session, not to a path:
     # a move changes only the socket, the address and the ChannelData framing.
 
-    def add_underlay(self, underlay: Underlay) -> None:
+    def add_underlay(self, underlay: Underlay, on_move: Callable[[], None] | None = None) -> None:
         """A second path to the peer, validated by ICE (the direct one, found after the relay):
         read it beside the current one; the first authenticated, non-replayed record that comes
-        by it moves the data path there (the peer moved first)."""
+        by it moves the data path there (the peer moved first), and ``on_move`` is called."""
         if self._running and self._side is None:
+            self._on_move = on_move
             self._attach_side(underlay, moves=True)
 
     def move_underlay(self, underlay: Underlay) -> None:
@@ -332,6 +334,9 @@ class FdDatapath:
             assert self._loop is not None
             self._loop.remove_reader(self._side_fd)
             self._swap(side)
+            on_move, self._on_move = self._on_move, None
+            if on_move is not None:
+                on_move()
 
     def _side_foreign(self, side: Underlay, data: bytes, addr: Any) -> None:
         if data and data[0] <= 3 and stun_reject_reason(data) is not None:
@@ -340,7 +345,7 @@ class FdDatapath:
         self._foreign += 1
         try:
             side.deliver_foreign(data, addr)
-        except Exception:
+        except Exception:  # noqa: BLE001 - as in _to_owner: the network cannot reach the loop
             self._drops[DropReason.OWNER_FAILED] += 1
 
     def send_control(self, message: ControlMessage) -> None:

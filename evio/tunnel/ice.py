@@ -9,12 +9,14 @@ gathered before the offer/answer exchange:
 aioice uses aggressive nomination: the controlling agent keeps the first pair
 that works, which is often the relay because the first direct probe is
 dropped by the remote NAT before its own outbound probe opens the mapping. Keeping the two apart makes the
-choice ours. The controlling side (higher node id) tries ``direct`` for
-``direct_timeout`` seconds and only then ``relay``. The controlled side runs
-both and follows: it takes whichever connection first both completes and
-delivers the controlling side's first DTLS datagram, because the controlling
-side is the DTLS client and speaks only on the path it chose. Both sides
-therefore always agree on the path.
+choice ours. Both run at once from the start, on both sides (docs/design.md,
+"Relay first, then direct"). The controlling side (higher node id) is the DTLS
+client and starts DTLS on the first connection that connects; the controlled
+side takes whichever connection first both completes and delivers the
+controlling side's first DTLS datagram. Both sides therefore always agree on
+the first path. When that was the relay, the direct attempt goes on (``later``)
+for ``direct_timeout`` seconds: once it connects, the tunnel moves its data
+path there and lets the relay go.
 
 aioice retransmits STUN requests after 0.5 s, doubling, and gives up after
 about a minute. ``IceConfig.stun_rto`` lowers that first timeout (a dropped
@@ -64,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 class RelayPolicy(enum.Enum):
     FALLBACK = "fallback"
-    """Direct first; the relay when direct fails."""
+    """Direct and relay at once; the relay carries traffic until direct connects, or for good."""
     NEVER = "never"
     ONLY = "only"
     """Always relay (tests, or when direct paths are known to be blocked)."""
@@ -104,6 +106,10 @@ class IceConfig:
     relay: RelayPolicy = RelayPolicy.FALLBACK
     direct_timeout: float = NatTraversalConfig.direct_timeout
     relay_timeout: float = 1.2
+    move_grace: float = 2.0
+    """After a move to the direct path, how long the relay is still read (records in flight, the
+    peer until it follows) before its allocation is released; also how long the controlled side
+    waits for the peer's first record on the direct path."""
     stun_rto: float = 0.1
     use_ipv6: bool = False
     exclude_networks: tuple[str, ...] = ()
@@ -314,6 +320,9 @@ class IceAgent:
             raise IceFailed("no ICE connection possible: relay only, but no TURN server configured")
         self._closers: set[asyncio.Task[None]] = set()
         self._gates: dict[int, InboundGate] = {}
+        # One connect() per connection (aioice's may run only once), shared by whoever waits on it.
+        self._connects: dict[int, asyncio.Task[None]] = {}
+        self._later: asyncio.Task[None] | None = None
 
     async def gather(self) -> tuple[IceParameters | None, IceParameters | None]:
         """Gather both connections' candidates; returns (direct, relay) parameters to signal."""
@@ -361,32 +370,47 @@ class IceAgent:
             raise IceFailed("no usable ICE parameters in common with the peer")
 
     async def select_controlling(self) -> SelectedPath:
-        """Direct for ``direct_timeout``, then relay for ``relay_timeout`` (each times ``patience``)."""
+        """Direct (for ``direct_timeout``) and relay (for ``relay_timeout``, each times ``patience``) at
+        once: the first that connects, direct if both have. A direct attempt still running is left to ``later``."""
+        attempts: dict[asyncio.Task[None], Connection] = {}
         c = self._config
         for conn, timeout in ((self.direct, c.direct_timeout * c.patience), (self.relay, c.relay_timeout * c.patience)):
-            if conn is None:
-                continue
-            try:
-                await asyncio.wait_for(conn.connect(), timeout)
-            except (TimeoutError, ConnectionError) as exc:
-                logger.info("tunnel ice %s attempt failed: %s", "direct" if conn is self.direct else "relay", exc or "timeout")
+            if conn is not None:
+                attempts[asyncio.create_task(asyncio.wait_for(self._connecting(conn), timeout))] = conn
+        chosen: Connection | None = None
+        pending = set(attempts)
+        try:
+            while pending and chosen is None:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: attempts[t] is not self.direct):
+                    conn = attempts[task]
+                    if task.exception() is None:
+                        chosen = chosen or conn
+                        continue
+                    logger.info("tunnel ice %s attempt failed: %s", self._kind(conn).value, task.exception() or "timeout")
+                    self._drop(conn)
+        except BaseException:
+            for task in attempts:
+                task.cancel()
+            await asyncio.gather(*attempts, return_exceptions=True)
+            raise
+        for task in pending:
+            conn = attempts[task]
+            if chosen is self.relay and conn is self.direct:
+                self._later = task
+            else:
+                task.cancel()
                 self._drop(conn)
-                continue
-            return self._select(conn)
-        raise IceFailed("no candidate pair worked, direct or relayed")
+        if chosen is None:
+            raise IceFailed("no candidate pair worked, direct or relayed")
+        return self._select(chosen)
 
     async def select_controlled(self) -> tuple[SelectedPath, bytes]:
         """Follow the controlling side: the path on which its first DTLS datagram arrives."""
         c = self._config
         # The controlling side's patience is not signalled: allow for the most it may take.
-        deadline = (c.direct_timeout + c.relay_timeout) * max(c.patience, MAX_PATIENCE) + 2.0
-        # The relay checks start when the controlling side's do. Started earlier, they fail
-        # (no TURN permission on the peer's allocation yet) and back off, and aioice does not
-        # retry an in-progress check when the peer's check arrives: up to a second lost.
-        relay_delay = c.direct_timeout * c.patience if self.direct is not None else 0.0
-        attempts = {asyncio.create_task(self._await_first_dtls(c)): c for c in (self.direct,) if c is not None}
-        if self.relay is not None:
-            attempts[asyncio.create_task(self._await_first_dtls(self.relay, relay_delay))] = self.relay
+        deadline = max(c.direct_timeout, c.relay_timeout) * max(c.patience, MAX_PATIENCE) + 2.0
+        attempts = {asyncio.create_task(self._await_first_dtls(conn)): conn for conn in (self.direct, self.relay) if conn is not None}
         try:
             pending = set(attempts)
             end = time.monotonic() + deadline
@@ -396,12 +420,43 @@ class IceAgent:
                     break
                 for task in done:
                     if task.exception() is None:
-                        return self._select(attempts[task]), task.result()
+                        chosen = attempts[task]
+                        direct = self.direct
+                        if chosen is self.relay and direct is not None:
+                            # The direct attempt goes on: the controlling side moves there when it connects.
+                            patience = max(self._config.patience, MAX_PATIENCE)
+                            self._later = asyncio.create_task(
+                                asyncio.wait_for(self._connecting(direct), self._config.direct_timeout * patience + 1.0))
+                        return self._select(chosen), task.result()
             raise IceFailed("the controlling side did not start DTLS on any path in time")
         finally:
             for task in attempts:
                 task.cancel()
             await asyncio.gather(*attempts, return_exceptions=True)
+
+    async def later(self) -> SelectedPath | None:
+        """The direct path, when the relay was taken first and direct connects after all; None when
+        it does not (or was never left to try). Either way the attempt is over when this returns."""
+        task, self._later = self._later, None
+        direct = self.direct
+        if task is None or direct is None:
+            return None
+        try:
+            await task
+        except (TimeoutError, ConnectionError) as exc:
+            logger.info("tunnel ice direct attempt (after the relay) failed: %s", exc or "timeout")
+            self._drop(direct)
+            return None
+        finally:
+            task.cancel()
+        if self.direct is not direct:
+            return None
+        return self._path_of(direct)
+
+    def release(self, path: SelectedPath) -> None:
+        """A path the tunnel has moved away from: close its connection (the TURN allocation goes)."""
+        if path.connection is self.direct or path.connection is self.relay:
+            self._drop(path.connection)
 
     def rejected(self) -> collections.Counter[InboundReject]:
         """Datagrams the gates turned away, over both connections."""
@@ -411,6 +466,10 @@ class IceAgent:
         return total
 
     async def close(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
+            await asyncio.gather(self._later, return_exceptions=True)
+            self._later = None
         conns = [c for c in (self.direct, self.relay) if c is not None]
         self.direct = self.relay = None
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
@@ -419,21 +478,34 @@ class IceAgent:
 
     # -- internals -----------------------------------------------------------------
 
-    async def _await_first_dtls(self, conn: Connection, delay: float = 0.0) -> bytes:
-        if delay:
-            await asyncio.sleep(delay)
-        await conn.connect()
+    def _connecting(self, conn: Connection) -> asyncio.Future[None]:
+        """``conn.connect()``, started once; waiters cancelled do not cancel it (``_drop`` ends it)."""
+        task = self._connects.get(id(conn))
+        if task is None:
+            task = self._connects[id(conn)] = asyncio.create_task(conn.connect())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # observed by its waiters
+        return asyncio.shield(task)
+
+    async def _await_first_dtls(self, conn: Connection) -> bytes:
+        await self._connecting(conn)
         self._guard_connection(conn)  # protocols made after gathering (none expected; cheap to be sure)
         while True:
             data = await conn.recv()
             if data and 20 <= data[0] <= 63:
                 return data
 
+    def _kind(self, conn: Connection) -> PathKind:
+        return PathKind.DIRECT if conn is self.direct else PathKind.RELAY
+
     def _select(self, conn: Connection) -> SelectedPath:
-        kind = PathKind.DIRECT if conn is self.direct else PathKind.RELAY
+        kind = self._kind(conn)
         other = self.relay if kind is PathKind.DIRECT else self.direct
-        if other is not None:
+        if other is not None and self._later is None:
             self._drop(other)
+        return self._path_of(conn)
+
+    def _path_of(self, conn: Connection) -> SelectedPath:
+        kind = self._kind(conn)
         pair = conn._nominated[1]  # aioice keeps the selected pair only here
         gate = self._guard_connection(conn)
         gate.selected = (pair.remote_addr[0], pair.remote_addr[1])
@@ -455,6 +527,9 @@ class IceAgent:
             self.direct = None
         if conn is self.relay:
             self.relay = None
+        connecting = self._connects.pop(id(conn), None)
+        if connecting is not None:
+            connecting.cancel()
         task = asyncio.create_task(conn.close())
         self._closers.add(task)
         task.add_done_callback(self._closers.discard)

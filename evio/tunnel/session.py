@@ -10,10 +10,11 @@ Setup::
     gather (direct + relay connections)
     offer -------- signaling --------------->   gather, set remote, answer
     set remote  <------------------------------
-    ICE: controlling = higher node id (direct first, then relay; see ice.py)
+    ICE: controlling = higher node id (direct and relay at once; see ice.py)
     DTLS: the controlling side is the client; fingerprints pinned from the offer/answer
     keys exported from DTLS; TAP created; data path takes the selected socket
     HELLO records until an authenticated record arrives from the peer: link UP
+    relay taken first and direct connects later: the data path moves there (``_move_to_direct``)
 
 Only that authenticated record proves the peer holds the keys of *this*
 handshake with the certificate we pinned, so the tunnel is reported up then
@@ -188,6 +189,7 @@ class Tunnel:
         self._tap: TapDevice | None = None
         self._tap_task: asyncio.Task[TapDevice] | None = None
         self._pump_task: asyncio.Task[None] | None = None
+        self._move_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._datapath_running = False
         self._liveness: Liveness | None = None
@@ -360,7 +362,61 @@ class Tunnel:
             self._datapath.inject(record)
         self._early_records.clear()
         self._set_info(state=TunnelState.ESTABLISHING)
+        if path.kind is PathKind.RELAY:
+            self._move_task = asyncio.create_task(self._move_to_direct(), name=f"tunnel-move-{self._info.tunnel_id}")
+            self._move_task.add_done_callback(self._move_done)
         await self._supervise()
+
+    async def _move_to_direct(self) -> None:
+        """Relay first: when the direct path connects after all, carry the running session over to it
+        (docs/design.md, "Relay first, then direct"). The controlling side moves and says so with a
+        record on the new path; the controlled side follows that record. The relay is still read for
+        ``move_grace`` (records in flight, the peer until it follows), then released."""
+        assert self._ice is not None and self._dtls is not None
+        relay, relay_pump = self._path, self._pump_task
+        assert relay is not None
+        direct = await self._ice.later()
+        if direct is None or not self._datapath_running:
+            return
+        grace = self.config.ice.move_grace
+        # DTLS (alerts, the close), and records aioice took before the data path reads the socket.
+        direct_pump = asyncio.create_task(self._pump(direct, self._dtls), name=f"tunnel-pump-{self._info.tunnel_id}")
+        underlay = direct.take_underlay()
+        if self._info.controlling:
+            self._datapath.move_underlay(underlay)
+            self._datapath.send_control(ControlMessage(ControlOpcode.KEEPALIVE, 0))
+        else:
+            moved = asyncio.Event()
+            self._datapath.add_underlay(underlay, moved.set)
+            try:
+                await asyncio.wait_for(moved.wait(), grace)
+            except BaseException as exc:
+                if isinstance(exc, TimeoutError):
+                    logger.info("tunnel %s peer %032x: nothing came by the direct path; staying on the relay",
+                                self._info.tunnel_id, self.peer)
+                self._datapath.release_side()
+                direct_pump.cancel()
+                await asyncio.gather(direct_pump, return_exceptions=True)
+                self._ice.release(direct)
+                if not isinstance(exc, TimeoutError):
+                    raise
+                return
+        self._path, self._pump_task = direct, direct_pump
+        self._set_info(path=direct.kind, local_candidate=direct.local_type, remote_candidate=direct.remote_type, remote_addr=direct.remote_addr)
+        logger.info("tunnel %s peer %032x moved to the direct path %s -> %s %s at %.3f s", self._info.tunnel_id, self.peer,
+                    direct.local_type, direct.remote_type, direct.remote_addr, self._clock() - self._started)
+        try:
+            await asyncio.sleep(grace)
+        finally:
+            self._datapath.release_side()
+            if relay_pump is not None:
+                relay_pump.cancel()
+                await asyncio.gather(relay_pump, return_exceptions=True)
+            self._ice.release(relay)
+
+    def _move_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("tunnel %s peer %032x: move to the direct path failed", self._info.tunnel_id, self.peer, exc_info=task.exception())
 
     async def _handshake(self, path: SelectedPath, peer_fingerprint: Fingerprint, cipher: Cipher, first: bytes | None) -> SessionSecrets:
         role = DtlsRole.CLIENT if self._info.controlling else DtlsRole.SERVER
@@ -427,7 +483,8 @@ class Tunnel:
                         self._early_records.append(data)
         except ConnectionError:
             self._dtls_progress.set()
-            self._link_down("ICE connection closed")
+            if path is self._path:  # not a path the tunnel has moved away from
+                self._link_down("ICE connection closed")
         except Exception:
             logger.exception("tunnel %s peer %032x: receive pump failed", self._info.tunnel_id, self.peer)
             self._dtls_progress.set()
@@ -518,6 +575,9 @@ class Tunnel:
         if self._info.state in (TunnelState.CLOSED, TunnelState.FAILED):
             return
         was_up = self._info.state is TunnelState.UP
+        if self._move_task is not None:
+            self._move_task.cancel()
+            await asyncio.gather(self._move_task, return_exceptions=True)
         if self._datapath_running:
             if self._down_reason not in (DownReason.PEER_CLOSED.value, DownReason.PEER_SILENT.value):
                 self._datapath.send_control(ControlMessage(ControlOpcode.CLOSE, 0))

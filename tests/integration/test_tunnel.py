@@ -7,13 +7,15 @@ NAT use a bare two-namespace veth testbed with the ``evt`` prefix.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ import pytest
 from evio.lab.lab import Lab, NodeInfo
 from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, run, unique_prefix
 from evio.testing.labs import LabFactory
+from evio.testing.waiting import wait_for_value, wait_until_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -163,10 +166,96 @@ def test_symmetric_nat_gives_a_relayed_tunnel(lab_factory: LabFactory, workdir: 
         for up in (pair.up_a, pair.up_b):
             assert (up["path"], up["local"], up["remote"]) == ("relay", "relay", "relay"), up
             assert isinstance(up["setup"], float) and up["setup"] < 4.0
+            # Traffic flows on the relay at once: it did not wait for the direct attempt (direct_timeout, 1 s).
+            if not up["initiator"]:
+                assert up["setup"] < 0.9, up
         check_traffic(lab, lab.node(1), lab.node(2), pair, datapath, relayed=True)
+        # The direct attempt went on beside the relay and failed: the pair stays relayed.
+        for p in (pair.a, pair.b):
+            stats = p.stats()
+            assert (stats["path"], stats["path_moves"]) == ("relay", 0), stats
     # Both ended cleanly, so both gave their allocation back to coturn.
     for p in (pair.a, pair.b):
         assert "TURN allocation deleted" in p.log_path.read_text(), p.log_tail()
+
+
+@contextmanager
+def direct_path_blocked(lab: Lab) -> Iterator[Callable[[], None]]:
+    """Node 1's NAT drops UDP to and from node 2's NAT (their direct path), not to the TURN server;
+    yields the call that lifts the block (the lab's namespaces go at the end in any case)."""
+    router, other = lab.node(1).router_netns, lab.node(2).wan_address
+    ruleset = (
+        "table inet evio_block_direct {\n"
+        "  chain forward {\n"
+        "    type filter hook forward priority -10; policy accept;\n"
+        f"    ip daddr {other} meta l4proto udp drop\n"
+        f"    ip saddr {other} meta l4proto udp drop\n"
+        "  }\n"
+        "}\n"
+    )
+    subprocess.run(["ip", "netns", "exec", router, "nft", "-f", "-"], input=ruleset, text=True, check=True, timeout=10)
+
+    def lift() -> None:
+        run(["nft", "delete", "table", "inet", "evio_block_direct"], router)
+
+    yield lift
+
+
+def start_ping(netns: str, address: str, count: int, interval: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["ip", "netns", "exec", netns, "ping", "-q", "-c", str(count), "-i", f"{interval:g}", "-W", "3", address],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def ping_received(proc: subprocess.Popen[str]) -> int:
+    out, _ = proc.communicate(timeout=60)
+    found = re.search(r"(\d+) received", out)
+    assert found, out
+    return int(found.group(1))
+
+
+def released(log: Path) -> bool:
+    return "TURN allocation deleted" in log.read_text()
+
+
+def test_relay_carries_traffic_at_once_then_the_tunnel_moves_to_direct_losing_nothing(lab_factory: LabFactory, workdir: Path) -> None:
+    """Relay first (docs/design.md, "Relay first, then direct"): with the direct path blocked at first,
+    the tunnel comes up on the relay well before the direct attempt ends; the block lifted, the direct
+    attempt connects and both ends move to it under a running ping each way, which loses no echo."""
+    lab = lab_factory(nodes=2, nat="eim")
+    n1, n2 = lab.node(1), lab.node(2)
+    with direct_path_blocked(lab) as lift, lab_endpoints(lab, workdir, ["--direct-timeout", "8"]) as pair:
+        for up in (pair.up_a, pair.up_b):
+            assert up["path"] == "relay", up
+            assert isinstance(up["setup"], float) and up["setup"] < 4.0, up  # not waiting out the 8 s attempt
+        count = 1000  # 10 s at 0.01 s: the move comes within the first few
+        pings = [start_ping(n1.netns, str(n2.overlay_address.ip), count, 0.01),
+                 start_ping(n2.netns, str(n1.overlay_address.ip), count, 0.01)]  # fmt: skip
+        try:
+            # Echoes cross the relay before the direct path opens.
+            wait_until_blocking(lambda: pair.b.stats()["rx_frames"] > 20, 10, what="echoes over the relay")
+            assert pair.b.stats()["path"] == "relay"
+            lift()
+            wait_for_value(
+                lambda: (pair.a.stats()["path"], pair.b.stats()["path"]), lambda paths: paths == ("direct", "direct"),
+                9, what="both ends on the direct path", interval=0.2,
+            )
+            assert all(p.poll() is None for p in pings), "the pings ended before the move: nothing was in flight"
+            received = [ping_received(p) for p in pings]
+        finally:
+            for p in pings:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(5)
+        assert received == [count, count]  # every sequence number answered, both ways
+        for end in (pair.a, pair.b):
+            stats = end.stats()
+            assert (stats["path"], stats["path_moves"]) == ("direct", 1), stats
+            assert not stats["drops"].get("forged"), stats
+        # The relay allocations go once the grace after the move is over.
+        for log in (pair.a.log_path, pair.b.log_path):
+            wait_until_blocking(partial(released, log), 10, what="relay released")
 
 
 def test_wrong_fingerprint_never_yields_a_link(lab_factory: LabFactory, workdir: Path) -> None:
