@@ -21,7 +21,14 @@ path there and lets the relay go.
 aioice retransmits STUN requests after 0.5 s, doubling, and gives up after
 about a minute. ``IceConfig.stun_rto`` lowers that first timeout (a dropped
 first check then costs 0.1 s instead of 0.5 s) and the deadlines above bound
-the whole attempt.
+the whole attempt. A side's first check on a pair is usually dropped (by the
+peer's NAT, or by the peer's TURN allocation that has no permission for us
+yet) and aioice, as RFC 5245 had it, does not check again when the peer's
+check arrives on a pair still in progress, so the controlled side waited out
+its retransmission (up to 0.1 s, measured 78 ms) before it could take the
+path. ``_hasten_checks`` does what RFC 8445 section 7.3.1.4 asks instead: the
+peer's authenticated check shows the way is open now, so the pending check
+is sent again at once (the same transaction; at most once per check received).
 
 Every datagram an aioice connection receives passes an ``InboundGate``
 first (``_guard_connection``): STUN goes through our checked parser
@@ -292,6 +299,23 @@ def _configure_aioice(config: IceConfig) -> None:
     _install_stun_guard()
 
 
+def _hasten_checks(conn: Connection) -> None:
+    """A check from the peer on a pair whose own check is in progress: send that check again now.
+
+    aioice looks ``check_incoming`` up on the connection for every authenticated check it takes."""
+    receive = conn.check_incoming
+
+    def check_incoming(message: aioice.stun.Message, addr: tuple[str, int], protocol: aioice.ice.StunProtocol) -> None:
+        receive(message, addr, protocol)
+        for transaction in list(protocol.transactions.values()):
+            if getattr(transaction, "_Transaction__addr", None) == addr:
+                request = getattr(transaction, "_Transaction__request", None)
+                if request is not None:
+                    protocol.send_stun(request, addr)
+
+    conn.check_incoming = check_incoming  # type: ignore[method-assign]
+
+
 class IceAgent:
     """Both aioice connections of one tunnel attempt, and the path chosen between them."""
 
@@ -318,6 +342,9 @@ class IceAgent:
             )
         if self.direct is None and self.relay is None:
             raise IceFailed("no ICE connection possible: relay only, but no TURN server configured")
+        for conn in (self.direct, self.relay):
+            if conn is not None:
+                _hasten_checks(conn)
         self._closers: set[asyncio.Task[None]] = set()
         self._gates: dict[int, InboundGate] = {}
         # One connect() per connection (aioice's may run only once), shared by whoever waits on it.
