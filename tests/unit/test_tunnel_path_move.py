@@ -90,7 +90,12 @@ async def test_move_to_direct_loses_no_frame_both_ways(paths: Paths) -> None:
     relayed_before = len(p.relay_wire.a_to_b)
     # Frames still in flight on the relay at the move (held here) arrive after records sent on the direct path.
     held: list[bytes] = []
-    p.relay_wire.filter_a_to_b = lambda d: held.append(d) or []
+
+    def hold(datagram: bytes) -> list[bytes]:
+        held.append(datagram)
+        return []
+
+    p.relay_wire.filter_a_to_b = hold
     for n in range(50, 60):
         p.taps[0].send_frame(frame(n))
         p.taps[1].send_frame(frame(n))
