@@ -78,6 +78,7 @@ Clock = Callable[[], float]
 
 _STATS_LOG_INTERVAL = 10.0
 _MAX_EARLY_RECORDS = 16
+_MOVE_NUDGES = (0.0, 0.05, 0.15, 0.3)  # pauses before each keepalive on a new path (0.5 s in all)
 
 
 class TunnelState(enum.Enum):
@@ -384,7 +385,6 @@ class Tunnel:
         underlay = direct.take_underlay()
         if self._info.controlling:
             self._datapath.move_underlay(underlay)
-            self._datapath.send_control(ControlMessage(ControlOpcode.KEEPALIVE, 0))
         else:
             moved = asyncio.Event()
             self._datapath.add_underlay(underlay, moved.set)
@@ -406,7 +406,17 @@ class Tunnel:
         logger.info("tunnel %s peer %032x moved to the direct path %s -> %s %s at %.3f s", self._info.tunnel_id, self.peer,
                     direct.local_type, direct.remote_type, direct.remote_addr, self._clock() - self._started)
         try:
-            await asyncio.sleep(grace)
+            if self._info.controlling:
+                # The peer follows the first record its data path reads on the new path; one that
+                # reaches it before its data path took the socket is opened but moves nothing, so
+                # say it a few times while the path is new, whatever traffic there is.
+                waited = 0.0
+                for pause in _MOVE_NUDGES:
+                    await asyncio.sleep(pause)
+                    waited += pause
+                    self._datapath.send_control(ControlMessage(ControlOpcode.KEEPALIVE, 0))
+                grace -= waited
+            await asyncio.sleep(max(grace, 0.0))
         finally:
             self._datapath.release_side()
             if relay_pump is not None:
