@@ -499,7 +499,11 @@ class IceAgent:
             self._later = None
         conns = [c for c in (self.direct, self.relay) if c is not None]
         self.direct = self.relay = None
-        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        connects = list(self._connects.values())
+        self._connects.clear()
+        for task in connects:
+            task.cancel()
+        await asyncio.gather(*(c.close() for c in conns), *connects, return_exceptions=True)
         if self._closers:
             await asyncio.gather(*self._closers, return_exceptions=True)
 
