@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,7 +192,15 @@ def setup_part(args: argparse.Namespace) -> None:
                     started = up_a["t"] - up_a["setup"]
                     times.append(max(up_a["t"], up_b["t"]) - started)
                     answering.append(up_b["setup"])
-                    kinds.add(f"{up_a['path']} ({up_a['local']} -> {up_a['remote']})")
+                    # Up on the path that connected first; where that was the relay, the direct one may follow.
+                    settled = up_a
+                    for _ in range(15):
+                        settled = a.stats()
+                        if settled.get("path") == "direct":
+                            break
+                        time.sleep(0.1)
+                    first = "" if settled.get("path") == up_a["path"] else f"{up_a['path']} first, then "
+                    kinds.add(f"{first}{settled.get('path')} ({settled.get('local')} -> {settled.get('remote')})")
                 finally:
                     for p in (a, b):
                         if p is not None:

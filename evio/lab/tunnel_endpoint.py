@@ -120,7 +120,9 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
         "gso_reads": s.gso_reads,
         "datapath": s.implementation,
         "gro_writes": s.gro_writes,
-        "path": tunnel.info.path.value if tunnel.info.path else None,
+        "path": tunnel.info.path.value if tunnel.info.path else None,  # now: it may have moved since "up"
+        "local": tunnel.info.local_candidate,
+        "remote": tunnel.info.remote_candidate,
         "path_moves": s.path_moves,
         "drops": {r.value: n for r, n in s.drops.items()},
     }

@@ -33,16 +33,20 @@ class LabTunnelResult:
     ping_sent: int = 0
     ping_avg_ms: float | None = None
     closed: list[str] = field(default_factory=list)
+    settled: dict[str, Any] = field(default_factory=dict)
+    """A's stats after the ping: the path then (a tunnel up on the relay moves to a direct path found later)."""
 
     @property
     def path(self) -> str:
-        return str(self.up_a.get("path"))
+        return str(self.settled.get("path") or self.up_a.get("path"))
 
     def lines(self) -> list[str]:
         a, b = self.a, self.b
+        now = self.settled if self.settled.get("path") else self.up_a
+        moved = f", up on the {self.up_a.get('path')} first" if now.get("path") != self.up_a.get("path") else ""
         out = [
-            f"tunnel {a.name} <-> {b.name}: {self.path} path, {self.up_a.get('local')} -> {self.up_a.get('remote')} "
-            f"({self.up_a.get('cipher')})",
+            f"tunnel {a.name} <-> {b.name}: {self.path} path, {now.get('local')} -> {now.get('remote')} "
+            f"({self.up_a.get('cipher')}{moved})",
             f"  setup: {self.up_a['setup']:.3f} s on {a.name} (initiator), {self.up_b['setup']:.3f} s on {b.name}",
             f"  TAPs: {self.up_a.get('tap')} {a.overlay_address} on {a.name}, {self.up_b.get('tap')} {b.overlay_address} on {b.name}",
         ]
@@ -110,6 +114,8 @@ class LabTunnel:
                 result.ping_received = int(line.split(",")[1].split()[0])
             if line.startswith("rtt"):
                 result.ping_avg_ms = float(line.split("=")[1].split("/")[1])
+        if self.a is not None:
+            result.settled = self.a.stats()
 
     def wait_down(self, duration: float | None) -> str | None:
         """Wait until either side reports the tunnel down, or ``duration`` passes (None: forever)."""
