@@ -14,7 +14,7 @@ the ping stops until the overlay repairs.
 Neighbours notice a killed node when its XMPP presence goes (the server sees its connection close):
 they probe its tunnels, which then fail within a few RTTs (at least 0.25 s) instead of after the
 dead-peer time (5 s), and link to each other at once; the new link's setup makes the rest of each
-interruption (0.2 s direct, over 1 s when it needs the relay).
+interruption (0.1-0.2 s, direct or relayed: traffic starts on the relay at once).
 
 "Does not interrupt" (E4): the paper watched a running ping (one echo a second) go on. Our probe
 sends ten a second; we ask that no gap between two replies reaches one second, i.e. a default ping
