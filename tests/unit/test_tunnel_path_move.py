@@ -9,7 +9,7 @@ all the while, both ways, must all arrive.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -17,6 +17,7 @@ import pytest
 from evio.config.model import Cipher
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
+from evio.tunnel import native
 from evio.tunnel.datapath import DropReason
 from evio.tunnel.fd_datapath import FdDatapath
 from evio.tunnel.keys import EXPORTER_LEN, split_exporter
@@ -44,13 +45,19 @@ class Paths:
     direct_wire: DatagramWire
 
 
-@pytest.fixture
-async def paths() -> AsyncIterator[Paths]:
+@pytest.fixture(params=["python", "native"])
+async def paths(request: pytest.FixtureRequest) -> AsyncIterator[Paths]:
+    """Both data paths: the native one moves with the same code (its rings are rebuilt on a move)."""
+    kind: Callable[..., FdDatapath] = FdDatapath
+    if request.param == "native":
+        if not native.available():
+            pytest.skip("the native data path is not built (test_tunnel_native.py says why)")
+        kind = native.NativeFdDatapath
     material = os.urandom(EXPORTER_LEN)
     relay = (FakeUnderlay(CHANNEL), FakeUnderlay(CHANNEL))
     direct = (FakeUnderlay(), FakeUnderlay())
     taps = (FakeTap(), FakeTap())
-    datapaths = (FdDatapath(MTU, replay_window=256), FdDatapath(MTU, replay_window=256))
+    datapaths = (kind(MTU, replay_window=256), kind(MTU, replay_window=256))
     for i, dp in enumerate(datapaths):
         dp.start(taps[i].fd, relay[i], split_exporter(material, Cipher.AES_256_GCM, i == 0), lambda m: None)
     relay_wire, direct_wire = DatagramWire(*relay), DatagramWire(*direct)
