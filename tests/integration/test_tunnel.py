@@ -221,13 +221,16 @@ def released(log: Path) -> bool:
     return "TURN allocation deleted" in log.read_text()
 
 
-def test_relay_carries_traffic_at_once_then_the_tunnel_moves_to_direct_losing_nothing(lab_factory: LabFactory, workdir: Path) -> None:
+@pytest.mark.parametrize("datapath", [NATIVE, PYTHON], ids=["native", "python"])
+def test_relay_carries_traffic_at_once_then_the_tunnel_moves_to_direct_losing_nothing(
+    lab_factory: LabFactory, workdir: Path, datapath: list[str]
+) -> None:
     """Relay first (docs/design.md, "Relay first, then direct"): with the direct path blocked at first,
     the tunnel comes up on the relay well before the direct attempt ends; the block lifted, the direct
     attempt connects and both ends move to it under a running ping each way, which loses no echo."""
     lab = lab_factory(nodes=2, nat="eim")
     n1, n2 = lab.node(1), lab.node(2)
-    with direct_path_blocked(lab) as lift, lab_endpoints(lab, workdir, ["--direct-timeout", "8"]) as pair:
+    with direct_path_blocked(lab) as lift, lab_endpoints(lab, workdir, ["--direct-timeout", "8", *datapath]) as pair:
         for up in (pair.up_a, pair.up_b):
             assert up["path"] == "relay", up
             assert isinstance(up["setup"], float) and up["setup"] < 4.0, up  # not waiting out the 8 s attempt
