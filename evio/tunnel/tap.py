@@ -3,22 +3,15 @@
 The device is created by TUNSETIFF on /dev/net/tun without TUNSETPERSIST, so
 the kernel removes it when its fd closes: a killed daemon leaves no TAP
 behind. ``IFF_NO_PI`` means every read and write is exactly one Ethernet
-<<<<<<< HEAD
 frame. With ``offload`` the TAP also gets ``IFF_VNET_HDR`` and negotiates
 checksum and TCP segmentation offload (``TUNSETOFFLOAD``): every read and
 write then starts with a 10-byte virtio-net header and may carry a TCP
 super-frame of up to 64 KiB (tunnel.offload). Where the kernel refuses, the
-TAP is made again without them. MTU, state and addresses are set with pyroute2's synchronous
-``IPRoute`` in a worker thread: its asyncio flavour cannot run on uvloop
-(netlink sockets are not UDP handles), and the synchronous one must not run on
-the loop's thread.
-=======
-frame. MTU and state are set by ioctls on the TAP's name, in a worker
-thread so the loop's thread never blocks. Addresses (only the lab's tunnel tool
-gives any) and the netlink fallback for IPv6 use pyroute2's synchronous
-``IPRoute``, imported only then: importing pyroute2 costs a daemon some 10 MB
-of resident memory for nothing else it needs.
->>>>>>> scale
+TAP is made again without them. MTU and state are set by ioctls on the TAP's
+name, in a worker thread so the loop's thread never blocks. Addresses (only
+the lab's tunnel tool gives any) and the netlink fallback for IPv6 use
+pyroute2's synchronous ``IPRoute``, imported only then: importing pyroute2
+costs a daemon some 10 MB of resident memory for nothing else it needs.
 """
 
 from __future__ import annotations
