@@ -236,7 +236,7 @@ _CAP_REASON = {
 
 
 # The few answers there are, made once (the simulator decides millions of requests).
-_ACCEPTED = RequestDecision(True)
+ACCEPTED = RequestDecision(True)  # a plain acceptance is always this one answer (the simulator relies on it)
 _ACCEPTED_OVER_PENDING = RequestDecision(True, replaces_pending=True)
 _REFUSED = {reason: RequestDecision(False, reason) for reason in RejectReason}
 
@@ -281,4 +281,4 @@ def accept_request(
         full = cap is not None and current.incoming_only(link_type) >= cap
     if full:
         return _REFUSED[cap_reason(link_type)]
-    return _ACCEPTED
+    return ACCEPTED
