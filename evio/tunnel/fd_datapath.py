@@ -81,7 +81,7 @@ from evio.tunnel.record import (
 )
 from evio.tunnel.replay import ACCEPT, REPLAYED, ReplayWindow
 from evio.tunnel.stun_guard import stun_reject_reason
-from evio.tunnel.transit import TransitHook
+from evio.tunnel.transit import TransitDestinations, TransitHook
 from evio.tunnel.underlay import clear_socket_error
 
 logger = logging.getLogger(__name__)
@@ -364,9 +364,12 @@ class FdDatapath:
         if self._transit_done is not None:
             self._transit_done()
 
-    def set_transit(self, hook: TransitHook | None, done: Callable[[], None] | None = None) -> None:
+    def set_transit(self, hook: TransitHook | None, done: Callable[[], None] | None = None,
+                    destinations: TransitDestinations | None = None) -> None:  # fmt: skip
         """Offer every opened frame to ``hook`` before the TAP (it returns True if it sent the frame on
-        by another tunnel); ``done`` is called after each received burst. None: every frame to the TAP."""
+        by another tunnel); ``done`` is called after each received burst. None: every frame to the TAP.
+        ``destinations``: the hook's prefilter, for a data path that opens frames outside Python
+        (this one offers every frame)."""
         self._transit = hook
         self._transit_done = done if hook is not None else None
 

@@ -14,6 +14,16 @@ call per burst, with the GIL released, does a whole pass:
   and handed to ``FdDatapath``'s Python code, which opens it or gives it to
   the socket's owner as before.
 
+The transit fast path (transit.py) needs its hook to see a frame before the
+TAP does, which per frame would cost the native pass its point. The pass
+holds a prefilter instead, the destination MACs this ingress has transit
+entries for (refreshed before a burst when the table changed): a frame to
+one of them is opened, counted and its replay window moved natively, then
+handed back opened by its place in the ring, and Python runs the hook on it
+(the full lookup: source MAC, deadline, egress) or writes it to the TAP.
+Frames to other destinations never leave the native pass. Within a burst the
+handed-back frames reach the TAP after the native ones.
+
 The records are the same bytes as the Python path's (a native end talks to
 a Python end), keys and epochs still come from Python (``_set_tx``,
 ``_new_rx_epoch``), and the replay window of each epoch is the native
@@ -37,14 +47,22 @@ from evio.tunnel.datapath import DropReason, Underlay
 from evio.tunnel.fd_datapath import _GRO_SLOTS, FdDatapath, _RxEpoch
 from evio.tunnel.keys import RekeyPolicy, TrafficSecret
 from evio.tunnel.mmsg import GRO_SLOT_SIZE, parse_sockaddr, sockaddr
+from evio.tunnel.transit import TransitDestinations, TransitHook
 
 logger = logging.getLogger(__name__)
 
 _MIN_RX_SLOT = 2048
+# sock_pass's leftovers: a datagram for the socket's owner, a record to open, a frame opened natively.
+_LEFT_DATAGRAM, _LEFT_RECORD, _LEFT_FRAME = 0, 1, 2
 
 try:
     _native: Any = importlib.import_module("evio_native")
 except ImportError:
+    _native = None
+if _native is not None and not hasattr(_native.RxRing, "set_transit"):
+    # Built from an older native/ (its receive pass has no transit prefilter): as not installed,
+    # until scripts/build-native runs again.
+    logger.warning("evio_native at %s is older than this evio: run scripts/build-native", _native.__file__)
     _native = None
 
 
@@ -109,6 +127,8 @@ class NativeFdDatapath(FdDatapath):
         self._native_tx: Any = None
         self._native_rx: _NativeRecvRing | None = None
         self._tx_native_aead: Any = None
+        self._transit_destinations: TransitDestinations | None = None
+        self._transit_seen = -1  # the prefilter version the native ring holds
 
     # -- hooks of FdDatapath -------------------------------------------------------
 
@@ -132,6 +152,21 @@ class NativeFdDatapath(FdDatapath):
             self._native_rx = _NativeRecvRing(self._batch, max(_MIN_RX_SLOT, self._hoff + self._max_record))
         # _to_owner and the slow path read the native ring (view, length, source; it has no recv of its own).
         self._rx_ring = self._native_rx  # type: ignore[assignment]
+        self._reset_prefilter()
+
+    def set_transit(self, hook: TransitHook | None, done: Callable[[], None] | None = None,
+                    destinations: TransitDestinations | None = None) -> None:  # fmt: skip
+        """As ``FdDatapath.set_transit``; without ``destinations`` every frame is handed back for the hook."""
+        super().set_transit(hook, done, destinations)
+        self._transit_destinations = destinations if hook is not None else None
+        self._reset_prefilter()
+
+    def _reset_prefilter(self) -> None:
+        """No hook: every frame stays native; a hook without a prefilter: every frame comes back;
+        with one: none until the next burst asks it."""
+        self._transit_seen = -1
+        if self._native_rx is not None:
+            self._native_rx.native.set_transit(b"", self._transit is not None and self._transit_destinations is None)
 
     def _set_tx(self, secret: TrafficSecret) -> None:
         super()._set_tx(secret)
@@ -190,7 +225,12 @@ class NativeFdDatapath(FdDatapath):
         rx = self._rx
         ring = self._native_rx
         assert rx is not None and ring is not None
-        received, frames, nbytes, counts, leftovers = ring.native.sock_pass(
+        if self._transit_destinations is not None:
+            changed = self._transit_destinations(self._transit_seen)
+            if changed is not None:
+                self._transit_seen, destinations = changed
+                ring.native.set_transit(destinations)
+        received, frames, nbytes, counts, transit, leftovers = ring.native.sock_pass(
             self._sock_fd, self._tap_fd, rx.native, rx.window, rx.epoch & 0xFF, self._max_record,
             self._channel, self._vnet,
         )
@@ -199,7 +239,7 @@ class NativeFdDatapath(FdDatapath):
         self._rx_frames += frames
         self._rx_bytes += nbytes
         if self._vnet:
-            self._tap_writes += frames
+            self._tap_writes += frames - transit  # _deliver counts the TAP writes of those handed back
         truncated, replayed, stale, forged, tap_failed = counts
         if truncated or replayed or stale or forged or tap_failed:
             drops = self._drops
@@ -211,13 +251,18 @@ class NativeFdDatapath(FdDatapath):
         if leftovers:
             before = self._rx_frames
             view = ring.view
-            for slot, start, n, is_record in leftovers:
-                if is_record:
+            for slot, start, n, kind in leftovers:
+                if kind == _LEFT_FRAME:
+                    # Opened, counted and its window moved by the native pass: only the hook or the TAP.
+                    self._deliver(view[start : start + n])
+                elif kind == _LEFT_RECORD:
                     self._open_slow(view[start : start + n], n)
                 else:
                     self._to_owner(slot, n, start)
             if self._coalescer is not None:
                 self._coalescer.flush()
+            if self._transit_done is not None:
+                self._transit_done()
             frames += self._rx_frames - before
         return frames
 

@@ -358,7 +358,8 @@ class Tunnel:
         self._datapath.start(self._tap.fd, path.take_underlay(), secrets, self._on_control, vnet_hdr=self._tap.vnet_hdr)
         self._datapath_running = True
         if self._transit is not None and isinstance(self._datapath, TransitPort):
-            self._datapath.set_transit(self._transit.attach(self._tap.name, self._datapath), self._transit.flush)
+            self._datapath.set_transit(self._transit.attach(self._tap.name, self._datapath), self._transit.flush,
+                                       self._transit.destinations(self._tap.name))  # fmt: skip
         for record in self._early_records:
             self._datapath.inject(record)
         self._early_records.clear()

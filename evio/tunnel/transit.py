@@ -27,6 +27,11 @@ and drops those it had: every frame goes through the bridge again, and the
 hook left in the data paths costs a call and an empty-dict test per frame.
 A reload switches it for the tunnels that are up as well.
 
+A data path that opens frames outside Python (the native one) cannot call the
+hook per frame cheaply; it asks ``destinations`` once per burst for the
+destination MACs this ingress has entries for (only when they changed) and
+hands back only frames to those, which the hook then looks up in full.
+
 Threads: the controller's thread adds and removes entries (under a lock,
 one writer at a time), the event loop's thread looks them up per frame
 without a lock. Every structure the reader uses is a dict whose single
@@ -66,12 +71,17 @@ class TransitEgress(Protocol):
 TransitHook = Callable[[memoryview], bool]
 """Given a decrypted frame of the ingress tunnel: True if it went on by the fast path."""
 
+TransitDestinations = Callable[[int], tuple[int, bytes] | None]
+"""Given the version a data path last saw: None if unchanged, else (version, the destination MACs
+of the ingress's entries, 6 bytes each, concatenated). A prefilter only: the hook decides."""
+
 
 @runtime_checkable
 class TransitPort(TransitEgress, Protocol):
     """A data path that takes part in the fast path both ways (a data path without it simply does not)."""
 
-    def set_transit(self, hook: TransitHook | None, done: Callable[[], None] | None = None) -> None: ...
+    def set_transit(self, hook: TransitHook | None, done: Callable[[], None] | None = None,
+                    destinations: TransitDestinations | None = None) -> None: ...  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -113,6 +123,7 @@ class TransitTable:
         self._egress: dict[str, TransitEgress] = {}  # attached data paths by TAP name
         self._pending: dict[str, TransitEgress] = {}  # egresses holding sealed frames not yet sent
         self._count = 0
+        self.version = 0  # moves (under the lock) whenever an entry is added or removed
         self.enabled = enabled
         self.forwarded = self.expired = self.no_egress = 0
         self.refused_full = self.refused_group = 0
@@ -151,6 +162,18 @@ class TransitTable:
             return True
 
         return forward
+
+    def destinations(self, tap: str) -> TransitDestinations:
+        """The prefilter of ingress ``tap`` (``TransitDestinations``); called by its data path per burst."""
+
+        def changed(seen: int) -> tuple[int, bytes] | None:
+            if self.version == seen:
+                return None
+            with self._lock:
+                routes = self._routes.get(tap, {})
+                return self.version, b"".join({key[:6] for key in routes})
+
+        return changed
 
     def flush(self) -> None:
         """End of an ingress burst: send what the egresses queued."""
@@ -202,6 +225,7 @@ class TransitTable:
                 return False
             routes[key] = TransitRoute(egress, deadline)
             self._count += 1
+            self.version += 1
             return True
 
     def remove(self, ingress: str, eth_dst: bytes, eth_src: bytes) -> bool:
@@ -210,6 +234,7 @@ class TransitTable:
             if routes is None or routes.pop(eth_dst + eth_src, None) is None:
                 return False
             self._count -= 1
+            self.version += 1
             return True
 
     def remove_port(self, tap: str) -> int:
@@ -226,6 +251,7 @@ class TransitTable:
                     del routes[key]
                     removed += 1
             self._count -= removed
+            self.version += 1
             return removed
 
     def clear(self) -> int:
@@ -259,4 +285,5 @@ class TransitTable:
                 del routes[key]
                 removed += 1
         self._count -= removed
+        self.version += 1
         return removed

@@ -4,7 +4,9 @@
 //! record slots, seals each in place and sends the ring with one sendmmsg(2) (UDP GSO for runs of
 //! equal records); `RxRing::sock_pass` takes a burst with one recvmmsg(2), opens the frame records
 //! of the current epoch in place and writes them to the TAP, and hands every other datagram back
-//! to Python (control records, other epochs, STUN/DTLS/TURN) by its place in the ring.
+//! to Python (control records, other epochs, STUN/DTLS/TURN) by its place in the ring. A frame
+//! whose destination MAC has a transit entry (`RxRing::set_transit`) is opened here too, and handed
+//! back opened, so Python's transit hook decides where it goes (evio/tunnel/transit.py).
 //!
 //! Records are byte-identical to evio/tunnel/record.py: kind(1) | epoch(1) | counter(8, BE) |
 //! AEAD(frame) | tag(16), the header as associated data, nonce = IV with the counter XORed into
@@ -38,6 +40,13 @@ const UDP_GRO: libc::c_int = 104;
 const UDP_MAX_SEGMENTS: usize = 64;
 const GSO_MAX_BYTES: usize = 65000;
 const CMSG_SPACE: usize = 24; // cmsghdr (16) + u16, aligned to 8
+const MAC_LEN: usize = 6;
+/// As many destinations as the transit table has entries at most (transit.MAX_ENTRIES).
+const MAX_TRANSIT_DESTINATIONS: usize = 4096;
+/// What a leftover is: a datagram for the socket's owner, a record to open, an opened frame.
+const LEFT_DATAGRAM: u8 = 0;
+const LEFT_RECORD: u8 = 1;
+const LEFT_FRAME: u8 = 2;
 
 enum Cipher {
     Aes(Box<Aes256Gcm>),
@@ -465,12 +474,14 @@ struct RxRing {
     names: Vec<libc::sockaddr_storage>,
     namelens: Vec<libc::socklen_t>,
     controls: Vec<u64>, // CMSG_SPACE bytes per slot, 8-aligned
+    transit: Vec<[u8; MAC_LEN]>, // sorted: destinations whose frames go back to Python opened
+    transit_all: bool,
 }
 
 unsafe impl Send for RxRing {}
 
-/// What one pass left for Python, by place in the ring: (slot, start, length, is_record).
-type Leftover = (usize, usize, usize, bool);
+/// What one pass left for Python, by place in the ring: (slot, start, length, LEFT_*).
+type Leftover = (usize, usize, usize, u8);
 
 #[derive(Default)]
 struct RxResult {
@@ -482,6 +493,7 @@ struct RxResult {
     stale: usize,
     forged: usize,
     tap_write_failed: usize,
+    transit: usize, // opened frames among the leftovers
     leftovers: Vec<Leftover>,
 }
 
@@ -493,6 +505,8 @@ struct RxContext<'a> {
     channel: Option<u16>,
     max_record: usize,
     vnet: bool,
+    transit: &'a [[u8; MAC_LEN]],
+    transit_all: bool,
 }
 
 /// One datagram at `buf[start..start + n]` (n within the buffer): a frame record of the epoch is
@@ -504,7 +518,7 @@ fn datagram(buf: &mut [u8], slot: usize, start: usize, n: usize, cx: &RxContext,
     if let Some(ch) = cx.channel {
         // Records come as ChannelData on our channel; anything else is the TURN client's.
         if n < 4 || u16::from_be_bytes([buf[start], buf[start + 1]]) != ch {
-            r.leftovers.push((slot, start, n, false));
+            r.leftovers.push((slot, start, n, LEFT_DATAGRAM));
             return;
         }
         let size = u16::from_be_bytes([buf[start + 2], buf[start + 3]]) as usize;
@@ -513,7 +527,7 @@ fn datagram(buf: &mut [u8], slot: usize, start: usize, n: usize, cx: &RxContext,
             return;
         }
         if size == 0 || (buf[start + 4] != KIND_FRAME && buf[start + 4] != KIND_CONTROL) {
-            r.leftovers.push((slot, start, n, false));
+            r.leftovers.push((slot, start, n, LEFT_DATAGRAM));
             return;
         }
         n = size;
@@ -527,9 +541,9 @@ fn datagram(buf: &mut [u8], slot: usize, start: usize, n: usize, cx: &RxContext,
     let kind = buf[at];
     if kind != KIND_FRAME || n < 2 || buf[at + 1] != cx.epoch || n > cx.max_record {
         if kind == KIND_FRAME || kind == KIND_CONTROL {
-            r.leftovers.push((slot, at, n, true));
+            r.leftovers.push((slot, at, n, LEFT_RECORD));
         } else {
-            r.leftovers.push((slot, start, whole, false));
+            r.leftovers.push((slot, start, whole, LEFT_DATAGRAM));
         }
         return;
     }
@@ -559,6 +573,12 @@ fn datagram(buf: &mut [u8], slot: usize, start: usize, n: usize, cx: &RxContext,
     window.mark(counter);
     r.frames += 1;
     r.nbytes += n - OVERHEAD;
+    if cx.transit_all || (!cx.transit.is_empty() && cx.transit.binary_search(&body[..MAC_LEN].try_into().unwrap()).is_ok()) {
+        // Opened and counted, the window moved: Python only runs the transit hook (or the TAP write).
+        r.transit += 1;
+        r.leftovers.push((slot, at + HEADER_LEN, n - OVERHEAD, LEFT_FRAME));
+        return;
+    }
     let written = if cx.vnet {
         let zero = [0u8; VNET_HDR_LEN];
         let iov = [
@@ -652,23 +672,48 @@ impl RxRing {
         Ok(RxRing {
             slots, slot_size, gro, buf, lens: vec![0; slots], segments: vec![0; slots],
             names: vec![unsafe { std::mem::zeroed() }; slots], namelens: vec![0; slots],
-            controls: vec![0; slots * CMSG_SPACE / 8],
+            controls: vec![0; slots * CMSG_SPACE / 8], transit: Vec::new(), transit_all: false,
         })
     }
 
+    /// Frames to these destinations (`dsts`: 6-byte MACs, concatenated) are handed back opened
+    /// instead of written to the TAP; `all`: every frame is. Empty and false: none.
+    #[pyo3(signature = (dsts, all = false))]
+    fn set_transit(&mut self, dsts: &[u8], all: bool) -> PyResult<()> {
+        if dsts.len() % MAC_LEN != 0 || dsts.len() / MAC_LEN > MAX_TRANSIT_DESTINATIONS {
+            return Err(PyValueError::new_err("dsts must be at most 4096 MAC addresses of 6 bytes"));
+        }
+        let mut macs: Vec<[u8; MAC_LEN]> = dsts.chunks_exact(MAC_LEN).map(|m| m.try_into().unwrap()).collect();
+        macs.sort_unstable();
+        macs.dedup();
+        self.transit = macs;
+        self.transit_all = all;
+        Ok(())
+    }
+
+    /// How many destinations `set_transit` holds.
+    #[getter]
+    fn transit_destinations(&self) -> usize {
+        self.transit.len()
+    }
+
     /// One burst: frame records of `epoch` opened into the TAP; returns (received, frames, nbytes,
-    /// (truncated, replayed, stale, forged, tap_write_failed), leftovers) where leftovers are
-    /// (slot, start, length, is_record) for Python: records to open the slow way, other datagrams to the owner.
+    /// (truncated, replayed, stale, forged, tap_write_failed), transit, leftovers) where leftovers are
+    /// (slot, start, length, kind) for Python: 0 a datagram for the owner, 1 a record to open the slow
+    /// way, 2 a frame opened here (counted in frames, its window moved) for the transit hook;
+    /// `transit`: how many of those.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (sock_fd, tap_fd, aead, window, epoch, max_record, channel = None, vnet = false))]
     fn sock_pass(
         &mut self, py: Python<'_>, sock_fd: i32, tap_fd: i32, aead: &Aead, mut window: PyRefMut<'_, ReplayWindow>, epoch: u8,
         max_record: usize, channel: Option<u16>, vnet: bool,
-    ) -> (usize, usize, usize, (usize, usize, usize, usize, usize), Vec<Leftover>) {
+    ) -> (usize, usize, usize, (usize, usize, usize, usize, usize), usize, Vec<Leftover>) {
         let w: &mut ReplayWindow = &mut window;
-        let cx = RxContext { tap_fd, aead, epoch, channel, max_record, vnet };
+        let transit = std::mem::take(&mut self.transit);
+        let cx = RxContext { tap_fd, aead, epoch, channel, max_record, vnet, transit: &transit, transit_all: self.transit_all };
         let r = py.allow_threads(|| self.pass(sock_fd, &cx, w));
-        (r.count, r.frames, r.nbytes, (r.truncated, r.replayed, r.stale, r.forged, r.tap_write_failed), r.leftovers)
+        self.transit = transit;
+        (r.count, r.frames, r.nbytes, (r.truncated, r.replayed, r.stale, r.forged, r.tap_write_failed), r.transit, r.leftovers)
     }
 
     fn length(&self, slot: usize) -> usize {

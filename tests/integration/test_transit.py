@@ -21,6 +21,7 @@ from evio.lab.daemons import Topology
 from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
 from evio.testing.waiting import wait_for_value
+from evio.tunnel import native
 
 pytestmark = pytest.mark.integration
 
@@ -28,9 +29,9 @@ T = TypeVar("T")
 RING_TIMEOUT = 60.0  # generous: the machine is shared and loaded
 EVIO_COOKIE = "0xe7100001/-1"  # evio.sdn.ofapp.EVIO_COOKIE
 PINGS = 20
-# The native data path's receive pass writes frames to the TAP in Rust, past the transit hook (design.md,
-# Known gaps): the fast path is tested where it runs.
-PYTHON_DATAPATH = {"datapath": "python"}
+# The defaults: tunnel.datapath auto, so the native data path where evio_native is built (its receive
+# pass hands transit frames back to the hook), and tunnel.transit on.
+DATAPATH = "native" if native.available() else "python"
 
 
 def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str) -> T:
@@ -86,7 +87,7 @@ def set_transit(lab: Lab, on: bool) -> None:
 
 def test_frames_through_an_intermediate_node_take_its_fast_path_until_their_flows_go(lab_factory: LabFactory) -> None:
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
-    lab = lab_factory(nodes=4, nat="eim", topology=topology, tunnel=PYTHON_DATAPATH, daemons=True)
+    lab = lab_factory(nodes=4, nat="eim", topology=topology, daemons=True)
     topo = wait_for(lab.topology, ring_closed, RING_TIMEOUT, "a ring of 4 successor links")
     names = {n.name: n.index for n in lab.nodes}
     a = lab.nodes[0].index
@@ -100,6 +101,7 @@ def test_frames_through_an_intermediate_node_take_its_fast_path_until_their_flow
     assert entries(lab, middle) >= 2  # one flow each way
     assert forwarded(lab, [a, b]) == 0  # the ends deliver to their bridges
     links = [link for i in middle for link in lab.daemon_status(i)["overlays"][lab.plan.overlay]["links"]]
+    assert {link["datapath"] for link in links if link.get("datapath")} == {DATAPATH}
     assert sum(int(link["rx"]["transit_frames"]) for link in links) == forwarded(lab, middle)
 
     # Flows deleted on the bridges take their entries (the switch's FlowRemoved).
@@ -144,7 +146,7 @@ def test_a_busy_entry_keeps_its_flow_alive_past_the_idle_timeout(lab_factory: La
     timeout, 25 s of pings stay on the fast path: frames that meet an entry past its deadline (`expired`) stay
     rare. Without the refresh every entry runs out after 7.5 s and the rest of the frames meet it expired."""
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
-    lab = lab_factory(nodes=4, nat="eim", topology=topology, tunnel=PYTHON_DATAPATH, daemons=True)
+    lab = lab_factory(nodes=4, nat="eim", topology=topology, daemons=True)
     wait_for(lab.topology, ring_closed, RING_TIMEOUT, "a ring of 4 successor links")
     set_flow_idle_timeout(lab, 10)
     topo = wait_for(lab.topology, ring_closed, RING_TIMEOUT, "the ring again after the overlays restarted")
