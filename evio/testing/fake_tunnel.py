@@ -30,7 +30,7 @@ class FakeTap:
         out = []
         while True:
             try:
-                out.append(self._test_end.recv(65536))
+                out.append(self._test_end.recv(1 << 17))  # a vnet header and a 64 KiB super-frame
             except BlockingIOError:
                 return out
 

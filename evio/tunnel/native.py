@@ -9,7 +9,10 @@ call per burst, with the GIL released, does a whole pass:
   runs of equal records);
 - underlay -> TAP: one recvmmsg(2), open every frame record of the current
   epoch in place, check and move the replay window, write the frame to the
-  TAP (a UDP GRO message is cut into its datagrams first). Whatever else
+  TAP (a UDP GRO message is cut into its datagrams first); with a vnet TAP,
+  consecutive segments of one TCP stream are joined into a super-frame with
+  a vnet header first, by the rules and to the bytes of ``TcpCoalescer``
+  (offload.py), flushed at the end of every burst. Whatever else
   came (control records, other epochs, STUN, DTLS, TURN) is left in the ring
   and handed to ``FdDatapath``'s Python code, which opens it or gives it to
   the socket's owner as before.
@@ -28,8 +31,7 @@ The records are the same bytes as the Python path's (a native end talks to
 a Python end), keys and epochs still come from Python (``_set_tx``,
 ``_new_rx_epoch``), and the replay window of each epoch is the native
 ``ReplayWindow``, shared by both paths. Where the native passes do not
-apply (TCP segmentation with ``tunnel.tso``), the Python pass runs; frames
-are not joined into super-frames for a vnet TAP (each is its own write).
+apply (TCP segmentation with ``tunnel.tso``), the Python pass runs.
 
 ``available()`` says whether the extension is installed (scripts/bootstrap
 builds it when cargo is there); ``tunnel.datapath`` chooses (config).
@@ -230,7 +232,7 @@ class NativeFdDatapath(FdDatapath):
             if changed is not None:
                 self._transit_seen, destinations = changed
                 ring.native.set_transit(destinations)
-        received, frames, nbytes, counts, transit, leftovers = ring.native.sock_pass(
+        received, frames, nbytes, counts, transit, (tap_writes, gro_writes), leftovers = ring.native.sock_pass(
             self._sock_fd, self._tap_fd, rx.native, rx.window, rx.epoch & 0xFF, self._max_record,
             self._channel, self._vnet,
         )
@@ -238,8 +240,9 @@ class NativeFdDatapath(FdDatapath):
             return 0
         self._rx_frames += frames
         self._rx_bytes += nbytes
-        if self._vnet:
-            self._tap_writes += frames - transit  # _deliver counts the TAP writes of those handed back
+        # With a vnet TAP the native coalescer counts its writes; _deliver counts those handed back.
+        self._tap_writes += tap_writes
+        self._gro_writes += gro_writes
         truncated, replayed, stale, forged, tap_failed = counts
         if truncated or replayed or stale or forged or tap_failed:
             drops = self._drops

@@ -242,6 +242,249 @@ fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) -> bool {
     true
 }
 
+const ETH_TYPE_IPV4: u16 = 0x0800;
+const ETH_TYPE_IPV6: u16 = 0x86DD;
+const IPV4_MIN_HEADER_LEN: usize = 20;
+const IPV6_HEADER_LEN: usize = 40;
+const TCP_MIN_HEADER_LEN: usize = 20;
+const TCP_CHECKSUM_AT: usize = 16;
+const PROTO_TCP: u8 = 6;
+const TCP_PSH: u8 = 0x08;
+const TCP_ACK: u8 = 0x10;
+const VNET_GSO_TCPV4: u8 = 1;
+const VNET_GSO_TCPV6: u8 = 4;
+/// An IPv4 total length or IPv6 payload length fits 16 bits: a coalesced frame stays under it.
+const MAX_IP_PAYLOAD: usize = 65535;
+
+/// The 16-bit ones' complement sum of `data` (an odd tail padded with zero), folded, not inverted.
+fn ones_sum(data: &[u8]) -> u64 {
+    let mut sum: u64 = 0;
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u64;
+    }
+    if let [last] = chunks.remainder() {
+        sum += (*last as u64) << 8;
+    }
+    fold(sum)
+}
+
+fn fold(mut sum: u64) -> u64 {
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum
+}
+
+fn be16(b: &[u8], at: usize) -> usize {
+    u16::from_be_bytes([b[at], b[at + 1]]) as usize
+}
+
+/// The TCP layout of a frame that could join or start a run: a data segment over IPv4 (no fragment)
+/// or IPv6 (no extension headers), only ACK (and PSH) set, its IP length exactly the frame's.
+/// (ipv6, tcp header offset, payload offset), as `TcpCoalescer._candidate` (evio/tunnel/offload.py).
+fn tcp_candidate(f: &[u8]) -> Option<(bool, usize, usize)> {
+    let n = f.len();
+    if n < ETHERNET_HEADER_LEN + IPV4_MIN_HEADER_LEN + TCP_MIN_HEADER_LEN {
+        return None;
+    }
+    let ip = ETHERNET_HEADER_LEN;
+    let (ipv6, tcp) = match be16(f, 12) as u16 {
+        ETH_TYPE_IPV4 => {
+            let ihl = (f[ip] & 0x0f) as usize * 4;
+            if f[ip] >> 4 != 4 || ihl < IPV4_MIN_HEADER_LEN || be16(f, ip + 6) & 0x3fff != 0 || f[ip + 9] != PROTO_TCP {
+                return None;
+            }
+            (false, ip + ihl)
+        }
+        ETH_TYPE_IPV6 => {
+            if n < ip + IPV6_HEADER_LEN || f[ip] >> 4 != 6 || f[ip + 6] != PROTO_TCP {
+                return None;
+            }
+            (true, ip + IPV6_HEADER_LEN)
+        }
+        _ => return None,
+    };
+    if n < tcp + TCP_MIN_HEADER_LEN {
+        return None;
+    }
+    let payload_at = tcp + (f[tcp + 12] >> 4) as usize * 4;
+    if payload_at < tcp + TCP_MIN_HEADER_LEN || payload_at >= n || f[tcp + 13] & !TCP_PSH != TCP_ACK {
+        return None; // a bad header, no payload (a pure ACK), or other flags: passed through
+    }
+    let ip_len_ok = if ipv6 { be16(f, ip + 4) == n - ip - IPV6_HEADER_LEN } else { be16(f, ip + 2) == n - ip };
+    if !ip_len_ok {
+        return None;
+    }
+    Some((ipv6, tcp, payload_at))
+}
+
+/// Joins consecutive TCP segments of one stream opened in a pass into a super-frame with a vnet
+/// header, as GRO does: `TcpCoalescer` (evio/tunnel/offload.py) ported, same rules and the same
+/// bytes written. A frame that does not join goes out alone behind an empty vnet header.
+struct Coalescer {
+    buf: Vec<u8>,
+    held: usize,
+    end: usize,
+    header_len: usize,
+    tcp: usize,
+    ipv6: bool,
+    size: usize, // payload of the run's first segment: the GSO size
+    next_seq: u32,
+    open: bool, // whether another segment may still join
+    psh: bool,
+    mask: Vec<u8>, // the header bits that must match the run's first segment
+    key: Vec<u8>,
+    ip_len_at: usize,
+    ip_len_base: usize,
+    writes: usize,
+    gro_writes: usize,
+    failed: usize,
+}
+
+impl Coalescer {
+    fn new() -> Self {
+        Coalescer {
+            buf: vec![0; VNET_HDR_LEN + ETHERNET_HEADER_LEN + IPV6_HEADER_LEN + MAX_IP_PAYLOAD],
+            held: 0, end: 0, header_len: 0, tcp: 0, ipv6: false, size: 0, next_seq: 0, open: false, psh: false,
+            mask: Vec::new(), key: Vec::new(), ip_len_at: 0, ip_len_base: 0, writes: 0, gro_writes: 0, failed: 0,
+        }
+    }
+
+    fn add(&mut self, tap_fd: i32, f: &[u8]) {
+        let n = f.len();
+        if self.open && n > self.header_len && n - self.header_len <= self.size {
+            // The common case: one masked comparison of the header (which also pins the layout).
+            let hl = self.header_len;
+            let payload = n - hl;
+            let same = f[..hl].iter().zip(&self.mask).zip(&self.key).all(|((b, m), k)| b & m == *k);
+            let tcp = self.tcp;
+            if same
+                && be16(f, self.ip_len_at) == n - self.ip_len_base
+                && u32::from_be_bytes(f[tcp + 4..tcp + 8].try_into().unwrap()) == self.next_seq
+                && self.end - VNET_HDR_LEN - ETHERNET_HEADER_LEN + payload <= MAX_IP_PAYLOAD
+            {
+                self.buf[self.end..self.end + payload].copy_from_slice(&f[hl..]);
+                self.end += payload;
+                self.held += 1;
+                self.next_seq = self.next_seq.wrapping_add(payload as u32);
+                let psh = f[tcp + 13] & TCP_PSH != 0;
+                if psh || payload < self.size {
+                    self.open = false;
+                    self.psh = psh;
+                }
+                return;
+            }
+        }
+        let layout = tcp_candidate(f);
+        self.flush(tap_fd);
+        match layout {
+            None => {
+                let zero = [0u8; VNET_HDR_LEN];
+                let iov = [
+                    libc::iovec { iov_base: zero.as_ptr() as *mut libc::c_void, iov_len: VNET_HDR_LEN },
+                    libc::iovec { iov_base: f.as_ptr() as *mut libc::c_void, iov_len: n },
+                ];
+                self.count_write(unsafe { libc::writev(tap_fd, iov.as_ptr(), 2) }, false);
+            }
+            Some((ipv6, tcp, payload_at)) => self.start_run(f, ipv6, tcp, payload_at),
+        }
+    }
+
+    fn start_run(&mut self, f: &[u8], ipv6: bool, tcp: usize, payload_at: usize) {
+        let n = f.len();
+        self.buf[VNET_HDR_LEN..VNET_HDR_LEN + n].copy_from_slice(f);
+        self.end = VNET_HDR_LEN + n;
+        self.held = 1;
+        self.header_len = payload_at;
+        self.tcp = tcp;
+        self.ipv6 = ipv6;
+        self.size = n - payload_at;
+        self.next_seq = u32::from_be_bytes(f[tcp + 4..tcp + 8].try_into().unwrap()).wrapping_add(self.size as u32);
+        self.psh = f[tcp + 13] & TCP_PSH != 0;
+        self.open = !self.psh;
+        // Bytes that may differ between segments of one run: IP length (and IPv4 id and header
+        // checksum), TCP sequence number and checksum, and the PSH bit.
+        let ip = ETHERNET_HEADER_LEN;
+        let mut mask = vec![0xffu8; payload_at];
+        let mut clear = |at: usize, len: usize| mask[at..at + len].fill(0);
+        if ipv6 {
+            (self.ip_len_at, self.ip_len_base) = (ip + 4, ip + IPV6_HEADER_LEN);
+            clear(ip + 4, 2);
+        } else {
+            (self.ip_len_at, self.ip_len_base) = (ip + 2, ip);
+            clear(ip + 2, 4);
+            clear(ip + 10, 2);
+        }
+        clear(tcp + 4, 4);
+        clear(tcp + TCP_CHECKSUM_AT, 2);
+        mask[tcp + 13] = !TCP_PSH;
+        self.key = f[..payload_at].iter().zip(&mask).map(|(b, m)| b & m).collect();
+        self.mask = mask;
+    }
+
+    /// Write what is held: one segment behind an empty vnet header, a run as a super-frame with
+    /// its IP length and header checksum, the pseudo-header sum as a partial TCP checksum, and GSO.
+    fn flush(&mut self, tap_fd: i32) {
+        if self.held == 0 {
+            return;
+        }
+        let held = self.held;
+        self.held = 0;
+        self.open = false;
+        let end = self.end;
+        if held == 1 {
+            self.buf[..VNET_HDR_LEN].fill(0);
+            let w = unsafe { libc::write(tap_fd, self.buf.as_ptr() as *const libc::c_void, end) };
+            self.count_write(w, false);
+            return;
+        }
+        let base = VNET_HDR_LEN;
+        let ip = base + ETHERNET_HEADER_LEN;
+        let frame_len = end - base;
+        let v = &mut self.buf;
+        let (tcp, pseudo) = if self.ipv6 {
+            let l4_len = frame_len - ETHERNET_HEADER_LEN - IPV6_HEADER_LEN;
+            v[ip + 4..ip + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+            (ip + IPV6_HEADER_LEN, ones_sum(&v[ip + 8..ip + 40]) + PROTO_TCP as u64 + l4_len as u64)
+        } else {
+            let l3 = (v[ip] & 0x0f) as usize * 4;
+            let l4_len = frame_len - ETHERNET_HEADER_LEN - l3;
+            v[ip + 2..ip + 4].copy_from_slice(&((frame_len - ETHERNET_HEADER_LEN) as u16).to_be_bytes());
+            v[ip + 10..ip + 12].fill(0);
+            let mut csum = !(ones_sum(&v[ip..ip + l3]) as u16);
+            if csum == 0 {
+                csum = 0xffff; // as the Python side's finish() (and skb_checksum_help)
+            }
+            v[ip + 10..ip + 12].copy_from_slice(&csum.to_be_bytes());
+            (ip + l3, ones_sum(&v[ip + 12..ip + 20]) + PROTO_TCP as u64 + l4_len as u64)
+        };
+        if self.psh {
+            v[tcp + 13] |= TCP_PSH;
+        }
+        // CHECKSUM_PARTIAL: the field holds the pseudo-header sum over the whole length, not inverted.
+        v[tcp + TCP_CHECKSUM_AT..tcp + TCP_CHECKSUM_AT + 2].copy_from_slice(&(fold(pseudo) as u16).to_be_bytes());
+        v[0] = VNET_F_NEEDS_CSUM;
+        v[1] = if self.ipv6 { VNET_GSO_TCPV6 } else { VNET_GSO_TCPV4 };
+        v[2..4].copy_from_slice(&(self.header_len as u16).to_le_bytes());
+        v[4..6].copy_from_slice(&(self.size as u16).to_le_bytes());
+        v[6..8].copy_from_slice(&((tcp - base) as u16).to_le_bytes());
+        v[8..10].copy_from_slice(&(TCP_CHECKSUM_AT as u16).to_le_bytes());
+        let w = unsafe { libc::write(tap_fd, v.as_ptr() as *const libc::c_void, end) };
+        self.count_write(w, true);
+    }
+
+    fn count_write(&mut self, written: isize, gso: bool) {
+        self.writes += 1;
+        if gso {
+            self.gro_writes += 1;
+        }
+        if written < 0 {
+            self.failed += 1;
+        }
+    }
+}
+
 /// TAP -> underlay: a ring of record slots to one destination, sealed and sent per burst.
 #[pyclass(module = "evio_native")]
 struct TxRing {
@@ -476,6 +719,7 @@ struct RxRing {
     controls: Vec<u64>, // CMSG_SPACE bytes per slot, 8-aligned
     transit: Vec<[u8; MAC_LEN]>, // sorted: destinations whose frames go back to Python opened
     transit_all: bool,
+    coalescer: Option<Box<Coalescer>>, // made on the first pass to a vnet TAP
 }
 
 unsafe impl Send for RxRing {}
@@ -493,6 +737,8 @@ struct RxResult {
     stale: usize,
     forged: usize,
     tap_write_failed: usize,
+    tap_writes: usize, // with a vnet TAP: writes, frames and super-frames
+    gro_writes: usize, // super-frames among them
     transit: usize, // opened frames among the leftovers
     leftovers: Vec<Leftover>,
 }
@@ -504,14 +750,17 @@ struct RxContext<'a> {
     epoch: u8,
     channel: Option<u16>,
     max_record: usize,
-    vnet: bool,
     transit: &'a [[u8; MAC_LEN]],
     transit_all: bool,
 }
 
 /// One datagram at `buf[start..start + n]` (n within the buffer): a frame record of the epoch is
 /// opened in place and written to the TAP; anything else is counted or left for Python.
-fn datagram(buf: &mut [u8], slot: usize, start: usize, n: usize, cx: &RxContext, window: &mut ReplayWindow, r: &mut RxResult) {
+#[allow(clippy::too_many_arguments)]
+fn datagram(
+    buf: &mut [u8], slot: usize, start: usize, n: usize, cx: &RxContext, window: &mut ReplayWindow, r: &mut RxResult,
+    co: Option<&mut Coalescer>,
+) {
     let whole = n;
     let mut n = n;
     let mut hoff = 0;
@@ -579,23 +828,18 @@ fn datagram(buf: &mut [u8], slot: usize, start: usize, n: usize, cx: &RxContext,
         r.leftovers.push((slot, at + HEADER_LEN, n - OVERHEAD, LEFT_FRAME));
         return;
     }
-    let written = if cx.vnet {
-        let zero = [0u8; VNET_HDR_LEN];
-        let iov = [
-            libc::iovec { iov_base: zero.as_ptr() as *mut libc::c_void, iov_len: VNET_HDR_LEN },
-            libc::iovec { iov_base: body.as_mut_ptr() as *mut libc::c_void, iov_len: body.len() },
-        ];
-        unsafe { libc::writev(cx.tap_fd, iov.as_ptr(), 2) }
-    } else {
-        unsafe { libc::write(cx.tap_fd, body.as_ptr() as *const libc::c_void, body.len()) }
-    };
+    if let Some(co) = co {
+        co.add(cx.tap_fd, body);
+        return;
+    }
+    let written = unsafe { libc::write(cx.tap_fd, body.as_ptr() as *const libc::c_void, body.len()) };
     if written < 0 {
         r.tap_write_failed += 1;
     }
 }
 
 impl RxRing {
-    fn pass(&mut self, sock_fd: i32, cx: &RxContext, window: &mut ReplayWindow) -> RxResult {
+    fn pass(&mut self, sock_fd: i32, cx: &RxContext, window: &mut ReplayWindow, mut co: Option<&mut Coalescer>) -> RxResult {
         let mut r = RxResult::default();
         let base = self.buf.buf_ptr() as *mut u8;
         let mut iov: Vec<libc::iovec> = (0..self.slots)
@@ -645,14 +889,21 @@ impl RxRing {
             let total = self.lens[slot];
             let step = self.segments[slot];
             if step == 0 || step >= total {
-                datagram(buf, slot, start, total, cx, window, &mut r);
+                datagram(buf, slot, start, total, cx, window, &mut r, co.as_deref_mut());
                 continue;
             }
             let mut offset = 0;
             while offset < total {
-                datagram(buf, slot, start + offset, step.min(total - offset), cx, window, &mut r);
+                datagram(buf, slot, start + offset, step.min(total - offset), cx, window, &mut r, co.as_deref_mut());
                 offset += step;
             }
+        }
+        if let Some(co) = co {
+            // Nothing waits for a later burst.
+            co.flush(cx.tap_fd);
+            r.tap_writes = std::mem::take(&mut co.writes);
+            r.gro_writes = std::mem::take(&mut co.gro_writes);
+            r.tap_write_failed += std::mem::take(&mut co.failed);
         }
         r
     }
@@ -672,7 +923,7 @@ impl RxRing {
         Ok(RxRing {
             slots, slot_size, gro, buf, lens: vec![0; slots], segments: vec![0; slots],
             names: vec![unsafe { std::mem::zeroed() }; slots], namelens: vec![0; slots],
-            controls: vec![0; slots * CMSG_SPACE / 8], transit: Vec::new(), transit_all: false,
+            controls: vec![0; slots * CMSG_SPACE / 8], transit: Vec::new(), transit_all: false, coalescer: None,
         })
     }
 
@@ -697,8 +948,10 @@ impl RxRing {
         self.transit.len()
     }
 
-    /// One burst: frame records of `epoch` opened into the TAP; returns (received, frames, nbytes,
-    /// (truncated, replayed, stale, forged, tap_write_failed), transit, leftovers) where leftovers are
+    /// One burst: frame records of `epoch` opened into the TAP (`vnet`: through the coalescer, TCP
+    /// segments joined into super-frames); returns (received, frames, nbytes, (truncated, replayed,
+    /// stale, forged, tap_write_failed), transit, (tap_writes, gro_writes), leftovers) where
+    /// tap_writes and gro_writes (super-frames among them) are counted with `vnet` only, leftovers are
     /// (slot, start, length, kind) for Python: 0 a datagram for the owner, 1 a record to open the slow
     /// way, 2 a frame opened here (counted in frames, its window moved) for the transit hook;
     /// `transit`: how many of those.
@@ -707,13 +960,20 @@ impl RxRing {
     fn sock_pass(
         &mut self, py: Python<'_>, sock_fd: i32, tap_fd: i32, aead: &Aead, mut window: PyRefMut<'_, ReplayWindow>, epoch: u8,
         max_record: usize, channel: Option<u16>, vnet: bool,
-    ) -> (usize, usize, usize, (usize, usize, usize, usize, usize), usize, Vec<Leftover>) {
+    ) -> (usize, usize, usize, (usize, usize, usize, usize, usize), usize, (usize, usize), Vec<Leftover>) {
         let w: &mut ReplayWindow = &mut window;
         let transit = std::mem::take(&mut self.transit);
-        let cx = RxContext { tap_fd, aead, epoch, channel, max_record, vnet, transit: &transit, transit_all: self.transit_all };
-        let r = py.allow_threads(|| self.pass(sock_fd, &cx, w));
+        let cx = RxContext { tap_fd, aead, epoch, channel, max_record, transit: &transit, transit_all: self.transit_all };
+        let mut co = if vnet { Some(self.coalescer.take().unwrap_or_else(|| Box::new(Coalescer::new()))) } else { None };
+        let r = py.allow_threads(|| self.pass(sock_fd, &cx, w, co.as_deref_mut()));
         self.transit = transit;
-        (r.count, r.frames, r.nbytes, (r.truncated, r.replayed, r.stale, r.forged, r.tap_write_failed), r.transit, r.leftovers)
+        if co.is_some() {
+            self.coalescer = co;
+        }
+        (
+            r.count, r.frames, r.nbytes, (r.truncated, r.replayed, r.stale, r.forged, r.tap_write_failed), r.transit,
+            (r.tap_writes, r.gro_writes), r.leftovers,
+        )
     }
 
     fn length(&self, slot: usize) -> usize {

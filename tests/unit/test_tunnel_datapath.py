@@ -425,9 +425,9 @@ async def make_vnet_pair(vnet_a: bool, vnet_b: bool, tso: bool = False) -> Pair:
     ends = []
     for is_client, vnet in ((True, vnet_a), (False, vnet_b)):
         tap, underlay = FakeTap(), FakeUnderlay()
-        # Native: the sending end A (with tso, its TAP pass is Python's, which segments); B stays
-        # Python, which joins segments into super-frames (the native receive pass does not).
-        dp: FdDatapath = (NativeFdDatapath(MTU, replay_window=128, gro=True, tso=tso) if _implementation == "native" and is_client
+        # Native: both ends; with tso A's TAP pass is Python's (which segments and seals), so B's
+        # native receive pass joins the records of a Python sender into super-frames.
+        dp: FdDatapath = (NativeFdDatapath(MTU, replay_window=128, gro=True, tso=tso and is_client) if _implementation == "native"
                           else FdDatapath(MTU, replay_window=128, gro=True))  # fmt: skip
         control: list[ControlMessage] = []
         dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), control.append, vnet_hdr=vnet)

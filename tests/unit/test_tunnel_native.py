@@ -187,3 +187,87 @@ def test_without_the_extension_auto_means_python(monkeypatch: pytest.MonkeyPatch
     assert type(default_datapath_factory(TunnelSettings())) is FdDatapath
     with pytest.raises(ImportError):
         default_datapath_factory(TunnelSettings(datapath="native"))
+
+
+# -- the native coalescer (vnet TAPs) against TcpCoalescer -------------------------------------
+
+
+def _frame_sets() -> dict[str, list[list[bytes]]]:
+    """Bursts of frames (each at most the MTU, so every record opens natively) for the coalescer tests of
+    test_tunnel_offload.py: runs, their ends, strays, the 64 KiB limit, garbage, a stream across bursts."""
+    from evio.tcpip import ACK, PSH, SYN
+    from tests.unit.test_tunnel_offload import ETH4, cut, gso, tcp_frame
+
+    rng = random.Random(12)
+
+    def seg(seq: int, n: int, flags: int = ACK) -> bytes:
+        return tcp_frame(bytes([seq & 0xFF]) * n, seq=seq, flags=flags)
+
+    stream = [tcp_frame(bytes([i]) * 1000, seq=i * 1000) for i in range(6)]
+    return {
+        "ipv4-run": [cut(tcp_frame(rng.randbytes(30000), flags=ACK | PSH, partial=True), gso(False, 1300))],
+        "ipv6-run": [cut(tcp_frame(rng.randbytes(30000), flags=ACK | PSH, ipv6=True, partial=True), gso(True, 1300))],
+        "psh-short-gap": [[seg(0, 1000), seg(1000, 1000), seg(2000, 1000, ACK | PSH), seg(3000, 1000), seg(4000, 500),
+                           seg(4500, 1000), seg(5500, 1000), seg(7000, 1000)]],  # fmt: skip
+        "streams-and-strays": [[
+            tcp_frame(b"a" * 800, seq=0), tcp_frame(b"a" * 800, seq=800), tcp_frame(b"b" * 800, seq=800, sport=40001),
+            tcp_frame(b"c" * 800, seq=1600, ack=6000), tcp_frame(b"", seq=0, flags=SYN), tcp_frame(b"", seq=77),
+            tcp_frame(b"d" * 10, seq=2400, total_len=20 + 32 + 5), ETH4[:12] + b"\x08\x06" + bytes(28),
+            tcp_frame(b"e" * 900, seq=0, window=1), tcp_frame(b"e" * 900, seq=900, window=2),
+            tcp_frame(b"f" * 700, seq=0, ip_id=1), tcp_frame(b"f" * 700, seq=700, ip_id=2),  # ids may differ
+        ]],
+        "up-to-64k": [[tcp_frame(bytes(1374), seq=i * 1374) for i in range(60)]],
+        "garbage": [[rng.randbytes(rng.randrange(14, 160)) for _ in range(30)]
+                    + [tcp_frame(b"z" * 100)[: rng.randrange(14, 160)] for _ in range(30)]],  # fmt: skip
+        "across-bursts": [stream[:2], stream[2:3], stream[3:]],
+    }
+
+
+FRAME_SETS = _frame_sets()
+
+
+async def _tap_writes(implementation: str, material: bytes, bursts: list[list[bytes]]) -> tuple[list[bytes], tuple[int, int]]:
+    """What a receiving end on a vnet TAP writes for these bursts of records from a Python sender (the
+    pure codec), each burst queued whole before the end reads: one receive pass per burst."""
+    tap, underlay = FakeTap(), FakeUnderlay()
+    dp = native.NativeFdDatapath(MTU, replay_window=128) if implementation == "native" else FdDatapath(MTU, replay_window=128)
+    dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, False), lambda m: None, vnet_hdr=True)
+    keys = split_exporter(material, Cipher.AES_256_GCM, True).tx.keys()
+    aead = make_aead(Cipher.AES_256_GCM, keys.key)
+    sent = 0
+    writes: list[bytes] = []
+    try:
+        for burst in bursts:
+            for f in burst:
+                underlay.send_to_datapath(seal(aead, keys.iv, KIND_FRAME, 0, sent, f))
+                sent += 1
+            await wait_until(lambda sent=sent: dp.stats().rx_frames == sent)  # type: ignore[misc]  # the pass wrote the burst by then
+            writes += tap.frames()
+        stats = dp.stats()
+        assert stats.implementation == implementation and not stats.drops
+        return writes, (stats.tap_writes, stats.gro_writes)
+    finally:
+        dp.stop()
+        tap.close()
+        underlay.close()
+
+
+@pytest.mark.parametrize("name", list(FRAME_SETS))
+async def test_native_receiver_on_a_vnet_tap_writes_what_the_python_one_does(name: str) -> None:
+    """Byte for byte, vnet headers included: the native receive pass joins TCP segments as TcpCoalescer."""
+    from evio.tunnel.offload import GSO_NONE, TcpCoalescer
+
+    bursts = FRAME_SETS[name]
+    material = os.urandom(EXPORTER_LEN)
+    ours, our_counts = await _tap_writes("native", material, bursts)
+    theirs, their_counts = await _tap_writes("python", material, bursts)
+    expected: list[bytes] = []
+    coalescer = TcpCoalescer(lambda data: expected.append(bytes(data)), MTU + 14)
+    for burst in bursts:
+        for f in burst:
+            coalescer.add(memoryview(f))
+        coalescer.flush()
+    assert ours == theirs == expected
+    assert our_counts == their_counts == (len(expected), sum(w[1] != GSO_NONE for w in expected))
+    if name != "garbage":
+        assert our_counts[1] >= 1  # each of the other sets has a run to join
