@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -188,21 +186,8 @@ def set_transit(lab: Lab, on: bool, timeout: float = 30.0) -> None:
     """Switch every daemon's transit fast path (tunnel.transit) by a config reload (SIGHUP), then delete
     the evio flows of every bridge so the next frames install (and mirror) fresh ones."""
     overlay = lab.plan.overlay
-    before = {n.index: int(lab.daemon_status(n.index)["reloads"]) for n in lab.nodes}
+    lab.reload_configs(lambda config: config["overlays"][overlay].setdefault("tunnel", {}).update(transit=on), timeout)
     for node in lab.nodes:
-        config = json.loads(node.config_path.read_text())
-        config["overlays"][overlay].setdefault("tunnel", {})["transit"] = on
-        node.config_path.write_text(json.dumps(config, indent=2))
-        record = lab.daemon(node.index)
-        if record is None:
-            raise SystemExit(f"{node.name}'s daemon is not running")
-        os.kill(record.pid, signal.SIGHUP)
-    deadline = time.monotonic() + timeout
-    for node in lab.nodes:
-        while int(lab.daemon_status(node.index)["reloads"]) <= before[node.index]:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{node.name} did not reload its config in {timeout:.0f} s")
-            time.sleep(0.1)
         state = lab.daemon_status(node.index)["overlays"][overlay]["transit"]
         if bool(state.get("enabled")) != on:
             raise SystemExit(f"{node.name}: transit fast path still {'off' if on else 'on'} after the reload")

@@ -574,6 +574,24 @@ class Lab:
         """The daemon's status document, from its control API (raises ControlError if it does not answer)."""
         return control_client.fetch_status(full_nodes.control_socket(self.directory, self.plan.node(index)), timeout)
 
+    def reload_configs(self, edit: Callable[[dict[str, Any]], None], timeout: float = 30.0) -> None:
+        """Apply `edit` to every node's config file, reload each daemon (SIGHUP) and wait until each has."""
+        before = {n.index: int(self.daemon_status(n.index)["reloads"]) for n in self.nodes}
+        for node in self.nodes:
+            config = json.loads(node.config_path.read_text())
+            edit(config)
+            node.config_path.write_text(json.dumps(config, indent=2))
+            record = self.daemon(node.index)
+            if record is None:
+                raise LabError(f"{node.name}'s daemon is not running")
+            os.kill(record.pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            while int(self.daemon_status(node.index)["reloads"]) <= before[node.index]:
+                if time.monotonic() > deadline:
+                    raise LabError(f"{node.name} did not reload its config in {timeout:.0f} s")
+                time.sleep(0.1)
+
     def daemon_log(self, index: int) -> Path:
         return full_nodes.daemon_log(self.directory, self.plan.node(index))
 

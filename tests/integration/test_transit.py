@@ -9,9 +9,6 @@ the fast path switched off by a reload, the destination's tunnel gone.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -71,17 +68,8 @@ def delete_flows(lab: Lab, nodes: list[int]) -> None:
 
 def set_transit(lab: Lab, on: bool) -> None:
     """tunnel.transit in every node's config, applied by a reload (SIGHUP)."""
-    before = {n.index: int(lab.daemon_status(n.index)["reloads"]) for n in lab.nodes}
+    lab.reload_configs(lambda config: config["overlays"][lab.plan.overlay].setdefault("tunnel", {}).update(transit=on), 20)
     for node in lab.nodes:
-        config = json.loads(node.config_path.read_text())
-        config["overlays"][lab.plan.overlay].setdefault("tunnel", {})["transit"] = on
-        node.config_path.write_text(json.dumps(config, indent=2))
-        record = lab.daemon(node.index)
-        assert record is not None
-        os.kill(record.pid, signal.SIGHUP)
-    for node in lab.nodes:
-        wait_for(lambda i=node.index: int(lab.daemon_status(i)["reloads"]), lambda r, i=node.index: r > before[i],
-                 20, f"{node.name}'s reload")
         assert transit(lab, node.index)["enabled"] is on
 
 
@@ -127,17 +115,9 @@ def test_frames_through_an_intermediate_node_take_its_fast_path_until_their_flow
 
 def set_flow_idle_timeout(lab: Lab, seconds: int) -> None:
     """bridge.flow_idle_timeout in every node's config, by a reload (the overlay restarts: a bridge setting)."""
-    before = {n.index: int(lab.daemon_status(n.index)["reloads"]) for n in lab.nodes}
-    for node in lab.nodes:
-        config = json.loads(node.config_path.read_text())
-        config["overlays"][lab.plan.overlay].setdefault("bridge", {})["flow_idle_timeout"] = seconds
-        node.config_path.write_text(json.dumps(config, indent=2))
-        record = lab.daemon(node.index)
-        assert record is not None
-        os.kill(record.pid, signal.SIGHUP)
-    for node in lab.nodes:
-        wait_for(lambda i=node.index: int(lab.daemon_status(i)["reloads"]), lambda r, i=node.index: r > before[i],
-                 30, f"{node.name}'s reload")
+    lab.reload_configs(
+        lambda config: config["overlays"][lab.plan.overlay].setdefault("bridge", {}).update(flow_idle_timeout=seconds), 30
+    )
 
 
 def test_a_busy_entry_keeps_its_flow_alive_past_the_idle_timeout(lab_factory: LabFactory) -> None:
