@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,50 +164,68 @@ def offload_part(args: argparse.Namespace) -> None:
           f"| {on['reads'] / off['reads']:.3f} | {on['records'] / off['records']:.2f} | {on['writes'] / off['writes']:.3f} | |")
 
 
-def setup_part(args: argparse.Namespace) -> None:
+NAT_PAIRS = (("eim", "eim"), ("eim", "symmetric"))  # a direct tunnel; one through the TURN relay
+
+
+@dataclass
+class SetupRun:
+    """Setup trials of one NAT pair: seconds from the initiator's connect() until both sides are up,
+    from the offer until traffic can flow at the answering side, and the paths the tunnels took."""
+
+    nats: tuple[str, str]
+    times: list[float] = field(default_factory=list)
+    answering: list[float] = field(default_factory=list)
+    kinds: set[str] = field(default_factory=set)
+
+
+def measure_setup(trials: int, nats: tuple[str, str]) -> SetupRun:
+    """`trials` tunnels set up between the two nodes of a fresh 2-node lab behind NATs `nats`."""
     from evio.lab.lab import Lab
     from evio.testing.labs import unique_lab_name
 
+    run = SetupRun(nats)
+    with Lab.up(unique_lab_name(), nodes=2, nat=list(nats)) as lab, tempfile.TemporaryDirectory(prefix="evt-bench-") as d:
+        n1, n2 = lab.node(1), lab.node(2)
+        pub = lab.public
+        common = ["--stun", f"{pub.address}:{pub.stun_port}", "--turn", f"{pub.address}:{pub.stun_port}", "--turn-secret", pub.turn_secret]
+        for trial in range(trials):
+            workdir = Path(d) / str(trial)
+            workdir.mkdir()
+            b = EndpointProcess(n2.netns, ["--node", n2.node_id, "--peer", n1.node_id, "--signal-dir", str(workdir), *common], workdir / "b.log")
+            a = None
+            try:
+                b.wait_event("ready")
+                a = EndpointProcess(n1.netns, ["--node", n1.node_id, "--peer", n2.node_id, "--connect", "--signal-dir", str(workdir), *common], workdir / "a.log")
+                up_a = a.wait_event("up", timeout=20)
+                up_b = b.wait_event("up", timeout=20)
+                started = up_a["t"] - up_a["setup"]
+                run.times.append(max(up_a["t"], up_b["t"]) - started)
+                run.answering.append(up_b["setup"])
+                # Up on the path that connected first; where that was the relay, the direct one may follow.
+                settled = up_a
+                for _ in range(15):
+                    settled = a.stats()
+                    if settled.get("path") == "direct":
+                        break
+                    time.sleep(0.1)
+                first = "" if settled.get("path") == up_a["path"] else f"{up_a['path']} first, then "
+                run.kinds.add(f"{first}{settled.get('path')} ({settled.get('local')} -> {settled.get('remote')})")
+            finally:
+                for p in (a, b):
+                    if p is not None:
+                        p.stop()
+    return run
+
+
+def setup_part(args: argparse.Namespace) -> None:
     print(f"\nSetup time in the lab ({args.setup_trials} trials each): initiator's connect() until both sides are up\n")
     print("| NAT A / NAT B | path (pair) | median s | min s | max s | offer -> up at the answering side, median / max s |")
     print("|---|---|---|---|---|---|")
-    for nats in (("eim", "eim"), ("eim", "symmetric")):
-        name = unique_lab_name()
-        times: list[float] = []
-        answering: list[float] = []
-        kinds: set[str] = set()
-        with Lab.up(name, nodes=2, nat=list(nats)) as lab, tempfile.TemporaryDirectory(prefix="evt-bench-") as d:
-            n1, n2 = lab.node(1), lab.node(2)
-            pub = lab.public
-            common = ["--stun", f"{pub.address}:{pub.stun_port}", "--turn", f"{pub.address}:{pub.stun_port}", "--turn-secret", pub.turn_secret]
-            for trial in range(args.setup_trials):
-                workdir = Path(d) / str(trial)
-                workdir.mkdir()
-                b = EndpointProcess(n2.netns, ["--node", n2.node_id, "--peer", n1.node_id, "--signal-dir", str(workdir), *common], workdir / "b.log")
-                a = None
-                try:
-                    b.wait_event("ready")
-                    a = EndpointProcess(n1.netns, ["--node", n1.node_id, "--peer", n2.node_id, "--connect", "--signal-dir", str(workdir), *common], workdir / "a.log")
-                    up_a = a.wait_event("up", timeout=20)
-                    up_b = b.wait_event("up", timeout=20)
-                    started = up_a["t"] - up_a["setup"]
-                    times.append(max(up_a["t"], up_b["t"]) - started)
-                    answering.append(up_b["setup"])
-                    # Up on the path that connected first; where that was the relay, the direct one may follow.
-                    settled = up_a
-                    for _ in range(15):
-                        settled = a.stats()
-                        if settled.get("path") == "direct":
-                            break
-                        time.sleep(0.1)
-                    first = "" if settled.get("path") == up_a["path"] else f"{up_a['path']} first, then "
-                    kinds.add(f"{first}{settled.get('path')} ({settled.get('local')} -> {settled.get('remote')})")
-                finally:
-                    for p in (a, b):
-                        if p is not None:
-                            p.stop()
-        print(f"| {nats[0]} / {nats[1]} | {', '.join(sorted(kinds))} | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} "
-              f"| {statistics.median(answering):.3f} / {max(answering):.3f} |")
+    for nats in NAT_PAIRS:
+        run = measure_setup(args.setup_trials, nats)
+        print(f"| {nats[0]} / {nats[1]} | {', '.join(sorted(run.kinds))} | {statistics.median(run.times):.3f} "
+              f"| {min(run.times):.3f} | {max(run.times):.3f} "
+              f"| {statistics.median(run.answering):.3f} / {max(run.answering):.3f} |")
 
 
 def main() -> int:

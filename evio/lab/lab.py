@@ -14,6 +14,7 @@ those namespaces.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -591,6 +592,28 @@ class Lab:
                 if time.monotonic() > deadline:
                     raise LabError(f"{node.name} did not reload its config in {timeout:.0f} s")
                 time.sleep(0.1)
+
+    def renumber(self, index: int) -> str:
+        """Give node `index` a new node id (its daemon must be stopped): it joins the ring elsewhere when started.
+
+        The paper's E11 replaces a node this way ("stopped, reconfigured with a new NID and
+        started"). A lab with overlay certificates is refused: the certificate names the old id.
+        """
+        node = self.node(index)
+        if self.daemon(index) is not None:
+            raise LabError(f"stop {node.name}'s daemon before giving it a new node id")
+        config = json.loads(node.config_path.read_text())
+        if any("trust" in overlay for overlay in config.get("overlays", {}).values()):
+            raise LabError(f"{node.name} has an overlay certificate issued for its node id; renumbering it is not supported")
+        new_id = secrets.token_hex(16)
+        config["node"]["id"] = new_id
+        node.config_path.write_text(json.dumps(config, indent=2) + "\n")
+        with self._lock:
+            ids = list(self._state.secrets.node_ids)
+            ids[index - 1] = new_id
+            self._state.secrets = dataclasses.replace(self._state.secrets, node_ids=tuple(ids))
+            save_state(self._root, self._state)
+        return new_id
 
     def daemon_log(self, index: int) -> Path:
         return full_nodes.daemon_log(self.directory, self.plan.node(index))

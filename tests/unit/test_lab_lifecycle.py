@@ -148,3 +148,25 @@ def test_services_can_be_stopped_and_started_again(tmp_path: Path) -> None:
     assert record in Lab.attach("t1", root=tmp_path, host=host).processes
     Lab.down("t1", root=tmp_path, host=host)
     assert not host.processes
+
+
+def test_renumber_gives_a_stopped_node_a_new_id_in_its_config_and_the_lab_state(tmp_path: Path) -> None:
+    host = FakeHost()
+    with Lab.up("t1", nodes=3, root=tmp_path, host=host) as lab:
+        old = lab.node(2).node_id
+        new = lab.renumber(2)
+        assert new != old and len(new) == 32 and int(new, 16) >= 0
+        assert lab.node(2).node_id == new
+        assert json.loads(lab.node(2).config_path.read_text())["node"]["id"] == new
+        assert Lab.attach("t1", root=tmp_path, host=host).node(2).node_id == new  # saved, not only in memory
+        assert [lab.node(i).node_id for i in (1, 3)] == [n.node_id for n in lab.nodes if n.index != 2]
+
+
+def test_renumber_refuses_a_node_whose_certificate_names_its_id(tmp_path: Path) -> None:
+    host = FakeHost()
+    with Lab.up("t1", nodes=2, root=tmp_path, host=host, trust=True) as lab:
+        old = lab.node(1).node_id
+        with pytest.raises(LabError, match="certificate"):
+            lab.renumber(1)
+        assert lab.node(1).node_id == old
+        assert json.loads(lab.node(1).config_path.read_text())["node"]["id"] == old
