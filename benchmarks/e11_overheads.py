@@ -139,8 +139,7 @@ def lab_part(args: argparse.Namespace) -> LabFigures:
                 figures.underlay_ms = underlay_rtt(lab, *pair)
 
         rng = random.Random(args.seed)
-        for _ in range(args.relocations):
-            index = rng.choice([n.index for n in lab.nodes])
+        for index in rng.sample([n.index for n in lab.nodes], min(args.relocations, args.nodes)):
             seconds, bridge_up = relocate(lab, index)
             figures.relocations.append(seconds)
             figures.restarts.append(bridge_up)
