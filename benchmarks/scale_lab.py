@@ -34,6 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import profiling  # noqa: E402
+
 from evio.cli.lab_node_cmd import wait_ring  # noqa: E402
 from evio.lab.lab import Lab  # noqa: E402
 
@@ -54,6 +56,49 @@ class Result:
     rss_mb: list[float] = field(default_factory=list)
     pss_mb: list[float] = field(default_factory=list)  # shared libraries divided among the daemons
     cpu_pct: list[float] = field(default_factory=list)
+    # Over the idle window, per process kind: (processes, CPU % per process, wake-ups/s per process,
+    # per thread name: CPU % and wake-ups/s per process).
+    split: dict[str, tuple[int, float, float, dict[str, tuple[float, float]]]] = field(default_factory=dict)
+
+
+def processes_by_kind(lab: Lab) -> dict[str, list[int]]:
+    """PIDs of the lab's processes by kind: each node's daemon, ovs-vswitchd, ovsdb-server; prosody; coturn."""
+    kinds: dict[str, list[int]] = {"daemon": [], "ovs-vswitchd": [], "ovsdb-server": [], "prosody": [], "coturn": []}
+    for node in lab.nodes:
+        record = lab.daemon(node.index)
+        if record is not None:
+            kinds["daemon"].append(record.pid)
+        ovs = lab.ovs(node.index)
+        for daemon in ("ovs-vswitchd", "ovsdb-server"):
+            pid = ovs.pid(daemon)
+            if pid is not None:
+                kinds[daemon].append(pid)
+    for record in lab.processes:
+        if record.role in ("prosody", "coturn"):
+            kinds[record.role].append(record.pid)
+    return kinds
+
+
+def split_cpu(kinds: dict[str, list[int]], seconds: float) -> dict[str, tuple[int, float, float, dict[str, tuple[float, float]]]]:
+    """CPU and wake-ups per process kind (and thread name) over `seconds`, per process of that kind."""
+    before = {pid: profiling.threads(pid) for pids in kinds.values() for pid in pids}
+    time.sleep(seconds)
+    after = {pid: profiling.threads(pid) for pids in kinds.values() for pid in pids}
+    out = {}
+    for kind, pids in kinds.items():
+        by_thread: dict[str, profiling.TaskCounters] = {}
+        alive = [pid for pid in pids if after.get(pid)]
+        for pid in alive:
+            for name, counters in after[pid].items():
+                delta = counters - before[pid].get(name, profiling.TaskCounters())
+                by_thread[name] = by_thread.get(name, profiling.TaskCounters()) + delta
+        if not alive:
+            continue
+        n = len(alive)
+        total = sum(by_thread.values(), profiling.TaskCounters())
+        threads = {name: (100 * c.cpu / seconds / n, c.wakeups / seconds / n) for name, c in by_thread.items()}
+        out[kind] = (n, 100 * total.cpu / seconds / n, total.wakeups / seconds / n, threads)
+    return out
 
 
 def pss_mb(pid: int) -> float | None:
@@ -107,7 +152,7 @@ def run(n: int, args: argparse.Namespace) -> Result:
         print(f"n={n}: ring {'closed' if closed else 'NOT closed'} after {time.monotonic() - ring_started:.1f} s"
               f" ({len(result.gaps)} gaps, {result.pending} links not up)", flush=True)  # fmt: skip
         before = {node.index: lab.daemon_usage(node.index) for node in lab.nodes}
-        time.sleep(args.idle)
+        result.split = split_cpu(processes_by_kind(lab), args.idle)
         for node in lab.nodes:
             start, end = before[node.index], lab.daemon_usage(node.index)
             if start is not None and end is not None:
@@ -150,6 +195,15 @@ def print_table(results: list[Result]) -> None:
             print(f"n={r.nodes}: ring gaps: " + " ".join(f"{a}-{b}" for a, b in r.gaps))
         if r.failed:
             print(f"n={r.nodes}: no answer ({len(r.failed)}): " + " ".join(r.failed[:40]))
+    for r in results:
+        if not r.split:
+            continue
+        print(f"n={r.nodes}: idle CPU and wake-ups per process, by kind (and thread name)")
+        print(f"  {'kind':<14} {'procs':>5} {'CPU %':>7} {'wake-ups/s':>11}   threads (CPU % / wake-ups/s)")
+        for kind, (count, cpu, wakeups, threads) in r.split.items():
+            top = sorted(threads.items(), key=lambda item: -item[1][0])[:5]
+            names = ", ".join(f"{name} {c:.2f}/{w:.0f}" for name, (c, w) in top)
+            print(f"  {kind:<14} {count:>5} {cpu:>7.2f} {wakeups:>11.1f}   {names}")
     print("targets (issue 13): n = 64 ring closed within 120 s, every sampled pair answers; idle RSS <= 80 MB")
 
 
