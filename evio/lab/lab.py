@@ -627,13 +627,7 @@ class Lab:
         ready = 0
         while waiting:
             for index in list(waiting):
-                if self.daemon(index) is None:
-                    raise LabError(f"the daemon of node{index} exited; its log:\n{self._log_tail(index)}")
-                try:
-                    status = self.daemon_status(index, timeout=2.0)
-                except control.ControlError:
-                    continue
-                if full_nodes.is_ready(status):
+                if self._daemon_ready(index):
                     waiting.remove(index)
                     ready += 1
                     if report is not None:
@@ -645,6 +639,16 @@ class Lab:
                 raise LabError(f"daemons not ready after {timeout:.0f} s: {names}; first one's log:\n"
                                f"{self._log_tail(waiting[0])}")
             time.sleep(0.1)
+
+    def _daemon_ready(self, index: int) -> bool:
+        """Whether node `index`'s daemon answers with its bridges connected; LabError if it exited."""
+        if self.daemon(index) is None:
+            raise LabError(f"the daemon of node{index} exited; its log:\n{self._log_tail(index)}")
+        try:
+            status = self.daemon_status(index, timeout=2.0)
+        except control.ControlError:
+            return False
+        return full_nodes.is_ready(status)
 
     def topology(self, indices: Iterable[int] | None = None) -> full_nodes.Topology:
         """Each node's links, as its daemon reports them; with `indices`, only those nodes' views
@@ -682,10 +686,19 @@ class Lab:
             for done, future in enumerate(as_completed(futures), start=1):
                 future.result()
                 report("ovs", done)
-        for node in self.plan.nodes:
-            self.start_daemon(node.index)
-            report("daemons", node.index)
-        self.wait_daemons([n.index for n in self.plan.nodes], timeout, lambda done: report("ready", done))
+        launched = 0
+
+        def start(index: int) -> None:
+            nonlocal launched
+            self.start_daemon(index)
+            launched += 1
+            report("daemons", launched)
+
+        try:
+            full_nodes.start_windowed([n.index for n in self.plan.nodes], start, self._daemon_ready,
+                                      full_nodes.DAEMON_START_WINDOW, timeout, lambda done: report("ready", done))
+        except full_nodes.DaemonsNotReady as exc:
+            raise LabError(f"{exc}; first one's log:\n{self._log_tail(exc.late[0])}") from None
 
     # -- internals -----------------------------------------------------------------------------
 

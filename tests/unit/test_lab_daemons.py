@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from evio.lab import daemons
 from evio.lab.topology import plan_lab
 
@@ -99,3 +101,54 @@ def test_hops_follow_links_up_at_both_ends() -> None:
     topo = daemons.topology(chain, ids, "ov1")
     assert topo.hops("node1", "node4") == 3 and topo.hops("node2", "node2") == 0
     assert daemons.topology({"node1": status()}, ids, "ov1").hops("node1", "node2") is None
+
+
+class FakeDaemons:
+    """Daemons that become ready `polls_to_ready` polls after their start, on a fake clock."""
+
+    def __init__(self, polls_to_ready: int = 2, never: frozenset[int] = frozenset()) -> None:
+        self.polls_to_ready, self.never = polls_to_ready, never
+        self.polls: dict[int, int] = {}
+        self.order: list[int] = []
+        self.most_starting = 0
+        self.now = 0.0
+
+    def start(self, index: int) -> None:
+        self.order.append(index)
+        self.polls[index] = 0
+        self.most_starting = max(self.most_starting, sum(1 for i in self.polls if not self.is_done(i)))
+
+    def is_done(self, index: int) -> bool:
+        return index not in self.never and self.polls[index] >= self.polls_to_ready
+
+    def ready(self, index: int) -> bool:
+        self.polls[index] += 1
+        return self.is_done(index)
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_windowed_start_keeps_at_most_window_daemons_starting_and_starts_all_in_order() -> None:
+    fake = FakeDaemons(polls_to_ready=3)
+    reported: list[int] = []
+    daemons.start_windowed(range(1, 11), fake.start, fake.ready, 3, 60.0, reported.append,
+                           clock=lambda: fake.now, sleep=fake.sleep)
+    assert fake.order == list(range(1, 11))
+    assert fake.most_starting == 3
+    assert reported == list(range(1, 11))
+
+
+def test_windowed_start_names_the_late_daemons_started_first() -> None:
+    fake = FakeDaemons(polls_to_ready=1, never=frozenset({2}))
+    with pytest.raises(daemons.DaemonsNotReady) as caught:
+        daemons.start_windowed([1, 2, 3, 4], fake.start, fake.ready, 1, 5.0,
+                               clock=lambda: fake.now, sleep=fake.sleep)
+    assert caught.value.late == (2, 3, 4)  # 2 never became ready, so 3 and 4 were never started
+    assert fake.order == [1, 2]
+    assert "node2, node3, node4" in str(caught.value)
+
+
+def test_windowed_start_refuses_an_empty_window() -> None:
+    with pytest.raises(ValueError):
+        daemons.start_windowed([1], lambda i: None, lambda i: True, 0, 1.0)
