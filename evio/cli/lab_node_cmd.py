@@ -32,6 +32,8 @@ from evio.lab.node_config import bridge_name
 from evio.plots.ring import PlotError, RingLink, RingPicture, draw_ring, merge_links
 
 IPERF_PORT = 5201
+RING_POLL_INTERVAL = 0.5  # seconds between looks at the ring, at least ...
+RING_POLL_DUTY = 3.0  # ... and this many times as long as the last look took
 
 
 def register(lab_sub: Any) -> None:
@@ -129,11 +131,15 @@ def wait_ring(lab: Lab, timeout: float) -> tuple[Topology, bool]:
     """The topology once successor links close the ring of answering nodes, or when `timeout` passes."""
     deadline = time.monotonic() + timeout
     while True:
+        asked = time.monotonic()
         topo = lab.topology()
+        took = time.monotonic() - asked
         closed = len(topo.live) > 0 and not topo.ring_gaps()
         if closed or time.monotonic() >= deadline:
             return topo, closed
-        time.sleep(0.5)
+        # Each look asks every daemon for its status: in a large, busy lab that is work they need
+        # for the ring itself. Look at most a quarter of the time.
+        time.sleep(max(RING_POLL_INTERVAL, RING_POLL_DUTY * took))
 
 
 def print_topology(lab: Lab, topo: Topology) -> None:
