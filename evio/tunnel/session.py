@@ -68,6 +68,7 @@ from evio.tunnel.native import NativeFdDatapath, pick_implementation
 from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
 from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
 from evio.tunnel.tap import LinuxTap, TapDevice
+from evio.tunnel.ticks import tick_grid
 from evio.tunnel.transit import TransitPort, TransitTable
 
 logger = logging.getLogger(__name__)
@@ -195,7 +196,8 @@ class Tunnel:
         self._datapath_running = False
         self._liveness: Liveness | None = None
         self._stop = asyncio.Event()
-        self._wake = asyncio.Event()  # the supervisor's tick is due now (a stop, or a doubt to act on)
+        self._wake_pending = False  # the supervisor's tick is due now (a stop, or a doubt to act on)
+        self._tick_waiter: asyncio.Future[None] | None = None  # what the supervisor awaits between ticks
         self._down_reason: str | None = None
         self._up: asyncio.Future[TunnelInfo] = asyncio.get_running_loop().create_future()
         self._early_records: list[bytes] = []
@@ -266,7 +268,7 @@ class Tunnel:
         if self._down_reason is None:
             self._down_reason = reason
         self._stop.set()
-        self._wake.set()
+        self._wake()
         if self._task is not None:
             if not self._task.done() and self._info.state in (TunnelState.NEGOTIATING, TunnelState.CONNECTING, TunnelState.AUTHENTICATING):
                 self._task.cancel()
@@ -510,11 +512,14 @@ class Tunnel:
         last_log = self._clock()
         logged_drops: dict[DropReason, int] = {}
         while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._wake.wait(), liveness.tick_interval())
-            except TimeoutError:
-                pass
-            self._wake.clear()
+            if not self._wake_pending:
+                # On the loop's tick grid, shared with the node's other tunnels (evio.tunnel.ticks).
+                self._tick_waiter = tick_grid().wait(liveness.tick_interval())
+                try:
+                    await self._tick_waiter
+                finally:
+                    self._tick_waiter = None
+            self._wake_pending = False
             if self._stop.is_set():
                 break
             now = self._clock()
@@ -534,6 +539,13 @@ class Tunnel:
         if self._info.state is not TunnelState.UP and self._down_reason == DownReason.NOT_AUTHENTICATED.value:
             raise NotAuthenticated("no authenticated record from the peer")
 
+    def _wake(self) -> None:
+        """Run the supervisor's next tick now."""
+        self._wake_pending = True
+        waiter = self._tick_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     def doubt(self) -> None:
         """Doubt the peer (its signaling presence went): an up tunnel it does not answer goes down within
         the probe deadline (a few RTTs, 0.25-1 s) instead of after the dead-peer time."""
@@ -543,7 +555,7 @@ class Tunnel:
                 logger.debug("tunnel %s peer %032x probed (deadline %.3f s)", self._info.tunnel_id, self.peer,
                              self._liveness.probe_deadline())
             self._execute(actions)
-            self._wake.set()  # the supervisor's next tick comes at the probe's pace, not the idle one
+            self._wake()  # the supervisor's next tick comes at the probe's pace, not the idle one
 
     def _on_control(self, message: ControlMessage) -> None:
         if self._liveness is not None:
@@ -579,7 +591,7 @@ class Tunnel:
         if self._down_reason is None:
             self._down_reason = reason
         self._stop.set()
-        self._wake.set()
+        self._wake()
 
     async def _teardown(self) -> None:
         """Release everything this tunnel holds; safe to call at any point and more than once."""
