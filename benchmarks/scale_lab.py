@@ -21,6 +21,7 @@ end, also on failure or Ctrl-C. A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import signal
@@ -59,6 +60,8 @@ class Result:
     # Over the idle window, per process kind: (processes, CPU % per process, wake-ups/s per process,
     # per thread name: CPU % and wake-ups/s per process).
     split: dict[str, tuple[int, float, float, dict[str, tuple[float, float]]]] = field(default_factory=dict)
+    forming: dict[str, tuple[int, float, float, dict[str, tuple[float, float]]]] = field(default_factory=dict)
+    load: tuple[float, float] = (0.0, 0.0)  # load average (1 min) at "up" and when the ring closed or the wait ended
 
 
 def processes_by_kind(lab: Lab) -> dict[str, list[int]]:
@@ -79,18 +82,23 @@ def processes_by_kind(lab: Lab) -> dict[str, list[int]]:
     return kinds
 
 
-def split_cpu(kinds: dict[str, list[int]], seconds: float) -> dict[str, tuple[int, float, float, dict[str, tuple[float, float]]]]:
-    """CPU and wake-ups per process kind (and thread name) over `seconds`, per process of that kind."""
-    before = {pid: profiling.threads(pid) for pids in kinds.values() for pid in pids}
-    time.sleep(seconds)
-    after = {pid: profiling.threads(pid) for pids in kinds.values() for pid in pids}
+Split = dict[str, tuple[int, float, float, dict[str, tuple[float, float]]]]  # see Result.split
+Counters = dict[int, dict[str, profiling.TaskCounters]]
+
+
+def counters(kinds: dict[str, list[int]]) -> Counters:
+    return {pid: profiling.threads(pid) for pids in kinds.values() for pid in pids}
+
+
+def split_cpu(kinds: dict[str, list[int]], before: Counters, after: Counters, seconds: float) -> Split:
+    """CPU % and wake-ups/s per process of each kind (and per thread name) between two readings."""
     out = {}
     for kind, pids in kinds.items():
         by_thread: dict[str, profiling.TaskCounters] = {}
-        alive = [pid for pid in pids if after.get(pid)]
+        alive = [pid for pid in pids if after.get(pid) and pid in before]
         for pid in alive:
-            for name, counters in after[pid].items():
-                delta = counters - before[pid].get(name, profiling.TaskCounters())
+            for name, now in after[pid].items():
+                delta = now - before[pid].get(name, profiling.TaskCounters())
                 by_thread[name] = by_thread.get(name, profiling.TaskCounters()) + delta
         if not alive:
             continue
@@ -145,14 +153,21 @@ def run(n: int, args: argparse.Namespace) -> Result:
         result.up_s = time.monotonic() - started
         print(f"n={n}: up in {result.up_s:.1f} s; waiting for the ring ...", flush=True)
         ring_started = time.monotonic()
+        kinds = processes_by_kind(lab)
+        at_up, load_up = counters(kinds), os.getloadavg()[0]
         topo, closed = wait_ring(lab, args.ring_timeout)
+        result.forming = split_cpu(kinds, at_up, counters(kinds), time.monotonic() - ring_started)
+        result.load = (load_up, os.getloadavg()[0])
         result.ring_s = time.monotonic() - ring_started if closed else None
         result.gaps = topo.ring_gaps()
         result.pending = sum(1 for link in topo.links if link.state != "up")
         print(f"n={n}: ring {'closed' if closed else 'NOT closed'} after {time.monotonic() - ring_started:.1f} s"
               f" ({len(result.gaps)} gaps, {result.pending} links not up)", flush=True)  # fmt: skip
         before = {node.index: lab.daemon_usage(node.index) for node in lab.nodes}
-        result.split = split_cpu(processes_by_kind(lab), args.idle)
+        kinds = processes_by_kind(lab)
+        idle_start = counters(kinds)
+        time.sleep(args.idle)
+        result.split = split_cpu(kinds, idle_start, counters(kinds), args.idle)
         for node in lab.nodes:
             start, end = before[node.index], lab.daemon_usage(node.index)
             if start is not None and end is not None:
@@ -196,14 +211,16 @@ def print_table(results: list[Result]) -> None:
         if r.failed:
             print(f"n={r.nodes}: no answer ({len(r.failed)}): " + " ".join(r.failed[:40]))
     for r in results:
-        if not r.split:
-            continue
-        print(f"n={r.nodes}: idle CPU and wake-ups per process, by kind (and thread name)")
-        print(f"  {'kind':<14} {'procs':>5} {'CPU %':>7} {'wake-ups/s':>11}   threads (CPU % / wake-ups/s)")
-        for kind, (count, cpu, wakeups, threads) in r.split.items():
-            top = sorted(threads.items(), key=lambda item: -item[1][0])[:5]
-            names = ", ".join(f"{name} {c:.2f}/{w:.0f}" for name, (c, w) in top)
-            print(f"  {kind:<14} {count:>5} {cpu:>7.2f} {wakeups:>11.1f}   {names}")
+        print(f"n={r.nodes}: load average {r.load[0]:.1f} at up, {r.load[1]:.1f} when the ring wait ended")
+        for title, split in (("while the ring formed", r.forming), ("idle, after the ring", r.split)):
+            if not split:
+                continue
+            print(f"n={r.nodes}: CPU and wake-ups per process {title}, by kind (and thread name)")
+            print(f"  {'kind':<14} {'procs':>5} {'CPU %':>7} {'wake-ups/s':>11}   threads (CPU % / wake-ups/s)")
+            for kind, (count, share, wakeups, threads) in split.items():
+                top = sorted(threads.items(), key=lambda item: -item[1][0])[:5]
+                names = ", ".join(f"{name} {c:.2f}/{w:.0f}" for name, (c, w) in top)
+                print(f"  {kind:<14} {count:>5} {share:>7.2f} {wakeups:>11.1f}   {names}")
     print("targets (issue 13): n = 64 ring closed within 120 s, every sampled pair answers; idle RSS <= 80 MB")
 
 

@@ -190,6 +190,8 @@ class SignalClient(SignalEndpoint):
         self.membership_checks = 0  # forced re-logins done
         self.last_login_seconds: float | None = None  # connect() -> announcement sent
         self.failed_logins = 0  # attempts that ended before a session was up (refused, TLS, auth)
+        self.stanzas_in = 0  # stanzas received from the server, all sessions: what proves it is alive
+        self.late_pings = 0  # server pings unanswered in time while the server was sending: session kept
 
     async def start(self) -> None:
         if self._supervisor is not None:
@@ -297,6 +299,7 @@ class SignalClient(SignalEndpoint):
             xmpp.cancel_connection_attempt()
             end(f"connection failed: {error}")
 
+        xmpp.add_filter("in", self._count_in)
         xmpp.add_event_handler("session_start", on_session_start)
         xmpp.add_event_handler("disconnected", lambda reason: end(f"disconnected: {reason}"))
         xmpp.add_event_handler("connection_failed", on_connection_failed)
@@ -397,9 +400,17 @@ class SignalClient(SignalEndpoint):
         s = self.settings
         while True:
             await asyncio.sleep(s.keepalive_interval)
+            heard = self.stanzas_in
             try:
                 await xmpp.plugin["xep_0199"].ping(jid=JID(s.domain), timeout=s.keepalive_timeout)
             except IqTimeout:
+                if self.stanzas_in != heard:
+                    # Stanzas came in while we waited: the server is there, only slow (a loaded host).
+                    # Dropping the session would cost a login and a presence round to every member.
+                    self.late_pings += 1
+                    log.info("signal %s: server ping unanswered in %.0f s, but the server is sending: "
+                             "session kept", s.jid, s.keepalive_timeout)
+                    continue
                 log.warning("signal %s: server ping timed out", s.jid)
                 end("server ping timed out")
                 xmpp.abort()
@@ -408,6 +419,11 @@ class SignalClient(SignalEndpoint):
                 pass  # an error reply still proves the server is there
 
     # ------------------------------------------------------------------ stanzas in, core calls out
+
+    def _count_in(self, stanza: Any) -> Any:
+        """Incoming filter: count, pass on unchanged."""
+        self.stanzas_in += 1
+        return stanza
 
     def _sync_membership(self, xmpp: ClientXMPP) -> None:
         """Overlay membership of every contact, from the groups of our (server-made) roster."""

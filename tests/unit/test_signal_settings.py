@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slixmpp.exceptions import IqTimeout
 
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.errors import ErrorReason, RequestError, SignalSettingsError
@@ -64,3 +65,35 @@ async def test_request_before_login_is_not_connected() -> None:
         await client.request("ov2", 2, "x", {})
     assert info.value.reason is ErrorReason.UNKNOWN_PEER
     assert client.node_id("ov1") == 1
+
+
+class FakePing:
+    """xep_0199 that never answers; stanzas arrive at the client during the wait when `busy`."""
+
+    def __init__(self, client: SignalClient, busy: int) -> None:
+        self.client, self.busy, self.pings = client, busy, 0
+
+    async def ping(self, jid: Any, timeout: float) -> None:
+        self.pings += 1
+        if self.pings <= self.busy:
+            self.client._count_in(object())  # the server sent something meanwhile
+        raise IqTimeout(None)
+
+
+class FakeXmpp:
+    def __init__(self, ping: FakePing) -> None:
+        self.plugin = {"xep_0199": ping}
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_a_late_ping_keeps_the_session_while_the_server_sends_and_ends_it_when_it_is_silent() -> None:
+    client = SignalClient(settings(keepalive_interval=0.001, keepalive_timeout=0.001))
+    ping = FakePing(client, busy=2)
+    xmpp = FakeXmpp(ping)
+    ended: list[str] = []
+    await client._keepalive(xmpp, ended.append)  # type: ignore[arg-type]
+    assert client.late_pings == 2  # two late answers while stanzas came in: kept
+    assert ping.pings == 3 and ended == ["server ping timed out"] and xmpp.aborted  # then silence: ended
