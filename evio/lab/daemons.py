@@ -91,7 +91,8 @@ def process_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
 class DaemonsNotReady(TimeoutError):
     def __init__(self, late: Sequence[int], timeout: float) -> None:
         self.late = tuple(late)
-        super().__init__(f"daemons not ready after {timeout:.0f} s: " + ", ".join(f"node{i}" for i in self.late))
+        super().__init__(f"a daemon not ready {timeout:.0f} s after its start; not ready: "
+                         + ", ".join(f"node{i}" for i in self.late))
 
 
 def start_windowed(
@@ -106,30 +107,31 @@ def start_windowed(
     poll_interval: float = 0.1,
 ) -> None:
     """Start the daemons of `indices` in order, never more than `window` started and not yet `ready`;
-    return once all are ready. `ready(index)` raises if that daemon exited. Raises DaemonsNotReady
-    naming the nodes not ready (the started ones first) after `timeout` seconds."""
+    return once all are ready. `ready(index)` raises if that daemon exited. Each daemon has `timeout`
+    seconds from its own start (the later ones start on a host the earlier ones already load): raises
+    DaemonsNotReady naming the nodes not ready (the started ones first) when one of them overstays."""
     if window < 1:
         raise ValueError("window must be at least 1")
-    deadline = clock() + timeout
     queue = list(indices)
-    starting: list[int] = []
+    started: dict[int, float] = {}  # started, not ready yet -> when
     done = 0
     while True:
-        while queue and len(starting) < window:
+        while queue and len(started) < window:
             index = queue.pop(0)
             start(index)
-            starting.append(index)
-        for index in list(starting):
+            started[index] = clock()
+        for index in list(started):
             if ready(index):
-                starting.remove(index)
+                del started[index]
                 done += 1
                 if report is not None:
                     report(done)
-        if not queue and not starting:
+        if not queue and not started:
             return
-        if clock() > deadline:
-            raise DaemonsNotReady(starting + queue, timeout)
-        if len(starting) == window or not queue:  # nothing more to start now: let them get on
+        now = clock()
+        if any(now - at > timeout for at in started.values()):
+            raise DaemonsNotReady([*started, *queue], timeout)
+        if len(started) == window or not queue:  # nothing more to start now: let them get on
             sleep(poll_interval)
 
 

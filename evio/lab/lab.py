@@ -202,8 +202,9 @@ class Lab:
         overrides keys of it for single nodes (a mixed overlay, as E5); `tunnel` is every node's
         overlay `tunnel` section (e.g. {"offload": False}). With `daemons`, every node also
         runs its own Open vSwitch and an `evio run` daemon, and `up` returns
-        once each daemon's bridge is connected to its SDN controller (within
-        `daemon_timeout`, default 30 s + 2 s per node). With `trust`, the lab
+        once each daemon's bridge is connected to its SDN controller (each
+        within `daemon_timeout` of its own start, default 30 s + 2 s per node;
+        the daemons start `DAEMON_START_WINDOW` at a time). With `trust`, the lab
         also makes an overlay CA and gives each node a certificate issued for its
         node id (the config's `trust` section), so tunnels check more than the
         fingerprint the XMPP server carries. `switching` is every bridge's switching mode

@@ -139,6 +139,12 @@ def test_windowed_start_keeps_at_most_window_daemons_starting_and_starts_all_in_
     assert reported == list(range(1, 11))
 
 
+def test_windowed_start_gives_each_daemon_the_timeout_from_its_own_start() -> None:
+    fake = FakeDaemons(polls_to_ready=30)  # 3 s each at 0.1 s a poll: 10 in a window of 2 take 15 s
+    daemons.start_windowed(range(1, 11), fake.start, fake.ready, 2, 5.0, clock=lambda: fake.now, sleep=fake.sleep)
+    assert fake.order == list(range(1, 11)) and fake.now > 5.0
+
+
 def test_windowed_start_names_the_late_daemons_started_first() -> None:
     fake = FakeDaemons(polls_to_ready=1, never=frozenset({2}))
     with pytest.raises(daemons.DaemonsNotReady) as caught:
@@ -147,6 +153,7 @@ def test_windowed_start_names_the_late_daemons_started_first() -> None:
     assert caught.value.late == (2, 3, 4)  # 2 never became ready, so 3 and 4 were never started
     assert fake.order == [1, 2]
     assert "node2, node3, node4" in str(caught.value)
+    assert fake.now <= 5.0 + 0.2  # given up soon after node2's own timeout
 
 
 def test_windowed_start_refuses_an_empty_window() -> None:
