@@ -13,7 +13,10 @@ no more than --pairs of them), and each daemon's resident memory and CPU
 while the overlay idles (daemon and SDN controller are one process). Beside
 them the targets (issue 13: ring closed within 120 s at n = 64 and every
 sampled pair answers; idle RSS under 80 MB) and the paper's figures where it
-has them. --logs copies every daemon's log there before the lab is removed
+has them. Then, per process kind (daemon, ovs-vswitchd, ovsdb-server,
+prosody, coturn) and thread name: CPU as a % of one core and wake-ups
+(context switches) per second, per process, while the ring formed and over
+the idle window, with the load average at "up" and at the ring's closure. --logs copies every daemon's log there before the lab is removed
 (also when the ring does not close). Root only; each lab is removed at the
 end, also on failure or Ctrl-C. A benchmark, not a test: it asserts nothing.
 """
