@@ -523,7 +523,12 @@ class Tunnel:
             if self._stop.is_set():
                 break
             now = self._clock()
-            self._datapath.maintain()
+            try:
+                self._datapath.maintain()
+            except OSError as exc:  # the socket failed under the data path: this tunnel ends, the loop goes on
+                logger.warning("tunnel %s peer %032x: the underlay socket failed: %s", self._info.tunnel_id, self.peer, exc)
+                self._link_down("underlay failed")
+                break
             stats = self._datapath.stats()
             patience = self._patience() if self._patience is not None else 1.0
             self._execute(liveness.tick(now, stats.rx_records, stats.tx_records, patience))

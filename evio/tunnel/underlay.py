@@ -72,8 +72,25 @@ class AdoptedTransport(asyncio.DatagramTransport):
         self.default_addr = default_addr
         self._closing = False
         self._reading = False
+        self._lent = 0  # data path readers of this socket: it must outlive them
         self.receive_failures = 0
         sock.setblocking(False)
+
+    def lend(self) -> None:
+        """The data path reads the socket from now on (this transport stops reading it)."""
+        self.pause_reading()
+        self._lent += 1
+
+    def give_back(self) -> None:
+        """The data path no longer reads the socket: read it again, or close it if the owner
+        closed the transport meanwhile."""
+        self._lent = max(self._lent - 1, 0)
+        if self._lent:
+            return
+        if self._closing:
+            self.sock.close()
+        else:
+            self.resume_reading()
 
     def resume_reading(self) -> None:
         if not self._reading and not self._closing:
@@ -118,7 +135,11 @@ class AdoptedTransport(asyncio.DatagramTransport):
             return
         self.pause_reading()
         self._closing = True
-        self.sock.close()
+        # aioice closes its connection on its own (consent expired); a data path still reading the
+        # socket would then poll a closed fd, or another socket that got the same number. The
+        # socket is closed when the data path gives it back.
+        if not self._lent:
+            self.sock.close()
         self._loop.call_soon(self.protocol.connection_lost, None)
 
     def abort(self) -> None:
@@ -194,10 +215,10 @@ class AioiceUnderlay:
         return self._channel
 
     def pause_owner(self) -> None:
-        self._transport.pause_reading()
+        self._transport.lend()
 
     def resume_owner(self) -> None:
-        self._transport.resume_reading()
+        self._transport.give_back()
 
     def deliver_foreign(self, data: bytes, addr: tuple[str, int]) -> None:
         self._transport.protocol.datagram_received(data, addr)
