@@ -120,7 +120,7 @@ def _single(args: argparse.Namespace, log_form: LogForm) -> None:
 
     roots = choose_roots(adjacency, _root_count(args.roots, n), rng)
     t0 = time.perf_counter()
-    stats = broadcast_stats(adjacency, roots)
+    stats = broadcast_stats(adjacency, roots, symmetric=True)
     print(_roots_line(len(roots), n, stats, time.perf_counter() - t0))
     _print_main_table(n, args.successors, k, stats)
     if len(roots) < n:
@@ -218,7 +218,7 @@ def _print_failure(args: argparse.Namespace, overlay: SymphonyOverlay, rng: rand
         return
     count = _root_count(args.roots, len(survivors))
     roots = choose_roots(survivors, count, rng)
-    before = broadcast_stats(overlay.adjacency(), roots, survivors)
+    before = broadcast_stats(overlay.adjacency(), roots, survivors, symmetric=True)
     print(
         f"  before repair (their tunnels down, no relinking): exactly-once {before.exactly_once_ratio:.4f}, "
         f"missed {before.missed}, duplicated {before.duplicated}, mean path {before.mean_path_length:.2f}"
@@ -228,7 +228,7 @@ def _print_failure(args: argparse.Namespace, overlay: SymphonyOverlay, rng: rand
     settled = overlay.stabilise()
     state = "stable" if settled else "still settling"
     seconds = time.perf_counter() - t0
-    after = broadcast_stats(overlay.adjacency(), roots)
+    after = broadcast_stats(overlay.adjacency(), roots, symmetric=True)
     print(
         f"  after repair ({state}, {seconds:.2f} s): exactly-once {after.exactly_once_ratio:.4f}, "
         f"missed {after.missed}, duplicated {after.duplicated}, mean path {after.mean_path_length:.2f}"
@@ -254,7 +254,7 @@ def _sweep(args: argparse.Namespace, log_form: LogForm) -> None:
         built = build_overlay(n, params, rng)
         adjacency = built.overlay.adjacency(by_rank=True)
         roots = choose_roots(adjacency, _root_count(args.roots, n), rng)
-        stats = broadcast_stats(adjacency, roots)
+        stats = broadcast_stats(adjacency, roots, symmetric=True)
         paper = PAPER_MEAN_PATH.get(n)
         paper_text = f"{paper:.2f}" if paper is not None else "-"
         settled = "" if built.settled else "  (still settling)"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from evio.config.model import LogForm, TopologyConfig
@@ -52,6 +52,7 @@ from evio.overlay.adjacency import (
 )
 from evio.overlay.symphony import Ring, select_links
 from evio.sim.collector import collector_paused
+from evio.sim.shuffle import shuffle
 
 _log = logging.getLogger(__name__)
 
@@ -117,22 +118,26 @@ class SymphonyOverlay:
         # Node ids by rank, and back (see the module's docstring); everything below is by rank.
         self._ids: list[int] = sorted(set(node_ids))
         self._rank: dict[int, int] = {nid: rank for rank, nid in enumerate(self._ids)}
-        self._members: set[int] = set(range(len(self._ids)))
-        self._holds: dict[int, dict[int, Link]] = {nid: {} for nid in self._members}  # holder -> peer -> link
-        self._incoming: dict[int, dict[int, Link]] = {nid: {} for nid in self._members}  # peer -> holder -> link
+        n = len(self._ids)
+        self._members: set[int] = set(range(n))
+        # Per node, indexed by rank: lists, not dicts keyed by node (a build looks them up
+        # millions of times in random order; a list index is one load). A node that failed
+        # keeps empty tables.
+        self._holds: list[dict[int, Link]] = [{} for _ in range(n)]  # holder -> peer -> link
+        self._incoming: list[dict[int, Link]] = [{} for _ in range(n)]  # peer -> holder -> link
         self._connecting: list[tuple[int, int]] = []  # (holder, peer) of links that come up at the round's end
-        self._pending: dict[int, dict[int, LinkType]] = {nid: {} for nid in self._members}  # requests in flight
-        self._excluded: dict[int, set[int]] = {nid: set() for nid in self._members}
+        self._pending: list[dict[int, LinkType]] = [{} for _ in range(n)]  # requests in flight
+        self._excluded: list[set[int]] = [set() for _ in range(n)]
         # Per node, `Adjacency.incoming_long_distance_only` of its view, kept up to date on every
         # change instead of recounted per request (the recount dominated large builds).
-        self._ld_only: dict[int, int] = {nid: 0 for nid in self._members}
+        self._ld_only: list[int] = [0] * n
         # Each node's view, made once: it reads the live mappings and the running count.
-        self._views: dict[int, _CountedAdjacency] = {
-            nid: _CountedAdjacency(
+        self._views: list[_CountedAdjacency] = [
+            _CountedAdjacency(
                 _WithPending(self._holds[nid], self._pending[nid]), self._incoming[nid], self._ld_only, nid
             )
-            for nid in self._members
-        }
+            for nid in range(n)
+        ]
         self._topology = params.topology()
         self._ring = Ring(self._members)
         # Nodes that may want a change. The rest hold exactly the links of their last
@@ -161,6 +166,8 @@ class SymphonyOverlay:
     def view(self, nid: int) -> Adjacency:
         """What node `nid` knows of its links, including its own unanswered requests (as pending); a copy."""
         rank = self._rank[nid]
+        if rank not in self._members:
+            raise KeyError(nid)
         ranked = self._views[rank]
         ids = self._ids
         return _CountedAdjacency(
@@ -177,42 +184,35 @@ class SymphonyOverlay:
         order is the same, so a flood over it takes the same paths (and its roots, drawn from
         the sorted nodes, are the same nodes); at large n it floods in half the time.
         """
+        ranked = self._ranked_adjacency()
         if by_rank:
-            return self._ranked_adjacency()
+            return ranked
         ids = self._ids
-        graph: dict[int, set[int]] = {ids[nid]: set() for nid in self._members}
-        up = LinkState.UP
-        for holder, links in self._holds.items():
-            holder_id = ids[holder]
-            holder_peers = graph[holder_id]
-            for peer, link in links.items():
-                if link.state is up:
-                    peer_id = ids[peer]
-                    holder_peers.add(peer_id)
-                    graph[peer_id].add(holder_id)
-        return graph
+        return {ids[nid]: {ids[peer] for peer in peers} for nid, peers in ranked.items()}
 
     def _ranked_adjacency(self) -> dict[int, set[int]]:
-        graph: dict[int, set[int]] = {nid: set() for nid in sorted(self._members)}
+        # Each node's peers from its own tables (links it holds, links held towards it: the same
+        # link values), so building the graph reads each node's tables once, in order, instead
+        # of the peer's set at random for every link.
         up = LinkState.UP
-        for holder, links in self._holds.items():
-            holder_peers = graph[holder]
-            for peer, link in links.items():
-                if link.state is up:
-                    holder_peers.add(peer)
-                    graph[peer].add(holder)
-        return graph
+        holds, incoming = self._holds, self._incoming
+        return {
+            nid: {peer for peer, link in holds[nid].items() if link.state is up}.union(
+                [holder for holder, link in incoming[nid].items() if link.state is up]
+            )
+            for nid in sorted(self._members)
+        }
 
     def held_links(self) -> Iterator[tuple[int, int, Link]]:
         """(holder, peer, link) for every link held, by either end."""
         ids = self._ids
-        for holder, links in self._holds.items():
+        for holder, links in enumerate(self._holds):
             for peer, link in links.items():
                 yield ids[holder], ids[peer], link
 
     def held_counts(self) -> Counter[LinkType]:
         """How many links are held, by the holder's type (a link held by both ends counts twice)."""
-        return Counter(link.type for links in self._holds.values() for link in links.values())
+        return Counter(link.type for links in self._holds for link in links.values())
 
     # -- dynamics ----------------------------------------------------------
 
@@ -261,7 +261,7 @@ class SymphonyOverlay:
                     operations += self._retype(nid, op)
         # Phase 2: deliver the requests, in no particular order (as messages arrive);
         # the target answers with the daemon's rule.
-        self._rng.shuffle(requests)
+        shuffle(self._rng, requests)
         rejected = 0
         views, connecting, pending_links, accepted = self._views, self._connecting, _PENDING_LINKS, ACCEPTED
         for requester, target, link_type in requests:
@@ -300,9 +300,14 @@ class SymphonyOverlay:
                 rejected += 1
                 if link_type is LinkType.LONG_DISTANCE:
                     self._excluded[requester].add(target)
-        for requester, target, _ in requests:
-            if target in pending[requester] and self._drop_pending(requester, target) is not None:
-                self._unsettled.add(requester)  # unanswered (cannot happen today): ask again next round
+        # Requests still in flight (cannot happen today): dropped, and asked again next round. No
+        # request is in flight between rounds, so only the nodes that decided now can hold any;
+        # looking at theirs (not at every request again, in shuffled order) reads each table once.
+        for requester, _ in decisions:
+            if pending[requester]:
+                for target in list(pending[requester]):
+                    self._drop_pending(requester, target)
+                self._unsettled.add(requester)
         # End of round: the new tunnels are connected.
         up_links, state_pending = _UP_LINKS, LinkState.PENDING
         for holder, peer in connecting:
@@ -347,9 +352,10 @@ class SymphonyOverlay:
                 self._release(holder, nid)
         for nid in gone:
             self._members.discard(nid)
-            del self._holds[nid], self._incoming[nid], self._pending[nid], self._excluded[nid]
-            del self._ld_only[nid], self._views[nid]
-        for excluded in self._excluded.values():
+            # Its tables are empty now (every link released, no request in flight between rounds).
+            assert not (self._holds[nid] or self._incoming[nid] or self._pending[nid]) and self._ld_only[nid] == 0
+            self._excluded[nid].clear()
+        for excluded in self._excluded:
             excluded.clear()  # membership changed: everyone may be asked again
         self._ring = Ring(self._members)
         self._unsettled = set(self._members)
@@ -413,7 +419,7 @@ class SymphonyOverlay:
 class _CountedAdjacency(Adjacency):
     """A live view whose cap count is the simulator's running count; `test_sim` holds it equal to the recount."""
 
-    counts: Mapping[int, int] = field(default_factory=dict)
+    counts: Sequence[int] | Mapping[int, int] = field(default_factory=dict)  # by node
     nid: int = 0
 
     def incoming_long_distance_only(self) -> int:

@@ -88,17 +88,23 @@ def choose_roots(nodes: Collection[int], count: int | None, rng: random.Random) 
 
 
 def broadcast_stats(
-    adjacency: Mapping[int, Collection[int]], roots: Sequence[int], alive: Collection[int] | None = None
+    adjacency: Mapping[int, Collection[int]],
+    roots: Sequence[int],
+    alive: Collection[int] | None = None,
+    symmetric: bool = False,
 ) -> BroadcastStats:
-    """Flood one broadcast from each root with the real bound code and tally what every live node got."""
+    """Flood one broadcast from each root with the real bound code and tally what every live node got.
+
+    `symmetric`: every link is in both ends' adjacency already (see `FloodGraph`).
+    """
     with collector_paused():
-        return _broadcast_stats(adjacency, roots, alive)
+        return _broadcast_stats(adjacency, roots, alive, symmetric)
 
 
 def _broadcast_stats(
-    adjacency: Mapping[int, Collection[int]], roots: Sequence[int], alive: Collection[int] | None = None
+    adjacency: Mapping[int, Collection[int]], roots: Sequence[int], alive: Collection[int] | None, symmetric: bool
 ) -> BroadcastStats:
-    graph = FloodGraph(adjacency, alive)  # neighbours sorted once for all the roots
+    graph = FloodGraph(adjacency, alive, symmetric)  # neighbours sorted once for all the roots
     live = graph.live
     expected = exactly_once = duplicated = missed = 0
     hop_sum: dict[int, int] = {}

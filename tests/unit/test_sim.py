@@ -4,8 +4,9 @@ import pytest
 
 from evio.cli import main
 from evio.config.model import LogForm
-from evio.overlay.adjacency import LinkType, RejectReason
+from evio.overlay.adjacency import LinkState, LinkType, RejectReason
 from evio.overlay.symphony import Ring
+from evio.sim.flood import FloodGraph
 from evio.sim.overlay import OverlayParams, SimError, SymphonyOverlay, build_overlay
 from evio.sim.stats import broadcast_stats, choose_roots, max_path_histogram
 
@@ -194,3 +195,45 @@ def test_nodes_left_out_of_a_round_would_not_change_anything(seed: int) -> None:
     assert overlay.stabilise()
     overlay._unsettled = set(overlay._members)
     assert overlay.run_round().requests == 0
+
+
+def _graph_from_held_links(overlay: SymphonyOverlay) -> dict[int, set[int]]:
+    """The flood graph as the held links say: both ends of every link that is up."""
+    graph: dict[int, set[int]] = {nid: set() for nid in overlay.members}
+    for holder, peer, link in overlay.held_links():
+        if link.state is LinkState.UP:
+            graph[holder].add(peer)
+            graph[peer].add(holder)
+    return graph
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_adjacency_is_both_ends_of_every_link_up_also_mid_build_and_after_failures(seed: int) -> None:
+    # adjacency() reads each node's own tables (held and incoming); it must give the graph of
+    # the held links, including while links are pending (after a round) and after failures.
+    rng = random.Random(seed)
+    overlay = SymphonyOverlay(rng.sample(range(10**6), 90), OverlayParams(), rng)
+    overlay.run_round()
+    assert overlay.adjacency() == _graph_from_held_links(overlay)
+    overlay.stabilise()
+    overlay.fail(rng.sample(sorted(overlay.members), 20))
+    graph = overlay.adjacency()
+    assert graph == _graph_from_held_links(overlay) and set(graph) == overlay.members
+    ids = overlay._ids  # by rank, among the ids it was built with
+    assert {ids[r]: {ids[p] for p in peers} for r, peers in overlay.adjacency(by_rank=True).items()} == graph
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_symmetric_flood_graph_is_the_checked_one(seed: int) -> None:
+    rng = random.Random(seed)
+    overlay = build(80, seed=seed)
+    graph = overlay.adjacency()
+    alive = set(rng.sample(sorted(graph), 60))
+    for survivors in (None, alive):
+        checked, trusted = FloodGraph(graph, survivors), FloodGraph(graph, survivors, symmetric=True)
+        assert checked.live == trusted.live
+        for node in checked.live:
+            assert checked.neighbours(node) == trusted.neighbours(node)
+            assert checked.distances(node) == trusted.distances(node)
+    roots = sorted(alive)[:10]
+    assert broadcast_stats(graph, roots, alive) == broadcast_stats(graph, roots, alive, symmetric=True)
