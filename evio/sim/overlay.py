@@ -33,6 +33,7 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from evio.config.model import LogForm, TopologyConfig
 from evio.ids import RING_SIZE
@@ -308,14 +309,18 @@ class SymphonyOverlay:
                 for target in list(pending[requester]):
                     self._drop_pending(requester, target)
                 self._unsettled.add(requester)
-        # End of round: the new tunnels are connected.
+        # End of round: the new tunnels are connected. Every pending link was held in this round
+        # and listed in `connecting` (_hold and the inline acceptance list it), so the nodes at
+        # either end of those are the ones with pending links, and all of theirs come up. Each
+        # node's two tables are updated in one pass, in order, not two lookups at random places
+        # per link (1.8 million links in the first round at n = 10^5). Same type, same holder:
+        # the cap counts do not change.
         up_links, state_pending = _UP_LINKS, LinkState.PENDING
-        for holder, peer in connecting:
-            held = holds[holder]
-            link = held.get(peer)
-            if link is not None and link.state is state_pending:
-                # Same type, same holder: the cap counts do not change.
-                held[peer] = incoming[peer][holder] = up_links[id(link.type)]
+        for nid in set(map(itemgetter(0), connecting)).union(map(itemgetter(1), connecting)):
+            for table in (holds[nid], incoming[nid]):
+                came_up = {peer: up_links[id(link.type)] for peer, link in table.items() if link.state is state_pending}
+                if came_up:
+                    table.update(came_up)  # new values for keys there already: the tables' order stays
         connecting.clear()
         # A node whose operations left it holding exactly its wish is done (see _unsettled).
         for nid, desired in wanted:

@@ -237,3 +237,25 @@ def test_a_symmetric_flood_graph_is_the_checked_one(seed: int) -> None:
             assert checked.distances(node) == trusted.distances(node)
     roots = sorted(alive)[:10]
     assert broadcast_stats(graph, roots, alive) == broadcast_stats(graph, roots, alive, symmetric=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_link_is_up_at_the_end_of_every_round(seed: int) -> None:
+    # The round's end brings up every pending link of the nodes it connected: none may be left
+    # pending (a link a round made and did not list would show here), and the two ends' tables
+    # hold the same link.
+    rng = random.Random(seed)
+    overlay = SymphonyOverlay(rng.sample(range(10**6), 120), OverlayParams(long_distance=3), rng)
+
+    def check() -> None:
+        for holder, peer, link in overlay.held_links():
+            assert link.state is LinkState.UP
+            assert overlay.view(peer).incoming[holder] is link
+
+    for _ in range(3):
+        overlay.run_round()
+        check()
+    overlay.stabilise()
+    overlay.fail(rng.sample(sorted(overlay.members), 30))
+    overlay.run_round()
+    check()
