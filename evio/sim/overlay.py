@@ -194,15 +194,11 @@ class SymphonyOverlay:
     def _ranked_adjacency(self) -> dict[int, set[int]]:
         # Each node's peers from its own tables (links it holds, links held towards it: the same
         # link values), so building the graph reads each node's tables once, in order, instead
-        # of the peer's set at random for every link.
-        up = LinkState.UP
+        # of the peer's set at random for every link. Between rounds every link is up (a round
+        # brings up all it made, and nothing else changes a link's state; test_sim checks it),
+        # so the tables' keys are the graph.
         holds, incoming = self._holds, self._incoming
-        return {
-            nid: {peer for peer, link in holds[nid].items() if link.state is up}.union(
-                [holder for holder, link in incoming[nid].items() if link.state is up]
-            )
-            for nid in sorted(self._members)
-        }
+        return {nid: set(holds[nid]).union(incoming[nid]) for nid in sorted(self._members)}
 
     def held_links(self) -> Iterator[tuple[int, int, Link]]:
         """(holder, peer, link) for every link held, by either end."""
@@ -266,14 +262,15 @@ class SymphonyOverlay:
         rejected = 0
         views, connecting, pending_links, accepted = self._views, self._connecting, _PENDING_LINKS, ACCEPTED
         for requester, target, link_type in requests:
-            if pending[requester].get(target) is not link_type:
+            asked = pending[requester]
+            if asked.get(target) is not link_type:
                 continue  # already settled by a collision the other way round
             decision = accept_request(target, requester, link_type, views[target], cap)
             if decision is accepted:
                 # The commonest answer (all but a few of a large build's), carried out inline:
                 # what _drop_pending then _hold do when neither end holds or asks anything of
                 # the other but this request, which is what a plain acceptance means.
-                del pending[requester][target]
+                del asked[target]
                 asking = pending_links[id(link_type)]
                 holds[requester][target] = incoming[target][requester] = asking
                 connecting.append((requester, target))
@@ -420,9 +417,13 @@ class SymphonyOverlay:
         return 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _CountedAdjacency(Adjacency):
-    """A live view whose cap count is the simulator's running count; `test_sim` holds it equal to the recount."""
+    """A live view whose cap count is the simulator's running count; `test_sim` holds it equal to the recount.
+
+    Its fields in slots: every request reads three of them, from the target's view, at a
+    random place in memory; slots keep them in the object (no separate dict to fetch).
+    """
 
     counts: Sequence[int] | Mapping[int, int] = field(default_factory=dict)  # by node
     nid: int = 0
