@@ -1,6 +1,6 @@
 """Simulator benchmark (not a test): path lengths for both log forms, and timings.
 
-    .venv/bin/python benchmarks/sim_bench.py [--seed N] [--all-roots]
+    .venv/bin/python benchmarks/sim_bench.py [--seed N] [--all-roots] [--baseline DIR]
 
 Prints, for n = 8, 32, 64, 128, 1024 and both forms of eq. (1)/(2): k, mean
 path length, exactly-once delivery ratio, roots flooded, seconds (build +
@@ -10,6 +10,12 @@ target: n = 100 000 within 60 s). Roots are every node up to the simulator's
 delivery budget and a random sample beyond it (as `evio sim`), unless
 --all-roots. The machine's load average is printed with the timings: on a
 shared machine wall time is CPU time stretched by the other work.
+
+--baseline DIR: a copy of the code to compare with (a tree holding `evio/`,
+e.g. `git archive main evio | tar -x -C DIR`). The large sizes then run as
+`evio sim -n N --seed S` in child processes, the baseline's then this tree's,
+one after the other: wall and CPU time (user + system) of each, the ratio
+beside, and whether the two printed the same figures (timings left out).
 """
 
 from __future__ import annotations
@@ -17,7 +23,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
+import resource
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from evio.config.model import LogForm
 from evio.sim.overlay import OverlayParams, build_overlay
@@ -34,6 +45,9 @@ from evio.sim.stats import (
 
 SIZES = (8, 32, 64, 128, 1024)
 LARGE = (10_000, 100_000)
+TREE = Path(__file__).resolve().parents[1]
+# Timings in `evio sim`'s output: "(12.34 s)", "elapsed 12.34 s", ", 12.34 s)".
+_TIMINGS = re.compile(r"\(\d+\.\d+ s\)|elapsed \d+\.\d+ s|, \d+\.\d+ s\)")
 
 
 def measure(n: int, form: LogForm, seed: int, all_roots: bool) -> tuple[BroadcastStats, int, bool, float, float]:
@@ -51,7 +65,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--all-roots", action="store_true", help="flood from every node, whatever n")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="DIR", help="code to compare with (see above)")
     args = parser.parse_args()
+    if args.baseline is not None:
+        if not (args.baseline / "evio").is_dir():
+            parser.error(f"{args.baseline} holds no evio/")
+        if args.all_roots:
+            parser.error("--baseline compares `evio sim` with its default roots")
 
     print(f"Symphony + Bounded Flood simulator, s=2, k=floor(log2 n), seed={args.seed}")
     print()
@@ -84,6 +104,9 @@ def main() -> None:
 
     print()
     for n in LARGE:
+        if args.baseline is not None:
+            compare(n, args.seed, args.baseline)
+            continue
         cpu = time.process_time()
         stats, k, settled, build_s, flood_s = measure(n, LogForm.LN, args.seed, args.all_roots)
         cpu = time.process_time() - cpu
@@ -94,6 +117,35 @@ def main() -> None:
             f"mean path {stats.mean_path_length:.2f}, exactly-once {stats.exactly_once_ratio:.4f}"
         )
 
+
+def run_cli(tree: Path, n: int, seed: int) -> tuple[float, float, str]:
+    """`evio sim -n N --seed S` from `tree` in a child process: wall s, CPU s (user + system), output without timings."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "evio", "sim", "-n", str(n), "--seed", str(seed)],
+        env=env, cwd=tree, capture_output=True, text=True, check=True,
+    )
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, _TIMINGS.sub("", done.stdout)
+
+
+def compare(n: int, seed: int, baseline: Path) -> None:
+    load_before = os.getloadavg()[0]
+    base_wall, base_cpu, base_out = run_cli(baseline, n, seed)
+    wall, cpu, out = run_cli(TREE, n, seed)
+    print(
+        f"evio sim -n {n} --seed {seed}, one after the other (load average {load_before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after; target at n = 100 000: 60 s wall)"
+    )
+    print(f"  {'':28}{'wall s':>9}{'CPU s':>9}")
+    print(f"  {'baseline (' + baseline.name + ')':28}{base_wall:>9.2f}{base_cpu:>9.2f}")
+    print(f"  {'this tree':28}{wall:>9.2f}{cpu:>9.2f}")
+    print(f"  {'ratio (this / baseline)':28}{wall / base_wall:>9.2f}{cpu / base_cpu:>9.2f}")
+    print(f"  same output: {'yes' if out == base_out else 'NO'}")
 
 if __name__ == "__main__":
     main()

@@ -41,7 +41,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from evio.ids import RING_SIZE, clockwise_distance
+from evio.ids import clockwise_distance, sorted_clockwise
 from evio.overlay.symphony import Selection
 
 
@@ -133,8 +133,10 @@ def diff(
     successor links never drops below min(successor_count, successors desired).
     """
 
-    def clockwise(peers: list[int]) -> list[int]:
-        return sorted(peers, key=lambda p: (p - self_id) % RING_SIZE)  # clockwise_distance, inlined
+    def clockwise(peers: Iterable[int]) -> list[int]:
+        # Distinct ids by clockwise distance from self_id: numeric order rotated at self_id, the
+        # same order as a sort by clockwise_distance without a key call per peer.
+        return sorted_clockwise(self_id, peers)
 
     to_successor: list[LinkOperation] = []
     add_successor: list[LinkOperation] = []
@@ -146,27 +148,32 @@ def diff(
     add_long_distance: list[LinkOperation] = []
 
     successors_up = current.successors_up()
-    for peer in clockwise(list(desired)):
+    # Looked up once: the simulator runs this for every node of a large overlay.
+    held_get, incoming_get = current.outgoing.get, current.incoming.get
+    successor, on_demand, closing = LinkType.SUCCESSOR, LinkType.ON_DEMAND, LinkState.CLOSING
+    for peer in clockwise(desired):
         want = desired[peer]
-        held = current.outgoing.get(peer)
-        if held is not None and held.state is LinkState.CLOSING:
-            continue  # wait until it is gone; the peer would refuse a new request meanwhile
+        held = held_get(peer)
         if held is None:
-            theirs = current.incoming.get(peer)
-            if theirs is not None and theirs.state is LinkState.CLOSING:
+            theirs = incoming_get(peer)
+            if theirs is None:
+                if want is successor:
+                    add_successor.append(AddLink(peer, want))
+                elif want is on_demand:
+                    add_on_demand.append(AddLink(peer, want))
+                else:
+                    add_long_distance.append(AddLink(peer, want))
+                continue
+            if theirs.state is closing:
                 continue  # ask again once the peer's old link is gone
-            if theirs is not None:
-                op: LinkOperation = ChangeType(peer, theirs.type, want, adopted=True)
-                (to_successor if want is LinkType.SUCCESSOR else retype).append(op)
-                if want is LinkType.SUCCESSOR and theirs.state is LinkState.UP:
-                    successors_up += 1
-            elif want is LinkType.SUCCESSOR:
-                add_successor.append(AddLink(peer, want))
-            elif want is LinkType.ON_DEMAND:
-                add_on_demand.append(AddLink(peer, want))
-            else:
-                add_long_distance.append(AddLink(peer, want))
-        elif held.type is not want:
+            op: LinkOperation = ChangeType(peer, theirs.type, want, adopted=True)
+            (to_successor if want is successor else retype).append(op)
+            if want is successor and theirs.state is LinkState.UP:
+                successors_up += 1
+            continue
+        if held.state is closing:
+            continue  # wait until it is gone; the peer would refuse a new request meanwhile
+        if held.type is not want:
             op = ChangeType(peer, held.type, want)
             if want is LinkType.SUCCESSOR:
                 to_successor.append(op)

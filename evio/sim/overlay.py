@@ -185,11 +185,13 @@ class SymphonyOverlay:
         order is the same, so a flood over it takes the same paths (and its roots, drawn from
         the sorted nodes, are the same nodes); at large n it floods in half the time.
         """
-        ranked = self._ranked_adjacency()
+        with collector_paused():  # 10^5 new sets at n = 10^5: each full pass would walk every table
+            ranked = self._ranked_adjacency()
         if by_rank:
             return ranked
         ids = self._ids
-        return {ids[nid]: {ids[peer] for peer in peers} for nid, peers in ranked.items()}
+        with collector_paused():
+            return {ids[nid]: {ids[peer] for peer in peers} for nid, peers in ranked.items()}
 
     def _ranked_adjacency(self) -> dict[int, set[int]]:
         # Each node's peers from its own tables (links it holds, links held towards it: the same
