@@ -158,14 +158,18 @@ def select_links(
             taken.add(peer)
     draws = DRAWS_PER_LINK * (wanted - len(long_distance))
     log_n = log_form.log(n)
-    while draws > 0 and len(long_distance) < wanted:
+    # Looked up once per selection, not per draw (simulations draw millions).
+    uniform, exp, floor = rng.random, math.exp, math.floor
+    chosen, choose, take = len(long_distance), long_distance.append, taken.add
+    while draws > 0 and chosen < wanted:
         draws -= 1
-        # Eq. (1) as in draw_offset, with log n taken once per selection (simulations draw millions).
-        offset = n * math.exp(log_n * (rng.random() - 1.0))
+        # Eq. (1) as in draw_offset, with log n taken once per selection.
+        offset = n * exp(log_n * (uniform() - 1.0))
         # The closest peer not beyond the target: ranks are dense, so it is the one at floor(offset).
-        distance = math.floor(offset + _FLOOR_EPSILON)
+        distance = floor(offset + _FLOOR_EPSILON)
         peer = ids[(origin + distance) % n]
         if distance >= d_c and peer not in taken and peer not in exclude:
-            long_distance.append(peer)
-            taken.add(peer)
+            choose(peer)
+            take(peer)
+            chosen += 1
     return Selection(successors, tuple(long_distance))
