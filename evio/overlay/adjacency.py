@@ -117,9 +117,9 @@ LinkOperation = AddLink | RemoveLink | ChangeType
 
 def desired_links(selection: Selection, on_demand: Iterable[int] = ()) -> dict[int, LinkType]:
     """Merge a Symphony selection with wanted on-demand peers; a peer keeps its strongest type."""
-    desired: dict[int, LinkType] = {peer: LinkType.ON_DEMAND for peer in on_demand}
-    desired.update((peer, LinkType.LONG_DISTANCE) for peer in selection.long_distance)
-    desired.update((peer, LinkType.SUCCESSOR) for peer in selection.successors)
+    desired: dict[int, LinkType] = dict.fromkeys(on_demand, LinkType.ON_DEMAND)
+    desired.update(dict.fromkeys(selection.long_distance, LinkType.LONG_DISTANCE))
+    desired.update(dict.fromkeys(selection.successors, LinkType.SUCCESSOR))
     return desired
 
 

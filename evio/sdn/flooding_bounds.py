@@ -30,10 +30,8 @@ from evio.ids import RING_SIZE, sorted_clockwise
 
 
 def _chain(ordered: Sequence[int], last_bound: int) -> dict[int, int]:
-    bounds = {}
-    for i, nid in enumerate(ordered):
-        bounds[nid] = ordered[i + 1] if i + 1 < len(ordered) else last_bound
-    return bounds
+    """Each neighbour's bound is the next one; the last one's is `last_bound`."""
+    return dict(zip(ordered, [*ordered[1:], last_bound]))
 
 
 def root_bounds(root: int, neighbours: Iterable[int]) -> dict[int, int]:

@@ -225,8 +225,9 @@ class SymphonyOverlay:
         decisions = []
         wanted: list[tuple[int, dict[int, LinkType]]] = []  # nodes whose diff was not empty, and their wish
         unsettled: set[int] = set()
+        long_distance = LinkType.LONG_DISTANCE
         for nid in sorted(self._unsettled):
-            keep = [p for p, link in self._holds[nid].items() if link.type is LinkType.LONG_DISTANCE]
+            keep = [p for p, link in self._holds[nid].items() if link.type is long_distance]
             selection = select_links(
                 self._ring, nid, s, k, self.params.log_form, self._rng, keep=keep, exclude=self._excluded[nid]
             )
@@ -240,7 +241,6 @@ class SymphonyOverlay:
                 wanted.append((nid, desired))
         self._unsettled = unsettled
         holds, incoming, ld_only, pending = self._holds, self._incoming, self._ld_only, self._pending
-        long_distance = LinkType.LONG_DISTANCE
         for nid, ops in decisions:
             for op in ops:
                 if isinstance(op, AddLink):
