@@ -1,6 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evio.ids import RING_SIZE, clockwise_distance
 from evio.overlay.adjacency import (
     AddLink,
     Adjacency,
@@ -225,3 +226,14 @@ def test_long_distance_cap_holds(incoming: dict[int, Link], outgoing: dict[int, 
     decision = accept_request(ME, 999, L, current, k)
     if decision.accepted:
         assert current.incoming_long_distance_only() < k
+
+
+def test_operations_of_a_kind_go_clockwise_from_self_across_the_wrap() -> None:
+    me = RING_SIZE // 2
+    peers = [me + 5, RING_SIZE - 1, 3, me - 7, me + 1, 0]
+    by_distance = sorted(peers, key=lambda p: clockwise_distance(me, p))
+    assert by_distance == [me + 1, me + 5, RING_SIZE - 1, 0, 3, me - 7]
+    added = diff(me, Adjacency(), dict.fromkeys(peers, L), 2)
+    assert added == [AddLink(p, L) for p in by_distance]
+    released = diff(me, Adjacency({p: Link(L) for p in peers}), {}, 2)
+    assert released == [RemoveLink(p, L) for p in by_distance]
