@@ -43,7 +43,7 @@ def sorted_clockwise(origin: int, nids: Iterable[int]) -> list[int]:
     """Distinct ids ordered by clockwise distance from `origin` (origin itself first if present)."""
     # Numeric order rotated to start at origin: the same order as sorting by clockwise_distance,
     # without a key call per id (this runs for every node of every simulated flood graph).
-    ordered = sorted(set(nids))
+    ordered = sorted(nids if isinstance(nids, (set, frozenset)) else set(nids))  # a set is distinct already
     start = bisect_left(ordered, origin)
     return ordered[start:] + ordered[:start]
 

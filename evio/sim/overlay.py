@@ -33,7 +33,8 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from itertools import chain
+from operator import attrgetter, itemgetter
 
 from evio.config.model import LogForm, TopologyConfig
 from evio.ids import RING_SIZE
@@ -200,7 +201,7 @@ class SymphonyOverlay:
         # brings up all it made, and nothing else changes a link's state; test_sim checks it),
         # so the tables' keys are the graph.
         holds, incoming = self._holds, self._incoming
-        return {nid: set(holds[nid]).union(incoming[nid]) for nid in sorted(self._members)}
+        return {nid: {*holds[nid], *incoming[nid]} for nid in sorted(self._members)}
 
     def held_links(self) -> Iterator[tuple[int, int, Link]]:
         """(holder, peer, link) for every link held, by either end."""
@@ -211,7 +212,8 @@ class SymphonyOverlay:
 
     def held_counts(self) -> Counter[LinkType]:
         """How many links are held, by the holder's type (a link held by both ends counts twice)."""
-        return Counter(link.type for links in self._holds for link in links.values())
+        # Without a Python step per link (1.8 million at n = 10^5): the same counts, in the same order.
+        return Counter(map(attrgetter("type"), chain.from_iterable(map(dict.values, self._holds))))
 
     # -- dynamics ----------------------------------------------------------
 
