@@ -233,13 +233,14 @@ def setup_part(args: argparse.Namespace) -> None:
 
 def against_part(args: argparse.Namespace) -> None:
     """The Python data path of this checkout against another's (--against: the baseline, main say),
-    rounds interleaved: one TCP stream, CPU per frame at each end. ``--no-offload`` for the plain passes."""
+    rounds interleaved (ABBA): one TCP stream, CPU per frame at each end. ``--no-offload`` for the plain passes."""
     trees = {"baseline": args.against, "this tree": str(REPO)}
     extra = ["--cipher", args.cipher, "--datapath", "python", *(["--no-offload"] if args.no_offload else [])]
     runs: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
     with VethTestbed(unique_prefix()) as tb:
-        for _ in range(args.rounds):
-            for tree, path in trees.items():
+        for r in range(args.rounds):
+            # ABBA: neither tree always runs first in a round (right after the other's teardown).
+            for tree, path in list(trees.items())[:: -1 if r % 2 else 1]:
                 with tempfile.TemporaryDirectory(prefix="evt-bench-") as d:
                     a, b = start_pair(tb, Path(d), extra, {"PYTHONPATH": path})
                     try:
