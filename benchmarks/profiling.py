@@ -5,7 +5,9 @@ Used by node_bench.py (--profile) and peers_bench.py. Everything here reads
 system. A `Snapshot` is taken before and after a run and `diff` gives, per
 process (and per thread), user and system CPU seconds and voluntary /
 involuntary context switches; per interface packets and drops; per network
-namespace UDP socket drops; machine-wide CPU split from /proc/stat; and the
+namespace UDP socket drops and packet socket drops (ovs-vswitchd reads the
+TAPs of the netdev datapath through packet sockets, whose overflow no
+interface counter shows); machine-wide CPU split from /proc/stat; and the
 OVS coverage counters that moved.
 
 Kernel work done in softirq context (veth, the UDP stack, TAP writes) is
@@ -126,6 +128,20 @@ def udp_drops(netns: str) -> dict[str, int]:
     return out
 
 
+def packet_drops(netns: str) -> dict[str, int]:
+    """Drops per interface of the packet sockets in `netns` (ss's skmem d), summed over its sockets."""
+    out: dict[str, int] = {}
+    done = subprocess.run(["ip", "netns", "exec", netns, "ss", "-0", "-a", "-m", "-n", "-H"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        found = re.search(r"skmem:\([^)]*\bd(\d+)\)", line)
+        if len(fields) >= 5 and found:
+            iface = fields[4].rpartition(":")[2]
+            out[iface] = out.get(iface, 0) + int(found.group(1))
+    return out
+
+
 def ovs_coverage(control: str) -> dict[str, int]:
     """ovs-vswitchd's coverage counters (totals), asked through its control socket."""
     done = subprocess.run(["ovs-appctl", "-T", "5", "-t", control, "coverage/show"],
@@ -143,6 +159,7 @@ class Snapshot:
     processes: dict[str, dict[str, TaskCounters]] = field(default_factory=dict)  # label -> thread -> counters
     links: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # netns -> ifname -> counters
     udp: dict[str, dict[str, int]] = field(default_factory=dict)  # netns -> socket/counter -> drops
+    packet: dict[str, dict[str, int]] = field(default_factory=dict)  # netns -> interface -> packet socket drops
     coverage: dict[str, dict[str, int]] = field(default_factory=dict)  # label -> counter -> total
     machine: dict[str, float] = field(default_factory=dict)
 
@@ -156,6 +173,7 @@ def snapshot(processes: Mapping[str, int], namespaces: Iterable[str],
     for netns in namespaces:
         snap.links[netns] = links(netns)
         snap.udp[netns] = udp_drops(netns)
+        snap.packet[netns] = packet_drops(netns)
     for label, control in (ovs or {}).items():
         snap.coverage[label] = ovs_coverage(control)
     return snap
@@ -166,6 +184,7 @@ class Delta:
     processes: dict[str, dict[str, TaskCounters]]
     links: dict[str, dict[str, dict[str, int]]]
     udp: dict[str, dict[str, int]]
+    packet: dict[str, dict[str, int]]
     coverage: dict[str, dict[str, int]]
     machine: dict[str, float]
 
@@ -187,6 +206,10 @@ class Delta:
             for key, value in counters.items():
                 if value > 0 and key != "NoPorts":
                     out.append(f"{netns} udp {key} +{value}")
+        for netns, counters in self.packet.items():
+            for iface, value in counters.items():
+                if value > 0:
+                    out.append(f"{netns} {iface} packet socket drops +{value}")
         return out
 
 
@@ -203,8 +226,10 @@ def diff(before: Snapshot, after: Snapshot) -> Delta:
         }
     udp = {netns: {k: v - before.udp.get(netns, {}).get(k, 0) for k, v in counters.items()}
            for netns, counters in after.udp.items()}
+    packet = {netns: {k: v - before.packet.get(netns, {}).get(k, 0) for k, v in counters.items()}
+              for netns, counters in after.packet.items()}
     coverage = {label: {k: v - before.coverage.get(label, {}).get(k, 0) for k, v in counters.items()
                         if v - before.coverage.get(label, {}).get(k, 0) > 0}
                 for label, counters in after.coverage.items()}
     machine = {k: v - before.machine.get(k, 0.0) for k, v in after.machine.items()}
-    return Delta(processes, link_delta, udp, coverage, machine)
+    return Delta(processes, link_delta, udp, packet, coverage, machine)

@@ -2,6 +2,7 @@
 """Tunnel benchmark: one tunnel against the bare underlay between the same two namespaces.
 
     sudo .venv/bin/python benchmarks/tunnel_bench.py [--duration 10] [--rounds 2] [--setup-trials 10]
+    sudo .venv/bin/python benchmarks/tunnel_bench.py --against ../main [--no-offload]   (a change's cost)
 
 Part 1, data path: two namespaces joined by a veth pair (MTU 1500), one
 tunnel endpoint in each (evio.lab.tunnel_endpoint: uvloop, FdDatapath, AES-GCM
@@ -53,11 +54,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
-def start_pair(tb: VethTestbed, workdir: Path, extra: list[str]) -> tuple[EndpointProcess, EndpointProcess]:
+def start_pair(tb: VethTestbed, workdir: Path, extra: list[str],
+               env: dict[str, str] | None = None) -> tuple[EndpointProcess, EndpointProcess]:  # fmt: skip
     common = ["--signal-dir", str(workdir), *extra]
-    b = EndpointProcess(tb.b.netns, ["--node", ID_B, "--peer", ID_A, "--address", f"{TUN_B}/24", *common], workdir / "b.log")
+    b = EndpointProcess(tb.b.netns, ["--node", ID_B, "--peer", ID_A, "--address", f"{TUN_B}/24", *common], workdir / "b.log", env)
     b.wait_event("ready")
-    a = EndpointProcess(tb.a.netns, ["--node", ID_A, "--peer", ID_B, "--connect", "--address", f"{TUN_A}/24", *common], workdir / "a.log")
+    a = EndpointProcess(tb.a.netns, ["--node", ID_A, "--peer", ID_B, "--connect", "--address", f"{TUN_A}/24", *common],
+                        workdir / "a.log", env)  # fmt: skip
     a.wait_event("up", timeout=20)
     b.wait_event("up", timeout=20)
     return a, b
@@ -228,6 +231,41 @@ def setup_part(args: argparse.Namespace) -> None:
               f"| {statistics.median(run.answering):.3f} / {max(run.answering):.3f} |")
 
 
+def against_part(args: argparse.Namespace) -> None:
+    """The Python data path of this checkout against another's (--against: the baseline, main say),
+    rounds interleaved (ABBA): one TCP stream, CPU per frame at each end. ``--no-offload`` for the plain passes."""
+    trees = {"baseline": args.against, "this tree": str(REPO)}
+    extra = ["--cipher", args.cipher, "--datapath", "python", *(["--no-offload"] if args.no_offload else [])]
+    runs: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
+    with VethTestbed(unique_prefix()) as tb:
+        for r in range(args.rounds):
+            # ABBA: neither tree always runs first in a round (right after the other's teardown).
+            for tree, path in list(trees.items())[:: -1 if r % 2 else 1]:
+                with tempfile.TemporaryDirectory(prefix="evt-bench-") as d:
+                    a, b = start_pair(tb, Path(d), extra, {"PYTHONPATH": path})
+                    try:
+                        fa0, fb0 = a.stats()["tx_frames"], b.stats()["rx_frames"]
+                        ca0, cb0 = cpu_seconds(a.pid), cpu_seconds(b.pid)
+                        t1 = iperf(tb.a.netns, tb.b.netns, TUN_B, args.duration, 1)
+                        ca, cb = cpu_seconds(a.pid) - ca0, cpu_seconds(b.pid) - cb0
+                        fa, fb = a.stats()["tx_frames"] - fa0, b.stats()["rx_frames"] - fb0
+                    finally:
+                        a.stop()
+                        b.stop()
+                runs[tree].append({"mbit": t1["mbit"], "us_a": ca / max(fa, 1) * 1e6, "us_b": cb / max(fb, 1) * 1e6})
+    mode = "offloads off" if args.no_offload else "offloads on"
+    print(f"\nPython data path, {mode}, one TCP stream A -> B, iperf3 {args.duration:g} s, {args.rounds} round(s) "
+          f"interleaved; baseline: {args.against}\n")
+    print("| tree | Mbit/s (each round) | CPU us/frame sender (median) | CPU us/frame receiver (median) |")
+    print("|---|---|---|---|")
+    med = {t: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for t, rs in runs.items()}
+    for tree, rs in runs.items():
+        m = med[tree]
+        print(f"| {tree} | {' / '.join(format(r['mbit'], '.0f') for r in rs)} | {m['us_a']:.2f} | {m['us_b']:.2f} |")
+    base, this = med["baseline"], med["this tree"]
+    print(f"| this / baseline | {this['mbit'] / base['mbit']:.3f} | {this['us_a'] / base['us_a']:.3f} | {this['us_b'] / base['us_b']:.3f} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per iperf3 run (default 10)")
@@ -238,6 +276,8 @@ def main() -> int:
     parser.add_argument("--no-mmsg", action="store_true", help="endpoints send one datagram per system call (comparison)")
     parser.add_argument("--tcp-only", action="store_true", help="only the single-stream TCP runs (quick comparisons)")
     parser.add_argument("--offload", action="store_true", help="only TAP offloads on against off, one TCP stream")
+    parser.add_argument("--against", metavar="TREE", help="only this checkout's Python data path against TREE's, one TCP stream")
+    parser.add_argument("--no-offload", action="store_true", help="with --against: no TAP offloads or UDP GRO (the plain passes)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("tunnel_bench: needs root (network namespaces, TAP devices)", file=sys.stderr)
@@ -245,6 +285,9 @@ def main() -> int:
     print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared with everything else)")
     if args.offload:
         offload_part(args)
+        return 0
+    if args.against:
+        against_part(args)
         return 0
     if not args.skip_datapath:
         datapath_part(args)

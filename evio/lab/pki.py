@@ -7,7 +7,6 @@ deployment would (ca_file in their config) and nothing outside trusts it.
 from __future__ import annotations
 
 import datetime
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +15,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from evio.tunnel.overlay_ca import issue_node_certificate, load_ca_key, write_certificate, write_private_key
+from evio.tunnel.overlay_ca import (
+    certificate_builder,
+    issue_node_certificate,
+    load_ca_key,
+    write_certificate,
+    write_private_key,
+)
 from evio.tunnel.overlay_ca import make_overlay_ca as _make_overlay_ca
 
 _VALIDITY = datetime.timedelta(days=30)
-_CLOCK_SKEW = datetime.timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ def make_ca(directory: Path, common_name: str, now: datetime.datetime) -> Certif
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
-        _builder(name, name, key.public_key(), now)
+        certificate_builder(name, name, key.public_key(), now, _VALIDITY.days)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -66,7 +70,7 @@ def make_server_cert(
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostnames[0])])
     cert = (
-        _builder(subject, ca_cert.subject, key.public_key(), now)
+        certificate_builder(subject, ca_cert.subject, key.public_key(), now, _VALIDITY.days)
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in hostnames]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
@@ -100,30 +104,10 @@ def issue_overlay_member(ca: Certificate, overlay: str, node_id: int, directory:
     return {"ca_file": str(ca.cert_path), "cert_file": str(directory / "node.crt"), "key_file": str(directory / "node.key")}
 
 
-def _builder(
-    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, now: datetime.datetime
-) -> x509.CertificateBuilder:
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _CLOCK_SKEW)
-        .not_valid_after(now + _VALIDITY)
-    )
-
-
 def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> Certificate:
     directory.mkdir(parents=True, exist_ok=True)
     cert_path = directory / f"{stem}.crt"
     key_path = directory / f"{stem}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
+    write_certificate(cert_path, cert)
+    write_private_key(key_path, key)
     return Certificate(cert_path=cert_path, key_path=key_path)

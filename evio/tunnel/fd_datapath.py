@@ -542,13 +542,7 @@ class FdDatapath:
             self._tx_counter = counter
         if slot == 0:
             return 0
-        sent = ring.send(self._underlay.sock, slot)  # type: ignore[union-attr]
-        if sent < slot:
-            self._drops[DropReason.SEND_FAILED] += slot - sent
-            nbytes -= sum(ring.length(i) - hoff - OVERHEAD for i in range(sent, slot))
-        self._tx_frames += sent
-        self._tx_bytes += nbytes
-        return sent
+        return self._send_ring(slot, nbytes)
 
     # -- TAP -> underlay, with offloads -----------------------------------------------
 
@@ -631,16 +625,19 @@ class FdDatapath:
         self._tx_nbytes += n
 
     def _flush_tx(self, count: int) -> None:
+        self._tx_sent += self._send_ring(count, self._tx_nbytes)
+        self._slot = self._tx_nbytes = 0
+
+    def _send_ring(self, count: int, nbytes: int) -> int:
+        """Send slots 0..count-1 of the ring (``nbytes`` of frames in them) and count; returns how many left."""
         ring = self._tx_ring
         sent = ring.send(self._underlay.sock, count)  # type: ignore[union-attr]
-        nbytes = self._tx_nbytes
         if sent < count:
             self._drops[DropReason.SEND_FAILED] += count - sent
             nbytes -= sum(ring.length(i) - self._hoff - OVERHEAD for i in range(sent, count))
         self._tx_frames += sent
         self._tx_bytes += nbytes
-        self._tx_sent += sent
-        self._slot = self._tx_nbytes = 0
+        return sent
 
     def _send_record(self, kind: int, payload: bytes) -> None:
         """Seal and send one record outside the fast path (control messages)."""
@@ -688,38 +685,30 @@ class FdDatapath:
         nonce_buf = rx.nonce
         iv_low = rx.iv_low
         transit = self._transit
+        in_channel = channel_record
         frames = 0
         nbytes = 0
+        # The common case inline (a frame record of the current epoch, in order: one of these per
+        # frame at line rate); ChannelData, the rest and the drops by the methods _datagram uses too.
         for slot in range(count):
             n = length(slot)
             start = slot * slot_size
             if channel is not None:
-                # Records arrive as ChannelData on our channel; anything else is the TURN client's.
-                if n < 4 or (buf[start] << 8 | buf[start + 1]) != channel:
-                    self._to_owner(slot, n)
-                    continue
-                size = buf[start + 2] << 8 | buf[start + 3]
-                if size > n - 4:
-                    self._drops[DropReason.TRUNCATED] += 1
-                    continue
-                if size == 0 or buf[start + 4] not in (KIND_FRAME, KIND_CONTROL):
-                    self._to_owner(slot, n)
+                size = in_channel(buf, start, n, channel)
+                if size < 0:
+                    self._not_channel_record(slot, start, n, size)
                     continue
                 n = size
             at = start + hoff
-            kind = buf[at]
-            if kind != KIND_FRAME or buf[at + 1] != epoch_byte or n > max_record:
-                if kind in (KIND_FRAME, KIND_CONTROL):
-                    self._open_slow(buf[at : at + n], n)
-                    # The slow path may have promoted the next epoch.
-                    if self._rx is not rx:
-                        rx = self._rx
-                        assert rx is not None
-                        epoch_byte, window = rx.epoch & 0xFF, rx.window
-                        check, update = window.check, window.update
-                        open_into, nonce_buf, iv_low = rx.aead.decrypt_into, rx.nonce, rx.iv_low
-                else:
-                    self._to_owner(slot, n)
+            if buf[at] != KIND_FRAME or buf[at + 1] != epoch_byte or n > max_record:
+                self._not_inline(slot, start, n)
+                # The slow path may have promoted the next epoch.
+                if self._rx is not rx:
+                    rx = self._rx
+                    assert rx is not None
+                    epoch_byte, window = rx.epoch & 0xFF, rx.window
+                    check, update = window.check, window.update
+                    open_into, nonce_buf, iv_low = rx.aead.decrypt_into, rx.nonce, rx.iv_low
                 continue
             if n < _MIN_FRAME_RECORD:
                 self._drops[DropReason.TRUNCATED] += 1
@@ -728,7 +717,7 @@ class FdDatapath:
             if counter <= window.top:  # in-order records skip the bitmap test
                 verdict = check(counter)
                 if verdict != ACCEPT:
-                    self._drops[DropReason.REPLAYED if verdict == REPLAYED else DropReason.STALE] += 1
+                    self._count_unfresh(verdict)
                     continue
             v = views[slot].get(n)
             if v is None:
@@ -787,31 +776,17 @@ class FdDatapath:
     def _datagram(self, slot: int, start: int, n: int) -> None:
         """One datagram at ``start`` in the receive ring: a record, opened and delivered, or the owner's."""
         buf = self._rx_ring.view
-        channel = self._channel
-        if channel is not None:
-            if n < 4 or (buf[start] << 8 | buf[start + 1]) != channel:
-                self._to_owner(slot, n, start)
-                return
-            size = buf[start + 2] << 8 | buf[start + 3]
-            if size > n - 4:
-                self._drops[DropReason.TRUNCATED] += 1
-                return
-            if size == 0 or buf[start + 4] not in (KIND_FRAME, KIND_CONTROL):
-                self._to_owner(slot, n, start)
+        if self._channel is not None:
+            size = channel_record(buf, start, n, self._channel)
+            if size < 0:
+                self._not_channel_record(slot, start, n, size)
                 return
             n = size
         at = start + self._hoff
-        if n == 0:
-            self._drops[DropReason.TRUNCATED] += 1
-            return
-        kind = buf[at]
         rx = self._rx
         assert rx is not None
-        if kind != KIND_FRAME or buf[at + 1] != rx.epoch & 0xFF or n > self._max_record:
-            if kind in (KIND_FRAME, KIND_CONTROL):
-                self._open_slow(buf[at : at + n], n)
-            else:
-                self._to_owner(slot, n, start)
+        if n == 0 or buf[at] != KIND_FRAME or buf[at + 1] != rx.epoch & 0xFF or n > self._max_record:
+            self._not_inline(slot, start, n)
             return
         if n < _MIN_FRAME_RECORD:
             self._drops[DropReason.TRUNCATED] += 1
@@ -821,7 +796,7 @@ class FdDatapath:
         if counter <= window.top:
             verdict = window.check(counter)
             if verdict != ACCEPT:
-                self._drops[DropReason.REPLAYED if verdict == REPLAYED else DropReason.STALE] += 1
+                self._count_unfresh(verdict)
                 return
         nonce_buf = rx.nonce
         _U64.pack_into(nonce_buf, 4, rx.iv_low ^ counter)
@@ -835,6 +810,25 @@ class FdDatapath:
         self._rx_frames += 1
         self._rx_bytes += n - OVERHEAD
         self._deliver(plain)
+
+    def _not_channel_record(self, slot: int, start: int, n: int, verdict: int) -> None:
+        """A datagram ``channel_record`` found no record in: truncated, or the socket owner's."""
+        if verdict == _TRUNCATED_CHANNEL_DATA:
+            self._drops[DropReason.TRUNCATED] += 1
+        else:
+            self._to_owner(slot, n, start)
+
+    def _not_inline(self, slot: int, start: int, n: int) -> None:
+        """A datagram the passes do not open inline: a record (control, another epoch, odd size) the
+        slow way, anything else (STUN, DTLS) to the socket's owner."""
+        at = start + self._hoff
+        if n and self._rx_ring.view[at] in (KIND_FRAME, KIND_CONTROL):
+            self._open_slow(self._rx_ring.view[at : at + n], n)
+        else:
+            self._to_owner(slot, n, start)
+
+    def _count_unfresh(self, verdict: int) -> None:
+        self._drops[DropReason.REPLAYED if verdict == REPLAYED else DropReason.STALE] += 1
 
     def _deliver(self, frame: memoryview) -> None:
         """An opened frame to the TAP: through the coalescer with a vnet header, else as it is
@@ -901,7 +895,7 @@ class FdDatapath:
             return False
         verdict = state.window.check(counter)
         if verdict != ACCEPT:
-            self._drops[DropReason.REPLAYED if verdict == REPLAYED else DropReason.STALE] += 1
+            self._count_unfresh(verdict)
             return False
         try:
             plaintext = state.aead.decrypt(nonce(state.iv, counter), bytes(record[HEADER_LEN:n]), bytes(record[:HEADER_LEN]))
@@ -944,17 +938,36 @@ class FdDatapath:
         logger.debug("tunnel rx epoch %d", self._rx.epoch)
 
 
+_NOT_OUR_CHANNEL = -1
+_TRUNCATED_CHANNEL_DATA = -2
+
+
+def channel_record(buf: memoryview | bytes, start: int, n: int, channel: int) -> int:
+    """The length of the record in the datagram ``buf[start:start + n]`` on a relayed path (records
+    come as ChannelData on our channel, RFC 8656 section 12.4), or ``_NOT_OUR_CHANNEL`` (the TURN
+    client's: another channel, STUN, or no record) or ``_TRUNCATED_CHANNEL_DATA``. A plain function,
+    not a method: the receive pass calls it once per frame."""
+    if n < 4 or (buf[start] << 8 | buf[start + 1]) != channel:
+        return _NOT_OUR_CHANNEL
+    size = buf[start + 2] << 8 | buf[start + 3]
+    if size > n - 4:
+        return _TRUNCATED_CHANNEL_DATA
+    if size == 0 or buf[start + 4] not in (KIND_FRAME, KIND_CONTROL):
+        return _NOT_OUR_CHANNEL
+    return size
+
+
 def _record_in(data: bytes, channel: int | None) -> bytes | None:
     """The record a datagram carries (on a relayed path: inside ChannelData on ``channel``), or
     None when it is something else (STUN, DTLS, TURN) for the socket's owner. A ChannelData
     shorter than its length yields an empty record (counted as truncated)."""
     if channel is not None:
-        if len(data) < 4 or int.from_bytes(data[:2], "big") != channel:
-            return None
-        size = int.from_bytes(data[2:4], "big")
-        if size > len(data) - 4:
+        size = channel_record(data, 0, len(data), channel)
+        if size == _TRUNCATED_CHANNEL_DATA:
             return b""
-        data = data[4 : 4 + size]
+        if size < 0:
+            return None
+        return data[4 : 4 + size]
     if not data or data[0] not in (KIND_FRAME, KIND_CONTROL):
         return None
     return data

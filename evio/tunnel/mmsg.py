@@ -124,7 +124,9 @@ class SlotRing:
         return self._view
 
 
-class DatagramBatch(Protocol):
+class Slotted(Protocol):
+    """What every batch kind offers of its ring (``SlotRing`` implements it)."""
+
     @property
     def slots(self) -> int: ...
 
@@ -135,6 +137,8 @@ class DatagramBatch(Protocol):
     def view(self) -> memoryview:
         """The whole ring, writable: slot i starts at i * slot_size."""
 
+
+class DatagramBatch(Slotted, Protocol):
     def set_length(self, slot: int, length: int) -> None: ...
 
     def length(self, slot: int) -> int: ...
@@ -284,16 +288,8 @@ def make_batch(slots: int, slot_size: int, destination: Any) -> DatagramBatch:
     return SendtoBatch(slots, slot_size, destination)
 
 
-class ReceiveBatch(Protocol):
-    @property
-    def slots(self) -> int: ...
-
-    @property
-    def slot_size(self) -> int: ...
-
-    @property
-    def view(self) -> memoryview:
-        """The whole ring: datagram i starts at i * slot_size."""
+class ReceiveBatch(Slotted, Protocol):
+    """Datagram i of the last burst starts at i * slot_size of ``view``."""
 
     def recv(self, sock: socket.socket) -> int:
         """Receive what is queued, up to ``slots`` datagrams; 0 when nothing is (never blocks)."""

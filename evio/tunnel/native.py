@@ -48,7 +48,7 @@ from evio.config.model import Cipher
 from evio.tunnel.datapath import DropReason, Underlay
 from evio.tunnel.fd_datapath import _GRO_SLOTS, FdDatapath, _RxEpoch
 from evio.tunnel.keys import RekeyPolicy, TrafficSecret
-from evio.tunnel.mmsg import GRO_SLOT_SIZE, parse_sockaddr, sockaddr
+from evio.tunnel.mmsg import GRO_SLOT_SIZE, SlotRing, parse_sockaddr, sockaddr
 from evio.tunnel.transit import TransitDestinations, TransitHook
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def native_aead(cipher: Cipher, key: bytes, iv: bytes) -> Any:
     return module().Aead(str(cipher), key, iv)
 
 
-class _NativeRecvRing:
+class _NativeRecvRing(SlotRing):
     """The receive ring the native pass fills: a bytearray (Python's slow path reads it in place)
     with lengths and sources of the last burst, as ``mmsg.ReceiveBatch`` offers."""
 
@@ -94,18 +94,6 @@ class _NativeRecvRing:
         self._buffer = bytearray(slots * slot_size)
         self._view = memoryview(self._buffer)
         self.native = module().RxRing(self._buffer, slots, slot_size, gro)
-
-    @property
-    def slots(self) -> int:
-        return self._slots
-
-    @property
-    def slot_size(self) -> int:
-        return self._slot_size
-
-    @property
-    def view(self) -> memoryview:
-        return self._view
 
     def length(self, slot: int) -> int:
         return int(self.native.length(slot))

@@ -30,7 +30,7 @@ def make_overlay_ca(name: str, now: datetime.datetime, days: int) -> tuple[ed255
     key = ed25519.Ed25519PrivateKey.generate()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     cert = (
-        _builder(subject, subject, key.public_key(), now, days)
+        certificate_builder(subject, subject, key.public_key(), now, days)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -60,7 +60,7 @@ def issue_node_certificate(
     key = key or ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_id:032x}")])
     cert = (
-        _builder(subject, ca_cert.subject, key.public_key(), now, days)
+        certificate_builder(subject, ca_cert.subject, key.public_key(), now, days)
         .add_extension(
             x509.SubjectAlternativeName([x509.UniformResourceIdentifier(node_uri(o, node_id)) for o in overlays]),
             critical=False,
@@ -72,10 +72,11 @@ def issue_node_certificate(
     return key, cert
 
 
-def _builder(
+def certificate_builder(
     subject: x509.Name, issuer: x509.Name, public_key: ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey,
     now: datetime.datetime, days: int,
 ) -> x509.CertificateBuilder:  # fmt: skip
+    """A certificate's common part: names, key, a random serial, valid from ``CLOCK_SKEW`` before ``now``."""
     if days <= 0:
         raise ValueError("validity must be at least one day")
     return (

@@ -541,7 +541,7 @@ impl TxRing {
             let mut i = 0;
             while i < count {
                 let size = self.lens[i];
-                let end = count.min(i + UDP_MAX_SEGMENTS.min(if size > 0 { GSO_MAX_BYTES / size } else { 1 }));
+                let end = count.min(i + UDP_MAX_SEGMENTS.min(GSO_MAX_BYTES.checked_div(size).unwrap_or(1)));
                 let mut j = i + 1;
                 while j < end && self.lens[j] == size {
                     j += 1;
@@ -676,7 +676,7 @@ impl TxRing {
     #[new]
     #[pyo3(signature = (slots, max_frame, dest, channel = None, vnet = false, gso = true))]
     fn new(slots: usize, max_frame: usize, dest: &[u8], channel: Option<u16>, vnet: bool, gso: bool) -> PyResult<Self> {
-        if slots == 0 || max_frame < ETHERNET_HEADER_LEN || max_frame > 65535 - OVERHEAD - 4 {
+        if slots == 0 || !(ETHERNET_HEADER_LEN..=65535 - OVERHEAD - 4).contains(&max_frame) {
             return Err(PyValueError::new_err("bad ring geometry"));
         }
         let hoff = if channel.is_some() { 4 } else { 0 };
@@ -726,6 +726,10 @@ unsafe impl Send for RxRing {}
 
 /// What one pass left for Python, by place in the ring: (slot, start, length, LEFT_*).
 type Leftover = (usize, usize, usize, u8);
+
+/// `sock_pass`'s answer: (received, frames, nbytes, (truncated, replayed, stale, forged,
+/// tap_write_failed), transit, (tap_writes, gro_writes), leftovers).
+type SockPassResult = (usize, usize, usize, (usize, usize, usize, usize, usize), usize, (usize, usize), Vec<Leftover>);
 
 #[derive(Default)]
 struct RxResult {
@@ -870,7 +874,7 @@ impl RxRing {
             self.lens[i] = (m.msg_len as usize).min(self.slot_size);
             self.namelens[i] = m.msg_hdr.msg_namelen;
             self.segments[i] = 0;
-            if self.gro && m.msg_hdr.msg_controllen as usize >= 20 {
+            if self.gro && m.msg_hdr.msg_controllen >= 20 {
                 // struct cmsghdr: len (8), level (4), type (4), then the segment size (an int).
                 let c = unsafe { std::slice::from_raw_parts(controls.add(i * CMSG_SPACE), CMSG_SPACE) };
                 let level = i32::from_ne_bytes(c[8..12].try_into().unwrap());
@@ -960,7 +964,7 @@ impl RxRing {
     fn sock_pass(
         &mut self, py: Python<'_>, sock_fd: i32, tap_fd: i32, aead: &Aead, mut window: PyRefMut<'_, ReplayWindow>, epoch: u8,
         max_record: usize, channel: Option<u16>, vnet: bool,
-    ) -> (usize, usize, usize, (usize, usize, usize, usize, usize), usize, (usize, usize), Vec<Leftover>) {
+    ) -> SockPassResult {
         let w: &mut ReplayWindow = &mut window;
         let transit = std::mem::take(&mut self.transit);
         let cx = RxContext { tap_fd, aead, epoch, channel, max_record, transit: &transit, transit_all: self.transit_all };

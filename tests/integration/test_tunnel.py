@@ -24,6 +24,7 @@ from evio.lab.lab import Lab, NodeInfo
 from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, run, unique_prefix
 from evio.testing.labs import LabFactory
 from evio.testing.waiting import wait_for_value, wait_until_blocking
+from evio.tunnel.tap import TX_QUEUE_LEN
 
 pytestmark = pytest.mark.integration
 
@@ -343,6 +344,11 @@ def test_a_native_end_talks_to_a_python_end(veth: VethTestbed, workdir: Path) ->
         assert result["mbit"] > 1, result
         sent, received = pair.a.stats(), pair.b.stats()
         assert (sent["datapath"], received["datapath"]) == ("native", "python")
+        # The TAPs queue more than the kernel's default 1000 frames for the tunnel to read (tap.TX_QUEUE_LEN).
+        for netns in (veth.a.netns, veth.b.netns):
+            queues = {tap: json.loads(run(["ip", "-j", "link", "show", "dev", tap], netns).stdout)[0]["txqlen"]
+                      for tap in taps_in(netns)}  # fmt: skip
+            assert queues and set(queues.values()) == {TX_QUEUE_LEN}, queues
         assert sent["tx_frames"] > 100 and received["rx_frames"] > 100, (sent, received)
         # Every record of the native end opened at the Python end (a datagram lost on the way is no drop).
         assert not {"forged", "replayed", "unknown-epoch", "truncated"} & set(received["drops"]), received

@@ -4,7 +4,8 @@ Node 1 of a 3-node lab runs `evio run` from the image, in its own namespace (pod
 `--network ns:`), with Open vSwitch inside the container or the node's own (the "host" OVS,
 mounted), and its config and state as volumes: its lab config rewritten for the container, the lab CA, its lab state directory
 (so the lab's topology reads its control socket as for any node). Nodes 2 and 3 run the
-daemon directly, as the lab does. The container is removed even when the test fails.
+daemon directly, as the lab does. The container's tunnels run the native data path (the
+image builds it). The container is removed even when the test fails.
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ def test_a_node_in_the_container_joins_the_ring_and_pings_the_others(
 
             failed = [(a, b) for a in (1, 2, 3) for b in (1, 2, 3) if a != b and not pings(lab, a, b)]
             assert failed == [], f"pairs without an answer over the overlay: {failed}"
+
+            # The image builds the native data path, so tunnel.datapath "auto" runs it there.
+            status = status_or_error(socket)
+            assert isinstance(status, dict), status
+            datapaths = {link.get("datapath") for ov in status["overlays"].values() for link in ov["links"]
+                         if link.get("tunnel_state") == "up"}  # fmt: skip
+            assert datapaths == {"native"}, f"the container's tunnels run {datapaths}"
 
             # /proc/sys is read-only in the container: its TAPs still get no IPv6 address (netlink instead).
             for link in topo.links_of("node1"):

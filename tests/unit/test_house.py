@@ -6,6 +6,8 @@ the broken contract, rule or type error is named.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +33,22 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_tool_passes(argv: tuple[str, ...]) -> None:
     result = _run(*argv)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_the_native_crate_is_clippy_clean() -> None:
+    # Warnings as errors, as for ruff: a new lint in a toolchain update shows up here, not in a review.
+    cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
+    if not os.path.exists(cargo):
+        pytest.skip("no cargo on this machine: the native data path is not built")
+    cache = Path(os.environ.get("EVIO_CACHE", "/var/cache/evio"))
+    # Where scripts/build-native builds, so the dependencies are checked once.
+    target = (cache if os.access(cache, os.W_OK) else ROOT / "native") / "native-target"
+    env = {**os.environ, "PYO3_PYTHON": sys.executable, "CARGO_TARGET_DIR": str(target)}
+    result = subprocess.run(
+        [cargo, "clippy", "--quiet", "--release", "--locked", "--manifest-path", "native/Cargo.toml", "--", "-D", "warnings"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
 
 def test_import_contracts_can_fail(tmp_path: Path) -> None:
