@@ -33,13 +33,13 @@ SWITCHING_MODES = ("bounded-flood", "stp")
 # of the tunnel behind it. The tree is then the fewest-hop tree towards the root.
 RSTP_PRIORITY = 32768
 RSTP_TUNNEL_PATH_COST = 20000
-# RSTP's timers, shorter than 802.1D's defaults (forward delay 15 s, max age 20 s). Open vSwitch 3.1's
-# port role transition machine never lets an Alternate port agree to a proposal and leaves its
-# forward-delay timer at the full forward delay (ALTERNATE_PORT sets fdWhile = FwdDelay but waits for
-# fdWhile == HelloTime), so a port that was Alternate and has to forward waits out the forward delay
-# instead of a handshake; new ports wait out max age the same way. Max age also caps the tree's
-# depth (a BPDU whose message age reaches it is dropped): 8 keeps trees 8 bridges deep, and
-# 802.1D-2004 17.14 needs 2 * (forward delay - 1) >= max age, so 5 is the shortest forward delay.
+# RSTP's timers, shorter than 802.1D's defaults (forward delay 15 s, max age 20 s). Open vSwitch's
+# port role transition machine (3.1, and its master) never lets an Alternate port agree to a
+# proposal (ALTERNATE_PORT sets fdWhile = FwdDelay, then re-enters itself while fdWhile != HelloTime),
+# so a designated port facing one gets no agreement and forwards only by its timers: the forward
+# delay if it was Alternate itself, max age if it is new. Max age also caps the tree's depth (a BPDU
+# whose message age reaches it is dropped): 8 keeps trees 8 bridges deep, and 802.1D-2004 17.14's
+# 2 * (forward delay - 1) >= max age (OVS ignores values breaking it) makes 5 the shortest delay.
 RSTP_FORWARD_DELAY = 5
 RSTP_MAX_AGE = 8
 
