@@ -33,6 +33,15 @@ SWITCHING_MODES = ("bounded-flood", "stp")
 # of the tunnel behind it. The tree is then the fewest-hop tree towards the root.
 RSTP_PRIORITY = 32768
 RSTP_TUNNEL_PATH_COST = 20000
+# RSTP's timers, shorter than 802.1D's defaults (forward delay 15 s, max age 20 s). Open vSwitch's
+# port role transition machine (3.1, and its master) never lets an Alternate port agree to a
+# proposal (ALTERNATE_PORT sets fdWhile = FwdDelay, then re-enters itself while fdWhile != HelloTime),
+# so a designated port facing one gets no agreement and forwards only by its timers: the forward
+# delay if it was Alternate itself, max age if it is new. Max age also caps the tree's depth (a BPDU
+# whose message age reaches it is dropped): 8 keeps trees 8 bridges deep, and 802.1D-2004 17.14's
+# 2 * (forward delay - 1) >= max age (OVS ignores values breaking it) makes 5 the shortest delay.
+RSTP_FORWARD_DELAY = 5
+RSTP_MAX_AGE = 8
 
 
 def openvswitch_module_loaded(module_dir: Path = OPENVSWITCH_MODULE) -> bool:
@@ -149,6 +158,7 @@ class OvsBridge:
                 "--", "set", "Bridge", c.name, f"datapath_type={self.datapath}", "protocols=OpenFlow13",
                 "fail_mode=standalone", "other_config:disable-in-band=true", "rstp_enable=true",
                 f"other_config:rstp-priority={RSTP_PRIORITY}",
+                f"other_config:rstp-max-age={RSTP_MAX_AGE}", f"other_config:rstp-forward-delay={RSTP_FORWARD_DELAY}",
                 *([f"other_config:rstp-address={c.rstp_address}"] if c.rstp_address is not None else []),
             ]  # fmt: skip
         if c.mtu is not None:

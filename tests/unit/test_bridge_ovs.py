@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from evio.bridge import BridgeError, BridgeSpec, CommandError, OvsBridge, OvsInstance, datapath_type
-from evio.bridge.ovs_bridge import openvswitch_module_loaded, parse_rstp_ports, rstp_address_for
+from evio.bridge.ovs_bridge import (
+    RSTP_FORWARD_DELAY,
+    RSTP_MAX_AGE,
+    openvswitch_module_loaded,
+    parse_rstp_ports,
+    rstp_address_for,
+)
 
 
 class RecordingRunner:
@@ -58,6 +64,10 @@ async def test_an_stp_bridge_runs_rstp_and_mac_learning_with_no_controller() -> 
     for part in ("fail_mode=standalone", "rstp_enable=true", "other_config:rstp-priority=32768",
                  "other_config:rstp-address=02:ab:00:00:00:00"):
         assert part in text
+    # Short RSTP timers (a port that was Alternate waits out the forward delay in OVS 3.1), within
+    # OVS's bounds and 802.1D's 2 * (forward delay - 1) >= max age, which OVS enforces by ignoring both.
+    assert "other_config:rstp-forward-delay=5" in text and "other_config:rstp-max-age=8" in text
+    assert 2 * (RSTP_FORWARD_DELAY - 1) >= RSTP_MAX_AGE >= 6 and RSTP_FORWARD_DELAY >= 4
     assert "set-controller" not in text and "fail_mode=secure" not in text
     await OvsBridge(spec, runner, "netdev", port_tuner=lambda port: None).add_port("evot1")
     assert runner.calls[-1][2:] == ["--may-exist", "add-port", "evobr0", "evot1",
