@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import signal
 import statistics
 import sys
 import time
@@ -88,24 +86,14 @@ def index_of(name: str) -> int:
     return int(name.removeprefix("node"))
 
 
-def set_on_demand(lab: Lab, on_demand: Mapping[str, Any], timeout: float = 30.0) -> None:
-    """Rewrite every node's config with these on-demand settings and reload it (SIGHUP)."""
+def set_on_demand(lab: Lab, on_demand: Mapping[str, Any]) -> None:
+    """Every node's config with these on-demand settings, reloaded (SIGHUP)."""
     overlay = lab.plan.overlay
-    before = {n.index: int(lab.daemon_status(n.index)["reloads"]) for n in lab.nodes}
-    for node in lab.nodes:
-        config = json.loads(node.config_path.read_text())
+
+    def edit(config: dict[str, Any]) -> None:
         config["overlays"][overlay].setdefault("topology", {})["on_demand"] = dict(on_demand)
-        node.config_path.write_text(json.dumps(config, indent=2))
-        record = lab.daemon(node.index)
-        if record is None:
-            raise SystemExit(f"{node.name}'s daemon is not running")
-        os.kill(record.pid, signal.SIGHUP)
-    deadline = time.monotonic() + timeout
-    for node in lab.nodes:
-        while int(lab.daemon_status(node.index)["reloads"]) <= before[node.index]:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{node.name} did not reload its config in {timeout:.0f} s")
-            time.sleep(0.1)
+
+    lab.reload_configs(edit)
 
 
 def pair_view(lab: Lab, a: str, b: str) -> Topology:
