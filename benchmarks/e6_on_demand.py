@@ -22,6 +22,10 @@ of several hops to shorten). In one run:
    their on-demand link is up: the time from the flow's start to the link
    being up at both ends, the flow's throughput before and after, and its
    throughput over the last --duration seconds (the figure the CDF uses);
+   whether the link carries the flow (the client's tunnel's sent bytes against
+   the flow's, once the link is up) and over which path (direct, or relayed by
+   the TURN server: with --nat mixed, pairs of symmetric NATs are relayed, and
+   those are reported apart since the relay, not the overlay, caps them);
 6. once the last flow stopped, every node is watched until no on-demand link
    is left: when each one went, after its own flow stopped.
 
@@ -38,9 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import signal
 import statistics
 import sys
 import time
@@ -75,6 +77,9 @@ class PairRun:
     before_mbit: float | None = None  # the same flow before its link was up
     after_mbit: float | None = None  # ... and from 0.5 s after
     adjacent: bool = False  # already linked: no on-demand link to get
+    path: str | None = None  # the on-demand link's path at the flow's end: direct, or relay (TURN)
+    datapath: str | None = None  # the tunnel's data path: native or python
+    carried: float | None = None  # share of the flow's bytes after its link was up that the link carried
     flow_ended: float | None = None  # monotonic
     released: float | None = None  # seconds from the flow's end to its link gone, seen going while watched
     gone_by: float | None = None  # already gone when first watched: released at most this long after its flow
@@ -88,24 +93,14 @@ def index_of(name: str) -> int:
     return int(name.removeprefix("node"))
 
 
-def set_on_demand(lab: Lab, on_demand: Mapping[str, Any], timeout: float = 30.0) -> None:
-    """Rewrite every node's config with these on-demand settings and reload it (SIGHUP)."""
+def set_on_demand(lab: Lab, on_demand: Mapping[str, Any]) -> None:
+    """Every node's config with these on-demand settings, reloaded (SIGHUP)."""
     overlay = lab.plan.overlay
-    before = {n.index: int(lab.daemon_status(n.index)["reloads"]) for n in lab.nodes}
-    for node in lab.nodes:
-        config = json.loads(node.config_path.read_text())
+
+    def edit(config: dict[str, Any]) -> None:
         config["overlays"][overlay].setdefault("topology", {})["on_demand"] = dict(on_demand)
-        node.config_path.write_text(json.dumps(config, indent=2))
-        record = lab.daemon(node.index)
-        if record is None:
-            raise SystemExit(f"{node.name}'s daemon is not running")
-        os.kill(record.pid, signal.SIGHUP)
-    deadline = time.monotonic() + timeout
-    for node in lab.nodes:
-        while int(lab.daemon_status(node.index)["reloads"]) <= before[node.index]:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{node.name} did not reload its config in {timeout:.0f} s")
-            time.sleep(0.1)
+
+    lab.reload_configs(edit)
 
 
 def pair_view(lab: Lab, a: str, b: str) -> Topology:
@@ -119,6 +114,18 @@ def on_demand_links(topo: Topology) -> set[frozenset[str]]:
 
 def linked(topo: Topology, a: str, b: str) -> bool:
     return topo.adjacent(a, b)
+
+
+def link_of(lab: Lab, a: str, b: str) -> dict[str, Any] | None:
+    """a's link to b as a's daemon reports it."""
+    peer = lab.node(index_of(b)).node_id
+    links = lab.daemon_status(index_of(a))["overlays"][lab.plan.overlay]["links"]
+    return next((link for link in links if link.get("peer") == peer), None)
+
+
+def tx_bytes(link: Mapping[str, Any] | None) -> int | None:
+    tx = link.get("tx") if link is not None else None
+    return int(tx["bytes"]) if isinstance(tx, Mapping) and "bytes" in tx else None
 
 
 def on_demand_up_at(lab: Lab, a: str, b: str) -> float | None:
@@ -239,6 +246,8 @@ def run_on(lab: Lab, pair: PairRun, duration: float, acquire: float) -> None:
     a, b = pair.client, pair.server
     pair.adjacent = linked(pair_view(lab, a, b), a, b)
 
+    sent_on_link: list[int] = []  # the client's tx bytes on its link to the server: once it is up, at the end
+
     def watch(started: float, running: Callable[[], bool]) -> None:
         if pair.adjacent:
             return
@@ -246,8 +255,21 @@ def run_on(lab: Lab, pair: PairRun, duration: float, acquire: float) -> None:
             up_at = on_demand_up_at(lab, a, b)
             if up_at is not None:
                 pair.acquired = max(0.0, up_at - started)
-                return
+                break
             time.sleep(0.1)
+        else:
+            return
+        # Is the link used? The client's tunnel counts what it sends on it from here to the flow's end
+        # (the link outlives the flow by the idle timeout); the flow's own count is iperf3's.
+        first = tx_bytes(link_of(lab, a, b))
+        while running():
+            time.sleep(0.2)
+        link = link_of(lab, a, b)
+        last = tx_bytes(link)
+        if link is not None:
+            pair.path, pair.datapath = link.get("path"), link.get("datapath")
+        if first is not None and last is not None:
+            sent_on_link.extend((first, last))
 
     total = acquire + duration
     result = iperf_json(lab, a, b, ["-t", f"{total:g}", "-i", "0.5"], watch)
@@ -261,6 +283,11 @@ def run_on(lab: Lab, pair: PairRun, duration: float, acquire: float) -> None:
     if pair.acquired is not None:
         pair.before_mbit = mbit_between(parts, 0.0, pair.acquired)
         pair.after_mbit = mbit_between(parts, pair.acquired + 0.5, end)
+        # The flow's bytes from the interval its link came up in: a little more than the link can
+        # have carried, so the share errs low (the tunnel's count adds its headers, erring high).
+        after = sum(n for s, e, n in parts if e > pair.acquired)
+        if sent_on_link and after > 0:
+            pair.carried = (sent_on_link[1] - sent_on_link[0]) / after
     elif not pair.adjacent:
         pair.notes.append("on: no on-demand link while the flow ran")
 
@@ -328,9 +355,9 @@ def print_report(runs: Sequence[PairRun], args: argparse.Namespace, idle_timeout
         offs = [r.off_mbit for r in group if r.off_mbit is not None]
         ons = [r.on_mbit for r in group if r.on_mbit is not None]
         got = [r.acquired for r in group if r.acquired is not None]
-        needed = sum(1 for r in group if not r.adjacent)
+        to_get = sum(1 for r in group if not r.adjacent)
         print(f"{f'{length} hop(s)':<16} {len(group):>5} {fmt(statistics.median(offs) if offs else None):>11} "
-              f"{fmt(statistics.median(ons) if ons else None):>10} {f'{len(got)}/{needed}':>10} "
+              f"{fmt(statistics.median(ons) if ons else None):>10} {f'{len(got)}/{to_get}':>10} "
               f"{fmt(statistics.median(got) if got else None, '.2f'):>11} / {fmt(max(got) if got else None, '.2f')} s")
     got = [r.acquired for r in runs if r.acquired is not None]
     needed = [r for r in runs if not r.adjacent]
@@ -347,10 +374,23 @@ def print_report(runs: Sequence[PairRun], args: argparse.Namespace, idle_timeout
         ratios = [p[1] / p[0] for p in pairs if p[0] > 0]
         print(f"the same flow before / after its link: median {before:.0f} -> {after:.0f} Mbit/s, "
               f"median ratio {statistics.median(ratios):.2f}x ({len(pairs)} flows with both sides measured)")
+    carried = [r.carried for r in runs if r.carried is not None]
+    if carried:
+        print(f"the flow's bytes sent on its on-demand link once up: median {100 * statistics.median(carried):.0f} %, "
+              f"least {100 * min(carried):.0f} % ({len(carried)} flows; the rest went through intermediates "
+              f"or before the first look)")
+    by_path: dict[str, list[float]] = {}
+    for r in runs:
+        if r.acquired is not None and r.on_mbit is not None:
+            by_path.setdefault(f"{r.path or 'unknown'} ({r.datapath or 'unknown'} data path)", []).append(r.on_mbit)
+    for kind, values in sorted(by_path.items()):
+        print(f"  on-demand links on a {kind} path: {len(values)} pairs, median {statistics.median(values):.0f} Mbit/s, "
+              f"{100 * share_at_least(values, PAPER_BAR_MBIT):.0f} % >= {PAPER_BAR_MBIT:.0f}"
+              + ("  (through the TURN server: its relay caps these, not the overlay)" if kind.startswith("relay") else ""))
     made = [r for r in runs if r.acquired is not None]
     released = [r.released for r in made if r.released is not None]
     gone = [r.gone_by for r in made if r.gone_by is not None]
-    print(f"idle on-demand links (idle_timeout {idle_timeout:g} s, counters polled every 1 s): "
+    print(f"idle on-demand links (idle_timeout {idle_timeout:g} s, counters polled every 0.5 s, rates over 1 s): "
           f"{len(released) + len(gone)} of {len(made)} released by the end")
     if released:
         print(f"  timed as they went, after their flow stopped: {', '.join(f'{x:.1f}' for x in sorted(released))} s")
@@ -363,11 +403,13 @@ def print_report(runs: Sequence[PairRun], args: argparse.Namespace, idle_timeout
 
 
 def print_pairs(runs: Sequence[PairRun]) -> None:
-    print(f"\n{'pair':<18} {'hops':>4} {'off':>6} {'on':>6} {'acquired':>9} {'before':>7} {'after':>6}  (Mbit/s, s)")
+    print(f"\n{'pair':<18} {'hops':>4} {'off':>6} {'on':>6} {'acquired':>9} {'before':>7} {'after':>6} "
+          f"{'link path':>10} {'carried':>8}  (Mbit/s, s; carried: the flow's bytes sent on its on-demand link)")
     for r in sorted(runs, key=lambda r: (r.hops, r.client, r.server)):
+        path = f"{r.path or '-'}/{r.datapath or '-'}" if not r.adjacent else ""
         print(f"{r.client + ' -> ' + r.server:<18} {r.hops:>4} {fmt(r.off_mbit):>6} {fmt(r.on_mbit):>6} "
               f"{'adjacent' if r.adjacent else fmt(r.acquired, '.2f'):>9} {fmt(r.before_mbit):>7} "
-              f"{fmt(r.after_mbit):>6}")
+              f"{fmt(r.after_mbit):>6} {path:>10} {fmt(None if r.carried is None else 100 * r.carried, '.0f'):>7}%")
 
 
 def main() -> int:

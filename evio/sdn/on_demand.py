@@ -3,7 +3,9 @@
 Pure: the adapter polls the switch's byte counters of evio's unicast flows and
 passes them in with `now`; these classes turn them into decisions.
 
-1. `FlowRates` turns two successive polls into bytes per second per flow.
+1. `FlowRates` turns the polls into bytes per second per flow over the last
+   second (`RATE_WINDOW`); polls come every half second, so a busy flow is
+   seen sooner than once a second while a short burst is judged as before.
 2. `traffic_by_peer` sums those rates by the *root node* that hosts the remote
    end of each flow, as the learning table's root bridge view knows it. Both
    directions count: the node that sent an ARP request is known (from the
@@ -21,6 +23,7 @@ passes them in with `now`; these classes turn them into decisions.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
@@ -32,31 +35,43 @@ from evio.sdn.switch import BoundedFloodSwitch
 log = logging.getLogger(__name__)
 
 
-class FlowRates:
-    """Bytes per second of each flow between two polls of the switch's byte counters."""
+# The threshold is a rate over this long: polls come more often (ControllerConfig.stats_interval), so a
+# busy flow is seen soon after it starts, but a burst shorter than the window must still carry
+# threshold x window bytes to ask for a link, as with one poll a second.
+RATE_WINDOW = 1.0
 
-    def __init__(self) -> None:
-        self._counts: dict[FlowMatch, int] = {}
-        self._polled_at: float | None = None
+
+class FlowRates:
+    """Bytes per second of each flow over the last `window` seconds or a little more, from polls of the
+    switch's byte counters that may come more often than that."""
+
+    def __init__(self, window: float = RATE_WINDOW) -> None:
+        if window < 0:
+            raise ValueError(f"bad rate window: {window}")
+        self.window = window
+        self._polls: deque[tuple[float, dict[FlowMatch, int]]] = deque()  # oldest first
 
     def update(self, byte_counts: Mapping[FlowMatch, int], now: float) -> dict[FlowMatch, float]:
-        """Rates since the previous poll; empty on the first poll (no interval to divide by)."""
+        """Rates since the newest earlier poll at least `window` old (the oldest kept poll while none is);
+        empty on the first poll (no interval to divide by)."""
+        polls = self._polls
+        while len(polls) >= 2 and polls[1][0] <= now - self.window:
+            polls.popleft()
         rates: dict[FlowMatch, float] = {}
-        if self._polled_at is not None and now > self._polled_at:
-            interval = now - self._polled_at
+        if polls and now > polls[0][0]:
+            then, counts = polls[0]
+            interval = now - then
             for match, count in byte_counts.items():
-                before = self._counts.get(match)
-                # A flow new since the last poll, or deleted and added again, counts from zero.
+                before = counts.get(match)
+                # A flow new since that poll, or deleted and added again, counts from zero.
                 sent = count if before is None or count < before else count - before
                 rates[match] = sent / interval
-        self._counts = dict(byte_counts)
-        self._polled_at = now
+        polls.append((now, dict(byte_counts)))
         return rates
 
     def reset(self) -> None:
         """The switch's flows were cleared (it reconnected): start over."""
-        self._counts.clear()
-        self._polled_at = None
+        self._polls.clear()
 
 
 def traffic_by_peer(switch: BoundedFloodSwitch, rates: Mapping[FlowMatch, float], now: float) -> dict[int, float]:

@@ -2,8 +2,8 @@
 
 A ring of 8 full nodes (s = 1, k = 0: every pair but ring neighbours is several hops apart) with
 on-demand links on and a short idle timeout, so the release comes within seconds. A TCP flow
-between two nodes half the ring apart must get a direct link (target 2 s; asserted with a wide
-margin, the figure is recorded), its frames must take that link, the link must stay while the
+between two nodes half the ring apart must get a direct link (target 2 s; asserted within three
+times that, the figure is recorded), its frames must take that link, the link must stay while the
 flow runs, and go once the flow has stopped for the idle timeout; the pair still reaches each other
 over the ring afterwards.
 """
@@ -26,7 +26,10 @@ NODES = 8
 IDLE_TIMEOUT = 3.0  # seconds below the threshold before an on-demand link is released (default 60)
 FLOW_MBIT = 40  # a steady flow well above the 1 MB/s threshold that leaves the 2 cores some room
 ACQUIRE_TARGET = 2.0
-ACQUIRE_BOUND = 15.0  # asserted: the target with the margin a loaded 2-core CI machine needs
+# Asserted: three times the target. Counters polled every 0.5 s, the link is up about 1 s after the
+# flow starts on a quiet machine (1.2 s at most over 36 flows of the benchmark at full rate); the rest
+# is margin for a loaded 2-core CI machine, where setups have taken several times as long.
+ACQUIRE_BOUND = 3 * ACQUIRE_TARGET
 RELEASE_BOUND = IDLE_TIMEOUT + 30.0
 IPERF_PORT = 5202
 
@@ -96,8 +99,10 @@ def test_e6_a_sustained_flow_gets_a_direct_link_which_goes_when_the_flow_stops(
              f"the idle on-demand link {a} - {b} released", poll=0.2)
     released = time.monotonic() - stopped
     figures.record(Figure("E6", "flow stopped -> idle on-demand link released", released, "s",
-                          paper="released when idle", note=f"idle_timeout {IDLE_TIMEOUT:g} s, polled every 1 s"))
-    # The last busy poll may come up to one poll interval (1 s) before the flow stopped.
+                          paper="released when idle",
+                          note=f"idle_timeout {IDLE_TIMEOUT:g} s, polled every 0.5 s, rates over 1 s"))
+    # The last busy poll comes about when the flow stops or later (each rate covers the last second and
+    # the switch's counters lag): released well before the idle timeout would be a bug. 1.5 s of slack.
     assert released >= IDLE_TIMEOUT - 1.5, f"released {released:.1f} s after the flow, before the idle timeout"
     after = lab.exec(client, ["ping", "-c", "3", "-i", "0.2", "-W", "2", overlay_ip(lab, b)], check=False)
     assert after.returncode == 0, f"{a} cannot reach {b} over the ring after the release:\n{after.stdout}"

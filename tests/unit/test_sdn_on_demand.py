@@ -38,6 +38,23 @@ def test_rates_are_byte_deltas_over_the_poll_interval_and_survive_flow_churn() -
     assert rates.update({M1: 9999}, now=14.0) == {}
 
 
+def test_rates_polled_every_half_second_are_judged_over_the_last_second() -> None:
+    rates = FlowRates(window=1.0)
+    assert rates.update({M1: 0}, now=0.0) == {}
+    assert rates.update({M1: 0}, now=0.5) == {M1: 0.0}
+    # A short burst: 600 bytes within one half-second reads as 600 B/s, not the 1200 a half-second
+    # window would give, on both polls whose last second holds it.
+    assert rates.update({M1: 600}, now=1.0) == {M1: 600.0}
+    assert rates.update({M1: 600}, now=1.5) == {M1: 600.0}
+    assert rates.update({M1: 600}, now=2.0) == {M1: 0.0}
+    # A new flow counts from zero over the whole span: a busy one is seen on the first poll that has it.
+    assert rates.update({M1: 600, M2: 5_000_000}, now=2.5) == {M1: 0.0, M2: 5_000_000.0}
+    # A late poll stretches the span; nothing shortens it below the window.
+    assert rates.update({M1: 2100, M2: 5_000_000}, now=4.0) == {M1: 1000.0, M2: 0.0}
+    with pytest.raises(ValueError):
+        FlowRates(window=-1.0)
+
+
 # ---------------------------------------------------------------- policy alone (fake clock, fake feed)
 
 
