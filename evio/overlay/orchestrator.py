@@ -261,6 +261,7 @@ class Orchestrator:
         self._refused_long_distance: dict[int, float] = {}  # peer -> until
         self._absent_check: dict[int, float] = {}  # linked peer gone from signaling -> when to ask about it
         self._doubted: dict[int, float] = {}  # up successor gone from signaling -> until when it has a stand-in
+        self._stand_in: dict[int, float] = {}  # peer linked as a stand-in -> until when it is wanted as one
         self._successors: frozenset[int] = frozenset()  # our ring successors, backed-off ones included
         self._signal_lost_at: float | None = None  # our signaling session ended then ...
         self._rejoin_time = 0.0  # ... and the last time it came back, it took this long
@@ -658,6 +659,7 @@ class Orchestrator:
         self._refused_long_distance.clear()
         self._absent_check.clear()
         self._doubted.clear()
+        self._stand_in.clear()
         self._successors = frozenset()
         self._backoff.clear()
         return self._flush()
@@ -804,13 +806,23 @@ class Orchestrator:
         They are wanted as successor links beside the doubted ones, which stay (presence alone never takes
         a link away): a crashed successor's place is taken once its probe fails with the link already up
         or on its way; a live one keeps it, and the stand-in is released when the doubt expires."""
-        doubted = {p for p, until in self._doubted.items() if until > now} & set(selection.successors)
-        if not doubted:
+        doubts = {p: until for p, until in self._doubted.items() if until > now and p in selection.successors}
+        if not doubts:
+            self._stand_in.clear()  # back in signaling, or dead and out of the ring: no stand-in is kept as one
             return ()
-        without = Ring(set(ring) - doubted)
+        without = Ring(set(ring) - doubts.keys())
         count = min(self.topology.successors, len(without) - 1)
         nearest = [without.peer_at(self.node_id, d) for d in range(1, count + 1)]
-        return tuple(p for p in nearest if p not in selection.successors)
+        chosen = []
+        for peer in nearest:
+            if peer in selection.successors:
+                continue
+            # A peer we have a tunnel with (a long-distance link, say) needs none: the flood uses it already,
+            # and should the doubted one die it becomes a successor by a retype, no new tunnel.
+            if peer in self._stand_in or self.phase(peer) is Phase.NONE:
+                self._stand_in[peer] = max(doubts.values())
+                chosen.append(peer)
+        return tuple(chosen)
 
     def _incoming_caps(self, now: float) -> dict[LinkType, int]:
         return {
@@ -867,9 +879,10 @@ class Orchestrator:
         for table in (self._retry_at, self._refused_long_distance):
             for peer in [p for p, until in table.items() if until <= now]:
                 del table[peer]
-        for peer in [p for p, until in self._doubted.items() if until <= now]:
-            del self._doubted[peer]  # it lived (or is gone for good): its stand-in goes as any surplus link
-            self._want_evaluation(now)
+        for table in (self._doubted, self._stand_in):
+            for peer in [p for p, until in table.items() if until <= now]:
+                del table[peer]  # it lived (or is gone for good): its stand-in goes as any surplus link
+                self._want_evaluation(now)
         due = [p for p, at in self._absent_check.items() if at <= now]
         if due and self._connected:
             for peer in due:

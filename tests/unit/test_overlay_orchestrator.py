@@ -819,15 +819,30 @@ def test_a_doubted_successor_that_lives_keeps_its_link_and_its_stand_in_is_relea
     assert of(out, Disconnect) == [] and 110 in up_links(orch)
 
 
-def test_a_successor_back_in_signaling_ends_the_doubt_and_a_long_distance_peer_gets_no_stand_in() -> None:
+def test_a_successor_back_in_signaling_ends_the_doubt_and_its_stand_in() -> None:
     orch = core(members=(110, 120, 130), successors=1)
     link_up(orch, 1.0, 110)
     orch.peer_removed(110, RemovalCause.LEFT, 2.0)
     orch.peer_added(110, 2.05)
     assert requests(orch.tick(2.1)) == []  # back before the evaluation: no stand-in
-    # A peer saying it logs in again is not doubted either.
-    orch.peer_removed(110, RemovalCause.RELOGIN, 3.0)
-    assert requests(orch.tick(3.6)) == []
+    orch.peer_removed(110, RemovalCause.LEFT, 3.0)
+    (ask,) = of(orch.tick(3.0), SendLinkRequest)
+    complete(orch, ask, 3.1)
+    orch.peer_added(110, 3.2)
+    assert [r.peer for r in of(orch.tick(3.7), SendRelease)] == [120]  # after the debounce, not the window
+    # A peer saying it logs in again is not doubted.
+    orch.peer_removed(110, RemovalCause.RELOGIN, 4.0)
+    assert requests(orch.tick(4.6)) == []
+
+
+def test_a_peer_we_have_a_tunnel_with_is_no_stand_in() -> None:
+    orch = core(members=(110, 120, 130), successors=1, long_distance=1)
+    link_up(orch, 1.0, 110)
+    link_up(orch, 1.1)  # the long-distance link: 120 or 130
+    (chord,) = [p for p, t in up_links(orch).items() if t is L]
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    asks = of(orch.tick(2.0), SendLinkRequest)
+    assert [(a.peer, a.request.existing) for a in asks] == ([] if chord == 120 else [(120, False)])
 
 
 def test_a_crashed_successor_is_replaced_as_soon_as_its_tunnel_dies_not_after_the_debounce() -> None:
