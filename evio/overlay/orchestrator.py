@@ -49,7 +49,13 @@ not up, new successor links and new other links are each paced to
 `max_setups` under way, and a failing successor's backoff is capped at
 `successor_backoff_cap`. Evaluations run
 after membership changes (debounced), after link events, when a backoff or
-deadline expires, and every `reevaluate_interval` seconds. While our own
+deadline expires, and every `reevaluate_interval` seconds. A successor that
+leaves signaling while its tunnel is up is doubted (the tunnel probes it) and
+evaluated at once: for `standby_window` the successors we would have without
+it are wanted too, as stand-ins (only peers we have no tunnel with), so a
+crashed successor's place is taken by a link already up or on its way when
+its tunnel is found dead; a live one keeps its link and the stand-in is
+released. While our own
 signaling is down nothing is evaluated and every tunnel stays up; after
 login, evaluation waits `settle_after_login` for the membership to be
 re-learnt.
