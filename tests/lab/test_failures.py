@@ -3,7 +3,7 @@
 E3, s = 1: node X pings Y, its successor's successor, while its successor fails. X is not linked
 to Y, so with its successor gone X has no neighbour between itself and Y and its bounded floods
 cannot reach Y: the ring is partitioned there. Learned unicast paths need not follow the ring, so
-the test takes a pair whose ping leaves X through the successor (up to 4 tried), read from X's
+the test takes a pair whose ping leaves X through the successor (up to 6 tried), read from X's
 bridge (its flow, its port names) and the same for a second before the kill: two paths of equal
 length may take turns. The ping stops until the overlay links X to Y, its new successor, then
 resumes.
@@ -65,6 +65,7 @@ REPAIR_TARGET = 1.0  # E11: the ring repaired within 1 s of a crash (a direct re
 AFTER_REPAIR = 2.0  # seconds the probe keeps running once the ring is whole again
 QUIET = 3.0  # seconds without a link change before the next failure
 PATH_WATCH = 1.0  # seconds the ping's next hop must stay the same before a failure on its path
+CANDIDATES = 6  # pinging nodes tried, from the middle of the ring, for one whose ping leaves through the victims
 
 
 def form_lab(lab_factory: LabFactory, successors: int) -> Lab:
@@ -164,17 +165,18 @@ def steady_next_hop(lab: Lab, node: str, target: str) -> str | None:
 
 
 def fail_on_path(lab: Lab, victim_steps: tuple[int, ...], target_steps: int, successors: int) -> FailureRun:
-    """`fail_under_ping` for the first node (of up to 4, from the middle of the ring) whose ping to the node
+    """`fail_under_ping` for the first node (of up to CANDIDATES, from the middle of the ring) whose ping to the node
     `target_steps` successors away leaves it through one of the nodes `victim_steps` away."""
     wait_quiet(lab, QUIET, ring_timeout(NODES))  # every link up: the ping's path is the settled one
     topo = lab.topology()
-    for node in candidates(topo, target_steps, start=len(topo.live) // 2)[:4]:
+    for node in candidates(topo, target_steps, start=len(topo.live) // 2)[:CANDIDATES]:
         victims = [ring_offset(topo, node, steps) for steps in victim_steps]
         target = ring_offset(topo, node, target_steps)
         run = fail_under_ping(lab, node, target, victims, successors, only_if_via_victim=True)
         if run is not None:
             return run
-    pytest.fail(f"no ping among 4 tried left its node through the nodes {victim_steps} successors away")
+    pytest.fail(f"no ping among {CANDIDATES} tried left its node steadily through the nodes {victim_steps} "
+                "successors away")
 
 
 def test_e3_with_one_successor_a_failure_partitions_the_ring_until_it_is_repaired(
