@@ -157,6 +157,7 @@ class LinkView:
     tap: str | None
     port: int | None
     path: str | None
+    up_since: float | None = None  # epoch seconds this end's link came up (its daemon's age of it), if up
 
 
 @dataclass(frozen=True)
@@ -212,8 +213,16 @@ class Topology:
         return gaps
 
 
-def topology(statuses: Mapping[str, Mapping[str, Any] | str], names_by_id: Mapping[str, str], overlay: str) -> Topology:
-    """The overlay's topology from each node's status document (or the error asking it gave)."""
+def topology(
+    statuses: Mapping[str, Mapping[str, Any] | str],
+    names_by_id: Mapping[str, str],
+    overlay: str,
+    read_at: Mapping[str, float] | None = None,
+) -> Topology:
+    """The overlay's topology from each node's status document (or the error asking it gave).
+
+    `read_at`: when each node's document was read (epoch seconds); with it, an up link's `up_since`
+    is that time less the link's age as its daemon reports it."""
     ring = sorted(names_by_id.items())  # node ids are fixed-width hex: text order is ring order
     links: list[LinkView] = []
     unreachable: dict[str, str] = {}
@@ -225,8 +234,11 @@ def topology(statuses: Mapping[str, Mapping[str, Any] | str], names_by_id: Mappi
         if ov is None:
             unreachable[node] = f"daemon serves no overlay {overlay}"
             continue
+        at = (read_at or {}).get(node)
         for link in ov.get("links", []):
             peer_id = str(link.get("peer"))
+            age = link.get("age")
+            up = str(link.get("state")) == "up" and at is not None and isinstance(age, int | float)
             links.append(LinkView(
                 node=node,
                 peer=names_by_id.get(peer_id, peer_id),
@@ -235,6 +247,7 @@ def topology(statuses: Mapping[str, Mapping[str, Any] | str], names_by_id: Mappi
                 tap=link.get("tap"),
                 port=link.get("port"),
                 path=link.get("path"),
+                up_since=at - age if up else None,
             ))  # fmt: skip
     return Topology(tuple(name for _, name in ring), tuple(links), unreachable)
 

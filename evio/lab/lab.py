@@ -655,15 +655,17 @@ class Lab:
         """Each node's links, as its daemon reports them; with `indices`, only those nodes' views
         (quicker to poll while watching one pair; the ring's gaps mean nothing in such a view)."""
         statuses: dict[str, dict[str, Any] | str] = {}
+        read_at: dict[str, float] = {}
         wanted = None if indices is None else set(indices)
         for node in self.nodes:
             if wanted is not None and node.index not in wanted:
                 continue
             try:
                 statuses[node.name] = self.daemon_status(node.index)
+                read_at[node.name] = time.time()  # link ages count back from here (up_since)
             except control.ControlError as exc:
                 statuses[node.name] = str(exc)
-        return full_nodes.topology(statuses, {n.node_id: n.name for n in self.nodes}, self.plan.overlay)
+        return full_nodes.topology(statuses, {n.node_id: n.name for n in self.nodes}, self.plan.overlay, read_at)
 
     def _log_tail(self, index: int, lines: int = 20) -> str:
         node = self.plan.node(index)

@@ -49,7 +49,13 @@ not up, new successor links and new other links are each paced to
 `max_setups` under way, and a failing successor's backoff is capped at
 `successor_backoff_cap`. Evaluations run
 after membership changes (debounced), after link events, when a backoff or
-deadline expires, and every `reevaluate_interval` seconds. While our own
+deadline expires, and every `reevaluate_interval` seconds. A successor that
+leaves signaling while its tunnel is up is doubted (the tunnel probes it) and
+evaluated at once: for `standby_window` the successors we would have without
+it are wanted too, as stand-ins (only peers we have no tunnel with), so a
+crashed successor's place is taken by a link already up or on its way when
+its tunnel is found dead; a live one keeps its link and the stand-in is
+released. While our own
 signaling is down nothing is evaluated and every tunnel stays up; after
 login, evaluation waits `settle_after_login` for the membership to be
 re-learnt.
@@ -110,6 +116,9 @@ class Timings:
     max_setups: int = 3  # new links of ours asked for or connecting at once, of each kind: successors, others
     stop_release_timeout: float = 1.0  # on stop, how long releases are given before tunnels close
     revalidate_after: float = 1.5  # a linked peer gone from signaling this long: ask whether it is still a member
+    # A successor gone from signaling while its tunnel is up is probed by the tunnel (dead within 0.25-1 s if
+    # it crashed); meanwhile the next peer is linked as a successor too, and released after this if it lives.
+    standby_window: float = 2.0
     relogin_grace: float = 30.0  # ... or this long, when it said it was logging in again
 
 
@@ -257,6 +266,8 @@ class Orchestrator:
         self._retry_at: dict[int, float] = {}  # refused for a passing reason: not before then
         self._refused_long_distance: dict[int, float] = {}  # peer -> until
         self._absent_check: dict[int, float] = {}  # linked peer gone from signaling -> when to ask about it
+        self._doubted: dict[int, float] = {}  # up successor gone from signaling -> until when it has a stand-in
+        self._stand_in: dict[int, float] = {}  # peer linked as a stand-in -> until when it is wanted as one
         self._successors: frozenset[int] = frozenset()  # our ring successors, backed-off ones included
         self._signal_lost_at: float | None = None  # our signaling session ended then ...
         self._rejoin_time = 0.0  # ... and the last time it came back, it took this long
@@ -301,6 +312,8 @@ class Orchestrator:
             return self._flush()
         self._members.add(peer)
         self._absent_check.pop(peer, None)  # back: still a member
+        if self._doubted.pop(peer, None) is not None:
+            self._want_evaluation(now)  # its stand-in is not needed any more
         self._membership_changed(now)
         return self._flush()
 
@@ -339,6 +352,11 @@ class Orchestrator:
                 # of each linked peer (some 270 in four minutes of a 64-node lab). Unloaded, 1.5 s.
                 wait = max(self.timings.revalidate_after, min(self._rejoin_time, self.timings.relogin_grace))
             self._absent_check[peer] = now + wait
+            if cause is RemovalCause.LEFT and peer in self._successors and self._connected:
+                # It may have crashed (its session closes with its process): its tunnel is probed, and
+                # the peer after it is linked now, alongside, rather than once the probe has ended.
+                self._doubted[peer] = now + self.timings.standby_window
+                self._membership_due = now
         else:
             self._absent_check.pop(peer, None)
         self._forget_if_idle(peer)
@@ -582,7 +600,7 @@ class Orchestrator:
         expiry = self._backoff.next_expiry(now)
         if expiry is not None:
             times.append(expiry)  # a backed-off peer rejoins the ring
-        later = [*self._retry_at.values(), *self._refused_long_distance.values()]
+        later = [*self._retry_at.values(), *self._refused_long_distance.values(), *self._doubted.values()]
         if self._connected:
             later.extend(self._absent_check.values())
         for st in self._peers.values():
@@ -646,6 +664,8 @@ class Orchestrator:
         self._retry_at.clear()
         self._refused_long_distance.clear()
         self._absent_check.clear()
+        self._doubted.clear()
+        self._stand_in.clear()
         self._successors = frozenset()
         self._backoff.clear()
         return self._flush()
@@ -737,6 +757,9 @@ class Orchestrator:
         selection = select_links(
             ring, self.node_id, s, k, self._log_form, self._rng, keep=keep, exclude=blocked | refused
         )
+        stand_ins = self._stand_ins(ring, selection, now)
+        if stand_ins:
+            selection = Selection((*selection.successors, *stand_ins), selection.long_distance)
         desired = desired_links(selection, self._on_demand_targets(selection, ring))
         # The ring first: no long-distance link is started while one of our successor links is not up.
         # On a loaded host every setup slows the others, and a missing successor splits the ring
@@ -782,6 +805,30 @@ class Orchestrator:
                 self._let_go(op.peer, st, now)
         if deferred:
             self._want_evaluation(self._budget.next_token(now))
+
+    def _stand_ins(self, ring: Ring, selection: Selection, now: float) -> tuple[int, ...]:
+        """The successors we would have without our doubted successors, where they are not successors now.
+
+        They are wanted as successor links beside the doubted ones, which stay (presence alone never takes
+        a link away): a crashed successor's place is taken once its probe fails with the link already up
+        or on its way; a live one keeps it, and the stand-in is released when the doubt expires."""
+        doubts = {p: until for p, until in self._doubted.items() if until > now and p in selection.successors}
+        if not doubts:
+            self._stand_in.clear()  # back in signaling, or dead and out of the ring: no stand-in is kept as one
+            return ()
+        without = Ring(set(ring) - doubts.keys())
+        count = min(self.topology.successors, len(without) - 1)
+        nearest = [without.peer_at(self.node_id, d) for d in range(1, count + 1)]
+        chosen = []
+        for peer in nearest:
+            if peer in selection.successors:
+                continue
+            # A peer we have a tunnel with (a long-distance link, say) needs none: the flood uses it already,
+            # and should the doubted one die it becomes a successor by a retype, no new tunnel.
+            if peer in self._stand_in or self.phase(peer) is Phase.NONE:
+                self._stand_in[peer] = max(doubts.values())
+                chosen.append(peer)
+        return tuple(chosen)
 
     def _incoming_caps(self, now: float) -> dict[LinkType, int]:
         return {
@@ -838,6 +885,10 @@ class Orchestrator:
         for table in (self._retry_at, self._refused_long_distance):
             for peer in [p for p, until in table.items() if until <= now]:
                 del table[peer]
+        for table in (self._doubted, self._stand_in):
+            for peer in [p for p, until in table.items() if until <= now]:
+                del table[peer]  # it lived (or is gone for good): its stand-in goes as any surplus link
+                self._want_evaluation(now)
         due = [p for p, at in self._absent_check.items() if at <= now]
         if due and self._connected:
             for peer in due:
@@ -871,7 +922,8 @@ class Orchestrator:
         st.asking, st.asking_existing, st.asking_seq = request.type, request.existing, self._seq
         st.collision_until = None
         self.requests_sent += 1
-        log.debug(
+        log.log(
+            logging.DEBUG if request.existing else logging.INFO,
             "overlay %s asking peer=%032x for a %s link%s",
             self.name, peer, request.type.value, " (existing)" if request.existing else "",
         )

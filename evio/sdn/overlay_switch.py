@@ -108,8 +108,15 @@ class OverlaySwitch:
         return self._reclassify(port_name, now)
 
     def peer_down(self, port_name: str, now: float) -> Step:
+        # The tunnel behind the TAP is gone; the bridge drops the port 0.1-0.25 s later (an OVSDB
+        # transaction). Meanwhile it is out of the switch, not a leaf: a tunnel's TAP is no host's port,
+        # and floods into it would go nowhere. A new tunnel to the peer under that name brings it back.
         self.peer_by_name.pop(port_name, None)
-        return self._reclassify(port_name, now)
+        step = Step()
+        for port_no, (name, _) in list(self.port_desc.items()):
+            if name == port_name and port_no in self.switch.ports:
+                step += Step(self.switch.port_removed(port_no, now), [PortRemoved(self.overlay, port_no, name)])
+        return step
 
     def _reclassify(self, port_name: str, now: float) -> Step:
         # A port already on the bridge changes kind now that we know where it leads.

@@ -97,6 +97,26 @@ def successor_gaps(topo: Topology, successors: int | Callable[[str], int]) -> li
     return gaps
 
 
+def ring_whole_since(topo: Topology, successors: int) -> float | None:
+    """When the ring `successor_gaps` finds whole became so (epoch seconds): the latest moment one of the
+    required successor links came up, at the later of its two ends, as their daemons' link ages say.
+    None if the ring is not whole or an age is missing. Unlike the time a poll saw the ring whole, this
+    leaves out how long the poll took (16 status documents, read one after another)."""
+    if successor_gaps(topo, successors):
+        return None
+    live = list(topo.live)
+    count = len(live)
+    latest = float("-inf")
+    for i, node in enumerate(live):
+        for step in range(1, min(successors, count - 1) + 1):
+            peer = live[(i + step) % count]
+            ends = [l for l in topo.links if {l.node, l.peer} == {node, peer} and l.state == "up"]
+            if any(l.up_since is None for l in ends):
+                return None
+            latest = max(latest, *(l.up_since for l in ends if l.up_since is not None))
+    return None if latest == float("-inf") else latest
+
+
 def link_snapshot(topo: Topology) -> frozenset[tuple[str, str, str, str]]:
     """Every node's links as (node, peer, type, state): equal snapshots mean no link came or went."""
     return frozenset((l.node, l.peer, l.type, l.state) for l in topo.links)

@@ -557,8 +557,8 @@ class Tunnel:
         if self._liveness is not None and self._datapath_running:
             actions = self._liveness.doubt(self._clock(), self._datapath.stats().rx_records)
             if actions:
-                logger.debug("tunnel %s peer %032x probed (deadline %.3f s)", self._info.tunnel_id, self.peer,
-                             self._liveness.probe_deadline())
+                logger.info("tunnel %s peer %032x probed (deadline %.3f s)", self._info.tunnel_id, self.peer,
+                            self._liveness.probe_deadline())
             self._execute(actions)
             self._wake()  # the supervisor's next tick comes at the probe's pace, not the idle one
 
@@ -590,6 +590,8 @@ class Tunnel:
                     self._up.set_result(self._info)
                 self._on_event(TunnelUp(self._info))
             elif isinstance(action, PeerDead):
+                # Logged when decided: the teardown that follows (ICE, TURN, the TAP) takes a while.
+                logger.info("tunnel %s peer %032x dead: %s", self._info.tunnel_id, self.peer, action.reason.value)
                 self._link_down(action.reason.value)
 
     def _link_down(self, reason: str) -> None:

@@ -120,16 +120,22 @@ def neighbour_mac(lab: Lab, index: int, address: str) -> str | None:
 
 
 _LOCAL_FLOW = re.compile(r"in_port=LOCAL,dl_src=(?P<src>[0-9a-f:]+),dl_dst=(?P<dst>[0-9a-f:]+) actions=output:(?P<port>\d+)")
+_PORT = re.compile(r"^\s*(?P<number>\d+)\((?P<name>[^)]+)\):", re.MULTILINE)  # ovs-ofctl show: " 5(evt1a2b): addr:..."
 
 
 def next_hop(lab: Lab, topo: Topology, node: str, target: str) -> str | None:
-    """The neighbour `node`'s bridge sends `target`'s frames to (from its installed unicast flow), if any."""
+    """The neighbour `node`'s bridge sends `target`'s frames to (from its installed unicast flow), if any.
+
+    The flow's port is named by the bridge itself and its TAP by `node`'s daemon: a port number from a
+    status document read earlier may belong to a link gone since (OVS reuses the numbers)."""
     dst = bridge_mac(lab, index_of(target))
-    flows = lab.ovs(index_of(node)).ofctl("dump-flows", bridge_name(lab.plan))
-    ports = {link.port: link.peer for link in topo.links_of(node) if link.port is not None}
+    ovs = lab.ovs(index_of(node))
+    flows = ovs.ofctl("dump-flows", bridge_name(lab.plan))
     for match in _LOCAL_FLOW.finditer(flows):
         if match["dst"] == dst:
-            return ports.get(int(match["port"]))
+            names = {int(m["number"]): m["name"] for m in _PORT.finditer(ovs.ofctl("show", bridge_name(lab.plan)))}
+            taps = {link.tap: link.peer for link in topo.links_of(node) if link.tap}
+            return taps.get(names.get(int(match["port"]), ""))
     return None
 
 

@@ -789,14 +789,75 @@ def test_a_peer_back_in_time_is_not_checked() -> None:
     assert not any(isinstance(a, CheckMembership) for a in orch.tick(2.0 + T.revalidate_after))
 
 
-def test_a_crashed_successor_is_replaced_as_soon_as_its_tunnel_dies_not_after_the_debounce() -> None:
+def test_a_successor_gone_from_signaling_gets_a_stand_in_at_once_which_takes_its_place_if_it_died() -> None:
     orch = core(members=(110, 120, 130), successors=1)
     link_up(orch, 1.0, 110)
-    # 110 crashed: its presence goes (membership debounce until 2.5), then the doubt probe kills its tunnel.
-    assert requests(orch.peer_removed(110, RemovalCause.LEFT, 2.0) + orch.tick(2.1)) == []
-    orch.tunnel_down(110, "t110", "peer-silent", 2.2)
-    assert orch.next_wakeup(2.2) == 2.2
-    assert requests(orch.tick(2.2)) == [(120, S, False)]  # the new successor at once, not at 2.5
+    # 110 crashed: its presence goes; its tunnel is probed, and 120 is asked for a successor link now.
+    out = orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    assert orch.next_wakeup(2.0) == 2.0  # not after the membership debounce
+    (ask,) = of(out + orch.tick(2.0), SendLinkRequest)
+    assert (ask.peer, ask.request.type, ask.request.existing) == (120, S, False)
+    assert of(complete(orch, ask, 2.1), Disconnect) == []
+    assert up_links(orch) == {110: S, 120: S}  # presence alone takes nothing away
+    out = orch.tunnel_down(110, "t110", "peer-silent", 2.3)  # the probe found it dead
+    assert requests(out + orch.tick(2.3)) == [] and of(out, SendRelease) == []
+    assert up_links(orch) == {120: S}
+    assert of(orch.tick(5.0), SendRelease) == []  # past the doubt: 120 is the successor now
+
+
+def test_a_doubted_successor_that_lives_keeps_its_link_and_its_stand_in_is_released() -> None:
+    orch = core(members=(110, 120, 130), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    (ask,) = of(orch.tick(2.0), SendLinkRequest)
+    complete(orch, ask, 2.1)
+    assert of(orch.tick(3.0), SendRelease) == []  # still doubted: both are wanted
+    assert of(orch.tick(3.9), SendRelease) == []  # (asks signaling about 110 meanwhile)
+    assert orch.next_wakeup(3.9) == 2.0 + T.standby_window
+    out = orch.tick(2.0 + T.standby_window)  # its tunnel answered the probe: 110 stays, 120 goes
+    assert [(r.peer, r.request.type) for r in of(out, SendRelease)] == [(120, S)]
+    assert of(out, Disconnect) == [] and 110 in up_links(orch)
+
+
+def test_a_successor_back_in_signaling_ends_the_doubt_and_its_stand_in() -> None:
+    orch = core(members=(110, 120, 130), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    orch.peer_added(110, 2.05)
+    assert requests(orch.tick(2.1)) == []  # back before the evaluation: no stand-in
+    orch.peer_removed(110, RemovalCause.LEFT, 3.0)
+    (ask,) = of(orch.tick(3.0), SendLinkRequest)
+    complete(orch, ask, 3.1)
+    orch.peer_added(110, 3.2)
+    assert [r.peer for r in of(orch.tick(3.7), SendRelease)] == [120]  # after the debounce, not the window
+    # A peer saying it logs in again is not doubted.
+    orch.peer_removed(110, RemovalCause.RELOGIN, 4.0)
+    assert requests(orch.tick(4.6)) == []
+
+
+def test_a_peer_we_have_a_tunnel_with_is_no_stand_in() -> None:
+    orch = core(members=(110, 120, 130), successors=1, long_distance=1)
+    link_up(orch, 1.0, 110)
+    link_up(orch, 1.1)  # the long-distance link: 120 or 130
+    (chord,) = [p for p, t in up_links(orch).items() if t is L]
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    asks = of(orch.tick(2.0), SendLinkRequest)
+    assert [(a.peer, a.request.existing) for a in asks] == ([] if chord == 120 else [(120, False)])
+
+
+def test_a_crashed_successor_is_replaced_as_soon_as_its_tunnel_dies_not_after_the_debounce() -> None:
+    # Without a stand-in (its presence went while our own signaling was down), the tunnel's death
+    # still cuts a membership debounce short.
+    orch = core(members=(110, 120, 130), successors=1)
+    link_up(orch, 1.0, 110)
+    orch.signal_disconnected(1.9)
+    orch.peer_removed(110, RemovalCause.LEFT, 2.0)
+    orch.signal_connected(2.05)  # settling until 3.05
+    assert requests(orch.tick(3.05)) == []  # 110's link is up: nothing to do
+    orch.peer_added(140, 3.1)  # membership moving until 3.6
+    orch.tunnel_down(110, "t110", "peer-silent", 3.2)
+    assert orch.next_wakeup(3.2) == 3.2
+    assert requests(orch.tick(3.2)) == [(120, S, False)]  # the new successor at once, not at 3.6
 
 
 def test_a_tunnel_down_of_a_present_peer_still_waits_for_a_moving_membership() -> None:

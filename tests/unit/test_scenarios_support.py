@@ -12,6 +12,7 @@ from evio.testing.scenarios import (
     figure_lines,
     link_snapshot,
     ring_offset,
+    ring_whole_since,
     successor_gaps,
 )
 
@@ -69,6 +70,20 @@ def test_successor_gaps_name_each_missing_successor_link_among_live_nodes() -> N
     without_n4 = Topology(order, tuple(both("n1", "n2") + both("n2", "n3") + both("n3", "n1")), {"n4": "gone"})
     assert successor_gaps(without_n4, 1) == []
     assert ring_offset(without_n4, "n3", 1) == "n1"
+
+
+def test_the_ring_was_whole_since_its_last_successor_link_came_up_at_its_later_end() -> None:
+    def aged(node: str, peer: str, since: float | None, kind: str = "successor") -> LinkView:
+        return LinkView(node, peer, kind, "up", tap=None, port=None, path=None, up_since=since)
+
+    order = ("n1", "n2", "n3", "n4")
+    ring = [aged("n1", "n2", 10.0), aged("n2", "n1", 10.5), aged("n2", "n3", 11.0), aged("n3", "n2", 11.2),
+            aged("n3", "n1", 20.3), aged("n1", "n3", 20.1), aged("n1", "n4", 5.0, "long_distance")]
+    topo = Topology(order, tuple(ring), {"n4": "killed"})
+    assert ring_whole_since(topo, 1) == 20.3  # the new link n3-n1, up at n3 last; n4's stale view is no part
+    assert ring_whole_since(Topology(order, tuple(ring[:-2]), {"n4": "killed"}), 1) is None  # a gap
+    unaged = [*ring[:4], aged("n3", "n1", None), aged("n1", "n3", 20.1)]
+    assert ring_whole_since(Topology(order, tuple(unaged), {"n4": "killed"}), 1) is None
 
 
 def test_a_link_snapshot_changes_when_a_link_comes_goes_or_changes_state() -> None:

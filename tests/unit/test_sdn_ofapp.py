@@ -206,6 +206,21 @@ def test_a_tunnel_port_announced_after_it_joined_turns_from_leaf_to_peer() -> No
     assert sink.events[-1] == PortAdded("red", 5, "evot200", "peer", 200)
 
 
+def test_a_peer_port_down_leaves_the_switch_at_once_and_is_no_leaf_while_the_bridge_still_has_it() -> None:
+    app, commands, sink, _ = make_app()
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100)
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(5, "evot200", "02:00:00:00:00:99")])
+    commands.peer_down("red", "evot200")
+    app.tick(EventTick(periodic=False))
+    assert 5 not in app.overlays["red"].switch.ports  # not reclassified as a host's port
+    assert sink.events[-1] == PortRemoved("red", 5, "evot200")
+    commands.peer_up("red", "evot200", 200)  # a new tunnel under that name before the bridge dropped it
+    app.tick(EventTick(periodic=False))
+    assert app.overlays["red"].switch.ports[5].peer == 200
+
+
 def test_switch_disconnect_is_reported_and_forgets_its_ports_until_it_returns() -> None:
     app, commands, sink, _ = make_app()
     dp = FakeDatapath(1)
