@@ -16,6 +16,11 @@ async def echo_server(transform: Callable[[bytes], bytes] = lambda b: b, close_a
         while data := await reader.read(65536):
             seen += len(data)
             if close_after is not None and seen >= close_after:
+                # End the stream with a FIN, and keep reading: closing with the client's later
+                # messages unread would send a reset, which a slow client may see before the FIN.
+                writer.write_eof()
+                while await reader.read(65536):
+                    pass
                 break
             writer.write(transform(data))
             await writer.drain()
