@@ -360,8 +360,12 @@ class IceAgent:
         self._connects: dict[int, asyncio.Task[None]] = {}
         self._later: asyncio.Task[None] | None = None
 
-    async def gather(self) -> tuple[IceParameters | None, IceParameters | None]:
-        """Gather both connections' candidates; returns (direct, relay) parameters to signal."""
+    async def gather(self, stretch: float = 1.0) -> tuple[IceParameters | None, IceParameters | None]:
+        """Gather both connections' candidates; returns (direct, relay) parameters to signal.
+
+        ``stretch`` scales the deadline: on a host whose loops run late the STUN and TURN answers
+        are late too (the tunnel's patience factor)."""
+        timeout = self._config.gather_timeout * max(stretch, 1.0)
         conns = [c for c in (self.direct, self.relay) if c is not None]
         # The gathering tasks copy the context as they are created: they see this agent's exclusions.
         token = _gathering_excludes.set(tuple(self._excluded))
@@ -370,10 +374,10 @@ class IceAgent:
         finally:
             _gathering_excludes.reset(token)
         try:
-            await asyncio.wait_for(gathering, self._config.gather_timeout)
+            await asyncio.wait_for(gathering, timeout)
         except TimeoutError:
             raise GatherTimeout(
-                f"ICE candidates not gathered within {self._config.gather_timeout:g} s "
+                f"ICE candidates not gathered within {timeout:g} s "
                 "(a STUN or TURN server that does not answer?)"
             ) from None
         if self.relay is not None and not self.relay.local_candidates:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import UNTRUSTED, TunnelCertificate
-from evio.tunnel.errors import OfferError, SignalingFailed
+from evio.tunnel.errors import OfferError, SetupError, SignalingFailed
 from evio.tunnel.patience import LoopLag
 from evio.tunnel.session import (
     Clock,
@@ -177,7 +177,10 @@ class TunnelManager:
             if existing is not None and existing.active:
                 await existing.close("replaced by a new offer from the peer")
             tunnel = self._new_tunnel(peer, initiator=False, tunnel_id=offer.tunnel_id)
-            answer = await tunnel.prepare_answer(offer)
+            try:
+                answer = await tunnel.prepare_answer(offer)
+            except SetupError as exc:  # no candidates in time, say: the peer hears why, as for a refusal
+                raise self._refuse(peer, "setup_failed", SignalingFailed(f"no answer prepared: {exc}")) from exc
         finally:
             self._offers_in_progress -= 1
         tunnel.start_responder()

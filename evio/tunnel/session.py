@@ -284,7 +284,7 @@ class Tunnel:
         try:
             cipher = choose_cipher(offer.ciphers, self.config.ciphers)
             self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock())
-            direct, relay = await self._ice.gather()
+            direct, relay = await self._ice.gather(self._patience() if self._patience is not None else 1.0)
             if direct is None and relay is None:
                 raise SetupError("no local ICE candidates")
             await self._ice.set_remote(offer.direct, offer.relay)
@@ -320,7 +320,7 @@ class Tunnel:
 
     async def _run_initiator(self, signaling: TunnelSignaling) -> None:
         self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock())
-        direct, relay = await self._ice.gather()
+        direct, relay = await self._ice.gather(self._patience() if self._patience is not None else 1.0)
         if direct is None and relay is None:
             raise SetupError("no local ICE candidates")
         offer = TunnelOffer(self._info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, self.config.ciphers)

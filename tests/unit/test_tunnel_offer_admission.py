@@ -21,7 +21,7 @@ from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.tunnel import session
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import TunnelCertificate
-from evio.tunnel.errors import OfferError, SignalingFailed
+from evio.tunnel.errors import GatherTimeout, OfferError, SignalingFailed
 from evio.tunnel.keys import Cipher
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.signaling import IceParameters, TunnelAnswer, TunnelOffer
@@ -144,5 +144,25 @@ async def test_pending_offers_and_tunnels_are_capped(spy: Spy) -> None:
         assert await offer(hub, 0x33, offer_from(0x33)) is None
         assert isinstance(await offer(hub, 0x34, offer_from(0x34)), SignalingFailed)
         assert m.refused_offers["too_many_tunnels"] == 1 and len(m.tunnels()) == 3
+    finally:
+        await m.close()
+
+
+async def test_an_answer_that_cannot_be_prepared_is_a_counted_refusal_not_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def no_candidates(tunnel: session.Tunnel, offer: TunnelOffer) -> TunnelAnswer:
+        raise GatherTimeout("ICE candidates not gathered within 3 s")
+
+    monkeypatch.setattr(session.Tunnel, "prepare_answer", no_candidates)
+    hub, taps = FakeTunnelSignalingHub(), list[str]()
+    m = manager(hub, taps, offer_burst=100)
+    m.admit_offers(lambda peer: True)
+    try:
+        with caplog.at_level(logging.WARNING):
+            errors = [await offer(hub, 0x22, offer_from(0x22, n)) for n in range(3)]
+        assert all(isinstance(e, SignalingFailed) and "not gathered" in str(e) for e in errors), errors
+        assert m.refused_offers["setup_failed"] == 3
+        assert not any(r.exc_info for r in caplog.records)  # expected under load: no traceback
     finally:
         await m.close()
