@@ -72,21 +72,19 @@ class AdoptedTransport(asyncio.DatagramTransport):
         self.default_addr = default_addr
         self._closing = False
         self._reading = False
-        self._lent = 0  # data path readers of this socket: it must outlive them
+        self._lent = False  # the data path reads this socket: it must outlive that
         self.receive_failures = 0
         sock.setblocking(False)
 
     def lend(self) -> None:
         """The data path reads the socket from now on (this transport stops reading it)."""
         self.pause_reading()
-        self._lent += 1
+        self._lent = True  # one data path at a time; lending again (a path swap) changes nothing
 
     def give_back(self) -> None:
         """The data path no longer reads the socket: read it again, or close it if the owner
         closed the transport meanwhile."""
-        self._lent = max(self._lent - 1, 0)
-        if self._lent:
-            return
+        self._lent = False
         if self._closing:
             self.sock.close()
         else:

@@ -61,3 +61,15 @@ def test_consent_expiry_never_closes_a_connection() -> None:
         assert aioice.ice.CONSENT_FAILURES >= 2**31  # the tunnel's liveness decides
     finally:
         aioice.ice.CONSENT_FAILURES = saved
+
+
+async def test_lending_again_on_a_path_swap_needs_one_give_back() -> None:
+    # A path move installs the side path as the main one (lent again) and the old main as the
+    # side (lent again): one give-back each must still return the socket to its owner.
+    transport = AdoptedTransport(asyncio.get_running_loop(), udp_socket(), Recorder())
+    transport.lend()
+    transport.lend()
+    transport.give_back()
+    assert transport.is_reading()
+    transport.close()
+    assert transport.sock.fileno() == -1
