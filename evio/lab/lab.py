@@ -580,9 +580,7 @@ class Lab:
         """Apply `edit` to every node's config file, reload each daemon (SIGHUP) and wait until each has."""
         before = {n.index: int(self.daemon_status(n.index)["reloads"]) for n in self.nodes}
         for node in self.nodes:
-            config = json.loads(node.config_path.read_text())
-            edit(config)
-            node.config_path.write_text(json.dumps(config, indent=2))
+            _rewrite_config(node.config_path, edit)
             record = self.daemon(node.index)
             if record is None:
                 raise LabError(f"{node.name}'s daemon is not running")
@@ -607,8 +605,7 @@ class Lab:
         if any("trust" in overlay for overlay in config.get("overlays", {}).values()):
             raise LabError(f"{node.name} has an overlay certificate issued for its node id; renumbering it is not supported")
         new_id = secrets.token_hex(16)
-        config["node"]["id"] = new_id
-        node.config_path.write_text(json.dumps(config, indent=2) + "\n")
+        _rewrite_config(node.config_path, lambda doc: doc["node"].update(id=new_id))
         with self._lock:
             ids = list(self._state.secrets.node_ids)
             ids[index - 1] = new_id
@@ -623,23 +620,12 @@ class Lab:
         self, indices: Sequence[int], timeout: float, report: Callable[[int], None] | None = None
     ) -> None:
         """Wait until each daemon in `indices` answers and its bridges are connected to its controller."""
-        deadline = time.monotonic() + timeout
-        waiting = list(indices)
-        ready = 0
-        while waiting:
-            for index in list(waiting):
-                if self._daemon_ready(index):
-                    waiting.remove(index)
-                    ready += 1
-                    if report is not None:
-                        report(ready)
-            if not waiting:
-                return
-            if time.monotonic() > deadline:
-                names = ", ".join(f"node{i}" for i in waiting)
-                raise LabError(f"daemons not ready after {timeout:.0f} s: {names}; first one's log:\n"
-                               f"{self._log_tail(waiting[0])}")
-            time.sleep(0.1)
+        try:
+            # Already started: the windowed start's wait, with nothing left to start.
+            full_nodes.start_windowed(indices, lambda index: None, self._daemon_ready, max(len(indices), 1),
+                                      timeout, report)  # fmt: skip
+        except full_nodes.DaemonsNotReady as exc:
+            raise LabError(f"{exc}; first one's log:\n{self._log_tail(exc.late[0])}") from None
 
     def _daemon_ready(self, index: int) -> bool:
         """Whether node `index`'s daemon answers with its bridges connected; LabError if it exited."""
@@ -872,3 +858,10 @@ def _sigint_ignored() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _rewrite_config(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Apply `edit` to the node config at `path`, in place (the file keeps its owner-only mode)."""
+    config = json.loads(path.read_text())
+    edit(config)
+    path.write_text(json.dumps(config, indent=2) + "\n")

@@ -284,7 +284,7 @@ class Tunnel:
         try:
             cipher = choose_cipher(offer.ciphers, self.config.ciphers)
             self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock())
-            direct, relay = await self._ice.gather(self._patience() if self._patience is not None else 1.0)
+            direct, relay = await self._ice.gather(self._patience_now())
             if direct is None and relay is None:
                 raise SetupError("no local ICE candidates")
             await self._ice.set_remote(offer.direct, offer.relay)
@@ -320,7 +320,7 @@ class Tunnel:
 
     async def _run_initiator(self, signaling: TunnelSignaling) -> None:
         self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock())
-        direct, relay = await self._ice.gather(self._patience() if self._patience is not None else 1.0)
+        direct, relay = await self._ice.gather(self._patience_now())
         if direct is None and relay is None:
             raise SetupError("no local ICE candidates")
         offer = TunnelOffer(self._info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, self.config.ciphers)
@@ -530,7 +530,7 @@ class Tunnel:
                 self._link_down("underlay failed")
                 break
             stats = self._datapath.stats()
-            patience = self._patience() if self._patience is not None else 1.0
+            patience = self._patience_now()
             self._execute(liveness.tick(now, stats.rx_records, stats.tx_records, patience))
             if stats.tx_epoch != tx_epoch:
                 tx_epoch, last_rekey = stats.tx_epoch, now
@@ -543,6 +543,10 @@ class Tunnel:
                 logger.info("tunnel %s peer %032x drops %s", self._info.tunnel_id, self.peer, {r.value: n for r, n in stats.drops.items()})
         if self._info.state is not TunnelState.UP and self._down_reason == DownReason.NOT_AUTHENTICATED.value:
             raise NotAuthenticated("no authenticated record from the peer")
+
+    def _patience_now(self) -> float:
+        """How far setup and liveness limits stretch now (the host's loop lag); 1 without a gauge."""
+        return self._patience() if self._patience is not None else 1.0
 
     def _wake(self) -> None:
         """Run the supervisor's next tick now."""
