@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import os
 import socket
 import struct
@@ -44,6 +45,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 
 from evio.config.model import Cipher
+from evio.tunnel.buffers import release, zeroed
 from evio.tunnel.datapath import ControlHandler, DatapathStats, DropReason, Underlay
 from evio.tunnel.errors import RecordError
 from evio.tunnel.keys import RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
@@ -228,6 +230,7 @@ class FdDatapath:
             enable_gro(self._underlay.sock, False)  # the owner reads one datagram per call again
         self._underlay.resume_owner()
         self.release_side()
+        self._release_buffers()
 
     def maintain(self) -> None:
         """Re-arm the socket reader: uvloop drops it for good on a socket error (an ICMP
@@ -420,29 +423,23 @@ class FdDatapath:
         self._channel = channel
         self._peer = underlay.peer
         self._hoff = hoff = TURN_CHANNEL_HEADER_LEN if channel is not None else 0
-        self._tx_plain = bytearray(_RECV_BUF_LEN)
+        self._tx_plain = zeroed(_RECV_BUF_LEN)
         self._tx_plain_mv = memoryview(self._tx_plain)
         self._tx_iov = [self._tx_plain_mv]
         # One slot per record of a burst, all sent by one system call (mmsg.py).
         self._tx_ring = self._batch_factory(self._batch, hoff + self._max_record, underlay.peer)
         ring = self._tx_ring.view
         slot_size = self._tx_ring.slot_size
-        for slot in range(self._batch):
-            ring[slot * slot_size + hoff] = KIND_FRAME
+        # A slot's kind byte is written when the slot is first used (_make_tx_views, _seal_frame), not
+        # here: writing it into every slot would make the whole ring resident on an idle tunnel.
         self._tx_aads = [ring[i * slot_size + hoff : i * slot_size + hoff + HEADER_LEN] for i in range(self._batch)]
         # tx_views[slot][n]: (plaintext, ciphertext+tag) for a frame of n bytes in that slot
         # (a dict: only the few frame sizes a link actually carries get views).
         self._tx_views: list[dict[int, tuple[memoryview, memoryview]]] = [{} for _ in range(self._batch)]
         # Room for our largest record and then some (DTLS flights, STUN); a larger datagram
         # is cut short by the kernel and then fails authentication.
-        rx_slot = max(_MIN_RX_SLOT, hoff + self._max_record)
-        self._gro_ring: GroRecvBatch | None = None
-        if self._gro:
-            self._gro_ring = GroRecvBatch(_GRO_SLOTS)
-            self._rx_ring: ReceiveBatch = self._gro_ring
-            rx_slot = self._gro_ring.slot_size
-        else:
-            self._rx_ring = self._receive_batch_factory(self._batch, rx_slot)
+        self._rx_ring, self._gro_ring = self._receive_rings(max(_MIN_RX_SLOT, hoff + self._max_record))
+        rx_slot = self._rx_ring.slot_size
         rx_ring = self._rx_ring.view
         self._rx_aads = [rx_ring[i * rx_slot + hoff : i * rx_slot + hoff + HEADER_LEN] for i in range(self._batch)]
         self._rx_plain = bytearray(self._max_frame)
@@ -450,14 +447,42 @@ class FdDatapath:
         # rx_views[slot][n]: (ciphertext+tag, plaintext) for a record of n bytes in that slot.
         self._rx_views: list[dict[int, tuple[memoryview, memoryview]]] = [{} for _ in range(self._batch)]
         if self._vnet:
-            self._sf = bytearray(_SUPERFRAME_LEN)
+            self._sf = zeroed(_SUPERFRAME_LEN)
             self._sf_mv = memoryview(self._sf)
             self._sf_iov = [self._sf_mv]
             self._slot = self._tx_nbytes = 0
             self._coalescer = TcpCoalescer(self._write_vnet, self._max_frame)
 
+    def _receive_rings(self, slot_size: int) -> tuple[ReceiveBatch, GroRecvBatch | None]:
+        """The ring the socket pass reads into (slots of ``slot_size`` without GRO), and it again if it is
+        a GRO ring (a native data path overrides this with its own, native.py)."""
+        if self._gro:
+            ring = GroRecvBatch(_GRO_SLOTS)
+            return ring, ring
+        return self._receive_batch_factory(self._batch, slot_size), None
+
+    def buffers(self) -> list[bytearray | mmap.mmap]:
+        """The large buffers of the current path (rings, TAP read buffers; not the native extension's
+        own), for an account of a tunnel's memory (``buffers.resident``)."""
+        if self._underlay is None:
+            return []
+        found = [self._tx_ring.memory, self._rx_ring.memory, self._tx_plain]
+        if self._vnet:
+            found.append(self._sf)
+        if self._coalescer is not None:
+            found.append(self._coalescer.memory)
+        return [buffer for buffer in found if buffer is not None]
+
+    def _release_buffers(self) -> None:
+        """Hand the written pages back to the kernel (on stop: the stopped data path may be kept a while)."""
+        if self._coalescer is not None:
+            self._coalescer.release()
+        for buffer in self.buffers():
+            release(buffer)
+
     def _make_tx_views(self, slot: int, n: int) -> tuple[memoryview, memoryview]:
         start = slot * self._tx_ring.slot_size + self._hoff
+        self._tx_ring.view[start] = KIND_FRAME
         views = (self._tx_plain_mv[:n], self._tx_ring.view[start + HEADER_LEN : start + OVERHEAD + n])
         self._tx_views[slot][n] = views
         return views
@@ -614,6 +639,7 @@ class FdDatapath:
         ring = self._tx_ring
         out = ring.view
         at = slot * ring.slot_size + self._hoff
+        out[at] = KIND_FRAME
         out[at + 1] = self._tx_secret.epoch & 0xFF  # type: ignore[union-attr]
         _U64.pack_into(out, at + 2, counter)
         _U64.pack_into(self._tx_nonce, 4, self._tx_iv_low ^ counter)

@@ -28,9 +28,12 @@ import ctypes
 import ctypes.util
 import errno
 import logging
+import mmap
 import socket
 import struct
 from typing import Any, Protocol
+
+from evio.tunnel.buffers import release, zeroed
 
 logger = logging.getLogger(__name__)
 
@@ -104,11 +107,23 @@ def sockaddr(address: Any) -> bytes:
 
 
 class SlotRing:
-    """A ring of ``slots`` buffers of ``slot_size`` bytes, seen as one writable view (every batch kind)."""
+    """A ring of ``slots`` buffers of ``slot_size`` bytes, seen as one writable view (every batch kind).
+
+    The ring's memory is ``buffers.zeroed``: pages are taken as traffic writes them."""
 
     _slots: int
     _slot_size: int
     _view: memoryview
+    _memory: bytearray | mmap.mmap | None = None
+
+    def release(self) -> None:
+        """Hand the pages written so far back to the kernel (the ring stays usable)."""
+        release(self._memory)
+
+    @property
+    def memory(self) -> bytearray | mmap.mmap | None:
+        """The buffer behind the ring (None: the ring keeps its bytes elsewhere)."""
+        return self._memory
 
     @property
     def slots(self) -> int:
@@ -137,6 +152,11 @@ class Slotted(Protocol):
     def view(self) -> memoryview:
         """The whole ring, writable: slot i starts at i * slot_size."""
 
+    @property
+    def memory(self) -> bytearray | mmap.mmap | None: ...
+
+    def release(self) -> None: ...
+
 
 class DatagramBatch(Slotted, Protocol):
     def set_length(self, slot: int, length: int) -> None: ...
@@ -158,7 +178,8 @@ class SendBatch(SlotRing):
             raise OSError("sendmmsg is not available")
         self._slots = slots
         self._slot_size = slot_size
-        self._ring = (ctypes.c_char * (slots * slot_size))()
+        self._memory = zeroed(slots * slot_size)
+        self._ring = (ctypes.c_char * (slots * slot_size)).from_buffer(self._memory)
         self._view = memoryview(self._ring).cast("B")
         name = sockaddr(destination)
         self._name = ctypes.create_string_buffer(name, len(name))
@@ -259,7 +280,8 @@ class SendtoBatch(SlotRing):
         self._slots = slots
         self._slot_size = slot_size
         self._destination = destination
-        self._view = memoryview(bytearray(slots * slot_size))
+        self._memory = zeroed(slots * slot_size)
+        self._view = memoryview(self._memory)
         self._lengths = [0] * slots
 
     def set_length(self, slot: int, length: int) -> None:
@@ -307,7 +329,8 @@ class RecvBatch(SlotRing):
             raise OSError("recvmmsg is not available")
         self._slots = slots
         self._slot_size = slot_size
-        self._ring = (ctypes.c_char * (slots * slot_size))()
+        self._memory = zeroed(slots * slot_size)
+        self._ring = (ctypes.c_char * (slots * slot_size)).from_buffer(self._memory)
         self._view = memoryview(self._ring).cast("B")
         self._names = (ctypes.c_char * (slots * _SOCKADDR_STORAGE))()
         self._names_view = memoryview(self._names).cast("B")
@@ -350,7 +373,8 @@ class RecvfromBatch(SlotRing):
     def __init__(self, slots: int, slot_size: int) -> None:
         self._slots = slots
         self._slot_size = slot_size
-        self._view = memoryview(bytearray(slots * slot_size))
+        self._memory = zeroed(slots * slot_size)
+        self._view = memoryview(self._memory)
         self._slot_views = [self._view[i * slot_size : (i + 1) * slot_size] for i in range(slots)]
         self._lengths = [0] * slots
         self._sources: list[tuple[Any, ...]] = [()] * slots

@@ -24,6 +24,7 @@ parse are ``evio.tcpip``'s, shared with the controller's segmenter
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from evio.tcpip import (
     parse_tcp,
     pseudo_header_sum,
 )
+from evio.tunnel.buffers import release, zeroed
 
 # struct virtio_net_hdr (linux/virtio_net.h), little-endian on the hosts we run on.
 VNET_HDR = struct.Struct("<BBHHHH")
@@ -216,7 +218,7 @@ class TcpCoalescer:
 
     def __init__(self, write: Callable[[memoryview], None], max_frame: int) -> None:
         self._write = write
-        self._buf = bytearray(VNET_HDR_LEN + ETH_HEADER_LEN + IPV6_HEADER_LEN + MAX_IP_PAYLOAD)
+        self._buf = zeroed(VNET_HDR_LEN + ETH_HEADER_LEN + IPV6_HEADER_LEN + MAX_IP_PAYLOAD)
         self._view = memoryview(self._buf)
         self._max_frame = max_frame
         self._held = 0  # segments held
@@ -234,6 +236,16 @@ class TcpCoalescer:
         self._tcp = 0
         self.frames_in = 0
         self.frames_out = 0
+
+    def release(self) -> None:
+        """Hand the buffer's written pages back to the kernel (what is held is dropped: flush first)."""
+        self._held = self._end = 0
+        self._open = False
+        release(self._buf)
+
+    @property
+    def memory(self) -> bytearray | mmap.mmap:
+        return self._buf
 
     @property
     def held(self) -> int:
