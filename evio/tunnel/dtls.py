@@ -141,6 +141,7 @@ class DtlsHandshake:
         self._refusal: str | None = None
         ctx = SSL.Context(SSL.DTLS_METHOD)
         ctx.set_options(SSL.OP_NO_TICKET | SSL.OP_NO_QUERY_MTU)
+        ctx.set_mode(SSL.MODE_RELEASE_BUFFERS)
         ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, self._verify)
         ctx.use_certificate(certificate.cert)
         ctx.use_privatekey(certificate.key)
