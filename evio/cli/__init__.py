@@ -19,8 +19,10 @@ _COMMANDS = ("evio.cli.run_cmd", "evio.cli.status_cmd", "evio.cli.config_cmd", "
              "evio.cli.lab_cmd")
 
 
-# Commands a health check runs often: their parser is built alone, without importing the others.
-_LIGHT = {"status": "evio.cli.status_cmd", "ping": "evio.cli.status_cmd"}
+# Commands whose parser is built alone, without importing the others: those a health check runs
+# often, and the daemon, which would otherwise hold for its whole life what the lab, the simulator and
+# the plots import (slixmpp with pygments among them, before `run` keeps pygments out): 5 MB resident.
+_LIGHT = {"status": "evio.cli.status_cmd", "ping": "evio.cli.status_cmd", "run": "evio.cli.run_cmd"}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

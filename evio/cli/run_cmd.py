@@ -88,10 +88,15 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_MISSING_DEPENDENCY
 
 
-def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
+def keep_out_unused_modules() -> None:
+    """Make what the daemon never uses unimportable; called before the node's parts are imported."""
     # slixmpp colours its stanza logs with pygments when it can import it (4 MB resident); a daemon
     # logs to journald or a file, so it is made unimportable here, before slixmpp is loaded.
     sys.modules.setdefault("pygments", None)  # type: ignore[arg-type]
+
+
+def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
+    keep_out_unused_modules()
     from evio.bridge.ovs_bridge import openvswitch_module_loaded
     from evio.config.state_dir import FileStateDir, resolve_node_id
     from evio.node.control import socket_path

@@ -1,0 +1,39 @@
+"""What `evio run` imports: the daemon's own parts, not the lab's, the simulator's or the plots'.
+
+Checked in a fresh interpreter (the test process holds everything). Each module a daemon imports
+stays resident for its life: building every subcommand's parser once cost 5 MB (slixmpp came in
+with the lab's modules, and pygments with it, before `run` could keep pygments out).
+"""
+
+import subprocess
+import sys
+import textwrap
+
+PROBE = textwrap.dedent(
+    """
+    import sys
+    from evio.cli import main
+    from evio.cli.config_file import EXIT_UNREADABLE
+
+    # A config that cannot be read: `run` parses its arguments and stops before starting anything.
+    assert main(["run", "--config", "/nonexistent/evio.json"]) == EXIT_UNREADABLE
+    def loaded(*prefixes):
+        return sorted(m for m in sys.modules if sys.modules[m] is not None and m.startswith(prefixes))
+    assert not loaded("evio.lab", "evio.sim", "evio.plots", "slixmpp", "pygments", "matplotlib"), loaded(
+        "evio.lab", "evio.sim", "evio.plots", "slixmpp", "pygments", "matplotlib")
+    # As `_run` goes on: pygments kept out before slixmpp comes in with the node.
+    from evio.cli.run_cmd import keep_out_unused_modules
+    keep_out_unused_modules()
+    import evio.node.node, evio.node.platform, evio.overlay.controller
+    assert "slixmpp" in sys.modules
+    assert not loaded("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim"), loaded(
+        "pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim")
+    print("ok")
+    """
+)
+
+
+def test_the_daemon_imports_neither_the_lab_nor_the_simulator_nor_pygments() -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
