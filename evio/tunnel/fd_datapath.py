@@ -96,6 +96,8 @@ _MIN_RX_SLOT = 2048
 _OWNER_FAILURE_LOG_INTERVAL = 10.0
 _GRO_SLOTS = 16  # 64 KiB each: up to 16 bursts of records per recvmmsg
 _SUPERFRAME_LEN = VNET_HDR_LEN + 65536 + 256  # a TAP read with offloads: 64 KiB of TCP and its headers
+TRIM_AFTER = 10.0
+"""Seconds without a frame after which a data path's buffers are handed back to the kernel."""
 
 
 class _RxEpoch:
@@ -130,8 +132,10 @@ class FdDatapath:
         batch_factory: Callable[[int, int, Any], DatagramBatch] = make_batch,
         receive_batch_factory: Callable[[int, int], ReceiveBatch] = make_receive_batch,
         gro: bool = False,
+        trim_after: float = TRIM_AFTER,
     ) -> None:
-        """``gro``: receive with UDP GRO where the kernel has it (tunnel.offload)."""
+        """``gro``: receive with UDP GRO where the kernel has it (tunnel.offload); ``trim_after``: seconds
+        without a frame after which ``maintain`` hands the buffers' pages back to the kernel."""
         self._max_frame = mtu + ETHERNET_HEADER_LEN
         self._max_record = self._max_frame + OVERHEAD
         self._rekey_policy = rekey or RekeyPolicy()
@@ -172,6 +176,10 @@ class FdDatapath:
         self._side_moves = False  # its first authenticated record moves the data path there
         self._path_moves = 0
         self._on_move: Callable[[], None] | None = None
+        self._trim_after = trim_after
+        self._frames_seen = -1  # frames both ways at the last maintain
+        self._busy_at = 0.0  # when maintain last saw them change
+        self._trimmed = False
 
     # -- interface -----------------------------------------------------------------
 
@@ -245,6 +253,18 @@ class FdDatapath:
             clear_socket_error(self._side.sock)
             self._loop.remove_reader(self._side_fd)
             self._loop.add_reader(self._side_fd, self._side_pass)
+        self._trim_if_idle(self._loop.time())
+
+    def _trim_if_idle(self, now: float) -> None:
+        """A burst at full rate leaves the rings resident (a GRO ring is 1 MiB); once the tunnel has
+        carried no frame for ``trim_after`` seconds their pages go back to the kernel, once, and the
+        next burst takes them again (a page fault each, about 300 for a whole GRO ring)."""
+        frames = self._tx_frames + self._rx_frames
+        if frames != self._frames_seen:
+            self._frames_seen, self._busy_at, self._trimmed = frames, now, False
+        elif not self._trimmed and now - self._busy_at >= self._trim_after and self._slot == 0:
+            self._release_buffers()
+            self._trimmed = True
 
     # -- path moves ----------------------------------------------------------------
     # Keys, epochs, counters and replay windows belong to the session, not to a path:
@@ -474,11 +494,14 @@ class FdDatapath:
         return [buffer for buffer in found if buffer is not None]
 
     def _release_buffers(self) -> None:
-        """Hand the written pages back to the kernel (on stop: the stopped data path may be kept a while)."""
+        """Hand the written pages back to the kernel (on stop, the stopped data path may be kept a while;
+        when idle, ``_trim_if_idle``). What they held is gone: nothing may be pending in them."""
         if self._coalescer is not None:
             self._coalescer.release()
         for buffer in self.buffers():
             release(buffer)
+        # The send ring's kind bytes went with its pages: the views are made again, and write them.
+        self._tx_views = [{} for _ in range(self._batch)]
 
     def _make_tx_views(self, slot: int, n: int) -> tuple[memoryview, memoryview]:
         start = slot * self._tx_ring.slot_size + self._hoff

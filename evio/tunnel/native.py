@@ -47,7 +47,7 @@ from typing import Any
 from evio.config.model import Cipher
 from evio.tunnel.buffers import zeroed
 from evio.tunnel.datapath import DropReason, Underlay
-from evio.tunnel.fd_datapath import _GRO_SLOTS, FdDatapath, _RxEpoch
+from evio.tunnel.fd_datapath import _GRO_SLOTS, TRIM_AFTER, FdDatapath, _RxEpoch
 from evio.tunnel.keys import RekeyPolicy, TrafficSecret
 from evio.tunnel.mmsg import GRO_SLOT_SIZE, GroRecvBatch, ReceiveBatch, SlotRing, parse_sockaddr, sockaddr
 from evio.tunnel.transit import TransitDestinations, TransitHook
@@ -108,11 +108,12 @@ class NativeFdDatapath(FdDatapath):
     implementation = "native"
 
     def __init__(self, mtu: int, rekey: RekeyPolicy | None = None, replay_window: int = 2048, batch: int = 64,
-                 gro: bool = False, tso: bool = False) -> None:  # fmt: skip
+                 gro: bool = False, tso: bool = False, trim_after: float = TRIM_AFTER) -> None:  # fmt: skip
         """``gro``: receive with UDP GRO where the kernel has it; ``tso``: the TAP may hand over TCP
-        super-frames (tunnel.tso), so the TAP pass stays Python's, which segments them."""
+        super-frames (tunnel.tso), so the TAP pass stays Python's, which segments them; ``trim_after``:
+        as ``FdDatapath``'s."""
         module()
-        super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=gro)
+        super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=gro, trim_after=trim_after)
         self._tso = tso
         self._native_tx: Any = None
         self._native_rx: _NativeRecvRing | None = None

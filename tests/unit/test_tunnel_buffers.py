@@ -12,7 +12,7 @@ from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
 from evio.tunnel import native
 from evio.tunnel.buffers import LAZY_MIN, release, resident, zeroed
-from evio.tunnel.fd_datapath import FdDatapath
+from evio.tunnel.fd_datapath import TRIM_AFTER, FdDatapath
 from evio.tunnel.keys import EXPORTER_LEN, split_exporter
 from evio.tunnel.offload import VNET_HDR_LEN
 from tests.unit.test_tunnel_datapath import MTU, frame, require_native
@@ -34,11 +34,11 @@ def test_a_large_buffer_is_resident_only_where_written_and_released() -> None:
     buffer.close()
 
 
-def make_datapath(implementation: str) -> FdDatapath:
+def make_datapath(implementation: str, trim_after: float = TRIM_AFTER) -> FdDatapath:
     if implementation == "native":
         require_native()
-        return native.NativeFdDatapath(MTU, replay_window=128, gro=True)
-    return FdDatapath(MTU, replay_window=128, gro=True)
+        return native.NativeFdDatapath(MTU, replay_window=128, gro=True, trim_after=trim_after)
+    return FdDatapath(MTU, replay_window=128, gro=True, trim_after=trim_after)
 
 
 @pytest.mark.parametrize("implementation", ["python", "native"])
@@ -80,6 +80,48 @@ async def test_an_idle_tunnel_holds_a_few_pages_of_its_buffers_and_none_once_sto
             buffers = dp.buffers()
             dp.stop()
             assert sum(resident(b) for b in buffers) == 0
+    finally:
+        wire.stop()
+        for dp, tap, underlay in zip(ends, taps, underlays, strict=True):
+            dp.stop()
+            tap.close()
+            underlay.close()
+
+
+@pytest.mark.parametrize("implementation", ["python", "native"])
+async def test_a_tunnel_idle_after_a_burst_hands_its_pages_back_and_carries_traffic_after(implementation: str) -> None:
+    """Full frames both ways fill pages of the rings; two maintain ticks without a frame in between
+    (trim_after 0) release them; frames cross again, sealed and opened as before."""
+    material = os.urandom(EXPORTER_LEN)
+    taps, underlays, ends = [], [], []
+    for is_client in (True, False):
+        tap, underlay = FakeTap(), FakeUnderlay()
+        dp = make_datapath(implementation, trim_after=0.0)
+        dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), lambda m: None)
+        taps.append(tap), underlays.append(underlay), ends.append(dp)
+    wire = DatagramWire(underlays[0], underlays[1])
+    wire.start()
+
+    async def cross(first: int, count: int, size: int) -> None:
+        for direction in ((0, 1), (1, 0)):
+            for at in range(first, first + count, 20):  # 20 at a time: the fake TAP's socket buffer is small
+                sent = [frame(i, size) for i in range(at, at + 20)]
+                for f in sent:
+                    taps[direction[0]].send_frame(f)
+                got: list[bytes] = []
+                await wait_until(lambda d=direction, g=got: len(g.__iadd__(taps[d[1]].frames())) >= 20)  # type: ignore[misc]
+                assert got == sent
+
+    try:
+        await cross(0, 100, MTU)
+        busy = [sum(resident(b) for b in dp.buffers()) for dp in ends]
+        assert all(r >= 16 * mmap.PAGESIZE for r in busy), busy
+        for dp in ends:
+            dp.maintain()  # frames moved since the last look: busy
+            dp.maintain()  # none since: trimmed
+        assert [sum(resident(b) for b in dp.buffers()) for dp in ends] == [0, 0]
+        await cross(1000, 40, MTU)  # the sizes seen before: slots whose headers went with the pages
+        await cross(2000, 40, 300)
     finally:
         wire.stop()
         for dp, tap, underlay in zip(ends, taps, underlays, strict=True):
