@@ -55,7 +55,9 @@ async def test_an_idle_tunnel_holds_a_few_pages_of_its_buffers_and_none_once_sto
         tap, underlay = FakeTap(), FakeUnderlay()
         dp = make_datapath(implementation)
         dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), lambda m: None, vnet_hdr=vnet)
-        taps.append(tap), underlays.append(underlay), ends.append(dp)
+        taps.append(tap)
+        underlays.append(underlay)
+        ends.append(dp)
     wire = DatagramWire(underlays[0], underlays[1])
     wire.start()
     try:
@@ -98,7 +100,9 @@ async def test_a_tunnel_idle_after_a_burst_hands_its_pages_back_and_carries_traf
         tap, underlay = FakeTap(), FakeUnderlay()
         dp = make_datapath(implementation, trim_after=0.0)
         dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), lambda m: None)
-        taps.append(tap), underlays.append(underlay), ends.append(dp)
+        taps.append(tap)
+        underlays.append(underlay)
+        ends.append(dp)
     wire = DatagramWire(underlays[0], underlays[1])
     wire.start()
 
