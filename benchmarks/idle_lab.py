@@ -97,17 +97,21 @@ def links_up(lab: Lab) -> dict[int, int]:
 
 def run(args: argparse.Namespace) -> None:
     os.environ["PYTHONPATH"] = str(REPO)  # the daemons run this checkout's evio ...
+    os.chdir(REPO)
     lab = Lab.up(args.name, nodes=args.nodes, nat="mixed", daemons=True)
     try:
         trees = {node.index: THIS for node in lab.nodes}
         if args.against:
             baseline = [node.index for node in lab.nodes if node.index % 2 == 0]
-            os.environ["PYTHONPATH"] = str(Path(args.against).resolve())  # ... but these run the baseline's
+            # ... but these run the baseline's: `python -m evio` looks in its working directory first.
+            os.environ["PYTHONPATH"] = str(Path(args.against).resolve())
+            os.chdir(args.against)
             for index in baseline:
                 lab.stop_daemon(index)
                 lab.start_daemon(index)
                 trees[index] = BASE
             os.environ["PYTHONPATH"] = str(REPO)
+            os.chdir(REPO)
             lab.wait_daemons(baseline, timeout=60.0 + 2 * args.nodes)
         started = time.monotonic()
         _, closed = wait_ring(lab, args.ring_timeout)
@@ -129,6 +133,10 @@ def run(args: argparse.Namespace) -> None:
         after = {index: task_counters(pid) for index, pid in pids.items()}
         switch_after = {index: process_counters(pid) for index, pid in switches.items() if pid}
         ins_after = packet_ins(lab, list(pids))
+        for tree in (BASE, THIS):  # which checkout each half runs: its working directory comes first
+            dirs = {os.readlink(f"/proc/{pid}/cwd") for i, pid in pids.items() if trees[i] == tree}
+            if dirs:
+                print(f"{tree}: daemons run from {', '.join(sorted(dirs))}")
         per_tree: dict[str, list[dict[str, profiling.TaskCounters]]] = {}
         for index, pid in pids.items():
             got = rows(pid, before[index], after[index])
@@ -190,6 +198,8 @@ def main() -> int:
     parser.add_argument("--ring-timeout", type=float, default=180.0)
     parser.add_argument("--name", default="idle", help="lab name (default idle)")
     args = parser.parse_args()
+    if args.against:
+        args.against = str(Path(args.against).resolve())
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # a SIGTERM still removes the lab
