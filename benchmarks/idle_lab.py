@@ -25,12 +25,14 @@ test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import signal
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -76,12 +78,15 @@ def rows(pid: int, before: dict[int, tuple[str, profiling.TaskCounters]],
     return out
 
 
-def packet_ins(lab: Lab, indices: list[int]) -> dict[int, int]:
-    """Each daemon's SDN packet-ins so far (a status request: read outside the measured window)."""
+def switch_counts(lab: Lab, indices: list[int]) -> dict[int, tuple[int, int, list[dict[str, Any]]]]:
+    """Each daemon's SDN packet-ins and FRB broadcasts received so far, and its latest broadcasts (a
+    status request each: read outside the measured window)."""
     out = {}
     for index in indices:
-        overlays = lab.daemon_status(index).get("overlays", {})
-        out[index] = sum(o.get("switch", {}).get("packet_ins", 0) for o in overlays.values())
+        overlays = lab.daemon_status(index).get("overlays", {}).values()
+        out[index] = (sum(o.get("switch", {}).get("packet_ins", 0) for o in overlays),
+                      sum(o.get("broadcasts", {}).get("received", 0) for o in overlays),
+                      [e for o in overlays for e in o.get("broadcasts", {}).get("recent", [])])
     return out
 
 
@@ -125,14 +130,14 @@ def run(args: argparse.Namespace) -> None:
             if record is not None:
                 pids[node.index] = record.pid
         switches = {index: lab.ovs(index).pid("ovs-vswitchd") for index in pids}
-        ins_before = packet_ins(lab, list(pids))
+        ins_before = switch_counts(lab, list(pids))
         before = {index: task_counters(pid) for index, pid in pids.items()}
         switch_before = {index: process_counters(pid) for index, pid in switches.items() if pid}
         load = os.getloadavg()[0]
         time.sleep(args.idle)
         after = {index: task_counters(pid) for index, pid in pids.items()}
         switch_after = {index: process_counters(pid) for index, pid in switches.items() if pid}
-        ins_after = packet_ins(lab, list(pids))
+        ins_after = switch_counts(lab, list(pids))
         for tree in (BASE, THIS):  # which checkout each half runs: its working directory comes first
             dirs = {os.readlink(f"/proc/{pid}/cwd") for i, pid in pids.items() if trees[i] == tree}
             if dirs:
@@ -145,8 +150,16 @@ def run(args: argparse.Namespace) -> None:
                 got["ovs-vswitchd (its node)"] = end - start
             per_tree.setdefault(trees[index], []).append(got)
         links = {tree: statistics.mean(up[i] for i in pids if trees[i] == tree) for tree in per_tree}
-        ins = {tree: statistics.mean((ins_after[i] - ins_before[i]) / args.idle for i in pids if trees[i] == tree)
+        ins = {tree: statistics.mean((ins_after[i][0] - ins_before[i][0]) / args.idle for i in pids if trees[i] == tree)
                for tree in per_tree}
+        kinds: collections.Counter[str] = collections.Counter()
+        for i in pids:
+            for entry in ins_after[i][2]:
+                if entry.get("seq", 0) > ins_before[i][1]:
+                    kinds[f"0x{entry.get('ethertype', 0):04x}"] += 1
+        received = sum(ins_after[i][1] - ins_before[i][1] for i in pids)
+        print(f"broadcasts received in the window, all daemons: {received}; by ethertype (of those still in the "
+              f"logs): {dict(kinds.most_common())}")
         print_table(args, per_tree, links, ins, load)
     finally:
         lab.close()
