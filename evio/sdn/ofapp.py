@@ -34,8 +34,8 @@ Periodic work on the tick: expiring learned MACs, polling evio's flows' byte
 counters for the on-demand policy every `stats_interval`, and reporting drop
 counters when they changed. The tick is short (`tick_interval`) only while
 something needs it: flows of ours whose counters to poll, on-demand links
-wished for, fast-path flows to refresh, or a packet-in in the last two ticks
-(its reports go out on the next one); otherwise it is `idle_tick_interval`.
+wished for, fast-path flows to refresh; otherwise it is `idle_tick_interval`,
+and a packet-in (a broadcast, say) brings one short tick for its reports.
 A poll that would find no flow of ours is not sent (the switch can only
 have the flows we added: `OverlaySwitch.may_have_flows`).
 
@@ -99,9 +99,9 @@ class ControllerConfig:
     channel: ControllerChannel
     tick_interval: float = 0.5
     # The tick while nothing needs the short one (no flow of ours to poll, no on-demand link wished
-    # for, no fast-path flow, no packet-in for a while): an idle node's controller then wakes three
-    # threads and its switch every few seconds, not twice a second. MACs age in minutes, drop reports
-    # come every 10 s; a packet-in brings the short tick back at once.
+    # for, no fast-path flow): an idle node's controller then wakes three threads and its switch every
+    # few seconds, not twice a second. MACs age in minutes, drop reports come every 10 s; a packet-in
+    # wakes the ticker for one short tick (its reports), and a flow it adds keeps the short tick.
     idle_tick_interval: float = 5.0
     # How often flow byte counters are polled for on-demand links: the first poll after a flow starts
     # sees its rate, so this bounds how long a busy pair waits before its link is asked for. Every
@@ -329,7 +329,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
     def tick_pace(self) -> float:
         """Seconds to the next periodic tick: short while anything needs it (see the module docstring)."""
         with self._lock:
-            recent = self.config.clock() - self._last_packet_in < 2 * self.config.tick_interval
+            # A packet-in's reports go out on the tick after it (E1 reads them), not a slow tick later.
+            recent = self.config.clock() - self._last_packet_in < self.config.tick_interval
             self._fast_ticks = recent or any(o.needs_fast_ticks for o in self.overlays.values())
         return self.config.tick_interval if self._fast_ticks else self.config.idle_tick_interval
 
