@@ -27,7 +27,8 @@ returns. It never reads the clock itself.
   ``keepalive_interval`` as above; the other, while the leader's requests keep
   coming (one within an interval and a tick), only answers them, sends no
   keepalive of its own (its replies are its traffic, at the leader's pace),
-  and asks once every ``rtt_refresh`` (four intervals) to keep its RTT fresh.
+  and asks once every ``rtt_refresh`` (four intervals) to keep its RTT fresh
+  (and every interval until it has one).
   Each end still hears the other every interval. If the leader's requests
   stop (lost, or the peer is gone), the follower asks again at its next tick.
 """
@@ -273,9 +274,10 @@ class Liveness:
             self.state = LivenessState.DOWN
             return [PeerDead(DownReason.PEER_SILENT)]
         follows = self._follows(now)
-        if now - self._last_echo >= self.config.keepalive_interval and not (
-            follows and now - self._last_echo < self.config.rtt_refresh
-        ):
+        # A follower asks for its own RTT every rtt_refresh, and every interval until it has one (a
+        # doubt's deadline is a few RTTs: without one it is the longest, probe_timeout).
+        rtt_fresh = self.rtt.samples > 0 and now - self._last_echo < self.config.rtt_refresh
+        if now - self._last_echo >= self.config.keepalive_interval and not (follows and rtt_fresh):
             # The echo is sent whatever the traffic (RTT stays fresh) and is itself a keepalive.
             self._tx_changed = now
             actions.append(SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now)))

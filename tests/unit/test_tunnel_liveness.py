@@ -336,11 +336,18 @@ def test_a_follower_leaves_its_requests_and_keepalives_to_the_leader_but_for_its
         actions = list(lv.tick(t, rx, tx))
         if actions:
             sent.append((t, actions))
-    # Its own requests only every rtt_refresh (4 s) and no keepalive: its replies are its traffic.
-    assert [(t, a) for t, a in sent] == [(4.0, [echo(1)]), (8.0, [echo(2)])]
+            for action in actions:  # the leader answers at once
+                if isinstance(action, SendControl) and action.opcode is ControlOpcode.ECHO_REQUEST:
+                    tx += 1
+                    rx += 1
+                    lv.on_control(t + 0.02, ControlMessage(ControlOpcode.ECHO_REPLY, 0, action.token))
+    # Its first request for an RTT, then one every rtt_refresh (4 s), and no keepalive: its replies are
+    # its traffic.
+    assert [(t, a) for t, a in sent] == [(1.0, [echo(1)]), (5.0, [echo(2)]), (9.0, [echo(3)])]
+    assert lv.rtt.samples == 3
     # The leader stops: the follower asks at its next tick after an interval and a tick of silence.
     assert lv.tick(11.25, rx, tx) == []  # its last request came at 10.01
-    assert lv.tick(11.5, rx, tx) == [echo(3)]
+    assert lv.tick(11.5, rx, tx) == [echo(4)]
 
 
 def test_a_leader_asks_every_interval_whatever_the_peer_does() -> None:
