@@ -25,7 +25,7 @@ returns. It never reads the clock itself.
   tunnel cost each end two of them per interval. So one end leads (the
   owner says which: the tunnel's ICE-controlling side) and asks every
   ``keepalive_interval`` as above; the other, while the leader's requests keep
-  coming (one within an interval and a tick), only answers them, sends no
+  coming (one within an interval and two ticks), only answers them, sends no
   keepalive of its own (its replies are its traffic, at the leader's pace),
   and asks once every ``rtt_refresh`` (four intervals) to keep its RTT fresh
   (and every interval until it has one).
@@ -277,7 +277,10 @@ class Liveness:
         # A follower asks for its own RTT every rtt_refresh, and every interval until it has one (a
         # doubt's deadline is a few RTTs: without one it is the longest, probe_timeout).
         rtt_fresh = self.rtt.samples > 0 and now - self._last_echo < self.config.rtt_refresh
-        if now - self._last_echo >= self.config.keepalive_interval and not (follows and rtt_fresh):
+        # Due a little early counts: ticks run a few ms late, and an echo due on every fourth tick must
+        # not slip to the fifth every other time (the follower would take the gap for silence).
+        due = now - self._last_echo >= self.config.keepalive_interval - self.config.tick_interval(LivenessState.UP) / 4
+        if due and not (follows and rtt_fresh):
             # The echo is sent whatever the traffic (RTT stays fresh) and is itself a keepalive.
             self._tx_changed = now
             actions.append(SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now)))
@@ -288,9 +291,10 @@ class Liveness:
 
     def _follows(self, now: float) -> bool:
         """Whether this end only answers now: it does not lead, and the leader's last echo request
-        came within an interval and a tick (its pace, a tick late at most)."""
+        came within an interval and two ticks (its pace; a tick late at most, and this end's own
+        tick a little late too)."""
         config = self.config
-        return not self.leads and now - self._peer_echo < config.keepalive_interval + config.tick_interval(LivenessState.UP)
+        return not self.leads and now - self._peer_echo < config.keepalive_interval + 2 * config.tick_interval(LivenessState.UP)
 
     def _heard(self, now: float) -> list[Action]:
         self._rx_changed = now

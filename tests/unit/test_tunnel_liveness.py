@@ -250,10 +250,13 @@ def test_probe_config_checks() -> None:
 
 
 def _run_pair(phase_b: float, seconds: float, delay: float = 0.01,
-              lost: Callable[[str, float, SendControl], bool] | None = None) -> dict[str, Any]:
+              lost: Callable[[str, float, SendControl], bool] | None = None, jitter: float = 0.0) -> dict[str, Any]:
     """Two ends ticking every 0.25 s (B, the follower, `phase_b` after A), records taking `delay`; what
     each sent and heard."""
     import heapq
+    import random
+
+    rng = random.Random(7)
 
     ends = {"a": Liveness(CFG, now=0.0, leads=True), "b": Liveness(CFG, now=0.0, leads=False)}
     other = {"a": "b", "b": "a"}
@@ -290,7 +293,9 @@ def _run_pair(phase_b: float, seconds: float, delay: float = 0.01,
         if now > seconds:
             break
         if what == "tick":
-            execute(end, now, ends[end].tick(now, rx[end], tx[end]))
+            # A loop runs its timers a little late, by a varying amount: the grid point, plus up to `jitter`.
+            late = now + rng.uniform(0.0, jitter)
+            execute(end, late, ends[end].tick(late, rx[end], tx[end]))
             push(now + 0.25, end, "tick")
         else:
             assert isinstance(what, ControlMessage)
@@ -300,9 +305,11 @@ def _run_pair(phase_b: float, seconds: float, delay: float = 0.01,
     return {"requests": requests, "arrivals": arrivals, "dead": dead, "ends": ends}
 
 
-@pytest.mark.parametrize("phase_b", [0.0, 0.1, 0.2, -0.1])
-def test_the_leader_asks_every_interval_the_follower_answers_and_asks_only_for_its_rtt(phase_b: float) -> None:
-    got = _run_pair(phase_b, seconds=60.0)
+@pytest.mark.parametrize(("phase_b", "jitter"), [(0.0, 0.0), (0.1, 0.0), (0.2, 0.0), (-0.1, 0.0), (0.0, 0.02), (0.1, 0.02)])
+def test_the_leader_asks_every_interval_the_follower_answers_and_asks_only_for_its_rtt(
+    phase_b: float, jitter: float
+) -> None:
+    got = _run_pair(phase_b, seconds=60.0, jitter=jitter)
     assert got["dead"] == []
     # Both asking every second, each end would receive 120 records in 60 s (a request and a reply a
     # second): now the leader's 60 exchanges and the follower's one every rtt_refresh (4 s).
@@ -345,9 +352,9 @@ def test_a_follower_leaves_its_requests_and_keepalives_to_the_leader_but_for_its
     # its traffic.
     assert [(t, a) for t, a in sent] == [(1.0, [echo(1)]), (5.0, [echo(2)]), (9.0, [echo(3)])]
     assert lv.rtt.samples == 3
-    # The leader stops: the follower asks at its next tick after an interval and a tick of silence.
-    assert lv.tick(11.25, rx, tx) == []  # its last request came at 10.01
-    assert lv.tick(11.5, rx, tx) == [echo(4)]
+    # The leader stops: the follower asks at its first tick after an interval and two ticks without its requests.
+    assert lv.tick(11.5, rx, tx) == []  # its last request came at 10.01: an interval and two ticks
+    assert lv.tick(11.75, rx, tx) == [echo(4)]
 
 
 def test_a_leader_asks_every_interval_whatever_the_peer_does() -> None:
