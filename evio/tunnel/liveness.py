@@ -30,7 +30,9 @@ returns. It never reads the clock itself.
   and asks once every ``rtt_refresh`` (four intervals) to keep its RTT fresh
   (and every interval until it has one).
   Each end still hears the other every interval. If the leader's requests
-  stop (lost, or the peer is gone), the follower asks again at its next tick.
+  stop (lost, or the peer is gone), the follower asks again at its next tick;
+  and either end that heard nothing for an interval and a tick asks at every
+  tick until it hears something, so losses do not add up to the silence limit.
 """
 
 from __future__ import annotations
@@ -279,8 +281,13 @@ class Liveness:
         rtt_fresh = self.rtt.samples > 0 and now - self._last_echo < self.config.rtt_refresh
         # Due a little early counts: ticks run a few ms late, and an echo due on every fourth tick must
         # not slip to the fifth every other time (the follower would take the gap for silence).
-        due = now - self._last_echo >= self.config.keepalive_interval - self.config.tick_interval(LivenessState.UP) / 4
-        if due and not (follows and rtt_fresh):
+        tick = self.config.tick_interval(LivenessState.UP)
+        due = now - self._last_echo >= self.config.keepalive_interval - tick / 4
+        # Nothing heard for an interval and a tick: an exchange was lost (or the peer is gone). Ask at
+        # every tick until something arrives, so a lost datagram or two cannot add up to the silence
+        # limit now that one exchange, not two, carries an idle tunnel's liveness.
+        silent = now - self._rx_changed >= self.config.keepalive_interval + tick
+        if silent or (due and not (follows and rtt_fresh)):
             # The echo is sent whatever the traffic (RTT stays fresh) and is itself a keepalive.
             self._tx_changed = now
             actions.append(SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now)))
