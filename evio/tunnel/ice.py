@@ -293,7 +293,7 @@ _NEVER = 2**31
 # What they still do is carry aioice's TURN channel refresh, due 500 s after a bind within the
 # channel's 600 s life (turn.DEFAULT_CHANNEL_REFRESH_TIME): every 30 s (36 s at most) leaves that
 # two checks and more.
-CONSENT_INTERVAL = 30.0
+CONSENT_INTERVAL = 30  # seconds (aioice keeps an int)
 
 
 def _install_stun_guard() -> None:
