@@ -2,7 +2,7 @@
 """An idle daemon's cost: CPU and wake-ups per thread, this tree against another in the same lab.
 
     flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/idle_lab.py --against ../main \
-        [--nodes 16] [--idle 30] [--settle 40]
+        [--separate] [--nodes 16] [--idle 30] [--settle 40]
 
 A lab of --nodes full nodes behind mixed NATs (the daemon's default topology):
 the odd nodes run this checkout's daemon, the even ones --against's (restarted
@@ -17,7 +17,10 @@ other threads (os-ken's receive, send and event threads, the controller's
 ticker, the side loop, executors); by thread name where the daemon names its
 threads (evio.node.thread_names). Nothing talks to the daemons during the
 window. Printed per tree, the mean per daemon, with this tree's over the
-baseline's beside it. Without --against every node runs this tree. Root only;
+baseline's beside it. With --separate, two labs one after the other instead,
+every node on the baseline's tree, then every node on this one: what a
+change between the two ends of a tunnel (the echo exchange) is worth when
+both ends have it. Without --against every node runs this tree. Root only;
 the lab is removed at the end, also on failure or Ctrl-C. A benchmark, not a
 test: it asserts nothing.
 """
@@ -100,24 +103,30 @@ def links_up(lab: Lab) -> dict[int, int]:
     return counts
 
 
-def run(args: argparse.Namespace) -> None:
-    os.environ["PYTHONPATH"] = str(REPO)  # the daemons run this checkout's evio ...
-    os.chdir(REPO)
+Measured = tuple[dict[str, list[dict[str, profiling.TaskCounters]]], dict[str, list[float]], dict[str, list[float]], float]
+
+
+def measure_lab(args: argparse.Namespace, everyone: str | None) -> Measured:
+    """One lab: its odd nodes on this tree and its even ones on --against's, or every node on `everyone`'s
+    tree (THIS or BASE). Per tree: each daemon's counter deltas, links up, packet-ins/s; the load."""
+    def use(tree: str) -> None:  # `python -m evio` looks in its working directory first
+        path = REPO if tree == THIS else Path(args.against)
+        os.environ["PYTHONPATH"] = str(path)
+        os.chdir(path)
+
+    use(everyone or THIS)
     lab = Lab.up(args.name, nodes=args.nodes, nat="mixed", daemons=True)
     try:
-        trees = {node.index: THIS for node in lab.nodes}
-        if args.against:
+        trees = {node.index: everyone or THIS for node in lab.nodes}
+        if everyone is None and args.against:
             baseline = [node.index for node in lab.nodes if node.index % 2 == 0]
-            # ... but these run the baseline's: `python -m evio` looks in its working directory first.
-            os.environ["PYTHONPATH"] = str(Path(args.against).resolve())
-            os.chdir(args.against)
+            use(BASE)
             for index in baseline:
                 lab.stop_daemon(index)
                 lab.start_daemon(index)
                 trees[index] = BASE
-            os.environ["PYTHONPATH"] = str(REPO)
-            os.chdir(REPO)
             lab.wait_daemons(baseline, timeout=60.0 + 2 * args.nodes)
+        use(THIS)
         started = time.monotonic()
         _, closed = wait_ring(lab, args.ring_timeout)
         print(f"ring {'closed' if closed else 'NOT closed'} {time.monotonic() - started:.1f} s after the daemons were ready;"
@@ -138,7 +147,7 @@ def run(args: argparse.Namespace) -> None:
         after = {index: task_counters(pid) for index, pid in pids.items()}
         switch_after = {index: process_counters(pid) for index, pid in switches.items() if pid}
         ins_after = switch_counts(lab, list(pids))
-        for tree in (BASE, THIS):  # which checkout each half runs: its working directory comes first
+        for tree in (BASE, THIS):  # which checkout each runs: its working directory comes first
             dirs = {os.readlink(f"/proc/{pid}/cwd") for i, pid in pids.items() if trees[i] == tree}
             if dirs:
                 print(f"{tree}: daemons run from {', '.join(sorted(dirs))}")
@@ -149,8 +158,8 @@ def run(args: argparse.Namespace) -> None:
             if start is not None and end is not None:
                 got["ovs-vswitchd (its node)"] = end - start
             per_tree.setdefault(trees[index], []).append(got)
-        links = {tree: statistics.mean(up[i] for i in pids if trees[i] == tree) for tree in per_tree}
-        ins = {tree: statistics.mean((ins_after[i][0] - ins_before[i][0]) / args.idle for i in pids if trees[i] == tree)
+        links = {tree: [float(up[i]) for i in pids if trees[i] == tree] for tree in per_tree}
+        ins = {tree: [(ins_after[i][0] - ins_before[i][0]) / args.idle for i in pids if trees[i] == tree]
                for tree in per_tree}
         kinds: collections.Counter[str] = collections.Counter()
         for i in pids:
@@ -159,10 +168,25 @@ def run(args: argparse.Namespace) -> None:
                     kinds[f"0x{entry.get('ethertype', 0):04x}"] += 1
         received = sum(ins_after[i][1] - ins_before[i][1] for i in pids)
         print(f"broadcasts received in the window, all daemons: {received}; by ethertype (of those still in the "
-              f"logs): {dict(kinds.most_common())}")
-        print_table(args, per_tree, links, ins, load)
+              f"logs): {dict(kinds.most_common())}", flush=True)
+        return per_tree, links, ins, load
     finally:
         lab.close()
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.separate and args.against:
+        # Two labs, one after the other: every node on the baseline's tree, then every node on this one.
+        per_tree, links, ins, load = measure_lab(args, BASE)
+        mine = measure_lab(args, THIS)
+        per_tree.update(mine[0])
+        links.update(mine[1])
+        ins.update(mine[2])
+        load = max(load, mine[3])
+    else:
+        per_tree, links, ins, load = measure_lab(args, None)
+    print_table(args, per_tree, {t: statistics.mean(v) for t, v in links.items()},
+                {t: statistics.mean(v) for t, v in ins.items()}, load)
 
 
 def mean_row(daemons: list[dict[str, profiling.TaskCounters]], key: str, seconds: float) -> tuple[float, float]:
@@ -182,8 +206,9 @@ def print_table(args: argparse.Namespace, per_tree: dict[str, list[dict[str, pro
     print(f"n={args.nodes}, mixed NATs: per daemon over {args.idle:g} s of idle, {args.settle:g} s after the ring closed"
           f" (load average {load:.1f}); CPU % of one core / wake-ups per second, mean per daemon")
     if BASE in per_tree:
-        print(f"baseline: {Path(args.against).resolve()}, {len(per_tree[BASE])} daemons (even nodes); "
-              f"this tree: {REPO}, {len(per_tree.get(THIS, []))} daemons (odd nodes)")
+        where = ("a lab of its own, then this tree's" if args.separate else "even nodes; this tree: odd nodes")
+        print(f"baseline: {args.against}, {len(per_tree[BASE])} daemons ({where}); this tree: {REPO}, "
+              f"{len(per_tree.get(THIS, []))} daemons")
     header = f"{'':<28}" + "".join(f"{t:>22}" for t in trees) + (f"{'ratio':>16}" if len(trees) == 2 else "")
     print(header)
     print(f"{'links up (mean)':<28}" + "".join(f"{links[t]:>22.1f}" for t in trees))
@@ -210,6 +235,8 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=40.0, help="seconds left alone after the ring closed (default 40)")
     parser.add_argument("--ring-timeout", type=float, default=180.0)
     parser.add_argument("--name", default="idle", help="lab name (default idle)")
+    parser.add_argument("--separate", action="store_true",
+                        help="with --against: two labs in turn, every node on one tree, instead of one lab of both")
     args = parser.parse_args()
     if args.against:
         args.against = str(Path(args.against).resolve())
