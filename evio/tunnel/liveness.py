@@ -285,8 +285,9 @@ class Liveness:
         due = now - self._last_echo >= self.config.keepalive_interval - tick / 4
         # Nothing heard for an interval and a tick: an exchange was lost (or the peer is gone). Ask at
         # every tick until something arrives, so a lost datagram or two cannot add up to the silence
-        # limit now that one exchange, not two, carries an idle tunnel's liveness.
-        silent = now - self._rx_changed >= self.config.keepalive_interval + tick
+        # limit now that one exchange, not two, carries an idle tunnel's liveness. Stretched with the
+        # loop's lag as the limit is: a starved host's peers should not be asked more often.
+        silent = now - self._rx_changed >= (self.config.keepalive_interval + tick) * patience
         if silent or (due and not (follows and rtt_fresh)):
             # The echo is sent whatever the traffic (RTT stays fresh) and is itself a keepalive.
             self._tx_changed = now

@@ -372,3 +372,17 @@ def test_an_idle_tunnel_on_a_lossy_path_is_not_declared_dead() -> None:
     rng = random.Random(11)
     got = _run_pair(0.1, seconds=600.0, jitter=0.02, lost=lambda end, now, action: rng.random() < 0.2)
     assert got["dead"] == []
+
+
+def test_a_silent_peer_is_asked_at_every_tick_later_when_the_loop_runs_late() -> None:
+    lv = Liveness(CFG, now=0.0, leads=False)
+    lv.tick(0.0, 1, 1)
+    lv.on_control(0.1, ControlMessage(ControlOpcode.ECHO_REPLY, 0, 999))  # heard at 0.1
+    assert lv.tick(1.5, 1, 1) == [echo(1)]  # due anyway (no RTT yet)
+    assert lv.tick(1.75, 1, 2) == [echo(2)]  # silent for an interval and a tick: every tick
+    late = Liveness(CFG, now=0.0, leads=False)
+    late.tick(0.0, 1, 1, patience=2.0)
+    late.on_control(0.1, ControlMessage(ControlOpcode.ECHO_REPLY, 0, 999))
+    assert late.tick(1.5, 1, 1, patience=2.0) == [echo(1)]
+    assert late.tick(1.75, 1, 2, patience=2.0) == []  # with the loop twice as late, not yet
+    assert late.tick(2.75, 1, 2, patience=2.0) == [echo(2)]  # ... an interval later: the due echo
