@@ -10,6 +10,7 @@ tunnels, the OVS bridge and the SDN controller, per overlay (docs/design.md, "A 
 - ``node``          ``Node``: starts and stops every overlay; ``Node.status()``.
 - ``control``       the local control API (a Unix socket answering small JSON requests).
 - ``side_loop``     a plain asyncio loop in a thread, for what cannot run on uvloop.
+- ``thread_names``  the threads named for the kernel (`top -H`, /proc), from their Python names.
 - ``logs``          logging to stderr, a file or journald.
 
 `evio run --config FILE` (evio/cli/run_cmd.py) puts them together.

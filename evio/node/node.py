@@ -33,6 +33,8 @@ from evio.node.side_loop import SideLoop
 from evio.node.signal_mux import SharedAccount
 from evio.node.status import STATUS_VERSION
 from evio.node.systemd import Notifier
+from evio.node.thread_names import name_os_threads
+from evio.sdn.boundary import SwitchConnected
 from evio.signal.interface import Signaling
 
 if TYPE_CHECKING:  # prometheus_client (some 2 MB resident) is imported only where metrics are on
@@ -124,6 +126,7 @@ class Node:
             gc.collect()
             gc.freeze()
             _return_free_heap()
+        name_os_threads()
         self.ready.set()
         log.info("node %s up: %d overlay(s) in %.2f s", format_node_id(self.node_id), len(self.overlays),
                  self._clock.now() - started)
@@ -350,6 +353,8 @@ class Node:
     async def _sdn_events(self, sdn: SdnController) -> None:
         while True:
             event = await sdn.next_event()
+            if isinstance(event, SwitchConnected):
+                name_os_threads()  # os-ken started the connection's threads
             stack = self.overlays.get(event.overlay)
             if stack is not None:
                 try:

@@ -127,7 +127,7 @@ class CommandQueue:
                 return out
 
     def wake(self) -> None:
-        """Wake a waiter without a command (the app is stopping)."""
+        """Wake a waiter without a command (the app is stopping, or wants its short tick back)."""
         self._wake.set()
 
     def wait(self, timeout: float) -> bool:

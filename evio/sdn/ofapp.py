@@ -32,7 +32,12 @@ connected stays.
 
 Periodic work on the tick: expiring learned MACs, polling evio's flows' byte
 counters for the on-demand policy every `stats_interval`, and reporting drop
-counters when they changed.
+counters when they changed. The tick is short (`tick_interval`) only while
+something needs it: flows of ours whose counters to poll, on-demand links
+wished for, fast-path flows to refresh; otherwise it is `idle_tick_interval`,
+and a packet-in (a broadcast, say) brings one short tick for its reports.
+A poll that would find no flow of ours is not sent (the switch can only
+have the flows we added: `OverlaySwitch.may_have_flows`).
 
 `start_controller_thread(config, host, port)` runs it beside an asyncio loop
 (the daemon's layout); `python -m evio.lab.sdn_controller` runs a standalone
@@ -93,6 +98,11 @@ ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
 class ControllerConfig:
     channel: ControllerChannel
     tick_interval: float = 0.5
+    # The tick while nothing needs the short one (no flow of ours to poll, no on-demand link wished
+    # for, no fast-path flow): an idle node's controller then wakes three threads and its switch every
+    # few seconds, not twice a second. MACs age in minutes, drop reports come every 10 s; a packet-in
+    # wakes the ticker for one short tick (its reports), and a flow it adds keeps the short tick.
+    idle_tick_interval: float = 5.0
     # How often flow byte counters are polled for on-demand links: the first poll after a flow starts
     # sees its rate, so this bounds how long a busy pair waits before its link is asked for. Every
     # tick; the rate is still judged over a second (on_demand.RATE_WINDOW), so bursts count as before.
@@ -263,6 +273,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
         self._refusal_logged = float("-inf")
         # Held by every handler, in whichever thread it runs (see the module docstring).
         self._lock = threading.RLock()
+        self._fast_ticks = True  # the pace the ticker chose last; a packet-in while slow wakes it
+        self._last_packet_in = float("-inf")
         self._queued: dict[Any, int] = {}  # connection -> its events queued for the event thread, not yet handled
         self.packet_ins_inline = 0  # handled in the receive thread (the rest waited behind that switch's events)
 
@@ -301,15 +313,26 @@ class BoundedFloodApp(app_manager.OSKenApp):
                 self._queued.pop(dp, None)
 
     def _ticker(self) -> None:
-        next_tick = time.monotonic() + self.config.tick_interval
+        next_tick = time.monotonic() + self.tick_pace()
         while not self._stopping.is_set():
             self.commands.wait(max(0.0, next_tick - time.monotonic()))
             if self._stopping.is_set():
                 return
-            periodic = time.monotonic() >= next_tick
+            now = time.monotonic()
+            periodic = now >= next_tick
             if periodic:
-                next_tick = time.monotonic() + self.config.tick_interval
+                next_tick = now + self.tick_pace()
+            else:  # a command, or a packet-in that needs the short tick again
+                next_tick = min(next_tick, now + self.tick_pace())
             self.send_event(self.name, EventTick(periodic))
+
+    def tick_pace(self) -> float:
+        """Seconds to the next periodic tick: short while anything needs it (see the module docstring)."""
+        with self._lock:
+            # A packet-in's reports go out on the tick after it (E1 reads them), not a slow tick later.
+            recent = self.config.clock() - self._last_packet_in < self.config.tick_interval
+            self._fast_ticks = recent or any(o.needs_fast_ticks for o in self.overlays.values())
+        return self.config.tick_interval if self._fast_ticks else self.config.idle_tick_interval
 
     # ---------------------------------------------------------------- sending
 
@@ -329,7 +352,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
                 for done in added:
                     overlay.after_send(done, now)
                 messages, added = [], []
-            overlay.before_send(action)
+            overlay.before_send(action, now)
             messages += to_ofp_messages(dp, action)
             if isinstance(action, AddFlow):
                 added.append(action)
@@ -503,7 +526,12 @@ class BoundedFloodApp(app_manager.OSKenApp):
         msg = ev.msg
         overlay = self._overlay_of(msg.datapath)
         if overlay is not None:
-            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), self.config.clock()))
+            now = self.config.clock()
+            self._last_packet_in = now
+            if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon
+                self._fast_ticks = True
+                self.commands.wake()
+            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), now))
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     @_contained
@@ -550,7 +578,11 @@ class BoundedFloodApp(app_manager.OSKenApp):
             dp = self.datapaths.get(overlay.datapath_id)
             if poll and overlay.connected and dp is not None and overlay.settings.on_demand.enabled:
                 self._stats_parts.pop(dp.id, None)  # an unanswered earlier poll is superseded
-                self._write(dp, [flow_stats_request(dp)])
+                if overlay.needs_counter_poll:
+                    overlay.stats_requested()
+                    self._write(dp, [flow_stats_request(dp)])
+                else:  # no flow of ours on the switch: what the poll would say, without asking
+                    self._run(overlay, Step(events=overlay.flow_stats({}, now)))
             if report:
                 self._run(overlay, Step(events=overlay.drop_report()))
             # Every tick, not every drop report: E1 reads them right after a broadcast.

@@ -29,7 +29,7 @@ from evio.sdn.boundary import (
     SwitchDisconnected,
     TrafficCounts,
 )
-from evio.sdn.flow_actions import FlowAction, FlowMatch
+from evio.sdn.flow_actions import AddFlow, FlowAction, FlowMatch
 from evio.sdn.on_demand import FlowRates, OnDemandPolicy, WantOnDemand, traffic_by_peer
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
 from evio.sdn.transit import TransitMirror
@@ -67,6 +67,12 @@ class OverlaySwitch:
         self.peer_by_name: dict[str, int] = {}
         self.port_desc: dict[int, tuple[str, str]] = {}  # port number -> (name, hw_addr)
         self.connected = False
+        # Whether the switch may hold evio unicast flows: only our AddFlows make them, and a complete
+        # poll that finds none, with no AddFlow sent since it was asked for, proves there are none.
+        # Without flows a counter poll could only come back empty, so it is not sent (see flow_stats).
+        self.may_have_flows = True
+        self.flows_added = 0  # AddFlows sent to the switch
+        self._flows_added_at_poll = -1  # flows_added when the poll in flight was asked for
         self._reported: tuple[dict[str, int], dict[str, int], dict[str, int]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
         self._traffic_reported = (0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
@@ -84,6 +90,7 @@ class OverlaySwitch:
     def switch_connected(self) -> list[ControllerEvent]:
         """The bridge connected; the adapter has cleared its flows, so byte counters start over."""
         self.connected = True
+        self.may_have_flows = True  # until a poll says otherwise
         self.rates.reset()
         log.info("switch connected overlay=%s dpid=%016x node=%s", self.overlay, self.datapath_id,
                  format_node_id(self.settings.node_id))
@@ -157,10 +164,18 @@ class OverlaySwitch:
 
     # ---------------------------------------------------------------- the transit fast path's mirror
 
-    def before_send(self, action: FlowAction) -> None:
+    def before_send(self, action: FlowAction, now: float) -> None:
         """`action` is about to go to the switch: fast-path entries it deletes go now."""
         if self.transit is not None:
             self.transit.before(action)
+        if isinstance(action, AddFlow):
+            self.flows_added += 1
+            if not self.may_have_flows:
+                # The switch had no flow of ours, so the last polls were empty and may be long ago (polls
+                # pause without flows): this flow's bytes are counted from now, not spread over that pause.
+                self.may_have_flows = True
+                self.rates.reset()
+                self.rates.update({}, now)
 
     def after_send(self, action: FlowAction, now: float) -> None:
         """`action` went to the switch: a tunnel-to-tunnel flow gets its fast-path entry."""
@@ -193,8 +208,27 @@ class OverlaySwitch:
         log.info("on-demand settings applied overlay=%s enabled=%s threshold_bytes_per_s=%.0f idle_timeout=%g",
                  self.overlay, config.enabled, config.threshold_bytes_per_s, config.idle_timeout)
 
+    @property
+    def needs_counter_poll(self) -> bool:
+        """Whether a poll of the switch's byte counters could find anything (else `flow_stats({}, now)`
+        stands in for it: the policy still sees time pass, and releases links that went idle)."""
+        return self.connected and self.may_have_flows
+
+    def stats_requested(self) -> None:
+        """A poll of the byte counters went to the switch."""
+        self._flows_added_at_poll = self.flows_added
+
+    @property
+    def needs_fast_ticks(self) -> bool:
+        """Whether anything here needs the controller's short tick: counters to poll for on-demand
+        links, wished links to keep or release, fast-path flows to refresh."""
+        polling = self.settings.on_demand.enabled and self.needs_counter_poll
+        return polling or bool(self.on_demand.wanted) or bool(self.transit is not None and len(self.transit))
+
     def flow_stats(self, byte_counts: Mapping[FlowMatch, int], now: float) -> list[ControllerEvent]:
-        """One complete poll of evio's flows' byte counters."""
+        """One complete poll of evio's flows' byte counters (empty when there is nothing to poll)."""
+        if not byte_counts and self.flows_added == self._flows_added_at_poll:
+            self.may_have_flows = False  # none then, and none added since: no need to ask again
         rates = self.rates.update(byte_counts, now)
         traffic = traffic_by_peer(self.switch, rates, now)
         adjacent = set(self.switch.peer_ports())

@@ -152,6 +152,7 @@ class FdDatapath:
         self._drops = dict.fromkeys(DropReason, 0)
         self._tx_frames = self._tx_bytes = self._rx_frames = self._rx_bytes = 0
         self._tx_control = self._rx_control = self._foreign = 0
+        self._received_at_maintain = 0  # records received by the last maintain
         self._cipher = Cipher.AES_256_GCM
         self._tx_secret: TrafficSecret | None = None
         self._tx_counter = 0
@@ -242,13 +243,20 @@ class FdDatapath:
 
     def maintain(self) -> None:
         """Re-arm the socket reader: uvloop drops it for good on a socket error (an ICMP
-        error on a connected socket); clearing the error and registering again recovers."""
+        error on a connected socket); clearing the error and registering again recovers.
+        Not while records keep coming in (the reader they came through was armed since the last
+        call): a re-arm is some ten system calls, on every tick of every tunnel, and an idle
+        tunnel's echo exchange brings a record every interval. A reader dropped meanwhile is
+        re-armed a tick later than it would have been, at the first tick that finds nothing new."""
         if not self._running:
             return
         assert self._loop is not None and self._underlay is not None
-        clear_socket_error(self._underlay.sock)
-        self._loop.remove_reader(self._sock_fd)
-        self._loop.add_reader(self._sock_fd, self._sock_reader)
+        received = self._rx_frames + self._rx_control
+        if received == self._received_at_maintain or self._side is not None:
+            clear_socket_error(self._underlay.sock)
+            self._loop.remove_reader(self._sock_fd)
+            self._loop.add_reader(self._sock_fd, self._sock_reader)
+        self._received_at_maintain = received
         if self._side is not None:
             clear_socket_error(self._side.sock)
             self._loop.remove_reader(self._side_fd)

@@ -20,15 +20,19 @@ returns. It never reads the clock itself.
   keepalive) and the peer answers each at once with ECHO_REPLY. ``probe``
   sends one on demand (`evio ping`). Tokens are sequence numbers; a reply
   whose token we did not send, or sent too long ago, is ignored.
-- A doubt (``doubt``), when the owner has reason to doubt the peer (its
-  signaling presence went away, as when its daemon was killed), sends an
-  ECHO_REQUEST every ``probe_interval``; a peer from which no record at all
-  arrives within the probe deadline is dead at once instead of after
-  ``dead_after``. The deadline follows the measured RTT:
-  ``probe_rtt_factor`` times the larger of the smoothed and the last RTT,
-  at least ``probe_floor`` (a live peer whose loop is busy for a moment
-  must not be killed) and at most ``probe_timeout`` (also the deadline while
-  no RTT is known). A live peer answers in a round trip, and nothing changes.
+- One exchange per interval, not two: each datagram received is a wake-up
+  of the receiving node's event loop, and with both ends asking, an idle
+  tunnel cost each end two of them per interval. So one end leads (the
+  owner says which: the tunnel's ICE-controlling side) and asks every
+  ``keepalive_interval`` as above; the other, while the leader's requests keep
+  coming (one within an interval and two ticks), only answers them, sends no
+  keepalive of its own (its replies are its traffic, at the leader's pace),
+  and asks once every ``rtt_refresh`` (four intervals) to keep its RTT fresh
+  (and every interval until it has one).
+  Each end still hears the other every interval. If the leader's requests
+  stop (lost, or the peer is gone), the follower asks again at its next tick;
+  and either end that heard nothing for an interval and a tick asks at every
+  tick until it hears something, so losses do not add up to the silence limit.
 """
 
 from __future__ import annotations
@@ -91,6 +95,11 @@ class LivenessConfig:
         return self.keepalive_interval / 4
 
     @property
+    def rtt_refresh(self) -> float:
+        """While the peer's echo requests keep the link heard, ours go out this often (for the RTT)."""
+        return 4 * self.keepalive_interval
+
+    @property
     def silence_limit(self) -> float:
         """Silence after which the peer is dead (see the module docstring)."""
         return self.dead_after - 2 * self.tick_interval(LivenessState.UP)
@@ -134,8 +143,9 @@ Action = SendControl | PeerAlive | PeerDead | EchoAnswered
 
 
 class Liveness:
-    def __init__(self, config: LivenessConfig, now: float) -> None:
+    def __init__(self, config: LivenessConfig, now: float, leads: bool = True) -> None:
         self.config = config
+        self.leads = leads  # asks every keepalive interval; else follows the peer's requests (module docstring)
         self.state = LivenessState.ESTABLISHING
         self._started = now
         self._last_hello = float("-inf")
@@ -146,6 +156,7 @@ class Liveness:
         self._next_token = 1
         self._pending_echoes: dict[int, float] = {}  # token -> when sent
         self._last_echo = now
+        self._peer_echo = float("-inf")  # when the peer's last echo request arrived
         self.rtt = RttStats()
         self._probe_since: float | None = None  # when the running probe began
         self._probe_rx = 0  # the received-record count when it began
@@ -195,6 +206,7 @@ class Liveness:
             self.state = LivenessState.DOWN
             actions.append(PeerDead(DownReason.PEER_CLOSED))
         elif message.opcode is ControlOpcode.ECHO_REQUEST:
+            self._peer_echo = now
             actions.append(SendControl(ControlOpcode.ECHO_REPLY, 0, message.token))
         elif message.opcode is ControlOpcode.ECHO_REPLY:
             sent = self._pending_echoes.pop(message.token, None)
@@ -263,14 +275,34 @@ class Liveness:
         if now - self._rx_changed >= self.config.silence_limit * patience:
             self.state = LivenessState.DOWN
             return [PeerDead(DownReason.PEER_SILENT)]
-        if now - self._last_echo >= self.config.keepalive_interval:
+        follows = self._follows(now)
+        # A follower asks for its own RTT every rtt_refresh, and every interval until it has one (a
+        # doubt's deadline is a few RTTs: without one it is the longest, probe_timeout).
+        rtt_fresh = self.rtt.samples > 0 and now - self._last_echo < self.config.rtt_refresh
+        # Due a little early counts: ticks run a few ms late, and an echo due on every fourth tick must
+        # not slip to the fifth every other time (the follower would take the gap for silence).
+        tick = self.config.tick_interval(LivenessState.UP)
+        due = now - self._last_echo >= self.config.keepalive_interval - tick / 4
+        # Nothing heard for an interval and a tick: an exchange was lost (or the peer is gone). Ask at
+        # every tick until something arrives, so a lost datagram or two cannot add up to the silence
+        # limit now that one exchange, not two, carries an idle tunnel's liveness. Stretched with the
+        # loop's lag as the limit is: a starved host's peers should not be asked more often.
+        silent = now - self._rx_changed >= (self.config.keepalive_interval + tick) * patience
+        if silent or (due and not (follows and rtt_fresh)):
             # The echo is sent whatever the traffic (RTT stays fresh) and is itself a keepalive.
             self._tx_changed = now
             actions.append(SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now)))
-        elif now - self._tx_changed >= self.config.keepalive_interval:
+        elif now - self._tx_changed >= self.config.keepalive_interval and not follows:
             self._tx_changed = now
             actions.append(SendControl(ControlOpcode.KEEPALIVE))
         return actions
+
+    def _follows(self, now: float) -> bool:
+        """Whether this end only answers now: it does not lead, and the leader's last echo request
+        came within an interval and two ticks (its pace; a tick late at most, and this end's own
+        tick a little late too)."""
+        config = self.config
+        return not self.leads and now - self._peer_echo < config.keepalive_interval + 2 * config.tick_interval(LivenessState.UP)
 
     def _heard(self, now: float) -> list[Action]:
         self._rx_changed = now

@@ -505,7 +505,8 @@ class Tunnel:
 
     async def _supervise(self) -> None:
         assert self._liveness is None
-        liveness = self._liveness = Liveness(self.config.liveness, self._clock())
+        # The ICE-controlling end leads the echo exchange; the other answers (evio.tunnel.liveness).
+        liveness = self._liveness = Liveness(self.config.liveness, self._clock(), leads=self._info.controlling)
         self._execute(liveness.start(self._clock()))
         last_rekey = self._clock()
         tx_epoch = 0

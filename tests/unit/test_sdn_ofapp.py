@@ -21,6 +21,7 @@ from evio.sdn.boundary import (
     CommandQueue,
     ControllerChannel,
     DropCounts,
+    OnDemandIdle,
     OnDemandWanted,
     PortAdded,
     PortRemoved,
@@ -445,3 +446,113 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     sock.writes.clear()
     app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
     assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_PACKET_OUT, ofp.OFPT_FLOW_MOD]]
+
+
+# ---------------------------------------------------------------- an idle controller's pace
+
+
+def _stats_requests(dp: FakeDatapath) -> list[Any]:
+    return [m for m in dp.sent if isinstance(m, parser.OFPFlowStatsRequest)]
+
+
+def _reply(app: BoundedFloodApp, dp: FakeDatapath, *stats: Any) -> None:
+    app.flow_stats_reply(_Ev(_Msg(datapath=dp, body=list(stats), flags=0)))
+
+
+def _stat(byte_count: int) -> Any:
+    return parser.OFPFlowStats(0, 1, 0, 10, 30, 0, 0, EVIO_COOKIE, 1, byte_count,
+                               parser.OFPMatch(in_port=ofp.OFPP_LOCAL, eth_src=H1, eth_dst=H2), [])
+
+
+def test_with_no_flow_of_ours_on_the_switch_counters_are_not_polled_until_one_is_added() -> None:
+    app, commands, sink, clock = make_app(stats_interval=0.5)
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig(threshold_bytes_per_s=1500.0))
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    dp.sent.clear()
+    app.tick(EventTick(periodic=True))
+    assert len(_stats_requests(dp)) == 1  # connected: flows may be left over, so ask once
+    _reply(app, dp)  # none
+    for _ in range(4):
+        dp.sent.clear()
+        clock.now += 0.5
+        app.tick(EventTick(periodic=True))
+        assert _stats_requests(dp) == []
+    # H2 lives behind node 300 (its FRB says so); H1 -> H2 puts a flow of ours on the switch: polls resume.
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
+                           data=frb.pack(frb.broadcast(arp_request(H2), 300, 100, 2)))))
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
+    assert any(isinstance(m, parser.OFPFlowMod) and m.cookie == EVIO_COOKIE for m in dp.sent)
+    clock.now += 0.5
+    dp.sent.clear()
+    app.tick(EventTick(periodic=True))
+    assert len(_stats_requests(dp)) == 1
+    # 1000 bytes in the half second since the flow was added: 2000 B/s, over the threshold (spread over
+    # the two seconds without polls before it, it would not be).
+    _reply(app, dp, _stat(1000))
+    assert [e.peer for e in sink.events if isinstance(e, OnDemandWanted)] == [300]
+
+
+def test_an_empty_reply_to_a_poll_asked_before_a_flow_was_added_does_not_stop_the_polls() -> None:
+    app, commands, _, clock = make_app(stats_interval=0.5)
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig())
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    app.tick(EventTick(periodic=True))  # the poll goes out ...
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))  # ... a flow ...
+    _reply(app, dp)  # ... and the switch answers the poll it had before the flow
+    clock.now += 0.5
+    dp.sent.clear()
+    app.tick(EventTick(periodic=True))
+    assert len(_stats_requests(dp)) == 1
+
+
+def test_a_wished_link_is_released_when_idle_even_while_no_counters_are_polled() -> None:
+    app, commands, sink, clock = make_app(stats_interval=0.5)
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig(threshold_bytes_per_s=1000.0, idle_timeout=3.0))
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
+                           data=frb.pack(frb.broadcast(arp_request(H2), 300, 100, 2)))))  # H2 behind node 300
+    app.tick(EventTick(periodic=True))
+    _reply(app, dp, _stat(0))
+    clock.now += 1
+    app.tick(EventTick(periodic=True))
+    _reply(app, dp, _stat(50_000))
+    assert [e.peer for e in sink.events if isinstance(e, OnDemandWanted)] == [300]
+    clock.now += 1
+    app.tick(EventTick(periodic=True))
+    _reply(app, dp)  # the flow expired on the switch
+    overlay = app.overlays["red"]
+    assert not overlay.may_have_flows and overlay.needs_fast_ticks  # the wish still needs its ticks
+    dp.sent.clear()
+    for _ in range(6):
+        clock.now += 0.5
+        app.tick(EventTick(periodic=True))
+    assert _stats_requests(dp) == []
+    assert [e.peer for e in sink.events if isinstance(e, OnDemandIdle)] == [300]
+    assert not overlay.needs_fast_ticks
+
+
+def test_the_tick_slows_down_when_nothing_needs_it_and_a_packet_in_brings_it_back_at_once() -> None:
+    app, commands, _, clock = make_app(tick_interval=0.5, idle_tick_interval=5.0)
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig())
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    assert app.tick_pace() == 0.5  # flows may be on the switch until a poll says otherwise
+    app.tick(EventTick(periodic=True))
+    _reply(app, dp)
+    clock.now += 1.0
+    assert app.tick_pace() == 5.0
+    commands.wait(0.0)  # (the commands above woke it)
+    assert not commands.wait(0.0)
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # a broadcast: no flow
+    assert commands.wait(0.0)  # the ticker is woken to take up the short tick
+    assert app.tick_pace() == 0.5  # its reports go out on the next tick ...
+    clock.now += 0.5
+    assert app.tick_pace() == 5.0  # ... and then the slow pace again: it added no flow

@@ -1,3 +1,6 @@
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from evio.tunnel.liveness import (
@@ -68,7 +71,7 @@ def test_an_echo_every_keepalive_interval_stands_in_for_keepalives_and_dead_afte
     # Rx stops at t+1.25: dead 2.5 s later (3 s minus two 0.25 s ticks), not before.
     assert lv.tick(t + 2.25, 102, 22) == [echo(7)]
     assert lv.tick(t + 3.25, 102, 23) == [echo(8)]
-    assert lv.tick(t + 3.5, 102, 24) == []
+    assert lv.tick(t + 3.5, 102, 24) == [echo(9)]  # silent for an interval and a tick: every tick now
     assert lv.tick(t + 3.75, 102, 24) == [PeerDead(DownReason.PEER_SILENT)]
     assert lv.state is LivenessState.DOWN
 
@@ -241,3 +244,145 @@ def test_probe_config_checks() -> None:
         LivenessConfig(probe_floor=1.5, probe_timeout=1.0)
     with pytest.raises(ValueError, match="probe_rtt_factor"):
         LivenessConfig(probe_rtt_factor=0.5)
+
+
+# ---------------------------------------------------------------- one echo exchange per interval
+
+
+def _run_pair(phase_b: float, seconds: float, delay: float = 0.01,
+              lost: Callable[[str, float, SendControl], bool] | None = None, jitter: float = 0.0) -> dict[str, Any]:
+    """Two ends ticking every 0.25 s (B, the follower, `phase_b` after A), records taking `delay`; what
+    each sent and heard."""
+    import heapq
+    import random
+
+    rng = random.Random(7)
+
+    ends = {"a": Liveness(CFG, now=0.0, leads=True), "b": Liveness(CFG, now=0.0, leads=False)}
+    other = {"a": "b", "b": "a"}
+    rx = {"a": 0, "b": 0}
+    tx = {"a": 0, "b": 0}
+    requests = {"a": 0, "b": 0}
+    arrivals = {"a": 0, "b": 0}  # datagrams received: each a wake-up of that end's loop
+    dead: list[tuple[str, float]] = []
+    queue: list[tuple[float, int, str, object]] = []
+    order = 0
+
+    def push(at: float, end: str, what: object) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(queue, (at, order, end, what))
+
+    def execute(end: str, now: float, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, SendControl):
+                tx[end] += 1
+                if action.opcode is ControlOpcode.ECHO_REQUEST:
+                    requests[end] += 1
+                if lost is None or not lost(end, now, action):
+                    push(now + delay, other[end], ControlMessage(action.opcode, action.flags, action.token))
+            elif isinstance(action, PeerDead):
+                dead.append((end, now))
+
+    for end in ends:
+        ends[end].tick(0.0, 1, 1)  # up
+    push(0.25, "a", "tick")
+    push(0.25 + phase_b, "b", "tick")
+    while queue:
+        now, _, end, what = heapq.heappop(queue)
+        if now > seconds:
+            break
+        if what == "tick":
+            # A loop runs its timers a little late, by a varying amount: the grid point, plus up to `jitter`.
+            late = now + rng.uniform(0.0, jitter)
+            execute(end, late, ends[end].tick(late, rx[end], tx[end]))
+            push(now + 0.25, end, "tick")
+        else:
+            assert isinstance(what, ControlMessage)
+            rx[end] += 1
+            arrivals[end] += 1
+            execute(end, now, ends[end].on_control(now, what))
+    return {"requests": requests, "arrivals": arrivals, "dead": dead, "ends": ends}
+
+
+@pytest.mark.parametrize(("phase_b", "jitter"), [(0.0, 0.0), (0.1, 0.0), (0.2, 0.0), (-0.1, 0.0), (0.0, 0.02), (0.1, 0.02)])
+def test_the_leader_asks_every_interval_the_follower_answers_and_asks_only_for_its_rtt(
+    phase_b: float, jitter: float
+) -> None:
+    got = _run_pair(phase_b, seconds=60.0, jitter=jitter)
+    assert got["dead"] == []
+    # Both asking every second, each end would receive 120 records in 60 s (a request and a reply a
+    # second): now the leader's 60 exchanges and the follower's one every rtt_refresh (4 s).
+    assert got["requests"]["a"] >= 58 and got["requests"]["b"] <= 60 / 4 + 1, got
+    for end in ("a", "b"):
+        assert got["arrivals"][end] <= 60 + 15 + 2, got
+        assert got["ends"][end].rtt.samples >= 60 / 4 - 1  # each end's RTT stays measured
+
+
+def test_when_the_leaders_requests_stop_the_follower_asks_again_at_its_next_tick() -> None:
+    # A's requests are lost from 20 s on: B must ask itself, and nobody dies.
+    got = _run_pair(0.1, seconds=40.0,
+                    lost=lambda end, now, action: end == "a" and now >= 20.0
+                    and action.opcode is ControlOpcode.ECHO_REQUEST)
+    assert got["dead"] == []
+    assert got["requests"]["b"] >= (40 - 20) / CFG.keepalive_interval - 2
+
+
+def test_a_follower_leaves_its_requests_and_keepalives_to_the_leader_but_for_its_rtt() -> None:
+    lv = Liveness(CFG, now=0.0, leads=False)
+    lv.tick(0.0, 1, 1)
+    sent: list[tuple[float, list[object]]] = []
+    rx = tx = 1
+    for i in range(1, 41):  # 10 s of ticks; the leader asks at every whole second, 10 ms late
+        t = i * 0.25
+        if i % 4 == 0:
+            rx += 1
+            tx += 1
+            assert lv.on_control(t + 0.01, ControlMessage(ControlOpcode.ECHO_REQUEST, 0, i)) == [
+                SendControl(ControlOpcode.ECHO_REPLY, 0, i)]
+        actions = list(lv.tick(t, rx, tx))
+        if actions:
+            sent.append((t, actions))
+            for action in actions:  # the leader answers at once
+                if isinstance(action, SendControl) and action.opcode is ControlOpcode.ECHO_REQUEST:
+                    tx += 1
+                    rx += 1
+                    lv.on_control(t + 0.02, ControlMessage(ControlOpcode.ECHO_REPLY, 0, action.token))
+    # Its first request for an RTT, then one every rtt_refresh (4 s), and no keepalive: its replies are
+    # its traffic.
+    assert [(t, a) for t, a in sent] == [(1.0, [echo(1)]), (5.0, [echo(2)]), (9.0, [echo(3)])]
+    assert lv.rtt.samples == 3
+    # The leader stops: the follower asks once it heard nothing for an interval and a tick.
+    assert lv.tick(11.0, rx, tx) == []  # the last request came at 10.0
+    assert lv.tick(11.25, rx, tx) == [echo(4)]  # nothing heard for an interval and a tick: it asks
+
+
+def test_a_leader_asks_every_interval_whatever_the_peer_does() -> None:
+    lv = Liveness(CFG, now=0.0)  # leads by default: the behaviour before followers
+    lv.tick(0.0, 1, 1)
+    lv.on_control(0.5, ControlMessage(ControlOpcode.ECHO_REQUEST, 0, 7))
+    assert lv.tick(1.0, 2, 2) == [echo(1)]
+
+
+def test_an_idle_tunnel_on_a_lossy_path_is_not_declared_dead() -> None:
+    # 20 % of datagrams lost each way for 10 minutes: with one exchange per interval, lost replies
+    # must not add up to the silence limit (an end that hears nothing asks at every tick).
+    import random
+
+    rng = random.Random(11)
+    got = _run_pair(0.1, seconds=600.0, jitter=0.02, lost=lambda end, now, action: rng.random() < 0.2)
+    assert got["dead"] == []
+
+
+def test_a_silent_peer_is_asked_at_every_tick_later_when_the_loop_runs_late() -> None:
+    lv = Liveness(CFG, now=0.0, leads=False)
+    lv.tick(0.0, 1, 1)
+    lv.on_control(0.1, ControlMessage(ControlOpcode.ECHO_REPLY, 0, 999))  # heard at 0.1
+    assert lv.tick(1.5, 1, 1) == [echo(1)]  # due anyway (no RTT yet)
+    assert lv.tick(1.75, 1, 2) == [echo(2)]  # silent for an interval and a tick: every tick
+    late = Liveness(CFG, now=0.0, leads=False)
+    late.tick(0.0, 1, 1, patience=2.0)
+    late.on_control(0.1, ControlMessage(ControlOpcode.ECHO_REPLY, 0, 999))
+    assert late.tick(1.5, 1, 1, patience=2.0) == [echo(1)]
+    assert late.tick(1.75, 1, 2, patience=2.0) == []  # with the loop twice as late, not yet
+    assert late.tick(2.75, 1, 2, patience=2.0) == [echo(2)]  # ... an interval later: the due echo

@@ -7,6 +7,7 @@ import asyncio
 import socket
 
 import aioice.ice
+import aioice.turn
 
 from evio.tunnel.ice import IceConfig, _configure_aioice
 from evio.tunnel.underlay import AdoptedTransport
@@ -61,6 +62,19 @@ def test_consent_expiry_never_closes_a_connection() -> None:
         assert aioice.ice.CONSENT_FAILURES >= 2**31  # the tunnel's liveness decides
     finally:
         aioice.ice.CONSENT_FAILURES = saved
+
+
+def test_consent_is_checked_rarely_yet_often_enough_to_carry_the_turn_channel_refresh() -> None:
+    saved = aioice.ice.CONSENT_INTERVAL
+    try:
+        _configure_aioice(IceConfig())
+        # Not every 5 s: each check is two wake-ups at each end of every idle tunnel ...
+        assert aioice.ice.CONSENT_INTERVAL >= 30
+        # ... but a check (1.2 times the interval at most apart) falls twice at least between aioice's
+        # channel refresh time and the channel's 600 s life: it is what sends the refresh.
+        assert 2 * 1.2 * aioice.ice.CONSENT_INTERVAL <= 600 - aioice.turn.DEFAULT_CHANNEL_REFRESH_TIME
+    finally:
+        aioice.ice.CONSENT_INTERVAL = saved
 
 
 async def test_lending_again_on_a_path_swap_needs_one_give_back() -> None:
