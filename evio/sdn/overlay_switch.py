@@ -65,6 +65,7 @@ class OverlaySwitch:
         self.transit = TransitMirror(settings.transit) if settings.transit is not None else None
         self.rates = FlowRates()
         self.peer_by_name: dict[str, int] = {}
+        self.downed: set[str] = set()  # TAPs whose link went down, until the bridge drops them or a link is back
         self.port_desc: dict[int, tuple[str, str]] = {}  # port number -> (name, hw_addr)
         self.connected = False
         # Whether the switch may hold evio unicast flows: only our AddFlows make them, and a complete
@@ -112,6 +113,7 @@ class OverlaySwitch:
 
     def peer_up(self, port_name: str, peer: int, now: float) -> Step:
         self.peer_by_name[port_name] = peer
+        self.downed.discard(port_name)
         return self._reclassify(port_name, now)
 
     def peer_down(self, port_name: str, now: float) -> Step:
@@ -119,6 +121,7 @@ class OverlaySwitch:
         # transaction). Meanwhile it is out of the switch, not a leaf: a tunnel's TAP is no host's port,
         # and floods into it would go nowhere. A new tunnel to the peer under that name brings it back.
         self.peer_by_name.pop(port_name, None)
+        self.downed.add(port_name)
         step = Step()
         for port_no, (name, _) in list(self.port_desc.items()):
             if name == port_name and port_no in self.switch.ports:
@@ -136,6 +139,10 @@ class OverlaySwitch:
     def port_up(self, port_no: int, name: str, hw_addr: str, now: float) -> Step:
         """The switch described a port (at connect or when it was added or changed)."""
         self.port_desc[port_no] = (name, hw_addr)
+        if name in self.downed:
+            # A dead link's TAP that changed state (its carrier went as the tunnel closed it) before the bridge
+            # dropped it: no host's port. Seen in E4 logs as a leaf port for 0.02 s, announced to new peers.
+            return Step()
         peer = self.peer_by_name.get(name)
         if peer is not None:
             port = SwitchPort(port_no, name, PortKind.PEER, peer)
@@ -148,6 +155,7 @@ class OverlaySwitch:
 
     def port_deleted(self, port_no: int, name: str, now: float) -> Step:
         self.port_desc.pop(port_no, None)
+        self.downed.discard(name)
         if port_no not in self.switch.ports:
             return Step()
         return Step(self.switch.port_removed(port_no, now), [PortRemoved(self.overlay, port_no, name)])

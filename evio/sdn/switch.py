@@ -202,6 +202,7 @@ class BoundedFloodSwitch:
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
+        self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
 
     @property
     def broadcasts_seen(self) -> int:
@@ -223,6 +224,7 @@ class BoundedFloodSwitch:
         if old is not None and old != port:
             actions += self.port_removed(port.port_no, now)
         self.ports[port.port_no] = port
+        self._announced_by.discard(port.port_no)
         log.info("port added port=%s name=%s kind=%s peer=%s", port.port_no, port.name, port.kind.value,
                  format_node_id(port.peer) if port.peer is not None else None)
         if port.kind is PortKind.PEER:
@@ -233,6 +235,7 @@ class BoundedFloodSwitch:
         """A port went: its flows and everything learned on it go at once."""
         port = self.ports.pop(port_no, None)
         self.packet_in_budget.forget(port_no)
+        self._announced_by.discard(port_no)
         if port is None:
             return []
         forgotten = self.learning.forget_port(port_no)
@@ -456,6 +459,16 @@ class BoundedFloodSwitch:
                 if learned.change is Change.MOVED and learned.previous is not None:
                     actions.append(DeleteFlowsToMac(learned.mac))
             actions += [DeleteFlowsToMac(mac) for mac in announced.withdrawn]
+            log.debug("leaf announcement port=%s root=%s macs=%d changes=%s", port.port_no,
+                      format_node_id(h.root_nid), len(leaves), [item.change.value for item in announced.learned])
+            if port.port_no not in self._announced_by:
+                # The first from this peer since its port came: answer with ours. Ours went out when the port
+                # came here, and is lost if the peer's end was not on its bridge yet (the two ends' ports are
+                # added 0.02-0.2 s apart); until the peer learns our MACs by this link, it sends them the old
+                # way, into a dead link when this one stands in for it (E4). Once per port, so two ends answer
+                # each other at most once.
+                self._announced_by.add(port.port_no)
+                actions += self._leaf_announce(port)
             return actions
         if h.frb_type is frb.FrbType.LINK_CHECK:
             ack = frb.link_ack(frame.src, frb.parse_mac(self.switch_mac), self.node_id)

@@ -382,3 +382,46 @@ async def test_a_peer_whose_presence_goes_is_probed_and_a_dead_one_loses_its_por
         assert tap_name("evt", nid(3)) in bridge_ports(fleet, 1)
     finally:
         await fleet.stop_all()
+
+
+async def test_a_dead_link_leaves_the_sdn_side_at_once_even_while_another_port_is_still_being_added() -> None:
+    """The port worker applies bridge changes one by one, and an add-port may take 0.1-0.3 s under load (a
+    stand-in's, in E4): the SDN side must not wait for it to stop sending frames into a dead link's TAP."""
+    fleet = mesh_fleet(3)
+    gate = asyncio.Event()
+    await fleet.start()
+    try:
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in fleet.nodes), clock=fleet.clock)
+        platform = fleet.platforms[1]
+        controller = MeshController.instances[("ov1", nid(1))]
+        run = platform.ovsdb.run
+        adding: list[str] = []
+
+        async def slow_add_port(argv: Any) -> str:
+            if "add-port" in argv:
+                adding.append(argv[-1])
+                await gate.wait()
+            return await run(argv)
+
+        platform.ovsdb.run = slow_add_port  # type: ignore[method-assign]
+        dead, stand_in = tap_name("evt", nid(2)), tap_name("evt", nid(9))
+        controller._publish(LinkUp(nid(9), LinkType.SUCCESSOR, stand_in))
+        await wait_until(lambda: stand_in in adding, clock=fleet.clock)
+        controller._publish(LinkDown(nid(2), dead, "peer-silent"))
+        # One turn of the loop, and the stand-in's add-port still blocked: the dead port is out of the SDN side.
+        await asyncio.sleep(0)
+        platform.sdn.sync()
+        assert PeerPortDown("ov1", dead) in platform.sdn.history and ("ov1", dead) not in platform.sdn.peer_ports
+        assert dead in bridge_ports(fleet, 1)  # the bridge's own change waits its turn
+        # A link that goes down while its own TAP is being added is left to the worker: told early, the SDN
+        # side would see the port arrive with no peer behind it and take it for a host's.
+        controller._publish(LinkDown(nid(9), stand_in, "peer-silent"))
+        platform.sdn.sync()
+        assert ("ov1", stand_in) in platform.sdn.peer_ports
+        gate.set()
+        await wait_until(lambda: bridge_ports(fleet, 1) == {tap_name("evt", nid(3))}, clock=fleet.clock)
+        platform.sdn.sync()
+        assert {tap for (_, tap) in platform.sdn.peer_ports} == {tap_name("evt", nid(3))}
+    finally:
+        gate.set()
+        await fleet.stop_all()

@@ -217,6 +217,9 @@ def test_a_peer_port_down_leaves_the_switch_at_once_and_is_no_leaf_while_the_bri
     app.tick(EventTick(periodic=False))
     assert 5 not in app.overlays["red"].switch.ports  # not reclassified as a host's port
     assert sink.events[-1] == PortRemoved("red", 5, "evot200")
+    # The tunnel closed its TAP: the bridge reports the port changed (carrier down) before it drops it.
+    app.port_status(_Ev(_Msg(datapath=dp, reason=ofp.OFPPR_MODIFY, desc=desc(5, "evot200", "02:00:00:00:00:99"))))
+    assert 5 not in app.overlays["red"].switch.ports
     commands.peer_up("red", "evot200", 200)  # a new tunnel under that name before the bridge dropped it
     app.tick(EventTick(periodic=False))
     assert app.overlays["red"].switch.ports[5].peer == 200

@@ -237,8 +237,41 @@ def test_new_peer_port_gets_a_leaf_announcement_of_local_macs() -> None:
     # The receiving side learns them as hosted by node 100.
     peer = BoundedFloodSwitch(400, "02:aa:00:00:00:04")
     peer.port_added(SwitchPort(5, "t100", PortKind.PEER, 100), now=0)
-    assert peer.packet_in(5, frb.pack(announce), now=3) == []
+    answer = peer.packet_in(5, frb.pack(announce), now=3)
     assert peer.learning.leaf_macs(100) == {H1, H3}
+    # The first announcement by a port is answered with the receiver's own (see the next test).
+    assert [(a.port, frb.parse(a.data).header.root_nid) for a in answer if isinstance(a, PacketOut)] == [(5, 400)]
+
+
+def test_an_announcement_lost_to_a_port_not_yet_on_the_peers_bridge_is_made_good_by_its_answer() -> None:
+    """The two ends of a new link get their ports 0.02-0.2 s apart; the first end's announcement reaches a TAP
+    no bridge reads yet. Answering the second end's announcement teaches the first end's MACs all the same, so
+    a stand-in link carries their frames at once instead of the dead link it replaces (E4)."""
+    a = BoundedFloodSwitch(100, "02:aa:00:00:00:01")
+    a.port_added(SwitchPort(1, "br0", PortKind.LEAF, None, H1), now=0)
+    b = BoundedFloodSwitch(300, "02:aa:00:00:00:03")
+    b.port_added(SwitchPort(1, "br0", PortKind.LEAF, None, H3), now=0)
+    b.port_added(SwitchPort(7, "t200", PortKind.PEER, 200), now=0)
+    # b reached H1 through 200 (2 hops), the node that is about to die; a and b get a direct link.
+    b.packet_in(7, frb.pack(frb.broadcast(arp_request(H1), root_nid=100, bound_nid=300, hop_count=2)), now=1)
+    b.packet_in(1, eth(H1, H3), now=1.5)  # a flow from H3 to H1, by 200
+    a.port_added(SwitchPort(9, "t300", PortKind.PEER, 300), now=5)  # a's announcement: lost, b has no port yet
+    from_b = b.port_added(SwitchPort(8, "t100", PortKind.PEER, 100), now=5.1)
+    (b_announce,) = [x for x in from_b if isinstance(x, PacketOut)]
+    answer = a.packet_in(9, b_announce.data, now=5.11)
+    (a_announce,) = [x for x in answer if isinstance(x, PacketOut) and x.port == 9]
+    moved = b.packet_in(8, a_announce.data, now=5.12)
+    entry = b.learning.lookup(H1, now=5.12)
+    assert entry is not None and (entry.port, entry.hops) == (8, 1)
+    assert DeleteFlowsToMac(H1) in moved  # the flow by 200 goes: H3's next frame takes the direct link
+    # b answered too (a's answer was the first it heard by that port); a does not answer again, nor b later.
+    (b_answer,) = [x for x in moved if isinstance(x, PacketOut)]
+    assert not [x for x in a.packet_in(9, b_answer.data, now=5.13) if isinstance(x, PacketOut)]
+    assert not [x for x in b.packet_in(8, a_announce.data, now=5.14) if isinstance(x, PacketOut)]
+    # A port that comes again (a new tunnel under the name) is answered again.
+    b.port_removed(8, now=6)
+    b.port_added(SwitchPort(8, "t100", PortKind.PEER, 100), now=6)
+    assert [x for x in b.packet_in(8, a_announce.data, now=6.1) if isinstance(x, PacketOut)]
 
 
 def test_link_check_is_answered_with_link_ack() -> None:
