@@ -93,6 +93,9 @@ class TunnelManager:
 
     def start(self) -> None:
         self._signaling.serve(self._on_offer)
+        # A node starting is about to set tunnels up, maybe on a host busy starting others: the
+        # first setups' deadlines then know the loop's lag already (it samples for a while, then stops).
+        self.loop_lag.wake()
 
     def reconfigure(self, config: TunnelSettings) -> None:
         """Settings for tunnels made from now on; the tunnels that exist keep the ones they were made with,
@@ -146,6 +149,7 @@ class TunnelManager:
             clock=self._clock,
             wall_clock=self._wall_clock,
             patience=self.loop_lag.patience,
+            lateness=self.loop_lag.record,
             transit=self.transit,
         )
         self._tunnels[peer] = tunnel
