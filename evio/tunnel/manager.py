@@ -87,6 +87,11 @@ class TunnelManager:
         self.loop_lag = LoopLag()
         """Sampled while tunnels are set up: the setup deadlines stretch with it (evio.tunnel.patience)."""
 
+    def setup_load(self) -> float:
+        """How far setups are stretched now (>= 1, the loop lag's patience factor): the overlay starts
+        fewer at once while it is above 1."""
+        return self.loop_lag.patience()
+
     def admit_offers(self, policy: OfferPolicy) -> None:
         """Serve offers only from peers `policy` admits (without one, every well-formed offer is served)."""
         self._offer_policy = policy
