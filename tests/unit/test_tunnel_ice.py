@@ -216,3 +216,26 @@ async def test_the_controlled_side_answers_on_the_pair_the_first_dtls_came_by() 
     assert conn._nominated[1] is prflx  # aioice sends (DTLS, consent checks) there too
     assert gate.selected == PEER_MAPPED
     await agent.close()
+
+
+async def test_a_short_check_list_is_checked_at_once_not_one_pair_every_20_ms() -> None:
+    # The pair that works (our host socket to the peer's NAT mapping) is rarely first by priority:
+    # paced, its check started 20 ms or more after the first one.
+    agent = IceAgent(IceConfig(relay=RelayPolicy.NEVER), True, "a", 0.0)
+    conn = agent.direct
+    assert conn is not None
+    sock = FakeProtocol(1)
+    pairs = [pair(sock, PEER_HOST, "host", aioice.ice.CandidatePair.State.WAITING),
+             pair(sock, PEER_MAPPED, "srflx", aioice.ice.CandidatePair.State.FROZEN),
+             pair(sock, ("203.0.113.5", 1234), "srflx", SUCCEEDED)]
+    conn._check_list[:] = pairs
+    started: list[aioice.ice.CandidatePair] = []
+
+    def start(p: aioice.ice.CandidatePair) -> None:
+        started.append(p)
+        p.task = asyncio.get_running_loop().create_future()  # type: ignore[assignment]
+
+    conn.check_start_task = start  # type: ignore[method-assign]
+    assert conn._check_periodic()
+    assert started == pairs[:2]  # both pending pairs on the first pass; the checked one not again
+    await agent.close()
