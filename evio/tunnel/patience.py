@@ -117,7 +117,7 @@ class LoopBudget:
         now = self._clock()
         late = max(0.0, now - asked - planned)
         self.lost += late
-        if self._lateness is not None:
+        if self._lateness is not None and late > LAG_FREE:  # smaller stretches nothing: not kept (`recent` scans them)
             self._lateness(now, late)
 
     async def first(self, waiting: set[asyncio.Future[Any]]) -> tuple[set[asyncio.Future[Any]], set[asyncio.Future[Any]]]:
