@@ -204,7 +204,7 @@ def main() -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores shared with everything else)", flush=True)
     setups = []
     for nats in NAT_PAIRS:
-        run = measure_setup(args.setup_trials, nats)
+        (run,) = measure_setup(args.setup_trials, nats).values()
         setups.append(run)
         print(f"setup {nats[0]} / {nats[1]}: {', '.join(f'{t:.3f}' for t in run.times)} s; paths "
               f"{', '.join(sorted(run.kinds))}", flush=True)

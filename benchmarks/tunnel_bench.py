@@ -181,24 +181,32 @@ class SetupRun:
     kinds: set[str] = field(default_factory=set)
 
 
-def measure_setup(trials: int, nats: tuple[str, str]) -> SetupRun:
-    """`trials` tunnels set up between the two nodes of a fresh 2-node lab behind NATs `nats`."""
+def measure_setup(trials: int, nats: tuple[str, str], trees: dict[str, str] | None = None) -> dict[str, SetupRun]:
+    """`trials` tunnels per tree set up between the two nodes of a fresh 2-node lab behind NATs `nats`.
+
+    ``trees``: label -> checkout whose evio the endpoints run (PYTHONPATH); trials alternate between
+    them (ABBA) in the same lab. Without it, this checkout only, labelled "this tree"."""
     from evio.lab.lab import Lab
     from evio.testing.labs import unique_lab_name
 
-    run = SetupRun(nats)
+    trees = trees or {"this tree": str(REPO)}
+    runs = {label: SetupRun(nats) for label in trees}
+    order = list(trees.items())
     with Lab.up(unique_lab_name(), nodes=2, nat=list(nats)) as lab, tempfile.TemporaryDirectory(prefix="evt-bench-") as d:
         n1, n2 = lab.node(1), lab.node(2)
         pub = lab.public
         common = ["--stun", f"{pub.address}:{pub.stun_port}", "--turn", f"{pub.address}:{pub.stun_port}", "--turn-secret", pub.turn_secret]
-        for trial in range(trials):
+        for trial in range(trials * len(order)):
+            label, tree = order[::-1 if (trial // len(order)) % 2 else 1][trial % len(order)]
+            run, env = runs[label], {"PYTHONPATH": tree}
             workdir = Path(d) / str(trial)
             workdir.mkdir()
-            b = EndpointProcess(n2.netns, ["--node", n2.node_id, "--peer", n1.node_id, "--signal-dir", str(workdir), *common], workdir / "b.log")
+            b = EndpointProcess(n2.netns, ["--node", n2.node_id, "--peer", n1.node_id, "--signal-dir", str(workdir), *common], workdir / "b.log", env)
             a = None
             try:
                 b.wait_event("ready")
-                a = EndpointProcess(n1.netns, ["--node", n1.node_id, "--peer", n2.node_id, "--connect", "--signal-dir", str(workdir), *common], workdir / "a.log")
+                a = EndpointProcess(n1.netns, ["--node", n1.node_id, "--peer", n2.node_id, "--connect", "--signal-dir", str(workdir), *common],
+                                    workdir / "a.log", env)
                 up_a = a.wait_event("up", timeout=20)
                 up_b = b.wait_event("up", timeout=20)
                 started = up_a["t"] - up_a["setup"]
@@ -217,18 +225,25 @@ def measure_setup(trials: int, nats: tuple[str, str]) -> SetupRun:
                 for p in (a, b):
                     if p is not None:
                         p.stop()
-    return run
+    return runs
 
 
 def setup_part(args: argparse.Namespace) -> None:
-    print(f"\nSetup time in the lab ({args.setup_trials} trials each): initiator's connect() until both sides are up\n")
-    print("| NAT A / NAT B | path (pair) | median s | min s | max s | offer -> up at the answering side, median / max s |")
-    print("|---|---|---|---|---|---|")
-    for nats in NAT_PAIRS:
-        run = measure_setup(args.setup_trials, nats)
-        print(f"| {nats[0]} / {nats[1]} | {', '.join(sorted(run.kinds))} | {statistics.median(run.times):.3f} "
-              f"| {min(run.times):.3f} | {max(run.times):.3f} "
-              f"| {statistics.median(run.answering):.3f} / {max(run.answering):.3f} |")
+    trees = {"baseline": args.setup_against, "this tree": str(REPO)} if args.setup_against else None
+    print(f"\nSetup time in the lab ({args.setup_trials} trials each): initiator's connect() until both sides are up"
+          + (f"; baseline {args.setup_against}, trials interleaved" if trees else "") + "\n")
+    print("| NAT A / NAT B | tree | path (pair) | median s | min s | max s | offer -> up at the answering side, median / max s |")
+    print("|---|---|---|---|---|---|---|")
+    for nats in NAT_PAIRS[:1] if args.direct_only else NAT_PAIRS:
+        runs = measure_setup(args.setup_trials, nats, trees)
+        for label, run in runs.items():
+            print(f"| {nats[0]} / {nats[1]} | {label} | {', '.join(sorted(run.kinds))} | {statistics.median(run.times):.3f} "
+                  f"| {min(run.times):.3f} | {max(run.times):.3f} "
+                  f"| {statistics.median(run.answering):.3f} / {max(run.answering):.3f} |")
+        if trees:
+            base, this = (statistics.median(runs[k].times) for k in ("baseline", "this tree"))
+            base_b, this_b = (statistics.median(runs[k].answering) for k in ("baseline", "this tree"))
+            print(f"| {nats[0]} / {nats[1]} | this / baseline | | {this / base:.2f} | | | {this_b / base_b:.2f} |")
 
 
 def against_part(args: argparse.Namespace) -> None:
@@ -278,6 +293,8 @@ def main() -> int:
     parser.add_argument("--offload", action="store_true", help="only TAP offloads on against off, one TCP stream")
     parser.add_argument("--against", metavar="TREE", help="only this checkout's Python data path against TREE's, one TCP stream")
     parser.add_argument("--no-offload", action="store_true", help="with --against: no TAP offloads or UDP GRO (the plain passes)")
+    parser.add_argument("--setup-against", metavar="TREE", help="setup trials of this checkout and TREE's, interleaved in the same labs")
+    parser.add_argument("--direct-only", action="store_true", help="setup trials only with the direct NAT pair (eim / eim)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("tunnel_bench: needs root (network namespaces, TAP devices)", file=sys.stderr)

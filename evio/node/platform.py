@@ -94,6 +94,7 @@ class SystemPlatform:
         controller: AdjacencyController = OverlayController(
             plan.id, node_id, plan.config.topology, signaling, links,
             rng=random.Random(self.rng.getrandbits(64)), limits=plan.config.limits,
+            load=links.setup_load if isinstance(links, TunnelManager) else None,
         )  # fmt: skip
         return controller
 

@@ -146,7 +146,9 @@ class OverlayController:
         reevaluate_interval: float = 10.0,
         timings: Timings | None = None,
         limits: LimitsConfig | None = None,
+        load: Callable[[], float] | None = None,
     ) -> None:
+        """``load``: the host's setup load (the tunnel manager's `setup_load`): fewer setups at once while it is high."""
         self.overlay = overlay
         self.node_id = node_id
         self.topology = topology
@@ -157,7 +159,7 @@ class OverlayController:
         # A new epoch for every controller: peers tell our restart from a repeated request by it.
         epoch = rng.getrandbits(64)
         self._core = Orchestrator(
-            node_id, topology, rng, clock.now(), self.timings, name=overlay, epoch=epoch, limits=limits
+            node_id, topology, rng, clock.now(), self.timings, name=overlay, epoch=epoch, limits=limits, load=load
         )
         self._state = _State.NEW
         self._subscribers: list[AdjacencySubscription] = []

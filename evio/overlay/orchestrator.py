@@ -46,7 +46,7 @@ below `s` successors up), skipping peers with a request in flight and
 spending a `ChangeBudget` token per tunnel added or removed. The ring comes
 first: no long-distance link is started while one of our successor links is
 not up, new successor links and new other links are each paced to
-`max_setups` under way, and a failing successor's backoff is capped at
+`max_setups` under way (fewer while the host is loaded: `load`), and a failing successor's backoff is capped at
 `successor_backoff_cap`. Evaluations run
 after membership changes (debounced), after link events, when a backoff or
 deadline expires, and every `reevaluate_interval` seconds. A successor that
@@ -65,8 +65,10 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from evio.config.model import LimitsConfig, LogForm, TopologyConfig
@@ -246,8 +248,12 @@ class Orchestrator:
         name: str = "",
         epoch: int = 0,
         limits: LimitsConfig | None = None,
+        load: Callable[[], float] | None = None,
     ) -> None:
+        """``load``: how far the host's setups are stretched now (>= 1; the tunnels' patience factor):
+        fewer new links are set up at once while it is above 1."""
         self.node_id = node_id
+        self._load = load
         self.limits = limits or LimitsConfig()
         self._link_requests = PeerRateLimiter[int](
             Rate(self.limits.link_requests_per_s, self.limits.link_request_burst)
@@ -765,6 +771,7 @@ class Orchestrator:
         # On a loaded host every setup slows the others, and a missing successor splits the ring
         # (Bounded Flood and routing need it) where a missing chord costs a few hops.
         ring_pending = any(self.phase(p) is not Phase.UP for p in selection.successors)
+        slots = self._setup_slots()
         deferred = False
         for op in diff(self.node_id, self.view(), desired, s):
             st = self._peers.get(op.peer)
@@ -786,7 +793,7 @@ class Orchestrator:
                 successor = op.type is LinkType.SUCCESSOR
                 if not successor and op.type is LinkType.LONG_DISTANCE and ring_pending:
                     continue  # evaluated again when a successor link comes up or fails
-                if self._setting_up(successor) >= self.timings.max_setups:
+                if self._setting_up(successor) >= slots:
                     # Each setup costs both ends CPU (ICE, TURN, DTLS, a TAP, a bridge port): started all
                     # at once on a busy host they time out together and are retried together. The
                     # next one starts when one of these ends (its answer or tunnel event evaluates).
@@ -902,6 +909,13 @@ class Orchestrator:
 
     def _asking_new(self) -> int:
         return sum(1 for st in self._peers.values() if st.asking is not None and st.phase is Phase.NONE)
+
+    def _setup_slots(self) -> int:
+        """New links of each kind set up at once: `max_setups`, divided by the host's load (at least one).
+        On a host whose loops run late every setup slows the others; with as many at once as unloaded,
+        they missed their deadlines together and were retried together."""
+        load = max(1.0, self._load()) if self._load is not None else 1.0
+        return max(1, math.ceil(self.timings.max_setups / load))
 
     def _setting_up(self, successors: bool) -> int:
         """Our own new links under way, successor links or the others: asked for, or accepted and connecting."""

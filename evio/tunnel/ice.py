@@ -29,6 +29,9 @@ its retransmission (up to 0.1 s, measured 78 ms) before it could take the
 path. ``_hasten_checks`` does what RFC 8445 section 7.3.1.4 asks instead: the
 peer's authenticated check shows the way is open now, so the pending check
 is sent again at once (the same transaction; at most once per check received).
+aioice also paces checks one pair every 20 ms; our lists are a few pairs and
+the one that works is rarely first, so they are all checked at once
+(``_check_at_once``).
 
 Every datagram an aioice connection receives passes an ``InboundGate``
 first (``_guard_connection``): STUN goes through our checked parser
@@ -50,10 +53,11 @@ import asyncio
 import collections
 import contextvars
 import enum
+import functools
 import ipaddress
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +67,7 @@ from aioice import Candidate, Connection, TransportPolicy
 
 from evio.config.model import NatTraversalConfig, TurnServer
 from evio.tunnel.errors import GatherTimeout, IceFailed
+from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
 from evio.tunnel.signaling import IceParameters
 from evio.tunnel.stun_guard import MalformedStun, StunReject, parse_stun
 from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
@@ -100,10 +105,6 @@ class TurnRelay:
         if self.username is None or self.password is None:
             raise ValueError("a TURN server needs a username and password or a REST secret")
         return TurnCredentials(self.username, self.password)
-
-
-MAX_PATIENCE = 4.0
-"""The most the setup deadlines are stretched under load; the controlled side always allows for it."""
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,11 @@ class InboundGate:
 
     STUN (first byte 0-3) always passes: aioice authenticates checks itself and
     its parser is the guarded one. Anything else is accepted only from the
-    nominated pair's remote address or, before nomination, from a remote
-    candidate's. Rejections are counted by reason and logged at most once per
+    selected pair's remote address once there is one; before, from an address
+    that passed an authenticated check on that socket (``_checked``: the peer's
+    first DTLS may come from a peer-reflexive address, or from a pair other
+    than the one nominated here first), from a nominated pair's, or, before
+    nomination, from a remote candidate's. Rejections are counted by reason and logged at most once per
     ``_REJECT_LOG_INTERVAL``.
     """
 
@@ -175,6 +179,8 @@ class InboundGate:
         self._clock = clock
         self._last_log = float("-inf")
         self.selected: tuple[str, int] | None = None
+        self.first_source: tuple[aioice.ice.StunProtocol, tuple[str, int]] | None = None
+        """Where the first datagram that is not STUN came from (the controlled side follows it)."""
         self.rejected: collections.Counter[InboundReject] = collections.Counter()
 
     def guard(self, protocol: aioice.ice.StunProtocol) -> None:
@@ -184,7 +190,7 @@ class InboundGate:
         receive = protocol.datagram_received
 
         def datagram_received(data: bytes | str, addr: tuple[Any, ...]) -> None:
-            self.receive(receive, data, addr)
+            self.receive(receive, data, addr, protocol)
 
         protocol.datagram_received = datagram_received  # type: ignore[method-assign]
         protocol._evio_gate = self  # type: ignore[attr-defined]
@@ -203,19 +209,38 @@ class InboundGate:
             inner.datagram_received = turn_datagram_received
             inner._evio_gate = self
 
-    def allows(self, addr: tuple[Any, ...]) -> bool:
+    def allows(self, addr: tuple[Any, ...], protocol: aioice.ice.StunProtocol | None = None) -> bool:
         source = (addr[0], addr[1])
         if self.selected is not None:
             return source == self.selected
-        nominated = [pair.remote_addr for pair in self._connection._nominated.values()]
+        conn = self._connection
+        if protocol is not None and self._checked(conn, protocol, source):
+            return True
+        nominated = [pair.remote_addr for pair in conn._nominated.values()]
         if nominated:
             return source in nominated
-        return any((getattr(c, "_network_host", c.host), c.port) == source for c in self._connection.remote_candidates)
+        return any((getattr(c, "_network_host", c.host), c.port) == source for c in conn.remote_candidates)
 
-    def receive(self, inner: Callable[[bytes | str, tuple[Any, ...]], None], data: bytes | str, addr: tuple[Any, ...]) -> None:
-        if data and isinstance(data, bytes) and data[0] > 3 and not self.allows(addr):
-            self._reject(InboundReject.FOREIGN_SOURCE, addr)
-            return
+    @staticmethod
+    def _checked(conn: Connection, protocol: aioice.ice.StunProtocol, source: tuple[str, int]) -> bool:
+        """Has ``source`` proved on ``protocol`` that it is the peer? A pair whose check it answered, one
+        it nominated with a check of its own, or a check of its own not yet handled (before ``connect``).
+        Each of those is a STUN message aioice authenticated with the ICE password from the signaling;
+        a peer-reflexive address (the peer's NAT mapping, learned from its check) passes only so."""
+        for pair in conn._check_list:
+            if pair.protocol is protocol and pair.remote_addr == source and (
+                    pair.state is aioice.ice.CandidatePair.State.SUCCEEDED or pair.remote_nominated):
+                return True
+        return any(p is protocol and (a[0], a[1]) == source for _, a, p in conn._early_checks)
+
+    def receive(self, inner: Callable[[bytes | str, tuple[Any, ...]], None], data: bytes | str, addr: tuple[Any, ...],
+                protocol: aioice.ice.StunProtocol | None = None) -> None:
+        if data and isinstance(data, bytes) and data[0] > 3:
+            if not self.allows(addr, protocol):
+                self._reject(InboundReject.FOREIGN_SOURCE, addr)
+                return
+            if self.first_source is None and protocol is not None:
+                self.first_source = (protocol, (addr[0], addr[1]))
         try:
             inner(data, addr)
         except Exception:  # noqa: BLE001 - nothing from the network may escape into the loop
@@ -285,6 +310,58 @@ def _in_networks(host: str, networks: Sequence[Network]) -> bool:
     return any(address in net for net in networks)
 
 
+GATHER_FAILED: collections.Counter[str] = collections.Counter()
+"""aioice's candidate queries (``srflx``: STUN, ``relay``: a TURN allocation) that failed, by kind (process-wide)."""
+
+_QUERY_LOG_INTERVAL = 10.0
+_query_logged = [float("-inf")]
+
+# The query tasks of the agent whose gathering is running (as `_gathering_excludes`): aioice starts
+# each query as a task of its own and, when its gathering is cancelled (our deadline), leaves them
+# running unobserved; one failing later was "Task exception was never retrieved" with a traceback.
+_gathering_queries: contextvars.ContextVar[list[asyncio.Task[Any]] | None] = contextvars.ContextVar(
+    "evio_ice_gathering_queries", default=None
+)
+
+
+def _query_done(kind: str, task: asyncio.Task[Any]) -> None:
+    """Every query's outcome is retrieved here; a failure is counted, and logged at most once per interval."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is None:
+        return
+    GATHER_FAILED[kind] += 1
+    now = time.monotonic()
+    if now - _query_logged[0] >= _QUERY_LOG_INTERVAL:
+        _query_logged[0] = now
+        logger.info("tunnel ice %s candidate query failed: %s (%d %s failures so far)",
+                    kind, exc or type(exc).__name__, GATHER_FAILED[kind], kind)
+
+
+def _observed(kind: str, query: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """``query`` (aioice's server-reflexive or relayed candidate coroutine), its task observed and owned."""
+
+    async def observed(*args: Any, **kwargs: Any) -> Any:
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(functools.partial(_query_done, kind))
+            owner = _gathering_queries.get()
+            if owner is not None:
+                owner.append(task)
+        return await query(*args, **kwargs)
+
+    observed._evio_observed = True  # type: ignore[attr-defined]
+    return observed
+
+
+def _install_query_observers() -> None:
+    # aioice looks both up in its module when it starts a gathering.
+    for name, kind in (("server_reflexive_candidate", "srflx"), ("relayed_candidate", "relay")):
+        if not getattr(getattr(aioice.ice, name), "_evio_observed", False):
+            setattr(aioice.ice, name, _observed(kind, getattr(aioice.ice, name)))
+
+
 _NEVER = 2**31
 # aioice checks consent (RFC 7675) every 5 s (+-20 %) from each end of every connection: a check and
 # its answer are two datagrams, two event-loop wake-ups at each end of every idle tunnel every 5 s.
@@ -315,6 +392,7 @@ def _configure_aioice(config: IceConfig) -> None:
     aioice.ice.CONSENT_INTERVAL = CONSENT_INTERVAL
     _install_host_filter()
     _install_stun_guard()
+    _install_query_observers()
 
 
 def _hasten_checks(conn: Connection) -> None:
@@ -334,12 +412,37 @@ def _hasten_checks(conn: Connection) -> None:
     conn.check_incoming = check_incoming  # type: ignore[method-assign]
 
 
+_UNPACED_PAIRS = 8  # check lists up to this long are checked all at once
+
+
+def _check_at_once(conn: Connection) -> None:
+    """Start every pair's check at once instead of one every 20 ms (aioice's Ta pacing in ``connect``).
+
+    Our check lists are a few pairs (a host socket or two against the peer's host and server-reflexive
+    candidates), and the pair that works is rarely the first by priority (a private host address behind
+    the peer's NAT comes first): paced, its check started 20 ms or more after the first. RFC 8445's pacing
+    is there for lists of hundreds of pairs; a longer list than ``_UNPACED_PAIRS`` stays paced."""
+    periodic = conn._check_periodic
+
+    def check_periodic() -> bool:
+        more = periodic()
+        if more and len(conn._check_list) <= _UNPACED_PAIRS:
+            for pair in list(conn._check_list):
+                if pair.task is None and pair.state in (aioice.ice.CandidatePair.State.WAITING, aioice.ice.CandidatePair.State.FROZEN):
+                    conn.check_start_task(pair)
+        return more
+
+    conn._check_periodic = check_periodic  # type: ignore[method-assign]
+
+
 class IceAgent:
     """Both aioice connections of one tunnel attempt, and the path chosen between them."""
 
-    def __init__(self, config: IceConfig, controlling: bool, user: str, now: float) -> None:
+    def __init__(self, config: IceConfig, controlling: bool, user: str, now: float, lateness: Lateness | None = None) -> None:
+        """``lateness``: told how late the loop woke while a deadline was waited out (`LoopLag.record`)."""
         _configure_aioice(config)
         self._config = config
+        self._lateness = lateness
         self.controlling = controlling
         self._excluded: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
         stun = config.stun[0] if config.stun else None
@@ -363,32 +466,42 @@ class IceAgent:
         for conn in (self.direct, self.relay):
             if conn is not None:
                 _hasten_checks(conn)
+                _check_at_once(conn)
         self._closers: set[asyncio.Task[None]] = set()
         self._gates: dict[int, InboundGate] = {}
         # One connect() per connection (aioice's may run only once), shared by whoever waits on it.
         self._connects: dict[int, asyncio.Task[None]] = {}
         self._later: asyncio.Task[None] | None = None
+        self._queries: list[asyncio.Task[Any]] = []  # aioice's STUN and TURN queries of our gathering
 
-    async def gather(self, stretch: float = 1.0) -> tuple[IceParameters | None, IceParameters | None]:
+    async def gather(self, stretch: float = 1.0, most: float | None = None) -> tuple[IceParameters | None, IceParameters | None]:
         """Gather both connections' candidates; returns (direct, relay) parameters to signal.
 
         ``stretch`` scales the deadline: on a host whose loops run late the STUN and TURN answers
-        are late too (the tunnel's patience factor)."""
-        timeout = self._config.gather_timeout * max(stretch, 1.0)
+        are late too (the tunnel's patience factor), and it is counted in the time the loop ran
+        (`LoopBudget`), at most ``most`` seconds (default `MAX_PATIENCE` times the base)."""
+        base = self._config.gather_timeout
+        timeout = base * max(stretch, 1.0)
+        budget = self._budget(timeout, base * MAX_PATIENCE if most is None else most)
         conns = [c for c in (self.direct, self.relay) if c is not None]
         # The gathering tasks copy the context as they are created: they see this agent's exclusions.
         token = _gathering_excludes.set(tuple(self._excluded))
+        queries = _gathering_queries.set(self._queries)
         try:
             gathering = asyncio.gather(*(c.gather_candidates() for c in conns))
         finally:
             _gathering_excludes.reset(token)
+            _gathering_queries.reset(queries)
         try:
-            await asyncio.wait_for(gathering, timeout)
+            await budget.run(gathering)
         except TimeoutError:
+            self._abandon_queries()
             raise GatherTimeout(
-                f"ICE candidates not gathered within {timeout:g} s "
+                f"ICE candidates not gathered within {timeout:g} s"
+                + (f" and {budget.lost:.2f} s the loop ran late" if budget.lost >= 0.01 else "") + " "
                 "(a STUN or TURN server that does not answer?)"
             ) from None
+        self._queries.clear()  # aioice has the outcome of every one: done, or cancelled by it
         if self.relay is not None and not self.relay.local_candidates:
             logger.warning("tunnel relay candidate gathering failed (TURN server unreachable or refused)")
         for conn in conns:
@@ -425,7 +538,8 @@ class IceAgent:
         c = self._config
         for conn, timeout in ((self.direct, c.direct_timeout * c.patience), (self.relay, c.relay_timeout * c.patience)):
             if conn is not None:
-                attempts[asyncio.create_task(asyncio.wait_for(self._connecting(conn), timeout))] = conn
+                budget = self._budget(timeout, timeout / c.patience * MAX_PATIENCE)
+                attempts[asyncio.create_task(budget.run(self._connecting(conn)))] = conn
         chosen: Connection | None = None
         pending = set(attempts)
         try:
@@ -459,12 +573,14 @@ class IceAgent:
         c = self._config
         # The controlling side's patience is not signalled: allow for the most it may take.
         deadline = max(c.direct_timeout, c.relay_timeout) * max(c.patience, MAX_PATIENCE) + 2.0
-        attempts = {asyncio.create_task(self._await_first_dtls(conn)): conn for conn in (self.direct, self.relay) if conn is not None}
+        # Counted in loop time too: the answer's way to the controlling side (signaling) is slow on a
+        # loaded host as well, and this wait started when the answer left.
+        budget = self._budget(deadline, 2 * deadline)
+        attempts: dict[asyncio.Future[Any], Connection] = {asyncio.create_task(self._await_first_dtls(conn)): conn for conn in (self.direct, self.relay) if conn is not None}
         try:
-            pending = set(attempts)
-            end = time.monotonic() + deadline
+            pending: set[asyncio.Future[Any]] = set(attempts)
             while pending:
-                done, pending = await asyncio.wait(pending, timeout=max(0.0, end - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
+                done, pending = await budget.first(pending)
                 if not done:
                     break
                 for task in done:
@@ -475,7 +591,7 @@ class IceAgent:
                             # The direct attempt goes on: the controlling side moves there when it connects.
                             patience = max(self._config.patience, MAX_PATIENCE)
                             self._later = asyncio.create_task(
-                                asyncio.wait_for(self._connecting(direct), self._config.direct_timeout * patience + 1.0))
+                                self._budget(self._config.direct_timeout * patience + 1.0).run(self._connecting(direct)))
                         return self._select(chosen), task.result()
             raise IceFailed("the controlling side did not start DTLS on any path in time")
         finally:
@@ -514,7 +630,25 @@ class IceAgent:
             total.update(gate.rejected)
         return total
 
+    def _abandon_queries(self) -> None:
+        """Our gathering ended without aioice: cancel its queries still running; a TURN allocation one
+        finished meanwhile, whose candidate no connection took, is closed."""
+        taken = {id(p) for c in (self.direct, self.relay) if c is not None for p in c._protocols}
+        for task in self._queries:
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled() and task.exception() is None:
+                _, protocol = task.result()
+                if protocol is not None and id(protocol) not in taken:
+                    closer = asyncio.create_task(protocol.close())
+                    self._closers.add(closer)
+                    closer.add_done_callback(self._closers.discard)
+
     async def close(self) -> None:
+        self._abandon_queries()
+        queries, self._queries = self._queries, []
+        if queries:
+            await asyncio.gather(*queries, return_exceptions=True)
         if self._later is not None:
             self._later.cancel()
             await asyncio.gather(self._later, return_exceptions=True)
@@ -530,6 +664,9 @@ class IceAgent:
             await asyncio.gather(*self._closers, return_exceptions=True)
 
     # -- internals -----------------------------------------------------------------
+
+    def _budget(self, seconds: float, most: float | None = None) -> LoopBudget:
+        return LoopBudget(seconds, most, lateness=self._lateness)
 
     def _connecting(self, conn: Connection) -> asyncio.Future[None]:
         """``conn.connect()``, started once; waiters cancelled do not cancel it (``_drop`` ends it)."""
@@ -561,6 +698,16 @@ class IceAgent:
         kind = self._kind(conn)
         pair = conn._nominated[1]  # aioice keeps the selected pair only here
         gate = self._guard_connection(conn)
+        if not self.controlling and gate.first_source is not None:
+            # The controlled side answers where the controlling side's DTLS came from: with aggressive
+            # nomination that pair may not be the one nominated here first, and an answer from another
+            # socket or to another address would be dropped by the controlling side's gate.
+            protocol, source = gate.first_source
+            followed = next((p for p in conn._check_list if p.protocol is protocol and p.remote_addr == source), None)
+            if followed is not None and followed is not pair:
+                logger.info("tunnel ice %s: following the peer's DTLS to %s (nominated here: %s)", kind.value, source, pair.remote_addr)
+                conn._nominated[followed.component] = followed  # where aioice sends, and checks consent
+                pair = followed
         gate.selected = (pair.remote_addr[0], pair.remote_addr[1])
         path = SelectedPath(
             kind,
@@ -604,6 +751,6 @@ def candidate_types(params: IceParameters | None) -> list[str]:
 
 
 __all__ = [
-    "STUN_REJECTED", "Candidate", "IceAgent", "IceConfig", "InboundGate", "InboundReject", "PathKind", "RelayPolicy",
+    "GATHER_FAILED", "STUN_REJECTED", "Candidate", "IceAgent", "IceConfig", "InboundGate", "InboundReject", "PathKind", "RelayPolicy",
     "SelectedPath", "TurnRelay", "candidate_types",
 ]

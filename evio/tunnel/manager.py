@@ -87,12 +87,20 @@ class TunnelManager:
         self.loop_lag = LoopLag()
         """Sampled while tunnels are set up: the setup deadlines stretch with it (evio.tunnel.patience)."""
 
+    def setup_load(self) -> float:
+        """How far setups are stretched now (>= 1, the loop lag's patience factor): the overlay starts
+        fewer at once while it is above 1."""
+        return self.loop_lag.patience()
+
     def admit_offers(self, policy: OfferPolicy) -> None:
         """Serve offers only from peers `policy` admits (without one, every well-formed offer is served)."""
         self._offer_policy = policy
 
     def start(self) -> None:
         self._signaling.serve(self._on_offer)
+        # A node starting is about to set tunnels up, maybe on a host busy starting others: the
+        # first setups' deadlines then know the loop's lag already (it samples for a while, then stops).
+        self.loop_lag.wake()
 
     def reconfigure(self, config: TunnelSettings) -> None:
         """Settings for tunnels made from now on; the tunnels that exist keep the ones they were made with,
@@ -146,6 +154,7 @@ class TunnelManager:
             clock=self._clock,
             wall_clock=self._wall_clock,
             patience=self.loop_lag.patience,
+            lateness=self.loop_lag.record,
             transit=self.transit,
         )
         self._tunnels[peer] = tunnel

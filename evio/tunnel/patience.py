@@ -13,6 +13,13 @@ lateness of the last few seconds into the factor the next setup's deadlines are
 multiplied by, 1 on an unloaded host and at most `MAX_PATIENCE`. The
 controlled side cannot know the controlling side's factor, so it waits as if
 that were `MAX_PATIENCE` (`IceAgent.select_controlled`).
+
+That factor only knows the lag seen before a setup starts: the first setups of
+a node starting on a loaded host (a 64-node lab) had none to go by and missed
+their deadlines. So each deadline is also a `LoopBudget`: it is counted in the
+time the loop ran, not wall time: waiting in short slices, it adds how late
+each slice woke, up to `MAX_PATIENCE` times its base. What it sees is recorded
+in the `LoopLag` too, so the next setups' factor knows it.
 """
 
 from __future__ import annotations
@@ -21,9 +28,13 @@ import asyncio
 import collections
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from evio.tunnel.ice import MAX_PATIENCE
+T = TypeVar("T")
 
+MAX_PATIENCE = 4.0
+"""The most the setup deadlines are stretched under load; the controlled side always allows for it."""
 LAG_FREE = 0.1  # lateness up to this is an ordinary busy moment: nothing stretches (CI's small labs)
 LAG_UNIT = 0.25  # each this much lateness beyond it adds the base timeouts once more
 
@@ -76,3 +87,61 @@ class LoopLag:
             await asyncio.sleep(self.interval)
             woke = time.monotonic()
             self.record(woke, max(0.0, woke - asked - self.interval))
+
+
+Lateness = Callable[[float, float], None]
+"""Told (when, how late) each time a wait woke late: `LoopLag.record`."""
+
+BUDGET_SLICE = 0.25  # a budget's waits are at most this long: its lateness is measured this often
+
+
+class LoopBudget:
+    """A deadline counted in the time the event loop ran: `seconds`, plus however late the loop woke
+    while waiting, never more than `most` (default `MAX_PATIENCE` times `seconds`) of wall time."""
+
+    def __init__(self, seconds: float, most: float | None = None, *, lateness: Lateness | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.most = max(seconds, most if most is not None else seconds * MAX_PATIENCE)
+        self.lost = 0.0
+        """Wall time the loop did not run for us (late wake-ups), added to the deadline."""
+        self._lateness = lateness
+        self._clock = clock
+        self._start = clock()
+
+    def remaining(self) -> float:
+        return min(self.seconds + self.lost, self.most) - (self._clock() - self._start)
+
+    def overslept(self, asked: float, planned: float) -> None:
+        """A wait of `planned` seconds started at `asked` has just timed out: its lateness is lost time."""
+        now = self._clock()
+        late = max(0.0, now - asked - planned)
+        self.lost += late
+        if self._lateness is not None and late > LAG_FREE:  # smaller stretches nothing: not kept (`recent` scans them)
+            self._lateness(now, late)
+
+    async def first(self, waiting: set[asyncio.Future[Any]]) -> tuple[set[asyncio.Future[Any]], set[asyncio.Future[Any]]]:
+        """As `asyncio.wait(waiting, return_when=FIRST_COMPLETED)` with this deadline: nothing done when it passed."""
+        while True:
+            remaining = self.remaining()
+            if remaining <= 0:
+                return set(), waiting
+            step = min(remaining, BUDGET_SLICE)
+            asked = self._clock()
+            done, pending = await asyncio.wait(waiting, timeout=step, return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                return done, pending
+            self.overslept(asked, step)
+
+    async def run(self, awaitable: Awaitable[T]) -> T:
+        """As `asyncio.wait_for(awaitable, ...)` with this deadline: TimeoutError, `awaitable` cancelled, when it passes."""
+        task = asyncio.ensure_future(awaitable)
+        try:
+            done, _ = await self.first({task})
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if not done:
+            raise TimeoutError
+        return task.result()

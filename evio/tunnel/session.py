@@ -65,6 +65,7 @@ from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split
 from evio.tunnel.liveness import Action as LivenessAction
 from evio.tunnel.liveness import DownReason, EchoAnswered, Liveness, PeerAlive, PeerDead, RttStats, SendControl
 from evio.tunnel.native import NativeFdDatapath, pick_implementation
+from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
 from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
 from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
 from evio.tunnel.tap import LinuxTap, TapDevice
@@ -157,9 +158,11 @@ class Tunnel:
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         patience: Callable[[], float] | None = None,
+        lateness: Lateness | None = None,
         transit: TransitTable | None = None,
     ) -> None:
-        """``transit``: the overlay's fast-path table (tunnel.transit); the data path joins it while it runs."""
+        """``transit``: the overlay's fast-path table (tunnel.transit); the data path joins it while it runs.
+        ``lateness``: told how late the loop woke while a setup deadline was waited out (`LoopLag.record`)."""
         if node_id == peer:
             raise ValueError("a tunnel needs two different nodes")
         self.node_id = node_id
@@ -175,6 +178,7 @@ class Tunnel:
         self._clock = clock
         self._wall_clock = wall_clock
         self._patience = patience  # how far liveness limits stretch now (the host's loop lag)
+        self._lateness = lateness
         self._started = clock()
         self._up_since: float | None = None
         self._info = TunnelInfo(
@@ -283,8 +287,9 @@ class Tunnel:
         """Responder: gather and build the answer; ``start_responder`` then runs the tunnel."""
         try:
             cipher = choose_cipher(offer.ciphers, self.config.ciphers)
-            self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock())
-            direct, relay = await self._ice.gather(self._patience_now())
+            self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness)
+            # An answer later than the peer waits for it is wasted: stretch no further than most of that.
+            direct, relay = await self._ice.gather(self._patience_now(), 0.8 * self.config.signaling_timeout)
             if direct is None and relay is None:
                 raise SetupError("no local ICE candidates")
             await self._ice.set_remote(offer.direct, offer.relay)
@@ -319,7 +324,7 @@ class Tunnel:
             await self._teardown()
 
     async def _run_initiator(self, signaling: TunnelSignaling) -> None:
-        self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock())
+        self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness)
         direct, relay = await self._ice.gather(self._patience_now())
         if direct is None and relay is None:
             raise SetupError("no local ICE candidates")
@@ -438,17 +443,21 @@ class Tunnel:
         if first is not None:
             await self._send_all(dtls.receive(first))
         self._pump_task = asyncio.create_task(self._pump(path, dtls), name=f"tunnel-pump-{self._info.tunnel_id}")
-        deadline = self._clock() + self.config.dtls_timeout
+        # Counted in loop time (the deadline grows by each late wake-up), up to MAX_PATIENCE times the base.
+        base = self.config.dtls_timeout / max(self.config.ice.patience, 1.0)
+        budget = LoopBudget(self.config.dtls_timeout, base * MAX_PATIENCE, lateness=self._lateness, clock=self._clock)
         while dtls.state is DtlsState.HANDSHAKING:
-            remaining = deadline - self._clock()
+            remaining = budget.remaining()
             if remaining <= 0:
                 raise DtlsFailed("DTLS handshake timed out")
             timer = dtls.timeout()
-            wait = remaining if timer is None else min(timer, remaining)
+            wait = max(remaining if timer is None else min(timer, remaining), 0.001)
             self._dtls_progress.clear()
+            asked = self._clock()
             try:
-                await asyncio.wait_for(self._dtls_progress.wait(), max(wait, 0.001))
+                await asyncio.wait_for(self._dtls_progress.wait(), wait)
             except TimeoutError:
+                budget.overslept(asked, wait)
                 await self._send_all(dtls.handle_timeout())
             if self._pump_task.done():
                 raise DtlsFailed("ICE connection closed during DTLS")

@@ -635,6 +635,26 @@ def test_at_most_max_setups_new_links_are_under_way_at_once_successors_first() -
     assert requests(orch.tick(again)) == [(successors[0].peer, S, False)]
 
 
+def test_fewer_setups_are_under_way_at_once_while_the_host_is_loaded() -> None:
+    # A loaded host's setups slow each other: with as many at once as unloaded they missed their deadlines
+    # together and were retried together. The slots follow the load (the tunnels' patience factor).
+    load = [4.0]
+    topology = TopologyConfig(successors=2, long_distance=None)
+    orch = Orchestrator(ME, topology, random.Random(0), 0.0, replace(T, max_setups=3), name="ov", load=lambda: load[0])
+    orch.signal_connected(0.0)
+    for peer in range(101, 164):
+        orch.peer_added(peer, 0.0)
+    first = of(orch.tick(1.0), SendLinkRequest)
+    assert [a.request.type for a in first] == [S]  # one successor at a time, not both
+    complete(orch, first[0], 1.2)
+    second = of(orch.tick(1.2), SendLinkRequest)
+    assert [a.request.type for a in second] == [S]
+    complete(orch, second[0], 1.4)
+    assert [a.request.type for a in of(orch.tick(1.4), SendLinkRequest)] == [L]  # one long-distance link
+    load[0] = 1.4  # the loop catches up: ceil(3 / 1.4) = 3 at once
+    assert [t for _, t, _ in requests(orch.tick(1.5))] == [L, L]
+
+
 def test_a_new_link_asked_for_without_an_answer_is_withdrawn_so_the_peer_does_not_wait_for_it() -> None:
     # The lab's asymmetric pair: the peer accepted and held the link as pending while our side,
     # its answer lost, had moved on.

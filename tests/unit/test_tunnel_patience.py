@@ -8,9 +8,8 @@ import time
 import pytest
 
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.ice import MAX_PATIENCE
 from evio.tunnel.liveness import Liveness, LivenessConfig, LivenessState
-from evio.tunnel.patience import LAG_FREE, LAG_UNIT, LoopLag, patience
+from evio.tunnel.patience import LAG_FREE, LAG_UNIT, MAX_PATIENCE, LoopBudget, LoopLag, patience
 
 
 def test_patience_is_one_when_idle_and_grows_with_lag_up_to_the_cap() -> None:
@@ -65,3 +64,37 @@ def test_liveness_limits_stretch_with_patience() -> None:
             t += 0.05
             live.tick(t, 1, 1, patience_now)
         assert t - 0.1 == pytest.approx(dead_by, abs=0.06)
+
+
+async def test_a_budget_counts_the_time_the_loop_ran_not_wall_time() -> None:
+    # The first setups of a node starting on a loaded host had no lag sampled yet: a fixed wall-clock
+    # deadline failed them while the loop was not running them at all.
+    loop = asyncio.get_running_loop()
+    lag = LoopLag()
+    answer: asyncio.Future[str] = loop.create_future()
+    loop.call_soon(time.sleep, 1.0)  # the loop is blocked for a second (0.25 s of it counts as waited)
+    loop.call_later(1.1, answer.set_result, "gathered")  # then it takes 0.1 s more of loop time
+    budget = LoopBudget(0.5, 5.0, lateness=lag.record)
+    assert await budget.run(answer) == "gathered"  # a wall-clock deadline of 0.5 s had passed
+    assert budget.lost >= 0.6
+    assert lag.recent() >= 0.6  # the next setups' factor knows it
+    assert lag.patience() > 1.0
+
+
+async def test_a_budget_passes_when_the_loop_ran_that_long_and_cancels_what_it_waited_for() -> None:
+    waited = asyncio.ensure_future(asyncio.sleep(10))
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await LoopBudget(0.1).run(waited)
+    assert waited.cancelled()
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_budget_never_stretches_past_its_most() -> None:
+    now = [0.0]
+    budget = LoopBudget(1.0, 3.0, clock=lambda: now[0])
+    now[0] = 10.0
+    budget.overslept(0.0, 0.25)  # a wake-up 9.75 s late
+    assert budget.lost == pytest.approx(9.75)
+    assert budget.remaining() == pytest.approx(3.0 - 10.0)
+    assert LoopBudget(2.0).most == 2.0 * MAX_PATIENCE
