@@ -10,7 +10,9 @@ daemon's defaults) is brought up; printed are the time to bring it up, the
 time until successor links close the ring (measured from "up"), a ping over
 the overlay between a sample of pairs (every ordered pair when there are
 no more than --pairs of them), and each daemon's resident memory and CPU
-while the overlay idles (daemon and SDN controller are one process). Beside
+while the overlay idles (daemon and SDN controller are one process), and
+after the pings the controllers' and tunnels' counters and drops summed over
+the daemons, with Open vSwitch's packet-in overflows. Beside
 them the targets (issue 13: ring closed within 120 s at n = 64 and every
 sampled pair answers; idle RSS under 80 MB) and the paper's figures where it
 has them. Then, per process kind (daemon, ovs-vswitchd, ovsdb-server,
@@ -29,6 +31,7 @@ import random
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +45,7 @@ import profiling  # noqa: E402
 
 from evio.cli.lab_node_cmd import wait_ring  # noqa: E402
 from evio.lab.lab import Lab  # noqa: E402
+from evio.node.control_client import ControlError  # noqa: E402
 
 TARGET = {"ring_s": 120.0, "rss_mb": 80.0, "ping_share": 1.0}
 
@@ -66,6 +70,40 @@ class Result:
     split: dict[str, tuple[int, float, float, dict[str, tuple[float, float]]]] = field(default_factory=dict)
     forming: dict[str, tuple[int, float, float, dict[str, tuple[float, float]]]] = field(default_factory=dict)
     load: tuple[float, float] = (0.0, 0.0)  # load average (1 min) at "up" and when the ring closed or the wait ended
+    # Summed over the daemons after the pings: the controllers' counters and drops, the tunnels' drops;
+    # and Open vSwitch's own packet-in losses (coverage counters), so a ping that died is counted or ruled out.
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def drop_counts(lab: Lab) -> dict[str, dict[str, int]]:
+    totals: dict[str, dict[str, int]] = {"switch": {}, "switch drops": {}, "tunnel drops": {}, "ovs": {}}
+
+    def add(kind: str, key: str, value: object) -> None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            totals[kind][key] = totals[kind].get(key, 0) + value
+
+    for node in lab.nodes:
+        try:
+            status = lab.daemon_status(node.index, timeout=20)
+        except ControlError:  # a daemon that does not answer is counted, not fatal to the benchmark
+            add("switch", "status_failed", 1)
+            continue
+        for overlay in status.get("overlays", {}).values():
+            for key, value in overlay.get("switch", {}).items():
+                add("switch", key, value)
+            for key, value in overlay.get("drops", {}).items():
+                add("switch drops", key, value)
+            for link in overlay.get("links", []):
+                for key, value in link.get("drops", {}).items():
+                    add("tunnel drops", key, value)
+        ctl = lab.ovs(node.index).run_dir / "ovs-vswitchd.ctl"
+        done = subprocess.run(["ovs-appctl", "-t", str(ctl), "coverage/show"], capture_output=True, text=True,
+                              check=False, timeout=30)  # fmt: skip
+        for line in done.stdout.splitlines():
+            name = line.split()[0] if line.split() else ""
+            if "total:" in line and ("overflow" in name or name.startswith("datapath_drop_upcall")):
+                add("ovs", name, int(line.rsplit(maxsplit=1)[1]))
+    return totals
 
 
 def processes_by_kind(lab: Lab) -> dict[str, list[int]]:
@@ -189,6 +227,7 @@ def run(n: int, args: argparse.Namespace) -> Result:
             # Again with ping's own default wait (10 s): a loaded host answers late rather than never.
             names = {f"{lab.node(a).name}->{lab.node(b).name}": (a, b) for a, b in pairs}
             result.failed_patient, _ = ping_pairs(lab, [names[f] for f in result.failed], wait=10.0)
+        result.counts = drop_counts(lab)
     finally:
         if args.logs is not None:
             target = Path(args.logs) / f"n{n}"
@@ -220,6 +259,9 @@ def print_table(results: list[Result]) -> None:
             print(f"n={r.nodes}: no answer within 2 s per ping ({len(r.failed)}): " + " ".join(r.failed[:40]))
             print(f"n={r.nodes}: of those, {len(r.failed) - len(r.failed_patient)} answered when asked again with "
                   f"10 s per ping; still no answer ({len(r.failed_patient)}): " + " ".join(r.failed_patient[:40]))
+    for r in results:
+        for kind, counts in r.counts.items():
+            print(f"n={r.nodes}: {kind}: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
     for r in results:
         print(f"n={r.nodes}: load average {r.load[0]:.1f} at up, {r.load[1]:.1f} when the ring wait ended")
         for title, split in (("while the ring formed", r.forming), ("idle, after the ring", r.split)):
