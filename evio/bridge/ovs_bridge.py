@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from evio.bridge.commands import BridgeError, CommandRunner
+from evio.bridge.commands import BridgeError, CommandError, CommandRunner
 from evio.bridge.packet_buffers import PacketSocketTuner, PortTuner, ovs_rundir
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,13 @@ RSTP_TUNNEL_PATH_COST = 20000
 # 2 * (forward delay - 1) >= max age (OVS ignores values breaking it) makes 5 the shortest delay.
 RSTP_FORWARD_DELAY = 5
 RSTP_MAX_AGE = 8
+# How long (ms) vswitchd lets the controller connection sit idle before it sends an echo request, and
+# waits again for the answer before it reconnects (the Controller record's inactivity_probe; OVS's
+# default is 5 s). The controller is in the daemon, on loopback: if either process dies, its socket
+# closes and the other end hears at once, with no echo. The probe only finds a controller that is
+# hung, which no reconnect mends; every 5 s it woke an idle node's vswitchd and three os-ken threads.
+# A minute still has vswitchd log a hung controller within two.
+CONTROLLER_INACTIVITY_PROBE_MS = 60_000
 
 
 def openvswitch_module_loaded(module_dir: Path = OPENVSWITCH_MODULE) -> bool:
@@ -85,6 +92,12 @@ class BridgeSpec:
     @property
     def stp(self) -> bool:
         return self.switching == "stp"
+
+    @property
+    def ipv6_link_local(self) -> bool:
+        """Whether the internal port keeps the IPv6 link-local address Linux gives it: only with an IPv6
+        overlay address (its neighbours and routers speak to it from link-local addresses)."""
+        return self.overlay_address is not None and ipaddress.ip_interface(self.overlay_address).version == 6
 
     def __post_init__(self) -> None:
         if self.switching not in SWITCHING_MODES:
@@ -150,6 +163,7 @@ class OvsBridge:
             "fail_mode=secure", "other_config:disable-in-band=true", "rstp_enable=false",
             *([f"other_config:datapath-id={c.datapath_id:016x}"] if c.datapath_id is not None else []),
             "--", "set-controller", c.name, f"tcp:{c.controller_host}:{c.controller_port}",
+            "--", "set", "Controller", c.name, f"inactivity_probe={CONTROLLER_INACTIVITY_PROBE_MS}",
         ]  # fmt: skip
         if c.stp:
             args = [
@@ -164,6 +178,8 @@ class OvsBridge:
         if c.mtu is not None:
             args += ["--", "set", "Interface", c.name, f"mtu_request={c.mtu}"]
         await self.vsctl(*args)
+        if not c.ipv6_link_local:
+            await self._no_ipv6_link_local()
         if c.overlay_address is not None:
             await self.runner.run(["ip", "address", "replace", c.overlay_address, "dev", c.name])
         await self.runner.run(["ip", "link", "set", c.name, "up"])
@@ -173,6 +189,25 @@ class OvsBridge:
         else:
             log.info("bridge created bridge=%s datapath=%s controller=%s:%s address=%s",
                      c.name, self.datapath, c.controller_host, c.controller_port, c.overlay_address)
+
+    async def _no_ipv6_link_local(self) -> None:
+        """No IPv6 link-local address on the internal port (before it comes up; flushed if it has one).
+
+        Linux gives every interface one when it comes up, and from it sends a DAD
+        probe, MLD reports and router solicitations, these for ever (RFC 7559:
+        `router_solicitations` -1, backing off to an hour). Each is a multicast
+        the controller floods to every member, two packet-ins there, for a router
+        no overlay has. IPv6 stays on: an address put on the bridge by hand works
+        (its ND is flooded like any multicast), and hosts on other leaf ports are
+        untouched. Through netlink (`ip`), so a read-only /proc/sys does not stop it.
+        """
+        name = self.config.name
+        try:
+            await self.runner.run(["ip", "link", "set", "dev", name, "addrgenmode", "none"])
+            # A bridge left up by a killed daemon already has one; the kernel stops soliciting without it.
+            await self.runner.run(["ip", "-6", "address", "flush", "dev", name, "scope", "link"])
+        except CommandError as err:  # a kernel without IPv6: it sends nothing either
+            log.info("no IPv6 link-local to turn off bridge=%s: %s", name, err)
 
     async def _enable_userspace_tso(self) -> None:
         # The userspace datapath caps near 1 Gbit/s without it (datapath-baseline.md).

@@ -10,6 +10,7 @@ for tunnels.
 3. Two overlays per node on one controller: both ping, neither's MACs appear on the other's bridge.
 4. E2 in small: an IP moves from one node to another; the gratuitous ARP the new node's
    controller process sends brings the ping back; the time is printed.
+5. IPv6 put on the bridges by hand crosses a ring (DAD, ND); the bridges make no link-local of their own.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import BinaryIO
 import pytest
 
 from evio.bridge import BridgeSpec, OvsBridge, OvsInstance, SubprocessRunner, datapath_id_for
+from evio.bridge.ovs_bridge import CONTROLLER_INACTIVITY_PROBE_MS
 from evio.bridge.packet_buffers import PORT_RECEIVE_BUFFER
 from evio.testing.waiting import wait_until_blocking
 
@@ -209,6 +211,9 @@ def test_controller_sees_the_switch_and_classifies_its_ports(workdir: Path, node
     for tap in (f"{ns}t1", f"{ns}t2"):
         assert packet_socket_receive_buffer(node, tap) >= PORT_RECEIVE_BUFFER
     assert "priority=0 actions=CONTROLLER:65535" in flows, flows
+    # vswitchd echoes an idle controller once a minute, not every 5 s (OVS's default).
+    probe = node.ovs.vsctl("get", "Controller", node.bridge_name(), "inactivity_probe").strip()
+    assert probe == str(CONTROLLER_INACTIVITY_PROBE_MS)
 
     asyncio.run(node.bridges["o"].remove_port(f"{ns}t2"))
     wait_for(lambda: any(e["name"] == f"{ns}t2" for e in node.events("PortRemoved")), 15, "port removed event")
@@ -352,6 +357,30 @@ def test_four_node_ring_pings_across_an_intermediate_node(ring_factory: Callable
             directions.add("c->a")
     assert directions == {"a->c", "c->a"}, unicast_flows(b) + unicast_flows(d)
     print("\n4-node ring, 1 intermediate: " + result.stdout.strip().splitlines()[-1])
+
+
+def ipv6_addresses(node: Node, *selector: str) -> str:
+    return _sh("ip", "netns", "exec", node.netns, "ip", "-6", "-o", "address", "show", "dev", node.bridge_name(),
+               *selector).stdout.strip()
+
+
+def test_ipv6_put_on_the_bridges_crosses_the_overlay_without_their_link_local_chatter(
+    ring_factory: Callable[..., Ring],
+) -> None:
+    """Bridges with an IPv4 overlay address get no IPv6 link-local, so their stacks send no DAD, MLD or
+    router solicitations onto the overlay; IPv6 put on them by hand still works across it: its DAD and
+    neighbour solicitations are multicast that Bounded Flood carries (a and c are not adjacent)."""
+    a, b, c, d = ring_factory(4).nodes
+    for node in (a, b, c, d):
+        assert ipv6_addresses(node) == "", f"{node.bridge_name()} has IPv6 addresses"
+    for node, address in ((a, "fd77::1/64"), (c, "fd77::3/64")):
+        _sh("ip", "netns", "exec", node.netns, "ip", "-6", "address", "add", address, "dev", node.bridge_name())
+    for node in (a, c):  # DAD done: the probe crossed the overlay and nobody claimed the address
+        wait_for(lambda: ipv6_addresses(node, "tentative") == "", 15, f"DAD on {node.bridge_name()}")  # noqa: B023
+        assert "dadfailed" not in ipv6_addresses(node)
+    result = ping(a, "fd77::3")
+    assert result.returncode == 0 and " 0% packet loss" in result.stdout, result.stdout + result.stderr
+    print("\n4-node ring, IPv6 across 1 intermediate: " + result.stdout.strip().splitlines()[-1])
 
 
 def test_two_overlays_on_one_controller_per_node(ring_factory: Callable[..., Ring]) -> None:

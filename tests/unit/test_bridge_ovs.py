@@ -9,6 +9,7 @@ import pytest
 
 from evio.bridge import BridgeError, BridgeSpec, CommandError, OvsBridge, OvsInstance, datapath_type
 from evio.bridge.ovs_bridge import (
+    CONTROLLER_INACTIVITY_PROBE_MS,
     RSTP_FORWARD_DELAY,
     RSTP_MAX_AGE,
     openvswitch_module_loaded,
@@ -42,7 +43,7 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
     runner = RecordingRunner()
     bridge = OvsBridge(BridgeSpec("evobr0", 6653, "10.10.0.5/24", mtu=1410), runner, "netdev", "/x/db.sock")
     await bridge.create()
-    tso_get, tso_set, create, addr, up = runner.calls
+    tso_get, tso_set, create, addrgen, flush, addr, up = runner.calls
     assert tso_get[-1] == "other_config:userspace-tso-enable" and "--db=unix:/x/db.sock" in tso_get
     assert tso_set[-1] == "other_config:userspace-tso-enable=true"
     text = " ".join(create)
@@ -51,6 +52,56 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
         assert part in text
     assert addr == ["ip", "address", "replace", "10.10.0.5/24", "dev", "evobr0"]
     assert up == ["ip", "link", "set", "evobr0", "up"]
+    # An IPv4 overlay: no IPv6 link-local on the internal port, so none of its multicast chatter.
+    assert addrgen == ["ip", "link", "set", "dev", "evobr0", "addrgenmode", "none"]
+    assert flush == ["ip", "-6", "address", "flush", "dev", "evobr0", "scope", "link"]
+
+
+@pytest.mark.parametrize("datapath", ["system", "netdev"])
+async def test_the_controller_connection_is_probed_once_a_minute_on_either_datapath(datapath: str) -> None:
+    runner = RecordingRunner()
+    await OvsBridge(BridgeSpec("evobr0", 6653), runner, datapath).create()
+    create = next(c for c in runner.calls if "add-br" in c)
+    # In the transaction that names the controller, on its record (found by the bridge's name).
+    at = create.index("set-controller")
+    assert create[at - 1] == "--" and create[at + 1:at + 3] == ["evobr0", "tcp:127.0.0.1:6653"]
+    assert create[at + 3:at + 8] == ["--", "set", "Controller", "evobr0", f"inactivity_probe={60_000}"]
+    assert CONTROLLER_INACTIVITY_PROBE_MS == 60_000  # OVS's own 5 s woke an idle node every 5 s
+
+
+@pytest.mark.parametrize("address", [None, "10.10.0.5/24"])
+async def test_an_internal_port_without_an_ipv6_address_gets_no_link_local_before_it_comes_up(
+    address: str | None,
+) -> None:
+    runner = RecordingRunner()
+    await OvsBridge(BridgeSpec("evobr0", 6653, address), runner, "system").create()
+    ip = [c for c in runner.calls if c[0] == "ip"]
+    assert ip[0][-2:] == ["addrgenmode", "none"] and ip[1][:4] == ["ip", "-6", "address", "flush"]
+    assert ip[-1] == ["ip", "link", "set", "evobr0", "up"]
+
+
+async def test_an_ipv6_overlay_keeps_the_kernels_link_local() -> None:
+    runner = RecordingRunner()
+    await OvsBridge(BridgeSpec("evobr0", 6653, "fd00:77::5/64"), runner, "system").create()
+    ip = [c for c in runner.calls if c[0] == "ip"]
+    assert ip == [["ip", "address", "replace", "fd00:77::5/64", "dev", "evobr0"], ["ip", "link", "set", "evobr0", "up"]]
+
+
+class FailingAddrGen(RecordingRunner):
+    """A kernel without IPv6: `ip link set ... addrgenmode` fails."""
+
+    async def run(self, argv: Sequence[str]) -> str:
+        await super().run(argv)
+        if "addrgenmode" in argv:
+            raise CommandError(argv, 2, "Error: IPv6 is disabled on this device.")
+        return ""
+
+
+async def test_a_kernel_without_ipv6_still_gets_its_bridge_up() -> None:
+    runner = FailingAddrGen()
+    await OvsBridge(BridgeSpec("evobr0", 6653, "10.10.0.5/24"), runner, "system").create()
+    assert runner.calls[-1] == ["ip", "link", "set", "evobr0", "up"]
+    assert not any("flush" in c for c in runner.calls)
 
 
 async def test_an_stp_bridge_runs_rstp_and_mac_learning_with_no_controller() -> None:
@@ -68,7 +119,7 @@ async def test_an_stp_bridge_runs_rstp_and_mac_learning_with_no_controller() -> 
     # OVS's bounds and 802.1D's 2 * (forward delay - 1) >= max age, which OVS enforces by ignoring both.
     assert "other_config:rstp-forward-delay=5" in text and "other_config:rstp-max-age=8" in text
     assert 2 * (RSTP_FORWARD_DELAY - 1) >= RSTP_MAX_AGE >= 6 and RSTP_FORWARD_DELAY >= 4
-    assert "set-controller" not in text and "fail_mode=secure" not in text
+    assert "set-controller" not in text and "inactivity_probe" not in text and "fail_mode=secure" not in text
     await OvsBridge(spec, runner, "netdev", port_tuner=lambda port: None).add_port("evot1")
     assert runner.calls[-1][2:] == ["--may-exist", "add-port", "evobr0", "evot1",
                                     "--", "set", "Port", "evot1", "other_config:rstp-path-cost=20000"]
