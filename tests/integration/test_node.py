@@ -155,6 +155,10 @@ def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(
         if link.state == "up":
             addresses = lab.exec(int(link.node.removeprefix("node")), ["ip", "-o", "addr", "show", "dev", link.tap]).stdout
             assert addresses.strip() == "", f"{link.node}'s TAP {link.tap} has addresses: {addresses}"
+    # Nor the bridges' internal ports (an IPv4 overlay): no link-local, so no router solicitations for ever.
+    for node in lab.nodes:
+        addresses = lab.exec(node.index, ["ip", "-6", "-o", "addr", "show", "dev", "evbr-ov1"]).stdout
+        assert addresses.strip() == "", f"{node.name}'s bridge has IPv6 addresses: {addresses}"
 
     victim = 2
     victim_taps = {link.tap for link in topo.links if link.peer == f"node{victim}"}
