@@ -6,7 +6,7 @@ listing every problem as a JSON path and a reason.
 
 from typing import Any
 
-# Loaded on first use (PEP 562): the loader pulls in jsonschema (~0.3 s), which `evio status`
+# Loaded on first use (PEP 562): the loader pulls in cryptography, which `evio status`
 # and other light users of evio.config.model do not need.
 _EXPORTS = {
     "ConfigError": "evio.config.loader",

@@ -4,7 +4,8 @@ Three stages, each reporting every problem it finds rather than the first:
 1. text -> JSON: `//` line comments outside strings are removed (so the shipped
    example can be fully commented), then the JSON is parsed strictly
    (duplicate keys and NaN/Infinity are problems too);
-2. JSON Schema (schema.json, draft 2020-12, via the `jsonschema` library);
+2. JSON Schema (schema.json, draft 2020-12, checked by evio.config.schema_check, not the
+   `jsonschema` library, which would stay loaded in the daemon);
 3. rules the schema cannot express (credentials, files, uniqueness, addresses).
 Only a document with no problems becomes a `Config`.
 """
@@ -25,7 +26,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -53,6 +53,7 @@ from evio.config.model import (
     default_bridge_name,
     split_host_port,
 )
+from evio.config.schema_check import Failure, check_schema, failures
 from evio.config.secrets import MAX_CONFIG_BYTES, MAX_SECRET_BYTES, FileCheckError, read_regular
 from evio.ids import parse_node_id
 
@@ -199,10 +200,10 @@ def load_schema() -> dict[str, Any]:
 
 
 @cache
-def _validator() -> jsonschema.protocols.Validator:
+def _checked_schema() -> dict[str, Any]:
     schema = load_schema()
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    check_schema(schema)
+    return schema
 
 
 _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
@@ -223,14 +224,14 @@ def _shown(parts: Sequence[str | int], value: Any) -> str:
     return json.dumps(value)
 
 
-def _schema_problems(error: jsonschema.ValidationError) -> Iterator[Problem]:
-    """One or more readable problems for a jsonschema error, at the most precise path."""
-    parts = tuple(error.absolute_path)
-    kind = error.validator
+def _schema_problems(error: Failure) -> Iterator[Problem]:
+    """One or more readable problems for a broken schema keyword, at the most precise path."""
+    parts = error.parts
+    kind = error.keyword
     instance = error.instance
-    if "propertyNames" in error.absolute_schema_path:
+    if error.property_name:
         # The error sits on the object; point at the key itself.
-        title = error.schema.get("title", "a valid key") if isinstance(error.schema, dict) else "a valid key"
+        title = error.schema.get("title", "a valid key")
         yield Problem(json_path((*parts, instance)), f"{json.dumps(instance)} is not {title}")
     elif kind == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
@@ -240,42 +241,44 @@ def _schema_problems(error: jsonschema.ValidationError) -> Iterator[Problem]:
                 hint = f"did you mean {near[0]!r}? " if near else ""
                 yield Problem(json_path((*parts, key)), f"unknown key; {hint}allowed: {', '.join(allowed)}")
     elif kind == "required":
-        for key in error.validator_value:
+        for key in error.value:
             if key not in instance:
                 yield Problem(json_path((*parts, key)), "required key is missing")
     elif kind == "dependentRequired":
-        for key, needed in error.validator_value.items():
+        for key, needed in error.value.items():
             if key in instance:
                 for other in needed:
                     if other not in instance:
                         yield Problem(json_path((*parts, other)), f"required together with {key!r}")
     elif kind == "type":
-        expected = error.validator_value
+        expected = error.value
         expected_text = " or ".join(expected) if isinstance(expected, list) else expected
         got = _json_type(instance) if isinstance(instance, dict | list) else f"{_json_type(instance)} {_shown(parts, instance)}"
         yield Problem(json_path(parts), f"expected {expected_text}, got {got}")
     elif kind == "pattern":
-        title = error.schema.get("title", f"matching {error.validator_value}")
+        title = error.schema.get("title", f"matching {error.value}")
         yield Problem(json_path(parts), f"{_shown(parts, instance)} is not {title}")
     elif kind == "enum":
-        choices = ", ".join(json.dumps(c) for c in error.validator_value)
+        choices = ", ".join(json.dumps(c) for c in error.value)
         yield Problem(json_path(parts), f"{_shown(parts, instance)} is not one of {choices}")
     elif kind == "minProperties":
-        yield Problem(json_path(parts), f"needs at least {error.validator_value} entry")
+        yield Problem(json_path(parts), f"needs at least {error.value} entry")
     elif kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         relation = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
-        yield Problem(json_path(parts), f"{instance} out of range: must be {relation} {error.validator_value}")
+        yield Problem(json_path(parts), f"{instance} out of range: must be {relation} {error.value}")
     elif kind == "uniqueItems":
         yield Problem(json_path(parts), "entries must be unique")
     elif kind == "minLength":
         yield Problem(json_path(parts), "must not be empty")
+    elif kind == "maxLength":
+        yield Problem(json_path(parts), f"{instance!r} is too long")
     else:
-        yield Problem(json_path(parts), error.message)
+        yield Problem(json_path(parts), f"{_shown(parts, instance)} breaks {kind} {json.dumps(error.value)}")
 
 
 def schema_problems(document: Any) -> list[Problem]:
     problems: list[Problem] = []
-    for error in _validator().iter_errors(document):
+    for error in failures(_checked_schema(), document):
         problems.extend(_schema_problems(error))
     return problems
 

@@ -26,8 +26,8 @@ PROBE = textwrap.dedent(
     keep_out_unused_modules()
     import evio.node.node, evio.node.platform, evio.overlay.controller
     assert "slixmpp" in sys.modules
-    assert not loaded("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim"), loaded(
-        "pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim")
+    unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds")
+    assert not loaded(*unused), loaded(*unused)
     print("ok")
     """
 )
