@@ -14,6 +14,7 @@ Adapters:
     datapath    the Datapath interface and its stats; fd_datapath: FdDatapath (uvloop, add_reader)
     underlay    borrowing the ICE-selected socket from aioice
     ice         aioice, direct paths first, relay fallback
+    aioice_imports  aioice's mDNS module (and dnspython) loaded only if ever used
     tap         TAP devices (TUNSETIFF, pyroute2)
     session     one tunnel: setup, supervision, teardown
     manager     TunnelManager: this node's tunnels, one per peer
@@ -21,3 +22,7 @@ Adapters:
 The one-tunnel harness (endpoint process, veth testbed, `evio lab tunnel`)
 lives in evio.lab, above the daemon.
 """
+
+from evio.tunnel.aioice_imports import defer_mdns
+
+defer_mdns()  # before any module of the package imports aioice: no dnspython (about 2 MB)

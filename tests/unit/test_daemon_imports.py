@@ -25,8 +25,8 @@ PROBE = textwrap.dedent(
     from evio.cli.run_cmd import keep_out_unused_modules
     keep_out_unused_modules()
     import evio.node.node, evio.node.platform, evio.overlay.controller
-    assert "slixmpp" in sys.modules
-    unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds")
+    assert "slixmpp" in sys.modules and "aioice.ice" in sys.modules
+    unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds", "dns")
     assert not loaded(*unused), loaded(*unused)
     print("ok")
     """
