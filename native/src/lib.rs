@@ -485,6 +485,64 @@ impl Coalescer {
     }
 }
 
+/// Zeroed memory as an anonymous private mapping: its pages take memory when first written, not
+/// when made (a zeroed heap allocation is memset by the allocator when it reuses freed memory, so
+/// an idle tunnel's whole send ring was resident), and `release` hands the written ones back.
+struct Pages {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// The mapping is owned by one TxRing, used under `&mut self` only.
+unsafe impl Send for Pages {}
+unsafe impl Sync for Pages {}
+
+impl Pages {
+    fn new(len: usize) -> io::Result<Self> {
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Pages { ptr: ptr as *mut u8, len })
+    }
+
+    /// The written pages go back to the kernel; the mapping stays and reads as zeros again.
+    fn release(&mut self) {
+        unsafe { libc::madvise(self.ptr as *mut libc::c_void, self.len, libc::MADV_DONTNEED) };
+    }
+
+    /// Bytes of the mapping in memory (mincore(2)).
+    fn resident(&self) -> usize {
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let mut pages = vec![0u8; self.len.div_ceil(page)];
+        if unsafe { libc::mincore(self.ptr as *mut libc::c_void, self.len, pages.as_mut_ptr()) } != 0 {
+            return self.len;
+        }
+        pages.iter().filter(|p| *p & 1 != 0).count() * page
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+impl std::ops::Deref for Pages {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Pages {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
 /// TAP -> underlay: a ring of record slots to one destination, sealed and sent per burst.
 #[pyclass(module = "evio_native")]
 struct TxRing {
@@ -495,7 +553,7 @@ struct TxRing {
     max_frame: usize,
     vnet: bool,
     gso: bool,
-    ring: Vec<u8>,
+    ring: Pages,
     lens: Vec<usize>,
     dest: Vec<u8>,
 }
@@ -683,8 +741,20 @@ impl TxRing {
         let slot_size = hoff + max_frame + OVERHEAD + 1;
         Ok(TxRing {
             slots, slot_size, hoff, channel, max_frame, vnet, gso,
-            ring: vec![0; slots * slot_size], lens: vec![0; slots], dest: dest.to_vec(),
+            ring: Pages::new(slots * slot_size).map_err(|e| PyOSError::new_err(e.to_string()))?,
+            lens: vec![0; slots], dest: dest.to_vec(),
         })
+    }
+
+    /// Hand the ring's written pages back to the kernel (an idle tunnel, after a burst): every pass
+    /// writes each slot it sends in full, so nothing kept in it is lost.
+    fn release(&mut self) {
+        self.ring.release();
+    }
+
+    /// Bytes of the ring in memory: the pages written since it was made or released.
+    fn resident(&self) -> usize {
+        self.ring.resident()
     }
 
     #[getter]
