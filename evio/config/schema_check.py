@@ -107,6 +107,17 @@ def equal(one: Any, two: Any) -> bool:
     return bool(one == two)
 
 
+def _canonical(value: Any) -> Any:
+    """A hashable stand-in equal for values `equal` calls equal (a megabyte's list is not compared pairwise)."""
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(item) for item in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _canonical(item)) for key, item in value.items()))
+    return value  # strings, numbers (1 and 1.0 hash and compare equal), null
+
+
 @cache
 def _regex(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
@@ -160,9 +171,7 @@ class _Checker:
             if keyword == "items":
                 for index, item in enumerate(value):
                     yield from self.check(rule, item, (*parts, index))
-            elif keyword == "uniqueItems" and rule and any(
-                equal(a, b) for i, a in enumerate(value) for b in value[i + 1 :]
-            ):
+            elif keyword == "uniqueItems" and rule and len(set(map(_canonical, value))) < len(value):
                 yield failed()
 
     def _object(self, schema: Mapping[str, Any], keyword: str, rule: Any, value: dict[str, Any],

@@ -162,6 +162,13 @@ def test_json_equality_keeps_booleans_apart_from_numbers() -> None:
     assert not equal({"a": True}, {"a": 1}) and equal({"a": [2]}, {"a": [2.0]}) and not equal("1", 1)
 
 
+def test_unique_items_are_found_in_one_pass_with_json_equality() -> None:
+    schema = {"type": "array", "uniqueItems": True}
+    for items, unique in (([1, 1.0], False), ([1, True], True), ([[1], [1.0]], False), ([{"a": 0}, {"a": False}], True),
+                          (["a", "b"], True), ([None, None], False), ([str(i) for i in range(200_000)] + ["7"], False)):  # fmt: skip
+        assert (failures(schema, items) == []) is unique, items[:4]
+
+
 def test_the_problems_name_the_path_and_what_is_wrong() -> None:
     document = {"overlays": {"ov 1": {"signal": {"jid": "n@d", "password": "pw", "port": 0}}}, "extra": 1}
     found = [str(p) for p in _ordered(schema_problems(document))]
