@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 import profiling  # noqa: E402
 
 from evio.cli.lab_node_cmd import wait_ring  # noqa: E402
-from evio.lab.lab import Lab  # noqa: E402
+from evio.lab.lab import Lab, Progress  # noqa: E402
 from evio.node.control_client import ControlError  # noqa: E402
 
 TARGET = {"ring_s": 120.0, "rss_mb": 80.0, "ping_share": 1.0}
@@ -73,6 +73,42 @@ class Result:
     # Summed over the daemons after the pings: the controllers' counters and drops, the tunnels' drops;
     # and Open vSwitch's own packet-in losses (coverage counters), so a ping that died is counted or ruled out.
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Where "up" went: each step of Lab.up with the seconds (since the start) it was first and last
+    # reported, and the load average then; daemons launched and ready, with the window's occupancy.
+    phases: list[tuple[str, float, float, float]] = field(default_factory=list)
+    daemon_timeline: list[tuple[float, int, int, float]] = field(default_factory=list)
+
+
+class UpTimeline:
+    """Progress of `Lab.up`, kept: when each step started and ended, and how daemons were launched and became ready."""
+
+    def __init__(self, nodes: int) -> None:
+        self.nodes = nodes
+        self.steps: dict[str, list[float]] = {}  # step -> [first, last, load at last]
+        self.launched = 0
+        self.ready = 0
+        self.launch_times: list[float] = []
+        self.ready_times: list[float] = []
+        self.samples: list[tuple[float, int, int, float]] = []  # (elapsed, launched, ready, load)
+
+    def __call__(self, p: Progress) -> None:
+        load = os.getloadavg()[0]
+        entry = self.steps.setdefault(p.step, [p.elapsed, p.elapsed, load])
+        entry[1], entry[2] = p.elapsed, load
+        if p.step == "daemons":
+            self.launched = p.done
+            self.launch_times.append(p.elapsed)
+        elif p.step == "ready":
+            self.ready = p.done
+            self.ready_times.append(p.elapsed)
+            if p.done % max(self.nodes // 16, 1) == 0 or p.done == p.total:
+                self.samples.append((p.elapsed, self.launched, self.ready, load))
+                print(f"  up: {p.elapsed:6.1f} s  launched {self.launched:>4}  ready {self.ready:>4}  load {load:5.1f}",
+                      flush=True)  # fmt: skip
+
+    def latencies(self) -> list[float]:
+        """Launch to ready per daemon, k-th launch against k-th ready: exact on the mean (Little's law)."""
+        return [r - l for l, r in zip(self.launch_times, self.ready_times)]
 
 
 def drop_counts(lab: Lab) -> dict[str, dict[str, int]]:
@@ -190,9 +226,18 @@ def ping_pairs(lab: Lab, pairs: list[tuple[int, int]], tries: int = 3, wait: flo
 def run(n: int, args: argparse.Namespace) -> Result:
     result = Result(n)
     started = time.monotonic()
-    lab = Lab.up(f"{args.name}{n}"[:5], nodes=n, nat=args.nat, topology={"successors": 2}, daemons=True)
+    timeline = UpTimeline(n)
+    lab = Lab.up(f"{args.name}{n}"[:5], nodes=n, nat=args.nat, topology={"successors": 2}, daemons=True,
+                 progress=timeline)  # fmt: skip
     try:
         result.up_s = time.monotonic() - started
+        result.phases = [(step, first, last, load) for step, (first, last, load) in timeline.steps.items()]
+        result.daemon_timeline = timeline.samples
+        waits = timeline.latencies()
+        if waits:
+            print(f"n={n}: daemon launch to ready: mean {statistics.mean(waits):.1f} s, median "
+                  f"{statistics.median(waits):.1f}, max {max(waits):.1f} (first 16: {statistics.mean(waits[:16]):.1f},"
+                  f" last 16: {statistics.mean(waits[-16:]):.1f})", flush=True)  # fmt: skip
         print(f"n={n}: up in {result.up_s:.1f} s; waiting for the ring ...", flush=True)
         ring_started = time.monotonic()
         kinds = processes_by_kind(lab)
@@ -262,6 +307,14 @@ def print_table(results: list[Result]) -> None:
     for r in results:
         for kind, counts in r.counts.items():
             print(f"n={r.nodes}: {kind}: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+    for r in results:
+        if r.phases:
+            print(f"n={r.nodes}: where up's {r.up_s:.1f} s went (step: first..last report, s since the start; load then)")
+            previous = 0.0
+            for step, first, last, load in r.phases:
+                print(f"  {step:<13} {first:7.1f} .. {last:7.1f}  ({last - previous:6.1f} s after the previous step)"
+                      f"  load {load:5.1f}")  # fmt: skip
+                previous = last
     for r in results:
         print(f"n={r.nodes}: load average {r.load[0]:.1f} at up, {r.load[1]:.1f} when the ring wait ended")
         for title, split in (("while the ring formed", r.forming), ("idle, after the ring", r.split)):

@@ -26,6 +26,22 @@ DAEMON_STOP_GRACE = 15.0  # a daemon releases its links and deletes its bridge b
 # about a second of CPU; started all together, 64 of them held a 2-core host at a load of 40-70 for
 # minutes and their first tunnels timed out. A few at a time, early nodes link up while later ones start.
 DAEMON_START_WINDOW = 8
+# ... and more at a time once the host is loaded. A start is CPU bound (about 2 s of CPU: imports, config,
+# bridge, controller), and a daemon that is up costs 1-2 % of a core while the overlay forms, so at 128 nodes
+# the running ones alone want the whole host: 8 starting daemons among ~60 runnable tasks got a seventh of it,
+# and 128 took 482 s to be ready. Each runnable task gets an equal share, so a window of half the load average
+# gives the starting daemons about half the host, whatever the others want.
+DAEMON_START_WINDOW_MAX = 32
+
+
+def start_window(load: float, base: int = DAEMON_START_WINDOW, most: int = DAEMON_START_WINDOW_MAX) -> int:
+    """Daemons to keep starting at once on a host whose load average (runnable tasks) is `load`: half
+    of it, so the starting ones hold about half the CPU, but never fewer than `base` nor more than `most`."""
+    return max(base, min(most, int(load / 2)))
+
+
+def host_start_window() -> int:
+    return start_window(os.getloadavg()[0])
 
 
 def daemon_role(node: LabNodePlan) -> str:
@@ -99,7 +115,7 @@ def start_windowed(
     indices: Sequence[int],
     start: Callable[[int], object],
     ready: Callable[[int], bool],
-    window: int,
+    window: int | Callable[[], int],
     timeout: float,
     report: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -107,16 +123,22 @@ def start_windowed(
     poll_interval: float = 0.1,
 ) -> None:
     """Start the daemons of `indices` in order, never more than `window` started and not yet `ready`;
-    return once all are ready. `ready(index)` raises if that daemon exited. Each daemon has `timeout`
-    seconds from its own start (the later ones start on a host the earlier ones already load): raises
-    DaemonsNotReady naming the nodes not ready (the started ones first) when one of them overstays."""
-    if window < 1:
+    return once all are ready. `window` may be a function, asked again before each round of starts
+    (e.g. `host_start_window`, which follows the host's load). `ready(index)` raises if that daemon
+    exited. Each daemon has `timeout` seconds from its own start (the later ones start on a host the
+    earlier ones already load): raises DaemonsNotReady naming the nodes not ready (the started ones
+    first) when one of them overstays."""
+    def window_now() -> int:
+        return window() if callable(window) else window
+
+    if window_now() < 1:
         raise ValueError("window must be at least 1")
     queue = list(indices)
     started: dict[int, float] = {}  # started, not ready yet -> when
     done = 0
     while True:
-        while queue and len(started) < window:
+        limit = max(window_now(), 1)
+        while queue and len(started) < limit:
             index = queue.pop(0)
             start(index)
             started[index] = clock()
@@ -131,7 +153,7 @@ def start_windowed(
         now = clock()
         if any(now - at > timeout for at in started.values()):
             raise DaemonsNotReady([*started, *queue], timeout)
-        if len(started) == window or not queue:  # nothing more to start now: let them get on
+        if len(started) >= limit or not queue:  # nothing more to start now: let them get on
             sleep(poll_interval)
 
 

@@ -204,7 +204,7 @@ class Lab:
         runs its own Open vSwitch and an `evio run` daemon, and `up` returns
         once each daemon's bridge is connected to its SDN controller (each
         within `daemon_timeout` of its own start, default 30 s + 2 s per node;
-        the daemons start `DAEMON_START_WINDOW` at a time). With `trust`, the lab
+        the daemons start `DAEMON_START_WINDOW` at a time, more on a loaded host: `start_window`). With `trust`, the lab
         also makes an overlay CA and gives each node a certificate issued for its
         node id (the config's `trust` section), so tunnels check more than the
         fingerprint the XMPP server carries. `switching` is every bridge's switching mode
@@ -685,7 +685,7 @@ class Lab:
 
         try:
             full_nodes.start_windowed([n.index for n in self.plan.nodes], start, self._daemon_ready,
-                                      full_nodes.DAEMON_START_WINDOW, timeout, lambda done: report("ready", done))
+                                      full_nodes.host_start_window, timeout, lambda done: report("ready", done))
         except full_nodes.DaemonsNotReady as exc:
             raise LabError(f"{exc}; first one's log:\n{self._log_tail(exc.late[0])}") from None
 

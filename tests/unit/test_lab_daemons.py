@@ -156,6 +156,29 @@ def test_windowed_start_names_the_late_daemons_started_first() -> None:
     assert fake.now <= 5.0 + 0.2  # given up soon after node2's own timeout
 
 
+def test_windowed_start_asks_a_window_function_before_each_round() -> None:
+    fake = FakeDaemons(polls_to_ready=3)
+    windows: list[int] = []
+
+    def window() -> int:  # the host "loads up" as daemons start: 2 at a time, then 5
+        windows.append(2 if len(fake.order) < 4 else 5)
+        return windows[-1]
+
+    daemons.start_windowed(range(1, 21), fake.start, fake.ready, window, 60.0, clock=lambda: fake.now, sleep=fake.sleep)
+    assert fake.order == list(range(1, 21))
+    assert fake.most_starting == 5 and windows[0] == 2 and len(windows) > 2
+
+
+def test_start_window_is_half_the_load_within_its_bounds() -> None:
+    assert daemons.start_window(0.3) == daemons.DAEMON_START_WINDOW  # an idle host: the base window
+    assert daemons.start_window(2 * daemons.DAEMON_START_WINDOW + 1) == daemons.DAEMON_START_WINDOW
+    assert daemons.start_window(41.0) == 20
+    assert daemons.start_window(96.0) == daemons.DAEMON_START_WINDOW_MAX
+    assert daemons.start_window(30.0, base=4, most=10) == 10 and daemons.start_window(3.0, base=4, most=10) == 4
+
+
 def test_windowed_start_refuses_an_empty_window() -> None:
     with pytest.raises(ValueError):
         daemons.start_windowed([1], lambda i: None, lambda i: True, 0, 1.0)
+    with pytest.raises(ValueError):
+        daemons.start_windowed([1], lambda i: None, lambda i: True, lambda: 0, 1.0)
