@@ -52,7 +52,10 @@ OVERLAY_NETWORK = ipaddress.IPv4Network("10.254.0.0/16")
 
 XMPP_PORT = 5222
 STUN_PORT = 3478  # STUN and TURN, UDP and TCP
-RELAY_PORTS = (49152, 49999)  # coturn's relay range, inside the public namespace
+# coturn's relay range (its own default), inside the public namespace: a port per allocation, and every
+# tunnel end gathers a relay candidate. 848 ports ran out at 128 nodes (1 339 "no available ports" in one
+# run, failing relay gatherings and with them the pairs that need the relay).
+RELAY_PORTS = (49152, 65535)
 
 
 @dataclass(frozen=True)

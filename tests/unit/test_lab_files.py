@@ -46,7 +46,7 @@ def test_coturn_config_uses_rest_secret_and_denies_private_peers() -> None:
     assert "use-auth-secret" in text and "static-auth-secret=sekrit" in text
     assert "listening-ip=198.51.100.1" in text and "listening-ip=198.51.100.2" in text
     assert "listening-port=3478" in text
-    assert "min-port=49152" in text and "max-port=49999" in text
+    assert "min-port=49152" in text and "max-port=65535" in text
     for denied in ("10.0.0.0-10.255.255.255", "172.16.0.0-172.31.255.255", "192.168.0.0-192.168.255.255"):
         assert f"denied-peer-ip={denied}" in text
     assert "userdb=/x/coturn/turndb" in text  # never the system's /var/lib/turn
