@@ -124,6 +124,9 @@ class Timings:
     relogin_grace: float = 30.0  # ... or this long, when it said it was logging in again
 
 
+RELOGIN_GRACE_STRETCH = 10  # a peer logging in again is never given longer than this many `relogin_grace`s
+
+
 class Phase(enum.Enum):
     """Where the tunnel to a peer is, as this node sees it."""
 
@@ -351,7 +354,12 @@ class Orchestrator:
         # check is a re-login of ours that our own peers see (a cascade around a large overlay).
         if cause is not RemovalCause.MEMBERSHIP_REVOKED and st.phase is Phase.UP:
             if cause is RemovalCause.RELOGIN:
-                wait = self.timings.relogin_grace
+                # ... given twice as long as our own way back took, when that was longer: in a 128-node
+                # lab logins took 20-60 s, so peers logging in again were asked about after 30 s, each
+                # check a re-login seen by the checker's own peers (675 in ten minutes, the ring never
+                # closed). Bounded, so a revoked member is still found.
+                wait = max(self.timings.relogin_grace,
+                           min(2 * self._rejoin_time, RELOGIN_GRACE_STRETCH * self.timings.relogin_grace))
             else:
                 # A peer whose session dropped needs about as long to log in again as we did last time:
                 # on a loaded host logins took 20 s, and checking after 1.5 s made every drop a re-login

@@ -15,6 +15,7 @@ from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.overlay.backoff import PeerBackoff
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
 from evio.overlay.orchestrator import (
+    RELOGIN_GRACE_STRETCH,
     Action,
     CheckMembership,
     Connect,
@@ -799,6 +800,27 @@ def test_a_peer_logging_in_again_sets_off_no_membership_check_of_ours_unless_it_
     # Still away long after it said it would be back: now it is asked about.
     checks = [a for a in orch.tick(2.0 + T.relogin_grace) if isinstance(a, CheckMembership)]
     assert len(checks) == 1 and orch.phase(110) is Phase.UP
+
+
+def test_a_peer_logging_in_again_gets_twice_our_own_slow_way_back_before_a_check() -> None:
+    # A 128-node lab on two cores: logins took 20-60 s, and checks after 30 s ran around the overlay.
+    orch = core(members=(110, 120, 130))
+    link_up(orch, 1.0)
+    orch.signal_disconnected(2.0)
+    orch.signal_connected(2.0 + T.relogin_grace)  # our own way back took relogin_grace
+    orch.peer_removed(110, RemovalCause.RELOGIN, 100.0)
+    assert not any(isinstance(a, CheckMembership) for a in orch.tick(100.0 + 2 * T.relogin_grace - 1.0))
+    checks = [a for a in orch.tick(100.0 + 2 * T.relogin_grace) if isinstance(a, CheckMembership)]
+    assert len(checks) == 1 and orch.phase(110) is Phase.UP
+    # Bounded: after a long outage of our own, a revoked member is still found.
+    slow = core(members=(110, 120, 130))
+    link_up(slow, 1.0)
+    slow.signal_disconnected(2.0)
+    slow.signal_connected(2.0 + 3600.0)
+    slow.peer_removed(110, RemovalCause.RELOGIN, 4000.0)
+    bound = RELOGIN_GRACE_STRETCH * T.relogin_grace
+    assert not any(isinstance(a, CheckMembership) for a in slow.tick(4000.0 + bound - 1.0))
+    assert [a for a in slow.tick(4000.0 + bound) if isinstance(a, CheckMembership)]
 
 
 def test_a_peer_back_in_time_is_not_checked() -> None:
