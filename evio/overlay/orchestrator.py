@@ -278,7 +278,9 @@ class Orchestrator:
         self._doubted: dict[int, float] = {}  # up successor gone from signaling -> until when it has a stand-in
         self._stand_in: dict[int, float] = {}  # peer linked as a stand-in -> until when it is wanted as one
         self._successors: frozenset[int] = frozenset()  # our ring successors, backed-off ones included
-        self._signal_lost_at: float | None = None  # our signaling session ended then ...
+        # Our signaling session ended then ... (or we started then: the first login is a way back too, and
+        # on a loaded host it is the only measure a node has before its peers' sessions start to drop)
+        self._signal_lost_at: float | None = now
         self._rejoin_time = 0.0  # ... and the last time it came back, it took this long
         self._connected = False
         self._settle_until = now

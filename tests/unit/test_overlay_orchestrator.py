@@ -802,6 +802,20 @@ def test_a_peer_logging_in_again_sets_off_no_membership_check_of_ours_unless_it_
     assert len(checks) == 1 and orch.phase(110) is Phase.UP
 
 
+def test_our_first_login_counts_as_a_way_back() -> None:
+    # The last daemons of a 128-node lab took 20 s and more to log in the first time; their peers,
+    # never logged out themselves, asked about every peer whose session dropped after 1.5 s.
+    topology = TopologyConfig(successors=2, long_distance=0)
+    orch = Orchestrator(ME, topology, random.Random(0), 0.0, T, name="ov")
+    orch.signal_connected(12.0)  # the first login took 12 s
+    for peer in (110, 120, 130):
+        orch.peer_added(peer, 12.0)
+    link_up(orch, 13.0)
+    orch.peer_removed(110, RemovalCause.LEFT, 20.0)
+    assert not any(isinstance(a, CheckMembership) for a in orch.tick(20.0 + 11.0))
+    assert [a for a in orch.tick(20.0 + 12.0) if isinstance(a, CheckMembership)]
+
+
 def test_a_peer_logging_in_again_gets_twice_our_own_slow_way_back_before_a_check() -> None:
     # A 128-node lab on two cores: logins took 20-60 s, and checks after 30 s ran around the overlay.
     orch = core(members=(110, 120, 130))
