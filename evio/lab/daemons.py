@@ -30,18 +30,24 @@ DAEMON_START_WINDOW = 8
 # bridge, controller), and a daemon that is up costs 1-2 % of a core while the overlay forms, so at 128 nodes
 # the running ones alone want the whole host: 8 starting daemons among ~60 runnable tasks got a seventh of it,
 # and 128 took 482 s to be ready. Each runnable task gets an equal share, so a window of half the load average
-# gives the starting daemons about half the host, whatever the others want.
+# gives the starting daemons about half the host, whatever the others want. Never more than the daemons
+# already up, the load it answers: the load average lags a minute, and a lab started just after another
+# was removed would otherwise start 32 at once on an idle host.
 DAEMON_START_WINDOW_MAX = 32
 
 
-def start_window(load: float, base: int = DAEMON_START_WINDOW, most: int = DAEMON_START_WINDOW_MAX) -> int:
-    """Daemons to keep starting at once on a host whose load average (runnable tasks) is `load`: half
-    of it, so the starting ones hold about half the CPU, but never fewer than `base` nor more than `most`."""
-    return max(base, min(most, int(load / 2)))
+def start_window(
+    load: float, up: int | None = None, base: int = DAEMON_START_WINDOW, most: int = DAEMON_START_WINDOW_MAX
+) -> int:
+    """Daemons to keep starting at once on a host whose load average (runnable tasks) is `load`, with
+    `up` of the lab's daemons ready: half the load, so the starting ones hold about half the CPU, but
+    never more than `up` nor `most`, and never fewer than `base`."""
+    wanted = min(most, int(load / 2), most if up is None else up)
+    return max(base, wanted)
 
 
-def host_start_window() -> int:
-    return start_window(os.getloadavg()[0])
+def host_start_window(up: int) -> int:
+    return start_window(os.getloadavg()[0], up)
 
 
 def daemon_role(node: LabNodePlan) -> str:
@@ -115,7 +121,7 @@ def start_windowed(
     indices: Sequence[int],
     start: Callable[[int], object],
     ready: Callable[[int], bool],
-    window: int | Callable[[], int],
+    window: int | Callable[[int], int],
     timeout: float,
     report: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -123,19 +129,19 @@ def start_windowed(
     poll_interval: float = 0.1,
 ) -> None:
     """Start the daemons of `indices` in order, never more than `window` started and not yet `ready`;
-    return once all are ready. `window` may be a function, asked again before each round of starts
-    (e.g. `host_start_window`, which follows the host's load). `ready(index)` raises if that daemon
+    return once all are ready. `window` may be a function of the number ready so far, asked again
+    before each round of starts (e.g. `host_start_window`, which follows the host's load). `ready(index)` raises if that daemon
     exited. Each daemon has `timeout` seconds from its own start (the later ones start on a host the
     earlier ones already load): raises DaemonsNotReady naming the nodes not ready (the started ones
     first) when one of them overstays."""
     def window_now() -> int:
-        return window() if callable(window) else window
+        return window(done) if callable(window) else window
 
+    done = 0
     if window_now() < 1:
         raise ValueError("window must be at least 1")
     queue = list(indices)
     started: dict[int, float] = {}  # started, not ready yet -> when
-    done = 0
     while True:
         limit = max(window_now(), 1)
         while queue and len(started) < limit:

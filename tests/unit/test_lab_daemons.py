@@ -160,8 +160,8 @@ def test_windowed_start_asks_a_window_function_before_each_round() -> None:
     fake = FakeDaemons(polls_to_ready=3)
     windows: list[int] = []
 
-    def window() -> int:  # the host "loads up" as daemons start: 2 at a time, then 5
-        windows.append(2 if len(fake.order) < 4 else 5)
+    def window(ready: int) -> int:  # the host "loads up" as daemons become ready: 2 at a time, then 5
+        windows.append(2 if ready < 4 else 5)
         return windows[-1]
 
     daemons.start_windowed(range(1, 21), fake.start, fake.ready, window, 60.0, clock=lambda: fake.now, sleep=fake.sleep)
@@ -177,8 +177,16 @@ def test_start_window_is_half_the_load_within_its_bounds() -> None:
     assert daemons.start_window(30.0, base=4, most=10) == 10 and daemons.start_window(3.0, base=4, most=10) == 4
 
 
+def test_start_window_grows_no_wider_than_the_daemons_already_up() -> None:
+    # The load average lags a minute: just after another lab was removed it is high on an idle host.
+    assert daemons.start_window(64.0, up=0) == daemons.DAEMON_START_WINDOW
+    assert daemons.start_window(64.0, up=12) == 12
+    assert daemons.start_window(64.0, up=100) == daemons.DAEMON_START_WINDOW_MAX
+    assert daemons.start_window(10.0, up=100) == daemons.DAEMON_START_WINDOW
+
+
 def test_windowed_start_refuses_an_empty_window() -> None:
     with pytest.raises(ValueError):
         daemons.start_windowed([1], lambda i: None, lambda i: True, 0, 1.0)
     with pytest.raises(ValueError):
-        daemons.start_windowed([1], lambda i: None, lambda i: True, lambda: 0, 1.0)
+        daemons.start_windowed([1], lambda i: None, lambda i: True, lambda ready: 0, 1.0)
