@@ -8,7 +8,7 @@ asks for the same again (`announce_again`) when a bridge gets its first
 tunnel port: what was sent while it had none reached nobody, and a peer that
 knew the address under the bridge's former MAC (a node restarted with a new
 bridge, as E11's relocation does) would otherwise keep sending to that MAC
-until its own ARP entry failed (32 s in one E11 run). The frame
+until its own ARP entry failed (the likely cause of one E11 relocation of 32 s). The frame
 enters the bridge by its internal port, so the Bounded Flood controller
 floods it to the whole overlay as an FRB like any broadcast, and every switch
 it reaches re-learns the MAC (deleting flows towards an old place).
@@ -275,7 +275,8 @@ class GarpAnnouncer:
 
     def announce_again(self, ifname: str) -> None:
         """Announce `ifname`'s addresses anew, from any thread (the node calls it when a bridge that had no
-        tunnel port gets one). Before `run` has started, nothing: its own announcement is still to come."""
+        tunnel port gets one). Before `run` has started, nothing: its own announcement is still to come;
+        nor for an address whose announcement still repeats: its next frames take the new port."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -284,6 +285,8 @@ class GarpAnnouncer:
 
     def _again(self, ifname: str) -> None:
         for address in self.tracker.present(ifname):
+            if (ifname, address) in self._pending:
+                continue  # a start of 64 nodes floods enough broadcasts already
             log.info("interface=%s has its first tunnel port: announcing address=%s again", ifname, address)
             self._start(ifname, address)
 

@@ -137,7 +137,7 @@ async def test_removed_address_stops_its_repeats_and_send_errors_are_counted_not
             await task
 
 
-async def test_announce_again_repeats_the_interfaces_present_addresses_when_asked_from_another_thread() -> None:
+async def test_announce_again_repeats_the_present_addresses_whose_announcement_ended_from_any_thread() -> None:
     other = ipaddress.IPv4Address("10.10.0.9")
     source = FakeAddresses([AddressEvent("evobr", IP, True), AddressEvent("evobr", other, True)])
     sender = FakeSender({"evobr": MAC})
@@ -146,7 +146,9 @@ async def test_announce_again_repeats_the_interfaces_present_addresses_when_aske
     announcer.announce_again("evobr")  # not running yet: nothing to do, nothing raised
     task = asyncio.create_task(announcer.run())
     try:
-        await wait_until(lambda: len(sender.sent) == 8, clock=clock)  # both addresses, 2 rounds of 2 frames
+        await wait_until(lambda: len(sender.sent) == 4, clock=clock)  # the first round: 2 addresses, 2 frames
+        announcer.announce_again("evobr")  # still repeating: its second round carries it
+        await wait_until(lambda: len(sender.sent) == 8, clock=clock)
         await clock.advance(0.2)
         assert len(sender.sent) == 8
         source.queue.put_nowait(AddressEvent("evobr", other, False))  # gone: not announced again
