@@ -2,7 +2,7 @@
 """E11: the overlay's overheads in one table, beside the paper's (sections 4.1 and 5.3).
 
     flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/e11_overheads.py \
-        [--setup-trials 10] [--nodes 10] [--relocations 3] [--moves 3]
+        [--setup-trials 10] [--nodes 10] [--relocations 3] [--moves 3] [--logs DIR]
 
 The paper measured, on one host: the time to create a tunnel (2.4 s on average), the time to
 restore IP connectivity after a node is "stopped, reconfigured with a new NID and started"
@@ -24,7 +24,8 @@ of the RTT per intermediate node). Here, in one run:
    another's: the longest gap of a ping every 10 ms across the move.
 
 Targets (issue 13): direct setup <= 0.1 s median, traffic on a relay <= 0.5 s after the offer;
-per intermediate node <= 0.15 ms (issue 12). Root only; every lab is removed at the end, also on
+per intermediate node <= 0.15 ms (issue 12). --logs copies the ring's daemon logs there before its
+lab is removed (each relocation is printed with its start's wall-clock time, to find it in them). Root only; every lab is removed at the end, also on
 failure or Ctrl-C. A benchmark, not a test: it asserts nothing.
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -81,9 +83,10 @@ def successor_of(lab: Lab, index: int) -> int:
     return ring[(at + 1) % len(ring)].index
 
 
-def relocate(lab: Lab, index: int) -> tuple[float, float]:
+def relocate(lab: Lab, index: int) -> tuple[float, float, int, float]:
     """Stop node `index`, give it a new node id, start it; seconds from the start until its new
-    successor gets a ping answer from it, and until its bridge was connected to its controller."""
+    successor gets a ping answer from it, and until its bridge was connected to its controller;
+    the successor, and the start's wall-clock time."""
     lab.stop_daemon(index)
     lab.renumber(index)
     successor = successor_of(lab, index)
@@ -96,7 +99,7 @@ def relocate(lab: Lab, index: int) -> tuple[float, float]:
         bridge_up = time.monotonic() - started
         trace = probe.wait_reply_after(started_at, timeout=90.0)
     first = min(at for _, at in trace.replies if at > started_at)
-    return first - started_at, bridge_up
+    return first - started_at, bridge_up, successor, started_at
 
 
 def move_once(lab: Lab, pinger: int, home: int, away: int) -> tuple[float, int]:
@@ -123,37 +126,51 @@ def lab_part(args: argparse.Namespace) -> LabFigures:
     topology = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
     started = time.monotonic()
     with Lab.up(unique_lab_name(), nodes=args.nodes, nat="eim", topology=topology, daemons=True) as lab:
-        topo = wait_stable(lab, timeout=60 + 4 * args.nodes)
-        print(f"ring of {args.nodes} stable {time.monotonic() - started:.1f} s after the start", flush=True)
-        for intermediates in INTERMEDIATES:
-            pair = pair_with_hops(lab, topo, intermediates + 1)
-            if pair is None:
-                print(f"  no path with {intermediates} intermediate nodes (needs --nodes {2 * intermediates + 2})")
-                continue
-            rtt = ping_rtt(lab, *pair, count=100)
-            if rtt is not None:
-                figures.rtts[intermediates] = rtt[1]
-                print(f"  {intermediates} intermediate, node{pair[0]} -> node{pair[1]}: median RTT {rtt[1]:.3f} ms",
-                      flush=True)
-            if intermediates == 0:
-                figures.underlay_ms = underlay_rtt(lab, *pair)
-
-        rng = random.Random(args.seed)
-        for index in rng.sample([n.index for n in lab.nodes], min(args.relocations, args.nodes)):
-            seconds, bridge_up = relocate(lab, index)
-            figures.relocations.append(seconds)
-            figures.restarts.append(bridge_up)
-            print(f"  node{index} restarted with a new node id: answers its new successor after {seconds:.2f} s "
-                  f"(bridge connected after {bridge_up:.2f} s)", flush=True)
-            wait_stable(lab, timeout=60 + 4 * args.nodes)
-
-        for _ in range(args.moves):
-            pinger, home, away = rng.sample([n.index for n in lab.nodes], 3)
-            gap, lost = move_once(lab, pinger, home, away)
-            figures.moves.append((gap, lost))
-            print(f"  node{home}'s address moved to node{away} under a ping from node{pinger}: longest gap "
-                  f"{gap:.3f} s, {lost} probes lost", flush=True)
+        try:
+            ring_part(lab, args, figures, started)
+        finally:
+            if args.logs is not None:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                for node in lab.nodes:
+                    log = lab.daemon_log(node.index)
+                    if log.exists():
+                        shutil.copy(log, args.logs / f"{node.name}.log")
     return figures
+
+
+def ring_part(lab: Lab, args: argparse.Namespace, figures: LabFigures, started: float) -> None:
+    """Switching overhead, relocations and address moves in the ring `lab`, into `figures`."""
+    topo = wait_stable(lab, timeout=60 + 4 * args.nodes)
+    print(f"ring of {args.nodes} stable {time.monotonic() - started:.1f} s after the start", flush=True)
+    for intermediates in INTERMEDIATES:
+        pair = pair_with_hops(lab, topo, intermediates + 1)
+        if pair is None:
+            print(f"  no path with {intermediates} intermediate nodes (needs --nodes {2 * intermediates + 2})")
+            continue
+        rtt = ping_rtt(lab, *pair, count=100)
+        if rtt is not None:
+            figures.rtts[intermediates] = rtt[1]
+            print(f"  {intermediates} intermediate, node{pair[0]} -> node{pair[1]}: median RTT {rtt[1]:.3f} ms",
+                  flush=True)
+        if intermediates == 0:
+            figures.underlay_ms = underlay_rtt(lab, *pair)
+
+    rng = random.Random(args.seed)
+    for index in rng.sample([n.index for n in lab.nodes], min(args.relocations, args.nodes)):
+        seconds, bridge_up, successor, at = relocate(lab, index)
+        figures.relocations.append(seconds)
+        figures.restarts.append(bridge_up)
+        print(f"  node{index} restarted with a new node id at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC: "
+              f"answers its new successor node{successor} after {seconds:.2f} s "
+              f"(bridge connected after {bridge_up:.2f} s)", flush=True)
+        wait_stable(lab, timeout=60 + 4 * args.nodes)
+
+    for _ in range(args.moves):
+        pinger, home, away = rng.sample([n.index for n in lab.nodes], 3)
+        gap, lost = move_once(lab, pinger, home, away)
+        figures.moves.append((gap, lost))
+        print(f"  node{home}'s address moved to node{away} under a ping from node{pinger}: longest gap "
+              f"{gap:.3f} s, {lost} probes lost", flush=True)
 
 
 def fmt_runs(values: list[float], spec: str = ".3f") -> str:
@@ -194,6 +211,7 @@ def main() -> int:
     ap.add_argument("--relocations", type=int, default=3, help="nodes restarted with a new node id (default 3)")
     ap.add_argument("--moves", type=int, default=3, help="addresses moved between nodes (default 3)")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--logs", type=Path, default=None, metavar="DIR", help="copy the ring's daemon logs here")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("e11_overheads: needs root (network namespaces, Open vSwitch, daemons)", file=sys.stderr)

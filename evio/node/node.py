@@ -26,7 +26,7 @@ from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
 from evio.node.overlay_stack import OverlayStack
 from evio.node.plan import AccountPlan, NodePlan, OverlayPlan
-from evio.node.platform import Platform
+from evio.node.platform import AddressAnnouncer, Platform
 from evio.node.reload import ReloadPlan, ReloadRefused, plan_reload
 from evio.node.sdn import SdnController
 from evio.node.side_loop import SideLoop
@@ -66,6 +66,7 @@ class Node:
         self._control: ControlServer | None = None
         self.metrics: MetricsServer | None = None
         self._announcer: SideLoop | None = None
+        self._garp: AddressAnnouncer | None = None  # what runs in _announcer
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop_requested = asyncio.Event()
         self._fatal: str | None = None
@@ -183,6 +184,7 @@ class Node:
                 p, self.node_id, s, links
             ),
             clock=self._clock,
+            on_first_port=self._first_tunnel_port,
         )
         self.overlays[overlay_plan.id] = stack
         try:
@@ -202,11 +204,18 @@ class Node:
         announcer = self._platform.address_announcer({stack.bridge.name for stack in self.overlays.values()})
         if announcer is not None:
             # Its netlink watch cannot run on uvloop: it gets a thread and a plain loop of its own.
+            self._garp = announcer
             self._announcer = SideLoop("evio-garp", announcer.run)
             self._announcer.start()
 
+    def _first_tunnel_port(self, bridge: str) -> None:
+        # The gratuitous ARPs sent while the bridge had no tunnel reached nobody (docs/design.md, "Address relocation").
+        if self._garp is not None:
+            self._garp.announce_again(bridge)
+
     async def _stop_announcer(self) -> None:
         if self._announcer is not None:
+            self._garp = None
             await asyncio.to_thread(self._announcer.stop)
             self._announcer = None
 

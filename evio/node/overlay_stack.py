@@ -152,9 +152,13 @@ class OverlayStack:
         make_links: LinksFactory,
         make_controller: ControllerFactory,
         clock: Clock = REAL_CLOCK,
+        on_first_port: Callable[[str], None] | None = None,
     ) -> None:
         self.plan = plan
         self.node_id = node_id
+        # Told the bridge's name when a link's TAP joins a bridge that had none (the node announces its
+        # addresses again then: nothing it announced before reached anyone).
+        self._on_first_port = on_first_port
         self.signaling = signaling
         self.bridge = bridge
         self._sdn = sdn
@@ -374,6 +378,7 @@ class OverlayStack:
         if isinstance(event, LinkUp):
             if not event.tap:
                 return
+            first = not self.ports
             self.ports[event.tap] = event.peer
             self._sdn_down_early.discard(event.tap)  # a new link under the same name
             if not self.stp:
@@ -385,6 +390,9 @@ class OverlayStack:
                 self.port_errors += 1
                 log.warning("port not added overlay=%s port=%s peer=%s: %s", self.overlay, event.tap,
                             format_node_id(event.peer), exc)
+            else:
+                if first and self._on_first_port is not None:
+                    self._on_first_port(self.bridge.name)
             finally:
                 self._adding = None
         elif event.tap in self.ports:

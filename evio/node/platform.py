@@ -31,6 +31,12 @@ class Runnable(Protocol):
     async def run(self) -> None: ...
 
 
+class AddressAnnouncer(Runnable, Protocol):
+    def announce_again(self, ifname: str) -> None:
+        """Announce `ifname`'s addresses anew (callable from any thread)."""
+        ...
+
+
 class Platform(Protocol):
     def signal_client(self, settings: SignalSettings) -> Signaling: ...
 
@@ -46,7 +52,7 @@ class Platform(Protocol):
         self, plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager
     ) -> AdjacencyController: ...
 
-    def address_announcer(self, interfaces: set[str]) -> Runnable | None:
+    def address_announcer(self, interfaces: set[str]) -> AddressAnnouncer | None:
         """Sends gratuitous ARP for the bridges' addresses when they appear (None: not on this platform)."""
         ...
 
@@ -98,7 +104,7 @@ class SystemPlatform:
         )  # fmt: skip
         return controller
 
-    def address_announcer(self, interfaces: set[str]) -> Runnable | None:
+    def address_announcer(self, interfaces: set[str]) -> AddressAnnouncer | None:
         from evio.sdn.address_announcer import GarpAnnouncer
 
         return GarpAnnouncer(interfaces)

@@ -3,7 +3,12 @@
 Watches the IPv4 addresses of the bridges' internal ports; when one is added
 (and once for every address present at start) it sends a gratuitous ARP,
 request and reply form (`evio.sdn.garp`), out of that interface, then repeats
-it `repeats - 1` times `repeat_interval` apart in case one is lost. The frame
+it `repeats - 1` times `repeat_interval` apart in case one is lost. The node
+asks for the same again (`announce_again`) when a bridge gets its first
+tunnel port: what was sent while it had none reached nobody, and a peer that
+knew the address under the bridge's former MAC (a node restarted with a new
+bridge, as E11's relocation does) would otherwise keep sending to that MAC
+until its own ARP entry failed (the likely cause of one E11 relocation of 32 s). The frame
 enters the bridge by its internal port, so the Bounded Flood controller
 floods it to the whole overlay as an FRB like any broadcast, and every switch
 it reaches re-learns the MAC (deleting flows towards an old place).
@@ -84,6 +89,10 @@ class AnnouncedAddresses:
             return False  # the kernel re-reports an address when its flags or lifetimes change
         self._present.add(key)
         return True
+
+    def present(self, ifname: str) -> list[ipaddress.IPv4Address]:
+        """The addresses `ifname` has now, as far as the events told."""
+        return sorted(address for name, address in self._present if name == ifname)
 
 
 class PacketSocketSender:
@@ -262,8 +271,27 @@ class GarpAnnouncer:
         self.send_errors = 0
         self._error_logged: dict[str, float] = {}
         self._pending: dict[tuple[str, ipaddress.IPv4Address], asyncio.Task[None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def announce_again(self, ifname: str) -> None:
+        """Announce `ifname`'s addresses anew, from any thread (the node calls it when a bridge that had no
+        tunnel port gets one). Before `run` has started, nothing: its own announcement is still to come;
+        nor for an address whose announcement still repeats: its next frames take the new port."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the node is stopping
+            loop.call_soon_threadsafe(self._again, ifname)
+
+    def _again(self, ifname: str) -> None:
+        for address in self.tracker.present(ifname):
+            if (ifname, address) in self._pending:
+                continue  # a start of 64 nodes floods enough broadcasts already
+            log.info("interface=%s has its first tunnel port: announcing address=%s again", ifname, address)
+            self._start(ifname, address)
 
     async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
         if self._source is not None:
             await self._watch(self._source)
             return
@@ -293,10 +321,14 @@ class GarpAnnouncer:
         if not self.tracker.update(event):
             return
         log.info("address appeared interface=%s address=%s: announcing", event.ifname, event.address)
+        self._start(event.ifname, event.address)
+
+    def _start(self, ifname: str, address: ipaddress.IPv4Address) -> None:
+        key = (ifname, address)
         previous = self._pending.pop(key, None)
         if previous is not None:
             previous.cancel()
-        task = asyncio.get_running_loop().create_task(self._announce(event.ifname, event.address))
+        task = asyncio.get_running_loop().create_task(self._announce(ifname, address))
         self._pending[key] = task
         task.add_done_callback(functools.partial(self._done, key))
 

@@ -21,7 +21,7 @@ from evio.bridge.ovs_bridge import OvsBridge
 from evio.clock import REAL_CLOCK, Clock
 from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
 from evio.node.plan import OverlayPlan
-from evio.node.platform import Runnable
+from evio.node.platform import AddressAnnouncer
 from evio.node.sdn import SdnController
 from evio.overlay.orchestrator import Timings
 from evio.sdn.boundary import (
@@ -275,5 +275,5 @@ class FakePlatform:
         )  # fmt: skip
         return controller
 
-    def address_announcer(self, interfaces: set[str]) -> Runnable | None:
+    def address_announcer(self, interfaces: set[str]) -> AddressAnnouncer | None:
         return None

@@ -8,6 +8,7 @@ the rest repair the ring around it. The fleet runs on a `VirtualClock`.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import random
 from collections.abc import Callable
@@ -127,3 +128,35 @@ async def test_addresses_from_a_pool_are_set_and_a_collision_is_reported_at_both
     assert status[1]["address_conflicts"] == [format_node_id(nid(4))]
     assert status[4]["address_conflicts"] == [format_node_id(nid(1))]
     assert status[2]["address_conflicts"] == [] and status[3]["address_conflicts"] == []
+
+
+class RecordingAnnouncer:
+    """Stands in for the gratuitous-ARP announcer: records each `announce_again` with the bridge's ports then."""
+
+    def __init__(self, ports: Callable[[str], list[str]]) -> None:
+        self.ports = ports
+        self.again: list[tuple[str, list[str]]] = []
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()  # until cancelled, as the real one
+
+    def announce_again(self, ifname: str) -> None:
+        self.again.append((ifname, sorted(self.ports(ifname))))
+
+
+async def test_a_bridge_getting_its_first_tunnel_port_has_its_addresses_announced_again() -> None:
+    fleet = fleet_with_real_controllers(3)
+    announcers = {}
+    for i, platform in fleet.platforms.items():
+        announcers[i] = RecordingAnnouncer(platform.ovsdb.ports)
+        platform.address_announcer = lambda interfaces, a=announcers[i]: a  # type: ignore[method-assign]
+    await fleet.start()
+    try:
+        await until(fleet, lambda: ring_closed(fleet, list(fleet.nodes)), 20, "ring")
+        await until(fleet, lambda: all(bridge_matches_adjacency(fleet, i) for i in fleet.nodes), 10, "bridges")
+        for i, announcer in announcers.items():
+            # Once the bridge had a tunnel port (the first), not for the ports after it.
+            assert [name for name, _ in announcer.again] == ["evbr-ov1"], (i, announcer.again)
+            assert len(announcer.again[0][1]) == 1, announcer.again
+    finally:
+        await fleet.stop_all()

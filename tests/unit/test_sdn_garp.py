@@ -137,6 +137,37 @@ async def test_removed_address_stops_its_repeats_and_send_errors_are_counted_not
             await task
 
 
+async def test_announce_again_repeats_the_present_addresses_whose_announcement_ended_from_any_thread() -> None:
+    other = ipaddress.IPv4Address("10.10.0.9")
+    source = FakeAddresses([AddressEvent("evobr", IP, True), AddressEvent("evobr", other, True)])
+    sender = FakeSender({"evobr": MAC})
+    clock = VirtualClock()
+    announcer = GarpAnnouncer({"evobr"}, source=source, sender=sender, repeats=2, repeat_interval=0.05, clock=clock)
+    announcer.announce_again("evobr")  # not running yet: nothing to do, nothing raised
+    task = asyncio.create_task(announcer.run())
+    try:
+        await wait_until(lambda: len(sender.sent) == 4, clock=clock)  # the first round: 2 addresses, 2 frames
+        announcer.announce_again("evobr")  # still repeating: its second round carries it
+        await wait_until(lambda: len(sender.sent) == 8, clock=clock)
+        await clock.advance(0.2)
+        assert len(sender.sent) == 8
+        source.queue.put_nowait(AddressEvent("evobr", other, False))  # gone: not announced again
+        await wait_until(lambda: announcer.tracker.present("evobr") == [IP], clock=clock)
+
+        # The node calls it from its own loop's thread when the bridge gets its first tunnel port.
+        await asyncio.to_thread(announcer.announce_again, "evobr")
+        await asyncio.to_thread(announcer.announce_again, "eth0")  # not watched: nothing
+        await wait_until(lambda: len(sender.sent) == 12, clock=clock)
+        await clock.advance(0.2)
+        again = [parse_arp(frame) for _, frame in sender.sent[8:]]
+        assert len(again) == 4
+        assert all(a is not None and a.sender_ip == IP and a.sender_mac == MAC and a.is_gratuitous for a in again)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 def _rtattr(kind: int, value: bytes) -> bytes:
     data = struct.pack("=HH", 4 + len(value), kind) + value
     return data + b"\0" * (-len(data) % 4)
