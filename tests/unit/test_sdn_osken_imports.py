@@ -14,7 +14,8 @@ PROBE = textwrap.dedent(
     # The daemon's order: `evio run` checks that os-ken imports before the adapter loads it.
     assert [LinuxProbe().can_import(name) for name in OS_KEN_MODULES] == [None] * len(OS_KEN_MODULES)
     import evio.sdn.ofapp
-    from evio.sdn.osken_imports import OTHER_VERSION_PARSERS, UnusedParser, _DeferredModule
+    from evio.deferred_modules import DeferredModule as _DeferredModule
+    from evio.sdn.osken_imports import OTHER_VERSION_PARSERS, UnusedParser
     from os_ken.controller import ofp_event
     from os_ken.lib.packet import tcp
     from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser

@@ -35,7 +35,7 @@ def test_dnspython_is_loaded_only_when_mdns_is_used_and_then_works_as_aioice_s()
 
 def test_after_aioice_is_loaded_in_full_deferring_changes_nothing() -> None:
     probe = (
-        "import sys, aioice\nfrom evio.tunnel.aioice_imports import defer_mdns, _finder\n"
+        "import sys, aioice\nfrom evio.tunnel.aioice_imports import defer_mdns\nfrom evio.deferred_modules import finder as _finder\n"
         "defer_mdns()\nassert _finder not in sys.meta_path and 'dns' in sys.modules\nprint('ok')"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
