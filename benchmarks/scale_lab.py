@@ -74,9 +74,8 @@ class Result:
     # and Open vSwitch's own packet-in losses (coverage counters), so a ping that died is counted or ruled out.
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     # Where "up" went: each step of Lab.up with the seconds (since the start) it was first and last
-    # reported, and the load average then; daemons launched and ready, with the window's occupancy.
+    # reported, and the load average then.
     phases: list[tuple[str, float, float, float]] = field(default_factory=list)
-    daemon_timeline: list[tuple[float, int, int, float]] = field(default_factory=list)
 
 
 class UpTimeline:
@@ -89,7 +88,6 @@ class UpTimeline:
         self.ready = 0
         self.launch_times: list[float] = []
         self.ready_times: list[float] = []
-        self.samples: list[tuple[float, int, int, float]] = []  # (elapsed, launched, ready, load)
 
     def __call__(self, p: Progress) -> None:
         load = os.getloadavg()[0]
@@ -102,7 +100,6 @@ class UpTimeline:
             self.ready = p.done
             self.ready_times.append(p.elapsed)
             if p.done % max(self.nodes // 16, 1) == 0 or p.done == p.total:
-                self.samples.append((p.elapsed, self.launched, self.ready, load))
                 print(f"  up: {p.elapsed:6.1f} s  launched {self.launched:>4}  ready {self.ready:>4}  load {load:5.1f}",
                       flush=True)  # fmt: skip
 
@@ -232,7 +229,6 @@ def run(n: int, args: argparse.Namespace) -> Result:
     try:
         result.up_s = time.monotonic() - started
         result.phases = [(step, first, last, load) for step, (first, last, load) in timeline.steps.items()]
-        result.daemon_timeline = timeline.samples
         waits = timeline.latencies()
         if waits:
             print(f"n={n}: daemon launch to ready: mean {statistics.mean(waits):.1f} s, median "
