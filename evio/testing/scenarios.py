@@ -4,6 +4,7 @@ whether successor links are complete, and the figures printed beside the paper's
     trace = PingTrace.parse(text_of("ping -D -n -i 0.1 ..."), interval=0.1)
     outage = trace.outage_at(moment)        # gap in replies around `moment`, replies lost in it
     successor_gaps(topology, 2)             # ring neighbours without their successor link
+    ring_shortfall(topology, 16, 2)         # why the ring is not whole, for a failure message
     Figure("E2", "IP relocation: ping outage", 0.1, "s", paper="6.15 s", target="<= 1 s")
 """
 
@@ -95,6 +96,22 @@ def successor_gaps(topo: Topology, successors: int | Callable[[str], int]) -> li
             if not (linked and topo.adjacent(node, peer)):
                 gaps.append((node, peer))
     return gaps
+
+
+def ring_shortfall(topo: Topology, nodes: int, successors: int | Callable[[str], int]) -> str:
+    """What keeps the ring from being whole, for a failure message ("" when it is whole): the nodes that
+    did not answer, and each missing successor link with what either end reports of it."""
+    parts = [f"{node} not answering ({why})" for node, why in topo.unreachable.items()]
+    if len(topo.live) != nodes and not parts:
+        parts.append(f"{len(topo.live)} of {nodes} nodes live")
+    for node, peer in successor_gaps(topo, successors):
+        ends = []
+        for a, b in ((node, peer), (peer, node)):
+            views = [f"{l.type}/{l.state}" + (f"/{l.path}" if l.path else "") for l in topo.links
+                     if l.node == a and l.peer == b]
+            ends.append(f"{a}: {','.join(views) or 'none'}")
+        parts.append(f"{node}->{peer} ({'; '.join(ends)})")
+    return "; ".join(parts)
 
 
 def ring_whole_since(topo: Topology, successors: int) -> float | None:

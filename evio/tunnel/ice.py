@@ -609,7 +609,7 @@ class IceAgent:
         try:
             await task
         except (TimeoutError, ConnectionError) as exc:
-            logger.info("tunnel ice direct attempt (after the relay) failed: %s", exc or "timeout")
+            logger.info("tunnel ice direct attempt (after the relay) failed: %s", str(exc) or type(exc).__name__)
             self._drop(direct)
             return None
         finally:

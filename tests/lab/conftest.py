@@ -7,7 +7,8 @@
 - `figures.record(Figure(...))` keeps a measured figure beside the paper's. At the end of the run
   every figure is printed in the terminal summary (a plain `pytest tests` shows them) and, if
   EVIO_SCENARIO_RESULTS names a file, appended to it as JSON lines.
-- When a test fails, the last lines of its labs' daemon logs are printed with the failure.
+- When a test fails, the last lines of its labs' daemon logs are printed with the failure and, if
+  EVIO_LAB_LOGS names a directory, the whole logs and each daemon's status are copied under it.
 
 n is 16, or EVIO_SCENARIO_NODES.
 """
@@ -15,12 +16,14 @@ n is 16, or EVIO_SCENARIO_NODES.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from node_image import BuiltImage, build_image
-from scenario_lab import FigureBook, daemon_log_tails
+from scenario_lab import FigureBook, daemon_log_tails, keep_lab_logs
 
 from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory, unique_lab_name
@@ -55,15 +58,23 @@ class _Labs:
         self.made.append(lab)
         return lab
 
-    def print_logs(self) -> None:
+    def print_logs(self, test: str) -> None:
         for lab in self.made:
             print(daemon_log_tails(lab, LOG_LINES_ON_FAILURE))
+            keep = os.environ.get("EVIO_LAB_LOGS")
+            if keep:
+                print(f"whole logs of lab {lab.name}: {keep_lab_logs(lab, Path(keep) / _safe(test))}")
 
     def remove_all(self) -> None:
         for name in self._names:
             Lab.down(name)
         self.made.clear()
         self._names.clear()
+
+
+def _safe(test: str) -> str:
+    """A test id as a directory name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", test)
 
 
 def _failed(item: pytest.Item, when: str) -> bool:
@@ -78,7 +89,7 @@ def lab_factory(request: pytest.FixtureRequest) -> Iterator[LabFactory]:
         yield labs.make
     finally:
         if _failed(request.node, "call"):
-            labs.print_logs()
+            labs.print_logs(request.node.nodeid)
         labs.remove_all()
 
 
@@ -106,7 +117,7 @@ def module_lab_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]
     module = request.node.getparent(pytest.Module)
     labs = module.stash.get(_MODULE_LABS, None) if module is not None else None
     if labs is not None and _failed(request.node, "call"):
-        labs.print_logs()
+        labs.print_logs(request.node.nodeid)
 
 
 # -- the node image (docker/) ----------------------------------------------------------------------

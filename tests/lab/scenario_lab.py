@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -15,6 +16,7 @@ from typing import TypeVar
 from evio.lab.daemons import Topology
 from evio.lab.lab import Lab
 from evio.lab.node_config import bridge_name
+from evio.node.control_client import ControlError
 
 # Re-exported: the scenario tests import them from here.
 from evio.testing.probes import PingProbe as PingProbe
@@ -104,6 +106,24 @@ def daemon_log_tails(lab: Lab, lines: int = 40) -> str:
         parts.append(f"===== lab {lab.name} {node.name} ({node.nat}) daemon log, last {lines} lines")
         parts.extend(text[-lines:])
     return "\n".join(parts)
+
+
+def keep_lab_logs(lab: Lab, into: Path) -> Path:
+    """Copy every node's whole daemon log, and its status document if the daemon answers, under `into`/lab name."""
+    where = into / lab.name
+    where.mkdir(parents=True, exist_ok=True)
+    for node in lab.nodes:
+        try:
+            shutil.copyfile(lab.daemon_log(node.index), where / f"{node.name}.log")
+        except OSError:
+            pass  # the node never got as far as a log
+        if lab.daemon(node.index) is not None:
+            try:
+                status = lab.daemon_status(node.index)
+            except ControlError as exc:  # a failure report must not fail on a daemon that stopped answering
+                status = {"error": str(exc)}
+            (where / f"{node.name}.status.json").write_text(json.dumps(status, indent=1, default=str))
+    return where
 
 
 def bridge_mac(lab: Lab, index: int) -> str:

@@ -52,7 +52,7 @@ from scenario_lab import FigureBook, PingProbe, index_of, overlay_ip, ring_timeo
 
 from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
-from evio.testing.scenarios import Figure, successor_gaps
+from evio.testing.scenarios import Figure, ring_shortfall
 
 pytestmark = pytest.mark.integration
 
@@ -84,11 +84,14 @@ class Overlay:
     stable: list[int]  # the others, in ring order
 
     def whole(self) -> bool:
-        topo = self.lab.topology()
-        return len(topo.live) == NODES and not successor_gaps(topo, SUCCESSORS)
+        return not self.shortfall()
+
+    def shortfall(self) -> str:
+        """What keeps the ring from being whole with every node ("" when it is)."""
+        return ring_shortfall(self.lab.topology(), NODES, SUCCESSORS)
 
     def wait_whole(self, what: str = "the ring whole with every node") -> None:
-        wait_for(self.whole, bool, ring_timeout(NODES), what, poll=0.2)
+        wait_for(self.shortfall, lambda missing: not missing, ring_timeout(NODES), what, poll=0.2)
 
     def restore(self) -> None:
         """Every daemon running again and the ring whole (a failed test must not spoil the next)."""

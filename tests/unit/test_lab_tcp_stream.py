@@ -46,7 +46,8 @@ async def test_an_echoing_peer_keeps_the_stream_whole() -> None:
         client = await run_client(port, 0.5)
     report = client.report
     assert report.broken is None and report.final
-    assert report.sent >= 50 and report.sent - report.echoed <= 2
+    # Stopped mid-stream: what was sent in the last few 5 ms slots may still be on its way back (more on a loaded host).
+    assert report.sent >= 50 and report.sent - report.echoed <= 5
     assert report.max_stall < 0.5
 
 

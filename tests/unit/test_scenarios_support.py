@@ -12,6 +12,7 @@ from evio.testing.scenarios import (
     figure_lines,
     link_snapshot,
     ring_offset,
+    ring_shortfall,
     ring_whole_since,
     successor_gaps,
 )
@@ -70,6 +71,19 @@ def test_successor_gaps_name_each_missing_successor_link_among_live_nodes() -> N
     without_n4 = Topology(order, tuple(both("n1", "n2") + both("n2", "n3") + both("n3", "n1")), {"n4": "gone"})
     assert successor_gaps(without_n4, 1) == []
     assert ring_offset(without_n4, "n3", 1) == "n1"
+
+
+def test_the_ring_shortfall_names_silent_nodes_and_each_missing_link_with_both_ends_views() -> None:
+    order = ("n1", "n2", "n3", "n4")
+    ring = both("n1", "n2") + both("n2", "n3") + both("n3", "n4") + both("n4", "n1")
+    assert ring_shortfall(Topology(order, tuple(ring), {}), 4, 1) == ""
+    pending = ring[:-1] + [link("n1", "n4", state="pending")]
+    assert ring_shortfall(Topology(order, tuple(pending), {}), 4, 1) == (
+        "n4->n1 (n4: successor/up; n1: successor/pending)")
+    silent = Topology(order, tuple(both("n1", "n2") + both("n2", "n3") + both("n3", "n1")), {"n4": "refused"})
+    assert ring_shortfall(silent, 4, 1) == "n4 not answering (refused)"
+    assert ring_shortfall(Topology(order[:3], tuple(both("n1", "n2") + both("n2", "n3") + both("n3", "n1")), {}),
+                          4, 1) == "3 of 4 nodes live"
 
 
 def test_the_ring_was_whole_since_its_last_successor_link_came_up_at_its_later_end() -> None:
