@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +193,7 @@ class Topology:
     order: tuple[str, ...]  # lab node names in ring (node id) order
     links: tuple[LinkView, ...]
     unreachable: Mapping[str, str]  # node -> why its daemon could not be asked
+    members: Mapping[str, frozenset[str]] = field(default_factory=dict)  # node -> the peers its signaling knows
 
     def links_of(self, node: str) -> list[LinkView]:
         return [link for link in self.links if link.node == node]
@@ -254,6 +255,7 @@ def topology(
     ring = sorted(names_by_id.items())  # node ids are fixed-width hex: text order is ring order
     links: list[LinkView] = []
     unreachable: dict[str, str] = {}
+    members: dict[str, frozenset[str]] = {}
     for node, status in statuses.items():
         if isinstance(status, str):
             unreachable[node] = status
@@ -263,6 +265,7 @@ def topology(
             unreachable[node] = f"daemon serves no overlay {overlay}"
             continue
         at = (read_at or {}).get(node)
+        members[node] = frozenset(names_by_id.get(str(p), str(p)) for p in ov.get("peers") or {})
         for link in ov.get("links", []):
             peer_id = str(link.get("peer"))
             age = link.get("age")
@@ -277,7 +280,7 @@ def topology(
                 path=link.get("path"),
                 up_since=at - age if up else None,
             ))  # fmt: skip
-    return Topology(tuple(name for _, name in ring), tuple(links), unreachable)
+    return Topology(tuple(name for _, name in ring), tuple(links), unreachable, members)
 
 
 def format_topology(topo: Topology, addresses: Mapping[str, str], types: Sequence[str] = ("successor", "long_distance", "on_demand")) -> list[str]:

@@ -109,7 +109,9 @@ def ring_shortfall(topo: Topology, nodes: int, successors: int | Callable[[str],
         for a, b in ((node, peer), (peer, node)):
             views = [f"{l.type}/{l.state}" + (f"/{l.path}" if l.path else "") for l in topo.links
                      if l.node == a and l.peer == b]
-            ends.append(f"{a}: {','.join(views) or 'none'}")
+            known = topo.members.get(a)
+            stranger = "" if known is None or b in known else f", {b} not among its members"
+            ends.append(f"{a}: {','.join(views) or 'none'}{stranger}")
         parts.append(f"{node}->{peer} ({'; '.join(ends)})")
     return "; ".join(parts)
 

@@ -73,6 +73,13 @@ def test_gaps_pending_links_one_sided_links_and_silent_nodes() -> None:
     assert "ring: NOT CLOSED" in text and "(left out of the ring): node3" in text
 
 
+def test_each_node_s_members_are_the_peers_its_signaling_knows_by_lab_name() -> None:
+    node1 = status(link("b" * 32))
+    node1["overlays"]["ov1"]["peers"] = {"b" * 32: "node2@overlay.test/evio-b", "f" * 32: "other@overlay.test/x"}
+    topo = daemons.topology({"node1": node1, "node2": status()}, IDS, "ov1")
+    assert topo.members == {"node1": frozenset({"node2", "f" * 32}), "node2": frozenset()}
+
+
 def test_a_daemon_without_the_lab_overlay_is_reported() -> None:
     topo = daemons.topology({"node1": {"overlays": {"other": {}}}}, IDS, "ov1")
     assert topo.unreachable == {"node1": "daemon serves no overlay ov1"}

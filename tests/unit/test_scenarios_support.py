@@ -82,6 +82,10 @@ def test_the_ring_shortfall_names_silent_nodes_and_each_missing_link_with_both_e
         "n4->n1 (n4: successor/up; n1: successor/pending)")
     silent = Topology(order, tuple(both("n1", "n2") + both("n2", "n3") + both("n3", "n1")), {"n4": "refused"})
     assert ring_shortfall(silent, 4, 1) == "n4 not answering (refused)"
+    # A node whose signaling lost sight of a member does not even try: the message says so.
+    members = {"n1": frozenset({"n2", "n3"}), "n4": frozenset({"n1", "n2", "n3"})}
+    unknown = Topology(order, tuple(ring[:-2]), {}, members)
+    assert ring_shortfall(unknown, 4, 1) == "n4->n1 (n4: none; n1: none, n4 not among its members)"
     assert ring_shortfall(Topology(order[:3], tuple(both("n1", "n2") + both("n2", "n3") + both("n3", "n1")), {}),
                           4, 1) == "3 of 4 nodes live"
 
