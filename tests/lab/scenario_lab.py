@@ -22,7 +22,7 @@ from evio.node.control_client import ControlError
 from evio.testing.probes import PingProbe as PingProbe
 from evio.testing.probes import move_address as move_address
 from evio.testing.probes import restore_address as restore_address
-from evio.testing.scenarios import Figure
+from evio.testing.scenarios import Figure, ring_shortfall
 from evio.testing.waiting import wait_for_value
 
 T = TypeVar("T")
@@ -66,6 +66,19 @@ def ring_timeout(nodes: int) -> float:
 def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str, poll: float = 0.5) -> T:
     """`get()` once `good` holds for it; AssertionError naming `what` and the last value after `timeout`."""
     return wait_for_value(get, good, timeout, what=what, interval=poll)
+
+
+def wait_ring(lab: Lab, nodes: int, successors: int, what: str, poll: float = 0.5) -> Topology:
+    """The topology once every node answers and has its successor links; on a timeout the AssertionError
+    says what was missing (`ring_shortfall`)."""
+    seen: list[Topology] = []
+
+    def shortfall() -> str:
+        seen[:] = [lab.topology()]
+        return ring_shortfall(seen[0], nodes, successors)
+
+    wait_for(shortfall, lambda missing: not missing, ring_timeout(nodes), what, poll)
+    return seen[0]
 
 
 def seconds_since_link_change(lab: Lab) -> float:

@@ -47,6 +47,7 @@ from scenario_lab import (
     scenario_nodes,
     wait_for,
     wait_quiet,
+    wait_ring,
 )
 
 from evio.config.model import TunnelConfig
@@ -71,8 +72,7 @@ CANDIDATES = 6  # pinging nodes tried, from the middle of the ring, for one whos
 def form_lab(lab_factory: LabFactory, successors: int) -> Lab:
     lab = lab_factory(nodes=NODES, nat="mixed", daemons=True,
                       topology={"successors": successors, "long_distance": LONG_DISTANCE})
-    wait_for(lab.topology, lambda t: len(t.live) == NODES and not successor_gaps(t, successors),
-             ring_timeout(NODES), f"a ring of {successors} successor links per node")
+    wait_ring(lab, NODES, successors, f"a ring of {successors} successor links per node")
     return lab
 
 

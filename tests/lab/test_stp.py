@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from scenario_lab import FigureBook, ring_timeout, wait_for
+from scenario_lab import FigureBook, wait_for, wait_ring
 
 from evio.cli.lab_node_cmd import PingSummary, all_pairs_ping
 from evio.lab.lab import Lab
@@ -28,7 +28,7 @@ from evio.lab.spanning_tree import (
     spanning_tree,
 )
 from evio.testing.labs import LabFactory
-from evio.testing.scenarios import Figure, successor_gaps
+from evio.testing.scenarios import Figure
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +63,7 @@ def test_an_stp_overlay_forms_a_tree_pings_everywhere_and_heals_a_cut_forwarding
 ) -> None:
     lab = lab_factory(nodes=NODES, nat="eim", daemons=True, switching="stp",
                       topology={"successors": 2, "on_demand": {"enabled": False}})  # fmt: skip
-    wait_for(lab.topology, lambda t: len(t.live) == NODES and not successor_gaps(t, 2), ring_timeout(NODES),
-             "a ring of 2 successor links per node")  # fmt: skip
+    wait_ring(lab, NODES, 2, "a ring of 2 successor links per node")
     tree = wait_for(lambda: tree_of(lab), lambda t: t.is_tree and not t.undecided, TREE_TIMEOUT,
                     "RSTP's ports decided, forwarding on a tree")  # fmt: skip
     # 8 nodes with 2 successors each make at least 15 links: a cyclic overlay, so RSTP must block some.
