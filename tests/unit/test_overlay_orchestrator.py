@@ -100,16 +100,33 @@ def up_links(orch: Orchestrator) -> dict[int, LinkType]:
 
 
 def test_nothing_before_login_settles_then_successors_first() -> None:
-    orch = core(long_distance=2)
-    assert orch.tick(0.5) == []  # membership still arriving
-    assert orch.next_wakeup(0.5) == pytest.approx(1.0)
-    asks = of(orch.tick(1.0), SendLinkRequest)
+    orch = core(long_distance=2)  # the presences came with the login, at 0
+    assert orch.tick(0.4) == []  # membership may still be arriving
+    assert orch.next_wakeup(0.4) == pytest.approx(0.5)  # quiet for membership_debounce: settled
+    asks = of(orch.tick(0.5), SendLinkRequest)
     assert [(a.peer, a.request.type) for a in asks] == [(110, S), (120, S)]  # the ring first
     assert orch.tick(1.1) == []  # in flight: not asked twice
     complete(orch, asks[0], 1.2)
     assert requests(orch.tick(1.2)) == []  # long-distance links wait for every successor link
     complete(orch, asks[1], 1.3)
     assert [t for _, t, _ in requests(orch.tick(1.3))] == [L, L]
+
+
+def test_login_settles_once_presences_pause_or_after_settle_after_login() -> None:
+    # Presences still trickling in keep the node waiting until they pause for membership_debounce (0.5).
+    orch = Orchestrator(ME, TopologyConfig(successors=2, long_distance=0), random.Random(0), 0.0, T, name="ov")
+    orch.signal_connected(0.0)
+    for i, at in enumerate((0.1, 0.4, 0.7)):
+        orch.peer_added(110 + 10 * i, at)
+        assert orch.tick(at) == []
+    assert orch.tick(1.1) == []
+    assert requests(orch.tick(1.2)) == [(110, S, False), (120, S, False)]
+    # A node alone at login waits the whole settle time: nobody's presence says the membership is complete.
+    alone = Orchestrator(ME, TopologyConfig(successors=2, long_distance=0), random.Random(0), 0.0, T, name="ov")
+    alone.signal_connected(0.0)
+    assert alone.tick(0.6) == [] and alone.next_wakeup(0.6) == pytest.approx(1.0)
+    alone.peer_added(110, 1.5)  # after settling: an ordinary membership change, debounced
+    assert alone.tick(1.6) == [] and requests(alone.tick(2.0)) == [(110, S, False)]
 
 
 def test_accepted_link_connects_and_is_announced_exactly_once() -> None:
