@@ -71,8 +71,8 @@ QUIET = 3.0
 DAEMON_RESTART_BOUND = 15.0  # what the test insists on; the 5 s target is checked (and reported) apart
 KNOWN_MISS_RESTART = (
     "known miss on a loaded 2-core machine: a restarted daemon needs 1.3-2.1 s to answer (Python imports, OVS), "
-    "then an XMPP login and its relayed links: 3.2-4.0 s alone here; 5.2-5.3 s beside a busy process before logins "
-    "settled on the presences"
+    "then an XMPP login and its relayed links: 3.2-3.5 s alone here; before logins settled on the presences, "
+    "4.1-4.7 s alone and up to 5.5 s beside busy processes"
 )
 
 MEASURED: dict[str, Any] = {}  # what a later test of this module checks against a target
