@@ -48,7 +48,17 @@ from churn_lab import (
     switch_connected,
     up_links,
 )
-from scenario_lab import FigureBook, PingProbe, index_of, overlay_ip, ring_timeout, scenario_nodes, wait_for, wait_quiet
+from scenario_lab import (
+    FigureBook,
+    PingProbe,
+    index_of,
+    overlay_ip,
+    ring_timeout,
+    scenario_nodes,
+    wait_for,
+    wait_quiet,
+    wait_ring,
+)
 
 from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
@@ -92,7 +102,7 @@ class Overlay:
         return ring_shortfall(self.lab.topology(), NODES, SUCCESSORS)
 
     def wait_whole(self, what: str = "the ring whole with every node") -> None:
-        wait_for(self.shortfall, lambda missing: not missing, ring_timeout(NODES), what, poll=0.2)
+        wait_ring(self.lab, NODES, SUCCESSORS, what, poll=0.2)
 
     def restore(self) -> None:
         """Every daemon running again and the ring whole (a failed test must not spoil the next)."""
