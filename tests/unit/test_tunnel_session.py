@@ -12,7 +12,7 @@ import contextlib
 import datetime
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aioice.ice
 import pytest
@@ -159,20 +159,27 @@ async def test_wrong_fingerprint_never_yields_a_link(hub: FakeTunnelSignalingHub
         await b.manager.close()
 
 
-async def test_silent_peer_detected_and_torn_down(nodes: tuple[Node, Node]) -> None:
-    a, b = nodes
-    await a.manager.connect(B)
-    await wait_until(lambda: len(b.ups()) == 1)
-    # B vanishes without a word: its data path stops and its sockets go quiet.
-    tunnel_b = b.manager.get(A)
-    assert tunnel_b is not None
-    tunnel_b._datapath.stop()
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await wait_until(lambda: len(a.downs()) == 1, timeout=5)
-    assert a.downs()[0].info.reason == "peer-silent"
-    assert loop.time() - started < FAST.dead_after + 0.5
-    assert a.taps[0].closed
+async def test_silent_peer_detected_and_torn_down(hub: FakeTunnelSignalingHub) -> None:
+    # B's own deadline is long: with A's, B would find A silent as soon (its data path is the one stopped) and
+    # close with a DTLS close_notify, which A may read before its own deadline ("peer closed DTLS").
+    a = make_node(hub, A, TunnelSettings(liveness=FAST))
+    b = make_node(hub, B, TunnelSettings(liveness=replace(FAST, dead_after=10.0)))
+    try:
+        await a.manager.connect(B)
+        await wait_until(lambda: len(b.ups()) == 1)
+        # B vanishes without a word: its data path stops and its sockets go quiet.
+        tunnel_b = b.manager.get(A)
+        assert tunnel_b is not None
+        tunnel_b._datapath.stop()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await wait_until(lambda: len(a.downs()) == 1, timeout=5)
+        assert a.downs()[0].info.reason == "peer-silent"
+        assert loop.time() - started < FAST.dead_after + 0.5
+        assert a.taps[0].closed
+    finally:
+        await a.manager.close()
+        await b.manager.close()
 
 
 async def test_offer_to_a_silent_peer_fails_in_time(hub: FakeTunnelSignalingHub) -> None:
