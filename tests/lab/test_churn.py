@@ -95,11 +95,7 @@ class Overlay:
     stable: list[int]  # the others, in ring order
 
     def whole(self) -> bool:
-        return not self.shortfall()
-
-    def shortfall(self) -> str:
-        """What keeps the ring from being whole with every node ("" when it is)."""
-        return ring_shortfall(self.lab.topology(), NODES, SUCCESSORS)
+        return not ring_shortfall(self.lab.topology(), NODES, SUCCESSORS)
 
     def wait_whole(self, what: str = "the ring whole with every node") -> None:
         wait_ring(self.lab, NODES, SUCCESSORS, what, poll=0.2)
