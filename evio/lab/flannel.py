@@ -196,17 +196,21 @@ class FlannelLab:
         if self._flanneld:
             raise FlannelLabError("flanneld is already running: stop() first")
         self.etcdctl(1, "put", f"{ETCD_PREFIX}/config", json.dumps(network_config(backend)))
+        self.backend, self.interface = backend, interface
+        # One node at a time, each once its lease is in etcd: flanneld v0.26 does not retry its own
+        # race (two nodes picking the same free subnet at once), the loser exits with
+        # "failed to acquire lease: subnet already exists".
         for node in self.lab.nodes:
             self.subnet_file(node.index).parent.mkdir(parents=True, exist_ok=True)
             self.subnet_file(node.index).unlink(missing_ok=True)
             self._host.sysctl(node.netns, {"net/ipv4/ip_forward": "1"})
-            self._flanneld.append(self.lab.spawn(node.index, [
+            record = self.lab.spawn(node.index, [
                 str(self.flanneld), f"--etcd-endpoints={self.endpoint}", f"--etcd-prefix={ETCD_PREFIX}",
                 f"--iface={self.iface(node.index, interface)}", f"--subnet-file={self.subnet_file(node.index)}",
                 "--ip-masq",
-            ], role="flanneld", log_path=self.directory / f"flanneld-node{node.index}-{backend}-{interface}.log"))
-            self.backend, self.interface = backend, interface
-        for node, record in zip(self.lab.nodes, self._flanneld, strict=True):
+            ], role="flanneld", log_path=self.flanneld_log(node.index))
+            self._flanneld.append(record)
+
             def written(n: int = node.index, record: ProcessRecord = record) -> SubnetEnv | None:
                 if not self.lab.is_running(record):
                     raise FlannelLabError(f"node{n}'s flanneld exited\n{self.log_tail(n)}")
@@ -216,6 +220,8 @@ class FlannelLab:
                 wait_until(written, lambda env: env is not None, timeout,
                            f"node{node.index}'s flanneld writing its subnet file")
             except FlannelLabError as error:
+                if not self.lab.is_running(record):  # `written` already quoted its log
+                    raise
                 raise FlannelLabError(f"{error}\n{self.log_tail(node.index)}") from None
         if backend == "vxlan":
             for node in self.lab.nodes:
