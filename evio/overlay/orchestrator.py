@@ -69,7 +69,7 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from evio.config.model import LimitsConfig, LogForm, TopologyConfig
@@ -123,8 +123,10 @@ class Timings:
     # it crashed); meanwhile the next peer is linked as a successor too, and released after this if it lives.
     standby_window: float = 2.0
     relogin_grace: float = 30.0  # ... or this long, when it said it was logging in again
+    successor_overdue: float = 30.0  # a successor link not up after this long is logged as a warning, once a minute
 
 
+OVERDUE_REPEAT = 60.0  # seconds between warnings about the same overdue successor
 RELOGIN_GRACE_STRETCH = 10  # a peer logging in again is never given longer than this many `relogin_grace`s
 
 
@@ -279,6 +281,10 @@ class Orchestrator:
         self._doubted: dict[int, float] = {}  # up successor gone from signaling -> until when it has a stand-in
         self._stand_in: dict[int, float] = {}  # peer linked as a stand-in -> until when it is wanted as one
         self._successors: frozenset[int] = frozenset()  # our ring successors, backed-off ones included
+        # A successor whose link is not up: since when, when it was last warned about, the last setback. Kept
+        # for our successors only (a few peers), so a refusal that is retried quietly still shows in the log.
+        self._overdue: dict[int, tuple[float, float | None]] = {}
+        self._setback: dict[int, str] = {}
         # Our signaling session ended then ... (or we started then: the first login is a way back too, and
         # on a loaded host it is the only measure a node has before its peers' sessions start to drop)
         self._signal_lost_at: float | None = now
@@ -535,6 +541,7 @@ class Orchestrator:
                 self._fail(peer, f"refused: {refusal.value}", now, wanted)  # the peer is full: back off, ask others
             else:
                 self._retry_at[peer] = now + self.timings.refused_retry
+                self._note_setback(peer, f"refused: {refusal.value}")
             if existing:
                 # The link cannot be held as we wanted: let go of it (the peer decides if it stays).
                 self._let_go(peer, st, now)
@@ -549,6 +556,7 @@ class Orchestrator:
                     self._withdraw(peer, st, wanted)
             else:
                 self._retry_at[peer] = now + self.timings.refused_retry
+                self._note_setback(peer, f"link request {outcome.value}")
             # An existing link keeps our local hold: only the peer's bookkeeping is behind.
         self._forget_if_idle(peer)
         return self._flush()
@@ -789,6 +797,7 @@ class Orchestrator:
         # On a loaded host every setup slows the others, and a missing successor splits the ring
         # (Bounded Flood and routing need it) where a missing chord costs a few hops.
         ring_pending = any(self.phase(p) is not Phase.UP for p in selection.successors)
+        self._warn_overdue(selection.successors, now)
         slots = self._setup_slots()
         deferred = False
         for op in diff(self.node_id, self.view(), desired, s):
@@ -1063,6 +1072,7 @@ class Orchestrator:
 
     def _fail(self, peer: int, why: str, now: float, link_type: LinkType | None = None) -> None:
         self.failures[why] += 1
+        self._note_setback(peer, why)
         # A successor is retried within seconds for ever: while it is left out, the next peer stands in,
         # but the ring is only whole once this link is up (the issue's "retried until it exists").
         successor = link_type is LinkType.SUCCESSOR or peer in self._successors
@@ -1072,6 +1082,30 @@ class Orchestrator:
             "overlay %s peer=%032x backed off for %.1f s after %s failure(s): %s",
             self.name, peer, retry_at - now, self._backoff.failures(peer), why,
         )
+
+    def _note_setback(self, peer: int, why: str) -> None:
+        if peer in self._successors:
+            self._setback[peer] = why
+
+    def _warn_overdue(self, successors: Iterable[int], now: float) -> None:
+        """Warn about each successor whose link has not been up for `successor_overdue`, once a minute:
+        the ring has a gap here although every retry may be quiet (a refusal for a passing reason)."""
+        missing = {p for p in successors if self.phase(p) is not Phase.UP}
+        for peer in self._overdue.keys() - missing:
+            del self._overdue[peer]
+        for peer in self._setback.keys() - missing:
+            del self._setback[peer]
+        for peer in missing:
+            since, warned = self._overdue.setdefault(peer, (now, None))
+            if now - since < self.timings.successor_overdue or (warned is not None and now - warned < OVERDUE_REPEAT):
+                continue
+            self._overdue[peer] = (since, now)
+            st = self._peers.get(peer)
+            log.warning(
+                "overlay %s successor peer=%032x has had no link for %.0f s (phase %s, last setback: %s)",
+                self.name, peer, now - since, (st.phase if st else Phase.NONE).value,
+                self._setback.get(peer, "none"),
+            )
 
     def _announce_up(self, peer: int, st: _Peer) -> None:
         link_type = st.holder_type()

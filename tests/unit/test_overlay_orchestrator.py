@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterable
 from dataclasses import replace
@@ -15,6 +16,7 @@ from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.overlay.backoff import PeerBackoff
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
 from evio.overlay.orchestrator import (
+    OVERDUE_REPEAT,
     RELOGIN_GRACE_STRETCH,
     Action,
     CheckMembership,
@@ -485,6 +487,31 @@ def test_a_missing_successor_is_retried_for_ever_within_the_successor_cap() -> N
     for failure in range(8):
         backoff.failed(150, float(failure), rng)
     assert backoff.blocked(150, 7.0 + 4.5)
+
+
+def test_a_successor_refused_quietly_for_long_is_warned_about_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    # A passing refusal (already_linked) is retried every refused_retry without a log line of its own: the
+    # ring's gap still shows in the log, with the last setback, once it is `successor_overdue` old.
+    orch = core(members=(110,), successors=1, timings=replace(T, successor_overdue=30.0))
+    warned: list[float] = []
+    with caplog.at_level(logging.WARNING, logger="evio.overlay.orchestrator"):
+        for step in range(1, 200):
+            now = step * 0.5
+            for ask in of(orch.tick(now), SendLinkRequest):
+                before = len(caplog.records)
+                orch.link_answered(110, ask.seq, LinkAnswer(False, refusal=LinkRefusal.ALREADY_LINKED), now)
+                assert len(caplog.records) == before  # the refusal itself is quiet
+            if len(caplog.records) > len(warned):
+                warned.append(now)
+    assert len(warned) == 2 and 30.0 <= warned[0] <= 41.0 and warned[1] - warned[0] >= OVERDUE_REPEAT
+    message = caplog.records[0].getMessage()
+    assert f"successor peer={110:032x} has had no link" in message and "refused: already_linked" in message
+    # Once the link is up there is nothing to warn about.
+    (ask,) = of(orch.tick(200.0), SendLinkRequest)
+    complete(orch, ask, 200.0)
+    caplog.clear()
+    orch.tick(211.0)
+    assert orch.phase(110) is Phase.UP and caplog.records == []
 
 
 def test_unanswered_requests_back_off_but_signal_outage_does_not() -> None:
