@@ -155,6 +155,7 @@ def test_four_nodes_form_a_ring_ping_and_repair_after_a_sigterm(
     # Tunnel TAPs are bare bridge ports: no address, so no IPv6 chatter of their own onto the overlay.
     for link in topo.links:
         if link.state == "up":
+            assert link.tap is not None, f"{link.node}'s up link to {link.peer} reports no TAP"
             addresses = lab.exec(int(link.node.removeprefix("node")), ["ip", "-o", "addr", "show", "dev", link.tap]).stdout
             assert addresses.strip() == "", f"{link.node}'s TAP {link.tap} has addresses: {addresses}"
     # Nor the bridges' internal ports (an IPv4 overlay): no link-local, so no router solicitations for ever.

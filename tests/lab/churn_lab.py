@@ -78,7 +78,7 @@ class TcpStream:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
-    def report(self) -> dict[str, object]:
+    def report(self) -> dict[str, Any]:  # the client's last JSON report
         lines = [line for line in _text(self.client_log).splitlines() if line.startswith("{")]
         return json.loads(lines[-1]) if lines else {}
 
@@ -108,7 +108,7 @@ class TcpStream:
         self._records.clear()
         report = self.report()
         return StreamResult(self.client, self.server, int(report.get("sent", 0)), int(report.get("echoed", 0)),
-                            float(report.get("max_stall", 0.0)), report.get("broken") or (None if report.get("final") else "no final report"))  # type: ignore[arg-type]
+                            float(report.get("max_stall", 0.0)), report.get("broken") or (None if report.get("final") else "no final report"))
 
 
 def keep_logs(lab: Lab, label: str) -> Path | None:

@@ -193,8 +193,8 @@ def test_e8_churn_loses_no_ping_and_leaves_nothing_behind(whole: Overlay, figure
             probe.stop()
         results = [stream.stop() for stream in streams]
 
-    for node in lab.nodes:
-        left_behind += leftovers(lab, node.index)
+    for info in lab.nodes:
+        left_behind += leftovers(lab, info.index)
     controller = controller_cuts(lab)
     lost = [ping_loss(probe.trace()) for probe in probes]
     churn_started = event_times[0][0] if event_times else 0.0

@@ -114,7 +114,9 @@ def test_a_node_in_the_container_joins_the_ring_and_pings_the_others(
             # The image builds the native data path, so tunnel.datapath "auto" runs it there.
             status = status_or_error(socket)
             assert isinstance(status, dict), status
-            datapaths = {link.get("datapath") for ov in status["overlays"].values() for link in ov["links"]
+            overlays = status["overlays"]
+            assert isinstance(overlays, dict), status
+            datapaths = {link.get("datapath") for ov in overlays.values() for link in ov["links"]
                          if link.get("tunnel_state") == "up"}  # fmt: skip
             assert datapaths == {"native"}, f"the container's tunnels run {datapaths}"
 

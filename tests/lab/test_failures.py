@@ -155,7 +155,7 @@ def steady_next_hop(lab: Lab, node: str, target: str) -> str | None:
     (None if not, or if there is no such flow). Two paths of equal length may take turns (a unicast
     packet-in moves a MAC once its path's confirmation is older than the learning table's hold): the
     premise "the ping leaves through the failing node" needs the path it has now, and will have."""
-    hops = []
+    hops: list[str | None] = []
     deadline = time.monotonic() + PATH_WATCH
     while not hops or time.monotonic() < deadline:
         hops.append(next_hop(lab, lab.topology([index_of(node)]), node, target))

@@ -28,6 +28,9 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
         pytest.param((str(BIN / "lint-imports"),), id="import-contracts"),
         pytest.param((sys.executable, "-m", "ruff", "check", "evio", "tests", "benchmarks"), id="ruff"),
         pytest.param((sys.executable, "-m", "mypy"), id="mypy"),
+        # The integration and lab tiers too, each on its own (both have a conftest module).
+        pytest.param((sys.executable, "-m", "mypy", "tests/integration"), id="mypy-integration"),
+        pytest.param((sys.executable, "-m", "mypy", "tests/lab"), id="mypy-lab"),
     ],
 )
 def test_tool_passes(argv: tuple[str, ...]) -> None:
