@@ -1,0 +1,94 @@
+"""What `evio server init` decided about the server host, kept in ``<state dir>/server.json``.
+
+`evio member add` reads it to know which XMPP server to administer, where
+its files are, and what to put into a join token (the address members connect
+to, the ports, the TLS CA that verifies the XMPP server). Everything under the
+state directory is root's, mode 0700: it holds the overlays' CA keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+DEFAULT_STATE_DIR = Path("/etc/evio-server")
+SETTINGS_VERSION = 1
+
+XmppKind = Literal["prosody", "ejabberd"]
+
+
+class ServerSettingsError(Exception):
+    """server.json is missing, unreadable or invalid: the message says which and what to run."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    domain: str  # the XMPP domain; members' JIDs are <node>@<domain>
+    xmpp: XmppKind
+    address: str  # what members connect to for XMPP, STUN and TURN: an IP address or a DNS name
+    xmpp_port: int = 5222
+    turn_port: int = 3478
+    turn_realm: str = ""  # coturn's realm; "" means the domain
+    # Files the server commands administer (absolute paths; defaults are the Debian packages' own).
+    prosody_config: str = "/etc/prosody/prosody.cfg.lua"
+    groups_file: str = "/etc/prosody/evio-groups.txt"
+    ejabberdctl: str = "ejabberdctl"
+    turn_config: str = "/etc/turnserver.conf"
+    turn_db: str = "/var/lib/turn/turndb"
+    xmpp_tls_ca: str = "/etc/evio-server/tls/ca.crt"  # verifies the XMPP server's certificate; copied into tokens
+    version: int = field(default=SETTINGS_VERSION)
+
+    @property
+    def realm(self) -> str:
+        return self.turn_realm or self.domain
+
+
+def settings_path(state_dir: Path) -> Path:
+    return state_dir / "server.json"
+
+
+def load_settings(state_dir: Path) -> ServerSettings:
+    path = settings_path(state_dir)
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ServerSettingsError(f"{path} does not exist: run `evio server init` on this host first") from None
+    except (OSError, ValueError) as exc:
+        raise ServerSettingsError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ServerSettingsError(f"{path}: not a JSON object")
+    known = {f.name for f in fields(ServerSettings)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ServerSettingsError(f"{path}: unknown keys {', '.join(unknown)} (written by a newer evio?)")
+    if raw.get("version") != SETTINGS_VERSION:
+        raise ServerSettingsError(f"{path}: version {raw.get('version')!r}, this evio reads {SETTINGS_VERSION}")
+    try:
+        return ServerSettings(**raw)
+    except TypeError as exc:
+        raise ServerSettingsError(f"{path}: {exc}") from None
+
+
+def save_settings(state_dir: Path, settings: ServerSettings) -> None:
+    write_private(settings_path(state_dir), json.dumps(asdict(settings), indent=2) + "\n")
+
+
+def write_private(path: Path, text: str | bytes, mode: int = 0o600) -> None:
+    """Write atomically (a temporary file renamed over), created with `mode` from the start."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.tmp")
+    data = text.encode() if isinstance(text, str) else text
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def as_dict(settings: ServerSettings) -> dict[str, Any]:
+    return asdict(settings)
