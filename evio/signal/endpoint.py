@@ -227,13 +227,13 @@ class SignalEndpoint:
         if previous is not None and failure.same_as(previous):
             self._account_failure = LoginFailure(failure.step, failure.message, previous.since)
             if self._failure_log.should_log(key, now):
-                log.warning("signal %s: still failing at %s (%d attempts): %s", self.account, failure.step.value,
+                log.warning("signal %s: login still failing (%s, %d attempts): %s", self.account, failure.step.value,
                             self.failures_in_row, failure.message)
             return
         self._account_failure = failure
         self._failure_log.should_log(key, now)  # the next repeat waits FAILURE_RELOG_INTERVAL
         if not logged_elsewhere:
-            log.warning("signal %s: %s failed: %s", self.account, failure.step.value, failure.message)
+            log.warning("signal %s: login failed (%s): %s", self.account, failure.step.value, failure.message)
 
     def _membership_checked(self, missing: Mapping[str, LoginFailure]) -> None:
         """Overlays whose roster group is missing, as read from the roster now (each logged when it changes)."""
