@@ -54,7 +54,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from evio.config.secrets import secret_problems
 
-    refused = secret_problems(Path(name), config)
+    refused = secret_problems(Path(name), config)  # the same check as `evio config check`
     if refused:
         for reason in refused:
             print(f"evio run: {reason}", file=sys.stderr)
