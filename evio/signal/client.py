@@ -74,6 +74,7 @@ log = logging.getLogger(__name__)
 
 _HINTS_NS = "urn:xmpp:hints"
 _PAYLOAD_TAG = f"{{{protocol.NAMESPACE}}}{protocol.ELEMENT}"
+_SASL_CHALLENGE_TAG = "{urn:ietf:params:xml:ns:xmpp-sasl}challenge"
 # The status of the unavailable presence a session sends when it ends only to log in again at once.
 RELOGIN_STATUS = "evio:relogin"
 
@@ -332,12 +333,20 @@ class SignalClient(SignalEndpoint):
 
         def on_sasl_failure(failure: Any) -> None:
             mechanism = xmpp.plugin["feature_mechanisms"].mech
-            attempt.sasl_refused(mechanism.name if mechanism else "?", str(failure["condition"]), str(failure["text"]))
+            name, condition, text = mechanism.name if mechanism else "?", str(failure["condition"]), str(failure["text"])
+            log.debug("signal %s: SASL %s refused: %s %r", s.jid, name, condition, text)  # the server's own words
+            attempt.sasl_refused(name, condition, text)
 
         def on_stream_error(error: Any) -> None:
             attempt.stream_error(str(error["condition"]), str(error["text"]))
 
+        def note_challenge(stanza: Any) -> Any:
+            if stanza.xml.tag == _SASL_CHALLENGE_TAG:
+                attempt.challenged()  # a refusal after it is about the password, not the account
+            return stanza
+
         xmpp.add_filter("in", self._count_in)
+        xmpp.add_filter("in", note_challenge)
         xmpp.add_event_handler("session_start", on_session_start)
         xmpp.add_event_handler("disconnected", lambda reason: end(f"disconnected: {reason}"))
         xmpp.add_event_handler("connection_failed", on_connection_failed)
@@ -370,7 +379,7 @@ class SignalClient(SignalEndpoint):
                 return False
             keepalive = asyncio.create_task(self._keepalive(xmpp, end), name=f"signal keepalive {s.jid}")
             reason = await ended
-            if reason not in ("membership check",):
+            if reason != "membership check":
                 # Until the next login: why this session ended (the endpoint logs it when the session goes down).
                 self._login_failed(LoginFailure(SignalStep.STREAM, f"session ended: {reason}", time.time()),
                                    logged_elsewhere=True)

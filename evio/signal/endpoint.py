@@ -221,7 +221,7 @@ class SignalEndpoint:
     def _login_failed(self, failure: LoginFailure, logged_elsewhere: bool = False) -> None:
         """A login attempt failed (or a session ended) for `failure`: logged when it changes, not at every retry."""
         previous = self._account_failure
-        self.failures_in_row += 1
+        self.failures_in_row += not logged_elsewhere  # a session that ended is not a failed attempt
         key = (failure.step.value, failure.message)
         now = self.clock.now()
         if previous is not None and failure.same_as(previous):

@@ -9,9 +9,11 @@ account, the group):
 2. tls: STARTTLS offered and the handshake done (direct TLS: from the first
    byte), the server's certificate verified for the JID's domain against
    `ca_file` or the system store;
-3. sasl: the credentials accepted (RFC 6120 6.5: `not-authorized` covers both a
-   wrong password and a missing account, and prosody answers both alike), or
-   no mechanism offered that we accept;
+3. sasl: the credentials accepted, or no mechanism offered that we accept.
+   `not-authorized` (RFC 6120 6.5) covers both a wrong password and a missing
+   account; the exchange tells them apart where it can: prosody refuses a
+   SCRAM login for a missing account at once, and sends its challenge (salt and
+   iteration count) only for an account it has. With PLAIN it answers both alike;
 4. stream: a session bound to our own JID and the roster fetched;
 5. membership: the roster has the overlay's group (`membership_failure`, per overlay).
 
@@ -91,6 +93,7 @@ class LoginAttempt:
     def __init__(self, target: LoginTarget) -> None:
         self.target = target
         self.reached = Reached.CONNECTING
+        self._challenged = False  # a SASL challenge came: the server went on past our name
         self._failure: tuple[SignalStep, str] | None = None
 
     # -- progress --------------------------------------------------------------------------
@@ -100,6 +103,9 @@ class LoginAttempt:
 
     def secured(self) -> None:
         self.reached = max(self.reached, Reached.SECURED)
+
+    def challenged(self) -> None:
+        self._challenged = True
 
     def authenticated(self) -> None:
         self.reached = max(self.reached, Reached.AUTHENTICATED)
@@ -144,10 +150,14 @@ class LoginAttempt:
         t = self.target
         who = (f"SASL {mechanism} login as {t.jid} with the certificate {t.client_cert}" if t.client_cert
                else f"SASL {mechanism} login as {t.jid}")
-        if condition == "not-authorized":
-            why = ("the server does not accept that certificate for this account, or there is no such account"
-                   if t.client_cert else
-                   "wrong password, or no such account on the server (the server answers both alike)")
+        if condition == "not-authorized" and t.client_cert:
+            why = "the server does not accept that certificate for this account, or there is no such account"
+        elif condition == "not-authorized" and mechanism.startswith("SCRAM-") and self._challenged:
+            why = "wrong password (the server sent its SCRAM challenge for the account, so it knows it)"
+        elif condition == "not-authorized" and mechanism.startswith("SCRAM-"):
+            why = f"no account {t.jid} on the server, or it is disabled (refused before any password was checked)"
+        elif condition == "not-authorized":
+            why = "wrong password, or no such account on the server (the server answers both alike)"
         else:
             why = _SASL_CONDITIONS.get(condition, "refused")
             if text:

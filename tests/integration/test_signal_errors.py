@@ -48,9 +48,9 @@ class Server:
         values.update(kw)
         return SignalSettings(**values)
 
-    def ctl(self, *args: str) -> None:
-        subprocess.run(["prosodyctl", "--config", str(self.directory / "prosody.cfg.lua"), *args], check=True,
-                       capture_output=True, timeout=30)
+    def ctl(self, *args: str) -> str:
+        return subprocess.run(["prosodyctl", "--config", str(self.directory / "prosody.cfg.lua"), *args], check=True,
+                              capture_output=True, text=True, timeout=30).stdout
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +78,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         f'groups_file = "{directory}/groups.txt"',
         'authentication = "internal_hashed"',
         "c2s_require_encryption = true",
-        'modules_enabled = { "roster"; "saslauth"; "tls"; "disco"; "ping"; "groups" }',
+        f'admin_socket = "{directory}/data/prosody.sock"',
+        'modules_enabled = { "roster"; "saslauth"; "tls"; "disco"; "ping"; "groups"; "admin_socket"; "admin_shell" }',
         f'VirtualHost "{DOMAIN}"',
         "",
     ]))  # fmt: skip
     found = Server(directory, port, ca, other_ca)
-    for user in ("n1", "n2", "n3", "gone"):
+    for user in ("n1", "n2", "n3", "n4", "gone"):
         found.ctl("register", user, DOMAIN, f"pw-{user}")
     found.ctl("deluser", f"gone@{DOMAIN}")  # an account that existed and was deleted
     with running_prosody(config, port):
@@ -148,15 +149,16 @@ async def test_a_certificate_for_another_name_is_a_tls_failure_naming_the_name(
     assert f"not valid for '{DOMAIN}'" in error.message  # the verifier's own words: Hostname mismatch
 
 
-async def test_a_wrong_password_and_a_deleted_account_are_sasl_failures_that_name_both_causes(
+async def test_a_wrong_password_and_a_deleted_account_are_sasl_failures_told_apart(
         server: Server, clients: list[SignalClient], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="evio.signal")
     wrong = await failed(clients, server.settings("n1", password="not-the-password"), SignalStep.SASL, attempts=3)
     gone = await failed(clients, server.settings("gone"), SignalStep.SASL)
-    # prosody answers both with the same condition and text, so the message says either may be the cause.
-    assert wrong.message == (f"SASL SCRAM-SHA-1 login as n1@{DOMAIN} refused (not-authorized): wrong password, or no "
-                             "such account on the server (the server answers both alike)")
-    assert gone.message == wrong.message.replace("n1@", "gone@")
+    # Both are not-authorized; prosody refuses a missing account's SCRAM login before its challenge.
+    assert wrong.message == (f"SASL SCRAM-SHA-1 login as n1@{DOMAIN} refused (not-authorized): wrong password (the "
+                             "server sent its SCRAM challenge for the account, so it knows it)")
+    assert gone.message == (f"SASL SCRAM-SHA-1 login as gone@{DOMAIN} refused (not-authorized): no account "
+                            f"gone@{DOMAIN} on the server, or it is disabled (refused before any password was checked)")
     # Logged once, not at every retry.
     lines = [r.getMessage() for r in caplog.records if "login failed (sasl)" in r.getMessage() and f"n1@{DOMAIN}" in r.getMessage()]
     assert len(lines) == 1, lines
@@ -185,3 +187,19 @@ async def test_an_account_outside_the_group_logs_in_but_is_not_a_member(
     assert error.message == (f"account n3@{DOMAIN} is not a member of overlay ov1 (no roster group 'ov1' on the "
                              "server lists it with another member)")
     assert member.last_error("ov1") is None  # n2 is in ov1 with it, online or not
+
+
+async def test_an_account_deleted_while_online_is_told_at_its_next_login(
+        server: Server, clients: list[SignalClient]) -> None:
+    """The case reported as "No appropriate login method": the server deletes the account and ends its session."""
+    client = SignalClient(server.settings("n4"))
+    clients.append(client)
+    await client.start()
+    await client.wait_connected(SLOW)
+    assert "OK" in await asyncio.to_thread(server.ctl, "shell", f"user:delete('n4@{DOMAIN}')")
+    await wait_until(lambda: (e := client.last_error("ov1")) is not None and e.step is SignalStep.SASL, SLOW,
+                     what="the next login refused", interval=0.01)
+    error = client.last_error("ov1")
+    assert error is not None and not client.connected
+    assert error.message == (f"SASL SCRAM-SHA-1 login as n4@{DOMAIN} refused (not-authorized): no account "
+                             f"n4@{DOMAIN} on the server, or it is disabled (refused before any password was checked)")

@@ -15,6 +15,8 @@ from evio.node.control import ControlError
 from evio.node.control_client import find_peer
 from evio.node.node import Node
 from evio.node.plan import plan_node
+from evio.signal.endpoint import SignalEndpoint
+from evio.signal.errors import LoginFailure, SignalStep
 from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid
 from evio.testing.waiting import wait_until as until
 
@@ -71,6 +73,23 @@ async def test_status_check_is_quiet_when_healthy_and_names_each_problem_when_no
     assert err == "evio status: overlay ov1: signaling not connected\n"
     code, _, err = await cli(capsys, "status", "--state-dir", str(tmp_path / "none"), "--check")
     assert code == 1 and "no daemon control socket" in err  # no daemon: as without --check
+
+
+async def test_the_failed_step_reaches_status_json_text_and_check(
+        fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    client = fleet.nodes[1].accounts[f"node1@{DOMAIN}"]
+    assert isinstance(client, SignalEndpoint)
+    fleet.signal_hub.stop_server()
+    refused = LoginFailure(SignalStep.TCP, "TCP connect to 127.0.0.1:5222 failed: connection refused", 1795000000.0)
+    client._login_failed(refused)
+    code, out, _ = await cli(capsys, "status", "--state-dir", str(tmp_path), "--json")
+    assert code == 0
+    assert json.loads(out)["overlays"]["ov1"]["signal"]["last_error"] == {
+        "step": "tcp", "message": refused.message, "since": 1795000000.0}
+    code, out, err = await cli(capsys, "status", "--state-dir", str(tmp_path), "--check")
+    assert code == 1
+    assert "    last error (tcp, since 2026-11-18 11:06:40 UTC" in out and refused.message in out
+    assert err == f"evio status: overlay ov1: signaling not connected (tcp: {refused.message})\n"
 
 
 def test_health_problems_one_per_problem_with_the_failed_step() -> None:
