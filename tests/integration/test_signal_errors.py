@@ -120,6 +120,14 @@ async def test_nothing_listening_is_a_tcp_failure_naming_the_port(server: Server
                              f"{closed} there, or a firewall rejects it)")
 
 
+async def test_a_name_that_does_not_resolve_is_a_tcp_failure_naming_it(
+        server: Server, clients: list[SignalClient]) -> None:
+    name = "xmpp.nonexistent.invalid"  # RFC 6761: never resolves
+    error = await failed(clients, server.settings("n1", server=name), SignalStep.TCP)
+    assert error.message == (f"TCP connect to {name}:{server.port} failed: name '{name}' not resolved (no address in "
+                             "DNS or /etc/hosts)")
+
+
 async def test_a_server_certificate_from_another_ca_is_a_tls_failure_naming_the_name_and_the_ca(
         server: Server, clients: list[SignalClient]) -> None:
     error = await failed(clients, server.settings("n1", ca_file=server.other_ca.cert_path), SignalStep.TLS)
