@@ -172,6 +172,23 @@ def test_overlay_trust_key_readable_by_others_is_refused(tmp_path: Path) -> None
     assert problem.startswith(f"{key}: permissions 0644 are too open") and f"chmod 600 {key}" in problem
 
 
+async def test_sighup_refuses_a_config_the_start_would_refuse(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from evio.cli.run_cmd import reload_config
+    from evio.testing.node_fleet import Fleet, fleet_config
+
+    fleet = Fleet(1)
+    await fleet.start()
+    try:
+        cfg = write(tmp_path / "evio.json", json.dumps({"overlays": {"ov1": {
+            "signal": {"jid": "node1@x.test", "password": SECRET}, "bridge": {"name": "evbr-ov1"}}}}), 0o644)
+        with caplog.at_level(logging.ERROR):
+            await reload_config(fleet.nodes[1], str(cfg), fleet_config(1), 6653, False)
+        assert f"reload refused, the running config stays: {cfg}: permissions 0644 are too open" in caplog.text
+        assert fleet.nodes[1].reloads == 0
+    finally:
+        await fleet.stop_all()
+
+
 # -- never in a repr ------------------------------------------------------------------------------
 
 
