@@ -159,7 +159,7 @@ class LoginAttempt:
         elif condition == "not-authorized":
             why = "wrong password, or no such account on the server (the server answers both alike)"
         else:
-            why = _SASL_CONDITIONS.get(condition, "refused")
+            why = _SASL_CONDITIONS.get(condition, "see the server's log")
             if text:
                 why += f"; the server said: {text}"
         self._first(SignalStep.SASL, f"{who} refused ({condition or 'no condition'}): {why}")

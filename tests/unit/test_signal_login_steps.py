@@ -80,13 +80,25 @@ def test_no_starttls_offered_is_a_tls_failure_and_wins_over_the_mechanisms_it_ma
 
 def test_not_authorized_says_wrong_password_or_no_account_and_wins_over_what_follows() -> None:
     attempt = LoginAttempt(TARGET)
-    attempt.sasl_refused("SCRAM-SHA-1", "not-authorized", "Unable to authorize you")
-    attempt.sasl_refused("PLAIN", "not-authorized", "")
+    attempt.sasl_refused("PLAIN", "not-authorized", "Unable to authorize you")
+    attempt.sasl_refused("SCRAM-SHA-1", "not-authorized", "")
     attempt.no_mechanism({"PLAIN", "SCRAM-SHA-1"})
     attempt.ended("disconnected")
-    assert failure_of(attempt) == (SignalStep.SASL, "SASL SCRAM-SHA-1 login as n1@overlay.test refused "
-                                   "(not-authorized): wrong password, or no such account on the server (the server "
-                                   "answers both alike)")
+    assert failure_of(attempt) == (SignalStep.SASL, "SASL PLAIN login as n1@overlay.test refused (not-authorized): "
+                                   "wrong password, or no such account on the server (the server answers both alike)")
+
+
+def test_a_scram_refusal_before_the_challenge_is_a_missing_account_after_it_a_wrong_password() -> None:
+    missing = LoginAttempt(TARGET)
+    missing.sasl_refused("SCRAM-SHA-1", "not-authorized", "")
+    assert failure_of(missing)[1] == ("SASL SCRAM-SHA-1 login as n1@overlay.test refused (not-authorized): no account "
+                                      "n1@overlay.test on the server, or it is disabled (refused before any password "
+                                      "was checked)")
+    wrong = LoginAttempt(TARGET)
+    wrong.challenged()
+    wrong.sasl_refused("SCRAM-SHA-256", "not-authorized", "The response provided by the client doesn't match")
+    assert failure_of(wrong)[1] == ("SASL SCRAM-SHA-256 login as n1@overlay.test refused (not-authorized): wrong "
+                                    "password (the server sent its SCRAM challenge for the account, so it knows it)")
 
 
 def test_sasl_refusals_with_a_certificate_and_other_conditions() -> None:
