@@ -6,7 +6,10 @@ daemon will use: node.id, else state_dir/node_id, made there now if absent,
 so the daemon started later keeps it (docs/kubernetes.md).
 
 Exit status of `check`: 0 valid; 1 invalid (every problem printed as
-`FILE: $.path: reason`); 2 unreadable or not JSON (`FILE:LINE:COL: reason`).
+`FILE: $.path: reason`); 2 unreadable or not JSON (`FILE:LINE:COL: reason`),
+or refused as `evio run` refuses it: the config file, a password file or a
+private key it names accessible by other users (evio.config.secrets, the same
+check `run` makes; one line per file, naming the fix).
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from evio.cli.config_file import EXIT_INVALID, EXIT_UNREADABLE, load_or_report, problem_count
 from evio.config import ConfigError, FileStateDir, resolve_node_id
 from evio.config.model import Config, OverlayConfig
+from evio.config.secrets import secret_problems
 from evio.ids import format_node_id
 from evio.node.plan import bridge_mtu, mtu_problems
 from evio.tunnel.config import from_overlay_config
@@ -56,6 +61,13 @@ def check_command(args: argparse.Namespace) -> int:
             print(f"{name}: {text}", file=sys.stderr)
         print(f"{name}: {problem_count(len(mtus))}", file=sys.stderr)
         return EXIT_INVALID
+    refused = secret_problems(Path(name), config)
+    if refused:
+        for reason in refused:
+            print(reason, file=sys.stderr)
+        print(f"{name}: refused: `evio run` would not start with it ({problem_count(len(refused)).split('(')[1]}",
+              file=sys.stderr)
+        return EXIT_UNREADABLE
     print("\n".join(summary(config)))
     return EXIT_OK
 

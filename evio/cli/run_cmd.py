@@ -1,8 +1,9 @@
 """`evio run --config FILE`: the daemon, in the foreground (systemd runs it as is).
 
 SIGHUP (systemd's ExecReload) re-reads and validates the config and applies
-it to the running node (evio.node.reload); an invalid config is logged, with
-the JSON path of every problem, and the running one stays.
+it to the running node (evio.node.reload); an invalid config, or one whose
+secrets other users could read (as at the start), is logged, with the JSON
+path of every problem, and the running one stays.
 
 Exit status: 0 after SIGTERM/SIGINT and a clean teardown; 1 the config is
 invalid; 2 it cannot be read, or it or a secret file it names is accessible
@@ -54,7 +55,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from evio.config.secrets import secret_problems
 
-    refused = secret_problems(Path(name), config)
+    refused = secret_problems(Path(name), config)  # the same check as `evio config check`
     if refused:
         for reason in refused:
             print(f"evio run: {reason}", file=sys.stderr)
@@ -185,6 +186,15 @@ async def reload_config(node: Any, config_name: str, running: Config, controller
     except ConfigError as exc:
         for problem in exc.problems:
             log.error("reload refused, the running config stays: %s: %s", config_name, problem)
+        return
+    from pathlib import Path
+
+    from evio.config.secrets import secret_problems
+
+    refused = await asyncio.to_thread(secret_problems, Path(config_name), config)  # as at the start
+    for reason in refused:
+        log.error("reload refused, the running config stays: %s", reason)
+    if refused:
         return
     try:
         if config.node.state_dir != state_dir:

@@ -2,7 +2,9 @@
 
 Exit status: 0 the daemon answered (for ping: at least one pong); 1 no daemon,
 no access to its socket, or (ping) no answer from the peer; 2 the config
-given with --config cannot be read or is invalid.
+given with --config cannot be read or is invalid. `status --check` exits 0 only
+when every overlay's signaling is connected and at least one of its links is
+up, and 1 otherwise, with one line per problem on stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from evio.config.model import DEFAULT_STATE_DIR
 EXIT_OK = 0
 EXIT_NO_DAEMON = 1
 EXIT_BAD_CONFIG = 2
+EXIT_UNHEALTHY = 1  # status --check: the daemon answered, but an overlay is not working
 
 
 def register(sub: Any) -> None:
@@ -31,6 +34,9 @@ def register(sub: Any) -> None:
     )
     _socket_options(status)
     status.add_argument("--json", action="store_true", help="the status document as JSON (stable; see the README)")
+    status.add_argument("--check", action="store_true",
+                        help="exit 1, with one line per problem on stderr, unless every overlay's signaling is "
+                        "connected and at least one of its links is up")
     status.set_defaults(handler=status_command)
 
     ping = sub.add_parser(
@@ -93,7 +99,32 @@ def status_command(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2, sort_keys=True))
     else:
         print(render_status(status, now=time.time()))
+    if args.check:
+        problems = health_problems(status)
+        for problem in problems:
+            print(f"evio status: {problem}", file=sys.stderr)
+        if problems:
+            return EXIT_UNHEALTHY
     return EXIT_OK
+
+
+def health_problems(status: Mapping[str, Any]) -> list[str]:
+    """What keeps the node from being healthy: per overlay, signaling not connected, no link up."""
+    overlays = status.get("overlays") or {}
+    if not overlays:
+        return ["no overlay is running"]
+    problems = []
+    for name, ov in sorted(overlays.items()):
+        signal = ov.get("signal") or {}
+        error = signal.get("last_error")
+        if not signal.get("connected"):
+            why = f" ({error.get('step')}: {error.get('message')})" if isinstance(error, dict) else ""
+            problems.append(f"overlay {name}: signaling not connected{why}")
+        elif isinstance(error, dict):  # connected, but e.g. not a member
+            problems.append(f"overlay {name}: signaling {error.get('step')}: {error.get('message')}")
+        if not sum((ov.get("link_counts") or {}).values()):
+            problems.append(f"overlay {name}: no link up")
+    return problems
 
 
 def ping_command(args: argparse.Namespace) -> int:
@@ -157,6 +188,9 @@ def render_status(status: Mapping[str, Any], now: float) -> str:
                      f"({ov.get('datapath')}, {switch})")
         lines.append(f"  node id {ov.get('node_id')}")
         lines.append("  " + _signal_line(ov.get("signal", {}), now))
+        error = ov.get("signal", {}).get("last_error")
+        if isinstance(error, dict):
+            lines.append(f"    last error ({error.get('step')}, {_ago(error.get('since'), now)}): {error.get('message')}")
         lines.append(f"  links up: {sum(counts.values())} ({summary}); members online: {len(ov.get('peers', {}))}")
         links = ov.get("links", [])
         if links:
@@ -178,6 +212,14 @@ def _signal_line(signal: Mapping[str, Any], now: float) -> str:
         stamp = datetime.datetime.fromtimestamp(since, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         return f"{where}: connected since {stamp} ({_duration(now - since)}), {reconnects} reconnects"
     return f"{where}: connected, {reconnects} reconnects"
+
+
+def _ago(since: Any, now: float) -> str:
+    """"since 2026-11-27 14:02:11 UTC, 5m02s ago"."""
+    if not isinstance(since, int | float):
+        return "since ?"
+    stamp = datetime.datetime.fromtimestamp(since, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"since {stamp}, {_duration(max(now - since, 0))} ago"
 
 
 def _link_row(link: Mapping[str, Any]) -> tuple[str, ...]:

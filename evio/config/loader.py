@@ -60,6 +60,7 @@ from evio.ids import parse_node_id
 # Keys whose values are never echoed in a problem.
 _SECRET_KEYS = frozenset({"password", "rest_secret"})
 _CREDENTIALS = ("password", "password_file", "client_cert")
+_TURN_CREDENTIALS = ("password", "password_file", "rest_secret")
 
 
 @dataclass(frozen=True)
@@ -339,19 +340,23 @@ def _signal_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], base_
         if reason:
             yield Problem(json_path((*at, "ca_file")), reason)
 
-    if (password_text := _text(signal.get("password_file"))) is not None:
-        password_file = _resolve(base_dir, password_text)
-        reason = _file_problem(password_file, MAX_SECRET_BYTES)
-        if reason is None:
-            try:
-                if not read_password_file(password_file):
-                    reason = f"{password_file}: first line is empty"
-            except UnicodeDecodeError:
-                reason = f"{password_file}: not UTF-8 text"
-        if reason:
-            yield Problem(json_path((*at, "password_file")), reason)
+    password_text = _text(signal.get("password_file"))
+    if password_text is not None and (reason := _password_file_problem(_resolve(base_dir, password_text))):
+        yield Problem(json_path((*at, "password_file")), reason)
 
     yield from _client_cert_problems(signal, at, base_dir)
+
+
+def _password_file_problem(path: Path) -> str | None:
+    """Why the password cannot be read from `path` (its first line), or None."""
+    reason = _file_problem(path, MAX_SECRET_BYTES)
+    if reason is None:
+        try:
+            if not read_password_file(path):
+                reason = f"{path}: first line is empty"
+        except UnicodeDecodeError:
+            reason = f"{path}: not UTF-8 text"
+    return reason
 
 
 def _client_cert_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], base_dir: Path) -> Iterator[Problem]:
@@ -418,13 +423,20 @@ def _is_ca_certificate(cert: x509.Certificate) -> bool:
         return False
 
 
-def _turn_problems(turn: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
+def _turn_problems(turn: Any, at: tuple[str | int, ...], base_dir: Path) -> Iterator[Problem]:
     for index, server in enumerate(turn if isinstance(turn, list) else []):
         server = _dict(server)
-        static, rest = "username" in server or "password" in server, "rest_secret" in server
-        if static == rest:
-            found = "both" if static else "neither"
-            yield Problem(json_path((*at, index)), f"needs either username and password, or rest_secret ({found} given)")
+        given = [key for key in _TURN_CREDENTIALS if key in server]
+        if len(given) != 1:
+            found = f"got {', '.join(given)}" if given else "got none"
+            yield Problem(json_path((*at, index)), "needs exactly one of password, password_file (each with username), "
+                          f"rest_secret ({found})")
+        elif "username" in server and given == ["rest_secret"]:
+            yield Problem(json_path((*at, index, "username")), "not used with rest_secret (REST credentials make their "
+                          "own usernames); leave it out, or use password or password_file instead of rest_secret")
+        password_text = _text(server.get("password_file"))
+        if password_text is not None and (reason := _password_file_problem(_resolve(base_dir, password_text))):
+            yield Problem(json_path((*at, index, "password_file")), reason)
 
 
 def _address_problems(text: str, mtu: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
@@ -557,7 +569,8 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
         at = ("overlays", overlay_id)
         if isinstance(overlay.get("signal"), dict):
             problems.extend(_signal_problems(overlay["signal"], (*at, "signal"), base_dir))
-        problems.extend(_turn_problems(_dict(overlay.get("nat_traversal")).get("turn"), (*at, "nat_traversal", "turn")))
+        problems.extend(_turn_problems(_dict(overlay.get("nat_traversal")).get("turn"), (*at, "nat_traversal", "turn"),
+                                       base_dir))
         if isinstance(overlay.get("trust"), dict):
             problems.extend(_trust_problems(overlay["trust"], (*at, "trust"), base_dir))
         problems.extend(_switching_problems(overlay, at))
@@ -633,6 +646,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
                     server=turn["server"],
                     username=turn.get("username"),
                     password=turn.get("password"),
+                    password_file=_optional_path(base_dir, turn.get("password_file")),
                     rest_secret=turn.get("rest_secret"),
                     ttl=int(turn.get("ttl", TurnServer.ttl)),
                 )
@@ -743,6 +757,13 @@ def read_password_file(path: Path) -> str:
     At most MAX_SECRET_BYTES of a regular file are read (FileCheckError otherwise).
     """
     return read_regular(path, MAX_SECRET_BYTES).decode("utf-8").split("\n", 1)[0].rstrip("\r")
+
+
+def turn_password(turn: TurnServer) -> str | None:
+    """A TURN server's static password from `password` or `password_file`; None with a REST secret."""
+    if turn.password_file is not None:
+        return read_password_file(turn.password_file)
+    return turn.password
 
 
 def signal_password(signal: SignalConfig) -> str | None:

@@ -126,6 +126,7 @@ class TurnServer:
     server: str  # host:port
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    password_file: Path | None = None  # first line: the password (instead of `password`)
     rest_secret: str | None = field(default=None, repr=False)
     ttl: int = 86400  # lifetime of REST credentials, seconds
 

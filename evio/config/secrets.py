@@ -1,10 +1,12 @@
 """Files that hold secrets, and the config file itself: bounded reads, owner and mode checked.
 
 Like ssh, the daemon refuses a secret that other local users can read: a
-`password_file`, a client key, or a config file with passwords or TURN
-secrets written inline must belong to the user evio runs as (or root) and
-must not be accessible by group or others. A config file anyone else can
-write is refused whatever it holds: it decides what the daemon (root) runs.
+`password_file` (XMPP's or a TURN server's), a client key, an overlay trust
+key, or a config file with passwords or TURN secrets written inline must
+belong to the user evio runs as (or root) and must not be accessible by group
+or others. A config file anyone else can write is refused whatever it holds:
+it decides what the daemon (root) runs. `evio run` refuses to start on any of
+these and `evio config check` reports them, both through `secret_problems`.
 
 Reads are bounded and only of regular files: `password_file: /dev/zero` or a
 FIFO is refused instead of read until memory runs out or forever.
@@ -79,20 +81,30 @@ def config_file_problem(path: Path, has_inline_secrets: bool, euid: int | None =
 
 
 def secret_problems(config_path: Path, config: Config, euid: int | None = None) -> list[str]:
-    """Every refused secret of a loaded config: the config file itself, password files, client keys."""
+    """Every refused secret of a loaded config: the config file itself, password files, private keys."""
     inline = any(
         ov.signal.password is not None or any(t.password or t.rest_secret for t in ov.nat_traversal.turn)
         for ov in config.overlays.values()
     )
     problems = [p for p in [config_file_problem(config_path, inline, euid)] if p]
     seen: set[Path] = set()
-    for ov in config.overlays.values():
-        for secret in (ov.signal.password_file, ov.signal.client_key):
-            if secret is not None and secret not in seen:
-                seen.add(secret)
-                if problem := secret_file_problem(secret, euid):
-                    problems.append(problem)
+    for secret in _secret_files(config):
+        if secret not in seen:
+            seen.add(secret)
+            if problem := secret_file_problem(secret, euid):
+                problems.append(problem)
     return problems
+
+
+def _secret_files(config: Config) -> list[Path]:
+    """The files a config names that hold secrets: password files and private keys."""
+    files: list[Path | None] = []
+    for ov in config.overlays.values():
+        files.extend((ov.signal.password_file, ov.signal.client_key))
+        files.extend(turn.password_file for turn in ov.nat_traversal.turn)
+        if ov.trust is not None:
+            files.append(ov.trust.key_file)
+    return [path for path in files if path is not None]
 
 
 def _owner_problem(path: Path, st: os.stat_result, euid: int | None) -> str | None:

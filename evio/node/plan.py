@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type, rstp_address_for
-from evio.config.loader import signal_password
-from evio.config.model import Config, OverlayConfig, SignalConfig, TrustConfig
+from evio.config.loader import signal_password, turn_password
+from evio.config.model import Config, OverlayConfig, SignalConfig, TrustConfig, TurnServer
 from evio.node.errors import NodeConfigError
 from evio.signal.client import SignalSettings
 from evio.tunnel.config import TunnelSettings, from_overlay_config
@@ -66,6 +66,7 @@ def plan_node(
     controller_port: int,
     kernel_module_loaded: bool,
     read_password: Callable[[SignalConfig], str | None] = signal_password,
+    read_turn_password: Callable[[TurnServer], str | None] = turn_password,
     now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
 ) -> NodePlan:
     accounts: dict[str, tuple[SignalConfig, list[str]]] = {}
@@ -95,6 +96,13 @@ def plan_node(
         tunnel = from_overlay_config(overlay)
         # No overlay's own addresses may carry another overlay's tunnels.
         tunnel = replace(tunnel, tap_prefix=tap_prefix(index), ice=replace(tunnel.ice, exclude_networks=overlay_networks))
+        if any(turn.password_file is not None for turn in overlay.nat_traversal.turn):
+            # TURN passwords kept in files are read here, as the XMPP one is, not by the tunnel settings.
+            relays = tuple(
+                replace(relay, password=read_turn_password(turn)) if turn.password_file is not None else relay
+                for relay, turn in zip(tunnel.ice.turn, overlay.nat_traversal.turn, strict=True)
+            )
+            tunnel = replace(tunnel, ice=replace(tunnel.ice, turn=relays))
         wanted = overlay.bridge.datapath
         datapath = datapath_type(kernel_module_loaded) if wanted == "auto" else wanted
         dpid = datapath_id_for(overlay.id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from evio.signal.errors import HandlerRejected
+from evio.signal.errors import HandlerRejected, LoginFailure
 from evio.signal.events import E, PeerAdded, PeerRemoved, Subscription
 from evio.signal.interface import Handler, Signaling
 from evio.signal.protocol import Body
@@ -75,6 +75,9 @@ class OverlaySignaling:
     @property
     def sessions(self) -> int:
         return self._client.sessions
+
+    def last_error(self, overlay: str) -> LoginFailure | None:
+        return self._client.last_error(overlay)
 
     def node_id(self, overlay: str) -> int:
         return self._client.node_id(overlay)

@@ -2,7 +2,7 @@
 
 Pure core: ``protocol`` (wire schema), ``peers`` (peer table), ``transactions``
 (request matching and deadlines), ``drops`` (refusal accounting), ``backoff``,
-``events``. Adapter: ``client.SignalClient`` on slixmpp. Consumers depend on
+``events``, ``login_steps`` (which step of a login failed, in words). Adapter: ``client.SignalClient`` on slixmpp. Consumers depend on
 ``interface.Signaling``; ``evio.testing.fake_signal`` is the in-memory fake.
 """
 

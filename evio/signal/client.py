@@ -49,6 +49,7 @@ import asyncio
 import logging
 import random
 import ssl
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,14 +67,29 @@ from slixmpp.xmlstream.matcher import StanzaPath
 from evio.signal import protocol
 from evio.signal.backoff import reconnect_delay
 from evio.signal.endpoint import EndpointLimits, SignalEndpoint
-from evio.signal.errors import SignalSettingsError
+from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
+from evio.signal.login_steps import LoginAttempt, LoginTarget, membership_failure
 
 log = logging.getLogger(__name__)
 
 _HINTS_NS = "urn:xmpp:hints"
 _PAYLOAD_TAG = f"{{{protocol.NAMESPACE}}}{protocol.ELEMENT}"
+_SASL_CHALLENGE_TAG = "{urn:ietf:params:xml:ns:xmpp-sasl}challenge"
 # The status of the unavailable presence a session sends when it ends only to log in again at once.
 RELOGIN_STATUS = "evio:relogin"
+
+
+class _ReportedBetter(logging.Filter):
+    """Drops slixmpp's own line for a failure this module logs with the step and what it concerns, once per change."""
+
+    LINES = frozenset({"CERT: Invalid certificate trust chain.", "No appropriate login method."})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in self.LINES
+
+
+for _name in ("slixmpp.xmlstream.xmlstream", "slixmpp.features.feature_mechanisms.mechanisms"):
+    logging.getLogger(_name).addFilter(_ReportedBetter())
 
 
 @dataclass(frozen=True)
@@ -192,6 +208,7 @@ class SignalClient(SignalEndpoint):
         self.failed_logins = 0  # attempts that ended before a session was up (refused, TLS, auth)
         self.stanzas_in = 0  # stanzas received from the server, all sessions: what proves it is alive
         self.late_pings = 0  # server pings unanswered in time while the server was sending: session kept
+        self._attempt: LoginAttempt | None = None  # the login under way: its steps and refusals
 
     async def start(self) -> None:
         if self._supervisor is not None:
@@ -235,7 +252,9 @@ class SignalClient(SignalEndpoint):
                     self._relogin_now = False
                     continue  # a membership check: the server is fine, log in again at once
                 delay = reconnect_delay(attempt, self._rng, self.settings.reconnect_base, self.settings.reconnect_cap)
-                log.info("signal %s: reconnecting in %.2f s (attempt %d)", self.settings.jid, delay, attempt)
+                # A failed login was logged with its step (once per change); its retries are not news.
+                log.log(logging.INFO if was_up else logging.DEBUG, "signal %s: reconnecting in %.2f s (attempt %d)",
+                        self.settings.jid, delay, attempt)
                 await asyncio.sleep(delay)
         finally:
             self._session_down("stopped")
@@ -264,6 +283,7 @@ class SignalClient(SignalEndpoint):
         logged_in: asyncio.Future[None] = loop.create_future()
         xmpp = self._make_xmpp()
         self._xmpp = xmpp
+        attempt = self._attempt = LoginAttempt(self._login_target())
         started = loop.time()
 
         def end(reason: str) -> None:
@@ -274,17 +294,19 @@ class SignalClient(SignalEndpoint):
 
         async def on_session_start(_: Any) -> None:
             if xmpp.boundjid.bare != s.jid:
-                log.error("signal %s: the server bound us as %s; refusing", s.jid, xmpp.boundjid)
+                attempt.stream_failed(f"the server bound the session to {xmpp.boundjid}, not to {s.jid}; refused")
                 end("bound to another account")
                 xmpp.abort()
                 return
             try:
                 await xmpp.get_roster(timeout=s.login_timeout)
             except (IqError, IqTimeout) as exc:
-                log.warning("signal %s: roster fetch failed: %s", s.jid, exc)
+                why = "no answer" if isinstance(exc, IqTimeout) else str(exc.iq["error"]["condition"])
+                attempt.stream_failed(f"logged in as {s.jid}, but the roster fetch failed ({why})")
                 end("roster fetch failed")
                 xmpp.abort()
                 return
+            attempt.session_started()
             self._sync_membership(xmpp)
             presence = xmpp.make_presence()
             presence["evio"]["json"] = self._announcement()
@@ -297,13 +319,44 @@ class SignalClient(SignalEndpoint):
         def on_connection_failed(error: Any) -> None:
             # Stop slixmpp's own retry loop: reconnecting is ours, with our backoff.
             xmpp.cancel_connection_attempt()
+            _classify_connect_error(attempt, error)
             end(f"connection failed: {error}")
 
+        def on_tls_refused(error: Any) -> None:
+            # STARTTLS failed; slixmpp leaves the stream open when this event is handled.
+            _classify_connect_error(attempt, error)
+            end("TLS failed")
+            xmpp.abort()
+
+        def on_no_mechanism(_: Any) -> None:
+            attempt.no_mechanism(xmpp.plugin["feature_mechanisms"].mech_list)
+
+        def on_sasl_failure(failure: Any) -> None:
+            mechanism = xmpp.plugin["feature_mechanisms"].mech
+            name, condition, text = mechanism.name if mechanism else "?", str(failure["condition"]), str(failure["text"])
+            log.debug("signal %s: SASL %s refused: %s %r", s.jid, name, condition, text)  # the server's own words
+            attempt.sasl_refused(name, condition, text)
+
+        def on_stream_error(error: Any) -> None:
+            attempt.stream_error(str(error["condition"]), str(error["text"]))
+
+        def note_challenge(stanza: Any) -> Any:
+            if stanza.xml.tag == _SASL_CHALLENGE_TAG:
+                attempt.challenged()  # a refusal after it is about the password, not the account
+            return stanza
+
         xmpp.add_filter("in", self._count_in)
+        xmpp.add_filter("in", note_challenge)
         xmpp.add_event_handler("session_start", on_session_start)
         xmpp.add_event_handler("disconnected", lambda reason: end(f"disconnected: {reason}"))
         xmpp.add_event_handler("connection_failed", on_connection_failed)
-        xmpp.add_event_handler("failed_all_auth", lambda _: log.error("signal %s: authentication failed", s.jid))
+        xmpp.add_event_handler("connected", lambda _: attempt.connected())
+        xmpp.add_event_handler("tls_success", lambda _: attempt.secured())
+        xmpp.add_event_handler("ssl_invalid_chain", on_tls_refused)
+        xmpp.add_event_handler("failed_auth", on_sasl_failure)
+        xmpp.add_event_handler("failed_all_auth", on_no_mechanism)  # after failed_auth only if none was tried
+        xmpp.add_event_handler("auth_success", lambda _: attempt.authenticated())
+        xmpp.add_event_handler("stream_error", on_stream_error)
         xmpp.add_event_handler("presence_available", self._on_presence_available)
         xmpp.add_event_handler("presence_unavailable", self._on_presence_unavailable)
         xmpp.add_event_handler("roster_update", lambda _: self._sync_membership(xmpp))
@@ -317,13 +370,19 @@ class SignalClient(SignalEndpoint):
             waits: set[asyncio.Future[Any]] = {ended, logged_in}
             done, _ = await asyncio.wait(waits, timeout=login_timeout, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                log.warning("signal %s: no login within %.0f s", s.jid, login_timeout)
+                attempt.timed_out(login_timeout)
+                self._attempt_failed(attempt)
                 return False
             if not logged_in.done():
-                log.info("signal %s: %s", s.jid, ended.result())
+                attempt.ended(ended.result())
+                self._attempt_failed(attempt)
                 return False
             keepalive = asyncio.create_task(self._keepalive(xmpp, end), name=f"signal keepalive {s.jid}")
-            await ended
+            reason = await ended
+            if reason != "membership check":
+                # Until the next login: why this session ended (the endpoint logs it when the session goes down).
+                self._login_failed(LoginFailure(SignalStep.STREAM, f"session ended: {reason}", time.time()),
+                                   logged_elsewhere=True)
             return True
         finally:
             if keepalive is not None:
@@ -341,7 +400,24 @@ class SignalClient(SignalEndpoint):
             if output_task is not None:
                 output_task.cancel()
             self._xmpp = None
+            self._attempt = None
             self._session_down(ended.result() if ended.done() else "login timed out")
+
+    def _attempt_failed(self, attempt: LoginAttempt) -> None:
+        failure = attempt.failure(time.time())
+        if failure is not None:  # always set by ended() or timed_out()
+            self._login_failed(failure)
+
+    def _login_target(self) -> LoginTarget:
+        s = self.settings
+        return LoginTarget(
+            jid=s.jid,
+            server=s.server,
+            port=s.port,
+            tls=self._tls_mode(),
+            ca_file=str(s.ca_file) if s.ca_file is not None else None,
+            client_cert=str(s.client_cert) if s.client_cert is not None else None,
+        )
 
     def _make_xmpp(self) -> ClientXMPP:
         s = self.settings
@@ -377,7 +453,8 @@ class SignalClient(SignalEndpoint):
         def guarded(required: set[str], optional: set[str]) -> Any:
             encrypted = "starttls" in xmpp.features or isinstance(xmpp.socket, (ssl.SSLSocket, ssl.SSLObject))
             if not encrypted and not allow_plain:
-                log.error("signal %s: server did not negotiate TLS; refusing to log in", self.settings.jid)
+                if self._attempt is not None:
+                    self._attempt.tls_not_offered()
                 raise SASLCancelled("TLS required")
             return credentials(required, optional)
 
@@ -429,8 +506,10 @@ class SignalClient(SignalEndpoint):
         """Overlay membership of every contact, from the groups of our (server-made) roster."""
         roster = xmpp.client_roster
         current: dict[str, frozenset[str]] = {}
+        seen_groups: set[str] = set()
         for contact in roster:
             item = roster[contact]
+            seen_groups.update(item["groups"])
             if item["subscription"] != "both":
                 continue  # group rosters are mutual; an account deleted on the server unsubscribes first
             groups = item["groups"]
@@ -438,6 +517,11 @@ class SignalClient(SignalEndpoint):
             if overlays:
                 current[str(contact)] = overlays
         self._membership_changed(current)
+        s, now = self.settings, time.time()
+        self._membership_checked({
+            overlay: membership_failure(s.jid, overlay, s.group_of(overlay), now)
+            for overlay in s.memberships if s.group_of(overlay) not in seen_groups
+        })  # fmt: skip
 
     def _refresh_membership(self) -> None:
         """Log in again soon: a new session is the only way to a fresh roster (see the module doc)."""
@@ -489,3 +573,17 @@ class SignalClient(SignalEndpoint):
         for hint in ("no-store", "no-permanent-store", "no-copy"):
             message.appendxml(Element(f"{{{_HINTS_NS}}}{hint}"))
         message.send()
+
+
+def _classify_connect_error(attempt: LoginAttempt, error: Any) -> None:
+    """slixmpp's connection_failed / ssl_invalid_chain argument, converted for the pure attempt."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        attempt.tls_failed(str(error.verify_message), str(error))
+    elif isinstance(error, ssl.SSLError):
+        attempt.tls_failed(None, str(error.reason or error))
+    elif isinstance(error, OSError):
+        attempt.tcp_failed(error.errno, str(error))
+    elif isinstance(error, str) and error.startswith("No DNS record"):
+        attempt.name_not_resolved()  # slixmpp's words for getaddrinfo's failure (it names the domain, not the host)
+    else:
+        attempt.tcp_failed(None, str(error))

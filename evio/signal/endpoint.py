@@ -31,12 +31,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from evio.clock import REAL_CLOCK, Clock, Timer
+from evio.ratelimit import LogLimiter
 from evio.signal import protocol
 from evio.signal.drops import DropAccounting, DropReason
 from evio.signal.errors import (
     ErrorReason,
     HandlerBadRequest,
     HandlerRejected,
+    LoginFailure,
     Malformed,
     ProtocolError,
     RequestError,
@@ -57,6 +59,9 @@ from evio.signal.protocol import Announcement, Body, ErrorReply, Membership, Req
 from evio.signal.transactions import TransactionTable
 
 log = logging.getLogger(__name__)
+
+# A login failing the same way again is logged once, then again at most this often (seconds).
+FAILURE_RELOG_INTERVAL = 600.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,10 @@ class SignalEndpoint:
         self._connected = False
         self.sessions = 0  # completed logins, for tests and diagnostics
         self.connected_since: float | None = None  # wall-clock time of the current session's login
+        self._account_failure: LoginFailure | None = None  # why the account is not logged in (None: it is, or trying)
+        self._membership_failures: dict[str, LoginFailure] = {}  # overlay -> logged in but not a member
+        self._failure_log: LogLimiter[tuple[str, str]] = LogLimiter(FAILURE_RELOG_INTERVAL)
+        self.failures_in_row = 0  # login attempts that failed since the last login
 
     # ------------------------------------------------------------------ public API
 
@@ -111,6 +120,10 @@ class SignalEndpoint:
     @property
     def overlays(self) -> frozenset[str]:
         return self._table.overlays
+
+    def last_error(self, overlay: str) -> LoginFailure | None:
+        """Why `overlay`'s signaling is not working now: the account's login, else its membership; None when fine."""
+        return self._account_failure or self._membership_failures.get(overlay)
 
     def node_id(self, overlay: str) -> int:
         nid = self._table.own_node_id(overlay)
@@ -196,12 +209,45 @@ class SignalEndpoint:
     def _session_up(self, own_jid: str) -> None:
         """Logged in, membership known and our announcement sent."""
         self._table.set_own_jid(own_jid)
+        self._account_failure = None
+        self.failures_in_row = 0
         self._connected = True
         self.connected_since = time.time()
         self.sessions += 1
         self._ready.set()
         log.info("signal %s: logged in as %s", self.account, own_jid)
         self._events.publish(Connected(own_jid))
+
+    def _login_failed(self, failure: LoginFailure, logged_elsewhere: bool = False) -> None:
+        """A login attempt failed (or a session ended) for `failure`: logged when it changes, not at every retry."""
+        previous = self._account_failure
+        self.failures_in_row += not logged_elsewhere  # a session that ended is not a failed attempt
+        key = (failure.step.value, failure.message)
+        now = self.clock.now()
+        if previous is not None and failure.same_as(previous):
+            self._account_failure = LoginFailure(failure.step, failure.message, previous.since)
+            if self._failure_log.should_log(key, now):
+                log.warning("signal %s: login still failing (%s, %d attempts): %s", self.account, failure.step.value,
+                            self.failures_in_row, failure.message)
+            return
+        self._account_failure = failure
+        self._failure_log.should_log(key, now)  # the next repeat waits FAILURE_RELOG_INTERVAL
+        if not logged_elsewhere:
+            log.warning("signal %s: login failed (%s): %s", self.account, failure.step.value, failure.message)
+
+    def _membership_checked(self, missing: Mapping[str, LoginFailure]) -> None:
+        """Overlays whose roster group is missing, as read from the roster now (each logged when it changes)."""
+        for overlay in self._membership_failures.keys() - missing.keys():
+            log.info("signal %s: now a member of overlay %s", self.account, overlay)
+        current: dict[str, LoginFailure] = {}
+        for overlay, failure in missing.items():
+            previous = self._membership_failures.get(overlay)
+            if previous is not None and failure.same_as(previous):
+                failure = previous
+            else:
+                log.warning("signal %s: %s", self.account, failure.message)
+            current[overlay] = failure
+        self._membership_failures = current
 
     def _session_down(self, reason: str) -> None:
         was_connected = self._connected

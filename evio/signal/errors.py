@@ -3,12 +3,16 @@
 ``SignalError`` is the root. ``ProtocolError`` says why a payload from the
 network was refused (it never escapes the receive path: the adapter counts and
 drops). ``RequestError`` is what ``request()`` raises when no response body
-comes back, with a reason the caller can branch on.
+comes back, with a reason the caller can branch on. ``LoginFailure`` is not
+raised: it is what the client reports (log, status) when it cannot log in or is
+not a member, naming the step that failed (`SignalStep`).
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Any
 
 
 class SignalError(Exception):
@@ -97,3 +101,29 @@ class HandlerBadRequest(SignalError):
 
 class SignalSettingsError(SignalError):
     """Settings that cannot work (e.g. no credential, or a CA file missing)."""
+
+
+class SignalStep(enum.Enum):
+    """The step of getting onto the overlay's signaling that failed (values as in the status document)."""
+
+    TCP = "tcp"  # connecting to the server's address and port
+    TLS = "tls"  # STARTTLS or direct TLS: the handshake and the server certificate's verification
+    SASL = "sasl"  # logging in: the server refused the credentials, or offers no mechanism we accept
+    MEMBERSHIP = "membership"  # logged in, but the account is not in the overlay's roster group
+    STREAM = "stream"  # anything else on the XMPP stream: closed early, no session, roster fetch failed
+
+
+@dataclass(frozen=True)
+class LoginFailure:
+    """Why the signaling of an overlay is not working, since when (wall-clock time, seconds)."""
+
+    step: SignalStep
+    message: str
+    since: float
+
+    def same_as(self, other: LoginFailure) -> bool:
+        """The same failure, whenever seen."""
+        return (other.step, other.message) == (self.step, self.message)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step": self.step.value, "message": self.message, "since": round(self.since, 3)}

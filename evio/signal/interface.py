@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from evio.signal.errors import LoginFailure
 from evio.signal.events import E, Subscription
 from evio.signal.protocol import Body
 
@@ -31,6 +32,10 @@ class Signaling(Protocol):
     @property
     def sessions(self) -> int:
         """Logins completed so far (every one after the first is a reconnect)."""
+        ...
+
+    def last_error(self, overlay: str) -> LoginFailure | None:
+        """Why `overlay`'s signaling is not working now (the step that failed), or None."""
         ...
 
     def node_id(self, overlay: str) -> int: ...

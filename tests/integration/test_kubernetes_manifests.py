@@ -68,6 +68,7 @@ def test_the_rendered_config_passes_evio_config_check_where_the_daemonset_mounts
         target = tmp_path / mounts["secret"].lstrip("/") / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(base64.b64decode(data))
+        target.chmod(volumes["secret"]["secret"]["defaultMode"])  # as the kubelet lays it out: config check checks it
     (tmp_path / mounts["config"].lstrip("/")).mkdir(parents=True)
 
     # The init container's own command renders this node's config (node name from the downward API).

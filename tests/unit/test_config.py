@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from evio.cli import main
 from evio.config import ConfigError, ConfigFileError, FileStateDir, load_config, loads_config, resolve_node_id
-from evio.config.loader import load_schema, parse_json, signal_password, strip_line_comments
+from evio.config.loader import load_schema, parse_json, signal_password, strip_line_comments, turn_password
 from evio.config.model import (
     BridgeConfig,
     Config,
@@ -56,6 +56,12 @@ def problems_of(document: Any, base_dir: Path | None = None) -> dict[str, str]:
     for problem in caught.value.problems:
         found[problem.path] = (found.get(problem.path, "") + " | " + problem.reason).strip(" |")
     return found
+
+
+def private(path: Path) -> Path:
+    """`path` made 0600: a config with an inline password is refused otherwise (as `evio run` refuses it)."""
+    path.chmod(0o600)
+    return path
 
 
 def with_changes(path: str, value: Any) -> dict[str, Any]:
@@ -470,20 +476,44 @@ def test_insecure_plaintext_excludes_client_certificate(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("turn", "reason"),
     [
-        ({"server": "t:3478"}, "(neither given)"),
-        ({"server": "t:3478", "username": "u", "password": "p", "rest_secret": "s"}, "(both given)"),
+        ({"server": "t:3478"}, "(got none)"),
+        ({"server": "t:3478", "username": "u"}, "(got none)"),
+        ({"server": "t:3478", "username": "u", "password": "p", "rest_secret": "s"}, "(got password, rest_secret)"),
+        ({"server": "t:3478", "username": "u", "password": "p", "password_file": "/etc/hostname"},
+         "(got password, password_file)"),
     ],
 )
-def test_turn_needs_one_kind_of_credentials(turn: dict[str, Any], reason: str) -> None:
+def test_turn_needs_exactly_one_credential(turn: dict[str, Any], reason: str) -> None:
     found = problems_of(with_changes("overlays.ov1.nat_traversal", {"turn": [turn]}))
-    assert reason in found["$.overlays.ov1.nat_traversal.turn[0]"]
+    assert found["$.overlays.ov1.nat_traversal.turn[0]"] == (
+        f"needs exactly one of password, password_file (each with username), rest_secret {reason}")
 
 
-def test_turn_username_without_password_and_ttl_without_secret() -> None:
-    turn = [{"server": "t:1", "username": "u"}, {"server": "t:2", "username": "u", "password": "p", "ttl": 600}]
+def test_turn_password_without_username_and_ttl_without_secret() -> None:
+    turn = [{"server": "t:1", "password_file": "/etc/hostname"}, {"server": "t:2", "username": "u", "password": "p",
+                                                                  "ttl": 600}]
     found = problems_of(with_changes("overlays.ov1.nat_traversal", {"turn": turn}))
-    assert found["$.overlays.ov1.nat_traversal.turn[0].password"] == "required together with 'username'"
+    assert found["$.overlays.ov1.nat_traversal.turn[0].username"] == "required together with 'password_file'"
     assert found["$.overlays.ov1.nat_traversal.turn[1].rest_secret"] == "required together with 'ttl'"
+    rest = [{"server": "t:1", "username": "u", "rest_secret": "s"}]
+    found = problems_of(with_changes("overlays.ov1.nat_traversal", {"turn": rest}))
+    assert found["$.overlays.ov1.nat_traversal.turn[0].username"].startswith("not used with rest_secret")
+
+
+def test_turn_password_file_is_read_and_checked_like_the_signal_one(tmp_path: Path) -> None:
+    (tmp_path / "turn.password").write_text("turn-pass\nignored\n")
+    (tmp_path / "empty").write_text("\n")
+    turn = [{"server": "t:3478", "username": "evio", "password_file": "turn.password"}]
+    config = loads_config(json.dumps(with_changes("overlays.ov1.nat_traversal", {"turn": turn})), tmp_path)
+    (server,) = config.overlays["ov1"].nat_traversal.turn
+    assert server == TurnServer(server="t:3478", username="evio", password_file=tmp_path / "turn.password")
+    assert turn_password(server) == "turn-pass"
+    assert turn_password(TurnServer(server="t:1", username="u", password="inline")) == "inline"
+    bad = [{"server": "t:1", "username": "u", "password_file": "empty"},
+           {"server": "t:2", "username": "u", "password_file": "missing"}]
+    found = problems_of(with_changes("overlays.ov1.nat_traversal", {"turn": bad}), tmp_path)
+    assert found["$.overlays.ov1.nat_traversal.turn[0].password_file"] == f"{tmp_path / 'empty'}: first line is empty"
+    assert found["$.overlays.ov1.nat_traversal.turn[1].password_file"] == f"{tmp_path / 'missing'}: no such file"
 
 
 def _two_overlays(bridge1: dict[str, Any], bridge2: dict[str, Any], second_id: str = "ov2") -> dict[str, Any]:
@@ -557,7 +587,7 @@ def test_stp_switching_refuses_on_demand_links_asked_for_explicitly() -> None:
 def test_cli_check_says_how_the_bridge_switches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config_file = tmp_path / "stp.json"
     config_file.write_text(json.dumps(with_changes("overlays.ov1.bridge", {"switching": "stp"})))
-    assert main(["config", "check", str(config_file)]) == 0
+    assert main(["config", "check", str(private(config_file))]) == 0
     out = capsys.readouterr().out
     assert "switching: STP (Open vSwitch RSTP and MAC learning, no controller)" in out
     assert "on-demand off" in out  # no controller asks for them
@@ -671,8 +701,11 @@ def test_file_state_dir_round_trip(tmp_path: Path) -> None:
 # --- the command line ------------------------------------------------------------------------
 
 
-def test_cli_check_example_ok(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["config", "check", str(EXAMPLE)]) == 0
+def test_cli_check_example_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The example holds an inline password: checked as a deployed copy would be, private.
+    example = tmp_path / "evio.jsonc"
+    example.write_text(EXAMPLE.read_text())
+    assert main(["config", "check", str(private(example))]) == 0
     out = capsys.readouterr().out
     assert out.startswith("ok: 1 overlay (ov1)\n")
     assert "bridge: evbr-ov1 10.254.0.1/16 mtu 1428 (the tunnels’)" in out
@@ -700,7 +733,7 @@ def test_cli_check_refuses_a_bridge_mtu_no_tunnel_can_carry(tmp_path: Path, caps
     assert lines[0].startswith(f"{config_file}: $.overlays.ov1.bridge.mtu: 1429 is above the tunnels' MTU 1428")
     document["overlays"]["ov1"]["bridge"] = {"mtu": 1428}
     config_file.write_text(json.dumps(document))
-    assert main(["config", "check", str(config_file)]) == 0
+    assert main(["config", "check", str(private(config_file))]) == 0
     assert "mtu 1428 datapath" in capsys.readouterr().out
 
 
@@ -721,7 +754,24 @@ def test_cli_example_prints_a_checkable_config(tmp_path: Path, capsys: pytest.Ca
     printed = capsys.readouterr().out
     assert printed == EXAMPLE.read_text()
     (tmp_path / "printed.jsonc").write_text(printed)
-    assert main(["config", "check", str(tmp_path / "printed.jsonc")]) == 0
+    assert main(["config", "check", str(private(tmp_path / "printed.jsonc"))]) == 0
+
+
+def test_cli_check_refuses_what_run_refuses_with_the_same_lines(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    config_file = tmp_path / "evio.json"
+    config_file.write_text(json.dumps(minimal()))  # an inline password
+    config_file.chmod(0o644)
+    assert main(["config", "check", str(config_file)]) == 2
+    captured = capsys.readouterr()
+    refusal = (f"{config_file}: permissions 0644 are too open: it holds passwords or TURN secrets inline and must "
+               f"not be accessible by group or others; fix: chmod 600 {config_file} (or move them to password_file)")
+    assert captured.out == ""
+    assert captured.err.splitlines() == [refusal, f"{config_file}: refused: `evio run` would not start with it "
+                                                  "(1 problem)"]
+    assert main(["run", "--config", str(config_file)]) == 2  # refused before anything needs root
+    assert capsys.readouterr().err.splitlines() == [f"evio run: {refusal}"]
+    assert main(["config", "check", str(private(config_file))]) == 0
 
 
 def test_metrics_are_off_by_default_on_loopback_and_listen_must_be_an_address(tmp_path: Path) -> None:

@@ -140,6 +140,55 @@ def test_client_key_readable_by_others_is_refused(tmp_path: Path) -> None:
     assert str(key) in problem and "chmod 600" in problem
 
 
+def test_turn_password_file_is_checked_as_the_signal_one_and_read_by_the_node(tmp_path: Path) -> None:
+    pw = write(tmp_path / "pw", SECRET + "\n", 0o600)
+    turn_pw = write(tmp_path / "turn.pw", "turn-pass\n", 0o640)
+    document = {"overlays": {"ov1": {
+        "signal": {"jid": "n1@overlay.test", "password_file": str(pw)},
+        "nat_traversal": {"turn": [{"server": "turn.test:3478", "username": "evio", "password_file": str(turn_pw)},
+                                   {"server": "rest.test:3478", "rest_secret": TURN_SECRET}]},
+    }}}  # fmt: skip
+    cfg = write(tmp_path / "evio.json", json.dumps(document), 0o600)
+    (problem,) = secret_problems(cfg, load_config(cfg))
+    assert problem.startswith(f"{turn_pw}: permissions 0640 are too open") and f"chmod 600 {turn_pw}" in problem
+    turn_pw.chmod(0o600)
+    assert secret_problems(cfg, load_config(cfg)) == []
+    plan = plan_node(load_config(cfg), 1, controller_port=6653, kernel_module_loaded=False)
+    relays = plan.overlays[0].tunnel.ice.turn
+    assert [(r.host, r.username, r.password, r.secret) for r in relays] == [
+        ("turn.test", "evio", "turn-pass", None), ("rest.test", None, None, TURN_SECRET)]
+    assert "turn-pass" not in repr(plan)
+
+
+def test_overlay_trust_key_readable_by_others_is_refused(tmp_path: Path) -> None:
+    pw = write(tmp_path / "pw", SECRET + "\n", 0o600)
+    key = write(tmp_path / "node.key", "-----BEGIN PRIVATE KEY-----\n", 0o644)
+    document = {"overlays": {"ov1": {"signal": {"jid": "a@b", "password_file": str(pw)},
+                                     "trust": {"ca_file": "ca.crt", "cert_file": "node.crt", "key_file": str(key)}}}}
+    cfg = write(tmp_path / "evio.json", json.dumps(document), 0o600)
+    from evio.config.loader import _build
+
+    (problem,) = secret_problems(cfg, _build(document, tmp_path))  # only the key's mode matters here
+    assert problem.startswith(f"{key}: permissions 0644 are too open") and f"chmod 600 {key}" in problem
+
+
+async def test_sighup_refuses_a_config_the_start_would_refuse(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from evio.cli.run_cmd import reload_config
+    from evio.testing.node_fleet import Fleet, fleet_config
+
+    fleet = Fleet(1)
+    await fleet.start()
+    try:
+        cfg = write(tmp_path / "evio.json", json.dumps({"overlays": {"ov1": {
+            "signal": {"jid": "node1@x.test", "password": SECRET}, "bridge": {"name": "evbr-ov1"}}}}), 0o644)
+        with caplog.at_level(logging.ERROR):
+            await reload_config(fleet.nodes[1], str(cfg), fleet_config(1), 6653, False)
+        assert f"reload refused, the running config stays: {cfg}: permissions 0644 are too open" in caplog.text
+        assert fleet.nodes[1].reloads == 0
+    finally:
+        await fleet.stop_all()
+
+
 # -- never in a repr ------------------------------------------------------------------------------
 
 

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from evio.cli import main
-from evio.cli.status_cmd import render_probe, render_status
+from evio.cli.status_cmd import health_problems, render_probe, render_status
 from evio.node.control import ControlError
 from evio.node.control_client import find_peer
 from evio.node.node import Node
 from evio.node.plan import plan_node
+from evio.signal.endpoint import SignalEndpoint
+from evio.signal.errors import LoginFailure, SignalStep
 from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid
 from evio.testing.waiting import wait_until as until
 
@@ -58,6 +60,53 @@ async def test_status_prints_overlays_signaling_and_one_line_per_link(
     assert {link["peer_name"] for link in ov["links"]} == {f"node2@{DOMAIN}", f"node3@{DOMAIN}"}
     assert ov["link_counts"] == {"successor": 2}
     assert ov["tunnels"]["up"] == 2 and ov["tunnels"]["setup_seconds"]["count"] == 2
+    assert ov["signal"]["last_error"] is None
+
+
+async def test_status_check_is_quiet_when_healthy_and_names_each_problem_when_not(
+        fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = await cli(capsys, "status", "--state-dir", str(tmp_path), "--check")
+    assert (code, err) == (0, "") and "links up: 2" in out
+    fleet.signal_hub.stop_server()
+    code, out, err = await cli(capsys, "status", "--state-dir", str(tmp_path), "--check")
+    assert code == 1 and "NOT connected" in out
+    assert err == "evio status: overlay ov1: signaling not connected\n"
+    code, _, err = await cli(capsys, "status", "--state-dir", str(tmp_path / "none"), "--check")
+    assert code == 1 and "no daemon control socket" in err  # no daemon: as without --check
+
+
+async def test_the_failed_step_reaches_status_json_text_and_check(
+        fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    client = fleet.nodes[1].accounts[f"node1@{DOMAIN}"]
+    assert isinstance(client, SignalEndpoint)
+    fleet.signal_hub.stop_server()
+    refused = LoginFailure(SignalStep.TCP, "TCP connect to 127.0.0.1:5222 failed: connection refused", 1795000000.0)
+    client._login_failed(refused)
+    code, out, _ = await cli(capsys, "status", "--state-dir", str(tmp_path), "--json")
+    assert code == 0
+    assert json.loads(out)["overlays"]["ov1"]["signal"]["last_error"] == {
+        "step": "tcp", "message": refused.message, "since": 1795000000.0}
+    code, out, err = await cli(capsys, "status", "--state-dir", str(tmp_path), "--check")
+    assert code == 1
+    assert "    last error (tcp, since 2026-11-18 11:06:40 UTC" in out and refused.message in out
+    assert err == f"evio status: overlay ov1: signaling not connected (tcp: {refused.message})\n"
+
+
+def test_health_problems_one_per_problem_with_the_failed_step() -> None:
+    failing = {"step": "tls", "message": "TLS: the certificate of x:5222 was refused", "since": 100.0}
+    status = {"overlays": {
+        "a": {"signal": {"connected": False, "last_error": failing}, "link_counts": {}},
+        "b": {"signal": {"connected": True, "last_error": {"step": "membership", "message": "account n@x is not a "
+              "member of overlay b", "since": 5.0}}, "link_counts": {}},
+        "c": {"signal": {"connected": True, "last_error": None}, "link_counts": {"successor": 1}},
+    }}
+    assert health_problems(status) == [
+        "overlay a: signaling not connected (tls: TLS: the certificate of x:5222 was refused)",
+        "overlay a: no link up",
+        "overlay b: signaling membership: account n@x is not a member of overlay b",
+        "overlay b: no link up",
+    ]
+    assert health_problems({"overlays": {}}) == ["no overlay is running"]
 
 
 async def test_status_without_a_daemon_says_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,6 +166,21 @@ def test_render_status_of_a_disconnected_overlay() -> None:
         "signal": {"jid": "n@x", "server": "x:5222", "connected": False, "reconnects": 3}, "links": [],
     }}}, now=0.0)
     assert "up 1m15s" in text and "NOT connected (3 reconnects so far)" in text and "links up: 0 (none)" in text
+    assert "last error" not in text
+
+
+def test_render_status_shows_the_failed_step_under_the_signaling_line() -> None:
+    error = {"step": "sasl", "message": "SASL SCRAM-SHA-1 login as n@x refused (not-authorized): wrong password, or "
+             "no such account on the server (the server answers both alike)", "since": 1795000000.0}
+    text = render_status({"node_id": "ab" * 16, "pid": 1, "uptime": 75, "overlays": {"ov1": {
+        "signal": {"jid": "n@x", "server": "x:5222", "connected": False, "reconnects": 0, "last_error": error},
+        "links": [],
+    }}}, now=1795000302.0)
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "signaling n@x via x:5222: NOT connected" in line)
+    assert lines[at + 1] == ("    last error (sasl, since 2026-11-18 11:06:40 UTC, 5m02s ago): SASL SCRAM-SHA-1 login "
+                             "as n@x refused (not-authorized): wrong password, or no such account on the server (the "
+                             "server answers both alike)")
 
 
 def test_no_access_to_the_socket_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
