@@ -278,6 +278,7 @@ def settings_for(options: InitOptions, material: TlsMaterial) -> ServerSettings:
 def run_init(options: InitOptions, now: datetime.datetime | None = None) -> InitReport:
     check_options(options)
     _check_previous(options)
+    _private_directory(options.state_dir)
     material = tls_material(options, now or datetime.datetime.now(datetime.UTC))
     report = InitReport(changed=list(material.made))
     for planned in plan_files(options, material):
@@ -310,9 +311,20 @@ def _check_previous(options: InitOptions) -> None:
                         f"this host serves that (use another --state-dir for another server)")  # fmt: skip
 
 
+def _private_directory(path: Path) -> None:
+    """The state directory holds the CA key: root's alone, whoever made it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o777 != 0o700:
+        path.chmod(0o700)
+
+
 def apply_file(planned: PlannedFile) -> bool:
-    """Write `planned` if it differs (content, mode, group); back up a file evio did not write. True if written."""
-    gid = _gid(planned.group)
+    """Write `planned` if it differs (content, mode, group); back up a file evio did not write. True if written.
+
+    Groups are set only when running as root (a test in a temporary directory runs as anyone).
+    """
+    as_root = os.geteuid() == 0
+    gid = _gid(planned.group) if as_root else os.getegid()
     path = planned.path
     try:
         current = path.read_bytes()
@@ -329,7 +341,8 @@ def apply_file(planned: PlannedFile) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Created with the final mode and root's group, then handed to the service's group: never wider.
     write_private(path, planned.content, planned.mode)
-    os.chown(path, 0, gid)
+    if as_root:
+        os.chown(path, 0, gid)
     return True
 
 

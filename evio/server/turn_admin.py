@@ -64,7 +64,7 @@ class TurnAdmin:
         fd = os.open(self.db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.close(fd)
         self._execute(_TABLE, ())
-        if self.owner is not None:
+        if self.owner is not None and os.geteuid() == 0:
             try:
                 entry = pwd.getpwnam(self.owner)
             except KeyError:
