@@ -17,6 +17,7 @@ Run with -s for the times.
 
 from __future__ import annotations
 
+import datetime
 import os
 import pwd
 import random
@@ -35,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from evio.node.sdn import free_tcp_port
+from evio.server import tls
 from evio.server.configs import ProsodyPaths
 from evio.server.init import InitOptions, run_init
 from evio.server.settings import ServerSettings
@@ -103,6 +105,20 @@ def prosody_server(directory: Path) -> Iterator[Server]:
         _stop(proc, 5)
 
 
+def _node_pids(node: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "--", f"-sname {node}"], capture_output=True, text=True).stdout
+    return [int(pid) for pid in found.split()]
+
+
+def _stop_node(node: str) -> None:
+    """`ejabberdctl foreground` may return before its Erlang node (ours: the name is unique) has gone."""
+    try:
+        wait_until_blocking(lambda: not _node_pids(node), 30, what="the ejabberd node gone")
+    except AssertionError:
+        for pid in _node_pids(node):
+            os.kill(pid, signal.SIGKILL)
+
+
 @contextmanager
 def ejabberd_server() -> Iterator[Server]:
     # ejabberdctl runs ejabberd as the ejabberd user: its directory must be that user's, not under pytest's 0700 tmp.
@@ -138,6 +154,7 @@ def ejabberd_server() -> Iterator[Server]:
         if proc is not None:
             subprocess.run([*ctl, "stop"], capture_output=True, timeout=60)
             _stop(proc, 30)
+            _stop_node(node)
         # epmd was started by the first Erlang node; stop it if no other node uses it.
         names = subprocess.run(["epmd", "-names"], capture_output=True, text=True).stdout
         if "name " not in names:
@@ -278,3 +295,34 @@ async def test_members_join_and_leave_a_running_overlay(overlay: tuple[Server, d
         print(f"  command {what}: {seconds:.3f} s")
     slow = {what: s for what, s in times.items() if s > TARGET}
     assert not slow, f"over {TARGET} s: {slow}"
+
+
+async def test_the_server_init_configured_requires_tls_with_its_ca(server: Server, tmp_path: Path) -> None:
+    """Logins over STARTTLS verifying init's CA work; plaintext and another CA get no session."""
+    server.admin.create_account("n1", "pw-n1")
+    server.admin.add_to_group("n1", OV)
+    other_ca = tmp_path / "other-ca.crt"
+    other_ca.write_bytes(  # the CA of some other server
+        tls.certificate_pem(tls.make_ca("other", datetime.datetime.now(datetime.UTC))[1])
+    )
+    node_id = random.Random("n1").getrandbits(128)
+
+    def client(**tls_settings: object) -> SignalClient:
+        settings = SignalSettings(jid=f"n1@{DOMAIN}", server="127.0.0.1", port=server.port,
+                                  memberships={OV: node_id}, password="pw-n1", reconnect_base=0.2,
+                                  reconnect_cap=0.5, login_timeout=5.0, **tls_settings)  # type: ignore[arg-type]  # fmt: skip
+        return SignalClient(settings, rng=random.Random(1))
+
+    for refused in (client(insecure_plaintext=True), client(ca_file=other_ca)):
+        await refused.start()
+        try:
+            await wait_until(lambda c=refused: c.failed_logins >= 1, SLOW, what="a refused login")  # type: ignore[misc]
+            assert refused.sessions == 0
+        finally:
+            await refused.stop()
+    good = client(ca_file=Path(server.settings.xmpp_tls_ca))
+    await good.start()
+    try:
+        await good.wait_connected(SLOW)
+    finally:
+        await good.stop()
