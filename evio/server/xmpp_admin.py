@@ -166,6 +166,12 @@ class ProsodyAdmin:
 
     def create_account(self, user: str, password: str) -> None:
         check_localpart(user)
+        try:
+            self._create_online(user, password)
+        except _NotRunning:
+            self._create_offline(user, password)
+
+    def _create_online(self, user: str, password: str) -> None:
         self._shell(f'local um = require "core.usermanager"; local ok, err = um.create_user('
                     f'{lua_string(user)}, {lua_string(password)}, {lua_string(self.domain)}); '
                     f'if not ok then error(tostring(err)) end; return "created"')  # fmt: skip
@@ -177,11 +183,18 @@ class ProsodyAdmin:
             left = {name: [m for m in members if m != jid] for name, members in groups.items() if jid in members}
             for name in left:
                 groups[name].remove(jid)
-        for name, others in left.items():
-            chunk = _PROSODY_REMOVE.format(jid=lua_string(jid), others=_lua_list(others))
-            self._shell(self._prelude(name) + chunk + 'return "pushed " .. pushes;')
-        # mod_c2s ends its sessions; mod_roster unsubscribes it from whatever contacts remain.
-        self._shell(self._prelude("") + f"local jid = {lua_string(jid)};" + _PROSODY_DELETE)
+        try:
+            for name, others in left.items():
+                chunk = _PROSODY_REMOVE.format(jid=lua_string(jid), others=_lua_list(others))
+                self._shell(self._prelude(name) + chunk + 'return "pushed " .. pushes;')
+            # mod_c2s ends its sessions; mod_roster unsubscribes it from whatever contacts remain.
+            self._shell(self._prelude("") + f"local jid = {lua_string(jid)};" + _PROSODY_DELETE)
+        except _NotRunning:
+            try:
+                self._ctl("deluser", jid)
+            except ServerAdminError as exc:
+                if "no such user" not in exc.output.lower():
+                    raise
 
     def add_to_group(self, user: str, group: str) -> None:
         check_localpart(user)
@@ -192,7 +205,7 @@ class ProsodyAdmin:
             if jid not in members:
                 members.append(jid)
             others = [m for m in members if m != jid]
-        self._shell(self._prelude(group) + _PROSODY_ADD.format(jid=lua_string(jid), others=_lua_list(others)))
+        self._push(self._prelude(group) + _PROSODY_ADD.format(jid=lua_string(jid), others=_lua_list(others)))
 
     def remove_from_group(self, user: str, group: str) -> None:
         check_localpart(user)
@@ -204,10 +217,13 @@ class ProsodyAdmin:
                 members.remove(jid)
             others = list(members)
         chunk = _PROSODY_REMOVE.format(jid=lua_string(jid), others=_lua_list(others))
-        self._shell(self._prelude(group) + chunk + _PROSODY_END_SESSIONS)
+        self._push(self._prelude(group) + chunk + _PROSODY_END_SESSIONS)
 
     def online_users(self) -> set[str]:
-        out = self._shell(_PROSODY_ONLINE.format(host=lua_string(self.domain)))
+        try:
+            out = self._shell(_PROSODY_ONLINE.format(host=lua_string(self.domain)))
+        except _NotRunning:
+            return set()
         return set(out.split("online:", 1)[1].split()) if "online:" in out else set()
 
     # ------------------------------------------------------------------ the parts
@@ -237,18 +253,46 @@ class ProsodyAdmin:
                 if stat is not None:
                     os.chown(self.groups_file, stat.st_uid, stat.st_gid)
 
+    def _create_offline(self, user: str, password: str) -> None:
+        """prosody is stopped: prosodyctl writes the account itself (the password asked twice, on stdin)."""
+        try:
+            self._ctl("adduser", self._jid(user), stdin=f"{password}\n{password}\n")
+        except ServerAdminError as exc:
+            if "exists" not in exc.output.lower():
+                raise
+            self._ctl("passwd", self._jid(user), stdin=f"{password}\n{password}\n")
+
+    def _push(self, lua: str) -> None:
+        """Tell the online members; if prosody is stopped nobody is online, and the groups file is read at start."""
+        try:
+            self._shell(lua)
+        except _NotRunning:
+            pass
+
+    def _ctl(self, *args: str, stdin: str | None = None) -> str:
+        return run_command([*self.prosodyctl, "--config", str(self.config), *args], stdin=stdin)
+
     def _shell(self, lua: str) -> str:
         """One Lua chunk in the running prosody (admin shell, ``>``: the global environment); its result."""
         line = ">" + " ".join(part.strip() for part in lua.splitlines() if part.strip())
         argv = [*self.prosodyctl, "--config", str(self.config), "shell", "--quiet"]
         # Through stdin, not argv: the chunk may hold a password.
-        out = run_command(argv, stdin=line + "\n")
+        try:
+            out = run_command(argv, stdin=line + "\n")
+        except ServerAdminError as exc:
+            if "Unable to connect to server" in exc.output:
+                raise _NotRunning([*argv, "<lua>"], exc.output) from None
+            raise
         replies = [r.strip() for r in out.replace("prosody> ", "\n").splitlines() if r.strip()]
         errors = [r[2:] for r in replies if r.startswith("! ")]
         if errors or not any(r.startswith("| ") for r in replies):
             shown = [*argv, "<lua>"]
             raise ServerAdminError(shown, "; ".join(errors) or out.strip() or "no reply from the admin shell")
         return "\n".join(r[2:] for r in replies if r.startswith("| "))
+
+
+class _NotRunning(ServerAdminError):
+    """The admin shell's socket is not there: prosody is stopped."""
 
 
 def _lua_list(jids: Sequence[str]) -> str:

@@ -80,10 +80,11 @@ def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
 
 
 @contextmanager
-def prosody_server(directory: Path) -> Iterator[Server]:
-    port = free_tcp_port()
+def prosody_server(directory: Path, options_from: ServerSettings | None = None) -> Iterator[Server]:
+    """Set up by init in `directory` and started; `options_from`: start again what an earlier call set up."""
+    port = options_from.xmpp_port if options_from is not None else free_tcp_port()
     data = directory / "prosody-data"
-    data.mkdir(parents=True)
+    data.mkdir(parents=True, exist_ok=True)
     options = InitOptions(
         domain=DOMAIN, address="127.0.0.1", xmpp="prosody", state_dir=directory / "state", xmpp_port=port,
         prosody_config=directory / "prosody.cfg.lua", groups_file=directory / "groups.txt",
@@ -326,3 +327,32 @@ async def test_the_server_init_configured_requires_tls_with_its_ca(server: Serve
         await good.wait_connected(SLOW)
     finally:
         await good.stop()
+
+
+async def test_prosody_stopped_accounts_and_groups_wait_for_its_start(tmp_path: Path) -> None:
+    """`evio member add` while prosody is stopped: prosodyctl writes the account, the groups file waits."""
+    with prosody_server(tmp_path) as server:
+        settings = server.settings
+    admin = xmpp_admin(settings)  # the server is stopped now
+    admin.create_account("n1", "pw-n1")
+    admin.create_account("n1", "pw-n1b")  # again: a new password
+    admin.create_account("n2", "pw-n2")
+    admin.add_to_group("n1", OV)
+    admin.add_to_group("n2", OV)
+    assert admin.online_users() == set()
+    admin.delete_account("n2")
+    assert Path(settings.groups_file).read_text() == f"[{OV}]\nn1@{DOMAIN}\n"
+    with prosody_server(tmp_path, options_from=settings) as server:
+        member = _member(server, "n1", "pw-n1b")
+        gone = SignalClient(SignalSettings(jid=f"n2@{DOMAIN}", server="127.0.0.1", port=server.port,
+                                           memberships={OV: 2}, password="pw-n2", login_timeout=5.0,
+                                           ca_file=Path(settings.xmpp_tls_ca)))  # fmt: skip
+        await member.client.start()
+        await gone.start()
+        try:
+            await member.client.wait_connected(SLOW)
+            await wait_until(lambda: gone.failed_logins >= 1, SLOW, what="the deleted account refused")
+            assert gone.sessions == 0 and server.admin.online_users() == {"n1"}
+        finally:
+            await member.client.stop()
+            await gone.stop()
