@@ -69,7 +69,7 @@ def prosody_config(
     key: str,
     groups_file: str,
     port: int = 5222,
-    interfaces: tuple[str, ...] = ("*", "::"),
+    interfaces: tuple[str, ...] = (),  # () is prosody's default: every IPv4 and IPv6 address
     paths: ProsodyPaths = ProsodyPaths(),
     run_as_root: bool = False,
 ) -> str:
@@ -89,7 +89,7 @@ def prosody_config(
         "}",
         "",
         "-- Client connections only: STARTTLS on the c2s port, no direct TLS port, no federation.",
-        "interfaces = { " + "; ".join(lua_string(i) for i in interfaces) + " }",
+        *(["interfaces = { " + "; ".join(lua_string(i) for i in interfaces) + " }"] if interfaces else []),
         f"c2s_ports = {{ {port} }}",
         "c2s_direct_tls_ports = {}",
         "s2s_ports = {}",
@@ -160,6 +160,7 @@ def ejabberd_config(
         "hosts:",
         f"  - {_yaml_string(domain)}",
         "loglevel: info",
+        "auth_password_format: scram  # store salted hashes, never the passwords",
         "log_rotate_count: 0",
         "",
         "# The certificate and key `evio server init` made (or was given), in one PEM file.",

@@ -72,7 +72,7 @@ class InitOptions:
     turn_db: Path = Path("/var/lib/turn/turndb")
     # What only tests change: where prosody keeps its data and logs, which addresses servers bind.
     prosody_paths: ProsodyPaths = ProsodyPaths()
-    xmpp_interfaces: tuple[str, ...] = ("*", "::")
+    xmpp_interfaces: tuple[str, ...] = ()  # (): every address
     turn_listening_ips: tuple[str, ...] = ()
     run_as_root: bool = False
 
@@ -252,7 +252,7 @@ def plan_files(options: InitOptions, material: TlsMaterial) -> list[PlannedFile]
             PlannedFile(o.ejabberd_certfile, material.cert_pem + material.key_pem, 0o640, "ejabberd"),
             PlannedFile(o.ejabberd_config, configs.ejabberd_config(
                 domain=o.domain, certfile=str(o.ejabberd_certfile), port=o.xmpp_port,
-                ip="::" if "::" in o.xmpp_interfaces else o.xmpp_interfaces[0],
+                ip=o.xmpp_interfaces[0] if o.xmpp_interfaces else "::",
             ).encode(), 0o640, "ejabberd"),
         ]  # fmt: skip
     files.append(PlannedFile(o.turn_config, configs.coturn_config(

@@ -210,6 +210,7 @@ async def overlay(server: Server) -> AsyncIterator[tuple[Server, dict[str, Membe
     passwords = {name: secrets.token_urlsafe(16) for name in ("n1", "n2", "n3", "n4", "n5")}
     for name, password in passwords.items():
         server.admin.create_account(name, password)
+    server.admin.create_account("n1", passwords["n1"])  # again: no error (a `member add` run twice)
     for name in ("n1", "n2", "n3"):
         server.admin.add_to_group(name, OV)
     members = {name: _member(server, name, pw) for name, pw in passwords.items()}
@@ -285,6 +286,7 @@ async def test_members_join_and_leave_a_running_overlay(overlay: tuple[Server, d
         "everyone drops n5", lambda: all(a.dropped(n5) for a in first), t0
     )
     await wait_until(lambda: "n5" not in server.admin.online_users(), SLOW, what="n5's sessions ended")
+    server.admin.delete_account("n5")  # again: nothing to do, no error
 
     # The three are untouched.
     assert all(a.sees(b) for a in first for b in first if a is not b)
