@@ -18,10 +18,11 @@ from __future__ import annotations
 import datetime
 import grp
 import ipaddress
+import json
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cryptography import x509
@@ -393,10 +394,19 @@ def print_additions(options: InitOptions) -> list[str]:
                                                                    groups_file=str(o.groups_file))]  # fmt: skip
         out += [f"# and create {o.groups_file} (empty; `evio member add` fills it), readable by prosody", ""]
     else:
-        out += [f"# {o.ejabberd_config}", configs.ejabberd_additions(domain=o.domain, certfile=f"{cert} + key")]
+        out += [
+            f"# {o.ejabberd_config}",
+            configs.ejabberd_additions(domain=o.domain, certfile=f"{cert} (with {key} appended)"),
+        ]
     turn = configs.coturn_config(realm=o.domain, userdb=str(o.turn_db), port=o.turn_port, relay_ports=o.relay_ports)
-    out += [f"# {o.turn_config}: these lines (and no static-auth-secret / use-auth-secret)", turn]
-    out += next_steps(settings_for(o, TlsMaterial(b"", b"", str(o.tls_dir / "ca.crt"))), restart=True)
+    turn_lines = [line for line in turn.splitlines() if "evio server init" not in line]
+    out += [f"# {o.turn_config}: these lines (and no static-auth-secret / use-auth-secret)", *turn_lines]
+    ca = str(o.ca) if o.ca else ("" if o.cert else str(o.tls_dir / "ca.crt"))
+    settings = settings_for(o, TlsMaterial(b"", b"", ca))
+    out += [f"# {settings_path(o.state_dir)} (root's, mode 0600): what `evio member` reads"
+            + (f"; put the CA that verifies the certificate at {ca}" if ca else ""),
+            json.dumps(asdict(settings), indent=2)]  # fmt: skip
+    out += next_steps(settings, restart=True)
     return out
 
 
