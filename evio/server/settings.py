@@ -35,10 +35,15 @@ class ServerSettings:
     # Files the server commands administer (absolute paths; defaults are the Debian packages' own).
     prosody_config: str = "/etc/prosody/prosody.cfg.lua"
     groups_file: str = "/etc/prosody/evio-groups.txt"
-    ejabberdctl: str = "ejabberdctl"
+    ejabberdctl: str = "ejabberdctl"  # the command, split like a shell would (tests add --config-dir, --node)
+    ejabberd_config: str = "/etc/ejabberd/ejabberd.yml"
     turn_config: str = "/etc/turnserver.conf"
     turn_db: str = "/var/lib/turn/turndb"
-    xmpp_tls_ca: str = "/etc/evio-server/tls/ca.crt"  # verifies the XMPP server's certificate; copied into tokens
+    relay_min_port: int = 49152  # coturn's relay range (udp): members' firewalls need not know it, the server's does
+    relay_max_port: int = 65535
+    # Verifies the XMPP server's certificate; copied into tokens. "" (a certificate given to init without
+    # its CA): members use their system's trust store.
+    xmpp_tls_ca: str = "/etc/evio-server/tls/ca.crt"
     version: int = field(default=SETTINGS_VERSION)
 
     @property
