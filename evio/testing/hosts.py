@@ -31,9 +31,9 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["HOST_PATHS", "Host", "HostCommandError", "HostPath", "HostProcess", "MountPoints", "Namespace", "netns_list"]
 
@@ -71,6 +71,7 @@ HOST_PATHS: tuple[HostPath, ...] = (
     HostPath("/var/lib/openvswitch"),
     HostPath("/run/openvswitch"),
     HostPath("/var/log", "skeleton"),
+    HostPath("/var/tmp"),  # coturn falls back to /var/tmp for its log; units have PrivateTmp
     HostPath("/run/systemd"),  # empty: tools see no systemd (no /run/systemd/system)
     HostPath("/root"),  # the operator's working directory: files it writes there stay on this host
     HostPath("/etc/hosts", "copy", is_file=True),
@@ -363,7 +364,7 @@ class MountPoints:
         return removed
 
     @contextmanager
-    def _locked(self) -> Iterator[dict]:  # type: ignore[type-arg]
+    def _locked(self) -> Iterator[dict[str, Any]]:
         self.lock.parent.mkdir(parents=True, exist_ok=True)
         with self.lock.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -376,9 +377,9 @@ class MountPoints:
                 self.registry.unlink(missing_ok=True)
 
 
-def _read_registry(registry: Path) -> dict:  # type: ignore[type-arg]
+def _read_registry(registry: Path) -> dict[str, Any]:
     try:
-        state = json.loads(registry.read_text())
+        state: dict[str, Any] = json.loads(registry.read_text())
     except (OSError, ValueError):
         state = {}
     state.setdefault("users", {})
@@ -386,7 +387,7 @@ def _read_registry(registry: Path) -> dict:  # type: ignore[type-arg]
     return state
 
 
-def _prune_dead(state: dict) -> None:  # type: ignore[type-arg]
+def _prune_dead(state: dict[str, Any]) -> None:
     """Sweep what a run that died (killed before its cleanup) left: its namespaces and work directory."""
     for user, entry in list(state["users"].items()):
         if _start_time(entry["pid"]) == entry["start"]:

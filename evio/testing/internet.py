@@ -28,9 +28,9 @@ import logging
 import secrets
 import shutil
 import string
+import subprocess
 import tempfile
 import time
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,5 +268,5 @@ def host_firewall() -> str:
 def _quietly(step: Callable[[], object]) -> None:
     try:
         step()
-    except Exception:  # noqa: BLE001  cleanup goes on; the failure is logged
+    except Exception:  # cleanup goes on; the failure is logged
         log.exception("cleanup step failed")
