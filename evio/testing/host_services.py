@@ -21,11 +21,12 @@ import pwd
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from evio.testing.hosts import Host, HostProcess, Namespace
 from evio.testing.waiting import wait_until_blocking
 
-__all__ = ["Service", "ServiceError", "start_coturn", "start_ejabberd", "start_openvswitch", "start_prosody"]
+__all__ = ["Service", "ServiceError", "start_coturn", "start_ejabberd", "start_openvswitch", "start_prosody", "is_listening"]
 
 VSWITCH_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 READY_TIMEOUT = 30.0
@@ -103,7 +104,7 @@ def start_prosody(host: Host, port: int = 5222, timeout: float = READY_TIMEOUT) 
     service = Service("prosody", host, logs=("/var/log/prosody/prosody.err", "/var/log/prosody/prosody.log"))
     _runtime_directory(host, "/run/prosody", "prosody")
     service.processes.append(host.spawn(["prosody", "-F"], user="prosody", cwd="/var/lib/prosody"))
-    _wait_ready(service, lambda: _listening(host, "tcp", port), timeout)
+    _wait_ready(service, lambda: is_listening(host, "tcp", port), timeout)
     return service
 
 
@@ -114,7 +115,7 @@ def start_coturn(host: Host, port: int = 3478, timeout: float = READY_TIMEOUT) -
     service.processes.append(
         host.spawn(["turnserver", "-c", "/etc/turnserver.conf", "--pidfile="], user="turnserver", cwd="/")
     )
-    _wait_ready(service, lambda: _listening(host, "udp", port), timeout)
+    _wait_ready(service, lambda: is_listening(host, "udp", port), timeout)
     return service
 
 
@@ -126,13 +127,13 @@ def start_ejabberd(host: Host, port: int = 5222, timeout: float = 60.0) -> Servi
     service = Service("ejabberd", host, logs=("/var/log/ejabberd/error.log", "/var/log/ejabberd/ejabberd.log"))
     _runtime_directory(host, "/run/ejabberd", "ejabberd")  # tmpfiles.d/ejabberd.conf
     service.processes.append(host.spawn(["epmd"], user="epmd", cwd="/"))
-    _wait_ready(service, lambda: _listening(host, "tcp", 4369), timeout)
+    _wait_ready(service, lambda: is_listening(host, "tcp", 4369), timeout)
     service.processes.append(
         host.spawn(["ejabberdctl", "foreground"], user="ejabberd", cwd="/var/lib/ejabberd")
     )
 
     def started() -> bool:
-        return _answers(host, ["ejabberdctl", "status"], user="ejabberd") and _listening(host, "tcp", port)
+        return _answers(host, ["ejabberdctl", "status"], user="ejabberd") and is_listening(host, "tcp", port)
 
     _wait_ready(service, started, timeout)
     return service
@@ -163,7 +164,7 @@ def _answers(host: Host, argv: Sequence[str], user: str | None = None) -> bool:
     return host.run(argv, check=False, timeout=15, user=user).returncode == 0
 
 
-def _listening(host: Host, protocol: str, port: int) -> bool:
+def is_listening(host: Host, protocol: Literal["tcp", "udp"], port: int) -> bool:
     """A socket listens on `port` in the host's namespace (`ss` needs no private file system)."""
     flags = "-Hltn" if protocol == "tcp" else "-Hlun"
     return bool(Namespace.run(host, ["ss", flags, f"sport = :{port}"], check=False).stdout.strip())
