@@ -1,0 +1,480 @@
+"""Simulated Debian hosts: a network namespace each, with its own /etc/evio, /var/lib/prosody, ...
+
+A test that types an operator's commands verbatim (`evio server init`, `evio join TOKEN`) needs every
+host to have its own copy of the directories those commands write. A `Host` is a network namespace
+plus a private view of the paths in `HOST_PATHS`; every command runs as
+
+    ip netns exec NS  unshare --uts  sh -c 'mount -a -T FSTAB && hostname NAME && cd CWD && exec "$@"'  argv...
+
+`ip netns exec` already gives each command a new mount namespace whose root is a slave of the real
+one, so the binds made in it stay in it: the real root's mount table never shows them. The backing
+directories live under the host's `root` (in the test's work directory) and `host.path("/etc/evio/x")`
+names the real file behind a host path, so a test can read it. A mount point missing on the real
+root (/etc/evio, /run/openvswitch, ...) is created for the bind and removed again by the last
+harness that needs it (`MountPoints`: a registry shared by parallel runs under a lock).
+
+Processes a host spawns run in their own process group; `stop_processes` ends them (SIGTERM to the
+group, wait, SIGKILL) and then anything still left in the namespace, by PID.
+Nothing here uses `evio.lab`: the lead's operator test must run without it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["HOST_PATHS", "Host", "HostCommandError", "HostPath", "HostProcess", "MountPoints", "Namespace", "netns_list"]
+
+Seed = Literal["empty", "copy", "skeleton"]
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """A path a host keeps to itself. seed: "empty" (a fresh dir or file with the real one's owner and
+    mode), "copy" (the real root's contents, as the package left them), "skeleton" (the real dir's
+    subdirectories, empty, with their owners: /var/log)."""
+
+    path: str
+    seed: Seed = "empty"
+    is_file: bool = False
+
+
+# What a Debian host with evio, prosody, ejabberd, coturn and Open vSwitch keeps per host. /var/run is
+# a link to /run, so /run/openvswitch also covers OVS's default /var/run/openvswitch/db.sock.
+HOST_PATHS: tuple[HostPath, ...] = (
+    HostPath("/etc/evio"),
+    HostPath("/etc/evio-server"),
+    HostPath("/var/lib/evio"),
+    HostPath("/run/evio"),
+    HostPath("/etc/prosody", "copy"),
+    HostPath("/var/lib/prosody"),
+    HostPath("/run/prosody"),
+    HostPath("/etc/ejabberd", "copy"),
+    HostPath("/etc/default/ejabberd", "copy", is_file=True),  # /etc/ejabberd/ejabberdctl.cfg links here
+    HostPath("/var/lib/ejabberd"),
+    HostPath("/run/ejabberd"),
+    HostPath("/etc/turnserver.conf", "copy", is_file=True),
+    HostPath("/var/lib/turn"),
+    HostPath("/etc/openvswitch", "copy"),  # Debian's conf.db is a link into /var/lib/openvswitch
+    HostPath("/var/lib/openvswitch"),
+    HostPath("/run/openvswitch"),
+    HostPath("/var/log", "skeleton"),
+    HostPath("/var/tmp"),  # coturn falls back to /var/tmp for its log; units have PrivateTmp
+    HostPath("/run/systemd"),  # empty: tools see no systemd (no /run/systemd/system)
+    HostPath("/root"),  # the operator's working directory: files it writes there stay on this host
+    HostPath("/etc/hosts", "copy", is_file=True),
+    HostPath("/etc/hostname", is_file=True),
+)
+
+# Variables that would make a tool believe it runs under systemd.
+_SYSTEMD_ENV = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "INVOCATION_ID", "JOURNAL_STREAM")
+
+
+class HostCommandError(subprocess.CalledProcessError):
+    """A command on a host exited non-zero; str() names the host and quotes its stderr."""
+
+    def __init__(self, host: str, done: subprocess.CompletedProcess[str]) -> None:
+        super().__init__(done.returncode, done.args, done.stdout, done.stderr)
+        self.host = host
+
+    def __str__(self) -> str:
+        argv = " ".join(self.cmd) if isinstance(self.cmd, list) else str(self.cmd)
+        return f"on {self.host}: `{argv}` exited {self.returncode}\nstdout: {self.stdout}\nstderr: {self.stderr}"
+
+
+# -- processes ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class HostProcess:
+    """A process spawned on a host, in its own process group, its output in `log`."""
+
+    host: str
+    argv: tuple[str, ...]
+    log: Path
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        """The last lines of its output, for a failure message."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM to its group, wait, SIGKILL; its exit code. Idempotent."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.popen.poll() is not None:
+                break
+            try:
+                os.killpg(self.popen.pid, sig)  # the group is its own: start_new_session
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                continue
+        return self.popen.wait(timeout)
+
+
+# -- namespaces and hosts ------------------------------------------------------------------------------
+
+
+class Namespace:
+    """A network namespace on the real root's file system (routers, the public segment)."""
+
+    def __init__(self, netns: str) -> None:
+        self.netns = netns
+
+    def create(self) -> None:
+        _check(["ip", "netns", "add", self.netns])
+        _check(["ip", "-n", self.netns, "link", "set", "lo", "up"])
+
+    def ip(self, *lines: str) -> None:
+        """`ip -n NS -batch -`: several iproute2 commands in one process."""
+        _check(["ip", "-n", self.netns, "-batch", "-"], input="\n".join(lines) + "\n")
+
+    def exec_argv(self, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def run(
+        self, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(self.exec_argv(argv), input=input, capture_output=True, text=True, timeout=timeout)
+        done.args = list(argv)
+        if check and done.returncode != 0:
+            raise HostCommandError(self.netns, done)
+        return done
+
+    def pids(self) -> list[int]:
+        """Every process whose network namespace is this one (what `ip netns pids` finds)."""
+        out = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def end_processes(self, timeout: float = 5.0) -> list[int]:
+        """SIGTERM, wait, SIGKILL every process left in the namespace (daemons that detached); their PIDs."""
+        pids = self.pids()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            live = [pid for pid in pids if _alive(pid)]
+            for pid in live:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + timeout
+            while any(_alive(pid) for pid in live) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return pids
+
+    def add_veth(self, name: str, peer: Namespace, peer_name: str) -> None:
+        """A veth pair from here (`name`) to `peer` (`peer_name`), both ends made in their namespaces:
+        no name ever appears in the real root, so none can be left there."""
+        _check(["ip", "link", "add", name, "netns", self.netns, "type", "veth",
+                "peer", "name", peer_name, "netns", peer.netns])  # fmt: skip
+
+    def delete(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
+
+
+class Host(Namespace):
+    """A simulated host: a network namespace, a host name and its own copy of `paths`."""
+
+    def __init__(self, netns: str, hostname: str, root: Path, paths: Sequence[HostPath] = HOST_PATHS) -> None:
+        super().__init__(netns)
+        self.name = hostname
+        self.root = root  # backing tree: root/etc/evio is the host's /etc/evio
+        self.paths = tuple(paths)
+        self.address = ""  # its own interface address, set by whoever wires it
+        self.public_address = ""  # where the internet sees it: its NAT router's, or its own
+        self.processes: list[HostProcess] = []
+        self._fstab = root.parent / f"{hostname}.fstab"
+        self._logs = root.parent / f"{hostname}-logs"
+
+    def __repr__(self) -> str:
+        return f"Host({self.name!r}, netns={self.netns!r}, address={self.address!r})"
+
+    # -- the private file system -------------------------------------------------------------------
+
+    def seed(self) -> None:
+        """Fill the backing tree as a fresh Debian install with the packages would have it; write the fstab."""
+        self._logs.mkdir(parents=True, exist_ok=True)
+        entries = []
+        for hp in self.paths:
+            backing = self.path(hp.path)
+            _seed(Path(hp.path), backing, hp)
+            if any(c.isspace() for c in str(backing)):
+                raise ValueError(f"fstab cannot hold a path with blanks: {backing}")
+            entries.append(f"{backing} {hp.path} none bind 0 0\n")
+        self.path("/etc/hostname").write_text(self.name + "\n")
+        with self.path("/etc/hosts").open("a") as hosts:
+            hosts.write(f"127.0.1.1\t{self.name}\n")
+        self._fstab.write_text("".join(entries))
+
+    def path(self, host_path: str | os.PathLike[str]) -> Path:
+        """The real file behind `host_path` on this host (which must lie in one of its private paths)."""
+        p = Path(host_path)
+        if not p.is_absolute():
+            raise ValueError(f"not an absolute path: {p}")
+        if not any(p == Path(hp.path) or Path(hp.path) in p.parents for hp in self.paths):
+            raise ValueError(f"{p} is not private to a host: it is the real root's")
+        return self.root / p.relative_to("/")
+
+    def add_hosts_entry(self, address: str, *names: str) -> None:
+        with self.path("/etc/hosts").open("a") as hosts:
+            hosts.write(f"{address}\t{' '.join(names)}\n")
+
+    # -- commands --------------------------------------------------------------------------------
+
+    def exec_argv(self, argv: Sequence[str], *, cwd: str = "/root", user: str | None = None) -> list[str]:
+        script = f'mount -a -T {self._fstab} && hostname {self.name} && cd "$1" && shift && exec "$@"'
+        run_as = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"] if user else []
+        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--", "sh", "-c", script,
+                self.name, cwd, *run_as, *argv]  # fmt: skip
+
+    def env(self, extra: Mapping[str, str] | None = None, user: str | None = None) -> dict[str, str]:
+        """The environment of an operator's root shell (or of a unit running as `user`): the test's,
+        without systemd's variables, with this interpreter's bin directory (the `evio` under test) first."""
+        env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_ENV}
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+        account = pwd.getpwnam(user or "root")
+        env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
+        env.update(extra or {})
+        return env
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        timeout: float = 60.0,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "/root",
+        user: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `argv` on this host and wait; HostCommandError if `check` and it exits non-zero."""
+        done = subprocess.run(
+            self.exec_argv(argv, cwd=cwd, user=user),
+            input=input, capture_output=True, text=True, timeout=timeout, env=self.env(env, user),
+        )  # fmt: skip
+        done.args = list(argv)
+        if check and done.returncode != 0:
+            raise HostCommandError(self.name, done)
+        return done
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        log: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "/root",
+        user: str | None = None,
+    ) -> HostProcess:
+        """Start `argv` on this host in its own process group, stdout and stderr to `log`; ended by
+        `stop_processes` (the harness calls it at cleanup) unless stopped before."""
+        if log is None:
+            log = self._logs / f"{Path(argv[0]).name}-{len(self.processes)}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                self.exec_argv(argv, cwd=cwd, user=user),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=self.env(env, user), start_new_session=True,
+            )  # fmt: skip
+        process = HostProcess(self.name, tuple(argv), log, popen)
+        self.processes.append(process)
+        return process
+
+    def stop_processes(self, timeout: float = 10.0) -> None:
+        """End what `spawn` started (newest first), then whatever is left in the namespace."""
+        for process in reversed(self.processes):
+            process.stop(timeout)
+        self.end_processes()
+
+
+# -- mount points on the real root ---------------------------------------------------------------------
+
+
+class MountPoints:
+    """Mount points the harness had to create on the real root, shared by parallel runs.
+
+    A bind needs its target to exist. /etc/evio-server does not on a machine without evio, so the
+    first run that needs it creates it (an empty dir or file) and the last one to leave removes it
+    again; only if still empty, so a real install that appeared meanwhile keeps its files. The
+    registry is a JSON file in /run under an flock; users that died (PID and start time gone) are
+    pruned, their namespaces and work directories swept.
+    """
+
+    def __init__(self, registry: Path = Path("/run/evio-testing-hosts.json")) -> None:
+        self.registry = registry
+        self.lock = Path("/run/lock") / (registry.stem + ".lock")
+
+    def claim(self, user: str, paths: Sequence[HostPath], workdir: Path) -> None:
+        with self._locked() as state:
+            users, created = state["users"], state["created"]
+            users[user] = {"pid": os.getpid(), "start": _start_time(os.getpid()), "workdir": str(workdir)}
+            for hp in paths:
+                target = Path(hp.path)
+                if target.exists() or target.is_symlink():
+                    continue
+                if hp.is_file:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.touch()
+                else:
+                    target.mkdir(parents=True)
+                if hp.path not in created:
+                    created.append(hp.path)
+
+    def release(self, user: str) -> list[str]:
+        """Forget `user`; if no one is left, remove the mount points runs created. The paths removed."""
+        removed: list[str] = []
+        with self._locked() as state:
+            state["users"].pop(user, None)
+            if state["users"]:
+                return removed
+            for path in sorted(state["created"], key=len, reverse=True):
+                if _remove_if_empty(Path(path)):
+                    removed.append(path)
+            state["created"] = [p for p in state["created"] if p not in removed]
+        return removed
+
+    @contextmanager
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        with self.lock.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = _read_registry(self.registry)
+            _prune_dead(state)
+            yield state
+            if state["users"] or state["created"]:
+                _write_atomically(self.registry, json.dumps(state, indent=1))
+            else:
+                self.registry.unlink(missing_ok=True)
+
+
+def _read_registry(registry: Path) -> dict[str, Any]:
+    try:
+        state: dict[str, Any] = json.loads(registry.read_text())
+    except (OSError, ValueError):
+        state = {}
+    state.setdefault("users", {})
+    state.setdefault("created", [])
+    return state
+
+
+def _prune_dead(state: dict[str, Any]) -> None:
+    """Sweep what a run that died (killed before its cleanup) left: its namespaces and work directory."""
+    for user, entry in list(state["users"].items()):
+        if _start_time(entry["pid"]) == entry["start"]:
+            continue
+        for netns in netns_list():
+            if netns.startswith(user + "-"):
+                ns = Namespace(netns)
+                ns.end_processes()
+                ns.delete()
+        if entry.get("workdir"):
+            shutil.rmtree(entry["workdir"], ignore_errors=True)
+        del state["users"][user]
+
+
+def _seed(real: Path, backing: Path, hp: HostPath) -> None:
+    backing.parent.mkdir(parents=True, exist_ok=True)
+    if hp.seed == "copy" and (real.exists() or real.is_symlink()):
+        # cp -a keeps owners, modes and symlinks (prosody's certs, OVS's conf.db link) as the package left them
+        _check(["cp", "-a", "--no-target-directory", str(real), str(backing)])
+        return
+    if hp.is_file:
+        backing.touch()
+        _copy_owner(real, backing)
+        return
+    backing.mkdir(exist_ok=True)
+    _copy_owner(real, backing)
+    if hp.seed == "skeleton" and real.is_dir():
+        for sub in real.iterdir():
+            if sub.is_dir() and not sub.is_symlink():
+                (backing / sub.name).mkdir(exist_ok=True)
+                _copy_owner(sub, backing / sub.name)
+
+
+def _copy_owner(real: Path, backing: Path) -> None:
+    try:
+        st = real.stat()
+    except OSError:
+        return
+    os.chown(backing, st.st_uid, st.st_gid)
+    os.chmod(backing, st.st_mode & 0o7777)
+
+
+def _remove_if_empty(path: Path) -> bool:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        elif path.is_file() and path.stat().st_size == 0:
+            path.unlink()
+        else:
+            return not path.exists()
+    except OSError:
+        return False
+    return True
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks (field 22 of /proc/PID/stat): a PID and it name one process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[19])
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def netns_list() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _check(argv: Sequence[str], *, input: str | None = None) -> str:
+    done = subprocess.run(list(argv), input=input, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise HostCommandError("the real root", done)
+    return done.stdout
+
