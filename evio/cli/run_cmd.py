@@ -126,7 +126,7 @@ def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
         if any(turn.rest_secret for turn in overlay.nat_traversal.turn):
             log.warning(
                 "overlay %s: this node holds the TURN server's REST secret, so anyone who takes it can mint "
-                "TURN credentials for any user; prefer per-node static credentials (README: Secrets)", overlay.id,
+                "TURN credentials for any user; prefer per-node static credentials (docs/reference.md: Secrets)", overlay.id,
             )
     platform = SystemPlatform(controller_port, rng=random.SystemRandom())
     notifier = Notifier.from_environment()

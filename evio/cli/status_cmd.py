@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
         description="Ask the running daemon (through its control socket) for its overlays, signaling and links.",
     )
     _socket_options(status)
-    status.add_argument("--json", action="store_true", help="the status document as JSON (stable; see the README)")
+    status.add_argument("--json", action="store_true", help="the status document as JSON (stable; see docs/reference.md)")
     status.add_argument("--check", action="store_true",
                         help="exit 1, with one line per problem on stderr, unless every overlay's signaling is "
                         "connected and at least one of its links is up")

@@ -2,7 +2,7 @@
 
 Pure: built from the overlay controller's adjacency, the tunnels' info and
 counters, and the signaling peer table, with `now` passed in. The layout is
-documented in the README ("Status document") and stable: fields are only
+documented in docs/reference.md ("Status document") and stable: fields are only
 ever added. Node ids are 32 hex digits; durations are seconds; RTTs are
 milliseconds; byte and frame counts are totals since the tunnel came up.
 """

@@ -92,7 +92,7 @@ def write_config_dir(directory: Path, node_config: Path, ca_file: Path) -> Path:
 class NodeContainer:
     """`podman run` of the node image in network namespace `netns`; removed on exit, whatever happened.
 
-    The flags are the README's: host networking (here: the node's namespace), NET_ADMIN and NET_RAW,
+    The flags are docs/reference.md's: host networking (here: the node's namespace), NET_ADMIN and NET_RAW,
     /dev/net/tun, config and state as volumes. Open vSwitch runs inside the container, or, given
     `host_ovs` (an OVS run directory: db.sock, pidfiles), is the host's, mounted at /run/openvswitch
     with the host's PID namespace (evio checks that the pidfile's ovs-vswitchd runs) and SYS_PTRACE

@@ -173,9 +173,9 @@ def test_the_mirror_comes_from_one_line_sources_with_options(tmp_path: Path) -> 
 
 
 def test_the_readme_documents_the_run_flags_the_lab_test_uses() -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "reference.md").read_text()
     section = readme.split("## The container image", 1)[1].split("\n## ", 1)[0]
     for flag in ("--network host", "--cap-add NET_ADMIN", "--cap-add NET_RAW", "--device /dev/net/tun",
                  "/etc/evio", "/var/lib/evio", "--pid host", "/run/openvswitch", "EVIO_OVS", "evio status",
                  "docker/build-image"):  # fmt: skip
-        assert flag in section, f"README's container section does not mention {flag}"
+        assert flag in section, f"docs/reference.md container section does not mention {flag}"

@@ -1,0 +1,341 @@
+"""An overlay's members as the server host keeps them: `evio member add|remove|list`.
+
+Per overlay, under ``<state dir>/overlays/<overlay>/``:
+
+    ca.crt, ca.key   the overlay CA (Ed25519): signs node certificates and join tokens
+    members.json     {"version": 1, "pool": "10.254.0.0/16", "members": {name: {...}}}
+
+A member is one XMPP account (``<name>@<domain>``, random password) in the
+roster group named after the overlay, one TURN account of its own, one overlay
+address from the pool that no other member holds, and one node certificate
+naming its node id. `add_member` makes all of these, or, if any step fails,
+undoes the ones it made and leaves the registry as it was; `remove_member`
+takes them away in the order that cuts the member off first (group, then
+account). Every change holds ``<state dir>/.lock``, so two operators cannot
+hand out one address twice.
+
+The XMPP server and coturn are reached through the `Accounts` and
+`RelayAccounts` interfaces (`evio.server.xmpp_admin`, `evio.server.turn_admin`
+in production, fakes in unit tests).
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import ipaddress
+import json
+import re
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from evio.config.address_pool import pool_problem
+from evio.server import token as join_token
+from evio.server.settings import ServerSettings, write_private
+from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
+
+REGISTRY_VERSION = 1
+DEFAULT_POOL = "10.254.0.0/16"
+TOKEN_LIFETIME = datetime.timedelta(hours=24)
+CERT_DAYS = 365
+CA_DAYS = 3650
+# Member names become XMPP localparts and TURN usernames: keep them to what both take unescaped.
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_OVERLAY = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+class MemberError(Exception):
+    """A member command that cannot be done; the message is one line for the operator."""
+
+
+class Accounts(Protocol):
+    """The XMPP server's accounts and roster groups (prosody or ejabberd)."""
+
+    def create_account(self, user: str, password: str) -> None: ...
+
+    def delete_account(self, user: str) -> None: ...
+
+    def add_to_group(self, user: str, group: str) -> None: ...
+
+    def remove_from_group(self, user: str, group: str) -> None: ...
+
+    def online_users(self) -> set[str]: ...
+
+
+class RelayAccounts(Protocol):
+    """coturn's long-term credentials."""
+
+    def add_user(self, user: str, password: str) -> None: ...
+
+    def remove_user(self, user: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    node_id: int
+    address: str  # "10.254.0.2/16"
+    added: str  # ISO 8601, UTC
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node_id": f"{self.node_id:032x}", "address": self.address, "added": self.added}
+
+
+@dataclass
+class Overlay:
+    overlay: str
+    pool: str
+    members: dict[str, Member]
+
+
+def check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise MemberError(
+            f"{name!r} is not a member name: 1 to 32 of a-z 0-9 _ -, starting with a letter or digit"
+            " (it becomes the XMPP account and the TURN user)"
+        )
+
+
+def check_overlay(overlay: str) -> None:
+    if not _OVERLAY.match(overlay):
+        raise MemberError(f"{overlay!r} is not an overlay id: 1 to 32 of A-Z a-z 0-9 _ -")
+
+
+class Registry:
+    """The member files under a state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+
+    def overlay_dir(self, overlay: str) -> Path:
+        return self.state_dir / "overlays" / overlay
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.state_dir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def overlays(self) -> list[str]:
+        root = self.state_dir / "overlays"
+        if not root.is_dir():
+            return []
+        return sorted(p.name for p in root.iterdir() if (p / "members.json").is_file())
+
+    def load(self, overlay: str) -> Overlay | None:
+        path = self.overlay_dir(overlay) / "members.json"
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise MemberError(f"{path}: cannot read: {exc}") from None
+        if not isinstance(raw, dict) or raw.get("version") != REGISTRY_VERSION:
+            raise MemberError(f"{path}: not a version {REGISTRY_VERSION} member registry")
+        try:
+            members = {
+                name: Member(name, int(m["node_id"], 16), str(m["address"]), str(m["added"]))
+                for name, m in raw["members"].items()
+            }
+            return Overlay(overlay, str(raw["pool"]), members)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MemberError(f"{path}: damaged member registry ({exc!r})") from None
+
+    def save(self, record: Overlay) -> None:
+        document = {
+            "version": REGISTRY_VERSION,
+            "pool": record.pool,
+            "members": {name: m.to_json() for name, m in sorted(record.members.items())},
+        }
+        write_private(self.overlay_dir(record.overlay) / "members.json", json.dumps(document, indent=2) + "\n")
+
+    def ca(self, overlay: str) -> tuple[ed25519.Ed25519PrivateKey, x509.Certificate]:
+        directory = self.overlay_dir(overlay)
+        try:
+            key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
+            cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+        except (OSError, ValueError) as exc:
+            raise MemberError(f"cannot load overlay {overlay}'s CA from {directory}: {exc}") from None
+        if not isinstance(key, ed25519.Ed25519PrivateKey):
+            raise MemberError(f"{directory / 'ca.key'}: not an Ed25519 key")
+        return key, cert
+
+    def create_overlay(self, overlay: str, pool: str, now: datetime.datetime) -> Overlay:
+        directory = self.overlay_dir(overlay)
+        key, cert = make_overlay_ca(f"evio overlay {overlay} CA", now, CA_DAYS)
+        write_private(directory / "ca.key", key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))  # fmt: skip
+        write_private(directory / "ca.crt", cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
+        record = Overlay(overlay, pool, {})
+        self.save(record)
+        return record
+
+    def find(self, name: str) -> tuple[str, Member] | None:
+        for overlay in self.overlays():
+            record = self.load(overlay)
+            if record is not None and name in record.members:
+                return overlay, record.members[name]
+        return None
+
+
+def free_address(record: Overlay) -> str:
+    """The lowest host address of the pool that no member holds."""
+    pool = ipaddress.ip_network(record.pool)
+    taken = {ipaddress.ip_interface(m.address).ip for m in record.members.values()}
+    for host in pool.hosts():
+        if host not in taken:
+            return f"{host}/{pool.prefixlen}"
+    raise MemberError(f"overlay {record.overlay}'s pool {record.pool} is full ({len(taken)} members)")
+
+
+def new_node_id(record: Overlay) -> int:
+    taken = {m.node_id for m in record.members.values()}
+    while True:
+        node_id = secrets.randbits(128)
+        if node_id not in taken:
+            return node_id
+
+
+@dataclass(frozen=True)
+class Added:
+    member: Member
+    token: str
+    ca_fingerprint: str
+    created_overlay: bool
+    expires: datetime.datetime
+
+
+def add_member(
+    registry: Registry, settings: ServerSettings, accounts: Accounts, relay: RelayAccounts,
+    overlay: str, name: str, now: datetime.datetime, pool: str | None = None,
+    token_lifetime: datetime.timedelta = TOKEN_LIFETIME,
+) -> Added:  # fmt: skip
+    """Make `name` a member of `overlay` (creating the overlay on first use) and its join token."""
+    check_overlay(overlay)
+    check_name(name)
+    if pool is not None and (problem := pool_problem(pool)) is not None:
+        raise MemberError(f"--pool: {problem}")
+    with registry.locked():
+        existing = registry.find(name)
+        if existing is not None:
+            raise MemberError(
+                f"{name} is already a member of overlay {existing[0]} (names are per server):"
+                f" `evio member remove {name} --overlay {existing[0]}` first, or pick another name"
+            )
+        record = registry.load(overlay)
+        created = record is None
+        if record is None:
+            record = registry.create_overlay(overlay, pool or DEFAULT_POOL, now)
+        elif pool is not None and pool != record.pool:
+            raise MemberError(f"overlay {overlay} already has the pool {record.pool}; leave --pool out")
+        ca_key, ca_cert = registry.ca(overlay)
+        member = Member(name, new_node_id(record), free_address(record), now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        node_key, node_cert = issue_node_certificate(ca_key, ca_cert, [overlay], member.node_id, now, CERT_DAYS)
+        xmpp_password, turn_password = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        xmpp_ca = _read_ca(settings)  # before any account exists: nothing to undo if it is missing
+        undo: list[Any] = []
+        try:
+            accounts.create_account(name, xmpp_password)
+            undo.append(lambda: accounts.delete_account(name))
+            relay.add_user(name, turn_password)
+            undo.append(lambda: relay.remove_user(name))
+            record.members[name] = member
+            registry.save(record)
+            undo.append(lambda: _forget(registry, overlay, name))
+            # Last: from here on the running members see the new one (a live roster push).
+            accounts.add_to_group(name, overlay)
+        except Exception:
+            for step in reversed(undo):
+                try:
+                    step()
+                except Exception:  # noqa: BLE001 - undoing as much as possible; the first error is what counts
+                    pass
+            raise
+        expires = now + token_lifetime
+        server = settings.address
+        token = join_token.JoinToken(
+            overlay=overlay, node_name=name, node_id=member.node_id, address=member.address,
+            xmpp_server=server, xmpp_port=settings.xmpp_port, jid=f"{name}@{settings.domain}",
+            xmpp_password=xmpp_password, xmpp_ca_pem=xmpp_ca,
+            stun=(_host_port(server, settings.turn_port),), turn_server=_host_port(server, settings.turn_port),
+            turn_username=name, turn_password=turn_password,
+            ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM).decode(),
+            cert_pem=node_cert.public_bytes(serialization.Encoding.PEM).decode(),
+            key_pem=node_key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ).decode(),
+            expires=expires,
+        )  # fmt: skip
+        encoded = join_token.encode(token, ca_key)
+        return Added(member, encoded, join_token.ca_fingerprint(token.ca_pem), created, expires)
+
+
+def _forget(registry: Registry, overlay: str, name: str) -> None:
+    record = registry.load(overlay)
+    if record is not None and record.members.pop(name, None) is not None:
+        registry.save(record)
+
+
+def remove_member(registry: Registry, accounts: Accounts, relay: RelayAccounts, overlay: str, name: str) -> Member:
+    """Cut `name` off `overlay`: out of the group (live), account and TURN user deleted, address freed."""
+    check_overlay(overlay)
+    check_name(name)
+    with registry.locked():
+        record = registry.load(overlay)
+        if record is None:
+            raise MemberError(f"no overlay {overlay} on this server (evio member list shows them)")
+        member = record.members.get(name)
+        if member is None:
+            raise MemberError(f"{name} is not a member of overlay {overlay}")
+        accounts.remove_from_group(name, overlay)
+        accounts.delete_account(name)
+        relay.remove_user(name)
+        del record.members[name]
+        registry.save(record)
+        return member
+
+
+@dataclass(frozen=True)
+class Listed:
+    overlay: str
+    pool: str
+    member: Member
+    online: bool
+
+
+def list_members(registry: Registry, accounts: Accounts | None, overlay: str | None = None) -> list[Listed]:
+    online = accounts.online_users() if accounts is not None else set()
+    overlays = [overlay] if overlay is not None else registry.overlays()
+    rows = []
+    for ov in overlays:
+        record = registry.load(ov)
+        if record is None:
+            raise MemberError(f"no overlay {ov} on this server")
+        for name in sorted(record.members):
+            rows.append(Listed(ov, record.pool, record.members[name], name in online))
+    return rows
+
+
+def _read_ca(settings: ServerSettings) -> str:
+    try:
+        return Path(settings.xmpp_tls_ca).read_text()
+    except OSError as exc:
+        raise MemberError(
+            f"cannot read the XMPP server's TLS CA {settings.xmpp_tls_ca} ({exc.strerror}): run `evio server init`"
+        ) from None
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
