@@ -8,6 +8,7 @@ state directory is root's, mode 0700: it holds the overlays' CA keys.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -92,7 +93,20 @@ def write_private(path: Path, text: str | bytes, mode: int = 0o600) -> None:
         os.fchmod(fd, mode)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno != errno.EBUSY:
+            raise
+        # `path` is a mount point (a file bind-mounted into a container): it cannot be replaced, only
+        # rewritten in place, which is not atomic but is all such a file allows.
+        os.unlink(tmp)
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, data)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
 
 
 def as_dict(settings: ServerSettings) -> dict[str, Any]:

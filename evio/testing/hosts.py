@@ -73,7 +73,7 @@ HOST_PATHS: tuple[HostPath, ...] = (
     HostPath("/var/log", "skeleton"),
     HostPath("/var/tmp"),  # coturn falls back to /var/tmp for its log; units have PrivateTmp
     HostPath("/run/systemd"),  # empty: tools see no systemd (no /run/systemd/system)
-    HostPath("/root"),  # the operator's working directory: files it writes there stay on this host
+    # Not /root: the interpreter under test may live there (pyenv), and an empty one would hide it.
     HostPath("/etc/hosts", "copy", is_file=True),
     HostPath("/etc/hostname", is_file=True),
 )
