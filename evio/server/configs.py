@@ -219,6 +219,7 @@ def ejabberd_config(
         '    what: "*"',
         "",
         "# roster and shared_roster: the membership; admin_extra: the srg_* and kick commands.",
+        "# No mod_stream_mgmt: a vanished member would stay present (resumable) for minutes.",
         "modules:",
         "  mod_admin_extra: {}",
         "  mod_disco: {}",
@@ -226,7 +227,6 @@ def ejabberd_config(
         "  mod_roster:",
         "    versioning: false",
         "  mod_shared_roster: {}",
-        "  mod_stream_mgmt: {}",
         "",
     ])  # fmt: skip
 
