@@ -20,7 +20,9 @@ mod_shared_roster), one group per overlay, not by MUC rooms. Why:
   account deleted on the server unsubscribes from its contacts, whose roster
   items change at once (a live push). Group changes are not pushed by prosody's
   mod_groups (the roster of an online session is cached, a re-fetch returns
-  the same), so membership is reconciled at every login, and when the overlay
+  the same); `evio member add|remove` push them into online sessions through
+  prosody's admin shell (`evio.server.xmpp_admin`). For a group edited by
+  other means, membership is reconciled at every login, and when the overlay
   asks (`check_membership`: a linked peer left and did not come back) this
   client logs in again at once, at most once per ``membership_check_interval``.
 * *Server restart.* Groups are server config; on reconnect the initial
