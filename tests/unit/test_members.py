@@ -15,45 +15,9 @@ from evio.server import token as join_token
 from evio.server.join import config_document, node_files
 from evio.server.members import MemberError, Registry, add_member, list_members, remove_member
 from evio.server.settings import ServerSettings
+from evio.testing.fake_server import FakeAccounts, FakeRelay
 
 NOW = datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.UTC)
-
-
-class FakeAccounts:
-    def __init__(self) -> None:
-        self.accounts: dict[str, str] = {}
-        self.groups: dict[str, set[str]] = {}
-        self.online: set[str] = set()
-        self.fail_group = False
-
-    def create_account(self, user: str, password: str) -> None:
-        assert user not in self.accounts
-        self.accounts[user] = password
-
-    def delete_account(self, user: str) -> None:
-        del self.accounts[user]
-
-    def add_to_group(self, user: str, group: str) -> None:
-        if self.fail_group:
-            raise RuntimeError("the server said no")
-        self.groups.setdefault(group, set()).add(user)
-
-    def remove_from_group(self, user: str, group: str) -> None:
-        self.groups[group].discard(user)
-
-    def online_users(self) -> set[str]:
-        return set(self.online)
-
-
-class FakeRelay:
-    def __init__(self) -> None:
-        self.users: dict[str, str] = {}
-
-    def add_user(self, user: str, password: str) -> None:
-        self.users[user] = password
-
-    def remove_user(self, user: str) -> None:
-        del self.users[user]
 
 
 @pytest.fixture
