@@ -91,6 +91,7 @@ log = logging.getLogger(__name__)
 
 # Marks the unicast flows evio installs, so deletes and stats never touch the base flows.
 EVIO_COOKIE = 0xE710_0001
+EVIO_COOKIE_MASK = 0xFFFF_FFFF  # the bits that say "evio's"; the ones above may say more of a flow
 ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
 
 

@@ -7,14 +7,17 @@ OpenFlow 1.3 messages of them, which are serialized to bytes as for the wire.
 parser and does what they say, as Open vSwitch would in table 0:
 
 - OFPFlowMod ADD: an entry (priority, match fields, apply-actions outputs,
-  idle timeout, cookie, flags) replacing one with the same match and priority;
+  idle and hard timeouts, cookie, flags) replacing one with the same match
+  and priority (the replacement's timeouts start again, as in OVS);
   DELETE: every entry whose match has the delete's fields, filtered by
   out_port and cookie/cookie_mask; anything else the daemon never sends is an
   error here.
 - OFPPacketOut: the frame leaves by its output actions.
 - A frame entering a port goes by the highest-priority matching entry's
   actions (a miss with no table-miss entry drops it), counting its packets
-  and bytes; idle entries time out.
+  and bytes; idle entries time out, and every entry at its hard timeout.
+  Entries are indexed by (priority, match), so tables of 10^4-10^5 flows
+  (a hostile port's, tests/unit/test_sdn_port_bounds.py) stay quick.
 - Entries with OFPFF_SEND_FLOW_REM that go (timeout or delete) become
   OFPFlowRemoved messages, encoded here and parsed by os-ken for the
   controller side (`evio.sdn.ofapp.removed_flow_match`); flow stats go
@@ -38,8 +41,15 @@ from typing import Any
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
-from evio.sdn.flow_actions import DeleteFlowsToMac, FlowAction, FlowMatch
-from evio.sdn.ofapp import EVIO_COOKIE, base_flows, flow_byte_counts, removed_flow_match, to_ofp_messages
+from evio.sdn.flow_actions import UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
+from evio.sdn.ofapp import (
+    EVIO_COOKIE,
+    EVIO_COOKIE_MASK,
+    base_flows,
+    flow_byte_counts,
+    removed_flow_match,
+    to_ofp_messages,
+)
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
 
 ofp = ofproto_v1_3
@@ -99,11 +109,13 @@ class FakeFlow:
     last_used: float
     packets: int = 0
     bytes: int = 0
+    hard_timeout: int = 0
+    installed: float = 0.0
 
     @property
     def is_unicast(self) -> bool:
         """One of evio's learned flows `(in_port, eth_src, eth_dst) -> out_port`."""
-        return self.cookie == EVIO_COOKIE and set(self.fields) == _UNICAST_FIELDS and len(self.outputs) == 1
+        return self.cookie & EVIO_COOKIE_MASK == EVIO_COOKIE and set(self.fields) == _UNICAST_FIELDS and len(self.outputs) == 1
 
     @property
     def match(self) -> FlowMatch:
@@ -136,7 +148,7 @@ class FakeFlowTable:
 
     def __init__(self, codec: CodecDatapath | None = None) -> None:
         self.codec = codec or CodecDatapath()
-        self.entries: list[FakeFlow] = []
+        self._entries: dict[tuple[int, frozenset[tuple[str, Any]]], FakeFlow] = {}  # (priority, match) -> entry
         self.notices: list[bytes] = []  # encoded OFPFlowRemoved messages not yet read by the controller
 
     # ---------------------------------------------------------------- from the controller
@@ -157,21 +169,19 @@ class FakeFlowTable:
             if msg.table_id != 0:
                 raise FakeFlowTableError(f"flow added to table {msg.table_id}: only table 0 exists")
             flow = FakeFlow(msg.priority, fields, _outputs(msg.instructions), msg.idle_timeout, msg.cookie,
-                            msg.flags, now)
-            for i, old in enumerate(self.entries):
-                if old.priority == flow.priority and old.fields == flow.fields:
-                    if not flow.flags & ofp.OFPFF_RESET_COUNTS:
-                        flow.packets, flow.bytes = old.packets, old.bytes
-                    self.entries[i] = flow
-                    return
-            self.entries.append(flow)
+                            msg.flags, now, hard_timeout=msg.hard_timeout, installed=now)
+            key = _key(flow.priority, fields)
+            old = self._entries.get(key)
+            if old is not None and not flow.flags & ofp.OFPFF_RESET_COUNTS:
+                flow.packets, flow.bytes = old.packets, old.bytes
+            self._entries[key] = flow
         elif msg.command == ofp.OFPFC_DELETE:
             if msg.table_id not in (0, ofp.OFPTT_ALL):
                 return  # a table that has no entries
             if any(isinstance(v, tuple) for v in fields.values()):
                 raise FakeFlowTableError("masked fields in a delete are not modelled")
             gone = [
-                f for f in self.entries
+                f for f in self._entries.values()
                 if all(f.fields.get(k) == v for k, v in fields.items())
                 and (msg.out_port == ofp.OFPP_ANY or f.outputs_to(_port(msg.out_port)))
                 and f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask
@@ -196,12 +206,23 @@ class FakeFlowTable:
 
     # ---------------------------------------------------------------- the datapath
 
+    @property
+    def entries(self) -> list[FakeFlow]:
+        return list(self._entries.values())
+
     def lookup(self, in_port: int, frame: bytes, now: float) -> list[int]:
         """Where `frame` entering `in_port` goes (CONTROLLER: a packet-in); [] if dropped."""
         packet = _packet_fields(in_port, frame)
         best: FakeFlow | None = None
-        for flow in self.entries:
+        for flow in self._entries.values():
+            if flow.is_unicast:
+                continue  # found by the index below
             if (best is None or flow.priority > best.priority) and flow.matches(packet):
+                best = flow
+        if "eth_src" in packet:
+            unicast = {k: packet[k] for k in _UNICAST_FIELDS}
+            flow = self._entries.get(_key(UNICAST_PRIORITY, unicast))
+            if flow is not None and flow.is_unicast and (best is None or flow.priority > best.priority):
                 best = flow
         if best is None:
             return []  # a miss with no table-miss entry: dropped
@@ -211,10 +232,12 @@ class FakeFlowTable:
         return list(best.outputs)
 
     def expire(self, now: float) -> list[FakeFlow]:
-        """Remove entries idle for their timeout, as the switch would; return them."""
-        gone = [f for f in self.entries if f.idle_timeout and now - f.last_used >= f.idle_timeout]
-        self._remove(gone, ofp.OFPRR_IDLE_TIMEOUT, now)
-        return gone
+        """Remove entries idle for their timeout or at their hard timeout, as the switch would; return them."""
+        idle = [f for f in self._entries.values() if f.idle_timeout and now - f.last_used >= f.idle_timeout]
+        self._remove(idle, ofp.OFPRR_IDLE_TIMEOUT, now)
+        hard = [f for f in self._entries.values() if f.hard_timeout and now - f.installed >= f.hard_timeout]
+        self._remove(hard, ofp.OFPRR_HARD_TIMEOUT, now)
+        return idle + hard
 
     def take_notices(self) -> list[bytes]:
         """The OFPFlowRemoved messages sent since the last call."""
@@ -223,7 +246,7 @@ class FakeFlowTable:
 
     def _remove(self, gone: list[FakeFlow], reason: int, now: float) -> None:
         for flow in gone:
-            self.entries.remove(flow)
+            del self._entries[_key(flow.priority, flow.fields)]
             if flow.flags & ofp.OFPFF_SEND_FLOW_REM:
                 self.notices.append(self._flow_removed(flow, reason, now))
 
@@ -231,7 +254,7 @@ class FakeFlowTable:
         match = parser.OFPMatch(**flow.fields)
         body = bytearray(struct.pack(
             ofp.OFP_FLOW_REMOVED_PACK_STR0, flow.cookie, flow.priority, reason, 0, 0, 0,
-            flow.idle_timeout, 0, flow.packets, flow.bytes,
+            flow.idle_timeout, flow.hard_timeout, flow.packets, flow.bytes,
         ))
         match_at = ofp.OFP_HEADER_SIZE + len(body)
         buf = bytearray(ofp.OFP_HEADER_SIZE) + body
@@ -250,7 +273,7 @@ class FakeFlowTable:
     def flow_stats(self) -> list[Any]:
         """What a flow stats reply would carry, one OFPFlowStats per entry."""
         return [
-            parser.OFPFlowStats(0, 0, 0, f.priority, f.idle_timeout, 0, f.flags, f.cookie, f.packets, f.bytes,
+            parser.OFPFlowStats(0, 0, 0, f.priority, f.idle_timeout, f.hard_timeout, f.flags, f.cookie, f.packets, f.bytes,
                                 parser.OFPMatch(**f.fields), [])
             for f in self.entries
         ]
@@ -261,6 +284,10 @@ class FakeFlowTable:
 
     def flows_of_port(self, port: int) -> list[FakeFlow]:
         return [f for f in self.flows.values() if f.match.in_port == port or f.out_port == port]
+
+
+def _key(priority: int, fields: dict[str, Any]) -> tuple[int, frozenset[tuple[str, Any]]]:
+    return priority, frozenset(fields.items())
 
 
 def _port(no: int) -> int:
@@ -325,8 +352,9 @@ class FakeNetwork:
 
     max_events = 1_000_000  # a forwarding loop trips this instead of hanging the test
 
-    def __init__(self, flow_idle_timeout: int = 30, reverse_copies: bool = True) -> None:
+    def __init__(self, flow_idle_timeout: int = 30, reverse_copies: bool = True, max_macs: int | None = None) -> None:
         self.reverse_copies = reverse_copies
+        self.max_macs = max_macs  # the switches' learning table size (None: the default)
         self.nodes: dict[int, FakeNode] = {}
         self.tunnels: dict[tuple[int, int], tuple[int, int]] = {}  # (node, port) -> (peer node, peer port)
         self.flow_idle_timeout = flow_idle_timeout
@@ -337,7 +365,8 @@ class FakeNetwork:
         """A switch with its internal (leaf) port as port 1, whose MAC is `local_mac`."""
         mac = local_mac if local_mac is not None else _mac_for(node_id, 0xFE)
         switch = BoundedFloodSwitch(node_id, _mac_for(node_id, 0x02), self.flow_idle_timeout,
-                                    reverse_copies=self.reverse_copies)
+                                    reverse_copies=self.reverse_copies,
+                                    **({} if self.max_macs is None else {"max_macs": self.max_macs}))
         node = FakeNode(node_id, switch, FakeFlowTable(CodecDatapath(node_id)))
         self.nodes[node_id] = node
         for msg in base_flows(node.table.codec):  # what the adapter installs when the switch connects
@@ -382,6 +411,11 @@ class FakeNetwork:
     def inject(self, node_id: int, port: int, frame: bytes) -> None:
         """A host on leaf `port` of `node_id` sends `frame`; run until nothing is in flight."""
         self._run(deque([(node_id, port, frame)]))
+
+    def from_neighbour(self, node_id: int, neighbour: int, frame: bytes) -> None:
+        """`frame` arrives at `node_id` over its tunnel from `neighbour` (a hostile member's forgeries, say);
+        run until nothing is in flight."""
+        self._run(deque([(node_id, self.port_towards(node_id, neighbour), frame)]))
 
     def forget(self, node_id: int, mac: str) -> None:
         """`node_id`'s switch forgets `mac` and the flows towards it, as if its entry aged out there alone."""
