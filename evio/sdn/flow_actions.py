@@ -36,12 +36,21 @@ class PacketOut:
 
 @dataclass(frozen=True)
 class AddFlow:
-    """Install `match -> output:out_port`, removed by the switch after `idle_timeout` s idle."""
+    """Install `match -> output:out_port`, removed by the switch after `idle_timeout` s idle, and
+    `hard_timeout` s after it was installed however busy (0: never)."""
 
     match: FlowMatch
     out_port: int
     idle_timeout: int
     priority: int = UNICAST_PRIORITY
+    hard_timeout: int = 0
+
+
+@dataclass(frozen=True)
+class DeleteFlow:
+    """Delete the one evio flow with this match (its port had too many)."""
+
+    match: FlowMatch
 
 
 @dataclass(frozen=True)
@@ -58,4 +67,11 @@ class DeleteFlowsToMac:
     mac: str
 
 
-FlowAction = PacketOut | AddFlow | DeleteFlowsOfPort | DeleteFlowsToMac
+@dataclass(frozen=True)
+class DeleteFlowsFromMac:
+    """Delete every evio flow whose `eth_src` is `mac` (the MAC was evicted or expired)."""
+
+    mac: str
+
+
+FlowAction = PacketOut | AddFlow | DeleteFlow | DeleteFlowsOfPort | DeleteFlowsToMac | DeleteFlowsFromMac

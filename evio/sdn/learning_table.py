@@ -35,10 +35,13 @@ Adjacent peers are not trusted with this table:
   switch uses for a broadcast the host sends from its new place after it
   really moved (a migrated VM's gratuitous ARP); the host's next local frame
   moves it back if that broadcast was forged;
+- each port holds at most ``max_per_port`` MACs (a quarter of the table
+  by default): a MAC new to a full port evicts that port's least recently
+  seen one, so a peer sending from invented addresses churns only its own
+  share and never evicts what other ports taught (issue 21, H3);
 - the table holds at most ``max_entries`` MACs; when full, the least
-  recently seen entry learned from a tunnel makes room (entries learned
-  locally only for other local ones), so a peer sending from random
-  addresses evicts only what peers taught, never the pins.
+  recently seen entry of the port holding most makes room (a remote MAC
+  never evicts a local one), so the pins stay and the biggest user pays.
 """
 
 from __future__ import annotations
@@ -111,7 +114,7 @@ class Announced:
 class LearningTable:
     def __init__(
         self, max_age: float, max_entries: int = MAX_ENTRIES, path_hold: float = PATH_HOLD,
-        unicast_hold: float = UNICAST_HOLD,
+        unicast_hold: float = UNICAST_HOLD, max_per_port: int | None = None,
     ) -> None:
         if not max_age > 0:
             raise ValueError(f"max_age must be positive, got {max_age}")
@@ -121,11 +124,12 @@ class LearningTable:
         self.path_hold = min(path_hold, max_age)
         self.unicast_hold = min(unicast_hold, self.path_hold)
         self.max_entries = max_entries
+        self.max_per_port = max_per_port if max_per_port is not None else max(1, max_entries // 4)
+        if self.max_per_port < 1:
+            raise ValueError(f"max_per_port must be at least 1, got {max_per_port}")
         self._entries: dict[str, LearnedMac] = {}
-        # Recency orders (least recently seen first), one per kind: eviction takes remote ones first.
-        self._lru_remote: dict[str, None] = {}
-        self._lru_local: dict[str, None] = {}
-        self._by_port: dict[int, set[str]] = {}
+        # Each port's MACs in recency order (least recently seen first): eviction takes from the front.
+        self._by_port: dict[int, dict[str, None]] = {}
         self._by_root: dict[int, set[str]] = {}
 
     def __len__(self) -> int:
@@ -184,7 +188,7 @@ class LearningTable:
                 return Learned(mac, Change.HELD, old, None)  # a packet-in says nothing of where the host is
             held = LearnedMac(old.port, old.root, now, old.local, old.hops, old.hops_seen)
             self._entries[mac] = held
-            self._touch(mac, held.local)
+            self._touch(mac, held.port)
             return Learned(mac, Change.HELD, held, None)
         hops_seen = now
         if old is not None and port == old.port:
@@ -194,23 +198,29 @@ class LearningTable:
                     hops > old.hops and now - old.hops_seen < self.path_hold)):
                 hops, hops_seen = old.hops, old.hops_seen  # unmeasured, or the longer of two ways by this port
         entry = LearnedMac(port, root, now, local, hops, hops_seen if hops is not None else 0.0)
-        evicted: tuple[str, ...] = ()
+        evicted: list[str] = []
+        if old is None or old.port != port:
+            share = self._by_port.get(port, {})
+            if len(share) >= self.max_per_port:
+                victim = next(iter(share))  # the port's own least recently seen: it churns only its share
+                self._remove(victim)
+                evicted.append(victim)
         if old is None and len(self._entries) >= self.max_entries:
-            victim = self._victim(local)
-            if victim is None:
-                return Learned(mac, Change.REFUSED, entry, None)  # full of pins, and this one is remote
-            self._remove(victim)
-            evicted = (victim,)
+            victim_or_none = self._victim(local)
+            if victim_or_none is None:
+                return Learned(mac, Change.REFUSED, entry, None, tuple(evicted))  # full of pins, this one remote
+            self._remove(victim_or_none)
+            evicted.append(victim_or_none)
         self._entries[mac] = entry
-        self._touch(mac, local)
         if old is None:
             self._index(mac, entry)
-            return Learned(mac, Change.NEW, entry, None, evicted)
+            return Learned(mac, Change.NEW, entry, None, tuple(evicted))
         if old.port == port and old.root == root:
+            self._touch(mac, port)
             return Learned(mac, Change.REFRESHED, entry, None)
         self._unindex(mac, old)
         self._index(mac, entry)
-        return Learned(mac, Change.MOVED, entry, old)
+        return Learned(mac, Change.MOVED, entry, old, tuple(evicted))
 
     def _holds(self, old: LearnedMac, port: int, root: int | None, hops: int | None, now: float) -> bool:
         """Whether `old`, a confirmed path by another port, stays against this (longer or unmeasured) way."""
@@ -221,16 +231,23 @@ class LearningTable:
         return root == old.root and hops is not None and hops >= old.hops
 
     def _victim(self, local: bool) -> str | None:
-        """The entry to evict for a new one: the least recently seen remote one, else (for a local) a local one."""
-        for order in (self._lru_remote, self._lru_local) if local else (self._lru_remote,):
-            for mac in order:
-                return mac
-        return None
+        """The entry to evict for a new one: the least recently seen of the port holding most (a remote
+        newcomer evicts only remote entries: a leaf port's are pinned)."""
+        best: tuple[int, float, str] | None = None
+        for macs in self._by_port.values():
+            mac = next(iter(macs))  # a port's entries are all of one kind (leaf or tunnel)
+            entry = self._entries[mac]
+            if local or not entry.local:
+                key = (-len(macs), entry.last_seen, mac)
+                if best is None or key < best:
+                    best = key
+        return best[2] if best is not None else None
 
-    def _touch(self, mac: str, local: bool) -> None:
-        self._lru_remote.pop(mac, None)
-        self._lru_local.pop(mac, None)
-        (self._lru_local if local else self._lru_remote)[mac] = None
+    def _touch(self, mac: str, port: int) -> None:
+        """`mac`, on `port`, is its port's most recently seen."""
+        macs = self._by_port[port]
+        del macs[mac]
+        macs[mac] = None
 
     def announce(self, root: int, macs: Iterable[str], port: int, now: float) -> Announced:
         """Apply a leaf announcement from adjacent switch `root` received on `port`.
@@ -270,17 +287,19 @@ class LearningTable:
         entry = self._entries.pop(mac, None)
         if entry is not None:
             self._unindex(mac, entry)
-            self._lru_remote.pop(mac, None)
-            self._lru_local.pop(mac, None)
         return entry
 
     def _index(self, mac: str, entry: LearnedMac) -> None:
-        self._by_port.setdefault(entry.port, set()).add(mac)
+        self._by_port.setdefault(entry.port, {})[mac] = None
         if entry.root is not None:
             self._by_root.setdefault(entry.root, set()).add(mac)
 
     def _unindex(self, mac: str, entry: LearnedMac) -> None:
-        _discard(self._by_port, entry.port, mac)
+        macs = self._by_port.get(entry.port)
+        if macs is not None:
+            macs.pop(mac, None)
+            if not macs:
+                del self._by_port[entry.port]
         if entry.root is not None:
             _discard(self._by_root, entry.root, mac)
 

@@ -68,6 +68,8 @@ from evio.sdn.flow_actions import (
     FRB_TO_CONTROLLER_PRIORITY,
     TABLE_MISS_PRIORITY,
     AddFlow,
+    DeleteFlow,
+    DeleteFlowsFromMac,
     DeleteFlowsOfPort,
     DeleteFlowsToMac,
     FlowAction,
@@ -131,20 +133,28 @@ def to_ofp_messages(datapath: Any, action: FlowAction) -> list[Any]:
         match = parser.OFPMatch(in_port=m.in_port, eth_src=m.eth_src, eth_dst=m.eth_dst)
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(action.out_port)])]
         return [parser.OFPFlowMod(datapath, cookie=EVIO_COOKIE, command=ofp.OFPFC_ADD,
-                                  idle_timeout=action.idle_timeout, priority=action.priority,
+                                  idle_timeout=action.idle_timeout, hard_timeout=action.hard_timeout,
+                                  priority=action.priority,
                                   flags=ofp.OFPFF_SEND_FLOW_REM, match=match, instructions=inst)]
     if isinstance(action, DeleteFlowsOfPort):
         # Two deletes: flows entering by the port, and flows leaving through it.
-        common = dict(cookie=EVIO_COOKIE, cookie_mask=ALL_BITS, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
+        common = dict(cookie=EVIO_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
                       out_group=ofp.OFPG_ANY)
         return [
             parser.OFPFlowMod(datapath, out_port=ofp.OFPP_ANY, match=parser.OFPMatch(in_port=action.port), **common),
             parser.OFPFlowMod(datapath, out_port=action.port, match=parser.OFPMatch(), **common),
         ]
-    if isinstance(action, DeleteFlowsToMac):
-        return [parser.OFPFlowMod(datapath, cookie=EVIO_COOKIE, cookie_mask=ALL_BITS, table_id=ofp.OFPTT_ALL,
+    if isinstance(action, DeleteFlowsToMac | DeleteFlowsFromMac | DeleteFlow):
+        if isinstance(action, DeleteFlowsToMac):
+            match = parser.OFPMatch(eth_dst=action.mac)
+        elif isinstance(action, DeleteFlowsFromMac):
+            match = parser.OFPMatch(eth_src=action.mac)
+        else:  # the one flow: a delete by its whole match takes nothing wider (evio's flows all match these)
+            m = action.match
+            match = parser.OFPMatch(in_port=m.in_port, eth_src=m.eth_src, eth_dst=m.eth_dst)
+        return [parser.OFPFlowMod(datapath, cookie=EVIO_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=ofp.OFPTT_ALL,
                                   command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                                  match=parser.OFPMatch(eth_dst=action.mac))]
+                                  match=match)]
     raise TypeError(f"not a flow action: {action!r}")
 
 

@@ -27,6 +27,13 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   the node that sent it) is forwarded within its bound but neither delivered
   nor learned, so it never moves a local MAC onto a peer port.
 - A peer port that goes away takes its flows and learned MACs with it.
+- Bounded per port (issue 21, H3; docs/design.md, "A switch bounded per port"):
+  the flows installed on behalf of a port (those entering by it) are at most
+  `max_flows_per_port`, its oldest deleted to make room (`flow_book.py`);
+  every flow has a hard timeout, so one the switch keeps busy without asking
+  is still installed again now and then; a port's learned MACs are at most a
+  share of the table (`learning_table.py`); a MAC that is evicted or expires
+  takes the flows *from* it along with those *to* it.
 - Malformed FRBs and frames that make no sense are dropped and counted.
 - A frame this switch sends itself (PacketOut) must fit a tunnel TAP,
   `tunnel_mtu + 14` bytes, or that less the FRB (49 bytes) when it is flooded:
@@ -57,6 +64,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -65,7 +73,17 @@ from evio.ratelimit import PeerRateLimiter, Rate
 from evio.sdn import frb, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import forward_bounds, reverse_forward_bounds, reverse_root_bounds, root_bounds
-from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowAction, FlowMatch, PacketOut
+from evio.sdn.flow_actions import (
+    AddFlow,
+    DeleteFlow,
+    DeleteFlowsFromMac,
+    DeleteFlowsOfPort,
+    DeleteFlowsToMac,
+    FlowAction,
+    FlowMatch,
+    PacketOut,
+)
+from evio.sdn.flow_book import FlowBook
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 
 log = logging.getLogger(__name__)
@@ -78,6 +96,14 @@ BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malfo
 # all, so one port (one peer, one local storm) may take a fraction and never all of it.
 PACKET_IN_RATE = 1000.0
 PACKET_IN_BURST = 2000
+# Unicast flows installed on behalf of one port (entering by it). A busy host talks to a few hundred
+# others; a port past this is inventing pairs, and only its own oldest flows make room. With the
+# learning table's per-port share (2048 MACs) this bounds what one member can put in the table.
+MAX_FLOWS_PER_PORT = 4096
+# However busy, a flow is installed again after this long (one packet-in): a flow the switch
+# refreshes without asking would otherwise outlive the MAC it was installed for. As long as a MAC's
+# max age, so a busy flow's packet-in refreshes its source before the MAC could expire.
+FLOW_HARD_TIMEOUT = 300
 # A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.mtu); the node passes its own.
 DEFAULT_TUNNEL_MTU = 1428
 
@@ -179,6 +205,8 @@ class BoundedFloodSwitch:
         packet_in_burst: int = PACKET_IN_BURST,
         tunnel_mtu: int = DEFAULT_TUNNEL_MTU,
         reverse_copies: bool = True,
+        max_flows_per_port: int = MAX_FLOWS_PER_PORT,
+        flow_hard_timeout: int = FLOW_HARD_TIMEOUT,
     ) -> None:
         self.node_id = node_id
         self.reverse_copies = reverse_copies  # off: one flood orientation only (benchmarks/learned_paths.py)
@@ -187,6 +215,9 @@ class BoundedFloodSwitch:
         self.max_flooded_frame_len = self.max_frame_len - frb.FRB_MIN_FRAME_LEN  # its own Ethernet header too
         self.switch_mac = switch_mac  # source of the one-hop FRBs (leaf announcements, link checks)
         self.flow_idle_timeout = flow_idle_timeout
+        self.flow_hard_timeout = flow_hard_timeout
+        self.flows = FlowBook(max_flows_per_port)  # what this switch installed, capped per port
+        self.flows_evicted = 0  # flows deleted because their port had too many
         self.unicast_floods_not_learned = 0  # flooded unicast frames that moved no known MAC
         self.longer_paths_held = 0  # a longer way to a MAC's root (or a packet-in) left its shorter path in place
         self.hop_counts_raised = 0  # copies from a non-root peer claiming fewer than 2 hops
@@ -242,7 +273,7 @@ class BoundedFloodSwitch:
         log.info("port removed port=%s name=%s forgot=%d", port_no, port.name, len(forgotten))
         # DeleteFlowsOfPort also removes the flows that output to the port,
         # so nothing still leads to the forgotten MACs.
-        return [DeleteFlowsOfPort(port_no)]
+        return self._booked([DeleteFlowsOfPort(port_no)])
 
     def _leaf_announce(self, port: SwitchPort) -> list[FlowAction]:
         # Stale MACs not yet expired are announced too: harmless, they age out at the peer as here.
@@ -269,6 +300,9 @@ class BoundedFloodSwitch:
 
     def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
         """A frame the bridge had no flow for (or an FRB, which always comes here)."""
+        return self._booked(self._packet_in(in_port, data, now))
+
+    def _packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
         self.counters.packet_ins += 1
         port = self.ports.get(in_port)
         if port is None:
@@ -336,7 +370,10 @@ class BoundedFloodSwitch:
         # The frames first: the switch handles messages in order, so a PacketOut sent after the
         # FlowMod would wait for the flow's install; the frames need no flow to leave.
         outs: list[FlowAction] = [PacketOut(out_port, frame) for frame in self._fit(data, self.max_frame_len)]
-        return outs + [AddFlow(match, out_port, self.flow_idle_timeout)]
+        evicted = self.flows.add(match, out_port)  # its port's oldest, if it had its fill
+        self.flows_evicted += len(evicted)
+        outs += [DeleteFlow(old) for old in evicted]
+        return outs + [AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout)]
 
     def _fit(self, data: bytes, max_len: int) -> list[bytes]:
         """`data` as frames of at most `max_len` bytes: itself, its TCP segments, or none (counted)."""
@@ -369,7 +406,7 @@ class BoundedFloodSwitch:
         if learned.change is Change.HELD:
             self.longer_paths_held += 1
             return []
-        actions: list[FlowAction] = [DeleteFlowsToMac(mac) for mac in learned.evicted]
+        actions: list[FlowAction] = _flows_of_macs(learned.evicted)
         if learned.change is Change.MOVED and learned.previous is not None and learned.previous.port != port:
             log.info("mac moved mac=%s from_port=%s port=%s", learned.mac, learned.previous.port, port)
             actions.append(DeleteFlowsToMac(learned.mac))
@@ -455,10 +492,10 @@ class BoundedFloodSwitch:
                 if learned.change is Change.REFUSED:
                     self.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
                     continue
-                actions += [DeleteFlowsToMac(mac) for mac in learned.evicted]
+                actions += _flows_of_macs(learned.evicted)
                 if learned.change is Change.MOVED and learned.previous is not None:
                     actions.append(DeleteFlowsToMac(learned.mac))
-            actions += [DeleteFlowsToMac(mac) for mac in announced.withdrawn]
+            actions += _flows_of_macs(announced.withdrawn)
             log.debug("leaf announcement port=%s root=%s macs=%d changes=%s", port.port_no,
                       format_node_id(h.root_nid), len(leaves), [item.change.value for item in announced.learned])
             if port.port_no not in self._announced_by:
@@ -556,10 +593,30 @@ class BoundedFloodSwitch:
     # ------------------------------------------------------------------ housekeeping
 
     def flow_removed(self, match: FlowMatch) -> list[FlowAction]:
-        """The switch dropped a flow (idle timeout); nothing to redo: the next frame comes here."""
+        """The switch dropped a flow (idle or hard timeout); nothing to redo: the next frame comes here."""
         log.debug("flow removed in_port=%s src=%s dst=%s", match.in_port, match.eth_src, match.eth_dst)
+        self.flows.discard(match)
         return []
 
     def expire(self, now: float) -> list[FlowAction]:
-        """Forget MACs not seen for the table's max age, and the flows towards them."""
-        return [DeleteFlowsToMac(mac) for mac, _ in self.learning.expire(now)]
+        """Forget MACs not seen for the table's max age, and the flows towards them and from them."""
+        return self._booked(_flows_of_macs([mac for mac, _ in self.learning.expire(now)]))
+
+    def _booked(self, actions: list[FlowAction]) -> list[FlowAction]:
+        """`actions`, after the flow book has taken in the deletes among them (adds are booked as made)."""
+        for action in actions:
+            if isinstance(action, DeleteFlowsToMac):
+                self.flows.forget_to(action.mac)
+            elif isinstance(action, DeleteFlowsFromMac):
+                self.flows.forget_from(action.mac)
+            elif isinstance(action, DeleteFlowsOfPort):
+                self.flows.forget_port(action.port)
+        return actions
+
+
+def _flows_of_macs(macs: Iterable[str]) -> list[FlowAction]:
+    """Deletes of every flow towards and from `macs` (evicted or expired: neither end may keep a flow)."""
+    actions: list[FlowAction] = []
+    for mac in macs:
+        actions += [DeleteFlowsToMac(mac), DeleteFlowsFromMac(mac)]
+    return actions

@@ -10,7 +10,8 @@ them, through a `TransitSink`:
 - an `AddFlow` whose in and out ports are both peer (tunnel) ports is
   mirrored *after* its FlowMod is sent (the same instant the switch learns
   of it, give or take one message in flight);
-- every delete (`DeleteFlowsOfPort`, `DeleteFlowsToMac`), a switch that
+- every delete (`DeleteFlowsOfPort`, `DeleteFlowsToMac`, `DeleteFlowsFromMac`,
+  `DeleteFlow`), a switch that
   connects (its flows are cleared) or goes, and the overlay's detach remove
   the matching entries *before* the FlowMods are sent, so no entry outlives
   its flow;
@@ -34,7 +35,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowAction, FlowMatch
+from evio.sdn.flow_actions import (
+    AddFlow,
+    DeleteFlow,
+    DeleteFlowsFromMac,
+    DeleteFlowsOfPort,
+    DeleteFlowsToMac,
+    FlowAction,
+    FlowMatch,
+)
 from evio.sdn.switch import PortKind, SwitchPort
 
 
@@ -98,6 +107,11 @@ class TransitMirror:
             for match in [m for m in self._mirrored if m.eth_dst == action.mac]:
                 self._drop(match)
             self.sink.remove_dst(_mac(action.mac))  # and anything the sink has that we lost track of
+        elif isinstance(action, DeleteFlowsFromMac):
+            for match in [m for m in self._mirrored if m.eth_src == action.mac]:
+                self._drop(match)
+        elif isinstance(action, DeleteFlow):
+            self._drop(action.match)
 
     def after(self, action: FlowAction, ports: Mapping[int, SwitchPort], now: float) -> None:
         """Called after `action` went to the switch: a tunnel-to-tunnel flow gets its entry."""

@@ -221,9 +221,9 @@ class FakeFlowTable:
                 best = flow
         if "eth_src" in packet:
             unicast = {k: packet[k] for k in _UNICAST_FIELDS}
-            flow = self._entries.get(_key(UNICAST_PRIORITY, unicast))
-            if flow is not None and flow.is_unicast and (best is None or flow.priority > best.priority):
-                best = flow
+            learned = self._entries.get(_key(UNICAST_PRIORITY, unicast))
+            if learned is not None and learned.is_unicast and (best is None or learned.priority > best.priority):
+                best = learned
         if best is None:
             return []  # a miss with no table-miss entry: dropped
         best.last_used = now
@@ -352,9 +352,9 @@ class FakeNetwork:
 
     max_events = 1_000_000  # a forwarding loop trips this instead of hanging the test
 
-    def __init__(self, flow_idle_timeout: int = 30, reverse_copies: bool = True, max_macs: int | None = None) -> None:
+    def __init__(self, flow_idle_timeout: int = 30, reverse_copies: bool = True, **switch_options: Any) -> None:
         self.reverse_copies = reverse_copies
-        self.max_macs = max_macs  # the switches' learning table size (None: the default)
+        self.switch_options = switch_options  # more BoundedFloodSwitch arguments (max_macs=..., say)
         self.nodes: dict[int, FakeNode] = {}
         self.tunnels: dict[tuple[int, int], tuple[int, int]] = {}  # (node, port) -> (peer node, peer port)
         self.flow_idle_timeout = flow_idle_timeout
@@ -365,8 +365,7 @@ class FakeNetwork:
         """A switch with its internal (leaf) port as port 1, whose MAC is `local_mac`."""
         mac = local_mac if local_mac is not None else _mac_for(node_id, 0xFE)
         switch = BoundedFloodSwitch(node_id, _mac_for(node_id, 0x02), self.flow_idle_timeout,
-                                    reverse_copies=self.reverse_copies,
-                                    **({} if self.max_macs is None else {"max_macs": self.max_macs}))
+                                    reverse_copies=self.reverse_copies, **self.switch_options)
         node = FakeNode(node_id, switch, FakeFlowTable(CodecDatapath(node_id)))
         self.nodes[node_id] = node
         for msg in base_flows(node.table.codec):  # what the adapter installs when the switch connects

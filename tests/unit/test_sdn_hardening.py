@@ -69,7 +69,7 @@ def test_a_leaf_announcement_is_taken_only_for_the_announcing_ports_own_root() -
 
 
 def test_the_learning_table_is_bounded_and_evicts_remote_entries_before_local_ones() -> None:
-    t = LearningTable(max_age=300, max_entries=3)
+    t = LearningTable(max_age=300, max_entries=3, max_per_port=3)  # the whole table's rule alone
     t.learn(APP, 2, None, now=0, local=True)
     t.learn("02:00:00:00:00:b1", 10, 200, now=1)
     t.learn("02:00:00:00:00:b2", 10, 200, now=2)
@@ -99,9 +99,10 @@ def test_a_peer_flooding_random_source_macs_evicts_only_what_peers_taught_and_fl
     for i in range(1000):
         actions = sw.packet_in(10, eth(BRIDGE, f"02:66:00:00:{i >> 8:02x}:{i & 0xFF:02x}"), now=1)
         deletes += sum(isinstance(a, DeleteFlowsToMac) for a in actions)
-    assert len(sw.learning) == 64
+    # The port keeps its share of the table (a quarter), churning only its own entries.
+    assert len(sw.learning.macs_on_port(10)) == 64 // 4 and len(sw.learning) == 1 + 64 // 4
     assert sw.learning.lookup(BRIDGE, now=1) is not None
-    assert deletes == 1000 - 63  # every evicted MAC's flows go with it
+    assert deletes == 1000 - 64 // 4  # every evicted MAC's flows go with it
 
 
 def test_the_broadcast_log_keeps_a_bounded_number_of_roots() -> None:

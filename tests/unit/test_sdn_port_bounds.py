@@ -7,6 +7,7 @@ ports' MACs from the learning table. H4: a forged FRB moved another member's MAC
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -34,9 +35,9 @@ def random_mac(rng: random.Random) -> str:
     return bytes(raw).hex(":")
 
 
-def star(max_macs: int | None = None) -> FakeNetwork:
+def star(**switch_options: Any) -> FakeNetwork:
     """US with two tunnels: to an honest member and to a hostile one; both hosts known everywhere."""
-    net = FakeNetwork(flow_idle_timeout=30, max_macs=max_macs)
+    net = FakeNetwork(flow_idle_timeout=30, **switch_options)
     for nid in (US, HONEST, HOSTILE):
         net.add_node(nid)
     net.connect(US, HONEST)
@@ -49,7 +50,6 @@ def star(max_macs: int | None = None) -> FakeNetwork:
 # ---------------------------------------------------------------- H3
 
 
-@pytest.mark.xfail(strict=True, reason="H3: flows and learned MACs per port unbounded")
 def test_h3_a_port_inventing_source_macs_is_capped_and_evicts_no_other_ports_mac() -> None:
     # A learning table of 1024 (not 8192) keeps the test quick; the per-port shares scale with it.
     net = star(max_macs=1024)
@@ -73,7 +73,24 @@ def test_h3_a_port_inventing_source_macs_is_capped_and_evicts_no_other_ports_mac
     assert all(learned.lookup(m.eth_src, net.now) is not None for m in from_hostile)
 
 
-@pytest.mark.xfail(strict=True, reason="H3: flows kept busy lived forever (idle timeout only)")
+def test_h3_a_port_reaching_every_known_mac_keeps_its_flows_within_its_cap_and_others_keep_theirs() -> None:
+    net = star(max_flows_per_port=8)
+    us = net.nodes[US]
+    hostile_port, honest_port = net.port_towards(US, HOSTILE), net.port_towards(US, HONEST)
+    net.from_neighbour(US, HONEST, eth(host_mac(net, US), host_mac(net, HONEST)))  # the honest member's flow
+    leaves = [net.add_leaf(US, f"app{i}", f"02:55:00:00:00:{i:02x}") for i in range(20)]
+    for i, _ in enumerate(leaves):  # every host here is known (it said something)
+        net.inject(US, leaves[i], eth(BROADCAST, f"02:55:00:00:00:{i:02x}"))
+    for i in range(20):  # one source, a flow to every host
+        net.now += 0.01
+        net.from_neighbour(US, HOSTILE, eth(f"02:55:00:00:00:{i:02x}", "02:66:00:00:00:01"))
+    from_hostile = [m for m in us.table.flows if m.in_port == hostile_port]
+    assert len(from_hostile) == 8 and us.switch.flows.count(hostile_port) == 8
+    assert {m.eth_dst for m in from_hostile} == {f"02:55:00:00:00:{i:02x}" for i in range(12, 20)}  # the newest
+    assert [m for m in us.table.flows if m.in_port == honest_port] != []
+    assert us.switch.flows_evicted == 12
+
+
 def test_h3_a_flow_kept_busy_still_goes_at_its_hard_timeout() -> None:
     net = star()
     us = net.nodes[US]
@@ -82,17 +99,16 @@ def test_h3_a_flow_kept_busy_still_goes_at_its_hard_timeout() -> None:
     assert 0 < flow.hard_timeout <= 600
 
 
-@pytest.mark.xfail(strict=True, reason="H3: flows *from* a MAC that expired stayed")
-def test_h3_flows_from_a_mac_that_expired_go_with_it() -> None:
-    net = star()
+def test_h3_flows_from_an_evicted_mac_go_with_it() -> None:
+    net = star(max_macs=64)  # 16 MACs a port
     us = net.nodes[US]
     remote = "02:66:00:00:00:02"
-    frame = eth(host_mac(net, US), remote)
-    net.from_neighbour(US, HOSTILE, frame)
-    for _ in range(40):  # busy for 400 s: the flow carries it, the controller never sees it again
-        net.advance(10.0)
-        net.from_neighbour(US, HOSTILE, frame)
-    assert us.switch.learning.lookup(remote, net.now) is None  # aged out (mac_max_age 300 s)
+    net.from_neighbour(US, HOSTILE, eth(host_mac(net, US), remote))
+    assert [m for m in us.table.flows if m.eth_src == remote] != []
+    for i in range(70):  # the port's share (and before the fix, the table) fills up: `remote` is evicted
+        net.now += 0.01
+        net.from_neighbour(US, HOSTILE, eth(host_mac(net, US), f"02:66:00:00:01:{i:02x}"))
+    assert us.switch.learning.lookup(remote, net.now) is None
     assert [m for m in us.table.flows if m.eth_src == remote] == []
 
 

@@ -9,7 +9,7 @@ import pytest
 from evio.ids import RING_SIZE, sorted_clockwise
 from evio.sdn import frb, garp
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
-from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
+from evio.sdn.switch import FLOW_HARD_TIMEOUT, BoundedFloodSwitch, Drop, PortKind, SwitchPort
 from evio.testing.fake_flow_table import FakeNetwork
 
 BCAST = b"\xff" * 6
@@ -91,7 +91,7 @@ def test_unicast_to_known_mac_installs_flow_and_sends_packet() -> None:
     sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)
     frame = arp_reply(H1, H2)
     actions = sw.packet_in(1, frame, now=2)
-    assert actions == [PacketOut(10, frame), AddFlow(FlowMatch(1, H1, H2), 10, 30)]
+    assert actions == [PacketOut(10, frame), AddFlow(FlowMatch(1, H1, H2), 10, 30, hard_timeout=FLOW_HARD_TIMEOUT)]
 
 
 def test_unknown_unicast_is_flooded_with_bounds_not_dropped() -> None:
@@ -172,7 +172,7 @@ def test_unicast_from_peer_to_local_mac_installs_flow_and_learns_source() -> Non
     sw.packet_in(1, arp_request(H1), now=1)
     frame = arp_reply(H2, H1)
     actions = sw.packet_in(11, frame, now=2)
-    assert actions == [PacketOut(1, frame), AddFlow(FlowMatch(11, H2, H1), 1, 30)]
+    assert actions == [PacketOut(1, frame), AddFlow(FlowMatch(11, H2, H1), 1, 30, hard_timeout=FLOW_HARD_TIMEOUT)]
     entry = sw.learning.lookup(H2, now=2)
     assert entry is not None and entry.port == 11
 
