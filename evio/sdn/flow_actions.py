@@ -44,6 +44,9 @@ class AddFlow:
     idle_timeout: int
     priority: int = UNICAST_PRIORITY
     hard_timeout: int = 0
+    # Whether the on-demand policy counts its bytes (a local host and a remote one whose root node is
+    # known): only such flows are polled, so a poll's cost does not grow with the rest.
+    counted: bool = False
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,12 @@ Adjacent peers are not trusted with this table:
   switch uses for a broadcast the host sends from its new place after it
   really moved (a migrated VM's gratuitous ARP); the host's next local frame
   moves it back if that broadcast was forged;
+- a live remote entry whose place spoke for it within ``move_hold`` (it
+  was learned or refreshed on its port, or a copy from its root came) is
+  not moved by a claim naming another root, nor by one arriving by another
+  port without naming its root (``Change.CONTESTED``): a member cannot
+  pull another member's MAC to itself while that MAC's real place is
+  heard here (issue 21, H4; docs/design.md, "Who may move a MAC");
 - each port holds at most ``max_per_port`` MACs (a quarter of the table
   by default): a MAC new to a full port evicts that port's least recently
   seen one, so a peer sending from invented addresses churns only its own
@@ -48,7 +54,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Far above any real overlay's hosts (one bridge MAC per node plus the hosts
 # behind leaf ports; the paper's overlays have hundreds of nodes), and small
@@ -68,6 +74,12 @@ PATH_HOLD = 60.0
 # cross the next hop's learned entries, so a path can be confirmed by copies while unicast on it is lost
 # beyond the next hop; at 5 s, repeated confirmations held such a path for 8.9 s in one churn run.
 UNICAST_HOLD = 1.0
+# How long a MAC's place, once its root (or its port) spoke for it, holds against a claim that it moved
+# to another root or arrived by another way (docs/design.md, "Who may move a MAC"). No frame proves who
+# sent it, so a member could claim any MAC; this makes the claim wait until the real place fell silent
+# here. A host that really moved is still reached meanwhile: its old node, which saw it announce itself
+# elsewhere, passes its frames on.
+MOVE_HOLD = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +90,8 @@ class LearnedMac:
     local: bool = False  # learned on a leaf port: pinned while live
     hops: int | None = None  # overlay hops to `root` as the FRB (or announcement) taught; None: not known
     hops_seen: float = 0.0  # when a copy last confirmed `hops` on this port
+    # When the entry's own place last spoke for it: learned or refreshed on its port, or a copy from its root.
+    confirmed: float = field(default=0.0, compare=False)
 
 
 class Change(enum.Enum):
@@ -86,6 +100,7 @@ class Change(enum.Enum):
     MOVED = "moved"  # port or root changed: flows towards the old place are wrong now
     REFUSED = "refused"  # a tunnel claimed a live local MAC: the table is unchanged
     HELD = "held"  # a longer (or unmeasured) way to the same root: the shorter path stays, only last_seen moves
+    CONTESTED = "contested"  # another root or way claimed a MAC whose place spoke within move_hold: unchanged
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +129,7 @@ class Announced:
 class LearningTable:
     def __init__(
         self, max_age: float, max_entries: int = MAX_ENTRIES, path_hold: float = PATH_HOLD,
-        unicast_hold: float = UNICAST_HOLD, max_per_port: int | None = None,
+        unicast_hold: float = UNICAST_HOLD, max_per_port: int | None = None, move_hold: float = MOVE_HOLD,
     ) -> None:
         if not max_age > 0:
             raise ValueError(f"max_age must be positive, got {max_age}")
@@ -124,10 +139,13 @@ class LearningTable:
         self.path_hold = min(path_hold, max_age)
         self.unicast_hold = min(unicast_hold, self.path_hold)
         self.max_entries = max_entries
+        self.move_hold = move_hold
         self.max_per_port = max_per_port if max_per_port is not None else max(1, max_entries // 4)
         if self.max_per_port < 1:
             raise ValueError(f"max_per_port must be at least 1, got {max_per_port}")
         self._entries: dict[str, LearnedMac] = {}
+        # The latest contested claim per MAC: (port, root, hops, when), taken by `settle` once due.
+        self._claims: dict[str, tuple[int, int | None, int | None, float]] = {}
         # Each port's MACs in recency order (least recently seen first): eviction takes from the front.
         self._by_port: dict[int, dict[str, None]] = {}
         self._by_root: dict[int, set[str]] = {}
@@ -166,6 +184,7 @@ class LearningTable:
         local: bool = False,
         may_move_local: bool = False,
         hops: int | None = None,
+        from_root: bool = False,
     ) -> Learned:
         """Record that `mac` was seen on `port`, hosted by `root` (None: local or not known), `hops` away.
 
@@ -178,6 +197,8 @@ class LearningTable:
         learn unless `may_move_local`: that is REFUSED and changes nothing.
         A live remote entry with a confirmed hop count is not moved by a
         longer way to the same root or by a packet-in (HELD; see the module).
+        A live remote entry whose place spoke within `move_hold` is not moved
+        to another root, or to another port but by its own root (CONTESTED).
         """
         old = self._entries.get(mac)
         live = old is not None and now - old.last_seen < self.max_age
@@ -186,10 +207,18 @@ class LearningTable:
         if old is not None and live and not local and self._holds(old, port, root, hops, now):
             if root is None:
                 return Learned(mac, Change.HELD, old, None)  # a packet-in says nothing of where the host is
-            held = LearnedMac(old.port, old.root, now, old.local, old.hops, old.hops_seen)
+            held = LearnedMac(old.port, old.root, now, old.local, old.hops, old.hops_seen, confirmed=now)
             self._entries[mac] = held
             self._touch(mac, held.port)
             return Learned(mac, Change.HELD, held, None)
+        if (old is not None and live and not local and not old.local
+                and self._contested(old, port, root, now, from_root)):
+            prev = self._claims.get(mac)
+            if prev is None or prev[1] != root or (hops is not None and (prev[2] is None or hops <= prev[2])):
+                self._claims[mac] = (port, root, hops, now)  # taken by `settle` if the place stays silent
+            # else the same claim came a longer way round (both copies of one broadcast): the shorter stays
+            return Learned(mac, Change.CONTESTED, old, None)
+        self._claims.pop(mac, None)
         hops_seen = now
         if old is not None and port == old.port:
             if root is None:
@@ -197,7 +226,7 @@ class LearningTable:
             if root == old.root and old.hops is not None and (hops is None or (
                     hops > old.hops and now - old.hops_seen < self.path_hold)):
                 hops, hops_seen = old.hops, old.hops_seen  # unmeasured, or the longer of two ways by this port
-        entry = LearnedMac(port, root, now, local, hops, hops_seen if hops is not None else 0.0)
+        entry = LearnedMac(port, root, now, local, hops, hops_seen if hops is not None else 0.0, confirmed=now)
         evicted: list[str] = []
         if old is None or old.port != port:
             share = self._by_port.get(port, {})
@@ -221,6 +250,20 @@ class LearningTable:
         self._unindex(mac, old)
         self._index(mac, entry)
         return Learned(mac, Change.MOVED, entry, old, tuple(evicted))
+
+    def _contested(self, old: LearnedMac, port: int, root: int | None, now: float, from_root: bool) -> bool:
+        """Whether a claim that `old` (a live remote entry) is elsewhere waits: its place spoke within
+        `move_hold`, and the claim names another root, or another port without naming the same root (a
+        copy from the same root by another way is the shortest-path rule's business, `_holds`). An
+        entry whose root is not known yields to a root speaking for itself over its own link
+        (`from_root`: an on-demand link's leaf announcement takes its MACs at once)."""
+        if now - old.confirmed >= self.move_hold:
+            return False
+        if root is not None and old.root is not None:
+            return root != old.root
+        if old.root is None and from_root:
+            return False
+        return port != old.port
 
     def _holds(self, old: LearnedMac, port: int, root: int | None, hops: int | None, now: float) -> bool:
         """Whether `old`, a confirmed path by another port, stays against this (longer or unmeasured) way."""
@@ -260,8 +303,24 @@ class LearningTable:
         withdrawn = sorted(self._by_root.get(root, set()) - keep)
         for mac in withdrawn:
             self._remove(mac)
-        learned = tuple(self.learn(mac, port, root, now, hops=1) for mac in announced)
+        learned = tuple(self.learn(mac, port, root, now, hops=1, from_root=True) for mac in announced)
         return Announced(learned, tuple(withdrawn))
+
+    def settle(self, now: float) -> list[Learned]:
+        """Contested claims that are due: the MAC's place stayed silent for `move_hold` and the claim is
+        younger than twice that (ticks come late; a claim still meant is made again anyway). A host that moved is then found where it said it went, with no frame of its
+        own needed; a claim its old place answered (spoke after it) is dropped."""
+        moved: list[Learned] = []
+        for mac, (port, root, hops, at) in list(self._claims.items()):
+            entry = self._entries.get(mac)
+            if entry is None or entry.confirmed > at or now - at >= 2 * self.move_hold:
+                del self._claims[mac]
+                continue
+            if now - entry.confirmed < self.move_hold:
+                continue
+            del self._claims[mac]
+            moved.append(self.learn(mac, port, root, now, hops=hops))
+        return moved
 
     def expire(self, now: float) -> list[tuple[str, LearnedMac]]:
         """Remove and return every stale entry."""
@@ -275,6 +334,8 @@ class LearningTable:
         macs = sorted(self._by_port.get(port, ()))
         for mac in macs:
             self._remove(mac)
+        for mac in [m for m, claim in self._claims.items() if claim[0] == port]:
+            del self._claims[mac]  # claimed by a way that is gone
         return macs
 
     def forget(self, mac: str) -> LearnedMac | None:
@@ -284,6 +345,7 @@ class LearningTable:
     # ------------------------------------------------------------------ indexes
 
     def _remove(self, mac: str) -> LearnedMac | None:
+        self._claims.pop(mac, None)
         entry = self._entries.pop(mac, None)
         if entry is not None:
             self._unindex(mac, entry)

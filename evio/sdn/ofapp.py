@@ -94,6 +94,10 @@ log = logging.getLogger(__name__)
 # Marks the unicast flows evio installs, so deletes and stats never touch the base flows.
 EVIO_COOKIE = 0xE710_0001
 EVIO_COOKIE_MASK = 0xFFFF_FFFF  # the bits that say "evio's"; the ones above may say more of a flow
+# Above them: the flow's bytes count for on-demand links (AddFlow.counted). The byte counter poll asks
+# for these alone, so its cost is that of the flows between local hosts and known remote roots, not
+# of every flow a member can make the switch install (issue 21, H3).
+COUNTED_COOKIE = EVIO_COOKIE | 1 << 32
 ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
 
 
@@ -132,7 +136,8 @@ def to_ofp_messages(datapath: Any, action: FlowAction) -> list[Any]:
         m = action.match
         match = parser.OFPMatch(in_port=m.in_port, eth_src=m.eth_src, eth_dst=m.eth_dst)
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(action.out_port)])]
-        return [parser.OFPFlowMod(datapath, cookie=EVIO_COOKIE, command=ofp.OFPFC_ADD,
+        cookie = COUNTED_COOKIE if action.counted else EVIO_COOKIE
+        return [parser.OFPFlowMod(datapath, cookie=cookie, command=ofp.OFPFC_ADD,
                                   idle_timeout=action.idle_timeout, hard_timeout=action.hard_timeout,
                                   priority=action.priority,
                                   flags=ofp.OFPFF_SEND_FLOW_REM, match=match, instructions=inst)]
@@ -174,10 +179,10 @@ def base_flows(datapath: Any) -> list[Any]:
 
 
 def flow_stats_request(datapath: Any) -> Any:
-    """Byte counters of evio's unicast flows (by cookie), all tables."""
+    """Byte counters of evio's unicast flows that on-demand links count (by cookie), all tables."""
     ofp, parser = datapath.ofproto, datapath.ofproto_parser
     return parser.OFPFlowStatsRequest(datapath, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                      EVIO_COOKIE, ALL_BITS, parser.OFPMatch())
+                                      COUNTED_COOKIE, ALL_BITS, parser.OFPMatch())
 
 
 def flow_byte_counts(stats: Sequence[Any]) -> dict[FlowMatch, int]:
@@ -185,7 +190,7 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[FlowMatch, int]:
     counts: dict[FlowMatch, int] = {}
     for stat in stats:
         m = stat.match
-        if stat.cookie != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
+        if stat.cookie & EVIO_COOKIE_MASK != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
             continue
         counts[FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])] = stat.byte_count
     return counts
@@ -194,7 +199,7 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[FlowMatch, int]:
 def removed_flow_match(msg: Any) -> FlowMatch | None:
     """The evio unicast flow an OFPFlowRemoved reports; None for the base flows and anyone else's."""
     m = msg.match
-    if msg.cookie != EVIO_COOKIE or "in_port" not in m:
+    if msg.cookie & EVIO_COOKIE_MASK != EVIO_COOKIE or "in_port" not in m:
         return None
     return FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])
 

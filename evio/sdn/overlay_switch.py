@@ -68,11 +68,12 @@ class OverlaySwitch:
         self.downed: set[str] = set()  # TAPs whose link went down, until the bridge drops them or a link is back
         self.port_desc: dict[int, tuple[str, str]] = {}  # port number -> (name, hw_addr)
         self.connected = False
-        # Whether the switch may hold evio unicast flows: only our AddFlows make them, and a complete
-        # poll that finds none, with no AddFlow sent since it was asked for, proves there are none.
+        # Whether the switch may hold evio unicast flows that are counted (AddFlow.counted, the only ones
+        # a poll asks for): only our AddFlows make them, and a complete poll that finds none, with no
+        # counted AddFlow sent since it was asked for, proves there are none.
         # Without flows a counter poll could only come back empty, so it is not sent (see flow_stats).
         self.may_have_flows = True
-        self.flows_added = 0  # AddFlows sent to the switch
+        self.flows_added = 0  # counted AddFlows sent to the switch
         self._flows_added_at_poll = -1  # flows_added when the poll in flight was asked for
         self._reported: tuple[dict[str, int], dict[str, int], dict[str, int]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
@@ -176,7 +177,7 @@ class OverlaySwitch:
         """`action` is about to go to the switch: fast-path entries it deletes go now."""
         if self.transit is not None:
             self.transit.before(action)
-        if isinstance(action, AddFlow):
+        if isinstance(action, AddFlow) and action.counted:  # the poll sees counted flows only
             self.flows_added += 1
             if not self.may_have_flows:
                 # The switch had no flow of ours, so the last polls were empty and may be long ago (polls

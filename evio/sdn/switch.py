@@ -52,6 +52,13 @@ Adjacent peers are members, not trusted with this node's switching:
   see learning_table.py);
 - a leaf announcement is taken only for the announcing port's own root, so a
   peer cannot withdraw (or claim) another root's MACs;
+- an FRB broadcast must come the way a flood from its root could have come
+  (the root itself, or a peer on the arc from the root to us; `_plausible`),
+  else it is dropped (`IMPLAUSIBLE_FRB`); an adjacent root's hosts are
+  learned only from copies over its own link;
+- a MAC whose place spoke for it lately does not move to another root, or to
+  another port but by its own root's copies (`MOVE_REFUSED`; the frame goes
+  on), see learning_table.py's move hold and docs/design.md, "Who may move a MAC";
 - a copy from a peer that is not its root cannot have come fewer than 2 hops:
   a lower hop count is raised to 2 and counted (`hop_counts_raised`), so no
   peer beats a root that is adjacent here by lying about hops;
@@ -68,11 +75,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
-from evio.ids import format_node_id
+from evio.ids import RING_SIZE, format_node_id
 from evio.ratelimit import PeerRateLimiter, Rate
 from evio.sdn import frb, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
-from evio.sdn.flooding_bounds import forward_bounds, reverse_forward_bounds, reverse_root_bounds, root_bounds
+from evio.sdn.flooding_bounds import (
+    forward_bounds,
+    mirror,
+    reverse_forward_bounds,
+    reverse_root_bounds,
+    root_bounds,
+)
 from evio.sdn.flow_actions import (
     AddFlow,
     DeleteFlow,
@@ -148,6 +161,8 @@ class Drop(enum.Enum):
     TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
     OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
     OVERSIZED = "larger than a tunnel carries and not TCP that can be segmented (why: segment_errors)"
+    MOVE_REFUSED = "a claim that a live MAC moved, not taken: its place spoke lately (the frame itself went on)"
+    IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +236,7 @@ class BoundedFloodSwitch:
         self.unicast_floods_not_learned = 0  # flooded unicast frames that moved no known MAC
         self.longer_paths_held = 0  # a longer way to a MAC's root (or a packet-in) left its shorter path in place
         self.hop_counts_raised = 0  # copies from a non-root peer claiming fewer than 2 hops
+        self.adjacent_root_detours = 0  # copies of an adjacent root's flood by another way: not learned from
         self.reverse_sent = 0  # BROADCAST_REVERSE copies sent as the root
         self.reverse_forwarded = 0  # BROADCAST_REVERSE copies passed on within their bounds
         self.learning = LearningTable(mac_max_age, max_macs)
@@ -341,7 +357,7 @@ class BoundedFloodSwitch:
         if target is None:
             # Unknown unicast: a bounded flood reaches the host wherever it is.
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
-        return actions + self._unicast(in_port, eth, target.port, data)
+        return actions + self._unicast(in_port, eth, target.port, data, now)
 
     def _peer_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
         if eth.is_group:
@@ -360,9 +376,9 @@ class BoundedFloodSwitch:
                 self.drops[Drop.HAIRPIN] += 1
             self.transit_floods += 1
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
-        return actions + self._unicast(in_port, eth, target.port, data)
+        return actions + self._unicast(in_port, eth, target.port, data, now)
 
-    def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes) -> list[FlowAction]:
+    def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes, now: float) -> list[FlowAction]:
         if out_port == in_port:
             self.drops[Drop.HAIRPIN] += 1
             return []
@@ -373,7 +389,21 @@ class BoundedFloodSwitch:
         evicted = self.flows.add(match, out_port)  # its port's oldest, if it had its fill
         self.flows_evicted += len(evicted)
         outs += [DeleteFlow(old) for old in evicted]
-        return outs + [AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout)]
+        return outs + [AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout,
+                               counted=self._counted(in_port, eth, out_port, now))]
+
+    def _counted(self, in_port: int, eth: _Frame, out_port: int, now: float) -> bool:
+        """Whether on-demand links count the flow's bytes: a local host's traffic with a remote one whose root
+        node is known (on_demand.traffic_by_peer). Only those are polled (ofapp.COUNTED_COOKIE)."""
+        leaves = self.leaf_ports()
+        if in_port in leaves:
+            remote = eth.dst
+        elif out_port in leaves:
+            remote = eth.src
+        else:
+            return False  # transit: some other pair's business
+        entry = self.learning.lookup(remote, now)
+        return entry is not None and entry.root is not None and entry.root != self.node_id
 
     def _fit(self, data: bytes, max_len: int) -> list[bytes]:
         """`data` as frames of at most `max_len` bytes: itself, its TCP segments, or none (counted)."""
@@ -396,7 +426,16 @@ class BoundedFloodSwitch:
         if not local and mac in self._own_macs():
             self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
             return None
-        learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops)
+        if root is not None and not local:
+            direct = self.peer_ports().get(root)
+            if direct is not None and direct != port:
+                # An adjacent root speaks for its hosts over its own link (it sends every flood there
+                # first): a copy by another way teaches nothing, so no member can claim a neighbour's MACs.
+                self.adjacent_root_detours += 1
+                return []
+        from_root = root is not None and port in self.ports and self.ports[port].peer == root
+        learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops,
+                                               from_root=from_root)
         return self._learned_actions(learned, port)
 
     def _learned_actions(self, learned: Learned, port: int) -> list[FlowAction] | None:
@@ -405,6 +444,9 @@ class BoundedFloodSwitch:
             return None
         if learned.change is Change.HELD:
             self.longer_paths_held += 1
+            return []
+        if learned.change is Change.CONTESTED:
+            self.drops[Drop.MOVE_REFUSED] += 1
             return []
         actions: list[FlowAction] = _flows_of_macs(learned.evicted)
         if learned.change is Change.MOVED and learned.previous is not None and learned.previous.port != port:
@@ -474,6 +516,10 @@ class BoundedFloodSwitch:
                             format_node_id(ingress), port.port_no, err.reason.name, self.drops[Drop.MALFORMED_FRB])
             return []
         h = frame.header
+        flood = h.frb_type in (frb.FrbType.BROADCAST, frb.FrbType.BROADCAST_REVERSE)
+        if flood and h.root_nid != self.node_id and not self._plausible(h, ingress):
+            self.drops[Drop.IMPLAUSIBLE_FRB] += 1
+            return []
         if h.frb_type is frb.FrbType.BROADCAST:
             return self._frb_broadcast_in(port.port_no, ingress, frame, now)
         if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
@@ -491,6 +537,9 @@ class BoundedFloodSwitch:
             for learned in announced.learned:
                 if learned.change is Change.REFUSED:
                     self.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
+                    continue
+                if learned.change is Change.CONTESTED:
+                    self.drops[Drop.MOVE_REFUSED] += 1
                     continue
                 actions += _flows_of_macs(learned.evicted)
                 if learned.change is Change.MOVED and learned.previous is not None:
@@ -514,6 +563,22 @@ class BoundedFloodSwitch:
             return []  # liveness is the tunnel's business; nothing to switch
         self.drops[Drop.FORWARD_TYPE] += 1
         return []
+
+    def _plausible(self, h: frb.FrbHeader, ingress: int) -> bool:
+        """Whether a flood rooted at `h.root_nid` could reach us from `ingress` with `h.bound_nid`.
+
+        A broadcast runs clockwise from its root, every hop inside the arc it was handed, which never
+        passes the root (flooding_bounds.py); a reverse copy runs the mirrored way. So the peer it comes
+        from is the root or lies on the arc from the root to us, and the bound lies at or past us, at the
+        root at the farthest. A member forging a copy may name only roots behind it, not any node of the overlay.
+        """
+        root, bound, me = h.root_nid, h.bound_nid, self.node_id
+        if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
+            root, bound, me, ingress = mirror(root), mirror(bound), mirror(me), mirror(ingress)
+        to_me = (me - root) % RING_SIZE
+        to_bound = (bound - me) % RING_SIZE
+        # A bound at us only stops the copy here (nothing lies strictly inside (us, us)): harmless, allowed.
+        return (ingress - root) % RING_SIZE < to_me and to_bound <= RING_SIZE - to_me
 
     def _frb_broadcast_in(self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float) -> list[FlowAction]:
         h = frame.header
@@ -599,8 +664,14 @@ class BoundedFloodSwitch:
         return []
 
     def expire(self, now: float) -> list[FlowAction]:
-        """Forget MACs not seen for the table's max age, and the flows towards them and from them."""
-        return self._booked(_flows_of_macs([mac for mac, _ in self.learning.expire(now)]))
+        """Forget MACs not seen for the table's max age, and the flows towards them and from them; take
+        the moves claimed while a MAC's place still spoke, if it has been silent since."""
+        actions = _flows_of_macs([mac for mac, _ in self.learning.expire(now)])
+        for learned in self.learning.settle(now):
+            if learned.change is Change.MOVED:
+                log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)
+            actions += self._learned_actions(learned, learned.entry.port) or []
+        return self._booked(actions)
 
     def _booked(self, actions: list[FlowAction]) -> list[FlowAction]:
         """`actions`, after the flow book has taken in the deletes among them (adds are booked as made)."""

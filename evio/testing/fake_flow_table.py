@@ -47,6 +47,7 @@ from evio.sdn.ofapp import (
     EVIO_COOKIE_MASK,
     base_flows,
     flow_byte_counts,
+    flow_stats_request,
     removed_flow_match,
     to_ofp_messages,
 )
@@ -270,17 +271,20 @@ class FakeFlowTable:
         """evio's unicast flows by match."""
         return {f.match: f for f in self.entries if f.is_unicast}
 
-    def flow_stats(self) -> list[Any]:
-        """What a flow stats reply would carry, one OFPFlowStats per entry."""
+    def flow_stats(self, cookie: int = 0, cookie_mask: int = 0) -> list[Any]:
+        """What a flow stats reply would carry, one OFPFlowStats per entry whose cookie matches."""
         return [
             parser.OFPFlowStats(0, 0, 0, f.priority, f.idle_timeout, f.hard_timeout, f.flags, f.cookie, f.packets, f.bytes,
                                 parser.OFPMatch(**f.fields), [])
             for f in self.entries
+            if f.cookie & cookie_mask == cookie & cookie_mask
         ]
 
     def byte_counts(self) -> dict[FlowMatch, int]:
-        """evio's flows' byte counters as the adapter reads them from a stats reply (the on-demand policy's feed)."""
-        return flow_byte_counts(self.flow_stats())
+        """evio's flows' byte counters as the adapter reads them from the reply to its request (the on-demand
+        policy's feed: the counted flows only)."""
+        request = flow_stats_request(self.codec)
+        return flow_byte_counts(self.flow_stats(request.cookie, request.cookie_mask))
 
     def flows_of_port(self, port: int) -> list[FakeFlow]:
         return [f for f in self.flows.values() if f.match.in_port == port or f.out_port == port]

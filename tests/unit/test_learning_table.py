@@ -47,7 +47,7 @@ def test_relearning_refreshes_last_seen() -> None:
 
 
 def test_move_to_another_port_is_reported_with_the_old_place() -> None:
-    t = LearningTable(max_age=300)
+    t = LearningTable(max_age=300, move_hold=0)  # the move hold has its own tests
     t.learn(A, TUNNEL_5, R1, now=0.0)
     got = t.learn(A, TUNNEL_6, R2, now=1.0)
     assert got.change is Change.MOVED
@@ -58,7 +58,7 @@ def test_move_to_another_port_is_reported_with_the_old_place() -> None:
 
 
 def test_move_to_another_root_behind_the_same_port_is_reported() -> None:
-    t = LearningTable(max_age=300)
+    t = LearningTable(max_age=300, move_hold=0)  # the move hold has its own tests
     t.learn(A, TUNNEL_5, R1, now=0.0)
     got = t.learn(A, TUNNEL_5, R2, now=1.0)
     assert got.change is Change.MOVED and got.previous == LearnedMac(TUNNEL_5, R1, 0.0)
@@ -74,7 +74,7 @@ def test_packet_in_on_the_same_port_keeps_the_root_learned_from_an_frb() -> None
 
 
 def test_moving_to_a_local_port_drops_the_root() -> None:
-    t = LearningTable(max_age=300)
+    t = LearningTable(max_age=300, move_hold=0)  # the move hold has its own tests
     t.learn(A, TUNNEL_5, R1, now=0.0)
     got = t.learn(A, LOCAL_PORT, None, now=5.0)
     assert got.change is Change.MOVED
@@ -173,7 +173,7 @@ ops = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(ops, max_size=40))
 def test_indexes_always_agree_with_the_entries(steps: list[tuple[object, ...]]) -> None:
-    t = LearningTable(max_age=20, path_hold=0)  # no hold: the model is plain learning (holds: tests below)
+    t = LearningTable(max_age=20, path_hold=0, move_hold=0)  # no hold: the model is plain learning (holds: tests below)
     now = 0.0
     model: dict[str, LearnedMac] = {}
     for step in steps:
@@ -227,3 +227,25 @@ def test_indexes_always_agree_with_the_entries(steps: list[tuple[object, ...]]) 
         assert t.root_bridges() == {r: frozenset(s) for r, s in by_root.items()}
         for p in (1, 5, 6, 7):
             assert t.macs_on_port(p) == {m for m, e in model.items() if e.port == p}
+
+
+def test_a_claim_that_a_mac_moved_waits_until_its_place_fell_silent_for_the_move_hold() -> None:
+    t = LearningTable(max_age=300, move_hold=10)
+    t.learn(A, TUNNEL_5, R1, now=0.0)
+    assert t.learn(A, TUNNEL_6, R2, now=1.0).change is Change.CONTESTED  # another root, another way
+    assert t.learn(A, TUNNEL_5, R2, now=2.0).change is Change.CONTESTED  # another root, the same way
+    assert t.learn(A, TUNNEL_6, None, now=3.0).change is Change.CONTESTED  # a plain frame by another way
+    assert t.learn(A, TUNNEL_5, None, now=8.0).change is Change.REFRESHED  # its place speaks again
+    assert t.learn(A, TUNNEL_6, R2, now=17.0).change is Change.CONTESTED
+    got = t.learn(A, TUNNEL_6, R2, now=18.0)  # silent for 10 s: it may have moved
+    assert got.change is Change.MOVED and got.previous is not None and got.previous.root == R1
+    assert t.leaf_macs(R2) == {A}
+
+
+def test_a_port_holds_its_share_of_the_table_and_churns_only_its_own() -> None:
+    t = LearningTable(max_age=300, max_entries=16, max_per_port=4)
+    t.learn(A, TUNNEL_5, R1, now=0.0)
+    for i in range(10):
+        got = t.learn(f"02:66:00:00:00:{i:02x}", TUNNEL_6, R2, now=1.0 + i)
+        assert set(got.evicted) <= {f"02:66:00:00:00:{j:02x}" for j in range(10)}
+    assert len(t.macs_on_port(TUNNEL_6)) == 4 and t.lookup(A, now=20.0) is not None

@@ -31,6 +31,7 @@ from evio.sdn.boundary import (
 )
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
 from evio.sdn.ofapp import (
+    COUNTED_COOKIE,
     EVIO_COOKIE,
     BoundedFloodApp,
     ControllerConfig,
@@ -246,16 +247,17 @@ def test_tick_polls_flow_counters_and_a_busy_distant_peer_is_reported() -> None:
     commands.attach("red", 1, node_id=100, on_demand=on_demand)
     commands.peer_up("red", "evot200", 200)
     connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
-    # H2 lives behind node 300 (not adjacent), reached through 200: its FRB taught us so.
+    # H2 lives behind node 300 (not adjacent), reached through 200: its FRB taught us so (the copy that
+    # comes counter-clockwise, 300 -> 200 -> 100: clockwise, 300's flood reaches 100 before 200).
     app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
-                           data=frb.pack(frb.broadcast(arp_request(H2), 300, 100, 2)))))
+                           data=frb.pack(frb.broadcast(arp_request(H2)[:14], 300, 100, 2, REVERSE)))))
 
     def poll(byte_count: int) -> None:
         dp.sent.clear()
         app.tick(EventTick(periodic=True))
         (request,) = [m for m in dp.sent if isinstance(m, parser.OFPFlowStatsRequest)]
-        assert (request.cookie, request.cookie_mask) == (EVIO_COOKIE, 0xFFFF_FFFF_FFFF_FFFF)
-        stat = parser.OFPFlowStats(0, 1, 0, 10, 30, 0, 0, EVIO_COOKIE, 1, byte_count,
+        assert (request.cookie, request.cookie_mask) == (COUNTED_COOKIE, 0xFFFF_FFFF_FFFF_FFFF)  # counted flows only
+        stat = parser.OFPFlowStats(0, 1, 0, 10, 30, 0, 0, COUNTED_COOKIE, 1, byte_count,
                                    parser.OFPMatch(in_port=ofp.OFPP_LOCAL, eth_src=H1, eth_dst=H2), [])
         # The reply comes in two parts; only the whole one counts.
         app.flow_stats_reply(_Ev(_Msg(datapath=dp, body=[], flags=ofp.OFPMPF_REPLY_MORE)))
@@ -454,6 +456,9 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
 # ---------------------------------------------------------------- an idle controller's pace
 
 
+REVERSE = frb.FrbType.BROADCAST_REVERSE
+
+
 def _stats_requests(dp: FakeDatapath) -> list[Any]:
     return [m for m in dp.sent if isinstance(m, parser.OFPFlowStatsRequest)]
 
@@ -484,9 +489,9 @@ def test_with_no_flow_of_ours_on_the_switch_counters_are_not_polled_until_one_is
         assert _stats_requests(dp) == []
     # H2 lives behind node 300 (its FRB says so); H1 -> H2 puts a flow of ours on the switch: polls resume.
     app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
-                           data=frb.pack(frb.broadcast(arp_request(H2), 300, 100, 2)))))
+                           data=frb.pack(frb.broadcast(arp_request(H2)[:14], 300, 100, 2, REVERSE)))))
     app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
-    assert any(isinstance(m, parser.OFPFlowMod) and m.cookie == EVIO_COOKIE for m in dp.sent)
+    assert any(isinstance(m, parser.OFPFlowMod) and m.cookie == COUNTED_COOKIE for m in dp.sent)
     clock.now += 0.5
     dp.sent.clear()
     app.tick(EventTick(periodic=True))
@@ -504,8 +509,9 @@ def test_an_empty_reply_to_a_poll_asked_before_a_flow_was_added_does_not_stop_th
     commands.peer_up("red", "evot200", 200)
     connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
     app.tick(EventTick(periodic=True))  # the poll goes out ...
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))  # ... a flow ...
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
+                           data=frb.pack(frb.broadcast(arp_request(H2)[:14], 300, 100, 2, REVERSE)))))  # H2 behind node 300
+    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))  # ... a counted flow ...
     _reply(app, dp)  # ... and the switch answers the poll it had before the flow
     clock.now += 0.5
     dp.sent.clear()
@@ -520,7 +526,7 @@ def test_a_wished_link_is_released_when_idle_even_while_no_counters_are_polled()
     commands.peer_up("red", "evot200", 200)
     connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
     app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
-                           data=frb.pack(frb.broadcast(arp_request(H2), 300, 100, 2)))))  # H2 behind node 300
+                           data=frb.pack(frb.broadcast(arp_request(H2)[:14], 300, 100, 2, REVERSE)))))  # H2 behind node 300
     app.tick(EventTick(periodic=True))
     _reply(app, dp, _stat(0))
     clock.now += 1

@@ -9,6 +9,7 @@ import pytest
 from evio.ids import RING_SIZE, sorted_clockwise
 from evio.sdn import frb, garp
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
+from evio.sdn.learning_table import MOVE_HOLD
 from evio.sdn.switch import FLOW_HARD_TIMEOUT, BoundedFloodSwitch, Drop, PortKind, SwitchPort
 from evio.testing.fake_flow_table import FakeNetwork
 
@@ -91,7 +92,7 @@ def test_unicast_to_known_mac_installs_flow_and_sends_packet() -> None:
     sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)
     frame = arp_reply(H1, H2)
     actions = sw.packet_in(1, frame, now=2)
-    assert actions == [PacketOut(10, frame), AddFlow(FlowMatch(1, H1, H2), 10, 30, hard_timeout=FLOW_HARD_TIMEOUT)]
+    assert actions == [PacketOut(10, frame), AddFlow(FlowMatch(1, H1, H2), 10, 30, hard_timeout=FLOW_HARD_TIMEOUT, counted=True)]
 
 
 def test_unknown_unicast_is_flooded_with_bounds_not_dropped() -> None:
@@ -446,6 +447,9 @@ def test_a_mac_moving_to_another_node_has_its_stale_flows_deleted_wherever_the_f
     assert n1 in had_flows and len(had_flows) >= 2
 
     net.inject(n3, new_port, garp.gratuitous_arp(moving, OVERLAY_IP))
+    # Its old place spoke just now (the talk): a node that heard it there takes the move once it has been
+    # silent for the move hold (a member could be claiming the MAC; docs/design.md, "Who may move a MAC").
+    net.advance(MOVE_HOLD)
     # Every flow towards the MAC that is left leads where the MAC is now learned.
     for nid in ids:
         node = net.nodes[nid]
@@ -650,7 +654,7 @@ def test_traffic_and_more_broadcasts_do_not_turn_a_short_path_around() -> None:
 
 def test_a_peer_cannot_claim_to_be_nearer_a_root_than_one_hop_beyond_itself() -> None:
     sw = switch_with_ports(100)  # 200 on port 10, 300 on port 11
-    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), root_nid=200, bound_nid=300, hop_count=1)), now=1)
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), root_nid=200, bound_nid=200, hop_count=1)), now=1)
     # 300 forwards a copy of a broadcast by H2's root 200, claiming it is 1 hop old: at least 2, so 200's own stays.
     lie = frb.pack(frb.broadcast(arp_request(H2), root_nid=200, bound_nid=100, hop_count=1))
     actions = sw.packet_in(11, lie, now=2)
@@ -661,8 +665,9 @@ def test_a_peer_cannot_claim_to_be_nearer_a_root_than_one_hop_beyond_itself() ->
 
 def test_a_shorter_copy_moves_a_mac_a_longer_one_only_once_the_short_one_is_unconfirmed() -> None:
     sw = switch_with_ports(100)
-    far = frb.pack(frb.broadcast(arp_request(H2), root_nid=500, bound_nid=100, hop_count=6))
-    near = frb.pack(frb.broadcast(arp_request(H2), root_nid=500, bound_nid=100, hop_count=3))
+    # Copies of 500's floods reach 100 by 200 or 300 only counter-clockwise (500 -> 300 -> 200 -> 100).
+    far = frb.pack(frb.broadcast(arp_request(H2)[:14], 500, 100, 6, frb.FrbType.BROADCAST_REVERSE))
+    near = frb.pack(frb.broadcast(arp_request(H2)[:14], 500, 100, 3, frb.FrbType.BROADCAST_REVERSE))
     sw.packet_in(11, far, now=1)
     assert DeleteFlowsToMac(H2) in sw.packet_in(10, near, now=2)  # shorter: moved
     assert not any(isinstance(a, DeleteFlowsToMac) for a in sw.packet_in(11, far, now=3))  # longer: held
@@ -672,11 +677,12 @@ def test_a_shorter_copy_moves_a_mac_a_longer_one_only_once_the_short_one_is_unco
     assert sw.learning.lookup(H2, now=2.5).port == 10  # type: ignore[union-attr]
     hold = sw.learning.path_hold
     assert DeleteFlowsToMac(H2) in sw.packet_in(11, far, now=2 + hold)  # the short way unconfirmed: the copies' way wins
-    # A different root is a host that moved: it moves at once, however long its way.
+    # A different root is a host that moved: it moves, however long its way, once its old place has been
+    # silent for the move hold (the far copy at 2 + hold was the last to speak for it).
     moved = frb.pack(frb.broadcast(arp_request(H2), root_nid=300, bound_nid=100, hop_count=9))
-    sw.packet_in(10, moved, now=3 + hold)
-    entry = sw.learning.lookup(H2, now=3 + hold)
-    assert entry is not None and (entry.port, entry.root, entry.hops) == (10, 300, 9)
+    sw.packet_in(11, moved, now=2 + hold + MOVE_HOLD)  # an adjacent root speaks over its own link
+    entry = sw.learning.lookup(H2, now=2 + hold + MOVE_HOLD)
+    assert entry is not None and (entry.port, entry.root, entry.hops) == (11, 300, 9)
 
 
 def test_reverse_copies_are_learned_from_and_passed_on_but_never_delivered() -> None:
@@ -699,8 +705,9 @@ def test_reverse_copies_are_learned_from_and_passed_on_but_never_delivered() -> 
 def test_long_after_its_last_copy_a_packet_in_by_another_port_moves_a_mac_again() -> None:
     """A link cut beyond the next hop leaves this port up: the sender's frames by a new way heal the path."""
     sw = switch_with_ports(100)
-    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), root_nid=500, bound_nid=300, hop_count=3)), now=1)
-    hold = sw.learning.unicast_hold
+    # Copies of 500's floods reach 100 by 200 or 300 only counter-clockwise (500 -> 300 -> 200 -> 100).
+    sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2)[:14], 500, 100, 3, frb.FrbType.BROADCAST_REVERSE)), now=1)
+    hold = sw.learning.move_hold  # a MAC whose root spoke for it: a plain frame by another way waits this long
     assert sw.packet_in(11, eth(H1, H2), now=1 + hold / 2)[0] == PacketOut(1, eth(H1, H2))
     assert sw.learning.lookup(H2, now=1 + hold / 2).port == 10  # type: ignore[union-attr]
     assert DeleteFlowsToMac(H2) in sw.packet_in(11, eth(H1, H2), now=1 + hold)
