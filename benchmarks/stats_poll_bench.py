@@ -103,7 +103,7 @@ def attack(n: int) -> tuple[OverlaySwitch, list[FakeFlow], list[FakeFlow]]:
     net.inject(US, 1, bytes.fromhex("ff" * 6) + frb.parse_mac(host) + b"\x08\x00" + b"x" * 46)
     rng = random.Random(21)
     for i in range(n):
-        net.now = i / 1000  # the per-port packet-in rate
+        net.now = i / 500  # two packet-ins a source, at the per-port packet-in rate
         src = bytearray(rng.randbytes(6))
         src[0] = (src[0] & 0xFC) | 0x02
         mac = bytes(src).hex(":")

@@ -63,7 +63,11 @@ Adjacent peers are members, not trusted with this node's switching:
   a lower hop count is raised to 2 and counted (`hop_counts_raised`), so no
   peer beats a root that is adjacent here by lying about hops;
 - each port may cause at most `PACKET_IN_RATE` packet-ins a second on average
-  (`PACKET_IN_BURST` at once); the rest are dropped and counted.
+  (`PACKET_IN_BURST` at once); the rest are dropped and counted;
+- floods passed on for one ingress port and one root (or started for a
+  peer's unicast this node cannot place) are at most `FLOOD_RATE` a second
+  (`FLOOD_LIMITED`), so one member's storm reaches the rest of the overlay
+  thinned, and never at the cost of another root's broadcasts.
 """
 
 from __future__ import annotations
@@ -109,6 +113,13 @@ BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malfo
 # all, so one port (one peer, one local storm) may take a fraction and never all of it.
 PACKET_IN_RATE = 1000.0
 PACKET_IN_BURST = 2000
+# Floods a node passes on (or starts, for a peer's unicast it cannot place) on behalf of one ingress port
+# and one root, a second. A member flooding at its full packet-in rate costs its neighbours that, but
+# every node beyond sees at most this much of it, in its own bucket: other roots' broadcasts (ARP) are
+# never refused for it (docs/design.md, "A switch bounded per port"). A host's ARP, DHCP and mDNS are a
+# few a second; a root's floods past a node by one port are all its hosts'.
+FLOOD_RATE = 100.0
+FLOOD_BURST = 200
 # Unicast flows installed on behalf of one port (entering by it). A busy host talks to a few hundred
 # others; a port past this is inventing pairs, and only its own oldest flows make room. With the
 # learning table's per-port share (2048 MACs) this bounds what one member can put in the table.
@@ -161,6 +172,7 @@ class Drop(enum.Enum):
     TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
     OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
     OVERSIZED = "larger than a tunnel carries and not TCP that can be segmented (why: segment_errors)"
+    FLOOD_LIMITED = "a flood not passed on: its ingress port and root had used their flood budget (delivered here)"
     MOVE_REFUSED = "a claim that a live MAC moved, not taken: its place spoke lately (the frame itself went on)"
     IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
 
@@ -241,6 +253,8 @@ class BoundedFloodSwitch:
         self.reverse_forwarded = 0  # BROADCAST_REVERSE copies passed on within their bounds
         self.learning = LearningTable(mac_max_age, max_macs)
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
+        # (ingress port, root or None for a root not known here) -> floods passed on for it
+        self.flood_budget = PeerRateLimiter[tuple[int, int | None]](Rate(FLOOD_RATE, FLOOD_BURST))
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
@@ -282,6 +296,7 @@ class BoundedFloodSwitch:
         """A port went: its flows and everything learned on it go at once."""
         port = self.ports.pop(port_no, None)
         self.packet_in_budget.forget(port_no)
+        # flood_budget's buckets of the port are left to age out of its bounded table
         self._announced_by.discard(port_no)
         if port is None:
             return []
@@ -375,6 +390,8 @@ class BoundedFloodSwitch:
             if target is not None:
                 self.drops[Drop.HAIRPIN] += 1
             self.transit_floods += 1
+            if not self._flood_allowed((in_port, self.node_id), now):
+                return actions + self._deliver_to_leaves(data, exclude=in_port)
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast(in_port, eth, target.port, data, now)
 
@@ -521,9 +538,9 @@ class BoundedFloodSwitch:
             self.drops[Drop.IMPLAUSIBLE_FRB] += 1
             return []
         if h.frb_type is frb.FrbType.BROADCAST:
-            return self._frb_broadcast_in(port.port_no, ingress, frame, now)
+            return self._frb_broadcast_in(port.port_no, ingress, frame, now, self._flood_budget_key(port, h))
         if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
-            return self._frb_reverse_in(port.port_no, ingress, frame, now)
+            return self._frb_reverse_in(port.port_no, ingress, frame, now, self._flood_budget_key(port, h))
         if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
             if h.root_nid != ingress:
                 self.drops[Drop.FOREIGN_ANNOUNCE] += 1  # only a root speaks for its own leaves
@@ -580,7 +597,9 @@ class BoundedFloodSwitch:
         # A bound at us only stops the copy here (nothing lies strictly inside (us, us)): harmless, allowed.
         return (ingress - root) % RING_SIZE < to_me and to_bound <= RING_SIZE - to_me
 
-    def _frb_broadcast_in(self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float) -> list[FlowAction]:
+    def _frb_broadcast_in(
+        self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float, budget_key: tuple[int, int | None]
+    ) -> list[FlowAction]:
         h = frame.header
         inner = frame.payload
         if h.root_nid == self.node_id:
@@ -619,6 +638,8 @@ class BoundedFloodSwitch:
         if bounds and hops >= frb.MAX_HOP_COUNT:
             self.drops[Drop.HOP_LIMIT] += 1
             return actions
+        if bounds and not self._flood_allowed(budget_key, now):
+            return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
             self.counters.frb_forwarded += 1
@@ -626,7 +647,23 @@ class BoundedFloodSwitch:
             actions.append(PacketOut(peers[peer], wire))
         return actions
 
-    def _frb_reverse_in(self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float) -> list[FlowAction]:
+    def _flood_budget_key(self, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:
+        """Whose flood budget a copy spends: its ingress port's and its root's. A root not known here before
+        this copy (no tunnel to it, no MAC learned under it) spends the port's one bucket for such roots, so
+        a member inventing roots gets no more than one root's share."""
+        root = h.root_nid
+        known = root in self.peer_ports() or bool(self.learning.leaf_macs(root))
+        return (port.port_no, root if known else None)
+
+    def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
+        if self.flood_budget.allow(key, now):
+            return True
+        self.drops[Drop.FLOOD_LIMITED] += 1
+        return False
+
+    def _frb_reverse_in(
+        self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float, budget_key: tuple[int, int | None]
+    ) -> list[FlowAction]:
         """A broadcast's header flooded counter-clockwise: learn its source by it, pass it on, deliver nothing."""
         h = frame.header
         if h.root_nid == self.node_id:
@@ -647,6 +684,8 @@ class BoundedFloodSwitch:
         bounds = reverse_forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
         if bounds and hops >= frb.MAX_HOP_COUNT:
             self.drops[Drop.HOP_LIMIT] += 1
+            return actions
+        if bounds and not self._flood_allowed(budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():

@@ -12,6 +12,7 @@ from typing import Any
 from evio.sdn import frb
 from evio.sdn.garp import gratuitous_arp
 from evio.sdn.learning_table import MOVE_HOLD
+from evio.sdn.switch import FLOOD_BURST, FLOOD_RATE, Drop
 from evio.testing.fake_flow_table import FakeNetwork
 
 BROADCAST = "ff:ff:ff:ff:ff:ff"
@@ -191,3 +192,30 @@ def test_h4_a_host_that_migrates_after_a_quiet_while_is_found_at_its_new_node_at
     net.inject(new, new_port, gratuitous_arp(vm, "10.0.0.7"))
     net.inject(caller, 1, eth(vm, host_mac(net, caller)))
     assert [f for f in net.nodes[new].received[new_port] if f[:6] == frb.parse_mac(vm)] != []
+
+
+# ---------------------------------------------------------------- deliverable 3: floods
+
+
+def test_a_member_flooding_at_its_full_rate_reaches_past_its_neighbour_thinned_and_others_arp_is_answered() -> None:
+    net, ids = ring(6)
+    hostile, first_hop, victim, target = ids[5], ids[0], ids[1], ids[3]
+    victim_mac = host_mac(net, victim)
+    rng = random.Random(3)
+    arps = 0
+    for i in range(1000):  # 1 s at the per-port packet-in rate
+        net.now = 1.0 + i / 1000
+        # Its own root, or one invented behind it (the only roots a flood from it may plausibly carry).
+        root = hostile if i % 2 else rng.randrange(ids[4] + 1, hostile)
+        net.from_neighbour(first_hop, hostile, forged(eth(BROADCAST, random_mac(rng), 0x0806), root, ids[4]))
+        if i % 100 == 0:  # the victim's host ARPs ten times a second
+            arps += 1
+            net.inject(victim, 1, eth(BROADCAST, victim_mac, 0x0806)[:14] + arps.to_bytes(2, "big") + b"a" * 44)
+    at_target = net.nodes[target].received[1]
+    answered = [f for f in at_target if f[6:12] == frb.parse_mac(victim_mac)]
+    assert len(answered) == arps  # every ARP of the victim's host reached the host it asked
+    storm = [f for f in at_target if f[6:12] != frb.parse_mac(victim_mac) and f[:6] == b"\xff" * 6]
+    # Beyond the first hop, 1000 floods came down to: one bucket for its own root, one for the roots
+    # nobody knew (a burst and a second's rate each).
+    assert len(storm) <= 2 * (FLOOD_BURST + FLOOD_RATE)
+    assert net.nodes[first_hop].switch.drops[Drop.FLOOD_LIMITED] > 0
