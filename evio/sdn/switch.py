@@ -80,7 +80,7 @@ from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
 from evio.ids import RING_SIZE, format_node_id
-from evio.ratelimit import PeerRateLimiter, Rate
+from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.sdn import frb, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import (
@@ -263,6 +263,7 @@ class BoundedFloodSwitch:
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
+        self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
         self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
 
     @property
@@ -453,9 +454,9 @@ class BoundedFloodSwitch:
         from_root = root is not None and port in self.ports and self.ports[port].peer == root
         learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops,
                                                from_root=from_root)
-        return self._learned_actions(learned, port)
+        return self._learned_actions(learned, port, now)
 
-    def _learned_actions(self, learned: Learned, port: int) -> list[FlowAction] | None:
+    def _learned_actions(self, learned: Learned, port: int, now: float) -> list[FlowAction] | None:
         if learned.change is Change.REFUSED:
             self.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
             return None
@@ -463,7 +464,7 @@ class BoundedFloodSwitch:
             self.longer_paths_held += 1
             return []
         if learned.change is Change.CONTESTED:
-            self.drops[Drop.MOVE_REFUSED] += 1
+            self._bounded(Drop.MOVE_REFUSED, port, now, f"mac={learned.mac} held_on_port={learned.entry.port}")
             return []
         actions: list[FlowAction] = _flows_of_macs(learned.evicted)
         if learned.change is Change.MOVED and learned.previous is not None and learned.previous.port != port:
@@ -535,7 +536,8 @@ class BoundedFloodSwitch:
         h = frame.header
         flood = h.frb_type in (frb.FrbType.BROADCAST, frb.FrbType.BROADCAST_REVERSE)
         if flood and h.root_nid != self.node_id and not self._plausible(h, ingress):
-            self.drops[Drop.IMPLAUSIBLE_FRB] += 1
+            self._bounded(Drop.IMPLAUSIBLE_FRB, port.port_no, now,
+                          f"peer={format_node_id(ingress)} root={format_node_id(h.root_nid)}")
             return []
         if h.frb_type is frb.FrbType.BROADCAST:
             return self._frb_broadcast_in(port.port_no, ingress, frame, now, self._flood_budget_key(port, h))
@@ -556,7 +558,7 @@ class BoundedFloodSwitch:
                     self.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
                     continue
                 if learned.change is Change.CONTESTED:
-                    self.drops[Drop.MOVE_REFUSED] += 1
+                    self._bounded(Drop.MOVE_REFUSED, port.port_no, now, f"mac={learned.mac} announced")
                     continue
                 actions += _flows_of_macs(learned.evicted)
                 if learned.change is Change.MOVED and learned.previous is not None:
@@ -647,6 +649,12 @@ class BoundedFloodSwitch:
             actions.append(PacketOut(peers[peer], wire))
         return actions
 
+    def _bounded(self, reason: Drop, port: int, now: float, detail: object) -> None:
+        """Count a frame (or claim) a per-port bound refused, and say so once per port and interval."""
+        self.drops[reason] += 1
+        if self._bounds_logged.should_log((port, reason), now):
+            log.warning("refused port=%s reason=%s %s (so far: %d)", port, reason.name, detail, self.drops[reason])
+
     def _flood_budget_key(self, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:
         """Whose flood budget a copy spends: its ingress port's and its root's. A root not known here before
         this copy (no tunnel to it, no MAC learned under it) spends the port's one bucket for such roots, so
@@ -658,7 +666,8 @@ class BoundedFloodSwitch:
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
         if self.flood_budget.allow(key, now):
             return True
-        self.drops[Drop.FLOOD_LIMITED] += 1
+        root = "unknown" if key[1] is None else format_node_id(key[1])
+        self._bounded(Drop.FLOOD_LIMITED, key[0], now, f"root={root}")
         return False
 
     def _frb_reverse_in(
@@ -709,7 +718,7 @@ class BoundedFloodSwitch:
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)
-            actions += self._learned_actions(learned, learned.entry.port) or []
+            actions += self._learned_actions(learned, learned.entry.port, now) or []
         return self._booked(actions)
 
     def _booked(self, actions: list[FlowAction]) -> list[FlowAction]:
