@@ -21,7 +21,9 @@ them, through a `TransitSink`:
   data path stops using it; while an entry is used (its hit count moves),
   `refresh` re-installs the flow every `idle_timeout / 3` seconds - an
   OpenFlow ADD of an existing flow replaces it and restarts its idle timer -
-  and the mirrored add moves the deadline on. An entry nobody uses runs out
+  and the mirrored add moves the deadline on (but not past the flow's hard
+  timeout, which an add would restart: a busy flow is still installed again
+  now and then, switch.py). An entry nobody uses runs out
   before its flow does; the flow then expires in the switch as it always did,
   and its FlowRemoved drops the entry.
 
@@ -74,6 +76,8 @@ class _Mirrored:
     idle_timeout: int
     installed: float  # when its flow was last (re)installed
     hits_seen: int  # the entry's hit count at that time
+    hard_timeout: int = 0  # the flow's, as the switch installed it
+    first: float = 0.0  # when its flow was first installed (refreshes keep it)
 
 
 def _mac(text: str) -> bytes:
@@ -128,8 +132,10 @@ class TransitMirror:
             self._mirrored.pop(match, None)
             return
         route = self.sink.get(ingress.name, dst, src)
+        prev = self._mirrored.get(match)
         self._mirrored[match] = _Mirrored(ingress.name, egress.name, action.out_port, action.idle_timeout, now,
-                                          route.hits if route is not None else 0)
+                                          route.hits if route is not None else 0, action.hard_timeout,
+                                          prev.first if prev is not None else now)
 
     def flow_removed(self, match: FlowMatch) -> None:
         self._drop(match)
@@ -146,11 +152,15 @@ class TransitMirror:
         for match, entry in self._mirrored.items():
             if entry.idle_timeout <= 0 or now - entry.installed < entry.idle_timeout / 3:
                 continue
+            if entry.hard_timeout and now - entry.first >= entry.hard_timeout:
+                # Its hard timeout is due: not renewed (an add would restart it), so the flow idles out
+                # under the fast path and the next frame installs it again, as the switch would have.
+                continue
             route = self.sink.get(entry.ingress, _mac(match.eth_dst), _mac(match.eth_src))
             if route is None or route.hits == entry.hits_seen:
                 continue
             self.refreshes += 1
-            actions.append(AddFlow(match, entry.out_port, entry.idle_timeout))
+            actions.append(AddFlow(match, entry.out_port, entry.idle_timeout, hard_timeout=entry.hard_timeout))
         return actions
 
     def matches(self) -> Iterator[FlowMatch]:

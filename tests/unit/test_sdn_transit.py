@@ -14,6 +14,7 @@ from test_sdn_switch import H1, H2, H3, eth
 
 from evio.sdn import frb
 from evio.sdn.ofapp import EVIO_COOKIE, BoundedFloodApp, EventTick
+from evio.sdn.switch import FLOW_HARD_TIMEOUT
 from evio.sdn.transit import TransitMirror
 from evio.tunnel.transit import TransitTable
 
@@ -165,3 +166,21 @@ def test_a_delete_after_an_add_in_one_batch_leaves_no_entry() -> None:
     app._send(app.overlays["red"], [AddFlow(FlowMatch(PORT_B, H2, H1), PORT_A, IDLE), DeleteFlowsToMac(H1)])
     assert table.get(B, mac(H1), mac(H2)) is None
     assert len(table) == 1  # (A, H1, H2) -> B stays: its destination is H2
+
+
+def test_a_busy_entry_is_refreshed_with_its_hard_timeout_and_no_longer_once_that_is_due() -> None:
+    """However busy, a flow is installed anew at its hard timeout (issue 21, H3): the fast path does not keep
+    it alive past that, since every refresh (an add) would restart the switch's hard timer."""
+    app, dp, table, clock = transit_switch()
+    installed = clock.now
+    hook = table.attach(A, Egress())
+    frame = memoryview(eth(H2, H1))
+    refreshes = []
+    for _ in range(int(FLOW_HARD_TIMEOUT // (IDLE / 3)) + 3):
+        clock.now += IDLE / 3
+        hook(frame)
+        dp.sent.clear()
+        app.tick(EventTick(periodic=True))
+        refreshes += [(clock.now, m.hard_timeout) for m in dp.flow_adds()]
+    assert refreshes and all(hard == FLOW_HARD_TIMEOUT for _, hard in refreshes)
+    assert max(at for at, _ in refreshes) < installed + FLOW_HARD_TIMEOUT < clock.now
