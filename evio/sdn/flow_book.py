@@ -38,8 +38,13 @@ class FlowBook:
     def add(self, match: FlowMatch, out_port: int) -> list[FlowMatch]:
         """Book a flow being installed; the flows to delete to keep its port within the cap (oldest first)."""
         flows = self._by_in_port.setdefault(match.in_port, {})
-        if match in flows:
-            self.discard(match)  # installed again (it may lead elsewhere now): it is the newest
+        old_out = flows.get(match)
+        if old_out == out_port:
+            del flows[match]  # installed again the same way: now the newest
+            flows[match] = out_port
+            return []
+        if old_out is not None:
+            self.discard(match)  # installed again leading elsewhere
             flows = self._by_in_port.setdefault(match.in_port, {})
         evicted: list[FlowMatch] = []
         while len(flows) >= self.max_per_port:

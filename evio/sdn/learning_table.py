@@ -166,6 +166,10 @@ class LearningTable:
         """MACs hosted by switch `root`, as far as this table knows (stale ones until expired)."""
         return frozenset(self._by_root.get(root, ()))
 
+    def hosts_any(self, root: int) -> bool:
+        """Whether any MAC is known here under `root`."""
+        return root in self._by_root
+
     def root_bridges(self) -> dict[int, frozenset[str]]:
         """The root bridge table: root node id -> its leaf MACs."""
         return {root: frozenset(macs) for root, macs in self._by_root.items()}

@@ -413,10 +413,9 @@ class BoundedFloodSwitch:
     def _counted(self, in_port: int, eth: _Frame, out_port: int, now: float) -> bool:
         """Whether on-demand links count the flow's bytes: a local host's traffic with a remote one whose root
         node is known (on_demand.traffic_by_peer). Only those are polled (ofapp.COUNTED_COOKIE)."""
-        leaves = self.leaf_ports()
-        if in_port in leaves:
+        if self.ports[in_port].kind is PortKind.LEAF:
             remote = eth.dst
-        elif out_port in leaves:
+        elif out_port in self.ports and self.ports[out_port].kind is PortKind.LEAF:
             remote = eth.src
         else:
             return False  # transit: some other pair's business
@@ -660,7 +659,7 @@ class BoundedFloodSwitch:
         this copy (no tunnel to it, no MAC learned under it) spends the port's one bucket for such roots, so
         a member inventing roots gets no more than one root's share."""
         root = h.root_nid
-        known = root in self.peer_ports() or bool(self.learning.leaf_macs(root))
+        known = self.learning.hosts_any(root) or root in self.peer_ports()
         return (port.port_no, root if known else None)
 
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
