@@ -1,0 +1,243 @@
+"""A rolling upgrade: nodes of the previous release and of this one in one overlay, then one upgraded in place.
+
+The previous release (tests/lab/previous_release.py: its commit, built from git history into a
+virtualenv of its own, cached) and this tree run side by side in a lab of four full nodes behind
+mixed NATs, alternating round the ring (old, new, old, new) with one successor link each and no
+long-distance or on-demand links: every link joins an old node to a new one, and every frame
+between two nodes of one release is forwarded by a node of the other. The tests assert that
+
+- the ring closes, every link old-new;
+- a broadcast (an ARP request) from each node reaches every other node once;
+- every pair pings over the overlay, and a TCP stream runs each way between an old and a new node;
+- an old node upgraded in place (stopped, started as this release) leaves the other nodes' pairs
+  connected but for a few seconds and is reachable from all of them again soon after;
+- and no node counted an FRB, a signaling message, a negotiation body, a tunnel offer or a tunnel
+  control record of the other release as malformed (status counters, and the daemons' logs for the
+  counters a status does not show).
+
+The run takes about 1.5 minutes once the previous release is cached (docs/operations.md, "Upgrades").
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from churn_lab import TcpStream
+from previous_release import PreviousRelease, PreviousReleaseMissing, build, check_commit
+from scenario_lab import FigureBook, PingProbe, daemon_log_tails, ring_timeout, wait_for
+
+from evio.cli.lab_node_cmd import all_pairs_ping
+from evio.lab import daemons as full_nodes
+from evio.lab.lab import Lab
+from evio.lab.node_config import bridge_name
+from evio.testing.labs import LabFactory
+from evio.testing.scenarios import Figure, copies_per_node
+
+NODES = 4
+# One successor each, nothing else: a ring of four links, each one old-new (see the module docstring).
+TOPOLOGY = {"successors": 1, "long_distance": 0, "on_demand": {"enabled": False}}
+PING_INTERVAL = 0.2
+MAX_GAP = 5.0  # seconds a pair of nodes that keep running may go unanswered while another is upgraded
+REJOIN_TIMEOUT = 60.0  # for an upgraded node to be linked and answering again
+STREAM_SECONDS = 3.0
+
+# What a node counts or logs when it does not understand a peer. Status counters first:
+SWITCH_DROPS = ("MALFORMED_FRB", "FORWARD_TYPE", "UNKNOWN_FRB_TYPE")  # Bounded Flood drop reasons
+TUNNEL_DROPS = ("bad-control", "unknown-control")  # evio.tunnel.datapath.DropReason values
+# ... and log lines, for what a status does not count (signal drops, negotiation bodies, tunnel offers).
+MISUNDERSTOOD = re.compile(
+    r"malformed|signal drop (?:unknown_kind|unsupported_version)|bad announcement|unknown_action|unknown field",
+    re.IGNORECASE,
+)
+
+Mixed = tuple[Lab, PreviousRelease, tuple[int, ...]]  # the lab, the old release, the nodes running it
+
+
+def test_the_previous_release_is_in_the_git_history() -> None:
+    """Without it (a shallow clone) the rolling-upgrade test cannot run: fail, naming the commit."""
+    try:
+        check_commit()
+    except PreviousReleaseMissing as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def previous() -> PreviousRelease:
+    try:
+        release = build()
+    except PreviousReleaseMissing as exc:
+        pytest.fail(str(exc))
+    print(f"previous release {release.version} ({release.commit[:7]}) at {release.directory}: "
+          f"{'built' if release.build_seconds else 'cached'}, native data path: {release.native}")
+    return release
+
+
+@pytest.fixture(scope="module")
+def mixed(module_lab_factory: LabFactory, previous: PreviousRelease, figures: FigureBook) -> Iterator[Mixed]:
+    started = time.monotonic()
+    lab = module_lab_factory(nodes=NODES, nat="mixed", topology=TOPOLOGY)
+    # Old and new alternate round the ring (node id order), so that every successor link is old-new.
+    ring = sorted(lab.nodes, key=lambda n: n.node_id)
+    old = tuple(sorted(n.index for n in ring[0::2]))
+    for node in lab.nodes:
+        lab.start_ovs(node.index)
+    for node in lab.nodes:
+        lab.start_daemon(node.index, previous.evio if node.index in old else None)
+    lab.wait_daemons([n.index for n in lab.nodes], 60.0)
+    try:
+        wait_for(lab.topology, lambda t: len(t.live) == NODES and not t.ring_gaps(), ring_timeout(NODES),
+                 "the mixed ring")
+    except AssertionError:
+        print(daemon_log_tails(lab))
+        raise
+    figures.record(Figure("upgrade", "mixed lab (2 old + 2 new): up and ring closed", time.monotonic() - started, "s",
+                          note=f"previous release {previous.version} ({previous.commit[:7]})"))
+    yield lab, previous, old
+
+
+def test_a_mixed_overlay_links_broadcasts_and_unicasts_across_releases(mixed: Mixed, figures: FigureBook) -> None:
+    lab, previous, old = mixed
+    started = time.monotonic()
+    assert_runs(lab, previous, old)
+    topo = lab.topology()
+    assert not topo.ring_gaps(), f"ring gaps: {topo.ring_gaps()}"
+    names = {n.index: n.name for n in lab.nodes}
+    old_names = {names[i] for i in old}
+    up = {frozenset((link.node, link.peer)) for link in topo.links if link.state == "up"}
+    same_release = [sorted(pair) for pair in up if len(pair & old_names) != 1]
+    assert not same_release, f"links between nodes of one release (the ring should alternate): {same_release}"
+
+    for node in lab.nodes:
+        assert_broadcast_reaches_every_node(lab, node.index)
+
+    summary = all_pairs_ping(lab, count=2)
+    assert not summary.failed, f"pairs that did not answer over the overlay: {summary.failed}"
+
+    new = [n.index for n in lab.nodes if n.index not in old]
+    for client, server in ((old[0], new[0]), (new[1], old[1])):
+        with TcpStream(lab, client, server) as stream:
+            stream.wait_flowing(15.0)
+            time.sleep(STREAM_SECONDS)  # a stream that runs for a while, not a first echo: the load of the test
+            result = stream.stop()
+        assert result.broken is None, f"TCP stream {names[client]} -> {names[server]} broke: {result}"
+        assert result.echoed > 0
+
+    assert_understood(lab)
+    figures.record(Figure("upgrade", "mixed overlay: broadcasts, all-pairs ping, TCP both ways",
+                          time.monotonic() - started, "s"))
+
+
+def test_a_rolling_upgrade_keeps_the_overlay_connected(mixed: Mixed, figures: FigureBook) -> None:
+    lab, previous, old = mixed
+    upgraded = old[0]
+    others = [n.index for n in lab.nodes if n.index != upgraded]
+    probes = {(a.index, b.index): PingProbe(lab, a.index, str(b.overlay_address.ip), PING_INTERVAL)
+              for a in lab.nodes for b in lab.nodes if a.index != b.index}
+    for probe in probes.values():
+        probe.__enter__()
+    try:
+        for probe in probes.values():
+            probe.wait_replies(3, 30.0)
+        stopping = time.time()
+        lab.stop_daemon(upgraded)  # SIGTERM: it releases its links, as an operator's `systemctl stop` does
+        lab.start_daemon(upgraded, full_nodes.evio_command())
+        restarted = time.time()
+        lab.wait_daemons([upgraded], 60.0)
+        wait_for(lab.topology, lambda t: len(t.live) == NODES and not t.ring_gaps(), REJOIN_TIMEOUT,
+                 f"the ring with node{upgraded} upgraded")
+        for (a, b), probe in probes.items():
+            if upgraded in (a, b):
+                probe.wait_reply_after(restarted, REJOIN_TIMEOUT)
+        for probe in probes.values():
+            probe.wait_reply_after(time.time(), 15.0)
+        ended = time.time()
+    finally:
+        for probe in probes.values():
+            probe.stop()
+    gaps = {pair: probes[pair].trace().max_gap(stopping, ended) for pair in probes if upgraded not in pair}
+    worst = max(gaps, key=lambda pair: gaps[pair])
+    assert gaps[worst] <= MAX_GAP, (
+        f"node{worst[0]} -> node{worst[1]} went {gaps[worst]:.1f} s unanswered while node{upgraded} was upgraded "
+        f"(at most {MAX_GAP:g} s): {({f'{a}->{b}': round(g, 1) for (a, b), g in gaps.items()})}")
+    rejoined = max(probes[pair].trace().outage_at(restarted).first_after or ended for pair in probes if upgraded in pair)
+    assert_runs(lab, previous, tuple(i for i in old if i != upgraded))
+    summary = all_pairs_ping(lab, count=2)
+    assert not summary.failed, f"pairs that did not answer after the upgrade: {summary.failed}"
+    for node in others[:1] + [upgraded]:
+        assert_broadcast_reaches_every_node(lab, node)
+    assert_understood(lab)
+    figures.record(Figure("upgrade", "rolling upgrade: longest gap of a pair of the other nodes", gaps[worst], "s",
+                          target=f"<= {MAX_GAP:g} s", note=f"ping every {PING_INTERVAL:g} s"))
+    figures.record(Figure("upgrade", "rolling upgrade: stop -> every pair of the upgraded node answers",
+                          rejoined - stopping, "s"))
+
+
+# -- checks --------------------------------------------------------------------------------------
+
+
+def assert_runs(lab: Lab, previous: PreviousRelease, old: tuple[int, ...]) -> None:
+    """Each daemon runs the release it should: the previous release's interpreter for `old`, ours for the rest."""
+    for node in lab.nodes:
+        record = lab.daemon(node.index)
+        assert record is not None, f"{node.name}'s daemon is not running"
+        with open(f"/proc/{record.pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+        runs_old = str(previous.python).encode() in argv
+        assert runs_old == (node.index in old), (
+            f"{node.name} runs {'the previous release' if runs_old else 'this tree'}: {argv}")
+
+
+def assert_broadcast_reaches_every_node(lab: Lab, initiator: int) -> None:
+    """An ARP request from `initiator` for the next node's address: answered, and logged once by every other node."""
+    overlay = lab.plan.overlay
+    target = lab.node(initiator % NODES + 1)
+    root = lab.node(initiator).node_id
+    others = [n.name for n in lab.nodes if n.index != initiator]
+
+    def logs() -> dict[str, dict[str, Any]]:
+        return {n.name: lab.daemon_status(n.index)["overlays"][overlay]["broadcasts"] for n in lab.nodes}
+
+    before = {name: log["received"] for name, log in logs().items()}
+    done = lab.exec(initiator, ["arping", "-c", "1", "-w", "5", "-i", bridge_name(lab.plan),
+                                str(target.overlay_address.ip)], check=False)
+    assert done.returncode == 0, f"no ARP reply from {target.name} to node{initiator}:\n{done.stdout}{done.stderr}"
+
+    def copies(now: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+        return copies_per_node({name: log["recent"] for name, log in now.items()}, before, root, ethertype=0x0806)
+
+    def everywhere(seen: dict[str, dict[str, int]]) -> bool:
+        """Some ARP broadcast rooted at the initiator came, and each one that came reached every other node.
+        (Not only arping's: a node's gratuitous ARPs may still be on their way; they must arrive too.)"""
+        frames = {frame for counts in seen.values() for frame in counts}
+        return bool(frames) and all(frame in seen[name] for name in others for frame in frames)
+
+    # The counters reach the status at the controller's next tick (0.5 s).
+    seen = wait_for(lambda: copies(logs()), everywhere, 15.0,
+                    f"node{initiator}'s ARP request in every other node's broadcast log", poll=0.25)
+    twice = {name: counts for name, counts in seen.items() if any(n > 1 for n in counts.values())}
+    assert not twice, f"nodes that received a broadcast of node{initiator} more than once: {twice}"
+
+
+def assert_understood(lab: Lab) -> None:
+    """No node counted or logged input from the other release it could not read."""
+    overlay = lab.plan.overlay
+    problems = []
+    for node in lab.nodes:
+        ov = lab.daemon_status(node.index)["overlays"][overlay]
+        if ov.get("frb_errors"):
+            problems.append(f"{node.name}: FRB parse errors {ov['frb_errors']}")
+        drops = {k: v for k, v in ov.get("drops", {}).items() if k in SWITCH_DROPS}
+        if drops:
+            problems.append(f"{node.name}: switch drops {drops}")
+        for link in ov.get("links", []):
+            bad = {k: v for k, v in link.get("drops", {}).items() if k in TUNNEL_DROPS}
+            if bad:
+                problems.append(f"{node.name}: tunnel to {link['peer_name']} dropped {bad}")
+        text = lab.daemon_log(node.index).read_text(errors="replace")
+        problems += [f"{node.name} logged: {line}" for line in text.splitlines() if MISUNDERSTOOD.search(line)][:5]
+    assert not problems, "input from the other release not understood:\n" + "\n".join(problems)
+
