@@ -4,7 +4,9 @@ PREVIOUS_RELEASE is the commit of the release before this one: the release nodes
 interoperate with in one overlay. At each release, once it is tagged, move it here: set
 PREVIOUS_RELEASE to the commit (full hash) of the release just made and PREVIOUS_VERSION to its
 version, in the same commit that bumps `version` in pyproject.toml and evio/__init__.py for the
-next one. Nothing else names it.
+next one. Nothing else names it. EVIO_PREVIOUS_RELEASE=<commit> runs the test against another commit
+instead, once (e.g. 04fecaa, the commit before reverse copies: its nodes count this release's
+BROADCAST_REVERSE as malformed, and the test says so).
 
 `build()` gives the argv that runs that release's `evio` CLI: its tree from `git archive`, a
 virtualenv of its own with it installed (`pip install`, its own declared dependencies) and, where
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +63,21 @@ def cache_root() -> Path:
     return Path(os.environ.get("EVIO_CACHE", "/var/cache/evio")) / "previous-release"
 
 
+def wanted(repo: Path = REPO_ROOT) -> tuple[str, str]:
+    """The commit to run beside this tree and its version: PREVIOUS_RELEASE, or EVIO_PREVIOUS_RELEASE's."""
+    override = os.environ.get("EVIO_PREVIOUS_RELEASE")
+    if not override:
+        return PREVIOUS_RELEASE, PREVIOUS_VERSION
+    check_commit(override, repo)
+    commit = _git(repo, "rev-parse", f"{override}^{{commit}}").strip()
+    found = re.search(r'__version__ = "([^"]+)"', _git(repo, "show", f"{commit}:evio/__init__.py"))
+    return commit, found.group(1) if found else "?"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
 def check_commit(commit: str = PREVIOUS_RELEASE, repo: Path = REPO_ROOT) -> None:
     """PreviousReleaseMissing, with what to do, unless `commit` is in the clone's history."""
     found = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"],
@@ -69,12 +87,14 @@ def check_commit(commit: str = PREVIOUS_RELEASE, repo: Path = REPO_ROOT) -> None
                                  capture_output=True, text=True, check=False).stdout.strip() == "true"
         hint = "this is a shallow clone: `git fetch --unshallow`" if shallow else "fetch the full history"
         raise PreviousReleaseMissing(
-            f"the previous release's commit {commit} (evio {PREVIOUS_VERSION}, tests/lab/previous_release.py) "
+            f"the previous release's commit {commit} (tests/lab/previous_release.py, or EVIO_PREVIOUS_RELEASE) "
             f"is not in the git history of {repo}; {hint} (CI needs a full clone: fetch-depth 0)")
 
 
-def build(commit: str = PREVIOUS_RELEASE, version: str = PREVIOUS_VERSION, repo: Path = REPO_ROOT) -> PreviousRelease:
-    """The previous release, installed in its own virtualenv (built now unless cached)."""
+def build(commit: str | None = None, version: str | None = None, repo: Path = REPO_ROOT) -> PreviousRelease:
+    """The previous release (by default `wanted()`), installed in its own virtualenv (built now unless cached)."""
+    if commit is None or version is None:
+        commit, version = wanted(repo)
     check_commit(commit, repo)
     directory = cache_root() / commit
     directory.parent.mkdir(parents=True, exist_ok=True)
