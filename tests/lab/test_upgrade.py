@@ -73,7 +73,8 @@ def previous() -> PreviousRelease:
     except PreviousReleaseMissing as exc:
         pytest.fail(str(exc))
     print(f"previous release {release.version} ({release.commit[:7]}) at {release.directory}: "
-          f"{'built' if release.build_seconds else 'cached'}, native data path: {release.native}")
+          f"{f'built in {release.build_seconds:.0f} s' if release.build_seconds else 'cached'}, "
+          f"native data path: {release.native}")
     return release
 
 
@@ -111,6 +112,12 @@ def test_a_mixed_overlay_links_broadcasts_and_unicasts_across_releases(mixed: Mi
     up = {frozenset((link.node, link.peer)) for link in topo.links if link.state == "up"}
     same_release = [sorted(pair) for pair in up if len(pair & old_names) != 1]
     assert not same_release, f"links between nodes of one release (the ring should alternate): {same_release}"
+
+    # The old nodes run their own native data path where it was built (as a deployment of that release does).
+    wanted = "native" if previous.native else "python"
+    for index in old:
+        links = lab.daemon_status(index)["overlays"][lab.plan.overlay]["links"]
+        assert {link.get("datapath") for link in links} == {wanted}, f"node{index}'s links: {links}"
 
     for node in lab.nodes:
         assert_broadcast_reaches_every_node(lab, node.index)
