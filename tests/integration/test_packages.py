@@ -134,7 +134,7 @@ def _rootfs_tarball() -> Path:
             *(rootfs / "var/lib/apt/lists").glob("*_*"),
         ]:
             leftover.unlink()
-        partial = tarball.with_name(tarball.name + ".part")
+        partial = tarball.with_name(f"{tarball.name}.{os.getpid()}.part")  # two runs at once: one wins whole
         subprocess.run(["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(partial), "."],
                        check=True, timeout=600)  # fmt: skip
         partial.replace(tarball)
@@ -192,7 +192,7 @@ def _save_apt_cache(root: Path, apt_cache: Path) -> None:
         source = root / inside
         if not any(source.glob("*_*")):
             continue
-        fresh = apt_cache / f".{part}.new"
+        fresh = apt_cache / f".{part}.{os.getpid()}.new"
         shutil.rmtree(fresh, ignore_errors=True)
         shutil.copytree(source, fresh, ignore=shutil.ignore_patterns("lock", "partial"))
         shutil.rmtree(apt_cache / part, ignore_errors=True)
@@ -217,6 +217,7 @@ def test_the_deb_installs_in_a_clean_debian_root_and_evio_runs(packages: Package
     _ok(_chroot(root, "apt-get", "update", "-qq", timeout=600))
     _ok(_chroot(root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", f"/root/{packages.deb.name}",
                 timeout=1200))  # fmt: skip
+    _ok(_chroot(root, "apt-get", "autoclean", "-qq"))  # the kept archives: no superseded versions piling up
     installed = _ok(_chroot(root, "dpkg-query", "-W", "-f", "${Package} ${Status}\n", "evio", "openvswitch-switch"))
     assert installed.splitlines() == ["evio install ok installed", "openvswitch-switch install ok installed"]
 
