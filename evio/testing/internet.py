@@ -37,7 +37,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from evio.testing.hosts import HOST_PATHS, Host, MountPoints, Namespace, netns_list
+from evio.testing.hosts import HOST_PATHS, Host, Namespace, netns_list
+from evio.testing.mount_points import MountPoints
 
 __all__ = ["Internet", "NatKind", "Router", "Site", "unique_prefix"]
 
@@ -117,7 +118,7 @@ class Internet:
     def up(self) -> Internet:
         started = time.monotonic()
         try:
-            self._mount_points.claim(self.prefix, HOST_PATHS, self.workdir if self._own_workdir else Path())
+            self._mount_points.claim(self.prefix, HOST_PATHS, self.workdir if self._own_workdir else None)
             self._claimed = True
             self._public_segment()
             self._attach(self.server, "eth0", "server", SERVER_ADDRESS, PUBLIC_GATEWAYS[0], mtu=None)

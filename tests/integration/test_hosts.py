@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +27,9 @@ from pathlib import Path
 import pytest
 
 from evio.testing.host_services import is_listening, start_coturn, start_ejabberd, start_openvswitch, start_prosody
-from evio.testing.hosts import HOST_PATHS, Host, HostCommandError, MountPoints, netns_list
+from evio.testing.hosts import HOST_PATHS, Host, HostCommandError, netns_list
 from evio.testing.internet import Internet, Site
+from evio.testing.mount_points import MountPoints
 
 pytestmark = pytest.mark.integration
 
@@ -167,6 +169,8 @@ def test_a_file_one_host_writes_is_its_own(net: Internet) -> None:
 
 
 def test_the_binds_stay_in_the_commands_mount_namespace(net: Internet) -> None:
+    namespace = net.nodes[0].run(["readlink", "/proc/self/ns/mnt"]).stdout.strip()
+    assert namespace != os.readlink("/proc/self/ns/mnt")  # `ip netns exec` unshared it
     inside = net.nodes[0].run(["cat", "/proc/self/mountinfo"]).stdout
     assert any(line.split()[4] == "/etc/evio" for line in inside.splitlines())
     assert str(net.workdir) not in Path("/proc/self/mountinfo").read_text()
@@ -240,6 +244,31 @@ def test_a_build_that_fails_half_way_leaves_nothing() -> None:
     assert _harness_traces(net.prefix, net.workdir) == []
 
 
+def test_a_run_killed_before_its_cleanup_is_swept_by_the_next() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUN], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ":".join(sys.path)}
+    )
+    try:
+        assert child.stdout is not None
+        prefix, workdir = child.stdout.readline().split()
+    finally:
+        child.kill()
+        child.wait()
+    assert _harness_traces(prefix, Path(workdir)) != []
+    with Internet([Site("eim")]):
+        assert _harness_traces(prefix, Path(workdir)) == []
+
+
+KILLED_RUN = """
+import time
+from evio.testing.internet import Internet, Site
+net = Internet([Site("eim")]).up()
+net.nodes[0].spawn(["sleep", "600"])
+print(net.prefix, net.workdir, flush=True)
+time.sleep(600)
+"""
+
+
 def _running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
@@ -262,4 +291,5 @@ def test_ejabberd_runs_on_a_host_as_its_unit_runs_it() -> None:
         assert net.server.path("/var/lib/ejabberd").is_dir()
         assert all(p.alive() for p in ejabberd.processes)
         assert not is_listening(net.nodes[0], "tcp", 5222)
+    print(f"teardown with ejabberd {net.teardown_seconds:.2f} s ({_load()})")
     assert [p.pid for p in ejabberd.processes if p.alive()] == []
