@@ -20,6 +20,9 @@ Nothing here uses `evio.lab`: the lead's operator test must run without it.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
 import os
 import pwd
 import shlex
@@ -33,6 +36,8 @@ from pathlib import Path
 from typing import Literal
 
 __all__ = ["HOST_PATHS", "Host", "HostCommandError", "HostPath", "HostProcess", "Namespace", "netns_list"]
+
+log = logging.getLogger(__name__)
 
 Seed = Literal["empty", "copy", "skeleton"]
 
@@ -322,6 +327,7 @@ def _seed(real: Path, backing: Path, hp: HostPath) -> None:
     if hp.seed == "copy" and (real.exists() or real.is_symlink()):
         # cp -a keeps owners, modes and symlinks (prosody's certs, OVS's conf.db link) as the package left them
         _check(["cp", "-a", "--no-target-directory", str(real), str(backing)])
+        _warn_if_modified(real)
         return
     if hp.is_file:
         backing.touch()
@@ -334,6 +340,23 @@ def _seed(real: Path, backing: Path, hp: HostPath) -> None:
             if sub.is_dir() and not sub.is_symlink():
                 (backing / sub.name).mkdir(exist_ok=True)
                 _copy_owner(sub, backing / sub.name)
+
+
+def _warn_if_modified(real: Path) -> None:
+    """Hosts should look freshly installed: say so if the real root's copy of a package's conffile
+    was changed (by a command that should have run on a simulated host, say)."""
+    for conffile, digest in _package_conffiles().items():
+        path = Path(conffile)
+        inside = path == real or real in path.parents
+        if inside and path.is_file() and hashlib.md5(path.read_bytes()).hexdigest() != digest:
+            log.warning("%s differs from what its package shipped: simulated hosts get this copy", path)
+
+
+@functools.cache
+def _package_conffiles() -> dict[str, str]:
+    """Every installed package's conffiles with their md5 as shipped (dpkg's record)."""
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Conffiles}\\n"], capture_output=True, text=True).stdout
+    return {f[0]: f[1] for f in (line.split() for line in out.splitlines()) if len(f) >= 2 and f[0].startswith("/")}
 
 
 def _copy_owner(real: Path, backing: Path) -> None:

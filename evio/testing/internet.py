@@ -49,6 +49,7 @@ NatKind = Literal["eim", "symmetric", "none"]
 PUBLIC_GATEWAYS = ("203.0.113.1", "198.51.100.1")  # br0 in the public namespace routes between the two
 SERVER_ADDRESS = "203.0.113.10"
 NFT_TABLE = "evio_site"
+MAX_SITES = 80  # site N: router 198.51.100.(10+N), public host 198.51.100.(100+N), LAN 10.N.0.0/24
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,8 @@ class Internet:
     """The network above, built on `__enter__` (or `up()`) and removed on `__exit__` (or `close()`)."""
 
     def __init__(self, sites: list[Site], *, workdir: Path | None = None, prefix: str | None = None) -> None:
-        if not 1 <= len(sites) <= 80:
-            raise ValueError("between 1 and 80 sites")
+        if len(sites) > MAX_SITES:
+            raise ValueError(f"at most {MAX_SITES} sites")
         self.sites = list(sites)
         self.prefix = prefix or unique_prefix()
         self._own_workdir = workdir is None
@@ -102,6 +103,7 @@ class Internet:
         self._namespaces: list[Namespace] = []
         self._mount_points = MountPoints()
         self._claimed = False
+        self._names: list[tuple[str, tuple[str, ...]]] = []  # /etc/hosts lines every host gets
 
     @property
     def hosts(self) -> list[Host]:
@@ -122,12 +124,9 @@ class Internet:
             self._claimed = True
             self._public_segment()
             self._attach(self.server, "eth0", "server", SERVER_ADDRESS, PUBLIC_GATEWAYS[0], mtu=None)
-            for index, site in enumerate(self.sites, start=1):
-                self._site(index, site)
-            for host in self.hosts:
-                for other in self.hosts:
-                    if other is not host:
-                        host.add_hosts_entry(other.address, other.name)
+            self.add_name(SERVER_ADDRESS, self.server.name)
+            for site in self.sites:
+                self._site(site)
         except BaseException:
             self.close()
             raise
@@ -135,8 +134,15 @@ class Internet:
         log.info("internet up prefix=%s sites=%s in %.2f s", self.prefix, len(self.sites), self.setup_seconds)
         return self
 
+    def add_site(self, site: Site) -> Host:
+        """One more site while the others run (a member joining later); its node host. What fails
+        half-way is removed with the rest by `close()`."""
+        self.sites.append(site)
+        return self._site(site)
+
     def add_name(self, address: str, *names: str) -> None:
-        """A DNS name stand-in: `names` resolve to `address` on every host (their /etc/hosts)."""
+        """A DNS name stand-in: `names` resolve to `address` on every host, also on hosts added later."""
+        self._names.append((address, names))
         for host in self.hosts:
             host.add_hosts_entry(address, *names)
 
@@ -173,14 +179,25 @@ class Internet:
         if isinstance(ns, Host):
             ns.address = ns.public_address = address
 
-    def _site(self, index: int, site: Site) -> None:
+    def _site(self, site: Site) -> Host:
+        index = len(self.nodes) + 1
+        if index > MAX_SITES:
+            raise ValueError(f"at most {MAX_SITES} sites")
         node = self._host(f"node{index}")
         self.nodes.append(node)
         if site.nat == "none":
             self._attach(node, "eth0", node.name, f"198.51.100.{100 + index}", PUBLIC_GATEWAYS[1], site.mtu)
             node.run(["nft", "-f", "-"], input=host_firewall())
             self.routers.append(None)
-            return
+        else:
+            self._behind_router(index, node, site)
+        for address, names in self._names:  # the names every host knows
+            node.add_hosts_entry(address, *names)
+        if site.nat == "none":  # a host behind NAT has no address others could use
+            self.add_name(node.address, node.name)
+        return node
+
+    def _behind_router(self, index: int, node: Host, site: Site) -> None:
         router = Router(Namespace(f"{self.prefix}-r{index}"), f"198.51.100.{10 + index}", f"10.{index}.0.1", site.nat)
         self.routers.append(router)
         self._attach(router.namespace, "wan", f"r{index}", router.wan_address, PUBLIC_GATEWAYS[1], mtu=None)

@@ -224,6 +224,9 @@ def test_leaving_removes_everything_even_with_services_and_a_stray_daemon() -> N
         start_openvswitch(net.nodes[0])
         start_prosody(net.server)
         start_coturn(net.server)
+        late = net.add_site(Site("eim"))  # a site added while the services run
+        late.run(["ping", "-c1", "-W2", "server"])
+        assert late.name == "node3" and late.run(["hostname"]).stdout.strip() == "node3"
         # A daemon that leaves its process group, as `epmd -daemon` does: the namespace sweep ends it.
         net.nodes[1].run(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 < /dev/null &"])
         pids = [p.pid for h in net.hosts for p in h.processes] + [pid for h in net.hosts for pid in h.pids()]
