@@ -39,14 +39,15 @@ __all__ = ["HOST_PATHS", "Host", "HostCommandError", "HostPath", "HostProcess", 
 
 log = logging.getLogger(__name__)
 
-Seed = Literal["empty", "copy", "skeleton"]
+Seed = Literal["empty", "copy", "skeleton", "home"]
 
 
 @dataclass(frozen=True)
 class HostPath:
     """A path a host keeps to itself. seed: "empty" (a fresh dir or file with the real one's owner and
     mode), "copy" (the real root's contents, as the package left them), "skeleton" (the real dir's
-    subdirectories, empty, with their owners: /var/log)."""
+    subdirectories, empty, with their owners: /var/log), "home" (fresh, with the real dir's
+    subdirectories bound in: /root)."""
 
     path: str
     seed: Seed = "empty"
@@ -75,7 +76,10 @@ HOST_PATHS: tuple[HostPath, ...] = (
     HostPath("/var/log", "skeleton"),
     HostPath("/var/tmp"),  # coturn falls back to /var/tmp for its log; units have PrivateTmp
     HostPath("/run/systemd"),  # empty: tools see no systemd (no /run/systemd/system)
-    HostPath("/root"),  # the operator's working directory: files it writes there stay on this host
+    # The operator's working directory: files written there stay on the host, while the real /root's
+    # subdirectories (a pyenv behind the venv's python, say) still show. Not an overlay: two overlays
+    # sharing an upper directory (two commands on one host) see each other's writes late, if at all.
+    HostPath("/root", "home"),
     HostPath("/etc/hosts", "copy", is_file=True),
     HostPath("/etc/hostname", is_file=True),
 )
@@ -231,9 +235,16 @@ class Host(Namespace):
         for hp in self.paths:
             backing = self.path(hp.path)
             _seed(Path(hp.path), backing, hp)
-            if any(c.isspace() for c in str(backing)):
-                raise ValueError(f"fstab cannot hold a path with blanks: {backing}")
-            entries.append(f"{backing} {hp.path} none bind 0 0\n")
+            if any(c.isspace() or c in ",:" for c in str(backing)):
+                raise ValueError(f"fstab cannot hold a path with blanks, commas or colons: {backing}")
+            if hp.seed == "home":
+                # Its subdirectories first, onto their mount points in the backing tree, which then
+                # goes over the real one with them (rbind): they are still the real root's.
+                subdirs = [d for d in sorted(Path(hp.path).iterdir()) if d.is_dir() and not d.is_symlink()]
+                entries += [f"{d} {backing / d.name} none bind,nofail 0 0\n" for d in subdirs if " " not in d.name]
+                entries.append(f"{backing} {hp.path} none rbind 0 0\n")
+            else:
+                entries.append(f"{backing} {hp.path} none bind 0 0\n")
         self.path("/etc/hostname").write_text(self.name + "\n")
         with self.path("/etc/hosts").open("a") as hosts:
             hosts.write(f"127.0.1.1\t{self.name}\n")
@@ -324,6 +335,13 @@ class Host(Namespace):
 
 def _seed(real: Path, backing: Path, hp: HostPath) -> None:
     backing.parent.mkdir(parents=True, exist_ok=True)
+    if hp.seed == "home":
+        backing.mkdir()
+        _copy_owner(real, backing)
+        for entry in real.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                (backing / entry.name).mkdir()  # a mount point for the real one
+        return
     if hp.seed == "copy" and (real.exists() or real.is_symlink()):
         # cp -a keeps owners, modes and symlinks (prosody's certs, OVS's conf.db link) as the package left them
         _check(["cp", "-a", "--no-target-directory", str(real), str(backing)])

@@ -159,6 +159,12 @@ def test_a_file_one_host_writes_is_its_own(net: Internet) -> None:
     assert node2.run(["test", "-e", "/etc/evio/x"], check=False).returncode == 1
     assert net.server.run(["test", "-e", "/etc/evio/x"], check=False).returncode == 1
     assert not Path("/etc/evio/x").exists()
+    # The operator's working directory /root: what the host writes stays its own, what the real one holds shows.
+    node1.run(["sh", "-c", "echo token > evh-token"])
+    assert node1.path("/root/evh-token").read_text() == "token\n"
+    assert not Path("/root/evh-token").exists()
+    assert node2.run(["test", "-e", "/root/evh-token"], check=False).returncode == 1
+    assert node1.run(["evio", "--version"]).stdout.startswith("evio ")  # the evio under test, on PATH
     assert node1.run(["hostname"]).stdout.strip() == "node1"
     assert node1.run(["test", "-e", "/run/systemd/system"], check=False).returncode == 1
     # A fresh Debian host with the packages: prosody's config and dirs as the package left them.
