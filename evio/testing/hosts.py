@@ -13,9 +13,12 @@ names the real file behind a host path, so a test can read it. A mount point mis
 root (/etc/evio, /run/openvswitch, ...) is created for the bind and removed again by the last
 harness that needs it (`evio.testing.mount_points`).
 
+Commands run as root in /root (the host's own, with the real /root's subdirectories bound in, so
+a venv whose interpreter lives under /root still runs), with the test's environment minus systemd's
+variables and with this interpreter's bin directory first on PATH: `evio` is the evio under test.
 Processes a host spawns run in their own process group; `stop_processes` ends them (SIGTERM to the
 group, wait, SIGKILL) and then anything still left in the namespace, by PID.
-Nothing here uses `evio.lab`: the lead's operator test must run without it.
+Nothing here uses `evio.lab` (an import contract holds it): operator tests run without the lab.
 """
 
 from __future__ import annotations
