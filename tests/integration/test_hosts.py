@@ -9,7 +9,8 @@ symmetric NAT, node3 on the public segment behind its own firewall.
    the public host's firewall drops an unsolicited connection but lets its own through.
 3. Each host has its own /etc/evio, ... : a file one writes is seen by no other host nor the real root,
    and the binds never show in the real root's mount table.
-4. Open vSwitch started on a host answers `ovs-vsctl show` there, not on another host nor the real root.
+4. Open vSwitch started on a host answers `ovs-vsctl show` there, not on another host nor the real root;
+   `evio run` on a host makes its bridge there and keeps its state in the host's /var/lib/evio.
 5. Leaving the context removes everything (namespaces, veths, mounts, mount points, processes, files),
    also after a build that fails half-way; the setup and teardown times are printed.
 6. ejabberd runs on a host as its unit runs it.
@@ -17,6 +18,7 @@ symmetric NAT, node3 on the public segment behind its own firewall.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,6 +32,7 @@ from evio.testing.host_services import is_listening, start_coturn, start_ejabber
 from evio.testing.hosts import HOST_PATHS, Host, HostCommandError, netns_list
 from evio.testing.internet import Internet, Site
 from evio.testing.mount_points import MountPoints
+from evio.testing.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -208,6 +211,29 @@ def test_open_vswitch_on_a_host_is_that_hosts(net: Internet) -> None:
     finally:
         ovs.stop()
     assert not any(p.alive() for p in ovs.processes)
+
+
+def test_the_evio_daemon_runs_on_a_host_with_its_open_vswitch_and_state(net: Internet) -> None:
+    node = net.nodes[2]
+    start_openvswitch(node, other_config={"userspace-tso-enable": "true"})
+    config = {"overlays": {"ov1": {
+        "signal": {"server": net.server.address, "jid": "node3@localhost", "password": "x", "insecure_plaintext": True},
+        "bridge": {"address": "10.254.0.3/16"},
+    }}}  # fmt: skip
+    node.path("/etc/evio/config.json").write_text(json.dumps(config))
+    node.path("/etc/evio/config.json").chmod(0o600)
+    daemon = node.spawn(["evio", "run", "--config", "/etc/evio/config.json"])
+
+    def status() -> str:
+        assert daemon.alive(), daemon.tail()
+        return node.run(["evio", "status"], check=False).stdout
+
+    wait_until_blocking(lambda: "switch connected" in status(), 30, what="evio up on node3")
+    assert "evbr-ov1" in node.run(["ovs-vsctl", "list-br"]).stdout
+    assert node.path("/var/lib/evio/control.sock").is_socket()
+    assert not Path("/var/lib/evio/control.sock").exists()
+    daemon.stop()
+    assert daemon.returncode == 0, daemon.tail()
 
 
 # -- 5. cleanup -----------------------------------------------------------------------------------------------
