@@ -13,6 +13,11 @@ also keeps an early probe from a peer from taking the port a later outbound mapp
 
     with Internet([Site("eim"), Site("symmetric"), Site("none")]) as net:
         net.server.run(["evio", "server", "init", ...]); net.nodes[0].run(["evio", "join", token])
+        late = net.add_site(Site("eim"))                    # node4, while the others run
+        net.add_name(net.server.address, "xmpp.example.org")  # a DNS name, in every host's /etc/hosts
+
+Each host's /etc/hosts names the server ("server") and the hosts without NAT (a name for a host
+behind NAT would lead nowhere).
 
 Every namespace is named PREFIX-<name>, PREFIX being "evh" and 4 random characters not in use, so
 parallel runs and other labs do not collide (tests/conftest.py's leak check sees "ev..."). Veths are
