@@ -323,8 +323,9 @@ class EjabberdAdmin:
         check_localpart(user)
         for group in self._groups_of(user):
             self._ctl("srg_user_del", user, self.domain, group, self.domain)
-        if user in self._registered():
-            self._ctl("unregister", user, self.domain)  # ends its sessions; contacts see it leave
+        # unregister ends its sessions (contacts see it leave) and succeeds for an unknown account too, so
+        # no registered_users call first: each ejabberdctl call is an Erlang start (0.4-0.9 s, more loaded).
+        self._ctl("unregister", user, self.domain)
 
     def add_to_group(self, user: str, group: str) -> None:
         check_localpart(user)
@@ -348,9 +349,6 @@ class EjabberdAdmin:
             if host == self.domain:
                 users.add(node)
         return users
-
-    def _registered(self) -> set[str]:
-        return set(self._ctl("registered_users", self.domain).split())
 
     def _groups_of(self, user: str) -> list[str]:
         jid = f"{user}@{self.domain}"
