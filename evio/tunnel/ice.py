@@ -57,7 +57,7 @@ import functools
 import ipaddress
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Container, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +66,11 @@ import aioice.stun
 from aioice import Candidate, Connection, TransportPolicy
 
 from evio.config.model import NatTraversalConfig, TurnServer
+from evio.ratelimit import PeerRateLimiter, Rate
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
 from evio.tunnel.signaling import IceParameters
-from evio.tunnel.stun_guard import MalformedStun, StunReject, parse_stun
+from evio.tunnel.stun_guard import MalformedStun, StunDrop, StunReject, is_request, parse_stun, screen
 from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
 from evio.tunnel.underlay import AioiceUnderlay, adopt
 
@@ -158,13 +159,20 @@ class InboundReject(enum.Enum):
 
 
 _REJECT_LOG_INTERVAL = 10.0
+STUN_REQUESTS_PER_SOURCE = Rate(per_second=20.0, burst=64)
+"""Checks one source address may have answered on one connection: a peer's setup checks (a few pairs,
+each retransmitted at 0.1 s doubling) stay within the burst."""
+_STUN_SOURCES = 64  # sources one connection's limiter remembers (a peer has a few candidates)
 
 
 class InboundGate:
     """Stands in front of one connection's protocols: what aioice receives, and from whom.
 
-    STUN (first byte 0-3) always passes: aioice authenticates checks itself and
-    its parser is the guarded one. Anything else is accepted only from the
+    STUN (first byte 0-3) passes only what ``stun_guard.screen`` lets through:
+    requests naming this connection's ufrag with its password's
+    MESSAGE-INTEGRITY, at most ``STUN_REQUESTS_PER_SOURCE`` from one source, and
+    responses to our own transactions; a stranger is answered nothing (aioice
+    would answer any request with an unsigned 400 or 401). Anything else is accepted only from the
     selected pair's remote address once there is one; before, from an address
     that passed an authenticated check on that socket (``_checked``: the peer's
     first DTLS may come from a peer-reflexive address, or from a pair other
@@ -181,7 +189,10 @@ class InboundGate:
         self.selected: tuple[str, int] | None = None
         self.first_source: tuple[aioice.ice.StunProtocol, tuple[str, int]] | None = None
         """Where the first datagram that is not STUN came from (the controlled side follows it)."""
-        self.rejected: collections.Counter[InboundReject] = collections.Counter()
+        self.rejected: collections.Counter[InboundReject | StunDrop] = collections.Counter()
+        self._stun_sources = PeerRateLimiter[str](STUN_REQUESTS_PER_SOURCE, max_peers=_STUN_SOURCES)
+        """Binding requests that passed ``screen``, per source address: a peer's checks need a few dozen
+        at setup and one every ``CONSENT_INTERVAL`` after; a replayed check from a spoofed source no more."""
 
     def guard(self, protocol: aioice.ice.StunProtocol) -> None:
         """Put the gate in front of ``protocol`` (transports look its callback up per datagram)."""
@@ -235,7 +246,12 @@ class InboundGate:
 
     def receive(self, inner: Callable[[bytes | str, tuple[Any, ...]], None], data: bytes | str, addr: tuple[Any, ...],
                 protocol: aioice.ice.StunProtocol | None = None) -> None:
-        if data and isinstance(data, bytes) and data[0] > 3:
+        if data and isinstance(data, bytes) and data[0] <= 3:
+            drop = self._screen(data, addr, protocol)
+            if drop is not None:
+                self._reject(drop, addr)
+                return
+        elif data and isinstance(data, bytes):
             if not self.allows(addr, protocol):
                 self._reject(InboundReject.FOREIGN_SOURCE, addr)
                 return
@@ -246,7 +262,16 @@ class InboundGate:
         except Exception:  # noqa: BLE001 - nothing from the network may escape into the loop
             self._reject(InboundReject.RECEIVER_FAILED, addr, exc_info=True)
 
-    def _reject(self, reason: InboundReject, addr: tuple[Any, ...], exc_info: bool = False) -> None:
+    def _screen(self, data: bytes, addr: tuple[Any, ...], protocol: aioice.ice.StunProtocol | None) -> StunDrop | None:
+        """STUN is answered only for this connection's peer (stun_guard.screen), and not too often per source."""
+        conn = self._connection
+        pending: Container[bytes] = protocol.transactions if protocol is not None else ()
+        drop = screen(data, conn.local_username, conn.local_password, pending)
+        if drop is None and is_request(data) and not self._stun_sources.allow(addr[0], self._clock()):
+            drop = StunDrop.RATE_LIMITED
+        return drop
+
+    def _reject(self, reason: InboundReject | StunDrop, addr: tuple[Any, ...], exc_info: bool = False) -> None:
         self.rejected[reason] += 1
         now = self._clock()
         if now - self._last_log >= _REJECT_LOG_INTERVAL:
@@ -623,9 +648,9 @@ class IceAgent:
         if path.connection is self.direct or path.connection is self.relay:
             self._drop(path.connection)
 
-    def rejected(self) -> collections.Counter[InboundReject]:
+    def rejected(self) -> collections.Counter[InboundReject | StunDrop]:
         """Datagrams the gates turned away, over both connections."""
-        total: collections.Counter[InboundReject] = collections.Counter()
+        total: collections.Counter[InboundReject | StunDrop] = collections.Counter()
         for gate in self._gates.values():
             total.update(gate.rejected)
         return total

@@ -22,7 +22,8 @@ import pytest
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.ice import IceAgent, IceConfig, RelayPolicy
+from evio.tunnel.ice import STUN_REQUESTS_PER_SOURCE, IceAgent, IceConfig, RelayPolicy
+from evio.tunnel.stun_guard import StunDrop, is_request, screen
 from tests.unit.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
 
 
@@ -77,7 +78,6 @@ async def nodes() -> AsyncIterator[tuple[Node, Node]]:
     await b.manager.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 M4: aioice answers strangers")
 async def test_stun_from_a_stranger_to_a_gathering_agent_is_not_answered() -> None:
     agent = IceAgent(IceConfig(relay=RelayPolicy.NEVER), True, "a", 0.0)
     stranger = Stranger()
@@ -96,7 +96,6 @@ async def test_stun_from_a_stranger_to_a_gathering_agent_is_not_answered() -> No
         await agent.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 M4: aioice answers strangers")
 async def test_stun_from_a_stranger_to_a_live_tunnel_is_not_answered_and_the_link_carries_on(nodes: tuple[Node, Node]) -> None:
     a, b = nodes
     await a.manager.connect(B)
@@ -122,3 +121,44 @@ async def test_stun_from_a_stranger_to_a_live_tunnel_is_not_answered_and_the_lin
     assert got == [FRAME] * 10
     assert tunnel_a.inbound_rejects().get("stun-unknown-user", 0) == 2
     assert tunnel_a.inbound_rejects().get("stun-unauthenticated", 0) == 1
+
+
+UFRAG, PASSWORD = "abcd", "p" * 22
+
+
+def test_screen_passes_the_peers_checks_and_our_transactions_answers_only() -> None:
+    peer_check = binding_request(f"{UFRAG}:peer", PASSWORD.encode())
+    assert screen(peer_check, UFRAG, PASSWORD, ()) is None
+    assert screen(binding_request(), UFRAG, PASSWORD, ()) is StunDrop.UNKNOWN_USER
+    assert screen(binding_request("other:peer", PASSWORD.encode()), UFRAG, PASSWORD, ()) is StunDrop.UNKNOWN_USER
+    assert screen(binding_request(f"{UFRAG}x:peer", PASSWORD.encode()), UFRAG, PASSWORD, ()) is StunDrop.UNKNOWN_USER
+    assert screen(binding_request(f"{UFRAG}:peer"), UFRAG, PASSWORD, ()) is StunDrop.UNAUTHENTICATED
+    assert screen(binding_request(f"{UFRAG}:peer", b"q" * 22), UFRAG, PASSWORD, ()) is StunDrop.UNAUTHENTICATED
+    assert screen(peer_check[:-4], UFRAG, PASSWORD, ()) is StunDrop.MALFORMED
+    tid = os.urandom(12)
+    response = bytes(aioice.stun.Message(aioice.stun.Method.BINDING, aioice.stun.Class.RESPONSE, tid))
+    error = bytes(aioice.stun.Message(aioice.stun.Method.BINDING, aioice.stun.Class.ERROR, tid))
+    indication = bytes(aioice.stun.Message(aioice.stun.Method.BINDING, aioice.stun.Class.INDICATION, tid))
+    assert screen(response, UFRAG, PASSWORD, {tid}) is None and screen(error, UFRAG, PASSWORD, {tid}) is None
+    assert screen(response, UFRAG, PASSWORD, set()) is StunDrop.UNSOLICITED
+    assert screen(indication, UFRAG, PASSWORD, {tid}) is StunDrop.UNSOLICITED
+    assert is_request(peer_check) and not is_request(response) and not is_request(indication)
+
+
+async def test_the_peers_checks_are_rate_limited_per_source() -> None:
+    agent = IceAgent(IceConfig(relay=RelayPolicy.NEVER), True, "a", 0.0)
+    try:
+        await agent.gather()
+        conn = agent.direct
+        assert conn is not None
+        gate = agent._guard_connection(conn)
+        passed: list[bytes] = []
+        check = binding_request(f"{conn.local_username}:peer", conn.local_password.encode())
+        burst = STUN_REQUESTS_PER_SOURCE.burst
+        for _ in range(burst + 10):
+            gate.receive(lambda data, addr: passed.append(data), check, ("192.0.2.1", 5000))  # type: ignore[arg-type]
+        gate.receive(lambda data, addr: passed.append(data), check, ("192.0.2.2", 5000))  # type: ignore[arg-type]
+        assert len(passed) == burst + 1  # the second source has its own bucket
+        assert gate.rejected[StunDrop.RATE_LIMITED] == 10
+    finally:
+        await agent.close()
