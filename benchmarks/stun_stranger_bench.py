@@ -101,9 +101,8 @@ async def main() -> None:
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.2"]
     from evio.tunnel import ice as evio_ice
 
-    extra = {"allow_local_candidates": True} if "allow_local_candidates" in evio_ice.IceConfig.__dataclass_fields__ else {}
     if args.before_up:
-        agent = evio_ice.IceAgent(evio_ice.IceConfig(relay=evio_ice.RelayPolicy.NEVER, **extra), True, "a", 0.0)
+        agent = evio_ice.IceAgent(evio_ice.IceConfig(relay=evio_ice.RelayPolicy.NEVER), True, "a", 0.0)
         await agent.gather()
         conn = agent.direct
         assert conn is not None
@@ -117,7 +116,7 @@ async def main() -> None:
         from tests.unit.test_tunnel_session import FAST, A, B, make_node
 
         hub = FakeTunnelSignalingHub()
-        config = TunnelSettings(ice=evio_ice.IceConfig(**extra), liveness=FAST)
+        config = TunnelSettings(ice=evio_ice.IceConfig(), liveness=FAST)
         a, b = make_node(hub, A, config), make_node(hub, B, config)
         await a.manager.connect(B)
         while not b.ups():

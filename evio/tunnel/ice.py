@@ -67,6 +67,7 @@ from aioice import Candidate, Connection, TransportPolicy
 
 from evio.config.model import NatTraversalConfig, TurnServer
 from evio.ratelimit import PeerRateLimiter, Rate
+from evio.tunnel.candidates import CandidateDrop, CandidateDrops, CandidatePolicy, candidate_drop, local_networks
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
 from evio.tunnel.signaling import IceParameters
@@ -123,6 +124,10 @@ class IceConfig:
     use_ipv6: bool = False
     exclude_networks: tuple[str, ...] = ()
     """Never gather, signal or try candidates in these networks (the overlays' own subnets)."""
+    deny_candidates: tuple[str, ...] = NatTraversalConfig.deny_candidates
+    """Never try a peer's candidates in these networks (nat_traversal.deny_candidates; candidates.py)."""
+    candidate_drops: CandidateDrops | None = field(default=None, compare=False, repr=False)
+    """Where dropped remote candidates are counted (the tunnel manager's, per overlay)."""
     gather_timeout: float = 3.0
     patience: float = 1.0
     """The direct and relay deadlines are multiplied by this (`evio.tunnel.patience`: it grows with load)."""
@@ -327,6 +332,13 @@ def _install_host_filter() -> None:
         aioice.ice.get_host_addresses = _HostFilter(current)
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _in_networks(host: str, networks: Sequence[Network]) -> bool:
     try:
         address = ipaddress.ip_address(host)
@@ -463,13 +475,18 @@ def _check_at_once(conn: Connection) -> None:
 class IceAgent:
     """Both aioice connections of one tunnel attempt, and the path chosen between them."""
 
-    def __init__(self, config: IceConfig, controlling: bool, user: str, now: float, lateness: Lateness | None = None) -> None:
-        """``lateness``: told how late the loop woke while a deadline was waited out (`LoopLag.record`)."""
+    def __init__(self, config: IceConfig, controlling: bool, user: str, now: float, lateness: Lateness | None = None,
+                 peer: int | None = None) -> None:
+        """``lateness``: told how late the loop woke while a deadline was waited out (`LoopLag.record`);
+        ``peer``: whose candidates ``set_remote`` takes (for the log of those it drops)."""
         _configure_aioice(config)
         self._config = config
         self._lateness = lateness
+        self._peer = peer
         self.controlling = controlling
         self._excluded: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
+        self._denied = tuple(ipaddress.ip_network(n, strict=False) for n in config.deny_candidates)
+        self.dropped_candidates: collections.Counter[CandidateDrop] = collections.Counter()
         stun = config.stun[0] if config.stun else None
         self.direct: Connection | None = None
         self.relay: Connection | None = None
@@ -540,7 +557,16 @@ class IceAgent:
         return IceParameters(conn.local_username, conn.local_password, cands)
 
     async def set_remote(self, direct: IceParameters | None, relay: IceParameters | None) -> None:
-        """Hand the peer's parameters to the matching connection; unmatched connections are closed."""
+        """Hand the peer's parameters to the matching connection; unmatched connections are closed.
+
+        Candidates this node must not send to (candidates.py: loopback, link-local, the overlay's
+        subnet, the deny list, ...) are left out, counted and logged."""
+        local = local_networks()
+        # An agent whose every candidate is loopback (aioice never gathers 127.0.0.1, and a TURN server's
+        # relayed address is never loopback) runs on one host with its peers: unit tests, not a node.
+        ours = [c.host for conn in (self.direct, self.relay) if conn is not None for c in conn.local_candidates]
+        one_host = bool(ours) and all(_is_loopback(host) for host in ours)
+        policy = CandidatePolicy(self._denied, tuple(self._excluded), allow_local=one_host)
         for conn, params in ((self.direct, direct), (self.relay, relay)):
             if conn is None:
                 continue
@@ -550,8 +576,11 @@ class IceAgent:
             conn.remote_username = params.ufrag
             conn.remote_password = params.pwd
             for cand in params.parsed_candidates():
-                if not self._is_excluded(cand.host):
-                    await conn.add_remote_candidate(cand)
+                drop = candidate_drop(cand.host, conn is self.relay, policy, local)
+                if drop is not None:
+                    self._candidate_dropped(drop, f"{cand.host} port {cand.port} ({cand.type})")
+                    continue
+                await conn.add_remote_candidate(cand)
             await conn.add_remote_candidate(None)
         if self.direct is None and self.relay is None:
             raise IceFailed("no usable ICE parameters in common with the peer")
@@ -766,6 +795,12 @@ class IceAgent:
         for protocol in conn._protocols:
             gate.guard(protocol)
         return gate
+
+    def _candidate_dropped(self, reason: CandidateDrop, candidate: str) -> None:
+        self.dropped_candidates[reason] += 1
+        sink = self._config.candidate_drops
+        if sink is not None:
+            sink.dropped(self._peer, reason, candidate)
 
     def _is_excluded(self, host: str) -> bool:
         return _in_networks(host, self._excluded)
