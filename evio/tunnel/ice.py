@@ -34,11 +34,19 @@ the one that works is rarely first, so they are all checked at once
 (``_check_at_once``).
 
 Every datagram an aioice connection receives passes an ``InboundGate``
-first (``_guard_connection``): STUN goes through our checked parser
-(stun_guard.py), and anything else (DTLS, records) is taken only from the
+first (``_guard_connection``): STUN only if it is the peer's (a request with
+our ufrag and our password's MESSAGE-INTEGRITY, or an answer to our own
+transaction: ``stun_guard.screen``), rate-limited per source, then through
+our checked parser; anything else (DTLS, records) is taken only from the
 peer: a remote candidate's address until a pair is nominated, the nominated
 pair's address after. An off-path sender can thus neither crash the receive
-callback nor inject DTLS into the handshake; what it sends is counted.
+callback, nor inject DTLS into the handshake, nor get any answer (aioice
+answers any request, with an unsigned 400 or 401); what it sends is counted.
+
+The peer's candidates pass ``candidates.candidate_drop`` in ``set_remote``:
+none at loopback, link-local, multicast, broadcast, this node's addresses,
+the overlay's subnet or the deny list is tried
+(docs/design.md, "Candidates a node tries, and STUN it answers").
 
 ``IceConfig.exclude_networks`` (the overlays' own subnets) are left out
 before gathering, not only from what is signalled: aioice binds a host
