@@ -129,6 +129,13 @@ UFRAG, PASSWORD = "abcd", "p" * 22
 def test_screen_passes_the_peers_checks_and_our_transactions_answers_only() -> None:
     peer_check = binding_request(f"{UFRAG}:peer", PASSWORD.encode())
     assert screen(peer_check, UFRAG, PASSWORD, ()) is None
+    # As aioice sends its checks: PRIORITY, ICE-CONTROLLING, USE-CANDIDATE, then MESSAGE-INTEGRITY, FINGERPRINT.
+    full = aioice.stun.Message(aioice.stun.Method.BINDING, aioice.stun.Class.REQUEST, os.urandom(12))
+    full.attributes.update({"USERNAME": f"{UFRAG}:peer", "PRIORITY": 1853824767, "ICE-CONTROLLING": 7, "USE-CANDIDATE": None})
+    full.add_message_integrity(PASSWORD.encode())
+    full.add_fingerprint()
+    assert screen(bytes(full), UFRAG, PASSWORD, ()) is None
+    assert screen(bytes(full), UFRAG, "q" * 22, ()) is StunDrop.UNAUTHENTICATED
     assert screen(binding_request(), UFRAG, PASSWORD, ()) is StunDrop.UNKNOWN_USER
     assert screen(binding_request("other:peer", PASSWORD.encode()), UFRAG, PASSWORD, ()) is StunDrop.UNKNOWN_USER
     assert screen(binding_request(f"{UFRAG}x:peer", PASSWORD.encode()), UFRAG, PASSWORD, ()) is StunDrop.UNKNOWN_USER
