@@ -213,10 +213,10 @@ def test_the_operators_guide_from_bare_hosts_to_a_running_overlay(overlay: Overl
     wait_until_blocking(cut_off, 30, what="every member has cut node3 off")
     cut = time.monotonic() - removed_at
     wait_until_blocking(lambda: not remove.alive(), 60, what="evio member remove to finish")
-    done = time.monotonic() - removed_at
+    took = time.monotonic() - removed_at
     assert remove.returncode == 0, remove.tail()
     print(f"[{xmpp}] node3 removed: cut off by every member {cut:.2f} s after `evio member remove` started"
-          f" (the command took {done:.2f} s)")  # fmt: skip
+          f" (the command took {took:.2f} s)")  # fmt: skip
     assert cut <= LINKED_WITHIN
     assert not _pings(hosts["node3"], overlay.addresses["node1"])
     check = hosts["node3"].run(_typed("evio status --check"), check=False)
