@@ -1,0 +1,63 @@
+"""Node ids bound to their owner (issue 21, H2): a member cannot take over another member's node id.
+
+The attack: hostile account A links to member M; a newer session of A announces M's node id (refused while M is
+present, but held pending); A's own id "leaves", so M checks its membership by logging in again; while M is away
+A's pending claim was the only one, so it won, and M coming back was refused (NODE_ID_CONFLICT) on every node.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from evio.signal.drops import DropReason
+from evio.signal.peers import PeerTable
+from evio.signal.protocol import Announcement, Membership
+from evio.testing.fake_signal import FakeSignalHub
+from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
+
+D = "x.test"
+M, A, X = f"m@{D}", f"a@{D}", f"x@{D}"
+M_ID, A_ID, X_ID = 0x1 << 124, 0x2 << 124, 0x3 << 124
+
+
+def ann(overlay: str, node_id: int) -> Announcement:
+    return Announcement((Membership(overlay, node_id),))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21 H2: the squatter takes the id over")
+def test_squatter_does_not_take_over_when_the_owner_logs_in_again() -> None:
+    t = PeerTable(f"{X}/evio", {"ov1": X_ID})
+    for bare in (M, A):
+        t.set_membership(bare, {"ov1"})
+    t.on_available(f"{M}/r1", ann("ov1", M_ID))
+    t.on_available(f"{A}/r1", ann("ov1", A_ID))
+    squat = t.on_available(f"{A}/r2", ann("ov1", M_ID))  # a newer session of A claims M's id
+    assert [r.reason for r in squat.refused] == [DropReason.NODE_ID_CONFLICT]
+    t.on_unavailable(f"{M}/r1", returning=True)  # M logs in again (triggered by A's id leaving)
+    assert t.jid_of("ov1", M_ID) is None, "the squatter took M's id while M was away"
+    back = t.on_available(f"{M}/r2", ann("ov1", M_ID))
+    assert back.refused == []
+    assert t.jid_of("ov1", M_ID) == f"{M}/r2"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21 H2: the squatter takes the id over")
+async def test_squat_plus_triggered_relogin_over_the_fake_server() -> None:
+    clock = VirtualClock()
+    hub = FakeSignalHub(clock)
+    hub.set_group("ov1", [M, A, X])
+    m = hub.client(M, {"ov1": M_ID}, resource="evio-m")
+    a = hub.client(A, {"ov1": A_ID}, resource="evio-a")
+    x = hub.client(X, {"ov1": X_ID}, resource="evio-x")
+    for c in (m, a, x):
+        await c.start()
+    await wait_until(lambda: len(x.peers("ov1")) == 2 and len(m.peers("ov1")) == 2, 5.0, clock=clock)
+    squatter = hub.client(A, {"ov1": M_ID}, resource="evio-squat")  # the newer session, M's id
+    await squatter.start()
+    await wait_until(lambda: A_ID not in x.peers("ov1"), 5.0, what="A's own id leaves", clock=clock)
+    hub.kick(m.full_jid)  # a membership check of M's (a linked peer left): it logs in again at once
+    await wait_until(lambda: m.connected and m.sessions == 2, 5.0, clock=clock)
+    await clock.advance(2.0)
+    for observer in (x, a):
+        assert observer.peers("ov1").get(M_ID) == m.full_jid, f"{observer.full_jid} gave M's id to the squatter"
+    assert x.drops.counts().get(DropReason.NODE_ID_CONFLICT, 0) >= 1  # the squat is counted
