@@ -271,6 +271,7 @@ class SignalEndpoint:
             if self._membership.get(bare, frozenset()) != new:
                 self._apply(self._table.set_membership(bare, new))
         self._membership = {b: o for b, o in current.items() if o}
+        self._table.retain_bindings(self._membership)  # node ids of accounts no longer listed are free again
         # Node ids seen before whose account is no longer listed: revoked, present or not.
         for (overlay, node_id), bare in list(self._known.items()):
             if overlay not in current.get(bare, frozenset()):

@@ -7,8 +7,6 @@ A's pending claim was the only one, so it won, and M coming back was refused (NO
 
 from __future__ import annotations
 
-import pytest
-
 from evio.signal.drops import DropReason
 from evio.signal.peers import PeerTable
 from evio.signal.protocol import Announcement, Membership
@@ -25,7 +23,6 @@ def ann(overlay: str, node_id: int) -> Announcement:
     return Announcement((Membership(overlay, node_id),))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 H2: the squatter takes the id over")
 def test_squatter_does_not_take_over_when_the_owner_logs_in_again() -> None:
     t = PeerTable(f"{X}/evio", {"ov1": X_ID})
     for bare in (M, A):
@@ -41,7 +38,6 @@ def test_squatter_does_not_take_over_when_the_owner_logs_in_again() -> None:
     assert t.jid_of("ov1", M_ID) == f"{M}/r2"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 H2: the squatter takes the id over")
 async def test_squat_plus_triggered_relogin_over_the_fake_server() -> None:
     clock = VirtualClock()
     hub = FakeSignalHub(clock)
@@ -60,4 +56,22 @@ async def test_squat_plus_triggered_relogin_over_the_fake_server() -> None:
     await clock.advance(2.0)
     for observer in (x, a):
         assert observer.peers("ov1").get(M_ID) == m.full_jid, f"{observer.full_jid} gave M's id to the squatter"
-    assert x.drops.counts().get(DropReason.NODE_ID_CONFLICT, 0) >= 1  # the squat is counted
+    assert x.drops.count(DropReason.NODE_ID_CONFLICT) >= 1  # the squat is counted
+
+
+def test_an_account_binds_one_id_per_overlay_and_bindings_outlive_our_reconnect() -> None:
+    t = PeerTable(f"{X}/evio", {"ov1": X_ID})
+    for bare in (M, A):
+        t.set_membership(bare, {"ov1"})
+    for n in range(5, 10):  # A cycles through ids: only the last stays bound to it
+        t.on_available(f"{A}/r", ann("ov1", n))
+    assert [t.bound_account("ov1", n) for n in range(5, 10)] == [None] * 4 + [A]
+    t.on_available(f"{M}/r", ann("ov1", M_ID))
+    t.clear()  # our own session ended
+    assert t.bound_account("ov1", M_ID) == M
+    for bare in (M, A):
+        t.set_membership(bare, {"ov1"})
+    squat = t.on_available(f"{A}/r2", ann("ov1", M_ID))
+    assert squat.events == [] and [r.reason for r in squat.refused] == [DropReason.NODE_ID_CONFLICT]
+    t.retain_bindings({A: frozenset({"ov1"})})  # the server's list after our login: M is gone
+    assert t.bound_account("ov1", M_ID) is None
