@@ -7,6 +7,10 @@ A's pending claim was the only one, so it won, and M coming back was refused (NO
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from evio.signal.drops import DropReason
 from evio.signal.peers import PeerTable
 from evio.signal.protocol import Announcement, Membership
@@ -75,3 +79,38 @@ def test_an_account_binds_one_id_per_overlay_and_bindings_outlive_our_reconnect(
     assert squat.events == [] and [r.reason for r in squat.refused] == [DropReason.NODE_ID_CONFLICT]
     t.retain_bindings({A: frozenset({"ov1"})})  # the server's list after our login: M is gone
     assert t.bound_account("ov1", M_ID) is None
+
+
+def test_status_says_when_an_overlay_has_no_trust_anchor() -> None:
+    import datetime
+
+    from evio.cli.status_cmd import _trust_line
+    from evio.node.status import trust_document
+    from evio.tunnel.dtls import TunnelCertificate
+    from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
+
+    now = datetime.datetime.now(datetime.UTC)
+    bare = trust_document(None, now)
+    assert bare["mode"] == "fingerprint-only" and "XMPP server can stand in" in bare["risk"]
+    assert _trust_line(bare).startswith("trust: FINGERPRINT ONLY")
+    ca_key, ca_cert = make_overlay_ca("ov1 CA", now, 3650)
+    key, cert = issue_node_certificate(ca_key, ca_cert, ["ov1"], M_ID, now, 30)
+    doc = trust_document(TunnelCertificate(key, cert), now, revoked=2)
+    assert doc["mode"] == "ca" and doc["cert_days_left"] in (29, 30) and doc["revoked_nodes"] == 2
+    assert "overlay CA" in _trust_line(doc)
+
+
+async def test_a_node_without_trust_warns_once_per_overlay_and_shows_it(caplog: pytest.LogCaptureFixture) -> None:
+    from evio.testing.node_fleet import Fleet
+
+    fleet = Fleet(2, overlays=("ov1", "ov2"), clock=VirtualClock())
+    with caplog.at_level(logging.WARNING, logger="evio.node.overlay_stack"):
+        await fleet.start()
+    try:
+        warnings = [r.getMessage() for r in caplog.records if "XMPP server can stand in" in r.getMessage()]
+        assert sorted(w.split(":")[0] for w in warnings) == ["overlay ov1", "overlay ov1", "overlay ov2", "overlay ov2"]
+        status = fleet.nodes[1].status()
+        assert {ov: doc["trust"]["mode"] for ov, doc in status["overlays"].items()} == {
+            "ov1": "fingerprint-only", "ov2": "fingerprint-only"}
+    finally:
+        await fleet.stop_all()
