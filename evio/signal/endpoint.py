@@ -23,6 +23,7 @@ online session and pushes no group change).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import random
 import time
@@ -30,9 +31,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
 from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.ratelimit import LogLimiter
-from evio.signal import protocol
+from evio.signal import identity, protocol
 from evio.signal.drops import DropAccounting, DropReason
 from evio.signal.errors import (
     ErrorReason,
@@ -76,6 +80,19 @@ class EndpointLimits:
     max_known_peers: int = 4096  # node id -> account remembered for revocation
 
 
+@dataclass(frozen=True)
+class OverlayIdentity:
+    """Trust mode for one overlay: its CA, and this node's certificate and key issued under it."""
+
+    anchor: identity.TrustAnchor
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+    revocations: identity.RevocationList | None = None  # a list known at start (e.g. from a file)
+
+
+MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
+
+
 class SignalEndpoint:
     def __init__(
         self,
@@ -84,6 +101,7 @@ class SignalEndpoint:
         limits: EndpointLimits,
         rng: random.Random,
         clock: Clock = REAL_CLOCK,
+        identities: Mapping[str, OverlayIdentity] | None = None,
     ) -> None:
         self.account = account  # bare JID, for logs
         self.clock = clock  # request deadlines, handler timeouts and drop logging run on it
@@ -95,7 +113,11 @@ class SignalEndpoint:
         self._transactions: TransactionTable[asyncio.Future[Body]] = TransactionTable(
             rng, limits.max_outstanding_requests
         )
-        self._table = PeerTable("", memberships)
+        self._identities = {ov: i for ov, i in (identities or {}).items() if ov in memberships}
+        self._table = PeerTable("", memberships, trust_overlays=self._identities)
+        self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
+        self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
+        self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
         self._membership: dict[str, frozenset[str]] = {}
         # (overlay, node id) -> the account that held it: revoked even when absent (most recent last).
         self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
@@ -110,6 +132,7 @@ class SignalEndpoint:
         self._membership_failures: dict[str, LoginFailure] = {}  # overlay -> logged in but not a member
         self._failure_log: LogLimiter[tuple[str, str]] = LogLimiter(FAILURE_RELOG_INTERVAL)
         self.failures_in_row = 0  # login attempts that failed since the last login
+        self._load_initial_lists()
 
     # ------------------------------------------------------------------ public API
 
@@ -137,6 +160,22 @@ class SignalEndpoint:
 
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         return self._events.subscribe(event_type, callback)
+
+    def revoked_nodes(self, overlay: str) -> frozenset[int]:
+        """The node ids the overlay CA's newest revocation list we hold revokes now."""
+        return self._table.revoked(overlay)
+
+    def revocation_list(self, overlay: str) -> identity.RevocationList | None:
+        return self._lists.get(overlay)
+
+    def receive_revocation_list(self, text: str, source: str = "local") -> bool:
+        """A revocation list from anywhere (a file, the server host, a peer): adopted if it verifies and is newer."""
+        try:
+            rl = identity.load_list(text)
+        except identity.IdentityError as exc:
+            self._drop(DropReason.BAD_REVOCATION, source, str(exc))
+            return False
+        return self._adopt_list(rl, source)
 
     def check_membership(self) -> None:
         """See evio.signal.interface.Signaling.check_membership; the transport decides how."""
@@ -202,6 +241,73 @@ class SignalEndpoint:
     def _announcement(self) -> str:
         members = sorted(self._table_memberships().items())
         return protocol.encode_announcement(Announcement(tuple(Membership(ov, nid) for ov, nid in members)))
+
+    def _identity_document(self, own_full_jid: str) -> str | None:
+        """The identity element for our presence (trust mode): our proofs and the lists we hold; None without trust."""
+        if not self._identities:
+            return None
+        if self._own_proofs[0] != own_full_jid:  # signed once per session JID
+            proofs = tuple(
+                identity.make_proof(i.key, i.cert, own_full_jid, ov, self.node_id(ov))
+                for ov, i in sorted(self._identities.items())
+            )[: identity.MAX_CLAIMS]
+            self._own_proofs = (own_full_jid, proofs)
+        lists = tuple(rl for _, rl in sorted(self._lists.items()))[: identity.MAX_LISTS]
+        return identity.encode(identity.IdentityDocument(self._own_proofs[1], lists))
+
+    def _announce_again(self) -> None:
+        """Send our presence again (a newer revocation list to pass on); the transport does it."""
+
+    def _load_initial_lists(self) -> None:
+        for ident in self._identities.values():
+            if ident.revocations is not None:
+                self._adopt_list(ident.revocations, "config")
+
+    def _adopt_list(self, rl: identity.RevocationList, source: str) -> bool:
+        ident = self._identities.get(rl.overlay)
+        if ident is None:
+            return False  # not an overlay we hold in trust mode: not ours to judge
+        current = self._lists.get(rl.overlay)
+        if current is not None and rl.serial <= current.serial:
+            return False  # what we have already (the common case: every presence repeats it)
+        refusal = identity.list_refusal(ident.anchor, rl)
+        if refusal is not None:
+            self._drop(DropReason.BAD_REVOCATION, source, f"revocation list for {rl.overlay}: {refusal}")
+            return False
+        self._lists[rl.overlay] = rl
+        revoked = rl.node_ids(time.time())
+        log.warning("signal revocation list overlay=%s serial=%d: %d node ids revoked (from %s)",
+                    rl.overlay, rl.serial, len(revoked), source)  # fmt: skip
+        self._apply(self._table.set_revoked(rl.overlay, revoked))
+        # Revoked ids held by nobody present: their tunnels close too (the table only knows the present).
+        for key in [k for k in self._known if k[0] == rl.overlay and k[1] in revoked]:
+            bare = self._known.pop(key)
+            self._events.publish(PeerRemoved(key[0], key[1], bare, RemovalCause.MEMBERSHIP_REVOKED))
+        self._announce_again()
+        return True
+
+    def _verified_claims(self, sender: str, doc: identity.IdentityDocument) -> set[str]:
+        """The overlays whose claim proof in `doc` holds for `sender`."""
+        proven: set[str] = set()
+        now = datetime.datetime.now(datetime.UTC)
+        for proof in doc.claims:
+            ident = self._identities.get(proof.overlay)
+            if ident is None:
+                continue
+            key = (sender, proof.overlay, proof.cert_der, proof.signature)
+            ok = self._proof_cache.get(key)
+            if ok is None:
+                refusal = identity.proof_refusal(ident.anchor, proof, sender, now)
+                ok = refusal is None
+                if not ok:
+                    self._drop(DropReason.UNPROVEN, sender, f"claim of {proof.node_id:032x} in {proof.overlay}: "
+                               f"{refusal}")  # fmt: skip
+                self._proof_cache[key] = ok
+                while len(self._proof_cache) > MAX_PROOF_CACHE:
+                    self._proof_cache.popitem(last=False)
+            if ok:
+                proven.add(f"{proof.overlay}\x00{proof.node_id:032x}")
+        return proven
 
     def _table_memberships(self) -> dict[str, int]:
         return {ov: self.node_id(ov) for ov in self._table.overlays}
@@ -281,14 +387,27 @@ class SignalEndpoint:
                 )
                 self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
 
-    def _presence_available(self, sender: str, announcement_json: str | None) -> None:
+    def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None) -> None:
         announcement = Announcement(())
         if announcement_json is not None:
             try:
                 announcement = protocol.decode_announcement(announcement_json, self.limits.max_payload_bytes)
             except ProtocolError as exc:
                 self._drop(_drop_reason(exc), sender, f"bad announcement: {exc}")
-        self._apply(self._table.on_available(sender, announcement))
+        proven: set[str] = set()
+        if identity_json is not None and self._identities:
+            try:
+                doc = identity.decode(identity_json)
+            except identity.IdentityError as exc:
+                self._drop(DropReason.MALFORMED, sender, f"bad identity document: {exc}")
+            else:
+                # Lists first: a revoked id's claim in the same presence is then refused.
+                for rl in doc.revocations:
+                    if self._table.is_member(rl.overlay, sender):
+                        self._adopt_list(rl, sender)
+                proven = self._verified_claims(sender, doc)
+        overlays = {m.overlay for m in announcement.members if f"{m.overlay}\x00{m.node_id:032x}" in proven}
+        self._apply(self._table.on_available(sender, announcement, overlays))
 
     def _presence_unavailable(self, sender: str, returning: bool = False) -> None:
         """`returning`: the session said it ends only to log in again at once (a membership check)."""

@@ -7,16 +7,23 @@ A's pending claim was the only one, so it won, and M coming back was refused (NO
 
 from __future__ import annotations
 
+import datetime
 import logging
+import time
 
 import pytest
 
+from evio.signal import identity
 from evio.signal.drops import DropReason
+from evio.signal.endpoint import OverlayIdentity
+from evio.signal.events import PeerRemoved, RemovalCause
 from evio.signal.peers import PeerTable
 from evio.signal.protocol import Announcement, Membership
 from evio.testing.fake_signal import FakeSignalHub
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
+from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.trust import TrustAnchor
 
 D = "x.test"
 M, A, X = f"m@{D}", f"a@{D}", f"x@{D}"
@@ -114,3 +121,80 @@ async def test_a_node_without_trust_warns_once_per_overlay_and_shows_it(caplog: 
             "ov1": "fingerprint-only", "ov2": "fingerprint-only"}
     finally:
         await fleet.stop_all()
+
+
+# ---------------------------------------------------------------------------- trust mode
+
+
+def _pki(names: dict[str, int], days: int = 30) -> tuple[object, dict[str, OverlayIdentity]]:
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, ca_cert = make_overlay_ca("ov1 CA", now, 3650)
+    anchor = TrustAnchor("ov1", (ca_cert,))
+    out = {}
+    for bare, node_id in names.items():
+        key, cert = issue_node_certificate(ca_key, ca_cert, ["ov1"], node_id, now, days)
+        out[bare] = OverlayIdentity(anchor, cert, key)
+    return ca_key, out
+
+
+async def _trust_fleet(clock: VirtualClock, ids: dict[str, OverlayIdentity]) -> tuple[FakeSignalHub, dict]:
+    hub = FakeSignalHub(clock)
+    hub.set_group("ov1", [M, A, X])
+    clients = {bare: hub.client(bare, {"ov1": nid}, resource=f"evio-{bare[0]}", identities={"ov1": ids[bare]})
+               for bare, nid in ((M, M_ID), (A, A_ID), (X, X_ID))}  # fmt: skip
+    return hub, clients
+
+
+async def test_trust_mode_a_proven_owner_takes_its_id_back_from_an_unproven_squatter() -> None:
+    clock = VirtualClock()
+    _, ids = _pki({M: M_ID, A: A_ID, X: X_ID})
+    hub, c = await _trust_fleet(clock, ids)
+    await c[X].start()
+    await c[A].start()
+    # A squats M's id before M ever logged in, with a session that sends no proof (as an old node would) ...
+    old_style = hub.client(A, {"ov1": M_ID}, resource="evio-squat")
+    await old_style.start()
+    await wait_until(lambda: c[X].peers("ov1").get(M_ID) == old_style.full_jid, 5.0, clock=clock)
+    # ... and with A's own certificate, which names A's id, not M's: not proven
+    forged = hub.client(A, {"ov1": M_ID}, resource="evio-forged", identities={"ov1": ids[A]})
+    await forged.start()
+    await clock.advance(1.0)
+    assert c[X].drops.count(DropReason.UNPROVEN) >= 1
+    # M arrives with a proof: the id is M's, on every node, for good
+    await c[M].start()
+    await wait_until(lambda: c[X].peers("ov1").get(M_ID) == c[M].full_jid, 5.0, clock=clock)
+    assert c[X]._table.bound_account("ov1", M_ID) == M
+    hub.kick(c[M].full_jid, status_relogin=True)
+    await wait_until(lambda: c[M].sessions == 2, 5.0, clock=clock)
+    await clock.advance(2.0)
+    assert c[X].peers("ov1").get(M_ID) == c[M].full_jid
+
+
+async def test_trust_mode_a_revocation_list_spreads_from_one_member_and_is_honoured() -> None:
+    clock = VirtualClock()
+    ca_key, ids = _pki({M: M_ID, A: A_ID, X: X_ID})
+    hub, c = await _trust_fleet(clock, ids)
+    for client in c.values():
+        await client.start()
+    await wait_until(lambda: all(len(cl.peers("ov1")) == 2 for cl in c.values()), 5.0, clock=clock)
+    removed: list[PeerRemoved] = []
+    c[X].subscribe(PeerRemoved, removed.append)
+    until = int(time.time()) + 30 * 86400
+    rl = identity.sign_list(ca_key, "ov1", 1, int(time.time()), {A_ID: until})
+    forged = identity.sign_list(_pki({})[0], "ov1", 9, int(time.time()), {M_ID: until})
+    assert not c[M].receive_revocation_list(identity.list_to_text(forged), "test")  # not our CA: refused, counted
+    assert c[M].drops.count(DropReason.BAD_REVOCATION) == 1
+    start = clock.now()
+    assert c[M].receive_revocation_list(identity.list_to_text(rl), "test")  # one member has it ...
+    await wait_until(lambda: A_ID in c[X].revoked_nodes("ov1"), 5.0, clock=clock)  # ... so X gets it from M
+    print(f"revocation list from one member to the others: {clock.now() - start:.3f} s (virtual)")
+    assert clock.now() - start < 5.0
+    assert A_ID not in c[X].peers("ov1") and A_ID not in c[M].peers("ov1")
+    assert [(e.node_id, e.cause) for e in removed] == [(A_ID, RemovalCause.MEMBERSHIP_REVOKED)]
+    # A logging in again is refused; an older list does not undo the newer one
+    hub.kick(c[A].full_jid)
+    await clock.advance(2.0)
+    assert A_ID not in c[X].peers("ov1") and c[X].drops.count(DropReason.REVOKED) >= 1
+    older = identity.sign_list(ca_key, "ov1", 0, 0, {})
+    assert not c[X].receive_revocation_list(identity.list_to_text(older))
+    assert c[X].revocation_list("ov1") == rl
