@@ -178,7 +178,7 @@ REVOCATION_FILE = "revoked.json"  # beside the overlay CA file: a revocation lis
 def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCertificate,
                      trust: TrustConfig | None) -> OverlayIdentity:  # fmt: skip
     """Trust mode for the signaling: the CA, our certificate and key, and the revocation list beside the CA, if any."""
-    revocations = None
+    revocations, path = None, None
     if trust is not None:
         path = trust.ca_file.parent / REVOCATION_FILE
         try:
@@ -187,7 +187,7 @@ def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCerti
             pass
         except (OSError, identity.IdentityError) as exc:
             raise NodeConfigError(f"overlay {overlay}: trust: {path}: {exc}") from exc
-    return OverlayIdentity(anchor, certificate.cert, certificate.key, revocations)
+    return OverlayIdentity(anchor, certificate.cert, certificate.key, revocations, revocation_file=path)
 
 
 def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:

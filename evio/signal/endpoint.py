@@ -30,6 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -88,8 +89,12 @@ class OverlayIdentity:
     cert: x509.Certificate
     key: ec.EllipticCurvePrivateKey
     revocations: identity.RevocationList | None = None  # a list known at start (e.g. from a file)
+    # Watched while we run: a list the operator drops here is adopted within `REVOCATION_POLL` s, whatever
+    # the XMPP server does (it is then passed on to the other members in our presence).
+    revocation_file: Path | None = None
 
 
+REVOCATION_POLL = 2.0  # seconds between looks at the revocation files
 MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
 
 
@@ -118,6 +123,8 @@ class SignalEndpoint:
         self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
         self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
         self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
+        self._file_seen: dict[Path, tuple[int, int]] = {}  # revocation file -> (mtime ns, size) last read
+        self._file_timer: Timer | None = None
         self._membership: dict[str, frozenset[str]] = {}
         # (overlay, node id) -> the account that held it: revoked even when absent (most recent last).
         self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
@@ -255,6 +262,24 @@ class SignalEndpoint:
         lists = tuple(rl for _, rl in sorted(self._lists.items()))[: identity.MAX_LISTS]
         return identity.encode(identity.IdentityDocument(self._own_proofs[1], lists))
 
+    def _watch_revocation_files(self) -> None:
+        self._file_timer = None
+        for ident in self._identities.values():
+            path = ident.revocation_file
+            if path is None:
+                continue
+            try:
+                st = path.stat()
+                seen = (st.st_mtime_ns, st.st_size)
+                if self._file_seen.get(path) == seen or st.st_size > identity.MAX_DOCUMENT_BYTES:
+                    continue
+                self._file_seen[path] = seen
+                text = path.read_text()
+            except OSError:
+                continue  # not there (yet): the common case
+            self.receive_revocation_list(text, str(path))  # refusals are counted and logged there
+        self._file_timer = self.clock.call_later(REVOCATION_POLL, self._watch_revocation_files)
+
     def _announce_again(self) -> None:
         """Send our presence again (a newer revocation list to pass on); the transport does it."""
 
@@ -321,6 +346,8 @@ class SignalEndpoint:
         self.connected_since = time.time()
         self.sessions += 1
         self._ready.set()
+        if self._file_timer is None and any(i.revocation_file for i in self._identities.values()):
+            self._watch_revocation_files()
         log.info("signal %s: logged in as %s", self.account, own_jid)
         self._events.publish(Connected(own_jid))
 
@@ -468,6 +495,9 @@ class SignalEndpoint:
         self._arm_timer()
 
     async def _stop_endpoint(self) -> None:
+        if self._file_timer is not None:
+            self._file_timer.cancel()
+            self._file_timer = None
         for pending in self._transactions.close_all():
             _fail(pending.waiter, RequestError(ErrorReason.CLOSED))
         for task in list(self._handler_tasks):
