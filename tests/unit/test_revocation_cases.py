@@ -34,9 +34,10 @@ BOUND = 5.0  # seconds: issue 21's target for every removal case
 
 
 class TrustFleet:
-    """A `Fleet` with real controllers whose nodes all run ov1 in trust mode under one CA."""
+    """A `Fleet` with real controllers whose nodes all run ov1 in trust mode under one CA (or, `trust` False,
+    fingerprint-only, where node ids are bound to accounts)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, trust: bool = True) -> None:
         self.clock = VirtualClock()
         now = datetime.datetime.now(datetime.UTC)
         self.ca_key, ca_cert = make_overlay_ca("ov1 CA", now, 3650)
@@ -57,7 +58,8 @@ class TrustFleet:
             def with_trust(settings: SignalSettings, make: Callable = make, ident: OverlayIdentity = ident) -> Signaling:
                 return make(replace(settings, identities={"ov1": ident}))
 
-            platform.signal_client = with_trust  # type: ignore[method-assign]
+            if trust:
+                platform.signal_client = with_trust  # type: ignore[method-assign]
 
     def client(self, i: int):  # the FakeSignalClient of node i
         return self.fleet.platforms[i].clients[0]
