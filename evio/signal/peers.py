@@ -267,7 +267,7 @@ class PeerTable:
                 if winner is not None:
                     owners[node_id] = winner
                     self._bind(overlay, node_id, winner, any(p for _, j, p in entries if j == winner))
-                if winner != refusals_for and any(jid == refusals_for for _, jid, _ in entries):
+                if refusals_for is not None and winner != refusals_for and any(j == refusals_for for _, j, _ in entries):
                     update.refused.append(Refusal(refusals_for, overlay, node_id, DropReason.NODE_ID_CONFLICT))
             update.events.extend(self._diff(overlay, self._owners[overlay], owners, cause))
             self._owners[overlay] = owners
