@@ -533,8 +533,7 @@ class OverlayStack:
                        "last_error": error.as_dict() if (error := self.signaling.last_error(self.overlay)) else None},
             "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},
             "trust": trust_document(self.plan.certificate, datetime.datetime.now(datetime.UTC),
-                                    # not every Signaling view keeps a revocation list (the fakes' need not)
-                                    len(getattr(self.signaling, "revoked_nodes", lambda _: ())(self.overlay))),
+                                    len(self.signaling.revoked_nodes(self.overlay))),
             "links": links,
             "link_counts": link_counts(links),
             "tunnels": {"up": self.tunnels_up, "down": self.tunnels_down, "setup_seconds": self.setup_times.as_dict()},
