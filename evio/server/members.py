@@ -32,6 +32,7 @@ import datetime
 import fcntl
 import ipaddress
 import json
+import logging
 import re
 import secrets
 from collections.abc import Iterator
@@ -47,8 +48,21 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from evio.config.address_pool import pool_problem
 from evio.server import token as join_token
 from evio.server.settings import ServerSettings, write_private
-from evio.signal.identity import MAX_REVOKED, IdentityError, RevocationList, list_to_text, load_list, sign_list
+from evio.signal.identity import (
+    ELEMENT,
+    MAX_REVOKED,
+    NAMESPACE,
+    IdentityDocument,
+    IdentityError,
+    RevocationList,
+    encode,
+    list_to_text,
+    load_list,
+    sign_list,
+)
 from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
+
+log = logging.getLogger(__name__)
 
 REGISTRY_VERSION = 1
 DEFAULT_POOL = "10.254.0.0/16"
@@ -327,12 +341,18 @@ def remove_member(
         if member is None:
             raise MemberError(f"{name} is not a member of overlay {overlay}")
         # The list first: if signing fails nothing is cut yet, and once written it holds whatever follows.
-        revoke(registry, overlay, {member.node_id: member.certificates_expire()}, now)
+        listed = revoke(registry, overlay, {member.node_id: member.certificates_expire()}, now)
         accounts.remove_from_group(name, overlay)
         accounts.delete_account(name)
         relay.remove_user(name)
         del record.members[name]
         registry.save(record)
+        deliver = getattr(accounts, "deliver", None)  # the XMPP server carries the list to the online members
+        if deliver is not None:
+            try:
+                deliver(overlay, NAMESPACE, ELEMENT, encode(IdentityDocument((), (listed,))))
+            except Exception as exc:  # noqa: BLE001 - removal is done; members also read revoked.json
+                log.warning("overlay %s: revocation list written but not delivered: %s", overlay, exc)
         return member
 
 

@@ -200,6 +200,7 @@ class _Identity(ElementBase):
 register_stanza_plugin(Message, _Payload)
 register_stanza_plugin(Presence, _Payload)
 register_stanza_plugin(Presence, _Identity)
+register_stanza_plugin(Message, _Identity)  # the server host hands on a revocation list this way
 _IDENTITY_TAG = f"{{{identity.NAMESPACE}}}{identity.ELEMENT}"
 
 
@@ -386,6 +387,7 @@ class SignalClient(SignalEndpoint):
         xmpp.add_event_handler("roster_update", lambda _: self._sync_membership(xmpp))
         xmpp.add_event_handler("message_error", self._on_message_error)
         xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), self._on_message))
+        xmpp.register_handler(Callback("evio identity", StanzaPath("message/evio_identity"), self._on_identity_message))
 
         log.debug("signal %s: connecting to %s:%d (%s)", s.jid, s.server, s.port, self._tls_mode())
         xmpp.connect(s.server, s.port)
@@ -596,6 +598,10 @@ class SignalClient(SignalEndpoint):
         if message["type"] == "error":
             return  # a bounce: _on_message_error
         self._payload_received(str(message["from"]), message["evio"]["json"])
+
+    def _on_identity_message(self, message: Any) -> None:
+        if message["type"] != "error":
+            self._identity_message(str(message["from"]), message["evio_identity"]["json"])
 
     def _on_message_error(self, message: Message) -> None:
         self._bounced(str(message["id"]), str(message["from"]), str(message["error"]["condition"]))

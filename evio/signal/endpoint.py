@@ -311,6 +311,21 @@ class SignalEndpoint:
         self._announce_again()
         return True
 
+    def _identity_message(self, sender: str, text: str) -> None:
+        """An identity element in a message: the server host (from our server's domain) or a member hands on a
+        revocation list. Anyone else is dropped before any signature is checked."""
+        domain = self.account.split("@", 1)[-1]
+        if sender != domain and not any(self._table.is_member(ov, sender) for ov in self._identities):
+            self._drop(DropReason.NOT_MEMBER, sender, "identity message from a stranger")
+            return
+        try:
+            doc = identity.decode(text)
+        except identity.IdentityError as exc:
+            self._drop(DropReason.MALFORMED, sender, f"bad identity document: {exc}")
+            return
+        for rl in doc.revocations:
+            self._adopt_list(rl, sender)
+
     def _verified_claims(self, sender: str, doc: identity.IdentityDocument) -> set[str]:
         """The overlays whose claim proof in `doc` holds for `sender`."""
         proven: set[str] = set()
@@ -399,20 +414,24 @@ class SignalEndpoint:
 
     def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:
         """The server's view of who is in which overlay: bare JID -> overlay ids."""
+        # Node ids remembered for accounts that lose the overlay: revoked, present or not. Decided before the
+        # table hands any of them on (a freed id may go to a waiting claimant at once, and would then be
+        # remembered as its): the removed member's tunnels must close whoever holds the id next.
+        for (overlay, node_id), bare in list(self._known.items()):
+            if overlay in current.get(bare, frozenset()):
+                continue
+            del self._known[(overlay, node_id)]
+            holder = self._table.jid_of(overlay, node_id)
+            if holder is not None and bare_jid(holder) == bare:
+                continue  # present: the table reports it, below
+            log.info("signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare)
+            self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
         for bare in self._membership.keys() | current.keys():
             new = current.get(bare, frozenset())
             if self._membership.get(bare, frozenset()) != new:
                 self._apply(self._table.set_membership(bare, new))
         self._membership = {b: o for b, o in current.items() if o}
         self._table.retain_bindings(self._membership)  # node ids of accounts no longer listed are free again
-        # Node ids seen before whose account is no longer listed: revoked, present or not.
-        for (overlay, node_id), bare in list(self._known.items()):
-            if overlay not in current.get(bare, frozenset()):
-                del self._known[(overlay, node_id)]
-                log.info(
-                    "signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare
-                )
-                self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
 
     def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None) -> None:
         announcement = Announcement(())

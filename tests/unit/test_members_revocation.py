@@ -66,6 +66,10 @@ def test_remove_signs_a_list_with_the_node_id_until_its_certificates_expire(serv
     assert first is not None and first.serial == 1 and set(first.revoked) == {ids["n1"]}
     assert identity.list_refusal(anchor_of(registry), first) is None
     assert stat.S_IMODE(revocation_path(registry, "ov1").stat().st_mode) == 0o644
+    # ... and handed to the XMPP server for the online members, who verify it against their CA
+    ((group, namespace, element, text),) = accounts.delivered
+    assert (group, namespace, element) == ("ov1", identity.NAMESPACE, identity.ELEMENT)
+    assert identity.decode(text).revocations == (first,)
     later = NOW + datetime.timedelta(days=31)  # n1's certificate has expired: its entry goes
     remove_member(registry, accounts, relay, "ov1", "n2", now=later)
     second = load_revocations(registry, "ov1")

@@ -89,6 +89,10 @@ async def run(steps: list[tuple], trust: bool) -> None:
                     continue
                 removed.add(victim)
                 full = tf.client(victim).full_jid
+                # A removed member's id is free for the next claimant (by design), and fake links reach a node
+                # by id alone, so a squatter taking it would look like the removed node's tunnel: they leave.
+                for session in [s for s in squatters if s.node_id("ov1") == nid(victim)]:
+                    await session.stop()
                 if kind == "delete":
                     hub.delete_account(f"node{victim}@{DOMAIN}")
                 elif kind == "group edit":

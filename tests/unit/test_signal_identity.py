@@ -198,3 +198,28 @@ async def test_trust_mode_a_revocation_list_spreads_from_one_member_and_is_honou
     older = identity.sign_list(ca_key, "ov1", 0, 0, {})
     assert not c[X].receive_revocation_list(identity.list_to_text(older))
     assert c[X].revocation_list("ov1") == rl
+
+
+async def test_a_removed_members_id_is_revoked_even_when_a_waiting_claim_takes_it_at_once() -> None:
+    """Found by the property test: M is removed while A's session waits for M's id; the id passes to A in the
+    same membership update, which must not stop X from closing M's tunnels (remembered as M's, not A's)."""
+    clock = VirtualClock()
+    hub = FakeSignalHub(clock)
+    hub.set_group("ov1", [M, A, X])
+    m = hub.client(M, {"ov1": M_ID}, resource="evio-m")
+    a = hub.client(A, {"ov1": A_ID}, resource="evio-a")
+    x = hub.client(X, {"ov1": X_ID}, resource="evio-x")
+    for c in (m, a, x):
+        await c.start()
+    await wait_until(lambda: len(x.peers("ov1")) == 2, 5.0, clock=clock)
+    squatter = hub.client(A, {"ov1": M_ID}, resource="evio-squat")
+    await squatter.start()
+    await clock.advance(1.0)
+    removed: list[PeerRemoved] = []
+    x.subscribe(PeerRemoved, removed.append)
+    hub.kick(m.full_jid, relogin=False, status_relogin=True)  # M away, saying it comes back
+    await clock.advance(0.5)
+    hub.set_group("ov1", [A, X])  # ... and removed meanwhile
+    await clock.advance(1.0)
+    assert (M_ID, RemovalCause.MEMBERSHIP_REVOKED) in [(e.node_id, e.cause) for e in removed]
+    assert x.peers("ov1").get(M_ID) == squatter.full_jid  # the id is free now: the waiting claim has it
