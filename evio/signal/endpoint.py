@@ -172,6 +172,9 @@ class SignalEndpoint:
         """The node ids the overlay CA's newest revocation list we hold revokes now."""
         return self._table.revoked(overlay)
 
+    def drop_counts(self) -> dict[str, int]:
+        return {reason.value: n for reason, n in sorted(self.drops.counts.items(), key=lambda i: i[0].value) if n}
+
     def revocation_list(self, overlay: str) -> identity.RevocationList | None:
         return self._lists.get(overlay)
 

@@ -119,6 +119,7 @@ async def test_a_node_without_trust_warns_once_per_overlay_and_shows_it(caplog: 
         status = fleet.nodes[1].status()
         assert {ov: doc["trust"]["mode"] for ov, doc in status["overlays"].items()} == {
             "ov1": "fingerprint-only", "ov2": "fingerprint-only"}
+        assert status["overlays"]["ov1"]["signal"]["drops"] == {}  # refused signaling input, by reason
     finally:
         await fleet.stop_all()
 
