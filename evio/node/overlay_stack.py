@@ -237,6 +237,9 @@ class OverlayStack:
         self.started_at = self._clock.now()
         if self.plan.certificate is None:  # issue 21 H1: said once per overlay, at start
             log.warning("overlay %s: %s; set trust (evio member add / evio join write it)", self.overlay, TRUST_RISK)
+        elif (left := self.plan.certificate.cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)).days < 7:
+            log.warning("overlay %s: this node's certificate expires in %d days: evio member renew on the server host",
+                        self.overlay, max(left.days, 0))  # fmt: skip
         log.info("overlay started overlay=%s node=%s bridge=%s datapath=%s", self.overlay,
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 

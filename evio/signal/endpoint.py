@@ -123,6 +123,7 @@ class SignalEndpoint:
         self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
         self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
         self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
+        self._refused_lists: OrderedDict[bytes, None] = OrderedDict()  # signatures of lists that did not verify
         self._file_seen: dict[Path, tuple[int, int]] = {}  # revocation file -> (mtime ns, size) last read
         self._file_timer: Timer | None = None
         self._membership: dict[str, frozenset[str]] = {}
@@ -298,8 +299,14 @@ class SignalEndpoint:
         current = self._lists.get(rl.overlay)
         if current is not None and rl.serial <= current.serial:
             return False  # what we have already (the common case: every presence repeats it)
+        if rl.signature in self._refused_lists:  # a bad list repeated in every presence: checked once
+            self._drop(DropReason.BAD_REVOCATION, source, f"revocation list for {rl.overlay}: refused before")
+            return False
         refusal = identity.list_refusal(ident.anchor, rl)
         if refusal is not None:
+            self._refused_lists[rl.signature] = None
+            while len(self._refused_lists) > MAX_PROOF_CACHE:
+                self._refused_lists.popitem(last=False)
             self._drop(DropReason.BAD_REVOCATION, source, f"revocation list for {rl.overlay}: {refusal}")
             return False
         self._lists[rl.overlay] = rl

@@ -8,6 +8,10 @@ import json
 import pytest
 
 from evio.signal import identity
+from evio.signal.drops import DropReason
+from evio.signal.endpoint import OverlayIdentity
+from evio.testing.fake_signal import FakeSignalHub
+from evio.testing.virtual_clock import VirtualClock
 from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
 from evio.tunnel.trust import TrustAnchor
 
@@ -90,3 +94,21 @@ def test_not_json_and_oversized() -> None:
     for text in ("", "[]", "{" * 100000, '{"v":1,"v":1}', '{"v":NaN}', "x" * (identity.MAX_DOCUMENT_BYTES + 1)):
         with pytest.raises(identity.IdentityError):
             identity.decode(text)
+
+
+async def test_a_bad_list_repeated_is_verified_once(pki: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub = FakeSignalHub(VirtualClock())
+    m_key, m_cert = pki["m"]
+    c = hub.client("m@x.test", {"ov1": M_ID}, identities={"ov1": OverlayIdentity(pki["anchor"], m_cert, m_key)})
+    forged = identity.list_to_text(identity.sign_list(pki["other_key"], "ov1", 5, 0, {A_ID: 2**40}))
+    calls = []
+    real = identity.list_refusal
+
+    def counting(anchor: identity.TrustAnchor, rl: identity.RevocationList) -> str | None:
+        calls.append(rl.serial)
+        return real(anchor, rl)
+
+    monkeypatch.setattr(identity, "list_refusal", counting)
+    for _ in range(3):
+        assert not c.receive_revocation_list(forged, "peer")
+    assert calls == [5] and c.drops.count(DropReason.BAD_REVOCATION) == 3
