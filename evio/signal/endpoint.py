@@ -29,7 +29,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography import x509
@@ -87,7 +87,9 @@ class OverlayIdentity:
 
     anchor: identity.TrustAnchor
     cert: x509.Certificate
-    key: ec.EllipticCurvePrivateKey
+    # Not compared (keys compare by identity): the certificate names the key, and a config reload must see
+    # the same files as the same settings, or it would log the account in again.
+    key: ec.EllipticCurvePrivateKey = field(compare=False)
     revocations: identity.RevocationList | None = None  # a list known at start (e.g. from a file)
     # Watched while we run: a list the operator drops here is adopted within `REVOCATION_POLL` s, whatever
     # the XMPP server does (it is then passed on to the other members in our presence).

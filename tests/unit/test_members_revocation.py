@@ -115,3 +115,35 @@ def test_a_node_reads_the_list_beside_its_ca_file(server: tuple, tmp_path: Path)
 
     with pytest.raises(NodeConfigError, match="revoked.json"):
         overlay_identity("ov1", anchor_of(registry), certificate, trust)
+
+
+def test_a_reload_with_the_same_trust_files_keeps_the_account(server: tuple, tmp_path: Path) -> None:
+    """Signaling settings now hold the CA, certificate and key: loaded twice they must still compare equal."""
+    from dataclasses import replace
+
+    from evio.node.plan import plan_node
+    from evio.node.reload import plan_reload
+    from evio.testing.node_fleet import fleet_config
+    from evio.tunnel.overlay_ca import issue_node_certificate, write_private_key
+
+    registry, settings, accounts, relay = server
+    add_member(registry, settings, accounts, relay, "ov1", "n1", NOW)
+    ca_key, ca_cert = registry.ca("ov1")
+    node_id = registry.load("ov1").members["n1"].node_id
+    key, cert = issue_node_certificate(ca_key, ca_cert, ["ov1"], node_id, datetime.datetime.now(datetime.UTC), 30)
+    d = tmp_path / "etc"
+    d.mkdir()
+    write_certificate(d / "ca.crt", ca_cert)
+    write_certificate(d / "node.crt", cert)
+    write_private_key(d / "node.key", key)
+    config = fleet_config(1)
+    config = replace(config, overlays={"ov1": replace(config.overlays["ov1"],
+                                                      trust=TrustConfig(d / "ca.crt", d / "node.crt", d / "node.key"))})
+
+    def plan() -> object:
+        return plan_node(config, node_id, controller_port=6653, kernel_module_loaded=False,
+                         read_password=lambda _: "pw")  # fmt: skip
+
+    first, second = plan(), plan()
+    assert first.accounts == second.accounts  # type: ignore[attr-defined]
+    assert plan_reload(first, second).changes_nothing  # type: ignore[arg-type]
