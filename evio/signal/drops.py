@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 class DropReason(enum.Enum):
     MALFORMED = "malformed"  # payload failed schema validation
+    UNKNOWN_KIND = "unknown_kind"  # a kind of envelope this release does not know (a newer peer's)
+    UNSUPPORTED_VERSION = "unsupported_version"  # another major version of the protocol ("v")
     OVERSIZED = "oversized"  # payload larger than the limit
     NOT_MEMBER = "not_member"  # sender is not in the overlay's group on the server
     FOREIGN_OVERLAY = "foreign_overlay"  # addressed to an overlay we do not serve

@@ -116,6 +116,8 @@ class SignalEndpoint:
         self._rng = rng
         self._events = EventRegistry()
         self.drops = DropAccounting(limits.drop_log_interval)
+        self.ignored_fields = 0  # messages and announcements that carried fields this release does not read
+        self._ignored_logged = LogLimiter[str](limits.drop_log_interval)
         self._handlers: dict[str, Handler] = {}
         self._transactions: TransactionTable[asyncio.Future[Body]] = TransactionTable(
             rng, limits.max_outstanding_requests
@@ -167,6 +169,11 @@ class SignalEndpoint:
     def peers(self, overlay: str) -> dict[int, str]:
         """node id -> full JID of the members of `overlay` currently present."""
         return self._table.peers(overlay)
+
+    def peer_features(self, overlay: str, node_id: int) -> frozenset[str]:
+        """The features node `node_id` of `overlay` announced (empty for a release before 0.2.0 or an absent
+        peer): send a feature's messages to it only if the feature is here (evio.signal.protocol)."""
+        return self._table.features(overlay, node_id)
 
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         return self._events.subscribe(event_type, callback)
@@ -253,7 +260,8 @@ class SignalEndpoint:
 
     def _announcement(self) -> str:
         members = sorted(self._table_memberships().items())
-        return protocol.encode_announcement(Announcement(tuple(Membership(ov, nid) for ov, nid in members)))
+        memberships = tuple(Membership(ov, nid) for ov, nid in members)
+        return protocol.encode_announcement(Announcement(memberships, protocol.FEATURES))
 
     def _identity_document(self, own_full_jid: str) -> str | None:
         """The identity element for our presence (trust mode): our proofs and the lists we hold; None without trust."""
@@ -452,6 +460,7 @@ class SignalEndpoint:
                 announcement = protocol.decode_announcement(announcement_json, self.limits.max_payload_bytes)
             except ProtocolError as exc:
                 self._drop(_drop_reason(exc), sender, f"bad announcement: {exc}")
+            self._count_ignored(sender, announcement.ignored, "announcement")
         proven: set[str] = set()
         if identity_json is not None and self._identities:
             try:
@@ -484,6 +493,7 @@ class SignalEndpoint:
         except ProtocolError as exc:
             self._drop(_drop_reason(exc), sender, str(exc))
             return
+        self._count_ignored(sender, envelope.ignored, "message")
         overlay = envelope.overlay
         own = self._table.own_node_id(overlay)
         if own is None:
@@ -621,6 +631,15 @@ class SignalEndpoint:
         if self.drops.record(reason, peer, self.clock.now()):
             log.warning("signal drop %s peer=%s: %s", reason.value, peer, detail)
 
+    def _count_ignored(self, peer: str, fields: tuple[str, ...], what: str) -> None:
+        """Fields a newer peer added: read past, counted, and mentioned once per peer per interval."""
+        if not fields:
+            return
+        self.ignored_fields += 1
+        if self._ignored_logged.should_log(peer, self.clock.now()):
+            log.info("signal %s from peer=%s has fields this release does not read (a newer one's): %s",
+                     what, peer, ", ".join(fields))
+
     def _arm_timer(self) -> None:
         self._cancel_timer()
         deadline = self._transactions.next_deadline()
@@ -649,5 +668,13 @@ def _fail(waiter: asyncio.Future[Body], error: BaseException) -> None:
         waiter.set_exception(error)
 
 
+_DROP_REASONS = {
+    Malformed.TOO_LARGE: DropReason.OVERSIZED,
+    Malformed.UNKNOWN_KIND: DropReason.UNKNOWN_KIND,
+    Malformed.BAD_VERSION: DropReason.UNSUPPORTED_VERSION,
+}
+
+
 def _drop_reason(exc: ProtocolError) -> DropReason:
-    return DropReason.OVERSIZED if exc.reason is Malformed.TOO_LARGE else DropReason.MALFORMED
+    """Counted apart from malformed input: what a newer or incompatible release may send (protocol.py)."""
+    return _DROP_REASONS.get(exc.reason, DropReason.MALFORMED)

@@ -101,6 +101,7 @@ class PeerTable:
         self._membership: dict[str, frozenset[str]] = {}
         self._claims: dict[str, dict[str, _Claim]] = {}  # full jid -> overlay -> claim
         self._session_seq: dict[str, int] = {}  # full jid -> input seq of its first presence: newest wins
+        self._features: dict[str, frozenset[str]] = {}  # full jid -> the features its presence announced
         self._owners: dict[str, dict[int, str]] = {ov: {} for ov in self._own}
         self._seq = 0
 
@@ -126,6 +127,11 @@ class PeerTable:
         if claim is not None and self._owners.get(overlay, {}).get(claim.node_id) == full_jid:
             return claim.node_id
         return None
+
+    def features(self, overlay: str, node_id: int) -> frozenset[str]:
+        """What the session holding `node_id` in `overlay` announced it reads (empty if none or absent)."""
+        jid = self.jid_of(overlay, node_id)
+        return self._features.get(jid, frozenset()) if jid is not None else frozenset()
 
     def is_member(self, overlay: str, jid: str) -> bool:
         return overlay in self._membership.get(bare_jid(jid), frozenset())
@@ -192,14 +198,17 @@ class PeerTable:
         if claims:
             self._claims[full_jid] = claims
             self._session_seq.setdefault(full_jid, self._seq)
+            self._features[full_jid] = announcement.features
         else:
             self._claims.pop(full_jid, None)
             self._session_seq.pop(full_jid, None)
+            self._features.pop(full_jid, None)
         return self._recompute(refusals_for=full_jid, cause=RemovalCause.LEFT)
 
     def on_unavailable(self, full_jid: str, returning: bool = False) -> Update:
         """The session went; `returning`: it said it logs in again at once."""
         self._session_seq.pop(full_jid, None)
+        self._features.pop(full_jid, None)
         if self._claims.pop(full_jid, None) is None:
             return Update()
         return self._recompute(refusals_for=None, cause=RemovalCause.RELOGIN if returning else RemovalCause.LEFT)
@@ -211,6 +220,7 @@ class PeerTable:
         when the server's list comes back)."""
         self._claims.clear()
         self._session_seq.clear()
+        self._features.clear()
         self._membership.clear()
         return self._recompute(refusals_for=None, cause=RemovalCause.SIGNAL_LOST)
 

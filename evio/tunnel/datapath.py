@@ -37,6 +37,8 @@ class DropReason(enum.Enum):
     """Epoch is none of previous, current or next."""
     BAD_CONTROL = "bad-control"
     """Authenticated control record with a malformed payload."""
+    UNKNOWN_CONTROL = "unknown-control"
+    """Authenticated control record with an opcode this release does not know (a newer peer's; record.py)."""
     EARLY = "early"
     """A record that arrived before keys were in place."""
     SEND_FAILED = "send-failed"

@@ -47,7 +47,7 @@ from cryptography.exceptions import InvalidTag
 from evio.config.model import Cipher
 from evio.tunnel.buffers import release, zeroed
 from evio.tunnel.datapath import ControlHandler, DatapathStats, DropReason, Underlay
-from evio.tunnel.errors import RecordError
+from evio.tunnel.errors import RecordError, UnknownControlError
 from evio.tunnel.keys import RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
 from evio.tunnel.mmsg import (
     DatagramBatch,
@@ -972,6 +972,9 @@ class FdDatapath:
             return True
         try:
             message = parse_control(plaintext)
+        except UnknownControlError:
+            self._drops[DropReason.UNKNOWN_CONTROL] += 1  # a newer peer's: not malformed
+            return True
         except RecordError:
             self._drops[DropReason.BAD_CONTROL] += 1
             return True

@@ -201,3 +201,15 @@ def test_one_id_per_account_in_each_overlay_independently() -> None:
     t.on_available("a@x.test/r2", ann(("ov1", 3)))
     # r2 is newest in ov1 only; in ov2 r1 is the account's only claimant.
     assert t.peers("ov1") == {3: "a@x.test/r2"} and t.peers("ov2") == {2: "a@x.test/r1"}
+
+
+def test_the_features_a_session_announced_are_kept_while_it_holds_its_node_id() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1", "ov2"})))
+    assert t.features("ov1", 1) == frozenset()
+    t.on_available("a@x.test/r", Announcement((Membership("ov1", 1), Membership("ov2", 2)), frozenset({"frb.x"})))
+    assert t.features("ov1", 1) == t.features("ov2", 2) == frozenset({"frb.x"})
+    t.on_available("a@x.test/r", ann(("ov1", 1), ("ov2", 2)))  # restarted as an older release: none now
+    assert t.features("ov1", 1) == frozenset()
+    t.on_available("a@x.test/r", Announcement((Membership("ov1", 1),), frozenset({"frb.x"})))
+    t.on_unavailable("a@x.test/r")
+    assert t.features("ov1", 1) == frozenset()
