@@ -46,8 +46,7 @@ class DropReason(enum.Enum):
     TAP_WRITE_FAILED = "tap-write-failed"
     """The TAP refused a frame (interface down, queue full)."""
     MALFORMED_STUN = "malformed-stun"
-    """In the STUN range (first byte 0-3) but not framed as STUN (stun_guard.check_framing); the ICE gate
-    screens the rest (ice.InboundGate: strangers' requests, unsolicited responses)."""
+    """In the STUN range (first byte 0-3) but not a STUN message aioice can take (stun_guard.py)."""
     OWNER_FAILED = "owner-failed"
     """The socket's owner raised while taking a datagram handed back to it."""
     BAD_OFFLOAD = "bad-offload"
