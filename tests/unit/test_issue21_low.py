@@ -19,7 +19,6 @@ from evio.node.metrics import MetricsServer
 NODE = "0" * 31 + "1"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 low: --force keeps the old key file's mode")
 @pytest.mark.parametrize("command", ["ca", "issue"])
 def test_an_overwritten_key_is_0600_whatever_mode_the_old_file_had(tmp_path: Path, command: str) -> None:
     assert main(["pki", "ca", "--name", "ov1 CA", "--out", str(tmp_path / "ca")]) == 0
@@ -67,7 +66,6 @@ async def test_a_scrape_shows_no_addresses() -> None:
     assert b"203.0.113.7" not in raw and b"40001" not in raw
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 low: the metrics endpoint has no connection cap")
 async def test_connections_beyond_the_cap_are_closed_at_once_and_idle_ones_time_out() -> None:
     async with metrics(max_connections=2, request_timeout=0.5) as server:
         idle = [await asyncio.open_connection("127.0.0.1", server.bound_port) for _ in range(2)]
