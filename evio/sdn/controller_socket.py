@@ -99,7 +99,7 @@ def bind_controller_socket(path: Path, owner: OvsOwner) -> socket.socket:
         if owner.is_root:
             os.chmod(path, 0o600)
         else:
-            os.chown(path, 0, owner.gid)
+            _share_with_group(path, owner.gid)
             os.chmod(path, 0o660)
         listener.listen(LISTEN_BACKLOG)
     except BaseException:
@@ -125,8 +125,20 @@ def _private_dir(directory: Path, owner: OvsOwner) -> None:
     if owner.is_root:
         os.chmod(directory, 0o700)
     else:
-        os.chown(directory, -1, owner.gid)
+        _share_with_group(directory, owner.gid)
         os.chmod(directory, 0o750)
+
+
+def _share_with_group(path: Path, gid: int) -> None:
+    if os.lstat(path).st_gid == gid:
+        return
+    try:
+        os.chown(path, -1, gid)
+    except PermissionError as exc:
+        raise ControllerSocketError(
+            f"cannot give {path} to group {gid} (ovs-vswitchd runs as another user): {exc.strerror}; "
+            "the daemon needs CAP_CHOWN for that (add it to the unit's CapabilityBoundingSet)"
+        ) from exc
 
 
 def peer_credentials(sock: socket.socket) -> PeerCredentials:
