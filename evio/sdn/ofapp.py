@@ -50,6 +50,7 @@ and the lab.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import socket
@@ -661,6 +662,10 @@ def start_controller_thread(
 # ---------------------------------------------------------------------- a listener made before os-ken
 
 
+_TRANSIENT_ACCEPT_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
+                                      errno.EINTR})
+
+
 class _UnixSwitchSocket(socket.socket):
     """An accepted Unix socket that ignores TCP-level options: os-ken's Datapath sets TCP_NODELAY on
     every connection, which fails (EOPNOTSUPP) on AF_UNIX and would end the connection at once."""
@@ -694,7 +699,14 @@ class HandedListener:
         if self.on_serving is not None:
             self.on_serving()
         while True:
-            conn, _ = self.sock.accept()
+            try:
+                conn, _ = self.sock.accept()
+            except OSError as exc:
+                if exc.errno not in _TRANSIENT_ACCEPT_ERRORS:
+                    raise
+                log.warning("controller socket: accept failed (%s); trying again", exc)
+                time.sleep(0.1)  # out of descriptors or memory: give what holds them a moment
+                continue
             try:
                 admitted = self.admit(conn)
             except Exception:  # a check that cannot decide refuses, and the loop goes on

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,38 @@ def test_a_bridge_spec_with_a_socket_targets_it_alone() -> None:
     assert BridgeSpec("evobr0", 6653).controller_target == "tcp:127.0.0.1:6653"
     with pytest.raises(Exception, match="absolute"):
         BridgeSpec("evobr0", 0, controller_socket="evio/x.sock")
+
+
+def test_the_handed_listener_closes_what_admission_refuses_and_goes_on(tmp_path: Path) -> None:
+    from evio.sdn.ofapp import HandedListener
+
+    listener = bind_controller_socket(tmp_path / "evio" / "x.sock", ROOT_OVS)
+    asked: list[int] = []
+    serving = threading.Event()
+
+    def admit(conn: socket.socket) -> bool:
+        asked.append(conn.fileno())
+        if len(asked) == 1:
+            raise RuntimeError("a check that cannot decide")
+        return False
+
+    handed = HandedListener(listener, admit, on_serving=serving.set)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):  # the listener closed at the end
+            handed.serve()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert serving.wait(5)
+    for _ in range(2):  # the check raising, then refusing: closed either way, and the loop still accepts
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(5)
+        client.connect(str(tmp_path / "evio" / "x.sock"))
+        assert client.recv(1) == b""
+        client.close()
+    assert len(asked) == 2 and thread.is_alive()
+    listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
+    thread.join(5)
+    assert not thread.is_alive()  # a closed listener ends the loop (and so os-ken's server thread)
