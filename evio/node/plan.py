@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type, rstp_address_for
 from evio.config.loader import signal_password, turn_password
@@ -65,8 +66,9 @@ def plan_node(
     config: Config,
     node_id: int,
     *,
-    controller_port: int,
+    controller_port: int = 0,
     kernel_module_loaded: bool,
+    controller_socket: Path | None = None,
     read_password: Callable[[SignalConfig], str | None] = signal_password,
     read_turn_password: Callable[[TurnServer], str | None] = turn_password,
     now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
@@ -115,6 +117,7 @@ def plan_node(
         bridge = BridgeSpec(
             name=overlay.bridge.name,
             controller_port=controller_port,
+            controller_socket=str(controller_socket) if controller_socket is not None else None,
             overlay_address=str(address) if (address := overlay.bridge.address_for(node_id)) is not None else None,
             mtu=bridge_mtu(overlay, tunnel),
             datapath_id=dpid,

@@ -163,7 +163,7 @@ def _split_commands(args: list[str]) -> list[list[str]]:
 class FakeSdn:
     """The controller boundary with no os-ken behind it."""
 
-    listen_port = 6653
+    listen_address = "unix:/run/openvswitch/evio/fake.sock"
 
     def __init__(self) -> None:
         self.commands = CommandQueue()
