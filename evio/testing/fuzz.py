@@ -678,14 +678,390 @@ def _config_target(stack: ExitStack) -> Target:
     return Target("config", [t.encode() for t in texts], check, json_docs=docs)
 
 
+# -- the native data path, the TAP side (vnet headers) ---------------------------------------------
+
+_ETH4 = bytes.fromhex("020000000002" "020000000001" "0800")
+_ETH6 = bytes.fromhex("020000000002" "020000000001" "86dd")
+
+
+def tcp_frame(payload: bytes, seq: int = 1000, flags: int = 0x10, ipv6: bool = False, partial: bool = False,
+              sport: int = 40000) -> bytes:  # fmt: skip
+    """An Ethernet frame with IPv4 or IPv6 and TCP (timestamps option), checksums complete, or the
+    pseudo-header sum alone with ``partial`` (what a TAP with vnet headers hands over)."""
+    import struct
+
+    from evio.tcpip import finish, ones_sum
+
+    options = bytes.fromhex("0101080a0001e2400000abcd")
+    tcp = struct.pack("!HHIIBBHHH", sport, 5201, seq, 5000, ((20 + len(options)) // 4) << 4, flags, 512, 0, 0) + options
+    l4_len = len(tcp) + len(payload)
+    if ipv6:
+        src, dst = bytes.fromhex("fd00" + "00" * 13 + "01"), bytes.fromhex("fd00" + "00" * 13 + "02")
+        pseudo = src + dst + struct.pack("!IxxxB", l4_len, 6)
+        ip = struct.pack("!IHBB", 6 << 28, l4_len, 6, 64) + src + dst
+        eth = _ETH6
+    else:
+        src, dst = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+        pseudo = src + dst + struct.pack("!xBH", 6, l4_len)
+        ip = struct.pack("!BBHHHBBH", 0x45, 0, 20 + l4_len, 7, 0x4000, 64, 6, 0) + src + dst
+        ip = ip[:10] + struct.pack("!H", finish(ones_sum(ip))) + ip[12:]
+        eth = _ETH4
+    csum = ones_sum(pseudo) % 0xFFFF if partial else finish(ones_sum(pseudo + tcp + payload))
+    return eth + ip + tcp[:16] + struct.pack("!H", csum) + tcp[18:] + payload
+
+
+# The native target's inputs are datagrams, or (marked by their first byte) plaintext the target seals
+# first with the peer's keys: blind mutations of a sealed record never get past its tag, these do.
+SEAL_FRAMES = 0xEE
+"""``0xEE`` then frames, each ``len(2, BE) | frame``: sealed as frame records of the current epoch under
+fresh counters, queued together, one receive pass (runs for the coalescer)."""
+SEAL_RECORD = 0xED
+"""``0xED | kind | epoch | counter(8)`` then the payload: one record sealed with those header fields
+under the key of epoch 0 or 1 (the low bit of ``epoch``), whatever the header says."""
+
+
+class _NativeEnd:
+    """A native data path on a FakeTap (plain or vnet) and a loopback underlay, fed datagrams by the test end."""
+
+    def __init__(self, vnet: bool, channel: int | None, material: bytes) -> None:
+        from evio.testing.fake_tunnel import FakeTap, FakeUnderlay
+        from evio.tunnel.keys import Cipher, split_exporter
+        from evio.tunnel.native import NativeFdDatapath
+
+        self.tap = FakeTap()
+        self.underlay = FakeUnderlay(channel)
+        self.controls = 0
+        self.dp = NativeFdDatapath(1428, replay_window=128)
+
+        def on_control(message: Any) -> None:
+            self.controls += 1
+
+        self.dp.start(self.tap.fd, self.underlay, split_exporter(material, Cipher.AES_256_GCM, False), on_control, vnet_hdr=vnet)
+        self.channel = channel
+        self.counter = 1 << 20  # frames sealed by the target: above any counter a seed names
+
+    def send(self, record: bytes) -> bool:
+        if self.channel is not None:
+            record = self.channel.to_bytes(2, "big") + len(record).to_bytes(2, "big") + record
+        try:
+            self.underlay.send_to_datapath(record)
+        except OSError:
+            return False  # larger than a UDP datagram can be
+        return True
+
+    def feed(self) -> str | None:
+        dp = self.dp
+        drops = dict(dp._drops)
+        frames, controls, foreign = dp._rx_frames, self.controls, len(self.underlay.foreign)
+        dp._sock_pass_native()
+        for reason, n in dp._drops.items():
+            if n != drops[reason]:
+                return reason.value
+        if dp._rx_frames != frames or self.controls != controls:
+            return None
+        if len(self.underlay.foreign) != foreign:
+            return "for the owner"  # STUN, DTLS, TURN: not the data path's
+        return "unhandled"
+
+    def close(self) -> None:
+        self.dp.stop()
+        self.tap.close()
+        self.underlay.close()
+
+
+def _native_target(stack: ExitStack) -> Target:
+    from evio.tunnel import native
+    from evio.tunnel.keys import EXPORTER_LEN, Cipher, make_aead, split_exporter
+    from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
+
+    if not native.available():
+        raise RuntimeError("evio_native is not installed (scripts/build-native): the native target cannot run")
+    material = bytes(range(EXPORTER_LEN))
+    tx = split_exporter(material, Cipher.AES_256_GCM, True).tx
+    keys = [tx.keys(), tx.next().keys()]
+    aeads = [make_aead(Cipher.AES_256_GCM, k.key) for k in keys]
+    ends: list[_NativeEnd] = []
+
+    def fresh() -> None:
+        for end in ends:
+            end.close()
+        ends[:] = [_NativeEnd(False, None, material), _NativeEnd(True, None, material), _NativeEnd(True, 0x4001, material)]
+
+    fresh()
+    stack.callback(lambda: [end.close() for end in ends])
+
+    def framed(*frames: bytes) -> bytes:
+        return bytes([SEAL_FRAMES]) + b"".join(len(f).to_bytes(2, "big") + f for f in frames)
+
+    def header(kind: int, epoch: int, counter: int) -> bytes:
+        return bytes([SEAL_RECORD, kind, epoch]) + counter.to_bytes(8, "big")
+
+    plain = bytes.fromhex("02000000000102000000000b0800") + b"payload" * 20
+    stream = [tcp_frame(bytes([i]) * 1000, seq=i * 1000) for i in range(4)]
+    stream6 = [tcp_frame(bytes([i]) * 900, seq=i * 900, ipv6=True) for i in range(3)]
+    seeds = [
+        framed(plain), framed(*stream), framed(*stream6), framed(stream[0], plain, stream[1], stream[1]),
+        framed(tcp_frame(b"", flags=0x02), tcp_frame(b"x" * 10, flags=0x18)),
+        header(KIND_FRAME, 0, 5) + plain, header(KIND_FRAME, 1, 5) + plain, header(KIND_FRAME, 0, 1) + stream[0],
+        header(KIND_CONTROL, 0, 6) + pack_control(ControlOpcode.HELLO, 1),
+        header(KIND_CONTROL, 0, 7) + pack_control(ControlOpcode.KEEPALIVE),
+        seal(aeads[0], keys[0].iv, KIND_FRAME, 0, 3, plain),
+        seal(aeads[0], keys[0].iv, KIND_FRAME, 0, 4, stream[2]),
+        bytes.fromhex("16fefd0000000000000000") + bytes.fromhex("0050") + bytes(80),
+        bytes.fromhex("000100082112a442" + "01" * 12 + "00240002" + "00000000"),
+    ]
+
+    def check(data: bytes) -> str | None:
+        end = ends[len(data) % 3]
+        if data[:1] == bytes([SEAL_FRAMES]):
+            at, sent = 1, 0
+            while at + 2 <= len(data):
+                n = int.from_bytes(data[at : at + 2], "big")
+                frame = data[at + 2 : at + 2 + n]
+                at += 2 + n
+                end.counter += 1
+                sent += end.send(seal(aeads[0], keys[0].iv, KIND_FRAME, 0, end.counter, frame))
+            if not sent:
+                return "no frame in it"
+        elif data[:1] == bytes([SEAL_RECORD]) and len(data) >= 11:
+            epoch = data[2]
+            record = seal(aeads[epoch & 1], keys[epoch & 1].iv, data[1], epoch, int.from_bytes(data[3:11], "big"), data[11:])
+            if not end.send(record):
+                return "too large to send"
+        elif not end.send(data):
+            return "too large to send"
+        verdict = end.feed()
+        end.tap.frames()
+        return verdict
+
+    return Target("native", seeds, check, housekeeping=fresh)
+
+
+class _TapEnd:
+    """A data path reading frames with vnet headers from a FakeTap, its records going to a loopback socket."""
+
+    def __init__(self, implementation: str, material: bytes) -> None:
+        from evio.testing.fake_tunnel import FakeTap, FakeUnderlay
+        from evio.tunnel.fd_datapath import FdDatapath
+        from evio.tunnel.keys import Cipher, split_exporter
+        from evio.tunnel.native import NativeFdDatapath
+
+        self.tap = FakeTap()
+        self.underlay = FakeUnderlay()
+        dp = NativeFdDatapath(1428, replay_window=128) if implementation == "native" else FdDatapath(1428, replay_window=128)
+        dp.start(self.tap.fd, self.underlay, split_exporter(material, Cipher.AES_256_GCM, True), lambda m: None, vnet_hdr=True)
+        self.dp = dp
+        self.pass_ = dp._readers()[1]
+
+    def feed(self, data: bytes) -> str | None:
+        dp = self.dp
+        try:
+            self.tap.send_frame(data)
+        except OSError:
+            return "too large for the tap"
+        drops = dict(dp._drops)
+        frames = dp._tx_frames
+        self.pass_()
+        while True:
+            try:
+                self.underlay.wire_end.recv(65536)
+            except BlockingIOError:
+                break
+        for reason, n in dp._drops.items():
+            if n != drops[reason]:
+                return reason.value
+        return None if dp._tx_frames != frames else "nothing sent"
+
+    def close(self) -> None:
+        self.dp.stop()
+        self.tap.close()
+        self.underlay.close()
+
+
+def _vnet_target(stack: ExitStack) -> Target:
+    """A TAP's reads with a virtio-net header, into the Python pass (segmentation, checksums) and the native one."""
+    from evio.tunnel import native
+    from evio.tunnel.keys import EXPORTER_LEN
+    from evio.tunnel.offload import F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP, VnetHeader
+
+    material = bytes(range(EXPORTER_LEN))
+    ends = [_TapEnd("python", material)]
+    if native.available():
+        ends.append(_TapEnd("native", material))
+    for end in ends:
+        stack.callback(end.close)
+
+    def vnet(flags: int, gso: int, size: int, start: int, offset: int) -> bytes:
+        return VnetHeader(flags, gso, 0, size, start, offset).pack()
+
+    plain = bytes.fromhex("02000000000102000000000b0806") + bytes(28)
+    seeds = [
+        vnet(0, GSO_NONE, 0, 0, 0) + plain,
+        vnet(0, GSO_NONE, 0, 0, 0) + tcp_frame(b"a" * 100),
+        vnet(F_NEEDS_CSUM, GSO_NONE, 0, 34, 16) + tcp_frame(b"b" * 300, partial=True),
+        vnet(F_NEEDS_CSUM, GSO_NONE, 0, 54, 16) + tcp_frame(b"c" * 301, ipv6=True, partial=True),
+        vnet(F_NEEDS_CSUM, GSO_TCPV4, 1300, 34, 16) + tcp_frame(bytes(range(256)) * 40, flags=0x18, partial=True),
+        vnet(F_NEEDS_CSUM, GSO_TCPV6, 1200, 54, 16) + tcp_frame(b"d" * 5000, ipv6=True, partial=True),
+        vnet(F_NEEDS_CSUM, GSO_TCPV4 | GSO_ECN, 1000, 34, 16) + tcp_frame(b"e" * 3001, flags=0x99, partial=True),
+        vnet(F_NEEDS_CSUM, GSO_UDP, 1000, 34, 6) + plain,
+    ]
+
+    def check(data: bytes) -> str | None:
+        return ends[len(data) % len(ends)].feed(data)
+
+    return Target("vnet", seeds, check)
+
+
+# -- DTLS, the control socket, metrics HTTP --------------------------------------------------------
+
+
+def _dtls_target(stack: ExitStack) -> Target:
+    """Datagrams into a DTLS server (its first flight), a client that sent its ClientHello, and a
+    connected end (alerts, retransmitted flights): the handshake parser of OpenSSL behind ``DtlsHandshake``."""
+    import datetime
+
+    from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
+
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    ours, theirs = TunnelCertificate.generate("fuzz-a", now), TunnelCertificate.generate("fuzz-b", now)
+
+    def server() -> DtlsHandshake:
+        return DtlsHandshake(ours, DtlsRole.SERVER, theirs.fingerprint)
+
+    def client() -> DtlsHandshake:
+        end = DtlsHandshake(ours, DtlsRole.CLIENT, theirs.fingerprint)
+        end.start()
+        return end
+
+    def connected() -> tuple[DtlsHandshake, list[bytes], list[bytes]]:
+        """A handshake run to the end: our server, and the flights each side sent."""
+        ours_, peer = server(), DtlsHandshake(theirs, DtlsRole.CLIENT, ours.fingerprint)
+        from_peer, from_ours = peer.start(), []
+        for _ in range(8):
+            answer = [d for datagram in from_peer for d in ours_.receive(datagram)]
+            from_ours += answer
+            from_peer_next = [d for datagram in answer for d in peer.receive(datagram)]
+            if not from_peer_next:
+                break
+            seeds_from_peer.extend(from_peer_next)
+            from_peer = from_peer_next
+        if ours_.state is not DtlsState.CONNECTED or peer.state is not DtlsState.CONNECTED:
+            raise RuntimeError("dtls fuzz: the seed handshake did not complete")
+        seeds_from_peer.extend(peer.close())
+        return ours_, seeds_from_peer, from_ours
+
+    seeds_from_peer: list[bytes] = [DtlsHandshake(theirs, DtlsRole.CLIENT, ours.fingerprint).start()[0]]
+    end, from_peer, from_ours = connected()
+    # The ClientHello and the server's first flight weigh more: most of the parsing is behind them.
+    seeds = from_peer[:1] * 3 + from_ours[:1] * 2 + from_peer + from_ours
+    ends: list[Any] = [server(), client(), end]
+    sent_any = [False, False, False]
+
+    def check(data: bytes) -> str | None:
+        # By the handshake message of the first record: ClientHello to the server, the server's
+        # flight to the client, anything else (alerts, finished flights, junk) to any of the three.
+        kind = data[13] if len(data) > 13 and data[0] == 22 else -1
+        which = 0 if kind == 1 else 1 if kind in (2, 3, 11, 12, 13, 14) else len(data) % 3
+        dtls = ends[which]
+        state = dtls.state
+        out = dtls.receive(data)
+        if dtls.state is not state or out or sent_any[which]:
+            # Replaced once it moved on: every input meets the same state (a connected end is
+            # replaced only when the input closed or failed it).
+            if which < 2 or dtls.state is not DtlsState.CONNECTED:
+                ends[which] = (server, client, lambda: connected()[0])[which]()
+                sent_any[which] = False
+        if dtls.state is DtlsState.FAILED:
+            return "failed: " + normalise(dtls.failure or "?", 40)
+        if dtls.state is DtlsState.CLOSED:
+            return "closed by peer"
+        return None if out or dtls.state is not state else "ignored"
+
+    return Target("dtls", seeds, check)
+
+
+def _control_target(stack: ExitStack) -> Target:
+    """Request lines on the daemon's control socket, as ``ControlServer`` answers them (``probe`` with its
+    argument checks, by ``Node.probe`` on a fake node)."""
+    import types
+
+    from evio.node import control
+    from evio.node.node import Node
+
+    class Stack:
+        async def probe(self, peer: int, timeout: float) -> dict[str, Any]:
+            return {"result": "pong", "peer": f"{peer:032x}", "timeout": timeout}
+
+    node = types.SimpleNamespace(overlays={"ov1": Stack()})
+    handlers = {"status": lambda: {"version": 1, "overlays": {}}}
+    request_handlers = {"probe": lambda request: Node.probe(node, request)}  # type: ignore[arg-type]
+    docs: list[Any] = [
+        {"request": "status"}, {"request": "ping"},
+        {"request": "probe", "overlay": "ov1", "peer": "0123456789abcdef" * 2, "timeout": 2.5},
+        {"request": "probe", "peer": "a" * 32},
+    ]
+
+    def check(data: bytes) -> str | None:
+        # What _serve does with a line: the size check, then respond_async (run to its end here:
+        # the fake probe never suspends; respond_async's wait_for is the only await it adds).
+        line = data.split(b"\n", 1)[0] + b"\n"
+        if len(line) > control.MAX_REQUEST_BYTES:
+            return "request too large"
+        request = control.parse_request(line)
+        if not isinstance(request, str) and request["request"] == "probe":
+            coro = request_handlers["probe"](request)
+            try:
+                coro.send(None)
+            except StopIteration as done:
+                answer = {"ok": True, "probe": done.value}
+            except control.ControlError as exc:
+                answer = {"ok": False, "error": str(exc)}
+            else:
+                coro.close()
+                raise AssertionError("the fake probe suspended")
+        else:
+            answer = control.respond(line, handlers, request_handlers)
+        json.dumps(answer, separators=(",", ":"))  # what _serve writes back
+        return None if answer["ok"] else normalise(answer["error"], 40)
+
+    return Target("control", [json.dumps(d).encode() + b"\n" for d in docs], check, json_docs=docs)
+
+
+def _metrics_target(stack: ExitStack) -> Target:
+    """Request heads on the metrics port, as ``MetricsServer`` reads and answers them."""
+    from evio.node.metrics import MAX_REQUEST_HEAD, MetricsServer
+
+    server = MetricsServer("127.0.0.1", 0, lambda: {"node_id": "0" * 32, "overlays": {}})
+    seeds = [
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /metrics?name[]=evio_links HTTP/1.0\r\n\r\n",
+        b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", b"GET / HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text\r\n\r\n",
+    ]
+
+    def check(data: bytes) -> str | None:
+        # reader.readuntil(b"\r\n\r\n") with limit=MAX_REQUEST_HEAD: a longer head is refused unread.
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            return "no head"
+        if end > MAX_REQUEST_HEAD:
+            return "head too large"
+        status, content_type, body = server.answer(data[: end + 4])
+        (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n").encode()
+        return None if status.startswith("200") else status
+
+    return Target("metrics", seeds, check)
+
+
 def build_targets(stack: ExitStack) -> dict[str, Target]:
     records, stun = _records_and_stun_targets(stack)
     targets = [_frb_target(stack), records, stun, _signal_target(stack), _offer_target(stack),
-               _negotiation_target(stack), _config_target(stack)]
+               _negotiation_target(stack), _config_target(stack), _native_target(stack), _vnet_target(stack),
+               _dtls_target(stack), _control_target(stack), _metrics_target(stack)]
     return {t.name: t for t in targets}
 
 
-TARGETS = ("frb", "records", "stun", "signal", "offer", "negotiation", "config")
+TARGETS = ("frb", "records", "stun", "signal", "offer", "negotiation", "config", "native", "vnet", "dtls", "control",
+           "metrics")
 
 
 # -- running --------------------------------------------------------------------------------
@@ -714,7 +1090,9 @@ def run_target(target: Target, count: int, seed: int) -> Result:
         result.inputs += 1
         try:
             reason = target.check(data)
-        except Exception as exc:  # noqa: BLE001 - the bug we are looking for
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the bug we are looking for; a Rust panic is a BaseException
             key = f"{type(exc).__name__}: {normalise(str(exc), 50)}"
             result.unexpected[key] += 1
             if key not in result.examples:
