@@ -34,6 +34,7 @@ import re
 import tempfile
 import time
 import traceback
+import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -1052,16 +1053,136 @@ def _metrics_target(stack: ExitStack) -> Target:
     return Target("metrics", seeds, check)
 
 
+# -- TURN responses --------------------------------------------------------------------------------
+
+_TURN_SERVER = ("198.51.100.1", 3478)
+_SEED_TID = bytes(range(1, 13))
+
+
+class _Recorder:
+    """What the TURN client hands on (relayed datagrams): counted."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.received += 1
+
+
+def _no_task(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Future[None]:
+    coro.close()
+    done = loop.create_future()
+    done.set_result(None)
+    return done
+
+
+def _turn_target(stack: ExitStack) -> Target:
+    """What a TURN server (or whoever forges its address) sends aioice's TURN client, as evio's ICE uses it:
+    behind the InboundGate's guard, the STUN parser guarded. Each input answers an Allocate in flight
+    (its transaction id patched in when it carries the seeds'), driving ``connect`` through its 401/438
+    retries; and goes to an allocated client with a bound channel (ChannelData, Data indications)."""
+    import aioice
+    import aioice.stun
+    import aioice.turn
+
+    from evio.tunnel import ice as evio_ice
+
+    evio_ice._install_stun_guard()
+    connection = aioice.Connection(ice_controlling=False)
+    gate = evio_ice.InboundGate(connection, "fuzz-turn")
+    loop = asyncio.get_running_loop()
+
+    def client() -> tuple[Any, Callable[[bytes, Any], None], _Recorder]:
+        proto = aioice.turn.TurnClientUdpProtocol(_TURN_SERVER, username="user", password="pw", lifetime=600,
+                                                  channel_refresh_time=300)  # fmt: skip
+        proto.connection_made(_FakeTransport())  # type: ignore[arg-type]
+        receiver = _Recorder()
+        proto.receiver = receiver
+        # As InboundGate.guard wraps the TURN client protocol of a relayed candidate.
+        outer = types.SimpleNamespace(transport=types.SimpleNamespace(_TurnTransport__inner_protocol=proto),
+                                      datagram_received=lambda data, addr: None)  # fmt: skip
+        gate.guard(outer)  # type: ignore[arg-type]
+        return proto, proto.datagram_received, receiver
+
+    allocated, allocated_receive, relayed = client()
+    allocated.channel_to_peer[0x4001] = PEER
+    allocated.peer_to_channel[PEER] = 0x4001
+
+    def message(method: Any, cls: Any, **attributes: Any) -> bytes:
+        m = aioice.stun.Message(method, cls, transaction_id=_SEED_TID)
+        m.attributes.update(attributes)
+        return bytes(m)  # no FINGERPRINT: it would not survive the transaction id patched in
+
+    Method, Class = aioice.stun.Method, aioice.stun.Class
+    ok = {"XOR-RELAYED-ADDRESS": ("198.51.100.1", 50000), "XOR-MAPPED-ADDRESS": ("203.0.113.7", 40000), "LIFETIME": 600}
+    seeds = [
+        message(Method.ALLOCATE, Class.RESPONSE, **ok),
+        message(Method.ALLOCATE, Class.RESPONSE, **{k: v for k, v in ok.items() if k != "LIFETIME"}),
+        message(Method.ALLOCATE, Class.ERROR, **{"ERROR-CODE": (401, "Unauthorized"), "REALM": "evio", "NONCE": b"n0nce"}),
+        message(Method.ALLOCATE, Class.ERROR, **{"ERROR-CODE": (438, "Stale Nonce"), "REALM": "evio", "NONCE": b"n1"}),
+        message(Method.ALLOCATE, Class.ERROR, **{"ERROR-CODE": (486, "Allocation Quota Reached")}),
+        message(Method.ALLOCATE, Class.ERROR),
+        message(Method.DATA, Class.INDICATION, **{"XOR-PEER-ADDRESS": PEER, "DATA": b"\x70" * 40}),
+        (0x4001).to_bytes(2, "big") + (40).to_bytes(2, "big") + b"\x70" * 40,
+        (0x4002).to_bytes(2, "big") + (3).to_bytes(2, "big") + b"abc\x00",
+    ]
+
+    def check(data: bytes) -> str | None:
+        rejected = sum(gate.rejected.values())
+        received = relayed.received
+        stun_rejects = dict(evio_ice.STUN_REJECTED)
+        allocated_receive(data, _TURN_SERVER)
+        proto, receive, _ = client()
+        connect = proto.connect()
+        try:
+            connect.send(None)  # the Allocate goes out; its transaction waits for an answer
+            tid = next(iter(proto.transactions))
+            if len(data) >= 20 and data[8:20] == _SEED_TID:
+                data = data[:8] + tid + data[20:]
+            receive(data, _TURN_SERVER)
+            if not proto.transactions[tid]._Transaction__future.done():  # type: ignore[attr-defined]
+                verdict: str | None = "ignored by the allocation"
+            else:
+                # An allocation starts its refresh task: never run here, so none is made (a million
+                # cancelled tasks would wait in the loop's queue).
+                loop.set_task_factory(_no_task)
+                try:
+                    connect.send(None)
+                except StopIteration:
+                    verdict = None  # allocated
+                except ConnectionError as exc:
+                    verdict = "ConnectionError: " + normalise(str(exc), 40)
+                except aioice.stun.TransactionFailed as exc:
+                    verdict = f"TransactionFailed: {exc.response.error_code}"
+                else:
+                    verdict = "retried with credentials"
+                finally:
+                    loop.set_task_factory(None)
+        finally:
+            connect.close()
+        if sum(gate.rejected.values()) != rejected:
+            return next(r.value for r in gate.rejected)
+        if verdict == "ignored by the allocation":
+            if relayed.received != received:
+                return None  # relayed data for the allocated client
+            for stun_reason, count in evio_ice.STUN_REJECTED.items():
+                if count != stun_rejects.get(stun_reason, 0):
+                    return "stun: " + stun_reason.value
+        return verdict
+
+    return Target("turn", seeds, check)
+
+
 def build_targets(stack: ExitStack) -> dict[str, Target]:
     records, stun = _records_and_stun_targets(stack)
     targets = [_frb_target(stack), records, stun, _signal_target(stack), _offer_target(stack),
                _negotiation_target(stack), _config_target(stack), _native_target(stack), _vnet_target(stack),
-               _dtls_target(stack), _control_target(stack), _metrics_target(stack)]
+               _dtls_target(stack), _control_target(stack), _metrics_target(stack), _turn_target(stack)]
     return {t.name: t for t in targets}
 
 
 TARGETS = ("frb", "records", "stun", "signal", "offer", "negotiation", "config", "native", "vnet", "dtls", "control",
-           "metrics")
+           "metrics", "turn")
 
 
 # -- running --------------------------------------------------------------------------------
