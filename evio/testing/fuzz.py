@@ -789,7 +789,12 @@ def _native_target(stack: ExitStack) -> Target:
         ends[:] = [_NativeEnd(False, None, material), _NativeEnd(True, None, material), _NativeEnd(True, 0x4001, material)]
 
     fresh()
-    stack.callback(lambda: [end.close() for end in ends])
+
+    def close_all() -> None:
+        for end in ends:
+            end.close()
+
+    stack.callback(close_all)
 
     def framed(*frames: bytes) -> bytes:
         return bytes([SEAL_FRAMES]) + b"".join(len(f).to_bytes(2, "big") + f for f in frames)
@@ -956,7 +961,6 @@ def _dtls_target(stack: ExitStack) -> Target:
     # The ClientHello and the server's first flight weigh more: most of the parsing is behind them.
     seeds = from_peer[:1] * 3 + from_ours[:1] * 2 + from_peer + from_ours
     ends: list[Any] = [server(), client(), end]
-    sent_any = [False, False, False]
 
     def check(data: bytes) -> str | None:
         # By the handshake message of the first record: ClientHello to the server, the server's
@@ -966,12 +970,10 @@ def _dtls_target(stack: ExitStack) -> Target:
         dtls = ends[which]
         state = dtls.state
         out = dtls.receive(data)
-        if dtls.state is not state or out or sent_any[which]:
-            # Replaced once it moved on: every input meets the same state (a connected end is
-            # replaced only when the input closed or failed it).
-            if which < 2 or dtls.state is not DtlsState.CONNECTED:
-                ends[which] = (server, client, lambda: connected()[0])[which]()
-                sent_any[which] = False
+        # Replaced once it moved on: every input meets the same state (a connected end is
+        # replaced only when the input closed or failed it).
+        if (dtls.state is not state or out) and (which < 2 or dtls.state is not DtlsState.CONNECTED):
+            ends[which] = (server, client, lambda: connected()[0])[which]()
         if dtls.state is DtlsState.FAILED:
             return "failed: " + normalise(dtls.failure or "?", 40)
         if dtls.state is DtlsState.CLOSED:
@@ -1059,7 +1061,7 @@ _TURN_SERVER = ("198.51.100.1", 3478)
 _SEED_TID = bytes(range(1, 13))
 
 
-class _Recorder:
+class _Recorder(asyncio.DatagramProtocol):
     """What the TURN client hands on (relayed datagrams): counted."""
 
     def __init__(self) -> None:
@@ -1140,12 +1142,12 @@ def _turn_target(stack: ExitStack) -> Target:
             if len(data) >= 20 and data[8:20] == _SEED_TID:
                 data = data[:8] + tid + data[20:]
             receive(data, _TURN_SERVER)
-            if not proto.transactions[tid]._Transaction__future.done():  # type: ignore[attr-defined]
+            if not proto.transactions[tid]._Transaction__future.done():
                 verdict: str | None = "ignored by the allocation"
             else:
                 # An allocation starts its refresh task: never run here, so none is made (a million
                 # cancelled tasks would wait in the loop's queue).
-                loop.set_task_factory(_no_task)
+                loop.set_task_factory(_no_task)  # type: ignore[arg-type]
                 try:
                     connect.send(None)
                 except StopIteration:
