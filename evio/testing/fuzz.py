@@ -221,6 +221,8 @@ class Target:
     """For JSON targets: the seeds as documents, for structural mutations."""
     housekeeping: Callable[[], None] | None = None
     """Run every few thousand inputs (drains buffers the target fills)."""
+    hang_seconds: float = 5.0
+    """An input still running after this long counts as unexpected (``Hang``)."""
 
     def inputs(self, rng: random.Random, count: int) -> Iterator[bytes]:
         strings = [s for doc in self.json_docs for s in _strings(doc, [])]
@@ -1175,16 +1177,168 @@ def _turn_target(stack: ExitStack) -> Target:
     return Target("turn", seeds, check)
 
 
+# -- OpenFlow from the switch ----------------------------------------------------------------------
+
+
+class _FakeDatapath:
+    """What the app needs of an os-ken Datapath: the OF 1.3 codec, an id, and send_msg (which encodes)."""
+
+    def __init__(self, dpid: int) -> None:
+        from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+
+        self.ofproto = ofproto_v1_3
+        self.ofproto_parser = ofproto_v1_3_parser
+        self.id = dpid
+        self.sent = 0
+
+    def send_msg(self, msg: Any) -> None:
+        msg.set_xid(1)
+        msg.serialize()
+        self.sent += 1
+
+    def set_xid(self, msg: Any) -> None:
+        msg.set_xid(1)
+
+
+def _openflow_target(stack: ExitStack) -> Target:
+    """OpenFlow 1.3 messages as the switch (ovs-vswitchd) sends them, read as os-ken's receive loop reads
+    them (``Datapath._recv_loop``: header, length, ``ofproto_parser.msg``) and dispatched to the app's
+    handlers, unwrapped: a handler's exception, which ``_contained`` would count and log, counts here as
+    unexpected. Where os-ken itself raises (an unknown version, a truncated message) it drops the
+    connection and the switch reconnects: a rejection, named so."""
+    import struct
+
+    from os_ken.controller import ofp_event
+    from os_ken.ofproto import ofproto_common, ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
+    from os_ken.ofproto.ofproto_v1_3 import OFPMP_FLOW, OFPMP_PORT_DESC
+
+    from evio.sdn import frb
+    from evio.sdn.boundary import CollectingSink, ControllerChannel
+    from evio.sdn.ofapp import EVIO_COOKIE, BoundedFloodApp, ControllerConfig
+
+    ofp, parser = ofproto_v1_3, ofproto_v1_3_parser
+    clock = [100.0]
+    sink = CollectingSink()
+    channel = ControllerChannel(sink)
+    app = BoundedFloodApp(evio_controller=ControllerConfig(channel, clock=lambda: clock[0]))
+    dp = _FakeDatapath(0xF022)
+    channel.commands.attach("ov1", dp.id, node_id=0x100)
+    channel.commands.peer_up("ov1", "evot200", 0x200)
+    local_mac, peer_mac = "02:00:00:00:01:00", "02:00:00:00:02:00"
+
+    def header(msg_type: int, body: bytes) -> bytes:
+        return struct.pack("!BBHI", ofp.OFP_VERSION, msg_type, 8 + len(body), 7) + body
+
+    def match(**fields: Any) -> bytes:
+        buf = bytearray()
+        parser.OFPMatch(**fields).serialize(buf, 0)
+        return bytes(buf)
+
+    def port(no: int, name: str, mac: str) -> bytes:
+        return struct.pack("!I4x6s2x16sIIIIIIII", no, bytes.fromhex(mac.replace(":", "")), name.encode(), 0, 0, 0, 0, 0, 0, 0, 0)
+
+    def multipart(kind: int, body: bytes, more: bool = False) -> bytes:
+        return header(ofp.OFPT_MULTIPART_REPLY, struct.pack("!HH4x", kind, ofp.OFPMPF_REPLY_MORE if more else 0) + body)
+
+    def flow_stats(cookie: int, byte_count: int, **fields: Any) -> bytes:
+        m = match(**fields)
+        instructions = b""
+        body = struct.pack("!BxIIHHHH4xQQQ", 0, 10, 0, 10, 30, 0, 0, cookie, 3, byte_count) + m + instructions
+        return struct.pack("!H", 2 + len(body)) + body
+
+    def packet_in(in_port: int, data: bytes) -> bytes:
+        return header(ofp.OFPT_PACKET_IN, struct.pack("!IHBBQ", ofp.OFP_NO_BUFFER, len(data), 0, 0, 0) + match(in_port=in_port)
+                      + b"\x00\x00" + data)  # fmt: skip
+
+    def flow_removed(cookie: int, **fields: Any) -> bytes:
+        return header(ofp.OFPT_FLOW_REMOVED, struct.pack("!QHBBIIHHQQ", cookie, 10, 0, 0, 5, 0, 30, 0, 4, 400) + match(**fields))
+
+    arp = bytes.fromhex("ffffffffffff" + local_mac.replace(":", "") + "0806") + bytes(28)
+    unicast = bytes.fromhex(peer_mac.replace(":", "") + local_mac.replace(":", "") + "0800") + b"x" * 46
+    broadcast = frb.pack(frb.broadcast(arp, 0x200, 0x200, 1))
+    flow = {"in_port": 2, "eth_src": peer_mac, "eth_dst": local_mac}
+    ports = port(ofp.OFPP_LOCAL, "evoov1", local_mac) + port(2, "evot200", "02:00:00:00:00:99")
+    seeds = [
+        packet_in(ofp.OFPP_LOCAL, arp), packet_in(2, unicast), packet_in(2, broadcast),
+        header(ofp.OFPT_PORT_STATUS, struct.pack("!B7x", ofp.OFPPR_ADD) + port(3, "evot300", "02:00:00:00:00:98")),
+        header(ofp.OFPT_PORT_STATUS, struct.pack("!B7x", ofp.OFPPR_DELETE) + port(2, "evot200", "02:00:00:00:00:99")),
+        multipart(OFPMP_PORT_DESC, ports),
+        multipart(OFPMP_FLOW, flow_stats(EVIO_COOKIE, 5000, **flow) + flow_stats(1, 7, in_port=1)),
+        multipart(OFPMP_FLOW, flow_stats(EVIO_COOKIE, 90, **flow), more=True),
+        flow_removed(EVIO_COOKIE, **flow), flow_removed(0, in_port=1),
+        header(ofp.OFPT_ECHO_REQUEST, b"ping"), header(ofp.OFPT_ERROR, struct.pack("!HH", 1, 2) + b"x" * 20),
+    ]
+    # Handlers by event, unwrapped (see the docstring); connected as os-ken would after the handshake.
+    handlers: dict[type, Callable[[BoundedFloodApp, Any], None]] = {
+        ofp_event.EventOFPPacketIn: BoundedFloodApp.packet_in.__wrapped__,  # type: ignore[attr-defined]
+        ofp_event.EventOFPPortStatus: BoundedFloodApp.port_status.__wrapped__,  # type: ignore[attr-defined]
+        ofp_event.EventOFPPortDescStatsReply: BoundedFloodApp.port_desc_reply.__wrapped__,  # type: ignore[attr-defined]
+        ofp_event.EventOFPFlowRemoved: BoundedFloodApp.flow_removed.__wrapped__,  # type: ignore[attr-defined]
+        ofp_event.EventOFPFlowStatsReply: BoundedFloodApp.flow_stats_reply.__wrapped__,  # type: ignore[attr-defined]
+    }
+
+    def connect() -> None:
+        features = types.SimpleNamespace(msg=types.SimpleNamespace(datapath=dp))
+        app.switch_features(features)
+        app.port_desc_reply(ofp_event.EventOFPPortDescStatsReply(ofproto_parser.msg(
+            dp, ofp.OFP_VERSION, ofp.OFPT_MULTIPART_REPLY, len(seeds[5]), 7, bytearray(seeds[5]))))  # fmt: skip
+        if app.overlays["ov1"].switch.ports.get(2) is None:
+            raise RuntimeError("openflow fuzz: the switch did not take its ports")
+
+    connect()
+    min_len = ofproto_common.OFP_HEADER_SIZE
+
+    def check(data: bytes) -> str | None:
+        from os_ken import exception as osken_exception
+
+        clock[0] += 0.01
+        buf = bytearray(data)
+        if len(buf) < min_len:
+            return "incomplete header (waits for more)"
+        version, msg_type, msg_len, xid = ofproto_parser.header(buf)
+        msg_len = max(msg_len, min_len)  # as _recv_loop: "someone isn't playing nicely"
+        if len(buf) < msg_len:
+            return "incomplete message (waits for more)"
+        try:
+            msg = ofproto_parser.msg(dp, version, msg_type, msg_len, xid, buf[:msg_len])
+        except (osken_exception.OFPUnknownVersion, osken_exception.OFPTruncatedMessage) as exc:
+            return f"os-ken drops the connection: {type(exc).__name__}"
+        if hung():
+            # os-ken's msg() caught the Hang with its bare except: a parser that loops on a
+            # zero-length element (instructions, queues); its receive thread would spin forever.
+            raise Hang(f"os-ken's parser of message type {msg_type} loops (zero-length element)")
+        if msg is None:
+            return "os-ken: unparsable (logged)"
+        handler = handlers.get(type(ofp_event.ofp_msg_to_ev(msg)))
+        if handler is None:
+            return "no handler: " + type(msg).__name__
+        errors = app.handler_errors
+        with app._lock:
+            handler(app, ofp_event.ofp_msg_to_ev(msg))
+        if app.handler_errors != errors:
+            raise AssertionError("a handler failed inside")
+        return None
+
+    def housekeeping() -> None:
+        # Port deletions and additions pile up; a fresh connection as the switch would make after a restart.
+        app.switch_gone(types.SimpleNamespace(datapath=dp))
+        connect()
+
+    # A short limit: os-ken's endless loops are found by it, and each costs that long.
+    return Target("openflow", seeds, check, housekeeping=housekeeping, hang_seconds=0.25)
+
+
 def build_targets(stack: ExitStack) -> dict[str, Target]:
     records, stun = _records_and_stun_targets(stack)
     targets = [_frb_target(stack), records, stun, _signal_target(stack), _offer_target(stack),
                _negotiation_target(stack), _config_target(stack), _native_target(stack), _vnet_target(stack),
-               _dtls_target(stack), _control_target(stack), _metrics_target(stack), _turn_target(stack)]
+               _dtls_target(stack), _control_target(stack), _metrics_target(stack), _turn_target(stack),
+               _openflow_target(stack)]
     return {t.name: t for t in targets}
 
 
 TARGETS = ("frb", "records", "stun", "signal", "offer", "negotiation", "config", "native", "vnet", "dtls", "control",
-           "metrics", "turn")
+           "metrics", "turn", "openflow")
 
 
 # -- running --------------------------------------------------------------------------------
@@ -1205,14 +1359,52 @@ class Result:
 HOUSEKEEPING_EVERY = 2000
 
 
+def hung() -> bool:
+    """Whether the current input's time ran out (a target whose code swallows ``Hang`` asks)."""
+    return _hung[0]
+
+
+class Hang(BaseException):
+    """An input the target was still busy with after its ``hang_seconds`` (an endless loop, most likely)."""
+
+
+_hung = [False]
+"""Set when the alarm went off: code with a bare ``except:`` (os-ken's parser) swallows the Hang."""
+
+
+def _hang(signum: int, frame: Any) -> None:
+    _hung[0] = True
+    raise Hang("still running after the target's time limit")
+
+
 def run_target(target: Target, count: int, seed: int) -> Result:
+    import signal
+
     rng = random.Random(f"{target.name}-{seed}")
     result = Result(target.name)
     started = time.perf_counter()
+    previous = signal.signal(signal.SIGALRM, _hang)
+    try:
+        _run_inputs(target, count, rng, result)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run_inputs(target: Target, count: int, rng: random.Random, result: Result) -> None:
+    import signal
+
     for i, data in enumerate(target.inputs(rng, count)):
         result.inputs += 1
         try:
-            reason = target.check(data)
+            _hung[0] = False
+            signal.setitimer(signal.ITIMER_REAL, target.hang_seconds)
+            try:
+                reason = target.check(data)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - the bug we are looking for; a Rust panic is a BaseException
@@ -1227,8 +1419,6 @@ def run_target(target: Target, count: int, seed: int) -> Result:
                 result.rejected[reason] += 1
         if target.housekeeping is not None and i % HOUSEKEEPING_EVERY == HOUSEKEEPING_EVERY - 1:
             target.housekeeping()
-    result.seconds = time.perf_counter() - started
-    return result
 
 
 @contextmanager
@@ -1245,7 +1435,7 @@ def quiet_logging() -> None:
     """The code under test logs its rejections (rate-limited); a million of them would drown the table."""
     import logging
 
-    logging.disable(logging.WARNING)
+    logging.disable(logging.CRITICAL)
 
 
 def env_seed() -> int:
