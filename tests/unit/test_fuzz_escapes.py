@@ -57,7 +57,6 @@ def openflow() -> Iterator[Callable[[bytes], str | None]]:
         yield _openflow_target(stack).check
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz escape: KeyError 'in_port' in BoundedFloodApp.packet_in")
 def test_a_packet_in_without_an_in_port_is_dropped_not_a_handler_error(openflow: Callable[[bytes], str | None]) -> None:
     # OFPT_PACKET_IN (10) whose match has no in_port: the handler indexed match["in_port"].
     frame = bytes.fromhex("ffffffffffff0200000001000806") + bytes(28)
@@ -65,7 +64,6 @@ def test_a_packet_in_without_an_in_port_is_dropped_not_a_handler_error(openflow:
     assert openflow(data) is None  # ignored, where it raised inside the handler
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz escape: KeyError 'eth_src' in removed_flow_match")
 def test_a_flow_removed_of_ours_without_its_macs_is_ignored(openflow: Callable[[bytes], str | None]) -> None:
     from evio.sdn.ofapp import EVIO_COOKIE
 
