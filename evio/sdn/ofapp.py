@@ -87,6 +87,10 @@ from os_ken.controller import ofp_event  # noqa: E402
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # noqa: E402
 from os_ken.ofproto import ofproto_v1_3  # noqa: E402
 
+from evio.sdn.osken_guard import guard_os_ken_parsers  # noqa: E402
+
+guard_os_ken_parsers()  # lists whose elements say length 0 would loop forever (evio.sdn.osken_guard)
+
 log = logging.getLogger(__name__)
 
 # Marks the unicast flows evio installs, so deletes and stats never touch the base flows.

@@ -1206,8 +1206,10 @@ def _openflow_target(stack: ExitStack) -> Target:
     handlers, unwrapped: a handler's exception, which ``_contained`` would count and log, counts here as
     unexpected. Where os-ken itself raises (an unknown version, a truncated message) it drops the
     connection and the switch reconnects: a rejection, named so."""
+    import importlib
     import struct
 
+    importlib.import_module("evio.sdn.ofapp")  # first: it loads os-ken as the daemon does (1.3 only, guarded)
     from os_ken.controller import ofp_event
     from os_ken.ofproto import ofproto_common, ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
     from os_ken.ofproto.ofproto_v1_3 import OFPMP_FLOW, OFPMP_PORT_DESC
@@ -1270,11 +1272,11 @@ def _openflow_target(stack: ExitStack) -> Target:
     ]
     # Handlers by event, unwrapped (see the docstring); connected as os-ken would after the handshake.
     handlers: dict[type, Callable[[BoundedFloodApp, Any], None]] = {
-        ofp_event.EventOFPPacketIn: BoundedFloodApp.packet_in.__wrapped__,  # type: ignore[attr-defined]
-        ofp_event.EventOFPPortStatus: BoundedFloodApp.port_status.__wrapped__,  # type: ignore[attr-defined]
-        ofp_event.EventOFPPortDescStatsReply: BoundedFloodApp.port_desc_reply.__wrapped__,  # type: ignore[attr-defined]
-        ofp_event.EventOFPFlowRemoved: BoundedFloodApp.flow_removed.__wrapped__,  # type: ignore[attr-defined]
-        ofp_event.EventOFPFlowStatsReply: BoundedFloodApp.flow_stats_reply.__wrapped__,  # type: ignore[attr-defined]
+        ofp_event.EventOFPPacketIn: BoundedFloodApp.packet_in.__wrapped__,
+        ofp_event.EventOFPPortStatus: BoundedFloodApp.port_status.__wrapped__,
+        ofp_event.EventOFPPortDescStatsReply: BoundedFloodApp.port_desc_reply.__wrapped__,
+        ofp_event.EventOFPFlowRemoved: BoundedFloodApp.flow_removed.__wrapped__,
+        ofp_event.EventOFPFlowStatsReply: BoundedFloodApp.flow_stats_reply.__wrapped__,
     }
 
     def connect() -> None:
