@@ -19,7 +19,24 @@ Targets (``TARGETS``):
 - ``signal``: signaling payloads (``evio.signal.protocol.decode`` and ``decode_announcement``);
 - ``offer``: tunnel offers and answers (``TunnelOffer/TunnelAnswer.from_body``);
 - ``negotiation``: overlay link and release messages (``evio.overlay.negotiation``);
-- ``config``: the daemon's configuration text (``loads_config``).
+- ``config``: the daemon's configuration text (``loads_config``);
+- ``native``: datagrams into the native receive pass (``evio_native`` via ``NativeFdDatapath``),
+  on a plain TAP, a vnet TAP (the native coalescer) and a TURN channel; structure-aware: an input
+  may be plaintext frames the target seals under fresh counters, or a record header and payload
+  it seals as given (``SEAL_FRAMES``, ``SEAL_RECORD``), so mutations get past the tag;
+- ``vnet``: TAP reads with a virtio-net header (segmentation, checksum offsets) into the Python
+  pass and the native one;
+- ``dtls``: datagrams into a DTLS server, a client that sent its ClientHello, and a connected end
+  (``DtlsHandshake``, OpenSSL's parser), seeded with a real handshake's flights;
+- ``control``: request lines on the control socket (``respond`` and ``Node.probe``'s checks);
+- ``metrics``: request heads on the metrics port (``MetricsServer.answer``);
+- ``turn``: what a TURN server sends aioice's TURN client behind the gate (Allocate answers with
+  the transaction id patched in, 401/438 retries, ChannelData, Data indications);
+- ``openflow``: OpenFlow 1.3 messages from the switch, through os-ken's receive loop and parser
+  into the app's handlers.
+
+A check that raises anything (a Rust panic is a ``BaseException``: pyo3's ``PanicException``) or
+runs longer than its target's ``hang_seconds`` (``Hang``) counts as unexpected.
 
 ``benchmarks/fuzz.py`` runs them and prints the table; tests/unit run a short version.
 """
