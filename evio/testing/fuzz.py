@@ -1347,17 +1347,117 @@ def _openflow_target(stack: ExitStack) -> Target:
     return Target("openflow", seeds, check, housekeeping=housekeeping, hang_seconds=0.25)
 
 
+# -- XMPP stanzas ----------------------------------------------------------------------------------
+
+_STREAM_HEADER = (b"<?xml version='1.0'?><stream:stream xmlns='jabber:client' xmlns:stream='http://etherx.jabber.org/streams'"
+                  b" from='overlay.test' id='fuzz' version='1.0' xml:lang='en'>")  # fmt: skip
+
+
+def _xmpp_target(stack: ExitStack) -> Target:
+    """Stanza XML from the XMPP server, through slixmpp's stream parser (``XMLStream.data_received``)
+    into the handlers ``SignalClient`` registers for a session (presence, roster pushes, messages with
+    the evio payload, bounces), on a client whose roster makes one peer a member. The handlers are
+    called through wrappers that keep what they raise: slixmpp would log it and answer an error, here
+    it counts as unexpected. A stream the parser gave up on is started again (slixmpp disconnects)."""
+    from slixmpp.xmlstream.handler import Callback
+    from slixmpp.xmlstream.matcher import StanzaPath
+
+    from evio.signal import protocol
+    from evio.signal.client import SignalClient, SignalSettings
+
+    me, peer = "n1@overlay.test", "n2@overlay.test/evio-" + "2" * 32
+    node_a, node_b = "1" * 32, "2" * 32
+    raised: list[BaseException] = []
+
+    def kept(handler: Callable[[Any], None]) -> Callable[[Any], None]:
+        def run(stanza: Any) -> None:
+            try:
+                handler(stanza)
+            except Exception as exc:  # noqa: BLE001 - kept for the check to raise
+                raised.append(exc)
+
+        return run
+
+    state: dict[str, Any] = {}
+
+    def session() -> None:
+        client = SignalClient(SignalSettings(jid=me, server="127.0.0.1", memberships={"ov1": int(node_a, 16)},
+                                             password="pw", insecure_plaintext=True))  # fmt: skip
+        xmpp = client._make_xmpp()
+        xmpp.exception = raised.append  # event handlers' exceptions
+        xmpp.add_filter("in", client._count_in)
+        xmpp.add_event_handler("presence_available", kept(client._on_presence_available))
+        xmpp.add_event_handler("presence_unavailable", kept(client._on_presence_unavailable))
+        xmpp.add_event_handler("roster_update", kept(lambda _: client._sync_membership(xmpp)))
+        xmpp.add_event_handler("message_error", kept(client._on_message_error))
+        xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), kept(client._on_message)))
+        client._membership_changed({peer.split("/")[0]: frozenset({"ov1"})})
+        state.update(client=client, xmpp=xmpp)
+        restart()
+
+    def restart() -> None:
+        xmpp = state["xmpp"]
+        xmpp.init_parser()
+        xmpp.data_received(_STREAM_HEADER)
+
+    def message(doc: Any, kind: str = "normal") -> bytes:
+        text = json.dumps(doc).replace("&", "&amp;").replace("<", "&lt;")
+        return (f"<message from='{peer}' to='{me}/r' type='{kind}' id='m1'><evio xmlns='{protocol.NAMESPACE}'>{text}"
+                f"</evio></message>").encode()  # fmt: skip
+
+    request = {"v": 1, "kind": "request", "overlay": "ov1", "src": node_b, "dst": node_a, "txid": "t1-abcdef",
+               "action": "tunnel.offer", "body": {"k": 1}}  # fmt: skip
+    announce = {"v": 1, "kind": "announce", "members": [{"overlay": "ov1", "node": node_b}]}
+    seeds = [
+        message(request), message(request | {"kind": "response", "body": {}}),
+        f"<presence from='{peer}' to='{me}'><evio xmlns='{protocol.NAMESPACE}'>{json.dumps(announce)}</evio></presence>".encode(),
+        f"<presence from='{peer}' to='{me}' type='unavailable'><status>relogin</status></presence>".encode(),
+        f"<message from='{peer}' to='{me}/r' type='error' id='m9'><error type='cancel'>"
+        "<service-unavailable xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></message>".encode(),
+        f"<iq type='set' id='push1' to='{me}/r'><query xmlns='jabber:iq:roster'><item jid='{peer.split('/')[0]}'"
+        " subscription='both'><group>ov1</group></item></query></iq>".encode(),
+        b"<iq type='get' id='ping1' from='overlay.test'><ping xmlns='urn:xmpp:ping'/></iq>",
+        b"<stream:error><conflict xmlns='urn:ietf:params:xml:ns:xmpp-streams'/></stream:error>",
+    ]
+    session()
+
+    def check(data: bytes) -> str | None:
+        xmpp, client = state["xmpp"], state["client"]
+        before = (client.stanzas_in, dict(client.drops.counts))
+        try:
+            xmpp.data_received(data)
+        finally:
+            # A fresh stream for the next input: after a parse error slixmpp disconnects (and
+            # the parser stays broken), an open element would swallow the next input.
+            restart()
+        if raised:
+            exc = raised.pop()
+            raised.clear()
+            raise exc
+        if client.stanzas_in == before[0]:
+            return "no stanza (parse error, incomplete, or the stream ended)"
+        for reason, n in client.drops.counts.items():
+            if n != before[1].get(reason, 0):
+                return "signal: " + reason.value
+        return None
+
+    def housekeeping() -> None:
+        session()  # what the fuzz taught the endpoint (pending requests, presence) goes with it
+
+    return Target("xmpp", seeds, check, housekeeping=housekeeping)
+
+
 def build_targets(stack: ExitStack) -> dict[str, Target]:
     records, stun = _records_and_stun_targets(stack)
     targets = [_frb_target(stack), records, stun, _signal_target(stack), _offer_target(stack),
                _negotiation_target(stack), _config_target(stack), _native_target(stack), _vnet_target(stack),
                _dtls_target(stack), _control_target(stack), _metrics_target(stack), _turn_target(stack),
-               _openflow_target(stack)]
+               _openflow_target(stack), _xmpp_target(stack)]
     return {t.name: t for t in targets}
 
 
 TARGETS = ("frb", "records", "stun", "signal", "offer", "negotiation", "config", "native", "vnet", "dtls", "control",
-           "metrics", "turn", "openflow")
+           "metrics", "turn", "openflow", "xmpp")
 
 
 # -- running --------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import datetime
 import struct
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 
@@ -112,3 +113,29 @@ def test_a_switch_message_with_a_zero_length_element_is_dropped_not_parsed_forev
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"  # dropped as malformed (os-ken logs it), the connection stays
 
+
+
+# -- XMPP stanzas (the xmpp target) ------------------------------------------------------------------
+
+
+@pytest.fixture
+def xmpp() -> Iterator[Any]:
+    from evio.testing.fuzz import _xmpp_target
+
+    with ExitStack() as stack:
+        yield _xmpp_target(stack)
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz escape: InvalidJID out of slixmpp's data_received (the session dies)")
+@pytest.mark.parametrize("stanza", [
+    "<message from='n2@overlay.test/evio-2\x7f' to='n1@overlay.test/r' type='normal' id='m1'>"
+    "<evio xmlns='urn:x-evio:signal:1'>{}</evio></message>",
+    "<message from='n2@overlay.test/r' to='n1@overlay.@est/r' type='error' id='m9'><error type='cancel'/></message>",
+])  # fmt: skip
+async def test_a_stanza_with_a_jid_that_does_not_parse_is_dropped_and_counted(xmpp: Any, stanza: str) -> None:
+    # Found by the xmpp target: reading the JID raises InvalidJID in the handler, and again in
+    # slixmpp's error reply, which leaves data_received: asyncio closes the connection. Only the
+    # server sets these attributes (it validates its clients'), so only a broken server sends one.
+    from evio.signal.drops import DropReason
+
+    assert xmpp.check(stanza.encode()) == "signal: " + DropReason.MALFORMED.value
