@@ -1384,7 +1384,7 @@ def _xmpp_target(stack: ExitStack) -> Target:
         client = SignalClient(SignalSettings(jid=me, server="127.0.0.1", memberships={"ov1": int(node_a, 16)},
                                              password="pw", insecure_plaintext=True))  # fmt: skip
         xmpp = client._make_xmpp()
-        xmpp.exception = raised.append  # event handlers' exceptions
+        xmpp.exception = raised.append  # type: ignore[method-assign]  # event handlers' exceptions
         xmpp.add_filter("in", client._count_in)
         xmpp.add_event_handler("presence_available", kept(client._on_presence_available))
         xmpp.add_event_handler("presence_unavailable", kept(client._on_presence_unavailable))

@@ -126,7 +126,6 @@ def xmpp() -> Iterator[Any]:
         yield _xmpp_target(stack)
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz escape: InvalidJID out of slixmpp's data_received (the session dies)")
 @pytest.mark.parametrize("stanza", [
     "<message from='n2@overlay.test/evio-2\x7f' to='n1@overlay.test/r' type='normal' id='m1'>"
     "<evio xmlns='urn:x-evio:signal:1'>{}</evio></message>",
