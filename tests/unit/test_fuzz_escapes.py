@@ -85,12 +85,22 @@ _LOOPING_MESSAGES = {
     "hello": _openflow(0, struct.pack("!HH", 0x0C00, 0)),
     # MULTIPART_REPLY (19), flow stats (1), with one entry of length 0.
     "flow-stats": _openflow(19, struct.pack("!HH4x", 1, 0) + bytes(56)),
+    # MULTIPART_REPLY, table features (12), whose instructions property holds an instruction id of
+    # length 0 (a parse(buf) -> (element, rest) loop; found by the 10^6 run, after the others).
+    "table-features": _openflow(19, struct.pack("!HH4x", 12, 0) + struct.pack("!HBx4x32sQQII", 64 + 8, 0, b"t", 0, 0, 0, 0)
+                                + struct.pack("!HH", 0, 8) + struct.pack("!HH", 1, 0)),
     # QUEUE_GET_CONFIG_REPLY (23) with a queue of length 0.
     "queue-config": _openflow(23, struct.pack("!I4x", 1) + bytes(16)),
 }
 
 
-@pytest.mark.parametrize("name", list(_LOOPING_MESSAGES))
+_STILL_LOOPING = {"table-features"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="fuzz escape: os-ken's parse(buf) loops")) if n in _STILL_LOOPING else n
+    for n in _LOOPING_MESSAGES
+])  # fmt: skip
 def test_a_switch_message_with_a_zero_length_element_is_dropped_not_parsed_forever(name: str) -> None:
     # Found by the openflow target: os-ken reads lists by `offset += element.len`; a length of 0 never
     # advances, and the switch's receive thread would spin forever. In a child process: a loop there
