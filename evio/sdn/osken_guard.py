@@ -9,8 +9,9 @@ thread loops forever, with the app's other switches starved of the GIL.
 benchmarks/fuzz.py (the openflow target) found a dozen such loops, in flow
 stats and port descriptions replies among others.
 
-`guard_os_ken_parsers()` wraps every element parser (a ``parser(buf, offset)``
-classmethod of ofproto_v1_3_parser) to refuse such an element with ValueError;
+`guard_os_ken_parsers()` wraps every element parser of ofproto_v1_3_parser (a
+``parser(buf, offset)`` classmethod, or a ``parse(buf)`` one returning the element
+and the rest) to refuse such an element with ValueError;
 os-ken's ``ofproto_parser.msg`` catches it, logs the message as malformed and
 drops it, and the connection stays. ``OFPMatch`` is left alone: its own loop
 always advances, and it is on the packet-in path.
@@ -62,15 +63,36 @@ def _guarded_hello(parse: Any) -> Any:
     return parser
 
 
+def _guarded_parse(parse: Any) -> Any:
+    """A ``parse(buf) -> (element, rest)`` classmethod (properties, instruction and action ids): the
+    rest must be shorter than what it was given."""
+
+    @functools.wraps(parse)
+    def wrapper(cls: type, buf: Any, *args: Any, **kwargs: Any) -> Any:
+        result = parse(cls, buf, *args, **kwargs)
+        if isinstance(result, tuple) and len(result) == 2 and len(result[1]) >= len(buf):
+            raise ValueError(f"{cls.__name__}: an element that does not advance")
+        return result
+
+    setattr(wrapper, _GUARDED, True)
+    return wrapper
+
+
 def guard_os_ken_parsers() -> int:
     """Install the guard (once); returns how many parsers it wraps."""
     from os_ken.ofproto import ofproto_v1_3_parser as parsers
 
     count = 0
     for cls in vars(parsers).values():
-        if not inspect.isclass(cls) or cls is parsers.OFPMatch or "parser" not in vars(cls):
+        if not inspect.isclass(cls) or cls is parsers.OFPMatch:
             continue
-        method = vars(cls)["parser"]
+        parse = vars(cls).get("parse")
+        if isinstance(parse, classmethod) and not getattr(parse.__func__, _GUARDED, False):
+            params = list(inspect.signature(parse.__func__).parameters)
+            if params[1:] == ["buf"]:
+                setattr(cls, "parse", classmethod(_guarded_parse(parse.__func__)))  # noqa: B010 - as below
+                count += 1
+        method = vars(cls).get("parser")
         if not isinstance(method, classmethod) or getattr(method.__func__, _GUARDED, False):
             continue
         params = list(inspect.signature(method.__func__).parameters)
