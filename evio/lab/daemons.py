@@ -72,8 +72,18 @@ def daemon_log(lab_dir: Path, node: LabNodePlan) -> Path:
     return node_dir(lab_dir, node) / "evio.log"
 
 
-def daemon_argv(lab_dir: Path, node: LabNodePlan, python: str = sys.executable) -> list[str]:
+def evio_command(python: str = sys.executable) -> tuple[str, ...]:
+    """How to run this evio (the lab's own): its interpreter, `-m evio`."""
+    return (python, "-m", "evio")
+
+
+def daemon_argv(
+    lab_dir: Path, node: LabNodePlan, python: str = sys.executable, evio: Sequence[str] | None = None
+) -> list[str]:
     """`evio run` for the node, pointed at its own OVS by the variables OVS's tools read.
+
+    `evio` is the command that runs the evio CLI, by default this one's (`evio_command`); another
+    installation's (e.g. the previous release's, for a rolling upgrade) runs that release's daemon.
 
     `env` execs in place, as `ip netns exec` does, so the recorded PID is the daemon's.
     MALLOC_ARENA_MAX as in config/evio.service: glibc's arena per thread (os-ken's, the side
@@ -87,7 +97,7 @@ def daemon_argv(lab_dir: Path, node: LabNodePlan, python: str = sys.executable) 
         f"OVS_LOGDIR={ovs.log_dir}",
         f"OVS_SYSCONFDIR={ovs.etc_dir}",
         "MALLOC_ARENA_MAX=2",
-        python, "-m", "evio", "run", "--config", str(node_config_path(lab_dir, node)),
+        *(evio or evio_command(python)), "run", "--config", str(node_config_path(lab_dir, node)),
     ]  # fmt: skip
 
 

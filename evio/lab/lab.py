@@ -191,6 +191,7 @@ class Lab:
         daemon_timeout: float | None = None,
         trust: bool = False,
         switching: str = "bounded-flood",
+        node_evio: Mapping[int, Sequence[str]] | None = None,
         progress: ProgressCallback | None = None,
         root: Path = DEFAULT_ROOT,
         host: Host | None = None,
@@ -208,7 +209,10 @@ class Lab:
         also makes an overlay CA and gives each node a certificate issued for its
         node id (the config's `trust` section), so tunnels check more than the
         fingerprint the XMPP server carries. `switching` is every bridge's switching mode
-        ("stp": Open vSwitch's RSTP over the same tunnels, no SDN controller; E9).
+        ("stp": Open vSwitch's RSTP over the same tunnels, no SDN controller; E9). `node_evio`
+        {index: argv} runs those nodes' daemons with another evio than this one (the argv that runs
+        its CLI, e.g. the previous release's `python -I -m evio`: a rolling upgrade's mixed overlay);
+        the others run this one's.
 
         On any failure or interruption (KeyboardInterrupt included) everything
         made so far is removed before the exception propagates.
@@ -232,6 +236,7 @@ class Lab:
             namespaces=plan.namespaces,
             rate_mbit=rate_mbit,
             created_at=time.time(),
+            evio_commands={index: tuple(argv) for index, argv in (node_evio or {}).items()},
         )
         _make_lab_dir(root, name)
         lab = cls(plan, state, root, host)
@@ -512,12 +517,25 @@ class Lab:
         ovs.start()
         return ovs
 
-    def start_daemon(self, index: int) -> ProcessRecord:
-        """Start `evio run` in node `index` (its OVS must run); `down` stops it."""
+    def start_daemon(self, index: int, evio: Sequence[str] | None = None) -> ProcessRecord:
+        """Start `evio run` in node `index` (its OVS must run); `down` stops it.
+
+        `evio`: the argv that runs the evio CLI the node is to run from now on (its later starts
+        too), e.g. `full_nodes.evio_command()` to upgrade a node that ran the previous release;
+        by default the one it ran before (`node_evio` of `up`), or this one."""
         node = self.plan.node(index)
         if self.daemon(index) is not None:
             raise LabError(f"the daemon of {node.name} is already running")
-        return self.spawn(index, full_nodes.daemon_argv(self.directory, node), role=full_nodes.daemon_role(node))
+        if evio is not None:
+            with self._lock:
+                self._state.evio_commands[index] = tuple(evio)
+                save_state(self._root, self._state)
+        argv = full_nodes.daemon_argv(self.directory, node, evio=self.evio_command(index))
+        return self.spawn(index, argv, role=full_nodes.daemon_role(node))
+
+    def evio_command(self, index: int) -> tuple[str, ...]:
+        """The argv that runs the evio CLI of node `index`'s daemon (this evio's unless `node_evio` said otherwise)."""
+        return self._state.evio_commands.get(index) or full_nodes.evio_command()
 
     def daemon(self, index: int) -> ProcessRecord | None:
         """The running daemon of node `index`, if any."""

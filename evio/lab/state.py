@@ -57,6 +57,8 @@ class LabState:
     created_at: float = 0.0  # wall clock, for display only
     processes: list[ProcessRecord] = field(default_factory=list)
     accounts: dict[str, str] = field(default_factory=dict)  # extra accounts: localpart -> password
+    # Nodes whose daemon runs another evio than the lab's own (e.g. the previous release): index -> argv
+    evio_commands: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         document = {"version": STATE_VERSION, **asdict(self)}
@@ -85,6 +87,7 @@ class LabState:
                 created_at=float(doc.get("created_at", 0.0)),
                 processes=[_process(p) for p in doc.get("processes", [])],
                 accounts={str(k): str(v) for k, v in doc.get("accounts", {}).items()},
+                evio_commands={int(k): tuple(str(a) for a in v) for k, v in doc.get("evio_commands", {}).items()},
             )
         except LabStateError:
             raise

@@ -21,13 +21,22 @@ it starts (0 <= E < 2**64). A new-link request from a peer whose epoch differs
 from the one its current link was agreed with comes from a restarted peer:
 that link is stale (its other end is gone), and the request replaces it at once
 instead of being refused as ``already_linked`` until the dead tunnel times out.
-Every field is required and no other is allowed; anything else raises
+Every field is required; a body that lacks one or holds a wrong value raises
 ``NegotiationError`` with the reason, never a KeyError or TypeError.
+
+Compatibility between releases (evio.signal.protocol, docs/operations.md
+"Upgrades"): ``v`` changes only with a change older nodes cannot read. A field
+this release does not know (a newer one's) is ignored, and so is a refusal
+reason it does not know: it reads as ``other``, a refusal like any passing one.
+A new link type is sent only to a peer that announced the feature for it. The
+previous release, 0.1.0, refuses a body with a field it does not know: this
+release adds none.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +47,7 @@ ACTION_LINK = "overlay.link"
 ACTION_RELEASE = "overlay.release"
 VERSION = 1
 EPOCH_LIMIT = 1 << 64
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a refusal reason's form
 
 Body = dict[str, Any]
 
@@ -59,6 +69,7 @@ class LinkRefusal(enum.Enum):
     STOPPING = "stopping"  # the answering controller is shutting down
     TOO_MANY_LINKS = "too_many_links"  # the answerer has its most tunnels (limits.max_tunnels)
     RATE_LIMITED = "rate_limited"  # the requester asked too often (limits.link_requests_per_s)
+    OTHER = "other"  # a reason this release does not know (a newer peer's): never sent
 
     @classmethod
     def of(cls, reason: RejectReason) -> LinkRefusal:
@@ -126,9 +137,7 @@ def encode_release_answer(answer: ReleaseAnswer) -> Body:
 def _fields(body: object, required: frozenset[str], what: str) -> Mapping[str, Any]:
     if not isinstance(body, Mapping):
         raise NegotiationError(f"{what}: not an object")
-    keys = set(body)
-    if keys - required:
-        raise NegotiationError(f"{what}: unknown field(s) {sorted(map(str, keys - required))}")
+    keys = set(body)  # beyond `required`: a newer release's fields, ignored
     if required - keys:
         raise NegotiationError(f"{what}: missing field(s) {sorted(required - keys)}")
     version = body["v"]
@@ -177,7 +186,9 @@ def decode_link_answer(body: object) -> LinkAnswer:
         try:
             return LinkAnswer(False, refusal=LinkRefusal(refusal))
         except ValueError:
-            raise NegotiationError(f"link answer: unknown refusal {refusal[:40]!r}") from None
+            if not _NAME.fullmatch(refusal):
+                raise NegotiationError(f"link answer: refusal {refusal[:40]!r} is not a name") from None
+            return LinkAnswer(False, refusal=LinkRefusal.OTHER)  # a newer peer's reason
     fields = _fields(body, frozenset({"v", "accepted", "held_as", "epoch"}), "link answer")
     if fields["accepted"] is not True:
         raise NegotiationError("link answer accepted: must be true or false")

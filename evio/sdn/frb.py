@@ -21,8 +21,8 @@ LINK_CHECK              3     none; pl_count 0
 LINK_ACK                4     none; pl_count 0
 BROADCAST_REVERSE       5     evio's own: the Ethernet header (14 bytes) of a broadcast,
                               flooded counter-clockwise for learning only, never
-                              delivered; an older evio node drops it as malformed
-                              (counted, logged) and loses no delivery by it
+                              delivered (since bd3f655, before 0.1.0; a node older
+                              than that drops it as malformed and loses no delivery)
 ======================  ====  =========================================================
 
 What the original sends, and so what `parse` accepts (anything else is
@@ -52,6 +52,17 @@ malformed and rejected with an `FrbReason`):
 
 `parse` raises only `FrbParseError`; `pack` and the constructors raise only
 `FrbPackError`, and never produce a frame that `parse` would reject.
+
+Compatibility between releases (docs/operations.md, "Upgrades"): the 35-byte
+header and the meaning of the six types above are fixed; there is no version
+field. A frb_type this release does not know is a newer node's, not a broken
+frame: `parse` refuses it with UNKNOWN_TYPE, and the switch drops it counted as
+UNKNOWN_FRB_TYPE, apart from malformed frames, and never forwards it (it cannot
+know the type's bounds). So a new type is added with a new value (6 and up),
+and a node sends it only to a peer that said it knows it (a feature in that
+peer's presence announcement, evio.signal.protocol): an older node, or the
+previous release (evio 0.1.0, which counts an unknown type as malformed), never
+gets it. BROADCAST_REVERSE came before 0.1.0: every release understands it.
 """
 
 from __future__ import annotations
@@ -103,7 +114,7 @@ class FrbReason(enum.Enum):
 
     TOO_SHORT = "shorter than the 49-byte Ethernet and FRB headers"
     WRONG_ETHERTYPE = "ethertype is not 0xC0C0"
-    UNKNOWN_TYPE = "frb_type is not a known FRB type"
+    UNKNOWN_TYPE = "frb_type is not a known FRB type (a newer node's: ignored, not malformed)"
     BAD_SOURCE_MAC = "outer source MAC is multicast"
     BAD_HOP_COUNT = "hop_count is 0 on a broadcast or not 0 on a one-hop control frame"
     BAD_BOUND = "bound_nid differs from root_nid on a one-hop control frame"

@@ -108,6 +108,7 @@ class Drop(enum.Enum):
     RUNT = "shorter than an Ethernet header"
     UNKNOWN_PORT = "arrived on a port the switch does not know"
     MALFORMED_FRB = "FRB that does not parse"
+    UNKNOWN_FRB_TYPE = "FRB of a type this release does not know (a newer node's; frb.py, Compatibility)"
     FRB_ON_LEAF = "FRB from a leaf port"
     OWN_BROADCAST = "FRB rooted at this node came back"
     FORWARD_TYPE = "BROADCAST_FORWARD FRB (the original's receivers drop it too)"
@@ -428,6 +429,8 @@ class BoundedFloodSwitch:
         try:
             frame = frb.parse(data)
         except frb.FrbParseError as err:
+            if err.reason is frb.FrbReason.UNKNOWN_TYPE:
+                return self._unknown_type(port, ingress, now)
             self.drops[Drop.MALFORMED_FRB] += 1
             self.frb_parse_errors[err.reason] += 1
             last = self._bad_input_logged.get(ingress)
@@ -476,6 +479,16 @@ class BoundedFloodSwitch:
         if h.frb_type is frb.FrbType.LINK_ACK:
             return []  # liveness is the tunnel's business; nothing to switch
         self.drops[Drop.FORWARD_TYPE] += 1
+        return []
+
+    def _unknown_type(self, port: SwitchPort, ingress: int, now: float) -> list[FlowAction]:
+        """A newer node's FRB type: not ours to read nor to forward; counted apart from malformed ones."""
+        self.drops[Drop.UNKNOWN_FRB_TYPE] += 1
+        last = self._bad_input_logged.get(ingress)
+        if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
+            self._bad_input_logged[ingress] = now
+            log.info("FRB of an unknown type ignored peer=%s port=%s (a newer release's; ignored so far: %d)",
+                     format_node_id(ingress), port.port_no, self.drops[Drop.UNKNOWN_FRB_TYPE])
         return []
 
     def _frb_broadcast_in(self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float) -> list[FlowAction]:

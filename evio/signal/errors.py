@@ -69,6 +69,7 @@ class ErrorReason(enum.Enum):
     UNREACHABLE = "unreachable"  # the server bounced the message (peer went away)
     NOT_CONNECTED = "not_connected"  # we are not logged in right now
     CLOSED = "closed"  # the client was stopped while the request was outstanding
+    OTHER = "other"  # the responder sent a reason this release does not know (a newer peer's); text says which
 
 
 WIRE_ERROR_REASONS = frozenset(

@@ -4,19 +4,48 @@ Pure: encode and decode only; no XML library, no I/O. The adapter puts the JSON
 text into ``<evio xmlns="urn:x-evio:signal:1">`` inside a ``<message>``
 (requests, responses, errors) or a ``<presence>`` (membership announcement).
 
-Envelopes (every field required, no others allowed)::
+Envelopes (every field listed is required; ``features`` is optional)::
 
     {"v": 1, "kind": "request",  "overlay": O, "src": N, "dst": N, "txid": T, "action": A, "body": {...}}
     {"v": 1, "kind": "response", "overlay": O, "src": N, "dst": N, "txid": T, "body": {...}}
     {"v": 1, "kind": "error",    "overlay": O, "src": N, "dst": N, "txid": T, "reason": R, "text": S}
-    {"v": 1, "kind": "announce", "members": [{"overlay": O, "node": N}, ...]}
+    {"v": 1, "kind": "announce", "members": [{"overlay": O, "node": N}, ...], "features": [F, ...]}
 
 O is an overlay id ``[A-Za-z0-9_-]{1,32}``; N a node id as exactly 32 lowercase
 hex digits; T a transaction id ``[A-Za-z0-9_-]{1,64}``; A an action name
 ``[a-z][a-z0-9_.-]{0,63}``; R one of the wire error reasons; S at most 256
-characters. The whole JSON text is at most ``MAX_PAYLOAD_BYTES`` (UTF-8).
-Duplicate keys, NaN/Infinity and nesting deep enough to exhaust the parser are
-refused. Every refusal raises ``ProtocolError`` with a ``Malformed`` reason.
+characters; F a feature name ``[a-z][a-z0-9_.-]{0,63}``. The whole JSON text is
+at most ``MAX_PAYLOAD_BYTES`` (UTF-8). Duplicate keys, NaN/Infinity and nesting
+deep enough to exhaust the parser are refused. Every refusal raises
+``ProtocolError`` with a ``Malformed`` reason.
+
+Compatibility between releases (docs/operations.md, "Upgrades"). A release
+must read everything the previous one sends, and what the next one adds must
+not make it refuse a message. So:
+
+- ``v`` is the major version: it changes only with a change that older nodes
+  cannot read, which is then a flag day; additions never change it. A message
+  of another ``v`` is refused (BAD_VERSION; counted ``unsupported_version``).
+- Fields are only added, never removed or given another meaning. A field this
+  release does not know, at the top of an envelope or announcement or in a
+  member, is ignored (the decoded object lists it in ``ignored``; the endpoint
+  counts it), not refused. So is an error ``reason`` it does not know: it
+  decodes as ``ErrorReason.OTHER`` with the peer's reason in the text.
+- A new kind is refused (UNKNOWN_KIND; counted ``unknown_kind``, not as
+  malformed). A new remote action is answered ``unknown_action`` by a node
+  without a handler for it: the requester can tell "not supported" from a
+  failure.
+- Anything new goes only to peers that announced they read it: a feature name
+  in the ``features`` of their announcement, kept per peer by the peer table
+  (``SignalEndpoint.peer_features``). A node sends a feature-gated message,
+  field, action, FRB type or record only when the peer announced that feature.
+
+The previous release, evio 0.1.0 (commit 26a4fda), refuses any field it does
+not know, in envelopes, announcements, negotiation and tunnel bodies alike: an
+announcement with ``features`` would make it drop this node's presence and
+never link to it. So this release announces no features (``FEATURES`` is
+empty) and adds nothing to what it sends; it reads ``features`` and ignores
+the unknown, so that the next release may announce and add.
 """
 
 from __future__ import annotations
@@ -24,7 +53,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from evio.signal.errors import WIRE_ERROR_REASONS, ErrorReason, Malformed, ProtocolError
@@ -40,6 +69,10 @@ OVERLAY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _NODE_ID_RE = re.compile(r"[0-9a-f]{32}")
 _TXID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ACTION_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+FEATURE_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+MAX_FEATURES = 64
+FEATURES: frozenset[str] = frozenset()
+"""What this release announces it reads beyond the previous release's protocol (see the module docstring)."""
 
 Body = dict[str, Any]
 
@@ -52,6 +85,7 @@ class Request:
     txid: str
     action: str
     body: Body
+    ignored: tuple[str, ...] = field(default=(), compare=False)  # fields a newer peer added, not read here
 
 
 @dataclass(frozen=True)
@@ -61,6 +95,7 @@ class Response:
     dst: int
     txid: str
     body: Body
+    ignored: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -71,6 +106,7 @@ class ErrorReply:
     txid: str
     reason: ErrorReason
     text: str
+    ignored: tuple[str, ...] = field(default=(), compare=False)
 
 
 Envelope = Request | Response | ErrorReply
@@ -84,9 +120,11 @@ class Membership:
 
 @dataclass(frozen=True)
 class Announcement:
-    """What a node claims in its presence: the (overlay, node id) pairs it serves."""
+    """What a node claims in its presence: the (overlay, node id) pairs it serves, and the features it reads."""
 
     members: tuple[Membership, ...]
+    features: frozenset[str] = frozenset()
+    ignored: tuple[str, ...] = field(default=(), compare=False)
 
 
 _FIELDS: dict[str, frozenset[str]] = {
@@ -95,6 +133,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     "error": frozenset({"v", "kind", "overlay", "src", "dst", "txid", "reason", "text"}),
     "announce": frozenset({"v", "kind", "members"}),
 }
+_OPTIONAL: dict[str, frozenset[str]] = {"announce": frozenset({"features"})}
 _MEMBER_FIELDS = frozenset({"overlay", "node"})
 
 
@@ -133,11 +172,13 @@ def encode_announcement(announcement: Announcement, max_bytes: int = MAX_PAYLOAD
         _fail(Malformed.DUPLICATE_MEMBERSHIP, "an overlay appears twice")
     for m in members:
         _check_overlay(m.overlay)
-    doc = {
+    doc: dict[str, Any] = {
         "v": VERSION,
         "kind": "announce",
         "members": [{"overlay": m.overlay, "node": _node_text(m.node_id)} for m in members],
     }
+    if announcement.features:  # never empty on the wire: the previous release refuses the field
+        doc["features"] = _features(sorted(announcement.features))
     return _dump(doc, max_bytes)
 
 
@@ -161,7 +202,7 @@ def decode(text: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> Envelope:
     kind = _kind(doc)
     if kind == "announce":
         _fail(Malformed.UNKNOWN_KIND, "announce is only valid in presence")
-    _exact_fields(doc, _FIELDS[kind])
+    ignored = _required_fields(doc, _FIELDS[kind])
     overlay = _overlay(doc["overlay"])
     src = _node(doc["src"], "src")
     dst = _node(doc["dst"], "dst")
@@ -172,15 +213,17 @@ def decode(text: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> Envelope:
         action = doc["action"]
         if not isinstance(action, str) or not ACTION_RE.fullmatch(action):
             _fail(Malformed.BAD_ACTION, f"action {_short(action)}")
-        return Request(overlay, src, dst, txid, action, _body(doc["body"]))
+        return Request(overlay, src, dst, txid, action, _body(doc["body"]), ignored)
     if kind == "response":
-        return Response(overlay, src, dst, txid, _body(doc["body"]))
+        return Response(overlay, src, dst, txid, _body(doc["body"]), ignored)
     reason_text = doc["reason"]
     reason = _wire_reason(reason_text)
     error_text = doc["text"]
     if not isinstance(error_text, str) or len(error_text) > MAX_TEXT_CHARS:
         _fail(Malformed.BAD_TEXT, f"text must be a string of at most {MAX_TEXT_CHARS} characters")
-    return ErrorReply(overlay, src, dst, txid, reason, error_text)
+    if reason is ErrorReason.OTHER:  # a newer peer's reason: keep it for the log
+        error_text = f"{reason_text}: {error_text}"[:MAX_TEXT_CHARS]
+    return ErrorReply(overlay, src, dst, txid, reason, error_text, ignored)
 
 
 def decode_announcement(text: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> Announcement:
@@ -188,7 +231,7 @@ def decode_announcement(text: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> Announ
     doc = _load(text, max_bytes)
     if _kind(doc) != "announce":
         _fail(Malformed.UNKNOWN_KIND, "presence carries only announce")
-    _exact_fields(doc, _FIELDS["announce"])
+    ignored = _required_fields(doc, _FIELDS["announce"] | _OPTIONAL["announce"])
     raw = doc["members"]
     if not isinstance(raw, list):
         _fail(Malformed.WRONG_TYPE, "members must be a list")
@@ -199,13 +242,23 @@ def decode_announcement(text: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> Announ
     for item in raw:
         if not isinstance(item, dict):
             _fail(Malformed.WRONG_TYPE, "each member must be an object")
-        _exact_fields(item, _MEMBER_FIELDS)
+        ignored += tuple(f"members.{name}" for name in _required_fields(item, _MEMBER_FIELDS))
         overlay = _overlay(item["overlay"])
         if overlay in seen:
             _fail(Malformed.DUPLICATE_MEMBERSHIP, f"overlay {overlay} appears twice")
         seen.add(overlay)
         members.append(Membership(overlay, _node(item["node"], "node")))
-    return Announcement(tuple(members))
+    features = frozenset(_features(doc["features"])) if "features" in doc else frozenset()
+    return Announcement(tuple(members), features, tuple(dict.fromkeys(ignored)))
+
+
+def _features(value: Any) -> list[str]:
+    if not isinstance(value, list) or len(value) > MAX_FEATURES:
+        _fail(Malformed.WRONG_TYPE, f"features must be a list of at most {MAX_FEATURES} names")
+    for name in value:
+        if not isinstance(name, str) or not FEATURE_RE.fullmatch(name):
+            _fail(Malformed.WRONG_TYPE, f"feature {_short(name)}")
+    return list(value)
 
 
 def _load(text: str, max_bytes: int) -> dict[str, Any]:
@@ -254,13 +307,18 @@ def _kind(doc: dict[str, Any]) -> str:
     return kind
 
 
-def _exact_fields(doc: dict[str, Any], expected: frozenset[str]) -> None:
-    missing = expected - doc.keys()
+def _required_fields(doc: dict[str, Any], known: frozenset[str]) -> tuple[str, ...]:
+    """Refuse a document that lacks a required field; the names of those it has beyond `known` (a newer
+    peer's additions: ignored, see the module docstring), at most a few and shortened, for the count and log."""
+    missing = {name for name in known if name not in _OPTIONAL_NAMES} - doc.keys()
     if missing:
         _fail(Malformed.MISSING_FIELD, ", ".join(sorted(missing)))
-    extra = doc.keys() - expected
-    if extra:
-        _fail(Malformed.UNKNOWN_FIELD, ", ".join(sorted(_short(k) for k in extra)))
+    extra = doc.keys() - known
+    return tuple(sorted(name[:40] for name in extra)[:_MAX_IGNORED_NAMES])
+
+
+_OPTIONAL_NAMES = frozenset().union(*_OPTIONAL.values())
+_MAX_IGNORED_NAMES = 8
 
 
 def _overlay(value: Any) -> str:
@@ -285,6 +343,9 @@ def _wire_reason(value: Any) -> ErrorReason:
     for reason in WIRE_ERROR_REASONS:
         if reason.value == value:
             return reason
+    known = {reason.value for reason in ErrorReason}
+    if isinstance(value, str) and ACTION_RE.fullmatch(value) and value not in known:
+        return ErrorReason.OTHER  # a reason a newer peer added
     _fail(Malformed.BAD_ERROR_REASON, f"reason {_short(value)}")
 
 

@@ -244,7 +244,8 @@ class FakePlatform:
         self.clients: list[Signaling] = []
 
     def signal_client(self, settings: SignalSettings) -> Signaling:
-        client = self.signal_hub.client(settings.jid, settings.memberships, rng=random.Random(self.rng.getrandbits(32)))
+        client = self.signal_hub.client(settings.jid, settings.memberships, rng=random.Random(self.rng.getrandbits(32)),
+                                        identities=settings.identities)
         self.clients.append(client)
         return client
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import pwd
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -63,10 +63,13 @@ class Service:
 # -- Open vSwitch ------------------------------------------------------------------------------------------
 
 
-def start_openvswitch(host: Host, timeout: float = READY_TIMEOUT) -> Service:
+def start_openvswitch(
+    host: Host, timeout: float = READY_TIMEOUT, other_config: Mapping[str, str] | None = None
+) -> Service:
     """ovsdb-server on a fresh /etc/openvswitch/conf.db (made from the schema, as ovs-ctl does on a first
     start), initialised with a random system-id, then ovs-vswitchd; the default socket
-    /run/openvswitch/db.sock answers when this returns."""
+    /run/openvswitch/db.sock answers when this returns. `other_config` goes in before vswitchd starts
+    (what vswitchd reads at start only, e.g. {"userspace-tso-enable": "true"}, which evio asks for)."""
     service = Service("openvswitch", host, logs=(
         "/var/log/openvswitch/ovsdb-server.log", "/var/log/openvswitch/ovs-vswitchd.log"))  # fmt: skip
     _runtime_directory(host, "/run/openvswitch", "root")
@@ -84,7 +87,8 @@ def start_openvswitch(host: Host, timeout: float = READY_TIMEOUT) -> Service:
     schema_version = host.run(["ovsdb-tool", "schema-version", VSWITCH_SCHEMA]).stdout.strip()
     host.run(["ovs-vsctl", "--no-wait", "--", "init", "--", "set", "Open_vSwitch", ".",
               f"db-version={schema_version}", f"external_ids:system-id={uuid.uuid4()}",
-              f"external_ids:hostname={host.name}"])  # fmt: skip
+              f"external_ids:hostname={host.name}",
+              *(f"other_config:{key}={value}" for key, value in (other_config or {}).items())])  # fmt: skip
     service.processes.append(host.spawn([
         "ovs-vswitchd", "unix:/var/run/openvswitch/db.sock", "-vconsole:emer", "-vsyslog:off", "-vfile:info",
         "--no-chdir", "--log-file=/var/log/openvswitch/ovs-vswitchd.log",

@@ -11,40 +11,46 @@ one, so the binds made in it stay in it: the real root's mount table never shows
 directories live under the host's `root` (in the test's work directory) and `host.path("/etc/evio/x")`
 names the real file behind a host path, so a test can read it. A mount point missing on the real
 root (/etc/evio, /run/openvswitch, ...) is created for the bind and removed again by the last
-harness that needs it (`MountPoints`: a registry shared by parallel runs under a lock).
+harness that needs it (`evio.testing.mount_points`).
 
+Commands run as root in /root (the host's own, with the real /root's subdirectories bound in, so
+a venv whose interpreter lives under /root still runs), with the test's environment minus systemd's
+variables and with this interpreter's bin directory first on PATH: `evio` is the evio under test.
 Processes a host spawns run in their own process group; `stop_processes` ends them (SIGTERM to the
 group, wait, SIGKILL) and then anything still left in the namespace, by PID.
-Nothing here uses `evio.lab`: the lead's operator test must run without it.
+Nothing here uses `evio.lab` (an import contract holds it): operator tests run without the lab.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
+import functools
+import hashlib
+import logging
 import os
 import pwd
-import shutil
+import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-__all__ = ["HOST_PATHS", "Host", "HostCommandError", "HostPath", "HostProcess", "MountPoints", "Namespace", "netns_list"]
+__all__ = ["HOST_PATHS", "Host", "HostCommandError", "HostPath", "HostProcess", "Namespace", "netns_list"]
 
-Seed = Literal["empty", "copy", "skeleton"]
+log = logging.getLogger(__name__)
+
+Seed = Literal["empty", "copy", "skeleton", "home"]
 
 
 @dataclass(frozen=True)
 class HostPath:
     """A path a host keeps to itself. seed: "empty" (a fresh dir or file with the real one's owner and
     mode), "copy" (the real root's contents, as the package left them), "skeleton" (the real dir's
-    subdirectories, empty, with their owners: /var/log)."""
+    subdirectories, empty, with their owners: /var/log), "home" (fresh, with the real dir's
+    subdirectories bound in: /root)."""
 
     path: str
     seed: Seed = "empty"
@@ -73,7 +79,10 @@ HOST_PATHS: tuple[HostPath, ...] = (
     HostPath("/var/log", "skeleton"),
     HostPath("/var/tmp"),  # coturn falls back to /var/tmp for its log; units have PrivateTmp
     HostPath("/run/systemd"),  # empty: tools see no systemd (no /run/systemd/system)
-    # Not /root: the interpreter under test may live there (pyenv), and an empty one would hide it.
+    # The operator's working directory: files written there stay on the host, while the real /root's
+    # subdirectories (a pyenv behind the venv's python, say) still show. Not an overlay: two overlays
+    # sharing an upper directory (two commands on one host) see each other's writes late, if at all.
+    HostPath("/root", "home"),
     HostPath("/etc/hosts", "copy", is_file=True),
     HostPath("/etc/hostname", is_file=True),
 )
@@ -126,18 +135,21 @@ class HostProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM to its group, wait, SIGKILL; its exit code. Idempotent."""
+        """SIGTERM to its process group (a shell's children too), wait until no member runs, then
+        SIGKILL; its exit code. Idempotent. The group is its own (start_new_session), so nothing
+        else is signalled."""
+        group = self.popen.pid
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            if self.popen.poll() is not None:
+            if not _group_members(group):
                 break
             try:
-                os.killpg(self.popen.pid, sig)  # the group is its own: start_new_session
+                os.killpg(group, sig)
             except ProcessLookupError:
-                pass
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                continue
+                break
+            deadline = time.monotonic() + timeout
+            while _group_members(group) and time.monotonic() < deadline:
+                self.popen.poll()  # reap the leader as soon as it exits
+                time.sleep(0.02)
         return self.popen.wait(timeout)
 
 
@@ -226,9 +238,16 @@ class Host(Namespace):
         for hp in self.paths:
             backing = self.path(hp.path)
             _seed(Path(hp.path), backing, hp)
-            if any(c.isspace() for c in str(backing)):
-                raise ValueError(f"fstab cannot hold a path with blanks: {backing}")
-            entries.append(f"{backing} {hp.path} none bind 0 0\n")
+            if any(c.isspace() or c in ",:" for c in str(backing)):
+                raise ValueError(f"fstab cannot hold a path with blanks, commas or colons: {backing}")
+            if hp.seed == "home":
+                # Its subdirectories first, onto their mount points in the backing tree, which then
+                # goes over the real one with them (rbind): they are still the real root's.
+                subdirs = [d for d in sorted(Path(hp.path).iterdir()) if d.is_dir() and not d.is_symlink()]
+                entries += [f"{d} {backing / d.name} none bind,nofail 0 0\n" for d in subdirs if " " not in d.name]
+                entries.append(f"{backing} {hp.path} none rbind 0 0\n")
+            else:
+                entries.append(f"{backing} {hp.path} none bind 0 0\n")
         self.path("/etc/hostname").write_text(self.name + "\n")
         with self.path("/etc/hosts").open("a") as hosts:
             hosts.write(f"127.0.1.1\t{self.name}\n")
@@ -250,7 +269,7 @@ class Host(Namespace):
     # -- commands --------------------------------------------------------------------------------
 
     def exec_argv(self, argv: Sequence[str], *, cwd: str = "/root", user: str | None = None) -> list[str]:
-        script = f'mount -a -T {self._fstab} && hostname {self.name} && cd "$1" && shift && exec "$@"'
+        script = f'mount -a -T {shlex.quote(str(self._fstab))} && hostname {self.name} && cd "$1" && shift && exec "$@"'
         run_as = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"] if user else []
         return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--", "sh", "-c", script,
                 self.name, cwd, *run_as, *argv]  # fmt: skip
@@ -317,96 +336,19 @@ class Host(Namespace):
         self.end_processes()
 
 
-# -- mount points on the real root ---------------------------------------------------------------------
-
-
-class MountPoints:
-    """Mount points the harness had to create on the real root, shared by parallel runs.
-
-    A bind needs its target to exist. /etc/evio-server does not on a machine without evio, so the
-    first run that needs it creates it (an empty dir or file) and the last one to leave removes it
-    again; only if still empty, so a real install that appeared meanwhile keeps its files. The
-    registry is a JSON file in /run under an flock; users that died (PID and start time gone) are
-    pruned, their namespaces and work directories swept.
-    """
-
-    def __init__(self, registry: Path = Path("/run/evio-testing-hosts.json")) -> None:
-        self.registry = registry
-        self.lock = Path("/run/lock") / (registry.stem + ".lock")
-
-    def claim(self, user: str, paths: Sequence[HostPath], workdir: Path) -> None:
-        with self._locked() as state:
-            users, created = state["users"], state["created"]
-            users[user] = {"pid": os.getpid(), "start": _start_time(os.getpid()), "workdir": str(workdir)}
-            for hp in paths:
-                target = Path(hp.path)
-                if target.exists() or target.is_symlink():
-                    continue
-                if hp.is_file:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.touch()
-                else:
-                    target.mkdir(parents=True)
-                if hp.path not in created:
-                    created.append(hp.path)
-
-    def release(self, user: str) -> list[str]:
-        """Forget `user`; if no one is left, remove the mount points runs created. The paths removed."""
-        removed: list[str] = []
-        with self._locked() as state:
-            state["users"].pop(user, None)
-            if state["users"]:
-                return removed
-            for path in sorted(state["created"], key=len, reverse=True):
-                if _remove_if_empty(Path(path)):
-                    removed.append(path)
-            state["created"] = [p for p in state["created"] if p not in removed]
-        return removed
-
-    @contextmanager
-    def _locked(self) -> Iterator[dict[str, Any]]:
-        self.lock.parent.mkdir(parents=True, exist_ok=True)
-        with self.lock.open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            state = _read_registry(self.registry)
-            _prune_dead(state)
-            yield state
-            if state["users"] or state["created"]:
-                _write_atomically(self.registry, json.dumps(state, indent=1))
-            else:
-                self.registry.unlink(missing_ok=True)
-
-
-def _read_registry(registry: Path) -> dict[str, Any]:
-    try:
-        state: dict[str, Any] = json.loads(registry.read_text())
-    except (OSError, ValueError):
-        state = {}
-    state.setdefault("users", {})
-    state.setdefault("created", [])
-    return state
-
-
-def _prune_dead(state: dict[str, Any]) -> None:
-    """Sweep what a run that died (killed before its cleanup) left: its namespaces and work directory."""
-    for user, entry in list(state["users"].items()):
-        if _start_time(entry["pid"]) == entry["start"]:
-            continue
-        for netns in netns_list():
-            if netns.startswith(user + "-"):
-                ns = Namespace(netns)
-                ns.end_processes()
-                ns.delete()
-        if entry.get("workdir"):
-            shutil.rmtree(entry["workdir"], ignore_errors=True)
-        del state["users"][user]
-
-
 def _seed(real: Path, backing: Path, hp: HostPath) -> None:
     backing.parent.mkdir(parents=True, exist_ok=True)
+    if hp.seed == "home":
+        backing.mkdir()
+        _copy_owner(real, backing)
+        for entry in real.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                (backing / entry.name).mkdir()  # a mount point for the real one
+        return
     if hp.seed == "copy" and (real.exists() or real.is_symlink()):
         # cp -a keeps owners, modes and symlinks (prosody's certs, OVS's conf.db link) as the package left them
         _check(["cp", "-a", "--no-target-directory", str(real), str(backing)])
+        _warn_if_modified(real)
         return
     if hp.is_file:
         backing.touch()
@@ -421,6 +363,23 @@ def _seed(real: Path, backing: Path, hp: HostPath) -> None:
                 _copy_owner(sub, backing / sub.name)
 
 
+def _warn_if_modified(real: Path) -> None:
+    """Hosts should look freshly installed: say so if the real root's copy of a package's conffile
+    was changed (by a command that should have run on a simulated host, say)."""
+    for conffile, digest in _package_conffiles().items():
+        path = Path(conffile)
+        inside = path == real or real in path.parents
+        if inside and path.is_file() and hashlib.md5(path.read_bytes()).hexdigest() != digest:
+            log.warning("%s differs from what its package shipped: simulated hosts get this copy", path)
+
+
+@functools.cache
+def _package_conffiles() -> dict[str, str]:
+    """Every installed package's conffiles with their md5 as shipped (dpkg's record)."""
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Conffiles}\\n"], capture_output=True, text=True).stdout
+    return {f[0]: f[1] for f in (line.split() for line in out.splitlines()) if len(f) >= 2 and f[0].startswith("/")}
+
+
 def _copy_owner(real: Path, backing: Path) -> None:
     try:
         st = real.stat()
@@ -430,34 +389,6 @@ def _copy_owner(real: Path, backing: Path) -> None:
     os.chmod(backing, st.st_mode & 0o7777)
 
 
-def _remove_if_empty(path: Path) -> bool:
-    try:
-        if path.is_dir() and not path.is_symlink():
-            path.rmdir()
-        elif path.is_file() and path.stat().st_size == 0:
-            path.unlink()
-        else:
-            return not path.exists()
-    except OSError:
-        return False
-    return True
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def _start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks (field 22 of /proc/PID/stat): a PID and it name one process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[19])
-
-
 def _alive(pid: int) -> bool:
     """True while `pid` runs; a zombie counts as gone."""
     try:
@@ -465,6 +396,20 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def _group_members(group: int) -> list[int]:
+    """The running (not zombie) processes of process group `group`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+                members.append(int(entry))
+    return members
 
 
 def netns_list() -> list[str]:

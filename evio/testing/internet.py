@@ -13,6 +13,11 @@ also keeps an early probe from a peer from taking the port a later outbound mapp
 
     with Internet([Site("eim"), Site("symmetric"), Site("none")]) as net:
         net.server.run(["evio", "server", "init", ...]); net.nodes[0].run(["evio", "join", token])
+        late = net.add_site(Site("eim"))                    # node4, while the others run
+        net.add_name(net.server.address, "xmpp.example.org")  # a DNS name, in every host's /etc/hosts
+
+Each host's /etc/hosts names the server ("server") and the hosts without NAT (a name for a host
+behind NAT would lead nowhere).
 
 Every namespace is named PREFIX-<name>, PREFIX being "evh" and 4 random characters not in use, so
 parallel runs and other labs do not collide (tests/conftest.py's leak check sees "ev..."). Veths are
@@ -37,7 +42,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from evio.testing.hosts import HOST_PATHS, Host, MountPoints, Namespace, netns_list
+from evio.testing.hosts import HOST_PATHS, Host, Namespace, netns_list
+from evio.testing.mount_points import MountPoints
 
 __all__ = ["Internet", "NatKind", "Router", "Site", "unique_prefix"]
 
@@ -48,6 +54,7 @@ NatKind = Literal["eim", "symmetric", "none"]
 PUBLIC_GATEWAYS = ("203.0.113.1", "198.51.100.1")  # br0 in the public namespace routes between the two
 SERVER_ADDRESS = "203.0.113.10"
 NFT_TABLE = "evio_site"
+MAX_SITES = 80  # site N: router 198.51.100.(10+N), public host 198.51.100.(100+N), LAN 10.N.0.0/24
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,8 @@ class Internet:
     """The network above, built on `__enter__` (or `up()`) and removed on `__exit__` (or `close()`)."""
 
     def __init__(self, sites: list[Site], *, workdir: Path | None = None, prefix: str | None = None) -> None:
-        if not 1 <= len(sites) <= 80:
-            raise ValueError("between 1 and 80 sites")
+        if len(sites) > MAX_SITES:
+            raise ValueError(f"at most {MAX_SITES} sites")
         self.sites = list(sites)
         self.prefix = prefix or unique_prefix()
         self._own_workdir = workdir is None
@@ -101,6 +108,7 @@ class Internet:
         self._namespaces: list[Namespace] = []
         self._mount_points = MountPoints()
         self._claimed = False
+        self._names: list[tuple[str, tuple[str, ...]]] = []  # /etc/hosts lines every host gets
 
     @property
     def hosts(self) -> list[Host]:
@@ -117,16 +125,13 @@ class Internet:
     def up(self) -> Internet:
         started = time.monotonic()
         try:
-            self._mount_points.claim(self.prefix, HOST_PATHS, self.workdir if self._own_workdir else Path())
+            self._mount_points.claim(self.prefix, HOST_PATHS, self.workdir if self._own_workdir else None)
             self._claimed = True
             self._public_segment()
             self._attach(self.server, "eth0", "server", SERVER_ADDRESS, PUBLIC_GATEWAYS[0], mtu=None)
-            for index, site in enumerate(self.sites, start=1):
-                self._site(index, site)
-            for host in self.hosts:
-                for other in self.hosts:
-                    if other is not host:
-                        host.add_hosts_entry(other.address, other.name)
+            self.add_name(SERVER_ADDRESS, self.server.name)
+            for site in self.sites:
+                self._site(site)
         except BaseException:
             self.close()
             raise
@@ -134,8 +139,15 @@ class Internet:
         log.info("internet up prefix=%s sites=%s in %.2f s", self.prefix, len(self.sites), self.setup_seconds)
         return self
 
+    def add_site(self, site: Site) -> Host:
+        """One more site while the others run (a member joining later); its node host. What fails
+        half-way is removed with the rest by `close()`."""
+        self.sites.append(site)
+        return self._site(site)
+
     def add_name(self, address: str, *names: str) -> None:
-        """A DNS name stand-in: `names` resolve to `address` on every host (their /etc/hosts)."""
+        """A DNS name stand-in: `names` resolve to `address` on every host, also on hosts added later."""
+        self._names.append((address, names))
         for host in self.hosts:
             host.add_hosts_entry(address, *names)
 
@@ -172,14 +184,25 @@ class Internet:
         if isinstance(ns, Host):
             ns.address = ns.public_address = address
 
-    def _site(self, index: int, site: Site) -> None:
+    def _site(self, site: Site) -> Host:
+        index = len(self.nodes) + 1
+        if index > MAX_SITES:
+            raise ValueError(f"at most {MAX_SITES} sites")
         node = self._host(f"node{index}")
         self.nodes.append(node)
         if site.nat == "none":
             self._attach(node, "eth0", node.name, f"198.51.100.{100 + index}", PUBLIC_GATEWAYS[1], site.mtu)
             node.run(["nft", "-f", "-"], input=host_firewall())
             self.routers.append(None)
-            return
+        else:
+            self._behind_router(index, node, site)
+        for address, names in self._names:  # the names every host knows
+            node.add_hosts_entry(address, *names)
+        if site.nat == "none":  # a host behind NAT has no address others could use
+            self.add_name(node.address, node.name)
+        return node
+
+    def _behind_router(self, index: int, node: Host, site: Site) -> None:
         router = Router(Namespace(f"{self.prefix}-r{index}"), f"198.51.100.{10 + index}", f"10.{index}.0.1", site.nat)
         self.routers.append(router)
         self._attach(router.namespace, "wan", f"r{index}", router.wan_address, PUBLIC_GATEWAYS[1], mtu=None)

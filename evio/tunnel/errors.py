@@ -20,6 +20,10 @@ class RecordError(TunnelError):
         self.reason = reason
 
 
+class UnknownControlError(RecordError):
+    """An authentic control record with an opcode this release does not know (a newer peer's)."""
+
+
 class OfferError(TunnelError):
     """A tunnel offer or answer from signaling that is malformed or unusable."""
 

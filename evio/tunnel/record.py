@@ -20,6 +20,16 @@ never reused under one key because every epoch has its own key.
 This module is pure: it packs and parses, and offers allocating ``seal`` /
 ``open_`` used by tests and the slow path. The fast path in
 ``fd_datapath`` performs the same steps in preallocated buffers.
+
+Compatibility between releases (docs/operations.md, "Upgrades"): the header,
+the two kinds and the opcodes below are fixed, and a control payload is never
+lengthened. A new control message is a new opcode, sent only to a peer that
+announced the feature for it (evio.signal.protocol); one that arrives anyway
+is dropped counted as ``unknown-control`` (UnknownControlError), apart from
+malformed control records (``bad-control``, which is what the previous
+release, 0.1.0, counts it as), and the tunnel carries on. A new record kind
+would take a first byte in 80-127 (RFC 9443's free range); an older node hands
+such a datagram to its ICE agent, which ignores it.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
-from evio.tunnel.errors import RecordError
+from evio.tunnel.errors import RecordError, UnknownControlError
 
 KIND_FRAME = 0x70
 """Record carrying one Ethernet frame."""
@@ -134,7 +144,7 @@ def parse_control(payload: bytes | bytearray | memoryview) -> ControlMessage:
     try:
         opcode = ControlOpcode(payload[0])
     except ValueError:
-        raise RecordError("unknown control opcode") from None
+        raise UnknownControlError("unknown control opcode") from None
     if opcode in ECHO_OPCODES:
         if len(payload) != ECHO.size:
             raise RecordError("control payload length")

@@ -14,6 +14,12 @@ Schema (a JSON object, every field required unless noted)::
      "cipher": "aes-256-gcm"}             (answer)
     ICE = {"ufrag": U, "pwd": P, "candidates": ["candidate:...", ...]}
 
+Compatibility between releases (evio.signal.protocol, docs/operations.md
+"Upgrades"): a field this release does not know, in the body or an ICE
+object, is ignored (a newer release's), as is a cipher it does not know in an
+offer; ``v`` changes only with a change older nodes cannot read. The previous
+release, 0.1.0, refuses a field it does not know: this release adds none.
+
 ``TunnelSignaling`` is the narrow interface the tunnel needs from evio.signal:
 one request/response action. ``RemoteActionSignaling`` adapts
 ``evio.signal.interface.Signaling`` to it; tests use the in-memory fake in
@@ -218,10 +224,7 @@ def _check_fields(body: object, extra: str) -> Mapping[str, Any]:
     if not isinstance(body, dict) or not all(isinstance(k, str) for k in body):
         raise OfferError("$", "expected an object")
     expected = {"v", "tunnel", "node", "fingerprint", "direct", "relay", extra}
-    unknown = set(body) - expected
-    if unknown:
-        raise OfferError(sorted(unknown)[0], "unknown field")
-    missing = expected - set(body)
+    missing = expected - set(body)  # fields beyond `expected` are a newer release's: ignored
     if missing:
         raise OfferError(sorted(missing)[0], "missing")
     if body["v"] != VERSION:
@@ -246,8 +249,8 @@ def _common_fields(fields: Mapping[str, Any]) -> tuple[str, int, Fingerprint, Ic
 
 
 def _parse_ice(raw: object, path: str) -> IceParameters:
-    if not isinstance(raw, dict) or set(raw) != {"ufrag", "pwd", "candidates"}:
-        raise OfferError(path, "expected exactly ufrag, pwd, candidates")
+    if not isinstance(raw, dict) or not {"ufrag", "pwd", "candidates"} <= set(raw):
+        raise OfferError(path, "expected ufrag, pwd, candidates")
     ufrag, pwd, candidates = raw["ufrag"], raw["pwd"], raw["candidates"]
     # RFC 8839 section 5.4: ice-char, ufrag 4-256 and pwd 22-256 characters.
     if not isinstance(ufrag, str) or not 4 <= len(ufrag) <= 256 or not _ICE_CHARS.fullmatch(ufrag):

@@ -9,7 +9,8 @@ symmetric NAT, node3 on the public segment behind its own firewall.
    the public host's firewall drops an unsolicited connection but lets its own through.
 3. Each host has its own /etc/evio, ... : a file one writes is seen by no other host nor the real root,
    and the binds never show in the real root's mount table.
-4. Open vSwitch started on a host answers `ovs-vsctl show` there, not on another host nor the real root.
+4. Open vSwitch started on a host answers `ovs-vsctl show` there, not on another host nor the real root;
+   `evio run` on a host makes its bridge there and keeps its state in the host's /var/lib/evio.
 5. Leaving the context removes everything (namespaces, veths, mounts, mount points, processes, files),
    also after a build that fails half-way; the setup and teardown times are printed.
 6. ejabberd runs on a host as its unit runs it.
@@ -17,8 +18,10 @@ symmetric NAT, node3 on the public segment behind its own firewall.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +29,10 @@ from pathlib import Path
 import pytest
 
 from evio.testing.host_services import is_listening, start_coturn, start_ejabberd, start_openvswitch, start_prosody
-from evio.testing.hosts import HOST_PATHS, Host, HostCommandError, MountPoints, netns_list
+from evio.testing.hosts import HOST_PATHS, Host, HostCommandError, netns_list
 from evio.testing.internet import Internet, Site
+from evio.testing.mount_points import MountPoints
+from evio.testing.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -157,6 +162,12 @@ def test_a_file_one_host_writes_is_its_own(net: Internet) -> None:
     assert node2.run(["test", "-e", "/etc/evio/x"], check=False).returncode == 1
     assert net.server.run(["test", "-e", "/etc/evio/x"], check=False).returncode == 1
     assert not Path("/etc/evio/x").exists()
+    # The operator's working directory /root: what the host writes stays its own, what the real one holds shows.
+    node1.run(["sh", "-c", "echo token > evh-token"])
+    assert node1.path("/root/evh-token").read_text() == "token\n"
+    assert not Path("/root/evh-token").exists()
+    assert node2.run(["test", "-e", "/root/evh-token"], check=False).returncode == 1
+    assert node1.run(["evio", "--version"]).stdout.startswith("evio ")  # the evio under test, on PATH
     assert node1.run(["hostname"]).stdout.strip() == "node1"
     assert node1.run(["test", "-e", "/run/systemd/system"], check=False).returncode == 1
     # A fresh Debian host with the packages: prosody's config and dirs as the package left them.
@@ -167,6 +178,8 @@ def test_a_file_one_host_writes_is_its_own(net: Internet) -> None:
 
 
 def test_the_binds_stay_in_the_commands_mount_namespace(net: Internet) -> None:
+    namespace = net.nodes[0].run(["readlink", "/proc/self/ns/mnt"]).stdout.strip()
+    assert namespace != os.readlink("/proc/self/ns/mnt")  # `ip netns exec` unshared it
     inside = net.nodes[0].run(["cat", "/proc/self/mountinfo"]).stdout
     assert any(line.split()[4] == "/etc/evio" for line in inside.splitlines())
     assert str(net.workdir) not in Path("/proc/self/mountinfo").read_text()
@@ -200,6 +213,29 @@ def test_open_vswitch_on_a_host_is_that_hosts(net: Internet) -> None:
     assert not any(p.alive() for p in ovs.processes)
 
 
+def test_the_evio_daemon_runs_on_a_host_with_its_open_vswitch_and_state(net: Internet) -> None:
+    node = net.nodes[2]
+    start_openvswitch(node, other_config={"userspace-tso-enable": "true"})
+    config = {"overlays": {"ov1": {
+        "signal": {"server": net.server.address, "jid": "node3@localhost", "password": "x", "insecure_plaintext": True},
+        "bridge": {"address": "10.254.0.3/16"},
+    }}}  # fmt: skip
+    node.path("/etc/evio/config.json").write_text(json.dumps(config))
+    node.path("/etc/evio/config.json").chmod(0o600)
+    daemon = node.spawn(["evio", "run", "--config", "/etc/evio/config.json"])
+
+    def status() -> str:
+        assert daemon.alive(), daemon.tail()
+        return node.run(["evio", "status"], check=False).stdout
+
+    wait_until_blocking(lambda: "switch connected" in status(), 30, what="evio up on node3")
+    assert "evbr-ov1" in node.run(["ovs-vsctl", "list-br"]).stdout
+    assert node.path("/var/lib/evio/control.sock").is_socket()
+    assert not Path("/var/lib/evio/control.sock").exists()
+    daemon.stop()
+    assert daemon.returncode == 0, daemon.tail()
+
+
 # -- 5. cleanup -----------------------------------------------------------------------------------------------
 
 
@@ -220,6 +256,9 @@ def test_leaving_removes_everything_even_with_services_and_a_stray_daemon() -> N
         start_openvswitch(net.nodes[0])
         start_prosody(net.server)
         start_coturn(net.server)
+        late = net.add_site(Site("eim"))  # a site added while the services run
+        late.run(["ping", "-c1", "-W2", "server"])
+        assert late.name == "node3" and late.run(["hostname"]).stdout.strip() == "node3"
         # A daemon that leaves its process group, as `epmd -daemon` does: the namespace sweep ends it.
         net.nodes[1].run(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 < /dev/null &"])
         pids = [p.pid for h in net.hosts for p in h.processes] + [pid for h in net.hosts for pid in h.pids()]
@@ -238,6 +277,31 @@ def test_a_build_that_fails_half_way_leaves_nothing() -> None:
     with pytest.raises(HostCommandError, match="mtu"):
         net.up()
     assert _harness_traces(net.prefix, net.workdir) == []
+
+
+def test_a_run_killed_before_its_cleanup_is_swept_by_the_next() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUN], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ":".join(sys.path)}
+    )
+    try:
+        assert child.stdout is not None
+        prefix, workdir = child.stdout.readline().split()
+    finally:
+        child.kill()
+        child.wait()
+    assert _harness_traces(prefix, Path(workdir)) != []
+    with Internet([Site("eim")]):
+        assert _harness_traces(prefix, Path(workdir)) == []
+
+
+KILLED_RUN = """
+import time
+from evio.testing.internet import Internet, Site
+net = Internet([Site("eim")]).up()
+net.nodes[0].spawn(["sleep", "600"])
+print(net.prefix, net.workdir, flush=True)
+time.sleep(600)
+"""
 
 
 def _running(pid: int) -> bool:
@@ -262,4 +326,5 @@ def test_ejabberd_runs_on_a_host_as_its_unit_runs_it() -> None:
         assert net.server.path("/var/lib/ejabberd").is_dir()
         assert all(p.alive() for p in ejabberd.processes)
         assert not is_listening(net.nodes[0], "tcp", 5222)
+    print(f"teardown with ejabberd {net.teardown_seconds:.2f} s ({_load()})")
     assert [p.pid for p in ejabberd.processes if p.alive()] == []

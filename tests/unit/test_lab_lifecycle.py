@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from evio.lab import daemons
 from evio.lab.errors import LabCommandError, LabError, LabExistsError, LabNotFoundError
 from evio.lab.lab import Lab, Progress
 from evio.testing.lab_host import FakeHost
@@ -170,3 +171,20 @@ def test_renumber_refuses_a_node_whose_certificate_names_its_id(tmp_path: Path) 
             lab.renumber(1)
         assert lab.node(1).node_id == old
         assert json.loads(lab.node(1).config_path.read_text())["node"]["id"] == old
+
+
+def test_a_node_runs_the_evio_it_was_given_and_keeps_it_until_given_another(tmp_path: Path) -> None:
+    """A rolling upgrade's lab (tests/lab/test_upgrade.py): some nodes run another installation's evio."""
+    host = FakeHost()
+    previous = ("/cache/previous/venv/bin/python", "-I", "-m", "evio")
+    with Lab.up("t1", nodes=2, root=tmp_path, host=host, node_evio={1: previous}) as lab:
+        first, second = lab.start_daemon(1), lab.start_daemon(2)
+        assert first.argv[-7:] == (*previous, "run", "--config", str(lab.node(1).config_path))
+        assert second.argv[-6:-3] == daemons.evio_command()
+        assert Lab.attach("t1", root=tmp_path, host=host).evio_command(1) == previous  # in the state, not only here
+        lab.stop_daemon(1)
+        assert lab.start_daemon(1).argv[-7:-3] == previous  # a restart runs what ran before
+        lab.stop_daemon(1)
+        assert lab.start_daemon(1, daemons.evio_command()).argv[-6:-3] == daemons.evio_command()  # upgraded
+        lab.stop_daemon(1)
+        assert lab.start_daemon(1).argv[-6:-3] == daemons.evio_command()  # and it stays so

@@ -76,7 +76,6 @@ def test_every_reject_reason_has_a_wire_refusal() -> None:
         {},
         {"v": 1, "type": "successor", "epoch": 1},  # missing existing
         {"v": 1, "type": "successor", "existing": False},  # missing epoch
-        {"v": 1, "type": "successor", "existing": False, "epoch": 1, "extra": 1},
         {"v": 2, "type": "successor", "existing": False, "epoch": 1},
         {"v": True, "type": "successor", "existing": False, "epoch": 1},  # bool is not the version
         {"v": 1, "type": "chord", "existing": False, "epoch": 1},
@@ -103,7 +102,7 @@ def test_malformed_link_requests_rejected_with_a_reason(body: Any) -> None:
         {"v": 1, "accepted": True, "held_as": None, "epoch": "1"},
         {"v": 1, "accepted": "yes", "held_as": None},
         {"v": 1, "accepted": True, "held_as": "ring"},
-        {"v": 1, "accepted": False, "refusal": "bored"},
+        {"v": 1, "accepted": False, "refusal": "Bored!"},
         {"v": 1, "accepted": False, "refusal": None},
         {"v": 1, "accepted": False, "held_as": None},
         {"v": 1, "accepted": True, "held_as": None, "refusal": "collision"},
@@ -114,7 +113,7 @@ def test_malformed_link_answers_rejected(body: Any) -> None:
         decode_link_answer(body)
 
 
-@pytest.mark.parametrize("body", [{"v": 1}, {"v": 1, "type": None}, {"v": 1, "type": "successor", "why": "x"}])
+@pytest.mark.parametrize("body", [{"v": 1}, {"v": 1, "type": None}, {"v": 2, "type": "successor"}])
 def test_malformed_release_requests_rejected(body: Any) -> None:
     with pytest.raises(NegotiationError):
         decode_release_request(body)
@@ -170,3 +169,15 @@ def test_change_budget_allows_a_burst_then_the_rate() -> None:
     assert not budget.take(0.4)
     assert budget.take(0.5)
     assert budget.take(10.0) and budget.take(10.0) and budget.take(10.0) and not budget.take(10.0)
+
+
+def test_what_a_newer_release_adds_is_read_past() -> None:
+    """negotiation.py, "Compatibility between releases": added fields are ignored, a new refusal reads as other."""
+    request = {"v": 1, "type": "successor", "existing": False, "epoch": 1, "priority": 3}
+    assert decode_link_request(request) == LinkRequest(LinkType.SUCCESSOR, False, 1)
+    assert decode_link_answer({"v": 1, "accepted": True, "held_as": None, "epoch": 2, "x": []}) == LinkAnswer(True, epoch=2)
+    refused = decode_link_answer({"v": 1, "accepted": False, "refusal": "maintenance"})
+    assert refused == LinkAnswer(False, refusal=LinkRefusal.OTHER)
+    with pytest.raises(NegotiationError):
+        decode_link_answer({"v": 1, "accepted": False, "refusal": "Not a reason!"})
+    assert decode_release_answer({"v": 1, "held_as": None, "x": 1}) == ReleaseAnswer(None)

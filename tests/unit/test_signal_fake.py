@@ -194,6 +194,30 @@ async def test_refused_input_is_counted_and_receiver_keeps_working() -> None:
     assert calls == [1]
 
 
+async def test_what_a_newer_release_sends_is_read_past_or_counted_apart_from_malformed_input() -> None:
+    """protocol.py, "Compatibility between releases": added fields are ignored (counted), a new kind or another
+    major version is dropped under its own reason, never as malformed."""
+    hub = virtual_hub()
+    a, b = await overlay(hub, 2)
+    calls: list[Body] = []
+
+    async def echo(ov: str, peer: int, body: Body) -> Body:
+        calls.append(body)
+        return body
+
+    b.register_handler("echo", echo)
+    doc: dict[str, object] = {"v": 1, "kind": "request", "overlay": "ov1", "src": f"{1:032x}", "dst": f"{2:032x}",
+                              "txid": "t1", "action": "echo", "body": {"n": 1}, "trace": "x"}
+    hub.inject(a.full_jid, b.full_jid, json.dumps(doc))  # a field added by a newer release
+    await until(hub, lambda: calls == [{"n": 1}])
+    assert b.ignored_fields == 1
+    hub.inject(a.full_jid, b.full_jid, json.dumps({**doc, "kind": "notice"}))
+    hub.inject(a.full_jid, b.full_jid, json.dumps({**doc, "v": 2}))
+    await until(hub, lambda: b.drops.total == 2)
+    assert b.drops.counts == {DropReason.UNKNOWN_KIND: 1, DropReason.UNSUPPORTED_VERSION: 1}
+    assert b.peer_features("ov1", 1) == frozenset()  # this release announces none (the previous one would refuse)
+
+
 async def test_overload_is_dropped() -> None:
     hub = virtual_hub()
     a, b = await overlay(hub, 2, EndpointLimits(max_inflight_handlers=2))

@@ -80,7 +80,7 @@ def test_claim_changes_node_id() -> None:
     assert gone.events == [PeerRemoved("ov1", 2, "a@x.test/r", RemovalCause.LEFT)]
 
 
-def test_conflict_incumbent_keeps_then_challenger_takes_over() -> None:
+def test_conflict_the_id_stays_bound_to_its_account_while_it_is_a_member() -> None:
     t = table_with(("a@x.test", frozenset({"ov1"})), ("b@x.test", frozenset({"ov1"})))
     t.on_available("a@x.test/r", ann(("ov1", 1)))
     clash = t.on_available("b@x.test/r", ann(("ov1", 1)))
@@ -88,14 +88,19 @@ def test_conflict_incumbent_keeps_then_challenger_takes_over() -> None:
     assert [(r.jid, r.reason) for r in clash.refused] == [("b@x.test/r", DropReason.NODE_ID_CONFLICT)]
     assert t.jid_of("ov1", 1) == "a@x.test/r"
     assert t.node_of("ov1", "b@x.test/r") is None  # so its messages are refused
-    handover = t.on_unavailable("a@x.test/r")
+    # The holder leaving does not hand the id over (issue 21 H2): it stays bound to a's account.
+    gone = t.on_unavailable("a@x.test/r")
+    assert gone.events == [PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.LEFT)]
+    assert t.jid_of("ov1", 1) is None and t.bound_account("ov1", 1) == "a@x.test"
+    back = t.on_available("a@x.test/r2", ann(("ov1", 1)))
+    assert back.events == [PeerAdded("ov1", 1, "a@x.test/r2")] and back.refused == []
+    # Once a is no longer a member, the id is free: the waiting claim takes it.
+    handover = t.set_membership("a@x.test", frozenset())
     assert handover.events == [
-        PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.REPLACED),
+        PeerRemoved("ov1", 1, "a@x.test/r2", RemovalCause.MEMBERSHIP_REVOKED),  # its tunnels close
         PeerAdded("ov1", 1, "b@x.test/r"),
     ]
-    # The old holder returning does not take the id back.
-    back = t.on_available("a@x.test/r2", ann(("ov1", 1)))
-    assert back.events == [] and back.refused[0].reason is DropReason.NODE_ID_CONFLICT
+    assert t.bound_account("ov1", 1) == "b@x.test"
 
 
 def test_conflict_order_does_not_depend_on_account_names() -> None:
@@ -196,3 +201,15 @@ def test_one_id_per_account_in_each_overlay_independently() -> None:
     t.on_available("a@x.test/r2", ann(("ov1", 3)))
     # r2 is newest in ov1 only; in ov2 r1 is the account's only claimant.
     assert t.peers("ov1") == {3: "a@x.test/r2"} and t.peers("ov2") == {2: "a@x.test/r1"}
+
+
+def test_the_features_a_session_announced_are_kept_while_it_holds_its_node_id() -> None:
+    t = table_with(("a@x.test", frozenset({"ov1", "ov2"})))
+    assert t.features("ov1", 1) == frozenset()
+    t.on_available("a@x.test/r", Announcement((Membership("ov1", 1), Membership("ov2", 2)), frozenset({"frb.x"})))
+    assert t.features("ov1", 1) == t.features("ov2", 2) == frozenset({"frb.x"})
+    t.on_available("a@x.test/r", ann(("ov1", 1), ("ov2", 2)))  # restarted as an older release: none now
+    assert t.features("ov1", 1) == frozenset()
+    t.on_available("a@x.test/r", Announcement((Membership("ov1", 1),), frozenset({"frb.x"})))
+    t.on_unavailable("a@x.test/r")
+    assert t.features("ov1", 1) == frozenset()

@@ -256,7 +256,9 @@ async def test_malformed_control_payload_counted(pair: Pair) -> None:
     pair.wire.deliver_to_b(seal(aead, keys.iv, KIND_CONTROL, 0, 101, b"\x01"))
     pair.wire.deliver_to_b(seal(aead, keys.iv, KIND_CONTROL, 0, 102, pack_control(ControlOpcode.CLOSE)))
     await wait_until(lambda: len(pair.b.control) == 1)
-    assert pair.b.datapath.stats().dropped(DropReason.BAD_CONTROL) == 2
+    # 0x09 is no opcode of this release: a newer peer's control message, counted apart (record.py, Compatibility).
+    assert pair.b.datapath.stats().dropped(DropReason.UNKNOWN_CONTROL) == 1
+    assert pair.b.datapath.stats().dropped(DropReason.BAD_CONTROL) == 1
 
 
 async def test_rekey_by_record_count_keeps_traffic_flowing() -> None:
