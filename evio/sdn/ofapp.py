@@ -92,6 +92,10 @@ from os_ken.controller import ofp_event, ofp_handler  # noqa: E402
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # noqa: E402
 from os_ken.ofproto import ofproto_v1_3  # noqa: E402
 
+from evio.sdn.osken_guard import guard_os_ken_parsers  # noqa: E402
+
+guard_os_ken_parsers()  # lists whose elements say length 0 would loop forever (evio.sdn.osken_guard)
+
 log = logging.getLogger(__name__)
 
 # Marks the unicast flows evio installs, so deletes and stats never touch the base flows.
@@ -188,7 +192,7 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[FlowMatch, int]:
 def removed_flow_match(msg: Any) -> FlowMatch | None:
     """The evio unicast flow an OFPFlowRemoved reports; None for the base flows and anyone else's."""
     m = msg.match
-    if msg.cookie != EVIO_COOKIE or "in_port" not in m:
+    if msg.cookie != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
         return None
     return FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])
 
@@ -530,7 +534,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
     def packet_in(self, ev: Any) -> None:
         msg = ev.msg
         overlay = self._overlay_of(msg.datapath)
-        if overlay is not None:
+        if overlay is not None and "in_port" in msg.match:  # every packet-in of OVS has it (the fuzz sent one without)
             now = self.config.clock()
             self._last_packet_in = now
             if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon

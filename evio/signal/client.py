@@ -60,6 +60,7 @@ from xml.etree.ElementTree import Element
 
 from slixmpp import JID, ClientXMPP
 from slixmpp.exceptions import IqError, IqTimeout
+from slixmpp.jid import InvalidJID
 from slixmpp.stanza import Message, Presence
 from slixmpp.util.sasl.client import SASLCancelled
 from slixmpp.xmlstream import ElementBase, register_stanza_plugin
@@ -68,6 +69,7 @@ from slixmpp.xmlstream.matcher import StanzaPath
 
 from evio.signal import identity, protocol
 from evio.signal.backoff import reconnect_delay
+from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
 from evio.signal.login_steps import LoginAttempt, LoginTarget, membership_failure
@@ -524,8 +526,17 @@ class SignalClient(SignalEndpoint):
     # ------------------------------------------------------------------ stanzas in, core calls out
 
     def _count_in(self, stanza: Any) -> Any:
-        """Incoming filter: count, pass on unchanged."""
+        """Incoming filter: count, pass on unchanged, but drop (and count) a stanza whose addresses do
+        not parse: reading one raises InvalidJID in every handler and again in slixmpp's error reply,
+        out of data_received, and asyncio closes the session (found by benchmarks/fuzz.py)."""
         self.stanzas_in += 1
+        if not isinstance(stanza, ElementBase):
+            return stanza
+        try:
+            stanza["from"], stanza["to"]
+        except InvalidJID as exc:
+            self._drop(DropReason.MALFORMED, "server", f"stanza with a bad address: {exc}")
+            return None
         return stanza
 
     def _sync_membership(self, xmpp: ClientXMPP) -> None:
