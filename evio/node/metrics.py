@@ -120,6 +120,9 @@ class _Families:
         self.transit_entries = GaugeMetricFamily("evio_transit_entries", "Transit fast-path entries.", labels=o)
         self.switch_drops = CounterMetricFamily(
             "evio_switch_drops", "Frames and FRBs the controller dropped, by reason.", labels=["overlay", "reason"])
+        self.candidates_dropped = CounterMetricFamily(
+            "evio_tunnel_candidates_dropped", "Peers' ICE candidates not tried (loopback, link-local, deny list, ...), "
+            "by reason.", labels=["overlay", "reason"])
         self.signal_connected = GaugeMetricFamily("evio_signal_connected", "1 while signaling is logged in.", labels=o)
         self.signal_reconnects = CounterMetricFamily("evio_signal_reconnects", "Signaling logins after the first.",
                                                      labels=o)
@@ -159,6 +162,8 @@ class _Families:
                 self.transit_fallbacks.add_metric([overlay, reason], transit.get(reason, 0))
         for reason, count in sorted(ov.get("drops", {}).items()):
             self.switch_drops.add_metric([overlay, reason.lower()], count)
+        for reason, count in sorted(ov.get("candidates_dropped", {}).items()):
+            self.candidates_dropped.add_metric([overlay, reason], count)
         signal = ov.get("signal", {})
         self.signal_connected.add_metric([overlay], 1 if signal.get("connected") else 0)
         self.signal_reconnects.add_metric([overlay], signal.get("reconnects", 0))

@@ -551,6 +551,8 @@ class OverlayStack:
             },
             "transit": _transit(self.links.transit),
             "drops": dict(self.drops),
+            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.candidates).
+            "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
             "port_errors": self.port_errors,
@@ -562,6 +564,11 @@ class OverlayStack:
             },
             "sdn": dict(self.sdn_other),
         }
+
+
+def _candidates_dropped(links: object) -> dict[str, int]:
+    drops = getattr(links, "dropped_candidates", None)  # the tunnel manager's; fakes have none
+    return drops.as_dict() if drops is not None else {}
 
 
 def _broadcasts(counts: BroadcastCounts | None) -> dict[str, Any]:

@@ -124,6 +124,10 @@ def link_document(
                "super_frames": stats.gro_writes, "transit_frames": stats.transit_frames},
         "drops": {reason.value: n for reason, n in sorted(stats.drops.items(), key=lambda i: i[0].value) if n},
     })  # fmt: skip
+    # What the ICE gate turned away (strangers' STUN, datagrams from elsewhere than the peer), as drops too.
+    inbound = getattr(tunnel, "inbound_rejects", None)
+    if inbound is not None:
+        document["drops"].update({reason: n for reason, n in sorted(inbound().items()) if n})
     if document["age"] is None and tunnel.up_since is not None:
         document["age"] = round(now - tunnel.up_since, 3)
     return document
