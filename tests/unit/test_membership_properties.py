@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,10 @@ from evio.testing.waiting import wait_until
 from tests.unit.test_revocation_cases import BOUND, TrustFleet, members
 
 COUNT = 5
-PROPERTIES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: CI explores the same 40 cases every run, so a red run is a change, not a draw (one rare
+# case fails today: test_known_gap_... below).
+PROPERTIES = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+                      suppress_health_check=[HealthCheck.too_slow])
 
 node = st.integers(1, COUNT)
 step = st.one_of(
@@ -125,3 +129,14 @@ async def run(steps: list[tuple], trust: bool) -> None:
 @given(st.lists(step, min_size=1, max_size=8), st.booleans())
 def test_owners_keep_their_ids_and_removed_members_lose_every_tunnel(steps: list[tuple], trust: bool) -> None:
     asyncio.run(run(steps, trust))
+
+
+# Found by the property above (issue 21, M2 not closed): node5's own account holds a second session that claims
+# node5's id when node5's session ends with the relogin status and the group edit removes the account; a tunnel
+# to node5 outlives the 5 s bound. Strict: when it is fixed this test says so.
+@pytest.mark.xfail(strict=True, reason="open: removal while a second session of the account claims the id (issue 21)")
+def test_known_gap_removal_while_a_second_session_of_the_account_claims_its_id() -> None:
+    steps = [("delete", 1), ("squat", 4, 5, False), ("squat", 5, 2, True), ("squat", 2, 1, True),
+             ("squat", 2, 1, True), ("squat", 5, 5, True), ("relogin status end", 5), ("squat", 3, 2, True)]
+    asyncio.run(run(steps, True))
+
