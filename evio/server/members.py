@@ -334,12 +334,7 @@ def remove_member(
     check_name(name)
     now = now or datetime.datetime.now(datetime.UTC)
     with registry.locked():
-        record = registry.load(overlay)
-        if record is None:
-            raise MemberError(f"no overlay {overlay} on this server (evio member list shows them)")
-        member = record.members.get(name)
-        if member is None:
-            raise MemberError(f"{name} is not a member of overlay {overlay}")
+        record, member = _member_of(registry, overlay, name)
         # The list first: if signing fails nothing is cut yet, and once written it holds whatever follows.
         listed = revoke(registry, overlay, {member.node_id: member.certificates_expire()}, now)
         accounts.remove_from_group(name, overlay)
@@ -404,12 +399,7 @@ def renew_member(registry: Registry, overlay: str, name: str, now: datetime.date
     if not 1 <= days <= LEGACY_CERT_DAYS:
         raise MemberError(f"--days {days}: between 1 and {LEGACY_CERT_DAYS}")
     with registry.locked():
-        record = registry.load(overlay)
-        if record is None:
-            raise MemberError(f"no overlay {overlay} on this server (evio member list shows them)")
-        member = record.members.get(name)
-        if member is None:
-            raise MemberError(f"{name} is not a member of overlay {overlay}")
+        record, member = _member_of(registry, overlay, name)
         ca_key, ca_cert = registry.ca(overlay)
         key, cert = issue_node_certificate(ca_key, ca_cert, [overlay], member.node_id, now, days)
         expires = cert.not_valid_after_utc
@@ -463,3 +453,13 @@ def _read_ca(settings: ServerSettings) -> str:
 
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _member_of(registry: Registry, overlay: str, name: str) -> tuple[Overlay, Member]:
+    record = registry.load(overlay)
+    if record is None:
+        raise MemberError(f"no overlay {overlay} on this server (evio member list shows them)")
+    member = record.members.get(name)
+    if member is None:
+        raise MemberError(f"{name} is not a member of overlay {overlay}")
+    return record, member
