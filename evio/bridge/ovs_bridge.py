@@ -88,6 +88,16 @@ class BridgeSpec:
     datapath_id: int | None = None  # None: OVS picks one (from the bridge's MAC)
     switching: str = "bounded-flood"  # or "stp": RSTP + MAC learning in OVS, no controller
     rstp_address: str | None = None  # stp only; None: the bridge's MAC
+    # The daemon's controller: a Unix socket in a private directory of OVS's rundir
+    # (evio.sdn.controller_socket); when set, controller_host and controller_port are not used.
+    controller_socket: str | None = None
+
+    @property
+    def controller_target(self) -> str:
+        """The bridge's controller as OVS writes it: `unix:PATH`, or `tcp:HOST:PORT` (the lab's own controllers)."""
+        if self.controller_socket is not None:
+            return f"unix:{self.controller_socket}"
+        return f"tcp:{self.controller_host}:{self.controller_port}"
 
     @property
     def stp(self) -> bool:
@@ -104,7 +114,10 @@ class BridgeSpec:
             raise BridgeError(f"unknown switching mode {self.switching!r} (one of {', '.join(SWITCHING_MODES)})")
         if not 0 < len(self.name) <= MAX_IFNAME:
             raise BridgeError(f"bridge name {self.name!r} must be 1-{MAX_IFNAME} characters")
-        if not 0 < self.controller_port < 65536:
+        if self.controller_socket is not None:
+            if not self.controller_socket.startswith("/"):
+                raise BridgeError(f"controller socket {self.controller_socket!r} must be an absolute path")
+        elif not 0 < self.controller_port < 65536:
             raise BridgeError(f"controller port {self.controller_port} out of range")
         if self.overlay_address is not None:
             ipaddress.ip_interface(self.overlay_address)  # ValueError on nonsense, at the edge
@@ -162,7 +175,8 @@ class OvsBridge:
             "--", "set", "Bridge", c.name, f"datapath_type={self.datapath}", "protocols=OpenFlow13",
             "fail_mode=secure", "other_config:disable-in-band=true", "rstp_enable=false",
             *([f"other_config:datapath-id={c.datapath_id:016x}"] if c.datapath_id is not None else []),
-            "--", "set-controller", c.name, f"tcp:{c.controller_host}:{c.controller_port}",
+            # Replaces every controller the bridge had (a tcp: one left by an older release included).
+            "--", "set-controller", c.name, c.controller_target,
             "--", "set", "Controller", c.name, f"inactivity_probe={CONTROLLER_INACTIVITY_PROBE_MS}",
         ]  # fmt: skip
         if c.stp:
@@ -187,8 +201,8 @@ class OvsBridge:
             log.info("bridge created bridge=%s datapath=%s switching=stp rstp_address=%s address=%s",
                      c.name, self.datapath, c.rstp_address, c.overlay_address)
         else:
-            log.info("bridge created bridge=%s datapath=%s controller=%s:%s address=%s",
-                     c.name, self.datapath, c.controller_host, c.controller_port, c.overlay_address)
+            log.info("bridge created bridge=%s datapath=%s controller=%s address=%s",
+                     c.name, self.datapath, c.controller_target, c.overlay_address)
 
     async def _no_ipv6_link_local(self) -> None:
         """No IPv6 link-local address on the internal port (before it comes up; flushed if it has one).

@@ -3,11 +3,15 @@
     TOKEN=$(evio member add node1 --overlay ov1)     # the token alone on stdout, the rest on stderr
     evio member remove node1 --overlay ov1
     evio member list [--overlay ov1] [--json]
+    evio member renew node1 --overlay ov1 --out DIR   # a new node.crt and node.key (30 days) for node1
 
 `add` creates the overlay on first use (its CA and address pool), then the
 member's XMPP account, TURN account, address and certificate, and prints its
 join token; the running members see the new one at once. `remove` cuts the
-member off the running overlay and deletes its accounts.
+member off the running overlay, deletes its accounts and signs a new revocation
+list (``revoked.json`` in the overlay's directory) that members verify against
+their CA and pass on to each other. `renew` issues a new certificate for a
+member's node id, to be copied into the node's ``/etc/evio/<overlay>/``.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from evio.server.members import (
+    CERT_DAYS,
     TOKEN_LIFETIME,
     MemberError,
     Registry,
     add_member,
     list_members,
     remove_member,
+    renew_member,
+    revocation_path,
 )
 from evio.server.settings import DEFAULT_STATE_DIR, ServerSettingsError, load_settings, write_private
 
@@ -57,12 +64,19 @@ def register(sub: Any) -> None:
     remove.add_argument("--overlay", required=True, metavar="ID")
     remove.set_defaults(handler=remove_command)
 
+    renew = actions.add_parser("renew", help="a new node certificate and key for NODE (certificates live 30 days)")
+    renew.add_argument("name", metavar="NODE")
+    renew.add_argument("--overlay", required=True, metavar="ID")
+    renew.add_argument("--days", type=int, default=CERT_DAYS, metavar="N", help=f"validity (default {CERT_DAYS})")
+    renew.add_argument("--out", type=Path, required=True, metavar="DIR", help="where node.crt and node.key go")
+    renew.set_defaults(handler=renew_command)
+
     listing = actions.add_parser("list", help="the members, their addresses, online or not")
     listing.add_argument("--overlay", metavar="ID")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=list_command)
 
-    for action in (add, remove, listing):
+    for action in (add, remove, renew, listing):
         action.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR",
                             help=f"where evio server init keeps its state (default {DEFAULT_STATE_DIR})")  # fmt: skip
 
@@ -125,6 +139,23 @@ def remove_command(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     print(f"member {member.name} removed from overlay {args.overlay} (address {member.address} is free again);"
           " the running members cut it off now")  # fmt: skip
+    print(f"node id {member.node_id:032x} is on the CA-signed revocation list"
+          f" {revocation_path(Registry(args.state_dir), args.overlay)}; members pass it on to each other")  # fmt: skip
+    return EXIT_OK
+
+
+def renew_command(args: argparse.Namespace) -> int:
+    try:
+        renewed = renew_member(Registry(args.state_dir), args.overlay, args.name,
+                               datetime.datetime.now(datetime.UTC), args.days)  # fmt: skip
+        args.out.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private(args.out / "node.key", renewed.key_pem)
+        write_private(args.out / "node.crt", renewed.cert_pem, mode=0o644)
+    except (MemberError, OSError) as exc:
+        return _fail(str(exc))
+    print(f"member {args.name}: new certificate for node id {renewed.member.node_id:032x}, valid until"
+          f" {renewed.expires:%Y-%m-%d %H:%M} UTC, in {args.out}/node.crt and node.key (0600)")  # fmt: skip
+    print(f"on the node, as root: copy both into /etc/evio/{args.overlay}/ and `systemctl restart evio`")
     return EXIT_OK
 
 

@@ -20,6 +20,7 @@ import logging
 import random
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from evio.cli.config_file import EXIT_INVALID as EXIT_INVALID_CONFIG
@@ -51,8 +52,6 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_or_report(name, "evio run: ", f"invalid config; check it with `evio config check {name}`")
     if isinstance(config, int):
         return config
-    from pathlib import Path
-
     from evio.config.secrets import secret_problems
 
     refused = secret_problems(Path(name), config)  # the same check as `evio config check`
@@ -105,7 +104,8 @@ def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
     from evio.node.node import Node
     from evio.node.plan import plan_node
     from evio.node.platform import SystemPlatform
-    from evio.node.sdn import free_tcp_port
+    from evio.node.preflight import ovs_run_dir
+    from evio.sdn.controller_socket import controller_socket_path
 
     try:
         node_id = resolve_node_id(config, FileStateDir(config.node.state_dir))
@@ -115,10 +115,11 @@ def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
         return EXIT_INVALID_CONFIG
     from evio.node.systemd import Notifier
 
-    controller_port = free_tcp_port()
+    # The SDN controller's Unix socket, in a directory of OVS's rundir only root may write (issue 21 M1).
+    controller_socket = controller_socket_path(ovs_run_dir(), Path(config.node.state_dir))
     kernel_module = openvswitch_module_loaded()
     try:
-        plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=kernel_module)
+        plan = plan_node(config, node_id, controller_socket=controller_socket, kernel_module_loaded=kernel_module)
     except (OSError, ValueError) as exc:  # a password file changed since the check (FileCheckError is a ValueError)
         print(f"evio run: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE_CONFIG
@@ -128,14 +129,14 @@ def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
                 "overlay %s: this node holds the TURN server's REST secret, so anyone who takes it can mint "
                 "TURN credentials for any user; prefer per-node static credentials (docs/reference.md: Secrets)", overlay.id,
             )
-    platform = SystemPlatform(controller_port, rng=random.SystemRandom())
+    platform = SystemPlatform(controller_socket, rng=random.SystemRandom())
     notifier = Notifier.from_environment()
     node = Node(plan, platform, control_socket=socket_path(config.node.state_dir), notifier=notifier)
     reloads: set[asyncio.Task[None]] = set()
 
     def on_sighup() -> None:
         task = asyncio.get_running_loop().create_task(
-            reload_config(node, config_name, config, controller_port, kernel_module), name="reload")
+            reload_config(node, config_name, config, controller_socket, kernel_module), name="reload")
         reloads.add(task)
         task.add_done_callback(reloads.discard)
 
@@ -167,7 +168,9 @@ def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
     return asyncio.run(main())
 
 
-async def reload_config(node: Any, config_name: str, running: Config, controller_port: int, kernel_module: bool) -> None:
+async def reload_config(
+    node: Any, config_name: str, running: Config, controller_socket: Path, kernel_module: bool
+) -> None:
     """SIGHUP: read and check the config again and apply it; on any problem log it and keep the running one."""
     from evio.config.loader import ConfigFileError, load_config
     from evio.config.state_dir import FileStateDir, resolve_node_id
@@ -187,8 +190,6 @@ async def reload_config(node: Any, config_name: str, running: Config, controller
         for problem in exc.problems:
             log.error("reload refused, the running config stays: %s: %s", config_name, problem)
         return
-    from pathlib import Path
-
     from evio.config.secrets import secret_problems
 
     refused = await asyncio.to_thread(secret_problems, Path(config_name), config)  # as at the start
@@ -200,7 +201,7 @@ async def reload_config(node: Any, config_name: str, running: Config, controller
         if config.node.state_dir != state_dir:
             raise ReloadRefused(f"node.state_dir changed ({state_dir} -> {config.node.state_dir}); restart the daemon")
         node_id = resolve_node_id(config, FileStateDir(state_dir))
-        plan = plan_node(config, node_id, controller_port=controller_port, kernel_module_loaded=kernel_module)
+        plan = plan_node(config, node_id, controller_socket=controller_socket, kernel_module_loaded=kernel_module)
         change = await node.reload(plan)
     except (ConfigError, NodeConfigError, ReloadRefused) as exc:
         log.error("reload refused, the running config stays: %s: %s", config_name, exc)

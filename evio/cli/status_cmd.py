@@ -187,6 +187,9 @@ def render_status(status: Mapping[str, Any], now: float) -> str:
         lines.append(f"overlay {name}  address {ov.get('address') or '-'}  bridge {ov.get('bridge')} "
                      f"({ov.get('datapath')}, {switch})")
         lines.append(f"  node id {ov.get('node_id')}")
+        trust = ov.get("trust")
+        if isinstance(trust, dict):
+            lines.append("  " + _trust_line(trust))
         lines.append("  " + _signal_line(ov.get("signal", {}), now))
         error = ov.get("signal", {}).get("last_error")
         if isinstance(error, dict):
@@ -200,6 +203,13 @@ def render_status(status: Mapping[str, Any], now: float) -> str:
             for row in rows:
                 lines.append("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return "\n".join(lines)
+
+
+def _trust_line(trust: Mapping[str, Any]) -> str:
+    if trust.get("mode") == "ca":
+        return (f"trust: overlay CA ({trust.get('issuer')}), certificate expires {trust.get('cert_expires')}"
+                f" ({trust.get('cert_days_left')} days), {trust.get('revoked_nodes', 0)} node ids revoked")
+    return f"trust: FINGERPRINT ONLY: {trust.get('risk', 'the XMPP server can stand in for members')}"
 
 
 def _signal_line(signal: Mapping[str, Any], now: float) -> str:

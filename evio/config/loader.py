@@ -423,6 +423,17 @@ def _is_ca_certificate(cert: x509.Certificate) -> bool:
         return False
 
 
+def _deny_problems(deny: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
+    """Each entry a network (``10.0.0.0/8``, ``fd00::/8``, an address alone for one host), no host bits set."""
+    for index, text in enumerate(deny if isinstance(deny, list) else []):
+        if not isinstance(text, str):
+            continue  # the schema's to report
+        try:
+            ipaddress.ip_network(text)
+        except ValueError as exc:
+            yield Problem(json_path((*at, index)), f"not a network: {exc}")
+
+
 def _turn_problems(turn: Any, at: tuple[str | int, ...], base_dir: Path) -> Iterator[Problem]:
     for index, server in enumerate(turn if isinstance(turn, list) else []):
         server = _dict(server)
@@ -571,6 +582,8 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
             problems.extend(_signal_problems(overlay["signal"], (*at, "signal"), base_dir))
         problems.extend(_turn_problems(_dict(overlay.get("nat_traversal")).get("turn"), (*at, "nat_traversal", "turn"),
                                        base_dir))
+        problems.extend(_deny_problems(_dict(overlay.get("nat_traversal")).get("deny_candidates"),
+                                       (*at, "nat_traversal", "deny_candidates")))
         if isinstance(overlay.get("trust"), dict):
             problems.extend(_trust_problems(overlay["trust"], (*at, "trust"), base_dir))
         problems.extend(_switching_problems(overlay, at))
@@ -653,6 +666,7 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
                 for turn in nat.get("turn", ())
             ),
             direct_timeout=float(nat.get("direct_timeout", NatTraversalConfig.direct_timeout)),
+            deny_candidates=tuple(nat.get("deny_candidates", NatTraversalConfig.deny_candidates)),
         ),
         topology=TopologyConfig(
             successors=int(topology.get("successors", TopologyConfig.successors)),

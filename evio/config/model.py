@@ -135,11 +135,23 @@ class TurnServer:
         return split_host_port(self.server)
 
 
+DEFAULT_DENY_CANDIDATES: tuple[str, ...] = (
+    "169.254.0.0/16",  # link-local, the cloud metadata services' 169.254.169.254 and 169.254.170.2 among them
+    "fe80::/10",
+    "100.100.100.200/32",  # Alibaba Cloud's metadata service
+    "fd00:ec2::254/128",  # AWS's metadata service over IPv6
+)
+"""nat_traversal.deny_candidates when not set (issue 21, M3)."""
+
+
 @dataclass(frozen=True)
 class NatTraversalConfig:
     stun: tuple[str, ...] = ()  # host:port each
     turn: tuple[TurnServer, ...] = ()
     direct_timeout: float = 1.0
+    deny_candidates: tuple[str, ...] = DEFAULT_DENY_CANDIDATES
+    """Networks a peer's ICE candidates may not point at, besides those never tried (loopback,
+    unspecified, link-local, multicast, broadcast, this node's own addresses, the overlay's subnet)."""
 
 
 @dataclass(frozen=True)

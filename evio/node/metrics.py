@@ -9,12 +9,20 @@ reads the daemon's state without crossing a thread.
 Names follow Prometheus conventions (`_total` counters, base units: bytes,
 seconds); labels are `overlay`, `peer` (32 hex digits) and a `reason` or
 `type` where it applies.
+
+Exposure (issue 21): the endpoint is off by default and listens on loopback
+when on, with no authentication, so every local user can read it. It shows
+what monitoring needs, peers by node id and account name (`peer_name`, the
+JID) and each link's path and candidate *types* (host, srflx, relay), and
+never an address: the peer's public address and tunnel port stay in the
+root-only status socket (`evio status`). Each connection is bounded (one
+request, `request_timeout` for all of it) and at most `max_connections` are
+served at once; more are closed unanswered and counted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -26,7 +34,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_HEAD = 8192
-READ_TIMEOUT = 5.0
+REQUEST_TIMEOUT = 5.0  # the whole exchange: request head in, answer out
+MAX_CONNECTIONS = 16  # Prometheus scrapes one at a time; a few curls beside it
 
 StatusSource = Callable[[], Mapping[str, Any]]
 
@@ -111,6 +120,9 @@ class _Families:
         self.transit_entries = GaugeMetricFamily("evio_transit_entries", "Transit fast-path entries.", labels=o)
         self.switch_drops = CounterMetricFamily(
             "evio_switch_drops", "Frames and FRBs the controller dropped, by reason.", labels=["overlay", "reason"])
+        self.candidates_dropped = CounterMetricFamily(
+            "evio_tunnel_candidates_dropped", "Peers' ICE candidates not tried (loopback, link-local, deny list, ...), "
+            "by reason.", labels=["overlay", "reason"])
         self.signal_connected = GaugeMetricFamily("evio_signal_connected", "1 while signaling is logged in.", labels=o)
         self.signal_reconnects = CounterMetricFamily("evio_signal_reconnects", "Signaling logins after the first.",
                                                      labels=o)
@@ -150,6 +162,8 @@ class _Families:
                 self.transit_fallbacks.add_metric([overlay, reason], transit.get(reason, 0))
         for reason, count in sorted(ov.get("drops", {}).items()):
             self.switch_drops.add_metric([overlay, reason.lower()], count)
+        for reason, count in sorted(ov.get("candidates_dropped", {}).items()):
+            self.candidates_dropped.add_metric([overlay, reason], count)
         signal = ov.get("signal", {})
         self.signal_connected.add_metric([overlay], 1 if signal.get("connected") else 0)
         self.signal_reconnects.add_metric([overlay], signal.get("reconnects", 0))
@@ -185,9 +199,20 @@ class _Families:
 class MetricsServer:
     """HTTP/1.x on the daemon's loop: GET /metrics answers the text exposition format; nothing else is served."""
 
-    def __init__(self, host: str, port: int, status: StatusSource) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        status: StatusSource,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self.host = host
         self.port = port
+        self.max_connections = max_connections
+        self.request_timeout = request_timeout
+        self.connections = 0
+        self.refused_connections = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StatusCollector(status))
         self._server: asyncio.Server | None = None
@@ -211,23 +236,36 @@ class MetricsServer:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.connections >= self.max_connections:
+            self.refused_connections += 1
+            if self.refused_connections == 1 or self.refused_connections % 1000 == 0:
+                log.warning("metrics: %d connections open, more refused (refused so far: %d)",
+                            self.connections, self.refused_connections)
+            writer.close()  # nothing was read or written: a plain close, no waiting for the client
+            return
+        self.connections += 1
         try:
-            try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
-            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-                return  # not HTTP, too slow or too large: close without an answer
-            status, content_type, body = self.answer(head)
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode() + body
-            )
-            await writer.drain()
-        except (ConnectionError, OSError):
-            pass
+            async with asyncio.timeout(self.request_timeout):
+                await self._exchange(reader, writer)
+        except (TimeoutError, ConnectionError, OSError):
+            pass  # too slow, or gone: closed without (the rest of) an answer
         finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await writer.wait_closed()
+            self.connections -= 1
+            writer.transport.abort()  # a no-op after a clean close; else drops what a slow client did not take
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            return  # not HTTP or too large: close without an answer
+        status, content_type, body = self.answer(head)
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode() + body
+        )
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
 
     def answer(self, head: bytes) -> tuple[str, str, bytes]:
         """(status line, content type, body) for one request head."""

@@ -397,7 +397,7 @@ class Node:
             "node_id": format_node_id(self.node_id),
             "pid": os.getpid(),
             "uptime": round(self._clock.now() - self._started_at, 3) if self._started_at is not None else None,
-            "sdn_port": self.sdn.listen_port if self.sdn is not None else None,
+            "sdn_controller": self.sdn.listen_address if self.sdn is not None else None,
             "reloads": self.reloads,
             "systemd": {"notify": self._notifier is not None and self._notifier.enabled, "ready_sent": self.notified_ready,
                         "watchdog_interval": self._notifier.watchdog_interval if self._notifier else None},

@@ -21,6 +21,7 @@ leaves no port, TAP or bridge behind.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
 import logging
 from collections.abc import Callable, Mapping
@@ -34,7 +35,7 @@ from evio.config.model import TopologyConfig
 from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
 from evio.node.sdn import SdnController
-from evio.node.status import SetupHistogram, TunnelView, link_counts, link_document
+from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
 from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.sdn.boundary import (
     BroadcastCounts,
@@ -234,6 +235,11 @@ class OverlayStack:
         self._controller_started = True
         await self.controller.start()
         self.started_at = self._clock.now()
+        if self.plan.certificate is None:  # issue 21 H1: said once per overlay, at start
+            log.warning("overlay %s: %s; set trust (evio member add / evio join write it)", self.overlay, TRUST_RISK)
+        elif (left := self.plan.certificate.cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)).days < 7:
+            log.warning("overlay %s: this node's certificate expires in %d days: evio member renew on the server host",
+                        self.overlay, max(left.days, 0))  # fmt: skip
         log.info("overlay started overlay=%s node=%s bridge=%s datapath=%s", self.overlay,
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 
@@ -527,8 +533,11 @@ class OverlayStack:
             "signal": {"jid": config.signal.jid, "server": f"{config.signal.server}:{config.signal.port}",
                        "connected": self.signaling.connected, "connected_since": self.signaling.connected_since,
                        "logins": self.signaling.sessions, "reconnects": max(self.signaling.sessions - 1, 0),
-                       "last_error": error.as_dict() if (error := self.signaling.last_error(self.overlay)) else None},
+                       "last_error": error.as_dict() if (error := self.signaling.last_error(self.overlay)) else None,
+                       "drops": self.signaling.drop_counts()},
             "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},
+            "trust": trust_document(self.plan.certificate, datetime.datetime.now(datetime.UTC),
+                                    len(self.signaling.revoked_nodes(self.overlay))),
             "links": links,
             "link_counts": link_counts(links),
             "tunnels": {"up": self.tunnels_up, "down": self.tunnels_down, "setup_seconds": self.setup_times.as_dict()},
@@ -542,6 +551,8 @@ class OverlayStack:
             },
             "transit": _transit(self.links.transit),
             "drops": dict(self.drops),
+            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.candidates).
+            "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
             "port_errors": self.port_errors,
@@ -553,6 +564,11 @@ class OverlayStack:
             },
             "sdn": dict(self.sdn_other),
         }
+
+
+def _candidates_dropped(links: object) -> dict[str, int]:
+    drops = getattr(links, "dropped_candidates", None)  # the tunnel manager's; fakes have none
+    return drops.as_dict() if drops is not None else {}
 
 
 def _broadcasts(counts: BroadcastCounts | None) -> dict[str, Any]:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type, rstp_address_for
 from evio.config.loader import signal_password, turn_password
 from evio.config.model import Config, OverlayConfig, SignalConfig, TrustConfig, TurnServer
 from evio.node.errors import NodeConfigError
+from evio.signal import identity
 from evio.signal.client import SignalSettings
+from evio.signal.endpoint import OverlayIdentity
 from evio.tunnel.config import TunnelSettings, from_overlay_config
 from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.trust import TrustAnchor
@@ -63,8 +66,9 @@ def plan_node(
     config: Config,
     node_id: int,
     *,
-    controller_port: int,
+    controller_port: int = 0,
     kernel_module_loaded: bool,
+    controller_socket: Path | None = None,
     read_password: Callable[[SignalConfig], str | None] = signal_password,
     read_turn_password: Callable[[TurnServer], str | None] = turn_password,
     now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
@@ -83,10 +87,14 @@ def plan_node(
                 "credentials; one account logs in once, so give them the same signal settings or different JIDs"
             )
         overlays.append(overlay.id)
+    trusts = {ov.id: trust_of(ov.id, ov.trust, node_id, now()) for ov in config.overlays.values() if ov.trust}
     account_plans = tuple(
-        AccountPlan(jid, signal_settings(signal, {ov: node_id for ov in overlays}, read_password(signal)), tuple(overlays))
+        AccountPlan(jid, replace(
+            signal_settings(signal, {ov: node_id for ov in overlays}, read_password(signal)),
+            identities={ov: overlay_identity(ov, *trusts[ov], config.overlays[ov].trust) for ov in overlays
+                        if ov in trusts}), tuple(overlays))
         for jid, (signal, overlays) in accounts.items()
-    )
+    )  # fmt: skip
     overlay_networks = tuple(
         str(address.network) for ov in config.overlays.values()
         if (address := ov.bridge.address_for(node_id)) is not None
@@ -109,6 +117,7 @@ def plan_node(
         bridge = BridgeSpec(
             name=overlay.bridge.name,
             controller_port=controller_port,
+            controller_socket=str(controller_socket) if controller_socket is not None else None,
             overlay_address=str(address) if (address := overlay.bridge.address_for(node_id)) is not None else None,
             mtu=bridge_mtu(overlay, tunnel),
             datapath_id=dpid,
@@ -116,8 +125,8 @@ def plan_node(
             rstp_address=rstp_address_for(node_id) if overlay.bridge.switching == "stp" else None,
         )
         certificate = None
-        if overlay.trust is not None:
-            anchor, certificate = trust_of(overlay.id, overlay.trust, node_id, now())
+        if overlay.id in trusts:
+            anchor, certificate = trusts[overlay.id]
             tunnel = replace(tunnel, trust=anchor)
         plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid, certificate))
     metrics = config.metrics.host_port if config.metrics.enabled else None
@@ -164,6 +173,24 @@ def trust_of(overlay: str, trust: TrustConfig, node_id: int, now: datetime.datet
     if refusal is not None:
         raise NodeConfigError(f"overlay {overlay}: trust: {trust.cert_file}: peers would refuse it: {refusal}")
     return anchor, certificate
+
+
+REVOCATION_FILE = "revoked.json"  # beside the overlay CA file: a revocation list known at start (issue 21)
+
+
+def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCertificate,
+                     trust: TrustConfig | None) -> OverlayIdentity:  # fmt: skip
+    """Trust mode for the signaling: the CA, our certificate and key, and the revocation list beside the CA, if any."""
+    revocations, path = None, None
+    if trust is not None:
+        path = trust.ca_file.parent / REVOCATION_FILE
+        try:
+            revocations = identity.load_list(path.read_text())
+        except FileNotFoundError:
+            pass
+        except (OSError, identity.IdentityError) as exc:
+            raise NodeConfigError(f"overlay {overlay}: trust: {path}: {exc}") from exc
+    return OverlayIdentity(anchor, certificate.cert, certificate.key, revocations, revocation_file=path)
 
 
 def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:

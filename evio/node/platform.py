@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from evio.bridge.commands import SubprocessRunner
@@ -60,9 +61,9 @@ class Platform(Protocol):
 class SystemPlatform:
     """The real parts, for `evio run`."""
 
-    def __init__(self, controller_port: int, rng: random.Random | None = None) -> None:
+    def __init__(self, controller_socket: Path, rng: random.Random | None = None) -> None:
         # The overlays' own subnets are kept out of ICE gathering by evio.tunnel.ice (IceConfig.exclude_networks).
-        self.controller_port = controller_port
+        self.controller_socket = controller_socket
         self.rng = rng or random.Random()
         # One DTLS identity per run: its fingerprint travels in the signed-in signaling exchange.
         self.certificate = TunnelCertificate.generate("evio", datetime.datetime.now(datetime.UTC))
@@ -74,7 +75,7 @@ class SystemPlatform:
         from evio.node.preflight import ovs_run_dir
 
         # Only the ovs-vswitchd the bridges are made on may connect (OVS_RUNDIR, as ovs-vsctl finds it).
-        return OskenController(self.controller_port, switch_run_dir=ovs_run_dir())
+        return OskenController(self.controller_socket, switch_run_dir=ovs_run_dir())
 
     def bridge(self, plan: OverlayPlan) -> Bridge:
         return OvsBridge(plan.bridge, SubprocessRunner(), plan.datapath)

@@ -5,6 +5,10 @@ crossing to it goes through `evio.sdn.boundary` (a thread-safe command queue
 one way, events delivered into the asyncio loop the other). The daemon
 depends on `SdnController` only; `OskenController` is the real one and
 `evio.testing.fake_sdn.FakeSdn` the fake.
+
+The bridges reach it over a Unix socket the controller makes in a private
+directory of OVS's rundir before any bridge exists (evio.sdn.controller_socket;
+issue 21 M1): no other local process can stand in for it, also after a crash.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 import logging
 import socket
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from evio.node.errors import DependencyError
 from evio.sdn.boundary import AsyncioEventSink, CommandQueue, ControllerChannel, ControllerEvent
@@ -29,7 +33,9 @@ class SdnController(Protocol):
     def commands(self) -> CommandQueue: ...
 
     @property
-    def listen_port(self) -> int: ...
+    def listen_address(self) -> str:
+        """Where the bridges reach it, as OVS writes a controller target (`unix:PATH`)."""
+        ...
 
     async def start(self) -> None:
         """Start it and return once switches can connect."""
@@ -43,7 +49,8 @@ class SdnController(Protocol):
 
 
 def free_tcp_port(host: str = LISTEN_HOST) -> int:
-    """A TCP port nothing listens on right now (the kernel's pick), for the controller's OpenFlow listener."""
+    """A TCP port nothing listens on right now (the kernel's pick). Not for the controller: between
+    this probe and a later bind any local process can take it (issue 21 M1); tests and the lab use it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
@@ -51,11 +58,11 @@ def free_tcp_port(host: str = LISTEN_HOST) -> int:
 
 
 class OskenController:
-    def __init__(self, listen_port: int, listen_host: str = LISTEN_HOST, switch_run_dir: Path | None = None) -> None:
-        """`switch_run_dir`: the rundir of the ovs-vswitchd whose bridges this controller serves;
-        OpenFlow connections from any other process are refused (evio.sdn.switch_peer)."""
-        self._port = listen_port
-        self._host = listen_host
+    def __init__(self, socket_path: Path, switch_run_dir: Path) -> None:
+        """`socket_path`: the Unix socket the bridges connect to (evio.sdn.controller_socket.controller_socket_path);
+        `switch_run_dir`: the rundir of the ovs-vswitchd whose bridges this controller serves: only it, root
+        and the OVS user may connect, and only it may control a bridge (evio.sdn.switch_peer)."""
+        self._socket_path = socket_path
         self._switch_run_dir = switch_run_dir
         self._sink: AsyncioEventSink | None = None
         self._channel: ControllerChannel | None = None
@@ -68,62 +75,55 @@ class OskenController:
         return self._channel.commands
 
     @property
-    def listen_port(self) -> int:
-        return self._port
+    def listen_address(self) -> str:
+        return f"unix:{self._socket_path}"
 
     async def start(self) -> None:
         try:
-            from evio.sdn.ofapp import ControllerConfig, start_controller_thread
+            from evio.sdn.ofapp import ControllerConfig, HandedListener, start_controller_thread
         except Exception as exc:  # os-ken missing or broken: say so rather than crash later
             raise DependencyError(f"cannot load the SDN controller (os-ken): {type(exc).__name__}: {exc}") from exc
+        from evio.sdn.controller_socket import OvsOwner, SwitchAdmission, bind_controller_socket
+        from evio.sdn.switch_peer import VswitchdPeerCheck
+
+        # Bound here, before any bridge exists, in a directory no one else can write: a bridge never
+        # meets a controller address that another process could hold (issue 21 M1).
+        try:
+            owner = OvsOwner.of_run_dir(self._switch_run_dir)
+            sock = bind_controller_socket(self._socket_path, owner)
+        except OSError as exc:
+            raise DependencyError(f"cannot make the SDN controller's socket {self._socket_path}: {exc}") from exc
         loop = asyncio.get_running_loop()
         self._sink = AsyncioEventSink(loop)
         self._channel = ControllerChannel(self._sink)
         self._stopped = loop.create_future()
         stopped = self._stopped
+        serving: asyncio.Future[None] = loop.create_future()
 
-        def on_exit(error: BaseException | None) -> None:  # in the controller's thread
-            reason = f"os-ken stopped: {error!r}" if error is not None else "os-ken stopped"
-
+        def settle_soon(future: asyncio.Future[Any], value: Any) -> None:  # from the controller's thread
             def settle() -> None:
-                if not stopped.done():
-                    stopped.set_result(reason)
+                if not future.done():
+                    future.set_result(value)
 
             try:
                 loop.call_soon_threadsafe(settle)
             except RuntimeError:  # the loop is closed: the daemon is exiting anyway
                 pass
 
-        peer_check = None
-        if self._switch_run_dir is not None:
-            from evio.sdn.switch_peer import VswitchdPeerCheck
+        def on_exit(error: BaseException | None) -> None:
+            settle_soon(stopped, f"os-ken stopped: {error!r}" if error is not None else "os-ken stopped")
 
-            peer_check = VswitchdPeerCheck(self._switch_run_dir)
-        config = ControllerConfig(self._channel, peer_check=peer_check)
-        start_controller_thread(config, self._host, self._port, on_exit=on_exit)
-        await self._wait_listening()
-        log.info("sdn controller listening on %s:%d", self._host, self._port)
-
-    async def _wait_listening(self) -> None:
-        # OVS backs off up to 8 s between controller connection attempts, so
-        # bridges are made only once the controller accepts connections.
-        assert self._stopped is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + READY_TIMEOUT
-        while True:
-            if self._stopped.done():
-                raise DependencyError(f"SDN controller failed to start: {self._stopped.result()}")
-            try:
-                _, writer = await asyncio.open_connection(self._host, self._port)
-            except OSError:
-                if loop.time() > deadline:
-                    raise DependencyError(
-                        f"SDN controller not listening on {self._host}:{self._port} after {READY_TIMEOUT:.0f} s"
-                    ) from None
-                await asyncio.sleep(0.05)
-                continue
-            writer.close()
-            return
+        listener = HandedListener(sock, SwitchAdmission(self._switch_run_dir, owner),
+                                  on_serving=lambda: settle_soon(serving, None))
+        config = ControllerConfig(self._channel, peer_check=VswitchdPeerCheck(self._switch_run_dir))
+        start_controller_thread(config, on_exit=on_exit, listener=listener)
+        # Connections queue on the socket until os-ken accepts them; this only reports a failed start.
+        done, _ = await asyncio.wait((serving, stopped), timeout=READY_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        if stopped in done:
+            raise DependencyError(f"SDN controller failed to start: {stopped.result()}")
+        if not done:
+            raise DependencyError(f"SDN controller not serving {self._socket_path} after {READY_TIMEOUT:.0f} s")
+        log.info("sdn controller listening on %s", self._socket_path)
 
     async def next_event(self) -> ControllerEvent:
         if self._sink is None:

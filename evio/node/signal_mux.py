@@ -85,6 +85,12 @@ class OverlaySignaling:
     def peers(self, overlay: str) -> dict[int, str]:
         return self._client.peers(overlay)
 
+    def revoked_nodes(self, overlay: str) -> frozenset[int]:
+        return self._client.revoked_nodes(overlay)
+
+    def drop_counts(self) -> dict[str, int]:
+        return self._client.drop_counts()
+
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         if event_type not in (PeerAdded, PeerRemoved):
             return self._client.subscribe(event_type, callback)

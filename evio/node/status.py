@@ -10,6 +10,7 @@ milliseconds; byte and frame counts are totals since the tunnel came up.
 from __future__ import annotations
 
 import bisect
+import datetime
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,10 @@ def link_document(
                "super_frames": stats.gro_writes, "transit_frames": stats.transit_frames},
         "drops": {reason.value: n for reason, n in sorted(stats.drops.items(), key=lambda i: i[0].value) if n},
     })  # fmt: skip
+    # What the ICE gate turned away (strangers' STUN, datagrams from elsewhere than the peer), as drops too.
+    inbound = getattr(tunnel, "inbound_rejects", None)
+    if inbound is not None:
+        document["drops"].update({reason: n for reason, n in sorted(inbound().items()) if n})
     if document["age"] is None and tunnel.up_since is not None:
         document["age"] = round(now - tunnel.up_since, 3)
     return document
@@ -150,3 +155,22 @@ def _value(item: object) -> Any:
     if isinstance(item, enum.Enum):
         return item.value
     return item
+
+
+TRUST_RISK = "no trust anchor: the XMPP server can stand in for members (it carries the DTLS fingerprints)"
+
+
+def trust_document(certificate: Any, now: datetime.datetime, revoked: int = 0) -> dict[str, Any]:
+    """An overlay's trust mode: "ca" with this node's certificate (`evio.tunnel.dtls.TunnelCertificate`), or
+    "fingerprint-only" when the overlay has no trust anchor (issue 21, H1)."""
+    if certificate is None:
+        return {"mode": "fingerprint-only", "risk": TRUST_RISK}
+    cert = certificate.cert
+    expires = cert.not_valid_after_utc
+    return {
+        "mode": "ca",
+        "issuer": cert.issuer.rfc4514_string(),
+        "cert_expires": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "cert_days_left": max(0, (expires - now).days),
+        "revoked_nodes": revoked,
+    }

@@ -39,14 +39,18 @@ and a packet-in (a broadcast, say) brings one short tick for its reports.
 A poll that would find no flow of ours is not sent (the switch can only
 have the flows we added: `OverlaySwitch.may_have_flows`).
 
-`start_controller_thread(config, host, port)` runs it beside an asyncio loop
-(the daemon's layout); `python -m evio.lab.sdn_controller` runs a standalone
-controller, laid out the same way, for tests and the lab.
+`start_controller_thread(config, listener=...)` runs it beside an asyncio loop
+(the daemon's layout), serving a Unix socket the daemon made before its
+bridges (`HandedListener`, evio.sdn.controller_socket: no local process can
+stand in for the controller); `python -m evio.lab.sdn_controller` runs a
+standalone controller, laid out the same way but on loopback TCP, for tests
+and the lab.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import socket
@@ -84,10 +88,15 @@ trim_os_ken()  # before os-ken is first imported: OpenFlow 1.3 only (about 11 MB
 
 from os_ken import cfg  # noqa: E402
 from os_ken.base import app_manager  # noqa: E402
+from os_ken.controller import controller as osken_controller  # noqa: E402
 from os_ken.controller import event as osken_event  # noqa: E402
-from os_ken.controller import ofp_event  # noqa: E402
+from os_ken.controller import ofp_event, ofp_handler  # noqa: E402
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # noqa: E402
 from os_ken.ofproto import ofproto_v1_3  # noqa: E402
+
+from evio.sdn.osken_guard import guard_os_ken_parsers  # noqa: E402
+
+guard_os_ken_parsers()  # lists whose elements say length 0 would loop forever (evio.sdn.osken_guard)
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +208,7 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[FlowMatch, int]:
 def removed_flow_match(msg: Any) -> FlowMatch | None:
     """The evio unicast flow an OFPFlowRemoved reports; None for the base flows and anyone else's."""
     m = msg.match
-    if msg.cookie & EVIO_COOKIE_MASK != EVIO_COOKIE or "in_port" not in m:
+    if msg.cookie & EVIO_COOKIE_MASK != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
         return None
     return FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])
 
@@ -541,7 +550,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
     def packet_in(self, ev: Any) -> None:
         msg = ev.msg
         overlay = self._overlay_of(msg.datapath)
-        if overlay is not None:
+        if overlay is not None and "in_port" in msg.match:  # every packet-in of OVS has it (the fuzz sent one without)
             now = self.config.clock()
             self._last_packet_in = now
             if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon
@@ -613,10 +622,25 @@ def _text(name: bytes | str) -> str:
 # ---------------------------------------------------------------------- running it
 
 
-def run_controller(config: ControllerConfig, listen_host: str = "127.0.0.1", listen_port: int = 6653) -> None:
-    """Run os-ken with the Bounded Flood app until the process ends (blocks; once per process)."""
-    cfg.CONF(args=["--ofp-listen-host", listen_host, "--ofp-tcp-listen-port", str(listen_port)],
-             project="os_ken")
+def run_controller(
+    config: ControllerConfig,
+    listen_host: str = "127.0.0.1",
+    listen_port: int = 6653,
+    listener: HandedListener | None = None,
+) -> None:
+    """Run os-ken with the Bounded Flood app until the process ends (blocks; once per process).
+
+    With `listener` os-ken serves that socket (the daemon's Unix socket, evio.sdn.controller_socket)
+    and binds nothing itself; without, it listens on `listen_host`:`listen_port` (the lab's tool).
+    """
+    if listener is not None:
+        # os-ken 4.2 cannot be handed a listener: its OpenFlow server binds its own, by name in
+        # ofp_handler. Swap in one serving ours; this runs once per process, before the apps start.
+        ofp_handler.OpenFlowController = listener.openflow_server
+        cfg.CONF(args=[], project="os_ken")
+    else:
+        cfg.CONF(args=["--ofp-listen-host", listen_host, "--ofp-tcp-listen-port", str(listen_port)],
+                 project="os_ken")
     manager = app_manager.AppManager.get_instance()
     manager.load_apps(["evio.sdn.ofapp"])  # by name: under `python -m` this module is __main__
     contexts = manager.create_contexts()
@@ -632,6 +656,7 @@ def start_controller_thread(
     listen_host: str = "127.0.0.1",
     listen_port: int = 6653,
     on_exit: Callable[[BaseException | None], None] | None = None,
+    listener: HandedListener | None = None,
 ) -> threading.Thread:
     """Run the controller beside an asyncio loop (the daemon's layout); the thread ends with the process.
 
@@ -642,7 +667,7 @@ def start_controller_thread(
     def serve() -> None:
         error: BaseException | None = None
         try:
-            run_controller(config, listen_host, listen_port)
+            run_controller(config, listen_host, listen_port, listener)
         except BaseException as err:
             error = err
             log.exception("os-ken controller stopped")
@@ -652,3 +677,75 @@ def start_controller_thread(
     thread = threading.Thread(target=serve, name="evio-os-ken", daemon=True)
     thread.start()
     return thread
+
+
+# ---------------------------------------------------------------------- a listener made before os-ken
+
+
+_TRANSIENT_ACCEPT_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
+                                      errno.EINTR})
+
+
+class _UnixSwitchSocket(socket.socket):
+    """An accepted Unix socket that ignores TCP-level options: os-ken's Datapath sets TCP_NODELAY on
+    every connection, which fails (EOPNOTSUPP) on AF_UNIX and would end the connection at once."""
+
+    def setsockopt(self, level: int, *args: Any) -> None:
+        if level == socket.IPPROTO_TCP:
+            return
+        super().setsockopt(level, *args)
+
+
+class HandedListener:
+    """A listening Unix socket made before any bridge (evio.sdn.controller_socket), served by os-ken.
+
+    `admit(conn)` is asked at every accept (the peer's credentials) before os-ken sees the
+    connection; `on_serving()` is called once the accept loop runs.
+    """
+
+    def __init__(
+        self, sock: socket.socket, admit: Callable[[socket.socket], bool], on_serving: Callable[[], None] | None = None
+    ) -> None:
+        self.sock = sock
+        self.admit = admit
+        self.on_serving = on_serving
+        self.address = str(sock.getsockname())
+
+    def openflow_server(self) -> Any:
+        """What os-ken's ofp_handler constructs and spawns: its OpenFlow server, on our listener."""
+        return _HandedOpenFlowServer(self)
+
+    def serve(self) -> None:
+        if self.on_serving is not None:
+            self.on_serving()
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError as exc:
+                if exc.errno not in _TRANSIENT_ACCEPT_ERRORS:
+                    raise
+                log.warning("controller socket: accept failed (%s); trying again", exc)
+                time.sleep(0.1)  # out of descriptors or memory: give what holds them a moment
+                continue
+            try:
+                admitted = self.admit(conn)
+            except Exception:  # a check that cannot decide refuses, and the loop goes on
+                log.exception("controller connection check failed; refused")
+                admitted = False
+            if not admitted:
+                conn.close()
+                continue
+            switch = _UnixSwitchSocket(fileno=conn.detach())
+            app_manager.hub.spawn(osken_controller.datapath_connection_factory, switch, self.address)
+
+
+class _HandedOpenFlowServer(osken_controller.OpenFlowController):
+    def __init__(self, listener: HandedListener) -> None:
+        # Not os-ken's __init__: it picks TCP ports, and with none configured serves 6633 too.
+        self._clients: dict[Any, Any] = {}
+        self.ofp_tcp_listen_port = None
+        self.ofp_ssl_listen_port = None
+        self._listener = listener
+
+    def server_loop(self, ofp_tcp_listen_port: Any, ofp_ssl_listen_port: Any) -> None:
+        self._listener.serve()

@@ -1,7 +1,8 @@
 """Who is at the other end of an OpenFlow connection: only our ovs-vswitchd may control a bridge.
 
-The controller listens on loopback TCP (OVS connects out to it) and knows a
-switch by the datapath id in its features reply. Those ids are predictable
+The daemon's controller listens on a Unix socket (evio.sdn.controller_socket),
+the lab's standalone one on loopback TCP; OVS connects out to it, and the
+controller knows a switch by the datapath id in its features reply. Those ids are predictable
 (evio.bridge.ovs_bridge.datapath_id_for), so without a check any local
 process could connect, claim a bridge's id and take its place. TCP has no
 SO_PEERCRED, but the kernel lists every socket in /proc/net/tcp with its

@@ -37,6 +37,8 @@ DENIED_PEER_RANGES = (
     "192.168.0.0-192.168.255.255",
     "224.0.0.0-239.255.255.255",
     "240.0.0.0-255.255.255.255",
+    # Not "::" (unspecified, never a peer anyway): coturn reads a range starting at an unspecified
+    # address as "any address" and then refuses every peer (seen: 403 Forbidden IP for all).
     "::1",
     "::ffff:0.0.0.0-::ffff:255.255.255.255",
     "fc00::-fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",

@@ -4,6 +4,13 @@ Per overlay, under ``<state dir>/overlays/<overlay>/``:
 
     ca.crt, ca.key   the overlay CA (Ed25519): signs node certificates and join tokens
     members.json     {"version": 1, "pool": "10.254.0.0/16", "members": {name: {...}}}
+    revoked.json     the CA-signed revocation list (`evio.signal.identity`), rewritten by every remove
+
+Node certificates live `CERT_DAYS` (30) days; `renew_member` issues a new one
+for the same node id (`evio member renew`). A removed member's node id goes
+on the revocation list until its last certificate has expired, so the list
+stays short; members verify it against their CA and pass it on among
+themselves (issue 21, M2).
 
 A member is one XMPP account (``<name>@<domain>``, random password) in the
 roster group named after the overlay, one TURN account of its own, one overlay
@@ -25,6 +32,7 @@ import datetime
 import fcntl
 import ipaddress
 import json
+import logging
 import re
 import secrets
 from collections.abc import Iterator
@@ -40,12 +48,28 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from evio.config.address_pool import pool_problem
 from evio.server import token as join_token
 from evio.server.settings import ServerSettings, write_private
+from evio.signal.identity import (
+    ELEMENT,
+    MAX_REVOKED,
+    NAMESPACE,
+    IdentityDocument,
+    IdentityError,
+    RevocationList,
+    encode,
+    list_to_text,
+    load_list,
+    sign_list,
+)
 from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
+
+log = logging.getLogger(__name__)
 
 REGISTRY_VERSION = 1
 DEFAULT_POOL = "10.254.0.0/16"
 TOKEN_LIFETIME = datetime.timedelta(hours=24)
-CERT_DAYS = 365
+REVOCATION_FILE = "revoked.json"  # the node reads the same name beside its ca.crt (evio.node.plan)
+CERT_DAYS = 30  # short, so a revocation list entry is needed for at most this long (issue 21, M2)
+LEGACY_CERT_DAYS = 365  # what members added before certificate expiry was recorded may still hold
 CA_DAYS = 3650
 # Member names become XMPP localparts and TURN usernames: keep them to what both take unescaped.
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -84,9 +108,19 @@ class Member:
     node_id: int
     address: str  # "10.254.0.2/16"
     added: str  # ISO 8601, UTC
+    cert_expires: str | None = None  # ISO 8601, UTC: when its newest certificate expires (None: not recorded)
 
     def to_json(self) -> dict[str, Any]:
-        return {"node_id": f"{self.node_id:032x}", "address": self.address, "added": self.added}
+        doc = {"node_id": f"{self.node_id:032x}", "address": self.address, "added": self.added}
+        if self.cert_expires is not None:
+            doc["cert_expires"] = self.cert_expires
+        return doc
+
+    def certificates_expire(self) -> datetime.datetime:
+        """When every certificate ever issued to it has expired (an upper bound for old records)."""
+        if self.cert_expires is not None:
+            return _parse_time(self.cert_expires)
+        return _parse_time(self.added) + datetime.timedelta(days=LEGACY_CERT_DAYS)
 
 
 @dataclass
@@ -146,7 +180,8 @@ class Registry:
             raise MemberError(f"{path}: not a version {REGISTRY_VERSION} member registry")
         try:
             members = {
-                name: Member(name, int(m["node_id"], 16), str(m["address"]), str(m["added"]))
+                name: Member(name, int(m["node_id"], 16), str(m["address"]), str(m["added"]),
+                             str(m["cert_expires"]) if "cert_expires" in m else None)
                 for name, m in raw["members"].items()
             }
             return Overlay(overlay, str(raw["pool"]), members)
@@ -241,8 +276,9 @@ def add_member(
         elif pool is not None and pool != record.pool:
             raise MemberError(f"overlay {overlay} already has the pool {record.pool}; leave --pool out")
         ca_key, ca_cert = registry.ca(overlay)
-        member = Member(name, new_node_id(record), free_address(record), now.strftime("%Y-%m-%dT%H:%M:%SZ"))
-        node_key, node_cert = issue_node_certificate(ca_key, ca_cert, [overlay], member.node_id, now, CERT_DAYS)
+        node_id = new_node_id(record)
+        node_key, node_cert = issue_node_certificate(ca_key, ca_cert, [overlay], node_id, now, CERT_DAYS)
+        member = Member(name, node_id, free_address(record), _time_text(now), _time_text(node_cert.not_valid_after_utc))
         xmpp_password, turn_password = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         xmpp_ca = _read_ca(settings)  # before any account exists: nothing to undo if it is missing
         undo: list[Any] = []
@@ -288,23 +324,101 @@ def _forget(registry: Registry, overlay: str, name: str) -> None:
         registry.save(record)
 
 
-def remove_member(registry: Registry, accounts: Accounts, relay: RelayAccounts, overlay: str, name: str) -> Member:
-    """Cut `name` off `overlay`: out of the group (live), account and TURN user deleted, address freed."""
+def remove_member(
+    registry: Registry, accounts: Accounts, relay: RelayAccounts, overlay: str, name: str,
+    now: datetime.datetime | None = None,
+) -> Member:  # fmt: skip
+    """Cut `name` off `overlay`: out of the group (live), account and TURN user deleted, address freed, and its
+    node id on a new revocation list signed by the overlay CA (``revoked.json``)."""
     check_overlay(overlay)
     check_name(name)
+    now = now or datetime.datetime.now(datetime.UTC)
     with registry.locked():
-        record = registry.load(overlay)
-        if record is None:
-            raise MemberError(f"no overlay {overlay} on this server (evio member list shows them)")
-        member = record.members.get(name)
-        if member is None:
-            raise MemberError(f"{name} is not a member of overlay {overlay}")
+        record, member = _member_of(registry, overlay, name)
+        # The list first: if signing fails nothing is cut yet, and once written it holds whatever follows.
+        listed = revoke(registry, overlay, {member.node_id: member.certificates_expire()}, now)
         accounts.remove_from_group(name, overlay)
         accounts.delete_account(name)
         relay.remove_user(name)
         del record.members[name]
         registry.save(record)
+        deliver = getattr(accounts, "deliver", None)  # the XMPP server carries the list to the online members
+        if deliver is not None:
+            try:
+                deliver(overlay, NAMESPACE, ELEMENT, encode(IdentityDocument((), (listed,))))
+            except Exception as exc:  # noqa: BLE001 - removal is done; members also read revoked.json
+                log.warning("overlay %s: revocation list written but not delivered: %s", overlay, exc)
         return member
+
+
+def revocation_path(registry: Registry, overlay: str) -> Path:
+    return registry.overlay_dir(overlay) / REVOCATION_FILE
+
+
+def load_revocations(registry: Registry, overlay: str) -> RevocationList | None:
+    path = revocation_path(registry, overlay)
+    try:
+        return load_list(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, IdentityError) as exc:
+        raise MemberError(f"{path}: cannot read the revocation list: {exc}") from None
+
+
+def revoke(
+    registry: Registry, overlay: str, node_ids: dict[int, datetime.datetime], now: datetime.datetime
+) -> RevocationList:
+    """A new revocation list with `node_ids` added (each until its certificates expire), expired entries dropped,
+    its serial one above the last; signed by the overlay CA and written to ``revoked.json`` (0644: it is public)."""
+    ca_key, _ = registry.ca(overlay)
+    previous = load_revocations(registry, overlay)
+    stamp = int(now.timestamp())
+    entries = {n: u for n, u in (previous.revoked.items() if previous else ()) if u > stamp}
+    entries.update({n: int(until.timestamp()) for n, until in node_ids.items()})
+    if len(entries) > MAX_REVOKED:
+        raise MemberError(f"overlay {overlay}: {len(entries)} node ids revoked within a certificate lifetime, more than"
+                          f" the list may carry ({MAX_REVOKED})")  # fmt: skip
+    serial = previous.serial + 1 if previous else 1
+    listed = sign_list(ca_key, overlay, serial, stamp, entries)
+    write_private(revocation_path(registry, overlay), list_to_text(listed), mode=0o644)
+    return listed
+
+
+@dataclass(frozen=True)
+class Renewed:
+    member: Member
+    key_pem: str
+    cert_pem: str
+    expires: datetime.datetime
+
+
+def renew_member(registry: Registry, overlay: str, name: str, now: datetime.datetime, days: int = CERT_DAYS) -> Renewed:
+    """A new node key and certificate for `name`'s node id (the old one stays valid until it expires)."""
+    check_overlay(overlay)
+    check_name(name)
+    if not 1 <= days <= LEGACY_CERT_DAYS:
+        raise MemberError(f"--days {days}: between 1 and {LEGACY_CERT_DAYS}")
+    with registry.locked():
+        record, member = _member_of(registry, overlay, name)
+        ca_key, ca_cert = registry.ca(overlay)
+        key, cert = issue_node_certificate(ca_key, ca_cert, [overlay], member.node_id, now, days)
+        expires = cert.not_valid_after_utc
+        # The record keeps the latest expiry of any certificate issued: what a revocation must outlast.
+        latest = max(expires, member.certificates_expire())
+        renewed = Member(member.name, member.node_id, member.address, member.added, _time_text(latest))
+        record.members[name] = renewed
+        registry.save(record)
+    return Renewed(renewed, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()).decode(),
+                   cert.public_bytes(serialization.Encoding.PEM).decode(), expires)  # fmt: skip
+
+
+def _time_text(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
 
 
 @dataclass(frozen=True)
@@ -339,3 +453,13 @@ def _read_ca(settings: ServerSettings) -> str:
 
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _member_of(registry: Registry, overlay: str, name: str) -> tuple[Overlay, Member]:
+    record = registry.load(overlay)
+    if record is None:
+        raise MemberError(f"no overlay {overlay} on this server (evio member list shows them)")
+    member = record.members.get(name)
+    if member is None:
+        raise MemberError(f"{name} is not a member of overlay {overlay}")
+    return record, member

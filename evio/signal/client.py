@@ -60,15 +60,17 @@ from xml.etree.ElementTree import Element
 
 from slixmpp import JID, ClientXMPP
 from slixmpp.exceptions import IqError, IqTimeout
+from slixmpp.jid import InvalidJID
 from slixmpp.stanza import Message, Presence
 from slixmpp.util.sasl.client import SASLCancelled
 from slixmpp.xmlstream import ElementBase, register_stanza_plugin
 from slixmpp.xmlstream.handler import Callback
 from slixmpp.xmlstream.matcher import StanzaPath
 
-from evio.signal import protocol
+from evio.signal import identity, protocol
 from evio.signal.backoff import reconnect_delay
-from evio.signal.endpoint import EndpointLimits, SignalEndpoint
+from evio.signal.drops import DropReason
+from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
 from evio.signal.login_steps import LoginAttempt, LoginTarget, membership_failure
 
@@ -122,6 +124,7 @@ class SignalSettings:
     max_inflight_handlers: int = 64
     max_inflight_per_peer: int = 8
     membership_check_interval: float = 5.0  # forced re-logins to re-read the roster: at most one per this
+    identities: Mapping[str, OverlayIdentity] = field(default_factory=dict, repr=False)  # trust mode, per overlay
 
     def __post_init__(self) -> None:
         if "@" not in self.jid or "/" in self.jid:
@@ -176,8 +179,31 @@ class _Payload(ElementBase):
         self.xml.text = None
 
 
+class _Identity(ElementBase):
+    """<identity xmlns="urn:x-evio:identity:1">JSON</identity>: claim proofs and revocation lists (trust mode).
+
+    A second element, so nodes of the previous release, which read only <evio>, accept our presence as before."""
+
+    name = identity.ELEMENT
+    namespace = identity.NAMESPACE
+    plugin_attrib = "evio_identity"
+    interfaces = {"json"}
+
+    def get_json(self) -> str:
+        return self.xml.text or ""
+
+    def set_json(self, value: str) -> None:
+        self.xml.text = value
+
+    def del_json(self) -> None:
+        self.xml.text = None
+
+
 register_stanza_plugin(Message, _Payload)
 register_stanza_plugin(Presence, _Payload)
+register_stanza_plugin(Presence, _Identity)
+register_stanza_plugin(Message, _Identity)  # the server host hands on a revocation list this way
+_IDENTITY_TAG = f"{{{identity.NAMESPACE}}}{identity.ELEMENT}"
 
 
 class SignalClient(SignalEndpoint):
@@ -196,7 +222,8 @@ class SignalClient(SignalEndpoint):
             max_inflight_handlers=settings.max_inflight_handlers,
             max_inflight_per_peer=settings.max_inflight_per_peer,
         )
-        super().__init__(settings.jid, settings.memberships, limits, rng if rng is not None else random.Random())
+        super().__init__(settings.jid, settings.memberships, limits, rng if rng is not None else random.Random(),
+                         identities=settings.identities)  # fmt: skip
         self.settings = settings
         self._group_to_overlay = {settings.group_of(ov): ov for ov in settings.memberships}
         self._xmpp: ClientXMPP | None = None
@@ -310,9 +337,7 @@ class SignalClient(SignalEndpoint):
                 return
             attempt.session_started()
             self._sync_membership(xmpp)
-            presence = xmpp.make_presence()
-            presence["evio"]["json"] = self._announcement()
-            presence.send()
+            self._send_presence(xmpp)
             self.last_login_seconds = loop.time() - started
             self._session_up(str(xmpp.boundjid))
             if not logged_in.done():
@@ -364,6 +389,7 @@ class SignalClient(SignalEndpoint):
         xmpp.add_event_handler("roster_update", lambda _: self._sync_membership(xmpp))
         xmpp.add_event_handler("message_error", self._on_message_error)
         xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), self._on_message))
+        xmpp.register_handler(Callback("evio identity", StanzaPath("message/evio_identity"), self._on_identity_message))
 
         log.debug("signal %s: connecting to %s:%d (%s)", s.jid, s.server, s.port, self._tls_mode())
         xmpp.connect(s.server, s.port)
@@ -500,8 +526,17 @@ class SignalClient(SignalEndpoint):
     # ------------------------------------------------------------------ stanzas in, core calls out
 
     def _count_in(self, stanza: Any) -> Any:
-        """Incoming filter: count, pass on unchanged."""
+        """Incoming filter: count, pass on unchanged, but drop (and count) a stanza whose addresses do
+        not parse: reading one raises InvalidJID in every handler and again in slixmpp's error reply,
+        out of data_received, and asyncio closes the session (found by benchmarks/fuzz.py)."""
         self.stanzas_in += 1
+        if not isinstance(stanza, ElementBase):
+            return stanza
+        try:
+            stanza["from"], stanza["to"]
+        except InvalidJID as exc:
+            self._drop(DropReason.MALFORMED, "server", f"stanza with a bad address: {exc}")
+            return None
         return stanza
 
     def _sync_membership(self, xmpp: ClientXMPP) -> None:
@@ -545,12 +580,27 @@ class SignalClient(SignalEndpoint):
         self._relogin_now = True
         end("membership check")
 
+    def _send_presence(self, xmpp: ClientXMPP) -> None:
+        presence = xmpp.make_presence()
+        presence["evio"]["json"] = self._announcement()
+        document = self._identity_document(str(xmpp.boundjid))
+        if document is not None:
+            presence["evio_identity"]["json"] = document
+        presence.send()
+
+    def _announce_again(self) -> None:
+        xmpp = self._xmpp
+        if xmpp is not None and self.connected:
+            self._send_presence(xmpp)
+
     def _on_presence_available(self, presence: Presence) -> None:
         sender = str(presence["from"])
         if "/" not in sender:
             return
         has_payload = presence.xml.find(_PAYLOAD_TAG) is not None
-        self._presence_available(sender, presence["evio"]["json"] if has_payload else None)
+        has_identity = presence.xml.find(_IDENTITY_TAG) is not None
+        self._presence_available(sender, presence["evio"]["json"] if has_payload else None,
+                                 presence["evio_identity"]["json"] if has_identity else None)  # fmt: skip
 
     def _on_presence_unavailable(self, presence: Presence) -> None:
         self._presence_unavailable(str(presence["from"]), returning=presence["status"] == RELOGIN_STATUS)
@@ -559,6 +609,10 @@ class SignalClient(SignalEndpoint):
         if message["type"] == "error":
             return  # a bounce: _on_message_error
         self._payload_received(str(message["from"]), message["evio"]["json"])
+
+    def _on_identity_message(self, message: Any) -> None:
+        if message["type"] != "error":
+            self._identity_message(str(message["from"]), message["evio_identity"]["json"])
 
     def _on_message_error(self, message: Message) -> None:
         self._bounced(str(message["id"]), str(message["from"]), str(message["error"]["condition"]))

@@ -24,6 +24,9 @@ class DropReason(enum.Enum):
     UNEXPECTED_RESPONSE = "unexpected_response"  # no outstanding request matches
     NODE_ID_CONFLICT = "node_id_conflict"  # another account already holds that node id
     ACCOUNT_HAS_NODE = "account_has_node"  # a newer session of the same account holds another node id
+    REVOKED = "revoked"  # the node id is on the overlay CA's revocation list
+    UNPROVEN = "unproven"  # trust mode: a claim's identity proof did not verify against the overlay CA
+    BAD_REVOCATION = "bad_revocation"  # a revocation list that does not verify or is malformed
     OVERLOADED = "overloaded"  # too many requests in flight from peers
     PEER_OVERLOADED = "peer_overloaded"  # too many requests in flight from this one peer
 

@@ -23,16 +23,21 @@ online session and pushes no group change).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.ratelimit import LogLimiter
-from evio.signal import protocol
+from evio.signal import identity, protocol
 from evio.signal.drops import DropAccounting, DropReason
 from evio.signal.errors import (
     ErrorReason,
@@ -76,6 +81,25 @@ class EndpointLimits:
     max_known_peers: int = 4096  # node id -> account remembered for revocation
 
 
+@dataclass(frozen=True)
+class OverlayIdentity:
+    """Trust mode for one overlay: its CA, and this node's certificate and key issued under it."""
+
+    anchor: identity.TrustAnchor
+    cert: x509.Certificate
+    # Not compared (keys compare by identity): the certificate names the key, and a config reload must see
+    # the same files as the same settings, or it would log the account in again.
+    key: ec.EllipticCurvePrivateKey = field(compare=False)
+    revocations: identity.RevocationList | None = None  # a list known at start (e.g. from a file)
+    # Watched while we run: a list the operator drops here is adopted within `REVOCATION_POLL` s, whatever
+    # the XMPP server does (it is then passed on to the other members in our presence).
+    revocation_file: Path | None = None
+
+
+REVOCATION_POLL = 2.0  # seconds between looks at the revocation files
+MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
+
+
 class SignalEndpoint:
     def __init__(
         self,
@@ -84,6 +108,7 @@ class SignalEndpoint:
         limits: EndpointLimits,
         rng: random.Random,
         clock: Clock = REAL_CLOCK,
+        identities: Mapping[str, OverlayIdentity] | None = None,
     ) -> None:
         self.account = account  # bare JID, for logs
         self.clock = clock  # request deadlines, handler timeouts and drop logging run on it
@@ -97,7 +122,14 @@ class SignalEndpoint:
         self._transactions: TransactionTable[asyncio.Future[Body]] = TransactionTable(
             rng, limits.max_outstanding_requests
         )
-        self._table = PeerTable("", memberships)
+        self._identities = {ov: i for ov, i in (identities or {}).items() if ov in memberships}
+        self._table = PeerTable("", memberships, trust_overlays=self._identities)
+        self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
+        self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
+        self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
+        self._refused_lists: OrderedDict[bytes, None] = OrderedDict()  # signatures of lists that did not verify
+        self._file_seen: dict[Path, tuple[int, int]] = {}  # revocation file -> (mtime ns, size) last read
+        self._file_timer: Timer | None = None
         self._membership: dict[str, frozenset[str]] = {}
         # (overlay, node id) -> the account that held it: revoked even when absent (most recent last).
         self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
@@ -112,6 +144,7 @@ class SignalEndpoint:
         self._membership_failures: dict[str, LoginFailure] = {}  # overlay -> logged in but not a member
         self._failure_log: LogLimiter[tuple[str, str]] = LogLimiter(FAILURE_RELOG_INTERVAL)
         self.failures_in_row = 0  # login attempts that failed since the last login
+        self._load_initial_lists()
 
     # ------------------------------------------------------------------ public API
 
@@ -144,6 +177,25 @@ class SignalEndpoint:
 
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         return self._events.subscribe(event_type, callback)
+
+    def revoked_nodes(self, overlay: str) -> frozenset[int]:
+        """The node ids the overlay CA's newest revocation list we hold revokes now."""
+        return self._table.revoked(overlay)
+
+    def drop_counts(self) -> dict[str, int]:
+        return {reason.value: n for reason, n in sorted(self.drops.counts.items(), key=lambda i: i[0].value) if n}
+
+    def revocation_list(self, overlay: str) -> identity.RevocationList | None:
+        return self._lists.get(overlay)
+
+    def receive_revocation_list(self, text: str, source: str = "local") -> bool:
+        """A revocation list from anywhere (a file, the server host, a peer): adopted if it verifies and is newer."""
+        try:
+            rl = identity.load_list(text)
+        except identity.IdentityError as exc:
+            self._drop(DropReason.BAD_REVOCATION, source, str(exc))
+            return False
+        return self._adopt_list(rl, source)
 
     def check_membership(self) -> None:
         """See evio.signal.interface.Signaling.check_membership; the transport decides how."""
@@ -211,6 +263,112 @@ class SignalEndpoint:
         memberships = tuple(Membership(ov, nid) for ov, nid in members)
         return protocol.encode_announcement(Announcement(memberships, protocol.FEATURES))
 
+    def _identity_document(self, own_full_jid: str) -> str | None:
+        """The identity element for our presence (trust mode): our proofs and the lists we hold; None without trust."""
+        if not self._identities:
+            return None
+        if self._own_proofs[0] != own_full_jid:  # signed once per session JID
+            proofs = tuple(
+                identity.make_proof(i.key, i.cert, own_full_jid, ov, self.node_id(ov))
+                for ov, i in sorted(self._identities.items())
+            )[: identity.MAX_CLAIMS]
+            self._own_proofs = (own_full_jid, proofs)
+        lists = tuple(rl for _, rl in sorted(self._lists.items()))[: identity.MAX_LISTS]
+        return identity.encode(identity.IdentityDocument(self._own_proofs[1], lists))
+
+    def _watch_revocation_files(self) -> None:
+        self._file_timer = None
+        for ident in self._identities.values():
+            path = ident.revocation_file
+            if path is None:
+                continue
+            try:
+                st = path.stat()
+                seen = (st.st_mtime_ns, st.st_size)
+                if self._file_seen.get(path) == seen or st.st_size > identity.MAX_DOCUMENT_BYTES:
+                    continue
+                self._file_seen[path] = seen
+                text = path.read_text()
+            except OSError:
+                continue  # not there (yet): the common case
+            self.receive_revocation_list(text, str(path))  # refusals are counted and logged there
+        self._file_timer = self.clock.call_later(REVOCATION_POLL, self._watch_revocation_files)
+
+    def _announce_again(self) -> None:
+        """Send our presence again (a newer revocation list to pass on); the transport does it."""
+
+    def _load_initial_lists(self) -> None:
+        for ident in self._identities.values():
+            if ident.revocations is not None:
+                self._adopt_list(ident.revocations, "config")
+
+    def _adopt_list(self, rl: identity.RevocationList, source: str) -> bool:
+        ident = self._identities.get(rl.overlay)
+        if ident is None:
+            return False  # not an overlay we hold in trust mode: not ours to judge
+        current = self._lists.get(rl.overlay)
+        if current is not None and rl.serial <= current.serial:
+            return False  # what we have already (the common case: every presence repeats it)
+        if rl.signature in self._refused_lists:  # a bad list repeated in every presence: checked once
+            self._drop(DropReason.BAD_REVOCATION, source, f"revocation list for {rl.overlay}: refused before")
+            return False
+        refusal = identity.list_refusal(ident.anchor, rl)
+        if refusal is not None:
+            self._refused_lists[rl.signature] = None
+            while len(self._refused_lists) > MAX_PROOF_CACHE:
+                self._refused_lists.popitem(last=False)
+            self._drop(DropReason.BAD_REVOCATION, source, f"revocation list for {rl.overlay}: {refusal}")
+            return False
+        self._lists[rl.overlay] = rl
+        revoked = rl.node_ids(time.time())
+        log.warning("signal revocation list overlay=%s serial=%d: %d node ids revoked (from %s)",
+                    rl.overlay, rl.serial, len(revoked), source)  # fmt: skip
+        self._apply(self._table.set_revoked(rl.overlay, revoked))
+        # Revoked ids held by nobody present: their tunnels close too (the table only knows the present).
+        for key in [k for k in self._known if k[0] == rl.overlay and k[1] in revoked]:
+            bare = self._known.pop(key)
+            self._events.publish(PeerRemoved(key[0], key[1], bare, RemovalCause.MEMBERSHIP_REVOKED))
+        self._announce_again()
+        return True
+
+    def _identity_message(self, sender: str, text: str) -> None:
+        """An identity element in a message: the server host (from our server's domain) or a member hands on a
+        revocation list. Anyone else is dropped before any signature is checked."""
+        domain = self.account.split("@", 1)[-1]
+        if sender != domain and not any(self._table.is_member(ov, sender) for ov in self._identities):
+            self._drop(DropReason.NOT_MEMBER, sender, "identity message from a stranger")
+            return
+        try:
+            doc = identity.decode(text)
+        except identity.IdentityError as exc:
+            self._drop(DropReason.MALFORMED, sender, f"bad identity document: {exc}")
+            return
+        for rl in doc.revocations:
+            self._adopt_list(rl, sender)
+
+    def _verified_claims(self, sender: str, doc: identity.IdentityDocument) -> set[str]:
+        """The overlays whose claim proof in `doc` holds for `sender`."""
+        proven: set[str] = set()
+        now = datetime.datetime.now(datetime.UTC)
+        for proof in doc.claims:
+            ident = self._identities.get(proof.overlay)
+            if ident is None:
+                continue
+            key = (sender, proof.overlay, proof.cert_der, proof.signature)
+            ok = self._proof_cache.get(key)
+            if ok is None:
+                refusal = identity.proof_refusal(ident.anchor, proof, sender, now)
+                ok = refusal is None
+                if not ok:
+                    self._drop(DropReason.UNPROVEN, sender, f"claim of {proof.node_id:032x} in {proof.overlay}: "
+                               f"{refusal}")  # fmt: skip
+                self._proof_cache[key] = ok
+                while len(self._proof_cache) > MAX_PROOF_CACHE:
+                    self._proof_cache.popitem(last=False)
+            if ok:
+                proven.add(f"{proof.overlay}\x00{proof.node_id:032x}")
+        return proven
+
     def _table_memberships(self) -> dict[str, int]:
         return {ov: self.node_id(ov) for ov in self._table.overlays}
 
@@ -223,6 +381,8 @@ class SignalEndpoint:
         self.connected_since = time.time()
         self.sessions += 1
         self._ready.set()
+        if self._file_timer is None and any(i.revocation_file for i in self._identities.values()):
+            self._watch_revocation_files()
         log.info("signal %s: logged in as %s", self.account, own_jid)
         self._events.publish(Connected(own_jid))
 
@@ -274,21 +434,26 @@ class SignalEndpoint:
 
     def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:
         """The server's view of who is in which overlay: bare JID -> overlay ids."""
+        # Node ids remembered for accounts that lose the overlay: revoked, present or not. Decided before the
+        # table hands any of them on (a freed id may go to a waiting claimant at once, and would then be
+        # remembered as its): the removed member's tunnels must close whoever holds the id next.
+        for (overlay, node_id), bare in list(self._known.items()):
+            if overlay in current.get(bare, frozenset()):
+                continue
+            del self._known[(overlay, node_id)]
+            holder = self._table.jid_of(overlay, node_id)
+            if holder is not None and bare_jid(holder) == bare:
+                continue  # present: the table reports it, below
+            log.info("signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare)
+            self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
         for bare in self._membership.keys() | current.keys():
             new = current.get(bare, frozenset())
             if self._membership.get(bare, frozenset()) != new:
                 self._apply(self._table.set_membership(bare, new))
         self._membership = {b: o for b, o in current.items() if o}
-        # Node ids seen before whose account is no longer listed: revoked, present or not.
-        for (overlay, node_id), bare in list(self._known.items()):
-            if overlay not in current.get(bare, frozenset()):
-                del self._known[(overlay, node_id)]
-                log.info(
-                    "signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare
-                )
-                self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
+        self._table.retain_bindings(self._membership)  # node ids of accounts no longer listed are free again
 
-    def _presence_available(self, sender: str, announcement_json: str | None) -> None:
+    def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None) -> None:
         announcement = Announcement(())
         if announcement_json is not None:
             try:
@@ -296,7 +461,20 @@ class SignalEndpoint:
             except ProtocolError as exc:
                 self._drop(_drop_reason(exc), sender, f"bad announcement: {exc}")
             self._count_ignored(sender, announcement.ignored, "announcement")
-        self._apply(self._table.on_available(sender, announcement))
+        proven: set[str] = set()
+        if identity_json is not None and self._identities:
+            try:
+                doc = identity.decode(identity_json)
+            except identity.IdentityError as exc:
+                self._drop(DropReason.MALFORMED, sender, f"bad identity document: {exc}")
+            else:
+                # Lists first: a revoked id's claim in the same presence is then refused.
+                for rl in doc.revocations:
+                    if self._table.is_member(rl.overlay, sender):
+                        self._adopt_list(rl, sender)
+                proven = self._verified_claims(sender, doc)
+        overlays = {m.overlay for m in announcement.members if f"{m.overlay}\x00{m.node_id:032x}" in proven}
+        self._apply(self._table.on_available(sender, announcement, overlays))
 
     def _presence_unavailable(self, sender: str, returning: bool = False) -> None:
         """`returning`: the session said it ends only to log in again at once (a membership check)."""
@@ -358,6 +536,9 @@ class SignalEndpoint:
         self._arm_timer()
 
     async def _stop_endpoint(self) -> None:
+        if self._file_timer is not None:
+            self._file_timer.cancel()
+            self._file_timer = None
         for pending in self._transactions.close_all():
             _fail(pending.waiter, RequestError(ErrorReason.CLOSED))
         for task in list(self._handler_tasks):

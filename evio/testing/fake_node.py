@@ -163,7 +163,7 @@ def _split_commands(args: list[str]) -> list[list[str]]:
 class FakeSdn:
     """The controller boundary with no os-ken behind it."""
 
-    listen_port = 6653
+    listen_address = "unix:/run/openvswitch/evio/fake.sock"
 
     def __init__(self) -> None:
         self.commands = CommandQueue()
@@ -244,7 +244,8 @@ class FakePlatform:
         self.clients: list[Signaling] = []
 
     def signal_client(self, settings: SignalSettings) -> Signaling:
-        client = self.signal_hub.client(settings.jid, settings.memberships, rng=random.Random(self.rng.getrandbits(32)))
+        client = self.signal_hub.client(settings.jid, settings.memberships, rng=random.Random(self.rng.getrandbits(32)),
+                                        identities=settings.identities)
         self.clients.append(client)
         return client
 

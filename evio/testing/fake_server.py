@@ -9,6 +9,7 @@ class FakeAccounts:
         self.groups: dict[str, set[str]] = {}
         self.online: set[str] = set()
         self.fail_group = False
+        self.delivered: list[tuple[str, str, str, str]] = []  # (group, namespace, element, text) sent to members
 
     def create_account(self, user: str, password: str) -> None:
         assert user not in self.accounts
@@ -27,6 +28,10 @@ class FakeAccounts:
 
     def online_users(self) -> set[str]:
         return set(self.online)
+
+    def deliver(self, group: str, namespace: str, name: str, text: str) -> int:
+        self.delivered.append((group, namespace, name, text))
+        return len(self.online & self.groups.get(group, set()))
 
 
 class FakeRelay:

@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 
 from evio.clock import REAL_CLOCK, Clock
-from evio.signal.endpoint import EndpointLimits, SignalEndpoint
+from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.peers import bare_jid
 
 
@@ -36,6 +36,8 @@ class FakeSignalHub:
         # bounce, as a stanza lost or answered too late on a loaded server.
         self.loses: Callable[[str, str], bool] | None = None
         self.lost = 0
+        # (recipient, sender) -> the sender's session ended with the relogin status (see `kick`)
+        self.returning: dict[tuple[str, str], bool] = {}
 
     # ------------------------------------------------------------------ "server admin"
 
@@ -50,12 +52,17 @@ class FakeSignalHub:
             for client in list(self._online.values()):
                 self._push_roster(client)
 
-    def kick(self, full_jid: str, relogin: bool = True) -> None:
+    def kick(self, full_jid: str, relogin: bool = True, status_relogin: bool = False) -> None:
         """The server ends that session (its contacts see it go unavailable); the client logs in
-        again at once, or (relogin False) when `relogin` is called, as if its network were down meanwhile."""
+        again at once, or (relogin False) when `relogin` is called, as if its network were down meanwhile.
+        `status_relogin`: the session says it ends to log in again (the client's membership check)."""
         client = self._online.get(full_jid)
         if client is None:
             return
+        if status_relogin:
+            for other in self._online.values():
+                if bare_jid(other.full_jid) in client.roster_contacts:
+                    self.returning[(other.full_jid, full_jid)] = True
         self._logout(client)
         client._session_down("kicked")
         if client.started and relogin:
@@ -90,10 +97,12 @@ class FakeSignalHub:
         resource: str | None = None,
         limits: EndpointLimits | None = None,
         rng: random.Random | None = None,
+        identities: Mapping[str, OverlayIdentity] | None = None,
     ) -> FakeSignalClient:
         full = f"{jid}/{resource or 'evio-' + format(min(memberships.values()), '032x')}"
         client = FakeSignalClient(
-            self, full, memberships, limits or EndpointLimits(), rng or random.Random(0), clock=self.clock
+            self, full, memberships, limits or EndpointLimits(), rng or random.Random(0), clock=self.clock,
+            identities=identities,
         )
         self._clients.append(client)
         return client
@@ -136,7 +145,7 @@ class FakeSignalHub:
         self._online[client.full_jid] = client
         self._push_roster(client)
         client._session_up(client.full_jid)
-        announcement = client._announcement()
+        announcement = client._presence_payload()
         contacts = self._contacts(client)
         loop = asyncio.get_running_loop()
         for other in list(self._online.values()):
@@ -144,15 +153,25 @@ class FakeSignalHub:
                 continue
             # Our presence to them, theirs to us (the server answers our probes).
             loop.call_soon(self._presence, other, client.full_jid, announcement)
-            loop.call_soon(self._presence, client, other.full_jid, other._announcement())
+            loop.call_soon(self._presence, client, other.full_jid, other._presence_payload())
 
-    def _presence(self, to: FakeSignalClient, sender: str, announcement: str | None) -> None:
+    def _reannounce(self, client: FakeSignalClient) -> None:
+        """A new presence of an online client (its identity element changed) goes to its contacts."""
+        if self._online.get(client.full_jid) is not client:
+            return
+        payload = client._presence_payload()
+        loop = asyncio.get_running_loop()
+        for other in list(self._online.values()):
+            if other is not client and bare_jid(other.full_jid) in client.roster_contacts:
+                loop.call_soon(self._presence, other, client.full_jid, payload)
+
+    def _presence(self, to: FakeSignalClient, sender: str, announcement: tuple[str, str | None] | None) -> None:
         if self._online.get(to.full_jid) is not to:
             return
         if announcement is None:
-            to._presence_unavailable(sender)
+            to._presence_unavailable(sender, returning=self.returning.pop((to.full_jid, sender), False))
         else:
-            to._presence_available(sender, announcement)
+            to._presence_available(sender, announcement[0], announcement[1])
 
     def _logout(self, client: FakeSignalClient) -> None:
         if self._online.get(client.full_jid) is not client:
@@ -198,8 +217,9 @@ class FakeSignalClient(SignalEndpoint):
         rng: random.Random,
         groups: Mapping[str, str] | None = None,
         clock: Clock = REAL_CLOCK,
+        identities: Mapping[str, OverlayIdentity] | None = None,
     ) -> None:
-        super().__init__(bare_jid(full_jid), memberships, limits, rng, clock)
+        super().__init__(bare_jid(full_jid), memberships, limits, rng, clock, identities)
         self._hub = hub
         self.full_jid = full_jid
         self._groups_by_overlay = dict(groups or {})
@@ -224,6 +244,13 @@ class FakeSignalClient(SignalEndpoint):
         self._hub._logout(self)
         self._session_down("stopped")
         await self._stop_endpoint()
+
+    def _presence_payload(self) -> tuple[str, str | None]:
+        """What our presence carries: the announce document and the identity element (trust mode)."""
+        return self._announcement(), self._identity_document(self.full_jid)
+
+    def _announce_again(self) -> None:
+        self._hub._reannounce(self)
 
     def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
         self._hub._route(self.full_jid, to, text, msg_id)

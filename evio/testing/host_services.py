@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
+import string
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,6 +134,7 @@ def start_ejabberd(host: Host, port: int = 5222, timeout: float = 60.0) -> Servi
     _runtime_directory(host, "/run/ejabberd", "ejabberd")  # tmpfiles.d/ejabberd.conf
     service.processes.append(host.spawn(["epmd"], user="epmd", cwd="/"))
     _wait_ready(service, lambda: is_listening(host, "tcp", 4369), timeout)
+    _erlang_cookie(host)
     service.processes.append(
         host.spawn(["ejabberdctl", "foreground"], user="ejabberd", cwd="/var/lib/ejabberd")
     )
@@ -141,6 +144,18 @@ def start_ejabberd(host: Host, port: int = 5222, timeout: float = 60.0) -> Servi
 
     _wait_ready(service, started, timeout)
     return service
+
+
+def _erlang_cookie(host: Host) -> None:
+    """The Erlang cookie the package's postinst makes, made before the first node starts: otherwise the server
+    and the first `ejabberdctl status` each create it and one may read it empty ("Too short cookie string")."""
+    cookie = host.path("/var/lib/ejabberd") / ".erlang.cookie"
+    if cookie.exists():
+        return
+    cookie.write_text("".join(secrets.choice(string.ascii_uppercase) for _ in range(20)))
+    account = pwd.getpwnam("ejabberd")
+    os.chown(cookie, account.pw_uid, account.pw_gid)
+    cookie.chmod(0o400)
 
 
 # -- waiting -------------------------------------------------------------------------------------------------

@@ -123,7 +123,11 @@ class VirtualClock:
         try:
             return await task
         except asyncio.CancelledError:
-            if expired and task.cancelled():
+            # As asyncio.wait_for: our own expiry is a timeout, whatever state the cancelled awaitable ends in
+            # (a cancelled gather ends with a CancelledError set as its exception, not "cancelled"); a cancel
+            # of the waiting task itself stays a cancel.
+            current = asyncio.current_task()
+            if expired and (current is None or current.cancelling() == 0):
                 raise TimeoutError(f"timed out after {timeout} virtual s") from None
             raise
         finally:

@@ -103,6 +103,7 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
         stun=tuple(split_host_port(s) for s in nat.stun),
         turn=tuple(turn),
         direct_timeout=nat.direct_timeout,
+        deny_candidates=nat.deny_candidates,
         exclude_networks=(
             (str(overlay.bridge.address.network),) if overlay.bridge.address
             else (str(overlay.bridge.address_pool),) if overlay.bridge.address_pool else ()

@@ -46,7 +46,8 @@ class DropReason(enum.Enum):
     TAP_WRITE_FAILED = "tap-write-failed"
     """The TAP refused a frame (interface down, queue full)."""
     MALFORMED_STUN = "malformed-stun"
-    """In the STUN range (first byte 0-3) but not a STUN message aioice can take (stun_guard.py)."""
+    """In the STUN range (first byte 0-3) but not framed as STUN (stun_guard.check_framing); the ICE gate
+    screens the rest (ice.InboundGate: strangers' requests, unsolicited responses)."""
     OWNER_FAILED = "owner-failed"
     """The socket's owner raised while taking a datagram handed back to it."""
     BAD_OFFLOAD = "bad-offload"

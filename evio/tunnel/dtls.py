@@ -161,8 +161,8 @@ class DtlsHandshake:
 
     def receive(self, datagram: bytes) -> list[bytes]:
         """Feed one DTLS datagram; returns the datagrams to send."""
-        if self.state in (DtlsState.FAILED, DtlsState.CLOSED):
-            return []
+        if self.state in (DtlsState.FAILED, DtlsState.CLOSED) or not datagram:
+            return []  # OpenSSL's memory BIO raises on a zero-length write (found by benchmarks/fuzz.py)
         self._ssl.bio_write(datagram)
         if self.state is DtlsState.HANDSHAKING:
             self._advance()

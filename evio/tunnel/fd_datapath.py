@@ -82,7 +82,7 @@ from evio.tunnel.record import (
     parse_control,
 )
 from evio.tunnel.replay import ACCEPT, REPLAYED, ReplayWindow
-from evio.tunnel.stun_guard import stun_reject_reason
+from evio.tunnel.stun_guard import check_framing
 from evio.tunnel.transit import TransitDestinations, TransitHook
 from evio.tunnel.underlay import clear_socket_error
 
@@ -370,7 +370,7 @@ class FdDatapath:
                 on_move()
 
     def _side_foreign(self, side: Underlay, data: bytes, addr: Any) -> None:
-        if data and data[0] <= 3 and stun_reject_reason(data) is not None:
+        if data and data[0] <= 3 and check_framing(data) is not None:
             self._drops[DropReason.MALFORMED_STUN] += 1
             return
         self._foreign += 1
@@ -923,7 +923,7 @@ class FdDatapath:
         if start is None:
             start = slot * self._rx_ring.slot_size
         data = bytes(self._rx_ring.view[start : start + n])
-        if data[0] <= 3 and stun_reject_reason(data) is not None:
+        if data[0] <= 3 and check_framing(data) is not None:
             self._drops[DropReason.MALFORMED_STUN] += 1
             return
         self._foreign += 1

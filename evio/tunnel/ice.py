@@ -34,11 +34,19 @@ the one that works is rarely first, so they are all checked at once
 (``_check_at_once``).
 
 Every datagram an aioice connection receives passes an ``InboundGate``
-first (``_guard_connection``): STUN goes through our checked parser
-(stun_guard.py), and anything else (DTLS, records) is taken only from the
+first (``_guard_connection``): STUN only if it is the peer's (a request with
+our ufrag and our password's MESSAGE-INTEGRITY, or an answer to our own
+transaction: ``stun_guard.screen``), rate-limited per source, then through
+our checked parser; anything else (DTLS, records) is taken only from the
 peer: a remote candidate's address until a pair is nominated, the nominated
 pair's address after. An off-path sender can thus neither crash the receive
-callback nor inject DTLS into the handshake; what it sends is counted.
+callback, nor inject DTLS into the handshake, nor get any answer (aioice
+answers any request, with an unsigned 400 or 401); what it sends is counted.
+
+The peer's candidates pass ``candidates.candidate_drop`` in ``set_remote``:
+none at loopback, link-local, multicast, broadcast, this node's addresses,
+the overlay's subnet or the deny list is tried
+(docs/design.md, "Candidates a node tries, and STUN it answers").
 
 ``IceConfig.exclude_networks`` (the overlays' own subnets) are left out
 before gathering, not only from what is signalled: aioice binds a host
@@ -57,7 +65,7 @@ import functools
 import ipaddress
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Container, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +74,12 @@ import aioice.stun
 from aioice import Candidate, Connection, TransportPolicy
 
 from evio.config.model import NatTraversalConfig, TurnServer
+from evio.ratelimit import PeerRateLimiter, Rate
+from evio.tunnel.candidates import CandidateDrop, CandidateDrops, CandidatePolicy, candidate_drop, local_networks
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
 from evio.tunnel.signaling import IceParameters
-from evio.tunnel.stun_guard import MalformedStun, StunReject, parse_stun
+from evio.tunnel.stun_guard import MalformedStun, StunDrop, StunReject, is_request, parse_stun, screen
 from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
 from evio.tunnel.underlay import AioiceUnderlay, adopt
 
@@ -122,6 +132,10 @@ class IceConfig:
     use_ipv6: bool = False
     exclude_networks: tuple[str, ...] = ()
     """Never gather, signal or try candidates in these networks (the overlays' own subnets)."""
+    deny_candidates: tuple[str, ...] = NatTraversalConfig.deny_candidates
+    """Never try a peer's candidates in these networks (nat_traversal.deny_candidates; candidates.py)."""
+    candidate_drops: CandidateDrops | None = field(default=None, compare=False, repr=False)
+    """Where dropped remote candidates are counted (the tunnel manager's, per overlay)."""
     gather_timeout: float = 3.0
     patience: float = 1.0
     """The direct and relay deadlines are multiplied by this (`evio.tunnel.patience`: it grows with load)."""
@@ -158,13 +172,20 @@ class InboundReject(enum.Enum):
 
 
 _REJECT_LOG_INTERVAL = 10.0
+STUN_REQUESTS_PER_SOURCE = Rate(per_second=20.0, burst=64)
+"""Checks one source address may have answered on one connection: a peer's setup checks (a few pairs,
+each retransmitted at 0.1 s doubling) stay within the burst."""
+_STUN_SOURCES = 64  # sources one connection's limiter remembers (a peer has a few candidates)
 
 
 class InboundGate:
     """Stands in front of one connection's protocols: what aioice receives, and from whom.
 
-    STUN (first byte 0-3) always passes: aioice authenticates checks itself and
-    its parser is the guarded one. Anything else is accepted only from the
+    STUN (first byte 0-3) passes only what ``stun_guard.screen`` lets through:
+    requests naming this connection's ufrag with its password's
+    MESSAGE-INTEGRITY, at most ``STUN_REQUESTS_PER_SOURCE`` from one source, and
+    responses to our own transactions; a stranger is answered nothing (aioice
+    would answer any request with an unsigned 400 or 401). Anything else is accepted only from the
     selected pair's remote address once there is one; before, from an address
     that passed an authenticated check on that socket (``_checked``: the peer's
     first DTLS may come from a peer-reflexive address, or from a pair other
@@ -181,7 +202,10 @@ class InboundGate:
         self.selected: tuple[str, int] | None = None
         self.first_source: tuple[aioice.ice.StunProtocol, tuple[str, int]] | None = None
         """Where the first datagram that is not STUN came from (the controlled side follows it)."""
-        self.rejected: collections.Counter[InboundReject] = collections.Counter()
+        self.rejected: collections.Counter[InboundReject | StunDrop] = collections.Counter()
+        self._stun_sources = PeerRateLimiter[str](STUN_REQUESTS_PER_SOURCE, max_peers=_STUN_SOURCES)
+        """Binding requests that passed ``screen``, per source address: a peer's checks need a few dozen
+        at setup and one every ``CONSENT_INTERVAL`` after; a replayed check from a spoofed source no more."""
 
     def guard(self, protocol: aioice.ice.StunProtocol) -> None:
         """Put the gate in front of ``protocol`` (transports look its callback up per datagram)."""
@@ -235,7 +259,12 @@ class InboundGate:
 
     def receive(self, inner: Callable[[bytes | str, tuple[Any, ...]], None], data: bytes | str, addr: tuple[Any, ...],
                 protocol: aioice.ice.StunProtocol | None = None) -> None:
-        if data and isinstance(data, bytes) and data[0] > 3:
+        if data and isinstance(data, bytes) and data[0] <= 3:
+            drop = self._screen(data, addr, protocol)
+            if drop is not None:
+                self._reject(drop, addr)
+                return
+        elif data and isinstance(data, bytes):
             if not self.allows(addr, protocol):
                 self._reject(InboundReject.FOREIGN_SOURCE, addr)
                 return
@@ -246,7 +275,16 @@ class InboundGate:
         except Exception:  # noqa: BLE001 - nothing from the network may escape into the loop
             self._reject(InboundReject.RECEIVER_FAILED, addr, exc_info=True)
 
-    def _reject(self, reason: InboundReject, addr: tuple[Any, ...], exc_info: bool = False) -> None:
+    def _screen(self, data: bytes, addr: tuple[Any, ...], protocol: aioice.ice.StunProtocol | None) -> StunDrop | None:
+        """STUN is answered only for this connection's peer (stun_guard.screen), and not too often per source."""
+        conn = self._connection
+        pending: Container[bytes] = protocol.transactions if protocol is not None else ()
+        drop = screen(data, conn.local_username, conn.local_password, pending)
+        if drop is None and is_request(data) and not self._stun_sources.allow(addr[0], self._clock()):
+            drop = StunDrop.RATE_LIMITED
+        return drop
+
+    def _reject(self, reason: InboundReject | StunDrop, addr: tuple[Any, ...], exc_info: bool = False) -> None:
         self.rejected[reason] += 1
         now = self._clock()
         if now - self._last_log >= _REJECT_LOG_INTERVAL:
@@ -300,6 +338,13 @@ def _install_host_filter() -> None:
     current = aioice.ice.get_host_addresses
     if not isinstance(current, _HostFilter):
         aioice.ice.get_host_addresses = _HostFilter(current)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _in_networks(host: str, networks: Sequence[Network]) -> bool:
@@ -438,13 +483,18 @@ def _check_at_once(conn: Connection) -> None:
 class IceAgent:
     """Both aioice connections of one tunnel attempt, and the path chosen between them."""
 
-    def __init__(self, config: IceConfig, controlling: bool, user: str, now: float, lateness: Lateness | None = None) -> None:
-        """``lateness``: told how late the loop woke while a deadline was waited out (`LoopLag.record`)."""
+    def __init__(self, config: IceConfig, controlling: bool, user: str, now: float, lateness: Lateness | None = None,
+                 peer: int | None = None) -> None:
+        """``lateness``: told how late the loop woke while a deadline was waited out (`LoopLag.record`);
+        ``peer``: whose candidates ``set_remote`` takes (for the log of those it drops)."""
         _configure_aioice(config)
         self._config = config
         self._lateness = lateness
+        self._peer = peer
         self.controlling = controlling
         self._excluded: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
+        self._denied = tuple(ipaddress.ip_network(n, strict=False) for n in config.deny_candidates)
+        self.dropped_candidates: collections.Counter[CandidateDrop] = collections.Counter()
         stun = config.stun[0] if config.stun else None
         self.direct: Connection | None = None
         self.relay: Connection | None = None
@@ -515,7 +565,16 @@ class IceAgent:
         return IceParameters(conn.local_username, conn.local_password, cands)
 
     async def set_remote(self, direct: IceParameters | None, relay: IceParameters | None) -> None:
-        """Hand the peer's parameters to the matching connection; unmatched connections are closed."""
+        """Hand the peer's parameters to the matching connection; unmatched connections are closed.
+
+        Candidates this node must not send to (candidates.py: loopback, link-local, the overlay's
+        subnet, the deny list, ...) are left out, counted and logged."""
+        local = local_networks()
+        # An agent whose every candidate is loopback (aioice never gathers 127.0.0.1, and a TURN server's
+        # relayed address is never loopback) runs on one host with its peers: unit tests, not a node.
+        ours = [c.host for conn in (self.direct, self.relay) if conn is not None for c in conn.local_candidates]
+        one_host = bool(ours) and all(_is_loopback(host) for host in ours)
+        policy = CandidatePolicy(self._denied, tuple(self._excluded), allow_local=one_host)
         for conn, params in ((self.direct, direct), (self.relay, relay)):
             if conn is None:
                 continue
@@ -525,8 +584,11 @@ class IceAgent:
             conn.remote_username = params.ufrag
             conn.remote_password = params.pwd
             for cand in params.parsed_candidates():
-                if not self._is_excluded(cand.host):
-                    await conn.add_remote_candidate(cand)
+                drop = candidate_drop(cand.host, conn is self.relay, policy, local)
+                if drop is not None:
+                    self._candidate_dropped(drop, f"{cand.host} port {cand.port} ({cand.type})")
+                    continue
+                await conn.add_remote_candidate(cand)
             await conn.add_remote_candidate(None)
         if self.direct is None and self.relay is None:
             raise IceFailed("no usable ICE parameters in common with the peer")
@@ -623,9 +685,9 @@ class IceAgent:
         if path.connection is self.direct or path.connection is self.relay:
             self._drop(path.connection)
 
-    def rejected(self) -> collections.Counter[InboundReject]:
+    def rejected(self) -> collections.Counter[InboundReject | StunDrop]:
         """Datagrams the gates turned away, over both connections."""
-        total: collections.Counter[InboundReject] = collections.Counter()
+        total: collections.Counter[InboundReject | StunDrop] = collections.Counter()
         for gate in self._gates.values():
             total.update(gate.rejected)
         return total
@@ -741,6 +803,12 @@ class IceAgent:
         for protocol in conn._protocols:
             gate.guard(protocol)
         return gate
+
+    def _candidate_dropped(self, reason: CandidateDrop, candidate: str) -> None:
+        self.dropped_candidates[reason] += 1
+        sink = self._config.candidate_drops
+        if sink is not None:
+            sink.dropped(self._peer, reason, candidate)
 
     def _is_excluded(self, host: str) -> bool:
         return _in_networks(host, self._excluded)

@@ -22,8 +22,10 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
+from evio.tunnel.candidates import CandidateDrops
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.dtls import UNTRUSTED, TunnelCertificate
 from evio.tunnel.errors import OfferError, SetupError, SignalingFailed
@@ -66,7 +68,9 @@ class TunnelManager:
     ) -> None:
         """``transit``: the overlay's fast-path table (tunnel.transit), shared by its tunnels and the SDN controller."""
         self.node_id = node_id
-        self.config = config
+        self.dropped_candidates = CandidateDrops(clock)
+        """Peers' ICE candidates this node would not try (candidates.py), by reason, over all tunnels."""
+        self.config = self._counting(config)
         self.certificate = certificate
         self._signaling = signaling
         self._subscriber = on_event
@@ -105,9 +109,13 @@ class TunnelManager:
     def reconfigure(self, config: TunnelSettings) -> None:
         """Settings for tunnels made from now on; the tunnels that exist keep the ones they were made with,
         except the transit fast path, switched for all of them at once."""
-        self.config = config
+        self.config = self._counting(config)
         if self.transit is not None:
             self.transit.set_enabled(config.transit)
+
+    def _counting(self, config: TunnelSettings) -> TunnelSettings:
+        """``config`` with its ICE agents counting dropped candidates here (the count outlives a reload)."""
+        return replace(config, ice=replace(config.ice, candidate_drops=self.dropped_candidates))
 
     def get(self, peer: int) -> Tunnel | None:
         return self._tunnels.get(peer)

@@ -95,9 +95,13 @@ def write_certificate(path: Path, cert: x509.Certificate) -> None:
 
 
 def write_private_key(path: Path, key: CaKey) -> None:
-    """PKCS#8 PEM, created 0600 so the key is never readable by others, not even briefly."""
+    """PKCS#8 PEM, created 0600 so the key is never readable by others, not even briefly.
+
+    An existing file (`evio pki --force`) keeps its mode through O_CREAT, so it is made 0600
+    before the new key is written into it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as out:
+        os.fchmod(fd, 0o600)
         out.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
 
 

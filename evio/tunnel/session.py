@@ -287,7 +287,8 @@ class Tunnel:
         """Responder: gather and build the answer; ``start_responder`` then runs the tunnel."""
         try:
             cipher = choose_cipher(offer.ciphers, self.config.ciphers)
-            self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness)
+            self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness,
+                                 peer=self.peer)
             # An answer later than the peer waits for it is wasted: stretch no further than most of that.
             direct, relay = await self._ice.gather(self._patience_now(), 0.8 * self.config.signaling_timeout)
             if direct is None and relay is None:
@@ -324,7 +325,8 @@ class Tunnel:
             await self._teardown()
 
     async def _run_initiator(self, signaling: TunnelSignaling) -> None:
-        self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness)
+        self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness,
+                                 peer=self.peer)
         direct, relay = await self._ice.gather(self._patience_now())
         if direct is None and relay is None:
             raise SetupError("no local ICE candidates")

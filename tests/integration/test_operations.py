@@ -175,7 +175,7 @@ def test_the_operators_guide_from_bare_hosts_to_a_running_overlay(overlay: Overl
         overlay.join(name, hosts[name], tokens[name])
     try:
         wait_until_blocking(lambda: not overlay.all_pairs_ping(), RING_TIMEOUT, what="every pair of 3 pings")
-    except TimeoutError:
+    except AssertionError:
         pytest.fail(f"pairs not answering: {overlay.all_pairs_ping()}\n{overlay.diagnose()}")
     for name in names[:3]:
         assert hosts[name].run(_typed("evio status --check"), check=False).returncode == 0
@@ -199,8 +199,10 @@ def test_the_operators_guide_from_bare_hosts_to_a_running_overlay(overlay: Overl
 
     # One removed while all run: every other member cuts it off within 5 s.
     node3_id = _status(hosts["node3"])["node_id"]
+    # Timed from the command's start while it runs: on ejabberd it goes on deleting the account (several
+    # ejabberdctl calls, each an Erlang start) after the group change has cut the member off.
     removed_at = time.monotonic()
-    net.server.run(_typed(f"evio member remove NAME --overlay {OVERLAY}", NAME="node3"))
+    remove = net.server.spawn(_typed(f"evio member remove NAME --overlay {OVERLAY}", NAME="node3"))
 
     def cut_off() -> bool:
         for name in ("node1", "node2", "node4"):
@@ -210,7 +212,11 @@ def test_the_operators_guide_from_bare_hosts_to_a_running_overlay(overlay: Overl
 
     wait_until_blocking(cut_off, 30, what="every member has cut node3 off")
     cut = time.monotonic() - removed_at
-    print(f"[{xmpp}] node3 removed: cut off by every member {cut:.2f} s after `evio member remove`")
+    wait_until_blocking(lambda: not remove.alive(), 60, what="evio member remove to finish")
+    took = time.monotonic() - removed_at
+    assert remove.returncode == 0, remove.tail()
+    print(f"[{xmpp}] node3 removed: cut off by every member {cut:.2f} s after `evio member remove` started"
+          f" (the command took {took:.2f} s)")  # fmt: skip
     assert cut <= LINKED_WITHIN
     assert not _pings(hosts["node3"], overlay.addresses["node1"])
     check = hosts["node3"].run(_typed("evio status --check"), check=False)

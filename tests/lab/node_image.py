@@ -29,7 +29,6 @@ BUILD_TIMEOUT = 1800.0  # a cold build (debootstrap, apt, pip) takes minutes on 
 CONFIG_DIR = "/etc/evio"
 STATE_DIR = "/var/lib/evio"
 CA_NAME = "ca.crt"
-OVS_RUN_DIR = "/run/openvswitch"
 TEST_CONTAINER_PREFIX = "evio-test-"
 
 
@@ -94,8 +93,8 @@ class NodeContainer:
 
     The flags are docs/reference.md's: host networking (here: the node's namespace), NET_ADMIN and NET_RAW,
     /dev/net/tun, config and state as volumes. Open vSwitch runs inside the container, or, given
-    `host_ovs` (an OVS run directory: db.sock, pidfiles), is the host's, mounted at /run/openvswitch
-    with the host's PID namespace (evio checks that the pidfile's ovs-vswitchd runs) and SYS_PTRACE
+    `host_ovs` (an OVS run directory: db.sock, pidfiles), is the host's, mounted at the same path (OVS_RUNDIR;
+    deployed, /run/openvswitch at /run/openvswitch) with the host's PID namespace (evio checks that the pidfile's ovs-vswitchd runs) and SYS_PTRACE
     (evio raises the receive buffers of vswitchd's sockets, which it reaches through /proc/PID).
     """
 
@@ -115,8 +114,10 @@ class NodeContainer:
             "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "--device", "/dev/net/tun",
             "--volume", f"{self.config_dir}:{CONFIG_DIR}:ro", "--volume", f"{self.state_dir}:{STATE_DIR}",
             *(["--env", "EVIO_OVS=container"] if self.host_ovs is None else
-              ["--env", "EVIO_OVS=host", "--volume", f"{self.host_ovs}:{OVS_RUN_DIR}", "--pid", "host",
-               "--cap-add", "SYS_PTRACE"]),
+              # At the same path as outside: the bridge's controller is a Unix socket in the OVS run directory,
+              # and ovs-vswitchd (outside) opens the path the daemon (inside) names.
+              ["--env", "EVIO_OVS=host", "--env", f"OVS_RUNDIR={self.host_ovs}",
+               "--volume", f"{self.host_ovs}:{self.host_ovs}", "--pid", "host", "--cap-add", "SYS_PTRACE"]),
             # No systemd here to schedule the check: the test runs it with `podman healthcheck run`.
             "--health-interval", "disable",
             self.image.tag,

@@ -355,6 +355,20 @@ def test_long_distance_accepts_null_and_non_negative(value: int | None) -> None:
     assert config.overlays["ov1"].topology.long_distance == value
 
 
+def test_deny_candidates_are_networks_with_a_default_and_reach_the_tunnels() -> None:
+    from evio.tunnel.config import from_overlay_config
+
+    default = loads_config(json.dumps(minimal())).overlays["ov1"]
+    assert "169.254.0.0/16" in default.nat_traversal.deny_candidates
+    assert from_overlay_config(default).ice.deny_candidates == default.nat_traversal.deny_candidates
+    mine = ["10.20.0.0/16", "fd12::/16", "198.51.100.7"]
+    config = loads_config(json.dumps(with_changes("overlays.ov1.nat_traversal.deny_candidates", mine))).overlays["ov1"]
+    assert config.nat_traversal.deny_candidates == tuple(mine)
+    found = problems_of(with_changes("overlays.ov1.nat_traversal.deny_candidates", ["10.0.0.0/8", "10.1.2.3/8", "lan"]))
+    assert set(found) == {"$.overlays.ov1.nat_traversal.deny_candidates[1]", "$.overlays.ov1.nat_traversal.deny_candidates[2]"}
+    assert "host bits set" in found["$.overlays.ov1.nat_traversal.deny_candidates[1]"]
+
+
 def test_stun_port_range_is_checked() -> None:
     found = problems_of(with_changes("overlays.ov1.nat_traversal.stun", ["a:3478", "b:65536", "[::1]:0"]))
     assert set(found) == {"$.overlays.ov1.nat_traversal.stun[1]", "$.overlays.ov1.nat_traversal.stun[2]"}

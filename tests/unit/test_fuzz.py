@@ -23,6 +23,23 @@ async def test_no_target_raises_on_mutated_input() -> None:
             assert not result.unexpected, (name, {k: result.examples[k][1] for k in result.unexpected})
 
 
+def test_a_rust_panic_crossing_into_python_counts_as_unexpected() -> None:
+    # pyo3 raises a panic as pyo3_runtime.PanicException, a BaseException: `except Exception` misses it.
+    from evio.testing.fuzz import Target
+
+    class PanicException(BaseException):
+        pass
+
+    def check(data: bytes) -> str | None:
+        if data[:1] == b"p":
+            raise PanicException("index out of bounds")
+        return None
+
+    result = run_target(Target("panics", [b"p", b"q"], check), 200, seed=1)
+    assert result.unexpected and all(key.startswith("PanicException") for key in result.unexpected)
+    assert result.accepted + sum(result.unexpected.values()) == 200
+
+
 @pytest.mark.parametrize("name", ["offer"])
 async def test_the_offer_that_raised_type_error_is_now_refused(name: str) -> None:
     # issue 9: "ciphers":[{}] made TunnelOffer.from_body raise TypeError.

@@ -88,3 +88,9 @@ def test_no_merge_conflict_markers() -> None:
             if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "=======":
                 found.append(f"{name}:{number}: {line}")
     assert not found, "merge conflict markers:\n" + "\n".join(found)
+
+
+def test_test_modules_have_unique_names_across_tiers() -> None:
+    """The tiers have no __init__.py: two test files of one name stop `pytest tests` at collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -98,3 +98,16 @@ def test_families_of_a_link_without_a_tunnel_carry_no_counters() -> None:
     buckets = [(s.labels["le"], s.value) for s in by_name["evio_tunnel_setup_seconds"].samples if "le" in s.labels]
     assert buckets == [("0.1", 1), ("1.0", 1), ("+Inf", 3)]
     assert [(s.labels["reason"], s.value) for s in by_name["evio_switch_drops"].samples] == [("hop_limit", 4)]
+
+
+def test_dropped_candidates_and_strangers_stun_are_counted_in_metrics() -> None:
+    status = {"node_id": "ab" * 16, "uptime": 1.0, "overlays": {"ov1": {
+        "links": [{"peer": "cd" * 16, "type": "successor", "state": "up", "tunnel_state": "up",
+                   "drops": {"stun-unknown-user": 7}}],
+        "tunnels": {"up": 1, "down": 0, "setup_seconds": {"bounds": [0.1], "counts": [0, 0], "sum": 0.0, "count": 0}},
+        "candidates_dropped": {"link-local": 2, "loopback": 1},
+    }}}
+    by_name = {family.name: family for family in families(status)}
+    assert [(s.labels["reason"], s.value) for s in by_name["evio_tunnel_candidates_dropped"].samples] == [
+        ("link-local", 2), ("loopback", 1)]
+    assert [(s.labels["reason"], s.value) for s in by_name["evio_tunnel_drops"].samples] == [("stun-unknown-user", 7)]

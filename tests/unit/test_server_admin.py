@@ -6,6 +6,7 @@ answers as prosody 0.12's shell does. Real servers: tests/integration/test_serve
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import shutil
 import sqlite3
@@ -169,3 +170,35 @@ def test_turn_admin_from_settings_uses_the_realm() -> None:
     settings = ServerSettings(domain=DOMAIN, xmpp="prosody", address="192.0.2.1", turn_realm="turn.example.net")
     admin = turn_admin(settings)
     assert admin.realm == "turn.example.net" and admin.db == Path("/var/lib/turn/turndb")
+
+
+def test_deliver_sends_one_element_to_every_online_session_of_the_group(prosody: ProsodyAdmin, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """What `evio member remove` uses to hand a revocation list to the online members (issue 21, M2)."""
+    prosody.add_to_group("n1", "ov1")
+    prosody.add_to_group("n2", "ov1")
+    monkeypatch.setenv("FAKE_REPLY", "| Result: sent 3")
+    assert prosody.deliver("ov1", "urn:x-evio:identity:1", "identity", '{"v":1,"a":"]] \\" \\n"}') == 3
+    line = _sent(prosody)[-1]
+    assert f'ipairs({{ "n1@{DOMAIN}", "n2@{DOMAIN}" }})' in line and 'xmlns = "urn:x-evio:identity:1"' in line
+    if shutil.which("luac"):
+        chunk = tmp_path / "deliver.lua"
+        chunk.write_text(line[1:])
+        done = subprocess.run(["luac", "-p", str(chunk)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{line}\n{done.stderr}"
+    log = tmp_path / "ctl.log"
+    script = tmp_path / "fake_ejabberdctl.py"
+    script.write_text(f"""\
+import sys
+with open({str(log)!r}, "a") as f:
+    f.write(repr(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "connected_users":
+    print("n1@{DOMAIN}/r1\\nn1@{DOMAIN}/r2\\nn9@{DOMAIN}/r")
+if sys.argv[1] == "srg_get_members":
+    print("n1@{DOMAIN}\\nn2@{DOMAIN}")
+""")
+    admin = EjabberdAdmin(DOMAIN, [sys.executable, str(script)])
+    assert admin.deliver("ov1", "urn:x-evio:identity:1", "identity", '{"a":"<&>"}') == 2
+    sent = [ast.literal_eval(row) for row in log.read_text().splitlines() if "send_stanza" in row]
+    assert [row[2] for row in sent] == [f"n1@{DOMAIN}/r1", f"n1@{DOMAIN}/r2"]
+    assert sent[0][3].endswith('<identity xmlns="urn:x-evio:identity:1">{"a":"&lt;&amp;&gt;"}</identity></message>')

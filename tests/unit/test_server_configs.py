@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shutil
 import subprocess
@@ -72,6 +73,32 @@ def test_coturn_config_denies_private_peers_and_uses_long_term_credentials() -> 
                        "fc00::-fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
                        "fe80::-febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff"):  # fmt: skip
         assert cidr_range in denied
+
+
+# What a member's relay candidate may point the TURN server at, and a node never tries itself (issue 21 M3:
+# evio.tunnel.candidates), besides the private networks: the coturn `init` writes refuses to relay there too.
+# "::" is left out: coturn takes a denied range at the unspecified address as every address.
+NEVER_RELAYED = ("0.0.0.0", "0.1.2.3", "127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1", "169.254.169.254",
+                 "fe80::1", "224.0.0.251", "239.255.255.250", "ff02::1", "255.255.255.255", "10.1.2.3", "172.16.0.1",
+                 "192.168.1.255", "100.64.0.1", "100.100.100.200", "fd00:ec2::254", "fc00::1")
+
+
+def _denied(address: str, ranges: list[str]) -> bool:
+    ip = ipaddress.ip_address(address)
+    for text in ranges:
+        low, _, high = text.partition("-")
+        first, last = ipaddress.ip_address(low), ipaddress.ip_address(high or low)
+        if first.version == ip.version and first <= ip <= last:  # type: ignore[operator]
+            return True
+    return False
+
+
+def test_coturn_refuses_to_relay_wherever_a_node_would_not_send_itself() -> None:
+    text = configs.coturn_config(realm=DOMAIN, userdb="/var/lib/turn/turndb")
+    ranges = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith("denied-peer-ip=")]
+    assert [a for a in NEVER_RELAYED if not _denied(a, ranges)] == []
+    assert not _denied("203.0.113.7", ranges) and not _denied("2001:db8::7", ranges)  # public peers are relayed
+    assert "::" not in ranges  # coturn would refuse every peer
 
 
 @pytest.mark.skipif(shutil.which("turnserver") is None, reason="coturn is not installed")

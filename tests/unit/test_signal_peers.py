@@ -80,7 +80,7 @@ def test_claim_changes_node_id() -> None:
     assert gone.events == [PeerRemoved("ov1", 2, "a@x.test/r", RemovalCause.LEFT)]
 
 
-def test_conflict_incumbent_keeps_then_challenger_takes_over() -> None:
+def test_conflict_the_id_stays_bound_to_its_account_while_it_is_a_member() -> None:
     t = table_with(("a@x.test", frozenset({"ov1"})), ("b@x.test", frozenset({"ov1"})))
     t.on_available("a@x.test/r", ann(("ov1", 1)))
     clash = t.on_available("b@x.test/r", ann(("ov1", 1)))
@@ -88,14 +88,19 @@ def test_conflict_incumbent_keeps_then_challenger_takes_over() -> None:
     assert [(r.jid, r.reason) for r in clash.refused] == [("b@x.test/r", DropReason.NODE_ID_CONFLICT)]
     assert t.jid_of("ov1", 1) == "a@x.test/r"
     assert t.node_of("ov1", "b@x.test/r") is None  # so its messages are refused
-    handover = t.on_unavailable("a@x.test/r")
+    # The holder leaving does not hand the id over (issue 21 H2): it stays bound to a's account.
+    gone = t.on_unavailable("a@x.test/r")
+    assert gone.events == [PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.LEFT)]
+    assert t.jid_of("ov1", 1) is None and t.bound_account("ov1", 1) == "a@x.test"
+    back = t.on_available("a@x.test/r2", ann(("ov1", 1)))
+    assert back.events == [PeerAdded("ov1", 1, "a@x.test/r2")] and back.refused == []
+    # Once a is no longer a member, the id is free: the waiting claim takes it.
+    handover = t.set_membership("a@x.test", frozenset())
     assert handover.events == [
-        PeerRemoved("ov1", 1, "a@x.test/r", RemovalCause.REPLACED),
+        PeerRemoved("ov1", 1, "a@x.test/r2", RemovalCause.MEMBERSHIP_REVOKED),  # its tunnels close
         PeerAdded("ov1", 1, "b@x.test/r"),
     ]
-    # The old holder returning does not take the id back.
-    back = t.on_available("a@x.test/r2", ann(("ov1", 1)))
-    assert back.events == [] and back.refused[0].reason is DropReason.NODE_ID_CONFLICT
+    assert t.bound_account("ov1", 1) == "b@x.test"
 
 
 def test_conflict_order_does_not_depend_on_account_names() -> None:
