@@ -1,7 +1,8 @@
 """The unicast flows one switch installed, by the port they enter by, at most `max_per_port` each.
 
 Pure bookkeeping beside `BoundedFloodSwitch` (docs/design.md, "A switch bounded per port"). A flow
-`(in_port, eth_src, eth_dst) -> out_port` is installed on behalf of `in_port`: a peer sending from
+`(in_port, eth_src, eth_dst) -> out_port` is installed on behalf of `in_port` (and its reverse,
+installed with it, on behalf of the same port): a peer sending from
 invented sources, or to every MAC it knows, makes one per pair, and once installed the switch
 refreshes it without asking the controller. So the book caps each port's flows: adding one more
 to a full port hands back that port's oldest flow to delete; no other port's flows are touched.
@@ -24,34 +25,43 @@ class FlowBook:
         if max_per_port < 1:
             raise ValueError(f"max_per_port must be at least 1, got {max_per_port}")
         self.max_per_port = max_per_port
-        self._by_in_port: dict[int, dict[FlowMatch, int]] = {}  # in_port -> {match: out_port}, oldest first
+        self._by_port: dict[int, dict[FlowMatch, int]] = {}  # port charged -> {match: out_port}, oldest first
+        self._charged: dict[FlowMatch, int] = {}  # match -> the port it was installed on behalf of
+        self._by_in_port: dict[int, set[FlowMatch]] = {}
         self._by_out_port: dict[int, set[FlowMatch]] = {}
         self._by_src: dict[str, set[FlowMatch]] = {}
         self._by_dst: dict[str, set[FlowMatch]] = {}
 
     def __len__(self) -> int:
-        return sum(len(flows) for flows in self._by_in_port.values())
+        return len(self._charged)
 
-    def count(self, in_port: int) -> int:
-        return len(self._by_in_port.get(in_port, ()))
+    def count(self, port: int) -> int:
+        """The flows installed on behalf of `port`."""
+        return len(self._by_port.get(port, ()))
 
-    def add(self, match: FlowMatch, out_port: int) -> list[FlowMatch]:
-        """Book a flow being installed; the flows to delete to keep its port within the cap (oldest first)."""
-        flows = self._by_in_port.setdefault(match.in_port, {})
-        old_out = flows.get(match)
-        if old_out == out_port:
+    def add(self, match: FlowMatch, out_port: int, charged_to: int | None = None) -> list[FlowMatch]:
+        """Book a flow being installed, on behalf of `charged_to` (its own in_port unless given: the reverse
+        of a flow is installed on behalf of the port whose frame caused both); the flows to delete to keep
+        that port within the cap (oldest first)."""
+        port = match.in_port if charged_to is None else charged_to
+        current = self._charged.get(match)
+        if current is not None and self._by_port[current].get(match) == out_port:
+            flows = self._by_port[current]
             del flows[match]  # installed again the same way: now the newest
             flows[match] = out_port
             return []
-        if old_out is not None:
+        if current is not None:
             self.discard(match)  # installed again leading elsewhere
-            flows = self._by_in_port.setdefault(match.in_port, {})
+        flows = self._by_port.setdefault(port, {})
         evicted: list[FlowMatch] = []
         while len(flows) >= self.max_per_port:
             oldest = next(iter(flows))
             self.discard(oldest)
             evicted.append(oldest)
+        flows = self._by_port.setdefault(port, {})
         flows[match] = out_port
+        self._charged[match] = port
+        self._by_in_port.setdefault(match.in_port, set()).add(match)
         self._by_out_port.setdefault(out_port, set()).add(match)
         self._by_src.setdefault(match.eth_src, set()).add(match)
         self._by_dst.setdefault(match.eth_dst, set()).add(match)
@@ -59,12 +69,14 @@ class FlowBook:
 
     def discard(self, match: FlowMatch) -> None:
         """The flow went (deleted, or removed by the switch)."""
-        flows = self._by_in_port.get(match.in_port)
-        if flows is None or match not in flows:
+        port = self._charged.pop(match, None)
+        if port is None:
             return
+        flows = self._by_port[port]
         out_port = flows.pop(match)
         if not flows:
-            del self._by_in_port[match.in_port]
+            del self._by_port[port]
+        _discard(self._by_in_port, match.in_port, match)
         _discard(self._by_out_port, out_port, match)
         _discard(self._by_src, match.eth_src, match)
         _discard(self._by_dst, match.eth_dst, match)

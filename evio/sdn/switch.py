@@ -427,11 +427,20 @@ class BoundedFloodSwitch:
         # The frames first: the switch handles messages in order, so a PacketOut sent after the
         # FlowMod would wait for the flow's install; the frames need no flow to leave.
         outs: list[FlowAction] = [PacketOut(out_port, frame) for frame in self._fit(data, self.max_frame_len)]
-        evicted = self.flows.add(match, out_port)  # its port's oldest, if it had its fill
+        outs += self._add_flow(match, out_port, in_port, now)
+        # The way back at once (issue 25: the first packet of a flow): the source was just heard on in_port,
+        # so the answer needs no packet-in of its own. Booked on behalf of in_port, whose frame caused it.
+        source = self.learning.lookup(eth.src, now)
+        if source is not None and source.port == in_port and out_port in self.ports:
+            outs += self._add_flow(FlowMatch(out_port, eth.dst, eth.src), in_port, in_port, now)
+        return outs
+
+    def _add_flow(self, match: FlowMatch, out_port: int, charged_to: int, now: float) -> list[FlowAction]:
+        evicted = self.flows.add(match, out_port, charged_to)  # that port's oldest, if it had its fill
         self.flows_evicted += len(evicted)
-        outs += [DeleteFlow(old) for old in evicted]
-        return outs + [AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout,
-                               counted=self._counted(in_port, eth, out_port, now))]
+        counted = self._counted(match.in_port, _Frame(match.eth_dst, match.eth_src, 0), out_port, now)
+        return [*(DeleteFlow(old) for old in evicted),
+                AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout, counted=counted)]
 
     def _counted(self, in_port: int, eth: _Frame, out_port: int, now: float) -> bool:
         """Whether on-demand links count the flow's bytes: a local host's traffic with a remote one whose root

@@ -389,7 +389,8 @@ def test_a_packet_in_is_handled_in_the_thread_that_read_it_unless_that_switch_ha
 
     app._send_event(packet_in_event(dp, ofp.OFPP_LOCAL, eth(H2, H1)), MAIN_DISPATCHER)
     assert app.packet_ins_inline == 1 and app.events.qsize() == 0
-    assert [type(m).__name__ for m in dp.sent] == ["OFPPacketOut", "OFPFlowMod"]
+    # The frame, its flow and the flow back (the source was just heard on that port).
+    assert [type(m).__name__ for m in dp.sent] == ["OFPPacketOut", "OFPFlowMod", "OFPFlowMod"]
 
     # A port change of the same switch still queued: the packet-in waits behind it, so order holds.
     status = ofp_event.EventOFPPortStatus(_Msg(datapath=dp, reason=ofp.OFPPR_DELETE,
