@@ -67,8 +67,8 @@ from slixmpp.xmlstream import ElementBase, register_stanza_plugin
 from slixmpp.xmlstream.handler import Callback
 from slixmpp.xmlstream.matcher import StanzaPath
 
+from evio.backoff import backoff_delay
 from evio.signal import identity, protocol
-from evio.signal.backoff import reconnect_delay
 from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
@@ -280,7 +280,7 @@ class SignalClient(SignalEndpoint):
                 if self._relogin_now:
                     self._relogin_now = False
                     continue  # a membership check: the server is fine, log in again at once
-                delay = reconnect_delay(attempt, self._rng, self.settings.reconnect_base, self.settings.reconnect_cap)
+                delay = backoff_delay(attempt, self._rng, self.settings.reconnect_base, self.settings.reconnect_cap)
                 # A failed login was logged with its step (once per change); its retries are not news.
                 log.log(logging.INFO if was_up else logging.DEBUG, "signal %s: reconnecting in %.2f s (attempt %d)",
                         self.settings.jid, delay, attempt)
