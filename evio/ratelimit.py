@@ -89,7 +89,12 @@ class PeerRateLimiter(Generic[K]):
 class LogLimiter(Generic[K]):
     """Says when a line about `peer` is worth logging: at most once per `interval` seconds each.
 
-    Bounded like `PeerRateLimiter`: when full, the peer logged longest ago is forgotten.
+    Bad input is counted every time but logged this way, so a noisy or hostile
+    peer cannot flood the log. The table is bounded: when it is full, peers
+    logged more than `interval` ago are forgotten, and while it is still full
+    of recent ones a new peer is not logged (quiet rather than unbounded, and
+    no flood of new sources can make a recent one log again). One line for
+    the whole process or object, not per peer: key `None`.
     """
 
     def __init__(self, interval: float = 60.0, max_peers: int = 4096) -> None:
@@ -101,8 +106,12 @@ class LogLimiter(Generic[K]):
         last = self._last.get(peer)
         if last is not None and now - last < self.interval:
             return False
+        if last is None and len(self._last) >= self._max_peers:
+            # Logged longest ago first: forget those of earlier intervals.
+            while self._last and now - next(iter(self._last.values())) >= self.interval:
+                self._last.popitem(last=False)
+            if len(self._last) >= self._max_peers:
+                return False
         self._last.pop(peer, None)
-        self._last[peer] = now
-        while len(self._last) > self._max_peers:
-            self._last.popitem(last=False)
+        self._last[peer] = now  # most recently logged last
         return True

@@ -64,6 +64,7 @@ from evio.overlay.orchestrator import (
     SendRelease,
     Timings,
 )
+from evio.ratelimit import LogLimiter
 from evio.signal.errors import ErrorReason, HandlerBadRequest, HandlerRejected, RequestError, SignalError
 from evio.signal.events import Connected, Disconnected, PeerAdded, PeerRemoved, Subscription
 from evio.signal.interface import Signaling
@@ -167,7 +168,7 @@ class OverlayController:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: Timer | None = None
         self.malformed: Counter[int] = Counter()  # negotiation bodies from a peer we could not read
-        self._malformed_logged: dict[int, float] = {}
+        self._malformed_log = LogLimiter[int](MALFORMED_LOG_INTERVAL)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -461,10 +462,7 @@ class OverlayController:
 
     def _count_malformed(self, peer: int, exc: NegotiationError) -> None:
         self.malformed[peer] += 1
-        now = self._clock.now()
-        last = self._malformed_logged.get(peer)
-        if last is None or now - last >= MALFORMED_LOG_INTERVAL:
-            self._malformed_logged[peer] = now
+        if self._malformed_log.should_log(peer, self._clock.now()):
             log.warning(
                 "overlay %s malformed negotiation from peer=%032x (%s so far): %s",
                 self.overlay, peer, self.malformed[peer], exc,

@@ -60,6 +60,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evio.ratelimit import LogLimiter
 from evio.sdn.boundary import (
     AttachOverlay,
     ControllerChannel,
@@ -295,7 +296,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
         self._stopping = threading.Event()
         self.handler_errors = 0
         self.refused_switches = 0
-        self._refusal_logged = float("-inf")
+        self._refusal_log = LogLimiter[None](REFUSAL_LOG_INTERVAL)  # one line for every refused switch
         # Held by every handler, in whichever thread it runs (see the module docstring).
         self._lock = threading.RLock()
         self._fast_ticks = True  # the pace the ticker chose last; a packet-in while slow wakes it
@@ -471,8 +472,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
         """Close a connection that may not control a bridge; whatever is connected stays."""
         self.refused_switches += 1
         now = self.config.clock()
-        if now - self._refusal_logged >= REFUSAL_LOG_INTERVAL:
-            self._refusal_logged = now
+        if self._refusal_log.should_log(None, now):
             log.warning("switch connection refused dpid=%016x address=%s reason=%s (refused so far: %d)",
                         dp.id or 0, getattr(dp, "address", None), reason, self.refused_switches)
         with contextlib.suppress(OSError):

@@ -263,7 +263,7 @@ class BoundedFloodSwitch:
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
-        self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
+        self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
         self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
 
@@ -529,9 +529,7 @@ class BoundedFloodSwitch:
                 return self._unknown_type(port, ingress, now)
             self.drops[Drop.MALFORMED_FRB] += 1
             self.frb_parse_errors[err.reason] += 1
-            last = self._bad_input_logged.get(ingress)
-            if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
-                self._bad_input_logged[ingress] = now
+            if self._bad_input_logged.should_log(ingress, now):
                 log.warning("malformed FRB dropped peer=%s port=%s reason=%s (dropped so far: %d)",
                             format_node_id(ingress), port.port_no, err.reason.name, self.drops[Drop.MALFORMED_FRB])
             return []
@@ -588,9 +586,7 @@ class BoundedFloodSwitch:
     def _unknown_type(self, port: SwitchPort, ingress: int, now: float) -> list[FlowAction]:
         """A newer node's FRB type: not ours to read nor to forward; counted apart from malformed ones."""
         self.drops[Drop.UNKNOWN_FRB_TYPE] += 1
-        last = self._bad_input_logged.get(ingress)
-        if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
-            self._bad_input_logged[ingress] = now
+        if self._bad_input_logged.should_log(ingress, now):
             log.info("FRB of an unknown type ignored peer=%s port=%s (a newer release's; ignored so far: %d)",
                      format_node_id(ingress), port.port_no, self.drops[Drop.UNKNOWN_FRB_TYPE])
         return []

@@ -45,6 +45,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 
 from evio.config.model import Cipher
+from evio.ratelimit import LogLimiter
 from evio.tunnel.buffers import release, zeroed
 from evio.tunnel.datapath import ControlHandler, DatapathStats, DropReason, Underlay
 from evio.tunnel.errors import RecordError, UnknownControlError
@@ -160,7 +161,7 @@ class FdDatapath:
         self._rx: _RxEpoch | None = None
         self._rx_prev: _RxEpoch | None = None
         self._rx_next: _RxEpoch | None = None
-        self._owner_failure_logged = float("-inf")
+        self._owner_failure_log = LogLimiter[None](_OWNER_FAILURE_LOG_INTERVAL)
         self._want_gro = gro
         self._gro = False
         self._vnet = False
@@ -932,8 +933,7 @@ class FdDatapath:
         except Exception:
             self._drops[DropReason.OWNER_FAILED] += 1
             now = self._loop.time() if self._loop is not None else 0.0
-            if now - self._owner_failure_logged >= _OWNER_FAILURE_LOG_INTERVAL:
-                self._owner_failure_logged = now
+            if self._owner_failure_log.should_log(None, now):
                 logger.warning("tunnel datagram owner failed (%d so far)", self._drops[DropReason.OWNER_FAILED], exc_info=True)
 
     def _open_slow(self, record: memoryview | bytes, n: int) -> bool:

@@ -74,7 +74,7 @@ import aioice.stun
 from aioice import Candidate, Connection, TransportPolicy
 
 from evio.config.model import NatTraversalConfig, TurnServer
-from evio.ratelimit import PeerRateLimiter, Rate
+from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.tunnel.candidates import CandidateDrop, CandidateDrops, CandidatePolicy, candidate_drop, local_networks
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
@@ -198,7 +198,7 @@ class InboundGate:
         self._connection = connection
         self._label = label
         self._clock = clock
-        self._last_log = float("-inf")
+        self._reject_log = LogLimiter[None](_REJECT_LOG_INTERVAL)
         self.selected: tuple[str, int] | None = None
         self.first_source: tuple[aioice.ice.StunProtocol, tuple[str, int]] | None = None
         """Where the first datagram that is not STUN came from (the controlled side follows it)."""
@@ -286,9 +286,7 @@ class InboundGate:
 
     def _reject(self, reason: InboundReject | StunDrop, addr: tuple[Any, ...], exc_info: bool = False) -> None:
         self.rejected[reason] += 1
-        now = self._clock()
-        if now - self._last_log >= _REJECT_LOG_INTERVAL:
-            self._last_log = now
+        if self._reject_log.should_log(None, self._clock()):
             logger.info(
                 "tunnel ice %s: datagram from %s dropped (%s; %d so far)",
                 self._label, addr, reason.value, self.rejected[reason], exc_info=exc_info,
@@ -359,7 +357,7 @@ GATHER_FAILED: collections.Counter[str] = collections.Counter()
 """aioice's candidate queries (``srflx``: STUN, ``relay``: a TURN allocation) that failed, by kind (process-wide)."""
 
 _QUERY_LOG_INTERVAL = 10.0
-_query_logged = [float("-inf")]
+_query_log = LogLimiter[None](_QUERY_LOG_INTERVAL)
 
 # The query tasks of the agent whose gathering is running (as `_gathering_excludes`): aioice starts
 # each query as a task of its own and, when its gathering is cancelled (our deadline), leaves them
@@ -377,9 +375,7 @@ def _query_done(kind: str, task: asyncio.Task[Any]) -> None:
     if exc is None:
         return
     GATHER_FAILED[kind] += 1
-    now = time.monotonic()
-    if now - _query_logged[0] >= _QUERY_LOG_INTERVAL:
-        _query_logged[0] = now
+    if _query_log.should_log(None, time.monotonic()):
         logger.info("tunnel ice %s candidate query failed: %s (%d %s failures so far)",
                     kind, exc or type(exc).__name__, GATHER_FAILED[kind], kind)
 
