@@ -72,7 +72,7 @@ class SystemPlatform:
         return SignalClient(settings, rng=self.rng)
 
     def sdn_controller(self) -> SdnController:
-        from evio.node.preflight import ovs_run_dir
+        from evio.bridge.ovs_paths import ovs_run_dir
 
         # Only the ovs-vswitchd the bridges are made on may connect (OVS_RUNDIR, as ovs-vsctl finds it).
         return OskenController(self.controller_socket, switch_run_dir=ovs_run_dir())

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from evio.bridge.ovs_paths import DEFAULT_OVS_RUN_DIR
 from evio.cli import main as cli_main
 from evio.config.model import (
     BridgeConfig,
@@ -100,7 +101,7 @@ class FakeProbe:
         self.files = {pf.TUN_DEVICE}
         self.results: dict[str, tuple[int, str]] = {}
         self.broken_modules: dict[str, str] = {}
-        self.texts = {Path(pf.DEFAULT_OVS_RUN_DIR) / "ovs-vswitchd.pid": "4242\n", Path("/proc/4242/comm"): "ovs-vswitchd\n"}
+        self.texts = {DEFAULT_OVS_RUN_DIR / "ovs-vswitchd.pid": "4242\n", Path("/proc/4242/comm"): "ovs-vswitchd\n"}
         self.ran: list[list[str]] = []
         self.__dict__.update(changes)
 
