@@ -56,6 +56,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -666,13 +667,13 @@ def _config_target(stack: ExitStack) -> Target:
 
     base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="evio-fuzz-")))
     (base / "password").write_text("secret\n")
-    example = Path(__file__).resolve().parents[2] / "config" / "evio.example.jsonc"
+    example = resources.files("evio.config").joinpath("example.jsonc")  # the one `evio config example` prints
     minimal = {
         "overlays": {"ov1": {"signal": {"jid": "n1@overlay.test", "server": "127.0.0.1", "password_file": "password"},
                              "bridge": {"address": "10.10.0.1/24"}}},
     }
     texts = [json.dumps(minimal)]
-    if example.exists():
+    if example.is_file():
         texts.append(example.read_text(encoding="utf-8"))
     docs = []
     for text in texts:
