@@ -25,7 +25,7 @@ switch are still queued (a port change, say) does a packet-in wait its turn
 behind them, so the switch's events keep their order.
 
 Only our own ovs-vswitchd may connect (`ControllerConfig.peer_check`, see
-switch_peer.py): datapath ids are predictable, and without the check any
+vswitchd_peer_check.py): datapath ids are predictable, and without the check any
 local process could connect with a bridge's id and take the bridge over.
 A refused connection is closed before it is registered; the bridge that is
 connected stays.
