@@ -158,8 +158,8 @@ class NatTraversalConfig:
 class OnDemandConfig:
     enabled: bool = True
     max_links: int = 4
-    threshold_bytes_per_s: float = 1_000_000
-    idle_timeout: float = 60
+    threshold_bytes_per_s: float = 1_000_000.0
+    idle_timeout: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ class BridgeConfig:
 class TunnelConfig:
     cipher: Cipher = Cipher.AES_256_GCM
     keepalive: float = 1.5  # the tunnel uses min(keepalive, dead_after / 3)
-    dead_after: float = 5
+    dead_after: float = 5.0
     offload: bool = True  # TAP offloads (vnet header, GRO) where the kernel has them; false: one frame per read/write
     tso: bool = False  # with offload: the TAP hands over unsegmented TCP, cut into records by the daemon
     # native: the per-frame loops in Rust (evio_native, built by scripts/bootstrap with cargo); python:
