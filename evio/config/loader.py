@@ -12,6 +12,7 @@ Only a document with no problems becomes a `Config`.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import json
@@ -41,6 +42,7 @@ from evio.config.model import (
     OverlayConfig,
     SignalConfig,
     TurnServer,
+    bridge_mtu_problem,
     default_bridge_name,
     split_host_port,
 )
@@ -441,7 +443,7 @@ def _turn_problems(turn: Any, at: tuple[str | int, ...], base_dir: Path) -> Iter
             yield Problem(json_path((*at, index, "password_file")), reason)
 
 
-def _address_problems(text: str, mtu: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
+def _address_problems(text: str, at: tuple[str | int, ...]) -> Iterator[Problem]:
     try:
         address: InterfaceAddress = ipaddress.ip_interface(text)
     except ValueError as exc:
@@ -456,8 +458,19 @@ def _address_problems(text: str, mtu: Any, at: tuple[str | int, ...]) -> Iterato
         yield Problem(json_path(at), f"{ip} is the network address of {network}, not a host address")
     elif not point_to_point and isinstance(network, ipaddress.IPv4Network) and ip == network.broadcast_address:
         yield Problem(json_path(at), f"{ip} is the broadcast address of {network}, not a host address")
-    if address.version == 6 and isinstance(mtu, int) and mtu < 1280:
-        yield Problem(json_path((*at[:-1], "mtu")), f"{mtu} is below 1280, the minimum MTU of IPv6 (bridge has an IPv6 address)")
+
+
+def _mtu_problems(bridge: Mapping[str, Any], at: tuple[str | int, ...]) -> Iterator[Problem]:
+    mtu = bridge.get("mtu")
+    if isinstance(mtu, bool) or not isinstance(mtu, int | float) or mtu != int(mtu):
+        return  # none, or the schema's to report
+    ipv6 = False
+    for key, parse in (("address", ipaddress.ip_interface), ("address_pool", ipaddress.ip_network)):
+        text = _text(bridge.get(key))
+        with contextlib.suppress(ValueError):  # a bad one is reported as such
+            ipv6 |= text is not None and parse(text).version == 6
+    if (why := bridge_mtu_problem(int(mtu), ipv6)) is not None:
+        yield Problem(json_path((*at, "mtu")), why)
 
 
 def _bridge_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
@@ -466,6 +479,7 @@ def _bridge_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
     for overlay_id, overlay in overlays.items():
         bridge = _dict(_dict(overlay).get("bridge"))
         at = ("overlays", overlay_id, "bridge")
+        yield from _mtu_problems(bridge, at)
         name = _text(bridge.get("name"))
         if name is None and "name" not in bridge:
             name = default_bridge_name(overlay_id)
@@ -490,13 +504,10 @@ def _bridge_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
                 yield Problem(json_path((*at, key)), reason)
                 continue
             network = ipaddress.ip_network(pool_text)
-            if network.version == 6 and isinstance(bridge.get("mtu"), int) and bridge["mtu"] < 1280:
-                yield Problem(json_path((*at, "mtu")), f"{bridge['mtu']} is below 1280, the minimum MTU of IPv6 "
-                              "(bridge has an IPv6 address)")
         elif address_text is None:
             continue
         else:
-            problems = list(_address_problems(address_text, bridge.get("mtu"), (*at, "address")))
+            problems = list(_address_problems(address_text, (*at, "address")))
             yield from problems
             if problems:
                 continue

@@ -9,6 +9,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from evio.config import loader, model
 from evio.config.loader import loads_config
 
@@ -67,3 +69,21 @@ def test_given_values_take_the_fields_types_and_left_out_ones_the_models_default
     assert overlay.tunnel == model.TunnelConfig(cipher=model.Cipher.CHACHA20_POLY1305, dead_after=9.0)
     assert overlay.limits == model.LimitsConfig() and overlay.trust is None
     assert config.logging == model.LoggingConfig() and config.metrics == model.MetricsConfig()
+
+
+def test_the_configs_tunnel_mtu_is_the_tunnels() -> None:
+    from evio.tunnel.config import TunnelSettings, from_overlay_config
+    from evio.tunnel.mtu import tap_mtu
+
+    assert TunnelSettings().underlay_mtu == model.UNDERLAY_MTU
+    assert tap_mtu(model.UNDERLAY_MTU) == model.TUNNEL_MTU
+    config = loads_config(json.dumps({"overlays": {"ov1": {"signal": {"jid": "n@x.test", "password": "pw"}}}}))
+    assert from_overlay_config(config.overlays["ov1"]).tap_mtu == model.TUNNEL_MTU == config.overlays["ov1"].bridge.effective_mtu
+
+
+def test_a_bridge_built_in_code_is_held_to_the_same_mtu_rule() -> None:
+    with pytest.raises(ValueError, match="1429 is above the tunnels' MTU 1428"):
+        model.BridgeConfig("br0", mtu=1429)
+    with pytest.raises(ValueError, match="1200 is below 1280"):
+        model.BridgeConfig("br0", address_pool=ipaddress.ip_network("fd00::/64"), mtu=1200)
+    assert model.BridgeConfig("br0", mtu=1200).effective_mtu == 1200
