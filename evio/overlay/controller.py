@@ -72,6 +72,7 @@ from evio.signal.protocol import Body
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelUp
 
 _Answer = TypeVar("_Answer")
+_Request = TypeVar("_Request")
 
 __all__ = [
     "AdjacencyEvent",
@@ -300,14 +301,18 @@ class OverlayController:
 
     # -- negotiation served to peers ---------------------------------------------------------
 
-    async def _on_link_request(self, overlay: str, peer: int, body: Body) -> Body:
+    def _decoded(self, overlay: str, peer: int, body: Body, decode: Callable[[Body], _Request]) -> _Request:
+        """A peer's request for this overlay; refused (and counted, if malformed) otherwise."""
         if overlay != self.overlay:
             raise HandlerRejected(f"overlay {overlay} is not served here")
         try:
-            request = decode_link_request(body)
+            return decode(body)
         except NegotiationError as exc:
             self._count_malformed(peer, exc)
             raise HandlerBadRequest(str(exc)) from exc
+
+    async def _on_link_request(self, overlay: str, peer: int, body: Body) -> Body:
+        request = self._decoded(overlay, peer, body, decode_link_request)
         if self._state is not _State.RUNNING:
             return encode_link_answer(LinkAnswer(False, refusal=LinkRefusal.STOPPING))
         answer, actions = self._core.link_request(peer, request, self._clock.now())
@@ -315,13 +320,7 @@ class OverlayController:
         return encode_link_answer(answer)
 
     async def _on_release_request(self, overlay: str, peer: int, body: Body) -> Body:
-        if overlay != self.overlay:
-            raise HandlerRejected(f"overlay {overlay} is not served here")
-        try:
-            request = decode_release_request(body)
-        except NegotiationError as exc:
-            self._count_malformed(peer, exc)
-            raise HandlerBadRequest(str(exc)) from exc
+        request = self._decoded(overlay, peer, body, decode_release_request)
         if self._state is _State.NEW or self._state is _State.STOPPED:
             return encode_release_answer(ReleaseAnswer(None))
         answer, actions = self._core.release_request(peer, request, self._clock.now())
