@@ -75,7 +75,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -645,10 +645,7 @@ class BoundedFloodSwitch:
             else:
                 actions += self._deliver_to_leaves(inner, exclude=None)
         bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return actions
-        if bounds and not self._flood_allowed(budget_key, now):
+        if not self._may_pass_on(bounds, hops, budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
@@ -670,6 +667,13 @@ class BoundedFloodSwitch:
         root = h.root_nid
         known = self.learning.hosts_any(root) or root in self.peer_ports()
         return (port.port_no, root if known else None)
+
+    def _may_pass_on(self, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float) -> bool:
+        """Whether a flood's copies to `bounds` may go: under the hop limit and within the flood budget."""
+        if bounds and hops >= frb.MAX_HOP_COUNT:
+            self.drops[Drop.HOP_LIMIT] += 1
+            return False
+        return not bounds or self._flood_allowed(key, now)
 
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
         if self.flood_budget.allow(key, now):
@@ -699,10 +703,7 @@ class BoundedFloodSwitch:
                 return []  # forged from one of the bridge's own MACs: not passed on either
             actions += learned
         bounds = reverse_forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return actions
-        if bounds and not self._flood_allowed(budget_key, now):
+        if not self._may_pass_on(bounds, hops, budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
