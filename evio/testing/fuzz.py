@@ -60,6 +60,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from evio.testing.fake_tunnel import FakeUnderlay
 from evio.tunnel.mmsg import SlotRing
 
 # -- mutations ----------------------------------------------------------------------------
@@ -444,51 +445,23 @@ class _SocketPath:
         self.underlay.drain()
 
 
-class _GateUnderlay:
+class _GateUnderlay(FakeUnderlay):
     """The data path's underlay whose foreign datagrams go to a gated aioice protocol."""
 
     def __init__(self, protocol: Any, channel: int | None) -> None:
-        import socket
-
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._sink.bind(("127.0.0.1", 0))
-        self._sink.setblocking(False)
+        super().__init__(channel)
         self._protocol = protocol
-        self._channel = channel
-
-    @property
-    def sock(self) -> Any:
-        return self._sock
-
-    @property
-    def peer(self) -> Any:
-        return self._sink.getsockname()
-
-    @property
-    def channel(self) -> int | None:
-        return self._channel
-
-    def pause_owner(self) -> None:
-        pass
-
-    def resume_owner(self) -> None:
-        pass
 
     def deliver_foreign(self, data: bytes, addr: Any) -> None:
         self._protocol.datagram_received(data, addr)
 
     def drain(self) -> None:
+        """Drop what the data path sent to the peer."""
         while True:
             try:
-                self._sink.recv(65536)
+                self.wire_end.recv(65536)
             except BlockingIOError:
                 return
-
-    def close(self) -> None:
-        self._sock.close()
-        self._sink.close()
 
 
 def _records_and_stun_targets(stack: ExitStack) -> tuple[Target, Target]:
