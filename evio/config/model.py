@@ -80,7 +80,7 @@ def split_host_port(text: str) -> tuple[str, int]:
 
 
 def bridge_mtu_problem(mtu: int, ipv6: bool) -> str | None:
-    """Why a bridge with an IPv6 address (or pool) or not cannot have `mtu`, or None: the one MTU rule."""
+    """Why a bridge cannot have `mtu` (`ipv6`: it has an IPv6 address or pool), or None: the one MTU rule."""
     if mtu > TUNNEL_MTU:
         return (f"{mtu} is above the tunnels' MTU {TUNNEL_MTU} (underlay MTU {UNDERLAY_MTU} less encapsulation); "
                 f"leave it out or set at most {TUNNEL_MTU}")
