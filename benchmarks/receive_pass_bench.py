@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from evio.config.model import Cipher  # noqa: E402
 from evio.testing.fake_tunnel import FakeTap, FakeUnderlay  # noqa: E402
-from evio.tunnel import fd_datapath  # noqa: E402
-from evio.tunnel.keys import EXPORTER_LEN, make_aead, split_exporter  # noqa: E402
-from evio.tunnel.record import KIND_FRAME, seal  # noqa: E402
+from evio.tunnel.datapath import fd_datapath  # noqa: E402
+from evio.tunnel.datapath.keys import EXPORTER_LEN, make_aead, split_exporter  # noqa: E402
+from evio.tunnel.datapath.record import KIND_FRAME, seal  # noqa: E402
 
 MTU = 1428
 BURST = 64

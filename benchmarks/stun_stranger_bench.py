@@ -99,7 +99,7 @@ async def main() -> None:
     parser.add_argument("--before-up", action="store_true")
     args = parser.parse_args()
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.2"]
-    from evio.tunnel import ice as evio_ice
+    from evio.tunnel.path import ice as evio_ice
 
     if args.before_up:
         agent = evio_ice.IceAgent(evio_ice.IceConfig(relay=evio_ice.RelayPolicy.NEVER), True, "a", 0.0)

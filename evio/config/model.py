@@ -245,7 +245,7 @@ class TunnelConfig:
 
 @dataclass(frozen=True)
 class TrustConfig:
-    """An overlay's trust anchor and this node's certificate issued under it (evio.tunnel.trust)."""
+    """An overlay's trust anchor and this node's certificate issued under it (evio.tunnel.path.trust)."""
 
     ca_file: Path
     cert_file: Path

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evio.tunnel.mmsg import SlotRing
+from evio.tunnel.datapath.mmsg import SlotRing
 
 # -- mutations ----------------------------------------------------------------------------
 
@@ -368,10 +368,10 @@ class _SocketPath:
         import aioice.ice
 
         from evio.testing.fake_tunnel import FakeTap
-        from evio.tunnel import ice as evio_ice
-        from evio.tunnel.fd_datapath import FdDatapath
-        from evio.tunnel.keys import EXPORTER_LEN, Cipher, split_exporter
-        from evio.tunnel.mmsg import SendtoBatch
+        from evio.tunnel.datapath.fd_datapath import FdDatapath
+        from evio.tunnel.datapath.keys import EXPORTER_LEN, Cipher, split_exporter
+        from evio.tunnel.datapath.mmsg import SendtoBatch
+        from evio.tunnel.path import ice as evio_ice
 
         evio_ice._install_stun_guard()
         self.material = bytes(range(EXPORTER_LEN))
@@ -406,7 +406,7 @@ class _SocketPath:
         self.peer_secrets = split_exporter(self.material, self.cipher, True)
 
     def feed(self, data: bytes, source: tuple[str, int]) -> str | None:
-        from evio.tunnel import ice as evio_ice
+        from evio.tunnel.path import ice as evio_ice
 
         dp = self.datapath
         assert self.ring is not None
@@ -493,8 +493,8 @@ class _GateUnderlay:
 def _records_and_stun_targets(stack: ExitStack) -> tuple[Target, Target]:
     import aioice.stun
 
-    from evio.tunnel.keys import make_aead
-    from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
+    from evio.tunnel.datapath.keys import make_aead
+    from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
 
     asyncio.get_running_loop()  # the data path registers readers (never run: the fuzz calls it directly)
     direct = _SocketPath(stack, None)
@@ -600,10 +600,10 @@ def _signal_target(stack: ExitStack) -> Target:
 def _offer_target(stack: ExitStack) -> Target:
     import datetime
 
-    from evio.tunnel.dtls import TunnelCertificate
+    from evio.tunnel.datapath.keys import Cipher
     from evio.tunnel.errors import OfferError
-    from evio.tunnel.keys import Cipher
-    from evio.tunnel.signaling import IceParameters, TunnelAnswer, TunnelOffer
+    from evio.tunnel.path.dtls import TunnelCertificate
+    from evio.tunnel.path.offer_answer import IceParameters, TunnelAnswer, TunnelOffer
 
     cert = TunnelCertificate.generate("fuzz", datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
     ice = IceParameters("abcd", "p" * 24, ("candidate:1 1 udp 2130706431 10.0.0.1 40000 typ host",
@@ -745,8 +745,8 @@ class _NativeEnd:
 
     def __init__(self, vnet: bool, channel: int | None, material: bytes) -> None:
         from evio.testing.fake_tunnel import FakeTap, FakeUnderlay
-        from evio.tunnel.keys import Cipher, split_exporter
-        from evio.tunnel.native import NativeFdDatapath
+        from evio.tunnel.datapath.keys import Cipher, split_exporter
+        from evio.tunnel.datapath.native import NativeFdDatapath
 
         self.tap = FakeTap()
         self.underlay = FakeUnderlay(channel)
@@ -790,9 +790,9 @@ class _NativeEnd:
 
 
 def _native_target(stack: ExitStack) -> Target:
-    from evio.tunnel import native
-    from evio.tunnel.keys import EXPORTER_LEN, Cipher, make_aead, split_exporter
-    from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
+    from evio.tunnel.datapath import native
+    from evio.tunnel.datapath.keys import EXPORTER_LEN, Cipher, make_aead, split_exporter
+    from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
 
     if not native.available():
         raise RuntimeError("evio_native is not installed (scripts/build-native): the native target cannot run")
@@ -867,9 +867,9 @@ class _TapEnd:
 
     def __init__(self, implementation: str, material: bytes) -> None:
         from evio.testing.fake_tunnel import FakeTap, FakeUnderlay
-        from evio.tunnel.fd_datapath import FdDatapath
-        from evio.tunnel.keys import Cipher, split_exporter
-        from evio.tunnel.native import NativeFdDatapath
+        from evio.tunnel.datapath.fd_datapath import FdDatapath
+        from evio.tunnel.datapath.keys import Cipher, split_exporter
+        from evio.tunnel.datapath.native import NativeFdDatapath
 
         self.tap = FakeTap()
         self.underlay = FakeUnderlay()
@@ -905,9 +905,9 @@ class _TapEnd:
 
 def _vnet_target(stack: ExitStack) -> Target:
     """A TAP's reads with a virtio-net header, into the Python pass (segmentation, checksums) and the native one."""
-    from evio.tunnel import native
-    from evio.tunnel.keys import EXPORTER_LEN
-    from evio.tunnel.offload import F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP, VnetHeader
+    from evio.tunnel.datapath import native
+    from evio.tunnel.datapath.keys import EXPORTER_LEN
+    from evio.tunnel.datapath.offload import F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP, VnetHeader
 
     material = bytes(range(EXPORTER_LEN))
     ends = [_TapEnd("python", material)]
@@ -945,7 +945,7 @@ def _dtls_target(stack: ExitStack) -> Target:
     connected end (alerts, retransmitted flights): the handshake parser of OpenSSL behind ``DtlsHandshake``."""
     import datetime
 
-    from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
+    from evio.tunnel.path.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
 
     now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     ours, theirs = TunnelCertificate.generate("fuzz-a", now), TunnelCertificate.generate("fuzz-b", now)
@@ -1106,7 +1106,7 @@ def _turn_target(stack: ExitStack) -> Target:
     import aioice.stun
     import aioice.turn
 
-    from evio.tunnel import ice as evio_ice
+    from evio.tunnel.path import ice as evio_ice
 
     evio_ice._install_stun_guard()
     connection = aioice.Connection(ice_controlling=False)

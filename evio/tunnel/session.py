@@ -38,17 +38,13 @@ from cryptography import x509
 
 from evio.config.model import Cipher
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.datapath import Datapath, DatapathStats, DropReason
-from evio.tunnel.dtls import (
-    FINGERPRINT_MISMATCH,
-    UNTRUSTED,
-    DtlsHandshake,
-    DtlsRole,
-    DtlsState,
-    Fingerprint,
-    PeerCheck,
-    TunnelCertificate,
-)
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.interface import Datapath, DatapathStats, DropReason
+from evio.tunnel.datapath.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split_exporter
+from evio.tunnel.datapath.native import NativeFdDatapath, pick_implementation
+from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
+from evio.tunnel.datapath.tap import LinuxTap, TapDevice
+from evio.tunnel.datapath.transit_table import TransitPort, TransitTable
 from evio.tunnel.errors import (
     DtlsFailed,
     FingerprintMismatch,
@@ -59,18 +55,22 @@ from evio.tunnel.errors import (
     TunnelError,
     UntrustedCertificate,
 )
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
-from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split_exporter
 from evio.tunnel.liveness import Action as LivenessAction
 from evio.tunnel.liveness import DownReason, EchoAnswered, Liveness, PeerAlive, PeerDead, RttStats, SendControl
-from evio.tunnel.native import NativeFdDatapath, pick_implementation
-from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
-from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
-from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
-from evio.tunnel.tap import LinuxTap, TapDevice
-from evio.tunnel.ticks import tick_grid
-from evio.tunnel.transit import TransitPort, TransitTable
+from evio.tunnel.liveness_ticks import tick_grid
+from evio.tunnel.path.deadlines import MAX_PATIENCE, Lateness, LoopBudget
+from evio.tunnel.path.dtls import (
+    FINGERPRINT_MISMATCH,
+    UNTRUSTED,
+    DtlsHandshake,
+    DtlsRole,
+    DtlsState,
+    Fingerprint,
+    PeerCheck,
+    TunnelCertificate,
+)
+from evio.tunnel.path.ice import IceAgent, PathKind, SelectedPath
+from evio.tunnel.path.offer_answer import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
 
 logger = logging.getLogger(__name__)
 
@@ -525,7 +525,7 @@ class Tunnel:
         logged_drops: dict[DropReason, int] = {}
         while not self._stop.is_set():
             if not self._wake_pending:
-                # On the loop's tick grid, shared with the node's other tunnels (evio.tunnel.ticks).
+                # On the loop's tick grid, shared with the node's other tunnels (evio.tunnel.liveness_ticks).
                 self._tick_waiter = tick_grid().wait(liveness.tick_interval())
                 try:
                     await self._tick_waiter

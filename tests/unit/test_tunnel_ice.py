@@ -17,9 +17,9 @@ import aioice.stun
 import pytest
 from aioice import Candidate, Connection
 
-from evio.tunnel import ice as evio_ice
 from evio.tunnel.errors import GatherTimeout, SetupError
-from evio.tunnel.ice import IceAgent, IceConfig, InboundGate, InboundReject, RelayPolicy
+from evio.tunnel.path import ice as evio_ice
+from evio.tunnel.path.ice import IceAgent, IceConfig, InboundGate, InboundReject, RelayPolicy
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +106,7 @@ async def test_a_failed_stun_query_is_counted_and_its_exception_retrieved(caplog
     before = evio_ice.GATHER_FAILED["srflx"]
     agent = IceAgent(IceConfig(stun=(server.getsockname(),), relay=RelayPolicy.NEVER), True, "a", 0.0)
     try:
-        with caplog.at_level(logging.INFO, logger="evio.tunnel.ice"):
+        with caplog.at_level(logging.INFO, logger="evio.tunnel.path.ice"):
             direct, _ = await agent.gather()
         assert direct is not None and all("typ host" in c for c in direct.candidates)
         assert evio_ice.GATHER_FAILED["srflx"] == before + 2  # one query per host address

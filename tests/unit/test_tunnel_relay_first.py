@@ -16,7 +16,7 @@ import aioice.stun
 import pytest
 
 from evio.tunnel.errors import IceFailed
-from evio.tunnel.ice import IceAgent, IceConfig, PathKind, RelayPolicy, _hasten_checks
+from evio.tunnel.path.ice import IceAgent, IceConfig, PathKind, RelayPolicy, _hasten_checks
 
 
 class FakeConnection:

@@ -9,8 +9,8 @@ import socket
 import aioice.ice
 import aioice.turn
 
-from evio.tunnel.ice import IceConfig, _configure_aioice
-from evio.tunnel.underlay import AdoptedTransport
+from evio.tunnel.path.adopted_socket import AdoptedTransport
+from evio.tunnel.path.ice import IceConfig, _configure_aioice
 
 
 class Recorder(asyncio.DatagramProtocol):

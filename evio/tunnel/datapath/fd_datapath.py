@@ -45,11 +45,10 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 
 from evio.config.model import Cipher
-from evio.tunnel.buffers import release, zeroed
-from evio.tunnel.datapath import ControlHandler, DatapathStats, DropReason, Underlay
-from evio.tunnel.errors import RecordError, UnknownControlError
-from evio.tunnel.keys import RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
-from evio.tunnel.mmsg import (
+from evio.tunnel.datapath.buffers import release, zeroed
+from evio.tunnel.datapath.interface import ControlHandler, DatapathStats, DropReason, Underlay, clear_socket_error
+from evio.tunnel.datapath.keys import RekeyPolicy, SessionSecrets, TrafficSecret, make_aead
+from evio.tunnel.datapath.mmsg import (
     DatagramBatch,
     GroRecvBatch,
     ReceiveBatch,
@@ -57,8 +56,8 @@ from evio.tunnel.mmsg import (
     make_batch,
     make_receive_batch,
 )
-from evio.tunnel.mtu import TURN_CHANNEL_HEADER_LEN
-from evio.tunnel.offload import (
+from evio.tunnel.datapath.mtu import TURN_CHANNEL_HEADER_LEN
+from evio.tunnel.datapath.offload import (
     F_NEEDS_CSUM,
     GSO_NONE,
     VNET_HDR,
@@ -69,7 +68,7 @@ from evio.tunnel.offload import (
     complete_checksum,
     segment_tcp,
 )
-from evio.tunnel.record import (
+from evio.tunnel.datapath.record import (
     ETHERNET_HEADER_LEN,
     HEADER,
     HEADER_LEN,
@@ -81,10 +80,10 @@ from evio.tunnel.record import (
     pack_control,
     parse_control,
 )
-from evio.tunnel.replay import ACCEPT, REPLAYED, ReplayWindow
-from evio.tunnel.stun_guard import check_framing
-from evio.tunnel.transit import TransitDestinations, TransitHook
-from evio.tunnel.underlay import clear_socket_error
+from evio.tunnel.datapath.replay import ACCEPT, REPLAYED, ReplayWindow
+from evio.tunnel.datapath.transit_table import TransitDestinations, TransitHook
+from evio.tunnel.errors import RecordError, UnknownControlError
+from evio.tunnel.stun_framing import check_framing
 
 logger = logging.getLogger(__name__)
 

@@ -45,12 +45,12 @@ from collections.abc import Callable
 from typing import Any
 
 from evio.config.model import Cipher
-from evio.tunnel.buffers import zeroed
-from evio.tunnel.datapath import DropReason, Underlay
-from evio.tunnel.fd_datapath import _GRO_SLOTS, TRIM_AFTER, FdDatapath, _RxEpoch
-from evio.tunnel.keys import RekeyPolicy, TrafficSecret
-from evio.tunnel.mmsg import GRO_SLOT_SIZE, GroRecvBatch, ReceiveBatch, SlotRing, parse_sockaddr, sockaddr
-from evio.tunnel.transit import TransitDestinations, TransitHook
+from evio.tunnel.datapath.buffers import zeroed
+from evio.tunnel.datapath.fd_datapath import _GRO_SLOTS, TRIM_AFTER, FdDatapath, _RxEpoch
+from evio.tunnel.datapath.interface import DropReason, Underlay
+from evio.tunnel.datapath.keys import RekeyPolicy, TrafficSecret
+from evio.tunnel.datapath.mmsg import GRO_SLOT_SIZE, GroRecvBatch, ReceiveBatch, SlotRing, parse_sockaddr, sockaddr
+from evio.tunnel.datapath.transit_table import TransitDestinations, TransitHook
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from evio.tunnel.keys import SessionSecrets
-from evio.tunnel.record import ControlMessage
+from evio.tunnel.datapath.keys import SessionSecrets
+from evio.tunnel.datapath.record import ControlMessage
 
 Address = Any  # a socket address: (host, port) for UDP
+
+
+def clear_socket_error(sock: socket.socket) -> None:
+    """Reading SO_ERROR clears the error an ICMP message left on a connected socket."""
+    try:
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    except OSError:
+        pass
 
 
 class DropReason(enum.Enum):

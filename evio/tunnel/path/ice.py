@@ -75,13 +75,13 @@ from aioice import Candidate, Connection, TransportPolicy
 
 from evio.config.model import NatTraversalConfig, TurnServer
 from evio.ratelimit import PeerRateLimiter, Rate
-from evio.tunnel.candidates import CandidateDrop, CandidateDrops, CandidatePolicy, candidate_drop, local_networks
 from evio.tunnel.errors import GatherTimeout, IceFailed
-from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
-from evio.tunnel.signaling import IceParameters
-from evio.tunnel.stun_guard import MalformedStun, StunDrop, StunReject, is_request, parse_stun, screen
-from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
-from evio.tunnel.underlay import AioiceUnderlay, adopt
+from evio.tunnel.path.adopted_socket import AioiceUnderlay, adopt
+from evio.tunnel.path.candidates import CandidateDrop, CandidateDrops, CandidatePolicy, candidate_drop, local_networks
+from evio.tunnel.path.deadlines import MAX_PATIENCE, Lateness, LoopBudget
+from evio.tunnel.path.offer_answer import IceParameters
+from evio.tunnel.path.stun_guard import MalformedStun, StunDrop, StunReject, is_request, parse_stun, screen
+from evio.tunnel.path.turn_credentials import TurnCredentials, rest_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class IceConfig:
     """Where dropped remote candidates are counted (the tunnel manager's, per overlay)."""
     gather_timeout: float = 3.0
     patience: float = 1.0
-    """The direct and relay deadlines are multiplied by this (`evio.tunnel.patience`: it grows with load)."""
+    """The direct and relay deadlines are multiplied by this (`evio.tunnel.path.deadlines`: it grows with load)."""
 
 
 @dataclass
