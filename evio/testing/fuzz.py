@@ -371,9 +371,9 @@ class _SocketPath:
         from evio.tunnel.datapath.fd_datapath import FdDatapath
         from evio.tunnel.datapath.keys import EXPORTER_LEN, Cipher, split_exporter
         from evio.tunnel.datapath.mmsg import SendtoBatch
-        from evio.tunnel.path import ice as evio_ice
+        from evio.tunnel.path import aioice_patches, inbound_gate
 
-        evio_ice._install_stun_guard()
+        aioice_patches._install_stun_guard()
         self.material = bytes(range(EXPORTER_LEN))
         self.cipher = Cipher.AES_256_GCM
         self.connection = aioice.Connection(ice_controlling=False)
@@ -382,7 +382,7 @@ class _SocketPath:
         self.protocol = aioice.ice.StunProtocol(self.connection)
         self.protocol.connection_made(_FakeTransport())  # type: ignore[arg-type]
         self.protocol.local_candidate = aioice.Candidate("1", 1, "udp", 100, "127.0.0.2", 3000, "host")
-        self.gate = evio_ice.InboundGate(self.connection, "fuzz")
+        self.gate = inbound_gate.InboundGate(self.connection, "fuzz")
         self.gate.selected = PEER
         self.gate.guard(self.protocol)
         self.tap = FakeTap()
@@ -406,14 +406,14 @@ class _SocketPath:
         self.peer_secrets = split_exporter(self.material, self.cipher, True)
 
     def feed(self, data: bytes, source: tuple[str, int]) -> str | None:
-        from evio.tunnel.path import ice as evio_ice
+        from evio.tunnel.path import aioice_patches
 
         dp = self.datapath
         assert self.ring is not None
         drops = dict(dp._drops)
         frames, controls, foreign = dp._rx_frames, self.controls, dp._foreign
         gate_rejects = sum(self.gate.rejected.values())
-        stun_rejects = dict(evio_ice.STUN_REJECTED)
+        stun_rejects = dict(aioice_patches.STUN_REJECTED)
         queued = self.connection._queue.qsize()
         self.ring.load(data, source)
         dp._sock_pass()
@@ -428,7 +428,7 @@ class _SocketPath:
             return "unhandled"  # the data path neither took nor passed it on: should not happen
         if sum(self.gate.rejected.values()) != gate_rejects:
             return next(r.value for r, n in self.gate.rejected.items() if n)
-        for stun_reason, count in evio_ice.STUN_REJECTED.items():
+        for stun_reason, count in aioice_patches.STUN_REJECTED.items():
             if count != stun_rejects.get(stun_reason, 0):
                 return stun_reason.value
         if self.connection._queue.qsize() != queued:
@@ -1106,11 +1106,11 @@ def _turn_target(stack: ExitStack) -> Target:
     import aioice.stun
     import aioice.turn
 
-    from evio.tunnel.path import ice as evio_ice
+    from evio.tunnel.path import aioice_patches, inbound_gate
 
-    evio_ice._install_stun_guard()
+    aioice_patches._install_stun_guard()
     connection = aioice.Connection(ice_controlling=False)
-    gate = evio_ice.InboundGate(connection, "fuzz-turn")
+    gate = inbound_gate.InboundGate(connection, "fuzz-turn")
     loop = asyncio.get_running_loop()
 
     def client() -> tuple[Any, Callable[[bytes, Any], None], _Recorder]:
@@ -1119,7 +1119,7 @@ def _turn_target(stack: ExitStack) -> Target:
         proto.connection_made(_FakeTransport())  # type: ignore[arg-type]
         receiver = _Recorder()
         proto.receiver = receiver
-        # As InboundGate.guard wraps the TURN client protocol of a relayed candidate.
+        # As InboundGate.guard (aioice_patches.intercept_datagrams) wraps the TURN client protocol of a relayed candidate.
         outer = types.SimpleNamespace(transport=types.SimpleNamespace(_TurnTransport__inner_protocol=proto),
                                       datagram_received=lambda data, addr: None)  # fmt: skip
         gate.guard(outer)  # type: ignore[arg-type]
@@ -1151,7 +1151,7 @@ def _turn_target(stack: ExitStack) -> Target:
     def check(data: bytes) -> str | None:
         rejected = sum(gate.rejected.values())
         received = relayed.received
-        stun_rejects = dict(evio_ice.STUN_REJECTED)
+        stun_rejects = dict(aioice_patches.STUN_REJECTED)
         allocated_receive(data, _TURN_SERVER)
         proto, receive, _ = client()
         connect = proto.connect()
@@ -1186,7 +1186,7 @@ def _turn_target(stack: ExitStack) -> Target:
         if verdict == "ignored by the allocation":
             if relayed.received != received:
                 return None  # relayed data for the allocated client
-            for stun_reason, count in evio_ice.STUN_REJECTED.items():
+            for stun_reason, count in aioice_patches.STUN_REJECTED.items():
                 if count != stun_rejects.get(stun_reason, 0):
                     return "stun: " + stun_reason.value
         return verdict

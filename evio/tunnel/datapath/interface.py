@@ -55,7 +55,7 @@ class DropReason(enum.Enum):
     """The TAP refused a frame (interface down, queue full)."""
     MALFORMED_STUN = "malformed-stun"
     """In the STUN range (first byte 0-3) but not framed as STUN (stun_guard.check_framing); the ICE gate
-    screens the rest (ice.InboundGate: strangers' requests, unsolicited responses)."""
+    screens the rest (path.inbound_gate: strangers' requests, unsolicited responses)."""
     OWNER_FAILED = "owner-failed"
     """The socket's owner raised while taking a datagram handed back to it."""
     BAD_OFFLOAD = "bad-offload"
