@@ -17,7 +17,7 @@ call per burst, with the GIL released, does a whole pass:
   and handed to ``FdDatapath``'s Python code, which opens it or gives it to
   the socket's owner as before.
 
-The transit fast path (transit.py) needs its hook to see a frame before the
+The transit fast path (transit_table.py) needs its hook to see a frame before the
 TAP does, which per frame would cost the native pass its point. The pass
 holds a prefilter instead, the destination MACs this ingress has transit
 entries for (refreshed before a burst when the table changed): a frame to
