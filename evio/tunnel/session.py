@@ -41,6 +41,7 @@ from typing import Any
 from cryptography import x509
 
 from evio.config.model import Cipher
+from evio.tunnel import lifecycle
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath.fd_datapath import FdDatapath
 from evio.tunnel.datapath.interface import Datapath, DatapathStats, DropReason
@@ -59,41 +60,7 @@ from evio.tunnel.errors import (
     TunnelError,
     UntrustedCertificate,
 )
-from evio.tunnel.lifecycle import (
-    Action,
-    Answered,
-    CancelMove,
-    CancelSetup,
-    Close,
-    CloseDtls,
-    CloseIce,
-    CloseTap,
-    Connect,
-    Connecting,
-    Event,
-    Fail,
-    Failed,
-    Handshake,
-    HandshakeDone,
-    LinkAlive,
-    LinkDead,
-    Moved,
-    Offered,
-    PathChosen,
-    ReportDown,
-    ReportUp,
-    StartDatapath,
-    Stop,
-    StopDatapath,
-    StopPump,
-    Supervise,
-    TearDown,
-    TornDown,
-    TunnelInfo,
-    TunnelLifecycle,
-    TunnelState,
-    WatchForDirect,
-)
+from evio.tunnel.lifecycle import Action, Connect, Event, TunnelInfo, TunnelLifecycle, TunnelState
 from evio.tunnel.liveness import Action as LivenessAction
 from evio.tunnel.liveness import DownReason, EchoAnswered, Liveness, PeerAlive, PeerDead, RttStats, SendControl
 from evio.tunnel.liveness_ticks import tick_grid
@@ -275,7 +242,7 @@ class Tunnel:
 
     async def close(self, reason: str = "closed locally") -> None:
         """Tear down and wait until every resource is released."""
-        self._perform(self._handle(Close(reason)))
+        self._perform(self._handle(lifecycle.Close(reason)))
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         else:
@@ -298,7 +265,7 @@ class Tunnel:
         except BaseException:
             await self._teardown()
             raise
-        (connect,) = self._handle(Offered(offer.fingerprint, cipher))
+        (connect,) = self._handle(lifecycle.Offered(offer.fingerprint, cipher))
         assert isinstance(connect, Connect)
         self._connect = connect
         return TunnelAnswer(self.info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, cipher)
@@ -314,12 +281,12 @@ class Tunnel:
         try:
             await coro
         except asyncio.CancelledError:
-            self._handle(Failed("cancelled"))
+            self._handle(lifecycle.Failed("cancelled"))
         except TunnelError as exc:
-            self._handle(Failed(str(exc) or type(exc).__name__))
+            self._handle(lifecycle.Failed(str(exc) or type(exc).__name__))
             logger.info("tunnel %s peer %032x failed: %s", self.info.tunnel_id, self.peer, self._life.down_reason)
         except Exception:
-            self._handle(Failed("internal error"))
+            self._handle(lifecycle.Failed("internal error"))
             logger.exception("tunnel %s peer %032x crashed", self.info.tunnel_id, self.peer)
         finally:
             await self._teardown()
@@ -336,8 +303,8 @@ class Tunnel:
             answer = TunnelAnswer.from_body(body)
         except OfferError as exc:
             raise SignalingFailed(f"bad answer: {exc}") from exc
-        (action,) = self._handle(Answered(answer.node_id, answer.tunnel_id, answer.fingerprint, answer.cipher, self.config.ciphers))
-        if isinstance(action, Fail):
+        (action,) = self._handle(lifecycle.Answered(answer.node_id, answer.tunnel_id, answer.fingerprint, answer.cipher, self.config.ciphers))
+        if isinstance(action, lifecycle.Fail):
             raise SignalingFailed(action.reason)
         assert isinstance(action, Connect)
         await self._ice.set_remote(answer.direct, answer.relay)
@@ -346,7 +313,7 @@ class Tunnel:
     async def _connect_and_run(self, connect: Connect) -> None:
         """Perform ``Connect``, then what the lifecycle asks for as each step completes."""
         assert self._ice is not None
-        self._handle(Connecting(connect.cipher))
+        self._handle(lifecycle.Connecting(connect.cipher))
         # The TAP is made while ICE runs; it takes a netlink round trip or two.
         self._tap_task = asyncio.create_task(self._tap_factory(self.config.tap_name(self.peer), self.config.tap_mtu))
         first: bytes | None = None
@@ -355,17 +322,17 @@ class Tunnel:
         else:
             path, first = await self._ice.select_controlled()
         self._path = path
-        actions = self._handle(PathChosen(path.kind, path.local_type, path.remote_type, path.remote_addr))
-        assert actions == [Handshake()], actions
+        actions = self._handle(lifecycle.PathChosen(path.kind, path.local_type, path.remote_type, path.remote_addr))
+        assert actions == [lifecycle.Handshake()], actions
         secrets = await self._handshake(path, connect.fingerprint, connect.cipher, first)
         self._tap = await self._tap_task
-        for action in self._handle(HandshakeDone(self._tap.name)):
-            if isinstance(action, StartDatapath):
+        for action in self._handle(lifecycle.HandshakeDone(self._tap.name)):
+            if isinstance(action, lifecycle.StartDatapath):
                 self._start_datapath(self._tap, path, secrets)
-            elif isinstance(action, WatchForDirect):
+            elif isinstance(action, lifecycle.WatchForDirect):
                 self._move_task = asyncio.create_task(self._move_to_direct(), name=f"tunnel-move-{self.info.tunnel_id}")
                 self._move_task.add_done_callback(self._move_done)
-            elif isinstance(action, Supervise):
+            elif isinstance(action, lifecycle.Supervise):
                 await self._supervise()
 
     def _start_datapath(self, tap: TapDevice, path: SelectedPath, secrets: SessionSecrets) -> None:
@@ -413,7 +380,7 @@ class Tunnel:
                     raise
                 return
         self._path, self._pump_task = direct, direct_pump
-        self._handle(Moved(direct.kind, direct.local_type, direct.remote_type, direct.remote_addr))
+        self._handle(lifecycle.Moved(direct.kind, direct.local_type, direct.remote_type, direct.remote_addr))
         logger.info("tunnel %s peer %032x moved to the direct path %s -> %s %s at %.3f s", self.info.tunnel_id, self.peer,
                     direct.local_type, direct.remote_type, direct.remote_addr, self._clock() - self._life.started)
         try:
@@ -592,46 +559,46 @@ class Tunnel:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(action.rtt)
             elif isinstance(action, PeerAlive):
-                self._perform(self._handle(LinkAlive(self._clock())))
+                self._perform(self._handle(lifecycle.LinkAlive(self._clock())))
             elif isinstance(action, PeerDead):
                 # Logged when decided: the teardown that follows (ICE, TURN, the TAP) takes a while.
                 logger.info("tunnel %s peer %032x dead: %s", self.info.tunnel_id, self.peer, action.reason.value)
                 self._link_down(action.reason.value)
 
     def _link_down(self, reason: str) -> None:
-        self._perform(self._handle(LinkDead(reason)))
+        self._perform(self._handle(lifecycle.LinkDead(reason)))
 
     async def _teardown(self) -> None:
         """Release everything this tunnel holds; safe to call at any point and more than once."""
-        actions = self._handle(TearDown())
+        actions = self._handle(lifecycle.TearDown())
         if not actions:
             return
         for action in actions:
-            if isinstance(action, CancelMove):
+            if isinstance(action, lifecycle.CancelMove):
                 if self._move_task is not None:
                     self._move_task.cancel()
                     await asyncio.gather(self._move_task, return_exceptions=True)
-            elif isinstance(action, StopDatapath):
+            elif isinstance(action, lifecycle.StopDatapath):
                 self._stop_datapath(action.say_close)
-            elif isinstance(action, CloseDtls):
+            elif isinstance(action, lifecycle.CloseDtls):
                 if self._dtls is not None and self._path is not None:
                     try:
                         await asyncio.wait_for(self._send_all(self._dtls.close()), 0.5)
                     except (TimeoutError, ConnectionError, OSError):
                         pass
-            elif isinstance(action, StopPump):
+            elif isinstance(action, lifecycle.StopPump):
                 if self._pump_task is not None:
                     self._pump_task.cancel()
                     await asyncio.gather(self._pump_task, return_exceptions=True)
-            elif isinstance(action, CloseIce):
+            elif isinstance(action, lifecycle.CloseIce):
                 if self._ice is not None:
                     try:
                         await asyncio.wait_for(self._ice.close(), self.config.teardown_timeout)
                     except TimeoutError:
                         logger.warning("tunnel %s: ICE close timed out", self.info.tunnel_id)
-            elif isinstance(action, CloseTap):
+            elif isinstance(action, lifecycle.CloseTap):
                 await self._close_tap()
-        self._perform(self._handle(TornDown()))
+        self._perform(self._handle(lifecycle.TornDown()))
 
     def _stop_datapath(self, say_close: bool) -> None:
         if not self._datapath_running:
@@ -667,13 +634,13 @@ class Tunnel:
     def _perform(self, actions: list[Action]) -> None:
         """Perform the actions that take no waiting: stop, cancel the setup, report up or down."""
         for action in actions:
-            if isinstance(action, Stop):
+            if isinstance(action, lifecycle.Stop):
                 self._stop.set()
                 self._wake()
-            elif isinstance(action, CancelSetup):
+            elif isinstance(action, lifecycle.CancelSetup):
                 if self._task is not None and not self._task.done():
                     self._task.cancel()
-            elif isinstance(action, ReportUp):
+            elif isinstance(action, lifecycle.ReportUp):
                 info = action.info
                 logger.info("tunnel %s peer %032x up: %s path %s -> %s in %.3f s", info.tunnel_id, self.peer,
                             info.path.value if info.path else "?", info.local_candidate, info.remote_candidate,
@@ -681,7 +648,7 @@ class Tunnel:
                 if not self._up.done():
                     self._up.set_result(info)
                 self._on_event(TunnelUp(info))
-            elif isinstance(action, ReportDown):
+            elif isinstance(action, lifecycle.ReportDown):
                 info = action.info
                 reason = info.reason or "closed"
                 logger.info("tunnel %s peer %032x %s: %s", info.tunnel_id, self.peer, info.state.value, reason)
