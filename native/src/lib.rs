@@ -1,4 +1,4 @@
-//! evio's native data path: the per-frame loops of `FdDatapath` (evio/tunnel/datapath/fd_datapath.py) in Rust.
+//! evio's native data path: the per-frame loops of `FdDatapath` (evio/tunnel/datapath/send.py, receive.py) in Rust.
 //!
 //! One call per burst, with the GIL released: `TxRing::tap_pass` drains the TAP into a ring of
 //! record slots, seals each in place and sends the ring with one sendmmsg(2) (UDP GSO for runs of
