@@ -38,9 +38,12 @@ Per connection or protocol, by ``IceAgent`` and ``InboundGate``:
    client protocol) -> ``intercept_datagrams``: every datagram passes an
    ``InboundGate`` (inbound_gate.py) before aioice sees it.
 
-Elsewhere, and not patches: ``aioice_mdns.defer_mdns`` stands in for aioice's
-mDNS module before aioice is first imported, and ``adopted_socket.adopt``
-swaps the transport under a selected pair's protocol for the data path's.
+Elsewhere, and not patches but aioice's internals touched:
+``aioice_mdns.defer_mdns`` stands in for aioice's mDNS module before aioice
+is first imported; ``adopted_socket.adopt`` swaps the transport under a
+selected pair's protocol for the data path's; ``IceAgent._path_of`` (ice.py)
+sets a connection's nominated pair to the one the peer's DTLS came by (the
+controlled side follows the controlling side).
 """
 
 from __future__ import annotations
