@@ -576,6 +576,7 @@ class OverlayStack:
                 "frb_forwarded": traffic.frb_forwarded if traffic else 0,
                 "segmented": traffic.segmented if traffic else 0,
                 "checksums_completed": traffic.checksums_completed if traffic else 0,
+                "neighbors_answered": traffic.neighbors_answered if traffic else 0,
             },
             "transit": _transit(self.links.transit),
             "drops": dict(self.drops),

@@ -69,6 +69,8 @@ def test_an_arp_for_a_known_overlay_address_is_answered_by_the_local_switch(lab_
     assert result["answers"] == [bridge_mac], "answered with another MAC than node2's bridge"
     assert len(times) == ASKS
     assert originated() == before, "node1 flooded a request its switch could answer"
+    answered = lab.daemon_status(1)["overlays"][lab.plan.overlay]["switch"]["neighbors_answered"]
+    assert answered >= ASKS, f"the status counts {answered} answers"
 
 
 def _full_mesh(topo: Topology, n: int) -> bool:
