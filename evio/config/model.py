@@ -36,7 +36,7 @@ MAX_INTERFACE_NAME = 15  # Linux IFNAMSIZ - 1
 UNDERLAY_MTU = 1500
 """The underlay MTU the tunnels are sized for (no config key sets another)."""
 TUNNEL_MTU = 1428
-"""The tunnels' MTU on that underlay (IPv4, relayed or not): evio.tunnel.mtu.tap_mtu(UNDERLAY_MTU), which
+"""The tunnels' MTU on that underlay (IPv4, relayed or not): evio.tunnel.datapath.mtu.tap_mtu(UNDERLAY_MTU), which
 this package cannot import; tests/unit/test_config_build.py holds the two equal. The bridge's default MTU,
 and its largest: the bridge and the TAPs are one Ethernet segment, and a frame bigger than a tunnel carries
 would be dropped silently at the TAP."""
@@ -274,7 +274,7 @@ class TunnelConfig:
 
 @dataclass(frozen=True)
 class TrustConfig:
-    """An overlay's trust anchor and this node's certificate issued under it (evio.tunnel.trust)."""
+    """An overlay's trust anchor and this node's certificate issued under it (evio.tunnel.path.trust)."""
 
     ca_file: Path
     cert_file: Path

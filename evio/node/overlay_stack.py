@@ -42,9 +42,9 @@ from evio.sdn import boundary
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.interface import Signaling
 from evio.tunnel.config import TunnelSettings
+from evio.tunnel.datapath.transit_table import TransitTable
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
-from evio.tunnel.transit import TransitTable
 
 log = logging.getLogger(__name__)
 
@@ -568,7 +568,7 @@ class OverlayStack:
             },
             "transit": _transit(self.links.transit),
             "drops": dict(self.drops),
-            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.candidates).
+            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.path.candidates).
             "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),

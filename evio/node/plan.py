@@ -21,8 +21,8 @@ from evio.signal import identity
 from evio.signal.client import SignalSettings
 from evio.signal.endpoint import OverlayIdentity
 from evio.tunnel.config import TunnelSettings, from_overlay_config
-from evio.tunnel.dtls import TunnelCertificate
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.trust import TrustAnchor
 
 DEFAULT_TAP_PREFIX = "evt"
 

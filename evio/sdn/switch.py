@@ -131,7 +131,7 @@ MAX_FLOWS_PER_PORT = 4096
 # refreshes without asking would otherwise outlive the MAC it was installed for. As long as a MAC's
 # max age, so a busy flow's packet-in refreshes its source before the MAC could expire.
 FLOW_HARD_TIMEOUT = 300
-# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.mtu); the node passes its own.
+# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.datapath.mtu); the node passes its own.
 DEFAULT_TUNNEL_MTU = 1428
 
 

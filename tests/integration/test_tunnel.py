@@ -24,7 +24,7 @@ from evio.lab.lab import Lab, NodeInfo
 from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, run, unique_prefix
 from evio.testing.labs import LabFactory
 from evio.testing.waiting import wait_for_value, wait_until_blocking
-from evio.tunnel.tap import TX_QUEUE_LEN
+from evio.tunnel.datapath.tap import TX_QUEUE_LEN
 
 pytestmark = pytest.mark.integration
 

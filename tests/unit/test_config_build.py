@@ -73,7 +73,7 @@ def test_given_values_take_the_fields_types_and_left_out_ones_the_models_default
 
 def test_the_configs_tunnel_mtu_is_the_tunnels() -> None:
     from evio.tunnel.config import TunnelSettings, from_overlay_config
-    from evio.tunnel.mtu import tap_mtu
+    from evio.tunnel.datapath.mtu import tap_mtu
 
     assert TunnelSettings().underlay_mtu == model.UNDERLAY_MTU
     assert tap_mtu(model.UNDERLAY_MTU) == model.TUNNEL_MTU
