@@ -148,20 +148,24 @@ def underlay_rtt(lab: Lab, a: int, b: int, count: int = 50) -> float | None:
     return total
 
 
-def first_packet(lab: Lab, path: list[int], count: int = 5) -> tuple[float, float, int] | None:
-    """(first RTT, median of the later RTTs, packet-ins on the path) after deleting the evio flows
-    of every bridge on the path: the first echo and its reply go through each node's controller."""
+def first_packet(lab: Lab, path: list[int], count: int = 5) -> tuple[float, float, list[int], list[int]] | None:
+    """(first RTT, median of the later RTTs, packet-ins of each switch on the path for the first echo, and for
+    the later ones, in path order) after deleting the evio flows of every bridge on the path: the first echo
+    and its reply go through each node's controller, the later ones (0.2 s apart) should not."""
     a, b = path[0], path[-1]
     target = str(lab.node(b).overlay_address.ip)
     lab.exec(a, ["ping", "-c", "2", "-i", "0.2", "-W", "2", target], check=False)  # the neighbour entry is fresh
     for index in path:
         lab.ovs(index).ofctl("del-flows", bridge_of(lab, index), f"cookie={EVIO_COOKIE}")
-    before = sum(switch_counters(lab, i)[0] for i in path)
-    times = _times(lab.exec(a, ["ping", "-c", str(count), "-i", "0.2", "-W", "2", target], check=False).stdout)
-    packet_ins = sum(switch_counters(lab, i)[0] for i in path) - before
+    before = [switch_counters(lab, i)[0] for i in path]
+    times = _times(lab.exec(a, ["ping", "-c", "1", "-W", "2", target], check=False).stdout)
+    first = [switch_counters(lab, i)[0] for i in path]
+    times += _times(lab.exec(a, ["ping", "-c", str(count - 1), "-i", "0.2", "-W", "2", target], check=False).stdout)
+    later = [switch_counters(lab, i)[0] for i in path]
     if len(times) < 2:
         return None
-    return times[0], statistics.median(times[1:]), packet_ins
+    return (times[0], statistics.median(times[1:]), [f - b for f, b in zip(first, before, strict=True)],
+            [x - f for x, f in zip(later, first, strict=True)])
 
 
 def unicast_path(lab: Lab, a: int, b: int) -> tuple[int, int] | None:
@@ -461,7 +465,7 @@ def main() -> int:
         runs: dict[tuple[str, int], list[Run]] = {k: [] for k in keys}
         pings: dict[tuple[str, int], list[tuple[float, float]]] = {k: [] for k in keys}
         underlay: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
-        firsts: dict[tuple[str, int], list[tuple[float, float, int]]] = {k: [] for k in keys}
+        firsts: dict[tuple[str, int], list[tuple[float, float, list[int], list[int]]]] = {k: [] for k in keys}
         crossings: dict[tuple[str, int], list[tuple[int, int]]] = {k: [] for k in keys}
         current = modes[0]
         for round_no in range(1, args.rounds + 1):
@@ -478,7 +482,8 @@ def main() -> int:
                         if first is not None:
                             firsts[key].append(first)
                             print(f"  {label}: first packet of a new flow {first[0]:.3f} ms, later {first[1]:.3f} ms, "
-                                  f"{first[2]} packet-ins on the path", flush=True)
+                                  f"packet-ins per switch on the path {'/'.join(map(str, first[2]))} for the first "
+                                  f"echo, {'/'.join(map(str, first[3]))} for the later ones", flush=True)
                     rtt = ping_rtt(lab, a, b)
                     crossed = unicast_path(lab, a, b)
                     if crossed is not None:
@@ -571,7 +576,8 @@ def main() -> int:
                 print(f"first packet of a new flow, {n} intermediate ({len(paths[n])} switches): first RTT "
                       f"{' / '.join(f'{r[0]:.2f}' for r in results)} ms vs later "
                       f"{' / '.join(f'{r[1]:.2f}' for r in results)} ms; packet-ins on the path "
-                      f"{' / '.join(str(r[2]) for r in results)} (target <= 2 per node, first RTT <= 2 ms)")
+                      f"{' , '.join(f'{sum(r[2])} ({max(r[2])} max per switch; {sum(r[3])} later)' for r in results)}"
+                      f" (target <= 2 per switch, first RTT <= 2 ms)")
         for n in pairs:
             counts = crossings[(mode, n)]
             if counts:

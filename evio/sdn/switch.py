@@ -72,21 +72,16 @@ Adjacent peers are members, not trusted with this node's switching:
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
-from evio.ids import RING_SIZE, format_node_id
+from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
-from evio.sdn import frb, segmentation
+from evio.sdn import frb, frb_receive, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flooding_bounds import (
-    forward_bounds,
-    mirror,
-    reverse_forward_bounds,
     reverse_root_bounds,
     root_bounds,
 )
@@ -105,10 +100,19 @@ from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 from evio.sdn.neighbor_answers import NeighborAnswers, NeighborMessage
 from evio.sdn.neighbor_answers import parse as parse_neighbor
+from evio.sdn.switch_terms import (
+    ETH_HEADER_LEN,
+    Drop,
+    EthernetHeader,
+    PortKind,
+    SwitchPort,
+    flows_of_macs,
+    is_group_mac,
+    parse_ethernet,
+)
 
 log = logging.getLogger(__name__)
 
-ETH_HEADER_LEN = 14
 BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malformed frames
 # Packet-ins per port and second. Bulk traffic rides installed flows; what comes to the
 # controller is broadcasts (ARP, ND, DHCP, mDNS) and the first frames of new flows, a few
@@ -133,77 +137,6 @@ MAX_FLOWS_PER_PORT = 4096
 FLOW_HARD_TIMEOUT = 300
 # A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.datapath.mtu); the node passes its own.
 DEFAULT_TUNNEL_MTU = 1428
-
-
-class PortKind(enum.Enum):
-    LEAF = "leaf"
-    PEER = "peer"
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchPort:
-    """One bridge port. `peer` is the adjacent node's id for a PEER port, None for a LEAF."""
-
-    port_no: int
-    name: str
-    kind: PortKind
-    peer: int | None = None
-    hw_addr: str | None = None  # the port's own MAC, announced to peers if it is a leaf
-
-    def __post_init__(self) -> None:
-        if (self.kind is PortKind.PEER) != (self.peer is not None):
-            raise ValueError(f"port {self.name}: a peer port needs a peer id, a leaf port has none")
-
-
-class Drop(enum.Enum):
-    """Counted reasons for dropping a frame the controller was given."""
-
-    RUNT = "shorter than an Ethernet header"
-    UNKNOWN_PORT = "arrived on a port the switch does not know"
-    MALFORMED_FRB = "FRB that does not parse"
-    UNKNOWN_FRB_TYPE = "FRB of a type this release does not know (a newer node's; frb.py, Compatibility)"
-    FRB_ON_LEAF = "FRB from a leaf port"
-    OWN_BROADCAST = "FRB rooted at this node came back"
-    FORWARD_TYPE = "BROADCAST_FORWARD FRB (the original's receivers drop it too)"
-    HOP_LIMIT = "FRB hop count at its maximum"
-    GROUP_FROM_PEER = "broadcast or multicast from a peer port without an FRB"
-    HAIRPIN = "destination learned on the ingress port (from a peer: flooded on instead)"
-    GROUP_SOURCE = "source MAC is multicast"
-    TOO_MANY_LEAVES = "more leaf MACs than a leaf announcement holds"
-    LOCAL_MAC_CLAIMED = "a peer sent from (or announced) one of this node's local MACs"
-    FOREIGN_ANNOUNCE = "leaf announcement for a root other than the announcing peer"
-    RATE_LIMITED = "more packet-ins from the port than its rate allows"
-    TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
-    OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
-    OVERSIZED = "larger than a tunnel carries and not TCP that can be segmented (why: segment_errors)"
-    FLOOD_LIMITED = "a flood not passed on: its ingress port and root had used their flood budget (delivered here)"
-    MOVE_REFUSED = "a claim that a live MAC moved, not taken: its place spoke lately (the frame itself went on)"
-    IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
-
-
-@dataclass(frozen=True, slots=True)
-class _Frame:
-    dst: str
-    src: str
-    ethertype: int
-
-    @property
-    def is_group(self) -> bool:
-        return _is_group(self.dst)
-
-    @property
-    def has_group_source(self) -> bool:
-        return _is_group(self.src)
-
-
-def _is_group(mac: str) -> bool:
-    return int(mac[:2], 16) & 0x01 == 1  # I/G bit: multicast or broadcast
-
-
-def _parse_ethernet(data: bytes) -> _Frame | None:
-    if len(data) < ETH_HEADER_LEN:
-        return None
-    return _Frame(data[0:6].hex(":"), data[6:12].hex(":"), int.from_bytes(data[12:14], "big"))
 
 
 @dataclass
@@ -335,7 +268,7 @@ class BoundedFloodSwitch:
             for mac in sorted(self.learning.macs_on_port(p)):
                 macs[mac] = None
         # Ports may report an all-zero address; an announcement may only carry real unicast MACs.
-        return [m for m in macs if m != "00:00:00:00:00:00" and not _is_group(m)]
+        return [m for m in macs if m != "00:00:00:00:00:00" and not is_group_mac(m)]
 
     # ------------------------------------------------------------------ packets
 
@@ -352,7 +285,7 @@ class BoundedFloodSwitch:
         if not self.packet_in_budget.allow(in_port, now):
             self.drops[Drop.RATE_LIMITED] += 1
             return []
-        eth = _parse_ethernet(data)
+        eth = parse_ethernet(data)
         if eth is None:
             self.drops[Drop.RUNT] += 1
             return []
@@ -360,7 +293,7 @@ class BoundedFloodSwitch:
             if port.peer is None:
                 self.drops[Drop.FRB_ON_LEAF] += 1
                 return []
-            return self._frb_in(port, port.peer, data, now)
+            return frb_receive.frb_in(self, port, port.peer, data, now)
         if eth.has_group_source:
             self.drops[Drop.GROUP_SOURCE] += 1  # never a real sender; learning it would poison the table
             return []
@@ -373,7 +306,7 @@ class BoundedFloodSwitch:
             return self._leaf_frame_in(in_port, eth, data, now)
         return self._peer_frame_in(in_port, eth, data, now)
 
-    def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
+    def _leaf_frame_in(self, in_port: int, eth: EthernetHeader, data: bytes, now: float) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
         if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
             self.neighbors.observe(msg, now)
@@ -389,7 +322,7 @@ class BoundedFloodSwitch:
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast(in_port, eth, target.port, data, now)
 
-    def _peer_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
+    def _peer_frame_in(self, in_port: int, eth: EthernetHeader, data: bytes, now: float) -> list[FlowAction]:
         if eth.is_group:
             # Peers wrap every broadcast in an FRB; a bare one has no bound and could loop.
             self.drops[Drop.GROUP_FROM_PEER] += 1
@@ -416,12 +349,12 @@ class BoundedFloodSwitch:
         where = self.learning.lookup(mac, now) if mac is not None else None
         return self.neighbors.answer(msg, where is not None and where.port != in_port, now)
 
-    def _observe_neighbor(self, eth: _Frame, data: bytes, now: float) -> None:
+    def _observe_neighbor(self, eth: EthernetHeader, data: bytes, now: float) -> None:
         """An ARP or NDP frame whose source the learning table accepted: what it says about its sender."""
         if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
             self.neighbors.observe(msg, now)
 
-    def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes, now: float) -> list[FlowAction]:
+    def _unicast(self, in_port: int, eth: EthernetHeader, out_port: int, data: bytes, now: float) -> list[FlowAction]:
         if out_port == in_port:
             self.drops[Drop.HAIRPIN] += 1
             return []
@@ -440,11 +373,11 @@ class BoundedFloodSwitch:
     def _add_flow(self, match: FlowMatch, out_port: int, charged_to: int, now: float) -> list[FlowAction]:
         evicted = self.flows.add(match, out_port, charged_to)  # that port's oldest, if it had its fill
         self.flows_evicted += len(evicted)
-        counted = self._counted(match.in_port, _Frame(match.eth_dst, match.eth_src, 0), out_port, now)
+        counted = self._counted(match.in_port, EthernetHeader(match.eth_dst, match.eth_src, 0), out_port, now)
         return [*(DeleteFlow(old) for old in evicted),
                 AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout, counted=counted)]
 
-    def _counted(self, in_port: int, eth: _Frame, out_port: int, now: float) -> bool:
+    def _counted(self, in_port: int, eth: EthernetHeader, out_port: int, now: float) -> bool:
         """Whether on-demand links count the flow's bytes: a local host's traffic with a remote one whose root
         node is known (on_demand.traffic_by_peer). Only those are polled (ofapp.COUNTED_COOKIE)."""
         if self.ports[in_port].kind is PortKind.LEAF:
@@ -499,10 +432,10 @@ class BoundedFloodSwitch:
         if learned.change is Change.CONTESTED:
             self._bounded(Drop.MOVE_REFUSED, port, now, f"mac={learned.mac} held_on_port={learned.entry.port}")
             return []
-        actions: list[FlowAction] = _flows_of_macs(learned.evicted)
+        actions: list[FlowAction] = flows_of_macs(learned.evicted)
         if learned.change is Change.MOVED and learned.previous is not None and learned.previous.port != port:
             log.info("mac moved mac=%s from_port=%s port=%s", learned.mac, learned.previous.port, port)
-            actions.append(DeleteFlowsToMac(learned.mac))
+            actions += flows_of_macs([learned.mac])  # to it, and the ways back from its old place
         return actions
 
     def _own_macs(self) -> set[str]:
@@ -547,167 +480,11 @@ class BoundedFloodSwitch:
             actions.append(PacketOut(peers[peer], wire))
         return actions
 
-    def _hops(self, header: frb.FrbHeader, ingress: int) -> int:
-        """The copy's hop count, at least 2 unless it comes from its root: a peer cannot be nearer than that."""
-        if header.root_nid != ingress and header.hop_count < 2:
-            self.hop_counts_raised += 1
-            return 2
-        return header.hop_count
-
-    def _frb_in(self, port: SwitchPort, ingress: int, data: bytes, now: float) -> list[FlowAction]:
-        try:
-            frame = frb.parse(data)
-        except frb.FrbParseError as err:
-            if err.reason is frb.FrbReason.UNKNOWN_TYPE:
-                return self._unknown_type(port, ingress, now)
-            self.drops[Drop.MALFORMED_FRB] += 1
-            self.frb_parse_errors[err.reason] += 1
-            if self._bad_input_logged.should_log(ingress, now):
-                log.warning("malformed FRB dropped peer=%s port=%s reason=%s (dropped so far: %d)",
-                            format_node_id(ingress), port.port_no, err.reason.name, self.drops[Drop.MALFORMED_FRB])
-            return []
-        h = frame.header
-        flood = h.frb_type in (frb.FrbType.BROADCAST, frb.FrbType.BROADCAST_REVERSE)
-        if flood and h.root_nid != self.node_id and not self._plausible(h, ingress):
-            self._bounded(Drop.IMPLAUSIBLE_FRB, port.port_no, now,
-                          f"peer={format_node_id(ingress)} root={format_node_id(h.root_nid)}")
-            return []
-        if h.frb_type is frb.FrbType.BROADCAST:
-            return self._frb_broadcast_in(port.port_no, ingress, frame, now, self._flood_budget_key(port, h))
-        if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
-            return self._frb_reverse_in(port.port_no, ingress, frame, now, self._flood_budget_key(port, h))
-        if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
-            if h.root_nid != ingress:
-                self.drops[Drop.FOREIGN_ANNOUNCE] += 1  # only a root speaks for its own leaves
-                return []
-            own = self._own_macs()
-            leaves = [mac for mac in frame.leaf_macs if mac not in own]
-            if len(leaves) < len(frame.leaf_macs):
-                self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
-            announced = self.learning.announce(h.root_nid, leaves, port.port_no, now)
-            actions: list[FlowAction] = []
-            for learned in announced.learned:
-                if learned.change is Change.REFUSED:
-                    self.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
-                    continue
-                if learned.change is Change.CONTESTED:
-                    self._bounded(Drop.MOVE_REFUSED, port.port_no, now, f"mac={learned.mac} announced")
-                    continue
-                actions += _flows_of_macs(learned.evicted)
-                if learned.change is Change.MOVED and learned.previous is not None:
-                    actions.append(DeleteFlowsToMac(learned.mac))
-            actions += _flows_of_macs(announced.withdrawn)
-            log.debug("leaf announcement port=%s root=%s macs=%d changes=%s", port.port_no,
-                      format_node_id(h.root_nid), len(leaves), [item.change.value for item in announced.learned])
-            if port.port_no not in self._announced_by:
-                # The first from this peer since its port came: answer with ours. Ours went out when the port
-                # came here, and is lost if the peer's end was not on its bridge yet (the two ends' ports are
-                # added 0.02-0.2 s apart); until the peer learns our MACs by this link, it sends them the old
-                # way, into a dead link when this one stands in for it (E4). Once per port, so two ends answer
-                # each other at most once.
-                self._announced_by.add(port.port_no)
-                actions += self._leaf_announce(port)
-            return actions
-        if h.frb_type is frb.FrbType.LINK_CHECK:
-            ack = frb.link_ack(frame.src, frb.parse_mac(self.switch_mac), self.node_id)
-            return [PacketOut(port.port_no, frb.pack(ack))]
-        if h.frb_type is frb.FrbType.LINK_ACK:
-            return []  # liveness is the tunnel's business; nothing to switch
-        self.drops[Drop.FORWARD_TYPE] += 1
-        return []
-
-    def _unknown_type(self, port: SwitchPort, ingress: int, now: float) -> list[FlowAction]:
-        """A newer node's FRB type: not ours to read nor to forward; counted apart from malformed ones."""
-        self.drops[Drop.UNKNOWN_FRB_TYPE] += 1
-        if self._bad_input_logged.should_log(ingress, now):
-            log.info("FRB of an unknown type ignored peer=%s port=%s (a newer release's; ignored so far: %d)",
-                     format_node_id(ingress), port.port_no, self.drops[Drop.UNKNOWN_FRB_TYPE])
-        return []
-
-    def _plausible(self, h: frb.FrbHeader, ingress: int) -> bool:
-        """Whether a flood rooted at `h.root_nid` could reach us from `ingress` with `h.bound_nid`.
-
-        A broadcast runs clockwise from its root, every hop inside the arc it was handed, which never
-        passes the root (flooding_bounds.py); a reverse copy runs the mirrored way. So the peer it comes
-        from is the root or lies on the arc from the root to us, and the bound lies at or past us, at the
-        root at the farthest. A member forging a copy may name only roots behind it, not any node of the overlay.
-        """
-        root, bound, me = h.root_nid, h.bound_nid, self.node_id
-        if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
-            root, bound, me, ingress = mirror(root), mirror(bound), mirror(me), mirror(ingress)
-        to_me = (me - root) % RING_SIZE
-        to_bound = (bound - me) % RING_SIZE
-        # A bound at us only stops the copy here (nothing lies strictly inside (us, us)): harmless, allowed.
-        return (ingress - root) % RING_SIZE < to_me and to_bound <= RING_SIZE - to_me
-
-    def _frb_broadcast_in(
-        self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float, budget_key: tuple[int, int | None]
-    ) -> list[FlowAction]:
-        h = frame.header
-        inner = frame.payload
-        if h.root_nid == self.node_id:
-            self.drops[Drop.OWN_BROADCAST] += 1
-            self.broadcasts.record_own_return()
-            return []
-        self.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
-        hops = self._hops(h, ingress)
-        inner_eth = _parse_ethernet(inner)
-        assert inner_eth is not None  # frb.parse guarantees an inner Ethernet header
-        actions: list[FlowAction] = []
-        source = self.learning.lookup(inner_eth.src, now)
-        if source is not None and source.port in self.leaf_ports():
-            self.drops[Drop.OWN_FRAME] += 1  # ours, flooded on by a node whose path ended (see the docstring)
-        else:
-            if inner_eth.is_group or source is None:
-                # A flooded unicast's root is not the sender's node (see below): its hops say nothing.
-                learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True,
-                                      hops=hops if inner_eth.is_group else None)
-                if learned is None:
-                    return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
-                actions += learned
-                self._observe_neighbor(inner_eth, inner, now)
-            else:
-                # A flooded unicast frame whose sender we know. Its root is the node that did not know
-                # the way on (a transit flood), not the sender's node, and the flood may have come the
-                # long way round: moving the sender here deleted working flows along its path and sent
-                # the next frames to the controller and into more floods (docs/performance.md). It only
-                # teaches a MAC not known yet.
-                self.unicast_floods_not_learned += 1
-            target = None if inner_eth.is_group else self.learning.lookup(inner_eth.dst, now)
-            if target is not None and target.port in self.leaf_ports():
-                actions.append(PacketOut(target.port, inner))
-            else:
-                actions += self._deliver_to_leaves(inner, exclude=None)
-        bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if not self._may_pass_on(bounds, hops, budget_key, now):
-            return actions
-        peers = self.peer_ports()
-        for peer, bound in bounds.items():
-            self.counters.frb_forwarded += 1
-            wire = frb.pack(frb.broadcast(inner, h.root_nid, bound, hop_count=hops + 1))
-            actions.append(PacketOut(peers[peer], wire))
-        return actions
-
     def _bounded(self, reason: Drop, port: int, now: float, detail: object) -> None:
         """Count a frame (or claim) a per-port bound refused, and say so once per port and interval."""
         self.drops[reason] += 1
         if self._bounds_logged.should_log((port, reason), now):
             log.warning("refused port=%s reason=%s %s (so far: %d)", port, reason.name, detail, self.drops[reason])
-
-    def _flood_budget_key(self, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:
-        """Whose flood budget a copy spends: its ingress port's and its root's. A root not known here before
-        this copy (no tunnel to it, no MAC learned under it) spends the port's one bucket for such roots, so
-        a member inventing roots gets no more than one root's share."""
-        root = h.root_nid
-        known = self.learning.hosts_any(root) or root in self.peer_ports()
-        return (port.port_no, root if known else None)
-
-    def _may_pass_on(self, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float) -> bool:
-        """Whether a flood's copies to `bounds` may go: under the hop limit and within the flood budget."""
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return False
-        return not bounds or self._flood_allowed(key, now)
 
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
         if self.flood_budget.allow(key, now):
@@ -715,36 +492,6 @@ class BoundedFloodSwitch:
         root = "unknown" if key[1] is None else format_node_id(key[1])
         self._bounded(Drop.FLOOD_LIMITED, key[0], now, f"root={root}")
         return False
-
-    def _frb_reverse_in(
-        self, in_port: int, ingress: int, frame: frb.FrbFrame, now: float, budget_key: tuple[int, int | None]
-    ) -> list[FlowAction]:
-        """A broadcast's header flooded counter-clockwise: learn its source by it, pass it on, deliver nothing."""
-        h = frame.header
-        if h.root_nid == self.node_id:
-            self.drops[Drop.OWN_BROADCAST] += 1
-            return []
-        hops = self._hops(h, ingress)
-        inner_eth = _parse_ethernet(frame.payload)
-        assert inner_eth is not None  # frb.parse guarantees the header
-        source = self.learning.lookup(inner_eth.src, now)
-        actions: list[FlowAction] = []
-        if source is not None and source.port in self.leaf_ports():
-            self.drops[Drop.OWN_FRAME] += 1
-        else:
-            learned = self._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True, hops=hops)
-            if learned is None:
-                return []  # forged from one of the bridge's own MACs: not passed on either
-            actions += learned
-        bounds = reverse_forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if not self._may_pass_on(bounds, hops, budget_key, now):
-            return actions
-        peers = self.peer_ports()
-        for peer, bound in bounds.items():
-            self.reverse_forwarded += 1
-            wire = frb.pack(frb.broadcast(frame.payload, h.root_nid, bound, hops + 1, frb.FrbType.BROADCAST_REVERSE))
-            actions.append(PacketOut(peers[peer], wire))
-        return actions
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -757,7 +504,7 @@ class BoundedFloodSwitch:
     def expire(self, now: float) -> list[FlowAction]:
         """Forget MACs not seen for the table's max age, and the flows towards them and from them; take
         the moves claimed while a MAC's place still spoke, if it has been silent since."""
-        actions = _flows_of_macs([mac for mac, _ in self.learning.expire(now)])
+        actions = flows_of_macs([mac for mac, _ in self.learning.expire(now)])
         self.neighbors.expire(now)
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
@@ -775,11 +522,3 @@ class BoundedFloodSwitch:
             elif isinstance(action, DeleteFlowsOfPort):
                 self.flows.forget_port(action.port)
         return actions
-
-
-def _flows_of_macs(macs: Iterable[str]) -> list[FlowAction]:
-    """Deletes of every flow towards and from `macs` (evicted or expired: neither end may keep a flow)."""
-    actions: list[FlowAction] = []
-    for mac in macs:
-        actions += [DeleteFlowsToMac(mac), DeleteFlowsFromMac(mac)]
-    return actions

@@ -451,7 +451,8 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
     sock.writes.clear()
     app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
-    assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_PACKET_OUT, ofp.OFPT_FLOW_MOD]]
+    # The frame, its flow and the flow back: one step, one write.
+    assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_PACKET_OUT, ofp.OFPT_FLOW_MOD, ofp.OFPT_FLOW_MOD]]
 
 
 # ---------------------------------------------------------------- an idle controller's pace

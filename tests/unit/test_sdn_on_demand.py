@@ -135,9 +135,11 @@ def test_traffic_is_summed_by_the_root_of_the_remote_mac_in_both_directions_but_
         net.inject(c, 1, eth(ma, mc, payload=b"\x00" * 486))  # 500-byte frames
     c_node = net.nodes[c]
     rates = {m: b / 2.0 for m, b in c_node.table.byte_counts().items()}  # as if over 2 s
-    # c knows a's root: what it received and what it sent both count towards a. Frames that went
-    # through the controller (a's first one to c) are not in a flow's counter.
-    assert traffic_by_peer(c_node.switch, rates, net.now) == {a: (9 * 1000 + 10 * 500) / 2.0}
+    # c knows a's root: what it received and what it sent both count towards a, each frame once, in the
+    # one flow it took. c's ARP reply installed the way back with its own flow, so a's first frame rode a
+    # flow too; only frames that went through the controller are in no flow's counter.
+    assert traffic_by_peer(c_node.switch, rates, net.now) == {a: (10 * 1000 + 10 * 500) / 2.0}
+    assert sum(c_node.table.byte_counts().values()) == 10 * 1000 + 10 * 500  # nothing counted twice
     # a does not know c's root (learned from unicast): nothing to act on there; c will.
     a_node = net.nodes[a]
     assert traffic_by_peer(a_node.switch, {m: b / 2.0 for m, b in a_node.table.byte_counts().items()}, net.now) == {}

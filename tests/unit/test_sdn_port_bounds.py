@@ -78,17 +78,25 @@ def test_h3_a_port_reaching_every_known_mac_keeps_its_flows_within_its_cap_and_o
     us = net.nodes[US]
     hostile_port, honest_port = net.port_towards(US, HOSTILE), net.port_towards(US, HONEST)
     net.from_neighbour(US, HONEST, eth(host_mac(net, US), host_mac(net, HONEST)))  # the honest member's flow
+    honest_flows = us.switch.flows.count(honest_port)
+    assert honest_flows == 2  # its flow and the way back, both on its behalf
     leaves = [net.add_leaf(US, f"app{i}", f"02:55:00:00:00:{i:02x}") for i in range(20)]
     for i, _ in enumerate(leaves):  # every host here is known (it said something)
         net.inject(US, leaves[i], eth(BROADCAST, f"02:55:00:00:00:{i:02x}"))
     for i in range(20):  # one source, a flow to every host
         net.now += 0.01
         net.from_neighbour(US, HOSTILE, eth(f"02:55:00:00:00:{i:02x}", "02:66:00:00:00:01"))
+    # Each frame installs its flow and the way back, both on the hostile port's behalf: its 8 are the 4
+    # newest pairs, though the ways back enter by the leaves' ports.
+    assert us.switch.flows.count(hostile_port) == 8
     from_hostile = [m for m in us.table.flows if m.in_port == hostile_port]
-    assert len(from_hostile) == 8 and us.switch.flows.count(hostile_port) == 8
-    assert {m.eth_dst for m in from_hostile} == {f"02:55:00:00:00:{i:02x}" for i in range(12, 20)}  # the newest
+    newest = {f"02:55:00:00:00:{i:02x}" for i in range(16, 20)}
+    assert {m.eth_dst for m in from_hostile} == newest
+    back = [m for m in us.table.flows if m.eth_dst == "02:66:00:00:00:01"]
+    assert {m.eth_src for m in back} == newest and all(m.in_port in leaves for m in back)
+    assert us.switch.flows.count(honest_port) == honest_flows and all(us.switch.flows.count(p) == 0 for p in leaves)
     assert [m for m in us.table.flows if m.in_port == honest_port] != []
-    assert us.switch.flows_evicted == 12
+    assert us.switch.flows_evicted == 2 * 20 - 8
 
 
 def test_h3_a_flow_kept_busy_still_goes_at_its_hard_timeout() -> None:

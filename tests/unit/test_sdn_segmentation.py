@@ -338,7 +338,9 @@ def test_a_super_frame_to_a_known_peer_is_segmented_to_the_tunnel_mtu() -> None:
     sw.packet_in(10, frb.pack(frb.broadcast(from_h2, 200, 100, 1)), now=1)  # H2 learned on port 10
     data = payload_of(20_000)
     actions = sw.packet_in(1, frame(data, checksum="partial"), now=2)
-    assert actions[-1] == AddFlow(FlowMatch(1, H1, H2), 10, 30, hard_timeout=FLOW_HARD_TIMEOUT, counted=True)  # after the frames: they need no flow
+    # After the frames (they need no flow): the flow, and the way back (H1 was just heard on port 1).
+    assert actions[-2:] == [AddFlow(FlowMatch(1, H1, H2), 10, 30, hard_timeout=FLOW_HARD_TIMEOUT, counted=True),
+                            AddFlow(FlowMatch(10, H2, H1), 1, 30, hard_timeout=FLOW_HARD_TIMEOUT, counted=True)]
     out = packet_outs(actions, 10)
     assert all(len(f) <= MAX_FRAME for f in out) and len(out) == -(-len(data) // (MAX_FRAME - 54))
     assert b"".join(check_segment(f)[2] for f in out) == data

@@ -87,12 +87,17 @@ def test_frb_from_peer_is_delivered_to_leaves_and_forwarded_within_bound_only() 
     assert sw.broadcasts_seen == 1
 
 
-def test_unicast_to_known_mac_installs_flow_and_sends_packet() -> None:
+def test_unicast_to_known_mac_installs_flow_and_its_way_back_and_sends_packet() -> None:
     sw = switch_with_ports()
     sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)
     frame = arp_reply(H1, H2)
     actions = sw.packet_in(1, frame, now=2)
-    assert actions == [PacketOut(10, frame), AddFlow(FlowMatch(1, H1, H2), 10, 30, hard_timeout=FLOW_HARD_TIMEOUT, counted=True)]
+    # H1 was just heard on port 1: H2's answer needs no packet-in of its own (issue 25, the first packet).
+    assert actions == [PacketOut(10, frame),
+                       AddFlow(FlowMatch(1, H1, H2), 10, 30, hard_timeout=FLOW_HARD_TIMEOUT, counted=True),
+                       AddFlow(FlowMatch(10, H2, H1), 1, 30, hard_timeout=FLOW_HARD_TIMEOUT, counted=True)]
+    # Both are booked on behalf of port 1, whose frame caused them: port 10 spent nothing.
+    assert (sw.flows.count(1), sw.flows.count(10)) == (2, 0)
 
 
 def test_unknown_unicast_is_flooded_with_bounds_not_dropped() -> None:
@@ -173,9 +178,11 @@ def test_unicast_from_peer_to_local_mac_installs_flow_and_learns_source() -> Non
     sw.packet_in(1, arp_request(H1), now=1)
     frame = arp_reply(H2, H1)
     actions = sw.packet_in(11, frame, now=2)
-    assert actions == [PacketOut(1, frame), AddFlow(FlowMatch(11, H2, H1), 1, 30, hard_timeout=FLOW_HARD_TIMEOUT)]
+    assert actions == [PacketOut(1, frame), AddFlow(FlowMatch(11, H2, H1), 1, 30, hard_timeout=FLOW_HARD_TIMEOUT),
+                       AddFlow(FlowMatch(1, H1, H2), 11, 30, hard_timeout=FLOW_HARD_TIMEOUT)]
     entry = sw.learning.lookup(H2, now=2)
     assert entry is not None and entry.port == 11
+    assert (sw.flows.count(11), sw.flows.count(1)) == (2, 0)  # the peer's frame: the peer's share
 
 
 def test_peer_port_removed_deletes_its_flows_and_learned_macs_at_once() -> None:

@@ -78,7 +78,10 @@ def packet_in(app: BoundedFloodApp, dp: FakeDatapath, port: int, data: bytes) ->
 
 def test_a_tunnel_to_tunnel_flow_gets_an_entry_and_a_flow_to_a_leaf_does_not() -> None:
     _, _, table, clock = transit_switch()
-    assert [(i, d.hex(), s.hex(), r.egress) for i, d, s, r in table.entries()] == [(A, mac(H2).hex(), mac(H1).hex(), B)]
+    # H1's frame to H2 installed the way back with its flow (H1 was just heard on A): an entry each way. The
+    # flows between H1 and H3 on the leaf have none.
+    assert sorted((i, d.hex(), s.hex(), r.egress) for i, d, s, r in table.entries()) == [
+        (A, mac(H2).hex(), mac(H1).hex(), B), (B, mac(H1).hex(), mac(H2).hex(), A)]
     route = table.get(A, mac(H2), mac(H1))
     assert route is not None and route.deadline == TransitMirror.deadline(clock.now, IDLE) < clock.now + IDLE
 
@@ -108,7 +111,8 @@ def test_a_mac_that_ages_out_takes_its_entries_before_the_flow_deletes_leave() -
 
 def test_a_moved_mac_takes_its_entries() -> None:
     app, dp, table, _ = transit_switch()
-    # H2 announces itself from the leaf (a host that migrated): flows towards it are deleted.
+    # H2 announces itself from the leaf (a host that migrated): flows towards it are deleted, and the way
+    # back from its old place (installed with H1's flow to it), so no member behind B keeps sending as H2.
     packet_in(app, dp, PORT_LEAF, eth("ff:ff:ff:ff:ff:ff", H2, 0x0806))
     assert len(table) == 0 and 0 in dp.entries_at_delete
 
@@ -116,6 +120,11 @@ def test_a_moved_mac_takes_its_entries() -> None:
 def test_a_flow_the_switch_removed_takes_its_entry() -> None:
     app, dp, table, _ = transit_switch()
     match = dp.ofproto_parser.OFPMatch(in_port=PORT_A, eth_src=H1, eth_dst=H2)
+    app.flow_removed(_Ev(_Msg(datapath=dp, cookie=EVIO_COOKIE, match=match)))
+    assert table.get(A, mac(H2), mac(H1)) is None
+    # The way back is a flow of its own: it idles out (and takes its entry) when its own traffic stops.
+    assert [(i, r.egress) for i, _, _, r in table.entries()] == [(B, A)]
+    match = dp.ofproto_parser.OFPMatch(in_port=PORT_B, eth_src=H2, eth_dst=H1)
     app.flow_removed(_Ev(_Msg(datapath=dp, cookie=EVIO_COOKIE, match=match)))
     assert len(table) == 0
 

@@ -1,0 +1,234 @@
+"""The FRBs a bridge receives from its peers: floods passed on within their bounds, leaf announcements, link checks.
+
+A part of `BoundedFloodSwitch` (evio.sdn.switch) in a file of its own, as wireguard-go keeps a
+device's receive side in `receive.go`: functions of the switch, which keeps all the state (its
+learning table, flood budget, counters). Pure, as the switch is: frames and `now` in,
+`evio.sdn.flow_actions` out.
+
+- A BROADCAST is learned from (its source MAC under its root, with its hop count), delivered to the
+  leaf ports (or only to the leaf the destination is learned on) and passed on within its bound; a
+  BROADCAST_REVERSE (a broadcast's header sent the other way round the ring) is learned from and
+  passed on, never delivered (docs/design.md, "Learning and unicast flows").
+- A flood must come the way one from its root could have come (`_plausible`), else it is dropped;
+  a copy from a peer that is not its root cannot claim fewer than 2 hops (`_hops`); floods passed on
+  for one ingress port and one root spend one flood budget (`_flood_budget_key`).
+- A LEAF_ANNOUNCE is taken only for the announcing peer's own root; the first one from a peer since
+  its port came is answered with ours. A LINK_CHECK is answered with a LINK_ACK.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from evio.ids import RING_SIZE, format_node_id
+from evio.sdn import frb
+from evio.sdn.flooding_bounds import forward_bounds, mirror, reverse_forward_bounds
+from evio.sdn.flow_actions import FlowAction, PacketOut
+from evio.sdn.learning_table import Change
+from evio.sdn.switch_terms import Drop, SwitchPort, flows_of_macs, parse_ethernet
+
+if TYPE_CHECKING:
+    from evio.sdn.switch import BoundedFloodSwitch
+
+log = logging.getLogger(__name__)
+
+
+def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, now: float) -> list[FlowAction]:
+    """An FRB that peer `ingress` sent on `port` (the switch checked that it is a peer port)."""
+    try:
+        frame = frb.parse(data)
+    except frb.FrbParseError as err:
+        if err.reason is frb.FrbReason.UNKNOWN_TYPE:
+            return _unknown_type(sw, port, ingress, now)
+        sw.drops[Drop.MALFORMED_FRB] += 1
+        sw.frb_parse_errors[err.reason] += 1
+        if sw._bad_input_logged.should_log(ingress, now):
+            log.warning("malformed FRB dropped peer=%s port=%s reason=%s (dropped so far: %d)",
+                        format_node_id(ingress), port.port_no, err.reason.name, sw.drops[Drop.MALFORMED_FRB])
+        return []
+    h = frame.header
+    flood = h.frb_type in (frb.FrbType.BROADCAST, frb.FrbType.BROADCAST_REVERSE)
+    if flood and h.root_nid != sw.node_id and not _plausible(sw, h, ingress):
+        sw._bounded(Drop.IMPLAUSIBLE_FRB, port.port_no, now,
+                    f"peer={format_node_id(ingress)} root={format_node_id(h.root_nid)}")
+        return []
+    if h.frb_type is frb.FrbType.BROADCAST:
+        return _broadcast_in(sw, port.port_no, ingress, frame, now, _flood_budget_key(sw, port, h))
+    if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
+        return _reverse_in(sw, port.port_no, ingress, frame, now, _flood_budget_key(sw, port, h))
+    if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
+        if h.root_nid != ingress:
+            sw.drops[Drop.FOREIGN_ANNOUNCE] += 1  # only a root speaks for its own leaves
+            return []
+        own = sw._own_macs()
+        leaves = [mac for mac in frame.leaf_macs if mac not in own]
+        if len(leaves) < len(frame.leaf_macs):
+            sw.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+        announced = sw.learning.announce(h.root_nid, leaves, port.port_no, now)
+        actions: list[FlowAction] = []
+        for learned in announced.learned:
+            if learned.change is Change.REFUSED:
+                sw.drops[Drop.LOCAL_MAC_CLAIMED if learned.entry.local else Drop.TABLE_FULL] += 1
+                continue
+            if learned.change is Change.CONTESTED:
+                sw._bounded(Drop.MOVE_REFUSED, port.port_no, now, f"mac={learned.mac} announced")
+                continue
+            actions += flows_of_macs(learned.evicted)
+            if learned.change is Change.MOVED and learned.previous is not None:
+                actions += flows_of_macs([learned.mac])
+        actions += flows_of_macs(announced.withdrawn)
+        log.debug("leaf announcement port=%s root=%s macs=%d changes=%s", port.port_no,
+                  format_node_id(h.root_nid), len(leaves), [item.change.value for item in announced.learned])
+        if port.port_no not in sw._announced_by:
+            # The first from this peer since its port came: answer with ours. Ours went out when the port
+            # came here, and is lost if the peer's end was not on its bridge yet (the two ends' ports are
+            # added 0.02-0.2 s apart); until the peer learns our MACs by this link, it sends them the old
+            # way, into a dead link when this one stands in for it (E4). Once per port, so two ends answer
+            # each other at most once.
+            sw._announced_by.add(port.port_no)
+            actions += sw._leaf_announce(port)
+        return actions
+    if h.frb_type is frb.FrbType.LINK_CHECK:
+        ack = frb.link_ack(frame.src, frb.parse_mac(sw.switch_mac), sw.node_id)
+        return [PacketOut(port.port_no, frb.pack(ack))]
+    if h.frb_type is frb.FrbType.LINK_ACK:
+        return []  # liveness is the tunnel's business; nothing to switch
+    sw.drops[Drop.FORWARD_TYPE] += 1
+    return []
+
+
+def _unknown_type(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, now: float) -> list[FlowAction]:
+    """A newer node's FRB type: not ours to read nor to forward; counted apart from malformed ones."""
+    sw.drops[Drop.UNKNOWN_FRB_TYPE] += 1
+    if sw._bad_input_logged.should_log(ingress, now):
+        log.info("FRB of an unknown type ignored peer=%s port=%s (a newer release's; ignored so far: %d)",
+                 format_node_id(ingress), port.port_no, sw.drops[Drop.UNKNOWN_FRB_TYPE])
+    return []
+
+
+def _plausible(sw: BoundedFloodSwitch, h: frb.FrbHeader, ingress: int) -> bool:
+    """Whether a flood rooted at `h.root_nid` could reach us from `ingress` with `h.bound_nid`.
+
+    A broadcast runs clockwise from its root, every hop inside the arc it was handed, which never
+    passes the root (flooding_bounds.py); a reverse copy runs the mirrored way. So the peer it comes
+    from is the root or lies on the arc from the root to us, and the bound lies at or past us, at the
+    root at the farthest. A member forging a copy may name only roots behind it, not any node of the overlay.
+    """
+    root, bound, me = h.root_nid, h.bound_nid, sw.node_id
+    if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
+        root, bound, me, ingress = mirror(root), mirror(bound), mirror(me), mirror(ingress)
+    to_me = (me - root) % RING_SIZE
+    to_bound = (bound - me) % RING_SIZE
+    # A bound at us only stops the copy here (nothing lies strictly inside (us, us)): harmless, allowed.
+    return (ingress - root) % RING_SIZE < to_me and to_bound <= RING_SIZE - to_me
+
+
+def _flood_budget_key(sw: BoundedFloodSwitch, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:
+    """Whose flood budget a copy spends: its ingress port's and its root's. A root not known here before
+    this copy (no tunnel to it, no MAC learned under it) spends the port's one bucket for such roots, so
+    a member inventing roots gets no more than one root's share."""
+    root = h.root_nid
+    known = sw.learning.hosts_any(root) or root in sw.peer_ports()
+    return (port.port_no, root if known else None)
+
+
+def _broadcast_in(
+    sw: BoundedFloodSwitch, in_port: int, ingress: int, frame: frb.FrbFrame, now: float,
+    budget_key: tuple[int, int | None],
+) -> list[FlowAction]:
+    h = frame.header
+    inner = frame.payload
+    if h.root_nid == sw.node_id:
+        sw.drops[Drop.OWN_BROADCAST] += 1
+        sw.broadcasts.record_own_return()
+        return []
+    sw.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
+    hops = _hops(sw, h, ingress)
+    inner_eth = parse_ethernet(inner)
+    assert inner_eth is not None  # frb.parse guarantees an inner Ethernet header
+    actions: list[FlowAction] = []
+    source = sw.learning.lookup(inner_eth.src, now)
+    if source is not None and source.port in sw.leaf_ports():
+        sw.drops[Drop.OWN_FRAME] += 1  # ours, flooded on by a node whose path ended (see the docstring)
+    else:
+        if inner_eth.is_group or source is None:
+            # A flooded unicast's root is not the sender's node (see below): its hops say nothing.
+            learned = sw._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True,
+                                hops=hops if inner_eth.is_group else None)
+            if learned is None:
+                return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
+            actions += learned
+            sw._observe_neighbor(inner_eth, inner, now)
+        else:
+            # A flooded unicast frame whose sender we know. Its root is the node that did not know
+            # the way on (a transit flood), not the sender's node, and the flood may have come the
+            # long way round: moving the sender here deleted working flows along its path and sent
+            # the next frames to the controller and into more floods (docs/performance.md). It only
+            # teaches a MAC not known yet.
+            sw.unicast_floods_not_learned += 1
+        target = None if inner_eth.is_group else sw.learning.lookup(inner_eth.dst, now)
+        if target is not None and target.port in sw.leaf_ports():
+            actions.append(PacketOut(target.port, inner))
+        else:
+            actions += sw._deliver_to_leaves(inner, exclude=None)
+    bounds = forward_bounds(sw.node_id, h.bound_nid, sw.peer_ports(), ingress=ingress)
+    if not _may_pass_on(sw, bounds, hops, budget_key, now):
+        return actions
+    peers = sw.peer_ports()
+    for peer, bound in bounds.items():
+        sw.counters.frb_forwarded += 1
+        wire = frb.pack(frb.broadcast(inner, h.root_nid, bound, hop_count=hops + 1))
+        actions.append(PacketOut(peers[peer], wire))
+    return actions
+
+
+def _reverse_in(
+    sw: BoundedFloodSwitch, in_port: int, ingress: int, frame: frb.FrbFrame, now: float,
+    budget_key: tuple[int, int | None],
+) -> list[FlowAction]:
+    """A broadcast's header flooded counter-clockwise: learn its source by it, pass it on, deliver nothing."""
+    h = frame.header
+    if h.root_nid == sw.node_id:
+        sw.drops[Drop.OWN_BROADCAST] += 1
+        return []
+    hops = _hops(sw, h, ingress)
+    inner_eth = parse_ethernet(frame.payload)
+    assert inner_eth is not None  # frb.parse guarantees the header
+    source = sw.learning.lookup(inner_eth.src, now)
+    actions: list[FlowAction] = []
+    if source is not None and source.port in sw.leaf_ports():
+        sw.drops[Drop.OWN_FRAME] += 1
+    else:
+        learned = sw._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True, hops=hops)
+        if learned is None:
+            return []  # forged from one of the bridge's own MACs: not passed on either
+        actions += learned
+    bounds = reverse_forward_bounds(sw.node_id, h.bound_nid, sw.peer_ports(), ingress=ingress)
+    if not _may_pass_on(sw, bounds, hops, budget_key, now):
+        return actions
+    peers = sw.peer_ports()
+    for peer, bound in bounds.items():
+        sw.reverse_forwarded += 1
+        wire = frb.pack(frb.broadcast(frame.payload, h.root_nid, bound, hops + 1, frb.FrbType.BROADCAST_REVERSE))
+        actions.append(PacketOut(peers[peer], wire))
+    return actions
+
+
+def _hops(sw: BoundedFloodSwitch, header: frb.FrbHeader, ingress: int) -> int:
+    """The copy's hop count, at least 2 unless it comes from its root: a peer cannot be nearer than that."""
+    if header.root_nid != ingress and header.hop_count < 2:
+        sw.hop_counts_raised += 1
+        return 2
+    return header.hop_count
+
+
+def _may_pass_on(
+    sw: BoundedFloodSwitch, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float
+) -> bool:
+    """Whether a flood's copies to `bounds` may go: under the hop limit and within the flood budget."""
+    if bounds and hops >= frb.MAX_HOP_COUNT:
+        sw.drops[Drop.HOP_LIMIT] += 1
+        return False
+    return not bounds or sw._flood_allowed(key, now)

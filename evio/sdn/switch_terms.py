@@ -1,0 +1,93 @@
+"""What the switch and its FRB receive side speak in: the bridge's ports, the reasons a frame is
+dropped, an Ethernet header as the switch reads it, and the deletes that go with a MAC. Pure."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from evio.sdn.flow_actions import DeleteFlowsFromMac, DeleteFlowsToMac, FlowAction
+
+ETH_HEADER_LEN = 14
+
+
+class PortKind(enum.Enum):
+    LEAF = "leaf"
+    PEER = "peer"
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchPort:
+    """One bridge port. `peer` is the adjacent node's id for a PEER port, None for a LEAF."""
+
+    port_no: int
+    name: str
+    kind: PortKind
+    peer: int | None = None
+    hw_addr: str | None = None  # the port's own MAC, announced to peers if it is a leaf
+
+    def __post_init__(self) -> None:
+        if (self.kind is PortKind.PEER) != (self.peer is not None):
+            raise ValueError(f"port {self.name}: a peer port needs a peer id, a leaf port has none")
+
+
+class Drop(enum.Enum):
+    """Counted reasons for dropping a frame the controller was given."""
+
+    RUNT = "shorter than an Ethernet header"
+    UNKNOWN_PORT = "arrived on a port the switch does not know"
+    MALFORMED_FRB = "FRB that does not parse"
+    UNKNOWN_FRB_TYPE = "FRB of a type this release does not know (a newer node's; frb.py, Compatibility)"
+    FRB_ON_LEAF = "FRB from a leaf port"
+    OWN_BROADCAST = "FRB rooted at this node came back"
+    FORWARD_TYPE = "BROADCAST_FORWARD FRB (the original's receivers drop it too)"
+    HOP_LIMIT = "FRB hop count at its maximum"
+    GROUP_FROM_PEER = "broadcast or multicast from a peer port without an FRB"
+    HAIRPIN = "destination learned on the ingress port (from a peer: flooded on instead)"
+    GROUP_SOURCE = "source MAC is multicast"
+    TOO_MANY_LEAVES = "more leaf MACs than a leaf announcement holds"
+    LOCAL_MAC_CLAIMED = "a peer sent from (or announced) one of this node's local MACs"
+    FOREIGN_ANNOUNCE = "leaf announcement for a root other than the announcing peer"
+    RATE_LIMITED = "more packet-ins from the port than its rate allows"
+    TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
+    OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
+    OVERSIZED = "larger than a tunnel carries and not TCP that can be segmented (why: segment_errors)"
+    FLOOD_LIMITED = "a flood not passed on: its ingress port and root had used their flood budget (delivered here)"
+    MOVE_REFUSED = "a claim that a live MAC moved, not taken: its place spoke lately (the frame itself went on)"
+    IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
+
+
+@dataclass(frozen=True, slots=True)
+class EthernetHeader:
+    """An Ethernet header as the switch reads it: MACs as lowercase text."""
+
+    dst: str
+    src: str
+    ethertype: int
+
+    @property
+    def is_group(self) -> bool:
+        return is_group_mac(self.dst)
+
+    @property
+    def has_group_source(self) -> bool:
+        return is_group_mac(self.src)
+
+
+def is_group_mac(mac: str) -> bool:
+    return int(mac[:2], 16) & 0x01 == 1  # I/G bit: multicast or broadcast
+
+
+def parse_ethernet(data: bytes) -> EthernetHeader | None:
+    if len(data) < ETH_HEADER_LEN:
+        return None
+    return EthernetHeader(data[0:6].hex(":"), data[6:12].hex(":"), int.from_bytes(data[12:14], "big"))
+
+
+def flows_of_macs(macs: Iterable[str]) -> list[FlowAction]:
+    """Deletes of every flow towards and from `macs` (evicted, expired or moved: neither end may keep a flow)."""
+    actions: list[FlowAction] = []
+    for mac in macs:
+        actions += [DeleteFlowsToMac(mac), DeleteFlowsFromMac(mac)]
+    return actions
