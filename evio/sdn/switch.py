@@ -17,7 +17,10 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   reaches some nodes the long way round, so every node learns the source by
   the copy with fewer hops (docs/design.md, "Learning and unicast flows").
 - Unicast to a known MAC installs `(in_port, eth_src, eth_dst) -> out_port`
-  and sends the frame; unicast to an unknown MAC from a leaf is flooded with
+  and sends the frame; when the source was just heard on in_port, the way back
+  `(out_port, eth_dst, eth_src) -> in_port` goes in with it, so the answer asks
+  no controller: one packet-in per switch for a new flow (issue 25; decision
+  0047). Unicast to an unknown MAC from a leaf is flooded with
   bounds like a broadcast, not dropped. From a peer (a path that ended here,
   e.g. its next hop's link went with churn) it is flooded too, rooted here:
   the sender keeps its flow through us and would otherwise lose every frame
@@ -28,13 +31,15 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   nor learned, so it never moves a local MAC onto a peer port.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Bounded per port (issue 21, H3; docs/design.md, "A switch bounded per port"):
-  the flows installed on behalf of a port (those entering by it) are at most
+  the flows installed on behalf of a port (those entering by it, and the ways
+  back its frames installed, which enter by other ports) are at most
   `max_flows_per_port`, its oldest deleted to make room (`flow_book.py`);
   every flow has a hard timeout, so one the switch keeps busy without asking
   is still installed again now and then; a port's learned MACs are at most a
-  share of the table (`learning_table.py`); a MAC that is evicted or expires
-  takes the flows *from* it along with those *to* it.
-- Malformed FRBs and frames that make no sense are dropped and counted.
+  share of the table (`learning_table.py`); a MAC that is evicted, expires or
+  moves takes the flows *from* it along with those *to* it.
+- Malformed FRBs and frames that make no sense are dropped and counted. FRBs
+  from peers are received in `frb_receive.py`.
 - A frame this switch sends itself (PacketOut) must fit a tunnel TAP,
   `tunnel_mtu + 14` bytes, or that less the FRB (49 bytes) when it is flooded:
   with userspace TSO a host's TCP super-frame (up to 64 KiB) reaches the
@@ -373,17 +378,18 @@ class BoundedFloodSwitch:
     def _add_flow(self, match: FlowMatch, out_port: int, charged_to: int, now: float) -> list[FlowAction]:
         evicted = self.flows.add(match, out_port, charged_to)  # that port's oldest, if it had its fill
         self.flows_evicted += len(evicted)
-        counted = self._counted(match.in_port, EthernetHeader(match.eth_dst, match.eth_src, 0), out_port, now)
+        counted = self._counted(match, out_port, now)
         return [*(DeleteFlow(old) for old in evicted),
                 AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout, counted=counted)]
 
-    def _counted(self, in_port: int, eth: EthernetHeader, out_port: int, now: float) -> bool:
+    def _counted(self, match: FlowMatch, out_port: int, now: float) -> bool:
         """Whether on-demand links count the flow's bytes: a local host's traffic with a remote one whose root
-        node is known (on_demand.traffic_by_peer). Only those are polled (ofapp.COUNTED_COOKIE)."""
-        if self.ports[in_port].kind is PortKind.LEAF:
-            remote = eth.dst
+        node is known (on_demand.traffic_by_peer). Only those are polled (ofapp.COUNTED_COOKIE). Each frame
+        rides one flow, so a flow and its way back count each byte once."""
+        if self.ports[match.in_port].kind is PortKind.LEAF:
+            remote = match.eth_dst
         elif out_port in self.ports and self.ports[out_port].kind is PortKind.LEAF:
-            remote = eth.src
+            remote = match.eth_src
         else:
             return False  # transit: some other pair's business
         entry = self.learning.lookup(remote, now)
