@@ -35,6 +35,9 @@ class FlowBook:
     def __len__(self) -> int:
         return len(self._charged)
 
+    def __contains__(self, match: object) -> bool:
+        return match in self._charged
+
     def count(self, port: int) -> int:
         """The flows installed on behalf of `port`."""
         return len(self._by_port.get(port, ()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from test_sdn_on_demand import ring  # tests/unit is on sys.path
 from test_sdn_switch import arp_reply, arp_request, eth, host_mac
 
+from evio.sdn.flow_actions import AddFlow
 from evio.testing.fake_flow_table import FakeNetwork
 
 
@@ -63,3 +64,24 @@ def test_a_flow_from_a_source_held_elsewhere_gets_no_way_back() -> None:
     assert entry is not None and entry.port == towards_a
     assert node.received[1][-1] == eth(mb, ma)  # the frame itself went on
     assert [(m.in_port, m.eth_src) for m in node.table.flows] == [(net.port_towards(b, c), ma)]
+
+
+def test_every_delete_goes_before_the_adds_and_a_port_with_room_for_one_keeps_the_way_back() -> None:
+    net = FakeNetwork(max_flows_per_port=1)
+    a, b = 1 << 120 | 1, 2 << 120 | 2  # distinct low bits: distinct host MACs
+    for nid in (a, b):
+        net.add_node(nid)
+    net.connect(a, b)
+    ma, mb = host_mac(net, a), host_mac(net, b)
+    net.inject(b, 1, arp_request(mb))
+    net.inject(a, 1, arp_request(ma))
+    switch = net.nodes[a].switch
+    actions = switch.packet_in(1, eth(mb, ma), net.now)
+    kinds = [type(x).__name__ for x in actions]
+    assert kinds == ["PacketOut", "AddFlow"]  # the flow itself was evicted by its way back: not added
+    (way_back,) = [x for x in actions if isinstance(x, AddFlow)]
+    assert way_back.match.eth_src == mb and switch.flows.count(1) == 1
+    # Again (the flow's frames still come here): the flow evicts the way back, which evicts the flow; the
+    # delete of the installed one goes before any add.
+    actions = switch.packet_in(1, eth(mb, ma), net.now)
+    assert [type(x).__name__ for x in actions] == ["PacketOut", "DeleteFlow", "AddFlow"]
