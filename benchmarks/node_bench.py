@@ -22,7 +22,9 @@ of 8 intermediate nodes: `--nodes 18`). In one run it prints:
   overhead per intermediate node as the paper's E11 measures it (paper 0.37 ms);
 - the first packet of a new flow (--first-packet): the evio flows of every
   bridge deleted, then 5 pings 0.2 s apart; the first one is forwarded by
-  each node's controller (packet-ins), the others by installed flows;
+  each node's controller (packet-ins), the others by installed flows; the
+  packet-ins of each switch on the path are counted for the first echo and
+  its reply, and apart for the later ones;
 - tunnel setup times across the overlay (from each daemon's status);
 - RSS and idle CPU of each daemon (daemon and SDN controller are one process);
 - with `--transit both` (the default) every round is measured twice, with

@@ -20,7 +20,7 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   and sends the frame; when the source was just heard on in_port, the way back
   `(out_port, eth_dst, eth_src) -> in_port` goes in with it, so the answer asks
   no controller: one packet-in per switch for a new flow (issue 25; decision
-  0047). Unicast to an unknown MAC from a leaf is flooded with
+  0045). Unicast to an unknown MAC from a leaf is flooded with
   bounds like a broadcast, not dropped. From a peer (a path that ended here,
   e.g. its next hop's link went with churn) it is flooded too, rooted here:
   the sender keeps its flow through us and would otherwise lose every frame
