@@ -363,25 +363,31 @@ class BoundedFloodSwitch:
         if out_port == in_port:
             self.drops[Drop.HAIRPIN] += 1
             return []
-        # The frames first: the switch handles messages in order, so a PacketOut sent after the
-        # FlowMod would wait for the flow's install; the frames need no flow to leave.
-        outs: list[FlowAction] = [PacketOut(out_port, frame) for frame in self._fit(data, self.max_frame_len)]
+        frames: list[FlowAction] = [PacketOut(out_port, frame) for frame in self._fit(data, self.max_frame_len)]
         flows = [(FlowMatch(in_port, eth.src, eth.dst), out_port)]
         # The way back at once (issue 25: the first packet of a flow): the source was just heard on in_port,
         # so the answer needs no packet-in of its own. Booked on behalf of in_port, whose frame caused it.
         source = self.learning.lookup(eth.src, now)
-        if source is not None and source.port == in_port:
+        way_back = source is not None and source.port == in_port
+        if way_back:
             flows.append((FlowMatch(out_port, eth.dst, eth.src), in_port))
         new = {match for match, _ in flows if match not in self.flows}
+        deletes: list[FlowAction] = []
         for match, out in flows:
             evicted = self.flows.add(match, out, charged_to=in_port)  # the port's oldest, if it had its fill
             self.flows_evicted += len(evicted)
-            outs += [DeleteFlow(old) for old in evicted if old not in new]  # never installed: nothing to delete
+            deletes += [DeleteFlow(old) for old in evicted if old not in new]  # never installed: nothing to delete
         # The deletes first: none may follow the add of a flow it deletes (an added flow's transit entry is
         # made after its write, transit.py), and a flow the way back evicted at once is not added at all.
-        return outs + [AddFlow(match, out, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout,
-                               counted=self._counted(match, out, now))
-                       for match, out in flows if match in self.flows]
+        adds: list[FlowAction] = [AddFlow(match, out, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout,
+                                          counted=self._counted(match, out, now))
+                                  for match, out in flows if match in self.flows]
+        if way_back and self.ports[out_port].kind is PortKind.LEAF:
+            # A local host answers within microseconds, before the switch would have taken a FlowMod sent
+            # after the frame (it handles messages in order): the way back goes in first.
+            return deletes + adds + frames
+        # Otherwise the frames first: a PacketOut sent after the FlowMods would wait for their install.
+        return frames + deletes + adds
 
     def _counted(self, match: FlowMatch, out_port: int, now: float) -> bool:
         """Whether on-demand links count the flow's bytes: a local host's traffic with a remote one whose root
