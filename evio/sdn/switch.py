@@ -58,7 +58,7 @@ Adjacent peers are members, not trusted with this node's switching:
 - a leaf announcement is taken only for the announcing port's own root, so a
   peer cannot withdraw (or claim) another root's MACs;
 - an FRB broadcast must come the way a flood from its root could have come
-  (the root itself, or a peer on the arc from the root to us; `_plausible`),
+  (the root itself, or a peer on the arc from the root to us; `frb_receive._plausible`),
   else it is dropped (`IMPLAUSIBLE_FRB`); an adjacent root's hosts are
   learned only from copies over its own link;
 - a MAC whose place spoke for it lately does not move to another root, or to
