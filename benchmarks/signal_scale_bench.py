@@ -507,7 +507,7 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
             sessions = {m.jid: m.client.sessions for m in members}
             # Stopped and started with the loop held: every member notices the end of its session at the same
             # moment, once the server listens again (as when a restarted server had closed all streams at once).
-            # "signed in" counts from then; "all know" from the stop, the server's own start included.
+            # "signed in" counts from then; "all know" from the start command (the server's start included).
             server.stop()
             t0 = time.perf_counter()
             server.start()
