@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import multiprocessing
 import os
 import random
 import shutil
@@ -57,6 +58,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Protocol
 
@@ -339,6 +341,49 @@ class Member:
     def jid(self) -> str:
         return f"{_user(self.index)}@{DOMAIN}"
 
+    @property
+    def connected(self) -> bool:
+        return self.client.connected
+
+    @property
+    def sessions(self) -> int:
+        return self.client.sessions
+
+    @property
+    def failed_logins(self) -> int:
+        return self.client.failed_logins
+
+    @property
+    def last_login(self) -> float:
+        return self.client.last_login_seconds or 0.0
+
+
+@dataclass
+class Seen:
+    """A member of the probe process, as last reported."""
+
+    jid: str
+    connected: bool = False
+    sessions: int = 0
+    failed_logins: int = 0
+    last_login: float = 0.0
+    known: set[str] = field(default_factory=set)
+
+
+class MemberLike(Protocol):
+    @property
+    def jid(self) -> str: ...
+    @property
+    def connected(self) -> bool: ...
+    @property
+    def sessions(self) -> int: ...
+    @property
+    def failed_logins(self) -> int: ...
+    @property
+    def last_login(self) -> float: ...
+    @property
+    def known(self) -> set[str]: ...
+
 
 def make_member(index: int, port: int, rng: random.Random, login_timeout: float) -> Member:
     settings = SignalSettings(
@@ -397,23 +442,102 @@ class RoundTrips:
         if self._task is not None:
             await self._task
 
+
+
+class ProbePair:
+    """Members 0 and 1 in a process of their own, member 0 asking member 1: the round trip then measures the
+    server and the two members, not the event loop of the crowd (busy with every presence of a storm)."""
+
+    def __init__(self, port: int, login_timeout: float) -> None:
+        self._conn, child = multiprocessing.get_context("spawn").Pipe()
+        self._proc = multiprocessing.get_context("spawn").Process(
+            target=_probe_main, args=(child, port, login_timeout), daemon=True
+        )
+        self._proc.start()
+        self.seen = [Seen(f"{_user(i)}@{DOMAIN}") for i in (0, 1)]
+        self.times: list[float] = []
+        self.failures = 0
+
+    def ask(self, command: str, arg: object = None) -> object:
+        self._conn.send((command, arg))
+        return self._conn.recv()
+
+    def refresh(self) -> None:
+        states = self.ask("state")
+        assert isinstance(states, list)
+        for seen, state in zip(self.seen, states, strict=True):
+            seen.connected, seen.sessions, seen.failed_logins, seen.last_login, known = state
+            seen.known = set(known)
+
+    async def trips(self, command: str, arg: object = None) -> None:
+        """rtt_stop or rtt_wait: the times of the round trips since rtt_start."""
+        result = await asyncio.to_thread(self.ask, command, arg)
+        assert isinstance(result, tuple)
+        self.times, self.failures = result
+
     def summary(self) -> str:
-        if not self.times:
-            return f"none ({self.failures} failed)"
-        ms = sorted(t * 1000 for t in self.times)
-        p90 = ms[min(len(ms) - 1, int(len(ms) * 0.9))]
-        failed = f", {self.failures} failed" if self.failures else ""
-        return f"{statistics.median(ms):.1f}/{p90:.1f} ms ({len(ms)}{failed})"
+        return _summary(self.times, self.failures)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, EOFError):
+            self.ask("stop")
+        self._proc.join(30)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.1) -> float | None:
-    """Seconds until `condition()` held, or None after `timeout`."""
+def _probe_main(conn: Connection, port: int, login_timeout: float) -> None:
+    logging.basicConfig(level=logging.CRITICAL)
+    asyncio.run(_probe(conn, port, login_timeout))
+
+
+async def _probe(conn: Connection, port: int, login_timeout: float) -> None:
+    rng = random.Random(1)
+    pair = [make_member(i, port, rng, login_timeout) for i in (0, 1)]
+    trips = RoundTrips(pair[0], pair[1])
+    while True:
+        command, arg = await asyncio.to_thread(conn.recv)
+        if command == "start":
+            for m in pair:
+                await m.client.start()
+            conn.send(None)
+        elif command == "state":
+            conn.send([(m.connected, m.sessions, m.failed_logins, m.last_login, sorted(m.known)) for m in pair])
+        elif command == "rtt_start":
+            trips.start(arg if isinstance(arg, int) else None)
+            conn.send(None)
+        elif command in ("rtt_stop", "rtt_wait"):
+            await (trips.stop() if command == "rtt_stop" else trips.finish())
+            conn.send((trips.times, trips.failures))
+        elif command == "stop":
+            await asyncio.gather(*(m.client.stop() for m in pair), return_exceptions=True)
+            conn.send(None)
+            return
+
+
+def _summary(times: Sequence[float], failures: int) -> str:
+    if not times:
+        return f"none ({failures} failed)"
+    ms = sorted(t * 1000 for t in times)
+    p90 = ms[min(len(ms) - 1, int(len(ms) * 0.9))]
+    failed = f", {failures} failed" if failures else ""
+    return f"{statistics.median(ms):.1f}/{p90:.1f} ms ({len(ms)}{failed})"
+
+
+async def wait_for(
+    condition: Callable[[], bool], timeout: float, refresh: Callable[[], None] | None = None, interval: float = 0.2
+) -> float | None:
+    """Seconds until `condition()` held, or None after `timeout` (`refresh` first, each time)."""
     started = time.perf_counter()
-    while not condition():
+    while True:
+        if refresh is not None:
+            refresh()
+        if condition():
+            return time.perf_counter() - started
         if time.perf_counter() - started > timeout:
             return None
         await asyncio.sleep(interval)
-    return time.perf_counter() - started
 
 
 # ---------------------------------------------------------------------------------------------- one run
@@ -430,56 +554,56 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     row = Row(server.name, n)
     f = row.figures
     rng = random.Random(n)
-    members = [make_member(i, server.port, rng, args.login_timeout) for i in range(n)]
+    probe = ProbePair(server.port, args.login_timeout)
+    crowd = [make_member(i, server.port, rng, args.login_timeout) for i in range(2, n)]
+    members: list[MemberLike] = [*probe.seen, *crowd]
+    refresh = probe.refresh
 
-    def signed_in(group: Sequence[Member]) -> Callable[[], bool]:
-        return lambda: all(m.client.connected for m in group)
-
-    def all_know(group: Sequence[Member]) -> Callable[[], bool]:
+    def all_know(group: Sequence[MemberLike]) -> Callable[[], bool]:
         jids = {m.jid for m in group}
-        return lambda: all(len(m.known & jids) == len(jids) - 1 for m in group)
+        # The cheap count first: a full check of 1,000 sets every poll would load the crowd's own loop.
+        return lambda: all(len(m.known) >= len(jids) - 1 for m in group) and \
+            all(len(m.known & jids) == len(jids) - 1 for m in group)  # fmt: skip
 
-    def shown(seconds: float | None, group: Sequence[Member], what: Callable[[Member], bool], timeout: float) -> str:
-        if seconds is not None:
-            return f"{seconds:.1f} s"
-        return f"{sum(1 for m in group if what(m))} of {len(group)} after {timeout:.0f} s"
+    def pairs(group: Sequence[MemberLike]) -> str:
+        jids = {m.jid for m in group}
+        return f"{sum(len(m.known & jids) for m in group) / (len(group) * (len(group) - 1)):.0%} of pairs"
+
+    def count(what: Callable[[MemberLike], bool], timeout: float) -> str:
+        return f"{sum(1 for m in members if what(m))} of {n} after {timeout:.0f} s"
 
     try:
-        # 1. the storm, with two members online first to time the round trip under it
-        first = members[:2]
-        for m in first:
-            await m.client.start()
-        if await wait_for(all_know(first), 60) is None:
+        # 1. the storm, with two members online first (in the probe process) to time the round trip under it
+        await asyncio.to_thread(probe.ask, "start")
+        if await wait_for(all_know(probe.seen), 60, refresh) is None:
             raise RuntimeError("the first two members did not find each other in 60 s")
-        trips = RoundTrips(members[0], members[1])
-        trips.start()
+        probe.ask("rtt_start")
         before = usage(server.pid())
         members_cpu = time.process_time()
         t0 = time.perf_counter()
-        for m in members[2:]:
+        for m in crowd:
             await m.client.start()
-        in_s = await wait_for(signed_in(members), args.timeout)
-        f["signed in"] = shown(in_s, members, lambda m: m.client.connected, args.timeout)
+        in_s = await wait_for(lambda: all(m.connected for m in members), args.timeout, refresh)
+        f["signed in"] = f"{in_s:.1f} s" if in_s is not None else count(lambda m: m.connected, args.timeout)
         left = args.timeout - (time.perf_counter() - t0)
-        know_s = await wait_for(all_know(members), max(left, 1.0))
-        jids = {m.jid for m in members}
-        pairs = sum(len(m.known & jids) for m in members) / (n * (n - 1))
+        know_s = await wait_for(all_know(members), max(left, 1.0), refresh)
         f["all know all"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else \
-            f"{pairs:.0%} of pairs after {args.timeout:.0f} s"  # fmt: skip
-        await trips.stop()
-        f["RTT storm p50/p90"] = trips.summary()
-        logins = sorted(m.client.last_login_seconds or 0.0 for m in members)
+            f"{pairs(members)} after {args.timeout:.0f} s"  # fmt: skip
+        await probe.trips("rtt_stop")
+        f["RTT storm p50/p90"] = probe.summary()
+        logins = sorted(m.last_login for m in members)
         f["login p50/max"] = f"{statistics.median(logins):.1f}/{logins[-1]:.1f} s"
-        f["failed logins"] = str(sum(m.client.failed_logins for m in members))
+        storm_failures = sum(m.failed_logins for m in members)
+        f["failed logins"] = str(storm_failures)
         after = usage(server.pid())
         f["server CPU"] = f"{after.cpu - before.cpu:.1f} s"
         f["members' CPU"] = f"{time.process_time() - members_cpu:.1f} s"
         f["load"] = f"{load1():.1f}"
 
         # 2. settled
-        trips.start(limit=args.requests)
-        await trips.finish()
-        f["RTT settled p50/p90"] = trips.summary()
+        probe.ask("rtt_start", args.requests)
+        await probe.trips("rtt_wait")
+        f["RTT settled p50/p90"] = probe.summary()
 
         # 3. a member added, then 4. removed, while all are online
         admin = server.admin()
@@ -489,44 +613,45 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
         await asyncio.to_thread(admin.add_to_group, _user(n), OVERLAY)
         command = time.perf_counter() - t0
         await newcomer.client.start()
-        added = await wait_for(all_know(everyone), 120)
+        added = await wait_for(all_know(everyone), 120, refresh)
         f["add: all know"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if added is not None
-                              else shown(None, members, lambda m: newcomer.jid in m.known, 120))  # fmt: skip
+                              else count(lambda m: newcomer.jid in m.known, 120))  # fmt: skip
         t0 = time.perf_counter()
         await asyncio.to_thread(admin.remove_from_group, _user(n), OVERLAY)
         command = time.perf_counter() - t0
-        gone = await wait_for(lambda: not any(newcomer.jid in m.known for m in members), 120)
+        gone = await wait_for(lambda: not any(newcomer.jid in m.known for m in members), 120, refresh)
         f["remove: none knows"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if gone is not None
-                                   else shown(None, members, lambda m: newcomer.jid not in m.known, 120))  # fmt: skip
+                                   else count(lambda m: newcomer.jid not in m.known, 120))  # fmt: skip
         await newcomer.client.stop()
         final = usage(server.pid())
         f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
 
         # 5. restart with every member online
         if args.restart:
-            sessions = {m.jid: m.client.sessions for m in members}
-            # Stopped and started with the loop held: every member notices the end of its session at the same
-            # moment, once the server listens again (as when a restarted server had closed all streams at once).
-            # "signed in" counts from then; "all know" from the start command (the server's start included).
+            refresh()
+            sessions = {m.jid: m.sessions for m in members}
+            # Stopped and started with the crowd's loop held: its members notice the end of their sessions at
+            # the same moment, once the server listens again (as when a restarted server had closed all streams
+            # at once). "signed in" counts from then; "all know" from the start command (the start included).
             server.stop()
             t0 = time.perf_counter()
             server.start()
             members_cpu = time.process_time()
-            back = await wait_for(lambda: all(m.client.sessions > sessions[m.jid] and m.client.connected
-                                              for m in members), args.timeout)  # fmt: skip
-            f["restart: signed in"] = shown(back, members, lambda m: m.client.sessions > sessions[m.jid],
-                                            args.timeout)  # fmt: skip
+            back = await wait_for(lambda: all(m.sessions > sessions[m.jid] and m.connected for m in members),
+                                  args.timeout, refresh)  # fmt: skip
+            f["restart: signed in"] = f"{back:.1f} s" if back is not None else \
+                count(lambda m: m.sessions > sessions[m.jid], args.timeout)  # fmt: skip
             left = args.timeout - (time.perf_counter() - t0)
-            know_s = await wait_for(all_know(members), max(left, 1.0))
-            f["restart: all know"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else \
-                f"{sum(len(m.known & jids) for m in members) / (n * (n - 1)):.0%} of pairs"  # fmt: skip
-            f["restart: failed logins"] = str(sum(m.client.failed_logins for m in members) - int(f["failed logins"]))
+            know_s = await wait_for(all_know(members), max(left, 1.0), refresh)
+            f["restart: all know"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else pairs(members)
+            f["restart: failed logins"] = str(sum(m.failed_logins for m in members) - storm_failures)
             restarted = usage(server.pid())
             f["restart: CPU/RSS"] = f"{restarted.cpu:.1f} s/{restarted.peak_rss_mb:.0f} MB"
             f["restart: members' CPU"] = f"{time.process_time() - members_cpu:.1f} s"
             f["restart: load"] = f"{load1():.1f}"
     finally:
-        await asyncio.gather(*(m.client.stop() for m in members), return_exceptions=True)
+        await asyncio.gather(*(m.client.stop() for m in crowd), return_exceptions=True)
+        await asyncio.to_thread(probe.close)
     return row
 
 
