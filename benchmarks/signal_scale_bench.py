@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -56,20 +57,25 @@ import sys
 import tempfile
 import time
 import urllib.request
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
+from xml.sax.saxutils import escape
 
 import yaml
 
 from evio.node.sdn import free_tcp_port
 from evio.server.configs import ejabberd_config, groups_text
 from evio.server.xmpp_admin import EjabberdAdmin, ProsodyAdmin, XmppAdmin
+from evio.signal.backoff import reconnect_delay
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.errors import RequestError
 from evio.signal.events import PeerAdded, PeerRemoved
+from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, return_delay
+from evio.signal.protocol import FEATURES, NAMESPACE, Announcement, Membership, encode_announcement
 from evio.testing.waiting import wait_until_blocking
 
 DOMAIN = "overlay.test"
@@ -444,6 +450,182 @@ class RoundTrips:
 
 
 
+class LeanMember:
+    """What `SignalClient` does with the server, without its peer table: the crowd of a big run.
+
+    Log in (stream, SASL PLAIN, bind), fetch the roster, send the initial presence with the evio
+    announcement (evio.signal.protocol), then read: a roster push is answered and applied, a member's
+    presence is counted (a JID of the roster, subscription both, as SignalClient requires), any other
+    iq is answered. Signing in again follows SignalClient's rules: `rules="shipped"` uses this tree's
+    (evio.signal.pacing: the return spread with the members, a login given up when the server goes silent
+    past a patience that follows its answers), `rules="before"` the previous release's (a return within
+    [base/2, base], a login given up `login_timeout` after its start). No keepalive pings (one per 30 s).
+
+    Why not SignalClient: its peer table recomputes every member's claim on every presence
+    (evio.signal.peers.PeerTable._recompute, O(members)), so a storm of n logins costs each member
+    O(n^2): 0.6 ms a presence at 40 members, ~15 ms at 1,000. One member on its own host pays that once;
+    n of them in one process pay it n times (at 300 members the crowd, not the server, set the pace).
+    """
+
+    def __init__(self, index: int, port: int, node_id: int, rng: random.Random, rules: str, login_timeout: float):
+        self.index, self.port, self.rng, self.rules = index, port, rng, rules
+        self.login_timeout = login_timeout
+        self.jid = f"{_user(index)}@{DOMAIN}"
+        self.announcement = encode_announcement(Announcement((Membership(OVERLAY, node_id),), FEATURES))
+        self.connected = False
+        self.sessions = 0
+        self.failed_logins = 0
+        self.last_login = 0.0
+        self.known: set[str] = set()
+        self.roster: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.client = self  # the crowd is started and stopped as SignalClients are
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._supervise())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _supervise(self) -> None:
+        attempt, failed = 0, 0
+        while True:
+            was_up = await self._session(failed)
+            failed = 0 if was_up else failed + 1
+            self.failed_logins += 0 if was_up else 1
+            attempt = 1 if was_up else attempt + 1
+            base, cap = SignalSettings.reconnect_base, SignalSettings.reconnect_cap
+            if was_up and self.rules == "shipped":
+                delay = return_delay(self.rng, self.last_login, len(self.roster), base, cap)
+            else:
+                delay = reconnect_delay(attempt, self.rng, base, cap)
+            await asyncio.sleep(delay)
+
+    async def _session(self, failed_before: int) -> bool:
+        loop = asyncio.get_running_loop()
+        patience = self.login_timeout * min(3, 1 + failed_before)
+        started = loop.time()
+        watch = LoginWatch(started, patience, max(patience, self.login_timeout * LIMIT_FACTOR))
+        deadline = (lambda: watch.deadline()) if self.rules == "shipped" else (lambda: started + patience)
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", self.port), patience)
+        except (OSError, TimeoutError):
+            return False
+        stream = _Stream(reader, writer)
+        try:
+            return await self._serve(stream, loop, watch, deadline, started)
+        except (OSError, TimeoutError, ConnectionError, ET.ParseError):
+            return self.connected
+        finally:
+            self.connected = False
+            self.known.clear()
+            writer.close()
+
+    async def _serve(self, stream: _Stream, loop: asyncio.AbstractEventLoop, watch: LoginWatch,
+                     deadline: Callable[[], float], started: float) -> bool:  # fmt: skip
+        async def answer(test: Callable[[ET.Element], bool]) -> ET.Element:
+            while True:
+                element = await stream.next(deadline() - loop.time())
+                watch.heard(loop.time())
+                if test(element):
+                    return element
+
+        stream.open()
+        await answer(lambda e: e.tag.endswith("features"))
+        secret = base64.b64encode(f"\0{_user(self.index)}\0{_password(self.index)}".encode()).decode()
+        stream.send(f"<auth xmlns='{_SASL}' mechanism='PLAIN'>{secret}</auth>")
+        if not (await answer(lambda e: e.tag in (f"{{{_SASL}}}success", f"{{{_SASL}}}failure"))).tag.endswith("success"):
+            return False
+        stream.open()
+        await answer(lambda e: e.tag.endswith("features"))
+        stream.send(f"<iq type='set' id='bind'><bind xmlns='{_BIND}'><resource>evio-{self.index}</resource></bind></iq>")
+        await answer(lambda e: e.get("id") == "bind")
+        stream.send(f"<iq type='get' id='roster'><query xmlns='{_ROSTER}'/></iq>")
+        roster = await answer(lambda e: e.get("id") == "roster")
+        self.roster = {i.get("jid", "") for i in roster.iter(f"{{{_ROSTER}}}item") if i.get("subscription") == "both"}
+        stream.send(f"<presence><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
+        self.last_login = loop.time() - started
+        self.connected = True
+        self.sessions += 1
+        while True:
+            self._received(await stream.next(None), stream)
+
+    def _received(self, element: ET.Element, stream: _Stream) -> None:
+        tag = element.tag.rsplit("}", 1)[-1]
+        sender = element.get("from", "")
+        bare = sender.split("/", 1)[0]
+        if tag == "presence":
+            if element.get("type") == "unavailable":
+                self.known.discard(bare)
+            elif element.get("type") is None and bare in self.roster and bare != self.jid and "/" in sender:
+                self.known.add(bare)
+        elif tag == "iq" and element.get("type") in ("get", "set"):
+            for item in element.iter(f"{{{_ROSTER}}}item"):  # a roster push
+                jid = item.get("jid", "")
+                if item.get("subscription") == "both":
+                    self.roster.add(jid)
+                else:
+                    self.roster.discard(jid)
+                    self.known.discard(jid)
+            reply_to = f" to='{_xml(sender)}'" if sender else ""
+            stream.send(f"<iq type='result' id='{_xml(element.get('id', ''))}'{reply_to}/>")
+        elif tag == "error":
+            raise ConnectionError("stream error")
+
+
+def _xml(text: str) -> str:
+    return escape(text, {"'": "&apos;", '"': "&quot;"})
+
+
+_SASL = "urn:ietf:params:xml:ns:xmpp-sasl"
+_BIND = "urn:ietf:params:xml:ns:xmpp-bind"
+_ROSTER = "jabber:iq:roster"
+
+
+class _Stream:
+    """An XMPP client stream: the stream header, then the top-level elements as they complete (expat)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self._parser: ET.XMLPullParser | None = None
+        self._depth = 0
+        self._ready: list[ET.Element] = []
+
+    def open(self) -> None:
+        self._parser = ET.XMLPullParser(events=("start", "end"))
+        self._depth = 0
+        self._ready.clear()
+        self.send(f"<?xml version='1.0'?><stream:stream to='{DOMAIN}' xmlns='jabber:client' "
+                  "xmlns:stream='http://etherx.jabber.org/streams' version='1.0'>")  # fmt: skip
+
+    def send(self, text: str) -> None:
+        self.writer.write(text.encode())
+
+    async def next(self, timeout: float | None) -> ET.Element:
+        while not self._ready:
+            if timeout is not None and timeout <= 0:
+                raise TimeoutError
+            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            if not data:
+                raise ConnectionError("the server closed the stream")
+            assert self._parser is not None
+            self._parser.feed(data)
+            for event, item in cast(Iterator[tuple[str, ET.Element]], self._parser.read_events()):
+                element = item
+                if event == "start":
+                    self._depth += 1
+                else:
+                    self._depth -= 1
+                    if self._depth == 1:
+                        self._ready.append(element)
+                    elif self._depth == 0:
+                        raise ConnectionError("the server ended the stream")
+        return self._ready.pop(0)
+
+
 class ProbePair:
     """Members 0 and 1 in a process of their own, member 0 asking member 1: the round trip then measures the
     server and the two members, not the event loop of the crowd (busy with every presence of a storm)."""
@@ -555,7 +737,14 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     f = row.figures
     rng = random.Random(n)
     probe = ProbePair(server.port, args.login_timeout)
-    crowd = [make_member(i, server.port, rng, args.login_timeout) for i in range(2, n)]
+
+    def one(i: int) -> Member | LeanMember:
+        if args.crowd == "signalclient":
+            return make_member(i, server.port, rng, args.login_timeout)
+        return LeanMember(i, server.port, rng.getrandbits(128), random.Random(rng.getrandbits(64)), args.rules,
+                          args.login_timeout)  # fmt: skip
+
+    crowd = [one(i) for i in range(2, n)]
     members: list[MemberLike] = [*probe.seen, *crowd]
     refresh = probe.refresh
 
@@ -607,7 +796,7 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
 
         # 3. a member added, then 4. removed, while all are online
         admin = server.admin()
-        newcomer = make_member(n, server.port, rng, args.login_timeout)
+        newcomer = one(n)
         everyone = [*members, newcomer]
         t0 = time.perf_counter()
         await asyncio.to_thread(admin.add_to_group, _user(n), OVERLAY)
@@ -714,6 +903,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a phase may take (default 300)")
     parser.add_argument("--login-timeout", type=float, default=SignalSettings.login_timeout,
                         help="the members' login_timeout (default as shipped)")
+    parser.add_argument("--crowd", choices=("lean", "signalclient"), default="lean",
+                        help="members 2..n-1: a lean client (default) or evio's SignalClient (see LeanMember)")
+    parser.add_argument("--rules", choices=("shipped", "before"), default="shipped",
+                        help="the lean crowd's sign-in rules: this tree's pacing, or the release before it")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the server restart")
     parser.add_argument("--ejabberd-packaged", action="store_true",
                         help="ejabberd with its packaged listener backlog and caches, not evio's")
