@@ -922,6 +922,8 @@ def main() -> int:
     if os.geteuid() != 0:
         parser.error("needs root (prosody and ejabberd run as servers of their own)")
     logging.basicConfig(level=logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
+    # SIGTERM unwinds like ^C: the servers of the run under way are stopped and their directories removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows = asyncio.run(main_async(args))
     print("\n".join(table(rows)))
     return 0
