@@ -74,7 +74,7 @@ from evio.signal.backoff import reconnect_delay
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.errors import RequestError
 from evio.signal.events import PeerAdded, PeerRemoved
-from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, return_delay
+from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, login_patience, return_delay
 from evio.signal.protocol import FEATURES, NAMESPACE, Announcement, Membership, encode_announcement
 from evio.testing.waiting import wait_until_blocking
 
@@ -476,6 +476,8 @@ class LeanMember:
         self.sessions = 0
         self.failed_logins = 0
         self.last_login = 0.0
+        self.last_slowest = 0.0
+        self.failures: dict[str, int] = {}  # why logins failed: the step reached
         self.known: set[str] = set()
         self.roster: set[str] = set()
         self._task: asyncio.Task[None] | None = None
@@ -507,22 +509,32 @@ class LeanMember:
     async def _session(self, failed_before: int) -> bool:
         loop = asyncio.get_running_loop()
         patience = self.login_timeout * min(3, 1 + failed_before)
+        if self.rules == "shipped":
+            patience = login_patience(self.login_timeout, failed_before, self.last_slowest)
         started = loop.time()
         watch = LoginWatch(started, patience, max(patience, self.login_timeout * LIMIT_FACTOR))
         deadline = (lambda: watch.deadline()) if self.rules == "shipped" else (lambda: started + patience)
+        self.step = "tcp"
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", self.port), patience)
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError) as exc:
+            self._failed(type(exc).__name__)
             return False
         stream = _Stream(reader, writer)
         try:
             return await self._serve(stream, loop, watch, deadline, started)
-        except (OSError, TimeoutError, ConnectionError, ET.ParseError):
+        except (OSError, TimeoutError, ConnectionError, ET.ParseError) as exc:
+            if not self.connected:
+                self._failed(type(exc).__name__)
             return self.connected
         finally:
             self.connected = False
             self.known.clear()
             writer.close()
+
+    def _failed(self, why: str) -> None:
+        key = f"{why} at {self.step}"
+        self.failures[key] = self.failures.get(key, 0) + 1
 
     async def _serve(self, stream: _Stream, loop: asyncio.AbstractEventLoop, watch: LoginWatch,
                      deadline: Callable[[], float], started: float) -> bool:  # fmt: skip
@@ -533,21 +545,26 @@ class LeanMember:
                 if test(element):
                     return element
 
+        self.step = "features"
         stream.open()
         await answer(lambda e: e.tag.endswith("features"))
+        self.step = "sasl"
         secret = base64.b64encode(f"\0{_user(self.index)}\0{_password(self.index)}".encode()).decode()
         stream.send(f"<auth xmlns='{_SASL}' mechanism='PLAIN'>{secret}</auth>")
         if not (await answer(lambda e: e.tag in (f"{{{_SASL}}}success", f"{{{_SASL}}}failure"))).tag.endswith("success"):
             return False
+        self.step = "bind"
         stream.open()
         await answer(lambda e: e.tag.endswith("features"))
         stream.send(f"<iq type='set' id='bind'><bind xmlns='{_BIND}'><resource>evio-{self.index}</resource></bind></iq>")
         await answer(lambda e: e.get("id") == "bind")
+        self.step = "roster"
         stream.send(f"<iq type='get' id='roster'><query xmlns='{_ROSTER}'/></iq>")
         roster = await answer(lambda e: e.get("id") == "roster")
         self.roster = {i.get("jid", "") for i in roster.iter(f"{{{_ROSTER}}}item") if i.get("subscription") == "both"}
         stream.send(f"<presence><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
         self.last_login = loop.time() - started
+        self.last_slowest = watch.slowest
         self.connected = True
         self.sessions += 1
         while True:
@@ -698,6 +715,16 @@ async def _probe(conn: Connection, port: int, login_timeout: float) -> None:
             return
 
 
+def _failure_steps(crowd: Sequence[Member | LeanMember]) -> str:
+    """The lean crowd's failed logins by the step they reached: ' (TimeoutError at features 900, ...)'."""
+    steps: dict[str, int] = {}
+    for m in crowd:
+        for key, count in getattr(m, "failures", {}).items():
+            steps[key] = steps.get(key, 0) + count
+    top = sorted(steps.items(), key=lambda item: -item[1])[:3]
+    return f" ({', '.join(f'{key} {count}' for key, count in top)})" if top else ""
+
+
 def _summary(times: Sequence[float], failures: int) -> str:
     if not times:
         return f"none ({failures} failed)"
@@ -783,7 +810,10 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
         logins = sorted(m.last_login for m in members)
         f["login p50/max"] = f"{statistics.median(logins):.1f}/{logins[-1]:.1f} s"
         storm_failures = sum(m.failed_logins for m in members)
-        f["failed logins"] = str(storm_failures)
+        f["failed logins"] = f"{storm_failures}{_failure_steps(crowd)}"
+        for m in crowd:
+            if isinstance(m, LeanMember):
+                m.failures.clear()
         after = usage(server.pid())
         f["server CPU"] = f"{after.cpu - before.cpu:.1f} s"
         f["members' CPU"] = f"{time.process_time() - members_cpu:.1f} s"
@@ -833,7 +863,7 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
             left = args.timeout - (time.perf_counter() - t0)
             know_s = await wait_for(all_know(members), max(left, 1.0), refresh)
             f["restart: all know"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else pairs(members)
-            f["restart: failed logins"] = str(sum(m.failed_logins for m in members) - storm_failures)
+            f["restart: failed logins"] = f"{sum(m.failed_logins for m in members) - storm_failures}{_failure_steps(crowd)}"
             restarted = usage(server.pid())
             f["restart: CPU/RSS"] = f"{restarted.cpu:.1f} s/{restarted.peak_rss_mb:.0f} MB"
             f["restart: members' CPU"] = f"{time.process_time() - members_cpu:.1f} s"

@@ -73,7 +73,7 @@ from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
 from evio.signal.login_steps import LoginAttempt, LoginTarget, membership_failure
-from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, return_delay
+from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, login_patience, return_delay
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +235,7 @@ class SignalClient(SignalEndpoint):
         self._last_membership_check: float | None = None
         self.membership_checks = 0  # forced re-logins done
         self.last_login_seconds: float | None = None  # connect() -> announcement sent
+        self._last_slowest_answer = 0.0  # the server's slowest answer in our last login (evio.signal.pacing)
         self.failed_logins = 0  # attempts that ended before a session was up (refused, TLS, auth)
         self.stanzas_in = 0  # stanzas received from the server, all sessions: what proves it is alive
         self.late_pings = 0  # server pings unanswered in time while the server was sending: session kept
@@ -316,7 +317,7 @@ class SignalClient(SignalEndpoint):
         over only repeated the work.
         """
         s = self.settings
-        login_timeout = s.login_timeout * min(3, 1 + failed_before)
+        login_timeout = login_patience(s.login_timeout, failed_before, self._last_slowest_answer)
         login_limit = s.login_timeout * LIMIT_FACTOR
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[str] = loop.create_future()
@@ -351,6 +352,7 @@ class SignalClient(SignalEndpoint):
             self._sync_membership(xmpp)
             self._send_presence(xmpp)
             self.last_login_seconds = loop.time() - started
+            self._last_slowest_answer = watch.slowest
             self._session_up(str(xmpp.boundjid))
             if not logged_in.done():
                 logged_in.set_result(None)

@@ -19,7 +19,9 @@ server works through rather than a retry storm:
   slowest answer seen in this login (`FOLLOW` times it): a server that answers
   slowly but answers is waited for; starting over would only repeat the work
   it has done (and make it do that work for other members later). `limit`
-  still bounds the whole login.
+  still bounds the whole login. The next login starts with the patience the
+  last one ended with (`login_patience`), so after a storm even the first
+  answer of the next is waited for as long.
 
 Failed logins in a row are still spaced by `evio.signal.backoff.reconnect_delay`.
 """
@@ -31,6 +33,13 @@ import random
 SPREAD_PER_MEMBER = 0.025  # seconds of spread per member we know of: 1,000 members come back over 25 s
 FOLLOW = 3.0  # patience after an answer: at least this many times the slowest answer of the login so far
 LIMIT_FACTOR = 10.0  # a login ends after this many login timeouts whatever the server sends
+
+
+def login_patience(login_timeout: float, failed_before: int, last_slowest: float) -> float:
+    """How long a new login waits for each answer: `login_timeout`, longer after logins that failed (up to
+    3x), and at least `FOLLOW` times the slowest answer of our last login (`last_slowest`): a server that
+    took 25 s to answer during the last storm is given that again, from its first answer on."""
+    return max(login_timeout * min(3, 1 + failed_before), FOLLOW * last_slowest)
 
 
 def return_delay(rng: random.Random, last_login: float | None, members: int, base: float, cap: float) -> float:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from evio.signal.backoff import reconnect_delay
-from evio.signal.pacing import FOLLOW, LIMIT_FACTOR, SPREAD_PER_MEMBER, LoginWatch, return_delay
+from evio.signal.pacing import FOLLOW, LIMIT_FACTOR, SPREAD_PER_MEMBER, LoginWatch, login_patience, return_delay
 from evio.testing.virtual_clock import VirtualClock
 
 # ---------------------------------------------------------------------------------------------- the rules
@@ -48,6 +48,12 @@ def test_the_limit_bounds_a_login_that_trickles() -> None:
     for t in range(0, 400, 10):
         watch.heard(float(t))
     assert watch.deadline() == 200.0
+
+
+def test_the_next_login_is_as_patient_as_the_last_one_had_to_be() -> None:
+    assert login_patience(20.0, 0, 0.0) == 20.0
+    assert login_patience(20.0, 5, 0.0) == 60.0  # after failed logins: up to 3x
+    assert login_patience(20.0, 0, 25.0) == FOLLOW * 25.0  # the last login waited 25 s for an answer
 
 
 def test_a_watch_needs_a_positive_patience_within_the_limit() -> None:
@@ -117,6 +123,7 @@ class ModelMember:
     paced: bool
     members: int  # its roster's size
     last_login: float | None = None
+    slowest: float = 0.0  # the slowest answer of the last login
     abandoned: int = 0
     online: bool = False
 
@@ -129,7 +136,7 @@ class ModelMember:
             await self.clock.sleep(reconnect_delay(attempt + 1, self.rng, BASE, CAP))
 
     async def _login(self, failed_before: int) -> bool:
-        patience = PATIENCE * min(3, 1 + failed_before)
+        patience = login_patience(PATIENCE, failed_before, self.slowest if self.paced else 0.0)
         started = self.clock.now()
         watch = LoginWatch(started, patience, max(patience, PATIENCE * LIMIT_FACTOR))
         login = _Login()
@@ -148,6 +155,7 @@ class ModelMember:
         self.server.online += 1
         self.online = True
         self.last_login = self.clock.now() - started
+        self.slowest = watch.slowest
         return True
 
     async def come_back(self) -> None:
