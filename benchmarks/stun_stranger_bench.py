@@ -113,7 +113,7 @@ async def main() -> None:
     else:
         from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
         from evio.tunnel.config import TunnelSettings
-        from tests.unit.test_tunnel_session import FAST, A, B, make_node
+        from tests.unit.tunnel.test_tunnel_session import FAST, A, B, make_node
 
         hub = FakeTunnelSignalingHub()
         config = TunnelSettings(ice=evio_ice.IceConfig(), liveness=FAST)

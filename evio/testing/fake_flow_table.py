@@ -17,7 +17,7 @@ parser and does what they say, as Open vSwitch would in table 0:
   actions (a miss with no table-miss entry drops it), counting its packets
   and bytes; idle entries time out, and every entry at its hard timeout.
   Entries are indexed by (priority, match), so tables of 10^4-10^5 flows
-  (a hostile port's, tests/unit/test_sdn_port_bounds.py) stay quick.
+  (a hostile port's, tests/unit/sdn/test_sdn_port_bounds.py) stay quick.
 - Entries with OFPFF_SEND_FLOW_REM that go (timeout or delete) become
   OFPFlowRemoved messages, encoded here and parsed by os-ken for the
   controller side (`evio.sdn.ofapp.removed_flow_match`); flow stats go

@@ -27,7 +27,7 @@ from evio.tcpip import (
     parse_tcp,
     pseudo_header_sum,
 )
-from tests.unit.test_tunnel_offload import reference_sum
+from tests.unit.tunnel.test_tunnel_offload import reference_sum
 
 SRC4, DST4 = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
 SRC6, DST6 = bytes.fromhex("fd00" + "00" * 13 + "01"), bytes.fromhex("fd00" + "00" * 13 + "02")

@@ -15,7 +15,7 @@ from evio.tunnel.buffers import LAZY_MIN, release, resident, zeroed
 from evio.tunnel.fd_datapath import TRIM_AFTER, FdDatapath
 from evio.tunnel.keys import EXPORTER_LEN, split_exporter
 from evio.tunnel.offload import VNET_HDR_LEN
-from tests.unit.test_tunnel_datapath import MTU, frame, require_native
+from tests.unit.tunnel.test_tunnel_datapath import MTU, frame, require_native
 
 KIB = 1024
 

@@ -21,7 +21,7 @@ from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath import DropReason
 from evio.tunnel.session import TunnelState
 from evio.tunnel.signaling import Body
-from tests.unit.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
+from tests.unit.tunnel.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
 
 # A STUN Binding request carrying PRIORITY (a 4-byte value) with a 2-byte value:
 # 20-byte header + 4-byte attribute header + 2 bytes + 2 padding = 28 bytes.

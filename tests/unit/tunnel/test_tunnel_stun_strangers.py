@@ -24,7 +24,7 @@ from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.ice import STUN_REQUESTS_PER_SOURCE, IceAgent, IceConfig, RelayPolicy
 from evio.tunnel.stun_guard import StunDrop, is_request, screen
-from tests.unit.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
+from tests.unit.tunnel.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
 
 
 @pytest.fixture(autouse=True)

@@ -39,7 +39,7 @@ from evio.config.model import (
 )
 from evio.testing.state_dir import MemoryStateDir
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "config" / "evio.example.jsonc"
 PACKAGED_EXAMPLE = REPO / "evio" / "config" / "example.jsonc"
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from evio.config.loader import Problem, _schema_problems, json_path, load_schema, parse_json, schema_problems
 from evio.config.schema_check import Failure, UnsupportedSchema, check_schema, equal, failures
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "evio" / "config" / "example.jsonc"
+EXAMPLE = Path(__file__).resolve().parents[3] / "evio" / "config" / "example.jsonc"
 
 # Values of every JSON type and the edges the schema draws (empty, long, integral float, bool as int).
 ODD_VALUES: list[Any] = [

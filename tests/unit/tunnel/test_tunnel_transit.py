@@ -17,8 +17,16 @@ from evio.sdn.frb import ETH_TYPE_FRB
 from evio.testing.waiting import wait_until
 from evio.tunnel.native import NativeFdDatapath
 from evio.tunnel.transit import TransitPort, TransitTable
-from tests.unit import test_tunnel_datapath
-from tests.unit.test_tunnel_datapath import MTU, Pair, close, collected, make_pair, make_vnet_pair, require_native
+from tests.unit.tunnel import test_tunnel_datapath
+from tests.unit.tunnel.test_tunnel_datapath import (
+    MTU,
+    Pair,
+    close,
+    collected,
+    make_pair,
+    make_vnet_pair,
+    require_native,
+)
 
 DST = bytes.fromhex("020000000002")
 SRC = bytes.fromhex("020000000001")

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from evio.testing.node_fleet import DOMAIN, nid
 from evio.testing.waiting import wait_until
-from tests.unit.test_revocation_cases import BOUND, TrustFleet, members
+from tests.unit.node.test_revocation_cases import BOUND, TrustFleet, members
 
 COUNT = 5
 # Derandomized: CI explores the same 40 cases every run, so a red run is a change, not a draw (one rare

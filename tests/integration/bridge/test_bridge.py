@@ -41,7 +41,7 @@ from evio.testing.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONTROLLER_PORT = 16653  # each namespace has its own loopback, so every node can use it
 
 

@@ -28,7 +28,7 @@ from evio.sdn.controller_socket import OvsOwner, bind_controller_socket, control
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 NOBODY = "65534"
 SYSTEM_PYTHON = "/usr/bin/python3"  # nobody cannot enter /root, where the venv's interpreter lives

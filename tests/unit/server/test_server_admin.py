@@ -1,7 +1,7 @@
 """The XMPP and TURN admin adapters against fakes: the groups file, the Lua they send, coturn's user table.
 
 The fake prosodyctl records the admin-shell line it gets on stdin and
-answers as prosody 0.12's shell does. Real servers: tests/integration/test_server_membership.py.
+answers as prosody 0.12's shell does. Real servers: tests/integration/server/test_server_membership.py.
 """
 
 from __future__ import annotations
