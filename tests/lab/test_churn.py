@@ -64,7 +64,7 @@ from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure, ring_shortfall
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 NODES = scenario_nodes()
 SUCCESSORS = 2

@@ -26,7 +26,7 @@ from evio.lab.node_config import node_dir
 from evio.node import control
 from evio.testing.labs import LabFactory
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 T = TypeVar("T")
 RING_TIMEOUT = 90.0  # generous: 2 shared cores, and one node starts its OVS inside a container
