@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from test_sdn_ofapp import FakeDatapath, _Ev, _Msg, desc, make_app  # tests/unit is on sys.path
-from test_sdn_switch import H1, H3, arp_request, build_network, host_mac
-
 from evio.sdn import frb
 from evio.sdn.boundary import AttachOverlay, BroadcastCounts, event_as_dict
 from evio.sdn.broadcast_log import BroadcastLog, BroadcastReceived, frame_digest
 from evio.sdn.ofapp import EventTick
 from evio.sdn.overlay_switch import OverlaySwitch
 from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
+from evio.testing.fake_flow_table import host_mac, symphony_network
+from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, make_app, port_desc
+from evio.testing.frames import H1, H3, arp_request
 from evio.testing.node_fleet import Fleet, nid
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
@@ -47,7 +47,7 @@ def test_the_switch_logs_each_broadcast_from_a_peer_and_counts_its_own_coming_ba
 
 
 def test_in_a_16_node_overlay_every_node_logs_the_arp_exactly_once_under_one_digest() -> None:
-    net, ids, _ = build_network(16, seed=3)
+    net, ids, _ = symphony_network(16, seed=3)
     request = arp_request(host_mac(net, ids[0]))
     net.inject(ids[0], 1, request)
     for node in ids[1:]:
@@ -77,11 +77,11 @@ def test_the_app_emits_broadcast_counts_at_its_next_tick_and_they_have_a_json_fo
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100)
     commands.peer_up("red", "evot200", 200)
-    app.switch_features(_Ev(_Msg(datapath=dp)))
-    app.port_desc_reply(_Ev(_Msg(datapath=dp, body=[desc(1, "br0", "02:00:00:00:00:01"),
-                                                     desc(2, "evot200", "02:00:00:00:00:99")])))
+    app.switch_features(FakeEvent(FakeMsg(datapath=dp)))
+    app.port_desc_reply(FakeEvent(FakeMsg(datapath=dp, body=[port_desc(1, "br0", "02:00:00:00:00:01"),
+                                                     port_desc(2, "evot200", "02:00:00:00:00:99")])))
     inner = arp_request(H3)
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=frb.pack(frb.broadcast(inner, 200, 200, 1)))))
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=frb.pack(frb.broadcast(inner, 200, 200, 1)))))
     app.tick(EventTick(periodic=True))
     (report,) = [e for e in sink.events if isinstance(e, BroadcastCounts)]
     as_json = json.loads(json.dumps(event_as_dict(report)))

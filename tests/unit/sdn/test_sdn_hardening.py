@@ -7,15 +7,12 @@ from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flow_actions import DeleteFlowsToMac, PacketOut
 from evio.sdn.learning_table import Change, LearningTable
 from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
+from evio.testing.frames import eth
 
 BRIDGE = "02:00:00:00:00:01"  # the bridge's internal port
 APP = "02:00:00:00:00:0a"  # a host behind the app port
 H200 = "02:00:00:00:02:00"  # hosted by node 200
 SWITCH_MAC = "02:aa:00:00:00:01"
-
-
-def eth(dst: str, src: str, ethertype: int = 0x0800) -> bytes:
-    return frb.parse_mac(dst) + frb.parse_mac(src) + ethertype.to_bytes(2, "big") + b"x" * 46
 
 
 def switch() -> BoundedFloodSwitch:

@@ -14,6 +14,7 @@ from evio.sdn import frb
 from evio.sdn.garp import gratuitous_arp
 from evio.sdn.learning_table import MOVE_HOLD
 from evio.testing.fake_flow_table import FakeNetwork
+from evio.testing.frames import eth
 
 N = 6
 IDS = [(i + 1) << 120 | (i + 1) for i in range(N)]
@@ -40,10 +41,6 @@ frames = st.one_of(
     st.tuples(st.just("announce"), st.sampled_from(NEIGHBOURS), st.lists(macs, max_size=6), roots),
     st.tuples(st.just("tick"), st.sampled_from([0.1, 0.5, 1.0, 2.0])),
 )
-
-
-def eth(dst: str, src: str, ethertype: int = 0x0800) -> bytes:
-    return frb.parse_mac(dst) + frb.parse_mac(src) + ethertype.to_bytes(2, "big") + b"x" * 46
 
 
 def ring() -> FakeNetwork:

@@ -11,15 +11,12 @@ import pytest
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import MAIN_DISPATCHER
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
-from test_sdn_switch import H1, H2, arp_request, eth  # tests/unit is on sys.path
 
 from evio.config.model import OnDemandConfig
 from evio.sdn import frb
 from evio.sdn.boundary import (
     AsyncioEventSink,
-    CollectingSink,
     CommandQueue,
-    ControllerChannel,
     DropCounts,
     OnDemandIdle,
     OnDemandWanted,
@@ -34,75 +31,17 @@ from evio.sdn.ofapp import (
     COUNTED_COOKIE,
     EVIO_COOKIE,
     BoundedFloodApp,
-    ControllerConfig,
     EventTick,
     base_flows,
     flow_byte_counts,
     to_ofp_messages,
 )
 from evio.sdn.switch import PortKind
+from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc
+from evio.testing.frames import H1, H2, arp_request, eth
 
 parser = ofproto_v1_3_parser
 ofp = ofproto_v1_3
-
-
-class FakeDatapath:
-    """What the adapter needs of an os-ken Datapath: the OF 1.3 codec, an id, and send_msg."""
-
-    def __init__(self, dpid: int = 0x1234) -> None:
-        self.ofproto = ofproto_v1_3
-        self.ofproto_parser = ofproto_v1_3_parser
-        self.id = dpid
-        self.sent: list[Any] = []
-        self.xid = 0
-
-    def send_msg(self, msg: Any) -> None:
-        self.set_xid(msg)
-        msg.serialize()  # proves the message encodes
-        self.sent.append(msg)
-
-    def set_xid(self, msg: Any) -> None:
-        self.xid += 1
-        msg.set_xid(self.xid)
-
-    def packet_outs(self) -> list[Any]:
-        return [m for m in self.sent if isinstance(m, parser.OFPPacketOut)]
-
-
-class _Msg:
-    def __init__(self, **kw: object) -> None:
-        self.__dict__.update(kw)
-
-
-class _Ev:
-    def __init__(self, msg: object = None, **kw: object) -> None:
-        self.msg = msg
-        self.__dict__.update(kw)
-
-
-def desc(no: int, name: str, mac: str) -> Any:
-    return parser.OFPPort(no, mac, name.encode(), 0, 0, 0, 0, 0, 0, 0, 0)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_app(**kw: Any) -> tuple[BoundedFloodApp, CommandQueue, CollectingSink, Clock]:
-    sink = CollectingSink()
-    channel = ControllerChannel(sink)
-    clock = Clock()
-    app = BoundedFloodApp(evio_controller=ControllerConfig(channel, clock=clock, **kw))
-    return app, channel.commands, sink, clock
-
-
-def connect(app: BoundedFloodApp, dp: FakeDatapath, ports: list[Any]) -> None:
-    app.switch_features(_Ev(_Msg(datapath=dp)))
-    app.port_desc_reply(_Ev(_Msg(datapath=dp, body=ports)))
 
 
 # ---------------------------------------------------------------- encoding
@@ -150,8 +89,8 @@ def test_two_overlays_share_one_app_each_switch_known_by_its_datapath_id() -> No
     commands.attach("blue", 0xBBBB, node_id=100)
     commands.peer_up("red", "evot200", 200)  # announced before the TAP joins the bridge
     commands.peer_up("blue", "evot300", 300)
-    connect(app, red, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
-    connect(app, blue, [desc(ofp.OFPP_LOCAL, "evoblue", H2), desc(2, "evot300", "02:00:00:00:00:98")])
+    connect(app, red, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
+    connect(app, blue, [port_desc(ofp.OFPP_LOCAL, "evoblue", H2), port_desc(2, "evot300", "02:00:00:00:00:98")])
 
     assert set(app.overlays) == {"red", "blue"}
     assert app.overlays["red"].switch.ports[2].peer == 200
@@ -169,7 +108,7 @@ def test_two_overlays_share_one_app_each_switch_known_by_its_datapath_id() -> No
     # A broadcast on red goes out of red only, as an FRB rooted here.
     red.sent.clear()
     blue.sent.clear()
-    app.packet_in(_Ev(_Msg(datapath=red, match={"in_port": ofp.OFPP_LOCAL}, data=arp_request(H1))))
+    app.packet_in(FakeEvent(FakeMsg(datapath=red, match={"in_port": ofp.OFPP_LOCAL}, data=arp_request(H1))))
     frb_out, reverse_out = red.packet_outs()  # the broadcast, and its header the other way round
     assert frb_out.actions[0].port == 2 and frb.parse(frb_out.data).header.root_nid == 100
     assert frb.parse(reverse_out.data).header.frb_type is frb.FrbType.BROADCAST_REVERSE
@@ -177,7 +116,7 @@ def test_two_overlays_share_one_app_each_switch_known_by_its_datapath_id() -> No
     assert app.overlays["blue"].switch.learning.lookup(H1, 100.0) is None
 
     # A port going on blue touches blue only.
-    app.port_status(_Ev(_Msg(datapath=blue, reason=ofp.OFPPR_DELETE, desc=desc(2, "evot300", H2))))
+    app.port_status(FakeEvent(FakeMsg(datapath=blue, reason=ofp.OFPPR_DELETE, desc=port_desc(2, "evot300", H2))))
     assert 2 not in app.overlays["blue"].switch.ports and 2 in app.overlays["red"].switch.ports
     assert sink.events[-1] == PortRemoved("blue", 2, "evot300")
 
@@ -185,9 +124,9 @@ def test_two_overlays_share_one_app_each_switch_known_by_its_datapath_id() -> No
 def test_a_switch_that_connects_before_its_overlay_is_attached_waits_for_it() -> None:
     app, commands, sink, _ = make_app()
     dp = FakeDatapath(0xCAFE)
-    app.switch_features(_Ev(_Msg(datapath=dp)))
+    app.switch_features(FakeEvent(FakeMsg(datapath=dp)))
     assert dp.sent == [] and sink.events == []
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 1}, data=arp_request(H1))))  # ignored, not raised
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 1}, data=arp_request(H1))))  # ignored, not raised
     assert app.handler_errors == 0
 
     commands.attach("green", 0xCAFE, node_id=7)
@@ -200,7 +139,7 @@ def test_a_tunnel_port_announced_after_it_joined_turns_from_leaf_to_peer() -> No
     app, commands, sink, _ = make_app()
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100)
-    connect(app, dp, [desc(5, "evot200", "02:00:00:00:00:99")])
+    connect(app, dp, [port_desc(5, "evot200", "02:00:00:00:00:99")])
     assert app.overlays["red"].switch.ports[5].kind is PortKind.LEAF
     commands.peer_up("red", "evot200", 200)
     app.tick(EventTick(periodic=False))
@@ -213,13 +152,13 @@ def test_a_peer_port_down_leaves_the_switch_at_once_and_is_no_leaf_while_the_bri
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100)
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(5, "evot200", "02:00:00:00:00:99")])
+    connect(app, dp, [port_desc(5, "evot200", "02:00:00:00:00:99")])
     commands.peer_down("red", "evot200")
     app.tick(EventTick(periodic=False))
     assert 5 not in app.overlays["red"].switch.ports  # not reclassified as a host's port
     assert sink.events[-1] == PortRemoved("red", 5, "evot200")
     # The tunnel closed its TAP: the bridge reports the port changed (carrier down) before it drops it.
-    app.port_status(_Ev(_Msg(datapath=dp, reason=ofp.OFPPR_MODIFY, desc=desc(5, "evot200", "02:00:00:00:00:99"))))
+    app.port_status(FakeEvent(FakeMsg(datapath=dp, reason=ofp.OFPPR_MODIFY, desc=port_desc(5, "evot200", "02:00:00:00:00:99"))))
     assert 5 not in app.overlays["red"].switch.ports
     commands.peer_up("red", "evot200", 200)  # a new tunnel under that name before the bridge dropped it
     app.tick(EventTick(periodic=False))
@@ -231,12 +170,12 @@ def test_switch_disconnect_is_reported_and_forgets_its_ports_until_it_returns() 
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100)
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(5, "evot200", "02:00:00:00:00:99")])
-    app.switch_gone(_Ev(datapath=dp))
+    connect(app, dp, [port_desc(5, "evot200", "02:00:00:00:00:99")])
+    app.switch_gone(FakeEvent(datapath=dp))
     assert sink.events[-1] == SwitchDisconnected("red", 1)
     assert app.overlays["red"].switch.ports == {}
     again = FakeDatapath(1)
-    connect(app, again, [desc(6, "evot200", "02:00:00:00:00:99")])
+    connect(app, again, [port_desc(6, "evot200", "02:00:00:00:00:99")])
     assert app.overlays["red"].switch.ports[6].peer == 200  # the tunnel's name is still known
 
 
@@ -246,10 +185,10 @@ def test_tick_polls_flow_counters_and_a_busy_distant_peer_is_reported() -> None:
     on_demand = OnDemandConfig(threshold_bytes_per_s=1000.0, idle_timeout=30.0)
     commands.attach("red", 1, node_id=100, on_demand=on_demand)
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
     # H2 lives behind node 300 (not adjacent), reached through 200: its FRB taught us so (the copy that
     # comes counter-clockwise, 300 -> 200 -> 100: clockwise, 300's flood reaches 100 before 200).
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2},
                            data=frb.pack(frb.broadcast(arp_request(H2)[:14], 300, 100, 2, REVERSE)))))
 
     def poll(byte_count: int) -> None:
@@ -260,8 +199,8 @@ def test_tick_polls_flow_counters_and_a_busy_distant_peer_is_reported() -> None:
         stat = parser.OFPFlowStats(0, 1, 0, 10, 30, 0, 0, COUNTED_COOKIE, 1, byte_count,
                                    parser.OFPMatch(in_port=ofp.OFPP_LOCAL, eth_src=H1, eth_dst=H2), [])
         # The reply comes in two parts; only the whole one counts.
-        app.flow_stats_reply(_Ev(_Msg(datapath=dp, body=[], flags=ofp.OFPMPF_REPLY_MORE)))
-        app.flow_stats_reply(_Ev(_Msg(datapath=dp, body=[stat], flags=0)))
+        app.flow_stats_reply(FakeEvent(FakeMsg(datapath=dp, body=[], flags=ofp.OFPMPF_REPLY_MORE)))
+        app.flow_stats_reply(FakeEvent(FakeMsg(datapath=dp, body=[stat], flags=0)))
 
     poll(0)
     clock.now += 5
@@ -277,7 +216,7 @@ def test_on_demand_enabled_by_a_reload_starts_polling_without_resetting_the_swit
     app, commands, sink, clock = make_app(stats_interval=1.0)
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig(enabled=False))
-    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1)])
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1)])
     switch = app.overlays["red"]
     dp.sent.clear()
     app.tick(EventTick(periodic=True))
@@ -298,8 +237,8 @@ def test_drop_counters_are_reported_when_they_change() -> None:
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100)
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(2, "evot200", "02:00:00:00:00:99")])
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=b"\xff" * 6 + bytes.fromhex(H2.replace(":", ""))
+    connect(app, dp, [port_desc(2, "evot200", "02:00:00:00:00:99")])
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=b"\xff" * 6 + bytes.fromhex(H2.replace(":", ""))
                            + b"\xc0\xc0" + b"\x00" * 10)))
     app.tick(EventTick(periodic=True))
     (report,) = [e for e in sink.events if isinstance(e, DropCounts)]
@@ -319,7 +258,7 @@ def test_a_failing_handler_is_logged_and_counted_not_raised_into_os_ken() -> Non
         raise RuntimeError("bug")
 
     app.overlays["red"].switch.packet_in = broken  # type: ignore[method-assign,assignment]
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 1}, data=eth(H2, H1))))
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 1}, data=eth(H2, H1))))
     assert app.handler_errors == 1
 
 
@@ -374,7 +313,7 @@ def test_events_have_a_json_form(event: Any) -> None:
 
 
 def packet_in_event(dp: Any, in_port: int, data: bytes) -> Any:
-    ev = ofp_event.EventOFPPacketIn(_Msg(datapath=dp, match={"in_port": in_port}, data=data))
+    ev = ofp_event.EventOFPPacketIn(FakeMsg(datapath=dp, match={"in_port": in_port}, data=data))
     return ev
 
 
@@ -383,8 +322,8 @@ def test_a_packet_in_is_handled_in_the_thread_that_read_it_unless_that_switch_ha
     dp = FakeDatapath(0xAAAA)
     commands.attach("red", 0xAAAA, node_id=100)
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # H2 is behind port 2
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # H2 is behind port 2
     dp.sent.clear()
 
     app._send_event(packet_in_event(dp, ofp.OFPP_LOCAL, eth(H2, H1)), MAIN_DISPATCHER)
@@ -392,8 +331,8 @@ def test_a_packet_in_is_handled_in_the_thread_that_read_it_unless_that_switch_ha
     assert [type(m).__name__ for m in dp.sent] == ["OFPPacketOut", "OFPFlowMod"]
 
     # A port change of the same switch still queued: the packet-in waits behind it, so order holds.
-    status = ofp_event.EventOFPPortStatus(_Msg(datapath=dp, reason=ofp.OFPPR_DELETE,
-                                               desc=desc(2, "evot200", "02:00:00:00:00:99")))
+    status = ofp_event.EventOFPPortStatus(FakeMsg(datapath=dp, reason=ofp.OFPPR_DELETE,
+                                               desc=port_desc(2, "evot200", "02:00:00:00:00:99")))
     app._send_event(status, MAIN_DISPATCHER)
     app._send_event(packet_in_event(dp, ofp.OFPP_LOCAL, eth(H2, H1, payload=b"y" * 46)), MAIN_DISPATCHER)
     assert app.packet_ins_inline == 1 and app.events.qsize() == 2
@@ -440,16 +379,16 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     dp.socket = sock  # type: ignore[attr-defined]
     commands.attach("red", 0xAAAA, node_id=100)
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
     assert sock.options[(socket.IPPROTO_TCP, socket.TCP_NODELAY)] == 1
     assert dp.sent == []  # nothing through os-ken's send queue
     # Connect: base flows and the port request in one write; the new peer port's leaf announcement in another.
     assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_FLOW_MOD] * 3 + [ofp.OFPT_MULTIPART_REQUEST],
                                                        [ofp.OFPT_PACKET_OUT]]
     sock.writes.clear()
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
     sock.writes.clear()
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
     assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_PACKET_OUT, ofp.OFPT_FLOW_MOD]]
 
 
@@ -464,7 +403,7 @@ def _stats_requests(dp: FakeDatapath) -> list[Any]:
 
 
 def _reply(app: BoundedFloodApp, dp: FakeDatapath, *stats: Any) -> None:
-    app.flow_stats_reply(_Ev(_Msg(datapath=dp, body=list(stats), flags=0)))
+    app.flow_stats_reply(FakeEvent(FakeMsg(datapath=dp, body=list(stats), flags=0)))
 
 
 def _stat(byte_count: int) -> Any:
@@ -477,7 +416,7 @@ def test_with_no_flow_of_ours_on_the_switch_counters_are_not_polled_until_one_is
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig(threshold_bytes_per_s=1500.0))
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
     dp.sent.clear()
     app.tick(EventTick(periodic=True))
     assert len(_stats_requests(dp)) == 1  # connected: flows may be left over, so ask once
@@ -488,9 +427,9 @@ def test_with_no_flow_of_ours_on_the_switch_counters_are_not_polled_until_one_is
         app.tick(EventTick(periodic=True))
         assert _stats_requests(dp) == []
     # H2 lives behind node 300 (its FRB says so); H1 -> H2 puts a flow of ours on the switch: polls resume.
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2},
                            data=frb.pack(frb.broadcast(arp_request(H2)[:14], 300, 100, 2, REVERSE)))))
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))
     assert any(isinstance(m, parser.OFPFlowMod) and m.cookie == COUNTED_COOKIE for m in dp.sent)
     clock.now += 0.5
     dp.sent.clear()
@@ -507,11 +446,11 @@ def test_an_empty_reply_to_a_poll_asked_before_a_flow_was_added_does_not_stop_th
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig())
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
     app.tick(EventTick(periodic=True))  # the poll goes out ...
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2},
                            data=frb.pack(frb.broadcast(arp_request(H2)[:14], 300, 100, 2, REVERSE)))))  # H2 behind node 300
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))  # ... a counted flow ...
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": ofp.OFPP_LOCAL}, data=eth(H2, H1))))  # ... a counted flow ...
     _reply(app, dp)  # ... and the switch answers the poll it had before the flow
     clock.now += 0.5
     dp.sent.clear()
@@ -524,8 +463,8 @@ def test_a_wished_link_is_released_when_idle_even_while_no_counters_are_polled()
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig(threshold_bytes_per_s=1000.0, idle_timeout=3.0))
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2},
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2},
                            data=frb.pack(frb.broadcast(arp_request(H2)[:14], 300, 100, 2, REVERSE)))))  # H2 behind node 300
     app.tick(EventTick(periodic=True))
     _reply(app, dp, _stat(0))
@@ -552,7 +491,7 @@ def test_the_tick_slows_down_when_nothing_needs_it_and_a_packet_in_brings_it_bac
     dp = FakeDatapath(1)
     commands.attach("red", 1, node_id=100, on_demand=OnDemandConfig())
     commands.peer_up("red", "evot200", 200)
-    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
     assert app.tick_pace() == 0.5  # flows may be on the switch until a poll says otherwise
     app.tick(EventTick(periodic=True))
     _reply(app, dp)
@@ -560,7 +499,7 @@ def test_the_tick_slows_down_when_nothing_needs_it_and_a_packet_in_brings_it_bac
     assert app.tick_pace() == 5.0
     commands.wait(0.0)  # (the commands above woke it)
     assert not commands.wait(0.0)
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # a broadcast: no flow
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # a broadcast: no flow
     assert commands.wait(0.0)  # the ticker is woken to take up the short tick
     assert app.tick_pace() == 0.5  # its reports go out on the next tick ...
     clock.now += 0.5

@@ -7,14 +7,14 @@ feed (`FakeFlowTable.byte_counts`, counted as frames cross the fake flows).
 from __future__ import annotations
 
 import pytest
-from test_sdn_switch import arp_reply, arp_request, eth, host_mac  # tests/unit is on sys.path
 
 from evio.config.model import OnDemandConfig
 from evio.sdn.boundary import AttachOverlay, OnDemandIdle, OnDemandWanted
 from evio.sdn.flow_actions import FlowMatch
 from evio.sdn.on_demand import FlowRates, OnDemandPolicy, ReleaseOnDemand, WantOnDemand, traffic_by_peer
 from evio.sdn.overlay_switch import OverlaySwitch
-from evio.testing.fake_flow_table import FakeNetwork
+from evio.testing.fake_flow_table import FakeNetwork, host_mac, ring_network
+from evio.testing.frames import arp_reply, arp_request, eth
 
 A, B, C, D = 0xA0, 0xB0, 0xC0, 0xD0
 M1 = FlowMatch(1, "02:00:00:00:00:01", "02:00:00:00:00:02")
@@ -106,16 +106,6 @@ def test_bad_settings_are_refused() -> None:
 # ---------------------------------------------------------------- over the fake network
 
 
-def ring(n: int) -> tuple[FakeNetwork, list[int]]:
-    net = FakeNetwork(flow_idle_timeout=30)
-    ids = [(i + 1) << 120 | (i + 1) for i in range(n)]  # distinct low bits: distinct host MACs
-    for nid in ids:
-        net.add_node(nid)
-    for i, nid in enumerate(ids):
-        net.connect(nid, ids[(i + 1) % n])
-    return net, ids
-
-
 def overlay_switch_for(net: FakeNetwork, nid: int, on_demand: OnDemandConfig) -> OverlaySwitch:
     """An OverlaySwitch around the fake network's switch for `nid` (as the app keeps one per bridge)."""
     node = net.nodes[nid]
@@ -125,7 +115,7 @@ def overlay_switch_for(net: FakeNetwork, nid: int, on_demand: OnDemandConfig) ->
 
 
 def test_traffic_is_summed_by_the_root_of_the_remote_mac_in_both_directions_but_not_in_transit() -> None:
-    net, ids = ring(6)
+    net, ids = ring_network(6)
     a, c = ids[0], ids[3]
     ma, mc = host_mac(net, a), host_mac(net, c)
     net.inject(a, 1, arp_request(ma))  # everyone learns ma with root a
@@ -148,7 +138,7 @@ def test_traffic_is_summed_by_the_root_of_the_remote_mac_in_both_directions_but_
 
 
 def test_sustained_traffic_to_a_distant_node_asks_for_a_link_and_idle_releases_it() -> None:
-    net, ids = ring(6)
+    net, ids = ring_network(6)
     a, c = ids[0], ids[3]
     ma, mc = host_mac(net, a), host_mac(net, c)
     settings = OnDemandConfig(enabled=True, max_links=1, threshold_bytes_per_s=50_000, idle_timeout=20)

@@ -13,20 +13,11 @@ from evio.sdn import frb
 from evio.sdn.garp import gratuitous_arp
 from evio.sdn.learning_table import MOVE_HOLD
 from evio.sdn.switch import FLOOD_BURST, FLOOD_RATE, Drop
-from evio.testing.fake_flow_table import FakeNetwork
+from evio.testing.fake_flow_table import FakeNetwork, host_mac, ring_network
+from evio.testing.frames import eth
 
 BROADCAST = "ff:ff:ff:ff:ff:ff"
 US, HONEST, HOSTILE = 1 << 120 | 1, 2 << 120 | 2, 3 << 120 | 3
-
-
-def eth(dst: str, src: str, ethertype: int = 0x0800) -> bytes:
-    return frb.parse_mac(dst) + frb.parse_mac(src) + ethertype.to_bytes(2, "big") + b"x" * 46
-
-
-def host_mac(net: FakeNetwork, nid: int) -> str:
-    hw = net.nodes[nid].switch.ports[1].hw_addr
-    assert hw is not None
-    return hw
 
 
 def random_mac(rng: random.Random) -> str:
@@ -115,16 +106,6 @@ def test_h3_flows_from_an_evicted_mac_go_with_it() -> None:
 # ---------------------------------------------------------------- H4
 
 
-def ring(n: int) -> tuple[FakeNetwork, list[int]]:
-    net = FakeNetwork(flow_idle_timeout=30)
-    ids = [(i + 1) << 120 | (i + 1) for i in range(n)]
-    for nid in ids:
-        net.add_node(nid)
-    for i, nid in enumerate(ids):
-        net.connect(nid, ids[(i + 1) % n])
-    return net, ids
-
-
 def forged(inner: bytes, root: int, bound: int, hops: int = 1,
            kind: frb.FrbType = frb.FrbType.BROADCAST) -> bytes:
     return frb.pack(frb.broadcast(inner, root, bound, hops, kind))
@@ -132,7 +113,7 @@ def forged(inner: bytes, root: int, bound: int, hops: int = 1,
 
 
 def test_h4_a_member_forging_frbs_cannot_move_another_members_mac_anywhere() -> None:
-    net, ids = ring(6)
+    net, ids = ring_network(6)
     victim, hostile = ids[2], ids[5]
     neighbours = (ids[4], ids[0])
     vmac = host_mac(net, victim)
@@ -159,7 +140,7 @@ def test_h4_a_member_forging_frbs_cannot_move_another_members_mac_anywhere() -> 
 
 
 def test_h4_a_host_that_migrates_is_reached_at_its_new_node() -> None:
-    net, ids = ring(6)
+    net, ids = ring_network(6)
     old, new, caller = ids[1], ids[4], ids[0]
     vm = "02:77:00:00:00:01"
     old_port = net.add_leaf(old, "vm")
@@ -181,7 +162,7 @@ def test_h4_a_host_that_migrates_is_reached_at_its_new_node() -> None:
 
 
 def test_h4_a_host_that_migrates_after_a_quiet_while_is_found_at_its_new_node_at_once() -> None:
-    net, ids = ring(6)
+    net, ids = ring_network(6)
     old, new, caller = ids[1], ids[4], ids[0]
     vm = "02:77:00:00:00:01"
     old_port = net.add_leaf(old, "vm")
@@ -198,7 +179,7 @@ def test_h4_a_host_that_migrates_after_a_quiet_while_is_found_at_its_new_node_at
 
 
 def test_a_member_flooding_at_its_full_rate_reaches_past_its_neighbour_thinned_and_others_arp_is_answered() -> None:
-    net, ids = ring(6)
+    net, ids = ring_network(6)
     hostile, first_hop, victim, target = ids[5], ids[0], ids[1], ids[3]
     victim_mac = host_mac(net, victim)
     rng = random.Random(3)

@@ -6,30 +6,13 @@ import random
 
 import pytest
 
-from evio.ids import RING_SIZE, sorted_clockwise
+from evio.ids import sorted_clockwise
 from evio.sdn import frb, garp
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
 from evio.sdn.learning_table import MOVE_HOLD
 from evio.sdn.switch import FLOW_HARD_TIMEOUT, BoundedFloodSwitch, Drop, PortKind, SwitchPort
-from evio.testing.fake_flow_table import FakeNetwork
-
-BCAST = b"\xff" * 6
-H1 = "02:00:00:00:00:01"
-H2 = "02:00:00:00:00:02"
-H3 = "02:00:00:00:00:03"
-
-
-def eth(dst: bytes | str, src: str, ethertype: int = 0x0800, payload: bytes = b"x" * 46) -> bytes:
-    d = dst if isinstance(dst, bytes) else frb.parse_mac(dst)
-    return d + frb.parse_mac(src) + ethertype.to_bytes(2, "big") + payload
-
-
-def arp_request(src: str) -> bytes:
-    return eth(BCAST, src, 0x0806, b"\x00\x01\x08\x00\x06\x04\x00\x01" + b"\x00" * 20)
-
-
-def arp_reply(src: str, dst: str) -> bytes:
-    return eth(dst, src, 0x0806, b"\x00\x01\x08\x00\x06\x04\x00\x02" + b"\x00" * 20)
+from evio.testing.fake_flow_table import FakeNetwork, host_mac, symphony_network
+from evio.testing.frames import H1, H2, H3, arp_reply, arp_request, eth
 
 
 def switch_with_ports(node_id: int = 100) -> BoundedFloodSwitch:
@@ -294,39 +277,9 @@ def test_link_check_is_answered_with_link_ack() -> None:
 # ---------------------------------------------------------------- 16 switches (E1 in miniature)
 
 
-def symphony_like(n: int, long_distance: int, seed: int) -> tuple[list[int], set[tuple[int, int]]]:
-    """n random ids on the ring, each linked to its successor plus `long_distance` random chords."""
-    rng = random.Random(seed)
-    ids = sorted(rng.randrange(RING_SIZE) for _ in range(n))
-    links: set[tuple[int, int]] = set()
-    for i, nid in enumerate(ids):
-        links.add(tuple(sorted((nid, ids[(i + 1) % n]))))  # type: ignore[arg-type]
-        for other in rng.sample([x for x in ids if x != nid], long_distance):
-            links.add(tuple(sorted((nid, other))))  # type: ignore[arg-type]
-    return ids, links
-
-
-def build_network(
-    n: int = 16, seed: int = 7, long_distance: int = 2
-) -> tuple[FakeNetwork, list[int], set[tuple[int, int]]]:
-    net = FakeNetwork(flow_idle_timeout=30)
-    ids, links = symphony_like(n, long_distance, seed=seed)
-    for nid in ids:
-        net.add_node(nid)
-    for a, b in sorted(links):
-        net.connect(a, b)
-    return net, ids, links
-
-
-def host_mac(net: FakeNetwork, nid: int) -> str:
-    mac = net.nodes[nid].switch.ports[1].hw_addr
-    assert mac is not None
-    return mac
-
-
 @pytest.mark.parametrize("seed", [1, 7, 42])
 def test_arp_broadcast_reaches_every_node_exactly_once_and_the_reply_comes_back(seed: int) -> None:
-    net, ids, _ = build_network(16, seed)
+    net, ids, _ = symphony_network(16, seed)
     src, dst = ids[0], ids[9]
     request = arp_request(host_mac(net, src))
     net.inject(src, 1, request)
@@ -359,7 +312,7 @@ def test_arp_broadcast_reaches_every_node_exactly_once_and_the_reply_comes_back(
 
 
 def test_removed_tunnel_takes_its_flows_and_learned_macs_with_it() -> None:
-    net, ids, _ = build_network(16, seed=3)
+    net, ids, _ = symphony_network(16, seed=3)
     src, dst = ids[0], ids[5]
     net.inject(src, 1, arp_request(host_mac(net, src)))
     net.inject(dst, 1, arp_reply(host_mac(net, dst), host_mac(net, src)))
@@ -378,7 +331,7 @@ def test_removed_tunnel_takes_its_flows_and_learned_macs_with_it() -> None:
 
 
 def test_after_a_tunnel_goes_a_new_broadcast_still_reaches_everyone_at_most_once() -> None:
-    net, ids, links = build_network(16, seed=11)
+    net, ids, links = symphony_network(16, seed=11)
     a, b = sorted(links)[3]
     net.disconnect(a, b)
     src = ids[2]
@@ -389,7 +342,7 @@ def test_after_a_tunnel_goes_a_new_broadcast_still_reaches_everyone_at_most_once
 
 
 def test_idle_flows_expire_and_traffic_then_goes_through_the_controller_again() -> None:
-    net, ids, _ = build_network(16, seed=5)
+    net, ids, _ = symphony_network(16, seed=5)
     src, dst = ids[1], ids[12]
     net.inject(src, 1, arp_request(host_mac(net, src)))
     net.inject(dst, 1, arp_reply(host_mac(net, dst), host_mac(net, src)))
@@ -400,7 +353,7 @@ def test_idle_flows_expire_and_traffic_then_goes_through_the_controller_again() 
 
 def test_every_node_is_reached_in_clockwise_order_of_bounds() -> None:
     # Sanity of the graph builder: the ring closes through successors.
-    _, ids, links = build_network(16, seed=2)
+    _, ids, links = symphony_network(16, seed=2)
     ring = sorted_clockwise(ids[0], ids)
     for i, nid in enumerate(ring):
         assert tuple(sorted((nid, ring[(i + 1) % len(ring)]))) in links
@@ -421,7 +374,7 @@ def talk(net: FakeNetwork, a: int, a_port: int, mac_a: str, b: int, b_port: int,
 
 @pytest.mark.parametrize("seed", [1, 7, 42])
 def test_ip_moved_to_another_node_and_mac_is_reached_at_once_after_its_gratuitous_arp(seed: int) -> None:
-    net, ids, _ = build_network(16, seed)
+    net, ids, _ = symphony_network(16, seed)
     n1, n2, n3 = ids[0], ids[5], ids[11]
     m1, m2, m3 = host_mac(net, n1), host_mac(net, n2), host_mac(net, n3)
     talk(net, n1, 1, m1, n2, 1, m2)
@@ -445,7 +398,7 @@ def test_ip_moved_to_another_node_and_mac_is_reached_at_once_after_its_gratuitou
 @pytest.mark.parametrize("seed", [1, 7, 42, 99])
 def test_a_mac_moving_to_another_node_has_its_stale_flows_deleted_wherever_the_frb_goes(seed: int) -> None:
     """The same MAC (a migrated VM or container) moves from n2 to n3 and announces itself."""
-    net, ids, _ = build_network(16, seed)
+    net, ids, _ = symphony_network(16, seed)
     n1, n2, n3 = ids[0], ids[5], ids[11]
     m1, moving = host_mac(net, n1), "02:00:00:00:be:ef"
     old_port, new_port = net.add_leaf(n2, "app"), net.add_leaf(n3, "app")
@@ -500,7 +453,7 @@ from hypothesis import strategies as st  # noqa: E402
 def test_any_overlay_delivers_each_broadcast_at_most_once_and_a_ring_exactly_once(
     n: int, seed: int, failures: int
 ) -> None:
-    net, ids, links = build_network(n, seed, long_distance=min(2, n - 2))
+    net, ids, links = symphony_network(n, seed, long_distance=min(2, n - 2))
     rng = random.Random(seed)
     src = rng.choice(ids)
     request = arp_request(host_mac(net, src))
@@ -522,7 +475,7 @@ def test_a_path_cut_in_the_middle_by_churn_heals_on_the_next_frame(seed: int) ->
     """E8's black hole: a transit node loses its link towards the destination while the source keeps its
     flow through that node. The next frame must still arrive (the transit node floods it onward).
     Two successor links per node, as in E8, so one cut link does not partition the ring."""
-    net, ids, links = build_network(16, seed)
+    net, ids, links = symphony_network(16, seed)
     for i, nid in enumerate(ids):
         second = tuple(sorted((nid, ids[(i + 2) % len(ids)])))
         if second not in links:
@@ -560,7 +513,7 @@ def test_a_transit_flood_does_not_turn_the_path_behind_it_around() -> None:
     sender's frame rooted at itself; the node between it and the sender got that copy from the transit
     node's side, and learning the sender there sent the replies back into the flood, hairpin after
     hairpin. A ring of 10, s -> p1 -> p2 -> d."""
-    net, ids, _ = build_network(10, seed=5, long_distance=0)
+    net, ids, _ = symphony_network(10, seed=5, long_distance=0)
     s, p1, p2, d = ids[0], ids[1], ids[2], ids[3]
     sm, dm = host_mac(net, s), host_mac(net, d)
     net.inject(s, 1, arp_request(sm))
@@ -612,7 +565,7 @@ def overlay_distances(ids: list[int], links: set[tuple[int, int]], src: int) -> 
 def test_in_a_ring_of_successors_every_learned_path_is_a_shortest_one(n: int) -> None:
     """One orientation of Bounded Flood reaches every node clockwise: alone, a node learned a host 3 hops
     clockwise 15 hops the other way (docs/performance.md). The reverse copy teaches the short way."""
-    net, ids, _ = build_network(n, seed=5, long_distance=0)
+    net, ids, _ = symphony_network(n, seed=5, long_distance=0)
     for nid in ids:
         net.inject(nid, 1, arp_request(host_mac(net, nid)))
     for i, a in enumerate(ids):
@@ -624,7 +577,7 @@ def test_in_a_ring_of_successors_every_learned_path_is_a_shortest_one(n: int) ->
 
 @pytest.mark.parametrize("seed", [1, 7, 42])
 def test_with_long_distance_links_learned_paths_are_loop_free_and_short(seed: int) -> None:
-    net, ids, links = build_network(24, seed, long_distance=2)
+    net, ids, links = symphony_network(24, seed, long_distance=2)
     for nid in ids:
         net.inject(nid, 1, arp_request(host_mac(net, nid)))
     stretch = []
@@ -642,7 +595,7 @@ def test_with_long_distance_links_learned_paths_are_loop_free_and_short(seed: in
 def test_traffic_and_more_broadcasts_do_not_turn_a_short_path_around() -> None:
     """The flap the lab showed: a unicast packet-in moved a MAC the short way, the next broadcast the long
     way back, and every move deleted the flows towards it. Now nothing moves."""
-    net, ids, _ = build_network(12, seed=5, long_distance=0)
+    net, ids, _ = symphony_network(12, seed=5, long_distance=0)
     macs = {nid: host_mac(net, nid) for nid in ids}
     for nid in ids:
         net.inject(nid, 1, arp_request(macs[nid]))

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_sdn_ofapp import FakeDatapath, _Ev, _Msg, connect, desc, make_app  # tests/unit is on sys.path
 
 from evio.sdn.boundary import SwitchConnected
 from evio.sdn.switch_peer import VswitchdPeerCheck, find_socket
+from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc
 
 _CHILD = """
 import socket, sys
@@ -106,21 +106,21 @@ def test_a_second_connection_with_the_bridges_datapath_id_does_not_replace_the_b
     app, commands, sink, _ = make_app(peer_check=VswitchdPeerCheck(run_dir))
     commands.attach("red", 0xE1, node_id=100)
     bridge = _SocketDatapath(0xE1, from_vswitchd)
-    connect(app, bridge, [desc(1, "evored", "02:00:00:00:00:01")])
+    connect(app, bridge, [port_desc(1, "evored", "02:00:00:00:00:01")])
     assert app.datapaths[0xE1] is bridge
 
     impostor = socket.create_connection(listener.getsockname())
     from_impostor, _ = listener.accept()
     try:
         fake = _SocketDatapath(0xE1, from_impostor)
-        app.switch_features(_Ev(_Msg(datapath=fake)))
+        app.switch_features(FakeEvent(FakeMsg(datapath=fake)))
         assert app.datapaths[0xE1] is bridge and app.refused_switches == 1
         assert fake.sent == []  # no base flows, no port request: it controls nothing
         impostor.settimeout(2)
         assert impostor.recv(1) == b""  # and its connection is closed
         assert [e for e in sink.events if isinstance(e, SwitchConnected)] == [SwitchConnected("red", 0xE1)]
         # The bridge is still the one the overlay talks to.
-        app.port_status(_Ev(_Msg(datapath=bridge, reason=0, desc=desc(2, "evot200", "02:00:00:00:00:99"))))
+        app.port_status(FakeEvent(FakeMsg(datapath=bridge, reason=0, desc=port_desc(2, "evot200", "02:00:00:00:00:99"))))
         assert 2 in app.overlays["red"].switch.ports
     finally:
         impostor.close()

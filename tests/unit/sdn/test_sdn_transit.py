@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_sdn_ofapp import Clock, FakeDatapath, _Ev, _Msg, connect, desc, make_app  # tests/unit is on sys.path
-from test_sdn_switch import H1, H2, H3, eth
-
 from evio.sdn import frb
 from evio.sdn.ofapp import EVIO_COOKIE, BoundedFloodApp, EventTick
 from evio.sdn.switch import FLOW_HARD_TIMEOUT
 from evio.sdn.transit import TransitMirror
+from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc
+from evio.testing.frames import H1, H2, H3, eth
+from evio.testing.virtual_clock import ManualTime
 from evio.tunnel.transit import TransitTable
 
 IDLE = 30
@@ -52,7 +52,7 @@ class RecordingDatapath(FakeDatapath):
         return [m for m in self.sent if getattr(m, "command", None) == self.ofproto.OFPFC_ADD and m.cookie == EVIO_COOKIE]
 
 
-def transit_switch(mac_max_age: float = 300.0) -> tuple[BoundedFloodApp, RecordingDatapath, TransitTable, Clock]:
+def transit_switch(mac_max_age: float = 300.0) -> tuple[BoundedFloodApp, RecordingDatapath, TransitTable, ManualTime]:
     """A bridge with two tunnel ports and a leaf; H2 is behind B, H3 on the leaf, and H1 (behind A) has
     sent to H2 and H3, so the switch has (A, H1, H2) -> B and (A, H1, H3) -> leaf."""
     app, commands, _, clock = make_app()
@@ -63,8 +63,8 @@ def transit_switch(mac_max_age: float = 300.0) -> tuple[BoundedFloodApp, Recordi
     commands.peer_up("red", A, 200)
     commands.peer_up("red", B, 300)
     dp = RecordingDatapath(table)
-    connect(app, dp, [desc(PORT_A, A, "02:00:00:00:00:a0"), desc(PORT_B, B, "02:00:00:00:00:b0"),
-                      desc(PORT_LEAF, "veth1", "02:00:00:00:00:c0")])
+    connect(app, dp, [port_desc(PORT_A, A, "02:00:00:00:00:a0"), port_desc(PORT_B, B, "02:00:00:00:00:b0"),
+                      port_desc(PORT_LEAF, "veth1", "02:00:00:00:00:c0")])
     packet_in(app, dp, PORT_B, eth(H1, H2))  # teaches H2 behind B (H1 unknown: flooded)
     packet_in(app, dp, PORT_LEAF, eth(H1, H3))  # teaches H3 on the leaf
     packet_in(app, dp, PORT_A, eth(H2, H1))
@@ -73,7 +73,7 @@ def transit_switch(mac_max_age: float = 300.0) -> tuple[BoundedFloodApp, Recordi
 
 
 def packet_in(app: BoundedFloodApp, dp: FakeDatapath, port: int, data: bytes) -> None:
-    app.packet_in(_Ev(_Msg(datapath=dp, match={"in_port": port}, data=data)))
+    app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": port}, data=data)))
 
 
 def test_a_tunnel_to_tunnel_flow_gets_an_entry_and_a_flow_to_a_leaf_does_not() -> None:
@@ -86,7 +86,7 @@ def test_a_tunnel_to_tunnel_flow_gets_an_entry_and_a_flow_to_a_leaf_does_not() -
 def test_a_deleted_port_takes_its_entries_before_the_flow_deletes_leave() -> None:
     app, dp, table, _ = transit_switch()
     dp.entries_at_delete.clear()
-    app.port_status(_Ev(_Msg(datapath=dp, reason=dp.ofproto.OFPPR_DELETE, desc=desc(PORT_B, B, "02:00:00:00:00:b0"))))
+    app.port_status(FakeEvent(FakeMsg(datapath=dp, reason=dp.ofproto.OFPPR_DELETE, desc=port_desc(PORT_B, B, "02:00:00:00:00:b0"))))
     assert dp.entries_at_delete and set(dp.entries_at_delete) == {0}
     assert len(table) == 0
 
@@ -116,16 +116,16 @@ def test_a_moved_mac_takes_its_entries() -> None:
 def test_a_flow_the_switch_removed_takes_its_entry() -> None:
     app, dp, table, _ = transit_switch()
     match = dp.ofproto_parser.OFPMatch(in_port=PORT_A, eth_src=H1, eth_dst=H2)
-    app.flow_removed(_Ev(_Msg(datapath=dp, cookie=EVIO_COOKIE, match=match)))
+    app.flow_removed(FakeEvent(FakeMsg(datapath=dp, cookie=EVIO_COOKIE, match=match)))
     assert len(table) == 0
 
 
 def test_a_switch_that_goes_or_reconnects_and_a_detached_overlay_leave_no_entry() -> None:
     app, dp, table, _ = transit_switch()
-    app.switch_gone(_Ev(datapath=dp))
+    app.switch_gone(FakeEvent(datapath=dp))
     assert len(table) == 0
     app, dp, table, _ = transit_switch()
-    app.switch_features(_Ev(_Msg(datapath=FakeDatapath(1))))  # a new connection: its flows are cleared
+    app.switch_features(FakeEvent(FakeMsg(datapath=FakeDatapath(1))))  # a new connection: its flows are cleared
     assert len(table) == 0
     app, dp, table, _ = transit_switch()
     app.commands.detach("red")

@@ -8,13 +8,9 @@ from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, 
 from evio.sdn.frb import ETH_TYPE_FRB
 from evio.sdn.ofapp import EVIO_COOKIE, base_flows, removed_flow_match, to_ofp_messages
 from evio.testing.fake_flow_table import CONTROLLER, CodecDatapath, FakeFlowTable, FakeFlowTableError
+from evio.testing.frames import eth
 
 A, B, C = "02:00:00:00:00:0a", "02:00:00:00:00:0b", "02:00:00:00:00:0c"
-
-
-def frame(dst: str, src: str, eth_type: int = 0x0800) -> bytes:
-    header = bytes.fromhex(dst.replace(":", "")) + bytes.fromhex(src.replace(":", "")) + eth_type.to_bytes(2, "big")
-    return header + b"x" * 46
 
 
 def table_with_base_flows() -> FakeFlowTable:
@@ -33,11 +29,11 @@ def send(table: FakeFlowTable, action: object, now: float = 0.0) -> list[tuple[i
 
 def test_unknown_frames_and_every_frb_go_to_the_controller_learned_ones_by_their_flow() -> None:
     table = table_with_base_flows()
-    assert table.lookup(1, frame(B, A), 0.0) == [CONTROLLER]
+    assert table.lookup(1, eth(B, A), 0.0) == [CONTROLLER]
     send(table, AddFlow(FlowMatch(1, A, B), 7, 30))
-    assert table.lookup(1, frame(B, A), 1.0) == [7]
-    assert table.lookup(2, frame(B, A), 1.0) == [CONTROLLER]  # another in_port: not this flow
-    assert table.lookup(1, frame(B, A, ETH_TYPE_FRB), 1.0) == [CONTROLLER]  # the FRB rule outranks it
+    assert table.lookup(1, eth(B, A), 1.0) == [7]
+    assert table.lookup(2, eth(B, A), 1.0) == [CONTROLLER]  # another in_port: not this flow
+    assert table.lookup(1, eth(B, A, ETH_TYPE_FRB), 1.0) == [CONTROLLER]  # the FRB rule outranks it
     (flow,) = table.flows.values()
     assert (flow.packets, flow.bytes, flow.cookie) == (1, 60, EVIO_COOKIE)
 
@@ -59,7 +55,7 @@ def test_deletes_take_evio_flows_by_port_and_by_mac_and_never_the_base_flows() -
 def test_idle_flows_time_out_and_the_switch_says_so() -> None:
     table = table_with_base_flows()
     send(table, AddFlow(FlowMatch(1, A, B), 7, 30))
-    table.lookup(1, frame(B, A), 20.0)
+    table.lookup(1, eth(B, A), 20.0)
     assert table.expire(49.0) == []  # used at 20: idle for 29 s only
     (gone,) = table.expire(50.0)
     assert gone.match == FlowMatch(1, A, B)
@@ -69,7 +65,7 @@ def test_idle_flows_time_out_and_the_switch_says_so() -> None:
 
 def test_packet_out_leaves_by_its_port_with_its_bytes() -> None:
     table = FakeFlowTable()
-    data = frame(B, A)
+    data = eth(B, A)
     assert send(table, PacketOut(4, data)) == [(4, data)]
 
 

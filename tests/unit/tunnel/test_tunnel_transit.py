@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from evio.sdn.frb import ETH_TYPE_FRB
+from evio.testing.virtual_clock import ManualTime
 from evio.testing.waiting import wait_until
 from evio.tunnel.native import NativeFdDatapath
 from evio.tunnel.transit import TransitPort, TransitTable
@@ -31,14 +32,6 @@ from tests.unit.tunnel.test_tunnel_datapath import (
 DST = bytes.fromhex("020000000002")
 SRC = bytes.fromhex("020000000001")
 OTHER = bytes.fromhex("0200000000ff")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def frame(i: int, dst: bytes = DST, src: bytes = SRC, ethertype: int = 0x0800, size: int = 200) -> bytes:
@@ -64,7 +57,7 @@ class Egress:
 
 
 def test_a_frame_takes_the_entry_keyed_like_the_flow_and_nothing_else() -> None:
-    clock = Clock()
+    clock = ManualTime()
     table = TransitTable(excluded_ethertypes=(ETH_TYPE_FRB,), clock=clock)
     out = Egress()
     hook = table.attach("a", Egress())
@@ -103,7 +96,7 @@ def test_the_table_is_bounded() -> None:
 
 
 def test_an_entry_past_its_deadline_leaves_the_frame_to_the_bridge_but_counts_the_hit() -> None:
-    clock = Clock()
+    clock = ManualTime()
     table = TransitTable(clock=clock)
     hook = table.attach("a", Egress())
     table.attach("b", Egress())
