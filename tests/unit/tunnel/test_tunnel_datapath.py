@@ -468,8 +468,8 @@ async def make_vnet_pair(vnet_a: bool, vnet_b: bool, tso: bool = False) -> Pair:
 async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None:
     """A TSO super-frame from A's TAP leaves as records of at most the MTU, each a whole frame; B gets them
     back as frames with valid checksums (plain TAP) or joined into one super-frame again (vnet TAP)."""
+    from evio.testing.tcp_frames import complete, gso, parse, tcp_frame
     from evio.tunnel.offload import GSO_TCPV4, VNET_HDR_LEN, VnetHeader
-    from tests.unit.tunnel.test_tunnel_offload import complete, gso, parse, tcp_frame
 
     p = await make_vnet_pair(True, vnet_b, tso=True)
     try:
@@ -511,8 +511,8 @@ async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None
 
 async def test_frames_cross_between_vnet_taps_in_order() -> None:
     """Small frames and partial checksums through two vnet TAPs: everything arrives, in order, completed."""
+    from evio.testing.tcp_frames import parse, tcp_frame
     from evio.tunnel.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
-    from tests.unit.tunnel.test_tunnel_offload import parse, tcp_frame
 
     p = await make_vnet_pair(True, True)
     try:

@@ -144,8 +144,8 @@ def test_tunnel_datapath_setting_picks_the_implementation() -> None:
 async def test_native_end_with_vnet_taps_both_ways() -> None:
     """Behind TAPs with virtio-net headers: the native TAP pass strips them (completing a partial checksum),
     the native socket pass writes each frame behind a zero header; the Python end has plain TAPs."""
+    from evio.testing.tcp_frames import parse, tcp_frame
     from evio.tunnel.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
-    from tests.unit.tunnel.test_tunnel_offload import parse, tcp_frame
 
     material = os.urandom(EXPORTER_LEN)
     taps, underlays, ends = [], [], []
@@ -236,7 +236,7 @@ def _frame_sets() -> dict[str, list[list[bytes]]]:
     """Bursts of frames (each at most the MTU, so every record opens natively) for the coalescer tests of
     test_tunnel_offload.py: runs, their ends, strays, the 64 KiB limit, garbage, a stream across bursts."""
     from evio.tcpip import ACK, PSH, SYN
-    from tests.unit.tunnel.test_tunnel_offload import ETH4, cut, gso, tcp_frame
+    from evio.testing.tcp_frames import ETH4, cut, gso, tcp_frame
 
     rng = random.Random(12)
 

@@ -1,7 +1,7 @@
 """TAP offloads, the pure parts: vnet headers, checksums, TCP segmentation and coalescing.
 
-Checksums are verified with a plain word-by-word RFC 1071 sum written here,
-independent of the integer trick the code uses.
+Checksums are verified with a plain word-by-word RFC 1071 sum
+(`evio.testing.tcp_frames.reference_sum`), independent of the integer trick the code uses.
 """
 
 from __future__ import annotations
@@ -13,6 +13,15 @@ import struct
 import pytest
 
 from evio.tcpip import ACK, CWR, FIN, PSH, SYN
+from evio.testing.tcp_frames import (
+    ETH4,
+    MAX_FRAME,
+    complete,
+    cut,
+    gso,
+    parse,
+    tcp_frame,
+)
 from evio.tunnel.offload import (
     F_NEEDS_CSUM,
     GSO_NONE,
@@ -24,95 +33,7 @@ from evio.tunnel.offload import (
     TcpCoalescer,
     VnetHeader,
     complete_checksum,
-    segment_tcp,
 )
-
-MAX_FRAME = 1428 + 14
-ETH4 = bytes.fromhex("020000000002" "020000000001" "0800")
-ETH6 = bytes.fromhex("020000000002" "020000000001" "86dd")
-SRC4, DST4 = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
-SRC6, DST6 = bytes.fromhex("fd00" + "00" * 13 + "01"), bytes.fromhex("fd00" + "00" * 13 + "02")
-TIMESTAMPS = bytes.fromhex("0101080a0001e2400000abcd")  # NOP NOP TS: 12 bytes of options
-
-
-def reference_sum(data: bytes) -> int:
-    """RFC 1071, word by word: the independent check."""
-    if len(data) % 2:
-        data += b"\0"
-    total = 0
-    for (word,) in struct.iter_unpack("!H", data):
-        total += word
-        total = (total & 0xFFFF) + (total >> 16)
-    return total
-
-
-def checksum_ok(data: bytes) -> bool:
-    """A region with its checksum field in place sums to 0xFFFF."""
-    return reference_sum(data) == 0xFFFF
-
-
-def tcp_frame(
-    payload: bytes, seq: int = 1000, flags: int = ACK, ipv6: bool = False, options: bytes = TIMESTAMPS,
-    ack: int = 5000, window: int = 512, ip_id: int = 7, sport: int = 40000, total_len: int | None = None,
-    partial: bool = False,
-) -> bytes:
-    """An Ethernet frame with IPv4 or IPv6 and TCP, checksums complete (or the pseudo-header sum with ``partial``)."""
-    doff = (20 + len(options)) // 4
-    tcp = struct.pack("!HHIIBBHHH", sport, 5201, seq, ack, doff << 4, flags, window, 0, 0) + options
-    l4_len = len(tcp) + len(payload)
-    if ipv6:
-        pseudo = SRC6 + DST6 + struct.pack("!IxxxB", l4_len, 6)
-        ip = struct.pack("!IHBB", 6 << 28, l4_len if total_len is None else total_len, 6, 64) + SRC6 + DST6
-        eth = ETH6
-    else:
-        pseudo = SRC4 + DST4 + struct.pack("!xBH", 6, l4_len)
-        tot = 20 + l4_len if total_len is None else total_len
-        ip = struct.pack("!BBHHHBBH", 0x45, 0, tot, ip_id, 0x4000, 64, 6, 0) + SRC4 + DST4
-        ip = ip[:10] + struct.pack("!H", ~reference_sum(ip) & 0xFFFF) + ip[12:]
-        eth = ETH4
-    if partial:
-        csum = reference_sum(pseudo)
-    else:
-        csum = ~reference_sum(pseudo + tcp + payload) & 0xFFFF
-    tcp = tcp[:16] + struct.pack("!H", csum) + tcp[18:]
-    return eth + ip + tcp + payload
-
-
-def parse(frame: bytes) -> dict[str, int | bytes | bool]:
-    """The fields a test looks at, and whether both checksums verify (independently)."""
-    ipv6 = frame[12:14] == b"\x86\xdd"
-    if ipv6:
-        l3, l4_len = 40, struct.unpack_from("!H", frame, 18)[0]
-        pseudo = frame[22:54] + struct.pack("!IxxxB", l4_len, 6)
-        ip_ok, ip_id = True, 0
-    else:
-        l3 = (frame[14] & 15) * 4
-        tot, ip_id = struct.unpack_from("!HH", frame, 16)
-        assert tot == len(frame) - 14
-        l4_len = tot - l3
-        pseudo = frame[26:34] + struct.pack("!xBH", 6, l4_len)
-        ip_ok = checksum_ok(frame[14 : 14 + l3])
-    tcp = 14 + l3
-    assert 14 + l3 + l4_len == len(frame)
-    seq, ack = struct.unpack_from("!II", frame, tcp + 4)
-    hl = (frame[tcp + 12] >> 4) * 4
-    return {
-        "seq": seq, "ack": ack, "flags": frame[tcp + 13], "ip_id": ip_id, "payload": frame[tcp + hl :],
-        "ip_ok": ip_ok, "tcp_ok": checksum_ok(pseudo + frame[tcp:]),
-    }
-
-
-def cut(superframe: bytes, vnet: VnetHeader, max_frame: int = MAX_FRAME) -> list[bytes]:
-    buf = bytearray(VNET_HDR_LEN) + bytearray(superframe)
-    out: list[bytes] = []
-    count = segment_tcp(buf, VNET_HDR_LEN, len(superframe), vnet, max_frame, lambda s, e: out.append(bytes(buf[s:e])))
-    assert count == len(out)
-    return out
-
-
-def gso(ipv6: bool, size: int, flags: int = F_NEEDS_CSUM) -> VnetHeader:
-    return VnetHeader(flags, GSO_TCPV6 if ipv6 else GSO_TCPV4, 0, size, 34 + (20 if ipv6 else 0), 16)
-
 
 # -- checksums and headers ---------------------------------------------------------------
 
@@ -234,18 +155,6 @@ def coalesce(frames: list[bytes]) -> list[tuple[VnetHeader, bytes]]:
     c.flush()
     assert c.held == 0
     return sink.writes
-
-
-def complete(vnet: VnetHeader, frame: bytes) -> bytes:
-    """What the kernel does with a NEEDS_CSUM frame: finish the checksum (with the independent sum)."""
-    if not vnet.flags & F_NEEDS_CSUM:
-        return frame
-    at = vnet.csum_start + vnet.csum_offset
-    body = frame[: at] + b"\0\0" + frame[at + 2 :]
-    partial = struct.unpack_from("!H", frame, at)[0]
-    total = reference_sum(body[vnet.csum_start :]) + partial
-    total = (total & 0xFFFF) + (total >> 16)
-    return body[:at] + struct.pack("!H", ~total & 0xFFFF) + body[at + 2 :]
 
 
 @pytest.mark.parametrize("ipv6", [False, True])
