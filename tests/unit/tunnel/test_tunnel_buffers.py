@@ -8,6 +8,7 @@ import os
 import pytest
 
 from evio.config.model import Cipher
+from evio.testing.datapath_pair import MTU, frame
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
 from evio.tunnel import native
@@ -15,7 +16,6 @@ from evio.tunnel.buffers import LAZY_MIN, release, resident, zeroed
 from evio.tunnel.fd_datapath import TRIM_AFTER, FdDatapath
 from evio.tunnel.keys import EXPORTER_LEN, split_exporter
 from evio.tunnel.offload import VNET_HDR_LEN
-from tests.unit.tunnel.test_tunnel_datapath import MTU, frame, require_native
 
 KIB = 1024
 
@@ -36,12 +36,10 @@ def test_a_large_buffer_is_resident_only_where_written_and_released() -> None:
 
 def make_datapath(implementation: str, trim_after: float = TRIM_AFTER) -> FdDatapath:
     if implementation == "native":
-        require_native()
         return native.NativeFdDatapath(MTU, replay_window=128, gro=True, trim_after=trim_after)
     return FdDatapath(MTU, replay_window=128, gro=True, trim_after=trim_after)
 
 
-@pytest.mark.parametrize("implementation", ["python", "native"])
 @pytest.mark.parametrize("vnet", [False, True])
 async def test_an_idle_tunnel_holds_a_few_pages_of_its_buffers_and_none_once_stopped(implementation: str, vnet: bool) -> None:
     """GRO on (real UDP sockets on loopback): the receive ring is 16 slots of 64 KiB, the send ring 64
@@ -90,7 +88,6 @@ async def test_an_idle_tunnel_holds_a_few_pages_of_its_buffers_and_none_once_sto
             underlay.close()
 
 
-@pytest.mark.parametrize("implementation", ["python", "native"])
 async def test_a_tunnel_idle_after_a_burst_hands_its_pages_back_and_carries_traffic_after(implementation: str) -> None:
     """Full frames both ways fill pages of the rings; two maintain ticks without a frame in between
     (trim_after 0) release them; frames cross again, sealed and opened as before."""

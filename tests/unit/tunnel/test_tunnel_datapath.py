@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sys
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
 import pytest
 
 from evio.config.model import Cipher
-from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
+from evio.testing.datapath_pair import MTU, Pair, close, collected, frame, make_pair, make_vnet_pair
 from evio.testing.waiting import wait_until
-from evio.tunnel import native
 from evio.tunnel.datapath import DropReason
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.keys import EXPORTER_LEN, RekeyPolicy, make_aead, split_exporter
-from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
-from evio.tunnel.native import NativeFdDatapath
+from evio.tunnel.keys import RekeyPolicy, make_aead, split_exporter
 from evio.tunnel.record import (
     HELLO_PEER_SEEN,
     KIND_CONTROL,
@@ -32,104 +26,26 @@ from evio.tunnel.record import (
     seal,
 )
 
-MTU = 1428
-
-
-def frame(i: int, size: int = 200) -> bytes:
-    return (b"\x02\x00\x00\x00\x00\x01" + b"\x02\x00\x00\x00\x00\x02" + b"\x08\x00" + i.to_bytes(4, "big")).ljust(size, b"\xab")
-
-
-def collected(tap: FakeTap, into: list[bytes], count: int) -> Callable[[], bool]:
-    """A condition: ``count`` frames have come out of ``tap`` (gathered into ``into``)."""
-
-    def check() -> bool:
-        into.extend(tap.frames())
-        return len(into) >= count
-
-    return check
-
-
-@dataclass
-class End:
-    tap: FakeTap
-    underlay: FakeUnderlay
-    datapath: FdDatapath
-    control: list[ControlMessage]
-
-
-@dataclass
-class Pair:
-    a: End
-    b: End
-    wire: DatagramWire
-    material: bytes
-    cipher: Cipher
-
-
-IMPLEMENTATIONS = ["python", "native"]
 _implementation = "python"
 
 
-@pytest.fixture(autouse=True, params=IMPLEMENTATIONS)
-def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs over both data paths; the native one is built by scripts/build-native."""
-    if request.param == "native":
-        require_native()
-    monkeypatch.setattr(sys.modules[__name__], "_implementation", request.param)
-    return str(request.param)
-
-
-def require_native() -> None:
-    if not native.available():
-        if shutil.which("cargo") or os.path.exists(os.path.expanduser("~/.cargo/bin/cargo")):
-            pytest.fail("cargo is installed but evio_native is not: run scripts/build-native")
-        pytest.skip("no cargo on this machine: the native data path is not built")
-
-
-def make_datapath(is_client: bool, rekey: RekeyPolicy | None, plain_syscalls: bool) -> FdDatapath:
-    """The end under test; with the native data path and ``plain_syscalls``, the server end is the
-    Python one over one system call per datagram (a native end talking to a Python end)."""
-    if _implementation == "native" and (is_client or not plain_syscalls):
-        return NativeFdDatapath(MTU, rekey=rekey, replay_window=128)
-    batches = {"batch_factory": SendtoBatch, "receive_batch_factory": RecvfromBatch} if plain_syscalls else {}
-    return FdDatapath(MTU, rekey=rekey, replay_window=128, **batches)  # type: ignore[arg-type]
-
-
-async def make_pair(
-    cipher: Cipher = Cipher.AES_256_GCM, channel: int | None = None, rekey: RekeyPolicy | None = None, plain_syscalls: bool = False
-) -> Pair:
-    material = os.urandom(EXPORTER_LEN)
-    ends = []
-    for is_client in (True, False):
-        tap, underlay = FakeTap(), FakeUnderlay(channel)
-        dp = make_datapath(is_client, rekey, plain_syscalls)
-        control: list[ControlMessage] = []
-        dp.start(tap.fd, underlay, split_exporter(material, cipher, is_client), control.append)
-        ends.append(End(tap, underlay, dp, control))
-    wire = DatagramWire(ends[0].underlay, ends[1].underlay)
-    wire.start()
-    return Pair(ends[0], ends[1], wire, material, cipher)
+@pytest.fixture(autouse=True)
+def _each_implementation(implementation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here runs over both data paths (tests/unit/tunnel/conftest.py)."""
+    monkeypatch.setattr(sys.modules[__name__], "_implementation", implementation)
 
 
 @pytest.fixture
-async def pair() -> AsyncIterator[Pair]:
-    p = await make_pair()
+async def pair(implementation: str) -> AsyncIterator[Pair]:
+    p = await make_pair(implementation)
     yield p
     close(p)
-
-
-def close(p: Pair) -> None:
-    p.wire.stop()
-    for end in (p.a, p.b):
-        end.datapath.stop()
-        end.tap.close()
-        end.underlay.close()
 
 
 @pytest.mark.parametrize("cipher, plain_syscalls", [(c, False) for c in Cipher] + [(Cipher.AES_256_GCM, True)])
 async def test_frames_cross_both_ways(cipher: Cipher, plain_syscalls: bool) -> None:
     """Both ciphers, with sendmmsg/recvmmsg bursts and with one system call per datagram."""
-    p = await make_pair(cipher, plain_syscalls=plain_syscalls)
+    p = await make_pair(_implementation, cipher, plain_syscalls=plain_syscalls)
     try:
         sent_ab = [frame(i, 60 + i * 6) for i in range(200)]
         sent_ba = [frame(i, MTU + 14 - i) for i in range(50)]
@@ -262,7 +178,7 @@ async def test_malformed_control_payload_counted(pair: Pair) -> None:
 
 
 async def test_rekey_by_record_count_keeps_traffic_flowing() -> None:
-    p = await make_pair(rekey=RekeyPolicy(max_records=10))
+    p = await make_pair(_implementation, rekey=RekeyPolicy(max_records=10))
     try:
         sent = [frame(i, 100) for i in range(45)]
         got: list[bytes] = []
@@ -282,7 +198,7 @@ async def test_rekey_by_record_count_keeps_traffic_flowing() -> None:
 
 
 async def test_reordered_records_across_an_epoch_change() -> None:
-    p = await make_pair(rekey=RekeyPolicy(max_records=4))
+    p = await make_pair(_implementation, rekey=RekeyPolicy(max_records=4))
     try:
         held: list[bytes] = []
 
@@ -313,7 +229,7 @@ async def test_manual_rekey(pair: Pair) -> None:
 
 @pytest.mark.parametrize("plain_syscalls", [False, True])
 async def test_turn_channel_framing(plain_syscalls: bool) -> None:
-    p = await make_pair(channel=0x4001, plain_syscalls=plain_syscalls)
+    p = await make_pair(_implementation, channel=0x4001, plain_syscalls=plain_syscalls)
     try:
         p.a.tap.send_frame(frame(1))
         await wait_until(lambda: len(p.wire.a_to_b) == 1)
@@ -362,7 +278,7 @@ def test_icmp_errors_do_not_stop_the_reader_under_uvloop() -> None:
     import socket
 
     async def scenario() -> None:
-        p = await make_pair()
+        p = await make_pair(_implementation)
         try:
             # A closed port answers with ICMP port unreachable.
             closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -392,7 +308,7 @@ def test_maintain_revives_a_reader_dropped_after_an_icmp_error_under_uvloop() ->
     import socket
 
     async def scenario() -> None:
-        p = await make_pair()
+        p = await make_pair(_implementation)
         try:
             sock = p.b.underlay.sock
             closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -421,7 +337,7 @@ def test_maintain_revives_a_reader_dropped_after_an_icmp_error_under_uvloop() ->
 
 async def test_maintain_leaves_a_reader_alone_while_records_come_through_it() -> None:
     """A re-arm is some ten system calls per tunnel and tick: only when nothing came in since the last."""
-    p = await make_pair()
+    p = await make_pair(_implementation)
     try:
         dp = p.b.datapath
         selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
@@ -446,24 +362,6 @@ async def test_maintain_leaves_a_reader_alone_while_records_come_through_it() ->
 # -- TAP offloads (vnet headers) ----------------------------------------------------------------
 
 
-async def make_vnet_pair(vnet_a: bool, vnet_b: bool, tso: bool = False) -> Pair:
-    """Like make_pair, with each end's TAP speaking virtio-net headers or not (the fake TAP carries them as bytes)."""
-    material = os.urandom(EXPORTER_LEN)
-    ends = []
-    for is_client, vnet in ((True, vnet_a), (False, vnet_b)):
-        tap, underlay = FakeTap(), FakeUnderlay()
-        # Native: both ends; with tso A's TAP pass is Python's (which segments and seals), so B's
-        # native receive pass joins the records of a Python sender into super-frames.
-        dp: FdDatapath = (NativeFdDatapath(MTU, replay_window=128, gro=True, tso=tso and is_client) if _implementation == "native"
-                          else FdDatapath(MTU, replay_window=128, gro=True))  # fmt: skip
-        control: list[ControlMessage] = []
-        dp.start(tap.fd, underlay, split_exporter(material, Cipher.AES_256_GCM, is_client), control.append, vnet_hdr=vnet)
-        ends.append(End(tap, underlay, dp, control))
-    wire = DatagramWire(ends[0].underlay, ends[1].underlay)
-    wire.start()
-    return Pair(ends[0], ends[1], wire, material, Cipher.AES_256_GCM)
-
-
 @pytest.mark.parametrize("vnet_b", [False, True], ids=["to-plain-tap", "to-vnet-tap"])
 async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None:
     """A TSO super-frame from A's TAP leaves as records of at most the MTU, each a whole frame; B gets them
@@ -471,7 +369,7 @@ async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None
     from evio.testing.tcp_frames import complete, gso, parse, tcp_frame
     from evio.tunnel.offload import GSO_TCPV4, VNET_HDR_LEN, VnetHeader
 
-    p = await make_vnet_pair(True, vnet_b, tso=True)
+    p = await make_vnet_pair(_implementation, True, vnet_b, tso=True)
     try:
         payload = os.urandom(40000)
         superframe = tcp_frame(payload, partial=True)
@@ -514,7 +412,7 @@ async def test_frames_cross_between_vnet_taps_in_order() -> None:
     from evio.testing.tcp_frames import parse, tcp_frame
     from evio.tunnel.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
 
-    p = await make_vnet_pair(True, True)
+    p = await make_vnet_pair(_implementation, True, True)
     try:
         sent = [frame(i, 60 + i) for i in range(20)]
         for f in sent:
@@ -541,7 +439,7 @@ async def test_frames_cross_between_vnet_taps_in_order() -> None:
     ],
 )
 async def test_malformed_tap_reads_are_dropped_and_counted(bad: bytes) -> None:
-    p = await make_vnet_pair(True, False)
+    p = await make_vnet_pair(_implementation, True, False)
     try:
         p.a.tap.send_frame(bad)
         p.a.tap.send_frame(bytes(10) + frame(1))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import socket
 
 import pytest
 
 from evio.config.model import Cipher
+from evio.testing.datapath_pair import MTU, frame
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
 from evio.tunnel import native
@@ -25,19 +25,7 @@ from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, open_, 
 from evio.tunnel.replay import ReplayWindow
 from evio.tunnel.session import default_datapath_factory
 
-MTU = 1428
-
-
-@pytest.fixture(autouse=True)
-def _native_built() -> None:
-    if not native.available():
-        if shutil.which("cargo") or os.path.exists(os.path.expanduser("~/.cargo/bin/cargo")):
-            pytest.fail("cargo is installed but evio_native is not: run scripts/build-native")
-        pytest.skip("no cargo on this machine: the native data path is not built")
-
-
-def frame(i: int, size: int = 200) -> bytes:
-    return (b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00" + i.to_bytes(4, "big")).ljust(size, b"\xab")
+pytestmark = pytest.mark.usefixtures("native_built")  # tests/unit/tunnel/conftest.py
 
 
 @pytest.mark.parametrize("cipher", list(Cipher))

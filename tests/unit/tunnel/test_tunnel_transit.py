@@ -9,25 +9,21 @@ hook back from its receive pass, filtered by destination).
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from evio.sdn.frb import ETH_TYPE_FRB
-from evio.testing.virtual_clock import ManualTime
-from evio.testing.waiting import wait_until
-from evio.tunnel.native import NativeFdDatapath
-from evio.tunnel.transit import TransitPort, TransitTable
-from tests.unit.tunnel import test_tunnel_datapath
-from tests.unit.tunnel.test_tunnel_datapath import (
+from evio.testing.datapath_pair import (
     MTU,
     Pair,
     close,
     collected,
     make_pair,
     make_vnet_pair,
-    require_native,
 )
+from evio.testing.virtual_clock import ManualTime
+from evio.testing.waiting import wait_until
+from evio.tunnel.native import NativeFdDatapath
+from evio.tunnel.transit import TransitPort, TransitTable
 
 DST = bytes.fromhex("020000000002")
 SRC = bytes.fromhex("020000000001")
@@ -173,23 +169,14 @@ def test_the_prefilter_moves_with_the_destinations_only() -> None:
 # -- through real data paths ----------------------------------------------------------------------
 
 
-@pytest.fixture(params=test_tunnel_datapath.IMPLEMENTATIONS)
-def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """M's data paths: the Python ones, then the native ones (built by scripts/build-native)."""
-    if request.param == "native":
-        require_native()
-    monkeypatch.setattr(sys.modules[test_tunnel_datapath.__name__], "_implementation", request.param)
-    return str(request.param)
-
-
-async def _transit_node(vnet: bool, prefilter: bool = True) -> tuple[Pair, Pair, TransitTable]:
+async def _transit_node(implementation: str, vnet: bool, prefilter: bool = True) -> tuple[Pair, Pair, TransitTable]:
     """X <-> M.a and M.b <-> Y; M's two data paths share one table. M's ends are the pairs' client
     ends (``a``: the native ones under the native implementation); ``prefilter``: the hook comes with
     the table's destinations, as a session sets it (without, a native pass hands back every frame)."""
     if vnet:
-        left, right = await make_vnet_pair(True, True), await make_vnet_pair(True, True)
+        left, right = await make_vnet_pair(implementation, True, True), await make_vnet_pair(implementation, True, True)
     else:
-        left, right = await make_pair(), await make_pair()
+        left, right = await make_pair(implementation), await make_pair(implementation)
     table = TransitTable(excluded_ethertypes=(ETH_TYPE_FRB,))
     for tap, end in (("ma", left.a), ("mb", right.a)):
         assert isinstance(end.datapath, TransitPort)
@@ -205,7 +192,7 @@ async def test_transit_frames_skip_the_middle_taps_until_the_entry_goes(implemen
     frames, never super-frames, and the TAPs at the ends join and cut as they always do."""
     from evio.tunnel.offload import VNET_HDR_LEN
 
-    left, right, table = await _transit_node(vnet, prefilter)
+    left, right, table = await _transit_node(implementation, vnet, prefilter)
     x, m_in, m_out, y = left.b, left.a, right.a, right.b
     assert m_in.datapath.implementation == m_out.datapath.implementation == implementation
     header = bytes(VNET_HDR_LEN) if vnet else b""
@@ -256,7 +243,7 @@ async def test_transit_frames_skip_the_middle_taps_until_the_entry_goes(implemen
 
 async def test_a_native_pass_without_a_hook_hands_nothing_back(implementation: str) -> None:
     """set_transit(None) after a hook: every frame goes to the TAP natively again."""
-    left, right, table = await _transit_node(False, prefilter=False)
+    left, right, table = await _transit_node(implementation, False, prefilter=False)
     try:
         table.add("ma", DST, SRC, "mb", 1e18)
         left.a.datapath.set_transit(None)
@@ -273,7 +260,7 @@ async def test_a_native_pass_without_a_hook_hands_nothing_back(implementation: s
 
 
 async def test_a_frame_larger_than_the_egress_carries_goes_to_the_tap(implementation: str) -> None:
-    left, right, table = await _transit_node(False)
+    left, right, table = await _transit_node(implementation, False)
     try:
         small = right.a.datapath
         small._max_frame = 100  # an egress tunnel with a smaller MTU than the ingress one
@@ -312,9 +299,9 @@ def test_switched_off_the_table_drops_its_entries_and_takes_none_until_switched_
     assert table.add("a", DST, SRC, "b", 1e9) and hook(memoryview(frame(2)))
 
 
+@pytest.mark.usefixtures("native_built")
 def test_the_native_prefilter_is_bounded_and_checked() -> None:
     """The destinations come from the table (at most MAX_ENTRIES); anything else is refused."""
-    require_native()
     from evio.tunnel.native import _NativeRecvRing
     from evio.tunnel.transit import MAX_ENTRIES
 
