@@ -20,12 +20,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 import random
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import aioice.ice
 import pytest
 
 from evio.config.model import TopologyConfig
@@ -44,7 +43,7 @@ from evio.tunnel.session import TunnelEvent
 from evio.tunnel.signaling import RemoteActionSignaling
 from evio.tunnel.tap import TapDevice
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("loopback_only")]  # the fixture: tests/conftest.py
 
 OV = "ov1"
 USERS = ["n1", "n2", "n3"]
@@ -75,11 +74,6 @@ class Member:
         return self.manager.get(peer) is not None or peer in self.controller.adjacency()
 
 
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # aioice gathers from every interface but 127.0.0.1; 127.0.0.2 is still loopback.
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
-    yield
 
 
 @pytest.fixture

@@ -10,10 +10,8 @@ import asyncio
 import datetime
 import logging
 import random
-from collections.abc import Iterator
 from functools import partial
 
-import aioice.ice
 import pytest
 
 from evio.config.model import TopologyConfig
@@ -201,11 +199,6 @@ async def test_provider_failures_are_failures_not_crashes(hang: bool) -> None:
 NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 
 
-@pytest.fixture
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # aioice gathers from every interface but 127.0.0.1; 127.0.0.2 is still loopback (see test_tunnel_session).
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
-    yield
 
 
 def forward(owner: list[OverlayController], event: TunnelEvent) -> None:

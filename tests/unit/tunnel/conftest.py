@@ -1,13 +1,18 @@
-"""The native data path for the tunnel tests: required where it should be built, and each data path in turn."""
+"""Fixtures of the tunnel tests: the native data path (required where it should be built, and each data
+path in turn), and two nodes with real tunnel managers on one fake signaling hub."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import AsyncIterator
 
 import pytest
 
+from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
+from evio.testing.tunnel_nodes import FAST, A, B, Node, make_node
 from evio.tunnel import native
+from evio.tunnel.config import TunnelSettings
 
 
 @pytest.fixture
@@ -25,3 +30,19 @@ def implementation(request: pytest.FixtureRequest) -> str:
     if request.param == "native":
         request.getfixturevalue("native_built")
     return str(request.param)
+
+
+@pytest.fixture
+def hub() -> FakeTunnelSignalingHub:
+    return FakeTunnelSignalingHub()
+
+
+@pytest.fixture
+async def nodes(hub: FakeTunnelSignalingHub) -> AsyncIterator[tuple[Node, Node]]:
+    """Nodes A and B (`FAST` liveness), closed after the test with every TAP they opened."""
+    config = TunnelSettings(liveness=FAST)
+    a, b = make_node(hub, A, config), make_node(hub, B, config)
+    yield a, b
+    await a.manager.close()
+    await b.manager.close()
+    assert all(t.closed for t in a.taps + b.taps)

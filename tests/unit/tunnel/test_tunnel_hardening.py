@@ -10,18 +10,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-import aioice.ice
 import pytest
 
+from evio.testing.datapath_pair import collected
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
+from evio.testing.tunnel_nodes import FAST, FRAME, A, B, Node, make_node
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath import DropReason
 from evio.tunnel.session import TunnelState
 from evio.tunnel.signaling import Body
-from tests.unit.tunnel.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
 
 # A STUN Binding request carrying PRIORITY (a 4-byte value) with a 2-byte value:
 # 20-byte header + 4-byte attribute header + 2 bytes + 2 padding = 28 bytes.
@@ -29,10 +29,7 @@ from tests.unit.tunnel.test_tunnel_session import FAST, FRAME, A, B, Node, colle
 MALFORMED_STUN = struct.pack("!HHI12s", 0x0001, 8, 0x2112A442, b"\x01" * 12) + struct.pack("!HH", 0x0024, 2) + b"\x00\x00\x00\x00"
 
 
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
-    yield
+pytestmark = pytest.mark.usefixtures("loopback_only")  # tests/conftest.py
 
 
 @pytest.fixture
@@ -44,16 +41,6 @@ async def loop_errors() -> AsyncIterator[list[dict[str, object]]]:
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
     yield errors
     loop.set_exception_handler(previous)
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[tuple[Node, Node]]:
-    hub = FakeTunnelSignalingHub()
-    config = TunnelSettings(liveness=FAST)
-    a, b = make_node(hub, A, config), make_node(hub, B, config)
-    yield a, b
-    await a.manager.close()
-    await b.manager.close()
 
 
 async def test_malformed_stun_to_a_tunnel_port_is_counted_and_the_link_carries_on(

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import replace
 
-import aioice.ice
 import pytest
 
 from evio.config.model import Cipher
-from evio.testing.fake_tunnel import FakeTap, FakeTapDevice
+from evio.testing.datapath_pair import collected
+from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
+from evio.testing.tunnel_nodes import FAST, FRAME, NOW, A, B, Node, make_node
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings, tap_name
 from evio.tunnel.dtls import TunnelCertificate
@@ -28,86 +27,11 @@ from evio.tunnel.ice import IceConfig, PathKind, RelayPolicy
 from evio.tunnel.keys import RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig, LivenessState
 from evio.tunnel.manager import TunnelManager
-from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelState, TunnelUp
+from evio.tunnel.session import TunnelEvent, TunnelState, TunnelUp
 from evio.tunnel.signaling import Body
 from evio.tunnel.tap import TapDevice
 
-NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
-A = 0xAA << 120
-B = 0xBB << 120
-FRAME = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00" + b"payload" * 20
-
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
-    yield
-
-
-def collected(tap: FakeTap, into: list[bytes], count: int) -> Callable[[], bool]:
-    def check() -> bool:
-        into.extend(tap.frames())
-        return len(into) >= count
-
-    return check
-
-
-@dataclass
-class Node:
-    manager: TunnelManager
-    taps: list[FakeTapDevice] = field(default_factory=list)
-    events: list[TunnelEvent] = field(default_factory=list)
-
-    def ups(self) -> list[TunnelUp]:
-        return [e for e in self.events if isinstance(e, TunnelUp)]
-
-    def downs(self) -> list[TunnelDown]:
-        return [e for e in self.events if isinstance(e, TunnelDown)]
-
-
-FAST = LivenessConfig(hello_interval=0.02, keepalive_interval=0.1, dead_after=0.4, establish_timeout=1.5)
-
-
-def make_node(
-    hub: FakeTunnelSignalingHub,
-    node_id: int,
-    config: TunnelSettings,
-    certificate: TunnelCertificate | None = None,
-    wall_clock: Callable[[], float] = time.time,
-) -> Node:
-    node = Node(manager=None)  # type: ignore[arg-type]
-
-    async def tap_factory(name: str, mtu: int) -> TapDevice:
-        tap = FakeTapDevice(name, mtu)
-        node.taps.append(tap)
-        return tap
-
-    node.manager = TunnelManager(
-        node_id,
-        config,
-        certificate or TunnelCertificate.generate(f"{node_id:032x}", NOW),
-        hub.endpoint(node_id),
-        node.events.append,
-        tap_factory=tap_factory,
-        wall_clock=wall_clock,
-    )
-    node.manager.start()
-    return node
-
-
-@pytest.fixture
-def hub() -> FakeTunnelSignalingHub:
-    return FakeTunnelSignalingHub()
-
-
-@pytest.fixture
-async def nodes(hub: FakeTunnelSignalingHub) -> AsyncIterator[tuple[Node, Node]]:
-    config = TunnelSettings(liveness=FAST)
-    a, b = make_node(hub, A, config), make_node(hub, B, config)
-    yield a, b
-    await a.manager.close()
-    await b.manager.close()
-    assert all(t.closed for t in a.taps + b.taps)
+pytestmark = pytest.mark.usefixtures("loopback_only")  # tests/conftest.py
 
 
 async def test_tunnel_comes_up_carries_frames_and_closes_cleanly(nodes: tuple[Node, Node]) -> None:

@@ -13,24 +13,18 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
 
 import aioice.ice
 import aioice.stun
 import pytest
 
-from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
+from evio.testing.datapath_pair import collected
+from evio.testing.tunnel_nodes import FRAME, A, B, Node
 from evio.testing.waiting import wait_until
-from evio.tunnel.config import TunnelSettings
 from evio.tunnel.ice import STUN_REQUESTS_PER_SOURCE, IceAgent, IceConfig, RelayPolicy
 from evio.tunnel.stun_guard import StunDrop, is_request, screen
-from tests.unit.tunnel.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
 
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
-    yield
+pytestmark = pytest.mark.usefixtures("loopback_only")  # tests/conftest.py
 
 
 def binding_request(username: str | None = None, key: bytes | None = None) -> bytes:
@@ -66,16 +60,6 @@ class Stranger:
                 self.answers.append(self.sock.recv(2048))
             except BlockingIOError:
                 return self.answers
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[tuple[Node, Node]]:
-    hub = FakeTunnelSignalingHub()
-    config = TunnelSettings(liveness=FAST)
-    a, b = make_node(hub, A, config), make_node(hub, B, config)
-    yield a, b
-    await a.manager.close()
-    await b.manager.close()
 
 
 async def test_stun_from_a_stranger_to_a_gathering_agent_is_not_answered() -> None:
