@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from evio.testing.node_fleet import DOMAIN, nid
+from evio.testing.trust_fleet import REMOVAL_BOUND, TrustFleet, members
 from evio.testing.waiting import wait_until
-from tests.unit.node.test_revocation_cases import BOUND, TrustFleet, members
 
 COUNT = 5
 # Derandomized: CI explores the same 40 cases every run, so a red run is a change, not a draw (one rare
@@ -110,10 +110,10 @@ async def run(steps: list[tuple], trust: bool) -> None:
                     hub.set_group("ov1", members(COUNT, *removed), push=False)
                     holder = min(in_overlay())
                     assert tf.client(holder).receive_revocation_list(tf.revocation(*sorted(removed)), "operator")
-                await wait_until(lambda v=victim: not tf.tunnels_to(v), BOUND, clock=clock,
-                                 what=f"step {n} {kind}: tunnels to node{victim} closed within {BOUND} s")  # fmt: skip
+                await wait_until(lambda v=victim: not tf.tunnels_to(v), REMOVAL_BOUND, clock=clock,
+                                 what=f"step {n} {kind}: tunnels to node{victim} closed within {REMOVAL_BOUND} s")  # fmt: skip
             await clock.advance(1.0)
-            await wait_until(owners_keep_their_ids, BOUND, clock=clock,
+            await wait_until(owners_keep_their_ids, REMOVAL_BOUND, clock=clock,
                              what=f"step {n} {op}: every owner holds its id everywhere")  # fmt: skip
         await clock.advance(10.0)  # and they stay closed
         for r in removed:

@@ -18,14 +18,10 @@ from evio.node.overlay_stack import AdjacencyController, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.overlay.adjacency import LinkState
 from evio.overlay.controller import OverlayController
-from evio.overlay.orchestrator import Timings
 from evio.signal.interface import Signaling
-from evio.testing.node_fleet import Fleet, nid
+from evio.testing.node_fleet import FLEET_TIMINGS, Fleet, nid
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
-
-FAST = Timings(reevaluate_interval=0.5, membership_debounce=0.05, membership_max_delay=0.2, settle_after_login=0.1,
-               backoff_base=0.1, orphan_grace=1.0, refused_retry=0.2, stop_release_timeout=0.5)
 
 
 def fleet_with_real_controllers(
@@ -36,7 +32,7 @@ def fleet_with_real_controllers(
     def real_controller(plan: OverlayPlan, node_id: int, signaling: Signaling, links: LinkManager) -> AdjacencyController:
         controller: AdjacencyController = OverlayController(
             plan.id, node_id, plan.config.topology, signaling, links, rng=random.Random(node_id), clock=clock,
-            timings=FAST,
+            timings=FLEET_TIMINGS,
         )
         return controller
 
