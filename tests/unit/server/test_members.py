@@ -15,20 +15,14 @@ from evio.server import token as join_token
 from evio.server.join import config_document, node_files
 from evio.server.members import MemberError, Registry, add_member, list_members, remove_member
 from evio.server.settings import ServerSettings
-from evio.testing.fake_server import FakeAccounts, FakeRelay
+from evio.testing.fake_server import FakeAccounts, FakeRelay, fake_server_host
 
 NOW = datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.UTC)
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> tuple[Registry, ServerSettings, FakeAccounts, FakeRelay]:
-    ca = tmp_path / "xmpp-ca.crt"
-    # Any certificate will do as the XMPP CA here: the token carries it as text.
-    from evio.tunnel.overlay_ca import make_overlay_ca, write_certificate
-
-    write_certificate(ca, make_overlay_ca("xmpp CA", NOW, 10)[1])
-    settings = ServerSettings(domain="xmpp.example.net", xmpp="prosody", address="203.0.113.1", xmpp_tls_ca=str(ca))
-    return Registry(tmp_path / "state"), settings, FakeAccounts(), FakeRelay()
+    return fake_server_host(tmp_path, NOW)
 
 
 def test_add_makes_every_part_and_a_token_that_decodes(server: tuple) -> None:

@@ -25,9 +25,9 @@ from evio.server.members import (
 )
 from evio.server.settings import ServerSettings
 from evio.signal import identity
-from evio.testing.fake_server import FakeAccounts, FakeRelay
+from evio.testing.fake_server import FakeAccounts, FakeRelay, fake_server_host
 from evio.tunnel.dtls import TunnelCertificate
-from evio.tunnel.overlay_ca import make_overlay_ca, write_certificate
+from evio.tunnel.overlay_ca import write_certificate
 from evio.tunnel.trust import TrustAnchor
 
 NOW = datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.UTC)
@@ -35,10 +35,7 @@ NOW = datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.UTC)
 
 @pytest.fixture
 def server(tmp_path: Path) -> tuple[Registry, ServerSettings, FakeAccounts, FakeRelay]:
-    ca = tmp_path / "xmpp-ca.crt"
-    write_certificate(ca, make_overlay_ca("xmpp CA", NOW, 10)[1])
-    settings = ServerSettings(domain="xmpp.example.net", xmpp="prosody", address="203.0.113.1", xmpp_tls_ca=str(ca))
-    return Registry(tmp_path / "state"), settings, FakeAccounts(), FakeRelay()
+    return fake_server_host(tmp_path, NOW)
 
 
 def anchor_of(registry: Registry) -> TrustAnchor:
