@@ -53,10 +53,13 @@ class FakeRelay:
         del self.users[user]
 
 
-def fake_server_host(directory: Path, now: datetime.datetime) -> tuple[Registry, ServerSettings, FakeAccounts, FakeRelay]:
-    """A server host's member registry under `directory`/state, its settings (prosody at 203.0.113.1) and
+def fake_server_host(
+    directory: Path, now: datetime.datetime, address: str = "203.0.113.1"
+) -> tuple[Registry, ServerSettings, FakeAccounts, FakeRelay]:
+    """A server host's member registry under `directory`/state, its settings (prosody at `address`) and
     fake accounts and relay. Any certificate will do as the XMPP CA here: a join token carries it as text."""
+    directory.mkdir(parents=True, exist_ok=True)
     ca = directory / "xmpp-ca.crt"
     write_certificate(ca, make_overlay_ca("xmpp CA", now, 10)[1])
-    settings = ServerSettings(domain="xmpp.example.net", xmpp="prosody", address="203.0.113.1", xmpp_tls_ca=str(ca))
+    settings = ServerSettings(domain="xmpp.example.net", xmpp="prosody", address=address, xmpp_tls_ca=str(ca))
     return Registry(directory / "state"), settings, FakeAccounts(), FakeRelay()

@@ -10,7 +10,6 @@ without ``run_as_root``) and the prosody package.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evio.node.sdn import free_tcp_port
-from evio.testing.waiting import wait_until_blocking
+from evio.testing.waiting import tcp_listening, wait_until_blocking
 
 DOMAIN = "overlay.test"
 
@@ -101,7 +100,7 @@ def running_prosody(config: Path, port: int) -> Iterator[None]:
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(["prosody", "--config", str(config), "-F"], stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until_blocking(lambda: _listening(port) or proc.poll() is not None, 10, what="prosody listening")
+        wait_until_blocking(lambda: tcp_listening(port) or proc.poll() is not None, 10, what="prosody listening")
         if proc.poll() is not None:
             raise RuntimeError(f"prosody did not start: {out_path.read_text()}")
         yield
@@ -112,11 +111,3 @@ def running_prosody(config: Path, port: int) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.2).close()
-    except OSError:
-        return False
-    return True

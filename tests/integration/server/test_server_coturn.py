@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,19 +24,11 @@ from aioice.turn import TurnClientUdpProtocol
 from evio.node.sdn import free_tcp_port
 from evio.server.init import InitOptions, run_init
 from evio.server.turn_admin import TurnAdmin, turn_admin
-from evio.testing.waiting import wait_until_blocking
+from evio.testing.waiting import tcp_listening, wait_until_blocking
 
 pytestmark = pytest.mark.integration
 
 DOMAIN = "evio.test"
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.2).close()
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture
@@ -58,7 +49,7 @@ def coturn(tmp_path: Path) -> Iterator[tuple[int, TurnAdmin]]:
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_until_blocking(lambda: _listening(port) or proc.poll() is not None, 10, what="coturn listening")
+        wait_until_blocking(lambda: tcp_listening(port) or proc.poll() is not None, 10, what="coturn listening")
         assert proc.poll() is None, out_path.read_text()
         yield port, turn_admin(settings)
     finally:

@@ -24,7 +24,6 @@ import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -43,7 +42,7 @@ from evio.server.settings import ServerSettings
 from evio.server.xmpp_admin import XmppAdmin, xmpp_admin
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.events import PeerRemoved, RemovalCause
-from evio.testing.waiting import wait_until, wait_until_blocking
+from evio.testing.waiting import tcp_listening, wait_until, wait_until_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -59,14 +58,6 @@ class Server:
     settings: ServerSettings
     admin: XmppAdmin
     port: int
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.2).close()
-    except OSError:
-        return False
-    return True
 
 
 def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
@@ -99,7 +90,7 @@ def prosody_server(directory: Path, options_from: ServerSettings | None = None) 
         proc = subprocess.Popen(["prosody", "--config", settings.prosody_config, "-F"], stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        wait_until_blocking(lambda: _listening(port) or proc.poll() is not None, 10, what="prosody listening")
+        wait_until_blocking(lambda: tcp_listening(port) or proc.poll() is not None, 10, what="prosody listening")
         assert proc.poll() is None, (directory / "prosody.out").read_text()
         yield Server("prosody", settings, xmpp_admin(settings), port)
     finally:
@@ -147,7 +138,7 @@ def ejabberd_server() -> Iterator[Server]:
             proc = subprocess.Popen([*ctl, "foreground"], stdout=out, stderr=subprocess.STDOUT, cwd=directory,
                                     start_new_session=True)  # fmt: skip
         started = time.monotonic()
-        wait_until_blocking(lambda: _listening(port) or proc.poll() is not None, 60, what="ejabberd listening")
+        wait_until_blocking(lambda: tcp_listening(port) or proc.poll() is not None, 60, what="ejabberd listening")
         assert proc.poll() is None, (directory / "ejabberd.out").read_text()
         print(f"\nejabberd listening after {time.monotonic() - started:.2f} s")
         yield Server("ejabberd", settings, xmpp_admin(settings), port)

@@ -11,20 +11,15 @@ from typing import Any
 import pytest
 
 from evio.cli import join_cmd, main
-from evio.server.members import Registry, add_member
-from evio.server.settings import ServerSettings
-from evio.testing.fake_server import FakeAccounts, FakeRelay
+from evio.server.members import add_member
+from evio.testing.fake_server import fake_server_host
 
 
 @pytest.fixture
 def token(tmp_path: Path) -> str:
-    from evio.tunnel.overlay_ca import make_overlay_ca, write_certificate
-
     now = datetime.datetime.now(datetime.UTC)
-    ca = tmp_path / "xmpp-ca.crt"
-    write_certificate(ca, make_overlay_ca("xmpp CA", now, 10)[1])
-    settings = ServerSettings(domain="xmpp.example.net", xmpp="prosody", address="203.0.113.10", xmpp_tls_ca=str(ca))
-    return add_member(Registry(tmp_path / "server"), settings, FakeAccounts(), FakeRelay(), "ov1", "node1", now).token
+    registry, settings, accounts, relay = fake_server_host(tmp_path / "server", now, address="203.0.113.10")
+    return add_member(registry, settings, accounts, relay, "ov1", "node1", now).token
 
 
 @pytest.fixture
