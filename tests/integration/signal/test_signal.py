@@ -40,7 +40,7 @@ from evio.signal.client import SignalClient, SignalSettings  # also registers th
 from evio.signal.drops import DropReason
 from evio.signal.errors import ErrorReason, RequestError
 from evio.signal.protocol import Body
-from evio.testing.prosody import running_prosody
+from evio.testing.prosody import running_prosody, write_config
 from evio.testing.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -329,24 +329,7 @@ def _prosody(directory: Path, port: int, settings: list[str], accounts: tuple[st
     """A prosody of our own on 127.0.0.1:`port`, host overlay.test, group ov1 = n1, n2 (password pw-<user>)."""
     (directory / "data").mkdir()
     (directory / "groups.txt").write_text("[ov1]\nn1@overlay.test\nn2@overlay.test\n")
-    config = directory / "prosody.cfg.lua"
-    base = [
-        "run_as_root = true",
-        f'pidfile = "{directory}/prosody.pid"',
-        f'data_path = "{directory}/data"',
-        f'certificates = "{directory}/certs"',
-        f'log = {{ info = "{directory}/prosody.log"; error = "{directory}/prosody.err" }}',
-        'interfaces = { "127.0.0.1" }',
-        f"c2s_ports = {{ {port} }}",
-        "c2s_direct_tls_ports = {}",
-        "s2s_ports = {}",
-        "network_settings = { nagle = false }",
-        f'groups_file = "{directory}/groups.txt"',
-    ]
-    overridden = {line.split("=", 1)[0].strip() for line in settings}
-    # Prosody refuses a config that sets an option twice.
-    lines = [line for line in base if line.split("=", 1)[0].strip() not in overridden]
-    config.write_text("\n".join([*lines, *settings, 'VirtualHost "overlay.test"', ""]))
+    config = write_config(directory, port, [f'certificates = "{directory}/certs"', *settings])
     for user in accounts:
         subprocess.run(["prosodyctl", "--config", str(config), "register", user, "overlay.test", f"pw-{user}"],
                        check=True, capture_output=True, timeout=30)

@@ -25,7 +25,7 @@ from evio.lab import pki
 from evio.node.sdn import free_tcp_port
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.errors import LoginFailure, SignalStep
-from evio.testing.prosody import running_prosody
+from evio.testing.prosody import running_prosody, write_config
 from evio.testing.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -64,25 +64,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # n1 and n2 make overlay ov1; n3 has an account but is in no group.
     (directory / "groups.txt").write_text(f"[ov1]\nn1@{DOMAIN}\nn2@{DOMAIN}\n")
     port = free_tcp_port()
-    config = directory / "prosody.cfg.lua"
-    config.write_text("\n".join([
-        "run_as_root = true",
-        f'pidfile = "{directory}/prosody.pid"',
-        f'data_path = "{directory}/data"',
+    config = write_config(directory, port, [
         f'certificates = "{directory}/certs"',
-        f'log = {{ info = "{directory}/prosody.log"; error = "{directory}/prosody.err" }}',
-        'interfaces = { "127.0.0.1" }',
-        f"c2s_ports = {{ {port} }}",
-        "c2s_direct_tls_ports = {}",
-        "s2s_ports = {}",
-        f'groups_file = "{directory}/groups.txt"',
         'authentication = "internal_hashed"',
         "c2s_require_encryption = true",
         f'admin_socket = "{directory}/data/prosody.sock"',
         'modules_enabled = { "roster"; "saslauth"; "tls"; "disco"; "ping"; "groups"; "admin_socket"; "admin_shell" }',
-        f'VirtualHost "{DOMAIN}"',
-        "",
-    ]))  # fmt: skip
+    ])  # fmt: skip
     found = Server(directory, port, ca, other_ca)
     for user in ("n1", "n2", "n3", "n4", "gone"):
         found.ctl("register", user, DOMAIN, f"pw-{user}")
