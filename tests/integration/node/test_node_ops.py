@@ -28,6 +28,7 @@ from evio.lab.lab import Lab
 from evio.lab.node_config import node_config_path
 from evio.node.control_client import ControlError, fetch_status
 from evio.testing.labs import unique_lab_name
+from evio.testing.waiting import wait_for_value
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +39,7 @@ OV2_NETWORK = "10.199.0"
 
 
 def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    value = get()
-    while not good(value):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout:.0f} s; last: {value}")
-        time.sleep(0.25)
-        value = get()
-    return value
+    return wait_for_value(get, good, timeout, what=what, interval=0.25)
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +261,7 @@ def test_reload_adding_an_overlay_brings_its_ring_up_while_the_first_keeps_every
 
     before = link_snapshot(lab, overlay)
     ping = BackgroundPing(lab, 1, str(lab.node(2).overlay_address.ip), count=750)  # 15 s
-    time.sleep(1.0)
+    time.sleep(1.0)  # the change lands in the middle of the ping (pacing, as above)
     started = time.monotonic()
     for node in lab.nodes:
         write_config(lab, node.index, add_ov2(node.index))

@@ -121,10 +121,9 @@ def _outside_mappings(net: Internet, node: Host) -> list[str]:
 def test_each_nat_maps_as_its_kind_says(net: Internet) -> None:
     echo = net.server.spawn(["python3", "-c", UDP_ECHO])
     try:
-        deadline = time.monotonic() + 10
-        while not is_listening(net.server, "udp", 40002):
-            assert echo.alive() and time.monotonic() < deadline, echo.tail()
-            time.sleep(0.05)
+        wait_until_blocking(lambda: is_listening(net.server, "udp", 40002) or not echo.alive(), 10,
+                            what="udp 40002 listening", interval=0.05)
+        assert echo.alive(), echo.tail()
         node1, node2, node3 = net.nodes
         eim, symmetric, public = (_outside_mappings(net, n) for n in (node1, node2, node3))
     finally:
@@ -140,10 +139,9 @@ def test_the_public_hosts_firewall_drops_unsolicited_connections(net: Internet) 
     node3 = net.nodes[2]
     listener = node3.spawn(["python3", "-c", TCP_LISTEN])
     try:
-        deadline = time.monotonic() + 10
-        while not is_listening(node3, "tcp", 8080):
-            assert listener.alive() and time.monotonic() < deadline, listener.tail()
-            time.sleep(0.05)
+        wait_until_blocking(lambda: is_listening(node3, "tcp", 8080) or not listener.alive(), 10,
+                            what="tcp 8080 listening", interval=0.05)
+        assert listener.alive(), listener.tail()
         inbound = net.server.run(["python3", "-c", TCP_CONNECT, node3.address, "8080"]).stdout.strip()
         local = node3.run(["python3", "-c", TCP_CONNECT, "127.0.0.1", "8080"]).stdout.strip()
     finally:

@@ -323,10 +323,7 @@ def test_replayed_tampered_and_truncated_datagrams_are_dropped_and_counted(veth:
         def drops() -> dict[str, int]:
             return pair.b.stats()["drops"]
 
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and sum(drops().values()) < 11:
-            time.sleep(0.05)
-        counted = drops()
+        counted = wait_for_value(drops, lambda d: sum(d.values()) >= 11, 5, what="11 bad records counted", interval=0.05)
         assert counted.get("replayed") == 5, counted
         assert counted.get("forged") == 5, counted
         assert counted.get("truncated") == 1, counted

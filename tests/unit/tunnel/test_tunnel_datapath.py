@@ -287,7 +287,7 @@ def test_icmp_errors_do_not_stop_the_reader_under_uvloop() -> None:
             closed.close()
             p.b.underlay.sock.sendto(b"\x70" + bytes(40), dead_end)
             p.b.underlay.sock.sendto(b"\x70" + bytes(40), dead_end)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # loop turns for the errors to reach the reader: nothing to observe but its death
             p.a.tap.send_frame(frame(1))
             got: list[bytes] = []
             await wait_until(collected(p.b.tap, got, 1), timeout=2)
@@ -317,7 +317,7 @@ def test_maintain_revives_a_reader_dropped_after_an_icmp_error_under_uvloop() ->
             closed.close()
             sock.connect(dead_end)
             sock.send(b"x")  # ICMP port unreachable: a socket error, and uvloop drops the reader
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # loop turns for the error to reach the reader (uvloop shows no reader to wait for)
             sock.connect(p.b.underlay.wire_end.getsockname())
             p.b.datapath.maintain()  # records came in since the start: this tick leaves the reader ...
             p.b.datapath.maintain()  # ... the next, finding nothing new, re-arms it
