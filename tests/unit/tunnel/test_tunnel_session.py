@@ -349,5 +349,5 @@ async def test_doubt_of_a_live_peer_changes_nothing(hub: FakeTunnelSignalingHub)
         a.manager.doubt(B)
         a.manager.doubt(0xCC << 120)  # no tunnel: nothing to do
         await wait_until(lambda: tunnel._liveness is not None and not tunnel._liveness.probing, timeout=2)
-        await asyncio.sleep(PROBED.probe_timeout + 0.2)
+        await asyncio.sleep(PROBED.probe_timeout + 0.2)  # an absence: no late take-down within the probe deadline
         assert not a.downs() and not b.downs() and tunnel.state is TunnelState.UP
