@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import datetime
-import time
 
 import pytest
 
+from evio.testing.dtls_handshakes import shuttle
 from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, TunnelCertificate
 from evio.tunnel.errors import OfferError
 from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN
@@ -23,40 +23,11 @@ def certs() -> tuple[TunnelCertificate, TunnelCertificate, TunnelCertificate]:
     )
 
 
-def run(client: DtlsHandshake, server: DtlsHandshake, drop: set[int] | None = None) -> int:
-    """Shuttle datagrams until both sides settle; returns how many datagrams flew."""
-    drop = drop or set()
-    to_server = client.start()
-    to_client: list[bytes] = []
-    sent = 0
-    for _ in range(50):
-        if not to_server and not to_client:
-            wait = client.timeout()
-            if client.state is DtlsState.HANDSHAKING and wait is not None:
-                # OpenSSL's retransmission timer runs on the real clock (1 s at first).
-                time.sleep(wait + 0.01)
-                to_server = client.handle_timeout()
-                continue
-            break
-        next_to_client = []
-        for d in to_server:
-            sent += 1
-            if sent not in drop:
-                next_to_client += server.receive(d)
-        next_to_server = []
-        for d in to_client:
-            sent += 1
-            if sent not in drop:
-                next_to_server += client.receive(d)
-        to_server, to_client = next_to_server, next_to_client
-    return sent
-
-
 def test_handshake_pins_and_exports_the_same_keys(certs: tuple[TunnelCertificate, ...]) -> None:
     a, b, _ = certs
     client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
     server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint)
-    run(client, server)
+    shuttle(client, server)
     assert client.state is server.state is DtlsState.CONNECTED
     ka = client.export(EXPORTER_LABEL, EXPORTER_LEN)
     kb = server.export(EXPORTER_LABEL, EXPORTER_LEN)
@@ -70,7 +41,7 @@ def test_wrong_fingerprint_fails_both_sides(certs: tuple[TunnelCertificate, ...]
     a, b, mallory = certs
     client = DtlsHandshake(a, DtlsRole.CLIENT, mallory.fingerprint if wrong_side == "client" else b.fingerprint)
     server = DtlsHandshake(b, DtlsRole.SERVER, mallory.fingerprint if wrong_side == "server" else a.fingerprint)
-    run(client, server)
+    shuttle(client, server)
     assert client.state is DtlsState.FAILED
     assert server.state is DtlsState.FAILED
     checker = client if wrong_side == "client" else server
@@ -84,7 +55,7 @@ def test_impostor_with_a_different_certificate_is_rejected(certs: tuple[TunnelCe
     # Mallory answers in b's place, but the client pinned b's fingerprint.
     client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
     server = DtlsHandshake(mallory, DtlsRole.SERVER, a.fingerprint)
-    run(client, server)
+    shuttle(client, server)
     assert client.state is DtlsState.FAILED
     assert server.state is not DtlsState.CONNECTED or client.state is DtlsState.FAILED
 
@@ -97,7 +68,7 @@ def test_lost_flight_is_retransmitted_on_timeout(certs: tuple[TunnelCertificate,
     first = client.start()
     assert first and client.timeout() is not None
     client2 = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
-    run(client2, server, drop={1})
+    shuttle(client2, server, drop={1})
     assert client2.state is DtlsState.CONNECTED and server.state is DtlsState.CONNECTED
 
 
@@ -105,7 +76,7 @@ def test_close_notify_reaches_the_peer(certs: tuple[TunnelCertificate, ...]) -> 
     a, b, _ = certs
     client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
     server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint)
-    run(client, server)
+    shuttle(client, server)
     for d in client.close():
         server.receive(d)
     assert client.state is DtlsState.CLOSED

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime
-import time
 
 import pytest
 from cryptography import x509
 
+from evio.testing.dtls_handshakes import shuttle
 from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
 from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
 from evio.tunnel.trust import TrustAnchor, named_node_ids, node_uri
@@ -85,19 +85,6 @@ def test_anchor_needs_a_ca_certificate(ca: tuple[object, x509.Certificate]) -> N
         TrustAnchor("ov1", ())
 
 
-def _settle(client: DtlsHandshake, server: DtlsHandshake) -> None:
-    to_server, to_client = client.start(), []
-    for _ in range(50):
-        if not to_server and not to_client:
-            wait = client.timeout()
-            if client.state is DtlsState.HANDSHAKING and wait is not None:
-                time.sleep(wait + 0.01)  # OpenSSL's retransmission timer runs on the real clock
-                to_server = client.handle_timeout()
-                continue
-            break
-        to_client, to_server = [d for s in to_server for d in server.receive(s)], [d for c in to_client for d in client.receive(c)]
-
-
 def _node_identity(ca: tuple[object, x509.Certificate], node: int) -> TunnelCertificate:
     key, cert = issue_node_certificate(ca[0], ca[1], ("ov1",), node, NOW, 30)  # type: ignore[arg-type]
     return TunnelCertificate(key, cert)
@@ -111,7 +98,7 @@ def test_dtls_with_an_anchor_connects_members(ca: tuple[object, x509.Certificate
     a, b = _node_identity(ca, NODE), _node_identity(ca, OTHER)
     client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint, checker(anchor, OTHER))  # type: ignore[arg-type]
     server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint, checker(anchor, NODE))  # type: ignore[arg-type]
-    _settle(client, server)
+    shuttle(client, server)
     assert client.state is server.state is DtlsState.CONNECTED
 
 
@@ -127,7 +114,7 @@ def test_dtls_refuses_a_forged_certificate_whose_fingerprint_was_signalled(
     honest = DtlsHandshake(member, honest_role, forged.fingerprint, checker(anchor, OTHER))  # type: ignore[arg-type]
     forger = DtlsHandshake(forged, forger_role, member.fingerprint)
     client, server = (forger, honest) if forger_role is DtlsRole.CLIENT else (honest, forger)
-    _settle(client, server)
+    shuttle(client, server)
     assert honest.state is DtlsState.FAILED
     assert honest.failure == "untrusted certificate: not issued by the overlay CA"
     # The refusal travels as an alert, so the forger learns at once too (no key is ever exported).
