@@ -33,17 +33,17 @@ from typing import Any
 from evio.config.model import Cipher
 from evio.lab.local_signaling import UnixSocketSignaling
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.datapath import Datapath
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.interface import Datapath
+from evio.tunnel.datapath.mmsg import RecvfromBatch, SendtoBatch
+from evio.tunnel.datapath.tap import LinuxTap, TapDevice
 from evio.tunnel.errors import TunnelError
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.ice import IceConfig, RelayPolicy, TurnRelay
 from evio.tunnel.liveness import LivenessConfig, keepalive_for
 from evio.tunnel.manager import TunnelManager
-from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.ice import IceConfig, RelayPolicy, TurnRelay
+from evio.tunnel.path.trust import TrustAnchor
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp, default_datapath_factory
-from evio.tunnel.tap import LinuxTap, TapDevice
-from evio.tunnel.trust import TrustAnchor
 
 logger = logging.getLogger(__name__)
 

@@ -34,28 +34,17 @@ from evio.config.address_pool import conflicting_peers
 from evio.config.model import TopologyConfig
 from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
+from evio.node.revocation_flood import RevocationFlood
 from evio.node.sdn import SdnController
 from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
 from evio.overlay.adjacency_events import LinkDown, LinkUp
-from evio.sdn.boundary import (
-    BroadcastCounts,
-    ControllerEvent,
-    DropCounts,
-    OnDemandIdle,
-    OnDemandWanted,
-    PortAdded,
-    PortRemoved,
-    SwitchConnected,
-    SwitchDisconnected,
-    TrafficCounts,
-    event_as_dict,
-)
+from evio.sdn import boundary
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.interface import Signaling
 from evio.tunnel.config import TunnelSettings
+from evio.tunnel.datapath.transit_table import TransitTable
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
-from evio.tunnel.transit import TransitTable
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +165,8 @@ class OverlayStack:
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
         self.segment_errors: Mapping[str, int] = {}
-        self.broadcasts: BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
-        self.traffic: TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
+        self.broadcasts: boundary.BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
+        self.traffic: boundary.TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
         self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
         self.tunnels_up = 0
         self.tunnels_down = 0
@@ -197,6 +186,9 @@ class OverlayStack:
         self._controller_started = False
         self.started_at: float | None = None
         self._conflicts_logged: set[int] = set()
+        # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
+        self.revocations: RevocationFlood | None = None
+        self._revocation_error: str | None = None
 
     @property
     def overlay(self) -> str:
@@ -222,6 +214,8 @@ class OverlayStack:
         await self.bridge.create()
         self.bridge_ready = True
         await self._remove_stale_ports()
+        if self.plan.certificate is not None:
+            self._start_revocation_flood()
         self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
         self._port_worker.add_done_callback(self._worker_done)
         self._subscription = self.controller.subscribe(self._adjacency_event)
@@ -243,6 +237,17 @@ class OverlayStack:
         log.info("overlay started overlay=%s node=%s bridge=%s datapath=%s", self.overlay,
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 
+    def _start_revocation_flood(self) -> None:
+        flood = RevocationFlood(self.overlay, self.bridge.name, self.signaling, self._clock)
+        try:
+            flood.start()
+        except OSError as exc:  # revocation still comes through the server and the revocation file
+            self._revocation_error = f"{self.bridge.name}: {exc.strerror or exc}"
+            log.warning("overlay %s: revocation lists not spread over the overlay (%s)", self.overlay,
+                        self._revocation_error)  # fmt: skip
+            return
+        self.revocations = flood
+
     async def _remove_stale_ports(self) -> None:
         """TAP ports left on the bridge by an earlier run that was killed: their devices died with it."""
         prefix = self.plan.tunnel.tap_prefix
@@ -261,6 +266,9 @@ class OverlayStack:
         for presence in self._presence:
             presence.cancel()
         self._presence.clear()
+        if self.revocations is not None:
+            self.revocations.stop()
+            self.revocations = None
         # Apply what the controller reported while it let go, then stop the worker.
         if self._port_worker is not None:
             if not self._port_worker.done():
@@ -399,6 +407,8 @@ class OverlayStack:
             else:
                 if first and self._on_first_port is not None:
                     self._on_first_port(self.bridge.name)
+                if self.revocations is not None:
+                    self.revocations.link_up()
             finally:
                 self._adding = None
         elif event.tap in self.ports:
@@ -423,32 +433,32 @@ class OverlayStack:
 
     # -- SDN controller -> here ----------------------------------------------------------------
 
-    def controller_event(self, event: ControllerEvent) -> None:
-        if isinstance(event, OnDemandWanted):
+    def controller_event(self, event: boundary.ControllerEvent) -> None:
+        if isinstance(event, boundary.OnDemandWanted):
             log.info("on-demand link wanted overlay=%s peer=%s (%.0f B/s)", self.overlay, format_node_id(event.peer),
                      event.bytes_per_s)
             self.controller.request_on_demand(event.peer)
-        elif isinstance(event, OnDemandIdle):
+        elif isinstance(event, boundary.OnDemandIdle):
             self.controller.release_on_demand(event.peer)
-        elif isinstance(event, PortAdded):
+        elif isinstance(event, boundary.PortAdded):
             self.port_numbers[event.name] = event.port_no
-        elif isinstance(event, PortRemoved):
+        elif isinstance(event, boundary.PortRemoved):
             if self.port_numbers.get(event.name) == event.port_no:
                 del self.port_numbers[event.name]
-        elif isinstance(event, SwitchConnected):
+        elif isinstance(event, boundary.SwitchConnected):
             self.switch_connected = True
-        elif isinstance(event, SwitchDisconnected):
+        elif isinstance(event, boundary.SwitchDisconnected):
             self.switch_connected = False
             self.port_numbers.clear()
-        elif isinstance(event, DropCounts):
+        elif isinstance(event, boundary.DropCounts):
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
             self.segment_errors = dict(event.segment_errors)
-        elif isinstance(event, BroadcastCounts):
+        elif isinstance(event, boundary.BroadcastCounts):
             self.broadcasts = event
-        elif isinstance(event, TrafficCounts):
+        elif isinstance(event, boundary.TrafficCounts):
             self.traffic = event
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
-            self.sdn_other[type(event).__name__] = event_as_dict(event)
+            self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
 
     # -- probe (evio ping) ----------------------------------------------------------------------
 
@@ -506,6 +516,13 @@ class OverlayStack:
                           format_node_id(peer), self.plan.bridge.overlay_address, bridge.address_pool)
         return conflicts
 
+    def _trust_status(self) -> dict[str, Any]:
+        doc = trust_document(self.plan.certificate, datetime.datetime.now(datetime.UTC),
+                             len(self.signaling.revoked_nodes(self.overlay)))  # fmt: skip
+        if self.plan.certificate is not None:
+            doc["revocation_flood"] = self.revocations.status() if self.revocations else {"error": self._revocation_error}
+        return doc
+
     def status(self) -> dict[str, Any]:
         now = self._clock.now()
         names = self.signaling.peers(self.overlay)
@@ -536,8 +553,7 @@ class OverlayStack:
                        "last_error": error.as_dict() if (error := self.signaling.last_error(self.overlay)) else None,
                        "drops": self.signaling.drop_counts()},
             "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},
-            "trust": trust_document(self.plan.certificate, datetime.datetime.now(datetime.UTC),
-                                    len(self.signaling.revoked_nodes(self.overlay))),
+            "trust": self._trust_status(),
             "links": links,
             "link_counts": link_counts(links),
             "tunnels": {"up": self.tunnels_up, "down": self.tunnels_down, "setup_seconds": self.setup_times.as_dict()},
@@ -548,10 +564,11 @@ class OverlayStack:
                 "frb_forwarded": traffic.frb_forwarded if traffic else 0,
                 "segmented": traffic.segmented if traffic else 0,
                 "checksums_completed": traffic.checksums_completed if traffic else 0,
+                "neighbors_answered": traffic.neighbors_answered if traffic else 0,
             },
             "transit": _transit(self.links.transit),
             "drops": dict(self.drops),
-            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.candidates).
+            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.path.candidates).
             "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
@@ -571,11 +588,11 @@ def _candidates_dropped(links: object) -> dict[str, int]:
     return drops.as_dict() if drops is not None else {}
 
 
-def _broadcasts(counts: BroadcastCounts | None) -> dict[str, Any]:
+def _broadcasts(counts: boundary.BroadcastCounts | None) -> dict[str, Any]:
     """FRB broadcasts received: totals, per root, and the latest ones (`recent`, oldest first)."""
     if counts is None:
         return {"received": 0, "own_returned": 0, "by_root": {}, "recent": []}
-    document = event_as_dict(counts)
+    document = boundary.event_as_dict(counts)
     return {key: document[key] for key in ("received", "own_returned", "by_root", "recent")}
 
 

@@ -75,7 +75,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -101,7 +101,10 @@ from evio.sdn.flow_actions import (
     PacketOut,
 )
 from evio.sdn.flow_book import FlowBook
+from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
+from evio.sdn.neighbor_answers import NeighborAnswers, NeighborMessage
+from evio.sdn.neighbor_answers import parse as parse_neighbor
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +131,7 @@ MAX_FLOWS_PER_PORT = 4096
 # refreshes without asking would otherwise outlive the MAC it was installed for. As long as a MAC's
 # max age, so a busy flow's packet-in refreshes its source before the MAC could expire.
 FLOW_HARD_TIMEOUT = 300
-# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.mtu); the node passes its own.
+# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.datapath.mtu); the node passes its own.
 DEFAULT_TUNNEL_MTU = 1428
 
 
@@ -213,10 +216,14 @@ class SwitchCounters:
     frb_forwarded: int = 0  # FRB copies passed on within their bounds
     segmented: int = 0  # frames too large to send whole, split into TCP segments (once per output kind)
     checksums_completed: int = 0  # TCP frames whose partial (offload) checksum the controller finished
+    neighbors_answered: int = 0  # ARP requests and neighbour solicitations answered here instead of flooded
 
-    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
+    def as_tuple(self) -> tuple[int, int, int, int, int, int, int]:
         return (self.packet_ins, self.broadcasts_originated, self.frb_sent, self.frb_forwarded, self.segmented,
-                self.checksums_completed)
+                self.checksums_completed, self.neighbors_answered)
+
+
+_NEIGHBOR_TYPES = (ETH_TYPE_ARP, segmentation.ETH_TYPE_IPV6)  # what may be ARP or neighbour discovery
 
 
 class BoundedFloodSwitch:
@@ -253,6 +260,7 @@ class BoundedFloodSwitch:
         self.reverse_sent = 0  # BROADCAST_REVERSE copies sent as the root
         self.reverse_forwarded = 0  # BROADCAST_REVERSE copies passed on within their bounds
         self.learning = LearningTable(mac_max_age, max_macs)
+        self.neighbors = NeighborAnswers(mac_max_age)  # local hosts' ARP and NS answered here when known
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         # (ingress port, root or None for a root not known here) -> floods passed on for it
         self.flood_budget = PeerRateLimiter[tuple[int, int | None]](Rate(FLOOD_RATE, FLOOD_BURST))
@@ -263,7 +271,7 @@ class BoundedFloodSwitch:
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
-        self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
+        self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
         self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
 
@@ -367,6 +375,11 @@ class BoundedFloodSwitch:
 
     def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
+        if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
+            self.neighbors.observe(msg, now)
+            if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
+                self.counters.neighbors_answered += 1
+                return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
         if eth.is_group:
             return (actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
                     + self._originate_reverse(data))
@@ -384,6 +397,7 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now)
         if actions is None:
             return []
+        self._observe_neighbor(eth, data, now)
         target = self.learning.lookup(eth.dst, now)
         if target is None or target.port == in_port:
             # The sender thought we lead to it, but we know no way on (or only the way back: one of the two
@@ -396,6 +410,16 @@ class BoundedFloodSwitch:
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast(in_port, eth, target.port, data, now)
+
+    def _neighbor_answer(self, in_port: int, msg: NeighborMessage, now: float) -> bytes | None:
+        mac = self.neighbors.known_mac(msg)
+        where = self.learning.lookup(mac, now) if mac is not None else None
+        return self.neighbors.answer(msg, where is not None and where.port != in_port, now)
+
+    def _observe_neighbor(self, eth: _Frame, data: bytes, now: float) -> None:
+        """An ARP or NDP frame whose source the learning table accepted: what it says about its sender."""
+        if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
+            self.neighbors.observe(msg, now)
 
     def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes, now: float) -> list[FlowAction]:
         if out_port == in_port:
@@ -529,9 +553,7 @@ class BoundedFloodSwitch:
                 return self._unknown_type(port, ingress, now)
             self.drops[Drop.MALFORMED_FRB] += 1
             self.frb_parse_errors[err.reason] += 1
-            last = self._bad_input_logged.get(ingress)
-            if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
-                self._bad_input_logged[ingress] = now
+            if self._bad_input_logged.should_log(ingress, now):
                 log.warning("malformed FRB dropped peer=%s port=%s reason=%s (dropped so far: %d)",
                             format_node_id(ingress), port.port_no, err.reason.name, self.drops[Drop.MALFORMED_FRB])
             return []
@@ -588,9 +610,7 @@ class BoundedFloodSwitch:
     def _unknown_type(self, port: SwitchPort, ingress: int, now: float) -> list[FlowAction]:
         """A newer node's FRB type: not ours to read nor to forward; counted apart from malformed ones."""
         self.drops[Drop.UNKNOWN_FRB_TYPE] += 1
-        last = self._bad_input_logged.get(ingress)
-        if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
-            self._bad_input_logged[ingress] = now
+        if self._bad_input_logged.should_log(ingress, now):
             log.info("FRB of an unknown type ignored peer=%s port=%s (a newer release's; ignored so far: %d)",
                      format_node_id(ingress), port.port_no, self.drops[Drop.UNKNOWN_FRB_TYPE])
         return []
@@ -636,6 +656,7 @@ class BoundedFloodSwitch:
                 if learned is None:
                     return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
                 actions += learned
+                self._observe_neighbor(inner_eth, inner, now)
             else:
                 # A flooded unicast frame whose sender we know. Its root is the node that did not know
                 # the way on (a transit flood), not the sender's node, and the flood may have come the
@@ -649,10 +670,7 @@ class BoundedFloodSwitch:
             else:
                 actions += self._deliver_to_leaves(inner, exclude=None)
         bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return actions
-        if bounds and not self._flood_allowed(budget_key, now):
+        if not self._may_pass_on(bounds, hops, budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
@@ -674,6 +692,13 @@ class BoundedFloodSwitch:
         root = h.root_nid
         known = self.learning.hosts_any(root) or root in self.peer_ports()
         return (port.port_no, root if known else None)
+
+    def _may_pass_on(self, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float) -> bool:
+        """Whether a flood's copies to `bounds` may go: under the hop limit and within the flood budget."""
+        if bounds and hops >= frb.MAX_HOP_COUNT:
+            self.drops[Drop.HOP_LIMIT] += 1
+            return False
+        return not bounds or self._flood_allowed(key, now)
 
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
         if self.flood_budget.allow(key, now):
@@ -703,10 +728,7 @@ class BoundedFloodSwitch:
                 return []  # forged from one of the bridge's own MACs: not passed on either
             actions += learned
         bounds = reverse_forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return actions
-        if bounds and not self._flood_allowed(budget_key, now):
+        if not self._may_pass_on(bounds, hops, budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
@@ -727,6 +749,7 @@ class BoundedFloodSwitch:
         """Forget MACs not seen for the table's max age, and the flows towards them and from them; take
         the moves claimed while a MAC's place still spoke, if it has been silent since."""
         actions = _flows_of_macs([mac for mac, _ in self.learning.expire(now)])
+        self.neighbors.expire(now)
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)

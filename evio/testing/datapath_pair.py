@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from evio.config.model import Cipher
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.keys import EXPORTER_LEN, RekeyPolicy, split_exporter
-from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
-from evio.tunnel.native import NativeFdDatapath
-from evio.tunnel.record import ControlMessage
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.keys import EXPORTER_LEN, RekeyPolicy, split_exporter
+from evio.tunnel.datapath.mmsg import RecvfromBatch, SendtoBatch
+from evio.tunnel.datapath.native import NativeFdDatapath
+from evio.tunnel.datapath.record import ControlMessage
 
 MTU = 1428
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from evio.tunnel.dtls import DtlsHandshake, DtlsState
+from evio.tunnel.path.dtls import DtlsHandshake, DtlsState
 
 
 def shuttle(client: DtlsHandshake, server: DtlsHandshake, drop: set[int] | None = None) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evio.server.members import Registry
 from evio.server.settings import ServerSettings
-from evio.tunnel.overlay_ca import make_overlay_ca, write_certificate
+from evio.tunnel.path.overlay_ca import make_overlay_ca, write_certificate
 
 
 class FakeAccounts:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 
 from evio.tcpip import ACK
-from evio.tunnel.offload import F_NEEDS_CSUM, GSO_TCPV4, GSO_TCPV6, VNET_HDR_LEN, VnetHeader, segment_tcp
+from evio.tunnel.datapath.offload import F_NEEDS_CSUM, GSO_TCPV4, GSO_TCPV6, VNET_HDR_LEN, VnetHeader, segment_tcp
 
 MAX_FRAME = 1428 + 14
 ETH4 = bytes.fromhex("020000000002" "020000000001" "0800")

@@ -27,8 +27,8 @@ from evio.testing.fake_signal import FakeSignalClient
 from evio.testing.node_fleet import DOMAIN, FLEET_TIMINGS, Fleet, nid
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
-from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
 
 REMOVAL_BOUND = 5.0  # seconds: issue 21's target for every removal case
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.datapath.tap import TapDevice
 from evio.tunnel.liveness import LivenessConfig
 from evio.tunnel.manager import TunnelManager
+from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp
-from evio.tunnel.tap import TapDevice
 
 NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)  # the certificates' issue time
 A = 0xAA << 120

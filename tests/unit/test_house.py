@@ -104,7 +104,7 @@ TESTS = ROOT / "tests"
 # Tests of the whole project rather than of one package: they stay flat in their tier.
 WHOLE_PROJECT = {
     "unit": {
-        "test_house.py", "test_design_doc.py", "test_readme.py", "test_operations_doc.py",
+        "test_house.py", "test_design_doc.py", "test_design_layers.py", "test_readme.py", "test_operations_doc.py",
         "test_docker_image.py", "test_packaging.py", "test_systemd_unit.py",
     },
     "integration": {"test_operations.py", "test_packages.py", "test_kubernetes_manifests.py"},

@@ -24,7 +24,7 @@ from evio.testing.node_fleet import DOMAIN, fleet_config, nid
 from evio.testing.trust_fleet import REMOVAL_BOUND, TrustFleet, members
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
-from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca, write_certificate, write_private_key
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca, write_certificate, write_private_key
 
 
 @pytest.mark.parametrize("case", ["account delete", "group edit", "relogin status", "revocation list"])

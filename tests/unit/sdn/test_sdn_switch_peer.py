@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from evio.sdn.boundary import SwitchConnected
-from evio.sdn.switch_peer import VswitchdPeerCheck, find_socket
+from evio.sdn.vswitchd_peer_check import VswitchdPeerCheck, find_socket
 from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc
 
 _CHILD = """

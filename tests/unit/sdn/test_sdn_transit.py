@@ -16,7 +16,7 @@ from evio.sdn.transit import TransitMirror
 from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc
 from evio.testing.frames import H1, H2, H3, eth
 from evio.testing.virtual_clock import ManualTime
-from evio.tunnel.transit import TransitTable
+from evio.tunnel.datapath.transit_table import TransitTable
 
 IDLE = 30
 A, B = "evta", "evtb"

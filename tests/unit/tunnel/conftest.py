@@ -11,8 +11,8 @@ import pytest
 
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.testing.tunnel_nodes import FAST, A, B, Node, make_node
-from evio.tunnel import native
 from evio.tunnel.config import TunnelSettings
+from evio.tunnel.datapath import native
 
 
 @pytest.fixture

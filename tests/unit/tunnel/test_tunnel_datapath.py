@@ -12,9 +12,9 @@ import pytest
 from evio.config.model import Cipher
 from evio.testing.datapath_pair import MTU, Pair, close, collected, frame, make_pair, make_vnet_pair
 from evio.testing.waiting import wait_until
-from evio.tunnel.datapath import DropReason
-from evio.tunnel.keys import RekeyPolicy, make_aead, split_exporter
-from evio.tunnel.record import (
+from evio.tunnel.datapath.interface import DropReason
+from evio.tunnel.datapath.keys import RekeyPolicy, make_aead, split_exporter
+from evio.tunnel.datapath.record import (
     HELLO_PEER_SEEN,
     KIND_CONTROL,
     KIND_FRAME,
@@ -367,7 +367,7 @@ async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None
     """A TSO super-frame from A's TAP leaves as records of at most the MTU, each a whole frame; B gets them
     back as frames with valid checksums (plain TAP) or joined into one super-frame again (vnet TAP)."""
     from evio.testing.tcp_frames import complete, gso, parse, tcp_frame
-    from evio.tunnel.offload import GSO_TCPV4, VNET_HDR_LEN, VnetHeader
+    from evio.tunnel.datapath.offload import GSO_TCPV4, VNET_HDR_LEN, VnetHeader
 
     p = await make_vnet_pair(_implementation, True, vnet_b, tso=True)
     try:
@@ -410,7 +410,7 @@ async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None
 async def test_frames_cross_between_vnet_taps_in_order() -> None:
     """Small frames and partial checksums through two vnet TAPs: everything arrives, in order, completed."""
     from evio.testing.tcp_frames import parse, tcp_frame
-    from evio.tunnel.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
+    from evio.tunnel.datapath.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
 
     p = await make_vnet_pair(_implementation, True, True)
     try:

@@ -22,7 +22,7 @@ from evio.testing.tcp_frames import (
     parse,
     tcp_frame,
 )
-from evio.tunnel.offload import (
+from evio.tunnel.datapath.offload import (
     F_NEEDS_CSUM,
     GSO_NONE,
     GSO_TCPV4,

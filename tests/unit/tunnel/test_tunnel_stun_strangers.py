@@ -21,8 +21,9 @@ import pytest
 from evio.testing.datapath_pair import collected
 from evio.testing.tunnel_nodes import FRAME, A, B, Node
 from evio.testing.waiting import wait_until
-from evio.tunnel.ice import STUN_REQUESTS_PER_SOURCE, IceAgent, IceConfig, RelayPolicy
-from evio.tunnel.stun_guard import StunDrop, is_request, screen
+from evio.tunnel.path.ice import IceAgent, IceConfig, RelayPolicy
+from evio.tunnel.path.inbound_gate import STUN_REQUESTS_PER_SOURCE
+from evio.tunnel.path.stun_guard import StunDrop, is_request, screen
 
 pytestmark = pytest.mark.usefixtures("loopback_only")  # tests/conftest.py
 
