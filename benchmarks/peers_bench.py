@@ -69,6 +69,7 @@ from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, ping_rtt, run,
 
 ID_A, ID_B = "aa" * 16, "bb" * 16
 MTU = 1400
+OVERLAYS = "10.200.0.0/16"  # every tool's overlay subnet, 10.200.N.0/24
 PACKAGES = {  # tool -> (executables it needs, Debian packages that provide them)
     "fastd": (["fastd"], ["fastd"]),
     "tinc": (["tincd"], ["tinc"]),
@@ -165,8 +166,10 @@ def address_device(netns: str, name: str, address: str) -> None:
 
 def start_evio(tb: VethTestbed, t: Tunnel, d: Path, datapath: str = "auto") -> None:
     # A TAP prefix of its own per data path: both tunnels run side by side with the same node ids.
+    # Every tool's overlay (10.200.N.0/24) is left out of ICE gathering: a pair nominated on another
+    # tunnel's address would run this tunnel inside that one.
     common = ["--signal-dir", str(d), "--cipher", "aes-256-gcm", "--datapath", datapath,
-              "--tap-prefix", "evq" if datapath == "python" else "evt"]
+              "--tap-prefix", "evq" if datapath == "python" else "evt", "--exclude-network", OVERLAYS]
     b = EndpointProcess(tb.b.netns, ["--node", ID_B, "--peer", ID_A, "--address", f"{t.address('b')}/24", *common],
                         d / "b.log")
     t.endpoints.append(b)
