@@ -510,6 +510,8 @@ def print_table(results: dict[str, list[dict[str, float]]], broken: dict[tuple[s
         return max(found, key=lambda x: x[1]) if higher else min(found, key=lambda x: x[1])
 
     def cell(name: str, key: str) -> str:
+        if key == "load":
+            return " / ".join(f"{v:.2f}" for v in values(name, key))
         if key not in THROUGHPUT:
             return _each(values(name, key))
         rounds = results[name]
@@ -520,7 +522,7 @@ def print_table(results: dict[str, list[dict[str, float]]], broken: dict[tuple[s
                ("load", "load average (1 min)", False)]
     print(f"\n{args.rounds} round(s), iperf3 {args.duration:g} s, veth MTU 1500, overlay MTU {MTU}; "
           f"bare veth: TCP {_each(_values(results, 'veth', 'tcp'))} Mbit/s, RTT {_each(veth_rtt)} ms, "
-          f"load {_each(_values(results, 'veth', 'load'))}\n")
+          f"load {' / '.join(f'{v:.2f}' for v in _values(results, 'veth', 'load'))}\n")
     print("| tool | " + " | ".join(title for _, title, _ in metrics) + " |")
     print("|---|" + "---|" * len(metrics))
     for name in [n for n in results if n != "veth"]:
