@@ -52,20 +52,29 @@ def exchange(sock: socket.socket, nbytes: int, deadline: float) -> BulkReport:
             while report.sent < nbytes:
                 block = os.urandom(min(CHUNK, nbytes - report.sent))
                 sent_hash.update(block)
-                sock.sendall(block)
+                # sendall's timeout bounds the whole call; a trickle past the deadline ends at the next block.
+                _check(deadline)
+                sender_view.sendall(block)
                 report.sent += len(block)
             sock.shutdown(socket.SHUT_WR)
         except OSError as exc:
             errors.append(f"send after {report.sent} bytes: {exc}")
 
-    # A timeout per call bounds every blocking call; the sender and receiver share it.
-    sock.settimeout(max(deadline - time.monotonic(), 0.001))
+    # The sender writes through a duplicate of the socket, with a timeout of its own: a socket's timeout
+    # is one value for every thread that uses it.
+    sender_view = sock.dup()
+    sender_view.settimeout(max(deadline - time.monotonic(), 0.001))
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
     received_hash, buffer = hashlib.sha256(), bytearray(CHUNK)
     view = memoryview(buffer)
     try:
-        while n := sock.recv_into(buffer):
+        while True:
+            # Every call waits at most until the deadline: a collapsed path ends there, even one that trickles.
+            sock.settimeout(_check(deadline))
+            n = sock.recv_into(buffer)
+            if not n:
+                break
             received_hash.update(view[:n])
             report.received += n
     except OSError as exc:
@@ -74,9 +83,18 @@ def exchange(sock: socket.socket, nbytes: int, deadline: float) -> BulkReport:
     sender.join(max(deadline - time.monotonic(), 0.0) + 1.0)
     if sender.is_alive():
         errors.append(f"send after {report.sent} bytes: not done by the deadline")
+    sender_view.close()
     report.sent_sha256, report.received_sha256 = sent_hash.hexdigest(), received_hash.hexdigest()
     report.error = "; ".join(errors) or None
     return report
+
+
+def _check(deadline: float) -> float:
+    """Seconds left until `deadline`; TimeoutError (an OSError) once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("deadline passed")
+    return left
 
 
 def serve(bind: str, port: int, nbytes: int, seconds: float) -> BulkReport:

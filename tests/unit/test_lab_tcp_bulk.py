@@ -37,3 +37,25 @@ def test_a_peer_that_sends_nothing_and_never_closes_ends_in_an_error_at_the_dead
         assert report.sent == 1000 and report.received == 0
         assert report.error is not None and "receive after 0 bytes" in report.error
         assert time.monotonic() - started < 5
+
+
+def test_a_trickle_that_never_ends_stops_at_the_deadline() -> None:
+    """A collapsed path still moves a little: every byte resets no per-call timeout past the deadline."""
+    left, right = socket.socketpair()
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.02):
+            right.send(b"x")
+
+    with left, right:
+        feeder = threading.Thread(target=trickle)
+        feeder.start()
+        try:
+            started = time.monotonic()
+            report = exchange(left, 0, started + 0.5)
+        finally:
+            stop.set()
+            feeder.join(5)
+        assert 0 < report.received < 100 and report.error is not None, report  # "timed out" or "deadline passed"
+        assert time.monotonic() - started < 3
