@@ -6,7 +6,7 @@ import pytest
 
 from evio.node import revocation_flood as rf
 from evio.signal import identity
-from tests.unit.test_revocation_flood import fleet, signed
+from tests.unit.node.test_revocation_flood import fleet, signed
 
 ATTACKER = bytes([2, 0, 0, 0, 0, 0xAA])
 

@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from tests.unit import test_membership_properties as props
+from tests.unit.node import test_membership_properties as props
 
 MINIMAL = [
     ("delete", 1),
@@ -31,7 +31,7 @@ def without_certs(steps: list[tuple]) -> list[tuple]:
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="review21: the gap is unbounded, not a delay")
 @pytest.mark.parametrize("trust", [False, True])
 def test_the_minimal_gap_outlives_600_virtual_seconds(trust: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(props, "BOUND", 600.0)
+    monkeypatch.setattr(props, "REMOVAL_BOUND", 600.0)
     asyncio.run(props.run(MINIMAL if trust else without_certs(MINIMAL), trust, record=lambda _: None))
 
 

@@ -10,7 +10,10 @@ import pytest
 
 from evio.sdn import frb
 from evio.sdn.switch import FLOOD_BURST, FLOOD_RATE, Drop
-from tests.unit.test_sdn_port_bounds import BROADCAST, eth, forged, host_mac, random_mac, ring
+from evio.testing.fake_flow_table import host_mac
+from evio.testing.fake_flow_table import ring_network as ring
+from evio.testing.frames import eth
+from tests.unit.sdn.test_sdn_port_bounds import BROADCAST, forged, random_mac
 
 
 def storm(k_roots: int) -> dict[str, int]:

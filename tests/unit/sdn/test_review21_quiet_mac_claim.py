@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from evio.sdn import frb
-from tests.unit.test_sdn_port_bounds import BROADCAST, eth, forged, host_mac, ring
+from evio.testing.fake_flow_table import host_mac
+from evio.testing.fake_flow_table import ring_network as ring
+from evio.testing.frames import eth
+from tests.unit.sdn.test_sdn_port_bounds import BROADCAST, forged
 
 
 @pytest.mark.xfail(strict=True, reason="review21: an adjacent member takes a busy remote host's MAC with one FRB")

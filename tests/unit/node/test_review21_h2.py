@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tests.unit import test_membership_properties as props
+from tests.unit.node import test_membership_properties as props
 
 
 @pytest.mark.parametrize("trust", [False, True])
