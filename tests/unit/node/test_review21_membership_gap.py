@@ -46,3 +46,14 @@ def test_one_hostile_account_alone_does_not_keep_its_tunnels(trust: bool, remova
     """The member alone (a second session claiming a held or a freed id) is cut off within 5 s."""
     for steps in ([("squat", 5, 2, trust), (removal, 5)], [("delete", 1), ("squat", 5, 1, trust), (removal, 5)]):
         asyncio.run(props.run(steps, trust, record=lambda _: None))
+
+
+@pytest.mark.parametrize("trust", [False, True])
+@pytest.mark.parametrize("removal", ["delete", "group edit"])
+def test_the_minimal_chain_with_evio_member_removes_own_steps_closes_within_the_bound(
+    trust: bool, removal: str
+) -> None:
+    """Only the relogin-status removal leaves the gap: deleting the account (what `evio member remove` does) or a plain
+    group edit closes the tunnel within 5 s after the same squats."""
+    steps = [s for s in MINIMAL if s[0] != "relogin status end"] + [(removal, 5)]
+    asyncio.run(props.run(steps if trust else without_certs(steps), trust, record=lambda _: None))
