@@ -432,7 +432,11 @@ class BoundedFloodSwitch:
         evicted = self.flows.add(match, out_port)  # its port's oldest, if it had its fill
         self.flows_evicted += len(evicted)
         outs += [DeleteFlow(old) for old in evicted]
-        return outs + [AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout,
+        # A flow from a remote MAC idles out within the move hold: while it lives, the MAC's place is speaking
+        # (`_vouch_if_sending`), and a host that left stops speaking there as soon as it would have by packet-ins.
+        idle = self.flow_idle_timeout if self.ports[in_port].kind is PortKind.LEAF else min(
+            self.flow_idle_timeout, int(self.learning.move_hold))
+        return outs + [AddFlow(match, out_port, idle, hard_timeout=self.flow_hard_timeout,
                                counted=self._counted(in_port, eth, out_port, now))]
 
     def _counted(self, in_port: int, eth: _Frame, out_port: int, now: float) -> bool:
@@ -475,10 +479,20 @@ class BoundedFloodSwitch:
                 # first): a copy by another way teaches nothing, so no member can claim a neighbour's MACs.
                 self.adjacent_root_detours += 1
                 return []
+        if not local:
+            self._vouch_if_sending(mac, now)
         from_root = root is not None and port in self.ports and self.ports[port].peer == root
         learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops,
                                                from_root=from_root)
         return self._learned_actions(learned, port, now)
+
+    def _vouch_if_sending(self, mac: str, now: float) -> None:
+        """A remote MAC with live flows from it on its port is speaking there, though no frame of it reaches the
+        controller: its place holds against a claim that it moved (review of issue 21: one forged flood took
+        a busy host's MAC, heard only once per flow's hard timeout)."""
+        entry = self.learning.lookup(mac, now)
+        if entry is not None and not entry.local and self.flows.sends_from(mac, entry.port):
+            self.learning.vouch(mac, now)
 
     def _learned_actions(self, learned: Learned, port: int, now: float) -> list[FlowAction] | None:
         if learned.change is Change.REFUSED:
@@ -575,6 +589,8 @@ class BoundedFloodSwitch:
             leaves = [mac for mac in frame.leaf_macs if mac not in own]
             if len(leaves) < len(frame.leaf_macs):
                 self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+            for mac in leaves:
+                self._vouch_if_sending(mac, now)
             announced = self.learning.announce(h.root_nid, leaves, port.port_no, now)
             actions: list[FlowAction] = []
             for learned in announced.learned:
@@ -750,6 +766,8 @@ class BoundedFloodSwitch:
         the moves claimed while a MAC's place still spoke, if it has been silent since."""
         actions = _flows_of_macs([mac for mac, _ in self.learning.expire(now)])
         self.neighbors.expire(now)
+        for mac in self.learning.claimed():
+            self._vouch_if_sending(mac, now)
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)

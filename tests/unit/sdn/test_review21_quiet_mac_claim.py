@@ -1,10 +1,8 @@
-"""review21: decision 0034's residual ("a MAC not heard here for 5 s can be claimed by an adjacent member") in the
+"""review21 (fixed since: live flows from a MAC vouch for its place, and flows from peers idle out within the move hold): decision 0034's residual ("a MAC not heard here for 5 s can be claimed by an adjacent member") in the
 common case: a host in a steady conversation is *not heard* by the controller at all, since its frames match flows
 in the switch and never come up as packet-ins. One forged flood then moves it on the attacker's neighbour."""
 
 from __future__ import annotations
-
-import pytest
 
 from evio.sdn import frb
 from evio.testing.fake_flow_table import host_mac
@@ -13,7 +11,6 @@ from evio.testing.frames import eth
 from tests.unit.sdn.test_sdn_port_bounds import BROADCAST, forged
 
 
-@pytest.mark.xfail(strict=True, reason="review21: an adjacent member takes a busy remote host's MAC with one FRB")
 def test_one_forged_flood_takes_a_busy_hosts_mac_at_the_attackers_neighbour() -> None:
     net, ids = ring(6)
     u, v, hostile = ids[0], ids[2], ids[5]  # hostile is adjacent to u; v is two hops from u
@@ -55,7 +52,6 @@ def test_one_forged_flood_takes_a_busy_hosts_mac_at_the_attackers_neighbour() ->
     assert not intercepted
 
 
-@pytest.mark.xfail(strict=True, reason="review21: one forged FRB moves a busy host's MAC on most nodes of the ring")
 def test_one_forged_flood_moves_a_busy_hosts_mac_overlay_wide() -> None:
     net, ids = ring(8)
     u, v, hostile = ids[0], ids[3], ids[7]

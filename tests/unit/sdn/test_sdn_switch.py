@@ -156,7 +156,8 @@ def test_unicast_from_peer_to_local_mac_installs_flow_and_learns_source() -> Non
     sw.packet_in(1, arp_request(H1), now=1)
     frame = arp_reply(H2, H1)
     actions = sw.packet_in(11, frame, now=2)
-    assert actions == [PacketOut(1, frame), AddFlow(FlowMatch(11, H2, H1), 1, 30, hard_timeout=FLOW_HARD_TIMEOUT)]
+    # From a peer: idles out within the move hold (its place speaks while it lives).
+    assert actions == [PacketOut(1, frame), AddFlow(FlowMatch(11, H2, H1), 1, int(MOVE_HOLD), hard_timeout=FLOW_HARD_TIMEOUT)]
     entry = sw.learning.lookup(H2, now=2)
     assert entry is not None and entry.port == 11
 
