@@ -376,7 +376,8 @@ class BoundedFloodSwitch:
     def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
         if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
-            self.neighbors.observe(msg, now)
+            if self._placed_here(eth.src, in_port, None, now):
+                self.neighbors.observe(msg, in_port, now)
             if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
                 self.counters.neighbors_answered += 1
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
@@ -397,7 +398,7 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now)
         if actions is None:
             return []
-        self._observe_neighbor(eth, data, now)
+        self._observe_neighbor(eth, data, in_port, None, now)
         target = self.learning.lookup(eth.dst, now)
         if target is None or target.port == in_port:
             # The sender thought we lead to it, but we know no way on (or only the way back: one of the two
@@ -416,10 +417,16 @@ class BoundedFloodSwitch:
         where = self.learning.lookup(mac, now) if mac is not None else None
         return self.neighbors.answer(msg, where is not None and where.port != in_port, now)
 
-    def _observe_neighbor(self, eth: _Frame, data: bytes, now: float) -> None:
-        """An ARP or NDP frame whose source the learning table accepted: what it says about its sender."""
-        if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
-            self.neighbors.observe(msg, now)
+    def _observe_neighbor(self, eth: _Frame, data: bytes, port: int, root: int | None, now: float) -> None:
+        """An ARP or NDP frame: what it says about its sender, if the learning table placed the sender where the
+        frame came from (a move it refused, held or contested teaches no address either)."""
+        if (eth.ethertype in _NEIGHBOR_TYPES and self._placed_here(eth.src, port, root, now)
+                and (msg := parse_neighbor(data)) is not None):
+            self.neighbors.observe(msg, port, now)
+
+    def _placed_here(self, mac: str, port: int, root: int | None, now: float) -> bool:
+        entry = self.learning.lookup(mac, now)
+        return entry is not None and entry.port == port and (root is None or entry.root == root)
 
     def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes, now: float) -> list[FlowAction]:
         if out_port == in_port:
@@ -672,7 +679,7 @@ class BoundedFloodSwitch:
                 if learned is None:
                     return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
                 actions += learned
-                self._observe_neighbor(inner_eth, inner, now)
+                self._observe_neighbor(inner_eth, inner, in_port, h.root_nid, now)
             else:
                 # A flooded unicast frame whose sender we know. Its root is the node that did not know
                 # the way on (a transit flood), not the sender's node, and the flood may have come the

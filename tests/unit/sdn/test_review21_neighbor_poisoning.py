@@ -57,6 +57,8 @@ def test_baseline_a_lie_about_a_recently_heard_address_is_contested_and_flooded(
     assert answered_with(sw, 4) is None  # contested: flooded, the owner answers
 
 
+# Open and documented (evio/sdn/neighbor_answers.py): a quiet address can be claimed, as ARP spoofing on any
+# Ethernet; answered for the claimant until the owner speaks.
 @pytest.mark.xfail(strict=True, reason="review21 N1: a member's first claim of an address is answered for it")
 def test_first_claim_of_an_address_not_heard_here_is_answered_for_the_attacker() -> None:
     """The victim's address is not in this node's table (never ARPed since this node started, or > max_age ago).
@@ -71,8 +73,8 @@ def test_first_claim_of_an_address_not_heard_here_is_answered_for_the_attacker()
     assert got != HA, f"H1 is answered {got} (the attacker) for the victim's address, and the request stays here"
 
 
-@pytest.mark.xfail(strict=True, reason="review21 N1: the global LRU lets a member evict a live entry and claim it")
-def test_a_member_evicts_a_live_address_then_claims_it_uncontested() -> None:
+def test_a_member_cannot_evict_a_live_address_to_claim_it_uncontested() -> None:
+    """Fixed: a port's frames hold at most a quarter of the table and evict their own first."""
     sw = switch()
     announce(sw, H3, IP3, root=200, port=10, now=1)
     assert answered_with(sw, 1.5) == H3
@@ -83,7 +85,7 @@ def test_a_member_evicts_a_live_address_then_claims_it_uncontested() -> None:
     for i in range(sw.neighbors.max_entries):
         now += 1 / 900
         announce(sw, HA, ipaddress.IPv4Address(base + i), root=300, port=11, now=now)
-    assert sw.neighbors.known_mac(_req()) is None  # IP3 evicted (about 9 s of frames)
+    assert sw.neighbors.known_mac(_req()) == H3  # the victim's entry stays; the attacker evicted its own
     announce(sw, HA, IP3, root=300, port=11, now=now + 0.01)
     got = answered_with(sw, now + 0.02)
     # Within max_age of the victim's own announcement this should be contested (flooded): it is answered HA.
@@ -96,7 +98,7 @@ def _req():
     return parse(request(H1, IP1, IP3))
 
 
-@pytest.mark.xfail(strict=True, reason="review21 N1b: a refused (held) MAC still teaches its address")
+# Fixed: an address is learned only from a frame whose source the learning table placed where it came from.
 def test_an_address_is_learned_from_a_frame_whose_mac_move_the_learning_table_refused() -> None:
     """0044: 'learned from ARP whose source the learning table accepted'. The attacker sends the victim's MAC
     (held on port 10, heard within MOVE_HOLD) speaking for a third address IP9: the move is refused, the

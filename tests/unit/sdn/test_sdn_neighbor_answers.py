@@ -88,13 +88,13 @@ def test_a_frame_speaking_for_another_mac_teaches_nothing_and_the_table_is_bound
     forged[6:12] = frb.parse_mac(H4)
     msg = na.parse(bytes(forged))
     assert msg is not None
-    table.observe(msg, now=1)
+    table.observe(msg, 1, now=1)
     assert len(table) == 0  # Ethernet source H4, ARP sender H1: proxy or forgery, not learned
     for n in range(10):
         arp = na.parse(request(H1, ipaddress.IPv4Address(f"10.9.1.{n}"), IP1))
         assert arp is not None
-        table.observe(arp, now=2 + n)
-    assert len(table) == 4 and table.evicted == 6
+        table.observe(arp, 1, now=2 + n)
+    assert len(table) == 1 and table.evicted == 9  # one port holds at most a quarter of the table
     table.expire(now=2 + 9 + 301)
     assert len(table) == 0
 
@@ -171,5 +171,5 @@ def test_malformed_ndp_teaches_nothing(mangle: str) -> None:
     msg = na.parse(frame)
     table = NeighborAnswers()
     if msg is not None:
-        table.observe(msg, now=1)
+        table.observe(msg, 1, now=1)
     assert len(table) == 0
