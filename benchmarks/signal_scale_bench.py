@@ -67,10 +67,10 @@ from xml.sax.saxutils import escape
 
 import yaml
 
+from evio.backoff import backoff_delay
 from evio.node.sdn import free_tcp_port
 from evio.server.configs import ejabberd_config, groups_text
 from evio.server.xmpp_admin import EjabberdAdmin, ProsodyAdmin, XmppAdmin
-from evio.signal.backoff import reconnect_delay
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.errors import RequestError
 from evio.signal.events import PeerAdded, PeerRemoved
@@ -503,7 +503,7 @@ class LeanMember:
             if was_up and self.rules == "shipped":
                 delay = return_delay(self.rng, self.last_login, len(self.roster), base, cap)
             else:
-                delay = reconnect_delay(attempt, self.rng, base, cap)
+                delay = backoff_delay(attempt, self.rng, base, cap)
             await asyncio.sleep(delay)
 
     async def _session(self, failed_before: int) -> bool:

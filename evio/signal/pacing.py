@@ -23,7 +23,7 @@ server works through rather than a retry storm:
   last one ended with (`login_patience`), so after a storm even the first
   answer of the next is waited for as long.
 
-Failed logins in a row are still spaced by `evio.signal.backoff.reconnect_delay`.
+Failed logins in a row are still spaced by `evio.backoff.backoff_delay`.
 """
 
 from __future__ import annotations
