@@ -1,7 +1,7 @@
 """The unicast flows one switch installed, by the port they enter by, at most `max_per_port` each.
 
 Pure bookkeeping beside `BoundedFloodSwitch` (docs/design.md, "A switch bounded per port"). A flow
-`(in_port, eth_src, eth_dst) -> out_port` is installed on behalf of `in_port` (and its reverse,
+`(in_port, eth_src, eth_dst) -> out_port` is installed on behalf of `in_port` (and its way back,
 installed with it, on behalf of the same port): a peer sending from
 invented sources, or to every MAC it knows, makes one per pair, and once installed the switch
 refreshes it without asking the controller. So the book caps each port's flows: adding one more
@@ -9,6 +9,11 @@ to a full port hands back that port's oldest flow to delete; no other port's flo
 
 The book mirrors the deletes the switch is sent (by match, to a MAC, from a MAC, of a port) and
 the switch's own removals (idle and hard timeouts), so its counts are the table's.
+
+A live flow from a MAC on its port says the MAC's place speaks (`sends_from`, which vouches for it
+against a claim that it moved; docs/decisions/0034). A flow installed by its source's own frame says so
+from its install; a way back, installed for the answer before the answer came, only once it has
+outlived its idle timeout (`proves_from`): still there, it was used since.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class FlowBook:
         self._by_out_port: dict[int, set[FlowMatch]] = {}
         self._by_src: dict[str, set[FlowMatch]] = {}
         self._by_dst: dict[str, set[FlowMatch]] = {}
+        self._proves_from: dict[FlowMatch, float] = {}  # a way back -> when its being live says its source speaks
 
     def __len__(self) -> int:
         return len(self._charged)
@@ -42,16 +48,21 @@ class FlowBook:
         """The flows installed on behalf of `port`."""
         return len(self._by_port.get(port, ()))
 
-    def add(self, match: FlowMatch, out_port: int, charged_to: int | None = None) -> list[FlowMatch]:
+    def add(
+        self, match: FlowMatch, out_port: int, charged_to: int | None = None, proves_from: float | None = None
+    ) -> list[FlowMatch]:
         """Book a flow being installed, on behalf of `charged_to` (its own in_port unless given: the reverse
         of a flow is installed on behalf of the port whose frame caused both); the flows to delete to keep
-        that port within the cap (oldest first)."""
+        that port within the cap (oldest first). A way back gives `proves_from`, when its idle timeout
+        (restarted by each install) has run once."""
         port = match.in_port if charged_to is None else charged_to
         current = self._charged.get(match)
         if current is not None and self._by_port[current].get(match) == out_port:
             flows = self._by_port[current]
             del flows[match]  # installed again the same way: now the newest
             flows[match] = out_port
+            if proves_from is not None and match in self._proves_from:
+                self._proves_from[match] = proves_from
             return []
         if current is not None:
             self.discard(match)  # installed again leading elsewhere
@@ -68,6 +79,8 @@ class FlowBook:
         self._by_out_port.setdefault(out_port, set()).add(match)
         self._by_src.setdefault(match.eth_src, set()).add(match)
         self._by_dst.setdefault(match.eth_dst, set()).add(match)
+        if proves_from is not None:
+            self._proves_from[match] = proves_from
         return evicted
 
     def discard(self, match: FlowMatch) -> None:
@@ -75,6 +88,7 @@ class FlowBook:
         port = self._charged.pop(match, None)
         if port is None:
             return
+        self._proves_from.pop(match, None)
         flows = self._by_port[port]
         out_port = flows.pop(match)
         if not flows:
@@ -83,6 +97,12 @@ class FlowBook:
         _discard(self._by_out_port, out_port, match)
         _discard(self._by_src, match.eth_src, match)
         _discard(self._by_dst, match.eth_dst, match)
+
+    def sends_from(self, mac: str, port: int, now: float) -> bool:
+        """Whether a flow from `mac` entering by `port` is installed (the switch removes it once idle) and says
+        `mac` spoke: installed by its frame, or a way back that outlived its idle timeout (used since)."""
+        return any(match.in_port == port and self._proves_from.get(match, now) <= now
+                   for match in self._by_src.get(mac, ()))
 
     def forget_to(self, mac: str) -> None:
         for match in list(self._by_dst.get(mac, ())):

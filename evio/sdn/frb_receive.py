@@ -66,6 +66,8 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
         leaves = [mac for mac in frame.leaf_macs if mac not in own]
         if len(leaves) < len(frame.leaf_macs):
             sw.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+        for mac in leaves:
+            sw._vouch_if_sending(mac, now)
         announced = sw.learning.announce(h.root_nid, leaves, port.port_no, now)
         actions: list[FlowAction] = []
         for learned in announced.learned:
@@ -126,11 +128,17 @@ def _plausible(sw: BoundedFloodSwitch, h: frb.FrbHeader, ingress: int) -> bool:
 
 
 def _flood_budget_key(sw: BoundedFloodSwitch, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:
-    """Whose flood budget a copy spends: its ingress port's and its root's. A root not known here before
-    this copy (no tunnel to it, no MAC learned under it) spends the port's one bucket for such roots, so
-    a member inventing roots gets no more than one root's share."""
+    """Whose flood budget a copy spends: its ingress port's and its root's. A root that is no member of the
+    overlay (as signaling knows them; before the daemon said, one with no tunnel to it and no MAC learned
+    under it) spends the port's one bucket for such roots, so a member inventing roots gets no more than
+    one root's share, however many MACs it made them host here (review of issue 21)."""
     root = h.root_nid
-    known = sw.learning.hosts_any(root) or root in sw.peer_ports()
+    if root in sw.peer_ports():
+        known = True
+    elif sw.members is not None:
+        known = root in sw.members
+    else:
+        known = sw.learning.hosts_any(root)
     return (port.port_no, root if known else None)
 
 
@@ -160,7 +168,7 @@ def _broadcast_in(
             if learned is None:
                 return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
             actions += learned
-            sw._observe_neighbor(inner_eth, inner, now)
+            sw._observe_neighbor(inner_eth, inner, in_port, h.root_nid, now)
         else:
             # A flooded unicast frame whose sender we know. Its root is the node that did not know
             # the way on (a transit flood), not the sender's node, and the flood may have come the
