@@ -9,13 +9,13 @@ construction. Nothing here reads a clock, sleeps or touches a socket.
 The `Orchestrator` is thin: it routes each input to the parts that decide, and returns the actions
 they return, in order.
 
-    input ──> Orchestrator ──> presence      our session, the members, when to ask about absent ones
-                  │        ──> peer_links    the link to each peer and its steps (ask, connect, release, close)
-                  │        ──> answers       our answers to peers' requests, verdicts on their answers
-                  │        ──> pacing        backoff, retries, setup slots, the change budget
-                  │        ──> stand_ins     peers linked beside a doubted successor
-                  │        ──> evaluation    the links we want and the steps toward them; when to evaluate
-                  └──> [Action] ──> evio.overlay.controller (I/O)
+    input --> Orchestrator --> presence      our session, the members, when to ask about absent ones
+                  |        --> peer_links    the link to each peer and its steps (ask, connect, release, close)
+                  |        --> answers       our answers to peers' requests, verdicts on their answers
+                  |        --> pacing        backoff, retries, setup slots, the change budget
+                  |        --> stand_ins     peers linked beside a doubted successor
+                  |        --> evaluation    the links we want and the steps toward them; when to evaluate
+                  +--> [Action] --> evio.overlay.controller (I/O)
 
 A tunnel going down ends the link for both ends; each re-evaluates and asks again if it still wants it.
 Evaluations run after membership changes (debounced), after link events, when a backoff or deadline
