@@ -58,9 +58,15 @@ class EvaluationSchedule:
         )
 
     def hurry(self, now: float) -> None:
-        """A membership change that cannot wait for the debounce (a successor's place is free)."""
+        """A membership change under way cannot wait for the debounce (a successor's place is free)."""
         if self._membership_due is not None:
             self._membership_due = min(self._membership_due, now)
+
+    def membership_now(self, now: float) -> None:
+        """A membership change to evaluate at once, past the debounce (a successor may have crashed)."""
+        if self._membership_first is None:
+            self._membership_first = now
+        self._membership_due = now
 
     def settling(self, now: float) -> bool:
         """Membership is still moving: the debounced evaluation will cover every other wish."""

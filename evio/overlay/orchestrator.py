@@ -149,7 +149,7 @@ class Orchestrator:
                 # It may have crashed (its session closes with its process): its tunnel is probed, and
                 # the peer after it is linked now, alongside, rather than once the probe has ended.
                 self._stand_ins.doubt(peer, now + self.timings.standby_window)
-                self._schedule.hurry(now)
+                self._schedule.membership_now(now)
         else:
             self._presence.forget(peer)
         self._links.forget_if_idle(peer)

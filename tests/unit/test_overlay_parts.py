@@ -377,6 +377,11 @@ def test_the_schedule_debounces_membership_changes_within_the_max_delay() -> Non
     assert not schedule.settling(3.95)
     schedule.evaluating(3.95)
     assert schedule.wakeups() == [3.95 + T.reevaluate_interval]
+    schedule.hurry(4.0)  # no membership change under way: nothing to hurry
+    assert schedule.wakeups() == [3.95 + T.reevaluate_interval]
+    schedule.membership_changed(4.0)
+    schedule.membership_now(4.1)  # a successor that may have crashed: no debounce
+    assert schedule.wakeups() == [3.95 + T.reevaluate_interval, 4.1]
 
 
 def run_evaluation(
