@@ -4,8 +4,9 @@ A frame that only passes through this node can go from one tunnel straight into 
 and Open vSwitch, where the SDN controller's flow says the bridge would send it that way. One home per
 layer:
 
-- `evio.tunnel.transit`: the data-path side, the `TransitTable` the data paths look frames up in
-  (their hook: `FdDatapath.set_transit`, the native ring's prefilter; `Tunnel` attaches its data path);
+- `evio.tunnel.datapath.transit_table`: the data-path side, the `TransitTable` the data paths look
+  frames up in (their hook: `FdDatapath.set_transit`, step 7 of `receive.py`, the native ring's
+  prefilter; `Tunnel` attaches its data path);
 - `evio.sdn.transit`: the switch side, `TransitMirror` keeping the table in step with the flows;
 - here: the table made for an overlay (`transit_table`, given to its `TunnelManager`, which the
   overlay's stack hands to the SDN attach as the mirror's sink) and its status document
@@ -18,7 +19,7 @@ from typing import Any
 
 from evio.node.plan import OverlayPlan
 from evio.sdn.frb import ETH_TYPE_FRB
-from evio.tunnel.transit import TransitTable
+from evio.tunnel.datapath.transit_table import TransitTable
 
 
 def transit_table(plan: OverlayPlan) -> TransitTable | None:

@@ -5,7 +5,7 @@
 2. `select_links` (Symphony), plus stand-ins for doubted successors (`stand_ins`) and wanted on-demand
    peers (`on_demand_targets`), -> `desired_links`.
 3. `diff` against our links (`PeerLinks.view`), carried out in diff's order (successors first, never below
-   `s` successors up), skipping peers with a request in flight and spending a `ChangeBudget` token per
+   `s` successors up), skipping peers with a request in flight and spending a token of the change budget per
    tunnel added or removed. The ring comes first: no long-distance link is started while one of our
    successor links is not up, and new successor links and new other links are each paced to
    `setup_slots` under way (fewer while the host is loaded).

@@ -6,12 +6,14 @@
 - A refusal for a passing reason (already linked, link closing, no link) is retried after `refused_retry`
   (`retry_soon`); a peer that refused a long-distance link is not asked for one for
   `long_distance_refusal_ttl` (`refuse_long_distance`), unless the ring moves.
-- Every tunnel added or removed spends a `ChangeBudget` token; new links are set up `setup_slots` at a time.
+- Every tunnel added or removed spends a token of a `TokenBucket` (the change budget); new links are
+  set up `setup_slots` at a time.
 - A successor whose link has not been up for `successor_overdue` is warned about once a minute
   (`warn_overdue`), with its last setback: every retry may be quiet.
 
-Pure: times come in as `now`, draws from the given `random.Random`. The orchestrator
-(`evio.overlay.orchestrator`) owns one `Pacing` per overlay; `evaluation` reads it.
+Pure: times come in as `now`, draws from the given `random.Random`. Built on `peer_backoff` and
+`evio.ratelimit`. The orchestrator (`evio.overlay.orchestrator`) owns one `Pacing` per overlay;
+`evaluation` reads it.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import random
 from collections.abc import Callable, Iterable
 
 from evio.overlay.adjacency import LinkType
-from evio.overlay.backoff import ChangeBudget, PeerBackoff
+from evio.overlay.peer_backoff import PeerBackoff
 from evio.overlay.peer_links import Phase
 from evio.overlay.timings import Timings
+from evio.ratelimit import Rate, TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +48,7 @@ class Pacing:
         self.timings = timings
         self.name = name  # the overlay id, for logs
         self.backoff = PeerBackoff(timings.backoff_base, timings.backoff_cap)
-        self.budget = ChangeBudget(timings.change_rate, timings.change_burst, now)
+        self.budget = TokenBucket(Rate(timings.change_rate, timings.change_burst), now)
         self.successors: frozenset[int] = frozenset()  # our ring successors, backed-off ones included
         self._retry_at: dict[int, float] = {}  # refused for a passing reason: not before then
         self._refused_long_distance: dict[int, float] = {}  # peer -> until

@@ -4,13 +4,13 @@ The fast path has one home per layer:
 
 - here (`evio.sdn.transit`), the switch side: which flows have entries, and when they go or are refreshed;
   `OverlaySwitch` holds one `TransitMirror` per bridge and `ofapp._send` writes in `write_batches`;
-- `evio.tunnel.transit`, the data-path side: the `TransitTable` the entries go into, looked up per frame
-  by the data paths' hook (`FdDatapath.set_transit`, the native ring's prefilter);
+- `evio.tunnel.datapath.transit_table`, the data-path side: the `TransitTable` the entries go into,
+  looked up per frame by the data paths' hook (`FdDatapath.set_transit`, the native ring's prefilter);
 - `evio.node.transit`, the wiring: one table per overlay, given to its tunnels and to this mirror, and
   its status document.
 
 The daemon's data path can send a frame from one tunnel straight into
-another, past both TAPs and Open vSwitch (evio.tunnel.transit,
+another, past both TAPs and Open vSwitch (evio.tunnel.datapath.transit_table,
 docs/design.md "Transit fast path"). It may do so only for a frame the
 bridge would forward the same way, so the controller - the one place that
 installs and deletes evio's flows - keeps the daemon's table in step with
@@ -67,7 +67,7 @@ class RouteView(Protocol):
 
 
 class TransitSink(Protocol):
-    """What the controller needs of the daemon's fast-path table (evio.tunnel.transit.TransitTable)."""
+    """What the controller needs of the daemon's fast-path table (evio.tunnel.datapath.transit_table.TransitTable)."""
 
     def add(self, ingress: str, eth_dst: bytes, eth_src: bytes, egress: str, deadline: float) -> bool: ...
 

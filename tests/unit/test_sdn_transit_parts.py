@@ -20,7 +20,7 @@ from evio.sdn.flow_actions import (
 from evio.sdn.switch import PortKind, SwitchPort
 from evio.sdn.transit import TransitMirror, write_batches
 from evio.testing.node_fleet import fleet_config
-from evio.tunnel.transit import TransitTable
+from evio.tunnel.datapath.transit_table import TransitTable
 
 M1 = FlowMatch(2, "02:00:00:00:00:01", "02:00:00:00:00:02")
 M2 = FlowMatch(3, "02:00:00:00:00:02", "02:00:00:00:00:01")
