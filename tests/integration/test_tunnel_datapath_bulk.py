@@ -30,7 +30,7 @@ from evio.lab.outliers import BROKEN_FRACTION, far_below
 from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, run, unique_prefix
 from evio.testing.labs import LabFactory
 from evio.testing.waiting import wait_for_value, wait_until_blocking
-from evio.tunnel import native
+from evio.tunnel.datapath import native
 
 pytestmark = pytest.mark.integration
 
