@@ -1,12 +1,7 @@
-"""The transit fast path's parts alone: the switch side's write order and a mirror with no table,
-the node's wiring of one table per overlay (evio.sdn.transit, evio.node.transit)."""
+"""The transit fast path's switch side alone (evio.sdn.transit): the write order, a mirror with or without a table."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from evio.node.plan import plan_node
-from evio.node.transit import transit_status, transit_table
 from evio.sdn.flow_actions import (
     AddFlow,
     DeleteFlow,
@@ -19,7 +14,6 @@ from evio.sdn.flow_actions import (
 )
 from evio.sdn.switch import PortKind, SwitchPort
 from evio.sdn.transit import TransitMirror, write_batches
-from evio.testing.node_fleet import fleet_config
 from evio.tunnel.datapath.transit_table import TransitTable
 
 M1 = FlowMatch(2, "02:00:00:00:00:01", "02:00:00:00:00:02")
@@ -66,17 +60,3 @@ def test_a_mirror_with_a_table_mirrors_a_tunnel_to_tunnel_flow() -> None:
     assert len(mirror) == 1 and table.counters().entries == 1
     mirror.before(DeleteFlowsOfPort(3))
     assert len(mirror) == 0 and table.counters().entries == 0
-
-
-def test_the_node_makes_a_table_per_bounded_flood_overlay_and_none_on_an_stp_bridge() -> None:
-    [plan] = plan_node(fleet_config(1), 1, controller_port=6653, kernel_module_loaded=True).overlays
-    table = transit_table(plan)
-    assert table is not None and table.enabled is plan.tunnel.transit
-    assert transit_status(table) == {
-        "enabled": True, "entries": 0, "max_entries": table.max_entries, "forwarded": 0, "expired": 0,
-        "no_egress": 0, "refused_full": 0, "refused_group": 0,
-    }
-    off = transit_table(dataclasses.replace(plan, tunnel=dataclasses.replace(plan.tunnel, transit=False)))
-    assert off is not None and not off.enabled  # there, so that a reload can switch it on
-    stp = dataclasses.replace(plan, bridge=dataclasses.replace(plan.bridge, switching="stp"))
-    assert transit_table(stp) is None and transit_status(None) == {"enabled": False}
