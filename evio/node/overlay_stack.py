@@ -37,7 +37,7 @@ from evio.node.plan import OverlayPlan
 from evio.node.revocation_flood import RevocationFlood
 from evio.node.sdn import SdnController
 from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
-from evio.node.transit import transit_status
+from evio.node.transit_wiring import transit_status
 from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.sdn import boundary
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
@@ -97,7 +97,7 @@ class LinkManager(Protocol):
 
     @property
     def transit(self) -> TransitTable | None:
-        """The overlay's transit fast-path table (evio.node.transit), None without one."""
+        """The overlay's transit fast-path table (evio.node.transit_wiring), None without one."""
         ...
 
     def reconfigure(self, config: TunnelSettings) -> None:
@@ -190,8 +190,8 @@ class OverlayStack:
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
         self._revocation_error: str | None = None
-        # Members signaling has seen (until revoked or replaced), told to the switch: floods rooted at anyone
-        # else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
+        # Members signaling sees (kept while our own session is down), told to the switch: floods rooted at
+        # anyone else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
         self._members: set[int] = {node_id}
         self._members_pending = False
 
@@ -212,7 +212,7 @@ class OverlayStack:
                 flow_idle_timeout=self.plan.config.bridge.flow_idle_timeout,
                 on_demand=self.plan.config.topology.on_demand,
                 tunnel_mtu=self.plan.tunnel.tap_mtu,
-                transit=self.links.transit,  # the fast path's table, mirrored by the switch (evio.node.transit)
+                transit=self.links.transit,  # the fast path's table, mirrored by the switch (evio.node.transit_wiring)
             )
             self._attached = True
         self._bridge_made = True  # from here on, stop() deletes it even if create() failed half-way
@@ -323,7 +323,9 @@ class OverlayStack:
             self._sdn.commands.set_members(self.overlay, frozenset(self._members))
 
     def _peer_removed(self, event: PeerRemoved) -> None:
-        if event.cause in (RemovalCause.MEMBERSHIP_REVOKED, RemovalCause.REPLACED) and event.node_id in self._members:
+        # Gone for good, or an account that now speaks for another id (one id per account: an account cycling
+        # through ids leaves only the last one a member). Not our own lost session, nor a peer's quick relogin.
+        if event.cause not in (RemovalCause.SIGNAL_LOST, RemovalCause.RELOGIN) and event.node_id in self._members:
             self._members.discard(event.node_id)
             self._members_changed()
         # A peer whose presence went may have crashed (its server session closes with its process):
