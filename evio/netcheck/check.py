@@ -171,7 +171,7 @@ async def _bindings(
     for a in answers:
         if a.answered and a.address is not None and a.family is not None and a.address not in seen:
             seen.add(a.address)
-            probes.append(path_mtu(a.name, a.family, _split(a.address), timeout))
+            probes.append(path_mtu(a.name, a.family, _split(a.address), timeout, a.rtt_ms))
     return answers, list(await asyncio.gather(*probes))
 
 

@@ -30,6 +30,7 @@ PROBE_PADDING = 0xC0DE
 FIRST_RTO = 0.25  # RFC 8489 section 6.2.1 suggests 0.5 s; a check that waits a few seconds retries sooner
 IP_HEADERS = {"ipv4": 28, "ipv6": 48}  # IP + UDP header bytes in front of the STUN message
 MIN_MTU = {"ipv4": 576, "ipv6": 1280}  # RFC 791 and RFC 8200 minimums: always assumed to pass
+ROUND_BASE, ROUND_RTTS = 0.1, 5  # a round of MTU probes waits 0.1 s and 5 round trips
 # Linux socket options (linux/in.h, linux/in6.h); Python's socket module lacks some of them.
 IP_MTU_DISCOVER, IP_PMTUDISC_PROBE, IP_MTU = 10, 3, 14
 IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE, IPV6_MTU, IPV6_DONTFRAG = 23, 3, 24, 62
@@ -165,32 +166,43 @@ def route_source(family: Family, dest: tuple[str, int]) -> str | None:
 # -- path MTU --------------------------------------------------------------------------------------------
 
 
-async def path_mtu(name: str, family: Family, dest: tuple[str, int], timeout: float, per_round: int = 12) -> PathMtu:
+async def path_mtu(
+    name: str, family: Family, dest: tuple[str, int], timeout: float, rtt_ms: float | None = None, per_round: int = 12
+) -> PathMtu:
     """The largest IP packet that reaches `dest` and is answered, by DF-set Binding requests (the kernel's
-    PMTU cache ignored: IP_PMTUDISC_PROBE). Two rounds of `per_round` sizes each, sent at once, each size
-    twice: the first spans the minimum MTU to the route's MTU, the second the gap the first left."""
+    PMTU cache ignored: IP_PMTUDISC_PROBE). Rounds of `per_round` sizes, sent at once and again for those
+    unanswered: the first spans the minimum MTU to the route's MTU, each next the gap the last left, until
+    it is 4 bytes (STUN's granularity). A round waits a few round trips, and all of them `timeout` at most."""
     address = endpoint(*dest)
     headers = IP_HEADERS[family]
     try:
         sock = _probe_socket(family, dest)
     except OSError as exc:
         return PathMtu(name, address, None, f"unknown: cannot open a DF-set socket ({exc.strerror})")
+    deadline = time.monotonic() + timeout
+    wait = min(timeout / 3, ROUND_BASE + ROUND_RTTS * (rtt_ms or 100.0) / 1000)
     with sock:
         ceiling = _route_mtu(sock, family)
-        floor = MIN_MTU[family]
-        if ceiling <= floor:
+        low, high = MIN_MTU[family], ceiling
+        if high <= low:
             return PathMtu(name, address, ceiling, "the route's MTU (no larger size to probe)")
-        answered, failed = await _probe_round(sock, _sizes(floor, ceiling, per_round), headers, timeout / 2)
+        answered, failed = await _probe_round(sock, _sizes(low, high, per_round), headers, wait)
         if not answered:
-            return PathMtu(name, address, None, "unknown: no DF-set probe was answered (ICMP or large UDP filtered?)")
+            return PathMtu(name, address, None, "unknown: no DF-set probe was answered (large UDP filtered?)")
         best = max(answered)
-        above = min((s for s in failed if s > best), default=None)
-        if above is not None and above - best > 4:
-            more, _ = await _probe_round(sock, _sizes(best, above, per_round)[1:-1], headers, timeout / 2)
+        gap_top = min((s for s in failed if s > best), default=None)  # the smallest size seen failing
+        rounds = 1
+        while gap_top is not None and gap_top - best > 4 and time.monotonic() + wait <= deadline:
+            sizes = [s for s in _sizes(best, gap_top, per_round) if best < s < gap_top]
+            if not sizes:
+                break
+            more, failed = await _probe_round(sock, sizes, headers, wait)
             best = max([best, *more])
-        if best == ceiling:
-            return PathMtu(name, address, best, "the route's MTU: a DF-set probe of that size was answered")
-        return PathMtu(name, address, best, f"largest DF-set probe answered (route MTU {ceiling})")
+            gap_top = min([s for s in failed if s > best], default=gap_top)
+            rounds += 1
+        if best >= ceiling - ceiling % 4:
+            return PathMtu(name, address, ceiling, "the route's MTU: a DF-set probe of that size was answered")
+        return PathMtu(name, address, best, f"largest DF-set probe answered, {rounds} round(s) (route MTU {ceiling})")
 
 
 def _sizes(low: int, high: int, count: int) -> list[int]:

@@ -155,7 +155,7 @@ async def test_an_eim_nat_seen_by_two_servers_and_a_valid_certificate(tmp_path: 
     mapped = ("198.51.100.11", 40000)
     async with FakeStunServer("answer", mapped) as a, FakeStunServer("answer", mapped) as b, \
             FakeXmppServer(context) as xmpp:  # fmt: skip
-        report = await run_netcheck(_config(tmp_path, [a.endpoint, b.endpoint], [], xmpp.address, ca), 2.0)
+        report = await run_netcheck(_config(tmp_path, [a.endpoint, b.endpoint], [], xmpp.address, ca), 1.0)
     nat = {n.family: n for n in report.nat}
     assert nat["ipv4"].kind == "endpoint-independent", nat
     assert report.udp == "open"
@@ -172,7 +172,7 @@ async def test_a_nat_mapping_per_server_is_endpoint_dependent(tmp_path: Path) ->
     ca, context = _certificate(tmp_path, DOMAIN)
     async with FakeStunServer("answer", ("198.51.100.11", 40001)) as a, \
             FakeStunServer("answer", ("198.51.100.11", 40002)) as b, FakeXmppServer(context) as xmpp:  # fmt: skip
-        report = await run_netcheck(_config(tmp_path, [a.endpoint, b.endpoint], [], xmpp.address, ca), 2.0)
+        report = await run_netcheck(_config(tmp_path, [a.endpoint, b.endpoint], [], xmpp.address, ca), 1.0)
     assert [n.kind for n in report.nat if n.family == "ipv4"] == ["endpoint-dependent"]
 
 
