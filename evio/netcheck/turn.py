@@ -17,10 +17,34 @@ from aioice.turn import TurnClientTcpProtocol, TurnClientUdpProtocol
 
 from evio.netcheck.findings import Transport, TurnAttempt, TurnOutcome
 from evio.netcheck.stun import endpoint
+from evio.tunnel.stun_guard import MalformedStun, parse_stun
 
 TLS_PORT = 5349  # RFC 8656 section 3.1: TURN over TLS
 LIFETIME = 60  # seconds asked for: the allocation is deleted right after anyway
 _AUTH_CODES = {401, 403, 437, 438, 441, 486}  # the server answered and said no (RFC 8656 section 6.4)
+
+
+class _Screen:
+    """What a server sends goes through the tunnel's guarded parser first: aioice's own raises
+    `struct.error` on some garbage, out of its receive callback. Garbage is kept, to be named."""
+
+    garbage: str | None = None
+
+    def datagram_received(self, data: bytes | str, addr: tuple[str, int]) -> None:
+        try:
+            parse_stun(bytes(data) if isinstance(data, bytes) else data.encode())
+        except MalformedStun as exc:
+            self.garbage = f"{len(data)} bytes that are not STUN ({exc})"
+            return
+        super().datagram_received(data, addr)  # type: ignore[misc]
+
+
+class _UdpClient(_Screen, TurnClientUdpProtocol):
+    pass
+
+
+class _TcpClient(_Screen, TurnClientTcpProtocol):
+    pass
 
 
 async def allocate(
@@ -32,26 +56,28 @@ async def allocate(
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     deadline = started + timeout
-    client: TurnClientUdpProtocol | TurnClientTcpProtocol
+    client: _UdpClient | _TcpClient | None = None
     inner: asyncio.BaseTransport | None = None
     try:
         if transport == "udp":
-            inner, client = await loop.create_datagram_endpoint(
-                lambda: TurnClientUdpProtocol(dest, username=username, password=password, lifetime=LIFETIME,
-                                              channel_refresh_time=LIFETIME - 10),
+            inner, udp = await loop.create_datagram_endpoint(
+                lambda: _UdpClient(dest, username=username, password=password, lifetime=LIFETIME,
+                                   channel_refresh_time=LIFETIME - 10),
                 remote_addr=dest,
             )  # fmt: skip
+            client = udp
         else:
             context = _tls_context() if transport == "tls" else None
-            inner, client = await asyncio.wait_for(
+            inner, tcp = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: TurnClientTcpProtocol(dest, username=username, password=password, lifetime=LIFETIME,
-                                                  channel_refresh_time=LIFETIME - 10),
+                    lambda: _TcpClient(dest, username=username, password=password, lifetime=LIFETIME,
+                                       channel_refresh_time=LIFETIME - 10),
                     host=dest[0], port=dest[1], ssl=context,
                     server_hostname=(tls_name or dest[0]) if context is not None else None,
                 ),
                 timeout,
             )  # fmt: skip
+            client = tcp
         relayed = await asyncio.wait_for(client.connect(), max(deadline - time.monotonic(), 0.01))
         rtt = round((time.monotonic() - started) * 1000, 2)
         with contextlib.suppress(Exception):  # the verdict is made; a failed delete only lets it expire
@@ -70,6 +96,8 @@ async def allocate(
             return TurnAttempt(name, transport, address, "no-answer", detail="port unreachable")
         return TurnAttempt(name, transport, address, "not-offered", detail="connection refused")
     except (TimeoutError, aioice_stun.TransactionTimeout):
+        if client is not None and client.garbage is not None:
+            return TurnAttempt(name, transport, address, "error", detail=f"answered garbage: {client.garbage}")
         return TurnAttempt(name, transport, address, "no-answer", detail=f"no answer within {timeout:g} s")
     except ConnectionError as exc:  # aioice: a success response without the attributes RFC 8656 requires
         return TurnAttempt(name, transport, address, "error", detail=str(exc) or type(exc).__name__)

@@ -182,8 +182,9 @@ async def test_bad_servers_are_named_with_their_reason_and_stall_nothing(tmp_pat
     timeout = 1.5
     async with FakeStunServer("answer") as good, FakeStunServer("garbage") as garbage, \
             FakeStunServer("silent") as silent, FakeStunServer("answer") as turn, \
-            FakeXmppServer(context) as xmpp:  # fmt: skip
-        config = _config(tmp_path, [good.endpoint, garbage.endpoint, silent.endpoint], [turn.endpoint], xmpp.address, ca)
+            FakeStunServer("garbage") as garbage_turn, FakeXmppServer(context) as xmpp:  # fmt: skip
+        config = _config(tmp_path, [good.endpoint, garbage.endpoint, silent.endpoint],
+                         [turn.endpoint, garbage_turn.endpoint], xmpp.address, ca)  # fmt: skip
         started = time.monotonic()
         report = await run_netcheck(config, timeout)
         took = time.monotonic() - started
@@ -194,6 +195,7 @@ async def test_bad_servers_are_named_with_their_reason_and_stall_nothing(tmp_pat
     assert "no answer within" in verdicts[f"stun {silent.endpoint}"].text, text
     assert verdicts[f"turn {turn.endpoint}"].level == "problem" and "401" in verdicts[f"turn {turn.endpoint}"].text
     assert turn.allocates == 2  # the first Allocate, then the retry with the realm and nonce
+    assert "udp: answered garbage" in verdicts[f"turn {garbage_turn.endpoint}"].text, text
     xmpp_verdict = verdicts[f"xmpp 127.0.0.1:{xmpp.address[1]} (ov1)"]
     assert xmpp_verdict.level == "problem" and "Hostname mismatch" in xmpp_verdict.text, text
     assert report.exit_status == 1
