@@ -23,18 +23,21 @@ GARBAGE = b"\x01\x01\x00\x03not stun at all"  # a Binding-response type, then a 
 
 
 class FakeStunServer(asyncio.DatagramProtocol):
-    def __init__(self, behaviour: StunBehaviour = "answer", mapped: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self, behaviour: StunBehaviour = "answer", mapped: tuple[str, int] | None = None, host: str = "127.0.0.1"
+    ) -> None:
+        self.host = host
         self.behaviour = behaviour
         self.mapped = mapped
         self.requests = 0
         self.allocates = 0
         self.largest = 0  # the largest request received, in bytes
         self._transport: asyncio.DatagramTransport | None = None
-        self.address = ("127.0.0.1", 0)
+        self.address = (host, 0)
 
     async def __aenter__(self) -> FakeStunServer:
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_datagram_endpoint(lambda: self, local_addr=("127.0.0.1", 0))
+        transport, _ = await loop.create_datagram_endpoint(lambda: self, local_addr=(self.host, 0))
         self._transport = cast(asyncio.DatagramTransport, transport)
         self.address = self._transport.get_extra_info("sockname")[:2]
         return self
@@ -47,7 +50,8 @@ class FakeStunServer(asyncio.DatagramProtocol):
 
     @property
     def endpoint(self) -> str:
-        return f"{self.address[0]}:{self.address[1]}"
+        host, port = self.address
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         assert self._transport is not None

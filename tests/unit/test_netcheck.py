@@ -176,6 +176,27 @@ async def test_a_nat_mapping_per_server_is_endpoint_dependent(tmp_path: Path) ->
     assert [n.kind for n in report.nat if n.family == "ipv4"] == ["endpoint-dependent"]
 
 
+async def test_a_server_over_ipv6_is_asked_over_ipv6(tmp_path: Path) -> None:
+    ca, context = _certificate(tmp_path, DOMAIN)
+    try:
+        server = FakeStunServer("answer", host="::1")
+        await server.__aenter__()
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    try:
+        async with FakeXmppServer(context) as xmpp:
+            report = await run_netcheck(_config(tmp_path, [server.endpoint], [], xmpp.address, ca), 1.0)
+    finally:
+        await server.__aexit__(None, None, None)
+    [answer] = report.observations.bindings
+    assert answer.family == "ipv6" and answer.mapped is not None and answer.mapped.startswith("[::1]:"), answer
+    assert report.reached["ipv6"] == [f"stun {server.endpoint}"]
+    # Our own address seen: no NAT over IPv6; and the v6 loopback's MTU found by DF-set probes.
+    assert [n.kind for n in report.nat if n.family == "ipv6"] == ["none"]
+    [mtu] = report.observations.mtu
+    assert mtu.mtu is not None and mtu.mtu > 9000, mtu
+
+
 async def test_bad_servers_are_named_with_their_reason_and_stall_nothing(tmp_path: Path) -> None:
     # The certificate names another domain: the XMPP check fails on the name.
     ca, context = _certificate(tmp_path, "other.test")
