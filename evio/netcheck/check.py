@@ -16,11 +16,14 @@ waits for another server's.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
+import logging
 import socket
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from evio.config.loader import turn_password
 from evio.config.model import Config, SignalConfig, TurnServer, split_host_port
@@ -40,6 +43,9 @@ from evio.netcheck.stun import BindingSocket, endpoint, path_mtu, route_source
 from evio.netcheck.turn import TLS_PORT, allocate
 from evio.netcheck.xmpp import check_xmpp, tls_context
 from evio.tunnel.turn_credentials import rest_credentials
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 3.0
 REST_USER = "netcheck"  # the user part of TURN REST credentials netcheck makes for itself
@@ -110,6 +116,16 @@ async def run_netcheck(config: Config, timeout: float = DEFAULT_TIMEOUT) -> Repo
     return classify(obs)
 
 
+async def _or_error(probe: Awaitable[T], failed: T, reason_field: str) -> T:
+    """A probe's result or, on an exception it did not expect, `failed` with the exception as its reason:
+    one server's surprise is that server's verdict, never the end of the whole report."""
+    try:
+        return await probe
+    except Exception as exc:
+        log.debug("probe failed", exc_info=True)
+        return dataclasses.replace(failed, **{reason_field: f"unexpected {type(exc).__name__}: {exc}"})  # type: ignore[type-var]
+
+
 # -- names -----------------------------------------------------------------------------------------------
 
 Resolved = dict[Family, str] | str  # an address per family, or why there is none
@@ -160,7 +176,9 @@ async def _bindings(
                 continue
             for family, ip in addresses.items():
                 sock = sockets.get(family) or sockets.setdefault(family, _open(family))
-                asks.append(sock.ask(target.name, (ip, target.port), timeout))
+                dest = (ip, target.port)
+                failed = BindingAnswer(target.name, endpoint(*dest), family)
+                asks.append(_or_error(sock.ask(target.name, dest, timeout), failed, "error"))
         answers = list(await asyncio.gather(*asks))
         answers += await _other_addresses(answers, sockets, timeout)
     finally:
@@ -171,7 +189,8 @@ async def _bindings(
     for a in answers:
         if a.answered and a.address is not None and a.family is not None and a.address not in seen:
             seen.add(a.address)
-            probes.append(path_mtu(a.name, a.family, _split(a.address), timeout, a.rtt_ms))
+            unknown = PathMtu(a.name, a.address, None, "unknown")
+            probes.append(_or_error(path_mtu(a.name, a.family, _split(a.address), timeout, a.rtt_ms), unknown, "how"))
     return answers, list(await asyncio.gather(*probes))
 
 
@@ -219,7 +238,9 @@ async def _turn(target: TurnTarget, addresses: Resolved, timeout: float) -> list
     for ip in addresses.values():
         plans += [("udp", (ip, target.port)), ("tcp", (ip, target.port)), ("tls", (ip, TLS_PORT))]
     return list(await asyncio.gather(*(
-        allocate(target.name, transport, dest, username, password, timeout, tls_name) for transport, dest in plans
+        _or_error(allocate(target.name, transport, dest, username, password, timeout, tls_name),
+                  TurnAttempt(target.name, transport, endpoint(*dest), "error"), "detail")
+        for transport, dest in plans
     )))  # fmt: skip
 
 
@@ -250,4 +271,9 @@ async def _xmpp(target: XmppTarget, timeout: float) -> XmppCheck:
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             return XmppCheck(target.overlay, endpoint(target.host, target.port), target.domain, target.mode,
                              tls="invalid", detail=f"cannot load the TLS files: {exc}")  # fmt: skip
-    return await check_xmpp(target.overlay, target.host, target.port, target.domain, target.mode, context, timeout)
+    name = endpoint(target.host, target.port)
+    return await _or_error(
+        check_xmpp(target.overlay, target.host, target.port, target.domain, target.mode, context, timeout),
+        XmppCheck(target.overlay, name, target.domain, target.mode, tls="invalid"),
+        "detail",
+    )

@@ -212,7 +212,9 @@ def _stun_verdicts(obs: Observations) -> list[Verdict]:
     out = []
     for b in obs.bindings:
         if b.answered:
-            out.append(Verdict("ok", b.name, f"{_ms(b.rtt_ms)} from {b.address}, mapped {b.mapped}"))
+            # A TURN server's Binding answer: a subject of its own beside the server's allocation verdict.
+            subject = b.name if b.name.startswith("stun") else f"{b.name} (binding)"
+            out.append(Verdict("ok", subject, f"{_ms(b.rtt_ms)} from {b.address}, mapped {b.mapped}"))
         elif b.name.startswith("stun"):
             out.append(Verdict("warning", b.name, str(b.error)))
     if obs.bindings and not any(b.answered for b in obs.bindings):

@@ -176,17 +176,17 @@ async def path_mtu(
     address = endpoint(*dest)
     headers = IP_HEADERS[family]
     try:
-        sock = _probe_socket(family, dest)
+        sock = _probe_socket(family)
+        ceiling = _route_mtu(family, dest)
     except OSError as exc:
         return PathMtu(name, address, None, f"unknown: cannot open a DF-set socket ({exc.strerror})")
     deadline = time.monotonic() + timeout
     wait = min(timeout / 3, ROUND_BASE + ROUND_RTTS * (rtt_ms or 100.0) / 1000)
     with sock:
-        ceiling = _route_mtu(sock, family)
         low, high = MIN_MTU[family], ceiling
         if high <= low:
             return PathMtu(name, address, ceiling, "the route's MTU (no larger size to probe)")
-        answered, failed = await _probe_round(sock, _sizes(low, high, per_round), headers, wait)
+        answered, failed = await _probe_round(sock, dest, _sizes(low, high, per_round), headers, wait)
         if not answered:
             return PathMtu(name, address, None, "unknown: no DF-set probe was answered (large UDP filtered?)")
         best = max(answered)
@@ -196,7 +196,7 @@ async def path_mtu(
             sizes = [s for s in _sizes(best, gap_top, per_round) if best < s < gap_top]
             if not sizes:
                 break
-            more, failed = await _probe_round(sock, sizes, headers, wait)
+            more, failed = await _probe_round(sock, dest, sizes, headers, wait)
             best = max([best, *more])
             gap_top = min([s for s in failed if s > best], default=gap_top)
             rounds += 1
@@ -216,7 +216,9 @@ def _sizes(low: int, high: int, count: int) -> list[int]:
     return sorted(s for s in sizes if low - 4 < s <= high)
 
 
-def _probe_socket(family: Family, dest: tuple[str, int]) -> socket.socket:
+def _probe_socket(family: Family) -> socket.socket:
+    """Unconnected: an ICMP "fragmentation needed" for one probe is then not reported as the error of the
+    next send or receive (as it is on a connected UDP socket), which would lose that probe."""
     if family == "ipv6":
         sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         sock.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE)
@@ -225,21 +227,22 @@ def _probe_socket(family: Family, dest: tuple[str, int]) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE)
     sock.setblocking(False)
-    try:
-        sock.connect(dest)
-    except OSError:
-        sock.close()
-        raise
     return sock
 
 
-def _route_mtu(sock: socket.socket, family: Family) -> int:
-    if family == "ipv6":
-        return int(sock.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU))
-    return int(sock.getsockopt(socket.IPPROTO_IP, IP_MTU))
+def _route_mtu(family: Family, dest: tuple[str, int]) -> int:
+    """The MTU of the route to `dest` (the kernel's: the interface's, or a PMTU it has learnt)."""
+    af = socket.AF_INET6 if family == "ipv6" else socket.AF_INET
+    with socket.socket(af, socket.SOCK_DGRAM) as sock:
+        sock.connect(dest)  # IP_MTU needs a connected socket; nothing is sent
+        if family == "ipv6":
+            return int(sock.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU))
+        return int(sock.getsockopt(socket.IPPROTO_IP, IP_MTU))
 
 
-async def _probe_round(sock: socket.socket, sizes: list[int], headers: int, wait: float) -> tuple[list[int], list[int]]:
+async def _probe_round(
+    sock: socket.socket, dest: tuple[str, int], sizes: list[int], headers: int, wait: float
+) -> tuple[list[int], list[int]]:
     """Send one probe of each IP size, again after `wait / 2` for those unanswered; (answered, failed)."""
     loop = asyncio.get_running_loop()
     by_txid: dict[bytes, int] = {}
@@ -249,16 +252,20 @@ async def _probe_round(sock: socket.socket, sizes: list[int], headers: int, wait
         txid = os.urandom(12)
         by_txid[txid] = size
         try:
-            sock.send(binding_request(txid, size - headers))
+            sock.sendto(binding_request(txid, size - headers), dest)
         except OSError:
             pass  # EMSGSIZE: larger than the interface; it stays unanswered
 
     async def collect(until: float) -> None:
         while len(answered) < len(sizes) and (left := until - time.monotonic()) > 0:
             try:
-                data = await asyncio.wait_for(loop.sock_recv(sock, 2048), left)
-            except (TimeoutError, OSError):
+                data, source = await asyncio.wait_for(loop.sock_recvfrom(sock, 2048), left)
+            except TimeoutError:
                 return
+            except OSError:
+                continue  # an ICMP error the kernel queued after all: the next datagram may be an answer
+            if source[:2] != dest:
+                continue
             try:
                 message = parse_stun(data)
             except MalformedStun:

@@ -49,6 +49,8 @@ async def check_xmpp(
         return XmppCheck(overlay, name, domain, mode, address, True, "invalid", rtt, f"certificate: {exc.verify_message}")
     except ssl.SSLError as exc:
         return XmppCheck(overlay, name, domain, mode, address, True, "invalid", rtt, f"TLS: {exc.reason or exc}")
+    except asyncio.IncompleteReadError:
+        return XmppCheck(overlay, name, domain, mode, address, True, "invalid", rtt, "the server closed the stream")
     except XmppRefusal as exc:
         return XmppCheck(overlay, name, domain, mode, address, True, "invalid", rtt, str(exc))
     except TimeoutError:

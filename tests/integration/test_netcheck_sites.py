@@ -79,7 +79,7 @@ def _configure(net: Internet, node: Host, name: str, extra_turn: str | None) -> 
 def _netcheck(node: Host) -> tuple[int, dict[str, Any], str]:
     """The JSON report and the readable one (printed), and the exit status."""
     done = node.run(["evio", "netcheck", "--json"], check=False, timeout=60)
-    assert done.returncode in (0, 1), done.stderr
+    assert done.returncode in (0, 1) and done.stdout.startswith("{"), done.stdout + done.stderr
     text = node.run(["evio", "netcheck"], check=False, timeout=60).stdout
     print(f"\n$ evio netcheck   # on {node.name}\n{text}")
     return done.returncode, json.loads(done.stdout), text

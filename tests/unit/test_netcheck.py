@@ -23,6 +23,7 @@ from evio.netcheck.check import run_netcheck
 from evio.netcheck.findings import (
     BindingAnswer,
     FamilyReach,
+    PathMtu,
     Observations,
     TurnAttempt,
     XmppCheck,
@@ -260,3 +261,13 @@ def test_json_and_the_exit_status_from_the_command(tmp_path: Path, capsys: pytes
     document = json.loads(capsys.readouterr().out)
     assert document["ok"] is False
     assert {v["subject"] for v in document["verdicts"] if v["level"] == "problem"} == {"xmpp 127.0.0.1:1 (ov1)", "stun"}
+
+
+async def test_a_probe_that_raises_what_it_did_not_expect_is_that_servers_verdict() -> None:
+    from evio.netcheck.check import _or_error
+
+    async def surprised() -> PathMtu:
+        raise RuntimeError("a bug, or a library's surprise")
+
+    got = await _or_error(surprised(), PathMtu("stun a", "203.0.113.10:3478", None, "unknown"), "how")
+    assert got.how == "unexpected RuntimeError: a bug, or a library's surprise" and got.mtu is None
