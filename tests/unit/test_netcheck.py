@@ -23,8 +23,8 @@ from evio.netcheck.check import run_netcheck
 from evio.netcheck.findings import (
     BindingAnswer,
     FamilyReach,
-    PathMtu,
     Observations,
+    PathMtu,
     TurnAttempt,
     XmppCheck,
     classify,
