@@ -288,10 +288,9 @@ def render_text(report: Report) -> str:
     width = max((len(v.subject) for v in report.verdicts), default=0)
     for v in report.verdicts:
         lines.append(f"  {v.level:<8} {v.subject:<{width}}  {v.text}")
-    details = [t for t in obs.turn]
-    if details:
+    if obs.turn:
         lines.append("turn transports")
-        for t in details:
+        for t in obs.turn:
             what = f"{_ms(t.rtt_ms)}, relayed {t.relayed}" if t.outcome == "allocated" else t.detail
             lines.append(f"  {t.name} {t.transport:<4} {t.address or '-'}  {t.outcome}: {what}")
     if obs.mtu:
