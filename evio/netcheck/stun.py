@@ -30,6 +30,7 @@ PROBE_PADDING = 0xC0DE
 FIRST_RTO = 0.25  # RFC 8489 section 6.2.1 suggests 0.5 s; a check that waits a few seconds retries sooner
 IP_HEADERS = {"ipv4": 28, "ipv6": 48}  # IP + UDP header bytes in front of the STUN message
 MIN_MTU = {"ipv4": 576, "ipv6": 1280}  # RFC 791 and RFC 8200 minimums: always assumed to pass
+ETHERNET_MTU = 1500  # probed up to at least this, whatever the kernel's route MTU says
 ROUND_BASE, ROUND_RTTS = 0.1, 5  # a round of MTU probes waits 0.1 s and 5 round trips
 # Linux socket options (linux/in.h, linux/in6.h); Python's socket module lacks some of them.
 IP_MTU_DISCOVER, IP_PMTUDISC_PROBE, IP_MTU = 10, 3, 14
@@ -177,15 +178,18 @@ async def path_mtu(
     headers = IP_HEADERS[family]
     try:
         sock = _probe_socket(family)
-        ceiling = _route_mtu(family, dest)
+        route = _route_mtu(family, dest)
     except OSError as exc:
         return PathMtu(name, address, None, f"unknown: cannot open a DF-set socket ({exc.strerror})")
     deadline = time.monotonic() + timeout
     wait = min(timeout / 3, ROUND_BASE + ROUND_RTTS * (rtt_ms or 100.0) / 1000)
+    # The kernel's route MTU may be one it learnt from ICMP (an earlier run's probes): 1500 is probed all
+    # the same, so that the answer is measured, not remembered.
+    ceiling = max(route, ETHERNET_MTU)
     with sock:
         low, high = MIN_MTU[family], ceiling
         if high <= low:
-            return PathMtu(name, address, ceiling, "the route's MTU (no larger size to probe)")
+            return PathMtu(name, address, ceiling, "the minimum MTU (no larger size to probe)")
         answered, failed = await _probe_round(sock, dest, _sizes(low, high, per_round), headers, wait)
         if not answered:
             return PathMtu(name, address, None, "unknown: no DF-set probe was answered (large UDP filtered?)")
@@ -201,8 +205,8 @@ async def path_mtu(
             gap_top = min([s for s in failed if s > best], default=gap_top)
             rounds += 1
         if best >= ceiling - ceiling % 4:
-            return PathMtu(name, address, ceiling, "the route's MTU: a DF-set probe of that size was answered")
-        return PathMtu(name, address, best, f"largest DF-set probe answered, {rounds} round(s) (route MTU {ceiling})")
+            return PathMtu(name, address, ceiling, f"a DF-set probe of the route's full {ceiling} bytes was answered")
+        return PathMtu(name, address, best, f"largest DF-set probe answered, {rounds} round(s) (route MTU {route})")
 
 
 def _sizes(low: int, high: int, count: int) -> list[int]:

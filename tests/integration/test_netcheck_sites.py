@@ -111,7 +111,11 @@ def test_an_open_site_behind_an_eim_nat_with_a_dead_turn_server(net: Internet) -
     assert xmpp["level"] == "ok" and f"certificate valid for {DOMAIN}" in xmpp["text"], xmpp
     # The WAN link's 1400 bytes are found beyond the node's own 1500-byte link.
     assert {m["mtu"] for m in report["mtu"]} == {WAN_MTU}, report["mtu"]
+    assert all(m["how"].startswith("largest DF-set probe answered") for m in report["mtu"]), report["mtu"]
     assert status == 0, report["verdicts"]
+    # Measured again, not taken from the 1400 the kernel learnt from the router's ICMP the first time.
+    _, again, _ = _netcheck(net.nodes[0])
+    assert {m["mtu"] for m in again["mtu"]} == {WAN_MTU} and "route MTU 1400" in again["mtu"][0]["how"], again["mtu"]
 
 
 def test_a_site_behind_a_symmetric_nat(net: Internet) -> None:
