@@ -42,7 +42,7 @@ from evio.netcheck.findings import (
 from evio.netcheck.stun import BindingSocket, endpoint, path_mtu, route_source
 from evio.netcheck.turn import TLS_PORT, allocate
 from evio.netcheck.xmpp import check_xmpp, tls_context
-from evio.tunnel.turn_credentials import rest_credentials
+from evio.tunnel.path.turn_credentials import rest_credentials
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -4,7 +4,7 @@
     BindingSocket(family).ask(dest)     one socket per family, so the mappings compare (RFC 4787 4.1)
     path_mtu(dest)                      DF-set requests of falling sizes; the largest answered is the MTU
 
-Answers are parsed by the tunnel's own guarded parser (evio.tunnel.stun_guard), so a server answering
+Answers are parsed by the tunnel's own guarded parser (evio.tunnel.path.stun_guard), so a server answering
 garbage is named with the reason rather than tripping aioice.
 """
 
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from aioice import stun as aioice_stun
 
 from evio.netcheck.findings import BindingAnswer, Family, PathMtu
-from evio.tunnel.stun_guard import HEADER_LEN, MAGIC_COOKIE, MalformedStun, parse_stun
+from evio.tunnel.path.stun_guard import MalformedStun, parse_stun
+from evio.tunnel.stun_framing import HEADER_LEN, MAGIC_COOKIE
 
 BINDING_REQUEST = 0x0001
 # A comprehension-optional attribute (RFC 8489 section 14: 0x8000-0xFFFF) a server must ignore: it pads

@@ -17,7 +17,7 @@ from aioice.turn import TurnClientTcpProtocol, TurnClientUdpProtocol
 
 from evio.netcheck.findings import Transport, TurnAttempt, TurnOutcome
 from evio.netcheck.stun import endpoint
-from evio.tunnel.stun_guard import MalformedStun, parse_stun
+from evio.tunnel.path.stun_guard import MalformedStun, parse_stun
 
 TLS_PORT = 5349  # RFC 8656 section 3.1: TURN over TLS
 LIFETIME = 60  # seconds asked for: the allocation is deleted right after anyway

@@ -38,25 +38,13 @@ from evio.node.revocation_flood import RevocationFlood
 from evio.node.sdn import SdnController
 from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
 from evio.overlay.adjacency_events import LinkDown, LinkUp
-from evio.sdn.boundary import (
-    BroadcastCounts,
-    ControllerEvent,
-    DropCounts,
-    OnDemandIdle,
-    OnDemandWanted,
-    PortAdded,
-    PortRemoved,
-    SwitchConnected,
-    SwitchDisconnected,
-    TrafficCounts,
-    event_as_dict,
-)
+from evio.sdn import boundary
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.interface import Signaling
 from evio.tunnel.config import TunnelSettings
+from evio.tunnel.datapath.transit_table import TransitTable
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
-from evio.tunnel.transit import TransitTable
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +165,8 @@ class OverlayStack:
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
         self.segment_errors: Mapping[str, int] = {}
-        self.broadcasts: BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
-        self.traffic: TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
+        self.broadcasts: boundary.BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
+        self.traffic: boundary.TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
         self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
         self.tunnels_up = 0
         self.tunnels_down = 0
@@ -201,6 +189,10 @@ class OverlayStack:
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
         self._revocation_error: str | None = None
+        # Members signaling has seen (until revoked or replaced), told to the switch: floods rooted at anyone
+        # else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
+        self._members: set[int] = {node_id}
+        self._members_pending = False
 
     @property
     def overlay(self) -> str:
@@ -238,6 +230,8 @@ class OverlayStack:
             self.signaling.subscribe(PeerRemoved, self._peer_removed),
             self.signaling.subscribe(PeerAdded, self._peer_added),
         ]
+        self._members.update(self.signaling.peers(self.overlay))
+        self._members_changed()
         self._controller_started = True
         await self.controller.start()
         self.started_at = self._clock.now()
@@ -317,7 +311,20 @@ class OverlayStack:
 
     # -- presence -> tunnel probes --------------------------------------------------------------
 
+    def _members_changed(self) -> None:
+        if self._attached and not self._members_pending:
+            self._members_pending = True  # one command for every change of this loop turn (a login's burst)
+            asyncio.get_running_loop().call_soon(self._send_members)
+
+    def _send_members(self) -> None:
+        self._members_pending = False
+        if self._attached:
+            self._sdn.commands.set_members(self.overlay, frozenset(self._members))
+
     def _peer_removed(self, event: PeerRemoved) -> None:
+        if event.cause in (RemovalCause.MEMBERSHIP_REVOKED, RemovalCause.REPLACED) and event.node_id in self._members:
+            self._members.discard(event.node_id)
+            self._members_changed()
         # A peer whose presence went may have crashed (its server session closes with its process):
         # its tunnel must answer a probe within a few RTTs (0.25-1 s), or it goes down now rather than after
         # dead_after, and the link is made again as soon as the peer is back.
@@ -325,6 +332,9 @@ class OverlayStack:
             self.links.doubt(event.node_id)
 
     def _peer_added(self, event: PeerAdded) -> None:
+        if event.node_id not in self._members:
+            self._members.add(event.node_id)
+            self._members_changed()
         # Back so soon that the probe above may not have ended: a restarted peer answers no old tunnel.
         self.links.doubt(event.node_id)
 
@@ -445,32 +455,32 @@ class OverlayStack:
 
     # -- SDN controller -> here ----------------------------------------------------------------
 
-    def controller_event(self, event: ControllerEvent) -> None:
-        if isinstance(event, OnDemandWanted):
+    def controller_event(self, event: boundary.ControllerEvent) -> None:
+        if isinstance(event, boundary.OnDemandWanted):
             log.info("on-demand link wanted overlay=%s peer=%s (%.0f B/s)", self.overlay, format_node_id(event.peer),
                      event.bytes_per_s)
             self.controller.request_on_demand(event.peer)
-        elif isinstance(event, OnDemandIdle):
+        elif isinstance(event, boundary.OnDemandIdle):
             self.controller.release_on_demand(event.peer)
-        elif isinstance(event, PortAdded):
+        elif isinstance(event, boundary.PortAdded):
             self.port_numbers[event.name] = event.port_no
-        elif isinstance(event, PortRemoved):
+        elif isinstance(event, boundary.PortRemoved):
             if self.port_numbers.get(event.name) == event.port_no:
                 del self.port_numbers[event.name]
-        elif isinstance(event, SwitchConnected):
+        elif isinstance(event, boundary.SwitchConnected):
             self.switch_connected = True
-        elif isinstance(event, SwitchDisconnected):
+        elif isinstance(event, boundary.SwitchDisconnected):
             self.switch_connected = False
             self.port_numbers.clear()
-        elif isinstance(event, DropCounts):
+        elif isinstance(event, boundary.DropCounts):
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
             self.segment_errors = dict(event.segment_errors)
-        elif isinstance(event, BroadcastCounts):
+        elif isinstance(event, boundary.BroadcastCounts):
             self.broadcasts = event
-        elif isinstance(event, TrafficCounts):
+        elif isinstance(event, boundary.TrafficCounts):
             self.traffic = event
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
-            self.sdn_other[type(event).__name__] = event_as_dict(event)
+            self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
 
     # -- probe (evio ping) ----------------------------------------------------------------------
 
@@ -580,7 +590,7 @@ class OverlayStack:
             },
             "transit": _transit(self.links.transit),
             "drops": dict(self.drops),
-            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.candidates).
+            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.path.candidates).
             "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
@@ -600,11 +610,11 @@ def _candidates_dropped(links: object) -> dict[str, int]:
     return drops.as_dict() if drops is not None else {}
 
 
-def _broadcasts(counts: BroadcastCounts | None) -> dict[str, Any]:
+def _broadcasts(counts: boundary.BroadcastCounts | None) -> dict[str, Any]:
     """FRB broadcasts received: totals, per root, and the latest ones (`recent`, oldest first)."""
     if counts is None:
         return {"received": 0, "own_returned": 0, "by_root": {}, "recent": []}
-    document = event_as_dict(counts)
+    document = boundary.event_as_dict(counts)
     return {key: document[key] for key in ("received", "own_returned", "by_root", "recent")}
 
 

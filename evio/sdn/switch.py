@@ -75,7 +75,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -131,7 +131,7 @@ MAX_FLOWS_PER_PORT = 4096
 # refreshes without asking would otherwise outlive the MAC it was installed for. As long as a MAC's
 # max age, so a busy flow's packet-in refreshes its source before the MAC could expire.
 FLOW_HARD_TIMEOUT = 300
-# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.mtu); the node passes its own.
+# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.datapath.mtu); the node passes its own.
 DEFAULT_TUNNEL_MTU = 1428
 
 
@@ -264,6 +264,9 @@ class BoundedFloodSwitch:
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         # (ingress port, root or None for a root not known here) -> floods passed on for it
         self.flood_budget = PeerRateLimiter[tuple[int, int | None]](Rate(FLOOD_RATE, FLOOD_BURST))
+        # The overlay's members as signaling knows them (None: not told, as in unit networks). A root that is
+        # no member gets no flood budget of its own, however many MACs it was made to host here.
+        self.members: frozenset[int] | None = None
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
@@ -271,7 +274,7 @@ class BoundedFloodSwitch:
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
-        self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
+        self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
         self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
 
@@ -376,7 +379,8 @@ class BoundedFloodSwitch:
     def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
         if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
-            self.neighbors.observe(msg, now)
+            if self._placed_here(eth.src, in_port, None, now):
+                self.neighbors.observe(msg, in_port, now)
             if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
                 self.counters.neighbors_answered += 1
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
@@ -397,7 +401,7 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now)
         if actions is None:
             return []
-        self._observe_neighbor(eth, data, now)
+        self._observe_neighbor(eth, data, in_port, None, now)
         target = self.learning.lookup(eth.dst, now)
         if target is None or target.port == in_port:
             # The sender thought we lead to it, but we know no way on (or only the way back: one of the two
@@ -416,10 +420,16 @@ class BoundedFloodSwitch:
         where = self.learning.lookup(mac, now) if mac is not None else None
         return self.neighbors.answer(msg, where is not None and where.port != in_port, now)
 
-    def _observe_neighbor(self, eth: _Frame, data: bytes, now: float) -> None:
-        """An ARP or NDP frame whose source the learning table accepted: what it says about its sender."""
-        if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
-            self.neighbors.observe(msg, now)
+    def _observe_neighbor(self, eth: _Frame, data: bytes, port: int, root: int | None, now: float) -> None:
+        """An ARP or NDP frame: what it says about its sender, if the learning table placed the sender where the
+        frame came from (a move it refused, held or contested teaches no address either)."""
+        if (eth.ethertype in _NEIGHBOR_TYPES and self._placed_here(eth.src, port, root, now)
+                and (msg := parse_neighbor(data)) is not None):
+            self.neighbors.observe(msg, port, now)
+
+    def _placed_here(self, mac: str, port: int, root: int | None, now: float) -> bool:
+        entry = self.learning.lookup(mac, now)
+        return entry is not None and entry.port == port and (root is None or entry.root == root)
 
     def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes, now: float) -> list[FlowAction]:
         if out_port == in_port:
@@ -432,7 +442,11 @@ class BoundedFloodSwitch:
         evicted = self.flows.add(match, out_port)  # its port's oldest, if it had its fill
         self.flows_evicted += len(evicted)
         outs += [DeleteFlow(old) for old in evicted]
-        return outs + [AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout,
+        # A flow from a remote MAC idles out within the move hold: while it lives, the MAC's place is speaking
+        # (`_vouch_if_sending`), and a host that left stops speaking there as soon as it would have by packet-ins.
+        idle = self.flow_idle_timeout if self.ports[in_port].kind is PortKind.LEAF else min(
+            self.flow_idle_timeout, int(self.learning.move_hold))
+        return outs + [AddFlow(match, out_port, idle, hard_timeout=self.flow_hard_timeout,
                                counted=self._counted(in_port, eth, out_port, now))]
 
     def _counted(self, in_port: int, eth: _Frame, out_port: int, now: float) -> bool:
@@ -475,10 +489,20 @@ class BoundedFloodSwitch:
                 # first): a copy by another way teaches nothing, so no member can claim a neighbour's MACs.
                 self.adjacent_root_detours += 1
                 return []
+        if not local:
+            self._vouch_if_sending(mac, now)
         from_root = root is not None and port in self.ports and self.ports[port].peer == root
         learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops,
                                                from_root=from_root)
         return self._learned_actions(learned, port, now)
+
+    def _vouch_if_sending(self, mac: str, now: float) -> None:
+        """A remote MAC with live flows from it on its port is speaking there, though no frame of it reaches the
+        controller: its place holds against a claim that it moved (review of issue 21: one forged flood took
+        a busy host's MAC, heard only once per flow's hard timeout)."""
+        entry = self.learning.lookup(mac, now)
+        if entry is not None and not entry.local and self.flows.sends_from(mac, entry.port):
+            self.learning.vouch(mac, now)
 
     def _learned_actions(self, learned: Learned, port: int, now: float) -> list[FlowAction] | None:
         if learned.change is Change.REFUSED:
@@ -553,9 +577,7 @@ class BoundedFloodSwitch:
                 return self._unknown_type(port, ingress, now)
             self.drops[Drop.MALFORMED_FRB] += 1
             self.frb_parse_errors[err.reason] += 1
-            last = self._bad_input_logged.get(ingress)
-            if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
-                self._bad_input_logged[ingress] = now
+            if self._bad_input_logged.should_log(ingress, now):
                 log.warning("malformed FRB dropped peer=%s port=%s reason=%s (dropped so far: %d)",
                             format_node_id(ingress), port.port_no, err.reason.name, self.drops[Drop.MALFORMED_FRB])
             return []
@@ -577,6 +599,8 @@ class BoundedFloodSwitch:
             leaves = [mac for mac in frame.leaf_macs if mac not in own]
             if len(leaves) < len(frame.leaf_macs):
                 self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+            for mac in leaves:
+                self._vouch_if_sending(mac, now)
             announced = self.learning.announce(h.root_nid, leaves, port.port_no, now)
             actions: list[FlowAction] = []
             for learned in announced.learned:
@@ -612,9 +636,7 @@ class BoundedFloodSwitch:
     def _unknown_type(self, port: SwitchPort, ingress: int, now: float) -> list[FlowAction]:
         """A newer node's FRB type: not ours to read nor to forward; counted apart from malformed ones."""
         self.drops[Drop.UNKNOWN_FRB_TYPE] += 1
-        last = self._bad_input_logged.get(ingress)
-        if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
-            self._bad_input_logged[ingress] = now
+        if self._bad_input_logged.should_log(ingress, now):
             log.info("FRB of an unknown type ignored peer=%s port=%s (a newer release's; ignored so far: %d)",
                      format_node_id(ingress), port.port_no, self.drops[Drop.UNKNOWN_FRB_TYPE])
         return []
@@ -660,7 +682,7 @@ class BoundedFloodSwitch:
                 if learned is None:
                     return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
                 actions += learned
-                self._observe_neighbor(inner_eth, inner, now)
+                self._observe_neighbor(inner_eth, inner, in_port, h.root_nid, now)
             else:
                 # A flooded unicast frame whose sender we know. Its root is the node that did not know
                 # the way on (a transit flood), not the sender's node, and the flood may have come the
@@ -674,10 +696,7 @@ class BoundedFloodSwitch:
             else:
                 actions += self._deliver_to_leaves(inner, exclude=None)
         bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return actions
-        if bounds and not self._flood_allowed(budget_key, now):
+        if not self._may_pass_on(bounds, hops, budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
@@ -693,12 +712,25 @@ class BoundedFloodSwitch:
             log.warning("refused port=%s reason=%s %s (so far: %d)", port, reason.name, detail, self.drops[reason])
 
     def _flood_budget_key(self, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:
-        """Whose flood budget a copy spends: its ingress port's and its root's. A root not known here before
-        this copy (no tunnel to it, no MAC learned under it) spends the port's one bucket for such roots, so
-        a member inventing roots gets no more than one root's share."""
+        """Whose flood budget a copy spends: its ingress port's and its root's. A root that is no member of the
+        overlay (as signaling knows them; before the daemon said, one with no tunnel to it and no MAC learned
+        under it) spends the port's one bucket for such roots, so a member inventing roots gets no more than
+        one root's share, however many MACs it made them host here (review of issue 21)."""
         root = h.root_nid
-        known = self.learning.hosts_any(root) or root in self.peer_ports()
+        if root in self.peer_ports():
+            known = True
+        elif self.members is not None:
+            known = root in self.members
+        else:
+            known = self.learning.hosts_any(root)
         return (port.port_no, root if known else None)
+
+    def _may_pass_on(self, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float) -> bool:
+        """Whether a flood's copies to `bounds` may go: under the hop limit and within the flood budget."""
+        if bounds and hops >= frb.MAX_HOP_COUNT:
+            self.drops[Drop.HOP_LIMIT] += 1
+            return False
+        return not bounds or self._flood_allowed(key, now)
 
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
         if self.flood_budget.allow(key, now):
@@ -728,10 +760,7 @@ class BoundedFloodSwitch:
                 return []  # forged from one of the bridge's own MACs: not passed on either
             actions += learned
         bounds = reverse_forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return actions
-        if bounds and not self._flood_allowed(budget_key, now):
+        if not self._may_pass_on(bounds, hops, budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
@@ -753,6 +782,8 @@ class BoundedFloodSwitch:
         the moves claimed while a MAC's place still spoke, if it has been silent since."""
         actions = _flows_of_macs([mac for mac, _ in self.learning.expire(now)])
         self.neighbors.expire(now)
+        for mac in self.learning.claimed():
+            self._vouch_if_sending(mac, now)
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)

@@ -51,7 +51,7 @@ STREAM_MESSAGES = 60  # echoed on each TCP stream: 3 s at its 20 messages a seco
 
 # What a node counts or logs when it does not understand a peer. Status counters first:
 SWITCH_DROPS = ("MALFORMED_FRB", "FORWARD_TYPE", "UNKNOWN_FRB_TYPE")  # Bounded Flood drop reasons
-TUNNEL_DROPS = ("bad-control", "unknown-control")  # evio.tunnel.datapath.DropReason values
+TUNNEL_DROPS = ("bad-control", "unknown-control")  # evio.tunnel.datapath.interface.DropReason values
 # ... and log lines, for what a status does not count (signal drops, negotiation bodies, tunnel offers).
 MISUNDERSTOOD = re.compile(
     r"malformed|signal drop (?:unknown_kind|unsupported_version)|bad announcement|unknown_action|unknown field",
@@ -104,7 +104,7 @@ def mixed(module_lab_factory: LabFactory, previous: PreviousRelease, figures: Fi
     yield lab, previous, old
 
 
-@pytest.mark.integration
+@pytest.mark.lab
 def test_a_mixed_overlay_links_broadcasts_and_unicasts_across_releases(mixed: Mixed, figures: FigureBook) -> None:
     lab, previous, old = mixed
     started = time.monotonic()
@@ -144,7 +144,7 @@ def test_a_mixed_overlay_links_broadcasts_and_unicasts_across_releases(mixed: Mi
                           time.monotonic() - started, "s"))
 
 
-@pytest.mark.integration
+@pytest.mark.lab
 def test_a_rolling_upgrade_keeps_the_overlay_connected(mixed: Mixed, figures: FigureBook) -> None:
     """The old nodes are upgraded in place one at a time, each while the three others run, pinging every pair."""
     lab, previous, old = mixed

@@ -36,7 +36,7 @@ from evio.netcheck.findings import (
 from evio.netcheck.stun import _sizes, binding_request
 from evio.server import tls
 from evio.testing.fake_netcheck_servers import FakeStunServer, FakeXmppServer
-from evio.tunnel.stun_guard import parse_stun
+from evio.tunnel.path.stun_guard import parse_stun
 
 DOMAIN = "overlay.test"
 

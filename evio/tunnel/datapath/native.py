@@ -1,0 +1,280 @@
+"""``NativeFdDatapath``: ``FdDatapath`` with its per-frame loops in Rust (the ``evio_native`` extension).
+
+Why (docs/design.md, "Native data path"): in the Python passes the
+interpreter, not the kernel or the AEAD, is most of a frame's cost. Here one
+call per burst, with the GIL released, does a whole pass:
+
+- TAP -> underlay: read up to ``batch`` frames straight into the slots of a
+  ring, seal each in place, send the ring with one sendmmsg(2) (UDP GSO for
+  runs of equal records);
+- underlay -> TAP: one recvmmsg(2), open every frame record of the current
+  epoch in place, check and move the replay window, write the frame to the
+  TAP (a UDP GRO message is cut into its datagrams first); with a vnet TAP,
+  consecutive segments of one TCP stream are joined into a super-frame with
+  a vnet header first, by the rules and to the bytes of ``TcpCoalescer``
+  (offload.py), flushed at the end of every burst. Whatever else
+  came (control records, other epochs, STUN, DTLS, TURN) is left in the ring
+  and handed to ``FdDatapath``'s Python code, which opens it or gives it to
+  the socket's owner as before.
+
+The transit fast path (transit_table.py) needs its hook to see a frame before the
+TAP does, which per frame would cost the native pass its point. The pass
+holds a prefilter instead, the destination MACs this ingress has transit
+entries for (refreshed before a burst when the table changed): a frame to
+one of them is opened, counted and its replay window moved natively, then
+handed back opened by its place in the ring, and Python runs the hook on it
+(the full lookup: source MAC, deadline, egress) or writes it to the TAP.
+Frames to other destinations never leave the native pass. Within a burst the
+handed-back frames reach the TAP after the native ones.
+
+The records are the same bytes as the Python path's (a native end talks to
+a Python end), keys and epochs still come from Python (``_set_tx``,
+``_new_rx_epoch``), and the replay window of each epoch is the native
+``ReplayWindow``, shared by both paths. Where the native passes do not
+apply (TCP segmentation with ``tunnel.tso``), the Python pass runs.
+
+``available()`` says whether the extension is installed (scripts/bootstrap
+builds it when cargo is there); ``tunnel.datapath`` chooses (config).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from evio.config.model import Cipher
+from evio.tunnel.datapath.buffers import zeroed
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.fd_state import TRIM_AFTER, _RxEpoch
+from evio.tunnel.datapath.interface import DropReason, Underlay
+from evio.tunnel.datapath.keys import RekeyPolicy, TrafficSecret
+from evio.tunnel.datapath.mmsg import GRO_SLOT_SIZE, GroRecvBatch, ReceiveBatch, SlotRing, parse_sockaddr, sockaddr
+from evio.tunnel.datapath.receive import GRO_SLOTS
+from evio.tunnel.datapath.transit_table import TransitDestinations, TransitHook
+
+logger = logging.getLogger(__name__)
+
+# sock_pass's leftovers: a datagram for the socket's owner, a record to open, a frame opened natively.
+_LEFT_DATAGRAM, _LEFT_RECORD, _LEFT_FRAME = 0, 1, 2
+
+try:
+    _native: Any = importlib.import_module("evio_native")
+except ImportError:
+    _native = None
+if _native is not None and not hasattr(_native.RxRing, "set_transit"):
+    # Built from an older native/ (its receive pass has no transit prefilter): as not installed,
+    # until scripts/build-native runs again.
+    logger.warning("evio_native at %s is older than this evio: run scripts/build-native", _native.__file__)
+    _native = None
+
+
+def available() -> bool:
+    """Whether the native extension is installed."""
+    return _native is not None
+
+
+def module() -> Any:
+    """The extension module; raises ImportError where it is not installed."""
+    if _native is None:
+        raise ImportError("evio_native is not installed (scripts/bootstrap builds it when cargo is present)")
+    return _native
+
+
+def native_aead(cipher: Cipher, key: bytes, iv: bytes) -> Any:
+    return module().Aead(str(cipher), key, iv)
+
+
+class _NativeRecvRing(SlotRing):
+    """The receive ring the native pass fills: a bytearray (Python's slow path reads it in place)
+    with lengths and sources of the last burst, as ``mmsg.ReceiveBatch`` offers."""
+
+    def __init__(self, slots: int, slot_size: int, gro: bool = False) -> None:
+        self._slots = slots
+        self._slot_size = slot_size
+        self._memory = zeroed(slots * slot_size)
+        self._view = memoryview(self._memory)
+        self.native = module().RxRing(self._memory, slots, slot_size, gro)
+
+    def length(self, slot: int) -> int:
+        return int(self.native.length(slot))
+
+    def source(self, slot: int) -> tuple[Any, ...]:
+        return parse_sockaddr(self.native.source(slot))
+
+
+class NativeFdDatapath(FdDatapath):
+    """``FdDatapath`` whose TAP and socket passes run in the native extension (module doc)."""
+
+    implementation = "native"
+
+    def __init__(self, mtu: int, rekey: RekeyPolicy | None = None, replay_window: int = 2048, batch: int = 64,
+                 gro: bool = False, tso: bool = False, trim_after: float = TRIM_AFTER) -> None:  # fmt: skip
+        """``gro``: receive with UDP GRO where the kernel has it; ``tso``: the TAP may hand over TCP
+        super-frames (tunnel.tso), so the TAP pass stays Python's, which segments them; ``trim_after``:
+        as ``FdDatapath``'s."""
+        module()
+        super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=gro, trim_after=trim_after)
+        self._tso = tso
+        self._native_tx: Any = None
+        self._native_rx: _NativeRecvRing | None = None
+        self._tx_native_aead: Any = None
+        self._transit_destinations: TransitDestinations | None = None
+        self._transit_seen = -1  # the prefilter version the native ring holds
+
+    # -- hooks of FdDatapath -------------------------------------------------------
+
+    def _readers(self) -> tuple[Callable[[], int], Callable[[], int]]:
+        sock_reader, tap_reader = super()._readers()
+        if self._native_rx is not None:
+            sock_reader = self._sock_pass_native
+        if self._native_tx is not None:
+            tap_reader = self._tap_pass_native
+        return sock_reader, tap_reader
+
+    def _prepare_buffers(self, underlay: Underlay) -> None:
+        super()._prepare_buffers(underlay)
+        peer = underlay.peer
+        self._native_tx = None
+        if isinstance(peer, tuple) and not (self._vnet and self._tso):
+            self._native_tx = module().TxRing(self._batch, self._max_frame, sockaddr(peer), self._channel, self._vnet)
+        self._reset_prefilter()
+
+    def _release_buffers(self) -> None:
+        super()._release_buffers()
+        # The native send ring is a mapping too (94 KiB at 64 slots); a build older than that has no release.
+        if self._native_tx is not None and hasattr(self._native_tx, "release"):
+            self._native_tx.release()
+
+    def _receive_rings(self, slot_size: int) -> tuple[ReceiveBatch, GroRecvBatch | None]:
+        """The native pass's ring only: _to_owner and the slow path read it too (view, length, source;
+        it has no recv of its own). Python's ring would be 1 MiB more per tunnel with GRO, never read."""
+        if self._gro:
+            self._native_rx = _NativeRecvRing(GRO_SLOTS, GRO_SLOT_SIZE, gro=True)
+        else:
+            self._native_rx = _NativeRecvRing(self._batch, slot_size)
+        return self._native_rx, None  # type: ignore[return-value]
+
+    def set_transit(self, hook: TransitHook | None, done: Callable[[], None] | None = None,
+                    destinations: TransitDestinations | None = None) -> None:  # fmt: skip
+        """As ``FdDatapath.set_transit``; without ``destinations`` every frame is handed back for the hook."""
+        super().set_transit(hook, done, destinations)
+        self._transit_destinations = destinations if hook is not None else None
+        self._reset_prefilter()
+
+    def _reset_prefilter(self) -> None:
+        """No hook: every frame stays native; a hook without a prefilter: every frame comes back;
+        with one: none until the next burst asks it."""
+        self._transit_seen = -1
+        if self._native_rx is not None:
+            self._native_rx.native.set_transit(b"", self._transit is not None and self._transit_destinations is None)
+
+    def _set_tx(self, secret: TrafficSecret) -> None:
+        super()._set_tx(secret)
+        keys = secret.keys()
+        self._tx_native_aead = native_aead(self._cipher, keys.key, keys.iv)
+
+    def _new_rx_epoch(self, secret: TrafficSecret) -> _RxEpoch:
+        state = super()._new_rx_epoch(secret)
+        keys = secret.keys()
+        state.native = native_aead(self._cipher, keys.key, keys.iv)
+        state.window = module().ReplayWindow(self._window_size)
+        return state
+
+    # -- the passes ----------------------------------------------------------------
+
+    def _tap_pass_native(self) -> int:
+        """Drain the TAP through the native ring; returns how many records went out."""
+        tx = self._native_tx
+        drops = self._drops
+        total = reads_done = 0
+        budget = 2 * self._batch  # oversized frames use a read but no slot
+        while budget > 0:
+            assert self._tx_secret is not None
+            sent, nbytes, counter, oversized, bad_offload, failed, reads, error, at_limit, gso_refused = tx.tap_pass(
+                self._tap_fd, self._sock_fd, self._tx_native_aead, self._tx_secret.epoch & 0xFF, self._tx_counter,
+                self._tx_limit, budget,
+            )
+            self._tx_counter = counter
+            self._tx_frames += sent
+            self._tx_bytes += nbytes
+            total += sent
+            reads_done += reads
+            if oversized:
+                drops[DropReason.OVERSIZED] += oversized
+            if bad_offload:
+                drops[DropReason.BAD_OFFLOAD] += bad_offload
+            if failed:
+                drops[DropReason.SEND_FAILED] += failed
+            if gso_refused:
+                logger.info("UDP GSO refused; sending one datagram per message")
+            if error:
+                # The TAP went away under us; the session notices and tears down.
+                logger.warning("tunnel tap read failed: errno %d", error)
+                self._loop.remove_reader(self._tap_fd)  # type: ignore[union-attr]
+                break
+            if not at_limit:
+                break
+            self.rekey()
+            budget -= max(reads, 1)
+        if self._vnet:
+            self._tap_reads += reads_done
+        return total
+
+    def _sock_pass_native(self) -> int:
+        """One burst through the native ring; the rest of it through the Python slow path."""
+        rx = self._rx
+        ring = self._native_rx
+        assert rx is not None and ring is not None
+        if self._transit_destinations is not None:
+            changed = self._transit_destinations(self._transit_seen)
+            if changed is not None:
+                self._transit_seen, destinations = changed
+                ring.native.set_transit(destinations)
+        received, frames, nbytes, counts, transit, (tap_writes, gro_writes), leftovers = ring.native.sock_pass(
+            self._sock_fd, self._tap_fd, rx.native, rx.window, rx.epoch & 0xFF, self._max_record,
+            self._channel, self._vnet,
+        )
+        if not received:
+            return 0
+        self._rx_frames += frames
+        self._rx_bytes += nbytes
+        # With a vnet TAP the native coalescer counts its writes; _deliver counts those handed back.
+        self._tap_writes += tap_writes
+        self._gro_writes += gro_writes
+        truncated, replayed, stale, forged, tap_failed = counts
+        if truncated or replayed or stale or forged or tap_failed:
+            drops = self._drops
+            drops[DropReason.TRUNCATED] += truncated
+            drops[DropReason.REPLAYED] += replayed
+            drops[DropReason.STALE] += stale
+            drops[DropReason.FORGED] += forged
+            drops[DropReason.TAP_WRITE_FAILED] += tap_failed
+        if leftovers:
+            before = self._rx_frames
+            view = ring.view
+            for slot, start, n, kind in leftovers:
+                if kind == _LEFT_FRAME:
+                    # Opened, counted and its window moved by the native pass: only the hook or the TAP.
+                    self._deliver(view[start : start + n])
+                elif kind == _LEFT_RECORD:
+                    self._open_slow(view[start : start + n], n)
+                else:
+                    self._to_owner(slot, n, start)
+            if self._coalescer is not None:
+                self._coalescer.flush()
+            if self._transit_done is not None:
+                self._transit_done()
+            frames += self._rx_frames - before
+        return frames
+
+
+def pick_implementation(choice: str) -> str:
+    """``tunnel.datapath`` to what runs: "native" or "python" ("auto": native where installed)."""
+    if choice == "auto":
+        return "native" if available() else "python"
+    if choice == "native" and not available():
+        raise ImportError("tunnel.datapath is native but evio_native is not installed (scripts/bootstrap builds it with cargo)")
+    return choice
+

@@ -1,0 +1,165 @@
+"""Which of a peer's ICE candidates this node tries (issue 21, M3).
+
+A member's offer or answer lists up to 32 direct and 32 relay candidates, and
+each is an address the node sends ICE checks to (direct) or has its TURN
+server send them to (relay): unchecked, a member could aim the node, or the
+TURN server, at anything (127.0.0.1, 169.254.169.254, a multicast group, the
+LAN's broadcast). ``candidate_drop`` says why one is not tried:
+
+1. unspecified (0.0.0.0/8, ::), loopback, link-local, multicast, broadcast
+   (255.255.255.255 and the directed broadcast of this node's own subnets):
+   never a peer;
+2. the overlay's subnet: a tunnel over the overlay would loop;
+3. this node's own addresses (direct candidates only: a relay candidate is the
+   TURN server's address, which may be this host's when the node runs next to
+   its coturn);
+4. the overlay's deny list (``nat_traversal.deny_candidates``: link-local and
+   the cloud metadata addresses by default, the operator's private ranges).
+
+An IPv4-mapped IPv6 address is judged as the IPv4 address it maps. Pure but
+for ``local_networks``, which reads the interfaces. ``CandidateDrops`` counts
+what was dropped, by reason, and logs it once per peer per interval.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import ipaddress
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import ifaddr
+
+from evio.ratelimit import LogLimiter
+
+logger = logging.getLogger(__name__)
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Interface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # RFC 1122 3.2.1.3: "this host on this network", never a destination
+_LIMITED_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+
+
+class CandidateDrop(enum.Enum):
+    """Why a remote candidate is not tried."""
+
+    UNSPECIFIED = "unspecified"
+    LOOPBACK = "loopback"
+    LINK_LOCAL = "link-local"
+    MULTICAST = "multicast"
+    BROADCAST = "broadcast"
+    OVERLAY = "overlay"
+    """In the overlay's own subnet."""
+    OWN_ADDRESS = "own-address"
+    """One of this node's addresses (direct candidates)."""
+    DENIED = "denied"
+    """In ``nat_traversal.deny_candidates``."""
+
+
+@dataclass(frozen=True)
+class LocalNetworks:
+    """This node's addresses and the directed broadcast addresses of its IPv4 subnets."""
+
+    addresses: frozenset[Address] = frozenset()
+    broadcasts: frozenset[ipaddress.IPv4Address] = frozenset()
+
+    @classmethod
+    def of(cls, interfaces: Iterable[Interface]) -> LocalNetworks:
+        addresses: set[Address] = set()
+        broadcasts: set[ipaddress.IPv4Address] = set()
+        for interface in interfaces:
+            addresses.add(interface.ip)
+            network = interface.network
+            if isinstance(network, ipaddress.IPv4Network) and network.prefixlen < 31:  # /31, /32 have none
+                broadcasts.add(network.broadcast_address)
+        return cls(frozenset(addresses), frozenset(broadcasts))
+
+
+def local_networks() -> LocalNetworks:
+    """This host's interface addresses now (read per tunnel setup: they change)."""
+    interfaces: list[Interface] = []
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            text = ip.ip if isinstance(ip.ip, str) else ip.ip[0]
+            try:
+                interfaces.append(ipaddress.ip_interface(f"{text.partition('%')[0]}/{ip.network_prefix}"))
+            except ValueError:
+                continue
+    return LocalNetworks.of(interfaces)
+
+
+@dataclass(frozen=True)
+class CandidatePolicy:
+    deny: tuple[Network, ...] = ()
+    overlay: tuple[Network, ...] = ()
+    allow_local: bool = False
+    """Loopback and this node's own addresses allowed: peers on one host (an agent that gathered only
+    loopback addresses: unit tests)."""
+
+
+def candidate_drop(host: str, relayed: bool, policy: CandidatePolicy, local: LocalNetworks) -> CandidateDrop | None:
+    """None when a candidate at ``host`` may be tried, otherwise why not (``relayed``: a relay candidate)."""
+    try:
+        address: Address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return CandidateDrop.UNSPECIFIED  # not an address: the offer parser lets none through
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_unspecified or address in _THIS_NETWORK:
+        return CandidateDrop.UNSPECIFIED
+    if address.is_loopback and not policy.allow_local:
+        return CandidateDrop.LOOPBACK
+    if address.is_link_local:
+        return CandidateDrop.LINK_LOCAL
+    if address.is_multicast:
+        return CandidateDrop.MULTICAST
+    if address == _LIMITED_BROADCAST or address in local.broadcasts:
+        return CandidateDrop.BROADCAST
+    if _within(address, policy.overlay):
+        return CandidateDrop.OVERLAY
+    if not relayed and not policy.allow_local and address in local.addresses:
+        return CandidateDrop.OWN_ADDRESS
+    if _within(address, policy.deny):
+        return CandidateDrop.DENIED
+    return None
+
+
+def in_networks(host: str, networks: Sequence[Network]) -> bool:
+    """Is ``host`` in one of ``networks``? A name that is not an address (mDNS) counts as in: never used."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True
+    return any(address in net for net in networks)
+
+
+def _within(address: Address, networks: Sequence[Network]) -> bool:
+    return any(address.version == net.version and address in net for net in networks)
+
+
+DROP_LOG_INTERVAL = 60.0
+
+
+class CandidateDrops:
+    """Remote candidates dropped, by reason (one per overlay: the tunnel manager's); a line per peer per interval."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.counts: collections.Counter[CandidateDrop] = collections.Counter()
+        self._log = LogLimiter[int | None](DROP_LOG_INTERVAL)
+        self._clock = clock
+
+    def dropped(self, peer: int | None, reason: CandidateDrop, candidate: str) -> None:
+        self.counts[reason] += 1
+        if self._log.should_log(peer, self._clock()):
+            logger.warning(
+                "tunnel candidate dropped peer=%s: %s is %s (%d %s so far; logged once a minute per peer)",
+                f"{peer:032x}" if peer is not None else "?", candidate, reason.value, self.counts[reason], reason.value,
+            )
+
+    def as_dict(self) -> dict[str, int]:
+        return {reason.value: n for reason, n in sorted(self.counts.items(), key=lambda i: i[0].value) if n}
