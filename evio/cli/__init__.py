@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 # Subcommand modules, in the order they appear in --help.
-_COMMANDS = ("evio.cli.run_cmd", "evio.cli.status_cmd", "evio.cli.join_cmd", "evio.cli.config_cmd", "evio.cli.server_cmd",
+_COMMANDS = ("evio.cli.run_cmd", "evio.cli.status_cmd", "evio.cli.netcheck_cmd", "evio.cli.join_cmd", "evio.cli.config_cmd", "evio.cli.server_cmd",
              "evio.cli.member_cmd", "evio.cli.pki_cmd", "evio.cli.sim_cmd", "evio.cli.lab_cmd")
 
 
