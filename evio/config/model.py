@@ -71,6 +71,12 @@ def split_host_port(text: str) -> tuple[str, int]:
     return host, port
 
 
+def reserved_tap_name(name: str) -> bool:
+    """Whether `name` looks like one of evio's tunnel TAPs ("evt..." in the first overlay, "ev1...", "ev2..." in
+    the next: evio.node.plan.tap_prefix), which a starting daemon takes off its bridges as stale."""
+    return name.startswith("evt") or (name.startswith("ev") and name[2:3].isdigit())
+
+
 def default_bridge_name(overlay_id: str) -> str:
     """The bridge name used when the config gives none (may be too long; the loader checks)."""
     return BRIDGE_NAME_PREFIX + overlay_id
@@ -262,6 +268,7 @@ class OverlayConfig:
     tunnel: TunnelConfig = field(default_factory=TunnelConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     trust: TrustConfig | None = None  # None: fingerprints from signaling only (XMPP-only trust, labs)
+    attach: tuple[str, ...] = ()  # host interfaces put on the bridge as leaf ports (evio.bridge.host_ports)
 
 
 @dataclass(frozen=True)
