@@ -227,3 +227,31 @@ def test_the_cli_says_why_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["attach", "ov1", "veth0", "--state-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("evio attach: no daemon control socket")
+
+
+ATTACHED_STATUS = {"node_id": "ab" * 16, "pid": 1, "uptime": 5, "overlays": {"ov1": {
+    "signal": {"jid": "n@x", "server": "x:5222", "connected": True, "reconnects": 0}, "links": [],
+    "attached_ports": {
+        "vethc1": {"origin": "config", "on_bridge": True, "error": None, "mtu": 1400, "port": 3,
+                   "rx": {"bytes": 5000, "frames": 40, "dropped": 3}, "tx": {"bytes": 7000, "frames": 50, "dropped": 4}},
+        "tapvm1": {"origin": "config", "on_bridge": False, "error": "no interface 'tapvm1' on this host", "mtu": None,
+                   "port": None, "rx": None, "tx": None},
+    },
+}}}
+
+
+def test_attached_ports_in_the_metrics_and_the_status_text() -> None:
+    from evio.cli.status_cmd import render_status
+    from evio.node.metrics import families
+
+    by_name = {family.name: family for family in families(ATTACHED_STATUS)}
+    assert [(s.labels["port"], s.value) for s in by_name["evio_attached_port_up"].samples] == [
+        ("tapvm1", 0), ("vethc1", 1)]
+    assert [(s.labels["port"], s.value) for s in by_name["evio_attached_port_receive_bytes"].samples] == [
+        ("vethc1", 5000)]
+    assert [(s.labels["direction"], s.value) for s in by_name["evio_attached_port_dropped_frames"].samples] == [
+        ("receive", 3), ("transmit", 4)]
+    text = render_status(ATTACHED_STATUS, now=0.0)
+    assert "attached ports: 2" in text
+    assert any(line.split()[:3] == ["vethc1", "config", "on"] and "5.0kB/40f" in line for line in text.splitlines())
+    assert "NOT attached: no interface 'tapvm1' on this host" in text
