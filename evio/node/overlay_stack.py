@@ -202,6 +202,7 @@ class OverlayStack:
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
         self.segment_errors: Mapping[str, int] = {}
+        self.port_drops: Mapping[str, Mapping[str, int]] = {}  # port name -> what its bounds in the switch dropped
         self.broadcasts: BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
         self.traffic: TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
         self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
@@ -396,6 +397,7 @@ class OverlayStack:
             document[name] = {
                 "origin": port.origin, "on_bridge": port.on_bridge, "error": port.error, "mtu": port.mtu,
                 "port": self.port_numbers.get(name),
+                "switch_drops": dict(self.port_drops.get(name, {})),
                 **(counted.as_dict() if counted is not None else {"rx": None, "tx": None}),
             }
         return document
@@ -548,6 +550,7 @@ class OverlayStack:
         elif isinstance(event, DropCounts):
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
             self.segment_errors = dict(event.segment_errors)
+            self.port_drops = {port: dict(counts) for port, counts in event.by_port.items()}
         elif isinstance(event, BroadcastCounts):
             self.broadcasts = event
         elif isinstance(event, TrafficCounts):
@@ -660,6 +663,7 @@ class OverlayStack:
             "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
+            "port_drops": {port: dict(counts) for port, counts in sorted(self.port_drops.items())},
             "port_errors": self.port_errors,
             "attached_ports": self._attached_document(),
             "broadcasts": _broadcasts(self.broadcasts),
