@@ -101,7 +101,9 @@ def issue_overlay_member(ca: Certificate, overlay: str, node_id: int, directory:
     directory.mkdir(parents=True, exist_ok=True)
     write_private_key(directory / "node.key", key)
     write_certificate(directory / "node.crt", cert)
-    return {"ca_file": str(ca.cert_path), "cert_file": str(directory / "node.crt"), "key_file": str(directory / "node.key")}
+    # Each node its own copy of the CA, as on real hosts: a revocation file dropped beside it is this node's alone.
+    write_certificate(directory / "ca.crt", ca_cert)
+    return {"ca_file": str(directory / "ca.crt"), "cert_file": str(directory / "node.crt"), "key_file": str(directory / "node.key")}
 
 
 def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> Certificate:

@@ -43,6 +43,7 @@ from evio.config.address_pool import conflicting_peers
 from evio.config.model import TopologyConfig
 from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
+from evio.node.revocation_flood import RevocationFlood
 from evio.node.sdn import SdnController
 from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
 from evio.overlay.adjacency_events import LinkDown, LinkUp
@@ -227,6 +228,9 @@ class OverlayStack:
         self.attached: dict[str, AttachedPort] = {}  # host interface -> what became of it
         self._port_counters = port_counters
         self._attach_lock = asyncio.Lock()  # one attach, detach or reload of them at a time
+        # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
+        self.revocations: RevocationFlood | None = None
+        self._revocation_error: str | None = None
 
     @property
     def overlay(self) -> str:
@@ -253,6 +257,8 @@ class OverlayStack:
         self.bridge_ready = True
         await self._remove_stale_ports()
         await self.set_attached(self.plan.config.attach)
+        if self.plan.certificate is not None:
+            self._start_revocation_flood()
         self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
         self._port_worker.add_done_callback(self._worker_done)
         self._subscription = self.controller.subscribe(self._adjacency_event)
@@ -274,6 +280,17 @@ class OverlayStack:
         log.info("overlay started overlay=%s node=%s bridge=%s datapath=%s", self.overlay,
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 
+    def _start_revocation_flood(self) -> None:
+        flood = RevocationFlood(self.overlay, self.bridge.name, self.signaling, self._clock)
+        try:
+            flood.start()
+        except OSError as exc:  # revocation still comes through the server and the revocation file
+            self._revocation_error = f"{self.bridge.name}: {exc.strerror or exc}"
+            log.warning("overlay %s: revocation lists not spread over the overlay (%s)", self.overlay,
+                        self._revocation_error)  # fmt: skip
+            return
+        self.revocations = flood
+
     async def _remove_stale_ports(self) -> None:
         """TAP ports left on the bridge by an earlier run that was killed: their devices died with it."""
         prefix = self.plan.tunnel.tap_prefix
@@ -292,6 +309,9 @@ class OverlayStack:
         for presence in self._presence:
             presence.cancel()
         self._presence.clear()
+        if self.revocations is not None:
+            self.revocations.stop()
+            self.revocations = None
         # Apply what the controller reported while it let go, then stop the worker.
         if self._port_worker is not None:
             if not self._port_worker.done():
@@ -506,6 +526,8 @@ class OverlayStack:
             else:
                 if first and self._on_first_port is not None:
                     self._on_first_port(self.bridge.name)
+                if self.revocations is not None:
+                    self.revocations.link_up()
             finally:
                 self._adding = None
         elif event.tap in self.ports:
@@ -614,6 +636,13 @@ class OverlayStack:
                           format_node_id(peer), self.plan.bridge.overlay_address, bridge.address_pool)
         return conflicts
 
+    def _trust_status(self) -> dict[str, Any]:
+        doc = trust_document(self.plan.certificate, datetime.datetime.now(datetime.UTC),
+                             len(self.signaling.revoked_nodes(self.overlay)))  # fmt: skip
+        if self.plan.certificate is not None:
+            doc["revocation_flood"] = self.revocations.status() if self.revocations else {"error": self._revocation_error}
+        return doc
+
     def status(self) -> dict[str, Any]:
         now = self._clock.now()
         names = self.signaling.peers(self.overlay)
@@ -644,8 +673,7 @@ class OverlayStack:
                        "last_error": error.as_dict() if (error := self.signaling.last_error(self.overlay)) else None,
                        "drops": self.signaling.drop_counts()},
             "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},
-            "trust": trust_document(self.plan.certificate, datetime.datetime.now(datetime.UTC),
-                                    len(self.signaling.revoked_nodes(self.overlay))),
+            "trust": self._trust_status(),
             "links": links,
             "link_counts": link_counts(links),
             "tunnels": {"up": self.tunnels_up, "down": self.tunnels_down, "setup_seconds": self.setup_times.as_dict()},

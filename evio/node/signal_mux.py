@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from evio.signal.errors import HandlerRejected, LoginFailure
-from evio.signal.events import E, PeerAdded, PeerRemoved, Subscription
+from evio.signal.events import E, PeerAdded, PeerRemoved, RevocationAdopted, Subscription
+from evio.signal.identity import RevocationList
 from evio.signal.interface import Handler, Signaling
 from evio.signal.protocol import Body
 
@@ -88,15 +89,21 @@ class OverlaySignaling:
     def revoked_nodes(self, overlay: str) -> frozenset[int]:
         return self._client.revoked_nodes(overlay)
 
+    def revocation_list(self, overlay: str) -> RevocationList | None:
+        return self._client.revocation_list(overlay)
+
+    def receive_revocation_list(self, text: str, source: str = "local") -> bool:
+        return self._client.receive_revocation_list(text, source)
+
     def drop_counts(self) -> dict[str, int]:
         return self._client.drop_counts()
 
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
-        if event_type not in (PeerAdded, PeerRemoved):
+        if event_type not in (PeerAdded, PeerRemoved, RevocationAdopted):
             return self._client.subscribe(event_type, callback)
 
         def ours_only(event: E) -> None:
-            if isinstance(event, PeerAdded | PeerRemoved) and event.overlay != self.overlay:
+            if isinstance(event, PeerAdded | PeerRemoved | RevocationAdopted) and event.overlay != self.overlay:
                 return
             callback(event)
 

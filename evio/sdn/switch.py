@@ -107,8 +107,11 @@ from evio.sdn.flow_actions import (
     PacketOut,
 )
 from evio.sdn.flow_book import FlowBook
+from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 from evio.sdn.link_local import LINK_LOCAL_MULTICAST_RATE, ROUTER_SOLICITATION_RATE, LinkLocalKind, link_local_kind
+from evio.sdn.neighbor_answers import NeighborAnswers, NeighborMessage
+from evio.sdn.neighbor_answers import parse as parse_neighbor
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +231,9 @@ class SwitchCounters:
                 self.checksums_completed)
 
 
+_NEIGHBOR_TYPES = (ETH_TYPE_ARP, segmentation.ETH_TYPE_IPV6)  # what may be ARP or neighbour discovery
+
+
 class BoundedFloodSwitch:
     """The controller's view of one bridge; one instance per overlay, owned by one thread."""
 
@@ -262,6 +268,7 @@ class BoundedFloodSwitch:
         self.reverse_sent = 0  # BROADCAST_REVERSE copies sent as the root
         self.reverse_forwarded = 0  # BROADCAST_REVERSE copies passed on within their bounds
         self.learning = LearningTable(mac_max_age, max_macs)
+        self.neighbors = NeighborAnswers(mac_max_age)  # local hosts' ARP and NS answered here when known
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         # (ingress port, root or None for a root not known here) -> floods passed on for it
         self.flood_budget = PeerRateLimiter[tuple[int, int | None]](Rate(FLOOD_RATE, FLOOD_BURST))
@@ -386,6 +393,10 @@ class BoundedFloodSwitch:
 
     def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
+        if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
+            self.neighbors.observe(msg, now)
+            if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
+                return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
         if eth.is_group:
             if not self._link_local_allowed(in_port, data, now):
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
@@ -405,6 +416,7 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now)
         if actions is None:
             return []
+        self._observe_neighbor(eth, data, now)
         target = self.learning.lookup(eth.dst, now)
         if target is None or target.port == in_port:
             # The sender thought we lead to it, but we know no way on (or only the way back: one of the two
@@ -417,6 +429,16 @@ class BoundedFloodSwitch:
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast(in_port, eth, target.port, data, now)
+
+    def _neighbor_answer(self, in_port: int, msg: NeighborMessage, now: float) -> bytes | None:
+        mac = self.neighbors.known_mac(msg)
+        where = self.learning.lookup(mac, now) if mac is not None else None
+        return self.neighbors.answer(msg, where is not None and where.port != in_port, now)
+
+    def _observe_neighbor(self, eth: _Frame, data: bytes, now: float) -> None:
+        """An ARP or NDP frame whose source the learning table accepted: what it says about its sender."""
+        if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
+            self.neighbors.observe(msg, now)
 
     def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes, now: float) -> list[FlowAction]:
         if out_port == in_port:
@@ -657,6 +679,7 @@ class BoundedFloodSwitch:
                 if learned is None:
                     return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
                 actions += learned
+                self._observe_neighbor(inner_eth, inner, now)
             else:
                 # A flooded unicast frame whose sender we know. Its root is the node that did not know
                 # the way on (a transit flood), not the sender's node, and the flood may have come the
@@ -757,6 +780,7 @@ class BoundedFloodSwitch:
         """Forget MACs not seen for the table's max age, and the flows towards them and from them; take
         the moves claimed while a MAC's place still spoke, if it has been silent since."""
         actions = _flows_of_macs([mac for mac, _ in self.learning.expire(now)])
+        self.neighbors.expire(now)
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)

@@ -56,6 +56,7 @@ from evio.signal.events import (
     PeerAdded,
     PeerRemoved,
     RemovalCause,
+    RevocationAdopted,
     Subscription,
 )
 from evio.signal.interface import Handler
@@ -329,6 +330,7 @@ class SignalEndpoint:
             bare = self._known.pop(key)
             self._events.publish(PeerRemoved(key[0], key[1], bare, RemovalCause.MEMBERSHIP_REVOKED))
         self._announce_again()
+        self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source))
         return True
 
     def _identity_message(self, sender: str, text: str) -> None:

@@ -51,10 +51,19 @@ class Disconnected:
     reason: str  # human-readable; for logs
 
 
-SignalEvent = PeerAdded | PeerRemoved | Connected | Disconnected
-EVENT_TYPES: tuple[type, ...] = (PeerAdded, PeerRemoved, Connected, Disconnected)
+@dataclass(frozen=True)
+class RevocationAdopted:
+    """A newer revocation list of the overlay CA was verified and adopted (trust mode)."""
 
-E = TypeVar("E", PeerAdded, PeerRemoved, Connected, Disconnected)
+    overlay: str
+    serial: int
+    source: str  # where it came from: a file, the server host, a member's presence, the overlay
+
+
+SignalEvent = PeerAdded | PeerRemoved | Connected | Disconnected | RevocationAdopted
+EVENT_TYPES: tuple[type, ...] = (PeerAdded, PeerRemoved, Connected, Disconnected, RevocationAdopted)
+
+E = TypeVar("E", PeerAdded, PeerRemoved, Connected, Disconnected, RevocationAdopted)
 
 
 class Subscription(Generic[E]):

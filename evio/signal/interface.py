@@ -12,6 +12,7 @@ from typing import Protocol
 
 from evio.signal.errors import LoginFailure
 from evio.signal.events import E, Subscription
+from evio.signal.identity import RevocationList
 from evio.signal.protocol import Body
 
 Handler = Callable[[str, int, Body], Awaitable[Body]]
@@ -44,6 +45,14 @@ class Signaling(Protocol):
 
     def revoked_nodes(self, overlay: str) -> frozenset[int]:
         """Node ids the overlay CA's newest revocation list revokes (trust mode; empty otherwise)."""
+        ...
+
+    def revocation_list(self, overlay: str) -> RevocationList | None:
+        """The overlay CA's newest verified revocation list held here (trust mode), to pass on."""
+        ...
+
+    def receive_revocation_list(self, text: str, source: str = "local") -> bool:
+        """A revocation list from anywhere (a file, the overlay): adopted if it verifies and is newer."""
         ...
 
     def drop_counts(self) -> dict[str, int]:

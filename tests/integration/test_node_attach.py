@@ -176,9 +176,12 @@ def test_a_container_a_site_lan_and_a_vm_on_the_overlay_and_ipv6_link_local_betw
         ip -n {ns['vm']} address add {vm} dev eth0
     """)
     relay = subprocess.Popen(["ip", "netns", "exec", n2, sys.executable, "-c", _VM_RELAY, "tapvm1", "vmwire"],
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert relay.stdout is not None and relay.stdout.readline().strip() == "ready"
+        assert relay.stdout is not None and relay.stderr is not None
+        if relay.stdout.readline().strip() != "ready":
+            relay.kill()
+            pytest.fail(f"the VM's relay did not start: {relay.stderr.read()}\n{sh(n2, 'ip -o link').stdout}")
 
         # -- every workload reaches every other and both nodes -------------------------------------------
         workloads = {"c1": (ns["c1"], c1), "h1": (ns["h1"], h1), "h2": (ns["h2"], h2), "vm": (ns["vm"], vm)}

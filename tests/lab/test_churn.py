@@ -26,11 +26,13 @@ super-frames of up to 64 KiB; it finishes the one and segments the other to fit 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,8 +63,11 @@ from scenario_lab import (
 )
 
 from evio.lab.lab import Lab
+from evio.lab.services import ServicePaths
+from evio.signal import identity
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure, ring_shortfall
+from evio.tunnel.overlay_ca import load_ca_key
 
 pytestmark = pytest.mark.integration
 
@@ -78,6 +83,7 @@ MAX_PING_LOSS = 0.01  # the target, over all stable pairs
 MAX_PAIR_PING_LOSS = 0.025
 DAEMON_RESTART_TARGET = 5.0
 QUIET = 3.0
+REVOCATION_BOUND = 5.0 + 2.0  # issue 21's 5 s, plus the revocation file's poll (2 s) the test starts from
 DAEMON_RESTART_BOUND = 15.0  # what the test insists on; the 5 s target is checked (and reported) apart
 KNOWN_MISS_RESTART = (
     "known miss on a loaded 2-core machine: a restarted daemon needs 1.3-2.1 s to answer (Python imports, OVS), "
@@ -367,6 +373,75 @@ def test_prosody_restarted_every_node_logs_in_again_and_tunnels_stay(whole: Over
     figures.record(Figure("F4", "prosody restarted: ping over the tunnels lost", lost, "", target="0",
                           note=f"of {sent} probes"))
     assert lost == 0, f"{lost} of {sent} pings lost while only the XMPP server was down"
+
+
+def test_revocation_spreads_over_the_overlay_with_the_xmpp_server_down(whole: Overlay, figures: FigureBook) -> None:
+    """Issue 21 (M2): in trust mode revoking a member must not depend on the XMPP server. With prosody
+    stopped, a revocation list dropped on one node (its revoked.json, beside its own copy of the overlay
+    CA) can reach the others only over the overlay (evio/node/revocation_flood.py); every node's links to
+    the revoked member must close."""
+    lab = whole.lab
+    source, target = whole.stable[0], whole.stable[len(whole.stable) // 2]
+    target_id = lab.node(target).node_id
+    ca_key = load_ca_key(ServicePaths(lab.directory).pki_dir / "overlay" / "ca.key")
+    others = [n.index for n in lab.nodes if n.index != target]
+    serial = 1 + max(flood_serial(lab, i) for i in others)
+
+    def revoked_everywhere() -> list[int]:
+        """The nodes (not the target) that still hold an older list or a link up to the target."""
+        missing = []
+        for index in others:
+            status = overlay_status(lab, index)
+            if status is None or status["trust"]["revocation_flood"].get("serial") != serial or any(
+                link["peer"] == target_id and link["state"] == "up" for link in status["links"]
+            ):
+                missing.append(index)
+        return missing
+
+    revoked_file = revocation_file(lab, source)
+    lab.stop_service("prosody")
+    try:
+        wait_for(lambda: [i for i in others if signal_connected(lab, i)], lambda up: up == [], 30,
+                 "every node noticing prosody gone")
+        now = int(time.time())
+        write_list(revoked_file, identity.sign_list(ca_key, lab.plan.overlay, serial, now, {int(target_id, 16): now + 86400}))
+        started = time.monotonic()
+        wait_for(revoked_everywhere, lambda missing: missing == [], 30,
+                 f"every node holding list {serial} and no link up to {target_id}", poll=0.1)
+        elapsed = time.monotonic() - started
+        adopted = sum(flood_counts(lab, i).get("adopted", 0) > 0 for i in others if i != source)
+    finally:  # a newer, empty list lets the member back in; prosody carries it to the member itself
+        write_list(revoked_file, identity.sign_list(ca_key, lab.plan.overlay, serial + 1, int(time.time()), {}))
+        lab.start_service("prosody")
+    figures.record(Figure("M2", "revocation with the XMPP server down: list on every node, links to the member "
+                          "closed, after", elapsed, "s", target="5",
+                          note=f"from the file written on one node (read every 2 s); {adopted} of {len(others) - 1} "
+                               "nodes took it from the overlay"))  # fmt: skip
+    assert adopted == len(others) - 1, "a node took the list from somewhere other than the overlay"
+    assert elapsed < REVOCATION_BOUND, f"revocation over the overlay took {elapsed:.1f} s"
+
+
+def flood_serial(lab: Lab, index: int) -> int:
+    status = overlay_status(lab, index)
+    assert status is not None, f"node {index} does not answer"
+    return int(status["trust"]["revocation_flood"]["serial"])
+
+
+def flood_counts(lab: Lab, index: int) -> dict[str, int]:
+    status = overlay_status(lab, index)
+    assert status is not None, f"node {index} does not answer"
+    return dict(status["trust"]["revocation_flood"]["counts"])
+
+
+def revocation_file(lab: Lab, index: int) -> Path:
+    config = json.loads(lab.node(index).config_path.read_text())
+    return Path(config["overlays"][lab.plan.overlay]["trust"]["ca_file"]).parent / "revoked.json"
+
+
+def write_list(path: Path, rl: identity.RevocationList) -> None:
+    part = path.with_suffix(".part")
+    part.write_text(identity.list_to_text(rl))
+    part.replace(path)
 
 
 def test_coturn_restarted_relayed_links_come_back(whole: Overlay, figures: FigureBook) -> None:

@@ -172,6 +172,7 @@ def test_node_config_with_a_trust_anchor_loads(tmp_path: Path) -> None:
     )
     assert doc["overlays"]["ov1"]["trust"] == section
     trust = loads_config(json.dumps(doc), tmp_path).overlays["ov1"].trust
-    assert trust is not None and trust.ca_file == overlay_ca.cert_path
+    assert trust is not None and trust.ca_file == tmp_path / "trust" / "ca.crt"  # the node's own copy
+    assert trust.ca_file.read_bytes() == overlay_ca.cert_path.read_bytes()
     assert (tmp_path / "trust" / "node.key").stat().st_mode & 0o077 == 0
 

@@ -18,6 +18,7 @@ session that claims another id gives up the account's own (`evio.signal.peers`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -41,7 +42,7 @@ step = st.one_of(
 )
 
 
-async def run(steps: list[tuple], trust: bool) -> None:
+async def run(steps: list[tuple], trust: bool, record: Callable[[str], None] = event) -> None:
     tf = TrustFleet(COUNT, trust)
     fleet, hub, clock = tf.fleet, tf.fleet.signal_hub, tf.clock
     removed: set[int] = set()
@@ -74,7 +75,7 @@ async def run(steps: list[tuple], trust: bool) -> None:
         await wait_until(owners_keep_their_ids, 10.0, what="fleet up", clock=clock)
         for n, op in enumerate(steps):
             kind, victim = op[0], op[1]
-            event(kind)
+            record(kind)  # hypothesis's statistics (its `event` works only inside a @given test)
             if kind == "squat":
                 squatter, target, with_cert = op[1], op[2], op[3]
                 if squatter in removed or squatter == target:
@@ -133,10 +134,12 @@ def test_owners_keep_their_ids_and_removed_members_lose_every_tunnel(steps: list
 
 # Found by the property above (issue 21, M2 not closed): node5's own account holds a second session that claims
 # node5's id when node5's session ends with the relogin status and the group edit removes the account; a tunnel
-# to node5 outlives the 5 s bound. Strict: when it is fixed this test says so.
-@pytest.mark.xfail(strict=True, reason="open: removal while a second session of the account claims the id (issue 21)")
+# to node5 outlives the 5 s bound. Strict, and only on the AssertionError of that wait (until 2026-11-27 it "failed"
+# on hypothesis.event called outside a @given test, which hid whether the gap was still there: it is).
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="open: removal while a second session of the account claims the id (issue 21)")
 def test_known_gap_removal_while_a_second_session_of_the_account_claims_its_id() -> None:
     steps = [("delete", 1), ("squat", 4, 5, False), ("squat", 5, 2, True), ("squat", 2, 1, True),
              ("squat", 2, 1, True), ("squat", 5, 5, True), ("relogin status end", 5), ("squat", 3, 2, True)]
-    asyncio.run(run(steps, True))
+    asyncio.run(run(steps, True, record=lambda _: None))
 

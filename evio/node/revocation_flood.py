@@ -1,0 +1,243 @@
+"""Revocation lists spread through the overlay itself, not only through the XMPP server (issue 21, M2).
+
+In trust mode a member is revoked by a list the overlay CA signs (`evio.signal.identity`). The list travels
+in presence, but presence is the XMPP server's to pass on, and trust mode exists so that nothing depends on
+that server: one that is down, broken into, or stripping the list must not keep a revoked member in. The
+list is signed, so any node may carry it. Each node puts it on its overlay bridge's own interface as
+Ethernet broadcasts of an ethertype of its own; Bounded Flood carries a broadcast to every node of the
+overlay, and each node reads the others' off the same interface:
+
+1. A node that adopts a newer list from anywhere but the overlay (the revocation file an operator dropped
+   on it, the server host's message, a member's presence) broadcasts it once; the flood reaches every node
+   that is linked. A list adopted from the overlay is not sent again: it reached the others already.
+2. A node broadcasts HAVE (its serial, no list) when one of its links comes up, so a node that joins, or a
+   part of the ring that was cut off, learns what it missed: a node holding a newer list answers HAVE, and
+   any older list that comes by, with its own (at most once per `ANSWER_INTERVAL`).
+
+Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, ethertype `ETHERTYPE`):
+
+    magic "EVRL" | version (1) | kind (1) | serial (8) | index (1) | count (1) | chunk of the list's text
+
+Everything that comes in is bounded before it costs anything: only lists newer than ours are assembled, at
+most `MAX_PENDING` at once (the oldest given up), each of at most `MAX_CHUNKS` chunks and
+`identity.MAX_DOCUMENT_BYTES`, and given up after `ASSEMBLY_TIMEOUT`. Checking the signature is the signal
+endpoint's (`bad_revocation`; a refused signature is not checked twice); what this module refuses is counted
+by reason in `counts`. A member that floods such frames is held by the switch's flood budget per port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from evio.clock import REAL_CLOCK, Clock, Timer
+from evio.signal.events import RevocationAdopted, Subscription
+from evio.signal.identity import MAX_DOCUMENT_BYTES, list_to_text
+from evio.signal.interface import Signaling
+
+log = logging.getLogger(__name__)
+
+ETHERTYPE = 0x88B5  # IEEE 802 "local experimental ethertype 1": never another protocol's
+BROADCAST = b"\xff" * 6
+MAGIC = b"EVRL"
+VERSION = 1
+HEADER = struct.Struct("!4sBBQBB")
+HAVE, LIST = 1, 2
+CHUNK = 1200  # of the list's text per frame: within the smallest tunnel MTU evio sets
+MAX_CHUNKS = -(-MAX_DOCUMENT_BYTES // CHUNK)
+MAX_PENDING = 4
+ASSEMBLY_TIMEOUT = 5.0
+ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
+HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
+READ_BATCH = 64
+
+
+@dataclass
+class _Assembly:
+    count: int
+    started: float
+    chunks: dict[int, bytes] = field(default_factory=dict)
+
+
+class RevocationFlood:
+    """One overlay's revocation lists on its bridge's interface `ifname` (trust mode only)."""
+
+    def __init__(self, overlay: str, ifname: str, signaling: Signaling, clock: Clock = REAL_CLOCK) -> None:
+        self.overlay = overlay
+        self.ifname = ifname
+        self._signaling = signaling
+        self._clock = clock
+        self.counts: Counter[str] = Counter()  # sent and received by kind, dropped by reason
+        self._sock: socket.socket | None = None
+        self._subscription: Subscription[RevocationAdopted] | None = None
+        self._pending: dict[tuple[bytes, int], _Assembly] = {}  # (sender MAC, serial) -> chunks so far
+        self._last_answer = float("-inf")
+        self._last_have = float("-inf")
+        self._have_timer: Timer | None = None
+
+    def start(self) -> None:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETHERTYPE))
+        try:
+            sock.bind((self.ifname, ETHERTYPE))
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
+        self._subscription = self._signaling.subscribe(RevocationAdopted, self._adopted)
+
+    def stop(self) -> None:
+        if self._subscription is not None:
+            self._subscription.cancel()
+            self._subscription = None
+        if self._have_timer is not None:
+            self._have_timer.cancel()
+            self._have_timer = None
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        self._pending.clear()
+
+    def status(self) -> dict[str, Any]:
+        rl = self._signaling.revocation_list(self.overlay)
+        return {"interface": self.ifname, "serial": rl.serial if rl else 0, "counts": dict(sorted(self.counts.items()))}
+
+    # -- what the node tells it ---------------------------------------------------------------
+
+    def link_up(self) -> None:
+        """A link came up: say which list we hold (folded with the other link-ups of `HAVE_INTERVAL`)."""
+        if self._have_timer is not None:
+            return
+        wait = self._last_have + HAVE_INTERVAL - self._clock.now()
+        if wait <= 0:
+            self._send_have()
+        else:
+            self._have_timer = self._clock.call_later(wait, self._send_have)
+
+    def _adopted(self, event: RevocationAdopted) -> None:
+        if event.overlay == self.overlay and not event.source.startswith("overlay"):
+            self._send_list()
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def _serial(self) -> int:
+        rl = self._signaling.revocation_list(self.overlay)
+        return rl.serial if rl is not None else 0
+
+    def _send_have(self) -> None:
+        self._have_timer = None
+        self._last_have = self._clock.now()
+        if self._send(HEADER.pack(MAGIC, VERSION, HAVE, self._serial(), 0, 0)):
+            self.counts["sent_have"] += 1
+
+    def _send_list(self) -> None:
+        rl = self._signaling.revocation_list(self.overlay)
+        if rl is None:
+            return
+        text = list_to_text(rl).encode()
+        chunks = [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
+        for index, chunk in enumerate(chunks):
+            if not self._send(HEADER.pack(MAGIC, VERSION, LIST, rl.serial, index, len(chunks)) + chunk):
+                return
+        self.counts["sent_list"] += 1
+        log.info("revocation list serial=%d broadcast on overlay %s (%d frames)", rl.serial, self.overlay, len(chunks))
+
+    def _answer(self) -> None:
+        """Someone holds an older list than ours: broadcast ours, at most once per `ANSWER_INTERVAL`."""
+        now = self._clock.now()
+        if now - self._last_answer < ANSWER_INTERVAL:
+            self.counts["answer_held"] += 1
+            return
+        self._last_answer = now
+        self._send_list()
+
+    def _send(self, frame: bytes) -> bool:
+        if self._sock is None:
+            return False
+        try:
+            self._sock.sendto(frame, (self.ifname, ETHERTYPE, 0, 0, BROADCAST))
+        except OSError as exc:  # a full queue or the interface gone: the next HAVE or answer makes up for it
+            self.counts["send_failed"] += 1
+            log.debug("revocation flood send on %s failed: %s", self.ifname, exc)
+            return False
+        return True
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def _readable(self) -> None:
+        if self._sock is None:
+            return
+        for _ in range(READ_BATCH):
+            try:
+                data, address = self._sock.recvfrom(2048)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.counts["read_failed"] += 1
+                log.debug("revocation flood read on %s failed: %s", self.ifname, exc)
+                return
+            if address[2] == socket.PACKET_OUTGOING:
+                continue  # our own broadcast, seen leaving
+            self.receive(data, bytes(address[4][:6]))
+
+    def receive(self, data: bytes, sender: bytes) -> None:
+        """One frame's payload from MAC `sender`."""
+        if len(data) < HEADER.size:
+            self.counts["dropped_short"] += 1
+            return
+        magic, version, kind, serial, index, count = HEADER.unpack_from(data)
+        if magic != MAGIC or version != VERSION or kind not in (HAVE, LIST):
+            self.counts["dropped_malformed"] += 1
+            return
+        self.counts["received_have" if kind == HAVE else "received_frame"] += 1
+        ours = self._serial()
+        if serial < ours:
+            self._answer()
+            return
+        if kind == HAVE:
+            if serial > ours:
+                self.link_up()  # they hold a newer one: our HAVE makes them send it
+            return
+        if serial == ours:
+            return
+        if not 0 <= index < count <= MAX_CHUNKS or len(data) - HEADER.size > CHUNK:
+            self.counts["dropped_malformed"] += 1
+            return
+        self._collect(sender, serial, index, count, data[HEADER.size :])
+
+    def _collect(self, sender: bytes, serial: int, index: int, count: int, chunk: bytes) -> None:
+        now = self._clock.now()
+        for key in [k for k, a in self._pending.items() if now - a.started > ASSEMBLY_TIMEOUT]:
+            del self._pending[key]
+            self.counts["dropped_incomplete"] += 1
+        key = (sender, serial)
+        assembly = self._pending.get(key)
+        if assembly is None:
+            if len(self._pending) >= MAX_PENDING:
+                del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
+                self.counts["dropped_incomplete"] += 1
+            assembly = self._pending[key] = _Assembly(count, now)
+        if assembly.count != count:
+            self.counts["dropped_malformed"] += 1
+            return
+        assembly.chunks[index] = chunk
+        if len(assembly.chunks) < count:
+            return
+        del self._pending[key]
+        try:
+            text = b"".join(assembly.chunks[i] for i in range(count)).decode()
+        except UnicodeDecodeError:
+            self.counts["dropped_malformed"] += 1
+            return
+        mac = sender.hex(":")
+        if self._signaling.receive_revocation_list(text, f"overlay {mac}"):
+            self.counts["adopted"] += 1
+        else:
+            self.counts["not_adopted"] += 1  # the endpoint counted and logged why (bad_revocation)

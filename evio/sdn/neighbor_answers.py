@@ -1,0 +1,218 @@
+"""ARP and IPv6 neighbour solicitations answered by the local switch for addresses the overlay knows (issue 23).
+
+Every first contact on the overlay starts with an ARP request or a neighbour solicitation, a broadcast or
+multicast that Bounded Flood carries to every node: in a 32-node lab, `evio lab pingall`'s 992 first contacts
+were 992 overlay-wide floods at once. The switch sees every such frame that reaches a controller (floods always
+do, as does the first frame of a new unicast pair), so it keeps what they say, address to MAC, and answers a
+local host itself when it knows the answer (as EVPN's ARP/ND suppression does): the request crosses no tunnel.
+
+When it answers, and when it does not (the request is then flooded as before, so nothing breaks):
+
+- only requests from a leaf port (a local host), never requests arriving from peers: the node that flooded
+  them already chose to;
+- only for an address learned from a frame whose link-layer address (ARP's sender, an NS's source or an NA's
+  target link-layer option) is the frame's Ethernet source, and whose source the learning table accepted (so
+  the rules on who may move a MAC apply to it too), heard within `max_age`;
+- only while that MAC is itself live in the learning table, and not on the asking port (a LAN segment answers
+  for itself);
+- never for an address two MACs claimed within `max_age` (a move, a duplicate, or a member lying about
+  another's address): it is *contested* until one MAC alone has spoken for it for `max_age`, and its requests
+  are flooded, so every owner answers as on any Ethernet;
+- never for probes (ARP from 0.0.0.0, duplicate address detection from ::) or announcements;
+- IPv6 only for an address learned from a neighbour advertisement, whose router flag the answer repeats: a
+  wrong router flag would make the asker drop its default router (RFC 4861 7.2.5).
+
+The table is bounded (`max_entries`, least recently heard out first), so frames from invented senders cost a
+member only its own entries. Pure: no clock, no I/O; times come in as arguments.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from evio.sdn.frb import format_mac, parse_mac
+from evio.sdn.garp import ETH_MIN_FRAME_LEN, ETH_TYPE_ARP, ArpOp, parse_arp
+from evio.tcpip import finish, ones_sum
+
+MAX_ENTRIES = 8192
+ETH_TYPE_IPV6 = 0x86DD
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_ARP = struct.Struct("!6s6sHHHBBH6s4s6s4s")
+_IPV6 = struct.Struct("!IHBB16s16s")  # version/class/flow, payload length, next header, hop limit, src, dst
+_ICMPV6 = 58
+_NS, _NA = 135, 136
+_NA_ROUTER, _NA_SOLICITED, _NA_OVERRIDE = 0x80000000, 0x40000000, 0x20000000
+_OPT_SOURCE_LL, _OPT_TARGET_LL = 1, 2
+_UNSPECIFIED4, _UNSPECIFIED6 = ipaddress.IPv4Address(0), ipaddress.IPv6Address(0)
+
+
+class Kind(enum.Enum):
+    REQUEST = "request"  # ARP request, neighbour solicitation: may be answered
+    SPEAKS = "speaks"  # ARP reply or announcement, neighbour advertisement: only learned from
+
+
+@dataclass(frozen=True, slots=True)
+class NeighborMessage:
+    """What an ARP or NDP frame says, in one shape for both families."""
+
+    kind: Kind
+    eth_src: str
+    sender_mac: str | None  # the link-layer address it gives for `sender_ip` (None: none given)
+    sender_ip: IPAddress | None  # the address it speaks for (None or unspecified: a probe)
+    target_ip: IPAddress | None  # a request's question
+    router: bool | None = None  # a neighbour advertisement's router flag (None: ARP, or a solicitation)
+    announcement: bool = False  # gratuitous ARP: meant for everyone, never answered
+
+
+def parse(frame: bytes) -> NeighborMessage | None:
+    """The ARP or NDP message in an untagged frame, or None (no exception for bad input)."""
+    if len(frame) < 14:
+        return None
+    ethertype = int.from_bytes(frame[12:14], "big")
+    if ethertype == ETH_TYPE_ARP:
+        arp = parse_arp(frame)
+        if arp is None:
+            return None
+        kind = Kind.REQUEST if arp.op is ArpOp.REQUEST else Kind.SPEAKS
+        return NeighborMessage(kind, arp.eth_src, arp.sender_mac, arp.sender_ip, arp.target_ip,
+                               announcement=arp.is_gratuitous)  # fmt: skip
+    if ethertype == ETH_TYPE_IPV6:
+        return _parse_nd(frame)
+    return None
+
+
+def _parse_nd(frame: bytes) -> NeighborMessage | None:
+    if len(frame) < 14 + _IPV6.size + 24:
+        return None
+    _, length, next_header, hop_limit, src, _ = _IPV6.unpack_from(frame, 14)
+    icmp = frame[14 + _IPV6.size : 14 + _IPV6.size + length]
+    # RFC 4861 7.1.1/7.1.2: hop limit 255 (from the link itself), no extension headers here, code 0.
+    if next_header != _ICMPV6 or hop_limit != 255 or len(icmp) < 24 or len(icmp) != length or icmp[1] != 0:
+        return None
+    kind, flags, target = icmp[0], int.from_bytes(icmp[4:8], "big"), ipaddress.IPv6Address(icmp[8:24])
+    if kind not in (_NS, _NA) or target.is_multicast:
+        return None
+    option = _link_layer_option(icmp[24:], _OPT_SOURCE_LL if kind == _NS else _OPT_TARGET_LL)
+    eth_src = format_mac(frame[6:12])
+    if kind == _NS:
+        source = ipaddress.IPv6Address(src)
+        return NeighborMessage(Kind.REQUEST, eth_src, option, source, target)
+    return NeighborMessage(Kind.SPEAKS, eth_src, option, target, None, router=bool(flags & _NA_ROUTER))
+
+
+def _link_layer_option(options: bytes, wanted: int) -> str | None:
+    """The Ethernet address in option `wanted` (RFC 4861 4.6.1), or None; malformed options end the walk."""
+    while len(options) >= 8:
+        kind, units = options[0], options[1]
+        if units == 0 or units * 8 > len(options):
+            return None
+        if kind == wanted and units == 1:
+            return format_mac(options[2:8])
+        options = options[units * 8 :]
+    return None
+
+
+@dataclass
+class _Entry:
+    mac: str
+    seen: float
+    router: bool | None = None  # IPv6: from the last advertisement
+    contested_until: float = 0.0  # another MAC spoke for the address: no answers before this
+
+
+class NeighborAnswers:
+    def __init__(self, max_age: float = 300.0, max_entries: int = MAX_ENTRIES) -> None:
+        self.max_age = max_age
+        self.max_entries = max_entries
+        self._entries: OrderedDict[IPAddress, _Entry] = OrderedDict()  # least recently heard first
+        self.answered = 0  # requests answered here instead of flooded
+        self.contested = 0  # addresses two MACs spoke for within max_age
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def observe(self, msg: NeighborMessage, now: float) -> None:
+        """A frame whose Ethernet source the learning table accepted: remember who spoke for its address."""
+        ip = msg.sender_ip
+        if msg.sender_mac != msg.eth_src or ip is None or ip.is_unspecified or ip.is_multicast:
+            return  # a probe, a frame without a link-layer address, or one speaking for another MAC
+        entry = self._entries.get(ip)
+        if entry is None:
+            entry = self._entries[ip] = _Entry(msg.sender_mac, now)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+                self.evicted += 1
+        elif entry.mac != msg.sender_mac:
+            if now - entry.seen < self.max_age:
+                if entry.contested_until <= now:
+                    self.contested += 1
+                entry.contested_until = now + self.max_age
+            entry.mac, entry.router = msg.sender_mac, None  # the latest claim; not answered while contested
+        entry.seen = now
+        if msg.router is not None:
+            entry.router = msg.router
+        self._entries.move_to_end(ip)
+
+    def known_mac(self, msg: NeighborMessage) -> str | None:
+        """The MAC a request would be answered with (None: none, or not a request answered here)."""
+        if not _answerable(msg) or msg.target_ip is None:
+            return None
+        entry = self._entries.get(msg.target_ip)
+        return entry.mac if entry is not None else None
+
+    def answer(self, msg: NeighborMessage, mac_is_live: bool, now: float) -> bytes | None:
+        """The reply to give a local host's request in place of a flood, or None to flood it.
+
+        `mac_is_live`: whether the learning table holds `known_mac(msg)` on another port than the request's."""
+        if not _answerable(msg) or msg.target_ip is None or msg.sender_ip is None or msg.sender_mac is None:
+            return None
+        entry = self._entries.get(msg.target_ip)
+        if entry is None or not mac_is_live or now - entry.seen > self.max_age or entry.contested_until > now:
+            return None
+        if isinstance(msg.target_ip, ipaddress.IPv4Address) and isinstance(msg.sender_ip, ipaddress.IPv4Address):
+            reply = arp_reply(entry.mac, msg.target_ip, msg.sender_mac, msg.sender_ip)
+        elif isinstance(msg.target_ip, ipaddress.IPv6Address) and isinstance(msg.sender_ip, ipaddress.IPv6Address):
+            if entry.router is None:
+                return None  # never heard advertise itself: its router flag is not known
+            reply = neighbor_advertisement(entry.mac, msg.target_ip, entry.router, msg.sender_mac, msg.sender_ip)
+        else:
+            return None
+        self.answered += 1
+        return reply
+
+    def expire(self, now: float) -> None:
+        while self._entries:
+            ip, entry = next(iter(self._entries.items()))
+            if now - entry.seen <= self.max_age:
+                return
+            del self._entries[ip]
+
+
+def _answerable(msg: NeighborMessage) -> bool:
+    ip = msg.sender_ip
+    return msg.kind is Kind.REQUEST and not msg.announcement and ip is not None and not ip.is_unspecified
+
+
+def arp_reply(mac: str, address: ipaddress.IPv4Address, to_mac: str, to_address: ipaddress.IPv4Address) -> bytes:
+    """The unicast reply telling `to_mac` (at `to_address`) that `address` is at `mac`."""
+    sha, tha = parse_mac(mac), parse_mac(to_mac)
+    frame = _ARP.pack(tha, sha, ETH_TYPE_ARP, 1, 0x0800, 6, 4, ArpOp.REPLY, sha, address.packed, tha,
+                      to_address.packed)  # fmt: skip
+    return frame.ljust(ETH_MIN_FRAME_LEN, b"\x00")
+
+
+def neighbor_advertisement(mac: str, address: ipaddress.IPv6Address, router: bool, to_mac: str,
+                           to_address: ipaddress.IPv6Address) -> bytes:  # fmt: skip
+    """The solicited advertisement telling `to_mac` (at `to_address`) that `address` is at `mac`."""
+    flags = _NA_SOLICITED | _NA_OVERRIDE | (_NA_ROUTER if router else 0)
+    body = bytearray(struct.pack("!BBHI16sBB6s", _NA, 0, 0, flags, address.packed, _OPT_TARGET_LL, 1, parse_mac(mac)))
+    pseudo = address.packed + to_address.packed + len(body).to_bytes(4, "big") + bytes(3) + bytes([_ICMPV6])
+    body[2:4] = finish(ones_sum(pseudo) + ones_sum(body)).to_bytes(2, "big")
+    ip = _IPV6.pack(6 << 28, len(body), _ICMPV6, 255, address.packed, to_address.packed)
+    return parse_mac(to_mac) + parse_mac(mac) + ETH_TYPE_IPV6.to_bytes(2, "big") + ip + bytes(body)

@@ -1,0 +1,76 @@
+"""ARP answered by the local switch in a real overlay (issue 23): daemons, OVS, os-ken, tunnels, NATs.
+
+node2 pings node3 first: its ARP request floods the overlay and every switch it reaches learns node2's
+address. Then a host on node1 asks for node2's address: node1's switch answers on the asking port, and
+node1 originates no broadcast (its status counter `broadcasts_originated` does not move). The asking host
+is a raw packet socket on node1's bridge interface, so the kernel's own ARP cache plays no part; it times
+each answer. Run with -s for the times.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from evio.lab.daemons import Topology
+from evio.testing.labs import LabFactory
+from evio.testing.waiting import wait_for_value
+
+pytestmark = pytest.mark.integration
+
+ASKS = 50
+_ASK = """
+import json, socket, struct, sys, time
+ifname, src_ip, target_ip, asks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+mac = bytes.fromhex(open(f"/sys/class/net/{ifname}/address").read().strip().replace(":", ""))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
+s.bind((ifname, 0x0806))
+s.settimeout(2.0)
+request = struct.pack("!6s6sHHHBBH6s4s6s4s", b"\\xff" * 6, mac, 0x0806, 1, 0x0800, 6, 4, 1, mac,
+                      socket.inet_aton(src_ip), bytes(6), socket.inet_aton(target_ip)).ljust(60, b"\\0")
+times, answers = [], set()
+for _ in range(asks):
+    start = time.perf_counter()
+    s.send(request)
+    try:
+        while True:
+            frame = s.recv(2048)
+            op, sha, spa = struct.unpack_from("!H6s4s", frame, 20)
+            if op == 2 and spa == socket.inet_aton(target_ip) and frame[:6] == mac:
+                times.append(time.perf_counter() - start)
+                answers.add(sha.hex(":"))
+                break
+    except TimeoutError:
+        pass
+    time.sleep(0.02)
+print(json.dumps({"times": times, "answers": sorted(answers)}))
+"""
+
+
+def test_an_arp_for_a_known_overlay_address_is_answered_by_the_local_switch(lab_factory: LabFactory) -> None:
+    lab = lab_factory(nodes=3, nat="mixed", topology={"successors": 2}, daemons=True)
+    wait_for_value(lab.topology, lambda t: _full_mesh(t, 3), 90, what="every pair of the 3 nodes linked")
+    ip2, ip3 = (str(lab.node(i).overlay_address.ip) for i in (2, 3))
+    assert lab.exec(2, ["ping", "-c", "2", "-i", "0.2", "-W", "2", ip3], check=False, timeout=20).returncode == 0
+
+    def originated() -> int:
+        return int(lab.daemon_status(1)["overlays"][lab.plan.overlay]["switch"]["broadcasts_originated"])
+
+    before = originated()
+    done = lab.exec(1, [sys.executable, "-c", _ASK, "evbr-ov1", str(lab.node(1).overlay_address.ip), ip2, str(ASKS)],
+                    timeout=120)  # fmt: skip
+    result = json.loads(done.stdout)
+    times = sorted(result["times"])
+    bridge_mac = lab.exec(2, ["cat", "/sys/class/net/evbr-ov1/address"]).stdout.strip()
+    print(f"\n[arp local] {len(times)} of {ASKS} answered; median {times[len(times) // 2] * 1e3:.3f} ms, "
+          f"p90 {times[int(len(times) * 0.9)] * 1e3:.3f} ms; broadcasts originated by node1: {originated() - before}")
+    assert result["answers"] == [bridge_mac], "answered with another MAC than node2's bridge"
+    assert len(times) == ASKS
+    assert originated() == before, "node1 flooded a request its switch could answer"
+
+
+def _full_mesh(topo: Topology, n: int) -> bool:
+    up = {frozenset((link.node, link.peer)) for link in topo.links if link.state == "up" and link.port is not None}
+    return len(topo.live) == n and len(up) == n * (n - 1) // 2
