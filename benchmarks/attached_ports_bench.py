@@ -38,15 +38,20 @@ PORT = 5211
 def container(lab: Lab, index: int, netns: str, address: IPv4Interface) -> None:
     """docs/operations.md's container recipe on node `index`, the veth named vc<index>."""
     evio = " ".join([*lab.evio_command(index)])
+    # sysfs as the node sees it (`ip netns exec` mounts its own); the recipe itself runs by nsenter, so the
+    # namespace `ip netns add` makes outlives the shell (under `ip netns exec` its mount would not).
+    mtu = subprocess.run(["ip", "netns", "exec", lab.netns(index), "cat", "/sys/class/net/evbr-ov1/mtu"],
+                         check=True, capture_output=True, text=True).stdout.strip()
     script = f"""
-        MTU=$(cat /sys/class/net/evbr-ov1/mtu)
+        MTU={mtu}
         ip netns add {netns}
         ip link add vc{index} mtu $MTU type veth peer name eth0 mtu $MTU netns {netns}
         ip -n {netns} link set eth0 up
         ip -n {netns} address add {address} dev eth0
         {evio} attach ov1 vc{index} --config {lab.node(index).config_path}
     """
-    subprocess.run(["ip", "netns", "exec", lab.netns(index), "sh", "-ec", script], check=True, capture_output=True)
+    subprocess.run(["nsenter", f"--net=/run/netns/{lab.netns(index)}", "sh", "-ec", script], check=True,
+                   capture_output=True)
 
 
 def container_run(client_ns: str, server_ns: str, server: IPv4Interface, seconds: float) -> float | None:

@@ -53,9 +53,19 @@ while True:
 
 
 def sh(netns: str, script: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """A recipe's lines, run as root in `netns` (the node's, as an operator types them on the node)."""
-    return subprocess.run(["ip", "netns", "exec", netns, "sh", "-ec", script], capture_output=True, text=True,
-                          timeout=60, check=check)
+    """A recipe's lines, run as root in `netns` (the node's, as an operator types them on the node).
+
+    By nsenter into the network namespace only, not `ip netns exec`: that one runs in a mount namespace of
+    its own, so a namespace the recipe makes with `ip netns add` would die with the shell (its name is a
+    bind mount) and take its veths along. The price: /sys here is the host's, so `sysfs()` reads it."""
+    return subprocess.run(["nsenter", f"--net=/run/netns/{netns}", "sh", "-ec", script], capture_output=True,
+                          text=True, timeout=60, check=check)
+
+
+def sysfs(netns: str, path: str) -> str:
+    """A file of /sys as `netns` sees it (`ip netns exec` mounts its sysfs)."""
+    return subprocess.run(["ip", "netns", "exec", netns, "cat", path], capture_output=True, text=True, timeout=10,
+                          check=True).stdout.strip()
 
 
 def recipe(name: str) -> str:
@@ -67,10 +77,13 @@ def recipe(name: str) -> str:
 
 def type_recipe(lab: Lab, index: int, name: str, renames: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run a recipe on node `index` as root, with `evio` and `ovs-vsctl` the node's own (its daemon's
-    config, its Open vSwitch) and the names in `renames` replaced (whole words)."""
+    config, its Open vSwitch), the names in `renames` replaced (whole words), and the bridge's MTU read
+    from the node's sysfs (see `sh`)."""
     script = recipe(name)
     for old, new in renames.items():
         script = re.sub(rf"\b{re.escape(old)}\b", new, script)
+    mtu_file = f"/sys/class/net/{BRIDGE}/mtu"
+    script = script.replace(f"$(cat {mtu_file})", sysfs(lab.netns(index), mtu_file))
     evio_argv = shlex.join([*lab.evio_command(index)])
     prelude = (f"export OVS_RUNDIR={shlex.quote(str(lab.ovs(index).run_dir))}\n"
                f"evio() {{ {evio_argv} \"$@\" --config {shlex.quote(str(lab.node(index).config_path))}; }}\n")
@@ -121,7 +134,7 @@ def test_a_container_a_site_lan_and_a_vm_on_the_overlay_and_ipv6_link_local_betw
     topo = wait_for_value(lab.topology, lambda t: len(t.live) == 2 and any(link.state == "up" for link in t.links),
                           RING_TIMEOUT, what="a link between the two nodes")
     assert topo.links
-    mtu = sh(n1, f"cat /sys/class/net/{BRIDGE}/mtu").stdout.strip()
+    mtu = sysfs(n1, f"/sys/class/net/{BRIDGE}/mtu")
     # The addresses the recipes give (10.254.0.201 to the container), in the lab's overlay subnet.
     c1, h1, h2, vm = (host_address(lab, offset) for offset in (201, 202, 203, 204))
 
