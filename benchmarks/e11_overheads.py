@@ -49,7 +49,7 @@ from tunnel_bench import NAT_PAIRS, SetupRun, measure_setup  # noqa: E402
 
 from evio.lab.lab import Lab  # noqa: E402
 from evio.testing.labs import unique_lab_name  # noqa: E402
-from evio.testing.probes import PingProbe, move_address, restore_address  # noqa: E402
+from evio.testing.ping_probe import PingProbe, move_address, restore_address  # noqa: E402
 
 PAPER = {"setup_s": 2.4, "relocation_s": 6.15, "switching_ms": 0.37}
 TARGET = {"direct_s": 0.1, "relay_traffic_s": 0.5, "switching_ms": 0.15}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import importlib.util
 import os
 import sys
@@ -30,9 +31,9 @@ sys.path.insert(0, str(REPO))
 
 from evio.config.model import Cipher  # noqa: E402
 from evio.testing.fake_tunnel import FakeTap, FakeUnderlay  # noqa: E402
-from evio.tunnel import fd_datapath  # noqa: E402
-from evio.tunnel.keys import EXPORTER_LEN, make_aead, split_exporter  # noqa: E402
-from evio.tunnel.record import KIND_FRAME, seal  # noqa: E402
+from evio.tunnel.datapath import fd_datapath  # noqa: E402
+from evio.tunnel.datapath.keys import EXPORTER_LEN, make_aead, split_exporter  # noqa: E402
+from evio.tunnel.datapath.record import KIND_FRAME, seal  # noqa: E402
 
 MTU = 1428
 BURST = 64
@@ -40,13 +41,46 @@ FRAME = (b"\x02" * 12 + b"\x08\x00").ljust(MTU + 14, b"\xab")
 CHANNEL = 0x4001
 
 
-def baseline_module(tree: Path) -> Any:
-    """The other checkout's fd_datapath, on top of this checkout's other modules."""
-    spec = importlib.util.spec_from_file_location("baseline_fd_datapath", tree / "evio" / "tunnel" / "fd_datapath.py")
+# The data path's modules under their names in the flat layout before evio/tunnel/datapath/ (a baseline
+# checkout from before it imports them so; this tree's stand in while its fd_datapath loads).
+_FLAT_NAMES = {
+    "evio.tunnel.buffers": "evio.tunnel.datapath.buffers", "evio.tunnel.datapath": "evio.tunnel.datapath.interface",
+    "evio.tunnel.keys": "evio.tunnel.datapath.keys", "evio.tunnel.mmsg": "evio.tunnel.datapath.mmsg",
+    "evio.tunnel.mtu": "evio.tunnel.datapath.mtu", "evio.tunnel.offload": "evio.tunnel.datapath.offload",
+    "evio.tunnel.record": "evio.tunnel.datapath.record", "evio.tunnel.replay": "evio.tunnel.datapath.replay",
+    "evio.tunnel.stun_guard": "evio.tunnel.stun_framing", "evio.tunnel.transit": "evio.tunnel.datapath.transit_table",
+    "evio.tunnel.underlay": "evio.tunnel.datapath.interface",
+}
+# The Python data path's own modules (its send and receive halves and their state), loaded from the baseline.
+_SPLIT_PARTS = ("fd_state", "send", "receive", "fd_datapath")
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def baseline_module(tree: Path) -> Any:
+    """The other checkout's FdDatapath module, on top of this checkout's other modules."""
+    flat = tree / "evio" / "tunnel" / "fd_datapath.py"
+    names = list(_FLAT_NAMES) if flat.exists() else [f"evio.tunnel.datapath.{part}" for part in _SPLIT_PARTS]
+    saved = {name: sys.modules[name] for name in names if name in sys.modules}
+    try:
+        if flat.exists():
+            for old, new in _FLAT_NAMES.items():
+                sys.modules[old] = importlib.import_module(new)
+            return _load("baseline_fd_datapath", flat)
+        module = None
+        for name in names:  # each part imports the ones before it: the baseline's, from sys.modules
+            module = sys.modules[name] = _load(name, tree / "evio" / "tunnel" / "datapath" / f"{name.rsplit('.', 1)[1]}.py")
+        return module
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
 
 
 async def measure(args: argparse.Namespace) -> dict[str, float]:

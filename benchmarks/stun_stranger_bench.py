@@ -99,7 +99,8 @@ async def main() -> None:
     parser.add_argument("--before-up", action="store_true")
     args = parser.parse_args()
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.2"]
-    from evio.tunnel import ice as evio_ice
+    from evio.tunnel.path import aioice_patches
+    from evio.tunnel.path import ice as evio_ice
 
     if args.before_up:
         agent = evio_ice.IceAgent(evio_ice.IceConfig(relay=evio_ice.RelayPolicy.NEVER), True, "a", 0.0)
@@ -108,7 +109,7 @@ async def main() -> None:
         assert conn is not None
         target = ("127.0.0.2", conn.local_candidates[0].port)
         ufrag = conn.local_username
-        processed = lambda: sum(agent.rejected().values()) + sum(evio_ice.STUN_REJECTED.values())  # noqa: E731
+        processed = lambda: sum(agent.rejected().values()) + sum(aioice_patches.STUN_REJECTED.values())  # noqa: E731
         closers = [agent.close]
     else:
         from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub

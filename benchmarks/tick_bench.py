@@ -7,7 +7,7 @@ loops ticking every 0.375 s (the default up tunnel's `keepalive / 4`), each
 started at a random phase as tunnels come up at different times, and nothing
 else: first the way `Tunnel._supervise` waited before (`asyncio.wait_for` on
 its wake event, a timer and a task per tunnel and tick), then on the shared
-grid (`evio.tunnel.ticks`). Printed: CPU of the process as a % of one core
+grid (`evio.tunnel.liveness_ticks`). Printed: CPU of the process as a % of one core
 and its context switches per second (each a wake-up of the loop), the grid's
 beside the baseline's from the same run, and their ratio. Only the scheduling
 is measured; the work each tick does (counters, keepalives) is the same both
@@ -31,7 +31,7 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evio.tunnel.ticks import tick_grid
+from evio.tunnel.liveness_ticks import tick_grid
 
 INTERVAL = 0.375
 

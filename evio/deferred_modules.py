@@ -11,7 +11,7 @@ so the library still works if it ever needs the module. importlib's own
 `LazyLoader` does not do here: it loads on any attribute, and the import
 system reads `__spec__` of a module each time it is imported again.
 
-Callers: evio.sdn.osken_imports, evio.tunnel.aioice_imports.
+Callers: evio.sdn.osken_imports, evio.tunnel.path.aioice_mdns.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Per-peer token buckets: how often each peer may ask for something costly.
+"""Token buckets: how often something costly may happen, alone (`TokenBucket`) or per peer.
 
-Pure: `now` comes in (seconds, any monotonic origin). The table of buckets is
-bounded: when it is full, the bucket idle longest is forgotten (a forgotten
-peer starts again with a full burst, which is the state it would have
-refilled to anyway once idle for `burst / rate` seconds).
+Pure: `now` comes in (seconds, any monotonic origin). The per-peer table
+(`PeerRateLimiter`) is bounded: when it is full, the bucket idle longest is
+forgotten (a forgotten peer starts again with a full burst, which is the
+state it would have refilled to anyway once idle for `burst / rate`
+seconds). `LogLimiter` says when a line about one peer is worth logging again.
 """
 
 from __future__ import annotations
@@ -28,22 +29,52 @@ class Rate:
             raise ValueError(f"a rate needs per_second > 0 and burst >= 1, got {self}")
 
 
+class TokenBucket:
+    """`rate.burst` tokens at once, then `rate.per_second`; starts full at `now`."""
+
+    __slots__ = ("rate", "_tokens", "_at")
+
+    def __init__(self, rate: Rate, now: float) -> None:
+        self.rate = rate
+        self._tokens = float(rate.burst)
+        self._at = now
+
+    def _refill(self, now: float) -> None:
+        if now > self._at:
+            self._tokens = min(float(self.rate.burst), self._tokens + (now - self._at) * self.rate.per_second)
+            self._at = now
+
+    def take(self, now: float) -> bool:
+        """Spend one token if there is one."""
+        self._refill(now)
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+    def next_token(self, now: float) -> float:
+        """When the next token will be there (`now` if one is)."""
+        self._refill(now)
+        if self._tokens >= 1.0:
+            return now
+        return now + (1.0 - self._tokens) / self.rate.per_second
+
+
 class PeerRateLimiter(Generic[K]):
+    """A `TokenBucket` per peer, in a bounded table."""
+
     def __init__(self, rate: Rate, max_peers: int = 4096) -> None:
         self.rate = rate
         self._max_peers = max_peers
-        self._buckets: OrderedDict[K, tuple[float, float]] = OrderedDict()  # peer -> (tokens, at)
+        self._buckets: OrderedDict[K, TokenBucket] = OrderedDict()
 
     def allow(self, peer: K, now: float) -> bool:
         """Spend one token of `peer`'s bucket if it has one."""
-        tokens, at = self._buckets.pop(peer, (float(self.rate.burst), now))
-        if now > at:
-            tokens = min(float(self.rate.burst), tokens + (now - at) * self.rate.per_second)
-            at = now
-        allowed = tokens >= 1.0
-        if allowed:
-            tokens -= 1.0
-        self._buckets[peer] = (tokens, at)  # most recently used last
+        bucket = self._buckets.pop(peer, None)
+        if bucket is None:
+            bucket = TokenBucket(self.rate, now)
+        allowed = bucket.take(now)
+        self._buckets[peer] = bucket  # most recently used last
         while len(self._buckets) > self._max_peers:
             self._buckets.popitem(last=False)
         return allowed
@@ -58,7 +89,12 @@ class PeerRateLimiter(Generic[K]):
 class LogLimiter(Generic[K]):
     """Says when a line about `peer` is worth logging: at most once per `interval` seconds each.
 
-    Bounded like `PeerRateLimiter`: when full, the peer logged longest ago is forgotten.
+    Bad input is counted every time but logged this way, so a noisy or hostile
+    peer cannot flood the log. The table is bounded: when it is full, peers
+    logged more than `interval` ago are forgotten, and while it is still full
+    of recent ones a new peer is not logged (quiet rather than unbounded, and
+    no flood of new sources can make a recent one log again). One line for
+    the whole process or object, not per peer: key `None`.
     """
 
     def __init__(self, interval: float = 60.0, max_peers: int = 4096) -> None:
@@ -70,8 +106,12 @@ class LogLimiter(Generic[K]):
         last = self._last.get(peer)
         if last is not None and now - last < self.interval:
             return False
+        if last is None and len(self._last) >= self._max_peers:
+            # Logged longest ago first: forget those of earlier intervals.
+            while self._last and now - next(iter(self._last.values())) >= self.interval:
+                self._last.popitem(last=False)
+            if len(self._last) >= self._max_peers:
+                return False
         self._last.pop(peer, None)
-        self._last[peer] = now
-        while len(self._last) > self._max_peers:
-            self._last.popitem(last=False)
+        self._last[peer] = now  # most recently logged last
         return True

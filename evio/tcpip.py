@@ -1,7 +1,7 @@
 """TCP/IP headers and the Internet checksum, for the code that segments frames and finishes checksums: pure.
 
 Two callers share it: `evio.sdn.segmentation` (frames the controller sends,
-as bytes) and `evio.tunnel.offload` (super-frames of the data path, in place
+as bytes) and `evio.tunnel.datapath.offload` (super-frames of the data path, in place
 in its buffers). Both read bytes from the network or the kernel, so
 `parse_tcp` checks every length and offset before it reads and raises
 `SegmentError` with a `SegmentReason`, never IndexError.

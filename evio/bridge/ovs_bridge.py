@@ -22,7 +22,8 @@ from pathlib import Path
 
 from evio.bridge.commands import BridgeError, CommandError, CommandRunner
 from evio.bridge.host_ports import AttachRefused, HostInterface, attach_refusal, default_route_devices, parse_link
-from evio.bridge.packet_buffers import PacketSocketTuner, PortTuner, ovs_rundir
+from evio.bridge.ovs_paths import ovs_run_dir
+from evio.bridge.packet_buffers import PacketSocketTuner, PortTuner
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class OvsBridge:
         self.runner = runner
         self.datapath = datapath
         if port_tuner is None and datapath == "netdev":
-            port_tuner = PacketSocketTuner(ovs_rundir(db_socket))
+            port_tuner = PacketSocketTuner(ovs_run_dir(db_socket))
         self._port_tuner = port_tuner
         self._vsctl = ["ovs-vsctl", f"--timeout={vsctl_timeout}"]
         if db_socket is not None:

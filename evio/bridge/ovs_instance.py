@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from evio.bridge.commands import BridgeError, CommandError
+from evio.bridge.ovs_paths import DB_SOCKET, VSWITCHD_PIDFILE
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class OvsInstance:
 
     @property
     def db_socket(self) -> Path:
-        return self.run_dir / "db.sock"
+        return self.run_dir / DB_SOCKET
 
     @property
     def env(self) -> dict[str, str]:
@@ -109,7 +110,7 @@ class OvsInstance:
         """Start ovs-vswitchd against this instance's ovsdb-server, e.g. again after it died."""
         self._run(self._in_netns([
             "ovs-vswitchd", f"unix:{self.db_socket}",
-            f"--pidfile={self.run_dir / 'ovs-vswitchd.pid'}",
+            f"--pidfile={self.run_dir / VSWITCHD_PIDFILE}",
             f"--unixctl={self.run_dir / 'ovs-vswitchd.ctl'}",
             f"--log-file={self.log_dir / 'ovs-vswitchd.log'}",
             "-vconsole:off", "--detach", "--no-chdir",

@@ -24,12 +24,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
+from evio.bridge.ovs_paths import VSWITCHD_PIDFILE
+
 log = logging.getLogger(__name__)
 
 PORT_RECEIVE_BUFFER = 4 * 1024 * 1024
 """Bytes of queued frames vswitchd's socket may hold (as the kernel counts them, with overhead)."""
 
-DEFAULT_OVS_RUNDIR = Path("/var/run/openvswitch")
 _SYS_PIDFD_GETFD = 438  # the same number on every architecture (the unified syscall table)
 _SO_RCVBUFFORCE = 33
 
@@ -56,13 +57,6 @@ def socket_fds(links: Iterable[tuple[int, str]], inodes: set[int]) -> list[int]:
     """File descriptors among (fd, readlink target) pairs that are one of `inodes` ("socket:[123]")."""
     wanted = {f"socket:[{inode}]" for inode in inodes}
     return sorted(fd for fd, target in links if target in wanted)
-
-
-def ovs_rundir(db_socket: str | None) -> Path:
-    """Where vswitchd's pidfile is: beside the OVSDB socket we were given, else where ovs-vsctl looks."""
-    if db_socket is not None:
-        return Path(db_socket).parent
-    return Path(os.environ.get("OVS_RUNDIR", str(DEFAULT_OVS_RUNDIR)))
 
 
 class PacketSocketTuner:
@@ -94,7 +88,7 @@ class PacketSocketTuner:
 
     def tune(self, port_name: str) -> int:
         """How many sockets were set; OSError or ValueError when vswitchd or the port cannot be read."""
-        pid = int((self._rundir / "ovs-vswitchd.pid").read_text().strip())
+        pid = int((self._rundir / VSWITCHD_PIDFILE).read_text().strip())
         here = self._proc / str(pid)
         # The port's index as vswitchd sees it: through its root, /sys is that of its network
         # namespace (`ip netns exec` mounts it so), whichever namespace we run in.

@@ -25,8 +25,6 @@ from evio.config import ConfigError, FileStateDir, resolve_node_id
 from evio.config.model import Config, OverlayConfig
 from evio.config.secrets import secret_problems
 from evio.ids import format_node_id
-from evio.node.plan import bridge_mtu, mtu_problems
-from evio.tunnel.config import from_overlay_config
 
 EXIT_OK = 0
 
@@ -54,13 +52,6 @@ def check_command(args: argparse.Namespace) -> int:
     config = load_or_report(name)
     if isinstance(config, int):
         return config
-    # Checks that need the tunnels' arithmetic, which the config package does not know.
-    mtus = mtu_problems(config)
-    if mtus:
-        for text in mtus:
-            print(f"{name}: {text}", file=sys.stderr)
-        print(f"{name}: {problem_count(len(mtus))}", file=sys.stderr)
-        return EXIT_INVALID
     refused = secret_problems(Path(name), config)
     if refused:
         for reason in refused:
@@ -130,7 +121,6 @@ def _overlay_summary(overlay: OverlayConfig) -> list[str]:
     signal, nat, topology, bridge = overlay.signal, overlay.nat_traversal, overlay.topology, overlay.bridge
     credential = "password" if signal.password is not None else "password file" if signal.password_file else "client certificate"
     tls = "PLAINTEXT ALLOWED" if signal.insecure_plaintext else signal.tls
-    mtu = bridge_mtu(overlay, from_overlay_config(overlay))
     k = "log2(n)" if topology.long_distance is None else str(topology.long_distance)
     on_demand = (
         f"on-demand up to {topology.on_demand.max_links} above {topology.on_demand.threshold_bytes_per_s:,.0f} B/s"
@@ -142,7 +132,7 @@ def _overlay_summary(overlay: OverlayConfig) -> list[str]:
     return [
         f"  overlay {overlay.id}:",
         f"    signal: {signal.jid} via {signal.server}:{signal.port} ({tls}, {credential})",
-        f"    bridge: {bridge.name} {bridge.address or (f'address from the node id in {bridge.address_pool}' if bridge.address_pool else 'no address')} mtu {mtu}{'' if bridge.mtu else ' (the tunnels’)'} datapath {bridge.datapath}",
+        f"    bridge: {bridge.name} {bridge.address or (f'address from the node id in {bridge.address_pool}' if bridge.address_pool else 'no address')} mtu {bridge.effective_mtu}{'' if bridge.mtu else ' (the tunnels’)'} datapath {bridge.datapath}",
         f"    switching: {switching}",
         f"    topology: s={topology.successors} k={k} ({topology.log_form}), {on_demand}",
         f"    nat traversal: {len(nat.stun)} STUN, {len(nat.turn)} TURN; tunnel cipher {overlay.tunnel.cipher}",

@@ -25,6 +25,7 @@ from dataclasses import asdict
 from types import FrameType
 from typing import Any
 
+from evio.cli.count_arguments import not_negative, positive
 from evio.lab.errors import LabError, LabNotFoundError
 from evio.lab.lab import Lab, LabStatus, Progress
 from evio.lab.netns import LinuxHost
@@ -114,20 +115,6 @@ def _register_up(lab_sub: Any) -> None:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="how long to wait for the daemons to be ready (default 30 + 2 per node)")
     p.set_defaults(handler=reports_lab_errors(_up))
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def not_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
-    return value
 
 
 def _up(args: argparse.Namespace) -> int:

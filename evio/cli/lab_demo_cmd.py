@@ -15,10 +15,9 @@ import argparse
 import time
 from typing import Any
 
+from evio.cli.count_arguments import not_negative, positive
 from evio.cli.lab_cmd import (
     ProgressPrinter,
-    not_negative,
-    positive,
     reports_lab_errors,
     sigterm_as_interrupt,
     topology_section,

@@ -20,7 +20,8 @@ import argparse
 import time
 from typing import Any
 
-from evio.cli.lab_cmd import ProgressPrinter, positive, reports_lab_errors, sigterm_as_interrupt
+from evio.cli.count_arguments import positive
+from evio.cli.lab_cmd import ProgressPrinter, reports_lab_errors, sigterm_as_interrupt
 from evio.cli.lab_node_cmd import wait_ring
 from evio.lab import flannel_scenario
 from evio.lab.flannel import check_tools

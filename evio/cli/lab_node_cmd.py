@@ -19,6 +19,7 @@ import argparse
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,51 +38,43 @@ RING_POLL_DUTY = 3.0  # ... and this many times as long as the last look took
 
 
 def register(lab_sub: Any) -> None:
-    p = lab_sub.add_parser("topology", help="each node's overlay links by type, and whether the ring is closed")
-    add_name_option(p)
+    p = _command(lab_sub, "topology", "each node's overlay links by type, and whether the ring is closed", topology_command)
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="wait up to SECONDS for successor links to close the ring")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--svg", type=Path, default=None, metavar="FILE",
                    help="also draw the overlay as the paper's Fig. 3 into FILE (.svg or .png)")
-    p.set_defaults(handler=reports_lab_errors(topology_command))
 
-    p = lab_sub.add_parser("ping", help="ping node B's overlay address from node A")
-    add_name_option(p)
-    _pair(p)
+    p = _command(lab_sub, "ping", "ping node B's overlay address from node A", ping_command, pair=True)
     p.add_argument("--count", "-c", type=int, default=3)
-    p.set_defaults(handler=reports_lab_errors(ping_command))
 
-    p = lab_sub.add_parser("pingall", help="ping every node's overlay address from every other node")
-    add_name_option(p)
+    p = _command(lab_sub, "pingall", "ping every node's overlay address from every other node", pingall_command)
     p.add_argument("--count", "-c", type=int, default=1)
     p.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS", help="per ping (default 2)")
-    p.set_defaults(handler=reports_lab_errors(pingall_command))
 
-    p = lab_sub.add_parser("arping", help="ARP for node B's overlay address on node A's bridge")
-    add_name_option(p)
-    _pair(p)
+    p = _command(lab_sub, "arping", "ARP for node B's overlay address on node A's bridge", arping_command, pair=True)
     p.add_argument("--count", "-c", type=int, default=3)
-    p.set_defaults(handler=reports_lab_errors(arping_command))
 
-    p = lab_sub.add_parser("iperf", help="iperf3 from node A to node B over the overlay")
-    add_name_option(p)
-    _pair(p)
+    p = _command(lab_sub, "iperf", "iperf3 from node A to node B over the overlay", iperf_command, pair=True)
     p.add_argument("--time", "-t", type=float, default=5.0, help="seconds (default 5)")
     p.add_argument("--parallel", "-P", type=int, default=1, help="streams (default 1)")
     p.add_argument("--reverse", "-R", action="store_true", help="B sends to A")
-    p.set_defaults(handler=reports_lab_errors(iperf_command))
 
-    p = lab_sub.add_parser("daemon", help="stop, start or restart one node's evio daemon")
-    add_name_option(p)
+    p = _command(lab_sub, "daemon", "stop, start or restart one node's evio daemon", daemon_command)
     p.add_argument("action", choices=["stop", "start", "restart"])
     p.add_argument("node", help="node number or nodeN")
-    p.set_defaults(handler=reports_lab_errors(daemon_command))
 
 
-def _pair(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a", metavar="A", help="node number or nodeN")
-    parser.add_argument("b", metavar="B", help="node number or nodeN")
+def _command(lab_sub: Any, name: str, help: str, handler: Callable[[argparse.Namespace], int],
+             pair: bool = False) -> argparse.ArgumentParser:
+    """`evio lab NAME [--name LAB]`, and with `pair` its nodes A and B."""
+    parser: argparse.ArgumentParser = lab_sub.add_parser(name, help=help)
+    add_name_option(parser)
+    if pair:
+        parser.add_argument("a", metavar="A", help="node number or nodeN")
+        parser.add_argument("b", metavar="B", help="node number or nodeN")
+    parser.set_defaults(handler=reports_lab_errors(handler))
+    return parser
 
 
 def node_index(lab: Lab, text: str) -> int:

@@ -37,7 +37,7 @@ def register(lab_sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from evio.lab.errors import LabError
     from evio.lab.tunnel_tool import open_lab_tunnel, parse_node
-    from evio.tunnel.ice import RelayPolicy
+    from evio.tunnel.path.ice import RelayPolicy
 
     try:
         lab = attach(args)

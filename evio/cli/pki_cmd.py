@@ -18,14 +18,14 @@ from typing import Any
 from cryptography import x509
 
 from evio.ids import NodeIdError, parse_node_id
-from evio.tunnel.overlay_ca import (
+from evio.tunnel.path.overlay_ca import (
     issue_node_certificate,
     load_ca_key,
     make_overlay_ca,
     write_certificate,
     write_private_key,
 )
-from evio.tunnel.trust import node_uri
+from evio.tunnel.path.trust import node_uri
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -98,13 +98,13 @@ def keep_out_unused_modules() -> None:
 def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
     keep_out_unused_modules()
     from evio.bridge.ovs_bridge import openvswitch_module_loaded
+    from evio.bridge.ovs_paths import ovs_run_dir
     from evio.config.state_dir import FileStateDir, resolve_node_id
     from evio.node.control import socket_path
     from evio.node.errors import DependencyError
     from evio.node.node import Node
     from evio.node.plan import plan_node
     from evio.node.platform import SystemPlatform
-    from evio.node.preflight import ovs_run_dir
     from evio.sdn.controller_socket import controller_socket_path
 
     try:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evio.cli.count_arguments import not_negative, positive
 from evio.config.model import LogForm, default_long_distance
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.plots.ring import MAX_DRAWN_NODES, PlotError, RingLink, RingPicture, draw_ring, merge_links
@@ -44,12 +45,12 @@ def register(sub: Any) -> None:
             "Table 1 and Fig. 7 beside the paper's figures."
         ),
     )
-    parser.add_argument("-n", "--nodes", type=_positive_int, default=128, help="overlay size (default 128)")
+    parser.add_argument("-n", "--nodes", type=positive, default=128, help="overlay size (default 128)")
     parser.add_argument(
-        "-s", "--successors", type=_positive_int, default=2, help="successor links per node (default 2)"
+        "-s", "--successors", type=positive, default=2, help="successor links per node (default 2)"
     )
     parser.add_argument(
-        "-k", "--long-distance", type=_non_negative_int, default=None,
+        "-k", "--long-distance", type=not_negative, default=None,
         help="long-distance links per node (default floor(log2 n))",
     )
     parser.add_argument(
@@ -67,7 +68,7 @@ def register(sub: Any) -> None:
         help=f"broadcast roots: a random sample of N nodes, or all (default: all while n*(n-1) <= "
         f"{DELIVERY_BUDGET}, else {DELIVERY_BUDGET}/n sampled)",
     )
-    parser.add_argument("--rounds", type=_positive_int, default=100, help="most link rounds to settle (default 100)")
+    parser.add_argument("--rounds", type=positive, default=100, help="most link rounds to settle (default 100)")
     parser.add_argument(
         "--sweep", type=_sizes, default=None, metavar="N1,N2,...",
         help="print mean path length vs n (Fig. 7) for these sizes instead of one overlay",
@@ -278,20 +279,6 @@ def _root_count(requested: int | None, n: int) -> int | None:
     return default_root_count(n)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value < 1.0 or math.isnan(value):
@@ -303,7 +290,7 @@ def _roots(text: str) -> int:
     """A positive count, or 'all' (returned as 0)."""
     if text == "all":
         return 0
-    return _positive_int(text)
+    return positive(text)
 
 
 def _sizes(text: str) -> list[int]:

@@ -12,6 +12,7 @@ Only a document with no problems becomes a `Config`.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import json
@@ -20,11 +21,12 @@ import os
 import re
 import ssl
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -34,22 +36,13 @@ from evio.config.address_pool import pool_problem
 from evio.config.model import (
     MAX_INTERFACE_NAME,
     BridgeConfig,
-    Cipher,
     Config,
     InterfaceAddress,
-    LimitsConfig,
-    LogForm,
-    LoggingConfig,
-    MetricsConfig,
-    NatTraversalConfig,
     NodeConfig,
-    OnDemandConfig,
     OverlayConfig,
     SignalConfig,
-    TopologyConfig,
-    TrustConfig,
-    TunnelConfig,
     TurnServer,
+    bridge_mtu_problem,
     default_bridge_name,
     reserved_tap_name,
     split_host_port,
@@ -451,7 +444,7 @@ def _turn_problems(turn: Any, at: tuple[str | int, ...], base_dir: Path) -> Iter
             yield Problem(json_path((*at, index, "password_file")), reason)
 
 
-def _address_problems(text: str, mtu: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
+def _address_problems(text: str, at: tuple[str | int, ...]) -> Iterator[Problem]:
     try:
         address: InterfaceAddress = ipaddress.ip_interface(text)
     except ValueError as exc:
@@ -466,8 +459,19 @@ def _address_problems(text: str, mtu: Any, at: tuple[str | int, ...]) -> Iterato
         yield Problem(json_path(at), f"{ip} is the network address of {network}, not a host address")
     elif not point_to_point and isinstance(network, ipaddress.IPv4Network) and ip == network.broadcast_address:
         yield Problem(json_path(at), f"{ip} is the broadcast address of {network}, not a host address")
-    if address.version == 6 and isinstance(mtu, int) and mtu < 1280:
-        yield Problem(json_path((*at[:-1], "mtu")), f"{mtu} is below 1280, the minimum MTU of IPv6 (bridge has an IPv6 address)")
+
+
+def _mtu_problems(bridge: Mapping[str, Any], at: tuple[str | int, ...]) -> Iterator[Problem]:
+    mtu = bridge.get("mtu")
+    if isinstance(mtu, bool) or not isinstance(mtu, int | float) or mtu != int(mtu):
+        return  # none, or the schema's to report
+    ipv6 = False
+    for key, parse in (("address", ipaddress.ip_interface), ("address_pool", ipaddress.ip_network)):
+        text = _text(bridge.get(key))
+        with contextlib.suppress(ValueError):  # a bad one is reported as such
+            ipv6 |= text is not None and parse(text).version == 6
+    if (why := bridge_mtu_problem(int(mtu), ipv6)) is not None:
+        yield Problem(json_path((*at, "mtu")), why)
 
 
 def _bridge_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
@@ -476,6 +480,7 @@ def _bridge_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
     for overlay_id, overlay in overlays.items():
         bridge = _dict(_dict(overlay).get("bridge"))
         at = ("overlays", overlay_id, "bridge")
+        yield from _mtu_problems(bridge, at)
         name = _text(bridge.get("name"))
         if name is None and "name" not in bridge:
             name = default_bridge_name(overlay_id)
@@ -500,13 +505,10 @@ def _bridge_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
                 yield Problem(json_path((*at, key)), reason)
                 continue
             network = ipaddress.ip_network(pool_text)
-            if network.version == 6 and isinstance(bridge.get("mtu"), int) and bridge["mtu"] < 1280:
-                yield Problem(json_path((*at, "mtu")), f"{bridge['mtu']} is below 1280, the minimum MTU of IPv6 "
-                              "(bridge has an IPv6 address)")
         elif address_text is None:
             continue
         else:
-            problems = list(_address_problems(address_text, bridge.get("mtu"), (*at, "address")))
+            problems = list(_address_problems(address_text, (*at, "address")))
             yield from problems
             if problems:
                 continue
@@ -625,129 +627,63 @@ def _switching_problems(overlay: Mapping[str, Any], at: tuple[str | int, ...]) -
 
 
 # --- typed model ---------------------------------------------------------------
-
-
-def _optional_path(base_dir: Path, value: Any) -> Path | None:
-    return None if value is None else _resolve(base_dir, value)
+# Each section becomes its dataclass field by field: a key the document gives is converted to the
+# field's type; a key it leaves out takes the model's default (config/model.py holds every default).
 
 
 def _build(document: Mapping[str, Any], base_dir: Path) -> Config:
     """The typed config of a document that passed every check."""
     node = document.get("node", {})
-    logging_section = document.get("logging", {})
-    metrics = document.get("metrics", {})
-    overlays = {overlay_id: _build_overlay(overlay_id, overlay, base_dir) for overlay_id, overlay in document["overlays"].items()}
-    return Config(
-        overlays=overlays,
-        node=NodeConfig(
-            id=parse_node_id(node["id"]) if "id" in node else None,
-            state_dir=_resolve(base_dir, node.get("state_dir", str(NodeConfig.state_dir))),
-        ),
-        logging=LoggingConfig(
-            level=logging_section.get("level", LoggingConfig.level),
-            destination=logging_section.get("destination", LoggingConfig.destination),
-            file=_optional_path(base_dir, logging_section.get("file")),
-        ),
-        metrics=MetricsConfig(
-            enabled=metrics.get("enabled", MetricsConfig.enabled),
-            listen=metrics.get("listen", MetricsConfig.listen),
-        ),
-    )
+    return _section(
+        Config, document, base_dir,
+        node=_section(NodeConfig, node, base_dir, id=parse_node_id(node["id"]) if "id" in node else None),
+        overlays={overlay_id: _build_overlay(overlay_id, overlay, base_dir)
+                  for overlay_id, overlay in document["overlays"].items()},
+    )  # fmt: skip
 
 
 def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) -> OverlayConfig:
-    signal, nat, topology = overlay["signal"], overlay.get("nat_traversal", {}), overlay.get("topology", {})
-    on_demand, bridge, tunnel = topology.get("on_demand", {}), overlay.get("bridge", {}), overlay.get("tunnel", {})
-    limits = overlay.get("limits", {})
-    address = bridge.get("address")
-    return OverlayConfig(
-        id=overlay_id,
-        signal=SignalConfig(
-            jid=signal["jid"],
-            server=signal.get("server", ""),
-            port=int(signal.get("port", SignalConfig.port)),
-            password=signal.get("password"),
-            password_file=_optional_path(base_dir, signal.get("password_file")),
-            client_cert=_optional_path(base_dir, signal.get("client_cert")),
-            client_key=_optional_path(base_dir, signal.get("client_key")),
-            ca_file=_optional_path(base_dir, signal.get("ca_file")),
-            tls=signal.get("tls", SignalConfig.tls),
-            insecure_plaintext=signal.get("insecure_plaintext", SignalConfig.insecure_plaintext),
-        ),
-        nat_traversal=NatTraversalConfig(
-            stun=tuple(nat.get("stun", ())),
-            turn=tuple(
-                TurnServer(
-                    server=turn["server"],
-                    username=turn.get("username"),
-                    password=turn.get("password"),
-                    password_file=_optional_path(base_dir, turn.get("password_file")),
-                    rest_secret=turn.get("rest_secret"),
-                    ttl=int(turn.get("ttl", TurnServer.ttl)),
-                )
-                for turn in nat.get("turn", ())
-            ),
-            direct_timeout=float(nat.get("direct_timeout", NatTraversalConfig.direct_timeout)),
-            deny_candidates=tuple(nat.get("deny_candidates", NatTraversalConfig.deny_candidates)),
-        ),
-        topology=TopologyConfig(
-            successors=int(topology.get("successors", TopologyConfig.successors)),
-            long_distance=_optional_int(topology.get("long_distance")),
-            log_form=LogForm(topology.get("log_form", TopologyConfig.log_form)),
-            max_incoming_long_distance=_optional_int(topology.get("max_incoming_long_distance")),
-            max_incoming_successors=_optional_int(topology.get("max_incoming_successors")),
-            max_incoming_on_demand=int(topology.get("max_incoming_on_demand", TopologyConfig.max_incoming_on_demand)),
-            on_demand=OnDemandConfig(
-                enabled=on_demand.get("enabled", OnDemandConfig.enabled),
-                max_links=int(on_demand.get("max_links", OnDemandConfig.max_links)),
-                threshold_bytes_per_s=float(on_demand.get("threshold_bytes_per_s", OnDemandConfig.threshold_bytes_per_s)),
-                idle_timeout=float(on_demand.get("idle_timeout", OnDemandConfig.idle_timeout)),
-            ),
-        ),
-        bridge=BridgeConfig(
-            name=bridge.get("name", default_bridge_name(overlay_id)),
-            address=None if address is None else ipaddress.ip_interface(address),
-            address_pool=None if bridge.get("address_pool") is None else ipaddress.ip_network(bridge["address_pool"]),
-            mtu=None if bridge.get("mtu") is None else int(bridge["mtu"]),
-            datapath=bridge.get("datapath", BridgeConfig.datapath),
-            flow_idle_timeout=int(bridge.get("flow_idle_timeout", BridgeConfig.flow_idle_timeout)),
-            switching=bridge.get("switching", BridgeConfig.switching),
-        ),
-        tunnel=TunnelConfig(
-            cipher=Cipher(tunnel.get("cipher", TunnelConfig.cipher)),
-            keepalive=float(tunnel.get("keepalive", TunnelConfig.keepalive)),
-            dead_after=float(tunnel.get("dead_after", TunnelConfig.dead_after)),
-            offload=bool(tunnel.get("offload", TunnelConfig.offload)),
-            tso=bool(tunnel.get("tso", TunnelConfig.tso)),
-            datapath=tunnel.get("datapath", TunnelConfig.datapath),
-            transit=bool(tunnel.get("transit", TunnelConfig.transit)),
-        ),
-        limits=LimitsConfig(
-            max_tunnels=int(limits.get("max_tunnels", LimitsConfig.max_tunnels)),
-            max_pending_offers=int(limits.get("max_pending_offers", LimitsConfig.max_pending_offers)),
-            link_requests_per_s=float(limits.get("link_requests_per_s", LimitsConfig.link_requests_per_s)),
-            link_request_burst=int(limits.get("link_request_burst", LimitsConfig.link_request_burst)),
-            offers_per_s=float(limits.get("offers_per_s", LimitsConfig.offers_per_s)),
-            offer_burst=int(limits.get("offer_burst", LimitsConfig.offer_burst)),
-        ),
-        trust=_build_trust(overlay.get("trust"), base_dir),
-        attach=tuple(overlay.get("attach", OverlayConfig.attach)),
-    )
+    bridge = overlay.get("bridge", {})
+    # The one default that depends on another value: the bridge is named after the overlay.
+    name = bridge.get("name", default_bridge_name(overlay_id))
+    return _section(OverlayConfig, overlay, base_dir, id=overlay_id,
+                    bridge=_section(BridgeConfig, bridge, base_dir, name=name))
 
 
-def _build_trust(trust: Mapping[str, Any] | None, base_dir: Path) -> TrustConfig | None:
-    if trust is None:
-        return None
-    return TrustConfig(
-        ca_file=_resolve(base_dir, trust["ca_file"]),
-        cert_file=_resolve(base_dir, trust["cert_file"]),
-        key_file=_resolve(base_dir, trust["key_file"]),
-    )
+T = TypeVar("T")
 
 
-def _optional_int(value: Any) -> int | None:
-    # The schema allows 3.0 as an integer; the model holds real ints.
-    return None if value is None else int(value)
+def _section(model: type[T], section: Mapping[str, Any], base_dir: Path, **given: Any) -> T:
+    """`model` (a dataclass) from one checked JSON object; the fields in `given` are taken as they are.
+
+    The schema let no unknown key through, so every key names a field of the model."""
+    types = get_type_hints(model)
+    values = {key: _value(types[key], value, base_dir) for key, value in section.items() if key not in given}
+    return model(**values, **given)
+
+
+def _value(hint: Any, value: Any, base_dir: Path) -> Any:
+    """A JSON value as the model's field type `hint` holds it."""
+    if get_origin(hint) in (Union, UnionType):
+        kinds = [arg for arg in get_args(hint) if arg is not NoneType]
+        if value is None:
+            return None
+        if all(issubclass(kind, ipaddress.IPv4Interface | ipaddress.IPv6Interface) for kind in kinds):
+            return ipaddress.ip_interface(value)
+        if all(issubclass(kind, ipaddress.IPv4Network | ipaddress.IPv6Network) for kind in kinds):
+            return ipaddress.ip_network(value)
+        (hint,) = kinds
+    if get_origin(hint) is tuple:
+        item, _ = get_args(hint)  # tuple[X, ...]
+        return tuple(_value(item, entry, base_dir) for entry in value)
+    if get_origin(hint) is Literal:
+        return value
+    if is_dataclass(hint):
+        return _section(hint, value, base_dir)  # type: ignore[arg-type]
+    if hint is Path:
+        return _resolve(base_dir, value)
+    # int: the schema allows 3.0 as an integer, the model holds real ints; enums from their values.
+    return hint(value)
 
 
 # --- entry points -------------------------------------------------------------

@@ -33,6 +33,14 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_STATE_DIR = Path("/var/lib/evio")
 BRIDGE_NAME_PREFIX = "evbr-"
 MAX_INTERFACE_NAME = 15  # Linux IFNAMSIZ - 1
+UNDERLAY_MTU = 1500
+"""The underlay MTU the tunnels are sized for (no config key sets another)."""
+TUNNEL_MTU = 1428
+"""The tunnels' MTU on that underlay (IPv4, relayed or not): evio.tunnel.datapath.mtu.tap_mtu(UNDERLAY_MTU), which
+this package cannot import; tests/unit/test_config_build.py holds the two equal. The bridge's default MTU,
+and its largest: the bridge and the TAPs are one Ethernet segment, and a frame bigger than a tunnel carries
+would be dropped silently at the TAP."""
+IPV6_MIN_MTU = 1280  # RFC 8200, 5
 
 _HOST_PORT = re.compile(r"\[(?P<v6>[^\]]+)\]:(?P<port>\d+)|(?P<host>[^:\[\]]+):(?P<port2>\d+)")
 
@@ -75,6 +83,16 @@ def reserved_tap_name(name: str) -> bool:
     """Whether `name` looks like one of evio's tunnel TAPs ("evt..." in the first overlay, "ev1...", "ev2..." in
     the next: evio.node.plan.tap_prefix), which a starting daemon takes off its bridges as stale."""
     return name.startswith("evt") or (name.startswith("ev") and name[2:3].isdigit())
+
+
+def bridge_mtu_problem(mtu: int, ipv6: bool) -> str | None:
+    """Why a bridge cannot have `mtu` (`ipv6`: it has an IPv6 address or pool), or None: the one MTU rule."""
+    if mtu > TUNNEL_MTU:
+        return (f"{mtu} is above the tunnels' MTU {TUNNEL_MTU} (underlay MTU {UNDERLAY_MTU} less encapsulation); "
+                f"leave it out or set at most {TUNNEL_MTU}")
+    if ipv6 and mtu < IPV6_MIN_MTU:
+        return f"{mtu} is below {IPV6_MIN_MTU}, the minimum MTU of IPv6 (bridge has an IPv6 address)"
+    return None
 
 
 def default_bridge_name(overlay_id: str) -> str:
@@ -164,8 +182,8 @@ class NatTraversalConfig:
 class OnDemandConfig:
     enabled: bool = True
     max_links: int = 4
-    threshold_bytes_per_s: float = 1_000_000
-    idle_timeout: float = 60
+    threshold_bytes_per_s: float = 1_000_000.0
+    idle_timeout: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -222,12 +240,23 @@ class BridgeConfig:
     name: str
     address: InterfaceAddress | None = None
     address_pool: IPNetwork | None = None  # instead of address: derived from the node id (config/address_pool.py)
-    mtu: int | None = None  # None: the tunnels' MTU (evio.node.plan derives it and checks an explicit one)
+    mtu: int | None = None  # None: the tunnels' MTU (TUNNEL_MTU); never above it (bridge_mtu_problem)
     datapath: Datapath = "auto"
     flow_idle_timeout: int = 30
     # bounded-flood: the SDN controller's flows (the paper's design); stp: Open vSwitch's own RSTP and
     # MAC learning over the same tunnels, no controller (the paper's comparison point, E9).
     switching: Switching = "bounded-flood"
+
+    def __post_init__(self) -> None:
+        # The loader reports the same rule with the field's JSON path; this holds configs built in code.
+        ipv6 = any(net is not None and net.version == 6 for net in (self.address, self.address_pool))
+        if self.mtu is not None and (why := bridge_mtu_problem(self.mtu, ipv6)) is not None:
+            raise ValueError(f"bridge {self.name} mtu: {why}")
+
+    @property
+    def effective_mtu(self) -> int:
+        """The MTU the bridge gets: the configured one, else the tunnels'."""
+        return TUNNEL_MTU if self.mtu is None else self.mtu
 
     def address_for(self, node_id: int) -> InterfaceAddress | None:
         """The bridge's address on node `node_id`: the configured one, or the one derived from the pool."""
@@ -240,7 +269,7 @@ class BridgeConfig:
 class TunnelConfig:
     cipher: Cipher = Cipher.AES_256_GCM
     keepalive: float = 1.5  # the tunnel uses min(keepalive, dead_after / 3)
-    dead_after: float = 5
+    dead_after: float = 5.0
     offload: bool = True  # TAP offloads (vnet header, GRO) where the kernel has them; false: one frame per read/write
     tso: bool = False  # with offload: the TAP hands over unsegmented TCP, cut into records by the daemon
     # native: the per-frame loops in Rust (evio_native, built by scripts/bootstrap with cargo); python:
@@ -251,7 +280,7 @@ class TunnelConfig:
 
 @dataclass(frozen=True)
 class TrustConfig:
-    """An overlay's trust anchor and this node's certificate issued under it (evio.tunnel.trust)."""
+    """An overlay's trust anchor and this node's certificate issued under it (evio.tunnel.path.trust)."""
 
     ca_file: Path
     cert_file: Path

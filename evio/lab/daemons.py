@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,18 @@ def daemon_argv(
         "MALLOC_ARENA_MAX=2",
         *(evio or evio_command(python)), "run", "--config", str(node_config_path(lab_dir, node)),
     ]  # fmt: skip
+
+
+def hops(neighbours: Callable[[str], Iterable[str]], a: str, b: str) -> int | None:
+    """Hops from `a` to `b` on the shortest path of a graph given by its `neighbours` (None: no path)."""
+    frontier, seen, distance = [a], {a}, 0
+    while frontier:
+        if b in frontier:
+            return distance
+        distance += 1
+        frontier = [p for n in frontier for p in neighbours(n) if p not in seen]
+        seen.update(frontier)
+    return None
 
 
 @dataclass(frozen=True)
@@ -221,14 +233,7 @@ class Topology:
 
     def hops(self, a: str, b: str) -> int | None:
         """Overlay hops on the shortest path of links that are up (None: no path)."""
-        frontier, seen, distance = [a], {a}, 0
-        while frontier:
-            if b in frontier:
-                return distance
-            distance += 1
-            frontier = [p for n in frontier for p in self.neighbours(n) if p not in seen]
-            seen.update(frontier)
-        return None
+        return hops(self.neighbours, a, b)
 
     def neighbours(self, node: str) -> set[str]:
         return {l.peer for l in self.links if l.node == node and self.adjacent(node, l.peer)}

@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from evio.bridge.ovs_instance import OvsInstance
 from evio.lab import daemons as full_nodes
@@ -97,6 +97,14 @@ class NodeInfo:
     jid: str
     password: str = field(repr=False)
     config_path: Path
+
+
+_Info = TypeVar("_Info", "NodeInfo", "PublicInfo")
+
+
+def _from_plan(info: type[_Info], plan: object, **given: Any) -> _Info:
+    """What a lab user sees of a planned part: the `given` fields, the others as the plan has them."""
+    return info(**{f.name: getattr(plan, f.name) for f in fields(info) if f.name not in given}, **given)
 
 
 @dataclass(frozen=True)
@@ -402,20 +410,8 @@ class Lab:
 
     @property
     def public(self) -> PublicInfo:
-        pub = self.plan.public
-        return PublicInfo(
-            netns=pub.netns,
-            address=pub.address,
-            alt_address=pub.alt_address,
-            domain=pub.domain,
-            muc_domain=pub.muc_domain,
-            xmpp_port=pub.xmpp_port,
-            stun_port=pub.stun_port,
-            relay_ports=pub.relay_ports,
-            turn_secret=self._state.secrets.turn_secret,
-            ca_file=self._paths.ca_cert,
-            overlay=self.plan.overlay,
-        )
+        return _from_plan(PublicInfo, self.plan.public, turn_secret=self._state.secrets.turn_secret,
+                          ca_file=self._paths.ca_cert, overlay=self.plan.overlay)
 
     @property
     def processes(self) -> tuple[ProcessRecord, ...]:
@@ -715,22 +711,13 @@ class Lab:
 
     def _node_info(self, node: LabNodePlan) -> NodeInfo:
         i = node.index - 1
-        return NodeInfo(
-            index=node.index,
-            name=node.name,
-            netns=node.netns,
-            nat=node.nat,
-            address=node.address,
-            lan_network=node.lan_network,
-            gateway=node.gateway,
-            router_netns=node.router_netns,
-            wan_address=node.wan_address,
-            overlay_address=node.overlay_address,
+        return _from_plan(
+            NodeInfo, node,
             node_id=self._state.secrets.node_ids[i],
             jid=f"{node.localpart}@{self.plan.public.domain}",
             password=self._state.secrets.passwords[i],
             config_path=configs.node_config_path(self.directory, node),
-        )
+        )  # fmt: skip
 
     def _build(
         self,

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 from evio.tunnel.errors import OfferError, SignalingFailed, TunnelError
-from evio.tunnel.signaling import Body, OfferHandler
+from evio.tunnel.path.offer_answer import Body, OfferHandler
 
 logger = logging.getLogger(__name__)
 

@@ -70,15 +70,8 @@ class Host(Protocol):
     def root_links(self) -> list[str]:
         """Interface names in the root namespace."""
 
-    def run(
-        self,
-        netns: str | None,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        timeout: float = _COMMAND_TIMEOUT,
-        check: bool = True,
-    ) -> subprocess.CompletedProcess[str]:
+    def run(self, netns: str | None, argv: Sequence[str], *, input: str | None = None,
+            timeout: float = _COMMAND_TIMEOUT, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run to completion, output captured; with check, raise LabCommandError on a non-zero exit."""
 
     def spawn(self, role: str, netns: str | None, argv: Sequence[str], log_path: Path) -> ProcessRecord:
@@ -145,15 +138,8 @@ class LinuxHost:
     def root_links(self) -> list[str]:
         return sorted(name for _, name in socket.if_nameindex())
 
-    def run(
-        self,
-        netns: str | None,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        timeout: float = _COMMAND_TIMEOUT,
-        check: bool = True,
-    ) -> subprocess.CompletedProcess[str]:
+    def run(self, netns: str | None, argv: Sequence[str], *, input: str | None = None,
+            timeout: float = _COMMAND_TIMEOUT, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self._run(_in_netns(netns, argv), input=input, timeout=timeout, check=check)
 
     def spawn(self, role: str, netns: str | None, argv: Sequence[str], log_path: Path) -> ProcessRecord:

@@ -15,14 +15,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from evio.tunnel.overlay_ca import (
+from evio.tunnel.path.overlay_ca import (
     certificate_builder,
     issue_node_certificate,
     load_ca_key,
     write_certificate,
     write_private_key,
 )
-from evio.tunnel.overlay_ca import make_overlay_ca as _make_overlay_ca
+from evio.tunnel.path.overlay_ca import make_overlay_ca as _make_overlay_ca
 
 _VALIDITY = datetime.timedelta(days=30)
 

@@ -22,7 +22,7 @@ from evio.config.model import BridgeConfig, OnDemandConfig
 from evio.ids import parse_node_id
 from evio.sdn.boundary import AsyncioEventSink, ControllerChannel, event_as_dict
 from evio.sdn.ofapp import ControllerConfig, start_controller_thread
-from evio.sdn.switch_peer import VswitchdPeerCheck
+from evio.sdn.vswitchd_peer_check import VswitchdPeerCheck
 
 log = logging.getLogger(__name__)
 

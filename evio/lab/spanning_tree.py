@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from evio.bridge.ovs_bridge import parse_rstp_ports
-from evio.lab.daemons import Topology
+from evio.lab.daemons import Topology, hops
 from evio.lab.errors import LabError
 from evio.lab.lab import Lab
 
@@ -78,14 +78,7 @@ def _state(topo: Topology, ports: Mapping[str, Mapping[str, tuple[str, str]]], n
 
 def tree_hops(tree: SpanningTree, a: str, b: str) -> int | None:
     """Hops from `a` to `b` over the tree's forwarding links (None: not connected)."""
-    frontier, seen, distance = [a], {a}, 0
-    while frontier:
-        if b in frontier:
-            return distance
-        distance += 1
-        frontier = [p for n in frontier for p in tree.neighbours(n) if p not in seen]
-        seen.update(frontier)
-    return None
+    return hops(tree.neighbours, a, b)
 
 
 def all_tree_hops(tree: SpanningTree, nodes: Iterable[str] | None = None) -> dict[tuple[str, str], int]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from evio.lab.lab import Lab, NodeInfo
 from evio.lab.tunnel_testbed import EndpointProcess, run
-from evio.tunnel.ice import RelayPolicy
+from evio.tunnel.path.ice import RelayPolicy
 
 
 @dataclass

@@ -111,6 +111,9 @@ class _Families:
         self.checksums_completed = CounterMetricFamily(
             "evio_switch_checksums_completed", "TCP frames whose partial (offload) checksum the controller finished.",
             labels=o)
+        self.neighbors_answered = CounterMetricFamily(
+            "evio_switch_neighbors_answered", "ARP requests and neighbour solicitations the switch answered itself.",
+            labels=o)
         self.transit_frames = CounterMetricFamily(
             "evio_transit_frames", "Frames sent on tunnel to tunnel by the transit fast path, past the bridge.",
             labels=o)
@@ -169,6 +172,7 @@ class _Families:
         self.frb_received.add_metric([overlay], ov.get("broadcasts", {}).get("received", 0))
         self.segmented.add_metric([overlay], switch.get("segmented", 0))
         self.checksums_completed.add_metric([overlay], switch.get("checksums_completed", 0))
+        self.neighbors_answered.add_metric([overlay], switch.get("neighbors_answered", 0))
         transit = ov.get("transit", {})
         if "forwarded" in transit:
             self.transit_frames.add_metric([overlay], transit.get("forwarded", 0))

@@ -27,11 +27,11 @@ from evio.ids import format_node_id, parse_node_id
 from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
 from evio.node.overlay_stack import OverlayStack
+from evio.node.plain_loop_thread import PlainLoopThread
 from evio.node.plan import AccountPlan, NodePlan, OverlayPlan
 from evio.node.platform import AddressAnnouncer, Platform
 from evio.node.reload import ReloadPlan, ReloadRefused, plan_reload
 from evio.node.sdn import SdnController
-from evio.node.side_loop import SideLoop
 from evio.node.signal_mux import SharedAccount
 from evio.node.status import STATUS_VERSION
 from evio.node.systemd import Notifier
@@ -68,7 +68,7 @@ class Node:
         self.overlays: dict[str, OverlayStack] = {}
         self._control: ControlServer | None = None
         self.metrics: MetricsServer | None = None
-        self._announcer: SideLoop | None = None
+        self._announcer: PlainLoopThread | None = None
         self._garp: AddressAnnouncer | None = None  # what runs in _announcer
         self._tasks: list[asyncio.Task[Any]] = []
         self._stop_requested = asyncio.Event()
@@ -209,7 +209,7 @@ class Node:
         if announcer is not None:
             # Its netlink watch cannot run on uvloop: it gets a thread and a plain loop of its own.
             self._garp = announcer
-            self._announcer = SideLoop("evio-garp", announcer.run)
+            self._announcer = PlainLoopThread("evio-garp", announcer.run)
             self._announcer.start()
 
     def _first_tunnel_port(self, bridge: str) -> None:

@@ -47,25 +47,13 @@ from evio.node.revocation_flood import RevocationFlood
 from evio.node.sdn import SdnController
 from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
 from evio.overlay.adjacency_events import LinkDown, LinkUp
-from evio.sdn.boundary import (
-    BroadcastCounts,
-    ControllerEvent,
-    DropCounts,
-    OnDemandIdle,
-    OnDemandWanted,
-    PortAdded,
-    PortRemoved,
-    SwitchConnected,
-    SwitchDisconnected,
-    TrafficCounts,
-    event_as_dict,
-)
+from evio.sdn import boundary
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.interface import Signaling
 from evio.tunnel.config import TunnelSettings
+from evio.tunnel.datapath.transit_table import TransitTable
 from evio.tunnel.errors import TunnelError
 from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
-from evio.tunnel.transit import TransitTable
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +192,8 @@ class OverlayStack:
         self.frb_errors: Mapping[str, int] = {}
         self.segment_errors: Mapping[str, int] = {}
         self.port_drops: Mapping[str, Mapping[str, int]] = {}  # port name -> what its bounds in the switch dropped
-        self.broadcasts: BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
-        self.traffic: TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
+        self.broadcasts: boundary.BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
+        self.traffic: boundary.TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
         self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
         self.tunnels_up = 0
         self.tunnels_down = 0
@@ -552,33 +540,33 @@ class OverlayStack:
 
     # -- SDN controller -> here ----------------------------------------------------------------
 
-    def controller_event(self, event: ControllerEvent) -> None:
-        if isinstance(event, OnDemandWanted):
+    def controller_event(self, event: boundary.ControllerEvent) -> None:
+        if isinstance(event, boundary.OnDemandWanted):
             log.info("on-demand link wanted overlay=%s peer=%s (%.0f B/s)", self.overlay, format_node_id(event.peer),
                      event.bytes_per_s)
             self.controller.request_on_demand(event.peer)
-        elif isinstance(event, OnDemandIdle):
+        elif isinstance(event, boundary.OnDemandIdle):
             self.controller.release_on_demand(event.peer)
-        elif isinstance(event, PortAdded):
+        elif isinstance(event, boundary.PortAdded):
             self.port_numbers[event.name] = event.port_no
-        elif isinstance(event, PortRemoved):
+        elif isinstance(event, boundary.PortRemoved):
             if self.port_numbers.get(event.name) == event.port_no:
                 del self.port_numbers[event.name]
-        elif isinstance(event, SwitchConnected):
+        elif isinstance(event, boundary.SwitchConnected):
             self.switch_connected = True
-        elif isinstance(event, SwitchDisconnected):
+        elif isinstance(event, boundary.SwitchDisconnected):
             self.switch_connected = False
             self.port_numbers.clear()
-        elif isinstance(event, DropCounts):
+        elif isinstance(event, boundary.DropCounts):
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
             self.segment_errors = dict(event.segment_errors)
             self.port_drops = {port: dict(counts) for port, counts in event.by_port.items()}
-        elif isinstance(event, BroadcastCounts):
+        elif isinstance(event, boundary.BroadcastCounts):
             self.broadcasts = event
-        elif isinstance(event, TrafficCounts):
+        elif isinstance(event, boundary.TrafficCounts):
             self.traffic = event
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
-            self.sdn_other[type(event).__name__] = event_as_dict(event)
+            self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
 
     # -- probe (evio ping) ----------------------------------------------------------------------
 
@@ -684,10 +672,11 @@ class OverlayStack:
                 "frb_forwarded": traffic.frb_forwarded if traffic else 0,
                 "segmented": traffic.segmented if traffic else 0,
                 "checksums_completed": traffic.checksums_completed if traffic else 0,
+                "neighbors_answered": traffic.neighbors_answered if traffic else 0,
             },
             "transit": _transit(self.links.transit),
             "drops": dict(self.drops),
-            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.candidates).
+            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.path.candidates).
             "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
@@ -709,11 +698,11 @@ def _candidates_dropped(links: object) -> dict[str, int]:
     return drops.as_dict() if drops is not None else {}
 
 
-def _broadcasts(counts: BroadcastCounts | None) -> dict[str, Any]:
+def _broadcasts(counts: boundary.BroadcastCounts | None) -> dict[str, Any]:
     """FRB broadcasts received: totals, per root, and the latest ones (`recent`, oldest first)."""
     if counts is None:
         return {"received": 0, "own_returned": 0, "by_root": {}, "recent": []}
-    document = event_as_dict(counts)
+    document = boundary.event_as_dict(counts)
     return {key: document[key] for key in ("received", "own_returned", "by_root", "recent")}
 
 

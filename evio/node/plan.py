@@ -21,8 +21,8 @@ from evio.signal import identity
 from evio.signal.client import SignalSettings
 from evio.signal.endpoint import OverlayIdentity
 from evio.tunnel.config import TunnelSettings, from_overlay_config
-from evio.tunnel.dtls import TunnelCertificate
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.trust import TrustAnchor
 
 DEFAULT_TAP_PREFIX = "evt"
 
@@ -119,7 +119,7 @@ def plan_node(
             controller_port=controller_port,
             controller_socket=str(controller_socket) if controller_socket is not None else None,
             overlay_address=str(address) if (address := overlay.bridge.address_for(node_id)) is not None else None,
-            mtu=bridge_mtu(overlay, tunnel),
+            mtu=overlay.bridge.effective_mtu,  # checked against the tunnels' by the config (evio.config.model)
             datapath_id=dpid,
             switching=overlay.bridge.switching,
             rstp_address=rstp_address_for(node_id) if overlay.bridge.switching == "stp" else None,
@@ -131,35 +131,6 @@ def plan_node(
         plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid, certificate))
     metrics = config.metrics.host_port if config.metrics.enabled else None
     return NodePlan(node_id, account_plans, tuple(plans), metrics)
-
-
-def bridge_mtu(overlay: OverlayConfig, tunnel: TunnelSettings) -> int:
-    """The bridge's MTU: the tunnels' unless the config sets a smaller one.
-
-    The bridge and the TAPs are one Ethernet segment, so a frame the bridge's
-    host port may send must fit every tunnel; one bigger would be dropped
-    silently at the TAP.
-    """
-    wanted = overlay.bridge.mtu
-    if wanted is None:
-        return tunnel.tap_mtu
-    if wanted > tunnel.tap_mtu:
-        raise NodeConfigError(
-            f"$.overlays.{overlay.id}.bridge.mtu: {wanted} is above the tunnels' MTU {tunnel.tap_mtu} "
-            f"(underlay MTU {tunnel.underlay_mtu} less encapsulation); leave it out or set at most {tunnel.tap_mtu}"
-        )
-    return wanted
-
-
-def mtu_problems(config: Config) -> list[str]:
-    """Every bridge MTU that no tunnel could carry (`evio config check` reports them)."""
-    problems = []
-    for overlay in config.overlays.values():
-        try:
-            bridge_mtu(overlay, from_overlay_config(overlay))
-        except NodeConfigError as exc:
-            problems.append(str(exc))
-    return problems
 
 
 def trust_of(overlay: str, trust: TrustConfig, node_id: int, now: datetime.datetime) -> tuple[TrustAnchor, TunnelCertificate]:

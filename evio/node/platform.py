@@ -21,11 +21,11 @@ from evio.node.sdn import OskenController, SdnController
 from evio.sdn.frb import ETH_TYPE_FRB
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.interface import Signaling
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.datapath.transit_table import TransitTable
 from evio.tunnel.manager import TunnelManager
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.offer_answer import RemoteActionSignaling
 from evio.tunnel.session import TunnelEvent
-from evio.tunnel.signaling import RemoteActionSignaling
-from evio.tunnel.transit import TransitTable
 
 
 class Runnable(Protocol):
@@ -62,7 +62,7 @@ class SystemPlatform:
     """The real parts, for `evio run`."""
 
     def __init__(self, controller_socket: Path, rng: random.Random | None = None) -> None:
-        # The overlays' own subnets are kept out of ICE gathering by evio.tunnel.ice (IceConfig.exclude_networks).
+        # The overlays' own subnets are kept out of ICE gathering by evio.tunnel.path.ice (IceConfig.exclude_networks).
         self.controller_socket = controller_socket
         self.rng = rng or random.Random()
         # One DTLS identity per run: its fingerprint travels in the signed-in signaling exchange.
@@ -72,7 +72,7 @@ class SystemPlatform:
         return SignalClient(settings, rng=self.rng)
 
     def sdn_controller(self) -> SdnController:
-        from evio.node.preflight import ovs_run_dir
+        from evio.bridge.ovs_paths import ovs_run_dir
 
         # Only the ovs-vswitchd the bridges are made on may connect (OVS_RUNDIR, as ovs-vsctl finds it).
         return OskenController(self.controller_socket, switch_run_dir=ovs_run_dir())

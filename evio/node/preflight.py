@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from evio.bridge.ovs_paths import DB_SOCKET, VSWITCHD_PIDFILE, ovs_run_dir
+
 TUN_DEVICE = Path("/dev/net/tun")
 PROGRAMS = ("ovs-vsctl", "ip")
 OS_KEN_MODULES = ("os_ken.base.app_manager", "os_ken.ofproto.ofproto_v1_3")
 PROBE_TIMEOUT = 5
-DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"
 
 
 class HostProbe(Protocol):
@@ -102,7 +103,7 @@ def preflight(probe: HostProbe) -> list[PreflightProblem]:
         if status != 0:
             problems.append(PreflightProblem(
                 "ovsdb",
-                f"cannot reach OVSDB at {ovs_run_dir()}/db.sock ({_first_line(err)}); "
+                f"cannot reach OVSDB at {ovs_run_dir() / DB_SOCKET} ({_first_line(err)}); "
                 "start Open vSwitch (systemctl start openvswitch-switch)",
             ))
         else:
@@ -119,18 +120,13 @@ def preflight(probe: HostProbe) -> list[PreflightProblem]:
     return problems
 
 
-def ovs_run_dir() -> Path:
-    """Where OVS's tools look for sockets and pidfiles (OVS_RUNDIR, as the lab sets it per node)."""
-    return Path(os.environ.get("OVS_RUNDIR", DEFAULT_OVS_RUN_DIR))
-
-
 def vswitchd_missing(probe: HostProbe, run_dir: Path) -> str | None:
     """None if the ovs-vswitchd named by the pidfile in `run_dir` runs, else why we think it does not.
 
     (The pidfile is how `ovs-appctl -t ovs-vswitchd` finds it too; a bridge
     change would otherwise wait for a switch that never comes.)
     """
-    pidfile = run_dir / "ovs-vswitchd.pid"
+    pidfile = run_dir / VSWITCHD_PIDFILE
     text = probe.read_text(pidfile)
     if text is None:
         return f"no {pidfile}"

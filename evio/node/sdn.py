@@ -61,7 +61,7 @@ class OskenController:
     def __init__(self, socket_path: Path, switch_run_dir: Path) -> None:
         """`socket_path`: the Unix socket the bridges connect to (evio.sdn.controller_socket.controller_socket_path);
         `switch_run_dir`: the rundir of the ovs-vswitchd whose bridges this controller serves: only it, root
-        and the OVS user may connect, and only it may control a bridge (evio.sdn.switch_peer)."""
+        and the OVS user may connect, and only it may control a bridge (evio.sdn.vswitchd_peer_check)."""
         self._socket_path = socket_path
         self._switch_run_dir = switch_run_dir
         self._sink: AsyncioEventSink | None = None
@@ -84,7 +84,7 @@ class OskenController:
         except Exception as exc:  # os-ken missing or broken: say so rather than crash later
             raise DependencyError(f"cannot load the SDN controller (os-ken): {type(exc).__name__}: {exc}") from exc
         from evio.sdn.controller_socket import OvsOwner, SwitchAdmission, bind_controller_socket
-        from evio.sdn.switch_peer import VswitchdPeerCheck
+        from evio.sdn.vswitchd_peer_check import VswitchdPeerCheck
 
         # Bound here, before any bridge exists, in a directory no one else can write: a bridge never
         # meets a controller address that another process could hold (issue 21 M1).

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from evio.ids import format_node_id
-from evio.tunnel.datapath import DatapathStats
+from evio.tunnel.datapath.interface import DatapathStats
 from evio.tunnel.liveness import RttStats
 from evio.tunnel.session import TunnelInfo
 
@@ -161,7 +161,7 @@ TRUST_RISK = "no trust anchor: the XMPP server can stand in for members (it carr
 
 
 def trust_document(certificate: Any, now: datetime.datetime, revoked: int = 0) -> dict[str, Any]:
-    """An overlay's trust mode: "ca" with this node's certificate (`evio.tunnel.dtls.TunnelCertificate`), or
+    """An overlay's trust mode: "ca" with this node's certificate (`evio.tunnel.path.dtls.TunnelCertificate`), or
     "fingerprint-only" when the overlay has no trust anchor (issue 21, H1)."""
     if certificate is None:
         return {"mode": "fingerprint-only", "risk": TRUST_RISK}

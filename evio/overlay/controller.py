@@ -64,6 +64,7 @@ from evio.overlay.orchestrator import (
     SendRelease,
     Timings,
 )
+from evio.ratelimit import LogLimiter
 from evio.signal.errors import ErrorReason, HandlerBadRequest, HandlerRejected, RequestError, SignalError
 from evio.signal.events import Connected, Disconnected, PeerAdded, PeerRemoved, Subscription
 from evio.signal.interface import Signaling
@@ -71,6 +72,7 @@ from evio.signal.protocol import Body
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelUp
 
 _Answer = TypeVar("_Answer")
+_Request = TypeVar("_Request")
 
 __all__ = [
     "AdjacencyEvent",
@@ -167,7 +169,7 @@ class OverlayController:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: Timer | None = None
         self.malformed: Counter[int] = Counter()  # negotiation bodies from a peer we could not read
-        self._malformed_logged: dict[int, float] = {}
+        self._malformed_log = LogLimiter[int](MALFORMED_LOG_INTERVAL)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -299,14 +301,18 @@ class OverlayController:
 
     # -- negotiation served to peers ---------------------------------------------------------
 
-    async def _on_link_request(self, overlay: str, peer: int, body: Body) -> Body:
+    def _decoded(self, overlay: str, peer: int, body: Body, decode: Callable[[Body], _Request]) -> _Request:
+        """A peer's request for this overlay; refused (and counted, if malformed) otherwise."""
         if overlay != self.overlay:
             raise HandlerRejected(f"overlay {overlay} is not served here")
         try:
-            request = decode_link_request(body)
+            return decode(body)
         except NegotiationError as exc:
             self._count_malformed(peer, exc)
             raise HandlerBadRequest(str(exc)) from exc
+
+    async def _on_link_request(self, overlay: str, peer: int, body: Body) -> Body:
+        request = self._decoded(overlay, peer, body, decode_link_request)
         if self._state is not _State.RUNNING:
             return encode_link_answer(LinkAnswer(False, refusal=LinkRefusal.STOPPING))
         answer, actions = self._core.link_request(peer, request, self._clock.now())
@@ -314,13 +320,7 @@ class OverlayController:
         return encode_link_answer(answer)
 
     async def _on_release_request(self, overlay: str, peer: int, body: Body) -> Body:
-        if overlay != self.overlay:
-            raise HandlerRejected(f"overlay {overlay} is not served here")
-        try:
-            request = decode_release_request(body)
-        except NegotiationError as exc:
-            self._count_malformed(peer, exc)
-            raise HandlerBadRequest(str(exc)) from exc
+        request = self._decoded(overlay, peer, body, decode_release_request)
         if self._state is _State.NEW or self._state is _State.STOPPED:
             return encode_release_answer(ReleaseAnswer(None))
         answer, actions = self._core.release_request(peer, request, self._clock.now())
@@ -461,10 +461,7 @@ class OverlayController:
 
     def _count_malformed(self, peer: int, exc: NegotiationError) -> None:
         self.malformed[peer] += 1
-        now = self._clock.now()
-        last = self._malformed_logged.get(peer)
-        if last is None or now - last >= MALFORMED_LOG_INTERVAL:
-            self._malformed_logged[peer] = now
+        if self._malformed_log.should_log(peer, self._clock.now()):
             log.warning(
                 "overlay %s malformed negotiation from peer=%032x (%s so far): %s",
                 self.overlay, peer, self.malformed[peer], exc,

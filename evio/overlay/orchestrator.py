@@ -43,7 +43,7 @@ Evaluation (`tick`): ring = present members, self, and peers whose link is up
 minus peers in failure backoff; `select_links` -> `desired_links` -> `diff`;
 the operations are carried out in diff's order (successors first, never
 below `s` successors up), skipping peers with a request in flight and
-spending a `ChangeBudget` token per tunnel added or removed. The ring comes
+spending a token of a `TokenBucket` per tunnel added or removed. The ring comes
 first: no long-distance link is started while one of our successor links is
 not up, new successor links and new other links are each paced to
 `max_setups` under way (fewer while the host is loaded: `load`), and a failing successor's backoff is capped at
@@ -87,10 +87,10 @@ from evio.overlay.adjacency import (
     diff,
 )
 from evio.overlay.adjacency_events import AdjacencyEvent, LinkDown, LinkInfo, LinkUp
-from evio.overlay.backoff import ChangeBudget, PeerBackoff
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
+from evio.overlay.peer_backoff import PeerBackoff
 from evio.overlay.symphony import Ring, Selection, select_links
-from evio.ratelimit import PeerRateLimiter, Rate
+from evio.ratelimit import PeerRateLimiter, Rate, TokenBucket
 from evio.signal.events import RemovalCause
 
 log = logging.getLogger(__name__)
@@ -274,7 +274,7 @@ class Orchestrator:
         self._peers: dict[int, _Peer] = {}
         self._on_demand: dict[int, None] = {}  # wanted on-demand peers, oldest wish first
         self._backoff = PeerBackoff(self.timings.backoff_base, self.timings.backoff_cap)
-        self._budget = ChangeBudget(self.timings.change_rate, self.timings.change_burst, now)
+        self._budget = TokenBucket(Rate(self.timings.change_rate, self.timings.change_burst), now)
         self._retry_at: dict[int, float] = {}  # refused for a passing reason: not before then
         self._refused_long_distance: dict[int, float] = {}  # peer -> until
         self._absent_check: dict[int, float] = {}  # linked peer gone from signaling -> when to ask about it

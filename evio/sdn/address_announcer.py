@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evio.clock import REAL_CLOCK, Clock
+from evio.ratelimit import LogLimiter
 from evio.sdn.frb import format_mac
 from evio.sdn.garp import ArpOp, gratuitous_arp
 
@@ -269,7 +270,7 @@ class GarpAnnouncer:
         self.repeat_interval = repeat_interval
         self.sent = 0
         self.send_errors = 0
-        self._error_logged: dict[str, float] = {}
+        self._error_logged = LogLimiter[str](SEND_ERROR_LOG_INTERVAL)  # interface
         self._pending: dict[tuple[str, ipaddress.IPv4Address], asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -353,8 +354,6 @@ class GarpAnnouncer:
                 self.sent += 1
         except (OSError, ValueError) as err:
             self.send_errors += 1
-            last = self._error_logged.get(ifname)
-            if last is None or now - last >= SEND_ERROR_LOG_INTERVAL:
-                self._error_logged[ifname] = now
+            if self._error_logged.should_log(ifname, now):
                 log.warning("gratuitous ARP not sent interface=%s address=%s: %s (errors so far: %d)",
                             ifname, address, err, self.send_errors)

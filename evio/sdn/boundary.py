@@ -223,6 +223,7 @@ class TrafficCounts:
     frb_forwarded: int
     segmented: int = 0
     checksums_completed: int = 0
+    neighbors_answered: int = 0
 
 
 ControllerEvent = (

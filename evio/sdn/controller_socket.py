@@ -21,7 +21,7 @@ frames out as this node. A path in a private directory cannot be taken so:
 3. `SwitchAdmission`: every accepted connection's SO_PEERCRED must be the
    ovs-vswitchd of the rundir's pidfile, root, or the OVS user; anything else
    is closed at once and counted. (The controller then still checks, at the
-   features reply, that the peer is that vswitchd: evio.sdn.switch_peer.)
+   features reply, that the peer is that vswitchd: evio.sdn.vswitchd_peer_check.)
 """
 
 from __future__ import annotations

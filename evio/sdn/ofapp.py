@@ -25,7 +25,7 @@ switch are still queued (a port change, say) does a packet-in wait its turn
 behind them, so the switch's events keep their order.
 
 Only our own ovs-vswitchd may connect (`ControllerConfig.peer_check`, see
-switch_peer.py): datapath ids are predictable, and without the check any
+vswitchd_peer_check.py): datapath ids are predictable, and without the check any
 local process could connect with a bridge's id and take the bridge over.
 A refused connection is closed before it is registered; the bridge that is
 connected stays.
@@ -60,6 +60,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evio.ratelimit import LogLimiter
+from evio.sdn import flow_actions
 from evio.sdn.boundary import (
     AttachOverlay,
     ControllerChannel,
@@ -68,18 +70,7 @@ from evio.sdn.boundary import (
     PeerPortUp,
     SetOnDemand,
 )
-from evio.sdn.flow_actions import (
-    FRB_TO_CONTROLLER_PRIORITY,
-    TABLE_MISS_PRIORITY,
-    AddFlow,
-    DeleteFlow,
-    DeleteFlowsFromMac,
-    DeleteFlowsOfPort,
-    DeleteFlowsToMac,
-    FlowAction,
-    FlowMatch,
-    PacketOut,
-)
+from evio.sdn.flow_actions import FRB_TO_CONTROLLER_PRIORITY, TABLE_MISS_PRIORITY
 from evio.sdn.frb import ETH_TYPE_FRB
 from evio.sdn.osken_imports import trim_os_ken
 from evio.sdn.overlay_switch import OverlaySwitch, Step
@@ -135,13 +126,13 @@ REFUSAL_LOG_INTERVAL = 10.0  # seconds between warnings about refused switch con
 # ---------------------------------------------------------------------- neutral actions -> OpenFlow
 
 
-def to_ofp_messages(datapath: Any, action: FlowAction) -> list[Any]:
+def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]:
     """The OpenFlow 1.3 messages that carry out `action` on `datapath`."""
     ofp, parser = datapath.ofproto, datapath.ofproto_parser
-    if isinstance(action, PacketOut):
+    if isinstance(action, flow_actions.PacketOut):
         return [parser.OFPPacketOut(datapath, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
                                     actions=[parser.OFPActionOutput(action.port)], data=action.data)]
-    if isinstance(action, AddFlow):
+    if isinstance(action, flow_actions.AddFlow):
         m = action.match
         match = parser.OFPMatch(in_port=m.in_port, eth_src=m.eth_src, eth_dst=m.eth_dst)
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(action.out_port)])]
@@ -150,7 +141,7 @@ def to_ofp_messages(datapath: Any, action: FlowAction) -> list[Any]:
                                   idle_timeout=action.idle_timeout, hard_timeout=action.hard_timeout,
                                   priority=action.priority,
                                   flags=ofp.OFPFF_SEND_FLOW_REM, match=match, instructions=inst)]
-    if isinstance(action, DeleteFlowsOfPort):
+    if isinstance(action, flow_actions.DeleteFlowsOfPort):
         # Two deletes: flows entering by the port, and flows leaving through it.
         common = dict(cookie=EVIO_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
                       out_group=ofp.OFPG_ANY)
@@ -158,10 +149,10 @@ def to_ofp_messages(datapath: Any, action: FlowAction) -> list[Any]:
             parser.OFPFlowMod(datapath, out_port=ofp.OFPP_ANY, match=parser.OFPMatch(in_port=action.port), **common),
             parser.OFPFlowMod(datapath, out_port=action.port, match=parser.OFPMatch(), **common),
         ]
-    if isinstance(action, DeleteFlowsToMac | DeleteFlowsFromMac | DeleteFlow):
-        if isinstance(action, DeleteFlowsToMac):
+    if isinstance(action, flow_actions.DeleteFlowsToMac | flow_actions.DeleteFlowsFromMac | flow_actions.DeleteFlow):
+        if isinstance(action, flow_actions.DeleteFlowsToMac):
             match = parser.OFPMatch(eth_dst=action.mac)
-        elif isinstance(action, DeleteFlowsFromMac):
+        elif isinstance(action, flow_actions.DeleteFlowsFromMac):
             match = parser.OFPMatch(eth_src=action.mac)
         else:  # the one flow: a delete by its whole match takes nothing wider (evio's flows all match these)
             m = action.match
@@ -194,23 +185,23 @@ def flow_stats_request(datapath: Any) -> Any:
                                       COUNTED_COOKIE, ALL_BITS, parser.OFPMatch())
 
 
-def flow_byte_counts(stats: Sequence[Any]) -> dict[FlowMatch, int]:
+def flow_byte_counts(stats: Sequence[Any]) -> dict[flow_actions.FlowMatch, int]:
     """OFPFlowStats entries of evio's unicast flows as {FlowMatch: byte_count}."""
-    counts: dict[FlowMatch, int] = {}
+    counts: dict[flow_actions.FlowMatch, int] = {}
     for stat in stats:
         m = stat.match
         if stat.cookie & EVIO_COOKIE_MASK != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
             continue
-        counts[FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])] = stat.byte_count
+        counts[flow_actions.FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])] = stat.byte_count
     return counts
 
 
-def removed_flow_match(msg: Any) -> FlowMatch | None:
+def removed_flow_match(msg: Any) -> flow_actions.FlowMatch | None:
     """The evio unicast flow an OFPFlowRemoved reports; None for the base flows and anyone else's."""
     m = msg.match
     if msg.cookie & EVIO_COOKIE_MASK != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
         return None
-    return FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])
+    return flow_actions.FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])
 
 
 # ---------------------------------------------------------------------- the app
@@ -289,13 +280,13 @@ class BoundedFloodApp(app_manager.OSKenApp):
         self.overlays: dict[str, OverlaySwitch] = {}
         self.by_datapath_id: dict[int, OverlaySwitch] = {}
         self.datapaths: dict[int, Any] = {}  # connected switches, claimed by an overlay or not
-        self._stats_parts: dict[int, dict[FlowMatch, int]] = {}
+        self._stats_parts: dict[int, dict[flow_actions.FlowMatch, int]] = {}
         self._next_stats = 0.0
         self._next_drop_report = 0.0
         self._stopping = threading.Event()
         self.handler_errors = 0
         self.refused_switches = 0
-        self._refusal_logged = float("-inf")
+        self._refusal_log = LogLimiter[None](REFUSAL_LOG_INTERVAL)  # one line for every refused switch
         # Held by every handler, in whichever thread it runs (see the module docstring).
         self._lock = threading.RLock()
         self._fast_ticks = True  # the pace the ticker chose last; a packet-in while slow wakes it
@@ -361,7 +352,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
 
     # ---------------------------------------------------------------- sending
 
-    def _send(self, overlay: OverlaySwitch, actions: Sequence[FlowAction]) -> None:
+    def _send(self, overlay: OverlaySwitch, actions: Sequence[flow_actions.FlowAction]) -> None:
         """The one place OFP messages for the logic's actions leave for a switch: one write for them all."""
         dp = self.datapaths.get(overlay.datapath_id) if overlay.connected else None
         if dp is None or not actions:
@@ -370,16 +361,16 @@ class BoundedFloodApp(app_manager.OSKenApp):
         # an added flow's after it; a delete after an add in the same list waits for the add's write.
         now = self.config.clock()
         messages: list[Any] = []
-        added: list[FlowAction] = []
+        added: list[flow_actions.FlowAction] = []
         for action in actions:
-            if added and isinstance(action, (DeleteFlowsOfPort, DeleteFlowsToMac)):
+            if added and isinstance(action, (flow_actions.DeleteFlowsOfPort, flow_actions.DeleteFlowsToMac)):
                 self._write(dp, messages)
                 for done in added:
                     overlay.after_send(done, now)
                 messages, added = [], []
             overlay.before_send(action, now)
             messages += to_ofp_messages(dp, action)
-            if isinstance(action, AddFlow):
+            if isinstance(action, flow_actions.AddFlow):
                 added.append(action)
         self._write(dp, messages)
         for done in added:
@@ -471,8 +462,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
         """Close a connection that may not control a bridge; whatever is connected stays."""
         self.refused_switches += 1
         now = self.config.clock()
-        if now - self._refusal_logged >= REFUSAL_LOG_INTERVAL:
-            self._refusal_logged = now
+        if self._refusal_log.should_log(None, now):
             log.warning("switch connection refused dpid=%016x address=%s reason=%s (refused so far: %d)",
                         dp.id or 0, getattr(dp, "address", None), reason, self.refused_switches)
         with contextlib.suppress(OSError):

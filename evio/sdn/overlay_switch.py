@@ -77,7 +77,7 @@ class OverlaySwitch:
         self._flows_added_at_poll = -1  # flows_added when the poll in flight was asked for
         self._reported: tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, dict[str, int]]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
-        self._traffic_reported = (0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
+        self._traffic_reported = (0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
 
     @property
     def overlay(self) -> str:

@@ -29,7 +29,7 @@ flooded). So the controller does here what the NIC would have done.
 
 Sizes are whole Ethernet frames without FCS (14-byte header, untagged). The
 checksum arithmetic and the header parse are `evio.tcpip`'s, shared with the
-data path's in-place segmenter (`evio.tunnel.offload`).
+data path's in-place segmenter (`evio.tunnel.datapath.offload`).
 """
 
 from __future__ import annotations

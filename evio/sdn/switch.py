@@ -81,7 +81,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -138,7 +138,7 @@ MAX_FLOWS_PER_PORT = 4096
 # refreshes without asking would otherwise outlive the MAC it was installed for. As long as a MAC's
 # max age, so a busy flow's packet-in refreshes its source before the MAC could expire.
 FLOW_HARD_TIMEOUT = 300
-# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.mtu); the node passes its own.
+# A tunnel TAP's MTU on a 1500-byte IPv4 underlay (evio.tunnel.datapath.mtu); the node passes its own.
 DEFAULT_TUNNEL_MTU = 1428
 
 
@@ -225,10 +225,11 @@ class SwitchCounters:
     frb_forwarded: int = 0  # FRB copies passed on within their bounds
     segmented: int = 0  # frames too large to send whole, split into TCP segments (once per output kind)
     checksums_completed: int = 0  # TCP frames whose partial (offload) checksum the controller finished
+    neighbors_answered: int = 0  # ARP requests and neighbour solicitations answered here instead of flooded
 
-    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
+    def as_tuple(self) -> tuple[int, int, int, int, int, int, int]:
         return (self.packet_ins, self.broadcasts_originated, self.frb_sent, self.frb_forwarded, self.segmented,
-                self.checksums_completed)
+                self.checksums_completed, self.neighbors_answered)
 
 
 _NEIGHBOR_TYPES = (ETH_TYPE_ARP, segmentation.ETH_TYPE_IPV6)  # what may be ARP or neighbour discovery
@@ -284,7 +285,7 @@ class BoundedFloodSwitch:
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
-        self._bad_input_logged: dict[int, float] = {}  # peer -> when we last warned about it
+        self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
         self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
 
@@ -396,6 +397,7 @@ class BoundedFloodSwitch:
         if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
             self.neighbors.observe(msg, now)
             if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
+                self.counters.neighbors_answered += 1
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
         if eth.is_group:
             if not self._link_local_allowed(in_port, data, now):
@@ -572,9 +574,7 @@ class BoundedFloodSwitch:
                 return self._unknown_type(port, ingress, now)
             self.drops[Drop.MALFORMED_FRB] += 1
             self.frb_parse_errors[err.reason] += 1
-            last = self._bad_input_logged.get(ingress)
-            if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
-                self._bad_input_logged[ingress] = now
+            if self._bad_input_logged.should_log(ingress, now):
                 log.warning("malformed FRB dropped peer=%s port=%s reason=%s (dropped so far: %d)",
                             format_node_id(ingress), port.port_no, err.reason.name, self.drops[Drop.MALFORMED_FRB])
             return []
@@ -631,9 +631,7 @@ class BoundedFloodSwitch:
     def _unknown_type(self, port: SwitchPort, ingress: int, now: float) -> list[FlowAction]:
         """A newer node's FRB type: not ours to read nor to forward; counted apart from malformed ones."""
         self.drops[Drop.UNKNOWN_FRB_TYPE] += 1
-        last = self._bad_input_logged.get(ingress)
-        if last is None or now - last >= BAD_INPUT_LOG_INTERVAL:
-            self._bad_input_logged[ingress] = now
+        if self._bad_input_logged.should_log(ingress, now):
             log.info("FRB of an unknown type ignored peer=%s port=%s (a newer release's; ignored so far: %d)",
                      format_node_id(ingress), port.port_no, self.drops[Drop.UNKNOWN_FRB_TYPE])
         return []
@@ -693,10 +691,7 @@ class BoundedFloodSwitch:
             else:
                 actions += self._deliver_to_leaves(inner, exclude=None)
         bounds = forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return actions
-        if bounds and not self._flood_allowed(budget_key, now):
+        if not self._may_pass_on(bounds, hops, budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():
@@ -728,6 +723,13 @@ class BoundedFloodSwitch:
         self.port_drops[(self.ports[in_port].name, Drop.LINK_LOCAL_LIMITED)] += 1
         return False
 
+    def _may_pass_on(self, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float) -> bool:
+        """Whether a flood's copies to `bounds` may go: under the hop limit and within the flood budget."""
+        if bounds and hops >= frb.MAX_HOP_COUNT:
+            self.drops[Drop.HOP_LIMIT] += 1
+            return False
+        return not bounds or self._flood_allowed(key, now)
+
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
         if self.flood_budget.allow(key, now):
             return True
@@ -756,10 +758,7 @@ class BoundedFloodSwitch:
                 return []  # forged from one of the bridge's own MACs: not passed on either
             actions += learned
         bounds = reverse_forward_bounds(self.node_id, h.bound_nid, self.peer_ports(), ingress=ingress)
-        if bounds and hops >= frb.MAX_HOP_COUNT:
-            self.drops[Drop.HOP_LIMIT] += 1
-            return actions
-        if bounds and not self._flood_allowed(budget_key, now):
+        if not self._may_pass_on(bounds, hops, budget_key, now):
             return actions
         peers = self.peer_ports()
         for peer, bound in bounds.items():

@@ -1,7 +1,7 @@
 """The transit fast path as the controller keeps it: a mirror of its tunnel-to-tunnel flows.
 
 The daemon's data path can send a frame from one tunnel straight into
-another, past both TAPs and Open vSwitch (evio.tunnel.transit,
+another, past both TAPs and Open vSwitch (evio.tunnel.datapath.transit_table,
 docs/design.md "Transit fast path"). It may do so only for a frame the
 bridge would forward the same way, so the controller - the one place that
 installs and deletes evio's flows - keeps the daemon's table in step with
@@ -55,7 +55,7 @@ class RouteView(Protocol):
 
 
 class TransitSink(Protocol):
-    """What the controller needs of the daemon's fast-path table (evio.tunnel.transit.TransitTable)."""
+    """What the controller needs of the daemon's fast-path table (evio.tunnel.datapath.transit_table.TransitTable)."""
 
     def add(self, ingress: str, eth_dst: bytes, eth_src: bytes, egress: str, deadline: float) -> bool: ...
 

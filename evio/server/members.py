@@ -60,7 +60,7 @@ from evio.signal.identity import (
     load_list,
     sign_list,
 )
-from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from evio.tunnel.overlay_ca import certificate_builder
+from evio.tunnel.path.overlay_ca import certificate_builder
 
 CA_DAYS = 3650
 SERVER_DAYS = 3650  # renewal is not automated: long enough to outlive the server host's deployment

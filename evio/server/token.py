@@ -35,7 +35,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.trust import TrustAnchor
 
 PREFIX = "evio1"
 _CONTEXT = b"evio join token v1\n"

@@ -67,8 +67,8 @@ from slixmpp.xmlstream import ElementBase, register_stanza_plugin
 from slixmpp.xmlstream.handler import Callback
 from slixmpp.xmlstream.matcher import StanzaPath
 
+from evio.backoff import backoff_delay
 from evio.signal import identity, protocol
-from evio.signal.backoff import reconnect_delay
 from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
@@ -161,12 +161,9 @@ class SignalSettings:
         return f"evio-{self.memberships[first]:032x}"
 
 
-class _Payload(ElementBase):
-    """<evio xmlns="urn:x-evio:signal:1">JSON</evio>"""
+class _JsonElement(ElementBase):
+    """An element whose text is JSON: its `json` interface; each subclass names the element."""
 
-    name = protocol.ELEMENT
-    namespace = protocol.NAMESPACE
-    plugin_attrib = "evio"
     interfaces = {"json"}
 
     def get_json(self) -> str:
@@ -179,7 +176,15 @@ class _Payload(ElementBase):
         self.xml.text = None
 
 
-class _Identity(ElementBase):
+class _Payload(_JsonElement):
+    """<evio xmlns="urn:x-evio:signal:1">JSON</evio>"""
+
+    name = protocol.ELEMENT
+    namespace = protocol.NAMESPACE
+    plugin_attrib = "evio"
+
+
+class _Identity(_JsonElement):
     """<identity xmlns="urn:x-evio:identity:1">JSON</identity>: claim proofs and revocation lists (trust mode).
 
     A second element, so nodes of the previous release, which read only <evio>, accept our presence as before."""
@@ -187,16 +192,6 @@ class _Identity(ElementBase):
     name = identity.ELEMENT
     namespace = identity.NAMESPACE
     plugin_attrib = "evio_identity"
-    interfaces = {"json"}
-
-    def get_json(self) -> str:
-        return self.xml.text or ""
-
-    def set_json(self, value: str) -> None:
-        self.xml.text = value
-
-    def del_json(self) -> None:
-        self.xml.text = None
 
 
 register_stanza_plugin(Message, _Payload)
@@ -280,7 +275,7 @@ class SignalClient(SignalEndpoint):
                 if self._relogin_now:
                     self._relogin_now = False
                     continue  # a membership check: the server is fine, log in again at once
-                delay = reconnect_delay(attempt, self._rng, self.settings.reconnect_base, self.settings.reconnect_cap)
+                delay = backoff_delay(attempt, self._rng, self.settings.reconnect_base, self.settings.reconnect_cap)
                 # A failed login was logged with its step (once per change); its retries are not news.
                 log.log(logging.INFO if was_up else logging.DEBUG, "signal %s: reconnecting in %.2f s (attempt %d)",
                         self.settings.jid, delay, attempt)

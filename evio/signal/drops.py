@@ -1,8 +1,8 @@
 """Accounting for refused network input: counters by reason, and when to log.
 
 Pure: time comes in as ``now`` (seconds, any monotonic origin). Bad input is
-counted every time but logged at most once per peer per interval, so a noisy
-or hostile peer cannot flood the log.
+counted every time but logged at most once per peer per interval
+(`evio.ratelimit.LogLimiter`), so a noisy or hostile peer cannot flood the log.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Mapping
+
+from evio.ratelimit import LogLimiter
 
 
 class DropReason(enum.Enum):
@@ -35,24 +37,13 @@ class DropAccounting:
     """Counts drops by reason; decides which drops are worth a log line."""
 
     def __init__(self, log_interval: float = 60.0, max_tracked_peers: int = 4096) -> None:
-        self._interval = log_interval
-        self._max_tracked = max_tracked_peers
         self._counts: Counter[DropReason] = Counter()
-        self._last_logged: dict[str, float] = {}
+        self._log = LogLimiter[str](log_interval, max_tracked_peers)
 
     def record(self, reason: DropReason, peer: str, now: float) -> bool:
         """Count one drop; True when the caller should log it (first from `peer` this interval)."""
         self._counts[reason] += 1
-        last = self._last_logged.get(peer)
-        if last is not None and now - last < self._interval:
-            return False
-        if last is None and len(self._last_logged) >= self._max_tracked:
-            self._forget_older_than(now - self._interval)
-            if len(self._last_logged) >= self._max_tracked:
-                # Still full of recent peers: stay quiet rather than grow without bound.
-                return False
-        self._last_logged[peer] = now
-        return True
+        return self._log.should_log(peer, now)
 
     def count(self, reason: DropReason) -> int:
         return self._counts[reason]
@@ -64,6 +55,3 @@ class DropAccounting:
     @property
     def total(self) -> int:
         return sum(self._counts.values())
-
-    def _forget_older_than(self, cutoff: float) -> None:
-        self._last_logged = {p: t for p, t in self._last_logged.items() if t >= cutoff}

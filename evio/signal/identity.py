@@ -10,7 +10,7 @@ holding one JSON document (nodes of the previous release look only for their
      "revocations": [{"overlay": O, "serial": S, "issued": T, "nodes": [[N, U], ...], "sig": B64}, ...]}
 
 *Claim proof*: the node certificate (DER) the overlay CA issued, naming node id
-N for overlay O (`evio.tunnel.trust`), and an ECDSA signature by that
+N for overlay O (`evio.tunnel.path.trust`), and an ECDSA signature by that
 certificate's key over the claim: the claiming session's full JID, O and N.
 The JID in the signature is what stops replay: another account (or a server
 relaying it under another JID) cannot reuse M's proof, and the server can
@@ -51,7 +51,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 
 class TrustAnchor(Protocol):
-    """An overlay's CA certificates (`evio.tunnel.trust.TrustAnchor`, which lives a layer above)."""
+    """An overlay's CA certificates (`evio.tunnel.path.trust.TrustAnchor`, which lives a layer above)."""
 
     @property
     def overlay(self) -> str: ...

@@ -44,10 +44,10 @@ from evio.overlay.adjacency_events import AdjacencyEvent, LinkUp
 from evio.overlay.controller import OverlayController, Timings
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
 from evio.tunnel.config import tap_name
-from evio.tunnel.datapath import DatapathStats
+from evio.tunnel.datapath.interface import DatapathStats
 from evio.tunnel.errors import SetupError, TunnelError
-from evio.tunnel.ice import PathKind
 from evio.tunnel.liveness import RttStats
+from evio.tunnel.path.ice import PathKind
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelInfo, TunnelState, TunnelUp
 
 log = logging.getLogger(__name__)

@@ -131,7 +131,7 @@ class DatagramWire:
 
 
 class FakeTapDevice:
-    """``evio.tunnel.tap.TapDevice`` over a FakeTap: what a tunnel's tap factory returns in tests."""
+    """``evio.tunnel.datapath.tap.TapDevice`` over a FakeTap: what a tunnel's tap factory returns in tests."""
 
     def __init__(self, name: str, mtu: int) -> None:
         self.tap = FakeTap()

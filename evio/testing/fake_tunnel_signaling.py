@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 
 from evio.tunnel.errors import SignalingFailed
-from evio.tunnel.signaling import Body, OfferHandler
+from evio.tunnel.path.offer_answer import Body, OfferHandler
 
 
 class FakeTunnelSignalingHub:

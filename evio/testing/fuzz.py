@@ -56,10 +56,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from evio.tunnel.mmsg import SlotRing
+from evio.testing.fake_tunnel import FakeUnderlay
+from evio.tunnel.datapath.mmsg import SlotRing
 
 # -- mutations ----------------------------------------------------------------------------
 
@@ -368,12 +370,12 @@ class _SocketPath:
         import aioice.ice
 
         from evio.testing.fake_tunnel import FakeTap
-        from evio.tunnel import ice as evio_ice
-        from evio.tunnel.fd_datapath import FdDatapath
-        from evio.tunnel.keys import EXPORTER_LEN, Cipher, split_exporter
-        from evio.tunnel.mmsg import SendtoBatch
+        from evio.tunnel.datapath.fd_datapath import FdDatapath
+        from evio.tunnel.datapath.keys import EXPORTER_LEN, Cipher, split_exporter
+        from evio.tunnel.datapath.mmsg import SendtoBatch
+        from evio.tunnel.path import aioice_patches, inbound_gate
 
-        evio_ice._install_stun_guard()
+        aioice_patches._install_stun_guard()
         self.material = bytes(range(EXPORTER_LEN))
         self.cipher = Cipher.AES_256_GCM
         self.connection = aioice.Connection(ice_controlling=False)
@@ -382,7 +384,7 @@ class _SocketPath:
         self.protocol = aioice.ice.StunProtocol(self.connection)
         self.protocol.connection_made(_FakeTransport())  # type: ignore[arg-type]
         self.protocol.local_candidate = aioice.Candidate("1", 1, "udp", 100, "127.0.0.2", 3000, "host")
-        self.gate = evio_ice.InboundGate(self.connection, "fuzz")
+        self.gate = inbound_gate.InboundGate(self.connection, "fuzz")
         self.gate.selected = PEER
         self.gate.guard(self.protocol)
         self.tap = FakeTap()
@@ -406,14 +408,14 @@ class _SocketPath:
         self.peer_secrets = split_exporter(self.material, self.cipher, True)
 
     def feed(self, data: bytes, source: tuple[str, int]) -> str | None:
-        from evio.tunnel import ice as evio_ice
+        from evio.tunnel.path import aioice_patches
 
         dp = self.datapath
         assert self.ring is not None
         drops = dict(dp._drops)
         frames, controls, foreign = dp._rx_frames, self.controls, dp._foreign
         gate_rejects = sum(self.gate.rejected.values())
-        stun_rejects = dict(evio_ice.STUN_REJECTED)
+        stun_rejects = dict(aioice_patches.STUN_REJECTED)
         queued = self.connection._queue.qsize()
         self.ring.load(data, source)
         dp._sock_pass()
@@ -428,7 +430,7 @@ class _SocketPath:
             return "unhandled"  # the data path neither took nor passed it on: should not happen
         if sum(self.gate.rejected.values()) != gate_rejects:
             return next(r.value for r, n in self.gate.rejected.items() if n)
-        for stun_reason, count in evio_ice.STUN_REJECTED.items():
+        for stun_reason, count in aioice_patches.STUN_REJECTED.items():
             if count != stun_rejects.get(stun_reason, 0):
                 return stun_reason.value
         if self.connection._queue.qsize() != queued:
@@ -443,58 +445,30 @@ class _SocketPath:
         self.underlay.drain()
 
 
-class _GateUnderlay:
+class _GateUnderlay(FakeUnderlay):
     """The data path's underlay whose foreign datagrams go to a gated aioice protocol."""
 
     def __init__(self, protocol: Any, channel: int | None) -> None:
-        import socket
-
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._sink.bind(("127.0.0.1", 0))
-        self._sink.setblocking(False)
+        super().__init__(channel)
         self._protocol = protocol
-        self._channel = channel
-
-    @property
-    def sock(self) -> Any:
-        return self._sock
-
-    @property
-    def peer(self) -> Any:
-        return self._sink.getsockname()
-
-    @property
-    def channel(self) -> int | None:
-        return self._channel
-
-    def pause_owner(self) -> None:
-        pass
-
-    def resume_owner(self) -> None:
-        pass
 
     def deliver_foreign(self, data: bytes, addr: Any) -> None:
         self._protocol.datagram_received(data, addr)
 
     def drain(self) -> None:
+        """Drop what the data path sent to the peer."""
         while True:
             try:
-                self._sink.recv(65536)
+                self.wire_end.recv(65536)
             except BlockingIOError:
                 return
-
-    def close(self) -> None:
-        self._sock.close()
-        self._sink.close()
 
 
 def _records_and_stun_targets(stack: ExitStack) -> tuple[Target, Target]:
     import aioice.stun
 
-    from evio.tunnel.keys import make_aead
-    from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
+    from evio.tunnel.datapath.keys import make_aead
+    from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
 
     asyncio.get_running_loop()  # the data path registers readers (never run: the fuzz calls it directly)
     direct = _SocketPath(stack, None)
@@ -600,10 +574,10 @@ def _signal_target(stack: ExitStack) -> Target:
 def _offer_target(stack: ExitStack) -> Target:
     import datetime
 
-    from evio.tunnel.dtls import TunnelCertificate
+    from evio.tunnel.datapath.keys import Cipher
     from evio.tunnel.errors import OfferError
-    from evio.tunnel.keys import Cipher
-    from evio.tunnel.signaling import IceParameters, TunnelAnswer, TunnelOffer
+    from evio.tunnel.path.dtls import TunnelCertificate
+    from evio.tunnel.path.offer_answer import IceParameters, TunnelAnswer, TunnelOffer
 
     cert = TunnelCertificate.generate("fuzz", datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
     ice = IceParameters("abcd", "p" * 24, ("candidate:1 1 udp 2130706431 10.0.0.1 40000 typ host",
@@ -666,13 +640,13 @@ def _config_target(stack: ExitStack) -> Target:
 
     base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="evio-fuzz-")))
     (base / "password").write_text("secret\n")
-    example = Path(__file__).resolve().parents[2] / "config" / "evio.example.jsonc"
+    example = resources.files("evio.config").joinpath("example.jsonc")  # the one `evio config example` prints
     minimal = {
         "overlays": {"ov1": {"signal": {"jid": "n1@overlay.test", "server": "127.0.0.1", "password_file": "password"},
                              "bridge": {"address": "10.10.0.1/24"}}},
     }
     texts = [json.dumps(minimal)]
-    if example.exists():
+    if example.is_file():
         texts.append(example.read_text(encoding="utf-8"))
     docs = []
     for text in texts:
@@ -745,8 +719,8 @@ class _NativeEnd:
 
     def __init__(self, vnet: bool, channel: int | None, material: bytes) -> None:
         from evio.testing.fake_tunnel import FakeTap, FakeUnderlay
-        from evio.tunnel.keys import Cipher, split_exporter
-        from evio.tunnel.native import NativeFdDatapath
+        from evio.tunnel.datapath.keys import Cipher, split_exporter
+        from evio.tunnel.datapath.native import NativeFdDatapath
 
         self.tap = FakeTap()
         self.underlay = FakeUnderlay(channel)
@@ -790,9 +764,9 @@ class _NativeEnd:
 
 
 def _native_target(stack: ExitStack) -> Target:
-    from evio.tunnel import native
-    from evio.tunnel.keys import EXPORTER_LEN, Cipher, make_aead, split_exporter
-    from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
+    from evio.tunnel.datapath import native
+    from evio.tunnel.datapath.keys import EXPORTER_LEN, Cipher, make_aead, split_exporter
+    from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlOpcode, pack_control, seal
 
     if not native.available():
         raise RuntimeError("evio_native is not installed (scripts/build-native): the native target cannot run")
@@ -867,9 +841,9 @@ class _TapEnd:
 
     def __init__(self, implementation: str, material: bytes) -> None:
         from evio.testing.fake_tunnel import FakeTap, FakeUnderlay
-        from evio.tunnel.fd_datapath import FdDatapath
-        from evio.tunnel.keys import Cipher, split_exporter
-        from evio.tunnel.native import NativeFdDatapath
+        from evio.tunnel.datapath.fd_datapath import FdDatapath
+        from evio.tunnel.datapath.keys import Cipher, split_exporter
+        from evio.tunnel.datapath.native import NativeFdDatapath
 
         self.tap = FakeTap()
         self.underlay = FakeUnderlay()
@@ -905,9 +879,9 @@ class _TapEnd:
 
 def _vnet_target(stack: ExitStack) -> Target:
     """A TAP's reads with a virtio-net header, into the Python pass (segmentation, checksums) and the native one."""
-    from evio.tunnel import native
-    from evio.tunnel.keys import EXPORTER_LEN
-    from evio.tunnel.offload import F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP, VnetHeader
+    from evio.tunnel.datapath import native
+    from evio.tunnel.datapath.keys import EXPORTER_LEN
+    from evio.tunnel.datapath.offload import F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP, VnetHeader
 
     material = bytes(range(EXPORTER_LEN))
     ends = [_TapEnd("python", material)]
@@ -945,7 +919,7 @@ def _dtls_target(stack: ExitStack) -> Target:
     connected end (alerts, retransmitted flights): the handshake parser of OpenSSL behind ``DtlsHandshake``."""
     import datetime
 
-    from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
+    from evio.tunnel.path.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
 
     now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     ours, theirs = TunnelCertificate.generate("fuzz-a", now), TunnelCertificate.generate("fuzz-b", now)
@@ -1106,11 +1080,11 @@ def _turn_target(stack: ExitStack) -> Target:
     import aioice.stun
     import aioice.turn
 
-    from evio.tunnel import ice as evio_ice
+    from evio.tunnel.path import aioice_patches, inbound_gate
 
-    evio_ice._install_stun_guard()
+    aioice_patches._install_stun_guard()
     connection = aioice.Connection(ice_controlling=False)
-    gate = evio_ice.InboundGate(connection, "fuzz-turn")
+    gate = inbound_gate.InboundGate(connection, "fuzz-turn")
     loop = asyncio.get_running_loop()
 
     def client() -> tuple[Any, Callable[[bytes, Any], None], _Recorder]:
@@ -1119,7 +1093,7 @@ def _turn_target(stack: ExitStack) -> Target:
         proto.connection_made(_FakeTransport())  # type: ignore[arg-type]
         receiver = _Recorder()
         proto.receiver = receiver
-        # As InboundGate.guard wraps the TURN client protocol of a relayed candidate.
+        # As InboundGate.guard (aioice_patches.intercept_datagrams) wraps the TURN client protocol of a relayed candidate.
         outer = types.SimpleNamespace(transport=types.SimpleNamespace(_TurnTransport__inner_protocol=proto),
                                       datagram_received=lambda data, addr: None)  # fmt: skip
         gate.guard(outer)  # type: ignore[arg-type]
@@ -1151,7 +1125,7 @@ def _turn_target(stack: ExitStack) -> Target:
     def check(data: bytes) -> str | None:
         rejected = sum(gate.rejected.values())
         received = relayed.received
-        stun_rejects = dict(evio_ice.STUN_REJECTED)
+        stun_rejects = dict(aioice_patches.STUN_REJECTED)
         allocated_receive(data, _TURN_SERVER)
         proto, receive, _ = client()
         connect = proto.connect()
@@ -1186,7 +1160,7 @@ def _turn_target(stack: ExitStack) -> Target:
         if verdict == "ignored by the allocation":
             if relayed.received != received:
                 return None  # relayed data for the allocated client
-            for stun_reason, count in evio_ice.STUN_REJECTED.items():
+            for stun_reason, count in aioice_patches.STUN_REJECTED.items():
                 if count != stun_rejects.get(stun_reason, 0):
                     return "stun: " + stun_reason.value
         return verdict

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from evio.config.model import Cipher, LimitsConfig, TunnelConfig, TunnelDatapath
-from evio.tunnel.ice import IceConfig, TurnRelay
-from evio.tunnel.keys import RekeyPolicy
+from evio.tunnel.datapath.keys import RekeyPolicy
+from evio.tunnel.datapath.mtu import tap_mtu
 from evio.tunnel.liveness import LivenessConfig, keepalive_for
-from evio.tunnel.mtu import tap_mtu
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.ice import IceConfig, TurnRelay
+from evio.tunnel.path.trust import TrustAnchor
 
 if TYPE_CHECKING:
     from evio.config.model import OverlayConfig

@@ -41,7 +41,7 @@ import enum
 from dataclasses import dataclass
 
 from evio.config.model import TunnelConfig
-from evio.tunnel.record import HELLO_PEER_SEEN, ControlMessage, ControlOpcode
+from evio.tunnel.datapath.record import HELLO_PEER_SEEN, ControlMessage, ControlOpcode
 
 MAX_PENDING_ECHOES = 32  # unanswered echo requests remembered; older ones are forgotten
 RTT_GAIN = 0.125  # smoothing of the RTT estimate (RFC 6298's alpha)
@@ -241,7 +241,7 @@ class Liveness:
     def tick(self, now: float, rx_records: int, tx_records: int, patience: float = 1.0) -> list[Action]:
         """Periodic check with the data path's authenticated-received and sent record counts.
 
-        `patience` (>= 1, `evio.tunnel.patience`) stretches the silence, doubt and establishment
+        `patience` (>= 1, `evio.tunnel.path.deadlines`) stretches the silence, doubt and establishment
         limits while this host's event loops run late: a starved peer's keepalives and echo replies
         are late too, and killing its working tunnel only adds a setup to the load.
         """

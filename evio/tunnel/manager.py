@@ -25,11 +25,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
-from evio.tunnel.candidates import CandidateDrops
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.dtls import UNTRUSTED, TunnelCertificate
+from evio.tunnel.datapath.transit_table import TransitTable
 from evio.tunnel.errors import OfferError, SetupError, SignalingFailed
-from evio.tunnel.patience import LoopLag
+from evio.tunnel.path.candidates import CandidateDrops
+from evio.tunnel.path.deadlines import LoopLag
+from evio.tunnel.path.dtls import UNTRUSTED, TunnelCertificate
+from evio.tunnel.path.offer_answer import Body, TunnelOffer, TunnelSignaling
 from evio.tunnel.session import (
     Clock,
     DatapathFactory,
@@ -42,8 +44,6 @@ from evio.tunnel.session import (
     default_datapath_factory,
     default_tap_factory,
 )
-from evio.tunnel.signaling import Body, TunnelOffer, TunnelSignaling
-from evio.tunnel.transit import TransitTable
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class TunnelManager:
         self.untrusted_refused = 0
         """Tunnels refused because the peer's certificate failed the overlay's trust anchor."""
         self.loop_lag = LoopLag()
-        """Sampled while tunnels are set up: the setup deadlines stretch with it (evio.tunnel.patience)."""
+        """Sampled while tunnels are set up: the setup deadlines stretch with it (evio.tunnel.path.deadlines)."""
 
     def setup_load(self) -> float:
         """How far setups are stretched now (>= 1, the loop lag's patience factor): the overlay starts

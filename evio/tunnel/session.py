@@ -4,6 +4,11 @@ A ``Tunnel`` is driven by one task that owns every resource it creates and
 releases them all on the way out, whatever the reason: setup failure, dead
 peer, peer closing, local close, cancellation.
 
+It is the adapter of the tunnel's lifecycle machine (lifecycle.py): what
+happens next, the tunnel's state and why it went down are the machine's; the
+``Tunnel`` tells it each event (``_handle``) and performs the actions it
+returns (ICE, DTLS, the TAP, the data path, liveness, reports, teardown).
+
 Setup::
 
     initiator                                   responder
@@ -25,30 +30,26 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import enum
 import logging
 import secrets as pysecrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from cryptography import x509
 
 from evio.config.model import Cipher
+from evio.tunnel import lifecycle
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.datapath import Datapath, DatapathStats, DropReason
-from evio.tunnel.dtls import (
-    FINGERPRINT_MISMATCH,
-    UNTRUSTED,
-    DtlsHandshake,
-    DtlsRole,
-    DtlsState,
-    Fingerprint,
-    PeerCheck,
-    TunnelCertificate,
-)
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.interface import Datapath, DatapathStats, DropReason
+from evio.tunnel.datapath.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split_exporter
+from evio.tunnel.datapath.native import NativeFdDatapath, pick_implementation
+from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
+from evio.tunnel.datapath.tap import LinuxTap, TapDevice
+from evio.tunnel.datapath.transit_table import TransitPort, TransitTable
 from evio.tunnel.errors import (
     DtlsFailed,
     FingerprintMismatch,
@@ -59,18 +60,23 @@ from evio.tunnel.errors import (
     TunnelError,
     UntrustedCertificate,
 )
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.ice import IceAgent, PathKind, SelectedPath
-from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split_exporter
+from evio.tunnel.lifecycle import Action, Connect, Event, TunnelInfo, TunnelLifecycle, TunnelState
 from evio.tunnel.liveness import Action as LivenessAction
 from evio.tunnel.liveness import DownReason, EchoAnswered, Liveness, PeerAlive, PeerDead, RttStats, SendControl
-from evio.tunnel.native import NativeFdDatapath, pick_implementation
-from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
-from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
-from evio.tunnel.signaling import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
-from evio.tunnel.tap import LinuxTap, TapDevice
-from evio.tunnel.ticks import tick_grid
-from evio.tunnel.transit import TransitPort, TransitTable
+from evio.tunnel.liveness_ticks import tick_grid
+from evio.tunnel.path.deadlines import MAX_PATIENCE, Lateness, LoopBudget
+from evio.tunnel.path.dtls import (
+    FINGERPRINT_MISMATCH,
+    UNTRUSTED,
+    DtlsHandshake,
+    DtlsRole,
+    DtlsState,
+    Fingerprint,
+    PeerCheck,
+    TunnelCertificate,
+)
+from evio.tunnel.path.ice import IceAgent, SelectedPath
+from evio.tunnel.path.offer_answer import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
 
 logger = logging.getLogger(__name__)
 
@@ -81,34 +87,6 @@ Clock = Callable[[], float]
 _STATS_LOG_INTERVAL = 10.0
 _MAX_EARLY_RECORDS = 16
 _MOVE_NUDGES = (0.0, 0.05, 0.15, 0.3)  # pauses before each keepalive on a new path (0.5 s in all)
-
-
-class TunnelState(enum.Enum):
-    NEGOTIATING = "negotiating"
-    CONNECTING = "connecting"
-    AUTHENTICATING = "authenticating"
-    ESTABLISHING = "establishing"
-    UP = "up"
-    CLOSED = "closed"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class TunnelInfo:
-    peer: int
-    tunnel_id: str
-    initiator: bool
-    controlling: bool
-    state: TunnelState
-    path: PathKind | None = None
-    local_candidate: str | None = None
-    remote_candidate: str | None = None
-    remote_addr: tuple[str, int] | None = None
-    cipher: Cipher | None = None
-    tap: str | None = None
-    setup_seconds: float | None = None
-    reason: str | None = None
-    """Why the tunnel went down or failed."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +100,11 @@ class TunnelDown:
 
 
 TunnelEvent = TunnelUp | TunnelDown
+
+__all__ = [
+    "DatapathFactory", "TapFactory", "Tunnel", "TunnelDown", "TunnelEvent", "TunnelInfo", "TunnelState", "TunnelUp",
+    "default_datapath_factory", "default_tap_factory", "new_tunnel_id",
+]
 EventHandler = Callable[[TunnelEvent], None]
 
 
@@ -179,15 +162,7 @@ class Tunnel:
         self._wall_clock = wall_clock
         self._patience = patience  # how far liveness limits stretch now (the host's loop lag)
         self._lateness = lateness
-        self._started = clock()
-        self._up_since: float | None = None
-        self._info = TunnelInfo(
-            peer=peer,
-            tunnel_id=tunnel_id or new_tunnel_id(),
-            initiator=initiator,
-            controlling=node_id > peer,
-            state=TunnelState.NEGOTIATING,
-        )
+        self._life = TunnelLifecycle(peer, tunnel_id or new_tunnel_id(), initiator, node_id > peer, clock())
         self._ice: IceAgent | None = None
         self._path: SelectedPath | None = None
         self._dtls: DtlsHandshake | None = None
@@ -202,26 +177,24 @@ class Tunnel:
         self._stop = asyncio.Event()
         self._wake_pending = False  # the supervisor's tick is due now (a stop, or a doubt to act on)
         self._tick_waiter: asyncio.Future[None] | None = None  # what the supervisor awaits between ticks
-        self._down_reason: str | None = None
         self._up: asyncio.Future[TunnelInfo] = asyncio.get_running_loop().create_future()
         self._early_records: list[bytes] = []
-        self._pending_cipher: Cipher | None = None
-        self._pending_fingerprint: Fingerprint | None = None
+        self._connect: Connect | None = None  # what the responder runs once its answer is sent
         self._probes: dict[int, asyncio.Future[float]] = {}  # echo token -> `probe` waiting for it
 
     # -- public ------------------------------------------------------------------------
 
     @property
     def info(self) -> TunnelInfo:
-        return self._info
+        return self._life.info
 
     @property
     def state(self) -> TunnelState:
-        return self._info.state
+        return self._life.state
 
     @property
     def active(self) -> bool:
-        return self._info.state not in (TunnelState.CLOSED, TunnelState.FAILED)
+        return self.state not in (TunnelState.CLOSED, TunnelState.FAILED)
 
     def stats(self) -> DatapathStats:
         return self._datapath.stats()
@@ -239,15 +212,15 @@ class Tunnel:
     @property
     def up_since(self) -> float | None:
         """When the link came up (this tunnel's clock), None before."""
-        return self._up_since
+        return self._life.up_since
 
     async def probe(self, timeout: float) -> float:
         """One echo request through the tunnel; the round-trip time in seconds.
 
         Raises TunnelError when the link is not up, asyncio.TimeoutError without an answer.
         """
-        if self._liveness is None or self._info.state is not TunnelState.UP:
-            raise TunnelError(f"tunnel is {self._info.state.value}, not up")
+        if self._liveness is None or self.state is not TunnelState.UP:
+            raise TunnelError(f"tunnel is {self.state.value}, not up")
         token, actions = self._liveness.probe(self._clock())
         waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._probes[token] = waiter
@@ -269,25 +242,20 @@ class Tunnel:
 
     async def close(self, reason: str = "closed locally") -> None:
         """Tear down and wait until every resource is released."""
-        if self._down_reason is None:
-            self._down_reason = reason
-        self._stop.set()
-        self._wake()
+        self._perform(self._handle(lifecycle.Close(reason)))
         if self._task is not None:
-            if not self._task.done() and self._info.state in (TunnelState.NEGOTIATING, TunnelState.CONNECTING, TunnelState.AUTHENTICATING):
-                self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         else:
             await self._teardown()
 
     def start_initiator(self, signaling: TunnelSignaling) -> None:
-        self._task = asyncio.create_task(self._guard(self._run_initiator(signaling)), name=f"tunnel-{self._info.tunnel_id}")
+        self._task = asyncio.create_task(self._guard(self._run_initiator(signaling)), name=f"tunnel-{self.info.tunnel_id}")
 
     async def prepare_answer(self, offer: TunnelOffer) -> TunnelAnswer:
         """Responder: gather and build the answer; ``start_responder`` then runs the tunnel."""
         try:
             cipher = choose_cipher(offer.ciphers, self.config.ciphers)
-            self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness,
+            self._ice = IceAgent(self.config.ice, self.info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness,
                                  peer=self.peer)
             # An answer later than the peer waits for it is wasted: stretch no further than most of that.
             direct, relay = await self._ice.gather(self._patience_now(), 0.8 * self.config.signaling_timeout)
@@ -297,14 +265,14 @@ class Tunnel:
         except BaseException:
             await self._teardown()
             raise
-        self._pending_cipher = cipher
-        self._pending_fingerprint = offer.fingerprint
-        return TunnelAnswer(self._info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, cipher)
+        (connect,) = self._handle(lifecycle.Offered(offer.fingerprint, cipher))
+        assert isinstance(connect, Connect)
+        self._connect = connect
+        return TunnelAnswer(self.info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, cipher)
 
     def start_responder(self) -> None:
-        assert self._pending_cipher is not None and self._pending_fingerprint is not None
-        coro = self._connect_and_run(self._pending_fingerprint, self._pending_cipher)
-        self._task = asyncio.create_task(self._guard(coro), name=f"tunnel-{self._info.tunnel_id}")
+        assert self._connect is not None
+        self._task = asyncio.create_task(self._guard(self._connect_and_run(self._connect)), name=f"tunnel-{self.info.tunnel_id}")
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -313,70 +281,70 @@ class Tunnel:
         try:
             await coro
         except asyncio.CancelledError:
-            if self._down_reason is None:
-                self._down_reason = "cancelled"
+            self._handle(lifecycle.Failed("cancelled"))
         except TunnelError as exc:
-            self._down_reason = self._down_reason or str(exc) or type(exc).__name__
-            logger.info("tunnel %s peer %032x failed: %s", self._info.tunnel_id, self.peer, self._down_reason)
+            self._handle(lifecycle.Failed(str(exc) or type(exc).__name__))
+            logger.info("tunnel %s peer %032x failed: %s", self.info.tunnel_id, self.peer, self._life.down_reason)
         except Exception:
-            self._down_reason = self._down_reason or "internal error"
-            logger.exception("tunnel %s peer %032x crashed", self._info.tunnel_id, self.peer)
+            self._handle(lifecycle.Failed("internal error"))
+            logger.exception("tunnel %s peer %032x crashed", self.info.tunnel_id, self.peer)
         finally:
             await self._teardown()
 
     async def _run_initiator(self, signaling: TunnelSignaling) -> None:
-        self._ice = IceAgent(self.config.ice, self._info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness,
-                                 peer=self.peer)
+        self._ice = IceAgent(self.config.ice, self.info.controlling, f"{self.node_id:032x}", self._wall_clock(), self._lateness,
+                             peer=self.peer)
         direct, relay = await self._ice.gather(self._patience_now())
         if direct is None and relay is None:
             raise SetupError("no local ICE candidates")
-        offer = TunnelOffer(self._info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, self.config.ciphers)
+        offer = TunnelOffer(self.info.tunnel_id, self.node_id, self._certificate.fingerprint, direct, relay, self.config.ciphers)
         body = await signaling.request(self.peer, offer.to_body(), self.config.signaling_timeout)
         try:
             answer = TunnelAnswer.from_body(body)
         except OfferError as exc:
             raise SignalingFailed(f"bad answer: {exc}") from exc
-        if answer.node_id != self.peer or answer.tunnel_id != self._info.tunnel_id:
-            raise SignalingFailed("answer from another node or for another tunnel")
-        if answer.cipher not in self.config.ciphers:
-            raise SignalingFailed(f"answer chose a cipher we did not offer: {answer.cipher.value}")
+        (action,) = self._handle(lifecycle.Answered(answer.node_id, answer.tunnel_id, answer.fingerprint, answer.cipher, self.config.ciphers))
+        if isinstance(action, lifecycle.Fail):
+            raise SignalingFailed(action.reason)
+        assert isinstance(action, Connect)
         await self._ice.set_remote(answer.direct, answer.relay)
-        await self._connect_and_run(answer.fingerprint, answer.cipher)
+        await self._connect_and_run(action)
 
-    async def _connect_and_run(self, peer_fingerprint: Fingerprint, cipher: Cipher) -> None:
+    async def _connect_and_run(self, connect: Connect) -> None:
+        """Perform ``Connect``, then what the lifecycle asks for as each step completes."""
         assert self._ice is not None
-        self._set_info(state=TunnelState.CONNECTING, cipher=cipher)
+        self._handle(lifecycle.Connecting(connect.cipher))
         # The TAP is made while ICE runs; it takes a netlink round trip or two.
         self._tap_task = asyncio.create_task(self._tap_factory(self.config.tap_name(self.peer), self.config.tap_mtu))
         first: bytes | None = None
-        if self._info.controlling:
+        if self.info.controlling:
             path = await self._ice.select_controlling()
         else:
             path, first = await self._ice.select_controlled()
         self._path = path
-        self._set_info(
-            state=TunnelState.AUTHENTICATING,
-            path=path.kind,
-            local_candidate=path.local_type,
-            remote_candidate=path.remote_type,
-            remote_addr=path.remote_addr,
-        )
-        secrets = await self._handshake(path, peer_fingerprint, cipher, first)
+        actions = self._handle(lifecycle.PathChosen(path.kind, path.local_type, path.remote_type, path.remote_addr))
+        assert actions == [lifecycle.Handshake()], actions
+        secrets = await self._handshake(path, connect.fingerprint, connect.cipher, first)
         self._tap = await self._tap_task
-        self._set_info(tap=self._tap.name)
-        self._datapath.start(self._tap.fd, path.take_underlay(), secrets, self._on_control, vnet_hdr=self._tap.vnet_hdr)
+        for action in self._handle(lifecycle.HandshakeDone(self._tap.name)):
+            if isinstance(action, lifecycle.StartDatapath):
+                self._start_datapath(self._tap, path, secrets)
+            elif isinstance(action, lifecycle.WatchForDirect):
+                self._move_task = asyncio.create_task(self._move_to_direct(), name=f"tunnel-move-{self.info.tunnel_id}")
+                self._move_task.add_done_callback(self._move_done)
+            elif isinstance(action, lifecycle.Supervise):
+                await self._supervise()
+
+    def _start_datapath(self, tap: TapDevice, path: SelectedPath, secrets: SessionSecrets) -> None:
+        """The data path takes the path's socket and the TAP; records that came before it are opened now."""
+        self._datapath.start(tap.fd, path.take_underlay(), secrets, self._on_control, vnet_hdr=tap.vnet_hdr)
         self._datapath_running = True
         if self._transit is not None and isinstance(self._datapath, TransitPort):
-            self._datapath.set_transit(self._transit.attach(self._tap.name, self._datapath), self._transit.flush,
-                                       self._transit.destinations(self._tap.name))  # fmt: skip
+            self._datapath.set_transit(self._transit.attach(tap.name, self._datapath), self._transit.flush,
+                                       self._transit.destinations(tap.name))  # fmt: skip
         for record in self._early_records:
             self._datapath.inject(record)
         self._early_records.clear()
-        self._set_info(state=TunnelState.ESTABLISHING)
-        if path.kind is PathKind.RELAY:
-            self._move_task = asyncio.create_task(self._move_to_direct(), name=f"tunnel-move-{self._info.tunnel_id}")
-            self._move_task.add_done_callback(self._move_done)
-        await self._supervise()
 
     async def _move_to_direct(self) -> None:
         """Relay first: when the direct path connects after all, carry the running session over to it
@@ -391,9 +359,9 @@ class Tunnel:
             return
         grace = self.config.ice.move_grace
         # DTLS (alerts, the close), and records aioice took before the data path reads the socket.
-        direct_pump = asyncio.create_task(self._pump(direct, self._dtls), name=f"tunnel-pump-{self._info.tunnel_id}")
+        direct_pump = asyncio.create_task(self._pump(direct, self._dtls), name=f"tunnel-pump-{self.info.tunnel_id}")
         underlay = direct.take_underlay()
-        if self._info.controlling:
+        if self.info.controlling:
             self._datapath.move_underlay(underlay)
         else:
             moved = asyncio.Event()
@@ -403,7 +371,7 @@ class Tunnel:
             except BaseException as exc:
                 if isinstance(exc, TimeoutError):
                     logger.info("tunnel %s peer %032x: nothing came by the direct path; staying on the relay",
-                                self._info.tunnel_id, self.peer)
+                                self.info.tunnel_id, self.peer)
                 self._datapath.release_side()
                 direct_pump.cancel()
                 await asyncio.gather(direct_pump, return_exceptions=True)
@@ -412,11 +380,11 @@ class Tunnel:
                     raise
                 return
         self._path, self._pump_task = direct, direct_pump
-        self._set_info(path=direct.kind, local_candidate=direct.local_type, remote_candidate=direct.remote_type, remote_addr=direct.remote_addr)
-        logger.info("tunnel %s peer %032x moved to the direct path %s -> %s %s at %.3f s", self._info.tunnel_id, self.peer,
-                    direct.local_type, direct.remote_type, direct.remote_addr, self._clock() - self._started)
+        self._handle(lifecycle.Moved(direct.kind, direct.local_type, direct.remote_type, direct.remote_addr))
+        logger.info("tunnel %s peer %032x moved to the direct path %s -> %s %s at %.3f s", self.info.tunnel_id, self.peer,
+                    direct.local_type, direct.remote_type, direct.remote_addr, self._clock() - self._life.started)
         try:
-            if self._info.controlling:
+            if self.info.controlling:
                 # The peer follows the first record its data path reads on the new path; one that
                 # reaches it before its data path took the socket is opened but moves nothing, so
                 # say it a few times while the path is new, whatever traffic there is.
@@ -436,15 +404,15 @@ class Tunnel:
 
     def _move_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            logger.error("tunnel %s peer %032x: move to the direct path failed", self._info.tunnel_id, self.peer, exc_info=task.exception())
+            logger.error("tunnel %s peer %032x: move to the direct path failed", self.info.tunnel_id, self.peer, exc_info=task.exception())
 
     async def _handshake(self, path: SelectedPath, peer_fingerprint: Fingerprint, cipher: Cipher, first: bytes | None) -> SessionSecrets:
-        role = DtlsRole.CLIENT if self._info.controlling else DtlsRole.SERVER
+        role = DtlsRole.CLIENT if self.info.controlling else DtlsRole.SERVER
         dtls = self._dtls = DtlsHandshake(self._certificate, role, peer_fingerprint, self._peer_check())
         await self._send_all(dtls.start())
         if first is not None:
             await self._send_all(dtls.receive(first))
-        self._pump_task = asyncio.create_task(self._pump(path, dtls), name=f"tunnel-pump-{self._info.tunnel_id}")
+        self._pump_task = asyncio.create_task(self._pump(path, dtls), name=f"tunnel-pump-{self.info.tunnel_id}")
         # Counted in loop time (the deadline grows by each late wake-up), up to MAX_PATIENCE times the base.
         base = self.config.dtls_timeout / max(self.config.ice.patience, 1.0)
         budget = LoopBudget(self.config.dtls_timeout, base * MAX_PATIENCE, lateness=self._lateness, clock=self._clock)
@@ -467,11 +435,11 @@ class Tunnel:
             if dtls.failure == FINGERPRINT_MISMATCH:
                 raise FingerprintMismatch("peer certificate does not match its signalled fingerprint")
             if dtls.failure is not None and dtls.failure.startswith(UNTRUSTED):
-                logger.warning("tunnel %s peer %032x refused: %s", self._info.tunnel_id, self.peer, dtls.failure)
+                logger.warning("tunnel %s peer %032x refused: %s", self.info.tunnel_id, self.peer, dtls.failure)
                 raise UntrustedCertificate(dtls.failure)
             raise DtlsFailed(f"DTLS handshake failed: {dtls.failure}")
         material = dtls.export(EXPORTER_LABEL, EXPORTER_LEN)
-        logger.debug("tunnel %s dtls connected (%s)", self._info.tunnel_id, dtls.cipher_name())
+        logger.debug("tunnel %s dtls connected (%s)", self.info.tunnel_id, dtls.cipher_name())
         return split_exporter(material, cipher, role is DtlsRole.CLIENT)
 
     def _peer_check(self) -> PeerCheck | None:
@@ -510,14 +478,14 @@ class Tunnel:
             if path is self._path:  # not a path the tunnel has moved away from
                 self._link_down("ICE connection closed")
         except Exception:
-            logger.exception("tunnel %s peer %032x: receive pump failed", self._info.tunnel_id, self.peer)
+            logger.exception("tunnel %s peer %032x: receive pump failed", self.info.tunnel_id, self.peer)
             self._dtls_progress.set()
             self._link_down("internal error")
 
     async def _supervise(self) -> None:
         assert self._liveness is None
         # The ICE-controlling end leads the echo exchange; the other answers (evio.tunnel.liveness).
-        liveness = self._liveness = Liveness(self.config.liveness, self._clock(), leads=self._info.controlling)
+        liveness = self._liveness = Liveness(self.config.liveness, self._clock(), leads=self.info.controlling)
         self._execute(liveness.start(self._clock()))
         last_rekey = self._clock()
         tx_epoch = 0
@@ -525,7 +493,7 @@ class Tunnel:
         logged_drops: dict[DropReason, int] = {}
         while not self._stop.is_set():
             if not self._wake_pending:
-                # On the loop's tick grid, shared with the node's other tunnels (evio.tunnel.ticks).
+                # On the loop's tick grid, shared with the node's other tunnels (evio.tunnel.liveness_ticks).
                 self._tick_waiter = tick_grid().wait(liveness.tick_interval())
                 try:
                     await self._tick_waiter
@@ -538,7 +506,7 @@ class Tunnel:
             try:
                 self._datapath.maintain()
             except OSError as exc:  # the socket failed under the data path: this tunnel ends, the loop goes on
-                logger.warning("tunnel %s peer %032x: the underlay socket failed: %s", self._info.tunnel_id, self.peer, exc)
+                logger.warning("tunnel %s peer %032x: the underlay socket failed: %s", self.info.tunnel_id, self.peer, exc)
                 self._link_down("underlay failed")
                 break
             stats = self._datapath.stats()
@@ -552,8 +520,8 @@ class Tunnel:
             if now - last_log >= _STATS_LOG_INTERVAL and dict(stats.drops) != logged_drops:
                 logged_drops = dict(stats.drops)
                 last_log = now
-                logger.info("tunnel %s peer %032x drops %s", self._info.tunnel_id, self.peer, {r.value: n for r, n in stats.drops.items()})
-        if self._info.state is not TunnelState.UP and self._down_reason == DownReason.NOT_AUTHENTICATED.value:
+                logger.info("tunnel %s peer %032x drops %s", self.info.tunnel_id, self.peer, {r.value: n for r, n in stats.drops.items()})
+        if self.state is not TunnelState.UP and self._life.down_reason == DownReason.NOT_AUTHENTICATED.value:
             raise NotAuthenticated("no authenticated record from the peer")
 
     def _patience_now(self) -> float:
@@ -573,7 +541,7 @@ class Tunnel:
         if self._liveness is not None and self._datapath_running:
             actions = self._liveness.doubt(self._clock(), self._datapath.stats().rx_records)
             if actions:
-                logger.info("tunnel %s peer %032x probed (deadline %.3f s)", self._info.tunnel_id, self.peer,
+                logger.info("tunnel %s peer %032x probed (deadline %.3f s)", self.info.tunnel_id, self.peer,
                             self._liveness.probe_deadline())
             self._execute(actions)
             self._wake()  # the supervisor's next tick comes at the probe's pace, not the idle one
@@ -591,60 +559,60 @@ class Tunnel:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(action.rtt)
             elif isinstance(action, PeerAlive):
-                self._up_since = self._clock()
-                self._set_info(state=TunnelState.UP, setup_seconds=self._up_since - self._started)
-                logger.info(
-                    "tunnel %s peer %032x up: %s path %s -> %s in %.3f s",
-                    self._info.tunnel_id,
-                    self.peer,
-                    self._info.path.value if self._info.path else "?",
-                    self._info.local_candidate,
-                    self._info.remote_candidate,
-                    self._info.setup_seconds,
-                )
-                if not self._up.done():
-                    self._up.set_result(self._info)
-                self._on_event(TunnelUp(self._info))
+                self._perform(self._handle(lifecycle.LinkAlive(self._clock())))
             elif isinstance(action, PeerDead):
                 # Logged when decided: the teardown that follows (ICE, TURN, the TAP) takes a while.
-                logger.info("tunnel %s peer %032x dead: %s", self._info.tunnel_id, self.peer, action.reason.value)
+                logger.info("tunnel %s peer %032x dead: %s", self.info.tunnel_id, self.peer, action.reason.value)
                 self._link_down(action.reason.value)
 
     def _link_down(self, reason: str) -> None:
-        if self._down_reason is None:
-            self._down_reason = reason
-        self._stop.set()
-        self._wake()
+        self._perform(self._handle(lifecycle.LinkDead(reason)))
 
     async def _teardown(self) -> None:
         """Release everything this tunnel holds; safe to call at any point and more than once."""
-        if self._info.state in (TunnelState.CLOSED, TunnelState.FAILED):
+        actions = self._handle(lifecycle.TearDown())
+        if not actions:
             return
-        was_up = self._info.state is TunnelState.UP
-        if self._move_task is not None:
-            self._move_task.cancel()
-            await asyncio.gather(self._move_task, return_exceptions=True)
-        if self._datapath_running:
-            if self._down_reason not in (DownReason.PEER_CLOSED.value, DownReason.PEER_SILENT.value):
-                self._datapath.send_control(ControlMessage(ControlOpcode.CLOSE, 0))
-            if self._transit is not None and self._tap is not None and isinstance(self._datapath, TransitPort):
-                self._transit.detach(self._tap.name, self._datapath)
-                self._datapath.set_transit(None)
-            self._datapath.stop()
-            self._datapath_running = False
-        if self._dtls is not None and self._path is not None:
-            try:
-                await asyncio.wait_for(self._send_all(self._dtls.close()), 0.5)
-            except (TimeoutError, ConnectionError, OSError):
-                pass
-        if self._pump_task is not None:
-            self._pump_task.cancel()
-            await asyncio.gather(self._pump_task, return_exceptions=True)
-        if self._ice is not None:
-            try:
-                await asyncio.wait_for(self._ice.close(), self.config.teardown_timeout)
-            except TimeoutError:
-                logger.warning("tunnel %s: ICE close timed out", self._info.tunnel_id)
+        for action in actions:
+            if isinstance(action, lifecycle.CancelMove):
+                if self._move_task is not None:
+                    self._move_task.cancel()
+                    await asyncio.gather(self._move_task, return_exceptions=True)
+            elif isinstance(action, lifecycle.StopDatapath):
+                self._stop_datapath(action.say_close)
+            elif isinstance(action, lifecycle.CloseDtls):
+                if self._dtls is not None and self._path is not None:
+                    try:
+                        await asyncio.wait_for(self._send_all(self._dtls.close()), 0.5)
+                    except (TimeoutError, ConnectionError, OSError):
+                        pass
+            elif isinstance(action, lifecycle.StopPump):
+                if self._pump_task is not None:
+                    self._pump_task.cancel()
+                    await asyncio.gather(self._pump_task, return_exceptions=True)
+            elif isinstance(action, lifecycle.CloseIce):
+                if self._ice is not None:
+                    try:
+                        await asyncio.wait_for(self._ice.close(), self.config.teardown_timeout)
+                    except TimeoutError:
+                        logger.warning("tunnel %s: ICE close timed out", self.info.tunnel_id)
+            elif isinstance(action, lifecycle.CloseTap):
+                await self._close_tap()
+        self._perform(self._handle(lifecycle.TornDown()))
+
+    def _stop_datapath(self, say_close: bool) -> None:
+        if not self._datapath_running:
+            return
+        if say_close:
+            self._datapath.send_control(ControlMessage(ControlOpcode.CLOSE, 0))
+        if self._transit is not None and self._tap is not None and isinstance(self._datapath, TransitPort):
+            self._transit.detach(self._tap.name, self._datapath)
+            self._datapath.set_transit(None)
+        self._datapath.stop()
+        self._datapath_running = False
+
+    async def _close_tap(self) -> None:
+        """The TAP, made or still being made, goes."""
         if self._tap_task is not None and self._tap is None:
             self._tap_task.cancel()
             (made,) = await asyncio.gather(self._tap_task, return_exceptions=True)
@@ -652,22 +620,46 @@ class Tunnel:
                 self._tap = made
         if self._tap is not None:
             await self._tap.close()
-        reason = self._down_reason or "closed"
-        self._set_info(state=TunnelState.CLOSED if was_up else TunnelState.FAILED, reason=reason)
-        logger.info("tunnel %s peer %032x %s: %s", self._info.tunnel_id, self.peer, self._info.state.value, reason)
-        if not self._up.done():
-            self._up.set_exception(SetupError(reason))
-            self._up.exception()  # retrieved here: nobody may be waiting
-        self._on_event(TunnelDown(self._info))
+
+    # -- the lifecycle's adapter -------------------------------------------------------
+
+    def _handle(self, event: Event) -> list[Action]:
+        """Tell the lifecycle machine ``event``; the actions it returns are the caller's to perform."""
+        old = self._life.state
+        actions = self._life.handle(event)
+        if self._life.state is not old:
+            logger.debug("tunnel %s peer %032x %s -> %s", self.info.tunnel_id, self.peer, old.value, self._life.state.value)
+        return actions
+
+    def _perform(self, actions: list[Action]) -> None:
+        """Perform the actions that take no waiting: stop, cancel the setup, report up or down."""
+        for action in actions:
+            if isinstance(action, lifecycle.Stop):
+                self._stop.set()
+                self._wake()
+            elif isinstance(action, lifecycle.CancelSetup):
+                if self._task is not None and not self._task.done():
+                    self._task.cancel()
+            elif isinstance(action, lifecycle.ReportUp):
+                info = action.info
+                logger.info("tunnel %s peer %032x up: %s path %s -> %s in %.3f s", info.tunnel_id, self.peer,
+                            info.path.value if info.path else "?", info.local_candidate, info.remote_candidate,
+                            info.setup_seconds)  # fmt: skip
+                if not self._up.done():
+                    self._up.set_result(info)
+                self._on_event(TunnelUp(info))
+            elif isinstance(action, lifecycle.ReportDown):
+                info = action.info
+                reason = info.reason or "closed"
+                logger.info("tunnel %s peer %032x %s: %s", info.tunnel_id, self.peer, info.state.value, reason)
+                if not self._up.done():
+                    self._up.set_exception(SetupError(reason))
+                    self._up.exception()  # retrieved here: nobody may be waiting
+                self._on_event(TunnelDown(info))
+            else:
+                raise AssertionError(f"{action!r} is performed where it is returned")
 
     async def _send_all(self, datagrams: list[bytes]) -> None:
         assert self._path is not None
         for d in datagrams:
             await self._path.send(d)
-
-    def _set_info(self, **changes: object) -> None:
-        old = self._info.state
-        self._info = replace(self._info, **changes)  # type: ignore[arg-type]
-        if self._info.state is not old:
-            logger.debug("tunnel %s peer %032x %s -> %s", self._info.tunnel_id, self.peer, old.value, self._info.state.value)
-

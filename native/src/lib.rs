@@ -1,4 +1,4 @@
-//! evio's native data path: the per-frame loops of `FdDatapath` (evio/tunnel/fd_datapath.py) in Rust.
+//! evio's native data path: the per-frame loops of `FdDatapath` (evio/tunnel/datapath/send.py, receive.py) in Rust.
 //!
 //! One call per burst, with the GIL released: `TxRing::tap_pass` drains the TAP into a ring of
 //! record slots, seals each in place and sends the ring with one sendmmsg(2) (UDP GSO for runs of
@@ -6,9 +6,9 @@
 //! of the current epoch in place and writes them to the TAP, and hands every other datagram back
 //! to Python (control records, other epochs, STUN/DTLS/TURN) by its place in the ring. A frame
 //! whose destination MAC has a transit entry (`RxRing::set_transit`) is opened here too, and handed
-//! back opened, so Python's transit hook decides where it goes (evio/tunnel/transit.py).
+//! back opened, so Python's transit hook decides where it goes (evio/tunnel/datapath/transit_table.py).
 //!
-//! Records are byte-identical to evio/tunnel/record.py: kind(1) | epoch(1) | counter(8, BE) |
+//! Records are byte-identical to evio/tunnel/datapath/record.py: kind(1) | epoch(1) | counter(8, BE) |
 //! AEAD(frame) | tag(16), the header as associated data, nonce = IV with the counter XORed into
 //! its last 8 bytes. Everything read from the socket is untrusted: lengths are checked before
 //! any slice, nothing here panics on input, and every drop is counted.
@@ -143,7 +143,7 @@ impl Aead {
 
 const BLOCK_BITS: u64 = 64;
 
-/// Sliding anti-replay window (RFC 6479), the same as evio/tunnel/replay.py, so the Python slow
+/// Sliding anti-replay window (RFC 6479), the same as evio/tunnel/datapath/replay.py, so the Python slow
 /// path and the native pass share one window per epoch.
 #[pyclass(module = "evio_native")]
 struct ReplayWindow {
@@ -282,7 +282,7 @@ fn be16(b: &[u8], at: usize) -> usize {
 
 /// The TCP layout of a frame that could join or start a run: a data segment over IPv4 (no fragment)
 /// or IPv6 (no extension headers), only ACK (and PSH) set, its IP length exactly the frame's.
-/// (ipv6, tcp header offset, payload offset), as `TcpCoalescer._candidate` (evio/tunnel/offload.py).
+/// (ipv6, tcp header offset, payload offset), as `TcpCoalescer._candidate` (evio/tunnel/datapath/offload.py).
 fn tcp_candidate(f: &[u8]) -> Option<(bool, usize, usize)> {
     let n = f.len();
     if n < ETHERNET_HEADER_LEN + IPV4_MIN_HEADER_LEN + TCP_MIN_HEADER_LEN {
@@ -320,7 +320,7 @@ fn tcp_candidate(f: &[u8]) -> Option<(bool, usize, usize)> {
 }
 
 /// Joins consecutive TCP segments of one stream opened in a pass into a super-frame with a vnet
-/// header, as GRO does: `TcpCoalescer` (evio/tunnel/offload.py) ported, same rules and the same
+/// header, as GRO does: `TcpCoalescer` (evio/tunnel/datapath/offload.py) ported, same rules and the same
 /// bytes written. A frame that does not join goes out alone behind an empty vnet header.
 struct Coalescer {
     buf: Vec<u8>,

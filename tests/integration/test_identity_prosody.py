@@ -24,8 +24,8 @@ from evio.signal.drops import DropReason
 from evio.signal.endpoint import OverlayIdentity
 from evio.testing.prosody import DOMAIN, LocalProsody, local_prosody
 from evio.testing.waiting import wait_until
-from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
 
 pytestmark = pytest.mark.integration
 

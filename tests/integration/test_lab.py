@@ -21,8 +21,8 @@ from slixmpp import JID, ClientXMPP
 from evio.config.loader import load_config
 from evio.lab.errors import LabCommandError
 from evio.lab.lab import Lab, Progress
+from evio.lab.nat_checks import stun_mapping, tcp_connect, turn_rest_credentials
 from evio.lab.netns import LinuxHost, run_in, socket_in
-from evio.lab.probes import stun_mapping, tcp_connect, turn_rest_credentials
 from evio.lab.state import DEFAULT_ROOT, lab_dir, state_path
 from evio.lab.topology import lab_prefix
 from evio.testing.host_snapshot import HostSnapshot, netns_inodes, take_snapshot

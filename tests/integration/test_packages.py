@@ -92,7 +92,7 @@ def test_the_wheel_installs_in_a_fresh_venv_with_the_native_data_path(packages: 
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr[-4000:]
     probe = (
-        "import evio_native; from evio.tunnel.native import pick_implementation; "
+        "import evio_native; from evio.tunnel.datapath.native import pick_implementation; "
         "print(evio_native.__file__); print(pick_implementation('auto'))"
     )
     done = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=tmp_path, env=env, capture_output=True,
@@ -228,7 +228,7 @@ def test_the_deb_installs_in_a_clean_debian_root_and_evio_runs(packages: Package
     probe = (
         "import evio.node.node, evio.node.platform, evio.node.sdn, evio.sdn.ofapp, uvloop, pyroute2, ovs.db.idl, "
         "prometheus_client, os_ken.base.app_manager, os_ken.ofproto.ofproto_v1_3; "
-        "from evio.tunnel.native import pick_implementation; print(pick_implementation('auto'))"
+        "from evio.tunnel.datapath.native import pick_implementation; print(pick_implementation('auto'))"
     )
     assert _ok(_chroot(root, "/opt/evio/venv/bin/python", "-c", probe)).strip() == "native"
     # The example as an operator would start from it: private (it holds passwords inline).

@@ -37,12 +37,12 @@ from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.prosody import DOMAIN, LocalProsody, local_prosody
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.datapath.tap import TapDevice
 from evio.tunnel.liveness import LivenessConfig
 from evio.tunnel.manager import TunnelManager
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.offer_answer import RemoteActionSignaling
 from evio.tunnel.session import TunnelEvent
-from evio.tunnel.signaling import RemoteActionSignaling
-from evio.tunnel.tap import TapDevice
 
 pytestmark = pytest.mark.integration
 

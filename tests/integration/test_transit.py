@@ -18,7 +18,7 @@ from evio.lab.daemons import Topology
 from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
 from evio.testing.waiting import wait_for_value
-from evio.tunnel import native
+from evio.tunnel.datapath import native
 
 pytestmark = pytest.mark.integration
 

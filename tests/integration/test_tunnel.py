@@ -24,7 +24,7 @@ from evio.lab.lab import Lab, NodeInfo
 from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, iperf, ping_rtt, run, unique_prefix
 from evio.testing.labs import LabFactory
 from evio.testing.waiting import wait_for_value, wait_until_blocking
-from evio.tunnel.tap import TX_QUEUE_LEN
+from evio.tunnel.datapath.tap import TX_QUEUE_LEN
 
 pytestmark = pytest.mark.integration
 
@@ -311,7 +311,7 @@ def test_replayed_tampered_and_truncated_datagrams_are_dropped_and_counted(veth:
         pinger = subprocess.Popen(["ip", "netns", "exec", veth.a.netns, "ping", "-c", "100", "-i", "0.02", "10.99.0.2"], stdout=subprocess.DEVNULL)
         try:
             injector = run(
-                [sys.executable, "-m", "evio.testing.fake_tunnel_injector", "--iface", veth.a.interface, "--dst", veth.b.address, "--count", "5"],
+                [sys.executable, "-m", "evio.testing.tunnel_attacker", "--iface", veth.a.interface, "--dst", veth.b.address, "--count", "5"],
                 veth.a.netns,
                 timeout=30,
             )

@@ -19,9 +19,9 @@ from evio.lab.node_config import bridge_name
 from evio.node.control_client import ControlError
 
 # Re-exported: the scenario tests import them from here.
-from evio.testing.probes import PingProbe as PingProbe
-from evio.testing.probes import move_address as move_address
-from evio.testing.probes import restore_address as restore_address
+from evio.testing.ping_probe import PingProbe as PingProbe
+from evio.testing.ping_probe import move_address as move_address
+from evio.testing.ping_probe import restore_address as restore_address
 from evio.testing.scenarios import Figure, ring_shortfall
 from evio.testing.waiting import wait_for_value
 

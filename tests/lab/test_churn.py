@@ -67,7 +67,7 @@ from evio.lab.services import ServicePaths
 from evio.signal import identity
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure, ring_shortfall
-from evio.tunnel.overlay_ca import load_ca_key
+from evio.tunnel.path.overlay_ca import load_ca_key
 
 pytestmark = pytest.mark.integration
 

@@ -51,7 +51,7 @@ STREAM_MESSAGES = 60  # echoed on each TCP stream: 3 s at its 20 messages a seco
 
 # What a node counts or logs when it does not understand a peer. Status counters first:
 SWITCH_DROPS = ("MALFORMED_FRB", "FORWARD_TYPE", "UNKNOWN_FRB_TYPE")  # Bounded Flood drop reasons
-TUNNEL_DROPS = ("bad-control", "unknown-control")  # evio.tunnel.datapath.DropReason values
+TUNNEL_DROPS = ("bad-control", "unknown-control")  # evio.tunnel.datapath.interface.DropReason values
 # ... and log lines, for what a status does not count (signal drops, negotiation bodies, tunnel offers).
 MISUNDERSTOOD = re.compile(
     r"malformed|signal drop (?:unknown_kind|unsupported_version)|bad announcement|unknown_action|unknown field",

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evio.bridge.packet_buffers import PacketSocketTuner, ovs_rundir, packet_socket_inodes, socket_fds
+from evio.bridge.ovs_paths import ovs_run_dir
+from evio.bridge.packet_buffers import PacketSocketTuner, packet_socket_inodes, socket_fds
 
 PROC_NET_PACKET = """sk               RefCnt Type Proto  Iface R Rmem   User   Inode
 00000000ca152f8a 3      3    0003   5     1 0      0      1106050
@@ -30,11 +31,11 @@ def test_socket_fds_match_inodes_exactly() -> None:
 
 
 def test_rundir_is_beside_the_given_db_socket_else_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ovs_rundir("/run/lab/ovs/run/db.sock") == Path("/run/lab/ovs/run")
+    assert ovs_run_dir("/run/lab/ovs/run/db.sock") == Path("/run/lab/ovs/run")
     monkeypatch.setenv("OVS_RUNDIR", "/tmp/ovsrun")
-    assert ovs_rundir(None) == Path("/tmp/ovsrun")
+    assert ovs_run_dir(None) == Path("/tmp/ovsrun")
     monkeypatch.delenv("OVS_RUNDIR")
-    assert ovs_rundir(None) == Path("/var/run/openvswitch")
+    assert ovs_run_dir(None) == Path("/var/run/openvswitch")
 
 
 def fake_proc(tmp_path: Path, pid: int = 4242) -> tuple[Path, Path]:

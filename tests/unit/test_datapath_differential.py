@@ -24,10 +24,17 @@ from hypothesis import strategies as st
 
 from evio.config.model import Cipher
 from evio.testing.fake_tunnel import FakeTap, FakeUnderlay
-from evio.tunnel import native
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.keys import EXPORTER_LEN, RekeyPolicy, SessionSecrets, TrafficSecret, make_aead, split_exporter
-from evio.tunnel.record import KIND_FRAME, ControlMessage, ControlOpcode, seal
+from evio.tunnel.datapath import native
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.keys import (
+    EXPORTER_LEN,
+    RekeyPolicy,
+    SessionSecrets,
+    TrafficSecret,
+    make_aead,
+    split_exporter,
+)
+from evio.tunnel.datapath.record import KIND_FRAME, ControlMessage, ControlOpcode, seal
 
 MTU = 1428
 WINDOW = 64  # the smallest the native window takes: replays beyond it are cheap to reach

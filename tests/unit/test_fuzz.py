@@ -44,7 +44,7 @@ def test_a_rust_panic_crossing_into_python_counts_as_unexpected() -> None:
 async def test_the_offer_that_raised_type_error_is_now_refused(name: str) -> None:
     # issue 9: "ciphers":[{}] made TunnelOffer.from_body raise TypeError.
     from evio.tunnel.errors import OfferError
-    from evio.tunnel.signaling import TunnelOffer
+    from evio.tunnel.path.offer_answer import TunnelOffer
 
     with fuzz_targets() as targets:
         body = targets[name].json_docs[0] | {"ciphers": [{}]}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
+from evio.tunnel.path.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
 
 
 @pytest.fixture(scope="module")

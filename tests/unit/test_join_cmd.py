@@ -18,7 +18,7 @@ from evio.testing.fake_server import FakeAccounts, FakeRelay
 
 @pytest.fixture
 def token(tmp_path: Path) -> str:
-    from evio.tunnel.overlay_ca import make_overlay_ca, write_certificate
+    from evio.tunnel.path.overlay_ca import make_overlay_ca, write_certificate
 
     now = datetime.datetime.now(datetime.UTC)
     ca = tmp_path / "xmpp-ca.crt"

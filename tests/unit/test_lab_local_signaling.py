@@ -9,7 +9,7 @@ import pytest
 
 from evio.lab.local_signaling import UnixSocketSignaling
 from evio.tunnel.errors import OfferError, SignalingFailed
-from evio.tunnel.signaling import Body
+from evio.tunnel.path.offer_answer import Body
 
 
 async def test_request_reaches_the_handler_and_returns_its_answer(tmp_path: Path) -> None:

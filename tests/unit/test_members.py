@@ -24,7 +24,7 @@ NOW = datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.UTC)
 def server(tmp_path: Path) -> tuple[Registry, ServerSettings, FakeAccounts, FakeRelay]:
     ca = tmp_path / "xmpp-ca.crt"
     # Any certificate will do as the XMPP CA here: the token carries it as text.
-    from evio.tunnel.overlay_ca import make_overlay_ca, write_certificate
+    from evio.tunnel.path.overlay_ca import make_overlay_ca, write_certificate
 
     write_certificate(ca, make_overlay_ca("xmpp CA", NOW, 10)[1])
     settings = ServerSettings(domain="xmpp.example.net", xmpp="prosody", address="203.0.113.1", xmpp_tls_ca=str(ca))

@@ -26,9 +26,9 @@ from evio.server.members import (
 from evio.server.settings import ServerSettings
 from evio.signal import identity
 from evio.testing.fake_server import FakeAccounts, FakeRelay
-from evio.tunnel.dtls import TunnelCertificate
-from evio.tunnel.overlay_ca import make_overlay_ca, write_certificate
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.overlay_ca import make_overlay_ca, write_certificate
+from evio.tunnel.path.trust import TrustAnchor
 
 NOW = datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.UTC)
 
@@ -124,7 +124,7 @@ def test_a_reload_with_the_same_trust_files_keeps_the_account(server: tuple, tmp
     from evio.node.plan import plan_node
     from evio.node.reload import plan_reload
     from evio.testing.node_fleet import fleet_config
-    from evio.tunnel.overlay_ca import issue_node_certificate, write_private_key
+    from evio.tunnel.path.overlay_ca import issue_node_certificate, write_private_key
 
     registry, settings, accounts, relay = server
     add_member(registry, settings, accounts, relay, "ov1", "n1", NOW)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from evio.bridge.ovs_paths import DEFAULT_OVS_RUN_DIR
 from evio.cli import main as cli_main
 from evio.config.model import (
     BridgeConfig,
@@ -29,8 +30,8 @@ from evio.node import preflight as pf
 from evio.node.control import ControlError, ControlServer, query, respond
 from evio.node.errors import DependencyError, NodeConfigError
 from evio.node.logs import configure_logging
+from evio.node.plain_loop_thread import PlainLoopThread
 from evio.node.plan import plan_node
-from evio.node.side_loop import SideLoop
 
 D = "x.test"
 
@@ -100,7 +101,7 @@ class FakeProbe:
         self.files = {pf.TUN_DEVICE}
         self.results: dict[str, tuple[int, str]] = {}
         self.broken_modules: dict[str, str] = {}
-        self.texts = {Path(pf.DEFAULT_OVS_RUN_DIR) / "ovs-vswitchd.pid": "4242\n", Path("/proc/4242/comm"): "ovs-vswitchd\n"}
+        self.texts = {DEFAULT_OVS_RUN_DIR / "ovs-vswitchd.pid": "4242\n", Path("/proc/4242/comm"): "ovs-vswitchd\n"}
         self.ran: list[list[str]] = []
         self.__dict__.update(changes)
 
@@ -292,7 +293,7 @@ def test_verbose_lowers_the_level_but_never_raises_it(root_logger: logging.Logge
 # -- side loop ---------------------------------------------------------------------------------
 
 
-def test_side_loop_runs_on_its_own_plain_loop_and_stops_on_request() -> None:
+def test_plain_loop_thread_runs_on_its_own_plain_loop_and_stops_on_request() -> None:
     seen: list[object] = []
     exits: list[BaseException | None] = []
 
@@ -300,19 +301,19 @@ def test_side_loop_runs_on_its_own_plain_loop_and_stops_on_request() -> None:
         seen.append(type(asyncio.get_running_loop()).__module__)
         await asyncio.Event().wait()
 
-    side = SideLoop("test-side", forever, on_exit=exits.append)
+    side = PlainLoopThread("test-side", forever, on_exit=exits.append)
     side.start()
     side.stop(timeout=5)
     assert seen == ["asyncio.unix_events"] and exits == [None]
 
 
-def test_side_loop_reports_a_crash() -> None:
+def test_plain_loop_thread_reports_a_crash() -> None:
     exits: list[BaseException | None] = []
 
     async def crash() -> None:
         raise RuntimeError("boom")
 
-    side = SideLoop("test-crash", crash, on_exit=exits.append)
+    side = PlainLoopThread("test-crash", crash, on_exit=exits.append)
     side.start()
     side.stop(timeout=5)
     assert len(exits) == 1 and isinstance(exits[0], RuntimeError)

@@ -28,12 +28,12 @@ from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.datapath.tap import TapDevice
 from evio.tunnel.liveness import LivenessConfig
 from evio.tunnel.manager import TunnelManager
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.offer_answer import RemoteActionSignaling
 from evio.tunnel.session import TunnelEvent, TunnelInfo
-from evio.tunnel.signaling import RemoteActionSignaling
-from evio.tunnel.tap import TapDevice
 
 FAST = Timings(
     reevaluate_interval=0.2, membership_debounce=0.05, membership_max_delay=0.3, settle_after_login=0.1,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from evio.backoff import backoff_delay
 from evio.overlay.adjacency import LinkType, RejectReason
-from evio.overlay.backoff import ChangeBudget, PeerBackoff, backoff_delay
 from evio.overlay.negotiation import (
     LinkAnswer,
     LinkRefusal,
@@ -28,6 +28,8 @@ from evio.overlay.negotiation import (
     encode_release_answer,
     encode_release_request,
 )
+from evio.overlay.peer_backoff import PeerBackoff
+from evio.ratelimit import Rate, TokenBucket
 
 types = st.sampled_from(list(LinkType))
 optional_types = st.one_of(st.none(), types)
@@ -163,7 +165,7 @@ def test_peer_backoff_blocks_then_releases_and_resets_on_success() -> None:
 
 
 def test_change_budget_allows_a_burst_then_the_rate() -> None:
-    budget = ChangeBudget(rate=2.0, burst=3, now=0.0)
+    budget = TokenBucket(Rate(per_second=2.0, burst=3), now=0.0)
     assert [budget.take(0.0) for _ in range(4)] == [True, True, True, False]
     assert budget.next_token(0.0) == pytest.approx(0.5)
     assert not budget.take(0.4)

@@ -13,7 +13,6 @@ import pytest
 from evio.config.model import LimitsConfig, OnDemandConfig, TopologyConfig
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import LinkDown, LinkUp
-from evio.overlay.backoff import PeerBackoff
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
 from evio.overlay.orchestrator import (
     OVERDUE_REPEAT,
@@ -30,6 +29,7 @@ from evio.overlay.orchestrator import (
     SendRelease,
     Timings,
 )
+from evio.overlay.peer_backoff import PeerBackoff
 from evio.signal.events import RemovalCause
 
 S = LinkType.SUCCESSOR

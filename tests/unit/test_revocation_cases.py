@@ -31,8 +31,8 @@ from evio.testing.fake_signal import FakeSignalHub
 from evio.testing.node_fleet import DOMAIN, Fleet, fleet_config, nid
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
-from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca, write_certificate, write_private_key
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca, write_certificate, write_private_key
+from evio.tunnel.path.trust import TrustAnchor
 
 FAST = Timings(reevaluate_interval=0.5, membership_debounce=0.05, membership_max_delay=0.2, settle_after_login=0.1,
                backoff_base=0.1, orphan_grace=1.0, refused_retry=0.2, stop_release_timeout=0.5)

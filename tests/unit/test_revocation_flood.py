@@ -19,7 +19,7 @@ from evio.node.revocation_flood import RevocationFlood
 from evio.signal import identity
 from evio.signal.events import RevocationAdopted
 from evio.testing.virtual_clock import VirtualClock
-from evio.tunnel.overlay_ca import make_overlay_ca
+from evio.tunnel.path.overlay_ca import make_overlay_ca
 
 OV = "ov1"
 CA_KEY, _ = make_overlay_ca("ov1 CA", datetime.datetime.now(datetime.UTC), 3650)

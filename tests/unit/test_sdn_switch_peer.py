@@ -17,7 +17,7 @@ import pytest
 from test_sdn_ofapp import FakeDatapath, _Ev, _Msg, connect, desc, make_app  # tests/unit is on sys.path
 
 from evio.sdn.boundary import SwitchConnected
-from evio.sdn.switch_peer import VswitchdPeerCheck, find_socket
+from evio.sdn.vswitchd_peer_check import VswitchdPeerCheck, find_socket
 
 _CHILD = """
 import socket, sys

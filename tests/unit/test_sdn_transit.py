@@ -16,7 +16,7 @@ from evio.sdn import frb
 from evio.sdn.ofapp import EVIO_COOKIE, BoundedFloodApp, EventTick
 from evio.sdn.switch import FLOW_HARD_TIMEOUT
 from evio.sdn.transit import TransitMirror
-from evio.tunnel.transit import TransitTable
+from evio.tunnel.datapath.transit_table import TransitTable
 
 IDLE = 30
 A, B = "evta", "evtb"

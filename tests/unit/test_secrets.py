@@ -18,8 +18,8 @@ from evio.config.secrets import FileCheckError, secret_problems
 from evio.node.logs import configure_logging
 from evio.node.plan import plan_node
 from evio.tunnel.config import from_overlay_config
-from evio.tunnel.signaling import IceParameters
-from evio.tunnel.turn_credentials import rest_credentials
+from evio.tunnel.path.offer_answer import IceParameters
+from evio.tunnel.path.turn_credentials import rest_credentials
 
 SECRET = "hunter2-the-password"
 TURN_SECRET = "turn-master-secret-xyz"

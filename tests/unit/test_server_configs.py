@@ -76,7 +76,7 @@ def test_coturn_config_denies_private_peers_and_uses_long_term_credentials() -> 
 
 
 # What a member's relay candidate may point the TURN server at, and a node never tries itself (issue 21 M3:
-# evio.tunnel.candidates), besides the private networks: the coturn `init` writes refuses to relay there too.
+# evio.tunnel.path.candidates), besides the private networks: the coturn `init` writes refuses to relay there too.
 # "::" is left out: coturn takes a denied range at the unspecified address as every address.
 NEVER_RELAYED = ("0.0.0.0", "0.1.2.3", "127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1", "169.254.169.254",
                  "fe80::1", "224.0.0.251", "239.255.255.250", "ff02::1", "255.255.255.255", "10.1.2.3", "172.16.0.1",

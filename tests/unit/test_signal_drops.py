@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from evio.signal.backoff import reconnect_delay
+from evio.backoff import backoff_delay
 from evio.signal.drops import DropAccounting, DropReason
 from evio.signal.events import Connected, Disconnected, EventRegistry, PeerAdded
 
@@ -35,10 +35,10 @@ def test_log_memory_is_bounded() -> None:
 
 def test_backoff_doubles_with_jitter_and_is_capped() -> None:
     rng = random.Random(3)
-    assert reconnect_delay(0, rng) == 0.0
+    assert backoff_delay(0, rng, 0.5, 30.0) == 0.0
     for attempt, nominal in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (7, 30.0), (50, 30.0), (10_000, 30.0)]:
         for _ in range(50):
-            delay = reconnect_delay(attempt, rng, base=0.5, cap=30.0)
+            delay = backoff_delay(attempt, rng, base=0.5, cap=30.0)
             assert nominal / 2 <= delay <= nominal
 
 

@@ -22,8 +22,8 @@ from evio.signal.protocol import Announcement, Membership
 from evio.testing.fake_signal import FakeSignalHub
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
-from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
 
 D = "x.test"
 M, A, X = f"m@{D}", f"a@{D}", f"x@{D}"
@@ -93,8 +93,8 @@ def test_status_says_when_an_overlay_has_no_trust_anchor() -> None:
 
     from evio.cli.status_cmd import _trust_line
     from evio.node.status import trust_document
-    from evio.tunnel.dtls import TunnelCertificate
-    from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
+    from evio.tunnel.path.dtls import TunnelCertificate
+    from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 
     now = datetime.datetime.now(datetime.UTC)
     bare = trust_document(None, now)

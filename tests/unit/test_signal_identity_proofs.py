@@ -12,8 +12,8 @@ from evio.signal.drops import DropReason
 from evio.signal.endpoint import OverlayIdentity
 from evio.testing.fake_signal import FakeSignalHub
 from evio.testing.virtual_clock import VirtualClock
-from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
-from evio.tunnel.trust import TrustAnchor
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
 
 NOW = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.UTC)
 M_ID, A_ID = 0x1 << 124, 0x2 << 124

@@ -12,7 +12,7 @@ from evio.cli import main
 from evio.config import ConfigError, loads_config
 from evio.node.errors import NodeConfigError
 from evio.node.plan import plan_node
-from evio.tunnel.trust import named_node_ids
+from evio.tunnel.path.trust import named_node_ids
 
 NODE = "ab" * 16
 OTHER = "cd" * 16

@@ -1,4 +1,4 @@
-"""aioice's mDNS module is loaded only when a name of its own is used (evio.tunnel.aioice_imports).
+"""aioice's mDNS module is loaded only when a name of its own is used (evio.tunnel.path.aioice_mdns).
 
 Checked in fresh interpreters: the test process may hold aioice in full already.
 """
@@ -10,7 +10,7 @@ import textwrap
 PROBE = textwrap.dedent(
     """
     import sys
-    import evio.tunnel.ice, evio.tunnel.underlay, evio.tunnel.signaling
+    import evio.tunnel.path.ice, evio.tunnel.path.adopted_socket, evio.tunnel.path.offer_answer
     import aioice.ice, aioice.mdns
     assert "dns" not in sys.modules, "dnspython loaded with aioice"
     names = ["0b1c2d3e-aaaa-bbbb-cccc-0123456789ab.local", "x.local", "a.b.local", "10.0.0.1", ".local",
@@ -35,7 +35,7 @@ def test_dnspython_is_loaded_only_when_mdns_is_used_and_then_works_as_aioice_s()
 
 def test_after_aioice_is_loaded_in_full_deferring_changes_nothing() -> None:
     probe = (
-        "import sys, aioice\nfrom evio.tunnel.aioice_imports import defer_mdns\nfrom evio.deferred_modules import finder as _finder\n"
+        "import sys, aioice\nfrom evio.tunnel.path.aioice_mdns import defer_mdns\nfrom evio.deferred_modules import finder as _finder\n"
         "defer_mdns()\nassert _finder not in sys.meta_path and 'dns' in sys.modules\nprint('ok')"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

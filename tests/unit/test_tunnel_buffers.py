@@ -10,11 +10,12 @@ import pytest
 from evio.config.model import Cipher
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
-from evio.tunnel import native
-from evio.tunnel.buffers import LAZY_MIN, release, resident, zeroed
-from evio.tunnel.fd_datapath import TRIM_AFTER, FdDatapath
-from evio.tunnel.keys import EXPORTER_LEN, split_exporter
-from evio.tunnel.offload import VNET_HDR_LEN
+from evio.tunnel.datapath import native
+from evio.tunnel.datapath.buffers import LAZY_MIN, release, resident, zeroed
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.fd_state import TRIM_AFTER
+from evio.tunnel.datapath.keys import EXPORTER_LEN, split_exporter
+from evio.tunnel.datapath.offload import VNET_HDR_LEN
 from tests.unit.test_tunnel_datapath import MTU, frame, require_native
 
 KIB = 1024

@@ -21,7 +21,11 @@ import pytest
 
 from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
-from evio.tunnel.candidates import (
+from evio.tunnel.config import TunnelSettings
+from evio.tunnel.datapath.keys import Cipher
+from evio.tunnel.datapath.tap import TapDevice
+from evio.tunnel.manager import TunnelManager
+from evio.tunnel.path.candidates import (
     DROP_LOG_INTERVAL,
     CandidateDrop,
     CandidateDrops,
@@ -30,13 +34,9 @@ from evio.tunnel.candidates import (
     candidate_drop,
     local_networks,
 )
-from evio.tunnel.config import TunnelSettings
-from evio.tunnel.dtls import TunnelCertificate
-from evio.tunnel.ice import IceConfig, RelayPolicy
-from evio.tunnel.keys import Cipher
-from evio.tunnel.manager import TunnelManager
-from evio.tunnel.signaling import IceParameters, TunnelOffer
-from evio.tunnel.tap import TapDevice
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.ice import IceConfig, RelayPolicy
+from evio.tunnel.path.offer_answer import IceParameters, TunnelOffer
 
 NOW = datetime.datetime(2026, 11, 27, tzinfo=datetime.UTC)
 B, PEER = 0xBB << 120, 0x11 << 120
@@ -146,7 +146,7 @@ def test_peers_on_one_host_may_use_loopback_and_this_hosts_addresses_but_nothing
 def test_dropped_candidates_are_counted_by_reason_and_logged_once_per_peer_per_interval(caplog: pytest.LogCaptureFixture) -> None:
     now = [0.0]
     drops = CandidateDrops(lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="evio.tunnel.candidates"):
+    with caplog.at_level(logging.WARNING, logger="evio.tunnel.path.candidates"):
         for _ in range(5):
             drops.dropped(PEER, CandidateDrop.LOOPBACK, "127.0.0.1 port 1")
         drops.dropped(B, CandidateDrop.DENIED, "100.100.100.200 port 1")

@@ -14,13 +14,13 @@ import pytest
 from evio.config.model import Cipher
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
-from evio.tunnel import native
-from evio.tunnel.datapath import DropReason
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.keys import EXPORTER_LEN, RekeyPolicy, make_aead, split_exporter
-from evio.tunnel.mmsg import RecvfromBatch, SendtoBatch
-from evio.tunnel.native import NativeFdDatapath
-from evio.tunnel.record import (
+from evio.tunnel.datapath import native
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.interface import DropReason
+from evio.tunnel.datapath.keys import EXPORTER_LEN, RekeyPolicy, make_aead, split_exporter
+from evio.tunnel.datapath.mmsg import RecvfromBatch, SendtoBatch
+from evio.tunnel.datapath.native import NativeFdDatapath
+from evio.tunnel.datapath.record import (
     HELLO_PEER_SEEN,
     KIND_CONTROL,
     KIND_FRAME,
@@ -468,7 +468,7 @@ async def make_vnet_pair(vnet_a: bool, vnet_b: bool, tso: bool = False) -> Pair:
 async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None:
     """A TSO super-frame from A's TAP leaves as records of at most the MTU, each a whole frame; B gets them
     back as frames with valid checksums (plain TAP) or joined into one super-frame again (vnet TAP)."""
-    from evio.tunnel.offload import GSO_TCPV4, VNET_HDR_LEN, VnetHeader
+    from evio.tunnel.datapath.offload import GSO_TCPV4, VNET_HDR_LEN, VnetHeader
     from tests.unit.test_tunnel_offload import complete, gso, parse, tcp_frame
 
     p = await make_vnet_pair(True, vnet_b, tso=True)
@@ -511,7 +511,7 @@ async def test_a_super_frame_crosses_as_records_of_the_mtu(vnet_b: bool) -> None
 
 async def test_frames_cross_between_vnet_taps_in_order() -> None:
     """Small frames and partial checksums through two vnet TAPs: everything arrives, in order, completed."""
-    from evio.tunnel.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
+    from evio.tunnel.datapath.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
     from tests.unit.test_tunnel_offload import parse, tcp_frame
 
     p = await make_vnet_pair(True, True)

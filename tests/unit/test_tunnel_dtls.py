@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, TunnelCertificate
+from evio.tunnel.datapath.keys import EXPORTER_LABEL, EXPORTER_LEN
 from evio.tunnel.errors import OfferError
-from evio.tunnel.keys import EXPORTER_LABEL, EXPORTER_LEN
+from evio.tunnel.path.dtls import DtlsHandshake, DtlsRole, DtlsState, Fingerprint, TunnelCertificate
 
 NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 

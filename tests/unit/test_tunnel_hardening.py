@@ -18,9 +18,9 @@ import pytest
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.datapath import DropReason
+from evio.tunnel.datapath.interface import DropReason
+from evio.tunnel.path.offer_answer import Body
 from evio.tunnel.session import TunnelState
-from evio.tunnel.signaling import Body
 from tests.unit.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
 
 # A STUN Binding request carrying PRIORITY (a 4-byte value) with a 2-byte value:
@@ -133,7 +133,7 @@ async def test_dtls_injected_from_another_address_neither_aborts_nor_stalls_the_
 def test_stun_guard_rejects_what_aioice_would_raise_on_and_takes_real_messages() -> None:
     import aioice.stun
 
-    from evio.tunnel.stun_guard import MalformedStun, StunReject, parse_stun, stun_reject_reason
+    from evio.tunnel.path.stun_guard import MalformedStun, StunReject, parse_stun, stun_reject_reason
 
     request = aioice.stun.Message(aioice.stun.Method.BINDING, aioice.stun.Class.REQUEST)
     request.attributes["PRIORITY"] = 12345

@@ -17,9 +17,10 @@ import aioice.stun
 import pytest
 from aioice import Candidate, Connection
 
-from evio.tunnel import ice as evio_ice
 from evio.tunnel.errors import GatherTimeout, SetupError
-from evio.tunnel.ice import IceAgent, IceConfig, InboundGate, InboundReject, RelayPolicy
+from evio.tunnel.path import aioice_patches
+from evio.tunnel.path.ice import IceAgent, IceConfig, RelayPolicy
+from evio.tunnel.path.inbound_gate import InboundGate, InboundReject
 
 
 @pytest.fixture(autouse=True)
@@ -103,13 +104,13 @@ async def test_a_failed_stun_query_is_counted_and_its_exception_retrieved(caplog
     errors: list[dict[str, object]] = []
     previous = loop.get_exception_handler()
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
-    before = evio_ice.GATHER_FAILED["srflx"]
+    before = aioice_patches.GATHER_FAILED["srflx"]
     agent = IceAgent(IceConfig(stun=(server.getsockname(),), relay=RelayPolicy.NEVER), True, "a", 0.0)
     try:
-        with caplog.at_level(logging.INFO, logger="evio.tunnel.ice"):
+        with caplog.at_level(logging.INFO, logger="evio.tunnel.path.ice"):
             direct, _ = await agent.gather()
         assert direct is not None and all("typ host" in c for c in direct.candidates)
-        assert evio_ice.GATHER_FAILED["srflx"] == before + 2  # one query per host address
+        assert aioice_patches.GATHER_FAILED["srflx"] == before + 2  # one query per host address
         assert len([r for r in caplog.records if "candidate query failed" in r.getMessage()]) <= 1
     finally:
         await agent.close()

@@ -3,7 +3,7 @@ import os
 import pytest
 
 from evio.config.model import Cipher
-from evio.tunnel.keys import (
+from evio.tunnel.datapath.keys import (
     CONFIDENTIALITY_LIMIT,
     EXPORTER_LEN,
     IV_LEN,
@@ -12,7 +12,7 @@ from evio.tunnel.keys import (
     make_aead,
     split_exporter,
 )
-from evio.tunnel.record import KIND_FRAME, open_, seal
+from evio.tunnel.datapath.record import KIND_FRAME, open_, seal
 
 
 def test_directions_match_across_sides() -> None:

@@ -3,6 +3,7 @@ from typing import Any
 
 import pytest
 
+from evio.tunnel.datapath.record import HELLO_PEER_SEEN, ControlMessage, ControlOpcode
 from evio.tunnel.liveness import (
     MAX_PENDING_ECHOES,
     DownReason,
@@ -14,7 +15,6 @@ from evio.tunnel.liveness import (
     PeerDead,
     SendControl,
 )
-from evio.tunnel.record import HELLO_PEER_SEEN, ControlMessage, ControlOpcode
 
 CFG = LivenessConfig(hello_interval=0.1, keepalive_interval=1.0, dead_after=3.0, establish_timeout=2.0)
 

@@ -2,7 +2,7 @@ import socket
 
 import pytest
 
-from evio.tunnel.mmsg import (
+from evio.tunnel.datapath.mmsg import (
     GroRecvBatch,
     RecvBatch,
     RecvfromBatch,

@@ -4,8 +4,8 @@ import hmac
 
 import pytest
 
-from evio.tunnel.mtu import max_datagram_len, tap_mtu
-from evio.tunnel.turn_credentials import rest_credentials
+from evio.tunnel.datapath.mtu import max_datagram_len, tap_mtu
+from evio.tunnel.path.turn_credentials import rest_credentials
 
 
 def test_default_mtu_fits_1500_underlay_through_turn() -> None:

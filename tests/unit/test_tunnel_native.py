@@ -16,13 +16,13 @@ import pytest
 from evio.config.model import Cipher
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
-from evio.tunnel import native
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.datapath import DropReason
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.keys import EXPORTER_LEN, make_aead, split_exporter
-from evio.tunnel.record import KIND_CONTROL, KIND_FRAME, ControlMessage, open_, pack_control, seal
-from evio.tunnel.replay import ReplayWindow
+from evio.tunnel.datapath import native
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.interface import DropReason
+from evio.tunnel.datapath.keys import EXPORTER_LEN, make_aead, split_exporter
+from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlMessage, open_, pack_control, seal
+from evio.tunnel.datapath.replay import ReplayWindow
 from evio.tunnel.session import default_datapath_factory
 
 MTU = 1428
@@ -144,7 +144,7 @@ def test_tunnel_datapath_setting_picks_the_implementation() -> None:
 async def test_native_end_with_vnet_taps_both_ways() -> None:
     """Behind TAPs with virtio-net headers: the native TAP pass strips them (completing a partial checksum),
     the native socket pass writes each frame behind a zero header; the Python end has plain TAPs."""
-    from evio.tunnel.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
+    from evio.tunnel.datapath.offload import F_NEEDS_CSUM, VNET_HDR_LEN, VnetHeader
     from tests.unit.test_tunnel_offload import parse, tcp_frame
 
     material = os.urandom(EXPORTER_LEN)
@@ -186,7 +186,7 @@ def test_a_native_send_ring_takes_memory_only_where_a_burst_wrote() -> None:
     """The ring is an anonymous mapping: made, it is not resident (a zeroed heap allocation was, all
     94 KiB of it, whenever the allocator reused memory); a burst writes the slots it uses; released,
     it is handed back and works as before."""
-    from evio.tunnel.mmsg import sockaddr
+    from evio.tunnel.datapath.mmsg import sockaddr
 
     def rss_kib() -> int:
         with open("/proc/self/status") as status:
@@ -295,7 +295,7 @@ async def _tap_writes(implementation: str, material: bytes, bursts: list[list[by
 @pytest.mark.parametrize("name", list(FRAME_SETS))
 async def test_native_receiver_on_a_vnet_tap_writes_what_the_python_one_does(name: str) -> None:
     """Byte for byte, vnet headers included: the native receive pass joins TCP segments as TcpCoalescer."""
-    from evio.tunnel.offload import GSO_NONE, TcpCoalescer
+    from evio.tunnel.datapath.offload import GSO_NONE, TcpCoalescer
 
     bursts = FRAME_SETS[name]
     material = os.urandom(EXPORTER_LEN)

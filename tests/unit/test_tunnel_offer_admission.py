@@ -20,12 +20,12 @@ from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.tunnel import session
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.datapath.keys import Cipher
+from evio.tunnel.datapath.tap import TapDevice
 from evio.tunnel.errors import GatherTimeout, OfferError, SignalingFailed
-from evio.tunnel.keys import Cipher
 from evio.tunnel.manager import TunnelManager
-from evio.tunnel.signaling import IceParameters, TunnelAnswer, TunnelOffer
-from evio.tunnel.tap import TapDevice
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.offer_answer import IceParameters, TunnelAnswer, TunnelOffer
 
 NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 B = 0xBB << 120

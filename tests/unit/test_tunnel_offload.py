@@ -13,7 +13,7 @@ import struct
 import pytest
 
 from evio.tcpip import ACK, CWR, FIN, PSH, SYN
-from evio.tunnel.offload import (
+from evio.tunnel.datapath.offload import (
     F_NEEDS_CSUM,
     GSO_NONE,
     GSO_TCPV4,

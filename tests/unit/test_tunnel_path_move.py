@@ -17,11 +17,11 @@ import pytest
 from evio.config.model import Cipher
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
-from evio.tunnel import native
-from evio.tunnel.datapath import DropReason
-from evio.tunnel.fd_datapath import FdDatapath
-from evio.tunnel.keys import EXPORTER_LEN, split_exporter
-from evio.tunnel.record import KIND_FRAME, ControlMessage, ControlOpcode
+from evio.tunnel.datapath import native
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.interface import DropReason
+from evio.tunnel.datapath.keys import EXPORTER_LEN, split_exporter
+from evio.tunnel.datapath.record import KIND_FRAME, ControlMessage, ControlOpcode
 
 MTU = 1428
 CHANNEL = 0x4001

@@ -1,4 +1,4 @@
-"""Setup deadlines that stretch with event-loop lateness (evio.tunnel.patience)."""
+"""Setup deadlines that stretch with event-loop lateness (evio.tunnel.path.deadlines)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.liveness import Liveness, LivenessConfig, LivenessState
-from evio.tunnel.patience import LAG_FREE, LAG_UNIT, MAX_PATIENCE, LoopBudget, LoopLag, patience
+from evio.tunnel.path.deadlines import LAG_FREE, LAG_UNIT, MAX_PATIENCE, LoopBudget, LoopLag, patience
 
 
 def test_patience_is_one_when_idle_and_grows_with_lag_up_to_the_cap() -> None:

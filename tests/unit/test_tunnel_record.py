@@ -3,8 +3,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evio.tunnel.errors import RecordError, UnknownControlError
-from evio.tunnel.record import (
+from evio.tunnel.datapath.record import (
     HEADER_LEN,
     HELLO_PEER_SEEN,
     KIND_CONTROL,
@@ -22,6 +21,7 @@ from evio.tunnel.record import (
     parse_header,
     seal,
 )
+from evio.tunnel.errors import RecordError, UnknownControlError
 
 KEY = bytes(range(32))
 IV = bytes(range(100, 112))
@@ -115,7 +115,7 @@ def test_seal_rejects_counter_out_of_range() -> None:
 
 
 def test_echo_control_messages_carry_a_token_and_others_keep_two_bytes() -> None:
-    from evio.tunnel.record import ControlMessage, ControlOpcode, RecordError, pack_control, parse_control
+    from evio.tunnel.datapath.record import ControlMessage, ControlOpcode, RecordError, pack_control, parse_control
 
     wire = pack_control(ControlOpcode.ECHO_REQUEST, 0, 0x0102030405060708)
     assert len(wire) == 10

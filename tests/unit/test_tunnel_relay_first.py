@@ -16,7 +16,8 @@ import aioice.stun
 import pytest
 
 from evio.tunnel.errors import IceFailed
-from evio.tunnel.ice import IceAgent, IceConfig, PathKind, RelayPolicy, _hasten_checks
+from evio.tunnel.path.aioice_patches import hasten_checks
+from evio.tunnel.path.ice import IceAgent, IceConfig, PathKind, RelayPolicy
 
 
 class FakeConnection:
@@ -131,7 +132,7 @@ async def test_a_check_from_the_peer_sends_our_pending_check_to_it_again_at_once
     conn = aioice.Connection(ice_controlling=False)
     taken: list[tuple[str, int]] = []
     conn.check_incoming = lambda message, addr, protocol: taken.append(addr)  # type: ignore[method-assign]
-    _hasten_checks(conn)
+    hasten_checks(conn)
     sent: list[tuple[aioice.stun.Message, tuple[str, int]]] = []
     protocol = SimpleNamespace(transactions={}, send_stun=lambda message, addr: sent.append((message, addr)))
     peer, other = ("192.0.2.1", 40000), ("192.0.2.2", 40000)

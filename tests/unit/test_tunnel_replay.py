@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evio.tunnel.replay import ACCEPT, REPLAYED, STALE, ReplayWindow
+from evio.tunnel.datapath.replay import ACCEPT, REPLAYED, STALE, ReplayWindow
 
 
 def test_in_order_accepted_once() -> None:

@@ -22,15 +22,15 @@ from evio.testing.fake_tunnel import FakeTap, FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings, tap_name
-from evio.tunnel.dtls import TunnelCertificate
+from evio.tunnel.datapath.keys import RekeyPolicy
+from evio.tunnel.datapath.tap import TapDevice
 from evio.tunnel.errors import SetupError, TunnelError
-from evio.tunnel.ice import IceConfig, PathKind, RelayPolicy
-from evio.tunnel.keys import RekeyPolicy
 from evio.tunnel.liveness import LivenessConfig, LivenessState
 from evio.tunnel.manager import TunnelManager
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.ice import IceConfig, PathKind, RelayPolicy
+from evio.tunnel.path.offer_answer import Body
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelState, TunnelUp
-from evio.tunnel.signaling import Body
-from evio.tunnel.tap import TapDevice
 
 NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 A = 0xAA << 120
@@ -243,7 +243,7 @@ async def test_malformed_offer_is_refused(nodes: tuple[Node, Node], hub: FakeTun
 async def test_tunnel_over_the_signal_packages_remote_actions() -> None:
     """RemoteActionSignaling on the real signaling endpoint logic (FakeSignalHub: no server)."""
     from evio.testing.fake_signal import FakeSignalHub
-    from evio.tunnel.signaling import RemoteActionSignaling
+    from evio.tunnel.path.offer_answer import RemoteActionSignaling
 
     signal_hub = FakeSignalHub()
     signal_hub.set_group("ov1", ["a@x.test", "b@x.test"])
@@ -314,7 +314,7 @@ def certificate_time() -> float:
 
 
 def _member_certificate(ca: tuple[object, object], node: int) -> TunnelCertificate:
-    from evio.tunnel.overlay_ca import issue_node_certificate
+    from evio.tunnel.path.overlay_ca import issue_node_certificate
 
     key, cert = issue_node_certificate(ca[0], ca[1], ("ov1",), node, NOW, 30)  # type: ignore[arg-type]
     return TunnelCertificate(key, cert)
@@ -323,8 +323,8 @@ def _member_certificate(ca: tuple[object, object], node: int) -> TunnelCertifica
 @pytest.mark.parametrize("anchored", [True, False])
 async def test_forged_member_whose_fingerprint_the_server_carries(hub: FakeTunnelSignalingHub, anchored: bool) -> None:
     """B's place is taken by whoever runs the server: a self-signed certificate, its fingerprint signalled."""
-    from evio.tunnel.overlay_ca import make_overlay_ca
-    from evio.tunnel.trust import TrustAnchor
+    from evio.tunnel.path.overlay_ca import make_overlay_ca
+    from evio.tunnel.path.trust import TrustAnchor
 
     ca = make_overlay_ca("ov1 CA", NOW, 365)
     anchor = TrustAnchor("ov1", (ca[1],)) if anchored else None
@@ -348,8 +348,8 @@ async def test_forged_member_whose_fingerprint_the_server_carries(hub: FakeTunne
 
 
 async def test_members_with_certificates_from_the_anchor_connect(hub: FakeTunnelSignalingHub) -> None:
-    from evio.tunnel.overlay_ca import make_overlay_ca
-    from evio.tunnel.trust import TrustAnchor
+    from evio.tunnel.path.overlay_ca import make_overlay_ca
+    from evio.tunnel.path.trust import TrustAnchor
 
     ca = make_overlay_ca("ov1 CA", NOW, 365)
     config = TunnelSettings(liveness=FAST, trust=TrustAnchor("ov1", (ca[1],)))

@@ -5,9 +5,9 @@ from typing import Any
 import pytest
 
 from evio.config.model import Cipher
-from evio.tunnel.dtls import TunnelCertificate
 from evio.tunnel.errors import OfferError
-from evio.tunnel.signaling import IceParameters, TunnelAnswer, TunnelOffer, choose_cipher
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.offer_answer import IceParameters, TunnelAnswer, TunnelOffer, choose_cipher
 
 FP = TunnelCertificate.generate("x", datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)).fingerprint
 DIRECT = IceParameters(

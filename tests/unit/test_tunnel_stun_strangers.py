@@ -22,8 +22,9 @@ import pytest
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.ice import STUN_REQUESTS_PER_SOURCE, IceAgent, IceConfig, RelayPolicy
-from evio.tunnel.stun_guard import StunDrop, is_request, screen
+from evio.tunnel.path.ice import IceAgent, IceConfig, RelayPolicy
+from evio.tunnel.path.inbound_gate import STUN_REQUESTS_PER_SOURCE
+from evio.tunnel.path.stun_guard import StunDrop, is_request, screen
 from tests.unit.test_tunnel_session import FAST, FRAME, A, B, Node, collected, make_node
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pyroute2.netlink.exceptions import NetlinkError
 
-from evio.tunnel import tap
+from evio.tunnel.datapath import tap
 
 
 class FakeNetlink:

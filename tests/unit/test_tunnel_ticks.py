@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from evio.tunnel.ticks import TickGrid, tick_grid
+from evio.tunnel.liveness_ticks import TickGrid, tick_grid
 
 
 async def test_waits_of_one_interval_share_a_timer_and_end_on_its_next_multiple() -> None:

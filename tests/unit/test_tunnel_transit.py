@@ -15,8 +15,8 @@ import pytest
 
 from evio.sdn.frb import ETH_TYPE_FRB
 from evio.testing.waiting import wait_until
-from evio.tunnel.native import NativeFdDatapath
-from evio.tunnel.transit import TransitPort, TransitTable
+from evio.tunnel.datapath.native import NativeFdDatapath
+from evio.tunnel.datapath.transit_table import TransitPort, TransitTable
 from tests.unit import test_tunnel_datapath
 from tests.unit.test_tunnel_datapath import MTU, Pair, close, collected, make_pair, make_vnet_pair, require_native
 
@@ -202,7 +202,7 @@ async def _transit_node(vnet: bool, prefilter: bool = True) -> tuple[Pair, Pair,
 async def test_transit_frames_skip_the_middle_taps_until_the_entry_goes(implementation: str, vnet: bool, prefilter: bool) -> None:
     """With vnet TAPs (tunnel.offload) too: the records carry frames of the MTU, so the fast path sees
     frames, never super-frames, and the TAPs at the ends join and cut as they always do."""
-    from evio.tunnel.offload import VNET_HDR_LEN
+    from evio.tunnel.datapath.offload import VNET_HDR_LEN
 
     left, right, table = await _transit_node(vnet, prefilter)
     x, m_in, m_out, y = left.b, left.a, right.a, right.b
@@ -314,8 +314,8 @@ def test_switched_off_the_table_drops_its_entries_and_takes_none_until_switched_
 def test_the_native_prefilter_is_bounded_and_checked() -> None:
     """The destinations come from the table (at most MAX_ENTRIES); anything else is refused."""
     require_native()
-    from evio.tunnel.native import _NativeRecvRing
-    from evio.tunnel.transit import MAX_ENTRIES
+    from evio.tunnel.datapath.native import _NativeRecvRing
+    from evio.tunnel.datapath.transit_table import MAX_ENTRIES
 
     ring = _NativeRecvRing(4, 2048).native
     ring.set_transit(DST + OTHER + DST)

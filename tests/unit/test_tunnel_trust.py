@@ -8,9 +8,9 @@ import time
 import pytest
 from cryptography import x509
 
-from evio.tunnel.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
-from evio.tunnel.overlay_ca import issue_node_certificate, make_overlay_ca
-from evio.tunnel.trust import TrustAnchor, named_node_ids, node_uri
+from evio.tunnel.path.dtls import DtlsHandshake, DtlsRole, DtlsState, TunnelCertificate
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor, named_node_ids, node_uri
 
 NOW = datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC)
 NODE = 0xAA << 120

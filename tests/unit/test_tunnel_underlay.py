@@ -9,8 +9,9 @@ import socket
 import aioice.ice
 import aioice.turn
 
-from evio.tunnel.ice import IceConfig, _configure_aioice
-from evio.tunnel.underlay import AdoptedTransport
+from evio.tunnel.path.adopted_socket import AdoptedTransport
+from evio.tunnel.path.aioice_patches import configure_aioice
+from evio.tunnel.path.ice import IceConfig
 
 
 class Recorder(asyncio.DatagramProtocol):
@@ -58,7 +59,7 @@ async def test_an_unlent_socket_closes_at_once_and_a_given_back_one_is_read_agai
 def test_consent_expiry_never_closes_a_connection() -> None:
     saved = aioice.ice.CONSENT_FAILURES
     try:
-        _configure_aioice(IceConfig())
+        configure_aioice(IceConfig().stun_rto)
         assert aioice.ice.CONSENT_FAILURES >= 2**31  # the tunnel's liveness decides
     finally:
         aioice.ice.CONSENT_FAILURES = saved
@@ -67,7 +68,7 @@ def test_consent_expiry_never_closes_a_connection() -> None:
 def test_consent_is_checked_rarely_yet_often_enough_to_carry_the_turn_channel_refresh() -> None:
     saved = aioice.ice.CONSENT_INTERVAL
     try:
-        _configure_aioice(IceConfig())
+        configure_aioice(IceConfig().stun_rto)
         # Not every 5 s: each check is two wake-ups at each end of every idle tunnel ...
         assert aioice.ice.CONSENT_INTERVAL >= 30
         # ... but a check (1.2 times the interval at most apart) falls twice at least between aioice's

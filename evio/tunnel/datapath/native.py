@@ -17,7 +17,7 @@ call per burst, with the GIL released, does a whole pass:
   and handed to ``FdDatapath``'s Python code, which opens it or gives it to
   the socket's owner as before.
 
-The transit fast path (transit.py) needs its hook to see a frame before the
+The transit fast path (transit_table.py) needs its hook to see a frame before the
 TAP does, which per frame would cost the native pass its point. The pass
 holds a prefilter instead, the destination MACs this ingress has transit
 entries for (refreshed before a burst when the table changed): a frame to
@@ -45,12 +45,14 @@ from collections.abc import Callable
 from typing import Any
 
 from evio.config.model import Cipher
-from evio.tunnel.buffers import zeroed
-from evio.tunnel.datapath import DropReason, Underlay
-from evio.tunnel.fd_datapath import _GRO_SLOTS, TRIM_AFTER, FdDatapath, _RxEpoch
-from evio.tunnel.keys import RekeyPolicy, TrafficSecret
-from evio.tunnel.mmsg import GRO_SLOT_SIZE, GroRecvBatch, ReceiveBatch, SlotRing, parse_sockaddr, sockaddr
-from evio.tunnel.transit import TransitDestinations, TransitHook
+from evio.tunnel.datapath.buffers import zeroed
+from evio.tunnel.datapath.fd_datapath import FdDatapath
+from evio.tunnel.datapath.fd_state import TRIM_AFTER, _RxEpoch
+from evio.tunnel.datapath.interface import DropReason, Underlay
+from evio.tunnel.datapath.keys import RekeyPolicy, TrafficSecret
+from evio.tunnel.datapath.mmsg import GRO_SLOT_SIZE, GroRecvBatch, ReceiveBatch, SlotRing, parse_sockaddr, sockaddr
+from evio.tunnel.datapath.receive import GRO_SLOTS
+from evio.tunnel.datapath.transit_table import TransitDestinations, TransitHook
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +151,7 @@ class NativeFdDatapath(FdDatapath):
         """The native pass's ring only: _to_owner and the slow path read it too (view, length, source;
         it has no recv of its own). Python's ring would be 1 MiB more per tunnel with GRO, never read."""
         if self._gro:
-            self._native_rx = _NativeRecvRing(_GRO_SLOTS, GRO_SLOT_SIZE, gro=True)
+            self._native_rx = _NativeRecvRing(GRO_SLOTS, GRO_SLOT_SIZE, gro=True)
         else:
             self._native_rx = _NativeRecvRing(self._batch, slot_size)
         return self._native_rx, None  # type: ignore[return-value]

@@ -4,7 +4,7 @@ aioice imports `aioice.mdns` whatever the candidates, and with it most of
 dnspython: about 2 MB of every daemon's memory. The module is needed only to
 resolve a remote candidate named `<uuid>.local`, and evio refuses any
 candidate that is not an IP address before it reaches aioice
-(evio.tunnel.signaling), so a daemon never resolves one.
+(evio.tunnel.path.offer_answer), so a daemon never resolves one.
 
 At import, aioice uses two names of the module: `MDnsProtocol` (in a
 signature, evaluated then) and, per remote candidate, `is_mdns_hostname`.

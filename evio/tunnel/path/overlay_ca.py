@@ -3,7 +3,7 @@
 The CA signs with Ed25519: small, and its key never touches a tunnel. Node
 certificates carry an ECDSA P-256 key, because the DTLS cipher suites the
 tunnels accept are ECDHE-ECDSA ones, and name their node as the SAN URI of
-``evio.tunnel.trust.node_uri``, once per overlay they may join.
+``evio.tunnel.path.trust.node_uri``, once per overlay they may join.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import NameOID
 
-from evio.tunnel.trust import node_uri
+from evio.tunnel.path.trust import node_uri
 
 CLOCK_SKEW = datetime.timedelta(minutes=5)
 """Certificates start this long before `now`, so a peer whose clock is a little behind accepts them."""

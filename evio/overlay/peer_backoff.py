@@ -1,15 +1,11 @@
-"""Pacing for the overlay controller (pure): per-peer failure backoff and a budget of link changes.
+"""Per-peer failure backoff for the overlay controller (pure).
 
-`PeerBackoff`: a peer whose tunnel could not be set up, or whose requests went
+A peer whose tunnel could not be set up, or whose requests went
 unanswered, is not asked again before a delay that doubles with each
 consecutive failure up to a cap; a tunnel that comes up resets it. The
 controller also leaves a backed-off peer out of its ring meanwhile, so the
 next peers take its place (a dead successor is bypassed at once rather than
-after its signaling presence times out).
-
-`ChangeBudget`: a token bucket over tunnel additions and removals, so a burst
-of membership changes cannot make a node tear down and set up links faster
-than `rate` per second after an initial `burst`.
+after its signaling presence times out). The delay is `evio.backoff.backoff_delay`.
 """
 
 from __future__ import annotations
@@ -17,17 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-
-def backoff_delay(failures: int, rng: random.Random, base: float, cap: float) -> float:
-    """Seconds to wait after `failures` consecutive failures (1 = the first).
-
-    Doubles from `base` up to `cap`; "equal jitter" (a draw in [d/2, d]) keeps
-    nodes that lost the same peer from all asking again at the same instant.
-    """
-    if failures < 1:
-        return 0.0
-    nominal = min(cap, base * 2.0 ** min(failures - 1, 62))
-    return nominal / 2 + rng.uniform(0.0, nominal / 2)
+from evio.backoff import backoff_delay
 
 
 @dataclass
@@ -85,35 +71,3 @@ class PeerBackoff:
 
     def clear(self) -> None:
         self._records.clear()
-
-
-class ChangeBudget:
-    """Token bucket: `burst` changes at once, then `rate` per second."""
-
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("a change budget needs rate > 0 and burst >= 1")
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._at = now
-
-    def _refill(self, now: float) -> None:
-        if now > self._at:
-            self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
-            self._at = now
-
-    def take(self, now: float) -> bool:
-        """Spend one change if the budget allows it now."""
-        self._refill(now)
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
-
-    def next_token(self, now: float) -> float:
-        """When the next change will be allowed (`now` if one is available)."""
-        self._refill(now)
-        if self._tokens >= 1.0:
-            return now
-        return now + (1.0 - self._tokens) / self.rate

@@ -26,8 +26,8 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from evio.tunnel.datapath.offload import VNET_HDR_LEN
 from evio.tunnel.errors import TapError
-from evio.tunnel.offload import VNET_HDR_LEN
 
 logger = logging.getLogger(__name__)
 

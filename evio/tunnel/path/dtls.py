@@ -241,7 +241,7 @@ class DtlsHandshake:
     def _verify(self, conn: SSL.Connection, cert: crypto.X509, errnum: int, depth: int, ok: int) -> bool:
         # OpenSSL's own chain verdict (errnum) is ignored: peers present one certificate,
         # pinned by the fingerprint the peer signalled and, with an overlay trust anchor,
-        # checked against that anchor by `peer_check` (evio.tunnel.trust).
+        # checked against that anchor by `peer_check` (evio.tunnel.path.trust).
         if depth != 0:
             return False
         self._verified = True

@@ -14,10 +14,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from evio.tunnel.keys import SessionSecrets
-from evio.tunnel.record import ControlMessage
+from evio.tunnel.datapath.keys import SessionSecrets
+from evio.tunnel.datapath.record import ControlMessage
 
 Address = Any  # a socket address: (host, port) for UDP
+
+
+def clear_socket_error(sock: socket.socket) -> None:
+    """Reading SO_ERROR clears the error an ICMP message left on a connected socket."""
+    try:
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    except OSError:
+        pass
 
 
 class DropReason(enum.Enum):
@@ -47,7 +55,7 @@ class DropReason(enum.Enum):
     """The TAP refused a frame (interface down, queue full)."""
     MALFORMED_STUN = "malformed-stun"
     """In the STUN range (first byte 0-3) but not framed as STUN (stun_guard.check_framing); the ICE gate
-    screens the rest (ice.InboundGate: strangers' requests, unsolicited responses)."""
+    screens the rest (path.inbound_gate: strangers' requests, unsolicited responses)."""
     OWNER_FAILED = "owner-failed"
     """The socket's owner raised while taking a datagram handed back to it."""
     BAD_OFFLOAD = "bad-offload"

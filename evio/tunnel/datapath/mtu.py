@@ -8,7 +8,7 @@ relayed case even on direct paths, so it does not change with the path.
 
 from __future__ import annotations
 
-from evio.tunnel.record import ETHERNET_HEADER_LEN, OVERHEAD
+from evio.tunnel.datapath.record import ETHERNET_HEADER_LEN, OVERHEAD
 
 IPV4_HEADER_LEN = 20
 IPV6_HEADER_LEN = 40

@@ -184,14 +184,6 @@ def _adopt_transport(owner: Any, default_addr: tuple[str, int] | None = None) ->
     return adopted
 
 
-def clear_socket_error(sock: socket.socket) -> None:
-    """Reading SO_ERROR clears the error an ICMP message left on a connected socket."""
-    try:
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    except OSError:
-        pass
-
-
 class AioiceUnderlay:
     """The data path's ``Underlay`` for an aioice candidate pair."""
 

@@ -129,6 +129,15 @@ def candidate_drop(host: str, relayed: bool, policy: CandidatePolicy, local: Loc
     return None
 
 
+def in_networks(host: str, networks: Sequence[Network]) -> bool:
+    """Is ``host`` in one of ``networks``? A name that is not an address (mDNS) counts as in: never used."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True
+    return any(address in net for net in networks)
+
+
 def _within(address: Address, networks: Sequence[Network]) -> bool:
     return any(address.version == net.version and address in net for net in networks)
 

@@ -48,7 +48,7 @@ from evio.tcpip import (
     parse_tcp,
     pseudo_header_sum,
 )
-from evio.tunnel.buffers import release, zeroed
+from evio.tunnel.datapath.buffers import release, zeroed
 
 # struct virtio_net_hdr (linux/virtio_net.h), little-endian on the hosts we run on.
 VNET_HDR = struct.Struct("<BBHHHH")

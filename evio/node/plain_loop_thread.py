@@ -17,7 +17,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-class SideLoop:
+class PlainLoopThread:
     def __init__(self, name: str, make: Callable[[], Coroutine[Any, Any, None]],
                  on_exit: Callable[[BaseException | None], None] | None = None) -> None:
         self.name = name

@@ -33,7 +33,7 @@ import socket
 import struct
 from typing import Any, Protocol
 
-from evio.tunnel.buffers import release, zeroed
+from evio.tunnel.datapath.buffers import release, zeroed
 
 logger = logging.getLogger(__name__)
 

@@ -26,15 +26,15 @@ peer's NAT, or by the peer's TURN allocation that has no permission for us
 yet) and aioice, as RFC 5245 had it, does not check again when the peer's
 check arrives on a pair still in progress, so the controlled side waited out
 its retransmission (up to 0.1 s, measured 78 ms) before it could take the
-path. ``_hasten_checks`` does what RFC 8445 section 7.3.1.4 asks instead: the
+path. ``hasten_checks`` (aioice_patches.py) does what RFC 8445 section 7.3.1.4 asks instead: the
 peer's authenticated check shows the way is open now, so the pending check
 is sent again at once (the same transaction; at most once per check received).
 aioice also paces checks one pair every 20 ms; our lists are a few pairs and
 the one that works is rarely first, so they are all checked at once
-(``_check_at_once``).
+(``check_at_once``).
 
 Every datagram an aioice connection receives passes an ``InboundGate``
-first (``_guard_connection``): STUN only if it is the peer's (a request with
+(inbound_gate.py) first (``_guard_connection``): STUN only if it is the peer's (a request with
 our ufrag and our password's MESSAGE-INTEGRITY, or an answer to our own
 transaction: ``stun_guard.screen``), rate-limited per source, then through
 our checked parser; anything else (DTLS, records) is taken only from the
@@ -59,29 +59,34 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import enum
-import functools
 import ipaddress
 import logging
-import time
-from collections.abc import Callable, Container, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aioice
-import aioice.stun
 from aioice import Candidate, Connection, TransportPolicy
 
 from evio.config.model import NatTraversalConfig, TurnServer
-from evio.ratelimit import PeerRateLimiter, Rate
-from evio.tunnel.candidates import CandidateDrop, CandidateDrops, CandidatePolicy, candidate_drop, local_networks
 from evio.tunnel.errors import GatherTimeout, IceFailed
-from evio.tunnel.patience import MAX_PATIENCE, Lateness, LoopBudget
-from evio.tunnel.signaling import IceParameters
-from evio.tunnel.stun_guard import MalformedStun, StunDrop, StunReject, is_request, parse_stun, screen
-from evio.tunnel.turn_credentials import TurnCredentials, rest_credentials
-from evio.tunnel.underlay import AioiceUnderlay, adopt
+from evio.tunnel.path.adopted_socket import AioiceUnderlay, adopt
+from evio.tunnel.path.aioice_patches import check_at_once, configure_aioice, gathering, hasten_checks
+from evio.tunnel.path.candidates import (
+    CandidateDrop,
+    CandidateDrops,
+    CandidatePolicy,
+    Network,
+    candidate_drop,
+    in_networks,
+    local_networks,
+)
+from evio.tunnel.path.deadlines import MAX_PATIENCE, Lateness, LoopBudget
+from evio.tunnel.path.inbound_gate import InboundGate, InboundReject
+from evio.tunnel.path.offer_answer import IceParameters
+from evio.tunnel.path.path_kind import PathKind
+from evio.tunnel.path.stun_guard import StunDrop
+from evio.tunnel.path.turn_credentials import TurnCredentials, rest_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +97,6 @@ class RelayPolicy(enum.Enum):
     NEVER = "never"
     ONLY = "only"
     """Always relay (tests, or when direct paths are known to be blocked)."""
-
-
-class PathKind(enum.Enum):
-    DIRECT = "direct"
-    RELAY = "relay"
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class IceConfig:
     """Where dropped remote candidates are counted (the tunnel manager's, per overlay)."""
     gather_timeout: float = 3.0
     patience: float = 1.0
-    """The direct and relay deadlines are multiplied by this (`evio.tunnel.patience`: it grows with load)."""
+    """The direct and relay deadlines are multiplied by this (`evio.tunnel.path.deadlines`: it grows with load)."""
 
 
 @dataclass
@@ -162,322 +162,11 @@ class SelectedPath:
         return adopt(self._protocol, self.remote_addr)
 
 
-class InboundReject(enum.Enum):
-    """Why a datagram never reached an aioice connection."""
-
-    FOREIGN_SOURCE = "foreign-source"
-    """Not STUN, and not from the peer's address (DTLS or records injected by a third party)."""
-    RECEIVER_FAILED = "receiver-failed"
-    """aioice raised while taking the datagram (a bug, or input our checks missed)."""
-
-
-_REJECT_LOG_INTERVAL = 10.0
-STUN_REQUESTS_PER_SOURCE = Rate(per_second=20.0, burst=64)
-"""Checks one source address may have answered on one connection: a peer's setup checks (a few pairs,
-each retransmitted at 0.1 s doubling) stay within the burst."""
-_STUN_SOURCES = 64  # sources one connection's limiter remembers (a peer has a few candidates)
-
-
-class InboundGate:
-    """Stands in front of one connection's protocols: what aioice receives, and from whom.
-
-    STUN (first byte 0-3) passes only what ``stun_guard.screen`` lets through:
-    requests naming this connection's ufrag with its password's
-    MESSAGE-INTEGRITY, at most ``STUN_REQUESTS_PER_SOURCE`` from one source, and
-    responses to our own transactions; a stranger is answered nothing (aioice
-    would answer any request with an unsigned 400 or 401). Anything else is accepted only from the
-    selected pair's remote address once there is one; before, from an address
-    that passed an authenticated check on that socket (``_checked``: the peer's
-    first DTLS may come from a peer-reflexive address, or from a pair other
-    than the one nominated here first), from a nominated pair's, or, before
-    nomination, from a remote candidate's. Rejections are counted by reason and logged at most once per
-    ``_REJECT_LOG_INTERVAL``.
-    """
-
-    def __init__(self, connection: Connection, label: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self._connection = connection
-        self._label = label
-        self._clock = clock
-        self._last_log = float("-inf")
-        self.selected: tuple[str, int] | None = None
-        self.first_source: tuple[aioice.ice.StunProtocol, tuple[str, int]] | None = None
-        """Where the first datagram that is not STUN came from (the controlled side follows it)."""
-        self.rejected: collections.Counter[InboundReject | StunDrop] = collections.Counter()
-        self._stun_sources = PeerRateLimiter[str](STUN_REQUESTS_PER_SOURCE, max_peers=_STUN_SOURCES)
-        """Binding requests that passed ``screen``, per source address: a peer's checks need a few dozen
-        at setup and one every ``CONSENT_INTERVAL`` after; a replayed check from a spoofed source no more."""
-
-    def guard(self, protocol: aioice.ice.StunProtocol) -> None:
-        """Put the gate in front of ``protocol`` (transports look its callback up per datagram)."""
-        if getattr(protocol, "_evio_gate", None) is self:
-            return
-        receive = protocol.datagram_received
-
-        def datagram_received(data: bytes | str, addr: tuple[Any, ...]) -> None:
-            self.receive(receive, data, addr, protocol)
-
-        protocol.datagram_received = datagram_received  # type: ignore[method-assign]
-        protocol._evio_gate = self  # type: ignore[attr-defined]
-        # A relayed candidate's socket belongs to aioice's TURN client protocol, which parses
-        # what the TURN server sends before anything reaches ``protocol``: contain it too.
-        inner = getattr(protocol.transport, "_TurnTransport__inner_protocol", None) if hasattr(protocol, "transport") else None
-        if inner is not None and getattr(inner, "_evio_gate", None) is not self:
-            turn_receive = inner.datagram_received
-
-            def turn_datagram_received(data: bytes | str, addr: tuple[Any, ...]) -> None:
-                try:
-                    turn_receive(data, addr)
-                except Exception:  # noqa: BLE001 - as in ``receive``
-                    self._reject(InboundReject.RECEIVER_FAILED, addr, exc_info=True)
-
-            inner.datagram_received = turn_datagram_received
-            inner._evio_gate = self
-
-    def allows(self, addr: tuple[Any, ...], protocol: aioice.ice.StunProtocol | None = None) -> bool:
-        source = (addr[0], addr[1])
-        if self.selected is not None:
-            return source == self.selected
-        conn = self._connection
-        if protocol is not None and self._checked(conn, protocol, source):
-            return True
-        nominated = [pair.remote_addr for pair in conn._nominated.values()]
-        if nominated:
-            return source in nominated
-        return any((getattr(c, "_network_host", c.host), c.port) == source for c in conn.remote_candidates)
-
-    @staticmethod
-    def _checked(conn: Connection, protocol: aioice.ice.StunProtocol, source: tuple[str, int]) -> bool:
-        """Has ``source`` proved on ``protocol`` that it is the peer? A pair whose check it answered, one
-        it nominated with a check of its own, or a check of its own not yet handled (before ``connect``).
-        Each of those is a STUN message aioice authenticated with the ICE password from the signaling;
-        a peer-reflexive address (the peer's NAT mapping, learned from its check) passes only so."""
-        for pair in conn._check_list:
-            if pair.protocol is protocol and pair.remote_addr == source and (
-                    pair.state is aioice.ice.CandidatePair.State.SUCCEEDED or pair.remote_nominated):
-                return True
-        return any(p is protocol and (a[0], a[1]) == source for _, a, p in conn._early_checks)
-
-    def receive(self, inner: Callable[[bytes | str, tuple[Any, ...]], None], data: bytes | str, addr: tuple[Any, ...],
-                protocol: aioice.ice.StunProtocol | None = None) -> None:
-        if data and isinstance(data, bytes) and data[0] <= 3:
-            drop = self._screen(data, addr, protocol)
-            if drop is not None:
-                self._reject(drop, addr)
-                return
-        elif data and isinstance(data, bytes):
-            if not self.allows(addr, protocol):
-                self._reject(InboundReject.FOREIGN_SOURCE, addr)
-                return
-            if self.first_source is None and protocol is not None:
-                self.first_source = (protocol, (addr[0], addr[1]))
-        try:
-            inner(data, addr)
-        except Exception:  # noqa: BLE001 - nothing from the network may escape into the loop
-            self._reject(InboundReject.RECEIVER_FAILED, addr, exc_info=True)
-
-    def _screen(self, data: bytes, addr: tuple[Any, ...], protocol: aioice.ice.StunProtocol | None) -> StunDrop | None:
-        """STUN is answered only for this connection's peer (stun_guard.screen), and not too often per source."""
-        conn = self._connection
-        pending: Container[bytes] = protocol.transactions if protocol is not None else ()
-        drop = screen(data, conn.local_username, conn.local_password, pending)
-        if drop is None and is_request(data) and not self._stun_sources.allow(addr[0], self._clock()):
-            drop = StunDrop.RATE_LIMITED
-        return drop
-
-    def _reject(self, reason: InboundReject | StunDrop, addr: tuple[Any, ...], exc_info: bool = False) -> None:
-        self.rejected[reason] += 1
-        now = self._clock()
-        if now - self._last_log >= _REJECT_LOG_INTERVAL:
-            self._last_log = now
-            logger.info(
-                "tunnel ice %s: datagram from %s dropped (%s; %d so far)",
-                self._label, addr, reason.value, self.rejected[reason], exc_info=exc_info,
-            )
-
-
-STUN_REJECTED: collections.Counter[StunReject] = collections.Counter()
-"""STUN-range datagrams aioice's receive paths were not given as messages, by reason (process-wide)."""
-
-
-def _guarded_parse(data: bytes) -> aioice.stun.Message:
-    """Replaces ``aioice.stun.parse_message``: every failure is a ValueError, the one aioice expects."""
-    try:
-        return parse_stun(data)
-    except MalformedStun as exc:
-        if data and data[0] <= 3:  # STUN range; anything else is aioice asking "is this STUN?"
-            STUN_REJECTED[exc.reason] += 1
-        raise
-
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-# The networks the agent whose gathering is running excludes. aioice has no
-# per-connection address filter: `Connection.gather_candidates` calls the
-# module function `aioice.ice.get_host_addresses`. `_HostFilter` replaces that
-# function once for the process and reads this variable, which each gathering
-# task inherits from the agent that started it: every agent gets its own list.
-_gathering_excludes: contextvars.ContextVar[tuple[Network, ...]] = contextvars.ContextVar(
-    "evio_ice_gathering_excludes", default=()
-)
-
-
-class _HostFilter:
-    """aioice's host address lookup, minus the running agent's excluded networks."""
-
-    def __init__(self, lookup: Callable[[bool, bool], list[str]]) -> None:
-        self.lookup = lookup
-
-    def __call__(self, use_ipv4: bool, use_ipv6: bool) -> list[str]:
-        addresses = self.lookup(use_ipv4, use_ipv6)
-        excluded = _gathering_excludes.get()
-        return [a for a in addresses if not _in_networks(a, excluded)] if excluded else addresses
-
-
-def _install_host_filter() -> None:
-    # Checked at every gathering, not once: tests replace aioice's function and restore it.
-    current = aioice.ice.get_host_addresses
-    if not isinstance(current, _HostFilter):
-        aioice.ice.get_host_addresses = _HostFilter(current)
-
-
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _in_networks(host: str, networks: Sequence[Network]) -> bool:
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return True  # mDNS names and the like: not used
-    return any(address in net for net in networks)
-
-
-GATHER_FAILED: collections.Counter[str] = collections.Counter()
-"""aioice's candidate queries (``srflx``: STUN, ``relay``: a TURN allocation) that failed, by kind (process-wide)."""
-
-_QUERY_LOG_INTERVAL = 10.0
-_query_logged = [float("-inf")]
-
-# The query tasks of the agent whose gathering is running (as `_gathering_excludes`): aioice starts
-# each query as a task of its own and, when its gathering is cancelled (our deadline), leaves them
-# running unobserved; one failing later was "Task exception was never retrieved" with a traceback.
-_gathering_queries: contextvars.ContextVar[list[asyncio.Task[Any]] | None] = contextvars.ContextVar(
-    "evio_ice_gathering_queries", default=None
-)
-
-
-def _query_done(kind: str, task: asyncio.Task[Any]) -> None:
-    """Every query's outcome is retrieved here; a failure is counted, and logged at most once per interval."""
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if exc is None:
-        return
-    GATHER_FAILED[kind] += 1
-    now = time.monotonic()
-    if now - _query_logged[0] >= _QUERY_LOG_INTERVAL:
-        _query_logged[0] = now
-        logger.info("tunnel ice %s candidate query failed: %s (%d %s failures so far)",
-                    kind, exc or type(exc).__name__, GATHER_FAILED[kind], kind)
-
-
-def _observed(kind: str, query: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
-    """``query`` (aioice's server-reflexive or relayed candidate coroutine), its task observed and owned."""
-
-    async def observed(*args: Any, **kwargs: Any) -> Any:
-        task = asyncio.current_task()
-        if task is not None:
-            task.add_done_callback(functools.partial(_query_done, kind))
-            owner = _gathering_queries.get()
-            if owner is not None:
-                owner.append(task)
-        return await query(*args, **kwargs)
-
-    observed._evio_observed = True  # type: ignore[attr-defined]
-    return observed
-
-
-def _install_query_observers() -> None:
-    # aioice looks both up in its module when it starts a gathering.
-    for name, kind in (("server_reflexive_candidate", "srflx"), ("relayed_candidate", "relay")):
-        if not getattr(getattr(aioice.ice, name), "_evio_observed", False):
-            setattr(aioice.ice, name, _observed(kind, getattr(aioice.ice, name)))
-
-
-_NEVER = 2**31
-# aioice checks consent (RFC 7675) every 5 s (+-20 %) from each end of every connection: a check and
-# its answer are two datagrams, two event-loop wake-ups at each end of every idle tunnel every 5 s.
-# Nothing here needs them that often: the tunnel's liveness records keep NAT bindings fresh every
-# keepalive interval and say when a peer is gone, and consent expiry closes nothing (CONSENT_FAILURES).
-# What they still do is carry aioice's TURN channel refresh, due 500 s after a bind within the
-# channel's 600 s life (turn.DEFAULT_CHANNEL_REFRESH_TIME): every 30 s (36 s at most) leaves that
-# two checks and more.
-CONSENT_INTERVAL = 30  # seconds (aioice keeps an int)
-
-
-def _install_stun_guard() -> None:
-    # ice.py and turn.py call ``stun.parse_message`` through the module: one replacement covers
-    # every receive path of aioice (ICE checks, TURN responses, data indications).
-    if aioice.stun.parse_message is not _guarded_parse:
-        aioice.stun.parse_message = _guarded_parse
-
-
-def _configure_aioice(config: IceConfig) -> None:
-    # Module-level in aioice: read when each STUN transaction starts.
-    aioice.stun.RETRY_RTO = config.stun_rto
-    # aioice closes a connection after 6 unanswered consent checks (RFC 7675), each allowed one
-    # RTO: on a host whose loops run seconds late that kills live tunnels (hundreds in a 64-node
-    # lab). The checks still run (they keep NAT bindings and TURN permissions fresh), but only the
-    # tunnel's liveness, on authenticated records and stretched with the loop's lag, says a peer
-    # is gone; it always says so before six checks could (dead_after, 5 s).
-    aioice.ice.CONSENT_FAILURES = _NEVER
-    aioice.ice.CONSENT_INTERVAL = CONSENT_INTERVAL
-    _install_host_filter()
-    _install_stun_guard()
-    _install_query_observers()
-
-
-def _hasten_checks(conn: Connection) -> None:
-    """A check from the peer on a pair whose own check is in progress: send that check again now.
-
-    aioice looks ``check_incoming`` up on the connection for every authenticated check it takes."""
-    receive = conn.check_incoming
-
-    def check_incoming(message: aioice.stun.Message, addr: tuple[str, int], protocol: aioice.ice.StunProtocol) -> None:
-        receive(message, addr, protocol)
-        for transaction in list(protocol.transactions.values()):
-            if getattr(transaction, "_Transaction__addr", None) == addr:
-                request = getattr(transaction, "_Transaction__request", None)
-                if request is not None:
-                    protocol.send_stun(request, addr)
-
-    conn.check_incoming = check_incoming  # type: ignore[method-assign]
-
-
-_UNPACED_PAIRS = 8  # check lists up to this long are checked all at once
-
-
-def _check_at_once(conn: Connection) -> None:
-    """Start every pair's check at once instead of one every 20 ms (aioice's Ta pacing in ``connect``).
-
-    Our check lists are a few pairs (a host socket or two against the peer's host and server-reflexive
-    candidates), and the pair that works is rarely the first by priority (a private host address behind
-    the peer's NAT comes first): paced, its check started 20 ms or more after the first. RFC 8445's pacing
-    is there for lists of hundreds of pairs; a longer list than ``_UNPACED_PAIRS`` stays paced."""
-    periodic = conn._check_periodic
-
-    def check_periodic() -> bool:
-        more = periodic()
-        if more and len(conn._check_list) <= _UNPACED_PAIRS:
-            for pair in list(conn._check_list):
-                if pair.task is None and pair.state in (aioice.ice.CandidatePair.State.WAITING, aioice.ice.CandidatePair.State.FROZEN):
-                    conn.check_start_task(pair)
-        return more
-
-    conn._check_periodic = check_periodic  # type: ignore[method-assign]
 
 
 class IceAgent:
@@ -487,7 +176,7 @@ class IceAgent:
                  peer: int | None = None) -> None:
         """``lateness``: told how late the loop woke while a deadline was waited out (`LoopLag.record`);
         ``peer``: whose candidates ``set_remote`` takes (for the log of those it drops)."""
-        _configure_aioice(config)
+        configure_aioice(config.stun_rto)
         self._config = config
         self._lateness = lateness
         self._peer = peer
@@ -515,8 +204,8 @@ class IceAgent:
             raise IceFailed("no ICE connection possible: relay only, but no TURN server configured")
         for conn in (self.direct, self.relay):
             if conn is not None:
-                _hasten_checks(conn)
-                _check_at_once(conn)
+                hasten_checks(conn)
+                check_at_once(conn)
         self._closers: set[asyncio.Task[None]] = set()
         self._gates: dict[int, InboundGate] = {}
         # One connect() per connection (aioice's may run only once), shared by whoever waits on it.
@@ -535,15 +224,10 @@ class IceAgent:
         budget = self._budget(timeout, base * MAX_PATIENCE if most is None else most)
         conns = [c for c in (self.direct, self.relay) if c is not None]
         # The gathering tasks copy the context as they are created: they see this agent's exclusions.
-        token = _gathering_excludes.set(tuple(self._excluded))
-        queries = _gathering_queries.set(self._queries)
+        with gathering(tuple(self._excluded), self._queries):
+            gathered = asyncio.gather(*(c.gather_candidates() for c in conns))
         try:
-            gathering = asyncio.gather(*(c.gather_candidates() for c in conns))
-        finally:
-            _gathering_excludes.reset(token)
-            _gathering_queries.reset(queries)
-        try:
-            await budget.run(gathering)
+            await budget.run(gathered)
         except TimeoutError:
             self._abandon_queries()
             raise GatherTimeout(
@@ -811,7 +495,7 @@ class IceAgent:
             sink.dropped(self._peer, reason, candidate)
 
     def _is_excluded(self, host: str) -> bool:
-        return _in_networks(host, self._excluded)
+        return in_networks(host, self._excluded)
 
 
 def candidate_types(params: IceParameters | None) -> list[str]:
@@ -819,6 +503,6 @@ def candidate_types(params: IceParameters | None) -> list[str]:
 
 
 __all__ = [
-    "GATHER_FAILED", "STUN_REJECTED", "Candidate", "IceAgent", "IceConfig", "InboundGate", "InboundReject", "PathKind", "RelayPolicy",
+    "Candidate", "IceAgent", "IceConfig", "PathKind", "RelayPolicy",
     "SelectedPath", "TurnRelay", "candidate_types",
 ]

@@ -2,7 +2,7 @@
 
 Run inside a namespace that carries the tunnel's underlay (root needed)::
 
-    python -m evio.testing.fake_tunnel_injector --iface IF --dst IP --count 5
+    python -m evio.testing.tunnel_attacker --iface IF --dst IP --count 5
 
 It waits for ``count`` IPv4/UDP datagrams to ``dst`` whose payload is a frame
 record, then transmits on the same interface, as Ethernet frames:

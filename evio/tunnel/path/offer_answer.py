@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from aioice import Candidate
 
 from evio.config.model import Cipher
-from evio.tunnel.dtls import Fingerprint
 from evio.tunnel.errors import OfferError, SignalingFailed
+from evio.tunnel.path.dtls import Fingerprint
 
 if TYPE_CHECKING:
     from evio.signal.interface import Signaling
