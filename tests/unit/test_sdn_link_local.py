@@ -110,3 +110,27 @@ def test_per_port_drops_reach_the_daemon_and_go_with_the_port() -> None:
     assert report.by_port == {"vethc1": {"LINK_LOCAL_LIMITED": 3}}
     overlay.port_deleted(2, "vethc1", now=2.0)
     assert overlay.switch.port_drops == {}
+
+
+def test_an_attached_port_is_a_leaf_whose_hosts_are_pinned_and_announced_to_new_peers() -> None:
+    # A site LAN behind "vlan0": the daemon announces no peer for it, so the switch makes it a leaf port.
+    from evio.sdn.boundary import PortAdded
+
+    overlay = OverlaySwitch(AttachOverlay("ov1", 1, 100))
+    step = overlay.port_up(5, "vlan0", "02:00:00:00:05:00", now=0)
+    assert [(e.name, e.kind) for e in step.events if isinstance(e, PortAdded)] == [("vlan0", "leaf")]
+    lan_hosts = ["02:00:00:00:05:01", "02:00:00:00:05:02"]
+    for host in lan_hosts:
+        overlay.packet_in(5, b"\xff" * 6 + frb.parse_mac(host) + b"\x08\x06" + b"\x00" * 28, now=1.0)
+    # A peer claiming one of them by a unicast frame moves nothing: a leaf's hosts are pinned.
+    overlay.peer_up("evt200", 200, now=2.0)
+    overlay.port_up(10, "evt200", "02:00:00:00:0a:00", now=2.0)
+    overlay.packet_in(10, frb.parse_mac(H1) + frb.parse_mac(lan_hosts[0]) + b"\x08\x00" + b"\x00" * 46, now=2.0)
+    entry = overlay.switch.learning.lookup(lan_hosts[0], now=3.0)
+    assert entry is not None and entry.port == 5
+    assert overlay.switch.drops[Drop.LOCAL_MAC_CLAIMED] == 1
+    # A new peer port gets a leaf announcement that carries the LAN's hosts.
+    overlay.peer_up("evt300", 300, now=4.0)
+    step = overlay.port_up(11, "evt300", "02:00:00:00:0b:00", now=4.0)
+    announced = [frb.parse(a.data) for a in step.actions if isinstance(a, PacketOut) and a.port == 11]
+    assert announced and set(lan_hosts) <= set(announced[0].leaf_macs)
