@@ -62,7 +62,7 @@ class OverlaySwitch:
                                          settings.flow_idle_timeout, settings.mac_max_age,
                                          tunnel_mtu=settings.tunnel_mtu)
         self.on_demand = OnDemandPolicy(settings.on_demand)
-        self.transit = TransitMirror(settings.transit) if settings.transit is not None else None
+        self.transit = TransitMirror(settings.transit)  # the fast path's entries (evio.sdn.transit)
         self.rates = FlowRates()
         self.peer_by_name: dict[str, int] = {}
         self.downed: set[str] = set()  # TAPs whose link went down, until the bridge drops them or a link is back
@@ -101,8 +101,7 @@ class OverlaySwitch:
     def switch_disconnected(self, now: float) -> list[ControllerEvent]:
         """Forget the ports (their numbers may differ when it comes back); keep the peer names."""
         self.connected = False
-        if self.transit is not None:
-            self.transit.clear()
+        self.transit.clear()
         for port_no in list(self.switch.ports):
             self.switch.port_removed(port_no, now)  # nothing to send: there is no switch
         self.port_desc.clear()
@@ -167,16 +166,14 @@ class OverlaySwitch:
         return self.switch.packet_in(in_port, data, now)
 
     def flow_removed(self, match: FlowMatch) -> list[FlowAction]:
-        if self.transit is not None:
-            self.transit.flow_removed(match)
+        self.transit.flow_removed(match)
         return self.switch.flow_removed(match)
 
     # ---------------------------------------------------------------- the transit fast path's mirror
 
     def before_send(self, action: FlowAction, now: float) -> None:
         """`action` is about to go to the switch: fast-path entries it deletes go now."""
-        if self.transit is not None:
-            self.transit.before(action)
+        self.transit.before(action)
         if isinstance(action, AddFlow) and action.counted:  # the poll sees counted flows only
             self.flows_added += 1
             if not self.may_have_flows:
@@ -188,17 +185,15 @@ class OverlaySwitch:
 
     def after_send(self, action: FlowAction, now: float) -> None:
         """`action` went to the switch: a tunnel-to-tunnel flow gets its fast-path entry."""
-        if self.transit is not None:
-            self.transit.after(action, self.switch.ports, now)
+        self.transit.after(action, self.switch.ports, now)
 
     def transit_refresh(self, now: float) -> list[FlowAction]:
         """Flows the fast path keeps busy, re-installed before the switch would expire them."""
-        return self.transit.refresh(now) if self.transit is not None else []
+        return self.transit.refresh(now)
 
     def clear_transit(self) -> None:
         """The switch's flows are about to be cleared, or the overlay is going: no fast-path entry may stay."""
-        if self.transit is not None:
-            self.transit.clear()
+        self.transit.clear()
 
     def expire(self, now: float) -> list[FlowAction]:
         return self.switch.expire(now)
@@ -232,7 +227,7 @@ class OverlaySwitch:
         """Whether anything here needs the controller's short tick: counters to poll for on-demand
         links, wished links to keep or release, fast-path flows to refresh."""
         polling = self.settings.on_demand.enabled and self.needs_counter_poll
-        return polling or bool(self.on_demand.wanted) or bool(self.transit is not None and len(self.transit))
+        return polling or bool(self.on_demand.wanted) or bool(len(self.transit))
 
     def flow_stats(self, byte_counts: Mapping[FlowMatch, int], now: float) -> list[ControllerEvent]:
         """One complete poll of evio's flows' byte counters (empty when there is nothing to poll)."""
