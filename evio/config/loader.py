@@ -44,6 +44,7 @@ from evio.config.model import (
     TurnServer,
     bridge_mtu_problem,
     default_bridge_name,
+    reserved_tap_name,
     split_host_port,
 )
 from evio.config.schema_check import Failure, check_schema, failures
@@ -590,7 +591,28 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
             problems.extend(_trust_problems(overlay["trust"], (*at, "trust"), base_dir))
         problems.extend(_switching_problems(overlay, at))
     problems.extend(_bridge_problems(overlays))
+    problems.extend(_attach_problems(overlays))
     return problems
+
+
+def _attach_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
+    """An attached interface belongs to one overlay, is no bridge of evio's and no name of its tunnel TAPs."""
+    bridges = {_text(_dict(_dict(o).get("bridge")).get("name")) or default_bridge_name(i): i for i, o in overlays.items()}
+    owner: dict[str, str] = {}
+    for overlay_id, overlay in overlays.items():
+        attach = _dict(overlay).get("attach")
+        for index, name in enumerate(attach if isinstance(attach, list) else []):
+            if not isinstance(name, str):
+                continue  # the schema's to report
+            at = json_path(("overlays", overlay_id, "attach", index))
+            if name in bridges:
+                yield Problem(at, f"{name!r} is the bridge of overlay {bridges[name]!r}, not a host interface")
+            elif reserved_tap_name(name):
+                yield Problem(at, f"{name!r} starts like evio's tunnel TAPs (evt..., ev<digit>...); rename the interface")
+            elif name in owner:
+                yield Problem(at, f"{name!r} is already attached to overlay {owner[name]!r}")
+            else:
+                owner[name] = overlay_id
 
 
 def _switching_problems(overlay: Mapping[str, Any], at: tuple[str | int, ...]) -> Iterator[Problem]:

@@ -79,6 +79,12 @@ def split_host_port(text: str) -> tuple[str, int]:
     return host, port
 
 
+def reserved_tap_name(name: str) -> bool:
+    """Whether `name` looks like one of evio's tunnel TAPs ("evt..." in the first overlay, "ev1...", "ev2..." in
+    the next: evio.node.plan.tap_prefix), which a starting daemon takes off its bridges as stale."""
+    return name.startswith("evt") or (name.startswith("ev") and name[2:3].isdigit())
+
+
 def bridge_mtu_problem(mtu: int, ipv6: bool) -> str | None:
     """Why a bridge cannot have `mtu` (`ipv6`: it has an IPv6 address or pool), or None: the one MTU rule."""
     if mtu > TUNNEL_MTU:
@@ -291,6 +297,7 @@ class OverlayConfig:
     tunnel: TunnelConfig = field(default_factory=TunnelConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     trust: TrustConfig | None = None  # None: fingerprints from signaling only (XMPP-only trust, labs)
+    attach: tuple[str, ...] = ()  # host interfaces put on the bridge as leaf ports (evio.bridge.host_ports)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@
                       |               remove it from the bridge, then SDN PeerPortDown
                       +---- on_tunnel_event <-------------------+
     SDN controller --OnDemandWanted/Idle--> request_on_demand / release_on_demand
+    config `attach`, `evio attach`/`detach` --> attached host ports (leaf ports on the bridge)
 
 Port changes go through one worker task, in the order the controller
 reported them, so a TAP is never removed before it was added. The SDN side
@@ -14,8 +15,15 @@ hears of a TAP before the bridge has it, so the port comes up as a peer port.
 An overlay whose bridge switches by STP (`bridge.switching: stp`) has no SDN
 side at all: its bridge runs Open vSwitch's RSTP and MAC learning on the same
 TAPs, and nothing asks for on-demand links.
+Host interfaces named in the overlay's `attach` (a container's veth, a VM's
+tap, a NIC, a veth to a Linux bridge) go on the bridge after it is made, and
+on a reload or an `evio attach`; the switch sees them as leaf ports, since no
+peer is known for them. One the host refuses (missing, in another bridge,
+the uplink) is reported in the status and left alone; `evio attach` gets the
+refusal as its answer.
 `stop()` undoes everything `start()` did, whatever failed on the way, and
-leaves no port, TAP or bridge behind.
+leaves no port, TAP or bridge behind (the attached interfaces themselves stay
+on the host, off the bridge).
 """
 
 from __future__ import annotations
@@ -24,11 +32,12 @@ import asyncio
 import datetime
 import enum
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from evio.bridge.commands import BridgeError
+from evio.bridge.host_ports import AttachRefused, HostInterface, InterfaceCounters, interface_counters
 from evio.clock import REAL_CLOCK, Clock
 from evio.config.address_pool import conflicting_peers
 from evio.config.model import TopologyConfig
@@ -72,6 +81,10 @@ class Bridge(Protocol):
     async def ports(self) -> list[str]: ...
 
     async def delete(self) -> None: ...
+
+    async def attach_host_port(self, name: str) -> HostInterface:
+        """Put a host interface on the bridge as a leaf port (AttachRefused, nothing changed, when it may not)."""
+        ...
 
 
 class TunnelLike(TunnelView, Protocol):
@@ -129,6 +142,18 @@ class AdjacencyController(Protocol):
 
 
 LinksFactory = Callable[[Callable[[TunnelEvent], None]], LinkManager]
+CounterSource = Callable[[Iterable[str]], Mapping[str, InterfaceCounters]]
+
+
+@dataclass(frozen=True)
+class AttachedPort:
+    """A host interface the config or `evio attach` put on this overlay's bridge (or tried to)."""
+
+    name: str
+    origin: str  # "config" (the overlay's `attach`) or "command" (`evio attach`, until a restart or `evio detach`)
+    on_bridge: bool = False
+    error: str | None = None  # why it is not on the bridge
+    mtu: int | None = None  # the interface's, when attached
 ControllerFactory = Callable[[LinkManager], AdjacencyController]
 
 
@@ -144,6 +169,7 @@ class OverlayStack:
         make_controller: ControllerFactory,
         clock: Clock = REAL_CLOCK,
         on_first_port: Callable[[str], None] | None = None,
+        port_counters: CounterSource = interface_counters,
     ) -> None:
         self.plan = plan
         self.node_id = node_id
@@ -166,6 +192,7 @@ class OverlayStack:
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
         self.segment_errors: Mapping[str, int] = {}
+        self.port_drops: Mapping[str, Mapping[str, int]] = {}  # port name -> what its bounds in the switch dropped
         self.broadcasts: boundary.BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
         self.traffic: boundary.TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
         self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
@@ -187,6 +214,9 @@ class OverlayStack:
         self._controller_started = False
         self.started_at: float | None = None
         self._conflicts_logged: set[int] = set()
+        self.attached: dict[str, AttachedPort] = {}  # host interface -> what became of it
+        self._port_counters = port_counters
+        self._attach_lock = asyncio.Lock()  # one attach, detach or reload of them at a time
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
         self._revocation_error: str | None = None
@@ -219,6 +249,7 @@ class OverlayStack:
         await self.bridge.create()
         self.bridge_ready = True
         await self._remove_stale_ports()
+        await self.set_attached(self.plan.config.attach)
         if self.plan.certificate is not None:
             self._start_revocation_flood()
         self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
@@ -285,6 +316,8 @@ class OverlayStack:
             self._port_worker = None
         for tap in list(self.ports):
             await self._remove_port(tap)
+        for name in list(self.attached):
+            await _step(self.overlay, f"detach {name}", self._detach(name))
         if self._attached:
             self._sdn.commands.detach(self.overlay)
             self._attached = False
@@ -309,6 +342,80 @@ class OverlayStack:
         self.plan = replace(self.plan, tunnel=settings)
         self.links.reconfigure(settings)
         log.info("tunnel settings applied to new tunnels overlay=%s", self.overlay)
+
+    # -- attached host ports ---------------------------------------------------------------------
+
+    async def set_attached(self, names: Iterable[str]) -> None:
+        """The config's `attach` (at start, and on reload): its interfaces on the bridge, those it no longer
+        names off; ports `evio attach` added stay. An interface the host refuses is logged and reported."""
+        wanted = tuple(names)
+        async with self._attach_lock:
+            self.plan = replace(self.plan, config=replace(self.plan.config, attach=wanted))
+            for name, port in list(self.attached.items()):
+                if port.origin == "config" and name not in wanted:
+                    await _step(self.overlay, f"detach {name}", self._detach(name))
+            for name in wanted:
+                known = self.attached.get(name)
+                if known is None or not known.on_bridge:
+                    try:
+                        await self._attach(name, "config")
+                    except BridgeError as exc:
+                        self.attached[name] = AttachedPort(name, "config", error=str(exc))
+                        log.error("port not attached overlay=%s port=%s: %s", self.overlay, name, exc)
+
+    def attach_retry_wanted(self) -> bool:
+        """Whether an interface the config names is not on the bridge (a reload tries it again)."""
+        return any(not port.on_bridge for port in self.attached.values() if port.origin == "config")
+
+    async def attach(self, name: str) -> AttachedPort:
+        """`evio attach`: AttachRefused (nothing changed) when the interface may not go on the bridge."""
+        async with self._attach_lock:
+            port = self.attached.get(name)
+            if port is not None and port.on_bridge:
+                raise AttachRefused(f"{name!r} is already attached to overlay {self.overlay!r}")
+            return await self._attach(name, port.origin if port is not None else "command")
+
+    async def detach(self, name: str) -> None:
+        """`evio detach`: the interface off the bridge (one the config names comes back at the next reload)."""
+        async with self._attach_lock:
+            if name not in self.attached:
+                raise AttachRefused(f"{name!r} is not attached to overlay {self.overlay!r}")
+            await self._detach(name)
+
+    async def _attach(self, name: str, origin: str) -> AttachedPort:
+        facts = await self.bridge.attach_host_port(name)
+        port = AttachedPort(name, origin, on_bridge=True, mtu=facts.mtu)
+        self.attached[name] = port
+        mtu = self.plan.bridge.mtu or self.plan.tunnel.tap_mtu
+        if facts.mtu is not None and facts.mtu > mtu:
+            # Open vSwitch forwards by flows, past the controller's segmentation: a larger frame dies at the TAP.
+            log.warning("attached port's MTU above the overlay's overlay=%s port=%s mtu=%d overlay_mtu=%d: set the "
+                        "hosts behind it to %d", self.overlay, name, facts.mtu, mtu, mtu)
+        log.info("port attached overlay=%s port=%s origin=%s", self.overlay, name, origin)
+        return port
+
+    async def _detach(self, name: str) -> None:
+        port = self.attached.pop(name)
+        if port.on_bridge:
+            try:
+                await self.bridge.remove_port(name)
+            except BridgeError:
+                self.attached[name] = port  # still there: `evio detach` again, or the bridge goes at stop
+                raise
+            log.info("port detached overlay=%s port=%s", self.overlay, name)
+
+    def _attached_document(self) -> dict[str, Any]:
+        counters = self._port_counters([n for n, p in self.attached.items() if p.on_bridge])
+        document = {}
+        for name, port in sorted(self.attached.items()):
+            counted = counters.get(name)
+            document[name] = {
+                "origin": port.origin, "on_bridge": port.on_bridge, "error": port.error, "mtu": port.mtu,
+                "port": self.port_numbers.get(name),
+                "switch_drops": dict(self.port_drops.get(name, {})),
+                **(counted.as_dict() if counted is not None else {"rx": None, "tx": None}),
+            }
+        return document
 
     # -- presence -> tunnel probes --------------------------------------------------------------
 
@@ -478,6 +585,7 @@ class OverlayStack:
         elif isinstance(event, boundary.DropCounts):
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
             self.segment_errors = dict(event.segment_errors)
+            self.port_drops = {port: dict(counts) for port, counts in event.by_port.items()}
         elif isinstance(event, boundary.BroadcastCounts):
             self.broadcasts = event
         elif isinstance(event, boundary.TrafficCounts):
@@ -597,7 +705,9 @@ class OverlayStack:
             "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
+            "port_drops": {port: dict(counts) for port, counts in sorted(self.port_drops.items())},
             "port_errors": self.port_errors,
+            "attached_ports": self._attached_document(),
             "broadcasts": _broadcasts(self.broadcasts),
             "link_events": {
                 "up": self.link_ups,

@@ -200,12 +200,14 @@ class OnDemandIdle:
 class DropCounts:
     """Totals so far, sent when they changed: `drops` by `evio.sdn.switch.Drop` name,
     `frb_errors` by `evio.sdn.frb.FrbReason` name, `segment_errors` (why an oversized frame
-    was dropped) by `evio.sdn.segmentation.SegmentReason` name."""
+    was dropped) by `evio.sdn.segmentation.SegmentReason` name, `by_port` what a port's own bounds dropped
+    (packet-ins over its rate, link-local multicast over its rate) by port name and `Drop` name."""
 
     overlay: str
     drops: Mapping[str, int]
     frb_errors: Mapping[str, int]
     segment_errors: Mapping[str, int] = field(default_factory=dict)
+    by_port: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # port name -> its bounds' drops
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +302,8 @@ def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
     for key in ("drops", "frb_errors", "segment_errors"):
         if key in fields:
             fields[key] = dict(fields[key])
+    if "by_port" in fields:
+        fields["by_port"] = {port: dict(counts) for port, counts in fields["by_port"].items()}
     if isinstance(event, BroadcastCounts):
         fields["by_root"] = {format_node_id(root): n for root, n in sorted(event.by_root.items())}
         fields["recent"] = [

@@ -75,7 +75,7 @@ class OverlaySwitch:
         self.may_have_flows = True
         self.flows_added = 0  # counted AddFlows sent to the switch
         self._flows_added_at_poll = -1  # flows_added when the poll in flight was asked for
-        self._reported: tuple[dict[str, int], dict[str, int], dict[str, int]] | None = None
+        self._reported: tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, dict[str, int]]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
         self._traffic_reported = (0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
 
@@ -251,11 +251,14 @@ class OverlaySwitch:
                                                           key=lambda i: i[0].name)}
         segments = {reason.name: n for reason, n in sorted(self.switch.segment_errors.items(),
                                                            key=lambda i: i[0].name)}
-        report = (drops, errors, segments)
+        by_port: dict[str, dict[str, int]] = {}
+        for (port, reason), n in sorted(self.switch.port_drops.items(), key=lambda i: (i[0][0], i[0][1].name)):
+            by_port.setdefault(port, {})[reason.name] = n
+        report = (drops, errors, segments, by_port)
         if report == self._reported or (not drops and not errors and self._reported is None):
             return []
         self._reported = report
-        return [DropCounts(self.overlay, drops, errors, segments)]
+        return [DropCounts(self.overlay, drops, errors, segments, by_port)]
 
     def traffic_report(self) -> list[ControllerEvent]:
         """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""
