@@ -253,6 +253,8 @@ class Node:
             self.overlays[overlay].set_topology(topology)
         for overlay, settings in change.tunnel.items():
             self.overlays[overlay].set_tunnel_settings(settings)
+        for overlay, rules in change.policy.items():
+            self.overlays[overlay].set_policy(rules)
         self.plan = change.plan
         for account in change.plan.accounts:
             if account.jid in change.accounts_started:

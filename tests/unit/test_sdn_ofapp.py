@@ -13,7 +13,7 @@ from os_ken.controller.handler import MAIN_DISPATCHER
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 from test_sdn_switch import H1, H2, arp_request, eth  # tests/unit is on sys.path
 
-from evio.config.model import OnDemandConfig
+from evio.config.model import OnDemandConfig, PolicyRule
 from evio.sdn import frb
 from evio.sdn.boundary import (
     AsyncioEventSink,
@@ -23,6 +23,7 @@ from evio.sdn.boundary import (
     DropCounts,
     OnDemandIdle,
     OnDemandWanted,
+    PolicyCounts,
     PortAdded,
     PortRemoved,
     SwitchConnected,
@@ -40,6 +41,7 @@ from evio.sdn.flow_actions import (
 from evio.sdn.ofapp import (
     COUNTED_COOKIE,
     EVIO_COOKIE,
+    POLICY_COOKIE,
     BoundedFloodApp,
     ControllerConfig,
     EventTick,
@@ -575,3 +577,39 @@ def test_the_tick_slows_down_when_nothing_needs_it_and_a_packet_in_brings_it_bac
     assert app.tick_pace() == 0.5  # its reports go out on the next tick ...
     clock.now += 0.5
     assert app.tick_pace() == 5.0  # ... and then the slow pace again: it added no flow
+
+
+# ---------------------------------------------------------------- the L2 policy (evio.sdn.l2policy)
+
+
+def test_the_app_installs_polls_and_reports_the_policy_and_a_new_one_replaces_it() -> None:
+    app, commands, sink, clock = make_app(policy_stats_interval=2.0)
+    dp = FakeDatapath(1)
+    parser, ofp = dp.ofproto_parser, dp.ofproto
+    rules = (PolicyRule("drop", name="no-icmpv6", in_port="members", eth_type=0x86DD, ip_proto=58),
+             PolicyRule("drop", eth_type=0x8137))
+    commands.attach("red", 1, node_id=100, policy=rules)
+    commands.peer_up("red", "evot200", 200)
+    connect(app, dp, [desc(ofp.OFPP_LOCAL, "evored", H1), desc(2, "evot200", "02:00:00:00:00:99")])
+    policy_mods = [m for m in dp.sent if isinstance(m, parser.OFPFlowMod) and m.cookie & 0xFFFF_FFFF == POLICY_COOKIE]
+    assert sorted((m.cookie >> 32, m.match.get("in_port")) for m in policy_mods) == [(0, 2), (1, None)]
+    dp.sent.clear()
+    app.tick(EventTick(periodic=True))
+    (request,) = [m for m in dp.sent if isinstance(m, parser.OFPFlowStatsRequest) and m.table_id == 0]
+    assert (request.table_id, request.cookie) == (0, POLICY_COOKIE)
+
+    def stat(rule: int, packets: int) -> object:
+        return parser.OFPFlowStats(0, 0, 0, 1, 0, 0, 0, POLICY_COOKIE | rule << 32, packets, 0, parser.OFPMatch(), [])
+
+    reply = _Msg(datapath=dp, xid=request.xid, flags=0, body=[stat(0, 3), stat(1, 1)])
+    app.flow_stats_reply(_Ev(reply))
+    (counts,) = [e for e in sink.events if isinstance(e, PolicyCounts)]
+    assert [(c.name, c.packets) for c in counts.rules] == [("no-icmpv6", 3), ("rule-2", 1)]
+    assert app.overlays["red"].may_have_flows  # a policy reply is not taken for an empty unicast poll
+    # A reload without the second rule: its flow is deleted, the first stays as it was.
+    dp.sent.clear()
+    commands.set_policy("red", rules[:1])
+    clock.now += 5
+    app.tick(EventTick(periodic=True))
+    mods = [m for m in dp.sent if isinstance(m, parser.OFPFlowMod)]
+    assert [(m.command, m.priority) for m in mods] == [(ofp.OFPFC_DELETE_STRICT, POLICY_RULE_PRIORITY - 1)]
