@@ -63,3 +63,17 @@ async def test_reload_sends_the_policy_to_the_sdn_side_without_a_link_going_down
         assert stack.tunnels_up == 1 and stack.tunnels_down == 0
     finally:
         await fleet.stop_all()
+
+
+def test_evio_status_shows_each_rule_and_what_it_dropped() -> None:
+    from evio.cli.status_cmd import render_status
+
+    policy = [{"rule": "no-icmpv6", "action": "drop", "in_port": "members", "packets": 7, "frb_packets": 2},
+              {"rule": "rule-2", "action": "allow", "in_port": "any", "packets": 40, "frb_packets": 0}]
+    text = render_status({"node_id": "ab" * 16, "pid": 1, "uptime": 75, "overlays": {"ov1": {
+        "signal": {"jid": "n@x", "server": "x:5222", "connected": True}, "links": [], "policy": policy}}}, now=0.0)
+    assert text.splitlines()[-3:] == [
+        "  policy: 2 rules, first match decides, no match allows",
+        "    no-icmpv6: drop from members, dropped 7 (2 in FRBs)",
+        "    rule-2: allow from any, allowed 40",
+    ]
