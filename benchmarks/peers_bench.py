@@ -2,7 +2,7 @@
 """evio's tunnel beside the peer VPNs from apt, over the same veth pair, in one interleaved run.
 
     sudo .venv/bin/python benchmarks/peers_bench.py [--duration 5] [--rounds 2] [--udp-mbit 1000]
-                                                    [--tools evio,fastd,tinc,openvpn,wireguard-go,nebula]
+                                                    [--tools evio,evio-python,wireguard-go,nebula,...]
 
 Two network namespaces joined by one veth (MTU 1500; the underlay
 10.201.0.1 <-> .2). Every tool is brought up once, side by side, each with
@@ -13,13 +13,26 @@ on even rounds, so no tool always runs first): iperf3 TCP with one stream,
 iperf3 UDP offered at --udp-mbit (the goodput the server received), and ping
 RTT (100 x 10 ms), from which the RTT a tunnel adds over the bare veth. CPU
 per frame is both ends' CPU during the TCP run over the frames sent, per end.
+The 1-minute load average is printed beside every round and in the table: an
+absolute figure means little without it; the ratios against the peers and the
+bare veth, measured in the same run, are what to compare.
 
-How each peer is configured (Debian 12 packages):
+A result far below the others is a broken harness or data path, not a figure:
+a TCP or UDP value under 5 % of its column's median (over the tools) or of the
+same tool's other transport in the same round is printed as BROKEN (its value
+in the notes under the table) and left out of every ratio; a tunnel that did
+not come up, or gave no result, is broken too. The exit status is 1 when an
+evio row is broken, so a run that measured nothing of evio cannot pass for one.
+
+How each peer is configured (Debian 12 packages, but wireguard-go):
 - fastd: `mode tap`, `method "salsa2012+umac"`, keys from `fastd --generate-key`, one static peer each side;
 - tinc 1.0: `Mode = switch`, `Cipher = aes-256-cbc`, `Digest = sha256`, RSA 2048 from `tincd -K`, `tincd -D`;
 - OpenVPN 2.6: p2p over UDP, `dev tap`, TLS with self-signed EC certificates and `--peer-fingerprint`,
   `--data-ciphers AES-256-GCM`, DCO off, `tun-mtu 1400`;
-- wireguard-go: `wireguard-go -f` and `wg set` (wireguard-tools), ChaCha20-Poly1305, layer 3;
+- wireguard-go: the current one, built from its Go module (`scripts/build-go-tools wireguard-go`, run here
+  when its binary is not cached: UDP GSO/GRO and TUN offloads), `wireguard-go -f` and `wg set`
+  (wireguard-tools), ChaCha20-Poly1305, layer 3; `wireguard-go-debian` is Debian 12's 2022 build (neither
+  offload), an extra row only, left out of the "best peer" ratios;
 - Nebula: `nebula-cert ca` / `sign`, `static_host_map`, no lighthouse, `cipher: aes`, layer 3.
 
 A peer that is not installed is installed with apt-get (with a message);
@@ -51,19 +64,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import profiling  # noqa: E402
 
+from evio.lab.outliers import BROKEN_FRACTION  # noqa: E402
 from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, ping_rtt, run, unique_prefix  # noqa: E402
 
 ID_A, ID_B = "aa" * 16, "bb" * 16
 MTU = 1400
+OVERLAYS = "10.200.0.0/16"  # every tool's overlay subnet, 10.200.N.0/24
 PACKAGES = {  # tool -> (executables it needs, Debian packages that provide them)
     "fastd": (["fastd"], ["fastd"]),
     "tinc": (["tincd"], ["tinc"]),
     "openvpn": (["openvpn", "openssl"], ["openvpn", "openssl"]),
-    "wireguard-go": (["wireguard-go", "wg"], ["wireguard-go", "wireguard-tools"]),
+    "wireguard-go": (["wg"], ["wireguard-tools"]),  # wireguard-go itself from its Go module (wireguard_go())
+    "wireguard-go-debian": (["wg", "/usr/bin/wireguard-go"], ["wireguard-go", "wireguard-tools"]),
     "nebula": (["nebula", "nebula-cert"], ["nebula"]),
 }
 TOOLS = ["evio", "evio-python", *PACKAGES]
 """evio: tunnel.datapath auto (the native data path where scripts/build-native installed it); evio-python: the Python one."""
+EXTRAS = {"wireguard-go-debian"}
+"""Rows shown for reference only, never the "best peer"."""
+WIREGUARD_GO_VERSION = "v0.0.0-20260522210424-ecfc5a8d5446"  # scripts/build-go-tools builds this one
+"""What `go install golang.zx2c4.com/wireguard@latest` resolved to on 2026-11-27 (its version.go: 0.0.20250522)."""
 
 
 @dataclass
@@ -97,18 +117,37 @@ class Tunnel:
                 proc.wait(5)
 
 
+def wireguard_go() -> Path:
+    """The current wireguard-go, where scripts/build-go-tools caches it."""
+    cache = Path(os.environ.get("EVIO_CACHE", "/var/cache/evio"))
+    return cache / f"wireguard-go-{WIREGUARD_GO_VERSION}" / "wireguard-go"
+
+
+def ensure_wireguard_go() -> str | None:
+    """None when the current wireguard-go is built (now if need be, from the Go module proxy); else why not."""
+    if wireguard_go().exists():
+        return None
+    print(f"wireguard-go: building {WIREGUARD_GO_VERSION} with scripts/build-go-tools wireguard-go", flush=True)
+    done = subprocess.run([str(REPO / "scripts" / "build-go-tools"), "wireguard-go"], capture_output=True, text=True,
+                          check=False, timeout=900)
+    if done.returncode != 0 or not wireguard_go().exists():
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"scripts/build-go-tools wireguard-go failed: {last[0]}"
+    return None
+
+
 def ensure_installed(tool: str) -> str | None:
     """None when the tool is there (installed now if need be); otherwise why it is skipped."""
     executables, packages = PACKAGES[tool]
     if all(shutil.which(e) for e in executables):
-        return None
+        return ensure_wireguard_go() if tool == "wireguard-go" else None
     print(f"{tool}: not installed; installing with apt-get install -y {' '.join(packages)}", flush=True)
     done = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *packages],
                           capture_output=True, text=True, check=False, timeout=600)
     if done.returncode != 0 or not all(shutil.which(e) for e in executables):
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         return f"apt-get install {' '.join(packages)} failed: {last[0]}"
-    return None
+    return ensure_wireguard_go() if tool == "wireguard-go" else None
 
 
 def spawn(netns: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
@@ -127,8 +166,10 @@ def address_device(netns: str, name: str, address: str) -> None:
 
 def start_evio(tb: VethTestbed, t: Tunnel, d: Path, datapath: str = "auto") -> None:
     # A TAP prefix of its own per data path: both tunnels run side by side with the same node ids.
+    # Every tool's overlay (10.200.N.0/24) is left out of ICE gathering: a pair nominated on another
+    # tunnel's address would run this tunnel inside that one.
     common = ["--signal-dir", str(d), "--cipher", "aes-256-gcm", "--datapath", datapath,
-              "--tap-prefix", "evq" if datapath == "python" else "evt"]
+              "--tap-prefix", "evq" if datapath == "python" else "evt", "--exclude-network", OVERLAYS]
     b = EndpointProcess(tb.b.netns, ["--node", ID_B, "--peer", ID_A, "--address", f"{t.address('b')}/24", *common],
                         d / "b.log")
     t.endpoints.append(b)
@@ -209,7 +250,7 @@ def start_openvpn(tb: VethTestbed, t: Tunnel, d: Path) -> None:
     t.device_a = f"{tb.prefix}ova"
 
 
-def start_wireguard(tb: VethTestbed, t: Tunnel, d: Path) -> None:
+def start_wireguard(tb: VethTestbed, t: Tunnel, d: Path, binary: str = "") -> None:
     ends = {"a": tb.a, "b": tb.b}
     keys = {}
     for end in "ab":
@@ -219,13 +260,14 @@ def start_wireguard(tb: VethTestbed, t: Tunnel, d: Path) -> None:
         keys[end] = public.strip()
     env = dict(os.environ, WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD="1")  # Debian's guard against the kernel module
     for end, other in (("a", "b"), ("b", "a")):
-        device = f"{tb.prefix}wg{end}"
-        t.processes.append(spawn(ends[end].netns, ["wireguard-go", "-f", device], d / f"{end}.log", env))
+        device = f"{tb.prefix}w{'d' if binary else 'g'}{end}"
+        t.processes.append(spawn(ends[end].netns, [binary or str(wireguard_go()), "-f", device], d / f"{end}.log", env))
         wait_device(ends[end].netns, device)
-        run(["wg", "set", device, "private-key", str(d / f"{end}.key"), "listen-port", "10004", "peer", keys[other],
-             "endpoint", f"{ends[other].address}:10004", "allowed-ips", f"10.200.{t.subnet}.0/24"], ends[end].netns)
+        port = "10006" if binary else "10004"
+        run(["wg", "set", device, "private-key", str(d / f"{end}.key"), "listen-port", port, "peer", keys[other],
+             "endpoint", f"{ends[other].address}:{port}", "allowed-ips", f"10.200.{t.subnet}.0/24"], ends[end].netns)
         address_device(ends[end].netns, device, t.address(end))
-    t.device_a = f"{tb.prefix}wga"
+    t.device_a = f"{tb.prefix}w{'d' if binary else 'g'}a"
 
 
 def start_nebula(tb: VethTestbed, t: Tunnel, d: Path) -> None:
@@ -254,7 +296,8 @@ def start_nebula(tb: VethTestbed, t: Tunnel, d: Path) -> None:
 
 STARTERS: dict[str, Callable[[VethTestbed, Tunnel, Path], None]] = {
     "evio": start_evio, "evio-python": partial(start_evio, datapath="python"), "fastd": start_fastd, "tinc": start_tinc, "openvpn": start_openvpn,
-    "wireguard-go": start_wireguard, "nebula": start_nebula,
+    "wireguard-go": start_wireguard, "wireguard-go-debian": partial(start_wireguard, binary="/usr/bin/wireguard-go"),
+    "nebula": start_nebula,
 }
 
 
@@ -341,6 +384,7 @@ def measure(tb: VethTestbed, name: str, address: str, tunnel: Tunnel | None, arg
     udp = iperf3(tb, address, args.duration, args.udp_mbit)
     if udp is not None:
         out["udp"] = udp
+    out["load"] = os.getloadavg()[0]  # the last minute: this tool's runs, mostly
     return out
 
 
@@ -396,32 +440,68 @@ def main() -> int:
                     address = tb.b.address if name == "veth" else tunnels[name].address("b")
                     result = measure(tb, name, address, tunnels.get(name), args)
                     results.setdefault(name, []).append(result)
-                    print(f"  round {round_no} {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()),
-                          flush=True)
+                    print(f"  round {round_no} {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()
+                                                                        if k != "load")
+                          + f" (load average {result['load']:.2f})", flush=True)
         finally:
             for tunnel in tunnels.values():
                 tunnel.stop()
-    print_table(results, args)
+    broken = broken_cells(results)
+    print_table(results, broken, args)
     for tool, reason in skipped.items():
         print(f"skipped {tool}: {reason}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    broken_evio = sorted({name for name, _, _ in broken if name.startswith("evio")} |
+                         {tool for tool in skipped if tool.startswith("evio")})
+    if broken_evio:
+        print(f"peers_bench: BROKEN evio rows: {', '.join(broken_evio)} (see above)", file=sys.stderr)
+        return 1
     return 0
 
 
-def _values(results: dict[str, list[dict[str, float]]], name: str, key: str) -> list[float]:
-    return [r[key] for r in results.get(name, []) if key in r]
+THROUGHPUT = ("tcp", "udp")
 
 
-def print_table(results: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:
+def broken_cells(results: dict[str, list[dict[str, float]]]) -> dict[tuple[str, str, int], str]:
+    """(tool, "tcp" or "udp", round index) -> why that figure is no result: missing, under BROKEN_FRACTION
+    of its column's median over the tools (their means), or of the same tool's other transport that round."""
+    tools = [n for n in results if n != "veth"]
+    broken: dict[tuple[str, str, int], str] = {}
+    for key in THROUGHPUT:
+        means = {n: statistics.mean(v) for n in tools if (v := _values(results, n, key))}
+        for name in tools:
+            median = statistics.median(means.values()) if len(means) > 1 else None
+            for index, result in enumerate(results[name]):
+                other = "udp" if key == "tcp" else "tcp"
+                if key not in result:
+                    broken[name, key, index] = "no result"
+                elif median is not None and result[key] < BROKEN_FRACTION * median:
+                    broken[name, key, index] = f"{result[key]:.3f} < {BROKEN_FRACTION:.0%} of the column's median {median:.0f}"
+                elif other in result and result[key] < BROKEN_FRACTION * result[other]:
+                    broken[name, key, index] = f"{result[key]:.3f} < {BROKEN_FRACTION:.0%} of its {other.upper()} {result[other]:.0f}"
+    return broken
+
+
+def _values(results: dict[str, list[dict[str, float]]], name: str, key: str,
+            broken: dict[tuple[str, str, int], str] | None = None) -> list[float]:
+    """The figures of `name` for `key`, round by round, without those in `broken`."""
+    return [r[key] for i, r in enumerate(results.get(name, [])) if key in r and (name, key, i) not in (broken or {})]
+
+
+def print_table(results: dict[str, list[dict[str, float]]], broken: dict[tuple[str, str, int], str],
+                args: argparse.Namespace) -> None:
     veth_rtt = _values(results, "veth", "rtt")
     base_rtt = statistics.mean(veth_rtt) if veth_rtt else None
-    peers = [n for n in results if n != "veth" and not n.startswith("evio")]
+    peers = [n for n in results if n != "veth" and not n.startswith("evio") and n not in EXTRAS]
+
+    def values(name: str, key: str) -> list[float]:
+        if key == "rtt_added":
+            return [v - base_rtt for v in _values(results, name, "rtt")] if base_rtt is not None else []
+        return _values(results, name, key, broken)
 
     def mean(name: str, key: str) -> float | None:
-        values = _values(results, name, key)
-        if key == "rtt_added":
-            values = [v - base_rtt for v in _values(results, name, "rtt")] if base_rtt is not None else []
-        return statistics.mean(values) if values else None
+        found = values(name, key)
+        return statistics.mean(found) if found else None
 
     def best(key: str, higher: bool) -> tuple[str, float] | None:
         found = [(n, v) for n in peers if (v := mean(n, key)) is not None]
@@ -429,34 +509,41 @@ def print_table(results: dict[str, list[dict[str, float]]], args: argparse.Names
             return None
         return max(found, key=lambda x: x[1]) if higher else min(found, key=lambda x: x[1])
 
+    def cell(name: str, key: str) -> str:
+        if key == "load":
+            return " / ".join(f"{v:.2f}" for v in values(name, key))
+        if key not in THROUGHPUT:
+            return _each(values(name, key))
+        rounds = results[name]
+        return " / ".join("BROKEN" if (name, key, i) in broken else _each([r[key]]) for i, r in enumerate(rounds))
+
     metrics = [("tcp", "TCP 1 stream, Mbit/s", True), ("udp", f"UDP offered {args.udp_mbit} Mbit/s: goodput", True),
-               ("rtt_added", "RTT added over the veth, ms", False), ("cpu_us", "CPU us per frame per end", False)]
+               ("rtt_added", "RTT added over the veth, ms", False), ("cpu_us", "CPU us per frame per end", False),
+               ("load", "load average (1 min)", False)]
     print(f"\n{args.rounds} round(s), iperf3 {args.duration:g} s, veth MTU 1500, overlay MTU {MTU}; "
-          f"bare veth: TCP {_each(_values(results, 'veth', 'tcp'))} Mbit/s, RTT {_each(veth_rtt)} ms\n")
+          f"bare veth: TCP {_each(_values(results, 'veth', 'tcp'))} Mbit/s, RTT {_each(veth_rtt)} ms, "
+          f"load {' / '.join(f'{v:.2f}' for v in _values(results, 'veth', 'load'))}\n")
     print("| tool | " + " | ".join(title for _, title, _ in metrics) + " |")
     print("|---|" + "---|" * len(metrics))
     for name in [n for n in results if n != "veth"]:
-        cells = []
-        for key, _, _ in metrics:
-            if key == "rtt_added":
-                values = [v - base_rtt for v in _values(results, name, "rtt")] if base_rtt is not None else []
-            else:
-                values = _values(results, name, key)
-            cells.append(_each(values))
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        label = f"{name} (extra)" if name in EXTRAS else name
+        print(f"| {label} | " + " | ".join(cell(name, key) for key, _, _ in metrics) + " |")
+    compared = metrics[:-1]  # not the load
     ratios = []
-    for key, _, higher in metrics:
+    for key, _, higher in compared:
         own, top = mean("evio", key), best(key, higher)
         ratios.append("-" if own is None or top is None or top[1] == 0 else f"{own / top[1]:.2f}x {top[0]}")
-    print("| evio / best peer (means) | " + " | ".join(ratios) + " |")
+    print("| evio / best peer (means) | " + " | ".join(ratios) + " | |")
     if "evio-python" in results:
         own_ratios = []
-        for key, _, _ in metrics:
+        for key, _, _ in compared:
             own, python = mean("evio", key), mean("evio-python", key)
             own_ratios.append("-" if own is None or not python else f"{own / python:.2f}x")
-        print("| evio / evio-python (means) | " + " | ".join(own_ratios) + " |")
+        print("| evio / evio-python (means) | " + " | ".join(own_ratios) + " | |")
     print()
-    for key, title, higher in metrics:
+    for (name, key, index), why in broken.items():
+        print(f"BROKEN: {name} {key.upper()} round {index + 1}: {why} (left out of every ratio)")
+    for key, title, higher in compared:
         own, top = mean("evio", key), best(key, higher)
         if own is None or top is None or top[1] == 0:
             continue

@@ -113,8 +113,8 @@ async def main() -> None:
         closers = [agent.close]
     else:
         from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
+        from evio.testing.tunnel_nodes import FAST, A, B, make_node
         from evio.tunnel.config import TunnelSettings
-        from tests.unit.test_tunnel_session import FAST, A, B, make_node
 
         hub = FakeTunnelSignalingHub()
         config = TunnelSettings(ice=evio_ice.IceConfig(), liveness=FAST)

@@ -5,6 +5,7 @@
   saw. Only namespaces with evio's prefixes that appeared during the run count.
 - In CI (`CI` set, as root, after scripts/bootstrap) every test can run, so a
   skip there means a missing install or privilege: it fails instead of hiding.
+- `loopback_only`: aioice on loopback, for tests of real tunnels in one process (any tier).
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _BEFORE = pytest.StashKey[set[str]]()
+
+
+@pytest.fixture
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aioice gathers host candidates from every interface but 127.0.0.1: have it use 127.0.0.2, still
+    loopback, so tunnels in one process need neither root nor a network."""
+    import aioice.ice  # here, not at the top: the guards above need no tunnel library
+
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -37,7 +37,7 @@ UNDERLAY_MTU = 1500
 """The underlay MTU the tunnels are sized for (no config key sets another)."""
 TUNNEL_MTU = 1428
 """The tunnels' MTU on that underlay (IPv4, relayed or not): evio.tunnel.datapath.mtu.tap_mtu(UNDERLAY_MTU), which
-this package cannot import; tests/unit/test_config_build.py holds the two equal. The bridge's default MTU,
+this package cannot import; tests/unit/config/test_config_build.py holds the two equal. The bridge's default MTU,
 and its largest: the bridge and the TAPs are one Ethernet segment, and a frame bigger than a tunnel carries
 would be dropped silently at the TAP."""
 IPV6_MIN_MTU = 1280  # RFC 8200, 5

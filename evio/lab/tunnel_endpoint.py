@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import datetime
 import gc
+import ipaddress
 import json
 import logging
 import signal
@@ -55,6 +56,21 @@ def _host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _interface(text: str) -> str:
+    try:
+        ipaddress.ip_interface(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _network(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _node_id(text: str) -> int:
     if len(text) != 32:
         raise argparse.ArgumentTypeError("node ids are 32 hex digits")
@@ -76,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--direct-timeout", type=float, default=IceConfig.direct_timeout)
     p.add_argument("--cipher", choices=[c.value for c in Cipher], default=Cipher.AES_256_GCM.value)
     p.add_argument("--tap-prefix", default="evt")
-    p.add_argument("--address", help="CIDR address for the TAP, e.g. 10.99.0.1/24")
+    p.add_argument("--address", type=_interface, help="CIDR address for the TAP, e.g. 10.99.0.1/24")
+    p.add_argument("--exclude-network", type=_network, action="append", default=[], metavar="CIDR",
+                   help="gather no candidates in this network (repeatable): other tunnels' overlays beside this one; "
+                        "the network of --address is always left out, as the daemon leaves out its overlays'")
     p.add_argument("--underlay-mtu", type=int, default=1500)
     p.add_argument("--keepalive", type=float, help="seconds (default: the daemon's rule for --dead-after)")
     p.add_argument("--dead-after", type=float, default=LivenessConfig.dead_after)
@@ -134,6 +153,12 @@ async def run(args: argparse.Namespace) -> int:
         turn=(TurnRelay(args.turn[0], args.turn[1], args.turn_user, args.turn_password, args.turn_secret),) if args.turn else (),
         relay=RelayPolicy(args.relay),
         direct_timeout=args.direct_timeout,
+        # An address on another tunnel's TAP (or this one's, once up) is no underlay: a pair nominated
+        # there nests this tunnel in the other, whose MTU refuses every full-size record (EMSGSIZE), so
+        # TCP crawled at 0.06 Mbit/s while UDP's smaller datagrams still passed (benchmarks/peers_bench.py,
+        # evio-python beside evio). The daemon leaves its overlays' subnets out the same way (config.py).
+        exclude_networks=tuple(dict.fromkeys(
+            [*args.exclude_network, *([str(ipaddress.ip_interface(args.address).network)] if args.address else [])])),
     )
     preferred = Cipher(args.cipher)
     config = TunnelSettings(

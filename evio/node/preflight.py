@@ -3,7 +3,7 @@
 Each check gives a sentence that says what is missing and how to get it, so
 `evio run` can exit at once with a clear message instead of failing half-way
 through building a bridge. The host is reached through `HostProbe`, so the
-rules are unit-tested without root (see tests/unit/test_node_preflight.py).
+rules are unit-tested without root (see tests/unit/node/test_node_parts.py).
 """
 
 from __future__ import annotations

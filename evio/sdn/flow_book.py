@@ -69,6 +69,10 @@ class FlowBook:
         _discard(self._by_src, match.eth_src, match)
         _discard(self._by_dst, match.eth_dst, match)
 
+    def sends_from(self, mac: str, port: int) -> bool:
+        """Whether a flow from `mac` entering by `port` is installed (the switch removes it once idle)."""
+        return any(match.in_port == port for match in self._by_src.get(mac, ()))
+
     def forget_to(self, mac: str) -> None:
         for match in list(self._by_dst.get(mac, ())):
             self.discard(match)

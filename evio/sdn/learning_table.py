@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # Far above any real overlay's hosts (one bridge MAC per node plus the hosts
 # behind leaf ports; the paper's overlays have hundreds of nodes), and small
@@ -295,6 +295,17 @@ class LearningTable:
         macs = self._by_port[port]
         del macs[mac]
         macs[mac] = None
+
+    def vouch(self, mac: str, now: float) -> None:
+        """`mac`'s place speaks for it now without a packet-in: flows from it on its port are live (a host in a
+        steady conversation matches flows in the switch and never comes to the controller)."""
+        entry = self._entries.get(mac)
+        if entry is not None and not entry.local and now - entry.last_seen < self.max_age:
+            self._entries[mac] = replace(entry, confirmed=now)
+
+    def claimed(self) -> list[str]:
+        """MACs with a contested claim waiting for their place to fall silent."""
+        return list(self._claims)
 
     def announce(self, root: int, macs: Iterable[str], port: int, now: float) -> Announced:
         """Apply a leaf announcement from adjacent switch `root` received on `port`.

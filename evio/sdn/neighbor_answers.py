@@ -22,8 +22,11 @@ When it answers, and when it does not (the request is then flooded as before, so
 - IPv6 only for an address learned from a neighbour advertisement, whose router flag the answer repeats: a
   wrong router flag would make the asker drop its default router (RFC 4861 7.2.5).
 
-The table is bounded (`max_entries`, least recently heard out first), so frames from invented senders cost a
-member only its own entries. Pure: no clock, no I/O; times come in as arguments.
+The table is bounded: a port's frames hold at most a quarter of it (its own least recently heard out first),
+and a full table evicts from the port holding most, so frames from invented senders cost a member only its
+own entries, never another port's live ones. Not closed: an address no one has spoken for within `max_age`
+can be claimed by any member, which is ARP spoofing as on any Ethernet; here its requests are then answered
+for the claimant until the owner speaks (any ARP or NDP of its own contests the claim). Pure: no clock, no I/O; times come in as arguments.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def _link_layer_option(options: bytes, wanted: int) -> str | None:
 class _Entry:
     mac: str
     seen: float
+    port: int  # where the frame that taught it came in
     router: bool | None = None  # IPv6: from the last advertisement
     contested_until: float = 0.0  # another MAC spoke for the address: no answers before this
 
@@ -129,7 +133,9 @@ class NeighborAnswers:
     def __init__(self, max_age: float = 300.0, max_entries: int = MAX_ENTRIES) -> None:
         self.max_age = max_age
         self.max_entries = max_entries
+        self.max_per_port = max(1, max_entries // 4)
         self._entries: OrderedDict[IPAddress, _Entry] = OrderedDict()  # least recently heard first
+        self._by_port: dict[int, OrderedDict[IPAddress, None]] = {}  # the same, per port that taught them
         self.answered = 0  # requests answered here instead of flooded
         self.contested = 0  # addresses two MACs spoke for within max_age
         self.evicted = 0
@@ -137,17 +143,21 @@ class NeighborAnswers:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def observe(self, msg: NeighborMessage, now: float) -> None:
-        """A frame whose Ethernet source the learning table accepted: remember who spoke for its address."""
+    def observe(self, msg: NeighborMessage, port: int, now: float) -> None:
+        """A frame from `port` whose Ethernet source the learning table placed there: remember who spoke for
+        its address."""
         ip = msg.sender_ip
         if msg.sender_mac != msg.eth_src or ip is None or ip.is_unspecified or ip.is_multicast:
             return  # a probe, a frame without a link-layer address, or one speaking for another MAC
         entry = self._entries.get(ip)
         if entry is None:
-            entry = self._entries[ip] = _Entry(msg.sender_mac, now)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-                self.evicted += 1
+            share = self._by_port.get(port)
+            if share is not None and len(share) >= self.max_per_port:
+                self._remove(next(iter(share)))  # the port's own least recently heard
+            elif len(self._entries) >= self.max_entries:
+                largest = max(self._by_port.values(), key=len)
+                self._remove(next(iter(largest)))
+            entry = self._entries[ip] = _Entry(msg.sender_mac, now, port)
         elif entry.mac != msg.sender_mac:
             if now - entry.seen < self.max_age:
                 if entry.contested_until <= now:
@@ -158,6 +168,21 @@ class NeighborAnswers:
         if msg.router is not None:
             entry.router = msg.router
         self._entries.move_to_end(ip)
+        if entry.port != port:
+            self._by_port[entry.port].pop(ip, None)
+            if not self._by_port[entry.port]:
+                del self._by_port[entry.port]
+            entry.port = port
+        self._by_port.setdefault(port, OrderedDict())[ip] = None
+        self._by_port[port].move_to_end(ip)
+
+    def _remove(self, ip: IPAddress) -> None:
+        entry = self._entries.pop(ip)
+        share = self._by_port[entry.port]
+        del share[ip]
+        if not share:
+            del self._by_port[entry.port]
+        self.evicted += 1
 
     def known_mac(self, msg: NeighborMessage) -> str | None:
         """The MAC a request would be answered with (None: none, or not a request answered here)."""
@@ -191,7 +216,8 @@ class NeighborAnswers:
             ip, entry = next(iter(self._entries.items()))
             if now - entry.seen <= self.max_age:
                 return
-            del self._entries[ip]
+            self._remove(ip)
+            self.evicted -= 1  # aged out, not pushed out
 
 
 def _answerable(msg: NeighborMessage) -> bool:

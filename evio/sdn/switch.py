@@ -380,7 +380,8 @@ class BoundedFloodSwitch:
     def _leaf_frame_in(self, in_port: int, eth: _Frame, data: bytes, now: float) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
         if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
-            self.neighbors.observe(msg, now)
+            if self._placed_here(eth.src, in_port, None, now):
+                self.neighbors.observe(msg, in_port, now)
             if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
                 self.counters.neighbors_answered += 1
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
@@ -401,7 +402,7 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now)
         if actions is None:
             return []
-        self._observe_neighbor(eth, data, now)
+        self._observe_neighbor(eth, data, in_port, None, now)
         target = self.learning.lookup(eth.dst, now)
         if target is None or target.port == in_port:
             # The sender thought we lead to it, but we know no way on (or only the way back: one of the two
@@ -420,10 +421,16 @@ class BoundedFloodSwitch:
         where = self.learning.lookup(mac, now) if mac is not None else None
         return self.neighbors.answer(msg, where is not None and where.port != in_port, now)
 
-    def _observe_neighbor(self, eth: _Frame, data: bytes, now: float) -> None:
-        """An ARP or NDP frame whose source the learning table accepted: what it says about its sender."""
-        if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
-            self.neighbors.observe(msg, now)
+    def _observe_neighbor(self, eth: _Frame, data: bytes, port: int, root: int | None, now: float) -> None:
+        """An ARP or NDP frame: what it says about its sender, if the learning table placed the sender where the
+        frame came from (a move it refused, held or contested teaches no address either)."""
+        if (eth.ethertype in _NEIGHBOR_TYPES and self._placed_here(eth.src, port, root, now)
+                and (msg := parse_neighbor(data)) is not None):
+            self.neighbors.observe(msg, port, now)
+
+    def _placed_here(self, mac: str, port: int, root: int | None, now: float) -> bool:
+        entry = self.learning.lookup(mac, now)
+        return entry is not None and entry.port == port and (root is None or entry.root == root)
 
     def _unicast(self, in_port: int, eth: _Frame, out_port: int, data: bytes, now: float) -> list[FlowAction]:
         if out_port == in_port:
@@ -436,7 +443,11 @@ class BoundedFloodSwitch:
         evicted = self.flows.add(match, out_port)  # its port's oldest, if it had its fill
         self.flows_evicted += len(evicted)
         outs += [DeleteFlow(old) for old in evicted]
-        return outs + [AddFlow(match, out_port, self.flow_idle_timeout, hard_timeout=self.flow_hard_timeout,
+        # A flow from a remote MAC idles out within the move hold: while it lives, the MAC's place is speaking
+        # (`_vouch_if_sending`), and a host that left stops speaking there as soon as it would have by packet-ins.
+        idle = self.flow_idle_timeout if self.ports[in_port].kind is PortKind.LEAF else min(
+            self.flow_idle_timeout, int(self.learning.move_hold))
+        return outs + [AddFlow(match, out_port, idle, hard_timeout=self.flow_hard_timeout,
                                counted=self._counted(in_port, eth, out_port, now))]
 
     def _counted(self, in_port: int, eth: _Frame, out_port: int, now: float) -> bool:
@@ -479,10 +490,20 @@ class BoundedFloodSwitch:
                 # first): a copy by another way teaches nothing, so no member can claim a neighbour's MACs.
                 self.adjacent_root_detours += 1
                 return []
+        if not local:
+            self._vouch_if_sending(mac, now)
         from_root = root is not None and port in self.ports and self.ports[port].peer == root
         learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops,
                                                from_root=from_root)
         return self._learned_actions(learned, port, now)
+
+    def _vouch_if_sending(self, mac: str, now: float) -> None:
+        """A remote MAC with live flows from it on its port is speaking there, though no frame of it reaches the
+        controller: its place holds against a claim that it moved (review of issue 21: one forged flood took
+        a busy host's MAC, heard only once per flow's hard timeout)."""
+        entry = self.learning.lookup(mac, now)
+        if entry is not None and not entry.local and self.flows.sends_from(mac, entry.port):
+            self.learning.vouch(mac, now)
 
     def _learned_actions(self, learned: Learned, port: int, now: float) -> list[FlowAction] | None:
         if learned.change is Change.REFUSED:
@@ -579,6 +600,8 @@ class BoundedFloodSwitch:
             leaves = [mac for mac in frame.leaf_macs if mac not in own]
             if len(leaves) < len(frame.leaf_macs):
                 self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+            for mac in leaves:
+                self._vouch_if_sending(mac, now)
             announced = self.learning.announce(h.root_nid, leaves, port.port_no, now)
             actions: list[FlowAction] = []
             for learned in announced.learned:
@@ -663,7 +686,7 @@ class BoundedFloodSwitch:
                 if learned is None:
                     return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
                 actions += learned
-                self._observe_neighbor(inner_eth, inner, now)
+                self._observe_neighbor(inner_eth, inner, in_port, h.root_nid, now)
             else:
                 # A flooded unicast frame whose sender we know. Its root is the node that did not know
                 # the way on (a transit flood), not the sender's node, and the flood may have come the
@@ -757,6 +780,8 @@ class BoundedFloodSwitch:
         the moves claimed while a MAC's place still spoke, if it has been silent since."""
         actions = _flows_of_macs([mac for mac, _ in self.learning.expire(now)])
         self.neighbors.expire(now)
+        for mac in self.learning.claimed():
+            self._vouch_if_sending(mac, now)
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)

@@ -19,7 +19,7 @@ goto-table instruction:
   actions (a miss with no table-miss entry drops it), counting its packets
   and bytes; idle entries time out, and every entry at its hard timeout.
   Entries are indexed by (priority, match), so tables of 10^4-10^5 flows
-  (a hostile port's, tests/unit/test_sdn_port_bounds.py) stay quick.
+  (a hostile port's, tests/unit/sdn/test_sdn_port_bounds.py) stay quick.
 - Entries with OFPFF_SEND_FLOW_REM that go (timeout or delete) become
   OFPFlowRemoved messages, encoded here and parsed by os-ken for the
   controller side (`evio.sdn.ofapp.removed_flow_match`); flow stats go
@@ -35,6 +35,7 @@ they test the translation to OpenFlow too.
 from __future__ import annotations
 
 import itertools
+import random
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -43,6 +44,7 @@ from typing import Any
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
+from evio.ids import RING_SIZE
 from evio.sdn import l2policy
 from evio.sdn.flow_actions import SWITCHING_TABLE, UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
 from evio.sdn.ofapp import (
@@ -514,6 +516,56 @@ class FakeNetwork:
             return []  # a port that went away: the frame is lost, as on a real switch
         self.frames_on_tunnels += 1
         return [(far[0], far[1], frame)]
+
+
+# -- networks the tests build ------------------------------------------------------------------------
+
+
+def host_mac(net: FakeNetwork, node_id: int) -> str:
+    """The MAC of a node's internal port (1), where its host's frames enter."""
+    mac = net.nodes[node_id].switch.ports[1].hw_addr
+    assert mac is not None
+    return mac
+
+
+def ring_network(n: int) -> tuple[FakeNetwork, list[int]]:
+    """n nodes in a ring of successor links; ids with distinct low bits, so distinct host MACs."""
+    net = FakeNetwork(flow_idle_timeout=30)
+    ids = [(i + 1) << 120 | (i + 1) for i in range(n)]
+    for nid in ids:
+        net.add_node(nid)
+    for i, nid in enumerate(ids):
+        net.connect(nid, ids[(i + 1) % n])
+    return net, ids
+
+
+def symphony_like(n: int, long_distance: int, seed: int) -> tuple[list[int], set[tuple[int, int]]]:
+    """n random ids on the ring, each linked to its successor plus `long_distance` random chords."""
+    rng = random.Random(seed)
+    ids = sorted(rng.randrange(RING_SIZE) for _ in range(n))
+    links: set[tuple[int, int]] = set()
+    for i, nid in enumerate(ids):
+        links.add(_pair(nid, ids[(i + 1) % n]))
+        for other in rng.sample([x for x in ids if x != nid], long_distance):
+            links.add(_pair(nid, other))
+    return ids, links
+
+
+def symphony_network(
+    n: int = 16, seed: int = 7, long_distance: int = 2
+) -> tuple[FakeNetwork, list[int], set[tuple[int, int]]]:
+    """A network of `symphony_like` overlay: (network, ids, links)."""
+    net = FakeNetwork(flow_idle_timeout=30)
+    ids, links = symphony_like(n, long_distance, seed=seed)
+    for nid in ids:
+        net.add_node(nid)
+    for a, b in sorted(links):
+        net.connect(a, b)
+    return net, ids, links
+
+
+def _pair(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a <= b else (b, a)
 
 
 def _mac_for(node_id: int, first_octet: int) -> str:

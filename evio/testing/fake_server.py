@@ -1,6 +1,14 @@
-"""Fakes of the server host's XMPP and coturn administration (evio.server.members.Accounts, RelayAccounts)."""
+"""Fakes of the server host's XMPP and coturn administration (evio.server.members.Accounts, RelayAccounts),
+and a server host made of them (`fake_server_host`) for the member commands' tests."""
 
 from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from evio.server.members import Registry
+from evio.server.settings import ServerSettings
+from evio.tunnel.path.overlay_ca import make_overlay_ca, write_certificate
 
 
 class FakeAccounts:
@@ -43,3 +51,15 @@ class FakeRelay:
 
     def remove_user(self, user: str) -> None:
         del self.users[user]
+
+
+def fake_server_host(
+    directory: Path, now: datetime.datetime, address: str = "203.0.113.1"
+) -> tuple[Registry, ServerSettings, FakeAccounts, FakeRelay]:
+    """A server host's member registry under `directory`/state, its settings (prosody at `address`) and
+    fake accounts and relay. Any certificate will do as the XMPP CA here: a join token carries it as text."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = directory / "xmpp-ca.crt"
+    write_certificate(ca, make_overlay_ca("xmpp CA", now, 10)[1])
+    settings = ServerSettings(domain="xmpp.example.net", xmpp="prosody", address=address, xmpp_tls_ca=str(ca))
+    return Registry(directory / "state"), settings, FakeAccounts(), FakeRelay()

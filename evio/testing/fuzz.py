@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from evio.testing.fake_tunnel import FakeUnderlay
+from evio.testing.tcp_frames import tcp_frame
 from evio.tunnel.datapath.mmsg import SlotRing
 
 # -- mutations ----------------------------------------------------------------------------
@@ -673,36 +674,6 @@ def _config_target(stack: ExitStack) -> Target:
 
 
 # -- the native data path, the TAP side (vnet headers) ---------------------------------------------
-
-_ETH4 = bytes.fromhex("020000000002" "020000000001" "0800")
-_ETH6 = bytes.fromhex("020000000002" "020000000001" "86dd")
-
-
-def tcp_frame(payload: bytes, seq: int = 1000, flags: int = 0x10, ipv6: bool = False, partial: bool = False,
-              sport: int = 40000) -> bytes:  # fmt: skip
-    """An Ethernet frame with IPv4 or IPv6 and TCP (timestamps option), checksums complete, or the
-    pseudo-header sum alone with ``partial`` (what a TAP with vnet headers hands over)."""
-    import struct
-
-    from evio.tcpip import finish, ones_sum
-
-    options = bytes.fromhex("0101080a0001e2400000abcd")
-    tcp = struct.pack("!HHIIBBHHH", sport, 5201, seq, 5000, ((20 + len(options)) // 4) << 4, flags, 512, 0, 0) + options
-    l4_len = len(tcp) + len(payload)
-    if ipv6:
-        src, dst = bytes.fromhex("fd00" + "00" * 13 + "01"), bytes.fromhex("fd00" + "00" * 13 + "02")
-        pseudo = src + dst + struct.pack("!IxxxB", l4_len, 6)
-        ip = struct.pack("!IHBB", 6 << 28, l4_len, 6, 64) + src + dst
-        eth = _ETH6
-    else:
-        src, dst = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
-        pseudo = src + dst + struct.pack("!xBH", 6, l4_len)
-        ip = struct.pack("!BBHHHBBH", 0x45, 0, 20 + l4_len, 7, 0x4000, 64, 6, 0) + src + dst
-        ip = ip[:10] + struct.pack("!H", finish(ones_sum(ip))) + ip[12:]
-        eth = _ETH4
-    csum = ones_sum(pseudo) % 0xFFFF if partial else finish(ones_sum(pseudo + tcp + payload))
-    return eth + ip + tcp[:16] + struct.pack("!H", csum) + tcp[18:] + payload
-
 
 # The native target's inputs are datagrams, or (marked by their first byte) plaintext the target seals
 # first with the peer's keys: blind mutations of a sealed record never get past its tag, these do.

@@ -32,11 +32,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from evio.testing.waiting import holds_within
 
 __all__ = ["HOST_PATHS", "Host", "HostCommandError", "HostPath", "HostProcess", "Namespace", "netns_list"]
 
@@ -139,6 +140,11 @@ class HostProcess:
         SIGKILL; its exit code. Idempotent. The group is its own (start_new_session), so nothing
         else is signalled."""
         group = self.popen.pid
+
+        def gone() -> bool:
+            self.popen.poll()  # reap the leader as soon as it exits
+            return not _group_members(group)
+
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if not _group_members(group):
                 break
@@ -146,10 +152,7 @@ class HostProcess:
                 os.killpg(group, sig)
             except ProcessLookupError:
                 break
-            deadline = time.monotonic() + timeout
-            while _group_members(group) and time.monotonic() < deadline:
-                self.popen.poll()  # reap the leader as soon as it exits
-                time.sleep(0.02)
+            holds_within(gone, timeout)
         return self.popen.wait(timeout)
 
 
@@ -197,9 +200,7 @@ class Namespace:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-            deadline = time.monotonic() + timeout
-            while any(_alive(pid) for pid in live) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            holds_within(functools.partial(_all_gone, live), timeout)
         return pids
 
     def add_veth(self, name: str, peer: Namespace, peer_name: str) -> None:
@@ -387,6 +388,10 @@ def _copy_owner(real: Path, backing: Path) -> None:
         return
     os.chown(backing, st.st_uid, st.st_gid)
     os.chmod(backing, st.st_mode & 0o7777)
+
+
+def _all_gone(pids: list[int]) -> bool:
+    return not any(_alive(pid) for pid in pids)
 
 
 def _alive(pid: int) -> bool:

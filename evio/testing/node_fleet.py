@@ -18,12 +18,16 @@ from evio.clock import REAL_CLOCK, Clock
 from evio.config.model import BridgeConfig, Config, NodeConfig, OverlayConfig, SignalConfig, Switching
 from evio.node.node import Node
 from evio.node.plan import plan_node
+from evio.overlay.orchestrator import Timings
 from evio.testing.fake_node import ControllerFactory, FakeLinkHub, FakePlatform
 from evio.testing.fake_signal import FakeSignalHub
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
 
 DOMAIN = "x.test"
+# Overlay controller timings for fleets with real controllers: what takes seconds on a node takes tenths.
+FLEET_TIMINGS = Timings(reevaluate_interval=0.5, membership_debounce=0.05, membership_max_delay=0.2, settle_after_login=0.1,
+                        backoff_base=0.1, orphan_grace=1.0, refused_retry=0.2, stop_release_timeout=0.5)  # fmt: skip
 
 
 def nid(index: int) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 from types import TracebackType
 
@@ -15,7 +14,7 @@ from evio.lab.lab import Lab
 from evio.lab.node_config import bridge_name
 from evio.lab.state import ProcessRecord
 from evio.testing.scenarios import PingTrace
-from evio.testing.waiting import wait_for_value
+from evio.testing.waiting import holds_within, wait_for_value
 
 
 class PingProbe:
@@ -54,9 +53,7 @@ class PingProbe:
             os.kill(record.pid, signal.SIGINT)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + 5.0
-        while self.lab.is_running(record) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        holds_within(lambda: not self.lab.is_running(record), 5.0)
         self.lab.stop(record)  # SIGTERM/SIGKILL if it is somehow still there; drops it from the lab's state
 
     def text(self) -> str:

@@ -10,15 +10,14 @@ without ``run_as_root``) and the prosody package.
 
 from __future__ import annotations
 
-import socket
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from evio.node.sdn import free_tcp_port
-from evio.testing.waiting import wait_until_blocking
+from evio.testing.waiting import tcp_listening, wait_until_blocking
 
 DOMAIN = "overlay.test"
 
@@ -67,28 +66,39 @@ def local_prosody(directory: Path, accounts: list[str], groups: Mapping[str, lis
     (directory / "data").mkdir()
     server = LocalProsody(directory, free_tcp_port())
     server.groups_file.write_text(_groups_text(groups))
-    server.config.write_text("\n".join([
+    write_config(directory, server.port, [
+        "c2s_require_encryption = false",
+        "allow_unencrypted_plain_auth = true",
+        f'admin_socket = "{directory}/data/prosody.sock"',
+        'modules_enabled = { "roster"; "saslauth"; "disco"; "ping"; "groups"; "admin_socket"; "admin_shell" }',
+    ])  # fmt: skip
+    for user in accounts:
+        server.ctl("register", user, DOMAIN, f"pw-{user}")
+    with running_prosody(server.config, server.port):
+        yield server
+
+
+def write_config(directory: Path, port: int, settings: Sequence[str]) -> Path:
+    """prosody.cfg.lua in `directory` for a prosody on 127.0.0.1:`port` alone (no s2s, no direct TLS unless
+    `settings` say), host ``overlay.test``, its data, logs and groups file (groups.txt) in `directory`.
+    Each of `settings` replaces the base line of its option: prosody refuses an option set twice."""
+    base = [
         "run_as_root = true",
         f'pidfile = "{directory}/prosody.pid"',
         f'data_path = "{directory}/data"',
         f'log = {{ info = "{directory}/prosody.log"; error = "{directory}/prosody.err" }}',
         'interfaces = { "127.0.0.1" }',
-        f"c2s_ports = {{ {server.port} }}",
+        f"c2s_ports = {{ {port} }}",
         "c2s_direct_tls_ports = {}",
         "s2s_ports = {}",
         "network_settings = { nagle = false }",
-        f'groups_file = "{server.groups_file}"',
-        "c2s_require_encryption = false",
-        "allow_unencrypted_plain_auth = true",
-        f'admin_socket = "{directory}/data/prosody.sock"',
-        'modules_enabled = { "roster"; "saslauth"; "disco"; "ping"; "groups"; "admin_socket"; "admin_shell" }',
-        f'VirtualHost "{DOMAIN}"',
-        "",
-    ]))  # fmt: skip
-    for user in accounts:
-        server.ctl("register", user, DOMAIN, f"pw-{user}")
-    with running_prosody(server.config, server.port):
-        yield server
+        f'groups_file = "{directory}/groups.txt"',
+    ]
+    overridden = {line.split("=", 1)[0].strip() for line in settings}
+    lines = [line for line in base if line.split("=", 1)[0].strip() not in overridden]
+    config = directory / "prosody.cfg.lua"
+    config.write_text("\n".join([*lines, *settings, f'VirtualHost "{DOMAIN}"', ""]))
+    return config
 
 
 @contextmanager
@@ -101,7 +111,7 @@ def running_prosody(config: Path, port: int) -> Iterator[None]:
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(["prosody", "--config", str(config), "-F"], stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until_blocking(lambda: _listening(port) or proc.poll() is not None, 10, what="prosody listening")
+        wait_until_blocking(lambda: tcp_listening(port) or proc.poll() is not None, 10, what="prosody listening")
         if proc.poll() is not None:
             raise RuntimeError(f"prosody did not start: {out_path.read_text()}")
         yield
@@ -112,11 +122,3 @@ def running_prosody(config: Path, port: int) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.2).close()
-    except OSError:
-        return False
-    return True

@@ -35,10 +35,20 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["VirtualClock", "VirtualTimer"]
+__all__ = ["ManualTime", "VirtualClock", "VirtualTimer"]
 
 MAX_TURNS = 1_000_000  # loop turns without going idle before we call it a busy loop
 THREAD_POLL = 0.0005  # real seconds between looks at work out in threads
+
+
+class ManualTime:
+    """A `time.monotonic` stand-in for synchronous parts (the os-ken app, the transit table): the test sets `now`."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class _ThreadWork:

@@ -11,12 +11,14 @@ naming `what` once `timeout` seconds (virtual or real) have passed.
 `wait_until_blocking` is the same for code outside an event loop (tests
 driving subprocesses and namespaces), and `wait_for_value` its form for a
 reading that must come to satisfy a predicate (it returns the reading, and
-names the last one if it never did).
+names the last one if it never did). `holds_within` is the blocking poll without the
+error, for grace periods; `tcp_listening` a condition tests wait for on a server they started.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -26,7 +28,7 @@ from evio.testing.virtual_clock import VirtualClock
 
 T = TypeVar("T")
 
-__all__ = ["wait_for_value", "wait_until", "wait_until_blocking"]
+__all__ = ["holds_within", "tcp_listening", "wait_for_value", "wait_until", "wait_until_blocking"]
 
 
 async def wait_until(
@@ -53,11 +55,19 @@ def wait_until_blocking(
     condition: Callable[[], object], timeout: float, *, what: str = "condition", interval: float = 0.02
 ) -> None:
     """`wait_until` for a caller without an event loop: polls, sleeping the thread."""
+    if not holds_within(condition, timeout, interval=interval):
+        raise AssertionError(f"{what} not reached in {timeout} s")
+
+
+def holds_within(condition: Callable[[], object], timeout: float, *, interval: float = 0.02) -> bool:
+    """Whether `condition()` came true within `timeout` seconds (polled, sleeping the thread): for a grace
+    period that ends in something firmer, such as SIGKILL after SIGTERM, rather than in an error."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout} s")
+            return False
         time.sleep(interval)
+    return True
 
 
 def wait_for_value(
@@ -75,3 +85,12 @@ def wait_for_value(
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last: {readings[0] if readings else None}") from None
     return readings[0]
+
+
+def tcp_listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Something accepts TCP connections on host:port."""
+    try:
+        socket.create_connection((host, port), 0.2).close()
+    except OSError:
+        return False
+    return True

@@ -1,7 +1,8 @@
 """Fixtures for the paper's scenarios on whole overlays of full nodes (the `tests/lab` tier).
 
-- The tests are marked `integration` (root, namespaces, prosody, coturn, OVS, daemons) and are
-  skipped, with the reason, only when not root; CI runs as root, so there they run.
+- The tests are marked `lab` (root, namespaces, prosody, coturn, OVS, daemons; minutes each), apart from
+  `integration`, so a tier is chosen with `-m`; they are skipped, with the reason, only when not root;
+  CI runs as root, so there they run.
 - `lab_factory` (per test) and `module_lab_factory` (one lab shared by a module's tests) bring labs up
   with fresh names, as in tests/integration, and always take them down.
 - `figures.record(Figure(...))` keeps a measured figure beside the paper's. At the end of the run
@@ -37,7 +38,7 @@ _MODULE_LABS = pytest.StashKey["_Labs"]()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("integration") and os.geteuid() != 0:
+    if item.get_closest_marker("lab") and os.geteuid() != 0:
         pytest.skip("lab scenario: needs root (network namespaces, nftables, prosody, coturn, Open vSwitch)")
 
 

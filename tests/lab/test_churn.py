@@ -69,7 +69,7 @@ from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure, ring_shortfall
 from evio.tunnel.path.overlay_ca import load_ca_key
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 NODES = scenario_nodes()
 SUCCESSORS = 2

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import secrets
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -25,8 +24,9 @@ from evio.lab.lab import Lab
 from evio.lab.node_config import node_dir
 from evio.node import control
 from evio.testing.labs import LabFactory
+from evio.testing.waiting import wait_for_value
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 T = TypeVar("T")
 RING_TIMEOUT = 90.0  # generous: 2 shared cores, and one node starts its OVS inside a container
@@ -36,17 +36,20 @@ STOP_GRACE = 30
 def wait_for(get: Callable[[], T], good: Callable[[T], bool], timeout: float, what: str,
              alive: Callable[[], str | None]) -> T:  # fmt: skip
     """`get()` once `good` holds; fails at once if `alive()` names a reason the wait is hopeless."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = get()
+    dead: list[str] = []
+
+    def reached_or_hopeless(value: T) -> bool:
         if good(value):
-            return value
-        dead = alive()
-        if dead is not None:
-            raise AssertionError(f"{what}: {dead}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout:.0f} s; last: {value}")
-        time.sleep(0.5)
+            return True
+        reason = alive()
+        if reason is not None:
+            dead.append(reason)
+        return reason is not None
+
+    value = wait_for_value(get, reached_or_hopeless, timeout, what=what)
+    if dead:
+        raise AssertionError(f"{what}: {dead[0]}")
+    return value
 
 
 def pings(lab: Lab, a: int, b: int) -> bool:

@@ -56,7 +56,7 @@ from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure, Outage, PingTrace, ring_offset, ring_whole_since, successor_gaps
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 NODES = scenario_nodes()
 LONG_DISTANCE = 2  # the paper's k for E3 and E4

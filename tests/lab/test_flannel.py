@@ -16,7 +16,7 @@ from evio.lab.flannel import check_tools, pair_label
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 NODES = 3  # nat="mixed": eim, symmetric, none
 # host-gw's target is 90 % of node-to-node TCP (issue 11; `evio lab flannel` holds a run to it). On CI's

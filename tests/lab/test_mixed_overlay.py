@@ -35,7 +35,7 @@ from evio.lab.node_config import bridge_name
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure, copies_per_node, link_snapshot, successor_gaps
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 NODES = scenario_nodes()
 QUIET = 5.0  # seconds without a link change at any node before the overlay counts as converged

@@ -20,7 +20,7 @@ from evio.lab.lab import Lab
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 NODES = 8
 IDLE_TIMEOUT = 3.0  # seconds below the threshold before an on-demand link is released (default 60)

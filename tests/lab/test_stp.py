@@ -30,7 +30,7 @@ from evio.lab.spanning_tree import (
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.lab
 
 NODES = 8
 TREE_TIMEOUT = 60.0  # RSTP decides in a few hello times (2 s) once the links are up

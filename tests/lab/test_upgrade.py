@@ -104,7 +104,7 @@ def mixed(module_lab_factory: LabFactory, previous: PreviousRelease, figures: Fi
     yield lab, previous, old
 
 
-@pytest.mark.integration
+@pytest.mark.lab
 def test_a_mixed_overlay_links_broadcasts_and_unicasts_across_releases(mixed: Mixed, figures: FigureBook) -> None:
     lab, previous, old = mixed
     started = time.monotonic()
@@ -144,7 +144,7 @@ def test_a_mixed_overlay_links_broadcasts_and_unicasts_across_releases(mixed: Mi
                           time.monotonic() - started, "s"))
 
 
-@pytest.mark.integration
+@pytest.mark.lab
 def test_a_rolling_upgrade_keeps_the_overlay_connected(mixed: Mixed, figures: FigureBook) -> None:
     """The old nodes are upgraded in place one at a time, each while the three others run, pinging every pair."""
     lab, previous, old = mixed

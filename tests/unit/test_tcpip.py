@@ -1,7 +1,7 @@
 """The shared TCP/IP base (evio.tcpip): the Internet checksum and the header parse.
 
 Sums are checked against a plain RFC 1071 loop over 16-bit words
-(test_tunnel_offload.reference_sum), which shares nothing with the integer
+(evio.testing.tcp_frames.reference_sum), which shares nothing with the integer
 trick the module uses. What each
 segmenter does with a parse is tested with it (test_sdn_segmentation.py,
 test_tunnel_offload.py).
@@ -27,7 +27,7 @@ from evio.tcpip import (
     parse_tcp,
     pseudo_header_sum,
 )
-from tests.unit.test_tunnel_offload import reference_sum
+from evio.testing.tcp_frames import reference_sum
 
 SRC4, DST4 = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
 SRC6, DST6 = bytes.fromhex("fd00" + "00" * 13 + "01"), bytes.fromhex("fd00" + "00" * 13 + "02")

@@ -1,0 +1,91 @@
+"""`evio join`: what it writes, what it refuses, and the systemd path (systemctl and the daemon faked)."""
+
+from __future__ import annotations
+
+import datetime
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evio.cli import join_cmd, main
+from evio.server.members import add_member
+from evio.testing.fake_server import fake_server_host
+
+
+@pytest.fixture
+def token(tmp_path: Path) -> str:
+    now = datetime.datetime.now(datetime.UTC)
+    registry, settings, accounts, relay = fake_server_host(tmp_path / "server", now, address="203.0.113.10")
+    return add_member(registry, settings, accounts, relay, "ov1", "node1", now).token
+
+
+@pytest.fixture
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    etc = tmp_path / "etc-evio"
+    monkeypatch.setattr(join_cmd, "CONFIG_DIR", etc)
+    monkeypatch.setattr(join_cmd, "STATE_DIR", tmp_path / "var-lib-evio")
+    monkeypatch.setattr(join_cmd, "SYSTEMD_RUN_DIR", tmp_path / "no-systemd")
+    monkeypatch.setattr(join_cmd, "_open_vswitch_problems", lambda: [])
+    monkeypatch.setattr(join_cmd.os, "geteuid", lambda: 0)
+    return etc
+
+
+def test_join_writes_private_files_and_prints_the_command_without_systemd(
+    node: Path, token: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["join", token]) == 0
+    out = capsys.readouterr().out
+    assert f"evio run --config {node / 'config.json'}" in out
+    for name in ("config.json", "ov1/xmpp.password", "ov1/turn.password", "ov1/node.key"):
+        assert stat.S_IMODE((node / name).stat().st_mode) == 0o600, name
+    assert '"password":' not in (node / "config.json").read_text()  # secrets live in files beside it
+
+
+@pytest.mark.parametrize("mangle", [lambda t: t[:-8], lambda t: t.replace(".", "", 1), lambda t: "x" + t])
+def test_a_bad_token_is_one_line_and_nothing_written(
+    node: Path, token: str, mangle: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["join", mangle(token)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("evio join: ")
+    assert not node.exists()
+
+
+def test_an_existing_config_is_kept_unless_forced(node: Path, token: str, capsys: pytest.CaptureFixture[str]) -> None:
+    node.mkdir()
+    (node / "config.json").write_text('{"overlays": {}}')
+    assert main(["join", token]) == 1
+    assert "pass --force" in capsys.readouterr().err
+    assert (node / "config.json").read_text() == '{"overlays": {}}'
+    assert main(["join", token, "--force"]) == 0
+
+
+def test_open_vswitch_missing_stops_before_anything_is_written(
+    node: Path, token: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(join_cmd, "_open_vswitch_problems", lambda: ["cannot reach OVSDB; start Open vSwitch"])
+    assert main(["join", token]) == 1
+    assert "nothing was written" in capsys.readouterr().err
+    assert not node.exists()
+
+
+def test_with_systemd_the_service_is_enabled_started_and_waited_for(
+    node: Path, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "systemd").mkdir()
+    monkeypatch.setattr(join_cmd, "SYSTEMD_RUN_DIR", tmp_path / "systemd")
+    calls: list[list[str]] = []
+    monkeypatch.setattr(
+        join_cmd.subprocess, "run", lambda argv, **_: calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", "")
+    )
+    answers = iter([
+        {"overlays": {"ov1": {"signal": {"connected": False}, "links": []}}},
+        {"overlays": {"ov1": {"signal": {"connected": True, "jid": "node1@x"}, "peers": {"a": "b"}, "links": [{"state": "up"}]}}},
+    ])  # fmt: skip
+    monkeypatch.setattr("evio.node.control_client.fetch_status", lambda *_a, **_k: next(answers))
+    assert main(["join", token, "--wait", "10"]) == 0
+    assert calls == [["systemctl", "enable", "evio.service"], ["systemctl", "restart", "evio.service"]]
+    assert "linked: 1 link(s) up" in capsys.readouterr().out

@@ -1,0 +1,169 @@
+"""Revocation lists spread over the overlay (evio/node/revocation_flood.py), on an in-memory broadcast medium.
+
+The medium stands in for Bounded Flood: a frame one node sends reaches every other node on it. Signature
+checks are the signal endpoint's (tests/unit/signal/test_signal_identity.py); the fake here adopts any list that
+parses and is newer, so these tests are about what goes on the wire, when, and what is bounded.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from evio.node import revocation_flood as rf
+from evio.node.revocation_flood import RevocationFlood
+from evio.signal import identity
+from evio.signal.events import RevocationAdopted
+from evio.testing.virtual_clock import VirtualClock
+from evio.tunnel.path.overlay_ca import make_overlay_ca
+
+OV = "ov1"
+CA_KEY, _ = make_overlay_ca("ov1 CA", datetime.datetime.now(datetime.UTC), 3650)
+
+
+def signed(serial: int, revoked: int = 1) -> identity.RevocationList:
+    until = int(time.time()) + 86400
+    return identity.sign_list(CA_KEY, OV, serial, int(time.time()), {(n + 1) << 100: until for n in range(revoked)})
+
+
+class FakeSignaling:
+    def __init__(self) -> None:
+        self.list: identity.RevocationList | None = None
+        self.subscribers: list[Callable[[RevocationAdopted], None]] = []
+        self.sources: list[str] = []
+
+    def revocation_list(self, overlay: str) -> identity.RevocationList | None:
+        return self.list
+
+    def receive_revocation_list(self, text: str, source: str = "local") -> bool:
+        rl = identity.load_list(text)
+        if self.list is not None and rl.serial <= self.list.serial:
+            return False
+        self.list = rl
+        self.sources.append(source)
+        for callback in list(self.subscribers):
+            callback(RevocationAdopted(OV, rl.serial, source))
+        return True
+
+    def subscribe(self, event_type: type, callback: Callable[[RevocationAdopted], None]) -> Any:
+        self.subscribers.append(callback)
+        return self
+
+
+class Medium:
+    """Every frame sent reaches every other node: what Bounded Flood does for a broadcast."""
+
+    def __init__(self) -> None:
+        self.nodes: list[WiredFlood] = []
+        self.frames: list[tuple[int, bytes]] = []
+
+    def send(self, sender: WiredFlood, frame: bytes) -> None:
+        self.frames.append((sender.mac[-1], frame))
+        for node in self.nodes:
+            if node is not sender and node.connected:
+                node.receive(frame, sender.mac)
+
+
+class WiredFlood(RevocationFlood):
+    def __init__(self, medium: Medium, index: int, clock: VirtualClock) -> None:
+        self.signaling = FakeSignaling()
+        super().__init__(OV, f"evbr{index}", self.signaling, clock)  # type: ignore[arg-type]
+        self.medium, self.mac, self.connected = medium, bytes([2, 0, 0, 0, 0, index]), True
+        medium.nodes.append(self)
+        self.signaling.subscribe(RevocationAdopted, self._adopted)
+
+    def _send(self, frame: bytes) -> bool:
+        self.medium.send(self, frame)
+        return True
+
+
+def fleet(n: int) -> tuple[Medium, list[WiredFlood], VirtualClock]:
+    clock = VirtualClock()
+    medium = Medium()
+    return medium, [WiredFlood(medium, i, clock) for i in range(n)], clock
+
+
+def test_a_list_dropped_on_one_node_reaches_every_node_in_one_broadcast_and_is_not_sent_again() -> None:
+    medium, nodes, _ = fleet(5)
+    rl = signed(3, revoked=120)  # several frames: the list's text is longer than one chunk
+    assert nodes[0].signaling.receive_revocation_list(identity.list_to_text(rl), "/etc/evio/trust/revoked.json")
+    chunks = -(-len(identity.list_to_text(rl).encode()) // rf.CHUNK)
+    assert chunks > 1
+    assert [n.signaling.list for n in nodes] == [rl] * 5
+    assert [n.signaling.sources[-1].startswith("overlay 02:00:00:00:00:00") for n in nodes[1:]] == [True] * 4
+    assert len(medium.frames) == chunks, "a list adopted from the overlay was broadcast again"
+
+
+async def test_a_node_that_missed_the_list_gets_it_when_a_link_comes_up() -> None:
+    medium, nodes, clock = fleet(4)
+    nodes[3].connected = False  # cut off while the list went round
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(2)), "file")
+    assert nodes[3].signaling.list is None
+    nodes[3].connected = True
+    for _ in range(5):  # several links come up at once: one HAVE
+        nodes[3].link_up()
+    await clock.advance(0.1)
+    haves = [f for s, f in medium.frames if s == 3]
+    assert len(haves) == 1
+    assert nodes[3].signaling.list is not None and nodes[3].signaling.list.serial == 2
+    # Every holder answered the HAVE at most once; the next HAVE within the interval is held back.
+    answers = len(medium.frames) - 2  # the first broadcast and the HAVE
+    assert 1 <= answers <= 3
+    nodes[3].link_up()
+    assert len([f for s, f in medium.frames if s == 3]) == 1
+    await clock.advance(rf.HAVE_INTERVAL)
+    assert len([f for s, f in medium.frames if s == 3]) == 2
+
+
+def test_an_older_list_passing_by_is_answered_with_the_newer_at_most_once_per_interval() -> None:
+    medium, nodes, clock = fleet(2)
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(5)), "file")
+    assert nodes[1].signaling.list is not None
+    sent = len(medium.frames)
+    old = identity.list_to_text(signed(4)).encode()
+    frame = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 4, 0, 1) + old
+    for _ in range(10):
+        nodes[0].receive(frame, b"\x02\x00\x00\x00\x00\x09")
+    assert len(medium.frames) - sent == 1  # one answer, nine held back
+    assert nodes[0].counts["answer_held"] == 9
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        (b"EVR", "dropped_short"),
+        (b"XXXX" + bytes(12), "dropped_malformed"),
+        (rf.HEADER.pack(rf.MAGIC, 9, rf.LIST, 1, 0, 1), "dropped_malformed"),
+        (rf.HEADER.pack(rf.MAGIC, rf.VERSION, 7, 1, 0, 1), "dropped_malformed"),
+        (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 3, 2) + b"x", "dropped_malformed"),
+        (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, rf.MAX_CHUNKS + 1) + b"x", "dropped_malformed"),
+        (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, 2) + b"x" * (rf.CHUNK + 1), "dropped_malformed"),
+    ],
+)
+def test_malformed_frames_are_counted_and_change_nothing(frame: bytes, reason: str) -> None:
+    _, nodes, _ = fleet(1)
+    nodes[0].receive(frame, b"\x02" * 6)
+    assert nodes[0].counts[reason] == 1
+    assert nodes[0].signaling.list is None and not nodes[0]._pending
+
+
+async def test_assemblies_are_bounded_in_number_and_time() -> None:
+    _, nodes, clock = fleet(1)
+    node = nodes[0]
+    for sender in range(rf.MAX_PENDING + 3):  # first chunks only, from many senders
+        node.receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 10 + sender, 0, 2) + b"{", bytes([2, 0, 0, 0, 1, sender]))
+    assert len(node._pending) == rf.MAX_PENDING
+    assert node.counts["dropped_incomplete"] == 3
+    await clock.advance(rf.ASSEMBLY_TIMEOUT + 1)
+    node.receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 99, 0, 2) + b"{", b"\x02" * 6)
+    assert len(node._pending) == 1 and node.counts["dropped_incomplete"] == 3 + rf.MAX_PENDING
+
+
+def test_a_list_that_does_not_parse_is_counted_not_raised() -> None:
+    _, nodes, _ = fleet(1)
+    nodes[0].receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, 1) + b"\xff\xfe", b"\x02" * 6)
+    assert nodes[0].counts["dropped_malformed"] == 1

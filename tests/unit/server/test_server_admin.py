@@ -1,0 +1,204 @@
+"""The XMPP and TURN admin adapters against fakes: the groups file, the Lua they send, coturn's user table.
+
+The fake prosodyctl records the admin-shell line it gets on stdin and
+answers as prosody 0.12's shell does. Real servers: tests/integration/server/test_server_membership.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evio.server.commands import ServerAdminError, run_command
+from evio.server.settings import ServerSettings
+from evio.server.turn_admin import TurnAdmin, long_term_key, turn_admin
+from evio.server.xmpp_admin import EjabberdAdmin, ProsodyAdmin, xmpp_admin
+
+DOMAIN = "overlay.example.net"
+
+FAKE_PROSODYCTL = """\
+import os, sys
+line = sys.stdin.readline().rstrip("\\n")
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(line + "\\n")
+reply = os.environ.get("FAKE_REPLY", "| Result: pushed 0")
+print("prosody> " + reply)
+print("prosody> ")
+"""
+
+
+@pytest.fixture
+def prosody(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ProsodyAdmin:
+    script = tmp_path / "fake_prosodyctl.py"
+    script.write_text(FAKE_PROSODYCTL)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "shell.log"))
+    return ProsodyAdmin(DOMAIN, tmp_path / "prosody.cfg.lua", tmp_path / "groups.txt",
+                        prosodyctl=[sys.executable, str(script)])  # fmt: skip
+
+
+def _sent(admin: ProsodyAdmin) -> list[str]:
+    return (admin.groups_file.parent / "shell.log").read_text().splitlines()
+
+
+def test_add_and_remove_edit_the_groups_file_and_push(prosody: ProsodyAdmin) -> None:
+    prosody.add_to_group("n1", "ov1")
+    prosody.add_to_group("n2", "ov1")
+    prosody.add_to_group("n2", "ov1")  # again: no duplicate line
+    prosody.add_to_group("n1", "ov2")
+    assert prosody.groups_file.read_text() == (f"[ov1]\nn1@{DOMAIN}\nn2@{DOMAIN}\n[ov2]\nn1@{DOMAIN}\n")
+    sent = _sent(prosody)
+    assert all(line.startswith(">") for line in sent)  # Lua in prosody's global environment
+    # n2's push names n1 as the member to link with, in ov1.
+    assert f'local host, group = "{DOMAIN}", "ov1"' in sent[1]
+    assert f'local jid, others = "n2@{DOMAIN}", {{ "n1@{DOMAIN}" }}' in sent[1]
+    prosody.remove_from_group("n1", "ov1")
+    assert prosody.groups_file.read_text() == f"[ov1]\nn2@{DOMAIN}\n[ov2]\nn1@{DOMAIN}\n"
+    assert "session:close" in _sent(prosody)[-1]
+
+
+def test_delete_takes_the_account_out_of_every_group_first(prosody: ProsodyAdmin) -> None:
+    prosody.groups_file.write_text(f"[ov1]\nn1@{DOMAIN}\nn2@{DOMAIN}\n[ov2]\nn1@{DOMAIN}\n")
+    prosody.delete_account("n1")
+    assert prosody.groups_file.read_text() == f"[ov1]\nn2@{DOMAIN}\n[ov2]\n"
+    sent = _sent(prosody)
+    assert len(sent) == 3 and "delete_user" in sent[-1] and "delete_user" not in sent[0]
+
+
+def test_passwords_go_through_stdin_not_the_command_line(prosody: ProsodyAdmin) -> None:
+    prosody.create_account("n1", 'pa"ss\\word')
+    (line,) = _sent(prosody)
+    assert 'create_user("n1", "pa\\"ss\\\\word", "overlay.example.net")' in line
+
+
+@pytest.mark.skipif(shutil.which("luac") is None, reason="luac (lua5.4) is not installed")
+def test_every_chunk_sent_is_valid_lua(prosody: ProsodyAdmin, tmp_path: Path) -> None:
+    prosody.add_to_group("n1", "ov1")
+    prosody.add_to_group("n2", "ov1")
+    prosody.remove_from_group("n1", "ov1")
+    prosody.create_account("n3", "pw")
+    prosody.delete_account("n2")
+    prosody.online_users()
+    for i, line in enumerate(_sent(prosody)):
+        chunk = tmp_path / f"chunk{i}.lua"
+        chunk.write_text(line[1:])
+        done = subprocess.run(["luac", "-p", str(chunk)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{line}\n{done.stderr}"
+
+
+def test_online_users_and_shell_errors(prosody: ProsodyAdmin, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_REPLY", "| Result: online:n1 n3")
+    assert prosody.online_users() == {"n1", "n3"}
+    monkeypatch.setenv("FAKE_REPLY", "! console:1: reloading mod_groups: no such file")
+    with pytest.raises(ServerAdminError, match="reloading mod_groups: no such file"):
+        prosody.add_to_group("n1", "ov1")
+
+
+def test_names_that_are_not_evio_accounts_or_groups_are_refused(prosody: ProsodyAdmin) -> None:
+    with pytest.raises(ValueError):
+        prosody.add_to_group('n1"); os.exit(', "ov1")
+    with pytest.raises(ValueError):
+        prosody.add_to_group("n1", "ov 1")
+    assert not prosody.groups_file.exists()
+
+
+def test_run_command_hides_a_secret_argument() -> None:
+    with pytest.raises(ServerAdminError) as caught:
+        run_command([sys.executable, "-c", "import sys; print(sys.argv[1]); sys.exit(3)", "s3cret"], secret="s3cret")
+    assert "s3cret" not in str(caught.value) and "***" in str(caught.value) and "exit 3" in str(caught.value)
+    with pytest.raises(ServerAdminError, match="not found"):
+        run_command(["/nonexistent/ejabberdctl"])
+
+
+def test_ejabberd_commands(tmp_path: Path) -> None:
+    log = tmp_path / "ctl.log"
+    script = tmp_path / "fake_ejabberdctl.py"
+    script.write_text(f"""\
+import sys
+with open({str(log)!r}, "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "connected_users":
+    print("n1@{DOMAIN}/r1\\nn1@{DOMAIN}/r2\\nx@elsewhere.org/r")
+if sys.argv[1] == "srg_list":
+    print("ov1")
+""")
+    admin = EjabberdAdmin(DOMAIN, [sys.executable, str(script)])
+    admin.add_to_group("n2", "ov1")
+    admin.add_to_group("n2", "ov2")
+    admin.remove_from_group("n2", "ov1")
+    assert admin.online_users() == {"n1"}
+    assert log.read_text().splitlines() == [
+        f"srg_list {DOMAIN}", f"srg_user_add n2 {DOMAIN} ov1 {DOMAIN}",
+        f"srg_list {DOMAIN}", f"srg_create ov2 {DOMAIN} ov2 evio overlay ov2 ov2", f"srg_user_add n2 {DOMAIN} ov2 {DOMAIN}",
+        f"srg_user_del n2 {DOMAIN} ov1 {DOMAIN}", f"kick_user n2 {DOMAIN}",
+        "connected_users",
+    ]  # fmt: skip
+
+
+def test_settings_choose_the_adapter() -> None:
+    prosody = xmpp_admin(ServerSettings(domain=DOMAIN, xmpp="prosody", address="192.0.2.1"))
+    assert isinstance(prosody, ProsodyAdmin) and prosody.groups_file == Path("/etc/prosody/evio-groups.txt")
+    ejabberd = xmpp_admin(ServerSettings(domain=DOMAIN, xmpp="ejabberd", address="192.0.2.1",
+                                         ejabberdctl="ejabberdctl --node e@localhost"))  # fmt: skip
+    assert isinstance(ejabberd, EjabberdAdmin) and ejabberd.ejabberdctl == ["ejabberdctl", "--node", "e@localhost"]
+
+
+def test_turn_users_are_long_term_keys_in_coturns_table(tmp_path: Path) -> None:
+    db = tmp_path / "turndb"
+    admin = TurnAdmin(db, DOMAIN, owner=None)
+    admin.add_user("n1", "pw1")
+    admin.add_user("n2", "pw2")
+    admin.add_user("n1", "pw1b")  # again: the new password
+    assert admin.users() == {"n1", "n2"}
+    with sqlite3.connect(db) as conn:
+        rows = dict(conn.execute("SELECT name, hmackey FROM turnusers_lt WHERE realm = ?", (DOMAIN,)).fetchall())
+    # What `turnadmin -a -u n1 -r REALM -p pw1b` stores (RFC 5389 15.4), never the password.
+    assert rows["n1"] == hashlib.md5(f"n1:{DOMAIN}:pw1b".encode()).hexdigest() == long_term_key("n1", DOMAIN, "pw1b")
+    admin.remove_user("n1")
+    admin.remove_user("nobody")
+    assert admin.users() == {"n2"}
+    assert oct(db.stat().st_mode & 0o777) == "0o600"
+
+
+def test_turn_admin_from_settings_uses_the_realm() -> None:
+    settings = ServerSettings(domain=DOMAIN, xmpp="prosody", address="192.0.2.1", turn_realm="turn.example.net")
+    admin = turn_admin(settings)
+    assert admin.realm == "turn.example.net" and admin.db == Path("/var/lib/turn/turndb")
+
+
+def test_deliver_sends_one_element_to_every_online_session_of_the_group(prosody: ProsodyAdmin, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """What `evio member remove` uses to hand a revocation list to the online members (issue 21, M2)."""
+    prosody.add_to_group("n1", "ov1")
+    prosody.add_to_group("n2", "ov1")
+    monkeypatch.setenv("FAKE_REPLY", "| Result: sent 3")
+    assert prosody.deliver("ov1", "urn:x-evio:identity:1", "identity", '{"v":1,"a":"]] \\" \\n"}') == 3
+    line = _sent(prosody)[-1]
+    assert f'ipairs({{ "n1@{DOMAIN}", "n2@{DOMAIN}" }})' in line and 'xmlns = "urn:x-evio:identity:1"' in line
+    if shutil.which("luac"):
+        chunk = tmp_path / "deliver.lua"
+        chunk.write_text(line[1:])
+        done = subprocess.run(["luac", "-p", str(chunk)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{line}\n{done.stderr}"
+    log = tmp_path / "ctl.log"
+    script = tmp_path / "fake_ejabberdctl.py"
+    script.write_text(f"""\
+import sys
+with open({str(log)!r}, "a") as f:
+    f.write(repr(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "connected_users":
+    print("n1@{DOMAIN}/r1\\nn1@{DOMAIN}/r2\\nn9@{DOMAIN}/r")
+if sys.argv[1] == "srg_get_members":
+    print("n1@{DOMAIN}\\nn2@{DOMAIN}")
+""")
+    admin = EjabberdAdmin(DOMAIN, [sys.executable, str(script)])
+    assert admin.deliver("ov1", "urn:x-evio:identity:1", "identity", '{"a":"<&>"}') == 2
+    sent = [ast.literal_eval(row) for row in log.read_text().splitlines() if "send_stanza" in row]
+    assert [row[2] for row in sent] == [f"n1@{DOMAIN}/r1", f"n1@{DOMAIN}/r2"]
+    assert sent[0][3].endswith('<identity xmlns="urn:x-evio:identity:1">{"a":"&lt;&amp;&gt;"}</identity></message>')
