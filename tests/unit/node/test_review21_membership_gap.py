@@ -1,4 +1,4 @@
-"""review21: how bad is the known membership gap (tests/unit/test_membership_properties.py's strict xfail)?
+"""review21: how bad is the known membership gap (tests/unit/node/test_membership_properties.py's strict xfail)?
 
 Minimised (delta debugging over the xfail's steps, trust on and off): node1 deleted; account node4 claims node5's id;
 account node5 claims node2's id; account node2 claims node1's (free) id twice; node5 removed by the relogin status and
