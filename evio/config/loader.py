@@ -598,9 +598,12 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
 
 
 def _switching_problems(overlay: Mapping[str, Any], at: tuple[str | int, ...]) -> Iterator[Problem]:
-    """On-demand links are asked for by the SDN controller, which an stp bridge does not have."""
+    """On-demand links and the L2 policy need the SDN controller, which an stp bridge does not have."""
     if _dict(overlay.get("bridge")).get("switching") != "stp":
         return
+    if overlay.get("policy"):
+        yield Problem(json_path((*at, "policy")), 'an L2 policy needs "switching": "bounded-flood" (its SDN controller '
+                      'installs the rules); with "stp" leave it out')
     on_demand = _dict(_dict(overlay.get("topology")).get("on_demand"))
     if on_demand.get("enabled") is True:
         yield Problem(json_path((*at, "topology", "on_demand", "enabled")),

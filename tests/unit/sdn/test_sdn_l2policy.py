@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 from evio.config.model import PolicyRule
@@ -334,3 +335,35 @@ def test_the_app_installs_polls_and_reports_the_policy_and_a_new_one_replaces_it
     app.tick(EventTick(periodic=True))
     mods = [m for m in dp.sent if isinstance(m, parser.OFPFlowMod)]
     assert [(m.command, m.priority) for m in mods] == [(ofp.OFPFC_DELETE_STRICT, POLICY_RULE_PRIORITY - 1)]
+
+
+# ---------------------------------------------------------------------- the config
+
+
+def test_a_bad_rule_gets_its_json_path_and_what_is_wrong() -> None:
+    from evio.config.loader import ConfigError, loads_config
+
+    def problems(rules: object, switching: str = "bounded-flood") -> list[str]:
+        text = json.dumps({"overlays": {"ov1": {"signal": {"jid": "a@b.test", "password": "x"},
+                                                 "bridge": {"switching": switching}, "policy": rules}}})
+        try:
+            loads_config(text)
+        except ConfigError as err:
+            return str(err).splitlines()
+        return []
+
+    at = "$.overlays.ov1.policy"
+    assert problems([{"action": "allow", "eth_type": "ipv4"}, {"action": "drop"}]) == []
+    assert problems([{"action": "deny"}]) == [f'{at}[0].action: "deny" is not one of "allow", "drop"']
+    assert problems([{"action": "drop", "eth_type": "ipx"}]) == [
+        f'{at}[0].eth_type: "ipx" is not a number or one of ipv4, arp, ipv6']
+    assert problems([{"action": "drop"}, {"action": "drop", "dst_port": 80}]) == [
+        f'{at}[1].dst_port: needs "ip_proto": "tcp" or "udp"']
+    assert problems([{"action": "drop", "eth_type": "arp", "ip_proto": "tcp"}]) == [
+        f"{at}[0].ip_proto: needs an IP eth_type (ipv4 or ipv6), or none for both"]
+    assert problems([{"action": "drop", "vlan": 4096}]) == [f"{at}[0].vlan: 4096 out of range: must be <= 4095"]
+    assert problems([{"action": "drop", "name": "a"}, {"action": "drop", "name": "a"}]) == [
+        f"{at}[1].name: 'a' names rule 0 too"]
+    assert problems([{"action": "drop"}], switching="stp") == [
+        f'{at}: an L2 policy needs "switching": "bounded-flood" (its SDN controller installs the rules); with "stp" '
+        "leave it out"]
