@@ -190,6 +190,10 @@ class OverlayStack:
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
         self._revocation_error: str | None = None
+        # Members signaling has seen (until revoked or replaced), told to the switch: floods rooted at anyone
+        # else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
+        self._members: set[int] = {node_id}
+        self._members_pending = False
 
     @property
     def overlay(self) -> str:
@@ -228,6 +232,8 @@ class OverlayStack:
             self.signaling.subscribe(PeerRemoved, self._peer_removed),
             self.signaling.subscribe(PeerAdded, self._peer_added),
         ]
+        self._members.update(self.signaling.peers(self.overlay))
+        self._members_changed()
         self._controller_started = True
         await self.controller.start()
         self.started_at = self._clock.now()
@@ -315,7 +321,20 @@ class OverlayStack:
 
     # -- presence -> tunnel probes --------------------------------------------------------------
 
+    def _members_changed(self) -> None:
+        if self._attached and not self._members_pending:
+            self._members_pending = True  # one command for every change of this loop turn (a login's burst)
+            asyncio.get_running_loop().call_soon(self._send_members)
+
+    def _send_members(self) -> None:
+        self._members_pending = False
+        if self._attached:
+            self._sdn.commands.set_members(self.overlay, frozenset(self._members))
+
     def _peer_removed(self, event: PeerRemoved) -> None:
+        if event.cause in (RemovalCause.MEMBERSHIP_REVOKED, RemovalCause.REPLACED) and event.node_id in self._members:
+            self._members.discard(event.node_id)
+            self._members_changed()
         # A peer whose presence went may have crashed (its server session closes with its process):
         # its tunnel must answer a probe within a few RTTs (0.25-1 s), or it goes down now rather than after
         # dead_after, and the link is made again as soon as the peer is back.
@@ -323,6 +342,9 @@ class OverlayStack:
             self.links.doubt(event.node_id)
 
     def _peer_added(self, event: PeerAdded) -> None:
+        if event.node_id not in self._members:
+            self._members.add(event.node_id)
+            self._members_changed()
         # Back so soon that the probe above may not have ended: a restarted peer answers no old tunnel.
         self.links.doubt(event.node_id)
 

@@ -12,7 +12,9 @@ overlay, and each node reads the others' off the same interface:
    that is linked. A list adopted from the overlay is not sent again: it reached the others already.
 2. A node broadcasts HAVE (its serial, no list) when one of its links comes up, so a node that joins, or a
    part of the ring that was cut off, learns what it missed: a node holding a newer list answers HAVE, and
-   any older list that comes by, with its own (at most once per `ANSWER_INTERVAL`).
+   any older list that comes by, with its own (at most once per `ANSWER_INTERVAL`), after a random wait of up
+   to `ANSWER_JITTER`, and not at all if another node's broadcast of that list came meanwhile: one HAVE costs
+   the overlay about one answer, not one per node.
 
 Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, ethertype `ETHERTYPE`):
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import socket
 import struct
 from collections import Counter
@@ -53,6 +56,7 @@ MAX_CHUNKS = -(-MAX_DOCUMENT_BYTES // CHUNK)
 MAX_PENDING = 4
 ASSEMBLY_TIMEOUT = 5.0
 ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
+ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
 HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
 READ_BATCH = 64
 
@@ -77,6 +81,9 @@ class RevocationFlood:
         self._subscription: Subscription[RevocationAdopted] | None = None
         self._pending: dict[tuple[bytes, int], _Assembly] = {}  # (sender MAC, serial) -> chunks so far
         self._last_answer = float("-inf")
+        self._answer_timer: Timer | None = None
+        self._heard_list_at = float("-inf")  # when a broadcast of the list we hold last came by
+        self._rng = random.Random()
         self._last_have = float("-inf")
         self._have_timer: Timer | None = None
 
@@ -96,9 +103,10 @@ class RevocationFlood:
         if self._subscription is not None:
             self._subscription.cancel()
             self._subscription = None
-        if self._have_timer is not None:
-            self._have_timer.cancel()
-            self._have_timer = None
+        for timer in (self._have_timer, self._answer_timer):
+            if timer is not None:
+                timer.cancel()
+        self._have_timer = self._answer_timer = None
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
@@ -150,12 +158,21 @@ class RevocationFlood:
         log.info("revocation list serial=%d broadcast on overlay %s (%d frames)", rl.serial, self.overlay, len(chunks))
 
     def _answer(self) -> None:
-        """Someone holds an older list than ours: broadcast ours, at most once per `ANSWER_INTERVAL`."""
+        """Someone holds an older list than ours: broadcast ours, at most once per `ANSWER_INTERVAL`, unless
+        another node does it first."""
         now = self._clock.now()
-        if now - self._last_answer < ANSWER_INTERVAL:
+        if self._answer_timer is not None or now - self._last_answer < ANSWER_INTERVAL:
             self.counts["answer_held"] += 1
             return
-        self._last_answer = now
+        asked = now
+        self._answer_timer = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER), lambda: self._answer_now(asked))
+
+    def _answer_now(self, asked: float) -> None:
+        self._answer_timer = None
+        if self._heard_list_at >= asked:
+            self.counts["answer_heard_elsewhere"] += 1
+            return
+        self._last_answer = self._clock.now()
         self._send_list()
 
     def _send(self, frame: bytes) -> bool:
@@ -206,6 +223,7 @@ class RevocationFlood:
                 self.link_up()  # they hold a newer one: our HAVE makes them send it
             return
         if serial == ours:
+            self._heard_list_at = self._clock.now()  # another node is answering: ours can wait
             return
         if not 0 <= index < count <= MAX_CHUNKS or len(data) - HEADER.size > CHUNK:
             self.counts["dropped_malformed"] += 1

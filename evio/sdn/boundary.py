@@ -99,7 +99,15 @@ class PeerPortDown:
     port_name: str
 
 
-ControllerCommand = AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown
+@dataclass(frozen=True, slots=True)
+class SetMembers:
+    """The overlay's members as signaling knows them: a flood rooted at any other node is an invented root's."""
+
+    overlay: str
+    members: frozenset[int]
+
+
+ControllerCommand = AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown | SetMembers
 
 
 class CommandQueue:
@@ -130,6 +138,9 @@ class CommandQueue:
 
     def peer_down(self, overlay: str, port_name: str) -> None:
         self.put(PeerPortDown(overlay, port_name))
+
+    def set_members(self, overlay: str, members: frozenset[int]) -> None:
+        self.put(SetMembers(overlay, members))
 
     def drain(self) -> list[ControllerCommand]:
         out: list[ControllerCommand] = []

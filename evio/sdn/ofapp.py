@@ -68,6 +68,7 @@ from evio.sdn.boundary import (
     DetachOverlay,
     PeerPortDown,
     PeerPortUp,
+    SetMembers,
     SetOnDemand,
     SetPolicy,
 )
@@ -465,6 +466,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
                     self._run(overlay, overlay.peer_up(command.port_name, command.peer, now))
                 elif isinstance(command, PeerPortDown):
                     self._run(overlay, overlay.peer_down(command.port_name, now))
+                elif isinstance(command, SetMembers):
+                    overlay.switch.members = command.members
 
     def _attach(self, settings: AttachOverlay) -> None:
         known = self.overlays.get(settings.overlay)

@@ -265,6 +265,9 @@ class BoundedFloodSwitch:
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         # (ingress port, root or None for a root not known here) -> floods passed on for it
         self.flood_budget = PeerRateLimiter[tuple[int, int | None]](Rate(FLOOD_RATE, FLOOD_BURST))
+        # The overlay's members as signaling knows them (None: not told, as in unit networks). A root that is
+        # no member gets no flood budget of its own, however many MACs it was made to host here.
+        self.members: frozenset[int] | None = None
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
@@ -716,11 +719,17 @@ class BoundedFloodSwitch:
             log.warning("refused port=%s reason=%s %s (so far: %d)", port, reason.name, detail, self.drops[reason])
 
     def _flood_budget_key(self, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:
-        """Whose flood budget a copy spends: its ingress port's and its root's. A root not known here before
-        this copy (no tunnel to it, no MAC learned under it) spends the port's one bucket for such roots, so
-        a member inventing roots gets no more than one root's share."""
+        """Whose flood budget a copy spends: its ingress port's and its root's. A root that is no member of the
+        overlay (as signaling knows them; before the daemon said, one with no tunnel to it and no MAC learned
+        under it) spends the port's one bucket for such roots, so a member inventing roots gets no more than
+        one root's share, however many MACs it made them host here (review of issue 21)."""
         root = h.root_nid
-        known = self.learning.hosts_any(root) or root in self.peer_ports()
+        if root in self.peer_ports():
+            known = True
+        elif self.members is not None:
+            known = root in self.members
+        else:
+            known = self.learning.hosts_any(root)
         return (port.port_no, root if known else None)
 
     def _may_pass_on(self, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float) -> bool:

@@ -59,6 +59,14 @@ class ProsodyPaths:
     admin_socket: str = ""  # "" is prosody's default, <data_path>/prosody.sock
 
 
+# mod_limits: what one member may send; the packaged config's 10 kb/s would hold a member's burst of offers
+# (a few KB each, several at once when it links) for seconds, and a flooding member is still held to this.
+PROSODY_LIMITS = (
+    "-- A member's reads: room for bursts of offers, a flooding member held to this (packaged: 10 kb/s).",
+    'limits = { c2s = { rate = "256kb/s"; burst = "2s" } }',
+)
+
+
 def lua_string(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
     return f'"{escaped}"'
@@ -76,7 +84,7 @@ def prosody_config(
     run_as_root: bool = False,
 ) -> str:
     """A complete prosody.cfg.lua (prosody 0.12) serving evio's overlays on `domain`."""
-    modules = ("roster", "saslauth", "tls", "disco", "ping", "posix", "groups", "admin_shell")
+    modules = ("roster", "saslauth", "tls", "disco", "ping", "posix", "groups", "admin_shell", "limits")
     lines = [
         f"-- prosody for the evio overlays on {domain}: written by `evio server init`.",
         "-- Members log in with the accounts `evio member add` creates; the shared roster group named",
@@ -104,6 +112,7 @@ def prosody_config(
         "-- Hundreds of members may log in at once after a server restart: a deep listen backlog;",
         "-- Nagle off, as signaling is small request/response stanzas (Nagle adds about 40 ms).",
         "network_settings = { tcp_backlog = 1024; nagle = false }",
+        *PROSODY_LIMITS,
         "",
         "-- groups: the shared roster, one group per overlay, from the file `evio member add|remove` edits",
         "--   (it pushes each change to the online members at once through the admin shell).",
@@ -131,6 +140,7 @@ def prosody_additions(*, domain: str, cert: str, key: str, groups_file: str) -> 
         "c2s_require_encryption = true",
         "allow_registration = false",
         "network_settings = { tcp_backlog = 1024; nagle = false }",
+        *PROSODY_LIMITS,
         "",
         f"VirtualHost {lua_string(domain)}",
         f"    ssl = {{ certificate = {lua_string(cert)}; key = {lua_string(key)} }}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -83,20 +84,27 @@ def save_settings(state_dir: Path, settings: ServerSettings) -> None:
 
 
 def write_private(path: Path, text: str | bytes, mode: int = 0o600) -> None:
-    """Write atomically (a temporary file renamed over), created with `mode` from the start."""
+    """Write atomically (a temporary file renamed over), created with `mode` from the start.
+
+    The temporary file is a new one of a random name (O_EXCL): in a shared directory nobody can have placed
+    a link or a file of theirs where it is written (review of issue 21)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
     data = text.encode() if isinstance(text, str) else text
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
     try:
-        os.write(fd, data)
         os.fchmod(fd, mode)
-    finally:
+        os.write(fd, data)
+    except BaseException:
         os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     try:
         os.replace(tmp, path)
     except OSError as exc:
         if exc.errno != errno.EBUSY:
+            tmp.unlink(missing_ok=True)
             raise
         # `path` is a mount point (a file bind-mounted into a container): it cannot be replaced, only
         # rewritten in place, which is not atomic but is all such a file allows.

@@ -73,6 +73,7 @@ from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
 from evio.signal.login_steps import LoginAttempt, LoginTarget, membership_failure
+from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, login_patience, return_delay
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +230,7 @@ class SignalClient(SignalEndpoint):
         self._last_membership_check: float | None = None
         self.membership_checks = 0  # forced re-logins done
         self.last_login_seconds: float | None = None  # connect() -> announcement sent
+        self._last_slowest_answer = 0.0  # the server's slowest answer in our last login (evio.signal.pacing)
         self.failed_logins = 0  # attempts that ended before a session was up (refused, TLS, auth)
         self.stanzas_in = 0  # stanzas received from the server, all sessions: what proves it is alive
         self.late_pings = 0  # server pings unanswered in time while the server was sending: session kept
@@ -275,7 +277,14 @@ class SignalClient(SignalEndpoint):
                 if self._relogin_now:
                     self._relogin_now = False
                     continue  # a membership check: the server is fine, log in again at once
-                delay = backoff_delay(attempt, self._rng, self.settings.reconnect_base, self.settings.reconnect_cap)
+                s = self.settings
+                # Back from a session that ended (a server restart ends all at once): spread with the members
+                # and our last login's time (evio.signal.pacing). After failed logins: the backoff.
+                if was_up:
+                    members = len(self._membership)
+                    delay = return_delay(self._rng, self.last_login_seconds, members, s.reconnect_base, s.reconnect_cap)
+                else:
+                    delay = backoff_delay(attempt, self._rng, s.reconnect_base, s.reconnect_cap)
                 # A failed login was logged with its step (once per change); its retries are not news.
                 log.log(logging.INFO if was_up else logging.DEBUG, "signal %s: reconnecting in %.2f s (attempt %d)",
                         self.settings.jid, delay, attempt)
@@ -297,11 +306,14 @@ class SignalClient(SignalEndpoint):
     async def _one_session(self, failed_before: int = 0) -> bool:
         """Connect, log in, serve until the stream ends. True if the login completed.
 
-        After logins that failed, the next one is given longer (up to 3x `login_timeout`): on a
-        loaded host a login took over 20 s, and starting it over every 20 s only repeated the work.
+        The login is given up when the server stays silent past `login_timeout` (longer after logins
+        that failed, up to 3x, and after slow answers: evio.signal.pacing.LoginWatch), not after a
+        fixed time: a loaded server answered every step but took minutes for all of them, and starting
+        over only repeated the work.
         """
         s = self.settings
-        login_timeout = s.login_timeout * min(3, 1 + failed_before)
+        login_timeout = login_patience(s.login_timeout, failed_before, self._last_slowest_answer)
+        login_limit = s.login_timeout * LIMIT_FACTOR
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[str] = loop.create_future()
         logged_in: asyncio.Future[None] = loop.create_future()
@@ -309,6 +321,7 @@ class SignalClient(SignalEndpoint):
         self._xmpp = xmpp
         attempt = self._attempt = LoginAttempt(self._login_target())
         started = loop.time()
+        watch = LoginWatch(started, login_timeout, max(login_limit, login_timeout))
 
         def end(reason: str) -> None:
             if not ended.done():
@@ -323,7 +336,7 @@ class SignalClient(SignalEndpoint):
                 xmpp.abort()
                 return
             try:
-                await xmpp.get_roster(timeout=s.login_timeout)
+                await xmpp.get_roster(timeout=watch.limit)  # the watch gives up earlier on a silent server
             except (IqError, IqTimeout) as exc:
                 why = "no answer" if isinstance(exc, IqTimeout) else str(exc.iq["error"]["condition"])
                 attempt.stream_failed(f"logged in as {s.jid}, but the roster fetch failed ({why})")
@@ -334,6 +347,7 @@ class SignalClient(SignalEndpoint):
             self._sync_membership(xmpp)
             self._send_presence(xmpp)
             self.last_login_seconds = loop.time() - started
+            self._last_slowest_answer = watch.slowest
             self._session_up(str(xmpp.boundjid))
             if not logged_in.done():
                 logged_in.set_result(None)
@@ -363,6 +377,7 @@ class SignalClient(SignalEndpoint):
             attempt.stream_error(str(error["condition"]), str(error["text"]))
 
         def note_challenge(stanza: Any) -> Any:
+            watch.heard(loop.time())  # every answer of the server keeps the login going
             if stanza.xml.tag == _SASL_CHALLENGE_TAG:
                 attempt.challenged()  # a refusal after it is about the password, not the account
             return stanza
@@ -391,9 +406,12 @@ class SignalClient(SignalEndpoint):
         keepalive: asyncio.Task[None] | None = None
         try:
             waits: set[asyncio.Future[Any]] = {ended, logged_in}
-            done, _ = await asyncio.wait(waits, timeout=login_timeout, return_when=asyncio.FIRST_COMPLETED)
+            done: set[asyncio.Future[Any]] = set()
+            while not done and not watch.expired(loop.time()):
+                left = watch.deadline() - loop.time()
+                done, _ = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                attempt.timed_out(login_timeout)
+                attempt.timed_out(loop.time() - started)
                 self._attempt_failed(attempt)
                 return False
             if not logged_in.done():

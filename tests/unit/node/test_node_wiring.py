@@ -22,8 +22,16 @@ from evio.node.overlay_stack import LinkManager
 from evio.node.plan import OverlayPlan, plan_node
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import LinkDown, LinkInfo, LinkUp
-from evio.sdn.boundary import OnDemandIdle, OnDemandWanted, PeerPortDown, PeerPortUp, PortAdded, SwitchConnected
-from evio.signal.events import PeerAdded, PeerRemoved
+from evio.sdn.boundary import (
+    OnDemandIdle,
+    OnDemandWanted,
+    PeerPortDown,
+    PeerPortUp,
+    PortAdded,
+    SetMembers,
+    SwitchConnected,
+)
+from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.interface import Signaling
 from evio.signal.protocol import Body
 from evio.testing.fake_node import FakeLinkHub, FakePlatform
@@ -424,4 +432,29 @@ async def test_a_dead_link_leaves_the_sdn_side_at_once_even_while_another_port_i
         assert {tap for (_, tap) in platform.sdn.peer_ports} == {tap_name("evt", nid(3))}
     finally:
         gate.set()
+        await fleet.stop_all()
+
+
+async def test_the_sdn_side_is_told_the_overlays_members_and_a_revoked_one_leaves_them() -> None:
+    fleet = mesh_fleet(3)
+    await fleet.start()
+    try:
+        await wait_until(lambda: all(len(bridge_ports(fleet, i)) == 2 for i in fleet.nodes), clock=fleet.clock)
+        ids = {i: fleet.nodes[i].node_id for i in fleet.nodes}
+
+        def told(i: int) -> frozenset[int] | None:
+            platform = fleet.platforms[i]
+            platform.sdn.sync()
+            sets = [c.members for c in platform.sdn.history if isinstance(c, SetMembers)]
+            return sets[-1] if sets else None
+
+        await wait_until(lambda: all(told(i) == frozenset(ids.values()) for i in fleet.nodes), clock=fleet.clock)
+        first, gone, other = sorted(fleet.nodes)
+        stack = fleet.nodes[first].overlays["ov1"]
+        stack._peer_removed(PeerRemoved("ov1", ids[gone], "gone@x", RemovalCause.MEMBERSHIP_REVOKED))
+        await wait_until(lambda: told(first) == frozenset(ids.values()) - {ids[gone]}, clock=fleet.clock)
+        stack._peer_removed(PeerRemoved("ov1", ids[other], "left@x", RemovalCause.LEFT))  # gone a while: still a member
+        await fleet.clock.advance(0.1)
+        assert ids[other] in (told(first) or ())
+    finally:
         await fleet.stop_all()

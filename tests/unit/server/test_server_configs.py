@@ -59,6 +59,20 @@ def test_ejabberd_config_has_a_deep_backlog_and_the_shared_roster() -> None:
     assert doc["certfiles"] == ["/e/evio.pem"]
 
 
+def test_servers_are_sized_for_a_storm_of_logins() -> None:
+    """Issue 24: the listen backlogs, ejabberd's caches and shaper, prosody's per-member read limit."""
+    yaml = pytest.importorskip("yaml")
+    doc = yaml.safe_load(configs.ejabberd_config(domain=DOMAIN, certfile="/e/evio.pem"))
+    assert doc["listen"][0]["backlog"] >= 1024
+    assert doc["cache_size"] >= 10000  # rosters, groups and accounts of every member (the default keeps 1,000)
+    assert doc["max_fsm_queue"] >= 10000
+    assert doc["shaper"][doc["shaper_rules"]["c2s_shaper"]] >= 100_000  # bytes/s: a login's presence round
+    for text in (_prosody(), configs.prosody_additions(domain=DOMAIN, cert="/c", key="/k", groups_file="/g")):
+        assert "tcp_backlog = 1024" in text
+        assert 'limits = { c2s = { rate = "256kb/s"; burst = "2s" } }' in text  # not the packaged 10 kb/s
+    assert '"limits"' in _prosody()
+
+
 def test_coturn_config_denies_private_peers_and_uses_long_term_credentials() -> None:
     text = configs.coturn_config(realm=DOMAIN, userdb="/var/lib/turn/turndb", relay_ports=(50000, 50999))
     lines = set(text.splitlines())

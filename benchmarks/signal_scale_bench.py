@@ -1,0 +1,963 @@
+#!/usr/bin/env python3
+"""The signaling plane at scale (issue 24): members that only sign in and signal, on prosody and ejabberd.
+
+    .venv/bin/python benchmarks/signal_scale_bench.py                     # 100, 300 members, both servers
+    .venv/bin/python benchmarks/signal_scale_bench.py --members 1000 --servers prosody
+    .venv/bin/python benchmarks/signal_scale_bench.py --quick             # CI: 100 members only
+
+Run it under `flock /tmp/evio-heavy.lock` on a shared machine (root: prosody and ejabberd run as their own
+servers on loopback, from a temporary directory, on free ports). Per server and member count, in order:
+
+1. **login storm**: members 0 and 1 sign in first; then the other n-2 are started at once. Timed: until
+   every member is signed in, and until every member knows every other (its `peers()` lists n-1);
+   meanwhile member 0 sends remote-action requests to member 1 (`SignalClient.request`, what an offer
+   and its answer are) one after the other: the round trip under the storm.
+2. **settled**: the same round trip with all n online and quiet.
+3. **a member added** while all are online, as `evio member add` does it (prosody: groups file and the
+   admin shell's push; ejabberd: ejabberdctl register + srg_user_add), then signed in: until all n+1
+   know each other (from the admin command's start; the command's own time beside it).
+4. **a member removed** (`remove_from_group`: prosody's push and session end; ejabberd's srg_user_del and
+   kick_user): until no member lists it.
+5. **server restart** with every member online: until all are signed in again and know each other.
+
+The members are evio's real `SignalClient` (evio/signal/client.py), all in this one process on one
+asyncio loop, with the evio announcement in their presence, the roster fetch on login, keepalives and
+the reconnect backoff as shipped. One change for the benchmark only: the client's TLS context is a
+bare one made once (the members use plaintext on loopback here). The shipped client builds a fresh
+default context per login, which loads the system CA store: 28 ms and ~0.9 MB per member, which would
+make 1,000 members in one process measure Python, not the server. Plaintext logins with stored plain
+passwords on both servers, so neither spends its CPU on TLS or SCRAM hashing: the figures are the
+signaling itself. The servers' settings are those `evio server init` writes (backlog, caches,
+Nagle off) with the listener made plaintext; `--ejabberd-packaged` uses ejabberd's packaged listener
+and caches instead.
+
+Server CPU (user+system seconds) and peak RSS (VmHWM) are read from /proc of the server process (after
+a restart: of the new process, for the restart alone); the members' CPU is this process's, over the same
+span: when it nears the wall time, the members (one Python core), not the server, set the pace. The load
+average (1 min) is printed beside each row: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Protocol, cast
+from xml.sax.saxutils import escape
+
+import yaml
+
+from evio.backoff import backoff_delay
+from evio.node.sdn import free_tcp_port
+from evio.server.configs import ejabberd_config, groups_text
+from evio.server.xmpp_admin import EjabberdAdmin, ProsodyAdmin, XmppAdmin
+from evio.signal.client import SignalClient, SignalSettings
+from evio.signal.errors import RequestError
+from evio.signal.events import PeerAdded, PeerRemoved
+from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, login_patience, return_delay
+from evio.signal.protocol import FEATURES, NAMESPACE, Announcement, Membership, encode_announcement
+from evio.testing.waiting import wait_until_blocking
+
+DOMAIN = "overlay.test"
+OVERLAY = "ov1"
+ECHO = "bench.echo"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+log = logging.getLogger("signal_scale_bench")
+
+
+# ---------------------------------------------------------------------------------------------- servers
+
+
+class BenchServer(Protocol):
+    name: str
+    port: int
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def pid(self) -> int: ...
+    def admin(self) -> XmppAdmin: ...
+
+
+def _user(i: int) -> str:
+    return f"m{i}"
+
+
+def _password(i: int) -> str:
+    return f"pw-m{i}"
+
+
+class Prosody:
+    """prosody 0.12 in the foreground from `directory`; accounts written as its internal_plain store files."""
+
+    name = "prosody"
+
+    def __init__(self, directory: Path, members: int, accounts: int) -> None:
+        self.directory = directory
+        self.port = free_tcp_port()
+        self.config = directory / "prosody.cfg.lua"
+        self.groups_file = directory / "groups.txt"
+        self._proc: subprocess.Popen[bytes] | None = None
+        (directory / "data").mkdir(parents=True)
+        self.groups_file.write_text(groups_text({OVERLAY: [f"{_user(i)}@{DOMAIN}" for i in range(members)]}))
+        # prosody's own store layout: data/<host, '.' escaped>/accounts/<user>.dat, a Lua table.
+        store = directory / "data" / DOMAIN.replace(".", "%2e") / "accounts"
+        store.mkdir(parents=True)
+        for i in range(accounts):
+            (store / f"{_user(i)}.dat").write_text(f'return {{\n\t["password"] = "{_password(i)}";\n}};\n')
+        self.config.write_text("\n".join([
+            "run_as_root = true",
+            f'pidfile = "{directory}/prosody.pid"',
+            f'data_path = "{directory}/data"',
+            f'log = {{ error = "{directory}/prosody.err" }}',
+            'interfaces = { "127.0.0.1" }',
+            f"c2s_ports = {{ {self.port} }}",
+            "c2s_direct_tls_ports = {}",
+            "s2s_ports = {}",
+            # As `evio server init` writes them (evio.server.configs.prosody_config):
+            "network_settings = { tcp_backlog = 1024; nagle = false }",
+            'authentication = "internal_plain"',
+            "c2s_require_encryption = false",
+            "allow_unencrypted_plain_auth = true",
+            f'groups_file = "{self.groups_file}"',
+            f'admin_socket = "{directory}/data/prosody.sock"',
+            'modules_enabled = { "roster"; "saslauth"; "disco"; "ping"; "groups"; "admin_socket"; "admin_shell" }',
+            f'VirtualHost "{DOMAIN}"',
+            "",
+        ]))  # fmt: skip
+
+    def start(self) -> None:
+        with open(self.directory / "prosody.out", "ab") as out:
+            self._proc = subprocess.Popen(["prosody", "--config", str(self.config), "-F"], stdout=out,
+                                          stderr=subprocess.STDOUT)  # fmt: skip
+        proc = self._proc
+        wait_until_blocking(lambda: _listening(self.port) or proc.poll() is not None, 20, what="prosody listening")
+        if proc.poll() is not None:
+            raise RuntimeError(f"prosody did not start: {(self.directory / 'prosody.out').read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def admin(self) -> XmppAdmin:
+        return ProsodyAdmin(DOMAIN, self.config, self.groups_file)
+
+
+class Ejabberd:
+    """ejabberd 23.01 from `directory` (ejabberdctl --config-dir), its own Erlang node and distribution port.
+
+    Accounts and the group are made through its HTTP API on loopback (one ejabberdctl call is an Erlang
+    start, 0.4-0.9 s: 1,000 of them would take longer than the benchmark); the member added and removed
+    during the run go through ejabberdctl, as `evio member add|remove` does.
+    """
+
+    name = "ejabberd"
+
+    def __init__(self, directory: Path, members: int, accounts: int, packaged: bool) -> None:
+        self.directory = directory
+        self.members, self.accounts = members, accounts
+        self.port = free_tcp_port()
+        self.http_port = free_tcp_port()
+        self.dist_port = free_tcp_port()
+        self.node = f"sigscale{os.getpid()}@localhost"
+        self.conf = directory / "conf"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
+        self._seeded = False
+        for sub in ("conf", "logs", "spool"):
+            (directory / sub).mkdir(parents=True)
+        (self.conf / "ejabberd.yml").write_text(yaml.safe_dump(self._config(packaged), sort_keys=False))
+        (self.conf / "ejabberdctl.cfg").write_text("\n".join([
+            f"ERLANG_NODE={self.node}",
+            f"ERL_DIST_PORT={self.dist_port}",  # a fixed distribution port and no epmd on 0.0.0.0:4369
+            "INET_DIST_INTERFACE=127.0.0.1",
+            "ERL_EPMD_ADDRESS=127.0.0.1",
+            "EJABBERD_BYPASS_WARNINGS=true",
+            "",
+        ]))  # fmt: skip
+        shutil.copy("/etc/ejabberd/inetrc", self.conf / "inetrc")
+        subprocess.run(["chown", "-R", "ejabberd:", str(directory)], check=True)
+
+    def _config(self, packaged: bool) -> dict[str, object]:
+        """What `evio server init` writes, with the listener plaintext on loopback and an HTTP API beside it."""
+        config = yaml.safe_load(ejabberd_config(domain=DOMAIN, certfile="/dev/null"))
+        del config["certfiles"]
+        config["log_rotate_count"] = 0
+        config["auth_password_format"] = "plain"
+        listener = config["listen"][0]
+        listener.update({"port": self.port, "ip": "127.0.0.1", "starttls_required": False})
+        if packaged:
+            # ejabberd's packaged listener and caches (issue 24's first ejabberd row).
+            del listener["backlog"]
+            for key in ("cache_size", "cache_life_time", "max_fsm_queue"):
+                config.pop(key, None)
+        config["listen"].append({"port": self.http_port, "ip": "127.0.0.1", "module": "ejabberd_http",
+                                 "request_handlers": {"/api": "mod_http_api"}})  # fmt: skip
+        config["api_permissions"]["bench http api"] = {"from": ["mod_http_api"], "who": "all", "what": "*"}
+        config["modules"]["mod_http_api"] = {}
+        return dict(config)
+
+    def ctl_argv(self) -> list[str]:
+        return ["ejabberdctl", "--config-dir", str(self.conf), "--logs", str(self.directory / "logs"),
+                "--spool", str(self.directory / "spool")]  # fmt: skip
+
+    def start(self) -> None:
+        with open(self.directory / "ejabberd.out", "ab") as out:
+            self._proc = subprocess.Popen([*self.ctl_argv(), "foreground"], stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True)  # fmt: skip
+        proc = self._proc
+        wait_until_blocking(lambda: _listening(self.port) and _listening(self.http_port) or proc.poll() is not None,
+                            60, what="ejabberd listening")  # fmt: skip
+        if proc.poll() is not None:
+            raise RuntimeError(f"ejabberd did not start: {(self.directory / 'ejabberd.out').read_text()[-2000:]}")
+        self._pid = _find_process("beam.smp", self.node)
+        if not self._seeded:
+            self._seed()
+            self._seeded = True
+
+    def _seed(self) -> None:
+        for i in range(self.accounts):
+            self._api("register", user=_user(i), host=DOMAIN, password=_password(i))
+        self._api("srg_create", group=OVERLAY, host=DOMAIN, label=OVERLAY, description=f"evio overlay {OVERLAY}",
+                  display=OVERLAY)  # fmt: skip
+        for i in range(self.members):
+            self._api("srg_user_add", user=_user(i), host=DOMAIN, group=OVERLAY, grouphost=DOMAIN)
+
+    def _api(self, command: str, **args: str) -> object:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}/api/{command}",
+                                         data=json.dumps(args).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return json.loads(reply.read() or b"null")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        subprocess.run([*self.ctl_argv(), "stop"], capture_output=True, timeout=60)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        wait_until_blocking(lambda: not _listening(self.port), 30, what="ejabberd stopped")
+
+    def pid(self) -> int:
+        assert self._pid is not None
+        return self._pid
+
+    def admin(self) -> XmppAdmin:
+        return EjabberdAdmin(DOMAIN, self.ctl_argv())
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.2).close()
+    except OSError:
+        return False
+    return True
+
+
+def _find_process(executable: str, marker: str) -> int:
+    """The pid of the process running `executable` whose command line holds `marker` (ejabberd's beam)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].decode(errors="replace").endswith(executable) and marker.encode() in b" ".join(argv):
+            return int(entry.name)
+    raise RuntimeError(f"no {executable} process with {marker!r}")
+
+
+@dataclass
+class ProcessUsage:
+    cpu: float  # user + system seconds
+    peak_rss_mb: float  # VmHWM
+
+
+def usage(pid: int) -> ProcessUsage:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14 and 15 of stat)
+    hwm = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) / 1024
+    return ProcessUsage(cpu, hwm)
+
+
+def load1() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+# ---------------------------------------------------------------------------------------------- members
+
+
+_BARE_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+class BenchMember(SignalClient):
+    """evio's SignalClient; only its TLS context is made once (plaintext here: see the module doc)."""
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        return _BARE_TLS
+
+
+@dataclass
+class Member:
+    index: int
+    client: BenchMember
+    known: set[str] = field(default_factory=set)  # bare JIDs of the peers it lists now
+
+    @property
+    def jid(self) -> str:
+        return f"{_user(self.index)}@{DOMAIN}"
+
+    @property
+    def connected(self) -> bool:
+        return self.client.connected
+
+    @property
+    def sessions(self) -> int:
+        return self.client.sessions
+
+    @property
+    def failed_logins(self) -> int:
+        return self.client.failed_logins
+
+    @property
+    def last_login(self) -> float:
+        return self.client.last_login_seconds or 0.0
+
+
+@dataclass
+class Seen:
+    """A member of the probe process, as last reported."""
+
+    jid: str
+    connected: bool = False
+    sessions: int = 0
+    failed_logins: int = 0
+    last_login: float = 0.0
+    known: set[str] = field(default_factory=set)
+
+
+class MemberLike(Protocol):
+    @property
+    def jid(self) -> str: ...
+    @property
+    def connected(self) -> bool: ...
+    @property
+    def sessions(self) -> int: ...
+    @property
+    def failed_logins(self) -> int: ...
+    @property
+    def last_login(self) -> float: ...
+    @property
+    def known(self) -> set[str]: ...
+
+
+def make_member(index: int, port: int, rng: random.Random, login_timeout: float) -> Member:
+    settings = SignalSettings(
+        jid=f"{_user(index)}@{DOMAIN}", server="127.0.0.1", port=port, password=_password(index),
+        memberships={OVERLAY: rng.getrandbits(128)}, insecure_plaintext=True, login_timeout=login_timeout,
+    )  # fmt: skip
+    member = Member(index, BenchMember(settings, random.Random(rng.getrandbits(64))))
+
+    def added(event: PeerAdded) -> None:
+        member.known.add(event.jid.split("/", 1)[0])
+
+    def removed(event: PeerRemoved) -> None:
+        member.known.discard(event.jid.split("/", 1)[0])
+
+    async def echo(_sender: str, _peer: int, body: object) -> object:
+        return body
+
+    member.client.subscribe(PeerAdded, added)
+    member.client.subscribe(PeerRemoved, removed)
+    member.client.register_handler(ECHO, echo)  # type: ignore[arg-type]
+    return member
+
+
+class RoundTrips:
+    """Member 0 asks member 1, one request after the other, until stopped: the round trip of an offer."""
+
+    def __init__(self, asker: Member, answerer: Member) -> None:
+        self.asker, self.answerer = asker, answerer
+        self.times: list[float] = []
+        self.failures = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, limit: int | None = None) -> None:
+        self.times, self.failures = [], 0
+        self._task = asyncio.create_task(self._run(limit))
+
+    async def _run(self, limit: int | None) -> None:
+        peer = self.answerer.client.node_id(OVERLAY)
+        while limit is None or len(self.times) + self.failures < limit:
+            started = time.perf_counter()
+            try:
+                await self.asker.client.request(OVERLAY, peer, ECHO, {"sdp": "x" * 600}, timeout=30)
+                self.times.append(time.perf_counter() - started)
+            except RequestError:
+                self.failures += 1
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0)  # one at a time, back to back
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def finish(self) -> None:
+        if self._task is not None:
+            await self._task
+
+
+
+class LeanMember:
+    """What `SignalClient` does with the server, without its peer table: the crowd of a big run.
+
+    Log in (stream, SASL PLAIN, bind), fetch the roster, send the initial presence with the evio
+    announcement (evio.signal.protocol), then read: a roster push is answered and applied, a member's
+    presence is counted (a JID of the roster, subscription both, as SignalClient requires), any other
+    iq is answered. Signing in again follows SignalClient's rules: `rules="shipped"` uses this tree's
+    (evio.signal.pacing: the return spread with the members, a login given up when the server goes silent
+    past a patience that follows its answers), `rules="before"` the previous release's (a return within
+    [base/2, base], a login given up `login_timeout` after its start). No keepalive pings (one per 30 s).
+
+    Why not SignalClient: its peer table recomputes every member's claim on every presence
+    (evio.signal.peers.PeerTable._recompute, O(members)), so a storm of n logins costs each member
+    O(n^2): 0.6 ms a presence at 40 members, ~15 ms at 1,000. One member on its own host pays that once;
+    n of them in one process pay it n times (at 300 members the crowd, not the server, set the pace).
+    """
+
+    def __init__(self, index: int, port: int, node_id: int, rng: random.Random, rules: str, login_timeout: float):
+        self.index, self.port, self.rng, self.rules = index, port, rng, rules
+        self.login_timeout = login_timeout
+        self.jid = f"{_user(index)}@{DOMAIN}"
+        self.announcement = encode_announcement(Announcement((Membership(OVERLAY, node_id),), FEATURES))
+        self.connected = False
+        self.sessions = 0
+        self.failed_logins = 0
+        self.last_login = 0.0
+        self.last_slowest = 0.0
+        self.failures: dict[str, int] = {}  # why logins failed: the step reached
+        self.known: set[str] = set()
+        self.roster: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.client = self  # the crowd is started and stopped as SignalClients are
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._supervise())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _supervise(self) -> None:
+        attempt, failed = 0, 0
+        while True:
+            was_up = await self._session(failed)
+            failed = 0 if was_up else failed + 1
+            self.failed_logins += 0 if was_up else 1
+            attempt = 1 if was_up else attempt + 1
+            base, cap = SignalSettings.reconnect_base, SignalSettings.reconnect_cap
+            if was_up and self.rules == "shipped":
+                delay = return_delay(self.rng, self.last_login, len(self.roster), base, cap)
+            else:
+                delay = backoff_delay(attempt, self.rng, base, cap)
+            await asyncio.sleep(delay)
+
+    async def _session(self, failed_before: int) -> bool:
+        loop = asyncio.get_running_loop()
+        patience = self.login_timeout * min(3, 1 + failed_before)
+        if self.rules == "shipped":
+            patience = login_patience(self.login_timeout, failed_before, self.last_slowest)
+        started = loop.time()
+        watch = LoginWatch(started, patience, max(patience, self.login_timeout * LIMIT_FACTOR))
+        deadline = (lambda: watch.deadline()) if self.rules == "shipped" else (lambda: started + patience)
+        self.step = "tcp"
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", self.port), patience)
+        except (OSError, TimeoutError) as exc:
+            self._failed(type(exc).__name__)
+            return False
+        stream = _Stream(reader, writer)
+        try:
+            return await self._serve(stream, loop, watch, deadline, started)
+        except (OSError, TimeoutError, ConnectionError, ET.ParseError) as exc:
+            if not self.connected:
+                self._failed(type(exc).__name__)
+            return self.connected
+        finally:
+            self.connected = False
+            self.known.clear()
+            writer.close()
+
+    def _failed(self, why: str) -> None:
+        key = f"{why} at {self.step}"
+        self.failures[key] = self.failures.get(key, 0) + 1
+
+    async def _serve(self, stream: _Stream, loop: asyncio.AbstractEventLoop, watch: LoginWatch,
+                     deadline: Callable[[], float], started: float) -> bool:  # fmt: skip
+        async def answer(test: Callable[[ET.Element], bool]) -> ET.Element:
+            while True:
+                element = await stream.next(deadline() - loop.time())
+                watch.heard(loop.time())
+                if test(element):
+                    return element
+
+        self.step = "features"
+        stream.open()
+        await answer(lambda e: e.tag.endswith("features"))
+        self.step = "sasl"
+        secret = base64.b64encode(f"\0{_user(self.index)}\0{_password(self.index)}".encode()).decode()
+        stream.send(f"<auth xmlns='{_SASL}' mechanism='PLAIN'>{secret}</auth>")
+        if not (await answer(lambda e: e.tag in (f"{{{_SASL}}}success", f"{{{_SASL}}}failure"))).tag.endswith("success"):
+            return False
+        self.step = "bind"
+        stream.open()
+        await answer(lambda e: e.tag.endswith("features"))
+        stream.send(f"<iq type='set' id='bind'><bind xmlns='{_BIND}'><resource>evio-{self.index}</resource></bind></iq>")
+        await answer(lambda e: e.get("id") == "bind")
+        self.step = "roster"
+        stream.send(f"<iq type='get' id='roster'><query xmlns='{_ROSTER}'/></iq>")
+        roster = await answer(lambda e: e.get("id") == "roster")
+        self.roster = {i.get("jid", "") for i in roster.iter(f"{{{_ROSTER}}}item") if i.get("subscription") == "both"}
+        stream.send(f"<presence><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
+        self.last_login = loop.time() - started
+        self.last_slowest = watch.slowest
+        self.connected = True
+        self.sessions += 1
+        while True:
+            self._received(await stream.next(None), stream)
+
+    def _received(self, element: ET.Element, stream: _Stream) -> None:
+        tag = element.tag.rsplit("}", 1)[-1]
+        sender = element.get("from", "")
+        bare = sender.split("/", 1)[0]
+        if tag == "presence":
+            if element.get("type") == "unavailable":
+                self.known.discard(bare)
+            elif element.get("type") is None and bare in self.roster and bare != self.jid and "/" in sender:
+                self.known.add(bare)
+        elif tag == "iq" and element.get("type") in ("get", "set"):
+            for item in element.iter(f"{{{_ROSTER}}}item"):  # a roster push
+                jid = item.get("jid", "")
+                if item.get("subscription") == "both":
+                    self.roster.add(jid)
+                else:
+                    self.roster.discard(jid)
+                    self.known.discard(jid)
+            reply_to = f" to='{_xml(sender)}'" if sender else ""
+            stream.send(f"<iq type='result' id='{_xml(element.get('id', ''))}'{reply_to}/>")
+        elif tag == "error":
+            raise ConnectionError("stream error")
+
+
+def _xml(text: str) -> str:
+    return escape(text, {"'": "&apos;", '"': "&quot;"})
+
+
+_SASL = "urn:ietf:params:xml:ns:xmpp-sasl"
+_BIND = "urn:ietf:params:xml:ns:xmpp-bind"
+_ROSTER = "jabber:iq:roster"
+
+
+class _Stream:
+    """An XMPP client stream: the stream header, then the top-level elements as they complete (expat)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self._parser: ET.XMLPullParser | None = None
+        self._depth = 0
+        self._ready: list[ET.Element] = []
+
+    def open(self) -> None:
+        self._parser = ET.XMLPullParser(events=("start", "end"))
+        self._depth = 0
+        self._ready.clear()
+        self.send(f"<?xml version='1.0'?><stream:stream to='{DOMAIN}' xmlns='jabber:client' "
+                  "xmlns:stream='http://etherx.jabber.org/streams' version='1.0'>")  # fmt: skip
+
+    def send(self, text: str) -> None:
+        self.writer.write(text.encode())
+
+    async def next(self, timeout: float | None) -> ET.Element:
+        while not self._ready:
+            if timeout is not None and timeout <= 0:
+                raise TimeoutError
+            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            if not data:
+                raise ConnectionError("the server closed the stream")
+            assert self._parser is not None
+            self._parser.feed(data)
+            for event, item in cast(Iterator[tuple[str, ET.Element]], self._parser.read_events()):
+                element = item
+                if event == "start":
+                    self._depth += 1
+                else:
+                    self._depth -= 1
+                    if self._depth == 1:
+                        self._ready.append(element)
+                    elif self._depth == 0:
+                        raise ConnectionError("the server ended the stream")
+        return self._ready.pop(0)
+
+
+class ProbePair:
+    """Members 0 and 1 in a process of their own, member 0 asking member 1: the round trip then measures the
+    server and the two members, not the event loop of the crowd (busy with every presence of a storm)."""
+
+    def __init__(self, port: int, login_timeout: float) -> None:
+        self._conn, child = multiprocessing.get_context("spawn").Pipe()
+        self._proc = multiprocessing.get_context("spawn").Process(
+            target=_probe_main, args=(child, port, login_timeout), daemon=True
+        )
+        self._proc.start()
+        self.seen = [Seen(f"{_user(i)}@{DOMAIN}") for i in (0, 1)]
+        self.times: list[float] = []
+        self.failures = 0
+
+    def ask(self, command: str, arg: object = None) -> object:
+        self._conn.send((command, arg))
+        return self._conn.recv()
+
+    def refresh(self) -> None:
+        states = self.ask("state")
+        assert isinstance(states, list)
+        for seen, state in zip(self.seen, states, strict=True):
+            seen.connected, seen.sessions, seen.failed_logins, seen.last_login, known = state
+            seen.known = set(known)
+
+    async def trips(self, command: str, arg: object = None) -> None:
+        """rtt_stop or rtt_wait: the times of the round trips since rtt_start."""
+        result = await asyncio.to_thread(self.ask, command, arg)
+        assert isinstance(result, tuple)
+        self.times, self.failures = result
+
+    def summary(self) -> str:
+        return _summary(self.times, self.failures)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, EOFError):
+            self.ask("stop")
+        self._proc.join(30)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+
+
+def _probe_main(conn: Connection, port: int, login_timeout: float) -> None:
+    logging.basicConfig(level=logging.CRITICAL)
+    asyncio.run(_probe(conn, port, login_timeout))
+
+
+async def _probe(conn: Connection, port: int, login_timeout: float) -> None:
+    rng = random.Random(1)
+    pair = [make_member(i, port, rng, login_timeout) for i in (0, 1)]
+    trips = RoundTrips(pair[0], pair[1])
+    while True:
+        command, arg = await asyncio.to_thread(conn.recv)
+        if command == "start":
+            for m in pair:
+                await m.client.start()
+            conn.send(None)
+        elif command == "state":
+            conn.send([(m.connected, m.sessions, m.failed_logins, m.last_login, sorted(m.known)) for m in pair])
+        elif command == "rtt_start":
+            trips.start(arg if isinstance(arg, int) else None)
+            conn.send(None)
+        elif command in ("rtt_stop", "rtt_wait"):
+            await (trips.stop() if command == "rtt_stop" else trips.finish())
+            conn.send((trips.times, trips.failures))
+        elif command == "stop":
+            await asyncio.gather(*(m.client.stop() for m in pair), return_exceptions=True)
+            conn.send(None)
+            return
+
+
+def _failure_steps(crowd: Sequence[Member | LeanMember]) -> str:
+    """The lean crowd's failed logins by the step they reached: ' (TimeoutError at features 900, ...)'."""
+    steps: dict[str, int] = {}
+    for m in crowd:
+        for key, count in getattr(m, "failures", {}).items():
+            steps[key] = steps.get(key, 0) + count
+    top = sorted(steps.items(), key=lambda item: -item[1])[:3]
+    return f" ({', '.join(f'{key} {count}' for key, count in top)})" if top else ""
+
+
+def _summary(times: Sequence[float], failures: int) -> str:
+    if not times:
+        return f"none ({failures} failed)"
+    ms = sorted(t * 1000 for t in times)
+    p90 = ms[min(len(ms) - 1, int(len(ms) * 0.9))]
+    failed = f", {failures} failed" if failures else ""
+    return f"{statistics.median(ms):.1f}/{p90:.1f} ms ({len(ms)}{failed})"
+
+
+async def wait_for(
+    condition: Callable[[], bool], timeout: float, refresh: Callable[[], None] | None = None, interval: float = 0.2
+) -> float | None:
+    """Seconds until `condition()` held, or None after `timeout` (`refresh` first, each time)."""
+    started = time.perf_counter()
+    while True:
+        if refresh is not None:
+            refresh()
+        if condition():
+            return time.perf_counter() - started
+        if time.perf_counter() - started > timeout:
+            return None
+        await asyncio.sleep(interval)
+
+
+# ---------------------------------------------------------------------------------------------- one run
+
+
+@dataclass
+class Row:
+    server: str
+    members: int
+    figures: dict[str, str] = field(default_factory=dict)
+
+
+async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
+    row = Row(server.name, n)
+    f = row.figures
+    rng = random.Random(n)
+    probe = ProbePair(server.port, args.login_timeout)
+
+    def one(i: int) -> Member | LeanMember:
+        if args.crowd == "signalclient":
+            return make_member(i, server.port, rng, args.login_timeout)
+        return LeanMember(i, server.port, rng.getrandbits(128), random.Random(rng.getrandbits(64)), args.rules,
+                          args.login_timeout)  # fmt: skip
+
+    crowd = [one(i) for i in range(2, n)]
+    members: list[MemberLike] = [*probe.seen, *crowd]
+    refresh = probe.refresh
+
+    def all_know(group: Sequence[MemberLike]) -> Callable[[], bool]:
+        jids = {m.jid for m in group}
+        # The cheap count first: a full check of 1,000 sets every poll would load the crowd's own loop.
+        return lambda: all(len(m.known) >= len(jids) - 1 for m in group) and \
+            all(len(m.known & jids) == len(jids) - 1 for m in group)  # fmt: skip
+
+    def pairs(group: Sequence[MemberLike]) -> str:
+        jids = {m.jid for m in group}
+        return f"{sum(len(m.known & jids) for m in group) / (len(group) * (len(group) - 1)):.0%} of pairs"
+
+    def count(what: Callable[[MemberLike], bool], timeout: float) -> str:
+        return f"{sum(1 for m in members if what(m))} of {n} after {timeout:.0f} s"
+
+    try:
+        # 1. the storm, with two members online first (in the probe process) to time the round trip under it
+        await asyncio.to_thread(probe.ask, "start")
+        if await wait_for(all_know(probe.seen), 60, refresh) is None:
+            raise RuntimeError("the first two members did not find each other in 60 s")
+        probe.ask("rtt_start")
+        before = usage(server.pid())
+        members_cpu = time.process_time()
+        t0 = time.perf_counter()
+        for m in crowd:
+            await m.client.start()
+        in_s = await wait_for(lambda: all(m.connected for m in members), args.timeout, refresh)
+        f["signed in"] = f"{in_s:.1f} s" if in_s is not None else count(lambda m: m.connected, args.timeout)
+        left = args.timeout - (time.perf_counter() - t0)
+        know_s = await wait_for(all_know(members), max(left, 1.0), refresh)
+        f["all know all"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else \
+            f"{pairs(members)} after {args.timeout:.0f} s"  # fmt: skip
+        await probe.trips("rtt_stop")
+        f["RTT storm p50/p90"] = probe.summary()
+        logins = sorted(m.last_login for m in members)
+        f["login p50/max"] = f"{statistics.median(logins):.1f}/{logins[-1]:.1f} s"
+        storm_failures = sum(m.failed_logins for m in members)
+        f["failed logins"] = f"{storm_failures}{_failure_steps(crowd)}"
+        for m in crowd:
+            if isinstance(m, LeanMember):
+                m.failures.clear()
+        after = usage(server.pid())
+        f["server CPU"] = f"{after.cpu - before.cpu:.1f} s"
+        f["members' CPU"] = f"{time.process_time() - members_cpu:.1f} s"
+        f["load"] = f"{load1():.1f}"
+
+        # 2. settled
+        probe.ask("rtt_start", args.requests)
+        await probe.trips("rtt_wait")
+        f["RTT settled p50/p90"] = probe.summary()
+
+        # 3. a member added, then 4. removed, while all are online
+        admin = server.admin()
+        newcomer = one(n)
+        everyone = [*members, newcomer]
+        t0 = time.perf_counter()
+        await asyncio.to_thread(admin.add_to_group, _user(n), OVERLAY)
+        command = time.perf_counter() - t0
+        await newcomer.client.start()
+        added = await wait_for(all_know(everyone), 120, refresh)
+        f["add: all know"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if added is not None
+                              else count(lambda m: newcomer.jid in m.known, 120))  # fmt: skip
+        t0 = time.perf_counter()
+        await asyncio.to_thread(admin.remove_from_group, _user(n), OVERLAY)
+        command = time.perf_counter() - t0
+        gone = await wait_for(lambda: not any(newcomer.jid in m.known for m in members), 120, refresh)
+        f["remove: none knows"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if gone is not None
+                                   else count(lambda m: newcomer.jid not in m.known, 120))  # fmt: skip
+        await newcomer.client.stop()
+        final = usage(server.pid())
+        f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
+
+        # 5. restart with every member online
+        if args.restart:
+            refresh()
+            sessions = {m.jid: m.sessions for m in members}
+            # Stopped and started with the crowd's loop held: its members notice the end of their sessions at
+            # the same moment, once the server listens again (as when a restarted server had closed all streams
+            # at once). "signed in" counts from then; "all know" from the start command (the start included).
+            server.stop()
+            t0 = time.perf_counter()
+            server.start()
+            members_cpu = time.process_time()
+            back = await wait_for(lambda: all(m.sessions > sessions[m.jid] and m.connected for m in members),
+                                  args.timeout, refresh)  # fmt: skip
+            f["restart: signed in"] = f"{back:.1f} s" if back is not None else \
+                count(lambda m: m.sessions > sessions[m.jid], args.timeout)  # fmt: skip
+            left = args.timeout - (time.perf_counter() - t0)
+            know_s = await wait_for(all_know(members), max(left, 1.0), refresh)
+            f["restart: all know"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else pairs(members)
+            f["restart: failed logins"] = f"{sum(m.failed_logins for m in members) - storm_failures}{_failure_steps(crowd)}"
+            restarted = usage(server.pid())
+            f["restart: CPU/RSS"] = f"{restarted.cpu:.1f} s/{restarted.peak_rss_mb:.0f} MB"
+            f["restart: members' CPU"] = f"{time.process_time() - members_cpu:.1f} s"
+            f["restart: load"] = f"{load1():.1f}"
+    finally:
+        await asyncio.gather(*(m.client.stop() for m in crowd), return_exceptions=True)
+        await asyncio.to_thread(probe.close)
+    return row
+
+
+@contextlib.contextmanager
+def bench_server(kind: str, n: int, args: argparse.Namespace) -> Iterator[BenchServer]:
+    directory = Path(tempfile.mkdtemp(prefix=f"sigscale-{kind}-{n}-"))
+    server: Prosody | Ejabberd
+    try:
+        if kind == "prosody":
+            server = Prosody(directory, n, n + 1)
+        else:
+            server = Ejabberd(directory, n, n + 1, args.ejabberd_packaged)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        if args.keep:
+            print(f"kept {directory}", file=sys.stderr)
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+COLUMNS = ("signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
+           "RTT storm p50/p90", "RTT settled p50/p90", "add: all know", "remove: none knows", "load",
+           "restart: signed in", "restart: all know", "restart: failed logins", "restart: CPU/RSS", "restart: members' CPU", "restart: load")
+
+
+def table(rows: Sequence[Row]) -> list[str]:
+    present = [c for c in COLUMNS if any(c in r.figures for r in rows)]
+    head = ["server", "members", *present]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.server, str(r.members), *(r.figures.get(c, "") for c in present)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+async def main_async(args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    for n in args.members:
+        for kind in args.servers:
+            print(f"# {kind}, {n} members ...", file=sys.stderr, flush=True)
+            with bench_server(kind, n, args) as server:
+                row = await run_one(server, n, args)
+            rows.append(row)
+            print("\n".join(table([row])[2:]), file=sys.stderr, flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--members", type=lambda s: [int(x) for x in s.split(",")], default=[100, 300],
+                        help="comma-separated member counts (default 100,300; 1000 takes minutes on prosody)")
+    parser.add_argument("--servers", type=lambda s: s.split(","), default=["prosody", "ejabberd"],
+                        help="prosody,ejabberd (default both)")
+    parser.add_argument("--quick", action="store_true", help="CI: 100 members only")
+    parser.add_argument("--requests", type=int, default=200, help="settled round trips (default 200)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a phase may take (default 300)")
+    parser.add_argument("--login-timeout", type=float, default=SignalSettings.login_timeout,
+                        help="the members' login_timeout (default as shipped)")
+    parser.add_argument("--crowd", choices=("lean", "signalclient"), default="lean",
+                        help="members 2..n-1: a lean client (default) or evio's SignalClient (see LeanMember)")
+    parser.add_argument("--rules", choices=("shipped", "before"), default="shipped",
+                        help="the lean crowd's sign-in rules: this tree's pacing, or the release before it")
+    parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the server restart")
+    parser.add_argument("--ejabberd-packaged", action="store_true",
+                        help="ejabberd with its packaged listener backlog and caches, not evio's")
+    parser.add_argument("--keep", action="store_true", help="keep the servers' directories")
+    args = parser.parse_args()
+    if args.quick:
+        args.members = [100]
+    for kind in args.servers:
+        if kind not in ("prosody", "ejabberd"):
+            parser.error(f"unknown server {kind!r} (prosody or ejabberd)")
+    if any(n < 3 for n in args.members):
+        parser.error("--members: at least 3")
+    if os.geteuid() != 0:
+        parser.error("needs root (prosody and ejabberd run as servers of their own)")
+    logging.basicConfig(level=logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
+    # SIGTERM unwinds like ^C: the servers of the run under way are stopped and their directories removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    rows = asyncio.run(main_async(args))
+    print("\n".join(table(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
