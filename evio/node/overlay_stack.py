@@ -37,6 +37,7 @@ from evio.node.plan import OverlayPlan
 from evio.node.revocation_flood import RevocationFlood
 from evio.node.sdn import SdnController
 from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
+from evio.node.transit import transit_status
 from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.sdn import boundary
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
@@ -96,7 +97,7 @@ class LinkManager(Protocol):
 
     @property
     def transit(self) -> TransitTable | None:
-        """The overlay's transit fast-path table (tunnel.transit), None without one."""
+        """The overlay's transit fast-path table (evio.node.transit), None without one."""
         ...
 
     def reconfigure(self, config: TunnelSettings) -> None:
@@ -212,7 +213,7 @@ class OverlayStack:
                 flow_idle_timeout=self.plan.config.bridge.flow_idle_timeout,
                 on_demand=self.plan.config.topology.on_demand,
                 tunnel_mtu=self.plan.tunnel.tap_mtu,
-                transit=self.links.transit,
+                transit=self.links.transit,  # the fast path's table, mirrored by the switch (evio.node.transit)
                 policy=self.plan.config.policy,
             )
             self._attached = True
@@ -611,7 +612,7 @@ class OverlayStack:
                 "checksums_completed": traffic.checksums_completed if traffic else 0,
                 "neighbors_answered": traffic.neighbors_answered if traffic else 0,
             },
-            "transit": _transit(self.links.transit),
+            "transit": transit_status(self.links.transit),
             "drops": dict(self.drops),
             "policy": self._policy_status(),
             # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.path.candidates).
@@ -646,16 +647,6 @@ def _value(item: object) -> Any:
     if isinstance(item, enum.Enum):
         return item.value
     return item
-
-
-def _transit(table: TransitTable | None) -> dict[str, Any]:
-    """The transit fast path's counters (frames it sent on, frames it left to the bridge and why)."""
-    if table is None:
-        return {"enabled": False}
-    counters = table.counters()
-    return {"enabled": table.enabled, "entries": counters.entries, "max_entries": table.max_entries,
-            "forwarded": counters.forwarded, "expired": counters.expired, "no_egress": counters.no_egress,
-            "refused_full": counters.refused_full, "refused_group": counters.refused_group}
 
 
 async def _step(overlay: str, what: str, awaitable: Any) -> None:

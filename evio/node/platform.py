@@ -18,10 +18,9 @@ from evio.bridge.ovs_bridge import OvsBridge
 from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.node.sdn import OskenController, SdnController
-from evio.sdn.frb import ETH_TYPE_FRB
+from evio.node.transit import transit_table
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.interface import Signaling
-from evio.tunnel.datapath.transit_table import TransitTable
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.path.offer_answer import RemoteActionSignaling
@@ -83,13 +82,9 @@ class SystemPlatform:
     def links(
         self, plan: OverlayPlan, node_id: int, signaling: Signaling, on_event: Callable[[TunnelEvent], None]
     ) -> LinkManager:
-        # The transit fast path needs the controller's flows to mirror: none on an stp bridge. The table
-        # is there when it is off too, so that a reload can switch it on.
-        transit = (None if plan.bridge.stp
-                   else TransitTable(excluded_ethertypes=(ETH_TYPE_FRB,), enabled=plan.tunnel.transit))
         manager: LinkManager = TunnelManager(
             node_id, plan.tunnel, plan.certificate or self.certificate, RemoteActionSignaling(signaling, plan.id),
-            on_event=on_event, transit=transit,
+            on_event=on_event, transit=transit_table(plan),
         )
         return manager
 

@@ -83,6 +83,7 @@ from evio.sdn.frb import ETH_TYPE_FRB
 from evio.sdn.l2policy import oxm_fields
 from evio.sdn.osken_imports import trim_os_ken
 from evio.sdn.overlay_switch import OverlaySwitch, Step
+from evio.sdn.transit import write_batches
 
 trim_os_ken()  # before os-ken is first imported: OpenFlow 1.3 only (about 11 MB less)
 
@@ -405,24 +406,17 @@ class BoundedFloodApp(app_manager.OSKenApp):
         dp = self.datapaths.get(overlay.datapath_id) if overlay.connected else None
         if dp is None or not actions:
             return
-        # The transit fast path's entries (sdn/transit.py): those a delete removes go before it leaves,
-        # an added flow's after it; a delete after an add in the same list waits for the add's write.
+        # The transit fast path's entries (evio.sdn.transit): those a delete removes go before it leaves,
+        # an added flow's after it, each batch in one write.
         now = self.config.clock()
-        messages: list[Any] = []
-        added: list[flow_actions.FlowAction] = []
-        for action in actions:
-            if added and isinstance(action, (flow_actions.DeleteFlowsOfPort, flow_actions.DeleteFlowsToMac)):
-                self._write(dp, messages)
-                for done in added:
-                    overlay.after_send(done, now)
-                messages, added = [], []
-            overlay.before_send(action, now)
-            messages += to_ofp_messages(dp, action)
-            if isinstance(action, flow_actions.AddFlow):
-                added.append(action)
-        self._write(dp, messages)
-        for done in added:
-            overlay.after_send(done, now)
+        for batch in write_batches(actions):
+            messages: list[Any] = []
+            for action in batch:
+                overlay.before_send(action, now)
+                messages += to_ofp_messages(dp, action)
+            self._write(dp, messages)
+            for action in batch:
+                overlay.after_send(action, now)
 
     def _write(self, dp: Any, messages: Sequence[Any]) -> None:
         """Every OFP message of ours goes this way, so none overtakes another."""

@@ -64,7 +64,7 @@ class OverlaySwitch:
                                          settings.flow_idle_timeout, settings.mac_max_age,
                                          tunnel_mtu=settings.tunnel_mtu)
         self.on_demand = OnDemandPolicy(settings.on_demand)
-        self.transit = TransitMirror(settings.transit) if settings.transit is not None else None
+        self.transit = TransitMirror(settings.transit)  # the fast path's entries (evio.sdn.transit)
         self.policy = PolicyTable(settings.policy)
         self.switch.frame_filter = self._policy_allows
         self._policy_reported: tuple[object, ...] | None = None
@@ -108,8 +108,7 @@ class OverlaySwitch:
     def switch_disconnected(self, now: float) -> list[ControllerEvent]:
         """Forget the ports (their numbers may differ when it comes back); keep the peer names."""
         self.connected = False
-        if self.transit is not None:
-            self.transit.clear()
+        self.transit.clear()
         for port_no in list(self.switch.ports):
             self.switch.port_removed(port_no, now)  # nothing to send: there is no switch
         self.port_desc.clear()
@@ -189,7 +188,7 @@ class OverlaySwitch:
         if not self.policy.set_rules(rules):
             return []
         self.settings = replace(self.settings, policy=rules)
-        if self.transit is not None and self.policy.polices_members:
+        if self.policy.polices_members:
             self.transit.clear()  # frames passing through must meet the rules on the bridge from now on
         log.info("policy applied overlay=%s rules=%d", self.overlay, len(rules))
         return self._policy_sync()
@@ -215,16 +214,14 @@ class OverlaySwitch:
         return self.switch.packet_in(in_port, data, now)
 
     def flow_removed(self, match: FlowMatch) -> list[FlowAction]:
-        if self.transit is not None:
-            self.transit.flow_removed(match)
+        self.transit.flow_removed(match)
         return self.switch.flow_removed(match)
 
     # ---------------------------------------------------------------- the transit fast path's mirror
 
     def before_send(self, action: FlowAction, now: float) -> None:
         """`action` is about to go to the switch: fast-path entries it deletes go now."""
-        if self.transit is not None:
-            self.transit.before(action)
+        self.transit.before(action)
         if isinstance(action, AddFlow) and action.counted:  # the poll sees counted flows only
             self.flows_added += 1
             if not self.may_have_flows:
@@ -237,17 +234,16 @@ class OverlaySwitch:
     def after_send(self, action: FlowAction, now: float) -> None:
         """`action` went to the switch: a tunnel-to-tunnel flow gets its fast-path entry (not while a policy
         rule sees frames from members: the fast path passes frames on without the bridge's table 0)."""
-        if self.transit is not None and not self.policy.polices_members:
+        if not self.policy.polices_members:
             self.transit.after(action, self.switch.ports, now)
 
     def transit_refresh(self, now: float) -> list[FlowAction]:
         """Flows the fast path keeps busy, re-installed before the switch would expire them."""
-        return self.transit.refresh(now) if self.transit is not None else []
+        return self.transit.refresh(now)
 
     def clear_transit(self) -> None:
         """The switch's flows are about to be cleared, or the overlay is going: no fast-path entry may stay."""
-        if self.transit is not None:
-            self.transit.clear()
+        self.transit.clear()
 
     def expire(self, now: float) -> list[FlowAction]:
         return self.switch.expire(now)
@@ -281,7 +277,7 @@ class OverlaySwitch:
         """Whether anything here needs the controller's short tick: counters to poll for on-demand
         links, wished links to keep or release, fast-path flows to refresh."""
         polling = self.settings.on_demand.enabled and self.needs_counter_poll
-        return polling or bool(self.on_demand.wanted) or bool(self.transit is not None and len(self.transit))
+        return polling or bool(self.on_demand.wanted) or bool(len(self.transit))
 
     def flow_stats(self, byte_counts: Mapping[FlowMatch, int], now: float) -> list[ControllerEvent]:
         """One complete poll of evio's flows' byte counters (empty when there is nothing to poll)."""

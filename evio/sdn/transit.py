@@ -1,5 +1,14 @@
 """The transit fast path as the controller keeps it: a mirror of its tunnel-to-tunnel flows.
 
+The fast path has one home per layer:
+
+- here (`evio.sdn.transit`), the switch side: which flows have entries, and when they go or are refreshed;
+  `OverlaySwitch` holds one `TransitMirror` per bridge and `ofapp._send` writes in `write_batches`;
+- `evio.tunnel.datapath.transit_table`, the data-path side: the `TransitTable` the entries go into,
+  looked up per frame by the data paths' hook (`FdDatapath.set_transit`, the native ring's prefilter);
+- `evio.node.transit`, the wiring: one table per overlay, given to its tunnels and to this mirror, and
+  its status document.
+
 The daemon's data path can send a frame from one tunnel straight into
 another, past both TAPs and Open vSwitch (evio.tunnel.datapath.transit_table,
 docs/design.md "Transit fast path"). It may do so only for a frame the
@@ -27,13 +36,16 @@ them, through a `TransitSink`:
   before its flow does; the flow then expires in the switch as it always did,
   and its FlowRemoved drops the entry.
 
+Without a sink (an overlay whose table is off for good: none is made on an stp bridge) the mirror
+keeps nothing and sends nothing.
+
 Pure: `now` comes in, actions go out; the sink is the only thing it touches.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -84,11 +96,48 @@ def _mac(text: str) -> bytes:
     return bytes.fromhex(text.replace(":", ""))
 
 
-class TransitMirror:
-    """The fast-path entries of one bridge, keyed like its flows."""
+def write_batches(actions: Sequence[FlowAction]) -> Iterator[list[FlowAction]]:
+    """`actions` in the order they go to the switch, cut where one write must be done before the next.
 
-    def __init__(self, sink: TransitSink) -> None:
-        self.sink = sink
+    An added flow's entry is made after its write (`TransitMirror.after`), a delete's entries are
+    removed before its write (`TransitMirror.before`): a port or MAC delete that follows an add in the
+    same list waits for the add's write, so the add's entry exists for the delete to remove."""
+    batch: list[FlowAction] = []
+    added = False
+    for action in actions:
+        if added and isinstance(action, (DeleteFlowsOfPort, DeleteFlowsToMac)):
+            yield batch
+            batch, added = [], False
+        batch.append(action)
+        added = added or isinstance(action, AddFlow)
+    if batch:
+        yield batch
+
+
+class _NoSink:
+    """The sink of a mirror with no table: it takes no entry."""
+
+    def add(self, ingress: str, eth_dst: bytes, eth_src: bytes, egress: str, deadline: float) -> bool:
+        return False
+
+    def remove(self, ingress: str, eth_dst: bytes, eth_src: bytes) -> bool:
+        return False
+
+    def remove_dst(self, eth_dst: bytes) -> int:
+        return 0
+
+    def clear(self) -> int:
+        return 0
+
+    def get(self, ingress: str, eth_dst: bytes, eth_src: bytes) -> RouteView | None:
+        return None
+
+
+class TransitMirror:
+    """The fast-path entries of one bridge, keyed like its flows (none without a sink)."""
+
+    def __init__(self, sink: TransitSink | None) -> None:
+        self.sink: TransitSink = sink if sink is not None else _NoSink()
         self._mirrored: dict[FlowMatch, _Mirrored] = {}
         self.refreshes = 0  # flows re-installed because the fast path used them
 

@@ -7,6 +7,12 @@ the SDN controller has a unicast flow ``(in_port A, eth_src, eth_dst) ->
 output B`` with both ports tunnels, it mirrors the flow into this table, and
 A's data path hands such frames straight to B's data path to be sealed.
 
+One home per layer: here the data-path side (this table; the hooks that use it are
+`FdDatapath.set_transit`, step 7 of `receive.py`, and the native ring's prefilter; `Tunnel` attaches
+its data path);
+`evio.sdn.transit` the switch side (`TransitMirror`, which keeps this table in step with the flows);
+`evio.node.transit` the wiring (one table per overlay, given to its tunnels and its switch).
+
 The bridge stays the source of truth (docs/design.md, "Transit fast path"):
 
 - an entry is keyed exactly as the flow is matched, on the ingress TAP and
