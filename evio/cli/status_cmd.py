@@ -210,6 +210,14 @@ def render_status(status: Mapping[str, Any], now: float) -> str:
             widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
             for row in table:
                 lines.append("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        policy = ov.get("policy") or []
+        if policy:
+            lines.append(f"  policy: {len(policy)} rules, first match decides, no match allows")
+            for rule in policy:
+                frb = f" ({rule.get('frb_packets')} in FRBs)" if rule.get("frb_packets") else ""
+                verb = "dropped" if rule.get("action") == "drop" else "allowed"
+                lines.append(f"    {rule.get('rule')}: {rule.get('action')} from {rule.get('in_port')}, "
+                             f"{verb} {rule.get('packets')}{frb}")
     return "\n".join(lines)
 
 

@@ -287,6 +287,32 @@ class TrustConfig:
     key_file: Path
 
 
+ETH_TYPE_NAMES: Mapping[str, int] = MappingProxyType({"ipv4": 0x0800, "arp": 0x0806, "ipv6": 0x86DD})
+IP_PROTO_NAMES: Mapping[str, int] = MappingProxyType({"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58})
+PolicyAction = Literal["allow", "drop"]
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    """One L2 policy rule (evio.sdn.l2policy): frames entering the bridge by `in_port` that match
+    every field given (None: any) are allowed or dropped; the first rule that matches decides, and a
+    frame no rule matches is allowed. Names (eth_type "ipv4", ip_proto "udp") are numbers here."""
+
+    action: PolicyAction
+    name: str = ""  # "" : "rule-N" by its place in the list (PolicyRule.label)
+    in_port: str = "any"  # "any", "members" (tunnel ports), "leaves" (every other port) or a port's name
+    eth_src: str | None = None  # lower-case "aa:bb:cc:dd:ee:ff"
+    eth_dst: str | None = None
+    eth_type: int | None = None  # inside an 802.1Q tag, as OpenFlow matches it
+    vlan: int | None = None  # the 802.1Q VLAN id
+    ip_proto: int | None = None  # without eth_type: IPv4 and IPv6 both
+    src_port: int | None = None  # TCP or UDP (ip_proto says which)
+    dst_port: int | None = None
+
+    def label(self, index: int) -> str:
+        return self.name or f"rule-{index + 1}"
+
+
 @dataclass(frozen=True)
 class OverlayConfig:
     id: str
@@ -298,6 +324,7 @@ class OverlayConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     trust: TrustConfig | None = None  # None: fingerprints from signaling only (XMPP-only trust, labs)
     attach: tuple[str, ...] = ()  # host interfaces put on the bridge as leaf ports (evio.bridge.host_ports)
+    policy: tuple[PolicyRule, ...] = ()  # L2 policy, first match decides; none: everything allowed
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,9 @@ class _Families:
             "evio_transit_fallbacks", "Frames with a fast-path entry that went through the bridge, by reason.",
             labels=["overlay", "reason"])
         self.transit_entries = GaugeMetricFamily("evio_transit_entries", "Transit fast-path entries.", labels=o)
+        self.policy_packets = CounterMetricFamily(
+            "evio_policy_packets", "Frames an L2 policy rule matched (a drop rule's: dropped), by rule.",
+            labels=["overlay", "rule", "action"])
         self.switch_drops = CounterMetricFamily(
             "evio_switch_drops", "Frames and FRBs the controller dropped, by reason.", labels=["overlay", "reason"])
         self.candidates_dropped = CounterMetricFamily(
@@ -179,6 +182,8 @@ class _Families:
             self.transit_entries.add_metric([overlay], transit.get("entries", 0))
             for reason in ("expired", "no_egress"):
                 self.transit_fallbacks.add_metric([overlay, reason], transit.get(reason, 0))
+        for rule in ov.get("policy", []):
+            self.policy_packets.add_metric([overlay, str(rule["rule"]), str(rule["action"])], rule["packets"])
         for reason, count in sorted(ov.get("drops", {}).items()):
             self.switch_drops.add_metric([overlay, reason.lower()], count)
         for reason, count in sorted(ov.get("candidates_dropped", {}).items()):

@@ -262,6 +262,8 @@ class Node:
             self.overlays[overlay].set_tunnel_settings(settings)
         for overlay, names in change.attach.items():
             await self.overlays[overlay].set_attached(names)
+        for overlay, rules in change.policy.items():
+            self.overlays[overlay].set_policy(rules)
         self.plan = change.plan
         for account in change.plan.accounts:
             if account.jid in change.accounts_started:

@@ -40,7 +40,7 @@ from evio.bridge.commands import BridgeError
 from evio.bridge.host_ports import AttachRefused, HostInterface, InterfaceCounters, interface_counters
 from evio.clock import REAL_CLOCK, Clock
 from evio.config.address_pool import conflicting_peers
-from evio.config.model import TopologyConfig
+from evio.config.model import PolicyRule, TopologyConfig
 from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
 from evio.node.revocation_flood import RevocationFlood
@@ -195,6 +195,7 @@ class OverlayStack:
         self.port_drops: Mapping[str, Mapping[str, int]] = {}  # port name -> what its bounds in the switch dropped
         self.broadcasts: boundary.BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
         self.traffic: boundary.TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
+        self.policy_counts: boundary.PolicyCounts | None = None  # what each L2 policy rule matched (SDN side)
         self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
         self.tunnels_up = 0
         self.tunnels_down = 0
@@ -243,6 +244,7 @@ class OverlayStack:
                 on_demand=self.plan.config.topology.on_demand,
                 tunnel_mtu=self.plan.tunnel.tap_mtu,
                 transit=self.links.transit,  # the fast path's table, mirrored by the switch (evio.node.transit_wiring)
+                policy=self.plan.config.policy,
             )
             self._attached = True
         self._bridge_made = True  # from here on, stop() deletes it even if create() failed half-way
@@ -337,6 +339,14 @@ class OverlayStack:
             # The SDN side decides when a link is wanted: it needs the new threshold and timeout too.
             self._sdn.commands.set_on_demand(self.overlay, topology.on_demand)
         log.info("topology settings applied overlay=%s", self.overlay)
+
+    def set_policy(self, rules: tuple[PolicyRule, ...]) -> None:
+        """A new L2 policy (a reload): the bridge's table-0 flows change; tunnels and learning stay."""
+        self.plan = replace(self.plan, config=replace(self.plan.config, policy=rules))
+        self.policy_counts = None  # rule numbers may mean other rules now
+        if self._attached:
+            self._sdn.commands.set_policy(self.overlay, rules)
+        log.info("policy applied overlay=%s rules=%d", self.overlay, len(rules))
 
     def set_tunnel_settings(self, settings: TunnelSettings) -> None:
         self.plan = replace(self.plan, tunnel=settings)
@@ -590,8 +600,21 @@ class OverlayStack:
             self.broadcasts = event
         elif isinstance(event, boundary.TrafficCounts):
             self.traffic = event
+        elif isinstance(event, boundary.PolicyCounts):
+            self.policy_counts = event
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
+
+    def _policy_status(self) -> list[dict[str, Any]]:
+        """Each rule in order, with what it matched: `packets` in all, `frb_packets` of them FRB inner frames."""
+        counts = self.policy_counts.rules if self.policy_counts is not None else ()
+        rules = []
+        for index, rule in enumerate(self.plan.config.policy):
+            count = counts[index] if index < len(counts) and counts[index].name == rule.label(index) else None
+            flow, frb = (count.packets, count.frb_packets) if count is not None else (0, 0)
+            rules.append({"rule": rule.label(index), "action": rule.action, "in_port": rule.in_port,
+                          "packets": flow + frb, "frb_packets": frb})
+        return rules
 
     # -- probe (evio ping) ----------------------------------------------------------------------
 
@@ -701,6 +724,7 @@ class OverlayStack:
             },
             "transit": transit_status(self.links.transit),
             "drops": dict(self.drops),
+            "policy": self._policy_status(),
             # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.path.candidates).
             "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),

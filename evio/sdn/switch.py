@@ -81,7 +81,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -188,6 +188,7 @@ class Drop(enum.Enum):
     IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
     LINK_LOCAL_LIMITED = ("link-local multicast (router solicitation, MLD, mDNS) over its port's rate: delivered to "
                           "the other local ports, not flooded")
+    POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +292,9 @@ class BoundedFloodSwitch:
         self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
         self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
+        # The L2 policy for frames FRBs carry (OverlaySwitch sets it): whether (ingress port, inner frame)
+        # may come in. Other frames meet the policy in table 0 before they could reach the controller.
+        self.frame_filter: Callable[[int, bytes], bool] | None = None
 
     @property
     def broadcasts_seen(self) -> int:
@@ -686,6 +690,9 @@ class BoundedFloodSwitch:
         if h.root_nid == self.node_id:
             self.drops[Drop.OWN_BROADCAST] += 1
             self.broadcasts.record_own_return()
+            return []
+        if self.frame_filter is not None and not self.frame_filter(in_port, inner):
+            self.drops[Drop.POLICY] += 1  # as a flow in table 0 would: not learned, delivered nor passed on
             return []
         self.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
         hops = self._hops(h, ingress)

@@ -34,6 +34,7 @@ from evio.sdn.boundary import (
     PeerPortDown,
     PeerPortUp,
     SetOnDemand,
+    SetPolicy,
 )
 from evio.signal.client import SignalSettings
 from evio.signal.interface import Signaling
@@ -223,6 +224,9 @@ class FakeSdn:
             elif isinstance(command, SetOnDemand):
                 if command.overlay in self.attached:
                     self.attached[command.overlay] = replace(self.attached[command.overlay], on_demand=command.on_demand)
+            elif isinstance(command, SetPolicy):
+                if command.overlay in self.attached:
+                    self.attached[command.overlay] = replace(self.attached[command.overlay], policy=command.rules)
             elif isinstance(command, PeerPortUp):
                 self.peer_ports[(command.overlay, command.port_name)] = command.peer
             elif isinstance(command, PeerPortDown):
