@@ -15,11 +15,13 @@ import csv
 import hashlib
 import io
 import ipaddress
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from evio.bridge.commands import BridgeError, CommandError, CommandRunner
+from evio.bridge.host_ports import AttachRefused, HostInterface, attach_refusal, default_route_devices, parse_link
 from evio.bridge.ovs_paths import ovs_run_dir
 from evio.bridge.packet_buffers import PacketSocketTuner, PortTuner
 
@@ -104,12 +106,6 @@ class BridgeSpec:
     def stp(self) -> bool:
         return self.switching == "stp"
 
-    @property
-    def ipv6_link_local(self) -> bool:
-        """Whether the internal port keeps the IPv6 link-local address Linux gives it: only with an IPv6
-        overlay address (its neighbours and routers speak to it from link-local addresses)."""
-        return self.overlay_address is not None and ipaddress.ip_interface(self.overlay_address).version == 6
-
     def __post_init__(self) -> None:
         if self.switching not in SWITCHING_MODES:
             raise BridgeError(f"unknown switching mode {self.switching!r} (one of {', '.join(SWITCHING_MODES)})")
@@ -193,8 +189,7 @@ class OvsBridge:
         if c.mtu is not None:
             args += ["--", "set", "Interface", c.name, f"mtu_request={c.mtu}"]
         await self.vsctl(*args)
-        if not c.ipv6_link_local:
-            await self._no_ipv6_link_local()
+        await self._ipv6_link_local()
         if c.overlay_address is not None:
             await self.runner.run(["ip", "address", "replace", c.overlay_address, "dev", c.name])
         await self.runner.run(["ip", "link", "set", c.name, "up"])
@@ -205,24 +200,35 @@ class OvsBridge:
             log.info("bridge created bridge=%s datapath=%s controller=%s address=%s",
                      c.name, self.datapath, c.controller_target, c.overlay_address)
 
-    async def _no_ipv6_link_local(self) -> None:
-        """No IPv6 link-local address on the internal port (before it comes up; flushed if it has one).
+    async def _ipv6_link_local(self) -> None:
+        """The internal port gets its IPv6 link-local address when it comes up, as any Ethernet interface does.
 
-        Linux gives every interface one when it comes up, and from it sends a DAD
-        probe, MLD reports and router solicitations, these for ever (RFC 7559:
-        `router_solicitations` -1, backing off to an hour). Each is a multicast
-        the controller floods to every member, two packet-ins there, for a router
-        no overlay has. IPv6 stays on: an address put on the bridge by hand works
-        (its ND is flooded like any multicast), and hosts on other leaf ports are
-        untouched. Through netlink (`ip`), so a read-only /proc/sys does not stop it.
+        So `ping -6 fe80::...%evbr-ov1`, neighbour discovery, SLAAC from a router
+        on the overlay and mDNS work without configuration. What that costs (a
+        DAD probe, MLD reports, router solicitations backing off to one an hour,
+        RFC 7559) is bounded per port in the switch (evio.sdn.link_local), not by
+        switching IPv6 off. Releases from 2026-11-23 to 2026-11-27 created the port
+        with `addrgenmode none`; a bridge such a release left behind is set back to
+        the kernel's default (eui64) here, before the port comes up again.
         """
         name = self.config.name
         try:
-            await self.runner.run(["ip", "link", "set", "dev", name, "addrgenmode", "none"])
-            # A bridge left up by a killed daemon already has one; the kernel stops soliciting without it.
-            await self.runner.run(["ip", "-6", "address", "flush", "dev", name, "scope", "link"])
-        except CommandError as err:  # a kernel without IPv6: it sends nothing either
-            log.info("no IPv6 link-local to turn off bridge=%s: %s", name, err)
+            links = json.loads(await self.runner.run(["ip", "-j", "-d", "link", "show", "dev", name]) or "[]")
+        except (CommandError, ValueError) as err:
+            log.info("bridge port not read bridge=%s: %s", name, err)
+            return
+        link = links[0] if links else {}
+        if link.get("inet6_addr_gen_mode") != "none":
+            return
+        try:
+            await self.runner.run(["ip", "link", "set", "dev", name, "addrgenmode", "eui64"])
+            if "UP" in (link.get("flags") or ()):
+                # The kernel makes the address when the port comes up, not when the mode changes.
+                await self.runner.run(["ip", "link", "set", "dev", name, "down"])
+        except CommandError as err:  # a kernel without IPv6: nothing to restore
+            log.info("no IPv6 link-local to restore bridge=%s: %s", name, err)
+            return
+        log.info("IPv6 link-local restored bridge=%s (left off by an earlier release)", name)
 
     async def _enable_userspace_tso(self) -> None:
         # The userspace datapath caps near 1 Gbit/s without it (datapath-baseline.md).
@@ -239,6 +245,42 @@ class OvsBridge:
             # ovs-vsctl returned once vswitchd applied the change: the port's socket exists now.
             await asyncio.to_thread(self._port_tuner, port_name)
         log.info("port added bridge=%s port=%s", self.name, port_name)
+
+    async def host_interface(self, name: str) -> HostInterface:
+        """What the host says of interface `name` (evio.bridge.host_ports), for attaching it."""
+        try:
+            facts = parse_link(name, await self.runner.run(["ip", "-j", "-d", "link", "show", "dev", name]))
+        except CommandError as err:
+            if "does not exist" not in err.stderr:
+                raise
+            return HostInterface(name, exists=False)
+        if not facts.exists:
+            return facts
+        routes = []
+        for family in ("-4", "-6"):
+            try:
+                routes.append(await self.runner.run(["ip", "-j", family, "route", "show", "default"]))
+            except CommandError:  # no IPv6 in this kernel: no IPv6 default route either
+                routes.append("")
+        try:
+            ovs_bridge = (await self.vsctl("port-to-br", name)).strip() or None
+        except CommandError as err:
+            if "no port named" not in err.stderr:
+                raise
+            ovs_bridge = None
+        return replace(facts, ovs_bridge=ovs_bridge, uplink=name in default_route_devices(*routes))
+
+    async def attach_host_port(self, name: str) -> HostInterface:
+        """Put host interface `name` on the bridge as a leaf port and bring it up; AttachRefused (nothing changed)
+        when it may not go there. Already on this bridge (a daemon killed before it took it off) is fine."""
+        facts = await self.host_interface(name)
+        refusal = attach_refusal(facts, self.name)
+        if refusal is not None:
+            raise AttachRefused(refusal)
+        if facts.ovs_bridge != self.name:
+            await self.add_port(name)
+        await self.runner.run(["ip", "link", "set", "dev", name, "up"])
+        return facts
 
     async def remove_port(self, port_name: str) -> None:
         await self.vsctl("--if-exists", "del-port", self.name, port_name)

@@ -15,14 +15,16 @@ import sys
 from collections.abc import Sequence
 
 # Subcommand modules, in the order they appear in --help.
-_COMMANDS = ("evio.cli.run_cmd", "evio.cli.status_cmd", "evio.cli.join_cmd", "evio.cli.config_cmd", "evio.cli.server_cmd",
+_COMMANDS = ("evio.cli.run_cmd", "evio.cli.status_cmd", "evio.cli.netcheck_cmd", "evio.cli.attach_cmd", "evio.cli.join_cmd",
+             "evio.cli.config_cmd", "evio.cli.server_cmd",
              "evio.cli.member_cmd", "evio.cli.pki_cmd", "evio.cli.sim_cmd", "evio.cli.lab_cmd")
 
 
 # Commands whose parser is built alone, without importing the others: those a health check runs
 # often, and the daemon, which would otherwise hold for its whole life what the lab, the simulator and
 # the plots import (slixmpp with pygments among them, before `run` keeps pygments out): 5 MB resident.
-_LIGHT = {"status": "evio.cli.status_cmd", "ping": "evio.cli.status_cmd", "run": "evio.cli.run_cmd"}
+_LIGHT = {"status": "evio.cli.status_cmd", "ping": "evio.cli.status_cmd", "run": "evio.cli.run_cmd",
+          "attach": "evio.cli.attach_cmd", "detach": "evio.cli.attach_cmd"}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -136,4 +136,5 @@ def _overlay_summary(overlay: OverlayConfig) -> list[str]:
         f"    switching: {switching}",
         f"    topology: s={topology.successors} k={k} ({topology.log_form}), {on_demand}",
         f"    nat traversal: {len(nat.stun)} STUN, {len(nat.turn)} TURN; tunnel cipher {overlay.tunnel.cipher}",
+        *([f"    policy: {len(overlay.policy)} rules (first match decides, no match allows)"] if overlay.policy else []),
     ]

@@ -202,7 +202,32 @@ def render_status(status: Mapping[str, Any], now: float) -> str:
             widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
             for row in rows:
                 lines.append("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        attached = ov.get("attached_ports") or {}
+        if attached:
+            lines.append(f"  attached ports: {len(attached)}")
+            table = [("PORT", "ORIGIN", "STATE", "MTU", "RX", "TX", "DROPPED")]
+            table += [_attached_row(port, doc) for port, doc in sorted(attached.items())]
+            widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+            for row in table:
+                lines.append("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        policy = ov.get("policy") or []
+        if policy:
+            lines.append(f"  policy: {len(policy)} rules, first match decides, no match allows")
+            for rule in policy:
+                frb = f" ({rule.get('frb_packets')} in FRBs)" if rule.get("frb_packets") else ""
+                verb = "dropped" if rule.get("action") == "drop" else "allowed"
+                lines.append(f"    {rule.get('rule')}: {rule.get('action')} from {rule.get('in_port')}, "
+                             f"{verb} {rule.get('packets')}{frb}")
     return "\n".join(lines)
+
+
+def _attached_row(port: str, doc: Mapping[str, Any]) -> tuple[str, str, str, str, str, str, str]:
+    rx, tx = doc.get("rx") or {}, doc.get("tx") or {}
+    state = "on bridge" if doc.get("on_bridge") else f"NOT attached: {doc.get('error') or '?'}"
+    dropped = f"{rx.get('dropped', 0)}/{tx.get('dropped', 0)}" if rx or tx else "-"
+    return (port, str(doc.get("origin") or "-"), state, str(doc.get("mtu") or "-"),
+            f"{_size(rx.get('bytes'))}/{rx.get('frames', 0)}f" if rx else "-",
+            f"{_size(tx.get('bytes'))}/{tx.get('frames', 0)}f" if tx else "-", dropped)
 
 
 def _trust_line(trust: Mapping[str, Any]) -> str:

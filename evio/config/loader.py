@@ -34,16 +34,20 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.config.address_pool import pool_problem
 from evio.config.model import (
+    ETH_TYPE_NAMES,
+    IP_PROTO_NAMES,
     MAX_INTERFACE_NAME,
     BridgeConfig,
     Config,
     InterfaceAddress,
     NodeConfig,
     OverlayConfig,
+    PolicyRule,
     SignalConfig,
     TurnServer,
     bridge_mtu_problem,
     default_bridge_name,
+    reserved_tap_name,
     split_host_port,
 )
 from evio.config.schema_check import Failure, check_schema, failures
@@ -589,19 +593,99 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
         if isinstance(overlay.get("trust"), dict):
             problems.extend(_trust_problems(overlay["trust"], (*at, "trust"), base_dir))
         problems.extend(_switching_problems(overlay, at))
+        problems.extend(_policy_problems(overlay.get("policy"), (*at, "policy")))
     problems.extend(_bridge_problems(overlays))
+    problems.extend(_attach_problems(overlays))
     return problems
 
 
+def _attach_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
+    """An attached interface belongs to one overlay, is no bridge of evio's and no name of its tunnel TAPs."""
+    bridges = {_text(_dict(_dict(o).get("bridge")).get("name")) or default_bridge_name(i): i for i, o in overlays.items()}
+    owner: dict[str, str] = {}
+    for overlay_id, overlay in overlays.items():
+        attach = _dict(overlay).get("attach")
+        for index, name in enumerate(attach if isinstance(attach, list) else []):
+            if not isinstance(name, str):
+                continue  # the schema's to report
+            at = json_path(("overlays", overlay_id, "attach", index))
+            if name in bridges:
+                yield Problem(at, f"{name!r} is the bridge of overlay {bridges[name]!r}, not a host interface")
+            elif reserved_tap_name(name):
+                yield Problem(at, f"{name!r} starts like evio's tunnel TAPs (evt..., ev<digit>...); rename the interface")
+            elif name in owner:
+                yield Problem(at, f"{name!r} is already attached to overlay {owner[name]!r}")
+            else:
+                owner[name] = overlay_id
+
+
 def _switching_problems(overlay: Mapping[str, Any], at: tuple[str | int, ...]) -> Iterator[Problem]:
-    """On-demand links are asked for by the SDN controller, which an stp bridge does not have."""
+    """On-demand links and the L2 policy need the SDN controller, which an stp bridge does not have."""
     if _dict(overlay.get("bridge")).get("switching") != "stp":
         return
+    if overlay.get("policy"):
+        yield Problem(json_path((*at, "policy")), 'an L2 policy needs "switching": "bounded-flood" (its SDN controller '
+                      'installs the rules); with "stp" leave it out')
     on_demand = _dict(_dict(overlay.get("topology")).get("on_demand"))
     if on_demand.get("enabled") is True:
         yield Problem(json_path((*at, "topology", "on_demand", "enabled")),
                       'on-demand links need "switching": "bounded-flood" (its SDN controller measures the flows '
                       'that ask for them); with "stp" leave it out or set false')
+
+
+MAX_POLICY_RULES = 1000  # each is a flow or a few per port on the bridge; a longer list is a mistake
+
+
+def _policy_problems(rules: Any, at: tuple[str | int, ...]) -> Iterator[Problem]:
+    """What the schema cannot say of a policy: names of types and protocols, and fields that need others."""
+    if not isinstance(rules, list):
+        return
+    if len(rules) > MAX_POLICY_RULES:
+        yield Problem(json_path(at), f"{len(rules)} rules; at most {MAX_POLICY_RULES}")
+    names: dict[str, int] = {}
+    for index, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            continue
+        here = (*at, index)
+        name = rule.get("name")
+        if isinstance(name, str):
+            if name in names:
+                yield Problem(json_path((*here, "name")), f"{name!r} names rule {names[name]} too")
+            names.setdefault(name, index)
+        for key, known in (("eth_type", ETH_TYPE_NAMES), ("ip_proto", IP_PROTO_NAMES)):
+            value = rule.get(key)
+            if isinstance(value, str) and value not in known:
+                yield Problem(json_path((*here, key)),
+                              f"{json.dumps(value)} is not a number or one of {', '.join(known)}")
+        eth_type = _policy_number(rule.get("eth_type"), ETH_TYPE_NAMES)
+        ip_proto = _policy_number(rule.get("ip_proto"), IP_PROTO_NAMES)
+        if "ip_proto" in rule and eth_type is not None and eth_type not in (ETH_TYPE_NAMES["ipv4"], ETH_TYPE_NAMES["ipv6"]):
+            yield Problem(json_path((*here, "ip_proto")), "needs an IP eth_type (ipv4 or ipv6), or none for both")
+        for key in ("src_port", "dst_port"):
+            if key in rule and ip_proto not in (IP_PROTO_NAMES["tcp"], IP_PROTO_NAMES["udp"]):
+                yield Problem(json_path((*here, key)), 'needs "ip_proto": "tcp" or "udp"')
+
+
+def _policy_number(value: Any, names: Mapping[str, int]) -> int | None:
+    if isinstance(value, str):
+        return names.get(value)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _policy_rule(rule: Mapping[str, Any]) -> PolicyRule:
+    """A checked rule as the model holds it: names as numbers, MACs in lower case."""
+    return PolicyRule(
+        action=rule["action"],
+        name=rule.get("name", ""),
+        in_port=rule.get("in_port", "any"),
+        eth_src=rule["eth_src"].lower() if "eth_src" in rule else None,
+        eth_dst=rule["eth_dst"].lower() if "eth_dst" in rule else None,
+        eth_type=_policy_number(rule.get("eth_type"), ETH_TYPE_NAMES),
+        vlan=int(rule["vlan"]) if "vlan" in rule else None,
+        ip_proto=_policy_number(rule.get("ip_proto"), IP_PROTO_NAMES),
+        src_port=int(rule["src_port"]) if "src_port" in rule else None,
+        dst_port=int(rule["dst_port"]) if "dst_port" in rule else None,
+    )
 
 
 # --- typed model ---------------------------------------------------------------
@@ -625,7 +709,8 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
     # The one default that depends on another value: the bridge is named after the overlay.
     name = bridge.get("name", default_bridge_name(overlay_id))
     return _section(OverlayConfig, overlay, base_dir, id=overlay_id,
-                    bridge=_section(BridgeConfig, bridge, base_dir, name=name))
+                    bridge=_section(BridgeConfig, bridge, base_dir, name=name),
+                    policy=tuple(_policy_rule(rule) for rule in overlay.get("policy", ())))
 
 
 T = TypeVar("T")

@@ -79,6 +79,12 @@ def split_host_port(text: str) -> tuple[str, int]:
     return host, port
 
 
+def reserved_tap_name(name: str) -> bool:
+    """Whether `name` looks like one of evio's tunnel TAPs ("evt..." in the first overlay, "ev1...", "ev2..." in
+    the next: evio.node.plan.tap_prefix), which a starting daemon takes off its bridges as stale."""
+    return name.startswith("evt") or (name.startswith("ev") and name[2:3].isdigit())
+
+
 def bridge_mtu_problem(mtu: int, ipv6: bool) -> str | None:
     """Why a bridge cannot have `mtu` (`ipv6`: it has an IPv6 address or pool), or None: the one MTU rule."""
     if mtu > TUNNEL_MTU:
@@ -281,6 +287,32 @@ class TrustConfig:
     key_file: Path
 
 
+ETH_TYPE_NAMES: Mapping[str, int] = MappingProxyType({"ipv4": 0x0800, "arp": 0x0806, "ipv6": 0x86DD})
+IP_PROTO_NAMES: Mapping[str, int] = MappingProxyType({"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58})
+PolicyAction = Literal["allow", "drop"]
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    """One L2 policy rule (evio.sdn.l2policy): frames entering the bridge by `in_port` that match
+    every field given (None: any) are allowed or dropped; the first rule that matches decides, and a
+    frame no rule matches is allowed. Names (eth_type "ipv4", ip_proto "udp") are numbers here."""
+
+    action: PolicyAction
+    name: str = ""  # "" : "rule-N" by its place in the list (PolicyRule.label)
+    in_port: str = "any"  # "any", "members" (tunnel ports), "leaves" (every other port) or a port's name
+    eth_src: str | None = None  # lower-case "aa:bb:cc:dd:ee:ff"
+    eth_dst: str | None = None
+    eth_type: int | None = None  # inside an 802.1Q tag, as OpenFlow matches it
+    vlan: int | None = None  # the 802.1Q VLAN id
+    ip_proto: int | None = None  # without eth_type: IPv4 and IPv6 both
+    src_port: int | None = None  # TCP or UDP (ip_proto says which)
+    dst_port: int | None = None
+
+    def label(self, index: int) -> str:
+        return self.name or f"rule-{index + 1}"
+
+
 @dataclass(frozen=True)
 class OverlayConfig:
     id: str
@@ -291,6 +323,8 @@ class OverlayConfig:
     tunnel: TunnelConfig = field(default_factory=TunnelConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     trust: TrustConfig | None = None  # None: fingerprints from signaling only (XMPP-only trust, labs)
+    attach: tuple[str, ...] = ()  # host interfaces put on the bridge as leaf ports (evio.bridge.host_ports)
+    policy: tuple[PolicyRule, ...] = ()  # L2 policy, first match decides; none: everything allowed
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,9 @@ class _Families:
             "evio_transit_fallbacks", "Frames with a fast-path entry that went through the bridge, by reason.",
             labels=["overlay", "reason"])
         self.transit_entries = GaugeMetricFamily("evio_transit_entries", "Transit fast-path entries.", labels=o)
+        self.policy_packets = CounterMetricFamily(
+            "evio_policy_packets", "Frames an L2 policy rule matched (a drop rule's: dropped), by rule.",
+            labels=["overlay", "rule", "action"])
         self.switch_drops = CounterMetricFamily(
             "evio_switch_drops", "Frames and FRBs the controller dropped, by reason.", labels=["overlay", "reason"])
         self.candidates_dropped = CounterMetricFamily(
@@ -131,6 +134,21 @@ class _Families:
                                                      labels=o)
         self.members = GaugeMetricFamily("evio_signal_members_online", "Other members signaling sees online.",
                                          labels=o)
+        # Attached host ports (issue 23): rx is what the hosts behind the port sent into the bridge.
+        ap = ["overlay", "port"]
+        self.attached = GaugeMetricFamily("evio_attached_port_up", "1 while the attached interface is on the bridge.",
+                                          labels=ap)
+        self.attached_rx_bytes = CounterMetricFamily("evio_attached_port_receive_bytes",
+                                                     "Bytes the hosts behind the port sent into the bridge.", labels=ap)
+        self.attached_tx_bytes = CounterMetricFamily("evio_attached_port_transmit_bytes",
+                                                     "Bytes the bridge sent to the hosts behind the port.", labels=ap)
+        self.attached_rx_frames = CounterMetricFamily("evio_attached_port_receive_frames",
+                                                      "Frames the hosts behind the port sent into the bridge.", labels=ap)
+        self.attached_tx_frames = CounterMetricFamily("evio_attached_port_transmit_frames",
+                                                      "Frames the bridge sent to the hosts behind the port.", labels=ap)
+        self.attached_dropped = CounterMetricFamily("evio_attached_port_dropped_frames",
+                                                    "Frames the interface dropped, by direction.",
+                                                    labels=[*ap, "direction"])
 
     def overlay(self, overlay: str, ov: Mapping[str, Any]) -> None:
         self.overlay_info.add_metric(
@@ -164,6 +182,8 @@ class _Families:
             self.transit_entries.add_metric([overlay], transit.get("entries", 0))
             for reason in ("expired", "no_egress"):
                 self.transit_fallbacks.add_metric([overlay, reason], transit.get(reason, 0))
+        for rule in ov.get("policy", []):
+            self.policy_packets.add_metric([overlay, str(rule["rule"]), str(rule["action"])], rule["packets"])
         for reason, count in sorted(ov.get("drops", {}).items()):
             self.switch_drops.add_metric([overlay, reason.lower()], count)
         for reason, count in sorted(ov.get("candidates_dropped", {}).items()):
@@ -172,6 +192,21 @@ class _Families:
         self.signal_connected.add_metric([overlay], 1 if signal.get("connected") else 0)
         self.signal_reconnects.add_metric([overlay], signal.get("reconnects", 0))
         self.members.add_metric([overlay], len(ov.get("peers", {})))
+        for port, doc in sorted(ov.get("attached_ports", {}).items()):
+            self._attached(overlay, port, doc)
+
+    def _attached(self, overlay: str, port: str, doc: Mapping[str, Any]) -> None:
+        labels = [overlay, port]
+        self.attached.add_metric(labels, 1 if doc.get("on_bridge") else 0)
+        rx, tx = doc.get("rx"), doc.get("tx")
+        if not isinstance(rx, dict) or not isinstance(tx, dict):
+            return  # not on the bridge, or the interface is gone: no counters
+        self.attached_rx_bytes.add_metric(labels, rx.get("bytes", 0))
+        self.attached_tx_bytes.add_metric(labels, tx.get("bytes", 0))
+        self.attached_rx_frames.add_metric(labels, rx.get("frames", 0))
+        self.attached_tx_frames.add_metric(labels, tx.get("frames", 0))
+        self.attached_dropped.add_metric([*labels, "receive"], rx.get("dropped", 0))
+        self.attached_dropped.add_metric([*labels, "transmit"], tx.get("dropped", 0))
 
     def _link(self, overlay: str, link: Mapping[str, Any]) -> None:
         peer = str(link.get("peer"))

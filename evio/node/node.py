@@ -16,10 +16,12 @@ import asyncio
 import gc
 import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evio.bridge.commands import BridgeError
 from evio.clock import REAL_CLOCK, Clock
 from evio.ids import format_node_id, parse_node_id
 from evio.node.control import ControlError, ControlServer
@@ -42,6 +44,7 @@ if TYPE_CHECKING:  # prometheus_client (some 2 MB resident) is imported only whe
 
 log = logging.getLogger(__name__)
 
+INTERFACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")  # the config schema's bridgeName
 STATUS_INTERVAL = 5.0  # seconds between STATUS= updates to systemd (sent only when the line changed)
 
 
@@ -104,7 +107,8 @@ class Node:
         if self._control_socket is not None:
             # First: its socket is also the lock that keeps a second daemon with this state dir
             # from touching the bridges of the first.
-            control = ControlServer(self._control_socket, {"status": self.status}, {"probe": self.probe})
+            control = ControlServer(self._control_socket, {"status": self.status},
+                                    {"probe": self.probe, "attach": self.attach, "detach": self.detach})
             await control.start()
             self._control = control
         await self._start_metrics(self.plan.metrics_listen)
@@ -238,6 +242,9 @@ class Node:
                     self.plan = change.plan
                 else:
                     await self._apply_reload(change)
+                for overlay, stack in self.overlays.items():
+                    if overlay not in change.attach and stack.attach_retry_wanted():
+                        await stack.set_attached(stack.plan.config.attach)  # a refused one may be there now
             finally:
                 if self._notifier is not None:
                     self._notifier.ready(self.status_line())
@@ -253,6 +260,10 @@ class Node:
             self.overlays[overlay].set_topology(topology)
         for overlay, settings in change.tunnel.items():
             self.overlays[overlay].set_tunnel_settings(settings)
+        for overlay, names in change.attach.items():
+            await self.overlays[overlay].set_attached(names)
+        for overlay, rules in change.policy.items():
+            self.overlays[overlay].set_policy(rules)
         self.plan = change.plan
         for account in change.plan.accounts:
             if account.jid in change.accounts_started:
@@ -390,6 +401,33 @@ class Node:
             raise ControlError("timeout must be a number of seconds in (0, 10]")
         return await stack.probe(peer, float(timeout))
 
+
+    async def attach(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """`evio attach`: {"overlay": ID, "interface": NAME} -> the port as the status shows it."""
+        stack, name = self._attach_target(request)
+        try:
+            await stack.attach(name)
+        except BridgeError as exc:  # AttachRefused among them: one line that says why, nothing changed
+            raise ControlError(f"{name} not attached to {stack.overlay}: {exc}") from None
+        return {"overlay": stack.overlay, "interface": name, **stack.status()["attached_ports"][name]}
+
+    async def detach(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """`evio detach`: {"overlay": ID, "interface": NAME}."""
+        stack, name = self._attach_target(request)
+        try:
+            await stack.detach(name)
+        except BridgeError as exc:
+            raise ControlError(f"{name} not detached from {stack.overlay}: {exc}") from None
+        return {"overlay": stack.overlay, "interface": name}
+
+    def _attach_target(self, request: Mapping[str, Any]) -> tuple[OverlayStack, str]:
+        overlay, name = request.get("overlay"), request.get("interface")
+        stack = self.overlays.get(overlay) if isinstance(overlay, str) else None
+        if stack is None:
+            raise ControlError(f"no overlay {overlay!r} on this node (overlays: {', '.join(self.overlays) or 'none'})")
+        if not isinstance(name, str) or not INTERFACE_NAME.fullmatch(name):
+            raise ControlError(f"{name!r} is not an interface name (1 to 15 of A-Z a-z 0-9 _ . -)")
+        return stack, name
 
     def status(self) -> dict[str, Any]:
         return {

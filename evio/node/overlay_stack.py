@@ -7,6 +7,7 @@
                       |               remove it from the bridge, then SDN PeerPortDown
                       +---- on_tunnel_event <-------------------+
     SDN controller --OnDemandWanted/Idle--> request_on_demand / release_on_demand
+    config `attach`, `evio attach`/`detach` --> attached host ports (leaf ports on the bridge)
 
 Port changes go through one worker task, in the order the controller
 reported them, so a TAP is never removed before it was added. The SDN side
@@ -14,8 +15,15 @@ hears of a TAP before the bridge has it, so the port comes up as a peer port.
 An overlay whose bridge switches by STP (`bridge.switching: stp`) has no SDN
 side at all: its bridge runs Open vSwitch's RSTP and MAC learning on the same
 TAPs, and nothing asks for on-demand links.
+Host interfaces named in the overlay's `attach` (a container's veth, a VM's
+tap, a NIC, a veth to a Linux bridge) go on the bridge after it is made, and
+on a reload or an `evio attach`; the switch sees them as leaf ports, since no
+peer is known for them. One the host refuses (missing, in another bridge,
+the uplink) is reported in the status and left alone; `evio attach` gets the
+refusal as its answer.
 `stop()` undoes everything `start()` did, whatever failed on the way, and
-leaves no port, TAP or bridge behind.
+leaves no port, TAP or bridge behind (the attached interfaces themselves stay
+on the host, off the bridge).
 """
 
 from __future__ import annotations
@@ -24,20 +32,21 @@ import asyncio
 import datetime
 import enum
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from evio.bridge.commands import BridgeError
+from evio.bridge.host_ports import AttachRefused, HostInterface, InterfaceCounters, interface_counters
 from evio.clock import REAL_CLOCK, Clock
 from evio.config.address_pool import conflicting_peers
-from evio.config.model import TopologyConfig
+from evio.config.model import PolicyRule, TopologyConfig
 from evio.ids import format_node_id
 from evio.node.plan import OverlayPlan
 from evio.node.revocation_flood import RevocationFlood
 from evio.node.sdn import SdnController
 from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
-from evio.node.transit import transit_status
+from evio.node.transit_wiring import transit_status
 from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.sdn import boundary
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
@@ -73,6 +82,10 @@ class Bridge(Protocol):
 
     async def delete(self) -> None: ...
 
+    async def attach_host_port(self, name: str) -> HostInterface:
+        """Put a host interface on the bridge as a leaf port (AttachRefused, nothing changed, when it may not)."""
+        ...
+
 
 class TunnelLike(TunnelView, Protocol):
     async def probe(self, timeout: float) -> float:
@@ -97,7 +110,7 @@ class LinkManager(Protocol):
 
     @property
     def transit(self) -> TransitTable | None:
-        """The overlay's transit fast-path table (evio.node.transit), None without one."""
+        """The overlay's transit fast-path table (evio.node.transit_wiring), None without one."""
         ...
 
     def reconfigure(self, config: TunnelSettings) -> None:
@@ -129,6 +142,18 @@ class AdjacencyController(Protocol):
 
 
 LinksFactory = Callable[[Callable[[TunnelEvent], None]], LinkManager]
+CounterSource = Callable[[Iterable[str]], Mapping[str, InterfaceCounters]]
+
+
+@dataclass(frozen=True)
+class AttachedPort:
+    """A host interface the config or `evio attach` put on this overlay's bridge (or tried to)."""
+
+    name: str
+    origin: str  # "config" (the overlay's `attach`) or "command" (`evio attach`, until a restart or `evio detach`)
+    on_bridge: bool = False
+    error: str | None = None  # why it is not on the bridge
+    mtu: int | None = None  # the interface's, when attached
 ControllerFactory = Callable[[LinkManager], AdjacencyController]
 
 
@@ -144,6 +169,7 @@ class OverlayStack:
         make_controller: ControllerFactory,
         clock: Clock = REAL_CLOCK,
         on_first_port: Callable[[str], None] | None = None,
+        port_counters: CounterSource = interface_counters,
     ) -> None:
         self.plan = plan
         self.node_id = node_id
@@ -166,8 +192,10 @@ class OverlayStack:
         self.drops: Mapping[str, int] = {}
         self.frb_errors: Mapping[str, int] = {}
         self.segment_errors: Mapping[str, int] = {}
+        self.port_drops: Mapping[str, Mapping[str, int]] = {}  # port name -> what its bounds in the switch dropped
         self.broadcasts: boundary.BroadcastCounts | None = None  # the latest counters from the SDN side (E1)
         self.traffic: boundary.TrafficCounts | None = None  # packet-ins, FRBs sent and forwarded (SDN side)
+        self.policy_counts: boundary.PolicyCounts | None = None  # what each L2 policy rule matched (SDN side)
         self.setup_times = SetupHistogram()  # of every tunnel that came up in this overlay
         self.tunnels_up = 0
         self.tunnels_down = 0
@@ -187,11 +215,14 @@ class OverlayStack:
         self._controller_started = False
         self.started_at: float | None = None
         self._conflicts_logged: set[int] = set()
+        self.attached: dict[str, AttachedPort] = {}  # host interface -> what became of it
+        self._port_counters = port_counters
+        self._attach_lock = asyncio.Lock()  # one attach, detach or reload of them at a time
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
         self._revocation_error: str | None = None
-        # Members signaling has seen (until revoked or replaced), told to the switch: floods rooted at anyone
-        # else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
+        # Members signaling sees (kept while our own session is down), told to the switch: floods rooted at
+        # anyone else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
         self._members: set[int] = {node_id}
         self._members_pending = False
 
@@ -212,13 +243,15 @@ class OverlayStack:
                 flow_idle_timeout=self.plan.config.bridge.flow_idle_timeout,
                 on_demand=self.plan.config.topology.on_demand,
                 tunnel_mtu=self.plan.tunnel.tap_mtu,
-                transit=self.links.transit,  # the fast path's table, mirrored by the switch (evio.node.transit)
+                transit=self.links.transit,  # the fast path's table, mirrored by the switch (evio.node.transit_wiring)
+                policy=self.plan.config.policy,
             )
             self._attached = True
         self._bridge_made = True  # from here on, stop() deletes it even if create() failed half-way
         await self.bridge.create()
         self.bridge_ready = True
         await self._remove_stale_ports()
+        await self.set_attached(self.plan.config.attach)
         if self.plan.certificate is not None:
             self._start_revocation_flood()
         self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
@@ -285,6 +318,8 @@ class OverlayStack:
             self._port_worker = None
         for tap in list(self.ports):
             await self._remove_port(tap)
+        for name in list(self.attached):
+            await _step(self.overlay, f"detach {name}", self._detach(name))
         if self._attached:
             self._sdn.commands.detach(self.overlay)
             self._attached = False
@@ -305,10 +340,92 @@ class OverlayStack:
             self._sdn.commands.set_on_demand(self.overlay, topology.on_demand)
         log.info("topology settings applied overlay=%s", self.overlay)
 
+    def set_policy(self, rules: tuple[PolicyRule, ...]) -> None:
+        """A new L2 policy (a reload): the bridge's table-0 flows change; tunnels and learning stay."""
+        self.plan = replace(self.plan, config=replace(self.plan.config, policy=rules))
+        self.policy_counts = None  # rule numbers may mean other rules now
+        if self._attached:
+            self._sdn.commands.set_policy(self.overlay, rules)
+        log.info("policy applied overlay=%s rules=%d", self.overlay, len(rules))
+
     def set_tunnel_settings(self, settings: TunnelSettings) -> None:
         self.plan = replace(self.plan, tunnel=settings)
         self.links.reconfigure(settings)
         log.info("tunnel settings applied to new tunnels overlay=%s", self.overlay)
+
+    # -- attached host ports ---------------------------------------------------------------------
+
+    async def set_attached(self, names: Iterable[str]) -> None:
+        """The config's `attach` (at start, and on reload): its interfaces on the bridge, those it no longer
+        names off; ports `evio attach` added stay. An interface the host refuses is logged and reported."""
+        wanted = tuple(names)
+        async with self._attach_lock:
+            self.plan = replace(self.plan, config=replace(self.plan.config, attach=wanted))
+            for name, port in list(self.attached.items()):
+                if port.origin == "config" and name not in wanted:
+                    await _step(self.overlay, f"detach {name}", self._detach(name))
+            for name in wanted:
+                known = self.attached.get(name)
+                if known is None or not known.on_bridge:
+                    try:
+                        await self._attach(name, "config")
+                    except BridgeError as exc:
+                        self.attached[name] = AttachedPort(name, "config", error=str(exc))
+                        log.error("port not attached overlay=%s port=%s: %s", self.overlay, name, exc)
+
+    def attach_retry_wanted(self) -> bool:
+        """Whether an interface the config names is not on the bridge (a reload tries it again)."""
+        return any(not port.on_bridge for port in self.attached.values() if port.origin == "config")
+
+    async def attach(self, name: str) -> AttachedPort:
+        """`evio attach`: AttachRefused (nothing changed) when the interface may not go on the bridge."""
+        async with self._attach_lock:
+            port = self.attached.get(name)
+            if port is not None and port.on_bridge:
+                raise AttachRefused(f"{name!r} is already attached to overlay {self.overlay!r}")
+            return await self._attach(name, port.origin if port is not None else "command")
+
+    async def detach(self, name: str) -> None:
+        """`evio detach`: the interface off the bridge (one the config names comes back at the next reload)."""
+        async with self._attach_lock:
+            if name not in self.attached:
+                raise AttachRefused(f"{name!r} is not attached to overlay {self.overlay!r}")
+            await self._detach(name)
+
+    async def _attach(self, name: str, origin: str) -> AttachedPort:
+        facts = await self.bridge.attach_host_port(name)
+        port = AttachedPort(name, origin, on_bridge=True, mtu=facts.mtu)
+        self.attached[name] = port
+        mtu = self.plan.bridge.mtu or self.plan.tunnel.tap_mtu
+        if facts.mtu is not None and facts.mtu > mtu:
+            # Open vSwitch forwards by flows, past the controller's segmentation: a larger frame dies at the TAP.
+            log.warning("attached port's MTU above the overlay's overlay=%s port=%s mtu=%d overlay_mtu=%d: set the "
+                        "hosts behind it to %d", self.overlay, name, facts.mtu, mtu, mtu)
+        log.info("port attached overlay=%s port=%s origin=%s", self.overlay, name, origin)
+        return port
+
+    async def _detach(self, name: str) -> None:
+        port = self.attached.pop(name)
+        if port.on_bridge:
+            try:
+                await self.bridge.remove_port(name)
+            except BridgeError:
+                self.attached[name] = port  # still there: `evio detach` again, or the bridge goes at stop
+                raise
+            log.info("port detached overlay=%s port=%s", self.overlay, name)
+
+    def _attached_document(self) -> dict[str, Any]:
+        counters = self._port_counters([n for n, p in self.attached.items() if p.on_bridge])
+        document = {}
+        for name, port in sorted(self.attached.items()):
+            counted = counters.get(name)
+            document[name] = {
+                "origin": port.origin, "on_bridge": port.on_bridge, "error": port.error, "mtu": port.mtu,
+                "port": self.port_numbers.get(name),
+                "switch_drops": dict(self.port_drops.get(name, {})),
+                **(counted.as_dict() if counted is not None else {"rx": None, "tx": None}),
+            }
+        return document
 
     # -- presence -> tunnel probes --------------------------------------------------------------
 
@@ -323,7 +440,9 @@ class OverlayStack:
             self._sdn.commands.set_members(self.overlay, frozenset(self._members))
 
     def _peer_removed(self, event: PeerRemoved) -> None:
-        if event.cause in (RemovalCause.MEMBERSHIP_REVOKED, RemovalCause.REPLACED) and event.node_id in self._members:
+        # Gone for good, or an account that now speaks for another id (one id per account: an account cycling
+        # through ids leaves only the last one a member). Not our own lost session, nor a peer's quick relogin.
+        if event.cause not in (RemovalCause.SIGNAL_LOST, RemovalCause.RELOGIN) and event.node_id in self._members:
             self._members.discard(event.node_id)
             self._members_changed()
         # A peer whose presence went may have crashed (its server session closes with its process):
@@ -476,12 +595,26 @@ class OverlayStack:
         elif isinstance(event, boundary.DropCounts):
             self.drops, self.frb_errors = dict(event.drops), dict(event.frb_errors)
             self.segment_errors = dict(event.segment_errors)
+            self.port_drops = {port: dict(counts) for port, counts in event.by_port.items()}
         elif isinstance(event, boundary.BroadcastCounts):
             self.broadcasts = event
         elif isinstance(event, boundary.TrafficCounts):
             self.traffic = event
+        elif isinstance(event, boundary.PolicyCounts):
+            self.policy_counts = event
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
+
+    def _policy_status(self) -> list[dict[str, Any]]:
+        """Each rule in order, with what it matched: `packets` in all, `frb_packets` of them FRB inner frames."""
+        counts = self.policy_counts.rules if self.policy_counts is not None else ()
+        rules = []
+        for index, rule in enumerate(self.plan.config.policy):
+            count = counts[index] if index < len(counts) and counts[index].name == rule.label(index) else None
+            flow, frb = (count.packets, count.frb_packets) if count is not None else (0, 0)
+            rules.append({"rule": rule.label(index), "action": rule.action, "in_port": rule.in_port,
+                          "packets": flow + frb, "frb_packets": frb})
+        return rules
 
     # -- probe (evio ping) ----------------------------------------------------------------------
 
@@ -591,11 +724,14 @@ class OverlayStack:
             },
             "transit": transit_status(self.links.transit),
             "drops": dict(self.drops),
+            "policy": self._policy_status(),
             # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.path.candidates).
             "candidates_dropped": _candidates_dropped(self.links),
             "frb_errors": dict(self.frb_errors),
             "segment_errors": dict(self.segment_errors),
+            "port_drops": {port: dict(counts) for port, counts in sorted(self.port_drops.items())},
             "port_errors": self.port_errors,
+            "attached_ports": self._attached_document(),
             "broadcasts": _broadcasts(self.broadcasts),
             "link_events": {
                 "up": self.link_ups,

@@ -18,7 +18,7 @@ from evio.bridge.ovs_bridge import OvsBridge
 from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.node.sdn import OskenController, SdnController
-from evio.node.transit import transit_table
+from evio.node.transit_wiring import transit_table
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.interface import Signaling
 from evio.tunnel.manager import TunnelManager

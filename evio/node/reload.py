@@ -3,8 +3,11 @@
 An overlay is
 - *kept* when its signaling account and bridge are unchanged: its tunnels
   stay up; new topology settings go to its overlay controller (links no
-  longer wanted are released as on any re-evaluation) and new tunnel
-  settings apply to the tunnels it sets up from then on;
+  longer wanted are released as on any re-evaluation), new tunnel
+  settings apply to the tunnels it sets up from then on, a new `attach`
+  list puts its interfaces on the bridge and takes off those it dropped,
+  and a new L2 policy goes to the SDN controller, which changes the
+  bridge's table-0 flows only;
 - *restarted* when its bridge or its account changed (server, credentials,
   or the overlays one shared account serves: an XMPP login's memberships are
   fixed), since its tunnels and bridge depend on them;
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from evio.config.model import TopologyConfig
+from evio.config.model import PolicyRule, TopologyConfig
 from evio.node.plan import AccountPlan, NodePlan, OverlayPlan, tap_prefix
 from evio.tunnel.config import TunnelSettings
 
@@ -31,19 +34,23 @@ class ReloadPlan:
     restarted: tuple[str, ...] = ()
     topology: dict[str, TopologyConfig] = field(default_factory=dict)  # kept overlays with new settings
     tunnel: dict[str, TunnelSettings] = field(default_factory=dict)
+    attach: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kept overlays whose attached ports changed
+    policy: dict[str, tuple[PolicyRule, ...]] = field(default_factory=dict)  # kept overlays with a new L2 policy
     accounts_stopped: tuple[str, ...] = ()  # JIDs logged out (removed, or changed and logged in again)
     accounts_started: tuple[str, ...] = ()
     metrics_changed: bool = False
 
     @property
     def changes_nothing(self) -> bool:
-        return not (self.added or self.removed or self.restarted or self.topology or self.tunnel
+        return not (self.added or self.removed or self.restarted or self.topology or self.tunnel or self.attach or self.policy
                     or self.accounts_stopped or self.accounts_started or self.metrics_changed)
 
     def summary(self) -> str:
         parts = [f"{what} {', '.join(ids)}" for what, ids in (
             ("added", self.added), ("removed", self.removed), ("restarted", self.restarted),
             ("new topology for", tuple(self.topology)), ("new tunnel settings for", tuple(self.tunnel)),
+            ("new attached ports for", tuple(self.attach)),
+            ("new policy for", tuple(self.policy)),
         ) if ids]  # fmt: skip
         if self.metrics_changed:
             parts.append("metrics endpoint changed")
@@ -68,6 +75,8 @@ def plan_reload(old: NodePlan, new: NodePlan) -> ReloadPlan:
     restarted, removed, added = [], [], []
     topology: dict[str, TopologyConfig] = {}
     tunnel: dict[str, TunnelSettings] = {}
+    attach: dict[str, tuple[str, ...]] = {}
+    policy: dict[str, tuple[PolicyRule, ...]] = {}
     for overlay_id, running in old_overlays.items():
         wanted = new_overlays.get(overlay_id)
         if wanted is None:
@@ -81,6 +90,10 @@ def plan_reload(old: NodePlan, new: NodePlan) -> ReloadPlan:
                 topology[overlay_id] = wanted.config.topology
             if settings != running.tunnel:
                 tunnel[overlay_id] = settings
+            if wanted.config.attach != running.config.attach:
+                attach[overlay_id] = wanted.config.attach
+            if wanted.config.policy != running.config.policy:
+                policy[overlay_id] = wanted.config.policy
     added = [overlay_id for overlay_id in new_overlays if overlay_id not in old_overlays]
 
     # New and restarted overlays take TAP prefixes the kept ones do not use.
@@ -107,6 +120,8 @@ def plan_reload(old: NodePlan, new: NodePlan) -> ReloadPlan:
         restarted=tuple(restarted),
         topology=topology,
         tunnel=tunnel,
+        attach=attach,
+        policy=policy,
         accounts_stopped=accounts_stopped,
         accounts_started=accounts_started,
         metrics_changed=old.metrics_listen != new.metrics_listen,

@@ -222,9 +222,8 @@ class RevocationFlood:
             if serial > ours:
                 self.link_up()  # they hold a newer one: our HAVE makes them send it
             return
-        if serial == ours:
-            self._heard_list_at = self._clock.now()  # another node is answering: ours can wait
-            return
+        if serial == ours and self._answer_timer is None:
+            return  # a broadcast of the list we hold, while we wait to answer nobody: nothing to learn
         if not 0 <= index < count <= MAX_CHUNKS or len(data) - HEADER.size > CHUNK:
             self.counts["dropped_malformed"] += 1
             return
@@ -253,6 +252,13 @@ class RevocationFlood:
             text = b"".join(assembly.chunks[i] for i in range(count)).decode()
         except UnicodeDecodeError:
             self.counts["dropped_malformed"] += 1
+            return
+        held = self._signaling.revocation_list(self.overlay)
+        if held is not None and serial == held.serial:
+            # Another node broadcast the list we hold: ours can wait. Only the whole list, the same as ours,
+            # counts: a forged header of our serial must not keep a node that missed it without it.
+            if text == list_to_text(held):
+                self._heard_list_at = now
             return
         mac = sender.hex(":")
         if self._signaling.receive_revocation_list(text, f"overlay {mac}"):

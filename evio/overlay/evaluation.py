@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from evio.config.model import LogForm, OnDemandConfig, TopologyConfig
 from evio.overlay.actions import Action
 from evio.overlay.adjacency import AddLink, ChangeType, LinkType, RemoveLink, desired_links, diff
+from evio.overlay.link_pacing import Pacing, setup_slots
 from evio.overlay.negotiation import LinkRequest
-from evio.overlay.pacing import Pacing, setup_slots
 from evio.overlay.peer_links import PeerLinks, Phase
 from evio.overlay.stand_ins import StandIns
 from evio.overlay.symphony import Ring, Selection, select_links

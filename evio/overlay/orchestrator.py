@@ -48,8 +48,8 @@ from evio.overlay.adjacency import Adjacency, LinkType
 from evio.overlay.adjacency_events import LinkInfo
 from evio.overlay.answers import Reaction
 from evio.overlay.evaluation import EvaluationSchedule
+from evio.overlay.link_pacing import OVERDUE_REPEAT, Pacing
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer, ReleaseRequest
-from evio.overlay.pacing import OVERDUE_REPEAT, Pacing
 from evio.overlay.peer_links import PeerLinks, Phase
 from evio.overlay.presence import RELOGIN_GRACE_STRETCH, Presence
 from evio.overlay.stand_ins import StandIns

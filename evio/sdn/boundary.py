@@ -22,6 +22,8 @@ milliseconds, not at the next tick.
 - `DetachOverlay`: forget an overlay (its bridge is being deleted).
 - `SetOnDemand`: an attached overlay's new on-demand settings (a config
   reload); the switch, its flows and its learning stay.
+- `SetPolicy`: an attached overlay's new L2 policy (a config reload): its
+  table-0 flows change; the tunnels, switching flows and learning stay.
 - `PeerPortUp` / `PeerPortDown`: which TAP leads to which peer. The tunnel
   side announces a TAP before adding it to the bridge, so its port comes up as
   a peer port rather than flapping from leaf to peer.
@@ -41,9 +43,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from evio.config.model import BridgeConfig, OnDemandConfig
+from evio.config.model import BridgeConfig, OnDemandConfig, PolicyRule
 from evio.ids import format_node_id
 from evio.sdn.broadcast_log import BroadcastReceived
+from evio.sdn.l2policy import RuleCount
 from evio.sdn.switch import DEFAULT_TUNNEL_MTU
 from evio.sdn.transit import TransitSink
 
@@ -63,6 +66,7 @@ class AttachOverlay:
     on_demand: OnDemandConfig = field(default_factory=OnDemandConfig)
     tunnel_mtu: int = DEFAULT_TUNNEL_MTU  # the tunnel TAPs' MTU: frames the controller sends are cut to fit
     transit: TransitSink | None = None  # the data path's fast-path table to mirror tunnel-to-tunnel flows into
+    policy: tuple[PolicyRule, ...] = ()  # the overlay's L2 policy (evio.sdn.l2policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,12 @@ class DetachOverlay:
 class SetOnDemand:
     overlay: str
     on_demand: OnDemandConfig
+
+
+@dataclass(frozen=True, slots=True)
+class SetPolicy:
+    overlay: str
+    rules: tuple[PolicyRule, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +107,7 @@ class SetMembers:
     members: frozenset[int]
 
 
-ControllerCommand = AttachOverlay | DetachOverlay | SetOnDemand | PeerPortUp | PeerPortDown | SetMembers
+ControllerCommand = AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown | SetMembers
 
 
 class CommandQueue:
@@ -119,6 +129,9 @@ class CommandQueue:
 
     def set_on_demand(self, overlay: str, on_demand: OnDemandConfig) -> None:
         self.put(SetOnDemand(overlay, on_demand))
+
+    def set_policy(self, overlay: str, rules: tuple[PolicyRule, ...]) -> None:
+        self.put(SetPolicy(overlay, rules))
 
     def peer_up(self, overlay: str, port_name: str, peer: int) -> None:
         self.put(PeerPortUp(overlay, port_name, peer))
@@ -200,12 +213,14 @@ class OnDemandIdle:
 class DropCounts:
     """Totals so far, sent when they changed: `drops` by `evio.sdn.switch.Drop` name,
     `frb_errors` by `evio.sdn.frb.FrbReason` name, `segment_errors` (why an oversized frame
-    was dropped) by `evio.sdn.segmentation.SegmentReason` name."""
+    was dropped) by `evio.sdn.segmentation.SegmentReason` name, `by_port` what a port's own bounds dropped
+    (packet-ins over its rate, link-local multicast over its rate) by port name and `Drop` name."""
 
     overlay: str
     drops: Mapping[str, int]
     frb_errors: Mapping[str, int]
     segment_errors: Mapping[str, int] = field(default_factory=dict)
+    by_port: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # port name -> its bounds' drops
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +250,14 @@ class TrafficCounts:
     neighbors_answered: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyCounts:
+    """What each L2 policy rule matched (for a drop rule: dropped), in the rules' order; sent when it changed."""
+
+    overlay: str
+    rules: tuple[RuleCount, ...]
+
+
 ControllerEvent = (
     SwitchConnected
     | SwitchDisconnected
@@ -245,6 +268,7 @@ ControllerEvent = (
     | DropCounts
     | BroadcastCounts
     | TrafficCounts
+    | PolicyCounts
 )
 
 
@@ -300,6 +324,8 @@ def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
     for key in ("drops", "frb_errors", "segment_errors"):
         if key in fields:
             fields[key] = dict(fields[key])
+    if "by_port" in fields:
+        fields["by_port"] = {port: dict(counts) for port, counts in fields["by_port"].items()}
     if isinstance(event, BroadcastCounts):
         fields["by_root"] = {format_node_id(root): n for root, n in sorted(event.by_root.items())}
         fields["recent"] = [

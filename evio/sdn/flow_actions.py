@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Priorities of the flows evio installs; the adapter installs the first two at
-# switch features time, the logic only ever adds UNICAST_PRIORITY flows.
-TABLE_MISS_PRIORITY = 0
+# Two tables: the L2 policy in table 0 (evio.sdn.l2policy; a frame it allows goes on to table 1),
+# the switching in table 1. Priorities of the flows evio installs; the adapter installs the base
+# flows at switch features time, the logic only ever adds UNICAST_PRIORITY and policy flows.
+POLICY_TABLE = 0
+SWITCHING_TABLE = 1
+TABLE_MISS_PRIORITY = 0  # in both tables: table 0's goes on to table 1, table 1's to the controller
 UNICAST_PRIORITY = 10
 FRB_TO_CONTROLLER_PRIORITY = 100
+POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/loader.py)
+FRB_PAST_POLICY_PRIORITY = 3000  # FRBs pass table 0 whole: the controller polices their inner frames
 
 
 @dataclass(frozen=True)
@@ -77,4 +82,37 @@ class DeleteFlowsFromMac:
     mac: str
 
 
-FlowAction = PacketOut | AddFlow | DeleteFlow | DeleteFlowsOfPort | DeleteFlowsToMac | DeleteFlowsFromMac
+@dataclass(frozen=True)
+class PolicyMatch:
+    """What a policy flow matches (None: any); `in_port` None: every port. MACs as "aa:bb:..:ff"."""
+
+    in_port: int | None = None
+    eth_src: str | None = None
+    eth_dst: str | None = None
+    eth_type: int | None = None
+    vlan: int | None = None
+    ip_proto: int | None = None
+    src_port: int | None = None
+    dst_port: int | None = None
+
+
+@dataclass(frozen=True)
+class AddPolicyFlow:
+    """Install a table-0 policy flow for rule number `rule`: `allow` goes on to the switching table,
+    else the frame is dropped there (its packet counter is the rule's count)."""
+
+    rule: int
+    priority: int
+    match: PolicyMatch
+    allow: bool
+
+
+@dataclass(frozen=True)
+class DeletePolicyFlow:
+    """Delete the one policy flow with this priority and match."""
+
+    priority: int
+    match: PolicyMatch
+
+
+FlowAction = AddPolicyFlow | DeletePolicyFlow | PacketOut | AddFlow | DeleteFlow | DeleteFlowsOfPort | DeleteFlowsToMac | DeleteFlowsFromMac

@@ -152,6 +152,9 @@ def _broadcast_in(
         sw.drops[Drop.OWN_BROADCAST] += 1
         sw.broadcasts.record_own_return()
         return []
+    if sw.frame_filter is not None and not sw.frame_filter(in_port, inner):
+        sw.drops[Drop.POLICY] += 1  # as a flow in table 0 would: not learned, delivered nor passed on
+        return []
     sw.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
     hops = _hops(sw, h, ingress)
     inner_eth = parse_ethernet(inner)

@@ -70,9 +70,17 @@ from evio.sdn.boundary import (
     PeerPortUp,
     SetMembers,
     SetOnDemand,
+    SetPolicy,
 )
-from evio.sdn.flow_actions import FRB_TO_CONTROLLER_PRIORITY, TABLE_MISS_PRIORITY
+from evio.sdn.flow_actions import (
+    FRB_PAST_POLICY_PRIORITY,
+    FRB_TO_CONTROLLER_PRIORITY,
+    POLICY_TABLE,
+    SWITCHING_TABLE,
+    TABLE_MISS_PRIORITY,
+)
 from evio.sdn.frb import ETH_TYPE_FRB
+from evio.sdn.l2policy import oxm_fields
 from evio.sdn.osken_imports import trim_os_ken
 from evio.sdn.overlay_switch import OverlaySwitch, Step
 from evio.sdn.transit import write_batches
@@ -101,6 +109,8 @@ EVIO_COOKIE_MASK = 0xFFFF_FFFF  # the bits that say "evio's"; the ones above may
 # of every flow a member can make the switch install (issue 21, H3).
 COUNTED_COOKIE = EVIO_COOKIE | 1 << 32
 ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
+# The L2 policy's flows in table 0 (evio.sdn.l2policy): the rule's number in the bits above.
+POLICY_COOKIE = 0xE710_0002
 
 
 @dataclass
@@ -117,6 +127,9 @@ class ControllerConfig:
     # tick; the rate is still judged over a second (on_demand.RATE_WINDOW), so bursts count as before.
     stats_interval: float = 0.5
     drop_report_interval: float = 10.0
+    # How often the L2 policy's flows' packet counters are read (only while the overlay has rules): the
+    # status shows drops by rule this late at most. One small request per bridge.
+    policy_stats_interval: float = 2.0
     clock: Callable[[], float] = time.monotonic
     peer_check: Callable[[Any], str | None] | None = None
     """Given a connecting switch's socket: None to accept it, or why it is refused. None: accept all."""
@@ -139,7 +152,7 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
         match = parser.OFPMatch(in_port=m.in_port, eth_src=m.eth_src, eth_dst=m.eth_dst)
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(action.out_port)])]
         cookie = COUNTED_COOKIE if action.counted else EVIO_COOKIE
-        return [parser.OFPFlowMod(datapath, cookie=cookie, command=ofp.OFPFC_ADD,
+        return [parser.OFPFlowMod(datapath, cookie=cookie, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
                                   idle_timeout=action.idle_timeout, hard_timeout=action.hard_timeout,
                                   priority=action.priority,
                                   flags=ofp.OFPFF_SEND_FLOW_REM, match=match, instructions=inst)]
@@ -162,20 +175,35 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
         return [parser.OFPFlowMod(datapath, cookie=EVIO_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=ofp.OFPTT_ALL,
                                   command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
                                   match=match)]
+    if isinstance(action, flow_actions.AddPolicyFlow):
+        inst = [parser.OFPInstructionGotoTable(SWITCHING_TABLE)] if action.allow else []  # none: dropped
+        return [parser.OFPFlowMod(datapath, cookie=POLICY_COOKIE | action.rule << 32, command=ofp.OFPFC_ADD,
+                                  table_id=POLICY_TABLE, priority=action.priority,
+                                  match=parser.OFPMatch(**oxm_fields(action.match)), instructions=inst)]
+    if isinstance(action, flow_actions.DeletePolicyFlow):
+        return [parser.OFPFlowMod(datapath, cookie=POLICY_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=POLICY_TABLE,
+                                  command=ofp.OFPFC_DELETE_STRICT, priority=action.priority, out_port=ofp.OFPP_ANY,
+                                  out_group=ofp.OFPG_ANY, match=parser.OFPMatch(**oxm_fields(action.match)))]
     raise TypeError(f"not a flow action: {action!r}")
 
 
 def base_flows(datapath: Any) -> list[Any]:
-    """At connect: clear old flows; unmatched frames and every FRB go to the controller, whole."""
+    """At connect: clear old flows. Table 0 (the policy's) lets what no rule drops, and every FRB, on to
+    table 1 (the switching); there unmatched frames and every FRB go to the controller, whole."""
     ofp, parser = datapath.ofproto, datapath.ofproto_parser
     to_controller = [parser.OFPInstructionActions(
         ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])]
+    to_switching = [parser.OFPInstructionGotoTable(SWITCHING_TABLE)]
     return [
         parser.OFPFlowMod(datapath, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
                           out_group=ofp.OFPG_ANY, match=parser.OFPMatch()),
-        parser.OFPFlowMod(datapath, priority=TABLE_MISS_PRIORITY, match=parser.OFPMatch(),
+        parser.OFPFlowMod(datapath, table_id=POLICY_TABLE, priority=TABLE_MISS_PRIORITY, match=parser.OFPMatch(),
+                          instructions=to_switching),
+        parser.OFPFlowMod(datapath, table_id=POLICY_TABLE, priority=FRB_PAST_POLICY_PRIORITY,
+                          match=parser.OFPMatch(eth_type=ETH_TYPE_FRB), instructions=to_switching),
+        parser.OFPFlowMod(datapath, table_id=SWITCHING_TABLE, priority=TABLE_MISS_PRIORITY, match=parser.OFPMatch(),
                           instructions=to_controller),
-        parser.OFPFlowMod(datapath, priority=FRB_TO_CONTROLLER_PRIORITY,
+        parser.OFPFlowMod(datapath, table_id=SWITCHING_TABLE, priority=FRB_TO_CONTROLLER_PRIORITY,
                           match=parser.OFPMatch(eth_type=ETH_TYPE_FRB), instructions=to_controller),
     ]
 
@@ -185,6 +213,23 @@ def flow_stats_request(datapath: Any) -> Any:
     ofp, parser = datapath.ofproto, datapath.ofproto_parser
     return parser.OFPFlowStatsRequest(datapath, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
                                       COUNTED_COOKIE, ALL_BITS, parser.OFPMatch())
+
+
+def policy_stats_request(datapath: Any) -> Any:
+    """Packet counters of the policy's flows in table 0 (by cookie)."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    return parser.OFPFlowStatsRequest(datapath, 0, POLICY_TABLE, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                      POLICY_COOKIE, EVIO_COOKIE_MASK, parser.OFPMatch())
+
+
+def policy_packet_counts(stats: Sequence[Any]) -> dict[int, int]:
+    """OFPFlowStats entries of policy flows as {rule number: packets of its flows}."""
+    counts: dict[int, int] = {}
+    for stat in stats:
+        if stat.cookie & EVIO_COOKIE_MASK == POLICY_COOKIE:
+            rule = stat.cookie >> 32
+            counts[rule] = counts.get(rule, 0) + stat.packet_count
+    return counts
 
 
 def flow_byte_counts(stats: Sequence[Any]) -> dict[flow_actions.FlowMatch, int]:
@@ -283,6 +328,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
         self.by_datapath_id: dict[int, OverlaySwitch] = {}
         self.datapaths: dict[int, Any] = {}  # connected switches, claimed by an overlay or not
         self._stats_parts: dict[int, dict[flow_actions.FlowMatch, int]] = {}
+        self._policy_polls: dict[int, tuple[int, dict[int, int]]] = {}  # dpid -> (xid of the poll, counts so far)
+        self._next_policy_poll = 0.0
         self._next_stats = 0.0
         self._next_drop_report = 0.0
         self._stopping = threading.Event()
@@ -407,6 +454,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
                                 command.overlay, type(command).__name__)
                 elif isinstance(command, SetOnDemand):
                     overlay.set_on_demand(command.on_demand)
+                elif isinstance(command, SetPolicy):
+                    self._send(overlay, overlay.set_policy(command.rules))
                 elif isinstance(command, PeerPortUp):
                     self._run(overlay, overlay.peer_up(command.port_name, command.peer, now))
                 elif isinstance(command, PeerPortDown):
@@ -444,7 +493,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
         """A connected switch meets its overlay: base flows, then ask for its ports."""
         overlay.clear_transit()  # before the base flows clear the switch's
         self._write(dp, [*base_flows(dp), dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0)])
-        self._run(overlay, Step(events=overlay.switch_connected()))
+        self._run(overlay, overlay.switch_connected())
 
     def _refusal(self, dp: Any) -> str | None:
         check = self.config.peer_check
@@ -500,6 +549,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
             return  # died before its features reply, or a newer connection replaced it
         del self.datapaths[dpid]
         self._stats_parts.pop(dpid, None)
+        self._policy_polls.pop(dpid, None)
         overlay = self.by_datapath_id.get(dpid)
         if overlay is not None and overlay.connected:
             self._run(overlay, Step(events=overlay.switch_disconnected(self.config.clock())))
@@ -563,6 +613,15 @@ class BoundedFloodApp(app_manager.OSKenApp):
         overlay = self._overlay_of(dp)
         if overlay is None:
             return
+        policy_poll = self._policy_polls.get(dp.id)
+        if policy_poll is not None and policy_poll[0] == msg.xid:
+            for rule, packets in policy_packet_counts(msg.body).items():
+                policy_poll[1][rule] = policy_poll[1].get(rule, 0) + packets
+            if not msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+                del self._policy_polls[dp.id]
+                overlay.policy_stats(policy_poll[1])
+                self._run(overlay, Step(events=overlay.policy_report()))
+            return
         parts = self._stats_parts.setdefault(dp.id, {})
         parts.update(flow_byte_counts(msg.body))
         if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
@@ -584,6 +643,9 @@ class BoundedFloodApp(app_manager.OSKenApp):
         report = now >= self._next_drop_report
         if report:
             self._next_drop_report = now + self.config.drop_report_interval
+        policy_poll = now >= self._next_policy_poll - self.config.tick_interval / 2
+        if policy_poll:
+            self._next_policy_poll = now + self.config.policy_stats_interval
         for overlay in list(self.overlays.values()):
             self._send(overlay, overlay.expire(now))
             self._send(overlay, overlay.transit_refresh(now))
@@ -597,6 +659,10 @@ class BoundedFloodApp(app_manager.OSKenApp):
                     self._run(overlay, Step(events=overlay.flow_stats({}, now)))
             if report:
                 self._run(overlay, Step(events=overlay.drop_report()))
+            if policy_poll and dp is not None and overlay.needs_policy_poll:
+                request = policy_stats_request(dp)
+                self._write(dp, [request])  # numbers the request: its reply is told apart by that xid
+                self._policy_polls[dp.id] = (request.xid, {})
             # Every tick, not every drop report: E1 reads them right after a broadcast.
             self._run(overlay, Step(events=overlay.broadcast_report()))
             self._run(overlay, Step(events=overlay.traffic_report()))

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from evio.config.model import OnDemandConfig
+from evio.config.model import OnDemandConfig, PolicyRule
 from evio.ids import format_node_id
 from evio.sdn.boundary import (
     AttachOverlay,
@@ -23,6 +23,7 @@ from evio.sdn.boundary import (
     DropCounts,
     OnDemandIdle,
     OnDemandWanted,
+    PolicyCounts,
     PortAdded,
     PortRemoved,
     SwitchConnected,
@@ -30,6 +31,7 @@ from evio.sdn.boundary import (
     TrafficCounts,
 )
 from evio.sdn.flow_actions import AddFlow, FlowAction, FlowMatch
+from evio.sdn.l2policy import PolicyPort, PolicyTable
 from evio.sdn.on_demand import FlowRates, OnDemandPolicy, WantOnDemand, traffic_by_peer
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
 from evio.sdn.transit import TransitMirror
@@ -63,6 +65,9 @@ class OverlaySwitch:
                                          tunnel_mtu=settings.tunnel_mtu)
         self.on_demand = OnDemandPolicy(settings.on_demand)
         self.transit = TransitMirror(settings.transit)  # the fast path's entries (evio.sdn.transit)
+        self.policy = PolicyTable(settings.policy)
+        self.switch.frame_filter = self._policy_allows
+        self._policy_reported: tuple[object, ...] | None = None
         self.rates = FlowRates()
         self.peer_by_name: dict[str, int] = {}
         self.downed: set[str] = set()  # TAPs whose link went down, until the bridge drops them or a link is back
@@ -75,7 +80,7 @@ class OverlaySwitch:
         self.may_have_flows = True
         self.flows_added = 0  # counted AddFlows sent to the switch
         self._flows_added_at_poll = -1  # flows_added when the poll in flight was asked for
-        self._reported: tuple[dict[str, int], dict[str, int], dict[str, int]] | None = None
+        self._reported: tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, dict[str, int]]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
         self._traffic_reported = (0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
 
@@ -89,14 +94,16 @@ class OverlaySwitch:
 
     # ---------------------------------------------------------------- the switch's connection
 
-    def switch_connected(self) -> list[ControllerEvent]:
-        """The bridge connected; the adapter has cleared its flows, so byte counters start over."""
+    def switch_connected(self) -> Step:
+        """The bridge connected; the adapter has cleared its flows, so byte counters start over. The
+        policy's flows for every port go now (those of ports go as the ports are described)."""
         self.connected = True
         self.may_have_flows = True  # until a poll says otherwise
         self.rates.reset()
+        self.policy.switch_cleared()
         log.info("switch connected overlay=%s dpid=%016x node=%s", self.overlay, self.datapath_id,
                  format_node_id(self.settings.node_id))
-        return [SwitchConnected(self.overlay, self.datapath_id)]
+        return Step(self._policy_sync(), [SwitchConnected(self.overlay, self.datapath_id)])
 
     def switch_disconnected(self, now: float) -> list[ControllerEvent]:
         """Forget the ports (their numbers may differ when it comes back); keep the peer names."""
@@ -126,6 +133,7 @@ class OverlaySwitch:
         for port_no, (name, _) in list(self.port_desc.items()):
             if name == port_name and port_no in self.switch.ports:
                 step += Step(self.switch.port_removed(port_no, now), [PortRemoved(self.overlay, port_no, name)])
+        step.actions += self._policy_sync()
         return step
 
     def _reclassify(self, port_name: str, now: float) -> Step:
@@ -151,14 +159,54 @@ class OverlaySwitch:
         if self.switch.ports.get(port_no) == port:
             return Step()
         actions = self.switch.port_added(port, now)
-        return Step(actions, [PortAdded(self.overlay, port_no, name, port.kind.value, peer)])
+        return Step(self._policy_sync() + actions, [PortAdded(self.overlay, port_no, name, port.kind.value, peer)])
 
     def port_deleted(self, port_no: int, name: str, now: float) -> Step:
         self.port_desc.pop(port_no, None)
         self.downed.discard(name)
         if port_no not in self.switch.ports:
             return Step()
-        return Step(self.switch.port_removed(port_no, now), [PortRemoved(self.overlay, port_no, name)])
+        actions = self.switch.port_removed(port_no, now)
+        return Step(actions + self._policy_sync(), [PortRemoved(self.overlay, port_no, name)])
+
+    # ---------------------------------------------------------------- the L2 policy (evio.sdn.l2policy)
+
+    def _policy_ports(self) -> list[PolicyPort]:
+        return [PolicyPort(p.port_no, p.name, p.peer is not None) for p in self.switch.ports.values()]
+
+    def _policy_sync(self) -> list[FlowAction]:
+        return self.policy.sync(self._policy_ports()) if self.connected else []
+
+    def _policy_allows(self, in_port: int, inner: bytes) -> bool:
+        port = self.switch.ports.get(in_port)
+        if port is None:
+            return True  # the switch drops a frame of an unknown port itself
+        return self.policy.allows(PolicyPort(port.port_no, port.name, port.peer is not None), inner)
+
+    def set_policy(self, rules: tuple[PolicyRule, ...]) -> list[FlowAction]:
+        """New policy rules (a config reload): the table-0 flows that change; tunnels and switching stay."""
+        if not self.policy.set_rules(rules):
+            return []
+        self.settings = replace(self.settings, policy=rules)
+        if self.policy.polices_members:
+            self.transit.clear()  # frames passing through must meet the rules on the bridge from now on
+        log.info("policy applied overlay=%s rules=%d", self.overlay, len(rules))
+        return self._policy_sync()
+
+    def policy_stats(self, packets_by_rule: Mapping[int, int]) -> None:
+        self.policy.flow_stats(packets_by_rule)
+
+    @property
+    def needs_policy_poll(self) -> bool:
+        return self.connected and bool(self.policy.rules)
+
+    def policy_report(self) -> list[ControllerEvent]:
+        """What each rule matched, if it changed since the last report."""
+        counts = self.policy.counts()
+        if counts == self._policy_reported or (not counts and self._policy_reported is None):
+            return []
+        self._policy_reported = counts
+        return [PolicyCounts(self.overlay, counts)]
 
     # ---------------------------------------------------------------- packets and flows
 
@@ -184,8 +232,10 @@ class OverlaySwitch:
                 self.rates.update({}, now)
 
     def after_send(self, action: FlowAction, now: float) -> None:
-        """`action` went to the switch: a tunnel-to-tunnel flow gets its fast-path entry."""
-        self.transit.after(action, self.switch.ports, now)
+        """`action` went to the switch: a tunnel-to-tunnel flow gets its fast-path entry (not while a policy
+        rule sees frames from members: the fast path passes frames on without the bridge's table 0)."""
+        if not self.policy.polices_members:
+            self.transit.after(action, self.switch.ports, now)
 
     def transit_refresh(self, now: float) -> list[FlowAction]:
         """Flows the fast path keeps busy, re-installed before the switch would expire them."""
@@ -251,11 +301,14 @@ class OverlaySwitch:
                                                           key=lambda i: i[0].name)}
         segments = {reason.name: n for reason, n in sorted(self.switch.segment_errors.items(),
                                                            key=lambda i: i[0].name)}
-        report = (drops, errors, segments)
+        by_port: dict[str, dict[str, int]] = {}
+        for (port, reason), n in sorted(self.switch.port_drops.items(), key=lambda i: (i[0][0], i[0][1].name)):
+            by_port.setdefault(port, {})[reason.name] = n
+        report = (drops, errors, segments, by_port)
         if report == self._reported or (not drops and not errors and self._reported is None):
             return []
         self._reported = report
-        return [DropCounts(self.overlay, drops, errors, segments)]
+        return [DropCounts(self.overlay, drops, errors, segments, by_port)]
 
     def traffic_report(self) -> list[ControllerEvent]:
         """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""

@@ -20,7 +20,7 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   and sends the frame; when the source was just heard on in_port, the way back
   `(out_port, eth_dst, eth_src) -> in_port` goes in with it, so the answer asks
   no controller: one packet-in per switch for a new flow (issue 25; decision
-  0045). Unicast to an unknown MAC from a leaf is flooded with
+  0047). Unicast to an unknown MAC from a leaf is flooded with
   bounds like a broadcast, not dropped. From a peer (a path that ended here,
   e.g. its next hop's link went with churn) it is flooded too, rooted here:
   the sender keeps its flow through us and would otherwise lose every frame
@@ -73,12 +73,19 @@ Adjacent peers are members, not trusted with this node's switching:
   peer's unicast this node cannot place) are at most `FLOOD_RATE` a second
   (`FLOOD_LIMITED`), so one member's storm reaches the rest of the overlay
   thinned, and never at the cost of another root's broadcasts.
+
+Link-local multicast from a leaf port (router solicitations, MLD, mDNS,
+IGMP: link_local.py) is flooded within a rate per port and kind; beyond it
+it is delivered to the other leaf ports only and counted
+(`LINK_LOCAL_LIMITED`, also per port in `port_drops`). That is what keeps
+IPv6 on the bridges' own ports affordable (issue 23).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -103,6 +110,7 @@ from evio.sdn.flow_actions import (
 from evio.sdn.flow_book import FlowBook
 from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
+from evio.sdn.link_local import LINK_LOCAL_MULTICAST_RATE, ROUTER_SOLICITATION_RATE, LinkLocalKind, link_local_kind
 from evio.sdn.neighbor_answers import NeighborAnswers, NeighborMessage
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.switch_terms import (
@@ -204,11 +212,16 @@ class BoundedFloodSwitch:
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         # (ingress port, root or None for a root not known here) -> floods passed on for it
         self.flood_budget = PeerRateLimiter[tuple[int, int | None]](Rate(FLOOD_RATE, FLOOD_BURST))
+        self.link_local_budgets = {
+            LinkLocalKind.ROUTER_SOLICITATION: PeerRateLimiter[int](Rate(*ROUTER_SOLICITATION_RATE)),
+            LinkLocalKind.LINK_LOCAL_MULTICAST: PeerRateLimiter[int](Rate(*LINK_LOCAL_MULTICAST_RATE)),
+        }
         # The overlay's members as signaling knows them (None: not told, as in unit networks). A root that is
         # no member gets no flood budget of its own, however many MACs it was made to host here.
         self.members: frozenset[int] | None = None
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
+        self.port_drops: Counter[tuple[str, Drop]] = Counter()  # (port name, reason): what one port lost by its bounds
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
         self.segment_errors: Counter[segmentation.SegmentReason] = Counter()
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
@@ -217,6 +230,9 @@ class BoundedFloodSwitch:
         self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
         self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
+        # The L2 policy for frames FRBs carry (OverlaySwitch sets it): whether (ingress port, inner frame)
+        # may come in. Other frames meet the policy in table 0 before they could reach the controller.
+        self.frame_filter: Callable[[int, bytes], bool] | None = None
 
     @property
     def broadcasts_seen(self) -> int:
@@ -249,10 +265,14 @@ class BoundedFloodSwitch:
         """A port went: its flows and everything learned on it go at once."""
         port = self.ports.pop(port_no, None)
         self.packet_in_budget.forget(port_no)
+        for budget in self.link_local_budgets.values():
+            budget.forget(port_no)
         # flood_budget's buckets of the port are left to age out of its bounded table
         self._announced_by.discard(port_no)
         if port is None:
             return []
+        for key in [key for key in self.port_drops if key[0] == port.name]:
+            del self.port_drops[key]  # TAP names come and go with links: no count may outlive its port
         forgotten = self.learning.forget_port(port_no)
         log.info("port removed port=%s name=%s forgot=%d", port_no, port.name, len(forgotten))
         # DeleteFlowsOfPort also removes the flows that output to the port,
@@ -294,6 +314,7 @@ class BoundedFloodSwitch:
             return []
         if not self.packet_in_budget.allow(in_port, now):
             self.drops[Drop.RATE_LIMITED] += 1
+            self.port_drops[(port.name, Drop.RATE_LIMITED)] += 1
             return []
         eth = parse_ethernet(data)
         if eth is None:
@@ -325,6 +346,8 @@ class BoundedFloodSwitch:
                 self.counters.neighbors_answered += 1
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
         if eth.is_group:
+            if not self._link_local_allowed(in_port, data, now):
+                return actions + self._deliver_to_leaves(data, exclude=in_port)
             return (actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
                     + self._originate_reverse(data))
         target = self.learning.lookup(eth.dst, now)
@@ -530,6 +553,15 @@ class BoundedFloodSwitch:
         self.drops[reason] += 1
         if self._bounds_logged.should_log((port, reason), now):
             log.warning("refused port=%s reason=%s %s (so far: %d)", port, reason.name, detail, self.drops[reason])
+
+    def _link_local_allowed(self, in_port: int, data: bytes, now: float) -> bool:
+        """Whether a group frame from a leaf port may be flooded: link-local multicast within its port's rate."""
+        kind = link_local_kind(data)
+        if kind is None or self.link_local_budgets[kind].allow(in_port, now):
+            return True
+        self.drops[Drop.LINK_LOCAL_LIMITED] += 1
+        self.port_drops[(self.ports[in_port].name, Drop.LINK_LOCAL_LIMITED)] += 1
+        return False
 
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
         if self.flood_budget.allow(key, now):

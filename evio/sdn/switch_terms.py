@@ -56,6 +56,9 @@ class Drop(enum.Enum):
     FLOOD_LIMITED = "a flood not passed on: its ingress port and root had used their flood budget (delivered here)"
     MOVE_REFUSED = "a claim that a live MAC moved, not taken: its place spoke lately (the frame itself went on)"
     IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
+    LINK_LOCAL_LIMITED = ("link-local multicast (router solicitation, MLD, mDNS) over its port's rate: delivered to "
+                          "the other local ports, not flooded")
+    POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
 
 
 @dataclass(frozen=True, slots=True)

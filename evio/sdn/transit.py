@@ -6,7 +6,7 @@ The fast path has one home per layer:
   `OverlaySwitch` holds one `TransitMirror` per bridge and `ofapp._send` writes in `write_batches`;
 - `evio.tunnel.datapath.transit_table`, the data-path side: the `TransitTable` the entries go into,
   looked up per frame by the data paths' hook (`FdDatapath.set_transit`, the native ring's prefilter);
-- `evio.node.transit`, the wiring: one table per overlay, given to its tunnels and to this mirror, and
+- `evio.node.transit_wiring`, the wiring: one table per overlay, given to its tunnels and to this mirror, and
   its status document.
 
 The daemon's data path can send a frame from one tunnel straight into

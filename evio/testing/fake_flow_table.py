@@ -4,14 +4,16 @@ The switch logic's actions take the daemon's way to the switch:
 `evio.sdn.ofapp.to_ofp_messages` (and `base_flows` at connect) make os-ken
 OpenFlow 1.3 messages of them, which are serialized to bytes as for the wire.
 `FakeFlowTable` is the switch end: it parses those bytes back with os-ken's
-parser and does what they say, as Open vSwitch would in table 0:
+parser and does what they say, as Open vSwitch would in its tables 0 (the L2
+policy's) and 1 (the switching), a frame going on from one to the next by a
+goto-table instruction:
 
 - OFPFlowMod ADD: an entry (priority, match fields, apply-actions outputs,
   idle and hard timeouts, cookie, flags) replacing one with the same match
   and priority (the replacement's timeouts start again, as in OVS);
   DELETE: every entry whose match has the delete's fields, filtered by
-  out_port and cookie/cookie_mask; anything else the daemon never sends is an
-  error here.
+  out_port and cookie/cookie_mask; DELETE_STRICT: the entry of that priority
+  and match; anything else the daemon never sends is an error here.
 - OFPPacketOut: the frame leaves by its output actions.
 - A frame entering a port goes by the highest-priority matching entry's
   actions (a miss with no table-miss entry drops it), counting its packets
@@ -43,7 +45,8 @@ from typing import Any
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
 from evio.ids import RING_SIZE
-from evio.sdn.flow_actions import UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
+from evio.sdn import l2policy
+from evio.sdn.flow_actions import SWITCHING_TABLE, UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
 from evio.sdn.ofapp import (
     EVIO_COOKIE,
     EVIO_COOKIE_MASK,
@@ -61,7 +64,6 @@ parser = ofproto_v1_3_parser
 CONTROLLER = -1  # output "port" meaning a packet-in
 
 _UNICAST_FIELDS = frozenset({"in_port", "eth_src", "eth_dst"})
-_ETH_TYPE_VLAN = 0x8100
 
 
 class FakeNetworkError(Exception):
@@ -114,6 +116,8 @@ class FakeFlow:
     bytes: int = 0
     hard_timeout: int = 0
     installed: float = 0.0
+    table: int = 0
+    goto: int | None = None  # the table a goto-table instruction sends the frame on to
 
     @property
     def is_unicast(self) -> bool:
@@ -151,7 +155,7 @@ class FakeFlowTable:
 
     def __init__(self, codec: CodecDatapath | None = None) -> None:
         self.codec = codec or CodecDatapath()
-        self._entries: dict[tuple[int, frozenset[tuple[str, Any]]], FakeFlow] = {}  # (priority, match) -> entry
+        self._entries: dict[tuple[int, int, frozenset[tuple[str, Any]]], FakeFlow] = {}  # (table, priority, match) -> entry
         self.notices: list[bytes] = []  # encoded OFPFlowRemoved messages not yet read by the controller
 
     # ---------------------------------------------------------------- from the controller
@@ -169,11 +173,12 @@ class FakeFlowTable:
     def _flow_mod(self, msg: Any, now: float) -> None:
         fields = dict(msg.match.items())
         if msg.command == ofp.OFPFC_ADD:
-            if msg.table_id != 0:
-                raise FakeFlowTableError(f"flow added to table {msg.table_id}: only table 0 exists")
+            if msg.table_id not in (0, SWITCHING_TABLE):
+                raise FakeFlowTableError(f"flow added to table {msg.table_id}: only tables 0 and 1 exist")
             flow = FakeFlow(msg.priority, fields, _outputs(msg.instructions), msg.idle_timeout, msg.cookie,
-                            msg.flags, now, hard_timeout=msg.hard_timeout, installed=now)
-            key = _key(flow.priority, fields)
+                            msg.flags, now, hard_timeout=msg.hard_timeout, installed=now, table=msg.table_id,
+                            goto=_goto(msg.instructions))
+            key = _key(flow.priority, fields, flow.table)
             old = self._entries.get(key)
             if old is not None and not flow.flags & ofp.OFPFF_RESET_COUNTS:
                 flow.packets, flow.bytes = old.packets, old.bytes
@@ -185,11 +190,15 @@ class FakeFlowTable:
                 raise FakeFlowTableError("masked fields in a delete are not modelled")
             gone = [
                 f for f in self._entries.values()
-                if all(f.fields.get(k) == v for k, v in fields.items())
+                if (msg.table_id == ofp.OFPTT_ALL or f.table == msg.table_id) and all(f.fields.get(k) == v for k, v in fields.items())
                 and (msg.out_port == ofp.OFPP_ANY or f.outputs_to(_port(msg.out_port)))
                 and f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask
             ]  # fmt: skip
             self._remove(gone, ofp.OFPRR_DELETE, now)
+        elif msg.command == ofp.OFPFC_DELETE_STRICT:
+            strict = self._entries.get(_key(msg.priority, fields, msg.table_id))
+            if strict is not None and strict.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask:
+                self._remove([strict], ofp.OFPRR_DELETE, now)
         else:
             raise FakeFlowTableError(f"flow mod command {msg.command} is not modelled")
 
@@ -216,23 +225,32 @@ class FakeFlowTable:
     def lookup(self, in_port: int, frame: bytes, now: float) -> list[int]:
         """Where `frame` entering `in_port` goes (CONTROLLER: a packet-in); [] if dropped."""
         packet = _packet_fields(in_port, frame)
+        table: int | None = 0
+        outputs: list[int] = []
+        while table is not None:
+            best = self._best(table, packet)
+            if best is None:
+                return outputs  # a miss with no table-miss entry: dropped
+            best.last_used = now
+            best.packets += 1
+            best.bytes += len(frame)
+            outputs += best.outputs
+            table = best.goto
+        return outputs
+
+    def _best(self, table: int, packet: dict[str, Any]) -> FakeFlow | None:
         best: FakeFlow | None = None
         for flow in self._entries.values():
-            if flow.is_unicast:
-                continue  # found by the index below
+            if flow.is_unicast or flow.table != table:
+                continue  # unicast flows are found by the index below
             if (best is None or flow.priority > best.priority) and flow.matches(packet):
                 best = flow
-        if "eth_src" in packet:
+        if "eth_src" in packet and table == SWITCHING_TABLE:
             unicast = {k: packet[k] for k in _UNICAST_FIELDS}
-            learned = self._entries.get(_key(UNICAST_PRIORITY, unicast))
+            learned = self._entries.get(_key(UNICAST_PRIORITY, unicast, SWITCHING_TABLE))
             if learned is not None and learned.is_unicast and (best is None or learned.priority > best.priority):
                 best = learned
-        if best is None:
-            return []  # a miss with no table-miss entry: dropped
-        best.last_used = now
-        best.packets += 1
-        best.bytes += len(frame)
-        return list(best.outputs)
+        return best
 
     def expire(self, now: float) -> list[FakeFlow]:
         """Remove entries idle for their timeout or at their hard timeout, as the switch would; return them."""
@@ -249,7 +267,7 @@ class FakeFlowTable:
 
     def _remove(self, gone: list[FakeFlow], reason: int, now: float) -> None:
         for flow in gone:
-            del self._entries[_key(flow.priority, flow.fields)]
+            del self._entries[_key(flow.priority, flow.fields, flow.table)]
             if flow.flags & ofp.OFPFF_SEND_FLOW_REM:
                 self.notices.append(self._flow_removed(flow, reason, now))
 
@@ -292,8 +310,8 @@ class FakeFlowTable:
         return [f for f in self.flows.values() if f.match.in_port == port or f.out_port == port]
 
 
-def _key(priority: int, fields: dict[str, Any]) -> tuple[int, frozenset[tuple[str, Any]]]:
-    return priority, frozenset(fields.items())
+def _key(priority: int, fields: dict[str, Any], table: int) -> tuple[int, int, frozenset[tuple[str, Any]]]:
+    return table, priority, frozenset(fields.items())
 
 
 def _port(no: int) -> int:
@@ -311,9 +329,18 @@ def _output_ports(actions: Iterable[Any]) -> list[int]:
     return ports
 
 
+def _goto(instructions: Iterable[Any]) -> int | None:
+    for inst in instructions:
+        if isinstance(inst, parser.OFPInstructionGotoTable):
+            return int(inst.table_id)
+    return None
+
+
 def _outputs(instructions: Iterable[Any]) -> tuple[int, ...]:
     ports: list[int] = []
     for inst in instructions:
+        if isinstance(inst, parser.OFPInstructionGotoTable):
+            continue  # _goto
         if not isinstance(inst, parser.OFPInstructionActions) or inst.type != ofp.OFPIT_APPLY_ACTIONS:
             raise FakeFlowTableError(f"instruction {inst!r} is not modelled")
         ports += _output_ports(inst.actions)
@@ -321,14 +348,18 @@ def _outputs(instructions: Iterable[Any]) -> tuple[int, ...]:
 
 
 def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
+    """The OXM fields of a frame, as OVS reads them (the policy's reading, evio.sdn.l2policy, is OVS's)."""
     packet: dict[str, Any] = {"in_port": in_port}
-    if len(frame) >= 14:
-        packet["eth_dst"] = frame[0:6].hex(":")
-        packet["eth_src"] = frame[6:12].hex(":")
-        eth_type = int.from_bytes(frame[12:14], "big")
-        if eth_type == _ETH_TYPE_VLAN and len(frame) >= 18:
-            eth_type = int.from_bytes(frame[16:18], "big")  # OpenFlow matches the type inside the tag
-        packet["eth_type"] = eth_type
+    fields = l2policy.frame_fields(frame)
+    if fields is None:
+        return packet
+    packet.update(eth_dst=fields.eth_dst, eth_src=fields.eth_src, eth_type=fields.eth_type)
+    packet["vlan_vid"] = 0 if fields.vlan is None else 0x1000 | fields.vlan
+    if fields.ip_proto is not None:
+        packet["ip_proto"] = fields.ip_proto
+        kind = {6: "tcp", 17: "udp"}.get(fields.ip_proto)
+        if kind is not None and fields.src_port is not None:
+            packet[f"{kind}_src"], packet[f"{kind}_dst"] = fields.src_port, fields.dst_port
     return packet
 
 

@@ -12,9 +12,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from evio.bridge.commands import CommandError
 from evio.bridge.ovs_bridge import OvsBridge
@@ -32,6 +34,7 @@ from evio.sdn.boundary import (
     PeerPortDown,
     PeerPortUp,
     SetOnDemand,
+    SetPolicy,
 )
 from evio.signal.client import SignalSettings
 from evio.signal.interface import Signaling
@@ -66,6 +69,13 @@ class FakeOvsdb:
         self.open_vswitch: dict[str, str] = {"other_config:userspace-tso-enable": "true"}
         self.calls: list[list[str]] = []
         self.failures: dict[str, int] = {}  # verb (add-br, add-port, del-port, del-br) -> how many calls fail
+        # Host interfaces `ip -j -d link show` describes (its JSON fields: "linkinfo", "master", "mtu", ...),
+        # and the interfaces of the default routes, for attached ports (evio.bridge.host_ports).
+        self.host_links: dict[str, dict[str, Any]] = {}
+        self.default_routes: set[str] = set()
+
+    def add_host_link(self, name: str, **fields: Any) -> None:
+        self.host_links[name] = {"ifname": name, "flags": ["BROADCAST", "MULTICAST"], "mtu": 1500, **fields}
 
     def fail(self, verb: str, times: int = 1) -> None:
         self.failures[verb] = self.failures.get(verb, 0) + times
@@ -112,6 +122,11 @@ class FakeOvsdb:
             else:
                 if "--if-exists" not in command:
                     raise CommandError(argv, 1, f"ovs-vsctl: no port named {args[-1]}")
+        elif verb == "port-to-br":
+            for name, row in self.bridges.items():
+                if args[0] in row.ports:
+                    return name + "\n"
+            raise CommandError(argv, 1, f"ovs-vsctl: no port named {args[0]}")
         elif verb == "list-ports":
             return "".join(p + "\n" for p in self._bridge(argv, args[0]).ports)
         elif verb == "set" and args[0] == "Bridge":
@@ -140,11 +155,28 @@ class FakeOvsdb:
         return row
 
     def _ip(self, argv: list[str]) -> str:
+        if argv[1] == "-j":
+            return self._ip_json(argv)
+        if argv[1:4] == ["link", "set", "dev"] and argv[4] in self.host_links:
+            if argv[5:] == ["up"]:
+                self.host_links[argv[4]]["flags"].append("UP")
+            return ""
         if argv[1:3] == ["address", "replace"]:
             self._bridge(argv, argv[-1]).addresses.append(argv[3])
         elif argv[1:3] == ["link", "set"]:
             self._bridge(argv, argv[3]).up = argv[-1] == "up"
         return ""
+
+
+    def _ip_json(self, argv: list[str]) -> str:
+        if "route" in argv:  # ip -j -4|-6 route show default
+            return json.dumps([{"dst": "default", "dev": dev} for dev in sorted(self.default_routes)])
+        name = argv[-1]  # ip -j -d link show dev NAME
+        if name in self.host_links:
+            return json.dumps([self.host_links[name]])
+        if name in self.bridges:
+            return json.dumps([{"ifname": name, "flags": ["UP"] if self.bridges[name].up else []}])
+        raise CommandError(argv, 1, f'Device "{name}" does not exist.')
 
 
 def _split_commands(args: list[str]) -> list[list[str]]:
@@ -192,6 +224,9 @@ class FakeSdn:
             elif isinstance(command, SetOnDemand):
                 if command.overlay in self.attached:
                     self.attached[command.overlay] = replace(self.attached[command.overlay], on_demand=command.on_demand)
+            elif isinstance(command, SetPolicy):
+                if command.overlay in self.attached:
+                    self.attached[command.overlay] = replace(self.attached[command.overlay], policy=command.rules)
             elif isinstance(command, PeerPortUp):
                 self.peer_ports[(command.overlay, command.port_name)] = command.peer
             elif isinstance(command, PeerPortDown):

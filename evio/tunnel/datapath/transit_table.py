@@ -11,7 +11,7 @@ One home per layer: here the data-path side (this table; the hooks that use it a
 `FdDatapath.set_transit`, step 7 of `receive.py`, and the native ring's prefilter; `Tunnel` attaches
 its data path);
 `evio.sdn.transit` the switch side (`TransitMirror`, which keeps this table in step with the flows);
-`evio.node.transit` the wiring (one table per overlay, given to its tunnels and its switch).
+`evio.node.transit_wiring` the wiring (one table per overlay, given to its tunnels and its switch).
 
 The bridge stays the source of truth (docs/design.md, "Transit fast path"):
 

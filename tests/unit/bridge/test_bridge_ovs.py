@@ -43,7 +43,7 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
     runner = RecordingRunner()
     bridge = OvsBridge(BridgeSpec("evobr0", 6653, "10.10.0.5/24", mtu=1410), runner, "netdev", "/x/db.sock")
     await bridge.create()
-    tso_get, tso_set, create, addrgen, flush, addr, up = runner.calls
+    tso_get, tso_set, create, link, addr, up = runner.calls
     assert tso_get[-1] == "other_config:userspace-tso-enable" and "--db=unix:/x/db.sock" in tso_get
     assert tso_set[-1] == "other_config:userspace-tso-enable=true"
     text = " ".join(create)
@@ -52,9 +52,8 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
         assert part in text
     assert addr == ["ip", "address", "replace", "10.10.0.5/24", "dev", "evobr0"]
     assert up == ["ip", "link", "set", "evobr0", "up"]
-    # An IPv4 overlay: no IPv6 link-local on the internal port, so none of its multicast chatter.
-    assert addrgen == ["ip", "link", "set", "dev", "evobr0", "addrgenmode", "none"]
-    assert flush == ["ip", "-6", "address", "flush", "dev", "evobr0", "scope", "link"]
+    # The internal port is read (an earlier release may have left it without IPv6 link-local), not changed.
+    assert link == ["ip", "-j", "-d", "link", "show", "dev", "evobr0"]
 
 
 @pytest.mark.parametrize("datapath", ["system", "netdev"])
@@ -69,39 +68,43 @@ async def test_the_controller_connection_is_probed_once_a_minute_on_either_datap
     assert CONTROLLER_INACTIVITY_PROBE_MS == 60_000  # OVS's own 5 s woke an idle node every 5 s
 
 
-@pytest.mark.parametrize("address", [None, "10.10.0.5/24"])
-async def test_an_internal_port_without_an_ipv6_address_gets_no_link_local_before_it_comes_up(
-    address: str | None,
-) -> None:
+@pytest.mark.parametrize("address", [None, "10.10.0.5/24", "fd00:77::5/64"])
+async def test_the_internal_port_keeps_the_kernels_ipv6_link_local(address: str | None) -> None:
+    # IPv6 on the overlay as on any Ethernet (issue 23): no addrgenmode none, whatever the overlay address.
     runner = RecordingRunner()
     await OvsBridge(BridgeSpec("evobr0", 6653, address), runner, "system").create()
+    assert not any("addrgenmode" in c or "flush" in c for c in runner.calls)
+    assert runner.calls[-1] == ["ip", "link", "set", "evobr0", "up"]
+
+
+LEFT_WITHOUT_LINK_LOCAL = '[{"ifname": "evobr0", "flags": ["UP"], "inet6_addr_gen_mode": "none"}]'
+
+
+async def test_a_bridge_an_earlier_release_left_without_link_local_gets_it_back() -> None:
+    runner = RecordingRunner({"show": LEFT_WITHOUT_LINK_LOCAL})
+    await OvsBridge(BridgeSpec("evobr0", 6653, "10.10.0.5/24"), runner, "system").create()
     ip = [c for c in runner.calls if c[0] == "ip"]
-    assert ip[0][-2:] == ["addrgenmode", "none"] and ip[1][:4] == ["ip", "-6", "address", "flush"]
+    # The kernel makes the address when the port comes up, so it goes down first and up at the end.
+    assert ip[1:3] == [["ip", "link", "set", "dev", "evobr0", "addrgenmode", "eui64"],
+                       ["ip", "link", "set", "dev", "evobr0", "down"]]
     assert ip[-1] == ["ip", "link", "set", "evobr0", "up"]
-
-
-async def test_an_ipv6_overlay_keeps_the_kernels_link_local() -> None:
-    runner = RecordingRunner()
-    await OvsBridge(BridgeSpec("evobr0", 6653, "fd00:77::5/64"), runner, "system").create()
-    ip = [c for c in runner.calls if c[0] == "ip"]
-    assert ip == [["ip", "address", "replace", "fd00:77::5/64", "dev", "evobr0"], ["ip", "link", "set", "evobr0", "up"]]
 
 
 class FailingAddrGen(RecordingRunner):
     """A kernel without IPv6: `ip link set ... addrgenmode` fails."""
 
     async def run(self, argv: Sequence[str]) -> str:
-        await super().run(argv)
+        out = await super().run(argv)
         if "addrgenmode" in argv:
             raise CommandError(argv, 2, "Error: IPv6 is disabled on this device.")
-        return ""
+        return out
 
 
 async def test_a_kernel_without_ipv6_still_gets_its_bridge_up() -> None:
-    runner = FailingAddrGen()
+    runner = FailingAddrGen({"show": LEFT_WITHOUT_LINK_LOCAL})
     await OvsBridge(BridgeSpec("evobr0", 6653, "10.10.0.5/24"), runner, "system").create()
     assert runner.calls[-1] == ["ip", "link", "set", "evobr0", "up"]
-    assert not any("flush" in c for c in runner.calls)
+    assert not any("down" in c for c in runner.calls)
 
 
 async def test_an_stp_bridge_runs_rstp_and_mac_learning_with_no_controller() -> None:

@@ -108,7 +108,7 @@ def test_schema_is_valid_draft_2020_12_and_closed_everywhere() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     objects = list(_subschemas_with_properties(schema))
-    assert len(objects) == 14  # the root and the thirteen sections
+    assert len(objects) == 15  # the root and the fourteen sections (a policy rule the last)
     assert all(s.get("additionalProperties") is False for s in objects)
 
 

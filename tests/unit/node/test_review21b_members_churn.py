@@ -35,7 +35,7 @@ def test_presence_churn_by_one_account_binds_one_id_but_the_removals_are_left(tr
     assert set(causes) == {"LEFT"} and len(causes) == len(INVENTED) - 1
 
 
-@pytest.mark.xfail(strict=True, reason="review21b: ids an account announced and dropped stay members for good")
+# Fixed since: an id an account stops announcing (LEFT) leaves the members set.
 async def test_one_account_cycling_its_node_id_grows_the_members_set_the_switch_is_told() -> None:
     fleet = mesh_fleet(3)
     await fleet.start()

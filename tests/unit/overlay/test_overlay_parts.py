@@ -25,8 +25,8 @@ from evio.overlay.adjacency import LinkType
 from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.overlay.answers import Reaction, answer_link, answer_release, judge, take_acceptance
 from evio.overlay.evaluation import EvaluationSchedule, evaluate, on_demand_targets
+from evio.overlay.link_pacing import OVERDUE_REPEAT, Pacing, setup_slots
 from evio.overlay.negotiation import LinkAnswer, LinkRefusal, LinkRequest, ReleaseAnswer
-from evio.overlay.pacing import OVERDUE_REPEAT, Pacing, setup_slots
 from evio.overlay.peer_links import PeerLinks, Phase
 from evio.overlay.presence import RELOGIN_GRACE_STRETCH, Presence, absent_wait
 from evio.overlay.stand_ins import StandIns

@@ -26,7 +26,14 @@ from evio.sdn.boundary import (
     SwitchDisconnected,
     event_as_dict,
 )
-from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
+from evio.sdn.flow_actions import (
+    POLICY_RULE_PRIORITY,
+    AddFlow,
+    DeleteFlowsOfPort,
+    DeleteFlowsToMac,
+    FlowMatch,
+    PacketOut,
+)
 from evio.sdn.ofapp import (
     COUNTED_COOKIE,
     EVIO_COOKIE,
@@ -61,9 +68,12 @@ def test_actions_become_openflow_13_messages_that_encode() -> None:
     assert by_in.cookie_mask and by_out.cookie_mask  # never the base flows
     (to_mac,) = to_ofp_messages(dp, DeleteFlowsToMac(H2))
     assert to_mac.match["eth_dst"] == H2 and to_mac.command == ofp.OFPFC_DELETE
-    clear, miss, frb_rule = base_flows(dp)
+    clear, past_policy, frb_past_policy, miss, frb_rule = base_flows(dp)
     assert frb_rule.match["eth_type"] == 0xC0C0 and frb_rule.priority > miss.priority
-    for msg in [flow, out, by_in, by_out, to_mac, clear, miss, frb_rule]:
+    assert (past_policy.table_id, frb_past_policy.table_id, miss.table_id, frb_rule.table_id, flow.table_id) == (
+        0, 0, 1, 1, 1)  # the policy's table, then the switching
+    assert frb_past_policy.priority > POLICY_RULE_PRIORITY  # an FRB passes every rule (its inner frame is policed)
+    for msg in [flow, out, by_in, by_out, to_mac, clear, past_policy, frb_past_policy, miss, frb_rule]:
         dp.send_msg(msg)
 
 
@@ -103,7 +113,7 @@ def test_two_overlays_share_one_app_each_switch_known_by_its_datapath_id() -> No
                      ("blue", "evoblue", "leaf"), ("blue", "evot300", "peer")}
     # Each switch got its own base flows and port request; the peer ports their leaf announcements.
     for dp in (red, blue):
-        assert [type(m).__name__ for m in dp.sent[:4]] == ["OFPFlowMod"] * 3 + ["OFPPortDescStatsRequest"]
+        assert [type(m).__name__ for m in dp.sent[:6]] == ["OFPFlowMod"] * 5 + ["OFPPortDescStatsRequest"]
 
     # A broadcast on red goes out of red only, as an FRB rooted here.
     red.sent.clear()
@@ -384,7 +394,7 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     assert sock.options[(socket.IPPROTO_TCP, socket.TCP_NODELAY)] == 1
     assert dp.sent == []  # nothing through os-ken's send queue
     # Connect: base flows and the port request in one write; the new peer port's leaf announcement in another.
-    assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_FLOW_MOD] * 3 + [ofp.OFPT_MULTIPART_REQUEST],
+    assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_FLOW_MOD] * 5 + [ofp.OFPT_MULTIPART_REQUEST],
                                                        [ofp.OFPT_PACKET_OUT]]
     sock.writes.clear()
     app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
@@ -506,3 +516,4 @@ def test_the_tick_slows_down_when_nothing_needs_it_and_a_packet_in_brings_it_bac
     assert app.tick_pace() == 0.5  # its reports go out on the next tick ...
     clock.now += 0.5
     assert app.tick_pace() == 5.0  # ... and then the slow pace again: it added no flow
+

@@ -47,7 +47,7 @@ def test_deletes_take_evio_flows_by_port_and_by_mac_and_never_the_base_flows() -
     assert set(table.flows) == {FlowMatch(2, C, A)}
     send(table, DeleteFlowsToMac(A))
     assert table.flows == {}
-    assert len(table.entries) == 2  # table-miss and FRB rules stay
+    assert len(table.entries) == 4  # each table's table-miss and FRB rules stay
     removed = [removed_flow_match(table.codec.decode(n)) for n in table.take_notices()]
     assert sorted(removed, key=str) == sorted([FlowMatch(1, A, B), FlowMatch(7, B, A), FlowMatch(2, C, A)], key=str)
 
@@ -73,9 +73,12 @@ def test_what_the_switch_is_not_modelled_for_fails_loudly() -> None:
     codec = CodecDatapath()
     table = FakeFlowTable(codec)
     parser = codec.ofproto_parser
-    strict = parser.OFPFlowMod(codec, command=codec.ofproto.OFPFC_DELETE_STRICT, match=parser.OFPMatch())
+    modify = parser.OFPFlowMod(codec, command=codec.ofproto.OFPFC_MODIFY, match=parser.OFPMatch())
     with pytest.raises(FakeFlowTableError):
-        table.receive(codec.encode(strict), 0.0)
+        table.receive(codec.encode(modify), 0.0)
+    third_table = parser.OFPFlowMod(codec, table_id=2, match=parser.OFPMatch())
+    with pytest.raises(FakeFlowTableError):
+        table.receive(codec.encode(third_table), 0.0)
     flood = parser.OFPFlowMod(codec, match=parser.OFPMatch(), instructions=[parser.OFPInstructionActions(
         codec.ofproto.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(codec.ofproto.OFPP_FLOOD)])])
     with pytest.raises(FakeFlowTableError):

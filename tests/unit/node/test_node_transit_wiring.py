@@ -1,11 +1,11 @@
-"""The node's wiring of the transit fast path (evio.node.transit): one table per overlay, its status."""
+"""The node's wiring of the transit fast path (evio.node.transit_wiring): one table per overlay, its status."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from evio.node.plan import plan_node
-from evio.node.transit import transit_status, transit_table
+from evio.node.transit_wiring import transit_status, transit_table
 from evio.testing.node_fleet import fleet_config
 
 
