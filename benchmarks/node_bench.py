@@ -69,7 +69,7 @@ from evio.testing.labs import unique_lab_name  # noqa: E402
 
 PAPER = {"overhead_ms": 0.37, "setup_s": 2.4, "bandwidth_mbit": 330.0}
 TARGET = {"overhead_ms": 0.15, "bandwidth_mbit": 660.0, "idle_cpu_pct": 1.0, "rss_mb": 80.0}
-EVIO_COOKIE = "0xe7100001/-1"  # evio.sdn.ofapp.EVIO_COOKIE: every flow the controller installs
+EVIO_COOKIE = "0xe7100001/-1"  # evio.sdn.openflow_messages.EVIO_COOKIE: every flow the controller installs
 PATHS = (0, 2, 4, 8)
 
 

@@ -1,9 +1,10 @@
 """Neutral descriptions of what the Bounded Flood logic wants done to the switch.
 
 The pure switch logic (`evio.sdn.switch`) returns lists of these; the os-ken
-adapter (`evio.sdn.ofapp`) turns each into OpenFlow 1.3 messages, which the
-fake flow table (`evio.testing.fake_flow_table`) decodes and applies as a
-switch would. Keeping them free of os-ken types keeps the logic pure.
+adapter (`evio.sdn.ofapp`) turns each into OpenFlow 1.3 messages
+(`evio.sdn.openflow_messages`), which the fake flow table
+(`evio.testing.fake_flow_table`) decodes and applies as a switch would.
+Keeping them free of os-ken types keeps the logic pure.
 """
 
 from __future__ import annotations
