@@ -41,7 +41,7 @@ have the flows we added: `OverlaySwitch.may_have_flows`).
 
 `start_controller_thread(config, listener=...)` runs it beside an asyncio loop
 (the daemon's layout), serving a Unix socket the daemon made before its
-bridges (`HandedListener`, evio.sdn.controller_socket: no local process can
+bridges (evio.sdn.handed_listener, evio.sdn.controller_socket: no local process can
 stand in for the controller); `python -m evio.lab.sdn_controller` runs a
 standalone controller, laid out the same way but on loopback TCP, for tests
 and the lab.
@@ -50,7 +50,6 @@ and the lab.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import logging
 import socket
@@ -89,12 +88,12 @@ trim_os_ken()  # before os-ken is first imported: OpenFlow 1.3 only (about 11 MB
 
 from os_ken import cfg  # noqa: E402
 from os_ken.base import app_manager  # noqa: E402
-from os_ken.controller import controller as osken_controller  # noqa: E402
 from os_ken.controller import event as osken_event  # noqa: E402
 from os_ken.controller import ofp_event, ofp_handler  # noqa: E402
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # noqa: E402
 from os_ken.ofproto import ofproto_v1_3  # noqa: E402
 
+from evio.sdn.handed_listener import HandedListener  # noqa: E402
 from evio.sdn.osken_guard import guard_os_ken_parsers  # noqa: E402
 
 guard_os_ken_parsers()  # lists whose elements say length 0 would loop forever (evio.sdn.osken_guard)
@@ -606,75 +605,3 @@ def start_controller_thread(
     thread = threading.Thread(target=serve, name="evio-os-ken", daemon=True)
     thread.start()
     return thread
-
-
-# ---------------------------------------------------------------------- a listener made before os-ken
-
-
-_TRANSIENT_ACCEPT_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
-                                      errno.EINTR})
-
-
-class _UnixSwitchSocket(socket.socket):
-    """An accepted Unix socket that ignores TCP-level options: os-ken's Datapath sets TCP_NODELAY on
-    every connection, which fails (EOPNOTSUPP) on AF_UNIX and would end the connection at once."""
-
-    def setsockopt(self, level: int, *args: Any) -> None:
-        if level == socket.IPPROTO_TCP:
-            return
-        super().setsockopt(level, *args)
-
-
-class HandedListener:
-    """A listening Unix socket made before any bridge (evio.sdn.controller_socket), served by os-ken.
-
-    `admit(conn)` is asked at every accept (the peer's credentials) before os-ken sees the
-    connection; `on_serving()` is called once the accept loop runs.
-    """
-
-    def __init__(
-        self, sock: socket.socket, admit: Callable[[socket.socket], bool], on_serving: Callable[[], None] | None = None
-    ) -> None:
-        self.sock = sock
-        self.admit = admit
-        self.on_serving = on_serving
-        self.address = str(sock.getsockname())
-
-    def openflow_server(self) -> Any:
-        """What os-ken's ofp_handler constructs and spawns: its OpenFlow server, on our listener."""
-        return _HandedOpenFlowServer(self)
-
-    def serve(self) -> None:
-        if self.on_serving is not None:
-            self.on_serving()
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError as exc:
-                if exc.errno not in _TRANSIENT_ACCEPT_ERRORS:
-                    raise
-                log.warning("controller socket: accept failed (%s); trying again", exc)
-                time.sleep(0.1)  # out of descriptors or memory: give what holds them a moment
-                continue
-            try:
-                admitted = self.admit(conn)
-            except Exception:  # a check that cannot decide refuses, and the loop goes on
-                log.exception("controller connection check failed; refused")
-                admitted = False
-            if not admitted:
-                conn.close()
-                continue
-            switch = _UnixSwitchSocket(fileno=conn.detach())
-            app_manager.hub.spawn(osken_controller.datapath_connection_factory, switch, self.address)
-
-
-class _HandedOpenFlowServer(osken_controller.OpenFlowController):
-    def __init__(self, listener: HandedListener) -> None:
-        # Not os-ken's __init__: it picks TCP ports, and with none configured serves 6633 too.
-        self._clients: dict[Any, Any] = {}
-        self.ofp_tcp_listen_port = None
-        self.ofp_ssl_listen_port = None
-        self._listener = listener
-
-    def server_loop(self, ofp_tcp_listen_port: Any, ofp_ssl_listen_port: Any) -> None:
-        self._listener.serve()
