@@ -18,7 +18,7 @@ import pytest
 from evio.node.control import query
 from evio.node.errors import StartupError
 from evio.node.node import Node
-from evio.node.overlay_stack import LinkManager
+from evio.node.overlay_parts import LinkManager
 from evio.node.overlay_status import overlay_status
 from evio.node.plan import OverlayPlan, plan_node
 from evio.overlay.adjacency import LinkState, LinkType
