@@ -19,7 +19,7 @@ SWITCHING_TABLE = 1
 TABLE_MISS_PRIORITY = 0  # in both tables: table 0's goes on to table 1, table 1's to the controller
 UNICAST_PRIORITY = 10
 FRB_TO_CONTROLLER_PRIORITY = 100
-POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/loader.py)
+POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/semantic_checks.py)
 FRB_PAST_POLICY_PRIORITY = 3000  # FRBs pass table 0 whole: the controller polices their inner frames
 
 
