@@ -72,8 +72,8 @@ from evio.testing.labs import unique_lab_name  # noqa: E402
 
 PAPER = {"overhead_ms": 0.37, "setup_s": 2.4, "bandwidth_mbit": 330.0}
 TARGET = {"overhead_ms": 0.15, "bandwidth_mbit": 660.0, "idle_cpu_pct": 1.0, "rss_mb": 80.0}
-# evio.sdn.ofapp.EVIO_COOKIE under EVIO_COOKIE_MASK: every flow the controller installs, the counted ones
-# (COUNTED_COOKIE, a bit above the mask) too; an exact match (mask -1) would leave those in place.
+# evio.sdn.openflow_messages.EVIO_COOKIE under EVIO_COOKIE_MASK: every flow the controller installs, the counted
+# ones (COUNTED_COOKIE, a bit above the mask) too; an exact match (mask -1) would leave those in place.
 EVIO_COOKIE = "0xe7100001/0xffffffff"
 PATHS = (0, 2, 4, 8)
 

@@ -8,11 +8,11 @@ itself, so every flow it makes is one on-demand links would count: the worst
 case for the poll). The real switch logic installs its flows in the fake flow
 table. Then one poll is timed as the controller pays for it: the switch's
 stats reply encoded as OpenFlow 1.3 multipart messages (<= 64 KiB each), parsed
-by os-ken, turned into byte counts (`ofapp.flow_byte_counts`) and fed to the
+by os-ken, turned into byte counts (`openflow_messages.flow_byte_counts`) and fed to the
 on-demand policy (`OverlaySwitch.flow_stats`), process CPU time.
 
 "before": every evio flow of N, as main's poll asked for them (main kept all N).
-"after": what this branch's request (`ofapp.flow_stats_request`) gets back from
+"after": what this branch's request (`openflow_messages.flow_stats_request`) gets back from
 the table the bounded switch left after the same N frames.
 """
 
@@ -33,7 +33,7 @@ from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 from evio.config.model import OnDemandConfig
 from evio.sdn import frb
 from evio.sdn.boundary import AttachOverlay
-from evio.sdn.ofapp import COUNTED_COOKIE, flow_byte_counts, flow_stats_request
+from evio.sdn.openflow_messages import COUNTED_COOKIE, flow_byte_counts, flow_stats_request
 from evio.sdn.overlay_switch import OverlaySwitch
 from evio.testing.fake_flow_table import FakeFlow, FakeNetwork
 

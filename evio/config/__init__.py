@@ -11,7 +11,7 @@ from typing import Any
 _EXPORTS = {
     "ConfigError": "evio.config.loader",
     "ConfigFileError": "evio.config.loader",
-    "Problem": "evio.config.loader",
+    "Problem": "evio.config.problems",
     "load_config": "evio.config.loader",
     "loads_config": "evio.config.loader",
     "Config": "evio.config.model",

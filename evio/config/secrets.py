@@ -48,6 +48,14 @@ def read_regular(path: Path, limit: int) -> bytes:
         os.close(fd)
 
 
+def read_password_file(path: Path) -> str:
+    """The password in `path`: its first line, without the line ending.
+
+    At most MAX_SECRET_BYTES of a regular file are read (FileCheckError otherwise).
+    """
+    return read_regular(path, MAX_SECRET_BYTES).decode("utf-8").split("\n", 1)[0].rstrip("\r")
+
+
 def secret_file_problem(path: Path, euid: int | None = None) -> str | None:
     """Why evio refuses to take a secret from `path` (owner, mode, kind), or None."""
     try:

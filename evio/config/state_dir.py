@@ -16,8 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from evio.config.loader import ConfigError, Problem
+from evio.config.loader import ConfigError
 from evio.config.model import Config
+from evio.config.problems import Problem
 from evio.ids import NODE_ID_BITS, NodeIdError, format_node_id, parse_node_id
 
 log = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ from evio.ids import format_node_id, parse_node_id
 from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
 from evio.node.overlay_stack import OverlayStack
+from evio.node.overlay_status import attached_ports_status, overlay_status
 from evio.node.plain_loop_thread import PlainLoopThread
 from evio.node.plan import AccountPlan, NodePlan, OverlayPlan
 from evio.node.platform import AddressAnnouncer, Platform
@@ -409,7 +410,7 @@ class Node:
             await stack.attach(name)
         except BridgeError as exc:  # AttachRefused among them: one line that says why, nothing changed
             raise ControlError(f"{name} not attached to {stack.overlay}: {exc}") from None
-        return {"overlay": stack.overlay, "interface": name, **stack.status()["attached_ports"][name]}
+        return {"overlay": stack.overlay, "interface": name, **attached_ports_status(stack)[name]}
 
     async def detach(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """`evio detach`: {"overlay": ID, "interface": NAME}."""
@@ -439,7 +440,7 @@ class Node:
             "reloads": self.reloads,
             "systemd": {"notify": self._notifier is not None and self._notifier.enabled, "ready_sent": self.notified_ready,
                         "watchdog_interval": self._notifier.watchdog_interval if self._notifier else None},
-            "overlays": {name: stack.status() for name, stack in self.overlays.items()},
+            "overlays": {name: overlay_status(stack) for name, stack in self.overlays.items()},
         }
 
 

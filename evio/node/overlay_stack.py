@@ -24,6 +24,7 @@ refusal as its answer.
 `stop()` undoes everything `start()` did, whatever failed on the way, and
 leaves no port, TAP or bridge behind (the attached interfaces themselves stay
 on the host, off the bridge).
+The status document of the overlay is evio.node.overlay_status's.
 """
 
 from __future__ import annotations
@@ -33,28 +34,35 @@ import datetime
 import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from evio.bridge.commands import BridgeError
-from evio.bridge.host_ports import AttachRefused, HostInterface, InterfaceCounters, interface_counters
+from evio.bridge.host_ports import AttachRefused, interface_counters
 from evio.clock import REAL_CLOCK, Clock
 from evio.config.address_pool import conflicting_peers
 from evio.config.model import PolicyRule, TopologyConfig
 from evio.ids import format_node_id
+from evio.node.overlay_parts import (
+    AdjacencyController,
+    AttachedPort,
+    Bridge,
+    Cancellable,
+    ControllerFactory,
+    CounterSource,
+    LinksFactory,
+)
 from evio.node.plan import OverlayPlan
 from evio.node.revocation_flood import RevocationFlood
 from evio.node.sdn import SdnController
-from evio.node.status import TRUST_RISK, SetupHistogram, TunnelView, link_counts, link_document, trust_document
-from evio.node.transit_wiring import transit_status
+from evio.node.status import TRUST_RISK, SetupHistogram
 from evio.overlay.adjacency_events import LinkDown, LinkUp
 from evio.sdn import boundary
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.interface import Signaling
 from evio.tunnel.config import TunnelSettings
-from evio.tunnel.datapath.transit_table import TransitTable
 from evio.tunnel.errors import TunnelError
-from evio.tunnel.session import TunnelEvent, TunnelInfo, TunnelUp
+from evio.tunnel.session import TunnelEvent, TunnelUp
 
 log = logging.getLogger(__name__)
 
@@ -62,99 +70,6 @@ PORT_RETRY_INTERVAL = 1.0  # after OVS refused a port change (ovsdb-server down,
 PORT_DRAIN_TIMEOUT = 15.0  # at stop: ovs-vsctl calls still queued get this long before the bridge goes anyway
 
 
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
-
-class Bridge(Protocol):
-    """What the node needs of an OVS bridge (evio.bridge.OvsBridge)."""
-
-    @property
-    def name(self) -> str: ...
-
-    async def create(self) -> None: ...
-
-    async def add_port(self, port_name: str) -> None: ...
-
-    async def remove_port(self, port_name: str) -> None: ...
-
-    async def ports(self) -> list[str]: ...
-
-    async def delete(self) -> None: ...
-
-    async def attach_host_port(self, name: str) -> HostInterface:
-        """Put a host interface on the bridge as a leaf port (AttachRefused, nothing changed, when it may not)."""
-        ...
-
-
-class TunnelLike(TunnelView, Protocol):
-    async def probe(self, timeout: float) -> float:
-        """RTT of one echo through the tunnel (raises TunnelError if not up, TimeoutError)."""
-        ...
-
-
-class LinkManager(Protocol):
-    """What the node needs of the tunnel manager (evio.tunnel.manager.TunnelManager)."""
-
-    def start(self) -> None: ...
-
-    def admit_offers(self, policy: Callable[[int], bool]) -> None: ...
-
-    async def connect(self, peer: int) -> TunnelInfo: ...
-
-    async def disconnect(self, peer: int) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def get(self, peer: int) -> TunnelLike | None: ...
-
-    @property
-    def transit(self) -> TransitTable | None:
-        """The overlay's transit fast-path table (evio.node.transit_wiring), None without one."""
-        ...
-
-    def reconfigure(self, config: TunnelSettings) -> None:
-        """Settings for the tunnels set up from now on (those up keep theirs)."""
-        ...
-    def doubt(self, peer: int) -> None: ...
-
-
-class AdjacencyController(Protocol):
-    """What the node needs of the overlay controller (evio.overlay.controller.OverlayController)."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def on_tunnel_event(self, event: TunnelEvent) -> None: ...
-
-    def expects_tunnel(self, peer: int) -> bool: ...
-
-    def subscribe(self, callback: Callable[[Any], None]) -> Cancellable: ...
-
-    def adjacency(self) -> Mapping[int, Any]: ...
-
-    def request_on_demand(self, peer: int) -> None: ...
-
-    def release_on_demand(self, peer: int) -> None: ...
-
-    def set_topology(self, topology: TopologyConfig) -> None: ...
-
-
-LinksFactory = Callable[[Callable[[TunnelEvent], None]], LinkManager]
-CounterSource = Callable[[Iterable[str]], Mapping[str, InterfaceCounters]]
-
-
-@dataclass(frozen=True)
-class AttachedPort:
-    """A host interface the config or `evio attach` put on this overlay's bridge (or tried to)."""
-
-    name: str
-    origin: str  # "config" (the overlay's `attach`) or "command" (`evio attach`, until a restart or `evio detach`)
-    on_bridge: bool = False
-    error: str | None = None  # why it is not on the bridge
-    mtu: int | None = None  # the interface's, when attached
-ControllerFactory = Callable[[LinkManager], AdjacencyController]
 
 
 class OverlayStack:
@@ -180,7 +95,7 @@ class OverlayStack:
         self.bridge = bridge
         self._sdn = sdn
         self.stp = plan.bridge.stp  # no SDN controller for this bridge: OVS's own RSTP and learning
-        self._clock = clock
+        self.clock = clock
         self._controller: AdjacencyController | None = None
         # The tunnel manager reports to the controller, which is made from the manager.
         self.links = make_links(self._tunnel_event)
@@ -216,11 +131,11 @@ class OverlayStack:
         self.started_at: float | None = None
         self._conflicts_logged: set[int] = set()
         self.attached: dict[str, AttachedPort] = {}  # host interface -> what became of it
-        self._port_counters = port_counters
+        self.port_counters = port_counters  # of the attached ports, for the status
         self._attach_lock = asyncio.Lock()  # one attach, detach or reload of them at a time
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
-        self._revocation_error: str | None = None
+        self.revocation_error: str | None = None  # why the flood did not start (shown in the status)
         # Members signaling sees (kept while our own session is down), told to the switch: floods rooted at
         # anyone else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
         self._members: set[int] = {node_id}
@@ -268,7 +183,7 @@ class OverlayStack:
         self._members_changed()
         self._controller_started = True
         await self.controller.start()
-        self.started_at = self._clock.now()
+        self.started_at = self.clock.now()
         if self.plan.certificate is None:  # issue 21 H1: said once per overlay, at start
             log.warning("overlay %s: %s; set trust (evio member add / evio join write it)", self.overlay, TRUST_RISK)
         elif (left := self.plan.certificate.cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)).days < 7:
@@ -278,13 +193,13 @@ class OverlayStack:
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 
     def _start_revocation_flood(self) -> None:
-        flood = RevocationFlood(self.overlay, self.bridge.name, self.signaling, self._clock)
+        flood = RevocationFlood(self.overlay, self.bridge.name, self.signaling, self.clock)
         try:
             flood.start()
         except OSError as exc:  # revocation still comes through the server and the revocation file
-            self._revocation_error = f"{self.bridge.name}: {exc.strerror or exc}"
+            self.revocation_error = f"{self.bridge.name}: {exc.strerror or exc}"
             log.warning("overlay %s: revocation lists not spread over the overlay (%s)", self.overlay,
-                        self._revocation_error)  # fmt: skip
+                        self.revocation_error)  # fmt: skip
             return
         self.revocations = flood
 
@@ -414,19 +329,6 @@ class OverlayStack:
                 raise
             log.info("port detached overlay=%s port=%s", self.overlay, name)
 
-    def _attached_document(self) -> dict[str, Any]:
-        counters = self._port_counters([n for n, p in self.attached.items() if p.on_bridge])
-        document = {}
-        for name, port in sorted(self.attached.items()):
-            counted = counters.get(name)
-            document[name] = {
-                "origin": port.origin, "on_bridge": port.on_bridge, "error": port.error, "mtu": port.mtu,
-                "port": self.port_numbers.get(name),
-                "switch_drops": dict(self.port_drops.get(name, {})),
-                **(counted.as_dict() if counted is not None else {"rx": None, "tx": None}),
-            }
-        return document
-
     # -- presence -> tunnel probes --------------------------------------------------------------
 
     def _members_changed(self) -> None:
@@ -478,7 +380,7 @@ class OverlayStack:
             else:
                 self.link_downs += 1
                 self._early_peer_down(event.tap)
-            self.last_link_change = self._clock.now()
+            self.last_link_change = self.clock.now()
             self._port_events.put_nowait(event)
 
     def _early_peer_down(self, tap: str) -> None:
@@ -499,7 +401,7 @@ class OverlayStack:
         while True:
             if behind:
                 try:
-                    event = await self._clock.wait_for(self._port_events.get(), PORT_RETRY_INTERVAL)
+                    event = await self.clock.wait_for(self._port_events.get(), PORT_RETRY_INTERVAL)
                 except TimeoutError:
                     behind = not await self._reconcile_ports()
                     continue
@@ -528,7 +430,7 @@ class OverlayStack:
         return True
 
     async def _drain_port_changes(self) -> None:
-        await self._clock.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)
+        await self.clock.wait_for(self._port_events.join(), PORT_DRAIN_TIMEOUT)
 
     async def _apply(self, event: LinkUp | LinkDown) -> None:
         if isinstance(event, LinkUp):
@@ -605,17 +507,6 @@ class OverlayStack:
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
 
-    def _policy_status(self) -> list[dict[str, Any]]:
-        """Each rule in order, with what it matched: `packets` in all, `frb_packets` of them FRB inner frames."""
-        counts = self.policy_counts.rules if self.policy_counts is not None else ()
-        rules = []
-        for index, rule in enumerate(self.plan.config.policy):
-            count = counts[index] if index < len(counts) and counts[index].name == rule.label(index) else None
-            flow, frb = (count.packets, count.frb_packets) if count is not None else (0, 0)
-            rules.append({"rule": rule.label(index), "action": rule.action, "in_port": rule.in_port,
-                          "packets": flow + frb, "frb_packets": frb})
-        return rules
-
     # -- probe (evio ping) ----------------------------------------------------------------------
 
     async def probe(self, peer: int, timeout: float) -> dict[str, Any]:
@@ -671,89 +562,6 @@ class OverlayStack:
                           "does; set node.id on one of them or use a bigger address_pool", self.overlay,
                           format_node_id(peer), self.plan.bridge.overlay_address, bridge.address_pool)
         return conflicts
-
-    def _trust_status(self) -> dict[str, Any]:
-        doc = trust_document(self.plan.certificate, datetime.datetime.now(datetime.UTC),
-                             len(self.signaling.revoked_nodes(self.overlay)))  # fmt: skip
-        if self.plan.certificate is not None:
-            doc["revocation_flood"] = self.revocations.status() if self.revocations else {"error": self._revocation_error}
-        return doc
-
-    def status(self) -> dict[str, Any]:
-        now = self._clock.now()
-        names = self.signaling.peers(self.overlay)
-        links = []
-        for peer, info in sorted(self.controller.adjacency().items()):
-            tap = getattr(info, "tap", None)
-            links.append(link_document(
-                peer, info, self.links.get(peer), names,
-                port=self.port_numbers.get(tap) if tap else None,
-                on_bridge=tap in self.ports if tap else False,
-                now=now,
-            ))  # fmt: skip
-        config = self.plan.config
-        traffic = self.traffic
-        return {
-            "node_id": format_node_id(self.node_id),
-            "bridge": self.bridge.name,
-            "address": self.plan.bridge.overlay_address,
-            "address_conflicts": [format_node_id(p) for p in self.address_conflicts()],
-            "datapath": self.plan.datapath,
-            "datapath_id": f"{self.plan.datapath_id:016x}",
-            "switching": self.plan.bridge.switching,
-            "switch_connected": self.switch_connected,
-            "bridge_ready": self.bridge_ready,
-            "signal": {"jid": config.signal.jid, "server": f"{config.signal.server}:{config.signal.port}",
-                       "connected": self.signaling.connected, "connected_since": self.signaling.connected_since,
-                       "logins": self.signaling.sessions, "reconnects": max(self.signaling.sessions - 1, 0),
-                       "last_error": error.as_dict() if (error := self.signaling.last_error(self.overlay)) else None,
-                       "drops": self.signaling.drop_counts()},
-            "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},
-            "trust": self._trust_status(),
-            "links": links,
-            "link_counts": link_counts(links),
-            "tunnels": {"up": self.tunnels_up, "down": self.tunnels_down, "setup_seconds": self.setup_times.as_dict()},
-            "switch": {
-                "packet_ins": traffic.packet_ins if traffic else 0,
-                "broadcasts_originated": traffic.broadcasts_originated if traffic else 0,
-                "frb_sent": traffic.frb_sent if traffic else 0,
-                "frb_forwarded": traffic.frb_forwarded if traffic else 0,
-                "segmented": traffic.segmented if traffic else 0,
-                "checksums_completed": traffic.checksums_completed if traffic else 0,
-                "neighbors_answered": traffic.neighbors_answered if traffic else 0,
-            },
-            "transit": transit_status(self.links.transit),
-            "drops": dict(self.drops),
-            "policy": self._policy_status(),
-            # Peers' ICE candidates not tried (loopback, link-local, deny list, ...: evio.tunnel.path.candidates).
-            "candidates_dropped": _candidates_dropped(self.links),
-            "frb_errors": dict(self.frb_errors),
-            "segment_errors": dict(self.segment_errors),
-            "port_drops": {port: dict(counts) for port, counts in sorted(self.port_drops.items())},
-            "port_errors": self.port_errors,
-            "attached_ports": self._attached_document(),
-            "broadcasts": _broadcasts(self.broadcasts),
-            "link_events": {
-                "up": self.link_ups,
-                "down": self.link_downs,
-                "seconds_since_last": round(now - self.last_link_change, 3) if self.last_link_change is not None else None,
-            },
-            "sdn": dict(self.sdn_other),
-        }
-
-
-def _candidates_dropped(links: object) -> dict[str, int]:
-    drops = getattr(links, "dropped_candidates", None)  # the tunnel manager's; fakes have none
-    return drops.as_dict() if drops is not None else {}
-
-
-def _broadcasts(counts: boundary.BroadcastCounts | None) -> dict[str, Any]:
-    """FRB broadcasts received: totals, per root, and the latest ones (`recent`, oldest first)."""
-    if counts is None:
-        return {"received": 0, "own_returned": 0, "by_root": {}, "recent": []}
-    document = boundary.event_as_dict(counts)
-    return {key: document[key] for key in ("received", "own_returned", "by_root", "recent")}
-
 
 def _value(item: object) -> Any:
     if isinstance(item, enum.Enum):

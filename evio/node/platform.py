@@ -15,7 +15,7 @@ from typing import Protocol
 
 from evio.bridge.commands import SubprocessRunner
 from evio.bridge.ovs_bridge import OvsBridge
-from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
+from evio.node.overlay_parts import AdjacencyController, Bridge, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.node.sdn import OskenController, SdnController
 from evio.node.transit_wiring import transit_table

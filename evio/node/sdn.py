@@ -80,7 +80,8 @@ class OskenController:
 
     async def start(self) -> None:
         try:
-            from evio.sdn.ofapp import ControllerConfig, HandedListener, start_controller_thread
+            from evio.sdn.handed_listener import HandedListener
+            from evio.sdn.ofapp import ControllerConfig, start_controller_thread
         except Exception as exc:  # os-ken missing or broken: say so rather than crash later
             raise DependencyError(f"cannot load the SDN controller (os-ken): {type(exc).__name__}: {exc}") from exc
         from evio.sdn.controller_socket import OvsOwner, SwitchAdmission, bind_controller_socket

@@ -1,9 +1,10 @@
 """Neutral descriptions of what the Bounded Flood logic wants done to the switch.
 
 The pure switch logic (`evio.sdn.switch`) returns lists of these; the os-ken
-adapter (`evio.sdn.ofapp`) turns each into OpenFlow 1.3 messages, which the
-fake flow table (`evio.testing.fake_flow_table`) decodes and applies as a
-switch would. Keeping them free of os-ken types keeps the logic pure.
+adapter (`evio.sdn.ofapp`) turns each into OpenFlow 1.3 messages
+(`evio.sdn.openflow_messages`), which the fake flow table
+(`evio.testing.fake_flow_table`) decodes and applies as a switch would.
+Keeping them free of os-ken types keeps the logic pure.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ SWITCHING_TABLE = 1
 TABLE_MISS_PRIORITY = 0  # in both tables: table 0's goes on to table 1, table 1's to the controller
 UNICAST_PRIORITY = 10
 FRB_TO_CONTROLLER_PRIORITY = 100
-POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/loader.py)
+POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/semantic_checks.py)
 FRB_PAST_POLICY_PRIORITY = 3000  # FRBs pass table 0 whole: the controller polices their inner frames
 
 

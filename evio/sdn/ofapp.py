@@ -4,7 +4,7 @@ os-ken's configuration and app manager are process-wide, so one app serves
 all of the node's bridges (one per overlay). It keeps one `OverlaySwitch` per
 overlay, found by the datapath id the bridge was created with; handlers turn
 OpenFlow events into calls on it, and one method (`_send`) turns the neutral
-actions it returns into OFP messages.
+actions it returns into OFP messages (evio.sdn.openflow_messages).
 
 Threads. The daemon runs asyncio in the main thread and os-ken, with its
 native (thread) hub, in others: one receive and one send thread per switch
@@ -41,7 +41,7 @@ have the flows we added: `OverlaySwitch.may_have_flows`).
 
 `start_controller_thread(config, listener=...)` runs it beside an asyncio loop
 (the daemon's layout), serving a Unix socket the daemon made before its
-bridges (`HandedListener`, evio.sdn.controller_socket: no local process can
+bridges (evio.sdn.handed_listener, evio.sdn.controller_socket: no local process can
 stand in for the controller); `python -m evio.lab.sdn_controller` runs a
 standalone controller, laid out the same way but on loopback TCP, for tests
 and the lab.
@@ -50,7 +50,6 @@ and the lab.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import logging
 import socket
@@ -72,15 +71,15 @@ from evio.sdn.boundary import (
     SetOnDemand,
     SetPolicy,
 )
-from evio.sdn.flow_actions import (
-    FRB_PAST_POLICY_PRIORITY,
-    FRB_TO_CONTROLLER_PRIORITY,
-    POLICY_TABLE,
-    SWITCHING_TABLE,
-    TABLE_MISS_PRIORITY,
+from evio.sdn.openflow_messages import (
+    base_flows,
+    flow_byte_counts,
+    flow_stats_request,
+    policy_packet_counts,
+    policy_stats_request,
+    removed_flow_match,
+    to_ofp_messages,
 )
-from evio.sdn.frb import ETH_TYPE_FRB
-from evio.sdn.l2policy import oxm_fields
 from evio.sdn.osken_imports import trim_os_ken
 from evio.sdn.overlay_switch import OverlaySwitch, Step
 from evio.sdn.transit import write_batches
@@ -89,28 +88,17 @@ trim_os_ken()  # before os-ken is first imported: OpenFlow 1.3 only (about 11 MB
 
 from os_ken import cfg  # noqa: E402
 from os_ken.base import app_manager  # noqa: E402
-from os_ken.controller import controller as osken_controller  # noqa: E402
 from os_ken.controller import event as osken_event  # noqa: E402
 from os_ken.controller import ofp_event, ofp_handler  # noqa: E402
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # noqa: E402
 from os_ken.ofproto import ofproto_v1_3  # noqa: E402
 
+from evio.sdn.handed_listener import HandedListener  # noqa: E402
 from evio.sdn.osken_guard import guard_os_ken_parsers  # noqa: E402
 
 guard_os_ken_parsers()  # lists whose elements say length 0 would loop forever (evio.sdn.osken_guard)
 
 log = logging.getLogger(__name__)
-
-# Marks the unicast flows evio installs, so deletes and stats never touch the base flows.
-EVIO_COOKIE = 0xE710_0001
-EVIO_COOKIE_MASK = 0xFFFF_FFFF  # the bits that say "evio's"; the ones above may say more of a flow
-# Above them: the flow's bytes count for on-demand links (AddFlow.counted). The byte counter poll asks
-# for these alone, so its cost is that of the flows between local hosts and known remote roots, not
-# of every flow a member can make the switch install (issue 21, H3).
-COUNTED_COOKIE = EVIO_COOKIE | 1 << 32
-ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
-# The L2 policy's flows in table 0 (evio.sdn.l2policy): the rule's number in the bits above.
-POLICY_COOKIE = 0xE710_0002
 
 
 @dataclass
@@ -136,119 +124,6 @@ class ControllerConfig:
 
 
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between warnings about refused switch connections
-
-
-# ---------------------------------------------------------------------- neutral actions -> OpenFlow
-
-
-def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]:
-    """The OpenFlow 1.3 messages that carry out `action` on `datapath`."""
-    ofp, parser = datapath.ofproto, datapath.ofproto_parser
-    if isinstance(action, flow_actions.PacketOut):
-        return [parser.OFPPacketOut(datapath, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                                    actions=[parser.OFPActionOutput(action.port)], data=action.data)]
-    if isinstance(action, flow_actions.AddFlow):
-        m = action.match
-        match = parser.OFPMatch(in_port=m.in_port, eth_src=m.eth_src, eth_dst=m.eth_dst)
-        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(action.out_port)])]
-        cookie = COUNTED_COOKIE if action.counted else EVIO_COOKIE
-        return [parser.OFPFlowMod(datapath, cookie=cookie, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
-                                  idle_timeout=action.idle_timeout, hard_timeout=action.hard_timeout,
-                                  priority=action.priority,
-                                  flags=ofp.OFPFF_SEND_FLOW_REM, match=match, instructions=inst)]
-    if isinstance(action, flow_actions.DeleteFlowsOfPort):
-        # Two deletes: flows entering by the port, and flows leaving through it.
-        common = dict(cookie=EVIO_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
-                      out_group=ofp.OFPG_ANY)
-        return [
-            parser.OFPFlowMod(datapath, out_port=ofp.OFPP_ANY, match=parser.OFPMatch(in_port=action.port), **common),
-            parser.OFPFlowMod(datapath, out_port=action.port, match=parser.OFPMatch(), **common),
-        ]
-    if isinstance(action, flow_actions.DeleteFlowsToMac | flow_actions.DeleteFlowsFromMac | flow_actions.DeleteFlow):
-        if isinstance(action, flow_actions.DeleteFlowsToMac):
-            match = parser.OFPMatch(eth_dst=action.mac)
-        elif isinstance(action, flow_actions.DeleteFlowsFromMac):
-            match = parser.OFPMatch(eth_src=action.mac)
-        else:  # the one flow: a delete by its whole match takes nothing wider (evio's flows all match these)
-            m = action.match
-            match = parser.OFPMatch(in_port=m.in_port, eth_src=m.eth_src, eth_dst=m.eth_dst)
-        return [parser.OFPFlowMod(datapath, cookie=EVIO_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=ofp.OFPTT_ALL,
-                                  command=ofp.OFPFC_DELETE, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                                  match=match)]
-    if isinstance(action, flow_actions.AddPolicyFlow):
-        inst = [parser.OFPInstructionGotoTable(SWITCHING_TABLE)] if action.allow else []  # none: dropped
-        return [parser.OFPFlowMod(datapath, cookie=POLICY_COOKIE | action.rule << 32, command=ofp.OFPFC_ADD,
-                                  table_id=POLICY_TABLE, priority=action.priority,
-                                  match=parser.OFPMatch(**oxm_fields(action.match)), instructions=inst)]
-    if isinstance(action, flow_actions.DeletePolicyFlow):
-        return [parser.OFPFlowMod(datapath, cookie=POLICY_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=POLICY_TABLE,
-                                  command=ofp.OFPFC_DELETE_STRICT, priority=action.priority, out_port=ofp.OFPP_ANY,
-                                  out_group=ofp.OFPG_ANY, match=parser.OFPMatch(**oxm_fields(action.match)))]
-    raise TypeError(f"not a flow action: {action!r}")
-
-
-def base_flows(datapath: Any) -> list[Any]:
-    """At connect: clear old flows. Table 0 (the policy's) lets what no rule drops, and every FRB, on to
-    table 1 (the switching); there unmatched frames and every FRB go to the controller, whole."""
-    ofp, parser = datapath.ofproto, datapath.ofproto_parser
-    to_controller = [parser.OFPInstructionActions(
-        ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])]
-    to_switching = [parser.OFPInstructionGotoTable(SWITCHING_TABLE)]
-    return [
-        parser.OFPFlowMod(datapath, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
-                          out_group=ofp.OFPG_ANY, match=parser.OFPMatch()),
-        parser.OFPFlowMod(datapath, table_id=POLICY_TABLE, priority=TABLE_MISS_PRIORITY, match=parser.OFPMatch(),
-                          instructions=to_switching),
-        parser.OFPFlowMod(datapath, table_id=POLICY_TABLE, priority=FRB_PAST_POLICY_PRIORITY,
-                          match=parser.OFPMatch(eth_type=ETH_TYPE_FRB), instructions=to_switching),
-        parser.OFPFlowMod(datapath, table_id=SWITCHING_TABLE, priority=TABLE_MISS_PRIORITY, match=parser.OFPMatch(),
-                          instructions=to_controller),
-        parser.OFPFlowMod(datapath, table_id=SWITCHING_TABLE, priority=FRB_TO_CONTROLLER_PRIORITY,
-                          match=parser.OFPMatch(eth_type=ETH_TYPE_FRB), instructions=to_controller),
-    ]
-
-
-def flow_stats_request(datapath: Any) -> Any:
-    """Byte counters of evio's unicast flows that on-demand links count (by cookie), all tables."""
-    ofp, parser = datapath.ofproto, datapath.ofproto_parser
-    return parser.OFPFlowStatsRequest(datapath, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                      COUNTED_COOKIE, ALL_BITS, parser.OFPMatch())
-
-
-def policy_stats_request(datapath: Any) -> Any:
-    """Packet counters of the policy's flows in table 0 (by cookie)."""
-    ofp, parser = datapath.ofproto, datapath.ofproto_parser
-    return parser.OFPFlowStatsRequest(datapath, 0, POLICY_TABLE, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                      POLICY_COOKIE, EVIO_COOKIE_MASK, parser.OFPMatch())
-
-
-def policy_packet_counts(stats: Sequence[Any]) -> dict[int, int]:
-    """OFPFlowStats entries of policy flows as {rule number: packets of its flows}."""
-    counts: dict[int, int] = {}
-    for stat in stats:
-        if stat.cookie & EVIO_COOKIE_MASK == POLICY_COOKIE:
-            rule = stat.cookie >> 32
-            counts[rule] = counts.get(rule, 0) + stat.packet_count
-    return counts
-
-
-def flow_byte_counts(stats: Sequence[Any]) -> dict[flow_actions.FlowMatch, int]:
-    """OFPFlowStats entries of evio's unicast flows as {FlowMatch: byte_count}."""
-    counts: dict[flow_actions.FlowMatch, int] = {}
-    for stat in stats:
-        m = stat.match
-        if stat.cookie & EVIO_COOKIE_MASK != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
-            continue
-        counts[flow_actions.FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])] = stat.byte_count
-    return counts
-
-
-def removed_flow_match(msg: Any) -> flow_actions.FlowMatch | None:
-    """The evio unicast flow an OFPFlowRemoved reports; None for the base flows and anyone else's."""
-    m = msg.match
-    if msg.cookie & EVIO_COOKIE_MASK != EVIO_COOKIE or not all(k in m for k in ("in_port", "eth_src", "eth_dst")):
-        return None
-    return flow_actions.FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])
 
 
 # ---------------------------------------------------------------------- the app
@@ -730,75 +605,3 @@ def start_controller_thread(
     thread = threading.Thread(target=serve, name="evio-os-ken", daemon=True)
     thread.start()
     return thread
-
-
-# ---------------------------------------------------------------------- a listener made before os-ken
-
-
-_TRANSIENT_ACCEPT_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
-                                      errno.EINTR})
-
-
-class _UnixSwitchSocket(socket.socket):
-    """An accepted Unix socket that ignores TCP-level options: os-ken's Datapath sets TCP_NODELAY on
-    every connection, which fails (EOPNOTSUPP) on AF_UNIX and would end the connection at once."""
-
-    def setsockopt(self, level: int, *args: Any) -> None:
-        if level == socket.IPPROTO_TCP:
-            return
-        super().setsockopt(level, *args)
-
-
-class HandedListener:
-    """A listening Unix socket made before any bridge (evio.sdn.controller_socket), served by os-ken.
-
-    `admit(conn)` is asked at every accept (the peer's credentials) before os-ken sees the
-    connection; `on_serving()` is called once the accept loop runs.
-    """
-
-    def __init__(
-        self, sock: socket.socket, admit: Callable[[socket.socket], bool], on_serving: Callable[[], None] | None = None
-    ) -> None:
-        self.sock = sock
-        self.admit = admit
-        self.on_serving = on_serving
-        self.address = str(sock.getsockname())
-
-    def openflow_server(self) -> Any:
-        """What os-ken's ofp_handler constructs and spawns: its OpenFlow server, on our listener."""
-        return _HandedOpenFlowServer(self)
-
-    def serve(self) -> None:
-        if self.on_serving is not None:
-            self.on_serving()
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError as exc:
-                if exc.errno not in _TRANSIENT_ACCEPT_ERRORS:
-                    raise
-                log.warning("controller socket: accept failed (%s); trying again", exc)
-                time.sleep(0.1)  # out of descriptors or memory: give what holds them a moment
-                continue
-            try:
-                admitted = self.admit(conn)
-            except Exception:  # a check that cannot decide refuses, and the loop goes on
-                log.exception("controller connection check failed; refused")
-                admitted = False
-            if not admitted:
-                conn.close()
-                continue
-            switch = _UnixSwitchSocket(fileno=conn.detach())
-            app_manager.hub.spawn(osken_controller.datapath_connection_factory, switch, self.address)
-
-
-class _HandedOpenFlowServer(osken_controller.OpenFlowController):
-    def __init__(self, listener: HandedListener) -> None:
-        # Not os-ken's __init__: it picks TCP ports, and with none configured serves 6633 too.
-        self._clients: dict[Any, Any] = {}
-        self.ofp_tcp_listen_port = None
-        self.ofp_ssl_listen_port = None
-        self._listener = listener
-
-    def server_loop(self, ofp_tcp_listen_port: Any, ofp_ssl_listen_port: Any) -> None:
-        self._listener.serve()

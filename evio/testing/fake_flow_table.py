@@ -1,7 +1,7 @@
 """A fake OpenFlow 1.3 switch table and a fake network of Bounded Flood switches, without OVS.
 
 The switch logic's actions take the daemon's way to the switch:
-`evio.sdn.ofapp.to_ofp_messages` (and `base_flows` at connect) make os-ken
+`evio.sdn.openflow_messages.to_ofp_messages` (and `base_flows` at connect) make os-ken
 OpenFlow 1.3 messages of them, which are serialized to bytes as for the wire.
 `FakeFlowTable` is the switch end: it parses those bytes back with os-ken's
 parser and does what they say, as Open vSwitch would in its tables 0 (the L2
@@ -22,8 +22,8 @@ goto-table instruction:
   (a hostile port's, tests/unit/sdn/test_sdn_port_bounds.py) stay quick.
 - Entries with OFPFF_SEND_FLOW_REM that go (timeout or delete) become
   OFPFlowRemoved messages, encoded here and parsed by os-ken for the
-  controller side (`evio.sdn.ofapp.removed_flow_match`); flow stats go
-  through `evio.sdn.ofapp.flow_byte_counts`.
+  controller side (`evio.sdn.openflow_messages.removed_flow_match`); flow stats go
+  through `evio.sdn.openflow_messages.flow_byte_counts`.
 
 `FakeNetwork` joins several `BoundedFloodSwitch`es with "tunnels" (pairs of
 peer ports) and runs frames through tables and controllers until the network
@@ -47,7 +47,7 @@ from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 from evio.ids import RING_SIZE
 from evio.sdn import l2policy
 from evio.sdn.flow_actions import SWITCHING_TABLE, UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
-from evio.sdn.ofapp import (
+from evio.sdn.openflow_messages import (
     EVIO_COOKIE,
     EVIO_COOKIE_MASK,
     base_flows,

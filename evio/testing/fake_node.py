@@ -21,7 +21,7 @@ from typing import Any
 from evio.bridge.commands import CommandError
 from evio.bridge.ovs_bridge import OvsBridge
 from evio.clock import REAL_CLOCK, Clock
-from evio.node.overlay_stack import AdjacencyController, Bridge, LinkManager
+from evio.node.overlay_parts import AdjacencyController, Bridge, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.node.platform import AddressAnnouncer
 from evio.node.sdn import SdnController

@@ -1178,7 +1178,8 @@ def _openflow_target(stack: ExitStack) -> Target:
 
     from evio.sdn import frb
     from evio.sdn.boundary import CollectingSink, ControllerChannel
-    from evio.sdn.ofapp import EVIO_COOKIE, BoundedFloodApp, ControllerConfig
+    from evio.sdn.ofapp import BoundedFloodApp, ControllerConfig
+    from evio.sdn.openflow_messages import EVIO_COOKIE
 
     ofp, parser = ofproto_v1_3, ofproto_v1_3_parser
     clock = [100.0]

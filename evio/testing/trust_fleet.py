@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
-from evio.node.overlay_stack import AdjacencyController, LinkManager
+from evio.node.overlay_parts import AdjacencyController, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.overlay.controller import OverlayController
 from evio.signal import identity

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
 RING_TIMEOUT = 60.0  # generous: the machine is shared and loaded
-EVIO_COOKIE = "0xe7100001/-1"  # evio.sdn.ofapp.EVIO_COOKIE
+EVIO_COOKIE = "0xe7100001/-1"  # evio.sdn.openflow_messages.EVIO_COOKIE
 PINGS = 20
 # The defaults: tunnel.datapath auto, so the native data path where evio_native is built (its receive
 # pass hands transit frames back to the hook), and tunnel.transit on.

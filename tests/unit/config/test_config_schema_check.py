@@ -20,7 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evio.config.loader import Problem, _schema_problems, json_path, load_schema, parse_json, schema_problems
+from evio.config.loader import _schema_problems, load_schema, parse_json, schema_problems
+from evio.config.problems import Problem, json_path
 from evio.config.schema_check import Failure, UnsupportedSchema, check_schema, equal, failures
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "evio" / "config" / "example.jsonc"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from evio.config.loader import ConfigError, ConfigFileError, load_config, loads_config, read_password_file
+from evio.config.loader import ConfigError, ConfigFileError, load_config, loads_config
 from evio.config.model import LoggingConfig
-from evio.config.secrets import FileCheckError, secret_problems
+from evio.config.secrets import FileCheckError, read_password_file, secret_problems
 from evio.node.logs import configure_logging
 from evio.node.plan import plan_node
 from evio.tunnel.config import from_overlay_config

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 
 from evio.ids import format_node_id
-from evio.node.overlay_stack import AdjacencyController, LinkManager
+from evio.node.overlay_parts import AdjacencyController, LinkManager
 from evio.node.plan import OverlayPlan
 from evio.overlay.adjacency import LinkState
 from evio.overlay.controller import OverlayController

@@ -18,7 +18,8 @@ import pytest
 from evio.node.control import query
 from evio.node.errors import StartupError
 from evio.node.node import Node
-from evio.node.overlay_stack import LinkManager
+from evio.node.overlay_parts import LinkManager
+from evio.node.overlay_status import overlay_status
 from evio.node.plan import OverlayPlan, plan_node
 from evio.overlay.adjacency import LinkState, LinkType
 from evio.overlay.adjacency_events import LinkDown, LinkInfo, LinkUp
@@ -170,7 +171,7 @@ async def test_an_stp_overlay_puts_the_same_taps_on_an_rstp_bridge_and_tells_the
             row = platform.ovsdb.bridges["evbr-ov1"]
             assert "rstp_enable=true" in row.settings and "fail_mode=standalone" in row.settings
             assert not any(c[:1] == ["set-controller"] for c in platform.ovsdb.calls)
-            status = fleet.nodes[i].overlays["ov1"].status()
+            status = overlay_status(fleet.nodes[i].overlays["ov1"])
             assert (status["switching"], status["bridge_ready"], status["switch_connected"]) == ("stp", True, False)
         assert await fleet.stop(1) is None
         assert fleet.platforms[1].ovsdb.bridges == {}

@@ -122,7 +122,7 @@ def test_a_bridge_spec_with_a_socket_targets_it_alone() -> None:
 
 
 def test_the_handed_listener_closes_what_admission_refuses_and_goes_on(tmp_path: Path) -> None:
-    from evio.sdn.ofapp import HandedListener
+    from evio.sdn.handed_listener import HandedListener
 
     listener = bind_controller_socket(tmp_path / "evio" / "x.sock", ROOT_OVS)
     asked: list[int] = []

@@ -21,7 +21,8 @@ from evio.sdn.l2policy import (
     frame_fields,
     oxm_fields,
 )
-from evio.sdn.ofapp import POLICY_COOKIE, EventTick, policy_packet_counts, to_ofp_messages
+from evio.sdn.ofapp import EventTick
+from evio.sdn.openflow_messages import POLICY_COOKIE, policy_packet_counts, to_ofp_messages
 from evio.sdn.switch import Drop, PortKind
 from evio.testing.fake_flow_table import CodecDatapath, FakeNetwork
 from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc

@@ -34,15 +34,8 @@ from evio.sdn.flow_actions import (
     FlowMatch,
     PacketOut,
 )
-from evio.sdn.ofapp import (
-    COUNTED_COOKIE,
-    EVIO_COOKIE,
-    BoundedFloodApp,
-    EventTick,
-    base_flows,
-    flow_byte_counts,
-    to_ofp_messages,
-)
+from evio.sdn.ofapp import BoundedFloodApp, EventTick
+from evio.sdn.openflow_messages import COUNTED_COOKIE, EVIO_COOKIE, base_flows, flow_byte_counts, to_ofp_messages
 from evio.sdn.switch import PortKind
 from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc
 from evio.testing.frames import H1, H2, arp_request, eth

@@ -11,7 +11,8 @@ from typing import Any
 
 from evio.sdn import frb
 from evio.sdn.learning_table import MOVE_HOLD
-from evio.sdn.ofapp import EVIO_COOKIE, BoundedFloodApp, EventTick
+from evio.sdn.ofapp import BoundedFloodApp, EventTick
+from evio.sdn.openflow_messages import EVIO_COOKIE
 from evio.sdn.switch import FLOW_HARD_TIMEOUT
 from evio.sdn.transit import TransitMirror
 from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc

@@ -6,7 +6,7 @@ import pytest
 
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
 from evio.sdn.frb import ETH_TYPE_FRB
-from evio.sdn.ofapp import EVIO_COOKIE, base_flows, removed_flow_match, to_ofp_messages
+from evio.sdn.openflow_messages import EVIO_COOKIE, base_flows, removed_flow_match, to_ofp_messages
 from evio.testing.fake_flow_table import CONTROLLER, CodecDatapath, FakeFlowTable, FakeFlowTableError
 from evio.testing.frames import eth
 

@@ -66,7 +66,7 @@ def test_a_packet_in_without_an_in_port_is_dropped_not_a_handler_error(openflow:
 
 
 def test_a_flow_removed_of_ours_without_its_macs_is_ignored(openflow: Callable[[bytes], str | None]) -> None:
-    from evio.sdn.ofapp import EVIO_COOKIE
+    from evio.sdn.openflow_messages import EVIO_COOKIE
 
     # OFPT_FLOW_REMOVED (11) with evio's cookie and an in_port but no eth_src/eth_dst.
     data = _openflow(11, struct.pack("!QHBBIIHHQQ", EVIO_COOKIE, 10, 0, 0, 5, 0, 30, 0, 4, 400) + _match(in_port=2))
