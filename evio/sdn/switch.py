@@ -436,7 +436,7 @@ class BoundedFloodSwitch:
 
     def _counted(self, match: FlowMatch, out_port: int, now: float) -> bool:
         """Whether on-demand links count the flow's bytes: a local host's traffic with a remote one whose root
-        node is known (on_demand.traffic_by_peer). Only those are polled (ofapp.COUNTED_COOKIE). Each frame
+        node is known (on_demand.traffic_by_peer). Only those are polled (openflow_messages.COUNTED_COOKIE). Each frame
         rides one flow, so a flow and its way back count each byte once."""
         if self.ports[match.in_port].kind is PortKind.LEAF:
             remote = match.eth_dst
