@@ -312,7 +312,8 @@ class OverlaySwitch:
 
     def traffic_report(self) -> list[ControllerEvent]:
         """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""
-        totals = self.switch.counters.as_tuple()
+        # The neighbour table counts its own answers (ARP and NS answered here instead of flooded).
+        totals = (*self.switch.counters.as_tuple(), self.switch.neighbors.answered)
         if totals == self._traffic_reported:
             return []
         self._traffic_reported = totals

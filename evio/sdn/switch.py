@@ -164,11 +164,10 @@ class SwitchCounters:
     frb_forwarded: int = 0  # FRB copies passed on within their bounds
     segmented: int = 0  # frames too large to send whole, split into TCP segments (once per output kind)
     checksums_completed: int = 0  # TCP frames whose partial (offload) checksum the controller finished
-    neighbors_answered: int = 0  # ARP requests and neighbour solicitations answered here instead of flooded
 
-    def as_tuple(self) -> tuple[int, int, int, int, int, int, int]:
+    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
         return (self.packet_ins, self.broadcasts_originated, self.frb_sent, self.frb_forwarded, self.segmented,
-                self.checksums_completed, self.neighbors_answered)
+                self.checksums_completed)
 
 
 _NEIGHBOR_TYPES = (ETH_TYPE_ARP, segmentation.ETH_TYPE_IPV6)  # what may be ARP or neighbour discovery
@@ -343,7 +342,6 @@ class BoundedFloodSwitch:
             if self._placed_here(eth.src, in_port, None, now):
                 self.neighbors.observe(msg, in_port, now)
             if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
-                self.counters.neighbors_answered += 1
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
         if eth.is_group:
             if not self._link_local_allowed(in_port, data, now):
