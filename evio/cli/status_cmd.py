@@ -271,8 +271,17 @@ def _link_row(link: Mapping[str, Any]) -> tuple[str, ...]:
         f"{_size(tx.get('bytes'))}/{tx.get('frames', 0)}f",
         f"{_size(rx.get('bytes'))}/{rx.get('frames', 0)}f",
         ",".join(f"{reason}={n}" for reason, n in sorted(drops.items())) or "0",
-        str(link.get("mtu") or "-"),
+        _link_mtu(link),
     )
+
+
+def _link_mtu(link: Mapping[str, Any]) -> str:
+    """"1428 path 1280 probed": the TAP's MTU, then the path's and how it was found (evio.tunnel.pmtu)."""
+    mtu = str(link.get("mtu") or "-")
+    source, path = link.get("mtu_source"), link.get("path_mtu")
+    if source == "probed" and path:
+        return f"{mtu} path {path} probed"
+    return f"{mtu} {source}" if source else mtu
 
 
 def _path(doc: Mapping[str, Any]) -> str:

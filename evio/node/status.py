@@ -91,6 +91,8 @@ def link_document(
         "remote_address": None,
         "cipher": None,
         "mtu": None,
+        "path_mtu": None,
+        "mtu_source": None,
         "setup_seconds": None,
         "rtt_ms": None,
         "rtt_smoothed_ms": None,
@@ -104,6 +106,7 @@ def link_document(
     info = tunnel.info
     stats = tunnel.stats()
     rtt = tunnel.rtt
+    path_mtu = getattr(tunnel, "path_mtu", None)  # (mtu, source): evio.tunnel.session.Tunnel's; a view may lack it
     document.update({
         "tunnel_state": _value(info.state),
         "path": _value(info.path),
@@ -113,6 +116,10 @@ def link_document(
         "cipher": _value(info.cipher),
         "datapath": stats.implementation,  # tunnel.datapath as it runs: native or python
         "mtu": tunnel.mtu,
+        # The path's MTU (IP datagram bytes) and how it was found: "probed", or "assumed" (the configured
+        # underlay, while the first probes are out or for a peer that does not answer them).
+        "path_mtu": path_mtu[0] if path_mtu else None,
+        "mtu_source": _value(path_mtu[1]) if path_mtu else "assumed",
         "setup_seconds": round(info.setup_seconds, 3) if info.setup_seconds is not None else None,
         "rtt_ms": _ms(rtt.last),
         "rtt_smoothed_ms": _ms(rtt.smoothed),

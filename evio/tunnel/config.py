@@ -43,6 +43,9 @@ class TunnelSettings:
     ciphers: tuple[Cipher, ...] = (Cipher.AES_256_GCM, Cipher.CHACHA20_POLY1305)
     """Accepted ciphers, preferred first (AES-GCM: this kind of CPU has AES-NI)."""
     underlay_mtu: int = 1500
+    probe_path_mtu: bool = True
+    """Probe each tunnel's path MTU and answer frames over it with ICMP (evio.tunnel.pmtu); False: assume
+    ``underlay_mtu`` end to end."""
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
     rekey: RekeyPolicy = field(default_factory=RekeyPolicy)
     replay_window: int = 2048

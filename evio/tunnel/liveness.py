@@ -208,6 +208,8 @@ class Liveness:
         elif message.opcode is ControlOpcode.ECHO_REQUEST:
             self._peer_echo = now
             actions.append(SendControl(ControlOpcode.ECHO_REPLY, 0, message.token))
+        elif message.opcode is ControlOpcode.PMTU_PROBE:
+            actions.append(SendControl(ControlOpcode.PMTU_ACK, 0, message.token))  # evio.tunnel.pmtu
         elif message.opcode is ControlOpcode.ECHO_REPLY:
             sent = self._pending_echoes.pop(message.token, None)
             if sent is not None:

@@ -44,7 +44,7 @@ from evio.config.model import Cipher
 from evio.tunnel import lifecycle
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath.fd_datapath import FdDatapath
-from evio.tunnel.datapath.interface import Datapath, DatapathStats, DropReason
+from evio.tunnel.datapath.interface import Datapath, DatapathStats, DropReason, ProbesPath
 from evio.tunnel.datapath.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split_exporter
 from evio.tunnel.datapath.native import NativeFdDatapath, pick_implementation
 from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
@@ -77,6 +77,7 @@ from evio.tunnel.path.dtls import (
 )
 from evio.tunnel.path.ice import IceAgent, SelectedPath
 from evio.tunnel.path.offer_answer import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
+from evio.tunnel.pmtu import PathMtu, PmtuSource
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +182,8 @@ class Tunnel:
         self._early_records: list[bytes] = []
         self._connect: Connect | None = None  # what the responder runs once its answer is sent
         self._probes: dict[int, asyncio.Future[float]] = {}  # echo token -> `probe` waiting for it
+        self._pmtu: PathMtu | None = None  # the path MTU search of the current path (evio.tunnel.pmtu)
+        self._pmtu_moves = 0  # the data path's path moves when it began
 
     # -- public ------------------------------------------------------------------------
 
@@ -208,6 +211,13 @@ class Tunnel:
     def mtu(self) -> int:
         """The TAP's MTU (the largest frame the tunnel carries, less the Ethernet header)."""
         return self.config.tap_mtu
+
+    @property
+    def path_mtu(self) -> tuple[int | None, PmtuSource]:
+        """The path's MTU in use (IP datagram bytes; None: the configured underlay's) and how it was found."""
+        if self._pmtu is None:
+            return None, PmtuSource.ASSUMED
+        return self._pmtu.mtu, self._pmtu.source
 
     @property
     def up_since(self) -> float | None:
@@ -512,6 +522,7 @@ class Tunnel:
             stats = self._datapath.stats()
             patience = self._patience_now()
             self._execute(liveness.tick(now, stats.rx_records, stats.tx_records, patience))
+            self._probe_path(now, stats)
             if stats.tx_epoch != tx_epoch:
                 tx_epoch, last_rekey = stats.tx_epoch, now
             elif now - last_rekey >= self.config.rekey.max_seconds:
@@ -546,7 +557,26 @@ class Tunnel:
             self._execute(actions)
             self._wake()  # the supervisor's next tick comes at the probe's pace, not the idle one
 
+    def _probe_path(self, now: float, stats: DatapathStats) -> None:
+        """One step of the path MTU search (evio.tunnel.pmtu); a new path starts a new one."""
+        datapath = self._datapath
+        if not self.config.probe_path_mtu or not isinstance(datapath, ProbesPath):
+            return
+        if self._pmtu is None or stats.path_moves != self._pmtu_moves:
+            datapath.set_path_mtu(None)
+            self._pmtu = PathMtu(datapath.largest_datagram(), now)
+            self._pmtu_moves = stats.path_moves
+        before = self._pmtu.mtu
+        for probe in self._pmtu.tick(now):
+            datapath.send_probe(probe.token, probe.size)
+        if self._pmtu.mtu != before:
+            logger.info("tunnel %s peer %032x path MTU %s (%s)", self.info.tunnel_id, self.peer, self._pmtu.mtu,
+                        self._pmtu.source.value)  # fmt: skip
+            datapath.set_path_mtu(self._pmtu.mtu)
+
     def _on_control(self, message: ControlMessage) -> None:
+        if message.opcode is ControlOpcode.PMTU_ACK and self._pmtu is not None:
+            self._pmtu.on_ack(self._clock(), message.token)
         if self._liveness is not None:
             self._execute(self._liveness.on_control(self._clock(), message))
 

@@ -556,7 +556,14 @@ struct TxRing {
     ring: Pages,
     lens: Vec<usize>,
     dest: Vec<u8>,
+    // Path MTU (evio.tunnel.pmtu): frames over path_frame but within max_frame are held, at most
+    // TOO_BIG_HELD a pass (the rest counted), for Python to answer with ICMP (too_big.py).
+    path_frame: usize,
+    too_big: Vec<Vec<u8>>,
+    too_big_overflow: usize,
 }
+
+const TOO_BIG_HELD: usize = 64;
 
 struct TxResult {
     sent: usize,
@@ -686,6 +693,14 @@ impl TxRing {
                 r.oversized += 1;
                 continue;
             }
+            if n > self.path_frame {
+                if self.too_big.len() < TOO_BIG_HELD {
+                    self.too_big.push(self.ring[at + HEADER_LEN..at + HEADER_LEN + n].to_vec());
+                } else {
+                    self.too_big_overflow += 1;
+                }
+                continue;
+            }
             let frame = &mut self.ring[at + HEADER_LEN..at + HEADER_LEN + n];
             if self.vnet && vnet[0] & VNET_F_NEEDS_CSUM != 0 {
                 let start = u16::from_le_bytes([vnet[6], vnet[7]]) as usize;
@@ -743,7 +758,19 @@ impl TxRing {
             slots, slot_size, hoff, channel, max_frame, vnet, gso,
             ring: Pages::new(slots * slot_size).map_err(|e| PyOSError::new_err(e.to_string()))?,
             lens: vec![0; slots], dest: dest.to_vec(),
+            path_frame: max_frame, too_big: Vec::new(), too_big_overflow: 0,
         })
+    }
+
+    /// The largest frame the path takes (evio.tunnel.pmtu); larger ones up to `max_frame` are held.
+    fn set_path_frame(&mut self, path_frame: usize) {
+        self.path_frame = path_frame.min(self.max_frame);
+    }
+
+    /// The frames held for being over the path since the last call, and how many more were not held.
+    fn take_too_big<'py>(&mut self, py: Python<'py>) -> (Vec<Bound<'py, PyBytes>>, usize) {
+        let held = self.too_big.drain(..).map(|f| PyBytes::new(py, &f)).collect();
+        (held, std::mem::take(&mut self.too_big_overflow))
     }
 
     /// Hand the ring's written pages back to the kernel (an idle tunnel, after a burst): every pass

@@ -305,6 +305,7 @@ class FdDatapath(SendPath, ReceivePath):
         self._hoff = TURN_CHANNEL_HEADER_LEN if underlay.channel is not None else 0
         self._prepare_send_buffers(underlay)
         self._prepare_receive_buffers()
+        self.set_path_mtu(self._path_mtu)  # the frame it allows depends on the path's headers
 
     def buffers(self) -> list[bytearray | mmap.mmap]:
         """The large buffers of the current path (rings, TAP read buffers; not the native extension's

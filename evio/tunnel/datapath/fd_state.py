@@ -65,6 +65,9 @@ class FdState:
         without a frame after which ``maintain`` hands the buffers' pages back to the kernel."""
         self._max_frame = mtu + ETHERNET_HEADER_LEN
         self._max_record = self._max_frame + OVERHEAD
+        # The largest frame the path takes (evio.tunnel.pmtu, ``set_path_mtu``); larger ones are answered.
+        self._path_mtu: int | None = None
+        self._path_frame = self._max_frame
         self._rekey_policy = rekey or RekeyPolicy()
         self._window_size = replay_window
         self._batch = batch

@@ -12,7 +12,7 @@ import enum
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from evio.tunnel.datapath.keys import SessionSecrets
 from evio.tunnel.datapath.record import ControlMessage
@@ -60,6 +60,11 @@ class DropReason(enum.Enum):
     """The socket's owner raised while taking a datagram handed back to it."""
     BAD_OFFLOAD = "bad-offload"
     """A TAP read whose virtio-net header or headers cannot be segmented or checksummed (tunnel.offload)."""
+    PATH_TOO_BIG = "path-too-big"
+    """A frame within the TAP MTU but larger than the probed path takes, answered into the TAP with ICMP
+    "fragmentation needed" / "packet too big" (too_big.py): its sender sends smaller from then on."""
+    PATH_TOO_BIG_UNANSWERED = "path-too-big-unanswered"
+    """As PATH_TOO_BIG, but nothing to answer (not IP, IPv4 without DF, an ICMP error, transit frames)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,20 @@ class Underlay(Protocol):
 
 
 ControlHandler = Callable[[ControlMessage], None]
+
+
+@runtime_checkable
+class ProbesPath(Protocol):
+    """A data path that probes its path's MTU (evio.tunnel.pmtu) and holds frames to what it found."""
+
+    def largest_datagram(self) -> int:
+        """The IP datagram of the largest record this tunnel sends on its current path."""
+
+    def send_probe(self, token: int, size: int) -> None:
+        """Send a PMTU_PROBE record padded to an IP datagram of ``size`` bytes, never fragmented."""
+
+    def set_path_mtu(self, mtu: int | None) -> None:
+        """The path takes IP datagrams of ``mtu`` bytes (None: as configured); larger frames are answered."""
 
 
 class Datapath(Protocol):

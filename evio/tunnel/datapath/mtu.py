@@ -8,6 +8,8 @@ relayed case even on direct paths, so it does not change with the path.
 
 from __future__ import annotations
 
+import ipaddress
+
 from evio.tunnel.datapath.record import ETHERNET_HEADER_LEN, OVERHEAD
 
 IPV4_HEADER_LEN = 20
@@ -35,3 +37,21 @@ def tap_mtu(underlay_mtu: int = 1500, ipv6_underlay: bool = False, via_turn: boo
 def max_datagram_len(mtu: int) -> int:
     """Largest UDP payload a tunnel with this TAP MTU sends (TURN channel header included)."""
     return mtu + ETHERNET_HEADER_LEN + OVERHEAD + TURN_CHANNEL_HEADER_LEN
+
+
+# Linux's socket options for the DF bit (linux/in.h, linux/in6.h): a path MTU probe is sent with
+# PMTUDISC_PROBE, DF set and the kernel's path MTU cache ignored, so it is never fragmented on the way
+# nor refused by a cached size; the socket goes back to what it had after it (evio.tunnel.pmtu).
+IP_MTU_DISCOVER, IPV6_MTU_DISCOVER, PMTUDISC_PROBE = 10, 23, 3
+
+
+def datagram_overhead(peer: object, hoff: int) -> int:
+    """IP and UDP headers (and a ChannelData header, ``hoff``) around a record sent to ``peer``."""
+    ipv6 = False
+    if isinstance(peer, tuple):
+        try:
+            address = ipaddress.ip_address(str(peer[0]).partition("%")[0])
+        except ValueError:
+            address = None
+        ipv6 = isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is None
+    return (IPV6_HEADER_LEN if ipv6 else IPV4_HEADER_LEN) + UDP_HEADER_LEN + hoff

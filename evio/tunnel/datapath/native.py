@@ -139,7 +139,15 @@ class NativeFdDatapath(FdDatapath):
         self._native_tx = None
         if isinstance(peer, tuple) and not (self._vnet and self._tso):
             self._native_tx = module().TxRing(self._batch, self._max_frame, sockaddr(peer), self._channel, self._vnet)
+            self.set_path_mtu(self._path_mtu)
         self._reset_prefilter()
+
+    def set_path_mtu(self, mtu: int | None) -> None:
+        """As ``SendPath.set_path_mtu``; the native ring holds back the frames over it, for ``_too_big``."""
+        super().set_path_mtu(mtu)
+        tx = getattr(self, "_native_tx", None)  # None while FdState's constructor runs
+        if tx is not None and hasattr(tx, "set_path_frame"):  # a build older than path MTU: frames go out as before
+            tx.set_path_frame(self._path_frame)
 
     def _release_buffers(self) -> None:
         super()._release_buffers()
@@ -214,6 +222,11 @@ class NativeFdDatapath(FdDatapath):
                 logger.warning("tunnel tap read failed: errno %d", error)
                 self._loop.remove_reader(self._tap_fd)  # type: ignore[union-attr]
                 break
+            if self._path_frame < self._max_frame:
+                held, overflow = tx.take_too_big()
+                for frame in held:
+                    self._too_big(memoryview(frame))
+                drops[DropReason.PATH_TOO_BIG_UNANSWERED] += overflow
             if not at_limit:
                 break
             self.rekey()

@@ -94,9 +94,14 @@ class ControlOpcode(enum.IntEnum):
     """Carries a token; the peer answers at once with ECHO_REPLY and the same token (round-trip time)."""
     ECHO_REPLY = 5
     """The answer to ECHO_REQUEST, token echoed."""
+    PMTU_PROBE = 6
+    """Path MTU probe (evio.tunnel.pmtu): a token, then zero padding to the size probed; answered with PMTU_ACK."""
+    PMTU_ACK = 7
+    """The answer to PMTU_PROBE, token echoed (not padded)."""
 
 
-ECHO_OPCODES = frozenset({ControlOpcode.ECHO_REQUEST, ControlOpcode.ECHO_REPLY})
+ECHO_OPCODES = frozenset({ControlOpcode.ECHO_REQUEST, ControlOpcode.ECHO_REPLY, ControlOpcode.PMTU_ACK})
+"""Opcodes whose payload is exactly ``ECHO``: opcode, flags, token."""
 
 
 HELLO_PEER_SEEN = 0x01
@@ -138,6 +143,13 @@ def pack_control(opcode: ControlOpcode, flags: int = 0, token: int = 0) -> bytes
     return CONTROL.pack(int(opcode), flags)
 
 
+def pack_probe(token: int, payload_len: int) -> bytes:
+    """A PMTU_PROBE payload of ``payload_len`` bytes: the token, then zeros (sealed like any record)."""
+    if payload_len < ECHO.size:
+        raise ValueError(f"probe payload {payload_len} shorter than {ECHO.size}")
+    return ECHO.pack(int(ControlOpcode.PMTU_PROBE), 0, token) + bytes(payload_len - ECHO.size)
+
+
 def parse_control(payload: bytes | bytearray | memoryview) -> ControlMessage:
     if len(payload) < CONTROL.size:
         raise RecordError("control payload length")
@@ -145,6 +157,11 @@ def parse_control(payload: bytes | bytearray | memoryview) -> ControlMessage:
         opcode = ControlOpcode(payload[0])
     except ValueError:
         raise UnknownControlError("unknown control opcode") from None
+    if opcode is ControlOpcode.PMTU_PROBE:
+        if len(payload) < ECHO.size:  # the padding's length is the probe's point, not checked
+            raise RecordError("control payload length")
+        _, flags, token = ECHO.unpack_from(payload, 0)
+        return ControlMessage(opcode, flags, token)
     if opcode in ECHO_OPCODES:
         if len(payload) != ECHO.size:
             raise RecordError("control payload length")

@@ -22,19 +22,28 @@ Other ways a record leaves:
 - control records (liveness): ``send_control`` -> ``_send_record``, one sendto,
   allocating (a few per second at most);
 - another tunnel's transit frames (transit_table.py): ``accept_plain`` seals
-  one into the ring (steps 2-5), ``flush_plain`` sends the ring (6).
+  one into the ring (steps 2-5), ``flush_plain`` sends the ring (6);
+- path MTU probes (evio.tunnel.pmtu): ``send_probe``, a control record padded to
+  the size probed, sent with DF forced (never fragmented, the kernel's cache ignored).
+
+A frame within the TAP MTU but over the probed path (``set_path_mtu``) is not sent:
+``_too_big`` writes ICMP "fragmentation needed" / "packet too big" for it back into
+the TAP (too_big.py) and counts it (PATH_TOO_BIG); the check shares step 1's
+comparison, so a path that takes the whole MTU costs nothing per frame.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import struct
 
 from evio.tunnel.datapath.buffers import zeroed
 from evio.tunnel.datapath.fd_state import FdState
 from evio.tunnel.datapath.interface import DropReason, Underlay
 from evio.tunnel.datapath.keys import TrafficSecret, make_aead
+from evio.tunnel.datapath.mtu import IP_MTU_DISCOVER, IPV6_MTU_DISCOVER, PMTUDISC_PROBE, datagram_overhead
 from evio.tunnel.datapath.offload import (
     F_NEEDS_CSUM,
     GSO_NONE,
@@ -55,7 +64,9 @@ from evio.tunnel.datapath.record import (
     ControlMessage,
     nonce,
     pack_control,
+    pack_probe,
 )
+from evio.tunnel.datapath.too_big import answer as too_big_answer
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +89,9 @@ class SendPath(FdState):
 
     def accept_plain(self, frame: memoryview) -> bool:
         """Seal a plain frame from elsewhere (another tunnel's transit frame) into the send ring;
-        ``flush_plain`` sends it. False if this data path cannot take it."""
-        if not self._running or len(frame) > self._max_frame:
+        ``flush_plain`` sends it. False if this data path cannot take it (then the frame goes by the
+        bridge, and this tunnel's TAP pass answers it if it is too big for the path)."""
+        if not self._running or len(frame) > self._path_frame:
             return False
         self._seal_frame(frame)
         self._plain_sealed += 1
@@ -141,7 +153,7 @@ class SendPath(FdState):
         readv = os.readv
         tap_fd = self._tap_fd
         iov = self._tx_iov
-        max_frame = self._max_frame
+        path_frame = self._path_frame
         ring = self._tx_ring
         out = ring.view
         slot_size = ring.slot_size
@@ -168,8 +180,8 @@ class SendPath(FdState):
                     n = readv(tap_fd, iov)
                 except BlockingIOError:
                     break
-                if n > max_frame:
-                    self._drops[DropReason.OVERSIZED] += 1
+                if n > path_frame:
+                    self._too_big(self._tx_plain_mv[:n])
                     continue
                 if counter >= limit:
                     self._tx_counter = counter
@@ -209,6 +221,7 @@ class SendPath(FdState):
         iov = self._sf_iov
         buf = self._sf_mv
         max_frame = self._max_frame
+        path_frame = self._path_frame
         seal = self._seal_at
         drops = self._drops
         reads = 0
@@ -232,13 +245,16 @@ class SendPath(FdState):
                 flags, gso_type, _, gso_size, csum_start, csum_offset = VNET_HDR.unpack_from(buf, 0)
                 try:
                     if gso_type == GSO_NONE:
-                        if length > max_frame:
-                            drops[DropReason.OVERSIZED] += 1
+                        if length > path_frame:
+                            self._too_big(buf[VNET_HDR_LEN:n])
                             continue
                         if flags & F_NEEDS_CSUM:
                             complete_checksum(buf, VNET_HDR_LEN, n, csum_start, csum_offset)
                         seal(VNET_HDR_LEN, n)
                     else:
+                        if path_frame < max_frame and _first_segment(buf, VNET_HDR_LEN, csum_start, gso_size) > path_frame:
+                            self._too_big(buf[VNET_HDR_LEN:n])
+                            continue
                         vnet = VnetHeader(flags, gso_type, 0, gso_size, csum_start, csum_offset)
                         segment_tcp(buf, VNET_HDR_LEN, length, vnet, max_frame, seal)
                         self._gso_reads += 1
@@ -300,7 +316,15 @@ class SendPath(FdState):
 
     def _send_record(self, kind: int, payload: bytes) -> None:
         """Seal and send one record outside the fast path (control messages)."""
-        assert self._tx_secret is not None and self._underlay is not None
+        assert self._underlay is not None
+        try:
+            self._underlay.sock.sendto(self._seal_record(kind, payload), self._peer)
+        except OSError:
+            self._drops[DropReason.SEND_FAILED] += 1
+
+    def _seal_record(self, kind: int, payload: bytes) -> bytes:
+        """One record, allocated, framed for the path (ChannelData when relayed)."""
+        assert self._tx_secret is not None
         if self._tx_counter >= self._tx_limit:
             self.rekey()
         counter = self._tx_counter
@@ -309,7 +333,62 @@ class SendPath(FdState):
         record = header + self._tx_aead.encrypt(nonce(self._tx_iv, counter), payload, header)
         if self._channel is not None:
             record = _CHANNEL.pack(self._channel, len(record)) + record
+        return record
+
+    # -- path MTU (evio.tunnel.pmtu) --------------------------------------------------
+
+    def largest_datagram(self) -> int:
+        return datagram_overhead(self._peer, self._hoff) + self._max_record
+
+    def set_path_mtu(self, mtu: int | None) -> None:
+        self._path_mtu = mtu
+        frame = self._max_frame if mtu is None else mtu - datagram_overhead(self._peer, self._hoff) - OVERHEAD
+        self._path_frame = max(ETHERNET_HEADER_LEN, min(frame, self._max_frame))
+
+    def send_probe(self, token: int, size: int) -> None:
+        """A probe the path refuses here (EMSGSIZE: a local link smaller than ``size``) is lost as
+        one dropped on the way would be; neither counts as a send failure."""
+        if not self._running:
+            return
+        assert self._underlay is not None
+        record = self._seal_record(KIND_CONTROL, pack_probe(token, size - datagram_overhead(self._peer, self._hoff) - OVERHEAD))
+        sock = self._underlay.sock
+        options = [(socket.IPPROTO_IP, IP_MTU_DISCOVER)]
+        if isinstance(sock, socket.socket) and sock.family == socket.AF_INET6:
+            options.append((socket.IPPROTO_IPV6, IPV6_MTU_DISCOVER))
+        kept = []
         try:
-            self._underlay.sock.sendto(record, self._peer)
+            for level, name in options:
+                try:
+                    kept.append((level, name, sock.getsockopt(level, name)))
+                    sock.setsockopt(level, name, PMTUDISC_PROBE)
+                except OSError:
+                    pass  # not this family's option (an IPv6-only socket has no IPv4 one)
+            sock.sendto(record, self._peer)
         except OSError:
-            self._drops[DropReason.SEND_FAILED] += 1
+            pass
+        finally:
+            for level, name, value in kept:
+                sock.setsockopt(level, name, value)
+        self._tx_control += 1
+
+    def _too_big(self, frame: memoryview) -> None:
+        """A frame from the TAP that the path does not take (module doc); over the TAP MTU: OVERSIZED."""
+        if len(frame) > self._max_frame:
+            self._drops[DropReason.OVERSIZED] += 1
+            return
+        reply = too_big_answer(frame, self._path_frame - ETHERNET_HEADER_LEN)
+        if reply is None:
+            self._drops[DropReason.PATH_TOO_BIG_UNANSWERED] += 1
+            return
+        self._drops[DropReason.PATH_TOO_BIG] += 1
+        try:
+            os.write(self._tap_fd, (bytes(VNET_HDR_LEN) if self._vnet else b"") + reply)
+        except OSError:
+            self._drops[DropReason.TAP_WRITE_FAILED] += 1
+
+
+def _first_segment(buf: memoryview, at: int, csum_start: int, gso_size: int) -> int:
+    """The frame length of a TCP super-frame's first segment: its headers (to the end of TCP's) and gso_size."""
+    offset = at + csum_start + 12
+    return csum_start + ((buf[offset] >> 4) * 4 if offset < len(buf) else 20) + gso_size

@@ -263,7 +263,7 @@ async def test_a_frame_larger_than_the_egress_carries_goes_to_the_tap(implementa
     left, right, table = await _transit_node(implementation, False)
     try:
         small = right.a.datapath
-        small._max_frame = 100  # an egress tunnel with a smaller MTU than the ingress one
+        small._max_frame = small._path_frame = 100  # an egress tunnel with a smaller MTU than the ingress one
         table.add("ma", DST, SRC, "mb", 1e18)
         left.b.tap.send_frame(frame(1, size=MTU))
         got: list[bytes] = []
