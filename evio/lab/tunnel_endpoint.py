@@ -143,6 +143,8 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
         "local": tunnel.info.local_candidate,
         "remote": tunnel.info.remote_candidate,
         "path_moves": s.path_moves,
+        "path_mtu": tunnel.path_mtu[0],  # evio.tunnel.pmtu: the probed path MTU, None while assumed
+        "mtu_source": tunnel.path_mtu[1].value,
         "drops": {r.value: n for r, n in s.drops.items()},
     }
 
