@@ -91,6 +91,8 @@ class _Families:
             "evio_tunnel_datapath_info", "The data path code a tunnel runs (tunnel.datapath); the value is 1.",
             labels=[*op, "implementation"])
         self.mtu = GaugeMetricFamily("evio_tunnel_mtu_bytes", "The tunnel TAP's MTU.", labels=op)
+        self.path_mtu = GaugeMetricFamily(
+            "evio_tunnel_path_mtu_bytes", "The tunnel's path MTU (IP datagram bytes), once a probe confirmed it.", labels=op)
         self.setup = HistogramMetricFamily("evio_tunnel_setup_seconds", "Time from offer to a link up.", labels=o)
         self.tunnels_up = CounterMetricFamily("evio_tunnels_established", "Tunnels that came up.", labels=o)
         self.tunnels_down = CounterMetricFamily("evio_tunnels_closed", "Tunnels that went down after being up.",
@@ -228,6 +230,8 @@ class _Families:
             self.rtt.add_metric(labels, link["rtt_smoothed_ms"] / 1000)
         if link.get("mtu") is not None:
             self.mtu.add_metric(labels, link["mtu"])
+        if link.get("path_mtu") is not None:
+            self.path_mtu.add_metric(labels, link["path_mtu"])
         if link.get("datapath") is not None:
             self.datapath.add_metric([*labels, str(link["datapath"])], 1)
 

@@ -189,8 +189,9 @@ class PathMtu:
             self._pending = [self.mtu]
 
     def _restart(self) -> None:
-        """Fall back to the largest size confirmed below the one that failed (none: assumed) and search again."""
-        below = [size for size in self._confirmed if self.mtu is not None and size < self.mtu]
+        """Fall back to the base, if it was confirmed (else the largest size confirmed below it; none:
+        assumed), and search up again (RFC 8899 section 5.2: a black hole returns to BASE_PLPMTU)."""
+        below = [size for size in self._confirmed if size <= BASE and self.mtu is not None and size < self.mtu]
         logger.info("path MTU %s no longer passes: %s while searching again", self.mtu, max(below, default="assumed"))
         self.mtu = max(below, default=None)
         self.searches += 1

@@ -198,3 +198,14 @@ def test_no_access_to_the_socket_is_one_clear_line(monkeypatch: pytest.MonkeyPat
     out, err = capsys.readouterr()
     assert code == 1 and out == ""
     assert err == f"evio status: no access to {tmp_path / 'control.sock'} (the control socket is root's only)\n"
+
+
+def test_render_status_shows_each_links_mtu_and_how_the_path_mtu_was_found() -> None:
+    link = {"peer": "cd" * 16, "state": "up", "tx": {}, "rx": {}, "drops": {"path-too-big": 3}, "mtu": 1428}
+    links = [{**link, "path_mtu": 1280, "mtu_source": "probed"}, {**link, "peer": "ef" * 16, "mtu_source": "assumed"}]
+    text = render_status({"node_id": "ab" * 16, "pid": 1, "uptime": 75, "overlays": {"ov1": {
+        "signal": {"jid": "n@x", "server": "x:5222", "connected": True, "reconnects": 0}, "links": links,
+    }}}, now=0.0)
+    rows = {line.split()[0]: line for line in text.splitlines() if line.strip().startswith(("cdcd", "efef"))}
+    assert rows["cdcdcdcdcdcd"].endswith("1428 path 1280 probed") and "path-too-big=3" in rows["cdcdcdcdcdcd"]
+    assert rows["efefefefefef"].endswith("1428 assumed")

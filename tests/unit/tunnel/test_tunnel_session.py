@@ -30,6 +30,7 @@ from evio.tunnel.manager import TunnelManager
 from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.path.ice import IceConfig, PathKind, RelayPolicy
 from evio.tunnel.path.offer_answer import Body
+from evio.tunnel.pmtu import PmtuSource
 from evio.tunnel.session import TunnelEvent, TunnelUp
 
 pytestmark = pytest.mark.usefixtures("loopback_only")  # tests/conftest.py
@@ -352,3 +353,16 @@ async def test_doubt_of_a_live_peer_changes_nothing(hub: FakeTunnelSignalingHub)
         await wait_until(lambda: tunnel._liveness is not None and not tunnel._liveness.probing, timeout=2)
         await asyncio.sleep(PROBED.probe_timeout + 0.2)  # an absence: no late take-down within the probe deadline
         assert not a.downs() and not b.downs() and tunnel.state is TunnelState.UP
+
+
+async def test_both_ends_probe_the_path_mtu_and_the_status_says_probed(nodes: tuple[Node, Node]) -> None:
+    """Loopback takes the whole tunnel (65536): each end confirms its largest datagram within a round or two."""
+    a, b = nodes
+    await a.manager.connect(B)
+    await wait_until(lambda: b.manager.get(A) is not None)
+    for end in (a.manager.get(B), b.manager.get(A)):
+        assert end is not None
+        await wait_until(lambda: end.path_mtu[1] is PmtuSource.PROBED, timeout=10)  # noqa: B023 - awaited here
+        assert end.path_mtu[0] == 20 + 8 + 1428 + 14 + 26
+        assert not end.stats().drops
+    await a.manager.disconnect(B)
