@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gather no candidates in this network (repeatable): other tunnels' overlays beside this one; "
                         "the network of --address is always left out, as the daemon leaves out its overlays'")
     p.add_argument("--underlay-mtu", type=int, default=1500)
+    p.add_argument("--no-path-mtu", action="store_true", help="assume --underlay-mtu end to end: no probes, nothing answered (comparison)")
     p.add_argument("--keepalive", type=float, help="seconds (default: the daemon's rule for --dead-after)")
     p.add_argument("--dead-after", type=float, default=LivenessConfig.dead_after)
     p.add_argument("--duration", type=float, help="close the tunnel and exit after this many seconds")
@@ -167,6 +168,7 @@ async def run(args: argparse.Namespace) -> int:
         ice=ice,
         ciphers=(preferred,),
         underlay_mtu=args.underlay_mtu,
+        probe_path_mtu=not args.no_path_mtu,
         liveness=LivenessConfig(
             keepalive_interval=args.keepalive or keepalive_for(args.dead_after), dead_after=args.dead_after
         ),

@@ -238,3 +238,30 @@ class VethTestbed:
     def namespaces_present(self) -> list[str]:
         out = run(["ip", "netns", "list"], check=False).stdout
         return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def bulk_tcp(server_ns: str, client_ns: str, address: str, nbytes: int, deadline: float, port: int) -> dict[str, Any]:
+    """``nbytes`` of TCP each way at once between two namespaces (evio.lab.tcp_bulk); asserts every byte
+    arrived intact (SHA-256 of each direction); returns both ends' reports and the Mbit/s of both
+    directions together (``mbit``)."""
+    tool = [sys.executable, "-m", "evio.lab.tcp_bulk"]
+    size = ["--bytes", str(nbytes), "--deadline", str(deadline)]
+    server = subprocess.Popen(["ip", "netns", "exec", server_ns, *tool, "serve", "--bind", address, "--port", str(port), *size],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert server.stdout is not None
+        assert "listening" in server.stdout.readline()
+        client = run([*tool, "send", "--connect", f"{address}:{port}", *size], client_ns, check=False, timeout=deadline + 30)
+        served = server.communicate(timeout=deadline + 30)[0]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(5)
+    sent, received = json.loads(client.stdout.splitlines()[-1]), json.loads(served.splitlines()[-1])
+    reports = {"client": sent, "server": received}
+    assert sent["error"] is None and received["error"] is None, reports
+    assert sent["sent"] == received["received"] == nbytes, reports
+    assert received["sent"] == sent["received"] == nbytes, reports
+    assert sent["sent_sha256"] == received["received_sha256"], reports
+    assert received["sent_sha256"] == sent["received_sha256"], reports
+    return {**reports, "mbit": 2 * nbytes * 8 / max(sent["seconds"], received["seconds"]) / 1e6}

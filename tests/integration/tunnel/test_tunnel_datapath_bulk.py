@@ -14,9 +14,6 @@ endpoint's TCP did at 0.06 Mbit/s while its UDP made 450), and fails.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +24,7 @@ import pytest
 from evio.lab.daemons import Topology
 from evio.lab.lab import Lab
 from evio.lab.outliers import BROKEN_FRACTION, far_below
-from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, run, unique_prefix
+from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, bulk_tcp, run, unique_prefix
 from evio.testing.labs import LabFactory
 from evio.testing.waiting import wait_for_value, wait_until_blocking
 from evio.tunnel.datapath import native
@@ -50,29 +47,8 @@ RING_TIMEOUT = 60.0
 
 
 def bulk(server_ns: str, client_ns: str, address: str) -> dict[str, Any]:
-    """50 MB each way between the two namespaces; asserts every byte arrived intact; returns both reports
-    and the Mbit/s of both directions together."""
-    tool = [sys.executable, "-m", "evio.lab.tcp_bulk"]
-    size = ["--bytes", str(BULK_BYTES), "--deadline", str(DEADLINE)]
-    server = subprocess.Popen(["ip", "netns", "exec", server_ns, *tool, "serve", "--bind", address, "--port", str(PORT), *size],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert server.stdout is not None
-        assert "listening" in server.stdout.readline()
-        client = run([*tool, "send", "--connect", f"{address}:{PORT}", *size], client_ns, check=False, timeout=DEADLINE + 30)
-        served = server.communicate(timeout=DEADLINE + 30)[0]
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(5)
-    sent, received = json.loads(client.stdout.splitlines()[-1]), json.loads(served.splitlines()[-1])
-    reports = {"client": sent, "server": received}
-    assert sent["error"] is None and received["error"] is None, reports
-    assert sent["sent"] == received["received"] == BULK_BYTES, reports
-    assert received["sent"] == sent["received"] == BULK_BYTES, reports
-    assert sent["sent_sha256"] == received["received_sha256"], reports
-    assert received["sent_sha256"] == sent["received_sha256"], reports
-    return {**reports, "mbit": 2 * BULK_BYTES * 8 / max(sent["seconds"], received["seconds"]) / 1e6}
+    """50 MB each way between the two namespaces, every byte checked (``bulk_tcp``)."""
+    return bulk_tcp(server_ns, client_ns, address, BULK_BYTES, DEADLINE, PORT)
 
 
 def assert_none_far_below(mbit: dict[str, float], loads: dict[str, float]) -> None:
