@@ -276,6 +276,7 @@ class TunnelConfig:
     # FdDatapath's own; auto: native where it is installed.
     datapath: TunnelDatapath = "auto"
     transit: bool = True  # frames only passing through go tunnel to tunnel where the controller's flow says so
+    path_mtu: bool = True  # probe each tunnel's path MTU; frames over it answered with ICMP (evio.tunnel.pmtu)
 
 
 @dataclass(frozen=True)

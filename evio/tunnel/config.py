@@ -43,7 +43,7 @@ class TunnelSettings:
     ciphers: tuple[Cipher, ...] = (Cipher.AES_256_GCM, Cipher.CHACHA20_POLY1305)
     """Accepted ciphers, preferred first (AES-GCM: this kind of CPU has AES-NI)."""
     underlay_mtu: int = 1500
-    probe_path_mtu: bool = True
+    probe_path_mtu: bool = TunnelConfig.path_mtu
     """Probe each tunnel's path MTU and answer frames over it with ICMP (evio.tunnel.pmtu); False: assume
     ``underlay_mtu`` end to end."""
     liveness: LivenessConfig = field(default_factory=LivenessConfig)
@@ -128,4 +128,5 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
         tso=overlay.tunnel.tso,
         datapath=overlay.tunnel.datapath,
         transit=overlay.tunnel.transit,
+        probe_path_mtu=overlay.tunnel.path_mtu,
     )

@@ -1,13 +1,14 @@
 """Over an underlay with a 1280-byte link, the tunnel finds the path MTU by probing, and bulk TCP crosses it
 intact with no frame lost unanswered, at a rate compared with the same path at 1500 beside it.
 
-Four public hosts of one evio.testing.internet (no NAT): node1's interface has an MTU of 1280 and its
-switch port keeps 1500, so datagrams from node2 over 1280 bytes vanish at the veth without an ICMP
-error (a black hole, what DPLPMTUD is for), while node1's own are refused by its kernel; node3 and
-node4 are the same path at 1500. A tunnel endpoint in each pair (evio.lab.tunnel_endpoint, the native
-data path where it is built), then 50 MB of TCP each way at once (evio.lab.tcp_bulk, SHA-256 of each
-direction). The first full-size segments are answered into the TAP with ICMP "fragmentation needed"
-(counted path-too-big), and the senders' TCP goes on with smaller segments.
+Six public hosts of one evio.testing.internet (no NAT): node1's interface has an MTU of 1280 and its
+switch port keeps 1500, so single datagrams from node2 over 1280 bytes vanish at the veth without an
+ICMP error (a black hole, what DPLPMTUD is for), while node1's own are refused by its kernel; node3
+and node4 are the same path at 1500; node5 (at 1400) and node6 a third path. A tunnel endpoint in
+each pair (evio.lab.tunnel_endpoint, each data path), then 50 MB of TCP each way at once
+(evio.lab.tcp_bulk, SHA-256 of each direction). The first full-size segments are answered into the
+TAP with ICMP "fragmentation needed" (counted path-too-big), and the senders' TCP goes on with
+smaller segments.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ TARGET = 0.5  # issue 22: at least half the rate of the same path at 1500
 
 @pytest.fixture
 def internet() -> Iterator[Internet]:
-    with Internet([Site("none", mtu=1280), Site("none"), Site("none"), Site("none")]) as net:
+    with Internet([Site("none", mtu=1280), Site("none"), Site("none"), Site("none"), Site("none", mtu=1400), Site("none")]) as net:
         for node in net.nodes:
             # The hosts' firewall takes nothing unsolicited; the overlay's TAP is trusted (as a node's would be).
             node.run(["nft", "add", "rule", "ip", "evio_site", "input", "iifname", "evt*", "accept"])
@@ -94,12 +95,16 @@ def test_a_1280_byte_link_is_probed_and_bulk_tcp_crosses_it_with_no_frame_lost_f
         load_small = os.getloadavg()[0]
         full, full_probed, full_after = _pair(internet, 2, Path(d) / "1500", 2, chosen)
         load_full = os.getloadavg()[0]
+        (Path(d) / "1400").mkdir()
+        middle, middle_probed, middle_after = _pair(internet, 4, Path(d) / "1400", 3, chosen)
+        load_middle = os.getloadavg()[0]
     # The probes found the 1280-byte link from both ends (a black hole one way, a local refusal the
     # other), and the whole path where there is none.
     assert {s["path_mtu"] for s in small_probed.values()} == {1280}, small_probed
     assert {s["path_mtu"] for s in full_probed.values()} == {LARGEST_IPV4}, full_probed
+    assert {s["path_mtu"] for s in middle_probed.values()} == {1400}, middle_probed
     # Nothing lost for its size unanswered, nothing refused by the kernel; over 1500 nothing answered at all.
-    for stats in (*small_after.values(), *full_after.values()):
+    for stats in (*small_after.values(), *full_after.values(), *middle_after.values()):
         drops = {reason: n for reason, n in stats["drops"].items() if n}
         assert not {"path-too-big-unanswered", "oversized", "send-failed", "forged", "truncated"} & set(drops), stats
     answered = sum(s["drops"].get("path-too-big", 0) for s in small_after.values())
@@ -108,6 +113,7 @@ def test_a_1280_byte_link_is_probed_and_bulk_tcp_crosses_it_with_no_frame_lost_f
     uptime = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
     print(f"\npath MTU 1280: {small['mbit']:.0f} Mbit/s (load {load_small:.2f}), {answered} frames answered "
           f"too big; path MTU 1500: {full['mbit']:.0f} Mbit/s (load {load_full:.2f}); ratio {ratio:.2f}; "
+          f"path MTU 1400: {middle['mbit']:.0f} Mbit/s (load {load_middle:.2f}); "
           f"{BULK_BYTES // 1_000_000} MB each way at once, sha256 checked; datapath {small_after['a']['datapath']}; "
           f"uptime: {uptime}")  # fmt: skip
     assert small_after["a"]["datapath"] == full_after["b"]["datapath"] == datapath

@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from evio.config.model import Cipher
+from evio.node.status import link_document
 from evio.testing.datapath_pair import collected
 from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
@@ -365,4 +366,7 @@ async def test_both_ends_probe_the_path_mtu_and_the_status_says_probed(nodes: tu
         await wait_until(lambda: end.path_mtu[1] is PmtuSource.PROBED, timeout=10)  # noqa: B023 - awaited here
         assert end.path_mtu[0] == 20 + 8 + 1428 + 14 + 26
         assert not end.stats().drops
+        # What `evio status` shows of the link (evio.node.status).
+        document = link_document(B, None, end, {}, None, False, 0.0)
+        assert (document["mtu"], document["path_mtu"], document["mtu_source"]) == (1428, 1496, "probed")
     await a.manager.disconnect(B)
