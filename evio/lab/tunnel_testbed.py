@@ -33,14 +33,16 @@ logger = logging.getLogger(__name__)
 class EndpointProcess:
     """One tunnel endpoint process in a namespace, with its events as dicts."""
 
-    def __init__(self, netns: str | None, args: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-        """``env``: set in the process's environment (PYTHONPATH: run another checkout's evio, say)."""
+    def __init__(self, netns: str | None, args: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
+                 python: Sequence[str] = (sys.executable,)) -> None:  # fmt: skip
+        """``env``: set in the process's environment (PYTHONPATH: run another checkout's evio, say);
+        ``python``: the interpreter's argv (another release's virtualenv, ``-I`` so that it imports its own)."""
         prefix = ["ip", "netns", "exec", netns] if netns else []
         self.log_path = log_path
         self._log: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "evio.lab.tunnel_endpoint", *args],
+            [*prefix, *python, "-m", "evio.lab.tunnel_endpoint", *args],
             stdout=subprocess.PIPE,
             stderr=self._log,
             env=env,
