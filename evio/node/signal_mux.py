@@ -77,6 +77,10 @@ class OverlaySignaling:
     def sessions(self) -> int:
         return self._client.sessions
 
+    @property
+    def server(self) -> str | None:
+        return self._client.server
+
     def last_error(self, overlay: str) -> LoginFailure | None:
         return self._client.last_error(overlay)
 

@@ -243,6 +243,11 @@ class SignalClient(SignalEndpoint):
         self._attempt: LoginAttempt | None = None  # the login under way: its steps and refusals
         self.rotation = ServerRotation(settings.servers)  # which server the next login goes to
 
+    @property
+    def server(self) -> str | None:
+        host, port = self.rotation.current
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
     async def start(self) -> None:
         if self._supervisor is not None:
             raise RuntimeError("SignalClient already started")

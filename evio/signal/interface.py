@@ -35,6 +35,12 @@ class Signaling(Protocol):
         """Logins completed so far (every one after the first is a reconnect)."""
         ...
 
+    @property
+    def server(self) -> str | None:
+        """host:port of the server signed in to, or tried next (several servers: evio.signal.failover); None
+        where the transport has no servers (in memory)."""
+        ...
+
     def last_error(self, overlay: str) -> LoginFailure | None:
         """Why `overlay`'s signaling is not working now (the step that failed), or None."""
         ...

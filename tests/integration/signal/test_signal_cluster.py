@@ -185,6 +185,7 @@ async def test_members_on_a_three_node_cluster_survive_the_loss_of_one(cluster: 
               f"knows every other after {known:.2f} s (target {BACK_WITHIN:.0f} s); tunnels dropped: {dropped} "
               f"(target 0); {load()}")  # fmt: skip
         assert on_node == {1: {"node1", "node3"}, 2: set(), 3: {"node2", "node4"}}, on_node
+        assert members.client(2).server == members.client(4).server == cluster.servers([3])[0]  # what status shows
         assert all(members.client(i).sessions == sessions[i] for i in (1, 3))  # the others never noticed
         assert signed_in <= BACK_WITHIN and known <= BACK_WITHIN
         assert dropped == 0
