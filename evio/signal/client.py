@@ -53,7 +53,7 @@ import random
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 from xml.etree.ElementTree import Element
@@ -247,6 +247,21 @@ class SignalClient(SignalEndpoint):
     def server(self) -> str | None:
         host, port = self.rotation.current
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def use_servers(self, servers: tuple[tuple[str, int], ...]) -> None:
+        """A reload's server list: the session stays if its server is in it, else we sign in to the new first."""
+        current = self.rotation.current
+        self.rotation = ServerRotation(servers)
+        first, *rest = servers
+        self.settings = replace(self.settings, server=first[0], port=first[1], failover_servers=tuple(rest))
+        if current in servers:
+            self.rotation.index = servers.index(current)
+            return
+        end = self._end_session
+        if end is not None and self.connected:
+            log.info("signal %s: %s:%d is no longer configured: signing in to %s:%d", self.settings.jid, *current, *first)
+            self._relogin_now = True  # peers hear we are back at once (RELOGIN_STATUS); no delay
+            end("server list changed")
 
     async def start(self) -> None:
         if self._supervisor is not None:

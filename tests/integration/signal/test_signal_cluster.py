@@ -203,6 +203,19 @@ async def test_members_on_a_three_node_cluster_survive_the_loss_of_one(cluster: 
               f"{time.monotonic() - joined_at:.2f} s ({client5.failed_logins} failed login)")  # fmt: skip
         assert client5.failed_logins == 1
         assert members.teardowns() == teardowns  # node5 joining took no tunnel down either
+
+        # A reload that takes node 3 out of node2's list: node2 signs in to node 1 at once, its overlay kept.
+        before = members.client(2).sessions
+        reloaded_at = time.monotonic()
+        await members.nodes[2].reload(plan_node(member_config(2, cluster.servers([1])), nid(2), controller_port=6653,
+                                                kernel_module_loaded=False))  # fmt: skip
+        await wait_until(lambda: members.client(2).sessions > before and members.client(2).connected, BACK_WITHIN,
+                         what="node2 signed in to node 1 after the reload")  # fmt: skip
+        await wait_until(members.all_known, 30, what="every member knowing every other after the reload")
+        print(f"[cluster] node2 reloaded with node 1 only: signed in there and known to all after "
+              f"{time.monotonic() - reloaded_at:.2f} s")  # fmt: skip
+        assert members.client(2).server == cluster.servers([1])[0]
+        assert members.teardowns() == teardowns and members.ring_whole()
     except BaseException:
         print(members.state())
         raise
