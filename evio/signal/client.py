@@ -292,9 +292,10 @@ class SignalClient(SignalEndpoint):
             log.error("signal supervisor for %s died", self.settings.jid, exc_info=task.exception())
 
     async def _supervise(self) -> None:
-        s, rotation = self.settings, self.rotation
+        s = self.settings
         try:
             while True:
+                rotation = self.rotation  # a reload may have given a new list (use_servers)
                 # Patience grows only when every server failed in a row (a round), not at each server tried.
                 was_up = await self._one_session(rotation.failed // len(rotation.servers))
                 if not was_up:
