@@ -295,9 +295,9 @@ class SignalClient(SignalEndpoint):
         s = self.settings
         try:
             while True:
-                rotation = self.rotation  # a reload may have given a new list (use_servers)
                 # Patience grows only when every server failed in a row (a round), not at each server tried.
-                was_up = await self._one_session(rotation.failed // len(rotation.servers))
+                was_up = await self._one_session(self.rotation.failed // len(self.rotation.servers))
+                rotation = self.rotation  # read after the session: a reload may have given a new list meanwhile
                 if not was_up:
                     self.failed_logins += 1
                 by_us, self._relogin_now = self._relogin_now, False  # a membership check: the server is fine
