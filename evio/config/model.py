@@ -135,14 +135,26 @@ class SignalConfig:
     ca_file: Path | None = None  # None: the system trust store
     tls: TlsMode = "starttls"
     insecure_plaintext: bool = False
+    servers: tuple[str, ...] = ()  # host:port each, in the order tried (instead of server and port; decision 0051)
 
     def __post_init__(self) -> None:
+        if self.servers:  # what reads one server (status, netcheck) sees the first
+            host, port = split_host_port(self.servers[0])
+            object.__setattr__(self, "server", host)
+            object.__setattr__(self, "port", port)
         if not self.server:
             object.__setattr__(self, "server", self.domain)
 
     @property
     def domain(self) -> str:
         return self.jid.partition("@")[2]
+
+    @property
+    def endpoints(self) -> tuple[tuple[str, int], ...]:
+        """The servers to sign in to, in order: `servers`, else the one `server` and `port`."""
+        if self.servers:
+            return tuple(split_host_port(server) for server in self.servers)
+        return ((self.server, self.port),)
 
 
 @dataclass(frozen=True)

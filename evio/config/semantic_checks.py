@@ -76,6 +76,13 @@ def _signal_problems(signal: Mapping[str, Any], at: tuple[str | int, ...], base_
         found = f"got {', '.join(given)}" if given else "got none"
         yield Problem(json_path(at), f"needs exactly one of password, password_file, client_cert ({found})")
 
+    if signal.get("servers") == []:
+        yield Problem(json_path((*at, "servers")), "needs at least one host:port (or leave it out for server and port)")
+    if "servers" in signal:
+        for key in ("server", "port"):
+            if key in signal:
+                yield Problem(json_path((*at, key)), "give servers (host:port each) or server and port, not both")
+
     if signal.get("insecure_plaintext") is True and signal.get("tls", "starttls") != "starttls":
         yield Problem(json_path((*at, "insecure_plaintext")), 'only allowed with tls "starttls" (the default), not with direct TLS')
 

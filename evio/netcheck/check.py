@@ -92,7 +92,8 @@ def targets(config: Config) -> tuple[list[StunTarget], list[TurnTarget], list[Xm
             turn.setdefault((server.server, server.username), TurnTarget(f"turn {server.server}", host, port, server))
         signal = overlay.signal
         mode = "plaintext" if signal.insecure_plaintext else signal.tls
-        xmpp.append(XmppTarget(overlay.id, signal.server, signal.port, signal.domain, mode, signal))
+        for host, port in signal.endpoints:  # several servers of one service: each (decision 0051)
+            xmpp.append(XmppTarget(overlay.id, host, port, signal.domain, mode, signal))
     return list(stun.values()), list(turn.values()), xmpp
 
 

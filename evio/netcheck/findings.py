@@ -193,12 +193,17 @@ def _family_of(address: str) -> Family:
 
 def _xmpp_verdicts(obs: Observations) -> list[Verdict]:
     out = []
+    # An overlay with several servers (decision 0051) signs in to another when one is down: a problem only
+    # when none of its servers is reachable.
+    reachable = {x.overlay for x in obs.xmpp if x.reachable and x.tls != "invalid"}
     for x in obs.xmpp:
         subject = f"xmpp {x.name} ({x.overlay})"
         if x.tls == "invalid":
             out.append(Verdict("problem", subject, f"TLS for {x.domain} fails: {x.detail}"))
         elif not x.reachable:
-            out.append(Verdict("problem", subject, f"unreachable: {x.detail}"))
+            others = x.overlay in reachable
+            out.append(Verdict("warning" if others else "problem", subject,
+                               f"unreachable: {x.detail}" + ("; another of its servers is reachable" if others else "")))
         elif x.tls == "valid":
             out.append(Verdict("ok", subject, f"{_ms(x.rtt_ms)}, {x.tls_mode}, certificate valid for {x.domain}"))
         elif x.tls == "plaintext":

@@ -265,6 +265,8 @@ class Node:
             await self.overlays[overlay].set_attached(names)
         for overlay, rules in change.policy.items():
             self.overlays[overlay].set_policy(rules)
+        for jid, servers in change.servers.items():
+            self.accounts[jid].use_servers(servers)
         self.plan = change.plan
         for account in change.plan.accounts:
             if account.jid in change.accounts_started:

@@ -43,7 +43,8 @@ def overlay_status(stack: OverlayStack) -> dict[str, Any]:
         "switching": stack.plan.bridge.switching,
         "switch_connected": stack.switch_connected,
         "bridge_ready": stack.bridge_ready,
-        "signal": {"jid": config.signal.jid, "server": f"{config.signal.server}:{config.signal.port}",
+        # The server signed in to (several: the one in use, evio.signal.failover), else the configured one.
+        "signal": {"jid": config.signal.jid, "server": signaling.server or f"{config.signal.server}:{config.signal.port}",
                    "connected": signaling.connected, "connected_since": signaling.connected_since,
                    "logins": signaling.sessions, "reconnects": max(signaling.sessions - 1, 0),
                    "last_error": error.as_dict() if (error := signaling.last_error(stack.overlay)) else None,

@@ -176,9 +176,10 @@ def signal_settings(signal: SignalConfig, memberships: dict[str, int], password:
         ca_file=signal.ca_file,
         tls=signal.tls,
         insecure_plaintext=signal.insecure_plaintext,
+        failover_servers=signal.endpoints[1:],
     )
 
 
 def _connection(signal: SignalConfig) -> tuple[object, ...]:
-    return (signal.server, signal.port, signal.password, signal.password_file, signal.client_cert,
+    return (signal.endpoints, signal.password, signal.password_file, signal.client_cert,
             signal.client_key, signal.ca_file, signal.tls, signal.insecure_plaintext)

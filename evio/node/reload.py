@@ -8,9 +8,11 @@ An overlay is
   list puts its interfaces on the bridge and takes off those it dropped,
   and a new L2 policy goes to the SDN controller, which changes the
   bridge's table-0 flows only;
-- *restarted* when its bridge or its account changed (server, credentials,
-  or the overlays one shared account serves: an XMPP login's memberships are
-  fixed), since its tunnels and bridge depend on them;
+- *restarted* when its bridge or its account changed (credentials, or the
+  overlays one shared account serves: an XMPP login's memberships are
+  fixed), since its tunnels and bridge depend on them; an account whose
+  servers alone changed is handed the new list (`servers`: several servers of
+  one service, evio.signal.failover) and its overlays are kept;
 - *added* or *removed* otherwise.
 
 Kept overlays keep their TAP prefix, so the ports on their bridges keep their
@@ -38,19 +40,20 @@ class ReloadPlan:
     policy: dict[str, tuple[PolicyRule, ...]] = field(default_factory=dict)  # kept overlays with a new L2 policy
     accounts_stopped: tuple[str, ...] = ()  # JIDs logged out (removed, or changed and logged in again)
     accounts_started: tuple[str, ...] = ()
+    servers: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # kept accounts with new servers
     metrics_changed: bool = False
 
     @property
     def changes_nothing(self) -> bool:
         return not (self.added or self.removed or self.restarted or self.topology or self.tunnel or self.attach or self.policy
-                    or self.accounts_stopped or self.accounts_started or self.metrics_changed)
+                    or self.accounts_stopped or self.accounts_started or self.servers or self.metrics_changed)
 
     def summary(self) -> str:
         parts = [f"{what} {', '.join(ids)}" for what, ids in (
             ("added", self.added), ("removed", self.removed), ("restarted", self.restarted),
             ("new topology for", tuple(self.topology)), ("new tunnel settings for", tuple(self.tunnel)),
             ("new attached ports for", tuple(self.attach)),
-            ("new policy for", tuple(self.policy)),
+            ("new policy for", tuple(self.policy)), ("new XMPP servers for", tuple(self.servers)),
         ) if ids]  # fmt: skip
         if self.metrics_changed:
             parts.append("metrics endpoint changed")
@@ -68,6 +71,9 @@ def plan_reload(old: NodePlan, new: NodePlan) -> ReloadPlan:
     new_accounts = {a.jid: a for a in new.accounts}
     changed_accounts = {jid for jid in old_accounts.keys() | new_accounts.keys()
                         if old_accounts.get(jid) != new_accounts.get(jid)}
+    servers = {jid: new_accounts[jid].settings.servers for jid in changed_accounts
+               if _only_servers_differ(old_accounts.get(jid), new_accounts.get(jid))}  # fmt: skip
+    changed_accounts -= servers.keys()
     old_overlays = {o.id: o for o in old.overlays}
     new_overlays = {o.id: o for o in new.overlays}
 
@@ -124,8 +130,18 @@ def plan_reload(old: NodePlan, new: NodePlan) -> ReloadPlan:
         policy=policy,
         accounts_stopped=accounts_stopped,
         accounts_started=accounts_started,
+        servers=servers,
         metrics_changed=old.metrics_listen != new.metrics_listen,
     )
+
+
+def _only_servers_differ(old: AccountPlan | None, new: AccountPlan | None) -> bool:
+    """Whether the account is the same but for the servers it signs in to (a session elsewhere is the same)."""
+    if old is None or new is None:
+        return False
+    s = new.settings
+    return replace(old, settings=replace(old.settings, server=s.server, port=s.port,
+                                         failover_servers=s.failover_servers)) == new  # fmt: skip
 
 
 def _bridge(plan: OverlayPlan) -> tuple[object, ...]:

@@ -77,6 +77,13 @@ class OverlaySignaling:
     def sessions(self) -> int:
         return self._client.sessions
 
+    @property
+    def server(self) -> str | None:
+        return self._client.server
+
+    def use_servers(self, servers: tuple[tuple[str, int], ...]) -> None:
+        self._client.use_servers(servers)  # the account's (the node hands a reload's list to the account itself)
+
     def last_error(self, overlay: str) -> LoginFailure | None:
         return self._client.last_error(overlay)
 

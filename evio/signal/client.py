@@ -53,7 +53,7 @@ import random
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 from xml.etree.ElementTree import Element
@@ -67,13 +67,13 @@ from slixmpp.xmlstream import ElementBase, register_stanza_plugin
 from slixmpp.xmlstream.handler import Callback
 from slixmpp.xmlstream.matcher import StanzaPath
 
-from evio.backoff import backoff_delay
 from evio.signal import identity, protocol
 from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
+from evio.signal.failover import ServerRotation
 from evio.signal.login_steps import LoginAttempt, LoginTarget, membership_failure
-from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, login_patience, return_delay
+from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, login_patience
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,8 @@ class SignalSettings:
     max_inflight_per_peer: int = 8
     membership_check_interval: float = 5.0  # forced re-logins to re-read the roster: at most one per this
     identities: Mapping[str, OverlayIdentity] = field(default_factory=dict, repr=False)  # trust mode, per overlay
+    # Servers of the same service tried after (server, port), in order (evio.signal.failover).
+    failover_servers: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if "@" not in self.jid or "/" in self.jid:
@@ -151,6 +153,10 @@ class SignalSettings:
     @property
     def domain(self) -> str:
         return self.jid.split("@", 1)[1]
+
+    @property
+    def servers(self) -> tuple[tuple[str, int], ...]:
+        return ((self.server, self.port), *self.failover_servers)
 
     def group_of(self, overlay: str) -> str:
         return self.overlay_groups.get(overlay, overlay)
@@ -235,6 +241,27 @@ class SignalClient(SignalEndpoint):
         self.stanzas_in = 0  # stanzas received from the server, all sessions: what proves it is alive
         self.late_pings = 0  # server pings unanswered in time while the server was sending: session kept
         self._attempt: LoginAttempt | None = None  # the login under way: its steps and refusals
+        self.rotation = ServerRotation(settings.servers)  # which server the next login goes to
+
+    @property
+    def server(self) -> str | None:
+        host, port = self.rotation.current
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def use_servers(self, servers: tuple[tuple[str, int], ...]) -> None:
+        """A reload's server list: the session stays if its server is in it, else we sign in to the new first."""
+        current = self.rotation.current
+        self.rotation = ServerRotation(servers)
+        first, *rest = servers
+        self.settings = replace(self.settings, server=first[0], port=first[1], failover_servers=tuple(rest))
+        if current in servers:
+            self.rotation.index = servers.index(current)
+            return
+        end = self._end_session
+        if end is not None and self.connected:
+            log.info("signal %s: %s:%d is no longer configured: signing in to %s:%d", self.settings.jid, *current, *first)
+            self._relogin_now = True  # peers hear we are back at once (RELOGIN_STATUS); no delay
+            end("server list changed")
 
     async def start(self) -> None:
         if self._supervisor is not None:
@@ -265,29 +292,29 @@ class SignalClient(SignalEndpoint):
             log.error("signal supervisor for %s died", self.settings.jid, exc_info=task.exception())
 
     async def _supervise(self) -> None:
-        attempt = 0
-        failed = 0  # logins that failed in a row
+        s = self.settings
         try:
             while True:
-                was_up = await self._one_session(failed)
-                failed = 0 if was_up else failed + 1
+                # Patience grows only when every server failed in a row (a round), not at each server tried.
+                was_up = await self._one_session(self.rotation.failed // len(self.rotation.servers))
+                rotation = self.rotation  # read after the session: a reload may have given a new list meanwhile
                 if not was_up:
                     self.failed_logins += 1
-                attempt = 1 if was_up else attempt + 1
-                if self._relogin_now:
-                    self._relogin_now = False
-                    continue  # a membership check: the server is fine, log in again at once
-                s = self.settings
+                by_us, self._relogin_now = self._relogin_now, False  # a membership check: the server is fine
                 # Back from a session that ended (a server restart ends all at once): spread with the members
-                # and our last login's time (evio.signal.pacing). After failed logins: the backoff.
+                # and our last login's time (evio.signal.pacing), on the next server. After a failed login:
+                # the next server at once, the backoff once every server failed (evio.signal.failover).
                 if was_up:
-                    members = len(self._membership)
-                    delay = return_delay(self._rng, self.last_login_seconds, members, s.reconnect_base, s.reconnect_cap)
+                    delay = rotation.session_ended(self._rng, self.last_login_seconds, len(self._membership),
+                                                   s.reconnect_base, s.reconnect_cap, by_us=by_us)  # fmt: skip
                 else:
-                    delay = backoff_delay(attempt, self._rng, s.reconnect_base, s.reconnect_cap)
+                    delay = rotation.login_failed(self._rng, s.reconnect_base, s.reconnect_cap)
+                if by_us:
+                    continue
+                host, port = rotation.current
                 # A failed login was logged with its step (once per change); its retries are not news.
-                log.log(logging.INFO if was_up else logging.DEBUG, "signal %s: reconnecting in %.2f s (attempt %d)",
-                        self.settings.jid, delay, attempt)
+                log.log(logging.INFO if was_up else logging.DEBUG, "signal %s: reconnecting to %s:%d in %.2f s "
+                        "(failed logins in a row: %d)", s.jid, host, port, delay, rotation.failed)  # fmt: skip
                 await asyncio.sleep(delay)
         finally:
             self._session_down("stopped")
@@ -401,8 +428,9 @@ class SignalClient(SignalEndpoint):
         xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), self._on_message))
         xmpp.register_handler(Callback("evio identity", StanzaPath("message/evio_identity"), self._on_identity_message))
 
-        log.debug("signal %s: connecting to %s:%d (%s)", s.jid, s.server, s.port, self._tls_mode())
-        xmpp.connect(s.server, s.port)
+        host, port = self.rotation.current
+        log.debug("signal %s: connecting to %s:%d (%s)", s.jid, host, port, self._tls_mode())
+        xmpp.connect(host, port)
         keepalive: asyncio.Task[None] | None = None
         try:
             waits: set[asyncio.Future[Any]] = {ended, logged_in}
@@ -451,10 +479,11 @@ class SignalClient(SignalEndpoint):
 
     def _login_target(self) -> LoginTarget:
         s = self.settings
+        host, port = self.rotation.current
         return LoginTarget(
             jid=s.jid,
-            server=s.server,
-            port=s.port,
+            server=host,
+            port=port,
             tls=self._tls_mode(),
             ca_file=str(s.ca_file) if s.ca_file is not None else None,
             client_cert=str(s.client_cert) if s.client_cert is not None else None,

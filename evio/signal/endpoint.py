@@ -157,6 +157,14 @@ class SignalEndpoint:
     def overlays(self) -> frozenset[str]:
         return self._table.overlays
 
+    @property
+    def server(self) -> str | None:
+        """See evio.signal.interface.Signaling.server: the transport's, if it has servers."""
+        return None
+
+    def use_servers(self, servers: tuple[tuple[str, int], ...]) -> None:
+        """See evio.signal.interface.Signaling.use_servers; a transport without servers has nothing to change."""
+
     def last_error(self, overlay: str) -> LoginFailure | None:
         """Why `overlay`'s signaling is not working now: the account's login, else its membership; None when fine."""
         return self._account_failure or self._membership_failures.get(overlay)

@@ -35,6 +35,16 @@ class Signaling(Protocol):
         """Logins completed so far (every one after the first is a reconnect)."""
         ...
 
+    def use_servers(self, servers: tuple[tuple[str, int], ...]) -> None:
+        """Sign in to these servers from now on (a reload): the session stays if its server is among them."""
+        ...
+
+    @property
+    def server(self) -> str | None:
+        """host:port of the server signed in to, or tried next (several servers: evio.signal.failover); None
+        where the transport has no servers (in memory)."""
+        ...
+
     def last_error(self, overlay: str) -> LoginFailure | None:
         """Why `overlay`'s signaling is not working now (the step that failed), or None."""
         ...

@@ -799,3 +799,38 @@ def test_metrics_are_off_by_default_on_loopback_and_listen_must_be_an_address(tm
         with pytest.raises(ConfigError) as caught:
             load_config(path)
         assert any(where in str(problem) for problem in caught.value.problems), (bad, caught.value.problems)
+
+
+# --- several XMPP servers (decision 0051) ---------------------------------------------------------------
+
+
+def test_several_servers_in_order_and_the_single_server_unchanged() -> None:
+    signal = loads_config(json.dumps(with_changes("overlays.ov1.signal.servers", ["x1.test:5222", "[2001:db8::3]:5223"]))
+                          ).overlays["ov1"].signal  # fmt: skip
+    assert signal.endpoints == (("x1.test", 5222), ("2001:db8::3", 5223))
+    assert (signal.server, signal.port) == ("x1.test", 5222)  # what reads one server sees the first
+    single = loads_config(json.dumps(with_changes("overlays.ov1.signal.server", "198.51.100.1"))).overlays["ov1"].signal
+    assert single.servers == () and single.endpoints == (("198.51.100.1", 5222),)
+    assert loads_config(json.dumps(minimal())).overlays["ov1"].signal.endpoints == (("overlay.test", 5222),)
+
+
+@pytest.mark.parametrize(
+    ("servers", "path", "reason"),
+    [
+        (["x1.test"], "$.overlays.ov1.signal.servers[0]", "host:port"),
+        (["x1.test:5222", "x1.test:5222"], "$.overlays.ov1.signal.servers", "unique"),
+        ([], "$.overlays.ov1.signal.servers", "at least one"),
+        ("x1.test:5222", "$.overlays.ov1.signal.servers", "array"),
+    ],
+)
+def test_bad_servers_are_rejected_at_their_path(servers: Any, path: str, reason: str) -> None:
+    found = problems_of(with_changes("overlays.ov1.signal.servers", servers))
+    assert reason in found[path], found
+
+
+@pytest.mark.parametrize("key", ["server", "port"])
+def test_servers_exclude_server_and_port(key: str) -> None:
+    document = with_changes("overlays.ov1.signal.servers", ["x1.test:5222", "x2.test:5222"])
+    document["overlays"]["ov1"]["signal"][key] = "x3.test" if key == "server" else 5222
+    found = problems_of(document)
+    assert found == {f"$.overlays.ov1.signal.{key}": "give servers (host:port each) or server and port, not both"}

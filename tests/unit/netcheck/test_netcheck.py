@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from evio.cli import main
-from evio.config.loader import load_config
+from evio.config.loader import load_config, loads_config
 from evio.config.model import Config
-from evio.netcheck.check import run_netcheck
+from evio.netcheck.check import run_netcheck, targets
 from evio.netcheck.findings import (
     BindingAnswer,
     FamilyReach,
@@ -108,6 +108,25 @@ def test_the_exit_status_says_whether_the_node_reaches_what_it_needs() -> None:
     assert report.exit_status == 1 and "Hostname mismatch" in report.problems[0].text
     assert "verdict: 1 problem(s): xmpp 203.0.113.10:5222 (ov1)" in render_text(report)
     assert json.loads(to_json(report))["exit_status"] == 1
+
+
+def test_one_of_several_xmpp_servers_down_is_a_warning_all_down_a_problem() -> None:
+    """Several servers of one service (decision 0051): the node signs in to another when one is down."""
+    stun = (_binding("stun a", "203.0.113.10:3478", "198.51.100.11:5000"),)
+    alive = TurnAttempt("turn a", "udp", "203.0.113.10:3478", "allocated", 2.0, "203.0.113.10:50000")
+    down = XmppCheck("ov1", "203.0.113.11:5222", DOMAIN, "starttls", "203.0.113.11:5222", False,
+                     detail="connection refused")  # fmt: skip
+    families = (FamilyReach("ipv4", "10.1.0.2"),)
+    one_down = classify(Observations(families, stun, (alive,), ("turn a",), (_xmpp_ok(), down)))
+    assert one_down.exit_status == 0
+    assert [(v.level, v.text) for v in one_down.verdicts if v.subject == "xmpp 203.0.113.11:5222 (ov1)"] == [
+        ("warning", "unreachable: connection refused; another of its servers is reachable")]
+    all_down = classify(Observations(families, stun, (alive,), ("turn a",), (down,)))
+    assert all_down.exit_status == 1 and all_down.problems[0].subject == "xmpp 203.0.113.11:5222 (ov1)"
+    document = {"overlays": {"ov1": {"signal": {"jid": "n1@x.test", "password": "pw",
+                                                "servers": ["203.0.113.10:5222", "203.0.113.11:5223"]}}}}
+    xmpp = targets(loads_config(json.dumps(document)))[2]
+    assert [(x.host, x.port) for x in xmpp] == [("203.0.113.10", 5222), ("203.0.113.11", 5223)]
 
 
 # -- the STUN codec -------------------------------------------------------------------------------------

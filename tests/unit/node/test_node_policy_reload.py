@@ -77,3 +77,40 @@ def test_evio_status_shows_each_rule_and_what_it_dropped() -> None:
         "    no-icmpv6: drop from members, dropped 7 (2 in FRBs)",
         "    rule-2: allow from any, allowed 40",
     ]
+
+
+def with_servers(config: Config, servers: tuple[str, ...]) -> Config:
+    ov1 = config.overlays["ov1"]
+    signal = dataclasses.replace(ov1.signal, server="", servers=servers)
+    return dataclasses.replace(config, overlays={**config.overlays, "ov1": dataclasses.replace(ov1, signal=signal)})
+
+
+def test_new_xmpp_servers_keep_the_overlay_a_new_password_restarts_it() -> None:
+    """Decision 0051: moving a member onto a cluster (server -> servers) costs no tunnel."""
+    running = plan_of(fleet_config(1))
+    cluster = ("xmpp1.test:5222", "xmpp2.test:5222")
+    change = plan_reload(running, plan_of(with_servers(fleet_config(1), cluster)))
+    assert change.servers == {"node1@x.test": (("xmpp1.test", 5222), ("xmpp2.test", 5222))}
+    assert not change.restarted and not change.accounts_stopped and not change.changes_nothing
+    assert change.summary() == "new XMPP servers for node1@x.test"
+    assert plan_reload(change.plan, plan_of(with_servers(fleet_config(1), cluster))).changes_nothing
+    ov1 = fleet_config(1).overlays["ov1"]
+    other = dataclasses.replace(ov1, signal=dataclasses.replace(ov1.signal, password="other"))
+    repassword = plan_reload(running, plan_of(dataclasses.replace(fleet_config(1), overlays={"ov1": other})))
+    assert repassword.restarted == ("ov1",) and not repassword.servers
+
+
+async def test_reload_hands_the_servers_to_the_account_without_a_link_going_down() -> None:
+    fleet = Fleet(2)
+    await fleet.start()
+    try:
+        node = fleet.nodes[1]
+        stack = node.overlays["ov1"]
+        await until(lambda: stack.tunnels_up == 1, 10)
+        handed: list[tuple[tuple[str, int], ...]] = []
+        node.accounts["node1@x.test"].use_servers = handed.append  # type: ignore[method-assign]
+        await node.reload(plan_of(with_servers(fleet_config(1), ("xmpp1.test:5222", "xmpp2.test:5222"))))
+        assert handed == [(("xmpp1.test", 5222), ("xmpp2.test", 5222))]
+        assert node.overlays["ov1"] is stack and stack.tunnels_up == 1 and stack.tunnels_down == 0
+    finally:
+        await fleet.stop_all()
