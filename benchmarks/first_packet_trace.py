@@ -53,14 +53,6 @@ def _stop(proc: subprocess.Popen[str]) -> str:
     return out or ""
 
 
-def appctl(lab: Lab, index: int, *args: str) -> str:
-    ovs = lab.ovs(index)
-    target = str(ovs.run_dir / "ovs-vswitchd.ctl")  # evio.bridge.ovs_instance starts it with --unixctl there
-    done = subprocess.run(["ovs-appctl", "-t", target, *args], env=ovs.env, capture_output=True, text=True,
-                          timeout=30, check=False)
-    return done.stdout + done.stderr
-
-
 def _mac(lab: Lab, index: int) -> str | None:
     device = node_bench.overlay_device(lab, index)
     if device is None:
@@ -77,11 +69,11 @@ def trace_one(lab: Lab, path: list[int], use_strace: bool, flush: bool) -> tuple
         lab.ovs(index).ofctl("del-flows", node_bench.bridge_of(lab, index), f"cookie={node_bench.EVIO_COOKIE}")
     if flush:  # a flow new as after an idle spell: no datapath flow left from the warm-up either
         for index in nodes:
-            print(f"  node{index} dpctl/del-flows: {appctl(lab, index, 'dpctl/del-flows').strip() or 'done'}", flush=True)
+            print(f"  node{index} dpctl/del-flows: {node_bench.ovs_appctl(lab, index, 'dpctl/del-flows').strip() or 'done'}", flush=True)
     before = node_bench.settled_packet_ins(lab, nodes)
     macs = [_mac(lab, a), _mac(lab, b)]
     for index in (a, b):
-        for line in appctl(lab, index, "dpctl/dump-flows").splitlines():
+        for line in node_bench.ovs_appctl(lab, index, "dpctl/dump-flows").splitlines():
             if any(mac and mac in line for mac in macs):
                 print(f"  node{index} datapath flow before the ping: {line[:300]}", flush=True)
     snoops = []
