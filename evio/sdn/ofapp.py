@@ -491,10 +491,10 @@ class BoundedFloodApp(app_manager.OSKenApp):
         if overlay is not None and "in_port" in msg.match:  # every packet-in of OVS has it (the fuzz sent one without)
             now = self.config.clock()
             self._last_packet_in = now
+            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), now))
             if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon
                 self._fast_ticks = True
-                self.commands.wake()
-            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), now))
+                self.commands.wake()  # after the answer: the woken ticker would only wait for our lock
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     @_contained
