@@ -307,7 +307,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
         chunks: list[bytes] = []
         for action in actions:
             if isinstance(action, openflow_wire.ENCODED):
-                chunks.append(openflow_wire.encode(action, _next_xid(dp)) or b"")
+                chunks.append(openflow_wire.encode(action, _next_xid(dp)))
                 continue
             for msg in to_ofp_messages(dp, action):
                 dp.set_xid(msg)

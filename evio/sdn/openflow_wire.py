@@ -46,17 +46,16 @@ _APPLY = struct.Struct("!HH4x")  # type, length (with its actions)
 _PACKET_OUT = struct.Struct("!IIH6x")  # buffer_id, in_port, actions_len
 
 ENCODED = (flow_actions.PacketOut, flow_actions.AddFlow, flow_actions.DeleteFlow)
+Encoded = flow_actions.PacketOut | flow_actions.AddFlow | flow_actions.DeleteFlow
 
 
-def encode(action: flow_actions.FlowAction, xid: int) -> bytes | None:
-    """`action` as one OpenFlow 1.3 message with `xid`, or None when it has no packing here (os-ken's, then)."""
+def encode(action: Encoded, xid: int) -> bytes:
+    """`action` (one of ENCODED; the rest go through os-ken) as one OpenFlow 1.3 message with `xid`."""
     if isinstance(action, flow_actions.PacketOut):
         return packet_out(action, xid)
     if isinstance(action, flow_actions.AddFlow):
         return add_flow(action, xid)
-    if isinstance(action, flow_actions.DeleteFlow):
-        return delete_flow(action, xid)
-    return None
+    return delete_flow(action, xid)
 
 
 def packet_out(action: flow_actions.PacketOut, xid: int) -> bytes:
