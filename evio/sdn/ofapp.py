@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evio.ratelimit import LogLimiter
-from evio.sdn import flow_actions
+from evio.sdn import flow_actions, openflow_wire
 from evio.sdn.boundary import (
     AttachOverlay,
     ControllerChannel,
@@ -181,6 +181,12 @@ class _SerializedSocket:
         return getattr(self.raw, name)
 
 
+def _next_xid(dp: Any) -> int:
+    """The datapath's next transaction id, as os-ken's `Datapath.set_xid` counts them (for a message packed here)."""
+    dp.xid = (dp.xid + 1) & dp.ofproto.MAX_XID
+    return int(dp.xid)
+
+
 def _event_datapath(ev: Any) -> Any:
     """The connection an os-ken event came from (None for our own ticks)."""
     msg = getattr(ev, "msg", None)
@@ -285,13 +291,29 @@ class BoundedFloodApp(app_manager.OSKenApp):
         # an added flow's after it, each batch in one write.
         now = self.config.clock()
         for batch in write_batches(actions):
-            messages: list[Any] = []
             for action in batch:
                 overlay.before_send(action, now)
-                messages += to_ofp_messages(dp, action)
-            self._write(dp, messages)
+            self._write_actions(dp, batch)
             for action in batch:
                 overlay.after_send(action, now)
+
+    def _write_actions(self, dp: Any, actions: Sequence[flow_actions.FlowAction]) -> None:
+        """A packet-in's answer (PacketOut, AddFlow, DeleteFlow) packed by evio.sdn.openflow_wire, not built and
+        serialized by os-ken's classes: about 0.15 ms less per packet-in (docs/performance.md)."""
+        sock = getattr(dp, "socket", None)
+        if not isinstance(sock, _SerializedSocket):
+            self._write(dp, [msg for action in actions for msg in to_ofp_messages(dp, action)])
+            return
+        chunks: list[bytes] = []
+        for action in actions:
+            if isinstance(action, openflow_wire.ENCODED):
+                chunks.append(openflow_wire.encode(action, _next_xid(dp)))
+                continue
+            for msg in to_ofp_messages(dp, action):
+                dp.set_xid(msg)
+                msg.serialize()
+                chunks.append(bytes(msg.buf))
+        self._sendall(dp, sock, b"".join(chunks))
 
     def _write(self, dp: Any, messages: Sequence[Any]) -> None:
         """Every OFP message of ours goes this way, so none overtakes another."""
@@ -303,8 +325,12 @@ class BoundedFloodApp(app_manager.OSKenApp):
         for msg in messages:
             dp.set_xid(msg)
             msg.serialize()
+        self._sendall(dp, sock, b"".join(msg.buf for msg in messages))
+
+    @staticmethod
+    def _sendall(dp: Any, sock: _SerializedSocket, data: bytes) -> None:
         try:
-            sock.sendall(b"".join(msg.buf for msg in messages))
+            sock.sendall(data)
         except OSError as err:  # the receive thread sees the connection end and os-ken tears it down
             log.debug("write to switch failed dpid=%016x: %s", dp.id or 0, err)
 
@@ -465,10 +491,10 @@ class BoundedFloodApp(app_manager.OSKenApp):
         if overlay is not None and "in_port" in msg.match:  # every packet-in of OVS has it (the fuzz sent one without)
             now = self.config.clock()
             self._last_packet_in = now
+            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), now))
             if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon
                 self._fast_ticks = True
-                self.commands.wake()
-            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), now))
+                self.commands.wake()  # after the answer: the woken ticker would only wait for our lock
 
     @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
     @_contained

@@ -83,3 +83,23 @@ def test_every_delete_goes_before_the_adds_and_a_port_with_room_for_one_keeps_th
     # delete of the installed one goes before any add.
     actions = switch.packet_in(1, eth(mb, ma), net.now)
     assert [type(x).__name__ for x in actions] == ["PacketOut", "DeleteFlow", "AddFlow"]
+
+
+def test_through_four_intermediate_switches_each_asks_once_and_the_answer_never() -> None:
+    """node_bench's longest usual path (4 intermediate nodes, 6 switches), both directions started in turn: one
+    packet-in per switch for each new flow, none for its answer (issue 25: at most 2 per switch)."""
+    net, ids = ring_network(11)
+    a, c = ids[0], ids[5]  # 5 hops clockwise, 6 the other way
+    ma, mc = host_mac(net, a), host_mac(net, c)
+    net.inject(a, 1, arp_request(ma))
+    net.inject(c, 1, arp_reply(mc, ma))
+    net.advance(31.0)
+    path = ids[:6]
+    for src, dst, ms, md in ((a, c, ma, mc), (c, a, mc, ma)):
+        net.advance(31.0)  # the last exchange's flows idle out
+        before = packet_ins(net)
+        net.inject(src, 1, eth(md, ms, payload=b"new!" * 16))
+        net.inject(dst, 1, eth(ms, md, payload=b"back" * 16))
+        asked = {nid: packet_ins(net)[nid] - before[nid] for nid in ids}
+        assert asked == {nid: 1 if nid in path else 0 for nid in ids}
+        assert net.nodes[src].received[1][-1] == eth(ms, md, payload=b"back" * 16)
