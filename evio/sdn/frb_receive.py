@@ -11,7 +11,7 @@ learning table, flood budget, counters). Pure, as the switch is: frames and `now
   passed on, never delivered (docs/design.md, "Learning and unicast flows").
 - A flood must come the way one from its root could have come (`_plausible`), else it is dropped;
   a copy from a peer that is not its root cannot claim fewer than 2 hops (`_hops`); floods passed on
-  for one ingress port and one root spend one flood budget (`_flood_budget_key`).
+  for one ingress port share its total, each root its share (`_flood_budget_key`, flood_shares.py).
 - A LEAF_ANNOUNCE is taken only for the announcing peer's own root; the first one from a peer since
   its port came is answered with ours. A LINK_CHECK is answered with a LINK_ACK.
 """

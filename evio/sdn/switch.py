@@ -69,10 +69,12 @@ Adjacent peers are members, not trusted with this node's switching:
   peer beats a root that is adjacent here by lying about hops;
 - each port may cause at most `PACKET_IN_RATE` packet-ins a second on average
   (`PACKET_IN_BURST` at once); the rest are dropped and counted;
-- floods passed on for one ingress port and one root (or started for a
-  peer's unicast this node cannot place) are at most `FLOOD_RATE` a second
-  (`FLOOD_LIMITED`), so one member's storm reaches the rest of the overlay
-  thinned, and never at the cost of another root's broadcasts.
+- floods passed on for one ingress port (or started for a peer's unicast
+  this node cannot place) are at most `PORT_FLOOD_RATE` a second in all,
+  shared evenly among their roots, each root at most `FLOOD_RATE`
+  (`FLOOD_LIMITED`; flood_shares.py), so one member's storm reaches the
+  rest of the overlay thinned, however many roots it names, and never at
+  the cost of a root that floods less than its share.
 
 Link-local multicast from a leaf port (router solicitations, MLD, mDNS,
 IGMP: link_local.py) is flooded within a rate per port and kind; beyond it
@@ -93,6 +95,7 @@ from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.sdn import frb, frb_receive, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
+from evio.sdn.flood_shares import FloodShares
 from evio.sdn.flooding_bounds import (
     reverse_root_bounds,
     root_bounds,
@@ -140,6 +143,12 @@ PACKET_IN_BURST = 2000
 # few a second; a root's floods past a node by one port are all its hosts'.
 FLOOD_RATE = 100.0
 FLOOD_BURST = 200
+# Floods passed on for one ingress port in all, whatever their roots, shared evenly among the roots
+# (flood_shares.py): a member naming many real members as its floods' roots gets no more than this
+# through a node. Two such members adjacent to one node then send at most 800 a second to its next
+# node by one port, under that port's packet-in rate, so the next node still hears others' ARP.
+PORT_FLOOD_RATE = 400.0
+PORT_FLOOD_BURST = 800
 # Unicast flows installed on behalf of one port (entering by it). A busy host talks to a few hundred
 # others; a port past this is inventing pairs, and only its own oldest flows make room. With the
 # learning table's per-port share (2048 MACs) this bounds what one member can put in the table.
@@ -209,8 +218,9 @@ class BoundedFloodSwitch:
         self.learning = LearningTable(mac_max_age, max_macs)
         self.neighbors = NeighborAnswers(mac_max_age)  # local hosts' ARP and NS answered here when known
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
-        # (ingress port, root or None for a root not known here) -> floods passed on for it
-        self.flood_budget = PeerRateLimiter[tuple[int, int | None]](Rate(FLOOD_RATE, FLOOD_BURST))
+        # Floods passed on per ingress port, shared among their roots (None: the roots not known here).
+        self.flood_budget = FloodShares[int | None](Rate(PORT_FLOOD_RATE, PORT_FLOOD_BURST),
+                                                    Rate(FLOOD_RATE, FLOOD_BURST))
         self.link_local_budgets = {
             LinkLocalKind.ROUTER_SOLICITATION: PeerRateLimiter[int](Rate(*ROUTER_SOLICITATION_RATE)),
             LinkLocalKind.LINK_LOCAL_MULTICAST: PeerRateLimiter[int](Rate(*LINK_LOCAL_MULTICAST_RATE)),
@@ -266,7 +276,7 @@ class BoundedFloodSwitch:
         self.packet_in_budget.forget(port_no)
         for budget in self.link_local_budgets.values():
             budget.forget(port_no)
-        # flood_budget's buckets of the port are left to age out of its bounded table
+        self.flood_budget.forget(port_no)
         self._announced_by.discard(port_no)
         if port is None:
             return []
@@ -562,7 +572,7 @@ class BoundedFloodSwitch:
         return False
 
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
-        if self.flood_budget.allow(key, now):
+        if self.flood_budget.allow(key[0], key[1], now):
             return True
         root = "unknown" if key[1] is None else format_node_id(key[1])
         self._bounded(Drop.FLOOD_LIMITED, key[0], now, f"root={root}")
