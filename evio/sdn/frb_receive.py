@@ -66,6 +66,12 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
         leaves = [mac for mac in frame.leaf_macs if mac not in own]
         if len(leaves) < len(frame.leaf_macs):
             sw.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+        if sw.mac_owners:  # another member's signed announcement holds these: not this peer's to place
+            owned = [mac for mac in leaves if sw.mac_owners.get(mac, h.root_nid) not in (h.root_nid, sw.node_id)]
+            if owned:
+                sw._bounded(Drop.NOT_ANNOUNCER, port.port_no, now, f"{len(owned)} MACs in a leaf announcement")
+                sw.drops[Drop.NOT_ANNOUNCER] += len(owned) - 1
+                leaves = [mac for mac in leaves if mac not in set(owned)]
         for mac in leaves:
             sw._vouch_if_sending(mac, now)
         announced = sw.learning.announce(h.root_nid, leaves, port.port_no, now)

@@ -87,7 +87,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -228,6 +228,9 @@ class BoundedFloodSwitch:
         # The overlay's members as signaling knows them (None: not told, as in unit networks). A root that is
         # no member gets no flood budget of its own, however many MACs it was made to host here.
         self.members: frozenset[int] | None = None
+        # MAC -> the one member whose signed announcement holds it (decision 0055, evio/node/host_claims.py): such
+        # a MAC is placed only under that member's root. Empty until the daemon says (unit networks, no trust).
+        self.mac_owners: Mapping[str, int] = {}
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.port_drops: Counter[tuple[str, Drop]] = Counter()  # (port name, reason): what one port lost by its bounds
@@ -296,6 +299,10 @@ class BoundedFloodSwitch:
             macs = macs[: frb.MAX_PL_COUNT]
         frame = frb.leaf_announce(frb.BROADCAST_MAC, frb.parse_mac(self.switch_mac), self.node_id, macs)
         return [PacketOut(port.port_no, frb.pack(frame))]
+
+    def hosted_macs(self) -> list[str]:
+        """What this node announces it hosts, signed, to the whole overlay (evio/node/host_claims.py)."""
+        return self._all_leaf_macs()
 
     def _all_leaf_macs(self) -> list[str]:
         """MACs hosted here: leaf ports' own addresses and what was learned on leaf ports."""
@@ -484,11 +491,54 @@ class BoundedFloodSwitch:
                 self.adjacent_root_detours += 1
                 return []
         if not local:
+            owner = self.mac_owners.get(mac)
+            if owner is not None and owner != self.node_id and not self._may_speak_for(mac, owner, port, root, now):
+                self._bounded(Drop.NOT_ANNOUNCER, port, now, f"mac={mac} announced_by={format_node_id(owner)}")
+                return []
             self._vouch_if_sending(mac, now)
         from_root = root is not None and port in self.ports and self.ports[port].peer == root
         learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops,
                                                from_root=from_root)
         return self._learned_actions(learned, port, now)
+
+    def _may_speak_for(self, mac: str, owner: int, port: int, root: int | None, now: float) -> bool:
+        """Whether a frame by `port` naming `root` (None: a plain frame, which names nobody) may place `mac`,
+        which `owner` announced: a flood or announcement only under the owner's root; a plain frame by the
+        owner's own link, or where the MAC already is, or while it is not placed under its owner here."""
+        if root is not None:
+            return root == owner
+        if self.peer_ports().get(owner) == port:
+            return True
+        entry = self.learning.lookup(mac, now)
+        return entry is None or entry.root != owner or entry.port == port
+
+    def set_mac_owners(self, owners: Mapping[str, int], now: float) -> list[FlowAction]:
+        """The MACs members announced, each with the one member that did (the daemon checked the signatures).
+        A remote MAC learned here under another member's root leaves the table with its flows, and a waiting
+        claim on it that its owner could not have made is dropped."""
+        self.mac_owners = owners
+        gone: list[str] = []
+        for mac, owner in owners.items():
+            if owner == self.node_id:
+                continue
+            entry = self.learning.lookup(mac, now)
+            if entry is not None and not entry.local and entry.root is not None and entry.root != owner:
+                self.learning.forget(mac)
+                gone.append(mac)
+        self._drop_unowned_claims(now)
+        if gone:
+            self._bounded(Drop.NOT_ANNOUNCER, 0, now, f"forgot {len(gone)} MACs placed under another member")
+            self.drops[Drop.NOT_ANNOUNCER] += len(gone) - 1
+        return self._booked(flows_of_macs(gone))
+
+    def _drop_unowned_claims(self, now: float) -> None:
+        for mac in self.learning.claimed():
+            owner = self.mac_owners.get(mac)
+            claim = self.learning.claim_of(mac)
+            if owner is None or owner == self.node_id or claim is None:
+                continue
+            if not self._may_speak_for(mac, owner, claim[0], claim[1], now):
+                self.learning.drop_claim(mac)
 
     def _vouch_if_sending(self, mac: str, now: float) -> None:
         """A remote MAC with live flows from it on its port is speaking there, though no frame of it reaches the
@@ -593,6 +643,8 @@ class BoundedFloodSwitch:
         self.neighbors.expire(now)
         for mac in self.learning.claimed():
             self._vouch_if_sending(mac, now)
+        if self.mac_owners:
+            self._drop_unowned_claims(now)
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)

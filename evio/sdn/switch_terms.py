@@ -59,6 +59,8 @@ class Drop(enum.Enum):
     IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
     LINK_LOCAL_LIMITED = ("link-local multicast (router solicitation, MLD, mDNS) over its port's rate: delivered to "
                           "the other local ports, not flooded")
+    NOT_ANNOUNCER = ("a frame placing a MAC under a member (or by a way) other than the one whose signed announcement "
+                     "holds it (evio.sdn.host_claims): not learned, the frame itself went on")
     POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
 
 
