@@ -29,7 +29,8 @@ from evio.testing.waiting import holds_within, wait_for_value
 pytestmark = pytest.mark.integration
 
 RING_TIMEOUT = 90.0
-PORT, RATE, SECONDS = 5399, 20, 14.0
+PORT, RATE, SECONDS = 5399, 20, 24.0
+WATCH = 8.0  # seconds: past the move hold (5 s), when a contested claim would have settled
 
 # In v's namespace: count the datagrams that arrive within the window.
 LISTEN = r"""
@@ -63,13 +64,18 @@ while time.monotonic() < start + seconds:
 print(sent)
 """
 
-# In a's namespace: the forged FRBs, as a's switch would send them, into its TAP towards u.
+# In a's namespace: the forged FRBs, as a's switch would send them, into its TAP towards u, twice a second
+# (a claim made once and contested while the MAC's place spoke would settle after the move hold anyway).
 FORGE = r"""
-import socket, sys
+import socket, sys, time
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 s.bind((sys.argv[1], 0))
-for _ in range(int(sys.argv[3])):
+start = time.monotonic()
+for i in range(int(sys.argv[3])):
     s.send(bytes.fromhex(sys.argv[2]))
+    lag = start + (i + 1) * 0.5 - time.monotonic()
+    if lag > 0:
+        time.sleep(lag)
 """
 
 
@@ -116,13 +122,13 @@ def test_a_hostile_members_claim_of_a_receiving_hosts_mac_is_refused_and_the_hos
     target = str(lab.node(v).overlay_address.ip)
     results: dict[str, str] = {}
     listener = threading.Thread(target=lambda: results.update(
-        got=lab.exec(v, [sys.executable, "-c", LISTEN, target, str(PORT), str(SECONDS + 4)], timeout=60).stdout))
+        got=lab.exec(v, [sys.executable, "-c", LISTEN, target, str(PORT), str(SECONDS + 4)], timeout=90).stdout))
     listener.start()
     wait_for_value(lambda: lab.exec(v, ["ss", "-uln"]).stdout, lambda out: f":{PORT}" in out, 10,
                    what="v's listener bound", interval=0.2)
     stream = threading.Thread(target=lambda: results.update(
         sent=lab.exec(u, [sys.executable, "-c", STREAM, target, str(PORT), str(RATE), str(SECONDS)],
-                      timeout=60).stdout))
+                      timeout=90).stdout))
     stream.start()
     try:
         # The stream rides a flow at u by now (v's host answered u's ARP once, and then only receives); the
@@ -132,16 +138,19 @@ def test_a_hostile_members_claim_of_a_receiving_hosts_mac_is_refused_and_the_hos
                        what="u's flow from v's host idled out", interval=0.2)
         inner = arp_request(v_mac)
         forged = frb.pack(frb.broadcast(inner, ids[a], ids[a], hop_count=1))  # rooted at a, bound round the ring
-        lab.exec(a, [sys.executable, "-c", FORGE, tap, forged.hex(), "3"])
-        # Before decision 0055 the next stream frame's packet-in put a flow to a's port at once: watch for it.
+        forger = threading.Thread(target=lambda: lab.exec(a, [sys.executable, "-c", FORGE, tap, forged.hex(),
+                                                              str(int(WATCH * 2))], timeout=60))
+        forger.start()
+        # Before decision 0055 a packet-in of the stream put a flow to a's port once the claim was taken: watch.
         seen: set[str] = set()
 
         def taken_by_a() -> bool:
             seen.update(outputs_to(lab, u, bridge, v_mac))
             return str(a_port) in seen
 
-        taken = holds_within(taken_by_a, 3, interval=0.2)
+        taken = holds_within(taken_by_a, WATCH, interval=0.2)
         outputs = sorted(seen)
+        forger.join()
     finally:
         stream.join()
         listener.join()
