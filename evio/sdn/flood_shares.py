@@ -62,40 +62,37 @@ class FloodShares(Generic[R]):
     def __init__(self, port_rate: Rate, root_rate: Rate) -> None:
         self.port_rate = port_rate
         self.root_rate = root_rate
-        self._ports: OrderedDict[int, _PortShares[R]] = OrderedDict()
+        self._ports: dict[int, _PortShares[R]] = {}
 
     def allow(self, port: int, root: R, now: float) -> bool:
         """Whether one flood of `root` that came in by `port` may go on (and spend its share if so)."""
-        shares = self._ports.pop(port, None)
+        shares = self._ports.get(port)
         if shares is None:
-            shares = _PortShares[R](self.port_rate, now)
-        self._ports[port] = shares  # most recently used last
-        while len(self._ports) > MAX_PORTS:
-            self._ports.popitem(last=False)
-        self._earn(shares, now)
-        share = shares.roots.pop(root, None)
+            if len(self._ports) >= MAX_PORTS:
+                del self._ports[next(iter(self._ports))]  # ports are forgotten as they go; this is a backstop
+            shares = self._ports[port] = _PortShares[R](self.port_rate, now)
+        roots = shares.roots
+        while roots and now - next(iter(roots.values())).last >= ACTIVE_WINDOW:
+            roots.popitem(last=False)  # quiet for a window: no longer shares (and starts anew)
+        if now > shares.at:  # the running share, at the rate of the roots active until now
+            share_rate = self.port_rate.per_second / (len(roots) or 1)
+            shares.earned += (now - shares.at) * min(share_rate, self.root_rate.per_second)
+            shares.at = now
+        share = roots.get(root)
         if share is None:
             # None stands for every root not known here (one key, so no member multiplies it): a burst's worth.
             share = _RootShare(self.root_rate.burst if root is None else NEW_ROOT_CREDIT, shares.earned, now)
+            roots[root] = share
+            if len(roots) > MAX_ROOTS_PER_PORT:
+                roots.popitem(last=False)
         else:
             share.credit = min(float(self.root_rate.burst), share.credit + shares.earned - share.earned_at)
-        share.earned_at, share.last = shares.earned, now
-        shares.roots[root] = share
-        while len(shares.roots) > MAX_ROOTS_PER_PORT:
-            shares.roots.popitem(last=False)
+            share.earned_at, share.last = shares.earned, now
+            roots.move_to_end(root)
         if share.credit >= 1.0 and shares.bucket.take(now):
             share.credit -= 1.0
             return True
         return False
-
-    def _earn(self, shares: _PortShares[R], now: float) -> None:
-        """Bring the port's running share up to `now`, at the rate of the roots active until now."""
-        while shares.roots and now - next(iter(shares.roots.values())).last >= ACTIVE_WINDOW:
-            shares.roots.popitem(last=False)  # quiet for a window: no longer shares (and starts anew)
-        if now > shares.at:
-            active = max(1, len(shares.roots))
-            shares.earned += (now - shares.at) * min(self.port_rate.per_second / active, self.root_rate.per_second)
-            shares.at = now
 
     def forget(self, port: int) -> None:
         self._ports.pop(port, None)
