@@ -10,7 +10,7 @@ ethertype of their own on the overlay bridge's own interface, and Bounded Flood 
 linked node; each node reads the others' off the same interface. A node announces:
 
 1. when what it hosts changed (at most once per `MIN_INTERVAL`),
-2. every `host_claims.LIFETIME / 3` (an announcement holds `LIFETIME` after it was issued),
+2. every `host_claims.LIFETIME / 3`, 10 minutes (an announcement holds `LIFETIME` after it was issued),
 3. when one of its links came up (folded with the others of `MIN_INTERVAL`), so a node that joins hears it.
 
 What comes in is bounded before it costs a signature check: a sender MAC gets `SENDER_RATE`, all senders

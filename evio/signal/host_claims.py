@@ -41,7 +41,10 @@ MAX_MACS = 64  # per member: its bridge's own MACs and its hosts; ~400 bytes, on
 MAX_CERT_BYTES = 2048
 MAX_SIG_BYTES = 80  # an ECDSA P-256 signature in DER is at most 72
 MAX_FRAME_BYTES = 1350  # within a tunnel TAP's frame less the FRB that carries it (evio.sdn.switch)
-LIFETIME = 180.0  # seconds an announcement holds after it was issued: nodes announce every `lifetime / 3`
+# Seconds an announcement holds after it was issued; nodes announce again every third of it: 0.1 broadcast per
+# node a minute in an idle overlay (issue 23 allows 1 for all of an idle node's multicast). A member that left
+# keeps its claims that long; revoked, it loses them as the list is adopted.
+LIFETIME = 1800.0
 CLOCK_SKEW = 300.0  # an announcement issued this far in the future is still taken (nodes' clocks differ)
 MAX_OVERLAY = 32
 _CONTEXT = b"evio-host-claims/1\x00"
