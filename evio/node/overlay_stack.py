@@ -43,6 +43,7 @@ from evio.clock import REAL_CLOCK, Clock
 from evio.config.address_pool import conflicting_peers
 from evio.config.model import PolicyRule, TopologyConfig
 from evio.ids import format_node_id
+from evio.node.host_claims import HostClaimsFlood
 from evio.node.overlay_parts import (
     AdjacencyController,
     AttachedPort,
@@ -136,6 +137,9 @@ class OverlayStack:
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
         self.revocation_error: str | None = None  # why the flood did not start (shown in the status)
+        # Trust mode: the MACs each member hosts, announced signed over the overlay (decision 0055).
+        self.host_claims: HostClaimsFlood | None = None
+        self.host_claims_error: str | None = None
         # Members signaling sees (kept while our own session is down), told to the switch: floods rooted at
         # anyone else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
         self._members: set[int] = {node_id}
@@ -169,6 +173,7 @@ class OverlayStack:
         await self.set_attached(self.plan.config.attach)
         if self.plan.certificate is not None:
             self._start_revocation_flood()
+            self._start_host_claims()
         self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
         self._port_worker.add_done_callback(self._worker_done)
         self._subscription = self.controller.subscribe(self._adjacency_event)
@@ -203,6 +208,20 @@ class OverlayStack:
             return
         self.revocations = flood
 
+    def _start_host_claims(self) -> None:
+        anchor, certificate = self.plan.tunnel.trust, self.plan.certificate
+        if anchor is None or certificate is None or self.stp:
+            return
+        flood = HostClaimsFlood(self.overlay, self.bridge.name, self.node_id, certificate, anchor, self.signaling,
+                                lambda owners: self._sdn.commands.set_mac_owners(self.overlay, owners), self.clock)
+        try:
+            flood.start()
+        except OSError as exc:  # MACs then keep the rules of unannounced ones (decision 0034)
+            self.host_claims_error = f"{self.bridge.name}: {exc.strerror or exc}"
+            log.warning("overlay %s: hosts not announced over the overlay (%s)", self.overlay, self.host_claims_error)
+            return
+        self.host_claims = flood
+
     async def _remove_stale_ports(self) -> None:
         """TAP ports left on the bridge by an earlier run that was killed: their devices died with it."""
         prefix = self.plan.tunnel.tap_prefix
@@ -224,6 +243,9 @@ class OverlayStack:
         if self.revocations is not None:
             self.revocations.stop()
             self.revocations = None
+        if self.host_claims is not None:
+            self.host_claims.stop()
+            self.host_claims = None
         # Apply what the controller reported while it let go, then stop the worker.
         if self._port_worker is not None:
             if not self._port_worker.done():
@@ -453,6 +475,8 @@ class OverlayStack:
                     self._on_first_port(self.bridge.name)
                 if self.revocations is not None:
                     self.revocations.link_up()
+                if self.host_claims is not None:
+                    self.host_claims.announce()
             finally:
                 self._adding = None
         elif event.tap in self.ports:
@@ -504,6 +528,9 @@ class OverlayStack:
             self.traffic = event
         elif isinstance(event, boundary.PolicyCounts):
             self.policy_counts = event
+        elif isinstance(event, boundary.HostedMacs):
+            if self.host_claims is not None:
+                self.host_claims.set_hosted(event.macs)
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
 

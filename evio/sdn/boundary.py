@@ -107,7 +107,17 @@ class SetMembers:
     members: frozenset[int]
 
 
-ControllerCommand = AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown | SetMembers
+@dataclass(frozen=True, slots=True)
+class SetMacOwners:
+    """MACs exactly one member announced, signed (evio.node.host_claims): each placed only under that member."""
+
+    overlay: str
+    owners: Mapping[str, int]
+
+
+ControllerCommand = (
+    AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown | SetMembers | SetMacOwners
+)
 
 
 class CommandQueue:
@@ -141,6 +151,9 @@ class CommandQueue:
 
     def set_members(self, overlay: str, members: frozenset[int]) -> None:
         self.put(SetMembers(overlay, members))
+
+    def set_mac_owners(self, overlay: str, owners: Mapping[str, int]) -> None:
+        self.put(SetMacOwners(overlay, owners))
 
     def drain(self) -> list[ControllerCommand]:
         out: list[ControllerCommand] = []
@@ -258,8 +271,18 @@ class PolicyCounts:
     rules: tuple[RuleCount, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class HostedMacs:
+    """What this node hosts (its bridge's and leaf ports' MACs, hosts learned on leaf ports), sent when it
+    changed: the node announces it, signed, to the overlay (evio.node.host_claims)."""
+
+    overlay: str
+    macs: tuple[str, ...]
+
+
 ControllerEvent = (
-    SwitchConnected
+    HostedMacs
+    | SwitchConnected
     | SwitchDisconnected
     | PortAdded
     | PortRemoved

@@ -11,7 +11,7 @@ learning table, flood budget, counters). Pure, as the switch is: frames and `now
   passed on, never delivered (docs/design.md, "Learning and unicast flows").
 - A flood must come the way one from its root could have come (`_plausible`), else it is dropped;
   a copy from a peer that is not its root cannot claim fewer than 2 hops (`_hops`); floods passed on
-  for one ingress port and one root spend one flood budget (`_flood_budget_key`).
+  for one ingress port share its total, each root its share (`_flood_budget_key`, flood_shares.py).
 - A LEAF_ANNOUNCE is taken only for the announcing peer's own root; the first one from a peer since
   its port came is answered with ours. A LINK_CHECK is answered with a LINK_ACK.
 """
@@ -66,6 +66,12 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
         leaves = [mac for mac in frame.leaf_macs if mac not in own]
         if len(leaves) < len(frame.leaf_macs):
             sw.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+        if sw.mac_owners:  # another member's signed announcement holds these: not this peer's to place
+            owned = [mac for mac in leaves if sw.mac_owners.get(mac, h.root_nid) not in (h.root_nid, sw.node_id)]
+            if owned:
+                sw._bounded(Drop.NOT_ANNOUNCER, port.port_no, now, f"{len(owned)} MACs in a leaf announcement")
+                sw.drops[Drop.NOT_ANNOUNCER] += len(owned) - 1
+                leaves = [mac for mac in leaves if mac not in set(owned)]
         for mac in leaves:
             sw._vouch_if_sending(mac, now)
         announced = sw.learning.announce(h.root_nid, leaves, port.port_no, now)

@@ -307,6 +307,15 @@ class LearningTable:
         """MACs with a contested claim waiting for their place to fall silent."""
         return list(self._claims)
 
+    def claim_of(self, mac: str) -> tuple[int, int | None] | None:
+        """The (port, root) of `mac`'s contested claim, if one waits."""
+        claim = self._claims.get(mac)
+        return None if claim is None else (claim[0], claim[1])
+
+    def drop_claim(self, mac: str) -> None:
+        """Forget `mac`'s contested claim (it names a place the MAC's owner never announced)."""
+        self._claims.pop(mac, None)
+
     def announce(self, root: int, macs: Iterable[str], port: int, now: float) -> Announced:
         """Apply a leaf announcement from adjacent switch `root` received on `port`.
 

@@ -67,6 +67,7 @@ from evio.sdn.boundary import (
     DetachOverlay,
     PeerPortDown,
     PeerPortUp,
+    SetMacOwners,
     SetMembers,
     SetOnDemand,
     SetPolicy,
@@ -363,6 +364,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
                     self._run(overlay, overlay.peer_down(command.port_name, now))
                 elif isinstance(command, SetMembers):
                     overlay.switch.members = command.members
+                elif isinstance(command, SetMacOwners):
+                    self._send(overlay, overlay.switch.set_mac_owners(command.owners, now))
 
     def _attach(self, settings: AttachOverlay) -> None:
         known = self.overlays.get(settings.overlay)
@@ -567,6 +570,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
             # Every tick, not every drop report: E1 reads them right after a broadcast.
             self._run(overlay, Step(events=overlay.broadcast_report()))
             self._run(overlay, Step(events=overlay.traffic_report()))
+            self._run(overlay, Step(events=overlay.hosted_report()))
 
 
 def _text(name: bytes | str) -> str:

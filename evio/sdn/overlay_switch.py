@@ -21,6 +21,7 @@ from evio.sdn.boundary import (
     BroadcastCounts,
     ControllerEvent,
     DropCounts,
+    HostedMacs,
     OnDemandIdle,
     OnDemandWanted,
     PolicyCounts,
@@ -83,6 +84,7 @@ class OverlaySwitch:
         self._reported: tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, dict[str, int]]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
         self._traffic_reported = (0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
+        self._hosted_reported: tuple[str, ...] = ()  # the MACs in the last HostedMacs
 
     @property
     def overlay(self) -> str:
@@ -318,6 +320,14 @@ class OverlaySwitch:
             return []
         self._traffic_reported = totals
         return [TrafficCounts(self.overlay, *totals)]
+
+    def hosted_report(self) -> list[ControllerEvent]:
+        """What this node hosts, if it changed since the last report (decision 0055)."""
+        hosted = tuple(self.switch.hosted_macs())
+        if hosted == self._hosted_reported:
+            return []
+        self._hosted_reported = hosted
+        return [HostedMacs(self.overlay, hosted)]
 
     def broadcast_report(self) -> list[ControllerEvent]:
         """The broadcast counters (E1), if any broadcast arrived since the last report."""

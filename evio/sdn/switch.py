@@ -69,10 +69,12 @@ Adjacent peers are members, not trusted with this node's switching:
   peer beats a root that is adjacent here by lying about hops;
 - each port may cause at most `PACKET_IN_RATE` packet-ins a second on average
   (`PACKET_IN_BURST` at once); the rest are dropped and counted;
-- floods passed on for one ingress port and one root (or started for a
-  peer's unicast this node cannot place) are at most `FLOOD_RATE` a second
-  (`FLOOD_LIMITED`), so one member's storm reaches the rest of the overlay
-  thinned, and never at the cost of another root's broadcasts.
+- floods passed on for one ingress port (or started for a peer's unicast
+  this node cannot place) are at most `PORT_FLOOD_RATE` a second in all,
+  shared evenly among their roots, each root at most `FLOOD_RATE`
+  (`FLOOD_LIMITED`; flood_shares.py), so one member's storm reaches the
+  rest of the overlay thinned, however many roots it names, and never at
+  the cost of a root that floods less than its share.
 
 Link-local multicast from a leaf port (router solicitations, MLD, mDNS,
 IGMP: link_local.py) is flooded within a rate per port and kind; beyond it
@@ -85,7 +87,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from evio.config.model import BridgeConfig
@@ -93,6 +95,7 @@ from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.sdn import frb, frb_receive, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
+from evio.sdn.flood_shares import FloodShares
 from evio.sdn.flooding_bounds import (
     reverse_root_bounds,
     root_bounds,
@@ -140,6 +143,12 @@ PACKET_IN_BURST = 2000
 # few a second; a root's floods past a node by one port are all its hosts'.
 FLOOD_RATE = 100.0
 FLOOD_BURST = 200
+# Floods passed on for one ingress port in all, whatever their roots, shared evenly among the roots
+# (flood_shares.py): a member naming many real members as its floods' roots gets no more than this
+# through a node. Two such members adjacent to one node then send at most 800 a second to its next
+# node by one port, under that port's packet-in rate, so the next node still hears others' ARP.
+PORT_FLOOD_RATE = 400.0
+PORT_FLOOD_BURST = 800
 # Unicast flows installed on behalf of one port (entering by it). A busy host talks to a few hundred
 # others; a port past this is inventing pairs, and only its own oldest flows make room. With the
 # learning table's per-port share (2048 MACs) this bounds what one member can put in the table.
@@ -209,8 +218,9 @@ class BoundedFloodSwitch:
         self.learning = LearningTable(mac_max_age, max_macs)
         self.neighbors = NeighborAnswers(mac_max_age)  # local hosts' ARP and NS answered here when known
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
-        # (ingress port, root or None for a root not known here) -> floods passed on for it
-        self.flood_budget = PeerRateLimiter[tuple[int, int | None]](Rate(FLOOD_RATE, FLOOD_BURST))
+        # Floods passed on per ingress port, shared among their roots (None: the roots not known here).
+        self.flood_budget = FloodShares[int | None](Rate(PORT_FLOOD_RATE, PORT_FLOOD_BURST),
+                                                    Rate(FLOOD_RATE, FLOOD_BURST))
         self.link_local_budgets = {
             LinkLocalKind.ROUTER_SOLICITATION: PeerRateLimiter[int](Rate(*ROUTER_SOLICITATION_RATE)),
             LinkLocalKind.LINK_LOCAL_MULTICAST: PeerRateLimiter[int](Rate(*LINK_LOCAL_MULTICAST_RATE)),
@@ -218,6 +228,9 @@ class BoundedFloodSwitch:
         # The overlay's members as signaling knows them (None: not told, as in unit networks). A root that is
         # no member gets no flood budget of its own, however many MACs it was made to host here.
         self.members: frozenset[int] | None = None
+        # MAC -> the one member whose signed announcement holds it (decision 0055, evio/node/host_claims.py): such
+        # a MAC is placed only under that member's root. Empty until the daemon says (unit networks, no trust).
+        self.mac_owners: Mapping[str, int] = {}
         self.ports: dict[int, SwitchPort] = {}
         self.drops: Counter[Drop] = Counter()
         self.port_drops: Counter[tuple[str, Drop]] = Counter()  # (port name, reason): what one port lost by its bounds
@@ -266,7 +279,7 @@ class BoundedFloodSwitch:
         self.packet_in_budget.forget(port_no)
         for budget in self.link_local_budgets.values():
             budget.forget(port_no)
-        # flood_budget's buckets of the port are left to age out of its bounded table
+        self.flood_budget.forget(port_no)
         self._announced_by.discard(port_no)
         if port is None:
             return []
@@ -286,6 +299,10 @@ class BoundedFloodSwitch:
             macs = macs[: frb.MAX_PL_COUNT]
         frame = frb.leaf_announce(frb.BROADCAST_MAC, frb.parse_mac(self.switch_mac), self.node_id, macs)
         return [PacketOut(port.port_no, frb.pack(frame))]
+
+    def hosted_macs(self) -> list[str]:
+        """What this node announces it hosts, signed, to the whole overlay (evio/node/host_claims.py)."""
+        return self._all_leaf_macs()
 
     def _all_leaf_macs(self) -> list[str]:
         """MACs hosted here: leaf ports' own addresses and what was learned on leaf ports."""
@@ -474,11 +491,54 @@ class BoundedFloodSwitch:
                 self.adjacent_root_detours += 1
                 return []
         if not local:
+            owner = self.mac_owners.get(mac)
+            if owner is not None and owner != self.node_id and not self._may_speak_for(mac, owner, port, root, now):
+                self._bounded(Drop.NOT_ANNOUNCER, port, now, f"mac={mac} announced_by={format_node_id(owner)}")
+                return []
             self._vouch_if_sending(mac, now)
         from_root = root is not None and port in self.ports and self.ports[port].peer == root
         learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops,
                                                from_root=from_root)
         return self._learned_actions(learned, port, now)
+
+    def _may_speak_for(self, mac: str, owner: int, port: int, root: int | None, now: float) -> bool:
+        """Whether a frame by `port` naming `root` (None: a plain frame, which names nobody) may place `mac`,
+        which `owner` announced: a flood or announcement only under the owner's root; a plain frame by the
+        owner's own link, or where the MAC already is, or while it is not placed under its owner here."""
+        if root is not None:
+            return root == owner
+        if self.peer_ports().get(owner) == port:
+            return True
+        entry = self.learning.lookup(mac, now)
+        return entry is None or entry.root != owner or entry.port == port
+
+    def set_mac_owners(self, owners: Mapping[str, int], now: float) -> list[FlowAction]:
+        """The MACs members announced, each with the one member that did (the daemon checked the signatures).
+        A remote MAC learned here under another member's root leaves the table with its flows, and a waiting
+        claim on it that its owner could not have made is dropped."""
+        self.mac_owners = owners
+        gone: list[str] = []
+        for mac, owner in owners.items():
+            if owner == self.node_id:
+                continue
+            entry = self.learning.lookup(mac, now)
+            if entry is not None and not entry.local and entry.root is not None and entry.root != owner:
+                self.learning.forget(mac)
+                gone.append(mac)
+        self._drop_unowned_claims(now)
+        if gone:
+            self._bounded(Drop.NOT_ANNOUNCER, 0, now, f"forgot {len(gone)} MACs placed under another member")
+            self.drops[Drop.NOT_ANNOUNCER] += len(gone) - 1
+        return self._booked(flows_of_macs(gone))
+
+    def _drop_unowned_claims(self, now: float) -> None:
+        for mac in self.learning.claimed():
+            owner = self.mac_owners.get(mac)
+            claim = self.learning.claim_of(mac)
+            if owner is None or owner == self.node_id or claim is None:
+                continue
+            if not self._may_speak_for(mac, owner, claim[0], claim[1], now):
+                self.learning.drop_claim(mac)
 
     def _vouch_if_sending(self, mac: str, now: float) -> None:
         """A remote MAC with live flows from it on its port is speaking there, though no frame of it reaches the
@@ -562,7 +622,7 @@ class BoundedFloodSwitch:
         return False
 
     def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
-        if self.flood_budget.allow(key, now):
+        if self.flood_budget.allow(key[0], key[1], now):
             return True
         root = "unknown" if key[1] is None else format_node_id(key[1])
         self._bounded(Drop.FLOOD_LIMITED, key[0], now, f"root={root}")
@@ -583,6 +643,8 @@ class BoundedFloodSwitch:
         self.neighbors.expire(now)
         for mac in self.learning.claimed():
             self._vouch_if_sending(mac, now)
+        if self.mac_owners:
+            self._drop_unowned_claims(now)
         for learned in self.learning.settle(now):
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)

@@ -53,11 +53,14 @@ class Drop(enum.Enum):
     TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
     OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
     OVERSIZED = "larger than a tunnel carries and not TCP that can be segmented (why: segment_errors)"
-    FLOOD_LIMITED = "a flood not passed on: its ingress port and root had used their flood budget (delivered here)"
+    FLOOD_LIMITED = ("a flood not passed on: its ingress port had used its total, or its root its share of it "
+                     "(delivered here)")
     MOVE_REFUSED = "a claim that a live MAC moved, not taken: its place spoke lately (the frame itself went on)"
     IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
     LINK_LOCAL_LIMITED = ("link-local multicast (router solicitation, MLD, mDNS) over its port's rate: delivered to "
                           "the other local ports, not flooded")
+    NOT_ANNOUNCER = ("a frame placing a MAC under a member (or by a way) other than the one whose signed announcement "
+                     "holds it (evio.sdn.host_claims): not learned, the frame itself went on")
     POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
 
 

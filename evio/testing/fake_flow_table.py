@@ -38,7 +38,7 @@ import itertools
 import random
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -458,6 +458,11 @@ class FakeNetwork:
         node = self.nodes[node_id]
         node.switch.learning.forget(mac)
         self._execute(node, [DeleteFlowsToMac(mac)])
+
+    def tell_owners(self, owners: Mapping[str, int]) -> None:
+        """Every switch hears who announced which MAC (what evio/node/host_claims.py tells it)."""
+        for node in self.nodes.values():
+            self._run(deque(self._execute(node, node.switch.set_mac_owners(owners, self.now))))
 
     def advance(self, seconds: float) -> None:
         """Move time on: idle flows time out and the switches hear of it."""

@@ -6,8 +6,6 @@ member's ARP again, as before SetMembers."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.unit.sdn import test_review21_flood_roots as roots_test
 
 
@@ -19,8 +17,8 @@ class Churned(frozenset):  # type: ignore[type-arg]
 
 
 # Fixed at the node since: an id an account stops announcing leaves the members set (one id per account;
-# tests/unit/node/test_review21b_members_churn.py). Here the switch is handed the churned set as if it had not.
-@pytest.mark.xfail(strict=True, reason="review21b: a members set holding churned-in ids gives them budgets again")
+# tests/unit/node/test_review21b_members_churn.py). Here the switch is handed the churned set as if it had not;
+# fixed at the switch too since: a port's floods share one total among their roots (evio/sdn/flood_shares.py).
 def test_invented_roots_announced_once_in_presence_crowd_out_a_third_members_arp(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     def told(net, ids):  # type: ignore[no-untyped-def]
         for nid in ids:
@@ -78,7 +76,7 @@ def test_real_members_as_roots_in_a_small_overlay_leave_others_arp_alone() -> No
     assert arrived == sent
 
 
-@pytest.mark.xfail(strict=True, reason="review21b: each real member upstream is a root with its own bucket per port")
+# Fixed since: a port's floods share one total among their roots, evenly (evio/sdn/flood_shares.py).
 def test_two_hostile_members_naming_real_members_as_roots_crowd_out_a_third_members_arp() -> None:
     sent, arrived, refused = real_members_as_roots(30)
     print(f"30 members, 25 of them named as roots: {arrived}/{sent} ARPs arrived, {refused} packet-ins refused"

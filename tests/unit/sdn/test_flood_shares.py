@@ -1,0 +1,51 @@
+"""FloodShares: one port's floods never exceed its total, and a root flooding less than its share is never refused."""
+
+from __future__ import annotations
+
+import random
+
+from evio.ratelimit import Rate
+from evio.sdn.flood_shares import FloodShares
+
+PORT = Rate(400.0, 800)
+ROOT = Rate(100.0, 200)
+
+
+def storm(roots: int, seconds: float = 5.0, seed: int = 1) -> tuple[int, int, int]:
+    """One port: a storm at 1000/s cycling over `roots` roots, and an honest root flooding 10/s among them.
+    Returns (storm floods passed, honest sent, honest passed)."""
+    shares = FloodShares[int](PORT, ROOT)
+    rng = random.Random(seed)
+    passed = honest_sent = honest_passed = 0
+    for i in range(int(seconds * 1000)):
+        now = i / 1000
+        if shares.allow(1, rng.randrange(roots), now):
+            passed += 1
+        if i % 100 == 50:
+            honest_sent += 1
+            honest_passed += shares.allow(1, -1, now)
+    return passed, honest_sent, honest_passed
+
+
+def test_a_storm_over_many_roots_gets_the_port_total_and_an_honest_root_all_its_floods() -> None:
+    for roots in (1, 5, 25):
+        passed, sent, got = storm(roots)
+        print(f"{roots} storm roots: {passed} passed in 5 s (total allows {PORT.burst + 5 * PORT.per_second:.0f}),"
+              f" honest {got}/{sent}")
+        assert passed <= PORT.burst + 5 * PORT.per_second
+        assert got == sent
+
+
+def test_one_root_alone_gets_its_own_rate_and_no_more() -> None:
+    shares = FloodShares[int](PORT, ROOT)
+    passed = sum(shares.allow(1, 7, i / 1000) for i in range(5000))
+    assert ROOT.per_second * 5 * 0.9 <= passed <= ROOT.per_second * 5 + ROOT.burst
+
+
+def test_ports_do_not_share() -> None:
+    shares = FloodShares[int](PORT, ROOT)
+    for i in range(2000):
+        shares.allow(1, i % 30, i / 1000)
+    assert shares.allow(2, 0, 2.0)
+    shares.forget(2)
+    assert len(shares) == 1

@@ -1,0 +1,83 @@
+"""A switch told who announced which MAC (decision 0055): such a MAC is placed only under its announcer.
+
+The fake ring of tests/unit/sdn/test_review21b_receiving_host.py; `announce_all` signs each node's hosted MACs
+with a certificate of a test overlay CA and tells every switch the owners, as evio/node/host_claims.py does."""
+
+from __future__ import annotations
+
+from evio.sdn import frb
+from evio.sdn.learning_table import MOVE_HOLD
+from evio.sdn.switch import Drop
+from evio.testing.fake_flow_table import host_mac
+from evio.testing.fake_flow_table import ring_network as ring
+from evio.testing.frames import eth
+from evio.testing.host_claims import announce_all
+from tests.unit.sdn.test_sdn_port_bounds import BROADCAST, forged
+
+
+def quiet_ring():  # type: ignore[no-untyped-def]
+    """A ring of 6; u and v's hosts ARPed once and fell silent past the move hold; every node announced."""
+    net, ids = ring(6)
+    net.now = 1.0
+    for nid in ids:
+        net.inject(nid, 1, eth(BROADCAST, host_mac(net, nid), 0x0806))
+    announce_all(net, ids)
+    net.advance(MOVE_HOLD + 1)
+    return net, ids
+
+
+def test_plain_frames_from_a_hostile_neighbour_do_not_move_an_announced_mac() -> None:
+    net, ids = quiet_ring()
+    u, v, hostile = ids[0], ids[2], ids[5]
+    v_mac = host_mac(net, v)
+    before = net.nodes[u].switch.learning.lookup(v_mac, net.now)
+    for _ in range(3):
+        net.from_neighbour(u, hostile, eth(host_mac(net, u), v_mac))  # unicast "from" v's host, to u's
+    after = net.nodes[u].switch.learning.lookup(v_mac, net.now)
+    assert before is not None and after is not None and after.port == before.port and after.root == v
+    assert net.nodes[u].switch.drops[Drop.NOT_ANNOUNCER] >= 1
+
+
+def test_a_hostile_neighbours_leaf_announcement_of_another_members_mac_is_not_taken() -> None:
+    net, ids = quiet_ring()
+    u, v, hostile = ids[0], ids[2], ids[5]
+    v_mac = host_mac(net, v)
+    sw = net.nodes[u].switch
+    frame = frb.leaf_announce(frb.BROADCAST_MAC, frb.parse_mac("02:00:00:00:00:99"), hostile, [v_mac])
+    net.from_neighbour(u, hostile, frb.pack(frame))
+    entry = sw.learning.lookup(v_mac, net.now)
+    assert entry is not None and entry.root == v and sw.drops[Drop.NOT_ANNOUNCER] == 1
+
+
+def test_a_mac_learned_under_another_member_before_the_announcement_goes_when_it_comes() -> None:
+    net, ids = ring(6)
+    u, v, hostile = ids[0], ids[2], ids[5]
+    v_mac = host_mac(net, v)
+    net.now = 1.0
+    net.from_neighbour(u, hostile, forged(eth(BROADCAST, v_mac, 0x0806), hostile, ids[4]))
+    assert net.nodes[u].switch.learning.lookup(v_mac, net.now).root == hostile  # type: ignore[union-attr]
+    net.inject(v, 1, eth(BROADCAST, v_mac, 0x0806))  # held at u: hostile's place spoke just now
+    announce_all(net, ids)
+    assert net.nodes[u].switch.learning.lookup(v_mac, net.now) is None  # forgotten, flows with it
+    net.inject(v, 1, eth(BROADCAST, v_mac, 0x0806))
+    assert net.nodes[u].switch.learning.lookup(v_mac, net.now).root == v  # type: ignore[union-attr]
+
+
+def test_a_host_that_moved_is_placed_by_todays_rules_once_its_new_node_announces_it_too() -> None:
+    """The old node keeps the host as its own until it ages out there (a flood from its MAC is "our own frame
+    come back"), so it announces it still: two announcers, owned by neither, and the move hold decides."""
+    net, ids = quiet_ring()
+    u, v, w = ids[0], ids[2], ids[3]
+    vm = "52:54:00:00:00:07"
+    v_port = net.add_leaf(v, "vm")
+    net.inject(v, v_port, eth(BROADCAST, vm, 0x0806))
+    announce_all(net, ids)  # v hosts the VM
+    net.advance(MOVE_HOLD + 1)
+    w_port = net.add_leaf(w, "vm")
+    net.inject(w, w_port, eth(BROADCAST, vm, 0x0806))  # migrated: its gratuitous ARP from w
+    assert net.nodes[u].switch.learning.lookup(vm, net.now).root == v  # type: ignore[union-attr]
+    claims = announce_all(net, ids)  # w announces it too; v still does
+    assert vm not in claims.owners() and vm in claims.disputed
+    net.advance(MOVE_HOLD + 1)
+    net.inject(w, w_port, eth(BROADCAST, vm, 0x0806))
+    assert net.nodes[u].switch.learning.lookup(vm, net.now).root == w  # type: ignore[union-attr]
