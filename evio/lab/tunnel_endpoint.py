@@ -84,7 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--signal-dir", type=Path, required=True)
     p.add_argument("--connect", action="store_true", help="send the offer (otherwise wait for one)")
     p.add_argument("--stun", type=_host_port, action="append", default=[])
-    p.add_argument("--turn", type=_host_port)
+    p.add_argument("--turn", type=_host_port, action="append", default=[], help="a TURN server (repeat: every one is used)")
+    p.add_argument("--turn-transport", choices=["auto", "udp", "tcp", "tls"], default="auto")
+    p.add_argument("--turn-tls-port", type=int, default=5349)
+    p.add_argument("--turn-ca", help="PEM CA that verifies the TURN servers' TLS certificates")
     p.add_argument("--turn-user")
     p.add_argument("--turn-password")
     p.add_argument("--turn-secret")
@@ -142,6 +145,7 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
         "path": tunnel.info.path.value if tunnel.info.path else None,  # now: it may have moved since "up"
         "local": tunnel.info.local_candidate,
         "remote": tunnel.info.remote_candidate,
+        "transport": tunnel.info.transport,
         "path_moves": s.path_moves,
         "drops": {r.value: n for r, n in s.drops.items()},
     }
@@ -150,7 +154,8 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> int:
     ice = IceConfig(
         stun=tuple(args.stun),
-        turn=(TurnRelay(args.turn[0], args.turn[1], args.turn_user, args.turn_password, args.turn_secret),) if args.turn else (),
+        turn=tuple(TurnRelay(host, port, args.turn_user, args.turn_password, args.turn_secret, transport=args.turn_transport,
+                             tls_port=args.turn_tls_port, ca_file=args.turn_ca) for host, port in args.turn),
         relay=RelayPolicy(args.relay),
         direct_timeout=args.direct_timeout,
         # An address on another tunnel's TAP (or this one's, once up) is no underlay: a pair nominated
@@ -196,6 +201,7 @@ async def run(args: argparse.Namespace) -> int:
                 path=info.path.value if info.path else None,
                 local=info.local_candidate,
                 remote=info.remote_candidate,
+                transport=info.transport,
                 remote_addr=list(info.remote_addr) if info.remote_addr else None,
                 tap=info.tap,
                 cipher=info.cipher.value if info.cipher else None,

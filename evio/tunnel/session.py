@@ -322,7 +322,7 @@ class Tunnel:
         else:
             path, first = await self._ice.select_controlled()
         self._path = path
-        actions = self._handle(lifecycle.PathChosen(path.kind, path.local_type, path.remote_type, path.remote_addr))
+        actions = self._handle(lifecycle.PathChosen(path.kind, path.local_type, path.remote_type, path.remote_addr, path.transport))
         assert actions == [lifecycle.Handshake()], actions
         secrets = await self._handshake(path, connect.fingerprint, connect.cipher, first)
         self._tap = await self._tap_task
@@ -380,7 +380,7 @@ class Tunnel:
                     raise
                 return
         self._path, self._pump_task = direct, direct_pump
-        self._handle(lifecycle.Moved(direct.kind, direct.local_type, direct.remote_type, direct.remote_addr))
+        self._handle(lifecycle.Moved(direct.kind, direct.local_type, direct.remote_type, direct.remote_addr, direct.transport))
         logger.info("tunnel %s peer %032x moved to the direct path %s -> %s %s at %.3f s", self.info.tunnel_id, self.peer,
                     direct.local_type, direct.remote_type, direct.remote_addr, self._clock() - self._life.started)
         try:
