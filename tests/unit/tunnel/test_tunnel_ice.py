@@ -56,7 +56,7 @@ async def test_a_stun_server_that_never_answers_is_reported_and_skipped_at_the_d
     try:
         direct, _ = await agent.gather()
         assert direct is not None and all("typ host" in c for c in direct.candidates)
-        name = "127.0.0.1:%d" % silent.getsockname()[1]
+        name = f"127.0.0.1:{silent.getsockname()[1]}"
         assert [(p.server, p.kind, p.reason) for p in agent.server_problems] == [(name, "stun", "no answer in time")]
     finally:
         await agent.close()
