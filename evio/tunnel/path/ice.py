@@ -62,6 +62,7 @@ import collections
 import enum
 import ipaddress
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,7 +87,7 @@ from evio.tunnel.path.inbound_gate import InboundGate, InboundReject
 from evio.tunnel.path.offer_answer import IceParameters
 from evio.tunnel.path.path_kind import PathKind
 from evio.tunnel.path.servers import ServerGathering, ServerProblem, transport_of
-from evio.tunnel.path.stream_relay import StreamRelayUnderlay, adopt_stream
+from evio.tunnel.path.stream_relay import StreamRelayUnderlay, adopt_stream, watch_stream
 from evio.tunnel.path.stun_guard import StunDrop
 from evio.tunnel.path.turn_credentials import TurnCredentials, rest_credentials
 
@@ -165,6 +166,11 @@ class SelectedPath:
     gate: InboundGate | None = None
     transport: str = "udp"
     """How this node's end of the path travels: "udp", or "tcp" / "tls" to its TURN server."""
+
+    def on_relay_lost(self, callback: Callable[[], None]) -> None:
+        """``callback`` when this node's connection to the TURN server carrying the path is gone (TURN
+        over TCP or TLS: the stream closed; the server died, say). Nothing for a path over UDP."""
+        watch_stream(self._protocol, callback)
 
     def take_underlay(self) -> AioiceUnderlay | StreamRelayUnderlay:
         if self.transport != "udp":

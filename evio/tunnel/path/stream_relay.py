@@ -36,6 +36,7 @@ import logging
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aioice import turn
@@ -111,6 +112,7 @@ class StreamBridge:
         self._reading = True
         self._resume: asyncio.TimerHandle | None = None
         self.dropped_full = 0
+        self.dropped_closed = 0
         self.foreign = 0
         self.records_out = self.records_in = 0
         self._attached = False
@@ -165,7 +167,9 @@ class StreamBridge:
         if not parts:
             return
         if self._stream.is_closing():
-            return  # the TURN connection is gone: the tunnel's liveness says so
+            # The TURN server's connection is gone (``watch_stream`` has told the tunnel).
+            self.dropped_closed += len(parts)
+            return
         if self._stream.get_write_buffer_size() > HIGH_WATER:
             self.dropped_full += len(parts)
             if _drop_log.should_log(None, time.monotonic()):
@@ -268,6 +272,24 @@ class StreamRelayUnderlay:
     def deliver_foreign(self, data: bytes, addr: Any) -> None:
         # ChannelData on our channel that is no record (aioice's consent checks and DTLS): the TURN client's.
         self._bridge._inner.datagram_received(data, self._bridge._inner.server)
+
+
+def watch_stream(protocol: StunProtocol, callback: Callable[[], None]) -> None:
+    """``callback`` (soon, on the loop) when the TURN client's stream under ``protocol`` closes; nothing for UDP."""
+    transport = protocol.transport
+    inner = getattr(transport, "_TurnTransport__inner_protocol", None) if isinstance(transport, turn.TurnTransport) else None
+    if not isinstance(inner, turn.TurnClientTcpProtocol):
+        return
+    lost = inner.connection_lost
+    loop = asyncio.get_running_loop()
+
+    def connection_lost(exc: Exception | None) -> None:
+        lost(exc)
+        loop.call_soon(callback)
+
+    inner.connection_lost = connection_lost  # type: ignore[method-assign]
+    if inner.transport.is_closing():
+        loop.call_soon(callback)
 
 
 def adopt_stream(protocol: StunProtocol, remote_addr: tuple[str, int]) -> StreamRelayUnderlay:
