@@ -90,6 +90,27 @@ def attempts(server: TurnRelay, first: str | None = None) -> list[Attempt]:
     return [every[t] for t in order]
 
 
+def parse_turn_uri(text: str) -> tuple[str, int, str]:
+    """(host, port, transport) of a TURN URI (RFC 7065: "turn:HOST[:PORT][?transport=udp|tcp]", "turns:HOST[:PORT]",
+    TLS) or of a plain "HOST:PORT" (transport auto). ValueError names what is wrong."""
+    from evio.config.model import split_host_port
+
+    scheme, _, rest = text.partition(":") if text.startswith(("turn:", "turns:")) else ("", "", text)
+    rest, _, query = rest.partition("?")
+    transport = "tls" if scheme == "turns" else "auto" if not scheme else "udp"
+    if query:
+        key, _, value = query.partition("=")
+        if key != "transport" or value not in ("udp", "tcp") or (scheme == "turns" and value == "udp"):
+            raise ValueError(f"{text!r}: the query may only be ?transport=udp or tcp (tcp for turns:)")
+        if scheme == "turn":
+            transport = value
+    has_port = "]:" in rest if rest.startswith("[") else rest.count(":") == 1
+    if scheme and not has_port:
+        rest = f"{rest}:{5349 if scheme == 'turns' else 3478}"
+    host, port = split_host_port(rest)
+    return host, port, transport
+
+
 def server_name(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
