@@ -116,20 +116,23 @@ def server_name(host: str, port: int) -> str:
 
 
 class RelayMemory:
-    """Per TURN server, the transport that allocated last (process-wide: ``RELAY_MEMORY``)."""
+    """Per TURN server, the transport that allocated last; for a server not seen yet, the one that
+    allocated last anywhere (a site that drops UDP drops it to every server). Process-wide: ``RELAY_MEMORY``."""
 
     def __init__(self, most: int = 256) -> None:
         self._worked: dict[tuple[str, int], str] = {}
+        self._last: str | None = None
         self._most = most
 
     def first(self, server: TurnRelay) -> str | None:
-        return self._worked.get((server.host, server.port))
+        return self._worked.get((server.host, server.port), self._last)
 
     def worked(self, server: TurnRelay, transport: str) -> None:
         key = (server.host, server.port)
         if key not in self._worked and len(self._worked) >= self._most:
             self._worked.pop(next(iter(self._worked)))
         self._worked[key] = transport
+        self._last = transport
 
 
 RELAY_MEMORY = RelayMemory()

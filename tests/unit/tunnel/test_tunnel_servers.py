@@ -35,6 +35,8 @@ def test_auto_tries_udp_then_tcp_on_the_same_port_then_tls_on_its_port_and_remem
     memory = RelayMemory()
     memory.worked(server, "tcp")
     assert [a.transport for a in attempts(server, memory.first(server))] == ["tcp", "udp", "tls"]
+    other = TurnRelay("203.0.113.11", 3478, secret="s")
+    assert memory.first(other) == "tcp"  # not seen yet: as the last that worked anywhere
     assert attempts(TurnRelay("h", 3478, secret="s", transport="tls", tls_port=443)) == [Attempt("tls", ("h", 443))]
     assert attempts(TurnRelay("h", 3478, secret="s", transport="udp"), "tcp") == [Attempt("udp", ("h", 3478))]
 
