@@ -293,6 +293,7 @@ class ServerGathering:
                         self._spare(protocol)
                         continue
                     taken = True
+                    _bound_deallocation(protocol)
                     _add_candidate(conn, candidate, protocol)
                     self._answered()
                     self._memory.worked(server, way.transport)
@@ -338,6 +339,29 @@ class ServerGathering:
         spares, self._spares = self._spares, []
         if spares:
             await asyncio.gather(*spares, return_exceptions=True)
+
+
+DEALLOCATE_WITHIN = 0.5
+"""Seconds a TURN allocation's deletion may take when a tunnel closes: a live server answers in a round trip;
+a dead one (killed, say) would hold the teardown, and with it the link's re-making, for aioice's retries."""
+
+
+def _bound_deallocation(protocol: Any) -> None:
+    """aioice's TURN client deletes its allocation on close with up to 6 retransmissions (6.3 s); bounded here.
+    Cancelled, aioice still closes the client's socket; the allocation then expires on the server by itself."""
+    inner = getattr(getattr(protocol, "transport", None), "_TurnTransport__inner_protocol", None)
+    if inner is None:
+        return
+    delete = inner.delete
+
+    async def bounded_delete() -> None:
+        try:
+            await asyncio.wait_for(delete(), DEALLOCATE_WITHIN)
+        except TimeoutError:
+            logger.info("tunnel ice: TURN allocation %s not deleted within %g s (server gone?)", inner.relayed_address,
+                        DEALLOCATE_WITHIN)  # fmt: skip
+
+    inner.delete = bounded_delete
 
 
 def _add_candidate(conn: Connection, candidate: Candidate, protocol: Any = None) -> None:
