@@ -13,8 +13,10 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -23,10 +25,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from evio.lab.lab import Lab
-from evio.lab.tunnel_testbed import iperf, ping_rtt, run
+from evio.lab.tunnel_testbed import EndpointProcess, iperf, ping_rtt, run
 from evio.testing.labs import LabFactory
 from evio.testing.waiting import wait_until_blocking
-from tests.integration.tunnel.test_tunnel import Pair, endpoints
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +49,34 @@ def block_udp(lab: Lab, node: int) -> None:
                    check=True, timeout=10)  # fmt: skip
 
 
-def turn_endpoints(lab: Lab, workdir: Path, turn: list[str], extra: list[str] | None = None, **kwargs: object) -> AbstractContextManager[Pair]:
+@dataclass
+class Pair:
+    a: EndpointProcess
+    b: EndpointProcess
+    up_a: dict[str, Any]
+    up_b: dict[str, Any]
+
+
+@contextmanager
+def turn_endpoints(lab: Lab, workdir: Path, turn: list[str], extra: list[str] | None = None) -> Iterator[Pair]:
+    """Node 2's endpoint waits for the offer, node 1's connects (as test_tunnel.py's ``endpoints``); both stopped on exit."""
     n1, n2 = lab.node(1), lab.node(2)
     pub = lab.public
-    args = ["--stun", f"{pub.address}:{pub.stun_port}", *(a for t in turn for a in ("--turn", t)), "--turn-secret", pub.turn_secret,
-            *(extra or [])]  # fmt: skip
-    return endpoints(n1.netns, n2.netns, (n1.node_id, n2.node_id), (str(n1.overlay_address), str(n2.overlay_address)),
-                     args, workdir, **kwargs)  # type: ignore[arg-type]  # fmt: skip
+    common = ["--signal-dir", str(workdir), "-v", "--stun", f"{pub.address}:{pub.stun_port}",
+              *(a for t in turn for a in ("--turn", t)), "--turn-secret", pub.turn_secret, *(extra or [])]  # fmt: skip
+    procs: list[EndpointProcess] = []
+    try:
+        b = EndpointProcess(n2.netns, ["--node", n2.node_id, "--peer", n1.node_id, "--address", str(n2.overlay_address),
+                                       "--exit-on-down", *common], workdir / "b.log")  # fmt: skip
+        procs.append(b)
+        b.wait_event("ready")
+        a = EndpointProcess(n1.netns, ["--node", n1.node_id, "--peer", n2.node_id, "--connect", "--address",
+                                       str(n1.overlay_address), *common], workdir / "a.log")  # fmt: skip
+        procs.append(a)
+        yield Pair(a, b, a.wait_event("up", timeout=15), b.wait_event("up", timeout=15))
+    finally:
+        for p in procs:
+            p.stop()
 
 
 def ping_both(lab: Lab) -> None:
