@@ -273,3 +273,59 @@ async def test_records_beyond_the_streams_high_water_are_dropped_whole_and_count
         writer.close()
         server.close()
         client.transport.close()
+
+
+# -- several STUN servers, through a real agent on loopback --------------------------------------------
+
+
+class StunResponder:
+    """A STUN server on loopback that answers every Binding with ``answer(request, addr)``."""
+
+    def __init__(self, answer: Callable[[aioice.stun.Message, tuple[str, int]], bytes]) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setblocking(False)
+        self.answer = answer
+        asyncio.get_running_loop().add_reader(self.sock.fileno(), self._serve)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.sock.getsockname()
+
+    def _serve(self) -> None:
+        data, addr = self.sock.recvfrom(2048)
+        self.sock.sendto(self.answer(aioice.stun.parse_message(data), addr), addr)
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
+def mapped(request: aioice.stun.Message, addr: tuple[str, int]) -> bytes:
+    response = aioice.stun.Message(request.message_method, aioice.stun.Class.RESPONSE, request.transaction_id)
+    response.attributes["XOR-MAPPED-ADDRESS"] = ("198.51.100.7", addr[1])
+    return bytes(response)
+
+
+def garbage(request: aioice.stun.Message, addr: tuple[str, int]) -> bytes:
+    return b"\x01\x01\x00\x08" + request.transaction_id[:4] + b"\xff" * 24  # STUN-looking, cut short
+
+
+async def test_a_stun_server_answering_garbage_is_named_and_does_not_hold_up_the_good_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evio.tunnel.path.ice import IceAgent, IceConfig, RelayPolicy
+
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2"])
+    good, bad = StunResponder(mapped), StunResponder(garbage)
+    agent = IceAgent(IceConfig(stun=(bad.address, good.address), relay=RelayPolicy.NEVER, gather_timeout=3.0), True, "a", 0.0)
+    try:
+        started = time.monotonic()
+        direct, _ = await agent.gather()
+        took = time.monotonic() - started
+        assert direct is not None and any("198.51.100.7" in c and "typ srflx" in c for c in direct.candidates)
+        assert [(p.server, p.kind, p.reason) for p in agent.server_problems] == [
+            (f"127.0.0.1:{bad.address[1]}", "stun", "no answer in time")]
+        assert took < servers.GRACE + 0.3, took  # not the 3 s deadline
+    finally:
+        await agent.close()
+        good.close()
+        bad.close()
