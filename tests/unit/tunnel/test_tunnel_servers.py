@@ -252,7 +252,9 @@ async def test_records_beyond_the_streams_high_water_are_dropped_whole_and_count
     bridge, client, reader, writer, server = await bridge_over_loopback_tcp()
     try:
         client.transport.pause_reading()
-        writer.transport.pause_reading()  # the far end reads nothing: the stream's buffers fill
+        far = writer.transport
+        assert isinstance(far, asyncio.Transport)
+        far.pause_reading()  # the far end reads nothing: the stream's buffers fill
         record = channel_data(0x4000, b"\x01" + bytes(1395), pad=False)
         sent = 0
         while bridge.dropped_full == 0 and sent < 20 * HIGH_WATER // len(record):
@@ -262,7 +264,7 @@ async def test_records_beyond_the_streams_high_water_are_dropped_whole_and_count
                 await asyncio.sleep(0)
         await wait_until(lambda: bridge.dropped_full > 0, 2.0, what="a record dropped")
         assert bridge.records_out + bridge.dropped_full <= sent
-        writer.transport.resume_reading()
+        far.resume_reading()
         # What went on the stream is whole messages: it parses to the end, every one a record of ours.
         queued = bridge.records_out
         data = await asyncio.wait_for(reader.readexactly(queued * len(channel_data(0x4000, b"\x01" + bytes(1395)))), 10)
