@@ -285,8 +285,10 @@ def _link_mtu(link: Mapping[str, Any]) -> str:
 
 
 def _path(doc: Mapping[str, Any]) -> str:
-    """"direct host->srflx 198.51.100.3:40001" or "relay relay->relay ..."."""
+    """"direct host->srflx 198.51.100.3:40001", "relay relay->relay ..." or "relay/tcp relay->srflx ..."."""
     kind = doc.get("path") or "?"
+    if doc.get("transport") not in (None, "udp"):
+        kind += f"/{doc['transport']}"
     local, remote = doc.get("local_candidate"), doc.get("remote_candidate")
     address = doc.get("remote_address")
     candidates = f" {local or '?'}->{remote or '?'}" if local or remote else ""

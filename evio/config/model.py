@@ -26,6 +26,7 @@ TlsMode = Literal["starttls", "direct"]
 Datapath = Literal["auto", "system", "netdev"]
 Switching = Literal["bounded-flood", "stp"]
 TunnelDatapath = Literal["auto", "native", "python"]
+TurnTransport = Literal["auto", "udp", "tcp", "tls"]
 SWITCHING_MODES: tuple[Switching, ...] = ("bounded-flood", "stp")
 InterfaceAddress = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -165,6 +166,10 @@ class TurnServer:
     password_file: Path | None = None  # first line: the password (instead of `password`)
     rest_secret: str | None = field(default=None, repr=False)
     ttl: int = 86400  # lifetime of REST credentials, seconds
+    # auto: UDP, and where UDP gets no answer TCP on the same port, then TLS on tls_port (decision 0049)
+    transport: TurnTransport = "auto"
+    tls_port: int = 5349
+    ca_file: Path | None = None  # verifies the server's TLS certificate; None: the system trust store
 
     @property
     def host_port(self) -> tuple[str, int]:

@@ -43,6 +43,7 @@ from evio.tunnel.liveness import LivenessConfig, keepalive_for
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.path.ice import IceConfig, RelayPolicy, TurnRelay
+from evio.tunnel.path.servers import parse_turn_uri
 from evio.tunnel.path.trust import TrustAnchor
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp, default_datapath_factory
 
@@ -54,6 +55,13 @@ def _host_port(text: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
     return host, int(port)
+
+
+def _turn_uri(text: str) -> tuple[str, int, str]:
+    try:
+        return parse_turn_uri(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _interface(text: str) -> str:
@@ -84,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--signal-dir", type=Path, required=True)
     p.add_argument("--connect", action="store_true", help="send the offer (otherwise wait for one)")
     p.add_argument("--stun", type=_host_port, action="append", default=[])
-    p.add_argument("--turn", type=_host_port)
+    p.add_argument("--turn", type=_turn_uri, action="append", default=[],
+                   help="a TURN server, HOST:PORT (--turn-transport) or a TURN URI (turns:HOST:PORT, turn:HOST:PORT?transport=tcp); repeat: every one is used")
+    p.add_argument("--turn-transport", choices=["auto", "udp", "tcp", "tls"], default="auto")
+    p.add_argument("--turn-tls-port", type=int, default=5349)
+    p.add_argument("--turn-ca", help="PEM CA that verifies the TURN servers' TLS certificates")
     p.add_argument("--turn-user")
     p.add_argument("--turn-password")
     p.add_argument("--turn-secret")
@@ -143,6 +155,7 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
         "path": tunnel.info.path.value if tunnel.info.path else None,  # now: it may have moved since "up"
         "local": tunnel.info.local_candidate,
         "remote": tunnel.info.remote_candidate,
+        "transport": tunnel.info.transport,
         "path_moves": s.path_moves,
         "path_mtu": tunnel.path_mtu[0],  # evio.tunnel.pmtu: the probed path MTU, None while assumed
         "mtu_source": tunnel.path_mtu[1].value,
@@ -153,7 +166,10 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> int:
     ice = IceConfig(
         stun=tuple(args.stun),
-        turn=(TurnRelay(args.turn[0], args.turn[1], args.turn_user, args.turn_password, args.turn_secret),) if args.turn else (),
+        turn=tuple(TurnRelay(host, port, args.turn_user, args.turn_password, args.turn_secret,
+                             transport=args.turn_transport if transport == "auto" else transport,
+                             tls_port=port if transport == "tls" else args.turn_tls_port, ca_file=args.turn_ca)
+                   for host, port, transport in args.turn),
         relay=RelayPolicy(args.relay),
         direct_timeout=args.direct_timeout,
         # An address on another tunnel's TAP (or this one's, once up) is no underlay: a pair nominated
@@ -200,6 +216,7 @@ async def run(args: argparse.Namespace) -> int:
                 path=info.path.value if info.path else None,
                 local=info.local_candidate,
                 remote=info.remote_candidate,
+                transport=info.transport,
                 remote_addr=list(info.remote_addr) if info.remote_addr else None,
                 tap=info.tap,
                 cipher=info.cipher.value if info.cipher else None,

@@ -561,6 +561,7 @@ class OverlayStack:
             "local_candidate": info.local_candidate,
             "remote_candidate": info.remote_candidate,
             "remote_address": f"{info.remote_addr[0]}:{info.remote_addr[1]}" if info.remote_addr else None,
+            "transport": info.transport,
         })  # fmt: skip
         try:
             rtt = await tunnel.probe(timeout)

@@ -89,6 +89,7 @@ def link_document(
         "local_candidate": None,
         "remote_candidate": None,
         "remote_address": None,
+        "transport": None,
         "cipher": None,
         "mtu": None,
         "path_mtu": None,
@@ -113,6 +114,7 @@ def link_document(
         "local_candidate": info.local_candidate,
         "remote_candidate": info.remote_candidate,
         "remote_address": f"{info.remote_addr[0]}:{info.remote_addr[1]}" if info.remote_addr else None,
+        "transport": info.transport,  # udp, or tcp / tls to the TURN server (decision 0049)
         "cipher": _value(info.cipher),
         "datapath": stats.implementation,  # tunnel.datapath as it runs: native or python
         "mtu": tunnel.mtu,

@@ -40,6 +40,13 @@ class Disconnect:
 
 
 @dataclass(frozen=True)
+class Doubt:
+    """Probe the tunnel to ``peer``: it must answer within a few RTTs or go down (the peer says it has no link)."""
+
+    peer: int
+
+
+@dataclass(frozen=True)
 class Notify:
     event: AdjacencyEvent
 
@@ -49,7 +56,7 @@ class CheckMembership:
     """Ask signaling whether peers that left are still members (a removal is then reported as revoked)."""
 
 
-Action = SendLinkRequest | SendRelease | Connect | Disconnect | Notify | CheckMembership
+Action = SendLinkRequest | SendRelease | Connect | Disconnect | Doubt | Notify | CheckMembership
 
 
 class Failure(enum.Enum):

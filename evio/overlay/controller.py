@@ -57,6 +57,7 @@ from evio.overlay.orchestrator import (
     CheckMembership,
     Connect,
     Disconnect,
+    Doubt,
     Failure,
     Notify,
     Orchestrator,
@@ -101,6 +102,9 @@ class LinkProvider(Protocol):
     async def connect(self, peer: int) -> TunnelInfo: ...
 
     async def disconnect(self, peer: int) -> None: ...
+
+    def doubt(self, peer: int) -> None:
+        """Probe the tunnel to ``peer``: down within a few RTTs unless it answers."""
 
 
 class AdjacencySubscription:
@@ -348,6 +352,8 @@ class OverlayController:
                 self._spawn(self._connect(action), f"overlay connect {action.peer:032x}")
             elif isinstance(action, Disconnect):
                 self._spawn(self._disconnect(action.peer), f"overlay disconnect {action.peer:032x}")
+            elif isinstance(action, Doubt):
+                self._links.doubt(action.peer)
         self._reschedule()
 
     def _notify(self, event: AdjacencyEvent) -> None:

@@ -39,6 +39,7 @@ from evio.overlay.actions import (
     CheckMembership,
     Connect,
     Disconnect,
+    Doubt,
     Failure,
     Notify,
     SendLinkRequest,
@@ -59,7 +60,7 @@ from evio.ratelimit import PeerRateLimiter, Rate
 from evio.signal.events import RemovalCause
 
 __all__ = [
-    "OVERDUE_REPEAT", "RELOGIN_GRACE_STRETCH", "Action", "CheckMembership", "Connect", "Disconnect", "Failure",
+    "OVERDUE_REPEAT", "RELOGIN_GRACE_STRETCH", "Action", "CheckMembership", "Connect", "Disconnect", "Doubt", "Failure",
     "Notify", "Orchestrator", "Phase", "SendLinkRequest", "SendRelease", "Timings",
 ]
 
@@ -255,6 +256,11 @@ class Orchestrator:
         else:
             assert answer.refusal is not None
             self.refusals_sent[answer.refusal] += 1
+            if answer.refusal is LinkRefusal.ALREADY_LINKED and st.phase is Phase.UP and not request.existing:
+                # The peer asks for a new link to us: its end of ours is gone (its TURN server died, say) or
+                # the request is a late copy. A probe tells which within a few RTTs, not dead_after.
+                log.info("overlay %s peer=%032x asks for a new link while ours is up: probing ours", self.name, peer)
+                out.append(Doubt(peer))
             log.debug(
                 "overlay %s refused %s link from peer=%032x: %s",
                 self.name, request.type.value, peer, answer.refusal.value,

@@ -101,7 +101,8 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
     turn = []
     for server in nat.turn:
         host, port = server.host_port
-        turn.append(TurnRelay(host, port, server.username, server.password, server.rest_secret, float(server.ttl)))
+        turn.append(TurnRelay(host, port, server.username, server.password, server.rest_secret, float(server.ttl),
+                              server.transport, server.tls_port, str(server.ca_file) if server.ca_file else None))
     ice = IceConfig(
         stun=tuple(split_host_port(s) for s in nat.stun),
         turn=tuple(turn),

@@ -71,6 +71,8 @@ class TunnelInfo:
     local_candidate: str | None = None
     remote_candidate: str | None = None
     remote_addr: tuple[str, int] | None = None
+    transport: str | None = None
+    """How this node's end of the path travels: "udp", or "tcp" / "tls" to its TURN server."""
     cipher: Cipher | None = None
     tap: str | None = None
     setup_seconds: float | None = None
@@ -115,6 +117,7 @@ class PathChosen:
     local_type: str
     remote_type: str
     remote_addr: tuple[str, int]
+    transport: str = "udp"
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class Moved:
     local_type: str
     remote_type: str
     remote_addr: tuple[str, int]
+    transport: str = "udp"
 
 
 @dataclass(frozen=True)
@@ -302,7 +306,7 @@ class TunnelLifecycle:
             return []
         if isinstance(event, PathChosen):
             self._set(state=TunnelState.AUTHENTICATING, path=event.kind, local_candidate=event.local_type,
-                      remote_candidate=event.remote_type, remote_addr=event.remote_addr)  # fmt: skip
+                      remote_candidate=event.remote_type, remote_addr=event.remote_addr, transport=event.transport)  # fmt: skip
             return [Handshake()]
         if isinstance(event, HandshakeDone):
             self._set(tap=event.tap, state=TunnelState.ESTABLISHING)
@@ -314,7 +318,7 @@ class TunnelLifecycle:
             return [ReportUp(self.info)]
         if isinstance(event, Moved):
             self._set(path=event.kind, local_candidate=event.local_type, remote_candidate=event.remote_type,
-                      remote_addr=event.remote_addr)  # fmt: skip
+                      remote_addr=event.remote_addr, transport=event.transport)  # fmt: skip
             return []
         if isinstance(event, LinkDead):
             self._going_down(event.reason)

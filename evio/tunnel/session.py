@@ -77,6 +77,7 @@ from evio.tunnel.path.dtls import (
 )
 from evio.tunnel.path.ice import IceAgent, SelectedPath
 from evio.tunnel.path.offer_answer import TunnelAnswer, TunnelOffer, TunnelSignaling, choose_cipher
+from evio.tunnel.path.path_kind import PathKind
 from evio.tunnel.pmtu import PathMtu, PmtuSource
 
 logger = logging.getLogger(__name__)
@@ -332,7 +333,7 @@ class Tunnel:
         else:
             path, first = await self._ice.select_controlled()
         self._path = path
-        actions = self._handle(lifecycle.PathChosen(path.kind, path.local_type, path.remote_type, path.remote_addr))
+        actions = self._handle(lifecycle.PathChosen(path.kind, path.local_type, path.remote_type, path.remote_addr, path.transport))
         assert actions == [lifecycle.Handshake()], actions
         secrets = await self._handshake(path, connect.fingerprint, connect.cipher, first)
         self._tap = await self._tap_task
@@ -349,6 +350,7 @@ class Tunnel:
         """The data path takes the path's socket and the TAP; records that came before it are opened now."""
         self._datapath.start(tap.fd, path.take_underlay(), secrets, self._on_control, vnet_hdr=tap.vnet_hdr)
         self._datapath_running = True
+        path.on_relay_lost(self._relay_lost)
         if self._transit is not None and isinstance(self._datapath, TransitPort):
             self._datapath.set_transit(self._transit.attach(tap.name, self._datapath), self._transit.flush,
                                        self._transit.destinations(tap.name))  # fmt: skip
@@ -390,7 +392,7 @@ class Tunnel:
                     raise
                 return
         self._path, self._pump_task = direct, direct_pump
-        self._handle(lifecycle.Moved(direct.kind, direct.local_type, direct.remote_type, direct.remote_addr))
+        self._handle(lifecycle.Moved(direct.kind, direct.local_type, direct.remote_type, direct.remote_addr, direct.transport))
         logger.info("tunnel %s peer %032x moved to the direct path %s -> %s %s at %.3f s", self.info.tunnel_id, self.peer,
                     direct.local_type, direct.remote_type, direct.remote_addr, self._clock() - self._life.started)
         try:
@@ -594,6 +596,12 @@ class Tunnel:
                 # Logged when decided: the teardown that follows (ICE, TURN, the TAP) takes a while.
                 logger.info("tunnel %s peer %032x dead: %s", self.info.tunnel_id, self.peer, action.reason.value)
                 self._link_down(action.reason.value)
+
+    def _relay_lost(self) -> None:
+        """The stream to the TURN server under the data path closed: the path is gone, at once (decision 0049)."""
+        if self._datapath_running and self._path is not None and self._path.kind is PathKind.RELAY:
+            logger.info("tunnel %s peer %032x: the TURN server's connection closed", self.info.tunnel_id, self.peer)
+            self._link_down("TURN server connection lost")
 
     def _link_down(self, reason: str) -> None:
         self._perform(self._handle(lifecycle.LinkDead(reason)))

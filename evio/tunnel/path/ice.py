@@ -62,6 +62,7 @@ import collections
 import enum
 import ipaddress
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,8 @@ from evio.tunnel.path.deadlines import MAX_PATIENCE, Lateness, LoopBudget
 from evio.tunnel.path.inbound_gate import InboundGate, InboundReject
 from evio.tunnel.path.offer_answer import IceParameters
 from evio.tunnel.path.path_kind import PathKind
+from evio.tunnel.path.servers import ServerGathering, ServerProblem, transport_of
+from evio.tunnel.path.stream_relay import StreamRelayUnderlay, adopt_stream, watch_stream
 from evio.tunnel.path.stun_guard import StunDrop
 from evio.tunnel.path.turn_credentials import TurnCredentials, rest_credentials
 
@@ -108,6 +111,10 @@ class TurnRelay:
     secret: str | None = field(default=None, repr=False)
     """REST API shared secret: time-limited credentials are derived from it."""
     credential_ttl: float = TurnServer.ttl
+    transport: str = TurnServer.transport
+    """"auto", "udp", "tcp" or "tls" (servers.attempts)."""
+    tls_port: int = TurnServer.tls_port
+    ca_file: str | None = None
 
     def credentials(self, user: str, now: float) -> TurnCredentials:
         if self.secret is not None:
@@ -157,8 +164,18 @@ class SelectedPath:
         return await self.connection.recv()
 
     gate: InboundGate | None = None
+    transport: str = "udp"
+    """How this node's end of the path travels: "udp", or "tcp" / "tls" to its TURN server."""
 
-    def take_underlay(self) -> AioiceUnderlay:
+    def on_relay_lost(self, callback: Callable[[], None]) -> None:
+        """``callback`` when this node's connection to the TURN server carrying the path is gone (TURN
+        over TCP or TLS: the stream closed; the server died, say). Nothing for a path over UDP."""
+        watch_stream(self._protocol, callback)
+
+    def take_underlay(self) -> AioiceUnderlay | StreamRelayUnderlay:
+        if self.transport != "udp":
+            # TURN over a stream: records reach the data path's socket through a bridge (stream_relay.py).
+            return adopt_stream(self._protocol, self.remote_addr)
         return adopt(self._protocol, self.remote_addr)
 
 
@@ -184,22 +201,15 @@ class IceAgent:
         self._excluded: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
         self._denied = tuple(ipaddress.ip_network(n, strict=False) for n in config.deny_candidates)
         self.dropped_candidates: collections.Counter[CandidateDrop] = collections.Counter()
-        stun = config.stun[0] if config.stun else None
         self.direct: Connection | None = None
         self.relay: Connection | None = None
+        # No server for aioice itself: every STUN and TURN server is asked by ``_servers`` (servers.py).
+        self._servers = ServerGathering()
+        self._user, self._now = user, now
         if config.relay is not RelayPolicy.ONLY:
-            self.direct = Connection(ice_controlling=controlling, stun_server=stun, use_ipv6=config.use_ipv6)
+            self.direct = Connection(ice_controlling=controlling, use_ipv6=config.use_ipv6)
         if config.turn and config.relay is not RelayPolicy.NEVER:
-            server = config.turn[0]
-            creds = server.credentials(user, now)
-            self.relay = Connection(
-                ice_controlling=controlling,
-                turn_server=(server.host, server.port),
-                turn_username=creds.username,
-                turn_password=creds.password,
-                transport_policy=TransportPolicy.RELAY,
-                use_ipv6=config.use_ipv6,
-            )
+            self.relay = Connection(ice_controlling=controlling, transport_policy=TransportPolicy.RELAY, use_ipv6=config.use_ipv6)
         if self.direct is None and self.relay is None:
             raise IceFailed("no ICE connection possible: relay only, but no TURN server configured")
         for conn in (self.direct, self.relay):
@@ -225,22 +235,45 @@ class IceAgent:
         conns = [c for c in (self.direct, self.relay) if c is not None]
         # The gathering tasks copy the context as they are created: they see this agent's exclusions.
         with gathering(tuple(self._excluded), self._queries):
-            gathered = asyncio.gather(*(c.gather_candidates() for c in conns))
+            gathered = asyncio.ensure_future(self._gather_all())
         try:
             await budget.run(gathered)
         except TimeoutError:
+            # Servers that did not answer in time are reported by name (servers.py) and left out;
+            # what the others gave is used.
             self._abandon_queries()
-            raise GatherTimeout(
-                f"ICE candidates not gathered within {timeout:g} s"
-                + (f" and {budget.lost:.2f} s the loop ran late" if budget.lost >= 0.01 else "") + " "
-                "(a STUN or TURN server that does not answer?)"
-            ) from None
-        self._queries.clear()  # aioice has the outcome of every one: done, or cancelled by it
+            if not any(c.local_candidates for c in conns):
+                raise GatherTimeout(
+                    f"ICE candidates not gathered within {timeout:g} s"
+                    + (f" and {budget.lost:.2f} s the loop ran late" if budget.lost >= 0.01 else "") + " "
+                    "(a STUN or TURN server that does not answer?)"
+                ) from None
+        self._queries.clear()  # the outcome of every one is known: done, or cancelled
         if self.relay is not None and not self.relay.local_candidates:
-            logger.warning("tunnel relay candidate gathering failed (TURN server unreachable or refused)")
+            logger.warning("tunnel relay candidate gathering failed: no TURN server allocated (%s)",
+                           "; ".join(f"{p.server} {p.kind}: {p.reason}" for p in self._servers.problems if p.kind != "stun") or "?")
         for conn in conns:
             self._guard_connection(conn)
         return self._parameters(self.direct), self._parameters(self.relay)
+
+    async def _gather_all(self) -> None:
+        """Host candidates (aioice, no server), then every STUN and TURN server at once (servers.py)."""
+        if self.direct is not None:
+            await self.direct.gather_candidates()
+        if self.relay is not None:
+            # Its candidates all come from ``_servers``: aioice's gathering has nothing to do.
+            self.relay._local_candidates_start = self.relay._local_candidates_end = True
+
+        def credentials(server: TurnRelay) -> tuple[str, str]:
+            creds = server.credentials(self._user, self._now)
+            return creds.username, creds.password
+
+        await self._servers.gather(self.direct, self._config.stun, self.relay, self._config.turn, credentials)
+
+    @property
+    def server_problems(self) -> list[ServerProblem]:
+        """The STUN and TURN servers that gave no candidate in this attempt, and why."""
+        return list(self._servers.problems)
 
     def _parameters(self, conn: Connection | None) -> IceParameters | None:
         if conn is None or not conn.local_candidates:
@@ -406,6 +439,7 @@ class IceAgent:
         for task in connects:
             task.cancel()
         await asyncio.gather(*(c.close() for c in conns), *connects, return_exceptions=True)
+        await self._servers.close()
         if self._closers:
             await asyncio.gather(*self._closers, return_exceptions=True)
 
@@ -463,8 +497,10 @@ class IceAgent:
             pair.remote_addr,
             pair.protocol,
             gate,
+            transport_of(pair.protocol),
         )
-        logger.info("tunnel ice selected %s path %s -> %s %s", kind.value, path.local_type, path.remote_type, path.remote_addr)
+        logger.info("tunnel ice selected %s path %s -> %s %s over %s", kind.value, path.local_type, path.remote_type,
+                    path.remote_addr, path.transport)
         return path
 
     def _drop(self, conn: Connection) -> None:

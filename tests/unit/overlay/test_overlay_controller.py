@@ -169,6 +169,9 @@ class BrokenLinks:
     async def disconnect(self, peer: int) -> None:
         self.disconnects += 1
 
+    def doubt(self, peer: int) -> None:
+        pass
+
 
 @pytest.mark.parametrize("hang", [False, True])
 async def test_provider_failures_are_failures_not_crashes(hang: bool) -> None:

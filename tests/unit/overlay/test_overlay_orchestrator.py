@@ -21,6 +21,7 @@ from evio.overlay.orchestrator import (
     CheckMembership,
     Connect,
     Disconnect,
+    Doubt,
     Failure,
     Notify,
     Orchestrator,
@@ -394,6 +395,21 @@ def test_requests_and_acceptances_carry_the_epoch() -> None:
     assert ask.request.epoch == 42
     answer, _ = orch.link_request(90, LinkRequest(S, epoch=7), 1.0)
     assert answer.accepted and answer.epoch == 42
+
+
+def test_a_new_link_asked_for_while_ours_is_up_is_refused_and_ours_probed() -> None:
+    # The peer's end of our link is gone (its TURN server died: decision 0049), or the request is a late copy:
+    # refused either way, and the tunnel probed, so a dead one goes down within a few RTTs, not dead_after.
+    orch = core(members=(90, 110, 120))
+    assert orch.link_request(90, LinkRequest(S, epoch=1), 1.0)[0].accepted
+    orch.tunnel_up(90, "t", "tap90", 1.1)
+    answer, out = orch.link_request(90, LinkRequest(S, epoch=1), 2.0)
+    assert answer.refusal is LinkRefusal.ALREADY_LINKED
+    assert of(out, Doubt) == [Doubt(90)]
+    assert orch.phase(90) is Phase.UP
+    # Holding the link we share (existing) is no sign of a lost end: nothing probed.
+    _, out = orch.link_request(90, LinkRequest(S, existing=True, epoch=1), 3.0)
+    assert of(out, Doubt) == []
 
 
 def test_a_restarted_peer_s_request_replaces_the_stale_link_it_accepted_at_once() -> None:
