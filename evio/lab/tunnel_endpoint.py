@@ -171,6 +171,7 @@ async def run(args: argparse.Namespace) -> int:
         tap_prefix=args.tap_prefix,
         trust=TrustAnchor.from_file(args.overlay, args.trust_ca) if args.trust_ca else None,
         offload=not args.no_offload,
+        tso=args.tso,
         datapath=args.datapath,
     )
     now = datetime.datetime.now(datetime.UTC)
