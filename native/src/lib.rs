@@ -562,6 +562,8 @@ struct TxRing {
     gso: bool,
     /// The TAP has TSO: reads go to `scratch` (a super-frame is up to 64 KiB), cut into the slots.
     tso: Option<Pages>,
+    /// Super-frames cut since `take_gso_reads` last asked.
+    gso_reads: usize,
     ring: Pages,
     lens: Vec<usize>,
     dest: Vec<u8>,
@@ -820,6 +822,7 @@ impl TxRing {
             r.bad_offload += 1;
             return;
         };
+        self.gso_reads += 1;
         if lay.header_len + lay.mss > self.max_frame {
             r.oversized += 1;
             return;
@@ -862,6 +865,7 @@ impl TxRing {
         Ok(TxRing {
             slots, slot_size, hoff, channel, max_frame, vnet, gso,
             tso: if vnet && tso { Some(Pages::new(TSO_READ_LEN).map_err(os)?) } else { None },
+            gso_reads: 0,
             ring: Pages::new(slots * slot_size).map_err(os)?,
             lens: vec![0; slots], dest: dest.to_vec(),
         })
@@ -874,6 +878,11 @@ impl TxRing {
         if let Some(scratch) = self.tso.as_mut() {
             scratch.release();
         }
+    }
+
+    /// How many super-frames were cut since the last call.
+    fn take_gso_reads(&mut self) -> usize {
+        std::mem::take(&mut self.gso_reads)
     }
 
     /// Whether TAP reads may be super-frames this ring cuts (`tso` with `vnet`).

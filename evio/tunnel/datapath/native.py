@@ -229,6 +229,8 @@ class NativeFdDatapath(FdDatapath):
             budget -= max(reads, 1)
         if self._vnet:
             self._tap_reads += reads_done
+            if self._tso:
+                self._gso_reads += tx.take_gso_reads()
         return total
 
     def _sock_pass_native(self) -> int:
