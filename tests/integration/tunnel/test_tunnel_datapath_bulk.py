@@ -40,11 +40,11 @@ PORT = 5310
 ID_A, ID_B = "aa" * 16, "bb" * 16
 NATIVE, PYTHON = ["--datapath", "native"], ["--datapath", "python"]
 VETH_DATAPATHS = {
-    "native-offload": NATIVE,
-    "native-tso": [*NATIVE, "--tso"],
+    "native-tso": NATIVE,  # tunnel.tso is on by default
+    "native-offload": [*NATIVE, "--no-tso"],
     "native-no-offload": [*NATIVE, "--no-offload"],
-    "python-offload": PYTHON,
-    "python-tso": [*PYTHON, "--tso"],
+    "python-tso": PYTHON,
+    "python-offload": [*PYTHON, "--no-tso"],
     "python-no-offload": [*PYTHON, "--no-offload"],
 }
 RING_TIMEOUT = 60.0
