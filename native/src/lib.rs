@@ -1,8 +1,9 @@
 //! evio's native data path: the per-frame loops of `FdDatapath` (evio/tunnel/datapath/send.py, receive.py) in Rust.
 //!
 //! One call per burst, with the GIL released: `TxRing::tap_pass` drains the TAP into a ring of
-//! record slots, seals each in place and sends the ring with one sendmmsg(2) (UDP GSO for runs of
-//! equal records); `RxRing::sock_pass` takes a burst with one recvmmsg(2), opens the frame records
+//! record slots (with TSO, a TCP super-frame cut into segments there, tso.rs), seals each in place
+//! (AES-GCM by gcm.rs where the CPU allows) and sends the ring with one sendmmsg(2) (UDP GSO for
+//! runs of equal records); `RxRing::sock_pass` takes a burst with one recvmmsg(2), opens the frame records
 //! of the current epoch in place and writes them to the TAP, and hands every other datagram back
 //! to Python (control records, other epochs, STUN/DTLS/TURN) by its place in the ring. A frame
 //! whose destination MAC has a transit entry (`RxRing::set_transit`) is opened here too, and handed
