@@ -49,8 +49,9 @@ const MAC_LEN: usize = 6;
 /// With TSO, a rekey comes this many counters early, so a super-frame (at most 64 KiB in ~47
 /// segments at an MTU of 1500) is not cut short by the limit.
 const TSO_COUNTER_RESERVE: u64 = 64;
-/// A TSO read: vnet header, Ethernet (and a VLAN tag) and an IP packet of up to 64 KiB.
-const TSO_READ_LEN: usize = VNET_HDR_LEN + ETHERNET_HEADER_LEN + 4 + 65536;
+/// A TSO read: vnet header, Ethernet (and a VLAN tag) and an IP packet of up to 64 KiB, and room
+/// to spare (a read that fills it is refused as possibly cut short).
+const TSO_READ_LEN: usize = VNET_HDR_LEN + ETHERNET_HEADER_LEN + 4 + 65536 + 256;
 /// As many destinations as the transit table has entries at most (transit.MAX_ENTRIES).
 const MAX_TRANSIT_DESTINATIONS: usize = 4096;
 /// What a leftover is: a datagram for the socket's owner, a record to open, an opened frame.
@@ -805,7 +806,12 @@ impl TxRing {
             Err(())
         } else {
             r.reads += 1;
-            self.tso_frame(&mut scratch[..n as usize], sock_fd, aead, epoch, counter, limit, slot, r);
+            if n as usize == scratch.len() {
+                // Filled to the last byte: maybe cut short, and segments of it would carry valid checksums.
+                r.bad_offload += 1;
+            } else {
+                self.tso_frame(&mut scratch[..n as usize], sock_fd, aead, epoch, counter, limit, slot, r);
+            }
             Ok(())
         };
         self.tso = Some(scratch);
