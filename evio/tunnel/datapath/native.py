@@ -70,6 +70,9 @@ if _native is not None and not hasattr(_native.RxRing, "set_transit"):
     # until scripts/build-native runs again.
     logger.warning("evio_native at %s is older than this evio: run scripts/build-native", _native.__file__)
     _native = None
+elif _native is not None and not hasattr(_native.TxRing, "tso"):
+    # Older than 0053: it works, but with tunnel.tso (the default) Python cuts the super-frames.
+    logger.warning("evio_native at %s cuts no TSO super-frames: run scripts/build-native", _native.__file__)
 
 
 def available() -> bool:
