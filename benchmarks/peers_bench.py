@@ -164,12 +164,14 @@ def address_device(netns: str, name: str, address: str) -> None:
 # ---------------------------------------------------------------------- the tools
 
 
-def start_evio(tb: VethTestbed, t: Tunnel, d: Path, datapath: str = "auto") -> None:
+def start_evio(tb: VethTestbed, t: Tunnel, d: Path, datapath: str = "auto", tso: bool | None = None) -> None:
     # A TAP prefix of its own per data path: both tunnels run side by side with the same node ids.
     # Every tool's overlay (10.200.N.0/24) is left out of ICE gathering: a pair nominated on another
     # tunnel's address would run this tunnel inside that one.
+    # tso: the TAP's TSO (tunnel.tso) forced on or off; None: the endpoint's default.
+    prefix = "evq" if datapath == "python" else {None: "evt", True: "evs", False: "evn"}[tso]
     common = ["--signal-dir", str(d), "--cipher", "aes-256-gcm", "--datapath", datapath,
-              "--tap-prefix", "evq" if datapath == "python" else "evt", "--exclude-network", OVERLAYS]
+              "--tap-prefix", prefix, "--exclude-network", OVERLAYS, *([] if tso is None else ["--tso" if tso else "--no-tso"])]
     b = EndpointProcess(tb.b.netns, ["--node", ID_B, "--peer", ID_A, "--address", f"{t.address('b')}/24", *common],
                         d / "b.log")
     t.endpoints.append(b)
@@ -295,7 +297,8 @@ def start_nebula(tb: VethTestbed, t: Tunnel, d: Path) -> None:
 
 
 STARTERS: dict[str, Callable[[VethTestbed, Tunnel, Path], None]] = {
-    "evio": start_evio, "evio-python": partial(start_evio, datapath="python"), "fastd": start_fastd, "tinc": start_tinc, "openvpn": start_openvpn,
+    "evio": start_evio, "evio-python": partial(start_evio, datapath="python"),
+    "evio-tso": partial(start_evio, tso=True), "evio-no-tso": partial(start_evio, tso=False), "fastd": start_fastd, "tinc": start_tinc, "openvpn": start_openvpn,
     "wireguard-go": start_wireguard, "wireguard-go-debian": partial(start_wireguard, binary="/usr/bin/wireguard-go"),
     "nebula": start_nebula,
 }

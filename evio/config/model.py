@@ -288,7 +288,7 @@ class TunnelConfig:
     keepalive: float = 1.5  # the tunnel uses min(keepalive, dead_after / 3)
     dead_after: float = 5.0
     offload: bool = True  # TAP offloads (vnet header, GRO) where the kernel has them; false: one frame per read/write
-    tso: bool = False  # with offload: the TAP hands over unsegmented TCP, cut into records by the daemon
+    tso: bool = True  # with offload: the TAP hands over unsegmented TCP, cut into records by the daemon (0053)
     # native: the per-frame loops in Rust (evio_native, built by scripts/bootstrap with cargo); python:
     # FdDatapath's own; auto: native where it is installed.
     datapath: TunnelDatapath = "auto"

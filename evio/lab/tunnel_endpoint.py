@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evio.config.model import Cipher
+from evio.config.model import Cipher, TunnelConfig
 from evio.lab.local_signaling import UnixSocketSignaling
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath.fd_datapath import FdDatapath
@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-offload", action="store_true", help="no TAP offloads or UDP GRO: one frame per TAP read/write (comparison)")
     p.add_argument("--datapath", choices=["auto", "native", "python"], default="auto",
                    help="tunnel.datapath: native (Rust), python, or auto (native where installed)")
-    p.add_argument("--tso", action="store_true", help="with offloads, TSO on the TAP too: the daemon segments super-frames")
+    p.add_argument("--tso", action=argparse.BooleanOptionalAction, default=TunnelConfig.tso,
+                   help="with offloads, TSO on the TAP too: the daemon segments super-frames (default: tunnel.tso's)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -191,6 +192,7 @@ async def run(args: argparse.Namespace) -> int:
         tap_prefix=args.tap_prefix,
         trust=TrustAnchor.from_file(args.overlay, args.trust_ca) if args.trust_ca else None,
         offload=not args.no_offload,
+        tso=args.tso,
         datapath=args.datapath,
     )
     now = datetime.datetime.now(datetime.UTC)

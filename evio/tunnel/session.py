@@ -115,9 +115,8 @@ async def default_tap_factory(name: str, mtu: int, offload: bool = True, tso: bo
 
 
 def default_datapath_factory(config: TunnelSettings) -> Datapath:
-    # With tunnel.tso the TAP pass is Python's (it segments) and so is the receive pass: the coalescer's
-    # super-frames carry a partial checksum the TAP finishes, which single frames written natively do not.
-    if pick_implementation(config.datapath) == "native" and not config.tso:
+    # With tunnel.tso the native TAP pass cuts the TAP's super-frames itself (docs/decisions/0053).
+    if pick_implementation(config.datapath) == "native":
         return NativeFdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window,
                                 gro=config.offload, tso=config.tso)
     return FdDatapath(config.tap_mtu, rekey=config.rekey, replay_window=config.replay_window, gro=config.offload)

@@ -1,8 +1,9 @@
 //! evio's native data path: the per-frame loops of `FdDatapath` (evio/tunnel/datapath/send.py, receive.py) in Rust.
 //!
 //! One call per burst, with the GIL released: `TxRing::tap_pass` drains the TAP into a ring of
-//! record slots, seals each in place and sends the ring with one sendmmsg(2) (UDP GSO for runs of
-//! equal records); `RxRing::sock_pass` takes a burst with one recvmmsg(2), opens the frame records
+//! record slots (with TSO, a TCP super-frame cut into segments there, tso.rs), seals each in place
+//! (AES-GCM by gcm.rs where the CPU allows) and sends the ring with one sendmmsg(2) (UDP GSO for
+//! runs of equal records); `RxRing::sock_pass` takes a burst with one recvmmsg(2), opens the frame records
 //! of the current epoch in place and writes them to the TAP, and hands every other datagram back
 //! to Python (control records, other epochs, STUN/DTLS/TURN) by its place in the ring. A frame
 //! whose destination MAC has a transit entry (`RxRing::set_transit`) is opened here too, and handed
@@ -24,6 +25,10 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+#[cfg(target_arch = "x86_64")]
+mod gcm;
+mod tso;
+
 const KIND_FRAME: u8 = 0x70;
 const KIND_CONTROL: u8 = 0x71;
 const HEADER_LEN: usize = 10;
@@ -41,6 +46,12 @@ const UDP_MAX_SEGMENTS: usize = 64;
 const GSO_MAX_BYTES: usize = 65000;
 const CMSG_SPACE: usize = 24; // cmsghdr (16) + u16, aligned to 8
 const MAC_LEN: usize = 6;
+/// With TSO, a rekey comes this many counters early, so a super-frame (at most 64 KiB in ~47
+/// segments at an MTU of 1500) is not cut short by the limit.
+const TSO_COUNTER_RESERVE: u64 = 64;
+/// A TSO read: vnet header, Ethernet (and a VLAN tag) and an IP packet of up to 64 KiB, and room
+/// to spare (a read that fills it is refused as possibly cut short).
+const TSO_READ_LEN: usize = VNET_HDR_LEN + ETHERNET_HEADER_LEN + 4 + 65536 + 256;
 /// As many destinations as the transit table has entries at most (transit.MAX_ENTRIES).
 const MAX_TRANSIT_DESTINATIONS: usize = 4096;
 /// What a leftover is: a datagram for the socket's owner, a record to open, an opened frame.
@@ -49,6 +60,8 @@ const LEFT_RECORD: u8 = 1;
 const LEFT_FRAME: u8 = 2;
 
 enum Cipher {
+    #[cfg(target_arch = "x86_64")]
+    AesFast(Box<gcm::FastGcm>), // gcm.rs: the same bytes, GHASH four blocks at a time
     Aes(Box<Aes256Gcm>),
     ChaCha(Box<ChaCha20Poly1305>),
 }
@@ -71,8 +84,15 @@ impl Aead {
     /// Seal `buf` in place; the tag goes to `tag`.
     fn seal(&self, counter: u64, aad: &[u8], buf: &mut [u8], tag: &mut [u8]) -> bool {
         let nonce = self.nonce(counter);
+        #[cfg(target_arch = "x86_64")]
+        if let Cipher::AesFast(c) = &self.cipher {
+            tag.copy_from_slice(&c.seal(&nonce, aad, buf));
+            return true;
+        }
         let nonce = GenericArray::from_slice(&nonce);
         let t = match &self.cipher {
+            #[cfg(target_arch = "x86_64")]
+            Cipher::AesFast(_) => unreachable!(),
             Cipher::Aes(c) => c.encrypt_in_place_detached(nonce, aad, buf),
             Cipher::ChaCha(c) => c.encrypt_in_place_detached(nonce, aad, buf),
         };
@@ -88,13 +108,28 @@ impl Aead {
     /// Open `buf` in place against `tag`; false when it does not authenticate (buf is then garbage).
     fn open(&self, counter: u64, aad: &[u8], buf: &mut [u8], tag: &[u8]) -> bool {
         let nonce = self.nonce(counter);
+        #[cfg(target_arch = "x86_64")]
+        if let Cipher::AesFast(c) = &self.cipher {
+            return c.open(&nonce, aad, buf, tag);
+        }
         let nonce = GenericArray::from_slice(&nonce);
         let tag = GenericArray::from_slice(tag);
         match &self.cipher {
+            #[cfg(target_arch = "x86_64")]
+            Cipher::AesFast(_) => unreachable!(),
             Cipher::Aes(c) => c.decrypt_in_place_detached(nonce, aad, buf, tag).is_ok(),
             Cipher::ChaCha(c) => c.decrypt_in_place_detached(nonce, aad, buf, tag).is_ok(),
         }
     }
+}
+
+/// AES-256-GCM: gcm.rs's where the CPU has its instructions, else the `aes-gcm` crate's.
+fn aes_256_gcm(key: &[u8; 32]) -> Cipher {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(fast) = gcm::FastGcm::new(key) {
+        return Cipher::AesFast(Box::new(fast));
+    }
+    Cipher::Aes(Box::new(Aes256Gcm::new_from_slice(key).unwrap()))
 }
 
 #[pymethods]
@@ -105,7 +140,7 @@ impl Aead {
             return Err(PyValueError::new_err("key must be 32 bytes and iv 12"));
         }
         let cipher = match cipher {
-            "aes-256-gcm" => Cipher::Aes(Box::new(Aes256Gcm::new_from_slice(key).unwrap())),
+            "aes-256-gcm" => aes_256_gcm(key.try_into().unwrap()),
             "chacha20-poly1305" => Cipher::ChaCha(Box::new(ChaCha20Poly1305::new_from_slice(key).unwrap())),
             _ => return Err(PyValueError::new_err(format!("unknown cipher {cipher}"))),
         };
@@ -553,6 +588,10 @@ struct TxRing {
     max_frame: usize,
     vnet: bool,
     gso: bool,
+    /// The TAP has TSO: reads go to `scratch` (a super-frame is up to 64 KiB), cut into the slots.
+    tso: Option<Pages>,
+    /// Super-frames cut since `take_gso_reads` last asked.
+    gso_reads: usize,
     ring: Pages,
     lens: Vec<usize>,
     dest: Vec<u8>,
@@ -661,6 +700,17 @@ impl TxRing {
                 r.at_limit = true;
                 break;
             }
+            if self.tso.is_some() {
+                if counter > 0 && limit - counter < TSO_COUNTER_RESERVE {
+                    // Rekey before a super-frame could run out of counters halfway.
+                    r.at_limit = true;
+                    break;
+                }
+                match self.tso_read(tap_fd, sock_fd, aead, epoch, &mut counter, limit, &mut slot, &mut r) {
+                    Ok(()) => continue,
+                    Err(()) => break,
+                }
+            }
             let at = slot * self.slot_size + self.hoff;
             let body = unsafe { self.ring.as_mut_ptr().add(at + HEADER_LEN) } as *mut libc::c_void;
             let n = if self.vnet {
@@ -710,53 +760,176 @@ impl TxRing {
                     continue;
                 }
             }
-            let rec = &mut self.ring[at..at + OVERHEAD + n];
-            rec[0] = KIND_FRAME;
-            rec[1] = epoch;
-            rec[2..10].copy_from_slice(&counter.to_be_bytes());
-            let (head, rest) = rec.split_at_mut(HEADER_LEN);
-            let (body, tag) = rest.split_at_mut(n);
-            aead.seal(counter, head, body, tag);
+            self.seal_slot(slot, n, aead, epoch, counter);
             counter += 1;
-            if let Some(ch) = self.channel {
-                let s = at - self.hoff;
-                self.ring[s..s + 2].copy_from_slice(&ch.to_be_bytes());
-                self.ring[s + 2..s + 4].copy_from_slice(&((n + OVERHEAD) as u16).to_be_bytes());
-            }
-            self.lens[slot] = self.hoff + OVERHEAD + n;
             slot += 1;
             r.nbytes += n;
         }
         r.counter = counter;
-        if slot > 0 {
-            let mut refused = false;
-            let sent = self.send(sock_fd, slot, &mut refused);
-            r.gso_refused = refused;
-            if sent < slot {
-                r.send_failed = slot - sent;
-                r.nbytes -= (sent..slot).map(|i| self.lens[i] - self.hoff - OVERHEAD).sum::<usize>();
-            }
-            r.sent = sent;
-        }
+        self.send_slots(sock_fd, slot, &mut r);
         r
+    }
+
+    /// Seal the frame of `n` bytes in `slot` as record `counter` (and its ChannelData header).
+    fn seal_slot(&mut self, slot: usize, n: usize, aead: &Aead, epoch: u8, counter: u64) {
+        let at = slot * self.slot_size + self.hoff;
+        let rec = &mut self.ring[at..at + OVERHEAD + n];
+        rec[0] = KIND_FRAME;
+        rec[1] = epoch;
+        rec[2..10].copy_from_slice(&counter.to_be_bytes());
+        let (head, rest) = rec.split_at_mut(HEADER_LEN);
+        let (body, tag) = rest.split_at_mut(n);
+        aead.seal(counter, head, body, tag);
+        if let Some(ch) = self.channel {
+            let s = at - self.hoff;
+            self.ring[s..s + 2].copy_from_slice(&ch.to_be_bytes());
+            self.ring[s + 2..s + 4].copy_from_slice(&((n + OVERHEAD) as u16).to_be_bytes());
+        }
+        self.lens[slot] = self.hoff + OVERHEAD + n;
+    }
+
+    /// Send slots 0..count and count what went (and what did not) into `r`.
+    fn send_slots(&mut self, sock_fd: i32, count: usize, r: &mut TxResult) {
+        if count == 0 {
+            return;
+        }
+        let mut refused = false;
+        let sent = self.send(sock_fd, count, &mut refused);
+        r.gso_refused |= refused;
+        if sent < count {
+            r.send_failed += count - sent;
+            r.nbytes -= (sent..count).map(|i| self.lens[i] - self.hoff - OVERHEAD).sum::<usize>();
+        }
+        r.sent += sent;
+    }
+
+    /// One read from a TSO TAP: a frame goes to the next slot; a super-frame is cut into segments
+    /// (tso.rs) in as many slots, the ring sent whenever it fills. Err: stop the pass (nothing to read,
+    /// or the TAP failed: `r.error`).
+    #[allow(clippy::too_many_arguments)]
+    fn tso_read(
+        &mut self, tap_fd: i32, sock_fd: i32, aead: &Aead, epoch: u8, counter: &mut u64, limit: u64, slot: &mut usize,
+        r: &mut TxResult,
+    ) -> Result<(), ()> {
+        let mut scratch = self.tso.take().expect("a TSO ring");
+        let n = unsafe { libc::read(tap_fd, scratch.as_mut_ptr() as *mut libc::c_void, scratch.len()) };
+        let result = if n < 0 {
+            let err = errno();
+            if err != libc::EAGAIN && err != libc::EINTR {
+                r.error = err;
+            }
+            Err(())
+        } else {
+            r.reads += 1;
+            if n as usize == scratch.len() {
+                // Filled to the last byte: maybe cut short, and segments of it would carry valid checksums.
+                r.bad_offload += 1;
+            } else {
+                self.tso_frame(&mut scratch[..n as usize], sock_fd, aead, epoch, counter, limit, slot, r);
+            }
+            Ok(())
+        };
+        self.tso = Some(scratch);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn tso_frame(
+        &mut self, read: &mut [u8], sock_fd: i32, aead: &Aead, epoch: u8, counter: &mut u64, limit: u64, slot: &mut usize,
+        r: &mut TxResult,
+    ) {
+        if read.len() < VNET_HDR_LEN + ETHERNET_HEADER_LEN {
+            r.bad_offload += 1;
+            return;
+        }
+        let (head, frame) = read.split_at_mut(VNET_HDR_LEN);
+        let vnet: [u8; VNET_HDR_LEN] = head.try_into().unwrap();
+        if vnet[1] == VNET_GSO_NONE {
+            let n = frame.len();
+            if n > self.max_frame {
+                r.oversized += 1;
+                return;
+            }
+            if n > self.path_frame {
+                // Over the path (evio.tunnel.pmtu): held for Python to answer with ICMP, as without TSO.
+                if self.too_big.len() < TOO_BIG_HELD {
+                    self.too_big.push(frame.to_vec());
+                } else {
+                    self.too_big_overflow += 1;
+                }
+                return;
+            }
+            if vnet[0] & VNET_F_NEEDS_CSUM != 0 {
+                let start = u16::from_le_bytes([vnet[6], vnet[7]]) as usize;
+                let offset = u16::from_le_bytes([vnet[8], vnet[9]]) as usize;
+                if !complete_checksum(frame, start, offset) {
+                    r.bad_offload += 1;
+                    return;
+                }
+            }
+            let at = *slot * self.slot_size + self.hoff + HEADER_LEN;
+            self.ring[at..at + n].copy_from_slice(frame);
+            self.seal_slot(*slot, n, aead, epoch, *counter);
+            *counter += 1;
+            *slot += 1;
+            r.nbytes += n;
+            return;
+        }
+        let Some(mut lay) = tso::layout(&vnet, frame) else {
+            r.bad_offload += 1;
+            return;
+        };
+        self.gso_reads += 1;
+        if lay.header_len + lay.mss > self.max_frame {
+            r.oversized += 1;
+            return;
+        }
+        if lay.header_len + lay.mss > self.path_frame && self.path_frame > lay.header_len {
+            // The path takes less than the sender's segments (evio.tunnel.pmtu): cut them to fit it. The
+            // sender's TCP never needs the ICMP answer, and nothing is lost.
+            lay.mss = self.path_frame - lay.header_len;
+            lay.segments = (frame.len() - lay.header_len).div_ceil(lay.mss);
+        }
+        for i in 0..lay.segments {
+            if *slot == self.slots {
+                self.send_slots(sock_fd, *slot, r);
+                *slot = 0;
+            }
+            if *counter >= limit {
+                // Out of counters halfway (a tiny rekey limit): the rest is lost, TCP sends it again.
+                r.send_failed += lay.segments - i;
+                r.at_limit = true;
+                return;
+            }
+            let at = *slot * self.slot_size + self.hoff + HEADER_LEN;
+            let n = tso::write_segment(frame, &lay, i, &mut self.ring[at..at + self.max_frame]);
+            self.seal_slot(*slot, n, aead, epoch, *counter);
+            *counter += 1;
+            *slot += 1;
+            r.nbytes += n;
+        }
     }
 }
 
 #[pymethods]
 impl TxRing {
     /// `dest`: the peer's struct sockaddr (mmsg.sockaddr); `hoff`: 4 on a TURN channel, else 0;
-    /// `vnet`: TAP reads start with a virtio-net header (no TSO: each read is one frame).
+    /// `vnet`: TAP reads start with a virtio-net header; `tso`: with it, a read may be a TCP
+    /// super-frame, cut here into segments (tso.rs).
     #[new]
-    #[pyo3(signature = (slots, max_frame, dest, channel = None, vnet = false, gso = true))]
-    fn new(slots: usize, max_frame: usize, dest: &[u8], channel: Option<u16>, vnet: bool, gso: bool) -> PyResult<Self> {
+    #[pyo3(signature = (slots, max_frame, dest, channel = None, vnet = false, gso = true, tso = false))]
+    fn new(slots: usize, max_frame: usize, dest: &[u8], channel: Option<u16>, vnet: bool, gso: bool, tso: bool) -> PyResult<Self> {
         if slots == 0 || !(ETHERNET_HEADER_LEN..=65535 - OVERHEAD - 4).contains(&max_frame) {
             return Err(PyValueError::new_err("bad ring geometry"));
         }
         let hoff = if channel.is_some() { 4 } else { 0 };
         let slot_size = hoff + max_frame + OVERHEAD + 1;
+        let os = |e: io::Error| PyOSError::new_err(e.to_string());
         Ok(TxRing {
             slots, slot_size, hoff, channel, max_frame, vnet, gso,
-            ring: Pages::new(slots * slot_size).map_err(|e| PyOSError::new_err(e.to_string()))?,
+            tso: if vnet && tso { Some(Pages::new(TSO_READ_LEN).map_err(os)?) } else { None },
+            gso_reads: 0,
+            ring: Pages::new(slots * slot_size).map_err(os)?,
             lens: vec![0; slots], dest: dest.to_vec(),
             path_frame: max_frame, too_big: Vec::new(), too_big_overflow: 0,
         })
@@ -777,11 +950,25 @@ impl TxRing {
     /// writes each slot it sends in full, so nothing kept in it is lost.
     fn release(&mut self) {
         self.ring.release();
+        if let Some(scratch) = self.tso.as_mut() {
+            scratch.release();
+        }
+    }
+
+    /// How many super-frames were cut since the last call.
+    fn take_gso_reads(&mut self) -> usize {
+        std::mem::take(&mut self.gso_reads)
+    }
+
+    /// Whether TAP reads may be super-frames this ring cuts (`tso` with `vnet`).
+    #[getter]
+    fn tso(&self) -> bool {
+        self.tso.is_some()
     }
 
     /// Bytes of the ring in memory: the pages written since it was made or released.
     fn resident(&self) -> usize {
-        self.ring.resident()
+        self.ring.resident() + self.tso.as_ref().map_or(0, |s| s.resident())
     }
 
     #[getter]

@@ -30,8 +30,10 @@ handed-back frames reach the TAP after the native ones.
 The records are the same bytes as the Python path's (a native end talks to
 a Python end), keys and epochs still come from Python (``_set_tx``,
 ``_new_rx_epoch``), and the replay window of each epoch is the native
-``ReplayWindow``, shared by both paths. Where the native passes do not
-apply (TCP segmentation with ``tunnel.tso``), the Python pass runs.
+``ReplayWindow``, shared by both paths. With ``tunnel.tso`` the TAP pass
+also cuts the TAP's TCP super-frames into segments (native/src/tso.rs) before
+sealing them ([0053](../../../docs/decisions/0053-tso-in-the-native-path.md));
+a build without it leaves that TAP pass to Python, which segments too.
 
 ``available()`` says whether the extension is installed (scripts/bootstrap
 builds it when cargo is there); ``tunnel.datapath`` chooses (config).
@@ -68,6 +70,9 @@ if _native is not None and not hasattr(_native.RxRing, "set_transit"):
     # until scripts/build-native runs again.
     logger.warning("evio_native at %s is older than this evio: run scripts/build-native", _native.__file__)
     _native = None
+elif _native is not None and not hasattr(_native.TxRing, "tso"):
+    # Older than 0053: it works, but with tunnel.tso (the default) Python cuts the super-frames.
+    logger.warning("evio_native at %s cuts no TSO super-frames: run scripts/build-native", _native.__file__)
 
 
 def available() -> bool:
@@ -80,6 +85,11 @@ def module() -> Any:
     if _native is None:
         raise ImportError("evio_native is not installed (scripts/bootstrap builds it when cargo is present)")
     return _native
+
+
+def native_tso() -> bool:
+    """Whether the installed extension cuts TCP super-frames itself (a build older than 0053 does not)."""
+    return _native is not None and hasattr(_native.TxRing, "tso")
 
 
 def native_aead(cipher: Cipher, key: bytes, iv: bytes) -> Any:
@@ -112,8 +122,8 @@ class NativeFdDatapath(FdDatapath):
     def __init__(self, mtu: int, rekey: RekeyPolicy | None = None, replay_window: int = 2048, batch: int = 64,
                  gro: bool = False, tso: bool = False, trim_after: float = TRIM_AFTER) -> None:  # fmt: skip
         """``gro``: receive with UDP GRO where the kernel has it; ``tso``: the TAP may hand over TCP
-        super-frames (tunnel.tso), so the TAP pass stays Python's, which segments them; ``trim_after``:
-        as ``FdDatapath``'s."""
+        super-frames (tunnel.tso), which the native TAP pass segments (Python's where the build
+        cannot); ``trim_after``: as ``FdDatapath``'s."""
         module()
         super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=gro, trim_after=trim_after)
         self._tso = tso
@@ -137,8 +147,10 @@ class NativeFdDatapath(FdDatapath):
         super()._prepare_buffers(underlay)
         peer = underlay.peer
         self._native_tx = None
-        if isinstance(peer, tuple) and not (self._vnet and self._tso):
-            self._native_tx = module().TxRing(self._batch, self._max_frame, sockaddr(peer), self._channel, self._vnet)
+        tso = self._vnet and self._tso
+        if isinstance(peer, tuple) and (not tso or native_tso()):
+            self._native_tx = module().TxRing(self._batch, self._max_frame, sockaddr(peer), self._channel, self._vnet,
+                                              **({"tso": True} if tso else {}))  # fmt: skip
             self.set_path_mtu(self._path_mtu)
         self._reset_prefilter()
 
@@ -233,6 +245,8 @@ class NativeFdDatapath(FdDatapath):
             budget -= max(reads, 1)
         if self._vnet:
             self._tap_reads += reads_done
+            if self._tso:
+                self._gso_reads += tx.take_gso_reads()
         return total
 
     def _sock_pass_native(self) -> int:

@@ -126,7 +126,7 @@ def test_tunnel_datapath_setting_picks_the_implementation() -> None:
     python = default_datapath_factory(TunnelSettings(datapath="python"))
     assert type(python) is FdDatapath and python.stats().implementation == "python"
     assert native.pick_implementation("auto") == "native"
-    assert type(default_datapath_factory(TunnelSettings(datapath="native", tso=True))) is FdDatapath
+    assert isinstance(default_datapath_factory(TunnelSettings(datapath="native", tso=True)), native.NativeFdDatapath)
 
 
 async def test_native_end_with_vnet_taps_both_ways() -> None:
