@@ -467,8 +467,13 @@ class LeanMember:
     n of them in one process pay it n times (at 300 members the crowd, not the server, set the pace).
     """
 
-    def __init__(self, index: int, port: int, node_id: int, rng: random.Random, rules: str, login_timeout: float):
+    def __init__(self, index: int, port: int, node_id: int, rng: random.Random, rules: str, login_timeout: float,
+                 links: frozenset[str] | None = None):  # fmt: skip
         self.index, self.port, self.rng, self.rules = index, port, rng, rules
+        # `--presence linked` (docs/decisions/0052): the bare JIDs this member links with; its presence goes to
+        # them alone (directed), and a link's first presence of a session is answered with ours.
+        self.links = links
+        self.answered: set[str] = set()  # full JIDs our directed presence went to in this session
         self.login_timeout = login_timeout
         self.jid = f"{_user(index)}@{DOMAIN}"
         self.announcement = encode_announcement(Announcement((Membership(OVERLAY, node_id),), FEATURES))
@@ -532,6 +537,10 @@ class LeanMember:
             self.known.clear()
             writer.close()
 
+    def _directed(self, stream: _Stream, to: str) -> None:
+        self.answered.add(to)
+        stream.send(f"<presence to='{_xml(to)}'><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
+
     def _failed(self, why: str) -> None:
         key = f"{why} at {self.step}"
         self.failures[key] = self.failures.get(key, 0) + 1
@@ -563,6 +572,9 @@ class LeanMember:
         roster = await answer(lambda e: e.get("id") == "roster")
         self.roster = {i.get("jid", "") for i in roster.iter(f"{{{_ROSTER}}}item") if i.get("subscription") == "both"}
         stream.send(f"<presence><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
+        self.answered.clear()
+        for peer in sorted(self.links or ()):
+            self._directed(stream, peer)
         self.last_login = loop.time() - started
         self.last_slowest = watch.slowest
         self.connected = True
@@ -574,7 +586,15 @@ class LeanMember:
         tag = element.tag.rsplit("}", 1)[-1]
         sender = element.get("from", "")
         bare = sender.split("/", 1)[0]
-        if tag == "presence":
+        if tag == "presence" and self.links is not None:
+            if element.get("type") == "unavailable":
+                self.known.discard(bare)
+                self.answered.discard(sender)
+            elif element.get("type") is None and bare in self.links and "/" in sender:
+                self.known.add(bare)
+                if sender not in self.answered:
+                    self._directed(stream, sender)
+        elif tag == "presence":
             if element.get("type") == "unavailable":
                 self.known.discard(bare)
             elif element.get("type") is None and bare in self.roster and bare != self.jid and "/" in sender:
@@ -752,6 +772,26 @@ async def wait_for(
 # ---------------------------------------------------------------------------------------------- one run
 
 
+def link_sets(n: int) -> list[frozenset[str]]:
+    """`--presence linked`: the bare JIDs each of the crowd (members 2..n-1) links with, symmetric.
+
+    A ring by index with two successors and two predecessors, and a chord to the member 2^j ahead for
+    every j from 2 up to half the ring (a Symphony overlay links with about log2 n; evio's default is a
+    handful): about 2 + 2 log2 n links a member, 20 at 1,000, more than evio keeps."""
+    crowd = list(range(2, n))
+    size = len(crowd)
+    links: list[set[int]] = [set() for _ in crowd]
+    for pos in range(size):
+        ahead = [1, 2, *(2**j for j in range(2, max(2, size.bit_length() - 1)))]
+        for step in ahead:
+            other = (pos + step) % size
+            if other != pos:
+                links[pos].add(other)
+                links[other].add(pos)
+    return [frozenset(f"{_user(crowd[o])}@{DOMAIN}" for o in peers) for peers in links]
+
+
+
 @dataclass
 class Row:
     server: str
@@ -762,6 +802,7 @@ class Row:
 async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     row = Row(server.name, n)
     f = row.figures
+    f["presence"] = args.presence
     rng = random.Random(n)
     probe = ProbePair(server.port, args.login_timeout)
 
@@ -774,8 +815,18 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     crowd = [one(i) for i in range(2, n)]
     members: list[MemberLike] = [*probe.seen, *crowd]
     refresh = probe.refresh
+    linked = args.presence == "linked"
+    if linked:
+        for m, links in zip(crowd, link_sets(n), strict=True):
+            assert isinstance(m, LeanMember)
+            m.links = links
 
     def all_know(group: Sequence[MemberLike]) -> Callable[[], bool]:
+        if linked and len(group) > 2:
+            # The pair knows each other (their group of two); each of the crowd, its links (the whole
+            # membership it has from the overlay CA's signed list, not from the server).
+            pair = all_know(probe.seen)
+            return lambda: pair() and all((cast(LeanMember, m).links or frozenset()) <= m.known for m in crowd)
         jids = {m.jid for m in group}
         # The cheap count first: a full check of 1,000 sets every poll would load the crowd's own loop.
         return lambda: all(len(m.known) >= len(jids) - 1 for m in group) and \
@@ -824,26 +875,30 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
         await probe.trips("rtt_wait")
         f["RTT settled p50/p90"] = probe.summary()
 
-        # 3. a member added, then 4. removed, while all are online
+        # 3. a member added, then 4. removed, while all are online (with the shared group only)
         admin = server.admin()
-        newcomer = one(n)
-        everyone = [*members, newcomer]
-        t0 = time.perf_counter()
-        await asyncio.to_thread(admin.add_to_group, _user(n), OVERLAY)
-        command = time.perf_counter() - t0
-        await newcomer.client.start()
-        added = await wait_for(all_know(everyone), 120, refresh)
-        f["add: all know"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if added is not None
-                              else count(lambda m: newcomer.jid in m.known, 120))  # fmt: skip
-        t0 = time.perf_counter()
-        await asyncio.to_thread(admin.remove_from_group, _user(n), OVERLAY)
-        command = time.perf_counter() - t0
-        gone = await wait_for(lambda: not any(newcomer.jid in m.known for m in members), 120, refresh)
-        f["remove: none knows"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if gone is not None
-                                   else count(lambda m: newcomer.jid not in m.known, 120))  # fmt: skip
-        await newcomer.client.stop()
-        final = usage(server.pid())
-        f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
+        if linked:
+            final = usage(server.pid())
+            f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
+        else:
+            newcomer = one(n)
+            everyone = [*members, newcomer]
+            t0 = time.perf_counter()
+            await asyncio.to_thread(admin.add_to_group, _user(n), OVERLAY)
+            command = time.perf_counter() - t0
+            await newcomer.client.start()
+            added = await wait_for(all_know(everyone), 120, refresh)
+            f["add: all know"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if added is not None
+                                  else count(lambda m: newcomer.jid in m.known, 120))  # fmt: skip
+            t0 = time.perf_counter()
+            await asyncio.to_thread(admin.remove_from_group, _user(n), OVERLAY)
+            command = time.perf_counter() - t0
+            gone = await wait_for(lambda: not any(newcomer.jid in m.known for m in members), 120, refresh)
+            f["remove: none knows"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if gone is not None
+                                       else count(lambda m: newcomer.jid not in m.known, 120))  # fmt: skip
+            await newcomer.client.stop()
+            final = usage(server.pid())
+            f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
 
         # 5. restart with every member online
         if args.restart:
@@ -878,11 +933,12 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
 def bench_server(kind: str, n: int, args: argparse.Namespace) -> Iterator[BenchServer]:
     directory = Path(tempfile.mkdtemp(prefix=f"sigscale-{kind}-{n}-"))
     server: Prosody | Ejabberd
+    group = 2 if args.presence == "linked" else n  # linked: the shared group holds the probe pair alone
     try:
         if kind == "prosody":
-            server = Prosody(directory, n, n + 1)
+            server = Prosody(directory, group, n + 1)
         else:
-            server = Ejabberd(directory, n, n + 1, args.ejabberd_packaged)
+            server = Ejabberd(directory, group, n + 1, args.ejabberd_packaged)
         server.start()
         try:
             yield server
@@ -895,7 +951,7 @@ def bench_server(kind: str, n: int, args: argparse.Namespace) -> Iterator[BenchS
             shutil.rmtree(directory, ignore_errors=True)
 
 
-COLUMNS = ("signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
+COLUMNS = ("presence", "signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
            "RTT storm p50/p90", "RTT settled p50/p90", "add: all know", "remove: none knows", "load",
            "restart: signed in", "restart: all know", "restart: failed logins", "restart: CPU/RSS", "restart: members' CPU", "restart: load")
 
@@ -937,6 +993,9 @@ def main() -> int:
                         help="members 2..n-1: a lean client (default) or evio's SignalClient (see LeanMember)")
     parser.add_argument("--rules", choices=("shipped", "before"), default="shipped",
                         help="the lean crowd's sign-in rules: this tree's pacing, or the release before it")
+    parser.add_argument("--presence", choices=("roster", "linked"), default="roster",
+                        help="roster: one shared group of all (as shipped); linked: the crowd's presence goes to its "
+                             "links alone (docs/decisions/0052)")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the server restart")
     parser.add_argument("--ejabberd-packaged", action="store_true",
                         help="ejabberd with its packaged listener backlog and caches, not evio's")
