@@ -473,6 +473,7 @@ class LeanMember:
         # `--presence linked` (docs/decisions/0052): the bare JIDs this member links with; its presence goes to
         # them alone (directed), and a link's first presence of a session is answered with ours.
         self.links = links
+        self.silent = False  # `--presence silent`: the roster fetched, no presence sent (what the roster costs)
         self.answered: set[str] = set()  # full JIDs our directed presence went to in this session
         self.login_timeout = login_timeout
         self.jid = f"{_user(index)}@{DOMAIN}"
@@ -571,7 +572,8 @@ class LeanMember:
         stream.send(f"<iq type='get' id='roster'><query xmlns='{_ROSTER}'/></iq>")
         roster = await answer(lambda e: e.get("id") == "roster")
         self.roster = {i.get("jid", "") for i in roster.iter(f"{{{_ROSTER}}}item") if i.get("subscription") == "both"}
-        stream.send(f"<presence><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
+        if not self.silent:
+            stream.send(f"<presence><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
         self.answered.clear()
         for peer in sorted(self.links or ()):
             self._directed(stream, peer)
@@ -816,12 +818,17 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     members: list[MemberLike] = [*probe.seen, *crowd]
     refresh = probe.refresh
     linked = args.presence == "linked"
+    for m in crowd:
+        if isinstance(m, LeanMember):
+            m.silent = args.presence == "silent"
     if linked:
         for m, links in zip(crowd, link_sets(n), strict=True):
             assert isinstance(m, LeanMember)
             m.links = links
 
     def all_know(group: Sequence[MemberLike]) -> Callable[[], bool]:
+        if args.presence == "silent" and len(group) > 2:
+            return lambda: all_know(probe.seen)() and all(m.connected for m in crowd)
         if linked and len(group) > 2:
             # The pair knows each other (their group of two); each of the crowd, its links (the whole
             # membership it has from the overlay CA's signed list, not from the server).
@@ -877,7 +884,7 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
 
         # 3. a member added, then 4. removed, while all are online (with the shared group only)
         admin = server.admin()
-        if linked:
+        if args.presence != "roster":
             final = usage(server.pid())
             f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
         else:
@@ -993,9 +1000,9 @@ def main() -> int:
                         help="members 2..n-1: a lean client (default) or evio's SignalClient (see LeanMember)")
     parser.add_argument("--rules", choices=("shipped", "before"), default="shipped",
                         help="the lean crowd's sign-in rules: this tree's pacing, or the release before it")
-    parser.add_argument("--presence", choices=("roster", "linked"), default="roster",
+    parser.add_argument("--presence", choices=("roster", "linked", "silent"), default="roster",
                         help="roster: one shared group of all (as shipped); linked: the crowd's presence goes to its "
-                             "links alone (docs/decisions/0052)")
+                             "links alone (docs/decisions/0052); silent: the shared group's roster, no presence")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the server restart")
     parser.add_argument("--ejabberd-packaged", action="store_true",
                         help="ejabberd with its packaged listener backlog and caches, not evio's")
