@@ -473,6 +473,7 @@ class LeanMember:
         # `--presence linked` (docs/decisions/0052): the bare JIDs this member links with; its presence goes to
         # them alone (directed), and a link's first presence of a session is answered with ours.
         self.links = links
+        self.members = 0  # `--presence linked`: the members the overlay CA lists (`listed`)
         self.silent = False  # `--presence silent`: the roster fetched, no presence sent (what the roster costs)
         self.answered: set[str] = set()  # full JIDs our directed presence went to in this session
         self.login_timeout = login_timeout
@@ -507,7 +508,7 @@ class LeanMember:
             attempt = 1 if was_up else attempt + 1
             base, cap = SignalSettings.reconnect_base, SignalSettings.reconnect_cap
             if was_up and self.rules == "shipped":
-                delay = return_delay(self.rng, self.last_login, len(self.roster), base, cap)
+                delay = return_delay(self.rng, self.last_login, self.listed(), base, cap)
             else:
                 delay = backoff_delay(attempt, self.rng, base, cap)
             await asyncio.sleep(delay)
@@ -537,6 +538,11 @@ class LeanMember:
             self.connected = False
             self.known.clear()
             writer.close()
+
+    def listed(self) -> int:
+        """The members this member knows of, which spread its return: its roster's, or with `--presence linked`
+        the overlay CA's list (`members`; 0: only the last login's time spreads it, `--spread login`)."""
+        return len(self.roster) if self.links is None else self.members
 
     def _directed(self, stream: _Stream, to: str) -> None:
         self.answered.add(to)
@@ -825,6 +831,7 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
         for m, links in zip(crowd, link_sets(n), strict=True):
             assert isinstance(m, LeanMember)
             m.links = links
+            m.members = n if args.spread == "members" else 0
 
     def all_know(group: Sequence[MemberLike]) -> Callable[[], bool]:
         if args.presence == "silent" and len(group) > 2:
@@ -1003,6 +1010,9 @@ def main() -> int:
     parser.add_argument("--presence", choices=("roster", "linked", "silent"), default="roster",
                         help="roster: one shared group of all (as shipped); linked: the crowd's presence goes to its "
                              "links alone (docs/decisions/0052); silent: the shared group's roster, no presence")
+    parser.add_argument("--spread", choices=("members", "login"), default="members",
+                        help="--presence linked: the return after a restart spread with the members (as shipped) "
+                             "or with the last login's time alone")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the server restart")
     parser.add_argument("--ejabberd-packaged", action="store_true",
                         help="ejabberd with its packaged listener backlog and caches, not evio's")

@@ -11,8 +11,11 @@ Pure. Inputs are what the XMPP adapter learns:
 * ``clear()``: our own connection is gone, nothing we knew still holds.
 
 Each returns an ``Update``: the peer events to publish and the refused claims
-to count. The table is recomputed from the claims after each input and diffed
-against the previous one, so events are exact whatever the order of inputs.
+to count. The table is what one pass over all claims makes of them, diffed
+against the previous one, so events are exact whatever the order of inputs;
+it is kept incrementally (an input settles again only the accounts it names
+and the node ids they touch, in that pass's order), so a presence costs
+O(its account's sessions), not O(members).
 
 One node id per member account (bare JID) per overlay: of an account's
 sessions, the newest one (by first presence seen) speaks for the account in
