@@ -420,10 +420,11 @@ class RoundTrips:
         self.asker, self.answerer = asker, answerer
         self.times: list[float] = []
         self.failures = 0
+        self.reasons: dict[str, int] = {}  # why requests failed (RequestError's reason)
         self._task: asyncio.Task[None] | None = None
 
     def start(self, limit: int | None = None) -> None:
-        self.times, self.failures = [], 0
+        self.times, self.failures, self.reasons = [], 0, {}
         self._task = asyncio.create_task(self._run(limit))
 
     async def _run(self, limit: int | None) -> None:
@@ -433,8 +434,9 @@ class RoundTrips:
             try:
                 await self.asker.client.request(OVERLAY, peer, ECHO, {"sdp": "x" * 600}, timeout=30)
                 self.times.append(time.perf_counter() - started)
-            except RequestError:
+            except RequestError as exc:
                 self.failures += 1
+                self.reasons[exc.reason.value] = self.reasons.get(exc.reason.value, 0) + 1
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0)  # one at a time, back to back
 
@@ -684,6 +686,7 @@ class ProbePair:
         self.seen = [Seen(f"{_user(i)}@{DOMAIN}") for i in (0, 1)]
         self.times: list[float] = []
         self.failures = 0
+        self.reasons: dict[str, int] = {}
 
     def ask(self, command: str, arg: object = None) -> object:
         self._conn.send((command, arg))
@@ -700,10 +703,11 @@ class ProbePair:
         """rtt_stop or rtt_wait: the times of the round trips since rtt_start."""
         result = await asyncio.to_thread(self.ask, command, arg)
         assert isinstance(result, tuple)
-        self.times, self.failures = result
+        self.times, self.failures, self.reasons = result
 
     def summary(self) -> str:
-        return _summary(self.times, self.failures)
+        why = ", ".join(f"{reason} {count}" for reason, count in sorted(self.reasons.items(), key=lambda r: -r[1]))
+        return _summary(self.times, self.failures) + (f" [{why}]" if why else "")
 
     def close(self) -> None:
         with contextlib.suppress(OSError, EOFError):
@@ -736,7 +740,7 @@ async def _probe(conn: Connection, port: int, login_timeout: float) -> None:
             conn.send(None)
         elif command in ("rtt_stop", "rtt_wait"):
             await (trips.stop() if command == "rtt_stop" else trips.finish())
-            conn.send((trips.times, trips.failures))
+            conn.send((trips.times, trips.failures, trips.reasons))
         elif command == "stop":
             await asyncio.gather(*(m.client.stop() for m in pair), return_exceptions=True)
             conn.send(None)
