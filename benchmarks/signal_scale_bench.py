@@ -47,6 +47,7 @@ import json
 import logging
 import multiprocessing
 import os
+import pwd
 import random
 import shutil
 import signal
@@ -233,15 +234,23 @@ class Ejabberd:
                 "--spool", str(self.directory / "spool")]  # fmt: skip
 
     def start(self) -> None:
+        # Started as the ejabberd user, not through ejabberdctl's `su` from root: su's PAM session sets the
+        # soft limit of open files to 1,024, and at 1,000 members ejabberd's listener then fails every accept
+        # ("too many open files") in a loop that takes both cores. The packaged unit sets LimitNOFILE=65536.
+        home = pwd.getpwnam("ejabberd").pw_dir
         with open(self.directory / "ejabberd.out", "ab") as out:
             self._proc = subprocess.Popen([*self.ctl_argv(), "foreground"], stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True)  # fmt: skip
+                                          start_new_session=True, user="ejabberd", group="ejabberd",
+                                          env={**os.environ, "HOME": home})  # fmt: skip
         proc = self._proc
         wait_until_blocking(lambda: _listening(self.port) and _listening(self.http_port) or proc.poll() is not None,
                             60, what="ejabberd listening")  # fmt: skip
         if proc.poll() is not None:
             raise RuntimeError(f"ejabberd did not start: {(self.directory / 'ejabberd.out').read_text()[-2000:]}")
         self._pid = _find_process("beam.smp", self.node)
+        limit = _open_files(self._pid)
+        if limit < 2 * self.accounts + 100:
+            raise RuntimeError(f"ejabberd may open {limit} files, too few for {self.accounts} members")
         if not self._seeded:
             self._seed()
             self._seeded = True
@@ -302,6 +311,14 @@ def _find_process(executable: str, marker: str) -> int:
         if argv and argv[0].decode(errors="replace").endswith(executable) and marker.encode() in b" ".join(argv):
             return int(entry.name)
     raise RuntimeError(f"no {executable} process with {marker!r}")
+
+
+def _open_files(pid: int) -> int:
+    """The soft limit of open files of process `pid`."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise RuntimeError(f"no open files limit for {pid}")
 
 
 @dataclass
