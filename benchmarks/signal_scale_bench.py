@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/signal_scale_bench.py                     # 100, 300 members, both servers
     .venv/bin/python benchmarks/signal_scale_bench.py --members 1000 --servers prosody
     .venv/bin/python benchmarks/signal_scale_bench.py --quick             # CI: 100 members only
+    .venv/bin/python benchmarks/signal_scale_bench.py --members 1000 --servers prosody --presence linked
+                                        # docs/decisions/0052: presence to linked peers only (a prototype)
 
 Run it under `flock /tmp/evio-heavy.lock` on a shared machine (root: prosody and ejabberd run as their own
 servers on loopback, from a temporary directory, on free ports). Per server and member count, in order:
