@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/signal_scale_bench.py                     # 100, 300 members, both servers
     .venv/bin/python benchmarks/signal_scale_bench.py --members 1000 --servers prosody
     .venv/bin/python benchmarks/signal_scale_bench.py --quick             # CI: 100 members only
+    .venv/bin/python benchmarks/signal_scale_bench.py --members 1000 --servers prosody --presence linked
+                                        # docs/decisions/0052: presence to linked peers only (a prototype)
 
 Run it under `flock /tmp/evio-heavy.lock` on a shared machine (root: prosody and ejabberd run as their own
 servers on loopback, from a temporary directory, on free ports). Per server and member count, in order:
@@ -47,6 +49,7 @@ import json
 import logging
 import multiprocessing
 import os
+import pwd
 import random
 import shutil
 import signal
@@ -233,15 +236,23 @@ class Ejabberd:
                 "--spool", str(self.directory / "spool")]  # fmt: skip
 
     def start(self) -> None:
+        # Started as the ejabberd user, not through ejabberdctl's `su` from root: su's PAM session sets the
+        # soft limit of open files to 1,024, and at 1,000 members ejabberd's listener then fails every accept
+        # ("too many open files") in a loop that takes both cores. The packaged unit sets LimitNOFILE=65536.
+        home = pwd.getpwnam("ejabberd").pw_dir
         with open(self.directory / "ejabberd.out", "ab") as out:
             self._proc = subprocess.Popen([*self.ctl_argv(), "foreground"], stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True)  # fmt: skip
+                                          start_new_session=True, user="ejabberd", group="ejabberd",
+                                          env={**os.environ, "HOME": home})  # fmt: skip
         proc = self._proc
         wait_until_blocking(lambda: _listening(self.port) and _listening(self.http_port) or proc.poll() is not None,
                             60, what="ejabberd listening")  # fmt: skip
         if proc.poll() is not None:
             raise RuntimeError(f"ejabberd did not start: {(self.directory / 'ejabberd.out').read_text()[-2000:]}")
         self._pid = _find_process("beam.smp", self.node)
+        limit = _open_files(self._pid)
+        if limit < 2 * self.accounts + 100:
+            raise RuntimeError(f"ejabberd may open {limit} files, too few for {self.accounts} members")
         if not self._seeded:
             self._seed()
             self._seeded = True
@@ -302,6 +313,14 @@ def _find_process(executable: str, marker: str) -> int:
         if argv and argv[0].decode(errors="replace").endswith(executable) and marker.encode() in b" ".join(argv):
             return int(entry.name)
     raise RuntimeError(f"no {executable} process with {marker!r}")
+
+
+def _open_files(pid: int) -> int:
+    """The soft limit of open files of process `pid`."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise RuntimeError(f"no open files limit for {pid}")
 
 
 @dataclass
@@ -420,10 +439,11 @@ class RoundTrips:
         self.asker, self.answerer = asker, answerer
         self.times: list[float] = []
         self.failures = 0
+        self.reasons: dict[str, int] = {}  # why requests failed (RequestError's reason)
         self._task: asyncio.Task[None] | None = None
 
     def start(self, limit: int | None = None) -> None:
-        self.times, self.failures = [], 0
+        self.times, self.failures, self.reasons = [], 0, {}
         self._task = asyncio.create_task(self._run(limit))
 
     async def _run(self, limit: int | None) -> None:
@@ -433,8 +453,9 @@ class RoundTrips:
             try:
                 await self.asker.client.request(OVERLAY, peer, ECHO, {"sdp": "x" * 600}, timeout=30)
                 self.times.append(time.perf_counter() - started)
-            except RequestError:
+            except RequestError as exc:
                 self.failures += 1
+                self.reasons[exc.reason.value] = self.reasons.get(exc.reason.value, 0) + 1
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0)  # one at a time, back to back
 
@@ -467,8 +488,15 @@ class LeanMember:
     n of them in one process pay it n times (at 300 members the crowd, not the server, set the pace).
     """
 
-    def __init__(self, index: int, port: int, node_id: int, rng: random.Random, rules: str, login_timeout: float):
+    def __init__(self, index: int, port: int, node_id: int, rng: random.Random, rules: str, login_timeout: float,
+                 links: frozenset[str] | None = None):  # fmt: skip
         self.index, self.port, self.rng, self.rules = index, port, rng, rules
+        # `--presence linked` (docs/decisions/0052): the bare JIDs this member links with; its presence goes to
+        # them alone (directed), and a link's first presence of a session is answered with ours.
+        self.links = links
+        self.members = 0  # `--presence linked`: the members the overlay CA lists (`listed`)
+        self.silent = False  # `--presence silent`: the roster fetched, no presence sent (what the roster costs)
+        self.answered: set[str] = set()  # full JIDs our directed presence went to in this session
         self.login_timeout = login_timeout
         self.jid = f"{_user(index)}@{DOMAIN}"
         self.announcement = encode_announcement(Announcement((Membership(OVERLAY, node_id),), FEATURES))
@@ -501,7 +529,7 @@ class LeanMember:
             attempt = 1 if was_up else attempt + 1
             base, cap = SignalSettings.reconnect_base, SignalSettings.reconnect_cap
             if was_up and self.rules == "shipped":
-                delay = return_delay(self.rng, self.last_login, len(self.roster), base, cap)
+                delay = return_delay(self.rng, self.last_login, self.listed(), base, cap)
             else:
                 delay = backoff_delay(attempt, self.rng, base, cap)
             await asyncio.sleep(delay)
@@ -531,6 +559,15 @@ class LeanMember:
             self.connected = False
             self.known.clear()
             writer.close()
+
+    def listed(self) -> int:
+        """The members this member knows of, which spread its return: its roster's, or with `--presence linked`
+        the overlay CA's list (`members`; 0: only the last login's time spreads it, `--spread login`)."""
+        return len(self.roster) if self.links is None else self.members
+
+    def _directed(self, stream: _Stream, to: str) -> None:
+        self.answered.add(to)
+        stream.send(f"<presence to='{_xml(to)}'><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
 
     def _failed(self, why: str) -> None:
         key = f"{why} at {self.step}"
@@ -562,7 +599,11 @@ class LeanMember:
         stream.send(f"<iq type='get' id='roster'><query xmlns='{_ROSTER}'/></iq>")
         roster = await answer(lambda e: e.get("id") == "roster")
         self.roster = {i.get("jid", "") for i in roster.iter(f"{{{_ROSTER}}}item") if i.get("subscription") == "both"}
-        stream.send(f"<presence><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
+        if not self.silent:
+            stream.send(f"<presence><evio xmlns='{NAMESPACE}'>{_xml(self.announcement)}</evio></presence>")
+        self.answered.clear()
+        for peer in sorted(self.links or ()):
+            self._directed(stream, peer)
         self.last_login = loop.time() - started
         self.last_slowest = watch.slowest
         self.connected = True
@@ -574,7 +615,15 @@ class LeanMember:
         tag = element.tag.rsplit("}", 1)[-1]
         sender = element.get("from", "")
         bare = sender.split("/", 1)[0]
-        if tag == "presence":
+        if tag == "presence" and self.links is not None:
+            if element.get("type") == "unavailable":
+                self.known.discard(bare)
+                self.answered.discard(sender)
+            elif element.get("type") is None and bare in self.links and "/" in sender:
+                self.known.add(bare)
+                if sender not in self.answered:
+                    self._directed(stream, sender)
+        elif tag == "presence":
             if element.get("type") == "unavailable":
                 self.known.discard(bare)
             elif element.get("type") is None and bare in self.roster and bare != self.jid and "/" in sender:
@@ -656,6 +705,7 @@ class ProbePair:
         self.seen = [Seen(f"{_user(i)}@{DOMAIN}") for i in (0, 1)]
         self.times: list[float] = []
         self.failures = 0
+        self.reasons: dict[str, int] = {}
 
     def ask(self, command: str, arg: object = None) -> object:
         self._conn.send((command, arg))
@@ -672,10 +722,11 @@ class ProbePair:
         """rtt_stop or rtt_wait: the times of the round trips since rtt_start."""
         result = await asyncio.to_thread(self.ask, command, arg)
         assert isinstance(result, tuple)
-        self.times, self.failures = result
+        self.times, self.failures, self.reasons = result
 
     def summary(self) -> str:
-        return _summary(self.times, self.failures)
+        why = ", ".join(f"{reason} {count}" for reason, count in sorted(self.reasons.items(), key=lambda r: -r[1]))
+        return _summary(self.times, self.failures) + (f" [{why}]" if why else "")
 
     def close(self) -> None:
         with contextlib.suppress(OSError, EOFError):
@@ -708,7 +759,7 @@ async def _probe(conn: Connection, port: int, login_timeout: float) -> None:
             conn.send(None)
         elif command in ("rtt_stop", "rtt_wait"):
             await (trips.stop() if command == "rtt_stop" else trips.finish())
-            conn.send((trips.times, trips.failures))
+            conn.send((trips.times, trips.failures, trips.reasons))
         elif command == "stop":
             await asyncio.gather(*(m.client.stop() for m in pair), return_exceptions=True)
             conn.send(None)
@@ -752,6 +803,26 @@ async def wait_for(
 # ---------------------------------------------------------------------------------------------- one run
 
 
+def link_sets(n: int) -> list[frozenset[str]]:
+    """`--presence linked`: the bare JIDs each of the crowd (members 2..n-1) links with, symmetric.
+
+    A ring by index with two successors and two predecessors, and a chord to the member 2^j ahead for
+    every j from 2 up to half the ring (a Symphony overlay links with about log2 n; evio's default is a
+    handful): about 2 + 2 log2 n links a member, 20 at 1,000, more than evio keeps."""
+    crowd = list(range(2, n))
+    size = len(crowd)
+    links: list[set[int]] = [set() for _ in crowd]
+    for pos in range(size):
+        ahead = [1, 2, *(2**j for j in range(2, max(2, size.bit_length() - 1)))]
+        for step in ahead:
+            other = (pos + step) % size
+            if other != pos:
+                links[pos].add(other)
+                links[other].add(pos)
+    return [frozenset(f"{_user(crowd[o])}@{DOMAIN}" for o in peers) for peers in links]
+
+
+
 @dataclass
 class Row:
     server: str
@@ -762,6 +833,7 @@ class Row:
 async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     row = Row(server.name, n)
     f = row.figures
+    f["presence"] = args.presence
     rng = random.Random(n)
     probe = ProbePair(server.port, args.login_timeout)
 
@@ -774,8 +846,24 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     crowd = [one(i) for i in range(2, n)]
     members: list[MemberLike] = [*probe.seen, *crowd]
     refresh = probe.refresh
+    linked = args.presence == "linked"
+    for m in crowd:
+        if isinstance(m, LeanMember):
+            m.silent = args.presence == "silent"
+    if linked:
+        for m, links in zip(crowd, link_sets(n), strict=True):
+            assert isinstance(m, LeanMember)
+            m.links = links
+            m.members = n if args.spread == "members" else 0
 
     def all_know(group: Sequence[MemberLike]) -> Callable[[], bool]:
+        if args.presence == "silent" and len(group) > 2:
+            return lambda: all_know(probe.seen)() and all(m.connected for m in crowd)
+        if linked and len(group) > 2:
+            # The pair knows each other (their group of two); each of the crowd, its links (the whole
+            # membership it has from the overlay CA's signed list, not from the server).
+            pair = all_know(probe.seen)
+            return lambda: pair() and all((cast(LeanMember, m).links or frozenset()) <= m.known for m in crowd)
         jids = {m.jid for m in group}
         # The cheap count first: a full check of 1,000 sets every poll would load the crowd's own loop.
         return lambda: all(len(m.known) >= len(jids) - 1 for m in group) and \
@@ -824,26 +912,30 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
         await probe.trips("rtt_wait")
         f["RTT settled p50/p90"] = probe.summary()
 
-        # 3. a member added, then 4. removed, while all are online
+        # 3. a member added, then 4. removed, while all are online (with the shared group only)
         admin = server.admin()
-        newcomer = one(n)
-        everyone = [*members, newcomer]
-        t0 = time.perf_counter()
-        await asyncio.to_thread(admin.add_to_group, _user(n), OVERLAY)
-        command = time.perf_counter() - t0
-        await newcomer.client.start()
-        added = await wait_for(all_know(everyone), 120, refresh)
-        f["add: all know"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if added is not None
-                              else count(lambda m: newcomer.jid in m.known, 120))  # fmt: skip
-        t0 = time.perf_counter()
-        await asyncio.to_thread(admin.remove_from_group, _user(n), OVERLAY)
-        command = time.perf_counter() - t0
-        gone = await wait_for(lambda: not any(newcomer.jid in m.known for m in members), 120, refresh)
-        f["remove: none knows"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if gone is not None
-                                   else count(lambda m: newcomer.jid not in m.known, 120))  # fmt: skip
-        await newcomer.client.stop()
-        final = usage(server.pid())
-        f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
+        if args.presence != "roster":
+            final = usage(server.pid())
+            f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
+        else:
+            newcomer = one(n)
+            everyone = [*members, newcomer]
+            t0 = time.perf_counter()
+            await asyncio.to_thread(admin.add_to_group, _user(n), OVERLAY)
+            command = time.perf_counter() - t0
+            await newcomer.client.start()
+            added = await wait_for(all_know(everyone), 120, refresh)
+            f["add: all know"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if added is not None
+                                  else count(lambda m: newcomer.jid in m.known, 120))  # fmt: skip
+            t0 = time.perf_counter()
+            await asyncio.to_thread(admin.remove_from_group, _user(n), OVERLAY)
+            command = time.perf_counter() - t0
+            gone = await wait_for(lambda: not any(newcomer.jid in m.known for m in members), 120, refresh)
+            f["remove: none knows"] = (f"{time.perf_counter() - t0:.1f} s (cmd {command:.1f} s)" if gone is not None
+                                       else count(lambda m: newcomer.jid not in m.known, 120))  # fmt: skip
+            await newcomer.client.stop()
+            final = usage(server.pid())
+            f["server peak RSS"] = f"{final.peak_rss_mb:.0f} MB"
 
         # 5. restart with every member online
         if args.restart:
@@ -878,11 +970,12 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
 def bench_server(kind: str, n: int, args: argparse.Namespace) -> Iterator[BenchServer]:
     directory = Path(tempfile.mkdtemp(prefix=f"sigscale-{kind}-{n}-"))
     server: Prosody | Ejabberd
+    group = 2 if args.presence == "linked" else n  # linked: the shared group holds the probe pair alone
     try:
         if kind == "prosody":
-            server = Prosody(directory, n, n + 1)
+            server = Prosody(directory, group, n + 1)
         else:
-            server = Ejabberd(directory, n, n + 1, args.ejabberd_packaged)
+            server = Ejabberd(directory, group, n + 1, args.ejabberd_packaged)
         server.start()
         try:
             yield server
@@ -895,7 +988,7 @@ def bench_server(kind: str, n: int, args: argparse.Namespace) -> Iterator[BenchS
             shutil.rmtree(directory, ignore_errors=True)
 
 
-COLUMNS = ("signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
+COLUMNS = ("presence", "signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
            "RTT storm p50/p90", "RTT settled p50/p90", "add: all know", "remove: none knows", "load",
            "restart: signed in", "restart: all know", "restart: failed logins", "restart: CPU/RSS", "restart: members' CPU", "restart: load")
 
@@ -937,6 +1030,12 @@ def main() -> int:
                         help="members 2..n-1: a lean client (default) or evio's SignalClient (see LeanMember)")
     parser.add_argument("--rules", choices=("shipped", "before"), default="shipped",
                         help="the lean crowd's sign-in rules: this tree's pacing, or the release before it")
+    parser.add_argument("--presence", choices=("roster", "linked", "silent"), default="roster",
+                        help="roster: one shared group of all (as shipped); linked: the crowd's presence goes to its "
+                             "links alone (docs/decisions/0052); silent: the shared group's roster, no presence")
+    parser.add_argument("--spread", choices=("members", "login"), default="members",
+                        help="--presence linked: the return after a restart spread with the members (as shipped) "
+                             "or with the last login's time alone")
     parser.add_argument("--no-restart", dest="restart", action="store_false", help="skip the server restart")
     parser.add_argument("--ejabberd-packaged", action="store_true",
                         help="ejabberd with its packaged listener backlog and caches, not evio's")

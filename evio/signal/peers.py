@@ -11,8 +11,11 @@ Pure. Inputs are what the XMPP adapter learns:
 * ``clear()``: our own connection is gone, nothing we knew still holds.
 
 Each returns an ``Update``: the peer events to publish and the refused claims
-to count. The table is recomputed from the claims after each input and diffed
-against the previous one, so events are exact whatever the order of inputs.
+to count. The table is what one pass over all claims makes of them, diffed
+against the previous one, so events are exact whatever the order of inputs;
+it is kept incrementally (an input settles again only the accounts it names
+and the node ids they touch, in that pass's order), so a presence costs
+O(its account's sessions), not O(members).
 
 One node id per member account (bare JID) per overlay: of an account's
 sessions, the newest one (by first presence seen) speaks for the account in
@@ -48,7 +51,8 @@ never held: their claims are refused (`REVOKED`) and a holder is removed as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import heapq
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from evio.signal.drops import DropReason
@@ -97,6 +101,8 @@ class PeerTable:
         self._trusted = frozenset(trust_overlays)
         # overlay -> node id -> the account it is bound to; kept across our own reconnects.
         self._bound: dict[str, dict[int, _Binding]] = {ov: {} for ov in self._own}
+        # overlay -> account -> the node id bound to it: one at most (`_bind` moves it)
+        self._bound_of: dict[str, dict[str, int]] = {ov: {} for ov in self._own}
         self._revoked: dict[str, frozenset[int]] = {ov: frozenset() for ov in self._own}
         self._membership: dict[str, frozenset[str]] = {}
         self._claims: dict[str, dict[str, _Claim]] = {}  # full jid -> overlay -> claim
@@ -104,6 +110,15 @@ class PeerTable:
         self._features: dict[str, frozenset[str]] = {}  # full jid -> the features its presence announced
         self._owners: dict[str, dict[int, str]] = {ov: {} for ov in self._own}
         self._seq = 0
+        # What the table derives from the claims, kept up to date one account at a time (`_settle`):
+        self._entered: dict[str, int] = {}  # full jid -> when its claims entered `_claims` (its place there)
+        self._sessions: dict[str, set[str]] = {}  # bare -> its full jids in `_claims`
+        # overlay -> bare -> (session seq, full jid, claim) of the session that speaks for the account there
+        self._speaker: dict[str, dict[str, tuple[int, str, _Claim]]] = {ov: {} for ov in self._own}
+        self._claimants: dict[str, dict[int, set[str]]] = {ov: {} for ov in self._own}  # node id -> accounts
+        # overlay -> node ids whose binding changed after they were settled: settled again on the next input
+        self._unsettled: dict[str, set[int]] = {ov: set() for ov in self._own}
+        self._entries = 0
 
     # ------------------------------------------------------------------ queries
 
@@ -160,12 +175,16 @@ class PeerTable:
             self._membership[bare] = new
         else:
             self._membership.pop(bare, None)
-        self._unbind(lambda overlay, account: account == bare and overlay not in new)
-        return self._recompute(refusals_for=None, cause=RemovalCause.MEMBERSHIP_REVOKED)
+        for overlay in self._own:
+            if overlay not in new:
+                self._unbind(overlay, bare)
+        return self._settle({bare}, refusals_for=None, cause=RemovalCause.MEMBERSHIP_REVOKED)
 
     def retain_bindings(self, members: Mapping[str, frozenset[str]]) -> None:
         """The server's whole membership list (bare JID -> overlays): bindings of accounts not in it go."""
-        self._unbind(lambda overlay, account: overlay not in members.get(account, frozenset()))
+        for overlay, accounts in self._bound_of.items():
+            for account in [a for a in accounts if overlay not in members.get(a, frozenset())]:
+                self._unbind(overlay, account)
 
     def set_revoked(self, overlay: str, node_ids: Iterable[int]) -> Update:
         """The overlay CA's revocation list for `overlay` (the newest verified one)."""
@@ -176,8 +195,10 @@ class PeerTable:
             return Update()
         self._revoked[overlay] = revoked
         for node_id in revoked:
-            self._bound[overlay].pop(node_id, None)
-        return self._recompute(refusals_for=None, cause=RemovalCause.MEMBERSHIP_REVOKED)
+            binding = self._bound[overlay].get(node_id)
+            if binding is not None:
+                self._unbind(overlay, binding.account)
+        return self._settle(set(self._sessions), refusals_for=None, cause=RemovalCause.MEMBERSHIP_REVOKED)
 
     def on_available(
         self, full_jid: str, announcement: Announcement, proven: Iterable[str] = ()
@@ -196,103 +217,208 @@ class PeerTable:
             seq = prev.seq if prev is not None and prev.node_id == m.node_id else self._seq
             claims[m.overlay] = _Claim(m.node_id, seq, m.overlay in proven_overlays)
         if claims:
+            if full_jid not in self._claims:
+                self._entries += 1
+                self._entered[full_jid] = self._entries
+                self._sessions.setdefault(bare_jid(full_jid), set()).add(full_jid)
             self._claims[full_jid] = claims
             self._session_seq.setdefault(full_jid, self._seq)
             self._features[full_jid] = announcement.features
         else:
-            self._claims.pop(full_jid, None)
-            self._session_seq.pop(full_jid, None)
-            self._features.pop(full_jid, None)
-        return self._recompute(refusals_for=full_jid, cause=RemovalCause.LEFT)
+            self._forget(full_jid)
+        return self._settle({bare_jid(full_jid)}, refusals_for=full_jid, cause=RemovalCause.LEFT)
 
     def on_unavailable(self, full_jid: str, returning: bool = False) -> Update:
         """The session went; `returning`: it said it logs in again at once."""
-        self._session_seq.pop(full_jid, None)
-        self._features.pop(full_jid, None)
-        if self._claims.pop(full_jid, None) is None:
+        if not self._forget(full_jid):
             return Update()
-        return self._recompute(refusals_for=None, cause=RemovalCause.RELOGIN if returning else RemovalCause.LEFT)
+        cause = RemovalCause.RELOGIN if returning else RemovalCause.LEFT
+        return self._settle({bare_jid(full_jid)}, refusals_for=None, cause=cause)
 
     def clear(self) -> Update:
         """Our session ended: forget every claim and membership (the server re-sends both).
 
         Bindings stay: they belong to accounts, which outlive our session (`retain_bindings` prunes them
         when the server's list comes back)."""
-        self._claims.clear()
+        accounts = set(self._sessions)
+        for jid in list(self._claims):
+            self._forget(jid)
         self._session_seq.clear()
         self._features.clear()
         self._membership.clear()
-        return self._recompute(refusals_for=None, cause=RemovalCause.SIGNAL_LOST)
+        return self._settle(accounts, refusals_for=None, cause=RemovalCause.SIGNAL_LOST)
 
     # ------------------------------------------------------------------ core
+    #
+    # The table is what one pass over all claims would make of them (the speaker of each account, the owner
+    # of each node id, bindings made as owners are found, in the order the claims entered), kept up to date
+    # incrementally: an input changes the speakers of the accounts it names, and only the node ids those
+    # speakers leave or claim, and those whose binding changed, are settled again, in that same order.
+    # A presence costs O(the sessions of its account), not O(members): a storm of n logins costs O(n), not
+    # O(n^2) (docs/performance.md, the signaling plane at scale).
 
-    def _unbind(self, drop: Callable[[str, str], bool]) -> None:
-        for overlay, bindings in self._bound.items():
-            for node_id in [n for n, b in bindings.items() if drop(overlay, b.account)]:
-                del bindings[node_id]
+    def _forget(self, full_jid: str) -> bool:
+        """`full_jid`'s session went: False if it claimed nothing here."""
+        self._session_seq.pop(full_jid, None)
+        self._features.pop(full_jid, None)
+        if self._claims.pop(full_jid, None) is None:
+            return False
+        del self._entered[full_jid]
+        bare = bare_jid(full_jid)
+        sessions = self._sessions[bare]
+        sessions.discard(full_jid)
+        if not sessions:
+            del self._sessions[bare]
+        return True
 
-    def _recompute(self, refusals_for: str | None, cause: RemovalCause) -> Update:
+    def _unbind(self, overlay: str, account: str) -> None:
+        node_id = self._bound_of[overlay].pop(account, None)
+        if node_id is not None:
+            del self._bound[overlay][node_id]
+            self._unsettled[overlay].add(node_id)
+
+    def _settle(self, accounts: set[str], refusals_for: str | None, cause: RemovalCause) -> Update:
         update = Update()
         for overlay, own_node in self._own.items():
-            trusted = overlay in self._trusted
-            revoked = self._revoked[overlay]
-            bound = self._bound[overlay]
-
-            def refuse(jid: str, node_id: int, reason: DropReason, overlay: str = overlay) -> None:
-                if jid == refusals_for:
-                    update.refused.append(Refusal(jid, overlay, node_id, reason))
-
-            # One claim per account: its newest session claiming in this overlay speaks for it.
-            speaker: dict[str, tuple[int, str, _Claim]] = {}  # bare -> (session seq, full jid, claim)
-            for jid, claims in self._claims.items():
-                claim = claims.get(overlay)
-                if claim is None:
-                    continue
-                if not self.is_member(overlay, jid):
-                    refuse(jid, claim.node_id, DropReason.NOT_MEMBER)
-                    continue
-                if claim.node_id == own_node:
-                    refuse(jid, claim.node_id, DropReason.NODE_ID_CONFLICT)
-                    continue
-                if claim.node_id in revoked:
-                    refuse(jid, claim.node_id, DropReason.REVOKED)
-                    continue
-                bare = bare_jid(jid)
-                entry = (self._session_seq.get(jid, 0), jid, claim)
-                if bare not in speaker or entry[:2] > speaker[bare][:2]:
-                    speaker[bare] = entry
+            refusal = None
+            touched = self._unsettled[overlay]
+            self._unsettled[overlay] = set()
+            speakers = self._speaker[overlay]
+            claimants = self._claimants[overlay]
+            for bare in accounts:
+                speaker, refused = self._speaker_of(overlay, own_node, bare, refusals_for)
+                refusal = refusal or refused
+                before = speakers.get(bare)
+                if before is not None:
+                    touched.add(before[2].node_id)
+                    holders = claimants[before[2].node_id]
+                    holders.discard(bare)
+                    if not holders:
+                        del claimants[before[2].node_id]
+                if speaker is None:
+                    speakers.pop(bare, None)
+                else:
+                    speakers[bare] = speaker
+                    touched.add(speaker[2].node_id)
+                    claimants.setdefault(speaker[2].node_id, set()).add(bare)
+            if refusal is not None:
+                update.refused.append(refusal)
             if refusals_for is not None:
                 mine = self._claims.get(refusals_for, {}).get(overlay)
-                current = speaker.get(bare_jid(refusals_for))
+                current = speakers.get(bare_jid(refusals_for))
                 if (mine is not None and current is not None and current[1] != refusals_for
                         and current[2].node_id != mine.node_id):
                     update.refused.append(Refusal(refusals_for, overlay, mine.node_id, DropReason.ACCOUNT_HAS_NODE))
-            # node id -> [(account's claim seq, full jid, proven)]
-            claimants: dict[int, list[tuple[int, str, bool]]] = {}
-            for _, jid, claim in speaker.values():
-                claimants.setdefault(claim.node_id, []).append((claim.seq, jid, trusted and claim.proven))
-            owners: dict[int, str] = {}
-            for node_id, entries in claimants.items():
-                winner = _owner_of(entries, bound.get(node_id))
-                if winner is not None:
-                    owners[node_id] = winner
-                    self._bind(overlay, node_id, winner, any(p for _, j, p in entries if j == winner))
-                if refusals_for is not None and winner != refusals_for and any(j == refusals_for for _, j, _ in entries):
-                    update.refused.append(Refusal(refusals_for, overlay, node_id, DropReason.NODE_ID_CONFLICT))
-            update.events.extend(self._diff(overlay, self._owners[overlay], owners, cause))
-            self._owners[overlay] = owners
+            old, new = self._settle_owners(overlay, touched, refusals_for, update)
+            update.events.extend(self._diff(overlay, old, new, cause))
         return update
 
-    def _bind(self, overlay: str, node_id: int, jid: str, proven: bool) -> None:
-        """`node_id` is held by `jid`'s account: bound to it, and the account's other binding released."""
+    def _speaker_of(
+        self, overlay: str, own_node: int, bare: str, refusals_for: str | None
+    ) -> tuple[tuple[int, str, _Claim] | None, Refusal | None]:
+        """The session that speaks for `bare` in `overlay` (its newest with a claim that may stand), and the
+        refusal of `refusals_for`'s claim if it is one of its sessions and its claim may not stand."""
+        best: tuple[int, str, _Claim] | None = None
+        refusal = None
+        for jid in self._sessions.get(bare, ()):
+            claim = self._claims[jid].get(overlay)
+            if claim is None:
+                continue
+            reason = self._refused(overlay, own_node, jid, claim)
+            if reason is not None:
+                if jid == refusals_for:
+                    refusal = Refusal(jid, overlay, claim.node_id, reason)
+                continue
+            entry = (self._session_seq.get(jid, 0), jid, claim)
+            if best is None or entry[:2] > best[:2]:
+                best = entry
+        return best, refusal
+
+    def _refused(self, overlay: str, own_node: int, jid: str, claim: _Claim) -> DropReason | None:
+        if not self.is_member(overlay, jid):
+            return DropReason.NOT_MEMBER
+        if claim.node_id == own_node:
+            return DropReason.NODE_ID_CONFLICT
+        if claim.node_id in self._revoked[overlay]:
+            return DropReason.REVOKED
+        return None
+
+    def _place(self, overlay: str, node_id: int) -> int:
+        """Where `node_id` comes in one pass over the claims: at the first session (in the order the claims
+        entered) of any account claiming it that may claim in `overlay`."""
+        own_node = self._own[overlay]
+        return min(
+            self._entered[jid]
+            for bare in self._claimants[overlay][node_id]
+            for jid in self._sessions[bare]
+            if (claim := self._claims[jid].get(overlay)) is not None
+            and self._refused(overlay, own_node, jid, claim) is None
+        )
+
+    def _settle_owners(
+        self, overlay: str, touched: set[int], refusals_for: str | None, update: Update
+    ) -> tuple[dict[int, str], dict[int, str]]:
+        """Settle the owners of `touched` in the order one pass would; (old, new) owners of those settled.
+
+        Binding an owner releases its account's other binding: a node id claimed after it (in pass order) is
+        settled in this input, as in one pass; one settled before it, on the next input, as in one pass."""
+        owners = self._owners[overlay]
+        claimants = self._claimants[overlay]
+        speakers = self._speaker[overlay]
+        trusted = overlay in self._trusted
+        old: dict[int, str] = {}
+        new: dict[int, str] = {}
+        for node_id in touched:
+            if node_id not in claimants and node_id in owners:
+                old[node_id] = owners.pop(node_id)
+        queue = [(self._place(overlay, n), n) for n in touched if n in claimants]
+        heapq.heapify(queue)
+        queued = {n for _, n in queue}
+        while queue:
+            place, node_id = heapq.heappop(queue)
+            entries = [
+                (claim.seq, jid, trusted and claim.proven)
+                for _, jid, claim in (speakers[bare] for bare in claimants[node_id])
+            ]
+            winner = _owner_of(entries, self._bound[overlay].get(node_id))
+            previous = owners.get(node_id)
+            if winner is not None:
+                released = self._bind(overlay, node_id, winner, any(p for _, j, p in entries if j == winner))
+                if released is not None and released in claimants:
+                    if released in queued or self._place(overlay, released) < place:
+                        self._unsettled[overlay].add(released)
+                    else:
+                        heapq.heappush(queue, (self._place(overlay, released), released))
+                        queued.add(released)
+            if refusals_for is not None and winner != refusals_for and any(j == refusals_for for _, j, _ in entries):
+                update.refused.append(Refusal(refusals_for, overlay, node_id, DropReason.NODE_ID_CONFLICT))
+            if previous != winner:
+                if previous is not None:
+                    old.setdefault(node_id, previous)
+                if winner is None:
+                    owners.pop(node_id, None)
+                else:
+                    owners[node_id] = winner
+                    new[node_id] = winner
+        return old, new
+
+    def _bind(self, overlay: str, node_id: int, jid: str, proven: bool) -> int | None:
+        """`node_id` is held by `jid`'s account: bound to it, and the account's other binding released (returned)."""
         bindings = self._bound[overlay]
         account = bare_jid(jid)
         current = bindings.get(node_id)
         if current is not None and current.account == account and (current.proven or not proven):
-            return
-        for other in [n for n, b in bindings.items() if b.account == account and n != node_id]:
-            del bindings[other]
+            return None
+        released = self._bound_of[overlay].get(account)
+        if released == node_id:
+            released = None
+        elif released is not None:
+            del bindings[released]
+        if current is not None:
+            self._bound_of[overlay].pop(current.account, None)
         bindings[node_id] = _Binding(account, proven or (current is not None and current.proven))
+        self._bound_of[overlay][account] = node_id
+        return released
 
     @staticmethod
     def _diff(
