@@ -71,13 +71,14 @@ from aioice import Candidate, Connection, TransportPolicy
 from evio.config.model import NatTraversalConfig, TurnServer
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.path.adopted_socket import AioiceUnderlay, adopt
-from evio.tunnel.path.aioice_patches import check_at_once, configure_aioice, gathering, hasten_checks
+from evio.tunnel.path.aioice_patches import check_at_once, configure_aioice, gathering, hasten_checks, ipv6_reflexive
 from evio.tunnel.path.candidates import (
     CandidateDrop,
     CandidateDrops,
     CandidatePolicy,
     Network,
     candidate_drop,
+    family_of,
     in_networks,
     local_networks,
 )
@@ -129,7 +130,10 @@ class IceConfig:
     peer until it follows) before its allocation is released; also how long the controlled side
     waits for the peer's first record on the direct path."""
     stun_rto: float = 0.1
+    use_ipv4: bool = True
     use_ipv6: bool = False
+    """The underlay families candidates are gathered and signalled in (nat_traversal.underlay_families,
+    IPv6 only where the host has it: evio.node.plan); aioice pairs only candidates of one family."""
     exclude_networks: tuple[str, ...] = ()
     """Never gather, signal or try candidates in these networks (the overlays' own subnets)."""
     deny_candidates: tuple[str, ...] = NatTraversalConfig.deny_candidates
@@ -183,12 +187,14 @@ class IceAgent:
         self.controlling = controlling
         self._excluded: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
         self._denied = tuple(ipaddress.ip_network(n, strict=False) for n in config.deny_candidates)
+        self._versions = frozenset(v for v, used in ((4, config.use_ipv4), (6, config.use_ipv6)) if used)
         self.dropped_candidates: collections.Counter[CandidateDrop] = collections.Counter()
         stun = config.stun[0] if config.stun else None
         self.direct: Connection | None = None
         self.relay: Connection | None = None
         if config.relay is not RelayPolicy.ONLY:
-            self.direct = Connection(ice_controlling=controlling, stun_server=stun, use_ipv6=config.use_ipv6)
+            self.direct = Connection(ice_controlling=controlling, stun_server=stun, use_ipv4=config.use_ipv4,
+                                     use_ipv6=config.use_ipv6)
         if config.turn and config.relay is not RelayPolicy.NEVER:
             server = config.turn[0]
             creds = server.credentials(user, now)
@@ -198,6 +204,7 @@ class IceAgent:
                 turn_username=creds.username,
                 turn_password=creds.password,
                 transport_policy=TransportPolicy.RELAY,
+                use_ipv4=config.use_ipv4,
                 use_ipv6=config.use_ipv6,
             )
         if self.direct is None and self.relay is None:
@@ -225,7 +232,7 @@ class IceAgent:
         conns = [c for c in (self.direct, self.relay) if c is not None]
         # The gathering tasks copy the context as they are created: they see this agent's exclusions.
         with gathering(tuple(self._excluded), self._queries):
-            gathered = asyncio.gather(*(c.gather_candidates() for c in conns))
+            gathered = asyncio.gather(*(self._gather(c) for c in conns))
         try:
             await budget.run(gathered)
         except TimeoutError:
@@ -242,10 +249,18 @@ class IceAgent:
             self._guard_connection(conn)
         return self._parameters(self.direct), self._parameters(self.relay)
 
+    async def _gather(self, conn: Connection) -> None:
+        await conn.gather_candidates()
+        if conn is self.direct and self._config.use_ipv6:
+            await ipv6_reflexive(conn, self._config.gather_timeout / 2)
+
     def _parameters(self, conn: Connection | None) -> IceParameters | None:
         if conn is None or not conn.local_candidates:
             return None
-        cands = tuple("candidate:" + c.to_sdp() for c in conn.local_candidates if not self._is_excluded(c.host))
+        # A TURN server may relay in a family this overlay does not use (coturn allocates by the client's
+        # family or its default): such a relayed candidate is not signalled.
+        cands = tuple("candidate:" + c.to_sdp() for c in conn.local_candidates
+                      if not self._is_excluded(c.host) and family_of(c.host) in self._versions)
         return IceParameters(conn.local_username, conn.local_password, cands)
 
     async def set_remote(self, direct: IceParameters | None, relay: IceParameters | None) -> None:
