@@ -205,7 +205,7 @@ class Internet:
         """IPv6 on the segment (br0 routes it) and on the server, which is then dual-stack."""
         self.public.ip(f"address add {PUBLIC_V6_GATEWAY}/64 dev br0 nodad")
         self.public.run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
-        self.server.ip(f"address add {SERVER_V6_ADDRESS}/64 dev eth0 nodad", f"-6 route add default via {PUBLIC_V6_GATEWAY}")
+        self.server.ip(f"address add {SERVER_V6_ADDRESS}/64 dev eth0 nodad", f"route add default via {PUBLIC_V6_GATEWAY}")
         self.server.ipv6_address = SERVER_V6_ADDRESS
         self.add_name(SERVER_V6_ADDRESS, self.server.name)
 
@@ -222,7 +222,7 @@ class Internet:
             *([f"link set {inside} mtu {mtu}"] if mtu else []),
             f"link set {inside} up",
             *([f"route add default via {gateway}"] if address else []),
-            *([f"-6 route add default via {PUBLIC_V6_GATEWAY}"] if ipv6 else []),
+            *([f"route add default via {PUBLIC_V6_GATEWAY}"] if ipv6 else []),
         )
         if isinstance(ns, Host):
             ns.address = ns.public_address = address or ipv6 or ""
@@ -273,12 +273,12 @@ class Internet:
         """The home router's IPv6: a routed /64 behind a stateful firewall, no NAT (RFC 6092)."""
         wan, lan = f"2001:db8::{10 + index}", f"2001:db8:{index}::1"
         router.namespace.ip(f"address add {wan}/64 dev wan nodad", f"address add {lan}/64 dev lan nodad",
-                            f"-6 route add default via {PUBLIC_V6_GATEWAY}")
+                            f"route add default via {PUBLIC_V6_GATEWAY}")
         router.namespace.run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])
         router.namespace.run(["nft", "-f", "-"], input=ipv6_firewall("wan", forward=True))
-        self.public.ip(f"-6 route add 2001:db8:{index}::/64 via {wan}")
+        self.public.ip(f"route add 2001:db8:{index}::/64 via {wan}")
         node.ipv6_address = f"2001:db8:{index}::2"
-        node.ip(f"address add {node.ipv6_address}/64 dev eth0 nodad", f"-6 route add default via {lan}")
+        node.ip(f"address add {node.ipv6_address}/64 dev eth0 nodad", f"route add default via {lan}")
         router.ipv6_address = wan
 
     # -- removing ------------------------------------------------------------------------------------
