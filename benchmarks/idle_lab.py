@@ -169,6 +169,12 @@ def measure_lab(args: argparse.Namespace, everyone: str | None) -> Measured:
         received = sum(ins_after[i][1] - ins_before[i][1] for i in pids)
         print(f"broadcasts received in the window, all daemons: {received}; by ethertype (of those still in the "
               f"logs): {dict(kinds.most_common())}", flush=True)
+        # Each broadcast or multicast a node starts reaches the n - 1 others once: what crossed the tunnels,
+        # per node and minute (issue 23's target for an idle overlay with IPv6 on: at most 1).
+        if len(pids) > 1:
+            started_per_node = received / (len(pids) - 1) / len(pids)
+            print(f"broadcasts and multicasts started per node per minute, idle: {started_per_node * 60 / args.idle:.2f}"
+                  f" (load average {os.getloadavg()[0]:.1f})", flush=True)
         return per_tree, links, ins, load
     finally:
         lab.close()

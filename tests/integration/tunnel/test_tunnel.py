@@ -165,13 +165,13 @@ def test_eim_nats_give_a_direct_tunnel(lab_factory: LabFactory, workdir: Path, d
 @DATAPATHS
 def test_symmetric_nat_gives_a_relayed_tunnel(lab_factory: LabFactory, workdir: Path, datapath: list[str]) -> None:
     lab = lab_factory(nodes=2, nat=["eim", "symmetric"])
-    with lab_endpoints(lab, workdir, datapath) as pair:
+    # The direct attempt is given 6 s, far beyond the relay's setup even on a loaded host, so "up before
+    # the direct attempt ended" is told apart by the order of events rather than by a tight timing.
+    with lab_endpoints(lab, workdir, [*datapath, "--direct-timeout", "6"]) as pair:
         for up in (pair.up_a, pair.up_b):
             assert (up["path"], up["local"], up["remote"]) == ("relay", "relay", "relay"), up
-            assert isinstance(up["setup"], float) and up["setup"] < 4.0
-            # Traffic flows on the relay at once: it did not wait for the direct attempt (direct_timeout, 1 s).
-            if not up["initiator"]:
-                assert up["setup"] < 0.9, up
+            # Traffic flows on the relay at once: it did not wait for the direct attempt to fail.
+            assert isinstance(up["setup"], float) and up["setup"] < 4.0, up
         check_traffic(lab, lab.node(1), lab.node(2), pair, datapath, relayed=True)
         # The direct attempt went on beside the relay and failed: the pair stays relayed.
         for p in (pair.a, pair.b):

@@ -1,0 +1,158 @@
+"""Link-local multicast as on any Ethernet (issue 23), in a real overlay: daemons, OVS, os-ken, tunnels, NATs.
+
+Three nodes, every pair linked, so each frame has two ways to every member and Bounded Flood must still
+deliver it once. node1 sends one mDNS query over IPv4 (224.0.0.251) and one over IPv6 (ff02::fb), and one
+router advertisement with a SLAAC prefix: listeners on the other two bridges count each marked frame (once
+each, no more), and both configure an address from the prefix that the others reach over the overlay.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from evio.lab.daemons import Topology
+from evio.lab.lab import Lab
+from evio.testing.labs import LabFactory
+from evio.testing.waiting import wait_for_value
+
+pytestmark = pytest.mark.integration
+
+BRIDGE = "evbr-ov1"
+PREFIX = ipaddress.IPv6Network("fd5e:e510:1::/64")
+LINK_LOCAL = ipaddress.IPv6Network("fe80::/10")
+MARKS = {"mdns4": b"evio-mdns4-mark", "mdns6": b"evio-mdns6-mark"}
+
+# Counts incoming frames (not our own sends) that carry a mark, or are a router advertisement with PREFIX;
+# prints each hearing as it happens and the totals on SIGINT.
+_LISTEN = """
+import json, signal, socket, sys
+marks = json.loads(sys.argv[2])
+prefix = bytes.fromhex(sys.argv[3])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((sys.argv[1], 0))
+heard = {name: 0 for name in [*marks, "ra"]}
+signal.signal(signal.SIGINT, lambda *_: (print(json.dumps(heard), flush=True), sys.exit(0)))
+print("listening", flush=True)
+while True:
+    frame, address = s.recvfrom(65536)
+    if address[2] == socket.PACKET_OUTGOING:
+        continue
+    for name, mark in marks.items():
+        if mark.encode() in frame:
+            heard[name] += 1
+            print(name, flush=True)
+    # IPv6, ICMPv6 (next header 58), type 134, and our prefix in its option
+    if frame[12:14] == b"\\x86\\xdd" and frame[20] == 58 and frame[54] == 134 and prefix in frame:
+        heard["ra"] += 1
+        print("ra", flush=True)
+"""
+
+# node1's part: one mDNS query per family and one router advertisement, all from its bridge.
+_SEND = """
+import socket, struct, sys
+ifname, mark4, mark6, prefix = sys.argv[1], sys.argv[2].encode(), sys.argv[3].encode(), bytes.fromhex(sys.argv[4])
+index = socket.if_nametoindex(ifname)
+v4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+v4.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+v4.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)
+v4.sendto(mark4, ("224.0.0.251", 5353))
+v6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, index)
+v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+v6.sendto(mark6, ("ff02::fb", 5353, 0, index))
+# RFC 4861 4.2: router lifetime 0 (not a default router), one prefix information option with L and A set.
+ra = struct.pack("!BBHBBHII", 134, 0, 0, 64, 0, 0, 0, 0)
+ra += struct.pack("!BBBBIII", 3, 4, 64, 0xC0, 86400, 14400, 0) + prefix
+icmp = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)  # the kernel sums it
+icmp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, index)
+icmp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+icmp.sendto(ra, ("ff02::1", 0, 0, index))
+"""
+
+
+def _full_mesh(topo: Topology, n: int) -> bool:
+    up = {frozenset((link.node, link.peer)) for link in topo.links if link.state == "up" and link.port is not None}
+    return len(topo.live) == n and len(up) == n * (n - 1) // 2
+
+
+def _address(lab: Lab, index: int, scope: str, network: ipaddress.IPv6Network) -> str | None:
+    """A usable (not tentative) IPv6 address of `scope` in `network` on the node's bridge."""
+    out = lab.exec(index, ["ip", "-j", "-6", "address", "show", "dev", BRIDGE, "scope", scope], check=False).stdout
+    for link in json.loads(out or "[]"):
+        for info in link.get("addr_info", []):
+            # (`ip -j` lists an address's lifetimes as entries of their own, without "local")
+            if "local" in info and not info.get("tentative") and ipaddress.IPv6Address(info["local"]) in network:
+                return str(info["local"])
+    return None
+
+
+class _Listener:
+    def __init__(self, netns: str) -> None:
+        self.process = subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", _LISTEN, BRIDGE,
+             json.dumps({k: v.decode() for k, v in MARKS.items()}), PREFIX.network_address.packed.hex()],
+            stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        self.lines: queue.Queue[str] = queue.Queue()
+        assert self.process.stdout.readline().strip() == "listening"
+        self.heard: set[str] = set()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.strip())
+
+    def has_heard(self, names: set[str]) -> bool:
+        while not self.lines.empty():
+            self.heard.add(self.lines.get())
+        return names <= self.heard
+
+    def totals(self) -> dict[str, int]:
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(timeout=10)
+        while not self.lines.empty():
+            line = self.lines.get()
+            if line.startswith("{"):
+                return dict(json.loads(line))
+        raise AssertionError("the listener printed no totals")
+
+
+def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works(lab_factory: LabFactory) -> None:
+    lab = lab_factory(nodes=3, nat="mixed", topology={"successors": 2}, daemons=True)
+    wait_for_value(lab.topology, lambda t: _full_mesh(t, 3), 90, what="every pair of the 3 nodes linked")
+    for i in (1, 2, 3):  # the bridges' link-local addresses, past their DAD: IPv6 is up on each
+        wait_for_value(functools.partial(_address, lab, i, "link", LINK_LOCAL), lambda a: a is not None, 30,
+                       what=f"node{i}'s link-local address")
+    listeners = [_Listener(lab.netns(i)) for i in (2, 3)]
+    try:
+        prefix = PREFIX.network_address.packed.hex()
+        sent = lab.exec(1, [sys.executable, "-c", _SEND, BRIDGE, MARKS["mdns4"].decode(), MARKS["mdns6"].decode(),
+                            prefix], check=False)
+        assert sent.returncode == 0, sent.stderr
+        everything = {*MARKS, "ra"}
+        for listener in listeners:
+            wait_for_value(functools.partial(listener.has_heard, everything), bool, 15, what=f"{sorted(everything)} heard")
+        # Both members configure an address from the advertised prefix (after their DAD, a second or more:
+        # time in which a second copy of any frame would have arrived too).
+        addresses = [wait_for_value(functools.partial(_address, lab, i, "global", PREFIX), lambda a: a is not None, 30,
+                                    what=f"node{i}'s SLAAC address") for i in (2, 3)]
+    finally:
+        totals = [listener.totals() for listener in listeners]
+    assert totals == [{"mdns4": 1, "mdns6": 1, "ra": 1}] * 2, totals
+    # The "router" holds an address of the prefix too; every member reaches the others' SLAAC addresses.
+    lab.exec(1, ["ip", "-6", "address", "add", f"{PREFIX.network_address + 1}/64", "dev", BRIDGE, "nodad"])
+    pairs = [(1, addresses[0]), (1, addresses[1]), (2, addresses[1]), (3, addresses[0])]
+    failed = [(i, a) for i, a in pairs
+              if lab.exec(i, ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", str(a)], check=False,
+                          timeout=20).returncode != 0]
+    assert failed == [], f"no answer from node -> SLAAC address: {failed}"
