@@ -6,6 +6,7 @@ import asyncio
 import ipaddress
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import aioice
@@ -236,3 +237,32 @@ async def test_a_stun_server_by_ipv6_address_gives_ipv6_server_reflexive_candida
     finally:
         await agent.close()
         transport.close()
+
+
+# -- screening IPv6 candidates ---------------------------------------------------------------------------
+
+
+def test_ipv6_candidates_are_screened_as_ipv4_ones_ulas_tried_the_overlays_left_out() -> None:
+    from evio.tunnel.path.candidates import CandidateDrop, CandidatePolicy, LocalNetworks, candidate_drop
+
+    local = LocalNetworks.of([ipaddress.ip_interface("2001:db8:2::2/64")])
+    policy = CandidatePolicy(overlay=(ipaddress.ip_network("fd10::/64"),))
+    assert candidate_drop("fd12:3456::7", False, policy, local) is None  # a ULA: a peer of the same site
+    assert candidate_drop("fd10::9", False, policy, local) is CandidateDrop.OVERLAY
+    assert candidate_drop("fe80::1%eth0", False, policy, local) is CandidateDrop.LINK_LOCAL
+    assert candidate_drop("2001:db8:2::2", False, policy, local) is CandidateDrop.OWN_ADDRESS
+    assert candidate_drop("2001:db8::101", False, policy, local) is None
+
+
+async def test_an_excluded_ipv6_network_is_not_gathered(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ::1 stands for an overlay bridge's IPv6 address (the one IPv6 address every test host can bind).
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", lambda use_ipv4, use_ipv6: ["127.0.0.2", "::1"])
+    config = IceConfig(relay=RelayPolicy.NEVER, use_ipv6=True, exclude_networks=("::1/128",))
+    excluding, plain = IceAgent(config, True, "a", 0.0), IceAgent(replace(config, exclude_networks=()), True, "b", 0.0)
+    try:
+        (direct, _), _ = await asyncio.gather(excluding.gather(), plain.gather())
+        assert {c.host for c in excluding.direct.local_candidates} == {"127.0.0.2"}  # type: ignore[union-attr]
+        assert {c.host for c in plain.direct.local_candidates} == {"127.0.0.2", "::1"}  # type: ignore[union-attr]
+        assert direct is not None and not any(" ::1 " in c for c in direct.candidates)
+    finally:
+        await asyncio.gather(excluding.close(), plain.close())
