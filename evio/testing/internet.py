@@ -188,6 +188,10 @@ class Internet:
     def _namespace(self, ns: Namespace) -> Namespace:
         self._namespaces.append(ns)  # before create: close() deletes it even if create fails half-way
         ns.create()
+        if self.ipv6:
+            # No duplicate address detection on the interfaces to come: a link-local address stays tentative
+            # for a second, and a router's first neighbour solicitation from it got no answer (first pings lost).
+            Namespace.run(ns, ["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0", "net.ipv6.conf.all.accept_dad=0"])
         if isinstance(ns, Host):
             ns.seed()
         return ns
