@@ -191,7 +191,8 @@ class Internet:
         if self.ipv6:
             # No duplicate address detection on the interfaces to come: a link-local address stays tentative
             # for a second, and a router's first neighbour solicitation from it got no answer (first pings lost).
-            Namespace.run(ns, ["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0", "net.ipv6.conf.all.accept_dad=0"])
+            sysctl = ["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0", "net.ipv6.conf.all.accept_dad=0"]
+            subprocess.run(Namespace.exec_argv(ns, sysctl), check=True, capture_output=True)  # no host files yet
         if isinstance(ns, Host):
             ns.seed()
         return ns
