@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Where the pairs of an all-pairs ping are lost, right after the ring closes (issue 23).
+
+    flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/pingall_lab.py [--nodes 32] [--rounds 2] [--timeout 2]
+
+A lab of --nodes full nodes behind mixed NATs (the daemon's defaults). As soon as successor links close
+the ring, `evio lab pingall` runs --rounds times. Around each round every daemon's status is read, and
+what changed is printed summed over the daemons: link events (links up and down: a ring still
+settling), switch drops by reason (the budgets of the switch: packet-ins, floods, learning), FRB errors,
+per-port drops, packet-ins and broadcasts. A failed pair is then pinged again with a long timeout, to
+tell a pair that is slow (the answer came late) from one that is lost. The load average is printed
+beside every round. Root only; the lab is removed at the end, also on failure. A benchmark: it asserts
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evio.cli.lab_node_cmd import all_pairs_ping, wait_ring  # noqa: E402
+from evio.lab.lab import Lab  # noqa: E402
+from evio.node.control_client import ControlError  # noqa: E402
+
+
+def counters(lab: Lab) -> collections.Counter[str]:
+    """The daemons' counters that can explain a lost frame, summed over the daemons."""
+    total: collections.Counter[str] = collections.Counter()
+    for node in lab.nodes:
+        try:
+            status = lab.daemon_status(node.index)
+        except ControlError:  # a daemon too busy to answer is itself a finding
+            total["status unanswered"] += 1
+            continue
+        for overlay in status.get("overlays", {}).values():
+            events = overlay.get("link_events", {})
+            total["link up events"] += events.get("up", 0)
+            total["link down events"] += events.get("down", 0)
+            for key, value in overlay.get("switch", {}).items():
+                total[f"switch {key}"] += value
+            for group in ("drops", "frb_errors", "segment_errors"):
+                for reason, value in overlay.get(group, {}).items():
+                    total[f"{group} {reason}"] += value
+            for _port, drops in overlay.get("port_drops", {}).items():
+                for reason, value in drops.items():
+                    total[f"port_drops {reason}"] += value
+            total["broadcasts received"] += overlay.get("broadcasts", {}).get("received", 0)
+            transit = overlay.get("transit", {})
+            if isinstance(transit, dict):
+                for key, value in transit.items():
+                    if isinstance(value, int):
+                        total[f"transit {key}"] += value
+    return total
+
+
+def log_sizes(lab: Lab) -> dict[int, int]:
+    return {node.index: lab.daemon_log(node.index).stat().st_size for node in lab.nodes}
+
+
+def links_down(lab: Lab, since: dict[int, int]) -> collections.Counter[str]:
+    """Why links went down since `since` (each daemon's log: "link down peer=... (REASON, was KIND)")."""
+    reasons: collections.Counter[str] = collections.Counter()
+    for node in lab.nodes:
+        with lab.daemon_log(node.index).open("rb") as log:
+            log.seek(since.get(node.index, 0))
+            for line in log.read().decode(errors="replace").splitlines():
+                if " link down peer=" in line and "(" in line:
+                    reasons[line.rsplit("(", 1)[1].rstrip(")")] += 1
+    return reasons
+
+
+def delta(before: collections.Counter[str], after: collections.Counter[str]) -> dict[str, int]:
+    return {key: after[key] - before[key] for key in sorted(set(before) | set(after)) if after[key] != before[key]}
+
+
+def retry(lab: Lab, failed: tuple[str, ...], timeout: float) -> tuple[int, list[float]]:
+    """Ping each failed pair again with a long timeout: how many answer, and their times (ms)."""
+    by_name = {node.name: node for node in lab.nodes}
+    answered, times = 0, []
+    for pair in failed:
+        a, b = (by_name[name] for name in pair.split("->"))
+        done = lab.exec(a.index, ["ping", "-c", "1", "-W", f"{timeout:g}", str(b.overlay_address.ip)], check=False,
+                        timeout=timeout + 10)
+        if done.returncode == 0:
+            answered += 1
+            for word in done.stdout.split():
+                if word.startswith("time="):
+                    times.append(float(word[5:]))
+    return answered, times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--nodes", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=2.0, help="per ping, as `evio lab pingall` (default 2)")
+    parser.add_argument("--name", default="pa")
+    args = parser.parse_args()
+    lab = Lab.up(args.name, nodes=args.nodes, nat="mixed", daemons=True)
+    try:
+        started = time.monotonic()
+        _, closed = wait_ring(lab, 60.0 + 4.0 * args.nodes)
+        print(f"n={args.nodes}: ring {'closed' if closed else 'NOT closed'} {time.monotonic() - started:.1f} s after "
+              f"the daemons were ready (load average {os.getloadavg()[0]:.1f})", flush=True)
+        for round_ in range(1, args.rounds + 1):
+            before, sizes = counters(lab), log_sizes(lab)
+            load = os.getloadavg()[0]
+            summary = all_pairs_ping(lab, 1, args.timeout)
+            after = counters(lab)
+            print(f"\nround {round_} (load average {load:.1f} before, {os.getloadavg()[0]:.1f} after): {summary.text()}")
+            by_source = collections.Counter(pair.split("->")[0] for pair in summary.failed)
+            by_target = collections.Counter(pair.split("->")[1] for pair in summary.failed)
+            print(f"  failed pairs by source: {dict(by_source.most_common(6))}; by target: {dict(by_target.most_common(6))}")
+            print("  counters that changed during the round, summed over the daemons:")
+            for key, value in delta(before, after).items():
+                print(f"    {key:<44} {value:>8}")
+            print(f"  links down, why (daemon logs): {dict(links_down(lab, sizes).most_common())}")
+            if summary.failed:
+                answered, times = retry(lab, summary.failed, 10.0)
+                shown: Any = sorted(times)[-5:]
+                print(f"  the {len(summary.failed)} failed pairs again, one ping of up to 10 s each: {answered} answered"
+                      f"; slowest {shown} ms (load average {os.getloadavg()[0]:.1f})", flush=True)
+    finally:
+        lab.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
