@@ -106,6 +106,7 @@ def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
     from evio.node.plan import plan_node
     from evio.node.platform import SystemPlatform
     from evio.sdn.controller_socket import controller_socket_path
+    from evio.tunnel.path.candidates import underlay_ipv6_addresses
 
     try:
         node_id = resolve_node_id(config, FileStateDir(config.node.state_dir))
@@ -119,7 +120,8 @@ def _run(config: Config, config_name: str, use_uvloop: bool) -> int:
     controller_socket = controller_socket_path(ovs_run_dir(), Path(config.node.state_dir))
     kernel_module = openvswitch_module_loaded()
     try:
-        plan = plan_node(config, node_id, controller_socket=controller_socket, kernel_module_loaded=kernel_module)
+        plan = plan_node(config, node_id, controller_socket=controller_socket, kernel_module_loaded=kernel_module,
+                         ipv6_addresses=underlay_ipv6_addresses)
     except (OSError, ValueError) as exc:  # a password file changed since the check (FileCheckError is a ValueError)
         print(f"evio run: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE_CONFIG
@@ -177,6 +179,7 @@ async def reload_config(
     from evio.node.errors import NodeConfigError
     from evio.node.plan import plan_node
     from evio.node.reload import ReloadRefused
+    from evio.tunnel.path.candidates import underlay_ipv6_addresses
 
     state_dir = running.node.state_dir
     log.info("reload: reading %s", config_name)
@@ -201,7 +204,8 @@ async def reload_config(
         if config.node.state_dir != state_dir:
             raise ReloadRefused(f"node.state_dir changed ({state_dir} -> {config.node.state_dir}); restart the daemon")
         node_id = resolve_node_id(config, FileStateDir(state_dir))
-        plan = plan_node(config, node_id, controller_socket=controller_socket, kernel_module_loaded=kernel_module)
+        plan = plan_node(config, node_id, controller_socket=controller_socket, kernel_module_loaded=kernel_module,
+                         ipv6_addresses=underlay_ipv6_addresses)
         change = await node.reload(plan)
     except (ConfigError, NodeConfigError, ReloadRefused) as exc:
         log.error("reload refused, the running config stays: %s: %s", config_name, exc)

@@ -27,6 +27,7 @@ Datapath = Literal["auto", "system", "netdev"]
 Switching = Literal["bounded-flood", "stp"]
 TunnelDatapath = Literal["auto", "native", "python"]
 TurnTransport = Literal["auto", "udp", "tcp", "tls"]
+UnderlayFamily = Literal["ipv4", "ipv6"]
 SWITCHING_MODES: tuple[Switching, ...] = ("bounded-flood", "stp")
 InterfaceAddress = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -193,6 +194,9 @@ class NatTraversalConfig:
     deny_candidates: tuple[str, ...] = DEFAULT_DENY_CANDIDATES
     """Networks a peer's ICE candidates may not point at, besides those never tried (loopback,
     unspecified, link-local, multicast, broadcast, this node's own addresses, the overlay's subnet)."""
+    underlay_families: tuple[UnderlayFamily, ...] = ("ipv4", "ipv6")
+    """The address families tunnels may use underneath (candidates gathered, signalled and tried); each
+    only where the host has an address of it (docs/decisions/0048-ipv6-underlays.md)."""
 
 
 @dataclass(frozen=True)

@@ -353,6 +353,9 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
                                        base_dir))
         problems.extend(_deny_problems(_dict(overlay.get("nat_traversal")).get("deny_candidates"),
                                        (*at, "nat_traversal", "deny_candidates")))
+        if _dict(overlay.get("nat_traversal")).get("underlay_families") == []:
+            problems.append(Problem(json_path((*at, "nat_traversal", "underlay_families")),
+                                    'names no family: give "ipv4", "ipv6" or both (leave it out for both)'))
         if isinstance(overlay.get("trust"), dict):
             problems.extend(_trust_problems(overlay["trust"], (*at, "trust"), base_dir))
         problems.extend(_switching_problems(overlay, at))

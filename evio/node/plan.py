@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -72,7 +72,11 @@ def plan_node(
     read_password: Callable[[SignalConfig], str | None] = signal_password,
     read_turn_password: Callable[[TurnServer], str | None] = turn_password,
     now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ipv6_addresses: Callable[[Sequence[str]], Sequence[object]] = lambda excluded: (),
 ) -> NodePlan:
+    """``ipv6_addresses(excluded networks)``: the host's IPv6 addresses a tunnel could use, outside the
+    overlays' subnets (the daemon passes `evio.tunnel.path.candidates.underlay_ipv6_addresses`; none by
+    default: IPv4 only)."""
     accounts: dict[str, tuple[SignalConfig, list[str]]] = {}
     for overlay in config.overlays.values():
         signal = overlay.signal
@@ -100,8 +104,9 @@ def plan_node(
         if (address := ov.bridge.address_for(node_id)) is not None
     )
     plans = []
+    host_ipv6 = bool(ipv6_addresses(overlay_networks))
     for index, overlay in enumerate(config.overlays.values()):
-        tunnel = from_overlay_config(overlay)
+        tunnel = from_overlay_config(overlay, host_ipv6=host_ipv6)
         # No overlay's own addresses may carry another overlay's tunnels.
         tunnel = replace(tunnel, tap_prefix=tap_prefix(index), ice=replace(tunnel.ice, exclude_networks=overlay_networks))
         if any(turn.password_file is not None for turn in overlay.nat_traversal.turn):
@@ -119,7 +124,9 @@ def plan_node(
             controller_port=controller_port,
             controller_socket=str(controller_socket) if controller_socket is not None else None,
             overlay_address=str(address) if (address := overlay.bridge.address_for(node_id)) is not None else None,
-            mtu=overlay.bridge.effective_mtu,  # checked against the tunnels' by the config (evio.config.model)
+            # Checked against the tunnels' by the config (evio.config.model); unset, the tunnels' here, which
+            # is lower than the config's on a host with IPv6 underlay paths.
+            mtu=overlay.bridge.mtu if overlay.bridge.mtu is not None else tunnel.tap_mtu,
             datapath_id=dpid,
             switching=overlay.bridge.switching,
             rstp_address=rstp_address_for(node_id) if overlay.bridge.switching == "stp" else None,

@@ -223,6 +223,7 @@ class Host(Namespace):
         self.paths = tuple(paths)
         self.address = ""  # its own interface address, set by whoever wires it
         self.public_address = ""  # where the internet sees it: its NAT router's, or its own
+        self.ipv6_address = ""  # its IPv6 address on the internet (no NAT for IPv6), if it has one
         self.processes: list[HostProcess] = []
         self._fstab = root.parent / f"{hostname}.fstab"
         self._logs = root.parent / f"{hostname}-logs"

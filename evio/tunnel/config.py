@@ -87,14 +87,19 @@ class TunnelSettings:
 
     @property
     def tap_mtu(self) -> int:
+        """Sized for the larger header of the families in use: a node with IPv6 paths leaves room for
+        the IPv6 header on all of them (20 bytes more than IPv4), so no frame is too big for its v6 paths."""
         return tap_mtu(self.underlay_mtu, ipv6_underlay=self.ice.use_ipv6)
 
     def tap_name(self, peer: int) -> str:
         return tap_name(self.tap_prefix, peer)
 
 
-def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
-    """The tunnel settings of one overlay of the daemon's config file."""
+def from_overlay_config(overlay: OverlayConfig, host_ipv6: bool = False) -> TunnelSettings:
+    """The tunnel settings of one overlay of the daemon's config file.
+
+    ``host_ipv6``: the host has an IPv6 address a tunnel could use (evio.node.plan asks the host); IPv6
+    is used where the overlay's ``nat_traversal.underlay_families`` allows it and the host has it."""
     from evio.config.model import split_host_port
 
     nat = overlay.nat_traversal
@@ -107,6 +112,8 @@ def from_overlay_config(overlay: OverlayConfig) -> TunnelSettings:
         stun=tuple(split_host_port(s) for s in nat.stun),
         turn=tuple(turn),
         direct_timeout=nat.direct_timeout,
+        use_ipv4="ipv4" in nat.underlay_families,
+        use_ipv6="ipv6" in nat.underlay_families and host_ipv6,
         deny_candidates=nat.deny_candidates,
         exclude_networks=(
             (str(overlay.bridge.address.network),) if overlay.bridge.address

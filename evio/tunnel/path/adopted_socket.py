@@ -224,6 +224,10 @@ def adopt(protocol: StunProtocol, remote_addr: tuple[str, int]) -> AioiceUnderla
         channel = inner.peer_to_channel.get(remote_addr)
         if channel is None:
             raise SetupError(f"no TURN channel bound to {remote_addr}")
-        return AioiceUnderlay(_adopt_transport(inner, inner.server), inner.server, channel)
+        # The address the socket is connected to, not aioice's ``server``, which is the configured
+        # host: a DNS name (the data path's sendmmsg wants an address; sendto would resolve per datagram).
+        peername = inner.transport.get_extra_info("peername")
+        server = (str(peername[0]), int(peername[1])) if peername else inner.server
+        return AioiceUnderlay(_adopt_transport(inner, server), server, channel)
     return AioiceUnderlay(_adopt_transport(protocol), remote_addr, None)
 

@@ -19,7 +19,13 @@ Process-wide, by ``configure_aioice``:
    ``_observed``: aioice leaves its STUN and TURN queries running unobserved
    when their gathering is cancelled; each query's outcome is retrieved
    (``GATHER_FAILED``) and its task handed to the agent, which closes a TURN
-   allocation nobody took (``gathering``).
+   allocation nobody took (``gathering``). The STUN query is ours
+   (``_server_reflexive``): aioice resolves the server with
+   ``gethostbyname``, IPv4 only, so a server given by IPv6 address or AAAA
+   name was never asked; ours resolves it in the family of the socket that
+   asks. Every host socket, IPv4 and IPv6, asks every STUN server
+   (``servers.ServerGathering.reflexive``: an IPv6 mapping other than the
+   host's own address, NPTv6 or NAT66, is a server-reflexive candidate).
 4. Module constants: ``aioice.stun.RETRY_RTO`` (``IceConfig.stun_rto``: a
    dropped first check costs 0.1 s, not 0.5 s), ``aioice.ice.CONSENT_FAILURES``
    (never: liveness, on authenticated records and stretched with the loop's
@@ -53,14 +59,17 @@ import collections
 import contextlib
 import contextvars
 import functools
+import ipaddress
 import logging
+import socket
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import aioice
+import aioice.candidate
 import aioice.stun
-from aioice import Connection
+from aioice import Candidate, Connection
 
 from evio.ratelimit import LogLimiter
 from evio.tunnel.path.candidates import Network, in_networks
@@ -197,9 +206,33 @@ def _observed(kind: str, query: Callable[..., Coroutine[Any, Any, Any]]) -> Call
 
 def _install_query_observers() -> None:
     # aioice looks both up in its module when it starts a gathering.
-    for name, kind in (("server_reflexive_candidate", "srflx"), ("relayed_candidate", "relay")):
+    for name, kind, query in (("server_reflexive_candidate", "srflx", _server_reflexive),
+                              ("relayed_candidate", "relay", None)):
         if not getattr(getattr(aioice.ice, name), "_evio_observed", False):
-            setattr(aioice.ice, name, _observed(kind, getattr(aioice.ice, name)))
+            setattr(aioice.ice, name, _observed(kind, query or getattr(aioice.ice, name)))
+
+
+async def _server_reflexive(protocol: aioice.ice.StunProtocol, stun_server: tuple[str, int]) -> tuple[Candidate, None]:
+    """aioice's ``server_reflexive_candidate``, the server resolved in the family of ``protocol``'s socket."""
+    local = protocol.local_candidate
+    family = socket.AF_INET6 if ipaddress.ip_address(local.host.partition("%")[0]).version == 6 else socket.AF_INET
+    infos = await asyncio.get_running_loop().getaddrinfo(stun_server[0], stun_server[1], family=family,
+                                                         type=socket.SOCK_DGRAM)
+    server = (str(infos[0][4][0]), int(infos[0][4][1]))
+    request = aioice.stun.Message(message_method=aioice.stun.Method.BINDING, message_class=aioice.stun.Class.REQUEST)
+    response, _ = await protocol.request(request, server)
+    mapped = response.attributes["XOR-MAPPED-ADDRESS"]
+    return Candidate(
+        foundation=aioice.candidate.candidate_foundation("srflx", "udp", local.host),
+        component=local.component,
+        transport=local.transport,
+        priority=aioice.candidate.candidate_priority(local.component, "srflx"),
+        host=mapped[0],
+        port=mapped[1],
+        type="srflx",
+        related_address=local.host,
+        related_port=local.port,
+    ), None
 
 
 # -- 4. consent ----------------------------------------------------------------------

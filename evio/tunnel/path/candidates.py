@@ -138,6 +138,30 @@ def in_networks(host: str, networks: Sequence[Network]) -> bool:
     return any(address in net for net in networks)
 
 
+def family_of(host: str) -> int | None:
+    """4 or 6 for an address (an IPv4-mapped IPv6 address is 4), None for a name (mDNS)."""
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return 4
+    return address.version
+
+
+def underlay_ipv6_addresses(exclude: Sequence[str] = ()) -> list[ipaddress.IPv6Address]:
+    """This host's IPv6 addresses a tunnel could use: not loopback, link-local, multicast, nor in ``exclude``
+    (the overlays' own subnets: a bridge's IPv6 address is no underlay). ULAs count: a site's peers use them."""
+    networks = [ipaddress.ip_network(n, strict=False) for n in exclude]
+    found = []
+    for address in local_networks().addresses:
+        if (isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is None and not address.is_loopback
+                and not address.is_link_local and not address.is_multicast and not address.is_unspecified
+                and not _within(address, networks)):
+            found.append(address)
+    return sorted(found)
+
+
 def _within(address: Address, networks: Sequence[Network]) -> bool:
     return any(address.version == net.version and address in net for net in networks)
 

@@ -79,6 +79,7 @@ from evio.tunnel.path.candidates import (
     CandidatePolicy,
     Network,
     candidate_drop,
+    family_of,
     in_networks,
     local_networks,
 )
@@ -136,7 +137,10 @@ class IceConfig:
     peer until it follows) before its allocation is released; also how long the controlled side
     waits for the peer's first record on the direct path."""
     stun_rto: float = 0.1
+    use_ipv4: bool = True
     use_ipv6: bool = False
+    """The underlay families candidates are gathered and signalled in (nat_traversal.underlay_families,
+    IPv6 only where the host has it: evio.node.plan); aioice pairs only candidates of one family."""
     exclude_networks: tuple[str, ...] = ()
     """Never gather, signal or try candidates in these networks (the overlays' own subnets)."""
     deny_candidates: tuple[str, ...] = NatTraversalConfig.deny_candidates
@@ -200,6 +204,7 @@ class IceAgent:
         self.controlling = controlling
         self._excluded: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config.exclude_networks]
         self._denied = tuple(ipaddress.ip_network(n, strict=False) for n in config.deny_candidates)
+        self._versions = frozenset(v for v, used in ((4, config.use_ipv4), (6, config.use_ipv6)) if used)
         self.dropped_candidates: collections.Counter[CandidateDrop] = collections.Counter()
         self.direct: Connection | None = None
         self.relay: Connection | None = None
@@ -207,9 +212,10 @@ class IceAgent:
         self._servers = ServerGathering()
         self._user, self._now = user, now
         if config.relay is not RelayPolicy.ONLY:
-            self.direct = Connection(ice_controlling=controlling, use_ipv6=config.use_ipv6)
+            self.direct = Connection(ice_controlling=controlling, use_ipv4=config.use_ipv4, use_ipv6=config.use_ipv6)
         if config.turn and config.relay is not RelayPolicy.NEVER:
-            self.relay = Connection(ice_controlling=controlling, transport_policy=TransportPolicy.RELAY, use_ipv6=config.use_ipv6)
+            self.relay = Connection(ice_controlling=controlling, transport_policy=TransportPolicy.RELAY,
+                                    use_ipv4=config.use_ipv4, use_ipv6=config.use_ipv6)
         if self.direct is None and self.relay is None:
             raise IceFailed("no ICE connection possible: relay only, but no TURN server configured")
         for conn in (self.direct, self.relay):
@@ -278,7 +284,10 @@ class IceAgent:
     def _parameters(self, conn: Connection | None) -> IceParameters | None:
         if conn is None or not conn.local_candidates:
             return None
-        cands = tuple("candidate:" + c.to_sdp() for c in conn.local_candidates if not self._is_excluded(c.host))
+        # A TURN server may relay in a family this overlay does not use (coturn allocates by the client's
+        # family or its default): such a relayed candidate is not signalled.
+        cands = tuple("candidate:" + c.to_sdp() for c in conn.local_candidates
+                      if not self._is_excluded(c.host) and family_of(c.host) in self._versions)
         return IceParameters(conn.local_username, conn.local_password, cands)
 
     async def set_remote(self, direct: IceParameters | None, relay: IceParameters | None) -> None:

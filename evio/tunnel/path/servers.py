@@ -29,7 +29,6 @@ UDP the next tunnels start with TCP instead of waiting ``STREAM_AFTER`` again.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import ssl
 import time
@@ -214,26 +213,34 @@ class ServerGathering:
     # -- 2. server-reflexive --------------------------------------------------------
 
     async def reflexive(self, conn: Connection, servers: Sequence[tuple[str, int]]) -> None:
-        """Ask every STUN server from every IPv4 host socket of ``conn``; add the mappings as candidates.
+        """Ask every STUN server from every host socket of ``conn``, IPv4 and IPv6 (each server resolved in the
+        asking socket's family: aioice_patches 3); add the mappings as candidates. An IPv6 mapping that is the
+        host's own address (no NAT66 or NPTv6 on the way, the usual case) adds nothing.
 
         Runs until every query is answered or failed: the caller's deadline cancels the rest (``unanswered``)."""
-        protocols = [p for p in conn._protocols if p.local_candidate is not None and p.local_candidate.type == "host"
-                     and ipaddress.ip_address(p.local_candidate.host).version == 4]  # fmt: skip
+        protocols = [p for p in conn._protocols if p.local_candidate is not None and p.local_candidate.type == "host"]
+
+        async def ask(protocol: Any, server: tuple[str, int]) -> tuple[Candidate, Candidate]:
+            # Through aioice's module: its query observer (aioice_patches 3) and any later patch apply.
+            candidate, _ = await aioice.ice.server_reflexive_candidate(protocol, server)
+            return candidate, protocol.local_candidate
+
         queries: dict[asyncio.Task[Any], tuple[str, int]] = {}
         for server in servers:
             for protocol in protocols:
-                # Through aioice's module: its query observer (aioice_patches 3) and any later patch apply.
-                queries[asyncio.create_task(aioice.ice.server_reflexive_candidate(protocol, server))] = server
+                queries[asyncio.create_task(ask(protocol, server))] = server
         self._stun_queries = queries
         for task in asyncio.as_completed(list(queries)):
             try:
-                candidate, _ = await task
+                candidate, host = await task
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - reported below, by server, once all are in
                 continue
-            _add_candidate(conn, candidate)
             self._answered()
+            if ":" in host.host and (candidate.host, candidate.port) == (host.host, host.port):
+                continue
+            _add_candidate(conn, candidate)
         self._report_stun(queries)
 
     def unanswered(self) -> None:
