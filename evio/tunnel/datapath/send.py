@@ -252,9 +252,11 @@ class SendPath(FdState):
                             complete_checksum(buf, VNET_HDR_LEN, n, csum_start, csum_offset)
                         seal(VNET_HDR_LEN, n)
                     else:
-                        if path_frame < max_frame and _first_segment(buf, VNET_HDR_LEN, csum_start, gso_size) > path_frame:
-                            self._too_big(buf[VNET_HDR_LEN:n])
-                            continue
+                        if path_frame < max_frame:
+                            # The path takes less than the sender's segments (evio.tunnel.pmtu): cut them to fit
+                            # it, as the native ring does; the sender's TCP needs no ICMP answer and loses nothing.
+                            headers = _first_segment(buf, VNET_HDR_LEN, csum_start, gso_size) - gso_size
+                            gso_size = min(gso_size, max(path_frame - headers, 1))
                         vnet = VnetHeader(flags, gso_type, 0, gso_size, csum_start, csum_offset)
                         segment_tcp(buf, VNET_HDR_LEN, length, vnet, max_frame, seal)
                         self._gso_reads += 1
