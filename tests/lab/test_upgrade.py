@@ -40,6 +40,7 @@ from evio.lab.node_config import bridge_name
 from evio.node.control_client import ControlError
 from evio.testing.labs import LabFactory
 from evio.testing.scenarios import Figure, copies_per_node
+from evio.tunnel import pmtu
 
 NODES = 4
 # One successor each, nothing else: a ring of four links, each one old-new (see the module docstring).
@@ -52,6 +53,11 @@ STREAM_MESSAGES = 60  # echoed on each TCP stream: 3 s at its 20 messages a seco
 # What a node counts or logs when it does not understand a peer. Status counters first:
 SWITCH_DROPS = ("MALFORMED_FRB", "FORWARD_TYPE", "UNKNOWN_FRB_TYPE")  # Bounded Flood drop reasons
 TUNNEL_DROPS = ("bad-control", "unknown-control")  # evio.tunnel.datapath.interface.DropReason values
+# This release's path MTU probes (docs/decisions/0050): the previous release refuses any feature announcement, so
+# it cannot be told of them, and counts each as bad-control. A search is MAX_PROBES rounds of 5 sizes; unanswered,
+# the path MTU stays "assumed" and nothing more is sent until pmtu's re-search (600 s, longer than these tests).
+# Those are tolerated on a tunnel, and not one more.
+PMTU_PROBES = pmtu.MAX_PROBES * 5
 # ... and log lines, for what a status does not count (signal drops, negotiation bodies, tunnel offers).
 MISUNDERSTOOD = re.compile(
     r"malformed|signal drop (?:unknown_kind|unsupported_version)|bad announcement|unknown_action|unknown field",
@@ -277,6 +283,8 @@ def misunderstood(lab: Lab) -> list[str]:
             problems.append(f"{node.name}: switch drops {drops}")
         for link in ov.get("links", []):
             bad = {k: v for k, v in link.get("drops", {}).items() if k in TUNNEL_DROPS}
+            if bad.get("bad-control", 0) <= PMTU_PROBES:
+                bad.pop("bad-control", None)
             if bad:
                 problems.append(f"{node.name}: tunnel to {link['peer_name']} dropped {bad}")
         text = lab.daemon_log(node.index).read_text(errors="replace")
