@@ -42,9 +42,10 @@ from evio.tunnel.errors import TunnelError
 from evio.tunnel.liveness import LivenessConfig, keepalive_for
 from evio.tunnel.manager import TunnelManager
 from evio.tunnel.path.dtls import TunnelCertificate
-from evio.tunnel.path.ice import IceConfig, RelayPolicy, TurnRelay
+from evio.tunnel.path.ice import IceConfig, RelayPolicy
 from evio.tunnel.path.servers import parse_turn_uri
 from evio.tunnel.path.trust import TrustAnchor
+from evio.tunnel.path.turn_credentials import TurnRelay
 from evio.tunnel.session import TunnelDown, TunnelEvent, TunnelUp, default_datapath_factory
 
 logger = logging.getLogger(__name__)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
+from evio.node.ethertype_socket import read_broadcasts
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate, TokenBucket
 from evio.signal import host_claims
 from evio.signal.events import RevocationAdopted, Subscription
@@ -44,7 +45,6 @@ BROADCAST = b"\xff" * 6
 MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 SENDER_RATE = Rate(1.0, 5)  # announcements a second per sender MAC checked (each node sends one a minute)
 VERIFY_RATE = Rate(50.0, 200)  # signature checks a second for all senders (each about 0.2 ms)
-READ_BATCH = 64
 
 
 class HostClaimsFlood:
@@ -167,20 +167,8 @@ class HostClaimsFlood:
     # -- receiving ----------------------------------------------------------------------------
 
     def _readable(self) -> None:
-        if self._sock is None:
-            return
-        for _ in range(READ_BATCH):
-            try:
-                data, address = self._sock.recvfrom(2048)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self.counts["read_failed"] += 1
-                log.debug("host announcement read on %s failed: %s", self.ifname, exc)
-                return
-            if address[2] == socket.PACKET_OUTGOING:
-                continue  # our own, seen leaving
-            self.receive(data, bytes(address[4][:6]))
+        if self._sock is not None:
+            read_broadcasts(self._sock, self.counts, log, f"host announcement on {self.ifname}", self.receive)
 
     def receive(self, data: bytes, sender: bytes) -> None:
         """One announcement's bytes from MAC `sender`."""

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
+from evio.node.ethertype_socket import read_broadcasts
 from evio.signal.events import RevocationAdopted, Subscription
 from evio.signal.identity import MAX_DOCUMENT_BYTES, list_to_text
 from evio.signal.interface import Signaling
@@ -58,7 +59,6 @@ ASSEMBLY_TIMEOUT = 5.0
 ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
 ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
 HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
-READ_BATCH = 64
 
 
 @dataclass
@@ -189,20 +189,8 @@ class RevocationFlood:
     # -- receiving ----------------------------------------------------------------------------
 
     def _readable(self) -> None:
-        if self._sock is None:
-            return
-        for _ in range(READ_BATCH):
-            try:
-                data, address = self._sock.recvfrom(2048)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self.counts["read_failed"] += 1
-                log.debug("revocation flood read on %s failed: %s", self.ifname, exc)
-                return
-            if address[2] == socket.PACKET_OUTGOING:
-                continue  # our own broadcast, seen leaving
-            self.receive(data, bytes(address[4][:6]))
+        if self._sock is not None:
+            read_broadcasts(self._sock, self.counts, log, f"revocation flood on {self.ifname}", self.receive)
 
     def receive(self, data: bytes, sender: bytes) -> None:
         """One frame's payload from MAC `sender`."""

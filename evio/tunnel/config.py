@@ -10,8 +10,9 @@ from evio.config.model import Cipher, LimitsConfig, TunnelConfig, TunnelDatapath
 from evio.tunnel.datapath.keys import RekeyPolicy
 from evio.tunnel.datapath.mtu import tap_mtu
 from evio.tunnel.liveness import LivenessConfig, keepalive_for
-from evio.tunnel.path.ice import IceConfig, TurnRelay
+from evio.tunnel.path.ice import IceConfig
 from evio.tunnel.path.trust import TrustAnchor
+from evio.tunnel.path.turn_credentials import TurnRelay
 
 if TYPE_CHECKING:
     from evio.config.model import OverlayConfig

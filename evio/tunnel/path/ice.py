@@ -69,7 +69,7 @@ from typing import Any
 import aioice
 from aioice import Candidate, Connection, TransportPolicy
 
-from evio.config.model import NatTraversalConfig, TurnServer
+from evio.config.model import NatTraversalConfig
 from evio.tunnel.errors import GatherTimeout, IceFailed
 from evio.tunnel.path.adopted_socket import AioiceUnderlay, adopt
 from evio.tunnel.path.aioice_patches import check_at_once, configure_aioice, gathering, hasten_checks
@@ -90,7 +90,7 @@ from evio.tunnel.path.path_kind import PathKind
 from evio.tunnel.path.servers import ServerGathering, ServerProblem, transport_of
 from evio.tunnel.path.stream_relay import StreamRelayUnderlay, adopt_stream, watch_stream
 from evio.tunnel.path.stun_guard import StunDrop
-from evio.tunnel.path.turn_credentials import TurnCredentials, rest_credentials
+from evio.tunnel.path.turn_credentials import TurnRelay
 
 logger = logging.getLogger(__name__)
 
@@ -101,28 +101,6 @@ class RelayPolicy(enum.Enum):
     NEVER = "never"
     ONLY = "only"
     """Always relay (tests, or when direct paths are known to be blocked)."""
-
-
-@dataclass(frozen=True)
-class TurnRelay:
-    host: str
-    port: int
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    secret: str | None = field(default=None, repr=False)
-    """REST API shared secret: time-limited credentials are derived from it."""
-    credential_ttl: float = TurnServer.ttl
-    transport: str = TurnServer.transport
-    """"auto", "udp", "tcp" or "tls" (servers.attempts)."""
-    tls_port: int = TurnServer.tls_port
-    ca_file: str | None = None
-
-    def credentials(self, user: str, now: float) -> TurnCredentials:
-        if self.secret is not None:
-            return rest_credentials(self.secret, user, now, self.credential_ttl)
-        if self.username is None or self.password is None:
-            raise ValueError("a TURN server needs a username and password or a REST secret")
-        return TurnCredentials(self.username, self.password)
 
 
 @dataclass(frozen=True)

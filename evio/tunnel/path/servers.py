@@ -34,15 +34,13 @@ import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aioice
 from aioice import Candidate, Connection
 
 from evio.ratelimit import LogLimiter
-
-if TYPE_CHECKING:
-    from evio.tunnel.path.ice import TurnRelay
+from evio.tunnel.path.turn_credentials import TurnRelay
 
 logger = logging.getLogger(__name__)
 

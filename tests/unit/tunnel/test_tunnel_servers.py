@@ -21,9 +21,9 @@ from aioice import Candidate, Connection, TransportPolicy
 
 from evio.testing.waiting import wait_until
 from evio.tunnel.path import servers
-from evio.tunnel.path.ice import TurnRelay
 from evio.tunnel.path.servers import Attempt, RelayMemory, ServerGathering, attempts, describe
 from evio.tunnel.path.stream_relay import HIGH_WATER, StreamBridge, split_stream
+from evio.tunnel.path.turn_credentials import TurnRelay
 
 # -- the order of transports ------------------------------------------------------------
 

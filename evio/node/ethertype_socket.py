@@ -1,0 +1,28 @@
+"""Reading an ethertype's broadcasts from the bridge's own port (revocation_flood.py, host_claims.py)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import Counter
+from collections.abc import Callable
+
+READ_BATCH = 64  # frames read per wake-up, so a flood cannot hold the loop
+
+
+def read_broadcasts(sock: socket.socket, counts: Counter[str], log: logging.Logger, what: str,
+                    receive: Callable[[bytes, bytes], None]) -> None:
+    """Hand each frame waiting on `sock` (an AF_PACKET socket) to `receive(data, sender MAC)`, at most READ_BATCH;
+    our own sends, seen leaving, are skipped. A failed read is counted (`read_failed`) and ends the batch."""
+    for _ in range(READ_BATCH):
+        try:
+            data, address = sock.recvfrom(2048)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            counts["read_failed"] += 1
+            log.debug("%s read failed: %s", what, exc)
+            return
+        if address[2] == socket.PACKET_OUTGOING:
+            continue
+        receive(data, bytes(address[4][:6]))
