@@ -139,6 +139,7 @@ class SignalEndpoint:
         # even when absent (most recent last). One id may have passed through several (a tunnel made with one
         # outlives the id's hand-over to another: removing the first must still close it).
         self._known: OrderedDict[tuple[str, int, str], None] = OrderedDict()
+        self._known_of: dict[tuple[str, int], set[str]] = {}  # (overlay, node id) -> its accounts in `_known`
         self._timer: Timer | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
         self._inflight_by_peer: dict[str, int] = {}  # sender JID -> its requests being served
@@ -457,7 +458,7 @@ class SignalEndpoint:
             overlay, node_id, bare = key
             if key not in self._known or overlay in current.get(bare, frozenset()):
                 continue
-            del self._known[key]
+            self._unknow(key)
             holder = self._table.jid_of(overlay, node_id)
             if holder is not None and bare_jid(holder) == bare:
                 continue  # present: the table reports it, below
@@ -594,13 +595,21 @@ class SignalEndpoint:
         key = (overlay, node_id, bare)
         self._known.pop(key, None)
         self._known[key] = None
+        self._known_of.setdefault((overlay, node_id), set()).add(bare)
         while len(self._known) > self.limits.max_known_peers:
-            self._known.popitem(last=False)
+            self._unknow(next(iter(self._known)))
+
+    def _unknow(self, key: tuple[str, int, str]) -> None:
+        del self._known[key]
+        accounts = self._known_of[key[:2]]
+        accounts.discard(key[2])
+        if not accounts:
+            del self._known_of[key[:2]]
 
     def _forget_known(self, overlay: str, node_id: int) -> None:
         """`node_id`'s tunnels close: none of the accounts it passed through is remembered for it any more."""
-        for key in [k for k in self._known if k[0] == overlay and k[1] == node_id]:
-            del self._known[key]
+        for bare in list(self._known_of.get((overlay, node_id), ())):
+            self._unknow((overlay, node_id, bare))
 
     def _start_handler(self, request: Request, sender: str) -> None:
         mine = self._inflight_by_peer.get(sender, 0)

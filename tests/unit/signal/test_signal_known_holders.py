@@ -7,6 +7,7 @@ first account must still close it, so the endpoint remembers every account an id
 
 from __future__ import annotations
 
+from evio.signal.endpoint import EndpointLimits
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from tests.unit.signal.test_signal_fake import D, overlay, until, virtual_hub
 
@@ -61,4 +62,18 @@ async def test_only_the_removal_of_an_account_an_id_passed_through_reports_it() 
                                                             (3, RemovalCause.MEMBERSHIP_REVOKED)]
     assert 3 not in a.peers("ov1")
     for client in (a, b, c, d, moved, taker):
+        await client.stop()
+
+
+async def test_the_memory_stays_within_its_bound_as_ids_pass_between_accounts() -> None:
+    hub = virtual_hub()
+    a, *others = await overlay(hub, 4, limits=EndpointLimits(max_known_peers=3))
+    movers = [hub.client(f"n{2 + i % 3}@{D}", {"ov1": 10 + i}, resource=f"m{i}") for i in range(12)]
+    for mover in movers:  # each account cycles through new ids: one entry each, the oldest forgotten
+        await mover.start()
+        await until(hub, lambda m=mover: a.peers("ov1").get(m.node_id("ov1")) == m.full_jid)
+    assert len(a._known) == 3
+    assert sorted((k[1], k[2]) for k in a._known) == [(19, f"n2@{D}"), (20, f"n3@{D}"), (21, f"n4@{D}")]
+    assert a._known_of == {("ov1", 19): {f"n2@{D}"}, ("ov1", 20): {f"n3@{D}"}, ("ov1", 21): {f"n4@{D}"}}
+    for client in (a, *others, *movers):
         await client.stop()
