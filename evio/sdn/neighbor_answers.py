@@ -180,7 +180,11 @@ class NeighborAnswers:
                 entry.contested_until = now + self.max_age
             # The latest claim; not answered while contested, nor before it is confirmed.
             entry.mac, entry.router, entry.confirmed = msg.sender_mac, None, False
-        entry.confirmed = entry.confirmed or local or answers
+        # An answer confirms only an uncontested address: while two MACs speak for it, whichever answered last
+        # in the window would be confirmed, and answered for once the contest ends (review21c: the attacker
+        # answers after the owner, then keeps speaking while the owner is quiet). The first request after the
+        # contest floods again, and a lone answer to it confirms.
+        entry.confirmed = entry.confirmed or local or (answers and entry.contested_until <= now)
         entry.seen = now
         if msg.router is not None:
             entry.router = msg.router
