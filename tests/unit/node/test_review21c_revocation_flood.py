@@ -78,3 +78,27 @@ async def test_forged_have_senders_slow_the_periodic_have_a_missed_node_relies_o
           f"{took:.0f} s (virtual)" if late.signaling.list else f"L has no list after {took:.0f} s (virtual)")
     # Without the forged senders: within 1.5 * HAVE_PERIOD (every node's HAVE is due by then).
     assert late.signaling.list is not None
+
+
+@pytest.mark.xfail(strict=True, reason="review21c R3: one forged HAVE naming a newer serial makes every node "
+                   "broadcast HAVE, again every HAVE_INTERVAL: an N-fold amplifier of floods")  # fmt: skip
+async def test_a_forged_have_of_a_serial_nobody_holds_makes_every_node_broadcast() -> None:
+    """A HAVE naming a serial newer than ours makes a node say HAVE itself (so a holder sends the list). Nothing
+    checks that anyone holds it: one frame every HAVE_INTERVAL from A, and each of the N nodes floods a HAVE as
+    often, for as long as A goes on. Each flood reaches every node: N^2 frames for A's one."""
+    n = 16
+    medium, nodes, clock = fleet(n)
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(5)), "file")
+    await clock.advance(max(rf.REPEATS) + 0.01)
+    before = len(medium.frames)
+    forged = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.HAVE, 2**63, 0, 0)
+    seconds = 60
+    for _ in range(int(seconds / rf.HAVE_INTERVAL)):
+        for node in nodes:
+            node.receive(forged, HOSTILE)
+        await clock.advance(rf.HAVE_INTERVAL)
+    sent = len(medium.frames) - before
+    print(f"A sent {int(seconds / rf.HAVE_INTERVAL)} HAVEs in {seconds} s; the {n} nodes broadcast {sent} "
+          f"({sent * (n - 1)} frames delivered)")
+    # Without A: about one periodic HAVE per node per HAVE_PERIOD (none armed here). Allow a handful of asks.
+    assert sent <= 2 * n
