@@ -15,7 +15,7 @@ When it answers, and when it does not (the request is then flooded as before, so
   the rules on who may move a MAC apply to it too), heard within `max_age`;
 - only for an address *confirmed* here: spoken for on a leaf port (a local host, the owner's own port), or
   by a reply (ARP reply, neighbour advertisement) from that MAC within `ASK_WINDOW` after this switch flooded
-  a local host's request for it. A member's announcement alone is never answered for (issue 21, N1: any
+  a local host's request for it, while no other MAC contests the address (review21c). A member's announcement alone is never answered for (issue 21, N1: any
   member may announce any address; a first claim answered here would silence the owner, whom the request
   would no longer reach). The first request for an address floods, so the owner answers it as on any
   Ethernet, and a second MAC answering contests it (decision 0056);
