@@ -189,6 +189,14 @@ class Liveness:
         self._probe_deadline = self.probe_deadline()
         return [SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now))]
 
+    def revive(self, now: float) -> None:
+        """The data path moved to another path after this one went silent (a standby relay, decision 0057):
+        UP again, the silence counted from ``now``; a doubt on the new path is the owner's to start."""
+        if self.state is LivenessState.DOWN:
+            self.state = LivenessState.UP
+        self._rx_changed = now
+        self._probe_since = None
+
     def start(self, now: float) -> list[Action]:
         """The first HELLO, sent as soon as keys are in place."""
         self._last_hello = now

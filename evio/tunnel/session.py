@@ -89,6 +89,9 @@ Clock = Callable[[], float]
 _STATS_LOG_INTERVAL = 10.0
 _MAX_EARLY_RECORDS = 16
 _MOVE_NUDGES = (0.0, 0.05, 0.15, 0.3)  # pauses before each keepalive on a new path (0.5 s in all)
+SUSPECT_AFTER = 0.3
+"""With a standby relay ready: seconds records may go unanswered before the peer is probed (a TURN server lost
+over UDP shows only as silence); a probe unanswered in its deadline moves the data path to the standby (0057)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,8 @@ class Tunnel:
         self._pmtu_moves = 0  # the data path's path moves when it began
         self._standby: SelectedPath | None = None  # a relayed path on another TURN server, read beside ours (0057)
         self._standby_underlay: Any = None
+        self._rx_mark = self._tx_mark = 0  # the counts at the last tick (``_suspect``)
+        self._unanswered_since: float | None = None
 
     # -- public ------------------------------------------------------------------------
 
@@ -530,6 +535,7 @@ class Tunnel:
             stats = self._datapath.stats()
             patience = self._patience_now()
             self._execute(liveness.tick(now, stats.rx_records, stats.tx_records, patience))
+            self._suspect(now, stats)
             self._probe_path(now, stats)
             if stats.tx_epoch != tx_epoch:
                 tx_epoch, last_rekey = stats.tx_epoch, now
@@ -599,6 +605,8 @@ class Tunnel:
             elif isinstance(action, PeerAlive):
                 self._perform(self._handle(lifecycle.LinkAlive(self._clock())))
             elif isinstance(action, PeerDead):
+                if action.reason is DownReason.PEER_SILENT and self._silence_fails_over():
+                    continue
                 # Logged when decided: the teardown that follows (ICE, TURN, the TAP) takes a while.
                 logger.info("tunnel %s peer %032x dead: %s", self.info.tunnel_id, self.peer, action.reason.value)
                 self._link_down(action.reason.value)
@@ -617,6 +625,29 @@ class Tunnel:
     def relay_status(self) -> dict[str, Any] | None:
         """The relay's TURN allocations, its standby ("ready", "checking" or None) and failovers; None without a relay."""
         return self._ice.relay_status() if self._ice is not None else None
+
+    def _suspect(self, now: float, stats: DatapathStats) -> None:
+        """With a standby ready: records sent and none heard for ``SUSPECT_AFTER``: probe the peer now."""
+        if stats.rx_records != self._rx_mark:
+            self._rx_mark, self._unanswered_since = stats.rx_records, None
+        elif stats.tx_records != self._tx_mark and self._unanswered_since is None:
+            self._unanswered_since = now
+        self._tx_mark = stats.tx_records
+        if self._standby is not None and self._unanswered_since is not None and now - self._unanswered_since >= SUSPECT_AFTER:
+            self._unanswered_since = None
+            if self._liveness is not None:  # quietly: a one-way flow's sender asks this once an echo interval
+                self._execute(self._liveness.doubt(now, stats.rx_records))
+
+    def _silence_fails_over(self) -> bool:
+        """The peer went silent on a relayed path with a standby ready: move there instead of going down, and
+        probe the peer on it (that record is also what the peer follows); silent there too, the link goes down."""
+        path, liveness = self._path, self._liveness
+        if path is None or liveness is None or self._standby is None or not self._failed_over_from(path):
+            return False
+        logger.info("tunnel %s peer %032x: silent on its relayed path; trying the standby", self.info.tunnel_id, self.peer)
+        liveness.revive(self._clock())
+        self.doubt()
+        return True
 
     def _standby_ready(self, standby: SelectedPath) -> None:
         """The standby answered: the data path reads it beside the path, and follows the peer there."""

@@ -215,16 +215,21 @@ def _pings(netns: str, address: str) -> bool:
     return run(["ping", "-c1", "-W0.2", address], netns, check=False, timeout=5).returncode == 0
 
 
-def test_the_tunnel_moves_to_its_standby_when_the_turn_server_under_it_is_killed(lab_factory: LabFactory, workdir: Path) -> None:
+@pytest.mark.parametrize("ends", ["tcp+udp", "udp+udp"])
+def test_the_tunnel_moves_to_its_standby_when_the_turn_server_under_it_is_killed(lab_factory: LabFactory, workdir: Path,
+                                                                                 ends: str) -> None:  # fmt: skip
+    """tcp+udp: node 1's site drops UDP, its stream to the killed server closes and it moves; node 2 follows.
+    udp+udp: relay only, both ends on UDP: the server's death shows only as silence, and a probe unanswered moves both."""
     lab = lab_factory(nodes=2, nat="eim")
-    block_udp(lab, 1)
+    if ends == "tcp+udp":
+        block_udp(lab, 1)
     pub = lab.public
     ports = (pub.stun_port + 30, pub.stun_port + 40)
     with extra_coturn(lab, workdir / "t1", ports[0], (42000, 42999)) as first, \
             extra_coturn(lab, workdir / "t2", ports[1], (43000, 43999)) as second:  # fmt: skip
         coturns = {f"{pub.address}:{ports[0]}": first, f"{pub.address}:{ports[1]}": second}
-        with turn_endpoints(lab, workdir, list(coturns)) as pair:
-            assert pair.up_a["transport"] == "tcp", pair.up_a
+        with turn_endpoints(lab, workdir, list(coturns), [] if ends == "tcp+udp" else ["--relay", "only"]) as pair:
+            assert (pair.up_a["path"], pair.up_a["transport"]) == ("relay", ends.split("+")[0]), pair.up_a
             ping_both(lab)
 
             def standbys() -> bool:
@@ -243,12 +248,13 @@ def test_the_tunnel_moves_to_its_standby_when_the_turn_server_under_it_is_killed
             killed = time.monotonic()
             wait_until_blocking(lambda: _pings(n1.netns, str(n2.overlay_address.ip)), 30, what="a ping across again", interval=0.01)
             again = time.monotonic() - killed
-            print(f"\nTURN server under the tunnel killed: a ping crossed again after {again:.3f} s"
+            print(f"\n[{ends}] TURN server under the tunnel killed: a ping crossed again after {again:.3f} s"
                   f" (load {os.getloadavg()[0]:.2f})")  # fmt: skip
             ping_both(lab)
             after_a, after_b = pair.a.stats(), pair.b.stats()
             assert after_a["relay"]["server"] == after_b["relay"]["server"] == relay_a["standby_server"], (after_a, after_b)
             assert after_a["relay"]["failovers"] == after_b["relay"]["failovers"] == 1, (after_a, after_b)
+            assert not [e for e in (*pair.a.events, *pair.b.events) if e["event"] == "down"]  # moved, never re-made
             assert after_a["path"] == after_b["path"] == "relay", (after_a, after_b)
             _, received = ping_rtt(n2.netns, str(n1.overlay_address.ip), 20, 0.02)
             assert received == 20
