@@ -46,7 +46,7 @@ def ends(pair: CandidatePair) -> tuple[str | None, str | None]:
 
 
 def test_a_server_tag_is_one_per_server_and_ice_characters() -> None:
-    assert A != B and A == server_tag("192.0.2.1", 3478) and server_tag("TURN.example", 1) == server_tag("turn.example", 1)
+    assert A != B and server_tag("192.0.2.1", 3478) == A and server_tag("TURN.example", 1) == server_tag("turn.example", 1)
     assert len(A) == 15 and A.isalnum()
     assert tag_of(relayed(A, 1)) == A
     assert tag_of(relayed("1f2e3d", 1)) is None  # another implementation's foundation: no server known
