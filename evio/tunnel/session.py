@@ -190,7 +190,7 @@ class Tunnel:
         self._standby: SelectedPath | None = None  # a relayed path on another TURN server, read beside ours (0057)
         self._standby_underlay: Any = None
         self._rx_mark = self._tx_mark = 0  # the counts at the last tick (``_suspect``)
-        self._unanswered_since: float | None = None
+        self._heard_at = clock()  # the tick that saw the last record arrive
 
     # -- public ------------------------------------------------------------------------
 
@@ -627,16 +627,13 @@ class Tunnel:
         return self._ice.relay_status() if self._ice is not None else None
 
     def _suspect(self, now: float, stats: DatapathStats) -> None:
-        """With a standby ready: records sent and none heard for ``SUSPECT_AFTER``: probe the peer now."""
+        """With a standby ready: records sent since the last heard, which is ``SUSPECT_AFTER`` old: probe the peer now."""
         if stats.rx_records != self._rx_mark:
-            self._rx_mark, self._unanswered_since = stats.rx_records, None
-        elif stats.tx_records != self._tx_mark and self._unanswered_since is None:
-            self._unanswered_since = now
-        self._tx_mark = stats.tx_records
-        if self._standby is not None and self._unanswered_since is not None and now - self._unanswered_since >= SUSPECT_AFTER:
-            self._unanswered_since = None
-            if self._liveness is not None:  # quietly: a one-way flow's sender asks this once an echo interval
-                self._execute(self._liveness.doubt(now, stats.rx_records))
+            self._rx_mark, self._heard_at = stats.rx_records, now
+        sent, self._tx_mark = stats.tx_records != self._tx_mark, stats.tx_records
+        if self._standby is not None and sent and now - self._heard_at >= SUSPECT_AFTER and self._liveness is not None:
+            # Quietly: a one-way flow's sender asks this once an echo interval, and is answered in a round trip.
+            self._execute(self._liveness.doubt(now, stats.rx_records))
 
     def _silence_fails_over(self) -> bool:
         """The peer went silent on a relayed path with a standby ready: move there instead of going down, and
