@@ -564,7 +564,8 @@ class Tunnel:
         """Doubt the peer (its signaling presence went): an up tunnel it does not answer goes down within
         the probe deadline (a few RTTs, 0.25-1 s) instead of after the dead-peer time."""
         if self._liveness is not None and self._datapath_running:
-            actions = self._liveness.doubt(self._clock(), self._datapath.stats().rx_records)
+            rtt = self._ice.standby_rtt() if self._ice is not None else None
+            actions = self._liveness.doubt(self._clock(), self._datapath.stats().rx_records, rtt)
             if actions:
                 logger.info("tunnel %s peer %032x probed (deadline %.3f s)", self.info.tunnel_id, self.peer,
                             self._liveness.probe_deadline())
@@ -633,15 +634,17 @@ class Tunnel:
         sent, self._tx_mark = stats.tx_records != self._tx_mark, stats.tx_records
         if self._standby is not None and sent and now - self._heard_at >= SUSPECT_AFTER and self._liveness is not None:
             # Quietly: a one-way flow's sender asks this once an echo interval, and is answered in a round trip.
-            self._execute(self._liveness.doubt(now, stats.rx_records))
+            rtt = self._ice.standby_rtt() if self._ice is not None else None  # before echoes measured the path's
+            self._execute(self._liveness.doubt(now, stats.rx_records, rtt))
 
     def _silence_fails_over(self) -> bool:
         """The peer went silent on a relayed path with a standby ready: move there instead of going down, and
         probe the peer on it (that record is also what the peer follows); silent there too, the link goes down."""
         path, liveness = self._path, self._liveness
-        if path is None or liveness is None or self._standby is None or not self._failed_over_from(path):
+        if path is None or liveness is None or self._standby is None:
             return False
-        logger.info("tunnel %s peer %032x: silent on its relayed path; trying the standby", self.info.tunnel_id, self.peer)
+        if not self._failed_over_from(path, "silent on its relayed path"):
+            return False
         liveness.revive(self._clock())
         self.doubt()
         return True
@@ -658,7 +661,7 @@ class Tunnel:
         self._standby, self._standby_underlay = standby, underlay
         self._datapath.add_underlay(underlay, self._peer_failed_over)
 
-    def _failed_over_from(self, path: SelectedPath) -> bool:
+    def _failed_over_from(self, path: SelectedPath, why: str = "lost its TURN server") -> bool:
         """``path`` is lost: True when the tunnel runs (or now moved) on the standby of the same relay connection."""
         current = self._path
         if current is not None and current is not path and current.connection is path.connection and path.kind is PathKind.RELAY:
@@ -667,7 +670,7 @@ class Tunnel:
         if standby is None or path is not current or not self._datapath_running:
             return False
         self._datapath.move_underlay(self._standby_underlay)
-        self._switched(path, standby, "lost its TURN server")
+        self._switched(path, standby, why)
         self._after_switch(path, nudge=True)
         return True
 

@@ -204,6 +204,7 @@ class IceAgent:
         if self.relay is not None:
             _one_server_pairs(self.relay)
         self._standby: StandbyKeeper | None = None
+        self._relay_rtt: float | None = None
         self.relay_failovers = 0
         self._closers: set[asyncio.Task[None]] = set()
         self._gates: dict[int, InboundGate] = {}
@@ -423,6 +424,7 @@ class IceAgent:
         conn = standby.connection
         keeper, self._standby = self._standby, None
         if keeper is not None:
+            self._relay_rtt = keeper.rtt  # the path's order of magnitude still, for a doubt's deadline
             closer = asyncio.create_task(keeper.stop())
             self._closers.add(closer)
             closer.add_done_callback(self._closers.discard)
@@ -439,6 +441,10 @@ class IceAgent:
         conn = old.connection
         if conn is self.relay and conn._nominated and all(p.protocol is not old._protocol for p in conn._nominated.values()):
             self._release_protocol(conn, old._protocol)
+
+    def standby_rtt(self) -> float | None:
+        """The standby's last check's round trip, None before one was answered."""
+        return self._standby.rtt if self._standby is not None else self._relay_rtt
 
     def relay_status(self) -> dict[str, Any] | None:
         """The relay connection's allocations, its standby and the failovers so far; None without a relay."""

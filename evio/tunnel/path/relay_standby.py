@@ -122,6 +122,8 @@ class StandbyKeeper:
         self.ready = False
         self.checks = self.answered = 0
         self.last_answer: float | None = None
+        self.rtt: float | None = None
+        """The last answered check's round trip (retransmissions included): the relayed paths' order of magnitude."""
         self._conn = conn
         self._on_ready = on_ready
         self._clock = clock
@@ -144,6 +146,7 @@ class StandbyKeeper:
         if conn.remote_password is None:
             return False
         self.checks += 1
+        asked = self._clock()
         try:
             await pair.protocol.request(conn.build_request(pair, nominate=False), pair.remote_addr,
                                         integrity_key=conn.remote_password.encode("utf8"), retransmissions=CHECK_TRIES - 1)  # fmt: skip
@@ -153,6 +156,7 @@ class StandbyKeeper:
             return False
         self.answered += 1
         self.last_answer = self._clock()
+        self.rtt = self.last_answer - asked
         return True
 
     async def _run(self) -> None:

@@ -246,10 +246,14 @@ def test_the_tunnel_moves_to_its_standby_when_the_turn_server_under_it_is_killed
             under = coturns[relay_a["server"]]
             under.kill()  # SIGKILL: the TCP stream from node 1 closes, node 2's UDP allocation just goes silent
             killed = time.monotonic()
+            print(f"\nkilled at {time.strftime('%H:%M:%S')},{int(time.time() * 1000) % 1000:03d}")
             wait_until_blocking(lambda: _pings(n1.netns, str(n2.overlay_address.ip)), 30, what="a ping across again", interval=0.01)
             again = time.monotonic() - killed
             print(f"\n[{ends}] TURN server under the tunnel killed: a ping crossed again after {again:.3f} s"
                   f" (load {os.getloadavg()[0]:.2f})")  # fmt: skip
+            for end in (pair.a, pair.b):  # what each end saw, and when (with -s)
+                print(*(line for line in end.log_path.read_text().splitlines()
+                        if any(w in line for w in ("TURN server", "standby", "probed", "moved", "silent", "dead"))), sep="\n")
             ping_both(lab)
             after_a, after_b = pair.a.stats(), pair.b.stats()
             assert after_a["relay"]["server"] == after_b["relay"]["server"] == relay_a["standby_server"], (after_a, after_b)

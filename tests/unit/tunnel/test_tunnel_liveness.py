@@ -403,3 +403,15 @@ def test_revived_after_a_silent_path_the_link_is_up_and_its_silence_counted_afre
     assert doubting(lv.tick(3.05, 8, 11)) == [] and not lv.probing  # the peer answered on the new path
     lv.doubt(3.1, rx_records=8)
     assert doubting(lv.tick(3.4, 8, 12)) == [PeerDead(DownReason.PEER_SILENT)]
+
+
+def test_a_doubt_before_any_echo_measured_the_path_takes_a_round_trip_measured_otherwise() -> None:
+    """The standby relay's checks measured the relayed paths (decision 0057): the deadline is a few of those
+    round trips, not the probe timeout; an echo-measured RTT, once there is one, wins."""
+    lv = _up()
+    lv.doubt(0.5, rx_records=7, rtt=0.002)
+    assert doubting(lv.tick(0.74, 7, 9)) == []
+    assert doubting(lv.tick(0.75, 7, 9)) == [PeerDead(DownReason.PEER_SILENT)]  # the floor, not 1 s
+    far = _up(rtt=0.2)
+    far.doubt(0.5, rx_records=7, rtt=0.002)
+    assert doubting(far.tick(0.76, 7, 9)) == []  # 4 x 0.2 s from its own echoes
