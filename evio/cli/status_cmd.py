@@ -289,6 +289,9 @@ def _path(doc: Mapping[str, Any]) -> str:
     kind = doc.get("path") or "?"
     if doc.get("transport") not in (None, "udp"):
         kind += f"/{doc['transport']}"
+    relay = doc.get("relay")
+    if isinstance(relay, dict) and relay.get("standby") == "ready":
+        kind += "+standby"  # a checked relayed path on a second TURN server (decision 0057)
     local, remote = doc.get("local_candidate"), doc.get("remote_candidate")
     address = doc.get("remote_address")
     candidates = f" {local or '?'}->{remote or '?'}" if local or remote else ""

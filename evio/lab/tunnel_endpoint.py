@@ -162,6 +162,7 @@ def _stats_fields(manager: TunnelManager, peer: int) -> dict[str, Any]:
         "path_mtu": tunnel.path_mtu[0],  # evio.tunnel.pmtu: the probed path MTU, None while assumed
         "mtu_source": tunnel.path_mtu[1].value,
         "drops": {r.value: n for r, n in s.drops.items()},
+        "relay": tunnel.relay_status,  # TURN allocations, standby and failovers (decision 0057)
     }
 
 

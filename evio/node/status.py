@@ -90,6 +90,7 @@ def link_document(
         "remote_candidate": None,
         "remote_address": None,
         "transport": None,
+        "relay": None,
         "cipher": None,
         "mtu": None,
         "path_mtu": None,
@@ -115,6 +116,8 @@ def link_document(
         "remote_candidate": info.remote_candidate,
         "remote_address": f"{info.remote_addr[0]}:{info.remote_addr[1]}" if info.remote_addr else None,
         "transport": info.transport,  # udp, or tcp / tls to the TURN server (decision 0049)
+        # A relayed tunnel's TURN allocations (at most 2 once up), its standby on a second server and failovers (0057).
+        "relay": getattr(tunnel, "relay_status", None),
         "cipher": _value(info.cipher),
         "datapath": stats.implementation,  # tunnel.datapath as it runs: native or python
         "mtu": tunnel.mtu,

@@ -181,13 +181,25 @@ class Liveness:
         rtt = max(self.rtt.smoothed, self.rtt.last)
         return min(config.probe_timeout, max(config.probe_floor, config.probe_rtt_factor * rtt))
 
-    def doubt(self, now: float, rx_records: int) -> list[Action]:
-        """Doubt the peer: it must answer within `probe_deadline` (`rx_records`: the count so far)."""
+    def doubt(self, now: float, rx_records: int, rtt: float | None = None) -> list[Action]:
+        """Doubt the peer: it must answer within `probe_deadline` (`rx_records`: the count so far); `rtt`: the
+        path's round trip as measured otherwise, for the deadline while no echo has measured it yet."""
         if self.state is not LivenessState.UP or self._probe_since is not None:
             return []
         self._probe_since, self._probe_rx, self._last_probe = now, rx_records, now
         self._probe_deadline = self.probe_deadline()
+        if rtt is not None and (self.rtt.smoothed is None or self.rtt.last is None):
+            config = self.config
+            self._probe_deadline = min(config.probe_timeout, max(config.probe_floor, config.probe_rtt_factor * rtt))
         return [SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now))]
+
+    def revive(self, now: float) -> None:
+        """The data path moved to another path after this one went silent (a standby relay, decision 0057):
+        UP again, the silence counted from ``now``; a doubt on the new path is the owner's to start."""
+        if self.state is LivenessState.DOWN:
+            self.state = LivenessState.UP
+        self._rx_changed = now
+        self._probe_since = None
 
     def start(self, now: float) -> list[Action]:
         """The first HELLO, sent as soon as keys are in place."""

@@ -89,6 +89,9 @@ Clock = Callable[[], float]
 _STATS_LOG_INTERVAL = 10.0
 _MAX_EARLY_RECORDS = 16
 _MOVE_NUDGES = (0.0, 0.05, 0.15, 0.3)  # pauses before each keepalive on a new path (0.5 s in all)
+SUSPECT_AFTER = 0.3
+"""With a standby relay ready: seconds records may go unanswered before the peer is probed (a TURN server lost
+over UDP shows only as silence); a probe unanswered in its deadline moves the data path to the standby (0057)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,10 @@ class Tunnel:
         self._probes: dict[int, asyncio.Future[float]] = {}  # echo token -> `probe` waiting for it
         self._pmtu: PathMtu | None = None  # the path MTU search of the current path (evio.tunnel.pmtu)
         self._pmtu_moves = 0  # the data path's path moves when it began
+        self._standby: SelectedPath | None = None  # a relayed path on another TURN server, read beside ours (0057)
+        self._standby_underlay: Any = None
+        self._rx_mark = self._tx_mark = 0  # the counts at the last tick (``_suspect``)
+        self._heard_at = clock()  # the tick that saw the last record arrive
 
     # -- public ------------------------------------------------------------------------
 
@@ -349,7 +356,7 @@ class Tunnel:
         """The data path takes the path's socket and the TAP; records that came before it are opened now."""
         self._datapath.start(tap.fd, path.take_underlay(), secrets, self._on_control, vnet_hdr=tap.vnet_hdr)
         self._datapath_running = True
-        path.on_relay_lost(self._relay_lost)
+        path.on_relay_lost(partial(self._relay_lost, path))
         if self._transit is not None and isinstance(self._datapath, TransitPort):
             self._datapath.set_transit(self._transit.attach(tap.name, self._datapath), self._transit.flush,
                                        self._transit.destinations(tap.name))  # fmt: skip
@@ -367,6 +374,8 @@ class Tunnel:
         assert relay is not None
         direct = await self._ice.later()
         if direct is None or not self._datapath_running:
+            if self._datapath_running and relay.kind is PathKind.RELAY:
+                self._ice.arm_standby(relay, self._standby_ready)  # staying on the relay: keep a second server ready
             return
         grace = self.config.ice.move_grace
         # DTLS (alerts, the close), and records aioice took before the data path reads the socket.
@@ -486,7 +495,10 @@ class Tunnel:
                         self._early_records.append(data)
         except ConnectionError:
             self._dtls_progress.set()
-            if path is self._path:  # not a path the tunnel has moved away from
+            if self._failed_over_from(path):  # the relay's other TURN server carries on: read on there
+                assert self._path is not None
+                self._pump_task = asyncio.create_task(self._pump(self._path, dtls), name=f"tunnel-pump-{self.info.tunnel_id}")
+            elif path is self._path:  # not a path the tunnel has moved away from
                 self._link_down("ICE connection closed")
         except Exception:
             logger.exception("tunnel %s peer %032x: receive pump failed", self.info.tunnel_id, self.peer)
@@ -523,6 +535,7 @@ class Tunnel:
             stats = self._datapath.stats()
             patience = self._patience_now()
             self._execute(liveness.tick(now, stats.rx_records, stats.tx_records, patience))
+            self._suspect(now, stats)
             self._probe_path(now, stats)
             if stats.tx_epoch != tx_epoch:
                 tx_epoch, last_rekey = stats.tx_epoch, now
@@ -551,7 +564,8 @@ class Tunnel:
         """Doubt the peer (its signaling presence went): an up tunnel it does not answer goes down within
         the probe deadline (a few RTTs, 0.25-1 s) instead of after the dead-peer time."""
         if self._liveness is not None and self._datapath_running:
-            actions = self._liveness.doubt(self._clock(), self._datapath.stats().rx_records)
+            rtt = self._ice.standby_rtt() if self._ice is not None else None
+            actions = self._liveness.doubt(self._clock(), self._datapath.stats().rx_records, rtt)
             if actions:
                 logger.info("tunnel %s peer %032x probed (deadline %.3f s)", self.info.tunnel_id, self.peer,
                             self._liveness.probe_deadline())
@@ -592,15 +606,111 @@ class Tunnel:
             elif isinstance(action, PeerAlive):
                 self._perform(self._handle(lifecycle.LinkAlive(self._clock())))
             elif isinstance(action, PeerDead):
+                if action.reason is DownReason.PEER_SILENT and self._silence_fails_over():
+                    continue
                 # Logged when decided: the teardown that follows (ICE, TURN, the TAP) takes a while.
                 logger.info("tunnel %s peer %032x dead: %s", self.info.tunnel_id, self.peer, action.reason.value)
                 self._link_down(action.reason.value)
 
-    def _relay_lost(self) -> None:
-        """The stream to the TURN server under the data path closed: the path is gone, at once (decision 0049)."""
-        if self._datapath_running and self._path is not None and self._path.kind is PathKind.RELAY:
+    def _relay_lost(self, path: SelectedPath) -> None:
+        """The stream to the TURN server under the data path closed: the path is gone, at once (decision 0049);
+        the standby on another server takes over if there is one (0057)."""
+        if self._datapath_running and path is self._path and path.kind is PathKind.RELAY:
             logger.info("tunnel %s peer %032x: the TURN server's connection closed", self.info.tunnel_id, self.peer)
-            self._link_down("TURN server connection lost")
+            if not self._failed_over_from(path):
+                self._link_down("TURN server connection lost")
+
+    # -- failover to the standby relayed path (evio.tunnel.path.relay_standby, decision 0057) --------
+
+    @property
+    def relay_status(self) -> dict[str, Any] | None:
+        """The relay's TURN allocations, its standby ("ready", "checking" or None) and failovers; None without a relay."""
+        return self._ice.relay_status() if self._ice is not None else None
+
+    def _suspect(self, now: float, stats: DatapathStats) -> None:
+        """With a standby ready: records sent since the last heard, which is ``SUSPECT_AFTER`` old: probe the peer now."""
+        if stats.rx_records != self._rx_mark:
+            self._rx_mark, self._heard_at = stats.rx_records, now
+        sent, self._tx_mark = stats.tx_records != self._tx_mark, stats.tx_records
+        if self._standby is not None and sent and now - self._heard_at >= SUSPECT_AFTER and self._liveness is not None:
+            # Quietly: a one-way flow's sender asks this once an echo interval, and is answered in a round trip.
+            rtt = self._ice.standby_rtt() if self._ice is not None else None  # before echoes measured the path's
+            self._execute(self._liveness.doubt(now, stats.rx_records, rtt))
+
+    def _silence_fails_over(self) -> bool:
+        """The peer went silent on a relayed path with a standby ready: move there instead of going down, and
+        probe the peer on it (that record is also what the peer follows); silent there too, the link goes down."""
+        path, liveness = self._path, self._liveness
+        if path is None or liveness is None or self._standby is None:
+            return False
+        if not self._failed_over_from(path, "silent on its relayed path"):
+            return False
+        liveness.revive(self._clock())
+        self.doubt()
+        return True
+
+    def _standby_ready(self, standby: SelectedPath) -> None:
+        """The standby answered: the data path reads it beside the path, and follows the peer there."""
+        if not self._datapath_running or self._path is None or self._path.kind is not PathKind.RELAY or self._standby is not None:
+            return
+        try:
+            underlay = standby.take_underlay()
+        except SetupError as exc:
+            logger.info("tunnel %s peer %032x: no standby: %s", self.info.tunnel_id, self.peer, exc)
+            return
+        self._standby, self._standby_underlay = standby, underlay
+        self._datapath.add_underlay(underlay, self._peer_failed_over)
+
+    def _failed_over_from(self, path: SelectedPath, why: str = "lost its TURN server") -> bool:
+        """``path`` is lost: True when the tunnel runs (or now moved) on the standby of the same relay connection."""
+        current = self._path
+        if current is not None and current is not path and current.connection is path.connection and path.kind is PathKind.RELAY:
+            return True  # moved already (the other detector was first)
+        standby = self._standby
+        if standby is None or path is not current or not self._datapath_running:
+            return False
+        self._datapath.move_underlay(self._standby_underlay)
+        self._switched(path, standby, why)
+        self._after_switch(path, nudge=True)
+        return True
+
+    def _peer_failed_over(self) -> None:
+        """The data path followed the peer's first record on the standby (the peer lost a TURN server)."""
+        old, standby = self._path, self._standby
+        if old is None or standby is None:
+            return
+        self._switched(old, standby, "followed the peer")
+        self._after_switch(old, nudge=False)
+
+    def _switched(self, old: SelectedPath, standby: SelectedPath, why: str) -> None:
+        assert self._ice is not None
+        self._standby = self._standby_underlay = None
+        self._path = standby
+        self._ice.switch_to_standby(standby)
+        standby.on_relay_lost(partial(self._relay_lost, standby))
+        self._handle(lifecycle.Moved(standby.kind, standby.local_type, standby.remote_type, standby.remote_addr, standby.transport))
+        logger.info("tunnel %s peer %032x %s: on the standby relayed path %s over %s at %.3f s", self.info.tunnel_id, self.peer,
+                    why, standby.remote_addr, standby.transport, self._clock() - self._life.started)  # fmt: skip
+
+    def _after_switch(self, old: SelectedPath, nudge: bool) -> None:
+        # In the move task's place (its work is over once a standby was armed): the teardown cancels it.
+        self._move_task = asyncio.create_task(self._after_failover(old, nudge), name=f"tunnel-failover-{self.info.tunnel_id}")
+        self._move_task.add_done_callback(self._move_done)
+
+    async def _after_failover(self, old: SelectedPath, nudge: bool) -> None:
+        """The side that moved says so on the new path a few times (the peer follows a record); the path left
+        is still read for ``move_grace`` (records in flight), then released with its allocation."""
+        waited = 0.0
+        if nudge:
+            for pause in _MOVE_NUDGES:
+                await asyncio.sleep(pause)
+                waited += pause
+                self._datapath.send_control(ControlMessage(ControlOpcode.KEEPALIVE, 0))
+        await asyncio.sleep(max(self.config.ice.move_grace - waited, 0.0))
+        if self._datapath_running:
+            self._datapath.release_side()
+        if self._ice is not None:
+            self._ice.release_relayed(old)
 
     def _link_down(self, reason: str) -> None:
         self._perform(self._handle(lifecycle.LinkDead(reason)))

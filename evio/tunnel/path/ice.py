@@ -87,7 +87,8 @@ from evio.tunnel.path.deadlines import MAX_PATIENCE, Lateness, LoopBudget
 from evio.tunnel.path.inbound_gate import InboundGate, InboundReject
 from evio.tunnel.path.offer_answer import IceParameters
 from evio.tunnel.path.path_kind import PathKind
-from evio.tunnel.path.servers import ServerGathering, ServerProblem, transport_of
+from evio.tunnel.path.relay_standby import StandbyKeeper, choose_standby, prune_crossing, surplus_protocols, tag_of
+from evio.tunnel.path.servers import ServerGathering, ServerProblem, transport_of, turn_server_of
 from evio.tunnel.path.stream_relay import StreamRelayUnderlay, adopt_stream, watch_stream
 from evio.tunnel.path.stun_guard import StunDrop
 from evio.tunnel.path.turn_credentials import TurnRelay
@@ -200,6 +201,11 @@ class IceAgent:
             if conn is not None:
                 hasten_checks(conn)
                 check_at_once(conn)
+        if self.relay is not None:
+            _one_server_pairs(self.relay)
+        self._standby: StandbyKeeper | None = None
+        self._relay_rtt: float | None = None
+        self.relay_failovers = 0
         self._closers: set[asyncio.Task[None]] = set()
         self._gates: dict[int, InboundGate] = {}
         # One connect() per connection (aioice's may run only once), shared by whoever waits on it.
@@ -389,6 +395,81 @@ class IceAgent:
         if path.connection is self.direct or path.connection is self.relay:
             self._drop(path.connection)
 
+    # -- a standby relayed path on another TURN server (relay_standby.py, decision 0057) --------------
+
+    def arm_standby(self, path: SelectedPath, on_ready: Callable[[SelectedPath], None]) -> bool:
+        """Choose the standby of relayed ``path``, release the allocations neither uses, and check the
+        standby until it answers: then ``on_ready(standby)``. False without a standby (untagged peer, one server)."""
+        conn = self.relay
+        primary = conn._nominated.get(1) if conn is not None else None
+        if conn is None or primary is None or path.connection is not conn or self._standby is not None:
+            return False
+        pair = choose_standby(conn, primary)
+        surplus = surplus_protocols(conn, [primary] if pair is None else [primary, pair])
+        for protocol in surplus:
+            self._release_protocol(conn, protocol)
+        if pair is None:
+            return False
+        if pair not in conn._check_list:
+            conn._check_list.append(pair)
+        self._guard_connection(conn)
+        keeper = self._standby = StandbyKeeper(conn, pair, lambda: on_ready(self._relay_path(conn, pair)))
+        keeper.start()
+        logger.info("tunnel ice relay standby %s -> %s (server %s); %d allocation(s) released", pair.local_addr, pair.remote_addr,
+                    tag_of(pair.local_candidate), len(surplus))  # fmt: skip
+        return True
+
+    def switch_to_standby(self, standby: SelectedPath) -> None:
+        """The data path now runs on ``standby``: aioice's consent checks and the gate follow it."""
+        conn = standby.connection
+        keeper, self._standby = self._standby, None
+        if keeper is not None:
+            self._relay_rtt = keeper.rtt  # the path's order of magnitude still, for a doubt's deadline
+            closer = asyncio.create_task(keeper.stop())
+            self._closers.add(closer)
+            closer.add_done_callback(self._closers.discard)
+        pair = next((p for p in conn._check_list if p.protocol is standby._protocol and p.remote_addr == standby.remote_addr), None)
+        if pair is not None:
+            conn._nominated[pair.component] = pair
+        if standby.gate is not None:
+            standby.gate.selected = standby.remote_addr
+        self.relay_failovers += 1
+
+    def release_relayed(self, old: SelectedPath) -> None:
+        """A relayed path the tunnel failed over from, no longer read: its allocation goes (``release`` would
+        close the whole relay connection, the standby's too)."""
+        conn = old.connection
+        if conn is self.relay and conn._nominated and all(p.protocol is not old._protocol for p in conn._nominated.values()):
+            self._release_protocol(conn, old._protocol)
+
+    def standby_rtt(self) -> float | None:
+        """The standby's last check's round trip, None before one was answered."""
+        return self._standby.rtt if self._standby is not None else self._relay_rtt
+
+    def relay_status(self) -> dict[str, Any] | None:
+        """The relay connection's allocations, its standby and the failovers so far; None without a relay."""
+        if self.relay is None:
+            return None
+        keeper = self._standby
+        standby = None if keeper is None else "ready" if keeper.ready else "checking"
+        primary = self.relay._nominated.get(1)
+        return {"allocations": len(self.relay._protocols), "server": turn_server_of(primary.protocol) if primary else None,
+                "standby": standby, "standby_server": turn_server_of(keeper.pair.protocol) if keeper else None,
+                "failovers": self.relay_failovers}  # fmt: skip
+
+    def _relay_path(self, conn: Connection, pair: Any) -> SelectedPath:
+        return SelectedPath(PathKind.RELAY, conn, pair.local_candidate.type, pair.remote_candidate.type, pair.remote_addr,
+                            pair.protocol, self._guard_connection(conn), transport_of(pair.protocol))  # fmt: skip
+
+    def _release_protocol(self, conn: Connection, protocol: Any) -> None:
+        """One allocation of ``conn`` that no path uses: out of its lists, deleted on the server in the background."""
+        if protocol in conn._protocols:
+            conn._protocols.remove(protocol)
+        conn._check_list[:] = [p for p in conn._check_list if p.protocol is not protocol]
+        closer = asyncio.create_task(protocol.close())
+        self._closers.add(closer)
+        closer.add_done_callback(self._closers.discard)
+
     def rejected(self) -> collections.Counter[InboundReject | StunDrop]:
         """Datagrams the gates turned away, over both connections."""
         total: collections.Counter[InboundReject | StunDrop] = collections.Counter()
@@ -411,6 +492,9 @@ class IceAgent:
                     closer.add_done_callback(self._closers.discard)
 
     async def close(self) -> None:
+        keeper, self._standby = self._standby, None
+        if keeper is not None:
+            await keeper.stop()
         self._abandon_queries()
         queries, self._queries = self._queries, []
         if queries:
@@ -519,6 +603,18 @@ class IceAgent:
 
     def _is_excluded(self, host: str) -> bool:
         return in_networks(host, self._excluded)
+
+
+def _one_server_pairs(conn: Connection) -> None:
+    """``conn`` pairs its relayed candidates only on one TURN server when it can (relay_standby.prune_crossing):
+    aioice sorts its check list after each pairing, and pruning follows."""
+    sort = conn.sort_check_list
+
+    def sort_check_list() -> None:
+        sort()
+        prune_crossing(conn)
+
+    conn.sort_check_list = sort_check_list  # type: ignore[method-assign]
 
 
 def candidate_types(params: IceParameters | None) -> list[str]:

@@ -40,6 +40,7 @@ import aioice
 from aioice import Candidate, Connection
 
 from evio.ratelimit import LogLimiter
+from evio.tunnel.path.relay_standby import server_tag
 from evio.tunnel.path.turn_credentials import TurnRelay
 
 logger = logging.getLogger(__name__)
@@ -299,6 +300,8 @@ class ServerGathering:
                         continue
                     taken = True
                     _bound_deallocation(protocol)
+                    # Its foundation names the server: both ends then know which pairs rest on one (relay_standby.py).
+                    candidate.foundation = server_tag(server.host, server.port)
                     _add_candidate(conn, candidate, protocol)
                     self._answered()
                     self._memory.worked(server, way.transport)
@@ -388,3 +391,10 @@ def transport_of(protocol: Any) -> str:
         return "udp"
     stream = getattr(inner, "transport", None)
     return "tls" if stream is not None and stream.get_extra_info("ssl_object") is not None else "tcp"
+
+
+def turn_server_of(protocol: Any) -> str | None:
+    """"host:port" as configured of the TURN server relaying ``protocol``'s candidate; None for one not relayed."""
+    inner = getattr(getattr(protocol, "transport", None), "_TurnTransport__inner_protocol", None)
+    server = getattr(inner, "server", None)
+    return server_name(str(server[0]), int(server[1])) if isinstance(server, tuple) else None

@@ -33,6 +33,7 @@ OVERLAY = "ov1"
 CONFIG = "/etc/evio/config.json"
 SECOND_TURN_PORT = 3490
 JOINED_WITHIN = 10.0  # issue 22: a UDP-blocked node joins within this
+FAILOVER_WITHIN = 2.0  # issue 22: with the first coturn killed, relayed links carry traffic again within this
 
 
 def _status(node: Host) -> dict:
@@ -85,6 +86,10 @@ def test_a_udp_blocked_site_joins_over_turn_tcp_and_the_link_survives_its_coturn
     server.run(["evio", "server", "init", "--domain", DOMAIN, "--address", SERVER_ADDRESS])
     start_prosody(server)
     first = start_coturn(server)
+    # The second coturn from the same configuration on another port (same accounts); both up before the nodes
+    # start, so each relayed tunnel keeps its standby on the one its path does not use (decision 0057).
+    second = server.spawn(["turnserver", "-c", "/etc/turnserver.conf", "--pidfile=", f"--listening-port={SECOND_TURN_PORT}",
+                           f"--alt-listening-port={SECOND_TURN_PORT + 1}"], user="turnserver", cwd="/")  # fmt: skip
     router = net.routers[1]
     assert router is not None
     ruleset = "table inet evio_no_udp {\n  chain forward { type filter hook forward priority -10; policy accept; meta l4proto udp drop; }\n}\n"
@@ -94,6 +99,7 @@ def test_a_udp_blocked_site_joins_over_turn_tcp_and_the_link_survives_its_coturn
     addresses: dict[str, str] = {}
     started: dict[str, float] = {}
     try:
+        wait_until_blocking(lambda: is_listening(server, "tcp", SECOND_TURN_PORT), 10, what="the second coturn")
         for name, node in zip(("node1", "node2"), net.nodes, strict=True):
             start_openvswitch(node)
             token = server.run(["evio", "member", "add", name, "--overlay", OVERLAY]).stdout.strip()
@@ -115,19 +121,27 @@ def test_a_udp_blocked_site_joins_over_turn_tcp_and_the_link_survives_its_coturn
               f" {back:.0f} Mbit/s in (load {os.getloadavg()[0]:.2f})")  # fmt: skip
         assert joined <= JOINED_WITHIN
 
-        # The second coturn comes up, then the first (under the link: it was the only one at setup) is killed.
-        second = server.spawn(["turnserver", "-c", "/etc/turnserver.conf", "--pidfile=", f"--listening-port={SECOND_TURN_PORT}",
-                               f"--alt-listening-port={SECOND_TURN_PORT + 1}"], user="turnserver", cwd="/")  # fmt: skip
-        wait_until_blocking(lambda: is_listening(server, "tcp", SECOND_TURN_PORT), 10, what="the second coturn")
-        for process in first.processes:
-            os.kill(process.pid, signal.SIGKILL)
+        # Both ends hold a checked standby on the other coturn; then the coturn under the link is killed.
+        def standby(node: Host) -> dict:
+            links = _links(node)
+            return (links[0].get("relay") or {}) if links else {}
+
+        wait_until_blocking(lambda: all(standby(n).get("standby") == "ready" for n in (node1, node2)), 30,
+                            what="both ends' standby relay checked", interval=0.2)  # fmt: skip
+        before = standby(node2)
+        assert before["allocations"] == 2 and before["server"] != before["standby_server"], before
+        under = second.pid if str(before["server"]).endswith(f":{SECOND_TURN_PORT}") else first.processes[0].pid
+        os.kill(under, signal.SIGKILL)
         killed = time.monotonic()
         wait_until_blocking(lambda: _pings(node2, addresses["node1"], 0.2), 30, what="node2 pings node1 again", interval=0.01)
         again = time.monotonic() - killed
         wait_until_blocking(lambda: bool(_links(node2)), 10, what="node2's link up again")
-        print(f"first coturn killed: traffic again after {again:.2f} s (load {os.getloadavg()[0]:.2f}); link now"
-              f" {_links(node2)[0]['path']}/{_links(node2)[0]['transport']}")  # fmt: skip
-        second.stop(5)
+        after = _links(node2)[0]
+        print(f"coturn {before['server']} (under the link) killed: traffic again after {again:.2f} s"
+              f" (load {os.getloadavg()[0]:.2f}); link now {after['path']}/{after['transport']} on {after['relay']}")  # fmt: skip
+        assert _pings(node1, addresses["node2"])
+        assert after["relay"]["server"] == before["standby_server"] and after["relay"]["failovers"] == 1, after
+        assert again < FAILOVER_WITHIN, again
     except BaseException:
         for name, process in daemons.items():
             print(f"--- {name} ({'alive' if process.alive() else f'exited {process.returncode}'})\n{process.tail(40)}")
@@ -135,3 +149,5 @@ def test_a_udp_blocked_site_joins_over_turn_tcp_and_the_link_survives_its_coturn
     finally:
         for process in daemons.values():
             process.stop()
+        if second.alive():
+            second.stop(5)

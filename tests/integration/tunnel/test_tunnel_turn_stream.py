@@ -2,7 +2,8 @@
 
 Real parts: the lab's NAT routers (nftables), its coturn (STUN and TURN on UDP and TCP), extra coturns
 with TLS certificates made here, tunnel endpoint processes with TAPs, iperf3 through the tunnel.
-Printed with -s: the TCP rate through a tunnel relayed over TURN/TCP.
+Printed with -s: the TCP rate through a tunnel relayed over TURN/TCP; with two TURN servers and the one under the
+tunnel killed (SIGKILL), how long until a ping crossed the tunnel again (decision 0057).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import ipaddress
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -202,3 +204,63 @@ def test_turn_over_tls_carries_a_udp_blocked_site_and_a_wrong_tls_name_is_report
             assert pair.a.stats()["transport"] == "tls"
         log = pair.a.log_path.read_text()
         assert f"turn/tls server {pub.address}:{wrong + 1} gave no candidate: TLS certificate not accepted" in log, log[-3000:]
+
+
+# -- two TURN servers, the one under the tunnel killed: the standby on the other carries on (decision 0057) ----
+
+FAILOVER_WITHIN = 2.0  # issue 22: every relayed link carries traffic again within this
+
+
+def _pings(netns: str, address: str) -> bool:
+    return run(["ping", "-c1", "-W0.2", address], netns, check=False, timeout=5).returncode == 0
+
+
+@pytest.mark.parametrize("ends", ["tcp+udp", "udp+udp"])
+def test_the_tunnel_moves_to_its_standby_when_the_turn_server_under_it_is_killed(lab_factory: LabFactory, workdir: Path,
+                                                                                 ends: str) -> None:  # fmt: skip
+    """tcp+udp: node 1's site drops UDP, its stream to the killed server closes and it moves; node 2 follows.
+    udp+udp: relay only, both ends on UDP: the server's death shows only as silence, and a probe unanswered moves both."""
+    lab = lab_factory(nodes=2, nat="eim")
+    if ends == "tcp+udp":
+        block_udp(lab, 1)
+    pub = lab.public
+    ports = (pub.stun_port + 30, pub.stun_port + 40)
+    with extra_coturn(lab, workdir / "t1", ports[0], (42000, 42999)) as first, \
+            extra_coturn(lab, workdir / "t2", ports[1], (43000, 43999)) as second:  # fmt: skip
+        coturns = {f"{pub.address}:{ports[0]}": first, f"{pub.address}:{ports[1]}": second}
+        with turn_endpoints(lab, workdir, list(coturns), [] if ends == "tcp+udp" else ["--relay", "only"]) as pair:
+            assert (pair.up_a["path"], pair.up_a["transport"]) == ("relay", ends.split("+")[0]), pair.up_a
+            ping_both(lab)
+
+            def standbys() -> bool:
+                return all((e.stats().get("relay") or {}).get("standby") == "ready" for e in (pair.a, pair.b))
+
+            wait_until_blocking(standbys, 20, what="both ends' standby answered", interval=0.2)
+            relay_a, relay_b = pair.a.stats()["relay"], pair.b.stats()["relay"]
+            # Both ends on one server, their standbys on the other; nothing allocated beyond the two.
+            assert relay_a["server"] == relay_b["server"] and relay_a["standby_server"] == relay_b["standby_server"], (relay_a, relay_b)
+            assert relay_a["server"] != relay_a["standby_server"], relay_a
+            assert relay_a["allocations"] == relay_b["allocations"] == 2, (relay_a, relay_b)
+
+            n1, n2 = lab.node(1), lab.node(2)
+            under = coturns[relay_a["server"]]
+            under.kill()  # SIGKILL: the TCP stream from node 1 closes, node 2's UDP allocation just goes silent
+            killed = time.monotonic()
+            print(f"\nkilled at {time.strftime('%H:%M:%S')},{int(time.time() * 1000) % 1000:03d}")
+            wait_until_blocking(lambda: _pings(n1.netns, str(n2.overlay_address.ip)), 30, what="a ping across again", interval=0.01)
+            again = time.monotonic() - killed
+            print(f"\n[{ends}] TURN server under the tunnel killed: a ping crossed again after {again:.3f} s"
+                  f" (load {os.getloadavg()[0]:.2f})")  # fmt: skip
+            for end in (pair.a, pair.b):  # what each end saw, and when (with -s)
+                print(*(line for line in end.log_path.read_text().splitlines()
+                        if any(w in line for w in ("TURN server", "standby", "probed", "moved", "silent", "dead"))), sep="\n")
+            ping_both(lab)
+            after_a, after_b = pair.a.stats(), pair.b.stats()
+            assert after_a["relay"]["server"] == after_b["relay"]["server"] == relay_a["standby_server"], (after_a, after_b)
+            assert after_a["relay"]["failovers"] == after_b["relay"]["failovers"] == 1, (after_a, after_b)
+            assert not [e for e in (*pair.a.events, *pair.b.events) if e["event"] == "down"]  # moved, never re-made
+            assert after_a["path"] == after_b["path"] == "relay", (after_a, after_b)
+            _, received = ping_rtt(n2.netns, str(n1.overlay_address.ip), 20, 0.02)
+            assert received == 20
+            assert pair.a.proc.poll() is None and pair.b.proc.poll() is None
+            assert again < FAILOVER_WITHIN, again

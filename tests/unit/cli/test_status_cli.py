@@ -209,3 +209,16 @@ def test_render_status_shows_each_links_mtu_and_how_the_path_mtu_was_found() -> 
     rows = {line.split()[0]: line for line in text.splitlines() if line.strip().startswith(("cdcd", "efef"))}
     assert rows["cdcdcdcdcdcd"].endswith("1428 path 1280 probed") and "path-too-big=3" in rows["cdcdcdcdcdcd"]
     assert rows["efefefefefef"].endswith("1428 assumed")
+
+
+def test_render_status_marks_a_relayed_link_whose_standby_is_ready() -> None:
+    link = {"peer": "cd" * 16, "state": "up", "tx": {}, "rx": {}, "drops": {}, "mtu": 1428, "path": "relay",
+            "transport": "tcp", "local_candidate": "relay", "remote_candidate": "relay"}  # fmt: skip
+    relay = {"allocations": 2, "server": "192.0.2.1:3478", "standby": "ready", "standby_server": "192.0.2.1:3490", "failovers": 0}
+    links = [{**link, "relay": relay}, {**link, "peer": "ef" * 16, "relay": {**relay, "standby": "checking"}}]
+    text = render_status({"node_id": "ab" * 16, "pid": 1, "uptime": 75, "overlays": {"ov1": {
+        "signal": {"jid": "n@x", "server": "x:5222", "connected": True, "reconnects": 0}, "links": links,
+    }}}, now=0.0)
+    rows = {line.split()[0]: line for line in text.splitlines() if line.strip().startswith(("cdcd", "efef"))}
+    assert "relay/tcp+standby relay->relay" in rows["cdcdcdcdcdcd"]
+    assert "relay/tcp relay->relay" in rows["efefefefefef"]  # not checked yet: no standby to count on

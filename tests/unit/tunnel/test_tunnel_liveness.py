@@ -386,3 +386,32 @@ def test_a_silent_peer_is_asked_at_every_tick_later_when_the_loop_runs_late() ->
     assert late.tick(1.5, 1, 1, patience=2.0) == [echo(1)]
     assert late.tick(1.75, 1, 2, patience=2.0) == []  # with the loop twice as late, not yet
     assert late.tick(2.75, 1, 2, patience=2.0) == [echo(2)]  # ... an interval later: the due echo
+
+
+def test_revived_after_a_silent_path_the_link_is_up_and_its_silence_counted_afresh() -> None:
+    """The session moved to a standby relay when the probe went unanswered (decision 0057): UP again, a new
+    doubt may start, and an unanswered one ends it as before."""
+    lv = _up(rtt=0.002)
+    lv.doubt(0.5, rx_records=7)
+    assert doubting(lv.tick(0.75, 7, 9)) == [PeerDead(DownReason.PEER_SILENT)]
+    assert lv.tick(0.8, 7, 9) == []  # down: nothing more, until revived
+    lv.revive(0.8)
+    assert lv.state is LivenessState.UP and not lv.probing
+    # Silent since 0.01, but the silence is counted from the revival: not dead before it lasted the limit.
+    assert doubting(lv.tick(0.8 + PROBE.silence_limit - 0.1, 7, 10)) == []
+    assert echoes(lv.doubt(3.0, rx_records=7)) == 1
+    assert doubting(lv.tick(3.05, 8, 11)) == [] and not lv.probing  # the peer answered on the new path
+    lv.doubt(3.1, rx_records=8)
+    assert doubting(lv.tick(3.4, 8, 12)) == [PeerDead(DownReason.PEER_SILENT)]
+
+
+def test_a_doubt_before_any_echo_measured_the_path_takes_a_round_trip_measured_otherwise() -> None:
+    """The standby relay's checks measured the relayed paths (decision 0057): the deadline is a few of those
+    round trips, not the probe timeout; an echo-measured RTT, once there is one, wins."""
+    lv = _up()
+    lv.doubt(0.5, rx_records=7, rtt=0.002)
+    assert doubting(lv.tick(0.74, 7, 9)) == []
+    assert doubting(lv.tick(0.75, 7, 9)) == [PeerDead(DownReason.PEER_SILENT)]  # the floor, not 1 s
+    far = _up(rtt=0.2)
+    far.doubt(0.5, rx_records=7, rtt=0.002)
+    assert doubting(far.tick(0.76, 7, 9)) == []  # 4 x 0.2 s from its own echoes
