@@ -15,7 +15,7 @@ When it answers, and when it does not (the request is then flooded as before, so
   the rules on who may move a MAC apply to it too), heard within `max_age`;
 - only for an address *confirmed* here: spoken for on a leaf port (a local host, the owner's own port), or
   by a reply (ARP reply, neighbour advertisement) from that MAC within `ASK_WINDOW` after this switch flooded
-  a local host's request for it. A member's announcement alone is never answered for (issue 21, N1: any
+  a local host's request for it, while no other MAC contests the address (review21c). A member's announcement alone is never answered for (issue 21, N1: any
   member may announce any address; a first claim answered here would silence the owner, whom the request
   would no longer reach). The first request for an address floods, so the owner answers it as on any
   Ethernet, and a second MAC answering contests it (decision 0056);
@@ -180,7 +180,11 @@ class NeighborAnswers:
                 entry.contested_until = now + self.max_age
             # The latest claim; not answered while contested, nor before it is confirmed.
             entry.mac, entry.router, entry.confirmed = msg.sender_mac, None, False
-        entry.confirmed = entry.confirmed or local or answers
+        # An answer confirms only an uncontested address: while two MACs speak for it, whichever answered last
+        # in the window would be confirmed, and answered for once the contest ends (review21c: the attacker
+        # answers after the owner, then keeps speaking while the owner is quiet). The first request after the
+        # contest floods again, and a lone answer to it confirms.
+        entry.confirmed = entry.confirmed or local or (answers and entry.contested_until <= now)
         entry.seen = now
         if msg.router is not None:
             entry.router = msg.router
