@@ -8,7 +8,8 @@ the ring, `evio lab pingall` runs --rounds times. Around each round every daemon
 what changed is printed summed over the daemons: link events (links up and down: a ring still
 settling), switch drops by reason (the budgets of the switch: packet-ins, floods, learning), FRB errors,
 per-port drops, packet-ins and broadcasts. A failed pair is then pinged again with a long timeout, to
-tell a pair that is slow (the answer came late) from one that is lost. The load average is printed
+tell a pair that is slow (the answer came late) from one that is lost. The host's neighbour tables
+are shared by every namespace: a round that fills them loses pairs (decision 0058), so that is counted too. The load average is printed
 beside every round. Root only; the lab is removed at the end, also on failure. A benchmark: it asserts
 nothing.
 """
@@ -58,6 +59,17 @@ def counters(lab: Lab) -> collections.Counter[str]:
                 for key, value in transit.items():
                     if isinstance(value, int):
                         total[f"transit {key}"] += value
+    return total
+
+
+def host_table_fulls() -> int:
+    """Times this host's kernel could not make a neighbour entry (ARP and NDP; every namespace shares
+    the tables, decision 0058): summed over the CPUs' rows of /proc/net/stat/{arp,ndisc}_cache."""
+    total = 0
+    for name in ("arp_cache", "ndisc_cache"):
+        lines = Path("/proc/net/stat", name).read_text().split("\n")
+        column = lines[0].split().index("table_fulls")
+        total += sum(int(line.split()[column], 16) for line in lines[1:] if line.strip())
     return total
 
 
@@ -111,7 +123,7 @@ def main() -> int:
         print(f"n={args.nodes}: ring {'closed' if closed else 'NOT closed'} {time.monotonic() - started:.1f} s after "
               f"the daemons were ready (load average {os.getloadavg()[0]:.1f})", flush=True)
         for round_ in range(1, args.rounds + 1):
-            before, sizes = counters(lab), log_sizes(lab)
+            before, sizes, fulls = counters(lab), log_sizes(lab), host_table_fulls()
             load = os.getloadavg()[0]
             summary = all_pairs_ping(lab, 1, args.timeout)
             after = counters(lab)
@@ -123,6 +135,7 @@ def main() -> int:
             for key, value in delta(before, after).items():
                 print(f"    {key:<44} {value:>8}")
             print(f"  links down, why (daemon logs): {dict(links_down(lab, sizes).most_common())}")
+            print(f"  neighbour entries the host's kernel could not make (table full): {host_table_fulls() - fulls}")
             if summary.failed:
                 answered, times = retry(lab, summary.failed, 10.0)
                 shown: Any = sorted(times)[-5:]

@@ -794,6 +794,9 @@ class Lab:
 
     def _build_network(self, report: Callable[[str, int, int], None]) -> None:
         plan, host = self.plan, self._host
+        raised = host.raise_host_sysctls(wiring.neighbour_table_floors(plan))
+        if raised:
+            log.info("lab %s: the host's neighbour tables raised to fit it: %s", plan.name, raised)
         host.ip_batch(wiring.create_namespaces(plan))
         report("namespaces", 1, 1)
         host.ip_batch(wiring.create_links(plan))

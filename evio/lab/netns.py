@@ -67,6 +67,10 @@ class Host(Protocol):
     def sysctl(self, netns: str, settings: Mapping[str, str]) -> None:
         """Write /proc/sys/<path> = value inside `netns`."""
 
+    def raise_host_sysctls(self, floors: Mapping[str, int]) -> dict[str, int]:
+        """Raise root-namespace /proc/sys/<path> integers to at least their floor, never lower one;
+        return the ones raised, with their new values."""
+
     def root_links(self) -> list[str]:
         """Interface names in the root namespace."""
 
@@ -134,6 +138,15 @@ class LinuxHost:
                 Path("/proc/sys", path).write_text(value)
 
         run_in(netns, write)
+
+    def raise_host_sysctls(self, floors: Mapping[str, int]) -> dict[str, int]:
+        raised = {}
+        for path, floor in floors.items():
+            file = Path("/proc/sys", path)
+            if int(file.read_text()) < floor:
+                file.write_text(str(floor))
+                raised[path] = floor
+        return raised
 
     def root_links(self) -> list[str]:
         return sorted(name for _, name in socket.if_nameindex())

@@ -64,6 +64,35 @@ def sysctls(plan: LabPlan) -> dict[str, Mapping[str, str]]:
     return settings
 
 
+# The kernel's neighbour tables (ARP, and NDP for IPv6) are one per host, shared by every namespace,
+# with limits for one host: past gc_thresh2 entries a forced collection every 5 s evicts any entry
+# not confirmed in the last 5 s (in every namespace), and at gc_thresh3 (1024 by default) no entry
+# can be made at all ("neighbor table overflow!"). An all-pairs ping in a lab of 32 nodes needs
+# 32 * 31 overlay entries besides the underlay's: at the defaults some 30-90 of its 992 pairs were
+# lost, each at a host whose kernel could not make the entry for its answer (IpOutDiscards), and the
+# tunnels' own datagrams lost their routers' entries (decision 0058).
+_NEIGHBOUR_TABLES = ("net/ipv4/neigh/default", "net/ipv6/neigh/default")
+_NEIGHBOUR_HEADROOM = 256  # the host's other entries (a small lab then stays within the defaults)
+
+
+def neighbour_table_floors(plan: LabPlan) -> dict[str, int]:
+    """Root-namespace /proc/sys paths and the least value each must have for this lab (raise, never lower).
+
+    A lab's entries: every node with every other on the overlay, and on the underlay each node with
+    its router, each router with the public namespace (both ways) and the servers there. Room is
+    left for the host and for one more lab of the same size: gc_thresh2 stays above what is in use,
+    so the forced collection never runs, and gc_thresh3 is twice that.
+    """
+    count = len(plan.nodes)
+    entries = count * (count - 1) + 6 * count
+    soft = _NEIGHBOUR_HEADROOM + 2 * entries
+    floors: dict[str, int] = {}
+    for table in _NEIGHBOUR_TABLES:
+        floors[f"{table}/gc_thresh2"] = soft
+        floors[f"{table}/gc_thresh3"] = 2 * soft
+    return floors
+
+
 def configure_public(plan: LabPlan) -> IpBatch:
     pub = plan.public
     prefixlen = PUBLIC_NETWORK.prefixlen

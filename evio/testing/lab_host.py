@@ -26,6 +26,10 @@ class FakeHost:
     nft_rulesets: dict[str, str] = field(default_factory=dict)
     qdiscs: dict[str, list[str]] = field(default_factory=dict)
     sysctl_values: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The root namespace's integer sysctls the lab raises (the kernel's defaults for the neighbour tables).
+    host_sysctls: dict[str, int] = field(default_factory=lambda: {
+        f"net/{family}/neigh/default/gc_thresh{n}": value
+        for family in ("ipv4", "ipv6") for n, value in ((1, 128), (2, 512), (3, 1024))})  # fmt: skip
     commands: list[tuple[str | None, tuple[str, ...]]] = field(default_factory=list)
     # Raise `fail_with` once, when the call counter reaches `fail_at` (1-based; 0 = never).
     fail_at: int = 0
@@ -65,6 +69,12 @@ class FakeHost:
         self._tick()
         self._require(netns)
         self.sysctl_values.setdefault(netns, {}).update(settings)
+
+    def raise_host_sysctls(self, floors: Mapping[str, int]) -> dict[str, int]:
+        self._tick()
+        raised = {path: floor for path, floor in floors.items() if self.host_sysctls[path] < floor}
+        self.host_sysctls.update(raised)
+        return raised
 
     def root_links(self) -> list[str]:
         return sorted(self.links.get("", set()))

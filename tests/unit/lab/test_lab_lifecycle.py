@@ -47,6 +47,22 @@ def test_up_builds_everything_and_down_removes_it(tmp_path: Path) -> None:
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
+def test_up_raises_the_hosts_neighbour_tables_to_fit_the_lab_and_never_lowers_them(tmp_path: Path) -> None:
+    # One neighbour table serves every namespace: at the kernel's 1024 entries a 32-node lab lost pairs.
+    host = FakeHost()
+    host.host_sysctls["net/ipv6/neigh/default/gc_thresh3"] = 100_000  # an operator's own, larger value
+    with Lab.up("t1", nodes=32, root=tmp_path, host=host):
+        for family in ("ipv4", "ipv6"):
+            soft = host.host_sysctls[f"net/{family}/neigh/default/gc_thresh2"]
+            assert soft >= 2 * 32 * 31  # two such labs' all pairs (and room for the host)
+            assert host.host_sysctls[f"net/{family}/neigh/default/gc_thresh1"] == 128  # not touched
+        assert host.host_sysctls["net/ipv4/neigh/default/gc_thresh3"] == 2 * host.host_sysctls["net/ipv4/neigh/default/gc_thresh2"]
+        assert host.host_sysctls["net/ipv6/neigh/default/gc_thresh3"] == 100_000
+    small = FakeHost()
+    with Lab.up("t1", nodes=2, root=tmp_path, host=small):
+        assert small.host_sysctls["net/ipv4/neigh/default/gc_thresh3"] == 1024  # the default fits two nodes
+
+
 def test_context_manager_tears_down_on_exception(tmp_path: Path) -> None:
     host = FakeHost()
     with pytest.raises(RuntimeError), Lab.up("t1", nodes=2, root=tmp_path, host=host):

@@ -141,6 +141,15 @@ def test_wiring_creates_veths_in_place_and_routes_unnated_lans() -> None:
     assert set(settings) == set(plan.namespaces)
 
 
+def test_neighbour_table_floors_grow_with_the_square_of_the_nodes() -> None:
+    floors = {n: wiring.neighbour_table_floors(plan_lab("t1", nat_kinds("mixed", n))) for n in (2, 32, 64)}
+    assert set(floors[32]) == {f"net/{f}/neigh/default/gc_thresh{t}" for f in ("ipv4", "ipv6") for t in (2, 3)}
+    assert floors[2]["net/ipv4/neigh/default/gc_thresh3"] <= 1024  # small labs fit the kernel's defaults
+    for n in (32, 64):
+        soft, hard = floors[n]["net/ipv4/neigh/default/gc_thresh2"], floors[n]["net/ipv4/neigh/default/gc_thresh3"]
+        assert soft >= 2 * n * (n - 1) and hard == 2 * soft
+
+
 def test_nat_rulesets() -> None:
     eim = nat.nat_ruleset("eim", "evl-w1")
     sym = nat.nat_ruleset("symmetric", "evl-w1")
