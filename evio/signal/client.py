@@ -82,6 +82,8 @@ _PAYLOAD_TAG = f"{{{protocol.NAMESPACE}}}{protocol.ELEMENT}"
 _SASL_CHALLENGE_TAG = "{urn:ietf:params:xml:ns:xmpp-sasl}challenge"
 # The status of the unavailable presence a session sends when it ends only to log in again at once.
 RELOGIN_STATUS = "evio:relogin"
+# The status of a directed presence that answers a peer's (presence to linked peers only, 0059): not answered.
+ANSWER_STATUS = "evio:answer"
 
 
 class _ReportedBetter(logging.Filter):
@@ -600,6 +602,7 @@ class SignalClient(SignalEndpoint):
         self._membership_checked({
             overlay: membership_failure(s.jid, overlay, s.group_of(overlay), now)
             for overlay in s.memberships if s.group_of(overlay) not in seen_groups
+            and not self.presence_to_links(overlay)  # the CA's member list is its membership, not a group
         })  # fmt: skip
 
     def _refresh_membership(self) -> None:
@@ -630,10 +633,22 @@ class SignalClient(SignalEndpoint):
             presence["evio_identity"]["json"] = document
         presence.send()
 
+    def _send_directed(self, to: str, answer: bool) -> None:
+        xmpp = self._xmpp
+        if xmpp is None:
+            return
+        presence = xmpp.make_presence(pto=to, pstatus=ANSWER_STATUS if answer else None)
+        presence["evio"]["json"] = self._announcement()
+        document = self._identity_document(str(xmpp.boundjid))
+        if document is not None:
+            presence["evio_identity"]["json"] = document
+        presence.send()
+
     def _announce_again(self) -> None:
         xmpp = self._xmpp
         if xmpp is not None and self.connected:
             self._send_presence(xmpp)
+            self._tell_links_again()
 
     def _on_presence_available(self, presence: Presence) -> None:
         sender = str(presence["from"])
@@ -642,7 +657,8 @@ class SignalClient(SignalEndpoint):
         has_payload = presence.xml.find(_PAYLOAD_TAG) is not None
         has_identity = presence.xml.find(_IDENTITY_TAG) is not None
         self._presence_available(sender, presence["evio"]["json"] if has_payload else None,
-                                 presence["evio_identity"]["json"] if has_identity else None)  # fmt: skip
+                                 presence["evio_identity"]["json"] if has_identity else None,
+                                 answer=presence["status"] == ANSWER_STATUS)  # fmt: skip
 
     def _on_presence_unavailable(self, presence: Presence) -> None:
         self._presence_unavailable(str(presence["from"]), returning=presence["status"] == RELOGIN_STATUS)
