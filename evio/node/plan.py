@@ -156,7 +156,7 @@ def trust_of(overlay: str, trust: TrustConfig, node_id: int, now: datetime.datet
 REVOCATION_FILE = "revoked.json"  # beside the overlay CA file: a revocation list known at start (issue 21)
 # Beside the overlay CA file: the CA's member list. There at start, the overlay's membership is that list and
 # presence goes to linked peers only (decision 0059); the roster group is then not needed.
-MEMBER_FILE = "members.json"
+MEMBER_FILE = "member-list.json"
 
 
 def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCertificate,

@@ -165,6 +165,7 @@ class SignalEndpoint:
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
         self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
         self._recontact_timer: Timer | None = None
+        self._contacts_cache: dict[str, tuple[tuple[int, frozenset[int], frozenset[int]], frozenset[int]]] = {}
         self._timer: Timer | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
         self._inflight_by_peer: dict[str, int] = {}  # sender JID -> its requests being served
@@ -233,8 +234,13 @@ class SignalEndpoint:
         if ml is None or own is None:
             return frozenset()
         revoked = self._table.revoked(overlay)
-        listed = sorted(n for n in ml.members if n not in revoked)
-        return contacts(listed, own, self._silent.get(overlay, set()))
+        skip = frozenset(self._silent.get(overlay, ()))
+        key = (ml.serial, revoked, skip)
+        cached = self._contacts_cache.get(overlay)
+        if cached is None or cached[0] != key:  # O(n) to make: asked at every presence and round
+            listed = sorted(n for n in ml.members if n not in revoked)
+            cached = self._contacts_cache[overlay] = (key, contacts(listed, own, skip))
+        return cached[1]
 
     def receive_member_list(self, text: str, source: str = "local") -> bool:
         """A member list from anywhere (a file, the server host): adopted if it verifies and is newer."""

@@ -67,7 +67,7 @@ def refusal(anchor: TrustAnchor, members: MemberList) -> str | None:
 
 
 def to_text(members: MemberList) -> str:
-    """The list as a JSON file (the server host writes it beside the overlay CA: `members.json`)."""
+    """The list as a JSON file (the server host writes it beside the overlay CA: `member-list.json`)."""
     return json.dumps(members.to_json(), indent=1) + "\n"
 
 

@@ -48,7 +48,7 @@ class Overlay:
 
     def identity(self, node_id: int, members: member_list.MemberList | None, tmp: Path) -> OverlayIdentity:
         key, cert = issue_node_certificate(self.ca_key, self.ca_cert, ["ov1"], node_id, NOW, 30)
-        return OverlayIdentity(self.anchor, cert, key, members=members, member_file=tmp / "members.json")
+        return OverlayIdentity(self.anchor, cert, key, members=members, member_file=tmp / "member-list.json")
 
 
 async def _fleet(ov: Overlay, hub: FakeSignalHub, tmp: Path, count: int | None = None) -> list[FakeSignalClient]:
@@ -239,7 +239,7 @@ async def test_a_newer_list_from_the_file_adds_a_member_and_a_bad_one_is_refused
     await clock.advance(1.0)
     assert all(newcomer_id not in c.peers("ov1") for c in clients)  # not on their list yet
     newest = member_list.to_text(ov.members())
-    (tmp_path / "members.json").write_text(newest)
+    (tmp_path / "member-list.json").write_text(newest)
     await wait_until(lambda: all(c.listed_members("ov1") and c.listed_members("ov1").serial == ov.serial  # type: ignore[union-attr]
                                  for c in clients), 10, clock=clock, what="the newer list adopted from the file")
     await wait_until(lambda: _know_contacts([*clients, late]), 60, clock=clock, what="the newcomer known")
