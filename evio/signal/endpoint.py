@@ -145,6 +145,7 @@ class SignalEndpoint:
         self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
         self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
         self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
+        self._own_document: tuple[tuple[str, tuple[tuple[str, int], ...]], str] = (("", ()), "")
         self._refused_lists: OrderedDict[bytes, None] = OrderedDict()  # signatures of lists that did not verify
         self._file_seen: dict[Path, tuple[int, int]] = {}  # revocation file -> (mtime ns, size) last read
         self._file_timer: Timer | None = None
@@ -160,6 +161,8 @@ class SignalEndpoint:
                 log.warning("signal member list overlay=%s serial=%d: not the overlay CA's: ignored", ov, ml.serial)
                 self._links_mode[ov] = None
         self._roster_membership: dict[str, frozenset[str]] = {}  # what the server's roster says (group overlays)
+        for ov, ml in self._links_mode.items():
+            self._table.set_listed(ov, frozenset(ml.members.values()) - {account} if ml is not None else ())
         self._told: set[str] = set()  # full JIDs our presence went to in this session (directed)
         self._reached: set[str] = set()  # bare JIDs we sent our presence to in this session
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
@@ -355,7 +358,10 @@ class SignalEndpoint:
             )[: identity.MAX_CLAIMS]
             self._own_proofs = (own_full_jid, proofs)
         lists = tuple(rl for _, rl in sorted(self._lists.items()))[: identity.MAX_LISTS]
-        return identity.encode(identity.IdentityDocument(self._own_proofs[1], lists))
+        key = (own_full_jid, tuple((rl.overlay, rl.serial) for rl in lists))
+        if self._own_document[0] != key:  # encoded once per session and list: sent in every directed presence
+            self._own_document = (key, identity.encode(identity.IdentityDocument(self._own_proofs[1], lists)))
+        return self._own_document[1]
 
     def _watch_revocation_files(self) -> None:
         self._file_timer = None
@@ -431,9 +437,8 @@ class SignalEndpoint:
         self._retold.pop(ml.overlay, None)
         log.info("signal member list overlay=%s serial=%d: %d members (from %s)", ml.overlay, ml.serial,
                  len(ml.members), source)  # fmt: skip
-        if self._connected:
-            self._apply_membership()
-            self._reach_contacts()
+        self._listed_changed(ml.overlay, ml)
+        self._reach_contacts()
         return True
 
     def _identity_message(self, sender: str, text: str) -> None:
@@ -559,20 +564,29 @@ class SignalEndpoint:
             kept = overlays - links.keys()
             if kept:
                 current[bare] = kept
-        for overlay, ml in links.items():
-            if ml is None:
-                continue
-            for account in ml.members.values():
-                if account != self.account:
-                    current[account] = current.get(account, frozenset()) | {overlay}
         self._membership_from(current)
+
+    def _listed_changed(self, overlay: str, ml: member_list.MemberList | None) -> None:
+        """The CA's member list of `overlay` is `ml` now: the peer table's membership there, and node ids
+        remembered for accounts it no longer pairs with them revoked, present or not (as `_membership_from`)."""
+        accounts = frozenset(ml.members.values()) - {self.account} if ml is not None else frozenset()
+        for (ov, node_id), bare in list(self._known.items()):
+            if ov != overlay or (ml is not None and ml.members.get(node_id) == bare):
+                continue
+            del self._known[(ov, node_id)]
+            holder = self._table.jid_of(ov, node_id)
+            if holder is not None and bare_jid(holder) == bare and bare not in accounts:
+                continue  # present: the table reports it, below
+            log.info("signal peer revoked overlay=%s node=%032x peer=%s (not on the member list)", ov, node_id, bare)
+            self._events.publish(PeerRemoved(ov, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
+        self._apply(self._table.set_listed(overlay, accounts))
 
     def _membership_from(self, current: Mapping[str, frozenset[str]]) -> None:
         # Node ids remembered for accounts that lose the overlay: revoked, present or not. Decided before the
         # table hands any of them on (a freed id may go to a waiting claimant at once, and would then be
         # remembered as its): the removed member's tunnels must close whoever holds the id next.
         for (overlay, node_id), bare in list(self._known.items()):
-            if overlay in current.get(bare, frozenset()):
+            if overlay in current.get(bare, frozenset()) or overlay in self._links_mode:
                 continue
             del self._known[(overlay, node_id)]
             holder = self._table.jid_of(overlay, node_id)
