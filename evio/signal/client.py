@@ -460,7 +460,9 @@ class SignalClient(SignalEndpoint):
                 keepalive.cancel()
                 await asyncio.gather(keepalive, return_exceptions=True)
             self._end_session = None
-            if not ended.done() or self._relogin_now:  # login timeout, stop(), or a membership check
+            # Login timeout, stop() (cancelling us while we await `ended` cancels `ended` too), or a membership check.
+            stopped = ended.cancelled()
+            if not ended.done() or stopped or self._relogin_now:
                 if self._relogin_now and xmpp.transport is not None:
                     # Peers hear we are back at once: they must not check their own membership in turn
                     # (each such check is a re-login their peers see, and so on around the overlay).
@@ -472,7 +474,7 @@ class SignalClient(SignalEndpoint):
                 output_task.cancel()
             self._xmpp = None
             self._attempt = None
-            self._session_down(ended.result() if ended.done() else "login timed out")
+            self._session_down("stopped" if stopped else ended.result() if ended.done() else "login timed out")
 
     def _attempt_failed(self, attempt: LoginAttempt) -> None:
         failure = attempt.failure(time.time())
