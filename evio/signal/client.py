@@ -651,6 +651,9 @@ class SignalClient(SignalEndpoint):
             presence["evio_identity"]["json"] = document
         presence.send()
 
+    def _last_login_time(self) -> float:
+        return self.last_login_seconds or 0.0
+
     def _send_directed(self, to: str, answer: bool) -> None:
         xmpp = self._xmpp
         if xmpp is None:

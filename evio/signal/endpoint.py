@@ -114,6 +114,9 @@ REVOCATION_POLL = 2.0  # seconds between looks at the revocation files
 # Presence to linked peers only: the contacts still silent are told again this often (a member that was
 # offline, or came back from a restart without telling us), and one silent a whole round is skipped.
 RECONTACT_INTERVAL = 30.0
+# ... and no sooner than this many times our own last login took: while a storm keeps the server busy, the
+# silent ones are mostly still signing in, and telling them again (or skipping them) only adds to the storm.
+RECONTACT_LOGINS = 4.0
 ANSWER_WAIT = 10.0  # a request to a listed member not present waits this long at most for its presence
 MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
 
@@ -664,7 +667,8 @@ class SignalEndpoint:
                     self._reached.add(account)
                     self._send_directed(account, answer=False)
         if self._recontact_timer is None:
-            delay = RECONTACT_INTERVAL * (0.75 + 0.5 * self._rng.random())
+            interval = max(RECONTACT_INTERVAL, RECONTACT_LOGINS * self._last_login_time())
+            delay = interval * (0.75 + 0.5 * self._rng.random())
             self._recontact_timer = self.clock.call_later(delay, self._recontact)
 
     def _recontact(self) -> None:
@@ -683,6 +687,10 @@ class SignalEndpoint:
             told |= silent
             self._reached -= {ml.members[n] for n in silent}
         self._reach_contacts()
+
+    def _last_login_time(self) -> float:
+        """Seconds our last login took (the transport's measure; 0 where logins take no time)."""
+        return 0.0
 
     def _tell_links_again(self) -> None:
         """Our presence changed (a newer revocation list to pass on): the peers we told get it again."""
