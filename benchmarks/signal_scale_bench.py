@@ -837,6 +837,19 @@ def linked_identities(n: int, rng: random.Random) -> dict[int, tuple[int, Overla
     return out
 
 
+def missing_contacts(crowd: Sequence[Member | LeanMember]) -> str:
+    """`--crowd signalclient --presence linked`: contacts a member has no presence of, as 'pairs (one-sided)':
+    one-sided, the contact has ours (it lacks an answer); else neither has the other's."""
+    clients = {cast(Member, m).client.node_id(OVERLAY): cast(Member, m).client for m in crowd}
+    missing = one_sided = 0
+    for node, client in clients.items():
+        for contact in client.contacts(OVERLAY) - client.peers(OVERLAY).keys():
+            missing += 1
+            other = clients.get(contact)
+            one_sided += other is not None and node in other.peers(OVERLAY)
+    return f"{missing} ({one_sided} one-sided)"
+
+
 def link_sets(n: int) -> list[frozenset[str]]:
     """`--presence linked`: the bare JIDs each of the crowd (members 2..n-1) links with, symmetric.
 
@@ -936,6 +949,8 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
             await m.client.start()
         in_s = await wait_for(lambda: all(m.connected for m in members), args.timeout, refresh)
         f["signed in"] = f"{in_s:.1f} s" if in_s is not None else count(lambda m: m.connected, args.timeout)
+        if trusted:
+            f["missing at signed in"] = missing_contacts(crowd)
         left = args.timeout - (time.perf_counter() - t0)
         know_s = await wait_for(all_know(members), max(left, 1.0), refresh)
         f["all know all"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else \
@@ -1035,7 +1050,7 @@ def bench_server(kind: str, n: int, args: argparse.Namespace) -> Iterator[BenchS
             shutil.rmtree(directory, ignore_errors=True)
 
 
-COLUMNS = ("presence", "crowd", "signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
+COLUMNS = ("presence", "crowd", "signed in", "missing at signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
            "RTT storm p50/p90", "RTT settled p50/p90", "add: all know", "remove: none knows", "load",
            "restart: signed in", "restart: all know", "restart: failed logins", "restart: CPU/RSS", "restart: members' CPU", "restart: load")
 
