@@ -9,8 +9,11 @@ transport receives (``_membership_changed``, ``_presence_available``,
 ``evio.testing.fake_signal.FakeSignalClient`` in memory, so both run the same
 logic.
 
-Revocation sticks: the endpoint remembers which account held each node id it
-has seen (`_known`, bounded), across its own reconnects. Whenever the server's
+Revocation sticks: the endpoint remembers which accounts held each node id it
+has seen (`_known`, bounded), across its own reconnects: every account an id
+passed through since its tunnels last closed, since an up tunnel outlives a
+hand-over of its id to another account (the holder left, another claimed it).
+Whenever the server's
 membership list arrives (the roster fetched at every login, a roster push),
 every remembered node id whose account is no longer a member is reported
 `PeerRemoved(MEMBERSHIP_REVOKED)`, present or not, so the overlay closes its
@@ -153,8 +156,11 @@ class SignalEndpoint:
         self._file_seen: dict[Path, tuple[int, int]] = {}  # revocation file -> (mtime ns, size) last read
         self._file_timer: Timer | None = None
         self._membership: dict[str, frozenset[str]] = {}
-        # (overlay, node id) -> the account that held it: revoked even when absent (most recent last).
-        self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
+        # (overlay, node id, account): the accounts that held each id since its tunnels last closed, revoked
+        # even when absent (most recent last). One id may have passed through several (a tunnel made with one
+        # outlives the id's hand-over to another: removing the first must still close it).
+        self._known: OrderedDict[tuple[str, int, str], None] = OrderedDict()
+        self._known_of: dict[tuple[str, int], set[str]] = {}  # (overlay, node id) -> its accounts in `_known`
         # Presence to linked peers only: overlay -> the CA's newest member list (None until one verifies).
         self._links_mode: dict[str, member_list.MemberList | None] = {
             ov: i.members for ov, i in self._identities.items() if i.member_file is not None or i.members is not None
@@ -419,8 +425,9 @@ class SignalEndpoint:
         self._apply(self._table.set_revoked(rl.overlay, revoked))
         # Revoked ids held by nobody present: their tunnels close too (the table only knows the present).
         for key in [k for k in self._known if k[0] == rl.overlay and k[1] in revoked]:
-            bare = self._known.pop(key)
-            self._events.publish(PeerRemoved(key[0], key[1], bare, RemovalCause.MEMBERSHIP_REVOKED))
+            if key in self._known:  # not reported yet under another account that held the id
+                self._forget_known(key[0], key[1])
+                self._events.publish(PeerRemoved(key[0], key[1], key[2], RemovalCause.MEMBERSHIP_REVOKED))
         self._announce_again()
         self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source))
         return True
@@ -573,14 +580,16 @@ class SignalEndpoint:
         """The CA's member list of `overlay` is `ml` now: the peer table's membership there, and node ids
         remembered for accounts it no longer pairs with them revoked, present or not (as `_membership_from`)."""
         accounts = frozenset(ml.members.values()) - {self.account} if ml is not None else frozenset()
-        for (ov, node_id), bare in list(self._known.items()):
-            if ov != overlay or (ml is not None and ml.members.get(node_id) == bare):
+        for key in list(self._known):
+            ov, node_id, bare = key
+            if key not in self._known or ov != overlay or (ml is not None and ml.members.get(node_id) == bare):
                 continue
-            del self._known[(ov, node_id)]
+            self._unknow(key)
             holder = self._table.jid_of(ov, node_id)
             if holder is not None and bare_jid(holder) == bare and bare not in accounts:
                 continue  # present: the table reports it, below
             log.info("signal peer revoked overlay=%s node=%032x peer=%s (not on the member list)", ov, node_id, bare)
+            self._forget_known(ov, node_id)
             self._events.publish(PeerRemoved(ov, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
         self._apply(self._table.set_listed(overlay, accounts))
 
@@ -588,15 +597,22 @@ class SignalEndpoint:
         # Node ids remembered for accounts that lose the overlay: revoked, present or not. Decided before the
         # table hands any of them on (a freed id may go to a waiting claimant at once, and would then be
         # remembered as its): the removed member's tunnels must close whoever holds the id next.
-        for (overlay, node_id), bare in list(self._known.items()):
-            if overlay in current.get(bare, frozenset()) or overlay in self._links_mode:
+        for key in list(self._known):
+            overlay, node_id, bare = key
+            if key not in self._known or overlay in current.get(bare, frozenset()) or overlay in self._links_mode:
                 continue
-            del self._known[(overlay, node_id)]
+            self._unknow(key)
             holder = self._table.jid_of(overlay, node_id)
             if holder is not None and bare_jid(holder) == bare:
                 continue  # present: the table reports it, below
             log.info("signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare)
+            self._forget_known(overlay, node_id)
             self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
+            if holder is not None and overlay in current.get(bare_jid(holder), frozenset()):
+                # The id passed on to a member after the removed account held it, and the removed account's
+                # tunnel may be the one still up: it closes, and the holder is linked again.
+                self._remember(overlay, node_id, bare_jid(holder))
+                self._events.publish(PeerAdded(overlay, node_id, holder))
         for bare in self._membership.keys() | current.keys():
             new = current.get(bare, frozenset())
             if self._membership.get(bare, frozenset()) != new:
@@ -809,15 +825,28 @@ class SignalEndpoint:
                 for pending in self._transactions.fail_peer(event.overlay, event.node_id):
                     _fail(pending.waiter, RequestError(ErrorReason.UNREACHABLE, "peer left"))
                 if event.cause is RemovalCause.MEMBERSHIP_REVOKED:
-                    self._known.pop((event.overlay, event.node_id), None)  # reported: once is enough
+                    self._forget_known(event.overlay, event.node_id)  # its tunnels close: once is enough
             self._events.publish(event)
 
     def _remember(self, overlay: str, node_id: int, bare: str) -> None:
-        key = (overlay, node_id)
+        key = (overlay, node_id, bare)
         self._known.pop(key, None)
-        self._known[key] = bare
+        self._known[key] = None
+        self._known_of.setdefault((overlay, node_id), set()).add(bare)
         while len(self._known) > self.limits.max_known_peers:
-            self._known.popitem(last=False)
+            self._unknow(next(iter(self._known)))
+
+    def _unknow(self, key: tuple[str, int, str]) -> None:
+        del self._known[key]
+        accounts = self._known_of[key[:2]]
+        accounts.discard(key[2])
+        if not accounts:
+            del self._known_of[key[:2]]
+
+    def _forget_known(self, overlay: str, node_id: int) -> None:
+        """`node_id`'s tunnels close: none of the accounts it passed through is remembered for it any more."""
+        for bare in list(self._known_of.get((overlay, node_id), ())):
+            self._unknow((overlay, node_id, bare))
 
     def _start_handler(self, request: Request, sender: str) -> None:
         mine = self._inflight_by_peer.get(sender, 0)
