@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import datetime
 import json
 import logging
 import multiprocessing
@@ -69,17 +70,22 @@ from typing import Protocol, cast
 from xml.sax.saxutils import escape
 
 import yaml
+from slixmpp import ClientXMPP
 
 from evio.backoff import backoff_delay
 from evio.node.sdn import free_tcp_port
 from evio.server.configs import ejabberd_config, groups_text
 from evio.server.xmpp_admin import EjabberdAdmin, ProsodyAdmin, XmppAdmin
+from evio.signal import member_list
 from evio.signal.client import SignalClient, SignalSettings
+from evio.signal.endpoint import OverlayIdentity
 from evio.signal.errors import RequestError
 from evio.signal.events import PeerAdded, PeerRemoved
 from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, login_patience, return_delay
 from evio.signal.protocol import FEATURES, NAMESPACE, Announcement, Membership, encode_announcement
 from evio.testing.waiting import wait_until_blocking
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
 
 DOMAIN = "overlay.test"
 OVERLAY = "ov1"
@@ -350,10 +356,18 @@ _BARE_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class BenchMember(SignalClient):
-    """evio's SignalClient; only its TLS context is made once (plaintext here: see the module doc)."""
+    """evio's SignalClient; only its TLS context is made once and its login is SASL PLAIN (see the module doc)."""
 
     def _ssl_context(self) -> ssl.SSLContext:
         return _BARE_TLS
+
+    def _make_xmpp(self) -> ClientXMPP:
+        # slixmpp's SCRAM computes the salted password in a Python loop: 4,096 HMACs, about 20 ms a login, which
+        # 1,000 members in one process pay 1,000 times (20 s of this process's CPU at every storm). One member
+        # on its own host pays it once; the server's side is the same either way (a stored or a plain password).
+        xmpp = super()._make_xmpp()
+        xmpp.plugin["feature_mechanisms"].use_mech = "PLAIN"
+        return xmpp
 
 
 @dataclass
@@ -410,10 +424,14 @@ class MemberLike(Protocol):
     def known(self) -> set[str]: ...
 
 
-def make_member(index: int, port: int, rng: random.Random, login_timeout: float) -> Member:
+def make_member(index: int, port: int, rng: random.Random, login_timeout: float, node_id: int | None = None,
+                identity: OverlayIdentity | None = None) -> Member:  # fmt: skip
+    """evio's SignalClient as member `index`; with `identity` (`--presence linked`), in trust mode with the overlay
+    CA's member list: presence to its links alone, as shipped (decision 0059)."""
     settings = SignalSettings(
         jid=f"{_user(index)}@{DOMAIN}", server="127.0.0.1", port=port, password=_password(index),
-        memberships={OVERLAY: rng.getrandbits(128)}, insecure_plaintext=True, login_timeout=login_timeout,
+        memberships={OVERLAY: rng.getrandbits(128) if node_id is None else node_id}, insecure_plaintext=True,
+        login_timeout=login_timeout, identities={OVERLAY: identity} if identity is not None else {},
     )  # fmt: skip
     member = Member(index, BenchMember(settings, random.Random(rng.getrandbits(64))))
 
@@ -803,6 +821,35 @@ async def wait_for(
 # ---------------------------------------------------------------------------------------------- one run
 
 
+def linked_identities(n: int, rng: random.Random) -> dict[int, tuple[int, OverlayIdentity]]:
+    """`--presence linked --crowd signalclient`: members 2..n-1 in trust mode under one overlay CA, each with its
+    node id, certificate and key, and the CA's member list of all of them (what `members.json` holds)."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, ca_cert = make_overlay_ca(f"{OVERLAY} CA", now, 30)
+    anchor = TrustAnchor(OVERLAY, (ca_cert,))
+    ids = {i: rng.getrandbits(128) for i in range(2, n)}
+    listed = member_list.sign_members(ca_key, OVERLAY, 1, int(time.time()),
+                                      {node: f"{_user(i)}@{DOMAIN}" for i, node in ids.items()})  # fmt: skip
+    out = {}
+    for i, node in ids.items():
+        key, cert = issue_node_certificate(ca_key, ca_cert, [OVERLAY], node, now, 30)
+        out[i] = (node, OverlayIdentity(anchor, cert, key, members=listed))
+    return out
+
+
+def missing_contacts(crowd: Sequence[Member | LeanMember]) -> str:
+    """`--crowd signalclient --presence linked`: contacts a member has no presence of, as 'pairs (one-sided)':
+    one-sided, the contact has ours (it lacks an answer); else neither has the other's."""
+    clients = {cast(Member, m).client.node_id(OVERLAY): cast(Member, m).client for m in crowd}
+    missing = one_sided = 0
+    for node, client in clients.items():
+        for contact in client.contacts(OVERLAY) - client.peers(OVERLAY).keys():
+            missing += 1
+            other = clients.get(contact)
+            one_sided += other is not None and node in other.peers(OVERLAY)
+    return f"{missing} ({one_sided} one-sided)"
+
+
 def link_sets(n: int) -> list[frozenset[str]]:
     """`--presence linked`: the bare JIDs each of the crowd (members 2..n-1) links with, symmetric.
 
@@ -834,23 +881,26 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     row = Row(server.name, n)
     f = row.figures
     f["presence"] = args.presence
+    f["crowd"] = args.crowd
     rng = random.Random(n)
     probe = ProbePair(server.port, args.login_timeout)
+    linked = args.presence == "linked"
+    trusted = linked_identities(n, rng) if linked and args.crowd == "signalclient" else {}
 
     def one(i: int) -> Member | LeanMember:
         if args.crowd == "signalclient":
-            return make_member(i, server.port, rng, args.login_timeout)
+            node, ident = trusted.get(i, (None, None))
+            return make_member(i, server.port, rng, args.login_timeout, node, ident)
         return LeanMember(i, server.port, rng.getrandbits(128), random.Random(rng.getrandbits(64)), args.rules,
                           args.login_timeout)  # fmt: skip
 
     crowd = [one(i) for i in range(2, n)]
     members: list[MemberLike] = [*probe.seen, *crowd]
     refresh = probe.refresh
-    linked = args.presence == "linked"
     for m in crowd:
         if isinstance(m, LeanMember):
             m.silent = args.presence == "silent"
-    if linked:
+    if linked and not trusted:
         for m, links in zip(crowd, link_sets(n), strict=True):
             assert isinstance(m, LeanMember)
             m.links = links
@@ -859,6 +909,16 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     def all_know(group: Sequence[MemberLike]) -> Callable[[], bool]:
         if args.presence == "silent" and len(group) > 2:
             return lambda: all_know(probe.seen)() and all(m.connected for m in crowd)
+        if trusted and len(group) > 2:
+            # The shipped client (0059): each of the crowd has the presence of every contact it picked from the
+            # CA's member list (its ring neighbours and fingers, and those whose finger it is).
+            pair = all_know(probe.seen)
+
+            def contacts_known(m: MemberLike) -> bool:
+                client = cast(Member, m).client
+                return bool(client.contacts(OVERLAY)) and client.contacts(OVERLAY) <= client.peers(OVERLAY).keys()
+
+            return lambda: pair() and all(contacts_known(m) for m in crowd)
         if linked and len(group) > 2:
             # The pair knows each other (their group of two); each of the crowd, its links (the whole
             # membership it has from the overlay CA's signed list, not from the server).
@@ -889,6 +949,8 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
             await m.client.start()
         in_s = await wait_for(lambda: all(m.connected for m in members), args.timeout, refresh)
         f["signed in"] = f"{in_s:.1f} s" if in_s is not None else count(lambda m: m.connected, args.timeout)
+        if trusted:
+            f["missing at signed in"] = missing_contacts(crowd)
         left = args.timeout - (time.perf_counter() - t0)
         know_s = await wait_for(all_know(members), max(left, 1.0), refresh)
         f["all know all"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else \
@@ -988,7 +1050,7 @@ def bench_server(kind: str, n: int, args: argparse.Namespace) -> Iterator[BenchS
             shutil.rmtree(directory, ignore_errors=True)
 
 
-COLUMNS = ("presence", "signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
+COLUMNS = ("presence", "crowd", "signed in", "missing at signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
            "RTT storm p50/p90", "RTT settled p50/p90", "add: all know", "remove: none knows", "load",
            "restart: signed in", "restart: all know", "restart: failed logins", "restart: CPU/RSS", "restart: members' CPU", "restart: load")
 

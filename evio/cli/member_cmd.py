@@ -133,8 +133,9 @@ def remove_command(args: argparse.Namespace) -> int:
     from evio.server.commands import ServerAdminError
 
     try:
-        _, accounts, relay = _services(args.state_dir)
-        member = remove_member(Registry(args.state_dir), accounts, relay, args.overlay, args.name)
+        settings, accounts, relay = _services(args.state_dir)
+        member = remove_member(Registry(args.state_dir), accounts, relay, args.overlay, args.name,
+                               domain=settings.domain)  # fmt: skip
     except (MemberError, ServerSettingsError, ServerAdminError) as exc:
         return _fail(str(exc))
     print(f"member {member.name} removed from overlay {args.overlay} (address {member.address} is free again);"

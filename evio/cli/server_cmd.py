@@ -49,7 +49,8 @@ def register(sub: Any) -> None:
     files = init.add_argument_group("files (the Debian packages' own by default)")
     for option, default in (("--prosody-config", _D.prosody_config), ("--groups-file", _D.groups_file),
                             ("--prosody-certs", _D.prosody_certs), ("--ejabberd-config", _D.ejabberd_config),
-                            ("--turn-config", _D.turn_config), ("--turn-db", _D.turn_db)):  # fmt: skip
+                            ("--turn-config", _D.turn_config), ("--turn-db", _D.turn_db),
+                            ("--systemd-dir", _D.systemd_dir)):  # fmt: skip
         files.add_argument(option, type=Path, default=default, help=f"(default {default})")
     init.add_argument("--print", action="store_true", dest="print_only",
                       help="write nothing; print what to add to an XMPP server and coturn you run already")  # fmt: skip
@@ -63,7 +64,7 @@ def init_command(args: argparse.Namespace) -> int:
             key=args.key, ca=args.ca, xmpp_port=args.xmpp_port, turn_port=args.turn_port,
             relay_ports=split_ports(args.relay_ports), prosody_config=args.prosody_config,
             groups_file=args.groups_file, prosody_certs=args.prosody_certs, ejabberd_config=args.ejabberd_config,
-            turn_config=args.turn_config, turn_db=args.turn_db,
+            turn_config=args.turn_config, turn_db=args.turn_db, systemd_dir=args.systemd_dir,
         )  # fmt: skip
         lines = print_additions(options) if args.print_only else run_init(options).lines()
     except InitError as exc:

@@ -17,7 +17,7 @@ from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type, r
 from evio.config.loader import signal_password, turn_password
 from evio.config.model import Config, OverlayConfig, SignalConfig, TrustConfig, TurnServer
 from evio.node.errors import NodeConfigError
-from evio.signal import identity
+from evio.signal import identity, member_list
 from evio.signal.client import SignalSettings
 from evio.signal.endpoint import OverlayIdentity
 from evio.tunnel.config import TunnelSettings, from_overlay_config
@@ -154,12 +154,16 @@ def trust_of(overlay: str, trust: TrustConfig, node_id: int, now: datetime.datet
 
 
 REVOCATION_FILE = "revoked.json"  # beside the overlay CA file: a revocation list known at start (issue 21)
+# Beside the overlay CA file: the CA's member list. There at start, the overlay's membership is that list and
+# presence goes to linked peers only (decision 0059); the roster group is then not needed.
+MEMBER_FILE = "member-list.json"
 
 
 def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCertificate,
                      trust: TrustConfig | None) -> OverlayIdentity:  # fmt: skip
     """Trust mode for the signaling: the CA, our certificate and key, and the revocation list beside the CA, if any."""
     revocations, path = None, None
+    members, members_path = None, None
     if trust is not None:
         path = trust.ca_file.parent / REVOCATION_FILE
         try:
@@ -168,7 +172,20 @@ def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCerti
             pass
         except (OSError, identity.IdentityError) as exc:
             raise NodeConfigError(f"overlay {overlay}: trust: {path}: {exc}") from exc
-    return OverlayIdentity(anchor, certificate.cert, certificate.key, revocations, revocation_file=path)
+        listed = trust.ca_file.parent / MEMBER_FILE
+        try:
+            members = member_list.load(listed.read_text())
+        except FileNotFoundError:
+            pass
+        except (OSError, identity.IdentityError) as exc:
+            raise NodeConfigError(f"overlay {overlay}: trust: {listed}: {exc}") from exc
+        else:
+            refusal = member_list.refusal(anchor, members)
+            if refusal is not None:
+                raise NodeConfigError(f"overlay {overlay}: trust: {listed}: {refusal}")
+            members_path = listed
+    return OverlayIdentity(anchor, certificate.cert, certificate.key, revocations, revocation_file=path,
+                           member_file=members_path, members=members)  # fmt: skip
 
 
 def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:

@@ -67,6 +67,21 @@ PROSODY_LIMITS = (
 )
 
 
+# prosody keeps one descriptor per member session (and a few of its own); Debian's unit sets no limit, so
+# systemd's soft 1,024 applies and a login storm of 1,000 members fails accepts with "too many open files".
+PROSODY_OPEN_FILES = 65536
+
+
+def prosody_unit_limits() -> str:
+    """A systemd drop-in for prosody.service: an open-files limit above any member count evio sizes for."""
+    return "\n".join([
+        "# written by `evio server init`: prosody holds a descriptor per member session (docs/operations.md).",
+        "[Service]",
+        f"LimitNOFILE={PROSODY_OPEN_FILES}",
+        "",
+    ])  # fmt: skip
+
+
 def lua_string(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
     return f'"{escaped}"'

@@ -71,6 +71,7 @@ class InitOptions:
     ejabberdctl: str = "ejabberdctl"
     turn_config: Path = Path("/etc/turnserver.conf")
     turn_db: Path = Path("/var/lib/turn/turndb")
+    systemd_dir: Path = Path("/etc/systemd/system")  # prosody's open-files limit goes in a drop-in here
     # What only tests change: where prosody keeps its data and logs, which addresses servers bind.
     prosody_paths: ProsodyPaths = ProsodyPaths()
     xmpp_interfaces: tuple[str, ...] = ()  # (): every address
@@ -84,6 +85,10 @@ class InitOptions:
     @property
     def ejabberd_certfile(self) -> Path:
         return self.ejabberd_config.parent / f"evio-{self.domain}.pem"
+
+    @property
+    def prosody_limits(self) -> Path:
+        return self.systemd_dir / "prosody.service.d" / "evio-limits.conf"
 
     @property
     def prosody_cert(self) -> Path:
@@ -243,6 +248,7 @@ def plan_files(options: InitOptions, material: TlsMaterial) -> list[PlannedFile]
             PlannedFile(o.prosody_cert, material.cert_pem, 0o644, "prosody"),
             PlannedFile(o.prosody_key, material.key_pem, 0o640, "prosody"),
             PlannedFile(o.groups_file, b"", 0o640, "prosody", replace=False),
+            PlannedFile(o.prosody_limits, configs.prosody_unit_limits().encode(), 0o644),
             PlannedFile(o.prosody_config, configs.prosody_config(
                 domain=o.domain, cert=str(o.prosody_cert), key=str(o.prosody_key), groups_file=str(o.groups_file),
                 port=o.xmpp_port, interfaces=o.xmpp_interfaces, paths=o.prosody_paths, run_as_root=o.run_as_root,
@@ -372,6 +378,7 @@ def next_steps(settings: ServerSettings, *, restart: bool) -> list[str]:
     ]
     if restart:
         lines += ["restart the services to apply:",
+                  *(["  systemctl daemon-reload"] if settings.xmpp == "prosody" else []),
                   f"  systemctl enable {xmpp_service} coturn",
                   f"  systemctl restart {xmpp_service} coturn"]  # fmt: skip
     lines.append("then add members: evio member add NODE --overlay OVERLAY")
@@ -393,6 +400,7 @@ def print_additions(options: InitOptions) -> list[str]:
         out += [f"# {o.prosody_config}", configs.prosody_additions(domain=o.domain, cert=cert, key=key,
                                                                    groups_file=str(o.groups_file))]  # fmt: skip
         out += [f"# and create {o.groups_file} (empty; `evio member add` fills it), readable by prosody", ""]
+        out += [f"# {o.prosody_limits}", configs.prosody_unit_limits()]
     else:
         out += [
             f"# {o.ejabberd_config}",

@@ -5,6 +5,8 @@ Per overlay, under ``<state dir>/overlays/<overlay>/``:
     ca.crt, ca.key   the overlay CA (Ed25519): signs node certificates and join tokens
     members.json     {"version": 1, "pool": "10.254.0.0/16", "members": {name: {...}}}
     revoked.json     the CA-signed revocation list (`evio.signal.identity`), rewritten by every remove
+    member-list.json the CA-signed member list (`evio.signal.member_list`), rewritten by every add and remove:
+                     beside a node's CA, its overlay takes membership from it, not the roster (decision 0059)
 
 Node certificates live `CERT_DAYS` (30) days; `renew_member` issues a new one
 for the same node id (`evio member renew`). A removed member's node id goes
@@ -48,6 +50,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from evio.config.address_pool import pool_problem
 from evio.server import token as join_token
 from evio.server.settings import ServerSettings, write_private
+from evio.signal import member_list
 from evio.signal.identity import (
     ELEMENT,
     MAX_REVOKED,
@@ -60,6 +63,7 @@ from evio.signal.identity import (
     load_list,
     sign_list,
 )
+from evio.signal.member_list import MemberList
 from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 
 log = logging.getLogger(__name__)
@@ -68,6 +72,7 @@ REGISTRY_VERSION = 1
 DEFAULT_POOL = "10.254.0.0/16"
 TOKEN_LIFETIME = datetime.timedelta(hours=24)
 REVOCATION_FILE = "revoked.json"  # the node reads the same name beside its ca.crt (evio.node.plan)
+MEMBER_LIST_FILE = "member-list.json"  # likewise (evio.node.plan.MEMBER_FILE)
 CERT_DAYS = 30  # short, so a revocation list entry is needed for at most this long (issue 21, M2)
 LEGACY_CERT_DAYS = 365  # what members added before certificate expiry was recorded may still hold
 CA_DAYS = 3650
@@ -290,6 +295,7 @@ def add_member(
             record.members[name] = member
             registry.save(record)
             undo.append(lambda: _forget(registry, overlay, name))
+            write_member_list(registry, record, settings.domain, now)
             # Last: from here on the running members see the new one (a live roster push).
             accounts.add_to_group(name, overlay)
         except Exception:
@@ -326,10 +332,11 @@ def _forget(registry: Registry, overlay: str, name: str) -> None:
 
 def remove_member(
     registry: Registry, accounts: Accounts, relay: RelayAccounts, overlay: str, name: str,
-    now: datetime.datetime | None = None,
+    now: datetime.datetime | None = None, domain: str | None = None,
 ) -> Member:  # fmt: skip
     """Cut `name` off `overlay`: out of the group (live), account and TURN user deleted, address freed, and its
-    node id on a new revocation list signed by the overlay CA (``revoked.json``)."""
+    node id on a new revocation list signed by the overlay CA (``revoked.json``); with the XMPP `domain`, the
+    member list (``member-list.json``) written again without it."""
     check_overlay(overlay)
     check_name(name)
     now = now or datetime.datetime.now(datetime.UTC)
@@ -342,6 +349,8 @@ def remove_member(
         relay.remove_user(name)
         del record.members[name]
         registry.save(record)
+        if domain is not None:
+            write_member_list(registry, record, domain, now)
         deliver = getattr(accounts, "deliver", None)  # the XMPP server carries the list to the online members
         if deliver is not None:
             try:
@@ -349,6 +358,21 @@ def remove_member(
             except Exception as exc:  # noqa: BLE001 - removal is done; members also read revoked.json
                 log.warning("overlay %s: revocation list written but not delivered: %s", overlay, exc)
         return member
+
+
+def write_member_list(registry: Registry, record: Overlay, domain: str, now: datetime.datetime) -> MemberList:
+    """The overlay's members as the CA signs them for nodes (``member-list.json``, 0644: it is public), its serial
+    one above the last."""
+    path = registry.overlay_dir(record.overlay) / MEMBER_LIST_FILE
+    try:
+        serial = member_list.load(path.read_text()).serial + 1
+    except (OSError, IdentityError):
+        serial = 1
+    ca_key, _ = registry.ca(record.overlay)
+    listed = member_list.sign_members(ca_key, record.overlay, serial, int(now.timestamp()),
+                                      {m.node_id: f"{m.name}@{domain}" for m in record.members.values()})  # fmt: skip
+    write_private(path, member_list.to_text(listed), mode=0o644)
+    return listed
 
 
 def revocation_path(registry: Registry, overlay: str) -> Path:

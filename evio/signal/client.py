@@ -48,6 +48,7 @@ counted in ``drops`` and logged once per peer per interval.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import random
 import ssl
@@ -82,6 +83,8 @@ _PAYLOAD_TAG = f"{{{protocol.NAMESPACE}}}{protocol.ELEMENT}"
 _SASL_CHALLENGE_TAG = "{urn:ietf:params:xml:ns:xmpp-sasl}challenge"
 # The status of the unavailable presence a session sends when it ends only to log in again at once.
 RELOGIN_STATUS = "evio:relogin"
+# The status of a directed presence that answers a peer's (presence to linked peers only, 0059): not answered.
+ANSWER_STATUS = "evio:answer"
 
 
 class _ReportedBetter(logging.Filter):
@@ -95,6 +98,21 @@ class _ReportedBetter(logging.Filter):
 
 for _name in ("slixmpp.xmlstream.xmlstream", "slixmpp.features.feature_mechanisms.mechanisms"):
     logging.getLogger(_name).addFilter(_ReportedBetter())
+
+
+_XML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "'": "&apos;", '"': "&quot;"})
+# The module, not the function of the same name that slixmpp.xmlstream exports in its place.
+_slixmpp_tostring: Any = importlib.import_module("slixmpp.xmlstream.tostring")
+_slixmpp_escape = _slixmpp_tostring.escape
+
+
+def _escape(text: str, use_cdata: bool = False) -> str:
+    """slixmpp's escapes made by one `str.translate`: slixmpp joins a generator over every character, which
+    was half of a member's CPU in a storm (every presence carries 1 KB of JSON, every quote escaped)."""
+    return _slixmpp_escape(text, use_cdata) if use_cdata else text.translate(_XML_ESCAPES)
+
+
+_slixmpp_tostring.escape = _escape  # tostring() looks the name up in its module at every call
 
 
 @dataclass(frozen=True)
@@ -458,7 +476,9 @@ class SignalClient(SignalEndpoint):
                 keepalive.cancel()
                 await asyncio.gather(keepalive, return_exceptions=True)
             self._end_session = None
-            if not ended.done() or self._relogin_now:  # login timeout, stop(), or a membership check
+            # Login timeout, stop() (cancelling us while we await `ended` cancels `ended` too), or a membership check.
+            stopped = ended.cancelled()
+            if not ended.done() or stopped or self._relogin_now:
                 if self._relogin_now and xmpp.transport is not None:
                     # Peers hear we are back at once: they must not check their own membership in turn
                     # (each such check is a re-login their peers see, and so on around the overlay).
@@ -470,7 +490,7 @@ class SignalClient(SignalEndpoint):
                 output_task.cancel()
             self._xmpp = None
             self._attempt = None
-            self._session_down(ended.result() if ended.done() else "login timed out")
+            self._session_down("stopped" if stopped else ended.result() if ended.done() else "login timed out")
 
     def _attempt_failed(self, attempt: LoginAttempt) -> None:
         failure = attempt.failure(time.time())
@@ -600,6 +620,7 @@ class SignalClient(SignalEndpoint):
         self._membership_checked({
             overlay: membership_failure(s.jid, overlay, s.group_of(overlay), now)
             for overlay in s.memberships if s.group_of(overlay) not in seen_groups
+            and not self.presence_to_links(overlay)  # the CA's member list is its membership, not a group
         })  # fmt: skip
 
     def _refresh_membership(self) -> None:
@@ -630,10 +651,25 @@ class SignalClient(SignalEndpoint):
             presence["evio_identity"]["json"] = document
         presence.send()
 
+    def _last_login_time(self) -> float:
+        return self.last_login_seconds or 0.0
+
+    def _send_directed(self, to: str, answer: bool) -> None:
+        xmpp = self._xmpp
+        if xmpp is None:
+            return
+        presence = xmpp.make_presence(pto=to, pstatus=ANSWER_STATUS if answer else None)
+        presence["evio"]["json"] = self._announcement()
+        document = self._identity_document(str(xmpp.boundjid))
+        if document is not None:
+            presence["evio_identity"]["json"] = document
+        presence.send()
+
     def _announce_again(self) -> None:
         xmpp = self._xmpp
         if xmpp is not None and self.connected:
             self._send_presence(xmpp)
+            self._tell_links_again()
 
     def _on_presence_available(self, presence: Presence) -> None:
         sender = str(presence["from"])
@@ -642,7 +678,8 @@ class SignalClient(SignalEndpoint):
         has_payload = presence.xml.find(_PAYLOAD_TAG) is not None
         has_identity = presence.xml.find(_IDENTITY_TAG) is not None
         self._presence_available(sender, presence["evio"]["json"] if has_payload else None,
-                                 presence["evio_identity"]["json"] if has_identity else None)  # fmt: skip
+                                 presence["evio_identity"]["json"] if has_identity else None,
+                                 answer=presence["status"] == ANSWER_STATUS)  # fmt: skip
 
     def _on_presence_unavailable(self, presence: Presence) -> None:
         self._presence_unavailable(str(presence["from"]), returning=presence["status"] == RELOGIN_STATUS)

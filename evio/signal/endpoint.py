@@ -21,6 +21,13 @@ tunnels even to a member removed while it was away or while this node was
 offline. `check_membership()` asks for that list again (the subclass decides
 how: the XMPP client logs in again, since a server caches the roster of an
 online session and pushes no group change).
+
+Presence to linked peers only (decisions 0052, 0059): an overlay whose identity carries the overlay
+CA's member list (`OverlayIdentity.member_file`) takes its membership from that list, not from the
+roster, accepts only proven claims of the node id the list gives the account, and sends its presence
+only to the members `evio.signal.contacts` picks (`_reach_contacts`), answering whoever sends it
+theirs once per session (`_send_directed`, the transport's). The server then carries O(log n)
+presence stanzas per login instead of O(n).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cryptography import x509
@@ -40,7 +47,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.ratelimit import LogLimiter
-from evio.signal import identity, protocol
+from evio.signal import identity, member_list, protocol
+from evio.signal.contacts import contacts
 from evio.signal.drops import DropAccounting, DropReason
 from evio.signal.errors import (
     ErrorReason,
@@ -98,9 +106,21 @@ class OverlayIdentity:
     # Watched while we run: a list the operator drops here is adopted within `REVOCATION_POLL` s, whatever
     # the XMPP server does (it is then passed on to the other members in our presence).
     revocation_file: Path | None = None
+    # Presence to linked peers only (0059): the overlay CA's member list is the membership. Set (the file need
+    # not exist yet) for such an overlay; watched as the revocation file is. `members`: the list known at start.
+    member_file: Path | None = None
+    # Not compared: a newer list in the file is adopted as it comes, and must not log the account in again.
+    members: member_list.MemberList | None = field(default=None, compare=False)
 
 
 REVOCATION_POLL = 2.0  # seconds between looks at the revocation files
+# Presence to linked peers only: the contacts still silent are told again this often (a member that was
+# offline, or came back from a restart without telling us), and one silent a whole round is skipped.
+RECONTACT_INTERVAL = 30.0
+# ... and no sooner than this many times our own last login took: while a storm keeps the server busy, the
+# silent ones are mostly still signing in, and telling them again (or skipping them) only adds to the storm.
+RECONTACT_LOGINS = 4.0
+ANSWER_WAIT = 10.0  # a request to a listed member not present waits this long at most for its presence
 MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
 
 
@@ -131,6 +151,7 @@ class SignalEndpoint:
         self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
         self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
         self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
+        self._own_document: tuple[tuple[str, tuple[tuple[str, int], ...]], str] = (("", ()), "")
         self._refused_lists: OrderedDict[bytes, None] = OrderedDict()  # signatures of lists that did not verify
         self._file_seen: dict[Path, tuple[int, int]] = {}  # revocation file -> (mtime ns, size) last read
         self._file_timer: Timer | None = None
@@ -140,6 +161,23 @@ class SignalEndpoint:
         # outlives the id's hand-over to another: removing the first must still close it).
         self._known: OrderedDict[tuple[str, int, str], None] = OrderedDict()
         self._known_of: dict[tuple[str, int], set[str]] = {}  # (overlay, node id) -> its accounts in `_known`
+        # Presence to linked peers only: overlay -> the CA's newest member list (None until one verifies).
+        self._links_mode: dict[str, member_list.MemberList | None] = {
+            ov: i.members for ov, i in self._identities.items() if i.member_file is not None or i.members is not None
+        }
+        for ov, ml in list(self._links_mode.items()):
+            if ml is not None and member_list.refusal(self._identities[ov].anchor, ml) is not None:
+                log.warning("signal member list overlay=%s serial=%d: not the overlay CA's: ignored", ov, ml.serial)
+                self._links_mode[ov] = None
+        self._roster_membership: dict[str, frozenset[str]] = {}  # what the server's roster says (group overlays)
+        for ov, ml in self._links_mode.items():
+            self._table.set_listed(ov, frozenset(ml.members.values()) - {account} if ml is not None else ())
+        self._told: set[str] = set()  # full JIDs our presence went to in this session (directed)
+        self._reached: set[str] = set()  # bare JIDs we sent our presence to in this session
+        self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
+        self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
+        self._recontact_timer: Timer | None = None
+        self._contacts_cache: dict[str, tuple[tuple[int, frozenset[int], frozenset[int]], frozenset[int]]] = {}
         self._timer: Timer | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
         self._inflight_by_peer: dict[str, int] = {}  # sender JID -> its requests being served
@@ -193,6 +231,38 @@ class SignalEndpoint:
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         return self._events.subscribe(event_type, callback)
 
+    def presence_to_links(self, overlay: str) -> bool:
+        """Whether `overlay` takes its membership from the CA's member list and sends presence to links only."""
+        return overlay in self._links_mode
+
+    def listed_members(self, overlay: str) -> member_list.MemberList | None:
+        """The overlay CA's newest member list held here (presence to linked peers only), or None."""
+        return self._links_mode.get(overlay)
+
+    def contacts(self, overlay: str) -> frozenset[int]:
+        """Presence to linked peers only: the node ids we send our presence to (evio.signal.contacts)."""
+        ml = self._links_mode.get(overlay)
+        own = self._table.own_node_id(overlay)
+        if ml is None or own is None:
+            return frozenset()
+        revoked = self._table.revoked(overlay)
+        skip = frozenset(self._silent.get(overlay, ()))
+        key = (ml.serial, revoked, skip)
+        cached = self._contacts_cache.get(overlay)
+        if cached is None or cached[0] != key:  # O(n) to make: asked at every presence and round
+            listed = sorted(n for n in ml.members if n not in revoked)
+            cached = self._contacts_cache[overlay] = (key, contacts(listed, own, skip))
+        return cached[1]
+
+    def receive_member_list(self, text: str, source: str = "local") -> bool:
+        """A member list from anywhere (a file, the server host): adopted if it verifies and is newer."""
+        try:
+            ml = member_list.load(text)
+        except identity.IdentityError as exc:
+            self._drop(DropReason.BAD_REVOCATION, source, f"member list: {exc}")
+            return False
+        return self._adopt_members(ml, source)
+
     def revoked_nodes(self, overlay: str) -> frozenset[int]:
         """The node ids the overlay CA's newest revocation list we hold revokes now."""
         return self._table.revoked(overlay)
@@ -214,6 +284,8 @@ class SignalEndpoint:
 
     def check_membership(self) -> None:
         """See evio.signal.interface.Signaling.check_membership; the transport decides how."""
+        if self._links_mode.keys() >= self._table.overlays:
+            return  # the CA's member list is the membership, watched in its file; the roster says nothing
         self._refresh_membership()
 
     def register_handler(self, action: str, handler: Handler) -> None:
@@ -244,11 +316,13 @@ class SignalEndpoint:
         if not self._connected:
             raise RequestError(ErrorReason.NOT_CONNECTED)
         jid = self._table.jid_of(overlay, peer)
+        limit = self.limits.request_timeout if timeout is None else timeout
+        if jid is None:
+            jid = await self._reach(overlay, peer, min(limit, ANSWER_WAIT))
         if jid is None:
             raise RequestError(ErrorReason.UNKNOWN_PEER, f"{peer:032x} is not present in {overlay}")
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[Body] = loop.create_future()
-        limit = self.limits.request_timeout if timeout is None else timeout
         pending = self._transactions.start(overlay, peer, action, self.clock.now(), limit, waiter)
         try:
             text = protocol.encode(
@@ -273,6 +347,10 @@ class SignalEndpoint:
         """Get the server's membership list again and feed it to `_membership_changed`."""
         raise NotImplementedError
 
+    def _send_directed(self, to: str, answer: bool) -> None:
+        """Send our presence (announcement and identity) to `to` alone; `answer`: it answers theirs."""
+        raise NotImplementedError
+
     def _announcement(self) -> str:
         members = sorted(self._table_memberships().items())
         memberships = tuple(Membership(ov, nid) for ov, nid in members)
@@ -289,24 +367,30 @@ class SignalEndpoint:
             )[: identity.MAX_CLAIMS]
             self._own_proofs = (own_full_jid, proofs)
         lists = tuple(rl for _, rl in sorted(self._lists.items()))[: identity.MAX_LISTS]
-        return identity.encode(identity.IdentityDocument(self._own_proofs[1], lists))
+        key = (own_full_jid, tuple((rl.overlay, rl.serial) for rl in lists))
+        if self._own_document[0] != key:  # encoded once per session and list: sent in every directed presence
+            self._own_document = (key, identity.encode(identity.IdentityDocument(self._own_proofs[1], lists)))
+        return self._own_document[1]
 
     def _watch_revocation_files(self) -> None:
         self._file_timer = None
         for ident in self._identities.values():
-            path = ident.revocation_file
-            if path is None:
-                continue
-            try:
-                st = path.stat()
-                seen = (st.st_mtime_ns, st.st_size)
-                if self._file_seen.get(path) == seen or st.st_size > identity.MAX_DOCUMENT_BYTES:
+            for path, limit, receive in ((ident.revocation_file, identity.MAX_DOCUMENT_BYTES,
+                                          self.receive_revocation_list),
+                                         (ident.member_file, member_list.MAX_TEXT_BYTES,
+                                          self.receive_member_list)):  # fmt: skip
+                if path is None:
                     continue
-                self._file_seen[path] = seen
-                text = path.read_text()
-            except OSError:
-                continue  # not there (yet): the common case
-            self.receive_revocation_list(text, str(path))  # refusals are counted and logged there
+                try:
+                    st = path.stat()
+                    seen = (st.st_mtime_ns, st.st_size)
+                    if self._file_seen.get(path) == seen or st.st_size > limit:
+                        continue
+                    self._file_seen[path] = seen
+                    text = path.read_text()
+                except OSError:
+                    continue  # not there (yet): the common case
+                receive(text, str(path))  # refusals are counted and logged there
         self._file_timer = self.clock.call_later(REVOCATION_POLL, self._watch_revocation_files)
 
     def _announce_again(self) -> None:
@@ -346,6 +430,25 @@ class SignalEndpoint:
                 self._events.publish(PeerRemoved(key[0], key[1], key[2], RemovalCause.MEMBERSHIP_REVOKED))
         self._announce_again()
         self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source))
+        return True
+
+    def _adopt_members(self, ml: member_list.MemberList, source: str) -> bool:
+        if ml.overlay not in self._links_mode:
+            return False  # an overlay whose membership is the roster's (or not ours): not ours to judge
+        current = self._links_mode[ml.overlay]
+        if current is not None and ml.serial <= current.serial:
+            return False
+        refusal = member_list.refusal(self._identities[ml.overlay].anchor, ml)
+        if refusal is not None:
+            self._drop(DropReason.BAD_REVOCATION, source, f"member list for {ml.overlay}: {refusal}")
+            return False
+        self._links_mode[ml.overlay] = ml
+        self._silent.pop(ml.overlay, None)
+        self._retold.pop(ml.overlay, None)
+        log.info("signal member list overlay=%s serial=%d: %d members (from %s)", ml.overlay, ml.serial,
+                 len(ml.members), source)  # fmt: skip
+        self._listed_changed(ml.overlay, ml)
+        self._reach_contacts()
         return True
 
     def _identity_message(self, sender: str, text: str) -> None:
@@ -398,10 +501,11 @@ class SignalEndpoint:
         self.connected_since = time.time()
         self.sessions += 1
         self._ready.set()
-        if self._file_timer is None and any(i.revocation_file for i in self._identities.values()):
+        if self._file_timer is None and any(i.revocation_file or i.member_file for i in self._identities.values()):
             self._watch_revocation_files()
         log.info("signal %s: logged in as %s", self.account, own_jid)
         self._events.publish(Connected(own_jid))
+        self._reach_contacts()
 
     def _login_failed(self, failure: LoginFailure, logged_elsewhere: bool = False) -> None:
         """A login attempt failed (or a session ended) for `failure`: logged when it changes, not at every retry."""
@@ -447,16 +551,55 @@ class SignalEndpoint:
             log.log(level, "signal %s: session ended (%s)", self.account, reason)
             self._events.publish(Disconnected(reason))
         self._membership.clear()
+        self._roster_membership.clear()
+        self._told.clear()
+        self._reached.clear()
+        if self._recontact_timer is not None:
+            self._recontact_timer.cancel()
+            self._recontact_timer = None
         self._apply(self._table.clear())
 
     def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:
-        """The server's view of who is in which overlay: bare JID -> overlay ids."""
+        """The server's view of who is in which overlay: bare JID -> overlay ids (its roster groups).
+
+        For overlays with presence to linked peers only, the server's view counts for nothing: the CA's
+        member list says who is a member (`_apply_membership` merges both)."""
+        self._roster_membership = dict(current)
+        self._apply_membership()
+
+    def _apply_membership(self) -> None:
+        links = self._links_mode
+        current: dict[str, frozenset[str]] = {}
+        for bare, overlays in self._roster_membership.items():
+            kept = overlays - links.keys()
+            if kept:
+                current[bare] = kept
+        self._membership_from(current)
+
+    def _listed_changed(self, overlay: str, ml: member_list.MemberList | None) -> None:
+        """The CA's member list of `overlay` is `ml` now: the peer table's membership there, and node ids
+        remembered for accounts it no longer pairs with them revoked, present or not (as `_membership_from`)."""
+        accounts = frozenset(ml.members.values()) - {self.account} if ml is not None else frozenset()
+        for key in list(self._known):
+            ov, node_id, bare = key
+            if key not in self._known or ov != overlay or (ml is not None and ml.members.get(node_id) == bare):
+                continue
+            self._unknow(key)
+            holder = self._table.jid_of(ov, node_id)
+            if holder is not None and bare_jid(holder) == bare and bare not in accounts:
+                continue  # present: the table reports it, below
+            log.info("signal peer revoked overlay=%s node=%032x peer=%s (not on the member list)", ov, node_id, bare)
+            self._forget_known(ov, node_id)
+            self._events.publish(PeerRemoved(ov, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
+        self._apply(self._table.set_listed(overlay, accounts))
+
+    def _membership_from(self, current: Mapping[str, frozenset[str]]) -> None:
         # Node ids remembered for accounts that lose the overlay: revoked, present or not. Decided before the
         # table hands any of them on (a freed id may go to a waiting claimant at once, and would then be
         # remembered as its): the removed member's tunnels must close whoever holds the id next.
         for key in list(self._known):
             overlay, node_id, bare = key
-            if key not in self._known or overlay in current.get(bare, frozenset()):
+            if key not in self._known or overlay in current.get(bare, frozenset()) or overlay in self._links_mode:
                 continue
             self._unknow(key)
             holder = self._table.jid_of(overlay, node_id)
@@ -477,7 +620,9 @@ class SignalEndpoint:
         self._membership = {b: o for b, o in current.items() if o}
         self._table.retain_bindings(self._membership)  # node ids of accounts no longer listed are free again
 
-    def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None) -> None:
+    def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None,
+                            answer: bool = False) -> None:  # fmt: skip
+        """`answer`: the sender's presence answers ours (presence to linked peers only): not answered again."""
         announcement = Announcement(())
         if announcement_json is not None:
             try:
@@ -498,10 +643,102 @@ class SignalEndpoint:
                         self._adopt_list(rl, sender)
                 proven = self._verified_claims(sender, doc)
         overlays = {m.overlay for m in announcement.members if f"{m.overlay}\x00{m.node_id:032x}" in proven}
+        if self._links_mode:
+            announcement = self._listed_claims(sender, announcement, overlays)
         self._apply(self._table.on_available(sender, announcement, overlays))
+        if (self._links_mode and not answer and sender not in self._told and self._connected
+                and any(m.overlay in self._links_mode for m in announcement.members)):
+            self._told.add(sender)
+            self._send_directed(sender, answer=True)
+
+    def _listed_claims(self, sender: str, announcement: Announcement, proven: set[str]) -> Announcement:
+        """Presence to linked peers only: a claim stands only proven and as the CA's member list pairs them."""
+        kept = []
+        for m in announcement.members:
+            if m.overlay in self._links_mode:
+                ml = self._links_mode[m.overlay]
+                listed = None if ml is None else ml.members.get(m.node_id)
+                if listed != bare_jid(sender):
+                    self._drop(DropReason.NOT_MEMBER, sender, f"{m.node_id:032x} in {m.overlay}: not so listed")
+                    continue
+                if m.overlay not in proven:
+                    self._drop(DropReason.UNPROVEN, sender, f"claim of {m.node_id:032x} in {m.overlay}: no proof")
+                    continue
+            kept.append(m)
+        if len(kept) == len(announcement.members):
+            return announcement
+        return replace(announcement, members=tuple(kept))
+
+    def _reach_contacts(self) -> None:
+        """Presence to linked peers only: tell the contacts not present that we are online (their bare JIDs)."""
+        if not self._links_mode or not self._connected:
+            return
+        for overlay, ml in self._links_mode.items():
+            if ml is None:
+                continue
+            present = self._table.peers(overlay)
+            for node_id in sorted(self.contacts(overlay)):
+                account = ml.members[node_id]
+                if node_id not in present and account not in self._reached:
+                    self._reached.add(account)
+                    self._send_directed(account, answer=False)
+        if self._recontact_timer is None:
+            interval = max(RECONTACT_INTERVAL, RECONTACT_LOGINS * self._last_login_time())
+            delay = interval * (0.75 + 0.5 * self._rng.random())
+            self._recontact_timer = self.clock.call_later(delay, self._recontact)
+
+    def _recontact(self) -> None:
+        """A round: contacts still silent are told again (they may be back), and skipped once told twice."""
+        self._recontact_timer = None
+        for overlay, ml in self._links_mode.items():
+            if ml is None:
+                continue
+            present = self._table.peers(overlay)
+            silent = {n for n in self.contacts(overlay) if n not in present and ml.members[n] in self._reached}
+            told = self._retold.setdefault(overlay, set())
+            skipped = self._silent.setdefault(overlay, set())
+            skipped -= present.keys()  # back: its place in the window is its own again
+            skipped |= silent & told
+            told -= present.keys()
+            told |= silent
+            self._reached -= {ml.members[n] for n in silent}
+        self._reach_contacts()
+
+    def _last_login_time(self) -> float:
+        """Seconds our last login took (the transport's measure; 0 where logins take no time)."""
+        return 0.0
+
+    def _tell_links_again(self) -> None:
+        """Our presence changed (a newer revocation list to pass on): the peers we told get it again."""
+        for overlay in self._links_mode:
+            for jid in self._table.peers(overlay).values():
+                self._send_directed(jid, answer=True)
+
+    async def _reach(self, overlay: str, peer: int, limit: float) -> str | None:
+        """Presence to linked peers only: a listed member we have no presence of is told ours, and we wait
+        for its answer up to `limit`; its full JID, or None (not listed, or silent)."""
+        ml = self._links_mode.get(overlay)
+        if ml is None or peer not in ml.members or peer in self._table.revoked(overlay):
+            return None
+        appeared: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        def added(event: PeerAdded) -> None:
+            if event.overlay == overlay and event.node_id == peer and not appeared.done():
+                appeared.set_result(event.jid)
+
+        subscription = self.subscribe(PeerAdded, added)
+        try:
+            self._reached.add(ml.members[peer])
+            self._send_directed(ml.members[peer], answer=False)
+            return await self.clock.wait_for(appeared, limit)
+        except TimeoutError:
+            return None
+        finally:
+            subscription.cancel()
 
     def _presence_unavailable(self, sender: str, returning: bool = False) -> None:
         """`returning`: the session said it ends only to log in again at once (a membership check)."""
+        self._told.discard(sender)
         if "/" in sender:
             self._apply(self._table.on_unavailable(sender, returning))
             return

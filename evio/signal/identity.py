@@ -161,26 +161,31 @@ CaKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
 
 def sign_list(ca_key: CaKey, overlay: str, serial: int, issued: int, revoked: Mapping[int, int]) -> RevocationList:
     unsigned = RevocationList(overlay, serial, issued, dict(revoked))
-    data = unsigned.signed_bytes()
-    if isinstance(ca_key, ed25519.Ed25519PrivateKey):
-        signature = ca_key.sign(data)
-    else:
-        signature = ca_key.sign(data, ec.ECDSA(hashes.SHA256()))
-    return RevocationList(overlay, serial, issued, dict(revoked), signature)
+    return RevocationList(overlay, serial, issued, dict(revoked), ca_sign(ca_key, unsigned.signed_bytes()))
 
 
 def list_refusal(anchor: TrustAnchor, rl: RevocationList) -> str | None:
     """Why `rl` is not the overlay CA's; None when one of the anchor's CAs signed it."""
     if rl.overlay != anchor.overlay:
         return f"a list for overlay {rl.overlay}, not {anchor.overlay}"
-    data = rl.signed_bytes()
+    return ca_signature_refusal(anchor, rl.signed_bytes(), rl.signature)
+
+
+def ca_sign(ca_key: CaKey, data: bytes) -> bytes:
+    if isinstance(ca_key, ed25519.Ed25519PrivateKey):
+        return ca_key.sign(data)
+    return ca_key.sign(data, ec.ECDSA(hashes.SHA256()))
+
+
+def ca_signature_refusal(anchor: TrustAnchor, data: bytes, signature: bytes) -> str | None:
+    """Why `signature` over `data` is not one of the anchor's CAs'; None when one of them made it."""
     for ca in anchor.authorities:
         public = ca.public_key()
         try:
             if isinstance(public, ed25519.Ed25519PublicKey):
-                public.verify(rl.signature, data)
+                public.verify(signature, data)
             elif isinstance(public, ec.EllipticCurvePublicKey):
-                public.verify(rl.signature, data, ec.ECDSA(hashes.SHA256()))
+                public.verify(signature, data, ec.ECDSA(hashes.SHA256()))
             else:
                 continue
         except InvalidSignature:

@@ -47,6 +47,10 @@ unless their certificate names the id.
 Revoked node ids (`set_revoked`: the overlay CA's signed revocation list) are
 never held: their claims are refused (`REVOKED`) and a holder is removed as
 `MEMBERSHIP_REVOKED`.
+
+Overlays whose membership is the overlay CA's member list (`set_listed`, decision 0059) take it from there
+alone: the server's word (`set_membership`, `retain_bindings`) counts for nothing in them, and the list
+outlives our own sessions (`clear` keeps it), so a login costs nothing per listed member.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ class PeerTable:
         self._bound_of: dict[str, dict[str, int]] = {ov: {} for ov in self._own}
         self._revoked: dict[str, frozenset[int]] = {ov: frozenset() for ov in self._own}
         self._membership: dict[str, frozenset[str]] = {}
+        self._listed: dict[str, frozenset[str]] = {}  # overlay -> the accounts the CA's member list names
         self._claims: dict[str, dict[str, _Claim]] = {}  # full jid -> overlay -> claim
         self._session_seq: dict[str, int] = {}  # full jid -> input seq of its first presence: newest wins
         self._features: dict[str, frozenset[str]] = {}  # full jid -> the features its presence announced
@@ -149,6 +154,9 @@ class PeerTable:
         return self._features.get(jid, frozenset()) if jid is not None else frozenset()
 
     def is_member(self, overlay: str, jid: str) -> bool:
+        listed = self._listed.get(overlay)
+        if listed is not None:
+            return bare_jid(jid) in listed
         return overlay in self._membership.get(bare_jid(jid), frozenset())
 
     def bound_account(self, overlay: str, node_id: int) -> str | None:
@@ -176,13 +184,26 @@ class PeerTable:
         else:
             self._membership.pop(bare, None)
         for overlay in self._own:
-            if overlay not in new:
+            if overlay not in new and overlay not in self._listed:
                 self._unbind(overlay, bare)
         return self._settle({bare}, refusals_for=None, cause=RemovalCause.MEMBERSHIP_REVOKED)
+
+    def set_listed(self, overlay: str, accounts: Iterable[str]) -> Update:
+        """The accounts the overlay CA's member list names: from now on `overlay`'s membership (0059)."""
+        if overlay not in self._own:
+            return Update()
+        old, new = self._listed.get(overlay, frozenset()), frozenset(accounts)
+        self._listed[overlay] = new
+        for account in old - new:
+            self._unbind(overlay, account)
+        return self._settle(set((old ^ new) & self._sessions.keys()), refusals_for=None,
+                            cause=RemovalCause.MEMBERSHIP_REVOKED)  # fmt: skip
 
     def retain_bindings(self, members: Mapping[str, frozenset[str]]) -> None:
         """The server's whole membership list (bare JID -> overlays): bindings of accounts not in it go."""
         for overlay, accounts in self._bound_of.items():
+            if overlay in self._listed:
+                continue  # the CA's list says who is a member there (`set_listed`)
             for account in [a for a in accounts if overlay not in members.get(a, frozenset())]:
                 self._unbind(overlay, account)
 

@@ -38,6 +38,9 @@ class FakeSignalHub:
         self.lost = 0
         # (recipient, sender) -> the sender's session ended with the relogin status (see `kick`)
         self.returning: dict[tuple[str, str], bool] = {}
+        # full JID -> the sessions its directed presence reached: told when it goes, as a server does (RFC 6121)
+        self._directed: dict[str, set[str]] = {}
+        self.directed = 0  # directed presence stanzas delivered
 
     # ------------------------------------------------------------------ "server admin"
 
@@ -110,6 +113,7 @@ class FakeSignalHub:
     def stop_server(self) -> None:
         """Every session ends at once, as when the XMPP server is killed."""
         self.up = False
+        self._directed.clear()
         for client in list(self._online.values()):
             del self._online[client.full_jid]
             client._session_down("server went away")
@@ -165,22 +169,38 @@ class FakeSignalHub:
             if other is not client and bare_jid(other.full_jid) in client.roster_contacts:
                 loop.call_soon(self._presence, other, client.full_jid, payload)
 
-    def _presence(self, to: FakeSignalClient, sender: str, announcement: tuple[str, str | None] | None) -> None:
+    def _presence(self, to: FakeSignalClient, sender: str, announcement: tuple[str, str | None] | None,
+                  answer: bool = False) -> None:  # fmt: skip
         if self._online.get(to.full_jid) is not to:
             return
         if announcement is None:
             to._presence_unavailable(sender, returning=self.returning.pop((to.full_jid, sender), False))
         else:
-            to._presence_available(sender, announcement[0], announcement[1])
+            to._presence_available(sender, announcement[0], announcement[1], answer=answer)
+
+    def _direct(self, client: FakeSignalClient, to: str, answer: bool) -> None:
+        """Presence from `client` to `to` alone: a full JID's session, or every session of a bare JID."""
+        if self._online.get(client.full_jid) is not client:
+            return
+        targets = [c for j, c in self._online.items() if j == to or ("/" not in to and bare_jid(j) == to)]
+        payload = client._presence_payload()
+        loop = asyncio.get_running_loop()
+        for target in targets:
+            if target is client:
+                continue
+            self._directed.setdefault(client.full_jid, set()).add(target.full_jid)
+            self.directed += 1
+            loop.call_soon(self._presence, target, client.full_jid, payload, answer)
 
     def _logout(self, client: FakeSignalClient) -> None:
         if self._online.get(client.full_jid) is not client:
             return
         del self._online[client.full_jid]
         contacts = client.roster_contacts  # the session's roster, not the groups as they are now
+        told = self._directed.pop(client.full_jid, set())
         loop = asyncio.get_running_loop()
         for other in list(self._online.values()):
-            if bare_jid(other.full_jid) in contacts:
+            if bare_jid(other.full_jid) in contacts or other.full_jid in told:
                 loop.call_soon(self._presence, other, client.full_jid, None)
 
     def _route(self, sender: str, to: str, text: str, msg_id: str | None) -> None:
@@ -251,6 +271,10 @@ class FakeSignalClient(SignalEndpoint):
 
     def _announce_again(self) -> None:
         self._hub._reannounce(self)
+        self._tell_links_again()
+
+    def _send_directed(self, to: str, answer: bool) -> None:
+        self._hub._direct(self, to, answer)
 
     def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
         self._hub._route(self.full_jid, to, text, msg_id)

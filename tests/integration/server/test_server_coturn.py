@@ -38,6 +38,7 @@ def coturn(tmp_path: Path) -> Iterator[tuple[int, TurnAdmin]]:
         domain=DOMAIN, address="127.0.0.1", state_dir=tmp_path / "state", xmpp_port=free_tcp_port(),
         prosody_config=tmp_path / "prosody.cfg.lua", groups_file=tmp_path / "groups.txt",
         prosody_certs=tmp_path / "certs", turn_config=tmp_path / "turnserver.conf", turn_db=tmp_path / "turndb",
+        systemd_dir=tmp_path / "systemd",
         turn_port=port, relay_ports=(61000, 61999), turn_listening_ips=("127.0.0.1",),
     )  # fmt: skip
     settings = run_init(options).settings

@@ -80,6 +80,7 @@ def prosody_server(directory: Path, options_from: ServerSettings | None = None) 
         domain=DOMAIN, address="127.0.0.1", xmpp="prosody", state_dir=directory / "state", xmpp_port=port,
         prosody_config=directory / "prosody.cfg.lua", groups_file=directory / "groups.txt",
         prosody_certs=directory / "certs", turn_config=directory / "turnserver.conf", turn_db=directory / "turndb",
+        systemd_dir=directory / "systemd",
         prosody_paths=ProsodyPaths(data_path=str(data), pidfile=str(directory / "prosody.pid"),
                                    log_dir=str(directory), admin_socket=str(data / "prosody.sock")),
         xmpp_interfaces=("127.0.0.1",), run_as_root=True,
@@ -128,7 +129,8 @@ def ejabberd_server() -> Iterator[Server]:
     options = InitOptions(
         domain=DOMAIN, address="127.0.0.1", xmpp="ejabberd", state_dir=directory / "state", xmpp_port=port,
         ejabberd_config=directory / "ejabberd.yml", ejabberdctl=" ".join(ctl),
-        turn_config=directory / "turnserver.conf", turn_db=directory / "turndb", xmpp_interfaces=("127.0.0.1",),
+        turn_config=directory / "turnserver.conf", turn_db=directory / "turndb",
+        systemd_dir=directory / "systemd", xmpp_interfaces=("127.0.0.1",),
     )  # fmt: skip
     proc: subprocess.Popen[bytes] | None = None
     try:

@@ -24,10 +24,10 @@ from evio.server.members import (
     revocation_path,
 )
 from evio.server.settings import ServerSettings
-from evio.signal import identity
+from evio.signal import identity, member_list
 from evio.testing.fake_server import FakeAccounts, FakeRelay, fake_server_host
 from evio.tunnel.path.dtls import TunnelCertificate
-from evio.tunnel.path.overlay_ca import write_certificate
+from evio.tunnel.path.overlay_ca import make_overlay_ca, write_certificate
 from evio.tunnel.path.trust import TrustAnchor
 
 NOW = datetime.datetime(2026, 11, 27, 20, 0, tzinfo=datetime.UTC)
@@ -144,3 +144,42 @@ def test_a_reload_with_the_same_trust_files_keeps_the_account(server: tuple, tmp
     first, second = plan(), plan()
     assert first.accounts == second.accounts  # type: ignore[attr-defined]
     assert plan_reload(first, second).changes_nothing  # type: ignore[arg-type]
+
+
+
+def test_every_add_and_remove_writes_the_ca_signed_member_list(server: tuple) -> None:
+    """member-list.json beside the overlay CA: what a node in presence-to-links mode takes membership from (0059)."""
+    registry, settings, accounts, relay = server
+    for name in ("n1", "n2", "n3"):
+        add_member(registry, settings, accounts, relay, "ov1", name, NOW)
+    path = registry.overlay_dir("ov1") / "member-list.json"
+    first = member_list.load(path.read_text())
+    assert member_list.refusal(anchor_of(registry), first) is None
+    assert sorted(first.members.values()) == [f"{n}@{settings.domain}" for n in ("n1", "n2", "n3")]
+    assert first.accounts()["n2@" + settings.domain] == registry.load("ov1").members["n2"].node_id
+    remove_member(registry, accounts, relay, "ov1", "n2", now=NOW, domain=settings.domain)
+    after = member_list.load(path.read_text())
+    assert after.serial == first.serial + 1 and f"n2@{settings.domain}" not in after.members.values()
+    assert member_list.refusal(anchor_of(registry), after) is None
+
+
+def test_a_node_with_the_member_list_beside_its_ca_takes_membership_from_it(server: tuple, tmp_path: Path) -> None:
+    registry, settings, accounts, relay = server
+    add_member(registry, settings, accounts, relay, "ov1", "n1", NOW)
+    node_dir = tmp_path / "node"
+    node_dir.mkdir()
+    (node_dir / "ca.crt").write_bytes((registry.overlay_dir("ov1") / "ca.crt").read_bytes())
+    certificate = TunnelCertificate.generate("n1", NOW)
+    trust = TrustConfig(node_dir / "ca.crt", node_dir / "node.crt", node_dir / "node.key")
+    assert overlay_identity("ov1", anchor_of(registry), certificate, trust).member_file is None  # the roster's
+    (node_dir / "member-list.json").write_text((registry.overlay_dir("ov1") / "member-list.json").read_text())
+    ident = overlay_identity("ov1", anchor_of(registry), certificate, trust)
+    assert ident.member_file == node_dir / "member-list.json" and ident.members is not None
+    assert list(ident.members.members.values()) == [f"n1@{settings.domain}"]
+    from evio.node.errors import NodeConfigError
+
+    other_key, _ = make_overlay_ca("another", NOW, 10)
+    forged = member_list.sign_members(other_key, "ov1", 9, 0, {1: f"x@{settings.domain}"})
+    (node_dir / "member-list.json").write_text(member_list.to_text(forged))
+    with pytest.raises(NodeConfigError, match="member-list.json: not signed by the overlay CA"):
+        overlay_identity("ov1", anchor_of(registry), certificate, trust)

@@ -24,7 +24,7 @@ def _options(d: Path, **changes: object) -> InitOptions:
     base: dict[str, object] = dict(
         domain=DOMAIN, address="203.0.113.7", state_dir=d / "state", prosody_config=d / "prosody.cfg.lua",
         groups_file=d / "groups.txt", prosody_certs=d / "certs", ejabberd_config=d / "ejabberd.yml",
-        turn_config=d / "turnserver.conf", turn_db=d / "turndb",
+        turn_config=d / "turnserver.conf", turn_db=d / "turndb", systemd_dir=d / "systemd",
     )  # fmt: skip
     base.update(changes)
     return InitOptions(**base)  # type: ignore[arg-type]
@@ -34,7 +34,7 @@ def _cli_paths(d: Path) -> list[str]:
     return ["--state-dir", str(d / "state"), "--prosody-config", str(d / "prosody.cfg.lua"),
             "--groups-file", str(d / "groups.txt"), "--prosody-certs", str(d / "certs"),
             "--ejabberd-config", str(d / "ejabberd.yml"), "--turn-config", str(d / "turnserver.conf"),
-            "--turn-db", str(d / "turndb")]  # fmt: skip
+            "--turn-db", str(d / "turndb"), "--systemd-dir", str(d / "systemd")]  # fmt: skip
 
 
 def _snapshot(d: Path) -> dict[str, tuple[bytes, int]]:
@@ -45,13 +45,25 @@ def test_first_run_writes_everything_a_second_changes_nothing(tmp_path: Path) ->
     first = run_init(_options(tmp_path), NOW)
     written = {Path(p).name for p in first.changed}
     assert {"ca.crt", "ca.key", "server.key", "server.crt", "prosody.cfg.lua", "groups.txt", "turnserver.conf",
-            "turndb", "server.json", f"evio-{DOMAIN}.crt", f"evio-{DOMAIN}.key"} <= written  # fmt: skip
+            "turndb", "server.json", f"evio-{DOMAIN}.crt", f"evio-{DOMAIN}.key",
+            "evio-limits.conf"} <= written  # fmt: skip
     assert not (tmp_path / "ejabberd.yml").exists()
     before = _snapshot(tmp_path)
     second = run_init(_options(tmp_path), NOW + datetime.timedelta(days=1))
     assert second.changed == []
     assert second.lines()[0].startswith("nothing changed")
     assert _snapshot(tmp_path) == before  # keys, CA and certificate untouched
+
+
+def test_prosody_may_open_a_file_per_member_of_a_thousand(tmp_path: Path) -> None:
+    """Debian's prosody.service sets no open-files limit: systemd's soft 1,024 is below 1,000 members' sessions."""
+    report = run_init(_options(tmp_path), NOW)
+    dropin = tmp_path / "systemd" / "prosody.service.d" / "evio-limits.conf"
+    limits = dict(line.split("=", 1) for line in dropin.read_text().splitlines() if "=" in line)
+    assert int(limits["LimitNOFILE"]) >= 2 * 1000
+    assert "[Service]" in dropin.read_text().splitlines()
+    assert "  systemctl daemon-reload" in report.lines()  # systemd reads a new drop-in only then
+    assert run_init(_options(tmp_path), NOW).changed == []
 
 
 def test_keys_are_private_and_the_state_dir_is_roots(tmp_path: Path) -> None:
