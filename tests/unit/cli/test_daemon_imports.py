@@ -30,7 +30,8 @@ PROBE = textwrap.dedent(
               "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4")
     assert not loaded(*unused), loaded(*unused)
     from evio.deferred_modules import DeferredModule
-    assert type(sys.modules["rfc3986"]) is DeferredModule  # oslo_config's URI parser, until a URI option is parsed
+    # oslo_config's URI parser and its plugin loader, until an option needs them.
+    assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
     print("ok")
     """
 )
