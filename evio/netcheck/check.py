@@ -102,6 +102,7 @@ async def run_netcheck(config: Config, timeout: float = DEFAULT_TIMEOUT) -> Repo
     stun, turn, xmpp = targets(config)
     hosts = {t.host for t in stun} | {t.host for t in turn}
     resolved = dict(zip(hosts, await asyncio.gather(*(_resolve(h, timeout) for h in hosts)), strict=True))
+    resolved = {host: _routed(addresses) for host, addresses in resolved.items()}
     bindings_task = _bindings(stun, turn, resolved, timeout)
     turn_tasks = [_turn(t, resolved[t.host], timeout) for t in turn]
     xmpp_tasks = [_xmpp(t, timeout) for t in xmpp]
@@ -151,6 +152,18 @@ async def _resolve(host: str, timeout: float) -> Resolved:
         key: Family = "ipv6" if family == socket.AF_INET6 else "ipv4"
         found.setdefault(key, str(sockaddr[0]))
     return found or f"cannot resolve {host}: no address"
+
+
+def _routed(addresses: Resolved) -> Resolved:
+    """A name's addresses this host has a route to; when it has a route to none of them, why not. (An
+    IPv6-only host asking a dual-stack server's IPv4 address only learns that it has no IPv4.)"""
+    if isinstance(addresses, str):
+        return addresses
+    routed = {family: ip for family, ip in addresses.items() if route_source(family, (ip, 3478)) is not None}
+    if routed:
+        return routed
+    families = " or ".join(sorted(f.replace("ipv", "IPv") for f in addresses))
+    return f"no route to {', '.join(addresses.values())}: this host has no {families} route"
 
 
 def _family_source(family: Family, resolved: dict[str, Resolved]) -> str | None:

@@ -8,13 +8,19 @@ Ethernet broadcasts of an ethertype of its own; Bounded Flood carries a broadcas
 overlay, and each node reads the others' off the same interface:
 
 1. A node that adopts a newer list from anywhere but the overlay (the revocation file an operator dropped
-   on it, the server host's message, a member's presence) broadcasts it once; the flood reaches every node
-   that is linked. A list adopted from the overlay is not sent again: it reached the others already.
+   on it, the server host's message, a member's presence) broadcasts it, and again after each of `REPEATS`
+   (a broadcast is a datagram: a loaded host or link drops one now and then, and one lost copy must not
+   leave a node out); the flood reaches every node that is linked. A list adopted from the overlay is not
+   sent again: it reached the others already.
 2. A node broadcasts HAVE (its serial, no list) when one of its links comes up, so a node that joins, or a
    part of the ring that was cut off, learns what it missed: a node holding a newer list answers HAVE, and
    any older list that comes by, with its own (at most once per `ANSWER_INTERVAL`), after a random wait of up
    to `ANSWER_JITTER`, and not at all if another node's broadcast of that list came meanwhile: one HAVE costs
    the overlay about one answer, not one per node.
+3. Every node also broadcasts HAVE now and then, at random, every `HAVE_PERIOD` on average or, once it hears
+   more than `HAVE_PERIOD` nodes doing so, every (nodes heard) seconds: the overlay as a whole sends about one
+   HAVE a second at most, whatever its size (RTCP's rule, RFC 3550 6.2). A node that missed every copy while
+   no link of its came up (the XMPP server down: no new links) hears a newer serial within seconds and asks.
 
 Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, ethertype `ETHERTYPE`):
 
@@ -59,6 +65,10 @@ ASSEMBLY_TIMEOUT = 5.0
 ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
 ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
 HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
+REPEATS = (1.0, 3.0)  # seconds after the first broadcast of a list adopted here that it goes out again
+HAVE_PERIOD = 30.0  # mean seconds between a node's own periodic HAVEs, in an overlay of up to 30 nodes
+HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
+MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
 
 
 @dataclass
@@ -86,6 +96,9 @@ class RevocationFlood:
         self._rng = random.Random()
         self._last_have = float("-inf")
         self._have_timer: Timer | None = None
+        self._repeat_timers: list[Timer] = []
+        self._periodic_timer: Timer | None = None
+        self._have_heard: dict[bytes, float] = {}  # sender MAC -> when its last HAVE came by (oldest first)
 
     def start(self) -> None:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETHERTYPE))
@@ -98,15 +111,17 @@ class RevocationFlood:
         self._sock = sock
         asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
         self._subscription = self._signaling.subscribe(RevocationAdopted, self._adopted)
+        self.arm_periodic_have()
 
     def stop(self) -> None:
         if self._subscription is not None:
             self._subscription.cancel()
             self._subscription = None
-        for timer in (self._have_timer, self._answer_timer):
+        for timer in (self._have_timer, self._answer_timer, self._periodic_timer, *self._repeat_timers):
             if timer is not None:
                 timer.cancel()
-        self._have_timer = self._answer_timer = None
+        self._have_timer = self._answer_timer = self._periodic_timer = None
+        self._repeat_timers.clear()
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
@@ -129,8 +144,42 @@ class RevocationFlood:
         else:
             self._have_timer = self._clock.call_later(wait, self._send_have)
 
+    def arm_periodic_have(self) -> None:
+        """Broadcast HAVE after a random wait around the current period, and so on (rule 3)."""
+        period = max(HAVE_PERIOD, float(self._heard_senders()))
+        self._periodic_timer = self._clock.call_later(self._rng.uniform(0.5, 1.5) * period, self._periodic_have)
+
+    def _periodic_have(self) -> None:
+        self._periodic_timer = None
+        self.link_up()
+        self.arm_periodic_have()
+
+    def _heard_senders(self) -> int:
+        cutoff = self._clock.now() - HEARD_WINDOW
+        while self._have_heard:
+            oldest = next(iter(self._have_heard))
+            if self._have_heard[oldest] >= cutoff:
+                break
+            del self._have_heard[oldest]
+        return len(self._have_heard)
+
+    def _heard_have(self, sender: bytes) -> None:
+        self._have_heard.pop(sender, None)  # re-inserted last: the dict stays ordered oldest first
+        if len(self._have_heard) >= MAX_HEARD:
+            del self._have_heard[next(iter(self._have_heard))]
+        self._have_heard[sender] = self._clock.now()
+
     def _adopted(self, event: RevocationAdopted) -> None:
         if event.overlay == self.overlay and not event.source.startswith("overlay"):
+            self._send_list()
+            for timer in self._repeat_timers:
+                timer.cancel()
+            self._repeat_timers = [self._clock.call_later(delay, lambda: self._repeat(event.serial))
+                                   for delay in REPEATS]
+
+    def _repeat(self, serial: int) -> None:
+        if self._serial() == serial:  # a newer list since went out on its own
+            self.counts["sent_repeat"] += 1
             self._send_list()
 
     # -- sending ------------------------------------------------------------------------------
@@ -202,6 +251,8 @@ class RevocationFlood:
             self.counts["dropped_malformed"] += 1
             return
         self.counts["received_have" if kind == HAVE else "received_frame"] += 1
+        if kind == HAVE:
+            self._heard_have(sender)
         ours = self._serial()
         if serial < ours:
             self._answer()
@@ -225,6 +276,11 @@ class RevocationFlood:
         key = (sender, serial)
         assembly = self._pending.get(key)
         if assembly is None:
+            # One assembly per sender: a sender starting another list gives up its last one, so a member
+            # naming serial after serial from one MAC evicts only itself (review21 N2), never a real list.
+            for stale in [k for k in self._pending if k[0] == sender]:
+                del self._pending[stale]
+                self.counts["dropped_replaced"] += 1
             if len(self._pending) >= MAX_PENDING:
                 del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
                 self.counts["dropped_incomplete"] += 1

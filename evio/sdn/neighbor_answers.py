@@ -13,6 +13,12 @@ When it answers, and when it does not (the request is then flooded as before, so
 - only for an address learned from a frame whose link-layer address (ARP's sender, an NS's source or an NA's
   target link-layer option) is the frame's Ethernet source, and whose source the learning table accepted (so
   the rules on who may move a MAC apply to it too), heard within `max_age`;
+- only for an address *confirmed* here: spoken for on a leaf port (a local host, the owner's own port), or
+  by a reply (ARP reply, neighbour advertisement) from that MAC within `ASK_WINDOW` after this switch flooded
+  a local host's request for it. A member's announcement alone is never answered for (issue 21, N1: any
+  member may announce any address; a first claim answered here would silence the owner, whom the request
+  would no longer reach). The first request for an address floods, so the owner answers it as on any
+  Ethernet, and a second MAC answering contests it (decision 0056);
 - only while that MAC is itself live in the learning table, and not on the asking port (a LAN segment answers
   for itself);
 - never for an address two MACs claimed within `max_age` (a move, a duplicate, or a member lying about
@@ -24,9 +30,9 @@ When it answers, and when it does not (the request is then flooded as before, so
 
 The table is bounded: a port's frames hold at most a quarter of it (its own least recently heard out first),
 and a full table evicts from the port holding most, so frames from invented senders cost a member only its
-own entries, never another port's live ones. Not closed: an address no one has spoken for within `max_age`
-can be claimed by any member, which is ARP spoofing as on any Ethernet; here its requests are then answered
-for the claimant until the owner speaks (any ARP or NDP of its own contests the claim). Pure: no clock, no I/O; times come in as arguments.
+own entries, never another port's live ones. Left, as on any Ethernet: a member may answer a flooded request
+for an address whose owner is absent (or race the owner's reply, which then contests it). Pure: no clock, no
+I/O; times come in as arguments.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from evio.sdn.garp import ETH_MIN_FRAME_LEN, ETH_TYPE_ARP, ArpOp, parse_arp
 from evio.tcpip import finish, ones_sum
 
 MAX_ENTRIES = 8192
+ASK_WINDOW = 3.0  # s after a local host's request was flooded in which a reply confirms its address (ARP retries 1/s)
+MAX_ASKED = 1024  # addresses asked for and not yet answered, oldest out (only local hosts' requests add)
 ETH_TYPE_IPV6 = 0x86DD
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -69,7 +77,7 @@ class NeighborMessage:
     sender_ip: IPAddress | None  # the address it speaks for (None or unspecified: a probe)
     target_ip: IPAddress | None  # a request's question
     router: bool | None = None  # a neighbour advertisement's router flag (None: ARP, or a solicitation)
-    announcement: bool = False  # gratuitous ARP: meant for everyone, never answered
+    announcement: bool = False  # gratuitous ARP, unsolicited advertisement: meant for everyone, never answered
 
 
 def parse(frame: bytes) -> NeighborMessage | None:
@@ -105,7 +113,9 @@ def _parse_nd(frame: bytes) -> NeighborMessage | None:
     if kind == _NS:
         source = ipaddress.IPv6Address(src)
         return NeighborMessage(Kind.REQUEST, eth_src, option, source, target)
-    return NeighborMessage(Kind.SPEAKS, eth_src, option, target, None, router=bool(flags & _NA_ROUTER))
+    # Unsolicited (no S flag): an announcement, never the answer to a solicitation.
+    return NeighborMessage(Kind.SPEAKS, eth_src, option, target, None, router=bool(flags & _NA_ROUTER),
+                           announcement=not flags & _NA_SOLICITED)  # fmt: skip
 
 
 def _link_layer_option(options: bytes, wanted: int) -> str | None:
@@ -127,6 +137,7 @@ class _Entry:
     port: int  # where the frame that taught it came in
     router: bool | None = None  # IPv6: from the last advertisement
     contested_until: float = 0.0  # another MAC spoke for the address: no answers before this
+    confirmed: bool = False  # spoken for locally, or by `mac` answering a request this switch flooded
 
 
 class NeighborAnswers:
@@ -136,6 +147,7 @@ class NeighborAnswers:
         self.max_per_port = max(1, max_entries // 4)
         self._entries: OrderedDict[IPAddress, _Entry] = OrderedDict()  # least recently heard first
         self._by_port: dict[int, OrderedDict[IPAddress, None]] = {}  # the same, per port that taught them
+        self._asked: OrderedDict[IPAddress, float] = OrderedDict()  # a local host's request flooded then
         self.answered = 0  # requests answered here instead of flooded
         self.contested = 0  # addresses two MACs spoke for within max_age
         self.evicted = 0
@@ -143,12 +155,15 @@ class NeighborAnswers:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def observe(self, msg: NeighborMessage, port: int, now: float) -> None:
-        """A frame from `port` whose Ethernet source the learning table placed there: remember who spoke for
-        its address."""
+    def observe(self, msg: NeighborMessage, port: int, now: float, local: bool = False) -> None:
+        """A frame from `port` (`local`: a leaf port) whose Ethernet source the learning table placed there:
+        remember who spoke for its address."""
         ip = msg.sender_ip
         if msg.sender_mac != msg.eth_src or ip is None or ip.is_unspecified or ip.is_multicast:
             return  # a probe, a frame without a link-layer address, or one speaking for another MAC
+        # A reply to a request of a local host's that we flooded: the answer of whoever owns the address.
+        asked = self._asked.get(ip)
+        answers = msg.kind is Kind.SPEAKS and not msg.announcement and asked is not None and now - asked <= ASK_WINDOW
         entry = self._entries.get(ip)
         if entry is None:
             share = self._by_port.get(port)
@@ -163,7 +178,9 @@ class NeighborAnswers:
                 if entry.contested_until <= now:
                     self.contested += 1
                 entry.contested_until = now + self.max_age
-            entry.mac, entry.router = msg.sender_mac, None  # the latest claim; not answered while contested
+            # The latest claim; not answered while contested, nor before it is confirmed.
+            entry.mac, entry.router, entry.confirmed = msg.sender_mac, None, False
+        entry.confirmed = entry.confirmed or local or answers
         entry.seen = now
         if msg.router is not None:
             entry.router = msg.router
@@ -198,12 +215,15 @@ class NeighborAnswers:
         if not _answerable(msg) or msg.target_ip is None or msg.sender_ip is None or msg.sender_mac is None:
             return None
         entry = self._entries.get(msg.target_ip)
-        if entry is None or not mac_is_live or now - entry.seen > self.max_age or entry.contested_until > now:
+        if (entry is None or not entry.confirmed or not mac_is_live or now - entry.seen > self.max_age
+                or entry.contested_until > now):
+            self._ask(msg.target_ip, now)
             return None
         if isinstance(msg.target_ip, ipaddress.IPv4Address) and isinstance(msg.sender_ip, ipaddress.IPv4Address):
             reply = arp_reply(entry.mac, msg.target_ip, msg.sender_mac, msg.sender_ip)
         elif isinstance(msg.target_ip, ipaddress.IPv6Address) and isinstance(msg.sender_ip, ipaddress.IPv6Address):
             if entry.router is None:
+                self._ask(msg.target_ip, now)
                 return None  # never heard advertise itself: its router flag is not known
             reply = neighbor_advertisement(entry.mac, msg.target_ip, entry.router, msg.sender_mac, msg.sender_ip)
         else:
@@ -211,7 +231,19 @@ class NeighborAnswers:
         self.answered += 1
         return reply
 
+    def _ask(self, ip: IPAddress, now: float) -> None:
+        """A local host's request for `ip` is flooded: a reply within `ASK_WINDOW` confirms who answered."""
+        self._asked.pop(ip, None)
+        self._asked[ip] = now
+        while len(self._asked) > MAX_ASKED:
+            self._asked.popitem(last=False)
+
     def expire(self, now: float) -> None:
+        while self._asked:
+            ip, asked = next(iter(self._asked.items()))
+            if now - asked <= ASK_WINDOW:
+                break
+            del self._asked[ip]
         while self._entries:
             ip, entry = next(iter(self._entries.items()))
             if now - entry.seen <= self.max_age:

@@ -357,7 +357,7 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
         if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
             if self._placed_here(eth.src, in_port, None, now):
-                self.neighbors.observe(msg, in_port, now)
+                self.neighbors.observe(msg, in_port, now, local=True)
             if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
         if eth.is_group:

@@ -9,8 +9,11 @@ transport receives (``_membership_changed``, ``_presence_available``,
 ``evio.testing.fake_signal.FakeSignalClient`` in memory, so both run the same
 logic.
 
-Revocation sticks: the endpoint remembers which account held each node id it
-has seen (`_known`, bounded), across its own reconnects. Whenever the server's
+Revocation sticks: the endpoint remembers which accounts held each node id it
+has seen (`_known`, bounded), across its own reconnects: every account an id
+passed through since its tunnels last closed, since an up tunnel outlives a
+hand-over of its id to another account (the holder left, another claimed it).
+Whenever the server's
 membership list arrives (the roster fetched at every login, a roster push),
 every remembered node id whose account is no longer a member is reported
 `PeerRemoved(MEMBERSHIP_REVOKED)`, present or not, so the overlay closes its
@@ -132,8 +135,11 @@ class SignalEndpoint:
         self._file_seen: dict[Path, tuple[int, int]] = {}  # revocation file -> (mtime ns, size) last read
         self._file_timer: Timer | None = None
         self._membership: dict[str, frozenset[str]] = {}
-        # (overlay, node id) -> the account that held it: revoked even when absent (most recent last).
-        self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
+        # (overlay, node id, account): the accounts that held each id since its tunnels last closed, revoked
+        # even when absent (most recent last). One id may have passed through several (a tunnel made with one
+        # outlives the id's hand-over to another: removing the first must still close it).
+        self._known: OrderedDict[tuple[str, int, str], None] = OrderedDict()
+        self._known_of: dict[tuple[str, int], set[str]] = {}  # (overlay, node id) -> its accounts in `_known`
         self._timer: Timer | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
         self._inflight_by_peer: dict[str, int] = {}  # sender JID -> its requests being served
@@ -335,8 +341,9 @@ class SignalEndpoint:
         self._apply(self._table.set_revoked(rl.overlay, revoked))
         # Revoked ids held by nobody present: their tunnels close too (the table only knows the present).
         for key in [k for k in self._known if k[0] == rl.overlay and k[1] in revoked]:
-            bare = self._known.pop(key)
-            self._events.publish(PeerRemoved(key[0], key[1], bare, RemovalCause.MEMBERSHIP_REVOKED))
+            if key in self._known:  # not reported yet under another account that held the id
+                self._forget_known(key[0], key[1])
+                self._events.publish(PeerRemoved(key[0], key[1], key[2], RemovalCause.MEMBERSHIP_REVOKED))
         self._announce_again()
         self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source))
         return True
@@ -447,15 +454,22 @@ class SignalEndpoint:
         # Node ids remembered for accounts that lose the overlay: revoked, present or not. Decided before the
         # table hands any of them on (a freed id may go to a waiting claimant at once, and would then be
         # remembered as its): the removed member's tunnels must close whoever holds the id next.
-        for (overlay, node_id), bare in list(self._known.items()):
-            if overlay in current.get(bare, frozenset()):
+        for key in list(self._known):
+            overlay, node_id, bare = key
+            if key not in self._known or overlay in current.get(bare, frozenset()):
                 continue
-            del self._known[(overlay, node_id)]
+            self._unknow(key)
             holder = self._table.jid_of(overlay, node_id)
             if holder is not None and bare_jid(holder) == bare:
                 continue  # present: the table reports it, below
             log.info("signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare)
+            self._forget_known(overlay, node_id)
             self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
+            if holder is not None and overlay in current.get(bare_jid(holder), frozenset()):
+                # The id passed on to a member after the removed account held it, and the removed account's
+                # tunnel may be the one still up: it closes, and the holder is linked again.
+                self._remember(overlay, node_id, bare_jid(holder))
+                self._events.publish(PeerAdded(overlay, node_id, holder))
         for bare in self._membership.keys() | current.keys():
             new = current.get(bare, frozenset())
             if self._membership.get(bare, frozenset()) != new:
@@ -574,15 +588,28 @@ class SignalEndpoint:
                 for pending in self._transactions.fail_peer(event.overlay, event.node_id):
                     _fail(pending.waiter, RequestError(ErrorReason.UNREACHABLE, "peer left"))
                 if event.cause is RemovalCause.MEMBERSHIP_REVOKED:
-                    self._known.pop((event.overlay, event.node_id), None)  # reported: once is enough
+                    self._forget_known(event.overlay, event.node_id)  # its tunnels close: once is enough
             self._events.publish(event)
 
     def _remember(self, overlay: str, node_id: int, bare: str) -> None:
-        key = (overlay, node_id)
+        key = (overlay, node_id, bare)
         self._known.pop(key, None)
-        self._known[key] = bare
+        self._known[key] = None
+        self._known_of.setdefault((overlay, node_id), set()).add(bare)
         while len(self._known) > self.limits.max_known_peers:
-            self._known.popitem(last=False)
+            self._unknow(next(iter(self._known)))
+
+    def _unknow(self, key: tuple[str, int, str]) -> None:
+        del self._known[key]
+        accounts = self._known_of[key[:2]]
+        accounts.discard(key[2])
+        if not accounts:
+            del self._known_of[key[:2]]
+
+    def _forget_known(self, overlay: str, node_id: int) -> None:
+        """`node_id`'s tunnels close: none of the accounts it passed through is remembered for it any more."""
+        for bare in list(self._known_of.get((overlay, node_id), ())):
+            self._unknow((overlay, node_id, bare))
 
     def _start_handler(self, request: Request, sender: str) -> None:
         mine = self._inflight_by_peer.get(sender, 0)

@@ -58,7 +58,7 @@ def net() -> Iterator[Internet]:
         yield net
 
 
-def _configure(net: Internet, node: Host, name: str, extra_turn: str | None) -> None:
+def _configure(net: Internet, node: Host, name: str, extra_turn: str | None, second_stun: bool = True) -> None:
     """The files `evio join TOKEN` writes (without its Open vSwitch check: netcheck needs no bridge)."""
     token = net.server.run(["evio", "member", "add", name, "--overlay", OVERLAY]).stdout.strip()
     for file in node_files(decode(token, datetime.datetime.now(datetime.UTC))):
@@ -68,7 +68,8 @@ def _configure(net: Internet, node: Host, name: str, extra_turn: str | None) -> 
         if file.path.name == "config.json":
             document = json.loads(content)
             nat = document["overlays"][OVERLAY]["nat_traversal"]
-            nat["stun"].append(f"{SECOND_ADDRESS}:3478")
+            if second_stun:
+                nat["stun"].append(f"{SECOND_ADDRESS}:3478")
             if extra_turn is not None:
                 nat["turn"].append({**nat["turn"][0], "server": extra_turn})
             content = json.dumps(document, indent=2)
@@ -154,3 +155,57 @@ def test_a_wrong_turn_password_is_a_problem_named_with_the_code(net: Internet) -
     refused = _verdict(report, f"turn {SERVER_ADDRESS}:3478")
     assert refused["level"] == "problem" and "401" in refused["text"], refused
     assert status == 1
+
+
+# -- IPv6: an IPv6-only host and a dual-stack site (decision 0048) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def net6() -> Iterator[Internet]:
+    """A dual-stack server named "server" (A and AAAA, the name the token carries), an IPv6-only host on the
+    public segment, and a dual-stack site: IPv4 behind an endpoint-independent NAT, IPv6 routed behind the
+    router's stateful firewall."""
+    with Internet([Site("none", ipv4=False, ipv6=True), Site("eim", ipv6=True)]) as net:
+        server = net.server
+        server.run(["evio", "server", "init", "--domain", DOMAIN, "--address", server.name])
+        start_prosody(server)
+        start_coturn(server)
+        for index, node in enumerate(net.nodes, start=1):
+            _configure(net, node, f"six{index}", extra_turn=None, second_stun=False)
+        yield net
+
+
+def _family(report: dict[str, Any], family: str) -> dict[str, Any]:
+    return next(f for f in report["families"] if f["family"] == family)
+
+
+def _mtu_families(report: dict[str, Any]) -> set[int]:
+    return {6 if m["address"].startswith("[") else 4 for m in report["mtu"]}
+
+
+def _nat_of(report: dict[str, Any], family: str) -> str:
+    return str(next(n["kind"] for n in report["nat"] if n["family"] == family))
+
+
+def test_an_ipv6_only_host_reaches_every_server_over_ipv6(net6: Internet) -> None:
+    status, report, text = _netcheck(net6.nodes[0])
+    assert _family(report, "ipv4")["source"] is None and _family(report, "ipv6")["source"], report["families"]
+    assert _nat_of(report, "ipv6") == "none", report["nat"]
+    assert report["udp"]["state"] == "open", report["udp"]
+    allocated = {(t["transport"], t["outcome"]) for t in report["turn"]}
+    assert ("udp", "allocated") in allocated and ("tcp", "allocated") in allocated, report["turn"]
+    assert _mtu_families(report) == {6} and all(m["mtu"] == 1500 for m in report["mtu"]), report["mtu"]
+    # The server's IPv4 address is not asked (no warning "Network is unreachable" for it): the host has no IPv4.
+    assert [v for v in report["verdicts"] if v["level"] != "ok"] == [], report["verdicts"]
+    assert {t["address"].startswith("[") for t in report["turn"]} == {True}, report["turn"]
+    assert status == 0, report["verdicts"]
+
+
+def test_a_dual_stack_site_is_natted_in_ipv4_and_routed_in_ipv6(net6: Internet) -> None:
+    status, report, _ = _netcheck(net6.nodes[1])
+    assert _family(report, "ipv4")["source"] and _family(report, "ipv6")["source"], report["families"]
+    assert _nat_of(report, "ipv4") == "endpoint-independent", report["nat"]
+    assert _nat_of(report, "ipv6") == "none", report["nat"]
+    assert _mtu_families(report) == {4, 6}, report["mtu"]
+    assert [v for v in report["verdicts"] if v["level"] != "ok"] == [], report["verdicts"]
+    assert status == 0, report["verdicts"]

@@ -1,10 +1,13 @@
 """ARP answered by the local switch in a real overlay (issue 23): daemons, OVS, os-ken, tunnels, NATs.
 
 node2 pings node3 first: its ARP request floods the overlay and every switch it reaches learns node2's
-address. Then a host on node1 asks for node2's address: node1's switch answers on the asking port, and no
-request crosses to node2. The asking host
+address. Then a host on node1 asks for node2's address: the first request crosses to node2, since an
+announcement alone is never answered for (decision 0056: it could be any member's lie), and node2's reply
+confirms the address at node1; every later request is answered by node1's switch on the asking port, and none
+crosses to node2. The asking host
 is a raw packet socket on node1's bridge interface, so the kernel's own ARP cache plays no part; it times
-each answer, and a listener on node2's bridge counts the requests of node1 that reached it (none may). Run with -s for the times.
+each answer, and a listener on node2's bridge counts the requests of node1 that reached it (the first only). Run
+with -s for the times.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def test_an_arp_for_a_known_overlay_address_is_answered_by_the_local_switch(lab_
     ip2, ip3 = (str(lab.node(i).overlay_address.ip) for i in (2, 3))
     assert lab.exec(2, ["ping", "-c", "2", "-i", "0.2", "-W", "2", ip3], check=False, timeout=20).returncode == 0
 
-    # node2 listens on its bridge for ARP requests asking for its address: none of node1's may arrive.
+    # node2 listens on its bridge for ARP requests asking for its address: only node1's first may arrive.
     listener = subprocess.Popen(["ip", "netns", "exec", lab.netns(2), sys.executable, "-c", _LISTEN, "evbr-ov1", ip2],
                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
@@ -92,10 +95,10 @@ def test_an_arp_for_a_known_overlay_address_is_answered_by_the_local_switch(lab_
           f"p90 {times[int(len(times) * 0.9)] * 1e3:.3f} ms; node1's requests that reached node2: {reached}")
     assert result["answers"] == [bridge_mac], "answered with another MAC than node2's bridge"
     assert len(times) == ASKS
-    assert reached == 0, "node1's switch flooded requests it could answer"
+    assert reached == 1, "node1's switch flooded requests it could answer (or answered before node2 confirmed)"
     # The counter reaches the status with the controller's next report.
     wait_for_value(lambda: lab.daemon_status(1)["overlays"][lab.plan.overlay]["switch"]["neighbors_answered"],
-                   lambda answered: answered >= ASKS, 30, what=f"the status counting {ASKS} answers")
+                   lambda answered: answered >= ASKS - 1, 30, what=f"the status counting {ASKS - 1} answers")
 
 
 def _full_mesh(topo: Topology, n: int) -> bool:

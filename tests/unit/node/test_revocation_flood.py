@@ -169,3 +169,54 @@ def test_a_list_that_does_not_parse_is_counted_not_raised() -> None:
     _, nodes, _ = fleet(1)
     nodes[0].receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, 1) + b"\xff\xfe", b"\x02" * 6)
     assert nodes[0].counts["dropped_malformed"] == 1
+
+
+async def test_the_first_node_repeats_its_list_so_one_lost_copy_leaves_nobody_out() -> None:
+    medium, nodes, clock = fleet(3)
+    nodes[2].connected = False  # its copy of the first broadcast is lost; no link of its comes up
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(4)), "file")
+    nodes[2].connected = True
+    await clock.advance(rf.REPEATS[0] + 0.01)
+    assert nodes[2].signaling.list is not None and nodes[2].signaling.list.serial == 4
+    await clock.advance(max(rf.REPEATS))
+    assert nodes[0].counts["sent_repeat"] == len(rf.REPEATS)
+    assert [s for s, _ in medium.frames] == [0] * (1 + len(rf.REPEATS)), "only the first node sends the list"
+
+
+async def test_a_repeat_is_skipped_once_a_newer_list_went_out() -> None:
+    medium, nodes, clock = fleet(2)
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(4)), "file")
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(5)), "file")
+    await clock.advance(max(rf.REPEATS) + 0.01)
+    serials = [rf.HEADER.unpack_from(f)[3] for _, f in medium.frames]
+    assert serials == [4, 5] + [5] * len(rf.REPEATS)
+
+
+async def test_a_node_that_missed_every_copy_with_no_link_coming_up_asks_after_a_periodic_have() -> None:
+    medium, nodes, clock = fleet(4)
+    nodes[3].connected = False
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(6)), "file")
+    await clock.advance(max(rf.REPEATS) + 0.01)
+    nodes[3].connected = True
+    assert nodes[3].signaling.list is None
+    for node in nodes:
+        node.arm_periodic_have()
+    await clock.advance(1.5 * rf.HAVE_PERIOD + rf.ANSWER_JITTER + 0.01)
+    assert nodes[3].signaling.list is not None and nodes[3].signaling.list.serial == 6
+
+
+async def test_the_periodic_have_slows_down_with_the_nodes_heard_so_the_overlay_sends_about_one_a_second() -> None:
+    medium, nodes, clock = fleet(1)
+    node = nodes[0]
+    have = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.HAVE, 0, 0, 0)
+    for sender in range(600):
+        node.receive(have, bytes([2, 0, 0, 0, sender >> 8, sender & 0xFF]))
+    node.arm_periodic_have()
+    sent = len(medium.frames)
+    await clock.advance(0.5 * 600 - 1)
+    assert len(medium.frames) == sent, "600 nodes heard: this node's HAVE waits at least 300 s"
+    await clock.advance(rf.HEARD_WINDOW + 1.5 * 600)
+    assert len(medium.frames) > sent
+    for sender in range(rf.MAX_HEARD + 10):
+        node.receive(have, sender.to_bytes(6, "big"))
+    assert node._heard_senders() == rf.MAX_HEARD

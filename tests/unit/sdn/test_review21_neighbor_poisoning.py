@@ -1,8 +1,10 @@
 """review21: can a member make other nodes' switches answer a victim's address with the member's MAC?
 
 decision 0044 says an address two MACs claimed within max_age is *contested* and flooded ("a member lying
-about another's address"). These tests drive the real BoundedFloodSwitch: node 100 with a local host H1,
-the victim's node 200 (host H3 at IP3) and the attacker's node 300 (host HA), both adjacent.
+about another's address"); 0056 answers only for an address its owner confirmed here (a reply to a request
+this switch flooded, or a local host on its own port), so a member's announcement alone is never answered for.
+These tests drive the real BoundedFloodSwitch: node 100 with a local host H1, the victim's node 200 (host H3 at
+IP3) and the attacker's node 300 (host HA), both adjacent.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 
 from evio.sdn import frb, garp
 from evio.sdn.flow_actions import PacketOut
+from evio.sdn.neighbor_answers import arp_reply
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
 
 H1, H3, HA = "02:00:00:00:00:01", "02:00:00:00:00:03", "02:00:00:00:00:aa"
@@ -49,34 +52,60 @@ def answered_with(sw: BoundedFloodSwitch, now: float) -> str | None:
     return replies[0].sender_mac if replies and replies[0] is not None else None
 
 
+def owner_answers(sw: BoundedFloodSwitch, mac: str, port: int, now: float) -> None:
+    """H1's request for IP3 floods, and `mac` answers it over `port`: confirmed here (0056)."""
+    assert answered_with(sw, now) is None
+    sw.packet_in(port, arp_reply(mac, IP3, H1, IP1), now=now + 0.01)
+
+
 def test_baseline_a_lie_about_a_recently_heard_address_is_contested_and_flooded() -> None:
     sw = switch()
     announce(sw, H3, IP3, root=200, port=10, now=1)
+    owner_answers(sw, H3, port=10, now=1.5)
     assert answered_with(sw, 2) == H3
     announce(sw, HA, IP3, root=300, port=11, now=3)
     assert answered_with(sw, 4) is None  # contested: flooded, the owner answers
 
 
-# Open and documented (evio/sdn/neighbor_answers.py): a quiet address can be claimed, as ARP spoofing on any
-# Ethernet; answered for the claimant until the owner speaks.
-@pytest.mark.xfail(strict=True, reason="review21 N1: a member's first claim of an address is answered for it")
-def test_first_claim_of_an_address_not_heard_here_is_answered_for_the_attacker() -> None:
-    """The victim's address is not in this node's table (never ARPed since this node started, or > max_age ago).
-    The attacker's one announcement is answered to every local host, and the request no longer reaches the
-    victim, so on this overlay the real owner cannot even answer (on an Ethernet it would)."""
+# Closed (N1, decision 0056): a member's announcement alone is never answered for; the request floods, so the owner
+# answers it as on any Ethernet.
+@pytest.mark.parametrize("heard_before", [True, False])
+def test_first_claim_of_an_address_not_heard_here_is_not_answered_for_the_attacker(heard_before: bool) -> None:
+    """The victim's address is not in this node's table within max_age (never ARPed since this node started, or
+    > max_age ago). Was: the attacker's one announcement was answered to every local host, and the request no
+    longer reached the victim, so the real owner could not even answer (on an Ethernet it would)."""
     sw = switch()
-    announce(sw, H3, IP3, root=200, port=10, now=1)
+    if heard_before:
+        announce(sw, H3, IP3, root=200, port=10, now=1)
+        owner_answers(sw, H3, port=10, now=1.5)  # even confirmed once
     late = 1 + sw.neighbors.max_age + 1  # the victim talks by unicast (ARP refreshes are unicast): not heard
     announce(sw, HA, IP3, root=300, port=11, now=late)
     got = answered_with(sw, late + 1)
     assert sw.neighbors.contested == 0  # nothing marks the lie
     assert got != HA, f"H1 is answered {got} (the attacker) for the victim's address, and the request stays here"
+    assert got is None  # flooded: it reaches the victim
+
+
+def test_the_owners_answer_to_the_flooded_request_contests_the_attackers_claim() -> None:
+    """After the attacker's announcement, H1's request floods; the owner answers: two MACs within max_age, so the
+    address is contested and every request floods (the attacker can take the answering away, not the address).
+    The attacker answering too, before the owner, changes nothing."""
+    for attacker_answers in (False, True):
+        sw = switch()
+        announce(sw, HA, IP3, root=300, port=11, now=1)
+        assert answered_with(sw, 2) is None
+        if attacker_answers:
+            sw.packet_in(11, arp_reply(HA, IP3, H1, IP1), now=2.01)
+        sw.packet_in(10, arp_reply(H3, IP3, H1, IP1), now=2.02)
+        assert sw.neighbors.contested == 1
+        assert answered_with(sw, 3) is None
 
 
 def test_a_member_cannot_evict_a_live_address_to_claim_it_uncontested() -> None:
     """Fixed: a port's frames hold at most a quarter of the table and evict their own first."""
     sw = switch()
     announce(sw, H3, IP3, root=200, port=10, now=1)
+    owner_answers(sw, H3, port=10, now=1.2)
     assert answered_with(sw, 1.5) == H3
     # The attacker announces invented addresses with its own MAC (one MAC: its port's learning share is
     # untouched), within the per-port packet-in rate (1000/s).

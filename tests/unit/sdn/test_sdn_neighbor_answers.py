@@ -44,9 +44,16 @@ def crossing(actions: list) -> list[PacketOut]:
     return [a for a in actions if isinstance(a, PacketOut) and a.port in (10, 11)]
 
 
+def confirm(sw: BoundedFloodSwitch, mac: str, ip: ipaddress.IPv4Address, port: int, now: float) -> None:
+    """H1's first request for `ip` floods (not confirmed here yet); `mac` answers it over `port`."""
+    assert crossing(sw.packet_in(1, request(H1, IP1, ip), now=now)), "not confirmed yet: flooded"
+    sw.packet_in(port, na.arp_reply(mac, ip, H1, IP1), now=now + 0.01)
+
+
 def test_a_request_for_a_known_address_is_answered_on_its_port_and_crosses_no_tunnel() -> None:
     sw = switch()
     announce(sw, H3, IP3, root=200, port=10, now=1)
+    confirm(sw, H3, IP3, port=10, now=1.5)  # its owner answered the first request, which crossed
     actions = sw.packet_in(1, request(H1, IP1, IP3), now=2)
     outs = [a for a in actions if isinstance(a, PacketOut)]
     assert crossing(actions) == [] and [a.port for a in outs] == [1]
@@ -57,20 +64,43 @@ def test_a_request_for_a_known_address_is_answered_on_its_port_and_crosses_no_tu
     assert sw.neighbors.answered == 1
 
 
-def test_unknown_contested_or_dead_addresses_are_flooded_as_before() -> None:
+def test_unknown_contested_unconfirmed_or_dead_addresses_are_flooded_as_before() -> None:
     sw = switch()
     assert crossing(sw.packet_in(1, request(H1, IP1, IP3), now=1)), "unknown: flooded"
     announce(sw, H3, IP3, root=200, port=10, now=2)
+    assert crossing(sw.packet_in(1, request(H1, IP1, IP3), now=2.5)), "announced only: flooded"
     announce(sw, H4, IP3, root=300, port=11, now=3)  # another MAC speaks for the same address
     assert crossing(sw.packet_in(1, request(H1, IP1, IP3), now=4)), "contested: flooded"
     assert sw.neighbors.contested == 1
-    # Only one MAC for max_age: answered again.
+    # Only one MAC for max_age, and it answered a flooded request: answered again.
     late = 3 + sw.neighbors.max_age + 1
     announce(sw, H4, IP3, root=300, port=11, now=late)
+    confirm(sw, H4, IP3, port=11, now=late + 0.5)
     assert not crossing(sw.packet_in(1, request(H1, IP1, IP3), now=late + 1))
     # The MAC gone from the learning table (its port removed): flooded, not answered from memory.
     sw.port_removed(11, now=late + 2)
     assert crossing(sw.packet_in(1, request(H1, IP1, IP3), now=late + 3))
+
+
+def test_a_reply_confirms_only_within_the_window_after_a_flooded_request() -> None:
+    """A reply nobody here asked for (or too late), and an announcement, confirm nothing; a local host speaking
+    on a leaf port is confirmed at once (the owner's own port)."""
+    sw = switch()
+    announce(sw, H3, IP3, root=200, port=10, now=1)
+    sw.packet_in(10, na.arp_reply(H3, IP3, H1, IP1), now=1.1)  # unsolicited
+    assert crossing(sw.packet_in(1, request(H1, IP1, IP3), now=2)), "an unasked reply confirmed it"
+    sw.packet_in(10, na.arp_reply(H3, IP3, H1, IP1), now=2 + na.ASK_WINDOW + 0.1)  # after the window
+    assert crossing(sw.packet_in(1, request(H1, IP1, IP3), now=6)), "a late reply confirmed it"
+    sw.packet_in(10, garp.gratuitous_arp(H3, IP3, op=garp.ArpOp.REPLY), now=6.1)  # a reply-form announcement
+    assert crossing(sw.packet_in(1, request(H1, IP1, IP3), now=7)), "an announcement confirmed it"
+    sw.packet_in(10, na.arp_reply(H3, IP3, H1, IP1), now=7.5)
+    assert not crossing(sw.packet_in(1, request(H1, IP1, IP3), now=8))
+    # A second local host's address, heard on its own (leaf) port: answered for the first at once.
+    sw.port_added(SwitchPort(2, "veth-h4", PortKind.LEAF, None, H4), now=8)
+    ip4 = ipaddress.IPv4Address("10.9.0.4")
+    sw.packet_in(2, request(H4, ip4, IP1), now=9)
+    reply = [a for a in sw.packet_in(1, request(H1, IP1, ip4), now=10) if isinstance(a, PacketOut) and a.port == 1]
+    assert reply and (parsed := garp.parse_arp(reply[0].data)) is not None and parsed.sender_mac == H4
 
 
 def test_probes_announcements_and_requests_from_peers_are_never_answered() -> None:
@@ -127,9 +157,17 @@ def advertise_remote(sw: BoundedFloodSwitch, mac: str, ip: ipaddress.IPv6Address
     sw.packet_in(10, wire, now=now)
 
 
+def reply_remote(sw: BoundedFloodSwitch, mac: str, ip: ipaddress.IPv6Address, router: bool, now: float) -> None:
+    """`mac`'s solicited advertisement for `ip`, unicast to H1 over the link to node 200."""
+    flags = 0x60000000 | (0x80000000 if router else 0)
+    sw.packet_in(10, ndp(136, mac, ip, V6_1, ip, flags=flags, option_mac=mac), now=now)
+
+
 def test_a_solicitation_for_an_advertised_address_is_answered_with_a_valid_advertisement() -> None:
     sw = switch()
     advertise_remote(sw, H3, V6_3, router=True, now=1)
+    assert crossing(sw.packet_in(1, solicit(V6_3), now=1.5)), "advertised only: flooded"
+    reply_remote(sw, H3, V6_3, router=True, now=1.6)  # its answer to the flooded solicitation confirms it
     actions = sw.packet_in(1, solicit(V6_3), now=2)
     outs = [a for a in actions if isinstance(a, PacketOut)]
     assert crossing(actions) == [] and [a.port for a in outs] == [1]
@@ -152,7 +190,9 @@ def test_ndp_that_is_doubtful_is_flooded() -> None:
                                                  option_mac=H3), 200, 200, 1)), now=2)  # fmt: skip
     assert crossing(sw.packet_in(1, solicit(V6_3), now=3))
     # Duplicate address detection (source ::) is never answered by the switch.
-    advertise_remote(sw, H3, V6_3, router=False, now=4)
+    advertise_remote(sw, H3, V6_3, router=False, now=4)  # unsolicited (within the window): confirms nothing
+    assert crossing(sw.packet_in(1, solicit(V6_3), now=4.5))
+    reply_remote(sw, H3, V6_3, router=False, now=4.6)
     assert crossing(sw.packet_in(1, solicit(V6_3, ipaddress.IPv6Address(0)), now=5))
     assert not crossing(sw.packet_in(1, solicit(V6_3), now=6))
     assert sw.neighbors.answered == 1

@@ -63,3 +63,22 @@ def test_a_config_path_too_long_to_look_up_is_a_problem_not_an_oserror(tmp_path:
             with pytest.raises(ConfigError) as raised:
                 loads_config(text, tmp_path)
             assert any(says in p.reason for p in raised.value.problems), raised.value.problems
+
+
+def test_an_input_that_spins_counts_as_a_hang_and_one_that_waits_for_a_core_does_not() -> None:
+    # The limit is CPU time: an endless loop is caught after `hang_seconds` of it, while a check that only
+    # waits (as a process does for a core on a loaded machine) is not called a hang until the wall backstop.
+    import time
+
+    from evio.testing.fuzz import Target
+
+    def check(data: bytes) -> str | None:
+        if data[:1] == b"s":
+            while True:
+                pass
+        time.sleep(0.1)  # twice the CPU limit, spent waiting
+        return None
+
+    result = run_target(Target("spins", [b"s", b"w"], check, hang_seconds=0.05), 20, seed=1)
+    assert result.unexpected and all(key.startswith("Hang") for key in result.unexpected)
+    assert result.accepted > 0 and result.accepted + sum(result.unexpected.values()) == 20

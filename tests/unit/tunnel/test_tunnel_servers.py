@@ -128,13 +128,15 @@ async def test_udp_without_an_answer_brings_in_tcp_after_a_pause_and_tcp_is_firs
     gathering, took = await gather(monkeypatch, relay_conn, fake, [server], memory)
     assert [c.port for c in relay_conn.local_candidates] == [40001]
     assert [(port, t) for port, t, _ in fake.started] == [(3478, "udp"), (3478, "tcp")]
-    assert fake.started[1][2] - fake.started[0][2] == pytest.approx(servers.STREAM_AFTER, abs=0.1)
-    assert took < servers.STREAM_AFTER + 0.2 and gathering.problems == []  # UDP lost the race: no problem
+    # Timers never fire early; on a loaded machine they fire late, so the upper bounds only tell the pause and
+    # the answer apart from the 3 s deadline.
+    assert servers.STREAM_AFTER - 0.01 <= fake.started[1][2] - fake.started[0][2] < servers.STREAM_AFTER + 1.0
+    assert took < servers.STREAM_AFTER + 1.0 and gathering.problems == []  # UDP lost the race: no problem
     # The next tunnel starts with TCP and is done in a round trip.
     fake.started.clear()
     conn2 = Connection(ice_controlling=True, transport_policy=TransportPolicy.RELAY)
     _, took = await gather(monkeypatch, conn2, fake, [server], memory)
-    assert [t for _, t, _ in fake.started] == ["tcp"] and took < 0.2
+    assert [t for _, t, _ in fake.started] == ["tcp"] and took < servers.STREAM_AFTER
 
 
 async def test_a_refusing_server_is_named_and_a_silent_one_cut_off_once_another_allocated(
@@ -154,7 +156,7 @@ async def test_a_refusing_server_is_named_and_a_silent_one_cut_off_once_another_
     gathering, took = await gather(monkeypatch, relay_conn, fake, turn)
     assert [c.port for c in relay_conn.local_candidates] == [40001]
     # The good server answered after 0.02 s; the dead one had GRACE more, not the whole deadline.
-    assert took == pytest.approx(0.02 + servers.GRACE, abs=0.1)
+    assert 0.02 + servers.GRACE - 0.01 <= took < servers.GRACE + 1.0
     assert sorted((p.server, p.kind, p.reason) for p in gathering.problems) == [
         ("a:1000", "turn/tcp", "STUN transaction failed (401 - Unauthorized)"),
         ("a:1000", "turn/tls", "Connection refused"),
@@ -326,7 +328,7 @@ async def test_a_stun_server_answering_garbage_is_named_and_does_not_hold_up_the
         assert direct is not None and any("198.51.100.7" in c and "typ srflx" in c for c in direct.candidates)
         assert [(p.server, p.kind, p.reason) for p in agent.server_problems] == [
             (f"127.0.0.1:{bad.address[1]}", "stun", "no answer in time")]
-        assert took < servers.GRACE + 0.3, took  # not the 3 s deadline
+        assert took < servers.GRACE + 1.0, took  # not the 3 s deadline
     finally:
         await agent.close()
         good.close()
