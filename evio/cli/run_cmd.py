@@ -93,6 +93,9 @@ def keep_out_unused_modules() -> None:
     # slixmpp colours its stanza logs with pygments when it can import it (4 MB resident); a daemon
     # logs to journald or a file, so it is made unimportable here, before slixmpp is loaded.
     sys.modules.setdefault("pygments", None)  # type: ignore[arg-type]
+    # slixmpp resolves with aiodns (pycares, cffi: 0.7 MB) when it can import it, else with the loop's
+    # getaddrinfo; the client always names the server's host and port, so no SRV lookup is lost.
+    sys.modules.setdefault("aiodns", None)  # type: ignore[arg-type]
 
 
 def _run(config: Config, config_name: str, use_uvloop: bool) -> int:

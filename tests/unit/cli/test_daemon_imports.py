@@ -24,10 +24,14 @@ PROBE = textwrap.dedent(
     # As `_run` goes on: pygments kept out before slixmpp comes in with the node.
     from evio.cli.run_cmd import keep_out_unused_modules
     keep_out_unused_modules()
-    import evio.node.node, evio.node.platform, evio.overlay.controller
+    import evio.node.node, evio.node.platform, evio.overlay.controller, evio.sdn.ofapp
     assert "slixmpp" in sys.modules and "aioice.ice" in sys.modules
-    unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds", "dns")
+    unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds",
+              "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4")
     assert not loaded(*unused), loaded(*unused)
+    from evio.deferred_modules import DeferredModule
+    # oslo_config's URI parser and its plugin loader, until an option needs them.
+    assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
     print("ok")
     """
 )

@@ -1,4 +1,4 @@
-"""os-ken as the daemon loads it: OpenFlow 1.3 only, BGP and zebra codecs on first use.
+"""os-ken as the daemon loads it: OpenFlow 1.3 only, the packet library and BGP and zebra codecs on first use.
 
 Checked in a fresh interpreter: the test process may already hold os-ken in full.
 """
@@ -17,6 +17,10 @@ PROBE = textwrap.dedent(
     from evio.deferred_modules import DeferredModule as _DeferredModule
     from evio.sdn.osken_imports import OTHER_VERSION_PARSERS, UnusedParser
     from os_ken.controller import ofp_event
+    # The parser imported, no codec of the packet library is loaded yet, and the package has not run.
+    assert type(sys.modules["os_ken.lib.packet"]) is _DeferredModule
+    assert type(sys.modules["os_ken.lib.packet.packet"]) is _DeferredModule
+    assert "os_ken.lib.packet.ethernet" not in sys.modules
     from os_ken.lib.packet import tcp
     from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_3_parser
 
@@ -37,6 +41,9 @@ PROBE = textwrap.dedent(
     assert tcp.tcp.get_payload_type(179, 40000).__name__ == "BGPMessage"
     assert tcp.tcp.get_payload_type(40000, 2600).__name__ == "ZebraMessage"
     assert type(sys.modules["os_ken.lib.packet.bgp"]) is not _DeferredModule
+    # The first use of the parser's `packet` loads the library as before.
+    assert ofproto_v1_3_parser.packet.Packet.__name__ == "Packet"
+    assert type(sys.modules["os_ken.lib.packet.packet"]) is not _DeferredModule
     print("ok")
     """
 )
