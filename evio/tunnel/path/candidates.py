@@ -16,6 +16,12 @@ LAN's broadcast). ``candidate_drop`` says why one is not tried:
 4. the overlay's deny list (``nat_traversal.deny_candidates``: link-local and
    the cloud metadata addresses by default, the operator's private ranges).
 
+The same filter applies to a peer-reflexive candidate (RFC 8445 section
+7.3.1.3: the source of an authenticated check that is no signalled
+candidate), before aioice answers the check or learns the address
+(inbound_gate.py), and a connection learns a few of those at most, none once
+its path is selected (``PRFLX_LIMIT``, ``PRFLX_AFTER_UP``).
+
 An IPv4-mapped IPv6 address is judged as the IPv4 address it maps. Pure but
 for ``local_networks``, which reads the interfaces. ``CandidateDrops`` counts
 what was dropped, by reason, and logs it once per peer per interval.
@@ -59,6 +65,10 @@ class CandidateDrop(enum.Enum):
     """One of this node's addresses (direct candidates)."""
     DENIED = "denied"
     """In ``nat_traversal.deny_candidates``."""
+    PRFLX_LIMIT = "prflx-limit"
+    """A peer-reflexive source beyond the few one connection learns (inbound_gate.PRFLX_PER_CONNECTION)."""
+    PRFLX_AFTER_UP = "prflx-after-up"
+    """A peer-reflexive source on a connection whose path is already selected (the tunnel is up on it)."""
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ answers any request, with an unsigned 400 or 401); what it sends is counted.
 
 The peer's candidates pass ``candidates.candidate_drop`` in ``set_remote``:
 none at loopback, link-local, multicast, broadcast, this node's addresses,
-the overlay's subnet or the deny list is tried
+the overlay's subnet or the deny list is tried; the gate applies the same
+filter to a peer-reflexive source, with a cap, before aioice answers its check
 (docs/design.md, "Candidates a node tries, and STUN it answers").
 
 ``IceConfig.exclude_networks`` (the overlays' own subnets) are left out
@@ -60,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import functools
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -77,6 +79,7 @@ from evio.tunnel.path.candidates import (
     CandidateDrop,
     CandidateDrops,
     CandidatePolicy,
+    LocalNetworks,
     Network,
     candidate_drop,
     family_of,
@@ -208,6 +211,9 @@ class IceAgent:
         self.relay_failovers = 0
         self._closers: set[asyncio.Task[None]] = set()
         self._gates: dict[int, InboundGate] = {}
+        self._filter: tuple[CandidatePolicy, LocalNetworks] | None = None
+        """How the peer's candidates are judged (``_candidate_filter``): set by ``set_remote``, or by the
+        first peer-reflexive source that comes before it."""
         # One connect() per connection (aioice's may run only once), shared by whoever waits on it.
         self._connects: dict[int, asyncio.Task[None]] = {}
         self._later: asyncio.Task[None] | None = None
@@ -279,12 +285,7 @@ class IceAgent:
 
         Candidates this node must not send to (candidates.py: loopback, link-local, the overlay's
         subnet, the deny list, ...) are left out, counted and logged."""
-        local = local_networks()
-        # An agent whose every candidate is loopback (aioice never gathers 127.0.0.1, and a TURN server's
-        # relayed address is never loopback) runs on one host with its peers: unit tests, not a node.
-        ours = [c.host for conn in (self.direct, self.relay) if conn is not None for c in conn.local_candidates]
-        one_host = bool(ours) and all(_is_loopback(host) for host in ours)
-        policy = CandidatePolicy(self._denied, tuple(self._excluded), allow_local=one_host)
+        policy, local = self._filter = self._candidate_filter()
         for conn, params in ((self.direct, direct), (self.relay, relay)):
             if conn is None:
                 continue
@@ -591,9 +592,25 @@ class IceAgent:
         gate = self._gates.get(id(conn))
         if gate is None:
             gate = self._gates[id(conn)] = InboundGate(conn, "direct" if conn is self.direct else "relay")
+            gate.candidate_filter = functools.partial(self._peer_reflexive_drop, conn is self.relay)
+            gate.candidate_dropped = self._candidate_dropped
         for protocol in conn._protocols:
             gate.guard(protocol)
         return gate
+
+    def _candidate_filter(self) -> tuple[CandidatePolicy, LocalNetworks]:
+        """What ``candidate_drop`` judges the peer's candidates by now (this host's addresses change)."""
+        # An agent whose every candidate is loopback (aioice never gathers 127.0.0.1, and a TURN server's
+        # relayed address is never loopback) runs on one host with its peers: unit tests, not a node.
+        ours = [c.host for conn in (self.direct, self.relay) if conn is not None for c in conn.local_candidates]
+        one_host = bool(ours) and all(_is_loopback(host) for host in ours)
+        return CandidatePolicy(self._denied, tuple(self._excluded), allow_local=one_host), local_networks()
+
+    def _peer_reflexive_drop(self, relayed: bool, host: str) -> CandidateDrop | None:
+        """``candidate_drop`` for the source of a peer's check that is no signalled candidate (inbound_gate.py)."""
+        if self._filter is None:
+            self._filter = self._candidate_filter()
+        return candidate_drop(host, relayed, *self._filter)
 
     def _candidate_dropped(self, reason: CandidateDrop, candidate: str) -> None:
         self.dropped_candidates[reason] += 1

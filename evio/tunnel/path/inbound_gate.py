@@ -10,6 +10,17 @@ nominated, the nominated pair's address after. An off-path sender can thus
 neither crash the receive callback, nor inject DTLS into the handshake, nor
 get any answer (aioice answers any request, with an unsigned 400 or 401);
 what it sends is counted.
+
+A check that passes from an address that is no signalled candidate is the
+peer's from a NAT mapping it could not know (RFC 8445 section 7.3.1.3): aioice
+answers it, learns the address as a peer-reflexive candidate and sends it
+checks, retransmitted. Whoever holds the ICE password (the peer, the XMPP
+server that carried it) and can send from, or spoof, an address could aim the
+node at it. So such a source passes only the peer's candidate filter
+(candidates.py: ``candidate_filter``), and only while the connection has no
+selected path, and a connection learns ``PRFLX_PER_CONNECTION`` at most; the
+rest is dropped unanswered and counted with the dropped candidates
+(``candidate_dropped``).
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from aioice import Connection
 
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.tunnel.path.aioice_patches import intercept_datagrams
+from evio.tunnel.path.candidates import CandidateDrop
 from evio.tunnel.path.stun_guard import StunDrop, is_request, screen
 
 logger = logging.getLogger(__name__)
@@ -45,6 +57,9 @@ STUN_REQUESTS_PER_SOURCE = Rate(per_second=20.0, burst=64)
 """Checks one source address may have answered on one connection: a peer's setup checks (a few pairs,
 each retransmitted at 0.1 s doubling) stay within the burst."""
 _STUN_SOURCES = 64  # sources one connection's limiter remembers (a peer has a few candidates)
+PRFLX_PER_CONNECTION = 4
+"""Peer-reflexive sources one connection learns: a peer behind a symmetric NAT has one mapping per socket
+towards us (a host socket or two, IPv4 and IPv6), so 4 leaves room and bounds what a password holder adds."""
 
 
 class InboundGate:
@@ -75,6 +90,13 @@ class InboundGate:
         self._stun_sources = PeerRateLimiter[str](STUN_REQUESTS_PER_SOURCE, max_peers=_STUN_SOURCES)
         """Binding requests that passed ``screen``, per source address: a peer's checks need a few dozen
         at setup and one every ``CONSENT_INTERVAL`` after; a replayed check from a spoofed source no more."""
+        self.candidate_filter: Callable[[str], CandidateDrop | None] | None = None
+        """Why the peer's candidates at an address are not tried (the agent's ``candidate_drop``), for
+        peer-reflexive sources; None: no filter (only the cap and the selected path hold)."""
+        self.candidate_dropped: Callable[[CandidateDrop, str], None] | None = None
+        """Where a peer-reflexive source turned away is counted (the agent's dropped candidates)."""
+        self._prflx: set[tuple[str, int]] = set()
+        """Peer-reflexive sources let through: aioice learned, or will learn, each as a candidate."""
 
     def guard(self, protocol: aioice.ice.StunProtocol) -> None:
         """Put the gate in front of ``protocol`` (aioice_patches.intercept_datagrams)."""
@@ -112,6 +134,12 @@ class InboundGate:
             if drop is not None:
                 self._reject(drop, addr)
                 return
+            if is_request(data):
+                unlearned = self._peer_reflexive((addr[0], addr[1]))
+                if unlearned is not None:
+                    if self.candidate_dropped is not None:
+                        self.candidate_dropped(unlearned, f"{addr[0]} port {addr[1]} (prflx)")
+                    return
         elif data and isinstance(data, bytes):
             if not self.allows(addr, protocol):
                 self._reject(InboundReject.FOREIGN_SOURCE, addr)
@@ -131,6 +159,28 @@ class InboundGate:
         if drop is None and is_request(data) and not self._stun_sources.allow(addr[0], self._clock()):
             drop = StunDrop.RATE_LIMITED
         return drop
+
+    def _peer_reflexive(self, source: tuple[str, int]) -> CandidateDrop | None:
+        """None when an authenticated check from ``source`` may reach aioice, otherwise why it may not: a
+        signalled candidate's address, or a peer-reflexive one already learned, always may; a new one only
+        through the candidate filter, before the path is selected, and up to ``PRFLX_PER_CONNECTION``."""
+        signalled = {(c._network_host, c.port): c.type for c in self._connection._remote_candidates}
+        kind = signalled.get(source)
+        if (kind is not None and kind != "prflx") or source in self._prflx:
+            return None
+        if self.candidate_filter is not None:
+            drop = self.candidate_filter(source[0])
+            if drop is not None:
+                return drop
+        if self.selected is not None:
+            # Up: the path moves only by the tunnel's own rules (a new attempt, relay to direct), not here.
+            return CandidateDrop.PRFLX_AFTER_UP
+        # Sources learned before the peer's candidates were set (early checks) may since have been signalled.
+        learned = sum(1 for s in self._prflx if signalled.get(s, "prflx") == "prflx")
+        if learned >= PRFLX_PER_CONNECTION:
+            return CandidateDrop.PRFLX_LIMIT
+        self._prflx.add(source)
+        return None
 
     def _reject(self, reason: InboundReject | StunDrop, addr: tuple[Any, ...], exc_info: bool = False) -> None:
         self.rejected[reason] += 1

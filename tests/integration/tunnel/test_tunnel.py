@@ -187,6 +187,19 @@ def test_symmetric_nat_gives_a_relayed_tunnel(lab_factory: LabFactory, workdir: 
         assert "TURN allocation deleted" in p.log_path.read_text(), p.log_tail()
 
 
+def test_a_peer_behind_a_symmetric_nat_is_reached_directly_at_its_peer_reflexive_address(
+        lab_factory: LabFactory, workdir: Path) -> None:
+    """Node 2's symmetric NAT maps its checks to node 1 to a port its STUN server never saw: node 1 learns
+    that address from node 2's check (peer-reflexive, through the candidate filter and its cap: 0062) and
+    the tunnel goes direct there."""
+    lab = lab_factory(nodes=2, nat=["none", "symmetric"])
+    with lab_endpoints(lab, workdir) as pair:
+        settled = wait_for_value(pair.a.stats, lambda s: s["path"] == "direct", 5, what="the direct path", interval=0.1)
+        assert settled["remote"] == "prflx", settled
+        ping(lab.node(1).netns, str(lab.node(2).overlay_address.ip))
+        ping(lab.node(2).netns, str(lab.node(1).overlay_address.ip))
+
+
 @contextmanager
 def direct_path_blocked(lab: Lab) -> Iterator[Callable[[], None]]:
     """Node 1's NAT drops UDP to and from node 2's NAT (their direct path), not to the TURN server;
