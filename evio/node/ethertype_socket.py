@@ -14,6 +14,13 @@ def read_broadcasts(sock: socket.socket, counts: Counter[str], log: logging.Logg
                     receive: Callable[[bytes, bytes], None]) -> None:
     """Hand each frame waiting on `sock` (an AF_PACKET socket) to `receive(data, sender MAC)`, at most READ_BATCH;
     our own sends, seen leaving, are skipped. A failed read is counted (`read_failed`) and ends the batch."""
+    read_frames(sock, counts, log, what, lambda data, sender, _broadcast: receive(data, sender))
+
+
+def read_frames(sock: socket.socket, counts: Counter[str], log: logging.Logger, what: str,
+                receive: Callable[[bytes, bytes, bool], None]) -> None:
+    """As `read_broadcasts`, telling `receive` too whether the frame was sent to the broadcast address (a
+    member can send a unicast frame to one node's bridge MAC that the others never see)."""
     for _ in range(READ_BATCH):
         try:
             data, address = sock.recvfrom(2048)
@@ -25,4 +32,4 @@ def read_broadcasts(sock: socket.socket, counts: Counter[str], log: logging.Logg
             return
         if address[2] == socket.PACKET_OUTGOING:
             continue
-        receive(data, bytes(address[4][:6]))
+        receive(data, bytes(address[4][:6]), address[2] == socket.PACKET_BROADCAST)

@@ -16,11 +16,18 @@ overlay, and each node reads the others' off the same interface:
    part of the ring that was cut off, learns what it missed: a node holding a newer list answers HAVE, and
    any older list that comes by, with its own (at most once per `ANSWER_INTERVAL`), after a random wait of up
    to `ANSWER_JITTER`, and not at all if another node's broadcast of that list came meanwhile: one HAVE costs
-   the overlay about one answer, not one per node.
+   the overlay about one answer, not one per node. Only a frame sent to the broadcast address counts as
+   another node's broadcast: a member replaying the signed list by unicast to every holder but the asker
+   must not hold their answers back (review21c R1).
 3. Every node also broadcasts HAVE now and then, at random, every `HAVE_PERIOD` on average or, once it hears
-   more than `HAVE_PERIOD` nodes doing so, every (nodes heard) seconds: the overlay as a whole sends about one
-   HAVE a second at most, whatever its size (RTCP's rule, RFC 3550 6.2). A node that missed every copy while
-   no link of its came up (the XMPP server down: no new links) hears a newer serial within seconds and asks.
+   more than `HAVE_PERIOD` nodes doing so, every (nodes heard) seconds up to `HAVE_PERIOD_MAX`: the overlay
+   sends about one HAVE a second up to 60 nodes (RTCP's rule, RFC 3550 6.2), and a member inventing HAVE
+   senders cannot stretch the period further (review21c R2). A node that missed every copy while no link of
+   its came up (the XMPP server down: no new links) hears a newer serial within seconds and asks.
+4. A node hearing HAVE of a newer serial asks (its own HAVE) after a random wait of up to `ANSWER_JITTER`,
+   not at all if another node of its serial asked meanwhile, and, while no such list arrives, at most once
+   per back-off that doubles from `HAVE_INTERVAL` to `HAVE_PERIOD`: a forged HAVE of a serial nobody holds
+   costs the overlay about one HAVE, and ever fewer, not one per node (review21c R3).
 
 Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, ethertype `ETHERTYPE`):
 
@@ -45,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
-from evio.node.ethertype_socket import read_broadcasts
+from evio.node.ethertype_socket import read_frames
 from evio.signal.events import RevocationAdopted, Subscription
 from evio.signal.identity import MAX_DOCUMENT_BYTES, list_to_text
 from evio.signal.interface import Signaling
@@ -67,6 +74,7 @@ ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and t
 HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
 REPEATS = (1.0, 3.0)  # seconds after the first broadcast of a list adopted here that it goes out again
 HAVE_PERIOD = 30.0  # mean seconds between a node's own periodic HAVEs, in an overlay of up to 30 nodes
+HAVE_PERIOD_MAX = 60.0  # and at most this, however many HAVE senders (some perhaps invented) were heard
 HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
 MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
 
@@ -99,6 +107,9 @@ class RevocationFlood:
         self._repeat_timers: list[Timer] = []
         self._periodic_timer: Timer | None = None
         self._have_heard: dict[bytes, float] = {}  # sender MAC -> when its last HAVE came by (oldest first)
+        self._ask_timer: Timer | None = None
+        self._ask_not_before = float("-inf")
+        self._ask_backoff = HAVE_INTERVAL
 
     def start(self) -> None:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETHERTYPE))
@@ -117,10 +128,11 @@ class RevocationFlood:
         if self._subscription is not None:
             self._subscription.cancel()
             self._subscription = None
-        for timer in (self._have_timer, self._answer_timer, self._periodic_timer, *self._repeat_timers):
+        for timer in (self._have_timer, self._answer_timer, self._periodic_timer, self._ask_timer,
+                      *self._repeat_timers):
             if timer is not None:
                 timer.cancel()
-        self._have_timer = self._answer_timer = self._periodic_timer = None
+        self._have_timer = self._answer_timer = self._periodic_timer = self._ask_timer = None
         self._repeat_timers.clear()
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
@@ -146,7 +158,7 @@ class RevocationFlood:
 
     def arm_periodic_have(self) -> None:
         """Broadcast HAVE after a random wait around the current period, and so on (rule 3)."""
-        period = max(HAVE_PERIOD, float(self._heard_senders()))
+        period = min(HAVE_PERIOD_MAX, max(HAVE_PERIOD, float(self._heard_senders())))
         self._periodic_timer = self._clock.call_later(self._rng.uniform(0.5, 1.5) * period, self._periodic_have)
 
     def _periodic_have(self) -> None:
@@ -169,8 +181,27 @@ class RevocationFlood:
             del self._have_heard[next(iter(self._have_heard))]
         self._have_heard[sender] = self._clock.now()
 
+    def _ask(self) -> None:
+        """Someone says it holds a newer list: ask for it (rule 4)."""
+        now = self._clock.now()
+        if self._ask_timer is not None or now < self._ask_not_before:
+            self.counts["ask_held"] += 1
+            return
+        self._ask_not_before = now + self._ask_backoff
+        self._ask_backoff = min(2 * self._ask_backoff, HAVE_PERIOD)
+        self._ask_timer = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER), self._ask_now)
+
+    def _ask_now(self) -> None:
+        self._ask_timer = None
+        self.counts["sent_ask"] += 1
+        self.link_up()
+
     def _adopted(self, event: RevocationAdopted) -> None:
-        if event.overlay == self.overlay and not event.source.startswith("overlay"):
+        if event.overlay != self.overlay:
+            return
+        self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once
+        self._ask_not_before = float("-inf")
+        if not event.source.startswith("overlay"):
             self._send_list()
             for timer in self._repeat_timers:
                 timer.cancel()
@@ -239,10 +270,10 @@ class RevocationFlood:
 
     def _readable(self) -> None:
         if self._sock is not None:
-            read_broadcasts(self._sock, self.counts, log, f"revocation flood on {self.ifname}", self.receive)
+            read_frames(self._sock, self.counts, log, f"revocation flood on {self.ifname}", self.receive)
 
-    def receive(self, data: bytes, sender: bytes) -> None:
-        """One frame's payload from MAC `sender`."""
+    def receive(self, data: bytes, sender: bytes, broadcast: bool = True) -> None:
+        """One frame's payload from MAC `sender`, sent to the broadcast address or (`broadcast` false) to ours."""
         if len(data) < HEADER.size:
             self.counts["dropped_short"] += 1
             return
@@ -259,16 +290,20 @@ class RevocationFlood:
             return
         if kind == HAVE:
             if serial > ours:
-                self.link_up()  # they hold a newer one: our HAVE makes them send it
+                self._ask()  # they hold a newer one: our HAVE makes them send it
+            elif self._ask_timer is not None:
+                self._ask_timer.cancel()  # a node of our serial asked: the answer reaches us too
+                self._ask_timer = None
+                self.counts["ask_heard_elsewhere"] += 1
             return
         if serial == ours and self._answer_timer is None:
             return  # a broadcast of the list we hold, while we wait to answer nobody: nothing to learn
         if not 0 <= index < count <= MAX_CHUNKS or len(data) - HEADER.size > CHUNK:
             self.counts["dropped_malformed"] += 1
             return
-        self._collect(sender, serial, index, count, data[HEADER.size :])
+        self._collect(sender, serial, index, count, data[HEADER.size :], broadcast)
 
-    def _collect(self, sender: bytes, serial: int, index: int, count: int, chunk: bytes) -> None:
+    def _collect(self, sender: bytes, serial: int, index: int, count: int, chunk: bytes, broadcast: bool) -> None:
         now = self._clock.now()
         for key in [k for k, a in self._pending.items() if now - a.started > ASSEMBLY_TIMEOUT]:
             del self._pending[key]
@@ -301,7 +336,7 @@ class RevocationFlood:
         if held is not None and serial == held.serial:
             # Another node broadcast the list we hold: ours can wait. Only the whole list, the same as ours,
             # counts: a forged header of our serial must not keep a node that missed it without it.
-            if text == list_to_text(held):
+            if broadcast and text == list_to_text(held):
                 self._heard_list_at = now
             return
         mac = sender.hex(":")

@@ -1289,8 +1289,9 @@ def _openflow_target(stack: ExitStack) -> Target:
         app.switch_gone(types.SimpleNamespace(datapath=dp))
         connect()
 
-    # A short limit: os-ken's endless loops are found by it, and each costs that long.
-    return Target("openflow", seeds, check, housekeeping=housekeeping, hang_seconds=0.25)
+    # A short limit: os-ken's endless loops are found by it, and each costs that long. CPU time of the whole
+    # process (threads of earlier tests included), so not so short that their work could fill it.
+    return Target("openflow", seeds, check, housekeeping=housekeeping, hang_seconds=1.0)
 
 
 # -- XMPP stanzas ----------------------------------------------------------------------------------
