@@ -18,7 +18,7 @@ sender MACs took a budget shared by all and no honest announcement was checked):
 
 1. free refusals first: what does not parse, another overlay's, stale or from the future, naming a group MAC,
    this node's own, a revoked member's, one not newer than the list held for its node, the exact bytes of one
-   refused lately;
+   refused lately, a certificate refused lately for the id it names;
 2. then a budget shared fairly among the node ids named (`evio.sdn.flood_shares`, max-min, no queue): each
    member the node knows (signaling's peers, or a certificate already checked) is a key of its own, and every
    id nobody knows shares one key, so invented ids cannot crowd out a member's refresh; the total is one
@@ -26,7 +26,10 @@ sender MACs took a budget shared by all and no honest announcement was checked):
 3. a certificate already checked (by fingerprint, `host_claims.Certificates`) costs no chain check again:
    a known member's refresh is one signature check.
 
-What is refused is counted by reason (`counts`). A revoked node's claims are dropped when the list comes.
+A member whose announcements were refused unchecked keeps its list here past `LIFETIME` until 10 minutes
+after the last such refusal: forgeries under its id (its certificate is public) spend its share, and its
+claims must not expire for it (a member that named its hosts too would then hold them). What is refused is
+counted by reason (`counts`). A revoked node's claims are dropped when the list comes.
 The owners (each MAC's one claimant, or the first of several: `host_claims.HostClaims`) go to the switch
 when they change (`SetMacOwners`). This node's own list is a claim too (a member announcing our host after
 us does not hold it here), left out of what the switch is told.
@@ -58,9 +61,10 @@ log = logging.getLogger(__name__)
 ETHERTYPE = 0x88B6  # IEEE 802 "local experimental ethertype 2" (the revocation lists have the first)
 BROADCAST = b"\xff" * 6
 MIN_INTERVAL = 1.0  # seconds between two announcements of this node
-# Checks a second for all node ids (a check of a known certificate about 0.1 ms, a new one's chain 0.2 ms): one
-# port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE/BURST), so a hostile neighbour's storm is all checked
-# (4 % of a core) and a second one's only thins the keys that flood (an honest member sends one in 10 minutes).
+# Checks a second for all node ids: one port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE/BURST), the most one
+# hostile neighbour passes on. A check of a known certificate takes 0.13 ms, a chain 0.4 ms: 5 % to 16 % of a core
+# at the full rate; beyond it only the keys that flood more than their share are thinned (a member sends one
+# announcement in 10 minutes).
 VERIFY_RATE = Rate(400.0, 800)
 MEMBER_RATE = Rate(5.0, 20)  # checks a second for one node id (or all unknown ones together) while others want more
 REFUSED_KEPT = 1024  # digests of refused announcements remembered, so a replayed one costs no check
@@ -94,6 +98,9 @@ class HostClaimsFlood:
         self._verify_budget = FloodShares[int | None](VERIFY_RATE, MEMBER_RATE)
         self._certificates = host_claims.Certificates()
         self._refused: OrderedDict[bytes, None] = OrderedDict()
+        # Members whose list is held here and whose announcements were refused unchecked (over budget), and when
+        # last: their refresh may have been among them, so their list does not expire meanwhile (review21c).
+        self._unchecked: dict[int, float] = {}
         self._refused_logged = LogLimiter[str]()  # by reason: a sender MAC may be invented for each frame
         self._subscription: Subscription[RevocationAdopted] | None = None
 
@@ -154,7 +161,10 @@ class HostClaimsFlood:
         """Announce again before ours expire elsewhere; let others' expire here; drop revoked members'."""
         self._refresh_timer = self._clock.call_later(host_claims.LIFETIME / 3, self._refresh)
         now = self._wall()
-        if self.claims.expire(now) | self.claims.forget(self._revoked(now)):
+        mono = self._clock.now()
+        for node in [n for n, at in self._unchecked.items() if mono - at >= host_claims.LIFETIME / 3]:
+            del self._unchecked[node]
+        if self.claims.expire(now, keep=self._unchecked.keys()) | self.claims.forget(self._revoked(now)):
             self._owners_changed()
         if self.hosted or self.counts["sent"]:  # nothing to say until the switch reported what we host
             self.announce()
@@ -217,9 +227,16 @@ class HostClaimsFlood:
         if digest in self._refused:
             self.counts["refused_again"] += 1
             return
+        try:
+            self._certificates.key_for(parsed.der, parsed.node_id, wall)  # a certificate refused for this id lately
+        except host_claims.ClaimError as exc:
+            self._refuse(exc, sender, now)
+            return
         key = parsed.node_id if self._known(parsed.node_id) else None
         if not self._verify_budget.allow(0, key, now):
             self.counts["refused_verify_rate"] += 1
+            if held is not None:
+                self._unchecked[parsed.node_id] = now  # its refresh may be among these: keep its list meanwhile
             return
         try:
             ann = host_claims.check(self._anchor, parsed, wall, self._certificates)

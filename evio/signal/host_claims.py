@@ -27,7 +27,7 @@ import datetime
 import hashlib
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -141,13 +141,26 @@ class Certificates:
     def __init__(self) -> None:
         self._known: dict[bytes, tuple[int, ec.EllipticCurvePublicKey, float]] = {}
         self._nodes: Counter[int] = Counter()  # node id -> certificates of it held
+        # (fingerprint, node id) refused lately: a member's genuine certificate sent again and again under
+        # others' ids (each announcement's bytes new) costs one chain check per id, not one per frame.
+        self._refused: dict[tuple[bytes, int], float] = {}
 
     def key_for(self, der: bytes, node_id: int, now: float) -> ec.EllipticCurvePublicKey | None:
-        """The key of `der` if it was checked for `node_id` and holds at `now`; None: check the chain."""
-        known = self._known.get(hashlib.sha256(der).digest())
+        """The key of `der` if it was checked for `node_id` and holds at `now`; None: check the chain.
+        ClaimError if it was refused for `node_id` within `HOLD`."""
+        fingerprint = hashlib.sha256(der).digest()
+        refused = self._refused.get((fingerprint, node_id))
+        if refused is not None and now < refused:
+            raise ClaimError("certificate refused")
+        known = self._known.get(fingerprint)
         if known is None or known[0] != node_id or now >= known[2]:
             return None
         return known[1]
+
+    def refuse(self, der: bytes, node_id: int, now: float) -> None:
+        if len(self._refused) >= self.MAX:
+            del self._refused[next(iter(self._refused))]
+        self._refused[(hashlib.sha256(der).digest(), node_id)] = now + self.HOLD
 
     def add(self, der: bytes, node_id: int, key: ec.EllipticCurvePublicKey, cert: x509.Certificate,
             now: float) -> None:  # fmt: skip
@@ -184,6 +197,8 @@ def check(anchor: TrustAnchor, parsed: Parsed, now: float, certificates: Certifi
             raise ClaimError("certificate unreadable") from None
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)
         if anchor.refusal(cert, parsed.node_id, when) is not None:
+            if certificates is not None:
+                certificates.refuse(parsed.der, parsed.node_id, now)
             raise ClaimError("certificate refused")
         key = cert.public_key()
         if not isinstance(key, ec.EllipticCurvePublicKey):
@@ -249,8 +264,11 @@ class HostClaims:
                 self._since.pop((ann.node_id, mac), None)
         return bool(gone)
 
-    def expire(self, now: float) -> bool:
-        return self.forget([n for n, ann in self._lists.items() if ann.issued_ms / 1000 < now - LIFETIME])
+    def expire(self, now: float, keep: Collection[int] = ()) -> bool:
+        """Lists issued more than `LIFETIME` ago go, but those of `keep` (members whose refresh may have gone
+        unchecked here). True when any went."""
+        return self.forget([n for n, ann in self._lists.items()
+                            if ann.issued_ms / 1000 < now - LIFETIME and n not in keep])  # fmt: skip
 
     def owners(self) -> Mapping[str, int]:
         """MAC -> the member that holds it: its one claimant, or of several the first (those listed in `disputed`).

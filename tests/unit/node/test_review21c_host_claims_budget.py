@@ -71,3 +71,32 @@ async def test_an_honest_claim_is_checked_under_a_storm_of_well_formed_forgeries
           f"{victim.counts['refused_verify_rate']} refused unchecked; told {victim.told[-1] if victim.told else None}")
     assert victim.told and victim.told[-1] == {HOST: honest.node_id}
     assert checked <= hcf.VERIFY_RATE.burst + 8 * 2 * hcf.MEMBER_RATE.per_second  # the two keys' shares, no more
+
+
+async def test_forgeries_under_a_members_id_spend_its_share_but_its_claims_do_not_expire_for_it() -> None:
+    """The residual of fair shares: forgeries naming a known member's id (its certificate is public) spend that
+    member's share, so its refreshes may go unchecked. Its list then outlives LIFETIME while that goes on, so a
+    member that named its host too (disputed, held by the first) does not come to hold it. The refreshes are
+    lost here outright (the honest node's socket gone); without forgeries its list expires as a departed one's."""
+    medium, nodes, clock = fleet(3)
+    victim, honest, hostile = nodes
+    base = time.time() - clock.now()
+    for node in nodes:
+        node._wall = lambda: base + clock.now()
+    honest.set_hosted((HOST,))
+    await clock.advance(hcf.MIN_INTERVAL)
+    hostile.set_hosted((HOST,))  # names the honest node's host too: disputed, held by the honest node
+    assert victim.told[-1] == {HOST: honest.node_id} and HOST in victim.claims.disputed
+    honest._sock = None  # its refreshes from now on never arrive
+    cert = honest._certificate
+    seconds = int(host_claims.LIFETIME + host_claims.LIFETIME / 3) + 60
+    for second in range(seconds):
+        await clock.advance(1.0)
+        for i in range(10):  # twice its share a second, each fresh, from an invented sender MAC
+            data = host_claims.pack(cert.key, cert.cert, victim.overlay, honest.node_id,
+                                    int((base + clock.now()) * 1000) + i, (HOST,))
+            victim.receive(data[:-8] + os.urandom(8), (0x026600000000 + second * 10 + i).to_bytes(6, "big"))
+    print(f"after {seconds} s of forgeries under its id: {dict(victim.counts)}; told {victim.told[-1]}")
+    assert victim.told[-1] == {HOST: honest.node_id} and victim.counts["refused_verify_rate"] > 0
+    await clock.advance(host_claims.LIFETIME)  # the forgeries stopped: its list expires, the other's holds
+    assert victim.told[-1] == {HOST: hostile.node_id}

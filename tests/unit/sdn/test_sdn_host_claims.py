@@ -81,7 +81,7 @@ def test_a_host_that_moved_is_placed_at_its_new_node_once_its_old_node_stops_nam
     assert vm in claims.disputed and claims.owners()[vm] == v
     net.advance(MOVE_HOLD + 1)
     net.inject(w, w_port, eth(BROADCAST, vm, 0x0806))
-    assert net.nodes[u].switch.learning.lookup(vm, net.now).root == v  # type: ignore[union-attr]
+    assert net.nodes[u].switch.learning.lookup(vm, net.now).root == v
     net.forget(v, vm)  # gone at v: its port went, or it aged out
     claims = announcer.announce(net, [v])  # v's next list leaves it out
     assert vm not in claims.disputed and claims.owners()[vm] == w
@@ -89,4 +89,4 @@ def test_a_host_that_moved_is_placed_at_its_new_node_once_its_old_node_stops_nam
     net.inject(w, w_port, eth(BROADCAST, vm, 0x0806))
     for nid in ids:
         if nid != w:
-            assert net.nodes[nid].switch.learning.lookup(vm, net.now).root == w  # type: ignore[union-attr]
+            assert net.nodes[nid].switch.learning.lookup(vm, net.now).root == w

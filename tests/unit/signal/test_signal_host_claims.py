@@ -100,3 +100,14 @@ def test_a_verified_certificate_is_remembered_so_a_refresh_costs_one_signature_c
     with pytest.raises(hc.ClaimError, match="bad signature"):
         hc.check(ANCHOR, forged, wall, certificates)  # the cached key still checks the signature
     assert certificates.key_for(parsed.der, M, wall + hc.Certificates.HOLD + 1) is None  # its chain again then
+
+
+def test_a_certificate_refused_for_a_node_id_is_refused_again_without_a_chain_check() -> None:
+    certificates = hc.Certificates()
+    wall = time.time()
+    under_m = hc.parse(OV, signed(key=KEY_A, cert=CERT_A, node=M), wall)  # A's genuine certificate, M's id
+    with pytest.raises(hc.ClaimError, match="certificate refused"):
+        hc.check(ANCHOR, under_m, wall, certificates)
+    with pytest.raises(hc.ClaimError, match="certificate refused"):
+        certificates.key_for(under_m.der, M, wall)  # remembered: the next such forgery costs no chain
+    assert hc.check(ANCHOR, hc.parse(OV, signed(key=KEY_A, cert=CERT_A, node=A), wall), wall, certificates).node_id == A
