@@ -16,16 +16,18 @@ a later one replaces it (and withdraws what it no longer names). One frame, at m
 (a node hosting more announces the first `MAX_MACS` and counts the rest; those keep today's rules).
 
 `HostClaims` keeps each member's latest list (by `issued`, so an old announcement replayed changes
-nothing) for `LIFETIME` after it was issued, and names a MAC's owner only when exactly one member
-claims it: a member announcing another's MAC makes it *disputed*, which brings back the rules of an
-unannounced MAC (it cannot take the MAC so, only take away this protection, and is seen doing it).
+nothing) for `LIFETIME` after it was issued, and names a MAC's owner: its one claimant, or of several
+(a *disputed* MAC) the one that claimed it first here, until that one stops: a member announcing
+another's MAC neither takes it nor takes away its protection, and is seen doing it (review21c).
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import struct
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -76,8 +78,21 @@ def pack(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, overlay: str, 
     return body + key.sign(_CONTEXT + body, ec.ECDSA(hashes.SHA256()))
 
 
-def verify(anchor: TrustAnchor, data: bytes, now: float) -> Announcement:
-    """The announcement in `data`, if its certificate is the overlay CA's for its node id and signed it."""
+@dataclass(frozen=True)
+class Parsed:
+    """An announcement read but not checked: what a receiver can refuse for free before a signature check."""
+
+    node_id: int
+    issued_ms: int
+    der: bytes
+    macs: tuple[str, ...]
+    signature: bytes
+    signed: bytes  # what the signature covers, less `_CONTEXT`
+
+
+def parse(overlay: str, data: bytes, now: float) -> Parsed:
+    """The fields of the announcement in `data`, if well formed, of `overlay`, fresh, and naming only unicast
+    MACs: all a receiver checks without cryptography (review21c: junk took the signature budget)."""
     if len(data) > MAX_FRAME_BYTES:
         raise ClaimError("too long")
     if len(data) < _HEAD.size:
@@ -86,9 +101,9 @@ def verify(anchor: TrustAnchor, data: bytes, now: float) -> Announcement:
     if magic != MAGIC or version != VERSION:
         raise ClaimError("not an announcement")
     at = _HEAD.size
-    overlay = data[at : at + name_len]
+    name = data[at : at + name_len]
     at += name_len
-    if len(overlay) != name_len or overlay.decode(errors="replace") != anchor.overlay:
+    if len(name) != name_len or name.decode(errors="replace") != overlay:
         raise ClaimError("another overlay")
     if len(data) < at + 2:
         raise ClaimError("short")
@@ -109,33 +124,117 @@ def verify(anchor: TrustAnchor, data: bytes, now: float) -> Announcement:
         raise ClaimError("bad signature length")
     if issued_ms / 1000 < now - LIFETIME or issued_ms / 1000 > now + CLOCK_SKEW:
         raise ClaimError("stale")
-    node_id = int.from_bytes(node, "big")
-    try:
-        cert = x509.load_der_x509_certificate(der)
-    except ValueError:
-        raise ClaimError("certificate unreadable") from None
-    if anchor.refusal(cert, node_id, datetime.datetime.fromtimestamp(now, datetime.UTC)) is not None:
-        raise ClaimError("certificate refused")
-    public = cert.public_key()
-    if not isinstance(public, ec.EllipticCurvePublicKey):
-        raise ClaimError("certificate key is not ECDSA")
-    try:
-        public.verify(signature, _CONTEXT + data[: len(data) - len(signature)], ec.ECDSA(hashes.SHA256()))
-    except InvalidSignature:
-        raise ClaimError("bad signature") from None
     macs = tuple(raw[i : i + 6].hex(":") for i in range(0, len(raw), 6))
     if any(int(mac[:2], 16) & 1 or mac == "00:00:00:00:00:00" for mac in macs):
         raise ClaimError("group or zero MAC")
-    return Announcement(anchor.overlay, node_id, issued_ms, macs)
+    return Parsed(int.from_bytes(node, "big"), issued_ms, der, macs, signature, data[:at])
+
+
+class Certificates:
+    """Node certificates already found to be the overlay CA's for their node id, by SHA-256 of their DER: a
+    known member's refresh then costs one signature check, not a chain (review21c). Only certificates the
+    CA signed get in, so a member fills it with no more than its own; bounded anyway, oldest out first."""
+
+    MAX = 4096
+    HOLD = 3600.0  # seconds a certificate is taken on trust here before its chain is checked again
+
+    def __init__(self) -> None:
+        self._known: dict[bytes, tuple[int, ec.EllipticCurvePublicKey, float]] = {}
+        self._nodes: Counter[int] = Counter()  # node id -> certificates of it held
+        # (fingerprint, node id) refused lately: a member's genuine certificate sent again and again under
+        # others' ids (each announcement's bytes new) costs one chain check per id, not one per frame.
+        self._refused: dict[tuple[bytes, int], float] = {}
+
+    def key_for(self, der: bytes, node_id: int, now: float) -> ec.EllipticCurvePublicKey | None:
+        """The key of `der` if it was checked for `node_id` and holds at `now`; None: check the chain.
+        ClaimError if it was refused for `node_id` within `HOLD`."""
+        fingerprint = hashlib.sha256(der).digest()
+        refused = self._refused.get((fingerprint, node_id))
+        if refused is not None and now < refused:
+            raise ClaimError("certificate refused")
+        known = self._known.get(fingerprint)
+        if known is None or known[0] != node_id or now >= known[2]:
+            return None
+        return known[1]
+
+    def refuse(self, der: bytes, node_id: int, now: float) -> None:
+        if len(self._refused) >= self.MAX:
+            del self._refused[next(iter(self._refused))]
+        self._refused[(hashlib.sha256(der).digest(), node_id)] = now + self.HOLD
+
+    def add(self, der: bytes, node_id: int, key: ec.EllipticCurvePublicKey, cert: x509.Certificate,
+            now: float) -> None:  # fmt: skip
+        fingerprint = hashlib.sha256(der).digest()
+        if fingerprint in self._known:
+            self._drop(fingerprint)  # checked again (its hold ran out): it goes to the back
+        elif len(self._known) >= self.MAX:
+            self._drop(next(iter(self._known)))
+        until = min(now + self.HOLD, cert.not_valid_after_utc.timestamp())
+        self._known[fingerprint] = (node_id, key, until)
+        self._nodes[node_id] += 1
+
+    def _drop(self, fingerprint: bytes) -> None:
+        node_id = self._known.pop(fingerprint)[0]
+        self._nodes[node_id] -= 1
+        if not self._nodes[node_id]:
+            del self._nodes[node_id]
+
+    def knows(self, node_id: int) -> bool:
+        """Whether a certificate of `node_id` was found the CA's here (a member, though perhaps no longer present)."""
+        return node_id in self._nodes
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+def check(anchor: TrustAnchor, parsed: Parsed, now: float, certificates: Certificates | None = None) -> Announcement:
+    """The announcement `parsed`, if its certificate is the overlay CA's for its node id and signed it."""
+    public = certificates.key_for(parsed.der, parsed.node_id, now) if certificates is not None else None
+    if public is None:
+        try:
+            cert = x509.load_der_x509_certificate(parsed.der)
+        except ValueError:
+            raise ClaimError("certificate unreadable") from None
+        when = datetime.datetime.fromtimestamp(now, datetime.UTC)
+        if anchor.refusal(cert, parsed.node_id, when) is not None:
+            if certificates is not None:
+                certificates.refuse(parsed.der, parsed.node_id, now)
+            raise ClaimError("certificate refused")
+        key = cert.public_key()
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise ClaimError("certificate key is not ECDSA")
+        public = key
+        if certificates is not None:
+            certificates.add(parsed.der, parsed.node_id, key, cert, now)
+    try:
+        public.verify(parsed.signature, _CONTEXT + parsed.signed, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        raise ClaimError("bad signature") from None
+    return Announcement(anchor.overlay, parsed.node_id, parsed.issued_ms, parsed.macs)
+
+
+def verify(anchor: TrustAnchor, data: bytes, now: float) -> Announcement:
+    """The announcement in `data`, if its certificate is the overlay CA's for its node id and signed it."""
+    return check(anchor, parse(anchor.overlay, data, now), now)
 
 
 class HostClaims:
-    """Each member's latest announced MACs, and the MACs exactly one member holds."""
+    """Each member's latest announced MACs, and who holds each: its first claimant (at this node).
 
-    def __init__(self) -> None:
+    A MAC two members announce is *disputed* and stays with the member that claimed it first here (the
+    order claims were taken in), until that member stops naming it (a later list without it, expiry,
+    revocation): a member announcing another's host cannot take it so (review21c: falling back to
+    0034's rules for it let one forged flood take a receiving host's stream). An honest move (a VM that
+    migrated) is the same sequence: its old node stops naming it, and the new node's claim holds.
+    `self_id` is this node: its own list counts as a claim like any other, but its MACs are left out of
+    `owners` (its switch keeps its own hosts by their leaf ports)."""
+
+    def __init__(self, self_id: int | None = None) -> None:
+        self.self_id = self_id
         self._lists: dict[int, Announcement] = {}
         self.disputed: frozenset[str] = frozenset()
-        self._owners: dict[str, int] = {}
+        self._since: dict[tuple[int, str], int] = {}  # (member, MAC) -> when (in takes) it first named it
+        self._taken = 0
 
     def take(self, ann: Announcement) -> bool:
         """A verified announcement; True when it changed who holds what (an older or equal one never does)."""
@@ -143,28 +242,51 @@ class HostClaims:
         if held is not None and held.issued_ms >= ann.issued_ms:
             return False
         self._lists[ann.node_id] = ann
+        before = set(held.macs) if held is not None else set()
+        for mac in before - set(ann.macs):
+            self._since.pop((ann.node_id, mac), None)
+        for mac in ann.macs:
+            if mac not in before:
+                self._taken += 1
+                self._since[(ann.node_id, mac)] = self._taken
         return held is None or held.macs != ann.macs
+
+    def issued_ms(self, node_id: int) -> int | None:
+        """When the list held for `node_id` was issued (None: none held): an announcement not newer changes nothing."""
+        held = self._lists.get(node_id)
+        return held.issued_ms if held is not None else None
 
     def forget(self, node_ids: Iterable[int]) -> bool:
         """Members that left or were revoked: their claims go. True when any did."""
-        return bool([self._lists.pop(n) for n in list(node_ids) if n in self._lists])
+        gone = [self._lists.pop(n) for n in list(node_ids) if n in self._lists]
+        for ann in gone:
+            for mac in ann.macs:
+                self._since.pop((ann.node_id, mac), None)
+        return bool(gone)
 
-    def expire(self, now: float) -> bool:
-        return self.forget([n for n, ann in self._lists.items() if ann.issued_ms / 1000 < now - LIFETIME])
+    def expire(self, now: float, keep: Collection[int] = ()) -> bool:
+        """Lists issued more than `LIFETIME` ago go, but those of `keep` (members whose refresh may have gone
+        unchecked here). True when any went."""
+        return self.forget([n for n, ann in self._lists.items()
+                            if ann.issued_ms / 1000 < now - LIFETIME and n not in keep])  # fmt: skip
 
     def owners(self) -> Mapping[str, int]:
-        """MAC -> its one claimant (disputed MACs left out, and listed in `disputed`)."""
-        owners: dict[str, int] = {}
+        """MAC -> the member that holds it: its one claimant, or of several the first (those listed in `disputed`).
+        MACs this node holds are left out."""
+        first: dict[str, tuple[int, int]] = {}  # MAC -> (since, member)
         disputed: set[str] = set()
-        for node, ann in sorted(self._lists.items()):
-            for mac in ann.macs:
-                if mac in owners and owners[mac] != node:
-                    disputed.add(mac)
-                owners.setdefault(mac, node)
-        for mac in disputed:
-            del owners[mac]
+        for (node, mac), since in self._since.items():
+            held = first.get(mac)
+            if held is not None:
+                disputed.add(mac)
+            if held is None or (since, node) < held:
+                first[mac] = (since, node)
         self.disputed = frozenset(disputed)
-        return owners
+        return {mac: node for mac, (_, node) in sorted(first.items()) if node != self.self_id}
+
+    def claimants(self, mac: str) -> list[int]:
+        """The members naming `mac`, the holder first."""
+        return [n for _, n in sorted((s, n) for (n, m), s in self._since.items() if m == mac)]
 
     def __len__(self) -> int:
         return len(self._lists)

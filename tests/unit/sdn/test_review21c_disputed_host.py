@@ -1,45 +1,21 @@
-"""review21c: decision 0055 says a member announcing another's host "can only bring back the rules of 0034 for
-it, never take it". But 0034's rules are what lost a receiving-only host's MAC to one forged flood (review21b,
-test_review21b_receiving_host.py: 50 of 50 frames). So the attacker announces the victim's host MAC in its own
-signed claim (its certificate is genuine; nothing checks that it hosts the MAC), the MAC becomes *disputed*,
-and the 21b attack works again. Real switches on the fake flow table, real claim codec."""
+"""review21c C1: a member announces another's receiving-only host in its own signed claim (its certificate is
+genuine; nothing can check that it hosts the MAC). Before, the MAC became *disputed*, owned by neither, and fell
+back to 0034's rules, which lost such a host to one forged flood (review21b: 50 of 50 frames to the attacker).
+Now a disputed MAC stays with the member that claimed it first (decision 0055, amended): the claim is seen
+(`disputed`) and takes nothing. Real switches on the fake flow table, real claim codec."""
 
 from __future__ import annotations
 
-import datetime
-import time
-
-import pytest
-
 from evio.sdn import frb
-from evio.signal import host_claims
-from evio.testing.fake_flow_table import FakeNetwork, host_mac
+from evio.sdn.switch import Drop
+from evio.testing.fake_flow_table import host_mac
 from evio.testing.fake_flow_table import ring_network as ring
 from evio.testing.frames import eth
-from evio.testing.host_claims import OVERLAY
-from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
-from evio.tunnel.path.trust import TrustAnchor
+from evio.testing.host_claims import Announcer
 from tests.unit.sdn.test_sdn_port_bounds import BROADCAST, forged
 
 
-def announce(net: FakeNetwork, node_ids: list[int], extra: dict[int, list[str]]) -> host_claims.HostClaims:
-    """evio.testing.host_claims.announce_all, with `extra` MACs in some nodes' claims."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key, ca_cert = make_overlay_ca(OVERLAY, now, 30)
-    anchor = TrustAnchor(OVERLAY, (ca_cert,))
-    claims = host_claims.HostClaims()
-    wall = time.time()
-    for nid in node_ids:
-        key, cert = issue_node_certificate(ca_key, ca_cert, [OVERLAY], nid, now, 30)
-        macs = net.nodes[nid].switch.hosted_macs() + extra.get(nid, [])
-        claims.take(host_claims.verify(anchor, host_claims.pack(key, cert, OVERLAY, nid, int(wall * 1000), macs), wall))
-    net.tell_owners(claims.owners())
-    return claims
-
-
-@pytest.mark.xfail(strict=True, reason="review21c C1: a member's claim of another's receiving-only host makes "
-                   "it disputed, and 0034's rules then let one forged flood take its stream (21b again)")  # fmt: skip
-def test_a_member_claiming_a_receiving_hosts_mac_takes_its_stream_with_one_forged_flood() -> None:
+def test_a_member_claiming_a_receiving_hosts_mac_is_seen_and_one_forged_flood_takes_none_of_its_stream() -> None:
     net, ids = ring(6)
     u, v, hostile = ids[0], ids[2], ids[5]
     u_mac, v_mac = host_mac(net, u), host_mac(net, v)
@@ -48,8 +24,8 @@ def test_a_member_claiming_a_receiving_hosts_mac_takes_its_stream_with_one_forge
     net.inject(u, 1, eth(BROADCAST, u_mac, 0x0806))
     net.advance(0.1)
     net.inject(v, 1, eth(u_mac, v_mac, 0x0806))  # the ARP reply: v's last frame
-    claims = announce(net, ids, {hostile: [v_mac]})  # the hostile member's claim names v's host too
-    assert v_mac in claims.disputed
+    claims = Announcer().announce(net, ids, {hostile: [v_mac]})  # the hostile member's claim names v's host too
+    assert v_mac in claims.disputed and claims.owners()[v_mac] == v  # v claimed it first: v holds it
     for _ in range(100):  # 10 s of a steady one-way stream u -> v, 10 frames/s
         net.advance(0.1)
         net.inject(u, 1, eth(v_mac, u_mac))
@@ -69,3 +45,5 @@ def test_a_member_claiming_a_receiving_hosts_mac_takes_its_stream_with_one_forge
         net.inject(u, 1, eth(v_mac, u_mac))
     print(f"v's host disputed; of the next 5 s's 50 u->v frames, {len(intercepted)} went to the hostile member")
     assert not intercepted
+    assert net.nodes[u].switch.learning.lookup(v_mac, net.now).root == v  # type: ignore[union-attr]
+    assert net.nodes[u].switch.drops[Drop.NOT_ANNOUNCER] >= 1

@@ -11,7 +11,7 @@ from evio.sdn.switch import Drop
 from evio.testing.fake_flow_table import host_mac
 from evio.testing.fake_flow_table import ring_network as ring
 from evio.testing.frames import eth
-from evio.testing.host_claims import announce_all
+from evio.testing.host_claims import Announcer, announce_all
 from tests.unit.sdn.test_sdn_port_bounds import BROADCAST, forged
 
 
@@ -63,21 +63,30 @@ def test_a_mac_learned_under_another_member_before_the_announcement_goes_when_it
     assert net.nodes[u].switch.learning.lookup(v_mac, net.now).root == v  # type: ignore[union-attr]
 
 
-def test_a_host_that_moved_is_placed_by_todays_rules_once_its_new_node_announces_it_too() -> None:
-    """The old node keeps the host as its own until it ages out there (a flood from its MAC is "our own frame
-    come back"), so it announces it still: two announcers, owned by neither, and the move hold decides."""
+def test_a_host_that_moved_is_placed_at_its_new_node_once_its_old_node_stops_naming_it() -> None:
+    """The old node keeps the host as its own until its entry goes there (its leaf port went with the VM, or it
+    aged out; a flood from its MAC is "our own frame come back"), so it announces it still: two claimants, and
+    the first holds it (review21c). Once the old node's list leaves it out, the new node's claim holds."""
     net, ids = quiet_ring()
     u, v, w = ids[0], ids[2], ids[3]
     vm = "52:54:00:00:00:07"
+    announcer = Announcer()
     v_port = net.add_leaf(v, "vm")
     net.inject(v, v_port, eth(BROADCAST, vm, 0x0806))
-    announce_all(net, ids)  # v hosts the VM
+    announcer.announce(net, ids)  # v hosts the VM
     net.advance(MOVE_HOLD + 1)
     w_port = net.add_leaf(w, "vm")
     net.inject(w, w_port, eth(BROADCAST, vm, 0x0806))  # migrated: its gratuitous ARP from w
-    assert net.nodes[u].switch.learning.lookup(vm, net.now).root == v  # type: ignore[union-attr]
-    claims = announce_all(net, ids)  # w announces it too; v still does
-    assert vm not in claims.owners() and vm in claims.disputed
+    claims = announcer.announce(net, ids)  # w announces it too; v still does
+    assert vm in claims.disputed and claims.owners()[vm] == v
     net.advance(MOVE_HOLD + 1)
     net.inject(w, w_port, eth(BROADCAST, vm, 0x0806))
-    assert net.nodes[u].switch.learning.lookup(vm, net.now).root == w  # type: ignore[union-attr]
+    assert net.nodes[u].switch.learning.lookup(vm, net.now).root == v
+    net.forget(v, vm)  # gone at v: its port went, or it aged out
+    claims = announcer.announce(net, [v])  # v's next list leaves it out
+    assert vm not in claims.disputed and claims.owners()[vm] == w
+    assert net.nodes[u].switch.learning.lookup(vm, net.now) is None  # its place under v forgotten, flows with it
+    net.inject(w, w_port, eth(BROADCAST, vm, 0x0806))
+    for nid in ids:
+        if nid != w:
+            assert net.nodes[nid].switch.learning.lookup(vm, net.now).root == w

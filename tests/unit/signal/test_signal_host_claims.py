@@ -61,16 +61,53 @@ def test_refused(case: str) -> None:
         hc.verify(ANCHOR, data, time.time())
 
 
-def test_a_mac_two_members_announce_is_disputed_and_owned_by_neither() -> None:
+def test_a_mac_two_members_announce_is_disputed_and_stays_with_its_first_claimant() -> None:
     claims = hc.HostClaims()
     now = int(time.time() * 1000)
     assert claims.take(hc.Announcement(OV, M, now, MACS))
     assert claims.owners() == {mac: M for mac in MACS}
-    assert claims.take(hc.Announcement(OV, A, now, (MACS[1],)))  # A claims M's host: no one owns it now
-    assert claims.owners() == {MACS[0]: M} and claims.disputed == {MACS[1]}
+    assert claims.take(hc.Announcement(OV, A, now, (MACS[1],)))  # A claims M's host: M keeps it (review21c)
+    assert claims.owners() == {mac: M for mac in MACS} and claims.disputed == {MACS[1]}
+    assert claims.claimants(MACS[1]) == [M, A]
+    assert not claims.take(hc.Announcement(OV, A, now + 1, (MACS[1],)))  # a refresh: nothing changes
+    assert claims.owners() == {mac: M for mac in MACS}
     old = hc.Announcement(OV, M, now - 1, ())
     assert not claims.take(old)  # an older announcement replayed changes nothing
-    assert claims.take(dataclasses.replace(old, issued_ms=now + 1))  # M's newer list, without them
-    assert claims.owners() == {MACS[1]: A}
-    assert claims.forget([A]) and claims.owners() == {}
+    assert claims.take(dataclasses.replace(old, issued_ms=now + 1))  # M's newer list, without them: A's now
+    assert claims.owners() == {MACS[1]: A} and claims.disputed == frozenset()
+    assert claims.take(hc.Announcement(OV, M, now + 2, MACS))  # M names it again: second now, A keeps it
+    assert claims.owners() == {MACS[0]: M, MACS[1]: A} and claims.disputed == {MACS[1]}
+    assert claims.forget([A]) and claims.owners() == {mac: M for mac in MACS}
     assert claims.expire(time.time() + hc.LIFETIME + 1) and len(claims) == 0
+
+
+def test_this_nodes_own_list_is_a_claim_but_its_macs_are_not_told() -> None:
+    claims = hc.HostClaims(self_id=M)
+    now = int(time.time() * 1000)
+    claims.take(hc.Announcement(OV, M, now, MACS))
+    claims.take(hc.Announcement(OV, A, now, MACS[:1]))  # A claims this node's host after it: ours still
+    assert claims.owners() == {} and claims.disputed == {MACS[0]}
+
+
+def test_a_verified_certificate_is_remembered_so_a_refresh_costs_one_signature_check() -> None:
+    certificates = hc.Certificates()
+    wall = time.time()
+    first = hc.check(ANCHOR, hc.parse(OV, signed(), wall), wall, certificates)
+    assert first.node_id == M and len(certificates) == 1 and certificates.knows(M) and not certificates.knows(A)
+    parsed = hc.parse(OV, signed(), wall)
+    assert certificates.key_for(parsed.der, M, wall) is not None and certificates.key_for(parsed.der, A, wall) is None
+    forged = dataclasses.replace(parsed, signature=parsed.signature[:-1] + bytes([parsed.signature[-1] ^ 1]))
+    with pytest.raises(hc.ClaimError, match="bad signature"):
+        hc.check(ANCHOR, forged, wall, certificates)  # the cached key still checks the signature
+    assert certificates.key_for(parsed.der, M, wall + hc.Certificates.HOLD + 1) is None  # its chain again then
+
+
+def test_a_certificate_refused_for_a_node_id_is_refused_again_without_a_chain_check() -> None:
+    certificates = hc.Certificates()
+    wall = time.time()
+    under_m = hc.parse(OV, signed(key=KEY_A, cert=CERT_A, node=M), wall)  # A's genuine certificate, M's id
+    with pytest.raises(hc.ClaimError, match="certificate refused"):
+        hc.check(ANCHOR, under_m, wall, certificates)
+    with pytest.raises(hc.ClaimError, match="certificate refused"):
+        certificates.key_for(under_m.der, M, wall)  # remembered: the next such forgery costs no chain
+    assert hc.check(ANCHOR, hc.parse(OV, signed(key=KEY_A, cert=CERT_A, node=A), wall), wall, certificates).node_id == A
