@@ -190,7 +190,7 @@ def test_symmetric_nat_gives_a_relayed_tunnel(lab_factory: LabFactory, workdir: 
 def test_a_peer_behind_a_symmetric_nat_is_reached_directly_at_its_peer_reflexive_address(
         lab_factory: LabFactory, workdir: Path) -> None:
     """Node 2's symmetric NAT maps its checks to node 1 to a port its STUN server never saw: node 1 learns
-    that address from node 2's check (peer-reflexive, through the candidate filter and its cap: 0062) and
+    that address from node 2's check (peer-reflexive, through the candidate filter and its cap: 0061) and
     the tunnel goes direct there."""
     lab = lab_factory(nodes=2, nat=["none", "symmetric"])
     with lab_endpoints(lab, workdir) as pair:
