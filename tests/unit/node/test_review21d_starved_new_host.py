@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from evio.node import host_claims as hcf
 from evio.signal import host_claims
 from tests.unit.node.test_host_claims_flood import fleet
 
