@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from evio.node import host_claims as hcf
 from evio.sdn.flow_actions import AddFlow, DeleteFlowsFromMac, DeleteFlowsToMac, FlowAction, FlowMatch
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
@@ -28,9 +26,7 @@ def frame(src: str, dst: str) -> bytes:
     return bytes.fromhex(dst.replace(":", "")) + bytes.fromhex(src.replace(":", "")) + b"\x08\x00" + bytes(46)
 
 
-@pytest.mark.xfail(strict=True, reason="review21d C1': a busy VM drops out of its own node's hosted list at "
-                   "max_age, and the member naming it all along becomes its first claimant")
-async def test_a_busy_vm_forgotten_at_home_for_a_tick_goes_to_the_member_that_names_it() -> None:
+async def test_a_busy_vm_aged_out_at_home_stays_in_its_list_and_with_its_node() -> None:
     medium, nodes, clock = fleet(3)
     victim, honest, hostile = nodes
     base = time.time() - clock.now()
