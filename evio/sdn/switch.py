@@ -371,6 +371,11 @@ class BoundedFloodSwitch:
                 self.neighbors.observe(msg, in_port, now, local=True)
             if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
+            if eth.is_group and self.neighbors.asks(msg):
+                # Flooded, and the owner's reply confirms the address only if it comes here: a live flow to
+                # the asker would carry it past the controller, leaving an attacker's the lone reply seen
+                # (review21d N1''). The asker's flows come back at their next packet-in.
+                actions = actions + self._booked([DeleteFlowsToMac(eth.src)])
         if eth.is_group:
             if not self._link_local_allowed(in_port, data, now):
                 return actions + self._deliver_to_leaves(data, exclude=in_port)

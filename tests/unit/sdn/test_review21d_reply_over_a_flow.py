@@ -12,11 +12,9 @@ neighbor_last_word.py."""
 
 from __future__ import annotations
 
-import pytest
-
-from evio.sdn.flow_actions import AddFlow
+from evio.sdn.flow_actions import AddFlow, DeleteFlowsToMac, PacketOut
 from evio.sdn.neighbor_answers import arp_reply
-from tests.unit.sdn.test_review21_neighbor_poisoning import H1, H3, HA, IP1, IP3, answered_with, switch
+from tests.unit.sdn.test_review21_neighbor_poisoning import H1, H3, HA, IP1, IP3, answered_with, request, switch
 
 
 def data_frame(src: str, dst: str) -> bytes:
@@ -25,9 +23,7 @@ def data_frame(src: str, dst: str) -> bytes:
     return bytes.fromhex(dst.replace(":", "")) + bytes.fromhex(src.replace(":", "")) + b"\x08\x00" + ip + bytes(8)
 
 
-@pytest.mark.xfail(strict=True, reason="review21d N1'': the owner's ARP reply rides a live unicast flow, unseen; "
-                   "the attacker's lone reply is confirmed")
-def test_the_owners_reply_over_a_live_flow_is_unseen_and_the_attackers_lone_reply_is_confirmed() -> None:
+def test_a_flooded_request_takes_the_flows_to_the_asker_so_the_owners_reply_is_seen_and_contests_the_attacker() -> None:
     sw = switch()
     assert answered_with(sw, 1.0) is None
     actions = sw.packet_in(10, arp_reply(H3, IP3, H1, IP1), now=1.01)  # the owner answers: confirmed for H3
@@ -42,8 +38,12 @@ def test_the_owners_reply_over_a_live_flow_is_unseen_and_the_attackers_lone_repl
     assert any(isinstance(a, AddFlow) and a.match.in_port == 10 and a.match.eth_src == H3 for a in again)
     t = 1.01 + sw.neighbors.max_age + 10  # the entry for IP3 aged out; the flow (re-installed above) lives on
     sw.expire(t)
-    assert answered_with(sw, t) is None  # H1's entry for IP3 was garbage-collected: it asks, flooded
-    # The owner's reply to H1 matches the live flow (10, H3 -> H1): no packet-in. The attacker's does not.
+    # H1's entry for IP3 was garbage-collected: it asks, flooded, and the flows to H1 go with the flood, so
+    # OVS sends the owner's reply (which would have ridden the flow (10, H3 -> H1)) to the controller.
+    asked = sw.packet_in(1, request(H1, IP1, IP3), now=t)
+    assert [a for a in asked if isinstance(a, PacketOut) and a.port in (10, 11)], "flooded"
+    assert DeleteFlowsToMac(H1) in asked, "the flow that would carry the owner's reply past the controller stays"
+    sw.packet_in(10, arp_reply(H3, IP3, H1, IP1), now=t + 0.01)
     sw.packet_in(11, arp_reply(HA, IP3, H1, IP1), now=t + 0.02)
     got = answered_with(sw, t + 1)
     print(f"after the lone reply the controller saw, a local request for the owner's address is answered {got}")
