@@ -639,7 +639,7 @@ class Lab:
             full_nodes.start_windowed(indices, lambda index: None, self._daemon_ready, max(len(indices), 1),
                                       timeout, report)  # fmt: skip
         except full_nodes.DaemonsNotReady as exc:
-            raise LabError(f"{exc}; first one's log:\n{self._log_tail(exc.late[0])}") from None
+            raise LabError(f"{exc}; {self._not_ready(exc.late[0])}") from None
 
     def _daemon_ready(self, index: int) -> bool:
         """Whether node `index`'s daemon answers with its bridges connected; LabError if it exited."""
@@ -666,6 +666,24 @@ class Lab:
             except control.ControlError as exc:
                 statuses[node.name] = str(exc)
         return full_nodes.topology(statuses, {n.node_id: n.name for n in self.nodes}, self.plan.overlay, read_at)
+
+    def _not_ready(self, index: int) -> str:
+        """A daemon that is not ready: what it reports of its bridges and controller, its last warnings and
+        errors (which its routine lines may have pushed out of the tail), and its log's tail."""
+        try:
+            overlays = self.daemon_status(index, timeout=2.0).get("overlays") or {}
+            fields = ("switch_connected", "bridge_ready", "switching", "datapath")
+            state = "; ".join(f"{name}: " + ", ".join(f"{f}={ov.get(f)}" for f in fields)
+                              for name, ov in overlays.items()) or "no overlay"
+        except control.ControlError as exc:
+            state = f"no status: {exc}"
+        try:
+            text = self.daemon_log(index).read_text(errors="replace")
+        except OSError:
+            text = ""
+        warnings = [line for line in text.splitlines() if " WARNING " in line or " ERROR " in line or "Traceback" in line]
+        return (f"first one's state: {state}; its warnings and errors:\n" + ("\n".join(warnings[-20:]) or "(none)")
+                + f"\nits log:\n{self._log_tail(index)}")
 
     def _log_tail(self, index: int, lines: int = 20) -> str:
         node = self.plan.node(index)
@@ -701,7 +719,7 @@ class Lab:
             full_nodes.start_windowed([n.index for n in self.plan.nodes], start, self._daemon_ready,
                                       full_nodes.host_start_window, timeout, lambda done: report("ready", done))
         except full_nodes.DaemonsNotReady as exc:
-            raise LabError(f"{exc}; first one's log:\n{self._log_tail(exc.late[0])}") from None
+            raise LabError(f"{exc}; {self._not_ready(exc.late[0])}") from None
 
     # -- internals -----------------------------------------------------------------------------
 
