@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
-from evio.node.ethertype_socket import read_broadcasts
+from evio.node.ethertype_socket import read_frames
 from evio.ratelimit import LogLimiter, Rate
 from evio.sdn.flood_shares import FloodShares
 from evio.signal import host_claims
@@ -233,7 +233,12 @@ class HostClaimsFlood:
 
     def _readable(self) -> None:
         if self._sock is not None:
-            read_broadcasts(self._sock, self.counts, log, f"host announcement on {self.ifname}", self.receive)
+            read_frames(self._sock, self.counts, log, f"host announcement on {self.ifname}", self._frame)
+
+    def _frame(self, data: bytes, sender: bytes, broadcast: bool) -> None:
+        if not broadcast:
+            self.counts["received_unicast"] += 1  # passed on by a neighbour (a catch-up), or a member's to us alone
+        self.receive(data, sender)
 
     def receive(self, data: bytes, sender: bytes) -> None:
         """One announcement's bytes from MAC `sender` (any MAC: a sender may invent it, so nothing is keyed by it)."""
