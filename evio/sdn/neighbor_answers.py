@@ -235,6 +235,10 @@ class NeighborAnswers:
         self.answered += 1
         return reply
 
+    def asks(self, msg: NeighborMessage) -> bool:
+        """Whether `msg` is a request this table would answer or, unanswered, flood and wait for the reply to."""
+        return _answerable(msg) and msg.target_ip is not None and msg.sender_ip is not None
+
     def _ask(self, ip: IPAddress, now: float) -> None:
         """A local host's request for `ip` is flooded: a reply within `ASK_WINDOW` confirms who answered."""
         self._asked.pop(ip, None)

@@ -149,6 +149,11 @@ FLOOD_BURST = 200
 # node by one port, under that port's packet-in rate, so the next node still hears others' ARP.
 PORT_FLOOD_RATE = 400.0
 PORT_FLOOD_BURST = 800
+# A host learned on a leaf port stays in what this node announces this long after its entry aged out, while
+# the port stays and nothing places it elsewhere: a busy VM talking over flows (hard timeout 300 s) reaches
+# no packet-in to refresh its entry, and a gap in its node's announcements would hand it to whichever member
+# names it all along (review21d C1': decision 0055 keeps a disputed MAC with its first claimant).
+HOSTED_GRACE = 600.0
 # Unicast flows installed on behalf of one port (entering by it). A busy host talks to a few hundred
 # others; a port past this is inventing pairs, and only its own oldest flows make room. With the
 # learning table's per-port share (2048 MACs) this bounds what one member can put in the table.
@@ -217,6 +222,8 @@ class BoundedFloodSwitch:
         self.reverse_forwarded = 0  # BROADCAST_REVERSE copies passed on within their bounds
         self.learning = LearningTable(mac_max_age, max_macs)
         self.neighbors = NeighborAnswers(mac_max_age)  # local hosts' ARP and NS answered here when known
+        self._aged_hosts: dict[str, tuple[int, float]] = {}  # leaf MAC aged out -> (its port, when): HOSTED_GRACE
+        self._expired_at = 0.0
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         # Floods passed on per ingress port, shared among their roots (None: the roots not known here).
         self.flood_budget = FloodShares[int | None](Rate(PORT_FLOOD_RATE, PORT_FLOOD_BURST),
@@ -313,6 +320,10 @@ class BoundedFloodSwitch:
                 macs[port.hw_addr.lower()] = None
             for mac in sorted(self.learning.macs_on_port(p)):
                 macs[mac] = None
+        for mac, (port_no, _) in sorted(self._aged_hosts.items()):
+            entry = self.learning.lookup(mac, self._expired_at)
+            if port_no in self.ports and (entry is None or entry.local):  # not placed elsewhere since
+                macs[mac] = None
         # Ports may report an all-zero address; an announcement may only carry real unicast MACs.
         return [m for m in macs if m != "00:00:00:00:00:00" and not is_group_mac(m)]
 
@@ -360,6 +371,11 @@ class BoundedFloodSwitch:
                 self.neighbors.observe(msg, in_port, now, local=True)
             if eth.is_group and (reply := self._neighbor_answer(in_port, msg, now)) is not None:
                 return [*actions, PacketOut(in_port, reply)]  # answered here: no flood crosses the overlay
+            if eth.is_group and self.neighbors.asks(msg):
+                # Flooded, and the owner's reply confirms the address only if it comes here: a live flow to
+                # the asker would carry it past the controller, leaving an attacker's the lone reply seen
+                # (review21d N1''). The asker's flows come back at their next packet-in.
+                actions = actions + self._booked([DeleteFlowsToMac(eth.src)])
         if eth.is_group:
             if not self._link_local_allowed(in_port, data, now):
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
@@ -639,7 +655,13 @@ class BoundedFloodSwitch:
     def expire(self, now: float) -> list[FlowAction]:
         """Forget MACs not seen for the table's max age, and the flows towards them and from them; take
         the moves claimed while a MAC's place still spoke, if it has been silent since."""
-        actions = flows_of_macs([mac for mac, _ in self.learning.expire(now)])
+        expired = self.learning.expire(now)
+        actions = flows_of_macs([mac for mac, _ in expired])
+        self._expired_at = now
+        self._aged_hosts.update((mac, (e.port, now)) for mac, e in expired if e.local)
+        leaves = set(self.leaf_ports())
+        for mac in [m for m, (port, at) in self._aged_hosts.items() if now - at >= HOSTED_GRACE or port not in leaves]:
+            del self._aged_hosts[mac]
         self.neighbors.expire(now)
         for mac in self.learning.claimed():
             self._vouch_if_sending(mac, now)

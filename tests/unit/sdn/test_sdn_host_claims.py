@@ -90,3 +90,31 @@ def test_a_host_that_moved_is_placed_at_its_new_node_once_its_old_node_stops_nam
     for nid in ids:
         if nid != w:
             assert net.nodes[nid].switch.learning.lookup(vm, net.now).root == w
+
+
+def test_a_host_aged_out_on_a_leaf_port_stays_announced_for_a_grace_unless_its_port_goes_or_it_shows_elsewhere() -> None:
+    """review21d C1': a busy VM's entry ages out while it talks over flows; its node keeps naming it."""
+    from evio.sdn.switch import HOSTED_GRACE, BoundedFloodSwitch, PortKind, SwitchPort
+
+    vm, other = "02:00:00:00:00:0b", "02:00:00:00:00:0c"
+    sw = BoundedFloodSwitch(100, "02:aa:00:00:00:01")
+    sw.port_added(SwitchPort(1, "vm-tap", PortKind.LEAF, None, "02:00:00:00:00:01"), now=0)
+    sw.port_added(SwitchPort(2, "tun", PortKind.PEER, 7, "02:00:00:00:00:02"), now=0)
+    sw.packet_in(1, eth(other, vm), now=1)
+    assert vm in sw.hosted_macs()
+    age = sw.learning.max_age
+    sw.expire(1 + age)  # aged out: no packet-in refreshed it
+    assert sw.learning.lookup(vm, 1 + age) is None and vm in sw.hosted_macs()
+    sw.expire(1 + age + HOSTED_GRACE)
+    assert vm not in sw.hosted_macs(), "kept past the grace"
+    # Placed elsewhere (a frame from it by a tunnel): no longer ours at once.
+    sw.packet_in(1, eth(other, vm), now=2000)
+    sw.expire(2000 + age)
+    sw.packet_in(2, eth(other, vm), now=2000 + age + 1)
+    assert vm not in sw.hosted_macs()
+    # Its leaf port gone: no longer ours at once.
+    sw.packet_in(1, eth(other, "02:00:00:00:00:0d"), now=3000)
+    sw.expire(3000 + age)
+    assert "02:00:00:00:00:0d" in sw.hosted_macs()
+    sw.port_removed(1, now=3000 + age + 1)
+    assert "02:00:00:00:00:0d" not in sw.hosted_macs()
