@@ -29,7 +29,15 @@ sender MACs took a budget shared by all and no honest announcement was checked):
 A member whose announcements were refused unchecked keeps its list here past `LIFETIME` until 10 minutes
 after the last such refusal: forgeries under its id (its certificate is public) spend its share, and its
 claims must not expire for it (a member that named its hosts too would then hold them). What is refused is
-counted by reason (`counts`). A revoked node's claims are dropped when the list comes.
+counted by reason (`counts`).
+
+A node that joins (or restarts) hears only the announcements made after it linked, so for up to 10 minutes it
+would lack the others' lists (j21). Announcements are self-authenticating, so a neighbour passes on what it
+holds: when a linked peer's link came up here (`peer_linked`) and a newer announcement of that peer's id then
+passes its check, this node sends that peer's sender MAC, by unicast over the bridge, every other list it holds
+as it received it (unchanged signed bytes), `CATCHUP_BATCH` frames a `CATCHUP_TICK`, at most once per peer in
+`CATCHUP_PEER_INTERVAL`. Only the newcomer's neighbours act: a join costs (neighbours x members) unicast frames,
+each checked once at the newcomer (copies from other neighbours are free refusals, "unchanged"). A revoked node's claims are dropped when the list comes.
 The owners (each MAC's one claimant, or the first of several: `host_claims.HostClaims`) go to the switch
 when they change (`SetMacOwners`). This node's own list is a claim too (a member announcing our host after
 us does not hold it here), left out of what the switch is told.
@@ -42,12 +50,12 @@ import hashlib
 import logging
 import socket
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
-from evio.node.ethertype_socket import read_broadcasts
+from evio.node.ethertype_socket import read_frames
 from evio.ratelimit import LogLimiter, Rate
 from evio.sdn.flood_shares import FloodShares
 from evio.signal import host_claims
@@ -68,6 +76,13 @@ MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 VERIFY_RATE = Rate(400.0, 800)
 MEMBER_RATE = Rate(5.0, 20)  # checks a second for one node id (or all unknown ones together) while others want more
 REFUSED_KEPT = 1024  # digests of refused announcements remembered, so a replayed one costs no check
+# Passing the lists held on to a peer whose link came up (a newcomer or a restarted node): frames a tick, under
+# the newcomer's check budget (VERIFY_RATE) with a few neighbours doing it at once.
+CATCHUP_BATCH = 16
+CATCHUP_TICK = 0.1  # seconds
+CATCHUP_OWED = 120.0  # seconds after a link-up that the peer's first newer announcement earns it the lists
+CATCHUP_PEER_INTERVAL = 60.0  # at most one catch-up per peer in this many seconds (a flapping link)
+CATCHUP_QUEUED = 8192  # frames waiting to go, for all peers together; beyond, counted and dropped
 
 
 class HostClaimsFlood:
@@ -103,6 +118,12 @@ class HostClaimsFlood:
         self._unchecked: dict[int, float] = {}
         self._refused_logged = LogLimiter[str]()  # by reason: a sender MAC may be invented for each frame
         self._subscription: Subscription[RevocationAdopted] | None = None
+        # node id -> (issued ms, the announcement its held list came in), to pass on
+        self._frames: dict[int, tuple[int, bytes]] = {}
+        self._owed: dict[int, float] = {}  # linked peer -> when its link came up here (its lists not sent yet)
+        self._served: dict[int, float] = {}  # peer -> when its last catch-up began
+        self._catchup: deque[tuple[bytes, int, int]] = deque()  # (destination MAC, node id, issued ms) to send
+        self._catchup_timer: Timer | None = None
 
     def start(self) -> None:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETHERTYPE))
@@ -125,10 +146,11 @@ class HostClaimsFlood:
         if self._subscription is not None:
             self._subscription.cancel()
             self._subscription = None
-        for timer in (self._send_timer, self._refresh_timer):
+        for timer in (self._send_timer, self._refresh_timer, self._catchup_timer):
             if timer is not None:
                 timer.cancel()
-        self._send_timer = self._refresh_timer = None
+        self._send_timer = self._refresh_timer = self._catchup_timer = None
+        self._catchup.clear()
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
@@ -146,6 +168,10 @@ class HostClaimsFlood:
         if macs != self.hosted:
             self.hosted = macs
             self.announce()
+
+    def peer_linked(self, peer: int) -> None:
+        """A link to member `peer` came up: when its next announcement passes, it gets the lists held here."""
+        self._owed[peer] = self._clock.now()
 
     def announce(self) -> None:
         """Announce soon: now, or once `MIN_INTERVAL` passed since the last one (link-ups fold into one)."""
@@ -166,6 +192,11 @@ class HostClaimsFlood:
             del self._unchecked[node]
         if self.claims.expire(now, keep=self._unchecked.keys()) | self.claims.forget(self._revoked(now)):
             self._owners_changed()
+        for node in [n for n in self._frames if self.claims.issued_ms(n) is None]:
+            del self._frames[node]
+        for table, hold in ((self._owed, CATCHUP_OWED), (self._served, CATCHUP_PEER_INTERVAL)):
+            for node in [n for n, at in table.items() if mono - at >= hold]:
+                del table[node]
         if self.hosted or self.counts["sent"]:  # nothing to say until the switch reported what we host
             self.announce()
 
@@ -185,6 +216,7 @@ class HostClaimsFlood:
         cert = self._certificate
         issued_ms = int(self._wall() * 1000)
         frame = host_claims.pack(cert.key, cert.cert, self.overlay, self.node_id, issued_ms, macs)
+        self._frames[self.node_id] = (issued_ms, frame)
         if self.claims.take(host_claims.Announcement(self.overlay, self.node_id, issued_ms, macs)):
             self._owners_changed()  # ours is a claim too: a member naming our host after us holds nothing here
         if self._sock is None:
@@ -201,7 +233,12 @@ class HostClaimsFlood:
 
     def _readable(self) -> None:
         if self._sock is not None:
-            read_broadcasts(self._sock, self.counts, log, f"host announcement on {self.ifname}", self.receive)
+            read_frames(self._sock, self.counts, log, f"host announcement on {self.ifname}", self._frame)
+
+    def _frame(self, data: bytes, sender: bytes, broadcast: bool) -> None:
+        if not broadcast:
+            self.counts["received_unicast"] += 1  # passed on by a neighbour (a catch-up), or a member's to us alone
+        self.receive(data, sender)
 
     def receive(self, data: bytes, sender: bytes) -> None:
         """One announcement's bytes from MAC `sender` (any MAC: a sender may invent it, so nothing is keyed by it)."""
@@ -246,11 +283,60 @@ class HostClaimsFlood:
                 self._refused.popitem(last=False)
             self._refuse(exc, sender, now)
             return
+        self._frames[ann.node_id] = (ann.issued_ms, data)
         if self.claims.take(ann):
             self.counts["taken"] += 1
             self._owners_changed()
         else:
             self.counts["unchanged"] += 1
+        self._serve(ann.node_id, sender, now)
+
+    # -- passing the lists held on to a peer that joined ------------------------------------------
+
+    def _serve(self, peer: int, mac: bytes, now: float) -> None:
+        """`peer`'s checked announcement came from `mac`: if its link came up here lately, send it our lists.
+        The MAC is the frame's sender, which a neighbour relaying the announcement first could have replaced:
+        the lists are public (every node floods its own), and a peer is served once per link-up."""
+        owed = self._owed.pop(peer, None)
+        if owed is None or now - owed >= CATCHUP_OWED:
+            return
+        if now - self._served.get(peer, float("-inf")) < CATCHUP_PEER_INTERVAL:
+            self.counts["catchup_too_soon"] += 1
+            return
+        if mac == BROADCAST or mac[0] & 1:
+            return
+        self._served[peer] = now
+        self.counts["catchups"] += 1
+        for node, (issued_ms, _) in self._frames.items():
+            if node == peer:
+                continue
+            if len(self._catchup) >= CATCHUP_QUEUED:
+                self.counts["catchup_dropped"] += 1
+                continue
+            self._catchup.append((mac, node, issued_ms))
+        if self._catchup_timer is None:
+            self._pass_on()
+
+    def _pass_on(self) -> None:
+        """Send up to `CATCHUP_BATCH` queued lists (each as the list held now, if it is still that one)."""
+        self._catchup_timer = None
+        sent = 0
+        while self._catchup and sent < CATCHUP_BATCH and self._sock is not None:
+            mac, node, issued_ms = self._catchup.popleft()
+            held = self._frames.get(node)
+            if held is None or held[0] != issued_ms or self.claims.issued_ms(node) != issued_ms:
+                continue  # gone, or replaced (the newer one was flooded to the peer too)
+            data = held[1]
+            sent += 1
+            try:
+                self._sock.sendto(data, (self.ifname, ETHERTYPE, 0, 0, mac))
+            except OSError as exc:
+                self.counts["catchup_send_failed"] += 1
+                log.debug("host announcement pass-on on %s failed: %s", self.ifname, exc)
+                continue
+            self.counts["catchup_sent"] += 1
+        if self._catchup and self._sock is not None:
+            self._catchup_timer = self._clock.call_later(CATCHUP_TICK, self._pass_on)
 
     def _refuse(self, exc: host_claims.ClaimError, sender: bytes, now: float) -> None:
         self.counts[f"refused_{str(exc).replace(' ', '_')}"] += 1

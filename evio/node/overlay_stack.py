@@ -460,6 +460,8 @@ class OverlayStack:
                 return
             first = not self.ports
             self.ports[event.tap] = event.peer
+            if self.host_claims is not None:  # before the port joins the bridge: its announcement may come at once
+                self.host_claims.peer_linked(event.peer)
             self._sdn_down_early.discard(event.tap)  # a new link under the same name
             if not self.stp:
                 self._sdn.commands.peer_up(self.overlay, event.tap, event.peer)

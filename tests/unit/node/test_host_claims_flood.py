@@ -49,8 +49,15 @@ class Medium:
     def __init__(self) -> None:
         self.nodes: list[Wired] = []
         self.frames = 0
+        self.unicast = 0
 
-    def send(self, sender: Wired, frame: bytes) -> None:
+    def send(self, sender: Wired, frame: bytes, to: bytes = hcf.BROADCAST) -> None:
+        if to != hcf.BROADCAST:  # a frame to one node's bridge MAC: the switches carry it to that node only
+            self.unicast += 1
+            for node in self.nodes:
+                if node.mac == to:
+                    node.receive(frame, sender.mac)
+            return
         self.frames += 1
         for node in self.nodes:
             if node is not sender:
@@ -61,8 +68,8 @@ class FakeSocket:
     def __init__(self, medium: Medium, node: Wired) -> None:
         self.medium, self.node = medium, node
 
-    def sendto(self, frame: bytes, address: object) -> None:
-        self.medium.send(self.node, frame)
+    def sendto(self, frame: bytes, address: tuple[str, int, int, int, bytes]) -> None:
+        self.medium.send(self.node, frame, address[4])
 
 
 class Wired(HostClaimsFlood):
@@ -132,3 +139,58 @@ async def test_a_revoked_members_claims_go_when_the_list_comes() -> None:
     await clock.advance(hcf.MIN_INTERVAL)
     nodes[2].set_hosted(("02:00:00:00:03:04",))
     assert nodes[0].counts["refused_revoked"] >= 1 and nodes[0].told[-1] == {}
+
+
+def link(a: Wired, b: Wired) -> None:
+    """A tunnel between `a` and `b` came up: each is told before its port joins the bridge, then announces."""
+    a.peer_linked(b.node_id)
+    b.peer_linked(a.node_id)
+    a.announce()
+    b.announce()
+
+
+async def test_a_node_joining_late_gets_every_members_list_from_its_neighbours_only_and_paced() -> None:
+    medium, nodes, clock = fleet(31)
+    newcomer, old = nodes[-1], nodes[:-1]
+    medium.nodes.remove(newcomer)  # not linked yet: it hears nothing of what the others announce now
+    for i, node in enumerate(old):
+        node.set_hosted((f"02:00:00:00:01:{i:02x}",))
+    await clock.advance(hcf.MIN_INTERVAL)
+    assert newcomer.claims.issued_ms(old[0].node_id) is None
+    medium.nodes.append(newcomer)
+    broadcasts = medium.frames
+    newcomer.set_hosted(("02:00:00:00:02:01",))
+    link(newcomer, old[0])  # the newcomer's two neighbours
+    link(newcomer, old[1])
+    # Its announcement of the link-ups waits out MIN_INTERVAL after the one it just made; then each neighbour
+    # sends CATCHUP_BATCH lists a tick.
+    await clock.advance(hcf.MIN_INTERVAL)
+    assert newcomer.counts["taken"] <= 2 + 2 * hcf.CATCHUP_BATCH
+    await clock.advance(2 * hcf.CATCHUP_TICK)
+    assert len(newcomer.claims) == 31  # all 30 members' lists and its own, 1.2 s after it linked, not 10 minutes
+    assert newcomer.told[-1] == {f"02:00:00:00:01:{i:02x}": node.node_id for i, node in enumerate(old)}
+    # Its two neighbours sent it the 29 others' lists and their own, each once; nobody else passed anything on.
+    assert [n.counts["catchup_sent"] for n in old[:2]] == [30, 30]
+    assert all(n.counts["catchup_sent"] == 0 for n in old[2:])
+    assert newcomer.counts["taken"] == 30 and newcomer.counts["unchanged"] >= 30  # a copy costs no check
+    # The newcomer passed on what it held when each neighbour's announcement came: at most the lists it held.
+    assert newcomer.counts["catchup_sent"] <= 2 * 31, newcomer.counts
+    assert medium.unicast == 60 + newcomer.counts["catchup_sent"], newcomer.counts
+    # Broadcasts: the newcomer's first and its link-ups' (folded into one), one of each neighbour's link-up.
+    assert medium.frames - broadcasts == 4
+    # The link flaps: a newer announcement within CATCHUP_PEER_INTERVAL earns nothing again.
+    await clock.advance(hcf.MIN_INTERVAL)
+    unicast = medium.unicast
+    link(newcomer, old[0])
+    await clock.advance(2 * hcf.MIN_INTERVAL)
+    assert medium.unicast == unicast and old[0].counts["catchup_too_soon"] == 1
+
+
+async def test_a_member_that_is_not_linked_to_the_sender_passes_nothing_on() -> None:
+    medium, nodes, clock = fleet(4)
+    for i, node in enumerate(nodes):
+        node.set_hosted((f"02:00:00:00:01:{i:02x}",))
+    await clock.advance(hcf.MIN_INTERVAL)
+    nodes[3].set_hosted(("02:00:00:00:03:03",))  # a newer announcement, but no link of ours came up
+    await clock.advance(1.0)
+    assert medium.unicast == 0 and sum(n.counts["catchups"] for n in nodes) == 0
