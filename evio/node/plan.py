@@ -12,6 +12,7 @@ import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from evio.bridge.ovs_bridge import BridgeSpec, datapath_id_for, datapath_type, rstp_address_for
 from evio.config.loader import signal_password, turn_password
@@ -23,6 +24,8 @@ from evio.signal.endpoint import OverlayIdentity
 from evio.tunnel.config import TunnelSettings, from_overlay_config
 from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.path.trust import TrustAnchor
+
+T = TypeVar("T")
 
 DEFAULT_TAP_PREFIX = "evt"
 
@@ -166,26 +169,26 @@ def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCerti
     members, members_path = None, None
     if trust is not None:
         path = trust.ca_file.parent / REVOCATION_FILE
-        try:
-            revocations = identity.load_list(path.read_text())
-        except FileNotFoundError:
-            pass
-        except (OSError, identity.IdentityError) as exc:
-            raise NodeConfigError(f"overlay {overlay}: trust: {path}: {exc}") from exc
+        revocations = _beside_ca(overlay, path, identity.load_list)
         listed = trust.ca_file.parent / MEMBER_FILE
-        try:
-            members = member_list.load(listed.read_text())
-        except FileNotFoundError:
-            pass
-        except (OSError, identity.IdentityError) as exc:
-            raise NodeConfigError(f"overlay {overlay}: trust: {listed}: {exc}") from exc
-        else:
+        members = _beside_ca(overlay, listed, member_list.load)
+        if members is not None:
             refusal = member_list.refusal(anchor, members)
             if refusal is not None:
                 raise NodeConfigError(f"overlay {overlay}: trust: {listed}: {refusal}")
             members_path = listed
     return OverlayIdentity(anchor, certificate.cert, certificate.key, revocations, revocation_file=path,
                            member_file=members_path, members=members)  # fmt: skip
+
+
+def _beside_ca(overlay: str, path: Path, load: Callable[[str], T]) -> T | None:
+    """A signed document the operator may put beside the overlay's CA: None when it is not there."""
+    try:
+        return load(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, identity.IdentityError) as exc:
+        raise NodeConfigError(f"overlay {overlay}: trust: {path}: {exc}") from exc
 
 
 def signal_settings(signal: SignalConfig, memberships: dict[str, int], password: str | None) -> SignalSettings:
