@@ -19,10 +19,16 @@ sender MACs took a budget shared by all and no honest announcement was checked):
 1. free refusals first: what does not parse, another overlay's, stale or from the future, naming a group MAC,
    this node's own, a revoked member's, one not newer than the list held for its node, the exact bytes of one
    refused lately, a certificate refused lately for the id it names;
-2. then a budget shared fairly among the node ids named (`evio.sdn.flood_shares`, max-min, no queue): each
-   member the node knows (signaling's peers, or a certificate already checked) is a key of its own, and every
-   id nobody knows shares one key, so invented ids cannot crowd out a member's refresh; the total is one
-   port's flood budget (`VERIFY_RATE`), the most one hostile neighbour can pass to this node;
+2. then a budget per port the announcement came in by, shared fairly among the node ids named
+   (`evio.sdn.flood_shares`, max-min, no queue): each member the node knows (signaling's peers, or a certificate
+   already checked) is a key of its own, and every id nobody knows shares one key, so invented ids cannot crowd
+   out a member's refresh; a port's total is one port's flood budget (`VERIFY_RATE`), the most one hostile
+   neighbour can pass to this node. The port is the tunnel a flood came in by, which the switch tells
+   (`flooded`, review21d): forgeries under a member's id (its certificate is public) then spend only the checks
+   of the port they came by, and the member's own announcements, coming by another, are checked. A flood must
+   be rooted at the id it names (a member floods its own), so a neighbour's forgeries cannot ride the floods
+   of members behind it. What the bridge's interface reads itself (unicast to this node: a neighbour passing
+   lists on) is one more port; its broadcasts are the floods' copies and are left to the switch's word;
 3. a certificate already checked (by fingerprint, `host_claims.Certificates`) costs no chain check again:
    a known member's refresh is one signature check.
 
@@ -58,6 +64,7 @@ from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.node.ethertype_socket import read_frames
 from evio.ratelimit import LogLimiter, Rate
 from evio.sdn.flood_shares import FloodShares
+from evio.sdn.switch_terms import ETH_HEADER_LEN, HOST_CLAIMS_ETHERTYPE
 from evio.signal import host_claims
 from evio.signal.events import RevocationAdopted, Subscription
 from evio.signal.interface import Signaling
@@ -66,7 +73,8 @@ from evio.tunnel.path.trust import TrustAnchor
 
 log = logging.getLogger(__name__)
 
-ETHERTYPE = 0x88B6  # IEEE 802 "local experimental ethertype 2" (the revocation lists have the first)
+ETHERTYPE = HOST_CLAIMS_ETHERTYPE  # IEEE 802 "local experimental ethertype 2" (the revocation lists have the first)
+UNICAST = -1  # the budget "port" of what the bridge's interface reads as sent to this node (a peer id is >= 0)
 BROADCAST = b"\xff" * 6
 MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 # Checks a second for all node ids: one port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE/BURST), the most one
@@ -74,7 +82,7 @@ MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 # at the full rate; beyond it only the keys that flood more than their share are thinned (a member sends one
 # announcement in 10 minutes).
 VERIFY_RATE = Rate(400.0, 800)
-MEMBER_RATE = Rate(5.0, 20)  # checks a second for one node id (or all unknown ones together) while others want more
+MEMBER_RATE = Rate(5.0, 20)  # checks a second for one node id (or all unknown ones together) on one port, if contested
 REFUSED_KEPT = 1024  # digests of refused announcements remembered, so a replayed one costs no check
 # Passing the lists held on to a peer whose link came up (a newcomer or a restarted node): frames a tick, under
 # the newcomer's check budget (VERIFY_RATE) with a few neighbours doing it at once.
@@ -110,6 +118,7 @@ class HostClaimsFlood:
         self._last_sent = float("-inf")
         self._send_timer: Timer | None = None
         self._refresh_timer: Timer | None = None
+        # (ingress peer, or UNICAST) -> checks shared among the node ids named (None: the ids nobody knows)
         self._verify_budget = FloodShares[int | None](VERIFY_RATE, MEMBER_RATE)
         self._certificates = host_claims.Certificates()
         self._refused: OrderedDict[bytes, None] = OrderedDict()
@@ -236,12 +245,21 @@ class HostClaimsFlood:
             read_frames(self._sock, self.counts, log, f"host announcement on {self.ifname}", self._frame)
 
     def _frame(self, data: bytes, sender: bytes, broadcast: bool) -> None:
-        if not broadcast:
-            self.counts["received_unicast"] += 1  # passed on by a neighbour (a catch-up), or a member's to us alone
+        if broadcast:
+            # A flood's copy: the switch hands it over too, with the port it came by (`flooded`), and a local
+            # port's broadcast is no member's (a member's own goes out by its bridge's interface as a flood).
+            return
+        self.counts["received_unicast"] += 1  # passed on by a neighbour (a catch-up), or a member's to us alone
         self.receive(data, sender)
 
-    def receive(self, data: bytes, sender: bytes) -> None:
-        """One announcement's bytes from MAC `sender` (any MAC: a sender may invent it, so nothing is keyed by it)."""
+    def flooded(self, frame: bytes, peer: int, root: int) -> None:
+        """An announcement's Ethernet frame that a flood rooted at `root` brought from the tunnel to `peer`."""
+        if len(frame) > ETH_HEADER_LEN:
+            self.receive(frame[ETH_HEADER_LEN:], frame[6:12], ingress=peer, root=root)
+
+    def receive(self, data: bytes, sender: bytes, ingress: int | None = None, root: int | None = None) -> None:
+        """One announcement's bytes from MAC `sender` (any MAC: a sender may invent it, so nothing is keyed by it),
+        brought by a flood rooted at `root` from the tunnel to peer `ingress`, or (None) sent to this node."""
         self.counts["received"] += 1
         now = self._clock.now()
         wall = self._wall()
@@ -252,6 +270,9 @@ class HostClaimsFlood:
             return
         if parsed.node_id == self.node_id:
             self.counts["own"] += 1  # ours, come round (or replayed): we know what we host
+            return
+        if ingress is not None and root != parsed.node_id:
+            self.counts["refused_not_its_flood"] += 1  # a member floods its own: another root's is a forgery
             return
         if parsed.node_id in self._revoked(wall):
             self.counts["refused_revoked"] += 1
@@ -270,7 +291,7 @@ class HostClaimsFlood:
             self._refuse(exc, sender, now)
             return
         key = parsed.node_id if self._known(parsed.node_id) else None
-        if not self._verify_budget.allow(0, key, now):
+        if not self._verify_budget.allow(UNICAST if ingress is None else ingress, key, now):
             self.counts["refused_verify_rate"] += 1
             if held is not None:
                 self._unchecked[parsed.node_id] = now  # its refresh may be among these: keep its list meanwhile

@@ -533,6 +533,9 @@ class OverlayStack:
         elif isinstance(event, boundary.HostedMacs):
             if self.host_claims is not None:
                 self.host_claims.set_hosted(event.macs)
+        elif isinstance(event, boundary.HostAnnouncementFlooded):
+            if self.host_claims is not None:
+                self.host_claims.flooded(event.frame, event.peer, event.root)
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
 

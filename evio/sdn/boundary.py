@@ -280,8 +280,20 @@ class HostedMacs:
     macs: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class HostAnnouncementFlooded:
+    """A host announcement (its Ethernet frame) a flood brought from `peer`, rooted at `root`: the daemon checks it by
+    the port it came in by (evio.node.host_claims; the bridge's own interface cannot say)."""
+
+    overlay: str
+    frame: bytes
+    peer: int
+    root: int
+
+
 ControllerEvent = (
     HostedMacs
+    | HostAnnouncementFlooded
     | SwitchConnected
     | SwitchDisconnected
     | PortAdded
@@ -339,6 +351,8 @@ class CollectingSink:
 def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
     """A JSON-ready form: {"event": class name, fields...}; node ids as 32 hex digits."""
     fields = asdict(event)
+    if isinstance(event, HostAnnouncementFlooded):
+        fields["frame"], fields["root"] = event.frame.hex(), format_node_id(event.root)
     for key in ("peer",):
         if isinstance(fields.get(key), int):
             fields[key] = format_node_id(fields[key])

@@ -494,7 +494,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
         if overlay is not None and "in_port" in msg.match:  # every packet-in of OVS has it (the fuzz sent one without)
             now = self.config.clock()
             self._last_packet_in = now
-            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), now))
+            self._run(overlay, Step(overlay.packet_in(msg.match["in_port"], bytes(msg.data), now),
+                                    overlay.flooded_announcements()))
             if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon
                 self._fast_ticks = True
                 self.commands.wake()  # after the answer: the woken ticker would only wait for our lock

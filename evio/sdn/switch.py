@@ -86,7 +86,7 @@ IPv6 on the bridges' own ports affordable (issue 23).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -118,8 +118,10 @@ from evio.sdn.neighbor_answers import NeighborAnswers, NeighborMessage
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.switch_terms import (
     ETH_HEADER_LEN,
+    FLOODED_ANNOUNCEMENTS_KEPT,
     Drop,
     EthernetHeader,
+    FloodedAnnouncement,
     PortKind,
     SwitchPort,
     flows_of_macs,
@@ -244,6 +246,8 @@ class BoundedFloodSwitch:
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
         self.segment_errors: Counter[segmentation.SegmentReason] = Counter()
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
+        # Host announcements floods brought, with their ingress, for the daemon (frb_receive; OverlaySwitch drains)
+        self.flooded_announcements: deque[FloodedAnnouncement] = deque(maxlen=FLOODED_ANNOUNCEMENTS_KEPT)
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer

@@ -1,6 +1,7 @@
 """Host announcements over the overlay (evio/node/host_claims.py), on an in-memory broadcast medium.
 
-The medium stands in for Bounded Flood (every frame a node sends reaches every other node), the certificates are
+The medium stands in for Bounded Flood (every frame a node sends reaches every other node, by the tunnel to the
+sender, as the switch tells: `HostClaimsFlood.flooded`), the certificates are
 a test overlay CA's; what each node would tell its switch is recorded."""
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ class Medium:
                     node.receive(frame, sender.mac)
             return
         self.frames += 1
-        for node in self.nodes:
+        for node in self.nodes:  # every node adjacent to the sender: its flood, rooted at it, by its own tunnel
             if node is not sender:
-                node.receive(frame, sender.mac)
+                node.receive(frame, sender.mac, ingress=sender.node_id, root=sender.node_id)
 
 
 class FakeSocket:
