@@ -234,7 +234,7 @@ class NeighborAnswers:
         if certified is not None:
             # The CA's binding: no flood first, no contest or confirmation needed, and never another MAC.
             router = entry.router if entry is not None and entry.mac == certified else None
-            reply = self._reply(certified, msg, router) if mac_is_live else None
+            reply = _reply(certified, msg.target_ip, msg.sender_mac, msg.sender_ip, router) if mac_is_live else None
             if reply is None:
                 self._ask(msg.target_ip, now)
                 return None
@@ -245,26 +245,13 @@ class NeighborAnswers:
                 or entry.contested_until > now):
             self._ask(msg.target_ip, now)
             return None
-        reply = self._reply(entry.mac, msg, entry.router)
+        reply = _reply(entry.mac, msg.target_ip, msg.sender_mac, msg.sender_ip, entry.router)
         if reply is None:
             if isinstance(msg.target_ip, ipaddress.IPv6Address):
                 self._ask(msg.target_ip, now)
             return None
         self.answered += 1
         return reply
-
-    @staticmethod
-    def _reply(mac: str, msg: NeighborMessage, router: bool | None) -> bytes | None:
-        """The answer to `msg` that `msg.target_ip` is at `mac`; None for IPv6 while the router flag is unknown
-        (never heard advertise itself), or for a question mixing families."""
-        assert msg.target_ip is not None and msg.sender_ip is not None and msg.sender_mac is not None
-        if isinstance(msg.target_ip, ipaddress.IPv4Address) and isinstance(msg.sender_ip, ipaddress.IPv4Address):
-            return arp_reply(mac, msg.target_ip, msg.sender_mac, msg.sender_ip)
-        if isinstance(msg.target_ip, ipaddress.IPv6Address) and isinstance(msg.sender_ip, ipaddress.IPv6Address):
-            if router is None:
-                return None
-            return neighbor_advertisement(mac, msg.target_ip, router, msg.sender_mac, msg.sender_ip)
-        return None
 
     def asks(self, msg: NeighborMessage) -> bool:
         """Whether `msg` is a request this table would answer or, unanswered, flood and wait for the reply to."""
@@ -289,6 +276,16 @@ class NeighborAnswers:
                 return
             self._remove(ip)
             self.evicted -= 1  # aged out, not pushed out
+
+
+def _reply(mac: str, target: IPAddress, to_mac: str, to_address: IPAddress, router: bool | None) -> bytes | None:
+    """The answer telling `to_mac` (at `to_address`) that `target` is at `mac`; None for IPv6 while the router flag
+    is unknown (never heard advertise itself), or for a question mixing families."""
+    if isinstance(target, ipaddress.IPv4Address) and isinstance(to_address, ipaddress.IPv4Address):
+        return arp_reply(mac, target, to_mac, to_address)
+    if isinstance(target, ipaddress.IPv6Address) and isinstance(to_address, ipaddress.IPv6Address):
+        return None if router is None else neighbor_advertisement(mac, target, router, to_mac, to_address)
+    return None
 
 
 def _answerable(msg: NeighborMessage) -> bool:
