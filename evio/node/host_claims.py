@@ -45,7 +45,10 @@ as it received it (unchanged signed bytes), `CATCHUP_BATCH` frames a `CATCHUP_TI
 `CATCHUP_PEER_INTERVAL`. Only the newcomer's neighbours act: a join costs (neighbours x members) unicast frames,
 each checked once at the newcomer (copies from other neighbours are free refusals, "unchanged"). A revoked node's claims are dropped when the list comes.
 The owners (each MAC's one claimant, or the first of several: `host_claims.HostClaims`) go to the switch
-when they change (`SetMacOwners`). This node's own list is a claim too (a member announcing our host after
+when they change (`SetMacOwners`). So do the members' own overlay addresses their certificates name, each with
+the MAC of the interface holding it (`SetCertifiedAddresses`, decision 0065): the switch answers a local host's
+ARP or neighbour solicitation for them at once. This node names its own such address (the bridge interface's,
+if its certificate names it) in its announcements. This node's own list is a claim too (a member announcing our host after
 us does not hold it here), left out of what the switch is told.
 """
 
@@ -57,7 +60,7 @@ import logging
 import socket
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
@@ -68,6 +71,7 @@ from evio.sdn.switch_terms import ETH_HEADER_LEN, HOST_CLAIMS_ETHERTYPE
 from evio.signal import host_claims
 from evio.signal.events import RevocationAdopted, Subscription
 from evio.signal.interface import Signaling
+from evio.signal.overlay_addresses import IPAddress, certified_addresses
 from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.path.trust import TrustAnchor
 
@@ -99,7 +103,8 @@ class HostClaimsFlood:
     def __init__(
         self, overlay: str, ifname: str, node_id: int, certificate: TunnelCertificate, anchor: TrustAnchor,
         signaling: Signaling, tell_switch: Callable[[Mapping[str, int]], None], clock: Clock = REAL_CLOCK,
-        wall: Callable[[], float] = time.time,
+        wall: Callable[[], float] = time.time, own_addresses: Collection[IPAddress] = (),
+        tell_addresses: Callable[[Mapping[IPAddress, str]], None] | None = None,
     ) -> None:  # fmt: skip
         self.overlay = overlay
         self.ifname = ifname
@@ -114,6 +119,16 @@ class HostClaimsFlood:
         self.claims = host_claims.HostClaims(self_id=node_id)
         self.hosted: tuple[str, ...] = ()
         self._owners: Mapping[str, int] = {}
+        # This node's address(es) on the overlay that its certificate names: announced with the interface's MAC.
+        certified = certified_addresses(certificate.cert, overlay)
+        self.own_addresses = tuple(sorted((a for a in own_addresses if a in certified), key=lambda a: (a.version, a)))
+        uncertified = [str(a) for a in own_addresses if a not in certified]
+        if uncertified:
+            log.info("overlay %s: address %s not named by this node's certificate: ARP for it is answered elsewhere "
+                     "only after it answered a flooded request (decisions 0056, 0065)", overlay, ", ".join(uncertified))
+        self.interface_mac: str | None = None  # read at each announcement (OVS may change a bridge's MAC)
+        self._tell_addresses = tell_addresses
+        self._addresses: Mapping[IPAddress, str] = {}
         self._sock: socket.socket | None = None
         self._last_sent = float("-inf")
         self._send_timer: Timer | None = None
@@ -168,6 +183,7 @@ class HostClaimsFlood:
     def status(self) -> dict[str, Any]:
         return {"interface": self.ifname, "hosted": len(self.hosted), "members": len(self.claims) - (self.claims.issued_ms(self.node_id) is not None),
                 "owned": len(self._owners), "disputed": sorted(self.claims.disputed),
+                "own_addresses": [str(a) for a in self.own_addresses], "certified_addresses": len(self._addresses),
                 "counts": dict(sorted(self.counts.items()))}  # fmt: skip
 
     # -- what the node tells it ---------------------------------------------------------------
@@ -219,14 +235,25 @@ class HostClaimsFlood:
         self._send_timer = None
         self._last_sent = self._clock.now()
         macs = self.hosted
+        if self._sock is not None and self.own_addresses:
+            try:
+                self.interface_mac = self._sock.getsockname()[4].hex(":")
+            except OSError:  # the interface went: the next refresh makes up for it
+                self.interface_mac = None
+        own = self.interface_mac if self.own_addresses else None
+        if own is not None and own not in macs:
+            macs = (own, *macs)  # the interface's own MAC, whose addresses we name, first (it may not be cut)
         if len(macs) > host_claims.MAX_MACS:
             self.counts["macs_over_cap"] += len(macs) - host_claims.MAX_MACS
             macs = macs[: host_claims.MAX_MACS]
+            if own is not None and own not in macs:
+                macs = (own, *macs[:-1])
+        addresses = tuple((ip, own) for ip in self.own_addresses[: host_claims.MAX_ADDRESSES]) if own else ()
         cert = self._certificate
         issued_ms = int(self._wall() * 1000)
-        frame = host_claims.pack(cert.key, cert.cert, self.overlay, self.node_id, issued_ms, macs)
+        frame = host_claims.pack(cert.key, cert.cert, self.overlay, self.node_id, issued_ms, macs, addresses)
         self._frames[self.node_id] = (issued_ms, frame)
-        if self.claims.take(host_claims.Announcement(self.overlay, self.node_id, issued_ms, macs)):
+        if self.claims.take(host_claims.Announcement(self.overlay, self.node_id, issued_ms, macs, addresses)):
             self._owners_changed()  # ours is a claim too: a member naming our host after us holds nothing here
         if self._sock is None:
             return
@@ -376,6 +403,11 @@ class HostClaimsFlood:
 
     def _owners_changed(self) -> None:
         owners = self.claims.owners()
+        addresses = self.claims.addresses(owners)
+        if addresses != self._addresses:
+            self._addresses = addresses
+            if self._tell_addresses is not None:
+                self._tell_addresses(addresses)
         if owners != self._owners:
             self._owners = owners
             self._tell_switch(owners)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import enum
+import ipaddress
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -212,8 +213,11 @@ class OverlayStack:
         anchor, certificate = self.plan.tunnel.trust, self.plan.certificate
         if anchor is None or certificate is None or self.stp:
             return
+        own = self.plan.bridge.overlay_address
         flood = HostClaimsFlood(self.overlay, self.bridge.name, self.node_id, certificate, anchor, self.signaling,
-                                lambda owners: self._sdn.commands.set_mac_owners(self.overlay, owners), self.clock)
+                                lambda owners: self._sdn.commands.set_mac_owners(self.overlay, owners), self.clock,
+                                own_addresses=[ipaddress.ip_interface(own).ip] if own is not None else [],
+                                tell_addresses=lambda found: self._sdn.commands.set_certified_addresses(self.overlay, found))  # fmt: skip
         try:
             flood.start()
         except OSError as exc:  # MACs then keep the rules of unannounced ones (decision 0034)

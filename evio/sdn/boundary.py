@@ -47,6 +47,7 @@ from evio.config.model import BridgeConfig, OnDemandConfig, PolicyRule
 from evio.ids import format_node_id
 from evio.sdn.broadcast_log import BroadcastReceived
 from evio.sdn.l2policy import RuleCount
+from evio.sdn.neighbor_answers import IPAddress
 from evio.sdn.switch import DEFAULT_TUNNEL_MTU
 from evio.sdn.transit import TransitSink
 
@@ -115,8 +116,18 @@ class SetMacOwners:
     owners: Mapping[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class SetCertifiedAddresses:
+    """Members' own overlay addresses their CA certificates name, each with the MAC holding it (decision 0065):
+    a local host's ARP or neighbour solicitation for one is answered at once."""
+
+    overlay: str
+    addresses: Mapping[IPAddress, str]
+
+
 ControllerCommand = (
     AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown | SetMembers | SetMacOwners
+    | SetCertifiedAddresses
 )
 
 
@@ -154,6 +165,9 @@ class CommandQueue:
 
     def set_mac_owners(self, overlay: str, owners: Mapping[str, int]) -> None:
         self.put(SetMacOwners(overlay, owners))
+
+    def set_certified_addresses(self, overlay: str, addresses: Mapping[IPAddress, str]) -> None:
+        self.put(SetCertifiedAddresses(overlay, addresses))
 
     def drain(self) -> list[ControllerCommand]:
         out: list[ControllerCommand] = []

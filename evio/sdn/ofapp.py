@@ -67,6 +67,7 @@ from evio.sdn.boundary import (
     DetachOverlay,
     PeerPortDown,
     PeerPortUp,
+    SetCertifiedAddresses,
     SetMacOwners,
     SetMembers,
     SetOnDemand,
@@ -366,6 +367,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
                     overlay.switch.members = command.members
                 elif isinstance(command, SetMacOwners):
                     self._send(overlay, overlay.switch.set_mac_owners(command.owners, now))
+                elif isinstance(command, SetCertifiedAddresses):
+                    overlay.switch.neighbors.certified = dict(command.addresses)
 
     def _attach(self, settings: AttachOverlay) -> None:
         known = self.overlays.get(settings.overlay)
