@@ -239,6 +239,10 @@ class SignalEndpoint:
         """The overlay CA's newest member list held here (presence to linked peers only), or None."""
         return self._links_mode.get(overlay)
 
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        ml = self._links_mode.get(overlay)
+        return ml is not None and node_id in ml.members
+
     def contacts(self, overlay: str) -> frozenset[int]:
         """Presence to linked peers only: the node ids we send our presence to (evio.signal.contacts)."""
         ml = self._links_mode.get(overlay)
