@@ -248,6 +248,10 @@ class SignalEndpoint:
         ml = self._links_mode.get(overlay)
         return ml is not None and node_id in ml.members
 
+    def listed_ids(self, overlay: str) -> frozenset[int]:
+        ml = self._links_mode.get(overlay)
+        return frozenset(ml.members) if ml is not None else frozenset()
+
     def contacts(self, overlay: str) -> frozenset[int]:
         """Presence to linked peers only: the node ids we send our presence to (evio.signal.contacts)."""
         ml = self._links_mode.get(overlay)

@@ -58,6 +58,10 @@ class Signaling(Protocol):
         member, present or not."""
         ...
 
+    def listed_ids(self, overlay: str) -> frozenset[int]:
+        """Every node id the overlay CA's member list held here names (decision 0059; empty without one)."""
+        ...
+
     def revoked_nodes(self, overlay: str) -> frozenset[int]:
         """Node ids the overlay CA's newest revocation list revokes (trust mode; empty otherwise)."""
         ...
