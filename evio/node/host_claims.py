@@ -392,10 +392,13 @@ class HostClaimsFlood:
             log.warning("host announcement refused overlay=%s from=%s: %s", self.overlay, sender.hex(":"), exc)
 
     def _known(self, node_id: int) -> bool:
-        """Whether `node_id` is a member this node knows (its announcements get a budget key of their own)."""
+        """Whether `node_id` is a member this node knows (its announcements get a budget key of their own): a list or
+        certificate of it held, present in signaling, or named by the overlay CA's member list."""
         if self.claims.issued_ms(node_id) is not None or self._certificates.knows(node_id):
             return True
-        return node_id in self._signaling.peers(self.overlay)
+        # The CA's member list names every member (0059): there signaling's peers are a member's ~20 contacts, and
+        # a newcomer's catch-up would otherwise share the one key of ids nobody knows (review21e E5).
+        return node_id in self._signaling.peers(self.overlay) or self._signaling.is_listed(self.overlay, node_id)
 
     def _revoked(self, now: float) -> frozenset[int]:
         rl = self._signaling.revocation_list(self.overlay)

@@ -365,7 +365,9 @@ class OverlayStack:
     def _send_members(self) -> None:
         self._members_pending = False
         if self._attached:
-            self._sdn.commands.set_members(self.overlay, frozenset(self._members))
+            # With the CA's member list (0059) signaling sees only contacts present: the list names the rest, so
+            # their floods keep a budget of their own, apart from roots that are no member (review21e E8).
+            self._sdn.commands.set_members(self.overlay, frozenset(self._members) | self.signaling.listed_ids(self.overlay))
 
     def _peer_removed(self, event: PeerRemoved) -> None:
         # Gone for good, or an account that now speaks for another id (one id per account: an account cycling

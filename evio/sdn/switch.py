@@ -236,7 +236,7 @@ class BoundedFloodSwitch:
         }
         # The overlay's members as signaling knows them (None: not told, as in unit networks). A root that is
         # no member gets no flood budget of its own, however many MACs it was made to host here.
-        self.members: frozenset[int] | None = None
+        self._members: frozenset[int] | None = None
         # MAC -> the one member whose signed announcement holds it (decision 0055, evio/node/host_claims.py): such
         # a MAC is placed only under that member's root. Empty until the daemon says (unit networks, no trust).
         self.mac_owners: Mapping[str, int] = {}
@@ -310,6 +310,15 @@ class BoundedFloodSwitch:
             macs = macs[: frb.MAX_PL_COUNT]
         frame = frb.leaf_announce(frb.BROADCAST_MAC, frb.parse_mac(self.switch_mac), self.node_id, macs)
         return [PacketOut(port.port_no, frb.pack(frame))]
+
+    @property
+    def members(self) -> frozenset[int] | None:
+        return self._members
+
+    @members.setter
+    def members(self, members: frozenset[int] | None) -> None:
+        self._members = members
+        self.learning.set_members(members)  # roots that are no member share one eviction group per port
 
     def hosted_macs(self) -> list[str]:
         """What this node announces it hosts, signed, to the whole overlay (evio/node/host_claims.py)."""

@@ -30,6 +30,7 @@ class FakeSignaling:
     def __init__(self) -> None:
         self.list: identity.RevocationList | None = None
         self.members: set[int] = set()
+        self.listed: set[int] = set()  # the overlay CA's member list (decision 0059), where there is one
         self.subscribers: list[Callable[[RevocationAdopted], None]] = []
 
     def revocation_list(self, overlay: str) -> identity.RevocationList | None:
@@ -37,6 +38,9 @@ class FakeSignaling:
 
     def peers(self, overlay: str) -> dict[int, str]:
         return dict.fromkeys(self.members, "member@example.org/evio")  # present members, as signaling knows them
+
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        return node_id in self.listed
 
     def subscribe(self, event_type: type, callback: Callable[[RevocationAdopted], None]) -> Any:
         self.subscribers.append(callback)
