@@ -18,7 +18,9 @@ overlay, and each node reads the others' off the same interface:
    to `ANSWER_JITTER`, and not at all if another node's broadcast of that list came meanwhile: one HAVE costs
    the overlay about one answer, not one per node. Only a frame sent to the broadcast address counts as
    another node's broadcast: a member replaying the signed list by unicast to every holder but the asker
-   must not hold their answers back (review21c R1).
+   must not hold their answers back (review21c R1). Nor may a broadcast alone: a member is the root of its own
+   broadcasts and chooses their bounds, so it can flood the genuine list to every holder but the asker
+   (review21d R1'). Hence rule 5.
 3. Every node also broadcasts HAVE now and then, at random, every `HAVE_PERIOD` on average or, once it hears
    more than `HAVE_PERIOD` nodes doing so, every (nodes heard) seconds up to `HAVE_PERIOD_MAX`: the overlay
    sends about one HAVE a second up to 60 nodes (RTCP's rule, RFC 3550 6.2), and a member inventing HAVE
@@ -28,6 +30,13 @@ overlay, and each node reads the others' off the same interface:
    not at all if another node of its serial asked meanwhile, and, while no such list arrives, at most once
    per back-off that doubles from `HAVE_INTERVAL` to `HAVE_PERIOD`: a forged HAVE of a serial nobody holds
    costs the overlay about one HAVE, and ever fewer, not one per node (review21c R3).
+5. Silence after a HAVE does not mean it was answered, so a node says each HAVE of its own again `FOLLOW_UP`
+   later unless a newer list came meanwhile. A node that holds a newer list and hears the same sender ask
+   again within `FIRM_WINDOW`, having sent no answer since that sender's last ask (a copy, or its own rate
+   limit, held it back), knows that no copy reached the asker, or that the asker is forged: it answers by
+   broadcast whatever copies come by ("firm"), at most once per `FIRM_INTERVAL`. A member cannot hold a firm
+   answer back, and it can spend one only by making an honest node broadcast the list to every node, the
+   asker included: a forged asker costs each node at most one broadcast per `FIRM_INTERVAL` (review21d R1').
 
 Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, ethertype `ETHERTYPE`):
 
@@ -47,7 +56,7 @@ import logging
 import random
 import socket
 import struct
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +84,10 @@ HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between ar
 REPEATS = (1.0, 3.0)  # seconds after the first broadcast of a list adopted here that it goes out again
 HAVE_PERIOD = 30.0  # mean seconds between a node's own periodic HAVEs, in an overlay of up to 30 nodes
 HAVE_PERIOD_MAX = 60.0  # and at most this, however many HAVE senders (some perhaps invented) were heard
+FOLLOW_UP = 1.5  # a HAVE said again this long after, unless a newer list came (answers come within ANSWER_JITTER)
+FIRM_WINDOW = 4.0  # an ask repeated by the same sender this soon, with no answer from us since, is answered firmly
+FIRM_INTERVAL = 30.0  # firm answers (which no copy holds back) at most this often, as the asker's longest back-off
+MAX_ASKERS = 4096  # asks remembered for FIRM_WINDOW: more than one port's flood budget brings in that time
 HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
 MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
 
@@ -100,10 +113,14 @@ class RevocationFlood:
         self._pending: dict[tuple[bytes, int], _Assembly] = {}  # (sender MAC, serial) -> chunks so far
         self._last_answer = float("-inf")
         self._answer_timer: Timer | None = None
+        self._answer_firm = False  # the pending answer goes out whatever copies come by (rule 5)
+        self._last_firm = float("-inf")
+        self._asked: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> its last ask (HAVE), oldest first
         self._heard_list_at = float("-inf")  # when a broadcast of the list we hold last came by
         self._rng = random.Random()
         self._last_have = float("-inf")
         self._have_timer: Timer | None = None
+        self._follow_timer: Timer | None = None
         self._repeat_timers: list[Timer] = []
         self._periodic_timer: Timer | None = None
         self._have_heard: dict[bytes, float] = {}  # sender MAC -> when its last HAVE came by (oldest first)
@@ -129,10 +146,10 @@ class RevocationFlood:
             self._subscription.cancel()
             self._subscription = None
         for timer in (self._have_timer, self._answer_timer, self._periodic_timer, self._ask_timer,
-                      *self._repeat_timers):
+                      self._follow_timer, *self._repeat_timers):
             if timer is not None:
                 timer.cancel()
-        self._have_timer = self._answer_timer = self._periodic_timer = self._ask_timer = None
+        self._have_timer = self._answer_timer = self._periodic_timer = self._ask_timer = self._follow_timer = None
         self._repeat_timers.clear()
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
@@ -222,8 +239,19 @@ class RevocationFlood:
     def _send_have(self) -> None:
         self._have_timer = None
         self._last_have = self._clock.now()
-        if self._send(HEADER.pack(MAGIC, VERSION, HAVE, self._serial(), 0, 0)):
+        serial = self._serial()
+        if self._send(HEADER.pack(MAGIC, VERSION, HAVE, serial, 0, 0)):
             self.counts["sent_have"] += 1
+        if self._follow_timer is not None:
+            self._follow_timer.cancel()
+        self._follow_timer = self._clock.call_later(FOLLOW_UP, lambda: self._follow_up(serial))
+
+    def _follow_up(self, serial: int) -> None:
+        """Say the HAVE again if no newer list came since (rule 5): holders that held their answer back answer
+        this one firmly."""
+        self._follow_timer = None
+        if self._serial() == serial and self._send(HEADER.pack(MAGIC, VERSION, HAVE, serial, 0, 0)):
+            self.counts["sent_follow_up"] += 1
 
     def _send_list(self) -> None:
         rl = self._signaling.revocation_list(self.overlay)
@@ -237,22 +265,50 @@ class RevocationFlood:
         self.counts["sent_list"] += 1
         log.info("revocation list serial=%d broadcast on overlay %s (%d frames)", rl.serial, self.overlay, len(chunks))
 
-    def _answer(self) -> None:
+    def _answer(self, asker: bytes | None = None) -> None:
         """Someone holds an older list than ours: broadcast ours, at most once per `ANSWER_INTERVAL`, unless
-        another node does it first."""
+        another node does it first; firmly if `asker` (the sender of a HAVE) asks again unanswered (rule 5)."""
         now = self._clock.now()
-        if self._answer_timer is not None or now - self._last_answer < ANSWER_INTERVAL:
+        firm = asker is not None and self._asked_again(asker, now)
+        if self._answer_timer is not None:
+            self._answer_firm |= firm
+            if not firm:
+                self.counts["answer_held"] += 1
+            return
+        if not firm and now - self._last_answer < ANSWER_INTERVAL:
             self.counts["answer_held"] += 1
             return
+        self._answer_firm = firm
         asked = now
         self._answer_timer = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER), lambda: self._answer_now(asked))
 
+    def _asked_again(self, asker: bytes, now: float) -> bool:
+        """Note `asker`'s ask; true if it asked within `FIRM_WINDOW` before, we sent no answer since, and no
+        firm answer of ours went out within `FIRM_INTERVAL`."""
+        while self._asked and next(iter(self._asked.values())) < now - FIRM_WINDOW:
+            self._asked.popitem(last=False)
+        before = self._asked.pop(asker, None)
+        if len(self._asked) >= MAX_ASKERS:
+            self._asked.popitem(last=False)
+            self.counts["askers_forgotten"] += 1
+        self._asked[asker] = now
+        if before is None or self._last_answer >= before:
+            return False  # a first ask, or one our last answer should have reached
+        if now - self._last_firm < FIRM_INTERVAL:
+            self.counts["firm_held"] += 1
+            return False
+        self._last_firm = now
+        return True
+
     def _answer_now(self, asked: float) -> None:
         self._answer_timer = None
-        if self._heard_list_at >= asked:
+        firm, self._answer_firm = self._answer_firm, False
+        if not firm and self._heard_list_at >= asked:
             self.counts["answer_heard_elsewhere"] += 1
             return
         self._last_answer = self._clock.now()
+        if firm:
+            self.counts["sent_firm"] += 1
         self._send_list()
 
     def _send(self, frame: bytes) -> bool:
@@ -286,7 +342,7 @@ class RevocationFlood:
             self._heard_have(sender)
         ours = self._serial()
         if serial < ours:
-            self._answer()
+            self._answer(sender if kind == HAVE else None)  # only a HAVE is an ask (a list comes in chunks)
             return
         if kind == HAVE:
             if serial > ours:
