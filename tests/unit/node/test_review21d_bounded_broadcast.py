@@ -153,3 +153,19 @@ async def test_a_lost_answer_is_made_up_by_the_follow_up_within_two_seconds() ->
     assert list_broadcasts(medium, before) <= len(nodes) - 1
     await clock.advance(rf.FOLLOW_UP)
     assert late.counts["sent_follow_up"] == 1, "the follow-up is said once"
+
+
+async def test_asks_are_remembered_within_bounds() -> None:
+    """Every ask is noted for FIRM_WINDOW (to know a repeated one): at most MAX_ASKERS, the oldest forgotten and
+    counted; all forgotten once the window passed."""
+    _, nodes, clock = fleet(1)
+    node = nodes[0]
+    node.signaling.receive_revocation_list(identity.list_to_text(signed(5)), "file")
+    have = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.HAVE, 0, 0, 0)
+    for sender in range(rf.MAX_ASKERS + 10):
+        node.receive(have, (0x02EE00000000 + sender).to_bytes(6, "big"))
+    assert len(node._asked) == rf.MAX_ASKERS and node.counts["askers_forgotten"] == 10
+    assert node.counts["sent_firm"] == 0 and node.counts["firm_held"] == 0, "no sender asked twice"
+    await clock.advance(rf.FIRM_WINDOW + 0.01)
+    node.receive(have, HOSTILE)
+    assert list(node._asked) == [HOSTILE]
