@@ -8,11 +8,14 @@ later). The reach of the hostile member's broadcast is computed with the real fl
 
 from __future__ import annotations
 
+import pytest
+
 from evio.ids import RING_SIZE
 from evio.node import revocation_flood as rf
 from evio.sdn.flooding_bounds import forward_bounds, reverse_forward_bounds
 from evio.signal import identity
 from evio.signal.events import RevocationAdopted
+from evio.testing.virtual_clock import VirtualClock
 from tests.unit.node.test_review21c_revocation_flood import HOSTILE, list_frames
 from tests.unit.node.test_revocation_flood import Medium, WiredFlood, fleet, signed
 
@@ -64,8 +67,8 @@ async def test_the_genuine_list_broadcast_to_all_but_the_asker_holds_every_answe
 
     send = medium.send
 
-    def watched_send(sender: WiredFlood, frame: bytes) -> None:
-        send(sender, frame)
+    def watched_send(sender: WiredFlood, frame: bytes, to: bytes = rf.BROADCAST) -> None:
+        send(sender, frame, to)
         if sender is late and rf.HEADER.unpack_from(frame)[2] == rf.HAVE:
             clock.call_later(REACTION, hostile_broadcast)  # the hostile member answers every HAVE of L's
 
@@ -90,6 +93,36 @@ async def test_the_genuine_list_broadcast_to_all_but_the_asker_holds_every_answe
 def list_broadcasts(medium: Medium, since: int) -> int:
     """Broadcasts of a list (its first chunk) on the medium since frame `since`."""
     return sum(1 for _, f in medium.frames[since:] if rf.HEADER.unpack_from(f)[2] == rf.LIST and rf.HEADER.unpack_from(f)[4] == 0)
+
+
+def lists_sent(medium: Medium, since: int) -> tuple[int, int]:
+    """(broadcasts, unicasts) of a list since frame `since`."""
+    firsts = [to for (_, f), to in zip(medium.frames[since:], medium.destinations[since:], strict=True)
+              if rf.HEADER.unpack_from(f)[2] == rf.LIST and rf.HEADER.unpack_from(f)[4] == 0]  # fmt: skip
+    broadcasts = sum(1 for to in firsts if to == rf.BROADCAST)
+    return broadcasts, len(firsts) - broadcasts
+
+
+async def settled_fleet(n: int, late: int | None = None) -> tuple[Medium, list[WiredFlood], VirtualClock]:
+    """A fleet of `n` holding serial 5 (but node `late`, which missed every copy), whose nodes have said their
+    periodic HAVEs: each knows the others' places on the ring."""
+    medium, nodes, clock = fleet(n)
+    for i, node in enumerate(nodes):
+        node._rng.seed(4200 + i)
+        if i != late:
+            node.arm_periodic_have()
+    if late is not None:
+        nodes[late].connected = False  # it misses every copy and HAVE, and asks when the test says
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(5, revoked=3)), "file")
+    await clock.advance(1.5 * rf.HAVE_PERIOD_MAX)  # every periodic HAVE said once at least
+    assert all(len(node._have_heard) >= n - 2 for i, node in enumerate(nodes) if i != late)
+    for node in nodes:  # quiet from now on: what goes on the wire is the test's
+        if node._periodic_timer is not None:
+            node._periodic_timer.cancel()
+    await clock.advance(rf.FOLLOW_UP + rf.ANSWER_JITTER)
+    if late is not None:
+        nodes[late].connected = True
+    return medium, nodes, clock
 
 
 async def test_a_forged_asker_asking_twice_costs_each_node_at_most_one_firm_answer_per_interval() -> None:
@@ -169,3 +202,40 @@ async def test_asks_are_remembered_within_bounds() -> None:
     await clock.advance(rf.FIRM_WINDOW + 0.01)
     node.receive(have, HOSTILE)
     assert list(node._asked) == [HOSTILE]
+
+
+async def lost_answer_cost(n: int) -> tuple[int, int, int, float]:
+    """Fleet of `n`, settled; L (which missed the list) asks and the one answer is lost: (unicast lists sent for
+    the firm answers, their frames, frames delivered for them, seconds until L holds the list)."""
+    medium, nodes, clock = await settled_fleet(n, late=n - 1)
+    late = nodes[-1]
+    adopted: list[float] = []
+    late.signaling.subscribe(RevocationAdopted, lambda _: adopted.append(clock.now()))
+    start = clock.now()
+    late.link_up()
+    late.connected = False  # the answer is lost
+    await clock.advance(rf.ANSWER_JITTER + 0.01)
+    late.connected = True
+    before, delivered = len(medium.frames), medium.deliveries
+    await clock.advance(rf.FOLLOW_UP + rf.ANSWER_JITTER)
+    lists = [to for (_, f), to in zip(medium.frames[before:], medium.destinations[before:], strict=True)
+             if rf.HEADER.unpack_from(f)[2] == rf.LIST]  # fmt: skip
+    assert lists and set(lists) == {late.mac}, "the answers to the follow-up are unicasts to L"
+    late.connected = False  # L's follow-up and the answers to it cost this much, delivered
+    firm = sum(n.counts["sent_firm"] for n in nodes)
+    return firm, len(lists), medium.deliveries - delivered, adopted[0] - start if adopted else float("inf")
+
+
+@pytest.mark.xfail(strict=True, reason="review21e: every holder broadcasts a firm answer")
+async def test_one_lost_answer_costs_the_same_few_unicasts_whatever_the_fleet_size() -> None:
+    """review21e: under the firm answers of review21d every holder that heard both asks broadcast the list to the
+    whole overlay, N broadcasts each flooded to N nodes for one lost answer. The chosen few answer by unicast."""
+    figures = {n: await lost_answer_cost(n) for n in (16, 64, 256)}
+    for n, (firm, frames, delivered, took) in figures.items():
+        print(f"fleet of {n}: L's follow-up and the firm answers to it: {firm} firm answers, {frames} frames of "
+              f"the list sent, {delivered} frames delivered with the follow-up's own flood (a broadcast from every "
+              f"holder: {(n - 2) * frames // max(firm, 1)} sent, {(n - 2) * (n - 1) * frames // max(firm, 1)} "
+              f"delivered); L held the list {took:.2f} s after its HAVE")
+    assert len({figures[n][:2] for n in figures}) == 1 and figures[16][0] <= 3, "grows with the fleet"
+    assert all(delivered == n - 1 + frames for n, (_, frames, delivered, _) in figures.items())
+    assert all(took <= 2 * rf.FOLLOW_UP for *_, took in figures.values())
