@@ -336,6 +336,9 @@ class RingSignaling:
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         return self.inner.receive_revocation_list(text, source)
 
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        return self.inner.message_counts()
+
     def drop_counts(self) -> dict[str, int]:
         return self.inner.drop_counts()
 
