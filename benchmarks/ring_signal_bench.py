@@ -65,7 +65,7 @@ def totals(lab: Lab) -> dict[str, float]:
         out["requests_in_setup"] += sum(messages["requests_in"].get(a, 0) for a in SETUP_ACTIONS)
         ring = doc["signal"].get("ring") or {}
         out["ring"] += ring.get("sent", {}).get("ring", 0)
-        out["ring_served"] += ring.get("served", 0)
+        out["ring_served"] += sum(ring.get("served", {}).values())
         out["fallbacks"] += sum(ring.get("fallbacks", {}).values())
     return out
 

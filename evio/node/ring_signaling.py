@@ -113,7 +113,7 @@ class RingSignaling:
         # Observability (`evio status`, the benchmark): requests by the way they went, and what was dropped.
         self.sent: Counter[str] = Counter()  # "ring" answered over the overlay, "server" through the server
         self.fallbacks: Counter[str] = Counter()  # why a request tried on the ring went to the server
-        self.served = 0  # requests for us that came over the ring and were answered
+        self.served: Counter[str] = Counter()  # requests for us that came along the ring and were answered, by action
         self.relayed = 0  # chunks passed on for others
         self.drops: Counter[DropReason] = Counter()
 
@@ -124,7 +124,7 @@ class RingSignaling:
             relays.relay_signal_to(self._on_record)
 
     def counts(self) -> dict[str, object]:
-        return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": self.served,
+        return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
                 "relayed": self.relayed, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
 
     # -- Signaling: requests and handlers -------------------------------------------------------
@@ -262,7 +262,7 @@ class RingSignaling:
                 log.exception("ring signal handler %s failed overlay=%s peer=%032x", request.action, self.overlay,
                               request.src)  # fmt: skip
                 reply = _error(request, ts, ErrorReason.INTERNAL, "")
-        self.served += 1
+        self.served[request.action] += 1
         self._send(reply)
 
     def _send(self, message: RingMessage) -> None:

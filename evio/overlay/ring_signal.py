@@ -2,7 +2,7 @@
 
 A node with links sends a link request or a tunnel offer to a node it is not linked to over its tunnels
 instead of through the XMPP server: each hop hands it to its linked peer closest to the target, as
-Symphony routes (clockwise ring distance, strictly closer at every hop, so it cannot loop), and the
+Symphony routes (ring distance either way round, strictly closer at every hop, so it cannot loop), and the
 answer comes back the same way. The tunnel carries it as an OVERLAY_SIGNAL control record
 (evio.tunnel.datapath.record), to peers whose HELLO said they read it.
 
@@ -136,13 +136,15 @@ class Chunk:
 
 
 def distance(a: int, b: int) -> int:
-    """Clockwise ring distance from a to b."""
-    return (b - a) % RING
+    """Ring distance between a and b, the shorter way round: links are both ways, so a node's predecessor
+    leads somewhere too (a node whose successor link is not up yet still routes)."""
+    return min((b - a) % RING, (a - b) % RING)
 
 
 def next_hop(own: int, target: int, peers: frozenset[int] | set[int]) -> int | None:
     """The linked peer to hand a message for ``target`` to: the target itself if linked, else the one
-    clockwise closest to it, and only if strictly closer than we are (None: no route from here)."""
+    closest to it on the ring, and only if strictly closer than we are (None: no route from here). Every
+    hop is strictly closer, so a message cannot loop; over a closed ring of successor links it arrives."""
     if target in peers:
         return target
     best, best_distance = None, distance(own, target)

@@ -131,7 +131,7 @@ async def test_a_link_request_to_a_node_not_linked_goes_along_the_ring_and_not_t
     assert fleet.server_requests() == 0
     assert fleet.nodes[a].sent == {"ring": 1}
     assert sum(n.relayed for n in fleet.nodes.values()) >= 3 * 2  # 3 relays there, 3 back (a chunk each at least)
-    assert fleet.nodes[far].served == 1
+    assert fleet.nodes[far].served == {ACTION_LINK: 1}
 
 
 async def test_an_offer_and_its_answer_large_enough_for_several_chunks_arrive_whole() -> None:

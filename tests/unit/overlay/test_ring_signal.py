@@ -42,9 +42,11 @@ def test_next_hop_is_the_target_itself_when_linked() -> None:
     assert rs.next_hop(A, B, {B, B + 1}) == B
 
 
-def test_next_hop_is_the_peer_clockwise_closest_to_the_target() -> None:
+def test_next_hop_is_the_peer_closest_to_the_target_either_way_round() -> None:
     own, target = 0, 100
-    assert rs.next_hop(own, target, {10, 60, 90, 150}) == 90  # 150 is past it: 2^128 - 50 away
+    assert rs.next_hop(own, target, {10, 60, 90, 115}) == 90
+    assert rs.next_hop(own, target, {10, 60, 105}) == 105  # past it, but 5 away
+    assert rs.next_hop(own, (1 << 128) - 100, {(1 << 128) - 10, 50}) == (1 << 128) - 10  # the short way is back
 
 
 def test_no_hop_when_no_peer_is_closer_than_we_are() -> None:
@@ -55,7 +57,7 @@ def test_no_hop_when_no_peer_is_closer_than_we_are() -> None:
 
 @given(st.lists(st.integers(0, (1 << 128) - 1), min_size=3, max_size=40, unique=True), st.data())
 def test_greedy_routing_over_a_ring_with_successors_always_arrives(nodes: list[int], data: st.DataObject) -> None:
-    """Every node linked to its successor (and a few others): the greedy route from anyone reaches anyone,
+    """Every node linked both ways to its successor (and a few others): the greedy route from anyone reaches anyone,
     each hop strictly closer, so in at most len(nodes) hops."""
     ring = sorted(nodes)
     links: dict[int, set[int]] = {n: set() for n in ring}
