@@ -18,6 +18,7 @@ the end, also on failure or Ctrl-C. A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import sys
 import time
@@ -29,13 +30,22 @@ sys.path.insert(0, str(REPO))
 
 from evio.cli.lab_node_cmd import wait_ring  # noqa: E402
 from evio.lab.lab import Lab  # noqa: E402
+from evio.node.control_client import ControlError  # noqa: E402
 
 SETUP_ACTIONS = ("overlay.link", "tunnel.offer")
 
 
 def overlay_doc(lab: Lab, index: int) -> dict[str, Any]:
-    doc: dict[str, Any] = lab.daemon_status(index, timeout=15.0)["overlays"][lab.plan.overlay]
-    return doc
+    """The node's overlay status; a daemon just restarted is waited for (up to a minute)."""
+    deadline = time.monotonic() + 60.0
+    while True:
+        try:
+            doc: dict[str, Any] = lab.daemon_status(index, timeout=15.0)["overlays"][lab.plan.overlay]
+            return doc
+        except (ControlError, KeyError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def settle(lab: Lab, quiet: float, timeout: float) -> None:
@@ -52,25 +62,38 @@ def settle(lab: Lab, quiet: float, timeout: float) -> None:
         time.sleep(2.0)
 
 
-def totals(lab: Lab) -> dict[str, float]:
-    out: dict[str, float] = {"links": 0, "messages": 0, "setup_requests": 0, "responses": 0, "ring": 0,
-                             "ring_served": 0, "fallbacks": 0, "requests_in_setup": 0}  # fmt: skip
-    for node in lab.nodes:
-        doc = overlay_doc(lab, node.index)
-        out["links"] += doc["tunnels"]["up"] / 2
-        messages = doc["signal"]["messages"]
-        out["messages"] += sum(messages["out"].values())
-        out["responses"] += messages["out"].get("response", 0)
-        out["setup_requests"] += sum(messages["out"].get(a, 0) for a in SETUP_ACTIONS)
-        out["requests_in_setup"] += sum(messages["requests_in"].get(a, 0) for a in SETUP_ACTIONS)
-        ring = doc["signal"].get("ring") or {}
-        out["ring"] += ring.get("sent", {}).get("ring", 0)
-        out["ring_served"] += sum(ring.get("served", {}).values())
-        out["fallbacks"] += sum(ring.get("fallbacks", {}).values())
+def snapshot(lab: Lab) -> dict[int, dict[str, Any]]:
+    return {n.index: overlay_doc(lab, n.index) for n in lab.nodes}
+
+
+def totals(docs: dict[int, dict[str, Any]], before: dict[int, dict[str, Any]] | None = None,
+           restarted: frozenset[int] = frozenset()) -> dict[str, Any]:
+    """Summed over the nodes; with `before`, what changed since (a restarted node's counters began anew)."""
+    out: dict[str, Any] = {"links": 0.0, "messages": 0, "setup_requests": 0, "requests_in_setup": 0, "ring": 0,
+                           "fallbacks": collections.Counter()}  # fmt: skip
+    for index, doc in docs.items():
+        prior = before.get(index) if before is not None and index not in restarted else None
+        for key, value in counts(doc).items():
+            was = counts(prior)[key] if prior is not None else (collections.Counter() if key == "fallbacks" else 0)
+            out[key] += value - was
+    out["links"] /= 2
     return out
 
 
-def run(name: str, nodes: int, restarts: int, over_overlay: bool) -> dict[str, float]:
+def counts(doc: dict[str, Any]) -> dict[str, Any]:
+    messages = doc["signal"]["messages"]
+    ring = doc["signal"].get("ring") or {}
+    return {
+        "links": doc["tunnels"]["up"],
+        "messages": sum(messages["out"].values()),
+        "setup_requests": sum(messages["out"].get(a, 0) for a in SETUP_ACTIONS),
+        "requests_in_setup": sum(messages["requests_in"].get(a, 0) for a in SETUP_ACTIONS),
+        "ring": ring.get("sent", {}).get("ring", 0),
+        "fallbacks": collections.Counter(ring.get("fallbacks", {})),
+    }
+
+
+def run(name: str, nodes: int, restarts: int, over_overlay: bool) -> dict[str, dict[str, Any]]:
     started = time.monotonic()
     lab = Lab.up(name, nodes=nodes, nat="mixed", daemons=True, trust=True,
                  trust_options={"offers_over_overlay": over_overlay})  # fmt: skip
@@ -79,15 +102,20 @@ def run(name: str, nodes: int, restarts: int, over_overlay: bool) -> dict[str, f
         if not closed:
             print(f"  ring not closed: gaps {topo.ring_gaps()}", flush=True)
         settle(lab, quiet=15.0, timeout=120.0)
-        for index in range(1, 1 + restarts):
+        formed = snapshot(lab)
+        results = {"formation": totals(formed)}
+        results["formation"]["seconds"] = time.monotonic() - started
+        restarted = frozenset(range(1, 1 + restarts))
+        for index in sorted(restarted):
             lab.stop_daemon(index)
             lab.start_daemon(index)
             wait_ring(lab, 60.0)
             settle(lab, quiet=15.0, timeout=120.0)
-        result = totals(lab)
-        result["seconds"] = time.monotonic() - started
-        result["load"] = os.getloadavg()[0]
-        return result
+        results["restarts"] = totals(snapshot(lab), formed, restarted)
+        results["restarts"]["seconds"] = time.monotonic() - started
+        for phase in results.values():
+            phase["load"] = os.getloadavg()[0]
+        return results
     finally:
         Lab.down(name)
 
@@ -104,25 +132,27 @@ def main() -> int:
     for label, on in labs:
         if args.only and on != (args.only == "after"):
             continue
-        r = results[label] = run(args.name, args.nodes, args.restarts, on)
-        links = max(r["links"], 1.0)
-        setup_messages = r["setup_requests"] + r["requests_in_setup"]  # each request through it is answered once
-        print(f"offers {label}: {r['links']:.0f} links up, {r['messages']:.0f} messages through the server "
-              f"({r['messages'] / links:.2f} per link), setting links up {setup_messages:.0f} "
-              f"({setup_messages / links:.2f} per link); along the ring {r['ring']:.0f} requests answered, "
-              f"{r['fallbacks']:.0f} fell back; {r['seconds']:.0f} s, load {r['load']:.1f}", flush=True)
+        results[label] = run(args.name, args.nodes, args.restarts, on)
+        for phase, r in results[label].items():
+            links = max(r["links"], 1.0)
+            setup = r["setup_requests"] + r["requests_in_setup"]  # each request through it is answered once
+            print(f"offers {label}, {phase}: {r['links']:.0f} links up, {r['messages']} messages through the server "
+                  f"({r['messages'] / links:.2f} per link), setting links up {setup} ({setup / links:.2f} per link);"
+                  f" along the ring {r['ring']} requests answered, fell back {dict(r['fallbacks'])};"
+                  f" {r['seconds']:.0f} s, load {r['load']:.1f}", flush=True)
     if args.only:
         return 0
-    before, after = results["through the server"], results["along the ring"]
-
-    def per_link(r: dict[str, float], key: str) -> float:
-        value = r["messages"] if key == "all" else r["setup_requests"] + r["requests_in_setup"]
-        return value / max(r["links"], 1.0)
-
-    for key in ("all", "setup"):
-        b, a = per_link(before, key), per_link(after, key)
-        print(f"{key} messages per link: {b:.2f} -> {a:.2f}: {b / a if a else float('inf'):.1f}x fewer")
+    for phase in ("formation", "restarts"):
+        before, after = results["through the server"][phase], results["along the ring"][phase]
+        for key in ("messages", "setup"):
+            b, a = (per_link(r, key) for r in (before, after))
+            print(f"{phase}: {key} per link {b:.2f} -> {a:.2f}: {b / a if a else float('inf'):.1f}x fewer")
     return 0
+
+
+def per_link(r: dict[str, Any], key: str) -> float:
+    value = r["messages"] if key == "messages" else r["setup_requests"] + r["requests_in_setup"]
+    return float(value) / max(r["links"], 1.0)
 
 
 if __name__ == "__main__":
