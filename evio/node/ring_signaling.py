@@ -58,6 +58,9 @@ RING_TIMEOUT = 6.0  # an offer's answer waits for the responder's candidates (1-
 CHUNK_RATE, CHUNK_BURST = 20.0, 40  # per neighbour: an offer and its answer are 2-4 chunks
 MAX_INFLIGHT = 32
 HANDLER_TIMEOUT = 10.0
+FIRST_LINK_WAIT = 6.0  # a link request held while our first link comes up through the server (1-3 s in the lab)
+UNREACHABLE_WAIT = 3.0  # a link request to a node not reachable along the ring yet: tried there again after
+RELAY_POLL = 0.25  # how often a held request looks for a new link
 
 
 class SignalTunnel(Protocol):
@@ -115,6 +118,8 @@ class RingSignaling:
         self.fallbacks: Counter[str] = Counter()  # why a request tried on the ring went to the server
         self.served: Counter[str] = Counter()  # requests for us that came along the ring and were answered, by action
         self.relayed = 0  # chunks passed on for others
+        self.waited = 0  # link requests held for a link to come up before going along the ring again
+        self._via_server = 0  # our requests now going through the server
         self.drops: Counter[DropReason] = Counter()
 
     def attach(self, relays: object) -> None:
@@ -125,7 +130,7 @@ class RingSignaling:
 
     def counts(self) -> dict[str, object]:
         return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
-                "relayed": self.relayed, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
+                "relayed": self.relayed, "waited": self.waited, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
 
     # -- Signaling: requests and handlers -------------------------------------------------------
 
@@ -136,14 +141,41 @@ class RingSignaling:
     async def request(self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
         if action in ROUTED and overlay == self.overlay and self._relays is not None:
             try:
-                answer = await self._ring_request(peer, action, body, min(timeout or RING_TIMEOUT, RING_TIMEOUT))
+                answer = await self._ring_first(peer, action, body, min(timeout or RING_TIMEOUT, RING_TIMEOUT))
             except _Fallback as why:
                 self.fallbacks[why.reason] += 1
             else:
                 self.sent["ring"] += 1
                 return answer
         self.sent["server"] += 1
-        return await self.inner.request(overlay, peer, action, body, timeout)
+        self._via_server += 1
+        try:
+            return await self.inner.request(overlay, peer, action, body, timeout)
+        finally:
+            self._via_server -= 1
+
+    async def _ring_first(self, peer: int, action: str, body: Body, timeout: float) -> Body:
+        """Along the ring, waiting a little where that spares the server a link request (decision 0067):
+        a node without links sends one link request at a time through the server and the others along the
+        ring once its first link is up; a target not reachable yet (a newcomer without links) is tried again
+        once. An offer never waits: its link was negotiated, and the peer waits for the tunnel."""
+        try:
+            return await self._ring_request(peer, action, body, timeout)
+        except _Fallback as why:
+            if action != ACTION_LINK:
+                raise
+            if why.reason == "no_links" and self._via_server > 0:
+                wait = FIRST_LINK_WAIT  # our first link is being set up through the server: ride on it
+            elif why.reason in ("no_route", "unreachable"):
+                wait = UNREACHABLE_WAIT
+            else:
+                raise
+        deadline = self.clock.now() + wait
+        seen = frozenset(self._route_peers())
+        while self.clock.now() < deadline and frozenset(self._route_peers()) == seen:
+            await self.clock.sleep(RELAY_POLL)
+        self.waited += 1
+        return await self._ring_request(peer, action, body, timeout)
 
     async def _ring_request(self, peer: int, action: str, body: Body, timeout: float) -> Body:
         relays = self._route_peers()

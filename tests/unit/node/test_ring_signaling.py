@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import pytest
 
+from evio.node import ring_signaling
 from evio.node.ring_signaling import RING_TIMEOUT, ROUTED, RingSignaling
 from evio.overlay import ring_signal as rs
 from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE
@@ -164,20 +165,75 @@ async def test_actions_not_routed_and_nodes_without_links_go_through_the_server(
     assert fleet.nodes[a].fallbacks == {"no_links": 1}
 
 
-async def test_a_route_that_ends_short_of_the_target_falls_back_to_the_server_at_once() -> None:
-    fleet = Fleet(6)
+def cut_short(fleet: Fleet) -> tuple[int, int, int]:
+    """a's only way to c leads through b, whose successor link is gone: from b no peer is closer to c."""
     a, b, c = fleet.ids[0], fleet.ids[1], fleet.ids[3]
-    # b's successor link is gone: from b no peer is closer to c, so b answers UNREACHABLE.
     fleet.links[b].discard(fleet.ids[2])
     fleet.links[fleet.ids[2]].discard(b)
-    fleet.links[a].discard(fleet.ids[5])  # a's only way is through b
+    fleet.links[a].discard(fleet.ids[5])
+    return a, b, c
+
+
+async def test_an_offer_whose_route_ends_short_of_the_target_goes_through_the_server_at_once() -> None:
+    fleet = Fleet(6)
+    a, b, c = cut_short(fleet)
     started = time.monotonic()
+    answer = await fleet.nodes[a].request(OV, c, OFFER, {"n": 3}, timeout=10.0)
+    assert answer["answer"] == 3
+    assert time.monotonic() - started < RING_TIMEOUT / 2  # not after the ring's timeout: b said UNREACHABLE
+    assert fleet.nodes[a].fallbacks == {"unreachable": 1}
+    assert fleet.servers[a].requests == [(c, OFFER)]
+    assert fleet.nodes[b].drops[DropReason.NO_ROUTE] == 1
+
+
+async def test_a_link_request_to_a_node_not_reachable_yet_is_tried_along_the_ring_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ring_signaling, "UNREACHABLE_WAIT", 5.0)
+    fleet = Fleet(6)
+    a, b, c = cut_short(fleet)
+    asyncio.get_running_loop().call_later(0.3, lambda: (fleet.links[a].add(c), fleet.links[c].add(a)))  # a link came up
     answer = await fleet.nodes[a].request(OV, c, ACTION_LINK, {"n": 3}, timeout=10.0)
     assert answer["answer"] == 3
-    assert time.monotonic() - started < RING_TIMEOUT / 2  # not after the ring's timeout
-    assert fleet.nodes[a].fallbacks == {"unreachable": 1}
+    assert fleet.servers[a].requests == [] and fleet.nodes[a].sent == {"ring": 1}
+    assert fleet.nodes[a].waited == 1
+    # Still unreachable after the wait: through the server.
+    fleet.links[a].discard(c)
+    fleet.links[c].discard(a)
+    monkeypatch.setattr(ring_signaling, "UNREACHABLE_WAIT", 0.3)
+    await fleet.nodes[a].request(OV, c, ACTION_LINK, {"n": 4}, timeout=10.0)
     assert fleet.servers[a].requests == [(c, ACTION_LINK)]
-    assert fleet.nodes[b].drops[DropReason.NO_ROUTE] == 1
+    assert fleet.nodes[a].fallbacks == {"unreachable": 1}
+
+
+async def test_a_node_without_links_sends_one_link_request_through_the_server_and_the_next_along_the_ring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ring_signaling, "FIRST_LINK_WAIT", 5.0)
+    fleet = Fleet(6)
+    a, b, c = fleet.ids[0], fleet.ids[1], fleet.ids[3]
+    for peer in list(fleet.links[a]):
+        fleet.links[a].discard(peer)
+        fleet.links[peer].discard(a)
+    gate = asyncio.Event()
+    server = fleet.servers[a]
+    plain = FakeServer.request
+
+    async def slow(self: FakeServer, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
+        await gate.wait()  # our first link's request is still on its way through the server
+        return await plain(self, overlay, peer, action, body, timeout)
+
+    monkeypatch.setattr(FakeServer, "request", slow)
+    first = asyncio.ensure_future(fleet.nodes[a].request(OV, b, ACTION_LINK, {"n": 1}))
+    second = asyncio.ensure_future(fleet.nodes[a].request(OV, c, ACTION_LINK, {"n": 2}))
+    await asyncio.sleep(0.3)
+    fleet.links[a].add(b)  # the first link is up
+    fleet.links[b].add(a)
+    assert (await second)["answer"] == 2
+    gate.set()
+    assert (await first)["answer"] == 1
+    assert server.requests == [(b, ACTION_LINK)]
+    assert fleet.nodes[a].sent == {"server": 1, "ring": 1} and fleet.nodes[a].waited == 1
 
 
 async def test_a_dropped_request_falls_back_to_the_server_after_the_ring_timeout() -> None:
