@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.clock import REAL_CLOCK, Clock
 from evio.overlay import ring_signal
-from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE
+from evio.overlay.negotiation import ACTION_LINK
 from evio.overlay.ring_signal import DropReason, RingMessage, RingSignalError
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.signal.errors import ErrorReason, HandlerBadRequest, HandlerRejected, LoginFailure, RequestError
@@ -51,9 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROUTED = frozenset({ACTION_LINK, ACTION_OFFER, ACTION_RELEASE})
-"""Actions that may go along the ring: setting a link up, and releasing one (to a linked peer: over the very
-tunnel, with half the caller's time, since a tunnel being released may be dying)."""
+ROUTED = frozenset({ACTION_LINK, ACTION_OFFER})
+"""Actions that may go along the ring: setting a link up. (A release goes to a linked peer, over its own
+tunnel's end of life; it stays on the server.)"""
 RING_TIMEOUT = 6.0  # an offer's answer waits for the responder's candidates (1-3 s under load)
 CHUNK_RATE, CHUNK_BURST = 20.0, 40  # per neighbour: an offer and its answer are 2-4 chunks
 MAX_INFLIGHT = 32
@@ -141,8 +141,7 @@ class RingSignaling:
     async def request(self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
         if action in ROUTED and overlay == self.overlay and self._relays is not None:
             try:
-                limit = min(timeout or RING_TIMEOUT, RING_TIMEOUT)
-                answer = await self._ring_first(peer, action, body, limit / 2 if action == ACTION_RELEASE else limit)
+                answer = await self._ring_first(peer, action, body, min(timeout or RING_TIMEOUT, RING_TIMEOUT))
             except _Fallback as why:
                 self.fallbacks[why.reason] += 1
             else:

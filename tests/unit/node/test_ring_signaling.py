@@ -156,12 +156,12 @@ async def test_a_refusal_comes_back_as_the_same_error_as_through_the_server() ->
 async def test_actions_not_routed_and_nodes_without_links_go_through_the_server() -> None:
     fleet = Fleet(4)
     a, b = fleet.ids[0], fleet.ids[2]
-    fleet.servers[b].handlers["overlay.probe"] = fleet.servers[b].handlers[ACTION_LINK]
-    assert ACTION_RELEASE in ROUTED and "overlay.probe" not in ROUTED
-    await fleet.nodes[a].request(OV, b, "overlay.probe", {"n": 1})
+    fleet.servers[b].handlers[ACTION_RELEASE] = fleet.servers[b].handlers[ACTION_LINK]
+    assert ACTION_RELEASE not in ROUTED
+    await fleet.nodes[a].request(OV, b, ACTION_RELEASE, {"n": 1})
     fleet.links[a].clear()
     await fleet.nodes[a].request(OV, b, ACTION_LINK, {"n": 2})
-    assert fleet.servers[a].requests == [(b, "overlay.probe"), (b, ACTION_LINK)]
+    assert fleet.servers[a].requests == [(b, ACTION_RELEASE), (b, ACTION_LINK)]
     assert fleet.nodes[a].fallbacks == {"no_links": 1}
 
 
@@ -192,11 +192,7 @@ async def test_a_link_request_to_a_node_not_reachable_yet_is_tried_along_the_rin
     monkeypatch.setattr(ring_signaling, "UNREACHABLE_WAIT", 5.0)
     fleet = Fleet(6)
     a, b, c = cut_short(fleet)
-    def link_up() -> None:
-        fleet.links[a].add(c)
-        fleet.links[c].add(a)
-
-    asyncio.get_running_loop().call_later(0.3, link_up)  # a link came up meanwhile
+    asyncio.get_running_loop().call_later(0.3, lambda: (fleet.links[a].add(c), fleet.links[c].add(a)))  # a link came up
     answer = await fleet.nodes[a].request(OV, c, ACTION_LINK, {"n": 3}, timeout=10.0)
     assert answer["answer"] == 3
     assert fleet.servers[a].requests == [] and fleet.nodes[a].sent == {"ring": 1}
