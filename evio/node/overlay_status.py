@@ -10,6 +10,7 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from evio.ids import format_node_id
+from evio.node.ring_signaling import RingSignaling
 from evio.node.status import link_counts, link_document, trust_document
 from evio.node.transit_wiring import transit_status
 from evio.sdn import boundary
@@ -48,7 +49,9 @@ def overlay_status(stack: OverlayStack) -> dict[str, Any]:
                    "connected": signaling.connected, "connected_since": signaling.connected_since,
                    "logins": signaling.sessions, "reconnects": max(signaling.sessions - 1, 0),
                    "last_error": error.as_dict() if (error := signaling.last_error(stack.overlay)) else None,
-                   "drops": signaling.drop_counts()},
+                   "drops": signaling.drop_counts(), "messages": signaling.message_counts(),
+                   # Link requests and offers along the ring (decision 0067); None: all through the server.
+                   "ring": signaling.counts() if isinstance(signaling, RingSignaling) else None},
         "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},
         "trust": _trust_status(stack),
         "links": links,

@@ -108,6 +108,9 @@ class OverlaySignaling:
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         return self._client.receive_revocation_list(text, source)
 
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        return self._client.message_counts()
+
     def drop_counts(self) -> dict[str, int]:
         return self._client.drop_counts()
 

@@ -37,7 +37,7 @@ import datetime
 import logging
 import random
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -145,6 +145,10 @@ class SignalEndpoint:
         self._events = EventRegistry()
         self.drops = DropAccounting(limits.drop_log_interval)
         self.ignored_fields = 0  # messages and announcements that carried fields this release does not read
+        # Requests and responses this node sent through the server, by action ("response" for answers), and the
+        # requests it was sent: what signaling costs the server (decision 0067's measurement).
+        self.messages_out: Counter[str] = Counter()
+        self.requests_in: Counter[str] = Counter()
         self._ignored_logged = LogLimiter[str](limits.drop_log_interval)
         self._handlers: dict[str, Handler] = {}
         self._transactions: TransactionTable[asyncio.Future[Body]] = TransactionTable(
@@ -280,6 +284,9 @@ class SignalEndpoint:
         """The node ids the overlay CA's newest revocation list we hold revokes now."""
         return self._table.revoked(overlay)
 
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        return {"out": dict(self.messages_out), "requests_in": dict(self.requests_in)}
+
     def drop_counts(self) -> dict[str, int]:
         return {reason.value: n for reason, n in sorted(self.drops.counts.items(), key=lambda i: i[0].value) if n}
 
@@ -345,6 +352,7 @@ class SignalEndpoint:
             self._transactions.cancel(pending.txid)
             raise
         self._transmit(jid, text, pending.txid)
+        self.messages_out[action] += 1
         self._arm_timer()
         try:
             return await waiter
@@ -866,6 +874,7 @@ class SignalEndpoint:
             self._unknow((overlay, node_id, bare))
 
     def _start_handler(self, request: Request, sender: str) -> None:
+        self.requests_in[request.action] += 1
         mine = self._inflight_by_peer.get(sender, 0)
         if mine >= self.limits.max_inflight_per_peer:
             self._drop(DropReason.PEER_OVERLOADED, sender, f"{mine} of its requests in progress")
@@ -917,6 +926,7 @@ class SignalEndpoint:
             text = protocol.encode(_error(request, ErrorReason.INTERNAL, "unsendable response"))
         if self._connected:
             self._transmit(sender, text, None)
+            self.messages_out["response"] += 1
 
     def _drop(self, reason: DropReason, peer: str, detail: str) -> None:
         if self.drops.record(reason, peer, self.clock.now()):

@@ -74,6 +74,10 @@ class Signaling(Protocol):
         """A revocation list from anywhere (a file, the overlay): adopted if it verifies and is newer."""
         ...
 
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        """Requests and responses sent through the server by action ("out"), requests received ("requests_in")."""
+        ...
+
     def drop_counts(self) -> dict[str, int]:
         """Refused signaling input so far, by `evio.signal.drops.DropReason` value (the whole account's)."""
         ...
