@@ -68,7 +68,7 @@ from slixmpp.xmlstream import ElementBase, register_stanza_plugin
 from slixmpp.xmlstream.handler import Callback
 from slixmpp.xmlstream.matcher import StanzaPath
 
-from evio.signal import identity, protocol
+from evio.signal import identity, member_list, protocol
 from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
@@ -219,7 +219,17 @@ class _Identity(_JsonElement):
     plugin_attrib = "evio_identity"
 
 
+class _Members(_JsonElement):
+    """<members xmlns="urn:x-evio:members:1">JSON</members>: the overlay CA's member list, from the server host
+    when it adds a member (decision 0066). Nodes of earlier releases ignore the element."""
+
+    name = member_list.ELEMENT
+    namespace = member_list.NAMESPACE
+    plugin_attrib = "evio_members"
+
+
 register_stanza_plugin(Message, _Payload)
+register_stanza_plugin(Message, _Members)
 register_stanza_plugin(Presence, _Payload)
 register_stanza_plugin(Presence, _Identity)
 register_stanza_plugin(Message, _Identity)  # the server host hands on a revocation list this way
@@ -445,6 +455,7 @@ class SignalClient(SignalEndpoint):
         xmpp.add_event_handler("message_error", self._on_message_error)
         xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), self._on_message))
         xmpp.register_handler(Callback("evio identity", StanzaPath("message/evio_identity"), self._on_identity_message))
+        xmpp.register_handler(Callback("evio members", StanzaPath("message/evio_members"), self._on_members_message))
 
         host, port = self.rotation.current
         log.debug("signal %s: connecting to %s:%d (%s)", s.jid, host, port, self._tls_mode())
@@ -692,6 +703,10 @@ class SignalClient(SignalEndpoint):
     def _on_identity_message(self, message: Any) -> None:
         if message["type"] != "error":
             self._identity_message(str(message["from"]), message["evio_identity"]["json"])
+
+    def _on_members_message(self, message: Any) -> None:
+        if message["type"] != "error":
+            self._members_message(str(message["from"]), message["evio_members"]["json"])
 
     def _on_message_error(self, message: Message) -> None:
         self._bounced(str(message["id"]), str(message["from"]), str(message["error"]["condition"]))

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import os
 import random
 import time
 from collections import OrderedDict
@@ -64,6 +65,7 @@ from evio.signal.events import (
     Disconnected,
     E,
     EventRegistry,
+    MemberListAdopted,
     PeerAdded,
     PeerRemoved,
     RemovalCause,
@@ -447,9 +449,28 @@ class SignalEndpoint:
         self._retold.pop(ml.overlay, None)
         log.info("signal member list overlay=%s serial=%d: %d members (from %s)", ml.overlay, ml.serial,
                  len(ml.members), source)  # fmt: skip
+        self._keep_member_file(ml, source)
         self._listed_changed(ml.overlay, ml)
         self._reach_contacts()
+        self._events.publish(MemberListAdopted(ml.overlay, ml.serial, source))
         return True
+
+    def _keep_member_file(self, ml: member_list.MemberList, source: str) -> None:
+        """A list adopted from elsewhere than its file (the overlay, the server host) replaces the file beside the
+        CA, so that a restart starts from it (decision 0066). Written whole, then renamed: never half a list."""
+        path = self._identities[ml.overlay].member_file
+        if path is None or source == str(path):
+            return
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            tmp.write_text(member_list.to_text(ml))
+            tmp.chmod(0o644)
+            os.replace(tmp, path)
+            st = path.stat()
+            self._file_seen[path] = (st.st_mtime_ns, st.st_size)  # ours: not read back as news
+        except OSError as exc:
+            log.warning("signal member list overlay=%s serial=%d: not written to %s: %s", ml.overlay, ml.serial,
+                        path, exc)  # fmt: skip
 
     def _identity_message(self, sender: str, text: str) -> None:
         """An identity element in a message: the server host (from our server's domain) or a member hands on a
@@ -465,6 +486,14 @@ class SignalEndpoint:
             return
         for rl in doc.revocations:
             self._adopt_list(rl, sender)
+
+    def _members_message(self, sender: str, text: str) -> None:
+        """A member list in a message: only the server host (our server's domain) sends one, when it adds a
+        member (decision 0066); from anyone else it is dropped before any signature is checked."""
+        if sender != self.account.split("@", 1)[-1]:
+            self._drop(DropReason.NOT_MEMBER, sender, "member list message not from the server host")
+            return
+        self.receive_member_list(text, sender)  # refusals are counted and logged there
 
     def _verified_claims(self, sender: str, doc: identity.IdentityDocument) -> set[str]:
         """The overlays whose claim proof in `doc` holds for `sender`."""

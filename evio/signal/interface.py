@@ -13,6 +13,7 @@ from typing import Protocol
 from evio.signal.errors import LoginFailure
 from evio.signal.events import E, Subscription
 from evio.signal.identity import RevocationList
+from evio.signal.member_list import MemberList
 from evio.signal.protocol import Body
 
 Handler = Callable[[str, int, Body], Awaitable[Body]]
@@ -63,6 +64,14 @@ class Signaling(Protocol):
 
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         """A revocation list from anywhere (a file, the overlay): adopted if it verifies and is newer."""
+        ...
+
+    def listed_members(self, overlay: str) -> MemberList | None:
+        """The overlay CA's newest verified member list held here (presence to linked peers only), to pass on."""
+        ...
+
+    def receive_member_list(self, text: str, source: str = "local") -> bool:
+        """A member list from anywhere (a file, the overlay): adopted if it verifies and is newer."""
         ...
 
     def drop_counts(self) -> dict[str, int]:
