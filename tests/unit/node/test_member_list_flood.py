@@ -161,7 +161,7 @@ def test_malformed_and_oversize_frames_are_dropped_and_counted(tmp_path: Path) -
 
 def test_a_list_too_large_to_flood_is_not_sent(tmp_path: Path) -> None:
     medium, nodes, _ = fleet(tmp_path, 2, listed(1))
-    nodes[0].MAX_BYTES = 100  # type: ignore[misc]
+    nodes[0].MAX_BYTES = 100
     nodes[0].client.receive_member_list(member_list.to_text(listed(2)), D)
     assert nodes[0].counts["not_sent_oversize"] == 1 and not medium.frames and serials(nodes) == [2, 1]
 
