@@ -230,6 +230,8 @@ class _Members(_JsonElement):
 
 register_stanza_plugin(Message, _Payload)
 register_stanza_plugin(Message, _Members)
+register_stanza_plugin(Presence, _Members)  # in presence: the serials of the lists the sender holds
+_MEMBERS_TAG = f"{{{member_list.NAMESPACE}}}{member_list.ELEMENT}"
 register_stanza_plugin(Presence, _Payload)
 register_stanza_plugin(Presence, _Identity)
 register_stanza_plugin(Message, _Identity)  # the server host hands on a revocation list this way
@@ -656,11 +658,17 @@ class SignalClient(SignalEndpoint):
 
     def _send_presence(self, xmpp: ClientXMPP) -> None:
         presence = xmpp.make_presence()
+        self._fill_presence(xmpp, presence)
+        presence.send()
+
+    def _fill_presence(self, xmpp: ClientXMPP, presence: Presence) -> None:
         presence["evio"]["json"] = self._announcement()
         document = self._identity_document(str(xmpp.boundjid))
         if document is not None:
             presence["evio_identity"]["json"] = document
-        presence.send()
+        hint = self._members_hint()
+        if hint is not None:
+            presence["evio_members"]["json"] = hint
 
     def _last_login_time(self) -> float:
         return self.last_login_seconds or 0.0
@@ -670,11 +678,18 @@ class SignalClient(SignalEndpoint):
         if xmpp is None:
             return
         presence = xmpp.make_presence(pto=to, pstatus=ANSWER_STATUS if answer else None)
-        presence["evio"]["json"] = self._announcement()
-        document = self._identity_document(str(xmpp.boundjid))
-        if document is not None:
-            presence["evio_identity"]["json"] = document
+        self._fill_presence(xmpp, presence)
         presence.send()
+
+    def _send_members(self, to: str, text: str) -> None:
+        xmpp = self._xmpp
+        if xmpp is None:
+            return
+        message = xmpp.make_message(mto=to, mtype="normal")
+        message["evio_members"]["json"] = text
+        for hint in ("no-store", "no-permanent-store", "no-copy"):
+            message.appendxml(Element(f"{{{_HINTS_NS}}}{hint}"))
+        message.send()
 
     def _announce_again(self) -> None:
         xmpp = self._xmpp
@@ -688,9 +703,11 @@ class SignalClient(SignalEndpoint):
             return
         has_payload = presence.xml.find(_PAYLOAD_TAG) is not None
         has_identity = presence.xml.find(_IDENTITY_TAG) is not None
+        has_members = presence.xml.find(_MEMBERS_TAG) is not None
         self._presence_available(sender, presence["evio"]["json"] if has_payload else None,
                                  presence["evio_identity"]["json"] if has_identity else None,
-                                 answer=presence["status"] == ANSWER_STATUS)  # fmt: skip
+                                 answer=presence["status"] == ANSWER_STATUS,
+                                 members_json=presence["evio_members"]["json"] if has_members else None)  # fmt: skip
 
     def _on_presence_unavailable(self, presence: Presence) -> None:
         self._presence_unavailable(str(presence["from"]), returning=presence["status"] == RELOGIN_STATUS)
