@@ -125,9 +125,9 @@ RECONTACT_INTERVAL = 30.0
 RECONTACT_LOGINS = 4.0
 ANSWER_WAIT = 10.0  # a request to a listed member not present waits this long at most for its presence
 MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
-# A newer member list seen in a presence (decision 0066): we ask its sender for it at most this often per
-# overlay (one answer is enough; a forged serial costs one ask), accept the list from whom we asked for this
-# long, and answer one member's asks at most this often.
+# A newer member list seen in a presence (decision 0066): we ask its sender for it, and ask for the same serial
+# again (of whoever says it next) only after this long (one answer is enough; a forged serial costs one small
+# ask); we accept the list from whom we asked for this long, and answer one member's asks at most this often.
 MEMBERS_ASK_INTERVAL = 5.0
 MEMBERS_ASK_WAIT = 30.0
 MEMBERS_ANSWER_INTERVAL = 10.0
@@ -187,7 +187,7 @@ class SignalEndpoint:
         # it may have refused our presence under its older list, so it is answered again.
         self._hints: dict[str, dict[str, int]] = {}
         self._members_asked: OrderedDict[str, float] = OrderedDict()  # full JID -> when we asked it for a list
-        self._members_asked_at: dict[str, float] = {}  # overlay -> when we last asked anyone
+        self._members_asked_at: dict[str, tuple[int, float]] = {}  # overlay -> the serial we last asked for, when
         self._members_answered: OrderedDict[str, float] = OrderedDict()  # bare JID -> when we last sent it ours
         self._reached: set[str] = set()  # bare JIDs we sent our presence to in this session
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
@@ -543,9 +543,10 @@ class SignalEndpoint:
             held = ml.serial if ml is not None else 0
             if serial <= held:
                 continue
-            if now - self._members_asked_at.get(overlay, float("-inf")) < MEMBERS_ASK_INTERVAL:
-                continue
-            self._members_asked_at[overlay] = now
+            asked_serial, asked_at = self._members_asked_at.get(overlay, (0, float("-inf")))
+            if serial <= asked_serial and now - asked_at < MEMBERS_ASK_INTERVAL:
+                continue  # asked for that one already: its answer is on its way
+            self._members_asked_at[overlay] = (serial, now)
             self._members_asked.pop(sender, None)
             self._members_asked[sender] = now
             while len(self._members_asked) > MAX_PROOF_CACHE:
