@@ -97,7 +97,7 @@ async def test_a_presence_with_a_newer_serial_is_asked_for_its_list_once_per_int
     a._presence_available("d@x.test/evio", None, None, members_json='{"ov1": 9}')  # newer still: asked at once
     a._presence_available("e@x.test/evio", None, None, members_json='{"ov1": 9}')
     assert sent[1:] == [("d@x.test/evio", '{"ask": "ov1"}')]
-    await a.clock.advance(mod.MEMBERS_ASK_INTERVAL)
+    await a.clock.advance(mod.MEMBERS_ASK_INTERVAL)  # type: ignore[attr-defined]
     a._presence_available("e@x.test/evio", None, None, members_json='{"ov1": 9}')  # d never answered
     assert sent[2:] == [("e@x.test/evio", '{"ask": "ov1"}')]
     forged = member_list.sign_members(make_overlay_ca("x", NOW, 1)[0], "ov1", 9, 0, {5: "a@x.test"})
