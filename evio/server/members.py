@@ -345,6 +345,14 @@ def remove_member(
         record, member = _member_of(registry, overlay, name)
         # The list first: if signing fails nothing is cut yet, and once written it holds whatever follows.
         listed = revoke(registry, overlay, {member.node_id: member.certificates_expire()}, now)
+        # Handed on at once: members whose membership is the CA's member list (decision 0059) ignore the group
+        # change below, and the account's deletion takes seconds on ejabberd (an ejabberdctl call a step).
+        deliver = getattr(accounts, "deliver", None)  # the XMPP server carries the list to the online members
+        if deliver is not None:
+            try:
+                deliver(overlay, NAMESPACE, ELEMENT, encode(IdentityDocument((), (listed,))))
+            except Exception as exc:  # noqa: BLE001 - members also read revoked.json, and pass it on
+                log.warning("overlay %s: revocation list written but not delivered: %s", overlay, exc)
         accounts.remove_from_group(name, overlay)
         accounts.delete_account(name)
         relay.remove_user(name)
@@ -352,12 +360,6 @@ def remove_member(
         registry.save(record)
         if domain is not None:
             deliver_member_list(accounts, write_member_list(registry, record, domain, now))
-        deliver = getattr(accounts, "deliver", None)  # the XMPP server carries the list to the online members
-        if deliver is not None:
-            try:
-                deliver(overlay, NAMESPACE, ELEMENT, encode(IdentityDocument((), (listed,))))
-            except Exception as exc:  # noqa: BLE001 - removal is done; members also read revoked.json
-                log.warning("overlay %s: revocation list written but not delivered: %s", overlay, exc)
         return member
 
 
