@@ -350,7 +350,9 @@ def remove_member(
         deliver = getattr(accounts, "deliver", None)  # the XMPP server carries the list to the online members
         if deliver is not None:
             try:
-                deliver(overlay, NAMESPACE, ELEMENT, encode(IdentityDocument((), (listed,))))
+                # The removed member last: it is about to lose its account anyway.
+                others = [n for n in record.members if n != name]
+                deliver(overlay, NAMESPACE, ELEMENT, encode(IdentityDocument((), (listed,))), members=[*others, name])
             except Exception as exc:  # noqa: BLE001 - members also read revoked.json, and pass it on
                 log.warning("overlay %s: revocation list written but not delivered: %s", overlay, exc)
         accounts.remove_from_group(name, overlay)
@@ -370,7 +372,8 @@ def deliver_member_list(accounts: Accounts, listed: MemberList) -> None:
     if deliver is None:
         return
     try:
-        deliver(listed.overlay, member_list.NAMESPACE, member_list.ELEMENT, json.dumps(listed.to_json()))
+        users = [account.split("@", 1)[0] for account in listed.members.values()]
+        deliver(listed.overlay, member_list.NAMESPACE, member_list.ELEMENT, json.dumps(listed.to_json()), members=users)
     except Exception as exc:  # noqa: BLE001 - the member is added; the overlay carries the list too
         log.warning("overlay %s: member list serial=%d written but not delivered: %s", listed.overlay,
                     listed.serial, exc)  # fmt: skip
