@@ -516,16 +516,17 @@ class SignalEndpoint:
         """A member list message (decision 0066): an ask for our list, or a list. A list is taken from the server
         host (our server's domain), which sends one when it adds a member, or from a member we asked; from
         anyone else it is dropped before any signature is checked."""
-        if len(text) <= MAX_MEMBERS_HINT_BYTES and '"ask"' in text:
+        if len(text) <= MAX_MEMBERS_HINT_BYTES:  # an ask is small; a list never has the key "ask"
             try:
                 ask = json.loads(text)
             except ValueError:
                 ask = None
-            if not isinstance(ask, dict) or set(ask) != {"ask"} or not isinstance(ask["ask"], str):
-                self._drop(DropReason.MALFORMED, sender, "bad member list ask")
+            if isinstance(ask, dict) and "ask" in ask:
+                if set(ask) != {"ask"} or not isinstance(ask["ask"], str):
+                    self._drop(DropReason.MALFORMED, sender, "bad member list ask")
+                    return
+                self._answer_members(sender, ask["ask"])
                 return
-            self._answer_members(sender, ask["ask"])
-            return
         asked = self._members_asked.get(sender)
         if sender != self.account.split("@", 1)[-1] and (asked is None or self.clock.now() - asked > MEMBERS_ASK_WAIT):
             self._drop(DropReason.NOT_MEMBER, sender, "member list from neither the server host nor whom we asked")
