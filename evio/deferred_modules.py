@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+import threading
 import types
 from collections.abc import Mapping, Sequence
 
@@ -30,13 +31,32 @@ class DeferredModule(types.ModuleType):
         if name.startswith("__") and name.endswith("__"):
             # The import system and tools probe dunders (`__path__`, `__all__`): not a reason to load.
             raise AttributeError(name)
-        spec = self.__spec__
-        assert spec is not None and isinstance(spec.loader, _OnFirstUse)
-        real = spec.loader.real
-        self.__class__ = types.ModuleType  # type: ignore[assignment]  # a plain module from now on
-        spec.loader = self.__loader__ = real
-        real.exec_module(self)  # replaces the preset names with the module's own
+        with _running_lock:
+            # A thread that waited here while another ran the code finds a plain module: it only answers.
+            if type(self) is DeferredModule:
+                if self in _running:
+                    # Its own code, or a module it imports, looked up a name it has not defined yet:
+                    # what a partly run module answers in a circular import.
+                    raise AttributeError(name)
+                spec = self.__spec__
+                assert spec is not None and isinstance(spec.loader, _OnFirstUse)
+                real = spec.loader.real
+                _running.add(self)
+                try:
+                    real.exec_module(self)  # replaces the preset names with the module's own
+                finally:
+                    _running.discard(self)
+                # Only now a plain module: until its code has run, other threads wait on the lock above
+                # instead of seeing it half made.
+                self.__class__ = types.ModuleType  # type: ignore[assignment]
+                spec.loader = self.__loader__ = real
         return getattr(self, name)
+
+
+# One lock for every deferred module: a module's code may import another deferred one (re-entrant), and
+# a module runs once however many threads look it up first.
+_running_lock = threading.RLock()
+_running: set[types.ModuleType] = set()
 
 
 class _OnFirstUse(importlib.abc.Loader):
