@@ -772,6 +772,8 @@ class SignalEndpoint:
         changed = self._hints.get(sender, hint) != hint  # it took a newer list: it may have refused our presence
         if self._links_mode:
             self._hints[sender] = hint
+            if len(self._hints) > MAX_PROOF_CACHE:  # senders come and go; their unavailable may never come
+                del self._hints[next(iter(self._hints))]
         if (self._links_mode and not answer and (sender not in self._told or changed) and self._connected
                 and any(m.overlay in self._links_mode for m in announcement.members)):
             self._told.add(sender)
