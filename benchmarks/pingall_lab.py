@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the pairs of an all-pairs ping are lost, right after the ring closes (issue 23).
 
-    flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/pingall_lab.py [--nodes 32] [--rounds 2] [--timeout 2]
+    flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/pingall_lab.py [--nodes 32] [--rounds 2] [--timeout 2] [--trust]
 
 A lab of --nodes full nodes behind mixed NATs (the daemon's defaults). As soon as successor links close
 the ring, `evio lab pingall` runs --rounds times. Around each round every daemon's status is read, and
@@ -10,7 +10,9 @@ settling), switch drops by reason (the budgets of the switch: packet-ins, floods
 per-port drops, packet-ins and broadcasts. A failed pair is then pinged again with a long timeout, to
 tell a pair that is slow (the answer came late) from one that is lost. The host's neighbour tables
 are shared by every namespace: a round that fills them loses pairs (decision 0058), so that is counted too. The load average is printed
-beside every round. Root only; the lab is removed at the end, also on failure. A benchmark: it asserts
+beside every round. With --trust the overlay has a CA whose node certificates name each node's address, so every
+switch answers the first ARP for a member's address itself (decision 0065); without it, an address is answered
+locally only once its owner answered a flooded request (decision 0056). Root only; the lab is removed at the end, also on failure. A benchmark: it asserts
 nothing.
 """
 
@@ -115,12 +117,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=2.0, help="per ping, as `evio lab pingall` (default 2)")
     parser.add_argument("--name", default="pa")
+    parser.add_argument("--trust", action="store_true", help="an overlay CA; certificates name the nodes' addresses")
     args = parser.parse_args()
-    lab = Lab.up(args.name, nodes=args.nodes, nat="mixed", daemons=True)
+    lab = Lab.up(args.name, nodes=args.nodes, nat="mixed", daemons=True, trust=args.trust)
     try:
         started = time.monotonic()
         _, closed = wait_ring(lab, 60.0 + 4.0 * args.nodes)
-        print(f"n={args.nodes}: ring {'closed' if closed else 'NOT closed'} {time.monotonic() - started:.1f} s after "
+        print(f"n={args.nodes}{' trust' if args.trust else ''}: ring {'closed' if closed else 'NOT closed'} {time.monotonic() - started:.1f} s after "
               f"the daemons were ready (load average {os.getloadavg()[0]:.1f})", flush=True)
         for round_ in range(1, args.rounds + 1):
             before, sizes, fulls = counters(lab), log_sizes(lab), host_table_fulls()

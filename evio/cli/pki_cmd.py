@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import ipaddress
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from cryptography import x509
 
 from evio.ids import NodeIdError, parse_node_id
+from evio.signal.overlay_addresses import address_uri
 from evio.tunnel.path.overlay_ca import (
     issue_node_certificate,
     load_ca_key,
@@ -48,6 +50,9 @@ def register(sub: Any) -> None:
     issue.add_argument("--node", required=True, help="the node id, 32 hex digits")
     issue.add_argument("--out", required=True, type=Path, metavar="DIR")
     issue.add_argument("--days", type=int, default=365)
+    issue.add_argument("--address", action="append", default=[], metavar="OVERLAY=IP",
+                       help="the node's own address in an overlay, certified so switches answer ARP and ND for it at "
+                            "once (repeatable; decision 0065)")  # fmt: skip
     issue.add_argument("--force", action="store_true", help="overwrite existing files")
     issue.set_defaults(handler=issue_command)
 
@@ -85,6 +90,18 @@ def issue_command(args: argparse.Namespace) -> int:
     if args.days <= 0:
         print("evio pki: --days must be positive", file=sys.stderr)
         return EXIT_FAILED
+    addresses: dict[str, list[ipaddress.IPv4Address | ipaddress.IPv6Address]] = {}
+    for text in args.address:
+        overlay, _, ip = text.partition("=")
+        try:
+            address = ipaddress.ip_interface(ip).ip
+        except ValueError:
+            address = None
+        if overlay not in args.overlay or address is None or address.is_multicast or address.is_unspecified:
+            print(f"evio pki: --address {text!r}: expected OVERLAY=IP, an overlay given with --overlay and a unicast "
+                  "address", file=sys.stderr)  # fmt: skip
+            return EXIT_FAILED
+        addresses.setdefault(overlay, []).append(address)
     cert_path, key_path = args.out / "node.crt", args.out / "node.key"
     if _refuse_overwrite([cert_path, key_path], args.force):
         return EXIT_FAILED
@@ -94,11 +111,13 @@ def issue_command(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"evio pki: cannot load the CA from {args.ca}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    key, cert = issue_node_certificate(ca_key, ca_cert, args.overlay, node_id, datetime.datetime.now(datetime.UTC), args.days)
+    key, cert = issue_node_certificate(ca_key, ca_cert, args.overlay, node_id, datetime.datetime.now(datetime.UTC), args.days,
+                                       addresses=addresses)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     write_private_key(key_path, key)
     write_certificate(cert_path, cert)
-    names = ", ".join(node_uri(o, node_id) for o in args.overlay)
+    names = ", ".join([node_uri(o, node_id) for o in args.overlay]
+                      + [address_uri(o, a) for o, found in addresses.items() for a in found])  # fmt: skip
     print(f"{cert_path}: {names}, valid until {cert.not_valid_after_utc:%Y-%m-%d}")
     print(f"{key_path}: its key")
     return EXIT_OK

@@ -802,7 +802,8 @@ class Lab:
                 plaintext=plaintext,
                 topology={**(topology or {}), **node_topology.get(node.index, {})} or None,
                 switching=switching,
-                trust=pki.issue_overlay_member(overlay_ca, plan.overlay, int(node_id, 16), home / "trust", now) if overlay_ca else None,
+                trust=pki.issue_overlay_member(overlay_ca, plan.overlay, int(node_id, 16), home / "trust", now,
+                                                         node.overlay_address.ip) if overlay_ca else None,
                 tunnel=dict(tunnel) if tunnel else None,
             )
             path = configs.node_config_path(self.directory, node)

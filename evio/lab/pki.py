@@ -7,6 +7,7 @@ deployment would (ca_file in their config) and nothing outside trusts it.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,10 +95,13 @@ def make_overlay_ca(directory: Path, common_name: str, now: datetime.datetime) -
     return paths
 
 
-def issue_overlay_member(ca: Certificate, overlay: str, node_id: int, directory: Path, now: datetime.datetime) -> dict[str, str]:
-    """A node certificate for `node_id` under the overlay CA; returns the node config's `trust` section."""
+def issue_overlay_member(ca: Certificate, overlay: str, node_id: int, directory: Path, now: datetime.datetime,
+                         address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None) -> dict[str, str]:  # fmt: skip
+    """A node certificate for `node_id` (and its overlay `address`: decision 0065) under the overlay CA; returns
+    the node config's `trust` section."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert_path.read_bytes())
-    key, cert = issue_node_certificate(load_ca_key(ca.key_path), ca_cert, [overlay], node_id, now, _VALIDITY.days)
+    key, cert = issue_node_certificate(load_ca_key(ca.key_path), ca_cert, [overlay], node_id, now, _VALIDITY.days,
+                                       addresses={overlay: [address]} if address is not None else None)  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     write_private_key(directory / "node.key", key)
     write_certificate(directory / "node.crt", cert)

@@ -19,10 +19,16 @@ sender MACs took a budget shared by all and no honest announcement was checked):
 1. free refusals first: what does not parse, another overlay's, stale or from the future, naming a group MAC,
    this node's own, a revoked member's, one not newer than the list held for its node, the exact bytes of one
    refused lately, a certificate refused lately for the id it names;
-2. then a budget shared fairly among the node ids named (`evio.sdn.flood_shares`, max-min, no queue): each
-   member the node knows (signaling's peers, or a certificate already checked) is a key of its own, and every
-   id nobody knows shares one key, so invented ids cannot crowd out a member's refresh; the total is one
-   port's flood budget (`VERIFY_RATE`), the most one hostile neighbour can pass to this node;
+2. then a budget per port the announcement came in by, shared fairly among the node ids named
+   (`evio.sdn.flood_shares`, max-min, no queue): each member the node knows (signaling's peers, or a certificate
+   already checked) is a key of its own, and every id nobody knows shares one key, so invented ids cannot crowd
+   out a member's refresh; a port's total is one port's flood budget (`VERIFY_RATE`), the most one hostile
+   neighbour can pass to this node. The port is the tunnel a flood came in by, which the switch tells
+   (`flooded`, review21d): forgeries under a member's id (its certificate is public) then spend only the checks
+   of the port they came by, and the member's own announcements, coming by another, are checked. A flood must
+   be rooted at the id it names (a member floods its own), so a neighbour's forgeries cannot ride the floods
+   of members behind it. What the bridge's interface reads itself (unicast to this node: a neighbour passing
+   lists on) is one more port; its broadcasts are the floods' copies and are left to the switch's word;
 3. a certificate already checked (by fingerprint, `host_claims.Certificates`) costs no chain check again:
    a known member's refresh is one signature check.
 
@@ -39,7 +45,10 @@ as it received it (unchanged signed bytes), `CATCHUP_BATCH` frames a `CATCHUP_TI
 `CATCHUP_PEER_INTERVAL`. Only the newcomer's neighbours act: a join costs (neighbours x members) unicast frames,
 each checked once at the newcomer (copies from other neighbours are free refusals, "unchanged"). A revoked node's claims are dropped when the list comes.
 The owners (each MAC's one claimant, or the first of several: `host_claims.HostClaims`) go to the switch
-when they change (`SetMacOwners`). This node's own list is a claim too (a member announcing our host after
+when they change (`SetMacOwners`). So do the members' own overlay addresses their certificates name, each with
+the MAC of the interface holding it (`SetCertifiedAddresses`, decision 0065): the switch answers a local host's
+ARP or neighbour solicitation for them at once. This node names its own such address (the bridge interface's,
+if its certificate names it) in its announcements. This node's own list is a claim too (a member announcing our host after
 us does not hold it here), left out of what the switch is told.
 """
 
@@ -51,22 +60,25 @@ import logging
 import socket
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.node.ethertype_socket import read_frames
 from evio.ratelimit import LogLimiter, Rate
 from evio.sdn.flood_shares import FloodShares
+from evio.sdn.switch_terms import ETH_HEADER_LEN, HOST_CLAIMS_ETHERTYPE
 from evio.signal import host_claims
 from evio.signal.events import RevocationAdopted, Subscription
 from evio.signal.interface import Signaling
+from evio.signal.overlay_addresses import IPAddress, certified_addresses
 from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.path.trust import TrustAnchor
 
 log = logging.getLogger(__name__)
 
-ETHERTYPE = 0x88B6  # IEEE 802 "local experimental ethertype 2" (the revocation lists have the first)
+ETHERTYPE = HOST_CLAIMS_ETHERTYPE  # IEEE 802 "local experimental ethertype 2" (the revocation lists have the first)
+UNICAST = -1  # the budget "port" of what the bridge's interface reads as sent to this node (a peer id is >= 0)
 BROADCAST = b"\xff" * 6
 MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 # Checks a second for all node ids: one port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE/BURST), the most one
@@ -74,7 +86,7 @@ MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 # at the full rate; beyond it only the keys that flood more than their share are thinned (a member sends one
 # announcement in 10 minutes).
 VERIFY_RATE = Rate(400.0, 800)
-MEMBER_RATE = Rate(5.0, 20)  # checks a second for one node id (or all unknown ones together) while others want more
+MEMBER_RATE = Rate(5.0, 20)  # checks a second for one node id (or all unknown ones together) on one port, if contested
 REFUSED_KEPT = 1024  # digests of refused announcements remembered, so a replayed one costs no check
 # Passing the lists held on to a peer whose link came up (a newcomer or a restarted node): frames a tick, under
 # the newcomer's check budget (VERIFY_RATE) with a few neighbours doing it at once.
@@ -91,7 +103,8 @@ class HostClaimsFlood:
     def __init__(
         self, overlay: str, ifname: str, node_id: int, certificate: TunnelCertificate, anchor: TrustAnchor,
         signaling: Signaling, tell_switch: Callable[[Mapping[str, int]], None], clock: Clock = REAL_CLOCK,
-        wall: Callable[[], float] = time.time,
+        wall: Callable[[], float] = time.time, own_addresses: Collection[IPAddress] = (),
+        tell_addresses: Callable[[Mapping[IPAddress, str]], None] | None = None,
     ) -> None:  # fmt: skip
         self.overlay = overlay
         self.ifname = ifname
@@ -106,10 +119,21 @@ class HostClaimsFlood:
         self.claims = host_claims.HostClaims(self_id=node_id)
         self.hosted: tuple[str, ...] = ()
         self._owners: Mapping[str, int] = {}
+        # This node's address(es) on the overlay that its certificate names: announced with the interface's MAC.
+        certified = certified_addresses(certificate.cert, overlay)
+        self.own_addresses = tuple(sorted((a for a in own_addresses if a in certified), key=lambda a: (a.version, a)))
+        uncertified = [str(a) for a in own_addresses if a not in certified]
+        if uncertified:
+            log.info("overlay %s: address %s not named by this node's certificate: ARP for it is answered elsewhere "
+                     "only after it answered a flooded request (decisions 0056, 0065)", overlay, ", ".join(uncertified))
+        self.interface_mac: str | None = None  # read at each announcement (OVS may change a bridge's MAC)
+        self._tell_addresses = tell_addresses
+        self._addresses: Mapping[IPAddress, str] = {}
         self._sock: socket.socket | None = None
         self._last_sent = float("-inf")
         self._send_timer: Timer | None = None
         self._refresh_timer: Timer | None = None
+        # (ingress peer, or UNICAST) -> checks shared among the node ids named (None: the ids nobody knows)
         self._verify_budget = FloodShares[int | None](VERIFY_RATE, MEMBER_RATE)
         self._certificates = host_claims.Certificates()
         self._refused: OrderedDict[bytes, None] = OrderedDict()
@@ -159,6 +183,7 @@ class HostClaimsFlood:
     def status(self) -> dict[str, Any]:
         return {"interface": self.ifname, "hosted": len(self.hosted), "members": len(self.claims) - (self.claims.issued_ms(self.node_id) is not None),
                 "owned": len(self._owners), "disputed": sorted(self.claims.disputed),
+                "own_addresses": [str(a) for a in self.own_addresses], "certified_addresses": len(self._addresses),
                 "counts": dict(sorted(self.counts.items()))}  # fmt: skip
 
     # -- what the node tells it ---------------------------------------------------------------
@@ -210,14 +235,25 @@ class HostClaimsFlood:
         self._send_timer = None
         self._last_sent = self._clock.now()
         macs = self.hosted
+        if self._sock is not None and self.own_addresses:
+            try:
+                self.interface_mac = self._sock.getsockname()[4].hex(":")
+            except OSError:  # the interface went: the next refresh makes up for it
+                self.interface_mac = None
+        own = self.interface_mac if self.own_addresses else None
+        if own is not None and own not in macs:
+            macs = (own, *macs)  # the interface's own MAC, whose addresses we name, first (it may not be cut)
         if len(macs) > host_claims.MAX_MACS:
             self.counts["macs_over_cap"] += len(macs) - host_claims.MAX_MACS
             macs = macs[: host_claims.MAX_MACS]
+            if own is not None and own not in macs:
+                macs = (own, *macs[:-1])
+        addresses = tuple((ip, own) for ip in self.own_addresses[: host_claims.MAX_ADDRESSES]) if own else ()
         cert = self._certificate
         issued_ms = int(self._wall() * 1000)
-        frame = host_claims.pack(cert.key, cert.cert, self.overlay, self.node_id, issued_ms, macs)
+        frame = host_claims.pack(cert.key, cert.cert, self.overlay, self.node_id, issued_ms, macs, addresses)
         self._frames[self.node_id] = (issued_ms, frame)
-        if self.claims.take(host_claims.Announcement(self.overlay, self.node_id, issued_ms, macs)):
+        if self.claims.take(host_claims.Announcement(self.overlay, self.node_id, issued_ms, macs, addresses)):
             self._owners_changed()  # ours is a claim too: a member naming our host after us holds nothing here
         if self._sock is None:
             return
@@ -236,12 +272,21 @@ class HostClaimsFlood:
             read_frames(self._sock, self.counts, log, f"host announcement on {self.ifname}", self._frame)
 
     def _frame(self, data: bytes, sender: bytes, broadcast: bool) -> None:
-        if not broadcast:
-            self.counts["received_unicast"] += 1  # passed on by a neighbour (a catch-up), or a member's to us alone
+        if broadcast:
+            # A flood's copy: the switch hands it over too, with the port it came by (`flooded`), and a local
+            # port's broadcast is no member's (a member's own goes out by its bridge's interface as a flood).
+            return
+        self.counts["received_unicast"] += 1  # passed on by a neighbour (a catch-up), or a member's to us alone
         self.receive(data, sender)
 
-    def receive(self, data: bytes, sender: bytes) -> None:
-        """One announcement's bytes from MAC `sender` (any MAC: a sender may invent it, so nothing is keyed by it)."""
+    def flooded(self, frame: bytes, peer: int, root: int) -> None:
+        """An announcement's Ethernet frame that a flood rooted at `root` brought from the tunnel to `peer`."""
+        if len(frame) > ETH_HEADER_LEN:
+            self.receive(frame[ETH_HEADER_LEN:], frame[6:12], ingress=peer, root=root)
+
+    def receive(self, data: bytes, sender: bytes, ingress: int | None = None, root: int | None = None) -> None:
+        """One announcement's bytes from MAC `sender` (any MAC: a sender may invent it, so nothing is keyed by it),
+        brought by a flood rooted at `root` from the tunnel to peer `ingress`, or (None) sent to this node."""
         self.counts["received"] += 1
         now = self._clock.now()
         wall = self._wall()
@@ -252,6 +297,9 @@ class HostClaimsFlood:
             return
         if parsed.node_id == self.node_id:
             self.counts["own"] += 1  # ours, come round (or replayed): we know what we host
+            return
+        if ingress is not None and root != parsed.node_id:
+            self.counts["refused_not_its_flood"] += 1  # a member floods its own: another root's is a forgery
             return
         if parsed.node_id in self._revoked(wall):
             self.counts["refused_revoked"] += 1
@@ -270,7 +318,7 @@ class HostClaimsFlood:
             self._refuse(exc, sender, now)
             return
         key = parsed.node_id if self._known(parsed.node_id) else None
-        if not self._verify_budget.allow(0, key, now):
+        if not self._verify_budget.allow(UNICAST if ingress is None else ingress, key, now):
             self.counts["refused_verify_rate"] += 1
             if held is not None:
                 self._unchecked[parsed.node_id] = now  # its refresh may be among these: keep its list meanwhile
@@ -344,10 +392,13 @@ class HostClaimsFlood:
             log.warning("host announcement refused overlay=%s from=%s: %s", self.overlay, sender.hex(":"), exc)
 
     def _known(self, node_id: int) -> bool:
-        """Whether `node_id` is a member this node knows (its announcements get a budget key of their own)."""
+        """Whether `node_id` is a member this node knows (its announcements get a budget key of their own): a list or
+        certificate of it held, present in signaling, or named by the overlay CA's member list."""
         if self.claims.issued_ms(node_id) is not None or self._certificates.knows(node_id):
             return True
-        return node_id in self._signaling.peers(self.overlay)
+        # The CA's member list names every member (0059): there signaling's peers are a member's ~20 contacts, and
+        # a newcomer's catch-up would otherwise share the one key of ids nobody knows (review21e E5).
+        return node_id in self._signaling.peers(self.overlay) or self._signaling.is_listed(self.overlay, node_id)
 
     def _revoked(self, now: float) -> frozenset[int]:
         rl = self._signaling.revocation_list(self.overlay)
@@ -355,6 +406,11 @@ class HostClaimsFlood:
 
     def _owners_changed(self) -> None:
         owners = self.claims.owners()
+        addresses = self.claims.addresses(owners)
+        if addresses != self._addresses:
+            self._addresses = addresses
+            if self._tell_addresses is not None:
+                self._tell_addresses(addresses)
         if owners != self._owners:
             self._owners = owners
             self._tell_switch(owners)

@@ -8,9 +8,13 @@ says which serial it holds (HAVE), and a node holding a newer one answers. The r
 counts are `document_flood.SignedDocumentFlood`'s; the endpoint verifies the CA's signature and adopts a
 list only if its serial is newer (`SignalEndpoint.receive_member_list`), then writes it beside the CA.
 
-Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, the revocation flood's ethertype):
+Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, or the asker's MAC for a firm answer; the revocation
+flood's ethertype):
 
     magic "EVML" | version (1) | kind (1) | serial (8) | index (2) | count (2) | chunk of the list's text
+
+(a HAVE has no chunk; its index is the sender's ask level, at most 255, its count 0: the revocation flood's
+rule 5).
 
 Two bytes for the index and count: a list of 1,000 members is about 70 KB (59 chunks); a list is flooded up
 to `MAX_BYTES` (about 14,000 members), larger ones travel in the join token and from the server host only.

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import enum
+import ipaddress
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -228,8 +229,11 @@ class OverlayStack:
         anchor, certificate = self.plan.tunnel.trust, self.plan.certificate
         if anchor is None or certificate is None or self.stp:
             return
+        own = self.plan.bridge.overlay_address
         flood = HostClaimsFlood(self.overlay, self.bridge.name, self.node_id, certificate, anchor, self.signaling,
-                                lambda owners: self._sdn.commands.set_mac_owners(self.overlay, owners), self.clock)
+                                lambda owners: self._sdn.commands.set_mac_owners(self.overlay, owners), self.clock,
+                                own_addresses=[ipaddress.ip_interface(own).ip] if own is not None else [],
+                                tell_addresses=lambda found: self._sdn.commands.set_certified_addresses(self.overlay, found))  # fmt: skip
         try:
             flood.start()
         except OSError as exc:  # MACs then keep the rules of unannounced ones (decision 0034)
@@ -380,7 +384,9 @@ class OverlayStack:
     def _send_members(self) -> None:
         self._members_pending = False
         if self._attached:
-            self._sdn.commands.set_members(self.overlay, frozenset(self._members))
+            # With the CA's member list (0059) signaling sees only contacts present: the list names the rest, so
+            # their floods keep a budget of their own, apart from roots that are no member (review21e E8).
+            self._sdn.commands.set_members(self.overlay, frozenset(self._members) | self.signaling.listed_ids(self.overlay))
 
     def _peer_removed(self, event: PeerRemoved) -> None:
         # Gone for good, or an account that now speaks for another id (one id per account: an account cycling
@@ -554,6 +560,9 @@ class OverlayStack:
         elif isinstance(event, boundary.HostedMacs):
             if self.host_claims is not None:
                 self.host_claims.set_hosted(event.macs)
+        elif isinstance(event, boundary.HostAnnouncementFlooded):
+            if self.host_claims is not None:
+                self.host_claims.flooded(event.frame, event.peer, event.root)
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
 

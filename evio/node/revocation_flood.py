@@ -18,7 +18,9 @@ overlay, and each node reads the others' off the same interface:
    to `ANSWER_JITTER`, and not at all if another node's broadcast of that list came meanwhile: one HAVE costs
    the overlay about one answer, not one per node. Only a frame sent to the broadcast address counts as
    another node's broadcast: a member replaying the signed list by unicast to every holder but the asker
-   must not hold their answers back (review21c R1).
+   must not hold their answers back (review21c R1). Nor may a broadcast alone: a member is the root of its own
+   broadcasts and chooses their bounds, so it can flood the genuine list to every holder but the asker
+   (review21d R1'). Hence rule 5.
 3. Every node also broadcasts HAVE now and then, at random, every `HAVE_PERIOD` on average or, once it hears
    more than `HAVE_PERIOD` nodes doing so, every (nodes heard) seconds up to `HAVE_PERIOD_MAX`: the overlay
    sends about one HAVE a second up to 60 nodes (RTCP's rule, RFC 3550 6.2), and a member inventing HAVE
@@ -28,10 +30,25 @@ overlay, and each node reads the others' off the same interface:
    not at all if another node of its serial asked meanwhile, and, while no such list arrives, at most once
    per back-off that doubles from `HAVE_INTERVAL` to `HAVE_PERIOD`: a forged HAVE of a serial nobody holds
    costs the overlay about one HAVE, and ever fewer, not one per node (review21c R3).
+5. Silence after a HAVE does not mean it was answered, so a node says each HAVE of its own again `FOLLOW_UP`
+   later unless a newer list came meanwhile. A sender asking again within `FIRM_WINDOW` still lacks the list
+   (or is forged): whatever copies came by, none reached it (review21d R1'). Such a repeated ask is answered
+   "firmly", by unicast to the asker's MAC, which no copy holds back and no member off the path sees, and
+   only by a few: the holders whose place on a ring of hashed MACs (`_place`) is among the first
+   `FIRM_FEW * FIRM_WIDEN ** level` after the asker's, counting every HAVE sender heard (rule 3), where
+   `level` is the HAVE's index byte, the number of asks the asker made since it last adopted a list (a
+   HAVE's index was always 0 and never read). One lost answer costs `FIRM_FEW` unicast lists, whatever the
+   overlay's size, not one broadcast from every holder (review21e); an asker still without the list asks
+   again, wider, and at the widest every holder answers. A node answers one asker firmly at most once per
+   `FIRM_INTERVAL`, and any firmly at most as `FIRM_RATE` allows: a forged asker costs each node at most
+   one unicast list per `FIRM_INTERVAL`, and all forged askers together `FIRM_RATE`.
 
-Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, ethertype `ETHERTYPE`):
+Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, or the asker's MAC for a firm answer; ethertype
+`ETHERTYPE`):
 
     magic "EVRL" | version (1) | kind (1) | serial (8) | index (1) | count (1) | chunk of the list's text
+
+(a HAVE has no chunk; its index is the sender's ask level, its count 0).
 
 Everything that comes in is bounded before it costs anything: only lists newer than ours are assembled, at
 most `MAX_PENDING` at once (the oldest given up), each of at most `MAX_CHUNKS` chunks and
@@ -51,12 +68,20 @@ from evio.node.document_flood import (  # noqa: F401 - the flood's constants, as
     BROADCAST,
     CHUNK,
     ETHERTYPE,
+    FIRM_FEW,
+    FIRM_INTERVAL,
+    FIRM_LEVEL_MAX,
+    FIRM_RATE,
+    FIRM_WIDEN,
+    FIRM_WINDOW,
+    FOLLOW_UP,
     HAVE,
     HAVE_INTERVAL,
     HAVE_PERIOD,
     HAVE_PERIOD_MAX,
     HEARD_WINDOW,
     LIST,
+    MAX_ASKERS,
     MAX_HEARD,
     MAX_PENDING,
     REPEATS,

@@ -94,6 +94,12 @@ class OverlaySignaling:
     def peers(self, overlay: str) -> dict[int, str]:
         return self._client.peers(overlay)
 
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        return self._client.is_listed(overlay, node_id)
+
+    def listed_ids(self, overlay: str) -> frozenset[int]:
+        return self._client.listed_ids(overlay)
+
     def revoked_nodes(self, overlay: str) -> frozenset[int]:
         return self._client.revoked_nodes(overlay)
 

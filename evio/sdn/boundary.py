@@ -47,6 +47,7 @@ from evio.config.model import BridgeConfig, OnDemandConfig, PolicyRule
 from evio.ids import format_node_id
 from evio.sdn.broadcast_log import BroadcastReceived
 from evio.sdn.l2policy import RuleCount
+from evio.sdn.neighbor_answers import IPAddress
 from evio.sdn.switch import DEFAULT_TUNNEL_MTU
 from evio.sdn.transit import TransitSink
 
@@ -115,8 +116,18 @@ class SetMacOwners:
     owners: Mapping[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class SetCertifiedAddresses:
+    """Members' own overlay addresses their CA certificates name, each with the MAC holding it (decision 0065):
+    a local host's ARP or neighbour solicitation for one is answered at once."""
+
+    overlay: str
+    addresses: Mapping[IPAddress, str]
+
+
 ControllerCommand = (
     AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown | SetMembers | SetMacOwners
+    | SetCertifiedAddresses
 )
 
 
@@ -154,6 +165,9 @@ class CommandQueue:
 
     def set_mac_owners(self, overlay: str, owners: Mapping[str, int]) -> None:
         self.put(SetMacOwners(overlay, owners))
+
+    def set_certified_addresses(self, overlay: str, addresses: Mapping[IPAddress, str]) -> None:
+        self.put(SetCertifiedAddresses(overlay, addresses))
 
     def drain(self) -> list[ControllerCommand]:
         out: list[ControllerCommand] = []
@@ -280,8 +294,20 @@ class HostedMacs:
     macs: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class HostAnnouncementFlooded:
+    """A host announcement (its Ethernet frame) a flood brought from `peer`, rooted at `root`: the daemon checks it by
+    the port it came in by (evio.node.host_claims; the bridge's own interface cannot say)."""
+
+    overlay: str
+    frame: bytes
+    peer: int
+    root: int
+
+
 ControllerEvent = (
     HostedMacs
+    | HostAnnouncementFlooded
     | SwitchConnected
     | SwitchDisconnected
     | PortAdded
@@ -339,6 +365,8 @@ class CollectingSink:
 def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
     """A JSON-ready form: {"event": class name, fields...}; node ids as 32 hex digits."""
     fields = asdict(event)
+    if isinstance(event, HostAnnouncementFlooded):
+        fields["frame"], fields["root"] = event.frame.hex(), format_node_id(event.root)
     for key in ("peer",):
         if isinstance(fields.get(key), int):
             fields[key] = format_node_id(fields[key])

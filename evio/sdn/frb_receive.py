@@ -27,7 +27,14 @@ from evio.sdn import frb
 from evio.sdn.flooding_bounds import forward_bounds, mirror, reverse_forward_bounds
 from evio.sdn.flow_actions import FlowAction, PacketOut
 from evio.sdn.learning_table import Change
-from evio.sdn.switch_terms import Drop, SwitchPort, flows_of_macs, parse_ethernet
+from evio.sdn.switch_terms import (
+    HOST_CLAIMS_ETHERTYPE,
+    Drop,
+    FloodedAnnouncement,
+    SwitchPort,
+    flows_of_macs,
+    parse_ethernet,
+)
 
 if TYPE_CHECKING:
     from evio.sdn.switch import BoundedFloodSwitch
@@ -190,6 +197,10 @@ def _broadcast_in(
             actions.append(PacketOut(target.port, inner))
         else:
             actions += sw._deliver_to_leaves(inner, exclude=None)
+            if inner_eth.ethertype == HOST_CLAIMS_ETHERTYPE and inner[:6] == frb.BROADCAST_MAC:
+                # The daemon checks it by the port it came in by (decision 0055, amended review21d): forgeries
+                # a neighbour floods under a member's id then spend that port's checks, not the member's.
+                sw.flooded_announcements.append(FloodedAnnouncement(inner, ingress, h.root_nid))
     bounds = forward_bounds(sw.node_id, h.bound_nid, sw.peer_ports(), ingress=ingress)
     if not _may_pass_on(sw, bounds, hops, budget_key, now):
         return actions

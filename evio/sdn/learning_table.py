@@ -42,9 +42,12 @@ Adjacent peers are not trusted with this table:
   pull another member's MAC to itself while that MAC's real place is
   heard here (issue 21, H4; docs/design.md, "Who may move a MAC");
 - each port holds at most ``max_per_port`` MACs (a quarter of the table
-  by default): a MAC new to a full port evicts that port's least recently
-  seen one, so a peer sending from invented addresses churns only its own
-  share and never evicts what other ports taught (issue 21, H3);
+  by default): a MAC new to a full port evicts the least recently seen of
+  the root holding most of that port (roots that are no member, and MACs
+  with no root, count as one), so a peer sending from invented addresses
+  churns only its own share and never evicts what other ports taught
+  (issue 21, H3), nor, two hops on, what other members behind the same
+  port taught (review21e E2: the port its floods come in by is shared);
 - the table holds at most ``max_entries`` MACs; when full, the least
   recently seen entry of the port holding most makes room (a remote MAC
   never evicts a local one), so the pins stay and the biggest user pays.
@@ -53,6 +56,7 @@ Adjacent peers are not trusted with this table:
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -61,6 +65,7 @@ from dataclasses import dataclass, field, replace
 # enough that a peer inventing source MACs costs a few MB and a bounded number
 # of flows. Each entry is ~200 bytes of Python objects.
 MAX_ENTRIES = 8192
+UNKNOWN_GROUP = -1  # the eviction group of MACs with no root or a root that is no member (node ids are >= 0)
 # How long a path learned with a hop count holds against a longer one from the same root without being
 # confirmed again. A host's broadcasts reconfirm it (both copies of one broadcast arrive within
 # milliseconds); past it, the way the copies now come wins, so a path whose far part broke while this
@@ -149,6 +154,11 @@ class LearningTable:
         # Each port's MACs in recency order (least recently seen first): eviction takes from the front.
         self._by_port: dict[int, dict[str, None]] = {}
         self._by_root: dict[int, set[str]] = {}
+        # Who pays when a port is full: each MAC's group (its root, or UNKNOWN_GROUP: no root, or a root that is no
+        # member) and each port's count per group (review21e E2).
+        self._members: frozenset[int] | None = None
+        self._group_of: dict[str, int] = {}
+        self._port_groups: dict[int, Counter[int]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -176,6 +186,15 @@ class LearningTable:
 
     def macs_on_port(self, port: int) -> frozenset[str]:
         return frozenset(self._by_port.get(port, ()))
+
+    def set_members(self, members: frozenset[int] | None) -> None:
+        """The overlay's members (None: not known, every root its own group): roots that are none share a group."""
+        if members == self._members:
+            return
+        self._members = members
+        for mac, entry in list(self._entries.items()):
+            self._unindex(mac, entry)
+            self._index(mac, entry)
 
     # ------------------------------------------------------------------ updates
 
@@ -235,7 +254,7 @@ class LearningTable:
         if old is None or old.port != port:
             share = self._by_port.get(port, {})
             if len(share) >= self.max_per_port:
-                victim = next(iter(share))  # the port's own least recently seen: it churns only its share
+                victim = self._port_victim(port, share)  # of the port's own: it churns only its share
                 self._remove(victim)
                 evicted.append(victim)
         if old is None and len(self._entries) >= self.max_entries:
@@ -289,6 +308,17 @@ class LearningTable:
                 if best is None or key < best:
                     best = key
         return best[2] if best is not None else None
+
+    def _port_victim(self, port: int, share: dict[str, None]) -> str:
+        """The least recently seen MAC of the root holding most of `port` (review21e E2)."""
+        counts = self._port_groups[port]
+        most = max(counts.values())
+        return next(mac for mac in share if counts[self._group_of[mac]] == most)
+
+    def _group(self, root: int | None) -> int:
+        if root is None or (self._members is not None and root not in self._members):
+            return UNKNOWN_GROUP
+        return root
 
     def _touch(self, mac: str, port: int) -> None:
         """`mac`, on `port`, is its port's most recently seen."""
@@ -377,6 +407,8 @@ class LearningTable:
 
     def _index(self, mac: str, entry: LearnedMac) -> None:
         self._by_port.setdefault(entry.port, {})[mac] = None
+        group = self._group_of[mac] = self._group(entry.root)
+        self._port_groups.setdefault(entry.port, Counter())[group] += 1
         if entry.root is not None:
             self._by_root.setdefault(entry.root, set()).add(mac)
 
@@ -386,6 +418,14 @@ class LearningTable:
             macs.pop(mac, None)
             if not macs:
                 del self._by_port[entry.port]
+        group = self._group_of.pop(mac, None)
+        counts = self._port_groups.get(entry.port)
+        if group is not None and counts is not None:
+            counts[group] -= 1
+            if not counts[group]:
+                del counts[group]
+                if not counts:
+                    del self._port_groups[entry.port]
         if entry.root is not None:
             _discard(self._by_root, entry.root, mac)
 

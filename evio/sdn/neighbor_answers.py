@@ -25,6 +25,10 @@ When it answers, and when it does not (the request is then flooded as before, so
   another's address): it is *contested* until one MAC alone has spoken for it for `max_age`, and its requests
   are flooded, so every owner answers as on any Ethernet;
 - never for probes (ARP from 0.0.0.0, duplicate address detection from ::) or announcements;
+- but at once, with no request flooded first, for a member's own overlay address that its CA certificate names
+  (`certified`, from the signed host claims: decision 0065), with the MAC the member names for it, while that
+  MAC is live on another port; and never with another MAC, whatever frames said (IPv6: once its router flag
+  is known from an advertisement of that MAC);
 - IPv6 only for an address learned from a neighbour advertisement, whose router flag the answer repeats: a
   wrong router flag would make the asker drop its default router (RFC 4861 7.2.5).
 
@@ -148,6 +152,10 @@ class NeighborAnswers:
         self._entries: OrderedDict[IPAddress, _Entry] = OrderedDict()  # least recently heard first
         self._by_port: dict[int, OrderedDict[IPAddress, None]] = {}  # the same, per port that taught them
         self._asked: OrderedDict[IPAddress, float] = OrderedDict()  # a local host's request flooded then
+        # Members' own addresses their CA certificates name -> the MAC the member names (decision 0065), set whole
+        # by the daemon from the host claims (`SetCertifiedAddresses`).
+        self.certified: dict[IPAddress, str] = {}
+        self.answered_certified = 0  # of `answered`: for a certified address, no request flooded first
         self.answered = 0  # requests answered here instead of flooded
         self.contested = 0  # addresses two MACs spoke for within max_age
         self.evicted = 0
@@ -209,6 +217,9 @@ class NeighborAnswers:
         """The MAC a request would be answered with (None: none, or not a request answered here)."""
         if not _answerable(msg) or msg.target_ip is None:
             return None
+        certified = self.certified.get(msg.target_ip)
+        if certified is not None:
+            return certified
         entry = self._entries.get(msg.target_ip)
         return entry.mac if entry is not None else None
 
@@ -219,18 +230,25 @@ class NeighborAnswers:
         if not _answerable(msg) or msg.target_ip is None or msg.sender_ip is None or msg.sender_mac is None:
             return None
         entry = self._entries.get(msg.target_ip)
+        certified = self.certified.get(msg.target_ip)
+        if certified is not None:
+            # The CA's binding: no flood first, no contest or confirmation needed, and never another MAC.
+            router = entry.router if entry is not None and entry.mac == certified else None
+            reply = _reply(certified, msg.target_ip, msg.sender_mac, msg.sender_ip, router) if mac_is_live else None
+            if reply is None:
+                self._ask(msg.target_ip, now)
+                return None
+            self.answered += 1
+            self.answered_certified += 1
+            return reply
         if (entry is None or not entry.confirmed or not mac_is_live or now - entry.seen > self.max_age
                 or entry.contested_until > now):
             self._ask(msg.target_ip, now)
             return None
-        if isinstance(msg.target_ip, ipaddress.IPv4Address) and isinstance(msg.sender_ip, ipaddress.IPv4Address):
-            reply = arp_reply(entry.mac, msg.target_ip, msg.sender_mac, msg.sender_ip)
-        elif isinstance(msg.target_ip, ipaddress.IPv6Address) and isinstance(msg.sender_ip, ipaddress.IPv6Address):
-            if entry.router is None:
+        reply = _reply(entry.mac, msg.target_ip, msg.sender_mac, msg.sender_ip, entry.router)
+        if reply is None:
+            if isinstance(msg.target_ip, ipaddress.IPv6Address):
                 self._ask(msg.target_ip, now)
-                return None  # never heard advertise itself: its router flag is not known
-            reply = neighbor_advertisement(entry.mac, msg.target_ip, entry.router, msg.sender_mac, msg.sender_ip)
-        else:
             return None
         self.answered += 1
         return reply
@@ -258,6 +276,16 @@ class NeighborAnswers:
                 return
             self._remove(ip)
             self.evicted -= 1  # aged out, not pushed out
+
+
+def _reply(mac: str, target: IPAddress, to_mac: str, to_address: IPAddress, router: bool | None) -> bytes | None:
+    """The answer telling `to_mac` (at `to_address`) that `target` is at `mac`; None for IPv6 while the router flag
+    is unknown (never heard advertise itself), or for a question mixing families."""
+    if isinstance(target, ipaddress.IPv4Address) and isinstance(to_address, ipaddress.IPv4Address):
+        return arp_reply(mac, target, to_mac, to_address)
+    if isinstance(target, ipaddress.IPv6Address) and isinstance(to_address, ipaddress.IPv6Address):
+        return None if router is None else neighbor_advertisement(mac, target, router, to_mac, to_address)
+    return None
 
 
 def _answerable(msg: NeighborMessage) -> bool:

@@ -67,6 +67,7 @@ from evio.sdn.boundary import (
     DetachOverlay,
     PeerPortDown,
     PeerPortUp,
+    SetCertifiedAddresses,
     SetMacOwners,
     SetMembers,
     SetOnDemand,
@@ -366,6 +367,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
                     overlay.switch.members = command.members
                 elif isinstance(command, SetMacOwners):
                     self._send(overlay, overlay.switch.set_mac_owners(command.owners, now))
+                elif isinstance(command, SetCertifiedAddresses):
+                    overlay.switch.neighbors.certified = dict(command.addresses)
 
     def _attach(self, settings: AttachOverlay) -> None:
         known = self.overlays.get(settings.overlay)
@@ -494,7 +497,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
         if overlay is not None and "in_port" in msg.match:  # every packet-in of OVS has it (the fuzz sent one without)
             now = self.config.clock()
             self._last_packet_in = now
-            self._send(overlay, overlay.packet_in(msg.match["in_port"], bytes(msg.data), now))
+            self._run(overlay, Step(overlay.packet_in(msg.match["in_port"], bytes(msg.data), now),
+                                    overlay.flooded_announcements()))
             if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon
                 self._fast_ticks = True
                 self.commands.wake()  # after the answer: the woken ticker would only wait for our lock

@@ -21,6 +21,7 @@ from evio.sdn.boundary import (
     BroadcastCounts,
     ControllerEvent,
     DropCounts,
+    HostAnnouncementFlooded,
     HostedMacs,
     OnDemandIdle,
     OnDemandWanted,
@@ -214,6 +215,13 @@ class OverlaySwitch:
 
     def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
         return self.switch.packet_in(in_port, data, now)
+
+    def flooded_announcements(self) -> list[ControllerEvent]:
+        """The host announcements floods brought since the last call, each with the peer it came from."""
+        queued = self.switch.flooded_announcements
+        events: list[ControllerEvent] = [HostAnnouncementFlooded(self.overlay, a.frame, a.peer, a.root) for a in queued]
+        queued.clear()
+        return events
 
     def flow_removed(self, match: FlowMatch) -> list[FlowAction]:
         self.transit.flow_removed(match)

@@ -86,7 +86,7 @@ IPv6 on the bridges' own ports affordable (issue 23).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -118,8 +118,10 @@ from evio.sdn.neighbor_answers import NeighborAnswers, NeighborMessage
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.switch_terms import (
     ETH_HEADER_LEN,
+    FLOODED_ANNOUNCEMENTS_KEPT,
     Drop,
     EthernetHeader,
+    FloodedAnnouncement,
     PortKind,
     SwitchPort,
     flows_of_macs,
@@ -234,7 +236,7 @@ class BoundedFloodSwitch:
         }
         # The overlay's members as signaling knows them (None: not told, as in unit networks). A root that is
         # no member gets no flood budget of its own, however many MACs it was made to host here.
-        self.members: frozenset[int] | None = None
+        self._members: frozenset[int] | None = None
         # MAC -> the one member whose signed announcement holds it (decision 0055, evio/node/host_claims.py): such
         # a MAC is placed only under that member's root. Empty until the daemon says (unit networks, no trust).
         self.mac_owners: Mapping[str, int] = {}
@@ -244,6 +246,8 @@ class BoundedFloodSwitch:
         self.frb_parse_errors: Counter[frb.FrbReason] = Counter()
         self.segment_errors: Counter[segmentation.SegmentReason] = Counter()
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
+        # Host announcements floods brought, with their ingress, for the daemon (frb_receive; OverlaySwitch drains)
+        self.flooded_announcements: deque[FloodedAnnouncement] = deque(maxlen=FLOODED_ANNOUNCEMENTS_KEPT)
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
@@ -306,6 +310,15 @@ class BoundedFloodSwitch:
             macs = macs[: frb.MAX_PL_COUNT]
         frame = frb.leaf_announce(frb.BROADCAST_MAC, frb.parse_mac(self.switch_mac), self.node_id, macs)
         return [PacketOut(port.port_no, frb.pack(frame))]
+
+    @property
+    def members(self) -> frozenset[int] | None:
+        return self._members
+
+    @members.setter
+    def members(self, members: frozenset[int] | None) -> None:
+        self._members = members
+        self.learning.set_members(members)  # roots that are no member share one eviction group per port
 
     def hosted_macs(self) -> list[str]:
         """What this node announces it hosts, signed, to the whole overlay (evio/node/host_claims.py)."""

@@ -10,6 +10,19 @@ from dataclasses import dataclass
 from evio.sdn.flow_actions import DeleteFlowsFromMac, DeleteFlowsToMac, FlowAction
 
 ETH_HEADER_LEN = 14
+# Host announcements (decision 0055, evio/node/host_claims.py): the switch hands the ones a flood brings to the daemon
+# with the port they came in by, which the bridge's own interface, where the daemon reads the rest, does not tell.
+HOST_CLAIMS_ETHERTYPE = 0x88B6
+FLOODED_ANNOUNCEMENTS_KEPT = 64  # waiting for the adapter, which takes them after every packet-in
+
+
+@dataclass(frozen=True, slots=True)
+class FloodedAnnouncement:
+    """A host announcement an FRB broadcast brought: its Ethernet frame, the peer it came from, the flood's root."""
+
+    frame: bytes
+    peer: int
+    root: int
 
 
 class PortKind(enum.Enum):

@@ -282,8 +282,11 @@ def add_member(
             raise MemberError(f"overlay {overlay} already has the pool {record.pool}; leave --pool out")
         ca_key, ca_cert = registry.ca(overlay)
         node_id = new_node_id(record)
-        node_key, node_cert = issue_node_certificate(ca_key, ca_cert, [overlay], node_id, now, CERT_DAYS)
-        member = Member(name, node_id, free_address(record), _time_text(now), _time_text(node_cert.not_valid_after_utc))
+        address = free_address(record)
+        # The certificate names the member's address too: its ARP answered at once everywhere (decision 0065).
+        node_key, node_cert = issue_node_certificate(ca_key, ca_cert, [overlay], node_id, now, CERT_DAYS,
+                                                     addresses={overlay: [ipaddress.ip_interface(address).ip]})  # fmt: skip
+        member = Member(name, node_id, address, _time_text(now), _time_text(node_cert.not_valid_after_utc))
         xmpp_password, turn_password = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         xmpp_ca = _read_ca(settings)  # before any account exists: nothing to undo if it is missing
         undo: list[Any] = []
@@ -444,7 +447,8 @@ def renew_member(registry: Registry, overlay: str, name: str, now: datetime.date
     with registry.locked():
         record, member = _member_of(registry, overlay, name)
         ca_key, ca_cert = registry.ca(overlay)
-        key, cert = issue_node_certificate(ca_key, ca_cert, [overlay], member.node_id, now, days)
+        key, cert = issue_node_certificate(ca_key, ca_cert, [overlay], member.node_id, now, days,
+                                           addresses={overlay: [ipaddress.ip_interface(member.address).ip]})  # fmt: skip
         expires = cert.not_valid_after_utc
         # The record keeps the latest expiry of any certificate issued: what a revocation must outlast.
         latest = max(expires, member.certificates_expire())

@@ -28,6 +28,7 @@ class DropReason(enum.Enum):
     ACCOUNT_HAS_NODE = "account_has_node"  # a newer session of the same account holds another node id
     REVOKED = "revoked"  # the node id is on the overlay CA's revocation list
     UNPROVEN = "unproven"  # trust mode: a claim's identity proof did not verify against the overlay CA
+    PROOF_RATE = "proof_rate"  # trust mode: a proof not checked, its account over its checks a second (unproven)
     BAD_REVOCATION = "bad_revocation"  # a revocation list that does not verify or is malformed
     OVERLOADED = "overloaded"  # too many requests in flight from peers
     PEER_OVERLOADED = "peer_overloaded"  # too many requests in flight from this one peer

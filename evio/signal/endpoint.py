@@ -48,7 +48,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.clock import REAL_CLOCK, Clock, Timer
-from evio.ratelimit import LogLimiter
+from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.signal import identity, member_list, protocol
 from evio.signal.contacts import contacts
 from evio.signal.drops import DropAccounting, DropReason
@@ -132,6 +132,10 @@ MEMBERS_ASK_INTERVAL = 5.0
 MEMBERS_ASK_WAIT = 30.0
 MEMBERS_ANSWER_INTERVAL = 10.0
 MAX_MEMBERS_HINT_BYTES = 4096
+# Identity proofs checked per account (a chain and a signature, ~0.85 ms each) when not in the cache: an account sends
+# one per overlay at login and when its identity element changes; any account of the server may send presence,
+# each with new signature bytes, at its c2s rate (review21e E7: 1000 checks for 1000 presences).
+PROOF_CHECK_RATE = Rate(2.0, 20)
 
 
 class SignalEndpoint:
@@ -160,6 +164,7 @@ class SignalEndpoint:
         self._table = PeerTable("", memberships, trust_overlays=self._identities)
         self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
         self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
+        self._proof_checks = PeerRateLimiter[str](PROOF_CHECK_RATE)  # by account: what a sender may cost us
         self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
         self._own_document: tuple[tuple[str, tuple[tuple[str, int], ...]], str] = (("", ()), "")
         self._refused_lists: OrderedDict[bytes, None] = OrderedDict()  # signatures of lists that did not verify
@@ -254,6 +259,14 @@ class SignalEndpoint:
     def listed_members(self, overlay: str) -> member_list.MemberList | None:
         """The overlay CA's newest member list held here (presence to linked peers only), or None."""
         return self._links_mode.get(overlay)
+
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        ml = self._links_mode.get(overlay)
+        return ml is not None and node_id in ml.members
+
+    def listed_ids(self, overlay: str) -> frozenset[int]:
+        ml = self._links_mode.get(overlay)
+        return frozenset(ml.members) if ml is not None else frozenset()
 
     def contacts(self, overlay: str) -> frozenset[int]:
         """Presence to linked peers only: the node ids we send our presence to (evio.signal.contacts)."""
@@ -596,6 +609,10 @@ class SignalEndpoint:
             key = (sender, proof.overlay, proof.cert_der, proof.signature)
             ok = self._proof_cache.get(key)
             if ok is None:
+                if not self._proof_checks.allow(bare_jid(sender), self.clock.now()):
+                    self._drop(DropReason.PROOF_RATE, sender, f"claim of {proof.node_id:032x} in {proof.overlay}: "
+                               "over the account's proof checks")  # fmt: skip
+                    continue
                 refusal = identity.proof_refusal(ident.anchor, proof, sender, now)
                 ok = refusal is None
                 if not ok:

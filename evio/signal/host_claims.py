@@ -9,7 +9,14 @@ place such a MAC only under that node's root (evio.sdn.switch, `_may_speak_for`)
 Announcement (after the Ethernet header; ethertype `evio.node.host_claims.ETHERTYPE`)::
 
     magic "EVHC" | version (1) | node id (16) | issued, ms since the epoch (8) | overlay length (1) | overlay
-    | certificate length (2) | certificate (DER) | MAC count (1) | MACs (6 each) | signature (rest, ECDSA P-256)
+    | certificate length (2) | certificate (DER) | MAC count (1) | MACs (6 each)
+    [version 2: | address count (1) | per address: length (1: 4 or 16) | address | index of its MAC in MACs (1)]
+    | signature (rest, ECDSA P-256)
+
+Version 2 adds the node's own overlay addresses, each with the MAC of the interface holding it (decision 0065): a
+receiver takes them only if the node's certificate names them (`trust.certified_addresses`: the CA's word, not
+the member's), and its switch then answers ARP and neighbour solicitations for them at once. A node sends
+version 1 while it has no certified address to name, so nodes of the previous release still read it.
 
 The signature covers `_CONTEXT` and everything before it. An announcement is the node's whole list:
 a later one replaces it (and withdraws what it no longer names). One frame, at most `MAX_MACS` MACs
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import ipaddress
 import struct
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
@@ -36,9 +44,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.signal.identity import TrustAnchor
+from evio.signal.overlay_addresses import certified_addresses
 
 MAGIC = b"EVHC"
 VERSION = 1
+VERSION_ADDRESSES = 2  # with the node's own overlay addresses (decision 0065)
+MAX_ADDRESSES = 8  # a node's own addresses on the overlay (its bridge interface's), not its hosts'
 MAX_MACS = 64  # per member: its bridge's own MACs and its hosts; ~400 bytes, one frame with the certificate
 MAX_CERT_BYTES = 2048
 MAX_SIG_BYTES = 80  # an ECDSA P-256 signature in DER is at most 72
@@ -53,6 +64,10 @@ _CONTEXT = b"evio-host-claims/1\x00"
 _HEAD = struct.Struct("!4sB16sQB")
 
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+AddressClaim = tuple[IPAddress, str]  # (the node's own overlay address, the MAC of its interface holding it)
+
+
 class ClaimError(ValueError):
     """An announcement that is malformed or does not verify; the message says why (a few words: it is a counter)."""
 
@@ -63,18 +78,25 @@ class Announcement:
     node_id: int
     issued_ms: int
     macs: tuple[str, ...]
+    addresses: tuple[AddressClaim, ...] = ()  # certified by the node's certificate (checked)
 
 
 def pack(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, overlay: str, node_id: int, issued_ms: int,
-         macs: Iterable[str]) -> bytes:  # fmt: skip
-    """A signed announcement of `macs` (at most `MAX_MACS`; the caller cuts and counts)."""
+         macs: Iterable[str], addresses: Iterable[AddressClaim] = ()) -> bytes:  # fmt: skip
+    """A signed announcement of `macs` (at most `MAX_MACS`; the caller cuts and counts) and of the node's own
+    `addresses` (each with a MAC of `macs`; version 2, only when there are any)."""
     name = overlay.encode()
     der = cert.public_bytes(serialization.Encoding.DER)
+    macs = list(macs)
     raw = [bytes.fromhex(mac.replace(":", "")) for mac in macs]
-    if len(raw) > MAX_MACS or len(name) > MAX_OVERLAY or len(der) > MAX_CERT_BYTES:
+    own = list(addresses)
+    if len(raw) > MAX_MACS or len(name) > MAX_OVERLAY or len(der) > MAX_CERT_BYTES or len(own) > MAX_ADDRESSES:
         raise ValueError("announcement too large")
-    body = (_HEAD.pack(MAGIC, VERSION, node_id.to_bytes(16, "big"), issued_ms, len(name)) + name
-            + struct.pack("!H", len(der)) + der + bytes([len(raw)]) + b"".join(raw))  # fmt: skip
+    body = (_HEAD.pack(MAGIC, VERSION_ADDRESSES if own else VERSION, node_id.to_bytes(16, "big"), issued_ms, len(name))
+            + name + struct.pack("!H", len(der)) + der + bytes([len(raw)]) + b"".join(raw))  # fmt: skip
+    if own:
+        body += bytes([len(own)]) + b"".join(bytes([len(ip.packed)]) + ip.packed + bytes([macs.index(mac)])
+                                             for ip, mac in own)  # fmt: skip
     return body + key.sign(_CONTEXT + body, ec.ECDSA(hashes.SHA256()))
 
 
@@ -88,6 +110,7 @@ class Parsed:
     macs: tuple[str, ...]
     signature: bytes
     signed: bytes  # what the signature covers, less `_CONTEXT`
+    addresses: tuple[AddressClaim, ...] = ()  # not yet checked against the certificate
 
 
 def parse(overlay: str, data: bytes, now: float) -> Parsed:
@@ -98,7 +121,7 @@ def parse(overlay: str, data: bytes, now: float) -> Parsed:
     if len(data) < _HEAD.size:
         raise ClaimError("short")
     magic, version, node, issued_ms, name_len = _HEAD.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
+    if magic != MAGIC or version not in (VERSION, VERSION_ADDRESSES):
         raise ClaimError("not an announcement")
     at = _HEAD.size
     name = data[at : at + name_len]
@@ -119,15 +142,29 @@ def parse(overlay: str, data: bytes, now: float) -> Parsed:
         raise ClaimError("bad MAC count")
     raw = data[at : at + 6 * count]
     at += 6 * count
+    macs = tuple(raw[i : i + 6].hex(":") for i in range(0, len(raw), 6))
+    addresses: list[AddressClaim] = []
+    if version == VERSION_ADDRESSES:
+        if len(data) < at + 1 or not 0 < data[at] <= MAX_ADDRESSES:
+            raise ClaimError("bad address count")
+        at, wanted = at + 1, data[at]
+        for _ in range(wanted):
+            size = data[at] if len(data) > at else 0
+            if size not in (4, 16) or len(data) < at + 2 + size or data[at + 1 + size] >= len(macs):
+                raise ClaimError("bad address")
+            ip = ipaddress.ip_address(data[at + 1 : at + 1 + size])
+            if ip.is_multicast or ip.is_unspecified:
+                raise ClaimError("bad address")
+            addresses.append((ip, macs[data[at + 1 + size]]))
+            at += 2 + size
     signature = data[at:]
     if not signature or len(signature) > MAX_SIG_BYTES:
         raise ClaimError("bad signature length")
     if issued_ms / 1000 < now - LIFETIME or issued_ms / 1000 > now + CLOCK_SKEW:
         raise ClaimError("stale")
-    macs = tuple(raw[i : i + 6].hex(":") for i in range(0, len(raw), 6))
     if any(int(mac[:2], 16) & 1 or mac == "00:00:00:00:00:00" for mac in macs):
         raise ClaimError("group or zero MAC")
-    return Parsed(int.from_bytes(node, "big"), issued_ms, der, macs, signature, data[:at])
+    return Parsed(int.from_bytes(node, "big"), issued_ms, der, macs, signature, data[:at], tuple(addresses))
 
 
 class Certificates:
@@ -140,6 +177,7 @@ class Certificates:
 
     def __init__(self) -> None:
         self._known: dict[bytes, tuple[int, ec.EllipticCurvePublicKey, float]] = {}
+        self._addresses: dict[bytes, frozenset[IPAddress]] = {}  # the overlay addresses each names (decision 0065)
         self._nodes: Counter[int] = Counter()  # node id -> certificates of it held
         # (fingerprint, node id) refused lately: a member's genuine certificate sent again and again under
         # others' ids (each announcement's bytes new) costs one chain check per id, not one per frame.
@@ -162,8 +200,12 @@ class Certificates:
             del self._refused[next(iter(self._refused))]
         self._refused[(hashlib.sha256(der).digest(), node_id)] = now + self.HOLD
 
+    def addresses(self, der: bytes) -> frozenset[IPAddress]:
+        """The overlay addresses the certificate `der` names, as found when it was added."""
+        return self._addresses.get(hashlib.sha256(der).digest(), frozenset())
+
     def add(self, der: bytes, node_id: int, key: ec.EllipticCurvePublicKey, cert: x509.Certificate,
-            now: float) -> None:  # fmt: skip
+            now: float, addresses: frozenset[IPAddress] = frozenset()) -> None:  # fmt: skip
         fingerprint = hashlib.sha256(der).digest()
         if fingerprint in self._known:
             self._drop(fingerprint)  # checked again (its hold ran out): it goes to the back
@@ -171,10 +213,12 @@ class Certificates:
             self._drop(next(iter(self._known)))
         until = min(now + self.HOLD, cert.not_valid_after_utc.timestamp())
         self._known[fingerprint] = (node_id, key, until)
+        self._addresses[fingerprint] = addresses
         self._nodes[node_id] += 1
 
     def _drop(self, fingerprint: bytes) -> None:
         node_id = self._known.pop(fingerprint)[0]
+        self._addresses.pop(fingerprint, None)
         self._nodes[node_id] -= 1
         if not self._nodes[node_id]:
             del self._nodes[node_id]
@@ -188,8 +232,10 @@ class Certificates:
 
 
 def check(anchor: TrustAnchor, parsed: Parsed, now: float, certificates: Certificates | None = None) -> Announcement:
-    """The announcement `parsed`, if its certificate is the overlay CA's for its node id and signed it."""
+    """The announcement `parsed`, if its certificate is the overlay CA's for its node id and signed it, and names
+    every address it claims (decision 0065: a member cannot claim another's address, whatever it signs)."""
     public = certificates.key_for(parsed.der, parsed.node_id, now) if certificates is not None else None
+    certified = certificates.addresses(parsed.der) if public is not None and certificates is not None else frozenset()
     if public is None:
         try:
             cert = x509.load_der_x509_certificate(parsed.der)
@@ -204,13 +250,16 @@ def check(anchor: TrustAnchor, parsed: Parsed, now: float, certificates: Certifi
         if not isinstance(key, ec.EllipticCurvePublicKey):
             raise ClaimError("certificate key is not ECDSA")
         public = key
+        certified = certified_addresses(cert, anchor.overlay)
         if certificates is not None:
-            certificates.add(parsed.der, parsed.node_id, key, cert, now)
+            certificates.add(parsed.der, parsed.node_id, key, cert, now, certified)
     try:
         public.verify(parsed.signature, _CONTEXT + parsed.signed, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
         raise ClaimError("bad signature") from None
-    return Announcement(anchor.overlay, parsed.node_id, parsed.issued_ms, parsed.macs)
+    if any(ip not in certified for ip, _ in parsed.addresses):
+        raise ClaimError("address not certified")
+    return Announcement(anchor.overlay, parsed.node_id, parsed.issued_ms, parsed.macs, parsed.addresses)
 
 
 def verify(anchor: TrustAnchor, data: bytes, now: float) -> Announcement:
@@ -237,7 +286,8 @@ class HostClaims:
         self._taken = 0
 
     def take(self, ann: Announcement) -> bool:
-        """A verified announcement; True when it changed who holds what (an older or equal one never does)."""
+        """A verified announcement; True when it changed who holds what, or the addresses it names (an older or
+        equal one never does)."""
         held = self._lists.get(ann.node_id)
         if held is not None and held.issued_ms >= ann.issued_ms:
             return False
@@ -249,7 +299,7 @@ class HostClaims:
             if mac not in before:
                 self._taken += 1
                 self._since[(ann.node_id, mac)] = self._taken
-        return held is None or held.macs != ann.macs
+        return held is None or held.macs != ann.macs or held.addresses != ann.addresses
 
     def issued_ms(self, node_id: int) -> int | None:
         """When the list held for `node_id` was issued (None: none held): an announcement not newer changes nothing."""
@@ -283,6 +333,19 @@ class HostClaims:
                 first[mac] = (since, node)
         self.disputed = frozenset(disputed)
         return {mac: node for mac, (_, node) in sorted(first.items()) if node != self.self_id}
+
+    def addresses(self, owners: Mapping[str, int]) -> dict[IPAddress, str]:
+        """Address -> MAC, of the members' own overlay addresses their certificates name (decision 0065): only an
+        address one member alone claims, and only while that member holds the MAC here (`owners`, from
+        `owners()`). Two members whose certificates both name an address (an address the CA gave again before
+        the first holder's certificate expired or was revoked) are answered for by neither. This node's own are
+        left out (its bridge answers for itself)."""
+        claimed: dict[IPAddress, list[tuple[int, str]]] = {}
+        for node, ann in self._lists.items():
+            for ip, mac in ann.addresses:
+                claimed.setdefault(ip, []).append((node, mac))
+        return {ip: mac for ip, [(node, mac), *others] in claimed.items()
+                if not others and node != self.self_id and owners.get(mac) == node}  # fmt: skip
 
     def claimants(self, mac: str) -> list[int]:
         """The members naming `mac`, the holder first."""

@@ -54,6 +54,15 @@ class Signaling(Protocol):
 
     def peers(self, overlay: str) -> dict[int, str]: ...
 
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        """Whether the overlay CA's member list held here names `node_id` (decision 0059; False without one): a
+        member, present or not."""
+        ...
+
+    def listed_ids(self, overlay: str) -> frozenset[int]:
+        """Every node id the overlay CA's member list held here names (decision 0059; empty without one)."""
+        ...
+
     def revoked_nodes(self, overlay: str) -> frozenset[int]:
         """Node ids the overlay CA's newest revocation list revokes (trust mode; empty otherwise)."""
         ...

@@ -158,8 +158,9 @@ class Liveness:
         self._last_echo = now
         self._peer_echo = float("-inf")  # when the peer's last echo request arrived
         self.rtt = RttStats()
-        self._probe_since: float | None = None  # when the running probe began
-        self._probe_rx = 0  # the received-record count when it began
+        self._probe_since: float | None = None  # when the running probe began (its echoes were sent since)
+        self._probe_heard = now  # when its deadline counts from: its start, or the last tick that counted records
+        self._probe_rx = 0  # the received-record count then
         self._probe_deadline = config.probe_timeout  # silence that ends the running probe
         self._last_probe = float("-inf")
 
@@ -183,10 +184,14 @@ class Liveness:
 
     def doubt(self, now: float, rx_records: int, rtt: float | None = None) -> list[Action]:
         """Doubt the peer: it must answer within `probe_deadline` (`rx_records`: the count so far); `rtt`: the
-        path's round trip as measured otherwise, for the deadline while no echo has measured it yet."""
+        path's round trip as measured otherwise, for the deadline while no echo has measured it yet.
+
+        Only the reply to one of the doubt's echo requests answers it; other records counted meanwhile only
+        restart the deadline (one may have been in flight as the peer vanished; decision 0012)."""
         if self.state is not LivenessState.UP or self._probe_since is not None:
             return []
-        self._probe_since, self._probe_rx, self._last_probe = now, rx_records, now
+        self._probe_since = self._probe_heard = self._last_probe = now
+        self._probe_rx = rx_records
         self._probe_deadline = self.probe_deadline()
         if rtt is not None and (self.rtt.smoothed is None or self.rtt.last is None):
             config = self.config
@@ -211,7 +216,6 @@ class Liveness:
         if self.state is LivenessState.DOWN:
             return []
         actions: list[Action] = self._heard(now)
-        self._probe_since = None  # a record that arrived now: the peer is alive
         if message.opcode is ControlOpcode.HELLO and not message.flags & HELLO_PEER_SEEN:
             actions.append(SendControl(ControlOpcode.HELLO, HELLO_PEER_SEEN))
         elif message.opcode is ControlOpcode.CLOSE:
@@ -225,6 +229,8 @@ class Liveness:
         elif message.opcode is ControlOpcode.ECHO_REPLY:
             sent = self._pending_echoes.pop(message.token, None)
             if sent is not None:
+                if self._probe_since is not None and sent >= self._probe_since:
+                    self._probe_since = None  # the doubt's own question answered: the peer is there now
                 rtt = max(now - sent, 0.0)
                 self._sample(now, rtt)
                 actions.append(EchoAnswered(message.token, rtt))
@@ -278,12 +284,14 @@ class Liveness:
                 actions.append(SendControl(ControlOpcode.HELLO))
             return actions
         if self._probe_since is not None:
+            # Records counted since only say the peer was there when it sent them: one may have been in flight
+            # as it vanished. They restart the deadline; only the answer to the probe ends it (on_control).
             if rx_records > self._probe_rx:
-                self._probe_since = None  # records counted since the probe began: alive
-            elif now - self._probe_since >= self._probe_deadline * patience:
+                self._probe_rx, self._probe_heard = rx_records, now
+            elif now - self._probe_heard >= self._probe_deadline * patience:
                 self.state = LivenessState.DOWN
                 return [PeerDead(DownReason.PEER_SILENT)]
-            elif now - self._last_probe >= self.config.probe_interval:
+            if now - self._last_probe >= self.config.probe_interval:
                 self._last_probe = now
                 actions.append(SendControl(ControlOpcode.ECHO_REQUEST, 0, self._echo_token(now)))
         if now - self._rx_changed >= self.config.silence_limit * patience:

@@ -3,14 +3,16 @@
 The CA signs with Ed25519: small, and its key never touches a tunnel. Node
 certificates carry an ECDSA P-256 key, because the DTLS cipher suites the
 tunnels accept are ECDHE-ECDSA ones, and name their node as the SAN URI of
-``evio.tunnel.path.trust.node_uri``, once per overlay they may join.
+``evio.tunnel.path.trust.node_uri``, once per overlay they may join, and the
+node's own overlay address in each, where given (``overlay_addresses.address_uri``).
 """
 
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from cryptography import x509
@@ -18,6 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import NameOID
 
+from evio.signal.overlay_addresses import address_uri
 from evio.tunnel.path.trust import node_uri
 
 CLOCK_SKEW = datetime.timedelta(minutes=5)
@@ -53,18 +56,19 @@ def issue_node_certificate(
     now: datetime.datetime,
     days: int,
     key: ec.EllipticCurvePrivateKey | None = None,
+    addresses: Mapping[str, Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]] | None = None,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A certificate naming `node_id` in each of `overlays`, signed by the CA."""
+    """A certificate naming `node_id` in each of `overlays`, and its own overlay addresses (`addresses`, by
+    overlay: decision 0065, local ARP and ND answers for them), signed by the CA."""
     if not overlays:
         raise ValueError("a node certificate names at least one overlay")
     key = key or ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_id:032x}")])
+    names = [x509.UniformResourceIdentifier(node_uri(o, node_id)) for o in overlays]
+    names += [x509.UniformResourceIdentifier(address_uri(o, a)) for o, found in (addresses or {}).items() for a in found]
     cert = (
         certificate_builder(subject, ca_cert.subject, key.public_key(), now, days)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(node_uri(o, node_id)) for o in overlays]),
-            critical=False,
-        )
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, None if isinstance(ca_key, ed25519.Ed25519PrivateKey) else hashes.SHA256())

@@ -1,6 +1,7 @@
 """Host announcements over the overlay (evio/node/host_claims.py), on an in-memory broadcast medium.
 
-The medium stands in for Bounded Flood (every frame a node sends reaches every other node), the certificates are
+The medium stands in for Bounded Flood (every frame a node sends reaches every other node, by the tunnel to the
+sender, as the switch tells: `HostClaimsFlood.flooded`), the certificates are
 a test overlay CA's; what each node would tell its switch is recorded."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class FakeSignaling:
     def __init__(self) -> None:
         self.list: identity.RevocationList | None = None
         self.members: set[int] = set()
+        self.listed: set[int] = set()  # the overlay CA's member list (decision 0059), where there is one
         self.subscribers: list[Callable[[RevocationAdopted], None]] = []
 
     def revocation_list(self, overlay: str) -> identity.RevocationList | None:
@@ -36,6 +38,9 @@ class FakeSignaling:
 
     def peers(self, overlay: str) -> dict[int, str]:
         return dict.fromkeys(self.members, "member@example.org/evio")  # present members, as signaling knows them
+
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        return node_id in self.listed
 
     def subscribe(self, event_type: type, callback: Callable[[RevocationAdopted], None]) -> Any:
         self.subscribers.append(callback)
@@ -59,9 +64,9 @@ class Medium:
                     node.receive(frame, sender.mac)
             return
         self.frames += 1
-        for node in self.nodes:
+        for node in self.nodes:  # every node adjacent to the sender: its flood, rooted at it, by its own tunnel
             if node is not sender:
-                node.receive(frame, sender.mac)
+                node.receive(frame, sender.mac, ingress=sender.node_id, root=sender.node_id)
 
 
 class FakeSocket:

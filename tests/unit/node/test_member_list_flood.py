@@ -39,17 +39,20 @@ def listed(serial: int, count: int = 4, key: identity.CaKey = CA_KEY) -> member_
 
 
 class Medium:
-    """Every frame sent reaches every other connected node: what Bounded Flood does for a broadcast."""
+    """Every frame sent reaches every other connected node: what Bounded Flood does for a broadcast; a frame to
+    one MAC reaches that node alone (a firm answer, as a learned unicast does)."""
 
     def __init__(self) -> None:
         self.nodes: list[WiredFlood] = []
         self.frames: list[tuple[int, bytes]] = []
+        self.destinations: list[bytes] = []  # of each frame in `frames`
 
-    def send(self, sender: WiredFlood, frame: bytes) -> None:
+    def send(self, sender: WiredFlood, frame: bytes, to: bytes = df.BROADCAST) -> None:
         self.frames.append((sender.mac[-1], frame))
+        self.destinations.append(to)
         for node in self.nodes:
-            if node is not sender and node.connected:
-                node.receive(frame, sender.mac)
+            if node is not sender and node.connected and to in (df.BROADCAST, node.mac):
+                node.receive(frame, sender.mac, to == df.BROADCAST)
 
 
 class WiredFlood(MemberListFlood):
@@ -67,8 +70,8 @@ class WiredFlood(MemberListFlood):
         medium.nodes.append(self)
         self.client.subscribe(MemberListAdopted, self._adopted)
 
-    def _send(self, frame: bytes) -> bool:
-        self.medium.send(self, frame)
+    def _send(self, frame: bytes, to: bytes = df.BROADCAST) -> bool:
+        self.medium.send(self, frame, to)
         return True
 
 
@@ -120,6 +123,49 @@ def test_a_node_whose_link_comes_up_asks_and_a_holder_answers(tmp_path: Path) ->
         assert member_list.load(nodes[2].file.read_text()).serial == 2
 
     asyncio.run(run())
+
+
+async def test_a_lost_answer_is_made_up_by_the_chosen_few_by_unicast_the_level_in_the_two_byte_index(
+    tmp_path: Path,
+) -> None:
+    """The revocation flood's rule 5, the member list's frames: the one answer to L's HAVE is lost; L says it
+    again FOLLOW_UP later and the FIRM_FEW holders it chooses send the list to L's MAC. An ask of level 1,
+    carried in the HAVE's two-byte index, is answered by more."""
+    n = 8
+    medium, nodes, clock = fleet(tmp_path, n, listed(1))
+    late = nodes[-1]
+    late.connected = False  # it misses every copy and HAVE
+    for i, node in enumerate(nodes[:-1]):
+        node._rng.seed(4200 + i)
+        node.arm_periodic_have()
+    nodes[0].client.receive_member_list(member_list.to_text(listed(2, count=6)), D)
+    await clock.advance(1.5 * df.HAVE_PERIOD_MAX)  # every holder heard the others' HAVEs: the ring is known
+    for node in nodes:
+        if node._periodic_timer is not None:
+            node._periodic_timer.cancel()
+    await clock.advance(df.FOLLOW_UP + df.ANSWER_JITTER)
+    late.connected = True
+    before = len(medium.frames)
+    late.link_up()
+    late.connected = False  # the answer is lost
+    await clock.advance(df.ANSWER_JITTER + 0.01)
+    late.connected = True
+    assert serials(nodes)[-1] == 1
+    await clock.advance(df.FOLLOW_UP + df.ANSWER_JITTER)
+    firsts = [(to, mf.HEADER.unpack_from(f)) for (_, f), to in zip(medium.frames[before:], medium.destinations[before:],
+              strict=True) if f[:4] == mf.MAGIC]  # fmt: skip
+    haves = [h for to, h in firsts if h[2] == df.HAVE]
+    unicasts = [to for to, h in firsts if h[2] == df.LIST and h[4] == 0 and to != df.BROADCAST]
+    assert serials(nodes) == [2] * n and late.counts["sent_follow_up"] == 1
+    assert [h[4] for h in haves] == [0, 0] and unicasts == [late.mac] * df.FIRM_FEW
+    assert sum(node.counts["sent_firm"] for node in nodes) == df.FIRM_FEW
+    # An asker of level 1 asking twice: FIRM_FEW * FIRM_WIDEN (here every one of the 8 holders, L now one) answer it.
+    asker = b"\x02\xee" + bytes(4)
+    for _ in range(2):
+        for node in nodes:
+            node.receive(mf.HEADER.pack(mf.MAGIC, df.VERSION, df.HAVE, 1, 1, 0), asker)
+    await clock.advance(df.ANSWER_JITTER + 0.01)
+    assert sum(node.counts["sent_firm"] for node in nodes) == df.FIRM_FEW + n
 
 
 def test_a_list_not_signed_by_the_overlay_ca_is_dropped_counted_and_not_written(tmp_path: Path) -> None:

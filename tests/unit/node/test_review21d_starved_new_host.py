@@ -3,7 +3,12 @@ list at a node, while the hostile member's own list, naming the same new host, h
 checked. The new host then has one claimant at that node, the hostile member: not disputed, owned by it, so
 one forged flood takes its stream there (the attack of review21c C1, with "first claimant" bypassed). The
 decision says the change "may wait"; what it does not say is that the attacker holds the host meanwhile, for
-as long as it spends a few forgeries a second per node (here 50/s, 10 x the member's share)."""
+as long as it spends a few forgeries a second per node (here 50/s, 10 x the member's share).
+
+Closed: announcements are checked by the port they came in by (decision 0055, amended review21d). The forgeries
+come by the hostile member's own tunnel (flooded, naming the honest member as root: the worst a forger can, a
+plausible root) or straight to the victim's bridge MAC (unicast): either way they spend that port's checks,
+and the honest member's flood, by its own tunnel, is checked."""
 
 from __future__ import annotations
 
@@ -19,9 +24,8 @@ HOST = "02:00:00:00:01:01"
 NEW_HOST = "02:00:00:00:01:02"  # a VM the honest member starts later; the hostile one sees its ARP and names it
 
 
-@pytest.mark.xfail(strict=True, reason="review21d C2/C1: a member's changed list starved by forgeries under its "
-                   "id, the attacker's claim of the new host is the only one checked and owns it")
-async def test_forgeries_under_a_members_id_hand_its_new_host_to_the_member_that_names_it() -> None:
+@pytest.mark.parametrize("by", ["flood", "unicast"])
+async def test_forgeries_under_a_members_id_hand_its_new_host_to_the_member_that_names_it(by: str) -> None:
     medium, nodes, clock = fleet(3)
     victim, honest, hostile = nodes
     base = time.time() - clock.now()
@@ -37,7 +41,10 @@ async def test_forgeries_under_a_members_id_hand_its_new_host_to_the_member_that
         data = host_claims.pack(cert.key, cert.cert, victim.overlay, honest.node_id,
                                 int((base + clock.now()) * 1000) + 1, (HOST,))
         for _ in range(per_step):
-            victim.receive(data[:-8] + os.urandom(8), b"\x02\x66" + os.urandom(4))
+            if by == "flood":  # by the hostile member's tunnel, rooted at the member it names
+                victim.receive(data[:-8] + os.urandom(8), b"\x02\x66" + os.urandom(4), hostile.node_id, honest.node_id)
+            else:
+                victim.receive(data[:-8] + os.urandom(8), b"\x02\x66" + os.urandom(4))
 
     for _ in range(30):  # the storm runs
         await clock.advance(step)

@@ -222,13 +222,63 @@ def test_probe_answered_keeps_the_link() -> None:
     assert lv.state is LivenessState.UP
 
 
-def test_records_counted_after_the_probe_began_answer_it_earlier_ones_do_not() -> None:
+def test_records_counted_during_a_doubt_keep_a_busy_peer_up_until_it_answers() -> None:
+    """Records counted after the probe began restart its deadline (earlier ones do not count): a busy peer whose
+    first replies were lost stays up past the first deadline; the answer to the probe ends the doubt."""
     lv = _up(rtt=0.002)
-    lv.doubt(0.5, rx_records=7)
+    (asked,) = lv.doubt(0.5, rx_records=7)
+    assert isinstance(asked, SendControl)
     assert echoes(lv.tick(0.55, 7, 8)) == 1  # nothing new since the probe: still doubting, asking again
-    assert doubting(lv.tick(0.6, 8, 8)) == []
+    now, rx, asking = 0.55, 7, 0
+    while now < 1.2:  # well past the first deadline (0.75), the peer's records counted at every tick
+        now, rx = round(now + PROBE.probe_interval, 3), rx + 1
+        actions = lv.tick(now, rx, rx)
+        asking += echoes(actions)
+        assert doubting(actions) == [] and lv.probing, now
+    assert asking >= 6  # still asking at the probe's pace
+    lv.on_control(1.21, ControlMessage(ControlOpcode.ECHO_REPLY, 0, asked.token))
     assert not lv.probing
-    assert doubting(lv.tick(0.9, 8, 8)) == []  # past the deadline, but the probe was answered
+    assert doubting(lv.tick(1.6, rx, rx + 1)) == []  # quiet since, past the deadline, but the probe was answered
+
+
+def _dies_at(lv: Liveness, now: float, rx_records: int) -> float:
+    """Ticks at the probe's pace from `now`, nothing more counted: when the link is declared dead."""
+    actions = lv.tick(now, rx_records, 99)
+    while not doubting(actions):
+        assert now < 2 * PROBE.dead_after, "never dead"
+        now = round(now + PROBE.probe_interval, 3)
+        actions = lv.tick(now, rx_records, 99)
+    assert doubting(actions) == [PeerDead(DownReason.PEER_SILENT)]
+    return now
+
+
+def test_a_record_in_flight_when_the_doubt_began_does_not_answer_it() -> None:
+    """The CI flake of the vanished-peer session test: a PMTU_ACK the peer sent before it vanished was counted
+    0.1 ms into the doubt, and the tunnel went down after the whole silence limit, not the probe's bound."""
+    lv = _up(rtt=0.002)
+    assert lv.probe_deadline() == PROBE.probe_floor
+    lv.doubt(0.5, rx_records=7)
+    lv.on_control(0.5001, ControlMessage(ControlOpcode.PMTU_ACK, 0, 12345))
+    # Counted by the next tick, then silence: dead one deadline after that tick.
+    assert _dies_at(lv, 0.55, 8) == pytest.approx(0.55 + PROBE.probe_floor)
+
+
+def test_only_a_reply_to_the_doubts_own_echo_answers_it() -> None:
+    lv = _up(rtt=0.002)
+    earlier, _ = lv.probe(0.45)
+    (asked,) = lv.doubt(0.5, rx_records=7)
+    assert isinstance(asked, SendControl)
+    # The reply to an echo sent before the doubt measures the RTT but answers nothing: the peer may have
+    # sent it and gone.
+    assert lv.on_control(0.5002, ControlMessage(ControlOpcode.ECHO_REPLY, 0, earlier)) == [
+        EchoAnswered(earlier, pytest.approx(0.0502))]
+    assert lv.probing
+    assert _dies_at(lv, 0.55, 8) == pytest.approx(0.55 + PROBE.probe_floor)
+    alive = _up(rtt=0.002)
+    (asked,) = alive.doubt(0.5, rx_records=7)
+    assert isinstance(asked, SendControl)
+    alive.on_control(0.503, ControlMessage(ControlOpcode.ECHO_REPLY, 0, asked.token))
+    assert not alive.probing and doubting(alive.tick(0.9, 8, 9)) == []
 
 
 def test_probe_before_the_link_is_up_does_nothing() -> None:
@@ -399,8 +449,10 @@ def test_revived_after_a_silent_path_the_link_is_up_and_its_silence_counted_afre
     assert lv.state is LivenessState.UP and not lv.probing
     # Silent since 0.01, but the silence is counted from the revival: not dead before it lasted the limit.
     assert doubting(lv.tick(0.8 + PROBE.silence_limit - 0.1, 7, 10)) == []
-    assert echoes(lv.doubt(3.0, rx_records=7)) == 1
-    assert doubting(lv.tick(3.05, 8, 11)) == [] and not lv.probing  # the peer answered on the new path
+    (asked,) = lv.doubt(3.0, rx_records=7)
+    assert isinstance(asked, SendControl) and asked.opcode is ControlOpcode.ECHO_REQUEST
+    lv.on_control(3.004, ControlMessage(ControlOpcode.ECHO_REPLY, 0, asked.token))  # answered on the new path
+    assert doubting(lv.tick(3.05, 8, 11)) == [] and not lv.probing
     lv.doubt(3.1, rx_records=8)
     assert doubting(lv.tick(3.4, 8, 12)) == [PeerDead(DownReason.PEER_SILENT)]
 

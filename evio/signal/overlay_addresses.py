@@ -1,0 +1,42 @@
+"""A node's own overlay addresses, named by its overlay-CA certificate (decision 0065). Pure.
+
+A switch answers a local host's ARP request or neighbour solicitation for a member's address at once, without
+crossing the overlay, only when something the members cannot forge binds the address to that member: a member
+may announce any address (decision 0056). The CA can: a node certificate may name, beside its node id
+(``evio:<overlay>:<id>``, `evio.tunnel.path.trust.node_uri`), the node's own address in each overlay, as the SAN
+URI ``evio-address:<overlay>:<address>``. The node names the MAC that holds it in its signed host claims
+(`evio.signal.host_claims`), and a receiver takes the address only if the certificate names it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from cryptography import x509
+
+SCHEME = "evio-address"
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def address_uri(overlay: str, address: IPAddress) -> str:
+    """The SAN URI that binds a certificate's node to its own `address` in `overlay`."""
+    return f"{SCHEME}:{overlay}:{address}"
+
+
+def certified_addresses(cert: x509.Certificate, overlay: str) -> frozenset[IPAddress]:
+    """The addresses `cert` names for its node in `overlay`; what is not one unicast address is left out."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return frozenset()
+    prefix = f"{SCHEME}:{overlay}:"
+    found: set[IPAddress] = set()
+    for uri in san.get_values_for_type(x509.UniformResourceIdentifier):
+        if uri.startswith(prefix):
+            try:
+                address = ipaddress.ip_address(uri[len(prefix) :])
+            except ValueError:
+                continue
+            if not (address.is_multicast or address.is_unspecified):
+                found.add(address)
+    return frozenset(found)
