@@ -106,6 +106,8 @@ def _trust_status(stack: OverlayStack) -> dict[str, Any]:
                          len(stack.signaling.revoked_nodes(stack.overlay)))  # fmt: skip
     if stack.plan.certificate is not None:
         doc["revocation_flood"] = stack.revocations.status() if stack.revocations else {"error": stack.revocation_error}
+        if stack.member_lists is not None:
+            doc["member_list_flood"] = stack.member_lists.status()
         doc["host_claims"] = stack.host_claims.status() if stack.host_claims else {"error": stack.host_claims_error}
     return doc
 

@@ -147,7 +147,7 @@ async def test_an_older_list_passing_by_is_answered_with_the_newer_at_most_once_
         (rf.HEADER.pack(rf.MAGIC, 9, rf.LIST, 1, 0, 1), "dropped_malformed"),
         (rf.HEADER.pack(rf.MAGIC, rf.VERSION, 7, 1, 0, 1), "dropped_malformed"),
         (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 3, 2) + b"x", "dropped_malformed"),
-        (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, rf.MAX_CHUNKS + 1) + b"x", "dropped_malformed"),
+        (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, rf.MAX_CHUNKS + 1) + b"x", "dropped_oversize"),
         (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, 2) + b"x" * (rf.CHUNK + 1), "dropped_malformed"),
     ],
 )
