@@ -43,6 +43,7 @@ from evio.signal.errors import ErrorReason, HandlerBadRequest, HandlerRejected, 
 from evio.signal.events import E, Subscription
 from evio.signal.identity import RevocationList, TrustAnchor
 from evio.signal.interface import Handler, Signaling
+from evio.signal.member_list import MemberList
 from evio.signal.protocol import Body
 from evio.tunnel.path.offer_answer import ACTION as ACTION_OFFER
 
@@ -359,6 +360,12 @@ class RingSignaling:
     def peers(self, overlay: str) -> dict[int, str]:
         return self.inner.peers(overlay)
 
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        return self.inner.is_listed(overlay, node_id)
+
+    def listed_ids(self, overlay: str) -> frozenset[int]:
+        return self.inner.listed_ids(overlay)
+
     def revoked_nodes(self, overlay: str) -> frozenset[int]:
         return self.inner.revoked_nodes(overlay)
 
@@ -370,6 +377,12 @@ class RingSignaling:
 
     def message_counts(self) -> dict[str, dict[str, int]]:
         return self.inner.message_counts()
+
+    def listed_members(self, overlay: str) -> MemberList | None:
+        return self.inner.listed_members(overlay)
+
+    def receive_member_list(self, text: str, source: str = "local") -> bool:
+        return self.inner.receive_member_list(text, source)
 
     def drop_counts(self) -> dict[str, int]:
         return self.inner.drop_counts()
