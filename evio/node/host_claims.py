@@ -13,6 +13,12 @@ linked node; each node reads the others' off the same interface. A node announce
 2. every `host_claims.LIFETIME / 3`, 10 minutes (an announcement holds `LIFETIME` after it was issued),
 3. when one of its links came up (folded with the others of `MIN_INTERVAL`), so a node that joins hears it.
 
+A node hosting more than `host_claims.MAX_MACS` (a site gateway bridging a LAN) names them all, up to
+`host_claims.MAX_PAGES` pages, each signed and held by (node, page) (review21e E1: a host left out of the list
+was any member's to claim). Each MAC stays on its page while hosted (`host_claims.Pager`): a change re-sends only
+the pages it changed, a refresh or link-up every page; pages go one each `PAGE_GAP`, under the check share a
+member has at every node, and a catch-up passes a member's pages on as slowly.
+
 What comes in costs a signature check only when it could change something (review21c: junk from invented
 sender MACs took a budget shared by all and no honest announcement was checked):
 
@@ -81,6 +87,10 @@ ETHERTYPE = HOST_CLAIMS_ETHERTYPE  # IEEE 802 "local experimental ethertype 2" (
 UNICAST = -1  # the budget "port" of what the bridge's interface reads as sent to this node (a peer id is >= 0)
 BROADCAST = b"\xff" * 6
 MIN_INTERVAL = 1.0  # seconds between two announcements of this node
+# Seconds between two pages of this node's list (and two pages of one member passed on in a catch-up): 4 a
+# second, under the checks a member's announcements get at each node (MEMBER_RATE, 5/s), so no page of a refresh
+# is refused unchecked; a full list of 16 pages takes 4 s.
+PAGE_GAP = 0.25
 # Checks a second for all node ids: one port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE/BURST), the most one
 # hostile neighbour passes on. A check of a known certificate takes 0.13 ms, a chain 0.4 ms: 5 % to 16 % of a core
 # at the full rate; beyond it only the keys that flood more than their share are thinned (a member sends one
@@ -143,10 +153,15 @@ class HostClaimsFlood:
         self._refused_logged = LogLimiter[str]()  # by reason: a sender MAC may be invented for each frame
         self._subscription: Subscription[RevocationAdopted] | None = None
         # node id -> (issued ms, the announcement its held list came in), to pass on
-        self._frames: dict[int, tuple[int, bytes]] = {}
+        self._frames: dict[tuple[int, int], tuple[int, bytes]] = {}  # (node id, page) -> ...
+        self._pager = host_claims.Pager()
+        self._sent_pages: dict[int, tuple[object, ...]] = {}  # page -> what it named when last sent
+        self._due: set[int] = set()  # pages to send again though unchanged (a refresh, a link-up)
+        self._due_all = False
         self._owed: dict[int, float] = {}  # linked peer -> when its link came up here (its lists not sent yet)
         self._served: dict[int, float] = {}  # peer -> when its last catch-up began
-        self._catchup: deque[tuple[bytes, int, int]] = deque()  # (destination MAC, node id, issued ms) to send
+        self._catchup: deque[tuple[bytes, tuple[int, int], int]] = deque()  # (destination, (node, page), issued ms)
+        self._catchup_page_at: dict[int, float] = {}  # node id -> when a page of its list was last passed on
         self._catchup_timer: Timer | None = None
 
     def start(self) -> None:
@@ -181,7 +196,7 @@ class HostClaimsFlood:
             self._sock = None
 
     def status(self) -> dict[str, Any]:
-        return {"interface": self.ifname, "hosted": len(self.hosted), "members": len(self.claims) - (self.claims.issued_ms(self.node_id) is not None),
+        return {"interface": self.ifname, "hosted": len(self.hosted), "pages": len(self._sent_pages), "members": len(self.claims) - self.claims.holds(self.node_id),
                 "owned": len(self._owners), "disputed": sorted(self.claims.disputed),
                 "own_addresses": [str(a) for a in self.own_addresses], "certified_addresses": len(self._addresses),
                 "counts": dict(sorted(self.counts.items()))}  # fmt: skip
@@ -192,14 +207,16 @@ class HostClaimsFlood:
         """The switch's list of what this node hosts changed."""
         if macs != self.hosted:
             self.hosted = macs
-            self.announce()
+            self.announce(every_page=False)
 
     def peer_linked(self, peer: int) -> None:
         """A link to member `peer` came up: when its next announcement passes, it gets the lists held here."""
         self._owed[peer] = self._clock.now()
 
-    def announce(self) -> None:
-        """Announce soon: now, or once `MIN_INTERVAL` passed since the last one (link-ups fold into one)."""
+    def announce(self, every_page: bool = True) -> None:
+        """Announce soon: now, or once `MIN_INTERVAL` passed since the last one (link-ups fold into one); every page,
+        or (`every_page` False: what the node hosts changed) the pages that changed."""
+        self._due_all |= every_page
         if self._send_timer is not None or self._sock is None:
             return
         wait = self._last_sent + MIN_INTERVAL - self._clock.now()
@@ -217,8 +234,8 @@ class HostClaimsFlood:
             del self._unchecked[node]
         if self.claims.expire(now, keep=self._unchecked.keys()) | self.claims.forget(self._revoked(now)):
             self._owners_changed()
-        for node in [n for n in self._frames if self.claims.issued_ms(n) is None]:
-            del self._frames[node]
+        for key in [k for k in self._frames if self.claims.issued_ms(*k) is None]:
+            del self._frames[key]
         for table, hold in ((self._owed, CATCHUP_OWED), (self._served, CATCHUP_PEER_INTERVAL)):
             for node in [n for n, at in table.items() if mono - at >= hold]:
                 del table[node]
@@ -242,18 +259,34 @@ class HostClaimsFlood:
                 self.interface_mac = None
         own = self.interface_mac if self.own_addresses else None
         if own is not None and own not in macs:
-            macs = (own, *macs)  # the interface's own MAC, whose addresses we name, first (it may not be cut)
-        if len(macs) > host_claims.MAX_MACS:
-            self.counts["macs_over_cap"] += len(macs) - host_claims.MAX_MACS
-            macs = macs[: host_claims.MAX_MACS]
-            if own is not None and own not in macs:
-                macs = (own, *macs[:-1])
+            macs = (own, *macs)  # the interface's own MAC, whose addresses we name, first (placed before new hosts)
+        pages = self._pager.pages(macs)  # the interface's MAC first: on page 0 unless it changed since
+        if self._pager.over:
+            self.counts["macs_over_cap"] += self._pager.over
+        total = len(pages)
+        if self._due_all:
+            self._due, self._due_all = set(range(total)), False
         addresses = tuple((ip, own) for ip in self.own_addresses[: host_claims.MAX_ADDRESSES]) if own else ()
+        content = [(page, addresses if own in page else (), total) for page in pages]
+        due = [p for p in range(total) if p in self._due or self._sent_pages.get(p) != content[p]]
+        for page in [p for p in self._sent_pages if p >= total]:
+            del self._sent_pages[page]
+            self._frames.pop((self.node_id, page), None)
+        if not due:
+            return
+        number = due[0]
+        self._due.discard(number)
+        self._sent_pages[number] = content[number]
+        if len(due) > 1:
+            self._send_timer = self._clock.call_later(PAGE_GAP, self._send)
+        macs, page_addresses = pages[number], content[number][1]
         cert = self._certificate
         issued_ms = int(self._wall() * 1000)
-        frame = host_claims.pack(cert.key, cert.cert, self.overlay, self.node_id, issued_ms, macs, addresses)
-        self._frames[self.node_id] = (issued_ms, frame)
-        if self.claims.take(host_claims.Announcement(self.overlay, self.node_id, issued_ms, macs, addresses)):
+        frame = host_claims.pack(cert.key, cert.cert, self.overlay, self.node_id, issued_ms, macs, page_addresses,
+                                 number, total)  # fmt: skip
+        self._frames[(self.node_id, number)] = (issued_ms, frame)
+        own_page = host_claims.Announcement(self.overlay, self.node_id, issued_ms, macs, page_addresses, number, total)
+        if self.claims.take(own_page):
             self._owners_changed()  # ours is a claim too: a member naming our host after us holds nothing here
         if self._sock is None:
             return
@@ -304,7 +337,7 @@ class HostClaimsFlood:
         if parsed.node_id in self._revoked(wall):
             self.counts["refused_revoked"] += 1
             return
-        held = self.claims.issued_ms(parsed.node_id)
+        held = self.claims.issued_ms(parsed.node_id, parsed.page)
         if held is not None and parsed.issued_ms <= held:
             self.counts["unchanged"] += 1  # a copy by another way, or a replay: nothing to check
             return
@@ -320,7 +353,7 @@ class HostClaimsFlood:
         key = parsed.node_id if self._known(parsed.node_id) else None
         if not self._verify_budget.allow(UNICAST if ingress is None else ingress, key, now):
             self.counts["refused_verify_rate"] += 1
-            if held is not None:
+            if self.claims.holds(parsed.node_id):
                 self._unchecked[parsed.node_id] = now  # its refresh may be among these: keep its list meanwhile
             return
         try:
@@ -331,7 +364,7 @@ class HostClaimsFlood:
                 self._refused.popitem(last=False)
             self._refuse(exc, sender, now)
             return
-        self._frames[ann.node_id] = (ann.issued_ms, data)
+        self._frames[(ann.node_id, ann.page)] = (ann.issued_ms, data)
         if self.claims.take(ann):
             self.counts["taken"] += 1
             self._owners_changed()
@@ -355,25 +388,32 @@ class HostClaimsFlood:
             return
         self._served[peer] = now
         self.counts["catchups"] += 1
-        for node, (issued_ms, _) in self._frames.items():
-            if node == peer:
+        for key, (issued_ms, _) in sorted(self._frames.items(), key=lambda item: item[0][1]):  # page 0s first
+            if key[0] == peer:
                 continue
             if len(self._catchup) >= CATCHUP_QUEUED:
                 self.counts["catchup_dropped"] += 1
                 continue
-            self._catchup.append((mac, node, issued_ms))
+            self._catchup.append((mac, key, issued_ms))
         if self._catchup_timer is None:
             self._pass_on()
 
     def _pass_on(self) -> None:
-        """Send up to `CATCHUP_BATCH` queued lists (each as the list held now, if it is still that one)."""
+        """Send up to `CATCHUP_BATCH` queued lists (each as the list held now, if it is still that one), a page of one
+        member's list at most each `PAGE_GAP` (its pages would otherwise exceed its check share at the peer)."""
         self._catchup_timer = None
         sent = 0
-        while self._catchup and sent < CATCHUP_BATCH and self._sock is not None:
-            mac, node, issued_ms = self._catchup.popleft()
-            held = self._frames.get(node)
-            if held is None or held[0] != issued_ms or self.claims.issued_ms(node) != issued_ms:
+        now = self._clock.now()
+        later: list[tuple[bytes, tuple[int, int], int]] = []
+        while self._catchup and sent < CATCHUP_BATCH and self._sock is not None and len(later) < CATCHUP_BATCH:
+            mac, key, issued_ms = self._catchup.popleft()
+            held = self._frames.get(key)
+            if held is None or held[0] != issued_ms or self.claims.issued_ms(*key) != issued_ms:
                 continue  # gone, or replaced (the newer one was flooded to the peer too)
+            if now - self._catchup_page_at.get(key[0], float("-inf")) < PAGE_GAP:
+                later.append((mac, key, issued_ms))
+                continue
+            self._catchup_page_at[key[0]] = now
             data = held[1]
             sent += 1
             try:
@@ -383,8 +423,11 @@ class HostClaimsFlood:
                 log.debug("host announcement pass-on on %s failed: %s", self.ifname, exc)
                 continue
             self.counts["catchup_sent"] += 1
+        self._catchup.extendleft(reversed(later))
         if self._catchup and self._sock is not None:
             self._catchup_timer = self._clock.call_later(CATCHUP_TICK, self._pass_on)
+        else:
+            self._catchup_page_at.clear()
 
     def _refuse(self, exc: host_claims.ClaimError, sender: bytes, now: float) -> None:
         self.counts[f"refused_{str(exc).replace(' ', '_')}"] += 1
@@ -394,7 +437,7 @@ class HostClaimsFlood:
     def _known(self, node_id: int) -> bool:
         """Whether `node_id` is a member this node knows (its announcements get a budget key of their own): a list or
         certificate of it held, present in signaling, or named by the overlay CA's member list."""
-        if self.claims.issued_ms(node_id) is not None or self._certificates.knows(node_id):
+        if self.claims.holds(node_id) or self._certificates.knows(node_id):
             return True
         # The CA's member list names every member (0059): there signaling's peers are a member's ~20 contacts, and
         # a newcomer's catch-up would otherwise share the one key of ids nobody knows (review21e E5).

@@ -11,6 +11,7 @@ Announcement (after the Ethernet header; ethertype `evio.node.host_claims.ETHERT
     magic "EVHC" | version (1) | node id (16) | issued, ms since the epoch (8) | overlay length (1) | overlay
     | certificate length (2) | certificate (DER) | MAC count (1) | MACs (6 each)
     [version 2: | address count (1) | per address: length (1: 4 or 16) | address | index of its MAC in MACs (1)]
+    [version 3: | address count (1, may be 0) | addresses as in version 2 | page (1) | pages (1)]
     | signature (rest, ECDSA P-256)
 
 Version 2 adds the node's own overlay addresses, each with the MAC of the interface holding it (decision 0065): a
@@ -18,9 +19,15 @@ receiver takes them only if the node's certificate names them (`trust.certified_
 the member's), and its switch then answers ARP and neighbour solicitations for them at once. A node sends
 version 1 while it has no certified address to name, so nodes of the previous release still read it.
 
-The signature covers `_CONTEXT` and everything before it. An announcement is the node's whole list:
-a later one replaces it (and withdraws what it no longer names). One frame, at most `MAX_MACS` MACs
-(a node hosting more announces the first `MAX_MACS` and counts the rest; those keep today's rules).
+Version 3 is one *page* of a node's list (review21e E1): a node hosting more than `MAX_MACS` (a site gateway
+bridging a LAN) names them all in up to `MAX_PAGES` pages, each signed on its own and held by (node, page); a
+page says how many the list has, and pages past that count issued before it are dropped. A MAC stays on the
+page it was put on while the node hosts it (`Pager`), so a change re-signs only its page and no MAC is, even
+for a moment, named by none. A one-page list goes as version 1 or 2, as before.
+
+The signature covers `_CONTEXT` and everything before it. An announcement is the node's whole list (or one
+page of it): a later one replaces it (and withdraws what it no longer names). One frame, at most `MAX_MACS`
+MACs; a node hosting more than `MAX_PAGES` pages' worth announces the first ones and counts the rest.
 
 `HostClaims` keeps each member's latest list (by `issued`, so an old announcement replayed changes
 nothing) for `LIFETIME` after it was issued, and names a MAC's owner: its one claimant, or of several
@@ -49,8 +56,12 @@ from evio.signal.overlay_addresses import certified_addresses
 MAGIC = b"EVHC"
 VERSION = 1
 VERSION_ADDRESSES = 2  # with the node's own overlay addresses (decision 0065)
+VERSION_PAGED = 3  # one page of a list of more than MAX_MACS (review21e E1)
 MAX_ADDRESSES = 8  # a node's own addresses on the overlay (its bridge interface's), not its hosts'
-MAX_MACS = 64  # per member: its bridge's own MACs and its hosts; ~400 bytes, one frame with the certificate
+MAX_MACS = 64  # per page: its bridge's own MACs and its hosts; ~400 bytes, one frame with the certificate
+# Pages of one node's list: 1024 MACs. What a receiver holds of one member is bounded by it (16 frames, ~15 kB),
+# and a full refresh, paced (evio.node.host_claims.PAGE_GAP), stays within a member's check share at every node.
+MAX_PAGES = 16
 MAX_CERT_BYTES = 2048
 MAX_SIG_BYTES = 80  # an ECDSA P-256 signature in DER is at most 72
 MAX_FRAME_BYTES = 1350  # within a tunnel TAP's frame less the FRB that carries it (evio.sdn.switch)
@@ -79,12 +90,15 @@ class Announcement:
     issued_ms: int
     macs: tuple[str, ...]
     addresses: tuple[AddressClaim, ...] = ()  # certified by the node's certificate (checked)
+    page: int = 0
+    pages: int = 1
 
 
 def pack(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, overlay: str, node_id: int, issued_ms: int,
-         macs: Iterable[str], addresses: Iterable[AddressClaim] = ()) -> bytes:  # fmt: skip
+         macs: Iterable[str], addresses: Iterable[AddressClaim] = (), page: int = 0, pages: int = 1) -> bytes:  # fmt: skip
     """A signed announcement of `macs` (at most `MAX_MACS`; the caller cuts and counts) and of the node's own
-    `addresses` (each with a MAC of `macs`; version 2, only when there are any)."""
+    `addresses` (each with a MAC of `macs`; version 2, only when there are any), as page `page` of `pages`
+    (version 3, only when there are several)."""
     name = overlay.encode()
     der = cert.public_bytes(serialization.Encoding.DER)
     macs = list(macs)
@@ -92,11 +106,16 @@ def pack(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, overlay: str, 
     own = list(addresses)
     if len(raw) > MAX_MACS or len(name) > MAX_OVERLAY or len(der) > MAX_CERT_BYTES or len(own) > MAX_ADDRESSES:
         raise ValueError("announcement too large")
-    body = (_HEAD.pack(MAGIC, VERSION_ADDRESSES if own else VERSION, node_id.to_bytes(16, "big"), issued_ms, len(name))
+    if not 0 <= page < pages <= MAX_PAGES:
+        raise ValueError("bad page")
+    version = VERSION_PAGED if pages > 1 else VERSION_ADDRESSES if own else VERSION
+    body = (_HEAD.pack(MAGIC, version, node_id.to_bytes(16, "big"), issued_ms, len(name))
             + name + struct.pack("!H", len(der)) + der + bytes([len(raw)]) + b"".join(raw))  # fmt: skip
-    if own:
+    if own or version == VERSION_PAGED:
         body += bytes([len(own)]) + b"".join(bytes([len(ip.packed)]) + ip.packed + bytes([macs.index(mac)])
                                              for ip, mac in own)  # fmt: skip
+    if version == VERSION_PAGED:
+        body += bytes([page, pages])
     return body + key.sign(_CONTEXT + body, ec.ECDSA(hashes.SHA256()))
 
 
@@ -111,6 +130,8 @@ class Parsed:
     signature: bytes
     signed: bytes  # what the signature covers, less `_CONTEXT`
     addresses: tuple[AddressClaim, ...] = ()  # not yet checked against the certificate
+    page: int = 0
+    pages: int = 1
 
 
 def parse(overlay: str, data: bytes, now: float) -> Parsed:
@@ -121,7 +142,7 @@ def parse(overlay: str, data: bytes, now: float) -> Parsed:
     if len(data) < _HEAD.size:
         raise ClaimError("short")
     magic, version, node, issued_ms, name_len = _HEAD.unpack_from(data)
-    if magic != MAGIC or version not in (VERSION, VERSION_ADDRESSES):
+    if magic != MAGIC or version not in (VERSION, VERSION_ADDRESSES, VERSION_PAGED):
         raise ClaimError("not an announcement")
     at = _HEAD.size
     name = data[at : at + name_len]
@@ -144,8 +165,9 @@ def parse(overlay: str, data: bytes, now: float) -> Parsed:
     at += 6 * count
     macs = tuple(raw[i : i + 6].hex(":") for i in range(0, len(raw), 6))
     addresses: list[AddressClaim] = []
-    if version == VERSION_ADDRESSES:
-        if len(data) < at + 1 or not 0 < data[at] <= MAX_ADDRESSES:
+    if version in (VERSION_ADDRESSES, VERSION_PAGED):
+        least = 1 if version == VERSION_ADDRESSES else 0  # a page may name no address
+        if len(data) < at + 1 or not least <= data[at] <= MAX_ADDRESSES:
             raise ClaimError("bad address count")
         at, wanted = at + 1, data[at]
         for _ in range(wanted):
@@ -157,6 +179,12 @@ def parse(overlay: str, data: bytes, now: float) -> Parsed:
                 raise ClaimError("bad address")
             addresses.append((ip, macs[data[at + 1 + size]]))
             at += 2 + size
+    page, pages = 0, 1
+    if version == VERSION_PAGED:
+        if len(data) < at + 2 or not data[at] < data[at + 1] <= MAX_PAGES or data[at + 1] < 2:
+            raise ClaimError("bad page")
+        page, pages = data[at], data[at + 1]
+        at += 2
     signature = data[at:]
     if not signature or len(signature) > MAX_SIG_BYTES:
         raise ClaimError("bad signature length")
@@ -164,7 +192,8 @@ def parse(overlay: str, data: bytes, now: float) -> Parsed:
         raise ClaimError("stale")
     if any(int(mac[:2], 16) & 1 or mac == "00:00:00:00:00:00" for mac in macs):
         raise ClaimError("group or zero MAC")
-    return Parsed(int.from_bytes(node, "big"), issued_ms, der, macs, signature, data[:at], tuple(addresses))
+    return Parsed(int.from_bytes(node, "big"), issued_ms, der, macs, signature, data[:at], tuple(addresses), page,
+                  pages)
 
 
 class Certificates:
@@ -259,7 +288,8 @@ def check(anchor: TrustAnchor, parsed: Parsed, now: float, certificates: Certifi
         raise ClaimError("bad signature") from None
     if any(ip not in certified for ip, _ in parsed.addresses):
         raise ClaimError("address not certified")
-    return Announcement(anchor.overlay, parsed.node_id, parsed.issued_ms, parsed.macs, parsed.addresses)
+    return Announcement(anchor.overlay, parsed.node_id, parsed.issued_ms, parsed.macs, parsed.addresses, parsed.page,
+                        parsed.pages)
 
 
 def verify(anchor: TrustAnchor, data: bytes, now: float) -> Announcement:
@@ -276,49 +306,76 @@ class HostClaims:
     0034's rules for it let one forged flood take a receiving host's stream). An honest move (a VM that
     migrated) is the same sequence: its old node stops naming it, and the new node's claim holds.
     `self_id` is this node: its own list counts as a claim like any other, but its MACs are left out of
-    `owners` (its switch keeps its own hosts by their leaf ports)."""
+    `owners` (its switch keeps its own hosts by their leaf ports). A member's list is the union of its
+    pages (at most `MAX_PAGES`, each replaced by a newer one of the same number)."""
 
     def __init__(self, self_id: int | None = None) -> None:
         self.self_id = self_id
-        self._lists: dict[int, Announcement] = {}
+        self._lists: dict[int, dict[int, Announcement]] = {}  # member -> page -> its latest announcement
         self.disputed: frozenset[str] = frozenset()
         self._since: dict[tuple[int, str], int] = {}  # (member, MAC) -> when (in takes) it first named it
         self._taken = 0
 
+    @staticmethod
+    def _named(pages: Mapping[int, Announcement]) -> dict[str, None]:
+        return {mac: None for _, ann in sorted(pages.items()) for mac in ann.macs}
+
     def take(self, ann: Announcement) -> bool:
         """A verified announcement; True when it changed who holds what, or the addresses it names (an older or
         equal one never does)."""
-        held = self._lists.get(ann.node_id)
+        pages = self._lists.setdefault(ann.node_id, {})
+        held = pages.get(ann.page)
         if held is not None and held.issued_ms >= ann.issued_ms:
             return False
-        self._lists[ann.node_id] = ann
-        before = set(held.macs) if held is not None else set()
-        for mac in before - set(ann.macs):
+        before = self._named(pages)
+        addresses = [a.addresses for _, a in sorted(pages.items())]
+        pages[ann.page] = ann
+        for page in [p for p, a in pages.items() if p >= ann.pages and a.issued_ms < ann.issued_ms]:
+            del pages[page]  # the list has fewer pages now
+        after = self._named(pages)
+        for mac in before.keys() - after.keys():
             self._since.pop((ann.node_id, mac), None)
-        for mac in ann.macs:
+        for mac in after:
             if mac not in before:
                 self._taken += 1
                 self._since[(ann.node_id, mac)] = self._taken
-        return held is None or held.macs != ann.macs or held.addresses != ann.addresses
+        return before.keys() != after.keys() or addresses != [a.addresses for _, a in sorted(pages.items())]
 
-    def issued_ms(self, node_id: int) -> int | None:
-        """When the list held for `node_id` was issued (None: none held): an announcement not newer changes nothing."""
-        held = self._lists.get(node_id)
+    def issued_ms(self, node_id: int, page: int = 0) -> int | None:
+        """When page `page` of the list held for `node_id` was issued (None: none held): an announcement not newer
+        changes nothing."""
+        held = self._lists.get(node_id, {}).get(page)
         return held.issued_ms if held is not None else None
+
+    def holds(self, node_id: int) -> bool:
+        return node_id in self._lists
 
     def forget(self, node_ids: Iterable[int]) -> bool:
         """Members that left or were revoked: their claims go. True when any did."""
-        gone = [self._lists.pop(n) for n in list(node_ids) if n in self._lists]
-        for ann in gone:
-            for mac in ann.macs:
-                self._since.pop((ann.node_id, mac), None)
+        gone = [(n, self._lists.pop(n)) for n in list(node_ids) if n in self._lists]
+        for node, pages in gone:
+            for mac in self._named(pages):
+                self._since.pop((node, mac), None)
         return bool(gone)
 
     def expire(self, now: float, keep: Collection[int] = ()) -> bool:
-        """Lists issued more than `LIFETIME` ago go, but those of `keep` (members whose refresh may have gone
+        """Lists (pages) issued more than `LIFETIME` ago go, but those of `keep` (members whose refresh may have gone
         unchecked here). True when any went."""
-        return self.forget([n for n, ann in self._lists.items()
-                            if ann.issued_ms / 1000 < now - LIFETIME and n not in keep])  # fmt: skip
+        changed = False
+        for node, pages in list(self._lists.items()):
+            if node in keep:
+                continue
+            old = [p for p, ann in pages.items() if ann.issued_ms / 1000 < now - LIFETIME]
+            if len(old) == len(pages):
+                changed |= self.forget([node])
+            elif old:
+                before = self._named(pages)
+                for page in old:
+                    del pages[page]
+                for mac in before.keys() - self._named(pages).keys():
+                    self._since.pop((node, mac), None)
+                changed = True
+        return changed
 
     def owners(self) -> Mapping[str, int]:
         """MAC -> the member that holds it: its one claimant, or of several the first (those listed in `disputed`).
@@ -341,8 +398,8 @@ class HostClaims:
         the first holder's certificate expired or was revoked) are answered for by neither. This node's own are
         left out (its bridge answers for itself)."""
         claimed: dict[IPAddress, list[tuple[int, str]]] = {}
-        for node, ann in self._lists.items():
-            for ip, mac in ann.addresses:
+        for node, pages in self._lists.items():
+            for ip, mac in dict.fromkeys(a for ann in pages.values() for a in ann.addresses):
                 claimed.setdefault(ip, []).append((node, mac))
         return {ip: mac for ip, [(node, mac), *others] in claimed.items()
                 if not others and node != self.self_id and owners.get(mac) == node}  # fmt: skip
@@ -353,3 +410,36 @@ class HostClaims:
 
     def __len__(self) -> int:
         return len(self._lists)
+
+
+class Pager:
+    """A node's hosted MACs cut into pages, each MAC kept on the page it was first put on while the node hosts it:
+    a change then re-signs only its pages, and no MAC leaves one page for another (a receiver between the two
+    pages would hold it for nobody, and a member naming it would become its first claimant). MACs past
+    `MAX_PAGES` full pages are left out (`over`) until others go."""
+
+    def __init__(self) -> None:
+        self._page_of: dict[str, int] = {}
+        self._fill: Counter[int] = Counter()
+        self.over = 0
+
+    def pages(self, macs: Iterable[str]) -> list[tuple[str, ...]]:
+        """The pages of `macs` (at least one, perhaps empty; a page in the middle may be empty too)."""
+        wanted = dict.fromkeys(macs)
+        for mac in [m for m in self._page_of if m not in wanted]:
+            self._fill[self._page_of.pop(mac)] -= 1
+        self.over = 0
+        for mac in wanted:
+            if mac in self._page_of:
+                continue
+            page = next((p for p in range(MAX_PAGES) if self._fill[p] < MAX_MACS), None)
+            if page is None:
+                self.over += 1
+                continue
+            self._page_of[mac] = page
+            self._fill[page] += 1
+        cut: list[list[str]] = [[] for _ in range(max(self._page_of.values(), default=0) + 1)]
+        for mac in wanted:
+            if mac in self._page_of:
+                cut[self._page_of[mac]].append(mac)
+        return [tuple(page) for page in cut]

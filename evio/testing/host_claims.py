@@ -29,6 +29,7 @@ class Announcer:
         self._certs: dict[int, tuple[ec.EllipticCurvePrivateKey, x509.Certificate]] = {}
         self.claims = host_claims.HostClaims()
         self._last_ms = 0
+        self._pagers: dict[int, host_claims.Pager] = {}
 
     def announce(self, net: FakeNetwork, node_ids: Sequence[int],
                  extra: Mapping[int, Sequence[str]] | None = None) -> host_claims.HostClaims:  # fmt: skip
@@ -41,8 +42,11 @@ class Announcer:
             wall = time.time()
             self._last_ms = max(self._last_ms + 1, int(wall * 1000))  # each one newer than the last
             macs = net.nodes[nid].switch.hosted_macs() + list((extra or {}).get(nid, ()))
-            data = host_claims.pack(key, cert, OVERLAY, nid, self._last_ms, macs)
-            self.claims.take(host_claims.verify(self.anchor, data, wall))
+            pages = self._pagers.setdefault(nid, host_claims.Pager()).pages(macs)  # as the daemon pages a long list
+            for number, page in enumerate(pages):
+                self._last_ms += 1
+                data = host_claims.pack(key, cert, OVERLAY, nid, self._last_ms, page, (), number, len(pages))
+                self.claims.take(host_claims.verify(self.anchor, data, wall))
         net.tell_owners(self.claims.owners())
         return self.claims
 

@@ -1,0 +1,54 @@
+"""A node hosting more than one page of MACs (a site gateway) announces them all, paced (evio/node/host_claims.py,
+review21e E1), on the in-memory medium of test_host_claims_flood (every node hears every frame, by the tunnel to
+its sender, and checks it under the sender's share there)."""
+
+from __future__ import annotations
+
+from evio.node import host_claims as hcf
+from evio.signal import host_claims
+from tests.unit.node.test_host_claims_flood import fleet, link
+
+
+def lan(n: int) -> tuple[str, ...]:
+    return tuple(f"02:1a:00:00:{i >> 8:02x}:{i & 255:02x}" for i in range(n))
+
+
+async def test_a_gateway_names_all_its_hosts_in_pages_paced_and_a_change_resends_only_its_page() -> None:
+    medium, nodes, clock = fleet(4)
+    gateway, others = nodes[0], nodes[1:]
+    hosts = lan(200)
+    gateway.set_hosted(hosts)
+    assert medium.frames == 1  # page 0 at once, the rest one each PAGE_GAP
+    await clock.advance(3 * hcf.PAGE_GAP)
+    assert medium.frames == 4 and gateway.status()["pages"] == 4
+    for node in others:
+        assert node.told[-1] == dict.fromkeys(hosts, gateway.node_id)
+        assert node.counts["taken"] == 4 and node.counts["refused_verify_rate"] == 0
+    assert gateway.counts["macs_over_cap"] == 0
+    await clock.advance(hcf.MIN_INTERVAL)
+    gateway.set_hosted(tuple(m for m in hosts if m != hosts[150]))  # a host on page 2 left
+    assert medium.frames == 5  # that page alone
+    assert all(hosts[150] not in node.told[-1] and len(node.told[-1]) == 199 for node in others)
+    await clock.advance(host_claims.LIFETIME / 3)  # the refresh: every page again
+    await clock.advance(4 * hcf.PAGE_GAP)
+    assert medium.frames == 9 and all(node.counts["refused_verify_rate"] == 0 for node in others)
+
+
+async def test_a_gateway_past_the_bound_counts_the_rest_and_a_newcomer_gets_every_page_unrefused() -> None:
+    medium, nodes, clock = fleet(4)
+    gateway, neighbour, newcomer = nodes[0], nodes[1], nodes[3]
+    medium.nodes.remove(newcomer)  # not linked yet
+    bound = host_claims.MAX_PAGES * host_claims.MAX_MACS
+    gateway.set_hosted(lan(bound + 10))
+    await clock.advance(host_claims.MAX_PAGES * hcf.PAGE_GAP)
+    assert gateway.counts["macs_over_cap"] > 0 and len(neighbour.told[-1]) == bound
+    assert neighbour.counts["refused_verify_rate"] == 0
+    medium.nodes.append(newcomer)
+    await clock.advance(hcf.MIN_INTERVAL)
+    newcomer.set_hosted(("02:00:00:00:02:01",))
+    link(newcomer, neighbour)  # it hears the gateway only from its neighbour's catch-up, 16 pages
+    await clock.advance(hcf.MIN_INTERVAL + host_claims.MAX_PAGES * hcf.PAGE_GAP + 1.0)
+    print(f"catch-up: {neighbour.counts['catchup_sent']} frames, newcomer holds {len(newcomer.told[-1])} MACs, "
+          f"refused over budget {newcomer.counts['refused_verify_rate']}")
+    assert newcomer.counts["refused_verify_rate"] == 0
+    assert len([m for m, n in newcomer.told[-1].items() if n == gateway.node_id]) == bound
