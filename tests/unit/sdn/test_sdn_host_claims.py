@@ -8,6 +8,7 @@ from __future__ import annotations
 from evio.sdn import frb
 from evio.sdn.learning_table import MOVE_HOLD
 from evio.sdn.switch import Drop
+from evio.signal.host_claims import ALONE_HOLD
 from evio.testing.fake_flow_table import host_mac
 from evio.testing.fake_flow_table import ring_network as ring
 from evio.testing.frames import eth
@@ -66,7 +67,8 @@ def test_a_mac_learned_under_another_member_before_the_announcement_goes_when_it
 def test_a_host_that_moved_is_placed_at_its_new_node_once_its_old_node_stops_naming_it() -> None:
     """The old node keeps the host as its own until its entry goes there (its leaf port went with the VM, or it
     aged out; a flood from its MAC is "our own frame come back"), so it announces it still: two claimants, and
-    the first holds it (review21c). Once the old node's list leaves it out, the new node's claim holds."""
+    the first holds it (review21c). Once the old node's list leaves it out, the host is nobody's (0034's rules)
+    until the new node has been its only claimant for ALONE_HOLD (review21e E4), then the new node's."""
     net, ids = quiet_ring()
     u, v, w = ids[0], ids[2], ids[3]
     vm = "52:54:00:00:00:07"
@@ -84,7 +86,10 @@ def test_a_host_that_moved_is_placed_at_its_new_node_once_its_old_node_stops_nam
     assert net.nodes[u].switch.learning.lookup(vm, net.now).root == v
     net.forget(v, vm)  # gone at v: its port went, or it aged out
     claims = announcer.announce(net, [v])  # v's next list leaves it out
-    assert vm not in claims.disputed and claims.owners()[vm] == w
+    assert vm not in claims.disputed and vm in claims.unheld and vm not in claims.owners()
+    net.advance(ALONE_HOLD)
+    claims = announcer.announce(net, [w])
+    assert claims.owners()[vm] == w
     assert net.nodes[u].switch.learning.lookup(vm, net.now) is None  # its place under v forgotten, flows with it
     net.inject(w, w_port, eth(BROADCAST, vm, 0x0806))
     for nid in ids:
