@@ -302,6 +302,7 @@ class HostClaims:
         # MAC -> its holders here, first claimant first, each with the earlier ones it yields to (see `owners`)
         self._holders: dict[str, list[tuple[int, frozenset[int]]]] = {}
         self._alone: dict[str, tuple[int, float]] = {}  # MAC nobody holds -> (its only claimant, since when)
+        self._unnamed = 0  # MACs with holders that nobody names, at the last `owners`
 
     def take(self, ann: Announcement) -> bool:
         """A verified announcement; True when it changed who holds what, or the addresses it names (an older or
@@ -360,12 +361,19 @@ class HostClaims:
             naming.setdefault(mac, []).append((since, node))
         held: dict[str, int] = {}
         for mac, claims in naming.items():
+            holders = self._holders.get(mac)
+            if len(claims) == 1 and holders is not None and len(holders) == 1 and holders[0][0] == claims[0][1]:
+                self._alone.pop(mac, None)  # the common case: its one holder, naming it alone
+                held[mac] = claims[0][1]
+                continue
             holder = self._holder(mac, [node for _, node in sorted(claims)], now)
             if holder is not None:
                 held[mac] = holder
         for mac in [m for m in self._alone if m not in naming]:
             del self._alone[mac]
-        self._keep_holders(naming.keys())
+        if len(self._holders) - len(naming) > self._unnamed:  # more MACs nobody names: bound them again
+            self._keep_holders(naming.keys())
+        self._unnamed = len(self._holders) - len(naming)
         self.disputed = frozenset(m for m, claims in naming.items() if len(claims) > 1)
         self.unheld = frozenset(naming.keys() - held.keys())
         return {mac: node for mac, node in sorted(held.items()) if node != self.self_id}
@@ -388,7 +396,8 @@ class HostClaims:
             return None
         del self._alone[mac]
         holders.append((claimants[0], frozenset(h for h, _ in holders if h not in self._lists)))
-        del holders[:-MAX_HOLDERS]
+        if len(holders) > MAX_HOLDERS:
+            del holders[1]  # the first claimant stays: members taking turns alone cannot push it out
         return claimants[0]
 
     def _keep_holders(self, named: Collection[str]) -> None:

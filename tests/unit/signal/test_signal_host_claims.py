@@ -144,3 +144,24 @@ def test_a_certificate_refused_for_a_node_id_is_refused_again_without_a_chain_ch
     with pytest.raises(hc.ClaimError, match="certificate refused"):
         certificates.key_for(under_m.der, M, wall)  # remembered: the next such forgery costs no chain
     assert hc.check(ANCHOR, hc.parse(OV, signed(key=KEY_A, cert=CERT_A, node=A), wall), wall, certificates).node_id == A
+
+
+def test_members_taking_turns_alone_with_a_host_cannot_push_its_first_claimant_out() -> None:
+    """review21e E4: each member alone for ALONE_HOLD becomes a holder; the first claimant is always kept, and
+    holds the host again at once when it names it (the others that took it after it: gone)."""
+    clock = [0.0]
+    claims = hc.HostClaims(clock=lambda: clock[0])
+    now, mac = int(time.time() * 1000), MACS[1]
+    claims.take(hc.Announcement(OV, M, now, (mac,)))
+    assert claims.owners() == {mac: M}
+    claims.take(hc.Announcement(OV, M, now + 1, ()))
+    for turn in range(2 * hc.MAX_HOLDERS):
+        member = (0x10 + turn) << 120
+        claims.take(hc.Announcement(OV, member, now, (mac,)))
+        claims.owners()
+        clock[0] += hc.ALONE_HOLD
+        assert claims.owners() == {mac: member}
+        claims.take(hc.Announcement(OV, member, now + 1, ()))
+        claims.owners()
+    claims.take(hc.Announcement(OV, M, now + 2, (mac,)))
+    assert claims.owners() == {mac: M}
