@@ -286,7 +286,7 @@ class HostClaims:
     order claims were taken in), until that member stops naming it (a later list without it, expiry,
     revocation): a member announcing another's host cannot take it so (review21c: falling back to
     0034's rules for it let one forged flood take a receiving host's stream). An honest move (a VM that
-    migrated) is the same sequence: its old node stops naming it, and the new node's claim holds.
+    migrated) is the same sequence; the new node's claim holds after `ALONE_HOLD` (review21e E4: see `owners`).
     `self_id` is this node: its own list counts as a claim like any other, but its MACs are left out of
     `owners` (its switch keeps its own hosts by their leaf ports)."""
 
