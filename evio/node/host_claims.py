@@ -126,7 +126,7 @@ class HostClaimsFlood:
         self._clock = clock
         self._wall = wall
         self.counts: Counter[str] = Counter()  # sent, received, taken; refused by reason
-        self.claims = host_claims.HostClaims(self_id=node_id)
+        self.claims = host_claims.HostClaims(self_id=node_id, clock=clock.now)
         self.hosted: tuple[str, ...] = ()
         self._owners: Mapping[str, int] = {}
         # This node's address(es) on the overlay that its certificate names: announced with the interface's MAC.
@@ -163,6 +163,7 @@ class HostClaimsFlood:
         self._catchup: deque[tuple[bytes, tuple[int, int], int]] = deque()  # (destination, (node, page), issued ms)
         self._catchup_page_at: dict[int, float] = {}  # node id -> when a page of its list was last passed on
         self._catchup_timer: Timer | None = None
+        self._alone_timer: Timer | None = None  # a lone claimant's ALONE_HOLD ends: owners change (review21e E4)
 
     def start(self) -> None:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETHERTYPE))
@@ -185,10 +186,10 @@ class HostClaimsFlood:
         if self._subscription is not None:
             self._subscription.cancel()
             self._subscription = None
-        for timer in (self._send_timer, self._refresh_timer, self._catchup_timer):
+        for timer in (self._send_timer, self._refresh_timer, self._catchup_timer, self._alone_timer):
             if timer is not None:
                 timer.cancel()
-        self._send_timer = self._refresh_timer = self._catchup_timer = None
+        self._send_timer = self._refresh_timer = self._catchup_timer = self._alone_timer = None
         self._catchup.clear()
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
@@ -443,12 +444,22 @@ class HostClaimsFlood:
         # a newcomer's catch-up would otherwise share the one key of ids nobody knows (review21e E5).
         return node_id in self._signaling.peers(self.overlay) or self._signaling.is_listed(self.overlay, node_id)
 
+    def _alone_due(self) -> None:
+        self._alone_timer = None
+        self._owners_changed()
+
     def _revoked(self, now: float) -> frozenset[int]:
         rl = self._signaling.revocation_list(self.overlay)
         return rl.node_ids(now) if rl is not None else frozenset()
 
     def _owners_changed(self) -> None:
         owners = self.claims.owners()
+        if self._alone_timer is not None:
+            self._alone_timer.cancel()
+            self._alone_timer = None
+        due = self.claims.next_change()
+        if due is not None:
+            self._alone_timer = self._clock.call_later(max(0.0, due - self._clock.now()), self._alone_due)
         addresses = self.claims.addresses(owners)
         if addresses != self._addresses:
             self._addresses = addresses

@@ -152,9 +152,11 @@ FLOOD_BURST = 200
 PORT_FLOOD_RATE = 400.0
 PORT_FLOOD_BURST = 800
 # A host learned on a leaf port stays in what this node announces this long after its entry aged out, while
-# the port stays and nothing places it elsewhere: a busy VM talking over flows (hard timeout 300 s) reaches
-# no packet-in to refresh its entry, and a gap in its node's announcements would hand it to whichever member
-# names it all along (review21d C1': decision 0055 keeps a disputed MAC with its first claimant).
+# the port stays: a busy VM talking over flows (hard timeout 300 s) reaches no packet-in to refresh its entry,
+# and a gap in its node's announcements would hand it to whichever member names it all along (review21d C1':
+# decision 0055 keeps a disputed MAC with its first claimant). A frame placing it on a tunnel port since does
+# not end it: one forged flood would (review21e E6). Its port going does. (A live leaf entry is never moved by
+# a flood: `frb_receive` counts a flood from it as our own frame come back.)
 HOSTED_GRACE = 600.0
 # Unicast flows installed on behalf of one port (entering by it). A busy host talks to a few hundred
 # others; a port past this is inventing pairs, and only its own oldest flows make room. With the
@@ -225,7 +227,6 @@ class BoundedFloodSwitch:
         self.learning = LearningTable(mac_max_age, max_macs)
         self.neighbors = NeighborAnswers(mac_max_age)  # local hosts' ARP and NS answered here when known
         self._aged_hosts: dict[str, tuple[int, float]] = {}  # leaf MAC aged out -> (its port, when): HOSTED_GRACE
-        self._expired_at = 0.0
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
         # Floods passed on per ingress port, shared among their roots (None: the roots not known here).
         self.flood_budget = FloodShares[int | None](Rate(PORT_FLOOD_RATE, PORT_FLOOD_BURST),
@@ -334,8 +335,9 @@ class BoundedFloodSwitch:
             for mac in sorted(self.learning.macs_on_port(p)):
                 macs[mac] = None
         for mac, (port_no, _) in sorted(self._aged_hosts.items()):
-            entry = self.learning.lookup(mac, self._expired_at)
-            if port_no in self.ports and (entry is None or entry.local):  # not placed elsewhere since
+            # Kept while its port stays, wherever a tunnel frame placed it since: any member can forge one flood
+            # naming the host to this node (review21e E6). Seen on another leaf port, it is listed by that port.
+            if port_no in self.ports:
                 macs[mac] = None
         # Ports may report an all-zero address; an announcement may only carry real unicast MACs.
         return [m for m in macs if m != "00:00:00:00:00:00" and not is_group_mac(m)]
@@ -670,7 +672,6 @@ class BoundedFloodSwitch:
         the moves claimed while a MAC's place still spoke, if it has been silent since."""
         expired = self.learning.expire(now)
         actions = flows_of_macs([mac for mac, _ in expired])
-        self._expired_at = now
         self._aged_hosts.update((mac, (e.port, now)) for mac, e in expired if e.local)
         leaves = set(self.leaf_ports())
         for mac in [m for m, (port, at) in self._aged_hosts.items() if now - at >= HOSTED_GRACE or port not in leaves]:

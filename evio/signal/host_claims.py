@@ -41,8 +41,9 @@ import datetime
 import hashlib
 import ipaddress
 import struct
+import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -69,6 +70,17 @@ MAX_FRAME_BYTES = 1350  # within a tunnel TAP's frame less the FRB that carries 
 # node a minute in an idle overlay (issue 23 allows 1 for all of an idle node's multicast). A member that left
 # keeps its claims that long; revoked, it loses them as the list is adopted.
 LIFETIME = 1800.0
+# A MAC none of its holders here names (its first claimant, or a member that came to hold it) is nobody's until
+# one member has been its only claimant this long; that member then holds it (review21e E4, `HostClaims.owners`).
+# A host that moved is held by 0034's rules that long (its own frames place it), after its old node stopped
+# naming it; a member naming a host in advance comes to hold it only once the host has been gone from every
+# holder that long, and shares it with nobody when its node names it again. As long as HOSTED_GRACE, the time
+# a node keeps naming a silent host of its own (evio.sdn.switch), and a third of LIFETIME.
+ALONE_HOLD = 600.0
+# The holders of MACs nobody names any more kept per first holder: a host's node names it again after a reboot,
+# or its own absence past LIFETIME, and holds it at once (an announcement's worth, four times).
+RECORDS_PER_FOUNDER = 4 * MAX_MACS
+MAX_HOLDERS = 4  # a MAC's holders remembered: its first claimant, and the latest of those that came to hold it
 CLOCK_SKEW = 300.0  # an announcement issued this far in the future is still taken (nodes' clocks differ)
 MAX_OVERLAY = 32
 _CONTEXT = b"evio-host-claims/1\x00"
@@ -304,17 +316,24 @@ class HostClaims:
     order claims were taken in), until that member stops naming it (a later list without it, expiry,
     revocation): a member announcing another's host cannot take it so (review21c: falling back to
     0034's rules for it let one forged flood take a receiving host's stream). An honest move (a VM that
-    migrated) is the same sequence: its old node stops naming it, and the new node's claim holds.
+    migrated) is the same sequence; the new node's claim holds after `ALONE_HOLD` (review21e E4: see `owners`).
     `self_id` is this node: its own list counts as a claim like any other, but its MACs are left out of
     `owners` (its switch keeps its own hosts by their leaf ports). A member's list is the union of its
     pages (at most `MAX_PAGES`, each replaced by a newer one of the same number)."""
 
-    def __init__(self, self_id: int | None = None) -> None:
+    def __init__(self, self_id: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.self_id = self_id
         self._lists: dict[int, dict[int, Announcement]] = {}  # member -> page -> its latest announcement
         self.disputed: frozenset[str] = frozenset()
         self._since: dict[tuple[int, str], int] = {}  # (member, MAC) -> when (in takes) it first named it
         self._taken = 0
+        # Who holds a MAC none of its holders names (review21e E4): see `owners`. `clock`: monotonic seconds.
+        self._clock = clock
+        self.unheld: frozenset[str] = frozenset()  # named, held by nobody (see `owners`)
+        # MAC -> its holders here, first claimant first, each with the earlier ones it yields to (see `owners`)
+        self._holders: dict[str, list[tuple[int, frozenset[int]]]] = {}
+        self._alone: dict[str, tuple[int, float]] = {}  # MAC nobody holds -> (its only claimant, since when)
+        self._unnamed = 0  # MACs with holders that nobody names, at the last `owners`
 
     @staticmethod
     def _named(pages: Mapping[int, Announcement]) -> dict[str, None]:
@@ -378,18 +397,81 @@ class HostClaims:
         return changed
 
     def owners(self) -> Mapping[str, int]:
-        """MAC -> the member that holds it: its one claimant, or of several the first (those listed in `disputed`).
-        MACs this node holds are left out."""
-        first: dict[str, tuple[int, int]] = {}  # MAC -> (since, member)
-        disputed: set[str] = set()
+        """MAC -> the member that holds it. MACs named by several are listed in `disputed`, those held by nobody in
+        `unheld`; MACs this node holds are left out.
+
+        Who holds a MAC (review21c, review21e E4): its *holders* here are its first claimant (the order claims were
+        taken in) and after it each member that came to hold it as below. A holder that names it holds it if it
+        is the one holder naming it (holders after it go: they stopped naming it); two holders naming it hold
+        nothing, but that a holder yields to an earlier one whose list this node did not hold when it came to
+        hold the MAC (a node away past LIFETIME). No holder naming it, it is nobody's (0034's rules), not its
+        next claimant's, until one member has been its *only* claimant for `ALONE_HOLD`: that member is then its
+        latest holder. So a member naming a host in advance takes nothing when the host's port flaps or its node
+        is away: the node names it again and holds it at once; the host gone longer from a node that still
+        announces, it is nobody's once both name it. A host that moved is its new node's once its old node has
+        stopped naming it for `ALONE_HOLD`. Holders are remembered while anyone names the MAC and after
+        (`RECORDS_PER_FOUNDER` per first holder), so a claimant cannot found it anew by leaving it off its list
+        and naming it again."""
+        now = self._clock()
+        naming: dict[str, list[tuple[int, int]]] = {}  # MAC -> [(since, member)]
         for (node, mac), since in self._since.items():
-            held = first.get(mac)
-            if held is not None:
-                disputed.add(mac)
-            if held is None or (since, node) < held:
-                first[mac] = (since, node)
-        self.disputed = frozenset(disputed)
-        return {mac: node for mac, (_, node) in sorted(first.items()) if node != self.self_id}
+            naming.setdefault(mac, []).append((since, node))
+        held: dict[str, int] = {}
+        for mac, claims in naming.items():
+            holders = self._holders.get(mac)
+            if len(claims) == 1 and holders is not None and len(holders) == 1 and holders[0][0] == claims[0][1]:
+                self._alone.pop(mac, None)  # the common case: its one holder, naming it alone
+                held[mac] = claims[0][1]
+                continue
+            holder = self._holder(mac, [node for _, node in sorted(claims)], now)
+            if holder is not None:
+                held[mac] = holder
+        for mac in [m for m in self._alone if m not in naming]:
+            del self._alone[mac]
+        if len(self._holders) - len(naming) > self._unnamed:  # more MACs nobody names: bound them again
+            self._keep_holders(naming.keys())
+        self._unnamed = len(self._holders) - len(naming)
+        self.disputed = frozenset(m for m, claims in naming.items() if len(claims) > 1)
+        self.unheld = frozenset(naming.keys() - held.keys())
+        return {mac: node for mac, node in sorted(held.items()) if node != self.self_id}
+
+    def _holder(self, mac: str, claimants: list[int], now: float) -> int | None:
+        """Who holds `mac`, named by `claimants` (first claimant first)."""
+        holders = self._holders.setdefault(mac, [(claimants[0], frozenset())])
+        naming = {h: away for h, away in holders if h in claimants}
+        standing = [h for h, away in naming.items() if not away & naming.keys()]
+        if naming or len(claimants) > 1:
+            self._alone.pop(mac, None)
+            if len(standing) != 1:
+                return None
+            del holders[[h for h, _ in holders].index(standing[0]) + 1 :]  # those after it stopped naming it
+            return standing[0]
+        alone = self._alone.get(mac)
+        if alone is None or alone[0] != claimants[0]:
+            alone = self._alone[mac] = (claimants[0], now)
+        if now - alone[1] < ALONE_HOLD:
+            return None
+        del self._alone[mac]
+        holders.append((claimants[0], frozenset(h for h, _ in holders if h not in self._lists)))
+        if len(holders) > MAX_HOLDERS:
+            del holders[1]  # the first claimant stays: members taking turns alone cannot push it out
+        return claimants[0]
+
+    def _keep_holders(self, named: Collection[str]) -> None:
+        """The holders of MACs nobody names are kept, of each first holder its latest `RECORDS_PER_FOUNDER`: a
+        member flooding MACs in and out of its list forgets only MACs it was first to name."""
+        kept: Counter[int] = Counter()
+        for mac, holders in reversed(list(self._holders.items())):
+            if mac not in named:
+                kept[holders[0][0]] += 1
+                if kept[holders[0][0]] > RECORDS_PER_FOUNDER:
+                    del self._holders[mac]
+
+    def next_change(self) -> float | None:
+        """When (by `clock`) `owners` would change with nothing taken: a lone claimant's `ALONE_HOLD` ending."""
+        now = self._clock()
+        due = [since + ALONE_HOLD for _, since in self._alone.values() if since + ALONE_HOLD > now]
+        return min(due, default=None)
 
     def addresses(self, owners: Mapping[str, int]) -> dict[IPAddress, str]:
         """Address -> MAC, of the members' own overlay addresses their certificates name (decision 0065): only an
@@ -405,7 +487,7 @@ class HostClaims:
                 if not others and node != self.self_id and owners.get(mac) == node}  # fmt: skip
 
     def claimants(self, mac: str) -> list[int]:
-        """The members naming `mac`, the holder first."""
+        """The members naming `mac`, the first claimant first."""
         return [n for _, n in sorted((s, n) for (n, m), s in self._since.items() if m == mac)]
 
     def __len__(self) -> int:

@@ -27,13 +27,15 @@ class Announcer:
         self._ca_key, self._ca_cert = make_overlay_ca(OVERLAY, now, 30)
         self.anchor = TrustAnchor(OVERLAY, (self._ca_cert,))
         self._certs: dict[int, tuple[ec.EllipticCurvePrivateKey, x509.Certificate]] = {}
-        self.claims = host_claims.HostClaims()
+        self.now = 0.0  # the fake network's clock at the last announcement: times HostClaims' ALONE_HOLD
+        self.claims = host_claims.HostClaims(clock=lambda: self.now)
         self._last_ms = 0
         self._pagers: dict[int, host_claims.Pager] = {}
 
     def announce(self, net: FakeNetwork, node_ids: Sequence[int],
                  extra: Mapping[int, Sequence[str]] | None = None) -> host_claims.HostClaims:  # fmt: skip
         """Each of `node_ids` signs what its switch hosts (and its `extra` MACs); every switch is told the owners."""
+        self.now = net.now
         for nid in node_ids:
             if nid not in self._certs:
                 now = datetime.datetime.now(datetime.UTC)

@@ -199,3 +199,22 @@ async def test_a_member_that_is_not_linked_to_the_sender_passes_nothing_on() -> 
     nodes[3].set_hosted(("02:00:00:00:03:03",))  # a newer announcement, but no link of ours came up
     await clock.advance(1.0)
     assert medium.unicast == 0 and sum(n.counts["catchups"] for n in nodes) == 0
+
+
+async def test_a_host_that_moved_is_told_as_its_new_nodes_after_alone_hold_with_nothing_announced() -> None:
+    """review21e E4: once the old node stops naming a host the new node names too, the host is nobody's until the
+    new node has been its only claimant for ALONE_HOLD; the switch is told then, by a timer, not at a refresh."""
+    medium, nodes, clock = fleet(3)
+    observer, old, new = nodes
+    vm = "02:00:00:00:07:07"
+    old.set_hosted((vm,))
+    await clock.advance(hcf.MIN_INTERVAL)
+    new.set_hosted((vm,))  # migrated: the new node names it before the old one's TAP goes
+    assert observer.told[-1] == {vm: old.node_id}
+    await clock.advance(hcf.MIN_INTERVAL)
+    old.set_hosted(())
+    assert observer.told[-1] == {} and vm in observer.claims.unheld
+    await clock.advance(host_claims.ALONE_HOLD - 1)  # the refreshes within it change nothing
+    assert observer.told[-1] == {}
+    await clock.advance(1)
+    assert observer.told[-1] == {vm: new.node_id}

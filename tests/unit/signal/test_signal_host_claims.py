@@ -62,7 +62,8 @@ def test_refused(case: str) -> None:
 
 
 def test_a_mac_two_members_announce_is_disputed_and_stays_with_its_first_claimant() -> None:
-    claims = hc.HostClaims()
+    clock = [0.0]
+    claims = hc.HostClaims(clock=lambda: clock[0])
     now = int(time.time() * 1000)
     assert claims.take(hc.Announcement(OV, M, now, MACS))
     assert claims.owners() == {mac: M for mac in MACS}
@@ -73,12 +74,44 @@ def test_a_mac_two_members_announce_is_disputed_and_stays_with_its_first_claiman
     assert claims.owners() == {mac: M for mac in MACS}
     old = hc.Announcement(OV, M, now - 1, ())
     assert not claims.take(old)  # an older announcement replayed changes nothing
-    assert claims.take(dataclasses.replace(old, issued_ms=now + 1))  # M's newer list, without them: A's now
-    assert claims.owners() == {MACS[1]: A} and claims.disputed == frozenset()
-    assert claims.take(hc.Announcement(OV, M, now + 2, MACS))  # M names it again: second now, A keeps it
-    assert claims.owners() == {MACS[0]: M, MACS[1]: A} and claims.disputed == {MACS[1]}
-    assert claims.forget([A]) and claims.owners() == {mac: M for mac in MACS}
+    assert claims.take(dataclasses.replace(old, issued_ms=now + 1))  # M's newer list, without them: nobody's ...
+    assert claims.owners() == {} and claims.unheld == {MACS[1]} and claims.next_change() == hc.ALONE_HOLD
+    assert claims.take(hc.Announcement(OV, M, now + 2, MACS))  # M, its first claimant, names it again: M's at once
+    assert claims.owners() == {mac: M for mac in MACS} and claims.disputed == {MACS[1]}
+    assert claims.take(hc.Announcement(OV, M, now + 3, ())) and claims.owners() == {}
+    clock[0] = hc.ALONE_HOLD - 1
+    assert claims.owners() == {}
+    clock[0] = hc.ALONE_HOLD  # A alone naming it for ALONE_HOLD: A holds it (review21e E4)
+    assert claims.owners() == {MACS[1]: A} and claims.disputed == frozenset() and claims.next_change() is None
+    assert claims.take(hc.Announcement(OV, M, now + 4, MACS))  # M and A both held it: nobody's
+    assert claims.owners() == {MACS[0]: M} and claims.disputed == {MACS[1]} and claims.unheld == {MACS[1]}
+    assert claims.forget([A]) and claims.owners() == {mac: M for mac in MACS}  # M alone of its holders
     assert claims.expire(time.time() + hc.LIFETIME + 1) and len(claims) == 0
+
+
+def test_a_claimant_cannot_found_a_mac_anew_by_leaving_it_off_its_list_and_naming_it_again() -> None:
+    """review21e E4: a MAC's first claimant is remembered while nobody names the MAC, so a member that named a host
+    in advance gains nothing by dropping it and naming it again in the host's gap; a second member naming it
+    keeps it nobody's however long; a member churning MACs of its own through its list forgets only its own."""
+    clock, b = [0.0], 0xC << 120
+    claims = hc.HostClaims(clock=lambda: clock[0])
+    now = int(time.time() * 1000)
+    claims.take(hc.Announcement(OV, M, now, MACS[:1]))
+    claims.take(hc.Announcement(OV, A, now, MACS[:1]))
+    assert claims.owners() == {MACS[0]: M}
+    claims.take(hc.Announcement(OV, M, now + 1, ()))  # the host's port goes
+    claims.take(hc.Announcement(OV, A, now + 1, ()))
+    for i in range(hc.RECORDS_PER_FOUNDER + 10):  # A founds MACs of its own and lets them go
+        claims.take(hc.Announcement(OV, A, now + 2 + i, (f"02:00:00:00:{i >> 8:02x}:{i & 255:02x}",)))
+        claims.owners()
+    claims.take(hc.Announcement(OV, A, now + 10_000, MACS[:1]))  # A names the host again, alone
+    assert claims.owners() == {} and claims.unheld == {MACS[0]}
+    clock[0] = hc.ALONE_HOLD - 1
+    claims.take(hc.Announcement(OV, b, now, MACS[:1]))  # a second member: nobody's while both name it
+    clock[0] = 10 * hc.ALONE_HOLD
+    assert claims.owners() == {} and claims.next_change() is None
+    claims.take(hc.Announcement(OV, M, now + 2, MACS[:1]))  # the host is back at M
+    assert claims.owners() == {MACS[0]: M}
 
 
 def test_this_nodes_own_list_is_a_claim_but_its_macs_are_not_told() -> None:
@@ -111,3 +144,24 @@ def test_a_certificate_refused_for_a_node_id_is_refused_again_without_a_chain_ch
     with pytest.raises(hc.ClaimError, match="certificate refused"):
         certificates.key_for(under_m.der, M, wall)  # remembered: the next such forgery costs no chain
     assert hc.check(ANCHOR, hc.parse(OV, signed(key=KEY_A, cert=CERT_A, node=A), wall), wall, certificates).node_id == A
+
+
+def test_members_taking_turns_alone_with_a_host_cannot_push_its_first_claimant_out() -> None:
+    """review21e E4: each member alone for ALONE_HOLD becomes a holder; the first claimant is always kept, and
+    holds the host again at once when it names it (the others that took it after it: gone)."""
+    clock = [0.0]
+    claims = hc.HostClaims(clock=lambda: clock[0])
+    now, mac = int(time.time() * 1000), MACS[1]
+    claims.take(hc.Announcement(OV, M, now, (mac,)))
+    assert claims.owners() == {mac: M}
+    claims.take(hc.Announcement(OV, M, now + 1, ()))
+    for turn in range(2 * hc.MAX_HOLDERS):
+        member = (0x10 + turn) << 120
+        claims.take(hc.Announcement(OV, member, now, (mac,)))
+        claims.owners()
+        clock[0] += hc.ALONE_HOLD
+        assert claims.owners() == {mac: member}
+        claims.take(hc.Announcement(OV, member, now + 1, ()))
+        claims.owners()
+    claims.take(hc.Announcement(OV, M, now + 2, (mac,)))
+    assert claims.owners() == {mac: M}
