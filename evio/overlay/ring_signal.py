@@ -44,7 +44,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from evio.signal.identity import TrustAnchor
+from evio.signal.identity import TrustAnchor, load_certificate
 
 __all__ = [
     "DATA", "FRESH", "HEADER", "MAX_CHUNKS", "MAX_HOPS", "UNREACHABLE", "Chunk", "DropReason", "Reassembly",
@@ -264,7 +264,7 @@ def open_sealed(sealed: bytes, header_src: int, anchor: TrustAnchor, now: float)
     if message.src != header_src:
         raise RingSignalError(DropReason.MALFORMED, "sender differs from the header's")
     try:
-        cert = x509.load_der_x509_certificate(der)
+        cert = load_certificate(der)
     except ValueError as exc:
         raise RingSignalError(DropReason.UNTRUSTED, f"certificate unreadable: {exc}") from None
     refusal = anchor.refusal(cert, message.src, datetime.datetime.fromtimestamp(now, datetime.UTC))

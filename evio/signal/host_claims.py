@@ -51,7 +51,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from evio.signal.identity import TrustAnchor
+from evio.signal.identity import TrustAnchor, load_certificate
 from evio.signal.overlay_addresses import certified_addresses
 
 MAGIC = b"EVHC"
@@ -279,7 +279,7 @@ def check(anchor: TrustAnchor, parsed: Parsed, now: float, certificates: Certifi
     certified = certificates.addresses(parsed.der) if public is not None and certificates is not None else frozenset()
     if public is None:
         try:
-            cert = x509.load_der_x509_certificate(parsed.der)
+            cert = load_certificate(parsed.der)
         except ValueError:
             raise ClaimError("certificate unreadable") from None
         when = datetime.datetime.fromtimestamp(now, datetime.UTC)

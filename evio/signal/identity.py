@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
@@ -128,6 +128,21 @@ def claim_bytes(full_jid: str, overlay: str, node_id: int) -> bytes:
     return _CLAIM_CONTEXT + f"{full_jid}\x00{overlay}\x00{node_id:032x}".encode()
 
 
+# What reading a certificate from a peer may raise: cryptography parses most of its fields only when they are first
+# read, and some errors are not ValueErrors (a DER whose version byte was 0x12 raised InvalidVersion out of a
+# presence's proof check: fuzz target `claims`).
+UNREADABLE: tuple[type[Exception], ...] = (ValueError, TypeError, UnsupportedAlgorithm, x509.InvalidVersion,
+                                           x509.DuplicateExtension, x509.UnsupportedGeneralNameType)  # fmt: skip
+
+
+def load_certificate(der: bytes) -> x509.Certificate:
+    """The certificate in `der`; ValueError, whatever cryptography found wrong with it."""
+    try:
+        return x509.load_der_x509_certificate(der)
+    except UNREADABLE as exc:
+        raise ValueError(str(exc) or type(exc).__name__) from None
+
+
 def make_proof(
     key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, full_jid: str, overlay: str, node_id: int
 ) -> ClaimProof:
@@ -138,7 +153,7 @@ def make_proof(
 def proof_refusal(anchor: TrustAnchor, proof: ClaimProof, full_jid: str, now: datetime.datetime) -> str | None:
     """Why `proof` does not prove `full_jid`'s claim of its node id under `anchor`; None when it does."""
     try:
-        cert = x509.load_der_x509_certificate(proof.cert_der)
+        cert = load_certificate(proof.cert_der)
     except ValueError as exc:
         return f"certificate unreadable: {exc}"
     refusal = anchor.refusal(cert, proof.node_id, now)

@@ -33,7 +33,10 @@ Targets (``TARGETS``):
 - ``turn``: what a TURN server sends aioice's TURN client behind the gate (Allocate answers with
   the transaction id patched in, 401/438 retries, ChannelData, Data indications);
 - ``openflow``: OpenFlow 1.3 messages from the switch, through os-ken's receive loop and parser
-  into the app's handlers.
+  into the app's handlers;
+- ``xmpp``: XMPP stanzas through slixmpp's parser into the signal client;
+- ``claims``: signed host announcements (versions 1-3, pages, certified addresses), checked and taken;
+- ``ring``: chunks of signaling routed along the ring, reassembled and opened against the overlay CA.
 
 A check that raises anything (a Rust panic is a ``BaseException``: pyo3's ``PanicException``) or
 runs longer than its target's ``hang_seconds`` (``Hang``) counts as unexpected.
@@ -1394,17 +1397,93 @@ def _xmpp_target(stack: ExitStack) -> Target:
     return Target("xmpp", seeds, check, housekeeping=housekeeping)
 
 
+def _claims_target(stack: ExitStack) -> Target:
+    """Signed host announcements (decision 0055: versions 1-3, pages, certified addresses) as a switch's
+    flood hands them to the daemon: parsed, checked against the CA through the certificate cache, and taken."""
+    import datetime
+    import ipaddress
+
+    from evio.signal import host_claims as hc
+    from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+    from evio.tunnel.path.trust import TrustAnchor
+
+    overlay, now = "fuzzov", 1_800_000_000.0
+    when = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    ca_key, ca = make_overlay_ca(overlay, when, 30)
+    anchor = TrustAnchor(overlay, (ca,))
+    address = ipaddress.IPv4Address("10.254.0.1")
+    key, cert = issue_node_certificate(ca_key, ca, [overlay], 0xA1 << 120, when, 30, addresses={overlay: [address]})
+    macs = [f"02:00:00:00:{i // 256:02x}:{i % 256:02x}" for i in range(70)]
+    ms = int(now * 1000)
+    seeds = [hc.pack(key, cert, overlay, 0xA1 << 120, ms, macs[:3]),
+             hc.pack(key, cert, overlay, 0xA1 << 120, ms, macs[:2], [(address, macs[0])]),
+             hc.pack(key, cert, overlay, 0xA1 << 120, ms, macs[:64], (), 0, 2),
+             hc.pack(key, cert, overlay, 0xA1 << 120, ms, macs[64:], (), 1, 2)]
+    certificates = hc.Certificates()
+    claims = hc.HostClaims(clock=lambda: now)
+
+    def check(data: bytes) -> str | None:
+        try:
+            claims.take(hc.check(anchor, hc.parse(overlay, data, now), now, certificates))
+        except hc.ClaimError as exc:
+            return normalise(str(exc), 40)
+        return None
+
+    def housekeeping() -> None:
+        claims.owners()  # who holds what, over everything taken so far
+
+    return Target("claims", seeds, check, housekeeping=housekeeping)
+
+
+def _ring_target(stack: ExitStack) -> Target:
+    """Chunks of link requests and offers routed along the ring (decision 0067), as a tunnel's control record
+    hands them over: parsed, reassembled, and opened against the overlay CA."""
+    import datetime
+
+    from evio.overlay import ring_signal as rs
+    from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+    from evio.tunnel.path.trust import TrustAnchor
+
+    overlay, now = "fuzzov", 1_800_000_000.0
+    when = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    ca_key, ca = make_overlay_ca(overlay, when, 30)
+    anchor = TrustAnchor(overlay, (ca,))
+    src, dst = 0xA1 << 120, 0xB2 << 120
+    key, cert = issue_node_certificate(ca_key, ca, [overlay], src, when, 30)
+    request = rs.RingMessage("request", overlay, src, dst, "tx-1", now, "tunnel_offer", {"blob": "x" * 3000})
+    answer = rs.RingMessage("response", overlay, dst, src, "tx-1", now, body={"ok": True})
+    seeds = rs.chunks(rs.seal(request, cert, key), 7, src, dst) + rs.chunks(rs.seal(answer, cert, key), 8, dst, src)
+    reassembly = rs.Reassembly()
+    clock = [now]
+
+    def check(data: bytes) -> str | None:
+        clock[0] += 0.01  # partial messages age out of their slots
+        try:
+            chunk = rs.parse_chunk(data)
+            if chunk.kind != rs.DATA:
+                return "unreachable notice"
+            sealed = reassembly.add(chunk, clock[0])
+            if sealed is None:
+                return "partial"
+            rs.open_sealed(sealed, chunk.src, anchor, now)
+        except rs.RingSignalError as exc:
+            return exc.reason.value
+        return None
+
+    return Target("ring", seeds, check)
+
+
 def build_targets(stack: ExitStack) -> dict[str, Target]:
     records, stun = _records_and_stun_targets(stack)
     targets = [_frb_target(stack), records, stun, _signal_target(stack), _offer_target(stack),
                _negotiation_target(stack), _config_target(stack), _native_target(stack), _vnet_target(stack),
                _dtls_target(stack), _control_target(stack), _metrics_target(stack), _turn_target(stack),
-               _openflow_target(stack), _xmpp_target(stack)]
+               _openflow_target(stack), _xmpp_target(stack), _claims_target(stack), _ring_target(stack)]
     return {t.name: t for t in targets}
 
 
 TARGETS = ("frb", "records", "stun", "signal", "offer", "negotiation", "config", "native", "vnet", "dtls", "control",
-           "metrics", "turn", "openflow", "xmpp")
+           "metrics", "turn", "openflow", "xmpp", "claims", "ring")
 
 
 # -- running --------------------------------------------------------------------------------

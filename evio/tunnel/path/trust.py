@@ -27,6 +27,8 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
+from evio.signal.identity import UNREADABLE
+
 URI_SCHEME = "evio"
 
 
@@ -93,6 +95,12 @@ class TrustAnchor:
 
     def refusal(self, cert: x509.Certificate, node_id: int, now: datetime.datetime) -> str | None:
         """Why `cert` may not stand for `node_id` in this overlay at `now`; None when it may."""
+        try:
+            return self._refusal(cert, node_id, now)
+        except UNREADABLE as exc:  # a field parsed only now (a peer's issuer name that is not DER)
+            return f"certificate unreadable: {exc or type(exc).__name__}"
+
+    def _refusal(self, cert: x509.Certificate, node_id: int, now: datetime.datetime) -> str | None:
         issuer = self._issuer_of(cert)
         if issuer is None:
             return "not issued by the overlay CA"

@@ -112,3 +112,16 @@ async def test_a_bad_list_repeated_is_verified_once(pki: dict, monkeypatch: pyte
     for _ in range(3):
         assert not c.receive_revocation_list(forged, "peer")
     assert calls == [5] and c.drops.count(DropReason.BAD_REVOCATION) == 3
+
+
+def test_a_proof_whose_certificate_cryptography_cannot_read_is_refused_not_raised(pki: dict) -> None:
+    """Found by the `claims` fuzz target: a certificate whose version byte is 0x12 raised InvalidVersion (not a
+    ValueError) out of the proof check of any presence (any account of the server may send one)."""
+    m_key, m_cert = pki["m"]
+    proof = identity.make_proof(m_key, m_cert, "m@x.test/r1", "ov1", M_ID)
+    der = bytearray(proof.cert_der)
+    at = der.index(b"\xa0\x03\x02\x01\x02")  # [0] EXPLICIT INTEGER 2: version 3
+    der[at + 4] = 0x12
+    bad = identity.ClaimProof(proof.overlay, proof.node_id, bytes(der), proof.signature)
+    refusal = identity.proof_refusal(pki["anchor"], bad, "m@x.test/r1", NOW)
+    assert refusal is not None and "unreadable" in refusal
