@@ -40,3 +40,28 @@ async def test_f4_a_huge_serial_from_one_contact_does_not_stop_asking_the_others
     a._members_message("b@x.test/evio", member_list.to_text(newer))
     assert a.listed_members("ov1") == newer
     await a.stop()
+
+
+@pytest.mark.xfail(strict=True, reason="review21f F4: a contact saying the real serial and never answering holds the ask back")
+async def test_f4_a_contact_saying_the_real_serial_and_never_answering_does_not_stop_asking_the_others(
+    tmp_path: Path,
+) -> None:
+    """The variant: the hostile contact says the very serial the honest ones hold (it hears it in their
+    presence), at each interval's end, and never answers: the honest contact's presence fell in its window."""
+    ca = make_overlay_ca("ov1 CA", NOW, 3650)
+    held = member_list.sign_members(ca[0], "ov1", 4, int(time.time()), {5: "a@x.test", 6: "b@x.test"})
+    newer = member_list.sign_members(ca[0], "ov1", 5, int(time.time()), {5: "a@x.test", 6: "b@x.test", 7: "c@x.test"})
+    a = _client(tmp_path, held, "a@x.test", 5, ca)
+    await a.start()
+    sent = Recorder(a).sent
+    a._presence_available("h@x.test/evio", None, None, members_json='{"ov1": 5}')
+    await a.clock.advance(1.0)  # type: ignore[attr-defined]
+    a._presence_available("b@x.test/evio", None, None, members_json='{"ov1": 5}')  # held back: h was asked
+    for _ in range(4):
+        await a.clock.advance(mod.MEMBERS_ASK_INTERVAL + 0.01)  # type: ignore[attr-defined]
+        a._presence_available("h@x.test/evio", None, None, members_json='{"ov1": 5}')
+    assert ("b@x.test/evio", '{"ask": "ov1"}') in sent
+    assert len(sent) <= 6  # one ask an interval at most
+    a._members_message("b@x.test/evio", member_list.to_text(newer))
+    assert a.listed_members("ov1") == newer
+    await a.stop()
