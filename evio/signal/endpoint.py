@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import json
 import logging
 import os
@@ -202,6 +203,7 @@ class SignalEndpoint:
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
         self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
         self._recontact_timer: Timer | None = None
+        self._members_reask: dict[str, Timer] = {}  # overlay -> when a held-back ask goes to another contact
         self._contacts_cache: dict[str, tuple[tuple[int, frozenset[int], frozenset[int]], frozenset[int]]] = {}
         self._timer: Timer | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
@@ -566,8 +568,16 @@ class SignalEndpoint:
             if serial <= held:
                 continue
             asked_serial, asked_at = self._members_asked_at.get(overlay, (0, float("-inf")))
-            if serial <= asked_serial and now - asked_at < MEMBERS_ASK_INTERVAL:
-                continue  # asked for that one already: its answer is on its way
+            # Held back only for the very serial asked for: a contact claiming a huge serial (and never
+            # answering) must not keep us from asking others for the real newer list (review21f F4).
+            if serial == asked_serial and now - asked_at < MEMBERS_ASK_INTERVAL:
+                # Asked for that one already: its answer is on its way, unless whom we asked never answers
+                # (a hostile contact saying the same serial again and again): then, once the interval is out,
+                # another contact that said it is asked (review21f F4).
+                if overlay not in self._members_reask:
+                    self._members_reask[overlay] = self.clock.call_later(
+                        asked_at + MEMBERS_ASK_INTERVAL - now, functools.partial(self._ask_members_again, overlay))
+                continue
             self._members_asked_at[overlay] = (serial, now)
             self._members_asked.pop(sender, None)
             self._members_asked[sender] = now
@@ -575,6 +585,20 @@ class SignalEndpoint:
                 self._members_asked.popitem(last=False)
             log.info("signal member list overlay=%s: %s holds serial %d, we %d: asked", overlay, sender, serial, held)
             self._send_members(sender, json.dumps({"ask": overlay}))
+
+    def _ask_members_again(self, overlay: str) -> None:
+        """An ask held back still has no list: the contact whose presence said a newer serial and that we
+        asked longest ago (or never) is asked."""
+        self._members_reask.pop(overlay, None)
+        ml = self._links_mode.get(overlay)
+        held = ml.serial if ml is not None else 0
+        waiting = [(jid, hint[overlay]) for jid, hint in self._hints.items() if hint.get(overlay, 0) > held]
+        if not waiting or not self._connected:
+            return
+        order = list(self._members_asked)
+        jid, serial = min(waiting, key=lambda w: order.index(w[0]) if w[0] in self._members_asked else -1)
+        self._members_asked_at.pop(overlay, None)
+        self._ask_members(jid, {overlay: serial})
 
     def _answer_members(self, sender: str, overlay: str) -> None:
         """A member asks for our list: sent if it is on it, at most once per `MEMBERS_ANSWER_INTERVAL`."""
@@ -702,6 +726,9 @@ class SignalEndpoint:
         if self._recontact_timer is not None:
             self._recontact_timer.cancel()
             self._recontact_timer = None
+        for timer in self._members_reask.values():
+            timer.cancel()
+        self._members_reask.clear()
         self._apply(self._table.clear())
 
     def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:

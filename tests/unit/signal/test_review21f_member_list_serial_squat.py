@@ -14,8 +14,6 @@ import datetime
 import time
 from pathlib import Path
 
-import pytest
-
 from evio.signal import endpoint as mod
 from evio.signal import member_list
 from evio.tunnel.path.overlay_ca import make_overlay_ca
@@ -24,7 +22,6 @@ from tests.unit.signal.test_member_list_message import Recorder, _client
 NOW = datetime.datetime.now(datetime.UTC)
 
 
-@pytest.mark.xfail(strict=True, reason="review21f F4: one contact's huge serial stops asking the others")
 async def test_f4_a_huge_serial_from_one_contact_does_not_stop_asking_the_others(tmp_path: Path) -> None:
     ca = make_overlay_ca("ov1 CA", NOW, 3650)
     held = member_list.sign_members(ca[0], "ov1", 4, int(time.time()), {5: "a@x.test", 6: "b@x.test"})
@@ -42,7 +39,6 @@ async def test_f4_a_huge_serial_from_one_contact_does_not_stop_asking_the_others
     await a.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="review21f F4: a contact saying the real serial and never answering holds the ask back")
 async def test_f4_a_contact_saying_the_real_serial_and_never_answering_does_not_stop_asking_the_others(
     tmp_path: Path,
 ) -> None:
