@@ -137,6 +137,12 @@ MAX_MEMBERS_HINT_BYTES = 4096
 # one per overlay at login and when its identity element changes; any account of the server may send presence,
 # each with new signature bytes, at its c2s rate (review21e E7: 1000 checks for 1000 presences).
 PROOF_CHECK_RATE = Rate(2.0, 20)
+# Accounts in none of our overlays share one such budget, and all accounts together another (review21f F5): an
+# operator of another overlay on a shared server makes accounts at will, and the server may write any sender (or,
+# in roster mode, list any account), so a budget per account alone bounds nothing. The second is wide enough for a
+# 1,000-member overlay's presences at once, and at most 8.5% of the loop after.
+STRANGER_PROOF_RATE = Rate(2.0, 20)
+ALL_PROOF_RATE = Rate(100.0, 2000)
 
 
 class SignalEndpoint:
@@ -170,6 +176,8 @@ class SignalEndpoint:
         self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
         self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
         self._proof_checks = PeerRateLimiter[str](PROOF_CHECK_RATE)  # by account: what a sender may cost us
+        self._stranger_proof_checks = PeerRateLimiter[None](STRANGER_PROOF_RATE)  # one bucket, key None
+        self._all_proof_checks = PeerRateLimiter[None](ALL_PROOF_RATE)
         self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
         self._own_document: tuple[tuple[str, tuple[tuple[str, int], ...]], str] = (("", ()), "")
         self._refused_lists: OrderedDict[bytes, None] = OrderedDict()  # signatures of lists that did not verify
@@ -641,7 +649,10 @@ class SignalEndpoint:
             key = (sender, proof.overlay, proof.cert_der, proof.signature)
             ok = self._proof_cache.get(key)
             if ok is None:
-                if not self._proof_checks.allow(bare_jid(sender), self.clock.now()):
+                now_s = self.clock.now()
+                if not (self._proof_checks.allow(bare_jid(sender), now_s)
+                        and (self._table.is_member(proof.overlay, sender) or self._stranger_proof_checks.allow(None, now_s))
+                        and self._all_proof_checks.allow(None, now_s)):  # fmt: skip
                     self._drop(DropReason.PROOF_RATE, sender, f"claim of {proof.node_id:032x} in {proof.overlay}: "
                                "over the account's proof checks")  # fmt: skip
                     continue

@@ -18,7 +18,6 @@ from evio.testing.virtual_clock import VirtualClock
 from tests.unit.signal.test_signal_identity import M_ID, X_ID, A, M, X, _pki, _trust_fleet
 
 
-@pytest.mark.xfail(strict=True, reason="review21f F5: proof checks bounded per account only")
 async def test_presences_with_bogus_proofs_from_many_accounts_cost_a_bounded_number_of_checks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
