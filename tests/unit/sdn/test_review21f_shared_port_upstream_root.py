@@ -53,7 +53,6 @@ def _attack(owners: bool) -> tuple[object, dict[int, int], int, int]:
     return at_u, got, victim, hostile
 
 
-@pytest.mark.xfail(strict=True, reason="review21f F6: invented MACs under an upstream member's root evict its quiet host")
 def test_f6_invented_macs_under_an_upstream_members_root_do_not_evict_its_announced_host() -> None:
     at_u, got, victim, hostile = _attack(owners=True)
     assert at_u is not None
