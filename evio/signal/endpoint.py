@@ -603,8 +603,8 @@ class SignalEndpoint:
         waiting = [(jid, hint[overlay]) for jid, hint in self._hints.items() if hint.get(overlay, 0) > held]
         if not waiting or not self._connected:
             return
-        order = list(self._members_asked)
-        jid, serial = min(waiting, key=lambda w: order.index(w[0]) if w[0] in self._members_asked else -1)
+        order = {asked: i for i, asked in enumerate(self._members_asked)}  # oldest ask first
+        jid, serial = min(waiting, key=lambda w: order.get(w[0], -1))
         self._members_asked_at.pop(overlay, None)
         self._ask_members(jid, {overlay: serial})
 
