@@ -12,13 +12,10 @@ tests/unit/tunnel/test_tunnel_offer_admission.py."""
 
 from __future__ import annotations
 
-import pytest
-
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from tests.unit.tunnel.test_tunnel_offer_admission import Spy, manager, offer, offer_from, spy  # noqa: F401 (a fixture)
 
 
-@pytest.mark.xfail(strict=True, reason="review21f F7: an offer delivered twice replaces the tunnel it made")
 async def test_f7_the_same_offer_again_does_not_replace_the_tunnel_it_made(spy: Spy) -> None:  # noqa: F811
     hub, taps = FakeTunnelSignalingHub(), list[str]()
     m = manager(hub, taps, offer_burst=100)
