@@ -128,3 +128,27 @@ async def test_f3_one_member_cannot_take_every_request_slot_of_a_node() -> None:
     finally:
         release.set()
         await asyncio.sleep(0.05)
+
+
+@pytest.mark.xfail(strict=True, reason="review21f F8: relays read the ICE credentials of the offers they carry")
+async def test_f8_a_relay_cannot_read_the_ice_password_of_an_offer_it_carries() -> None:
+    """F8: the sealed message is signed, not encrypted: every relay on the route (any member near it) reads the
+    offer's and the answer's ICE ufrag and password, which until now only the two ends and the server held. With
+    them it sends the authenticated checks that make a node learn a peer-reflexive candidate at an address of its
+    choosing while the tunnel is set up (review21c: bounded, but not refused): the tunnel's path through the relay,
+    which then carries or drops it. Closing it needs the offer sealed to the target's key, which the origin does
+    not know before the answer: left pinned."""
+    fleet = Fleet(6)
+    a, relay, c = fleet.ids[0], fleet.ids[1], fleet.ids[3]
+    fleet.links[a].discard(fleet.ids[5])
+    seen: list[bytes] = []
+
+    def read(src: int, dst: int, payload: bytes) -> bytes:
+        if dst == relay:
+            seen.append(zlib.decompress(rs.parse_chunk(payload).data))
+        return payload
+
+    fleet.tamper = read
+    body = {"n": 8, "ice": {"ufrag": "abcd", "pwd": "the-ice-password-of-a-1234"}}
+    await fleet.nodes[a].request(OV, c, "tunnel.offer", body, timeout=2.0)
+    assert seen and not any(b"the-ice-password-of-a-1234" in plain for plain in seen)
