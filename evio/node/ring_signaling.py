@@ -17,13 +17,15 @@ controller or tunnel manager registered, as a request through the server would b
 Trust mode only: without the overlay CA any member could answer for any node id along the way, while
 through the server an account answers only for itself; there, offers stay on the server.
 Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST), MAX_HOPS hops, MAX_CHUNKS
-chunks, REASSEMBLY_SLOTS messages assembled at once, MAX_INFLIGHT requests served at once; what is
+chunks, REASSEMBLY_SLOTS messages assembled at once (the oldest gives way), MAX_INFLIGHT requests served at once
+(MAX_INFLIGHT_PER_SENDER from one sender); what is
 dropped is counted by reason (``drops``) and logged at most once per peer a minute.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -58,6 +60,7 @@ tunnel's end of life; it stays on the server.)"""
 RING_TIMEOUT = 6.0  # an offer's answer waits for the responder's candidates (1-3 s under load)
 CHUNK_RATE, CHUNK_BURST = 20.0, 40  # per neighbour: an offer and its answer are 2-4 chunks
 MAX_INFLIGHT = 32
+MAX_INFLIGHT_PER_SENDER = 4  # one member's slow requests do not take every slot (review21f F3)
 HANDLER_TIMEOUT = 10.0
 FIRST_LINK_WAIT = 6.0  # a link request held while our first link comes up through the server (1-3 s in the lab)
 UNREACHABLE_WAIT = 3.0  # a link request to a node not reachable along the ring yet: tried there again after
@@ -108,11 +111,13 @@ class RingSignaling:
         self._relays: SignalRelays | None = None
         self._handlers: dict[str, Handler] = {}
         self._waiting: dict[str, asyncio.Future[RingMessage]] = {}  # txid -> our request's answer
+        self._asked: dict[str, int] = {}  # txid -> the node our request went to: only it may answer (review21f F1)
         self._sent_ids: dict[int, str] = {}  # message id of our request -> its txid (for UNREACHABLE)
         self._reassembly = ring_signal.Reassembly()
         self._replay = ring_signal.Replay()
         self._rate = PeerRateLimiter[int](Rate(CHUNK_RATE, CHUNK_BURST))
         self._serving: set[asyncio.Task[None]] = set()
+        self._serving_from: Counter[int] = Counter()  # requests being served, by sender
         self._drop_log = LogLimiter[int](60.0)
         # Observability (`evio status`, the benchmark): requests by the way they went, and what was dropped.
         self.sent: Counter[str] = Counter()  # "ring" answered over the overlay, "server" through the server
@@ -192,6 +197,7 @@ class RingSignaling:
             raise _Fallback("too_large") from None
         waiter: asyncio.Future[RingMessage] = asyncio.get_running_loop().create_future()
         self._waiting[txid] = waiter
+        self._asked[txid] = peer
         self._sent_ids[message_id] = txid
         try:
             for piece in pieces:
@@ -202,6 +208,7 @@ class RingSignaling:
             raise _Fallback("no_answer") from None
         finally:
             self._waiting.pop(txid, None)
+            self._asked.pop(txid, None)
             self._sent_ids.pop(message_id, None)
         if answer.kind == "error":
             reason = next((r for r in ErrorReason if r.value == answer.reason), ErrorReason.OTHER)
@@ -233,7 +240,10 @@ class RingSignaling:
                 waiter.set_exception(_Fallback("unreachable"))
         else:
             try:
+                evicted = self._reassembly.evicted
                 sealed = self._reassembly.add(chunk, now)
+                if self._reassembly.evicted != evicted:  # an older partial message gave way to this one
+                    self._drop(DropReason.REASSEMBLY_FULL, neighbour, f"{len(self._reassembly)} messages being assembled")
                 if sealed is None:
                     return
                 message = ring_signal.open_sealed(sealed, chunk.src, self._anchor, self._wall())
@@ -259,21 +269,34 @@ class RingSignaling:
     def _take(self, message: RingMessage) -> None:
         if message.overlay != self.overlay:
             raise RingSignalError(DropReason.MALFORMED, f"overlay {message.overlay}")
+        # The header's dst is not signed: a relay may re-address a signed request to another node (review21f F1).
+        if message.dst != self.own:
+            raise RingSignalError(DropReason.MALFORMED, f"signed for {message.dst:032x}")
         if message.src in self.inner.revoked_nodes(self.overlay):
             raise RingSignalError(DropReason.REVOKED, f"{message.src:032x}")
         if not self._replay.fresh(message, self.clock.now()):
             raise RingSignalError(DropReason.REPLAYED, f"{message.kind} {message.txid} from {message.src:032x}")
         if message.kind != "request":
             waiter = self._waiting.get(message.txid)
-            if waiter is None or waiter.done():
+            # A relay reads the txid of what it carries: an answer counts only from the node we asked (review21f F1).
+            if waiter is None or waiter.done() or self._asked.get(message.txid) != message.src:
                 raise RingSignalError(DropReason.UNEXPECTED, f"{message.kind} {message.txid}")
             waiter.set_result(message)
             return
         if len(self._serving) >= MAX_INFLIGHT:
             raise RingSignalError(DropReason.RATE_LIMITED, f"{len(self._serving)} requests in progress")
+        if self._serving_from[message.src] >= MAX_INFLIGHT_PER_SENDER:
+            raise RingSignalError(DropReason.RATE_LIMITED, f"{MAX_INFLIGHT_PER_SENDER} requests of {message.src:032x} in progress")
         task = asyncio.create_task(self._serve(message), name=f"ring signal {message.action}")
         self._serving.add(task)
-        task.add_done_callback(self._serving.discard)
+        self._serving_from[message.src] += 1
+        task.add_done_callback(functools.partial(self._served_one, message.src))
+
+    def _served_one(self, src: int, task: asyncio.Task[None]) -> None:
+        self._serving.discard(task)
+        self._serving_from[src] -= 1
+        if self._serving_from[src] <= 0:
+            del self._serving_from[src]
 
     async def _serve(self, request: RingMessage) -> None:
         reply: RingMessage

@@ -196,15 +196,21 @@ def unreachable(chunk: Chunk, own_hops: int = MAX_HOPS) -> bytes:
 
 
 class Reassembly:
-    """The chunks of messages for this node, bounded in slots, age and size; one slot per (src, message id)."""
+    """The chunks of messages for this node, bounded in slots, age and size; one slot per (src, message id).
+
+    When every slot is taken the oldest gives way (counted in ``evicted``): the header's src is not
+    authenticated until a message is whole, so refusing newcomers let anyone's first chunks from invented
+    senders hold every slot for REASSEMBLY_TIMEOUT (review21f F2). An honest message's chunks are sent back to
+    back, so it is whole long before REASSEMBLY_SLOTS newer messages start behind it."""
 
     def __init__(self, slots: int = REASSEMBLY_SLOTS, timeout: float = REASSEMBLY_TIMEOUT) -> None:
         self._slots = slots
         self._timeout = timeout
+        self.evicted = 0
         self._parts: OrderedDict[tuple[int, int], tuple[float, dict[int, bytes], int]] = OrderedDict()
 
     def add(self, chunk: Chunk, now: float) -> bytes | None:
-        """The whole sealed message once its last chunk came; RingSignalError when there is no room."""
+        """The whole sealed message once its last chunk came; RingSignalError when its chunk count changed."""
         if chunk.count == 1:
             return chunk.data
         for key, (started, _, _) in list(self._parts.items()):
@@ -213,8 +219,9 @@ class Reassembly:
         key = (chunk.src, chunk.message_id)
         entry = self._parts.get(key)
         if entry is None:
-            if len(self._parts) >= self._slots:
-                raise RingSignalError(DropReason.REASSEMBLY_FULL, f"{len(self._parts)} messages being assembled")
+            while len(self._parts) >= self._slots:
+                self._parts.popitem(last=False)
+                self.evicted += 1
             entry = self._parts[key] = (now, {}, chunk.count)
         started, pieces, count = entry
         if count != chunk.count:

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 # Far above any real overlay's hosts (one bridge MAC per node plus the hosts
@@ -159,6 +159,9 @@ class LearningTable:
         self._members: frozenset[int] | None = None
         self._group_of: dict[str, int] = {}
         self._port_groups: dict[int, Counter[int]] = {}
+        # The member that announced each MAC (trust mode, decision 0055; the switch's `mac_owners`): in the group a
+        # full port evicts from, a MAC its root did not announce pays first (review21f F6).
+        self.owners: Mapping[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -310,10 +313,21 @@ class LearningTable:
         return best[2] if best is not None else None
 
     def _port_victim(self, port: int, share: dict[str, None]) -> str:
-        """The least recently seen MAC of the root holding most of `port` (review21e E2)."""
+        """The least recently seen MAC of the root holding most of `port` (review21e E2), one its root did not
+        announce first: a member may name as its floods' root any member behind it on the ring, whose group then
+        holds its invented MACs too, and its own hosts must not pay for them (review21f F6)."""
         counts = self._port_groups[port]
         most = max(counts.values())
-        return next(mac for mac in share if counts[self._group_of[mac]] == most)
+        first = None
+        for mac in share:
+            group = self._group_of[mac]
+            if counts[group] == most:
+                if self.owners.get(mac) != group:
+                    return mac
+                if first is None:
+                    first = mac
+        assert first is not None
+        return first
 
     def _group(self, root: int | None) -> int:
         if root is None or (self._members is not None and root not in self._members):

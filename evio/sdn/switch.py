@@ -548,6 +548,7 @@ class BoundedFloodSwitch:
         A remote MAC learned here under another member's root leaves the table with its flows, and a waiting
         claim on it that its owner could not have made is dropped."""
         self.mac_owners = owners
+        self.learning.owners = owners
         gone: list[str] = []
         for mac, owner in owners.items():
             if owner == self.node_id:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import json
 import logging
 import os
@@ -136,6 +137,12 @@ MAX_MEMBERS_HINT_BYTES = 4096
 # one per overlay at login and when its identity element changes; any account of the server may send presence,
 # each with new signature bytes, at its c2s rate (review21e E7: 1000 checks for 1000 presences).
 PROOF_CHECK_RATE = Rate(2.0, 20)
+# Accounts in none of our overlays share one such budget, and all accounts together another (review21f F5): an
+# operator of another overlay on a shared server makes accounts at will, and the server may write any sender (or,
+# in roster mode, list any account), so a budget per account alone bounds nothing. The second is wide enough for a
+# 1,000-member overlay's presences at once, and at most 8.5% of the loop after.
+STRANGER_PROOF_RATE = Rate(2.0, 20)
+ALL_PROOF_RATE = Rate(100.0, 2000)
 
 
 class SignalEndpoint:
@@ -169,6 +176,8 @@ class SignalEndpoint:
         self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
         self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
         self._proof_checks = PeerRateLimiter[str](PROOF_CHECK_RATE)  # by account: what a sender may cost us
+        self._stranger_proof_checks = PeerRateLimiter[None](STRANGER_PROOF_RATE)  # one bucket, key None
+        self._all_proof_checks = PeerRateLimiter[None](ALL_PROOF_RATE)
         self._own_proofs: tuple[str, tuple[identity.ClaimProof, ...]] = ("", ())
         self._own_document: tuple[tuple[str, tuple[tuple[str, int], ...]], str] = (("", ()), "")
         self._refused_lists: OrderedDict[bytes, None] = OrderedDict()  # signatures of lists that did not verify
@@ -202,6 +211,7 @@ class SignalEndpoint:
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
         self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
         self._recontact_timer: Timer | None = None
+        self._members_reask: dict[str, Timer] = {}  # overlay -> when a held-back ask goes to another contact
         self._contacts_cache: dict[str, tuple[tuple[int, frozenset[int], frozenset[int]], frozenset[int]]] = {}
         self._timer: Timer | None = None
         self._handler_tasks: set[asyncio.Task[None]] = set()
@@ -566,8 +576,16 @@ class SignalEndpoint:
             if serial <= held:
                 continue
             asked_serial, asked_at = self._members_asked_at.get(overlay, (0, float("-inf")))
-            if serial <= asked_serial and now - asked_at < MEMBERS_ASK_INTERVAL:
-                continue  # asked for that one already: its answer is on its way
+            # Held back only for the very serial asked for: a contact claiming a huge serial (and never
+            # answering) must not keep us from asking others for the real newer list (review21f F4).
+            if serial == asked_serial and now - asked_at < MEMBERS_ASK_INTERVAL:
+                # Asked for that one already: its answer is on its way, unless whom we asked never answers
+                # (a hostile contact saying the same serial again and again): then, once the interval is out,
+                # another contact that said it is asked (review21f F4).
+                if overlay not in self._members_reask:
+                    self._members_reask[overlay] = self.clock.call_later(
+                        asked_at + MEMBERS_ASK_INTERVAL - now, functools.partial(self._ask_members_again, overlay))
+                continue
             self._members_asked_at[overlay] = (serial, now)
             self._members_asked.pop(sender, None)
             self._members_asked[sender] = now
@@ -575,6 +593,20 @@ class SignalEndpoint:
                 self._members_asked.popitem(last=False)
             log.info("signal member list overlay=%s: %s holds serial %d, we %d: asked", overlay, sender, serial, held)
             self._send_members(sender, json.dumps({"ask": overlay}))
+
+    def _ask_members_again(self, overlay: str) -> None:
+        """An ask held back still has no list: the contact whose presence said a newer serial and that we
+        asked longest ago (or never) is asked."""
+        self._members_reask.pop(overlay, None)
+        ml = self._links_mode.get(overlay)
+        held = ml.serial if ml is not None else 0
+        waiting = [(jid, hint[overlay]) for jid, hint in self._hints.items() if hint.get(overlay, 0) > held]
+        if not waiting or not self._connected:
+            return
+        order = {asked: i for i, asked in enumerate(self._members_asked)}  # oldest ask first
+        jid, serial = min(waiting, key=lambda w: order.get(w[0], -1))
+        self._members_asked_at.pop(overlay, None)
+        self._ask_members(jid, {overlay: serial})
 
     def _answer_members(self, sender: str, overlay: str) -> None:
         """A member asks for our list: sent if it is on it, at most once per `MEMBERS_ANSWER_INTERVAL`."""
@@ -617,7 +649,10 @@ class SignalEndpoint:
             key = (sender, proof.overlay, proof.cert_der, proof.signature)
             ok = self._proof_cache.get(key)
             if ok is None:
-                if not self._proof_checks.allow(bare_jid(sender), self.clock.now()):
+                now_s = self.clock.now()
+                if not (self._proof_checks.allow(bare_jid(sender), now_s)
+                        and (self._table.is_member(proof.overlay, sender) or self._stranger_proof_checks.allow(None, now_s))
+                        and self._all_proof_checks.allow(None, now_s)):  # fmt: skip
                     self._drop(DropReason.PROOF_RATE, sender, f"claim of {proof.node_id:032x} in {proof.overlay}: "
                                "over the account's proof checks")  # fmt: skip
                     continue
@@ -702,6 +737,9 @@ class SignalEndpoint:
         if self._recontact_timer is not None:
             self._recontact_timer.cancel()
             self._recontact_timer = None
+        for timer in self._members_reask.values():
+            timer.cancel()
+        self._members_reask.clear()
         self._apply(self._table.clear())
 
     def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:

@@ -84,6 +84,8 @@ class TunnelManager:
         self._offer_policy: OfferPolicy | None = None
         self._offer_rate = PeerRateLimiter[int](Rate(config.offers_per_s, config.offer_burst))
         self._offers_in_progress = 0
+        self._answered: dict[int, tuple[str, Body]] = {}  # peer -> (tunnel id, our answer) of its tunnel we answered
+        self.duplicate_offers = 0
         self.refused_offers: Counter[str] = Counter()  # reason -> offers refused
         self._refusal_log = LogLimiter[int](REFUSAL_LOG_INTERVAL)
         self.untrusted_refused = 0
@@ -195,6 +197,15 @@ class TunnelManager:
         if self._offers_in_progress >= self.config.max_pending_offers:
             raise self._refuse(peer, "too_many_pending", SignalingFailed("too many offers in progress"))
         existing = self._tunnels.get(peer)
+        if (existing is not None and existing.active and not existing.info.initiator
+                and existing.info.tunnel_id == offer.tunnel_id):
+            # The same offer again: a copy a relay held along the ring (decision 0067; fresh for 60 s) after the
+            # server carried it. Answered as before; replacing the tunnel would end the one it made (review21f F7).
+            self.duplicate_offers += 1
+            answered = self._answered.get(peer)
+            if answered is not None and answered[0] == offer.tunnel_id:
+                return answered[1]
+            raise SignalingFailed("this offer is being answered")
         if existing is not None and existing.active:
             if existing.info.initiator and existing.state.value in ("negotiating",) and self.node_id > peer:
                 raise SignalingFailed("offer collision: the higher node id's offer wins")
@@ -212,7 +223,9 @@ class TunnelManager:
         finally:
             self._offers_in_progress -= 1
         tunnel.start_responder()
-        return answer.to_body()
+        body = answer.to_body()
+        self._answered[peer] = (offer.tunnel_id, body)
+        return body
 
     def _refuse(self, peer: int, reason: str, error: Exception) -> Exception:
         """Count a refused offer, log it at most once per peer per interval; the error to raise."""
@@ -231,6 +244,7 @@ class TunnelManager:
             tunnel = self._tunnels.get(event.info.peer)
             if tunnel is not None and tunnel.info.tunnel_id == event.info.tunnel_id:
                 del self._tunnels[event.info.peer]
+                self._answered.pop(event.info.peer, None)
         if self._subscriber is not None:
             try:
                 self._subscriber(event)
