@@ -199,7 +199,11 @@ class OverlayStack:
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 
     def _start_revocation_flood(self) -> None:
-        flood = RevocationFlood(self.overlay, self.bridge.name, self.signaling, self.clock)
+        anchor, certificate = self.plan.tunnel.trust, self.plan.certificate
+        if anchor is None or certificate is None:
+            return
+        flood = RevocationFlood(self.overlay, self.bridge.name, self.signaling, self.clock, node_id=self.node_id,
+                                certificate=certificate, anchor=anchor)  # fmt: skip
         try:
             flood.start()
         except OSError as exc:  # revocation still comes through the server and the revocation file

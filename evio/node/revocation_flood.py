@@ -33,9 +33,17 @@ Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, ethertype `ETHERTYPE`):
 
     magic "EVRL" | version (1) | kind (1) | serial (8) | index (1) | count (1) | chunk of the list's text
 
+A list goes out as a manifest (kind MANIFEST, `evio.signal.revocation_manifest`: each chunk's hash, signed with
+the sender's overlay-CA certificate) and then its chunks. A chunk is taken only into an assembly whose manifest
+lists its hash, and there is one assembly per signer: a frame's sender MAC is what the frame says, and keyed by
+it, one-chunk forgeries from invented MACs evicted a real list's assembly between two of its chunks (review21e
+E3); now a forged chunk joins nothing and a member's manifests replace only its own.
+
 Everything that comes in is bounded before it costs anything: only lists newer than ours are assembled, at
-most `MAX_PENDING` at once (the oldest given up), each of at most `MAX_CHUNKS` chunks and
-`identity.MAX_DOCUMENT_BYTES`, and given up after `ASSEMBLY_TIMEOUT`. Checking the signature is the signal
+most `MAX_PENDING` signers' at once (the oldest given up), each of at most `MAX_CHUNKS` chunks and
+`identity.MAX_DOCUMENT_BYTES`, and given up after `ASSEMBLY_TIMEOUT`; a manifest costs one signature check (a
+certificate is checked once, `host_claims.Certificates`), and one listing the hashes of an assembly under way
+none. Checking the signature is the signal
 endpoint's (`bad_revocation`; a refused signature is not checked twice); what this module refuses is counted
 by reason in `counts`. A member that floods such frames is held by the switch's flood budget per port.
 """
@@ -47,15 +55,20 @@ import logging
 import random
 import socket
 import struct
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.node.ethertype_socket import read_frames
+from evio.ratelimit import LogLimiter
+from evio.signal import revocation_manifest
 from evio.signal.events import RevocationAdopted, Subscription
-from evio.signal.identity import MAX_DOCUMENT_BYTES, list_to_text
+from evio.signal.host_claims import Certificates
+from evio.signal.identity import MAX_DOCUMENT_BYTES, TrustAnchor, list_to_text
 from evio.signal.interface import Signaling
+from evio.tunnel.path.dtls import TunnelCertificate
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +77,10 @@ BROADCAST = b"\xff" * 6
 MAGIC = b"EVRL"
 VERSION = 1
 HEADER = struct.Struct("!4sBBQBB")
-HAVE, LIST = 1, 2
+HAVE, LIST, MANIFEST = 1, 2, 3
 CHUNK = 1200  # of the list's text per frame: within the smallest tunnel MTU evio sets
 MAX_CHUNKS = -(-MAX_DOCUMENT_BYTES // CHUNK)
-MAX_PENDING = 4
+MAX_PENDING = 16  # signers' assemblies at once: a member holds one, whatever MACs it invents (review21e E3)
 ASSEMBLY_TIMEOUT = 5.0
 ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
 ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
@@ -81,15 +94,18 @@ MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the per
 
 @dataclass
 class _Assembly:
-    count: int
+    serial: int
+    hashes: tuple[bytes, ...]  # the signed manifest's, one per chunk
     started: float
+    broadcast: bool  # the manifest came to the broadcast address
     chunks: dict[int, bytes] = field(default_factory=dict)
 
 
 class RevocationFlood:
     """One overlay's revocation lists on its bridge's interface `ifname` (trust mode only)."""
 
-    def __init__(self, overlay: str, ifname: str, signaling: Signaling, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(self, overlay: str, ifname: str, signaling: Signaling, clock: Clock = REAL_CLOCK, *,
+                 node_id: int, certificate: TunnelCertificate, anchor: TrustAnchor) -> None:  # fmt: skip
         self.overlay = overlay
         self.ifname = ifname
         self._signaling = signaling
@@ -97,7 +113,10 @@ class RevocationFlood:
         self.counts: Counter[str] = Counter()  # sent and received by kind, dropped by reason
         self._sock: socket.socket | None = None
         self._subscription: Subscription[RevocationAdopted] | None = None
-        self._pending: dict[tuple[bytes, int], _Assembly] = {}  # (sender MAC, serial) -> chunks so far
+        self._node_id, self._certificate, self._anchor = node_id, certificate, anchor
+        self._certificates = Certificates()  # members' certificates found the CA's: checked once
+        self._pending: dict[int, _Assembly] = {}  # the signer's node id -> its list's chunks so far
+        self._log_refused: LogLimiter[bytes] = LogLimiter(60.0)
         self._last_answer = float("-inf")
         self._answer_timer: Timer | None = None
         self._heard_list_at = float("-inf")  # when a broadcast of the list we hold last came by
@@ -231,6 +250,16 @@ class RevocationFlood:
             return
         text = list_to_text(rl).encode()
         chunks = [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
+        cert = self._certificate
+        header = HEADER.pack(MAGIC, VERSION, MANIFEST, rl.serial, 0, len(chunks))
+        try:
+            manifest = revocation_manifest.pack(cert.key, cert.cert, self.overlay, header, self._node_id, chunks)
+        except ValueError as exc:  # a certificate too large for a frame: the list still goes through the server
+            self.counts["send_failed"] += 1
+            log.warning("revocation list serial=%d not broadcast on overlay %s: %s", rl.serial, self.overlay, exc)
+            return
+        if not self._send(manifest):
+            return
         for index, chunk in enumerate(chunks):
             if not self._send(HEADER.pack(MAGIC, VERSION, LIST, rl.serial, index, len(chunks)) + chunk):
                 return
@@ -278,7 +307,7 @@ class RevocationFlood:
             self.counts["dropped_short"] += 1
             return
         magic, version, kind, serial, index, count = HEADER.unpack_from(data)
-        if magic != MAGIC or version != VERSION or kind not in (HAVE, LIST):
+        if magic != MAGIC or version != VERSION or kind not in (HAVE, LIST, MANIFEST):
             self.counts["dropped_malformed"] += 1
             return
         self.counts["received_have" if kind == HAVE else "received_frame"] += 1
@@ -298,35 +327,64 @@ class RevocationFlood:
             return
         if serial == ours and self._answer_timer is None:
             return  # a broadcast of the list we hold, while we wait to answer nobody: nothing to learn
-        if not 0 <= index < count <= MAX_CHUNKS or len(data) - HEADER.size > CHUNK:
+        if not 0 <= index < count <= MAX_CHUNKS or (kind == LIST and len(data) - HEADER.size > CHUNK):
             self.counts["dropped_malformed"] += 1
             return
-        self._collect(sender, serial, index, count, data[HEADER.size :], broadcast)
+        if kind == MANIFEST:
+            self._manifest(data, sender, serial, count, broadcast)
+        else:
+            self._collect(sender, serial, index, count, data[HEADER.size :], broadcast)
 
-    def _collect(self, sender: bytes, serial: int, index: int, count: int, chunk: bytes, broadcast: bool) -> None:
-        now = self._clock.now()
+    def _expire(self, now: float) -> None:
         for key in [k for k, a in self._pending.items() if now - a.started > ASSEMBLY_TIMEOUT]:
             del self._pending[key]
             self.counts["dropped_incomplete"] += 1
-        key = (sender, serial)
-        assembly = self._pending.get(key)
-        if assembly is None:
-            # One assembly per sender: a sender starting another list gives up its last one, so a member
-            # naming serial after serial from one MAC evicts only itself (review21 N2), never a real list.
-            for stale in [k for k in self._pending if k[0] == sender]:
-                del self._pending[stale]
-                self.counts["dropped_replaced"] += 1
-            if len(self._pending) >= MAX_PENDING:
-                del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
-                self.counts["dropped_incomplete"] += 1
-            assembly = self._pending[key] = _Assembly(count, now)
-        if assembly.count != count:
+
+    def _manifest(self, data: bytes, sender: bytes, serial: int, count: int, broadcast: bool) -> None:
+        """A member's signed list of the chunks of `serial` it is about to send: an assembly of its own (E3)."""
+        now = self._clock.now()
+        self._expire(now)
+        try:
+            manifest = revocation_manifest.parse(data, HEADER.size, count)
+        except revocation_manifest.ManifestError:
             self.counts["dropped_malformed"] += 1
             return
+        for assembly in self._pending.values():
+            if assembly.serial == serial and assembly.hashes == manifest.hashes:
+                assembly.broadcast = assembly.broadcast or broadcast
+                self.counts["manifest_known"] += 1  # another node sends the list under way: its chunks are listed
+                return
+        try:
+            revocation_manifest.check(self._anchor, self.overlay, manifest, time.time(), self._certificates)
+        except revocation_manifest.ManifestError as exc:
+            self.counts["dropped_unsigned"] += 1
+            if self._log_refused.should_log(sender, now):
+                log.info("revocation manifest from %s on overlay %s refused: %s", sender.hex(":"), self.overlay, exc)
+            return
+        # One assembly per signer: a member starting another gives up its last, so one naming serial after serial,
+        # from whatever MACs, evicts only itself (review21 N2, review21e E3), never a real list.
+        if self._pending.pop(manifest.node_id, None) is not None:
+            self.counts["dropped_replaced"] += 1
+        if len(self._pending) >= MAX_PENDING:
+            del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
+            self.counts["dropped_incomplete"] += 1
+        self._pending[manifest.node_id] = _Assembly(serial, manifest.hashes, now, broadcast)
+
+    def _collect(self, sender: bytes, serial: int, index: int, count: int, chunk: bytes, broadcast: bool) -> None:
+        now = self._clock.now()
+        self._expire(now)
+        digest = revocation_manifest.chunk_hash(chunk)
+        key = next((k for k, a in self._pending.items()
+                    if a.serial == serial and len(a.hashes) == count and a.hashes[index] == digest), None)  # fmt: skip
+        if key is None:
+            self.counts["dropped_unlisted"] += 1  # no signed manifest lists it: a forgery, or its manifest lost
+            return
+        assembly = self._pending[key]
         assembly.chunks[index] = chunk
         if len(assembly.chunks) < count:
             return
         del self._pending[key]
+        broadcast = broadcast and assembly.broadcast
         try:
             text = b"".join(assembly.chunks[i] for i in range(count)).decode()
         except UnicodeDecodeError:
