@@ -374,17 +374,22 @@ class RevocationFlood:
         now = self._clock.now()
         self._expire(now)
         digest = revocation_manifest.chunk_hash(chunk)
-        key = next((k for k, a in self._pending.items()
-                    if a.serial == serial and len(a.hashes) == count and a.hashes[index] == digest), None)  # fmt: skip
-        if key is None:
+        # Into every assembly listing it: a member's manifest listing some of a real list's chunks (they are public
+        # once sent) must not take them from the real list's assembly.
+        listing = [k for k, a in self._pending.items()
+                   if a.serial == serial and len(a.hashes) == count and a.hashes[index] == digest]  # fmt: skip
+        if not listing:
             self.counts["dropped_unlisted"] += 1  # no signed manifest lists it: a forgery, or its manifest lost
             return
-        assembly = self._pending[key]
-        assembly.chunks[index] = chunk
-        if len(assembly.chunks) < count:
-            return
-        del self._pending[key]
-        broadcast = broadcast and assembly.broadcast
+        for key in listing:
+            assembly = self._pending[key]
+            assembly.chunks[index] = chunk
+            if len(assembly.chunks) == count:
+                del self._pending[key]
+                self._complete(assembly, sender, broadcast and assembly.broadcast, now)
+
+    def _complete(self, assembly: _Assembly, sender: bytes, broadcast: bool, now: float) -> None:
+        serial, count = assembly.serial, len(assembly.hashes)
         try:
             text = b"".join(assembly.chunks[i] for i in range(count)).decode()
         except UnicodeDecodeError:

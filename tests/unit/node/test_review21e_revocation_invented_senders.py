@@ -86,3 +86,21 @@ def test_a_manifest_of_the_largest_list_fits_a_frame() -> None:
     frame = revocation_manifest.pack(cert.key, cert.cert, OV, header, node_id(1), chunks)
     print("manifest of", rf.MAX_CHUNKS, "chunks:", len(frame), "bytes")
     assert len(frame) <= rf.HEADER.size + rf.CHUNK
+
+
+def test_a_members_manifest_listing_most_of_a_real_lists_chunks_does_not_take_them_from_it() -> None:
+    """The list is public once sent: a member signs a manifest of its chunks but the last, junk there, before the
+    next repeat reaches a node that missed the first copy. Each chunk goes into every assembly listing it."""
+    _, nodes, _ = fleet(2)
+    victim = nodes[1]
+    rl = signed(7, revoked=60)
+    real = frames_of(rl)
+    chunks = [f[rf.HEADER.size :] for f in real[1:]]
+    cert = certificate(MEMBER)
+    header = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.MANIFEST, 7, 0, len(chunks))
+    victim.receive(revocation_manifest.pack(cert.key, cert.cert, OV, header, node_id(MEMBER), chunks[:-1] + [b"junk"]),
+                   invented(1))  # fmt: skip
+    for frame in real:
+        victim.receive(frame, nodes[0].mac)
+    assert victim.signaling.list == rl
+    assert len(victim._pending) == 1  # the member's, waiting for a chunk nobody sends
