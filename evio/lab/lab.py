@@ -200,6 +200,7 @@ class Lab:
         trust: bool = False,
         switching: str = "bounded-flood",
         node_evio: Mapping[int, Sequence[str]] | None = None,
+        trust_options: Mapping[str, Any] | None = None,
         progress: ProgressCallback | None = None,
         root: Path = DEFAULT_ROOT,
         host: Host | None = None,
@@ -216,7 +217,8 @@ class Lab:
         the daemons start `DAEMON_START_WINDOW` at a time, more on a loaded host: `start_window`). With `trust`, the lab
         also makes an overlay CA and gives each node a certificate issued for its
         node id (the config's `trust` section), so tunnels check more than the
-        fingerprint the XMPP server carries. `switching` is every bridge's switching mode
+        fingerprint the XMPP server carries; `trust_options` adds keys to that section (e.g.
+        {"offers_over_overlay": False}). `switching` is every bridge's switching mode
         ("stp": Open vSwitch's RSTP over the same tunnels, no SDN controller; E9). `node_evio`
         {index: argv} runs those nodes' daemons with another evio than this one (the argv that runs
         its CLI, e.g. the previous release's `python -I -m evio`: a rolling upgrade's mixed overlay);
@@ -253,7 +255,7 @@ class Lab:
             report = progress or (lambda p: None)
             began = time.monotonic()
             lab._build(report, began, plaintext=plaintext, topology=topology, node_topology=node_topology or {}, trust=trust,
-                       switching=switching, tunnel=tunnel)
+                       switching=switching, tunnel=tunnel, trust_options=trust_options)
             if daemons:
                 lab._start_full_nodes(report, began, daemon_timeout or 30.0 + 2.0 * nodes)
             state.phase = "up"
@@ -748,6 +750,7 @@ class Lab:
         trust: bool = False,
         switching: str = "bounded-flood",
         tunnel: Mapping[str, Any] | None = None,
+        trust_options: Mapping[str, Any] | None = None,
     ) -> None:
         plan, host, state = self.plan, self._host, self._state
         count = len(plan.nodes)
@@ -802,8 +805,9 @@ class Lab:
                 plaintext=plaintext,
                 topology={**(topology or {}), **node_topology.get(node.index, {})} or None,
                 switching=switching,
-                trust=pki.issue_overlay_member(overlay_ca, plan.overlay, int(node_id, 16), home / "trust", now,
-                                                         node.overlay_address.ip) if overlay_ca else None,
+                trust={**pki.issue_overlay_member(overlay_ca, plan.overlay, int(node_id, 16), home / "trust", now,
+                                                  node.overlay_address.ip),
+                       **(trust_options or {})} if overlay_ca else None,
                 tunnel=dict(tunnel) if tunnel else None,
             )
             path = configs.node_config_path(self.directory, node)

@@ -34,7 +34,7 @@ def node_config(
     ca_file: Path,
     plaintext: bool = False,
     topology: dict[str, Any] | None = None,
-    trust: dict[str, str] | None = None,
+    trust: dict[str, Any] | None = None,
     switching: str = "bounded-flood",
     tunnel: dict[str, Any] | None = None,
 ) -> dict[str, Any]:

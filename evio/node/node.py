@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from evio.bridge.commands import BridgeError
 from evio.clock import REAL_CLOCK, Clock
 from evio.ids import format_node_id, parse_node_id
+from evio.node import ring_signaling
 from evio.node.control import ControlError, ControlServer
 from evio.node.errors import StartupError
 from evio.node.overlay_stack import OverlayStack
@@ -175,7 +176,10 @@ class Node:
 
     async def _start_overlay(self, overlay_plan: OverlayPlan) -> None:
         assert self.sdn is not None
-        signaling = self._shared[overlay_plan.account].view(overlay_plan.id)
+        signaling: Signaling = self._shared[overlay_plan.account].view(overlay_plan.id)
+        # Trust mode: link requests and offers go along the ring once we have links (decision 0067).
+        ring = ring_signaling.for_overlay(overlay_plan, self.node_id, signaling, self._clock)
+        signaling = ring or signaling
         stack = OverlayStack(
             overlay_plan,
             self.node_id,
@@ -191,6 +195,8 @@ class Node:
             clock=self._clock,
             on_first_port=self._first_tunnel_port,
         )
+        if ring is not None:
+            ring.attach(stack.links)
         self.overlays[overlay_plan.id] = stack
         try:
             await stack.start()

@@ -45,6 +45,7 @@ from evio.config.address_pool import conflicting_peers
 from evio.config.model import PolicyRule, TopologyConfig
 from evio.ids import format_node_id
 from evio.node.host_claims import HostClaimsFlood
+from evio.node.member_list_flood import MemberListFlood
 from evio.node.overlay_parts import (
     AdjacencyController,
     AttachedPort,
@@ -138,6 +139,8 @@ class OverlayStack:
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
         self.revocation_error: str | None = None  # why the flood did not start (shown in the status)
+        # Presence to linked peers only: the CA's member list spreads the same way (decision 0066).
+        self.member_lists: MemberListFlood | None = None
         # Trust mode: the MACs each member hosts, announced signed over the overlay (decision 0055).
         self.host_claims: HostClaimsFlood | None = None
         self.host_claims_error: str | None = None
@@ -174,6 +177,7 @@ class OverlayStack:
         await self.set_attached(self.plan.config.attach)
         if self.plan.certificate is not None:
             self._start_revocation_flood()
+            self._start_member_list_flood()
             self._start_host_claims()
         self._port_worker = asyncio.create_task(self._apply_port_changes(), name=f"ports {self.overlay}")
         self._port_worker.add_done_callback(self._worker_done)
@@ -213,6 +217,22 @@ class OverlayStack:
             return
         self.revocations = flood
 
+    def _start_member_list_flood(self) -> None:
+        if self.signaling.listed_members(self.overlay) is None:
+            return  # the roster's membership: no list to spread
+        anchor, certificate = self.plan.tunnel.trust, self.plan.certificate
+        if anchor is None or certificate is None:
+            return  # no certificate to sign a manifest with (decision 0043, review21e E3)
+        flood = MemberListFlood(self.overlay, self.bridge.name, self.signaling, self.clock, node_id=self.node_id,
+                                certificate=certificate, anchor=anchor)  # fmt: skip
+        try:
+            flood.start()
+        except OSError as exc:  # the list still comes from the server host and the join token
+            log.warning("overlay %s: member lists not spread over the overlay (%s: %s)", self.overlay,
+                        self.bridge.name, exc.strerror or exc)  # fmt: skip
+            return
+        self.member_lists = flood
+
     def _start_host_claims(self) -> None:
         anchor, certificate = self.plan.tunnel.trust, self.plan.certificate
         if anchor is None or certificate is None or self.stp:
@@ -251,6 +271,9 @@ class OverlayStack:
         if self.revocations is not None:
             self.revocations.stop()
             self.revocations = None
+        if self.member_lists is not None:
+            self.member_lists.stop()
+            self.member_lists = None
         if self.host_claims is not None:
             self.host_claims.stop()
             self.host_claims = None
@@ -487,6 +510,8 @@ class OverlayStack:
                     self._on_first_port(self.bridge.name)
                 if self.revocations is not None:
                     self.revocations.link_up()
+                if self.member_lists is not None:
+                    self.member_lists.link_up()
                 if self.host_claims is not None:
                     self.host_claims.announce()
             finally:

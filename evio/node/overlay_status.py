@@ -10,6 +10,7 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from evio.ids import format_node_id
+from evio.node.ring_signaling import RingSignaling
 from evio.node.status import link_counts, link_document, trust_document
 from evio.node.transit_wiring import transit_status
 from evio.sdn import boundary
@@ -48,7 +49,9 @@ def overlay_status(stack: OverlayStack) -> dict[str, Any]:
                    "connected": signaling.connected, "connected_since": signaling.connected_since,
                    "logins": signaling.sessions, "reconnects": max(signaling.sessions - 1, 0),
                    "last_error": error.as_dict() if (error := signaling.last_error(stack.overlay)) else None,
-                   "drops": signaling.drop_counts()},
+                   "drops": signaling.drop_counts(), "messages": signaling.message_counts(),
+                   # Link requests and offers along the ring (decision 0067); None: all through the server.
+                   "ring": signaling.counts() if isinstance(signaling, RingSignaling) else None},
         "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},
         "trust": _trust_status(stack),
         "links": links,
@@ -103,6 +106,8 @@ def _trust_status(stack: OverlayStack) -> dict[str, Any]:
                          len(stack.signaling.revoked_nodes(stack.overlay)))  # fmt: skip
     if stack.plan.certificate is not None:
         doc["revocation_flood"] = stack.revocations.status() if stack.revocations else {"error": stack.revocation_error}
+        if stack.member_lists is not None:
+            doc["member_list_flood"] = stack.member_lists.status()
         doc["host_claims"] = stack.host_claims.status() if stack.host_claims else {"error": stack.host_claims_error}
     return doc
 

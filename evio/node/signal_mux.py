@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from evio.signal.errors import HandlerRejected, LoginFailure
-from evio.signal.events import E, PeerAdded, PeerRemoved, RevocationAdopted, Subscription
+from evio.signal.events import E, MemberListAdopted, PeerAdded, PeerRemoved, RevocationAdopted, Subscription
 from evio.signal.identity import RevocationList
 from evio.signal.interface import Handler, Signaling
+from evio.signal.member_list import MemberList
 from evio.signal.protocol import Body
 
 
@@ -108,15 +109,25 @@ class OverlaySignaling:
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         return self._client.receive_revocation_list(text, source)
 
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        return self._client.message_counts()
+
+    def listed_members(self, overlay: str) -> MemberList | None:
+        return self._client.listed_members(overlay)
+
+    def receive_member_list(self, text: str, source: str = "local") -> bool:
+        return self._client.receive_member_list(text, source)
+
     def drop_counts(self) -> dict[str, int]:
         return self._client.drop_counts()
 
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
-        if event_type not in (PeerAdded, PeerRemoved, RevocationAdopted):
+        if event_type not in (PeerAdded, PeerRemoved, RevocationAdopted, MemberListAdopted):
             return self._client.subscribe(event_type, callback)
 
         def ours_only(event: E) -> None:
-            if isinstance(event, PeerAdded | PeerRemoved | RevocationAdopted) and event.overlay != self.overlay:
+            if (isinstance(event, PeerAdded | PeerRemoved | RevocationAdopted | MemberListAdopted)
+                    and event.overlay != self.overlay):  # fmt: skip
                 return
             callback(event)
 

@@ -3,6 +3,7 @@
     /etc/evio/config.json            the daemon's config, no secrets inline     0600
     /etc/evio/<overlay>/xmpp.password, turn.password, node.key                   0600
     /etc/evio/<overlay>/xmpp-ca.crt, ca.crt, node.crt                            0644
+    /etc/evio/<overlay>/member-list.json (the CA's member list, if the token has one) 0644
 
 `node_files` returns them as (path, content, mode); `evio join` writes the
 secrets first and the config last, and checks the config with the daemon's
@@ -47,6 +48,8 @@ def node_files(token: JoinToken, config_dir: Path = CONFIG_DIR, state_dir: Path 
         NodeFile(d / "ca.crt", token.ca_pem, 0o644),
         NodeFile(d / "node.crt", token.cert_pem, 0o644),
     ]
+    if token.member_list:  # beside the CA: the overlay's membership from the start (decisions 0059, 0066)
+        secrets.append(NodeFile(d / "member-list.json", token.member_list, 0o644))
     config = json.dumps(config_document(token, d, state_dir), indent=2) + "\n"
     return [*secrets, NodeFile(config_path(config_dir), config, 0o600)]
 

@@ -298,7 +298,7 @@ def add_member(
             record.members[name] = member
             registry.save(record)
             undo.append(lambda: _forget(registry, overlay, name))
-            write_member_list(registry, record, settings.domain, now)
+            listed = write_member_list(registry, record, settings.domain, now)
             # Last: from here on the running members see the new one (a live roster push).
             accounts.add_to_group(name, overlay)
         except Exception:
@@ -316,7 +316,7 @@ def add_member(
             xmpp_password=xmpp_password, xmpp_ca_pem=xmpp_ca,
             stun=(_host_port(server, settings.turn_port),), turn_server=_host_port(server, settings.turn_port),
             turn_username=name, turn_password=turn_password,
-            ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM).decode(),
+            ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM).decode(), member_list=member_list.to_text(listed),
             cert_pem=node_cert.public_bytes(serialization.Encoding.PEM).decode(),
             key_pem=node_key.private_bytes(
                 serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -324,6 +324,7 @@ def add_member(
             expires=expires,
         )  # fmt: skip
         encoded = join_token.encode(token, ca_key)
+        deliver_member_list(accounts, listed)
         return Added(member, encoded, join_token.ca_fingerprint(token.ca_pem), created, expires)
 
 
@@ -347,20 +348,38 @@ def remove_member(
         record, member = _member_of(registry, overlay, name)
         # The list first: if signing fails nothing is cut yet, and once written it holds whatever follows.
         listed = revoke(registry, overlay, {member.node_id: member.certificates_expire()}, now)
+        # Handed on at once: members whose membership is the CA's member list (decision 0059) ignore the group
+        # change below, and the account's deletion takes seconds on ejabberd (an ejabberdctl call a step).
+        deliver = getattr(accounts, "deliver", None)  # the XMPP server carries the list to the online members
+        if deliver is not None:
+            try:
+                # The removed member last: it is about to lose its account anyway.
+                others = [n for n in record.members if n != name]
+                deliver(overlay, NAMESPACE, ELEMENT, encode(IdentityDocument((), (listed,))), members=[*others, name])
+            except Exception as exc:  # noqa: BLE001 - members also read revoked.json, and pass it on
+                log.warning("overlay %s: revocation list written but not delivered: %s", overlay, exc)
         accounts.remove_from_group(name, overlay)
         accounts.delete_account(name)
         relay.remove_user(name)
         del record.members[name]
         registry.save(record)
         if domain is not None:
-            write_member_list(registry, record, domain, now)
-        deliver = getattr(accounts, "deliver", None)  # the XMPP server carries the list to the online members
-        if deliver is not None:
-            try:
-                deliver(overlay, NAMESPACE, ELEMENT, encode(IdentityDocument((), (listed,))))
-            except Exception as exc:  # noqa: BLE001 - removal is done; members also read revoked.json
-                log.warning("overlay %s: revocation list written but not delivered: %s", overlay, exc)
+            deliver_member_list(accounts, write_member_list(registry, record, domain, now))
         return member
+
+
+def deliver_member_list(accounts: Accounts, listed: MemberList) -> None:
+    """Hand the new list to the members online (the XMPP server carries it; decision 0066). Best effort: the
+    members that miss it get it over the overlay from one that has it, and a restarted node from its file."""
+    deliver = getattr(accounts, "deliver", None)
+    if deliver is None:
+        return
+    try:
+        users = [account.split("@", 1)[0] for account in listed.members.values()]
+        deliver(listed.overlay, member_list.NAMESPACE, member_list.ELEMENT, json.dumps(listed.to_json()), members=users)
+    except Exception as exc:  # noqa: BLE001 - the member is added; the overlay carries the list too
+        log.warning("overlay %s: member list serial=%d written but not delivered: %s", listed.overlay,
+                    listed.serial, exc)  # fmt: skip
 
 
 def write_member_list(registry: Registry, record: Overlay, domain: str, now: datetime.datetime) -> MemberList:

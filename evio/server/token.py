@@ -35,12 +35,16 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from evio.signal import member_list
+from evio.signal.identity import IdentityError
 from evio.tunnel.path.trust import TrustAnchor
 
 PREFIX = "evio1"
 _CONTEXT = b"evio join token v1\n"
-MAX_TOKEN_CHARS = 64 * 1024  # far above a real token (~3 KB): a bound, not a limit anyone meets
-MAX_PAYLOAD_BYTES = 256 * 1024  # after decompression: a zip bomb stops here
+# Far above a real token (~3 KB, plus about 25 characters a member for the member list: ~30 KB at 1,000
+# members): a bound, not a limit anyone meets. A big overlay's token is best passed with --token-file.
+MAX_TOKEN_CHARS = 4 * 1024 * 1024
+MAX_PAYLOAD_BYTES = member_list.MAX_TEXT_BYTES + 256 * 1024  # after decompression: a zip bomb stops here
 
 
 class TokenError(ValueError):
@@ -68,6 +72,9 @@ class JoinToken:
     cert_pem: str  # this node's certificate, naming node_id for the overlay
     key_pem: str  # its private key
     expires: datetime.datetime
+    # The overlay CA's member list as it stands with this member (decision 0066), written beside the CA by
+    # `evio join`: the node starts with the membership that lists it. Empty in a token of an earlier release.
+    member_list: str = ""
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -81,7 +88,8 @@ class JoinToken:
                 "stun": list(self.stun),
                 "turn": {"server": self.turn_server, "username": self.turn_username, "password": self.turn_password},
             },
-            "trust": {"ca": self.ca_pem, "cert": self.cert_pem, "key": self.key_pem},
+            "trust": {"ca": self.ca_pem, "cert": self.cert_pem, "key": self.key_pem,
+                      **({"members": self.member_list} if self.member_list else {})},
             "expires": int(self.expires.timestamp()),
         }  # fmt: skip
 
@@ -147,7 +155,23 @@ def decode(text: str, now: datetime.datetime, ca_fingerprint_pin: str | None = N
     if refusal is not None:
         raise TokenError(f"the token's node certificate cannot be used: {refusal}")
     _private_key(token.key_pem)
+    if token.member_list:
+        _check_member_list(token, anchor)
     return token
+
+
+def _check_member_list(token: JoinToken, anchor: TrustAnchor) -> None:
+    """The list must be the overlay CA's, and pair this node's id with its account, or the node would start
+    with a membership that leaves it out."""
+    try:
+        listed = member_list.load(token.member_list)
+    except IdentityError as exc:
+        raise TokenError(f"the token's trust.members is not a member list: {exc}") from None
+    refusal = member_list.refusal(anchor, listed)
+    if refusal is not None:
+        raise TokenError(f"the token's trust.members cannot be used: {refusal}")
+    if listed.members.get(token.node_id) != token.jid:
+        raise TokenError(f"the token's trust.members does not list {token.jid} as node {token.node_id:032x}")
 
 
 def _from_payload(payload: Any) -> JoinToken:
@@ -183,6 +207,7 @@ def _from_payload(payload: Any) -> JoinToken:
         turn_server=field("nat_traversal.turn.server", str), turn_username=field("nat_traversal.turn.username", str),
         turn_password=field("nat_traversal.turn.password", str), ca_pem=field("trust.ca", str),
         cert_pem=field("trust.cert", str), key_pem=field("trust.key", str), expires=expires,
+        member_list=field("trust.members", str) if "members" in payload.get("trust", {}) else "",
     )  # fmt: skip
 
 

@@ -68,7 +68,7 @@ from slixmpp.xmlstream import ElementBase, register_stanza_plugin
 from slixmpp.xmlstream.handler import Callback
 from slixmpp.xmlstream.matcher import StanzaPath
 
-from evio.signal import identity, protocol
+from evio.signal import identity, member_list, protocol
 from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
 from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
@@ -219,7 +219,19 @@ class _Identity(_JsonElement):
     plugin_attrib = "evio_identity"
 
 
+class _Members(_JsonElement):
+    """<members xmlns="urn:x-evio:members:1">JSON</members>: the overlay CA's member list, from the server host
+    when it adds a member (decision 0066). Nodes of earlier releases ignore the element."""
+
+    name = member_list.ELEMENT
+    namespace = member_list.NAMESPACE
+    plugin_attrib = "evio_members"
+
+
 register_stanza_plugin(Message, _Payload)
+register_stanza_plugin(Message, _Members)
+register_stanza_plugin(Presence, _Members)  # in presence: the serials of the lists the sender holds
+_MEMBERS_TAG = f"{{{member_list.NAMESPACE}}}{member_list.ELEMENT}"
 register_stanza_plugin(Presence, _Payload)
 register_stanza_plugin(Presence, _Identity)
 register_stanza_plugin(Message, _Identity)  # the server host hands on a revocation list this way
@@ -445,6 +457,7 @@ class SignalClient(SignalEndpoint):
         xmpp.add_event_handler("message_error", self._on_message_error)
         xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), self._on_message))
         xmpp.register_handler(Callback("evio identity", StanzaPath("message/evio_identity"), self._on_identity_message))
+        xmpp.register_handler(Callback("evio members", StanzaPath("message/evio_members"), self._on_members_message))
 
         host, port = self.rotation.current
         log.debug("signal %s: connecting to %s:%d (%s)", s.jid, host, port, self._tls_mode())
@@ -645,11 +658,17 @@ class SignalClient(SignalEndpoint):
 
     def _send_presence(self, xmpp: ClientXMPP) -> None:
         presence = xmpp.make_presence()
+        self._fill_presence(xmpp, presence)
+        presence.send()
+
+    def _fill_presence(self, xmpp: ClientXMPP, presence: Presence) -> None:
         presence["evio"]["json"] = self._announcement()
         document = self._identity_document(str(xmpp.boundjid))
         if document is not None:
             presence["evio_identity"]["json"] = document
-        presence.send()
+        hint = self._members_hint()
+        if hint is not None:
+            presence["evio_members"]["json"] = hint
 
     def _last_login_time(self) -> float:
         return self.last_login_seconds or 0.0
@@ -659,11 +678,18 @@ class SignalClient(SignalEndpoint):
         if xmpp is None:
             return
         presence = xmpp.make_presence(pto=to, pstatus=ANSWER_STATUS if answer else None)
-        presence["evio"]["json"] = self._announcement()
-        document = self._identity_document(str(xmpp.boundjid))
-        if document is not None:
-            presence["evio_identity"]["json"] = document
+        self._fill_presence(xmpp, presence)
         presence.send()
+
+    def _send_members(self, to: str, text: str) -> None:
+        xmpp = self._xmpp
+        if xmpp is None:
+            return
+        message = xmpp.make_message(mto=to, mtype="normal")
+        message["evio_members"]["json"] = text
+        for hint in ("no-store", "no-permanent-store", "no-copy"):
+            message.appendxml(Element(f"{{{_HINTS_NS}}}{hint}"))
+        message.send()
 
     def _announce_again(self) -> None:
         xmpp = self._xmpp
@@ -677,9 +703,11 @@ class SignalClient(SignalEndpoint):
             return
         has_payload = presence.xml.find(_PAYLOAD_TAG) is not None
         has_identity = presence.xml.find(_IDENTITY_TAG) is not None
+        has_members = presence.xml.find(_MEMBERS_TAG) is not None
         self._presence_available(sender, presence["evio"]["json"] if has_payload else None,
                                  presence["evio_identity"]["json"] if has_identity else None,
-                                 answer=presence["status"] == ANSWER_STATUS)  # fmt: skip
+                                 answer=presence["status"] == ANSWER_STATUS,
+                                 members_json=presence["evio_members"]["json"] if has_members else None)  # fmt: skip
 
     def _on_presence_unavailable(self, presence: Presence) -> None:
         self._presence_unavailable(str(presence["from"]), returning=presence["status"] == RELOGIN_STATUS)
@@ -692,6 +720,10 @@ class SignalClient(SignalEndpoint):
     def _on_identity_message(self, message: Any) -> None:
         if message["type"] != "error":
             self._identity_message(str(message["from"]), message["evio_identity"]["json"])
+
+    def _on_members_message(self, message: Any) -> None:
+        if message["type"] != "error":
+            self._members_message(str(message["from"]), message["evio_members"]["json"])
 
     def _on_message_error(self, message: Message) -> None:
         self._bounced(str(message["id"]), str(message["from"]), str(message["error"]["condition"]))

@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
+import os
 import random
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -64,6 +66,7 @@ from evio.signal.events import (
     Disconnected,
     E,
     EventRegistry,
+    MemberListAdopted,
     PeerAdded,
     PeerRemoved,
     RemovalCause,
@@ -122,6 +125,13 @@ RECONTACT_INTERVAL = 30.0
 RECONTACT_LOGINS = 4.0
 ANSWER_WAIT = 10.0  # a request to a listed member not present waits this long at most for its presence
 MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
+# A newer member list seen in a presence (decision 0066): we ask its sender for it, and ask for the same serial
+# again (of whoever says it next) only after this long (one answer is enough; a forged serial costs one small
+# ask); we accept the list from whom we asked for this long, and answer one member's asks at most this often.
+MEMBERS_ASK_INTERVAL = 5.0
+MEMBERS_ASK_WAIT = 30.0
+MEMBERS_ANSWER_INTERVAL = 10.0
+MAX_MEMBERS_HINT_BYTES = 4096
 # Identity proofs checked per account (a chain and a signature, ~0.85 ms each) when not in the cache: an account sends
 # one per overlay at login and when its identity element changes; any account of the server may send presence,
 # each with new signature bytes, at its c2s rate (review21e E7: 1000 checks for 1000 presences).
@@ -145,6 +155,10 @@ class SignalEndpoint:
         self._events = EventRegistry()
         self.drops = DropAccounting(limits.drop_log_interval)
         self.ignored_fields = 0  # messages and announcements that carried fields this release does not read
+        # Requests and responses this node sent through the server, by action ("response" for answers), and the
+        # requests it was sent: what signaling costs the server (decision 0067's measurement).
+        self.messages_out: Counter[str] = Counter()
+        self.requests_in: Counter[str] = Counter()
         self._ignored_logged = LogLimiter[str](limits.drop_log_interval)
         self._handlers: dict[str, Handler] = {}
         self._transactions: TransactionTable[asyncio.Future[Body]] = TransactionTable(
@@ -178,6 +192,12 @@ class SignalEndpoint:
         for ov, ml in self._links_mode.items():
             self._table.set_listed(ov, frozenset(ml.members.values()) - {account} if ml is not None else ())
         self._told: set[str] = set()  # full JIDs our presence went to in this session (directed)
+        # full JID -> the member list serials its last presence said it holds (decision 0066): a change means
+        # it may have refused our presence under its older list, so it is answered again.
+        self._hints: dict[str, dict[str, int]] = {}
+        self._members_asked: OrderedDict[str, float] = OrderedDict()  # full JID -> when we asked it for a list
+        self._members_asked_at: dict[str, tuple[int, float]] = {}  # overlay -> the serial we last asked for, when
+        self._members_answered: OrderedDict[str, float] = OrderedDict()  # bare JID -> when we last sent it ours
         self._reached: set[str] = set()  # bare JIDs we sent our presence to in this session
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
         self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
@@ -280,6 +300,9 @@ class SignalEndpoint:
         """The node ids the overlay CA's newest revocation list we hold revokes now."""
         return self._table.revoked(overlay)
 
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        return {"out": dict(self.messages_out), "requests_in": dict(self.requests_in)}
+
     def drop_counts(self) -> dict[str, int]:
         return {reason.value: n for reason, n in sorted(self.drops.counts.items(), key=lambda i: i[0].value) if n}
 
@@ -345,6 +368,7 @@ class SignalEndpoint:
             self._transactions.cancel(pending.txid)
             raise
         self._transmit(jid, text, pending.txid)
+        self.messages_out[action] += 1
         self._arm_timer()
         try:
             return await waiter
@@ -363,6 +387,14 @@ class SignalEndpoint:
     def _send_directed(self, to: str, answer: bool) -> None:
         """Send our presence (announcement and identity) to `to` alone; `answer`: it answers theirs."""
         raise NotImplementedError
+
+    def _send_members(self, to: str, text: str) -> None:
+        """Send a member list message (a list, or an ask for one) to `to` alone; the transport does it."""
+
+    def _members_hint(self) -> str | None:
+        """For our presence: the serial of each overlay's member list we hold (decision 0066), or None."""
+        serials = {ov: ml.serial for ov, ml in sorted(self._links_mode.items()) if ml is not None}
+        return json.dumps(serials, separators=(",", ":")) if serials else None
 
     def _announcement(self) -> str:
         members = sorted(self._table_memberships().items())
@@ -460,9 +492,31 @@ class SignalEndpoint:
         self._retold.pop(ml.overlay, None)
         log.info("signal member list overlay=%s serial=%d: %d members (from %s)", ml.overlay, ml.serial,
                  len(ml.members), source)  # fmt: skip
+        self._keep_member_file(ml, source)
         self._listed_changed(ml.overlay, ml)
+        # Contacts told under the older list may have refused us (their older list) or been refused: told
+        # again, with the newer serial, which makes them answer again.
+        self._reached.clear()
         self._reach_contacts()
+        self._events.publish(MemberListAdopted(ml.overlay, ml.serial, source))
         return True
+
+    def _keep_member_file(self, ml: member_list.MemberList, source: str) -> None:
+        """A list adopted from elsewhere than its file (the overlay, the server host) replaces the file beside the
+        CA, so that a restart starts from it (decision 0066). Written whole, then renamed: never half a list."""
+        path = self._identities[ml.overlay].member_file
+        if path is None or source == str(path):
+            return
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            tmp.write_text(member_list.to_text(ml))
+            tmp.chmod(0o644)
+            os.replace(tmp, path)
+            st = path.stat()
+            self._file_seen[path] = (st.st_mtime_ns, st.st_size)  # ours: not read back as news
+        except OSError as exc:
+            log.warning("signal member list overlay=%s serial=%d: not written to %s: %s", ml.overlay, ml.serial,
+                        path, exc)  # fmt: skip
 
     def _identity_message(self, sender: str, text: str) -> None:
         """An identity element in a message: the server host (from our server's domain) or a member hands on a
@@ -478,6 +532,79 @@ class SignalEndpoint:
             return
         for rl in doc.revocations:
             self._adopt_list(rl, sender)
+
+    def _members_message(self, sender: str, text: str) -> None:
+        """A member list message (decision 0066): an ask for our list, or a list. A list is taken from the server
+        host (our server's domain), which sends one when it adds a member, or from a member we asked; from
+        anyone else it is dropped before any signature is checked."""
+        if len(text) <= MAX_MEMBERS_HINT_BYTES:  # an ask is small; a list never has the key "ask"
+            try:
+                ask = json.loads(text)
+            except ValueError:
+                ask = None
+            if isinstance(ask, dict) and "ask" in ask:
+                if set(ask) != {"ask"} or not isinstance(ask["ask"], str):
+                    self._drop(DropReason.MALFORMED, sender, "bad member list ask")
+                    return
+                self._answer_members(sender, ask["ask"])
+                return
+        asked = self._members_asked.get(sender)
+        if sender != self.account.split("@", 1)[-1] and (asked is None or self.clock.now() - asked > MEMBERS_ASK_WAIT):
+            self._drop(DropReason.NOT_MEMBER, sender, "member list from neither the server host nor whom we asked")
+            return
+        self._members_asked.pop(sender, None)  # one list per ask
+        self.receive_member_list(text, sender)  # refusals are counted and logged there
+
+    def _ask_members(self, sender: str, hint: Mapping[str, int]) -> None:
+        """`sender`'s presence says it holds a newer member list than ours: ask it for the list."""
+        now = self.clock.now()
+        for overlay, serial in hint.items():
+            if overlay not in self._links_mode:
+                continue
+            ml = self._links_mode[overlay]
+            held = ml.serial if ml is not None else 0
+            if serial <= held:
+                continue
+            asked_serial, asked_at = self._members_asked_at.get(overlay, (0, float("-inf")))
+            if serial <= asked_serial and now - asked_at < MEMBERS_ASK_INTERVAL:
+                continue  # asked for that one already: its answer is on its way
+            self._members_asked_at[overlay] = (serial, now)
+            self._members_asked.pop(sender, None)
+            self._members_asked[sender] = now
+            while len(self._members_asked) > MAX_PROOF_CACHE:
+                self._members_asked.popitem(last=False)
+            log.info("signal member list overlay=%s: %s holds serial %d, we %d: asked", overlay, sender, serial, held)
+            self._send_members(sender, json.dumps({"ask": overlay}))
+
+    def _answer_members(self, sender: str, overlay: str) -> None:
+        """A member asks for our list: sent if it is on it, at most once per `MEMBERS_ANSWER_INTERVAL`."""
+        ml = self._links_mode.get(overlay)
+        bare = bare_jid(sender)
+        if ml is None or bare not in ml.members.values():
+            self._drop(DropReason.NOT_MEMBER, sender, f"asks for the member list of {overlay}: not on ours")
+            return
+        now = self.clock.now()
+        if now - self._members_answered.get(bare, float("-inf")) < MEMBERS_ANSWER_INTERVAL:
+            self._drop(DropReason.PEER_OVERLOADED, sender, f"asks for the member list of {overlay} again")
+            return
+        self._members_answered.pop(bare, None)
+        self._members_answered[bare] = now
+        while len(self._members_answered) > MAX_PROOF_CACHE:
+            self._members_answered.popitem(last=False)
+        self._send_members(sender, member_list.to_text(ml))
+
+    def _read_hint(self, sender: str, members_json: str | None) -> dict[str, int]:
+        """The member list serials a presence says its sender holds: {} when none or malformed (counted)."""
+        if members_json is None:
+            return {}
+        try:
+            hint = json.loads(members_json) if len(members_json) <= MAX_MEMBERS_HINT_BYTES else None
+        except ValueError:
+            hint = None
+        if not isinstance(hint, dict) or not all(isinstance(k, str) and type(v) is int for k, v in hint.items()):
+            self._drop(DropReason.MALFORMED, sender, "bad member list serials in presence")
+            return {}
+        return hint
 
     def _verified_claims(self, sender: str, doc: identity.IdentityDocument) -> set[str]:
         """The overlays whose claim proof in `doc` holds for `sender`."""
@@ -570,6 +697,7 @@ class SignalEndpoint:
         self._membership.clear()
         self._roster_membership.clear()
         self._told.clear()
+        self._hints.clear()
         self._reached.clear()
         if self._recontact_timer is not None:
             self._recontact_timer.cancel()
@@ -638,8 +766,9 @@ class SignalEndpoint:
         self._table.retain_bindings(self._membership)  # node ids of accounts no longer listed are free again
 
     def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None,
-                            answer: bool = False) -> None:  # fmt: skip
-        """`answer`: the sender's presence answers ours (presence to linked peers only): not answered again."""
+                            answer: bool = False, members_json: str | None = None) -> None:  # fmt: skip
+        """`answer`: the sender's presence answers ours (presence to linked peers only): not answered again.
+        `members_json`: the serials of the member lists the sender holds (decision 0066)."""
         announcement = Announcement(())
         if announcement_json is not None:
             try:
@@ -660,13 +789,22 @@ class SignalEndpoint:
                         self._adopt_list(rl, sender)
                 proven = self._verified_claims(sender, doc)
         overlays = {m.overlay for m in announcement.members if f"{m.overlay}\x00{m.node_id:032x}" in proven}
+        hint: dict[str, int] = {}
         if self._links_mode:
             announcement = self._listed_claims(sender, announcement, overlays)
+            hint = self._read_hint(sender, members_json)
         self._apply(self._table.on_available(sender, announcement, overlays))
-        if (self._links_mode and not answer and sender not in self._told and self._connected
+        changed = self._hints.get(sender, hint) != hint  # it took a newer list: it may have refused our presence
+        if self._links_mode:
+            self._hints[sender] = hint
+            if len(self._hints) > MAX_PROOF_CACHE:  # senders come and go; their unavailable may never come
+                del self._hints[next(iter(self._hints))]
+        if (self._links_mode and not answer and (sender not in self._told or changed) and self._connected
                 and any(m.overlay in self._links_mode for m in announcement.members)):
             self._told.add(sender)
             self._send_directed(sender, answer=True)
+        if hint and self._connected:
+            self._ask_members(sender, hint)
 
     def _listed_claims(self, sender: str, announcement: Announcement, proven: set[str]) -> Announcement:
         """Presence to linked peers only: a claim stands only proven and as the CA's member list pairs them."""
@@ -756,6 +894,7 @@ class SignalEndpoint:
     def _presence_unavailable(self, sender: str, returning: bool = False) -> None:
         """`returning`: the session said it ends only to log in again at once (a membership check)."""
         self._told.discard(sender)
+        self._hints.pop(sender, None)
         if "/" in sender:
             self._apply(self._table.on_unavailable(sender, returning))
             return
@@ -866,6 +1005,7 @@ class SignalEndpoint:
             self._unknow((overlay, node_id, bare))
 
     def _start_handler(self, request: Request, sender: str) -> None:
+        self.requests_in[request.action] += 1
         mine = self._inflight_by_peer.get(sender, 0)
         if mine >= self.limits.max_inflight_per_peer:
             self._drop(DropReason.PEER_OVERLOADED, sender, f"{mine} of its requests in progress")
@@ -917,6 +1057,7 @@ class SignalEndpoint:
             text = protocol.encode(_error(request, ErrorReason.INTERNAL, "unsendable response"))
         if self._connected:
             self._transmit(sender, text, None)
+            self.messages_out["response"] += 1
 
     def _drop(self, reason: DropReason, peer: str, detail: str) -> None:
         if self.drops.record(reason, peer, self.clock.now()):

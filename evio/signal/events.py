@@ -60,10 +60,19 @@ class RevocationAdopted:
     source: str  # where it came from: a file, the server host, a member's presence, the overlay
 
 
-SignalEvent = PeerAdded | PeerRemoved | Connected | Disconnected | RevocationAdopted
-EVENT_TYPES: tuple[type, ...] = (PeerAdded, PeerRemoved, Connected, Disconnected, RevocationAdopted)
+@dataclass(frozen=True)
+class MemberListAdopted:
+    """A newer member list of the overlay CA was verified and adopted (presence to linked peers only, 0059)."""
 
-E = TypeVar("E", PeerAdded, PeerRemoved, Connected, Disconnected, RevocationAdopted)
+    overlay: str
+    serial: int
+    source: str  # where it came from: a file, the join token's file, the server host, the overlay
+
+
+SignalEvent = PeerAdded | PeerRemoved | Connected | Disconnected | RevocationAdopted | MemberListAdopted
+EVENT_TYPES: tuple[type, ...] = (PeerAdded, PeerRemoved, Connected, Disconnected, RevocationAdopted, MemberListAdopted)
+
+E = TypeVar("E", PeerAdded, PeerRemoved, Connected, Disconnected, RevocationAdopted, MemberListAdopted)
 
 
 class Subscription(Generic[E]):

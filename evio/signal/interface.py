@@ -13,6 +13,7 @@ from typing import Protocol
 from evio.signal.errors import LoginFailure
 from evio.signal.events import E, Subscription
 from evio.signal.identity import RevocationList
+from evio.signal.member_list import MemberList
 from evio.signal.protocol import Body
 
 Handler = Callable[[str, int, Body], Awaitable[Body]]
@@ -72,6 +73,18 @@ class Signaling(Protocol):
 
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         """A revocation list from anywhere (a file, the overlay): adopted if it verifies and is newer."""
+        ...
+
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        """Requests and responses sent through the server by action ("out"), requests received ("requests_in")."""
+        ...
+
+    def listed_members(self, overlay: str) -> MemberList | None:
+        """The overlay CA's newest verified member list held here (presence to linked peers only), to pass on."""
+        ...
+
+    def receive_member_list(self, text: str, source: str = "local") -> bool:
+        """A member list from anywhere (a file, the overlay): adopted if it verifies and is newer."""
         ...
 
     def drop_counts(self) -> dict[str, int]:

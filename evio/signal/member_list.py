@@ -25,6 +25,10 @@ from typing import Any
 from evio.signal import identity
 from evio.signal.identity import CaKey, IdentityError, TrustAnchor
 
+# The server host hands a new list to the members online in a message of its own (decision 0066):
+# <members xmlns="urn:x-evio:members:1">the list's JSON</members>, from the server's domain only.
+NAMESPACE = "urn:x-evio:members:1"
+ELEMENT = "members"
 MAX_MEMBERS = 65536
 MAX_TEXT_BYTES = 8 * 1024 * 1024
 _CONTEXT = b"evio-members/1\x00"

@@ -4,6 +4,7 @@ and a server host made of them (`fake_server_host`) for the member commands' tes
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from pathlib import Path
 
 from evio.server.members import Registry
@@ -37,7 +38,7 @@ class FakeAccounts:
     def online_users(self) -> set[str]:
         return set(self.online)
 
-    def deliver(self, group: str, namespace: str, name: str, text: str) -> int:
+    def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None) -> int:
         self.delivered.append((group, namespace, name, text))
         return len(self.online & self.groups.get(group, set()))
 

@@ -169,14 +169,14 @@ class FakeSignalHub:
             if other is not client and bare_jid(other.full_jid) in client.roster_contacts:
                 loop.call_soon(self._presence, other, client.full_jid, payload)
 
-    def _presence(self, to: FakeSignalClient, sender: str, announcement: tuple[str, str | None] | None,
+    def _presence(self, to: FakeSignalClient, sender: str, announcement: tuple[str, str | None, str | None] | None,
                   answer: bool = False) -> None:  # fmt: skip
         if self._online.get(to.full_jid) is not to:
             return
         if announcement is None:
             to._presence_unavailable(sender, returning=self.returning.pop((to.full_jid, sender), False))
         else:
-            to._presence_available(sender, announcement[0], announcement[1], answer=answer)
+            to._presence_available(sender, announcement[0], announcement[1], answer=answer, members_json=announcement[2])
 
     def _direct(self, client: FakeSignalClient, to: str, answer: bool) -> None:
         """Presence from `client` to `to` alone: a full JID's session, or every session of a bare JID."""
@@ -203,7 +203,7 @@ class FakeSignalHub:
             if bare_jid(other.full_jid) in contacts or other.full_jid in told:
                 loop.call_soon(self._presence, other, client.full_jid, None)
 
-    def _route(self, sender: str, to: str, text: str, msg_id: str | None) -> None:
+    def _route(self, sender: str, to: str, text: str, msg_id: str | None, members: bool = False) -> None:
         loop = asyncio.get_running_loop()
         target = self._online.get(to)
         if target is None:  # like a server: a full JID that is gone falls back to another session
@@ -218,11 +218,14 @@ class FakeSignalHub:
             self.lost += 1
             return
         self.delivered += 1
-        loop.call_soon(self._deliver, target, sender, text)
+        loop.call_soon(self._deliver, target, sender, text, members)
 
-    def _deliver(self, target: FakeSignalClient, sender: str, text: str) -> None:
+    def _deliver(self, target: FakeSignalClient, sender: str, text: str, members: bool = False) -> None:
         if self._online.get(target.full_jid) is target:
-            target._payload_received(sender, text)
+            if members:  # a member list message (<members/>, decision 0066)
+                target._members_message(sender, text)
+            else:
+                target._payload_received(sender, text)
 
 
 class FakeSignalClient(SignalEndpoint):
@@ -265,9 +268,10 @@ class FakeSignalClient(SignalEndpoint):
         self._session_down("stopped")
         await self._stop_endpoint()
 
-    def _presence_payload(self) -> tuple[str, str | None]:
-        """What our presence carries: the announce document and the identity element (trust mode)."""
-        return self._announcement(), self._identity_document(self.full_jid)
+    def _presence_payload(self) -> tuple[str, str | None, str | None]:
+        """What our presence carries: the announce document, the identity element (trust mode) and the serials
+        of the member lists we hold (decision 0066)."""
+        return self._announcement(), self._identity_document(self.full_jid), self._members_hint()
 
     def _announce_again(self) -> None:
         self._hub._reannounce(self)
@@ -278,6 +282,9 @@ class FakeSignalClient(SignalEndpoint):
 
     def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
         self._hub._route(self.full_jid, to, text, msg_id)
+
+    def _send_members(self, to: str, text: str) -> None:
+        self._hub._route(self.full_jid, to, text, None, members=True)
 
     def _refresh_membership(self) -> None:
         self.membership_checks += 1

@@ -90,6 +90,16 @@ class TunnelManager:
         """Tunnels refused because the peer's certificate failed the overlay's trust anchor."""
         self.loop_lag = LoopLag()
         """Sampled while tunnels are set up: the setup deadlines stretch with it (evio.tunnel.path.deadlines)."""
+        self._overlay_signal: Callable[[int, bytes], None] | None = None
+
+    def relay_signal_to(self, sink: Callable[[int, bytes], None]) -> None:
+        """Tunnels from now on say they read OVERLAY_SIGNAL and hand what arrives to ``sink(peer, payload)``
+        (decision 0067: signaling routed along the ring)."""
+        self._overlay_signal = sink
+
+    def signal_relays(self) -> dict[int, Tunnel]:
+        """The up tunnels whose peer reads OVERLAY_SIGNAL, by peer."""
+        return {p: t for p, t in self._tunnels.items() if t.peer_relays_signal and t.state is TunnelState.UP}
 
     def setup_load(self) -> float:
         """How far setups are stretched now (>= 1, the loop lag's patience factor): the overlay starts
@@ -165,6 +175,7 @@ class TunnelManager:
             lateness=self.loop_lag.record,
             transit=self.transit,
         )
+        tunnel.on_overlay_signal = self._overlay_signal
         self._tunnels[peer] = tunnel
         return tunnel
 

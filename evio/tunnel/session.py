@@ -47,7 +47,13 @@ from evio.tunnel.datapath.fd_datapath import FdDatapath
 from evio.tunnel.datapath.interface import Datapath, DatapathStats, DropReason, ProbesPath
 from evio.tunnel.datapath.keys import EXPORTER_LABEL, EXPORTER_LEN, SessionSecrets, split_exporter
 from evio.tunnel.datapath.native import NativeFdDatapath, pick_implementation
-from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlMessage, ControlOpcode
+from evio.tunnel.datapath.record import (
+    HELLO_RELAYS_SIGNAL,
+    KIND_CONTROL,
+    KIND_FRAME,
+    ControlMessage,
+    ControlOpcode,
+)
 from evio.tunnel.datapath.tap import LinuxTap, TapDevice
 from evio.tunnel.datapath.transit_table import TransitPort, TransitTable
 from evio.tunnel.errors import (
@@ -191,6 +197,9 @@ class Tunnel:
         self._standby_underlay: Any = None
         self._rx_mark = self._tx_mark = 0  # the counts at the last tick (``_suspect``)
         self._heard_at = clock()  # the tick that saw the last record arrive
+        # Signaling routed along the ring (decision 0067): set by the manager; our HELLOs then say we read it.
+        self.on_overlay_signal: Callable[[int, bytes], None] | None = None
+        self.peer_relays_signal = False  # the peer's HELLO said it reads OVERLAY_SIGNAL
 
     # -- public ------------------------------------------------------------------------
 
@@ -589,7 +598,18 @@ class Tunnel:
                         self._pmtu.source.value)  # fmt: skip
             datapath.set_path_mtu(self._pmtu.mtu)
 
+    def send_overlay_signal(self, payload: bytes) -> bool:
+        """One OVERLAY_SIGNAL to the peer (decision 0067); False if the tunnel cannot carry it now."""
+        if not (self.peer_relays_signal and self._datapath_running and self.state is TunnelState.UP):
+            return False
+        self._datapath.send_control(ControlMessage(ControlOpcode.OVERLAY_SIGNAL, 0, 0, payload))
+        return True
+
     def _on_control(self, message: ControlMessage) -> None:
+        if message.opcode is ControlOpcode.HELLO and message.flags & HELLO_RELAYS_SIGNAL:
+            self.peer_relays_signal = True
+        elif message.opcode is ControlOpcode.OVERLAY_SIGNAL and self.on_overlay_signal is not None:
+            self.on_overlay_signal(self.peer, message.payload)
         if message.opcode is ControlOpcode.PMTU_ACK and self._pmtu is not None:
             self._pmtu.on_ack(self._clock(), message.token)
         if self._liveness is not None:
@@ -598,7 +618,10 @@ class Tunnel:
     def _execute(self, actions: list[LivenessAction]) -> None:
         for action in actions:
             if isinstance(action, SendControl):
-                self._datapath.send_control(ControlMessage(action.opcode, action.flags, action.token))
+                flags = action.flags
+                if action.opcode is ControlOpcode.HELLO and self.on_overlay_signal is not None:
+                    flags |= HELLO_RELAYS_SIGNAL
+                self._datapath.send_control(ControlMessage(action.opcode, flags, action.token))
             elif isinstance(action, EchoAnswered):
                 waiter = self._probes.get(action.token)
                 if waiter is not None and not waiter.done():

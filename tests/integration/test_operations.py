@@ -223,3 +223,61 @@ def test_the_operators_guide_from_bare_hosts_to_a_running_overlay(overlay: Overl
     assert check.returncode != 0, check.stdout
     listed = net.server.run(_typed("evio member list")).stdout
     assert "node3" not in listed
+
+
+def _member_serial(node: Host) -> int:
+    """The serial of the member list the node keeps beside its CA (what `evio join` wrote, or newer)."""
+    return int(json.loads(node.path(f"/etc/evio/{OVERLAY}/member-list.json").read_text())["serial"])
+
+
+def _member_flood(node: Host) -> dict:
+    trust = _status(node).get("overlays", {}).get(OVERLAY, {}).get("trust", {})
+    return dict(trust.get("member_list_flood", {}))
+
+
+def _signaling_cut(node: Host, cut: bool) -> None:
+    """The node's XMPP session cut off (its packets to and from the server dropped) or let through again."""
+    action = "-A" if cut else "-D"
+    for rule in (["OUTPUT", "-p", "tcp", "--dport", "5222"], ["INPUT", "-p", "tcp", "--sport", "5222"]):
+        node.run(["iptables", action, *rule, "-j", "DROP"])
+
+
+@pytest.mark.parametrize("xmpp", ["prosody"])
+def test_a_member_added_while_the_overlay_runs_reaches_a_node_cut_off_from_the_server_over_the_overlay(
+    overlay: Overlay, xmpp: str
+) -> None:
+    """Decision 0066: no member list is copied by hand. Tokens made one after another carry lists of serials
+    1..3; the members come to the newest by themselves. Then node3 loses the XMPP server (its tunnels stay up),
+    and `evio member add node4` on the server host: the online members get the new list from the server
+    host, and node3 only over the overlay; node4 joins, and once node3 has the server again, all four ping."""
+    net = overlay.net
+    names = [f"node{i}" for i in range(1, 5)]
+    hosts = dict(zip(names, net.nodes))
+    tokens = {name: overlay.add_member(name) for name in names[:3]}
+    for name in names[:3]:
+        overlay.join(name, hosts[name], tokens[name])
+        assert _member_serial(hosts[name]) == int(name[-1]), "evio join wrote the token's list beside the CA"
+    try:
+        wait_until_blocking(lambda: not overlay.all_pairs_ping(), RING_TIMEOUT, what="every pair of 3 pings")
+    except AssertionError:
+        pytest.fail(f"pairs not answering: {overlay.all_pairs_ping()}\n{overlay.diagnose()}")
+    assert [_member_serial(hosts[n]) for n in names[:3]] == [3, 3, 3], "the newest list kept beside every CA"
+
+    node3 = hosts["node3"]
+    _signaling_cut(node3, True)
+    try:
+        added_at = time.monotonic()
+        token = overlay.add_member("node4")
+        wait_until_blocking(lambda: _member_serial(node3) == 4, 30, what="node3 holds the list with node4")
+        took = time.monotonic() - added_at
+        flood = _member_flood(node3)
+        assert flood.get("serial") == 4 and flood.get("counts", {}).get("adopted", 0) >= 1, flood
+        print(f"\n[{xmpp}] node4's member list reached node3 (no XMPP server) over the overlay {took:.2f} s"
+              f" after `evio member add` started")  # fmt: skip
+        assert [_member_serial(hosts[n]) for n in names[:2]] == [4, 4]
+        overlay.join("node4", hosts["node4"], token)
+        wait_until_blocking(lambda: _pings(hosts["node4"], overlay.addresses["node1"]), 60, what="node4 pings node1")
+    finally:
+        _signaling_cut(node3, False)
+    wait_until_blocking(lambda: not overlay.all_pairs_ping(), RING_TIMEOUT, what="every pair of 4 pings")
+    assert [_member_serial(hosts[n]) for n in names] == [4, 4, 4, 4]

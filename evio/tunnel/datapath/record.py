@@ -98,6 +98,9 @@ class ControlOpcode(enum.IntEnum):
     """Path MTU probe (evio.tunnel.pmtu): a token, then zero padding to the size probed; answered with PMTU_ACK."""
     PMTU_ACK = 7
     """The answer to PMTU_PROBE, token echoed (not padded)."""
+    OVERLAY_SIGNAL = 8
+    """Signaling routed along the ring (decision 0067): opcode, flags, then at most ``MAX_SIGNAL_PAYLOAD`` bytes
+    the tunnel does not read (evio.overlay.ring_signal). Sent only to a peer whose HELLO had HELLO_RELAYS_SIGNAL."""
 
 
 ECHO_OPCODES = frozenset({ControlOpcode.ECHO_REQUEST, ControlOpcode.ECHO_REPLY, ControlOpcode.PMTU_ACK})
@@ -106,6 +109,10 @@ ECHO_OPCODES = frozenset({ControlOpcode.ECHO_REQUEST, ControlOpcode.ECHO_REPLY, 
 
 HELLO_PEER_SEEN = 0x01
 """HELLO flag: the sender has already received an authenticated record from us."""
+HELLO_RELAYS_SIGNAL = 0x02
+"""HELLO flag: the sender reads OVERLAY_SIGNAL (decision 0067). The previous release ignores the bit and never sets it."""
+MAX_SIGNAL_PAYLOAD = 1200
+"""Bytes of an OVERLAY_SIGNAL after opcode and flags: a record that fits a 1280-byte path unfragmented."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,8 @@ class ControlMessage:
     flags: int
     token: int = 0
     """Echo opcodes only: opaque to the receiver, which sends it back."""
+    payload: bytes = b""
+    """OVERLAY_SIGNAL only: what follows opcode and flags."""
 
 
 def pack_header(kind: int, epoch: int, counter: int) -> bytes:
@@ -137,9 +146,13 @@ def parse_header(data: bytes | bytearray | memoryview) -> RecordHeader:
     return RecordHeader(kind, epoch, counter)
 
 
-def pack_control(opcode: ControlOpcode, flags: int = 0, token: int = 0) -> bytes:
+def pack_control(opcode: ControlOpcode, flags: int = 0, token: int = 0, payload: bytes = b"") -> bytes:
     if opcode in ECHO_OPCODES:
         return ECHO.pack(int(opcode), flags, token)
+    if opcode is ControlOpcode.OVERLAY_SIGNAL:
+        if not 0 < len(payload) <= MAX_SIGNAL_PAYLOAD:
+            raise ValueError(f"signal payload of {len(payload)} bytes")
+        return CONTROL.pack(int(opcode), flags) + payload
     return CONTROL.pack(int(opcode), flags)
 
 
@@ -167,6 +180,10 @@ def parse_control(payload: bytes | bytearray | memoryview) -> ControlMessage:
             raise RecordError("control payload length")
         _, flags, token = ECHO.unpack_from(payload, 0)
         return ControlMessage(opcode, flags, token)
+    if opcode is ControlOpcode.OVERLAY_SIGNAL:
+        if not CONTROL.size < len(payload) <= CONTROL.size + MAX_SIGNAL_PAYLOAD:
+            raise RecordError("control payload length")
+        return ControlMessage(opcode, payload[1], 0, bytes(payload[CONTROL.size :]))
     if len(payload) != CONTROL.size:
         raise RecordError("control payload length")
     return ControlMessage(opcode, payload[1])

@@ -84,7 +84,7 @@ class SendPath(FdState):
     def send_control(self, message: ControlMessage) -> None:
         if not self._running:
             return
-        self._send_record(KIND_CONTROL, pack_control(message.opcode, message.flags, message.token))
+        self._send_record(KIND_CONTROL, pack_control(message.opcode, message.flags, message.token, message.payload))
         self._tx_control += 1
 
     def accept_plain(self, frame: memoryview) -> bool:

@@ -31,6 +31,9 @@ class FakeSignaling:
     def peers(self, overlay: str) -> dict[int, str]:
         return {}
 
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        return False  # no member list (decision 0059) in these overlays
+
     def subscribe(self, event_type: type, callback: Callable[[Any], None]) -> Any:
         return self
 

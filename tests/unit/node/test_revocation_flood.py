@@ -82,17 +82,22 @@ class FakeSignaling:
 
 
 class Medium:
-    """Every frame sent reaches every other node: what Bounded Flood does for a broadcast."""
+    """Every frame sent reaches every other node: what Bounded Flood does for a broadcast; a frame to one MAC
+    reaches that node alone (as a learned unicast does)."""
 
     def __init__(self) -> None:
         self.nodes: list[WiredFlood] = []
         self.frames: list[tuple[int, bytes]] = []
+        self.destinations: list[bytes] = []  # of each frame in `frames`
+        self.deliveries = 0  # frames handed to a node: a broadcast costs one per other node, a unicast one
 
-    def send(self, sender: WiredFlood, frame: bytes) -> None:
+    def send(self, sender: WiredFlood, frame: bytes, to: bytes = rf.BROADCAST) -> None:
         self.frames.append((sender.mac[-1], frame))
+        self.destinations.append(to)
         for node in self.nodes:
-            if node is not sender and node.connected:
-                node.receive(frame, sender.mac)
+            if node is not sender and node.connected and to in (rf.BROADCAST, node.mac):
+                self.deliveries += 1
+                node.receive(frame, sender.mac, to == rf.BROADCAST)
 
 
 class WiredFlood(RevocationFlood):
@@ -104,8 +109,8 @@ class WiredFlood(RevocationFlood):
         medium.nodes.append(self)
         self.signaling.subscribe(RevocationAdopted, self._adopted)
 
-    def _send(self, frame: bytes) -> bool:
-        self.medium.send(self, frame)
+    def _send(self, frame: bytes, to: bytes = rf.BROADCAST) -> bool:
+        self.medium.send(self, frame, to)
         return True
 
 
@@ -175,7 +180,7 @@ async def test_an_older_list_passing_by_is_answered_with_the_newer_at_most_once_
         (rf.HEADER.pack(rf.MAGIC, 9, rf.LIST, 1, 0, 1), "dropped_malformed"),
         (rf.HEADER.pack(rf.MAGIC, rf.VERSION, 7, 1, 0, 1), "dropped_malformed"),
         (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 3, 2) + b"x", "dropped_malformed"),
-        (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, rf.MAX_CHUNKS + 1) + b"x", "dropped_malformed"),
+        (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, rf.MAX_CHUNKS + 1) + b"x", "dropped_oversize"),
         (rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, 2) + b"x" * (rf.CHUNK + 1), "dropped_malformed"),
     ],
 )

@@ -222,7 +222,7 @@ async def test_native_and_python_receivers_agree_and_no_nonce_is_sealed_twice(
                 while sending._readers()[1]():
                     pass
             elif kind == "control":
-                sending.send_control(ControlMessage(op[1], 1, 7))
+                sending.send_control(ControlMessage(op[1], 1, 7, b"x" if op[1] is ControlOpcode.OVERLAY_SIGNAL else b""))
             elif kind == "rekey":
                 for _ in range(op[1]):
                     sending.rekey()

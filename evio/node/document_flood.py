@@ -1,0 +1,525 @@
+"""A signed document of the overlay CA spread over the overlay itself: the mechanism behind the revocation
+list's flood (`revocation_flood.py`, decision 0043) and the member list's (`member_list_flood.py`, decision 0066).
+
+Both documents are signed by the overlay CA and carry a serial, so any node may carry them and a node adopts
+only a newer one that verifies (the signal endpoint's judgement). A subclass says which document: its magic,
+its header (how many chunks it may take), its size bound, the event the endpoint publishes when it adopts
+one, and how to read the one held and hand in one received. Both kinds share one ethertype: a frame of the
+other kind's magic is skipped uncounted (each flood has its own socket, and both see every frame).
+
+The rules, the frame and the bounds are the revocation flood's (see `revocation_flood.py`), rule 5's firm
+answers included: a HAVE's index field carries the sender's ask level (capped at 255), whatever its width
+(one byte in the revocation list's header, two in the member list's). So is the manifest (review21e E3): a
+document goes out as a manifest signed with the sender's member certificate (`evio.signal.revocation_manifest`),
+then, for a document of more than `PART_HASHES` chunks, the parts of its chunk hashes the manifest lists, then
+the chunks; a chunk joins only the assemblies whose manifest (or a part of it) lists its hash, one assembly per
+signer, so no frame from an invented MAC can evict a real document's assembly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import hashlib
+import logging
+import random
+import socket
+import struct
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from evio.clock import REAL_CLOCK, Clock, Timer
+from evio.node.ethertype_socket import read_frames
+from evio.ratelimit import LogLimiter, Rate, TokenBucket
+from evio.signal import revocation_manifest
+from evio.signal.events import MemberListAdopted, RevocationAdopted, Subscription
+from evio.signal.host_claims import Certificates
+from evio.signal.identity import TrustAnchor
+from evio.signal.interface import Signaling
+from evio.tunnel.path.dtls import TunnelCertificate
+
+log = logging.getLogger(__name__)
+
+ETHERTYPE = 0x88B5  # IEEE 802 "local experimental ethertype 1": never another protocol's
+BROADCAST = b"\xff" * 6
+VERSION = 1
+HAVE, LIST, MANIFEST, PARTS = 1, 2, 3, 4
+MAGICS = (b"EVRL", b"EVML")  # the revocation list's and the member list's: one ethertype, told apart by these
+CHUNK = 1200  # of the list's text per frame: within the smallest tunnel MTU evio sets
+MAX_PENDING = 16  # signers' assemblies at once: a member holds one, whatever MACs it invents (review21e E3)
+ASSEMBLY_TIMEOUT = 5.0
+ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
+ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
+HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
+REPEATS = (1.0, 3.0)  # seconds after the first broadcast of a list adopted here that it goes out again
+HAVE_PERIOD = 30.0  # mean seconds between a node's own periodic HAVEs, in an overlay of up to 30 nodes
+HAVE_PERIOD_MAX = 60.0  # and at most this, however many HAVE senders (some perhaps invented) were heard
+FOLLOW_UP = 1.5  # a HAVE said again this long after, unless a newer list came (answers come within ANSWER_JITTER)
+FIRM_WINDOW = 4.0  # an ask repeated by the same sender this soon is answered firmly (by the few chosen)
+FIRM_FEW = 2  # holders that answer a repeated ask of level 0: one lost unicast is made up by the other
+FIRM_WIDEN = 4  # and each further level of the asker's asks this many times as many
+FIRM_LEVEL_MAX = 8  # levels beyond choose every holder (FIRM_FEW * FIRM_WIDEN ** 8 > MAX_HEARD)
+FIRM_INTERVAL = 30.0  # one asker answered firmly by this node at most this often (as the asker's longest back-off)
+FIRM_RATE = Rate(0.5, 4)  # firm answers by this node to all askers together
+MAX_ASKERS = 4096  # asks remembered for FIRM_WINDOW: more than one port's flood budget brings in that time
+LEVEL_MAX = 255  # a HAVE's ask level, in its index field: fits the narrowest (one byte)
+HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
+MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
+
+
+@dataclass
+class _Assembly:
+    serial: int
+    count: int
+    listed: tuple[bytes, ...]  # the signed manifest's hashes: the chunks', or their parts' (`revocation_manifest`)
+    started: float
+    broadcast: bool  # the manifest came to the broadcast address
+    hashes: dict[int, bytes] = field(default_factory=dict)  # chunk index -> its hash, as far as known
+    chunks: dict[int, bytes] = field(default_factory=dict)
+
+
+class SignedDocumentFlood:
+    """One overlay's signed documents of one kind on its bridge's interface `ifname` (trust mode only)."""
+
+    KIND = "signed document"  # for logs
+    MAGIC = b"EVxx"
+    HEADER = struct.Struct("!4sBBQBB")  # magic, version, kind, serial, index, count
+    MAX_BYTES = 0  # of a document's text
+    EVENT: type[RevocationAdopted] | type[MemberListAdopted] = RevocationAdopted
+
+    @property
+    def max_chunks(self) -> int:
+        return -(-self.MAX_BYTES // CHUNK)
+
+    def _held(self) -> tuple[int, str] | None:
+        """The serial and text of the document held now, or None."""
+        raise NotImplementedError
+
+    def _hand_in(self, text: str, source: str) -> bool:
+        """A document assembled from the overlay, to the endpoint: True if it adopted it."""
+        raise NotImplementedError
+
+    def __init__(self, overlay: str, ifname: str, signaling: Signaling, clock: Clock = REAL_CLOCK, *,
+                 node_id: int, certificate: TunnelCertificate, anchor: TrustAnchor) -> None:  # fmt: skip
+        self.overlay = overlay
+        self.ifname = ifname
+        self._signaling = signaling
+        self._clock = clock
+        self.counts: Counter[str] = Counter()  # sent and received by kind, dropped by reason
+        self._sock: socket.socket | None = None
+        self._subscription: Subscription[Any] | None = None
+        self._node_id, self._certificate, self._anchor = node_id, certificate, anchor
+        self._certificates = Certificates()  # members' certificates found the CA's: checked once
+        self._pending: dict[int, _Assembly] = {}  # the signer's node id -> its document's chunks so far
+        self._log_refused: LogLimiter[bytes] = LogLimiter(60.0)
+        self.mac = b""  # the bridge interface's, ours: its place on the ring of HAVE senders (rule 5)
+        self._last_answer = float("-inf")
+        self._answer_timer: Timer | None = None
+        self._asked: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> its last ask (HAVE), oldest first
+        self._firm_timers: dict[bytes, Timer] = {}  # asker MAC -> our firm answer to it, waiting its jitter
+        self._firmly_answered: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> when, oldest first
+        self._firm_budget = TokenBucket(FIRM_RATE, clock.now())
+        self._asks = 0  # asks since we last adopted a list: our HAVEs' level (rule 5)
+        self._heard_list_at = float("-inf")  # when a broadcast of the list we hold last came by
+        self._rng = random.Random()
+        self._last_have = float("-inf")
+        self._have_timer: Timer | None = None
+        self._follow_timer: Timer | None = None
+        self._repeat_timers: list[Timer] = []
+        self._periodic_timer: Timer | None = None
+        self._have_heard: dict[bytes, float] = {}  # sender MAC -> when its last HAVE came by (oldest first)
+        self._places: list[int] = []  # the places of the senders in _have_heard, sorted
+        self._ask_timer: Timer | None = None
+        self._ask_not_before = float("-inf")
+        self._ask_backoff = HAVE_INTERVAL
+
+    def start(self) -> None:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETHERTYPE))
+        try:
+            sock.bind((self.ifname, ETHERTYPE))
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self.mac = bytes(sock.getsockname()[4][:6])
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
+        self._subscription = self._signaling.subscribe(self.EVENT, self._adopted)
+        self.arm_periodic_have()
+
+    def stop(self) -> None:
+        if self._subscription is not None:
+            self._subscription.cancel()
+            self._subscription = None
+        for timer in (self._have_timer, self._answer_timer, self._periodic_timer, self._ask_timer,
+                      self._follow_timer, *self._repeat_timers, *self._firm_timers.values()):
+            if timer is not None:
+                timer.cancel()
+        self._have_timer = self._answer_timer = self._periodic_timer = self._ask_timer = self._follow_timer = None
+        self._repeat_timers.clear()
+        self._firm_timers.clear()
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        self._pending.clear()
+
+    def status(self) -> dict[str, Any]:
+        return {"interface": self.ifname, "serial": self._serial(), "counts": dict(sorted(self.counts.items()))}
+
+    # -- what the node tells it ---------------------------------------------------------------
+
+    def link_up(self) -> None:
+        """A link came up: say which list we hold (folded with the other link-ups of `HAVE_INTERVAL`)."""
+        if self._have_timer is not None:
+            return
+        wait = self._last_have + HAVE_INTERVAL - self._clock.now()
+        if wait <= 0:
+            self._send_have()
+        else:
+            self._have_timer = self._clock.call_later(wait, self._send_have)
+
+    def arm_periodic_have(self) -> None:
+        """Broadcast HAVE after a random wait around the current period, and so on (rule 3)."""
+        period = min(HAVE_PERIOD_MAX, max(HAVE_PERIOD, float(self._heard_senders())))
+        self._periodic_timer = self._clock.call_later(self._rng.uniform(0.5, 1.5) * period, self._periodic_have)
+
+    def _periodic_have(self) -> None:
+        self._periodic_timer = None
+        self.link_up()
+        self.arm_periodic_have()
+
+    def _heard_senders(self) -> int:
+        cutoff = self._clock.now() - HEARD_WINDOW
+        while self._have_heard:
+            oldest = next(iter(self._have_heard))
+            if self._have_heard[oldest] >= cutoff:
+                break
+            self._forget_heard(oldest)
+        return len(self._have_heard)
+
+    def _heard_have(self, sender: bytes) -> None:
+        if self._have_heard.pop(sender, None) is None:  # re-inserted last: the dict stays ordered oldest first
+            if len(self._have_heard) >= MAX_HEARD:
+                self._forget_heard(next(iter(self._have_heard)))
+            bisect.insort(self._places, _place(sender))
+        self._have_heard[sender] = self._clock.now()
+
+    def _forget_heard(self, sender: bytes) -> None:
+        del self._have_heard[sender]
+        place = _place(sender)
+        i = bisect.bisect_left(self._places, place)
+        if i < len(self._places) and self._places[i] == place:
+            del self._places[i]
+
+    def _chosen(self, asker: bytes, level: int) -> bool:
+        """Are we among the `FIRM_FEW * FIRM_WIDEN ** level` HAVE senders heard (and us) whose places follow
+        `asker`'s on the ring? Every node that heard the same senders chooses the same few (rule 5)."""
+        self._heard_senders()  # the ring as it stands: senders unheard for HEARD_WINDOW leave it
+        if level >= FIRM_LEVEL_MAX:
+            return True
+        ours, theirs, places = _place(self.mac), _place(asker), self._places
+        if theirs < ours:
+            before = bisect.bisect_left(places, ours) - bisect.bisect_right(places, theirs)
+        else:  # the way round passes the top of the ring
+            before = len(places) - bisect.bisect_right(places, theirs) + bisect.bisect_left(places, ours)
+        return before < FIRM_FEW * FIRM_WIDEN**level
+
+    def _ask(self) -> None:
+        """Someone says it holds a newer list: ask for it (rule 4)."""
+        now = self._clock.now()
+        if self._ask_timer is not None or now < self._ask_not_before:
+            self.counts["ask_held"] += 1
+            return
+        self._ask_not_before = now + self._ask_backoff
+        self._ask_backoff = min(2 * self._ask_backoff, HAVE_PERIOD)
+        self._ask_timer = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER), self._ask_now)
+
+    def _ask_now(self) -> None:
+        self._ask_timer = None
+        self._asks += 1
+        self.counts["sent_ask"] += 1
+        self.link_up()
+
+    def _adopted(self, event: RevocationAdopted | MemberListAdopted) -> None:
+        if event.overlay != self.overlay:
+            return
+        self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once
+        self._ask_not_before = float("-inf")
+        self._asks = 0
+        if not event.source.startswith("overlay"):
+            self._send_list()
+            for timer in self._repeat_timers:
+                timer.cancel()
+            self._repeat_timers = [self._clock.call_later(delay, lambda: self._repeat(event.serial))
+                                   for delay in REPEATS]
+
+    def _repeat(self, serial: int) -> None:
+        if self._serial() == serial:  # a newer list since went out on its own
+            self.counts["sent_repeat"] += 1
+            self._send_list()
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def _serial(self) -> int:
+        held = self._held()
+        return held[0] if held is not None else 0
+
+    def _send_have(self) -> None:
+        self._have_timer = None
+        self._last_have = self._clock.now()
+        serial, level = self._serial(), min(self._asks, LEVEL_MAX)
+        if self._send(self.HEADER.pack(self.MAGIC, VERSION, HAVE, serial, level, 0)):
+            self.counts["sent_have"] += 1
+        if self._follow_timer is not None:
+            self._follow_timer.cancel()
+        self._follow_timer = self._clock.call_later(FOLLOW_UP, lambda: self._follow_up(serial, level))
+
+    def _follow_up(self, serial: int, level: int) -> None:
+        """Say the HAVE again if no newer list came since (rule 5): the few holders it chooses answer it firmly."""
+        self._follow_timer = None
+        if self._serial() == serial and self._send(self.HEADER.pack(self.MAGIC, VERSION, HAVE, serial, level, 0)):
+            self.counts["sent_follow_up"] += 1
+
+    def _send_list(self, to: bytes = BROADCAST) -> None:
+        held = self._held()
+        if held is None:
+            return
+        serial, text = held[0], held[1].encode()
+        if len(text) > self.MAX_BYTES:  # no node would take it: the server host and the join token carry it
+            self.counts["not_sent_oversize"] += 1
+            return
+        chunks = [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
+        cert = self._certificate
+        header = self.HEADER.pack(self.MAGIC, VERSION, MANIFEST, serial, 0, len(chunks))
+        try:
+            manifest = revocation_manifest.pack(cert.key, cert.cert, self.overlay, header, self._node_id, chunks)
+        except ValueError as exc:  # a certificate too large for a frame: the document still goes through the server
+            self.counts["send_failed"] += 1
+            log.warning("%s serial=%d not broadcast on overlay %s: %s", self.KIND, serial, self.overlay, exc)
+            return
+        if not self._send(manifest, to):
+            return
+        for index, part in enumerate(revocation_manifest.parts(chunks)):
+            if not self._send(self.HEADER.pack(self.MAGIC, VERSION, PARTS, serial, index, len(chunks)) + part, to):
+                return
+        for index, chunk in enumerate(chunks):
+            if not self._send(self.HEADER.pack(self.MAGIC, VERSION, LIST, serial, index, len(chunks)) + chunk, to):
+                return
+        self.counts["sent_list"] += 1
+        log.info("%s serial=%d sent to %s on overlay %s (%d frames)", self.KIND, serial, to.hex(":"), self.overlay,
+                 len(chunks))  # fmt: skip
+
+    def _answer(self, asker: bytes | None = None, level: int = 0) -> None:
+        """Someone holds an older list than ours: broadcast ours, at most once per `ANSWER_INTERVAL`, unless
+        another node does it first; if `asker` (the sender of a HAVE of ask level `level`) asks again, send it
+        ours by unicast if it chooses us, whatever copies come by (rule 5)."""
+        now = self._clock.now()
+        if asker is not None and self._asked_again(asker, now):
+            self._answer_firmly(asker, level, now)
+            return
+        if self._answer_timer is not None or now - self._last_answer < ANSWER_INTERVAL:
+            self.counts["answer_held"] += 1
+            return
+        asked = now
+        self._answer_timer = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER), lambda: self._answer_now(asked))
+
+    def _asked_again(self, asker: bytes, now: float) -> bool:
+        """Note `asker`'s ask; true if it asked within `FIRM_WINDOW` before."""
+        while self._asked and next(iter(self._asked.values())) < now - FIRM_WINDOW:
+            self._asked.popitem(last=False)
+        before = self._asked.pop(asker, None)
+        if len(self._asked) >= MAX_ASKERS:
+            self._asked.popitem(last=False)
+            self.counts["askers_forgotten"] += 1
+        self._asked[asker] = now
+        return before is not None
+
+    def _answer_firmly(self, asker: bytes, level: int, now: float) -> None:
+        """`asker` asked again: if we are among the few it chooses, send it our list by unicast after a random
+        wait, at most once per `FIRM_INTERVAL` to it and as `FIRM_RATE` allows to all (rule 5)."""
+        if asker[0] & 1 or asker in self._firm_timers or not self._chosen(asker, level):
+            return  # a group MAC (no unicast reaches it), our answer on its way, or others' to give
+        while self._firmly_answered and next(iter(self._firmly_answered.values())) < now - FIRM_INTERVAL:
+            self._firmly_answered.popitem(last=False)
+        if asker in self._firmly_answered or not self._firm_budget.take(now):
+            self.counts["firm_held"] += 1
+            return
+        if len(self._firmly_answered) >= MAX_ASKERS:
+            self._firmly_answered.popitem(last=False)
+        self._firmly_answered[asker] = now
+        self._firm_timers[asker] = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER),
+                                                          lambda: self._answer_firm_now(asker))  # fmt: skip
+
+    def _answer_firm_now(self, asker: bytes) -> None:
+        del self._firm_timers[asker]
+        self.counts["sent_firm"] += 1
+        self._send_list(asker)
+
+    def _answer_now(self, asked: float) -> None:
+        self._answer_timer = None
+        if self._heard_list_at >= asked:
+            self.counts["answer_heard_elsewhere"] += 1
+            return
+        self._last_answer = self._clock.now()
+        self._send_list()
+
+    def _send(self, frame: bytes, to: bytes = BROADCAST) -> bool:
+        if self._sock is None:
+            return False
+        try:
+            self._sock.sendto(frame, (self.ifname, ETHERTYPE, 0, 0, to))
+        except OSError as exc:  # a full queue or the interface gone: the next HAVE or answer makes up for it
+            self.counts["send_failed"] += 1
+            log.debug("%s flood send on %s failed: %s", self.KIND, self.ifname, exc)
+            return False
+        return True
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def _readable(self) -> None:
+        if self._sock is not None:
+            read_frames(self._sock, self.counts, log, f"{self.KIND} flood on {self.ifname}", self.receive)
+
+    def receive(self, data: bytes, sender: bytes, broadcast: bool = True) -> None:
+        """One frame's payload from MAC `sender`, sent to the broadcast address or (`broadcast` false) to ours."""
+        if data[:4] != self.MAGIC and data[:4] in MAGICS:
+            return  # the other kind's, on the same ethertype: its own flood reads it
+        if len(data) < self.HEADER.size:
+            self.counts["dropped_short"] += 1
+            return
+        magic, version, kind, serial, index, count = self.HEADER.unpack_from(data)
+        if magic != self.MAGIC or version != VERSION or kind not in (HAVE, LIST, MANIFEST, PARTS):
+            self.counts["dropped_malformed"] += 1
+            return
+        self.counts["received_have" if kind == HAVE else "received_frame"] += 1
+        if kind == HAVE:
+            self._heard_have(sender)
+        ours = self._serial()
+        if serial < ours:
+            if kind == HAVE:  # only a HAVE is an ask (a list comes in chunks); its index is the ask's level
+                self._answer(sender, index)
+            else:
+                self._answer()
+            return
+        if kind == HAVE:
+            if serial > ours:
+                self._ask()  # they hold a newer one: our HAVE makes them send it
+            elif self._ask_timer is not None:
+                self._ask_timer.cancel()  # a node of our serial asked: the answer reaches us too
+                self._ask_timer = None
+                self.counts["ask_heard_elsewhere"] += 1
+            return
+        if serial == ours and self._answer_timer is None:
+            return  # a broadcast of the list we hold, while we wait to answer nobody: nothing to learn
+        body = len(data) - self.HEADER.size
+        if not 0 <= index < count <= self.max_chunks or (kind != MANIFEST and body > CHUNK):
+            self.counts["dropped_oversize" if count > self.max_chunks else "dropped_malformed"] += 1
+            return
+        if kind == MANIFEST:
+            self._manifest(data, sender, serial, count, broadcast)
+        elif kind == PARTS:
+            self._part(serial, index, count, data[self.HEADER.size :])
+        else:
+            self._collect(sender, serial, index, count, data[self.HEADER.size :], broadcast)
+
+    def _expire(self, now: float) -> None:
+        for key in [k for k, a in self._pending.items() if now - a.started > ASSEMBLY_TIMEOUT]:
+            del self._pending[key]
+            self.counts["dropped_incomplete"] += 1
+
+    def _manifest(self, data: bytes, sender: bytes, serial: int, count: int, broadcast: bool) -> None:
+        """A member's signed list of the chunks of `serial` it is about to send: an assembly of its own (E3)."""
+        now = self._clock.now()
+        self._expire(now)
+        try:
+            manifest = revocation_manifest.parse(data, self.HEADER.size, count)
+        except revocation_manifest.ManifestError:
+            self.counts["dropped_malformed"] += 1
+            return
+        for assembly in self._pending.values():
+            if assembly.serial == serial and assembly.count == count and assembly.listed == manifest.hashes:
+                assembly.broadcast = assembly.broadcast or broadcast
+                self.counts["manifest_known"] += 1  # another node sends the document under way: its chunks are listed
+                return
+        try:
+            revocation_manifest.check(self._anchor, self.overlay, manifest, time.time(), self._certificates)
+        except revocation_manifest.ManifestError as exc:
+            self.counts["dropped_unsigned"] += 1
+            if self._log_refused.should_log(sender, now):
+                log.info("%s manifest from %s on overlay %s refused: %s", self.KIND, sender.hex(":"), self.overlay,
+                         exc)  # fmt: skip
+            return
+        # One assembly per signer: a member starting another gives up its last, so one naming serial after serial,
+        # from whatever MACs, evicts only itself (review21 N2, review21e E3), never a real document.
+        if self._pending.pop(manifest.node_id, None) is not None:
+            self.counts["dropped_replaced"] += 1
+        if len(self._pending) >= MAX_PENDING:
+            del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
+            self.counts["dropped_incomplete"] += 1
+        assembly = _Assembly(serial, count, manifest.hashes, now, broadcast)
+        if count <= revocation_manifest.PART_HASHES:
+            assembly.hashes = dict(enumerate(manifest.hashes))  # else the parts bring them
+        self._pending[manifest.node_id] = assembly
+
+    def _part(self, serial: int, index: int, count: int, part: bytes) -> None:
+        """Part `index` of the chunk hashes of a document of `count` chunks: into every assembly listing it."""
+        self._expire(self._clock.now())
+        first = index * revocation_manifest.PART_HASHES
+        size = min(revocation_manifest.PART_HASHES, count - first) * revocation_manifest.HASH_BYTES
+        if count <= revocation_manifest.PART_HASHES or index >= revocation_manifest.listed(count) or len(part) != size:
+            self.counts["dropped_malformed"] += 1
+            return
+        digest = revocation_manifest.chunk_hash(part)
+        listing = [a for a in self._pending.values()
+                   if a.serial == serial and a.count == count and a.listed[index] == digest]  # fmt: skip
+        if not listing:
+            self.counts["dropped_unlisted"] += 1  # no signed manifest lists it: a forgery, or its manifest lost
+            return
+        for assembly in listing:
+            assembly.hashes.update(enumerate(revocation_manifest.split(part), first))
+
+    def _collect(self, sender: bytes, serial: int, index: int, count: int, chunk: bytes, broadcast: bool) -> None:
+        now = self._clock.now()
+        self._expire(now)
+        digest = revocation_manifest.chunk_hash(chunk)
+        # Into every assembly listing it: a member's manifest listing some of a real document's chunks (they are
+        # public once sent) must not take them from the real document's assembly.
+        listing = [k for k, a in self._pending.items()
+                   if a.serial == serial and a.count == count and a.hashes.get(index) == digest]  # fmt: skip
+        if not listing:
+            self.counts["dropped_unlisted"] += 1  # no signed manifest lists it: a forgery, or its manifest lost
+            return
+        for key in listing:
+            assembly = self._pending[key]
+            assembly.chunks[index] = chunk
+            if len(assembly.chunks) == count:
+                del self._pending[key]
+                self._complete(assembly, sender, broadcast and assembly.broadcast, now)
+
+    def _complete(self, assembly: _Assembly, sender: bytes, broadcast: bool, now: float) -> None:
+        serial, count = assembly.serial, assembly.count
+        try:
+            text = b"".join(assembly.chunks[i] for i in range(count)).decode()
+        except UnicodeDecodeError:
+            self.counts["dropped_malformed"] += 1
+            return
+        held = self._held()
+        if held is not None and serial == held[0]:
+            # Another node broadcast the list we hold: ours can wait. Only the whole list, the same as ours,
+            # counts: a forged header of our serial must not keep a node that missed it without it.
+            if broadcast and text == held[1]:
+                self._heard_list_at = now
+            return
+        mac = sender.hex(":")
+        if self._hand_in(text, f"overlay {mac}"):
+            self.counts["adopted"] += 1
+        else:
+            self.counts["not_adopted"] += 1  # the endpoint counted and logged why (bad_revocation)
+
+
+def _place(mac: bytes) -> int:
+    """A MAC's place on the ring the firm answerers are chosen on (rule 5): spread evenly, whatever the MACs."""
+    return int.from_bytes(hashlib.blake2b(mac, digest_size=8).digest(), "big")

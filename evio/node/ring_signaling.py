@@ -1,0 +1,413 @@
+"""Link requests and tunnel offers over the overlay's own tunnels, not through the server (decision 0067).
+
+``RingSignaling`` is one overlay's ``Signaling`` with a detour: a request of a routed action (a link
+request, a tunnel offer) to a node we are not linked to goes, while we have links that read
+OVERLAY_SIGNAL, along the ring (evio.overlay.ring_signal), signed with this node's certificate; the
+answer comes back the same way. Everything else, and a request that finds no route or no answer within
+RING_TIMEOUT, goes through the server as before (the wrapped view). What arrives over the tunnels is
+relayed on, or, for us, checked (CA, signature, freshness, replay) and served by the handler the
+controller or tunnel manager registered, as a request through the server would be.
+
+    request(action in ROUTED) --next hop?--> seal, chunks --> tunnel.send_overlay_signal
+                 |  no route, UNREACHABLE, no answer in RING_TIMEOUT
+                 +--> the wrapped view (XMPP)
+    tunnel --OVERLAY_SIGNAL--> _on_record --not ours--> next hop (hops-1) | UNREACHABLE to the origin
+                                   +--ours--> Reassembly --> open_sealed --> Replay --> handler / waiter
+
+Trust mode only: without the overlay CA any member could answer for any node id along the way, while
+through the server an account answers only for itself; there, offers stay on the server.
+Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST), MAX_HOPS hops, MAX_CHUNKS
+chunks, REASSEMBLY_SLOTS messages assembled at once, MAX_INFLIGHT requests served at once; what is
+dropped is counted by reason (``drops``) and logged at most once per peer a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from evio.clock import REAL_CLOCK, Clock
+from evio.overlay import ring_signal
+from evio.overlay.negotiation import ACTION_LINK
+from evio.overlay.ring_signal import DropReason, RingMessage, RingSignalError
+from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
+from evio.signal.errors import ErrorReason, HandlerBadRequest, HandlerRejected, LoginFailure, RequestError
+from evio.signal.events import E, Subscription
+from evio.signal.identity import RevocationList, TrustAnchor
+from evio.signal.interface import Handler, Signaling
+from evio.signal.member_list import MemberList
+from evio.signal.protocol import Body
+from evio.tunnel.path.offer_answer import ACTION as ACTION_OFFER
+
+if TYPE_CHECKING:
+    from evio.node.plan import OverlayPlan
+
+log = logging.getLogger(__name__)
+
+ROUTED = frozenset({ACTION_LINK, ACTION_OFFER})
+"""Actions that may go along the ring: setting a link up. (A release goes to a linked peer, over its own
+tunnel's end of life; it stays on the server.)"""
+RING_TIMEOUT = 6.0  # an offer's answer waits for the responder's candidates (1-3 s under load)
+CHUNK_RATE, CHUNK_BURST = 20.0, 40  # per neighbour: an offer and its answer are 2-4 chunks
+MAX_INFLIGHT = 32
+HANDLER_TIMEOUT = 10.0
+FIRST_LINK_WAIT = 6.0  # a link request held while our first link comes up through the server (1-3 s in the lab)
+UNREACHABLE_WAIT = 3.0  # a link request to a node not reachable along the ring yet: tried there again after
+RELAY_POLL = 0.25  # how often a held request looks for a new link
+
+
+class SignalTunnel(Protocol):
+    def send_overlay_signal(self, payload: bytes) -> bool: ...
+
+
+@runtime_checkable
+class SignalRelays(Protocol):
+    """What the tunnel manager offers for this (evio.tunnel.manager.TunnelManager)."""
+
+    def relay_signal_to(self, sink: Callable[[int, bytes], None]) -> None: ...
+
+    def signal_relays(self) -> Mapping[int, SignalTunnel]: ...
+
+
+def for_overlay(plan: OverlayPlan, node_id: int, signaling: Signaling, clock: Clock = REAL_CLOCK) -> RingSignaling | None:
+    """The overlay's signaling with the detour, in trust mode unless its config turned it off; else None."""
+    trust, anchor, certificate = plan.config.trust, plan.tunnel.trust, plan.certificate
+    if trust is None or not trust.offers_over_overlay or anchor is None or certificate is None:
+        return None
+    return RingSignaling(signaling, plan.id, node_id, certificate.cert, certificate.key, anchor, clock)
+
+
+class RingSignaling:
+    def __init__(
+        self,
+        inner: Signaling,
+        overlay: str,
+        node_id: int,
+        cert: x509.Certificate,
+        key: ec.EllipticCurvePrivateKey,
+        anchor: TrustAnchor,
+        clock: Clock = REAL_CLOCK,
+        wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.inner = inner
+        self.overlay = overlay
+        self.own = node_id
+        self._cert, self._key, self._anchor = cert, key, anchor
+        self.clock = clock
+        self._wall = wall_clock
+        self._rng = rng or random.Random()
+        self._relays: SignalRelays | None = None
+        self._handlers: dict[str, Handler] = {}
+        self._waiting: dict[str, asyncio.Future[RingMessage]] = {}  # txid -> our request's answer
+        self._sent_ids: dict[int, str] = {}  # message id of our request -> its txid (for UNREACHABLE)
+        self._reassembly = ring_signal.Reassembly()
+        self._replay = ring_signal.Replay()
+        self._rate = PeerRateLimiter[int](Rate(CHUNK_RATE, CHUNK_BURST))
+        self._serving: set[asyncio.Task[None]] = set()
+        self._drop_log = LogLimiter[int](60.0)
+        # Observability (`evio status`, the benchmark): requests by the way they went, and what was dropped.
+        self.sent: Counter[str] = Counter()  # "ring" answered over the overlay, "server" through the server
+        self.fallbacks: Counter[str] = Counter()  # why a request tried on the ring went to the server
+        self.served: Counter[str] = Counter()  # requests for us that came along the ring and were answered, by action
+        self.relayed = 0  # chunks passed on for others
+        self.waited = 0  # link requests held for a link to come up before going along the ring again
+        self._via_server = 0  # our requests now going through the server
+        self.drops: Counter[DropReason] = Counter()
+
+    def attach(self, relays: object) -> None:
+        """Use ``relays``' tunnels (the tunnel manager of this overlay, once made; a fake's are ignored)."""
+        if isinstance(relays, SignalRelays):
+            self._relays = relays
+            relays.relay_signal_to(self._on_record)
+
+    def counts(self) -> dict[str, object]:
+        return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
+                "relayed": self.relayed, "waited": self.waited, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
+
+    # -- Signaling: requests and handlers -------------------------------------------------------
+
+    def register_handler(self, action: str, handler: Handler) -> None:
+        self._handlers[action] = handler
+        self.inner.register_handler(action, handler)
+
+    async def request(self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
+        if action in ROUTED and overlay == self.overlay and self._relays is not None:
+            try:
+                answer = await self._ring_first(peer, action, body, min(timeout or RING_TIMEOUT, RING_TIMEOUT))
+            except _Fallback as why:
+                self.fallbacks[why.reason] += 1
+            else:
+                self.sent["ring"] += 1
+                return answer
+        self.sent["server"] += 1
+        self._via_server += 1
+        try:
+            return await self.inner.request(overlay, peer, action, body, timeout)
+        finally:
+            self._via_server -= 1
+
+    async def _ring_first(self, peer: int, action: str, body: Body, timeout: float) -> Body:
+        """Along the ring, waiting a little where that spares the server a link request (decision 0067):
+        a node without links sends one link request at a time through the server and the others along the
+        ring once its first link is up; a target not reachable yet (a newcomer without links) is tried again
+        once. An offer never waits: its link was negotiated, and the peer waits for the tunnel."""
+        try:
+            return await self._ring_request(peer, action, body, timeout)
+        except _Fallback as why:
+            if action != ACTION_LINK:
+                raise
+            if why.reason == "no_links" and self._via_server > 0:
+                wait = FIRST_LINK_WAIT  # our first link is being set up through the server: ride on it
+            elif why.reason in ("no_route", "unreachable"):
+                wait = UNREACHABLE_WAIT
+            else:
+                raise
+        deadline = self.clock.now() + wait
+        seen = frozenset(self._route_peers())
+        while self.clock.now() < deadline and frozenset(self._route_peers()) == seen:
+            await self.clock.sleep(RELAY_POLL)
+        self.waited += 1
+        return await self._ring_request(peer, action, body, timeout)
+
+    async def _ring_request(self, peer: int, action: str, body: Body, timeout: float) -> Body:
+        relays = self._route_peers()
+        hop = ring_signal.next_hop(self.own, peer, frozenset(relays))
+        if hop is None:
+            raise _Fallback("no_route" if relays else "no_links")
+        txid = f"r{self._rng.getrandbits(64):016x}"
+        message = RingMessage("request", self.overlay, self.own, peer, txid, self._wall(), action, body)
+        message_id = self._rng.getrandbits(32)
+        try:
+            pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key), message_id, self.own, peer)
+        except ValueError:
+            raise _Fallback("too_large") from None
+        waiter: asyncio.Future[RingMessage] = asyncio.get_running_loop().create_future()
+        self._waiting[txid] = waiter
+        self._sent_ids[message_id] = txid
+        try:
+            for piece in pieces:
+                if not relays[hop].send_overlay_signal(piece):
+                    raise _Fallback("send_failed")
+            answer = await self.clock.wait_for(waiter, timeout)
+        except TimeoutError:
+            raise _Fallback("no_answer") from None
+        finally:
+            self._waiting.pop(txid, None)
+            self._sent_ids.pop(message_id, None)
+        if answer.kind == "error":
+            reason = next((r for r in ErrorReason if r.value == answer.reason), ErrorReason.OTHER)
+            raise RequestError(reason, answer.text)
+        assert answer.body is not None
+        return answer.body
+
+    def _route_peers(self) -> Mapping[int, SignalTunnel]:
+        return self._relays.signal_relays() if self._relays is not None else {}
+
+    # -- what arrives over the tunnels -----------------------------------------------------------
+
+    def _on_record(self, neighbour: int, payload: bytes) -> None:
+        now = self.clock.now()
+        if not self._rate.allow(neighbour, now):
+            self._drop(DropReason.RATE_LIMITED, neighbour, "")
+            return
+        try:
+            chunk = ring_signal.parse_chunk(payload)
+        except RingSignalError as exc:
+            self._drop(exc.reason, neighbour, str(exc))
+            return
+        if chunk.dst != self.own:
+            self._forward(neighbour, payload, chunk)
+        elif chunk.kind == ring_signal.UNREACHABLE:
+            txid = self._sent_ids.get(chunk.message_id)
+            waiter = self._waiting.get(txid) if txid is not None else None
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(_Fallback("unreachable"))
+        else:
+            try:
+                sealed = self._reassembly.add(chunk, now)
+                if sealed is None:
+                    return
+                message = ring_signal.open_sealed(sealed, chunk.src, self._anchor, self._wall())
+                self._take(message)
+            except RingSignalError as exc:
+                self._drop(exc.reason, neighbour, str(exc))
+
+    def _forward(self, neighbour: int, payload: bytes, chunk: ring_signal.Chunk) -> None:
+        if chunk.hops == 0:
+            self._drop(DropReason.HOP_LIMIT, neighbour, f"to {chunk.dst:032x}")
+            return
+        relays = self._route_peers()
+        hop = ring_signal.next_hop(self.own, chunk.dst, frozenset(relays))
+        if hop is not None and relays[hop].send_overlay_signal(ring_signal.forwarded(payload, chunk)):
+            self.relayed += 1
+            return
+        self._drop(DropReason.NO_ROUTE, neighbour, f"to {chunk.dst:032x}")
+        if chunk.kind == ring_signal.DATA and chunk.index == 0:
+            back = ring_signal.next_hop(self.own, chunk.src, frozenset(relays))
+            if back is not None:
+                relays[back].send_overlay_signal(ring_signal.unreachable(chunk))
+
+    def _take(self, message: RingMessage) -> None:
+        if message.overlay != self.overlay:
+            raise RingSignalError(DropReason.MALFORMED, f"overlay {message.overlay}")
+        if message.src in self.inner.revoked_nodes(self.overlay):
+            raise RingSignalError(DropReason.REVOKED, f"{message.src:032x}")
+        if not self._replay.fresh(message, self.clock.now()):
+            raise RingSignalError(DropReason.REPLAYED, f"{message.kind} {message.txid} from {message.src:032x}")
+        if message.kind != "request":
+            waiter = self._waiting.get(message.txid)
+            if waiter is None or waiter.done():
+                raise RingSignalError(DropReason.UNEXPECTED, f"{message.kind} {message.txid}")
+            waiter.set_result(message)
+            return
+        if len(self._serving) >= MAX_INFLIGHT:
+            raise RingSignalError(DropReason.RATE_LIMITED, f"{len(self._serving)} requests in progress")
+        task = asyncio.create_task(self._serve(message), name=f"ring signal {message.action}")
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def _serve(self, request: RingMessage) -> None:
+        reply: RingMessage
+        handler = self._handlers.get(request.action) if request.action in ROUTED else None
+        ts = self._wall()
+        if handler is None:
+            reply = _error(request, ts, ErrorReason.UNKNOWN_ACTION, request.action)
+        else:
+            try:
+                body = await self.clock.wait_for(handler(self.overlay, request.src, request.body or {}), HANDLER_TIMEOUT)
+                reply = RingMessage("response", self.overlay, self.own, request.src, request.txid, self._wall(), body=body)
+            except HandlerRejected as exc:
+                reply = _error(request, ts, ErrorReason.REJECTED, str(exc))
+            except HandlerBadRequest as exc:
+                reply = _error(request, ts, ErrorReason.BAD_REQUEST, str(exc))
+            except TimeoutError:
+                reply = _error(request, ts, ErrorReason.TIMEOUT, f"handler took over {HANDLER_TIMEOUT} s")
+            except Exception:
+                log.exception("ring signal handler %s failed overlay=%s peer=%032x", request.action, self.overlay,
+                              request.src)  # fmt: skip
+                reply = _error(request, ts, ErrorReason.INTERNAL, "")
+        self.served[request.action] += 1
+        self._send(reply)
+
+    def _send(self, message: RingMessage) -> None:
+        relays = self._route_peers()
+        hop = ring_signal.next_hop(self.own, message.dst, frozenset(relays))
+        if hop is None:
+            self.drops[DropReason.NO_ROUTE] += 1  # the requester falls back to the server on its timeout
+            return
+        try:
+            pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key), self._rng.getrandbits(32),
+                                        self.own, message.dst)  # fmt: skip
+        except ValueError:
+            self.drops[DropReason.MALFORMED] += 1
+            log.warning("ring signal %s answer to %032x too large to send", message.kind, message.dst)
+            return
+        for piece in pieces:
+            relays[hop].send_overlay_signal(piece)
+
+    def _drop(self, reason: DropReason, neighbour: int, detail: str) -> None:
+        self.drops[reason] += 1
+        if self._drop_log.should_log(neighbour, self.clock.now()):
+            log.warning("ring signal drop %s overlay=%s peer=%032x: %s (%d so far)", reason.value, self.overlay,
+                        neighbour, detail, self.drops[reason])  # fmt: skip
+
+    async def stop(self) -> None:
+        """The node stops the shared client; the requests being served here end."""
+        for task in list(self._serving):
+            task.cancel()
+        await asyncio.gather(*self._serving, return_exceptions=True)
+
+    # -- Signaling: the rest, as the wrapped view has it ---------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self.inner.connected
+
+    @property
+    def overlays(self) -> frozenset[str]:
+        return self.inner.overlays
+
+    @property
+    def connected_since(self) -> float | None:
+        return self.inner.connected_since
+
+    @property
+    def sessions(self) -> int:
+        return self.inner.sessions
+
+    @property
+    def server(self) -> str | None:
+        return self.inner.server
+
+    def use_servers(self, servers: tuple[tuple[str, int], ...]) -> None:
+        self.inner.use_servers(servers)
+
+    def last_error(self, overlay: str) -> LoginFailure | None:
+        return self.inner.last_error(overlay)
+
+    def node_id(self, overlay: str) -> int:
+        return self.inner.node_id(overlay)
+
+    def peers(self, overlay: str) -> dict[int, str]:
+        return self.inner.peers(overlay)
+
+    def is_listed(self, overlay: str, node_id: int) -> bool:
+        return self.inner.is_listed(overlay, node_id)
+
+    def listed_ids(self, overlay: str) -> frozenset[int]:
+        return self.inner.listed_ids(overlay)
+
+    def revoked_nodes(self, overlay: str) -> frozenset[int]:
+        return self.inner.revoked_nodes(overlay)
+
+    def revocation_list(self, overlay: str) -> RevocationList | None:
+        return self.inner.revocation_list(overlay)
+
+    def receive_revocation_list(self, text: str, source: str = "local") -> bool:
+        return self.inner.receive_revocation_list(text, source)
+
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        return self.inner.message_counts()
+
+    def listed_members(self, overlay: str) -> MemberList | None:
+        return self.inner.listed_members(overlay)
+
+    def receive_member_list(self, text: str, source: str = "local") -> bool:
+        return self.inner.receive_member_list(text, source)
+
+    def drop_counts(self) -> dict[str, int]:
+        return self.inner.drop_counts()
+
+    def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
+        return self.inner.subscribe(event_type, callback)
+
+    def check_membership(self) -> None:
+        self.inner.check_membership()
+
+    async def start(self) -> None:
+        """The node starts the shared client."""
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        await self.inner.wait_connected(timeout)
+
+
+class _Fallback(Exception):
+    """The ring did not carry this request: it goes through the server (reason counted)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _error(request: RingMessage, ts: float, reason: ErrorReason, text: str) -> RingMessage:
+    return RingMessage("error", request.overlay, request.dst, request.src, request.txid, ts, reason=reason.value,
+                       text=text[:256])  # fmt: skip

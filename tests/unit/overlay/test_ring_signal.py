@@ -1,0 +1,199 @@
+"""The wire form, signature and next hop of signaling routed along the ring (evio.overlay.ring_signal, 0067)."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evio.overlay import ring_signal as rs
+from evio.overlay.ring_signal import DropReason, RingMessage, RingSignalError
+from evio.tunnel.datapath.record import MAX_SIGNAL_PAYLOAD
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
+
+OV = "ov1"
+NOW = datetime.datetime.now(datetime.UTC)
+CA_KEY, CA = make_overlay_ca("ov1 CA", NOW, 3650)
+ANCHOR = TrustAnchor(OV, (CA,))
+A, B = 0x1 << 120, 0x9 << 120
+KEY_A, CERT_A = issue_node_certificate(CA_KEY, CA, [OV], A, NOW, 30)
+OTHER_KEY, OTHER_CA = make_overlay_ca("another CA", NOW, 3650)
+OTHER_NODE_KEY, CERT_OTHER = issue_node_certificate(OTHER_KEY, OTHER_CA, [OV], A, NOW, 30)
+
+
+def offer(ts: float | None = None, body: dict[str, object] | None = None) -> RingMessage:
+    return RingMessage("request", OV, A, B, "t1", time.time() if ts is None else ts, "tunnel.offer",
+                       body if body is not None else {"v": 1, "candidates": ["candidate:1 1 udp 1 10.0.0.1 4000 typ host"] * 6})
+
+
+def test_the_mirror_constant_matches_the_record_bound() -> None:
+    assert rs.MAX_PAYLOAD == MAX_SIGNAL_PAYLOAD
+
+
+# -- the next hop ---------------------------------------------------------------------------------
+
+
+def test_next_hop_is_the_target_itself_when_linked() -> None:
+    assert rs.next_hop(A, B, {B, B + 1}) == B
+
+
+def test_next_hop_is_the_peer_closest_to_the_target_either_way_round() -> None:
+    own, target = 0, 100
+    assert rs.next_hop(own, target, {10, 60, 90, 115}) == 90
+    assert rs.next_hop(own, target, {10, 60, 105}) == 105  # past it, but 5 away
+    assert rs.next_hop(own, (1 << 128) - 100, {(1 << 128) - 10, 50}) == (1 << 128) - 10  # the short way is back
+
+
+def test_no_hop_when_no_peer_is_closer_than_we_are() -> None:
+    own, target = 90, 100
+    assert rs.next_hop(own, target, {10, 60, 150}) is None
+    assert rs.next_hop(own, target, set()) is None
+
+
+@given(st.lists(st.integers(0, (1 << 128) - 1), min_size=3, max_size=40, unique=True), st.data())
+def test_greedy_routing_over_a_ring_with_successors_always_arrives(nodes: list[int], data: st.DataObject) -> None:
+    """Every node linked both ways to its successor (and a few others): the greedy route from anyone reaches anyone,
+    each hop strictly closer, so in at most len(nodes) hops."""
+    ring = sorted(nodes)
+    links: dict[int, set[int]] = {n: set() for n in ring}
+    for i, n in enumerate(ring):
+        succ = ring[(i + 1) % len(ring)]
+        links[n].add(succ)
+        links[succ].add(n)
+        extra = data.draw(st.sampled_from(ring))
+        if extra != n:
+            links[n].add(extra)
+            links[extra].add(n)
+    src, dst = data.draw(st.sampled_from(ring)), data.draw(st.sampled_from(ring))
+    here, hops = src, 0
+    while here != dst:
+        nxt = rs.next_hop(here, dst, links[here])
+        assert nxt is not None
+        assert rs.distance(nxt, dst) < rs.distance(here, dst)
+        here, hops = nxt, hops + 1
+    assert hops <= len(ring)
+
+
+# -- chunks ---------------------------------------------------------------------------------------
+
+
+def test_a_sealed_offer_fits_in_chunks_of_a_record_and_comes_back_whole() -> None:
+    sealed = rs.seal(offer(), CERT_A, KEY_A)
+    pieces = rs.chunks(sealed, 7, A, B)
+    assert all(len(p) <= MAX_SIGNAL_PAYLOAD for p in pieces)
+    parsed = [rs.parse_chunk(p) for p in pieces]
+    assert {(c.src, c.dst, c.message_id, c.hops) for c in parsed} == {(A, B, 7, rs.MAX_HOPS)}
+    assembly = rs.Reassembly()
+    results = [assembly.add(c, 0.0) for c in reversed(parsed)]
+    assert results[-1] == sealed and all(r is None for r in results[:-1])
+    assert len(assembly) == 0
+
+
+def test_a_message_over_the_chunk_bound_is_refused_before_sending() -> None:
+    with pytest.raises(ValueError):
+        rs.chunks(bytes(rs.PIECE * rs.MAX_CHUNKS + 1), 1, A, B)
+
+
+def test_forwarding_takes_one_hop_off_and_changes_nothing_else() -> None:
+    (piece,) = rs.chunks(b"x" * 50, 3, A, B, hops=5)
+    chunk = rs.parse_chunk(piece)
+    again = rs.parse_chunk(rs.forwarded(piece, chunk))
+    assert again.hops == 4 and again.data == chunk.data and again.dst == B
+
+
+@pytest.mark.parametrize("payload", [
+    b"", b"\x01" * 10,  # too short
+    bytes([2]) + bytes(rs.HEADER.size),  # another version
+    rs.HEADER.pack(1, 0, 3, 5, 2, 1, bytes(16), bytes(16)) + b"x",  # chunk 5 of 2
+    rs.HEADER.pack(1, 0, 3, 0, rs.MAX_CHUNKS + 1, 1, bytes(16), bytes(16)) + b"x",  # too many chunks
+    rs.HEADER.pack(1, 7, 3, 0, 1, 1, bytes(16), bytes(16)) + b"x",  # an unknown kind
+    bytes(MAX_SIGNAL_PAYLOAD + 1),
+])  # fmt: skip
+def test_malformed_chunks_are_refused(payload: bytes) -> None:
+    with pytest.raises(RingSignalError) as refused:
+        rs.parse_chunk(payload)
+    assert refused.value.reason is DropReason.MALFORMED
+
+
+def test_a_chunk_claiming_more_hops_than_the_limit_is_refused() -> None:
+    (piece,) = rs.chunks(b"x", 1, A, B, hops=rs.MAX_HOPS + 1)
+    with pytest.raises(RingSignalError) as refused:
+        rs.parse_chunk(piece)
+    assert refused.value.reason is DropReason.HOP_LIMIT
+
+
+def test_reassembly_is_bounded_in_slots_and_forgets_after_its_timeout() -> None:
+    assembly = rs.Reassembly(slots=2, timeout=5.0)
+    first = [rs.parse_chunk(rs.chunks(b"y" * (rs.PIECE + 1), i, A, B)[0]) for i in range(3)]
+    assert assembly.add(first[0], 0.0) is None
+    assert assembly.add(first[1], 0.0) is None
+    with pytest.raises(RingSignalError) as refused:
+        assembly.add(first[2], 1.0)
+    assert refused.value.reason is DropReason.REASSEMBLY_FULL
+    assert assembly.add(first[2], 6.0) is None  # the first two timed out
+    assert len(assembly) == 1
+
+
+# -- sealing --------------------------------------------------------------------------------------
+
+
+def test_a_sealed_message_opens_to_the_same_message() -> None:
+    message = offer()
+    assert rs.open_sealed(rs.seal(message, CERT_A, KEY_A), A, ANCHOR, time.time()) == message
+
+
+def test_a_relay_cannot_alter_a_message() -> None:
+    sealed = rs.seal(offer(), CERT_A, KEY_A)
+    plain = bytearray(zlib.decompress(sealed))
+    at = plain.index(b"10.0.0.1")
+    plain[at : at + 8] = b"10.6.6.6"  # the relay's own address instead of the sender's
+    with pytest.raises(RingSignalError) as refused:
+        rs.open_sealed(zlib.compress(bytes(plain)), A, ANCHOR, time.time())
+    assert refused.value.reason is DropReason.BAD_SIGNATURE
+
+
+def test_a_certificate_of_another_ca_is_untrusted() -> None:
+    with pytest.raises(RingSignalError) as refused:
+        rs.open_sealed(rs.seal(offer(), CERT_OTHER, OTHER_NODE_KEY), A, ANCHOR, time.time())
+    assert refused.value.reason is DropReason.UNTRUSTED
+
+
+def test_a_member_cannot_sign_for_another_node_id() -> None:
+    message = RingMessage("request", OV, B, A, "t2", time.time(), "overlay.link", {})  # A's certificate, B's id
+    with pytest.raises(RingSignalError) as refused:
+        rs.open_sealed(rs.seal(message, CERT_A, KEY_A), B, ANCHOR, time.time())
+    assert refused.value.reason is DropReason.UNTRUSTED
+
+
+def test_the_header_must_name_the_signed_sender() -> None:
+    with pytest.raises(RingSignalError) as refused:
+        rs.open_sealed(rs.seal(offer(), CERT_A, KEY_A), B, ANCHOR, time.time())
+    assert refused.value.reason is DropReason.MALFORMED
+
+
+def test_an_old_message_is_stale() -> None:
+    sealed = rs.seal(offer(ts=time.time() - rs.FRESH - 5), CERT_A, KEY_A)
+    with pytest.raises(RingSignalError) as refused:
+        rs.open_sealed(sealed, A, ANCHOR, time.time())
+    assert refused.value.reason is DropReason.STALE
+
+
+def test_a_decompression_bomb_is_refused() -> None:
+    with pytest.raises(RingSignalError) as refused:
+        rs.open_sealed(zlib.compress(bytes(10 * rs.MAX_SEALED_PLAIN)), A, ANCHOR, time.time())
+    assert refused.value.reason is DropReason.MALFORMED
+
+
+def test_a_replay_within_the_window_is_refused_and_the_window_is_bounded() -> None:
+    replay = rs.Replay(slots=3)
+    message = offer()
+    assert replay.fresh(message, 0.0)
+    assert not replay.fresh(message, 1.0)
+    for i in range(3):
+        assert replay.fresh(RingMessage("request", OV, A, B, f"x{i}", 0.0, "overlay.link", {}), 2.0)
+    assert replay.fresh(message, 3.0)  # pushed out of the bounded table (a relay sees few; the stale check stays)
