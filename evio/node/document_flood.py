@@ -9,7 +9,11 @@ other kind's magic is skipped uncounted (each flood has its own socket, and both
 
 The rules, the frame and the bounds are the revocation flood's (see `revocation_flood.py`), rule 5's firm
 answers included: a HAVE's index field carries the sender's ask level (capped at 255), whatever its width
-(one byte in the revocation list's header, two in the member list's).
+(one byte in the revocation list's header, two in the member list's). So is the manifest (review21e E3): a
+document goes out as a manifest signed with the sender's member certificate (`evio.signal.revocation_manifest`),
+then, for a document of more than `PART_HASHES` chunks, the parts of its chunk hashes the manifest lists, then
+the chunks; a chunk joins only the assemblies whose manifest (or a part of it) lists its hash, one assembly per
+signer, so no frame from an invented MAC can evict a real document's assembly.
 """
 
 from __future__ import annotations
@@ -21,25 +25,30 @@ import logging
 import random
 import socket
 import struct
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.node.ethertype_socket import read_frames
-from evio.ratelimit import Rate, TokenBucket
+from evio.ratelimit import LogLimiter, Rate, TokenBucket
+from evio.signal import revocation_manifest
 from evio.signal.events import MemberListAdopted, RevocationAdopted, Subscription
+from evio.signal.host_claims import Certificates
+from evio.signal.identity import TrustAnchor
 from evio.signal.interface import Signaling
+from evio.tunnel.path.dtls import TunnelCertificate
 
 log = logging.getLogger(__name__)
 
 ETHERTYPE = 0x88B5  # IEEE 802 "local experimental ethertype 1": never another protocol's
 BROADCAST = b"\xff" * 6
 VERSION = 1
-HAVE, LIST = 1, 2
+HAVE, LIST, MANIFEST, PARTS = 1, 2, 3, 4
 MAGICS = (b"EVRL", b"EVML")  # the revocation list's and the member list's: one ethertype, told apart by these
 CHUNK = 1200  # of the list's text per frame: within the smallest tunnel MTU evio sets
-MAX_PENDING = 4
+MAX_PENDING = 16  # signers' assemblies at once: a member holds one, whatever MACs it invents (review21e E3)
 ASSEMBLY_TIMEOUT = 5.0
 ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
 ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
@@ -62,8 +71,12 @@ MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the per
 
 @dataclass
 class _Assembly:
+    serial: int
     count: int
+    listed: tuple[bytes, ...]  # the signed manifest's hashes: the chunks', or their parts' (`revocation_manifest`)
     started: float
+    broadcast: bool  # the manifest came to the broadcast address
+    hashes: dict[int, bytes] = field(default_factory=dict)  # chunk index -> its hash, as far as known
     chunks: dict[int, bytes] = field(default_factory=dict)
 
 
@@ -88,7 +101,8 @@ class SignedDocumentFlood:
         """A document assembled from the overlay, to the endpoint: True if it adopted it."""
         raise NotImplementedError
 
-    def __init__(self, overlay: str, ifname: str, signaling: Signaling, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(self, overlay: str, ifname: str, signaling: Signaling, clock: Clock = REAL_CLOCK, *,
+                 node_id: int, certificate: TunnelCertificate, anchor: TrustAnchor) -> None:  # fmt: skip
         self.overlay = overlay
         self.ifname = ifname
         self._signaling = signaling
@@ -96,7 +110,10 @@ class SignedDocumentFlood:
         self.counts: Counter[str] = Counter()  # sent and received by kind, dropped by reason
         self._sock: socket.socket | None = None
         self._subscription: Subscription[Any] | None = None
-        self._pending: dict[tuple[bytes, int], _Assembly] = {}  # (sender MAC, serial) -> chunks so far
+        self._node_id, self._certificate, self._anchor = node_id, certificate, anchor
+        self._certificates = Certificates()  # members' certificates found the CA's: checked once
+        self._pending: dict[int, _Assembly] = {}  # the signer's node id -> its document's chunks so far
+        self._log_refused: LogLimiter[bytes] = LogLimiter(60.0)
         self.mac = b""  # the bridge interface's, ours: its place on the ring of HAVE senders (rule 5)
         self._last_answer = float("-inf")
         self._answer_timer: Timer | None = None
@@ -275,6 +292,19 @@ class SignedDocumentFlood:
             self.counts["not_sent_oversize"] += 1
             return
         chunks = [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
+        cert = self._certificate
+        header = self.HEADER.pack(self.MAGIC, VERSION, MANIFEST, serial, 0, len(chunks))
+        try:
+            manifest = revocation_manifest.pack(cert.key, cert.cert, self.overlay, header, self._node_id, chunks)
+        except ValueError as exc:  # a certificate too large for a frame: the document still goes through the server
+            self.counts["send_failed"] += 1
+            log.warning("%s serial=%d not broadcast on overlay %s: %s", self.KIND, serial, self.overlay, exc)
+            return
+        if not self._send(manifest, to):
+            return
+        for index, part in enumerate(revocation_manifest.parts(chunks)):
+            if not self._send(self.HEADER.pack(self.MAGIC, VERSION, PARTS, serial, index, len(chunks)) + part, to):
+                return
         for index, chunk in enumerate(chunks):
             if not self._send(self.HEADER.pack(self.MAGIC, VERSION, LIST, serial, index, len(chunks)) + chunk, to):
                 return
@@ -361,7 +391,7 @@ class SignedDocumentFlood:
             self.counts["dropped_short"] += 1
             return
         magic, version, kind, serial, index, count = self.HEADER.unpack_from(data)
-        if magic != self.MAGIC or version != VERSION or kind not in (HAVE, LIST):
+        if magic != self.MAGIC or version != VERSION or kind not in (HAVE, LIST, MANIFEST, PARTS):
             self.counts["dropped_malformed"] += 1
             return
         self.counts["received_have" if kind == HAVE else "received_frame"] += 1
@@ -384,35 +414,93 @@ class SignedDocumentFlood:
             return
         if serial == ours and self._answer_timer is None:
             return  # a broadcast of the list we hold, while we wait to answer nobody: nothing to learn
-        if not 0 <= index < count <= self.max_chunks or len(data) - self.HEADER.size > CHUNK:
+        body = len(data) - self.HEADER.size
+        if not 0 <= index < count <= self.max_chunks or (kind != MANIFEST and body > CHUNK):
             self.counts["dropped_oversize" if count > self.max_chunks else "dropped_malformed"] += 1
             return
-        self._collect(sender, serial, index, count, data[self.HEADER.size :], broadcast)
+        if kind == MANIFEST:
+            self._manifest(data, sender, serial, count, broadcast)
+        elif kind == PARTS:
+            self._part(serial, index, count, data[self.HEADER.size :])
+        else:
+            self._collect(sender, serial, index, count, data[self.HEADER.size :], broadcast)
 
-    def _collect(self, sender: bytes, serial: int, index: int, count: int, chunk: bytes, broadcast: bool) -> None:
-        now = self._clock.now()
+    def _expire(self, now: float) -> None:
         for key in [k for k, a in self._pending.items() if now - a.started > ASSEMBLY_TIMEOUT]:
             del self._pending[key]
             self.counts["dropped_incomplete"] += 1
-        key = (sender, serial)
-        assembly = self._pending.get(key)
-        if assembly is None:
-            # One assembly per sender: a sender starting another list gives up its last one, so a member
-            # naming serial after serial from one MAC evicts only itself (review21 N2), never a real list.
-            for stale in [k for k in self._pending if k[0] == sender]:
-                del self._pending[stale]
-                self.counts["dropped_replaced"] += 1
-            if len(self._pending) >= MAX_PENDING:
-                del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
-                self.counts["dropped_incomplete"] += 1
-            assembly = self._pending[key] = _Assembly(count, now)
-        if assembly.count != count:
+
+    def _manifest(self, data: bytes, sender: bytes, serial: int, count: int, broadcast: bool) -> None:
+        """A member's signed list of the chunks of `serial` it is about to send: an assembly of its own (E3)."""
+        now = self._clock.now()
+        self._expire(now)
+        try:
+            manifest = revocation_manifest.parse(data, self.HEADER.size, count)
+        except revocation_manifest.ManifestError:
             self.counts["dropped_malformed"] += 1
             return
-        assembly.chunks[index] = chunk
-        if len(assembly.chunks) < count:
+        for assembly in self._pending.values():
+            if assembly.serial == serial and assembly.count == count and assembly.listed == manifest.hashes:
+                assembly.broadcast = assembly.broadcast or broadcast
+                self.counts["manifest_known"] += 1  # another node sends the document under way: its chunks are listed
+                return
+        try:
+            revocation_manifest.check(self._anchor, self.overlay, manifest, time.time(), self._certificates)
+        except revocation_manifest.ManifestError as exc:
+            self.counts["dropped_unsigned"] += 1
+            if self._log_refused.should_log(sender, now):
+                log.info("%s manifest from %s on overlay %s refused: %s", self.KIND, sender.hex(":"), self.overlay,
+                         exc)  # fmt: skip
             return
-        del self._pending[key]
+        # One assembly per signer: a member starting another gives up its last, so one naming serial after serial,
+        # from whatever MACs, evicts only itself (review21 N2, review21e E3), never a real document.
+        if self._pending.pop(manifest.node_id, None) is not None:
+            self.counts["dropped_replaced"] += 1
+        if len(self._pending) >= MAX_PENDING:
+            del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
+            self.counts["dropped_incomplete"] += 1
+        assembly = _Assembly(serial, count, manifest.hashes, now, broadcast)
+        if count <= revocation_manifest.PART_HASHES:
+            assembly.hashes = dict(enumerate(manifest.hashes))  # else the parts bring them
+        self._pending[manifest.node_id] = assembly
+
+    def _part(self, serial: int, index: int, count: int, part: bytes) -> None:
+        """Part `index` of the chunk hashes of a document of `count` chunks: into every assembly listing it."""
+        self._expire(self._clock.now())
+        first = index * revocation_manifest.PART_HASHES
+        size = min(revocation_manifest.PART_HASHES, count - first) * revocation_manifest.HASH_BYTES
+        if count <= revocation_manifest.PART_HASHES or index >= revocation_manifest.listed(count) or len(part) != size:
+            self.counts["dropped_malformed"] += 1
+            return
+        digest = revocation_manifest.chunk_hash(part)
+        listing = [a for a in self._pending.values()
+                   if a.serial == serial and a.count == count and a.listed[index] == digest]  # fmt: skip
+        if not listing:
+            self.counts["dropped_unlisted"] += 1  # no signed manifest lists it: a forgery, or its manifest lost
+            return
+        for assembly in listing:
+            assembly.hashes.update(enumerate(revocation_manifest.split(part), first))
+
+    def _collect(self, sender: bytes, serial: int, index: int, count: int, chunk: bytes, broadcast: bool) -> None:
+        now = self._clock.now()
+        self._expire(now)
+        digest = revocation_manifest.chunk_hash(chunk)
+        # Into every assembly listing it: a member's manifest listing some of a real document's chunks (they are
+        # public once sent) must not take them from the real document's assembly.
+        listing = [k for k, a in self._pending.items()
+                   if a.serial == serial and a.count == count and a.hashes.get(index) == digest]  # fmt: skip
+        if not listing:
+            self.counts["dropped_unlisted"] += 1  # no signed manifest lists it: a forgery, or its manifest lost
+            return
+        for key in listing:
+            assembly = self._pending[key]
+            assembly.chunks[index] = chunk
+            if len(assembly.chunks) == count:
+                del self._pending[key]
+                self._complete(assembly, sender, broadcast and assembly.broadcast, now)
+
+    def _complete(self, assembly: _Assembly, sender: bytes, broadcast: bool, now: float) -> None:
+        serial, count = assembly.serial, assembly.count
         try:
             text = b"".join(assembly.chunks[i] for i in range(count)).decode()
         except UnicodeDecodeError:

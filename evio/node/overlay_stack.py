@@ -203,7 +203,11 @@ class OverlayStack:
                  format_node_id(self.node_id), self.bridge.name, self.plan.datapath)
 
     def _start_revocation_flood(self) -> None:
-        flood = RevocationFlood(self.overlay, self.bridge.name, self.signaling, self.clock)
+        anchor, certificate = self.plan.tunnel.trust, self.plan.certificate
+        if anchor is None or certificate is None:
+            return
+        flood = RevocationFlood(self.overlay, self.bridge.name, self.signaling, self.clock, node_id=self.node_id,
+                                certificate=certificate, anchor=anchor)  # fmt: skip
         try:
             flood.start()
         except OSError as exc:  # revocation still comes through the server and the revocation file
@@ -216,7 +220,11 @@ class OverlayStack:
     def _start_member_list_flood(self) -> None:
         if self.signaling.listed_members(self.overlay) is None:
             return  # the roster's membership: no list to spread
-        flood = MemberListFlood(self.overlay, self.bridge.name, self.signaling, self.clock)
+        anchor, certificate = self.plan.tunnel.trust, self.plan.certificate
+        if anchor is None or certificate is None:
+            return  # no certificate to sign a manifest with (decision 0043, review21e E3)
+        flood = MemberListFlood(self.overlay, self.bridge.name, self.signaling, self.clock, node_id=self.node_id,
+                                certificate=certificate, anchor=anchor)  # fmt: skip
         try:
             flood.start()
         except OSError as exc:  # the list still comes from the server host and the join token

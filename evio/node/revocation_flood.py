@@ -50,10 +50,17 @@ Frame after the Ethernet header (to ff:ff:ff:ff:ff:ff, or the asker's MAC for a 
 
 (a HAVE has no chunk; its index is the sender's ask level, its count 0).
 
+A list goes out as a manifest (kind MANIFEST, `evio.signal.revocation_manifest`: each chunk's hash, signed with
+the sender's overlay-CA certificate) and then its chunks. A chunk is taken only into an assembly whose manifest
+lists its hash, and there is one assembly per signer: a frame's sender MAC is what the frame says, and keyed by
+it, one-chunk forgeries from invented MACs evicted a real list's assembly between two of its chunks (review21e
+E3); now a forged chunk joins nothing and a member's manifests replace only its own.
+
 Everything that comes in is bounded before it costs anything: only lists newer than ours are assembled, at
-most `MAX_PENDING` at once (the oldest given up), each of at most `MAX_CHUNKS` chunks and
-`identity.MAX_DOCUMENT_BYTES`, and given up after `ASSEMBLY_TIMEOUT`. Checking the signature is the signal
-endpoint's (`bad_revocation`; a refused signature is not checked twice); what this module refuses is counted
+most `MAX_PENDING` signers' at once (the oldest given up), each of at most `MAX_CHUNKS` chunks and
+`identity.MAX_DOCUMENT_BYTES`, and given up after `ASSEMBLY_TIMEOUT`; a manifest costs one signature check (a
+certificate is checked once, `host_claims.Certificates`), and one listing the hashes of an assembly under way
+none. Checking the signature is the signal endpoint's (`bad_revocation`; a refused signature is not checked twice); what this module refuses is counted
 by reason in `counts`. A member that floods such frames is held by the switch's flood budget per port.
 
 The mechanism is `document_flood.SignedDocumentFlood`, which the member list's flood shares (decision 0066).
@@ -81,6 +88,7 @@ from evio.node.document_flood import (  # noqa: F401 - the flood's constants, as
     HAVE_PERIOD_MAX,
     HEARD_WINDOW,
     LIST,
+    MANIFEST,
     MAX_ASKERS,
     MAX_HEARD,
     MAX_PENDING,

@@ -17,11 +17,12 @@ from evio.node import document_flood as df
 from evio.node import member_list_flood as mf
 from evio.node import revocation_flood as rf
 from evio.node.member_list_flood import MemberListFlood
-from evio.signal import identity, member_list
+from evio.signal import identity, member_list, revocation_manifest
 from evio.signal.endpoint import OverlayIdentity
 from evio.signal.events import MemberListAdopted
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
 from evio.testing.virtual_clock import VirtualClock
+from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 from evio.tunnel.path.trust import TrustAnchor
 
@@ -31,6 +32,15 @@ NOW = datetime.datetime.now(datetime.UTC)
 CA_KEY, CA_CERT = make_overlay_ca("ov1 CA", NOW, 3650)
 ANCHOR = TrustAnchor(OV, (CA_CERT,))
 IDS = {f"m{i}@{D}": random.Random(i).getrandbits(128) for i in range(8)}
+_CERTS: dict[int, TunnelCertificate] = {}
+
+
+def certificate(index: int) -> TunnelCertificate:
+    """Member `index`'s certificate of the overlay CA (made once: P-256 keys take a while)."""
+    if index not in _CERTS:
+        _CERTS[index] = TunnelCertificate(*issue_node_certificate(CA_KEY, CA_CERT, [OV], list(IDS.values())[index],
+                                                                   NOW, 30))  # fmt: skip
+    return _CERTS[index]
 
 
 def listed(serial: int, count: int = 4, key: identity.CaKey = CA_KEY) -> member_list.MemberList:
@@ -59,13 +69,13 @@ class WiredFlood(MemberListFlood):
     def __init__(self, medium: Medium, index: int, clock: VirtualClock, hub: FakeSignalHub, tmp: Path,
                  held: member_list.MemberList) -> None:  # fmt: skip
         account, node_id = list(IDS.items())[index]
-        key, cert = issue_node_certificate(CA_KEY, CA_CERT, [OV], node_id, NOW, 30)
+        cert = certificate(index)
         self.file = tmp / f"node{index}" / "member-list.json"
         self.file.parent.mkdir()
         self.file.write_text(member_list.to_text(held))
-        ident = OverlayIdentity(ANCHOR, cert, key, members=held, member_file=self.file)
+        ident = OverlayIdentity(ANCHOR, cert.cert, cert.key, members=held, member_file=self.file)
         self.client: FakeSignalClient = hub.client(account, {OV: node_id}, identities={OV: ident})
-        super().__init__(OV, f"evbr{index}", self.client, clock)
+        super().__init__(OV, f"evbr{index}", self.client, clock, node_id=node_id, certificate=cert, anchor=ANCHOR)
         self.medium, self.mac, self.connected = medium, bytes([2, 0, 0, 0, 0, index]), True
         medium.nodes.append(self)
         self.client.subscribe(MemberListAdopted, self._adopted)
@@ -86,11 +96,20 @@ def serials(nodes: list[WiredFlood]) -> list[int]:
     return [ml.serial if (ml := n.client.listed_members(OV)) is not None else 0 for n in nodes]
 
 
-def frames_of(ml: member_list.MemberList, serial: int | None = None) -> list[bytes]:
-    text = member_list.to_text(ml).encode()
+def frames_of(ml: member_list.MemberList | bytes, serial: int | None = None, index: int = 0) -> list[bytes]:
+    """The frames member `index` broadcasts `ml` (or text of `serial`) in: its signed manifest, the parts of the
+    chunk hashes if there are more than a manifest lists, then the chunks."""
+    text = ml if isinstance(ml, bytes) else member_list.to_text(ml).encode()
+    serial = serial if serial is not None or isinstance(ml, bytes) else ml.serial
+    assert serial is not None
     chunks = [text[i : i + df.CHUNK] for i in range(0, len(text), df.CHUNK)]
-    return [mf.HEADER.pack(mf.MAGIC, df.VERSION, df.LIST, ml.serial if serial is None else serial, i, len(chunks)) + c
-            for i, c in enumerate(chunks)]  # fmt: skip
+    cert, head = certificate(index), mf.HEADER.pack
+    manifest = revocation_manifest.pack(cert.key, cert.cert, OV, head(mf.MAGIC, df.VERSION, df.MANIFEST, serial, 0,
+                                        len(chunks)), list(IDS.values())[index], chunks)  # fmt: skip
+    parts = [head(mf.MAGIC, df.VERSION, df.PARTS, serial, i, len(chunks)) + p
+             for i, p in enumerate(revocation_manifest.parts(chunks))]  # fmt: skip
+    return [manifest, *parts] + [head(mf.MAGIC, df.VERSION, df.LIST, serial, i, len(chunks)) + c
+                                 for i, c in enumerate(chunks)]  # fmt: skip
 
 
 def test_a_newer_list_from_the_server_host_reaches_every_node_over_the_overlay_and_is_kept_beside_the_ca(
@@ -198,7 +217,8 @@ def test_malformed_and_oversize_frames_are_dropped_and_counted(tmp_path: Path) -
     node.receive(head(mf.MAGIC, df.VERSION, df.LIST, 5, 3, 2) + b"{", peer)
     node.receive(head(mf.MAGIC, df.VERSION, df.LIST, 5, 0, 2) + b"x" * (df.CHUNK + 1), peer)
     node.receive(head(mf.MAGIC, df.VERSION, df.LIST, 5, 0, node.max_chunks + 1) + b"{", peer)
-    node.receive(head(mf.MAGIC, df.VERSION, df.LIST, 5, 0, 1) + b"not a list", peer)  # whole, but no JSON
+    for frame in frames_of(b"not a list", 5):  # whole, signed by a member, but no JSON
+        node.receive(frame, peer)
     assert (node.counts["dropped_short"], node.counts["dropped_malformed"], node.counts["dropped_oversize"]) == (1, 3, 1)
     assert node.counts["not_adopted"] == 1 and node.client.drop_counts().get("bad_revocation") == 1
     assert node.max_chunks * df.CHUNK >= mf.MAX_BYTES > 70 * 1024  # 1,000 members fit with room to spare

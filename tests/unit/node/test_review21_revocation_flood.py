@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from evio.node import revocation_flood as rf
-from evio.signal import identity
-from tests.unit.node.test_revocation_flood import fleet, signed
+from tests.unit.node.test_revocation_flood import fleet, frames_of, signed
 
 ATTACKER = bytes([2, 0, 0, 0, 0, 0xAA])
-
-
-def frames_of(rl: identity.RevocationList) -> list[bytes]:
-    text = identity.list_to_text(rl).encode()
-    chunks = [text[i : i + rf.CHUNK] for i in range(0, len(text), rf.CHUNK)]
-    return [rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, rl.serial, i, len(chunks)) + c for i, c in enumerate(chunks)]
 
 
 def test_a_member_interleaving_forged_first_chunks_does_not_keep_a_multi_chunk_list_from_assembling() -> None:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from evio.node import revocation_flood as rf
 from evio.signal import identity
-from tests.unit.node.test_revocation_flood import fleet, signed
+from tests.unit.node.test_revocation_flood import fleet, frames_of, signed
 
 HOSTILE = bytes([2, 0, 0, 0, 0, 0xEE])
 
 
 def list_frames(rl: identity.RevocationList) -> list[bytes]:
-    text = identity.list_to_text(rl).encode()
-    chunks = [text[i : i + rf.CHUNK] for i in range(0, len(text), rf.CHUNK)]
-    return [rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, rl.serial, i, len(chunks)) + c for i, c in enumerate(chunks)]
+    return frames_of(rl, 0xEE)  # signed by the hostile member's own certificate: it is a member
 
 
 async def test_the_genuine_list_sent_by_unicast_to_every_holder_but_the_asker_holds_no_answer_back() -> None:

@@ -16,13 +16,40 @@ import pytest
 
 from evio.node import revocation_flood as rf
 from evio.node.revocation_flood import RevocationFlood
-from evio.signal import identity
+from evio.signal import identity, revocation_manifest
 from evio.signal.events import RevocationAdopted
 from evio.testing.virtual_clock import VirtualClock
-from evio.tunnel.path.overlay_ca import make_overlay_ca
+from evio.tunnel.path.dtls import TunnelCertificate
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
 
 OV = "ov1"
-CA_KEY, _ = make_overlay_ca("ov1 CA", datetime.datetime.now(datetime.UTC), 3650)
+CA_KEY, CA_CERT = make_overlay_ca("ov1 CA", datetime.datetime.now(datetime.UTC), 3650)
+ANCHOR = TrustAnchor(OV, (CA_CERT,))
+_CERTS: dict[int, TunnelCertificate] = {}
+
+
+def node_id(index: int) -> int:
+    return 0x1000 + index
+
+
+def certificate(index: int) -> TunnelCertificate:
+    """Node `index`'s member certificate of the overlay CA (made once: P-256 keys take a while)."""
+    if index not in _CERTS:
+        now = datetime.datetime.now(datetime.UTC)
+        _CERTS[index] = TunnelCertificate(*issue_node_certificate(CA_KEY, CA_CERT, [OV], node_id(index), now, 30))
+    return _CERTS[index]
+
+
+def frames_of(rl: identity.RevocationList, index: int = 0) -> list[bytes]:
+    """The frames node `index` broadcasts `rl` in: its signed manifest, then the chunks."""
+    text = identity.list_to_text(rl).encode()
+    chunks = [text[i : i + rf.CHUNK] for i in range(0, len(text), rf.CHUNK)]
+    cert = certificate(index)
+    header = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.MANIFEST, rl.serial, 0, len(chunks))
+    manifest = revocation_manifest.pack(cert.key, cert.cert, OV, header, node_id(index), chunks)
+    return [manifest] + [rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, rl.serial, i, len(chunks)) + c
+                         for i, c in enumerate(chunks)]  # fmt: skip
 
 
 def signed(serial: int, revoked: int = 1) -> identity.RevocationList:
@@ -76,7 +103,8 @@ class Medium:
 class WiredFlood(RevocationFlood):
     def __init__(self, medium: Medium, index: int, clock: VirtualClock) -> None:
         self.signaling = FakeSignaling()
-        super().__init__(OV, f"evbr{index}", self.signaling, clock)  # type: ignore[arg-type]
+        super().__init__(OV, f"evbr{index}", self.signaling, clock, node_id=node_id(index),  # type: ignore[arg-type]
+                         certificate=certificate(index), anchor=ANCHOR)
         self.medium, self.mac, self.connected = medium, bytes([2, 0, 0, 0, 0, index]), True
         medium.nodes.append(self)
         self.signaling.subscribe(RevocationAdopted, self._adopted)
@@ -84,6 +112,11 @@ class WiredFlood(RevocationFlood):
     def _send(self, frame: bytes, to: bytes = rf.BROADCAST) -> bool:
         self.medium.send(self, frame, to)
         return True
+
+
+def lists_sent(medium: Medium) -> list[tuple[int, bytes]]:
+    """The (sender, manifest) of each list broadcast on `medium`: one manifest, then its chunks."""
+    return [(s, f) for s, f in medium.frames if rf.HEADER.unpack_from(f)[2] == rf.MANIFEST]
 
 
 def fleet(n: int) -> tuple[Medium, list[WiredFlood], VirtualClock]:
@@ -100,7 +133,7 @@ def test_a_list_dropped_on_one_node_reaches_every_node_in_one_broadcast_and_is_n
     assert chunks > 1
     assert [n.signaling.list for n in nodes] == [rl] * 5
     assert [n.signaling.sources[-1].startswith("overlay 02:00:00:00:00:00") for n in nodes[1:]] == [True] * 4
-    assert len(medium.frames) == chunks, "a list adopted from the overlay was broadcast again"
+    assert len(medium.frames) == chunks + 1, "a list adopted from the overlay was broadcast again"  # and its manifest
 
 
 async def test_a_node_that_missed_the_list_gets_it_when_a_link_comes_up() -> None:
@@ -116,7 +149,7 @@ async def test_a_node_that_missed_the_list_gets_it_when_a_link_comes_up() -> Non
     assert len(haves) == 1
     assert nodes[3].signaling.list is not None and nodes[3].signaling.list.serial == 2
     # Every holder answered the HAVE at most once; the next HAVE within the interval is held back.
-    answers = len(medium.frames) - 2  # the first broadcast and the HAVE
+    answers = len(lists_sent(medium)) - 1  # less the first broadcast
     assert answers == 1, "every holder answered: the first answer should have stopped the others"
     assert sum(n.counts["answer_heard_elsewhere"] for n in nodes) == 2
     nodes[3].link_up()
@@ -129,13 +162,13 @@ async def test_an_older_list_passing_by_is_answered_with_the_newer_at_most_once_
     medium, nodes, clock = fleet(2)
     nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(5)), "file")
     assert nodes[1].signaling.list is not None
-    sent = len(medium.frames)
+    sent = len(lists_sent(medium))
     old = identity.list_to_text(signed(4)).encode()
     frame = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 4, 0, 1) + old
     for _ in range(10):
         nodes[0].receive(frame, b"\x02\x00\x00\x00\x00\x09")
     await clock.advance(rf.ANSWER_JITTER)
-    assert len(medium.frames) - sent == 1  # one answer, nine held back
+    assert len(lists_sent(medium)) - sent == 1  # one answer, nine held back
     assert nodes[0].counts["answer_held"] == 9
 
 
@@ -161,19 +194,22 @@ def test_malformed_frames_are_counted_and_change_nothing(frame: bytes, reason: s
 async def test_assemblies_are_bounded_in_number_and_time() -> None:
     _, nodes, clock = fleet(1)
     node = nodes[0]
-    for sender in range(rf.MAX_PENDING + 3):  # first chunks only, from many senders
-        node.receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 10 + sender, 0, 2) + b"{", bytes([2, 0, 0, 0, 1, sender]))
+    for signer in range(1, rf.MAX_PENDING + 4):  # manifests only, from many members
+        node.receive(frames_of(signed(10 + signer, revoked=60), signer)[0], bytes([2, 0, 0, 0, 1, signer]))
     assert len(node._pending) == rf.MAX_PENDING
     assert node.counts["dropped_incomplete"] == 3
     await clock.advance(rf.ASSEMBLY_TIMEOUT + 1)
-    node.receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 99, 0, 2) + b"{", b"\x02" * 6)
+    node.receive(frames_of(signed(99, revoked=60), 1)[0], b"\x02" * 6)
     assert len(node._pending) == 1 and node.counts["dropped_incomplete"] == 3 + rf.MAX_PENDING
 
 
 def test_a_list_that_does_not_parse_is_counted_not_raised() -> None:
     _, nodes, _ = fleet(1)
-    nodes[0].receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, 1) + b"\xff\xfe", b"\x02" * 6)
-    assert nodes[0].counts["dropped_malformed"] == 1
+    cert, chunk = certificate(1), b"\xff\xfe"
+    header = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.MANIFEST, 1, 0, 1)
+    nodes[0].receive(revocation_manifest.pack(cert.key, cert.cert, OV, header, node_id(1), [chunk]), b"\x02" * 6)
+    nodes[0].receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.LIST, 1, 0, 1) + chunk, b"\x02" * 6)
+    assert nodes[0].counts["dropped_malformed"] == 1 and not nodes[0]._pending
 
 
 async def test_the_first_node_repeats_its_list_so_one_lost_copy_leaves_nobody_out() -> None:
@@ -185,7 +221,7 @@ async def test_the_first_node_repeats_its_list_so_one_lost_copy_leaves_nobody_ou
     assert nodes[2].signaling.list is not None and nodes[2].signaling.list.serial == 4
     await clock.advance(max(rf.REPEATS))
     assert nodes[0].counts["sent_repeat"] == len(rf.REPEATS)
-    assert [s for s, _ in medium.frames] == [0] * (1 + len(rf.REPEATS)), "only the first node sends the list"
+    assert [s for s, _ in lists_sent(medium)] == [0] * (1 + len(rf.REPEATS)), "only the first node sends the list"
 
 
 async def test_a_repeat_is_skipped_once_a_newer_list_went_out() -> None:
@@ -193,7 +229,7 @@ async def test_a_repeat_is_skipped_once_a_newer_list_went_out() -> None:
     nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(4)), "file")
     nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(5)), "file")
     await clock.advance(max(rf.REPEATS) + 0.01)
-    serials = [rf.HEADER.unpack_from(f)[3] for _, f in medium.frames]
+    serials = [rf.HEADER.unpack_from(f)[3] for _, f in lists_sent(medium)]
     assert serials == [4, 5] + [5] * len(rf.REPEATS)
 
 
