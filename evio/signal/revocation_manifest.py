@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.signal.host_claims import MAX_CERT_BYTES, MAX_FRAME_BYTES, MAX_SIG_BYTES, Certificates, ClaimError
-from evio.signal.identity import TrustAnchor
+from evio.signal.identity import TrustAnchor, load_certificate
 
 HASH_BYTES = 16  # of SHA-256: a chunk matching a listed hash is a second preimage, 2^128 work
 PART_HASHES = 64  # chunk hashes in a manifest, or in one part of them: 1,024 bytes, within a chunk's frame
@@ -115,7 +115,7 @@ def check(anchor: TrustAnchor, overlay: str, manifest: Manifest, now: float, cer
         raise ManifestError("certificate refused") from None
     if public is None:
         try:
-            cert = x509.load_der_x509_certificate(manifest.der)
+            cert = load_certificate(manifest.der)
         except ValueError:
             raise ManifestError("certificate unreadable") from None
         if anchor.refusal(cert, manifest.node_id, datetime.datetime.fromtimestamp(now, datetime.UTC)) is not None:

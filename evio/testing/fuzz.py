@@ -36,7 +36,8 @@ Targets (``TARGETS``):
   into the app's handlers;
 - ``xmpp``: XMPP stanzas through slixmpp's parser into the signal client;
 - ``claims``: signed host announcements (versions 1-3, pages, certified addresses), checked and taken;
-- ``ring``: chunks of signaling routed along the ring, reassembled and opened against the overlay CA.
+- ``ring``: chunks of signaling routed along the ring, reassembled and opened against the overlay CA;
+- ``manifest``: the signed manifests of the revocation and member-list floods, parsed and checked.
 
 A check that raises anything (a Rust panic is a ``BaseException``: pyo3's ``PanicException``) or
 runs longer than its target's ``hang_seconds`` (``Hang``) counts as unexpected.
@@ -1473,17 +1474,51 @@ def _ring_target(stack: ExitStack) -> Target:
     return Target("ring", seeds, check)
 
 
+def _manifest_target(stack: ExitStack) -> Target:
+    """Manifests of the signed-document floods (revocation and member lists, decisions 0043, 0066): a member's
+    signed list of chunk hashes, parsed after the flood's header and checked against the overlay CA."""
+    import datetime
+
+    from evio.signal import host_claims as hc
+    from evio.signal import revocation_manifest as rm
+    from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+    from evio.tunnel.path.trust import TrustAnchor
+
+    overlay, now = "fuzzov", 1_800_000_000.0
+    when = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    ca_key, ca = make_overlay_ca(overlay, when, 30)
+    anchor = TrustAnchor(overlay, (ca,))
+    key, cert = issue_node_certificate(ca_key, ca, [overlay], 0xA1 << 120, when, 30)
+    header = b"EVRL\x03\x00"  # a stand-in: the flood reads its own header before the manifest's fields
+    few, many = [bytes([i]) * 300 for i in range(3)], [bytes([i % 256]) * 40 for i in range(70)]
+    seeds = [rm.pack(key, cert, overlay, header, 0xA1 << 120, few), rm.pack(key, cert, overlay, header, 0xA1 << 120, many)]
+    counts = {seeds[0]: len(few), seeds[1]: len(many)}
+    certificates = hc.Certificates()
+
+    def check(data: bytes) -> str | None:
+        count = counts.get(data, 1 + len(data) % 80)  # the chunk count the flood's header would give
+        try:
+            rm.check(anchor, overlay, rm.parse(data, len(header), count), now, certificates)
+        except rm.ManifestError as exc:
+            return normalise(str(exc), 40)
+        return None
+
+    return Target("manifest", seeds, check)
+
+
 def build_targets(stack: ExitStack) -> dict[str, Target]:
     records, stun = _records_and_stun_targets(stack)
     targets = [_frb_target(stack), records, stun, _signal_target(stack), _offer_target(stack),
                _negotiation_target(stack), _config_target(stack), _native_target(stack), _vnet_target(stack),
                _dtls_target(stack), _control_target(stack), _metrics_target(stack), _turn_target(stack),
-               _openflow_target(stack), _xmpp_target(stack), _claims_target(stack), _ring_target(stack)]
+               _openflow_target(stack), _xmpp_target(stack), _claims_target(stack), _ring_target(stack),
+               _manifest_target(stack)]
     return {t.name: t for t in targets}
 
 
 TARGETS = ("frb", "records", "stun", "signal", "offer", "negotiation", "config", "native", "vnet", "dtls", "control",
-           "metrics", "turn", "openflow", "xmpp", "claims", "ring")
+           "metrics", "turn", "openflow", "xmpp", "claims", "ring",
+           "manifest")
 
 
 # -- running --------------------------------------------------------------------------------
