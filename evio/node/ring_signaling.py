@@ -15,9 +15,9 @@ controller or tunnel manager registered, as a request through the server would b
                                    +--ours--> Reassembly --> open_sealed --> Replay --> handler / waiter
 
 The message is sealed to the target's certificate key, which the origin has from the target's signed host
-claims (evio.node.host_claims) or from a message of it that came along the ring; a request to a node whose
-certificate is not known here goes through the server (counted as the fallback ``no_key``). The answer
-is sealed to the key of the certificate the request carried. Relays read only the chunk header (review21f F8).
+claims (evio.node.host_claims), from a tunnel to it (the DTLS certificate), or from a message of it that
+came along the ring; a request to a node whose certificate is not known here goes through the server
+(counted as the fallback ``no_key``). The answer is sealed to the key of the certificate the request carried. Relays read only the chunk header (review21f F8).
 Trust mode only: without the overlay CA any member could answer for any node id along the way, while
 through the server an account answers only for itself; there, offers stay on the server.
 Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST), MAX_HOPS hops, MAX_CHUNKS
@@ -146,7 +146,18 @@ class RingSignaling:
         self._key_lookup = lookup
 
     def _key_of(self, node: int) -> ec.EllipticCurvePublicKey | None:
+        for peer, tunnel in self._route_peers().items():  # linked peers' keys, as their tunnels' DTLS checked them
+            key = getattr(tunnel, "peer_key", None)
+            if isinstance(key, ec.EllipticCurvePublicKey):
+                self._learn(peer, key)
         return self._keys.get(node) or self._key_lookup(node)
+
+    def _learn(self, node: int, key: ec.EllipticCurvePublicKey) -> None:
+        """``key``, of a certificate the overlay CA issued for ``node``: later messages to it are sealed to it."""
+        self._keys[node] = key
+        self._keys.move_to_end(node)
+        if len(self._keys) > MAX_KEYS:
+            self._keys.popitem(last=False)
 
     def counts(self) -> dict[str, object]:
         return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
@@ -294,11 +305,8 @@ class RingSignaling:
             raise RingSignalError(DropReason.REVOKED, f"{message.src:032x}")
         if not self._replay.fresh(message, self.clock.now()):
             raise RingSignalError(DropReason.REPLAYED, f"{message.kind} {message.txid} from {message.src:032x}")
-        if message.sender_key is not None:  # the CA's certificate of message.src: later requests to it are sealed to it
-            self._keys[message.src] = message.sender_key
-            self._keys.move_to_end(message.src)
-            if len(self._keys) > MAX_KEYS:
-                self._keys.popitem(last=False)
+        if message.sender_key is not None:
+            self._learn(message.src, message.sender_key)
         if message.kind != "request":
             waiter = self._waiting.get(message.txid)
             # A relay reads the txid of what it carries: an answer counts only from the node we asked (review21f F1).

@@ -355,3 +355,17 @@ async def test_a_request_to_a_node_whose_certificate_is_unknown_goes_through_the
     fleet.nodes[c].use_keys(lambda node: None)
     assert await fleet.nodes[c].request(OV, d, OFFER, {"n": 3}) == {"answer": 3, "by": f"{d:032x}"}
     assert fleet.nodes[d].sent == {"ring": 1} and fleet.nodes[c].sent == {"ring": 1}
+
+
+async def test_a_linked_peers_key_is_learned_from_its_tunnel_and_kept_after_the_link_goes() -> None:
+    fleet = Fleet(6)
+    a, b = fleet.ids[0], fleet.ids[2]
+    fleet.links[a].add(b)  # a chord
+    fleet.links[b].add(a)
+    fleet.nodes[a].use_keys(lambda node: None)
+    fleet.tunnel(a, b).peer_key = fleet.keys[b]  # type: ignore[attr-defined]  # as the tunnel's DTLS check found it
+    assert await fleet.nodes[a].request(OV, b, ACTION_LINK, {"n": 1}) == {"answer": 1, "by": f"{b:032x}"}
+    fleet.links[a].discard(b)  # the chord goes: a's route to b leads through a's successor
+    fleet.links[b].discard(a)
+    assert await fleet.nodes[a].request(OV, b, OFFER, {"n": 2}) == {"answer": 2, "by": f"{b:032x}"}
+    assert fleet.nodes[a].sent == {"ring": 2} and fleet.server_requests() == 0, fleet.nodes[a].fallbacks
