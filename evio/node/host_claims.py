@@ -69,6 +69,8 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric import ec
+
 from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.node.ethertype_socket import read_frames
 from evio.ratelimit import LogLimiter, Rate
@@ -195,6 +197,12 @@ class HostClaimsFlood:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
             self._sock = None
+
+    def certificate_key(self, node_id: int) -> ec.EllipticCurvePublicKey | None:
+        """The key of a certificate of `node_id` found the overlay CA's here (in its announcements), or None: what
+        a link request or offer along the ring to it is sealed to (decision 0067, review21f F8). Not revoked."""
+        wall = self._wall()
+        return None if node_id in self._revoked(wall) else self._certificates.key_of(node_id, wall)
 
     def status(self) -> dict[str, Any]:
         return {"interface": self.ifname, "hosted": len(self.hosted), "pages": len(self._sent_pages), "members": len(self.claims) - self.claims.holds(self.node_id),

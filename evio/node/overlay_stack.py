@@ -57,6 +57,7 @@ from evio.node.overlay_parts import (
 )
 from evio.node.plan import OverlayPlan
 from evio.node.revocation_flood import RevocationFlood
+from evio.node.ring_signaling import RingSignaling
 from evio.node.sdn import SdnController
 from evio.node.status import TRUST_RISK, SetupHistogram
 from evio.overlay.adjacency_events import LinkDown, LinkUp
@@ -249,6 +250,8 @@ class OverlayStack:
             log.warning("overlay %s: hosts not announced over the overlay (%s)", self.overlay, self.host_claims_error)
             return
         self.host_claims = flood
+        if isinstance(self.signaling, RingSignaling):  # offers along the ring are sealed to the target's key (0067)
+            self.signaling.use_keys(flood.certificate_key)
 
     async def _remove_stale_ports(self) -> None:
         """TAP ports left on the bridge by an earlier run that was killed: their devices died with it."""

@@ -14,6 +14,10 @@ controller or tunnel manager registered, as a request through the server would b
     tunnel --OVERLAY_SIGNAL--> _on_record --not ours--> next hop (hops-1) | UNREACHABLE to the origin
                                    +--ours--> Reassembly --> open_sealed --> Replay --> handler / waiter
 
+The message is sealed to the target's certificate key, which the origin has from the target's signed host
+claims (evio.node.host_claims), from a tunnel to it (the DTLS certificate), or from a message of it that
+came along the ring; a request to a node whose certificate is not known here goes through the server
+(counted as the fallback ``no_key``). The answer is sealed to the key of the certificate the request carried. Relays read only the chunk header (review21f F8).
 Trust mode only: without the overlay CA any member could answer for any node id along the way, while
 through the server an account answers only for itself; there, offers stay on the server.
 Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST), MAX_HOPS hops, MAX_CHUNKS
@@ -29,7 +33,7 @@ import functools
 import logging
 import random
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -60,6 +64,7 @@ tunnel's end of life; it stays on the server.)"""
 RING_TIMEOUT = 6.0  # an offer's answer waits for the responder's candidates (1-3 s under load)
 CHUNK_RATE, CHUNK_BURST = 20.0, 40  # per neighbour: an offer and its answer are 2-4 chunks
 MAX_INFLIGHT = 32
+MAX_KEYS = 1024  # certificate keys of senders learned from their messages along the ring
 MAX_INFLIGHT_PER_SENDER = 4  # one member's slow requests do not take every slot (review21f F3)
 HANDLER_TIMEOUT = 10.0
 FIRST_LINK_WAIT = 6.0  # a link request held while our first link comes up through the server (1-3 s in the lab)
@@ -119,6 +124,8 @@ class RingSignaling:
         self._serving: set[asyncio.Task[None]] = set()
         self._serving_from: Counter[int] = Counter()  # requests being served, by sender
         self._drop_log = LogLimiter[int](60.0)
+        self._key_lookup: Callable[[int], ec.EllipticCurvePublicKey | None] = lambda node: None
+        self._keys: OrderedDict[int, ec.EllipticCurvePublicKey] = OrderedDict()  # learned from their messages
         # Observability (`evio status`, the benchmark): requests by the way they went, and what was dropped.
         self.sent: Counter[str] = Counter()  # "ring" answered over the overlay, "server" through the server
         self.fallbacks: Counter[str] = Counter()  # why a request tried on the ring went to the server
@@ -133,6 +140,24 @@ class RingSignaling:
         if isinstance(relays, SignalRelays):
             self._relays = relays
             relays.relay_signal_to(self._on_record)
+
+    def use_keys(self, lookup: Callable[[int], ec.EllipticCurvePublicKey | None]) -> None:
+        """Where members' certificate keys are found, checked against the overlay CA (the host claims' cache)."""
+        self._key_lookup = lookup
+
+    def _key_of(self, node: int) -> ec.EllipticCurvePublicKey | None:
+        for peer, tunnel in self._route_peers().items():  # linked peers' keys, as their tunnels' DTLS checked them
+            key = getattr(tunnel, "peer_key", None)
+            if isinstance(key, ec.EllipticCurvePublicKey):
+                self._learn(peer, key)
+        return self._keys.get(node) or self._key_lookup(node)
+
+    def _learn(self, node: int, key: ec.EllipticCurvePublicKey) -> None:
+        """``key``, of a certificate the overlay CA issued for ``node``: later messages to it are sealed to it."""
+        self._keys[node] = key
+        self._keys.move_to_end(node)
+        if len(self._keys) > MAX_KEYS:
+            self._keys.popitem(last=False)
 
     def counts(self) -> dict[str, object]:
         return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
@@ -184,6 +209,9 @@ class RingSignaling:
         return await self._ring_request(peer, action, body, timeout)
 
     async def _ring_request(self, peer: int, action: str, body: Body, timeout: float) -> Body:
+        to = self._key_of(peer)
+        if to is None:  # a relay would read what is not sealed (review21f F8)
+            raise _Fallback("no_key")
         relays = self._route_peers()
         hop = ring_signal.next_hop(self.own, peer, frozenset(relays))
         if hop is None:
@@ -192,7 +220,7 @@ class RingSignaling:
         message = RingMessage("request", self.overlay, self.own, peer, txid, self._wall(), action, body)
         message_id = self._rng.getrandbits(32)
         try:
-            pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key), message_id, self.own, peer)
+            pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key, to), message_id, self.own, peer)
         except ValueError:
             raise _Fallback("too_large") from None
         waiter: asyncio.Future[RingMessage] = asyncio.get_running_loop().create_future()
@@ -246,7 +274,8 @@ class RingSignaling:
                     self._drop(DropReason.REASSEMBLY_FULL, neighbour, f"{len(self._reassembly)} messages being assembled")
                 if sealed is None:
                     return
-                message = ring_signal.open_sealed(sealed, chunk.src, self._anchor, self._wall())
+                message = ring_signal.open_sealed(sealed, chunk.src, self._anchor, self._wall(), key=self._key,
+                                                  header_dst=chunk.dst)  # fmt: skip
                 self._take(message)
             except RingSignalError as exc:
                 self._drop(exc.reason, neighbour, str(exc))
@@ -276,6 +305,8 @@ class RingSignaling:
             raise RingSignalError(DropReason.REVOKED, f"{message.src:032x}")
         if not self._replay.fresh(message, self.clock.now()):
             raise RingSignalError(DropReason.REPLAYED, f"{message.kind} {message.txid} from {message.src:032x}")
+        if message.sender_key is not None:
+            self._learn(message.src, message.sender_key)
         if message.kind != "request":
             waiter = self._waiting.get(message.txid)
             # A relay reads the txid of what it carries: an answer counts only from the node we asked (review21f F1).
@@ -319,16 +350,18 @@ class RingSignaling:
                               request.src)  # fmt: skip
                 reply = _error(request, ts, ErrorReason.INTERNAL, "")
         self.served[request.action] += 1
-        self._send(reply)
+        assert request.sender_key is not None  # open_sealed gave it
+        self._send(reply, request.sender_key)
 
-    def _send(self, message: RingMessage) -> None:
+    def _send(self, message: RingMessage, to: ec.EllipticCurvePublicKey) -> None:
+        """An answer, sealed to the key of the certificate its request carried."""
         relays = self._route_peers()
         hop = ring_signal.next_hop(self.own, message.dst, frozenset(relays))
         if hop is None:
             self.drops[DropReason.NO_ROUTE] += 1  # the requester falls back to the server on its timeout
             return
         try:
-            pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key), self._rng.getrandbits(32),
+            pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key, to), self._rng.getrandbits(32),
                                         self.own, message.dst)  # fmt: skip
         except ValueError:
             self.drops[DropReason.MALFORMED] += 1

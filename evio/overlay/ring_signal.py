@@ -16,10 +16,16 @@ A chunk (at most MAX_SIGNAL_PAYLOAD bytes)::
 
 kind DATA carries one piece of a sealed message; kind UNREACHABLE (no data) tells the origin that the
 message of that id found no next hop, so it falls back to the server at once instead of on its timeout.
-A relay reads only the header: the sealed message is opaque to it, and signed, so a relay can drop it
-(or say UNREACHABLE, which only sends it through the server) but not alter it. Sealed::
+A relay reads only the header: the sealed message is encrypted to the target's certificate key and
+signed, so a relay can drop it (or say UNREACHABLE, which only sends it through the server) but neither
+read it (an offer's ICE ufrag and password: review21f F8) nor alter it. Sealed (version 2)::
 
-    zlib( len(doc)(2) | doc | len(cert)(2) | cert (DER) | ECDSA-SHA256 signature )
+    ephemeral P-256 point (65, uncompressed) | AES-256-GCM( zlib( len(doc)(2) | doc | len(cert)(2) | cert (DER)
+                                                                   | ECDSA-SHA256 signature ) )
+
+ECIES: the AES key is HKDF-SHA256 of ECDH(ephemeral, target's certificate key) over the context and the
+ephemeral point; the header's src and dst are the associated data (a relay that re-addresses a chunk
+makes it unreadable). A key is used once (a new ephemeral key per message), so the nonce is fixed.
 
 doc is JSON: {"kind": "request"|"response"|"error", "overlay", "src", "dst", "txid", "ts", and "action"
 and "body" (request), "body" (response), "reason" and "text" (error)}; the signature covers the context
@@ -30,19 +36,22 @@ was not seen within that window.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import enum
 import json
 import struct
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from evio.signal.identity import TrustAnchor, load_certificate
 
@@ -52,7 +61,7 @@ __all__ = [
     "seal", "unreachable",
 ]
 
-VERSION = 1
+VERSION = 2  # 2: sealed to the target's key (review21f F8); 1 (signed only) was never released
 DATA = 0
 UNREACHABLE = 1
 HEADER = struct.Struct("!BBBBBI16s16s")
@@ -67,6 +76,10 @@ REASSEMBLY_SLOTS = 32
 REASSEMBLY_TIMEOUT = 5.0
 REPLAY_SLOTS = 4096
 _CONTEXT = b"evio-ring-signal/1\x00"
+_SEAL_CONTEXT = b"evio-ring-signal-seal/2\x00"
+_POINT = 65  # an uncompressed P-256 point
+_TAG = 16
+_NONCE = bytes(12)  # each AES key seals one message (a new ephemeral key each time)
 RING = 1 << 128
 KINDS = ("request", "response", "error")
 
@@ -80,6 +93,7 @@ class DropReason(enum.Enum):
     RATE_LIMITED = "rate_limited"
     REASSEMBLY_FULL = "reassembly_full"
     UNTRUSTED = "untrusted"
+    UNREADABLE = "unreadable"  # not sealed to our key, or altered on the way
     BAD_SIGNATURE = "bad_signature"
     STALE = "stale"
     REPLAYED = "replayed"
@@ -107,6 +121,8 @@ class RingMessage:
     body: dict[str, Any] | None = None
     reason: str = ""
     text: str = ""
+    # The sender's certificate key, once opened (not sent: its certificate is): an answer is sealed to it.
+    sender_key: ec.EllipticCurvePublicKey | None = field(default=None, compare=False, repr=False)
 
     def doc(self) -> bytes:
         doc: dict[str, Any] = {"kind": self.kind, "overlay": self.overlay, "src": f"{self.src:032x}",
@@ -239,20 +255,51 @@ class Reassembly:
 # ---------------------------------------------------------------------------- sealing
 
 
-def seal(message: RingMessage, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> bytes:
+def seal(message: RingMessage, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey,
+         to: ec.EllipticCurvePublicKey) -> bytes:
+    """``message`` signed with ``key`` (``cert``'s) and encrypted to ``to``, the target's certificate key."""
     doc = message.doc()
     der = cert.public_bytes(serialization.Encoding.DER)
     signature = key.sign(_CONTEXT + doc, ec.ECDSA(hashes.SHA256()))
-    return zlib.compress(struct.pack("!H", len(doc)) + doc + struct.pack("!H", len(der)) + der + signature, 9)
+    plain = zlib.compress(struct.pack("!H", len(doc)) + doc + struct.pack("!H", len(der)) + der + signature, 9)
+    ephemeral = ec.generate_private_key(ec.SECP256R1())
+    point = ephemeral.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    aead = AESGCM(_seal_key(ephemeral.exchange(ec.ECDH(), to), point))
+    return point + aead.encrypt(_NONCE, plain, _associated(message.src, message.dst))
 
 
-def open_sealed(sealed: bytes, header_src: int, anchor: TrustAnchor, now: float) -> RingMessage:
-    """The message in ``sealed``, if the overlay CA's certificate for its sender signed it and it is fresh.
+def _seal_key(shared: bytes, point: bytes) -> bytes:
+    return HKDF(hashes.SHA256(), 32, None, _SEAL_CONTEXT + point).derive(shared)
 
-    RingSignalError otherwise (MALFORMED, UNTRUSTED, BAD_SIGNATURE, STALE). ``now``: Unix seconds."""
+
+def _associated(src: int, dst: int) -> bytes:
+    return _SEAL_CONTEXT + src.to_bytes(16) + dst.to_bytes(16)
+
+
+def _unseal(sealed: bytes, header_src: int, header_dst: int, key: ec.EllipticCurvePrivateKey) -> bytes:
+    if len(sealed) <= _POINT + _TAG:
+        raise RingSignalError(DropReason.MALFORMED, f"{len(sealed)} bytes sealed")
+    point = sealed[:_POINT]
+    try:
+        ephemeral = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point)
+        shared = key.exchange(ec.ECDH(), ephemeral)
+    except ValueError as exc:
+        raise RingSignalError(DropReason.MALFORMED, f"ephemeral key: {exc}") from None
+    try:
+        return AESGCM(_seal_key(shared, point)).decrypt(_NONCE, sealed[_POINT:], _associated(header_src, header_dst))
+    except InvalidTag:
+        raise RingSignalError(DropReason.UNREADABLE, "not sealed to our key, or altered") from None
+
+
+def open_sealed(sealed: bytes, header_src: int, anchor: TrustAnchor, now: float, *,
+                key: ec.EllipticCurvePrivateKey, header_dst: int) -> RingMessage:  # fmt: skip
+    """The message in ``sealed``, if it was sealed to ``key`` (ours) for the header's src and dst, the overlay
+    CA's certificate for its sender signed it and it is fresh; its ``sender_key`` is that certificate's key.
+
+    RingSignalError otherwise (MALFORMED, UNREADABLE, UNTRUSTED, BAD_SIGNATURE, STALE). ``now``: Unix seconds."""
     inflate = zlib.decompressobj()
     try:
-        plain = inflate.decompress(sealed, MAX_SEALED_PLAIN)
+        plain = inflate.decompress(_unseal(sealed, header_src, header_dst, key), MAX_SEALED_PLAIN)
     except zlib.error as exc:
         raise RingSignalError(DropReason.MALFORMED, f"not zlib: {exc}") from None
     if inflate.unconsumed_tail or not inflate.eof:
@@ -286,7 +333,7 @@ def open_sealed(sealed: bytes, header_src: int, anchor: TrustAnchor, now: float)
         raise RingSignalError(DropReason.BAD_SIGNATURE, f"from {message.src:032x}") from None
     if abs(now - message.ts) > FRESH:
         raise RingSignalError(DropReason.STALE, f"{now - message.ts:.0f} s old")
-    return message
+    return dataclasses.replace(message, sender_key=public)
 
 
 def _message(doc: bytes) -> RingMessage:

@@ -220,6 +220,7 @@ class Certificates:
         self._known: dict[bytes, tuple[int, ec.EllipticCurvePublicKey, float]] = {}
         self._addresses: dict[bytes, frozenset[IPAddress]] = {}  # the overlay addresses each names (decision 0065)
         self._nodes: Counter[int] = Counter()  # node id -> certificates of it held
+        self._latest: dict[int, bytes] = {}  # node id -> fingerprint of its certificate added last (key_of)
         # (fingerprint, node id) refused lately: a member's genuine certificate sent again and again under
         # others' ids (each announcement's bytes new) costs one chain check per id, not one per frame.
         self._refused: dict[tuple[bytes, int], float] = {}
@@ -256,6 +257,7 @@ class Certificates:
         self._known[fingerprint] = (node_id, key, until)
         self._addresses[fingerprint] = addresses
         self._nodes[node_id] += 1
+        self._latest[node_id] = fingerprint
 
     def _drop(self, fingerprint: bytes) -> None:
         node_id = self._known.pop(fingerprint)[0]
@@ -263,6 +265,15 @@ class Certificates:
         self._nodes[node_id] -= 1
         if not self._nodes[node_id]:
             del self._nodes[node_id]
+        if self._latest.get(node_id) == fingerprint:
+            del self._latest[node_id]
+
+    def key_of(self, node_id: int, now: float) -> ec.EllipticCurvePublicKey | None:
+        """The key of the certificate of `node_id` checked here last, while it holds; None if none does. What a
+        message along the ring to `node_id` is sealed to (decision 0067, review21f F8)."""
+        fingerprint = self._latest.get(node_id)
+        known = self._known.get(fingerprint) if fingerprint is not None else None
+        return known[1] if known is not None and now < known[2] else None
 
     def knows(self, node_id: int) -> bool:
         """Whether a certificate of `node_id` was found the CA's here (a member, though perhaps no longer present)."""

@@ -1451,9 +1451,12 @@ def _ring_target(stack: ExitStack) -> Target:
     anchor = TrustAnchor(overlay, (ca,))
     src, dst = 0xA1 << 120, 0xB2 << 120
     key, cert = issue_node_certificate(ca_key, ca, [overlay], src, when, 30)
+    dst_key, dst_cert = issue_node_certificate(ca_key, ca, [overlay], dst, when, 30)
+    keys = {src: key, dst: dst_key}  # each message is sealed to its target's key (review21f F8)
     request = rs.RingMessage("request", overlay, src, dst, "tx-1", now, "tunnel_offer", {"blob": "x" * 3000})
     answer = rs.RingMessage("response", overlay, dst, src, "tx-1", now, body={"ok": True})
-    seeds = rs.chunks(rs.seal(request, cert, key), 7, src, dst) + rs.chunks(rs.seal(answer, cert, key), 8, dst, src)
+    seeds = (rs.chunks(rs.seal(request, cert, key, dst_key.public_key()), 7, src, dst)
+             + rs.chunks(rs.seal(answer, dst_cert, dst_key, key.public_key()), 8, dst, src))  # fmt: skip
     reassembly = rs.Reassembly()
     clock = [now]
 
@@ -1466,7 +1469,10 @@ def _ring_target(stack: ExitStack) -> Target:
             sealed = reassembly.add(chunk, clock[0])
             if sealed is None:
                 return "partial"
-            rs.open_sealed(sealed, chunk.src, anchor, now)
+            own = keys.get(chunk.dst)
+            if own is None:
+                return "not for us"  # relayed on, unopened
+            rs.open_sealed(sealed, chunk.src, anchor, now, key=own, header_dst=chunk.dst)
         except rs.RingSignalError as exc:
             return exc.reason.value
         return None

@@ -200,6 +200,9 @@ class Tunnel:
         # Signaling routed along the ring (decision 0067): set by the manager; our HELLOs then say we read it.
         self.on_overlay_signal: Callable[[int, bytes], None] | None = None
         self.peer_relays_signal = False  # the peer's HELLO said it reads OVERLAY_SIGNAL
+        # The key of the peer's certificate once the overlay CA's check passed: what messages along the ring to
+        # it are sealed to, also after this tunnel is gone (review21f F8).
+        self.peer_key: object | None = None
 
     # -- public ------------------------------------------------------------------------
 
@@ -479,7 +482,10 @@ class Tunnel:
 
         def refusal(cert: x509.Certificate) -> str | None:
             now = datetime.datetime.fromtimestamp(self._wall_clock(), datetime.UTC)
-            return anchor.refusal(cert, self.peer, now)
+            refused = anchor.refusal(cert, self.peer, now)
+            if refused is None:
+                self.peer_key = cert.public_key()
+            return refused
 
         return refusal
 

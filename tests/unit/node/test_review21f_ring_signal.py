@@ -29,13 +29,6 @@ def _header(payload: bytes, *, dst: int | None = None) -> bytes:
                           (chunk.dst if dst is None else dst).to_bytes(16), chunk.src.to_bytes(16)) + chunk.data  # fmt: skip
 
 
-def _doc(payload: bytes) -> bytes:
-    """The signed document inside a single-chunk message: sealed is only compressed, so a relay reads it."""
-    plain = zlib.decompress(rs.parse_chunk(payload).data)
-    (length,) = rs.struct.unpack_from("!H", plain, 0)
-    return plain[2 : 2 + length]
-
-
 @pytest.mark.parametrize("kind", ["error", "response"])
 async def test_f1_a_relay_cannot_answer_in_the_targets_place(kind: str) -> None:
     """F1: a relay reads the txid of a request it carries and answers it itself, signed with its own
@@ -49,10 +42,11 @@ async def test_f1_a_relay_cannot_answer_in_the_targets_place(kind: str) -> None:
     def answer_first(src: int, dst: int, payload: bytes) -> bytes:
         chunk = rs.parse_chunk(payload)
         if src == a and dst == relay and chunk.kind == rs.DATA and chunk.dst == c:
-            txid = rs._message(_doc(payload)).txid
+            # The relay cannot read the txid since F8 (sealed to c): this one learned it anyway (the strongest relay).
+            txid = next(iter(fleet.nodes[a]._waiting))
             forged = rs.RingMessage(kind, OV, relay, a, txid, time.time(), reason="rejected", text="no",
                                     body={"answer": 666, "by": f"{relay:032x}"} if kind == "response" else None)  # fmt: skip
-            for piece in rs.chunks(rs.seal(forged, cert, key), 77, relay, a):
+            for piece in rs.chunks(rs.seal(forged, cert, key, fleet.keys[a]), 77, relay, a):
                 asyncio.get_running_loop().call_soon(fleet.sinks[a], relay, piece)
         return payload
 
@@ -118,7 +112,7 @@ async def test_f3_one_member_cannot_take_every_request_slot_of_a_node() -> None:
     key, cert = issue_node_certificate(CA_KEY, CA, [OV], attacker, NOW, 30)
     for i in range(32):
         request = rs.RingMessage("request", OV, attacker, target, f"rattack{i}", time.time(), ACTION_LINK, {"n": i})
-        (piece,) = rs.chunks(rs.seal(request, cert, key), 1000 + i, attacker, target)
+        (piece,) = rs.chunks(rs.seal(request, cert, key, fleet.keys[target]), 1000 + i, attacker, target)
         fleet.nodes[target]._on_record(attacker, piece)
     try:
         answer = await fleet.nodes[origin].request(OV, target, ACTION_LINK, {"n": 99}, timeout=1.0)
@@ -130,14 +124,13 @@ async def test_f3_one_member_cannot_take_every_request_slot_of_a_node() -> None:
         await asyncio.sleep(0.05)
 
 
-@pytest.mark.xfail(strict=True, reason="review21f F8: relays read the ICE credentials of the offers they carry")
 async def test_f8_a_relay_cannot_read_the_ice_password_of_an_offer_it_carries() -> None:
     """F8: the sealed message is signed, not encrypted: every relay on the route (any member near it) reads the
     offer's and the answer's ICE ufrag and password, which until now only the two ends and the server held. With
     them it sends the authenticated checks that make a node learn a peer-reflexive candidate at an address of its
     choosing while the tunnel is set up (review21c: bounded, but not refused): the tunnel's path through the relay,
-    which then carries or drops it. Closing it needs the offer sealed to the target's key, which the origin does
-    not know before the answer: left pinned."""
+    which then carries or drops it. Closed: the offer is sealed to the target's certificate key (from its host
+    claims), the answer to the key of the certificate the offer carried."""
     fleet = Fleet(6)
     a, relay, c = fleet.ids[0], fleet.ids[1], fleet.ids[3]
     fleet.links[a].discard(fleet.ids[5])
@@ -145,10 +138,16 @@ async def test_f8_a_relay_cannot_read_the_ice_password_of_an_offer_it_carries() 
 
     def read(src: int, dst: int, payload: bytes) -> bytes:
         if dst == relay:
-            seen.append(zlib.decompress(rs.parse_chunk(payload).data))
+            data = rs.parse_chunk(payload).data
+            try:
+                data = zlib.decompress(data)  # what a relay read before F8 closed
+            except zlib.error:
+                pass
+            seen.append(data)
         return payload
 
     fleet.tamper = read
     body = {"n": 8, "ice": {"ufrag": "abcd", "pwd": "the-ice-password-of-a-1234"}}
-    await fleet.nodes[a].request(OV, c, "tunnel.offer", body, timeout=2.0)
+    answer = await fleet.nodes[a].request(OV, c, "tunnel.offer", body, timeout=2.0)
+    assert answer["answer"] == 8 and fleet.nodes[a].sent == {"ring": 1}  # it went along the ring, through the relay
     assert seen and not any(b"the-ice-password-of-a-1234" in plain for plain in seen)

@@ -7,6 +7,10 @@ import time
 import zlib
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,6 +26,7 @@ CA_KEY, CA = make_overlay_ca("ov1 CA", NOW, 3650)
 ANCHOR = TrustAnchor(OV, (CA,))
 A, B = 0x1 << 120, 0x9 << 120
 KEY_A, CERT_A = issue_node_certificate(CA_KEY, CA, [OV], A, NOW, 30)
+KEY_B, CERT_B = issue_node_certificate(CA_KEY, CA, [OV], B, NOW, 30)
 OTHER_KEY, OTHER_CA = make_overlay_ca("another CA", NOW, 3650)
 OTHER_NODE_KEY, CERT_OTHER = issue_node_certificate(OTHER_KEY, OTHER_CA, [OV], A, NOW, 30)
 
@@ -29,6 +34,14 @@ OTHER_NODE_KEY, CERT_OTHER = issue_node_certificate(OTHER_KEY, OTHER_CA, [OV], A
 def offer(ts: float | None = None, body: dict[str, object] | None = None) -> RingMessage:
     return RingMessage("request", OV, A, B, "t1", time.time() if ts is None else ts, "tunnel.offer",
                        body if body is not None else {"v": 1, "candidates": ["candidate:1 1 udp 1 10.0.0.1 4000 typ host"] * 6})
+
+
+def seal(message: RingMessage, cert: x509.Certificate = CERT_A, key: ec.EllipticCurvePrivateKey = KEY_A) -> bytes:
+    return rs.seal(message, cert, key, KEY_B.public_key())
+
+
+def open_sealed(sealed: bytes, src: int = A, dst: int = B) -> RingMessage:
+    return rs.open_sealed(sealed, src, ANCHOR, time.time(), key=KEY_B, header_dst=dst)
 
 
 def test_the_mirror_constant_matches_the_record_bound() -> None:
@@ -83,7 +96,7 @@ def test_greedy_routing_over_a_ring_with_successors_always_arrives(nodes: list[i
 
 
 def test_a_sealed_offer_fits_in_chunks_of_a_record_and_comes_back_whole() -> None:
-    sealed = rs.seal(offer(), CERT_A, KEY_A)
+    sealed = seal(offer())
     pieces = rs.chunks(sealed, 7, A, B)
     assert all(len(p) <= MAX_SIGNAL_PAYLOAD for p in pieces)
     parsed = [rs.parse_chunk(p) for p in pieces]
@@ -141,50 +154,88 @@ def test_reassembly_is_bounded_in_slots_and_forgets_after_its_timeout() -> None:
 # -- sealing --------------------------------------------------------------------------------------
 
 
-def test_a_sealed_message_opens_to_the_same_message() -> None:
+def test_a_sealed_message_opens_to_the_same_message_with_its_senders_key() -> None:
     message = offer()
-    assert rs.open_sealed(rs.seal(message, CERT_A, KEY_A), A, ANCHOR, time.time()) == message
+    opened = open_sealed(seal(message))
+    assert opened == message
+    assert opened.sender_key is not None and opened.sender_key.public_numbers() == KEY_A.public_key().public_numbers()
 
 
-def test_a_relay_cannot_alter_a_message() -> None:
-    sealed = rs.seal(offer(), CERT_A, KEY_A)
-    plain = bytearray(zlib.decompress(sealed))
-    at = plain.index(b"10.0.0.1")
-    plain[at : at + 8] = b"10.6.6.6"  # the relay's own address instead of the sender's
+def test_a_relay_cannot_read_a_sealed_message() -> None:
+    """review21f F8: the offer's ICE password is not in the sealed bytes, compressed or not."""
+    sealed = seal(offer(body={"ice": {"pwd": "the-ice-password-1234"}}))
+    assert b"the-ice-password-1234" not in sealed
+    with pytest.raises(zlib.error):
+        zlib.decompress(sealed[65:])
+
+
+@pytest.mark.parametrize("where", ["ephemeral key", "ciphertext", "tag"])
+def test_a_relay_cannot_alter_a_sealed_message(where: str) -> None:
+    sealed = bytearray(seal(offer()))
+    sealed[{"ephemeral key": 40, "ciphertext": 100, "tag": -1}[where]] ^= 1
     with pytest.raises(RingSignalError) as refused:
-        rs.open_sealed(zlib.compress(bytes(plain)), A, ANCHOR, time.time())
+        open_sealed(bytes(sealed))
+    assert refused.value.reason in (DropReason.UNREADABLE, DropReason.MALFORMED)  # off the curve is MALFORMED
+
+
+def test_a_message_readdressed_in_its_header_or_sealed_to_another_key_is_unreadable() -> None:
+    with pytest.raises(RingSignalError) as refused:
+        open_sealed(seal(offer()), dst=A)  # the header's dst rewritten
+    assert refused.value.reason is DropReason.UNREADABLE
+    with pytest.raises(RingSignalError) as refused:
+        open_sealed(rs.seal(offer(), CERT_A, KEY_A, KEY_A.public_key()))
+    assert refused.value.reason is DropReason.UNREADABLE
+
+
+def test_a_member_sealing_an_altered_message_to_the_target_is_caught_by_the_signature() -> None:
+    """Anyone may seal to the target's (public) key: the signature still says who wrote it."""
+    sealed = seal(offer())
+    plain = bytearray(zlib.decompress(rs._unseal(sealed, A, B, KEY_B)))
+    at = plain.index(b"10.0.0.1")
+    plain[at : at + 8] = b"10.6.6.6"  # the member's own address instead of the sender's
+    with pytest.raises(RingSignalError) as refused:
+        open_sealed(_reseal(zlib.compress(bytes(plain))))
     assert refused.value.reason is DropReason.BAD_SIGNATURE
+
+
+def _reseal(plain: bytes, src: int = A, dst: int = B) -> bytes:
+    ephemeral = ec.generate_private_key(ec.SECP256R1())
+    point = ephemeral.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    aead = AESGCM(rs._seal_key(ephemeral.exchange(ec.ECDH(), KEY_B.public_key()), point))
+    return point + aead.encrypt(rs._NONCE, plain, rs._associated(src, dst))
 
 
 def test_a_certificate_of_another_ca_is_untrusted() -> None:
     with pytest.raises(RingSignalError) as refused:
-        rs.open_sealed(rs.seal(offer(), CERT_OTHER, OTHER_NODE_KEY), A, ANCHOR, time.time())
+        open_sealed(seal(offer(), CERT_OTHER, OTHER_NODE_KEY))
     assert refused.value.reason is DropReason.UNTRUSTED
 
 
 def test_a_member_cannot_sign_for_another_node_id() -> None:
     message = RingMessage("request", OV, B, A, "t2", time.time(), "overlay.link", {})  # A's certificate, B's id
     with pytest.raises(RingSignalError) as refused:
-        rs.open_sealed(rs.seal(message, CERT_A, KEY_A), B, ANCHOR, time.time())
+        rs.open_sealed(rs.seal(message, CERT_A, KEY_A, KEY_B.public_key()), B, ANCHOR, time.time(), key=KEY_B,
+                       header_dst=A)  # fmt: skip
     assert refused.value.reason is DropReason.UNTRUSTED
 
 
 def test_the_header_must_name_the_signed_sender() -> None:
+    sealed = _reseal(zlib.decompress(rs._unseal(seal(offer()), A, B, KEY_B)), src=B)  # sealed with B as the header's src
     with pytest.raises(RingSignalError) as refused:
-        rs.open_sealed(rs.seal(offer(), CERT_A, KEY_A), B, ANCHOR, time.time())
+        open_sealed(sealed, src=B)
     assert refused.value.reason is DropReason.MALFORMED
 
 
 def test_an_old_message_is_stale() -> None:
-    sealed = rs.seal(offer(ts=time.time() - rs.FRESH - 5), CERT_A, KEY_A)
+    sealed = seal(offer(ts=time.time() - rs.FRESH - 5))
     with pytest.raises(RingSignalError) as refused:
-        rs.open_sealed(sealed, A, ANCHOR, time.time())
+        open_sealed(sealed)
     assert refused.value.reason is DropReason.STALE
 
 
 def test_a_decompression_bomb_is_refused() -> None:
     with pytest.raises(RingSignalError) as refused:
-        rs.open_sealed(zlib.compress(bytes(10 * rs.MAX_SEALED_PLAIN)), A, ANCHOR, time.time())
+        open_sealed(_reseal(zlib.compress(bytes(10 * rs.MAX_SEALED_PLAIN))))
     assert refused.value.reason is DropReason.MALFORMED
 
 

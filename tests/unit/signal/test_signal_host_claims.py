@@ -135,6 +135,18 @@ def test_a_verified_certificate_is_remembered_so_a_refresh_costs_one_signature_c
     assert certificates.key_for(parsed.der, M, wall + hc.Certificates.HOLD + 1) is None  # its chain again then
 
 
+def test_a_members_checked_certificate_key_is_found_by_its_node_id_while_it_holds() -> None:
+    """What a message along the ring to the member is sealed to (decision 0067, review21f F8)."""
+    certificates = hc.Certificates()
+    wall = time.time()
+    assert certificates.key_of(M, wall) is None
+    hc.check(ANCHOR, hc.parse(OV, signed(), wall), wall, certificates)
+    found = certificates.key_of(M, wall)
+    assert found is not None and certificates.key_of(A, wall) is None
+    assert found.public_numbers() == KEY_M.public_key().public_numbers()
+    assert certificates.key_of(M, wall + hc.Certificates.HOLD + 1) is None  # not taken on trust past its hold
+
+
 def test_a_certificate_refused_for_a_node_id_is_refused_again_without_a_chain_check() -> None:
     certificates = hc.Certificates()
     wall = time.time()
