@@ -11,7 +11,7 @@ per-port drops, packet-ins and broadcasts. A failed pair is then pinged again wi
 tell a pair that is slow (the answer came late) from one that is lost. The host's neighbour tables
 are shared by every namespace: a round that fills them loses pairs (decision 0058), so that is counted too. The load average is printed
 beside every round. With --trust the overlay has a CA whose node certificates name each node's address, so every
-switch answers the first ARP for a member's address itself (decision 0065); without it, an address is answered
+switch answers the first ARP for a member's address itself (decision 0062); without it, an address is answered
 locally only once its owner answered a flooded request (decision 0056). Root only; the lab is removed at the end, also on failure. A benchmark: it asserts
 nothing.
 """

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Signaling messages through the server per link set up, offers through the server against along the ring (0067).
+"""Signaling messages through the server per link set up, offers through the server against along the ring (0064).
 
     flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/ring_signal_bench.py [--nodes 8] [--restarts 2]
 
 Two labs of --nodes full nodes in trust mode behind mixed NATs, the daemon's default topology, one after
 the other: first with `trust.offers_over_overlay: false` (every link request and tunnel offer through the
-XMPP server, as before decision 0067), then with it on. In each: the ring closes and the links settle,
+XMPP server, as before decision 0064), then with it on. In each: the ring closes and the links settle,
 then --restarts nodes are restarted one at a time (each rejoins an overlay that has links), and the links
 settle again. Each daemon counts the requests and responses it sent through the server by action
 (`signal.messages` of `evio status`), and the link requests and offers that went along the ring

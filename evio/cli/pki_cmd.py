@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
     issue.add_argument("--days", type=int, default=365)
     issue.add_argument("--address", action="append", default=[], metavar="OVERLAY=IP",
                        help="the node's own address in an overlay, certified so switches answer ARP and ND for it at "
-                            "once (repeatable; decision 0065)")  # fmt: skip
+                            "once (repeatable; decision 0062)")  # fmt: skip
     issue.add_argument("--force", action="store_true", help="overwrite existing files")
     issue.set_defaults(handler=issue_command)
 

@@ -308,7 +308,7 @@ class TrustConfig:
     cert_file: Path
     key_file: Path
     # Link requests and tunnel offers to a node we are not linked to go along the ring, over our tunnels,
-    # signed, instead of through the server, once we have links (decision 0067).
+    # signed, instead of through the server, once we have links (decision 0064).
     offers_over_overlay: bool = False
 
 

@@ -97,7 +97,7 @@ def make_overlay_ca(directory: Path, common_name: str, now: datetime.datetime) -
 
 def issue_overlay_member(ca: Certificate, overlay: str, node_id: int, directory: Path, now: datetime.datetime,
                          address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None) -> dict[str, str]:  # fmt: skip
-    """A node certificate for `node_id` (and its overlay `address`: decision 0065) under the overlay CA; returns
+    """A node certificate for `node_id` (and its overlay `address`: decision 0062) under the overlay CA; returns
     the node config's `trust` section."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert_path.read_bytes())
     key, cert = issue_node_certificate(load_ca_key(ca.key_path), ca_cert, [overlay], node_id, now, _VALIDITY.days,

@@ -1,5 +1,5 @@
 """A signed document of the overlay CA spread over the overlay itself: the mechanism behind the revocation
-list's flood (`revocation_flood.py`, decision 0043) and the member list's (`member_list_flood.py`, decision 0066).
+list's flood (`revocation_flood.py`, decision 0043) and the member list's (`member_list_flood.py`, decision 0063).
 
 Both documents are signed by the overlay CA and carry a serial, so any node may carry them and a node adopts
 only a newer one that verifies (the signal endpoint's judgement). A subclass says which document: its magic,

@@ -52,7 +52,7 @@ as it received it (unchanged signed bytes), `CATCHUP_BATCH` frames a `CATCHUP_TI
 each checked once at the newcomer (copies from other neighbours are free refusals, "unchanged"). A revoked node's claims are dropped when the list comes.
 The owners (each MAC's one claimant, or the first of several: `host_claims.HostClaims`) go to the switch
 when they change (`SetMacOwners`). So do the members' own overlay addresses their certificates name, each with
-the MAC of the interface holding it (`SetCertifiedAddresses`, decision 0065): the switch answers a local host's
+the MAC of the interface holding it (`SetCertifiedAddresses`, decision 0062): the switch answers a local host's
 ARP or neighbour solicitation for them at once. This node names its own such address (the bridge interface's,
 if its certificate names it) in its announcements. This node's own list is a claim too (a member announcing our host after
 us does not hold it here), left out of what the switch is told.
@@ -137,7 +137,7 @@ class HostClaimsFlood:
         uncertified = [str(a) for a in own_addresses if a not in certified]
         if uncertified:
             log.info("overlay %s: address %s not named by this node's certificate: ARP for it is answered elsewhere "
-                     "only after it answered a flooded request (decisions 0056, 0065)", overlay, ", ".join(uncertified))
+                     "only after it answered a flooded request (decisions 0056, 0062)", overlay, ", ".join(uncertified))
         self.interface_mac: str | None = None  # read at each announcement (OVS may change a bridge's MAC)
         self._tell_addresses = tell_addresses
         self._addresses: Mapping[IPAddress, str] = {}
@@ -200,7 +200,7 @@ class HostClaimsFlood:
 
     def certificate_key(self, node_id: int) -> ec.EllipticCurvePublicKey | None:
         """The key of a certificate of `node_id` found the overlay CA's here (in its announcements), or None: what
-        a link request or offer along the ring to it is sealed to (decision 0067, review21f F8). Not revoked."""
+        a link request or offer along the ring to it is sealed to (decision 0064, review21f F8). Not revoked."""
         wall = self._wall()
         return None if node_id in self._revoked(wall) else self._certificates.key_of(node_id, wall)
 

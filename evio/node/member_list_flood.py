@@ -1,4 +1,4 @@
-"""The overlay CA's member list spread over the overlay itself, as the revocation list is (decision 0066).
+"""The overlay CA's member list spread over the overlay itself, as the revocation list is (decision 0063).
 
 A member added while the overlay runs holds the newest list (its join token carries it); the nodes that run
 hold an older one, which does not list the new member, so they would refuse its claim. The server host hands

@@ -177,7 +177,7 @@ class Node:
     async def _start_overlay(self, overlay_plan: OverlayPlan) -> None:
         assert self.sdn is not None
         signaling: Signaling = self._shared[overlay_plan.account].view(overlay_plan.id)
-        # Trust mode: link requests and offers go along the ring once we have links (decision 0067).
+        # Trust mode: link requests and offers go along the ring once we have links (decision 0064).
         ring = ring_signaling.for_overlay(overlay_plan, self.node_id, signaling, self._clock)
         signaling = ring or signaling
         stack = OverlayStack(

@@ -140,7 +140,7 @@ class OverlayStack:
         # Trust mode: revocation lists also spread over the overlay itself (not only through the server).
         self.revocations: RevocationFlood | None = None
         self.revocation_error: str | None = None  # why the flood did not start (shown in the status)
-        # Presence to linked peers only: the CA's member list spreads the same way (decision 0066).
+        # Presence to linked peers only: the CA's member list spreads the same way (decision 0063).
         self.member_lists: MemberListFlood | None = None
         # Trust mode: the MACs each member hosts, announced signed over the overlay (decision 0055).
         self.host_claims: HostClaimsFlood | None = None
@@ -250,7 +250,7 @@ class OverlayStack:
             log.warning("overlay %s: hosts not announced over the overlay (%s)", self.overlay, self.host_claims_error)
             return
         self.host_claims = flood
-        if isinstance(self.signaling, RingSignaling):  # offers along the ring are sealed to the target's key (0067)
+        if isinstance(self.signaling, RingSignaling):  # offers along the ring are sealed to the target's key (0064)
             self.signaling.use_keys(flood.certificate_key)
 
     async def _remove_stale_ports(self) -> None:

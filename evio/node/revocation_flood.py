@@ -63,7 +63,7 @@ certificate is checked once, `host_claims.Certificates`), and one listing the ha
 none. Checking the signature is the signal endpoint's (`bad_revocation`; a refused signature is not checked twice); what this module refuses is counted
 by reason in `counts`. A member that floods such frames is held by the switch's flood budget per port.
 
-The mechanism is `document_flood.SignedDocumentFlood`, which the member list's flood shares (decision 0066).
+The mechanism is `document_flood.SignedDocumentFlood`, which the member list's flood shares (decision 0063).
 """
 
 from __future__ import annotations

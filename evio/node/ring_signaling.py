@@ -1,4 +1,4 @@
-"""Link requests and tunnel offers over the overlay's own tunnels, not through the server (decision 0067).
+"""Link requests and tunnel offers over the overlay's own tunnels, not through the server (decision 0064).
 
 ``RingSignaling`` is one overlay's ``Signaling`` with a detour: a request of a routed action (a link
 request, a tunnel offer) to a node we are not linked to goes, while we have links that read
@@ -186,7 +186,7 @@ class RingSignaling:
             self._via_server -= 1
 
     async def _ring_first(self, peer: int, action: str, body: Body, timeout: float) -> Body:
-        """Along the ring, waiting a little where that spares the server a link request (decision 0067):
+        """Along the ring, waiting a little where that spares the server a link request (decision 0064):
         a node without links sends one link request at a time through the server and the others along the
         ring once its first link is up; a target not reachable yet (a newcomer without links) is tried again
         once. An offer never waits: its link was negotiated, and the peer waits for the tunnel."""

@@ -1,4 +1,4 @@
-"""Signaling routed along the ring (decision 0067): the wire form, its signature, and the next hop. Pure.
+"""Signaling routed along the ring (decision 0064): the wire form, its signature, and the next hop. Pure.
 
 A node with links sends a link request or a tunnel offer to a node it is not linked to over its tunnels
 instead of through the XMPP server: each hop hands it to its linked peer closest to the target, as

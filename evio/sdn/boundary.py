@@ -118,7 +118,7 @@ class SetMacOwners:
 
 @dataclass(frozen=True, slots=True)
 class SetCertifiedAddresses:
-    """Members' own overlay addresses their CA certificates name, each with the MAC holding it (decision 0065):
+    """Members' own overlay addresses their CA certificates name, each with the MAC holding it (decision 0062):
     a local host's ARP or neighbour solicitation for one is answered at once."""
 
     overlay: str

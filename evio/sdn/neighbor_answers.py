@@ -26,7 +26,7 @@ When it answers, and when it does not (the request is then flooded as before, so
   are flooded, so every owner answers as on any Ethernet;
 - never for probes (ARP from 0.0.0.0, duplicate address detection from ::) or announcements;
 - but at once, with no request flooded first, for a member's own overlay address that its CA certificate names
-  (`certified`, from the signed host claims: decision 0065), with the MAC the member names for it, while that
+  (`certified`, from the signed host claims: decision 0062), with the MAC the member names for it, while that
   MAC is live on another port; and never with another MAC, whatever frames said (IPv6: once its router flag
   is known from an advertisement of that MAC);
 - IPv6 only for an address learned from a neighbour advertisement, whose router flag the answer repeats: a
@@ -152,7 +152,7 @@ class NeighborAnswers:
         self._entries: OrderedDict[IPAddress, _Entry] = OrderedDict()  # least recently heard first
         self._by_port: dict[int, OrderedDict[IPAddress, None]] = {}  # the same, per port that taught them
         self._asked: OrderedDict[IPAddress, float] = OrderedDict()  # a local host's request flooded then
-        # Members' own addresses their CA certificates name -> the MAC the member names (decision 0065), set whole
+        # Members' own addresses their CA certificates name -> the MAC the member names (decision 0062), set whole
         # by the daemon from the host claims (`SetCertifiedAddresses`).
         self.certified: dict[IPAddress, str] = {}
         self.answered_certified = 0  # of `answered`: for a certified address, no request flooded first

@@ -48,7 +48,7 @@ def node_files(token: JoinToken, config_dir: Path = CONFIG_DIR, state_dir: Path 
         NodeFile(d / "ca.crt", token.ca_pem, 0o644),
         NodeFile(d / "node.crt", token.cert_pem, 0o644),
     ]
-    if token.member_list:  # beside the CA: the overlay's membership from the start (decisions 0059, 0066)
+    if token.member_list:  # beside the CA: the overlay's membership from the start (decisions 0059, 0063)
         secrets.append(NodeFile(d / "member-list.json", token.member_list, 0o644))
     config = json.dumps(config_document(token, d, state_dir), indent=2) + "\n"
     return [*secrets, NodeFile(config_path(config_dir), config, 0o600)]

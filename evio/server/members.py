@@ -283,7 +283,7 @@ def add_member(
         ca_key, ca_cert = registry.ca(overlay)
         node_id = new_node_id(record)
         address = free_address(record)
-        # The certificate names the member's address too: its ARP answered at once everywhere (decision 0065).
+        # The certificate names the member's address too: its ARP answered at once everywhere (decision 0062).
         node_key, node_cert = issue_node_certificate(ca_key, ca_cert, [overlay], node_id, now, CERT_DAYS,
                                                      addresses={overlay: [ipaddress.ip_interface(address).ip]})  # fmt: skip
         member = Member(name, node_id, address, _time_text(now), _time_text(node_cert.not_valid_after_utc))
@@ -369,7 +369,7 @@ def remove_member(
 
 
 def deliver_member_list(accounts: Accounts, listed: MemberList) -> None:
-    """Hand the new list to the members online (the XMPP server carries it; decision 0066). Best effort: the
+    """Hand the new list to the members online (the XMPP server carries it; decision 0063). Best effort: the
     members that miss it get it over the overlay from one that has it, and a restarted node from its file."""
     deliver = getattr(accounts, "deliver", None)
     if deliver is None:

@@ -72,7 +72,7 @@ class JoinToken:
     cert_pem: str  # this node's certificate, naming node_id for the overlay
     key_pem: str  # its private key
     expires: datetime.datetime
-    # The overlay CA's member list as it stands with this member (decision 0066), written beside the CA by
+    # The overlay CA's member list as it stands with this member (decision 0063), written beside the CA by
     # `evio join`: the node starts with the membership that lists it. Empty in a token of an earlier release.
     member_list: str = ""
 

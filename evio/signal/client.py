@@ -221,7 +221,7 @@ class _Identity(_JsonElement):
 
 class _Members(_JsonElement):
     """<members xmlns="urn:x-evio:members:1">JSON</members>: the overlay CA's member list, from the server host
-    when it adds a member (decision 0066). Nodes of earlier releases ignore the element."""
+    when it adds a member (decision 0063). Nodes of earlier releases ignore the element."""
 
     name = member_list.ELEMENT
     namespace = member_list.NAMESPACE

@@ -126,7 +126,7 @@ RECONTACT_INTERVAL = 30.0
 RECONTACT_LOGINS = 4.0
 ANSWER_WAIT = 10.0  # a request to a listed member not present waits this long at most for its presence
 MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
-# A newer member list seen in a presence (decision 0066): we ask its sender for it, and ask for the same serial
+# A newer member list seen in a presence (decision 0063): we ask its sender for it, and ask for the same serial
 # again (of whoever says it next) only after this long (one answer is enough; a forged serial costs one small
 # ask); we accept the list from whom we asked for this long, and answer one member's asks at most this often.
 MEMBERS_ASK_INTERVAL = 5.0
@@ -163,7 +163,7 @@ class SignalEndpoint:
         self.drops = DropAccounting(limits.drop_log_interval)
         self.ignored_fields = 0  # messages and announcements that carried fields this release does not read
         # Requests and responses this node sent through the server, by action ("response" for answers), and the
-        # requests it was sent: what signaling costs the server (decision 0067's measurement).
+        # requests it was sent: what signaling costs the server (decision 0064's measurement).
         self.messages_out: Counter[str] = Counter()
         self.requests_in: Counter[str] = Counter()
         self._ignored_logged = LogLimiter[str](limits.drop_log_interval)
@@ -201,7 +201,7 @@ class SignalEndpoint:
         for ov, ml in self._links_mode.items():
             self._table.set_listed(ov, frozenset(ml.members.values()) - {account} if ml is not None else ())
         self._told: set[str] = set()  # full JIDs our presence went to in this session (directed)
-        # full JID -> the member list serials its last presence said it holds (decision 0066): a change means
+        # full JID -> the member list serials its last presence said it holds (decision 0063): a change means
         # it may have refused our presence under its older list, so it is answered again.
         self._hints: dict[str, dict[str, int]] = {}
         self._members_asked: OrderedDict[str, float] = OrderedDict()  # full JID -> when we asked it for a list
@@ -402,7 +402,7 @@ class SignalEndpoint:
         """Send a member list message (a list, or an ask for one) to `to` alone; the transport does it."""
 
     def _members_hint(self) -> str | None:
-        """For our presence: the serial of each overlay's member list we hold (decision 0066), or None."""
+        """For our presence: the serial of each overlay's member list we hold (decision 0063), or None."""
         serials = {ov: ml.serial for ov, ml in sorted(self._links_mode.items()) if ml is not None}
         return json.dumps(serials, separators=(",", ":")) if serials else None
 
@@ -513,7 +513,7 @@ class SignalEndpoint:
 
     def _keep_member_file(self, ml: member_list.MemberList, source: str) -> None:
         """A list adopted from elsewhere than its file (the overlay, the server host) replaces the file beside the
-        CA, so that a restart starts from it (decision 0066). Written whole, then renamed: never half a list."""
+        CA, so that a restart starts from it (decision 0063). Written whole, then renamed: never half a list."""
         path = self._identities[ml.overlay].member_file
         if path is None or source == str(path):
             return
@@ -544,7 +544,7 @@ class SignalEndpoint:
             self._adopt_list(rl, sender)
 
     def _members_message(self, sender: str, text: str) -> None:
-        """A member list message (decision 0066): an ask for our list, or a list. A list is taken from the server
+        """A member list message (decision 0063): an ask for our list, or a list. A list is taken from the server
         host (our server's domain), which sends one when it adds a member, or from a member we asked; from
         anyone else it is dropped before any signature is checked."""
         if len(text) <= MAX_MEMBERS_HINT_BYTES:  # an ask is small; a list never has the key "ask"
@@ -806,7 +806,7 @@ class SignalEndpoint:
     def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None,
                             answer: bool = False, members_json: str | None = None) -> None:  # fmt: skip
         """`answer`: the sender's presence answers ours (presence to linked peers only): not answered again.
-        `members_json`: the serials of the member lists the sender holds (decision 0066)."""
+        `members_json`: the serials of the member lists the sender holds (decision 0063)."""
         announcement = Announcement(())
         if announcement_json is not None:
             try:

@@ -14,7 +14,7 @@ Announcement (after the Ethernet header; ethertype `evio.node.host_claims.ETHERT
     [version 3: | address count (1, may be 0) | addresses as in version 2 | page (1) | pages (1)]
     | signature (rest, ECDSA P-256)
 
-Version 2 adds the node's own overlay addresses, each with the MAC of the interface holding it (decision 0065): a
+Version 2 adds the node's own overlay addresses, each with the MAC of the interface holding it (decision 0062): a
 receiver takes them only if the node's certificate names them (`trust.certified_addresses`: the CA's word, not
 the member's), and its switch then answers ARP and neighbour solicitations for them at once. A node sends
 version 1 while it has no certified address to name, so nodes of the previous release still read it.
@@ -56,7 +56,7 @@ from evio.signal.overlay_addresses import certified_addresses
 
 MAGIC = b"EVHC"
 VERSION = 1
-VERSION_ADDRESSES = 2  # with the node's own overlay addresses (decision 0065)
+VERSION_ADDRESSES = 2  # with the node's own overlay addresses (decision 0062)
 VERSION_PAGED = 3  # one page of a list of more than MAX_MACS (review21e E1)
 MAX_ADDRESSES = 8  # a node's own addresses on the overlay (its bridge interface's), not its hosts'
 MAX_MACS = 64  # per page: its bridge's own MACs and its hosts; ~400 bytes, one frame with the certificate
@@ -218,7 +218,7 @@ class Certificates:
 
     def __init__(self) -> None:
         self._known: dict[bytes, tuple[int, ec.EllipticCurvePublicKey, float]] = {}
-        self._addresses: dict[bytes, frozenset[IPAddress]] = {}  # the overlay addresses each names (decision 0065)
+        self._addresses: dict[bytes, frozenset[IPAddress]] = {}  # the overlay addresses each names (decision 0062)
         self._nodes: Counter[int] = Counter()  # node id -> certificates of it held
         self._latest: dict[int, bytes] = {}  # node id -> fingerprint of its certificate added last (key_of)
         # (fingerprint, node id) refused lately: a member's genuine certificate sent again and again under
@@ -270,7 +270,7 @@ class Certificates:
 
     def key_of(self, node_id: int, now: float) -> ec.EllipticCurvePublicKey | None:
         """The key of the certificate of `node_id` checked here last, while it holds; None if none does. What a
-        message along the ring to `node_id` is sealed to (decision 0067, review21f F8)."""
+        message along the ring to `node_id` is sealed to (decision 0064, review21f F8)."""
         fingerprint = self._latest.get(node_id)
         known = self._known.get(fingerprint) if fingerprint is not None else None
         return known[1] if known is not None and now < known[2] else None
@@ -285,7 +285,7 @@ class Certificates:
 
 def check(anchor: TrustAnchor, parsed: Parsed, now: float, certificates: Certificates | None = None) -> Announcement:
     """The announcement `parsed`, if its certificate is the overlay CA's for its node id and signed it, and names
-    every address it claims (decision 0065: a member cannot claim another's address, whatever it signs)."""
+    every address it claims (decision 0062: a member cannot claim another's address, whatever it signs)."""
     public = certificates.key_for(parsed.der, parsed.node_id, now) if certificates is not None else None
     certified = certificates.addresses(parsed.der) if public is not None and certificates is not None else frozenset()
     if public is None:
@@ -485,7 +485,7 @@ class HostClaims:
         return min(due, default=None)
 
     def addresses(self, owners: Mapping[str, int]) -> dict[IPAddress, str]:
-        """Address -> MAC, of the members' own overlay addresses their certificates name (decision 0065): only an
+        """Address -> MAC, of the members' own overlay addresses their certificates name (decision 0062): only an
         address one member alone claims, and only while that member holds the MAC here (`owners`, from
         `owners()`). Two members whose certificates both name an address (an address the CA gave again before
         the first holder's certificate expired or was revoked) are answered for by neither. This node's own are

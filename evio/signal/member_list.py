@@ -25,7 +25,7 @@ from typing import Any
 from evio.signal import identity
 from evio.signal.identity import CaKey, IdentityError, TrustAnchor
 
-# The server host hands a new list to the members online in a message of its own (decision 0066):
+# The server host hands a new list to the members online in a message of its own (decision 0063):
 # <members xmlns="urn:x-evio:members:1">the list's JSON</members>, from the server's domain only.
 NAMESPACE = "urn:x-evio:members:1"
 ELEMENT = "members"

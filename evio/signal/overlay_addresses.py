@@ -1,4 +1,4 @@
-"""A node's own overlay addresses, named by its overlay-CA certificate (decision 0065). Pure.
+"""A node's own overlay addresses, named by its overlay-CA certificate (decision 0062). Pure.
 
 A switch answers a local host's ARP request or neighbour solicitation for a member's address at once, without
 crossing the overlay, only when something the members cannot forge binds the address to that member: a member

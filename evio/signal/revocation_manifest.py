@@ -1,5 +1,5 @@
 """The manifest a node signs before it broadcasts a signed document in chunks: the revocation list (review21e
-E3; decision 0043) and the member list (decision 0066), `evio.node.document_flood`.
+E3; decision 0043) and the member list (decision 0063), `evio.node.document_flood`.
 
 Pure: bytes and `now` in, verdicts out. The CA's signature covers the whole list, so no chunk can be checked
 before all are in, and a frame's sender MAC proves nothing: assemblies keyed by sender MAC were evicted by

@@ -222,7 +222,7 @@ class FakeSignalHub:
 
     def _deliver(self, target: FakeSignalClient, sender: str, text: str, members: bool = False) -> None:
         if self._online.get(target.full_jid) is target:
-            if members:  # a member list message (<members/>, decision 0066)
+            if members:  # a member list message (<members/>, decision 0063)
                 target._members_message(sender, text)
             else:
                 target._payload_received(sender, text)
@@ -270,7 +270,7 @@ class FakeSignalClient(SignalEndpoint):
 
     def _presence_payload(self) -> tuple[str, str | None, str | None]:
         """What our presence carries: the announce document, the identity element (trust mode) and the serials
-        of the member lists we hold (decision 0066)."""
+        of the member lists we hold (decision 0063)."""
         return self._announcement(), self._identity_document(self.full_jid), self._members_hint()
 
     def _announce_again(self) -> None:

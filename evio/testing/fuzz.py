@@ -1437,7 +1437,7 @@ def _claims_target(stack: ExitStack) -> Target:
 
 
 def _ring_target(stack: ExitStack) -> Target:
-    """Chunks of link requests and offers routed along the ring (decision 0067), as a tunnel's control record
+    """Chunks of link requests and offers routed along the ring (decision 0064), as a tunnel's control record
     hands them over: parsed, reassembled, and opened against the overlay CA."""
     import datetime
 
@@ -1481,7 +1481,7 @@ def _ring_target(stack: ExitStack) -> Target:
 
 
 def _manifest_target(stack: ExitStack) -> Target:
-    """Manifests of the signed-document floods (revocation and member lists, decisions 0043, 0066): a member's
+    """Manifests of the signed-document floods (revocation and member lists, decisions 0043, 0063): a member's
     signed list of chunk hashes, parsed after the flood's header and checked against the overlay CA."""
     import datetime
 

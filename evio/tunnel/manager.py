@@ -96,7 +96,7 @@ class TunnelManager:
 
     def relay_signal_to(self, sink: Callable[[int, bytes], None]) -> None:
         """Tunnels from now on say they read OVERLAY_SIGNAL and hand what arrives to ``sink(peer, payload)``
-        (decision 0067: signaling routed along the ring)."""
+        (decision 0064: signaling routed along the ring)."""
         self._overlay_signal = sink
 
     def signal_relays(self) -> dict[int, Tunnel]:
@@ -199,7 +199,7 @@ class TunnelManager:
         existing = self._tunnels.get(peer)
         if (existing is not None and existing.active and not existing.info.initiator
                 and existing.info.tunnel_id == offer.tunnel_id):
-            # The same offer again: a copy a relay held along the ring (decision 0067; fresh for 60 s) after the
+            # The same offer again: a copy a relay held along the ring (decision 0064; fresh for 60 s) after the
             # server carried it. Answered as before; replacing the tunnel would end the one it made (review21f F7).
             self.duplicate_offers += 1
             answered = self._answered.get(peer)

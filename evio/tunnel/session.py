@@ -197,7 +197,7 @@ class Tunnel:
         self._standby_underlay: Any = None
         self._rx_mark = self._tx_mark = 0  # the counts at the last tick (``_suspect``)
         self._heard_at = clock()  # the tick that saw the last record arrive
-        # Signaling routed along the ring (decision 0067): set by the manager; our HELLOs then say we read it.
+        # Signaling routed along the ring (decision 0064): set by the manager; our HELLOs then say we read it.
         self.on_overlay_signal: Callable[[int, bytes], None] | None = None
         self.peer_relays_signal = False  # the peer's HELLO said it reads OVERLAY_SIGNAL
         # The key of the peer's certificate once the overlay CA's check passed: what messages along the ring to
@@ -605,7 +605,7 @@ class Tunnel:
             datapath.set_path_mtu(self._pmtu.mtu)
 
     def send_overlay_signal(self, payload: bytes) -> bool:
-        """One OVERLAY_SIGNAL to the peer (decision 0067); False if the tunnel cannot carry it now."""
+        """One OVERLAY_SIGNAL to the peer (decision 0064); False if the tunnel cannot carry it now."""
         if not (self.peer_relays_signal and self._datapath_running and self.state is TunnelState.UP):
             return False
         self._datapath.send_control(ControlMessage(ControlOpcode.OVERLAY_SIGNAL, 0, 0, payload))

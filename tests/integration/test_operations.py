@@ -246,7 +246,7 @@ def _signaling_cut(node: Host, cut: bool) -> None:
 def test_a_member_added_while_the_overlay_runs_reaches_a_node_cut_off_from_the_server_over_the_overlay(
     overlay: Overlay, xmpp: str
 ) -> None:
-    """Decision 0066: no member list is copied by hand. Tokens made one after another carry lists of serials
+    """Decision 0063: no member list is copied by hand. Tokens made one after another carry lists of serials
     1..3; the members come to the newest by themselves. Then node3 loses the XMPP server (its tunnels stay up),
     and `evio member add node4` on the server host: the online members get the new list from the server
     host, and node3 only over the overlay; node4 joins, and once node3 has the server again, all four ping."""

@@ -99,7 +99,7 @@ class ControlOpcode(enum.IntEnum):
     PMTU_ACK = 7
     """The answer to PMTU_PROBE, token echoed (not padded)."""
     OVERLAY_SIGNAL = 8
-    """Signaling routed along the ring (decision 0067): opcode, flags, then at most ``MAX_SIGNAL_PAYLOAD`` bytes
+    """Signaling routed along the ring (decision 0064): opcode, flags, then at most ``MAX_SIGNAL_PAYLOAD`` bytes
     the tunnel does not read (evio.overlay.ring_signal). Sent only to a peer whose HELLO had HELLO_RELAYS_SIGNAL."""
 
 
@@ -110,7 +110,7 @@ ECHO_OPCODES = frozenset({ControlOpcode.ECHO_REQUEST, ControlOpcode.ECHO_REPLY, 
 HELLO_PEER_SEEN = 0x01
 """HELLO flag: the sender has already received an authenticated record from us."""
 HELLO_RELAYS_SIGNAL = 0x02
-"""HELLO flag: the sender reads OVERLAY_SIGNAL (decision 0067). The previous release ignores the bit and never sets it."""
+"""HELLO flag: the sender reads OVERLAY_SIGNAL (decision 0064). The previous release ignores the bit and never sets it."""
 MAX_SIGNAL_PAYLOAD = 1200
 """Bytes of an OVERLAY_SIGNAL after opcode and flags: a record that fits a 1280-byte path unfragmented."""
 

@@ -59,7 +59,7 @@ def issue_node_certificate(
     addresses: Mapping[str, Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]] | None = None,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A certificate naming `node_id` in each of `overlays`, and its own overlay addresses (`addresses`, by
-    overlay: decision 0065, local ARP and ND answers for them), signed by the CA."""
+    overlay: decision 0062, local ARP and ND answers for them), signed by the CA."""
     if not overlays:
         raise ValueError("a node certificate names at least one overlay")
     key = key or ec.generate_private_key(ec.SECP256R1())

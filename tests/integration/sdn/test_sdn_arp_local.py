@@ -1,9 +1,9 @@
 """ARP answered by the local switch in a real overlay (issue 23): daemons, OVS, os-ken, tunnels, NATs.
 
-The overlay has a CA, and each node's certificate names its overlay address (decision 0065); each node names
+The overlay has a CA, and each node's certificate names its overlay address (decision 0062); each node names
 the address with its bridge's MAC in its signed host claims. A host on node1 asks for node2's address: every
 request, the first too, is answered by node1's switch on the asking port, and none crosses to node2 (before
-0065 the first crossed, since an address was answered only once its owner answered a flooded request: decision
+0062 the first crossed, since an address was answered only once its owner answered a flooded request: decision
 0056). The asking host is a raw packet socket on node1's bridge interface, so the kernel's own ARP cache plays no
 part; it times each answer, and a listener on node2's bridge counts the requests of node1 that reached it. Run
 with -s for the times.

@@ -1,4 +1,4 @@
-"""`evio pki issue --address OVERLAY=IP`: the node's own overlay address in its certificate (decision 0065)."""
+"""`evio pki issue --address OVERLAY=IP`: the node's own overlay address in its certificate (decision 0062)."""
 
 from __future__ import annotations
 

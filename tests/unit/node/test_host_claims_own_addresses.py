@@ -1,5 +1,5 @@
 """Each node names its own certified overlay address in its host announcements, and every other node tells its
-switch (evio/node/host_claims.py, decision 0065), on an in-memory broadcast medium standing in for Bounded Flood."""
+switch (evio/node/host_claims.py, decision 0062), on an in-memory broadcast medium standing in for Bounded Flood."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The overlay CA's member list spread over the overlay (evio/node/member_list_flood.py, decision 0066).
+"""The overlay CA's member list spread over the overlay (evio/node/member_list_flood.py, decision 0063).
 
 As tests/unit/node/test_revocation_flood.py, on an in-memory broadcast medium standing in for Bounded Flood,
 but with real signal endpoints (`FakeSignalClient`, not started: no server is needed to adopt a list), so

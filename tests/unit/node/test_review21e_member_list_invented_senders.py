@@ -1,4 +1,4 @@
-"""review21e E3 for the member list's flood (decision 0066): its assemblies were keyed by sender MAC as the
+"""review21e E3 for the member list's flood (decision 0063): its assemblies were keyed by sender MAC as the
 revocation list's were, so one-chunk forgeries from invented MACs evicted a real list's assembly between two of its
 chunks, and a new member stayed unlisted on the nodes that missed the server host's message. The manifest rules
 live in the shared `document_flood.SignedDocumentFlood`: a list goes out as a manifest signed with the sender's

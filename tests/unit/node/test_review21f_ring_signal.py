@@ -1,4 +1,4 @@
-"""Review21f: attacks on offers along the ring (decision 0067) by a member that relays them or sends its own.
+"""Review21f: attacks on offers along the ring (decision 0064) by a member that relays them or sends its own.
 
 The fleet of tests/unit/node/test_ring_signaling.py: a ring of RingSignaling nodes over in-memory tunnels,
 with a relay's tamper hook. Each test is an attack and asserts what an honest node should see.

@@ -1,4 +1,4 @@
-"""Link requests and offers along the ring (evio.node.ring_signaling, decision 0067), over in-memory tunnels.
+"""Link requests and offers along the ring (evio.node.ring_signaling, decision 0064), over in-memory tunnels.
 
 A ring of nodes, each linked to its successor and predecessor; every node's `RingSignaling` wraps a fake
 server view that counts what went through it. The tunnels hand records on with `call_soon`, as a datagram

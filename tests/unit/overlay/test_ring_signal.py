@@ -1,4 +1,4 @@
-"""The wire form, signature and next hop of signaling routed along the ring (evio.overlay.ring_signal, 0067)."""
+"""The wire form, signature and next hop of signaling routed along the ring (evio.overlay.ring_signal, 0064)."""
 
 from __future__ import annotations
 

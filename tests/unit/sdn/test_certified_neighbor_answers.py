@@ -1,8 +1,8 @@
 """A member's own overlay address that its CA certificate names is answered by the local switch at once (decision
-0065), and never for anyone else.
+0062), and never for anyone else.
 
 The real BoundedFloodSwitch of node 100, with a local host H1, the victim's node 200 (its bridge's MAC V at IPV,
-which its certificate names) and the attacker's node 300 (its bridge's MAC A), both adjacent. Before 0065 the
+which its certificate names) and the attacker's node 300 (its bridge's MAC A), both adjacent. Before 0062 the
 first request for IPV crossed the overlay (0056: an address is answered only once its owner answered a request
 flooded here); the attacker here also announces IPV and answers flooded requests for it, as 0056's tests do.
 """

@@ -1,4 +1,4 @@
-"""The member list in the join token (decision 0066): a node added while the overlay runs starts with the list
+"""The member list in the join token (decision 0063): a node added while the overlay runs starts with the list
 that names it, written beside its CA by `evio join`; the members online get it from the server host."""
 
 from __future__ import annotations

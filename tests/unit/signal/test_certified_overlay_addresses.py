@@ -1,4 +1,4 @@
-"""A member's own overlay address, named by its CA certificate and its signed host claims (decision 0065).
+"""A member's own overlay address, named by its CA certificate and its signed host claims (decision 0062).
 
 The codec and the claims table: an address counts only if the announcing member's certificate names it, so an
 attacker that signs a claim of the victim's address (with its own MAC, or the victim's) is refused, with or

@@ -1,4 +1,4 @@
-"""The server host's member list message (decision 0066): adopted from our server's domain only, written beside
+"""The server host's member list message (decision 0063): adopted from our server's domain only, written beside
 the CA; from anyone else dropped and counted before any signature is checked."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ async def test_members_holding_the_lists_of_their_own_tokens_all_come_to_the_new
     tmp_path: Path,
 ) -> None:
     """The operator's path: tokens made one after another carry serials 1..n, each listing the members so
-    far; the members join later, each with its own token's list. They ask each other (decision 0066)."""
+    far; the members join later, each with its own token's list. They ask each other (decision 0063)."""
     ca = make_overlay_ca("ov1 CA", NOW, 3650)
     clock = VirtualClock()
     hub = FakeSignalHub(clock)

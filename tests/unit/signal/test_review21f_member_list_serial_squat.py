@@ -1,5 +1,5 @@
 """Review21f F4: a member's presence claiming a huge member list serial keeps a node from asking honest
-contacts for the real newer list (decision 0066's ask in signaling).
+contacts for the real newer list (decision 0063's ask in signaling).
 
 The node remembered one (serial, when) per overlay and asked nobody for a serial at or below it within
 MEMBERS_ASK_INTERVAL: a hostile contact announcing 10**18 (never answering) every few seconds made every honest

@@ -136,7 +136,7 @@ def test_a_verified_certificate_is_remembered_so_a_refresh_costs_one_signature_c
 
 
 def test_a_members_checked_certificate_key_is_found_by_its_node_id_while_it_holds() -> None:
-    """What a message along the ring to the member is sealed to (decision 0067, review21f F8)."""
+    """What a message along the ring to the member is sealed to (decision 0064, review21f F8)."""
     certificates = hc.Certificates()
     wall = time.time()
     assert certificates.key_of(M, wall) is None

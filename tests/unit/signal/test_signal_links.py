@@ -237,7 +237,7 @@ async def test_a_newer_list_from_the_file_adds_a_member_and_a_bad_one_is_refused
                       identities={"ov1": ov.identity(newcomer_id, ov.members(), tmp_path)})  # fmt: skip
     await late.start()
     # Not on their list, but its presence says it holds a newer one: its contacts ask it for the list
-    # (decision 0066), and the newcomer is known without anyone copying a file.
+    # (decision 0063), and the newcomer is known without anyone copying a file.
     await wait_until(lambda: all(c.listed_members("ov1").serial == ov.serial for c in clients),  # type: ignore[union-attr]
                      10, clock=clock, what="the newcomer's list asked for and adopted")
     await wait_until(lambda: _know_contacts([*clients, late]), 60, clock=clock, what="the newcomer known")

@@ -1,6 +1,6 @@
 """Review21f F7: an offer delivered twice replaces the tunnel it made.
 
-Along the ring (decision 0067) a relay may hold a signed offer and hand it on later: it stays fresh for 60 s (clocks
+Along the ring (decision 0064) a relay may hold a signed offer and hand it on later: it stays fresh for 60 s (clocks
 differ) and the target's replay table knows only what came along the ring. The origin meanwhile fell back to the
 server after 6 s with the same offer (same tunnel id, same ICE credentials), the target served it and the tunnel came
 up. The held copy then arrives: the manager took it for a new offer from the peer, closed the working tunnel

@@ -1,4 +1,4 @@
-"""OVERLAY_SIGNAL records (decision 0067): the opcode's bounds, the HELLO flag that announces it, and two
+"""OVERLAY_SIGNAL records (decision 0064): the opcode's bounds, the HELLO flag that announces it, and two
 real tunnels carrying it; a peer that never said it reads them (the previous release) gets none."""
 
 from __future__ import annotations
