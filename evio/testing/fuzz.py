@@ -1468,7 +1468,7 @@ def _ring_target(stack: ExitStack) -> Target:
                 return "unreachable notice"
             sealed = reassembly.add(chunk, clock[0])
             if sealed is None:
-                return "partial"
+                return None  # accepted: held for its message's other chunks
             own = keys.get(chunk.dst)
             if own is None:
                 return "not for us"  # relayed on, unopened
