@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evio.clock import REAL_CLOCK, Clock, Timer
-from evio.node.ethertype_socket import read_frames
+from evio.node.ethertype_socket import open_ethertype_socket, read_frames
 from evio.ratelimit import LogLimiter, Rate, TokenBucket
 from evio.signal import revocation_manifest
 from evio.signal.events import MemberListAdopted, RevocationAdopted, Subscription
@@ -136,14 +136,7 @@ class SignedDocumentFlood:
         self._ask_backoff = HAVE_INTERVAL
 
     def start(self) -> None:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETHERTYPE))
-        try:
-            sock.bind((self.ifname, ETHERTYPE))
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
+        sock = self._sock = open_ethertype_socket(self.ifname, ETHERTYPE)
         self.mac = bytes(sock.getsockname()[4][:6])
         asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
         self._subscription = self._signaling.subscribe(self.EVENT, self._adopted)

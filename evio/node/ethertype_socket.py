@@ -1,4 +1,5 @@
-"""Reading an ethertype's broadcasts from the bridge's own port (revocation_flood.py, host_claims.py)."""
+"""An ethertype's socket on the bridge's own port: opening it, reading its broadcasts (document_flood.py,
+host_claims.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,19 @@ from collections import Counter
 from collections.abc import Callable
 
 READ_BATCH = 64  # frames read per wake-up, so a flood cannot hold the loop
+
+
+def open_ethertype_socket(ifname: str, ethertype: int) -> socket.socket:
+    """A non-blocking AF_PACKET socket bound to `ifname`, receiving frames of `ethertype` without their
+    Ethernet header (SOCK_DGRAM); closed again if it cannot be bound."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ethertype))
+    try:
+        sock.bind((ifname, ethertype))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def read_broadcasts(sock: socket.socket, counts: Counter[str], log: logging.Logger, what: str,

@@ -72,7 +72,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.clock import REAL_CLOCK, Clock, Timer
-from evio.node.ethertype_socket import read_frames
+from evio.node.ethertype_socket import open_ethertype_socket, read_frames
 from evio.ratelimit import LogLimiter, Rate
 from evio.sdn.flood_shares import FloodShares
 from evio.sdn.switch_terms import ETH_HEADER_LEN, HOST_CLAIMS_ETHERTYPE
@@ -168,14 +168,7 @@ class HostClaimsFlood:
         self._alone_timer: Timer | None = None  # a lone claimant's ALONE_HOLD ends: owners change (review21e E4)
 
     def start(self) -> None:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETHERTYPE))
-        try:
-            sock.bind((self.ifname, ETHERTYPE))
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
+        sock = self._sock = open_ethertype_socket(self.ifname, ETHERTYPE)
         asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
         self.begin()
 
