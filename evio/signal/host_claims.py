@@ -237,6 +237,26 @@ class Certificates:
             return None
         return known[1]
 
+    def checked_key(self, anchor: TrustAnchor, der: bytes, node_id: int, now: float) -> ec.EllipticCurvePublicKey:
+        """The key of the certificate `der` if the overlay CA issued it for `node_id` and it holds at `now` (Unix
+        seconds): one checked here before costs nothing, another is checked by its chain and kept (with the
+        addresses it names), or refused for a while. ClaimError says why not, the same words for every caller."""
+        public = self.key_for(der, node_id, now)
+        if public is not None:
+            return public
+        try:
+            cert = load_certificate(der)
+        except ValueError:
+            raise ClaimError("certificate unreadable") from None
+        if anchor.refusal(cert, node_id, datetime.datetime.fromtimestamp(now, datetime.UTC)) is not None:
+            self.refuse(der, node_id, now)
+            raise ClaimError("certificate refused")
+        key = cert.public_key()
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise ClaimError("certificate key is not ECDSA")
+        self.add(der, node_id, key, cert, now, certified_addresses(cert, anchor.overlay))
+        return key
+
     def refuse(self, der: bytes, node_id: int, now: float) -> None:
         if len(self._refused) >= self.MAX:
             del self._refused[next(iter(self._refused))]
@@ -286,25 +306,10 @@ class Certificates:
 def check(anchor: TrustAnchor, parsed: Parsed, now: float, certificates: Certificates | None = None) -> Announcement:
     """The announcement `parsed`, if its certificate is the overlay CA's for its node id and signed it, and names
     every address it claims (decision 0062: a member cannot claim another's address, whatever it signs)."""
-    public = certificates.key_for(parsed.der, parsed.node_id, now) if certificates is not None else None
-    certified = certificates.addresses(parsed.der) if public is not None and certificates is not None else frozenset()
-    if public is None:
-        try:
-            cert = load_certificate(parsed.der)
-        except ValueError:
-            raise ClaimError("certificate unreadable") from None
-        when = datetime.datetime.fromtimestamp(now, datetime.UTC)
-        if anchor.refusal(cert, parsed.node_id, when) is not None:
-            if certificates is not None:
-                certificates.refuse(parsed.der, parsed.node_id, now)
-            raise ClaimError("certificate refused")
-        key = cert.public_key()
-        if not isinstance(key, ec.EllipticCurvePublicKey):
-            raise ClaimError("certificate key is not ECDSA")
-        public = key
-        certified = certified_addresses(cert, anchor.overlay)
-        if certificates is not None:
-            certificates.add(parsed.der, parsed.node_id, key, cert, now, certified)
+    if certificates is None:
+        certificates = Certificates()  # `verify`: checked once, kept nowhere
+    public = certificates.checked_key(anchor, parsed.der, parsed.node_id, now)
+    certified = certificates.addresses(parsed.der)
     try:
         public.verify(parsed.signature, _CONTEXT + parsed.signed, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:

@@ -25,7 +25,6 @@ the CA's signature; it can only take the place of that member's own assembly.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import struct
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.signal.host_claims import MAX_CERT_BYTES, MAX_FRAME_BYTES, MAX_SIG_BYTES, Certificates, ClaimError
-from evio.signal.identity import TrustAnchor, load_certificate
+from evio.signal.identity import TrustAnchor
 
 HASH_BYTES = 16  # of SHA-256: a chunk matching a listed hash is a second preimage, 2^128 work
 PART_HASHES = 64  # chunk hashes in a manifest, or in one part of them: 1,024 bytes, within a chunk's frame
@@ -110,22 +109,9 @@ def check(anchor: TrustAnchor, overlay: str, manifest: Manifest, now: float, cer
     """Nothing if `manifest` is signed with the key of a certificate the overlay CA issued for its node id, at
     `now` (Unix seconds); ManifestError otherwise. A certificate checked once costs one signature check after."""
     try:
-        public = certificates.key_for(manifest.der, manifest.node_id, now)
-    except ClaimError:
-        raise ManifestError("certificate refused") from None
-    if public is None:
-        try:
-            cert = load_certificate(manifest.der)
-        except ValueError:
-            raise ManifestError("certificate unreadable") from None
-        if anchor.refusal(cert, manifest.node_id, datetime.datetime.fromtimestamp(now, datetime.UTC)) is not None:
-            certificates.refuse(manifest.der, manifest.node_id, now)
-            raise ManifestError("certificate refused")
-        key = cert.public_key()
-        if not isinstance(key, ec.EllipticCurvePublicKey):
-            raise ManifestError("certificate key is not ECDSA")
-        public = key
-        certificates.add(manifest.der, manifest.node_id, key, cert, now)
+        public = certificates.checked_key(anchor, manifest.der, manifest.node_id, now)
+    except ClaimError as exc:
+        raise ManifestError(str(exc)) from None
     try:
         public.verify(manifest.signature, _CONTEXT + overlay.encode() + b"\x00" + manifest.signed,
                       ec.ECDSA(hashes.SHA256()))  # fmt: skip

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from evio.signal import host_claims as hc
+from evio.signal import revocation_manifest as rm
 from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 from evio.tunnel.path.trust import TrustAnchor
 
@@ -156,6 +157,30 @@ def test_a_certificate_refused_for_a_node_id_is_refused_again_without_a_chain_ch
     with pytest.raises(hc.ClaimError, match="certificate refused"):
         certificates.key_for(under_m.der, M, wall)  # remembered: the next such forgery costs no chain
     assert hc.check(ANCHOR, hc.parse(OV, signed(key=KEY_A, cert=CERT_A, node=A), wall), wall, certificates).node_id == A
+
+
+@pytest.mark.parametrize("case", ["unreadable", "other node's id", "refused lately"])
+def test_host_claims_and_manifests_refuse_a_certificate_in_the_same_words(case: str) -> None:
+    """Both check a certificate with `Certificates.checked_key`: a refusal counts the same under either."""
+    wall = time.time()
+    parsed = hc.parse(OV, signed(), wall)  # M's, under M's id
+    claims_certificates, manifest_certificates = hc.Certificates(), hc.Certificates()
+    if case == "unreadable":
+        der = b"not a certificate"
+    elif case == "other node's id":
+        der = hc.parse(OV, signed(key=KEY_A, cert=CERT_A, node=A), wall).der
+    else:  # M's own certificate, remembered as refused for M: refused from memory, though its chain holds
+        der = parsed.der
+        claims_certificates.refuse(der, M, wall)
+        manifest_certificates.refuse(der, M, wall)
+    parsed = dataclasses.replace(parsed, der=der)
+    with pytest.raises(hc.ClaimError) as claim_refusal:
+        hc.check(ANCHOR, parsed, wall, claims_certificates)
+    manifest = rm.Manifest(M, der, (), b"\x00", b"")
+    with pytest.raises(rm.ManifestError) as manifest_refusal:
+        rm.check(ANCHOR, OV, manifest, wall, manifest_certificates)
+    expected = "certificate unreadable" if case == "unreadable" else "certificate refused"
+    assert str(claim_refusal.value) == str(manifest_refusal.value) == expected
 
 
 def test_members_taking_turns_alone_with_a_host_cannot_push_its_first_claimant_out() -> None:
