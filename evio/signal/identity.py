@@ -143,6 +143,18 @@ def load_certificate(der: bytes) -> x509.Certificate:
         raise ValueError(str(exc) or type(exc).__name__) from None
 
 
+def san_names(cert: x509.Certificate, scheme: str, overlay: str) -> list[str]:
+    """What `cert`'s SAN URIs ``<scheme>:<overlay>:<name>`` name for `overlay`, in their order: its node ids
+    (`evio.tunnel.path.trust`), its own overlay addresses (`evio.signal.overlay_addresses`). None without a SAN."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    prefix = f"{scheme}:{overlay}:"
+    uris = san.get_values_for_type(x509.UniformResourceIdentifier)
+    return [uri[len(prefix) :] for uri in uris if uri.startswith(prefix)]
+
+
 def make_proof(
     key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, full_jid: str, overlay: str, node_id: int
 ) -> ClaimProof:

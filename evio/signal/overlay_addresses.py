@@ -14,6 +14,8 @@ import ipaddress
 
 from cryptography import x509
 
+from evio.signal.identity import san_names
+
 SCHEME = "evio-address"
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -25,18 +27,12 @@ def address_uri(overlay: str, address: IPAddress) -> str:
 
 def certified_addresses(cert: x509.Certificate, overlay: str) -> frozenset[IPAddress]:
     """The addresses `cert` names for its node in `overlay`; what is not one unicast address is left out."""
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return frozenset()
-    prefix = f"{SCHEME}:{overlay}:"
     found: set[IPAddress] = set()
-    for uri in san.get_values_for_type(x509.UniformResourceIdentifier):
-        if uri.startswith(prefix):
-            try:
-                address = ipaddress.ip_address(uri[len(prefix) :])
-            except ValueError:
-                continue
-            if not (address.is_multicast or address.is_unspecified):
-                found.add(address)
+    for name in san_names(cert, SCHEME, overlay):
+        try:
+            address = ipaddress.ip_address(name)
+        except ValueError:
+            continue
+        if not (address.is_multicast or address.is_unspecified):
+            found.add(address)
     return frozenset(found)

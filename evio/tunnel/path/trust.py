@@ -27,7 +27,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
-from evio.signal.identity import UNREADABLE
+from evio.signal.identity import UNREADABLE, san_names
 
 URI_SCHEME = "evio"
 
@@ -39,20 +39,13 @@ def node_uri(overlay: str, node_id: int) -> str:
 
 def named_node_ids(cert: x509.Certificate, overlay: str) -> list[int]:
     """The node ids `cert` names for `overlay` (SAN URIs ``evio:<overlay>:<id>``)."""
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return []
-    prefix = f"{URI_SCHEME}:{overlay}:"
     ids = []
-    for uri in san.get_values_for_type(x509.UniformResourceIdentifier):
-        if uri.startswith(prefix):
-            text = uri[len(prefix) :]
-            if len(text) == 32:
-                try:
-                    ids.append(int(text, 16))
-                except ValueError:
-                    continue
+    for text in san_names(cert, URI_SCHEME, overlay):
+        if len(text) == 32:
+            try:
+                ids.append(int(text, 16))
+            except ValueError:
+                continue
     return ids
 
 
