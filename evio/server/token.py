@@ -26,6 +26,7 @@ import binascii
 import datetime
 import hashlib
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,10 @@ _CONTEXT = b"evio join token v1\n"
 # members): a bound, not a limit anyone meets. A big overlay's token is best passed with --token-file.
 MAX_TOKEN_CHARS = 4 * 1024 * 1024
 MAX_PAYLOAD_BYTES = member_list.MAX_TEXT_BYTES + 256 * 1024  # after decompression: a zip bomb stops here
+# Member names become XMPP localparts and TURN usernames: keep them to what both take unescaped.
+NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+# An overlay id names a directory under /etc/evio: a token names only one of its own there (review21g G2).
+OVERLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
 class TokenError(ValueError):
@@ -199,8 +204,15 @@ def _from_payload(payload: Any) -> JoinToken:
         expires = datetime.datetime.fromtimestamp(field("expires", int), datetime.UTC)
     except (OverflowError, OSError, ValueError):
         raise TokenError("the token's expires is not a time") from None
+    # Whoever hands out a token chooses every field (its CA is its own unless pinned), and the overlay id
+    # becomes a directory name: refuse what is not one before anything is written.
+    overlay, node_name = field("overlay", str), field("node.name", str)
+    if not OVERLAY_ID.match(overlay):
+        raise TokenError(f"the token's overlay {overlay[:40]!r} is not an overlay id: 1 to 32 of A-Z a-z 0-9 _ -")
+    if not NODE_NAME.match(node_name):
+        raise TokenError(f"the token's node.name {node_name[:40]!r} is not a member name: 1 to 32 of a-z 0-9 _ -")
     return JoinToken(
-        overlay=field("overlay", str), node_name=field("node.name", str), node_id=node_id,
+        overlay=overlay, node_name=node_name, node_id=node_id,
         address=field("node.address", str), xmpp_server=field("signal.server", str),
         xmpp_port=field("signal.port", int), jid=field("signal.jid", str),
         xmpp_password=field("signal.password", str), xmpp_ca_pem=field("signal.ca", str), stun=tuple(stun),

@@ -14,7 +14,7 @@ Measured: with `victim/node.key` and `victim/ca.crt` present, `evio join` of a t
 exited 1, and both files were gone (overwritten with the token's, then removed). Nothing else is needed: no
 --force, no existing config.
 
-Proposed fix: `token.decode` refuses an overlay that is not an overlay id (`members.check_overlay`'s pattern:
+Fixed: `token.decode` refuses an overlay that is not an overlay id (`members.check_overlay`'s pattern:
 1-32 of A-Z a-z 0-9 _ -) and checks the other fields that become names or config (node name, jid) before
 anything is written; `_write_files` creates each file with O_EXCL (or writes to a temporary name and renames) and
 its rollback removes only what it created, never a file that was there.
@@ -36,7 +36,6 @@ from evio.testing.fake_server import fake_server_host
 from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 
 
-@pytest.mark.xfail(strict=True, reason="review21g G2: a token's overlay id is a path; join overwrites and deletes files")
 def test_a_token_whose_overlay_is_a_path_leaves_files_outside_etc_evio_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
