@@ -349,7 +349,7 @@ class RingSignaling:
                 log.exception("ring signal handler %s failed overlay=%s peer=%032x", request.action, self.overlay,
                               request.src)  # fmt: skip
                 reply = _error(request, ts, ErrorReason.INTERNAL, "")
-        self.served[request.action] += 1
+        self.served[request.action if handler is not None else "unknown"] += 1  # never keyed by a peer's name
         assert request.sender_key is not None  # open_sealed gave it
         self._send(reply, request.sender_key)
 

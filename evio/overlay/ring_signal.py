@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from evio.signal.identity import TrustAnchor, load_certificate
+from evio.signal.protocol import ACTION_RE, TXID_RE
 
 __all__ = [
     "DATA", "FRESH", "HEADER", "MAX_CHUNKS", "MAX_HOPS", "UNREACHABLE", "Chunk", "DropReason", "Reassembly",
@@ -346,6 +347,11 @@ def _message(doc: bytes) -> RingMessage:
             raise ValueError("fields")
         if not isinstance(value["ts"], int | float) or isinstance(value["ts"], bool):
             raise ValueError("ts")
+        # the server path's bounds: a member-chosen name is short, whatever it keys (review21g G3)
+        if not TXID_RE.fullmatch(value["txid"]):
+            raise ValueError("txid")
+        if kind == "request" and not (isinstance(value["action"], str) and ACTION_RE.fullmatch(value["action"])):
+            raise ValueError("action")
         body = value.get("body")
         if kind != "error" and not isinstance(body, dict):
             raise ValueError("body")

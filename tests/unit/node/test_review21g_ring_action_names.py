@@ -13,7 +13,7 @@ spaced 10 ms apart (within one neighbour's burst) left 40 keys in `served`, a ri
 and 742 KB more memory. At 20 requests/s from one neighbour that is about 300 KB/s (1 GB an hour per link the
 attacker's requests arrive on), and `evio status` exceeds the control socket's 16 MB reply bound within a minute.
 
-Proposed fix: refuse a request whose action is not in ROUTED in `_take`, before a task is made or anything is
+Fixed: refuse a request whose action is not in ROUTED in `_take`, before a task is made or anything is
 keyed by it (counted as DropReason.UNEXPECTED, answered with UNKNOWN_ACTION or not at all), and key `served` only by
 the routed actions; more generally, never key a counter by a peer-chosen string.
 """
@@ -24,15 +24,12 @@ import asyncio
 import json
 import time
 
-import pytest
-
 from evio.node.ring_signaling import ROUTED
 from evio.overlay import ring_signal as rs
 from evio.tunnel.path.overlay_ca import issue_node_certificate
 from tests.unit.node.test_ring_signaling import CA, CA_KEY, NOW, OV, Fleet
 
 
-@pytest.mark.xfail(strict=True, reason="review21g G3: ring requests' action names key an unbounded counter")
 async def test_requests_naming_invented_actions_do_not_grow_the_nodes_counters() -> None:
     fleet = Fleet(4)
     attacker, target = fleet.ids[0], fleet.ids[1]
