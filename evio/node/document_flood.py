@@ -51,6 +51,10 @@ CHUNK = 1200  # of the list's text per frame: within the smallest tunnel MTU evi
 MAX_PENDING = 16  # signers' assemblies at once: a member holds one, whatever MACs it invents (review21e E3)
 ASSEMBLY_TIMEOUT = 5.0
 ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
+# and only if no broadcast of it came by (ours or another's) for this long: an ask from an invented MAC every
+# ANSWER_INTERVAL drew a broadcast each (review21g G5); in the quiet, an asker that asks again is answered
+# firmly, by unicast (rule 5), and a real one does (its follow-up)
+ANSWER_QUIET = 30.0
 ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
 HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
 REPEATS = (1.0, 3.0)  # seconds after the first broadcast of a list adopted here that it goes out again
@@ -323,6 +327,9 @@ class SignedDocumentFlood:
         if self._answer_timer is not None or now - self._last_answer < ANSWER_INTERVAL:
             self.counts["answer_held"] += 1
             return
+        if now - max(self._last_answer, self._heard_list_at) < ANSWER_QUIET:
+            self.counts["answer_quiet"] += 1
+            return
         asked = now
         self._answer_timer = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER), lambda: self._answer_now(asked))
 
@@ -412,8 +419,8 @@ class SignedDocumentFlood:
                 self._ask_timer = None
                 self.counts["ask_heard_elsewhere"] += 1
             return
-        if serial == ours and self._answer_timer is None:
-            return  # a broadcast of the list we hold, while we wait to answer nobody: nothing to learn
+        if serial == ours and kind != MANIFEST and not any(a.serial == serial for a in self._pending.values()):
+            return  # a broadcast of the list we hold, no signed manifest of it under way: nothing to learn
         body = len(data) - self.HEADER.size
         if not 0 <= index < count <= self.max_chunks or (kind != MANIFEST and body > CHUNK):
             self.counts["dropped_oversize" if count > self.max_chunks else "dropped_malformed"] += 1
