@@ -11,7 +11,7 @@ Measured: `candidate_drop` returned None (tried) for all five forms above with t
 169.254.169.254 and ::ffff:169.254.169.254 are refused (LINK_LOCAL). Well-behaved NAT64 gateways refuse non-global
 embedded addresses (RFC 6052 3.1), hence low.
 
-Proposed fix: decode the embedded IPv4 address of 64:ff9b::/96, 64:ff9b:1::/48, 2002::/16 (`sixtofour`), ::/96
+Fixed: the embedded address (at /96 for both NAT64 prefixes) is judged too. Proposed at the review: decode the embedded IPv4 address of 64:ff9b::/96, 64:ff9b:1::/48, 2002::/16 (`sixtofour`), ::/96
 (IPv4-compatible) and ::ffff:0:0:0/96 before the checks, and judge it as the IPv4 address; or deny those prefixes
 by default where they embed a non-global address.
 """
@@ -28,8 +28,13 @@ from evio.tunnel.path.candidates import CandidatePolicy, LocalNetworks, candidat
 POLICY = CandidatePolicy(deny=tuple(ipaddress.ip_network(n) for n in DEFAULT_DENY_CANDIDATES))
 
 
-@pytest.mark.xfail(strict=True, reason="review21g G6: IPv4 embedded in NAT64, 6to4, compatible forms is not judged")
 @pytest.mark.parametrize("host", ["64:ff9b::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe", "2002:a9fe:a9fe::1", "::127.0.0.1",
                                   "::ffff:0:a9fe:a9fe"])  # fmt: skip
 def test_an_ipv4_address_the_filter_refuses_is_refused_inside_an_ipv6_one(host: str) -> None:
     assert candidate_drop(host, False, POLICY, LocalNetworks.of([])) is not None
+
+
+@pytest.mark.parametrize("host", ["64:ff9b::c000:221", "2002:c000:221::1", "2001:db8::1", "64:ff9b:1::c000:221"])
+def test_a_global_address_inside_an_ipv6_one_is_tried(host: str) -> None:
+    """192.0.2.33 stands in for a public address (TEST-NET-1 is not in the default deny list)."""
+    assert candidate_drop(host, False, POLICY, LocalNetworks.of([])) is None
