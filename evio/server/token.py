@@ -36,6 +36,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from evio import ids
 from evio.signal import member_list
 from evio.signal.identity import IdentityError
 from evio.tunnel.path.trust import TrustAnchor
@@ -48,8 +49,7 @@ MAX_TOKEN_CHARS = 4 * 1024 * 1024
 MAX_PAYLOAD_BYTES = member_list.MAX_TEXT_BYTES + 256 * 1024  # after decompression: a zip bomb stops here
 # Member names become XMPP localparts and TURN usernames: keep them to what both take unescaped.
 NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-# An overlay id names a directory under /etc/evio: a token names only one of its own there (review21g G2).
-OVERLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+OVERLAY_ID = ids.OVERLAY_ID  # a token names only a directory of its own under /etc/evio (review21g G2)
 
 
 class TokenError(ValueError):
