@@ -13,8 +13,10 @@ Measured (8-node fleet of tests/unit/node/test_revocation_flood.py, real Revocat
 revocation list of 256 entries (16 KB, 14 chunks) held by all, 30 HAVEs of serial 0 in 60 s (480 bytes), each
 from a new MAC, drew 30 broadcasts of the list: 450 frames, 510,207 bytes (1,063 times as much, before Bounded Flood
 copies it to every node). From one MAC, 16 unicast answers and 1 broadcast came back (a reflection to that MAC). The member
-list's flood (same class) carries up to 1 MB (874 frames) per answer: past about 400 frames an answer cannot get
-through a root's flood budget within the 2 s, so no node hears another's answer and every node answers each ask.
+list's flood (same class, decision 0063) carries up to 1 MB (874 frames) per answer. Inferred, not run: past about
+400 frames an answer cannot pass a root's flood budget (100/s, burst 200) at the other nodes within the 2 s, so no
+node hears another's whole answer and every node answers each ask. Decision 0043 bounds answers to one per node per
+2 s; what it does not bound is the asks, so that bound is the rate an attacker keeps the overlay at.
 
 Fixed (ANSWER_QUIET): a node answers by broadcast only when no broadcast of the list came by for 30 s;
 in the quiet a re-asker gets rule 5's firm unicast. Proposed at the review: answer an old serial with a broadcast only when it is news (once per adoption, or when the asks
