@@ -14,13 +14,11 @@ such answer, is cut off from T until it sets up again. Contrived, hence low.
 Measured (the Replay class itself): after 4,096 other fresh messages within one second, the first message was
 taken again (`fresh` True). The end-to-end replay was not run; the rate argument is above.
 
-Proposed fix: never evict an entry younger than 2 * FRESH; when full, refuse new messages (counted as
+Fixed: full, the table forgets the oldest entry of the sender holding the most (per-sender quotas). Proposed at the review: never evict an entry younger than 2 * FRESH; when full, refuse new messages (counted as
 RATE_LIMITED) or keep per-sender quotas (a sender's entries beyond REPLAY_SLOTS / 8 evict only its own).
 """
 
 from __future__ import annotations
-
-import pytest
 
 from evio.overlay.ring_signal import REPLAY_SLOTS, Replay, RingMessage
 
@@ -29,7 +27,6 @@ def _message(src: int, txid: str) -> RingMessage:
     return RingMessage("request", "ov1", src, 7, txid, 1000.0, "tunnel.offer", {})
 
 
-@pytest.mark.xfail(strict=True, reason="review21g G8: the replay check forgets fresh messages when full")
 def test_a_fresh_message_stays_refused_however_many_come_after_it() -> None:
     replay = Replay()
     offer = _message(1, "offer-of-p")
@@ -37,3 +34,15 @@ def test_a_fresh_message_stays_refused_however_many_come_after_it() -> None:
     for i in range(REPLAY_SLOTS):  # an attacker's own signed requests, all within one second
         replay.fresh(_message(2, f"junk{i}"), 1000.0 + i / REPLAY_SLOTS)
     assert not replay.fresh(offer, 1001.0)
+
+
+def test_the_table_stays_bounded_and_a_flooding_sender_forgets_only_its_own() -> None:
+    replay = Replay()
+    honest = [_message(10 + i, f"offer{i}") for i in range(100)]
+    for i, message in enumerate(honest):
+        assert replay.fresh(message, 1000.0 + i / 1000)
+    for i in range(3 * REPLAY_SLOTS):
+        assert replay.fresh(_message(2, f"junk{i}"), 1000.5)
+    assert len(replay._seen) == REPLAY_SLOTS
+    assert not any(replay.fresh(message, 1001.0) for message in honest)
+    assert replay.fresh(_message(2, "junk0"), 1001.0)  # its own, pushed out by its own: no one else's harm
