@@ -11,7 +11,7 @@ protections all rest on it). A writable directory lets them replace node.key and
 Measured: with the files `evio join` writes (a real token from `add_member`), ca.crt, member-list.json, xmpp-ca.crt
 and node.crt made 0666 and the overlay's directory 0777, `secret_problems` returned [] (nothing refused).
 
-Proposed fix: check trust anchors as the config file is checked (owned by root or the daemon's user, not writable
+Fixed as proposed (the directory holding each file; its parents not). Proposed at the review: check trust anchors as the config file is checked (owned by root or the daemon's user, not writable
 by group or others), and the directories of every file `secret_problems` checks (not writable by group or others
 unless sticky and owned by root).
 """
@@ -22,8 +22,6 @@ import datetime
 import os
 from pathlib import Path
 
-import pytest
-
 from evio.config.loader import load_config
 from evio.config.secrets import secret_problems
 from evio.server import token as join_token
@@ -32,7 +30,6 @@ from evio.server.members import add_member
 from evio.testing.fake_server import fake_server_host
 
 
-@pytest.mark.xfail(strict=True, reason="review21g G9: a world-writable overlay CA file is taken without a word")
 def test_an_overlay_ca_file_others_may_change_is_refused(tmp_path: Path) -> None:
     now = datetime.datetime.now(datetime.UTC)
     registry, settings, accounts, relay = fake_server_host(tmp_path / "server", now, address="203.0.113.10")
@@ -46,3 +43,21 @@ def test_an_overlay_ca_file_others_may_change_is_refused(tmp_path: Path) -> None
     os.chmod(tmp_path / "etc" / "ov1" / "ca.crt", 0o666)
     problems = secret_problems(config, load_config(config))
     assert any("ca.crt" in problem for problem in problems), problems
+
+
+def test_a_directory_others_may_change_is_refused_and_a_sticky_root_one_is_not(tmp_path: Path) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    registry, settings, accounts, relay = fake_server_host(tmp_path / "server", now, address="203.0.113.10")
+    token = join_token.decode(add_member(registry, settings, accounts, relay, "ov1", "node1", now).token, now)
+    for file in node_files(token, tmp_path / "etc", tmp_path / "var"):
+        file.path.parent.mkdir(parents=True, exist_ok=True)
+        file.path.write_text(file.content)
+        os.chmod(file.path, file.mode)
+    config = tmp_path / "etc" / "config.json"
+    os.chmod(tmp_path / "etc" / "ov1" / "member-list.json", 0o664)
+    os.chmod(tmp_path / "etc" / "ov1", 0o777)
+    problems = secret_problems(config, load_config(config))
+    assert any("member-list.json" in p for p in problems) and any(p.startswith(f"{tmp_path / 'etc' / 'ov1'}:") for p in problems)
+    os.chmod(tmp_path / "etc" / "ov1" / "member-list.json", 0o644)
+    os.chmod(tmp_path / "etc" / "ov1", 0o1777)  # sticky and root's (we are root in CI; else owned by us)
+    assert secret_problems(config, load_config(config)) == [] or os.geteuid() != 0
