@@ -159,8 +159,8 @@ _TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT's IPv4-translated 
 
 def embedded_ipv4(address: Address) -> list[ipaddress.IPv4Address]:
     """The IPv4 addresses `address` stands for on some path (NAT64, 6to4, Teredo, the old embeddings)."""
-    if not isinstance(address, ipaddress.IPv6Address):
-        return []
+    if not isinstance(address, ipaddress.IPv6Address) or int(address) <= 1:
+        return []  # :: and ::1 are IPv6's own (unspecified, loopback), not IPv4-compatible 0.0.0.0 and 0.0.0.1
     value = int(address)
     found: list[ipaddress.IPv4Address] = []
     if any(address in net for net in (_NAT64, _NAT64_LOCAL, _COMPATIBLE, _TRANSLATED)):

@@ -38,3 +38,9 @@ def test_an_ipv4_address_the_filter_refuses_is_refused_inside_an_ipv6_one(host: 
 def test_a_global_address_inside_an_ipv6_one_is_tried(host: str) -> None:
     """192.0.2.33 stands in for a public address (TEST-NET-1 is not in the default deny list)."""
     assert candidate_drop(host, False, POLICY, LocalNetworks.of([])) is None
+
+
+def test_ipv6_loopback_is_loopback_not_an_embedded_address() -> None:
+    local = CandidatePolicy(deny=POLICY.deny, allow_local=True)
+    assert candidate_drop("::1", False, local, LocalNetworks.of([])) is None
+    assert candidate_drop("::1", False, POLICY, LocalNetworks.of([])) is not None
