@@ -54,7 +54,7 @@ async def test_an_endless_stanza_from_the_server_is_not_held_without_bound(tmp_p
     client = SignalClient(SignalSettings(jid="a@x.test", server="127.0.0.1", password="pw", memberships={"ov1": 1}))
     xmpp = client._make_xmpp()
     transport = Transport()
-    xmpp.connection_made(transport)
+    xmpp.connection_made(transport)  # type: ignore[arg-type]
     xmpp.data_received(b"<stream:stream xmlns='jabber:client' xmlns:stream='http://etherx.jabber.org/streams' "
                        b"from='x.test' id='1' version='1.0'>")  # fmt: skip
     tracemalloc.start()
