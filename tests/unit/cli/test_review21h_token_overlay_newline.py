@@ -13,7 +13,9 @@ directory, as tests/unit/cli/test_review21g_token_overlay_path.py runs it) exite
 `ov1\n/ca.crt`, ... and `config.json`.
 
 Proposed fix: `fullmatch` (or `\\Z`) for OVERLAY_ID and NODE_NAME, and in the config schema's overlay id and
-name patterns, wherever `$` anchors an id.
+name patterns, wherever `$` anchors an id. The same `re.match` with `$` is used on operator input in
+evio/ids.py OVERLAY_ID (pki_cmd), evio/server/xmpp_admin.py `_LOCALPART` and `_GROUP` (arguments to the XMPP
+server's admin tool) and evio/server/init.py `_DNS_LABEL`.
 """
 
 from __future__ import annotations
