@@ -1,7 +1,7 @@
 """Review21h H4: presences from invented resources of one account grow the peer table without bound, O(n^2).
 
 Attack: the XMPP server (hostile or compromised; or a member, where the server does not cap resources per
-account: prosody does not by default) sends `available` presences from `b@x.test/r0`, `/r1`, ... each carrying an
+account) sends `available` presences from `b@x.test/r0`, `/r1`, ... each carrying an
 announcement. `SignalEndpoint._presence_available` hands every one to `PeerTable.on_available`, which keeps a
 claim per full JID (`_claims`, `_entered`, `_sessions[bare]`, `_session_seq`, `_features`) whether or not it is
 proven or the account listed (here it is dropped as `not_member`, and kept all the same), with no cap per account
