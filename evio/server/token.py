@@ -48,7 +48,7 @@ _CONTEXT = b"evio join token v1\n"
 MAX_TOKEN_CHARS = 4 * 1024 * 1024
 MAX_PAYLOAD_BYTES = member_list.MAX_TEXT_BYTES + 256 * 1024  # after decompression: a zip bomb stops here
 # Member names become XMPP localparts and TURN usernames: keep them to what both take unescaped.
-NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
 OVERLAY_ID = ids.OVERLAY_ID  # a token names only a directory of its own under /etc/evio (review21g G2)
 
 

@@ -12,7 +12,7 @@ Measured: `join_token.decode` of a token for overlay "ov1\n" returned it; `evio 
 directory, as tests/unit/cli/test_review21g_token_overlay_path.py runs it) exited 0 and wrote `ov1\n/node.key`,
 `ov1\n/ca.crt`, ... and `config.json`.
 
-Proposed fix: `fullmatch` (or `\\Z`) for OVERLAY_ID and NODE_NAME, and in the config schema's overlay id and
+Fixed: every such pattern anchored with \\Z, and the config schema's $ read as JSON Schema means it (the end of the text). Proposed at the review: `fullmatch` (or `\\Z`) for OVERLAY_ID and NODE_NAME, and in the config schema's overlay id and
 name patterns, wherever `$` anchors an id. The same `re.match` with `$` is used on operator input in
 evio/ids.py OVERLAY_ID (pki_cmd), evio/server/xmpp_admin.py `_LOCALPART` and `_GROUP` (arguments to the XMPP
 server's admin tool) and evio/server/init.py `_DNS_LABEL`.
@@ -33,7 +33,6 @@ from evio.testing.fake_server import fake_server_host
 from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 
 
-@pytest.mark.xfail(strict=True, reason="review21h H11: an overlay id with a trailing newline passes the token check")
 def test_a_tokens_overlay_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
     now = datetime.datetime.now(datetime.UTC)
     registry, settings, accounts, relay = fake_server_host(tmp_path / "server", now, address="203.0.113.10")
@@ -49,3 +48,11 @@ def test_a_tokens_overlay_with_a_trailing_newline_is_refused(tmp_path: Path) -> 
     ), ca_key)  # fmt: skip
     with pytest.raises(join_token.TokenError):
         join_token.decode(hostile, now)
+
+
+def test_the_config_schema_reads_dollar_as_the_end_of_the_text() -> None:
+    from evio.config.schema_check import _regex
+
+    assert _regex("^[A-Za-z0-9_-]{1,32}$").search("ov1") is not None
+    assert _regex("^[A-Za-z0-9_-]{1,32}$").search("ov1\n") is None
+    assert _regex("^a[$]$").search("a$") is not None  # a $ in a class is the character
