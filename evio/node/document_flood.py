@@ -67,6 +67,7 @@ FIRM_WIDEN = 4  # and each further level of the asker's asks this many times as 
 FIRM_LEVEL_MAX = 8  # levels beyond choose every holder (FIRM_FEW * FIRM_WIDEN ** 8 > MAX_HEARD)
 FIRM_INTERVAL = 30.0  # one asker answered firmly by this node at most this often (as the asker's longest back-off)
 FIRM_RATE = Rate(0.5, 4)  # firm answers by this node to all askers together
+LEVEL_MEMORY = 2 * FIRM_INTERVAL  # an asker's honoured level remembered this long: its longest back-off, twice
 MAX_ASKERS = 4096  # asks remembered for FIRM_WINDOW: more than one port's flood budget brings in that time
 LEVEL_MAX = 255  # a HAVE's ask level, in its index field: fits the narrowest (one byte)
 HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
@@ -122,6 +123,8 @@ class SignedDocumentFlood:
         self._last_answer = float("-inf")
         self._answer_timer: Timer | None = None
         self._asked: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> its last ask (HAVE), oldest first
+        # asker MAC -> (the ask level last honoured for it, when), oldest first: a level is earned one at a time
+        self._levels: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
         self._firm_timers: dict[bytes, Timer] = {}  # asker MAC -> our firm answer to it, waiting its jitter
         self._firmly_answered: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> when, oldest first
         self._firm_budget = TokenBucket(FIRM_RATE, clock.now())
@@ -347,6 +350,7 @@ class SignedDocumentFlood:
     def _answer_firmly(self, asker: bytes, level: int, now: float) -> None:
         """`asker` asked again: if we are among the few it chooses, send it our list by unicast after a random
         wait, at most once per `FIRM_INTERVAL` to it and as `FIRM_RATE` allows to all (rule 5)."""
+        level = self._honoured_level(asker, level, now)
         if asker[0] & 1 or asker in self._firm_timers or not self._chosen(asker, level):
             return  # a group MAC (no unicast reaches it), our answer on its way, or others' to give
         while self._firmly_answered and next(iter(self._firmly_answered.values())) < now - FIRM_INTERVAL:
@@ -359,6 +363,21 @@ class SignedDocumentFlood:
         self._firmly_answered[asker] = now
         self._firm_timers[asker] = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER),
                                                           lambda: self._answer_firm_now(asker))  # fmt: skip
+
+    def _honoured_level(self, asker: bytes, claimed: int, now: float) -> int:
+        """The level `asker`'s ask is taken at: one above the last honoured for it within `LEVEL_MEMORY`, at most,
+        else 0. The asker writes its level; a real one climbs one per back-off, and one claiming the top at once
+        drew a firm answer from every holder (review21h H8)."""
+        while self._levels and next(iter(self._levels.values()))[1] < now - LEVEL_MEMORY:
+            self._levels.popitem(last=False)
+        last = self._levels.pop(asker, None)
+        level = min(claimed, last[0] + 1) if last is not None else 0
+        if level < claimed:
+            self.counts["ask_level_lowered"] += 1
+        if len(self._levels) >= MAX_ASKERS:
+            self._levels.popitem(last=False)
+        self._levels[asker] = (level, now)
+        return level
 
     def _answer_firm_now(self, asker: bytes) -> None:
         del self._firm_timers[asker]
