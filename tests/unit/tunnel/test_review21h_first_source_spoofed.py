@@ -15,14 +15,13 @@ Measured (the gate alone, as tests/unit/tunnel/test_tunnel_ice.py drives it): a 
 gate and became `first_source`; `_path_of`'s follow rule is read from the code, not run. Severity low: it needs a
 spoofed source and the tunnel's port, and costs only the direct path's setup.
 
-Proposed fix: record `first_source` only for a DTLS record (first byte 20-63, RFC 7983) and only from a source an
+Fixed: first_source only for a DTLS record from a source a check vouches for (the pair it follows then succeeded or was nominated). Proposed at the review: record `first_source` only for a DTLS record (first byte 20-63, RFC 7983) and only from a source an
 authenticated check vouches for (`_checked`), and follow it only to a pair whose check succeeded.
 """
 
 from __future__ import annotations
 
 import aioice
-import pytest
 from aioice import Connection
 
 from evio.tunnel.path.inbound_gate import InboundGate
@@ -32,7 +31,6 @@ PEER_OTHER = ("10.9.8.7", 40001)  # the peer's other signalled candidate (a priv
 JUNK = b"\x80" + b"\x00" * 12  # not STUN, not DTLS
 
 
-@pytest.mark.xfail(strict=True, reason="review21h H10: a spoofed junk datagram before nomination sets first_source")
 async def test_junk_from_a_signalled_candidate_before_nomination_does_not_choose_the_path() -> None:
     conn = Connection(ice_controlling=False)
     sock = FakeProtocol(1)
