@@ -8,7 +8,7 @@ that we are root, that Open vSwitch runs; only then write the files
 the service (systemd) or print the one command that starts the daemon. With
 systemd it waits until the node is signed in and linked. Any refusal before
 the files are written changes nothing; a failure while writing removes what
-this run wrote.
+this run wrote and puts back what was there.
 """
 
 from __future__ import annotations
@@ -124,20 +124,25 @@ def _open_vswitch_problems() -> list[str]:
 
 
 def _write_files(files: list[NodeFile]) -> list[tuple[Path, int]]:
-    """Secrets first, config last and only once the daemon's loader takes it; on any failure remove what we wrote."""
+    """Secrets first, config last and only once the daemon's loader takes it. A file already there is set aside
+    first; on any failure what we wrote is removed and what was there is put back, so a refused join loses
+    nothing (with --force, the node's old key and certificates)."""
     from evio.config import ConfigError, load_config
     from evio.config.secrets import secret_problems
 
     made: list[Path] = []
     made_dirs: list[Path] = []
+    set_aside: list[tuple[Path, Path]] = []
     try:
         for file in files[:-1]:
             _make_dir(file.path.parent, made_dirs)
+            _set_aside(file.path, set_aside)
             _write(file.path, file.content, file.mode)
             made.append(file.path)
         config = files[-1]
         _make_dir(config.path.parent, made_dirs)
         staged = config.path.with_name(f".{config.path.name}.join")
+        staged.unlink(missing_ok=True)  # left by a join that was killed: ours, never anyone's config
         _write(staged, config.content, config.mode)
         made.append(staged)
         try:
@@ -152,10 +157,21 @@ def _write_files(files: list[NodeFile]) -> list[tuple[Path, int]]:
     except BaseException:
         for path in reversed(made):
             path.unlink(missing_ok=True)
+        for original, aside in reversed(set_aside):
+            os.replace(aside, original)
         for directory in reversed(made_dirs):
             shutil.rmtree(directory, ignore_errors=True)
         raise
+    for _, aside in set_aside:
+        aside.unlink(missing_ok=True)
     return [(f.path, f.mode) for f in files]
+
+
+def _set_aside(path: Path, set_aside: list[tuple[Path, Path]]) -> None:
+    if path.exists() or path.is_symlink():
+        aside = path.with_name(f".{path.name}.join-old")
+        os.replace(path, aside)
+        set_aside.append((path, aside))
 
 
 def _make_dir(path: Path, made: list[Path]) -> None:
@@ -166,10 +182,11 @@ def _make_dir(path: Path, made: list[Path]) -> None:
 
 
 def _write(path: Path, content: str, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    # O_EXCL: the path was cleared first, so anything found there now (a link planted meanwhile) is refused
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         os.write(fd, content.encode())
-        os.fchmod(fd, mode)  # an existing file keeps its old mode through O_CREAT
+        os.fchmod(fd, mode)  # the umask may have narrowed it
     finally:
         os.close(fd)
 

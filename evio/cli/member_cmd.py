@@ -39,7 +39,7 @@ from evio.server.settings import DEFAULT_STATE_DIR, ServerSettingsError, load_se
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-_DURATION = re.compile(r"^(\d+)([smhd])$")
+_DURATION = re.compile(r"^(\d+)([smhd])\Z")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from cryptography import x509
 
-from evio.ids import NodeIdError, parse_node_id
+from evio.ids import OVERLAY_ID, NodeIdError, parse_node_id
 from evio.signal.overlay_addresses import address_uri
 from evio.tunnel.path.overlay_ca import (
     issue_node_certificate,
@@ -31,6 +31,7 @@ from evio.tunnel.path.trust import node_uri
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+MAX_DAYS = 36500  # a hundred years: past that the dates overflow what a certificate holds
 
 
 def register(sub: Any) -> None:
@@ -67,8 +68,8 @@ def _refuse_overwrite(paths: list[Path], force: bool) -> bool:
 
 def ca_command(args: argparse.Namespace) -> int:
     cert_path, key_path = args.out / "ca.crt", args.out / "ca.key"
-    if args.days <= 0:
-        print("evio pki: --days must be positive", file=sys.stderr)
+    if not 0 < args.days <= MAX_DAYS:
+        print(f"evio pki: --days must be 1 to {MAX_DAYS}", file=sys.stderr)
         return EXIT_FAILED
     if _refuse_overwrite([cert_path, key_path], args.force):
         return EXIT_FAILED
@@ -87,9 +88,13 @@ def issue_command(args: argparse.Namespace) -> int:
     except NodeIdError as exc:
         print(f"evio pki: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    if args.days <= 0:
-        print("evio pki: --days must be positive", file=sys.stderr)
+    if not 0 < args.days <= MAX_DAYS:
+        print(f"evio pki: --days must be 1 to {MAX_DAYS}", file=sys.stderr)
         return EXIT_FAILED
+    for overlay in args.overlay:
+        if not OVERLAY_ID.match(overlay):
+            print(f"evio pki: --overlay {overlay!r} is not an overlay id: 1 to 32 of A-Z a-z 0-9 _ -", file=sys.stderr)
+            return EXIT_FAILED
     addresses: dict[str, list[ipaddress.IPv4Address | ipaddress.IPv6Address]] = {}
     for text in args.address:
         overlay, _, ip = text.partition("=")
@@ -97,7 +102,9 @@ def issue_command(args: argparse.Namespace) -> int:
             address = ipaddress.ip_interface(ip).ip
         except ValueError:
             address = None
-        if overlay not in args.overlay or address is None or address.is_multicast or address.is_unspecified:
+        # loopback too: a switch answers ARP for a certified address at once (0062)
+        if (overlay not in args.overlay or address is None or address.is_multicast or address.is_unspecified
+                or address.is_loopback):
             print(f"evio pki: --address {text!r}: expected OVERLAY=IP, an overlay given with --overlay and a unicast "
                   "address", file=sys.stderr)  # fmt: skip
             return EXIT_FAILED

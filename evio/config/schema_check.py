@@ -120,7 +120,28 @@ def _canonical(value: Any) -> Any:
 
 @cache
 def _regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+    return re.compile(_ecma_anchors(pattern))
+
+
+def _ecma_anchors(pattern: str) -> str:
+    """`pattern` with each `$` outside a class made `\\Z`: in JSON Schema (ECMA 262) `$` is the end of the text,
+    in Python also the place before a final newline, which let "ov1\\n" pass as an overlay id (review21h H11)."""
+    out: list[str] = []
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            out.append("\\Z")
+            continue
+        out.append(char)
+    return "".join(out)
 
 
 class _Checker:

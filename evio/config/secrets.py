@@ -7,6 +7,10 @@ belong to the user evio runs as (or root) and must not be accessible by group
 or others. A config file anyone else can write is refused whatever it holds:
 it decides what the daemon (root) runs. `evio run` refuses to start on any of
 these and `evio config check` reports them, both through `secret_problems`.
+Trust anchors (the overlay CA, the lists beside it, the node's certificate, a
+server CA) are public but decide whom the node trusts: like the config file,
+they and the directories of every file checked must not be writable by group
+or others (a writable directory lets its files be replaced).
 
 Reads are bounded and only of regular files: `password_file: /dev/zero` or a
 FIFO is refused instead of read until memory runs out or forever.
@@ -101,7 +105,48 @@ def secret_problems(config_path: Path, config: Config, euid: int | None = None) 
             seen.add(secret)
             if problem := secret_file_problem(secret, euid):
                 problems.append(problem)
+    for anchor in _anchor_files(config):
+        if anchor not in seen:
+            seen.add(anchor)
+            if problem := anchor_file_problem(anchor, euid):
+                problems.append(problem)
+    for directory in dict.fromkeys(path.parent for path in [config_path, *seen]):
+        if problem := directory_problem(directory, euid):
+            problems.append(problem)
     return problems
+
+
+def anchor_file_problem(path: Path, euid: int | None = None) -> str | None:
+    """Why evio refuses to trust what `path` holds (owner, who may change it), or None; a missing file is for
+    the loader to report."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: cannot read: {exc.strerror or exc}"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"{path}: permissions {_mode(st)} let group or others change it, and it decides whom evio trusts; "
+            f"fix: chmod go-w {path}"
+        )
+    return _owner_problem(path, st, euid)
+
+
+def directory_problem(path: Path, euid: int | None = None) -> str | None:
+    """Why a directory holding the config, a secret or a trust anchor lets others replace them, or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # its files were reported
+    if st.st_mode & stat.S_ISVTX and st.st_uid == 0:
+        return None  # like /tmp: others may add files but not replace ours
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"{path}: permissions {_mode(st)} let group or others replace the files evio reads from it; "
+            f"fix: chmod go-w {path}"
+        )
+    return _owner_problem(path, st, euid)
 
 
 def _secret_files(config: Config) -> list[Path]:
@@ -112,6 +157,19 @@ def _secret_files(config: Config) -> list[Path]:
         files.extend(turn.password_file for turn in ov.nat_traversal.turn)
         if ov.trust is not None:
             files.append(ov.trust.key_file)
+    return [path for path in files if path is not None]
+
+
+def _anchor_files(config: Config) -> list[Path]:
+    """The public files a config names that decide whom the node trusts."""
+    files: list[Path | None] = []
+    for ov in config.overlays.values():
+        files.append(ov.signal.ca_file)
+        if ov.trust is not None:
+            # the lists the daemon keeps beside the CA (evio.node.plan's REVOCATION_FILE and MEMBER_FILE)
+            directory = ov.trust.ca_file.parent
+            files.extend((ov.trust.ca_file, ov.trust.cert_file, directory / "revoked.json",
+                          directory / "member-list.json"))  # fmt: skip
     return [path for path in files if path is not None]
 
 

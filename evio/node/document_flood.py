@@ -51,6 +51,10 @@ CHUNK = 1200  # of the list's text per frame: within the smallest tunnel MTU evi
 MAX_PENDING = 16  # signers' assemblies at once: a member holds one, whatever MACs it invents (review21e E3)
 ASSEMBLY_TIMEOUT = 5.0
 ANSWER_INTERVAL = 2.0  # a list broadcast in answer at most this often
+# and only if no broadcast of it came by (ours or another's) for this long: an ask from an invented MAC every
+# ANSWER_INTERVAL drew a broadcast each (review21g G5); in the quiet, an asker that asks again is answered
+# firmly, by unicast (rule 5), and a real one does (its follow-up)
+ANSWER_QUIET = 30.0
 ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
 HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
 REPEATS = (1.0, 3.0)  # seconds after the first broadcast of a list adopted here that it goes out again
@@ -63,6 +67,7 @@ FIRM_WIDEN = 4  # and each further level of the asker's asks this many times as 
 FIRM_LEVEL_MAX = 8  # levels beyond choose every holder (FIRM_FEW * FIRM_WIDEN ** 8 > MAX_HEARD)
 FIRM_INTERVAL = 30.0  # one asker answered firmly by this node at most this often (as the asker's longest back-off)
 FIRM_RATE = Rate(0.5, 4)  # firm answers by this node to all askers together
+LEVEL_MEMORY = 2 * FIRM_INTERVAL  # an asker's honoured level remembered this long: its longest back-off, twice
 MAX_ASKERS = 4096  # asks remembered for FIRM_WINDOW: more than one port's flood budget brings in that time
 LEVEL_MAX = 255  # a HAVE's ask level, in its index field: fits the narrowest (one byte)
 HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
@@ -118,6 +123,8 @@ class SignedDocumentFlood:
         self._last_answer = float("-inf")
         self._answer_timer: Timer | None = None
         self._asked: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> its last ask (HAVE), oldest first
+        # asker MAC -> (the ask level last honoured for it, when), oldest first: a level is earned one at a time
+        self._levels: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
         self._firm_timers: dict[bytes, Timer] = {}  # asker MAC -> our firm answer to it, waiting its jitter
         self._firmly_answered: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> when, oldest first
         self._firm_budget = TokenBucket(FIRM_RATE, clock.now())
@@ -316,6 +323,9 @@ class SignedDocumentFlood:
         if self._answer_timer is not None or now - self._last_answer < ANSWER_INTERVAL:
             self.counts["answer_held"] += 1
             return
+        if now - max(self._last_answer, self._heard_list_at) < ANSWER_QUIET:
+            self.counts["answer_quiet"] += 1
+            return
         asked = now
         self._answer_timer = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER), lambda: self._answer_now(asked))
 
@@ -333,6 +343,7 @@ class SignedDocumentFlood:
     def _answer_firmly(self, asker: bytes, level: int, now: float) -> None:
         """`asker` asked again: if we are among the few it chooses, send it our list by unicast after a random
         wait, at most once per `FIRM_INTERVAL` to it and as `FIRM_RATE` allows to all (rule 5)."""
+        level = self._honoured_level(asker, level, now)
         if asker[0] & 1 or asker in self._firm_timers or not self._chosen(asker, level):
             return  # a group MAC (no unicast reaches it), our answer on its way, or others' to give
         while self._firmly_answered and next(iter(self._firmly_answered.values())) < now - FIRM_INTERVAL:
@@ -345,6 +356,21 @@ class SignedDocumentFlood:
         self._firmly_answered[asker] = now
         self._firm_timers[asker] = self._clock.call_later(self._rng.uniform(0, ANSWER_JITTER),
                                                           lambda: self._answer_firm_now(asker))  # fmt: skip
+
+    def _honoured_level(self, asker: bytes, claimed: int, now: float) -> int:
+        """The level `asker`'s ask is taken at: one above the last honoured for it within `LEVEL_MEMORY`, at most,
+        else 0. The asker writes its level; a real one climbs one per back-off, and one claiming the top at once
+        drew a firm answer from every holder (review21h H8)."""
+        while self._levels and next(iter(self._levels.values()))[1] < now - LEVEL_MEMORY:
+            self._levels.popitem(last=False)
+        last = self._levels.pop(asker, None)
+        level = min(claimed, last[0] + 1) if last is not None else 0
+        if level < claimed:
+            self.counts["ask_level_lowered"] += 1
+        if len(self._levels) >= MAX_ASKERS:
+            self._levels.popitem(last=False)
+        self._levels[asker] = (level, now)
+        return level
 
     def _answer_firm_now(self, asker: bytes) -> None:
         del self._firm_timers[asker]
@@ -405,8 +431,8 @@ class SignedDocumentFlood:
                 self._ask_timer = None
                 self.counts["ask_heard_elsewhere"] += 1
             return
-        if serial == ours and self._answer_timer is None:
-            return  # a broadcast of the list we hold, while we wait to answer nobody: nothing to learn
+        if serial == ours and kind != MANIFEST and not any(a.serial == serial for a in self._pending.values()):
+            return  # a broadcast of the list we hold, no signed manifest of it under way: nothing to learn
         body = len(data) - self.HEADER.size
         if not 0 <= index < count <= self.max_chunks or (kind != MANIFEST and body > CHUNK):
             self.counts["dropped_oversize" if count > self.max_chunks else "dropped_malformed"] += 1

@@ -63,6 +63,9 @@ ROUTED = frozenset({ACTION_LINK, ACTION_OFFER})
 tunnel's end of life; it stays on the server.)"""
 RING_TIMEOUT = 6.0  # an offer's answer waits for the responder's candidates (1-3 s under load)
 CHUNK_RATE, CHUNK_BURST = 20.0, 40  # per neighbour: an offer and its answer are 2-4 chunks
+# What one neighbour's chunks may take of our budget at the next hop, which counts all we pass on in ours: a
+# member sending junk through us at its full rate pushed every other member's offers to the server (review21g G1)
+RELAY_RATE, RELAY_BURST = CHUNK_RATE / 4, CHUNK_BURST // 4
 MAX_INFLIGHT = 32
 MAX_KEYS = 1024  # certificate keys of senders learned from their messages along the ring
 MAX_INFLIGHT_PER_SENDER = 4  # one member's slow requests do not take every slot (review21f F3)
@@ -121,6 +124,7 @@ class RingSignaling:
         self._reassembly = ring_signal.Reassembly()
         self._replay = ring_signal.Replay()
         self._rate = PeerRateLimiter[int](Rate(CHUNK_RATE, CHUNK_BURST))
+        self._relay_rate = PeerRateLimiter[tuple[int, int]](Rate(RELAY_RATE, RELAY_BURST))  # (from, to)
         self._serving: set[asyncio.Task[None]] = set()
         self._serving_from: Counter[int] = Counter()  # requests being served, by sender
         self._drop_log = LogLimiter[int](60.0)
@@ -131,6 +135,7 @@ class RingSignaling:
         self.fallbacks: Counter[str] = Counter()  # why a request tried on the ring went to the server
         self.served: Counter[str] = Counter()  # requests for us that came along the ring and were answered, by action
         self.relayed = 0  # chunks passed on for others
+        self.relay_rate_limited = 0  # of those, held back: one neighbour's share of the next hop's budget spent
         self.waited = 0  # link requests held for a link to come up before going along the ring again
         self._via_server = 0  # our requests now going through the server
         self.drops: Counter[DropReason] = Counter()
@@ -161,7 +166,7 @@ class RingSignaling:
 
     def counts(self) -> dict[str, object]:
         return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
-                "relayed": self.relayed, "waited": self.waited, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
+                "relayed": self.relayed, "relay_rate_limited": self.relay_rate_limited, "waited": self.waited, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
 
     # -- Signaling: requests and handlers -------------------------------------------------------
 
@@ -286,6 +291,10 @@ class RingSignaling:
             return
         relays = self._route_peers()
         hop = ring_signal.next_hop(self.own, chunk.dst, frozenset(relays))
+        if hop is not None and not self._relay_rate.allow((neighbour, hop), self.clock.now()):
+            self.relay_rate_limited += 1
+            self._drop(DropReason.RATE_LIMITED, neighbour, f"relayed to {hop:032x}")
+            return
         if hop is not None and relays[hop].send_overlay_signal(ring_signal.forwarded(payload, chunk)):
             self.relayed += 1
             return
@@ -349,7 +358,7 @@ class RingSignaling:
                 log.exception("ring signal handler %s failed overlay=%s peer=%032x", request.action, self.overlay,
                               request.src)  # fmt: skip
                 reply = _error(request, ts, ErrorReason.INTERNAL, "")
-        self.served[request.action] += 1
+        self.served[request.action if handler is not None else "unknown"] += 1  # never keyed by a peer's name
         assert request.sender_key is not None  # open_sealed gave it
         self._send(reply, request.sender_key)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 COMM_LIMIT = 15  # TASK_COMM_LEN less its NUL
-_DEFAULT_NAME = re.compile(r"^Thread-\d+(?: \((?P<target>.+)\))?$")
+_DEFAULT_NAME = re.compile(r"^Thread-\d+(?: \((?P<target>.+)\))?\Z")
 
 
 def os_thread_name(name: str) -> str:

@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from evio.signal.identity import TrustAnchor, load_certificate
+from evio.signal.protocol import ACTION_RE, TXID_RE
 
 __all__ = [
     "DATA", "FRESH", "HEADER", "MAX_CHUNKS", "MAX_HOPS", "UNREACHABLE", "Chunk", "DropReason", "Reassembly",
@@ -346,6 +347,11 @@ def _message(doc: bytes) -> RingMessage:
             raise ValueError("fields")
         if not isinstance(value["ts"], int | float) or isinstance(value["ts"], bool):
             raise ValueError("ts")
+        # the server path's bounds: a member-chosen name is short, whatever it keys (review21g G3)
+        if not TXID_RE.fullmatch(value["txid"]):
+            raise ValueError("txid")
+        if kind == "request" and not (isinstance(value["action"], str) and ACTION_RE.fullmatch(value["action"])):
+            raise ValueError("action")
         body = value.get("body")
         if kind != "error" and not isinstance(body, dict):
             raise ValueError("body")
@@ -363,19 +369,35 @@ def _node(text: str) -> int:
 
 
 class Replay:
-    """The (src, kind, txid) of messages taken in the last FRESH seconds (more would be stale anyway)."""
+    """The (src, kind, txid) of messages taken in the last FRESH seconds (more would be stale anyway).
+
+    Full, it forgets the oldest entry of the sender holding the most: a member's own signed messages, however
+    many, push out only its own, never another's fresh offer, which a relay could then send again (review21g G8).
+    """
 
     def __init__(self, slots: int = REPLAY_SLOTS, window: float = FRESH) -> None:
         self._slots = slots
         self._window = window
         self._seen: OrderedDict[tuple[int, str, str], float] = OrderedDict()
+        self._by_sender: dict[int, OrderedDict[tuple[int, str, str], None]] = {}
 
     def fresh(self, message: RingMessage, now: float) -> bool:
         """True the first time; False for a replay. ``now``: the clock ``open_sealed`` was given."""
-        while self._seen and (now - next(iter(self._seen.values())) > 2 * self._window or len(self._seen) >= self._slots):
-            self._seen.popitem(last=False)
+        while self._seen and now - next(iter(self._seen.values())) > 2 * self._window:
+            self._forget(next(iter(self._seen)))
         key = (message.src, message.kind, message.txid)
         if key in self._seen:
             return False
+        if len(self._seen) >= self._slots:
+            biggest = max(self._by_sender.values(), key=len)
+            self._forget(next(iter(biggest)))
         self._seen[key] = now
+        self._by_sender.setdefault(message.src, OrderedDict())[key] = None
         return True
+
+    def _forget(self, key: tuple[int, str, str]) -> None:
+        del self._seen[key]
+        own = self._by_sender[key[0]]
+        del own[key]
+        if not own:
+            del self._by_sender[key[0]]

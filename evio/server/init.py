@@ -44,7 +44,7 @@ from evio.server.settings import (
 from evio.server.turn_admin import TurnAdmin
 
 BACKUP_SUFFIX = ".evio-orig"
-_DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)\Z")
 
 
 class InitError(Exception):

@@ -35,7 +35,6 @@ import fcntl
 import ipaddress
 import json
 import logging
-import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,9 +75,8 @@ MEMBER_LIST_FILE = "member-list.json"  # likewise (evio.node.plan.MEMBER_FILE)
 CERT_DAYS = 30  # short, so a revocation list entry is needed for at most this long (issue 21, M2)
 LEGACY_CERT_DAYS = 365  # what members added before certificate expiry was recorded may still hold
 CA_DAYS = 3650
-# Member names become XMPP localparts and TURN usernames: keep them to what both take unescaped.
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-_OVERLAY = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+_NAME = join_token.NODE_NAME
+_OVERLAY = join_token.OVERLAY_ID
 
 
 class MemberError(Exception):

@@ -26,6 +26,7 @@ import binascii
 import datetime
 import hashlib
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from evio import ids
 from evio.signal import member_list
 from evio.signal.identity import IdentityError
 from evio.tunnel.path.trust import TrustAnchor
@@ -45,6 +47,9 @@ _CONTEXT = b"evio join token v1\n"
 # members): a bound, not a limit anyone meets. A big overlay's token is best passed with --token-file.
 MAX_TOKEN_CHARS = 4 * 1024 * 1024
 MAX_PAYLOAD_BYTES = member_list.MAX_TEXT_BYTES + 256 * 1024  # after decompression: a zip bomb stops here
+# Member names become XMPP localparts and TURN usernames: keep them to what both take unescaped.
+NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
+OVERLAY_ID = ids.OVERLAY_ID  # a token names only a directory of its own under /etc/evio (review21g G2)
 
 
 class TokenError(ValueError):
@@ -199,8 +204,15 @@ def _from_payload(payload: Any) -> JoinToken:
         expires = datetime.datetime.fromtimestamp(field("expires", int), datetime.UTC)
     except (OverflowError, OSError, ValueError):
         raise TokenError("the token's expires is not a time") from None
+    # Whoever hands out a token chooses every field (its CA is its own unless pinned), and the overlay id
+    # becomes a directory name: refuse what is not one before anything is written.
+    overlay, node_name = field("overlay", str), field("node.name", str)
+    if not OVERLAY_ID.match(overlay):
+        raise TokenError(f"the token's overlay {overlay[:40]!r} is not an overlay id: 1 to 32 of A-Z a-z 0-9 _ -")
+    if not NODE_NAME.match(node_name):
+        raise TokenError(f"the token's node.name {node_name[:40]!r} is not a member name: 1 to 32 of a-z 0-9 _ -")
     return JoinToken(
-        overlay=field("overlay", str), node_name=field("node.name", str), node_id=node_id,
+        overlay=overlay, node_name=node_name, node_id=node_id,
         address=field("node.address", str), xmpp_server=field("signal.server", str),
         xmpp_port=field("signal.port", int), jid=field("signal.jid", str),
         xmpp_password=field("signal.password", str), xmpp_ca_pem=field("signal.ca", str), stun=tuple(stun),

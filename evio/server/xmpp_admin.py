@@ -40,8 +40,8 @@ from evio.server.settings import ServerSettings, write_private
 
 __all__ = ["EjabberdAdmin", "ProsodyAdmin", "ServerAdminError", "XmppAdmin", "xmpp_admin"]
 
-_LOCALPART = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_GROUP = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # overlay ids ([A-Za-z0-9_-]{1,32}) and more; never "+" (public)
+_LOCALPART = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
+_GROUP = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")  # overlay ids ([A-Za-z0-9_-]{1,32}) and more; never "+" (public)
 
 
 class XmppAdmin(Protocol):

@@ -1043,7 +1043,8 @@ class SignalEndpoint:
             self._unknow((overlay, node_id, bare))
 
     def _start_handler(self, request: Request, sender: str) -> None:
-        self.requests_in[request.action] += 1
+        # by action only for ours: a member names actions at will, and a Counter keyed by them grows forever (G4)
+        self.requests_in[request.action if request.action in self._handlers else "unknown"] += 1
         mine = self._inflight_by_peer.get(sender, 0)
         if mine >= self.limits.max_inflight_per_peer:
             self._drop(DropReason.PEER_OVERLOADED, sender, f"{mine} of its requests in progress")

@@ -67,7 +67,7 @@ MAX_MEMBERSHIPS = 64
 
 OVERLAY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _NODE_ID_RE = re.compile(r"[0-9a-f]{32}")
-_TXID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TXID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ACTION_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 FEATURE_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 MAX_FEATURES = 64
@@ -207,7 +207,7 @@ def decode(text: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> Envelope:
     src = _node(doc["src"], "src")
     dst = _node(doc["dst"], "dst")
     txid = doc["txid"]
-    if not isinstance(txid, str) or not _TXID_RE.fullmatch(txid):
+    if not isinstance(txid, str) or not TXID_RE.fullmatch(txid):
         _fail(Malformed.BAD_TXID, f"txid {_short(txid)}")
     if kind == "request":
         action = doc["action"]
@@ -354,7 +354,7 @@ def _check_overlay(value: str) -> None:
 
 
 def _check_txid(value: str) -> None:
-    if not isinstance(value, str) or not _TXID_RE.fullmatch(value):
+    if not isinstance(value, str) or not TXID_RE.fullmatch(value):
         _fail(Malformed.BAD_TXID, f"txid {_short(value)}")
 
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath.transit_table import TransitTable
-from evio.tunnel.errors import OfferError, SetupError, SignalingFailed
+from evio.tunnel.errors import OfferError, SetupError, SignalingFailed, TunnelError
 from evio.tunnel.path.candidates import CandidateDrops
 from evio.tunnel.path.deadlines import LoopLag
 from evio.tunnel.path.dtls import UNTRUSTED, TunnelCertificate
@@ -48,6 +48,10 @@ from evio.tunnel.session import (
 logger = logging.getLogger(__name__)
 
 REFUSAL_LOG_INTERVAL = 60.0
+# An offer from a peer whose tunnel is up replaces it only if the peer does not answer an echo on it within
+# this: a restarted peer cannot, while an offer the XMPP server forged in its name closed a working tunnel
+# (review21h H7). A few RTTs of a loaded host; a real restart waits this much longer.
+REPLACE_PROBE_TIMEOUT = 1.0
 OfferPolicy = Callable[[int], bool]
 """May this peer offer us a tunnel now? (The overlay controller: was a link negotiated with it?)"""
 
@@ -213,6 +217,8 @@ class TunnelManager:
             raise self._refuse(peer, "too_many_tunnels", SignalingFailed("too many tunnels"))
         self._offers_in_progress += 1
         try:
+            if existing is not None and existing.state is TunnelState.UP and await self._answers(existing):
+                raise self._refuse(peer, "tunnel_alive", SignalingFailed("our tunnel with this node is up and answers"))
             if existing is not None and existing.active:
                 await existing.close("replaced by a new offer from the peer")
             tunnel = self._new_tunnel(peer, initiator=False, tunnel_id=offer.tunnel_id)
@@ -226,6 +232,15 @@ class TunnelManager:
         body = answer.to_body()
         self._answered[peer] = (offer.tunnel_id, body)
         return body
+
+    @staticmethod
+    async def _answers(tunnel: Tunnel) -> bool:
+        """Does the peer answer an echo on `tunnel` (records only it can seal) within REPLACE_PROBE_TIMEOUT?"""
+        try:
+            await tunnel.probe(REPLACE_PROBE_TIMEOUT)
+        except (TunnelError, TimeoutError):
+            return False
+        return True
 
     def _refuse(self, peer: int, reason: str, error: Exception) -> Exception:
         """Count a refused offer, log it at most once per peer per interval; the error to raise."""

@@ -28,7 +28,7 @@ from evio.deferred_modules import defer
 MDNS_MODULE = "aioice.mdns"
 
 # draft-ietf-mmusic-mdns-ice-candidates section 3.1.1: a UUID label under .local, as aioice tests it.
-_MDNS_NAME = re.compile(r"^[a-zA-Z0-9-]{1,63}\.local$")
+_MDNS_NAME = re.compile(r"^[a-zA-Z0-9-]{1,63}\.local\Z")
 
 
 def is_mdns_hostname(name: str) -> bool:

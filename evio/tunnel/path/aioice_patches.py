@@ -10,7 +10,11 @@ Process-wide, by ``configure_aioice``:
 
 1. ``aioice.stun.parse_message`` -> ``_guarded_parse``: every malformed STUN
    message is a ValueError, the one exception aioice's receive callbacks
-   catch (stun_guard.py; lab-recipes 9), counted in ``STUN_REJECTED``.
+   catch (stun_guard.py; lab-recipes 9), counted in ``STUN_REJECTED``. A
+   TURN server's ALLOCATE or REFRESH answer granting less than
+   ``MIN_TURN_LIFETIME`` is read as granting that much: aioice refreshes
+   after 5/6 of the lifetime granted, so LIFETIME 0 was a REFRESH per round
+   trip, forever (review21h H3); counted in ``TURN_LIFETIME_RAISED``.
 2. ``aioice.ice.get_host_addresses`` -> ``_HostFilter``: the running agent's
    excluded networks (the overlays' subnets) are never gathered: a STUN
    answer for an overlay address never comes back, and gathering would wait
@@ -99,14 +103,28 @@ STUN_REJECTED: collections.Counter[StunReject] = collections.Counter()
 """STUN-range datagrams aioice's receive paths were not given as messages, by reason (process-wide)."""
 
 
+MIN_TURN_LIFETIME = 30  # seconds: RFC 8656 servers grant at least their minimum, 600 s by default
+TURN_LIFETIME_RAISED = 0
+"""TURN answers whose LIFETIME was below ``MIN_TURN_LIFETIME`` (process-wide; a deletion's answer counts too)."""
+_LIFETIMES = (aioice.stun.Method.ALLOCATE, aioice.stun.Method.REFRESH)
+
+
 def _guarded_parse(data: bytes) -> aioice.stun.Message:
     """Replaces ``aioice.stun.parse_message``: every failure is a ValueError, the one aioice expects."""
+    global TURN_LIFETIME_RAISED
     try:
-        return parse_stun(data)
+        message = parse_stun(data)
     except MalformedStun as exc:
         if data and data[0] <= 3:  # STUN range; anything else is aioice asking "is this STUN?"
             STUN_REJECTED[exc.reason] += 1
         raise
+    lifetime = message.attributes.get("LIFETIME")
+    if (message.message_class == aioice.stun.Class.RESPONSE and message.message_method in _LIFETIMES
+            and isinstance(lifetime, int) and lifetime < MIN_TURN_LIFETIME):  # fmt: skip
+        # MESSAGE-INTEGRITY is checked over the bytes received, not these attributes
+        message.attributes["LIFETIME"] = MIN_TURN_LIFETIME
+        TURN_LIFETIME_RAISED += 1
+    return message
 
 
 def _install_stun_guard() -> None:

@@ -120,6 +120,16 @@ def candidate_drop(host: str, relayed: bool, policy: CandidatePolicy, local: Loc
         return CandidateDrop.UNSPECIFIED  # not an address: the offer parser lets none through
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
+    # An IPv6 address that a translator or relay on the path turns into an IPv4 one is judged as that one too
+    # (review21g G6: loopback or the metadata service inside NAT64, 6to4 or IPv4-compatible forms).
+    for judged in (address, *embedded_ipv4(address)):
+        drop = _drop(judged, relayed, policy, local)
+        if drop is not None:
+            return drop
+    return None
+
+
+def _drop(address: Address, relayed: bool, policy: CandidatePolicy, local: LocalNetworks) -> CandidateDrop | None:
     if address.is_unspecified or address in _THIS_NETWORK:
         return CandidateDrop.UNSPECIFIED
     if address.is_loopback and not policy.allow_local:
@@ -137,6 +147,29 @@ def candidate_drop(host: str, relayed: bool, policy: CandidatePolicy, local: Loc
     if _within(address, policy.deny):
         return CandidateDrop.DENIED
     return None
+
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052's well-known prefix
+# RFC 8215's local-use prefix, read at /96 as translators mostly use it (the other RFC 6052 lengths would judge
+# what a /96 deployment holds as other, mostly unspecified, addresses)
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible (::a.b.c.d)
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT's IPv4-translated form
+
+
+def embedded_ipv4(address: Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses `address` stands for on some path (NAT64, 6to4, Teredo, the old embeddings)."""
+    if not isinstance(address, ipaddress.IPv6Address) or int(address) <= 1:
+        return []  # :: and ::1 are IPv6's own (unspecified, loopback), not IPv4-compatible 0.0.0.0 and 0.0.0.1
+    value = int(address)
+    found: list[ipaddress.IPv4Address] = []
+    if any(address in net for net in (_NAT64, _NAT64_LOCAL, _COMPATIBLE, _TRANSLATED)):
+        found.append(ipaddress.IPv4Address(value & 0xFFFFFFFF))
+    if address.sixtofour is not None:
+        found.append(address.sixtofour)
+    if address.teredo is not None:
+        found.extend(address.teredo)
+    return found
 
 
 def in_networks(host: str, networks: Sequence[Network]) -> bool:

@@ -144,7 +144,10 @@ class InboundGate:
             if not self.allows(addr, protocol):
                 self._reject(InboundReject.FOREIGN_SOURCE, addr)
                 return
-            if self.first_source is None and protocol is not None:
+            # The path the controlled side follows: a DTLS record (RFC 7983: 20-63) from a source an authenticated
+            # check vouches for, never a datagram anyone could spoof from a signalled address (review21h H10).
+            if (self.first_source is None and protocol is not None and 20 <= data[0] <= 63
+                    and self._checked(self._connection, protocol, (addr[0], addr[1]))):  # fmt: skip
                 self.first_source = (protocol, (addr[0], addr[1]))
         try:
             inner(data, addr)

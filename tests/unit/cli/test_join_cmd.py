@@ -63,6 +63,24 @@ def test_an_existing_config_is_kept_unless_forced(node: Path, token: str, capsys
     assert main(["join", token, "--force"]) == 0
 
 
+def test_a_forced_join_that_fails_puts_back_the_files_it_replaced(
+    node: Path, token: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["join", token]) == 0
+    before = {p: p.read_bytes() for p in node.rglob("*") if p.is_file()}
+    (node / "ov1" / "node.key").write_text("the key this node holds\n")
+    before[node / "ov1" / "node.key"] = b"the key this node holds\n"
+    capsys.readouterr()
+
+    def refused(*_args: Any) -> list[str]:
+        return ["the secret files are not the daemon's own"]
+
+    monkeypatch.setattr("evio.config.secrets.secret_problems", refused)
+    assert main(["join", token, "--force"]) == 1
+    assert "none kept" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in node.rglob("*") if p.is_file()} == before  # nothing lost, nothing left
+
+
 def test_open_vswitch_missing_stops_before_anything_is_written(
     node: Path, token: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

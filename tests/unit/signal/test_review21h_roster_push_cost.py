@@ -1,0 +1,49 @@
+"""Review21h H6: every roster push from the server costs a pass over the whole roster (O(n) each, O(n^2) in all).
+
+Attack: `SignalClient` handles slixmpp's `roster_update` (one per roster push, each one IQ from the server) with
+`_sync_membership`, which walks every contact of the roster, recomputes every contact's overlays and hands the
+whole map to `_membership_changed`. Nothing bounds the roster's size or the pushes' rate. A hostile or compromised
+XMPP server (trust mode is meant not to rely on it) pushes tens of thousands of contacts, then keeps pushing one
+item at a time: each push costs the node's event loop a pass over all of them. Severity medium.
+
+Measured (the client's own ClientXMPP and `_sync_membership`, `_membership_changed` stubbed, this machine, load
+~2.3): one push costs 2.9 ms at 2,000 contacts, 12.4 ms at 8,000, 41.6 ms at 20,000; 25 pushes a second of one
+item each at 20,000 contacts keep the loop busy (every tunnel's keepalives late). Below: the roster lookups one
+push of one item costs at 3,000 contacts.
+
+Proposed fix: apply a push incrementally (slixmpp's `roster_update` carries the pushed items: recompute only
+those), cap the contacts taken into account (e.g. the overlay's `max_members`, the rest dropped and counted), and
+in member-list mode (decision 0063) do not read the roster at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from evio.signal.client import SignalClient, SignalSettings
+
+
+@pytest.mark.xfail(strict=True, reason="review21h H6: each roster push walks the whole roster")
+async def test_a_roster_push_of_one_item_does_not_walk_the_whole_roster(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = SignalClient(SignalSettings(jid="a@x.test", server="127.0.0.1", password="pw", memberships={"ov1": 1}))
+    xmpp = client._make_xmpp()
+    monkeypatch.setattr(client, "_membership_changed", lambda current: None)
+    roster = xmpp.client_roster
+    for i in range(3000):
+        roster.add(f"u{i}@x.test", groups=["ov1"], afrom=True, ato=True, save=False)
+    node_type = type(roster[xmpp.boundjid.bare])  # the RosterNode whose items _sync_membership reads
+    lookups = 0
+    real = node_type.__getitem__
+
+    def counting(self: Any, key: Any) -> Any:
+        nonlocal lookups
+        lookups += 1
+        return real(self, key)
+
+    monkeypatch.setattr(node_type, "__getitem__", counting)
+    roster.add("u3000@x.test", groups=["ov1"], afrom=True, ato=True, save=False)  # one pushed item
+    lookups = 0
+    client._sync_membership(xmpp)  # what the roster_update of that push runs
+    assert lookups <= 100, f"{lookups} roster lookups for a push of one item among 3,001 contacts"

@@ -1,0 +1,74 @@
+"""Review21h H5: the XMPP server makes a node hold a stanza of any size in memory (no stanza size bound).
+
+Attack: slixmpp's `XMLStream.data_received` feeds every byte to an `XMLPullParser` and builds the stanza's
+element tree until its end tag; nothing bounds a stanza's size or depth, and evio's incoming filter
+(`SignalClient._count_in`, where `max_payload_bytes` and the member list's 8 MB apply) sees a stanza only once it
+is complete. A hostile or compromised XMPP server (or whoever terminates the client's TLS where it is not
+verified) opens a `<message>` and never closes it: the node keeps every byte. (Our own server's config sets
+`max_stanza_size: 262144`, evio/server/configs.py; the client has no counterpart.)
+
+Measured (the client's own `ClientXMPP` from `SignalClient._make_xmpp`, fed in-process; tracemalloc): 16 MB of one
+unfinished `<body>` held after 256 chunks of 64 KiB, 0.04 s to take; the connection is not dropped. At the rate a
+server can send, gigabytes within seconds: the node runs out of memory (systemd's MemoryMax, if set, kills it,
+and every tunnel with it).
+
+Proposed fix: count the bytes fed since the last stanza ended (wrap the stream's `data_received`, or its
+parser's `feed`) and abort the session past a bound (e.g. the member list's 8 MB plus a margin, or 1 MB unless a
+member list is expected), counted as a drop `oversize` and logged once; likewise a depth bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evio.signal.client import SignalClient, SignalSettings
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def get_extra_info(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def close(self) -> None:
+        self.aborted = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+@pytest.mark.xfail(strict=True, reason="review21h H5: no bound on an incoming stanza's size")
+async def test_an_endless_stanza_from_the_server_is_not_held_without_bound(tmp_path: Path) -> None:
+    client = SignalClient(SignalSettings(jid="a@x.test", server="127.0.0.1", password="pw", memberships={"ov1": 1}))
+    xmpp = client._make_xmpp()
+    transport = Transport()
+    xmpp.connection_made(transport)  # type: ignore[arg-type]
+    xmpp.data_received(b"<stream:stream xmlns='jabber:client' xmlns:stream='http://etherx.jabber.org/streams' "
+                       b"from='x.test' id='1' version='1.0'>")  # fmt: skip
+    tracemalloc.start()
+    try:
+        xmpp.data_received(b"<message from='b@x.test/r' to='a@x.test/r'><body>")
+        chunk = b"A" * 65536
+        for _ in range(256):  # 16 MB of one body, never closed
+            if transport.aborted:
+                break
+            xmpp.data_received(chunk)
+        held, _ = tracemalloc.get_traced_memory()
+        dropped = transport.aborted
+    finally:
+        tracemalloc.stop()
+        xmpp.abort()
+        await asyncio.sleep(0)
+    assert dropped or held < 10_000_000, f"{held / 1e6:.1f} MB of one unfinished stanza held"
