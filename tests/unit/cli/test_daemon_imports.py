@@ -27,11 +27,17 @@ PROBE = textwrap.dedent(
     import evio.node.node, evio.node.platform, evio.overlay.controller, evio.sdn.ofapp
     assert "slixmpp" in sys.modules and "aioice.ice" in sys.modules
     unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds",
-              "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4")
+              "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4",
+              "importlib.metadata", "zipfile", "email.message", "difflib")
     assert not loaded(*unused), loaded(*unused)
     from evio.deferred_modules import DeferredModule
     # oslo_config's URI parser and its plugin loader, until an option needs them.
     assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
+    # slixmpp's and os-ken's own versions, read from their dist-info's name (evio.installed_versions).
+    assert type(sys.modules["slixmpp.version"]) is DeferredModule and type(sys.modules["pbr.version"]) is DeferredModule
+    import importlib.metadata, os_ken, slixmpp
+    assert (slixmpp.__version__, os_ken.__version__) == (importlib.metadata.version("slixmpp"),
+                                                        importlib.metadata.version("os-ken"))
     print("ok")
     """
 )
