@@ -28,8 +28,7 @@ import importlib
 import sys
 import types
 
-from evio.deferred_modules import defer
-from evio.installed_versions import InstalledVersionInfo
+from evio.deferred_modules import InstalledVersionInfo, defer
 
 OTHER_VERSION_PARSERS = tuple(f"os_ken.ofproto.ofproto_v1_{v}_parser" for v in ("0", "2", "4", "5"))
 LOADED_ON_USE = ("os_ken.lib.packet.bgp", "os_ken.lib.packet.zebra")
@@ -38,7 +37,7 @@ PACKET_LIBRARY = ("os_ken.lib.packet", "os_ken.lib.packet.packet")
 # through stevedore's plugins; os-ken has neither: with idna and unicodedata, 0.7 MB loaded only on use.
 CONFIG_EXTRAS = ("rfc3986", "stevedore")
 # os-ken asks pbr for its version when imported, and pbr asks importlib.metadata (zipfile, csv, email's
-# parser: 1.6 MB with slixmpp's, evio.installed_versions); the version is read from the dist-info's name.
+# parser: 1.6 MB with slixmpp's, evio.deferred_modules.installed_version); the version is read from the dist-info's name.
 VERSION_LOOKUP = "pbr.version"
 
 

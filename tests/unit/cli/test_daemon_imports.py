@@ -34,7 +34,7 @@ PROBE = textwrap.dedent(
     from evio.deferred_modules import DeferredModule
     # oslo_config's URI parser and its plugin loader, until an option needs them.
     assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
-    # slixmpp's and os-ken's own versions, read from their dist-info's name (evio.installed_versions).
+    # slixmpp's and os-ken's own versions, read from their dist-info's name (evio.deferred_modules.installed_version).
     assert type(sys.modules["slixmpp.version"]) is DeferredModule and type(sys.modules["pbr.version"]) is DeferredModule
     import importlib.metadata, os_ken, slixmpp
     assert (slixmpp.__version__, os_ken.__version__) == (importlib.metadata.version("slixmpp"),

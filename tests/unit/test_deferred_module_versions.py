@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evio.installed_versions import InstalledVersionInfo, installed_version, version_info
+from evio.deferred_modules import InstalledVersionInfo, installed_version, version_info
 
 
 @pytest.mark.parametrize("distribution", ["slixmpp", "os-ken", "os_ken", "cryptography", "pyOpenSSL", "aioice"])
