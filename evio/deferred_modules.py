@@ -118,6 +118,8 @@ def defer(fullname: str, preset: Mapping[str, object] | None = None) -> None:
 
 
 # --- versions, without importlib.metadata ------------------------------------------------------
+
+
 def installed_version(distribution: str) -> str:
     """The installed version of `distribution` (as importlib.metadata.version would answer)."""
     wanted = _normalized(distribution)
