@@ -46,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in arguments if not a.startswith("-")), None)
     light = _LIGHT.get(first) if first is not None and "--help" not in arguments and "-h" not in arguments else None
+    if light == "evio.cli.run_cmd":
+        # The daemon, before its config is read: cryptography loads bcrypt (0.4 MB) for encrypted
+        # OpenSSH keys, which evio never reads; without it, loading one says "Need bcrypt module".
+        sys.modules.setdefault("bcrypt", None)  # type: ignore[arg-type]
     parser = build_parser(light)
     args = parser.parse_args(arguments)
     level = logging.WARNING - 10 * min(args.verbose, 2)

@@ -28,6 +28,7 @@ from evio.cli.config_file import EXIT_UNREADABLE as EXIT_UNREADABLE_CONFIG
 from evio.cli.config_file import load_or_report
 from evio.config.loader import ConfigError
 from evio.config.model import Config
+from evio.deferred_modules import defer, installed_version, version_info
 
 EXIT_OK = 0
 EXIT_MISSING_DEPENDENCY = 3
@@ -96,6 +97,10 @@ def keep_out_unused_modules() -> None:
     # slixmpp resolves with aiodns (pycares, cffi: 0.7 MB) when it can import it, else with the loop's
     # getaddrinfo; the client always names the server's host and port, so no SRV lookup is lost.
     sys.modules.setdefault("aiodns", None)  # type: ignore[arg-type]
+    # slixmpp looks up its version with importlib.metadata when imported (zipfile, csv, email's parser);
+    # the version is read from its dist-info's name instead (evio.deferred_modules.installed_version).
+    defer("slixmpp.version", {"__version__": (version := installed_version("slixmpp")),
+                              "__version_info__": version_info(version)})  # fmt: skip
 
 
 def _run(config: Config, config_name: str, use_uvloop: bool) -> int:

@@ -13,7 +13,6 @@ Only a document with no problems becomes a `Config`.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import json
 import math
@@ -21,7 +20,6 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import is_dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -155,7 +153,8 @@ def _structure_problems(value: Any, parts: tuple[str | int, ...] = ()) -> Iterat
 
 @cache
 def load_schema() -> dict[str, Any]:
-    text = resources.files("evio.config").joinpath("schema.json").read_text(encoding="utf-8")
+    # Beside this module (importlib.resources would bring tempfile, shutil and the archive modules).
+    text = Path(__file__).with_name("schema.json").read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
@@ -198,6 +197,8 @@ def _schema_problems(error: Failure) -> Iterator[Problem]:
         allowed = sorted(error.schema.get("properties", {}))
         for key in instance:
             if key not in allowed:
+                import difflib  # only for a config with an unknown key
+
                 near = difflib.get_close_matches(key, allowed, n=1)
                 hint = f"did you mean {near[0]!r}? " if near else ""
                 yield Problem(json_path((*parts, key)), f"unknown key; {hint}allowed: {', '.join(allowed)}")

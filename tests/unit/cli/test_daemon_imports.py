@@ -13,10 +13,11 @@ PROBE = textwrap.dedent(
     """
     import sys
     from evio.cli import main
-    from evio.cli.config_file import EXIT_UNREADABLE
 
     # A config that cannot be read: `run` parses its arguments and stops before starting anything.
-    assert main(["run", "--config", "/nonexistent/evio.json"]) == EXIT_UNREADABLE
+    status = main(["run", "--config", "/nonexistent/evio.json"])
+    from evio.cli.config_file import EXIT_UNREADABLE  # after: `run` keeps bcrypt out before the config loader
+    assert status == EXIT_UNREADABLE
     def loaded(*prefixes):
         return sorted(m for m in sys.modules if sys.modules[m] is not None and m.startswith(prefixes))
     assert not loaded("evio.lab", "evio.sim", "evio.plots", "slixmpp", "pygments", "matplotlib"), loaded(
@@ -27,11 +28,17 @@ PROBE = textwrap.dedent(
     import evio.node.node, evio.node.platform, evio.overlay.controller, evio.sdn.ofapp
     assert "slixmpp" in sys.modules and "aioice.ice" in sys.modules
     unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds",
-              "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4")
+              "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4",
+              "importlib.metadata", "zipfile", "email.message", "difflib", "bcrypt")
     assert not loaded(*unused), loaded(*unused)
     from evio.deferred_modules import DeferredModule
     # oslo_config's URI parser and its plugin loader, until an option needs them.
     assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
+    # slixmpp's and os-ken's own versions, read from their dist-info's name (evio.deferred_modules.installed_version).
+    assert type(sys.modules["slixmpp.version"]) is DeferredModule and type(sys.modules["pbr.version"]) is DeferredModule
+    import importlib.metadata, os_ken, slixmpp
+    assert (slixmpp.__version__, os_ken.__version__) == (importlib.metadata.version("slixmpp"),
+                                                        importlib.metadata.version("os-ken"))
     print("ok")
     """
 )
