@@ -60,7 +60,9 @@ Adjacent peers are members, not trusted with this node's switching:
 - an FRB broadcast must come the way a flood from its root could have come
   (the root itself, or a peer on the arc from the root to us; `frb_receive._plausible`),
   else it is dropped (`IMPLAUSIBLE_FRB`); an adjacent root's hosts are
-  learned only from copies over its own link;
+  learned only from copies over its own link, and once the root's end of
+  that link stands (its leaf announcement came) a copy of its flood by
+  another peer is dropped too (`frb_receive._detours_its_root`);
 - a MAC whose place spoke for it lately does not move to another root, or to
   another port but by its own root's copies (`MOVE_REFUSED`; the frame goes
   on), see learning_table.py's move hold and docs/design.md, "Who may move a MAC";
@@ -253,7 +255,9 @@ class BoundedFloodSwitch:
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
-        self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
+        # Peer ports whose leaf announcement came since they were added, and when the first came: the peer's end of
+        # the link stands, so its floods come by it (frb_receive._detours_its_root).
+        self._announced_by: dict[int, float] = {}
         # The L2 policy for frames FRBs carry (OverlaySwitch sets it): whether (ingress port, inner frame)
         # may come in. Other frames meet the policy in table 0 before they could reach the controller.
         self.frame_filter: Callable[[int, bytes], bool] | None = None
@@ -278,7 +282,7 @@ class BoundedFloodSwitch:
         if old is not None and old != port:
             actions += self.port_removed(port.port_no, now)
         self.ports[port.port_no] = port
-        self._announced_by.discard(port.port_no)
+        self._announced_by.pop(port.port_no, None)
         log.info("port added port=%s name=%s kind=%s peer=%s", port.port_no, port.name, port.kind.value,
                  format_node_id(port.peer) if port.peer is not None else None)
         if port.kind is PortKind.PEER:
@@ -292,7 +296,7 @@ class BoundedFloodSwitch:
         for budget in self.link_local_budgets.values():
             budget.forget(port_no)
         self.flood_budget.forget(port_no)
-        self._announced_by.discard(port_no)
+        self._announced_by.pop(port_no, None)
         if port is None:
             return []
         for key in [key for key in self.port_drops if key[0] == port.name]:
