@@ -107,7 +107,8 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
             # added 0.02-0.2 s apart); until the peer learns our MACs by this link, it sends them the old
             # way, into a dead link when this one stands in for it (E4). Once per port, so two ends answer
             # each other at most once.
-            sw._announced_by[port.port_no] = now
+            sw._announced_by.add(port.port_no)
+            sw._root_links.setdefault(ingress, now)
             actions += sw._leaf_announce(port)
         return actions
     if h.frb_type is frb.FrbType.LINK_CHECK:
@@ -156,11 +157,8 @@ def _detours_its_root(sw: BoundedFloodSwitch, h: frb.FrbHeader, ingress: int, no
     its leaf announcement came on the link (it sends one when its port comes); the rule waits
     `ROOT_LINK_GRACE` longer for copies it sent the long way round before it had the link.
     """
-    if ingress == h.root_nid:
-        return False
-    port = sw.peer_ports().get(h.root_nid)
-    announced = None if port is None else sw._announced_by.get(port)
-    return announced is not None and now - announced >= ROOT_LINK_GRACE
+    announced = sw._root_links.get(h.root_nid)
+    return announced is not None and ingress != h.root_nid and now - announced >= ROOT_LINK_GRACE
 
 
 def _flood_budget_key(sw: BoundedFloodSwitch, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:

@@ -255,9 +255,10 @@ class BoundedFloodSwitch:
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
-        # Peer ports whose leaf announcement came since they were added, and when the first came: the peer's end of
-        # the link stands, so its floods come by it (frb_receive._detours_its_root).
-        self._announced_by: dict[int, float] = {}
+        self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
+        # Peer id -> when its leaf announcement first came on a port to it: its end of our link stands, and its
+        # floods come by it (frb_receive._detours_its_root). Goes with any port to that peer.
+        self._root_links: dict[int, float] = {}
         # The L2 policy for frames FRBs carry (OverlaySwitch sets it): whether (ingress port, inner frame)
         # may come in. Other frames meet the policy in table 0 before they could reach the controller.
         self.frame_filter: Callable[[int, bytes], bool] | None = None
@@ -282,7 +283,9 @@ class BoundedFloodSwitch:
         if old is not None and old != port:
             actions += self.port_removed(port.port_no, now)
         self.ports[port.port_no] = port
-        self._announced_by.pop(port.port_no, None)
+        self._announced_by.discard(port.port_no)
+        if port.peer is not None:
+            self._root_links.pop(port.peer, None)
         log.info("port added port=%s name=%s kind=%s peer=%s", port.port_no, port.name, port.kind.value,
                  format_node_id(port.peer) if port.peer is not None else None)
         if port.kind is PortKind.PEER:
@@ -296,9 +299,11 @@ class BoundedFloodSwitch:
         for budget in self.link_local_budgets.values():
             budget.forget(port_no)
         self.flood_budget.forget(port_no)
-        self._announced_by.pop(port_no, None)
+        self._announced_by.discard(port_no)
         if port is None:
             return []
+        if port.peer is not None:
+            self._root_links.pop(port.peer, None)
         for key in [key for key in self.port_drops if key[0] == port.name]:
             del self.port_drops[key]  # TAP names come and go with links: no count may outlive its port
         forgotten = self.learning.forget_port(port_no)
