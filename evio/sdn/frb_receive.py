@@ -9,7 +9,8 @@ learning table, flood budget, counters). Pure, as the switch is: frames and `now
   leaf ports (or only to the leaf the destination is learned on) and passed on within its bound; a
   BROADCAST_REVERSE (a broadcast's header sent the other way round the ring) is learned from and
   passed on, never delivered (docs/design.md, "Learning and unicast flows").
-- A flood must come the way one from its root could have come (`_plausible`), else it is dropped;
+- A flood must come the way one from its root could have come (`_plausible`; an adjacent root's by its
+  own link, `_detours_its_root`), else it is dropped;
   a copy from a peer that is not its root cannot claim fewer than 2 hops (`_hops`); floods passed on
   for one ingress port share its total, each root its share (`_flood_budget_key`, flood_shares.py).
 - A LEAF_ANNOUNCE is taken only for the announcing peer's own root; the first one from a peer since
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# How long after an adjacent root's end of our link stood (its leaf announcement came) a copy of its flood may
+# still come by another way: one it sent the long way round just before. Far above an overlay path's latency.
+ROOT_LINK_GRACE = 2.0
+
 
 def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, now: float) -> list[FlowAction]:
     """An FRB that peer `ingress` sent on `port` (the switch checked that it is a peer port)."""
@@ -57,7 +62,7 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
         return []
     h = frame.header
     flood = h.frb_type in (frb.FrbType.BROADCAST, frb.FrbType.BROADCAST_REVERSE)
-    if flood and h.root_nid != sw.node_id and not _plausible(sw, h, ingress):
+    if flood and h.root_nid != sw.node_id and (not _plausible(sw, h, ingress) or _detours_its_root(sw, h, ingress, now)):
         sw._bounded(Drop.IMPLAUSIBLE_FRB, port.port_no, now,
                     f"peer={format_node_id(ingress)} root={format_node_id(h.root_nid)}")
         return []
@@ -103,6 +108,7 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
             # way, into a dead link when this one stands in for it (E4). Once per port, so two ends answer
             # each other at most once.
             sw._announced_by.add(port.port_no)
+            sw._root_links.setdefault(ingress, now)
             actions += sw._leaf_announce(port)
         return actions
     if h.frb_type is frb.FrbType.LINK_CHECK:
@@ -138,6 +144,21 @@ def _plausible(sw: BoundedFloodSwitch, h: frb.FrbHeader, ingress: int) -> bool:
     to_bound = (bound - me) % RING_SIZE
     # A bound at us only stops the copy here (nothing lies strictly inside (us, us)): harmless, allowed.
     return (ingress - root) % RING_SIZE < to_me and to_bound <= RING_SIZE - to_me
+
+
+def _detours_its_root(sw: BoundedFloodSwitch, h: frb.FrbHeader, ingress: int, now: float) -> bool:
+    """Whether a flood rooted at a peer of ours comes by another peer though the root's end of our link stands.
+
+    A root hands its flood, both ways round, to every peer it has itself (flooding_bounds: each arc it hands
+    out starts at one of its neighbours, and no arc holds another's start), so a copy of it comes to a peer
+    of the root by the root's own link, never another way. A member forging a copy under a root behind it
+    could otherwise pass it on from the node past it, by the port the root's real floods take further on,
+    and its invented MACs would count in the root's group there (review21f F6). The root's end stands once
+    its leaf announcement came on the link (it sends one when its port comes); the rule waits
+    `ROOT_LINK_GRACE` longer for copies it sent the long way round before it had the link.
+    """
+    announced = sw._root_links.get(h.root_nid)
+    return announced is not None and ingress != h.root_nid and now - announced >= ROOT_LINK_GRACE
 
 
 def _flood_budget_key(sw: BoundedFloodSwitch, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:

@@ -60,7 +60,9 @@ Adjacent peers are members, not trusted with this node's switching:
 - an FRB broadcast must come the way a flood from its root could have come
   (the root itself, or a peer on the arc from the root to us; `frb_receive._plausible`),
   else it is dropped (`IMPLAUSIBLE_FRB`); an adjacent root's hosts are
-  learned only from copies over its own link;
+  learned only from copies over its own link, and once the root's end of
+  that link stands (its leaf announcement came) a copy of its flood by
+  another peer is dropped too (`frb_receive._detours_its_root`);
 - a MAC whose place spoke for it lately does not move to another root, or to
   another port but by its own root's copies (`MOVE_REFUSED`; the frame goes
   on), see learning_table.py's move hold and docs/design.md, "Who may move a MAC";
@@ -254,6 +256,9 @@ class BoundedFloodSwitch:
         self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
         self._bounds_logged = LogLimiter[tuple[int, Drop]](BAD_INPUT_LOG_INTERVAL)  # (port, reason)
         self._announced_by: set[int] = set()  # peer ports whose leaf announcement came since they were added
+        # Peer id -> when its leaf announcement first came on a port to it: its end of our link stands, and its
+        # floods come by it (frb_receive._detours_its_root). Goes with any port to that peer.
+        self._root_links: dict[int, float] = {}
         # The L2 policy for frames FRBs carry (OverlaySwitch sets it): whether (ingress port, inner frame)
         # may come in. Other frames meet the policy in table 0 before they could reach the controller.
         self.frame_filter: Callable[[int, bytes], bool] | None = None
@@ -279,6 +284,8 @@ class BoundedFloodSwitch:
             actions += self.port_removed(port.port_no, now)
         self.ports[port.port_no] = port
         self._announced_by.discard(port.port_no)
+        if port.peer is not None:
+            self._root_links.pop(port.peer, None)
         log.info("port added port=%s name=%s kind=%s peer=%s", port.port_no, port.name, port.kind.value,
                  format_node_id(port.peer) if port.peer is not None else None)
         if port.kind is PortKind.PEER:
@@ -295,6 +302,8 @@ class BoundedFloodSwitch:
         self._announced_by.discard(port_no)
         if port is None:
             return []
+        if port.peer is not None:
+            self._root_links.pop(port.peer, None)
         for key in [key for key in self.port_drops if key[0] == port.name]:
             del self.port_drops[key]  # TAP names come and go with links: no count may outlive its port
         forgotten = self.learning.forget_port(port_no)
