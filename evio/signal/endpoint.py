@@ -49,7 +49,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.clock import REAL_CLOCK, Clock, Timer
-from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
+from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate, TokenBucket
 from evio.signal import identity, member_list, protocol
 from evio.signal.contacts import contacts
 from evio.signal.drops import DropAccounting, DropReason
@@ -133,6 +133,12 @@ MEMBERS_ASK_INTERVAL = 5.0
 MEMBERS_ASK_WAIT = 30.0
 MEMBERS_ANSWER_INTERVAL = 10.0
 MAX_MEMBERS_HINT_BYTES = 4096
+# Member list answers over all askers (review21h H9): the XMPP server writes any sender, so an ask in every listed
+# member's name drew one freshly made copy of the whole list each, O(members^2) every 10 s. Askers holding a proven
+# claim here share the first budget; the others (whose ask the server may have written) a small part of it. An
+# asker held back asks again, or another member answers it.
+MEMBERS_ANSWER_RATE = Rate(8 / MEMBERS_ANSWER_INTERVAL, 8)
+MEMBERS_ANSWER_UNPROVEN_RATE = Rate(2 / MEMBERS_ANSWER_INTERVAL, 2)
 # Identity proofs checked per account (a chain and a signature, ~0.85 ms each) when not in the cache: an account sends
 # one per overlay at login and when its identity element changes; any account of the server may send presence,
 # each with new signature bytes, at its c2s rate (review21e E7: 1000 checks for 1000 presences).
@@ -207,6 +213,8 @@ class SignalEndpoint:
         self._members_asked: OrderedDict[str, float] = OrderedDict()  # full JID -> when we asked it for a list
         self._members_asked_at: dict[str, tuple[int, float]] = {}  # overlay -> the serial we last asked for, when
         self._members_answered: OrderedDict[str, float] = OrderedDict()  # bare JID -> when we last sent it ours
+        self._answer_budgets: tuple[TokenBucket, TokenBucket] | None = None  # all askers, unproven ones (H9)
+        self._members_text: dict[str, tuple[int, str]] = {}  # overlay -> (serial, text): made once per serial
         self._reached: set[str] = set()  # bare JIDs we sent our presence to in this session
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
         self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
@@ -519,7 +527,7 @@ class SignalEndpoint:
             return
         tmp = path.with_name(f".{path.name}.tmp")
         try:
-            tmp.write_text(member_list.to_text(ml))
+            tmp.write_text(self._member_text(ml))
             tmp.chmod(0o644)
             os.replace(tmp, path)
             st = path.stat()
@@ -619,11 +627,27 @@ class SignalEndpoint:
         if now - self._members_answered.get(bare, float("-inf")) < MEMBERS_ANSWER_INTERVAL:
             self._drop(DropReason.PEER_OVERLOADED, sender, f"asks for the member list of {overlay} again")
             return
+        if self._answer_budgets is None:
+            self._answer_budgets = (TokenBucket(MEMBERS_ANSWER_RATE, now), TokenBucket(MEMBERS_ANSWER_UNPROVEN_RATE, now))
+        every, unproven = self._answer_budgets
+        proven = self._table.node_of(overlay, sender) is not None  # in this mode a claim stands only proven
+        if (not proven and unproven.next_token(now) > now) or not every.take(now):
+            self._drop(DropReason.OVERLOADED, sender, f"asks for the member list of {overlay}: answers over budget")
+            return
+        if not proven:
+            unproven.take(now)
         self._members_answered.pop(bare, None)
         self._members_answered[bare] = now
         while len(self._members_answered) > MAX_PROOF_CACHE:
             self._members_answered.popitem(last=False)
-        self._send_members(sender, member_list.to_text(ml))
+        self._send_members(sender, self._member_text(ml))
+
+    def _member_text(self, ml: member_list.MemberList) -> str:
+        """The list's text, made once per serial (O(members) to make; H9)."""
+        cached = self._members_text.get(ml.overlay)
+        if cached is None or cached[0] != ml.serial:
+            cached = self._members_text[ml.overlay] = (ml.serial, member_list.to_text(ml))
+        return cached[1]
 
     def _read_hint(self, sender: str, members_json: str | None) -> dict[str, int]:
         """The member list serials a presence says its sender holds: {} when none or malformed (counted)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime
 
-
 from evio.signal import protocol
 from evio.signal.endpoint import OverlayIdentity
 from evio.signal.protocol import Announcement, Membership
