@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
@@ -139,6 +140,12 @@ MAX_MEMBERS_HINT_BYTES = 4096
 # asker held back asks again, or another member answers it.
 MEMBERS_ANSWER_RATE = Rate(8 / MEMBERS_ANSWER_INTERVAL, 8)
 MEMBERS_ANSWER_UNPROVEN_RATE = Rate(2 / MEMBERS_ANSWER_INTERVAL, 2)
+# Member lists parsed from messages (review21h H2): a full parse of an 8 MB list costs ~0.24 s of the loop, and the
+# server host's messages were all parsed, any number a second. Two at once, then one per ask interval (~5% of the
+# loop at most); one more is held (the highest serial) and parsed when the budget allows, the others dropped as
+# `peer_overloaded`. A list whose overlay and serial (read first, from its head) say it is not newer costs nothing.
+MEMBERS_PARSE_RATE = Rate(1 / MEMBERS_ASK_INTERVAL, 2)
+_LIST_HEAD_RE = re.compile(r'\{\s*"overlay":\s*"([A-Za-z0-9_-]{1,32})",\s*"serial":\s*(\d{1,16})[,\s]')
 # Identity proofs checked per account (a chain and a signature, ~0.85 ms each) when not in the cache: an account sends
 # one per overlay at login and when its identity element changes; any account of the server may send presence,
 # each with new signature bytes, at its c2s rate (review21e E7: 1000 checks for 1000 presences).
@@ -215,6 +222,9 @@ class SignalEndpoint:
         self._members_answered: OrderedDict[str, float] = OrderedDict()  # bare JID -> when we last sent it ours
         self._answer_budgets: tuple[TokenBucket, TokenBucket] | None = None  # all askers, unproven ones (H9)
         self._members_text: dict[str, tuple[int, str]] = {}  # overlay -> (serial, text): made once per serial
+        self._parse_budget: TokenBucket | None = None  # member lists parsed from messages (H2)
+        self._list_held: tuple[int, str, str] | None = None  # (serial read, text, sender): parsed when budget allows
+        self._list_timer: Timer | None = None
         self._reached: set[str] = set()  # bare JIDs we sent our presence to in this session
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
         self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
@@ -571,7 +581,40 @@ class SignalEndpoint:
             self._drop(DropReason.NOT_MEMBER, sender, "member list from neither the server host nor whom we asked")
             return
         self._members_asked.pop(sender, None)  # one list per ask
-        self.receive_member_list(text, sender)  # refusals are counted and logged there
+        self._take_list(text, sender)
+
+    def _take_list(self, text: str, sender: str) -> None:
+        """A list from the server host or whom we asked: not parsed when its head says it is not newer; parsed
+        within `MEMBERS_PARSE_RATE`, else held (one, the highest serial) until the budget allows."""
+        head = _LIST_HEAD_RE.match(text, 0, 200)
+        serial = int(head[2]) if head is not None else 1 << 53
+        if head is not None:
+            if head[1] not in self._links_mode:
+                return  # as `_adopt_members`: not ours to judge
+            ml = self._links_mode[head[1]]
+            if ml is not None and serial <= ml.serial:
+                return  # not newer: nothing to parse
+        now = self.clock.now()
+        if self._parse_budget is None:
+            self._parse_budget = TokenBucket(MEMBERS_PARSE_RATE, now)
+        if self._list_held is None and self._parse_budget.take(now):
+            self.receive_member_list(text, sender)  # refusals are counted and logged there
+            return
+        held = self._list_held
+        if held is not None and held[0] > serial:
+            self._drop(DropReason.PEER_OVERLOADED, sender, "member list: over the parse budget")
+            return
+        if held is not None:
+            self._drop(DropReason.PEER_OVERLOADED, held[2], "member list: over the parse budget, replaced")
+        self._list_held = (serial, text, sender)
+        if self._list_timer is None:
+            self._list_timer = self.clock.call_later(self._parse_budget.next_token(now) - now, self._take_held_list)
+
+    def _take_held_list(self) -> None:
+        self._list_timer = None
+        held, self._list_held = self._list_held, None
+        if held is not None:
+            self._take_list(held[1], held[2])
 
     def _ask_members(self, sender: str, hint: Mapping[str, int]) -> None:
         """`sender`'s presence says it holds a newer member list than ours: ask it for the list."""
@@ -764,6 +807,10 @@ class SignalEndpoint:
         for timer in self._members_reask.values():
             timer.cancel()
         self._members_reask.clear()
+        if self._list_timer is not None:  # a held list is asked for again at the next login
+            self._list_timer.cancel()
+            self._list_timer = None
+        self._list_held = None
         self._apply(self._table.clear())
 
     def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:
