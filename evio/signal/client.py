@@ -53,7 +53,8 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -258,6 +259,11 @@ class SignalClient(SignalEndpoint):
                          identities=settings.identities)  # fmt: skip
         self.settings = settings
         self._group_to_overlay = {settings.group_of(ov): ov for ov in settings.memberships}
+        # The roster as read (review21h H6): contact -> our groups it is in, and its overlays (subscription both);
+        # how many contacts are in each of our groups. A push updates the contacts it names only.
+        self._contact_groups: dict[str, frozenset[str]] = {}
+        self._contact_overlays: dict[str, frozenset[str]] = {}
+        self._group_counts: Counter[str] = Counter()
         self._xmpp: ClientXMPP | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._end_session: Callable[[str], None] | None = None
@@ -453,7 +459,7 @@ class SignalClient(SignalEndpoint):
         xmpp.add_event_handler("stream_error", on_stream_error)
         xmpp.add_event_handler("presence_available", self._on_presence_available)
         xmpp.add_event_handler("presence_unavailable", self._on_presence_unavailable)
-        xmpp.add_event_handler("roster_update", lambda _: self._sync_membership(xmpp))
+        xmpp.add_event_handler("roster_update", lambda iq: self._on_roster_update(xmpp, iq))
         xmpp.add_event_handler("message_error", self._on_message_error)
         xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), self._on_message))
         xmpp.register_handler(Callback("evio identity", StanzaPath("message/evio_identity"), self._on_identity_message))
@@ -614,25 +620,66 @@ class SignalClient(SignalEndpoint):
             return None
         return stanza
 
-    def _sync_membership(self, xmpp: ClientXMPP) -> None:
-        """Overlay membership of every contact, from the groups of our (server-made) roster."""
+    def _on_roster_update(self, xmpp: ClientXMPP, iq: Any) -> None:
+        """slixmpp applied a roster stanza: a push (type set) names the items it changes, read alone; the answer to
+        our fetch is the whole roster (`on_session_start` reads it)."""
+        if iq["type"] != "set":
+            self._sync_membership(xmpp)
+            return
+        try:
+            pushed = [str(jid) for jid in iq["roster"]["items"]]
+        except Exception as exc:  # noqa: BLE001 - a malformed push from the server must not end the loop
+            self._drop(DropReason.MALFORMED, "server", f"roster push: {exc}")
+            return
+        self._sync_membership(xmpp, pushed)
+
+    def _sync_membership(self, xmpp: ClientXMPP, pushed: Iterable[str] | None = None) -> None:
+        """Overlay membership of every contact, from the groups of our (server-made) roster; `pushed`: only these
+        contacts changed (a roster push). Overlays whose membership is the CA's member list read no roster."""
+        s = self.settings
+        if all(self.presence_to_links(ov) for ov in s.memberships):
+            self._membership_checked({})  # the CA's member list is the membership of all our overlays (0063)
+            return
         roster = xmpp.client_roster
-        current: dict[str, frozenset[str]] = {}
-        seen_groups: set[str] = set()
-        for contact in roster:
-            item = roster[contact]
-            seen_groups.update(item["groups"])
-            if item["subscription"] != "both":
-                continue  # group rosters are mutual; an account deleted on the server unsubscribes first
-            groups = item["groups"]
-            overlays = frozenset(self._group_to_overlay[g] for g in groups if g in self._group_to_overlay)
+        if pushed is None:
+            self._contact_groups.clear()
+            self._contact_overlays.clear()
+            self._group_counts.clear()
+            pushed = list(roster)
+            whole = True
+        else:
+            whole = False
+        changes: dict[str, frozenset[str]] = {}
+        for contact in pushed:
+            bare = contact.split("/", 1)[0]
+            groups, overlays = frozenset(), frozenset()
+            if roster.has_jid(bare):
+                item = roster[bare]
+                groups = frozenset(g for g in item["groups"] if g in self._group_to_overlay)
+                if groups and item["subscription"] == "both":  # group rosters are mutual; a deleted account
+                    overlays = frozenset(self._group_to_overlay[g] for g in groups)  # unsubscribes first
+            if (overlays and bare not in self._contact_overlays
+                    and len(self._contact_overlays) >= member_list.MAX_MEMBERS):  # fmt: skip
+                self._drop(DropReason.OVERSIZED, "server", f"roster past {member_list.MAX_MEMBERS} members: {bare}")
+                groups, overlays = frozenset(), frozenset()
+            self._group_counts.subtract(self._contact_groups.pop(bare, frozenset()))
+            self._group_counts.update(groups)
+            if groups:
+                self._contact_groups[bare] = groups
+            if self._contact_overlays.get(bare, frozenset()) != overlays:
+                changes[bare] = overlays
             if overlays:
-                current[str(contact)] = overlays
-        self._membership_changed(current)
-        s, now = self.settings, time.time()
+                self._contact_overlays[bare] = overlays
+            else:
+                self._contact_overlays.pop(bare, None)
+        if whole:
+            self._membership_changed(dict(self._contact_overlays))
+        elif changes:
+            self._roster_changed(changes)
+        now = time.time()
         self._membership_checked({
             overlay: membership_failure(s.jid, overlay, s.group_of(overlay), now)
-            for overlay in s.memberships if s.group_of(overlay) not in seen_groups
+            for overlay in s.memberships if self._group_counts[s.group_of(overlay)] <= 0
             and not self.presence_to_links(overlay)  # the CA's member list is its membership, not a group
         })  # fmt: skip
 

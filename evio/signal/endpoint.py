@@ -821,6 +821,17 @@ class SignalEndpoint:
         self._roster_membership = dict(current)
         self._apply_membership()
 
+    def _roster_changed(self, changes: Mapping[str, frozenset[str]]) -> None:
+        """A roster push: the overlays of the accounts it names (empty: none); the others are as they were. Costs
+        O(its accounts), not O(roster) as `_membership_changed` (review21h H6)."""
+        links = self._links_mode
+        for bare, overlays in changes.items():
+            if overlays:
+                self._roster_membership[bare] = overlays
+            else:
+                self._roster_membership.pop(bare, None)
+        self._membership_from({bare: overlays - links.keys() for bare, overlays in changes.items()}, set(changes))
+
     def _apply_membership(self) -> None:
         links = self._links_mode
         current: dict[str, frozenset[str]] = {}
@@ -847,13 +858,16 @@ class SignalEndpoint:
             self._events.publish(PeerRemoved(ov, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
         self._apply(self._table.set_listed(overlay, accounts))
 
-    def _membership_from(self, current: Mapping[str, frozenset[str]]) -> None:
+    def _membership_from(self, current: Mapping[str, frozenset[str]], only: set[str] | None = None) -> None:
+        """`current`: the whole membership, or with `only`, that of the accounts in it (the rest unchanged)."""
         # Node ids remembered for accounts that lose the overlay: revoked, present or not. Decided before the
         # table hands any of them on (a freed id may go to a waiting claimant at once, and would then be
         # remembered as its): the removed member's tunnels must close whoever holds the id next.
         for key in list(self._known):
             overlay, node_id, bare = key
             if key not in self._known or overlay in current.get(bare, frozenset()) or overlay in self._links_mode:
+                continue
+            if only is not None and bare not in only:
                 continue
             self._unknow(key)
             holder = self._table.jid_of(overlay, node_id)
@@ -862,17 +876,25 @@ class SignalEndpoint:
             log.info("signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare)
             self._forget_known(overlay, node_id)
             self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
-            if holder is not None and overlay in current.get(bare_jid(holder), frozenset()):
+            if holder is not None and overlay in (current if only is None or bare_jid(holder) in only
+                                                  else self._membership).get(bare_jid(holder), frozenset()):
                 # The id passed on to a member after the removed account held it, and the removed account's
                 # tunnel may be the one still up: it closes, and the holder is linked again.
                 self._remember(overlay, node_id, bare_jid(holder))
                 self._events.publish(PeerAdded(overlay, node_id, holder))
-        for bare in self._membership.keys() | current.keys():
+        for bare in self._membership.keys() | current.keys() if only is None else only:
             new = current.get(bare, frozenset())
             if self._membership.get(bare, frozenset()) != new:
                 self._apply(self._table.set_membership(bare, new))
-        self._membership = {b: o for b, o in current.items() if o}
-        self._table.retain_bindings(self._membership)  # node ids of accounts no longer listed are free again
+        if only is None:
+            self._membership = {b: o for b, o in current.items() if o}
+        else:
+            for bare in only:
+                if current.get(bare):
+                    self._membership[bare] = current[bare]
+                else:
+                    self._membership.pop(bare, None)
+        self._table.retain_bindings(self._membership, only)  # node ids of accounts no longer listed are free again
 
     def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None,
                             answer: bool = False, members_json: str | None = None) -> None:  # fmt: skip

@@ -204,12 +204,14 @@ class PeerTable:
         return self._settle(set((old ^ new) & self._sessions.keys()), refusals_for=None,
                             cause=RemovalCause.MEMBERSHIP_REVOKED)  # fmt: skip
 
-    def retain_bindings(self, members: Mapping[str, frozenset[str]]) -> None:
-        """The server's whole membership list (bare JID -> overlays): bindings of accounts not in it go."""
+    def retain_bindings(self, members: Mapping[str, frozenset[str]], only: Iterable[str] | None = None) -> None:
+        """The server's whole membership list (bare JID -> overlays): bindings of accounts not in it go.
+        `only`: just these accounts changed (a roster push), the others' bindings are not looked at."""
         for overlay, accounts in self._bound_of.items():
             if overlay in self._listed:
                 continue  # the CA's list says who is a member there (`set_listed`)
-            for account in [a for a in accounts if overlay not in members.get(a, frozenset())]:
+            among = accounts if only is None else [a for a in only if a in accounts]
+            for account in [a for a in among if overlay not in members.get(a, frozenset())]:
                 self._unbind(overlay, account)
 
     def set_revoked(self, overlay: str, node_ids: Iterable[int]) -> Update:
