@@ -54,11 +54,11 @@ import random
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
-from xml.etree.ElementTree import Element
+from xml.etree.ElementTree import Element, XMLPullParser
 
 from slixmpp import JID, ClientXMPP
 from slixmpp.exceptions import IqError, IqTimeout
@@ -86,6 +86,57 @@ _SASL_CHALLENGE_TAG = "{urn:ietf:params:xml:ns:xmpp-sasl}challenge"
 RELOGIN_STATUS = "evio:relogin"
 # The status of a directed presence that answers a peer's (presence to linked peers only, 0059): not answered.
 ANSWER_STATUS = "evio:answer"
+
+
+# An incoming stanza's bound (review21h H5): slixmpp holds a stanza whole until its end tag, of any size or depth. The
+# largest we expect is a member list (decision 0063): JSON of at most `member_list.MAX_TEXT_BYTES`, 8 MB, whose
+# quotes the XML escapes (4 a member: 1.3 MB more at 65,536); a 65,536-member list of 30-character accounts is
+# 6.9 MB as sent. Past the bound the session is aborted and logged in again, as after any server failure.
+MAX_STANZA_BYTES = member_list.MAX_TEXT_BYTES * 5 // 4
+MAX_STANZA_DEPTH = 32  # below the stream's root; ours and a roster push go 4 deep
+
+
+class _BoundedParser(XMLPullParser):
+    """slixmpp's stream parser, bounded: the bytes fed since the last stanza ended, and a stanza's depth.
+
+    Bytes are counted as fed, before the parser takes them; a stanza's end resets the count to the chunk it
+    ended in (what follows it is within that chunk: an upper bound, never an underestimate). Once past a bound
+    it takes nothing more and calls `refused` once (which aborts the session)."""
+
+    def __init__(self, refused: Callable[[str], None]) -> None:
+        super().__init__(("start", "end"))
+        self._refused = refused
+        self._since = 0
+        self._last = 0
+        self._depth = 0
+        self._dead = False
+
+    def feed(self, data: bytes | str) -> None:
+        if self._dead:
+            return
+        self._since += len(data)
+        self._last = len(data)
+        if self._since > MAX_STANZA_BYTES:
+            self._dead = True
+            self._refused(f"a stanza of more than {MAX_STANZA_BYTES} bytes")
+            return
+        super().feed(data)
+
+    def read_events(self) -> Iterator[tuple[str, Any]]:
+        for event, item in super().read_events():
+            if self._dead:
+                return
+            if event == "start":
+                self._depth += 1
+                if self._depth > MAX_STANZA_DEPTH + 1:  # + the stream's root
+                    self._dead = True
+                    self._refused(f"a stanza more than {MAX_STANZA_DEPTH} elements deep")
+                    return
+            elif event == "end":
+                self._depth -= 1
+                if self._depth == 1:
+                    self._since = self._last
+            yield event, item
 
 
 class _ReportedBetter(logging.Filter):
@@ -549,7 +600,20 @@ class SignalClient(SignalEndpoint):
         xmpp.auto_authorize = False
         xmpp.auto_subscribe = False
         xmpp.register_plugin("xep_0199")
+        init_parser = xmpp.init_parser
+
+        def bounded_parser() -> None:  # at each connection and stream restart
+            init_parser()
+            xmpp.parser = _BoundedParser(lambda why: self._stanza_refused(xmpp, why))
+
+        xmpp.init_parser = bounded_parser  # type: ignore[method-assign]
         return xmpp
+
+    def _stanza_refused(self, xmpp: ClientXMPP, why: str) -> None:
+        """The server sent a stanza past the bounds (`_BoundedParser`): the session ends, and we log in again."""
+        self._drop(DropReason.OVERSIZED, "server", f"{why}: session aborted")
+        log.warning("signal %s: the server sent %s: session aborted, logging in again", self.settings.jid, why)
+        xmpp.abort()
 
     def _require_tls(self, xmpp: ClientXMPP, credentials: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap the SASL credentials callback so no mechanism runs on an unencrypted stream.
