@@ -111,7 +111,7 @@ class _BoundedParser(XMLPullParser):
         self._depth = 0
         self._dead = False
 
-    def feed(self, data: bytes | str) -> None:
+    def feed(self, data: Any) -> None:  # bytes from the transport
         if self._dead:
             return
         self._since += len(data)
@@ -123,7 +123,8 @@ class _BoundedParser(XMLPullParser):
         super().feed(data)
 
     def read_events(self) -> Iterator[tuple[str, Any]]:
-        for event, item in super().read_events():
+        events: Iterator[tuple[str, Any]] = super().read_events()  # type: ignore[assignment]
+        for event, item in events:
             if self._dead:
                 return
             if event == "start":
@@ -716,7 +717,8 @@ class SignalClient(SignalEndpoint):
         changes: dict[str, frozenset[str]] = {}
         for contact in pushed:
             bare = contact.split("/", 1)[0]
-            groups, overlays = frozenset(), frozenset()
+            groups: frozenset[str] = frozenset()
+            overlays: frozenset[str] = frozenset()
             if roster.has_jid(bare):
                 item = roster[bare]
                 groups = frozenset(g for g in item["groups"] if g in self._group_to_overlay)
