@@ -53,11 +53,12 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
-from xml.etree.ElementTree import Element
+from xml.etree.ElementTree import Element, XMLPullParser
 
 from slixmpp import JID, ClientXMPP
 from slixmpp.exceptions import IqError, IqTimeout
@@ -85,6 +86,58 @@ _SASL_CHALLENGE_TAG = "{urn:ietf:params:xml:ns:xmpp-sasl}challenge"
 RELOGIN_STATUS = "evio:relogin"
 # The status of a directed presence that answers a peer's (presence to linked peers only, 0059): not answered.
 ANSWER_STATUS = "evio:answer"
+
+
+# An incoming stanza's bound (review21h H5): slixmpp holds a stanza whole until its end tag, of any size or depth. The
+# largest we expect is a member list (decision 0063): JSON of at most `member_list.MAX_TEXT_BYTES`, 8 MB, whose
+# quotes the XML escapes (4 a member: 1.3 MB more at 65,536); a 65,536-member list of 30-character accounts is
+# 6.9 MB as sent. Past the bound the session is aborted and logged in again, as after any server failure.
+MAX_STANZA_BYTES = member_list.MAX_TEXT_BYTES * 5 // 4
+MAX_STANZA_DEPTH = 32  # below the stream's root; ours and a roster push go 4 deep
+
+
+class _BoundedParser(XMLPullParser):
+    """slixmpp's stream parser, bounded: the bytes fed since the last stanza ended, and a stanza's depth.
+
+    Bytes are counted as fed, before the parser takes them; a stanza's end resets the count to the chunk it
+    ended in (what follows it is within that chunk: an upper bound, never an underestimate). Once past a bound
+    it takes nothing more and calls `refused` once (which aborts the session)."""
+
+    def __init__(self, refused: Callable[[str], None]) -> None:
+        super().__init__(("start", "end"))
+        self._refused = refused
+        self._since = 0
+        self._last = 0
+        self._depth = 0
+        self._dead = False
+
+    def feed(self, data: Any) -> None:  # bytes from the transport
+        if self._dead:
+            return
+        self._since += len(data)
+        self._last = len(data)
+        if self._since > MAX_STANZA_BYTES:
+            self._dead = True
+            self._refused(f"a stanza of more than {MAX_STANZA_BYTES} bytes")
+            return
+        super().feed(data)
+
+    def read_events(self) -> Iterator[tuple[str, Any]]:
+        events: Iterator[tuple[str, Any]] = super().read_events()  # type: ignore[assignment]
+        for event, item in events:
+            if self._dead:
+                return
+            if event == "start":
+                self._depth += 1
+                if self._depth > MAX_STANZA_DEPTH + 1:  # + the stream's root
+                    self._dead = True
+                    self._refused(f"a stanza more than {MAX_STANZA_DEPTH} elements deep")
+                    return
+            elif event == "end":
+                self._depth -= 1
+                if self._depth == 1:
+                    self._since = self._last
+            yield event, item
 
 
 class _ReportedBetter(logging.Filter):
@@ -258,6 +311,11 @@ class SignalClient(SignalEndpoint):
                          identities=settings.identities)  # fmt: skip
         self.settings = settings
         self._group_to_overlay = {settings.group_of(ov): ov for ov in settings.memberships}
+        # The roster as read (review21h H6): contact -> our groups it is in, and its overlays (subscription both);
+        # how many contacts are in each of our groups. A push updates the contacts it names only.
+        self._contact_groups: dict[str, frozenset[str]] = {}
+        self._contact_overlays: dict[str, frozenset[str]] = {}
+        self._group_counts: Counter[str] = Counter()
         self._xmpp: ClientXMPP | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._end_session: Callable[[str], None] | None = None
@@ -453,7 +511,7 @@ class SignalClient(SignalEndpoint):
         xmpp.add_event_handler("stream_error", on_stream_error)
         xmpp.add_event_handler("presence_available", self._on_presence_available)
         xmpp.add_event_handler("presence_unavailable", self._on_presence_unavailable)
-        xmpp.add_event_handler("roster_update", lambda _: self._sync_membership(xmpp))
+        xmpp.add_event_handler("roster_update", lambda iq: self._on_roster_update(xmpp, iq))
         xmpp.add_event_handler("message_error", self._on_message_error)
         xmpp.register_handler(Callback("evio signal", StanzaPath("message/evio"), self._on_message))
         xmpp.register_handler(Callback("evio identity", StanzaPath("message/evio_identity"), self._on_identity_message))
@@ -543,7 +601,20 @@ class SignalClient(SignalEndpoint):
         xmpp.auto_authorize = False
         xmpp.auto_subscribe = False
         xmpp.register_plugin("xep_0199")
+        init_parser = xmpp.init_parser
+
+        def bounded_parser() -> None:  # at each connection and stream restart
+            init_parser()
+            xmpp.parser = _BoundedParser(lambda why: self._stanza_refused(xmpp, why))
+
+        xmpp.init_parser = bounded_parser  # type: ignore[method-assign]
         return xmpp
+
+    def _stanza_refused(self, xmpp: ClientXMPP, why: str) -> None:
+        """The server sent a stanza past the bounds (`_BoundedParser`): the session ends, and we log in again."""
+        self._drop(DropReason.OVERSIZED, "server", f"{why}: session aborted")
+        log.warning("signal %s: the server sent %s: session aborted, logging in again", self.settings.jid, why)
+        xmpp.abort()
 
     def _require_tls(self, xmpp: ClientXMPP, credentials: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap the SASL credentials callback so no mechanism runs on an unencrypted stream.
@@ -614,25 +685,67 @@ class SignalClient(SignalEndpoint):
             return None
         return stanza
 
-    def _sync_membership(self, xmpp: ClientXMPP) -> None:
-        """Overlay membership of every contact, from the groups of our (server-made) roster."""
+    def _on_roster_update(self, xmpp: ClientXMPP, iq: Any) -> None:
+        """slixmpp applied a roster stanza: a push (type set) names the items it changes, read alone; the answer to
+        our fetch is the whole roster (`on_session_start` reads it)."""
+        if iq["type"] != "set":
+            self._sync_membership(xmpp)
+            return
+        try:
+            pushed = [str(jid) for jid in iq["roster"]["items"]]
+        except Exception as exc:  # noqa: BLE001 - a malformed push from the server must not end the loop
+            self._drop(DropReason.MALFORMED, "server", f"roster push: {exc}")
+            return
+        self._sync_membership(xmpp, pushed)
+
+    def _sync_membership(self, xmpp: ClientXMPP, pushed: Iterable[str] | None = None) -> None:
+        """Overlay membership of every contact, from the groups of our (server-made) roster; `pushed`: only these
+        contacts changed (a roster push). Overlays whose membership is the CA's member list read no roster."""
+        s = self.settings
+        if all(self.presence_to_links(ov) for ov in s.memberships):
+            self._membership_checked({})  # the CA's member list is the membership of all our overlays (0063)
+            return
         roster = xmpp.client_roster
-        current: dict[str, frozenset[str]] = {}
-        seen_groups: set[str] = set()
-        for contact in roster:
-            item = roster[contact]
-            seen_groups.update(item["groups"])
-            if item["subscription"] != "both":
-                continue  # group rosters are mutual; an account deleted on the server unsubscribes first
-            groups = item["groups"]
-            overlays = frozenset(self._group_to_overlay[g] for g in groups if g in self._group_to_overlay)
+        if pushed is None:
+            self._contact_groups.clear()
+            self._contact_overlays.clear()
+            self._group_counts.clear()
+            pushed = list(roster)
+            whole = True
+        else:
+            whole = False
+        changes: dict[str, frozenset[str]] = {}
+        for contact in pushed:
+            bare = contact.split("/", 1)[0]
+            groups: frozenset[str] = frozenset()
+            overlays: frozenset[str] = frozenset()
+            if roster.has_jid(bare):
+                item = roster[bare]
+                groups = frozenset(g for g in item["groups"] if g in self._group_to_overlay)
+                if groups and item["subscription"] == "both":  # group rosters are mutual; a deleted account
+                    overlays = frozenset(self._group_to_overlay[g] for g in groups)  # unsubscribes first
+            if (overlays and bare not in self._contact_overlays
+                    and len(self._contact_overlays) >= member_list.MAX_MEMBERS):  # fmt: skip
+                self._drop(DropReason.OVERSIZED, "server", f"roster past {member_list.MAX_MEMBERS} members: {bare}")
+                groups, overlays = frozenset(), frozenset()
+            self._group_counts.subtract(self._contact_groups.pop(bare, frozenset()))
+            self._group_counts.update(groups)
+            if groups:
+                self._contact_groups[bare] = groups
+            if self._contact_overlays.get(bare, frozenset()) != overlays:
+                changes[bare] = overlays
             if overlays:
-                current[str(contact)] = overlays
-        self._membership_changed(current)
-        s, now = self.settings, time.time()
+                self._contact_overlays[bare] = overlays
+            else:
+                self._contact_overlays.pop(bare, None)
+        if whole:
+            self._membership_changed(dict(self._contact_overlays))
+        elif changes:
+            self._roster_changed(changes)
+        now = time.time()
         self._membership_checked({
             overlay: membership_failure(s.jid, overlay, s.group_of(overlay), now)
-            for overlay in s.memberships if s.group_of(overlay) not in seen_groups
+            for overlay in s.memberships if self._group_counts[s.group_of(overlay)] <= 0
             and not self.presence_to_links(overlay)  # the CA's member list is its membership, not a group
         })  # fmt: skip
 

@@ -32,6 +32,7 @@ class DropReason(enum.Enum):
     BAD_REVOCATION = "bad_revocation"  # a revocation list that does not verify or is malformed
     OVERLOADED = "overloaded"  # too many requests in flight from peers
     PEER_OVERLOADED = "peer_overloaded"  # too many requests in flight from this one peer
+    TOO_MANY_SESSIONS = "too_many_sessions"  # an account's sessions past the cap: its oldest forgotten
 
 
 class DropAccounting:

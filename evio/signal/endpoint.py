@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
@@ -49,7 +50,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.clock import REAL_CLOCK, Clock, Timer
-from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
+from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate, TokenBucket
 from evio.signal import identity, member_list, protocol
 from evio.signal.contacts import contacts
 from evio.signal.drops import DropAccounting, DropReason
@@ -133,6 +134,18 @@ MEMBERS_ASK_INTERVAL = 5.0
 MEMBERS_ASK_WAIT = 30.0
 MEMBERS_ANSWER_INTERVAL = 10.0
 MAX_MEMBERS_HINT_BYTES = 4096
+# Member list answers over all askers (review21h H9): the XMPP server writes any sender, so an ask in every listed
+# member's name drew one freshly made copy of the whole list each, O(members^2) every 10 s. Askers holding a proven
+# claim here share the first budget; the others (whose ask the server may have written) a small part of it. An
+# asker held back asks again, or another member answers it.
+MEMBERS_ANSWER_RATE = Rate(8 / MEMBERS_ANSWER_INTERVAL, 8)
+MEMBERS_ANSWER_UNPROVEN_RATE = Rate(2 / MEMBERS_ANSWER_INTERVAL, 2)
+# Member lists parsed from messages (review21h H2): a full parse of an 8 MB list costs ~0.24 s of the loop, and the
+# server host's messages were all parsed, any number a second. Two at once, then one per ask interval (~5% of the
+# loop at most); one more is held (the highest serial) and parsed when the budget allows, the others dropped as
+# `peer_overloaded`. A list whose overlay and serial (read first, from its head) say it is not newer costs nothing.
+MEMBERS_PARSE_RATE = Rate(1 / MEMBERS_ASK_INTERVAL, 2)
+_LIST_HEAD_RE = re.compile(r'\{\s*"overlay":\s*"([A-Za-z0-9_-]{1,32})",\s*"serial":\s*(\d{1,16})[,\s]')
 # Identity proofs checked per account (a chain and a signature, ~0.85 ms each) when not in the cache: an account sends
 # one per overlay at login and when its identity element changes; any account of the server may send presence,
 # each with new signature bytes, at its c2s rate (review21e E7: 1000 checks for 1000 presences).
@@ -207,6 +220,11 @@ class SignalEndpoint:
         self._members_asked: OrderedDict[str, float] = OrderedDict()  # full JID -> when we asked it for a list
         self._members_asked_at: dict[str, tuple[int, float]] = {}  # overlay -> the serial we last asked for, when
         self._members_answered: OrderedDict[str, float] = OrderedDict()  # bare JID -> when we last sent it ours
+        self._answer_budgets: tuple[TokenBucket, TokenBucket] | None = None  # all askers, unproven ones (H9)
+        self._members_text: dict[str, tuple[int, str]] = {}  # overlay -> (serial, text): made once per serial
+        self._parse_budget: TokenBucket | None = None  # member lists parsed from messages (H2)
+        self._list_held: tuple[int, str, str] | None = None  # (serial read, text, sender): parsed when budget allows
+        self._list_timer: Timer | None = None
         self._reached: set[str] = set()  # bare JIDs we sent our presence to in this session
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
         self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
@@ -519,7 +537,7 @@ class SignalEndpoint:
             return
         tmp = path.with_name(f".{path.name}.tmp")
         try:
-            tmp.write_text(member_list.to_text(ml))
+            tmp.write_text(self._member_text(ml))
             tmp.chmod(0o644)
             os.replace(tmp, path)
             st = path.stat()
@@ -563,7 +581,40 @@ class SignalEndpoint:
             self._drop(DropReason.NOT_MEMBER, sender, "member list from neither the server host nor whom we asked")
             return
         self._members_asked.pop(sender, None)  # one list per ask
-        self.receive_member_list(text, sender)  # refusals are counted and logged there
+        self._take_list(text, sender)
+
+    def _take_list(self, text: str, sender: str) -> None:
+        """A list from the server host or whom we asked: not parsed when its head says it is not newer; parsed
+        within `MEMBERS_PARSE_RATE`, else held (one, the highest serial) until the budget allows."""
+        head = _LIST_HEAD_RE.match(text, 0, 200)
+        serial = int(head[2]) if head is not None else 1 << 53
+        if head is not None:
+            if head[1] not in self._links_mode:
+                return  # as `_adopt_members`: not ours to judge
+            ml = self._links_mode[head[1]]
+            if ml is not None and serial <= ml.serial:
+                return  # not newer: nothing to parse
+        now = self.clock.now()
+        if self._parse_budget is None:
+            self._parse_budget = TokenBucket(MEMBERS_PARSE_RATE, now)
+        if self._list_held is None and self._parse_budget.take(now):
+            self.receive_member_list(text, sender)  # refusals are counted and logged there
+            return
+        held = self._list_held
+        if held is not None and held[0] > serial:
+            self._drop(DropReason.PEER_OVERLOADED, sender, "member list: over the parse budget")
+            return
+        if held is not None:
+            self._drop(DropReason.PEER_OVERLOADED, held[2], "member list: over the parse budget, replaced")
+        self._list_held = (serial, text, sender)
+        if self._list_timer is None:
+            self._list_timer = self.clock.call_later(self._parse_budget.next_token(now) - now, self._take_held_list)
+
+    def _take_held_list(self) -> None:
+        self._list_timer = None
+        held, self._list_held = self._list_held, None
+        if held is not None:
+            self._take_list(held[1], held[2])
 
     def _ask_members(self, sender: str, hint: Mapping[str, int]) -> None:
         """`sender`'s presence says it holds a newer member list than ours: ask it for the list."""
@@ -619,11 +670,27 @@ class SignalEndpoint:
         if now - self._members_answered.get(bare, float("-inf")) < MEMBERS_ANSWER_INTERVAL:
             self._drop(DropReason.PEER_OVERLOADED, sender, f"asks for the member list of {overlay} again")
             return
+        if self._answer_budgets is None:
+            self._answer_budgets = (TokenBucket(MEMBERS_ANSWER_RATE, now), TokenBucket(MEMBERS_ANSWER_UNPROVEN_RATE, now))
+        every, unproven = self._answer_budgets
+        proven = self._table.node_of(overlay, sender) is not None  # in this mode a claim stands only proven
+        if (not proven and unproven.next_token(now) > now) or not every.take(now):
+            self._drop(DropReason.OVERLOADED, sender, f"asks for the member list of {overlay}: answers over budget")
+            return
+        if not proven:
+            unproven.take(now)
         self._members_answered.pop(bare, None)
         self._members_answered[bare] = now
         while len(self._members_answered) > MAX_PROOF_CACHE:
             self._members_answered.popitem(last=False)
-        self._send_members(sender, member_list.to_text(ml))
+        self._send_members(sender, self._member_text(ml))
+
+    def _member_text(self, ml: member_list.MemberList) -> str:
+        """The list's text, made once per serial (O(members) to make; H9)."""
+        cached = self._members_text.get(ml.overlay)
+        if cached is None or cached[0] != ml.serial:
+            cached = self._members_text[ml.overlay] = (ml.serial, member_list.to_text(ml))
+        return cached[1]
 
     def _read_hint(self, sender: str, members_json: str | None) -> dict[str, int]:
         """The member list serials a presence says its sender holds: {} when none or malformed (counted)."""
@@ -740,6 +807,10 @@ class SignalEndpoint:
         for timer in self._members_reask.values():
             timer.cancel()
         self._members_reask.clear()
+        if self._list_timer is not None:  # a held list is asked for again at the next login
+            self._list_timer.cancel()
+            self._list_timer = None
+        self._list_held = None
         self._apply(self._table.clear())
 
     def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:
@@ -749,6 +820,17 @@ class SignalEndpoint:
         member list says who is a member (`_apply_membership` merges both)."""
         self._roster_membership = dict(current)
         self._apply_membership()
+
+    def _roster_changed(self, changes: Mapping[str, frozenset[str]]) -> None:
+        """A roster push: the overlays of the accounts it names (empty: none); the others are as they were. Costs
+        O(its accounts), not O(roster) as `_membership_changed` (review21h H6)."""
+        links = self._links_mode
+        for bare, overlays in changes.items():
+            if overlays:
+                self._roster_membership[bare] = overlays
+            else:
+                self._roster_membership.pop(bare, None)
+        self._membership_from({bare: overlays - links.keys() for bare, overlays in changes.items()}, set(changes))
 
     def _apply_membership(self) -> None:
         links = self._links_mode
@@ -776,13 +858,16 @@ class SignalEndpoint:
             self._events.publish(PeerRemoved(ov, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
         self._apply(self._table.set_listed(overlay, accounts))
 
-    def _membership_from(self, current: Mapping[str, frozenset[str]]) -> None:
+    def _membership_from(self, current: Mapping[str, frozenset[str]], only: set[str] | None = None) -> None:
+        """`current`: the whole membership, or with `only`, that of the accounts in it (the rest unchanged)."""
         # Node ids remembered for accounts that lose the overlay: revoked, present or not. Decided before the
         # table hands any of them on (a freed id may go to a waiting claimant at once, and would then be
         # remembered as its): the removed member's tunnels must close whoever holds the id next.
         for key in list(self._known):
             overlay, node_id, bare = key
             if key not in self._known or overlay in current.get(bare, frozenset()) or overlay in self._links_mode:
+                continue
+            if only is not None and bare not in only:
                 continue
             self._unknow(key)
             holder = self._table.jid_of(overlay, node_id)
@@ -791,17 +876,25 @@ class SignalEndpoint:
             log.info("signal peer revoked overlay=%s node=%032x peer=%s (no longer a member)", overlay, node_id, bare)
             self._forget_known(overlay, node_id)
             self._events.publish(PeerRemoved(overlay, node_id, bare, RemovalCause.MEMBERSHIP_REVOKED))
-            if holder is not None and overlay in current.get(bare_jid(holder), frozenset()):
+            if holder is not None and overlay in (current if only is None or bare_jid(holder) in only
+                                                  else self._membership).get(bare_jid(holder), frozenset()):
                 # The id passed on to a member after the removed account held it, and the removed account's
                 # tunnel may be the one still up: it closes, and the holder is linked again.
                 self._remember(overlay, node_id, bare_jid(holder))
                 self._events.publish(PeerAdded(overlay, node_id, holder))
-        for bare in self._membership.keys() | current.keys():
+        for bare in self._membership.keys() | current.keys() if only is None else only:
             new = current.get(bare, frozenset())
             if self._membership.get(bare, frozenset()) != new:
                 self._apply(self._table.set_membership(bare, new))
-        self._membership = {b: o for b, o in current.items() if o}
-        self._table.retain_bindings(self._membership)  # node ids of accounts no longer listed are free again
+        if only is None:
+            self._membership = {b: o for b, o in current.items() if o}
+        else:
+            for bare in only:
+                if current.get(bare):
+                    self._membership[bare] = current[bare]
+                else:
+                    self._membership.pop(bare, None)
+        self._table.retain_bindings(self._membership, only)  # node ids of accounts no longer listed are free again
 
     def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None,
                             answer: bool = False, members_json: str | None = None) -> None:  # fmt: skip

@@ -63,6 +63,11 @@ from evio.signal.drops import DropReason
 from evio.signal.events import PeerAdded, PeerRemoved, RemovalCause
 from evio.signal.protocol import Announcement
 
+# A node logs in with one resource, two during a relogin: the sessions of an account kept (the newest; an older
+# one is forgotten, counted `too_many_sessions`), and of all accounts. Without them a server inventing resources
+# grew the table without bound, each presence settled over all of its account's sessions (review21h H4).
+MAX_SESSIONS_PER_ACCOUNT = 4
+MAX_SESSIONS = 65536
 
 def bare_jid(jid: str) -> str:
     return jid.split("/", 1)[0]
@@ -199,12 +204,14 @@ class PeerTable:
         return self._settle(set((old ^ new) & self._sessions.keys()), refusals_for=None,
                             cause=RemovalCause.MEMBERSHIP_REVOKED)  # fmt: skip
 
-    def retain_bindings(self, members: Mapping[str, frozenset[str]]) -> None:
-        """The server's whole membership list (bare JID -> overlays): bindings of accounts not in it go."""
+    def retain_bindings(self, members: Mapping[str, frozenset[str]], only: Iterable[str] | None = None) -> None:
+        """The server's whole membership list (bare JID -> overlays): bindings of accounts not in it go.
+        `only`: just these accounts changed (a roster push), the others' bindings are not looked at."""
         for overlay, accounts in self._bound_of.items():
             if overlay in self._listed:
                 continue  # the CA's list says who is a member there (`set_listed`)
-            for account in [a for a in accounts if overlay not in members.get(a, frozenset())]:
+            among = accounts if only is None else [a for a in only if a in accounts]
+            for account in [a for a in among if overlay not in members.get(a, frozenset())]:
                 self._unbind(overlay, account)
 
     def set_revoked(self, overlay: str, node_ids: Iterable[int]) -> Update:
@@ -237,6 +244,17 @@ class PeerTable:
             prev = old.get(m.overlay)
             seq = prev.seq if prev is not None and prev.node_id == m.node_id else self._seq
             claims[m.overlay] = _Claim(m.node_id, seq, m.overlay in proven_overlays)
+        refused: list[Refusal] = []
+        if claims and full_jid not in self._claims:
+            sessions = self._sessions.get(bare_jid(full_jid), ())
+            if len(sessions) >= MAX_SESSIONS_PER_ACCOUNT:
+                oldest = min(sessions, key=lambda j: (self._session_seq.get(j, 0), j))
+                overlay, claim = next(iter(self._claims[oldest].items()))
+                refused.append(Refusal(oldest, overlay, claim.node_id, DropReason.TOO_MANY_SESSIONS))
+                self._forget(oldest)
+            elif len(self._claims) >= MAX_SESSIONS:
+                overlay, claim = next(iter(claims.items()))
+                return Update(refused=[Refusal(full_jid, overlay, claim.node_id, DropReason.TOO_MANY_SESSIONS)])
         if claims:
             if full_jid not in self._claims:
                 self._entries += 1
@@ -247,7 +265,9 @@ class PeerTable:
             self._features[full_jid] = announcement.features
         else:
             self._forget(full_jid)
-        return self._settle({bare_jid(full_jid)}, refusals_for=full_jid, cause=RemovalCause.LEFT)
+        update = self._settle({bare_jid(full_jid)}, refusals_for=full_jid, cause=RemovalCause.LEFT)
+        update.refused.extend(refused)
+        return update
 
     def on_unavailable(self, full_jid: str, returning: bool = False) -> Update:
         """The session went; `returning`: it said it logs in again at once."""

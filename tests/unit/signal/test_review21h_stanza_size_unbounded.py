@@ -12,9 +12,10 @@ unfinished `<body>` held after 256 chunks of 64 KiB, 0.04 s to take; the connect
 server can send, gigabytes within seconds: the node runs out of memory (systemd's MemoryMax, if set, kills it,
 and every tunnel with it).
 
-Proposed fix: count the bytes fed since the last stanza ended (wrap the stream's `data_received`, or its
-parser's `feed`) and abort the session past a bound (e.g. the member list's 8 MB plus a margin, or 1 MB unless a
-member list is expected), counted as a drop `oversize` and logged once; likewise a depth bound.
+Fixed: the client's stream parser is bounded (`evio.signal.client._BoundedParser`, installed at every
+`init_parser`): the bytes fed since the last stanza ended (`MAX_STANZA_BYTES`, 10 MB, above the largest member list
+as sent) and a stanza's depth (`MAX_STANZA_DEPTH`, 32); past either the session is aborted (counted `oversized`,
+logged) and logged in again as after any server failure.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from evio.signal import member_list
 from evio.signal.client import SignalClient, SignalSettings
 
 
@@ -49,7 +49,6 @@ class Transport:
         self.aborted = True
 
 
-@pytest.mark.xfail(strict=True, reason="review21h H5: no bound on an incoming stanza's size")
 async def test_an_endless_stanza_from_the_server_is_not_held_without_bound(tmp_path: Path) -> None:
     client = SignalClient(SignalSettings(jid="a@x.test", server="127.0.0.1", password="pw", memberships={"ov1": 1}))
     xmpp = client._make_xmpp()
@@ -72,3 +71,33 @@ async def test_an_endless_stanza_from_the_server_is_not_held_without_bound(tmp_p
         xmpp.abort()
         await asyncio.sleep(0)
     assert dropped or held < 10_000_000, f"{held / 1e6:.1f} MB of one unfinished stanza held"
+
+
+def _stream(client: SignalClient) -> tuple[Any, Transport]:
+    xmpp = client._make_xmpp()
+    transport = Transport()
+    xmpp.connection_made(transport)
+    xmpp.data_received(b"<stream:stream xmlns='jabber:client' xmlns:stream='http://etherx.jabber.org/streams' "
+                       b"from='x.test' id='1' version='1.0'>")  # fmt: skip
+    return xmpp, transport
+
+
+async def test_the_largest_member_list_and_a_long_busy_stream_pass_a_deep_stanza_does_not() -> None:
+    client = SignalClient(SignalSettings(jid="a@x.test", server="127.0.0.1", password="pw", memberships={"ov1": 1}))
+    xmpp, transport = _stream(client)
+    try:
+        # The largest list: 65,536 members, its JSON just under MAX_TEXT_BYTES, its quotes escaped (9.5 MB).
+        entry = "  [&quot;%032x&quot;, &quot;member%05d-of-the-overlay-with-a-long-name-and-then-more@overlay.example.org&quot;],"
+        body = "".join(entry % (i, i) for i in range(65536)).encode()
+        assert len(body.replace(b"&quot;", b'"')) < member_list.MAX_TEXT_BYTES < len(body)
+        stanza = b"<message from='x.test' to='a@x.test/r'><body>" + body + b"</body></message>"
+        small = b"<message from='b@x.test/r' to='a@x.test/r'><body>" + b"x" * 1000 + b"</body></message>"
+        stream = stanza + small * 10_000 + stanza  # 25 MB in all, cut into chunks across stanza ends
+        for at in range(0, len(stream), 65_000):
+            xmpp.data_received(stream[at : at + 65_000])
+        assert not transport.aborted and client.drop_counts() == {}
+        xmpp.data_received(b"<message>" + b"<x>" * 40)
+        assert transport.aborted and client.drop_counts() == {"oversized": 1}
+    finally:
+        xmpp.abort()
+        await asyncio.sleep(0)
