@@ -27,7 +27,6 @@ from evio.testing.virtual_clock import VirtualClock
 from tests.unit.node.test_host_claims_flood import OV, fleet
 
 
-@pytest.mark.xfail(strict=True, reason="review21f F9: junk pages naming an upstream member starve its checks past the attacker")
 async def test_f9_junk_pages_naming_a_member_do_not_hand_its_new_host_to_the_attacker() -> None:
     medium, nodes, clock = fleet(3)
     assert isinstance(clock, VirtualClock)
