@@ -36,7 +36,9 @@ sender MACs took a budget shared by all and no honest announcement was checked):
    of members behind it. What the bridge's interface reads itself (unicast to this node: a neighbour passing
    lists on) is one more port; its broadcasts are the floods' copies and are left to the switch's word;
 3. a certificate already checked (by fingerprint, `host_claims.Certificates`) costs no chain check again:
-   a known member's refresh is one signature check.
+   a known member's refresh is one signature check, budgeted apart (`KNOWN_VERIFY_RATE`, `KNOWN_MEMBER_RATE`) at
+   twice what a switch passes on for one root by one port (review21f F9): junk a hostile member roots at a member
+   behind it, passed on by the node past it, then never outruns that member's own pages at nodes further on.
 
 A member whose announcements were refused unchecked keeps its list here past `LIFETIME` until 10 minutes
 after the last such refusal: forgeries under its id (its certificate is public) spend its share, and its
@@ -91,14 +93,16 @@ UNICAST = -1  # the budget "port" of what the bridge's interface reads as sent t
 BROADCAST = b"\xff" * 6
 MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 # Seconds between two pages of this node's list (and two pages of one member passed on in a catch-up): 4 a
-# second, under the checks a member's announcements get at each node (MEMBER_RATE, 5/s), so no page of a refresh
-# is refused unchecked; a full list of 16 pages takes 4 s.
+# second, under the checks a member's announcements get at each node (MEMBER_RATE, 5/s, while its certificate is
+# new there; KNOWN_MEMBER_RATE after), so no page of a refresh is refused unchecked; 16 pages take 4 s.
 PAGE_GAP = 0.25
-# Checks a second for all node ids: one port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE/BURST), the most one
-# hostile neighbour passes on. A check of a known certificate takes 0.13 ms, a chain 0.4 ms: 5 % to 16 % of a core
-# at the full rate; beyond it only the keys that flood more than their share are thinned (a member sends one
-# announcement in 10 minutes).
-VERIFY_RATE = Rate(400.0, 800)
+# Checks a second, for all node ids, of announcements whose certificate is not known here for the id named (a chain
+# as well, 0.4 ms): half one port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE), its whole burst (a newcomer's
+# catch-up, 160 lists a second from each neighbour, a chain for each member's first). With the known certificates'
+# budget below a port costs at most 200 x 0.4 + 800 x 0.13 ms a second, about what it could before those had a
+# budget of their own (400 x 0.4 ms: review21f F9). Beyond it only the keys that flood more than their share are
+# thinned (a member sends one announcement in 10 minutes).
+VERIFY_RATE = Rate(200.0, 800)
 MEMBER_RATE = Rate(5.0, 20)  # checks a second for one node id (or all unknown ones together) on one port, if contested
 # Checks of announcements whose certificate is known here for the id they name (one signature check, 0.08-0.13 ms),
 # a budget of their own: per (port, id) twice what a switch passes on for one root by one port, per port twice its

@@ -170,11 +170,12 @@ async def test_junk_an_honest_switch_passes_on_at_its_most_never_outruns_the_mem
 async def test_what_checks_cost_under_junk_at_the_most_a_port_carries_stays_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A, adjacent to u, sends u junk at its port's packet-in rate (1000/s) for 10 s, the costliest mix the budgets
-    allow: 500/s of pages whose certificate is spoiled anew each time (a chain check each) under 100 ids the CA's
-    member list names (each a key of its own), 300/s under V's known certificate, 200/s under 4 other members'.
-    The checks stay under each budget (per port: 400 chains, 800 signatures a second, and their bursts; per id: 5
-    chains, 200 signatures), every frame is counted, and V's page by its own port is taken meanwhile."""
+    """A, adjacent to u, sends u junk at its port's packet-in rate (1000/s) for 10 s, a mix that fills every budget:
+    500/s of pages whose certificate is spoiled anew each time (a chain check each, if a cheap one: the CA's
+    signature fails) under 100 ids the CA's member list names (each a key of its own), 300/s under V's known
+    certificate, 200/s under 4 other members'. The checks stay under each budget (per port: 200 chains, 800
+    signatures a second, and their bursts; per id: 5 chains, 200 signatures), every frame is counted, and V's page
+    by its own port is taken meanwhile."""
     medium, nodes, clock = fleet(7)
     u, a, v, others = nodes[0], nodes[1], nodes[2], nodes[3:]
     base = virtual_wall(nodes, clock)
