@@ -369,14 +369,17 @@ class HostClaimsFlood:
             self.counts["refused_again"] += 1
             return
         try:
-            known = self._certificates.key_for(parsed.der, parsed.node_id, wall)  # refused for this id lately: raises
+            self._certificates.key_for(parsed.der, parsed.node_id, wall)  # a certificate refused for this id lately
         except host_claims.ClaimError as exc:
             self._refuse(exc, sender, now)
             return
         port = UNICAST if ingress is None else ingress
-        if known is not None:  # one signature check: the budget above what the switches pass on (review21f F9)
+        # A certificate found the CA's for this id before (its hold run out too: junk under a member's id with
+        # spoiled certificates would starve the chain's share once it did) costs one signature check: its own
+        # budget, above what the switches pass on (review21f F9). Other certificates need a chain as well.
+        if self._certificates.found(parsed.der, parsed.node_id):
             allowed = self._known_budget.allow(port, parsed.node_id, now)
-        else:  # a chain to check as well, or a certificate nobody checked for this id
+        else:
             allowed = self._verify_budget.allow(port, parsed.node_id if self._known(parsed.node_id) else None, now)
         if not allowed:
             self.counts["refused_verify_rate"] += 1

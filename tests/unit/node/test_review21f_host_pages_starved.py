@@ -81,13 +81,10 @@ def junk_maker(signer: Wired, member: Wired, node_id: int, issued_ms: int, bad_c
     frame = host_claims.pack(signer._certificate.key, member._certificate.cert, OV, node_id, issued_ms, (HOST_V0,))
     der = host_claims.parse(OV, frame, issued_ms / 1000).der
     end = frame.index(der) + len(der)
-    count = 0
 
     def junk() -> bytes:
-        nonlocal count
-        count += 1
         if bad_certificate:  # the last bytes of the certificate are its CA signature's
-            return frame[: end - 3] + (count % (1 << 24)).to_bytes(3, "big") + frame[end:-8] + os.urandom(8)
+            return frame[: end - 4] + os.urandom(4) + frame[end:-8] + os.urandom(8)
         return frame[:-8] + os.urandom(8)
 
     return junk
@@ -218,3 +215,35 @@ async def test_what_checks_cost_under_junk_at_the_most_a_port_carries_stays_boun
     assert sum(checks[f"id {m.node_id:x}"] for m in others) == sent["known"] - seconds / STEP * 3  # under their shares
     assert all(checks[f"id {n:x}"] <= hcf.MEMBER_RATE.burst + seconds * hcf.MEMBER_RATE.per_second for n in listed)
     assert u.counts["refused_verify_rate"] > 0 and every_frame_counted(u)
+
+
+async def test_spoiled_certificates_under_a_members_id_do_not_starve_it_once_its_certificates_hold_ran_out() -> None:
+    """u takes V's certificate on trust for `Certificates.HOLD` (an hour), then checks its chain again. Junk under
+    V's id with a certificate spoiled anew each time (a chain check each, refused: V's certificate never comes with
+    it) at 10/s, twice the chain's share, by the port V's floods come by, would starve V's page there once the hour
+    ran out; V's certificate, found the CA's before, still has the signature checks' share."""
+    medium, nodes, clock = fleet(3)
+    u, v, a = nodes
+    base = virtual_wall(nodes, clock)
+    v.set_hosted((HOST_V0,))
+    medium.nodes.remove(u)
+    port, step = a.node_id, 0.1
+    spoiled = junk_maker(a, v, v.node_id, int((base + clock.now() + 200) * 1000), bad_certificate=True)
+    ahead = clock.now() + 200
+    seconds = host_claims.Certificates.HOLD + 60
+    for i in range(int(seconds / step)):
+        await clock.advance(step)
+        if clock.now() > ahead - 100:  # dated ahead within the skew, anew as time passes
+            spoiled = junk_maker(a, v, v.node_id, int((base + clock.now() + 200) * 1000), bad_certificate=True)
+            ahead = clock.now() + 200
+        u.receive(spoiled(), b"\x02\x66\0\0\0\1", ingress=port, root=v.node_id)
+    wall_ms = int((base + clock.now()) * 1000)
+    u.receive(host_claims.pack(v._certificate.key, v._certificate.cert, OV, v.node_id, wall_ms, (HOST_V0, HOST_V1)),
+              v.mac, ingress=port, root=v.node_id)  # fmt: skip
+    u.receive(host_claims.pack(a._certificate.key, a._certificate.cert, OV, a.node_id, wall_ms, (HOST_V1,)),
+              a.mac, ingress=port, root=a.node_id)  # fmt: skip
+    owner = u.told[-1].get(HOST_V1)
+    print(f"after {seconds:.0f} s of spoiled certificates under V's id at 10/s: owner of V's new host "
+          f"{'V' if owner == v.node_id else 'A' if owner == a.node_id else None}; {dict(u.counts)}")
+    assert u.counts["refused_verify_rate"] > 0  # the junk exceeded the chain's share
+    assert owner == v.node_id
