@@ -231,7 +231,7 @@ async def test_spoiled_certificates_under_a_members_id_do_not_starve_it_once_its
     spoiled = junk_maker(a, v, v.node_id, int((base + clock.now() + 200) * 1000), bad_certificate=True)
     ahead = clock.now() + 200
     seconds = host_claims.Certificates.HOLD + 60
-    for i in range(int(seconds / step)):
+    for _ in range(int(seconds / step)):
         await clock.advance(step)
         if clock.now() > ahead - 100:  # dated ahead within the skew, anew as time passes
             spoiled = junk_maker(a, v, v.node_id, int((base + clock.now() + 200) * 1000), bad_certificate=True)
