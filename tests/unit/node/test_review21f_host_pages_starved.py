@@ -11,12 +11,13 @@ and one forged flood takes its traffic there (decision 0055, E4's last step). In
 tests/unit/node/test_host_claims_flood.py, real flood code and codec; u hears by one port what A's junk and V's
 floods bring.
 
-Fixed (decision 0055, amended review21f F9): an announcement whose certificate is already known here for the id it
-names costs one signature check (0.08-0.13 ms) and has a budget of its own, per (port, id) twice what a switch
-passes on for one root by one port (`KNOWN_MEMBER_RATE`, 200/s), per port twice a port's floods (800/s): junk
-rooted at V, passed on by the node past the attacker at V's share of the attacker's port, is all checked, and V's
-page with it. The tests below measure what that costs under junk at the most a port carries, and that junk spread
-over many roots, passed on by an honest switch at its most, still never outruns V's page."""
+Fixed (decision 0055, amended review21f F9): an announcement whose certificate was found the CA's here for the id
+it names (`Certificates.found`, its hold run out too) costs one signature check (0.08-0.13 ms) and has a budget of
+its own, per (port, id) twice what a switch passes on for one root by one port (`KNOWN_MEMBER_RATE`, 200/s), per
+port twice a port's floods (800/s): junk rooted at V, passed on by the node past the attacker at V's share of the
+attacker's port, is all checked, and V's page with it. The tests below: junk spread over many roots, passed on by
+an honest switch at its most, never outruns V's page; what checks cost under junk at the most a port carries; junk
+with spoiled certificates under V's id does not starve V once its certificate's hold ran out."""
 
 from __future__ import annotations
 
