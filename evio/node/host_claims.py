@@ -36,7 +36,9 @@ sender MACs took a budget shared by all and no honest announcement was checked):
    of members behind it. What the bridge's interface reads itself (unicast to this node: a neighbour passing
    lists on) is one more port; its broadcasts are the floods' copies and are left to the switch's word;
 3. a certificate already checked (by fingerprint, `host_claims.Certificates`) costs no chain check again:
-   a known member's refresh is one signature check.
+   a known member's refresh is one signature check, budgeted apart (`KNOWN_VERIFY_RATE`, `KNOWN_MEMBER_RATE`) at
+   twice what a switch passes on for one root by one port (review21f F9): junk a hostile member roots at a member
+   behind it, passed on by the node past it, then never outruns that member's own pages at nodes further on.
 
 A member whose announcements were refused unchecked keeps its list here past `LIFETIME` until 10 minutes
 after the last such refusal: forgeries under its id (its certificate is public) spend its share, and its
@@ -75,6 +77,7 @@ from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.node.ethertype_socket import open_ethertype_socket, read_frames
 from evio.ratelimit import LogLimiter, Rate
 from evio.sdn.flood_shares import FloodShares
+from evio.sdn.switch import FLOOD_BURST, FLOOD_RATE, PORT_FLOOD_BURST, PORT_FLOOD_RATE
 from evio.sdn.switch_terms import ETH_HEADER_LEN, HOST_CLAIMS_ETHERTYPE
 from evio.signal import host_claims
 from evio.signal.events import RevocationAdopted, Subscription
@@ -90,15 +93,24 @@ UNICAST = -1  # the budget "port" of what the bridge's interface reads as sent t
 BROADCAST = b"\xff" * 6
 MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 # Seconds between two pages of this node's list (and two pages of one member passed on in a catch-up): 4 a
-# second, under the checks a member's announcements get at each node (MEMBER_RATE, 5/s), so no page of a refresh
-# is refused unchecked; a full list of 16 pages takes 4 s.
+# second, under the checks a member's announcements get at each node (MEMBER_RATE, 5/s, while its certificate is
+# new there; KNOWN_MEMBER_RATE after), so no page of a refresh is refused unchecked; 16 pages take 4 s.
 PAGE_GAP = 0.25
-# Checks a second for all node ids: one port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE/BURST), the most one
-# hostile neighbour passes on. A check of a known certificate takes 0.13 ms, a chain 0.4 ms: 5 % to 16 % of a core
-# at the full rate; beyond it only the keys that flood more than their share are thinned (a member sends one
-# announcement in 10 minutes).
-VERIFY_RATE = Rate(400.0, 800)
+# Checks a second, for all node ids, of announcements whose certificate is not known here for the id named (a chain
+# as well, 0.4 ms): half one port's flood budget (evio.sdn.switch.PORT_FLOOD_RATE), its whole burst (a newcomer's
+# catch-up, 160 lists a second from each neighbour, a chain for each member's first). With the known certificates'
+# budget below a port costs at most 200 chains and 800 signatures a second, 138 ms measured (0.37 and 0.08 ms each,
+# load 3), against 148 ms before those had a budget of their own (400 chains: review21f F9). Beyond it only the keys
+# that flood more than their share are thinned (a member sends one announcement in 10 minutes).
+VERIFY_RATE = Rate(200.0, 800)
 MEMBER_RATE = Rate(5.0, 20)  # checks a second for one node id (or all unknown ones together) on one port, if contested
+# Checks of announcements whose certificate is known here for the id they name (one signature check, 0.08-0.13 ms),
+# a budget of their own: per (port, id) twice what a switch passes on for one root by one port, per port twice its
+# floods in all. Junk rooted at a member behind a hostile member, passed on by the node past it at that root's share
+# of the port, then never outruns the member's own pages at nodes further on (review21f F9): the port's share of
+# each id the junk names is twice what the junk can bring. 800 checks a second: 6 % to 10 % of a core.
+KNOWN_VERIFY_RATE = Rate(2 * PORT_FLOOD_RATE, 2 * PORT_FLOOD_BURST)
+KNOWN_MEMBER_RATE = Rate(2 * FLOOD_RATE, 2 * FLOOD_BURST)
 REFUSED_KEPT = 1024  # digests of refused announcements remembered, so a replayed one costs no check
 # Passing the lists held on to a peer whose link came up (a newcomer or a restarted node): frames a tick, under
 # the newcomer's check budget (VERIFY_RATE) with a few neighbours doing it at once.
@@ -147,6 +159,8 @@ class HostClaimsFlood:
         self._refresh_timer: Timer | None = None
         # (ingress peer, or UNICAST) -> checks shared among the node ids named (None: the ids nobody knows)
         self._verify_budget = FloodShares[int | None](VERIFY_RATE, MEMBER_RATE)
+        # (ingress peer, or UNICAST) -> checks of announcements whose certificate is known here, shared among the ids
+        self._known_budget = FloodShares[int](KNOWN_VERIFY_RATE, KNOWN_MEMBER_RATE)
         self._certificates = host_claims.Certificates()
         self._refused: OrderedDict[bytes, None] = OrderedDict()
         # Members whose list is held here and whose announcements were refused unchecked (over budget), and when
@@ -352,8 +366,15 @@ class HostClaimsFlood:
         except host_claims.ClaimError as exc:
             self._refuse(exc, sender, now)
             return
-        key = parsed.node_id if self._known(parsed.node_id) else None
-        if not self._verify_budget.allow(UNICAST if ingress is None else ingress, key, now):
+        port = UNICAST if ingress is None else ingress
+        # A certificate found the CA's for this id before (its hold run out too: junk under a member's id with
+        # spoiled certificates would starve the chain's share once it did) costs one signature check: its own
+        # budget, above what the switches pass on (review21f F9). Other certificates need a chain as well.
+        if self._certificates.found(parsed.der, parsed.node_id):
+            allowed = self._known_budget.allow(port, parsed.node_id, now)
+        else:
+            allowed = self._verify_budget.allow(port, parsed.node_id if self._known(parsed.node_id) else None, now)
+        if not allowed:
             self.counts["refused_verify_rate"] += 1
             if self.claims.holds(parsed.node_id):
                 self._unchecked[parsed.node_id] = now  # its refresh may be among these: keep its list meanwhile

@@ -295,6 +295,12 @@ class Certificates:
         known = self._known.get(fingerprint) if fingerprint is not None else None
         return known[1] if known is not None and now < known[2] else None
 
+    def found(self, der: bytes, node_id: int) -> bool:
+        """Whether `der` was found the CA's for `node_id` here, its hold perhaps run out: its check is then one
+        signature, or once an hour a chain as well (passed, it holds anew; refused, it is refused free for `HOLD`)."""
+        known = self._known.get(hashlib.sha256(der).digest())
+        return known is not None and known[0] == node_id
+
     def knows(self, node_id: int) -> bool:
         """Whether a certificate of `node_id` was found the CA's here (a member, though perhaps no longer present)."""
         return node_id in self._nodes

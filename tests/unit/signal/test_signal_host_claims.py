@@ -148,6 +148,21 @@ def test_a_members_checked_certificate_key_is_found_by_its_node_id_while_it_hold
     assert certificates.key_of(M, wall + hc.Certificates.HOLD + 1) is None  # not taken on trust past its hold
 
 
+def test_a_certificate_found_for_a_node_id_stays_found_past_its_hold_for_that_id_only() -> None:
+    """What budget a check spends (review21f F9): a certificate found the CA's for its id keeps the signature checks'
+    share after its hold ran out (its chain is checked again, once), never under another id."""
+    certificates = hc.Certificates()
+    wall = time.time()
+    parsed = hc.parse(OV, signed(), wall)
+    assert not certificates.found(parsed.der, M)
+    hc.check(ANCHOR, parsed, wall, certificates)
+    assert certificates.found(parsed.der, M) and not certificates.found(parsed.der, A)
+    later = wall + hc.Certificates.HOLD + 1
+    assert certificates.key_for(parsed.der, M, later) is None and certificates.found(parsed.der, M)
+    hc.check(ANCHOR, parsed, later, certificates)  # its chain again: holds anew
+    assert certificates.key_for(parsed.der, M, later) is not None
+
+
 def test_a_certificate_refused_for_a_node_id_is_refused_again_without_a_chain_check() -> None:
     certificates = hc.Certificates()
     wall = time.time()
