@@ -29,6 +29,9 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   A flooded frame whose source is one of our own leaf MACs (it came back to
   the node that sent it) is forwarded within its bound but neither delivered
   nor learned, so it never moves a local MAC onto a peer port.
+- In trust mode the flow and its way back between the bridge's interface and each member's certified MAC
+  are installed ahead, at every tick, where learning places the MAC under its owner (proactive_flows.py,
+  decision 0066); they go as learned flows go.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Bounded per port (issue 21, H3; docs/design.md, "A switch bounded per port"):
   the flows installed on behalf of a port (those entering by it, and the ways
@@ -710,6 +713,8 @@ class BoundedFloodSwitch:
         for match, out in wanted.items():
             if self._proactive.get(match) == out and match in self.flows:
                 continue
+            if match not in self._proactive:
+                self.flows.discard(match)  # a learned one may vouch for its source (0034); installed ahead, it won't
             peer_port = out if self.ports[out].kind is PortKind.PEER else match.in_port
             evicted = self.flows.add(match, out, peer_port, proves_from=float("inf"))
             self.flows_evicted += len(evicted)

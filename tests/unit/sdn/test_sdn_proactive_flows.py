@@ -183,3 +183,22 @@ def test_the_hard_timeout_removes_a_flow_ahead_and_the_next_tick_installs_it_aga
     net.advance(0.5)
     assert match in net.nodes[a].table.flows
     assert net.nodes[a].switch.proactive_installed > installed
+
+
+def test_a_learned_flow_taken_over_ahead_no_longer_vouches_for_its_source() -> None:
+    """Learned before the claims came, the way back from an adjacent member's MAC vouched for it once it outlived
+    its idle timeout (0034); installed again ahead, the same match proves nothing."""
+    net, ids = ring_network(4)
+    a, b = ids[0], ids[1]
+    for nid in ids:
+        net.inject(nid, 1, arp_request(host_mac(net, nid)))
+    ma, mb = host_mac(net, a), host_mac(net, b)
+    net.inject(b, 1, eth(ma, mb))  # b's frame to a: a learns the flow from b and its way back
+    sw = net.nodes[a].switch
+    port = net.port_towards(a, b)
+    assert FlowMatch(port, mb, ma) in sw.flows and sw.flows.sends_from(mb, port, net.now)
+    Announcer().announce(net, ids)
+    certify(net, ids)
+    net.advance(0.5)
+    assert FlowMatch(port, mb, ma) in sw._proactive
+    assert not sw.flows.sends_from(mb, port, net.now + 100)
