@@ -474,6 +474,8 @@ def main() -> int:
     ap.add_argument("--first-packet", action="store_true", help="first-packet RTT of a new flow on each path")
     ap.add_argument("--transit", choices=("both", "on", "off"), default="both",
                     help="transit fast path (tunnel.transit) off and on in every round, or only one (default both)")
+    ap.add_argument("--trust", action="store_true",
+                    help="an overlay CA whose certificates name the nodes' addresses (signed host claims: 0055, 0062)")
     args = ap.parse_args()
     modes = ["off", "on"] if args.transit == "both" else [args.transit]
     wanted = [int(x) for x in args.paths.split(",") if x.strip()]
@@ -483,7 +485,8 @@ def main() -> int:
     print(f"tunnel offloads: {'off' if args.no_offload else 'on'}, TSO on the TAPs: {'on' if args.tso else 'off'}, "
           f"data path: {args.datapath}", flush=True)  # fmt: skip
     tunnel = {"offload": not args.no_offload, "tso": args.tso, "datapath": args.datapath, "transit": modes[0] == "on"}
-    with Lab.up(unique_lab_name(), nodes=args.nodes, nat=args.nat, topology=topology, tunnel=tunnel, daemons=True) as lab:
+    with Lab.up(unique_lab_name(), nodes=args.nodes, nat=args.nat, topology=topology, tunnel=tunnel, daemons=True,
+                trust=args.trust) as lab:
         print(f"lab {lab.name}: {args.nodes} nodes up in {time.monotonic() - started:.1f} s", flush=True)
         topo = wait_stable(lab, timeout=60 + 4 * args.nodes)
         print(f"ring stable after {time.monotonic() - started:.1f} s", flush=True)

@@ -29,6 +29,9 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   A flooded frame whose source is one of our own leaf MACs (it came back to
   the node that sent it) is forwarded within its bound but neither delivered
   nor learned, so it never moves a local MAC onto a peer port.
+- In trust mode the flow and its way back between the bridge's interface and each member's certified MAC
+  are installed ahead, at every tick, where learning places the MAC under its owner (proactive_flows.py,
+  decision 0066); they go as learned flows go.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Bounded per port (issue 21, H3; docs/design.md, "A switch bounded per port"):
   the flows installed on behalf of a port (those entering by it, and the ways
@@ -95,7 +98,7 @@ from dataclasses import dataclass
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
-from evio.sdn import frb, frb_receive, segmentation
+from evio.sdn import frb, frb_receive, proactive_flows, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flood_shares import FloodShares
 from evio.sdn.flooding_bounds import (
@@ -116,7 +119,7 @@ from evio.sdn.flow_book import FlowBook
 from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 from evio.sdn.link_local import LINK_LOCAL_MULTICAST_RATE, ROUTER_SOLICITATION_RATE, LinkLocalKind, link_local_kind
-from evio.sdn.neighbor_answers import NeighborAnswers, NeighborMessage
+from evio.sdn.neighbor_answers import ASK_WINDOW, NeighborAnswers, NeighborMessage
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.switch_terms import (
     ETH_HEADER_LEN,
@@ -262,6 +265,10 @@ class BoundedFloodSwitch:
         # The L2 policy for frames FRBs carry (OverlaySwitch sets it): whether (ingress port, inner frame)
         # may come in. Other frames meet the policy in table 0 before they could reach the controller.
         self.frame_filter: Callable[[int, bytes], bool] | None = None
+        # Flows installed ahead between our interface and members' certified MACs (proactive_flows.py, 0066).
+        self._proactive: dict[FlowMatch, int] = {}
+        self._proactive_paused: dict[str, float] = {}  # local MAC -> until when its way back waits (a flooded ask)
+        self.proactive_installed = 0  # such flows added (again) in all
 
     @property
     def broadcasts_seen(self) -> int:
@@ -400,6 +407,7 @@ class BoundedFloodSwitch:
                 # the asker would carry it past the controller, leaving an attacker's the lone reply seen
                 # (review21d N1''). The asker's flows come back at their next packet-in.
                 actions = actions + self._booked([DeleteFlowsToMac(eth.src)])
+                self._proactive_paused[eth.src] = now + ASK_WINDOW  # nor may a flow installed ahead carry it
         if eth.is_group:
             if not self._link_local_allowed(in_port, data, now):
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
@@ -570,7 +578,7 @@ class BoundedFloodSwitch:
         if gone:
             self._bounded(Drop.NOT_ANNOUNCER, 0, now, f"forgot {len(gone)} MACs placed under another member")
             self.drops[Drop.NOT_ANNOUNCER] += len(gone) - 1
-        return self._booked(flows_of_macs(gone))
+        return self._booked(flows_of_macs(gone)) + self._proactive_sync(now)
 
     def _drop_unowned_claims(self, now: float) -> None:
         for mac in self.learning.claimed():
@@ -695,7 +703,38 @@ class BoundedFloodSwitch:
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)
             actions += self._learned_actions(learned, learned.entry.port, now) or []
-        return self._booked(actions)
+        return self._booked(actions) + self._proactive_sync(now)
+
+    def _proactive_sync(self, now: float) -> list[FlowAction]:
+        """Install the flows wanted ahead that are not (or no longer) in the table, delete the ones no longer wanted
+        (decision 0066). Each is booked on behalf of its peer port, within that port's cap; it never vouches for
+        the remote MAC (0034: only frames the controller sees do), and it idles out never, but is installed
+        again after the hard timeout like any flow."""
+        self._proactive_paused = {mac: until for mac, until in self._proactive_paused.items() if until > now}
+        wanted = proactive_flows.wanted_flows(self, now, frozenset(self._proactive_paused))
+        actions: list[FlowAction] = []
+        for match, out in list(self._proactive.items()):
+            if wanted.get(match) != out:
+                del self._proactive[match]
+                if match in self.flows:
+                    self.flows.discard(match)
+                    actions.append(DeleteFlow(match))
+        for match, out in wanted.items():
+            if self._proactive.get(match) == out and match in self.flows:
+                continue
+            if match not in self._proactive:
+                self.flows.discard(match)  # a learned one may vouch for its source (0034); installed ahead, it won't
+            peer_port = out if self.ports[out].kind is PortKind.PEER else match.in_port
+            evicted = self.flows.add(match, out, peer_port, proves_from=float("inf"))
+            self.flows_evicted += len(evicted)
+            for old in evicted:
+                self._proactive.pop(old, None)
+                actions.append(DeleteFlow(old))
+            self._proactive[match] = out
+            self.proactive_installed += 1
+            actions.append(AddFlow(match, out, 0, hard_timeout=self.flow_hard_timeout,
+                                   counted=self._counted(match, out, now)))
+        return actions
 
     def _booked(self, actions: list[FlowAction]) -> list[FlowAction]:
         """`actions`, after the flow book has taken in the deletes among them (adds are booked as made)."""
