@@ -486,7 +486,10 @@ class SignalEndpoint:
             if key in self._known:  # not reported yet under another account that held the id
                 self._forget_known(key[0], key[1])
                 self._events.publish(PeerRemoved(key[0], key[1], key[2], RemovalCause.MEMBERSHIP_REVOKED))
-        self._announce_again()
+        # Passed on in our presence, unless the server host sent it: it sent it to every member online, and a
+        # re-announcement to every link of every member is O(members x links) stanzas (decision 0065).
+        if source != self.account.split("@", 1)[-1]:
+            self._announce_again()
         self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source))
         return True
 

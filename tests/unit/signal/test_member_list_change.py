@@ -102,3 +102,15 @@ def test_a_change_not_signed_by_the_ca_or_of_another_list_is_dropped_counted_and
     assert client.drop_counts() == {"bad_revocation": 1, "member_list_gap": 1, "malformed": 1}
     assert client.listed_members("ov1") == held
     assert member_list.load((tmp_path / "member-list.json").read_text()) == held
+
+
+def test_a_revocation_list_from_the_server_host_is_not_announced_again_one_from_elsewhere_is(tmp_path: Path) -> None:
+    """The server host sent it to every member online: every member telling every link again would cost the
+    server O(members x links) presences of 1.1 KB (decision 0065). One from a file or a peer is passed on."""
+    client = _client(tmp_path, _list(1, {1: "m1@x.test"}))
+    announced: list[None] = []
+    client._announce_again = lambda: announced.append(None)  # type: ignore[method-assign]
+    for serial, source in ((1, "x.test"), (2, "/etc/evio/ov1/revoked.json")):
+        rl = identity.sign_list(CA_KEY, "ov1", serial, int(time.time()), {9: int(time.time()) + 3600})
+        assert client.receive_revocation_list(identity.list_to_text(rl), source)
+    assert len(announced) == 1
