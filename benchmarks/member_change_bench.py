@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.server import members as server_members
 from evio.server import token as join_token
+from evio.server.configs import groups_text
 from evio.server.settings import ServerSettings
 from evio.server.xmpp_admin import ProsodyAdmin
 from evio.signal import member_list
@@ -136,6 +137,10 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
     crowd: list[CountingMember] = []
     try:
         server.start()
+        if not args.group:
+            # The group as `evio member add` writes it (the server host's deliver reads it), but not loaded by
+            # prosody, which read the file empty at its start: no roster of n, no broadcast presence to n.
+            server.groups_file.write_text(groups_text({OVERLAY: [f"{_user(i)}@{DOMAIN}" for i in range(n)]}))
         now = datetime.datetime.now(datetime.UTC)
         # The server host's side, as `evio server init` and `evio member add` leave it for n members.
         tls_ca = directory / "xmpp-ca.crt"
@@ -265,7 +270,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds the sign-in may take")
     parser.add_argument("--change-timeout", type=float, default=30.0, help="seconds a change may take to spread")
     parser.add_argument("--no-group", dest="group", action="store_false",
-                        help="the members in no roster group (only the added one, as `evio member add` does)")
+                        help="prosody loads no roster group (the server host's groups file still lists every "
+                             "member): no roster of n members, no presence broadcast to them")
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
