@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from evio.signal import endpoint as mod
 from evio.signal import identity, member_list
 from evio.signal.endpoint import OverlayIdentity
 from evio.signal.events import MemberListAdopted
 from evio.testing.fake_signal import FakeSignalClient, FakeSignalHub
 from evio.testing.virtual_clock import VirtualClock
+from evio.testing.waiting import wait_until
 from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 from evio.tunnel.path.trust import TrustAnchor
 
@@ -114,3 +116,33 @@ def test_a_revocation_list_from_the_server_host_is_not_announced_again_one_from_
         rl = identity.sign_list(CA_KEY, "ov1", serial, int(time.time()), {9: int(time.time()) + 3600})
         assert client.receive_revocation_list(identity.list_to_text(rl), source)
     assert len(announced) == 1
+
+
+async def test_a_member_that_missed_a_change_asks_a_present_contact_for_the_whole_list(tmp_path: Path) -> None:
+    """Decision 0065: a change of a list we do not hold is counted, and, if the list has not come over the
+    overlay meanwhile, one present contact is asked for it about `MEMBERS_GAP_WAIT` later."""
+    clock = VirtualClock()
+    hub = FakeSignalHub(clock)
+    accounts = {f"n{i}@x.test": (i + 1) << 120 for i in range(3)}
+    first = _list(1, {n: a for a, n in accounts.items()})
+    clients = []
+    for account, node_id in accounts.items():
+        key, cert = issue_node_certificate(CA_KEY, CA_CERT, ["ov1"], node_id, NOW, 30)
+        (tmp_path / account).mkdir()
+        ident = OverlayIdentity(TrustAnchor("ov1", (CA_CERT,)), cert, key, members=first,
+                                member_file=tmp_path / account / "member-list.json")  # fmt: skip
+        clients.append(hub.client(account, {"ov1": node_id}, identities={"ov1": ident}))
+    for c in clients:
+        await c.start()
+    await wait_until(lambda: all(c.contacts("ov1") <= c.peers("ov1").keys() for c in clients), 30, clock=clock,
+                     what="every member knows its contacts")  # fmt: skip
+    second = _list(2, {**first.members, 9 << 120: "n9@x.test"})
+    third = _list(3, {**second.members, 10 << 120: "n10@x.test"})
+    for c in clients[1:]:  # they had the list of serial 2 (and 3) whole; n0 was away for serial 2
+        assert c.receive_member_list(member_list.to_text(third), "overlay")
+    clients[0]._members_message("x.test", member_list.change_to_text(member_list.change_between(second, third)))
+    assert clients[0].drop_counts() == {"member_list_gap": 1} and clients[0].listed_members("ov1") == first
+    await wait_until(lambda: clients[0].listed_members("ov1") == third, 2 * mod.MEMBERS_GAP_WAIT, clock=clock,
+                     what="n0 asked a contact for the list")  # fmt: skip
+    for c in clients:
+        await c.stop()
