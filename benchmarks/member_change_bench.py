@@ -199,11 +199,11 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
                                         OVERLAY, name, datetime.datetime.now(datetime.UTC))  # fmt: skip
         command = time.perf_counter() - t0
         token = join_token.decode(added.token, datetime.datetime.now(datetime.UTC))
-        key = serialization.load_pem_private_key(token.key_pem.encode(), password=None)
-        assert isinstance(key, ec.EllipticCurvePrivateKey)
-        cert = x509.load_pem_x509_certificate(token.cert_pem.encode())
+        new_key = serialization.load_pem_private_key(token.key_pem.encode(), password=None)
+        assert isinstance(new_key, ec.EllipticCurvePrivateKey)
+        new_cert = x509.load_pem_x509_certificate(token.cert_pem.encode())
         newcomer = client(n, server.port, token.node_id,
-                          OverlayIdentity(anchor, cert, key, members=member_list.load(token.member_list)), rng,
+                          OverlayIdentity(anchor, new_cert, new_key, members=member_list.load(token.member_list)), rng,
                           password=token.xmpp_password)  # fmt: skip
         serial = member_list.load(token.member_list).serial
         await newcomer.start()
