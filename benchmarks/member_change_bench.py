@@ -91,26 +91,38 @@ class NoRelay:
         pass
 
 
-def server_io(port: int) -> int:
-    """Bytes prosody sent and received so far on the members' streams open now (the kernel's count per TCP
-    socket, `ss -ti`: prosody's luasocket uses send/recv, which /proc/<pid>/io does not count)."""
+def server_io(port: int) -> dict[str, int]:
+    """Bytes prosody sent and received so far on each member's stream open now, by the member's address and
+    port (the kernel's count per TCP socket, `ss -ti`: prosody's luasocket uses send/recv, which
+    /proc/<pid>/io does not count)."""
     out = subprocess.run(["ss", "-tinH", "state", "established", f"( sport = :{port} )"], capture_output=True,
                          text=True, check=True).stdout  # fmt: skip
-    return sum(int(b) for b in re.findall(r"bytes_(?:sent|received):(\d+)", out))
+    counts: dict[str, int] = {}
+    peer = ""
+    for line in out.splitlines():
+        if not line.startswith((" ", "\t")):
+            peer = line.split()[-1]  # the first line of a socket: addresses, the peer's last
+        counts[peer] = counts.get(peer, 0) + sum(int(b) for b in re.findall(r"bytes_(?:sent|received):(\d+)", line))
+    return counts
 
 
-async def io_settled(port: int, still: float = 2.0, limit: float = 20.0) -> int:
-    """prosody's byte count once it has stayed still for `still` seconds (at most `limit` seconds)."""
+def io_since(before: dict[str, int], port: int) -> int:
+    """Bytes through prosody since `before` on the streams open now (a stream closed since is not counted:
+    the removed member's, whose last bytes go with it)."""
+    return sum(n - before.get(peer, 0) for peer, n in server_io(port).items())
+
+
+async def io_settled(port: int, still: float = 2.0, limit: float = 20.0) -> None:
+    """Once prosody's byte count has stayed still for `still` seconds (at most `limit` seconds)."""
     started = time.perf_counter()
-    last, since = server_io(port), time.perf_counter()
+    last, since = sum(server_io(port).values()), time.perf_counter()
     while time.perf_counter() - started < limit:
         await asyncio.sleep(0.25)
-        now = server_io(port)
+        now = sum(server_io(port).values())
         if now != last:
             last, since = now, time.perf_counter()
         elif time.perf_counter() - since >= still:
             break
-    return last
 
 
 @dataclass
@@ -222,12 +234,13 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         hold_at = time.perf_counter() - t0
         link_s = await wait_for(linked, max(1.0, args.change_timeout - (time.perf_counter() - t0)))
         took = time.perf_counter() - t0
-        after = await io_settled(server.port)
+        await io_settled(server.port)
+        moved = io_since(before, server.port)
         f["add: cmd"] = f"{command:.1f} s"
         f["add: all hold"] = (f"{hold_at:.1f} s" if hold_s is not None else
                               f"{sum(all_hold([c], serial)() for c in crowd)} of {n}")  # fmt: skip
         f["add: linked"] = f"{took:.1f} s" if link_s is not None else "no"
-        f["add: server bytes"] = f"{(after - before) / 1e6:.2f} MB + shell {chunks['bytes'] / 1e6:.2f} MB"
+        f["add: server bytes"] = f"{moved / 1e6:.2f} MB + shell {chunks['bytes'] / 1e6:.2f} MB"
         chunks.clear()
         f["add: load"] = f"{load1():.1f}"
         received = sum((c.received for c in everyone), Counter())
@@ -246,12 +259,13 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         cut_at = time.perf_counter() - t0
         hold_s = await wait_for(all_hold(crowd, serial + 1), max(1.0, args.change_timeout - (time.perf_counter() - t0)))
         took = time.perf_counter() - t0
-        after = await io_settled(server.port)
+        await io_settled(server.port)
+        moved = io_since(before, server.port)
         f["remove: cmd"] = f"{command:.1f} s"
         f["remove: cut off"] = f"{cut_at:.1f} s" if cut_s is not None else "no"
         f["remove: all hold"] = (f"{took:.1f} s" if hold_s is not None
                                  else f"{sum(all_hold([c], serial + 1)() for c in crowd)} of {n}")  # fmt: skip
-        f["remove: server bytes"] = f"{(after - before) / 1e6:.2f} MB + shell {chunks['bytes'] / 1e6:.2f} MB"
+        f["remove: server bytes"] = f"{moved / 1e6:.2f} MB + shell {chunks['bytes'] / 1e6:.2f} MB"
         f["remove: load"] = f"{load1():.1f}"
         received = sum((c.received for c in crowd), Counter())
         f["remove: received"] = ", ".join(f"{k} {v / 1e6:.2f} MB" if "bytes" in k else f"{k} {v}"
