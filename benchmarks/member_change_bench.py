@@ -45,6 +45,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -65,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from signal_scale_bench import DOMAIN, OVERLAY, BenchMember, Prosody, _password, _user, load1, wait_for
 
 log = logging.getLogger("member_change_bench")
+T = TypeVar("T")
 
 
 class CountingMember(BenchMember):
@@ -123,6 +125,11 @@ async def io_settled(port: int, still: float = 2.0, limit: float = 20.0) -> None
             last, since = now, time.perf_counter()
         elif time.perf_counter() - since >= still:
             break
+
+
+def timed(command: Callable[..., T], *args: object) -> tuple[T, float]:
+    """`command`'s result, and when it returned (`time.perf_counter`)."""
+    return command(*args), time.perf_counter()
 
 
 @dataclass
@@ -203,13 +210,22 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
 
         admin._shell = counted  # type: ignore[method-assign]
 
+        def all_hold(group: list[CountingMember], at_least: int) -> Callable[[], bool]:
+            return lambda: all((ml := c.listed_members(OVERLAY)) is not None and ml.serial >= at_least for c in group)
+
         # 2. a member added
         name = _user(n)
         before = server_io(server.port)
         t0 = time.perf_counter()
-        added = await asyncio.to_thread(server_members.add_member, registry, settings, admin, NoRelay(),
-                                        OVERLAY, name, datetime.datetime.now(datetime.UTC))  # fmt: skip
-        command = time.perf_counter() - t0
+        held = server_members.read_member_list(registry, OVERLAY)
+        serial = (held.serial if held is not None else 0) + 1
+        # The members are watched while the command runs: they may hold the list before it returns.
+        adding = asyncio.create_task(asyncio.to_thread(timed, server_members.add_member, registry, settings, admin,
+                                                       NoRelay(), OVERLAY, name, datetime.datetime.now(datetime.UTC)))
+        hold_s = await wait_for(all_hold(crowd, serial), args.change_timeout)
+        hold_at = time.perf_counter() - t0
+        added, ended = await adding
+        command = ended - t0
         token = join_token.decode(added.token, datetime.datetime.now(datetime.UTC))
         new_key = serialization.load_pem_private_key(token.key_pem.encode(), password=None)
         assert isinstance(new_key, ec.EllipticCurvePrivateKey)
@@ -217,12 +233,9 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         newcomer = client(n, server.port, token.node_id,
                           OverlayIdentity(anchor, new_cert, new_key, members=member_list.load(token.member_list)), rng,
                           password=token.xmpp_password)  # fmt: skip
-        serial = member_list.load(token.member_list).serial
+        assert member_list.load(token.member_list).serial == serial
         await newcomer.start()
         everyone = [*crowd, newcomer]
-
-        def all_hold(group: list[CountingMember], at_least: int) -> Callable[[], bool]:
-            return lambda: all((ml := c.listed_members(OVERLAY)) is not None and ml.serial >= at_least for c in group)
 
         def linked() -> bool:
             if not newcomer.connected or not contacts_known(newcomer):
@@ -230,8 +243,6 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
             by_id = {m.node_id(OVERLAY): m for m in crowd}
             return all(token.node_id in by_id[c].peers(OVERLAY) for c in newcomer.contacts(OVERLAY))
 
-        hold_s = await wait_for(all_hold(crowd, serial), args.change_timeout)
-        hold_at = time.perf_counter() - t0
         link_s = await wait_for(linked, max(1.0, args.change_timeout - (time.perf_counter() - t0)))
         took = time.perf_counter() - t0
         await io_settled(server.port)
@@ -252,13 +263,15 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         # 3. that member removed
         before = server_io(server.port)
         t0 = time.perf_counter()
-        await asyncio.to_thread(server_members.remove_member, registry, admin, NoRelay(), OVERLAY, name,
-                                datetime.datetime.now(datetime.UTC), DOMAIN)  # fmt: skip
-        command = time.perf_counter() - t0
+        removing = asyncio.create_task(asyncio.to_thread(timed, server_members.remove_member, registry, admin,
+                                                         NoRelay(), OVERLAY, name, datetime.datetime.now(datetime.UTC),
+                                                         DOMAIN))  # fmt: skip
         cut_s = await wait_for(lambda: not any(token.node_id in c.peers(OVERLAY) for c in crowd), args.change_timeout)
         cut_at = time.perf_counter() - t0
         hold_s = await wait_for(all_hold(crowd, serial + 1), max(1.0, args.change_timeout - (time.perf_counter() - t0)))
         took = time.perf_counter() - t0
+        _, ended = await removing
+        command = ended - t0
         await io_settled(server.port)
         moved = io_since(before, server.port)
         f["remove: cmd"] = f"{command:.1f} s"
