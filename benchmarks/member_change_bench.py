@@ -217,8 +217,8 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         name = _user(n)
         before = server_io(server.port)
         t0 = time.perf_counter()
-        held = server_members.read_member_list(registry, OVERLAY)
-        serial = (held.serial if held is not None else 0) + 1
+        # Read here, not with `read_member_list`: the tree before decision 0065 is measured too.
+        serial = member_list.load((registry.overlay_dir(OVERLAY) / server_members.MEMBER_LIST_FILE).read_text()).serial + 1
         # The members are watched while the command runs: they may hold the list before it returns.
         adding = asyncio.create_task(asyncio.to_thread(timed, server_members.add_member, registry, settings, admin,
                                                        NoRelay(), OVERLAY, name, datetime.datetime.now(datetime.UTC)))
