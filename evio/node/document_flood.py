@@ -249,7 +249,8 @@ class SignedDocumentFlood:
         self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once
         self._ask_not_before = float("-inf")
         self._asks = 0
-        if not event.source.startswith("overlay"):
+        # Not a change from the server host: every member online had it; the few that had the whole list flood it.
+        if not event.source.startswith("overlay") and not (isinstance(event, MemberListAdopted) and not event.flood):
             self._send_list()
             for timer in self._repeat_timers:
                 timer.cancel()

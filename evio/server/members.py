@@ -72,6 +72,9 @@ DEFAULT_POOL = "10.254.0.0/16"
 TOKEN_LIFETIME = datetime.timedelta(hours=24)
 REVOCATION_FILE = "revoked.json"  # the node reads the same name beside its ca.crt (evio.node.plan)
 MEMBER_LIST_FILE = "member-list.json"  # likewise (evio.node.plan.MEMBER_FILE)
+# The members online that get a new member list whole (decision 0065): they flood it over the overlay for those
+# the server's change misses; every other member gets the change alone.
+LIST_SEEDS = 3
 CERT_DAYS = 30  # short, so a revocation list entry is needed for at most this long (issue 21, M2)
 LEGACY_CERT_DAYS = 365  # what members added before certificate expiry was recorded may still hold
 CA_DAYS = 3650
@@ -296,6 +299,7 @@ def add_member(
             record.members[name] = member
             registry.save(record)
             undo.append(lambda: _forget(registry, overlay, name))
+            previous = read_member_list(registry, overlay)
             listed = write_member_list(registry, record, settings.domain, now)
             # Last: from here on the running members see the new one (a live roster push).
             accounts.add_to_group(name, overlay)
@@ -322,7 +326,7 @@ def add_member(
             expires=expires,
         )  # fmt: skip
         encoded = join_token.encode(token, ca_key)
-        deliver_member_list(accounts, listed)
+        deliver_member_list(accounts, listed, previous)
         return Added(member, encoded, join_token.ca_fingerprint(token.ca_pem), created, expires)
 
 
@@ -362,22 +366,42 @@ def remove_member(
         del record.members[name]
         registry.save(record)
         if domain is not None:
-            deliver_member_list(accounts, write_member_list(registry, record, domain, now))
+            previous = read_member_list(registry, overlay)
+            deliver_member_list(accounts, write_member_list(registry, record, domain, now), previous)
         return member
 
 
-def deliver_member_list(accounts: Accounts, listed: MemberList) -> None:
-    """Hand the new list to the members online (the XMPP server carries it; decision 0063). Best effort: the
-    members that miss it get it over the overlay from one that has it, and a restarted node from its file."""
+def deliver_member_list(accounts: Accounts, listed: MemberList, previous: MemberList | None = None) -> None:
+    """Hand the new list to the members online (the XMPP server carries it; decisions 0063, 0065). Best effort:
+    the members that miss it get it over the overlay from one that has it, and a restarted node from its file.
+
+    With the `previous` list, the first `LIST_SEEDS` members online get the whole list and flood it over the
+    overlay; every other gets only the change (about 250 bytes), which it applies to the list it holds: a
+    change costs the server O(members) small messages, not O(members) lists (70 KB each at 1,000 members)."""
     deliver = getattr(accounts, "deliver", None)
     if deliver is None:
         return
+    whole = json.dumps(listed.to_json())
+    text, seeds = whole, 0
+    if previous is not None and previous.serial == listed.serial - 1:
+        change = member_list.change_to_text(member_list.change_between(previous, listed))
+        if len(change) <= member_list.MAX_CHANGE_BYTES and len(change) < len(whole):
+            text, seeds = change, LIST_SEEDS
     try:
         users = [account.split("@", 1)[0] for account in listed.members.values()]
-        deliver(listed.overlay, member_list.NAMESPACE, member_list.ELEMENT, json.dumps(listed.to_json()), members=users)
+        deliver(listed.overlay, member_list.NAMESPACE, member_list.ELEMENT, text, members=users, seeds=seeds,
+                seed_text=whole)  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - the member is added; the overlay carries the list too
         log.warning("overlay %s: member list serial=%d written but not delivered: %s", listed.overlay,
                     listed.serial, exc)  # fmt: skip
+
+
+def read_member_list(registry: Registry, overlay: str) -> MemberList | None:
+    """The member list last written for `overlay` (``member-list.json``), or None."""
+    try:
+        return member_list.load((registry.overlay_dir(overlay) / MEMBER_LIST_FILE).read_text())
+    except (OSError, IdentityError):
+        return None
 
 
 def write_member_list(registry: Registry, record: Overlay, domain: str, now: datetime.datetime) -> MemberList:

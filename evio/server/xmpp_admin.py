@@ -156,11 +156,13 @@ return "pushed " .. pushes;
 # a revocation list; the members verify it against their CA, so the server only carries it).
 _PROSODY_DELIVER = """
 local st = require "util.stanza"; local h = prosody.hosts[{host}]; local sent = 0;
+local seeds, seed_text, text = {seeds}, {seed_text}, {text};
 for _, jid in ipairs({{ {jids} }}) do
   local user = h.sessions[jid:match("^([^@]+)@")];
   if user then
     for _, s in pairs(user.sessions) do
-      s.send(st.message({{ from = {host}, to = s.full_jid, type = "normal" }}):tag({name}, {{ xmlns = {ns} }}):text({text}));
+      local body = text; if sent < seeds then body = seed_text end;
+      s.send(st.message({{ from = {host}, to = s.full_jid, type = "normal" }}):tag({name}, {{ xmlns = {ns} }}):text(body));
       sent = sent + 1;
     end;
   end;
@@ -240,15 +242,17 @@ class ProsodyAdmin:
         chunk = _PROSODY_REMOVE.format(jid=lua_string(jid), others=_lua_list(others))
         self._push(self._prelude(group) + chunk + _PROSODY_END_SESSIONS)
 
-    def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None) -> int:
+    def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None,
+                seeds: int = 0, seed_text: str = "") -> int:  # fmt: skip
         """Send <name xmlns=namespace>text</name> from the server to every online session of `group`'s members;
-        how many sessions it reached (0 when prosody is stopped). `members` (the caller's record of the group)
-        is not needed: one shell call does it all."""
+        how many sessions it reached (0 when prosody is stopped); the first `seeds` sessions get `seed_text`
+        instead. `members` (the caller's record of the group) is not needed: one shell call does it all."""
         check_group(group)
         with self._groups() as groups:
             jids = list(groups.get(group, []))
         lua = _PROSODY_DELIVER.format(host=lua_string(self.domain), jids=_lua_list(jids), name=lua_string(name),
-                                      ns=lua_string(namespace), text=lua_string(text))  # fmt: skip
+                                      ns=lua_string(namespace), text=lua_string(text), seeds=int(seeds),
+                                      seed_text=lua_string(seed_text if seeds > 0 else ""))  # fmt: skip
         try:
             out = self._shell(lua)
         except _NotRunning:
@@ -387,10 +391,12 @@ class EjabberdAdmin:
                 users.add(node)
         return users
 
-    def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None) -> int:
-        """Send <name xmlns=namespace>text</name> from the server to every online session of `group`'s members.
-        `members`: the group's users as the caller knows them, in the order to send: one ejabberdctl call (a
-        second or more each) fewer before the first member has it."""
+    def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None,
+                seeds: int = 0, seed_text: str = "") -> int:  # fmt: skip
+        """Send <name xmlns=namespace>text</name> from the server to every online session of `group`'s members;
+        the first `seeds` sessions get `seed_text` instead. `members`: the group's users as the caller knows
+        them, in the order to send: one ejabberdctl call (a second or more each) fewer before the first member
+        has it."""
         check_group(group)
         if members is None:
             order = {jid: i for i, jid in enumerate(self._ctl("srg_get_members", group, self.domain).split())}
@@ -398,8 +404,8 @@ class EjabberdAdmin:
             order = {f"{user}@{self.domain}": i for i, user in enumerate(members)}
         online = [line for line in self._ctl("connected_users").split() if line.split("/", 1)[0] in order]
         sessions = sorted(online, key=lambda full: order[full.split("/", 1)[0]])
-        body = _escape(text)
-        for full in sessions:
+        for i, full in enumerate(sessions):
+            body = _escape(seed_text if i < seeds else text)
             stanza = (f'<message type="normal" from="{self.domain}" to="{xml_escape(full)}">'
                       f'<{name} xmlns="{namespace}">{body}</{name}></message>')  # fmt: skip
             self._ctl("send_stanza", self.domain, full, stanza)

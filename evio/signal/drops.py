@@ -30,6 +30,7 @@ class DropReason(enum.Enum):
     UNPROVEN = "unproven"  # trust mode: a claim's identity proof did not verify against the overlay CA
     PROOF_RATE = "proof_rate"  # trust mode: a proof not checked, its account over its checks a second (unproven)
     BAD_REVOCATION = "bad_revocation"  # a revocation list that does not verify or is malformed
+    MEMBER_LIST_GAP = "member_list_gap"  # a member list change whose base list we do not hold (decision 0065)
     OVERLOADED = "overloaded"  # too many requests in flight from peers
     PEER_OVERLOADED = "peer_overloaded"  # too many requests in flight from this one peer
     TOO_MANY_SESSIONS = "too_many_sessions"  # an account's sessions past the cap: its oldest forgotten

@@ -146,6 +146,9 @@ MEMBERS_ANSWER_UNPROVEN_RATE = Rate(2 / MEMBERS_ANSWER_INTERVAL, 2)
 # `peer_overloaded`. A list whose overlay and serial (read first, from its head) say it is not newer costs nothing.
 MEMBERS_PARSE_RATE = Rate(1 / MEMBERS_ASK_INTERVAL, 2)
 _LIST_HEAD_RE = re.compile(r'\{\s*"overlay":\s*"([A-Za-z0-9_-]{1,32})",\s*"serial":\s*(\d{1,16})[,\s]')
+# A member list change whose base we do not hold (decision 0065): a present contact is asked for the whole list
+# after about this long (0.5-1.5x), unless it came meanwhile (over the overlay, most often).
+MEMBERS_GAP_WAIT = 2.0
 # Identity proofs checked per account (a chain and a signature, ~0.85 ms each) when not in the cache: an account sends
 # one per overlay at login and when its identity element changes; any account of the server may send presence,
 # each with new signature bytes, at its c2s rate (review21e E7: 1000 checks for 1000 presences).
@@ -501,11 +504,14 @@ class SignalEndpoint:
             if key in self._known:  # not reported yet under another account that held the id
                 self._forget_known(key[0], key[1])
                 self._events.publish(PeerRemoved(key[0], key[1], key[2], RemovalCause.MEMBERSHIP_REVOKED))
-        self._announce_again()
+        # Passed on in our presence, unless the server host sent it: it sent it to every member online, and a
+        # re-announcement to every link of every member is O(members x links) stanzas (decision 0065).
+        if source != self.account.split("@", 1)[-1]:
+            self._announce_again()
         self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source))
         return True
 
-    def _adopt_members(self, ml: member_list.MemberList, source: str) -> bool:
+    def _adopt_members(self, ml: member_list.MemberList, source: str, flood: bool = True) -> bool:
         if ml.overlay not in self._links_mode:
             return False  # an overlay whose membership is the roster's (or not ours): not ours to judge
         current = self._links_mode[ml.overlay]
@@ -526,7 +532,7 @@ class SignalEndpoint:
         # again, with the newer serial, which makes them answer again.
         self._reached.clear()
         self._reach_contacts()
-        self._events.publish(MemberListAdopted(ml.overlay, ml.serial, source))
+        self._events.publish(MemberListAdopted(ml.overlay, ml.serial, source, flood))
         return True
 
     def _keep_member_file(self, ml: member_list.MemberList, source: str) -> None:
@@ -576,6 +582,9 @@ class SignalEndpoint:
                     return
                 self._answer_members(sender, ask["ask"])
                 return
+            if isinstance(ask, dict) and "base" in ask:
+                self._members_change(sender, text)
+                return
         asked = self._members_asked.get(sender)
         if sender != self.account.split("@", 1)[-1] and (asked is None or self.clock.now() - asked > MEMBERS_ASK_WAIT):
             self._drop(DropReason.NOT_MEMBER, sender, "member list from neither the server host nor whom we asked")
@@ -615,6 +624,52 @@ class SignalEndpoint:
         held, self._list_held = self._list_held, None
         if held is not None:
             self._take_list(held[1], held[2])
+
+    def _members_change(self, sender: str, text: str) -> None:
+        """A change to the member list (decision 0065), from the server host only: applied to the list we hold if
+        it is the change's base, and adopted if the CA signed the list that makes. Not flooded: the server host
+        sent every member online the change, and the whole list to a few, which flood it for the rest."""
+        if sender != self.account.split("@", 1)[-1]:
+            self._drop(DropReason.NOT_MEMBER, sender, "member list change from other than the server host")
+            return
+        try:
+            change = member_list.load_change(text)
+        except identity.IdentityError as exc:
+            self._drop(DropReason.MALFORMED, sender, f"member list change: {exc}")
+            return
+        if change.overlay not in self._links_mode:
+            return  # an overlay whose membership is the roster's (or not ours)
+        held = self._links_mode[change.overlay]
+        if held is not None and change.serial <= held.serial:
+            return  # we have it already (from the overlay, or a member we asked)
+        try:
+            if held is None:
+                raise identity.IdentityError("no list held to change")
+            ml = member_list.apply_change(held, change)
+        except identity.IdentityError as exc:
+            # A change we missed (offline then): the whole list comes over the overlay's flood, or from a member
+            # we ask, after a moment in which the change reaches it too.
+            self._drop(DropReason.MEMBER_LIST_GAP, sender, f"member list change {change.serial}: {exc}")
+            self._ask_after_gap(change.overlay, change.serial)
+            return
+        self._adopt_members(ml, sender, flood=False)
+
+    def _ask_after_gap(self, overlay: str, serial: int) -> None:
+        if overlay in self._members_reask:
+            return
+        delay = MEMBERS_GAP_WAIT * (0.5 + self._rng.random())
+        self._members_reask[overlay] = self.clock.call_later(delay, functools.partial(self._ask_a_contact, overlay,
+                                                                                      serial))  # fmt: skip
+
+    def _ask_a_contact(self, overlay: str, serial: int) -> None:
+        """Still without list `serial`: one present contact is asked for its list (at most one per interval)."""
+        self._members_reask.pop(overlay, None)
+        ml = self._links_mode.get(overlay)
+        present = self._table.peers(overlay)
+        if (ml is not None and ml.serial >= serial) or not present or not self._connected:
+            return
+        jid = present[self._rng.choice(sorted(present))]
+        self._ask_members(jid, {overlay: serial})
 
     def _ask_members(self, sender: str, hint: Mapping[str, int]) -> None:
         """`sender`'s presence says it holds a newer member list than ours: ask it for the list."""

@@ -67,6 +67,9 @@ class MemberListAdopted:
     overlay: str
     serial: int
     source: str  # where it came from: a file, the join token's file, the server host, the overlay
+    # Whether the overlay's flood passes it on: not a change from the server host, which every member online
+    # had (decision 0065); the few that had the whole list from it flood it.
+    flood: bool = True
 
 
 SignalEvent = PeerAdded | PeerRemoved | Connected | Disconnected | RevocationAdopted | MemberListAdopted

@@ -19,6 +19,8 @@ class FakeAccounts:
         self.online: set[str] = set()
         self.fail_group = False
         self.delivered: list[tuple[str, str, str, str]] = []  # (group, namespace, element, text) sent to members
+        # (group, namespace, element, whole text, how many): what the first members online got instead (0065)
+        self.seeded: list[tuple[str, str, str, str, int]] = []
 
     def create_account(self, user: str, password: str) -> None:
         assert user not in self.accounts
@@ -38,8 +40,11 @@ class FakeAccounts:
     def online_users(self) -> set[str]:
         return set(self.online)
 
-    def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None) -> int:
+    def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None,
+                seeds: int = 0, seed_text: str = "") -> int:  # fmt: skip
         self.delivered.append((group, namespace, name, text))
+        if seeds:
+            self.seeded.append((group, namespace, name, seed_text, seeds))
         return len(self.online & self.groups.get(group, set()))
 
 

@@ -246,3 +246,21 @@ def test_the_two_floods_share_an_ethertype_and_skip_each_others_frames_uncounted
     assert not nodes[0].counts
     assert mf.MAGIC != rf.MAGIC and isinstance(nodes[0], rf.SignedDocumentFlood)
     assert frames_of(listed(1))[0][:4] != revocation_frame[:4]
+
+
+def test_a_change_from_the_server_host_is_not_flooded_and_a_seeds_whole_list_reaches_a_node_it_missed(
+    tmp_path: Path,
+) -> None:
+    """Decision 0065: every member online gets the change and applies it, none floods it (n floods of the whole
+    list over the overlay); the few that got the whole list flood it, for a node the server could not reach."""
+    held = listed(1)
+    medium, nodes, _ = fleet(tmp_path, 4, held)
+    newer = listed(2, count=5)
+    change = member_list.change_to_text(member_list.change_between(held, newer))
+    for node in nodes[1:3]:  # node 3 is cut off from the server
+        node.client._members_message(D, change)
+    assert serials(nodes) == [1, 2, 2, 1] and medium.frames == []
+    nodes[0].client._members_message(D, member_list.to_text(newer))  # a seed: the whole list
+    assert serials(nodes) == [2, 2, 2, 2] and nodes[3].counts["adopted"] == 1
+    assert [n.client.listed_members(OV) for n in nodes] == [newer] * 4
+    assert {s for s, _ in medium.frames} == {0}

@@ -202,3 +202,12 @@ if sys.argv[1] == "srg_get_members":
     sent = [ast.literal_eval(row) for row in log.read_text().splitlines() if "send_stanza" in row]
     assert [row[2] for row in sent] == [f"n1@{DOMAIN}/r1", f"n1@{DOMAIN}/r2"]
     assert sent[0][3].endswith('<identity xmlns="urn:x-evio:identity:1">{"a":"&lt;&amp;&gt;"}</identity></message>')
+    # Decision 0065: the first `seeds` sessions get the whole list, the others the change.
+    log.write_text("")
+    assert admin.deliver("ov1", "urn:x-evio:members:1", "members", "change", seeds=1, seed_text="whole") == 2
+    sent = [ast.literal_eval(row) for row in log.read_text().splitlines() if "send_stanza" in row]
+    assert [row[3].split(">")[2].split("<")[0] for row in sent] == ["whole", "change"]
+    monkeypatch.setenv("FAKE_REPLY", "| Result: sent 2")
+    assert prosody.deliver("ov1", "urn:x-evio:members:1", "members", "change", seeds=3, seed_text="whole") == 2
+    line = _sent(prosody)[-1]
+    assert 'local seeds, seed_text, text = 3, "whole", "change";' in line and "if sent < seeds then" in line

@@ -14,7 +14,7 @@ from evio.config.model import TrustConfig
 from evio.node.plan import overlay_identity
 from evio.server import token as join_token
 from evio.server.join import node_files
-from evio.server.members import Registry, add_member, remove_member
+from evio.server.members import LIST_SEEDS, Registry, add_member, remove_member
 from evio.signal import member_list
 from evio.testing.fake_server import fake_server_host
 from evio.tunnel.path.dtls import TunnelCertificate
@@ -54,8 +54,19 @@ def test_the_server_host_hands_each_new_list_to_the_members_online(tmp_path: Pat
     add_member(registry, settings, accounts, relay, "ov1", "n1", NOW)
     add_member(registry, settings, accounts, relay, "ov1", "n2", NOW)
     remove_member(registry, accounts, relay, "ov1", "n1", now=NOW, domain=settings.domain)
-    sent = [(g, e, member_list.load(t).serial) for g, ns, e, t in accounts.delivered if ns == member_list.NAMESPACE]
-    assert sent == [("ov1", "members", 1), ("ov1", "members", 2), ("ov1", "members", 3)]
+    sent = [(g, e, t) for g, ns, e, t in accounts.delivered if ns == member_list.NAMESPACE]
+    assert [(g, e) for g, e, _ in sent] == [("ov1", "members")] * 3
+    # The first list whole (there is none before it); then a change of the one before to most members, and the
+    # whole list to the first few online, which flood it over the overlay (decision 0065).
+    first = member_list.load(sent[0][2])
+    assert first.serial == 1 and list(first.members.values()) == ["n1@" + settings.domain]
+    lists = {1: first}
+    for (_, _, text), (_, _, _, whole, seeds) in zip(sent[1:], accounts.seeded, strict=True):
+        change, listed = member_list.load_change(text), member_list.load(whole)
+        assert seeds == LIST_SEEDS and change.serial == listed.serial and change.base == listed.serial - 1
+        assert member_list.apply_change(lists[change.base], change) == listed
+        lists[listed.serial] = listed
+    assert sorted(lists) == [1, 2, 3] and list(lists[3].members.values()) == ["n2@" + settings.domain]
 
 
 def _token_with(registry: Registry, tok: join_token.JoinToken, text: str) -> str:
