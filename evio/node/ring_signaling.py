@@ -20,6 +20,12 @@ came along the ring; a request to a node whose certificate is not known here goe
 (counted as the fallback ``no_key``). The answer is sealed to the key of the certificate the request carried. Relays read only the chunk header (review21f F8).
 Trust mode only: without the overlay CA any member could answer for any node id along the way, while
 through the server an account answers only for itself; there, offers stay on the server.
+Duplicates: a request that found no answer along the ring within RING_TIMEOUT goes through the server again, so
+its target may get both copies, in either order. A routed request the same as one of the same sender seen in the
+last DUPLICATE_WINDOW is answered with that one's answer (awaited if it is still being served) instead of being
+served again: a ring copy signed before the server copy came (it was late), or any copy while the other is being
+served. Served twice, a late ring copy could agree to a link its origin had meanwhile been refused or let go
+(decision 0064, amended).
 Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST), MAX_HOPS hops, MAX_CHUNKS
 chunks, REASSEMBLY_SLOTS messages assembled at once (the oldest gives way), MAX_INFLIGHT requests served at once
 (MAX_INFLIGHT_PER_SENDER from one sender); what is
@@ -30,11 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import json
 import logging
 import random
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cryptography import x509
@@ -70,6 +78,9 @@ HANDLER_TIMEOUT = 10.0
 FIRST_LINK_WAIT = 6.0  # a link request held while our first link comes up through the server (1-3 s in the lab)
 UNREACHABLE_WAIT = 3.0  # a link request to a node not reachable along the ring yet: tried there again after
 RELAY_POLL = 0.25  # how often a held request looks for a new link
+DUPLICATE_WINDOW = 60.0  # a ring message is fresh for 60 s (ring_signal): its copy comes within that of the other
+MAX_SERVED = 4096  # routed requests remembered for their duplicates
+LATE_COPY = RING_TIMEOUT / 2  # a ring copy signed this long before its server copy came preceded it (clock skew below)
 
 
 class SignalTunnel(Protocol):
@@ -124,12 +135,16 @@ class RingSignaling:
         self._serving: set[asyncio.Task[None]] = set()
         self._serving_from: Counter[int] = Counter()  # requests being served, by sender
         self._drop_log = LogLimiter[int](60.0)
+        self._served: OrderedDict[tuple[int, str, bytes], _Served] = OrderedDict()  # routed requests, for duplicates
+        self._late: OrderedDict[str, float] = OrderedDict()  # txid of our requests that fell back -> when
         self._key_lookup: Callable[[int], ec.EllipticCurvePublicKey | None] = lambda node: None
         self._keys: OrderedDict[int, ec.EllipticCurvePublicKey] = OrderedDict()  # learned from their messages
         # Observability (`evio status`, the benchmark): requests by the way they went, and what was dropped.
         self.sent: Counter[str] = Counter()  # "ring" answered over the overlay, "server" through the server
         self.fallbacks: Counter[str] = Counter()  # why a request tried on the ring went to the server
         self.served: Counter[str] = Counter()  # requests for us that came along the ring and were answered, by action
+        self.duplicates: Counter[str] = Counter()  # copies of a request answered with its first copy's answer, by way
+        self.late_answers = 0  # answers along the ring to our requests that had gone through the server meanwhile
         self.relayed = 0  # chunks passed on for others
         self.waited = 0  # link requests held for a link to come up before going along the ring again
         self._via_server = 0  # our requests now going through the server
@@ -161,13 +176,51 @@ class RingSignaling:
 
     def counts(self) -> dict[str, object]:
         return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
+                "duplicates": dict(self.duplicates), "late_answers": self.late_answers,
                 "relayed": self.relayed, "waited": self.waited, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
 
     # -- Signaling: requests and handlers -------------------------------------------------------
 
     def register_handler(self, action: str, handler: Handler) -> None:
         self._handlers[action] = handler
-        self.inner.register_handler(action, handler)
+        self.inner.register_handler(action, self._through_server(action, handler) if action in ROUTED else handler)
+
+    def _through_server(self, action: str, handler: Handler) -> Handler:
+        """``handler`` for requests through the server, answering a copy of one being served along the ring
+        with that one's answer."""
+
+        async def serve(overlay: str, peer: int, body: Body) -> Body:
+            key = _request_key(peer, action, body)
+            first = self._served_copy(key)
+            if first is not None and not first.answer.done():
+                self.duplicates["server"] += 1
+                return _outcome(await asyncio.shield(first.answer))
+            return _outcome(await self._answer(key, "server", handler(overlay, peer, body)))
+
+        return serve
+
+    def _served_copy(self, key: tuple[int, str, bytes]) -> _Served | None:
+        now = self._wall()
+        while self._served and next(iter(self._served.values())).at < now - DUPLICATE_WINDOW:
+            self._served.popitem(last=False)
+        return self._served.get(key)
+
+    async def _answer(self, key: tuple[int, str, bytes], via: str, serving: Awaitable[Body]) -> Body | Exception:
+        """The answer (or error) of a request served here, kept for its copies."""
+        copy = self._served[key] = _Served(via, self._wall(), asyncio.get_running_loop().create_future())
+        self._served.move_to_end(key)
+        if len(self._served) > MAX_SERVED:
+            self._served.popitem(last=False)
+        result: Body | Exception
+        try:
+            result = await serving
+        except Exception as exc:  # noqa: BLE001 - kept for its copies, raised to the caller by _outcome
+            result = exc
+        except BaseException:  # cancelled (the node stops): its copies hear a refusal
+            copy.answer.set_result(HandlerRejected("not answered"))
+            raise
+        copy.answer.set_result(result)
+        return result
 
     async def request(self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
         if action in ROUTED and overlay == self.overlay and self._relays is not None:
@@ -233,6 +286,9 @@ class RingSignaling:
                     raise _Fallback("send_failed")
             answer = await self.clock.wait_for(waiter, timeout)
         except TimeoutError:
+            self._late[txid] = self.clock.now()  # its answer may still come: not a drop (decision 0064, amended)
+            while len(self._late) > MAX_SERVED:
+                self._late.popitem(last=False)
             raise _Fallback("no_answer") from None
         finally:
             self._waiting.pop(txid, None)
@@ -310,6 +366,9 @@ class RingSignaling:
         if message.kind != "request":
             waiter = self._waiting.get(message.txid)
             # A relay reads the txid of what it carries: an answer counts only from the node we asked (review21f F1).
+            if waiter is None and self._late.pop(message.txid, None) is not None:
+                self.late_answers += 1  # the request went through the server since: that answer counts
+                return
             if waiter is None or waiter.done() or self._asked.get(message.txid) != message.src:
                 raise RingSignalError(DropReason.UNEXPECTED, f"{message.kind} {message.txid}")
             waiter.set_result(message)
@@ -336,8 +395,16 @@ class RingSignaling:
         if handler is None:
             reply = _error(request, ts, ErrorReason.UNKNOWN_ACTION, request.action)
         else:
+            key = _request_key(request.src, request.action, request.body or {})
+            first = self._served_copy(key)
             try:
-                body = await self.clock.wait_for(handler(self.overlay, request.src, request.body or {}), HANDLER_TIMEOUT)
+                if first is not None and (not first.answer.done() or (first.via == "server" and request.ts < first.at - LATE_COPY)):
+                    # A copy of a request being served, or a ring copy late after its server copy: the same answer.
+                    self.duplicates["ring"] += 1
+                    body = _outcome(await self.clock.wait_for(asyncio.shield(first.answer), HANDLER_TIMEOUT))
+                else:
+                    body = _outcome(await self._answer(key, "ring", self.clock.wait_for(
+                        handler(self.overlay, request.src, request.body or {}), HANDLER_TIMEOUT)))
                 reply = RingMessage("response", self.overlay, self.own, request.src, request.txid, self._wall(), body=body)
             except HandlerRejected as exc:
                 reply = _error(request, ts, ErrorReason.REJECTED, str(exc))
@@ -454,6 +521,28 @@ class RingSignaling:
 
     async def wait_connected(self, timeout: float | None = None) -> None:
         await self.inner.wait_connected(timeout)
+
+
+class _Served:
+    """A routed request served here: the way it came, when (wall clock), and its answer or error once given."""
+
+    __slots__ = ("via", "at", "answer")
+
+    def __init__(self, via: str, at: float, answer: asyncio.Future[Body | Exception]) -> None:
+        self.via, self.at, self.answer = via, at, answer
+
+
+def _request_key(src: int, action: str, body: Body) -> tuple[int, str, bytes]:
+    """The same request, whichever way it came: its sender, action and body (an offer's names its tunnel; a link
+    request's its type and the sender's epoch)."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return src, action, hashlib.sha256(text.encode()).digest()
+
+
+def _outcome(result: Body | Exception) -> Body:
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 class _Fallback(Exception):
