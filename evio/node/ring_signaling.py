@@ -14,9 +14,10 @@ controller or tunnel manager registered, as a request through the server would b
     tunnel --OVERLAY_SIGNAL--> _on_record --not ours--> next hop (hops-1) | UNREACHABLE to the origin
                                    +--ours--> Reassembly --> open_sealed --> Replay --> handler / waiter
 
-The message is sealed to the target's certificate key, which the origin has from the target's signed host
-claims (evio.node.host_claims), from a tunnel to it (the DTLS certificate), or from a message of it that
-came along the ring; a request to a node whose certificate is not known here goes through the server
+The message is sealed to the target's certificate key, which the origin has from the claim proven in the
+target's presence (every member's, in trust mode: evio.signal.endpoint.certificate_key), its signed host
+claims (evio.node.host_claims), a tunnel to it (the DTLS certificate), or a message of it that came along
+the ring; a request to a node whose certificate is not known here goes through the server
 (counted as the fallback ``no_key``). The answer is sealed to the key of the certificate the request carried. Relays read only the chunk header (review21f F8).
 Trust mode only: without the overlay CA any member could answer for any node id along the way, while
 through the server an account answers only for itself; there, offers stay on the server.
@@ -137,7 +138,7 @@ class RingSignaling:
         self._drop_log = LogLimiter[int](60.0)
         self._served: OrderedDict[tuple[int, str, bytes], _Served] = OrderedDict()  # routed requests, for duplicates
         self._late: OrderedDict[str, float] = OrderedDict()  # txid of our requests that fell back -> when
-        self._key_lookup: Callable[[int], ec.EllipticCurvePublicKey | None] = lambda node: None
+        self._key_lookups: list[Callable[[int], ec.EllipticCurvePublicKey | None]] = []
         self._keys: OrderedDict[int, ec.EllipticCurvePublicKey] = OrderedDict()  # learned from their messages
         # Observability (`evio status`, the benchmark): requests by the way they went, and what was dropped.
         self.sent: Counter[str] = Counter()  # "ring" answered over the overlay, "server" through the server
@@ -157,15 +158,21 @@ class RingSignaling:
             relays.relay_signal_to(self._on_record)
 
     def use_keys(self, lookup: Callable[[int], ec.EllipticCurvePublicKey | None]) -> None:
-        """Where members' certificate keys are found, checked against the overlay CA (the host claims' cache)."""
-        self._key_lookup = lookup
+        """Also find members' certificate keys there, checked against the overlay CA and their node ids (the
+        claims proven in their presence, the host claims' cache)."""
+        self._key_lookups.append(lookup)
 
     def _key_of(self, node: int) -> ec.EllipticCurvePublicKey | None:
         for peer, tunnel in self._route_peers().items():  # linked peers' keys, as their tunnels' DTLS checked them
             key = getattr(tunnel, "peer_key", None)
             if isinstance(key, ec.EllipticCurvePublicKey):
                 self._learn(peer, key)
-        return self._keys.get(node) or self._key_lookup(node)
+        known = self._keys.get(node)
+        for lookup in self._key_lookups:
+            if known is not None:
+                break
+            known = lookup(node)
+        return known
 
     def _learn(self, node: int, key: ec.EllipticCurvePublicKey) -> None:
         """``key``, of a certificate the overlay CA issued for ``node``: later messages to it are sealed to it."""
