@@ -146,6 +146,7 @@ class RingSignaling:
         self.served: Counter[str] = Counter()  # requests for us that came along the ring and were answered, by action
         self.duplicates: Counter[str] = Counter()  # copies of a request answered with its first copy's answer, by way
         self.late_answers = 0  # answers along the ring to our requests that had gone through the server meanwhile
+        self.answers_back = 0  # answers sent back the way their request came, with no link closer to the requester
         self.relayed = 0  # chunks passed on for others
         self.waited = 0  # link requests held for a link to come up before going along the ring again
         self._via_server = 0  # our requests now going through the server
@@ -183,7 +184,7 @@ class RingSignaling:
 
     def counts(self) -> dict[str, object]:
         return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
-                "duplicates": dict(self.duplicates), "late_answers": self.late_answers,
+                "duplicates": dict(self.duplicates), "late_answers": self.late_answers, "answers_back": self.answers_back,
                 "relayed": self.relayed, "waited": self.waited, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
 
     # -- Signaling: requests and handlers -------------------------------------------------------
@@ -339,7 +340,7 @@ class RingSignaling:
                     return
                 message = ring_signal.open_sealed(sealed, chunk.src, self._anchor, self._wall(), key=self._key,
                                                   header_dst=chunk.dst)  # fmt: skip
-                self._take(message)
+                self._take(message, neighbour)
             except RingSignalError as exc:
                 self._drop(exc.reason, neighbour, str(exc))
 
@@ -358,7 +359,7 @@ class RingSignaling:
             if back is not None:
                 relays[back].send_overlay_signal(ring_signal.unreachable(chunk))
 
-    def _take(self, message: RingMessage) -> None:
+    def _take(self, message: RingMessage, neighbour: int) -> None:
         if message.overlay != self.overlay:
             raise RingSignalError(DropReason.MALFORMED, f"overlay {message.overlay}")
         # The header's dst is not signed: a relay may re-address a signed request to another node (review21f F1).
@@ -384,7 +385,7 @@ class RingSignaling:
             raise RingSignalError(DropReason.RATE_LIMITED, f"{len(self._serving)} requests in progress")
         if self._serving_from[message.src] >= MAX_INFLIGHT_PER_SENDER:
             raise RingSignalError(DropReason.RATE_LIMITED, f"{MAX_INFLIGHT_PER_SENDER} requests of {message.src:032x} in progress")
-        task = asyncio.create_task(self._serve(message), name=f"ring signal {message.action}")
+        task = asyncio.create_task(self._serve(message, neighbour), name=f"ring signal {message.action}")
         self._serving.add(task)
         self._serving_from[message.src] += 1
         task.add_done_callback(functools.partial(self._served_one, message.src))
@@ -395,7 +396,7 @@ class RingSignaling:
         if self._serving_from[src] <= 0:
             del self._serving_from[src]
 
-    async def _serve(self, request: RingMessage) -> None:
+    async def _serve(self, request: RingMessage, came_from: int) -> None:
         reply: RingMessage
         handler = self._handlers.get(request.action) if request.action in ROUTED else None
         ts = self._wall()
@@ -425,12 +426,18 @@ class RingSignaling:
                 reply = _error(request, ts, ErrorReason.INTERNAL, "")
         self.served[request.action] += 1
         assert request.sender_key is not None  # open_sealed gave it
-        self._send(reply, request.sender_key)
+        self._send(reply, request.sender_key, came_from)
 
-    def _send(self, message: RingMessage, to: ec.EllipticCurvePublicKey) -> None:
-        """An answer, sealed to the key of the certificate its request carried."""
+    def _send(self, message: RingMessage, to: ec.EllipticCurvePublicKey, came_from: int) -> None:
+        """An answer, sealed to the key of the certificate its request carried: greedily, or else back to the
+        neighbour its request came from. (A node next to the requester on the ring often has no link closer to
+        it: in the churn lab a rejoining node's answers to its predecessor were all dropped, its tunnels failed
+        while the offers went through the server again.) From there each hop is strictly closer: no loop."""
         relays = self._route_peers()
         hop = ring_signal.next_hop(self.own, message.dst, frozenset(relays))
+        if hop is None and came_from in relays:
+            hop = came_from
+            self.answers_back += 1
         if hop is None:
             self.drops[DropReason.NO_ROUTE] += 1  # the requester falls back to the server on its timeout
             return

@@ -357,14 +357,14 @@ async def test_a_request_to_a_node_whose_certificate_is_unknown_goes_through_the
     the request. An answer along the ring teaches the target's key (its certificate, checked against the CA)."""
     fleet = Fleet(6)
     a, c, d = fleet.ids[0], fleet.ids[3], fleet.ids[2]
-    fleet.nodes[a].use_keys(lambda node: None)  # a has seen no host claims yet
+    fleet.nodes[a]._key_lookups.clear()  # a has seen no presence or host claims of c yet
     answer = await fleet.nodes[a].request(OV, c, ACTION_LINK, {"n": 1})
     assert answer["answer"] == 1
     assert fleet.nodes[a].fallbacks == {"no_key": 1} and fleet.servers[a].requests == [(c, ACTION_LINK)]
     # c's key is known to d (as its host claims would be): d's request goes along the ring, sealed to c, and c
     # answers sealed to d's certificate key; then c asks d, whose key c learned from that request.
     assert await fleet.nodes[d].request(OV, c, ACTION_LINK, {"n": 2}) == {"answer": 2, "by": f"{c:032x}"}
-    fleet.nodes[c].use_keys(lambda node: None)
+    fleet.nodes[c]._key_lookups.clear()
     assert await fleet.nodes[c].request(OV, d, OFFER, {"n": 3}) == {"answer": 3, "by": f"{d:032x}"}
     assert fleet.nodes[d].sent == {"ring": 1} and fleet.nodes[c].sent == {"ring": 1}
 
@@ -374,7 +374,7 @@ async def test_a_linked_peers_key_is_learned_from_its_tunnel_and_kept_after_the_
     a, b = fleet.ids[0], fleet.ids[2]
     fleet.links[a].add(b)  # a chord
     fleet.links[b].add(a)
-    fleet.nodes[a].use_keys(lambda node: None)
+    fleet.nodes[a]._key_lookups.clear()
     fleet.tunnel(a, b).peer_key = fleet.keys[b]  # type: ignore[attr-defined]  # as the tunnel's DTLS check found it
     assert await fleet.nodes[a].request(OV, b, ACTION_LINK, {"n": 1}) == {"answer": 1, "by": f"{b:032x}"}
     fleet.links[a].discard(b)  # the chord goes: a's route to b leads through a's successor
@@ -472,3 +472,18 @@ async def test_a_link_request_sent_again_later_with_the_same_body_is_served_agai
     await fleet.nodes[a].request(OV, b, ACTION_LINK, request)
     assert calls == [a, a, a]
     assert fleet.nodes[b].duplicates == {}
+
+
+async def test_an_answer_with_no_link_closer_to_the_requester_goes_back_the_way_its_request_came() -> None:
+    # The churn lab: a node rejoining next to its predecessor on the ring has links only the other way round,
+    # none closer to the predecessor than itself; its answers to the predecessor's offers were all dropped.
+    fleet = Fleet(6)
+    a, relay, b = fleet.ids[0], fleet.ids[3], fleet.ids[2]
+    fleet.links = {n: set() for n in fleet.ids}
+    for x, y in ((a, relay), (relay, b), (b, fleet.ids[4])):
+        fleet.links[x].add(y)
+        fleet.links[y].add(x)
+    answer = await fleet.nodes[a].request(OV, b, OFFER, {"n": 5}, timeout=1.0)
+    assert answer["answer"] == 5
+    assert fleet.server_requests() == 0 and fleet.nodes[a].sent == {"ring": 1}
+    assert fleet.nodes[b].answers_back == 1 and fleet.drops(DropReason.NO_ROUTE) == 0
