@@ -39,7 +39,7 @@ def ring_counts(lab: Lab) -> dict[int, dict[str, Any]]:
 def test_links_are_made_over_the_overlay_without_their_offers_crossing_the_server(lab_factory: LabFactory) -> None:
     topology = {"successors": 1, "long_distance": 1, "on_demand": {"enabled": False}}
     lab = lab_factory(nodes=5, nat="eim", topology=topology, daemons=True, trust=True,
-                      trust_options={"offers_over_overlay": True})  # off by default (decision 0064)
+                      trust_options={"offers_over_overlay": True})  # the default (decision 0064), said here
     wait_for_value(lab.topology, ring_closed, RING_TIMEOUT, what="a ring of 5", interval=1.0)
     lab.stop_daemon(1)
     lab.start_daemon(1)
