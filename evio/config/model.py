@@ -308,8 +308,8 @@ class TrustConfig:
     cert_file: Path
     key_file: Path
     # Link requests and tunnel offers to a node we are not linked to go along the ring, over our tunnels,
-    # signed, instead of through the server, once we have links (decision 0064).
-    offers_over_overlay: bool = False
+    # signed, instead of through the server, once we have links (decision 0064; on by default since its amendment).
+    offers_over_overlay: bool = True
 
 
 ETH_TYPE_NAMES: Mapping[str, int] = MappingProxyType({"ipv4": 0x0800, "arp": 0x0806, "ipv6": 0x86DD})

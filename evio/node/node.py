@@ -13,6 +13,7 @@ closed, ports removed, bridges deleted, accounts logged out.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -39,6 +40,7 @@ from evio.node.status import STATUS_VERSION
 from evio.node.systemd import Notifier
 from evio.node.thread_names import name_os_threads
 from evio.sdn.boundary import SwitchConnected
+from evio.signal.endpoint import SignalEndpoint
 from evio.signal.interface import Signaling
 
 if TYPE_CHECKING:  # prometheus_client (some 2 MB resident) is imported only where metrics are on
@@ -179,6 +181,9 @@ class Node:
         signaling: Signaling = self._shared[overlay_plan.account].view(overlay_plan.id)
         # Trust mode: link requests and offers go along the ring once we have links (decision 0064).
         ring = ring_signaling.for_overlay(overlay_plan, self.node_id, signaling, self._clock)
+        client = self._shared[overlay_plan.account].client
+        if ring is not None and isinstance(client, SignalEndpoint):  # every member's key, proven in its presence
+            ring.use_keys(functools.partial(client.certificate_key, overlay_plan.id))
         signaling = ring or signaling
         stack = OverlayStack(
             overlay_plan,

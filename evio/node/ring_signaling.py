@@ -14,12 +14,19 @@ controller or tunnel manager registered, as a request through the server would b
     tunnel --OVERLAY_SIGNAL--> _on_record --not ours--> next hop (hops-1) | UNREACHABLE to the origin
                                    +--ours--> Reassembly --> open_sealed --> Replay --> handler / waiter
 
-The message is sealed to the target's certificate key, which the origin has from the target's signed host
-claims (evio.node.host_claims), from a tunnel to it (the DTLS certificate), or from a message of it that
-came along the ring; a request to a node whose certificate is not known here goes through the server
+The message is sealed to the target's certificate key, which the origin has from the claim proven in the
+target's presence (every member's, in trust mode: evio.signal.endpoint.certificate_key), its signed host
+claims (evio.node.host_claims), a tunnel to it (the DTLS certificate), or a message of it that came along
+the ring; a request to a node whose certificate is not known here goes through the server
 (counted as the fallback ``no_key``). The answer is sealed to the key of the certificate the request carried. Relays read only the chunk header (review21f F8).
 Trust mode only: without the overlay CA any member could answer for any node id along the way, while
 through the server an account answers only for itself; there, offers stay on the server.
+Duplicates: a request that found no answer along the ring within RING_TIMEOUT goes through the server again, so
+its target may get both copies, in either order. A routed request the same as one of the same sender seen in the
+last DUPLICATE_WINDOW is answered with that one's answer (awaited if it is still being served) instead of being
+served again: a ring copy signed before the server copy came (it was late), or any copy while the other is being
+served. Served twice, a late ring copy could agree to a link its origin had meanwhile been refused or let go
+(decision 0064, amended).
 Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST), MAX_HOPS hops, MAX_CHUNKS
 chunks, REASSEMBLY_SLOTS messages assembled at once (the oldest gives way), MAX_INFLIGHT requests served at once
 (MAX_INFLIGHT_PER_SENDER from one sender); what is
@@ -30,11 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import json
 import logging
 import random
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cryptography import x509
@@ -73,6 +82,9 @@ HANDLER_TIMEOUT = 10.0
 FIRST_LINK_WAIT = 6.0  # a link request held while our first link comes up through the server (1-3 s in the lab)
 UNREACHABLE_WAIT = 3.0  # a link request to a node not reachable along the ring yet: tried there again after
 RELAY_POLL = 0.25  # how often a held request looks for a new link
+DUPLICATE_WINDOW = 60.0  # a ring message is fresh for 60 s (ring_signal): its copy comes within that of the other
+MAX_SERVED = 4096  # routed requests remembered for their duplicates
+LATE_COPY = RING_TIMEOUT / 2  # a ring copy signed this long before its server copy came preceded it (clock skew below)
 
 
 class SignalTunnel(Protocol):
@@ -128,12 +140,17 @@ class RingSignaling:
         self._serving: set[asyncio.Task[None]] = set()
         self._serving_from: Counter[int] = Counter()  # requests being served, by sender
         self._drop_log = LogLimiter[int](60.0)
-        self._key_lookup: Callable[[int], ec.EllipticCurvePublicKey | None] = lambda node: None
+        self._served: OrderedDict[tuple[int, str, bytes], _Served] = OrderedDict()  # routed requests, for duplicates
+        self._late: OrderedDict[str, float] = OrderedDict()  # txid of our requests that fell back -> when
+        self._key_lookups: list[Callable[[int], ec.EllipticCurvePublicKey | None]] = []
         self._keys: OrderedDict[int, ec.EllipticCurvePublicKey] = OrderedDict()  # learned from their messages
         # Observability (`evio status`, the benchmark): requests by the way they went, and what was dropped.
         self.sent: Counter[str] = Counter()  # "ring" answered over the overlay, "server" through the server
         self.fallbacks: Counter[str] = Counter()  # why a request tried on the ring went to the server
         self.served: Counter[str] = Counter()  # requests for us that came along the ring and were answered, by action
+        self.duplicates: Counter[str] = Counter()  # copies of a request answered with its first copy's answer, by way
+        self.late_answers = 0  # answers along the ring to our requests that had gone through the server meanwhile
+        self.answers_back = 0  # answers sent back the way their request came, with no link closer to the requester
         self.relayed = 0  # chunks passed on for others
         self.relay_rate_limited = 0  # of those, held back: one neighbour's share of the next hop's budget spent
         self.waited = 0  # link requests held for a link to come up before going along the ring again
@@ -147,15 +164,21 @@ class RingSignaling:
             relays.relay_signal_to(self._on_record)
 
     def use_keys(self, lookup: Callable[[int], ec.EllipticCurvePublicKey | None]) -> None:
-        """Where members' certificate keys are found, checked against the overlay CA (the host claims' cache)."""
-        self._key_lookup = lookup
+        """Also find members' certificate keys there, checked against the overlay CA and their node ids (the
+        claims proven in their presence, the host claims' cache)."""
+        self._key_lookups.append(lookup)
 
     def _key_of(self, node: int) -> ec.EllipticCurvePublicKey | None:
         for peer, tunnel in self._route_peers().items():  # linked peers' keys, as their tunnels' DTLS checked them
             key = getattr(tunnel, "peer_key", None)
             if isinstance(key, ec.EllipticCurvePublicKey):
                 self._learn(peer, key)
-        return self._keys.get(node) or self._key_lookup(node)
+        known = self._keys.get(node)
+        for lookup in self._key_lookups:
+            if known is not None:
+                break
+            known = lookup(node)
+        return known
 
     def _learn(self, node: int, key: ec.EllipticCurvePublicKey) -> None:
         """``key``, of a certificate the overlay CA issued for ``node``: later messages to it are sealed to it."""
@@ -166,13 +189,52 @@ class RingSignaling:
 
     def counts(self) -> dict[str, object]:
         return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
-                "relayed": self.relayed, "relay_rate_limited": self.relay_rate_limited, "waited": self.waited, "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
+                "duplicates": dict(self.duplicates), "late_answers": self.late_answers, "answers_back": self.answers_back,
+                "relayed": self.relayed, "relay_rate_limited": self.relay_rate_limited, "waited": self.waited,
+                "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
 
     # -- Signaling: requests and handlers -------------------------------------------------------
 
     def register_handler(self, action: str, handler: Handler) -> None:
         self._handlers[action] = handler
-        self.inner.register_handler(action, handler)
+        self.inner.register_handler(action, self._through_server(action, handler) if action in ROUTED else handler)
+
+    def _through_server(self, action: str, handler: Handler) -> Handler:
+        """``handler`` for requests through the server, answering a copy of one being served along the ring
+        with that one's answer."""
+
+        async def serve(overlay: str, peer: int, body: Body) -> Body:
+            key = _request_key(peer, action, body)
+            first = self._served_copy(key)
+            if first is not None and not first.answer.done():
+                self.duplicates["server"] += 1
+                return _outcome(await asyncio.shield(first.answer))
+            return _outcome(await self._answer(key, "server", handler(overlay, peer, body)))
+
+        return serve
+
+    def _served_copy(self, key: tuple[int, str, bytes]) -> _Served | None:
+        now = self._wall()
+        while self._served and next(iter(self._served.values())).at < now - DUPLICATE_WINDOW:
+            self._served.popitem(last=False)
+        return self._served.get(key)
+
+    async def _answer(self, key: tuple[int, str, bytes], via: str, serving: Awaitable[Body]) -> Body | Exception:
+        """The answer (or error) of a request served here, kept for its copies."""
+        copy = self._served[key] = _Served(via, self._wall(), asyncio.get_running_loop().create_future())
+        self._served.move_to_end(key)
+        if len(self._served) > MAX_SERVED:
+            self._served.popitem(last=False)
+        result: Body | Exception
+        try:
+            result = await serving
+        except Exception as exc:  # noqa: BLE001 - kept for its copies, raised to the caller by _outcome
+            result = exc
+        except BaseException:  # cancelled (the node stops): its copies hear a refusal
+            copy.answer.set_result(HandlerRejected("not answered"))
+            raise
+        copy.answer.set_result(result)
+        return result
 
     async def request(self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
         if action in ROUTED and overlay == self.overlay and self._relays is not None:
@@ -238,6 +300,9 @@ class RingSignaling:
                     raise _Fallback("send_failed")
             answer = await self.clock.wait_for(waiter, timeout)
         except TimeoutError:
+            self._late[txid] = self.clock.now()  # its answer may still come: not a drop (decision 0064, amended)
+            while len(self._late) > MAX_SERVED:
+                self._late.popitem(last=False)
             raise _Fallback("no_answer") from None
         finally:
             self._waiting.pop(txid, None)
@@ -281,7 +346,7 @@ class RingSignaling:
                     return
                 message = ring_signal.open_sealed(sealed, chunk.src, self._anchor, self._wall(), key=self._key,
                                                   header_dst=chunk.dst)  # fmt: skip
-                self._take(message)
+                self._take(message, neighbour)
             except RingSignalError as exc:
                 self._drop(exc.reason, neighbour, str(exc))
 
@@ -304,7 +369,7 @@ class RingSignaling:
             if back is not None:
                 relays[back].send_overlay_signal(ring_signal.unreachable(chunk))
 
-    def _take(self, message: RingMessage) -> None:
+    def _take(self, message: RingMessage, neighbour: int) -> None:
         if message.overlay != self.overlay:
             raise RingSignalError(DropReason.MALFORMED, f"overlay {message.overlay}")
         # The header's dst is not signed: a relay may re-address a signed request to another node (review21f F1).
@@ -319,6 +384,9 @@ class RingSignaling:
         if message.kind != "request":
             waiter = self._waiting.get(message.txid)
             # A relay reads the txid of what it carries: an answer counts only from the node we asked (review21f F1).
+            if waiter is None and self._late.pop(message.txid, None) is not None:
+                self.late_answers += 1  # the request went through the server since: that answer counts
+                return
             if waiter is None or waiter.done() or self._asked.get(message.txid) != message.src:
                 raise RingSignalError(DropReason.UNEXPECTED, f"{message.kind} {message.txid}")
             waiter.set_result(message)
@@ -327,7 +395,7 @@ class RingSignaling:
             raise RingSignalError(DropReason.RATE_LIMITED, f"{len(self._serving)} requests in progress")
         if self._serving_from[message.src] >= MAX_INFLIGHT_PER_SENDER:
             raise RingSignalError(DropReason.RATE_LIMITED, f"{MAX_INFLIGHT_PER_SENDER} requests of {message.src:032x} in progress")
-        task = asyncio.create_task(self._serve(message), name=f"ring signal {message.action}")
+        task = asyncio.create_task(self._serve(message, neighbour), name=f"ring signal {message.action}")
         self._serving.add(task)
         self._serving_from[message.src] += 1
         task.add_done_callback(functools.partial(self._served_one, message.src))
@@ -338,15 +406,23 @@ class RingSignaling:
         if self._serving_from[src] <= 0:
             del self._serving_from[src]
 
-    async def _serve(self, request: RingMessage) -> None:
+    async def _serve(self, request: RingMessage, came_from: int) -> None:
         reply: RingMessage
         handler = self._handlers.get(request.action) if request.action in ROUTED else None
         ts = self._wall()
         if handler is None:
             reply = _error(request, ts, ErrorReason.UNKNOWN_ACTION, request.action)
         else:
+            key = _request_key(request.src, request.action, request.body or {})
+            first = self._served_copy(key)
             try:
-                body = await self.clock.wait_for(handler(self.overlay, request.src, request.body or {}), HANDLER_TIMEOUT)
+                if first is not None and (not first.answer.done() or (first.via == "server" and request.ts < first.at - LATE_COPY)):
+                    # A copy of a request being served, or a ring copy late after its server copy: the same answer.
+                    self.duplicates["ring"] += 1
+                    body = _outcome(await self.clock.wait_for(asyncio.shield(first.answer), HANDLER_TIMEOUT))
+                else:
+                    body = _outcome(await self._answer(key, "ring", self.clock.wait_for(
+                        handler(self.overlay, request.src, request.body or {}), HANDLER_TIMEOUT)))
                 reply = RingMessage("response", self.overlay, self.own, request.src, request.txid, self._wall(), body=body)
             except HandlerRejected as exc:
                 reply = _error(request, ts, ErrorReason.REJECTED, str(exc))
@@ -360,12 +436,18 @@ class RingSignaling:
                 reply = _error(request, ts, ErrorReason.INTERNAL, "")
         self.served[request.action if handler is not None else "unknown"] += 1  # never keyed by a peer's name
         assert request.sender_key is not None  # open_sealed gave it
-        self._send(reply, request.sender_key)
+        self._send(reply, request.sender_key, came_from)
 
-    def _send(self, message: RingMessage, to: ec.EllipticCurvePublicKey) -> None:
-        """An answer, sealed to the key of the certificate its request carried."""
+    def _send(self, message: RingMessage, to: ec.EllipticCurvePublicKey, came_from: int) -> None:
+        """An answer, sealed to the key of the certificate its request carried: greedily, or else back to the
+        neighbour its request came from. (A node next to the requester on the ring often has no link closer to
+        it: in the churn lab a rejoining node's answers to its predecessor were all dropped, its tunnels failed
+        while the offers went through the server again.) From there each hop is strictly closer: no loop."""
         relays = self._route_peers()
         hop = ring_signal.next_hop(self.own, message.dst, frozenset(relays))
+        if hop is None and came_from in relays:
+            hop = came_from
+            self.answers_back += 1
         if hop is None:
             self.drops[DropReason.NO_ROUTE] += 1  # the requester falls back to the server on its timeout
             return
@@ -463,6 +545,28 @@ class RingSignaling:
 
     async def wait_connected(self, timeout: float | None = None) -> None:
         await self.inner.wait_connected(timeout)
+
+
+class _Served:
+    """A routed request served here: the way it came, when (wall clock), and its answer or error once given."""
+
+    __slots__ = ("via", "at", "answer")
+
+    def __init__(self, via: str, at: float, answer: asyncio.Future[Body | Exception]) -> None:
+        self.via, self.at, self.answer = via, at, answer
+
+
+def _request_key(src: int, action: str, body: Body) -> tuple[int, str, bytes]:
+    """The same request, whichever way it came: its sender, action and body (an offer's names its tunnel; a link
+    request's its type and the sender's epoch)."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return src, action, hashlib.sha256(text.encode()).digest()
+
+
+def _outcome(result: Body | Exception) -> Body:
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 class _Fallback(Exception):

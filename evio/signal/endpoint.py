@@ -191,6 +191,8 @@ class SignalEndpoint:
         self._table = PeerTable("", memberships, trust_overlays=self._identities)
         self._lists: dict[str, identity.RevocationList] = {}  # overlay -> newest verified revocation list
         self._proof_cache: OrderedDict[tuple[str, str, bytes, bytes], bool] = OrderedDict()
+        # (overlay, node id) -> (certificate, its key) of a proven claim: the overlay CA issued it for that id.
+        self._claimed_keys: OrderedDict[tuple[str, int], tuple[bytes, ec.EllipticCurvePublicKey]] = OrderedDict()
         self._proof_checks = PeerRateLimiter[str](PROOF_CHECK_RATE)  # by account: what a sender may cost us
         self._stranger_proof_checks = PeerRateLimiter[None](STRANGER_PROOF_RATE)  # one bucket, key None
         self._all_proof_checks = PeerRateLimiter[None](ALL_PROOF_RATE)
@@ -330,6 +332,27 @@ class SignalEndpoint:
     def revoked_nodes(self, overlay: str) -> frozenset[int]:
         """The node ids the overlay CA's newest revocation list we hold revokes now."""
         return self._table.revoked(overlay)
+
+    def certificate_key(self, overlay: str, node_id: int) -> ec.EllipticCurvePublicKey | None:
+        """The key of `node_id`'s certificate, from a claim in its presence whose proof held (checked against
+        the overlay CA and the node id); None if none came, or it is revoked. Offers along the ring are sealed
+        to it (decision 0064)."""
+        known = self._claimed_keys.get((overlay, node_id))
+        if known is None or node_id in self._table.revoked(overlay):
+            return None
+        return known[1]
+
+    def _keep_claimed_key(self, proof: identity.ClaimProof) -> None:
+        key = (proof.overlay, proof.node_id)
+        known = self._claimed_keys.get(key)
+        if known is None or known[0] != proof.cert_der:
+            public = identity.load_certificate(proof.cert_der).public_key()  # read once: the proof held
+            if not isinstance(public, ec.EllipticCurvePublicKey):
+                return
+            self._claimed_keys[key] = (proof.cert_der, public)
+        self._claimed_keys.move_to_end(key)
+        while len(self._claimed_keys) > MAX_PROOF_CACHE:
+            self._claimed_keys.popitem(last=False)
 
     def message_counts(self) -> dict[str, dict[str, int]]:
         return {"out": dict(self.messages_out), "requests_in": dict(self.requests_in)}
@@ -788,6 +811,7 @@ class SignalEndpoint:
                     self._proof_cache.popitem(last=False)
             if ok:
                 proven.add(f"{proof.overlay}\x00{proof.node_id:032x}")
+                self._keep_claimed_key(proof)
         return proven
 
     def _table_memberships(self) -> dict[str, int]:

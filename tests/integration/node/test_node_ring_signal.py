@@ -36,13 +36,10 @@ def ring_counts(lab: Lab) -> dict[int, dict[str, Any]]:
     return {n.index: overlay(lab, n.index)["signal"] for n in lab.nodes}
 
 
-@pytest.mark.xfail(strict=False, reason="decision 0064: offers along the ring are sealed to the target's key (review21f "
-                   "F8), which a node has only from an earlier tunnel or a host claim; in this 5-node lab few are known, "
-                   "and the offer along the ring came in 1 of 2 runs")
 def test_links_are_made_over_the_overlay_without_their_offers_crossing_the_server(lab_factory: LabFactory) -> None:
     topology = {"successors": 1, "long_distance": 1, "on_demand": {"enabled": False}}
     lab = lab_factory(nodes=5, nat="eim", topology=topology, daemons=True, trust=True,
-                      trust_options={"offers_over_overlay": True})  # off by default (decision 0064)
+                      trust_options={"offers_over_overlay": True})  # the default (decision 0064), said here
     wait_for_value(lab.topology, ring_closed, RING_TIMEOUT, what="a ring of 5", interval=1.0)
     lab.stop_daemon(1)
     lab.start_daemon(1)

@@ -101,7 +101,7 @@ async def test_f3_one_member_cannot_take_every_request_slot_of_a_node() -> None:
     fleet = Fleet(6)
     attacker, target, origin = fleet.ids[0], fleet.ids[1], fleet.ids[3]
     release = asyncio.Event()
-    plain = fleet.servers[target].handlers[ACTION_LINK]
+    plain = fleet.nodes[target]._handlers[ACTION_LINK]
 
     async def slow_for_attacker(overlay: str, peer: int, body: Body) -> Body:
         if peer == attacker:

@@ -17,10 +17,22 @@ from typing import Any, cast
 
 import pytest
 
+from evio.config.model import TopologyConfig
 from evio.node import ring_signaling
 from evio.node.ring_signaling import RING_TIMEOUT, ROUTED, RingSignaling
 from evio.overlay import ring_signal as rs
-from evio.overlay.negotiation import ACTION_LINK, ACTION_RELEASE
+from evio.overlay.adjacency import LinkType
+from evio.overlay.negotiation import (
+    ACTION_LINK,
+    ACTION_RELEASE,
+    LinkRequest,
+    ReleaseRequest,
+    decode_link_answer,
+    decode_link_request,
+    encode_link_answer,
+    encode_link_request,
+)
+from evio.overlay.orchestrator import Orchestrator
 from evio.overlay.ring_signal import DropReason
 from evio.signal.errors import ErrorReason, HandlerRejected, RequestError
 from evio.signal.interface import Handler, Signaling
@@ -345,14 +357,14 @@ async def test_a_request_to_a_node_whose_certificate_is_unknown_goes_through_the
     the request. An answer along the ring teaches the target's key (its certificate, checked against the CA)."""
     fleet = Fleet(6)
     a, c, d = fleet.ids[0], fleet.ids[3], fleet.ids[2]
-    fleet.nodes[a].use_keys(lambda node: None)  # a has seen no host claims yet
+    fleet.nodes[a]._key_lookups.clear()  # a has seen no presence or host claims of c yet
     answer = await fleet.nodes[a].request(OV, c, ACTION_LINK, {"n": 1})
     assert answer["answer"] == 1
     assert fleet.nodes[a].fallbacks == {"no_key": 1} and fleet.servers[a].requests == [(c, ACTION_LINK)]
     # c's key is known to d (as its host claims would be): d's request goes along the ring, sealed to c, and c
     # answers sealed to d's certificate key; then c asks d, whose key c learned from that request.
     assert await fleet.nodes[d].request(OV, c, ACTION_LINK, {"n": 2}) == {"answer": 2, "by": f"{c:032x}"}
-    fleet.nodes[c].use_keys(lambda node: None)
+    fleet.nodes[c]._key_lookups.clear()
     assert await fleet.nodes[c].request(OV, d, OFFER, {"n": 3}) == {"answer": 3, "by": f"{d:032x}"}
     assert fleet.nodes[d].sent == {"ring": 1} and fleet.nodes[c].sent == {"ring": 1}
 
@@ -362,10 +374,116 @@ async def test_a_linked_peers_key_is_learned_from_its_tunnel_and_kept_after_the_
     a, b = fleet.ids[0], fleet.ids[2]
     fleet.links[a].add(b)  # a chord
     fleet.links[b].add(a)
-    fleet.nodes[a].use_keys(lambda node: None)
+    fleet.nodes[a]._key_lookups.clear()
     fleet.tunnel(a, b).peer_key = fleet.keys[b]  # type: ignore[attr-defined]  # as the tunnel's DTLS check found it
     assert await fleet.nodes[a].request(OV, b, ACTION_LINK, {"n": 1}) == {"answer": 1, "by": f"{b:032x}"}
     fleet.links[a].discard(b)  # the chord goes: a's route to b leads through a's successor
     fleet.links[b].discard(a)
     assert await fleet.nodes[a].request(OV, b, OFFER, {"n": 2}) == {"answer": 2, "by": f"{b:032x}"}
     assert fleet.nodes[a].sent == {"ring": 2} and fleet.server_requests() == 0, fleet.nodes[a].fallbacks
+
+
+# -- duplicates: a request that went along the ring and, late, through the server too (decision 0064, amended) --
+
+
+def _orchestrator_at(fleet: Fleet, node: int) -> tuple[Orchestrator, list[int]]:
+    """`node`'s real overlay state machine serving its link requests (both ways); the list counts the calls."""
+    orch = Orchestrator(node, TopologyConfig(successors=2, long_distance=0), random.Random(1), time.monotonic(),
+                        name=OV)  # fmt: skip
+    orch.signal_connected(time.monotonic())
+    for peer in fleet.ids:
+        if peer != node:
+            orch.peer_added(peer, time.monotonic())
+    calls: list[int] = []
+
+    async def handle(overlay: str, peer: int, body: Body) -> Body:
+        calls.append(peer)
+        answer, _ = orch.link_request(peer, decode_link_request(body), time.monotonic())
+        return encode_link_answer(answer)
+
+    fleet.nodes[node].register_handler(ACTION_LINK, handle)
+    return orch, calls
+
+
+async def test_a_ring_copy_of_a_link_request_coming_after_its_server_copy_and_a_release_agrees_to_no_link() -> None:
+    # The ring copy is held by a relay beyond RING_TIMEOUT; its origin asks through the server, is accepted, then
+    # lets the link go. Served when it finally comes, the ring copy made the target await a tunnel for a link its
+    # origin no longer wanted (the churn lab's `not_negotiated` and full successor slots).
+    fleet = Fleet(6)
+    a, b = fleet.ids[0], fleet.ids[3]
+    orch, calls = _orchestrator_at(fleet, b)
+    held: list[tuple[int, int, bytes]] = []
+
+    def hold(src: int, dst: int, payload: bytes) -> bytes:
+        if dst != b:
+            return payload
+        held.append((src, dst, payload))
+        return b""
+
+    fleet.tamper = hold
+    fleet.nodes[b]._wall = lambda: time.time() + RING_TIMEOUT  # the server copy comes RING_TIMEOUT after the first
+    request = encode_link_request(LinkRequest(LinkType.SUCCESSOR, epoch=7))
+    answer = await fleet.nodes[a].request(OV, b, ACTION_LINK, request, timeout=0.3)
+    assert decode_link_answer(answer).accepted and fleet.nodes[a].fallbacks == {"no_answer": 1}
+    orch.release_request(a, ReleaseRequest(LinkType.SUCCESSOR), time.monotonic())  # the origin let the link go
+    assert not orch.expects_tunnel(a)
+    fleet.tamper = lambda src, dst, payload: payload
+    for src, dst, payload in held:
+        fleet.sinks[dst](src, payload)
+    await wait_until(lambda: fleet.nodes[a].late_answers == 1, timeout=5)
+    assert calls == [a]  # served once
+    assert not orch.expects_tunnel(a)
+    assert fleet.nodes[b].duplicates == {"ring": 1}
+    assert fleet.drops(DropReason.UNEXPECTED) == 0
+
+
+async def test_an_offer_answered_slowly_along_the_ring_and_sent_again_through_the_server_is_answered_once() -> None:
+    # A responder gathers its candidates for up to 8 s, past RING_TIMEOUT: the origin sends the same offer through
+    # the server. Served again, the tunnel manager refused it ("being answered"), and the tunnel failed.
+    fleet = Fleet(6)
+    a, b = fleet.ids[0], fleet.ids[3]
+    gate = asyncio.Event()
+    calls: list[Body] = []
+
+    async def slow(overlay: str, peer: int, body: Body) -> Body:
+        calls.append(body)
+        await gate.wait()
+        return {"answer": body["n"], "copy": len(calls)}
+
+    fleet.nodes[b].register_handler(OFFER, slow)
+    asking = asyncio.create_task(fleet.nodes[a].request(OV, b, OFFER, {"n": 9, "tunnel": "t1"}, timeout=0.3))
+    await wait_until(lambda: fleet.servers[a].requests == [(b, OFFER)], timeout=5)
+    await wait_until(lambda: fleet.nodes[b].duplicates == {"server": 1}, timeout=5)
+    gate.set()
+    assert await asking == {"answer": 9, "copy": 1}
+    assert len(calls) == 1
+    await wait_until(lambda: fleet.nodes[a].late_answers == 1, timeout=5)  # the ring's answer, ignored
+    assert fleet.drops(DropReason.UNEXPECTED) == 0
+
+
+async def test_a_link_request_sent_again_later_with_the_same_body_is_served_again() -> None:
+    # Not a duplicate: the origin asks again after its first request was answered (a retry, the same epoch).
+    fleet = Fleet(6)
+    a, b = fleet.ids[0], fleet.ids[3]
+    _, calls = _orchestrator_at(fleet, b)
+    request = encode_link_request(LinkRequest(LinkType.SUCCESSOR, epoch=7))
+    await fleet.nodes[a].request(OV, b, ACTION_LINK, request)
+    await fleet.servers[a].request(OV, b, ACTION_LINK, request)
+    await fleet.nodes[a].request(OV, b, ACTION_LINK, request)
+    assert calls == [a, a, a]
+    assert fleet.nodes[b].duplicates == {}
+
+
+async def test_an_answer_with_no_link_closer_to_the_requester_goes_back_the_way_its_request_came() -> None:
+    # The churn lab: a node rejoining next to its predecessor on the ring has links only the other way round,
+    # none closer to the predecessor than itself; its answers to the predecessor's offers were all dropped.
+    fleet = Fleet(6)
+    a, relay, b = fleet.ids[0], fleet.ids[3], fleet.ids[2]
+    fleet.links = {n: set() for n in fleet.ids}
+    for x, y in ((a, relay), (relay, b), (b, fleet.ids[4])):
+        fleet.links[x].add(y)
+        fleet.links[y].add(x)
+    answer = await fleet.nodes[a].request(OV, b, OFFER, {"n": 5}, timeout=1.0)
+    assert answer["answer"] == 5
+    assert fleet.server_requests() == 0 and fleet.nodes[a].sent == {"ring": 1}
+    assert fleet.nodes[b].answers_back == 1 and fleet.drops(DropReason.NO_ROUTE) == 0

@@ -224,3 +224,25 @@ async def test_a_removed_members_id_is_revoked_even_when_a_waiting_claim_takes_i
     await clock.advance(1.0)
     assert (M_ID, RemovalCause.MEMBERSHIP_REVOKED) in [(e.node_id, e.cause) for e in removed]
     assert x.peers("ov1").get(M_ID) == squatter.full_jid  # the id is free now: the waiting claim has it
+
+
+async def test_trust_mode_each_members_certificate_key_is_known_from_its_proven_presence() -> None:
+    # Offers along the ring are sealed to the target's key (decision 0064): every member's comes with its presence,
+    # checked against the overlay CA and its node id; an unproven claim gives none, a revoked member's is withheld.
+    clock = VirtualClock()
+    ca_key, ids = _pki({M: M_ID, A: A_ID, X: X_ID})
+    hub, c = await _trust_fleet(clock, ids)
+    for client in c.values():
+        await client.start()
+    await wait_until(lambda: all(len(cl.peers("ov1")) == 2 for cl in c.values()), 5.0, clock=clock)
+    for node_id, bare in ((M_ID, M), (A_ID, A)):
+        key = c[X].certificate_key("ov1", node_id)
+        assert key is not None and key.public_numbers() == ids[bare].cert.public_key().public_numbers()
+    assert c[X].certificate_key("ov1", X_ID + 1) is None and c[X].certificate_key("ov2", M_ID) is None
+    forged = hub.client(A, {"ov1": X_ID + 1}, resource="evio-forged", identities={"ov1": ids[A]})  # A's cert, another id
+    await forged.start()
+    await clock.advance(1.0)
+    assert c[M].drops.count(DropReason.UNPROVEN) >= 1 and c[M].certificate_key("ov1", X_ID + 1) is None
+    rl = identity.sign_list(ca_key, "ov1", 1, int(time.time()), {A_ID: int(time.time()) + 86400})
+    assert c[X].receive_revocation_list(identity.list_to_text(rl), "test")
+    assert c[X].certificate_key("ov1", A_ID) is None
