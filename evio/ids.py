@@ -16,7 +16,7 @@ MAX_NODE_ID = RING_SIZE - 1
 
 _HEX_ID = re.compile(r"[0-9a-fA-F]{32}")
 # An overlay id names a directory under /etc/evio and sits between colons in certificate URIs: nothing else fits.
-OVERLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}\Z")
+OVERLAY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # whole text: fullmatch
 
 
 class NodeIdError(ValueError):

@@ -92,7 +92,7 @@ def issue_command(args: argparse.Namespace) -> int:
         print(f"evio pki: --days must be 1 to {MAX_DAYS}", file=sys.stderr)
         return EXIT_FAILED
     for overlay in args.overlay:
-        if not OVERLAY_ID.match(overlay):
+        if not OVERLAY_ID.fullmatch(overlay):
             print(f"evio pki: --overlay {overlay!r} is not an overlay id: 1 to 32 of A-Z a-z 0-9 _ -", file=sys.stderr)
             return EXIT_FAILED
     addresses: dict[str, list[ipaddress.IPv4Address | ipaddress.IPv6Address]] = {}

@@ -47,6 +47,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from evio.config.address_pool import pool_problem
+from evio.ids import OVERLAY_ID
 from evio.server import token as join_token
 from evio.server.settings import ServerSettings, write_private
 from evio.signal import member_list
@@ -79,7 +80,6 @@ CERT_DAYS = 30  # short, so a revocation list entry is needed for at most this l
 LEGACY_CERT_DAYS = 365  # what members added before certificate expiry was recorded may still hold
 CA_DAYS = 3650
 _NAME = join_token.NODE_NAME
-_OVERLAY = join_token.OVERLAY_ID
 
 
 class MemberError(Exception):
@@ -145,7 +145,7 @@ def check_name(name: str) -> None:
 
 
 def check_overlay(overlay: str) -> None:
-    if not _OVERLAY.match(overlay):
+    if not OVERLAY_ID.fullmatch(overlay):
         raise MemberError(f"{overlay!r} is not an overlay id: 1 to 32 of A-Z a-z 0-9 _ -")
 
 

@@ -49,7 +49,6 @@ MAX_TOKEN_CHARS = 4 * 1024 * 1024
 MAX_PAYLOAD_BYTES = member_list.MAX_TEXT_BYTES + 256 * 1024  # after decompression: a zip bomb stops here
 # Member names become XMPP localparts and TURN usernames: keep them to what both take unescaped.
 NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
-OVERLAY_ID = ids.OVERLAY_ID  # a token names only a directory of its own under /etc/evio (review21g G2)
 
 
 class TokenError(ValueError):
@@ -207,7 +206,7 @@ def _from_payload(payload: Any) -> JoinToken:
     # Whoever hands out a token chooses every field (its CA is its own unless pinned), and the overlay id
     # becomes a directory name: refuse what is not one before anything is written.
     overlay, node_name = field("overlay", str), field("node.name", str)
-    if not OVERLAY_ID.match(overlay):
+    if not ids.OVERLAY_ID.fullmatch(overlay):  # it names a directory under /etc/evio (review21g G2)
         raise TokenError(f"the token's overlay {overlay[:40]!r} is not an overlay id: 1 to 32 of A-Z a-z 0-9 _ -")
     if not NODE_NAME.match(node_name):
         raise TokenError(f"the token's node.name {node_name[:40]!r} is not a member name: 1 to 32 of a-z 0-9 _ -")

@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from evio.ids import OVERLAY_ID
 from evio.signal.errors import WIRE_ERROR_REASONS, ErrorReason, Malformed, ProtocolError
 
 NAMESPACE = "urn:x-evio:signal:1"
@@ -65,7 +66,6 @@ MAX_PAYLOAD_BYTES = 16 * 1024  # ICE candidates plus a DTLS fingerprint fit many
 MAX_TEXT_CHARS = 256
 MAX_MEMBERSHIPS = 64
 
-OVERLAY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _NODE_ID_RE = re.compile(r"[0-9a-f]{32}")
 TXID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ACTION_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
@@ -322,7 +322,7 @@ _MAX_IGNORED_NAMES = 8
 
 
 def _overlay(value: Any) -> str:
-    if not isinstance(value, str) or not OVERLAY_ID_RE.fullmatch(value):
+    if not isinstance(value, str) or not OVERLAY_ID.fullmatch(value):
         _fail(Malformed.BAD_OVERLAY_ID, f"overlay {_short(value)}")
     return value
 
@@ -393,4 +393,4 @@ def is_valid_action(name: str) -> bool:
 
 
 def is_valid_overlay_id(name: str) -> bool:
-    return isinstance(name, str) and OVERLAY_ID_RE.fullmatch(name) is not None
+    return isinstance(name, str) and OVERLAY_ID.fullmatch(name) is not None
