@@ -18,6 +18,7 @@ POLICY_TABLE = 0
 SWITCHING_TABLE = 1
 TABLE_MISS_PRIORITY = 0  # in both tables: table 0's goes on to table 1, table 1's to the controller
 UNICAST_PRIORITY = 10
+DESTINATION_PRIORITY = 5  # a flow ahead by destination MAC (destination_flows.py): any pair flow wins over it
 FRB_TO_CONTROLLER_PRIORITY = 100
 POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/semantic_checks.py)
 FRB_PAST_POLICY_PRIORITY = 3000  # FRBs pass table 0 whole: the controller polices their inner frames
@@ -60,6 +61,30 @@ class DeleteFlow:
     """Delete the one evio flow with this match (its port had too many)."""
 
     match: FlowMatch
+
+
+@dataclass(frozen=True)
+class DestinationMatch:
+    """The match of a flow ahead by destination (destination_flows.py): `(in_port, eth_dst)`, any source."""
+
+    in_port: int
+    eth_dst: str
+
+
+@dataclass(frozen=True)
+class AddDestinationFlow:
+    """Install `match -> output:out_port` and a copy to the controller, at DESTINATION_PRIORITY, with no timeout:
+    the frame goes on at once, and the controller installs the pair flow it would have (decision 0069)."""
+
+    match: DestinationMatch
+    out_port: int
+
+
+@dataclass(frozen=True)
+class DeleteDestinationFlow:
+    """Delete the one flow ahead with this match."""
+
+    match: DestinationMatch
 
 
 @dataclass(frozen=True)
@@ -116,4 +141,5 @@ class DeletePolicyFlow:
     match: PolicyMatch
 
 
-FlowAction = AddPolicyFlow | DeletePolicyFlow | PacketOut | AddFlow | DeleteFlow | DeleteFlowsOfPort | DeleteFlowsToMac | DeleteFlowsFromMac
+FlowAction = (AddPolicyFlow | DeletePolicyFlow | PacketOut | AddFlow | DeleteFlow | DeleteFlowsOfPort | DeleteFlowsToMac
+              | DeleteFlowsFromMac | AddDestinationFlow | DeleteDestinationFlow)

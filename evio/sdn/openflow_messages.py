@@ -15,6 +15,7 @@ from typing import Any
 
 from evio.sdn import flow_actions
 from evio.sdn.flow_actions import (
+    DESTINATION_PRIORITY,
     FRB_PAST_POLICY_PRIORITY,
     FRB_TO_CONTROLLER_PRIORITY,
     POLICY_TABLE,
@@ -32,6 +33,10 @@ EVIO_COOKIE_MASK = 0xFFFF_FFFF  # the bits that say "evio's"; the ones above may
 # of every flow a member can make the switch install (issue 21, H3).
 COUNTED_COOKIE = EVIO_COOKIE | 1 << 32
 ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
+# Above them: a flow ahead by destination (decision 0069), which also copies its frames to the controller. Its
+# low bits are evio's, so the deletes of a port's flows and of the flows to a MAC take it too; a packet-in with
+# this cookie is such a copy: the frame has already gone on (`copied_ahead`).
+DESTINATION_COOKIE = EVIO_COOKIE | 1 << 33
 # The L2 policy's flows in table 0 (evio.sdn.l2policy): the rule's number in the bits above.
 POLICY_COOKIE = 0xE710_0002
 
@@ -51,6 +56,19 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
                                   idle_timeout=action.idle_timeout, hard_timeout=action.hard_timeout,
                                   priority=action.priority,
                                   flags=ofp.OFPFF_SEND_FLOW_REM, match=match, instructions=inst)]
+    if isinstance(action, flow_actions.AddDestinationFlow):
+        d = action.match
+        outputs = [parser.OFPActionOutput(action.out_port),
+                   parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+        return [parser.OFPFlowMod(datapath, cookie=DESTINATION_COOKIE, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
+                                  priority=DESTINATION_PRIORITY, match=parser.OFPMatch(in_port=d.in_port, eth_dst=d.eth_dst),
+                                  instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, outputs)])]
+    if isinstance(action, flow_actions.DeleteDestinationFlow):
+        d = action.match
+        return [parser.OFPFlowMod(datapath, cookie=DESTINATION_COOKIE, cookie_mask=ALL_BITS, table_id=SWITCHING_TABLE,
+                                  command=ofp.OFPFC_DELETE_STRICT, priority=DESTINATION_PRIORITY,
+                                  out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                                  match=parser.OFPMatch(in_port=d.in_port, eth_dst=d.eth_dst))]
     if isinstance(action, flow_actions.DeleteFlowsOfPort):
         # Two deletes: flows entering by the port, and flows leaving through it.
         common = dict(cookie=EVIO_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
@@ -136,6 +154,11 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[flow_actions.FlowMatch, int]:
             continue
         counts[flow_actions.FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])] = stat.byte_count
     return counts
+
+
+def copied_ahead(msg: Any) -> bool:
+    """Whether an OFPPacketIn is the copy a flow ahead by destination sent with the frame it passed on."""
+    return bool(getattr(msg, "cookie", 0) == DESTINATION_COOKIE)
 
 
 def removed_flow_match(msg: Any) -> flow_actions.FlowMatch | None:

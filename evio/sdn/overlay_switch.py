@@ -213,8 +213,8 @@ class OverlaySwitch:
 
     # ---------------------------------------------------------------- packets and flows
 
-    def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
-        return self.switch.packet_in(in_port, data, now)
+    def packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:
+        return self.switch.packet_in(in_port, data, now, forwarded)
 
     def flooded_announcements(self) -> list[ControllerEvent]:
         """The host announcements floods brought since the last call, each with the peer it came from."""

@@ -31,7 +31,9 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   nor learned, so it never moves a local MAC onto a peer port.
 - In trust mode the flow and its way back between the bridge's interface and each member's certified MAC
   are installed ahead, at every tick, where learning places the MAC under its owner (proactive_flows.py,
-  decision 0066); they go as learned flows go.
+  decision 0066); they go as learned flows go. Every switch also forwards a frame entering by a tunnel for such a MAC
+  at once, copying it to the controller, which installs the pair flow as for a packet-in but sends no frame
+  (destination_flows.py, decision 0069): no switch on a path between members' interfaces waits for its controller.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Bounded per port (issue 21, H3; docs/design.md, "A switch bounded per port"):
   the flows installed on behalf of a port (those entering by it, and the ways
@@ -98,7 +100,7 @@ from dataclasses import dataclass
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
-from evio.sdn import frb, frb_receive, proactive_flows, segmentation
+from evio.sdn import destination_flows, frb, frb_receive, proactive_flows, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flood_shares import FloodShares
 from evio.sdn.flooding_bounds import (
@@ -106,11 +108,14 @@ from evio.sdn.flooding_bounds import (
     root_bounds,
 )
 from evio.sdn.flow_actions import (
+    AddDestinationFlow,
     AddFlow,
+    DeleteDestinationFlow,
     DeleteFlow,
     DeleteFlowsFromMac,
     DeleteFlowsOfPort,
     DeleteFlowsToMac,
+    DestinationMatch,
     FlowAction,
     FlowMatch,
     PacketOut,
@@ -269,6 +274,11 @@ class BoundedFloodSwitch:
         self._proactive: dict[FlowMatch, int] = {}
         self._proactive_paused: dict[str, float] = {}  # local MAC -> until when its way back waits (a flooded ask)
         self.proactive_installed = 0  # such flows added (again) in all
+        # Flows ahead by destination at every switch (destination_flows.py, 0069): match -> out port, as installed.
+        self._destinations: dict[DestinationMatch, int] = {}
+        self.destination_installed = 0  # such flows added (again) in all
+        self.destination_flows_capped = 0  # wanted but over MAX_DESTINATION_FLOWS, at the last sync
+        self.destination_copies = 0  # packet-ins that were such a flow's copy of a frame it passed on
 
     @property
     def broadcasts_seen(self) -> int:
@@ -360,11 +370,14 @@ class BoundedFloodSwitch:
 
     # ------------------------------------------------------------------ packets
 
-    def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
-        """A frame the bridge had no flow for (or an FRB, which always comes here)."""
-        return self._booked(self._packet_in(in_port, data, now))
+    def packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:
+        """A frame the bridge had no flow for (or an FRB, which always comes here); `forwarded`: a flow ahead by
+        destination passed it on already and sent this copy (0069), so only its flows are wanted, not the frame."""
+        if forwarded:
+            self.destination_copies += 1
+        return self._booked(self._packet_in(in_port, data, now, forwarded))
 
-    def _packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
+    def _packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:
         self.counters.packet_ins += 1
         port = self.ports.get(in_port)
         if port is None:
@@ -393,7 +406,7 @@ class BoundedFloodSwitch:
                 data = completed
         if port.kind is PortKind.LEAF:
             return self._leaf_frame_in(in_port, eth, data, now)
-        return self._peer_frame_in(in_port, eth, data, now)
+        return self._peer_frame_in(in_port, eth, data, now, forwarded)
 
     def _leaf_frame_in(self, in_port: int, eth: EthernetHeader, data: bytes, now: float) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
@@ -419,7 +432,9 @@ class BoundedFloodSwitch:
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast(in_port, eth, target.port, data, now)
 
-    def _peer_frame_in(self, in_port: int, eth: EthernetHeader, data: bytes, now: float) -> list[FlowAction]:
+    def _peer_frame_in(
+        self, in_port: int, eth: EthernetHeader, data: bytes, now: float, forwarded: bool = False
+    ) -> list[FlowAction]:
         if eth.is_group:
             # Peers wrap every broadcast in an FRB; a bare one has no bound and could loop.
             self.drops[Drop.GROUP_FROM_PEER] += 1
@@ -439,7 +454,10 @@ class BoundedFloodSwitch:
             if not self._flood_allowed((in_port, self.node_id), now):
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
-        return actions + self._unicast(in_port, eth, target.port, data, now)
+        unicast = self._unicast(in_port, eth, target.port, data, now)
+        if forwarded and self._destinations.get(DestinationMatch(in_port, eth.dst)) == target.port:
+            return actions + [a for a in unicast if not isinstance(a, PacketOut)]  # the flow ahead sent it there
+        return actions + unicast
 
     def _neighbor_answer(self, in_port: int, msg: NeighborMessage, now: float) -> bytes | None:
         mac = self.neighbors.known_mac(msg)
@@ -712,6 +730,7 @@ class BoundedFloodSwitch:
         again after the hard timeout like any flow."""
         self._proactive_paused = {mac: until for mac, until in self._proactive_paused.items() if until > now}
         wanted = proactive_flows.wanted_flows(self, now, frozenset(self._proactive_paused))
+        wanted.update(destination_flows.wanted_inbound_flows(self, now, frozenset(self._proactive_paused)))  # 0069
         actions: list[FlowAction] = []
         for match, out in list(self._proactive.items()):
             if wanted.get(match) != out:
@@ -734,6 +753,23 @@ class BoundedFloodSwitch:
             self.proactive_installed += 1
             actions.append(AddFlow(match, out, 0, hard_timeout=self.flow_hard_timeout,
                                    counted=self._counted(match, out, now)))
+        return actions + self._destination_sync(now)
+
+    def _destination_sync(self, now: float) -> list[FlowAction]:
+        """Install the flows ahead by destination that are wanted and not installed, delete the ones no longer wanted
+        (destination_flows.py, decision 0069). Deletes of a port's flows or of the flows to a MAC took theirs along
+        (`_booked`): those are installed again here."""
+        wanted, self.destination_flows_capped = destination_flows.wanted_destination_flows(self, now)
+        actions: list[FlowAction] = []
+        for match, out in list(self._destinations.items()):
+            if wanted.get(match) != out:
+                del self._destinations[match]
+                actions.append(DeleteDestinationFlow(match))
+        for match, out in wanted.items():
+            if self._destinations.get(match) != out:
+                self._destinations[match] = out
+                self.destination_installed += 1
+                actions.append(AddDestinationFlow(match, out))
         return actions
 
     def _booked(self, actions: list[FlowAction]) -> list[FlowAction]:
@@ -741,8 +777,16 @@ class BoundedFloodSwitch:
         for action in actions:
             if isinstance(action, DeleteFlowsToMac):
                 self.flows.forget_to(action.mac)
+                self._forget_destinations(mac=action.mac)
             elif isinstance(action, DeleteFlowsFromMac):
                 self.flows.forget_from(action.mac)
             elif isinstance(action, DeleteFlowsOfPort):
                 self.flows.forget_port(action.port)
+                self._forget_destinations(port=action.port)
         return actions
+
+    def _forget_destinations(self, mac: str | None = None, port: int | None = None) -> None:
+        """Flows ahead by destination that a delete of the flows to `mac` (or of `port`'s) took along: they carry
+        evio's cookie."""
+        for match in [m for m, out in self._destinations.items() if m.eth_dst == mac or port in (m.in_port, out)]:
+            del self._destinations[match]

@@ -482,10 +482,12 @@ class FakeNetwork:
                 raise FakeNetworkError("forwarding loop: too many frames in flight")
             node_id, in_port, frame = queue.popleft()
             node = self.nodes[node_id]
-            for out in node.table.lookup(in_port, frame, self.now):
+            outputs = node.table.lookup(in_port, frame, self.now)
+            forwarded = any(out != CONTROLLER for out in outputs)  # a copy: a flow ahead by destination (0069)
+            for out in outputs:
                 if out == CONTROLLER:
                     node.packet_ins += 1
-                    queue.extend(self._execute(node, node.switch.packet_in(in_port, frame, self.now)))
+                    queue.extend(self._execute(node, node.switch.packet_in(in_port, frame, self.now, forwarded)))
                 else:
                     queue.extend(self._output(node, out, frame))
 

@@ -1,0 +1,173 @@
+"""Flows ahead by destination at every switch (decision 0069): a frame between members' interfaces waits for no
+controller on any switch of its path.
+
+Over the fake network (real switch logic, its actions as OpenFlow through a fake table). An intermediate switch
+passes the first frame on by a flow `(in_port, eth_dst) -> port, CONTROLLER` and its controller, from the copy,
+installs the pair flow and its way back without sending the frame again; the answer and later frames ride the pair
+flows. None enters by the port its MAC is on; a port or a MAC that goes takes them; without trust there are none;
+their number is capped.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from evio.sdn import destination_flows
+from evio.sdn.flow_actions import DESTINATION_PRIORITY, DestinationMatch, FlowMatch
+from evio.sdn.openflow_messages import DESTINATION_COOKIE, EVIO_COOKIE, copied_ahead
+from evio.testing.fake_flow_table import CONTROLLER, FakeNetwork, host_mac, ring_network, symphony_network
+from evio.testing.frames import arp_request, eth
+from evio.testing.host_claims import Announcer
+from tests.unit.sdn.test_sdn_proactive_flows import arp_for, certify, packet_ins, trusted_ring
+
+
+def ahead(net: FakeNetwork, nid: int) -> dict[DestinationMatch, int]:
+    """The flows ahead by destination in `nid`'s fake table: match -> out port (besides the copy)."""
+    found: dict[DestinationMatch, int] = {}
+    for flow in net.nodes[nid].table.entries:
+        if flow.priority == DESTINATION_PRIORITY:
+            (out,) = [p for p in flow.outputs if p != CONTROLLER]
+            assert CONTROLLER in flow.outputs
+            found[DestinationMatch(flow.fields["in_port"], flow.fields["eth_dst"])] = out
+    return found
+
+
+def test_the_intermediate_switch_passes_the_first_frame_on_and_learns_from_its_copy() -> None:
+    net, ids, macs, _ = trusted_ring(6)
+    a, mid, c = ids[0], ids[1], ids[2]  # a -> mid -> c
+    from_a, to_c = net.port_towards(mid, a), net.port_towards(mid, c)
+    assert ahead(net, mid)[DestinationMatch(from_a, macs[c])] == to_c
+    before, received = packet_ins(net), len(net.nodes[c].received[1])
+    echo, reply = eth(macs[c], macs[a], payload=b"echo" * 16), eth(macs[a], macs[c], payload=b"ping" * 16)
+    net.inject(a, 1, echo)
+    assert net.nodes[c].received[1][received:] == [echo]  # once: the controller did not send it again
+    net.inject(c, 1, reply)
+    assert net.nodes[a].received[1][-1] == reply
+    asked = {nid: packet_ins(net)[nid] - before[nid] for nid in ids}
+    assert asked == {nid: 1 if nid == mid else 0 for nid in ids}
+    assert net.nodes[mid].switch.destination_copies == 1  # the one packet-in was the flow's copy, not a wait
+    # The copy installed the pair flow and its way back, as a packet-in would: later frames ask nothing.
+    flows = net.nodes[mid].table.flows
+    assert flows[FlowMatch(from_a, macs[a], macs[c])].out_port == to_c
+    assert flows[FlowMatch(to_c, macs[c], macs[a])].out_port == from_a
+    net.inject(a, 1, echo)
+    assert {nid: packet_ins(net)[nid] - before[nid] for nid in ids} == asked
+
+
+def test_no_flow_enters_by_the_port_its_mac_is_on_and_every_other_tunnel_has_one() -> None:
+    net, ids, macs, _ = trusted_ring(6)
+    for nid in ids:
+        sw = net.nodes[nid].switch
+        table = ahead(net, nid)
+        assert table == sw._destinations
+        peers = sorted(sw.peer_ports().values())
+        for other in ids:
+            if other == nid:
+                continue
+            entry = sw.learning.lookup(macs[other], net.now)
+            assert entry is not None
+            assert {m.in_port for m, out in table.items() if m.eth_dst == macs[other]} == set(peers) - {entry.port}
+            assert all(out == entry.port for m, out in table.items() if m.eth_dst == macs[other])
+
+
+def test_without_trust_there_are_none() -> None:
+    net, ids = ring_network(6)
+    for nid in ids:
+        net.inject(nid, 1, arp_request(host_mac(net, nid)))
+    net.advance(0.5)
+    assert all(not ahead(net, nid) and not net.nodes[nid].switch._destinations for nid in ids)
+
+
+def test_a_port_that_goes_takes_them_and_the_next_tick_installs_them_by_the_ports_left() -> None:
+    net, ids, macs, _ = trusted_ring(6)
+    a, b = ids[0], ids[1]
+    old = net.port_towards(a, b)
+    net.disconnect(a, b)
+    assert all(old not in (m.in_port, out) for m, out in ahead(net, a).items())
+    assert ahead(net, a) == net.nodes[a].switch._destinations
+    net.inject(b, 1, arp_request(macs[b]))  # b floods again: a places it round the ring
+    net.advance(0.5)
+    assert ahead(net, a) == net.nodes[a].switch._destinations
+    assert all(old not in (m.in_port, out) for m, out in ahead(net, a).items())
+
+
+def test_a_mac_forgotten_takes_them_and_comes_back_when_placed_again() -> None:
+    net, ids, macs, _ = trusted_ring(4)
+    a, b = ids[0], ids[1]
+    net.forget(a, macs[b])  # the delete of the flows to it, as the switch sends it: theirs go too
+    assert all(m.eth_dst != macs[b] for m in ahead(net, a))
+    net.advance(0.5)
+    assert all(m.eth_dst != macs[b] for m in net.nodes[a].switch._destinations)
+    net.inject(b, 1, arp_request(macs[b]))
+    net.advance(0.5)
+    assert any(m.eth_dst == macs[b] for m in ahead(net, a))
+
+
+def test_a_mac_not_certified_gets_none() -> None:
+    net, ids, macs, _ = trusted_ring(4)
+    a = ids[0]
+    net.nodes[a].switch.neighbors.certified = {}
+    net.advance(0.5)
+    assert not ahead(net, a)
+    certify(net, ids)
+    net.advance(0.5)
+    assert ahead(net, a)
+
+
+def test_their_number_is_capped_and_the_rest_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(destination_flows, "MAX_DESTINATION_FLOWS", 3)
+    net, ids, macs, _ = trusted_ring(6)
+    sw = net.nodes[ids[0]].switch
+    assert len(ahead(net, ids[0])) == 3
+    assert sw.destination_flows_capped == len(ids) - 1 - 3  # 5 members, one other tunnel each in a ring
+
+
+def test_over_a_symphony_overlay_every_first_frame_arrives_once_and_no_switch_waits() -> None:
+    """Long links, paths of several hops: each first frame between two members' interfaces, and its answer, is
+    delivered once, and every packet-in it causes is a flow's copy."""
+    net, ids, _links = symphony_network(12, seed=3)
+    for nid in ids:
+        net.inject(nid, 1, arp_request(host_mac(net, nid)))
+    Announcer().announce(net, ids)
+    macs = certify(net, ids)
+    net.advance(0.5)
+    for i, a in enumerate(ids):
+        b = ids[(i * 5 + 3) % len(ids)]
+        if a == b:
+            continue
+        before_ins = sum(packet_ins(net).values())
+        before_copies = sum(node.switch.destination_copies for node in net.nodes.values())
+        got = {n: len(net.nodes[n].received[1]) for n in (a, b)}
+        echo, reply = eth(macs[b], macs[a], payload=b"echo" * 16), eth(macs[a], macs[b], payload=b"ping" * 16)
+        net.inject(a, 1, echo)
+        net.inject(b, 1, reply)
+        assert net.nodes[b].received[1][got[b]:] == [echo]
+        assert net.nodes[a].received[1][got[a]:] == [reply]
+        copies = sum(node.switch.destination_copies for node in net.nodes.values()) - before_copies
+        assert sum(packet_ins(net).values()) - before_ins == copies
+
+
+def test_a_packet_in_is_known_for_a_copy_by_its_cookie() -> None:
+    """os-ken reads an OFPPacketIn's cookie (the flow's that sent it; the table-miss flow's is 0)."""
+    for cookie, copied in ((DESTINATION_COOKIE, True), (0, False), (EVIO_COOKIE, False)):
+        assert copied_ahead(SimpleNamespace(cookie=cookie)) is copied
+
+
+def test_a_members_frames_reach_the_interface_by_any_tunnel_but_not_while_an_ask_of_it_floods() -> None:
+    """0066's way back enters by the port a member is placed on; a path that is not the way back brings its frames by
+    another tunnel, which has its own flow ahead, and like the way back waits out a flooded ask (0056)."""
+    net, ids, macs, _ = trusted_ring(4)
+    a, b = ids[0], ids[1]
+    place = net.nodes[a].switch.learning.lookup(macs[b], net.now)
+    assert place is not None
+    (other,) = [p for p in net.nodes[a].switch.peer_ports().values() if p != place.port]
+    inbound = FlowMatch(other, macs[b], macs[a])
+    assert net.nodes[a].table.flows[inbound].out_port == 1
+    assert net.nodes[a].table.lookup(other, eth(macs[a], macs[b]), net.now) == [1]
+    net.inject(a, 1, arp_for(macs[a], "10.7.0.1", "10.7.0.99"))  # for an address nobody certified: it floods
+    net.advance(0.5)
+    assert inbound not in net.nodes[a].table.flows
+    net.advance(3.0)
+    assert inbound in net.nodes[a].table.flows
