@@ -65,6 +65,7 @@ def overlay_status(stack: OverlayStack) -> dict[str, Any]:
             "segmented": traffic.segmented if traffic else 0,
             "checksums_completed": traffic.checksums_completed if traffic else 0,
             "neighbors_answered": traffic.neighbors_answered if traffic else 0,
+            "copied_ahead": traffic.copied_ahead if traffic else 0,
         },
         "transit": transit_status(stack.links.transit),
         "drops": dict(stack.drops),
