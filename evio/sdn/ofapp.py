@@ -80,6 +80,7 @@ from evio.sdn.openflow_messages import (
     flow_stats_request,
     policy_packet_counts,
     policy_stats_request,
+    removed_destination_match,
     removed_flow_match,
     to_ofp_messages,
 )
@@ -509,7 +510,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
     def flow_removed(self, ev: Any) -> None:
         msg = ev.msg
         overlay = self._overlay_of(msg.datapath)
-        match = removed_flow_match(msg)
+        match = removed_flow_match(msg) or removed_destination_match(msg)
         if overlay is None or match is None:
             return
         self._send(overlay, overlay.flow_removed(match))

@@ -62,6 +62,7 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
                    parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
         return [parser.OFPFlowMod(datapath, cookie=DESTINATION_COOKIE, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
                                   priority=DESTINATION_PRIORITY, match=parser.OFPMatch(in_port=d.in_port, eth_dst=d.eth_dst),
+                                  flags=ofp.OFPFF_SEND_FLOW_REM,  # deleted by anyone: installed again
                                   instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, outputs)])]
     if isinstance(action, flow_actions.DeleteDestinationFlow):
         d = action.match
@@ -159,6 +160,14 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[flow_actions.FlowMatch, int]:
 def copied_ahead(msg: Any) -> bool:
     """Whether an OFPPacketIn is the copy a flow ahead by destination sent with the frame it passed on."""
     return bool(getattr(msg, "cookie", 0) == DESTINATION_COOKIE)
+
+
+def removed_destination_match(msg: Any) -> flow_actions.DestinationMatch | None:
+    """The flow ahead by destination an OFPFlowRemoved reports (None: another flow)."""
+    m = msg.match
+    if msg.cookie != DESTINATION_COOKIE or not all(k in m for k in ("in_port", "eth_dst")):
+        return None
+    return flow_actions.DestinationMatch(m["in_port"], m["eth_dst"])
 
 
 def removed_flow_match(msg: Any) -> flow_actions.FlowMatch | None:

@@ -703,6 +703,11 @@ class BoundedFloodSwitch:
         self.flows.discard(match)
         return []
 
+    def destination_removed(self, match: DestinationMatch) -> list[FlowAction]:
+        """A flow ahead by destination went (deleted by someone): the next tick installs it again if still wanted."""
+        self._destinations.pop(match, None)
+        return []
+
     def expire(self, now: float) -> list[FlowAction]:
         """Forget MACs not seen for the table's max age, and the flows towards them and from them; take
         the moves claimed while a MAC's place still spoke, if it has been silent since."""

@@ -53,6 +53,7 @@ from evio.sdn.openflow_messages import (
     base_flows,
     flow_byte_counts,
     flow_stats_request,
+    removed_destination_match,
     removed_flow_match,
     to_ofp_messages,
 )
@@ -508,9 +509,12 @@ class FakeNetwork:
             if not notices:
                 return in_flight
             for data in notices:
-                match = removed_flow_match(table.codec.decode(data))
+                notice = table.codec.decode(data)
+                match = removed_flow_match(notice)
                 if match is not None:
                     pending.extend(node.switch.flow_removed(match))
+                elif (ahead := removed_destination_match(notice)) is not None:
+                    pending.extend(node.switch.destination_removed(ahead))
 
     def _output(self, node: FakeNode, port: int, frame: bytes) -> list[tuple[int, int, bytes]]:
         if port == CONTROLLER:

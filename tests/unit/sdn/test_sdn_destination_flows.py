@@ -171,3 +171,20 @@ def test_a_members_frames_reach_the_interface_by_any_tunnel_but_not_while_an_ask
     assert inbound not in net.nodes[a].table.flows
     net.advance(3.0)
     assert inbound in net.nodes[a].table.flows
+
+
+def test_deleted_by_someone_else_they_are_installed_again_at_the_next_tick() -> None:
+    """As node_bench's --first-packet deletes every evio flow: the switch says so, and the next tick puts them back."""
+    net, ids, _macs, _ = trusted_ring(4)
+    a = ids[0]
+    wanted = dict(net.nodes[a].switch._destinations)
+    assert wanted
+    table = net.nodes[a].table
+    wipe = table.codec.ofproto_parser.OFPFlowMod(
+        table.codec, cookie=EVIO_COOKIE, cookie_mask=0xFFFF_FFFF, table_id=table.codec.ofproto.OFPTT_ALL,
+        command=table.codec.ofproto.OFPFC_DELETE, out_port=table.codec.ofproto.OFPP_ANY,
+        out_group=table.codec.ofproto.OFPG_ANY, match=table.codec.ofproto_parser.OFPMatch())
+    table.receive(table.codec.encode(wipe), net.now)
+    assert not ahead(net, a)
+    net.advance(0.5)  # the notices reach the controller, and its tick
+    assert ahead(net, a) == wanted == net.nodes[a].switch._destinations
