@@ -24,6 +24,13 @@ other peer port Q:
   tick installs them where learning then places the MAC.
 - **No timeout**: they forward only where the controller, re-reading its tables every tick, still wants them.
 
+**ARP for a member's certified IPv4 address** is answered by the bridge itself: a flow per leaf port and address
+turns a broadcast request into the reply with the certified MAC and sends it back by the port it came by, while
+0066's rules place that MAC on a tunnel (what 0062's controller answer asks: the CA's binding, the MAC live on
+another port than the asker's). Probes (sender 0.0.0.0) and announcements of the address itself still go to the
+controller, by two flows above. IPv6 neighbour solicitations stay with the controller: an answer repeats the
+router flag, known only from the owner's own advertisement, and ICMPv6 needs its checksum made again.
+
 **At the receiving end**, a path need not be the way back: Symphony's greedy routes from A to B and from B to A
 differ, so A's frame may reach B's switch by a tunnel other than the one A's floods come by, where 0066's way back
 `(P, A, own)` does not match. The flow the controller installs for it then is `(Q, A, own) -> leaf` (no way back:
@@ -36,16 +43,19 @@ Pure: reads the switch's tables, returns the wanted flows.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from evio.sdn.flow_actions import DestinationMatch, FlowMatch
+from evio.sdn.flow_actions import ArpAnswerMatch, DestinationMatch, FlowMatch
 from evio.sdn.proactive_flows import PROACTIVE_MACS_PER_PORT, local_interfaces
 from evio.sdn.switch_terms import PortKind
 
 if TYPE_CHECKING:
     from evio.sdn.switch import BoundedFloodSwitch
 
+# ARP answers per switch: (leaf ports) x (members' certified IPv4 addresses). Past it the controller answers (0062).
+MAX_ARP_ANSWERS = 4096
 # Flows ahead by destination per switch: 64 members behind 64 tunnels. Past it the rest ask the controller, as before.
 MAX_DESTINATION_FLOWS = 4096
 
@@ -104,3 +114,19 @@ def wanted_inbound_flows(
                 for leaf, own in ends:
                     flows[FlowMatch(in_port, mac, own)] = leaf
     return flows
+
+
+def wanted_arp_answers(switch: BoundedFloodSwitch, now: float) -> tuple[dict[ArpAnswerMatch, str], int]:
+    """(match -> MAC of every ARP answer wanted on the bridge now, how many were left out by the cap)."""
+    places = member_places(switch, now)
+    addresses = sorted((str(ip), mac.lower()) for ip, mac in switch.neighbors.certified.items()
+                       if isinstance(ip, ipaddress.IPv4Address) and mac.lower() in places)  # fmt: skip
+    answers: dict[ArpAnswerMatch, str] = {}
+    capped = 0
+    for leaf in switch.leaf_ports():
+        for address, mac in addresses:
+            if len(answers) >= MAX_ARP_ANSWERS:
+                capped += 1
+                continue
+            answers[ArpAnswerMatch(leaf, address)] = mac
+    return answers, capped

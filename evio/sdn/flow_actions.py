@@ -19,6 +19,8 @@ SWITCHING_TABLE = 1
 TABLE_MISS_PRIORITY = 0  # in both tables: table 0's goes on to table 1, table 1's to the controller
 UNICAST_PRIORITY = 10
 DESTINATION_PRIORITY = 5  # a flow ahead by destination MAC (destination_flows.py): any pair flow wins over it
+ARP_ANSWER_PRIORITY = 20  # a local host's ARP request for a member's certified address, answered by the bridge
+ARP_ASK_PRIORITY = 21  # above the answers: the requests the controller must see (probes, announcements)
 FRB_TO_CONTROLLER_PRIORITY = 100
 POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/semantic_checks.py)
 FRB_PAST_POLICY_PRIORITY = 3000  # FRBs pass table 0 whole: the controller polices their inner frames
@@ -88,6 +90,28 @@ class DeleteDestinationFlow:
 
 
 @dataclass(frozen=True)
+class ArpAnswerMatch:
+    """A broadcast ARP request entering by leaf port `in_port` for IPv4 `address` (dotted)."""
+
+    in_port: int
+    address: str
+
+
+@dataclass(frozen=True)
+class AddArpAnswer:
+    """Answer `match`'s requests on the bridge with `mac` (the request turned into the reply, out by its port),
+    except probes (sender 0.0.0.0) and announcements (sender = target), which still go to the controller (0069)."""
+
+    match: ArpAnswerMatch
+    mac: str
+
+
+@dataclass(frozen=True)
+class DeleteArpAnswer:
+    match: ArpAnswerMatch
+
+
+@dataclass(frozen=True)
 class DeleteFlowsOfPort:
     """Delete every evio flow that enters by or leaves through `port`."""
 
@@ -142,4 +166,4 @@ class DeletePolicyFlow:
 
 
 FlowAction = (AddPolicyFlow | DeletePolicyFlow | PacketOut | AddFlow | DeleteFlow | DeleteFlowsOfPort | DeleteFlowsToMac
-              | DeleteFlowsFromMac | AddDestinationFlow | DeleteDestinationFlow)
+              | DeleteFlowsFromMac | AddDestinationFlow | DeleteDestinationFlow | AddArpAnswer | DeleteArpAnswer)

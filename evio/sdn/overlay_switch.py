@@ -32,7 +32,7 @@ from evio.sdn.boundary import (
     SwitchDisconnected,
     TrafficCounts,
 )
-from evio.sdn.flow_actions import AddFlow, DestinationMatch, FlowAction, FlowMatch
+from evio.sdn.flow_actions import AddFlow, ArpAnswerMatch, DestinationMatch, FlowAction, FlowMatch
 from evio.sdn.l2policy import PolicyPort, PolicyTable
 from evio.sdn.on_demand import FlowRates, OnDemandPolicy, WantOnDemand, traffic_by_peer
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
@@ -223,8 +223,8 @@ class OverlaySwitch:
         queued.clear()
         return events
 
-    def flow_removed(self, match: FlowMatch | DestinationMatch) -> list[FlowAction]:
-        if isinstance(match, DestinationMatch):
+    def flow_removed(self, match: FlowMatch | DestinationMatch | ArpAnswerMatch) -> list[FlowAction]:
+        if isinstance(match, DestinationMatch | ArpAnswerMatch):
             return self.switch.destination_removed(match)
         self.transit.flow_removed(match)
         return self.switch.flow_removed(match)

@@ -108,8 +108,11 @@ from evio.sdn.flooding_bounds import (
     root_bounds,
 )
 from evio.sdn.flow_actions import (
+    AddArpAnswer,
     AddDestinationFlow,
     AddFlow,
+    ArpAnswerMatch,
+    DeleteArpAnswer,
     DeleteDestinationFlow,
     DeleteFlow,
     DeleteFlowsFromMac,
@@ -279,6 +282,8 @@ class BoundedFloodSwitch:
         self.destination_installed = 0  # such flows added (again) in all
         self.destination_flows_capped = 0  # wanted but over MAX_DESTINATION_FLOWS, at the last sync
         self.destination_copies = 0  # packet-ins that were such a flow's copy of a frame it passed on
+        self._arp_answers: dict[ArpAnswerMatch, str] = {}  # members' certified addresses answered by the bridge
+        self.arp_answers_capped = 0  # wanted but over MAX_ARP_ANSWERS, at the last sync
 
     @property
     def broadcasts_seen(self) -> int:
@@ -703,9 +708,13 @@ class BoundedFloodSwitch:
         self.flows.discard(match)
         return []
 
-    def destination_removed(self, match: DestinationMatch) -> list[FlowAction]:
-        """A flow ahead by destination went (deleted by someone): the next tick installs it again if still wanted."""
-        self._destinations.pop(match, None)
+    def destination_removed(self, match: DestinationMatch | ArpAnswerMatch) -> list[FlowAction]:
+        """A flow ahead by destination (or an ARP answer) went, deleted by someone: the next tick installs it again
+        if still wanted."""
+        if isinstance(match, ArpAnswerMatch):
+            self._arp_answers.pop(match, None)
+        else:
+            self._destinations.pop(match, None)
         return []
 
     def expire(self, now: float) -> list[FlowAction]:
@@ -775,6 +784,15 @@ class BoundedFloodSwitch:
                 self._destinations[match] = out
                 self.destination_installed += 1
                 actions.append(AddDestinationFlow(match, out))
+        answers, self.arp_answers_capped = destination_flows.wanted_arp_answers(self, now)
+        for answer, mac in list(self._arp_answers.items()):
+            if answers.get(answer) != mac:
+                del self._arp_answers[answer]
+                actions.append(DeleteArpAnswer(answer))
+        for answer, mac in answers.items():
+            if self._arp_answers.get(answer) != mac:
+                self._arp_answers[answer] = mac
+                actions.append(AddArpAnswer(answer, mac))
         return actions
 
     def _booked(self, actions: list[FlowAction]) -> list[FlowAction]:
@@ -795,3 +813,5 @@ class BoundedFloodSwitch:
         evio's cookie."""
         for match in [m for m, out in self._destinations.items() if m.eth_dst == mac or port in (m.in_port, out)]:
             del self._destinations[match]
+        for answer in [a for a in self._arp_answers if a.in_port == port]:
+            del self._arp_answers[answer]

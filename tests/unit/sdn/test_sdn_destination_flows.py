@@ -10,12 +10,20 @@ their number is capped.
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address
 from types import SimpleNamespace
 
 import pytest
 
 from evio.sdn import destination_flows
-from evio.sdn.flow_actions import DESTINATION_PRIORITY, DestinationMatch, FlowMatch
+from evio.sdn.flow_actions import (
+    ARP_ANSWER_PRIORITY,
+    ARP_ASK_PRIORITY,
+    DESTINATION_PRIORITY,
+    DestinationMatch,
+    FlowMatch,
+)
+from evio.sdn.neighbor_answers import arp_reply
 from evio.sdn.openflow_messages import DESTINATION_COOKIE, EVIO_COOKIE, copied_ahead
 from evio.testing.fake_flow_table import CONTROLLER, FakeNetwork, host_mac, ring_network, symphony_network
 from evio.testing.frames import arp_request, eth
@@ -188,3 +196,50 @@ def test_deleted_by_someone_else_they_are_installed_again_at_the_next_tick() -> 
     assert not ahead(net, a)
     net.advance(0.5)  # the notices reach the controller, and its tick
     assert ahead(net, a) == wanted == net.nodes[a].switch._destinations
+
+
+# -- ARP for members' certified addresses, answered by the bridge ------------------------------------------------
+
+
+def test_an_arp_for_a_members_certified_address_is_answered_by_the_bridge_without_a_packet_in() -> None:
+    net, ids, macs, _ = trusted_ring(4)
+    a, b = ids[0], ids[1]
+    before, tunnels = packet_ins(net), net.frames_on_tunnels
+    net.inject(a, 1, arp_for(macs[a], "10.7.0.1", "10.7.0.2"))
+    assert net.nodes[a].received[1][-1] == arp_reply(macs[b], IPv4Address("10.7.0.2"), macs[a], IPv4Address("10.7.0.1"))
+    assert packet_ins(net) == before and net.frames_on_tunnels == tunnels
+    assert net.nodes[a].switch.neighbors.answered == 0  # not the controller's answer (0062): the bridge's
+
+
+@pytest.mark.parametrize("sender", ["0.0.0.0", "10.7.0.2"], ids=["probe", "announcement"])
+def test_a_probe_or_an_announcement_of_the_address_still_goes_to_the_controller(sender: str) -> None:
+    net, ids, macs, _ = trusted_ring(4)
+    a = ids[0]
+    before, received = packet_ins(net)[a], len(net.nodes[a].received[1])
+    net.inject(a, 1, arp_for(macs[a], sender, "10.7.0.2"))
+    assert packet_ins(net)[a] > before
+    assert all(frame[20:22] != b"\x00\x02" for frame in net.nodes[a].received[1][received:])  # nobody answered
+
+
+def test_no_answer_for_an_address_not_certified_or_whose_mac_is_not_placed_under_its_owner() -> None:
+    net, ids, macs, _ = trusted_ring(4)
+    a, b = ids[0], ids[1]
+    answered = {m.address for m in net.nodes[a].switch._arp_answers}
+    assert answered == {"10.7.0.2", "10.7.0.3", "10.7.0.4"}
+    net.forget(a, macs[b])
+    net.advance(0.5)
+    assert {m.address for m in net.nodes[a].switch._arp_answers} == {"10.7.0.3", "10.7.0.4"}
+    net.nodes[a].switch.neighbors.certified = {}
+    net.advance(0.5)
+    assert not net.nodes[a].switch._arp_answers
+    assert not [f for f in net.nodes[a].table.entries if f.priority in (ARP_ANSWER_PRIORITY, ARP_ASK_PRIORITY)]
+    before = packet_ins(net)[a]
+    net.inject(a, 1, arp_for(macs[a], "10.7.0.1", "10.7.0.2"))
+    assert packet_ins(net)[a] == before + 1  # the controller's, as before 0069
+
+
+def test_arp_answers_are_capped_and_the_rest_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(destination_flows, "MAX_ARP_ANSWERS", 2)
+    net, ids, _macs, _ = trusted_ring(4)
+    sw = net.nodes[ids[0]].switch
+    assert len(sw._arp_answers) == 2 and sw.arp_answers_capped == 1
