@@ -284,6 +284,8 @@ class BoundedFloodSwitch:
         self.destination_copies = 0  # packet-ins that were such a flow's copy of a frame it passed on
         self._arp_answers: dict[ArpAnswerMatch, str] = {}  # members' certified addresses answered by the bridge
         self.arp_answers_capped = 0  # wanted but over MAX_ARP_ANSWERS, at the last sync
+        self._ahead_changes = 0  # flows ahead by destination or ARP answers that went by others' doing
+        self._ahead_synced: tuple[object, ...] = ()  # `_ahead_inputs` after the last sync
 
     @property
     def broadcasts_seen(self) -> int:
@@ -715,6 +717,7 @@ class BoundedFloodSwitch:
             self._arp_answers.pop(match, None)
         else:
             self._destinations.pop(match, None)
+        self._ahead_changes += 1
         return []
 
     def expire(self, now: float) -> list[FlowAction]:
@@ -743,6 +746,9 @@ class BoundedFloodSwitch:
         the remote MAC (0034: only frames the controller sees do), and it idles out never, but is installed
         again after the hard timeout like any flow."""
         self._proactive_paused = {mac: until for mac, until in self._proactive_paused.items() if until > now}
+        inputs = self._ahead_inputs(now)
+        if inputs == self._ahead_synced:
+            return []  # nothing the flows ahead depend on changed, and none of them went: 2-3 ms a tick saved (0069)
         wanted = proactive_flows.wanted_flows(self, now, frozenset(self._proactive_paused))
         wanted.update(destination_flows.wanted_inbound_flows(self, now, frozenset(self._proactive_paused)))  # 0069
         actions: list[FlowAction] = []
@@ -767,7 +773,17 @@ class BoundedFloodSwitch:
             self.proactive_installed += 1
             actions.append(AddFlow(match, out, 0, hard_timeout=self.flow_hard_timeout,
                                    counted=self._counted(match, out, now)))
-        return actions + self._destination_sync(now)
+        actions += self._destination_sync(now)
+        self._ahead_synced = self._ahead_inputs(now)  # our own adds counted
+        return actions
+
+    def _ahead_inputs(self, now: float) -> tuple[object, ...]:
+        """What the flows ahead (0066, 0069) are computed from, and the counts of changes to the books that hold
+        them: while this stays the same, a sync would change nothing."""
+        places = destination_flows.member_places(self, now)
+        return (self.flows.changes, self._ahead_changes, tuple(places.items()), tuple(self.peer_ports().items()),
+                tuple(proactive_flows.local_interfaces(self, now)), tuple(self.leaf_ports()),
+                tuple(sorted(self._proactive_paused)), tuple(self.neighbors.certified.items()), id(self.mac_owners))
 
     def _destination_sync(self, now: float) -> list[FlowAction]:
         """Install the flows ahead by destination that are wanted and not installed, delete the ones no longer wanted
@@ -815,3 +831,4 @@ class BoundedFloodSwitch:
             del self._destinations[match]
         for answer in [a for a in self._arp_answers if a.in_port == port]:
             del self._arp_answers[answer]
+        self._ahead_changes += 1
