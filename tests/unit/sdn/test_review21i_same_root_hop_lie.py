@@ -9,8 +9,10 @@ real path was confirmed by a copy within `PATH_HOLD` (60 s) *and* the forged hop
 interface broadcasts rarely (its ARP cache refreshes by unicast; its host claims go every 10 minutes), so at
 node u, 60 s after V's last broadcast, one forged broadcast from neighbour A rooted at V (A lies on an arc from V
 to u, so it is plausible; bound u, hop count 1) moves V's MAC to A's port. Once there its hop count (1) beats the
-truth, the copies V's real floods bring are HELD, and V's own unicast frames are CONTESTED while A's copy is under
-`MOVE_HOLD` (5 s): one forged frame every 4 s keeps it. Since 0066 the flows installed ahead follow the entry too
+truth, the copies V's real floods bring are HELD, and V's own unicast frames cannot move it back: they come by a
+port that is not V's own link while the table places V's MAC under V elsewhere (`_may_speak_for`: NOT_ANNOUNCER).
+One forged frame every 50 s keeps it (measured: V's MAC on A's port at u 240 of 240 half-seconds, V talking to u
+every 0.5 s). Since 0066 the flows installed ahead follow the entry too
 (root V, owner V: "learned under its owner"), with no idle timeout.
 
 Measured (fake network, 8-node trust-mode ring, real switch logic): u's interface sends V 5 frames every 0.5 s for
