@@ -8,8 +8,9 @@ owned MAC only under its owner's root. A forged copy naming the owner as its roo
 real path was confirmed by a copy within `PATH_HOLD` (60 s) *and* the forged hop count is not smaller. A member's
 interface broadcasts rarely (its ARP cache refreshes by unicast; its host claims go every 10 minutes), so at
 node u, 60 s after V's last broadcast, one forged broadcast from neighbour A rooted at V (A lies on an arc from V
-to u, so it is plausible; bound u, hop count 1) moves V's MAC to A's port. Once there its hop count (1) beats the
-truth, the copies V's real floods bring are HELD, and V's own unicast frames cannot move it back: they come by a
+to u, so it is plausible; bound u, hop count 1, which `_hops` raises to 2) moves V's MAC to A's port (a V three
+or more hops away by its real path is taken at once, 2 being shorter). Once there its hop count (2) is as short as
+the truth, the copies V's real floods bring are HELD, and V's own unicast frames cannot move it back: they come by a
 port that is not V's own link while the table places V's MAC under V elsewhere (`_may_speak_for`: NOT_ANNOUNCER).
 One forged frame every 50 s keeps it (measured: V's MAC on A's port at u 240 of 240 half-seconds, V talking to u
 every 0.5 s). Since 0066 the flows installed ahead follow the entry too
