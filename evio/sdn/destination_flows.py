@@ -47,8 +47,9 @@ import ipaddress
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from evio.sdn.flow_actions import ArpAnswerMatch, DestinationMatch, FlowMatch
-from evio.sdn.proactive_flows import PROACTIVE_MACS_PER_PORT, local_interfaces
+from evio.sdn import proactive_flows
+from evio.sdn.flow_actions import ArpAnswerMatch, DestinationMatch
+from evio.sdn.proactive_flows import PROACTIVE_MACS_PER_PORT
 from evio.sdn.switch_terms import PortKind
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
 # ARP answers per switch: (leaf ports) x (members' certified IPv4 addresses). Past it the controller answers (0062).
 MAX_ARP_ANSWERS = 4096
-# Flows ahead by destination per switch: 64 members behind 64 tunnels. Past it the rest ask the controller, as before.
+# Flows ahead by destination per switch (one per member, each with its hairpin's). Past it the rest ask, as before.
 MAX_DESTINATION_FLOWS = 4096
 
 
@@ -82,38 +83,26 @@ def member_places(switch: BoundedFloodSwitch, now: float) -> dict[str, int]:
     return places
 
 
-def wanted_destination_flows(switch: BoundedFloodSwitch, now: float) -> tuple[dict[DestinationMatch, int], int]:
-    """(match -> out port of every flow wanted ahead by destination now, how many were left out by the cap)."""
-    places = member_places(switch, now)
-    peers = sorted(p for p, port in switch.ports.items() if port.kind is PortKind.PEER)
+def wanted_destination_flows(
+    switch: BoundedFloodSwitch, now: float, paused: frozenset[str] = frozenset()
+) -> tuple[dict[DestinationMatch, int], int]:
+    """(match -> out port of every flow wanted ahead by destination now, how many were left out by the cap): each
+    member's certified MAC where 0066 places it, and this node's own interfaces (not while an ask of theirs floods,
+    0056: its answer must reach the controller)."""
+    wanted = dict(member_places(switch, now))
+    if not wanted:
+        return {}, 0  # no member placed (or no trust): nothing comes this way that the controller need not see
+    for leaf, own in proactive_flows.local_interfaces(switch, now):
+        if own not in paused:
+            wanted[own] = leaf
     flows: dict[DestinationMatch, int] = {}
     capped = 0
-    for mac, out in places.items():
-        for in_port in peers:
-            if in_port == out:
-                continue
-            if len(flows) >= MAX_DESTINATION_FLOWS:
-                capped += 1
-                continue
-            flows[DestinationMatch(in_port, mac)] = out
+    for mac, out in sorted(wanted.items()):
+        if len(flows) >= MAX_DESTINATION_FLOWS:
+            capped += 1
+            continue
+        flows[DestinationMatch(mac)] = out
     return flows, capped
-
-
-def wanted_inbound_flows(
-    switch: BoundedFloodSwitch, now: float, paused: frozenset[str] = frozenset()
-) -> dict[FlowMatch, int]:
-    """`(Q, member MAC, own) -> leaf` for every peer port Q other than the one the member is placed on (whose flow
-    is 0066's way back): match -> out port. `paused`: local MACs whose way back waits (0056)."""
-    places = member_places(switch, now)
-    ends = [(leaf, own) for leaf, own in local_interfaces(switch, now) if own not in paused]
-    peers = sorted(p for p, port in switch.ports.items() if port.kind is PortKind.PEER)
-    flows: dict[FlowMatch, int] = {}
-    for mac, place in places.items():
-        for in_port in peers:
-            if in_port != place:
-                for leaf, own in ends:
-                    flows[FlowMatch(in_port, mac, own)] = leaf
-    return flows
 
 
 def wanted_arp_answers(switch: BoundedFloodSwitch, now: float) -> tuple[dict[ArpAnswerMatch, str], int]:

@@ -19,6 +19,7 @@ SWITCHING_TABLE = 1
 TABLE_MISS_PRIORITY = 0  # in both tables: table 0's goes on to table 1, table 1's to the controller
 UNICAST_PRIORITY = 10
 DESTINATION_PRIORITY = 5  # a flow ahead by destination MAC (destination_flows.py): any pair flow wins over it
+DESTINATION_HAIRPIN_PRIORITY = 6  # its frames entering by the port it leads to go to the controller
 ARP_ANSWER_PRIORITY = 20  # a local host's ARP request for a member's certified address, answered by the bridge
 ARP_ASK_PRIORITY = 21  # above the answers: the requests the controller must see (probes, announcements)
 FRB_TO_CONTROLLER_PRIORITY = 100
@@ -67,16 +68,16 @@ class DeleteFlow:
 
 @dataclass(frozen=True)
 class DestinationMatch:
-    """The match of a flow ahead by destination (destination_flows.py): `(in_port, eth_dst)`, any source."""
+    """The match of a flow ahead by destination (destination_flows.py): `eth_dst`, any port, any source."""
 
-    in_port: int
     eth_dst: str
 
 
 @dataclass(frozen=True)
 class AddDestinationFlow:
     """Install `match -> output:out_port` and a copy to the controller, at DESTINATION_PRIORITY, with no timeout:
-    the frame goes on at once, and the controller installs the pair flow it would have (decision 0069)."""
+    the frame goes on at once, and the controller installs the pair flow it would have (decision 0069); and above
+    it the same frames entering by `out_port` itself to the controller (the hairpin, as before)."""
 
     match: DestinationMatch
     out_port: int
@@ -84,9 +85,10 @@ class AddDestinationFlow:
 
 @dataclass(frozen=True)
 class DeleteDestinationFlow:
-    """Delete the one flow ahead with this match."""
+    """Delete the flow ahead with this match, and its hairpin's."""
 
     match: DestinationMatch
+    out_port: int
 
 
 @dataclass(frozen=True)

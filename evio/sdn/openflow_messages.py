@@ -17,6 +17,7 @@ from evio.sdn import flow_actions
 from evio.sdn.flow_actions import (
     ARP_ANSWER_PRIORITY,
     ARP_ASK_PRIORITY,
+    DESTINATION_HAIRPIN_PRIORITY,
     DESTINATION_PRIORITY,
     FRB_PAST_POLICY_PRIORITY,
     FRB_TO_CONTROLLER_PRIORITY,
@@ -39,6 +40,7 @@ ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
 # low bits are evio's, so the deletes of a port's flows and of the flows to a MAC take it too; a packet-in with
 # this cookie is such a copy: the frame has already gone on (`copied_ahead`).
 DESTINATION_COOKIE = EVIO_COOKIE | 1 << 33
+DESTINATION_HAIRPIN_COOKIE = EVIO_COOKIE | 1 << 35  # its frames entering by the port it leads to: a plain packet-in
 # Above them: a certified address's ARP answer on the bridge (decision 0069), and the requests it leaves to the
 # controller; the deletes of a leaf port's flows take them too.
 ARP_ANSWER_COOKIE = EVIO_COOKIE | 1 << 34
@@ -63,20 +65,8 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
                                   idle_timeout=action.idle_timeout, hard_timeout=action.hard_timeout,
                                   priority=action.priority,
                                   flags=ofp.OFPFF_SEND_FLOW_REM, match=match, instructions=inst)]
-    if isinstance(action, flow_actions.AddDestinationFlow):
-        d = action.match
-        outputs = [parser.OFPActionOutput(action.out_port),
-                   parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
-        return [parser.OFPFlowMod(datapath, cookie=DESTINATION_COOKIE, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
-                                  priority=DESTINATION_PRIORITY, match=parser.OFPMatch(in_port=d.in_port, eth_dst=d.eth_dst),
-                                  flags=ofp.OFPFF_SEND_FLOW_REM,  # deleted by anyone: installed again
-                                  instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, outputs)])]
-    if isinstance(action, flow_actions.DeleteDestinationFlow):
-        d = action.match
-        return [parser.OFPFlowMod(datapath, cookie=DESTINATION_COOKIE, cookie_mask=ALL_BITS, table_id=SWITCHING_TABLE,
-                                  command=ofp.OFPFC_DELETE_STRICT, priority=DESTINATION_PRIORITY,
-                                  out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                                  match=parser.OFPMatch(in_port=d.in_port, eth_dst=d.eth_dst))]
+    if isinstance(action, flow_actions.AddDestinationFlow | flow_actions.DeleteDestinationFlow):
+        return _destination(datapath, action)
     if isinstance(action, flow_actions.AddArpAnswer | flow_actions.DeleteArpAnswer):
         return _arp_answer(datapath, action)
     if isinstance(action, flow_actions.DeleteFlowsOfPort):
@@ -108,6 +98,27 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
                                   command=ofp.OFPFC_DELETE_STRICT, priority=action.priority, out_port=ofp.OFPP_ANY,
                                   out_group=ofp.OFPG_ANY, match=parser.OFPMatch(**oxm_fields(action.match)))]
     raise TypeError(f"not a flow action: {action!r}")
+
+
+def _destination(datapath: Any, action: flow_actions.AddDestinationFlow | flow_actions.DeleteDestinationFlow) -> list[Any]:
+    """A flow ahead by destination (frame on, copy to the controller) and its hairpin's (to the controller)."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    dst, out = action.match.eth_dst, action.out_port
+    flows = [(DESTINATION_PRIORITY, DESTINATION_COOKIE, parser.OFPMatch(eth_dst=dst)),
+             (DESTINATION_HAIRPIN_PRIORITY, DESTINATION_HAIRPIN_COOKIE, parser.OFPMatch(in_port=out, eth_dst=dst))]
+    if isinstance(action, flow_actions.DeleteDestinationFlow):
+        return [parser.OFPFlowMod(datapath, cookie=cookie, cookie_mask=ALL_BITS, table_id=SWITCHING_TABLE,
+                                  command=ofp.OFPFC_DELETE_STRICT, priority=priority, out_port=ofp.OFPP_ANY,
+                                  out_group=ofp.OFPG_ANY, match=match)
+                for priority, cookie, match in flows]
+    to_controller = parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
+    actions = {DESTINATION_PRIORITY: [parser.OFPActionOutput(out), to_controller],
+               DESTINATION_HAIRPIN_PRIORITY: [to_controller]}
+    return [parser.OFPFlowMod(datapath, cookie=cookie, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
+                              priority=priority, match=match,
+                              flags=ofp.OFPFF_SEND_FLOW_REM if priority == DESTINATION_PRIORITY else 0,
+                              instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions[priority])])
+            for priority, cookie, match in flows]
 
 
 def _arp_answer(datapath: Any, action: flow_actions.AddArpAnswer | flow_actions.DeleteArpAnswer) -> list[Any]:
@@ -201,7 +212,8 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[flow_actions.FlowMatch, int]:
 
 
 def copied_ahead(msg: Any) -> bool:
-    """Whether an OFPPacketIn is the copy a flow ahead by destination sent with the frame it passed on."""
+    """Whether an OFPPacketIn is the copy a flow ahead by destination sent with the frame it passed on (its
+    hairpin's flow passed nothing on: a cookie of its own)."""
     return bool(getattr(msg, "cookie", 0) == DESTINATION_COOKIE)
 
 
@@ -210,9 +222,9 @@ def removed_destination_match(msg: Any) -> flow_actions.DestinationMatch | flow_
     m = msg.match
     if msg.cookie == ARP_ANSWER_COOKIE and "arp_spa" not in m and all(k in m for k in ("in_port", "arp_tpa")):
         return flow_actions.ArpAnswerMatch(m["in_port"], m["arp_tpa"])
-    if msg.cookie != DESTINATION_COOKIE or not all(k in m for k in ("in_port", "eth_dst")):
+    if msg.cookie != DESTINATION_COOKIE or "eth_dst" not in m or "in_port" in m:
         return None
-    return flow_actions.DestinationMatch(m["in_port"], m["eth_dst"])
+    return flow_actions.DestinationMatch(m["eth_dst"])
 
 
 def removed_flow_match(msg: Any) -> flow_actions.FlowMatch | None:

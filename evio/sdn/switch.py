@@ -412,10 +412,12 @@ class BoundedFloodSwitch:
                 self.counters.checksums_completed += 1
                 data = completed
         if port.kind is PortKind.LEAF:
-            return self._leaf_frame_in(in_port, eth, data, now)
+            return self._leaf_frame_in(in_port, eth, data, now, forwarded)
         return self._peer_frame_in(in_port, eth, data, now, forwarded)
 
-    def _leaf_frame_in(self, in_port: int, eth: EthernetHeader, data: bytes, now: float) -> list[FlowAction]:
+    def _leaf_frame_in(
+        self, in_port: int, eth: EthernetHeader, data: bytes, now: float, forwarded: bool = False
+    ) -> list[FlowAction]:
         actions = self._learn(eth.src, in_port, None, now) or []  # a leaf port is never refused a MAC
         if eth.ethertype in _NEIGHBOR_TYPES and (msg := parse_neighbor(data)) is not None:
             if self._placed_here(eth.src, in_port, None, now):
@@ -437,7 +439,16 @@ class BoundedFloodSwitch:
         if target is None:
             # Unknown unicast: a bounded flood reaches the host wherever it is.
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
-        return actions + self._unicast(in_port, eth, target.port, data, now)
+        return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
+
+    def _unicast_copy(
+        self, in_port: int, eth: EthernetHeader, out_port: int, data: bytes, now: float, forwarded: bool
+    ) -> list[FlowAction]:
+        """`_unicast`, less the frame when a flow ahead by destination sent it `out_port` already (0069)."""
+        unicast = self._unicast(in_port, eth, out_port, data, now)
+        if forwarded and self._destinations.get(DestinationMatch(eth.dst)) == out_port:
+            return [a for a in unicast if not isinstance(a, PacketOut)]
+        return unicast
 
     def _peer_frame_in(
         self, in_port: int, eth: EthernetHeader, data: bytes, now: float, forwarded: bool = False
@@ -461,10 +472,7 @@ class BoundedFloodSwitch:
             if not self._flood_allowed((in_port, self.node_id), now):
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
-        unicast = self._unicast(in_port, eth, target.port, data, now)
-        if forwarded and self._destinations.get(DestinationMatch(in_port, eth.dst)) == target.port:
-            return actions + [a for a in unicast if not isinstance(a, PacketOut)]  # the flow ahead sent it there
-        return actions + unicast
+        return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
 
     def _neighbor_answer(self, in_port: int, msg: NeighborMessage, now: float) -> bytes | None:
         mac = self.neighbors.known_mac(msg)
@@ -750,7 +758,6 @@ class BoundedFloodSwitch:
         if inputs == self._ahead_synced:
             return []  # nothing the flows ahead depend on changed, and none of them went: 2-3 ms a tick saved (0069)
         wanted = proactive_flows.wanted_flows(self, now, frozenset(self._proactive_paused))
-        wanted.update(destination_flows.wanted_inbound_flows(self, now, frozenset(self._proactive_paused)))  # 0069
         actions: list[FlowAction] = []
         for match, out in list(self._proactive.items()):
             if wanted.get(match) != out:
@@ -789,12 +796,13 @@ class BoundedFloodSwitch:
         """Install the flows ahead by destination that are wanted and not installed, delete the ones no longer wanted
         (destination_flows.py, decision 0069). Deletes of a port's flows or of the flows to a MAC took theirs along
         (`_booked`): those are installed again here."""
-        wanted, self.destination_flows_capped = destination_flows.wanted_destination_flows(self, now)
+        wanted, self.destination_flows_capped = destination_flows.wanted_destination_flows(
+            self, now, frozenset(self._proactive_paused))
         actions: list[FlowAction] = []
         for match, out in list(self._destinations.items()):
             if wanted.get(match) != out:
                 del self._destinations[match]
-                actions.append(DeleteDestinationFlow(match))
+                actions.append(DeleteDestinationFlow(match, out))
         for match, out in wanted.items():
             if self._destinations.get(match) != out:
                 self._destinations[match] = out
@@ -827,7 +835,7 @@ class BoundedFloodSwitch:
     def _forget_destinations(self, mac: str | None = None, port: int | None = None) -> None:
         """Flows ahead by destination that a delete of the flows to `mac` (or of `port`'s) took along: they carry
         evio's cookie."""
-        for match in [m for m, out in self._destinations.items() if m.eth_dst == mac or port in (m.in_port, out)]:
+        for match in [m for m, out in self._destinations.items() if m.eth_dst == mac or out == port]:
             del self._destinations[match]
         for answer in [a for a in self._arp_answers if a.in_port == port]:
             del self._arp_answers[answer]

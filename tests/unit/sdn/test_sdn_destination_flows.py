@@ -19,6 +19,7 @@ from evio.sdn import destination_flows
 from evio.sdn.flow_actions import (
     ARP_ANSWER_PRIORITY,
     ARP_ASK_PRIORITY,
+    DESTINATION_HAIRPIN_PRIORITY,
     DESTINATION_PRIORITY,
     DestinationMatch,
     FlowMatch,
@@ -38,7 +39,7 @@ def ahead(net: FakeNetwork, nid: int) -> dict[DestinationMatch, int]:
         if flow.priority == DESTINATION_PRIORITY:
             (out,) = [p for p in flow.outputs if p != CONTROLLER]
             assert CONTROLLER in flow.outputs
-            found[DestinationMatch(flow.fields["in_port"], flow.fields["eth_dst"])] = out
+            found[DestinationMatch(flow.fields["eth_dst"])] = out
     return found
 
 
@@ -46,7 +47,7 @@ def test_the_intermediate_switch_passes_the_first_frame_on_and_learns_from_its_c
     net, ids, macs, _ = trusted_ring(6)
     a, mid, c = ids[0], ids[1], ids[2]  # a -> mid -> c
     from_a, to_c = net.port_towards(mid, a), net.port_towards(mid, c)
-    assert ahead(net, mid)[DestinationMatch(from_a, macs[c])] == to_c
+    assert ahead(net, mid)[DestinationMatch(macs[c])] == to_c
     before, received = packet_ins(net), len(net.nodes[c].received[1])
     echo, reply = eth(macs[c], macs[a], payload=b"echo" * 16), eth(macs[a], macs[c], payload=b"ping" * 16)
     net.inject(a, 1, echo)
@@ -64,20 +65,19 @@ def test_the_intermediate_switch_passes_the_first_frame_on_and_learns_from_its_c
     assert {nid: packet_ins(net)[nid] - before[nid] for nid in ids} == asked
 
 
-def test_no_flow_enters_by_the_port_its_mac_is_on_and_every_other_tunnel_has_one() -> None:
+def test_one_flow_per_member_where_learning_places_it_and_one_to_the_interface_each_with_its_hairpin() -> None:
     net, ids, macs, _ = trusted_ring(6)
     for nid in ids:
         sw = net.nodes[nid].switch
         table = ahead(net, nid)
         assert table == sw._destinations
-        peers = sorted(sw.peer_ports().values())
         for other in ids:
-            if other == nid:
-                continue
             entry = sw.learning.lookup(macs[other], net.now)
             assert entry is not None
-            assert {m.in_port for m, out in table.items() if m.eth_dst == macs[other]} == set(peers) - {entry.port}
-            assert all(out == entry.port for m, out in table.items() if m.eth_dst == macs[other])
+            assert table[DestinationMatch(macs[other])] == entry.port  # the own interface: its leaf port
+        hairpins = {(f.fields["in_port"], f.fields["eth_dst"]) for f in net.nodes[nid].table.entries
+                    if f.priority == DESTINATION_HAIRPIN_PRIORITY and f.outputs == (CONTROLLER,)}
+        assert hairpins == {(out, m.eth_dst) for m, out in table.items()}
 
 
 def test_without_trust_there_are_none() -> None:
@@ -93,12 +93,13 @@ def test_a_port_that_goes_takes_them_and_the_next_tick_installs_them_by_the_port
     a, b = ids[0], ids[1]
     old = net.port_towards(a, b)
     net.disconnect(a, b)
-    assert all(old not in (m.in_port, out) for m, out in ahead(net, a).items())
+    assert all(out != old for out in ahead(net, a).values())
     assert ahead(net, a) == net.nodes[a].switch._destinations
     net.inject(b, 1, arp_request(macs[b]))  # b floods again: a places it round the ring
     net.advance(0.5)
     assert ahead(net, a) == net.nodes[a].switch._destinations
-    assert all(old not in (m.in_port, out) for m, out in ahead(net, a).items())
+    assert all(out != old for out in ahead(net, a).values())
+    assert DestinationMatch(macs[b]) in ahead(net, a)
 
 
 def test_a_mac_forgotten_takes_them_and_comes_back_when_placed_again() -> None:
@@ -129,7 +130,7 @@ def test_their_number_is_capped_and_the_rest_counted(monkeypatch: pytest.MonkeyP
     net, ids, macs, _ = trusted_ring(6)
     sw = net.nodes[ids[0]].switch
     assert len(ahead(net, ids[0])) == 3
-    assert sw.destination_flows_capped == len(ids) - 1 - 3  # 5 members, one other tunnel each in a ring
+    assert sw.destination_flows_capped == len(ids) - 3  # 5 members and the interface
 
 
 def test_over_a_symphony_overlay_every_first_frame_arrives_once_and_no_switch_waits() -> None:
@@ -165,37 +166,19 @@ def test_a_packet_in_is_known_for_a_copy_by_its_cookie() -> None:
 
 def test_a_members_frames_reach_the_interface_by_any_tunnel_but_not_while_an_ask_of_it_floods() -> None:
     """0066's way back enters by the port a member is placed on; a path that is not the way back brings its frames by
-    another tunnel, which has its own flow ahead, and like the way back waits out a flooded ask (0056)."""
+    another tunnel, where the interface's flow by destination takes them on, and like the way back it waits out a
+    flooded ask (0056)."""
     net, ids, macs, _ = trusted_ring(4)
     a, b = ids[0], ids[1]
     place = net.nodes[a].switch.learning.lookup(macs[b], net.now)
     assert place is not None
     (other,) = [p for p in net.nodes[a].switch.peer_ports().values() if p != place.port]
-    inbound = FlowMatch(other, macs[b], macs[a])
-    assert net.nodes[a].table.flows[inbound].out_port == 1
-    assert net.nodes[a].table.lookup(other, eth(macs[a], macs[b]), net.now) == [1]
+    assert net.nodes[a].table.lookup(other, eth(macs[a], macs[b]), net.now) == [1, CONTROLLER]
     net.inject(a, 1, arp_for(macs[a], "10.7.0.1", "10.7.0.99"))  # for an address nobody certified: it floods
     net.advance(0.5)
-    assert inbound not in net.nodes[a].table.flows
+    assert net.nodes[a].table.lookup(other, eth(macs[a], macs[b]), net.now) == [CONTROLLER]
     net.advance(3.0)
-    assert inbound in net.nodes[a].table.flows
-
-
-def test_deleted_by_someone_else_they_are_installed_again_at_the_next_tick() -> None:
-    """As node_bench's --first-packet deletes every evio flow: the switch says so, and the next tick puts them back."""
-    net, ids, _macs, _ = trusted_ring(4)
-    a = ids[0]
-    wanted = dict(net.nodes[a].switch._destinations)
-    assert wanted
-    table = net.nodes[a].table
-    wipe = table.codec.ofproto_parser.OFPFlowMod(
-        table.codec, cookie=EVIO_COOKIE, cookie_mask=0xFFFF_FFFF, table_id=table.codec.ofproto.OFPTT_ALL,
-        command=table.codec.ofproto.OFPFC_DELETE, out_port=table.codec.ofproto.OFPP_ANY,
-        out_group=table.codec.ofproto.OFPG_ANY, match=table.codec.ofproto_parser.OFPMatch())
-    table.receive(table.codec.encode(wipe), net.now)
-    assert not ahead(net, a)
-    net.advance(0.5)  # the notices reach the controller, and its tick
-    assert ahead(net, a) == wanted == net.nodes[a].switch._destinations
+    assert net.nodes[a].table.lookup(other, eth(macs[a], macs[b]), net.now) == [1, CONTROLLER]
 
 
 # -- ARP for members' certified addresses, answered by the bridge ------------------------------------------------
@@ -254,7 +237,7 @@ def test_a_tick_that_changes_nothing_recomputes_nothing(monkeypatch: pytest.Monk
     calls: list[int] = []
     wanted = destination_flows.wanted_destination_flows
     monkeypatch.setattr(destination_flows, "wanted_destination_flows",
-                        lambda switch, now: calls.append(1) or wanted(switch, now))  # type: ignore[func-returns-value]
+                        lambda *args: calls.append(1) or wanted(*args))  # type: ignore[func-returns-value]
     assert sw.expire(net.now + 0.5) == [] and calls == []
     net.forget(a, macs[ids[3]])  # the flows to it went (as the switch's own delete would take them)
     sw._forget_destinations(mac=macs[ids[3]])
