@@ -1,26 +1,29 @@
-"""Flows ahead by destination: a frame for a member's certified MAC, entering by a tunnel, goes on without waiting
-for the controller, at every switch on its path (decision 0069; 0066 did the two ends).
+"""Flows ahead by destination: a frame for a member's certified MAC (or for this node's own interface) goes on
+without waiting for the controller, at every switch on its path (decision 0069; 0066 did the two ends).
 
 0066 installs, at each end of a path between members' interfaces, the pair flows a first frame would install.
-The switches between still took one packet-in per new flow: about 3 of the 4.5 a first ping cost in the 32-node
-lab. Here every switch also installs, for each certified member MAC M that 0066's rules place on a peer port P
-(certified, owned by another member, learned live on P under its owner's root, within P's share), one flow per
-other peer port Q:
+The switches between still took one packet-in per new flow, and so did the receiving end when the frame came by
+another tunnel than the sender's floods (Symphony's routes from A to B and from B to A differ). Here every switch
+also installs, for each certified member MAC M that 0066's rules place on a peer port P (certified, owned by
+another member, learned live on P under its owner's root, within P's share), and for its own interface's MAC on
+its leaf port (not while an ask of that interface floods: 0056), two flows:
 
-    (in_port=Q, eth_dst=M) -> output:P, output:CONTROLLER     priority DESTINATION_PRIORITY (below pair flows)
+    eth_dst=M             -> output:P, output:CONTROLLER     priority DESTINATION_PRIORITY (below pair flows)
+    in_port=P, eth_dst=M  -> output:CONTROLLER               priority DESTINATION_HAIRPIN_PRIORITY
 
 - **The frame goes on at once**, the controller gets a copy. It handles the copy as the packet-in it would have
   had (learning, the pair flow and its way back, the transit fast path's entry, the on-demand counters, the port's
   flow cap), but does not send the frame again (`forwarded`). Once the pair flow is in, it wins by priority and
   the copies stop. So nothing that pair flows carry is bypassed for longer than the controller's answer: only the
   wait for it is gone.
-- **No hairpin**: no flow enters by P itself (a frame for M coming back from M's side goes to the controller, as
-  before, which floods it rooted here).
-- **Leaf ports keep learning**: a local interface has 0066's pair flows; hosts behind leaf ports are not members.
-- **Bounded**: (certified members placed here) x (peer ports - 1), at most `MAX_DESTINATION_FLOWS` (the rest,
-  by sorted MAC, are left to packet-ins and counted in `destination_flows_capped`).
-- **Kept in step**: recomputed at every tick and when the owners change; the deletes of a port's flows and of the
-  flows to a MAC take these too (their cookie has evio's low bits), and the switch's book mirrors that. The next
+- **The hairpin** (a frame for M entering by P itself) goes to the controller as before, which floods it rooted
+  here; a cookie of its own tells its packet-ins from the copies.
+- **Bounded and still**: two flows per member placed here, at most `MAX_DESTINATION_FLOWS` members (the rest, by
+  sorted MAC, are left to packet-ins and counted in `destination_flows_capped`). A new tunnel changes none of them;
+  only a member's place does. (One per member and tunnel, the first form, put 434 flows on each switch of the
+  32-node lab and reinstalled many at every tunnel that came up: its ring took 111 s to close instead of 23.)
+- **Kept in step**: recomputed when what they are made of changes; the deletes of a port's flows and of the
+  flows to a MAC take these too (their cookies have evio's low bits), and the switch's book mirrors that. The next
   tick installs them where learning then places the MAC.
 - **No timeout**: they forward only where the controller, re-reading its tables every tick, still wants them.
 
@@ -30,13 +33,6 @@ turns a broadcast request into the reply with the certified MAC and sends it bac
 another port than the asker's). Probes (sender 0.0.0.0) and announcements of the address itself still go to the
 controller, by two flows above. IPv6 neighbour solicitations stay with the controller: an answer repeats the
 router flag, known only from the owner's own advertisement, and ICMPv6 needs its checksum made again.
-
-**At the receiving end**, a path need not be the way back: Symphony's greedy routes from A to B and from B to A
-differ, so A's frame may reach B's switch by a tunnel other than the one A's floods come by, where 0066's way back
-`(P, A, own)` does not match. The flow the controller installs for it then is `(Q, A, own) -> leaf` (no way back:
-A is not learned on Q). `wanted_inbound_flows` installs that one ahead too, for every other tunnel Q, under 0066's
-rules (and its pause of a flooded ask's way back): pair flows, booked like 0066's, so only members' certified MACs
-reach the interface this way, as they would through the controller.
 
 Pure: reads the switch's tables, returns the wanted flows.
 """
