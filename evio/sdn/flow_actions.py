@@ -20,6 +20,7 @@ TABLE_MISS_PRIORITY = 0  # in both tables: table 0's goes on to table 1, table 1
 UNICAST_PRIORITY = 10
 DESTINATION_PRIORITY = 5  # a flow ahead by destination MAC (destination_flows.py): any pair flow wins over it
 DESTINATION_HAIRPIN_PRIORITY = 6  # its frames entering by the port it leads to go to the controller
+OWN_SOURCE_PRIORITY = 7  # frames from our own interface that no pair flow takes go to the controller
 ARP_ANSWER_PRIORITY = 20  # a local host's ARP request for a member's certified address, answered by the bridge
 ARP_ASK_PRIORITY = 21  # above the answers: the requests the controller must see (probes, announcements)
 FRB_TO_CONTROLLER_PRIORITY = 100
@@ -81,6 +82,9 @@ class AddDestinationFlow:
 
     match: DestinationMatch
     out_port: int
+    # The node's own interface: its frames seen coming back (from a tunnel, or with no pair flow) go to the
+    # controller, which drops what a peer sends in our name, so no flow ahead keeps a loop going.
+    own: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class DeleteDestinationFlow:
 
     match: DestinationMatch
     out_port: int
+    own: bool = False
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from evio.sdn.flow_actions import (
     DESTINATION_PRIORITY,
     FRB_PAST_POLICY_PRIORITY,
     FRB_TO_CONTROLLER_PRIORITY,
+    OWN_SOURCE_PRIORITY,
     POLICY_TABLE,
     SWITCHING_TABLE,
     TABLE_MISS_PRIORITY,
@@ -106,6 +107,8 @@ def _destination(datapath: Any, action: flow_actions.AddDestinationFlow | flow_a
     dst, out = action.match.eth_dst, action.out_port
     flows = [(DESTINATION_PRIORITY, DESTINATION_COOKIE, parser.OFPMatch(eth_dst=dst)),
              (DESTINATION_HAIRPIN_PRIORITY, DESTINATION_HAIRPIN_COOKIE, parser.OFPMatch(in_port=out, eth_dst=dst))]
+    if action.own:
+        flows.append((OWN_SOURCE_PRIORITY, DESTINATION_HAIRPIN_COOKIE, parser.OFPMatch(eth_src=dst)))
     if isinstance(action, flow_actions.DeleteDestinationFlow):
         return [parser.OFPFlowMod(datapath, cookie=cookie, cookie_mask=ALL_BITS, table_id=SWITCHING_TABLE,
                                   command=ofp.OFPFC_DELETE_STRICT, priority=priority, out_port=ofp.OFPP_ANY,
@@ -113,7 +116,7 @@ def _destination(datapath: Any, action: flow_actions.AddDestinationFlow | flow_a
                 for priority, cookie, match in flows]
     to_controller = parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
     actions = {DESTINATION_PRIORITY: [parser.OFPActionOutput(out), to_controller],
-               DESTINATION_HAIRPIN_PRIORITY: [to_controller]}
+               DESTINATION_HAIRPIN_PRIORITY: [to_controller], OWN_SOURCE_PRIORITY: [to_controller]}
     return [parser.OFPFlowMod(datapath, cookie=cookie, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
                               priority=priority, match=match,
                               flags=ofp.OFPFF_SEND_FLOW_REM if priority == DESTINATION_PRIORITY else 0,

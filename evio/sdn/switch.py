@@ -802,12 +802,13 @@ class BoundedFloodSwitch:
         for match, out in list(self._destinations.items()):
             if wanted.get(match) != out:
                 del self._destinations[match]
-                actions.append(DeleteDestinationFlow(match, out))
+                actions.append(DeleteDestinationFlow(match, out, own=self.ports[out].kind is PortKind.LEAF
+                                                     if out in self.ports else False))
         for match, out in wanted.items():
             if self._destinations.get(match) != out:
                 self._destinations[match] = out
                 self.destination_installed += 1
-                actions.append(AddDestinationFlow(match, out))
+                actions.append(AddDestinationFlow(match, out, own=self.ports[out].kind is PortKind.LEAF))
         answers, self.arp_answers_capped = destination_flows.wanted_arp_answers(self, now)
         for answer, mac in list(self._arp_answers.items()):
             if answers.get(answer) != mac:

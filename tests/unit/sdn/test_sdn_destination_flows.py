@@ -243,3 +243,18 @@ def test_a_tick_that_changes_nothing_recomputes_nothing(monkeypatch: pytest.Monk
     sw._forget_destinations(mac=macs[ids[3]])
     net.advance(0.5)
     assert calls
+
+
+def test_our_own_frames_coming_back_by_a_tunnel_go_to_the_controller_not_on() -> None:
+    """A flow by destination must not keep a loop going: a frame in our interface's name that comes in by a tunnel
+    (a loop, or a peer forging it) goes to the controller, which drops it, as before 0069."""
+    net, ids, macs, _ = trusted_ring(4)
+    a, c = ids[0], ids[2]
+    table = net.nodes[a].table
+    port = net.port_towards(a, ids[1])
+    assert table.lookup(port, eth(macs[c], macs[a]), net.now) == [CONTROLLER]
+    place = net.nodes[a].switch.learning.lookup(macs[c], net.now)
+    assert place is not None and table.lookup(1, eth(macs[c], macs[a]), net.now) == [place.port]  # 0066's
+    before = net.frames_on_tunnels
+    net.from_neighbour(a, ids[1], eth(macs[c], macs[a]))
+    assert net.frames_on_tunnels == before
