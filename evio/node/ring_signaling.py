@@ -27,7 +27,9 @@ last DUPLICATE_WINDOW is answered with that one's answer (awaited if it is still
 served again: a ring copy signed before the server copy came (it was late), or any copy while the other is being
 served. Served twice, a late ring copy could agree to a link its origin had meanwhile been refused or let go
 (decision 0064, amended).
-Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST), MAX_HOPS hops, MAX_CHUNKS
+Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST); relayed, at most RELAY_RATE per
+(incoming, next hop) or, signed by an origin whose key is known here, ORIGIN_RATE per (origin, next hop)
+(review21h H1); MAX_HOPS hops, MAX_CHUNKS
 chunks, REASSEMBLY_SLOTS messages assembled at once (the oldest gives way), MAX_INFLIGHT requests served at once
 (MAX_INFLIGHT_PER_SENDER from one sender); what is
 dropped is counted by reason (``drops``) and logged at most once per peer a minute.
