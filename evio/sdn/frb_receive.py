@@ -51,6 +51,7 @@ ROOT_LINK_GRACE = 2.0
 # share of a learning table within a MAC's max age (2,048 in 300 s, 6.8 a second), here or past here.
 CONTESTED_NEW_RATE, CONTESTED_NEW_BURST = 1.0, 10
 CONTESTED_PORT_RATE, CONTESTED_PORT_BURST = 4.0, 100
+FLOOD_WAYS = 2 * 8192  # roots' ways held (two directions each): members, or roots with MACs in the learning table
 
 
 def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, now: float) -> list[FlowAction]:
@@ -74,7 +75,7 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
         return []
     if flood:
         key = _flood_budget_key(sw, port, h)
-        contested = key[1] is not None and _contested(sw, h, port.port_no, ingress, now)
+        contested = key[1] is not None and h.root_nid != sw.node_id and _contested(sw, h, port.port_no, ingress, now)
         receive = _broadcast_in if h.frb_type is frb.FrbType.BROADCAST else _reverse_in
         return receive(sw, port.port_no, ingress, frame, now, key, contested)
     if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
@@ -183,6 +184,11 @@ def _contested(sw: BoundedFloodSwitch, h: frb.FrbHeader, port: int, ingress: int
     way = (h.root_nid, h.frb_type)
     known = sw._flood_ways.get(way)
     if known is None or known[0] == port or ingress == h.root_nid or now - known[1] >= sw.learning.max_age:
+        if known is None and len(sw._flood_ways) >= FLOOD_WAYS:
+            for stale in [w for w, (_, seen) in sw._flood_ways.items() if now - seen >= sw.learning.max_age]:
+                del sw._flood_ways[stale]
+            if len(sw._flood_ways) >= FLOOD_WAYS:
+                return False  # every root's way live: this one is not held (as before the rule), nothing grows
         sw._flood_ways[way] = (port, now)
         return False
     return True

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from evio.sdn import frb
 from evio.sdn.frb_receive import CONTESTED_NEW_BURST, CONTESTED_NEW_RATE, ROOT_LINK_GRACE
 from evio.sdn.switch import Drop
 from evio.testing.fake_flow_table import host_mac, symphony_network
@@ -86,3 +89,18 @@ def test_an_honest_ring_with_churning_chords_and_new_hosts_loses_no_flood_to_the
         net.inject(src, 1, frame)
         got = [nid for nid in ids if net.nodes[nid].received[1][before[nid]:].count(frame)]
         assert got == [dst]
+
+
+def test_the_ways_held_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evio.sdn import frb_receive
+
+    monkeypatch.setattr(frb_receive, "FLOOD_WAYS", 3)
+    net, ids, _ = symphony_network(n=8, seed=3, long_distance=1)
+    told_members(net, ids)
+    net.now = 1.0
+    for nid in ids:
+        net.inject(nid, 1, eth(BROADCAST, host_mac(net, nid), 0x0806))
+    assert all(len(node.switch._flood_ways) <= 3 for node in net.nodes.values())
+    net.now += 301.0  # all stale: new roots' ways are held again
+    net.inject(ids[0], 1, eth(BROADCAST, host_mac(net, ids[0]), 0x0806))
+    assert any((ids[0], kind) in net.nodes[ids[4]].switch._flood_ways for kind in frb.FrbType)
