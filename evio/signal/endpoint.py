@@ -598,6 +598,9 @@ class SignalEndpoint:
         if len(text) <= MAX_MEMBERS_HINT_BYTES:  # an ask is small; a list never has the key "ask"
             try:
                 ask = json.loads(text)
+            except RecursionError:  # no ValueError, and never a list (review21i I8)
+                self._drop(DropReason.MALFORMED, sender, "member list message nested too deeply")
+                return
             except ValueError:
                 ask = None
             if isinstance(ask, dict) and "ask" in ask:
@@ -777,7 +780,7 @@ class SignalEndpoint:
             return {}
         try:
             hint = json.loads(members_json) if len(members_json) <= MAX_MEMBERS_HINT_BYTES else None
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting is no ValueError (review21i I8)
             hint = None
         if not isinstance(hint, dict) or not all(isinstance(k, str) and type(v) is int for k, v in hint.items()):
             self._drop(DropReason.MALFORMED, sender, "bad member list serials in presence")
