@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/member_change_bench.py                    # 100 and 300 members, prosody
     .venv/bin/python benchmarks/member_change_bench.py --members 1000
     .venv/bin/python benchmarks/member_change_bench.py --server ejabberd --members 1000 --no-group
-                                                 # [--no-multicast: one ejabberdctl call per member, decision 0068]
+                                                 # [--no-multicast: one ejabberdctl call per member, decision 0065, amended]
 
 Run it under `flock /tmp/evio-heavy.lock` on a shared machine (root: prosody runs as a server of its own on
 loopback, from a temporary directory, on a free port). Per member count:
@@ -23,7 +23,7 @@ loopback, from a temporary directory, on a free port). Per member count:
 
 On ejabberd (`--server ejabberd`, as `evio server init` configures it, from a temporary directory) the admin
 commands are `ejabberdctl` calls, each an Erlang start: they are counted, with their CPU (this process's
-children) beside the server's own CPU (its beam process). With the multicast service (decision 0068) a
+children) beside the server's own CPU (its beam process). With the multicast service (decision 0065, amended) a
 message to every member online is one `send_stanza` per batch; `--no-multicast` sends one per member, as
 before it.
 
@@ -349,7 +349,7 @@ def main() -> int:
     parser.add_argument("--change-timeout", type=float, default=30.0, help="seconds a change may take to spread")
     parser.add_argument("--server", choices=("prosody", "ejabberd"), default="prosody")
     parser.add_argument("--no-multicast", dest="multicast", action="store_false",
-                        help="ejabberd: one ejabberdctl send_stanza per member online (before decision 0068)")
+                        help="ejabberd: one ejabberdctl send_stanza per member online (before decision 0065, amended)")
     parser.add_argument("--no-group", dest="group", action="store_false",
                         help="the server loads no roster group (prosody: the server host's groups file still lists "
                              "every member): no roster of n members, no presence broadcast to them")

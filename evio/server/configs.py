@@ -270,9 +270,9 @@ def ejabberd_multicast_service(domain: str) -> str:
 
 
 # XEP-0033 for the server host alone: `evio member add|remove` hands a change to every member online in one
-# ejabberdctl call (an Erlang start, about a second each), not one call per member (decision 0068).
+# ejabberdctl call (an Erlang start, about a second each), not one call per member (decision 0065, amended).
 _EJABBERD_MULTICAST = (
-    "  # One message to many members, for the server's own JID only (`evio member`, decision 0068).",
+    "  # One message to many members, for the server's own JID only (`evio member`, decision 0065, amended).",
     "  mod_multicast:",
     "    access: evio_multicast",
     "    limits:",

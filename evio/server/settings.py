@@ -40,7 +40,7 @@ class ServerSettings:
     ejabberdctl: str = "ejabberdctl"  # the command, split like a shell would (tests add --config-dir, --node)
     ejabberd_config: str = "/etc/ejabberd/ejabberd.yml"
     # The XEP-0033 multicast service `evio server init` enables (mod_multicast, for the server's own JID): a
-    # message to every member online is then a few ejabberdctl calls, not one per member (decision 0068).
+    # message to every member online is then a few ejabberdctl calls, not one per member (decision 0065, amended).
     # "" (a server.json from before it): one call per member.
     ejabberd_multicast: str = ""
     turn_config: str = "/etc/turnserver.conf"

@@ -10,7 +10,7 @@ members that are online now, within seconds, without restarting anything:
   Erlang node, 0.4-0.9 s); ``unregister`` ends the account's sessions. A
   message to every member online goes through the XEP-0033 multicast service
   (mod_multicast, usable by the server's own JID alone) when `evio server
-  init` enabled it: one ``send_stanza`` names the members (decision 0068).
+  init` enabled it: one ``send_stanza`` names the members (decision 0065, amended).
 * prosody (mod_groups): the groups file stays the durable record, but a reload
   of mod_groups only affects rosters loaded afterwards. Online members keep
   their cached roster, and prosody answers the new member's presence probes
@@ -400,7 +400,7 @@ class EjabberdAdmin:
         """Send <name xmlns=namespace>text</name> from the server to every online session of `group`'s members;
         the first `seeds` sessions get `seed_text` instead. `members`: the group's users as the caller knows
         them, in the order to send: one ejabberdctl call (a second or more each) fewer before the first member
-        has it. With the multicast service, a few calls in all (decision 0068); without, one per session."""
+        has it. With the multicast service, a few calls in all (decision 0065, amended); without, one per session."""
         check_group(group)
         if members is None:
             order = {jid: i for i, jid in enumerate(self._ctl("srg_get_members", group, self.domain).split())}

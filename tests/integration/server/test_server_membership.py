@@ -357,7 +357,7 @@ async def test_prosody_stopped_accounts_and_groups_wait_for_its_start(tmp_path: 
 async def test_ejabberd_delivers_to_every_member_online_in_a_few_calls(
     overlay: tuple[Server, dict[str, Member]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Decision 0068: `evio member add|remove` hand a change to every member online through mod_multicast, which
+    """Decision 0065 (amended): `evio member add|remove` hand a change to every member online through mod_multicast, which
     `evio server init` enables for the server's own JID: three ejabberdctl calls for two texts, however many
     members; each session gets its text once, from the server's domain. A member may not use the service."""
     server, m = overlay

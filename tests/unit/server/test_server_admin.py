@@ -145,7 +145,7 @@ if sys.argv[1] == "srg_list":
 
 def test_ejabberd_delivers_through_the_multicast_service_in_batches(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """Decision 0068: the seeds' text in one send_stanza, the others' in as few as fit one argument each; a text
+    """Decision 0065 (amended): the seeds' text in one send_stanza, the others' in as few as fit one argument each; a text
     too long to name anyone beside it goes one session at a time, as without the service."""
     log = tmp_path / "ctl.log"
     script = tmp_path / "fake_ejabberdctl.py"
@@ -193,7 +193,7 @@ def test_settings_choose_the_adapter() -> None:
     ejabberd = xmpp_admin(ServerSettings(domain=DOMAIN, xmpp="ejabberd", address="192.0.2.1",
                                          ejabberdctl="ejabberdctl --node e@localhost"))  # fmt: skip
     assert isinstance(ejabberd, EjabberdAdmin) and ejabberd.ejabberdctl == ["ejabberdctl", "--node", "e@localhost"]
-    assert ejabberd.multicast == ""  # a server.json from before decision 0068: one call per member
+    assert ejabberd.multicast == ""  # a server.json from before decision 0065, amended: one call per member
     ejabberd = xmpp_admin(ServerSettings(domain=DOMAIN, xmpp="ejabberd", address="192.0.2.1",
                                          ejabberd_multicast=f"multicast.{DOMAIN}"))  # fmt: skip
     assert isinstance(ejabberd, EjabberdAdmin) and ejabberd.multicast == f"multicast.{DOMAIN}"

@@ -60,7 +60,7 @@ def test_ejabberd_config_has_a_deep_backlog_and_the_shared_roster() -> None:
 
 
 def test_ejabberd_multicast_is_for_the_server_host_alone() -> None:
-    """Decision 0068: `evio member` sends one message to many members; no member may (no user part only)."""
+    """Decision 0065 (amended): `evio member` sends one message to many members; no member may (no user part only)."""
     yaml = pytest.importorskip("yaml")
     for text in (configs.ejabberd_config(domain=DOMAIN, certfile="/e/evio.pem"),
                  configs.ejabberd_additions(domain=DOMAIN, certfile="/e/evio.pem")):  # fmt: skip
