@@ -58,6 +58,15 @@ ANSWER_QUIET = 30.0
 ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
 HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
 REPEATS = (1.0, 3.0)  # seconds after the first broadcast of a list adopted here that it goes out again
+# A revocation list the server host sent every member online goes over the overlay once, for members it did not
+# reach, by the node whose wait (up to this) ends first; the others hear it and keep theirs: about one flood
+# where every member used to flood it three times (n floods of n frames each, per removal)
+SERVER_COPY_JITTER = 5.0
+# and keeps its own only once copies signed by this many other members came by: one member broadcasting the
+# list with bounds that reach every node but one cannot hold back everyone's copy (review21i I9); two copies
+# also make up for one lost datagram
+SERVER_COPY_WITNESSES = 2
+MAX_WITNESSES = 16  # signers of copies of the held list remembered (only the count up to the above matters)
 HAVE_PERIOD = 30.0  # mean seconds between a node's own periodic HAVEs, in an overlay of up to 30 nodes
 HAVE_PERIOD_MAX = 60.0  # and at most this, however many HAVE senders (some perhaps invented) were heard
 FOLLOW_UP = 1.5  # a HAVE said again this long after, unless a newer list came (answers come within ANSWER_JITTER)
@@ -81,6 +90,7 @@ class _Assembly:
     listed: tuple[bytes, ...]  # the signed manifest's hashes: the chunks', or their parts' (`revocation_manifest`)
     started: float
     broadcast: bool  # the manifest came to the broadcast address
+    signer: int  # the node id whose signed manifest began it (checked)
     hashes: dict[int, bytes] = field(default_factory=dict)  # chunk index -> its hash, as far as known
     chunks: dict[int, bytes] = field(default_factory=dict)
 
@@ -123,18 +133,21 @@ class SignedDocumentFlood:
         self._last_answer = float("-inf")
         self._answer_timer: Timer | None = None
         self._asked: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> its last ask (HAVE), oldest first
-        # asker MAC -> (the ask level last honoured for it, when), oldest first: a level is earned one at a time
-        self._levels: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
+        # asker MAC -> (the ask level honoured for it, since when), last heard oldest first: a level is earned one
+        # at a time, each after the asker's back-off for the one before (`_earned_after`)
+        self._levels: OrderedDict[bytes, tuple[int, float, float]] = OrderedDict()
         self._firm_timers: dict[bytes, Timer] = {}  # asker MAC -> our firm answer to it, waiting its jitter
         self._firmly_answered: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> when, oldest first
         self._firm_budget = TokenBucket(FIRM_RATE, clock.now())
         self._asks = 0  # asks since we last adopted a list: our HAVEs' level (rule 5)
         self._heard_list_at = float("-inf")  # when a broadcast of the list we hold last came by
+        self._witnesses: dict[int, float] = {}  # signer of a broadcast copy of the held list -> when it came by
         self._rng = random.Random()
         self._last_have = float("-inf")
         self._have_timer: Timer | None = None
         self._follow_timer: Timer | None = None
         self._repeat_timers: list[Timer] = []
+        self._server_copy_timer: Timer | None = None
         self._periodic_timer: Timer | None = None
         self._have_heard: dict[bytes, float] = {}  # sender MAC -> when its last HAVE came by (oldest first)
         self._places: list[int] = []  # the places of the senders in _have_heard, sorted
@@ -154,10 +167,11 @@ class SignedDocumentFlood:
             self._subscription.cancel()
             self._subscription = None
         for timer in (self._have_timer, self._answer_timer, self._periodic_timer, self._ask_timer,
-                      self._follow_timer, *self._repeat_timers, *self._firm_timers.values()):
+                      self._follow_timer, self._server_copy_timer, *self._repeat_timers, *self._firm_timers.values()):
             if timer is not None:
                 timer.cancel()
         self._have_timer = self._answer_timer = self._periodic_timer = self._ask_timer = self._follow_timer = None
+        self._server_copy_timer = None
         self._repeat_timers.clear()
         self._firm_timers.clear()
         if self._sock is not None:
@@ -249,6 +263,14 @@ class SignedDocumentFlood:
         self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once
         self._ask_not_before = float("-inf")
         self._asks = 0
+        self._witnesses.clear()  # copies of the list held before
+        if isinstance(event, RevocationAdopted) and event.from_server_host:
+            if self._server_copy_timer is not None:
+                self._server_copy_timer.cancel()
+            adopted, serial = self._clock.now(), event.serial
+            self._server_copy_timer = self._clock.call_later(
+                self._rng.uniform(0, SERVER_COPY_JITTER), lambda: self._send_server_copy(serial, adopted))
+            return
         # Not a change from the server host: every member online had it; the few that had the whole list flood it.
         if not event.source.startswith("overlay") and not (isinstance(event, MemberListAdopted) and not event.flood):
             self._send_list()
@@ -256,6 +278,17 @@ class SignedDocumentFlood:
                 timer.cancel()
             self._repeat_timers = [self._clock.call_later(delay, lambda: self._repeat(event.serial))
                                    for delay in REPEATS]
+
+    def _send_server_copy(self, serial: int, adopted: float) -> None:
+        self._server_copy_timer = None
+        if self._serial() != serial:  # a newer list since
+            return
+        witnesses = sum(1 for at in self._witnesses.values() if at >= adopted)
+        if witnesses >= SERVER_COPY_WITNESSES:  # others' copies came by: a node they missed asks (rules 3-5)
+            self.counts["server_copy_heard_elsewhere"] += 1
+            return
+        self.counts["sent_server_copy"] += 1
+        self._send_list()
 
     def _repeat(self, serial: int) -> None:
         if self._serial() == serial:  # a newer list since went out on its own
@@ -318,9 +351,11 @@ class SignedDocumentFlood:
         another node does it first; if `asker` (the sender of a HAVE of ask level `level`) asks again, send it
         ours by unicast if it chooses us, whatever copies come by (rule 5)."""
         now = self._clock.now()
-        if asker is not None and self._asked_again(asker, now):
-            self._answer_firmly(asker, level, now)
-            return
+        if asker is not None:
+            level = self._honoured_level(asker, level, now)  # every ask: a level's time runs from the first
+            if self._asked_again(asker, now):
+                self._answer_firmly(asker, level, now)
+                return
         if self._answer_timer is not None or now - self._last_answer < ANSWER_INTERVAL:
             self.counts["answer_held"] += 1
             return
@@ -343,8 +378,8 @@ class SignedDocumentFlood:
 
     def _answer_firmly(self, asker: bytes, level: int, now: float) -> None:
         """`asker` asked again: if we are among the few it chooses, send it our list by unicast after a random
-        wait, at most once per `FIRM_INTERVAL` to it and as `FIRM_RATE` allows to all (rule 5)."""
-        level = self._honoured_level(asker, level, now)
+        wait, at most once per `FIRM_INTERVAL` to it and as `FIRM_RATE` allows to all (rule 5). `level` is the
+        honoured one."""
         if asker[0] & 1 or asker in self._firm_timers or not self._chosen(asker, level):
             return  # a group MAC (no unicast reaches it), our answer on its way, or others' to give
         while self._firmly_answered and next(iter(self._firmly_answered.values())) < now - FIRM_INTERVAL:
@@ -359,18 +394,26 @@ class SignedDocumentFlood:
                                                           lambda: self._answer_firm_now(asker))  # fmt: skip
 
     def _honoured_level(self, asker: bytes, claimed: int, now: float) -> int:
-        """The level `asker`'s ask is taken at: one above the last honoured for it within `LEVEL_MEMORY`, at most,
-        else 0. The asker writes its level; a real one climbs one per back-off, and one claiming the top at once
-        drew a firm answer from every holder (review21h H8)."""
-        while self._levels and next(iter(self._levels.values()))[1] < now - LEVEL_MEMORY:
+        """The level `asker`'s ask is taken at: 0 for an asker not heard within `LEVEL_MEMORY`; one above the level
+        honoured for it once it held that level `_earned_after` it; the claimed level if lower. The asker writes its
+        level; a real one climbs one per back-off. One claiming the top at once drew a firm answer from every holder
+        (review21h H8), and one climbing a level per HAVE, ten HAVEs 10 ms apart, too (review21i I6)."""
+        while self._levels and next(iter(self._levels.values()))[2] < now - LEVEL_MEMORY:
             self._levels.popitem(last=False)
-        last = self._levels.pop(asker, None)
-        level = min(claimed, last[0] + 1) if last is not None else 0
+        entry = self._levels.pop(asker, None)
+        if entry is None:
+            level, since = 0, now
+        else:
+            level, since = entry[0], entry[1]
+            if claimed < level:
+                level, since = claimed, now  # it adopted a list and asks anew: it climbs again from there
+            elif claimed > level and now - since >= _earned_after(level):
+                level, since = level + 1, now
         if level < claimed:
             self.counts["ask_level_lowered"] += 1
         if len(self._levels) >= MAX_ASKERS:
             self._levels.popitem(last=False)
-        self._levels[asker] = (level, now)
+        self._levels[asker] = (level, since, now)
         return level
 
     def _answer_firm_now(self, asker: bytes) -> None:
@@ -479,7 +522,7 @@ class SignedDocumentFlood:
         if len(self._pending) >= MAX_PENDING:
             del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
             self.counts["dropped_incomplete"] += 1
-        assembly = _Assembly(serial, count, manifest.hashes, now, broadcast)
+        assembly = _Assembly(serial, count, manifest.hashes, now, broadcast, manifest.node_id)
         if count <= revocation_manifest.PART_HASHES:
             assembly.hashes = dict(enumerate(manifest.hashes))  # else the parts bring them
         self._pending[manifest.node_id] = assembly
@@ -532,12 +575,28 @@ class SignedDocumentFlood:
             # counts: a forged header of our serial must not keep a node that missed it without it.
             if broadcast and text == held[1]:
                 self._heard_list_at = now
+                self._witnesses.pop(assembly.signer, None)  # newest last: the oldest goes when full
+                self._witnesses[assembly.signer] = now
+                while len(self._witnesses) > MAX_WITNESSES:
+                    del self._witnesses[next(iter(self._witnesses))]
             return
         mac = sender.hex(":")
         if self._hand_in(text, f"overlay {mac}"):
             self.counts["adopted"] += 1
         else:
             self.counts["not_adopted"] += 1  # the endpoint counted and logged why (bad_revocation)
+
+
+def _earned_after(level: int) -> float:
+    """How long an asker holds ask level `level` before a holder honours the next (review21i I6): no sooner than a
+    real asker says it. A real one asks again only after its back-off (`_ask`: HAVE_INTERVAL after level 0 and 1,
+    doubling from there to HAVE_PERIOD), and says each level in a HAVE of its own, no sooner than HAVE_INTERVAL
+    after its last; that HAVE may be held up to HAVE_INTERVAL by the one before and its ask by up to ANSWER_JITTER.
+    One more ANSWER_JITTER for the frames' way. An asker a holder lowers anyway says the level again in its
+    follow-up (FOLLOW_UP later): a real climb is at most that late, once. 1.5 s up to level 2, then 5, 13, 27 s:
+    the top level (8) about 100 s after the first ask, not 0.1 s."""
+    backoff = min(HAVE_INTERVAL * 2.0 ** max(min(level, FIRM_LEVEL_MAX) - 1, 0), HAVE_PERIOD)
+    return max(HAVE_INTERVAL, backoff - HAVE_INTERVAL - ANSWER_JITTER) - ANSWER_JITTER
 
 
 def _place(mac: bytes) -> int:
