@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two first presences at the same moment on two ejabberd cluster nodes: how often both are lost (decision 0070).
+"""Two first presences at the same moment on two ejabberd cluster nodes: how often both are lost (decision 0067).
 
     flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/cluster_presence_race.py --rounds 150
 

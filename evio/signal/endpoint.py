@@ -126,7 +126,7 @@ RECONTACT_INTERVAL = 30.0
 # silent ones are mostly still signing in, and telling them again (or skipping them) only adds to the storm.
 RECONTACT_LOGINS = 4.0
 ANSWER_WAIT = 10.0  # a request to a listed member not present waits this long at most for its presence
-# Overlays whose membership is the roster (decision 0070): the server may lose a presence for good. Two members
+# Overlays whose membership is the roster (decision 0067): the server may lose a presence for good. Two members
 # whose first presence goes out at the same moment on two nodes of an ejabberd cluster each find the other not
 # online there yet (the nodes copy their sessions to each other a little later), so neither hears of the other.
 # About this long after each login (0.75-1.25x; longer after a slow login, as the server is busy), the roster
@@ -249,7 +249,7 @@ class SignalEndpoint:
         self._probe_timer: Timer | None = None
         self._probed: set[str] = set()  # bare JIDs our last round probed: not heard of since
         self._probe_answers: list[str] = []  # of those, the ones heard of since (the server had lost them)
-        self.presence_probes = 0  # roster members probed (decision 0070), all sessions
+        self.presence_probes = 0  # roster members probed (decision 0067), all sessions
         self.presences_recovered = 0  # ... whose presence came then: the server had not passed it on
         self._members_reask: dict[str, Timer] = {}  # overlay -> when a held-back ask goes to another contact
         self._contacts_cache: dict[str, tuple[tuple[int, frozenset[int], frozenset[int]], frozenset[int]]] = {}
@@ -1141,7 +1141,7 @@ class SignalEndpoint:
         return 0.0
 
     def _probe_later(self, round_: int) -> None:
-        """Round `round_` (from 0) of presence probes after a login (decision 0070): overlays of the roster only."""
+        """Round `round_` (from 0) of presence probes after a login (decision 0067): overlays of the roster only."""
         if self._probe_timer is not None:
             self._probe_timer.cancel()
             self._probe_timer = None

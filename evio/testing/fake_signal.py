@@ -43,7 +43,7 @@ class FakeSignalHub:
         self.directed = 0  # directed presence stanzas delivered
         # The presence a login exchanges lost on demand: (recipient full JID, sender full JID) for which this says
         # True, the sender's presence at either one's login never reaches the recipient, as when two members sign
-        # in to two nodes of an ejabberd cluster at the same moment (decision 0070). A probe still gets it.
+        # in to two nodes of an ejabberd cluster at the same moment (decision 0067). A probe still gets it.
         self.loses_presence: Callable[[str, str], bool] | None = None
         self.probes = 0  # presence probes from clients
 

@@ -52,7 +52,7 @@ OVERLAY = "ov1"
 MEMBERS = 4
 BACK_WITHIN = 10.0  # issue 24: every member signed in again within 10 s of losing a cluster node
 RING_TIMEOUT = 60.0
-TRIES = 60  # at the cluster's race of first presences (decision 0070): 1 try in 1-8 hit it (loads 6-9), so 60
+TRIES = 60  # at the cluster's race of first presences (decision 0067): 1 try in 1-8 hit it (loads 6-9), so 60
 # all miss it at about 1 in 10^6
 
 
@@ -284,7 +284,7 @@ async def race_once(cluster: EjabberdCluster, attempt: int) -> bool:
 
 async def test_a_presence_the_cluster_lost_at_login_comes_on_the_probe(cluster: EjabberdCluster) -> None:
     """Two first presences at the same moment on two cluster nodes: each node looks for the other's session before
-    Mnesia has copied it there, and both are lost for good (decision 0070). The probe a few seconds after the
+    Mnesia has copied it there, and both are lost for good (decision 0067). The probe a few seconds after the
     login brings the other's. Tried until the race is hit: a try that misses it costs a login, about 1 s."""
     for attempt in range(1, TRIES + 1):
         if await race_once(cluster, attempt):

@@ -1,4 +1,4 @@
-"""A presence the server lost at login is asked for again (decision 0070), on the in-memory hub and a VirtualClock.
+"""A presence the server lost at login is asked for again (decision 0067), on the in-memory hub and a VirtualClock.
 
 Two members signing in to two nodes of an ejabberd cluster at the same moment may each miss the other's
 presence for good (Mnesia replicates sessions asynchronously: each node looked for the other's session before
