@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from collections import deque
 
 import pytest
 
@@ -216,7 +215,7 @@ def test_a_frame_that_reached_the_controller_before_the_flow_ahead_leaves_it_ahe
     match = FlowMatch(1, macs[a], macs[b])
     assert node.table.flows[match].idle_timeout == 0
     late = eth(macs[b], macs[a], payload=b"late" * 16)  # upcalled before the flow ahead was on the bridge
-    net._run(deque(net._execute(node, node.switch.packet_in(1, late, net.now))))
+    net.upcalled(a, 1, late)
     assert node.table.flows[match].idle_timeout > 0  # the learned flow, as the packet-in installs it
     net.advance(0.5)
     assert node.table.flows[match].idle_timeout == 0
@@ -231,7 +230,7 @@ def test_a_learned_flow_that_replaced_one_ahead_is_not_deleted_when_the_flow_ahe
     node = net.nodes[a]
     match = FlowMatch(1, macs[a], macs[b])
     late = eth(macs[b], macs[a], payload=b"late" * 16)
-    net._run(deque(net._execute(node, node.switch.packet_in(1, late, net.now))))
+    net.upcalled(a, 1, late)
     node.switch.neighbors.certified = {}
     net.advance(0.5)
     assert match in node.table.flows and node.table.flows[match].idle_timeout > 0
