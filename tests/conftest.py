@@ -6,10 +6,13 @@
 - In CI (`CI` set, as root, after scripts/bootstrap) every test can run, so a
   skip there means a missing install or privilege: it fails instead of hiding.
 - `loopback_only`: aioice on loopback, for tests of real tunnels in one process (any tier).
+- Logger levels come back after every test: `configure_logging` at -vv sets slixmpp and the other chatty libraries
+  to DEBUG, and a test that forgot them made later slixmpp tests log every stanza (minutes, megabytes of output).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -42,6 +45,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _BEFORE = pytest.StashKey[set[str]]()
+
+
+@pytest.fixture(autouse=True)
+def _logger_levels() -> Iterator[None]:
+    from evio.node.logs import CHATTY_LIBRARIES
+
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in CHATTY_LIBRARIES)]
+    saved = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, saved, strict=True):
+        logger.setLevel(level)
 
 
 @pytest.fixture

@@ -58,6 +58,15 @@ ANSWER_QUIET = 30.0
 ANSWER_JITTER = 0.5  # the wait before answering, so that one node answers and the others hear it
 HAVE_INTERVAL = 2.0  # HAVE broadcast at most this often; link-ups in between are folded into one
 REPEATS = (1.0, 3.0)  # seconds after the first broadcast of a list adopted here that it goes out again
+# A revocation list the server host sent every member online goes over the overlay once, for members it did not
+# reach, by the node whose wait (up to this) ends first; the others hear it and keep theirs: about one flood
+# where every member used to flood it three times (n floods of n frames each, per removal)
+SERVER_COPY_JITTER = 5.0
+# and keeps its own only once copies signed by this many other members came by: one member broadcasting the
+# list with bounds that reach every node but one cannot hold back everyone's copy (review21i I9); two copies
+# also make up for one lost datagram
+SERVER_COPY_WITNESSES = 2
+MAX_WITNESSES = 16  # signers of copies of the held list remembered (only the count up to the above matters)
 HAVE_PERIOD = 30.0  # mean seconds between a node's own periodic HAVEs, in an overlay of up to 30 nodes
 HAVE_PERIOD_MAX = 60.0  # and at most this, however many HAVE senders (some perhaps invented) were heard
 FOLLOW_UP = 1.5  # a HAVE said again this long after, unless a newer list came (answers come within ANSWER_JITTER)
@@ -81,6 +90,7 @@ class _Assembly:
     listed: tuple[bytes, ...]  # the signed manifest's hashes: the chunks', or their parts' (`revocation_manifest`)
     started: float
     broadcast: bool  # the manifest came to the broadcast address
+    signer: int  # the node id whose signed manifest began it (checked)
     hashes: dict[int, bytes] = field(default_factory=dict)  # chunk index -> its hash, as far as known
     chunks: dict[int, bytes] = field(default_factory=dict)
 
@@ -130,11 +140,13 @@ class SignedDocumentFlood:
         self._firm_budget = TokenBucket(FIRM_RATE, clock.now())
         self._asks = 0  # asks since we last adopted a list: our HAVEs' level (rule 5)
         self._heard_list_at = float("-inf")  # when a broadcast of the list we hold last came by
+        self._witnesses: dict[int, float] = {}  # signer of a broadcast copy of the held list -> when it came by
         self._rng = random.Random()
         self._last_have = float("-inf")
         self._have_timer: Timer | None = None
         self._follow_timer: Timer | None = None
         self._repeat_timers: list[Timer] = []
+        self._server_copy_timer: Timer | None = None
         self._periodic_timer: Timer | None = None
         self._have_heard: dict[bytes, float] = {}  # sender MAC -> when its last HAVE came by (oldest first)
         self._places: list[int] = []  # the places of the senders in _have_heard, sorted
@@ -154,10 +166,11 @@ class SignedDocumentFlood:
             self._subscription.cancel()
             self._subscription = None
         for timer in (self._have_timer, self._answer_timer, self._periodic_timer, self._ask_timer,
-                      self._follow_timer, *self._repeat_timers, *self._firm_timers.values()):
+                      self._follow_timer, self._server_copy_timer, *self._repeat_timers, *self._firm_timers.values()):
             if timer is not None:
                 timer.cancel()
         self._have_timer = self._answer_timer = self._periodic_timer = self._ask_timer = self._follow_timer = None
+        self._server_copy_timer = None
         self._repeat_timers.clear()
         self._firm_timers.clear()
         if self._sock is not None:
@@ -249,6 +262,14 @@ class SignedDocumentFlood:
         self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once
         self._ask_not_before = float("-inf")
         self._asks = 0
+        self._witnesses.clear()  # copies of the list held before
+        if isinstance(event, RevocationAdopted) and event.from_server_host:
+            if self._server_copy_timer is not None:
+                self._server_copy_timer.cancel()
+            adopted, serial = self._clock.now(), event.serial
+            self._server_copy_timer = self._clock.call_later(
+                self._rng.uniform(0, SERVER_COPY_JITTER), lambda: self._send_server_copy(serial, adopted))
+            return
         # Not a change from the server host: every member online had it; the few that had the whole list flood it.
         if not event.source.startswith("overlay") and not (isinstance(event, MemberListAdopted) and not event.flood):
             self._send_list()
@@ -256,6 +277,17 @@ class SignedDocumentFlood:
                 timer.cancel()
             self._repeat_timers = [self._clock.call_later(delay, lambda: self._repeat(event.serial))
                                    for delay in REPEATS]
+
+    def _send_server_copy(self, serial: int, adopted: float) -> None:
+        self._server_copy_timer = None
+        if self._serial() != serial:  # a newer list since
+            return
+        witnesses = sum(1 for at in self._witnesses.values() if at >= adopted)
+        if witnesses >= SERVER_COPY_WITNESSES:  # others' copies came by: a node they missed asks (rules 3-5)
+            self.counts["server_copy_heard_elsewhere"] += 1
+            return
+        self.counts["sent_server_copy"] += 1
+        self._send_list()
 
     def _repeat(self, serial: int) -> None:
         if self._serial() == serial:  # a newer list since went out on its own
@@ -479,7 +511,7 @@ class SignedDocumentFlood:
         if len(self._pending) >= MAX_PENDING:
             del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
             self.counts["dropped_incomplete"] += 1
-        assembly = _Assembly(serial, count, manifest.hashes, now, broadcast)
+        assembly = _Assembly(serial, count, manifest.hashes, now, broadcast, manifest.node_id)
         if count <= revocation_manifest.PART_HASHES:
             assembly.hashes = dict(enumerate(manifest.hashes))  # else the parts bring them
         self._pending[manifest.node_id] = assembly
@@ -532,6 +564,10 @@ class SignedDocumentFlood:
             # counts: a forged header of our serial must not keep a node that missed it without it.
             if broadcast and text == held[1]:
                 self._heard_list_at = now
+                self._witnesses.pop(assembly.signer, None)  # newest last: the oldest goes when full
+                self._witnesses[assembly.signer] = now
+                while len(self._witnesses) > MAX_WITNESSES:
+                    del self._witnesses[next(iter(self._witnesses))]
             return
         mac = sender.hex(":")
         if self._hand_in(text, f"overlay {mac}"):

@@ -62,6 +62,17 @@ def families(status: Mapping[str, Any]) -> Iterator[Metric]:
     uptime.add_metric([], float(status.get("uptime") or 0))
     yield uptime
 
+    stun = status.get("stun", {})
+    rejected = CounterMetricFamily("evio_stun_rejected", "STUN-range datagrams dropped as malformed, by reason.",
+                                   labels=["reason"])
+    for reason, count in sorted(stun.get("rejected", {}).items()):
+        rejected.add_metric([reason], count)
+    yield rejected
+    raised = CounterMetricFamily("evio_turn_lifetime_raised",
+                                 "TURN answers granting under 30 s, read as 30 s (a server asking for a refresh loop).")
+    raised.add_metric([], stun.get("turn_lifetime_raised", 0))
+    yield raised
+
     f = _Families()
     for overlay, ov in status.get("overlays", {}).items():
         f.overlay(overlay, ov)

@@ -42,6 +42,7 @@ from evio.node.thread_names import name_os_threads
 from evio.sdn.boundary import SwitchConnected
 from evio.signal.endpoint import SignalEndpoint
 from evio.signal.interface import Signaling
+from evio.tunnel.path import aioice_patches
 
 if TYPE_CHECKING:  # prometheus_client (some 2 MB resident) is imported only where metrics are on
     from evio.node.metrics import MetricsServer
@@ -454,6 +455,9 @@ class Node:
             "systemd": {"notify": self._notifier is not None and self._notifier.enabled, "ready_sent": self.notified_ready,
                         "watchdog_interval": self._notifier.watchdog_interval if self._notifier else None},
             "overlays": {name: overlay_status(stack) for name, stack in self.overlays.items()},
+            # process-wide: aioice's sockets serve every overlay
+            "stun": {"rejected": {r.value: n for r, n in sorted(aioice_patches.STUN_REJECTED.items(), key=lambda i: i[0].value)},
+                     "turn_lifetime_raised": aioice_patches.TURN_LIFETIME_RAISED},
         }
 
 

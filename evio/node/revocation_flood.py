@@ -11,7 +11,11 @@ overlay, and each node reads the others' off the same interface:
    on it, the server host's message, a member's presence) broadcasts it, and again after each of `REPEATS`
    (a broadcast is a datagram: a loaded host or link drops one now and then, and one lost copy must not
    leave a node out); the flood reaches every node that is linked. A list adopted from the overlay is not
-   sent again: it reached the others already.
+   sent again: it reached the others already. Nor is a list from the server host, which sent it to every
+   member online, flooded by all: each node waits up to `SERVER_COPY_JITTER` at random and broadcasts it once
+   unless copies signed by `SERVER_COPY_WITNESSES` other members came by meanwhile, for the members the server
+   did not reach (two floods per removal, not three per member; one member's copy bounded to miss a node cannot
+   hold the others' back, review21i I9; a member both copies missed asks, rules 3-5).
 2. A node broadcasts HAVE (its serial, no list) when one of its links comes up, so a node that joins, or a
    part of the ring that was cut off, learns what it missed: a node holding a newer list answers HAVE, and
    any older list that comes by, with its own (at most once per `ANSWER_INTERVAL`), after a random wait of up
@@ -93,6 +97,8 @@ from evio.node.document_flood import (  # noqa: F401 - the flood's constants, as
     MAX_HEARD,
     MAX_PENDING,
     REPEATS,
+    SERVER_COPY_JITTER,
+    SERVER_COPY_WITNESSES,
     VERSION,
     SignedDocumentFlood,
 )

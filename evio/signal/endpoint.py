@@ -529,9 +529,10 @@ class SignalEndpoint:
                 self._events.publish(PeerRemoved(key[0], key[1], key[2], RemovalCause.MEMBERSHIP_REVOKED))
         # Passed on in our presence, unless the server host sent it: it sent it to every member online, and a
         # re-announcement to every link of every member is O(members x links) stanzas (decision 0065).
-        if source != self.account.split("@", 1)[-1]:
+        from_server_host = source == self.account.split("@", 1)[-1]
+        if not from_server_host:
             self._announce_again()
-        self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source))
+        self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source, from_server_host))
         return True
 
     def _adopt_members(self, ml: member_list.MemberList, source: str, flood: bool = True) -> bool:

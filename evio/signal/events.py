@@ -58,6 +58,9 @@ class RevocationAdopted:
     overlay: str
     serial: int
     source: str  # where it came from: a file, the server host, a member's presence, the overlay
+    # From the server host, which sends it to every member online: the overlay's flood is then a stand-by for
+    # members it did not reach, sent by whichever node's random wait ends first (decision 0065).
+    from_server_host: bool = False
 
 
 @dataclass(frozen=True)

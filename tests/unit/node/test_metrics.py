@@ -111,3 +111,11 @@ def test_dropped_candidates_and_strangers_stun_are_counted_in_metrics() -> None:
     assert [(s.labels["reason"], s.value) for s in by_name["evio_tunnel_candidates_dropped"].samples] == [
         ("link-local", 2), ("loopback", 1)]
     assert [(s.labels["reason"], s.value) for s in by_name["evio_tunnel_drops"].samples] == [("stun-unknown-user", 7)]
+
+
+def test_process_wide_stun_drops_and_raised_turn_lifetimes_are_in_the_metrics() -> None:
+    status = {"node_id": "ab" * 16, "uptime": 1.0, "overlays": {},
+              "stun": {"rejected": {"stun-bad-length": 3}, "turn_lifetime_raised": 2}}
+    by_name = {family.name: family for family in families(status)}
+    assert [(s.labels["reason"], s.value) for s in by_name["evio_stun_rejected"].samples] == [("stun-bad-length", 3)]
+    assert [s.value for s in by_name["evio_turn_lifetime_raised"].samples] == [2]

@@ -24,6 +24,7 @@ from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 from evio.tunnel.path.trust import TrustAnchor
 
 OV = "ov1"
+SERVER_HOST = "lab.test"  # the overlay's XMPP domain: what the endpoint names the server host's messages by
 CA_KEY, CA_CERT = make_overlay_ca("ov1 CA", datetime.datetime.now(datetime.UTC), 3650)
 ANCHOR = TrustAnchor(OV, (CA_CERT,))
 _CERTS: dict[int, TunnelCertificate] = {}
@@ -73,7 +74,7 @@ class FakeSignaling:
         self.list = rl
         self.sources.append(source)
         for callback in list(self.subscribers):
-            callback(RevocationAdopted(OV, rl.serial, source))
+            callback(RevocationAdopted(OV, rl.serial, source, source == SERVER_HOST))
         return True
 
     def subscribe(self, event_type: type, callback: Callable[[RevocationAdopted], None]) -> Any:
@@ -264,3 +265,19 @@ async def test_the_periodic_have_slows_down_with_the_nodes_heard_up_to_a_bound()
     assert node._heard_senders() == rf.MAX_HEARD
     await clock.advance(1.5 * rf.HAVE_PERIOD_MAX + 0.01)
     assert len(medium.frames) >= sent + 2
+
+
+async def test_a_list_the_server_host_sent_to_every_member_online_goes_over_the_overlay_once() -> None:
+    # The server host sends a removal's list to every member online (decision 0065); each used to flood it three
+    # times: 3n floods reaching n nodes each. Two copies over the overlay serve the members the server missed.
+    medium, nodes, clock = fleet(12)
+    rl = signed(4, revoked=3)
+    for node in nodes[:-1]:  # the last one the server did not reach (a stripping or flaky server)
+        assert node.signaling.receive_revocation_list(identity.list_to_text(rl), SERVER_HOST)
+    assert lists_sent(medium) == []  # none at once: each waits its random turn
+    await clock.advance(rf.SERVER_COPY_JITTER + 0.1)
+    assert len(lists_sent(medium)) == rf.SERVER_COPY_WITNESSES  # the first ones; the others heard them
+    assert nodes[-1].signaling.list == rl
+    assert sum(n.counts["server_copy_heard_elsewhere"] for n in nodes) == 11 - rf.SERVER_COPY_WITNESSES
+    await clock.advance(max(rf.REPEATS) + 1)
+    assert len(lists_sent(medium)) == rf.SERVER_COPY_WITNESSES  # and no repeats

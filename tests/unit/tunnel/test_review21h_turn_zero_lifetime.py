@@ -26,6 +26,7 @@ from typing import Any
 import aioice.stun
 import aioice.turn
 
+from evio.tunnel.path import aioice_patches
 from evio.tunnel.path.aioice_patches import configure_aioice
 
 
@@ -49,6 +50,7 @@ class HostileTurn(asyncio.DatagramProtocol):
 
 async def test_a_turn_servers_zero_lifetime_does_not_make_the_node_refresh_in_a_loop() -> None:
     configure_aioice(0.1)
+    raised_before = aioice_patches.TURN_LIFETIME_RAISED
     loop = asyncio.get_running_loop()
     server_transport, server = await loop.create_datagram_endpoint(HostileTurn, local_addr=("127.0.0.1", 0))
     try:
@@ -62,3 +64,4 @@ async def test_a_turn_servers_zero_lifetime_does_not_make_the_node_refresh_in_a_
         server_transport.close()
     refreshes = server.requests.get(aioice.stun.Method.REFRESH, 0)
     assert refreshes <= 2, f"{refreshes} REFRESH requests in 0.5 s of one allocation ({server.requests})"
+    assert raised_before < aioice_patches.TURN_LIFETIME_RAISED  # counted (evio status: stun.turn_lifetime_raised)
