@@ -27,7 +27,9 @@ last DUPLICATE_WINDOW is answered with that one's answer (awaited if it is still
 served again: a ring copy signed before the server copy came (it was late), or any copy while the other is being
 served. Served twice, a late ring copy could agree to a link its origin had meanwhile been refused or let go
 (decision 0064, amended).
-Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST), MAX_HOPS hops, MAX_CHUNKS
+Bounds: a chunk per peer at most CHUNK_RATE a second (burst CHUNK_BURST); relayed, at most RELAY_RATE per
+(incoming, next hop) or, signed by an origin whose key is known here, ORIGIN_RATE per (origin, next hop)
+(review21h H1); MAX_HOPS hops, MAX_CHUNKS
 chunks, REASSEMBLY_SLOTS messages assembled at once (the oldest gives way), MAX_INFLIGHT requests served at once
 (MAX_INFLIGHT_PER_SENDER from one sender); what is
 dropped is counted by reason (``drops``) and logged at most once per peer a minute.
@@ -75,6 +77,12 @@ CHUNK_RATE, CHUNK_BURST = 20.0, 40  # per neighbour: an offer and its answer are
 # What one neighbour's chunks may take of our budget at the next hop, which counts all we pass on in ours: a
 # member sending junk through us at its full rate pushed every other member's offers to the server (review21g G1)
 RELAY_RATE, RELAY_BURST = CHUNK_RATE / 4, CHUNK_BURST // 4
+# ...but at a relay two hops on, that neighbour's share holds everything the first relay passes on, junk and
+# honest chunks alike (review21h H1). A chunk its origin signed, checked here against the key of the certificate
+# the overlay CA issued for its src, counts against that origin's own budget to the next hop instead: what a
+# member sends, under any src it writes, can take only its own (and the unsigned share of the link it came by).
+ORIGIN_RATE, ORIGIN_BURST = RELAY_RATE, RELAY_BURST
+RELAYED_SEEN = 4096  # signed chunks relayed lately, by (src, message id, index): a copy is not relayed again
 MAX_INFLIGHT = 32
 MAX_KEYS = 1024  # certificate keys of senders learned from their messages along the ring
 MAX_INFLIGHT_PER_SENDER = 4  # one member's slow requests do not take every slot (review21f F3)
@@ -137,6 +145,8 @@ class RingSignaling:
         self._replay = ring_signal.Replay()
         self._rate = PeerRateLimiter[int](Rate(CHUNK_RATE, CHUNK_BURST))
         self._relay_rate = PeerRateLimiter[tuple[int, int]](Rate(RELAY_RATE, RELAY_BURST))  # (from, to)
+        self._origin_rate = PeerRateLimiter[tuple[int, int]](Rate(ORIGIN_RATE, ORIGIN_BURST))  # (signed src, to)
+        self._relayed_seen: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self._serving: set[asyncio.Task[None]] = set()
         self._serving_from: Counter[int] = Counter()  # requests being served, by sender
         self._drop_log = LogLimiter[int](60.0)
@@ -153,6 +163,7 @@ class RingSignaling:
         self.answers_back = 0  # answers sent back the way their request came, with no link closer to the requester
         self.relayed = 0  # chunks passed on for others
         self.relay_rate_limited = 0  # of those, held back: one neighbour's share of the next hop's budget spent
+        self.relayed_signed = 0  # of the relayed, those counted against their signing origin's budget
         self.waited = 0  # link requests held for a link to come up before going along the ring again
         self._via_server = 0  # our requests now going through the server
         self.drops: Counter[DropReason] = Counter()
@@ -190,7 +201,8 @@ class RingSignaling:
     def counts(self) -> dict[str, object]:
         return {"sent": dict(self.sent), "fallbacks": dict(self.fallbacks), "served": dict(self.served),
                 "duplicates": dict(self.duplicates), "late_answers": self.late_answers, "answers_back": self.answers_back,
-                "relayed": self.relayed, "relay_rate_limited": self.relay_rate_limited, "waited": self.waited,
+                "relayed": self.relayed, "relay_rate_limited": self.relay_rate_limited,
+                "relayed_signed": self.relayed_signed, "waited": self.waited,
                 "drops": {r.value: n for r, n in self.drops.items()}}  # fmt: skip
 
     # -- Signaling: requests and handlers -------------------------------------------------------
@@ -287,7 +299,8 @@ class RingSignaling:
         message = RingMessage("request", self.overlay, self.own, peer, txid, self._wall(), action, body)
         message_id = self._rng.getrandbits(32)
         try:
-            pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key, to), message_id, self.own, peer)
+            pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key, to), message_id, self.own, peer,
+                                         key=self._key)  # fmt: skip
         except ValueError:
             raise _Fallback("too_large") from None
         waiter: asyncio.Future[RingMessage] = asyncio.get_running_loop().create_future()
@@ -356,18 +369,47 @@ class RingSignaling:
             return
         relays = self._route_peers()
         hop = ring_signal.next_hop(self.own, chunk.dst, frozenset(relays))
-        if hop is not None and not self._relay_rate.allow((neighbour, hop), self.clock.now()):
-            self.relay_rate_limited += 1
-            self._drop(DropReason.RATE_LIMITED, neighbour, f"relayed to {hop:032x}")
-            return
+        signed = False
+        if hop is not None:
+            checked = self._signed_by_origin(neighbour, payload, chunk)
+            if checked is None:
+                return
+            signed = checked
+            budget, key = (self._origin_rate, (chunk.src, hop)) if signed else (self._relay_rate, (neighbour, hop))
+            if not budget.allow(key, self.clock.now()):
+                self.relay_rate_limited += 1
+                self._drop(DropReason.RATE_LIMITED, neighbour, f"relayed to {hop:032x}{' signed' if signed else ''}")
+                return
         if hop is not None and relays[hop].send_overlay_signal(ring_signal.forwarded(payload, chunk)):
             self.relayed += 1
+            self.relayed_signed += signed
             return
         self._drop(DropReason.NO_ROUTE, neighbour, f"to {chunk.dst:032x}")
         if chunk.kind == ring_signal.DATA and chunk.index == 0:
             back = ring_signal.next_hop(self.own, chunk.src, frozenset(relays))
             if back is not None:
                 relays[back].send_overlay_signal(ring_signal.unreachable(chunk))
+
+    def _signed_by_origin(self, neighbour: int, payload: bytes, chunk: ring_signal.Chunk) -> bool | None:
+        """True if ``chunk``'s origin (its src) signed it, as its certificate key known here says; False if it
+        carries no signature or the key is not known here (it spends the share of the link it came by); None,
+        dropped and counted, if the signature is not the origin's or the chunk was relayed here already."""
+        if not chunk.signature:
+            return False
+        key = self._key_of(chunk.src)
+        if key is None:
+            return False
+        if not ring_signal.chunk_signed_by(payload, chunk, key):
+            self._drop(DropReason.BAD_SIGNATURE, neighbour, f"chunk of {chunk.src:032x}")
+            return None
+        seen = (chunk.src, chunk.message_id, chunk.index)
+        if seen in self._relayed_seen:  # a copy would spend its origin's budget again (a relay replaying it)
+            self._drop(DropReason.REPLAYED, neighbour, f"chunk of {chunk.src:032x}")
+            return None
+        self._relayed_seen[seen] = None
+        if len(self._relayed_seen) > RELAYED_SEEN:
+            self._relayed_seen.popitem(last=False)
+        return True
 
     def _take(self, message: RingMessage, neighbour: int) -> None:
         if message.overlay != self.overlay:
@@ -453,7 +495,7 @@ class RingSignaling:
             return
         try:
             pieces = ring_signal.chunks(ring_signal.seal(message, self._cert, self._key, to), self._rng.getrandbits(32),
-                                        self.own, message.dst)  # fmt: skip
+                                        self.own, message.dst, key=self._key)  # fmt: skip
         except ValueError:
             self.drops[DropReason.MALFORMED] += 1
             log.warning("ring signal %s answer to %032x too large to send", message.kind, message.dst)

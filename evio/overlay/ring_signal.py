@@ -13,6 +13,13 @@ answer comes back the same way. The tunnel carries it as an OVERLAY_SIGNAL contr
 A chunk (at most MAX_SIGNAL_PAYLOAD bytes)::
 
     version(1) | kind(1) | hops left(1) | index(1) | count(1) | message id(4) | dst(16) | src(16) | data
+                 [ | signature(64): if kind has SIGNED ]
+
+The origin signs each chunk it sends (ECDSA P-256 with its certificate's key, r||s, over the chunk with its
+hops byte zeroed): a relay that knows the origin's certificate key (`chunk_signed_by`) counts the chunk against
+that origin's own relay budget, which a member sending junk under invented or others' srcs cannot reach
+(review21h H1). A chunk without a signature, or from an origin whose key the relay does not know, is relayed
+within the budget of the neighbour it came from, as before.
 
 kind DATA carries one piece of a sealed message; kind UNREACHABLE (no data) tells the origin that the
 message of that id found no next hop, so it falls back to the server at once instead of on its timeout.
@@ -50,6 +57,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -57,17 +65,19 @@ from evio.signal.identity import TrustAnchor, load_certificate
 from evio.signal.protocol import ACTION_RE, TXID_RE
 
 __all__ = [
-    "DATA", "FRESH", "HEADER", "MAX_CHUNKS", "MAX_HOPS", "UNREACHABLE", "Chunk", "DropReason", "Reassembly",
-    "Replay", "RingMessage", "RingSignalError", "chunks", "forwarded", "next_hop", "open_sealed", "parse_chunk",
-    "seal", "unreachable",
+    "DATA", "FRESH", "HEADER", "MAX_CHUNKS", "MAX_HOPS", "SIGNATURE", "SIGNED", "UNREACHABLE", "Chunk", "DropReason",
+    "Reassembly", "Replay", "RingMessage", "RingSignalError", "chunk_signed_by", "chunks", "forwarded", "next_hop",
+    "open_sealed", "parse_chunk", "seal", "unreachable",
 ]
 
 VERSION = 2  # 2: sealed to the target's key (review21f F8); 1 (signed only) was never released
 DATA = 0
 UNREACHABLE = 1
+SIGNED = 0x80  # kind flag: a SIGNATURE follows the data (review21h H1)
 HEADER = struct.Struct("!BBBBBI16s16s")
+SIGNATURE = 64  # r || s of ECDSA P-256
 MAX_PAYLOAD = 1200  # = evio.tunnel.datapath.record.MAX_SIGNAL_PAYLOAD (the overlay does not import the data path)
-PIECE = MAX_PAYLOAD - HEADER.size
+PIECE = MAX_PAYLOAD - HEADER.size - SIGNATURE
 MAX_CHUNKS = 4  # an offer with a certificate takes 1-2
 MAX_HOPS = 16  # greedy routing over Symphony takes O(log^2 n / k) hops: 16 is plenty past 1,000 nodes
 MAX_DOC_BYTES = 16 * 1024  # the signaling protocol's own payload bound (evio.signal.protocol)
@@ -77,6 +87,7 @@ REASSEMBLY_SLOTS = 32
 REASSEMBLY_TIMEOUT = 5.0
 REPLAY_SLOTS = 4096
 _CONTEXT = b"evio-ring-signal/1\x00"
+_CHUNK_CONTEXT = b"evio-ring-signal-chunk/1\x00"
 _SEAL_CONTEXT = b"evio-ring-signal-seal/2\x00"
 _POINT = 65  # an uncompressed P-256 point
 _TAG = 16
@@ -147,6 +158,7 @@ class Chunk:
     dst: int
     src: int
     data: bytes
+    signature: bytes = b""  # SIGNATURE bytes if the origin signed it
 
 
 # ---------------------------------------------------------------------------- routing
@@ -179,26 +191,58 @@ def parse_chunk(payload: bytes) -> Chunk:
     if not HEADER.size <= len(payload) <= MAX_PAYLOAD:
         raise RingSignalError(DropReason.MALFORMED, f"{len(payload)} bytes")
     version, kind, hops, index, count, message_id, dst, src = HEADER.unpack_from(payload)
+    signature = b""
+    if kind & SIGNED:
+        kind &= ~SIGNED
+        if len(payload) < HEADER.size + SIGNATURE:
+            raise RingSignalError(DropReason.MALFORMED, f"signed, {len(payload)} bytes")
+        signature, payload = payload[-SIGNATURE:], payload[:-SIGNATURE]
     if version != VERSION or kind not in (DATA, UNREACHABLE):
         raise RingSignalError(DropReason.MALFORMED, f"version {version} kind {kind}")
     if kind == DATA and not (1 <= count <= MAX_CHUNKS and index < count and len(payload) > HEADER.size):
         raise RingSignalError(DropReason.MALFORMED, f"chunk {index} of {count}")
     if hops > MAX_HOPS:
         raise RingSignalError(DropReason.HOP_LIMIT, f"{hops} hops left")
-    return Chunk(kind, hops, index, count, message_id, int.from_bytes(dst), int.from_bytes(src), payload[HEADER.size :])
+    return Chunk(kind, hops, index, count, message_id, int.from_bytes(dst), int.from_bytes(src), payload[HEADER.size :],
+                 signature)  # fmt: skip
 
 
-def _pack(chunk: Chunk) -> bytes:
-    return HEADER.pack(VERSION, chunk.kind, chunk.hops, chunk.index, chunk.count, chunk.message_id,
-                       chunk.dst.to_bytes(16), chunk.src.to_bytes(16)) + chunk.data  # fmt: skip
+def _pack(chunk: Chunk, key: ec.EllipticCurvePrivateKey | None = None) -> bytes:
+    kind = chunk.kind | (SIGNED if key is not None else 0)
+    packed = HEADER.pack(VERSION, kind, chunk.hops, chunk.index, chunk.count, chunk.message_id,
+                         chunk.dst.to_bytes(16), chunk.src.to_bytes(16)) + chunk.data  # fmt: skip
+    if key is None:
+        return packed
+    r, s = decode_dss_signature(key.sign(_signed_part(packed), ec.ECDSA(hashes.SHA256())))
+    return packed + r.to_bytes(32) + s.to_bytes(32)
 
 
-def chunks(sealed: bytes, message_id: int, src: int, dst: int, hops: int = MAX_HOPS) -> list[bytes]:
-    """``sealed`` in pieces that each fit one record; ValueError if it needs more than MAX_CHUNKS."""
+def _signed_part(packed: bytes) -> bytes:
+    """What a chunk's signature covers: all but its hops byte (each relay lowers it) and the signature."""
+    return _CHUNK_CONTEXT + packed[:2] + b"\x00" + packed[3:]
+
+
+def chunk_signed_by(payload: bytes, chunk: Chunk, key: ec.EllipticCurvePublicKey) -> bool:
+    """Whether ``chunk`` (parsed from ``payload``) carries a signature of ``key``'s (its origin's, the relay
+    believes: the key of the certificate the overlay CA issued for ``chunk.src``)."""
+    if len(chunk.signature) != SIGNATURE:
+        return False
+    signature = encode_dss_signature(int.from_bytes(chunk.signature[:32]), int.from_bytes(chunk.signature[32:]))
+    try:
+        key.verify(signature, _signed_part(payload[:-SIGNATURE]), ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        return False
+    return True
+
+
+def chunks(sealed: bytes, message_id: int, src: int, dst: int, hops: int = MAX_HOPS,
+           key: ec.EllipticCurvePrivateKey | None = None) -> list[bytes]:  # fmt: skip
+    """``sealed`` in pieces that each fit one record, each signed with ``key`` (``src``'s certificate key) if
+    given; ValueError if it needs more than MAX_CHUNKS."""
     count = -(-len(sealed) // PIECE)
     if not 1 <= count <= MAX_CHUNKS:
         raise ValueError(f"a sealed message of {len(sealed)} bytes")
-    return [_pack(Chunk(DATA, hops, i, count, message_id, dst, src, sealed[i * PIECE : (i + 1) * PIECE]))
+    return [_pack(Chunk(DATA, hops, i, count, message_id, dst, src, sealed[i * PIECE : (i + 1) * PIECE]), key)
             for i in range(count)]  # fmt: skip
 
 

@@ -10,7 +10,8 @@ learning table, flood budget, counters). Pure, as the switch is: frames and `now
   BROADCAST_REVERSE (a broadcast's header sent the other way round the ring) is learned from and
   passed on, never delivered (docs/design.md, "Learning and unicast flows").
 - A flood must come the way one from its root could have come (`_plausible`; an adjacent root's by its
-  own link, `_detours_its_root`), else it is dropped;
+  own link, `_detours_its_root`), else it is dropped; one under a root whose floods come by another peer
+  brings MACs new here only within that port's small budget (`_contested`);
   a copy from a peer that is not its root cannot claim fewer than 2 hops (`_hops`); floods passed on
   for one ingress port share its total, each root its share (`_flood_budget_key`, flood_shares.py).
 - A LEAF_ANNOUNCE is taken only for the announcing peer's own root; the first one from a peer since
@@ -45,6 +46,12 @@ log = logging.getLogger(__name__)
 # How long after an adjacent root's end of our link stood (its leaf announcement came) a copy of its flood may
 # still come by another way: one it sent the long way round just before. Far above an overlay path's latency.
 ROOT_LINK_GRACE = 2.0
+# MACs new here that a peer may bring, a second, under one root whose floods come by another peer (`_contested`),
+# and under all such roots: far above how fast a member's hosts appear, and all together below what fills a port's
+# share of a learning table within a MAC's max age (2,048 in 300 s, 6.8 a second), here or past here.
+CONTESTED_NEW_RATE, CONTESTED_NEW_BURST = 1.0, 10
+CONTESTED_PORT_RATE, CONTESTED_PORT_BURST = 4.0, 100
+FLOOD_WAYS = 2 * 8192  # roots' ways held (two directions each): members, or roots with MACs in the learning table
 
 
 def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, now: float) -> list[FlowAction]:
@@ -66,10 +73,11 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
         sw._bounded(Drop.IMPLAUSIBLE_FRB, port.port_no, now,
                     f"peer={format_node_id(ingress)} root={format_node_id(h.root_nid)}")
         return []
-    if h.frb_type is frb.FrbType.BROADCAST:
-        return _broadcast_in(sw, port.port_no, ingress, frame, now, _flood_budget_key(sw, port, h))
-    if h.frb_type is frb.FrbType.BROADCAST_REVERSE:
-        return _reverse_in(sw, port.port_no, ingress, frame, now, _flood_budget_key(sw, port, h))
+    if flood:
+        key = _flood_budget_key(sw, port, h)
+        contested = key[1] is not None and h.root_nid != sw.node_id and _contested(sw, h, port.port_no, ingress, now)
+        receive = _broadcast_in if h.frb_type is frb.FrbType.BROADCAST else _reverse_in
+        return receive(sw, port.port_no, ingress, frame, now, key, contested)
     if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
         if h.root_nid != ingress:
             sw.drops[Drop.FOREIGN_ANNOUNCE] += 1  # only a root speaks for its own leaves
@@ -161,6 +169,40 @@ def _detours_its_root(sw: BoundedFloodSwitch, h: frb.FrbHeader, ingress: int, no
     return announced is not None and ingress != h.root_nid and now - announced >= ROOT_LINK_GRACE
 
 
+def _contested(sw: BoundedFloodSwitch, h: frb.FrbHeader, port: int, ingress: int, now: float) -> bool:
+    """Whether this copy comes by another port than the one its root's floods (of its type) came by first, while
+    that one still brings them (one within a MAC's max age, and its port stands); notes the way otherwise.
+
+    Without trust nothing tells a root's real floods from a copy a member forged under it (review21f F6
+    residual): a node that is no peer of the root gets both from peers on the arc from the root, and which of them
+    the root's tree runs through depends on links it does not see. But in an overlay whose links stand, each
+    root's floods come to a node by one peer only; a second peer bringing them is a forger or a tree that moved.
+    The way that brought them first keeps them, and a copy by another brings a MAC not known here at most at
+    CONTESTED_NEW_RATE a second per port and root, CONTESTED_PORT_RATE per port (`Drop.CONTESTED_ROOT`): a forger off the root's tree can no longer fill
+    the port the real floods take further on, where its MACs would count in the root's group and push out the
+    root's quiet hosts. The root's own link always holds its floods' way."""
+    way = (h.root_nid, h.frb_type)
+    known = sw._flood_ways.get(way)
+    if known is None or known[0] == port or ingress == h.root_nid or now - known[1] >= sw.learning.max_age:
+        if known is None and len(sw._flood_ways) >= FLOOD_WAYS:
+            for stale in [w for w, (_, seen) in sw._flood_ways.items() if now - seen >= sw.learning.max_age]:
+                del sw._flood_ways[stale]
+            if len(sw._flood_ways) >= FLOOD_WAYS:
+                return False  # every root's way live: this one is not held (as before the rule), nothing grows
+        sw._flood_ways[way] = (port, now)
+        return False
+    return True
+
+
+def _contested_new_mac(sw: BoundedFloodSwitch, port: int, root: int, now: float) -> bool:
+    """A MAC new here under a contested root: within its port's budget for that root and for all, or dropped
+    and counted."""
+    if sw.contested_new.allow((port, root), now) and sw.contested_port.allow(port, now):
+        return False
+    sw._bounded(Drop.CONTESTED_ROOT, port, now, f"root={format_node_id(root)}")
+    return True
+
+
 def _flood_budget_key(sw: BoundedFloodSwitch, port: SwitchPort, h: frb.FrbHeader) -> tuple[int, int | None]:
     """Whose flood budget a copy spends: its ingress port's and its root's. A root that is no member of the
     overlay (as signaling knows them; before the daemon said, one with no tunnel to it and no MAC learned
@@ -178,7 +220,7 @@ def _flood_budget_key(sw: BoundedFloodSwitch, port: SwitchPort, h: frb.FrbHeader
 
 def _broadcast_in(
     sw: BoundedFloodSwitch, in_port: int, ingress: int, frame: frb.FrbFrame, now: float,
-    budget_key: tuple[int, int | None],
+    budget_key: tuple[int, int | None], contested: bool = False,
 ) -> list[FlowAction]:
     h = frame.header
     inner = frame.payload
@@ -197,6 +239,8 @@ def _broadcast_in(
     source = sw.learning.lookup(inner_eth.src, now)
     if source is not None and source.port in sw.leaf_ports():
         sw.drops[Drop.OWN_FRAME] += 1  # ours, flooded on by a node whose path ended (see the docstring)
+    elif contested and source is None and _contested_new_mac(sw, in_port, h.root_nid, now):
+        return sw._deliver_to_leaves(inner, exclude=None)  # as any flood; its MAC stays unknown, to us and past us
     else:
         if inner_eth.is_group or source is None:
             # A flooded unicast's root is not the sender's node (see below): its hops say nothing.
@@ -235,7 +279,7 @@ def _broadcast_in(
 
 def _reverse_in(
     sw: BoundedFloodSwitch, in_port: int, ingress: int, frame: frb.FrbFrame, now: float,
-    budget_key: tuple[int, int | None],
+    budget_key: tuple[int, int | None], contested: bool = False,
 ) -> list[FlowAction]:
     """A broadcast's header flooded counter-clockwise: learn its source by it, pass it on, deliver nothing."""
     h = frame.header
@@ -249,6 +293,8 @@ def _reverse_in(
     actions: list[FlowAction] = []
     if source is not None and source.port in sw.leaf_ports():
         sw.drops[Drop.OWN_FRAME] += 1
+    elif contested and source is None and _contested_new_mac(sw, in_port, h.root_nid, now):
+        return []
     else:
         learned = sw._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True, hops=hops)
         if learned is None:

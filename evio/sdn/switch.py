@@ -262,6 +262,12 @@ class BoundedFloodSwitch:
         # Peer id -> when its leaf announcement first came on a port to it: its end of our link stands, and its
         # floods come by it (frb_receive._detours_its_root). Goes with any port to that peer.
         self._root_links: dict[int, float] = {}
+        # (root, flood type) -> the port its floods came by first and when one last did, and the per-port budget
+        # of MACs new here that another port may bring under such a root (frb_receive._contested, review21f F6).
+        self._flood_ways: dict[tuple[int, frb.FrbType], tuple[int, float]] = {}
+        self.contested_new = PeerRateLimiter[tuple[int, int]](
+            Rate(frb_receive.CONTESTED_NEW_RATE, frb_receive.CONTESTED_NEW_BURST))  # (port, root)
+        self.contested_port = PeerRateLimiter[int](Rate(frb_receive.CONTESTED_PORT_RATE, frb_receive.CONTESTED_PORT_BURST))
         # The L2 policy for frames FRBs carry (OverlaySwitch sets it): whether (ingress port, inner frame)
         # may come in. Other frames meet the policy in table 0 before they could reach the controller.
         self.frame_filter: Callable[[int, bytes], bool] | None = None
@@ -307,6 +313,9 @@ class BoundedFloodSwitch:
             budget.forget(port_no)
         self.flood_budget.forget(port_no)
         self._announced_by.discard(port_no)
+        self.contested_port.forget(port_no)  # (its per-root buckets age out of their bounded table)
+        for way in [way for way, (by, _) in self._flood_ways.items() if by == port_no]:
+            del self._flood_ways[way]  # its root's floods come another way now: that one stands from its first
         if port is None:
             return []
         if port.peer is not None:

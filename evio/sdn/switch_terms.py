@@ -70,6 +70,8 @@ class Drop(enum.Enum):
                      "(delivered here)")
     MOVE_REFUSED = "a claim that a live MAC moved, not taken: its place spoke lately (the frame itself went on)"
     IMPLAUSIBLE_FRB = "FRB broadcast from a peer that no flood from its root could have reached us through"
+    CONTESTED_ROOT = ("a flood from a MAC new here, under a root whose floods come here by another peer, over that "
+                      "port's rate for such MACs: delivered here, neither learned nor passed on (0033, F6 residual)")
     LINK_LOCAL_LIMITED = ("link-local multicast (router solicitation, MLD, mDNS) over its port's rate: delivered to "
                           "the other local ports, not flooded")
     NOT_ANNOUNCER = ("a frame placing a MAC under a member (or by a way) other than the one whose signed announcement "

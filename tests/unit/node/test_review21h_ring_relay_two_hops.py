@@ -17,6 +17,11 @@ Proposed fix: key the relay's share by the chunk's origin (`src` in the header) 
 i.e. fair queuing per (incoming neighbour, src) inside the (incoming, outgoing) budget, with a bounded table of
 origins; an unauthenticated src lets a forger spread over many src values, so also keep a small per-origin
 reservation for origins whose messages verified end to end before (a "known good" set), which junk cannot enter.
+
+Fixed (decision 0064, amended review21h H1): the origin signs each chunk; a relay that knows the origin's
+certificate key counts it against that origin's own budget to the next hop (`ORIGIN_RATE`), so the junk, unsigned,
+spends only the share of the link it came by, at every hop. Before: 5 of 5 fell back; after: 0 of 5, R1 relaying
+the junk still (tests/unit/node/test_ring_relay_origin_budget.py: signed junk, a forged src, a replayed chunk).
 """
 
 from __future__ import annotations
@@ -24,14 +29,11 @@ from __future__ import annotations
 import asyncio
 import random
 
-import pytest
-
 from evio.overlay import ring_signal as rs
 from evio.overlay.negotiation import ACTION_LINK
 from tests.unit.node.test_ring_signaling import OV, Fleet
 
 
-@pytest.mark.xfail(strict=True, reason="review21h H1: relay budget keyed by last hop; junk two hops away jams")
 async def test_junk_two_hops_from_a_relay_does_not_push_others_offers_to_the_server() -> None:
     fleet = Fleet(8)
     origin, r1, r2, target, attacker = fleet.ids[0], fleet.ids[1], fleet.ids[2], fleet.ids[3], fleet.ids[6]

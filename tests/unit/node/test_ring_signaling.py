@@ -261,9 +261,10 @@ async def test_a_dropped_request_falls_back_to_the_server_after_the_ring_timeout
 
 
 def _flip_in_sealed_part(payload: bytes) -> bytes:
-    """A relay cannot read the sealed part (review21f F8): it can only flip a byte of it."""
+    """A relay cannot read the sealed part (review21f F8): it can only flip a byte of it (before the origin's
+    signature of the chunk, if it has one)."""
     altered = bytearray(payload)
-    altered[-1] ^= 1
+    altered[-1 - (rs.SIGNATURE if payload[1] & rs.SIGNED else 0)] ^= 1
     return bytes(altered)
 
 
@@ -275,7 +276,9 @@ async def test_a_relay_altering_a_request_gets_it_dropped_and_counted_not_served
     answer = await fleet.nodes[a].request(OV, c, ACTION_LINK, {"n": 5}, timeout=0.3)
     assert answer["answer"] == 5  # through the server in the end
     assert fleet.served == [(c, a, {"n": 5})]  # once: the altered copy was not served
-    assert fleet.nodes[c].drops[DropReason.UNREADABLE] == 1
+    # the next relay checks the origin's signature of the chunk (review21h H1): the copy ends there
+    assert fleet.nodes[fleet.ids[2]].drops[DropReason.BAD_SIGNATURE] == 1
+    assert fleet.drops(DropReason.BAD_SIGNATURE) + fleet.drops(DropReason.UNREADABLE) == 1
     assert fleet.nodes[a].fallbacks == {"no_answer": 1}
 
 

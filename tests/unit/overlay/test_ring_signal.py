@@ -119,6 +119,34 @@ def test_forwarding_takes_one_hop_off_and_changes_nothing_else() -> None:
     assert again.hops == 4 and again.data == chunk.data and again.dst == B
 
 
+def test_a_signed_chunk_checks_against_its_origins_key_at_every_hop_and_nothing_else() -> None:
+    """review21h H1: a relay counts a chunk against its origin's budget only if the origin signed it."""
+    pieces = rs.chunks(b"z" * (rs.PIECE + 9), 4, A, B, hops=5, key=KEY_A)
+    assert len(pieces) == 2 and all(len(p) <= MAX_SIGNAL_PAYLOAD for p in pieces)
+    for piece in pieces:
+        chunk = rs.parse_chunk(piece)
+        assert rs.chunk_signed_by(piece, chunk, KEY_A.public_key())
+        relayed = rs.forwarded(piece, chunk)  # a hop fewer: still the origin's
+        assert rs.chunk_signed_by(relayed, rs.parse_chunk(relayed), KEY_A.public_key())
+        assert not rs.chunk_signed_by(piece, chunk, KEY_B.public_key())  # another member's key
+        for at in (4, 6, 20, 34, len(piece) - rs.SIGNATURE - 1, len(piece) - 1):  # kind, message id, dst, src, data, signature
+            altered = bytearray(piece)
+            altered[at] ^= 1
+            parsed = rs.parse_chunk(bytes(altered))
+            assert not rs.chunk_signed_by(bytes(altered), parsed, KEY_A.public_key()), at
+    (unsigned,) = rs.chunks(b"z", 4, A, B)
+    assert rs.parse_chunk(unsigned).signature == b""
+    assert not rs.chunk_signed_by(unsigned, rs.parse_chunk(unsigned), KEY_A.public_key())
+    assert rs.parse_chunk(pieces[0]).data + rs.parse_chunk(pieces[1]).data == b"z" * (rs.PIECE + 9)
+
+
+def test_a_chunk_flagged_signed_too_short_for_its_signature_is_refused() -> None:
+    short = rs.HEADER.pack(rs.VERSION, rs.DATA | rs.SIGNED, 3, 0, 1, 1, bytes(16), bytes(16)) + bytes(rs.SIGNATURE - 1)
+    with pytest.raises(RingSignalError) as refused:
+        rs.parse_chunk(short)
+    assert refused.value.reason is DropReason.MALFORMED
+
+
 @pytest.mark.parametrize("payload", [
     b"", b"\x01" * 10,  # too short
     bytes([2]) + bytes(rs.HEADER.size),  # another version

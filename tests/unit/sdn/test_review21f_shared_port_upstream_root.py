@@ -11,14 +11,15 @@ group holding most, a MAC its root did not announce pays first. Fixed without tr
 member is the root's peer, and a root hands every flood to each of its peers itself, so a copy under that root by
 another way is dropped there (`frb_receive._detours_its_root`, IMPLAUSIBLE_FRB): 1000 of 1000, 0 copies.
 
-Residual (pinned below): where the node the hostile member relays to is no peer of the root, and the root's floods
-reach it (and the nodes past it) by another member, nothing that node sees tells the forged copies from the real ones
-(decision 0033, "Amended (review21f F6)")."""
+Residual (pinned below, closed since): where the node the hostile member relays to is no peer of the root, and the
+root's floods reach it (and the nodes past it) by another member, nothing that node sees tells the forged copies from
+the real ones (decision 0033, "Amended (review21f F6)"): 109 of 1000, the hostile member 109. Closed without trust by
+the way the root's floods came first (`frb_receive._contested`, decision 0033 "Amended (F6 residual)"): a copy under
+it by another peer brings MACs new there at most at 1/s, so the port past it never fills: 1000 of 1000, 0 copies
+(tests/unit/sdn/test_sdn_contested_root.py: the bound, and an honest churning ring that loses nothing)."""
 from __future__ import annotations
 
 import random
-
-import pytest
 
 from evio.sdn import frb
 from evio.sdn.switch import Drop
@@ -112,8 +113,6 @@ def test_f6_relayed_by_a_node_off_the_roots_links_invented_macs_do_not_evict_its
     assert got[victim] == 1000 and got[hostile] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="review21f F6 residual: relayed by a node that is no peer of the root, "
-                   "forged copies look like the root's own (decision 0033)")
 def test_f6_residual_without_trust_relayed_by_a_node_off_the_roots_links_the_host_is_still_evicted() -> None:
     at_w, got, victim, hostile, _ = _off_path_attack(owners=False)
     assert at_w is not None
