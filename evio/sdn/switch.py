@@ -487,6 +487,9 @@ class BoundedFloodSwitch:
             proves_from = now + self._idle_timeout(match) + FLOW_REMOVED_LAG if match.in_port != in_port else None
             evicted = self.flows.add(match, out, in_port, proves_from)  # the port's oldest, if it had its fill
             self.flows_evicted += len(evicted)
+            # A frame upcalled before the flow ahead went in (or after a delete, before the next tick): this learned
+            # one replaces it on the bridge, idle timeout and all. No longer ahead, so the next tick takes it over.
+            self._proactive.pop(match, None)
             deletes += [DeleteFlow(old) for old in evicted if old not in new]  # never installed: nothing to delete
         # The deletes first: none may follow the add of a flow it deletes (an added flow's transit entry is
         # made after its write, transit.py), and a flow the way back evicted at once is not added at all.
