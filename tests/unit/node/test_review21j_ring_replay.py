@@ -1,0 +1,77 @@
+"""review21j J1: a member replays another member's signed ring chunks to spend that origin's relay budget.
+
+Decision 0064 (amended for review21h H1) counts a chunk its origin signed against that origin's budget to the
+next hop, and keeps a relay from relaying the same (src, message id, index) twice by remembering the last
+RELAYED_SEEN (4096) of them. Nothing else bounds a copy: the signature covers no time, and the memory is a count
+that any neighbour fills with chunks it signs itself (each is remembered before its budget is looked at). A member
+on one of O's paths keeps O's chunks, turns the relay's memory over, and plays them to the relay again: each is
+taken as O's own, so O's real offers through that relay find its budget spent and wait for the server."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evio.node.ring_signaling import ORIGIN_BURST, RELAYED_SEEN
+from evio.overlay import ring_signal as rs
+from evio.overlay.negotiation import ACTION_LINK
+from evio.overlay.ring_signal import DropReason
+from tests.unit.node.test_ring_signaling import OV, Fleet
+
+
+class _Clock:
+    """The relay's clock, moved by the test alone: no budget refills by luck."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@pytest.mark.xfail(strict=True, reason="review21j J1: a signed chunk is relayed again once RELAYED_SEEN turned over; "
+                   "a member replaying O's captured chunks spends O's origin budget at a relay")  # fmt: skip
+async def test_replayed_chunks_of_another_origin_do_not_spend_its_budget_once_the_relay_forgot_them() -> None:
+    fleet = Fleet(8)
+    origin, attacker, relay, target = fleet.ids[0], fleet.ids[1], fleet.ids[2], fleet.ids[4]
+    clock = _Clock()
+    fleet.nodes[relay].clock = clock  # type: ignore[assignment]
+    captured: list[bytes] = []
+
+    def capture(src: int, dst: int, payload: bytes) -> bytes:
+        chunk = rs.parse_chunk(payload)
+        if src == attacker and dst == relay and chunk.src == origin and chunk.kind == rs.DATA:
+            captured.append(payload)  # what the attacker relays for O, kept
+        return payload
+
+    fleet.tamper = capture
+    for n in range(ORIGIN_BURST):  # O's link requests to T, by O -> attacker -> relay -> hop -> T
+        await fleet.nodes[origin].request(OV, target, ACTION_LINK, {"n": n})
+    fleet.tamper = lambda src, dst, payload: payload
+    assert len(captured) == ORIGIN_BURST
+    # Later O has a chord of its own to the relay (the attacker is no longer on its way to T).
+    fleet.links[origin].add(relay)
+    fleet.links[relay].add(origin)
+    # The attacker turns the relay's memory over with chunks it signs itself, at its per-neighbour rate.
+    own_key = fleet.nodes[attacker]._key
+    rng = random.Random(7)
+    for i in range(RELAYED_SEEN):
+        junk = rs.chunks(rng.randbytes(64), 1_000_000 + i, attacker, fleet.ids[7], key=own_key)[0]
+        fleet.nodes[relay]._on_record(attacker, junk)
+        clock.t += 0.05  # 20 chunks/s: CHUNK_RATE, never over it
+    clock.t += 10.0  # every budget full again
+    replayed_before = fleet.nodes[relay].drops[DropReason.REPLAYED]
+    relayed_signed = fleet.nodes[relay].relayed_signed
+    for payload in captured:
+        fleet.nodes[relay]._on_record(attacker, payload)
+    taken = fleet.nodes[relay].relayed_signed - relayed_signed
+    # O's own next request, straight from O: does the relay still pass it on?
+    fresh = rs.chunks(b"\x00" * 200, 42, origin, target, key=fleet.nodes[origin]._key)[0]
+    limited = fleet.nodes[relay].relay_rate_limited
+    fleet.nodes[relay]._on_record(origin, fresh)
+    print(f"replays relayed as O's: {taken} of {len(captured)}, refused as copies: "
+          f"{fleet.nodes[relay].drops[DropReason.REPLAYED] - replayed_before}; "
+          f"O's fresh chunk rate-limited: {fleet.nodes[relay].relay_rate_limited - limited}")
+    assert taken == 0, f"{taken} replayed chunks of O relayed on O's budget"
+    assert fleet.nodes[relay].relay_rate_limited == limited
