@@ -75,3 +75,24 @@ async def test_replayed_chunks_of_another_origin_do_not_spend_its_budget_once_th
           f"O's fresh chunk rate-limited: {fleet.nodes[relay].relay_rate_limited - limited}")
     assert taken == 0, f"{taken} replayed chunks of O relayed on O's budget"
     assert fleet.nodes[relay].relay_rate_limited == limited
+
+
+@pytest.mark.xfail(strict=True, reason="review21j J3: a member's requests draw the target's signed answers, which spend "
+                   "the target's own origin budget at each relay on the way back (1:1, A's full rate drains it)")  # fmt: skip
+async def test_a_members_requests_do_not_spend_the_targets_own_relay_budget() -> None:
+    """T = ids[0] serves link requests; A = ids[4] sends T ORIGIN_BURST of them (each within A's own budget at every
+    relay). T's answers, signed by T, go T -> R = ids[1] -> ids[2] -> ... -> A and are counted at R against T's
+    budget to ids[2], the very budget T's own offers to ids[3] need: A's full rate is T's."""
+    fleet = Fleet(8)
+    target, relay, attacker, other = fleet.ids[0], fleet.ids[1], fleet.ids[4], fleet.ids[3]
+    clock = _Clock()
+    fleet.nodes[relay].clock = clock  # type: ignore[assignment]
+    for n in range(ORIGIN_BURST):
+        await fleet.nodes[attacker].request(OV, target, ACTION_LINK, {"n": n})
+    assert fleet.nodes[attacker].sent == {"ring": ORIGIN_BURST}
+    fresh = rs.chunks(b"\x00" * 200, 43, target, other, key=fleet.nodes[target]._key)[0]  # T's own offer to ids[3]
+    limited = fleet.nodes[relay].relay_rate_limited
+    fleet.nodes[relay]._on_record(target, fresh)
+    print(f"T's own chunk to ids[3] after A's {ORIGIN_BURST} requests: rate-limited at R "
+          f"{fleet.nodes[relay].relay_rate_limited - limited}")
+    assert fleet.nodes[relay].relay_rate_limited == limited
