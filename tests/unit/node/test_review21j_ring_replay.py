@@ -96,3 +96,28 @@ async def test_a_members_requests_do_not_spend_the_targets_own_relay_budget() ->
     print(f"T's own chunk to ids[3] after A's {ORIGIN_BURST} requests: rate-limited at R "
           f"{fleet.nodes[relay].relay_rate_limited - limited}")
     assert fleet.nodes[relay].relay_rate_limited == limited
+
+
+@pytest.mark.xfail(strict=True, reason="review21j J6 (low): a relay checks a chunk's signature (0.47 ms) before looking "
+                   "whether it relayed that chunk already; each copy a neighbour sends costs a check")  # fmt: skip
+async def test_a_copy_of_a_chunk_already_relayed_costs_no_signature_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = Fleet(8)
+    origin, relay, target = fleet.ids[0], fleet.ids[1], fleet.ids[3]
+    clock = _Clock()
+    fleet.nodes[relay].clock = clock  # type: ignore[assignment]
+    chunk = rs.chunks(b"\x00" * 200, 44, origin, target, key=fleet.nodes[origin]._key)[0]
+    checks = 0
+    signed_by = rs.chunk_signed_by
+
+    def counting(*args: object) -> bool:
+        nonlocal checks
+        checks += 1
+        return signed_by(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rs, "chunk_signed_by", counting)
+    for _ in range(30):  # within the neighbour's burst (CHUNK_BURST 40): a copy a relay (or O's neighbour) sends again
+        fleet.nodes[relay]._on_record(origin, chunk)
+    print(f"30 copies of one signed chunk: {checks} signature checks, "
+          f"{fleet.nodes[relay].drops[DropReason.REPLAYED]} dropped as copies")
+    assert fleet.nodes[relay].drops[DropReason.REPLAYED] == 29
+    assert checks == 1
