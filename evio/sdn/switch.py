@@ -121,7 +121,7 @@ from evio.sdn.flow_book import FlowBook
 from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 from evio.sdn.link_local import LINK_LOCAL_MULTICAST_RATE, ROUTER_SOLICITATION_RATE, LinkLocalKind, link_local_kind
-from evio.sdn.neighbor_answers import ASK_WINDOW, NeighborAnswers, NeighborMessage
+from evio.sdn.neighbor_answers import ASK_WINDOW, IPAddress, NeighborAnswers, NeighborMessage
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.switch_terms import (
     ETH_HEADER_LEN,
@@ -281,6 +281,7 @@ class BoundedFloodSwitch:
         # guards' table-0 flows installed (evio.sdn.neighbor_guard).
         self.ipv6_routers: frozenset[int] = frozenset()
         self._guards: frozenset[AddGuardFlow] = frozenset()
+        self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
 
     @property
     def broadcasts_seen(self) -> int:
@@ -750,7 +751,10 @@ class BoundedFloodSwitch:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`)."""
         if cleared:
             self._guards = frozenset()
-        wanted = neighbor_guard.guard_flows(self.neighbors.certified)
+        elif self._guarded == self.neighbors.certified:
+            return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
+        self._guarded = dict(self.neighbors.certified)
+        wanted = neighbor_guard.guard_flows(self._guarded)
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted
