@@ -109,7 +109,7 @@ def _existing_config_problem(token: JoinToken, force: bool) -> str | None:
         return None
     try:
         existing = joined_overlay(json.loads(path.read_text()))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         existing = None
     if existing == (token.overlay, token.jid):
         return f"{path} already joins overlay {token.overlay} as {token.jid}: pass --force to write it again"

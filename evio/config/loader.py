@@ -44,6 +44,8 @@ from evio.ids import parse_node_id
 
 # Keys whose values are never echoed in a problem.
 _SECRET_KEYS = frozenset({"password", "rest_secret"})
+# A config nests about 6 levels; past a few hundred the loader's walks would exceed Python's recursion limit.
+MAX_DEPTH = 64
 
 
 class ConfigError(Exception):
@@ -125,13 +127,29 @@ def parse_json(text: str) -> Any:
     """Parse JSON with `//` comments; raise ConfigFileError with line:column on a syntax error."""
     stripped = strip_line_comments(text)
     try:
-        return json.loads(stripped, object_pairs_hook=_object_from_pairs)
+        document = json.loads(stripped, object_pairs_hook=_object_from_pairs)
+    except RecursionError:  # no JSONDecodeError (review21i I8)
+        raise ConfigFileError(f"invalid JSON: nested too deeply (more than {MAX_DEPTH} levels)") from None
     except json.JSONDecodeError as exc:
         reason = f"invalid JSON: {exc.msg}"
         before = stripped[: exc.pos].rstrip()
         if before.endswith(",") and exc.msg.startswith(("Expecting property name", "Expecting value")):
             reason += " (trailing comma?)"
         raise ConfigFileError(reason, exc.lineno, exc.colno) from None
+    if _depth(document) > MAX_DEPTH:  # the checks below walk it recursively, as the schema's does
+        raise ConfigFileError(f"invalid JSON: nested too deeply (more than {MAX_DEPTH} levels)")
+    return document
+
+
+def _depth(document: Any) -> int:
+    """How deep arrays and objects nest in `document` (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
+    return deepest
 
 
 def _structure_problems(value: Any, parts: tuple[str | int, ...] = ()) -> Iterator[Problem]:

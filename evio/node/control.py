@@ -56,7 +56,7 @@ def parse_request(line: bytes) -> dict[str, Any] | str:
     """The request object of one line, or why it is not one."""
     try:
         request = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError; deep nesting is not (review21i I8)
         return "request is not JSON"
     if not isinstance(request, dict) or not isinstance(request.get("request"), str):
         return 'expected {"request": NAME}'

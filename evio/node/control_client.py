@@ -54,7 +54,7 @@ def query(path: Path, request: str, timeout: float = 5.0, fields: Mapping[str, A
             raise ControlError(f"cannot ask the daemon at {path}: {exc}") from None
     try:
         answer = json.loads(b"".join(chunks))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ControlError(f"unreadable answer from {path}") from None
     if not isinstance(answer, dict):
         raise ControlError(f"unreadable answer from {path}")

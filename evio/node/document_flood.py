@@ -133,8 +133,9 @@ class SignedDocumentFlood:
         self._last_answer = float("-inf")
         self._answer_timer: Timer | None = None
         self._asked: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> its last ask (HAVE), oldest first
-        # asker MAC -> (the ask level last honoured for it, when), oldest first: a level is earned one at a time
-        self._levels: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
+        # asker MAC -> (the ask level honoured for it, since when), last heard oldest first: a level is earned one
+        # at a time, each after the asker's back-off for the one before (`_earned_after`)
+        self._levels: OrderedDict[bytes, tuple[int, float, float]] = OrderedDict()
         self._firm_timers: dict[bytes, Timer] = {}  # asker MAC -> our firm answer to it, waiting its jitter
         self._firmly_answered: OrderedDict[bytes, float] = OrderedDict()  # asker MAC -> when, oldest first
         self._firm_budget = TokenBucket(FIRM_RATE, clock.now())
@@ -350,9 +351,11 @@ class SignedDocumentFlood:
         another node does it first; if `asker` (the sender of a HAVE of ask level `level`) asks again, send it
         ours by unicast if it chooses us, whatever copies come by (rule 5)."""
         now = self._clock.now()
-        if asker is not None and self._asked_again(asker, now):
-            self._answer_firmly(asker, level, now)
-            return
+        if asker is not None:
+            level = self._honoured_level(asker, level, now)  # every ask: a level's time runs from the first
+            if self._asked_again(asker, now):
+                self._answer_firmly(asker, level, now)
+                return
         if self._answer_timer is not None or now - self._last_answer < ANSWER_INTERVAL:
             self.counts["answer_held"] += 1
             return
@@ -375,8 +378,8 @@ class SignedDocumentFlood:
 
     def _answer_firmly(self, asker: bytes, level: int, now: float) -> None:
         """`asker` asked again: if we are among the few it chooses, send it our list by unicast after a random
-        wait, at most once per `FIRM_INTERVAL` to it and as `FIRM_RATE` allows to all (rule 5)."""
-        level = self._honoured_level(asker, level, now)
+        wait, at most once per `FIRM_INTERVAL` to it and as `FIRM_RATE` allows to all (rule 5). `level` is the
+        honoured one."""
         if asker[0] & 1 or asker in self._firm_timers or not self._chosen(asker, level):
             return  # a group MAC (no unicast reaches it), our answer on its way, or others' to give
         while self._firmly_answered and next(iter(self._firmly_answered.values())) < now - FIRM_INTERVAL:
@@ -391,18 +394,26 @@ class SignedDocumentFlood:
                                                           lambda: self._answer_firm_now(asker))  # fmt: skip
 
     def _honoured_level(self, asker: bytes, claimed: int, now: float) -> int:
-        """The level `asker`'s ask is taken at: one above the last honoured for it within `LEVEL_MEMORY`, at most,
-        else 0. The asker writes its level; a real one climbs one per back-off, and one claiming the top at once
-        drew a firm answer from every holder (review21h H8)."""
-        while self._levels and next(iter(self._levels.values()))[1] < now - LEVEL_MEMORY:
+        """The level `asker`'s ask is taken at: 0 for an asker not heard within `LEVEL_MEMORY`; one above the level
+        honoured for it once it held that level `_earned_after` it; the claimed level if lower. The asker writes its
+        level; a real one climbs one per back-off. One claiming the top at once drew a firm answer from every holder
+        (review21h H8), and one climbing a level per HAVE, ten HAVEs 10 ms apart, too (review21i I6)."""
+        while self._levels and next(iter(self._levels.values()))[2] < now - LEVEL_MEMORY:
             self._levels.popitem(last=False)
-        last = self._levels.pop(asker, None)
-        level = min(claimed, last[0] + 1) if last is not None else 0
+        entry = self._levels.pop(asker, None)
+        if entry is None:
+            level, since = 0, now
+        else:
+            level, since = entry[0], entry[1]
+            if claimed < level:
+                level, since = claimed, now  # it adopted a list and asks anew: it climbs again from there
+            elif claimed > level and now - since >= _earned_after(level):
+                level, since = level + 1, now
         if level < claimed:
             self.counts["ask_level_lowered"] += 1
         if len(self._levels) >= MAX_ASKERS:
             self._levels.popitem(last=False)
-        self._levels[asker] = (level, now)
+        self._levels[asker] = (level, since, now)
         return level
 
     def _answer_firm_now(self, asker: bytes) -> None:
@@ -574,6 +585,18 @@ class SignedDocumentFlood:
             self.counts["adopted"] += 1
         else:
             self.counts["not_adopted"] += 1  # the endpoint counted and logged why (bad_revocation)
+
+
+def _earned_after(level: int) -> float:
+    """How long an asker holds ask level `level` before a holder honours the next (review21i I6): no sooner than a
+    real asker says it. A real one asks again only after its back-off (`_ask`: HAVE_INTERVAL after level 0 and 1,
+    doubling from there to HAVE_PERIOD), and says each level in a HAVE of its own, no sooner than HAVE_INTERVAL
+    after its last; that HAVE may be held up to HAVE_INTERVAL by the one before and its ask by up to ANSWER_JITTER.
+    One more ANSWER_JITTER for the frames' way. An asker a holder lowers anyway says the level again in its
+    follow-up (FOLLOW_UP later): a real climb is at most that late, once. 1.5 s up to level 2, then 5, 13, 27 s:
+    the top level (8) about 100 s after the first ask, not 0.1 s."""
+    backoff = min(HAVE_INTERVAL * 2.0 ** max(min(level, FIRM_LEVEL_MAX) - 1, 0), HAVE_PERIOD)
+    return max(HAVE_INTERVAL, backoff - HAVE_INTERVAL - ANSWER_JITTER) - ANSWER_JITTER
 
 
 def _place(mac: bytes) -> int:

@@ -180,7 +180,7 @@ class Registry:
             raw = json.loads(path.read_text())
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise MemberError(f"{path}: cannot read: {exc}") from None
         if not isinstance(raw, dict) or raw.get("version") != REGISTRY_VERSION:
             raise MemberError(f"{path}: not a version {REGISTRY_VERSION} member registry")

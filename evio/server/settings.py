@@ -63,7 +63,7 @@ def load_settings(state_dir: Path) -> ServerSettings:
         raw = json.loads(path.read_text())
     except FileNotFoundError:
         raise ServerSettingsError(f"{path} does not exist: run `evio server init` on this host first") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ServerSettingsError(f"{path}: cannot read: {exc}") from None
     if not isinstance(raw, dict):
         raise ServerSettingsError(f"{path}: not a JSON object")

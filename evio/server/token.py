@@ -127,6 +127,8 @@ def decode(text: str, now: datetime.datetime, ca_fingerprint_pin: str | None = N
         if inflater.unconsumed_tail or not inflater.eof:
             raise TokenError("the token is damaged: its payload is cut short or too large")
         payload = json.loads(raw)
+    except RecursionError:  # read before the signature is checked: no ValueError (review21i I8)
+        raise TokenError("the token is damaged (cut short or changed in a paste?): nested too deeply") from None
     except (binascii.Error, ValueError, zlib.error) as exc:
         if isinstance(exc, TokenError):
             raise

@@ -144,6 +144,7 @@ MEMBERS_ANSWER_UNPROVEN_RATE = Rate(2 / MEMBERS_ANSWER_INTERVAL, 2)
 # server host's messages were all parsed, any number a second. Two at once, then one per ask interval (~5% of the
 # loop at most); one more is held (the highest serial) and parsed when the budget allows, the others dropped as
 # `peer_overloaded`. A list whose overlay and serial (read first, from its head) say it is not newer costs nothing.
+# A change of the held list (decision 0065) costs a whole list's check: it takes a token of the same budget (I1).
 MEMBERS_PARSE_RATE = Rate(1 / MEMBERS_ASK_INTERVAL, 2)
 _LIST_HEAD_RE = re.compile(r'\{\s*"overlay":\s*"([A-Za-z0-9_-]{1,32})",\s*"serial":\s*(\d{1,16})[,\s]')
 # A member list change whose base we do not hold (decision 0065): a present contact is asked for the whole list
@@ -229,6 +230,7 @@ class SignalEndpoint:
         self._members_text: dict[str, tuple[int, str]] = {}  # overlay -> (serial, text): made once per serial
         self._parse_budget: TokenBucket | None = None  # member lists parsed from messages (H2)
         self._list_held: tuple[int, str, str] | None = None  # (serial read, text, sender): parsed when budget allows
+        self._change_held: tuple[member_list.MemberChange, str] | None = None  # a change (and its sender), likewise
         self._list_timer: Timer | None = None
         self._reached: set[str] = set()  # bare JIDs we sent our presence to in this session
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
@@ -598,6 +600,9 @@ class SignalEndpoint:
         if len(text) <= MAX_MEMBERS_HINT_BYTES:  # an ask is small; a list never has the key "ask"
             try:
                 ask = json.loads(text)
+            except RecursionError:  # no ValueError, and never a list (review21i I8)
+                self._drop(DropReason.MALFORMED, sender, "member list message nested too deeply")
+                return
             except ValueError:
                 ask = None
             if isinstance(ask, dict) and "ask" in ask:
@@ -628,9 +633,8 @@ class SignalEndpoint:
             if ml is not None and serial <= ml.serial:
                 return  # not newer: nothing to parse
         now = self.clock.now()
-        if self._parse_budget is None:
-            self._parse_budget = TokenBucket(MEMBERS_PARSE_RATE, now)
-        if self._list_held is None and self._parse_budget.take(now):
+        budget = self._members_parse_budget(now)
+        if self._list_held is None and budget.take(now):
             self.receive_member_list(text, sender)  # refusals are counted and logged there
             return
         held = self._list_held
@@ -640,14 +644,26 @@ class SignalEndpoint:
         if held is not None:
             self._drop(DropReason.PEER_OVERLOADED, held[2], "member list: over the parse budget, replaced")
         self._list_held = (serial, text, sender)
+        self._arm_held_timer(budget, now)
+
+    def _members_parse_budget(self, now: float) -> TokenBucket:
+        if self._parse_budget is None:
+            self._parse_budget = TokenBucket(MEMBERS_PARSE_RATE, now)
+        return self._parse_budget
+
+    def _arm_held_timer(self, budget: TokenBucket, now: float) -> None:
         if self._list_timer is None:
-            self._list_timer = self.clock.call_later(self._parse_budget.next_token(now) - now, self._take_held_list)
+            self._list_timer = self.clock.call_later(budget.next_token(now) - now, self._take_held_list)
 
     def _take_held_list(self) -> None:
+        """The budget allows one more: the held list first, then the held change (each takes its token)."""
         self._list_timer = None
         held, self._list_held = self._list_held, None
+        change, self._change_held = self._change_held, None
         if held is not None:
             self._take_list(held[1], held[2])
+        if change is not None:
+            self._take_change(*change)
 
     def _members_change(self, sender: str, text: str) -> None:
         """A change to the member list (decision 0065), from the server host only: applied to the list we hold if
@@ -661,15 +677,37 @@ class SignalEndpoint:
         except identity.IdentityError as exc:
             self._drop(DropReason.MALFORMED, sender, f"member list change: {exc}")
             return
+        self._take_change(change, sender)
+
+    def _take_change(self, change: member_list.MemberChange, sender: str) -> None:
+        """A change of the server host's, parsed: applied within `MEMBERS_PARSE_RATE`, the whole lists' budget,
+        since checking it costs as much as a whole list (`apply_change` copies the held list, `refusal` serialises
+        the new one to check the CA's signature): forged changes of the held base, ~200 bytes each, bought the
+        server O(members) of the loop apiece (review21i I1). Over the budget, one (the highest serial) is held
+        until the budget allows; any other is dropped (`peer_overloaded`) and, should it have been the real one,
+        made up as a missed change is: the whole list over the overlay, or from a contact asked after a moment."""
         if change.overlay not in self._links_mode:
             return  # an overlay whose membership is the roster's (or not ours)
         held = self._links_mode[change.overlay]
         if held is not None and change.serial <= held.serial:
             return  # we have it already (from the overlay, or a member we asked)
+        now = self.clock.now()
+        budget = self._members_parse_budget(now)
+        if held is not None and change.base == held.serial and (self._change_held is not None or not budget.take(now)):
+            kept = self._change_held
+            if kept is None or kept[0].serial < change.serial:
+                self._change_held = (change, sender)
+                self._arm_held_timer(budget, now)
+                if kept is None:
+                    return
+                change, sender = kept  # the one dropped: the lower serial
+            self._drop(DropReason.PEER_OVERLOADED, sender, f"member list change {change.serial}: over the parse budget")
+            self._ask_after_gap(change.overlay, change.serial)
+            return
         try:
             if held is None:
                 raise identity.IdentityError("no list held to change")
-            ml = member_list.apply_change(held, change)
+            ml = member_list.apply_change(held, change)  # a base not ours fails here, before any copy
         except identity.IdentityError as exc:
             # A change we missed (offline then): the whole list comes over the overlay's flood, or from a member
             # we ask, after a moment in which the change reaches it too.
@@ -777,7 +815,7 @@ class SignalEndpoint:
             return {}
         try:
             hint = json.loads(members_json) if len(members_json) <= MAX_MEMBERS_HINT_BYTES else None
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting is no ValueError (review21i I8)
             hint = None
         if not isinstance(hint, dict) or not all(isinstance(k, str) and type(v) is int for k, v in hint.items()):
             self._drop(DropReason.MALFORMED, sender, "bad member list serials in presence")
@@ -890,7 +928,7 @@ class SignalEndpoint:
         if self._list_timer is not None:  # a held list is asked for again at the next login
             self._list_timer.cancel()
             self._list_timer = None
-        self._list_held = None
+        self._list_held = self._change_held = None
         self._apply(self._table.clear())
 
     def _membership_changed(self, current: Mapping[str, frozenset[str]]) -> None:

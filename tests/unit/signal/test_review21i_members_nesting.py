@@ -10,6 +10,12 @@ each such message. The project's rule: nothing from outside is raised into a loo
 
 Suggested fix: catch RecursionError with ValueError at both places (or parse with identity._loads), counted
 `malformed`.
+
+Fixed: both places catch RecursionError and count the message `malformed` (after: 0 raised, 2 `malformed` for the
+message and the presence hint). The same pattern fixed in `token.decode` (evio join), the control socket's
+`parse_request` and the config loader (tests/unit/cli/test_review21i_token_nesting.py,
+tests/unit/node/test_review21i_control_nesting.py, tests/unit/config/test_review21i_config_nesting.py), and in the
+server host's own state files and `evio join`'s look at an existing config.
 """
 
 from __future__ import annotations
@@ -17,8 +23,6 @@ from __future__ import annotations
 import datetime
 import time
 from pathlib import Path
-
-import pytest
 
 from evio.signal import member_list
 from evio.signal.endpoint import OverlayIdentity
@@ -31,8 +35,6 @@ NOW = datetime.datetime.now(datetime.UTC)
 NESTED = "[" * 2048 + "]" * 2048
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="review21i I8: a nested members message raises RecursionError out of the endpoint")
 def test_a_deeply_nested_members_message_is_dropped_not_raised(tmp_path: Path) -> None:
     ca_key, ca_cert = make_overlay_ca("ov1 CA", NOW, 3650)
     key, cert = issue_node_certificate(ca_key, ca_cert, ["ov1"], 5, NOW, 30)
@@ -42,5 +44,8 @@ def test_a_deeply_nested_members_message_is_dropped_not_raised(tmp_path: Path) -
     ident = OverlayIdentity(TrustAnchor("ov1", (ca_cert,)), cert, key, members=held, member_file=path)
     client = FakeSignalHub(VirtualClock()).client("a@x.test", {"ov1": 5}, identities={"ov1": ident})
     assert len(NESTED) <= 4096
-    client._members_message("stranger@elsewhere.test/x", NESTED)  # raises RecursionError today
+    client._members_message("stranger@elsewhere.test/x", NESTED)  # raised RecursionError before the fix
     assert client.listed_members("ov1") == held
+    assert client.drop_counts().get("malformed") == 1
+    assert client._read_hint("a@x.test/evio", NESTED) == {}
+    assert client.drop_counts().get("malformed") == 2
