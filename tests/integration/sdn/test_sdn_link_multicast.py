@@ -210,5 +210,9 @@ def test_a_member_not_named_as_router_advertises_to_no_node(lab_factory: LabFact
         assert _address(lab, i, "global", ROGUE_PREFIX) is None
     # Each of node2's two neighbours dropped it and counted (full mesh: both are).
     for i in (1, 3):  # (the controller reports its counters as they change, a moment later)
-        wait_for_value(lambda i=i: lab.daemon_status(i)["overlays"]["ov1"]["drops"].get("ROUTER_GUARD", 0),
-                       lambda n: n >= 1, 15, what=f"node{i}'s ROUTER_GUARD drop counted")
+        wait_for_value(functools.partial(_guard_drops, lab, i), lambda n: n >= 1, 15,
+                       what=f"node{i}'s ROUTER_GUARD drop counted")
+
+
+def _guard_drops(lab: Lab, index: int) -> int:
+    return int(lab.daemon_status(index)["overlays"]["ov1"]["drops"].get("ROUTER_GUARD", 0))
