@@ -3,6 +3,8 @@
 
     .venv/bin/python benchmarks/member_change_bench.py                    # 100 and 300 members, prosody
     .venv/bin/python benchmarks/member_change_bench.py --members 1000
+    .venv/bin/python benchmarks/member_change_bench.py --server ejabberd --members 1000 --no-group
+                                                 # [--no-multicast: one ejabberdctl call per member, decision 0065, amended]
 
 Run it under `flock /tmp/evio-heavy.lock` on a shared machine (root: prosody runs as a server of its own on
 loopback, from a temporary directory, on a free port). Per member count:
@@ -18,6 +20,12 @@ loopback, from a temporary directory, on a free port). Per member count:
    every contact it picked hold each other's presence ("linked").
 3. **a member removed**: `remove_member`, as `evio member remove` runs it, of that new member: until no member
    holds it as a peer ("cut off", the revocation list) and every member holds the list without it ("all hold").
+
+On ejabberd (`--server ejabberd`, as `evio server init` configures it, from a temporary directory) the admin
+commands are `ejabberdctl` calls, each an Erlang start: they are counted, with their CPU (this process's
+children) beside the server's own CPU (its beam process). With the multicast service (decision 0065, amended) a
+message to every member online is one `send_stanza` per batch; `--no-multicast` sends one per member, as
+before it.
 
 The server's bytes are prosody's reads and writes (`rchar` + `wchar` of /proc/<pid>/io: its sockets, the admin
 shell's chunk, its files) from the command's start until the conditions hold and prosody's counters then stay
@@ -35,6 +43,7 @@ import datetime
 import logging
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -53,9 +62,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.server import members as server_members
 from evio.server import token as join_token
-from evio.server.configs import groups_text
+from evio.server.configs import ejabberd_multicast_service, groups_text
 from evio.server.settings import ServerSettings
-from evio.server.xmpp_admin import ProsodyAdmin
+from evio.server.xmpp_admin import EjabberdAdmin, ProsodyAdmin
 from evio.signal import member_list
 from evio.signal.client import SignalSettings
 from evio.signal.endpoint import OverlayIdentity
@@ -63,7 +72,7 @@ from evio.tunnel.path.overlay_ca import issue_node_certificate
 from evio.tunnel.path.trust import TrustAnchor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from signal_scale_bench import DOMAIN, OVERLAY, BenchMember, Prosody, _password, _user, load1, wait_for
+from signal_scale_bench import DOMAIN, OVERLAY, BenchMember, Ejabberd, Prosody, _password, _user, load1, usage, wait_for
 
 log = logging.getLogger("member_change_bench")
 T = TypeVar("T")
@@ -152,11 +161,16 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
     f = row.figures
     rng = random.Random(n)
     directory = Path(tempfile.mkdtemp(prefix=f"memberchange-{n}-"))
-    server = Prosody(directory / "prosody", n if args.group else 0, n + 1)
+    directory.chmod(0o711)  # ejabberd runs as its own user from a directory below
+    server: Prosody | Ejabberd
+    if args.server == "ejabberd":
+        server = Ejabberd(directory / "ejabberd", n if args.group else 0, n + 1, packaged=False)
+    else:
+        server = Prosody(directory / "prosody", n if args.group else 0, n + 1)
     crowd: list[CountingMember] = []
     try:
         server.start()
-        if not args.group:
+        if not args.group and isinstance(server, Prosody):
             # The group as `evio member add` writes it (the server host's deliver reads it), but not loaded by
             # prosody, which read the file empty at its start: no roster of n, no broadcast presence to n.
             server.groups_file.write_text(groups_text({OVERLAY: [f"{_user(i)}@{DOMAIN}" for i in range(n)]}))
@@ -164,9 +178,13 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         # The server host's side, as `evio server init` and `evio member add` leave it for n members.
         tls_ca = directory / "xmpp-ca.crt"
         tls_ca.write_text("")
-        settings = ServerSettings(domain=DOMAIN, xmpp="prosody", address="127.0.0.1", xmpp_port=server.port,
-                                  prosody_config=str(server.config), groups_file=str(server.groups_file),
-                                  xmpp_tls_ca=str(tls_ca))  # fmt: skip
+        if isinstance(server, Prosody):
+            settings = ServerSettings(domain=DOMAIN, xmpp="prosody", address="127.0.0.1", xmpp_port=server.port,
+                                      prosody_config=str(server.config), groups_file=str(server.groups_file),
+                                      xmpp_tls_ca=str(tls_ca))  # fmt: skip
+        else:
+            settings = ServerSettings(domain=DOMAIN, xmpp="ejabberd", address="127.0.0.1", xmpp_port=server.port,
+                                      xmpp_tls_ca=str(tls_ca))  # fmt: skip
         registry = server_members.Registry(directory / "state")
         record = registry.create_overlay(OVERLAY, server_members.DEFAULT_POOL, now)
         ca_key, ca_cert = registry.ca(OVERLAY)
@@ -198,17 +216,44 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         f["storm load"] = f"{load1():.1f}"
         await io_settled(server.port)
 
-        # The admin shell's chunks (a unix socket, not counted by `ss -t`): the texts handed to prosody.
+        # The admin shell's chunks (a unix socket, not counted by `ss -t`): the texts handed to prosody; on
+        # ejabberd the ejabberdctl calls and their arguments.
         admin = server.admin()
-        assert isinstance(admin, ProsodyAdmin)
         chunks = Counter[str]()
-        shell = admin._shell
+        if isinstance(admin, ProsodyAdmin):
+            shell = admin._shell
 
-        def counted(lua: str) -> str:
-            chunks["bytes"] += len(lua)
-            return shell(lua)
+            def counted(lua: str) -> str:
+                chunks["bytes"] += len(lua)
+                chunks["calls"] += 1
+                return shell(lua)
 
-        admin._shell = counted  # type: ignore[method-assign]
+            admin._shell = counted  # type: ignore[method-assign]
+        else:
+            assert isinstance(admin, EjabberdAdmin)
+            admin.multicast = ejabberd_multicast_service(DOMAIN) if args.multicast else ""
+            ctl = admin._ctl
+
+            def counted_ctl(*argv: str, secret: str | None = None) -> str:
+                chunks["bytes"] += sum(len(a) for a in argv)
+                chunks["calls"] += 1
+                chunks[argv[0]] += 1
+                return ctl(*argv, secret=secret)
+
+            admin._ctl = counted_ctl  # type: ignore[method-assign]
+
+        def cpu_now() -> tuple[float, float]:
+            """The server's CPU seconds and this process's children's (the ejabberdctl and prosodyctl runs)."""
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return usage(server.pid()).cpu, kids.ru_utime + kids.ru_stime
+
+        def cpu_since(before: tuple[float, float]) -> str:
+            now = cpu_now()
+            return f"server {now[0] - before[0]:.1f} s, admin tool {now[1] - before[1]:.1f} s"
+
+        def calls() -> str:
+            text = f"{chunks['calls']} ({', '.join(f'{k} {v}' for k, v in sorted(chunks.items()) if k not in ('bytes', 'calls'))})"
+            return text if args.server == "ejabberd" else str(chunks["calls"])
 
         def all_hold(group: list[CountingMember], at_least: int) -> Callable[[], bool]:
             return lambda: all((ml := c.listed_members(OVERLAY)) is not None and ml.serial >= at_least for c in group)
@@ -216,6 +261,7 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         # 2. a member added
         name = _user(n)
         before = server_io(server.port)
+        cpu0 = cpu_now()
         t0 = time.perf_counter()
         # Read here, not with `read_member_list`: the tree before decision 0065 is measured too.
         serial = member_list.load((registry.overlay_dir(OVERLAY) / server_members.MEMBER_LIST_FILE).read_text()).serial + 1
@@ -251,7 +297,9 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         f["add: all hold"] = (f"{hold_at:.1f} s" if hold_s is not None else
                               f"{sum(all_hold([c], serial)() for c in crowd)} of {n}")  # fmt: skip
         f["add: linked"] = f"{took:.1f} s" if link_s is not None else "no"
-        f["add: server bytes"] = f"{moved / 1e6:.2f} MB + shell {chunks['bytes'] / 1e6:.2f} MB"
+        f["add: server bytes"] = f"{moved / 1e6:.2f} MB + admin {chunks['bytes'] / 1e6:.2f} MB"
+        f["add: admin calls"] = calls()
+        f["add: CPU"] = cpu_since(cpu0)
         chunks.clear()
         f["add: load"] = f"{load1():.1f}"
         received = sum((c.received for c in everyone), Counter())
@@ -262,6 +310,7 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
 
         # 3. that member removed
         before = server_io(server.port)
+        cpu0 = cpu_now()
         t0 = time.perf_counter()
         removing = asyncio.create_task(asyncio.to_thread(timed, server_members.remove_member, registry, admin,
                                                          NoRelay(), OVERLAY, name, datetime.datetime.now(datetime.UTC),
@@ -278,7 +327,9 @@ async def run_one(n: int, args: argparse.Namespace) -> Row:
         f["remove: cut off"] = f"{cut_at:.1f} s" if cut_s is not None else "no"
         f["remove: all hold"] = (f"{took:.1f} s" if hold_s is not None
                                  else f"{sum(all_hold([c], serial + 1)() for c in crowd)} of {n}")  # fmt: skip
-        f["remove: server bytes"] = f"{moved / 1e6:.2f} MB + shell {chunks['bytes'] / 1e6:.2f} MB"
+        f["remove: server bytes"] = f"{moved / 1e6:.2f} MB + admin {chunks['bytes'] / 1e6:.2f} MB"
+        f["remove: admin calls"] = calls()
+        f["remove: CPU"] = cpu_since(cpu0)
         f["remove: load"] = f"{load1():.1f}"
         received = sum((c.received for c in crowd), Counter())
         f["remove: received"] = ", ".join(f"{k} {v / 1e6:.2f} MB" if "bytes" in k else f"{k} {v}"
@@ -296,9 +347,12 @@ def main() -> int:
     parser.add_argument("--members", type=lambda s: [int(x) for x in s.split(",")], default=[100, 300])
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds the sign-in may take")
     parser.add_argument("--change-timeout", type=float, default=30.0, help="seconds a change may take to spread")
+    parser.add_argument("--server", choices=("prosody", "ejabberd"), default="prosody")
+    parser.add_argument("--no-multicast", dest="multicast", action="store_false",
+                        help="ejabberd: one ejabberdctl send_stanza per member online (before decision 0065, amended)")
     parser.add_argument("--no-group", dest="group", action="store_false",
-                        help="prosody loads no roster group (the server host's groups file still lists every "
-                             "member): no roster of n members, no presence broadcast to them")
+                        help="the server loads no roster group (prosody: the server host's groups file still lists "
+                             "every member): no roster of n members, no presence broadcast to them")
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -48,4 +48,6 @@ case "$mode" in
         exit 2 ;;
 esac
 
-exec evio run --config "$config" "$@"
+# As config/evio.service: glibc's arena per thread (os-ken's, the side loop's, the executor's)
+# holds memory the daemon never gives back. The daemon's alone, not Open vSwitch's.
+MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX:-2} exec evio run --config "$config" "$@"

@@ -53,7 +53,8 @@ as it received it (unchanged signed bytes), `CATCHUP_BATCH` frames a `CATCHUP_TI
 `CATCHUP_PEER_INTERVAL`. Only the newcomer's neighbours act: a join costs (neighbours x members) unicast frames,
 each checked once at the newcomer (copies from other neighbours are free refusals, "unchanged"). A revoked node's claims are dropped when the list comes.
 The owners (each MAC's one claimant, or the first of several: `host_claims.HostClaims`) go to the switch
-when they change (`SetMacOwners`). So do the members' own overlay addresses their certificates name, each with
+when they change (`SetMacOwners`), worked out at most every `OWNERS_INTERVAL` (review21i I2: a member may change
+its own list at its flood share, and each working-out walks every MAC of the overlay). So do the members' own overlay addresses their certificates name, each with
 the MAC of the interface holding it (`SetCertifiedAddresses`, decision 0062): the switch answers a local host's
 ARP or neighbour solicitation for them at once. This node names its own such address (the bridge interface's,
 if its certificate names it) in its announcements. This node's own list is a claim too (a member announcing our host after
@@ -74,8 +75,9 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.clock import REAL_CLOCK, Clock, Timer
+from evio.ids import format_node_id
 from evio.node.ethertype_socket import open_ethertype_socket, read_frames
-from evio.ratelimit import LogLimiter, Rate
+from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.sdn.flood_shares import FloodShares
 from evio.sdn.switch import FLOOD_BURST, FLOOD_RATE, PORT_FLOOD_BURST, PORT_FLOOD_RATE
 from evio.sdn.switch_terms import ETH_HEADER_LEN, HOST_CLAIMS_ETHERTYPE
@@ -119,6 +121,18 @@ CATCHUP_TICK = 0.1  # seconds
 CATCHUP_OWED = 120.0  # seconds after a link-up that the peer's first newer announcement earns it the lists
 CATCHUP_PEER_INTERVAL = 60.0  # at most one catch-up per peer in this many seconds (a flapping link)
 CATCHUP_QUEUED = 8192  # frames waiting to go, for all peers together; beyond, counted and dropped
+# Seconds between two workings-out of who holds what (`HostClaims.owners`, `addresses`) and pushes of the whole map to
+# the switch, each walking every MAC of the overlay (4.4 ms at 4,000): a member's own announcements are checked and
+# taken at its flood share (100/s a port), each changing its list, and recomputing for each cost every node 0.7 s of
+# its loop a second (review21i I2). The first change after a quiet spell is applied at once, later ones fold into one
+# at most this long after: an honest change (a host, its protection, the flows installed ahead of 0066) is late by
+# 0.5 s at worst, and only while some member changes its list more often than that.
+OWNERS_INTERVAL = 0.5
+# Changes of one member's list a node takes before counting it as churning (`churn_over_rate`, logged once a
+# minute): an honest node sends a changed page at most each PAGE_GAP, a refresh's or link-up's 16 at once. Counted,
+# not refused: the check budgets bound the work, a taken change costs only its member's MACs (owners are coalesced
+# above), and refusing a member's latest list would leave nodes holding different old ones.
+CHURN_RATE = Rate(1 / PAGE_GAP, 2 * host_claims.MAX_PAGES)
 
 
 class HostClaimsFlood:
@@ -180,6 +194,11 @@ class HostClaimsFlood:
         self._catchup_page_at: dict[int, float] = {}  # node id -> when a page of its list was last passed on
         self._catchup_timer: Timer | None = None
         self._alone_timer: Timer | None = None  # a lone claimant's ALONE_HOLD ends: owners change (review21e E4)
+        self._owners_at = float("-inf")  # when who holds what was last worked out (OWNERS_INTERVAL)
+        self._owners_timer: Timer | None = None  # changes taken since: worked out when it fires
+        self._disputed_logged = LogLimiter[str]()  # by disputed MAC: each change of a claimant's list would log it
+        self._churn = PeerRateLimiter[int](CHURN_RATE)  # by member: its list changes taken here
+        self._churn_logged = LogLimiter[int]()
 
     def start(self) -> None:
         sock = self._sock = open_ethertype_socket(self.ifname, ETHERTYPE)
@@ -195,10 +214,11 @@ class HostClaimsFlood:
         if self._subscription is not None:
             self._subscription.cancel()
             self._subscription = None
-        for timer in (self._send_timer, self._refresh_timer, self._catchup_timer, self._alone_timer):
+        for timer in (self._send_timer, self._refresh_timer, self._catchup_timer, self._alone_timer,
+                      self._owners_timer):  # fmt: skip
             if timer is not None:
                 timer.cancel()
-        self._send_timer = self._refresh_timer = self._catchup_timer = self._alone_timer = None
+        self._send_timer = self._refresh_timer = self._catchup_timer = self._alone_timer = self._owners_timer = None
         self._catchup.clear()
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
@@ -260,7 +280,7 @@ class HostClaimsFlood:
 
     def _revocations_changed(self, event: RevocationAdopted) -> None:
         if event.overlay == self.overlay and self.claims.forget(self._revoked(self._wall())):
-            self._owners_changed()
+            self._owners_changed(at_once=True)  # the CA's word, not a member's: no waiting
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -390,6 +410,12 @@ class HostClaimsFlood:
         self._frames[(ann.node_id, ann.page)] = (ann.issued_ms, data)
         if self.claims.take(ann):
             self.counts["taken"] += 1
+            if not self._churn.allow(ann.node_id, now):
+                self.counts["churn_over_rate"] += 1
+                if self._churn_logged.should_log(ann.node_id, now):
+                    log.warning("overlay %s: member %s changes its hosts more often than a node may (%s a second; "
+                                "counted as churn_over_rate)", self.overlay, format_node_id(ann.node_id),
+                                CHURN_RATE.per_second)  # fmt: skip
             self._owners_changed()
         else:
             self.counts["unchanged"] += 1
@@ -474,14 +500,33 @@ class HostClaimsFlood:
         rl = self._signaling.revocation_list(self.overlay)
         return rl.node_ids(now) if rl is not None else frozenset()
 
-    def _owners_changed(self) -> None:
+    def _owners_changed(self, at_once: bool = False) -> None:
+        """What the claims say may have changed: work out who holds what and tell the switch, now if that was last
+        done `OWNERS_INTERVAL` ago (or `at_once`), else when it is (the changes meanwhile fold into one, the latest
+        state wins: review21i I2)."""
+        if not at_once:
+            if self._owners_timer is not None:
+                self.counts["owners_coalesced"] += 1
+                return
+            wait = self._owners_at + OWNERS_INTERVAL - self._clock.now()
+            if wait > 0:
+                self.counts["owners_coalesced"] += 1
+                self._owners_timer = self._clock.call_later(wait, self._work_out_owners)
+                return
+        self._work_out_owners()
+
+    def _work_out_owners(self) -> None:
+        if self._owners_timer is not None:
+            self._owners_timer.cancel()
+            self._owners_timer = None
+        now = self._owners_at = self._clock.now()
         owners = self.claims.owners()
         if self._alone_timer is not None:
             self._alone_timer.cancel()
             self._alone_timer = None
         due = self.claims.next_change()
         if due is not None:
-            self._alone_timer = self._clock.call_later(max(0.0, due - self._clock.now()), self._alone_due)
+            self._alone_timer = self._clock.call_later(max(0.0, due - now), self._alone_due)
         addresses = self.claims.addresses(owners)
         if addresses != self._addresses:
             self._addresses = addresses
@@ -491,5 +536,16 @@ class HostClaimsFlood:
             self._owners = owners
             self._tell_switch(owners)
             if self.claims.disputed:
-                log.warning("overlay %s: MACs announced by more than one member (each held by its first): %s",
-                            self.overlay, ", ".join(sorted(self.claims.disputed)[:8]))
+                self._log_disputed(now)
+
+    def _log_disputed(self, now: float) -> None:
+        """Log the disputed MACs not logged in the last minute (review21i I5: a claimant changing the rest of its
+        list each time logged every one of its announcements at every node); the others are counted."""
+        fresh = [mac for mac in sorted(self.claims.disputed) if self._disputed_logged.should_log(mac, now)]
+        if not fresh:
+            self.counts["disputed_log_suppressed"] += 1
+            return
+        shown = ", ".join(f"{mac} ({'/'.join(map(format_node_id, self.claims.claimants(mac)))})" for mac in fresh[:8])
+        more = f" and {len(fresh) - 8} more" if len(fresh) > 8 else ""
+        log.warning("overlay %s: MACs announced by more than one member (each held by its first): %s%s",
+                    self.overlay, shown, more)  # fmt: skip

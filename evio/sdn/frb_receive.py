@@ -28,7 +28,7 @@ from evio.ids import RING_SIZE, format_node_id
 from evio.sdn import frb
 from evio.sdn.flooding_bounds import forward_bounds, mirror, reverse_forward_bounds
 from evio.sdn.flow_actions import FlowAction, PacketOut
-from evio.sdn.learning_table import Change
+from evio.sdn.learning_table import Change, LearnedMac
 from evio.sdn.switch_terms import (
     HOST_CLAIMS_ETHERTYPE,
     Drop,
@@ -51,6 +51,7 @@ ROOT_LINK_GRACE = 2.0
 # share of a learning table within a MAC's max age (2,048 in 300 s, 6.8 a second), here or past here.
 CONTESTED_NEW_RATE, CONTESTED_NEW_BURST = 1.0, 10
 CONTESTED_PORT_RATE, CONTESTED_PORT_BURST = 4.0, 100
+_FLOOD_KINDS = (frb.FrbType.BROADCAST, frb.FrbType.BROADCAST_REVERSE)
 FLOOD_WAYS = 2 * 8192  # roots' ways held (two directions each): members, or roots with MACs in the learning table
 
 
@@ -75,7 +76,9 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
         return []
     if flood:
         key = _flood_budget_key(sw, port, h)
-        contested = key[1] is not None and h.root_nid != sw.node_id and _contested(sw, h, port.port_no, ingress, now)
+        # A root not known before its first copy (members not told) is known from it on: that copy's way is held too.
+        contested = ((key[1] is not None or sw.members is None) and h.root_nid != sw.node_id
+                     and _contested(sw, h, port.port_no, ingress, now))
         receive = _broadcast_in if h.frb_type is frb.FrbType.BROADCAST else _reverse_in
         return receive(sw, port.port_no, ingress, frame, now, key, contested)
     if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
@@ -185,13 +188,40 @@ def _contested(sw: BoundedFloodSwitch, h: frb.FrbHeader, port: int, ingress: int
     known = sw._flood_ways.get(way)
     if known is None or known[0] == port or ingress == h.root_nid or now - known[1] >= sw.learning.max_age:
         if known is None and len(sw._flood_ways) >= FLOOD_WAYS:
-            for stale in [w for w, (_, seen) in sw._flood_ways.items() if now - seen >= sw.learning.max_age]:
+            for stale in [w for w, (_, seen, _) in sw._flood_ways.items() if now - seen >= sw.learning.max_age]:
                 del sw._flood_ways[stale]
             if len(sw._flood_ways) >= FLOOD_WAYS:
                 return False  # every root's way live: this one is not held (as before the rule), nothing grows
-        sw._flood_ways[way] = (port, now)
+        sw._flood_ways[way] = (port, now, known[2] if known is not None and known[0] == port else 0.0)
         return False
+    sw._flood_ways[way] = (known[0], known[1], now)  # the held way no longer holds the root's MACs (`_keeps_its_way`)
     return True
+
+
+def _keeps_its_way(
+    sw: BoundedFloodSwitch, mac: str, source: LearnedMac, root: int, port: int, hops: int, now: float
+) -> bool:
+    """Whether a copy under `root` by `port`, no shorter than `mac`'s path, must leave `mac` (which its owner `root`
+    certified, trust mode) where it is: on a port that still brings that root's floods, the way held for one of its
+    flood directions (`_contested`), within a MAC's max age, no copy of that direction having come by another port
+    since (review21i I4; decision 0033).
+
+    A member on the arc from a root to us may forge copies under that root (`_plausible`) in the one direction it
+    lies on, with a hop count as short as 2, and a root's quiet interface's path is confirmed for only `PATH_HOLD`:
+    it took the root's certified MAC to its port. The root's floods in the other direction come by the port the MAC
+    is on, and nothing the member sends comes that way, so while that way stands the MAC stays on it. When the
+    root's tree really moves (a link on its path went), that direction's copies come by another port, or none come
+    for the max age: the way no longer holds, and the MAC follows by the shortest-path rule as before; a port that
+    goes takes its ways with it. A shorter way is always taken: held against, honest trees that moved made loops."""
+    if source.port == port or source.root != root or sw.mac_owners.get(mac) != root:
+        return False
+    if source.hops is None or hops < source.hops:
+        return False  # a shorter way is taken: holding against one made loops where an honest tree moved
+    for kind in _FLOOD_KINDS:
+        way = sw._flood_ways.get((root, kind))
+        if way is not None and way[0] == source.port and way[2] <= way[1] and now - way[1] < sw.learning.max_age:
+            return True
+    return False
 
 
 def _contested_new_mac(sw: BoundedFloodSwitch, port: int, root: int, now: float) -> bool:
@@ -246,8 +276,10 @@ def _broadcast_in(
     else:
         if inner_eth.is_group or source is None:
             # A flooded unicast's root is not the sender's node (see below): its hops say nothing.
+            stay = source is not None and bool(sw.mac_owners) and _keeps_its_way(
+                sw, inner_eth.src, source, h.root_nid, in_port, hops, now)
             learned = sw._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True,
-                                hops=hops if inner_eth.is_group else None)
+                                hops=hops if inner_eth.is_group else None, stay=stay)
             if learned is None:
                 return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
             actions += learned
@@ -298,7 +330,9 @@ def _reverse_in(
     elif contested and source is None and _contested_new_mac(sw, in_port, h.root_nid, now):
         return []
     else:
-        learned = sw._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True, hops=hops)
+        stay = source is not None and bool(sw.mac_owners) and _keeps_its_way(
+            sw, inner_eth.src, source, h.root_nid, in_port, hops, now)
+        learned = sw._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True, hops=hops, stay=stay)
         if learned is None:
             return []  # forged from one of the bridge's own MACs: not passed on either
         actions += learned

@@ -151,6 +151,9 @@ class LearningTable:
         self._entries: dict[str, LearnedMac] = {}
         # The latest contested claim per MAC: (port, root, hops, when), taken by `settle` once due.
         self._claims: dict[str, tuple[int, int | None, int | None, float]] = {}
+        # The latest copy `stay` held per MAC: (port, hops, when); taken if the MAC's own port's next copy, within
+        # `unicast_hold`, comes longer. One per MAC in the table at most (`_remove` drops it).
+        self._stayed: dict[str, tuple[int, int, float]] = {}
         # Each port's MACs in recency order (least recently seen first): eviction takes from the front.
         self._by_port: dict[int, dict[str, None]] = {}
         self._by_root: dict[int, set[str]] = {}
@@ -211,6 +214,7 @@ class LearningTable:
         may_move_local: bool = False,
         hops: int | None = None,
         from_root: bool = False,
+        stay: bool = False,
     ) -> Learned:
         """Record that `mac` was seen on `port`, hosted by `root` (None: local or not known), `hops` away.
 
@@ -225,6 +229,8 @@ class LearningTable:
         longer way to the same root or by a packet-in (HELD; see the module).
         A live remote entry whose place spoke within `move_hold` is not moved
         to another root, or to another port but by its own root (CONTESTED).
+        With `stay` (the caller knows the entry's way still brings its root's floods) a live remote entry does not
+        move to another port, however long ago its path was confirmed (HELD).
         """
         old = self._entries.get(mac)
         live = old is not None and now - old.last_seen < self.max_age
@@ -237,6 +243,19 @@ class LearningTable:
             self._entries[mac] = held
             self._touch(mac, held.port)
             return Learned(mac, Change.HELD, held, None)
+        if stay and old is not None and live and not local and not old.local and port != old.port:
+            if hops is not None:
+                self._stayed[mac] = (port, hops, now)
+            held = replace(old, last_seen=now)  # its root spoke: live, as `_holds` keeps it
+            self._entries[mac] = held
+            self._touch(mac, held.port)
+            return Learned(mac, Change.HELD, held, None)
+        stayed = self._stayed.pop(mac, None)
+        if (stayed is not None and old is not None and root == old.root and hops is not None
+                and hops > stayed[1] and now - stayed[2] < self.unicast_hold):
+            # The copy held just before (the other of one broadcast's two) is shorter than the way that now
+            # places the MAC (its path grew, or its tree moved): the MAC takes the shorter, whichever came first.
+            port, hops = stayed[0], stayed[1]
         if (old is not None and live and not local and not old.local
                 and self._contested(old, port, root, now, from_root)):
             prev = self._claims.get(mac)
@@ -404,6 +423,8 @@ class LearningTable:
             self._remove(mac)
         for mac in [m for m, claim in self._claims.items() if claim[0] == port]:
             del self._claims[mac]  # claimed by a way that is gone
+        for mac in [m for m, held in self._stayed.items() if held[0] == port]:
+            del self._stayed[mac]
         return macs
 
     def forget(self, mac: str) -> LearnedMac | None:
@@ -414,6 +435,7 @@ class LearningTable:
 
     def _remove(self, mac: str) -> LearnedMac | None:
         self._claims.pop(mac, None)
+        self._stayed.pop(mac, None)
         entry = self._entries.pop(mac, None)
         if entry is not None:
             self._unindex(mac, entry)

@@ -264,9 +264,10 @@ class BoundedFloodSwitch:
         # Peer id -> when its leaf announcement first came on a port to it: its end of our link stands, and its
         # floods come by it (frb_receive._detours_its_root). Goes with any port to that peer.
         self._root_links: dict[int, float] = {}
-        # (root, flood type) -> the port its floods came by first and when one last did, and the per-port budget
+        # (root, flood type) -> the port its floods came by first, when one last did, and when one last came by
+        # another port (review21i I4: the way no longer holds its root's MACs), and the per-port budget
         # of MACs new here that another port may bring under such a root (frb_receive._contested, review21f F6).
-        self._flood_ways: dict[tuple[int, frb.FrbType], tuple[int, float]] = {}
+        self._flood_ways: dict[tuple[int, frb.FrbType], tuple[int, float, float]] = {}
         self.contested_new = PeerRateLimiter[tuple[int, int]](
             Rate(frb_receive.CONTESTED_NEW_RATE, frb_receive.CONTESTED_NEW_BURST))  # (port, root)
         self.contested_port = PeerRateLimiter[int](Rate(frb_receive.CONTESTED_PORT_RATE, frb_receive.CONTESTED_PORT_BURST))
@@ -321,7 +322,7 @@ class BoundedFloodSwitch:
         self.flood_budget.forget(port_no)
         self._announced_by.discard(port_no)
         self.contested_port.forget(port_no)  # (its per-root buckets age out of their bounded table)
-        for way in [way for way, (by, _) in self._flood_ways.items() if by == port_no]:
+        for way in [way for way, (by, _, _) in self._flood_ways.items() if by == port_no]:
             del self._flood_ways[way]  # its root's floods come another way now: that one stands from its first
         if port is None:
             return []
@@ -495,6 +496,9 @@ class BoundedFloodSwitch:
             proves_from = now + self._idle_timeout(match) + FLOW_REMOVED_LAG if match.in_port != in_port else None
             evicted = self.flows.add(match, out, in_port, proves_from)  # the port's oldest, if it had its fill
             self.flows_evicted += len(evicted)
+            # A frame upcalled before the flow ahead went in (or after a delete, before the next tick): this learned
+            # one replaces it on the bridge, idle timeout and all. No longer ahead, so the next tick takes it over.
+            self._proactive.pop(match, None)
             deletes += [DeleteFlow(old) for old in evicted if old not in new]  # never installed: nothing to delete
         # The deletes first: none may follow the add of a flow it deletes (an added flow's transit entry is
         # made after its write, transit.py), and a flow the way back evicted at once is not added at all.
@@ -542,9 +546,11 @@ class BoundedFloodSwitch:
         return frames
 
     def _learn(
-        self, mac: str, port: int, root: int | None, now: float, broadcast: bool = False, hops: int | None = None
+        self, mac: str, port: int, root: int | None, now: float, broadcast: bool = False, hops: int | None = None,
+        stay: bool = False,
     ) -> list[FlowAction] | None:
-        """Learn `mac` on `port`; None when a peer port claims a local MAC (counted, nothing changes)."""
+        """Learn `mac` on `port`; None when a peer port claims a local MAC (counted, nothing changes). `stay`: a
+        remote MAC does not move to `port` (its way still brings its root's floods, frb_receive._keeps_its_way)."""
         local = self.ports[port].kind is PortKind.LEAF if port in self.ports else False
         if not local and mac in self._own_macs():
             self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
@@ -564,7 +570,7 @@ class BoundedFloodSwitch:
             self._vouch_if_sending(mac, now)
         from_root = root is not None and port in self.ports and self.ports[port].peer == root
         learned: Learned = self.learning.learn(mac, port, root, now, local, may_move_local=broadcast, hops=hops,
-                                               from_root=from_root)
+                                               from_root=from_root, stay=stay)
         return self._learned_actions(learned, port, now)
 
     def _may_speak_for(self, mac: str, owner: int, port: int, root: int | None, now: float) -> bool:

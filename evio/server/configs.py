@@ -225,9 +225,14 @@ def ejabberd_config(
         "    ip:",
         "      - 127.0.0.0/8",
         "      - ::1/128",
+        "  # The server's own JID (no user part): what `evio member` sends as, through ejabberdctl.",
+        "  evio_server_host:",
+        '    user_regexp: "^$"',
         "access_rules:",
         "  c2s:",
         "    allow: all",
+        "  evio_multicast:",
+        "    allow: evio_server_host",
         "",
         "# Signaling is bursty (a login answers every member's presence): a per-connection rate a few",
         "# hundred members' worth of presence does not stall.",
@@ -254,8 +259,27 @@ def ejabberd_config(
         "  mod_roster:",
         "    versioning: false",
         "  mod_shared_roster: {}",
+        *_EJABBERD_MULTICAST,
         "",
     ])  # fmt: skip
+
+
+def ejabberd_multicast_service(domain: str) -> str:
+    """The JID of the multicast service below (mod_multicast's default, ``multicast.@HOST@``)."""
+    return f"multicast.{domain}"
+
+
+# XEP-0033 for the server host alone: `evio member add|remove` hands a change to every member online in one
+# ejabberdctl call (an Erlang start, about a second each), not one call per member (decision 0065, amended).
+_EJABBERD_MULTICAST = (
+    "  # One message to many members, for the server's own JID only (`evio member`, decision 0065, amended).",
+    "  mod_multicast:",
+    "    access: evio_multicast",
+    "    limits:",
+    "      local:",
+    "        message: infinite",
+    "        presence: 0",
+)
 
 
 def ejabberd_additions(*, domain: str, certfile: str) -> str:
@@ -265,9 +289,16 @@ def ejabberd_additions(*, domain: str, certfile: str) -> str:
         f"#   hosts: [{_yaml_string(domain)}]   certfiles: [{_yaml_string(certfile)}]",
         "#   listen: - port: 5222, module: ejabberd_c2s, starttls_required: true, backlog: 1024",
         "cache_size: 10000",
+        "acl:",
+        "  evio_server_host:",
+        '    user_regexp: "^$"',
+        "access_rules:",
+        "  evio_multicast:",
+        "    allow: evio_server_host",
         "modules:",
         "  mod_admin_extra: {}",
         "  mod_shared_roster: {}",
+        *_EJABBERD_MULTICAST,
         "",
     ])  # fmt: skip
 

@@ -276,6 +276,7 @@ def settings_for(options: InitOptions, material: TlsMaterial) -> ServerSettings:
         prosody_config=str(o.prosody_config), groups_file=str(o.groups_file), ejabberdctl=o.ejabberdctl,
         ejabberd_config=str(o.ejabberd_config), turn_config=str(o.turn_config), turn_db=str(o.turn_db),
         relay_min_port=o.relay_ports[0], relay_max_port=o.relay_ports[1], xmpp_tls_ca=material.ca_path,
+        ejabberd_multicast=configs.ejabberd_multicast_service(o.domain) if o.xmpp == "ejabberd" else "",
     )  # fmt: skip
 
 

@@ -39,6 +39,10 @@ class ServerSettings:
     groups_file: str = "/etc/prosody/evio-groups.txt"
     ejabberdctl: str = "ejabberdctl"  # the command, split like a shell would (tests add --config-dir, --node)
     ejabberd_config: str = "/etc/ejabberd/ejabberd.yml"
+    # The XEP-0033 multicast service `evio server init` enables (mod_multicast, for the server's own JID): a
+    # message to every member online is then a few ejabberdctl calls, not one per member (decision 0065, amended).
+    # "" (a server.json from before it): one call per member.
+    ejabberd_multicast: str = ""
     turn_config: str = "/etc/turnserver.conf"
     turn_db: str = "/var/lib/turn/turndb"
     relay_min_port: int = 49152  # coturn's relay range (udp): members' firewalls need not know it, the server's does

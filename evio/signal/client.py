@@ -794,6 +794,11 @@ class SignalClient(SignalEndpoint):
         self._fill_presence(xmpp, presence)
         presence.send()
 
+    def _send_probe(self, to: str) -> None:
+        xmpp = self._xmpp
+        if xmpp is not None:
+            xmpp.send_presence(pto=to, ptype="probe")  # the server answers with the presence of its sessions online
+
     def _send_members(self, to: str, text: str) -> None:
         xmpp = self._xmpp
         if xmpp is None:

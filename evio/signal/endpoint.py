@@ -126,6 +126,16 @@ RECONTACT_INTERVAL = 30.0
 # silent ones are mostly still signing in, and telling them again (or skipping them) only adds to the storm.
 RECONTACT_LOGINS = 4.0
 ANSWER_WAIT = 10.0  # a request to a listed member not present waits this long at most for its presence
+# Overlays whose membership is the roster (decision 0067): the server may lose a presence for good. Two members
+# whose first presence goes out at the same moment on two nodes of an ejabberd cluster each find the other not
+# online there yet (the nodes copy their sessions to each other a little later), so neither hears of the other.
+# About this long after each login (0.75-1.25x; longer after a slow login, as the server is busy), the roster
+# members we hold no presence of are probed: the server answers with the presence of those online. Another round
+# follows (each PROBE_GROWTH times later) only if the last one brought a presence, PROBE_ROUNDS at most.
+PROBE_AFTER = 5.0
+PROBE_LOGINS = 4.0
+PROBE_GROWTH = 3.0
+PROBE_ROUNDS = 3
 MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence costs no signature check
 # A newer member list seen in a presence (decision 0063): we ask its sender for it, and ask for the same serial
 # again (of whoever says it next) only after this long (one answer is enough; a forged serial costs one small
@@ -236,6 +246,11 @@ class SignalEndpoint:
         self._silent: dict[str, set[int]] = {}  # overlay -> contacts silent for two rounds: skipped
         self._retold: dict[str, set[int]] = {}  # overlay -> contacts silent for one round: told again
         self._recontact_timer: Timer | None = None
+        self._probe_timer: Timer | None = None
+        self._probed: set[str] = set()  # bare JIDs our last round probed: not heard of since
+        self._probe_answers: list[str] = []  # of those, the ones heard of since (the server had lost them)
+        self.presence_probes = 0  # roster members probed (decision 0067), all sessions
+        self.presences_recovered = 0  # ... whose presence came then: the server had not passed it on
         self._members_reask: dict[str, Timer] = {}  # overlay -> when a held-back ask goes to another contact
         self._contacts_cache: dict[str, tuple[tuple[int, frozenset[int], frozenset[int]], frozenset[int]]] = {}
         self._timer: Timer | None = None
@@ -446,6 +461,9 @@ class SignalEndpoint:
 
     def _send_members(self, to: str, text: str) -> None:
         """Send a member list message (a list, or an ask for one) to `to` alone; the transport does it."""
+
+    def _send_probe(self, to: str) -> None:
+        """Ask the server for the presence of the bare JID `to` (a presence probe); the transport does it."""
 
     def _members_hint(self) -> str | None:
         """For our presence: the serial of each overlay's member list we hold (decision 0063), or None."""
@@ -870,6 +888,7 @@ class SignalEndpoint:
         log.info("signal %s: logged in as %s", self.account, own_jid)
         self._events.publish(Connected(own_jid))
         self._reach_contacts()
+        self._probe_later(0)
 
     def _login_failed(self, failure: LoginFailure, logged_elsewhere: bool = False) -> None:
         """A login attempt failed (or a session ended) for `failure`: logged when it changes, not at every retry."""
@@ -922,6 +941,11 @@ class SignalEndpoint:
         if self._recontact_timer is not None:
             self._recontact_timer.cancel()
             self._recontact_timer = None
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
+            self._probe_timer = None
+        self._probed.clear()
+        self._probe_answers.clear()
         for timer in self._members_reask.values():
             timer.cancel()
         self._members_reask.clear()
@@ -1043,6 +1067,10 @@ class SignalEndpoint:
             announcement = self._listed_claims(sender, announcement, overlays)
             hint = self._read_hint(sender, members_json)
         self._apply(self._table.on_available(sender, announcement, overlays))
+        if self._probed and bare_jid(sender) in self._probed:
+            self._probed.discard(bare_jid(sender))
+            self._probe_answers.append(bare_jid(sender))
+            self.presences_recovered += 1
         changed = self._hints.get(sender, hint) != hint  # it took a newer list: it may have refused our presence
         if self._links_mode:
             self._hints[sender] = hint
@@ -1111,6 +1139,42 @@ class SignalEndpoint:
     def _last_login_time(self) -> float:
         """Seconds our last login took (the transport's measure; 0 where logins take no time)."""
         return 0.0
+
+    def _probe_later(self, round_: int) -> None:
+        """Round `round_` (from 0) of presence probes after a login (decision 0067): overlays of the roster only."""
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
+            self._probe_timer = None
+        if round_ == 0:
+            self._probed.clear()
+            self._probe_answers.clear()
+        if all(ov in self._links_mode for ov in self._table.overlays):
+            return  # the CA's member list: contacts are told again every round (`_recontact`)
+        after = max(PROBE_AFTER, PROBE_LOGINS * self._last_login_time()) * PROBE_GROWTH**round_
+        self._probe_timer = self.clock.call_later(after * (0.75 + 0.5 * self._rng.random()),
+                                                  functools.partial(self._probe_absent, round_))  # fmt: skip
+
+    def _probe_absent(self, round_: int) -> None:
+        """Probe the roster members we hold no presence of; a round after the first only if the last brought one."""
+        self._probe_timer = None
+        answers, self._probe_answers = self._probe_answers, []
+        if answers:
+            log.info("signal %s: presence of %d member(s) came only on our probe (the server had not passed it on): "
+                     "%s", self.account, len(answers), ", ".join(sorted(answers)[:8]))  # fmt: skip
+        if not self._connected or round_ >= PROBE_ROUNDS or (round_ > 0 and not answers):
+            self._probed.clear()
+            return
+        present = {bare_jid(j) for ov in self._table.overlays if ov not in self._links_mode
+                   for j in self._table.peers(ov).values()}  # fmt: skip
+        absent = sorted(b for b, ovs in self._membership.items() if b not in present and b != self.account
+                        and any(ov not in self._links_mode for ov in ovs))  # fmt: skip
+        self._probed = set(absent)
+        for bare in absent:
+            self._send_probe(bare)
+        self.presence_probes += len(absent)
+        if absent:
+            log.debug("signal %s: round %d: %d member(s) with no presence probed", self.account, round_ + 1, len(absent))
+            self._probe_later(round_ + 1)
 
     def _tell_links_again(self) -> None:
         """Our presence changed (a newer revocation list to pass on): the peers we told get it again."""

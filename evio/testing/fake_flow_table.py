@@ -464,6 +464,13 @@ class FakeNetwork:
         run until nothing is in flight."""
         self._run(deque([(node_id, self.port_towards(node_id, neighbour), frame)]))
 
+    def upcalled(self, node_id: int, port: int, frame: bytes) -> None:
+        """`frame`, from `port` of `node_id`, reaches its controller whatever the table holds now (it missed the
+        table before a flow that matches it went in); run until nothing is in flight."""
+        node = self.nodes[node_id]
+        node.packet_ins += 1
+        self._run(deque(self._execute(node, node.switch.packet_in(port, frame, self.now))))
+
     def forget(self, node_id: int, mac: str) -> None:
         """`node_id`'s switch forgets `mac` and the flows towards it, as if its entry aged out there alone."""
         node = self.nodes[node_id]

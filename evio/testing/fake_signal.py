@@ -41,6 +41,11 @@ class FakeSignalHub:
         # full JID -> the sessions its directed presence reached: told when it goes, as a server does (RFC 6121)
         self._directed: dict[str, set[str]] = {}
         self.directed = 0  # directed presence stanzas delivered
+        # The presence a login exchanges lost on demand: (recipient full JID, sender full JID) for which this says
+        # True, the sender's presence at either one's login never reaches the recipient, as when two members sign
+        # in to two nodes of an ejabberd cluster at the same moment (decision 0067). A probe still gets it.
+        self.loses_presence: Callable[[str, str], bool] | None = None
+        self.probes = 0  # presence probes from clients
 
     # ------------------------------------------------------------------ "server admin"
 
@@ -156,8 +161,26 @@ class FakeSignalHub:
             if other is client or bare_jid(other.full_jid) not in contacts:
                 continue
             # Our presence to them, theirs to us (the server answers our probes).
-            loop.call_soon(self._presence, other, client.full_jid, announcement)
-            loop.call_soon(self._presence, client, other.full_jid, other._presence_payload())
+            if not self._lost(other.full_jid, client.full_jid):
+                loop.call_soon(self._presence, other, client.full_jid, announcement)
+            if not self._lost(client.full_jid, other.full_jid):
+                loop.call_soon(self._presence, client, other.full_jid, other._presence_payload())
+
+    def _lost(self, recipient: str, sender: str) -> bool:
+        return self.loses_presence is not None and self.loses_presence(recipient, sender)
+
+    def _probe(self, client: FakeSignalClient, to: str) -> None:
+        """A presence probe from `client` to the bare JID `to`: the presence of each of its sessions online, if it
+        is in the client's roster (as a server answers one, RFC 6121 4.3)."""
+        if self._online.get(client.full_jid) is not client:
+            return
+        self.probes += 1
+        if to not in client.roster_contacts:
+            return
+        loop = asyncio.get_running_loop()
+        for other in list(self._online.values()):
+            if bare_jid(other.full_jid) == to:
+                loop.call_soon(self._presence, client, other.full_jid, other._presence_payload())
 
     def _reannounce(self, client: FakeSignalClient) -> None:
         """A new presence of an online client (its identity element changed) goes to its contacts."""
@@ -279,6 +302,9 @@ class FakeSignalClient(SignalEndpoint):
 
     def _send_directed(self, to: str, answer: bool) -> None:
         self._hub._direct(self, to, answer)
+
+    def _send_probe(self, to: str) -> None:
+        self._hub._probe(self, to)
 
     def _transmit(self, to: str, text: str, msg_id: str | None) -> None:
         self._hub._route(self.full_jid, to, text, msg_id)

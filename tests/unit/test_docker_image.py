@@ -63,6 +63,33 @@ def test_the_image_runs_the_entrypoint_under_tini_checks_health_with_evio_status
     assert "EVIO_CONFIG=/etc/evio/config.json" in found["ENV"]
 
 
+
+def stages(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """Each build stage's instructions by its name (the unnamed last stage is "")."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    for instruction, arguments in instructions(path):
+        if instruction == "FROM":
+            words = arguments.split()
+            current = found.setdefault(words[2] if len(words) > 2 and words[1].upper() == "AS" else "", [])
+        current.append((instruction, arguments))
+    return found
+
+
+def test_the_images_cryptography_is_built_against_the_system_openssl_and_the_build_checks_it() -> None:
+    found = stages(DOCKERFILE)
+    build = " ".join(arguments for instruction, arguments in found["cryptography"] if instruction == "RUN")
+    assert "libssl-dev" in build and "pkg-config" in build
+    # The version the requirements resolve to, from its source; pip's and cargo's caches kept between builds.
+    assert "--report" in build and re.search(r"pip wheel .*--no-binary cryptography .*\"cryptography==\$version\"", build)
+    assert "--mount=type=cache,target=/root/.cache/pip" in build
+    final = " ".join(arguments for instruction, arguments in found[""] if instruction == "RUN")
+    # Installed with the requirements (so pip keeps it), then the build fails unless it links the system's libcrypto.
+    assert re.search(r"pip install [^&]*/wheels/cryptography-\*\.whl -r /src/requirements\.txt", final)
+    assert "from=cryptography" in final and re.search(r"ldd .*cryptography.*grep .*libcrypto", final)
+    assert ("SHELL", '["/bin/bash", "-o", "pipefail", "-c"]') in found[""]  # so a failed ldd fails the pipe
+
+
 # -- the entrypoint, with stand-ins for evio and the OVS tools on PATH ---------------------------------
 
 
@@ -72,7 +99,7 @@ def fake_bin(tmp_path: Path) -> Iterator[Path]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
-    (bin_dir / "evio").write_text('#!/bin/sh\necho "evio $*"\n')
+    (bin_dir / "evio").write_text(f'#!/bin/sh\necho "evio $*"\necho "MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX" > {tmp_path}/evio-env\n')
     for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd"):
         (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
     (bin_dir / "ovs-vsctl").write_text(f'#!/bin/sh\necho "ovs-vsctl $*" >> {calls}\n[ -z "$VSCTL_FAILS" ]\n')
@@ -104,6 +131,7 @@ def test_with_no_ovsdb_mounted_it_starts_ovs_in_the_container_then_execs_evio_ru
     assert done.stdout.strip() == "evio run --config /etc/evio/config.json --log-level debug"
     started = calls(fake_bin)
     assert "ovsdb-server" in started and "ovs-vswitchd" in started
+    assert (tmp_path / "evio-env").read_text() == "MALLOC_ARENA_MAX=2\n"  # as config/evio.service
 
 
 def test_with_the_hosts_ovsdb_answering_it_starts_no_ovs_of_its_own(fake_bin: Path, tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from evio.server import tls
 from evio.server.configs import ProsodyPaths
 from evio.server.init import InitOptions, run_init
 from evio.server.settings import ServerSettings
-from evio.server.xmpp_admin import XmppAdmin, xmpp_admin
+from evio.server.xmpp_admin import EjabberdAdmin, XmppAdmin, xmpp_admin
 from evio.signal.client import SignalClient, SignalSettings
 from evio.signal.events import PeerRemoved, RemovalCause
 from evio.testing.waiting import tcp_listening, wait_until, wait_until_blocking
@@ -351,3 +351,45 @@ async def test_prosody_stopped_accounts_and_groups_wait_for_its_start(tmp_path: 
         finally:
             await member.client.stop()
             await gone.stop()
+
+
+@pytest.mark.parametrize("server", ["ejabberd"], indirect=True)
+async def test_ejabberd_delivers_to_every_member_online_in_a_few_calls(
+    overlay: tuple[Server, dict[str, Member]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0065 (amended): `evio member add|remove` hand a change to every member online through mod_multicast, which
+    `evio server init` enables for the server's own JID: three ejabberdctl calls for two texts, however many
+    members; each session gets its text once, from the server's domain. A member may not use the service."""
+    server, m = overlay
+    online = [m["n1"], m["n2"], m["n3"]]
+    got: dict[str, list[tuple[str, str]]] = {x.name: [] for x in online}
+    bounced: list[str] = []
+    for x in online:
+        monkeypatch.setattr(x.client, "_members_message", lambda sender, text, n=x.name: got[n].append((sender, text)))
+    monkeypatch.setattr(online[2].client, "_bounced", lambda msg_id, sender, condition: bounced.append(condition))
+    admin = server.admin
+    assert isinstance(admin, EjabberdAdmin) and admin.multicast == f"multicast.{DOMAIN}"
+    calls: list[str] = []
+    ctl = admin._ctl
+
+    def counted(*args: str, secret: str | None = None) -> str:
+        calls.append(args[0])
+        return ctl(*args, secret=secret)
+
+    monkeypatch.setattr(admin, "_ctl", counted)
+    assert admin.deliver(OV, "urn:x-evio:members:1", "members", "change <&>", members=["n1", "n2", "n3"],
+                         seeds=1, seed_text="whole") == 3  # fmt: skip
+    assert calls == ["connected_users", "send_stanza", "send_stanza"]
+    await wait_until(lambda: all(got.values()), SLOW, what="every member online has its text")
+    assert got == {"n1": [(DOMAIN, "whole")], "n2": [(DOMAIN, "change <&>")], "n3": [(DOMAIN, "change <&>")]}
+
+    # n3 tries the service itself: refused (forbidden), and nobody gets its text.
+    xmpp = online[2].client._xmpp
+    assert xmpp is not None
+    xmpp.send_raw(f'<message id="s24" type="normal" to="multicast.{DOMAIN}"><addresses '
+                  f'xmlns="http://jabber.org/protocol/address"><address type="bcc" jid="n1@{DOMAIN}"/>'
+                  f'<address type="bcc" jid="n2@{DOMAIN}"/></addresses><members xmlns="urn:x-evio:members:1">'
+                  f"forged</members></message>")  # fmt: skip
+    await wait_until(lambda: bool(bounced), SLOW, what="n3's multicast refused")
+    assert bounced == ["forbidden"]
+    assert all(len(v) == 1 for v in got.values()), got

@@ -173,6 +173,7 @@ async def test_a_node_joining_late_gets_every_members_list_from_its_neighbours_o
     assert newcomer.counts["taken"] <= 2 + 2 * hcf.CATCHUP_BATCH
     await clock.advance(2 * hcf.CATCHUP_TICK)
     assert len(newcomer.claims) == 31  # all 30 members' lists and its own, 1.2 s after it linked, not 10 minutes
+    await clock.advance(hcf.OWNERS_INTERVAL)  # the switch is told of what they changed together (review21i I2)
     assert newcomer.told[-1] == {f"02:00:00:00:01:{i:02x}": node.node_id for i, node in enumerate(old)}
     # Its two neighbours sent it the 29 others' lists and their own, each once; nobody else passed anything on.
     assert [n.counts["catchup_sent"] for n in old[:2]] == [30, 30]

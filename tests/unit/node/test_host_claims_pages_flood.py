@@ -21,6 +21,7 @@ async def test_a_gateway_names_all_its_hosts_in_pages_paced_and_a_change_resends
     assert medium.frames == 1  # page 0 at once, the rest one each PAGE_GAP
     await clock.advance(3 * hcf.PAGE_GAP)
     assert medium.frames == 4 and gateway.status()["pages"] == 4
+    await clock.advance(hcf.OWNERS_INTERVAL)  # the last page's change told at most OWNERS_INTERVAL later (review21i I2)
     for node in others:
         assert node.told[-1] == dict.fromkeys(hosts, gateway.node_id)
         assert node.counts["taken"] == 4 and node.counts["refused_verify_rate"] == 0

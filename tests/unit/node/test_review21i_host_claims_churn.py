@@ -15,23 +15,23 @@ the rate the switches pass) cost u 200 owner recomputations and 200 pushes of a 
 about 4.4 ms each on the event loop before the switch's share: ~0.45-0.9 s of the loop per second, at every node
 of the overlay at once (A's flood reaches them all).
 
-Suggested fix: take announcements at once but recompute owners (and tell the switch) at most every
-`MIN_INTERVAL` (a pending flag and one timer), or per member at most as often as an honest node may announce;
-or make `owners()` incremental for the MACs one announcement touches.
+Fixed: announcements are still checked and taken at once, but who holds what is worked out (and the switch told)
+at most every `OWNERS_INTERVAL` (0.5 s): the first change after a quiet spell at once, the changes meanwhile folded
+into one by a timer, the latest state winning (`owners_coalesced` counts them); a revocation is applied at once.
+A member changing its list faster than an honest node can is counted (`churn_over_rate`) and logged once a minute.
+After: 200 of A's announcements taken, 3 pushes of the 4,064-MAC map, 0.14-0.19 s of the loop for 2 s of A's
+floods against 3.0-6.0 s before (interleaved runs, load 3.5-3.9, nice 10; the review's 1.49 s was at load ~1).
 """
 
 from __future__ import annotations
 
 import time
 
-import pytest
-
 from evio.signal import host_claims
 from evio.testing.virtual_clock import VirtualClock
 from tests.unit.node.test_host_claims_flood import OV, fleet
 
 
-@pytest.mark.xfail(strict=True, reason="review21i I2: a member's own announcements at the flood rate recompute every owner at every node")
 async def test_a_members_own_announcements_at_the_flood_rate_do_not_recompute_all_owners_each_time() -> None:
     medium, nodes, clock = fleet(2)
     assert isinstance(clock, VirtualClock)
@@ -53,5 +53,7 @@ async def test_a_members_own_announcements_at_the_flood_rate_do_not_recompute_al
     spent = time.perf_counter() - started
     recomputed = len(u.told) - pushes
     print(f"{u.counts['taken']} of A's announcements taken, {recomputed} pushes of a {len(u.told[-1])}-MAC owners "
-          f"map to the switch, {spent:.2f} s of the loop for 2 s of A's floods")
+          f"map to the switch, {spent:.2f} s of the loop for 2 s of A's floods; {u.counts['churn_over_rate']} changes "
+          f"over an honest node's rate")
     assert recomputed <= 4, f"{recomputed} whole-overlay owner recomputations in 2 s, {spent:.2f} s of the loop"
+    assert u.counts["churn_over_rate"] > 0  # seen and counted, though taken

@@ -104,3 +104,90 @@ def test_the_ways_held_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     net.now += 301.0  # all stale: new roots' ways are held again
     net.inject(ids[0], 1, eth(BROADCAST, host_mac(net, ids[0]), 0x0806))
     assert any((ids[0], kind) in net.nodes[ids[4]].switch._flood_ways for kind in frb.FrbType)
+
+
+def _moved_under_churn(keep_ways: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """Trust mode (every node's interface MAC told as its own), a Symphony-like ring of 16 whose chords churn (three
+    replaced in each of 12 rounds), every interface broadcasting in every round from the same MAC, then 20 unicast
+    frames between random members each round, each of which must reach its member only: (moves of MACs at all
+    nodes, copies under their MAC's root that did not move it because its way still brings the root's floods)."""
+    from evio.sdn import frb_receive
+    from evio.sdn.learning_table import Change, LearningTable
+
+    if not keep_ways:
+        monkeypatch.setattr(frb_receive, "_keeps_its_way", lambda *args: False)
+    changes: list[Change] = []
+    learn = LearningTable.learn
+
+    def counting(self: LearningTable, *args: object, **kwargs: object) -> object:
+        learned = learn(self, *args, **kwargs)  # type: ignore[arg-type]
+        if learned.change is Change.MOVED or (kwargs.get("stay") and learned.change is Change.HELD):
+            changes.append(learned.change)
+        return learned
+
+    monkeypatch.setattr(LearningTable, "learn", counting)
+    net, ids, links = symphony_network(n=16, seed=11, long_distance=2)
+    told_members(net, ids)
+    macs = {nid: host_mac(net, nid) for nid in ids}
+    net.tell_owners({mac: nid for nid, mac in macs.items()})
+    ring = {tuple(sorted((a, ids[(i + 1) % len(ids)]))) for i, a in enumerate(ids)}
+    chords = sorted(set(links) - ring)
+    rng = random.Random(11)
+    net.now = 1.0
+    for round_no in range(12):
+        for a, b in rng.sample(chords, 3):
+            net.disconnect(a, b)
+            chords.remove((a, b))
+        while len(chords) < len(links) - len(ring):
+            a, b = sorted(rng.sample(ids, 2))
+            if (a, b) not in ring and (a, b) not in chords:
+                net.connect(a, b)
+                chords.append((a, b))
+        net.advance(ROOT_LINK_GRACE + 1 if round_no % 2 else 61.0)  # now and then past a path's hold
+        for nid in ids:
+            net.inject(nid, 1, eth(BROADCAST, macs[nid], 0x0806) + round_no.to_bytes(4, "big"))
+        for src, dst in [rng.sample(ids, 2) for _ in range(20)]:
+            frame = eth(macs[dst], macs[src]) + b"unicast" + round_no.to_bytes(4, "big")
+            before = {nid: len(net.nodes[nid].received[1]) for nid in ids}
+            net.inject(src, 1, frame)
+            got = [nid for nid in ids if net.nodes[nid].received[1][before[nid]:].count(frame)]
+            assert got == [dst], f"round {round_no}: {src:x} -> {dst:x} reached {[f'{g:x}' for g in got]}"
+    return changes.count(Change.MOVED), changes.count(Change.HELD)
+
+
+def test_in_trust_mode_certified_macs_follow_their_roots_trees_as_chords_churn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """review21i I4's rule (a certified MAC stays on the way its root's floods still come by) against honest churn:
+    every unicast frame reaches its member and only it, and the MACs still move as the trees do."""
+    moved, held = _moved_under_churn(True, monkeypatch)
+    print(f"with the rule: {moved} moves, {held} copies held by their root's way")
+    assert moved > 0 and held > 0
+
+
+def test_a_certified_mac_follows_its_root_when_a_link_on_its_path_goes() -> None:
+    """u = ids[0] places V = ids[2]'s certified MAC by ids[1]; the link V-ids[1] goes. V's floods now come to u only
+    by ids[7] (its other direction's copies no longer reach u at all), so nothing says the way by ids[1] moved: it is
+    held until it has brought nothing for a MAC's max age, and then the MAC follows at V's next broadcast (before the
+    rule: at the first one past PATH_HOLD). The price of review21i I4's rule, pinned: the bound is the max age."""
+    from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
+
+    net, ids, macs, _ = trusted_ring(8)
+    u, v = ids[0], ids[2]
+    sw = net.nodes[u].switch
+    net.inject(v, 1, eth(BROADCAST, macs[v], 0x0806) + b"before")  # both of V's ways held at u, by ids[1]
+    last_by_ids1 = net.now
+    net.advance(1.0)
+    net.disconnect(v, ids[1])
+    followed_at = None
+    for i in range(12):  # V's interface broadcasts every 30 s
+        net.advance(30.0)
+        net.inject(v, 1, eth(BROADCAST, macs[v], 0x0806) + i.to_bytes(2, "big"))
+        entry = sw.learning.lookup(macs[v], net.now)
+        if entry is not None and entry.port == net.port_towards(u, ids[7]):
+            followed_at = net.now - last_by_ids1
+            break
+    print(f"V's MAC followed {followed_at} s after the last copy by ids[1]")
+    assert followed_at is not None and sw.learning.max_age <= followed_at < sw.learning.max_age + 31
+    heard = len(net.nodes[v].received[1])
+    for i in range(10):
+        net.inject(u, 1, eth(macs[v], macs[u], payload=b"x" * 40 + bytes([i])))
+    assert sum(1 for f in net.nodes[v].received[1][heard:] if f[6:12] == frb.parse_mac(macs[u])) == 10

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from evio.server import xmpp_admin as xmpp_admin_module
 from evio.server.commands import ServerAdminError, run_command
 from evio.server.settings import ServerSettings
 from evio.server.turn_admin import TurnAdmin, long_term_key, turn_admin
@@ -141,12 +143,60 @@ if sys.argv[1] == "srg_list":
     ]  # fmt: skip
 
 
+def test_ejabberd_delivers_through_the_multicast_service_in_batches(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Decision 0065 (amended): the seeds' text in one send_stanza, the others' in as few as fit one argument each; a text
+    too long to name anyone beside it goes one session at a time, as without the service."""
+    log = tmp_path / "ctl.log"
+    script = tmp_path / "fake_ejabberdctl.py"
+    script.write_text(f"""\
+import sys
+with open({str(log)!r}, "a") as f:
+    f.write(repr(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "connected_users":
+    print("\\n".join(f"n{{i}}@{DOMAIN}/r" for i in range(10)) + "\\nn1@{DOMAIN}/r2\\nx@elsewhere.org/r")
+""")
+    admin = EjabberdAdmin(DOMAIN, [sys.executable, str(script)], multicast=f"multicast.{DOMAIN}")
+    members = [f"n{i}" for i in range(10)]
+
+    def sent() -> list[list[str]]:
+        rows = [ast.literal_eval(row) for row in log.read_text().splitlines()]
+        log.write_text("")
+        return [row for row in rows if row[0] == "send_stanza"]
+
+    assert admin.deliver("ov1", "urn:x-evio:members:1", "members", "<change>", members=members, seeds=3,
+                         seed_text="whole") == 11  # fmt: skip
+    rows = sent()
+    assert [(row[1], row[2]) for row in rows] == [(DOMAIN, f"multicast.{DOMAIN}")] * 2
+    seeds, rest = (re.findall(r'<address type="bcc" jid="([^"]+)"/>', row[3]) for row in rows)
+    assert seeds == [f"n0@{DOMAIN}/r", f"n1@{DOMAIN}/r", f"n1@{DOMAIN}/r2"]
+    assert rest == [f"n{i}@{DOMAIN}/r" for i in range(2, 10)]
+    assert rows[0][3].endswith('</addresses><members xmlns="urn:x-evio:members:1">whole</members></message>')
+    assert rows[1][3].endswith('<members xmlns="urn:x-evio:members:1">&lt;change&gt;</members></message>')
+    assert '<addresses xmlns="http://jabber.org/protocol/address">' in rows[1][3]
+
+    # Room for three addresses beside the text: the 8 others in 3 calls.
+    payload = len('<members xmlns="urn:x-evio:members:1">&lt;change&gt;</members>')
+    monkeypatch.setattr(xmpp_admin_module, "MAX_ARGUMENT_BYTES", payload + 200 + 3 * (len(f"n1@{DOMAIN}/r2") + 32))
+    admin.deliver("ov1", "urn:x-evio:members:1", "members", "<change>", members=members)
+    assert [len(re.findall("<address ", row[3])) for row in sent()] == [3, 3, 3, 2]
+    # A text that leaves no room: one call per session, no addresses.
+    admin.deliver("ov1", "urn:x-evio:members:1", "members", "x" * 400, members=members)
+    rows = sent()
+    assert len(rows) == 11 and not any("<addresses" in row[3] for row in rows)
+    assert rows[0][2] == f"n0@{DOMAIN}/r"
+
+
 def test_settings_choose_the_adapter() -> None:
     prosody = xmpp_admin(ServerSettings(domain=DOMAIN, xmpp="prosody", address="192.0.2.1"))
     assert isinstance(prosody, ProsodyAdmin) and prosody.groups_file == Path("/etc/prosody/evio-groups.txt")
     ejabberd = xmpp_admin(ServerSettings(domain=DOMAIN, xmpp="ejabberd", address="192.0.2.1",
                                          ejabberdctl="ejabberdctl --node e@localhost"))  # fmt: skip
     assert isinstance(ejabberd, EjabberdAdmin) and ejabberd.ejabberdctl == ["ejabberdctl", "--node", "e@localhost"]
+    assert ejabberd.multicast == ""  # a server.json from before decision 0065, amended: one call per member
+    ejabberd = xmpp_admin(ServerSettings(domain=DOMAIN, xmpp="ejabberd", address="192.0.2.1",
+                                         ejabberd_multicast=f"multicast.{DOMAIN}"))  # fmt: skip
+    assert isinstance(ejabberd, EjabberdAdmin) and ejabberd.multicast == f"multicast.{DOMAIN}"
 
 
 def test_turn_users_are_long_term_keys_in_coturns_table(tmp_path: Path) -> None:

@@ -59,6 +59,19 @@ def test_ejabberd_config_has_a_deep_backlog_and_the_shared_roster() -> None:
     assert doc["certfiles"] == ["/e/evio.pem"]
 
 
+def test_ejabberd_multicast_is_for_the_server_host_alone() -> None:
+    """Decision 0065 (amended): `evio member` sends one message to many members; no member may (no user part only)."""
+    yaml = pytest.importorskip("yaml")
+    for text in (configs.ejabberd_config(domain=DOMAIN, certfile="/e/evio.pem"),
+                 configs.ejabberd_additions(domain=DOMAIN, certfile="/e/evio.pem")):  # fmt: skip
+        doc = yaml.safe_load(text)
+        multicast = doc["modules"]["mod_multicast"]
+        assert multicast["limits"]["local"] == {"message": "infinite", "presence": 0}
+        rule = doc["access_rules"][multicast["access"]]
+        assert rule == {"allow": "evio_server_host"} and doc["acl"]["evio_server_host"] == {"user_regexp": "^$"}
+    assert configs.ejabberd_multicast_service(DOMAIN) == f"multicast.{DOMAIN}"  # mod_multicast's default host
+
+
 def test_servers_are_sized_for_a_storm_of_logins() -> None:
     """Issue 24: the listen backlogs, ejabberd's caches and shaper, prosody's per-member read limit."""
     yaml = pytest.importorskip("yaml")

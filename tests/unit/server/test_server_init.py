@@ -129,6 +129,7 @@ def test_ejabberd_writes_its_config_and_one_pem(tmp_path: Path) -> None:
     assert f'"{tmp_path / f"evio-{DOMAIN}.pem"}"' in (tmp_path / "ejabberd.yml").read_text()
     assert not (tmp_path / "prosody.cfg.lua").exists()
     assert load_settings(tmp_path / "state").xmpp == "ejabberd"
+    assert load_settings(tmp_path / "state").ejabberd_multicast == f"multicast.{DOMAIN}"  # decision 0065, amended
 
 
 def test_another_domain_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
