@@ -234,7 +234,7 @@ class OvsBridge:
     async def _no_ipv6_redirects(self) -> None:
         """ICMPv6 redirects are not taken on the internal port: a member could send one to reroute any of the
         node's IPv6 destinations into the overlay. The switch drops them from tunnels too (RA guard, decision
-        0071); this holds for frames from attached ports. Router advertisements stay accepted, for SLAAC from a
+        0068); this holds for frames from attached ports. Router advertisements stay accepted, for SLAAC from a
         router the config names (`ipv6_routers`)."""
         name = self.config.name
         try:

@@ -1,5 +1,5 @@
 """Guards on what members may tell a node's own interface and attached hosts: router advertisements and redirects
-(RA guard), and ARP for another member's certified address (decision 0071, review21i I7 and I3).
+(RA guard), and ARP for another member's certified address (decision 0068, review21i I7 and I3).
 
 RA guard. An ICMPv6 router advertisement (134) or redirect (137) that comes in by a tunnel port is dropped and
 counted (`Drop.ROUTER_GUARD`) unless the overlay's config names its originating member in `ipv6_routers`: a member

@@ -69,7 +69,7 @@ class OverlaySwitch:
         self.transit = TransitMirror(settings.transit)  # the fast path's entries (evio.sdn.transit)
         self.policy = PolicyTable(settings.policy)
         self.switch.frame_filter = self._policy_allows
-        self.switch.ipv6_routers = frozenset(settings.ipv6_routers)  # the RA guard's named members (0071)
+        self.switch.ipv6_routers = frozenset(settings.ipv6_routers)  # the RA guard's named members (0068)
         self._policy_reported: tuple[object, ...] | None = None
         self.rates = FlowRates()
         self.peer_by_name: dict[str, int] = {}

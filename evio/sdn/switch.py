@@ -278,7 +278,7 @@ class BoundedFloodSwitch:
         self._proactive: dict[FlowMatch, int] = {}
         self._proactive_paused: dict[str, float] = {}  # local MAC -> until when its way back waits (a flooded ask)
         self.proactive_installed = 0  # such flows added (again) in all
-        # Members named to send router advertisements and redirects (config ipv6_routers; decision 0071), and the
+        # Members named to send router advertisements and redirects (config ipv6_routers; decision 0068), and the
         # guards' table-0 flows installed (evio.sdn.neighbor_guard).
         self.ipv6_routers: frozenset[int] = frozenset()
         self._guards: frozenset[AddGuardFlow] = frozenset()
@@ -730,7 +730,7 @@ class BoundedFloodSwitch:
         return self._booked(actions) + self._proactive_sync(now) + self.guard_sync()
 
     def guard_allows(self, in_port: int, data: bytes, root: int | None, now: float) -> bool:
-        """Whether a frame from a tunnel port passes the RA and ARP guards (decision 0071); `root` the FRB's, if
+        """Whether a frame from a tunnel port passes the RA and ARP guards (decision 0068); `root` the FRB's, if
         it came in one. A frame refused is counted, and said once per port and interval."""
         reason: Drop | None = None
         if neighbor_guard.is_router_message(data):

@@ -5,7 +5,7 @@ deliver it once. node1 sends one mDNS query over IPv4 (224.0.0.251) and one over
 router advertisement with a SLAAC prefix: listeners on the other two bridges count each marked frame (once
 each, no more), and both configure an address from the prefix that the others reach over the overlay.
 
-node1 is the overlay's named IPv6 router (`ipv6_routers`, the RA guard of decision 0071); node2 is not: its
+node1 is the overlay's named IPv6 router (`ipv6_routers`, the RA guard of decision 0068); node2 is not: its
 router advertisement (a default router of preference high, a prefix with autoconf) reaches no other bridge, and
 neither kernel takes a default route or an address or route of its prefix (review21i I7).
 """

@@ -54,7 +54,7 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
     assert up == ["ip", "link", "set", "evobr0", "up"]
     # The internal port is read (an earlier release may have left it without IPv6 link-local), not changed.
     assert link == ["ip", "-j", "-d", "link", "show", "dev", "evobr0"]
-    # No ICMPv6 redirect is taken on it: a member could reroute the node's IPv6 by one (decision 0071).
+    # No ICMPv6 redirect is taken on it: a member could reroute the node's IPv6 by one (decision 0068).
     assert redirects == ["sysctl", "-q", "-w", "net/ipv6/conf/evobr0/accept_redirects=0"]
 
 

@@ -1,4 +1,4 @@
-"""overlays.<id>.ipv6_routers (decision 0071): node ids, validated with their JSON path, and on to the switch."""
+"""overlays.<id>.ipv6_routers (decision 0068): node ids, validated with their JSON path, and on to the switch."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ Suggested fix: ARP and ND from tunnel ports reach the controller (a higher-prior
 flows installed ahead match IPv4/IPv6 only), and a frame whose sender address is certified for another MAC
 (`neighbors.certified`) is dropped and counted (`Drop.CERTIFIED_ADDRESS_SPOOFED`, say).
 
-Closed by the ARP guard (decision 0071, evio/sdn/neighbor_guard.py): table 0 lets a certified address's true
+Closed by the ARP guard (decision 0068, evio/sdn/neighbor_guard.py): table 0 lets a certified address's true
 (address, MAC) pair on to switching and sends any other ARP naming it to the controller, which drops it and counts.
 """
 

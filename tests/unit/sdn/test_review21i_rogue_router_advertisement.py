@@ -18,7 +18,7 @@ Suggested fix: the daemon sets `net.ipv6.conf.<bridge>.accept_ra=0` and `accept_
 interface (as it disables IPv6 on the TAPs), or the switch drops RAs and redirects from tunnel ports unless the
 config names the member allowed to route (an RA guard); this test checks the switch, rewrite it for the sysctl.
 
-Closed by the RA guard (decision 0071, evio/sdn/neighbor_guard.py): RAs and redirects from tunnel ports reach no
+Closed by the RA guard (decision 0068, evio/sdn/neighbor_guard.py): RAs and redirects from tunnel ports reach no
 port unless the overlay's `ipv6_routers` names their originating member; the bridge's interface takes no redirect.
 """
 

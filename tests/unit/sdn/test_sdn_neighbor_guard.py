@@ -1,4 +1,4 @@
-"""The RA and ARP guards (decision 0071, evio/sdn/neighbor_guard.py) in a fake network with the real switch logic
+"""The RA and ARP guards (decision 0068, evio/sdn/neighbor_guard.py) in a fake network with the real switch logic
 and its flows: what passes, what is dropped, what is counted, and what the flows cost."""
 
 from __future__ import annotations
