@@ -190,6 +190,7 @@ class OvsBridge:
             args += ["--", "set", "Interface", c.name, f"mtu_request={c.mtu}"]
         await self.vsctl(*args)
         await self._ipv6_link_local()
+        await self._no_ipv6_redirects()
         if c.overlay_address is not None:
             await self.runner.run(["ip", "address", "replace", c.overlay_address, "dev", c.name])
         await self.runner.run(["ip", "link", "set", c.name, "up"])
@@ -229,6 +230,17 @@ class OvsBridge:
             log.info("no IPv6 link-local to restore bridge=%s: %s", name, err)
             return
         log.info("IPv6 link-local restored bridge=%s (left off by an earlier release)", name)
+
+    async def _no_ipv6_redirects(self) -> None:
+        """ICMPv6 redirects are not taken on the internal port: a member could send one to reroute any of the
+        node's IPv6 destinations into the overlay. The switch drops them from tunnels too (RA guard, decision
+        0068); this holds for frames from attached ports. Router advertisements stay accepted, for SLAAC from a
+        router the config names (`ipv6_routers`)."""
+        name = self.config.name
+        try:
+            await self.runner.run(["sysctl", "-q", "-w", f"net/ipv6/conf/{name}/accept_redirects=0"])
+        except CommandError as err:  # a kernel without IPv6: nothing to redirect
+            log.info("IPv6 redirects not switched off bridge=%s: %s", name, err)
 
     async def _enable_userspace_tso(self) -> None:
         # The userspace datapath caps near 1 Gbit/s without it (datapath-baseline.md).

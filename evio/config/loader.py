@@ -301,7 +301,8 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
     name = bridge.get("name", default_bridge_name(overlay_id))
     return _section(OverlayConfig, overlay, base_dir, id=overlay_id,
                     bridge=_section(BridgeConfig, bridge, base_dir, name=name),
-                    policy=tuple(_policy_rule(rule) for rule in overlay.get("policy", ())))
+                    policy=tuple(_policy_rule(rule) for rule in overlay.get("policy", ())),
+                    ipv6_routers=tuple(parse_node_id(nid) for nid in overlay.get("ipv6_routers", ())))
 
 
 T = TypeVar("T")

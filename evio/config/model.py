@@ -350,6 +350,7 @@ class OverlayConfig:
     trust: TrustConfig | None = None  # None: fingerprints from signaling only (XMPP-only trust, labs)
     attach: tuple[str, ...] = ()  # host interfaces put on the bridge as leaf ports (evio.bridge.host_ports)
     policy: tuple[PolicyRule, ...] = ()  # L2 policy, first match decides; none: everything allowed
+    ipv6_routers: tuple[int, ...] = ()  # node ids of members whose router advertisements pass (decision 0068)
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,8 @@ def _only_servers_differ(old: AccountPlan | None, new: AccountPlan | None) -> bo
 
 
 def _bridge(plan: OverlayPlan) -> tuple[object, ...]:
-    return (plan.bridge, plan.datapath, plan.datapath_id, plan.config.bridge)
+    # ipv6_routers: the switch's RA guard takes them at attach (decision 0068); a new list restarts the overlay.
+    return (plan.bridge, plan.datapath, plan.datapath_id, plan.config.bridge, plan.config.ipv6_routers)
 
 
 def accounts_of(plan: NodePlan, jids: tuple[str, ...]) -> list[AccountPlan]:

@@ -82,7 +82,13 @@ RELAY_RATE, RELAY_BURST = CHUNK_RATE / 4, CHUNK_BURST // 4
 # the overlay CA issued for its src, counts against that origin's own budget to the next hop instead: what a
 # member sends, under any src it writes, can take only its own (and the unsigned share of the link it came by).
 ORIGIN_RATE, ORIGIN_BURST = RELAY_RATE, RELAY_BURST
-RELAYED_SEEN = 4096  # signed chunks relayed lately, by (src, message id, index): a copy is not relayed again
+RELAYED_SEEN = 4096  # signed chunks relayed lately, by (src, message id, index): a copy is not relayed again;
+# full, the origin holding the most forgets its oldest: a member signing chunks of its own at its full rate turns
+# over its own entries, not another origin's, whose captured chunks it could then replay (review21j J1)
+# Requests served per requester: our signed answers are charged to OUR origin budget at every relay on the way
+# back, so a member asking at its full rate would spend all of it (review21j J3); a link costs a request and an
+# offer, a restart a few more
+SERVE_RATE, SERVE_BURST = ORIGIN_RATE / 4, ORIGIN_BURST // 2  # half of our burst at most, whoever asks
 MAX_INFLIGHT = 32
 MAX_KEYS = 1024  # certificate keys of senders learned from their messages along the ring
 MAX_INFLIGHT_PER_SENDER = 4  # one member's slow requests do not take every slot (review21f F3)
@@ -146,7 +152,9 @@ class RingSignaling:
         self._rate = PeerRateLimiter[int](Rate(CHUNK_RATE, CHUNK_BURST))
         self._relay_rate = PeerRateLimiter[tuple[int, int]](Rate(RELAY_RATE, RELAY_BURST))  # (from, to)
         self._origin_rate = PeerRateLimiter[tuple[int, int]](Rate(ORIGIN_RATE, ORIGIN_BURST))  # (signed src, to)
-        self._relayed_seen: OrderedDict[tuple[int, int, int], None] = OrderedDict()
+        self._serve_rate = PeerRateLimiter[int](Rate(SERVE_RATE, SERVE_BURST))  # requests served, by requester
+        self._relayed_seen: dict[int, OrderedDict[tuple[int, int], None]] = {}  # src -> (message id, index)
+        self._relayed_count = 0
         self._serving: set[asyncio.Task[None]] = set()
         self._serving_from: Counter[int] = Counter()  # requests being served, by sender
         self._drop_log = LogLimiter[int](60.0)
@@ -399,16 +407,22 @@ class RingSignaling:
         key = self._key_of(chunk.src)
         if key is None:
             return False
+        held = self._relayed_seen.get(chunk.src)
+        if held is not None and (chunk.message_id, chunk.index) in held:  # looked up first: a copy costs no check (J6)
+            self._drop(DropReason.REPLAYED, neighbour, f"chunk of {chunk.src:032x}")  # it would spend the budget again
+            return None
         if not ring_signal.chunk_signed_by(payload, chunk, key):
             self._drop(DropReason.BAD_SIGNATURE, neighbour, f"chunk of {chunk.src:032x}")
             return None
-        seen = (chunk.src, chunk.message_id, chunk.index)
-        if seen in self._relayed_seen:  # a copy would spend its origin's budget again (a relay replaying it)
-            self._drop(DropReason.REPLAYED, neighbour, f"chunk of {chunk.src:032x}")
-            return None
-        self._relayed_seen[seen] = None
-        if len(self._relayed_seen) > RELAYED_SEEN:
-            self._relayed_seen.popitem(last=False)
+        self._relayed_seen.setdefault(chunk.src, OrderedDict())[(chunk.message_id, chunk.index)] = None
+        self._relayed_count += 1
+        if self._relayed_count > RELAYED_SEEN:
+            src = max(self._relayed_seen, key=lambda s: len(self._relayed_seen[s]))
+            most = self._relayed_seen[src]
+            most.popitem(last=False)
+            self._relayed_count -= 1
+            if not most:
+                del self._relayed_seen[src]
         return True
 
     def _take(self, message: RingMessage, neighbour: int) -> None:
@@ -437,6 +451,8 @@ class RingSignaling:
             raise RingSignalError(DropReason.RATE_LIMITED, f"{len(self._serving)} requests in progress")
         if self._serving_from[message.src] >= MAX_INFLIGHT_PER_SENDER:
             raise RingSignalError(DropReason.RATE_LIMITED, f"{MAX_INFLIGHT_PER_SENDER} requests of {message.src:032x} in progress")
+        if not self._serve_rate.allow(message.src, self.clock.now()):
+            raise RingSignalError(DropReason.RATE_LIMITED, f"requests of {message.src:032x} over {SERVE_RATE}/s")
         task = asyncio.create_task(self._serve(message, neighbour), name=f"ring signal {message.action}")
         self._serving.add(task)
         self._serving_from[message.src] += 1

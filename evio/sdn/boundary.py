@@ -68,6 +68,7 @@ class AttachOverlay:
     tunnel_mtu: int = DEFAULT_TUNNEL_MTU  # the tunnel TAPs' MTU: frames the controller sends are cut to fit
     transit: TransitSink | None = None  # the data path's fast-path table to mirror tunnel-to-tunnel flows into
     policy: tuple[PolicyRule, ...] = ()  # the overlay's L2 policy (evio.sdn.l2policy)
+    ipv6_routers: tuple[int, ...] = ()  # members whose router advertisements pass the RA guard (decision 0068)
 
 
 @dataclass(frozen=True, slots=True)

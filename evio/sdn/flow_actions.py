@@ -26,6 +26,7 @@ ARP_ASK_PRIORITY = 21  # above the answers: the requests the controller must see
 FRB_TO_CONTROLLER_PRIORITY = 100
 POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/semantic_checks.py)
 FRB_PAST_POLICY_PRIORITY = 3000  # FRBs pass table 0 whole: the controller polices their inner frames
+GUARD_PRIORITY = 2500  # the RA and ARP guards' table-0 flows (evio.sdn.neighbor_guard); +1: a certified pair's
 
 
 @dataclass(frozen=True)
@@ -172,5 +173,26 @@ class DeletePolicyFlow:
     match: PolicyMatch
 
 
-FlowAction = (AddPolicyFlow | DeletePolicyFlow | PacketOut | AddFlow | DeleteFlow | DeleteFlowsOfPort | DeleteFlowsToMac
-              | DeleteFlowsFromMac | AddDestinationFlow | DeleteDestinationFlow | AddArpAnswer | DeleteArpAnswer)
+@dataclass(frozen=True)
+class AddGuardFlow:
+    """Install a table-0 guard flow (evio.sdn.neighbor_guard): `fields` as OpenFlow match keywords; `to_switching`
+    goes on to table 1 at GUARD_PRIORITY + 1 (a certified pair), else the frame goes to the controller."""
+
+    fields: tuple[tuple[str, int | str], ...]
+    to_switching: bool
+
+    @property
+    def priority(self) -> int:
+        return GUARD_PRIORITY + 1 if self.to_switching else GUARD_PRIORITY
+
+
+@dataclass(frozen=True)
+class DeleteGuardFlow:
+    """Delete the one guard flow `flow` installed."""
+
+    flow: AddGuardFlow
+
+
+FlowAction = (AddGuardFlow | DeleteGuardFlow | AddPolicyFlow | DeletePolicyFlow | PacketOut | AddFlow | DeleteFlow
+              | DeleteFlowsOfPort | DeleteFlowsToMac | DeleteFlowsFromMac | AddDestinationFlow | DeleteDestinationFlow
+              | AddArpAnswer | DeleteArpAnswer)

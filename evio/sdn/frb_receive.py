@@ -261,6 +261,8 @@ def _broadcast_in(
     if sw.frame_filter is not None and not sw.frame_filter(in_port, inner):
         sw.drops[Drop.POLICY] += 1  # as a flow in table 0 would: not learned, delivered nor passed on
         return []
+    if not sw.guard_allows(in_port, inner, h.root_nid, now):
+        return []  # a router advertisement from a member not named, or an address spoofed (decision 0068)
     sw.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
     hops = _hops(sw, h, ingress)
     inner_eth = parse_ethernet(inner)

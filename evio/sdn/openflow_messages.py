@@ -49,6 +49,7 @@ _ARP = 0x0806
 _BROADCAST = "ff:ff:ff:ff:ff:ff"
 # The L2 policy's flows in table 0 (evio.sdn.l2policy): the rule's number in the bits above.
 POLICY_COOKIE = 0xE710_0002
+GUARD_COOKIE = 0xE710_0003  # the RA and ARP guards' flows in table 0 (evio.sdn.neighbor_guard)
 
 
 def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]:
@@ -98,6 +99,8 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
         return [parser.OFPFlowMod(datapath, cookie=POLICY_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=POLICY_TABLE,
                                   command=ofp.OFPFC_DELETE_STRICT, priority=action.priority, out_port=ofp.OFPP_ANY,
                                   out_group=ofp.OFPG_ANY, match=parser.OFPMatch(**oxm_fields(action.match)))]
+    if isinstance(action, flow_actions.AddGuardFlow | flow_actions.DeleteGuardFlow):
+        return _guard_messages(datapath, action)
     raise TypeError(f"not a flow action: {action!r}")
 
 
@@ -156,6 +159,23 @@ def _arp_answer(datapath: Any, action: flow_actions.AddArpAnswer | flow_actions.
                               instructions=[parser.OFPInstructionActions(
                                   ofp.OFPIT_APPLY_ACTIONS, answer if priority == ARP_ANSWER_PRIORITY else to_controller)])
             for priority, fields in flows]
+
+
+def _guard_messages(datapath: Any, action: flow_actions.AddGuardFlow | flow_actions.DeleteGuardFlow) -> list[Any]:
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    flow = action.flow if isinstance(action, flow_actions.DeleteGuardFlow) else action
+    match = parser.OFPMatch(**dict(flow.fields))
+    if isinstance(action, flow_actions.DeleteGuardFlow):
+        return [parser.OFPFlowMod(datapath, cookie=GUARD_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=POLICY_TABLE,
+                                  command=ofp.OFPFC_DELETE_STRICT, priority=flow.priority, out_port=ofp.OFPP_ANY,
+                                  out_group=ofp.OFPG_ANY, match=match)]
+    if flow.to_switching:
+        inst = [parser.OFPInstructionGotoTable(SWITCHING_TABLE)]
+    else:
+        inst = [parser.OFPInstructionActions(
+            ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])]
+    return [parser.OFPFlowMod(datapath, cookie=GUARD_COOKIE, command=ofp.OFPFC_ADD, table_id=POLICY_TABLE,
+                              priority=flow.priority, match=match, instructions=inst)]
 
 
 def base_flows(datapath: Any) -> list[Any]:

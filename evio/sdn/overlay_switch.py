@@ -69,6 +69,7 @@ class OverlaySwitch:
         self.transit = TransitMirror(settings.transit)  # the fast path's entries (evio.sdn.transit)
         self.policy = PolicyTable(settings.policy)
         self.switch.frame_filter = self._policy_allows
+        self.switch.ipv6_routers = frozenset(settings.ipv6_routers)  # the RA guard's named members (0068)
         self._policy_reported: tuple[object, ...] | None = None
         self.rates = FlowRates()
         self.peer_by_name: dict[str, int] = {}
@@ -106,7 +107,8 @@ class OverlaySwitch:
         self.policy.switch_cleared()
         log.info("switch connected overlay=%s dpid=%016x node=%s", self.overlay, self.datapath_id,
                  format_node_id(self.settings.node_id))
-        return Step(self._policy_sync(), [SwitchConnected(self.overlay, self.datapath_id)])
+        return Step(self._policy_sync() + self.switch.guard_sync(cleared=True),
+                    [SwitchConnected(self.overlay, self.datapath_id)])
 
     def switch_disconnected(self, now: float) -> list[ControllerEvent]:
         """Forget the ports (their numbers may differ when it comes back); keep the peer names."""

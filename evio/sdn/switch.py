@@ -100,7 +100,7 @@ from dataclasses import dataclass
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
-from evio.sdn import destination_flows, frb, frb_receive, proactive_flows, segmentation
+from evio.sdn import destination_flows, frb, frb_receive, neighbor_guard, proactive_flows, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flood_shares import FloodShares
 from evio.sdn.flooding_bounds import (
@@ -111,6 +111,7 @@ from evio.sdn.flow_actions import (
     AddArpAnswer,
     AddDestinationFlow,
     AddFlow,
+    AddGuardFlow,
     ArpAnswerMatch,
     DeleteArpAnswer,
     DeleteDestinationFlow,
@@ -118,6 +119,7 @@ from evio.sdn.flow_actions import (
     DeleteFlowsFromMac,
     DeleteFlowsOfPort,
     DeleteFlowsToMac,
+    DeleteGuardFlow,
     DestinationMatch,
     FlowAction,
     FlowMatch,
@@ -127,7 +129,7 @@ from evio.sdn.flow_book import FlowBook
 from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 from evio.sdn.link_local import LINK_LOCAL_MULTICAST_RATE, ROUTER_SOLICITATION_RATE, LinkLocalKind, link_local_kind
-from evio.sdn.neighbor_answers import ASK_WINDOW, NeighborAnswers, NeighborMessage
+from evio.sdn.neighbor_answers import ASK_WINDOW, IPAddress, NeighborAnswers, NeighborMessage
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.switch_terms import (
     ETH_HEADER_LEN,
@@ -293,6 +295,11 @@ class BoundedFloodSwitch:
         self.arp_answers_capped = 0  # wanted but over MAX_ARP_ANSWERS, at the last sync
         self._ahead_changes = 0  # flows ahead by destination or ARP answers that went by others' doing
         self._ahead_synced: tuple[object, ...] = ()  # `_ahead_inputs` after the last sync
+        # Members named to send router advertisements and redirects (config ipv6_routers; decision 0068), and the
+        # guards' table-0 flows installed (evio.sdn.neighbor_guard).
+        self.ipv6_routers: frozenset[int] = frozenset()
+        self._guards: frozenset[AddGuardFlow] = frozenset()
+        self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
 
     @property
     def broadcasts_seen(self) -> int:
@@ -423,6 +430,8 @@ class BoundedFloodSwitch:
                 data = completed
         if port.kind is PortKind.LEAF:
             return self._leaf_frame_in(in_port, eth, data, now, forwarded)
+        if not self.guard_allows(in_port, data, None, now):
+            return []
         return self._peer_frame_in(in_port, eth, data, now, forwarded)
 
     def _leaf_frame_in(
@@ -520,6 +529,9 @@ class BoundedFloodSwitch:
             proves_from = now + self._idle_timeout(match) + FLOW_REMOVED_LAG if match.in_port != in_port else None
             evicted = self.flows.add(match, out, in_port, proves_from)  # the port's oldest, if it had its fill
             self.flows_evicted += len(evicted)
+            # A frame upcalled before the flow ahead went in (or after a delete, before the next tick): this learned
+            # one replaces it on the bridge, idle timeout and all. No longer ahead, so the next tick takes it over.
+            self._proactive.pop(match, None)
             deletes += [DeleteFlow(old) for old in evicted if old not in new]  # never installed: nothing to delete
         # The deletes first: none may follow the add of a flow it deletes (an added flow's transit entry is
         # made after its write, transit.py), and a flow the way back evicted at once is not added at all.
@@ -758,7 +770,44 @@ class BoundedFloodSwitch:
             if learned.change is Change.MOVED:
                 log.info("mac moved after its place fell silent mac=%s port=%s", learned.mac, learned.entry.port)
             actions += self._learned_actions(learned, learned.entry.port, now) or []
-        return self._booked(actions) + self._proactive_sync(now)
+        return self._booked(actions) + self._proactive_sync(now) + self.guard_sync()
+
+    def guard_allows(self, in_port: int, data: bytes, root: int | None, now: float) -> bool:
+        """Whether a frame from a tunnel port passes the RA and ARP guards (decision 0068); `root` the FRB's, if
+        it came in one. A frame refused is counted, and said once per port and interval."""
+        reason: Drop | None = None
+        if neighbor_guard.is_router_message(data):
+            src = data[6:12].hex(":")
+            if root is None:  # a unicast one: its sender is the member holding (or rooting) its source MAC
+                owner = self.mac_owners.get(src)
+                entry = self.learning.lookup(src, now)
+                root = owner if self.mac_owners else (entry.root if entry is not None else None)
+            if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
+                reason = Drop.ROUTER_GUARD
+        elif (self.neighbors.certified and data[12:14] in (b"\x08\x06", b"\x86\xdd")
+              and (msg := parse_neighbor(data)) is not None
+              and neighbor_guard.spoofs_certified(self.neighbors.certified, msg)):
+            reason = Drop.CERTIFIED_ADDRESS_SPOOFED
+        if reason is None:
+            return True
+        self._bounded(reason, in_port, now, f"src={data[6:12].hex(':')}")
+        port = self.ports.get(in_port)
+        if port is not None:
+            self.port_drops[(port.name, reason)] += 1
+        return False
+
+    def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
+        """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`)."""
+        if cleared:
+            self._guards = frozenset()
+        elif self._guarded == self.neighbors.certified:
+            return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
+        self._guarded = dict(self.neighbors.certified)
+        wanted = neighbor_guard.guard_flows(self._guarded)
+        actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
+        actions += sorted(wanted - self._guards, key=repr)
+        self._guards = wanted
+        return actions
 
     def _proactive_sync(self, now: float) -> list[FlowAction]:
         """Install the flows wanted ahead that are not (or no longer) in the table, delete the ones no longer wanted

@@ -48,7 +48,7 @@ from typing import Any
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
 from evio.ids import RING_SIZE
-from evio.sdn import l2policy
+from evio.sdn import l2policy, neighbor_guard
 from evio.sdn.flow_actions import SWITCHING_TABLE, UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
 from evio.sdn.openflow_messages import (
     EVIO_COOKIE,
@@ -422,7 +422,18 @@ def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
         kind = {6: "tcp", 17: "udp"}.get(fields.ip_proto)
         if kind is not None and fields.src_port is not None:
             packet[f"{kind}_src"], packet[f"{kind}_dst"] = fields.src_port, fields.dst_port
+    _guard_fields(packet, frame)
     return packet
+
+
+def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:
+    """The fields the RA and ARP guards match (evio.sdn.neighbor_guard), as OVS reads them."""
+    if packet.get("eth_type") == 0x0806 and len(frame) >= 42:
+        packet.setdefault("arp_sha", frame[22:28].hex(":"))
+        packet.setdefault("arp_spa", ".".join(str(b) for b in frame[28:32]))
+    kind = neighbor_guard.icmpv6_type(frame)
+    if kind is not None:
+        packet["icmpv6_type"] = kind
 
 
 def _masked(value: Any, mask: Any) -> Any:
@@ -514,6 +525,13 @@ class FakeNetwork:
         """`frame` arrives at `node_id` over its tunnel from `neighbour` (a hostile member's forgeries, say);
         run until nothing is in flight."""
         self._run(deque([(node_id, self.port_towards(node_id, neighbour), frame)]))
+
+    def upcalled(self, node_id: int, port: int, frame: bytes) -> None:
+        """`frame`, from `port` of `node_id`, reaches its controller whatever the table holds now (it missed the
+        table before a flow that matches it went in); run until nothing is in flight."""
+        node = self.nodes[node_id]
+        node.packet_ins += 1
+        self._run(deque(self._execute(node, node.switch.packet_in(port, frame, self.now))))
 
     def forget(self, node_id: int, mac: str) -> None:
         """`node_id`'s switch forgets `mac` and the flows towards it, as if its entry aged out there alone."""

@@ -4,6 +4,10 @@ Three nodes, every pair linked, so each frame has two ways to every member and B
 deliver it once. node1 sends one mDNS query over IPv4 (224.0.0.251) and one over IPv6 (ff02::fb), and one
 router advertisement with a SLAAC prefix: listeners on the other two bridges count each marked frame (once
 each, no more), and both configure an address from the prefix that the others reach over the overlay.
+
+node1 is the overlay's named IPv6 router (`ipv6_routers`, the RA guard of decision 0068); node2 is not: its
+router advertisement (a default router of preference high, a prefix with autoconf) reaches no other bridge, and
+neither kernel takes a default route or an address or route of its prefix (review21i I7).
 """
 
 from __future__ import annotations
@@ -28,18 +32,19 @@ pytestmark = pytest.mark.integration
 
 BRIDGE = "evbr-ov1"
 PREFIX = ipaddress.IPv6Network("fd5e:e510:1::/64")
+ROGUE_PREFIX = ipaddress.IPv6Network("fd5e:e510:66::/64")
 LINK_LOCAL = ipaddress.IPv6Network("fe80::/10")
-MARKS = {"mdns4": b"evio-mdns4-mark", "mdns6": b"evio-mdns6-mark"}
+MARKS = {"mdns4": b"evio-mdns4-mark", "mdns6": b"evio-mdns6-mark", "after_rogue": b"evio-after-rogue-ra"}
 
 # Counts incoming frames (not our own sends) that carry a mark, or are a router advertisement with PREFIX;
 # prints each hearing as it happens and the totals on SIGINT.
 _LISTEN = """
 import json, signal, socket, sys
 marks = json.loads(sys.argv[2])
-prefix = bytes.fromhex(sys.argv[3])
+prefix, rogue = bytes.fromhex(sys.argv[3]), bytes.fromhex(sys.argv[4])
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
 s.bind((sys.argv[1], 0))
-heard = {name: 0 for name in [*marks, "ra"]}
+heard = {name: 0 for name in [*marks, "ra", "rogue_ra"]}
 signal.signal(signal.SIGINT, lambda *_: (print(json.dumps(heard), flush=True), sys.exit(0)))
 print("listening", flush=True)
 while True:
@@ -51,9 +56,11 @@ while True:
             heard[name] += 1
             print(name, flush=True)
     # IPv6, ICMPv6 (next header 58), type 134, and our prefix in its option
-    if frame[12:14] == b"\\x86\\xdd" and frame[20] == 58 and frame[54] == 134 and prefix in frame:
-        heard["ra"] += 1
-        print("ra", flush=True)
+    if frame[12:14] == b"\\x86\\xdd" and frame[20] == 58 and frame[54] == 134:
+        for name, wanted in (("ra", prefix), ("rogue_ra", rogue)):
+            if wanted in frame:
+                heard[name] += 1
+                print(name, flush=True)
 """
 
 # node1's part: one mDNS query per family and one router advertisement, all from its bridge.
@@ -78,6 +85,24 @@ icmp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
 icmp.sendto(ra, ("ff02::1", 0, 0, index))
 """
 
+# node2's part, a member not named as router: an RA as review21i I7's (router lifetime 1800 s, preference high, a
+# prefix with autoconf), then one marked mDNS query by the same way, which tells a listener the RA had its chance.
+_SEND_ROGUE = """
+import socket, struct, sys
+ifname, mark, prefix = sys.argv[1], sys.argv[2].encode(), bytes.fromhex(sys.argv[3])
+index = socket.if_nametoindex(ifname)
+ra = struct.pack("!BBHBBHII", 134, 0, 0, 64, 0x08, 1800, 0, 0)
+ra += struct.pack("!BBBBIII", 3, 4, 64, 0xC0, 86400, 14400, 0) + prefix
+icmp = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+icmp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, index)
+icmp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+icmp.sendto(ra, ("ff02::1", 0, 0, index))
+v4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+v4.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+v4.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)
+v4.sendto(mark, ("224.0.0.251", 5353))
+"""
+
 
 def _full_mesh(topo: Topology, n: int) -> bool:
     up = {frozenset((link.node, link.peer)) for link in topo.links if link.state == "up" and link.port is not None}
@@ -99,7 +124,8 @@ class _Listener:
     def __init__(self, netns: str) -> None:
         self.process = subprocess.Popen(
             ["ip", "netns", "exec", netns, sys.executable, "-c", _LISTEN, BRIDGE,
-             json.dumps({k: v.decode() for k, v in MARKS.items()}), PREFIX.network_address.packed.hex()],
+             json.dumps({k: v.decode() for k, v in MARKS.items()}), PREFIX.network_address.packed.hex(),
+             ROGUE_PREFIX.network_address.packed.hex()],
             stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
         self.lines: queue.Queue[str] = queue.Queue()
@@ -130,6 +156,10 @@ class _Listener:
 def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works(lab_factory: LabFactory) -> None:
     lab = lab_factory(nodes=3, nat="mixed", topology={"successors": 2}, daemons=True)
     wait_for_value(lab.topology, lambda t: _full_mesh(t, 3), 90, what="every pair of the 3 nodes linked")
+    # node1 is named the overlay's IPv6 router on every node (a new list restarts the overlay: linked again).
+    router = json.loads(lab.node(1).config_path.read_text())["node"]["id"]
+    lab.reload_configs(lambda doc: doc["overlays"]["ov1"].update(ipv6_routers=[router]), timeout=60)
+    wait_for_value(lab.topology, lambda t: _full_mesh(t, 3), 120, what="every pair linked again after the reload")
     for i in (1, 2, 3):  # the bridges' link-local addresses, past their DAD: IPv6 is up on each
         wait_for_value(functools.partial(_address, lab, i, "link", LINK_LOCAL), lambda a: a is not None, 30,
                        what=f"node{i}'s link-local address")
@@ -139,7 +169,7 @@ def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works
         sent = lab.exec(1, [sys.executable, "-c", _SEND, BRIDGE, MARKS["mdns4"].decode(), MARKS["mdns6"].decode(),
                             prefix], check=False)
         assert sent.returncode == 0, sent.stderr
-        everything = {*MARKS, "ra"}
+        everything = {"mdns4", "mdns6", "ra"}
         for listener in listeners:
             wait_for_value(functools.partial(listener.has_heard, everything), bool, 15, what=f"{sorted(everything)} heard")
         # Both members configure an address from the advertised prefix (after their DAD, a second or more:
@@ -148,7 +178,7 @@ def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works
                                     what=f"node{i}'s SLAAC address") for i in (2, 3)]
     finally:
         totals = [listener.totals() for listener in listeners]
-    assert totals == [{"mdns4": 1, "mdns6": 1, "ra": 1}] * 2, totals
+    assert totals == [{"mdns4": 1, "mdns6": 1, "after_rogue": 0, "ra": 1, "rogue_ra": 0}] * 2, totals
     # The "router" holds an address of the prefix too; every member reaches the others' SLAAC addresses.
     lab.exec(1, ["ip", "-6", "address", "add", f"{PREFIX.network_address + 1}/64", "dev", BRIDGE, "nodad"])
     pairs = [(1, addresses[0]), (1, addresses[1]), (2, addresses[1]), (3, addresses[0])]
@@ -156,3 +186,34 @@ def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works
               if lab.exec(i, ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", str(a)], check=False,
                           timeout=20).returncode != 0]
     assert failed == [], f"no answer from node -> SLAAC address: {failed}"
+
+
+def test_a_member_not_named_as_router_advertises_to_no_node(lab_factory: LabFactory) -> None:
+    lab = lab_factory(nodes=3, nat="mixed", topology={"successors": 2}, daemons=True)
+    wait_for_value(lab.topology, lambda t: _full_mesh(t, 3), 90, what="every pair of the 3 nodes linked")
+    # node2 too: until its link-local address is past DAD, its RA has no source address (EADDRNOTAVAIL)
+    for i in (1, 2, 3):
+        wait_for_value(functools.partial(_address, lab, i, "link", LINK_LOCAL), lambda a: a is not None, 30,
+                       what=f"node{i}'s link-local address")
+    listeners = [_Listener(lab.netns(i)) for i in (1, 3)]
+    try:
+        sent = lab.exec(2, [sys.executable, "-c", _SEND_ROGUE, BRIDGE, MARKS["after_rogue"].decode(),
+                            ROGUE_PREFIX.network_address.packed.hex()], check=False)
+        assert sent.returncode == 0, sent.stderr
+        for listener in listeners:  # the query sent after the RA came: the RA would have come before it
+            wait_for_value(functools.partial(listener.has_heard, {"after_rogue"}), bool, 15, what="node2's query heard")
+    finally:
+        totals = [listener.totals() for listener in listeners]
+    assert [t["rogue_ra"] for t in totals] == [0, 0], totals
+    for i in (1, 3):
+        routes = lab.exec(i, ["ip", "-6", "route", "show", "dev", BRIDGE], check=False).stdout
+        assert "default" not in routes and str(ROGUE_PREFIX) not in routes, f"node{i}: {routes}"
+        assert _address(lab, i, "global", ROGUE_PREFIX) is None
+    # Each of node2's two neighbours dropped it and counted (full mesh: both are).
+    for i in (1, 3):  # (the controller reports its counters as they change, a moment later)
+        wait_for_value(functools.partial(_guard_drops, lab, i), lambda n: n >= 1, 15,
+                       what=f"node{i}'s ROUTER_GUARD drop counted")
+
+
+def _guard_drops(lab: Lab, index: int) -> int:
+    return int(lab.daemon_status(index)["overlays"]["ov1"]["drops"].get("ROUTER_GUARD", 0))

@@ -36,7 +36,8 @@ def test_the_first_ping_between_members_interfaces_rides_flows_installed_ahead(l
     ips = {i: str(lab.node(i).overlay_address.ip) for i in (1, 2, 3)}
 
     # Installed ahead: no idle timeout, which learned flows have (the daemons' own unicast, host claims passed on
-    # to a new neighbour, may have installed a learned one first: the next tick takes it over).
+    # to a new neighbour, may have installed a learned one before the flow ahead or over it: the next tick takes
+    # it over; 0066, amended).
     wait_for_value(lambda: _flow(lab, 1, macs[1], macs[2]), _ahead, 30, what="node1's flow to node2's interface ahead")
     wait_for_value(lambda: _flow(lab, 2, macs[1], macs[2]), _ahead, 30,
                    what="node2's flow from node1's interface ahead")  # fmt: skip

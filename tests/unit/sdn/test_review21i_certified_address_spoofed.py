@@ -17,6 +17,9 @@ Measured (fake network, real switch logic): both forged frames delivered to u's 
 Suggested fix: ARP and ND from tunnel ports reach the controller (a higher-priority rule by ethertype, or the
 flows installed ahead match IPv4/IPv6 only), and a frame whose sender address is certified for another MAC
 (`neighbors.certified`) is dropped and counted (`Drop.CERTIFIED_ADDRESS_SPOOFED`, say).
+
+Closed by the ARP guard (decision 0068, evio/sdn/neighbor_guard.py): table 0 lets a certified address's true
+(address, MAC) pair on to switching and sends any other ARP naming it to the controller, which drops it and counts.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ def arp(dst: str, src: str, op: int, sender_ip: str, target_mac: str, target_ip:
                        ipaddress.IPv4Address(target_ip).packed).ljust(60, b"\x00")  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="review21i I3: a member's unicast ARP claiming another member's certified address reaches a node's interface")
 @pytest.mark.parametrize("op", [1, 2], ids=["request", "reply"])
 def test_a_members_arp_naming_another_members_certified_address_does_not_reach_the_interface(op: int) -> None:
     net, ids, macs, _ = trusted_ring(4)

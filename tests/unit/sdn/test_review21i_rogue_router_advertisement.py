@@ -17,14 +17,15 @@ Measured (fake network, 6-node ring, real switch logic): A's RA is delivered to 
 Suggested fix: the daemon sets `net.ipv6.conf.<bridge>.accept_ra=0` and `accept_redirects=0` on the bridge's
 interface (as it disables IPv6 on the TAPs), or the switch drops RAs and redirects from tunnel ports unless the
 config names the member allowed to route (an RA guard); this test checks the switch, rewrite it for the sysctl.
+
+Closed by the RA guard (decision 0068, evio/sdn/neighbor_guard.py): RAs and redirects from tunnel ports reach no
+port unless the overlay's `ipv6_routers` names their originating member; the bridge's interface takes no redirect.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import struct
-
-import pytest
 
 from evio.sdn import frb
 from evio.testing.fake_flow_table import host_mac, ring_network
@@ -49,7 +50,6 @@ def router_advertisement(src_mac: str) -> bytes:
     return frb.parse_mac("33:33:00:00:00:01") + frb.parse_mac(src_mac) + b"\x86\xdd" + ipv6 + body
 
 
-@pytest.mark.xfail(strict=True, reason="review21i I7: a member's router advertisement reaches every node's interface")
 def test_a_members_router_advertisement_does_not_reach_other_nodes_interfaces() -> None:
     net, ids = ring_network(6)
     a = ids[3]

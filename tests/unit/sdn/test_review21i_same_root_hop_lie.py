@@ -68,7 +68,9 @@ def _attack(v_index: int, quiet: float) -> tuple[int, int, bool]:
     net._output = a_drops_what_it_gets  # type: ignore[method-assign]
     net.advance(quiet)
     heard = len(net.nodes[v].received[1])
-    lie = forged(gratuitous_arp(macs[v], "10.7.0.3"), v, u, hops=1)
+    # V's own certified address (10.7.0.<index+1>): a claim in V's name, not another member's address, which the
+    # ARP guard drops whatever the hop count (decision 0068).
+    lie = forged(gratuitous_arp(macs[v], f"10.7.0.{v_index + 1}"), v, u, hops=1)
     for step in range(120):
         net.advance(0.5)
         if step % 8 == 0:

@@ -135,7 +135,8 @@ def test_a_switch_that_connects_before_its_overlay_is_attached_waits_for_it() ->
     commands.attach("green", 0xCAFE, node_id=7)
     app.tick(EventTick(periodic=False))
     assert sink.events == [SwitchConnected("green", 0xCAFE)]
-    assert isinstance(dp.sent[-1], parser.OFPPortDescStatsRequest)
+    # Its ports are asked for (the RA guard's flows follow, decision 0068).
+    assert any(isinstance(msg, parser.OFPPortDescStatsRequest) for msg in dp.sent)
 
 
 def test_a_tunnel_port_announced_after_it_joined_turns_from_leaf_to_peer() -> None:
@@ -386,9 +387,10 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
     assert sock.options[(socket.IPPROTO_TCP, socket.TCP_NODELAY)] == 1
     assert dp.sent == []  # nothing through os-ken's send queue
-    # Connect: base flows and the port request in one write; the new peer port's leaf announcement in another.
+    # Connect: base flows and the port request in one write, the RA guard's two flows (0068) in the connect step's;
+    # the new peer port's leaf announcement in another.
     assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_FLOW_MOD] * 5 + [ofp.OFPT_MULTIPART_REQUEST],
-                                                       [ofp.OFPT_PACKET_OUT]]
+                                                       [ofp.OFPT_FLOW_MOD] * 2, [ofp.OFPT_PACKET_OUT]]
     sock.writes.clear()
     app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
     sock.writes.clear()
