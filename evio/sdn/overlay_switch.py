@@ -85,7 +85,7 @@ class OverlaySwitch:
         self._flows_added_at_poll = -1  # flows_added when the poll in flight was asked for
         self._reported: tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, dict[str, int]]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
-        self._traffic_reported = (0, 0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
+        self._traffic_reported = (0, 0, 0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
         self._hosted_reported: tuple[str, ...] = ()  # the MACs in the last HostedMacs
 
     @property
@@ -327,7 +327,8 @@ class OverlaySwitch:
     def traffic_report(self) -> list[ControllerEvent]:
         """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""
         # The neighbour table counts its own answers (ARP and NS answered here instead of flooded).
-        totals = (*self.switch.counters.as_tuple(), self.switch.neighbors.answered, self.switch.destination_copies)
+        totals = (*self.switch.counters.as_tuple(), self.switch.neighbors.answered, self.switch.destination_copies,
+                  self.switch.unicast_packet_ins)
         if totals == self._traffic_reported:
             return []
         self._traffic_reported = totals

@@ -291,6 +291,9 @@ class BoundedFloodSwitch:
         self.destination_installed = 0  # such flows added (again) in all
         self.destination_flows_capped = 0  # wanted but over MAX_DESTINATION_FLOWS, at the last sync
         self.destination_copies = 0  # packet-ins that were such a flow's copy of a frame it passed on
+        # Packet-ins of frames for a unicast destination, FRBs aside: what a flow could have carried. Broadcasts
+        # (each one a packet-in at every switch it reaches) are not (tests count a first contact's cost by these).
+        self.unicast_packet_ins = 0
         self._arp_answers: dict[ArpAnswerMatch, str] = {}  # members' certified addresses answered by the bridge
         self.arp_answers_capped = 0  # wanted but over MAX_ARP_ANSWERS, at the last sync
         self._ahead_changes = 0  # flows ahead by destination or ARP answers that went by others' doing
@@ -399,6 +402,8 @@ class BoundedFloodSwitch:
         destination passed it on already and sent this copy (0069), so only its flows are wanted, not the frame."""
         if forwarded:
             self.destination_copies += 1
+        if len(data) >= 14 and not data[0] & 1 and int.from_bytes(data[12:14]) != frb.ETH_TYPE_FRB:
+            self.unicast_packet_ins += 1
         return self._booked(self._packet_in(in_port, data, now, forwarded))
 
     def _packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:

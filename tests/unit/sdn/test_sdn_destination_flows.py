@@ -258,3 +258,20 @@ def test_our_own_frames_coming_back_by_a_tunnel_go_to_the_controller_not_on() ->
     before = net.frames_on_tunnels
     net.from_neighbour(a, ids[1], eth(macs[c], macs[a]))
     assert net.frames_on_tunnels == before
+
+
+def test_packet_ins_of_unicast_frames_are_counted_apart_from_broadcasts_and_frbs() -> None:
+    # A first contact's cost is read from these (test_sdn_proactive_flows_lab.py): the overlay's broadcasts, a
+    # packet-in at every switch each, are not counted, nor FRBs.
+    net, ids, macs, _ = trusted_ring(4)
+    a, b = ids[0], ids[2]
+    sw = {nid: net.nodes[nid].switch for nid in ids}
+    before = {nid: (sw[nid].counters.packet_ins, sw[nid].unicast_packet_ins) for nid in ids}
+    net.inject(a, 1, eth("ff:ff:ff:ff:ff:ff", macs[a], ethertype=0x88B5, payload=b"have" * 16))
+    flooded = {nid: (sw[nid].counters.packet_ins - before[nid][0], sw[nid].unicast_packet_ins - before[nid][1])
+               for nid in ids}
+    assert all(total >= 1 and unicast == 0 for total, unicast in flooded.values()), flooded
+    stranger = "02:00:00:00:99:01"  # no flow ahead for it: the controller is asked
+    net.inject(a, 1, eth(stranger, macs[a], payload=b"unknown" * 8))
+    assert sw[a].unicast_packet_ins - before[a][1] == 1
+    assert sw[b].unicast_packet_ins == before[b][1]  # flooded to the others as an FRB: not counted there
