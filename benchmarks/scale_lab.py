@@ -390,6 +390,15 @@ def print_comparison(results: list[Result]) -> None:
                   f"   {spread}")  # fmt: skip
 
 
+def settle(seconds: float) -> None:
+    """Between runs: the load average the last lab left decays (a 64-node lab leaves 40 or more, and the next
+    lab's "load at up" would carry it); at most `seconds`, less once it is under the cores' count."""
+    deadline = time.monotonic() + seconds
+    while os.getloadavg()[0] > (os.cpu_count() or 1) and time.monotonic() < deadline:
+        time.sleep(1.0)
+    print(f"settled: load average {os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--nodes", default="32,64", help="comma-separated lab sizes (default 32,64)")
@@ -402,6 +411,8 @@ def main() -> int:
     parser.add_argument("--xmpp", default="prosody",
                         help="comma-separated signaling servers, each n run on each, the first the baseline "
                         "(prosody, ejabberd, ejabberd-cluster; default prosody)")  # fmt: skip
+    parser.add_argument("--settle", type=float, default=60.0,
+                        help="seconds at most between runs for the load average to fall to the cores' count (default 60)")
     parser.add_argument("--logs", default=None, help="copy the daemons' logs into this directory")
     args = parser.parse_args()
 
@@ -413,6 +424,8 @@ def main() -> int:
     kinds = [ejabberd.xmpp_kind(x) for x in args.xmpp.split(",")]
     for n in (int(x) for x in args.nodes.split(",")):
         for xmpp in kinds:
+            if results:
+                settle(args.settle)
             results.append(run(n, args, xmpp))
             print_table(results)
             print_comparison(results)
