@@ -37,10 +37,10 @@ async def test_a_member_on_the_way_cannot_keep_the_server_copy_from_a_node_the_s
     first: list[bytes] = []
 
     def m_on_the_way(self: Medium, sender: WiredFlood, frame: bytes, to: bytes = rf.BROADCAST) -> None:
-        if to == rf.BROADCAST and rf.HEADER.unpack_from(frame)[2] in (rf.MANIFEST, rf.LIST) and sender in honest:
-            if not first:
+        if to == rf.BROADCAST and sender in honest:
+            if not first and rf.HEADER.unpack_from(frame)[2] in (rf.MANIFEST, rf.LIST):
                 first.append(sender.mac)
-            if sender.mac in by_m:  # M passes it on bounded to every node but X, and adds its own copy once
+            if sender.mac in by_m:  # M passes it on bounded to every node but X (a HAVE too), adds its own list once
                 missed.connected = False
                 send(self, sender, frame, to)
                 missed.connected = True
