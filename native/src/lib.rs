@@ -1007,8 +1007,7 @@ impl TxRing {
         &mut self, py: Python<'_>, rx: PyRef<'_, RxRing>, route: u16, skip: usize, sock_fd: i32, aead: &Aead, epoch: u8,
         counter: u64, limit: u64,
     ) -> SealRoutedResult {
-        let frames: Vec<(usize, usize)> =
-            rx.routed.iter().filter(|e| e.0 == route).skip(skip).map(|&(_, start, n)| (start, n)).collect();
+        let frames: Vec<(usize, usize)> = rx.run_of(route).iter().skip(skip).map(|&(_, start, n)| (start, n)).collect();
         let total = rx.slots * rx.slot_size;
         // As an address, to cross allow_threads: the bytearray is held by `rx` for this call, and
         // Python does not touch it meanwhile (the same contract as RxRing::pass).
@@ -1083,7 +1082,8 @@ struct RxRing {
     transit_all: bool,
     routes: Vec<(RouteKey, u16)>, // sorted by key: frames noted by route for the egress's ring (0071)
     excluded: Vec<u16>,           // ethertypes never routed (the FRB)
-    routed: Vec<(u16, usize, usize)>, // the last pass's routed frames: (route, start, length), in order
+    routed: Vec<(u16, usize, usize)>, // the last pass's routed frames: (route, start, length), by route, in order
+    runs: Vec<(u16, usize, usize)>,   // where each route's frames are in `routed`: (route, first, count), by route
     coalescer: Option<Box<Coalescer>>, // made on the first pass to a vnet TAP
 }
 
@@ -1224,6 +1224,28 @@ fn datagram(
 }
 
 impl RxRing {
+    /// Keep a pass's routed frames grouped by route (a stable sort keeps each flow's order), so
+    /// each run is found in O(log n) however many entries a burst touches.
+    fn set_routed(&mut self, mut routed: Vec<(u16, usize, usize)>) {
+        routed.sort_by_key(|e| e.0);
+        self.runs.clear();
+        for (i, e) in routed.iter().enumerate() {
+            match self.runs.last_mut() {
+                Some(run) if run.0 == e.0 => run.2 += 1,
+                _ => self.runs.push((e.0, i, 1)),
+            }
+        }
+        self.routed = routed;
+    }
+
+    /// The last pass's frames of `route`, in order.
+    fn run_of(&self, route: u16) -> &[(u16, usize, usize)] {
+        match self.runs.binary_search_by_key(&route, |run| run.0) {
+            Ok(i) => &self.routed[self.runs[i].1..self.runs[i].1 + self.runs[i].2],
+            Err(_) => &[],
+        }
+    }
+
     fn pass(&mut self, sock_fd: i32, cx: &RxContext, window: &mut ReplayWindow, mut co: Option<&mut Coalescer>) -> RxResult {
         let mut r = RxResult::default();
         let base = self.buf.buf_ptr() as *mut u8;
@@ -1309,7 +1331,7 @@ impl RxRing {
             slots, slot_size, gro, buf, lens: vec![0; slots], segments: vec![0; slots],
             names: vec![unsafe { std::mem::zeroed() }; slots], namelens: vec![0; slots],
             controls: vec![0; slots * CMSG_SPACE / 8], transit: Vec::new(), transit_all: false,
-            routes: Vec::new(), excluded: Vec::new(), routed: Vec::new(), coalescer: None,
+            routes: Vec::new(), excluded: Vec::new(), routed: Vec::new(), runs: Vec::new(), coalescer: None,
         })
     }
 
@@ -1337,21 +1359,14 @@ impl RxRing {
         self.routes.len()
     }
 
-    /// The last pass's routed frames: (route, how many), each route once, in the order first seen.
+    /// The last pass's routed frames: (route, how many), each route once.
     fn take_routes(&self) -> Vec<(u16, usize)> {
-        let mut runs: Vec<(u16, usize)> = Vec::new();
-        for &(route, _, _) in &self.routed {
-            match runs.iter_mut().find(|run| run.0 == route) {
-                Some(run) => run.1 += 1,
-                None => runs.push((route, 1)),
-            }
-        }
-        runs
+        self.runs.iter().map(|&(route, _, count)| (route, count)).collect()
     }
 
     /// Where the last pass left the frames of `route`: (start, length) in the ring, in order.
     fn routed_frames(&self, route: u16) -> Vec<(usize, usize)> {
-        self.routed.iter().filter(|e| e.0 == route).map(|&(_, start, n)| (start, n)).collect()
+        self.run_of(route).iter().map(|&(_, start, n)| (start, n)).collect()
     }
 
     /// Frames to these destinations (`dsts`: 6-byte MACs, concatenated) are handed back opened
@@ -1401,7 +1416,7 @@ impl RxRing {
         self.transit = transit;
         self.routes = routes;
         self.excluded = excluded;
-        self.routed = r.routed;
+        self.set_routed(r.routed);
         if co.is_some() {
             self.coalescer = co;
         }
