@@ -10,7 +10,7 @@
 //! back opened, so Python's transit hook decides where it goes (evio/tunnel/datapath/transit_table.py).
 //! With the table's keys instead (`RxRing::set_transit_routes`: destination and source MAC, as the
 //! flow matches), such a frame is only noted by its route; Python decides once per route and burst,
-//! and the egress's ring seals the run from where it lies (`TxRing::seal_routed`, decision 0071).
+//! and the egress's ring seals the run from where it lies (`TxRing::seal_routed`, decision 0069).
 //!
 //! Records are byte-identical to evio/tunnel/datapath/record.py: kind(1) | epoch(1) | counter(8, BE) |
 //! AEAD(frame) | tag(16), the header as associated data, nonce = IV with the counter XORed into
@@ -998,7 +998,7 @@ impl TxRing {
     }
 
     /// Another tunnel's transit frames, as its ring's last pass left them for `route` (from the
-    /// `skip`-th on), copied into the slots, sealed and sent (decision 0071). Frames over the path
+    /// `skip`-th on), copied into the slots, sealed and sent (decision 0069). Frames over the path
     /// are not taken. Returns (sent, nbytes, counter, send_failed, gso_refused, done, at_limit, left):
     /// `done` frames of the route were dealt with (sealed, or over the path and listed in `left` as
     /// (start, length) in that ring); `at_limit`: stopped at `limit`, rekey and call again from `done`.
@@ -1080,7 +1080,7 @@ struct RxRing {
     controls: Vec<u64>, // CMSG_SPACE bytes per slot, 8-aligned
     transit: Vec<[u8; MAC_LEN]>, // sorted: destinations whose frames go back to Python opened
     transit_all: bool,
-    routes: Vec<(RouteKey, u16)>, // sorted by key: frames noted by route for the egress's ring (0071)
+    routes: Vec<(RouteKey, u16)>, // sorted by key: frames noted by route for the egress's ring (0069)
     excluded: Vec<u16>,           // ethertypes never routed (the FRB)
     routed: Vec<(u16, usize, usize)>, // the last pass's routed frames: (route, start, length), by route, in order
     runs: Vec<(u16, usize, usize)>,   // where each route's frames are in `routed`: (route, first, count), by route

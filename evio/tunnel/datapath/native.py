@@ -27,7 +27,7 @@ handed back opened by its place in the ring, and Python runs the hook on it
 Frames to other destinations never leave the native pass. Within a burst the
 handed-back frames reach the TAP after the native ones.
 
-Where the build has routes (decision 0071), the pass holds the entries' whole
+Where the build has routes (decision 0069), the pass holds the entries' whole
 keys (destination and source MAC) instead and hands back no frame: it notes
 each transit frame by its entry, in place in the ring; Python asks the table
 once per entry and burst (``forward.run``: deadline, egress, counters), and an
@@ -140,7 +140,7 @@ class NativeFdDatapath(FdDatapath):
         self._tx_native_aead: Any = None
         self._transit_destinations: TransitDestinations | None = None
         self._transit_seen = -1  # the prefilter version the native ring holds
-        # Routes (0071): the table's keys of this ingress, numbered as the native ring holds them.
+        # Routes (0069): the table's keys of this ingress, numbered as the native ring holds them.
         self._transit_keys: Callable[[int], tuple[int, list[bytes]] | None] | None = None
         self._transit_run: Callable[[bytes, int, Callable[[Any], int]], int] | None = None
         self._transit_excluded: list[int] = []
@@ -329,7 +329,7 @@ class NativeFdDatapath(FdDatapath):
             frames += self._rx_frames - before
         return frames
 
-    # -- transit runs (0071) -------------------------------------------------------
+    # -- transit runs (0069) -------------------------------------------------------
 
     def _forward_routed(self, ring: _NativeRecvRing) -> None:
         """The runs of the last burst's routed frames: each entry asked once, then the egress takes the

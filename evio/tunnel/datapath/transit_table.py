@@ -37,7 +37,7 @@ A data path that opens frames outside Python (the native one) cannot call the
 hook per frame cheaply; it asks ``destinations`` once per burst for the
 destination MACs this ingress has entries for (only when they changed) and
 hands back only frames to those, which the hook then looks up in full. Where
-its build has routes (decision 0071), it asks ``destinations.keys`` for the
+its build has routes (decision 0069), it asks ``destinations.keys`` for the
 entries' whole keys instead, notes each frame by its entry, and asks the hook
 once per entry and burst (``forward.run``): the table's checks and counters as
 per frame, and an egress that seals natively takes the run where it lies.

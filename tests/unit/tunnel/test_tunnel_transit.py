@@ -4,7 +4,7 @@ Two tunnel pairs over fake TAPs and socketpairs stand for a transit node M
 between X and Y: X <-> M.a and M.b <-> Y. With an entry (M.a, dst, src) -> M.b
 a frame X sends comes out of Y's TAP and never out of M's. M's data paths are
 the Python and the native ones in turn (the native one notes frames by their
-entry in its receive pass and the egress's native ring seals each run, 0071;
+entry in its receive pass and the egress's native ring seals each run, 0069;
 a build without routes hands them back to the hook, filtered by destination).
 """
 
@@ -170,7 +170,7 @@ def test_the_prefilter_moves_with_the_destinations_only() -> None:
 
 
 def test_a_run_of_one_entry_is_checked_and_counted_as_its_frames_one_by_one() -> None:
-    """``run`` (a native ingress's runs, 0071): no entry, expired or no egress -> 0, take not asked;
+    """``run`` (a native ingress's runs, 0069): no entry, expired or no egress -> 0, take not asked;
     otherwise what the egress took, the rest counted as refused."""
     clock = ManualTime()
     table = TransitTable(clock=clock)
@@ -359,7 +359,7 @@ def test_the_native_prefilter_is_bounded_and_checked() -> None:
 
 @pytest.mark.usefixtures("native_built")
 async def test_native_runs_keep_frb_out_rekey_midway_and_fall_back_to_a_python_egress() -> None:
-    """Routes (0071): an FRB with an entry's key goes to the bridge; an egress whose record limit
+    """Routes (0069): an FRB with an entry's key goes to the bridge; an egress whose record limit
     falls inside a run rekeys and goes on (every frame arrives, none replayed); a Python egress takes
     the run frame by frame."""
     left, right = await make_pair("native"), await make_pair("native")
@@ -372,7 +372,7 @@ async def test_native_runs_keep_frb_out_rekey_midway_and_fall_back_to_a_python_e
             assert isinstance(dp, TransitPort)
             dp.set_transit(table.attach(tap, dp), table.flush, table.destinations(tap))
         if not hasattr(m_in._native_rx.native, "set_transit_routes"):
-            pytest.skip("evio_native older than 0071: run scripts/build-native")
+            pytest.skip("evio_native older than 0069: run scripts/build-native")
         table.add("ma", DST, SRC, "mb", 1e18)
         egress = right.a.datapath
         egress._tx_limit = egress._tx_counter + 7  # the next epoch midway through the first run
