@@ -8,7 +8,7 @@
                                         # docs/decisions/0052: presence to linked peers only (a prototype)
     .venv/bin/python benchmarks/signal_scale_bench.py --members 1000 --servers ejabberd --presence linked \
         --crowd signalclient --crowd-processes 2 [--trace]
-                                        # the shipped client (0059), the crowd in 2 processes (decision 0070);
+                                        # the shipped client (0059), the crowd in 2 processes (decision 0071);
                                         # --trace: where contact pairs still missing were lost, and a timeline
 
 Run it under `flock /tmp/evio-heavy.lock` on a shared machine (root: prosody and ejabberd run as their own
