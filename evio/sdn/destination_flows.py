@@ -1,5 +1,5 @@
 """Flows ahead by destination: a frame for a member's certified MAC (or for this node's own interface) goes on
-without waiting for the controller, at every switch on its path (decision 0071; 0066 did the two ends).
+without waiting for the controller, at every switch on its path (decision 0072; 0066 did the two ends).
 
 0066 installs, at each end of a path between members' interfaces, the pair flows a first frame would install.
 The switches between still took one packet-in per new flow, and so did the receiving end when the frame came by

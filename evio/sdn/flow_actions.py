@@ -78,7 +78,7 @@ class DestinationMatch:
 @dataclass(frozen=True)
 class AddDestinationFlow:
     """Install `match -> output:out_port` and a copy to the controller, at DESTINATION_PRIORITY, with no timeout:
-    the frame goes on at once, and the controller installs the pair flow it would have (decision 0071); and above
+    the frame goes on at once, and the controller installs the pair flow it would have (decision 0072); and above
     it the same frames entering by `out_port` itself to the controller (the hairpin, as before)."""
 
     match: DestinationMatch
@@ -108,7 +108,7 @@ class ArpAnswerMatch:
 @dataclass(frozen=True)
 class AddArpAnswer:
     """Answer `match`'s requests on the bridge with `mac` (the request turned into the reply, out by its port),
-    except probes (sender 0.0.0.0) and announcements (sender = target), which still go to the controller (0071)."""
+    except probes (sender 0.0.0.0) and announcements (sender = target), which still go to the controller (0072)."""
 
     match: ArpAnswerMatch
     mac: str

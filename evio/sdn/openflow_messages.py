@@ -37,12 +37,12 @@ EVIO_COOKIE_MASK = 0xFFFF_FFFF  # the bits that say "evio's"; the ones above may
 # of every flow a member can make the switch install (issue 21, H3).
 COUNTED_COOKIE = EVIO_COOKIE | 1 << 32
 ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
-# Above them: a flow ahead by destination (decision 0071), which also copies its frames to the controller. Its
+# Above them: a flow ahead by destination (decision 0072), which also copies its frames to the controller. Its
 # low bits are evio's, so the deletes of a port's flows and of the flows to a MAC take it too; a packet-in with
 # this cookie is such a copy: the frame has already gone on (`copied_ahead`).
 DESTINATION_COOKIE = EVIO_COOKIE | 1 << 33
 DESTINATION_HAIRPIN_COOKIE = EVIO_COOKIE | 1 << 35  # its frames entering by the port it leads to: a plain packet-in
-# Above them: a certified address's ARP answer on the bridge (decision 0071), and the requests it leaves to the
+# Above them: a certified address's ARP answer on the bridge (decision 0072), and the requests it leaves to the
 # controller; the deletes of a leaf port's flows take them too.
 ARP_ANSWER_COOKIE = EVIO_COOKIE | 1 << 34
 _ARP = 0x0806

@@ -33,7 +33,7 @@ Ports are either *leaf* ports (the bridge's internal port, app ports) or
   are installed ahead, at every tick, where learning places the MAC under its owner (proactive_flows.py,
   decision 0066); they go as learned flows go. Every switch also forwards a frame entering by a tunnel for such a MAC
   at once, copying it to the controller, which installs the pair flow as for a packet-in but sends no frame
-  (destination_flows.py, decision 0071): no switch on a path between members' interfaces waits for its controller.
+  (destination_flows.py, decision 0072): no switch on a path between members' interfaces waits for its controller.
 - A peer port that goes away takes its flows and learned MACs with it.
 - Bounded per port (issue 21, H3; docs/design.md, "A switch bounded per port"):
   the flows installed on behalf of a port (those entering by it, and the ways
@@ -286,7 +286,7 @@ class BoundedFloodSwitch:
         self._proactive: dict[FlowMatch, int] = {}
         self._proactive_paused: dict[str, float] = {}  # local MAC -> until when its way back waits (a flooded ask)
         self.proactive_installed = 0  # such flows added (again) in all
-        # Flows ahead by destination at every switch (destination_flows.py, 0071): match -> out port, as installed.
+        # Flows ahead by destination at every switch (destination_flows.py, 0072): match -> out port, as installed.
         self._destinations: dict[DestinationMatch, int] = {}
         self.destination_installed = 0  # such flows added (again) in all
         self.destination_flows_capped = 0  # wanted but over MAX_DESTINATION_FLOWS, at the last sync
@@ -399,7 +399,7 @@ class BoundedFloodSwitch:
 
     def packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:
         """A frame the bridge had no flow for (or an FRB, which always comes here); `forwarded`: a flow ahead by
-        destination passed it on already and sent this copy (0071), so only its flows are wanted, not the frame."""
+        destination passed it on already and sent this copy (0072), so only its flows are wanted, not the frame."""
         if forwarded:
             self.destination_copies += 1
         if len(data) >= 14 and not data[0] & 1 and int.from_bytes(data[12:14]) != frb.ETH_TYPE_FRB:
@@ -468,7 +468,7 @@ class BoundedFloodSwitch:
     def _unicast_copy(
         self, in_port: int, eth: EthernetHeader, out_port: int, data: bytes, now: float, forwarded: bool
     ) -> list[FlowAction]:
-        """`_unicast`, less the frame when a flow ahead by destination sent it `out_port` already (0071)."""
+        """`_unicast`, less the frame when a flow ahead by destination sent it `out_port` already (0072)."""
         unicast = self._unicast(in_port, eth, out_port, data, now)
         if forwarded and self._destinations.get(DestinationMatch(eth.dst)) == out_port:
             return [a for a in unicast if not isinstance(a, PacketOut)]
@@ -822,7 +822,7 @@ class BoundedFloodSwitch:
         self._proactive_paused = {mac: until for mac, until in self._proactive_paused.items() if until > now}
         inputs = self._ahead_inputs(now)
         if inputs == self._ahead_synced:
-            return []  # nothing the flows ahead depend on changed, and none of them went: 2-3 ms a tick saved (0071)
+            return []  # nothing the flows ahead depend on changed, and none of them went: 2-3 ms a tick saved (0072)
         wanted = proactive_flows.wanted_flows(self, now, frozenset(self._proactive_paused))
         actions: list[FlowAction] = []
         for match, out in list(self._proactive.items()):
@@ -851,7 +851,7 @@ class BoundedFloodSwitch:
         return actions
 
     def _ahead_inputs(self, now: float) -> tuple[object, ...]:
-        """What the flows ahead (0066, 0071) are computed from, and the counts of changes to the books that hold
+        """What the flows ahead (0066, 0072) are computed from, and the counts of changes to the books that hold
         them: while this stays the same, a sync would change nothing."""
         places = destination_flows.member_places(self, now)
         return (self.flows.changes, self._ahead_changes, tuple(places.items()), tuple(self.peer_ports().items()),
@@ -860,7 +860,7 @@ class BoundedFloodSwitch:
 
     def _destination_sync(self, now: float) -> list[FlowAction]:
         """Install the flows ahead by destination that are wanted and not installed, delete the ones no longer wanted
-        (destination_flows.py, decision 0071). Deletes of a port's flows or of the flows to a MAC took theirs along
+        (destination_flows.py, decision 0072). Deletes of a port's flows or of the flows to a MAC took theirs along
         (`_booked`): those are installed again here."""
         wanted, self.destination_flows_capped = destination_flows.wanted_destination_flows(
             self, now, frozenset(self._proactive_paused))

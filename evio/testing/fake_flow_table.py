@@ -15,7 +15,7 @@ goto-table instruction:
   out_port and cookie/cookie_mask; DELETE_STRICT: the entry of that priority
   and match; anything else the daemon never sends is an error here.
 - OFPPacketOut: the frame leaves by its output actions.
-- Apply-actions may also rewrite an ARP frame before its outputs, as an ARP responder does (decision 0071): set-field
+- Apply-actions may also rewrite an ARP frame before its outputs, as an ARP responder does (decision 0072): set-field
   and Nicira register moves of the Ethernet and ARP address fields, and output to IN_PORT.
 - A frame entering a port goes by the highest-priority matching entry's
   actions (a miss with no table-miss entry drops it), counting its packets
@@ -563,7 +563,7 @@ class FakeNetwork:
             node_id, in_port, frame = queue.popleft()
             node = self.nodes[node_id]
             outputs = node.table.lookup_frames(in_port, frame, self.now)
-            forwarded = any(out != CONTROLLER for out, _ in outputs)  # a copy: a flow ahead by destination (0071)
+            forwarded = any(out != CONTROLLER for out, _ in outputs)  # a copy: a flow ahead by destination (0072)
             for out, sent in outputs:
                 if out == CONTROLLER:
                     node.packet_ins += 1

@@ -98,7 +98,7 @@ def test_an_arp_for_a_known_overlay_address_is_answered_by_the_local_switch(lab_
     assert result["answers"] == [bridge_mac], "answered with another MAC than node2's bridge"
     assert len(times) == ASKS
     assert reached == 0, "node1's switch flooded a request for a certified address over the overlay"
-    # Answered by the bridge's flow for node2's certified address (0071), or by the controller (0062, counted in the
+    # Answered by the bridge's flow for node2's certified address (0072), or by the controller (0062, counted in the
     # status with its next report) while that flow was not yet in.
     answered = wait_for_value(lambda: _answered(lab, ip2), lambda both: sum(both) >= ASKS, 30,
                               what=f"{ASKS} answers counted by the bridge's flow and the controller")

@@ -1,4 +1,4 @@
-"""Flows ahead by destination at every switch (decision 0071): a frame between members' interfaces waits for no
+"""Flows ahead by destination at every switch (decision 0072): a frame between members' interfaces waits for no
 controller on any switch of its path.
 
 Over the fake network (real switch logic, its actions as OpenFlow through a fake table). An intermediate switch
@@ -218,7 +218,7 @@ def test_no_answer_for_an_address_not_certified_or_whose_mac_is_not_placed_under
     assert not [f for f in net.nodes[a].table.entries if f.priority in (ARP_ANSWER_PRIORITY, ARP_ASK_PRIORITY)]
     before = packet_ins(net)[a]
     net.inject(a, 1, arp_for(macs[a], "10.7.0.1", "10.7.0.2"))
-    assert packet_ins(net)[a] == before + 1  # the controller's, as before 0071
+    assert packet_ins(net)[a] == before + 1  # the controller's, as before 0072
 
 
 def test_arp_answers_are_capped_and_the_rest_counted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,7 +247,7 @@ def test_a_tick_that_changes_nothing_recomputes_nothing(monkeypatch: pytest.Monk
 
 def test_our_own_frames_coming_back_by_a_tunnel_go_to_the_controller_not_on() -> None:
     """A flow by destination must not keep a loop going: a frame in our interface's name that comes in by a tunnel
-    (a loop, or a peer forging it) goes to the controller, which drops it, as before 0071."""
+    (a loop, or a peer forging it) goes to the controller, which drops it, as before 0072."""
     net, ids, macs, _ = trusted_ring(4)
     a, c = ids[0], ids[2]
     table = net.nodes[a].table
