@@ -32,7 +32,9 @@ async def test_a_gateway_names_all_its_hosts_in_pages_paced_and_a_change_resends
     assert all(hosts[150] not in node.told[-1] and len(node.told[-1]) == 199 for node in others)
     await clock.advance(host_claims.LIFETIME / 3)  # the refresh: every page again
     await clock.advance(4 * hcf.PAGE_GAP)
-    assert medium.frames == 9 and all(node.counts["refused_verify_rate"] == 0 for node in others)
+    # Every page again, and page 0 (the interface's MAC's) at each WAY_KEEPALIVE meanwhile (review21j J2): 240, 480 s.
+    keepalives = int(host_claims.LIFETIME / 3 // hcf.WAY_KEEPALIVE)
+    assert medium.frames == 9 + keepalives and all(node.counts["refused_verify_rate"] == 0 for node in others)
 
 
 async def test_a_gateway_past_the_bound_counts_the_rest_and_a_newcomer_gets_every_page_unrefused() -> None:
@@ -53,3 +55,23 @@ async def test_a_gateway_past_the_bound_counts_the_rest_and_a_newcomer_gets_ever
           f"refused over budget {newcomer.counts['refused_verify_rate']}")
     assert newcomer.counts["refused_verify_rate"] == 0
     assert len([m for m, n in newcomer.told[-1].items() if n == gateway.node_id]) == bound
+
+
+async def test_the_page_naming_the_interface_goes_again_within_a_macs_max_age() -> None:
+    """review21j J2: a switch holds a member's certified MAC on its floods' way only while it hears them within a
+    MAC's max age (300 s); the page naming the interface's MAC goes every WAY_KEEPALIVE, one frame, that page only."""
+    from dataclasses import fields
+
+    from evio.sdn.boundary import AttachOverlay
+
+    max_age = next(f.default for f in fields(AttachOverlay) if f.name == "mac_max_age")
+    assert isinstance(max_age, float) and max_age > hcf.WAY_KEEPALIVE
+    medium, nodes, clock = fleet(2)
+    gateway = nodes[0]
+    gateway.set_hosted(lan(100))  # two pages
+    await clock.advance(2 * hcf.PAGE_GAP)
+    assert medium.frames == 2
+    await clock.advance(hcf.WAY_KEEPALIVE)
+    assert medium.frames == 3
+    await clock.advance(hcf.WAY_KEEPALIVE)
+    assert medium.frames == 4
