@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import pytest
 
+from evio.sdn import frb
 from evio.testing.fake_flow_table import FakeNetwork
 from evio.testing.frames import eth
 from tests.unit.sdn.test_review21i_same_root_hop_lie import _attack
@@ -108,3 +109,33 @@ def test_unicast_between_them_keeps_the_certified_mac_where_it_is(
 ) -> None:
     got, dropped_at_a, on_a = _talking_while_quiet(monkeypatch)
     assert (got, dropped_at_a, on_a) == (600, 0, False)
+
+
+def test_with_only_the_keepalive_a_certified_mac_follows_its_root_within_max_age_and_one_keepalive() -> None:
+    """The honest bound: u places V's certified MAC by ids[1]; the link V-ids[1] goes and V's interface says
+    nothing but its daemon's keep-alive. V's MAC follows to ids[7] at the first keep-alive once the way by ids[1]
+    brought nothing for the max age: within max age + WAY_KEEPALIVE (540 s) of the link going."""
+    from evio.node.host_claims import WAY_KEEPALIVE
+    from evio.sdn.switch_terms import HOST_CLAIMS_ETHERTYPE
+    from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
+
+    net, ids, macs, _ = trusted_ring(8)
+    u, v = ids[0], ids[2]
+    sw = net.nodes[u].switch
+    net.inject(v, 1, eth(BROADCAST, macs[v], HOST_CLAIMS_ETHERTYPE, payload=b"claims" + bytes(40)))
+    gone = net.now
+    net.disconnect(v, ids[1])
+    followed_at = None
+    for i in range(4):
+        net.advance(WAY_KEEPALIVE)
+        net.inject(v, 1, eth(BROADCAST, macs[v], HOST_CLAIMS_ETHERTYPE, payload=b"claims" + bytes([i]) * 40))
+        entry = sw.learning.lookup(macs[v], net.now)
+        if entry is not None and entry.port == net.port_towards(u, ids[7]):
+            followed_at = net.now - gone
+            break
+    print(f"V's MAC followed {followed_at} s after the link went")
+    assert followed_at is not None and followed_at <= sw.learning.max_age + WAY_KEEPALIVE
+    heard = len(net.nodes[v].received[1])
+    for i in range(10):
+        net.inject(u, 1, eth(macs[v], macs[u], payload=b"x" * 40 + bytes([i])))
+    assert sum(1 for f in net.nodes[v].received[1][heard:] if f[6:12] == frb.parse_mac(macs[u])) == 10
