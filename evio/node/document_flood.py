@@ -286,6 +286,16 @@ class SignedDocumentFlood:
         witnesses = sum(1 for at in self._witnesses.values() if at >= adopted)
         if witnesses >= SERVER_COPY_WITNESSES:  # others' copies came by: a node they missed asks (rules 3-5)
             self.counts["server_copy_heard_elsewhere"] += 1
+            # But that node may hear of it from nobody: a member on its way passes every copy on bounded to miss
+            # it and adds its own (review21j J5). One HAVE of ours, one frame, reaches it by our flood's way, which
+            # no member on another's commands; it asks at once (rule 4) and is answered firmly (rule 5). It
+            # stands for our next periodic HAVE (rule 3): the overlay sends no more HAVEs over time, only sooner.
+            self._last_have = self._clock.now()
+            if self._send(self.HEADER.pack(self.MAGIC, VERSION, HAVE, serial, 0, 0)):
+                self.counts["sent_server_copy_have"] += 1
+            if self._periodic_timer is not None:
+                self._periodic_timer.cancel()
+                self.arm_periodic_have()
             return
         self.counts["sent_server_copy"] += 1
         self._send_list()

@@ -15,7 +15,9 @@ overlay, and each node reads the others' off the same interface:
    member online, flooded by all: each node waits up to `SERVER_COPY_JITTER` at random and broadcasts it once
    unless copies signed by `SERVER_COPY_WITNESSES` other members came by meanwhile, for the members the server
    did not reach (two floods per removal, not three per member; one member's copy bounded to miss a node cannot
-   hold the others' back, review21i I9; a member both copies missed asks, rules 3-5).
+   hold the others' back, review21i I9). A node whose copy was held back broadcasts one HAVE of the new serial
+   instead (its next periodic HAVE, sooner): a member on the way of some nodes' floods to a node both copies
+   missed cannot narrow every node's HAVE away from it, and it asks (rules 4-5; review21j J5).
 2. A node broadcasts HAVE (its serial, no list) when one of its links comes up, so a node that joins, or a
    part of the ring that was cut off, learns what it missed: a node holding a newer list answers HAVE, and
    any older list that comes by, with its own (at most once per `ANSWER_INTERVAL`), after a random wait of up
