@@ -186,12 +186,25 @@ def _contested(sw: BoundedFloodSwitch, h: frb.FrbHeader, port: int, ingress: int
     root's quiet hosts. The root's own link always holds its floods' way."""
     way = (h.root_nid, h.frb_type)
     known = sw._flood_ways.get(way)
+    if known is not None and known[0] != port and sw._lapsed_ways.get(way) == port:
+        # The way this root's floods took until it lapsed brings them again: it takes the way back at once. A member
+        # forging a copy under a quiet root now and then takes a lapsed way, and held it against the root's real
+        # floods from then on (review21j J4); now it holds it only while the root stays quiet there.
+        del sw._lapsed_ways[way]
+        sw._flood_ways[way] = (port, now, 0.0)
+        return False
     if known is None or known[0] == port or ingress == h.root_nid or now - known[1] >= sw.learning.max_age:
         if known is None and len(sw._flood_ways) >= FLOOD_WAYS:
             for stale in [w for w, (_, seen, _) in sw._flood_ways.items() if now - seen >= sw.learning.max_age]:
                 del sw._flood_ways[stale]
+                sw._lapsed_ways.pop(stale, None)
             if len(sw._flood_ways) >= FLOOD_WAYS:
                 return False  # every root's way live: this one is not held (as before the rule), nothing grows
+        if known is not None and known[0] != port:
+            if ingress == h.root_nid:
+                sw._lapsed_ways.pop(way, None)  # the root's own link: nothing takes the way from it
+            else:
+                sw._lapsed_ways[way] = known[0]  # keys are held ways': bounded by FLOOD_WAYS
         sw._flood_ways[way] = (port, now, known[2] if known is not None and known[0] == port else 0.0)
         return False
     sw._flood_ways[way] = (known[0], known[1], now)  # the held way no longer holds the root's MACs (`_keeps_its_way`)

@@ -276,6 +276,9 @@ class BoundedFloodSwitch:
         # another port (review21i I4: the way no longer holds its root's MACs), and the per-port budget
         # of MACs new here that another port may bring under such a root (frb_receive._contested, review21f F6).
         self._flood_ways: dict[tuple[int, frb.FrbType], tuple[int, float, float]] = {}
+        # (root, flood type) -> the port that held that way until it lapsed and another port took it: its next copy
+        # of the root's floods takes the way back (review21j J4, frb_receive._contested).
+        self._lapsed_ways: dict[tuple[int, frb.FrbType], int] = {}
         self.contested_new = PeerRateLimiter[tuple[int, int]](
             Rate(frb_receive.CONTESTED_NEW_RATE, frb_receive.CONTESTED_NEW_BURST))  # (port, root)
         self.contested_port = PeerRateLimiter[int](Rate(frb_receive.CONTESTED_PORT_RATE, frb_receive.CONTESTED_PORT_BURST))
@@ -344,6 +347,9 @@ class BoundedFloodSwitch:
         self.contested_port.forget(port_no)  # (its per-root buckets age out of their bounded table)
         for way in [way for way, (by, _, _) in self._flood_ways.items() if by == port_no]:
             del self._flood_ways[way]  # its root's floods come another way now: that one stands from its first
+            self._lapsed_ways.pop(way, None)
+        for way in [way for way, by in self._lapsed_ways.items() if by == port_no]:
+            del self._lapsed_ways[way]
         if port is None:
             return []
         if port.peer is not None:
