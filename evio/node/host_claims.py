@@ -11,9 +11,9 @@ linked node; each node reads the others' off the same interface. A node announce
 
 1. when what it hosts changed (at most once per `MIN_INTERVAL`),
 2. every `host_claims.LIFETIME / 3`, 10 minutes (an announcement holds `LIFETIME` after it was issued), and the page
-   naming the bridge interface's own MAC every `WAY_KEEPALIVE` (4 minutes): each switch then hears this node's
-   interface by its floods' ways within a MAC's max age, so neither its ways nor its MAC lapse there for a member
-   to take (review21j J2, decision 0033),
+   naming the bridge interface's own MAC whenever it has not gone for `WAY_KEEPALIVE` (4 minutes; the refresh
+   leaves that page to it): each switch then hears this node's interface by its floods' ways within a MAC's max
+   age, so neither its ways nor its MAC lapse there for a member to take (review21j J2, decision 0033),
 3. when one of its links came up (folded with the others of `MIN_INTERVAL`), so a node that joins hears it.
 
 A node hosting more than `host_claims.MAX_MACS` (a site gateway bridging a LAN) names them all, up to
@@ -99,7 +99,9 @@ BROADCAST = b"\xff" * 6
 MIN_INTERVAL = 1.0  # seconds between two announcements of this node
 # Seconds between two sendings of the page naming the interface's own MAC: below a switch's MAC max age (300 s,
 # evio.sdn.boundary), with room for a lost one's page gap and jitter, so its MAC and its floods' ways are heard at
-# every node within it (review21j J2). One frame each time: 0.25 a minute (issue 23 allows an idle node 1).
+# every node within it (review21j J2). One frame each time, counted from that page's last sending for any reason,
+# and the refresh leaves that page to it: an idle node starts 0.25 a minute (0.1 before: the refresh; issue 23
+# allows an idle node 1 for all its multicast), each reaching the n - 1 others once.
 WAY_KEEPALIVE = 240.0
 # Seconds between two pages of this node's list (and two pages of one member passed on in a catch-up): 4 a
 # second, under the checks a member's announcements get at each node (MEMBER_RATE, 5/s, while its certificate is
@@ -195,6 +197,7 @@ class HostClaimsFlood:
         self._sent_pages: dict[int, tuple[object, ...]] = {}  # page -> what it named when last sent
         self._due: set[int] = set()  # pages to send again though unchanged (a refresh, a link-up)
         self._due_all = False
+        self._due_refresh = False  # every page again but the keep-alive's (`WAY_KEEPALIVE` sends that one)
         self._due_own = False  # the page naming the interface's own MAC is to go again (WAY_KEEPALIVE)
         self._keepalive_timer: Timer | None = None
         self._owed: dict[int, float] = {}  # linked peer -> when its link came up here (its lists not sent yet)
@@ -287,12 +290,13 @@ class HostClaimsFlood:
             for node in [n for n, at in table.items() if mono - at >= hold]:
                 del table[node]
         if self.hosted or self.counts["sent"]:  # nothing to say until the switch reported what we host
-            self.announce()
+            self._due_refresh = True
+            self.announce(every_page=False)
 
     def _keepalive(self) -> None:
         """Send the page naming the interface's own MAC again, unchanged (`WAY_KEEPALIVE`)."""
         self._keepalive_timer = self._clock.call_later(WAY_KEEPALIVE, self._keepalive)
-        if self.counts["sent"]:  # (nothing sent yet: the first announcement is still to come)
+        if self._sent_pages:  # (none yet: the first announcement is still to come; a failed sending counts here)
             self._due_own = True
             self.announce(every_page=False)
 
@@ -318,10 +322,15 @@ class HostClaimsFlood:
         if self._pager.over:
             self.counts["macs_over_cap"] += self._pager.over
         total = len(pages)
+        # The keep-alive's page: the one naming the interface's MAC, or the first (each goes from the interface).
+        kept = next((p for p in range(total) if own is not None and own in pages[p]), 0)
         if self._due_all:
             self._due, self._due_all = set(range(total)), False
+        if self._due_refresh:  # that page went within WAY_KEEPALIVE (not yet sent at all: due below as changed)
+            self._due |= set(range(total)) - {kept}
+            self._due_refresh = False
         if self._due_own:
-            self._due |= {p for p in range(total) if own is not None and own in pages[p]} or set(range(min(total, 1)))
+            self._due |= {kept} if total else set()
             self._due_own = False
         addresses = tuple((ip, own) for ip in self.own_addresses[: host_claims.MAX_ADDRESSES]) if own else ()
         content = [(page, addresses if own in page else (), total) for page in pages]
@@ -354,6 +363,9 @@ class HostClaimsFlood:
             log.debug("host announcement send on %s failed: %s", self.ifname, exc)
             return
         self.counts["sent"] += 1
+        if number == kept and self._keepalive_timer is not None:  # it just went: the keep-alive counts from now
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = self._clock.call_later(WAY_KEEPALIVE, self._keepalive)
 
     # -- receiving ----------------------------------------------------------------------------
 
