@@ -59,6 +59,9 @@ class BroadcastTwins:
         """Note a copy of `mac`'s broadcast with Ethernet header `header`; its broadcast's record."""
         headers = self._broadcasts.get(mac)
         seen = headers.get(header) if headers is not None else None
+        if seen is not None and now - seen.at < self.window and seen.ports.get(kind, port) == port:
+            seen.ports[kind] = port
+            return seen  # the common case: a copy of a broadcast seen, by the port its direction came by
         if seen is None or now - seen.at >= self.window:
             seen = Broadcast(now)
             if headers is None and self._room_for_mac(now):

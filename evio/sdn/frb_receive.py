@@ -262,10 +262,11 @@ def _certified_way(
     if sw.mac_owners.get(mac) != root or source.root != root:
         return False, port, hops  # not its owner's root: 0055 and `_may_speak_for` decide
     seen = sw.broadcast_twins.copy(mac, header, kind, port, now)
-    pending = sw.broadcast_twins.twin_of_pending(seen, kind)
-    if (pending is not None and pending[1] < hops and pending[0] in sw.ports
-            and (source.hops is None or pending[1] < source.hops)):
-        return False, pending[0], pending[1]  # this copy is the twin of a shorter one held: the MAC takes that one
+    if seen.pending is not None:
+        pending = sw.broadcast_twins.twin_of_pending(seen, kind)
+        if (pending is not None and pending[1] < hops and pending[0] in sw.ports
+                and (source.hops is None or pending[1] < source.hops)):
+            return False, pending[0], pending[1]  # this copy is the twin of a shorter one held: the MAC takes it
     if source.port == port or source.hops is None or hops >= source.hops:
         return _keeps_its_way(sw, mac, source, root, port, hops, now), port, hops
     if sw.broadcast_twins.twinned(seen, kind) or not _way_holds(sw, root, source.port, now):
