@@ -20,38 +20,23 @@ whole budget; and count it (`relay_rate_limited`).
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 from evio.overlay import ring_signal as rs
-from evio.overlay.negotiation import ACTION_LINK
-from tests.unit.node.test_ring_signaling import OV, Fleet
+from evio.testing.virtual_clock import VirtualClock
+from tests.unit.node.test_ring_signaling import Fleet, flood_while_requesting
 
 
 async def test_junk_from_one_member_through_a_relay_does_not_push_others_offers_to_the_server() -> None:
-    fleet = Fleet(6)
+    clock = VirtualClock()
+    fleet = Fleet(6, clock)
     origin, relay, target, attacker = fleet.ids[0], fleet.ids[1], fleet.ids[2], fleet.ids[4]
     fleet.links[attacker].add(relay)  # a chord: the attacker is one of the relay's neighbours
     fleet.links[relay].add(attacker)
     rng = random.Random(1)
-    stop = asyncio.Event()
-
-    async def flood() -> None:
-        i = 0
-        while not stop.is_set():  # 500/s offered: whenever the relay's bucket for it has a token, a chunk is there
-            for _ in range(5):
-                junk = rs.chunks(rng.randbytes(200), i, rng.getrandbits(128), target)[0]
-                fleet.tunnel(attacker, relay).send_overlay_signal(junk)
-                i += 1
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(flood())
-    try:
-        await asyncio.sleep(1.0)  # the relay's bucket at the target drained (burst 40 at 20/s net)
-        for n in range(5):
-            await fleet.nodes[origin].request(OV, target, ACTION_LINK, {"n": n}, timeout=0.5)
-    finally:
-        stop.set()
-        await task
+    # 500/s offered: whenever the relay's bucket for it has a token, a chunk is there; drained in the first second
+    # (burst 40 at 20/s net)
+    await flood_while_requesting(clock, fleet, attacker, relay, origin, target,
+                                 lambda i: rs.chunks(rng.randbytes(200), i, rng.getrandbits(128), target)[0], drain=1.0)
     assert fleet.nodes[relay].relayed > 20  # the junk did go through
     assert fleet.nodes[origin].sent == {"ring": 5}, fleet.nodes[origin].fallbacks

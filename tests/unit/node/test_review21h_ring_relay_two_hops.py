@@ -26,39 +26,23 @@ the junk still (tests/unit/node/test_ring_relay_origin_budget.py: signed junk, a
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 from evio.overlay import ring_signal as rs
-from evio.overlay.negotiation import ACTION_LINK
-from tests.unit.node.test_ring_signaling import OV, Fleet
+from evio.testing.virtual_clock import VirtualClock
+from tests.unit.node.test_ring_signaling import Fleet, flood_while_requesting
 
 
 async def test_junk_two_hops_from_a_relay_does_not_push_others_offers_to_the_server() -> None:
-    fleet = Fleet(8)
+    clock = VirtualClock()
+    fleet = Fleet(8, clock)
     origin, r1, r2, target, attacker = fleet.ids[0], fleet.ids[1], fleet.ids[2], fleet.ids[3], fleet.ids[6]
     fleet.links[attacker].add(r1)  # a chord: the attacker is one of R1's neighbours, not R2's
     fleet.links[r1].add(attacker)
     rng = random.Random(1)
-    stop = asyncio.Event()
-
-    async def flood() -> None:
-        i = 0
-        while not stop.is_set():
-            for _ in range(5):
-                junk = rs.chunks(rng.randbytes(200), i, rng.getrandbits(128), target)[0]
-                fleet.tunnel(attacker, r1).send_overlay_signal(junk)
-                i += 1
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(flood())
-    try:
-        await asyncio.sleep(2.5)  # R2's (R1, T) share drained by the junk R1 lets through
-        for n in range(5):
-            await fleet.nodes[origin].request(OV, target, ACTION_LINK, {"n": n}, timeout=0.5)
-    finally:
-        stop.set()
-        await task
+    # R2's (R1, T) share drained by the junk R1 lets through, in the first 2.5 s
+    await flood_while_requesting(clock, fleet, attacker, r1, origin, target,
+                                 lambda i: rs.chunks(rng.randbytes(200), i, rng.getrandbits(128), target)[0], drain=2.5)
     assert fleet.nodes[r1].relayed > 10  # the junk did go through R1
     assert fleet.nodes[origin].sent == {"ring": 5}, (
         fleet.nodes[origin].fallbacks,

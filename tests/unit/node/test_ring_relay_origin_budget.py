@@ -8,7 +8,6 @@ ring."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Callable
 
@@ -16,37 +15,23 @@ from evio.node.ring_signaling import ORIGIN_BURST
 from evio.overlay import ring_signal as rs
 from evio.overlay.negotiation import ACTION_LINK
 from evio.overlay.ring_signal import DropReason
+from evio.testing.virtual_clock import VirtualClock
 from evio.tunnel.path.overlay_ca import issue_node_certificate
-from tests.unit.node.test_ring_signaling import CA, CA_KEY, NOW, OV, Fleet
+from tests.unit.node.test_ring_signaling import CA, CA_KEY, NOW, OV, Fleet, flood_while_requesting
 
 
 async def _two_hops_flood(make: Callable[[random.Random, int, int, int], bytes], made: list[Fleet] | None = None) -> Fleet:
     """The H1 ring: O -> R1 -> R2 -> T, the attacker on a chord to R1, sending `make`'s chunks to T."""
-    fleet = Fleet(8)
+    clock = VirtualClock()
+    fleet = Fleet(8, clock)
     if made is not None:
         made.append(fleet)
     origin, r1, target, attacker = fleet.ids[0], fleet.ids[1], fleet.ids[3], fleet.ids[6]
     fleet.links[attacker].add(r1)
     fleet.links[r1].add(attacker)
     rng = random.Random(2)
-    stop = asyncio.Event()
-
-    async def flood() -> None:
-        i = 0
-        while not stop.is_set():
-            for _ in range(5):
-                fleet.tunnel(attacker, r1).send_overlay_signal(make(rng, i, attacker, target))
-                i += 1
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(flood())
-    try:
-        await asyncio.sleep(2.5)
-        for n in range(5):
-            await fleet.nodes[origin].request(OV, target, ACTION_LINK, {"n": n}, timeout=0.5)
-    finally:
-        stop.set()
-        await task
+    await flood_while_requesting(clock, fleet, attacker, r1, origin, target,
+                                 lambda i: make(rng, i, attacker, target), drain=2.5)
     assert fleet.nodes[origin].sent == {"ring": 5}, (fleet.nodes[origin].fallbacks, fleet.nodes[r1].counts(),
                                                     fleet.nodes[fleet.ids[2]].counts())  # fmt: skip
     return fleet

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import pytest
 
+from evio.clock import REAL_CLOCK, Clock
 from evio.config.model import TopologyConfig
 from evio.node import ring_signaling
 from evio.node.ring_signaling import RING_TIMEOUT, ROUTED, RingSignaling
@@ -37,6 +38,7 @@ from evio.overlay.ring_signal import DropReason
 from evio.signal.errors import ErrorReason, HandlerRejected, RequestError
 from evio.signal.interface import Handler, Signaling
 from evio.signal.protocol import Body
+from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
 from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
 from evio.tunnel.path.trust import TrustAnchor
@@ -94,7 +96,7 @@ class FakeRelays:
 
 
 class Fleet:
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, clock: Clock = REAL_CLOCK) -> None:
         self.ids = [(i + 1) << 120 for i in range(count)]
         self.links: dict[int, set[int]] = {n: set() for n in self.ids}
         for i, n in enumerate(self.ids):  # successor and predecessor
@@ -112,7 +114,7 @@ class Fleet:
             key, cert = issue_node_certificate(CA_KEY, CA, [OV], n, NOW, 30)
             self.keys[n] = key.public_key()
             server = self.servers[n] = FakeServer(self, n)
-            node = self.nodes[n] = RingSignaling(cast(Signaling, server), OV, n, cert, key, ANCHOR)
+            node = self.nodes[n] = RingSignaling(cast(Signaling, server), OV, n, cert, key, ANCHOR, clock)
             node.attach(FakeRelays(self, n))
             node.use_keys(self.keys.get)
             node.register_handler(ACTION_LINK, self._handler(n))
@@ -136,6 +138,35 @@ class Fleet:
     def drops(self, reason: DropReason) -> int:
         return sum(n.drops[reason] for n in self.nodes.values())
 
+
+
+async def flood_while_requesting(clock: VirtualClock, fleet: Fleet, attacker: int, relay: int, origin: int, target: int,
+                                 junk: Callable[[int], bytes], drain: float, requests: int = 5) -> None:
+    """The attacker sends `junk(i)` chunks to `relay` at 500 a second; after `drain` seconds, while it keeps on, the
+    origin sends `requests` link requests to the target (timeout 0.5 s each). In virtual time: the flood's pace and
+    the budgets' refills are the same under any load."""
+    stop = asyncio.Event()
+
+    async def flood() -> None:
+        i = 0
+        while not stop.is_set():
+            for _ in range(5):
+                fleet.tunnel(attacker, relay).send_overlay_signal(junk(i))
+                i += 1
+            await clock.sleep(0.01)
+
+    async def ask() -> None:
+        await clock.sleep(drain)
+        for n in range(requests):
+            await fleet.nodes[origin].request(OV, target, ACTION_LINK, {"n": n}, timeout=0.5)
+
+    task = asyncio.create_task(flood())
+    try:
+        await clock.run(ask(), timeout=drain + requests * 2, what="the origin's requests under the flood")
+    finally:
+        stop.set()
+        await clock.advance(0.02)
+        await task
 
 async def test_a_link_request_to_a_node_not_linked_goes_along_the_ring_and_not_through_the_server() -> None:
     fleet = Fleet(8)
