@@ -225,16 +225,55 @@ def _keeps_its_way(
     is on, and nothing the member sends comes that way, so while that way stands the MAC stays on it. When the
     root's tree really moves (a link on its path went), that direction's copies come by another port, or none come
     for the max age: the way no longer holds, and the MAC follows by the shortest-path rule as before; a port that
-    goes takes its ways with it. A shorter way is always taken: held against, honest trees that moved made loops."""
+    goes takes its ways with it. A shorter way is `_certified_way`'s."""
     if source.port == port or source.root != root or sw.mac_owners.get(mac) != root:
         return False
     if source.hops is None or hops < source.hops:
-        return False  # a shorter way is taken: holding against one made loops where an honest tree moved
+        return False  # a shorter way waits only for its twin (`_certified_way`): holding against one made loops
+    return _way_holds(sw, root, source.port, now)
+
+
+def _way_holds(sw: BoundedFloodSwitch, root: int, port: int, now: float) -> bool:
+    """Whether `port` is still the way held for one of `root`'s flood directions: its floods of that direction came
+    by it first, one within a MAC's max age, none by another port since."""
     for kind in _FLOOD_KINDS:
         way = sw._flood_ways.get((root, kind))
-        if way is not None and way[0] == source.port and way[2] <= way[1] and now - way[1] < sw.learning.max_age:
+        if way is not None and way[0] == port and way[2] <= way[1] and now - way[1] < sw.learning.max_age:
             return True
     return False
+
+
+def _certified_way(
+    sw: BoundedFloodSwitch, mac: str, source: LearnedMac, h: frb.FrbHeader, header: bytes, port: int, hops: int,
+    now: float,
+) -> tuple[bool, int, int | None]:
+    """Where a copy of a broadcast from `mac` (known here: `source`) places it (trust mode): (stay, port, hops) for
+    `LearningTable.learn`. A copy no shorter than the MAC's path: `_keeps_its_way`. A shorter one under the MAC's
+    owner's root, by another port, moves it only with its twin, the same broadcast's copy of the other direction
+    (broadcast_twins.py): alone it stays while the MAC's port is still one of the root's ways (review21i I4
+    residual), and its twin, coming later, moves the MAC to it.
+
+    Why: a member on one arc from the root to us may write any hop count, and a shorter way through it cannot be
+    told from a chord that came up; but it can send copies of one direction only, so a broadcast the root never
+    sent comes without its twin. Honest shorter ways come with one (every real broadcast reaches us both ways), so
+    the shortest-path rule, which keeps forwarding loop-free, still holds for them; what is left to a member is to
+    shorten the copies of the root's real broadcasts it passes on to us (decision 0033, amended)."""
+    root, kind = h.root_nid, h.frb_type
+    if sw.mac_owners.get(mac) != root or source.root != root:
+        return False, port, hops  # not its owner's root: 0055 and `_may_speak_for` decide
+    seen = sw.broadcast_twins.copy(mac, header, kind, port, now)
+    if seen.pending is not None:
+        pending = sw.broadcast_twins.twin_of_pending(seen, kind)
+        if (pending is not None and pending[1] < hops and pending[0] in sw.ports
+                and (source.hops is None or pending[1] < source.hops)):
+            return False, pending[0], pending[1]  # this copy is the twin of a shorter one held: the MAC takes it
+    if source.port == port or source.hops is None or hops >= source.hops:
+        return _keeps_its_way(sw, mac, source, root, port, hops, now), port, hops
+    if sw.broadcast_twins.twinned(seen, kind) or not _way_holds(sw, root, source.port, now):
+        return False, port, hops
+    sw.broadcast_twins.hold(seen, kind, port, hops)
+    sw.lone_shorter_held += 1
+    return True, port, None  # held without `LearningTable._stayed`: only its own twin may move the MAC to it
 
 
 def _contested_new_mac(sw: BoundedFloodSwitch, port: int, root: int, now: float) -> bool:
@@ -289,10 +328,11 @@ def _broadcast_in(
     else:
         if inner_eth.is_group or source is None:
             # A flooded unicast's root is not the sender's node (see below): its hops say nothing.
-            stay = source is not None and bool(sw.mac_owners) and _keeps_its_way(
-                sw, inner_eth.src, source, h.root_nid, in_port, hops, now)
-            learned = sw._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True,
-                                hops=hops if inner_eth.is_group else None, stay=stay)
+            stay, way, way_hops = (_certified_way(sw, inner_eth.src, source, h, inner[:frb.ETH_HEADER_LEN], in_port,
+                                                  hops, now)
+                                   if source is not None and sw.mac_owners else (False, in_port, hops))
+            learned = sw._learn(inner_eth.src, way, h.root_nid, now, broadcast=True,
+                                hops=way_hops if inner_eth.is_group else None, stay=stay)
             if learned is None:
                 return []  # a broadcast "from" one of the bridge's own MACs: forged, neither delivered nor forwarded
             actions += learned
@@ -343,9 +383,9 @@ def _reverse_in(
     elif contested and source is None and _contested_new_mac(sw, in_port, h.root_nid, now):
         return []
     else:
-        stay = source is not None and bool(sw.mac_owners) and _keeps_its_way(
-            sw, inner_eth.src, source, h.root_nid, in_port, hops, now)
-        learned = sw._learn(inner_eth.src, in_port, h.root_nid, now, broadcast=True, hops=hops, stay=stay)
+        stay, way, way_hops = (_certified_way(sw, inner_eth.src, source, h, frame.payload, in_port, hops, now)
+                               if source is not None and sw.mac_owners else (False, in_port, hops))
+        learned = sw._learn(inner_eth.src, way, h.root_nid, now, broadcast=True, hops=way_hops, stay=stay)
         if learned is None:
             return []  # forged from one of the bridge's own MACs: not passed on either
         actions += learned

@@ -102,6 +102,7 @@ from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
 from evio.sdn import destination_flows, frb, frb_receive, neighbor_guard, proactive_flows, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
+from evio.sdn.broadcast_twins import BroadcastTwins
 from evio.sdn.flood_shares import FloodShares
 from evio.sdn.flooding_bounds import (
     reverse_root_bounds,
@@ -279,6 +280,10 @@ class BoundedFloodSwitch:
         # (root, flood type) -> the port that held that way until it lapsed and another port took it: its next copy
         # of the root's floods takes the way back (review21j J4, frb_receive._contested).
         self._lapsed_ways: dict[tuple[int, frb.FrbType], int] = {}
+        # Certified MACs' recent broadcasts, by the copies of each direction: a shorter way moves such a MAC only with
+        # its broadcast's twin (frb_receive._certified_way, review21i I4 residual).
+        self.broadcast_twins = BroadcastTwins()
+        self.lone_shorter_held = 0  # shorter copies under a certified MAC's owner that came without their twin
         self.contested_new = PeerRateLimiter[tuple[int, int]](
             Rate(frb_receive.CONTESTED_NEW_RATE, frb_receive.CONTESTED_NEW_BURST))  # (port, root)
         self.contested_port = PeerRateLimiter[int](Rate(frb_receive.CONTESTED_PORT_RATE, frb_receive.CONTESTED_PORT_BURST))
