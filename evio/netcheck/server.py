@@ -108,28 +108,28 @@ def _lua_code(text: str) -> str:
 
 def _prosody(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], int | None, int | None]:
     path = target.prosody_config
-    subject = f"prosody config {path}"
+    subject = "prosody listen backlog"
     text = host.read_text(path)
     if text is None:
-        return [Verdict("problem", subject, "cannot be read: run `evio server init` again")], None, None
+        return [Verdict("problem", subject, f"{path} cannot be read: run `evio server init` again")], None, None
     code = _lua_code(text)
     out: list[Verdict] = []
     settings = re.search(r"network_settings\s*=\s*\{([^}]*)\}", code)
     found = re.search(r"tcp_backlog\s*=\s*(\d+)", settings.group(1)) if settings else None
     backlog = int(found.group(1)) if found else None
     if backlog is None:
-        out.append(Verdict("problem", subject, f"no tcp_backlog in network_settings: prosody keeps 128 pending "
+        out.append(Verdict("problem", subject, f"{path}: no tcp_backlog in network_settings: prosody keeps 128 pending "
                            f"connections; add `network_settings = {{ tcp_backlog = {BACKLOG} }}` (or run "
                            "`evio server init` again) and restart prosody"))  # fmt: skip
     elif backlog < BACKLOG:
-        out.append(Verdict("problem", subject, f"tcp_backlog = {backlog}, below the {BACKLOG} init writes: set it "
+        out.append(Verdict("problem", subject, f"{path}: tcp_backlog = {backlog}, below the {BACKLOG} init writes: set it "
                            f"to {BACKLOG} in network_settings and restart prosody"))  # fmt: skip
     else:
-        out.append(Verdict("ok", subject, f"tcp_backlog = {backlog}"))
+        out.append(Verdict("ok", subject, f"{path}: tcp_backlog = {backlog}"))
     if re.search(r"\blimits\s*=\s*\{[^}]*c2s\s*=\s*\{[^}]*rate", code):
-        out.append(Verdict("ok", f"{subject} limits", "a c2s rate for members' bursts"))
+        out.append(Verdict("ok", "prosody c2s limits", f"{path}: a c2s rate for members' bursts"))
     else:
-        out.append(Verdict("warning", f"{subject} limits", "no c2s rate in `limits`: mod_limits' packaged 10 kb/s "
+        out.append(Verdict("warning", "prosody c2s limits", f"{path}: no c2s rate in `limits`: mod_limits' packaged 10 kb/s "
                            'holds a member\'s burst of offers for seconds; add `limits = { c2s = { rate = "256kb/s"; '
                            'burst = "2s" } }` (or run `evio server init` again)'))  # fmt: skip
     pidfile = re.search(r"""\bpidfile\s*=\s*["']([^"']+)["']""", code)
@@ -142,42 +142,42 @@ def _prosody(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], int
 
 def _ejabberd(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], int | None, int | None]:
     path = target.ejabberd_config
-    subject = f"ejabberd config {path}"
+    subject = "ejabberd listen backlog"
     text = host.read_text(path)
     doc: Any = None
     if text is not None:
         try:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            return [Verdict("problem", subject, f"not YAML: {str(exc).splitlines()[0]}")], None, None
+            return [Verdict("problem", subject, f"{path} is not YAML: {str(exc).splitlines()[0]}")], None, None
     if not isinstance(doc, dict):
-        return [Verdict("problem", subject, "cannot be read: run `evio server init` again")], None, None
+        return [Verdict("problem", subject, f"{path} cannot be read: run `evio server init` again")], None, None
     out: list[Verdict] = []
     listeners = [x for x in doc.get("listen") or [] if isinstance(x, dict) and x.get("module") == "ejabberd_c2s"]
     listener = next((x for x in listeners if x.get("port") == target.xmpp_port), listeners[0] if listeners else None)
     backlog = listener.get("backlog") if listener else None
     backlog = backlog if isinstance(backlog, int) else None
     if listener is None:
-        out.append(Verdict("problem", subject, "no ejabberd_c2s listener: run `evio server init` again"))
+        out.append(Verdict("problem", subject, f"{path}: no ejabberd_c2s listener: run `evio server init` again"))
     elif backlog is None or backlog < BACKLOG:
         have = "no backlog (ejabberd keeps 5 pending connections)" if backlog is None else f"backlog {backlog}"
-        out.append(Verdict("problem", subject, f"the c2s listener on port {listener.get('port')} has {have}: add "
+        out.append(Verdict("problem", subject, f"{path}: the c2s listener on port {listener.get('port')} has {have}: add "
                            f"`backlog: {BACKLOG}` to it and restart ejabberd"))  # fmt: skip
     else:
-        out.append(Verdict("ok", subject, f"c2s listener backlog {backlog}"))
+        out.append(Verdict("ok", subject, f"{path}: c2s listener backlog {backlog}"))
     shaper = listener.get("shaper") if listener else None
     rules = doc.get("shaper_rules") or {}
     if shaper and isinstance(rules, dict) and shaper in rules:
-        out.append(Verdict("ok", f"{subject} shaper", f"c2s listener shaped by {shaper} ({rules[shaper]})"))
+        out.append(Verdict("ok", "ejabberd c2s shaper", f"{path}: c2s listener shaped by {shaper} ({rules[shaper]})"))
     else:
-        out.append(Verdict("warning", f"{subject} shaper", "the c2s listener has no shaper rule of its own: "
+        out.append(Verdict("warning", "ejabberd c2s shaper", f"{path}: the c2s listener has no shaper rule of its own: "
                            "add `shaper: c2s_shaper` to it and `c2s_shaper: evio_fast` under shaper_rules "
                            "(or run `evio server init` again)"))  # fmt: skip
     cache = doc.get("cache_size")
     if isinstance(cache, int) and cache >= EJABBERD_CACHE_SIZE:
-        out.append(Verdict("ok", f"{subject} caches", f"cache_size {cache}"))
+        out.append(Verdict("ok", "ejabberd caches", f"{path}: cache_size {cache}"))
     else:
-        out.append(Verdict("warning", f"{subject} caches", f"cache_size {cache if cache is not None else 'unset'} "
+        out.append(Verdict("warning", "ejabberd caches", f"{path}: cache_size {cache if cache is not None else 'unset'} "
                            f"(ejabberd's default keeps 1000 entries): set `cache_size: {EJABBERD_CACHE_SIZE}`"))  # fmt: skip
     # Several ejabberd nodes may run on one host: the one started with this config first.
     pid = _find_process(host, lambda argv: any("beam" in Path(a).name for a in argv[:1]) and "ejabberd" in " ".join(argv),
@@ -240,6 +240,7 @@ def _open_files(target: ServerTarget, host: HostReader, pid: int | None) -> Verd
 
 def _somaxconn(host: HostReader, backlog: int | None) -> Verdict:
     subject = "kernel net.core.somaxconn"
+    # Per network namespace: this reads ours, which is the server's when both run on the host as usual.
     text = host.read_text("/proc/sys/net/core/somaxconn")
     if text is None or not text.strip().isdigit():
         return Verdict("warning", subject, "cannot read /proc/sys/net/core/somaxconn")
@@ -252,10 +253,10 @@ def _somaxconn(host: HostReader, backlog: int | None) -> Verdict:
 
 
 def _coturn(target: ServerTarget, host: HostReader) -> Verdict:
-    subject = f"coturn config {target.turn_config}"
+    subject, path = "coturn relay limits", target.turn_config
     text = host.read_text(target.turn_config)
     if text is None:
-        return Verdict("problem", subject, "cannot be read: run `evio server init` again")
+        return Verdict("problem", subject, f"{path} cannot be read: run `evio server init` again")
     options = {line.split("#", 1)[0].strip().replace(" ", "") for line in text.splitlines()}
     missing = []
     if "no-tcp-relay" not in options:
@@ -264,9 +265,9 @@ def _coturn(target: ServerTarget, host: HostReader) -> Verdict:
     if denied:
         missing.append(f"denied-peer-ip for {', '.join(denied)} (a relay could reach this host or its LAN)")
     if missing:
-        return Verdict("problem", subject, "missing " + "; ".join(missing) + ": run `evio server init` again "
+        return Verdict("problem", subject, f"{path}: missing " + "; ".join(missing) + ": run `evio server init` again "
                        "and restart coturn")  # fmt: skip
-    return Verdict("ok", subject, f"no-tcp-relay, {len(target.denied_peer_ranges)} denied peer ranges")
+    return Verdict("ok", subject, f"{path}: no-tcp-relay, {len(target.denied_peer_ranges)} denied peer ranges")
 
 
 # -- printing --------------------------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""`evio netcheck --server` on a server host set up by `evio server init`, with the real prosody running (issue 24).
+
+Init writes every file into a temporary directory; prosody is started from the config it wrote, with an
+open-files limit as its systemd drop-in gives it; the check must find that process and say ok. Then the
+backlog is edited out of the config: a problem verdict, exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evio.node.sdn import free_tcp_port
+from evio.server.configs import ProsodyPaths
+from evio.server.init import InitOptions, run_init
+from evio.server.settings import ServerSettings
+from evio.testing.waiting import tcp_listening, wait_until_blocking
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+OPEN_FILES = 8192  # above what the check wants for evio's sizing (4,096), below our hard limit
+
+
+def _with_open_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
+
+
+@pytest.fixture
+def prosody(tmp_path: Path) -> Iterator[tuple[ServerSettings, int]]:
+    port = free_tcp_port()
+    data = tmp_path / "prosody-data"
+    data.mkdir()
+    options = InitOptions(
+        domain="evio.test", address="127.0.0.1", xmpp="prosody", state_dir=tmp_path / "state", xmpp_port=port,
+        prosody_config=tmp_path / "prosody.cfg.lua", groups_file=tmp_path / "groups.txt",
+        prosody_certs=tmp_path / "certs", turn_config=tmp_path / "turnserver.conf", turn_db=tmp_path / "turndb",
+        systemd_dir=tmp_path / "systemd",
+        prosody_paths=ProsodyPaths(data_path=str(data), pidfile=str(tmp_path / "prosody.pid"),
+                                   log_dir=str(tmp_path), admin_socket=str(data / "prosody.sock")),
+        xmpp_interfaces=("127.0.0.1",), run_as_root=True,
+    )  # fmt: skip
+    settings = run_init(options).settings
+    assert settings is not None
+    with open(tmp_path / "prosody.out", "wb") as out:
+        proc = subprocess.Popen(["prosody", "--config", settings.prosody_config, "-F"], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_with_open_files)  # fmt: skip
+    try:
+        wait_until_blocking(lambda: tcp_listening(port) or proc.poll() is not None, 10, what="prosody listening")
+        assert proc.poll() is None, (tmp_path / "prosody.out").read_text()
+        yield settings, proc.pid
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _netcheck(state_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "evio", "netcheck", "--server", "--state-dir", str(state_dir), *extra],
+                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+
+
+def test_netcheck_server_passes_what_init_wrote_and_finds_the_backlog_gone(
+    prosody: tuple[ServerSettings, int], tmp_path: Path
+) -> None:
+    settings, pid = prosody
+    state = tmp_path / "state"
+    ok = _netcheck(state)
+    print(ok.stdout)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert f"process {pid} may open {OPEN_FILES} files" in ok.stdout, ok.stdout
+    assert "tcp_backlog = 1024" in ok.stdout and ok.stdout.rstrip().endswith("verdict: ok"), ok.stdout
+
+    config = Path(settings.prosody_config)
+    config.write_text(config.read_text().replace("network_settings = { tcp_backlog = 1024; nagle = false }", ""))
+    bad = _netcheck(state, "--json")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    document = json.loads(bad.stdout)
+    assert document["exit_status"] == 1
+    problems = [v for v in document["verdicts"] if v["level"] == "problem"]
+    assert [v["subject"] for v in problems] == ["prosody listen backlog"], document
+    assert problems[0]["text"].startswith(f"{config}: no tcp_backlog in network_settings")
