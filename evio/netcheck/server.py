@@ -53,6 +53,8 @@ class HostReader(Protocol):
 
     def cmdline(self, pid: int) -> list[str]: ...
 
+    def environ(self, pid: int) -> dict[str, str]: ...
+
 
 class ProcReader:
     """The real host: files as they are, processes from /proc."""
@@ -75,6 +77,14 @@ class ProcReader:
         except OSError:  # gone meanwhile, or not ours to read
             return []
         return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+    def environ(self, pid: int) -> dict[str, str]:
+        try:
+            raw = (self.proc / str(pid) / "environ").read_bytes()
+        except OSError:
+            return {}
+        pairs = (part.decode(errors="replace").partition("=") for part in raw.split(b"\0") if part)
+        return {key: value for key, _, value in pairs}
 
 
 @dataclass(frozen=True)
@@ -179,10 +189,14 @@ def _ejabberd(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], in
     else:
         out.append(Verdict("warning", "ejabberd caches", f"{path}: cache_size {cache if cache is not None else 'unset'} "
                            f"(ejabberd's default keeps 1000 entries): set `cache_size: {EJABBERD_CACHE_SIZE}`"))  # fmt: skip
-    # Several ejabberd nodes may run on one host: the one started with this config first.
-    pid = _find_process(host, lambda argv: any("beam" in Path(a).name for a in argv[:1]) and "ejabberd" in " ".join(argv),
-                        path)  # fmt: skip
+    pid = _find_process(host, _ejabberd_node, path)
     return out, backlog, pid
+
+
+def _ejabberd_node(argv: list[str]) -> bool:
+    """The server's Erlang node (`-s ejabberd`), not an ejabberdctl call's (`-hidden ... -s ejabberd_ctl`)."""
+    started = any(a == "-s" and b == "ejabberd" for a, b in zip(argv, argv[1:], strict=False))
+    return bool(argv) and "beam" in Path(argv[0]).name and started and "-hidden" not in argv
 
 
 def _pid_from_file(host: HostReader, pidfile: str) -> int | None:
@@ -194,9 +208,11 @@ def _pid_from_file(host: HostReader, pidfile: str) -> int | None:
 
 
 def _find_process(host: HostReader, matches: Callable[[list[str]], bool], config: str) -> int | None:
+    """Several servers may run on one host: the one started with this config (on its command line, or in
+    ejabberdctl's EJABBERD_CONFIG_PATH), else the first."""
     found = [(pid, argv) for pid in host.pids() if (argv := host.cmdline(pid)) and matches(argv)]
     for pid, argv in found:
-        if any(config in a for a in argv):
+        if any(config in a for a in argv) or host.environ(pid).get("EJABBERD_CONFIG_PATH") == config:
             return pid
     return found[0][0] if found else None
 

@@ -20,6 +20,7 @@ class FakeHost:
 
     def __init__(self, processes: dict[int, list[str]], soft: str = "65536", somaxconn: str = "4096") -> None:
         self.processes = processes
+        self.environs: dict[int, dict[str, str]] = {}
         self.proc = {"/proc/sys/net/core/somaxconn": somaxconn + "\n"}
         self.proc.update({f"/proc/{pid}/limits": LIMITS.format(soft=soft) for pid in processes})
 
@@ -37,6 +38,9 @@ class FakeHost:
     def cmdline(self, pid: int) -> list[str]:
         return self.processes.get(pid, [])
 
+    def environ(self, pid: int) -> dict[str, str]:
+        return self.environs.get(pid, {})
+
 
 def _init(d: Path, xmpp: str = "prosody") -> ServerTarget:
     options = InitOptions(
@@ -52,7 +56,9 @@ def _init(d: Path, xmpp: str = "prosody") -> ServerTarget:
 
 
 PROSODY = {4242: ["lua5.4", "/usr/bin/prosody", "-F"], 7: ["sshd"]}
-EJABBERD = {5151: ["/usr/lib/erlang/erts-13/bin/beam.smp", "--", "-ejabberd", "config", '"/x/ejabberd.yml"']}
+BEAM = "/usr/lib/erlang/erts-13.1.5/bin/beam.smp"
+EJABBERD = {5151: [BEAM, "--", "-sname", "ejabberd@localhost", "--", "-mnesia", "dir", '"/var/lib/ejabberd"', "-s", "ejabberd", "-noinput"]}
+CTL = [BEAM, "--", "-sname", "ctl-1-ejabberd", "--", "-hidden", "-noinput", "-s", "ejabberd_ctl", "-extra", "status"]
 
 
 def test_what_init_writes_is_ok_on_prosody(tmp_path: Path) -> None:
@@ -157,3 +163,12 @@ def test_missing_settings_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Cap
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"evio netcheck: {tmp_path}/server.json does not exist: run `evio server init` on this host first\n"
+
+
+def test_the_ejabberd_node_of_this_config_not_an_ejabberdctl_call_nor_another_node(tmp_path: Path) -> None:
+    target = _init(tmp_path, "ejabberd")
+    host = FakeHost({**EJABBERD, 5000: CTL, 6000: EJABBERD[5151]}, soft="65536")
+    host.environs[6000] = {"EJABBERD_CONFIG_PATH": target.ejabberd_config}
+    opened = [v for v in check_server(target, host).verdicts if v.subject == "ejabberd open files"]
+    assert opened[0].text.startswith("process 6000 may open")
+    assert check_server(target, FakeHost({5000: CTL})).problems[0].text.startswith("no running ejabberd process")
