@@ -65,6 +65,8 @@ def overlay_status(stack: OverlayStack) -> dict[str, Any]:
             "segmented": traffic.segmented if traffic else 0,
             "checksums_completed": traffic.checksums_completed if traffic else 0,
             "neighbors_answered": traffic.neighbors_answered if traffic else 0,
+            "copied_ahead": traffic.copied_ahead if traffic else 0,
+            "unicast_packet_ins": traffic.unicast_packet_ins if traffic else 0,
         },
         "transit": transit_status(stack.links.transit),
         "drops": dict(stack.drops),

@@ -276,6 +276,8 @@ class TrafficCounts:
     segmented: int = 0
     checksums_completed: int = 0
     neighbors_answered: int = 0
+    copied_ahead: int = 0  # of packet_ins: copies of frames a flow ahead by destination passed on (decision 0072)
+    unicast_packet_ins: int = 0  # of packet_ins: frames for a unicast destination, FRBs aside
 
 
 @dataclass(frozen=True, slots=True)

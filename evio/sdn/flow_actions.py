@@ -18,6 +18,11 @@ POLICY_TABLE = 0
 SWITCHING_TABLE = 1
 TABLE_MISS_PRIORITY = 0  # in both tables: table 0's goes on to table 1, table 1's to the controller
 UNICAST_PRIORITY = 10
+DESTINATION_PRIORITY = 5  # a flow ahead by destination MAC (destination_flows.py): any pair flow wins over it
+DESTINATION_HAIRPIN_PRIORITY = 6  # its frames entering by the port it leads to go to the controller
+OWN_SOURCE_PRIORITY = 7  # frames from our own interface that no pair flow takes go to the controller
+ARP_ANSWER_PRIORITY = 20  # a local host's ARP request for a member's certified address, answered by the bridge
+ARP_ASK_PRIORITY = 21  # above the answers: the requests the controller must see (probes, announcements)
 FRB_TO_CONTROLLER_PRIORITY = 100
 POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/semantic_checks.py)
 FRB_PAST_POLICY_PRIORITY = 3000  # FRBs pass table 0 whole: the controller polices their inner frames
@@ -61,6 +66,57 @@ class DeleteFlow:
     """Delete the one evio flow with this match (its port had too many)."""
 
     match: FlowMatch
+
+
+@dataclass(frozen=True)
+class DestinationMatch:
+    """The match of a flow ahead by destination (destination_flows.py): `eth_dst`, any port, any source."""
+
+    eth_dst: str
+
+
+@dataclass(frozen=True)
+class AddDestinationFlow:
+    """Install `match -> output:out_port` and a copy to the controller, at DESTINATION_PRIORITY, with no timeout:
+    the frame goes on at once, and the controller installs the pair flow it would have (decision 0072); and above
+    it the same frames entering by `out_port` itself to the controller (the hairpin, as before)."""
+
+    match: DestinationMatch
+    out_port: int
+    # The node's own interface: its frames seen coming back (from a tunnel, or with no pair flow) go to the
+    # controller, which drops what a peer sends in our name, so no flow ahead keeps a loop going.
+    own: bool = False
+
+
+@dataclass(frozen=True)
+class DeleteDestinationFlow:
+    """Delete the flow ahead with this match, and its hairpin's."""
+
+    match: DestinationMatch
+    out_port: int
+    own: bool = False
+
+
+@dataclass(frozen=True)
+class ArpAnswerMatch:
+    """A broadcast ARP request entering by leaf port `in_port` for IPv4 `address` (dotted)."""
+
+    in_port: int
+    address: str
+
+
+@dataclass(frozen=True)
+class AddArpAnswer:
+    """Answer `match`'s requests on the bridge with `mac` (the request turned into the reply, out by its port),
+    except probes (sender 0.0.0.0) and announcements (sender = target), which still go to the controller (0072)."""
+
+    match: ArpAnswerMatch
+    mac: str
+
+
+@dataclass(frozen=True)
+class DeleteArpAnswer:
+    match: ArpAnswerMatch
 
 
 @dataclass(frozen=True)
@@ -137,4 +193,6 @@ class DeleteGuardFlow:
     flow: AddGuardFlow
 
 
-FlowAction = AddGuardFlow | DeleteGuardFlow | AddPolicyFlow | DeletePolicyFlow | PacketOut | AddFlow | DeleteFlow | DeleteFlowsOfPort | DeleteFlowsToMac | DeleteFlowsFromMac
+FlowAction = (AddGuardFlow | DeleteGuardFlow | AddPolicyFlow | DeletePolicyFlow | PacketOut | AddFlow | DeleteFlow
+              | DeleteFlowsOfPort | DeleteFlowsToMac | DeleteFlowsFromMac | AddDestinationFlow | DeleteDestinationFlow
+              | AddArpAnswer | DeleteArpAnswer)

@@ -37,6 +37,7 @@ class FlowBook:
         self._by_src: dict[str, set[FlowMatch]] = {}
         self._by_dst: dict[str, set[FlowMatch]] = {}
         self._proves_from: dict[FlowMatch, float] = {}  # a way back -> when its being live says its source speaks
+        self.changes = 0  # flows booked or gone so far: a reader that saw the same count sees the same book
 
     def __len__(self) -> int:
         return len(self._charged)
@@ -55,6 +56,7 @@ class FlowBook:
         of a flow is installed on behalf of the port whose frame caused both); the flows to delete to keep
         that port within the cap (oldest first). A way back gives `proves_from`, when its idle timeout
         (restarted by each install) has run once."""
+        self.changes += 1
         port = match.in_port if charged_to is None else charged_to
         current = self._charged.get(match)
         if current is not None and self._by_port[current].get(match) == out_port:
@@ -88,6 +90,7 @@ class FlowBook:
         port = self._charged.pop(match, None)
         if port is None:
             return
+        self.changes += 1
         self._proves_from.pop(match, None)
         flows = self._by_port[port]
         out_port = flows.pop(match)

@@ -75,10 +75,12 @@ from evio.sdn.boundary import (
 )
 from evio.sdn.openflow_messages import (
     base_flows,
+    copied_ahead,
     flow_byte_counts,
     flow_stats_request,
     policy_packet_counts,
     policy_stats_request,
+    removed_destination_match,
     removed_flow_match,
     to_ofp_messages,
 )
@@ -497,7 +499,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
         if overlay is not None and "in_port" in msg.match:  # every packet-in of OVS has it (the fuzz sent one without)
             now = self.config.clock()
             self._last_packet_in = now
-            self._run(overlay, Step(overlay.packet_in(msg.match["in_port"], bytes(msg.data), now),
+            self._run(overlay, Step(overlay.packet_in(msg.match["in_port"], bytes(msg.data), now, copied_ahead(msg)),
                                     overlay.flooded_announcements()))
             if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon
                 self._fast_ticks = True
@@ -508,7 +510,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
     def flow_removed(self, ev: Any) -> None:
         msg = ev.msg
         overlay = self._overlay_of(msg.datapath)
-        match = removed_flow_match(msg)
+        match = removed_flow_match(msg) or removed_destination_match(msg)
         if overlay is None or match is None:
             return
         self._send(overlay, overlay.flow_removed(match))

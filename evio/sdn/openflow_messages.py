@@ -15,8 +15,13 @@ from typing import Any
 
 from evio.sdn import flow_actions
 from evio.sdn.flow_actions import (
+    ARP_ANSWER_PRIORITY,
+    ARP_ASK_PRIORITY,
+    DESTINATION_HAIRPIN_PRIORITY,
+    DESTINATION_PRIORITY,
     FRB_PAST_POLICY_PRIORITY,
     FRB_TO_CONTROLLER_PRIORITY,
+    OWN_SOURCE_PRIORITY,
     POLICY_TABLE,
     SWITCHING_TABLE,
     TABLE_MISS_PRIORITY,
@@ -32,6 +37,16 @@ EVIO_COOKIE_MASK = 0xFFFF_FFFF  # the bits that say "evio's"; the ones above may
 # of every flow a member can make the switch install (issue 21, H3).
 COUNTED_COOKIE = EVIO_COOKIE | 1 << 32
 ALL_BITS = 0xFFFF_FFFF_FFFF_FFFF
+# Above them: a flow ahead by destination (decision 0072), which also copies its frames to the controller. Its
+# low bits are evio's, so the deletes of a port's flows and of the flows to a MAC take it too; a packet-in with
+# this cookie is such a copy: the frame has already gone on (`copied_ahead`).
+DESTINATION_COOKIE = EVIO_COOKIE | 1 << 33
+DESTINATION_HAIRPIN_COOKIE = EVIO_COOKIE | 1 << 35  # its frames entering by the port it leads to: a plain packet-in
+# Above them: a certified address's ARP answer on the bridge (decision 0072), and the requests it leaves to the
+# controller; the deletes of a leaf port's flows take them too.
+ARP_ANSWER_COOKIE = EVIO_COOKIE | 1 << 34
+_ARP = 0x0806
+_BROADCAST = "ff:ff:ff:ff:ff:ff"
 # The L2 policy's flows in table 0 (evio.sdn.l2policy): the rule's number in the bits above.
 POLICY_COOKIE = 0xE710_0002
 GUARD_COOKIE = 0xE710_0003  # the RA and ARP guards' flows in table 0 (evio.sdn.neighbor_guard)
@@ -52,6 +67,10 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
                                   idle_timeout=action.idle_timeout, hard_timeout=action.hard_timeout,
                                   priority=action.priority,
                                   flags=ofp.OFPFF_SEND_FLOW_REM, match=match, instructions=inst)]
+    if isinstance(action, flow_actions.AddDestinationFlow | flow_actions.DeleteDestinationFlow):
+        return _destination(datapath, action)
+    if isinstance(action, flow_actions.AddArpAnswer | flow_actions.DeleteArpAnswer):
+        return _arp_answer(datapath, action)
     if isinstance(action, flow_actions.DeleteFlowsOfPort):
         # Two deletes: flows entering by the port, and flows leaving through it.
         common = dict(cookie=EVIO_COOKIE, cookie_mask=EVIO_COOKIE_MASK, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
@@ -83,6 +102,63 @@ def to_ofp_messages(datapath: Any, action: flow_actions.FlowAction) -> list[Any]
     if isinstance(action, flow_actions.AddGuardFlow | flow_actions.DeleteGuardFlow):
         return _guard_messages(datapath, action)
     raise TypeError(f"not a flow action: {action!r}")
+
+
+def _destination(datapath: Any, action: flow_actions.AddDestinationFlow | flow_actions.DeleteDestinationFlow) -> list[Any]:
+    """A flow ahead by destination (frame on, copy to the controller) and its hairpin's (to the controller)."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    dst, out = action.match.eth_dst, action.out_port
+    flows = [(DESTINATION_PRIORITY, DESTINATION_COOKIE, parser.OFPMatch(eth_dst=dst)),
+             (DESTINATION_HAIRPIN_PRIORITY, DESTINATION_HAIRPIN_COOKIE, parser.OFPMatch(in_port=out, eth_dst=dst))]
+    if action.own:
+        flows.append((OWN_SOURCE_PRIORITY, DESTINATION_HAIRPIN_COOKIE, parser.OFPMatch(eth_src=dst)))
+    if isinstance(action, flow_actions.DeleteDestinationFlow):
+        return [parser.OFPFlowMod(datapath, cookie=cookie, cookie_mask=ALL_BITS, table_id=SWITCHING_TABLE,
+                                  command=ofp.OFPFC_DELETE_STRICT, priority=priority, out_port=ofp.OFPP_ANY,
+                                  out_group=ofp.OFPG_ANY, match=match)
+                for priority, cookie, match in flows]
+    to_controller = parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
+    actions = {DESTINATION_PRIORITY: [parser.OFPActionOutput(out), to_controller],
+               DESTINATION_HAIRPIN_PRIORITY: [to_controller], OWN_SOURCE_PRIORITY: [to_controller]}
+    return [parser.OFPFlowMod(datapath, cookie=cookie, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
+                              priority=priority, match=match,
+                              flags=ofp.OFPFF_SEND_FLOW_REM if priority == DESTINATION_PRIORITY else 0,
+                              instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions[priority])])
+            for priority, cookie, match in flows]
+
+
+def _arp_answer(datapath: Any, action: flow_actions.AddArpAnswer | flow_actions.DeleteArpAnswer) -> list[Any]:
+    """The answer flow (RFC 826's reply made of the request in place, as OVS's ARP responders do: Nicira moves of
+    the asker's addresses into the target fields, ours set, back out of the port it came by) and the two flows
+    above it that leave to the controller what must not be answered for: a probe (sender 0.0.0.0, RFC 5227) and an
+    announcement of the address itself."""
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    m = action.match
+    asks = dict(in_port=m.in_port, eth_dst=_BROADCAST, eth_type=_ARP, arp_op=1, arp_tpa=m.address)
+    flows = [(ARP_ANSWER_PRIORITY, asks), (ARP_ASK_PRIORITY, {**asks, "arp_spa": "0.0.0.0"}),
+             (ARP_ASK_PRIORITY, {**asks, "arp_spa": m.address})]
+    if isinstance(action, flow_actions.DeleteArpAnswer):
+        return [parser.OFPFlowMod(datapath, cookie=ARP_ANSWER_COOKIE, cookie_mask=ALL_BITS, table_id=SWITCHING_TABLE,
+                                  command=ofp.OFPFC_DELETE_STRICT, priority=priority, out_port=ofp.OFPP_ANY,
+                                  out_group=ofp.OFPG_ANY, match=parser.OFPMatch(**fields))
+                for priority, fields in flows]
+    answer = [
+        parser.NXActionRegMove(src_field="eth_src", dst_field="eth_dst", n_bits=48),
+        parser.OFPActionSetField(eth_src=action.mac),
+        parser.OFPActionSetField(arp_op=2),
+        parser.NXActionRegMove(src_field="arp_sha", dst_field="arp_tha", n_bits=48),
+        parser.NXActionRegMove(src_field="arp_spa", dst_field="arp_tpa", n_bits=32),
+        parser.OFPActionSetField(arp_sha=action.mac),
+        parser.OFPActionSetField(arp_spa=m.address),
+        parser.OFPActionOutput(ofp.OFPP_IN_PORT),
+    ]
+    to_controller = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+    return [parser.OFPFlowMod(datapath, cookie=ARP_ANSWER_COOKIE, command=ofp.OFPFC_ADD, table_id=SWITCHING_TABLE,
+                              priority=priority, match=parser.OFPMatch(**fields),
+                              flags=ofp.OFPFF_SEND_FLOW_REM if priority == ARP_ANSWER_PRIORITY else 0,
+                              instructions=[parser.OFPInstructionActions(
+                                  ofp.OFPIT_APPLY_ACTIONS, answer if priority == ARP_ANSWER_PRIORITY else to_controller)])
+            for priority, fields in flows]
 
 
 def _guard_messages(datapath: Any, action: flow_actions.AddGuardFlow | flow_actions.DeleteGuardFlow) -> list[Any]:
@@ -156,6 +232,22 @@ def flow_byte_counts(stats: Sequence[Any]) -> dict[flow_actions.FlowMatch, int]:
             continue
         counts[flow_actions.FlowMatch(m["in_port"], m["eth_src"], m["eth_dst"])] = stat.byte_count
     return counts
+
+
+def copied_ahead(msg: Any) -> bool:
+    """Whether an OFPPacketIn is the copy a flow ahead by destination sent with the frame it passed on (its
+    hairpin's flow passed nothing on: a cookie of its own)."""
+    return bool(getattr(msg, "cookie", 0) == DESTINATION_COOKIE)
+
+
+def removed_destination_match(msg: Any) -> flow_actions.DestinationMatch | flow_actions.ArpAnswerMatch | None:
+    """The flow ahead by destination, or the ARP answer, an OFPFlowRemoved reports (None: another flow)."""
+    m = msg.match
+    if msg.cookie == ARP_ANSWER_COOKIE and "arp_spa" not in m and all(k in m for k in ("in_port", "arp_tpa")):
+        return flow_actions.ArpAnswerMatch(m["in_port"], m["arp_tpa"])
+    if msg.cookie != DESTINATION_COOKIE or "eth_dst" not in m or "in_port" in m:
+        return None
+    return flow_actions.DestinationMatch(m["eth_dst"])
 
 
 def removed_flow_match(msg: Any) -> flow_actions.FlowMatch | None:

@@ -32,7 +32,7 @@ from evio.sdn.boundary import (
     SwitchDisconnected,
     TrafficCounts,
 )
-from evio.sdn.flow_actions import AddFlow, FlowAction, FlowMatch
+from evio.sdn.flow_actions import AddFlow, ArpAnswerMatch, DestinationMatch, FlowAction, FlowMatch
 from evio.sdn.l2policy import PolicyPort, PolicyTable
 from evio.sdn.on_demand import FlowRates, OnDemandPolicy, WantOnDemand, traffic_by_peer
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
@@ -85,7 +85,7 @@ class OverlaySwitch:
         self._flows_added_at_poll = -1  # flows_added when the poll in flight was asked for
         self._reported: tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, dict[str, int]]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
-        self._traffic_reported = (0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
+        self._traffic_reported = (0, 0, 0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
         self._hosted_reported: tuple[str, ...] = ()  # the MACs in the last HostedMacs
 
     @property
@@ -215,8 +215,8 @@ class OverlaySwitch:
 
     # ---------------------------------------------------------------- packets and flows
 
-    def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
-        return self.switch.packet_in(in_port, data, now)
+    def packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:
+        return self.switch.packet_in(in_port, data, now, forwarded)
 
     def flooded_announcements(self) -> list[ControllerEvent]:
         """The host announcements floods brought since the last call, each with the peer it came from."""
@@ -225,7 +225,9 @@ class OverlaySwitch:
         queued.clear()
         return events
 
-    def flow_removed(self, match: FlowMatch) -> list[FlowAction]:
+    def flow_removed(self, match: FlowMatch | DestinationMatch | ArpAnswerMatch) -> list[FlowAction]:
+        if isinstance(match, DestinationMatch | ArpAnswerMatch):
+            return self.switch.destination_removed(match)
         self.transit.flow_removed(match)
         return self.switch.flow_removed(match)
 
@@ -325,7 +327,8 @@ class OverlaySwitch:
     def traffic_report(self) -> list[ControllerEvent]:
         """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""
         # The neighbour table counts its own answers (ARP and NS answered here instead of flooded).
-        totals = (*self.switch.counters.as_tuple(), self.switch.neighbors.answered)
+        totals = (*self.switch.counters.as_tuple(), self.switch.neighbors.answered, self.switch.destination_copies,
+                  self.switch.unicast_packet_ins)
         if totals == self._traffic_reported:
             return []
         self._traffic_reported = totals

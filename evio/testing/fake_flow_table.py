@@ -15,6 +15,8 @@ goto-table instruction:
   out_port and cookie/cookie_mask; DELETE_STRICT: the entry of that priority
   and match; anything else the daemon never sends is an error here.
 - OFPPacketOut: the frame leaves by its output actions.
+- Apply-actions may also rewrite an ARP frame before its outputs, as an ARP responder does (decision 0072): set-field
+  and Nicira register moves of the Ethernet and ARP address fields, and output to IN_PORT.
 - A frame entering a port goes by the highest-priority matching entry's
   actions (a miss with no table-miss entry drops it), counting its packets
   and bytes; idle entries time out, and every entry at its hard timeout.
@@ -34,6 +36,7 @@ they test the translation to OpenFlow too.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import random
 import struct
@@ -53,6 +56,7 @@ from evio.sdn.openflow_messages import (
     base_flows,
     flow_byte_counts,
     flow_stats_request,
+    removed_destination_match,
     removed_flow_match,
     to_ofp_messages,
 )
@@ -62,6 +66,10 @@ ofp = ofproto_v1_3
 parser = ofproto_v1_3_parser
 
 CONTROLLER = -1  # output "port" meaning a packet-in
+IN_PORT = -2  # output "port" meaning back out of the port the frame came in by
+# An untagged ARP frame's fields a flow may set or move: (offset, length).
+_ARP_FIELDS = {"eth_dst": (0, 6), "eth_src": (6, 6), "arp_op": (20, 2), "arp_sha": (22, 6), "arp_spa": (28, 4),
+               "arp_tha": (32, 6), "arp_tpa": (38, 4)}
 
 _UNICAST_FIELDS = frozenset({"in_port", "eth_src", "eth_dst"})
 
@@ -118,6 +126,7 @@ class FakeFlow:
     installed: float = 0.0
     table: int = 0
     goto: int | None = None  # the table a goto-table instruction sends the frame on to
+    edits: tuple[tuple[str, str, Any], ...] = ()  # ("set", field, value) / ("move", src, dst), before the outputs
 
     @property
     def is_unicast(self) -> bool:
@@ -177,7 +186,7 @@ class FakeFlowTable:
                 raise FakeFlowTableError(f"flow added to table {msg.table_id}: only tables 0 and 1 exist")
             flow = FakeFlow(msg.priority, fields, _outputs(msg.instructions), msg.idle_timeout, msg.cookie,
                             msg.flags, now, hard_timeout=msg.hard_timeout, installed=now, table=msg.table_id,
-                            goto=_goto(msg.instructions))
+                            goto=_goto(msg.instructions), edits=_edits(msg.instructions))
             key = _key(flow.priority, fields, flow.table)
             old = self._entries.get(key)
             if old is not None and not flow.flags & ofp.OFPFF_RESET_COUNTS:
@@ -224,9 +233,13 @@ class FakeFlowTable:
 
     def lookup(self, in_port: int, frame: bytes, now: float) -> list[int]:
         """Where `frame` entering `in_port` goes (CONTROLLER: a packet-in); [] if dropped."""
+        return [port for port, _ in self.lookup_frames(in_port, frame, now)]
+
+    def lookup_frames(self, in_port: int, frame: bytes, now: float) -> list[tuple[int, bytes]]:
+        """Where `frame` entering `in_port` goes, and as what (a flow may rewrite it); IN_PORT resolved."""
         packet = _packet_fields(in_port, frame)
         table: int | None = 0
-        outputs: list[int] = []
+        outputs: list[tuple[int, bytes]] = []
         while table is not None:
             best = self._best(table, packet)
             if best is None:
@@ -234,7 +247,8 @@ class FakeFlowTable:
             best.last_used = now
             best.packets += 1
             best.bytes += len(frame)
-            outputs += best.outputs
+            out = _edited(frame, best.edits) if best.edits else frame
+            outputs += [(in_port if port == IN_PORT else port, out) for port in best.outputs]
             table = best.goto
         return outputs
 
@@ -321,12 +335,54 @@ def _port(no: int) -> int:
 def _output_ports(actions: Iterable[Any]) -> list[int]:
     ports = []
     for action in actions:
+        if isinstance(action, parser.OFPActionSetField | parser.NXActionRegMove):
+            continue  # _edits
         if not isinstance(action, parser.OFPActionOutput):
             raise FakeFlowTableError(f"action {type(action).__name__} is not modelled")
+        if action.port == ofp.OFPP_IN_PORT:
+            ports.append(IN_PORT)
+            continue
         if action.port > ofp.OFPP_MAX and action.port != ofp.OFPP_CONTROLLER:
             raise FakeFlowTableError(f"output to reserved port {action.port:#x} is not modelled")
         ports.append(_port(action.port))
     return ports
+
+
+def _edits(instructions: Iterable[Any]) -> tuple[tuple[str, str, Any], ...]:
+    """The set-field and register-move actions of apply-actions, in order (ARP and Ethernet addresses only)."""
+    edits: list[tuple[str, str, Any]] = []
+    for inst in instructions:
+        for action in getattr(inst, "actions", ()):
+            if isinstance(action, parser.OFPActionSetField):
+                edit: tuple[str, str, Any] = ("set", action.key, action.value)
+                names = [action.key]
+            elif isinstance(action, parser.NXActionRegMove):
+                edit, names = ("move", action.src_field, action.dst_field), [action.src_field, action.dst_field]
+            else:
+                continue
+            if any(name not in _ARP_FIELDS for name in names):
+                raise FakeFlowTableError(f"an edit of {names} is not modelled")
+            if edit[0] == "move" and (action.src_ofs or action.dst_ofs or action.n_bits != 8 * _ARP_FIELDS[names[0]][1]):
+                raise FakeFlowTableError("a partial register move is not modelled")
+            edits.append(edit)
+    return tuple(edits)
+
+
+def _edited(frame: bytes, edits: Iterable[tuple[str, str, Any]]) -> bytes:
+    """`frame` (an untagged ARP frame) after the edits."""
+    out = bytearray(frame)
+    for kind, name, arg in edits:
+        offset, length = _ARP_FIELDS[name]
+        if kind == "move":
+            at, _ = _ARP_FIELDS[arg]
+            out[at:at + length] = out[offset:offset + length]
+        elif length == 6:
+            out[offset:offset + 6] = bytes.fromhex(str(arg).replace(":", ""))
+        elif length == 4:
+            out[offset:offset + 4] = ipaddress.IPv4Address(arg).packed
+        else:
+            out[offset:offset + length] = int(arg).to_bytes(length, "big")
+    return bytes(out)
 
 
 def _goto(instructions: Iterable[Any]) -> int | None:
@@ -354,6 +410,12 @@ def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
     if fields is None:
         return packet
     packet.update(eth_dst=fields.eth_dst, eth_src=fields.eth_src, eth_type=fields.eth_type)
+    if fields.eth_type == 0x0806 and fields.vlan is None and len(frame) >= 42:
+        for name in ("arp_op", "arp_sha", "arp_spa", "arp_tha", "arp_tpa"):
+            offset, length = _ARP_FIELDS[name]
+            raw = frame[offset:offset + length]
+            packet[name] = int.from_bytes(raw, "big") if length == 2 else (
+                raw.hex(":") if length == 6 else str(ipaddress.IPv4Address(raw)))
     packet["vlan_vid"] = 0 if fields.vlan is None else 0x1000 | fields.vlan
     if fields.ip_proto is not None:
         packet["ip_proto"] = fields.ip_proto
@@ -500,12 +562,14 @@ class FakeNetwork:
                 raise FakeNetworkError("forwarding loop: too many frames in flight")
             node_id, in_port, frame = queue.popleft()
             node = self.nodes[node_id]
-            for out in node.table.lookup(in_port, frame, self.now):
+            outputs = node.table.lookup_frames(in_port, frame, self.now)
+            forwarded = any(out != CONTROLLER for out, _ in outputs)  # a copy: a flow ahead by destination (0072)
+            for out, sent in outputs:
                 if out == CONTROLLER:
                     node.packet_ins += 1
-                    queue.extend(self._execute(node, node.switch.packet_in(in_port, frame, self.now)))
+                    queue.extend(self._execute(node, node.switch.packet_in(in_port, frame, self.now, forwarded)))
                 else:
-                    queue.extend(self._output(node, out, frame))
+                    queue.extend(self._output(node, out, sent))
 
     def _execute(self, node: FakeNode, actions: Iterable[FlowAction]) -> list[tuple[int, int, bytes]]:
         """Send the actions to `node`'s switch as encoded OpenFlow; return frames now travelling to other nodes.
@@ -524,9 +588,12 @@ class FakeNetwork:
             if not notices:
                 return in_flight
             for data in notices:
-                match = removed_flow_match(table.codec.decode(data))
+                notice = table.codec.decode(data)
+                match = removed_flow_match(notice)
                 if match is not None:
                     pending.extend(node.switch.flow_removed(match))
+                elif (ahead := removed_destination_match(notice)) is not None:
+                    pending.extend(node.switch.destination_removed(ahead))
 
     def _output(self, node: FakeNode, port: int, frame: bytes) -> list[tuple[int, int, bytes]]:
         if port == CONTROLLER:
