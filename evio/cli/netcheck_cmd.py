@@ -3,6 +3,9 @@
 Runs with or without the daemon (its sockets are its own). Exit status: 0 the node reaches what it
 needs; 1 it does not (XMPP unreachable or its certificate not valid for the domain, no STUN answer
 at all, a TURN server refusing, or none allocating); 2 the config cannot be read or is invalid.
+
+`--server`, on the server host: whether the settings `evio server init` wrote are in effect (exit 1 when
+one is not; 2 when init's server.json cannot be read).
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import sys
+from pathlib import Path
 from typing import Any
 
 from evio.cli.config_file import load_or_report
 from evio.server.join import config_path
+from evio.server.settings import DEFAULT_STATE_DIR
 
 EXIT_BAD_CONFIG = 2
 MAX_TIMEOUT = 60.0
@@ -33,6 +39,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--json", action="store_true", help="the report as JSON")
     parser.add_argument("--timeout", type=_timeout, default=3.0, metavar="S",
                         help="seconds each server gets to answer (default 3)")  # fmt: skip
+    parser.add_argument("--server", action="store_true",
+                        help="on the server host: check the settings `evio server init` wrote (backlog, caches, "
+                        "shapers, open files, somaxconn, coturn's relay limits)")  # fmt: skip
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR",
+                        help=f"with --server: evio's server state ({DEFAULT_STATE_DIR})")  # fmt: skip
     parser.set_defaults(handler=netcheck_command)
 
 
@@ -47,6 +58,8 @@ def _timeout(text: str) -> float:
 
 
 def netcheck_command(args: argparse.Namespace) -> int:
+    if args.server:
+        return server_check_command(args)
     config = load_or_report(args.config, "evio netcheck: ")
     if isinstance(config, int):
         return EXIT_BAD_CONFIG
@@ -55,4 +68,27 @@ def netcheck_command(args: argparse.Namespace) -> int:
 
     report = asyncio.run(run_netcheck(config, args.timeout))
     print(to_json(report) if args.json else render_text(report))
+    return report.exit_status
+
+
+def server_check_command(args: argparse.Namespace) -> int:
+    from evio.netcheck import server
+    from evio.server.configs import DENIED_PEER_RANGES
+    from evio.server.members import MemberError, Registry
+    from evio.server.settings import ServerSettingsError, load_settings
+
+    try:
+        settings = load_settings(args.state_dir)
+        registry = Registry(args.state_dir)
+        members = sum(len(r.members) for o in registry.overlays() if (r := registry.load(o)) is not None)
+    except (ServerSettingsError, MemberError) as exc:
+        print(f"evio netcheck: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    target = server.ServerTarget(
+        xmpp=settings.xmpp, xmpp_port=settings.xmpp_port, prosody_config=settings.prosody_config,
+        ejabberd_config=settings.ejabberd_config, turn_config=settings.turn_config,
+        denied_peer_ranges=DENIED_PEER_RANGES, members=members,
+    )  # fmt: skip
+    report = server.check_server(target, server.ProcReader())
+    print(server.to_json(report) if args.json else server.render_text(report))
     return report.exit_status
