@@ -283,6 +283,7 @@ class BoundedFloodSwitch:
         self.ipv6_routers: frozenset[int] = frozenset()
         self._guards: frozenset[AddGuardFlow] = frozenset()
         self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
+        self._guarded_tunnels: frozenset[int] = frozenset()  # and the tunnel ports
 
     @property
     def broadcasts_seen(self) -> int:
@@ -311,7 +312,7 @@ class BoundedFloodSwitch:
                  format_node_id(port.peer) if port.peer is not None else None)
         if port.kind is PortKind.PEER:
             actions += self._leaf_announce(port)
-        return actions
+        return actions + self.guard_sync()  # a tunnel port's guard flows before any flow from it (K1-K3)
 
     def port_removed(self, port_no: int, now: float) -> list[FlowAction]:
         """A port went: its flows and everything learned on it go at once."""
@@ -334,7 +335,7 @@ class BoundedFloodSwitch:
         log.info("port removed port=%s name=%s forgot=%d", port_no, port.name, len(forgotten))
         # DeleteFlowsOfPort also removes the flows that output to the port,
         # so nothing still leads to the forgotten MACs.
-        return self._booked([DeleteFlowsOfPort(port_no)])
+        return self._booked([DeleteFlowsOfPort(port_no)]) + self.guard_sync()
 
     def _leaf_announce(self, port: SwitchPort) -> list[FlowAction]:
         # Stale MACs not yet expired are announced too: harmless, they age out at the peer as here.
@@ -731,9 +732,14 @@ class BoundedFloodSwitch:
 
     def guard_allows(self, in_port: int, data: bytes, root: int | None, now: float) -> bool:
         """Whether a frame from a tunnel port passes the RA and ARP guards (decision 0068); `root` the FRB's, if
-        it came in one. A frame refused is counted, and said once per port and interval."""
+        it came in one. The frame is judged as the receiving kernel reads it, or refused where it cannot be
+        (`neighbor_guard.as_received`). A frame refused is counted, and said once per port and interval."""
         reason: Drop | None = None
-        if neighbor_guard.is_router_message(data):
+        frame = neighbor_guard.as_received(data)
+        kind = None if frame is None else neighbor_guard.icmpv6_type(frame)
+        if frame is None or kind is None and neighbor_guard.is_fragmented_nd(frame):
+            reason = Drop.UNREADABLE_FRAME  # review21k K1-K3, and neighbour discovery in a fragment (RFC 6980)
+        elif kind in neighbor_guard.ROUTER_TYPES:
             src = data[6:12].hex(":")
             if root is None:  # a unicast one: its sender is the member holding (or rooting) its source MAC
                 owner = self.mac_owners.get(src)
@@ -741,10 +747,12 @@ class BoundedFloodSwitch:
                 root = owner if self.mac_owners else (entry.root if entry is not None else None)
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
-        elif (self.neighbors.certified and data[12:14] in (b"\x08\x06", b"\x86\xdd")
-              and (msg := parse_neighbor(data)) is not None
-              and neighbor_guard.spoofs_certified(self.neighbors.certified, msg)):
-            reason = Drop.CERTIFIED_ADDRESS_SPOOFED
+        elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.NEIGHBOR_TYPES):
+            msg = parse_neighbor(frame)
+            if msg is None:
+                reason = Drop.UNREADABLE_FRAME  # a solicitation or advertisement the guard cannot read (K6)
+            elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):
+                reason = Drop.CERTIFIED_ADDRESS_SPOOFED
         if reason is None:
             return True
         self._bounded(reason, in_port, now, f"src={data[6:12].hex(':')}")
@@ -754,13 +762,16 @@ class BoundedFloodSwitch:
         return False
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
-        """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`)."""
+        """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified
+        addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`)."""
+        tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
         if cleared:
             self._guards = frozenset()
-        elif self._guarded == self.neighbors.certified:
+        elif self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels:
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
-        wanted = neighbor_guard.guard_flows(self._guarded)
+        self._guarded_tunnels = tunnels
+        wanted = neighbor_guard.guard_flows(self._guarded, sorted(tunnels))
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted
