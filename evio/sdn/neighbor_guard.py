@@ -70,15 +70,9 @@ def as_received(frame: bytes) -> bytes | None:
 
 def icmpv6_type(frame: bytes) -> int | None:
     """The ICMPv6 type of an untagged IPv6 frame (after any extension headers), or None. A fragment is not read:
-    the kernel ignores fragmented neighbour discovery (RFC 6980), and the guard drops it (`is_fragmented_nd`)."""
+    the kernel ignores fragmented neighbour discovery (RFC 6980), and the guard drops it (`ND_TYPES`)."""
     found = icmpv6_at(frame)
     return None if found is None or found[2] else found[0]
-
-
-def is_fragmented_nd(frame: bytes) -> bool:
-    """Whether an untagged frame is neighbour discovery (RS, RA, NS, NA, redirect) in a first fragment."""
-    found = icmpv6_at(frame)
-    return found is not None and found[2] and found[0] in ND_TYPES
 
 
 def is_router_message(frame: bytes) -> bool:

@@ -121,7 +121,7 @@ from evio.sdn.flow_book import FlowBook
 from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 from evio.sdn.link_local import LINK_LOCAL_MULTICAST_RATE, ROUTER_SOLICITATION_RATE, LinkLocalKind, link_local_kind
-from evio.sdn.neighbor_answers import ASK_WINDOW, IPAddress, NeighborAnswers, NeighborMessage
+from evio.sdn.neighbor_answers import ASK_WINDOW, IPAddress, NeighborAnswers, NeighborMessage, icmpv6_at
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.switch_terms import (
     ETH_HEADER_LEN,
@@ -736,8 +736,9 @@ class BoundedFloodSwitch:
         (`neighbor_guard.as_received`). A frame refused is counted, and said once per port and interval."""
         reason: Drop | None = None
         frame = neighbor_guard.as_received(data)
-        kind = None if frame is None else neighbor_guard.icmpv6_type(frame)
-        if frame is None or kind is None and neighbor_guard.is_fragmented_nd(frame):
+        found = None if frame is None else icmpv6_at(frame)  # (ICMPv6 type, offset, in a fragment)
+        kind = None if found is None or found[2] else found[0]
+        if frame is None or found is not None and found[2] and found[0] in neighbor_guard.ND_TYPES:
             reason = Drop.UNREADABLE_FRAME  # review21k K1-K3, and neighbour discovery in a fragment (RFC 6980)
         elif kind in neighbor_guard.ROUTER_TYPES:
             src = data[6:12].hex(":")
