@@ -190,7 +190,7 @@ class OvsBridge:
             args += ["--", "set", "Interface", c.name, f"mtu_request={c.mtu}"]
         await self.vsctl(*args)
         await self._ipv6_link_local()
-        await self._no_ipv6_redirects()
+        await self._no_redirects()
         if c.overlay_address is not None:
             await self.runner.run(["ip", "address", "replace", c.overlay_address, "dev", c.name])
         await self.runner.run(["ip", "link", "set", c.name, "up"])
@@ -231,16 +231,20 @@ class OvsBridge:
             return
         log.info("IPv6 link-local restored bridge=%s (left off by an earlier release)", name)
 
-    async def _no_ipv6_redirects(self) -> None:
-        """ICMPv6 redirects are not taken on the internal port: a member could send one to reroute any of the
-        node's IPv6 destinations into the overlay. The switch drops them from tunnels too (RA guard, decision
-        0068); this holds for frames from attached ports. Router advertisements stay accepted, for SLAAC from a
-        router the config names (`ipv6_routers`)."""
+    async def _no_redirects(self) -> None:
+        """ICMP redirects are not taken on the internal port, IPv4 or IPv6: a member could send one in a gateway
+        member's name to reroute the node's traffic into the overlay to itself (review21k K4). The switch drops
+        ICMPv6 redirects from tunnels too (RA guard, decision 0068); this holds for frames from attached ports.
+        Router advertisements stay accepted, for SLAAC from a router the config names (`ipv6_routers`).
+        `arp_ignore=1`: the port answers ARP only for its own addresses, not the host's LAN or underlay ones,
+        which members have no business learning (or reaching through the overlay)."""
         name = self.config.name
-        try:
-            await self.runner.run(["sysctl", "-q", "-w", f"net/ipv6/conf/{name}/accept_redirects=0"])
-        except CommandError as err:  # a kernel without IPv6: nothing to redirect
-            log.info("IPv6 redirects not switched off bridge=%s: %s", name, err)
+        for setting in (f"net/ipv4/conf/{name}/accept_redirects=0", f"net/ipv4/conf/{name}/arp_ignore=1",
+                        f"net/ipv6/conf/{name}/accept_redirects=0"):
+            try:
+                await self.runner.run(["sysctl", "-q", "-w", setting])
+            except CommandError as err:  # a kernel without IPv6: nothing to redirect
+                log.info("sysctl not set bridge=%s setting=%s: %s", name, setting, err)
 
     async def _enable_userspace_tso(self) -> None:
         # The userspace datapath caps near 1 Gbit/s without it (datapath-baseline.md).

@@ -318,7 +318,12 @@ def coturn_config(
     external_ip: str = "",
     extra: Iterable[str] = (),
 ) -> str:
-    """A complete turnserver.conf (coturn 4.6) for evio's members: STUN, and TURN with long-term credentials."""
+    """A complete turnserver.conf (coturn 4.6) for evio's members: STUN, and TURN with long-term credentials.
+
+    Relays are UDP only: evio never asks for a TCP relay (RFC 6062), and one would be an open TCP proxy from this
+    host for any member (review21k K5). The server's own public address is not a denied peer: two members relayed
+    by this server reach each other through it (one relay's peer is the other's relayed address, on this host).
+    So a relay reaches this host's public ports as anyone on the internet does; the comment in the file says so."""
     listening = list(listening_ips)
     return "\n".join([
         f"# coturn for the evio overlays of realm {realm}: written by `evio server init`.",
@@ -346,7 +351,12 @@ def coturn_config(
         "no-multicast-peers",
         "no-software-attribute",
         "",
-        "# A relay must not reach this host or the operator's private networks.",
+        "# Relays are UDP only: evio never asks for a TCP relay, and one would be an open TCP proxy from here.",
+        "no-tcp-relay",
+        "",
+        "# A relay must not reach the operator's private networks or this host's loopback. This host's public",
+        "# address stays a peer (two members relayed here reach each other through it): keep its other services",
+        "# on loopback or behind the firewall, as for anyone on the internet.",
         *(f"denied-peer-ip={r}" for r in DENIED_PEER_RANGES),
         "",
         "syslog",

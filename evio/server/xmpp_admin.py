@@ -156,15 +156,17 @@ return "pushed " .. pushes;
 """
 
 # One element in a message from the server's own JID to every session of the listed accounts (issue 21:
-# a revocation list; the members verify it against their CA, so the server only carries it).
+# a revocation list; the members verify it against their CA, so the server only carries it). The seed text goes
+# to one session each of the first `seeds` accounts online: three members flood it, not one member's sessions.
 _PROSODY_DELIVER = """
-local st = require "util.stanza"; local h = prosody.hosts[{host}]; local sent = 0;
+local st = require "util.stanza"; local h = prosody.hosts[{host}]; local sent, seeded = 0, 0;
 local seeds, seed_text, text = {seeds}, {seed_text}, {text};
 for _, jid in ipairs({{ {jids} }}) do
   local user = h.sessions[jid:match("^([^@]+)@")];
   if user then
+    local seed = seeded < seeds;
     for _, s in pairs(user.sessions) do
-      local body = text; if sent < seeds then body = seed_text end;
+      local body = text; if seed then body = seed_text; seed = false; seeded = seeded + 1 end;
       s.send(st.message({{ from = {host}, to = s.full_jid, type = "normal" }}):tag({name}, {{ xmlns = {ns} }}):text(body));
       sent = sent + 1;
     end;
@@ -248,8 +250,9 @@ class ProsodyAdmin:
     def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None,
                 seeds: int = 0, seed_text: str = "") -> int:  # fmt: skip
         """Send <name xmlns=namespace>text</name> from the server to every online session of `group`'s members;
-        how many sessions it reached (0 when prosody is stopped); the first `seeds` sessions get `seed_text`
-        instead. `members` (the caller's record of the group) is not needed: one shell call does it all."""
+        how many sessions it reached (0 when prosody is stopped); one session each of the first `seeds` members
+        online gets `seed_text` instead. `members` (the caller's record of the group) is not needed: one shell call
+        does it all."""
         check_group(group)
         with self._groups() as groups:
             jids = list(groups.get(group, []))
@@ -386,9 +389,13 @@ class EjabberdAdmin:
         self._ctl("srg_user_del", user, self.domain, group, self.domain)
         self._ctl("kick_user", user, self.domain)
 
+    def _sessions(self) -> list[str]:
+        """The full JIDs online, one a line: a member picks its resource, and XMPP allows spaces in it (issue 24)."""
+        return [line.strip() for line in self._ctl("connected_users").splitlines() if line.strip()]
+
     def online_users(self) -> set[str]:
         users = set()
-        for line in self._ctl("connected_users").split():
+        for line in self._sessions():
             bare = line.split("/", 1)[0]
             node, _, host = bare.partition("@")
             if host == self.domain:
@@ -398,17 +405,19 @@ class EjabberdAdmin:
     def deliver(self, group: str, namespace: str, name: str, text: str, members: Sequence[str] | None = None,
                 seeds: int = 0, seed_text: str = "") -> int:  # fmt: skip
         """Send <name xmlns=namespace>text</name> from the server to every online session of `group`'s members;
-        the first `seeds` sessions get `seed_text` instead. `members`: the group's users as the caller knows
-        them, in the order to send: one ejabberdctl call (a second or more each) fewer before the first member
-        has it. With the multicast service, a few calls in all (decision 0065, amended); without, one per session."""
+        one session each of the first `seeds` members online gets `seed_text` instead. `members`: the group's
+        users as the caller knows them, in the order to send: one ejabberdctl call (a second or more each) fewer
+        before the first member has it. With the multicast service, a few calls in all (decision 0065, amended); without, one per session."""
         check_group(group)
         if members is None:
             order = {jid: i for i, jid in enumerate(self._ctl("srg_get_members", group, self.domain).split())}
         else:
             order = {f"{user}@{self.domain}": i for i, user in enumerate(members)}
-        online = [line for line in self._ctl("connected_users").split() if line.split("/", 1)[0] in order]
+        online = [line for line in self._sessions() if line.split("/", 1)[0] in order]
         sessions = sorted(online, key=lambda full: order[full.split("/", 1)[0]])
-        for part, body in ((sessions[:seeds], seed_text), (sessions[seeds:], text)):
+        seeded = _one_each(sessions, seeds)
+        others = [full for full in sessions if full not in seeded]
+        for part, body in (([full for full in sessions if full in seeded], seed_text), (others, text)):
             payload = f'<{name} xmlns="{namespace}">{_escape(body)}</{name}>'
             done = 0
             for batch in _batches(part, MAX_ARGUMENT_BYTES - len(payload.encode()) - 200) if self.multicast else []:
@@ -436,6 +445,17 @@ ADDRESS_NS = "http://jabber.org/protocol/address"
 # One stanza is one ejabberdctl argument: Linux takes at most 128 KiB in one (MAX_ARG_STRLEN). About 1,700
 # sessions' addresses fit beside a change, 700 beside a whole list of 1,000 members.
 MAX_ARGUMENT_BYTES = 120_000
+
+
+def _one_each(sessions: Sequence[str], accounts: int) -> set[str]:
+    """The first session of each of the first `accounts` accounts in `sessions` (decision 0065's seeds: members, so
+    that one member's several sessions do not take every whole list)."""
+    chosen: dict[str, str] = {}
+    for full in sessions:
+        if len(chosen) >= accounts:
+            break
+        chosen.setdefault(full.split("/", 1)[0], full)
+    return set(chosen.values())
 
 
 def _batches(sessions: Sequence[str], room: int) -> Iterator[list[str]]:

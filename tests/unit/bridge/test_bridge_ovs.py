@@ -43,7 +43,7 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
     runner = RecordingRunner()
     bridge = OvsBridge(BridgeSpec("evobr0", 6653, "10.10.0.5/24", mtu=1410), runner, "netdev", "/x/db.sock")
     await bridge.create()
-    tso_get, tso_set, create, link, redirects, addr, up = runner.calls
+    tso_get, tso_set, create, link, redirects4, arp_ignore, redirects6, addr, up = runner.calls
     assert tso_get[-1] == "other_config:userspace-tso-enable" and "--db=unix:/x/db.sock" in tso_get
     assert tso_set[-1] == "other_config:userspace-tso-enable=true"
     text = " ".join(create)
@@ -54,8 +54,11 @@ async def test_create_makes_a_secure_of13_bridge_with_our_controller_and_address
     assert up == ["ip", "link", "set", "evobr0", "up"]
     # The internal port is read (an earlier release may have left it without IPv6 link-local), not changed.
     assert link == ["ip", "-j", "-d", "link", "show", "dev", "evobr0"]
-    # No ICMPv6 redirect is taken on it: a member could reroute the node's IPv6 by one (decision 0068).
-    assert redirects == ["sysctl", "-q", "-w", "net/ipv6/conf/evobr0/accept_redirects=0"]
+    # No ICMP redirect is taken on it: a member could reroute the node's traffic by one (decision 0068, review21k
+    # K4); it answers ARP for its own addresses only.
+    assert redirects4 == ["sysctl", "-q", "-w", "net/ipv4/conf/evobr0/accept_redirects=0"]
+    assert arp_ignore == ["sysctl", "-q", "-w", "net/ipv4/conf/evobr0/arp_ignore=1"]
+    assert redirects6 == ["sysctl", "-q", "-w", "net/ipv6/conf/evobr0/accept_redirects=0"]
 
 
 @pytest.mark.parametrize("datapath", ["system", "netdev"])

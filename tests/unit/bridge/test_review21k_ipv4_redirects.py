@@ -32,8 +32,6 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-import pytest
-
 from evio.bridge import BridgeSpec, OvsBridge
 from evio.sdn import frb
 from tests.unit.bridge.test_bridge_ovs import RecordingRunner
@@ -65,7 +63,6 @@ def icmp_redirect(dst_mac: str, src_mac: str, gateway: str, victim: str, destina
     return frb.parse_mac(dst_mac) + frb.parse_mac(src_mac) + b"\x08\x00" + _ipv4(gateway, victim, 1, bytes(icmp))
 
 
-@pytest.mark.xfail(strict=True, reason="review21k K4: IPv4 redirects from members still reach and are taken")
 async def test_a_members_ipv4_redirect_is_not_taken_by_a_nodes_interface() -> None:
     runner = RecordingRunner()
     await OvsBridge(BridgeSpec("evobr0", 6653, "10.7.0.1/24"), runner, "netdev").create()

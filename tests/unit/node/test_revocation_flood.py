@@ -279,5 +279,7 @@ async def test_a_list_the_server_host_sent_to_every_member_online_goes_over_the_
     assert len(lists_sent(medium)) == rf.SERVER_COPY_WITNESSES  # the first ones; the others heard them
     assert nodes[-1].signaling.list == rl
     assert sum(n.counts["server_copy_heard_elsewhere"] for n in nodes) == 11 - rf.SERVER_COPY_WITNESSES
+    # each of those says it holds the list in one HAVE instead, for a node every copy missed (review21j J5)
+    assert sum(n.counts["sent_server_copy_have"] for n in nodes) == 11 - rf.SERVER_COPY_WITNESSES
     await clock.advance(max(rf.REPEATS) + 1)
     assert len(lists_sent(medium)) == rf.SERVER_COPY_WITNESSES  # and no repeats

@@ -169,8 +169,8 @@ if sys.argv[1] == "connected_users":
     rows = sent()
     assert [(row[1], row[2]) for row in rows] == [(DOMAIN, f"multicast.{DOMAIN}")] * 2
     seeds, rest = (re.findall(r'<address type="bcc" jid="([^"]+)"/>', row[3]) for row in rows)
-    assert seeds == [f"n0@{DOMAIN}/r", f"n1@{DOMAIN}/r", f"n1@{DOMAIN}/r2"]
-    assert rest == [f"n{i}@{DOMAIN}/r" for i in range(2, 10)]
+    assert seeds == [f"n0@{DOMAIN}/r", f"n1@{DOMAIN}/r", f"n2@{DOMAIN}/r"]  # three members, one session each
+    assert rest == [f"n1@{DOMAIN}/r2"] + [f"n{i}@{DOMAIN}/r" for i in range(3, 10)]
     assert rows[0][3].endswith('</addresses><members xmlns="urn:x-evio:members:1">whole</members></message>')
     assert rows[1][3].endswith('<members xmlns="urn:x-evio:members:1">&lt;change&gt;</members></message>')
     assert '<addresses xmlns="http://jabber.org/protocol/address">' in rows[1][3]
@@ -260,4 +260,73 @@ if sys.argv[1] == "srg_get_members":
     monkeypatch.setenv("FAKE_REPLY", "| Result: sent 2")
     assert prosody.deliver("ov1", "urn:x-evio:members:1", "members", "change", seeds=3, seed_text="whole") == 2
     line = _sent(prosody)[-1]
-    assert 'local seeds, seed_text, text = 3, "whole", "change";' in line and "if sent < seeds then" in line
+    assert 'local seeds, seed_text, text = 3, "whole", "change";' in line and "if seed then" in line
+
+
+def _fake_ejabberdctl(tmp_path: Path, sessions: list[str]) -> tuple[EjabberdAdmin, Path]:
+    log = tmp_path / "ctl.log"
+    script = tmp_path / "fake_ejabberdctl.py"
+    printed = "\n".join(sessions)
+    script.write_text(f"""\
+import sys
+with open({str(log)!r}, "a") as f:
+    f.write(repr(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "connected_users":
+    print({printed!r})
+""")
+    return EjabberdAdmin(DOMAIN, [sys.executable, str(script)]), log
+
+
+def test_ejabberd_a_resource_with_spaces_is_one_session_not_several_targets(tmp_path: Path) -> None:
+    """A member picks its own resource; XMPP allows spaces in it. `connected_users` prints one full JID a line: split on
+    whitespace, "n1@D/my laptop" became a target "n1@D/my" (no such session: the real one got nothing), and a resource
+    naming another member's JID made a session of it that took a seed's whole list."""
+    admin, log = _fake_ejabberdctl(tmp_path, [f"n1@{DOMAIN}/my laptop", f"n2@{DOMAIN}/x n3@{DOMAIN}/forged",
+                                              f"n0@{DOMAIN}/r"])  # fmt: skip
+    assert admin.online_users() == {"n0", "n1", "n2"}  # not n3, offline
+    # n3 first in the members' order: its forged session took the seed's whole list, which reached nobody.
+    assert admin.deliver("ov1", "urn:x-evio:members:1", "members", "change", members=["n3", "n0", "n1", "n2"], seeds=1,
+                         seed_text="whole") == 3  # fmt: skip
+    sent = [ast.literal_eval(row) for row in log.read_text().splitlines() if "send_stanza" in row]
+    assert [(row[2], row[3].split(">")[2].split("<")[0]) for row in sent] == [
+        (f"n0@{DOMAIN}/r", "whole"), (f"n1@{DOMAIN}/my laptop", "change"), (f"n2@{DOMAIN}/x n3@{DOMAIN}/forged", "change")]  # fmt: skip
+
+
+_LUA_SESSIONS = """
+package.preload["util.stanza"] = function() return { message = function(attrs)
+  local m = { attrs = attrs }; function m:tag() return self end; function m:text(t) self.body = t; return self end
+  return m end } end
+local function user(name, ...) local s = {}
+  for _, r in ipairs({ ... }) do s[r] = { full_jid = name .. "@D/" .. r,
+    send = function(st) print(st.attrs.to .. " " .. st.body) end } end
+  return { sessions = s } end
+prosody = { hosts = { [%s] = { sessions = { n0 = user("n0", "a", "b", "c"), n1 = user("n1", "a"), n2 = user("n2", "a"),
+  n3 = user("n3", "a") } } } }
+"""
+
+
+def test_the_seeds_are_three_members_not_one_members_three_sessions(prosody: ProsodyAdmin, tmp_path: Path) -> None:
+    """Decision 0065: the whole list goes to `seeds` members so that a member the server missed has three floods to
+    get it from; three sessions of one member (a node signed in twice, or a member wanting the list alone) were one."""
+    # ejabberd: connected_users in the members' order
+    sessions = [f"n0@{DOMAIN}/a", f"n0@{DOMAIN}/b", f"n0@{DOMAIN}/c", f"n1@{DOMAIN}/a", f"n2@{DOMAIN}/a", f"n3@{DOMAIN}/a"]
+    admin, log = _fake_ejabberdctl(tmp_path, sessions)
+    assert admin.deliver("ov1", "urn:x-evio:members:1", "members", "change", members=["n0", "n1", "n2", "n3"], seeds=3,
+                         seed_text="whole") == 6  # fmt: skip
+    sent = [ast.literal_eval(row) for row in log.read_text().splitlines() if "send_stanza" in row]
+    whole = {row[2] for row in sent if row[3].split(">")[2].split("<")[0] == "whole"}
+    assert whole == {f"n0@{DOMAIN}/a", f"n1@{DOMAIN}/a", f"n2@{DOMAIN}/a"} and len(sent) == 6
+    # prosody: the shell chunk itself, run by Lua on sessions of the same shape
+    lua = shutil.which("lua") or shutil.which("lua5.4") or shutil.which("lua5.1")
+    if lua is None:
+        pytest.skip("no lua to run prosody's chunk")
+    for name in ("n0", "n1", "n2", "n3"):
+        prosody.add_to_group(name, "ov1")
+    prosody.deliver("ov1", "urn:x-evio:members:1", "members", "change", seeds=3, seed_text="whole")
+    chunk = tmp_path / "deliver.lua"
+    chunk.write_text(_sent(prosody)[-1][1:])
+    done = subprocess.run([lua, "-e", _LUA_SESSIONS % f'"{DOMAIN}"', str(chunk)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = [line.split() for line in done.stdout.splitlines()]
+    assert sorted(to.split("/")[0] for to, body in got if body == "whole") == ["n0@D", "n1@D", "n2@D"]
+    assert len(got) == 6
