@@ -86,10 +86,10 @@ class NeighborMessage:
     announcement: bool = False  # gratuitous ARP, unsolicited advertisement: meant for everyone, never answered
 
 
-def parse(frame: bytes) -> NeighborMessage | None:
+def parse(frame: bytes, icmpv6: tuple[int, int, bool] | None = None) -> NeighborMessage | None:
     """The ARP or NDP message in an untagged frame, or None (no exception for bad input). ARP of hardware type 1
     or 6 (Linux takes both on Ethernet: review21k K3); neighbour discovery past extension headers (K6), never in
-    a fragment."""
+    a fragment. `icmpv6`: what `icmpv6_at(frame)` said, if the caller asked already (the guards do)."""
     if len(frame) < 14:
         return None
     ethertype = int.from_bytes(frame[12:14], "big")
@@ -101,7 +101,7 @@ def parse(frame: bytes) -> NeighborMessage | None:
         return NeighborMessage(kind, arp.eth_src, arp.sender_mac, arp.sender_ip, arp.target_ip,
                                announcement=arp.is_gratuitous)  # fmt: skip
     if ethertype == ETH_TYPE_IPV6:
-        return _parse_nd(frame)
+        return _parse_nd(frame, icmpv6 or icmpv6_at(frame))
     return None
 
 
@@ -124,8 +124,7 @@ def icmpv6_at(frame: bytes) -> tuple[int, int, bool] | None:
     return frame[at], at, fragment
 
 
-def _parse_nd(frame: bytes) -> NeighborMessage | None:
-    found = icmpv6_at(frame)
+def _parse_nd(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMessage | None:
     if found is None or found[0] not in (_NS, _NA) or found[2]:
         return None  # RFC 6980: no neighbour discovery in fragments (Linux's suppress_frag_ndisc)
     _, length, _, hop_limit, src, _ = _IPV6.unpack_from(frame, 14)

@@ -751,7 +751,7 @@ class BoundedFloodSwitch:
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
         elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.NEIGHBOR_TYPES):
-            msg = parse_neighbor(frame)
+            msg = parse_neighbor(frame, found)
             if msg is None:
                 reason = Drop.UNREADABLE_FRAME  # a solicitation or advertisement the guard cannot read (K6)
             elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):
