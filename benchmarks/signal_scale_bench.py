@@ -6,6 +6,10 @@
     .venv/bin/python benchmarks/signal_scale_bench.py --quick             # CI: 100 members only
     .venv/bin/python benchmarks/signal_scale_bench.py --members 1000 --servers prosody --presence linked
                                         # docs/decisions/0052: presence to linked peers only (a prototype)
+    .venv/bin/python benchmarks/signal_scale_bench.py --members 1000 --servers ejabberd --presence linked \
+        --crowd signalclient --crowd-processes 2 [--trace]
+                                        # the shipped client (0059), the crowd in 2 processes (decision 0071);
+                                        # --trace: where contact pairs still missing were lost, and a timeline
 
 Run it under `flock /tmp/evio-heavy.lock` on a shared machine (root: prosody and ejabberd run as their own
 servers on loopback, from a temporary directory, on free ports). Per server and member count, in order:
@@ -34,8 +38,11 @@ Nagle off) with the listener made plaintext; `--ejabberd-packaged` uses ejabberd
 and caches instead.
 
 Server CPU (user+system seconds) and peak RSS (VmHWM) are read from /proc of the server process (after
-a restart: of the new process, for the restart alone); the members' CPU is this process's, over the same
-span: when it nears the wall time, the members (one Python core), not the server, set the pace. The load
+a restart: of the new process, for the restart alone); the members' CPU is this process's (and the crowd's
+processes', `--crowd-processes`), over the same span: when it nears the wall time, the members, not the
+server, set the pace. "ran/waited for a CPU" (/proc/PID/task/*/schedstat) says how long the members' and
+the server's threads ran and how long they were runnable but waited for a core the machine's other jobs
+held: ran + waited near the wall time means CPU-bound. The load
 average (1 min) is printed beside each row: the machine is shared.
 """
 
@@ -45,6 +52,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import cProfile
 import datetime
 import json
 import logging
@@ -70,6 +78,9 @@ from typing import Protocol, cast
 from xml.sax.saxutils import escape
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from slixmpp import ClientXMPP
 
 from evio.backoff import backoff_delay
@@ -345,6 +356,16 @@ def usage(pid: int) -> ProcessUsage:
     return ProcessUsage(cpu, hwm)
 
 
+def run_and_wait(pid: int) -> tuple[float, float]:
+    """Seconds process `pid`'s threads ran and waited to run (runnable, no CPU free: a shared machine), summed."""
+    ran = waited = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            fields = (task / "schedstat").read_text().split()
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
+    return ran / 1e9, waited / 1e9
+
+
 def load1() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
@@ -355,8 +376,38 @@ def load1() -> float:
 _BARE_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
+# `--trace`: what each member of the crowd sent and received, to tell where a missing contact pair was lost.
+TRACE: list[tuple[float, str, str, str, bool]] | None = None  # (time, event, member's bare JID, other JID, answer)
+
+
+def _trace(event: str, member: str, other: str, answer: bool = False) -> None:
+    if TRACE is not None:
+        TRACE.append((time.perf_counter(), event, member, other, answer))
+
+
 class BenchMember(SignalClient):
     """evio's SignalClient; only its TLS context is made once and its login is SASL PLAIN (see the module doc)."""
+
+    def _send_directed(self, to: str, answer: bool) -> None:
+        _trace("sent", self.settings.jid, to, answer)
+        super()._send_directed(to, answer)
+
+    def _presence_available(self, sender: str, announcement_json: str | None, identity_json: str | None = None,
+                            answer: bool = False, members_json: str | None = None) -> None:  # fmt: skip
+        _trace("heard", self.settings.jid, sender, answer)
+        super()._presence_available(sender, announcement_json, identity_json, answer, members_json)
+
+    def _presence_unavailable(self, sender: str, returning: bool = False) -> None:
+        _trace("gone", self.settings.jid, sender)
+        super()._presence_unavailable(sender, returning)
+
+    def _session_up(self, own_jid: str) -> None:
+        _trace("up", self.settings.jid, own_jid)
+        super()._session_up(own_jid)
+
+    def _session_down(self, reason: str) -> None:
+        _trace("down", self.settings.jid, reason)
+        super()._session_down(reason)
 
     def _ssl_context(self) -> ssl.SSLContext:
         return _BARE_TLS
@@ -784,7 +835,93 @@ async def _probe(conn: Connection, port: int, login_timeout: float) -> None:
             return
 
 
-def _failure_steps(crowd: Sequence[Member | LeanMember]) -> str:
+class ShardMember:
+    """A member of the crowd that runs in a `CrowdShard`, as last reported."""
+
+    def __init__(self, index: int) -> None:
+        self.jid = f"{_user(index)}@{DOMAIN}"
+        self.connected = False
+        self.sessions = 0
+        self.failed_logins = 0
+        self.last_login = 0.0
+        self.contacts_known = False  # it holds the presence of every contact it picked
+        self.known: set[str] = set()
+
+
+class CrowdShard:
+    """`--crowd-processes K`: a K-th of the crowd (evio's SignalClients in trust mode, presence to contacts) in a
+    process of its own, as the probe pair is. 998 members in one Python process put the members' own CPU (slixmpp,
+    the proof checks: about 33 ms a member's storm, one core for all) on the storm's path, which on a shared
+    2-core machine is served a third of a core: the run then measures that process, not the server. Real
+    members each have a host of their own."""
+
+    def __init__(self, port: int, login_timeout: float, ca: LinkedCa, trace: bool) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._proc = context.Process(target=_shard_main, args=(child, port, login_timeout, ca, trace), daemon=True)
+        self._proc.start()
+        self.members = [ShardMember(i) for i in ca.ids]
+
+    @property
+    def pid(self) -> int:
+        assert self._proc.pid is not None
+        return self._proc.pid
+
+    def ask(self, command: str) -> object:
+        self._conn.send((command, None))
+        return self._conn.recv()
+
+    def refresh(self) -> None:
+        states = self.ask("state")
+        assert isinstance(states, list)
+        for member, state in zip(self.members, states, strict=True):
+            member.connected, member.sessions, member.failed_logins, member.last_login, member.contacts_known = state
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, EOFError):
+            os.kill(self.pid, signal.SIGCONT)  # held for a restart: it must hear "stop"
+            self.ask("stop")
+        self._proc.join(30)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+
+
+def _shard_main(conn: Connection, port: int, login_timeout: float, ca: LinkedCa, trace: bool) -> None:
+    global TRACE
+    logging.basicConfig(level=logging.CRITICAL)
+    TRACE = [] if trace else None
+    asyncio.run(_shard(conn, port, login_timeout, ca))
+
+
+async def _shard(conn: Connection, port: int, login_timeout: float, ca: LinkedCa) -> None:
+    rng = random.Random(min(ca.ids))
+    crowd = [make_member(i, port, rng, login_timeout, node, ident) for i, (node, ident) in issue_identities(ca).items()]
+    conn.send(None)  # ready: the certificates are issued
+    while True:
+        command, _arg = await asyncio.to_thread(conn.recv)
+        if command == "start":
+            for m in crowd:
+                await m.client.start()
+            conn.send(None)
+        elif command == "state":
+            conn.send([(m.connected, m.sessions, m.failed_logins, m.last_login, _contacts_known(m)) for m in crowd])
+        elif command == "views":
+            conn.send(contact_views(crowd))
+        elif command == "trace":
+            conn.send(TRACE or [])
+        elif command == "stop":
+            await asyncio.gather(*(m.client.stop() for m in crowd), return_exceptions=True)
+            conn.send(None)
+            return
+
+
+def _contacts_known(m: Member) -> bool:
+    contacts = m.client.contacts(OVERLAY)
+    return bool(contacts) and contacts <= m.client.peers(OVERLAY).keys()
+
+
+def _failure_steps(crowd: Sequence[object]) -> str:
     """The lean crowd's failed logins by the step they reached: ' (TimeoutError at features 900, ...)'."""
     steps: dict[str, int] = {}
     for m in crowd:
@@ -824,30 +961,138 @@ async def wait_for(
 def linked_identities(n: int, rng: random.Random) -> dict[int, tuple[int, OverlayIdentity]]:
     """`--presence linked --crowd signalclient`: members 2..n-1 in trust mode under one overlay CA, each with its
     node id, certificate and key, and the CA's member list of all of them (what `members.json` holds)."""
+    return issue_identities(make_linked_ca(n, rng))
+
+
+@dataclass
+class LinkedCa:
+    """The overlay CA of a `--presence linked --crowd signalclient` run, its member list and the members' node ids,
+    in a form a crowd process can be handed (PEM, not key objects)."""
+
+    ca_key_pem: bytes
+    ca_cert_pem: bytes
+    listed: member_list.MemberList
+    ids: dict[int, int]  # member index -> node id
+
+    def subset(self, indexes: Sequence[int]) -> LinkedCa:
+        return LinkedCa(self.ca_key_pem, self.ca_cert_pem, self.listed, {i: self.ids[i] for i in indexes})
+
+
+def make_linked_ca(n: int, rng: random.Random) -> LinkedCa:
     now = datetime.datetime.now(datetime.UTC)
     ca_key, ca_cert = make_overlay_ca(f"{OVERLAY} CA", now, 30)
-    anchor = TrustAnchor(OVERLAY, (ca_cert,))
     ids = {i: rng.getrandbits(128) for i in range(2, n)}
     listed = member_list.sign_members(ca_key, OVERLAY, 1, int(time.time()),
                                       {node: f"{_user(i)}@{DOMAIN}" for i, node in ids.items()})  # fmt: skip
+    key_pem = ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption())  # fmt: skip
+    return LinkedCa(key_pem, ca_cert.public_bytes(serialization.Encoding.PEM), listed, ids)
+
+
+def issue_identities(ca: LinkedCa) -> dict[int, tuple[int, OverlayIdentity]]:
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = cast(ec.EllipticCurvePrivateKey, serialization.load_pem_private_key(ca.ca_key_pem, None))
+    ca_cert = x509.load_pem_x509_certificate(ca.ca_cert_pem)
+    anchor = TrustAnchor(OVERLAY, (ca_cert,))
     out = {}
-    for i, node in ids.items():
+    for i, node in ca.ids.items():
         key, cert = issue_node_certificate(ca_key, ca_cert, [OVERLAY], node, now, 30)
-        out[i] = (node, OverlayIdentity(anchor, cert, key, members=listed))
+        out[i] = (node, OverlayIdentity(anchor, cert, key, members=ca.listed))
     return out
 
 
-def missing_contacts(crowd: Sequence[Member | LeanMember]) -> str:
+@dataclass(frozen=True)
+class ContactView:
+    """One member of the crowd as its contacts go: its JID, the contacts it picked, those it holds the presence of."""
+
+    jid: str
+    contacts: frozenset[int]
+    present: frozenset[int]
+    drops: dict[str, int]
+
+
+def contact_views(crowd: Sequence[object]) -> dict[int, ContactView]:
+    """node id -> ContactView, of the in-process crowd of SignalClients."""
+    views = {}
+    for m in crowd:
+        client = cast(Member, m).client
+        views[client.node_id(OVERLAY)] = ContactView(client.settings.jid, client.contacts(OVERLAY),
+                                                     frozenset(client.peers(OVERLAY)),
+                                                     {r.value: c for r, c in client.drops.counts.items()})  # fmt: skip
+    return views
+
+
+def missing_contacts(views: dict[int, ContactView]) -> str:
     """`--crowd signalclient --presence linked`: contacts a member has no presence of, as 'pairs (one-sided)':
     one-sided, the contact has ours (it lacks an answer); else neither has the other's."""
-    clients = {cast(Member, m).client.node_id(OVERLAY): cast(Member, m).client for m in crowd}
     missing = one_sided = 0
-    for node, client in clients.items():
-        for contact in client.contacts(OVERLAY) - client.peers(OVERLAY).keys():
+    for node, view in views.items():
+        for contact in view.contacts - view.present:
             missing += 1
-            other = clients.get(contact)
-            one_sided += other is not None and node in other.peers(OVERLAY)
+            other = views.get(contact)
+            one_sided += other is not None and node in other.present
     return f"{missing} ({one_sided} one-sided)"
+
+
+def trace_missing(views: dict[int, ContactView], trace: Sequence[tuple[float, str, str, str, bool]],
+                  t0: float) -> list[str]:  # fmt: skip
+    """`--trace`: each missing contact pair (X lacks Y's presence), by where it was lost, from the trace; and what
+    the crowd sent and heard, by 2 s from the storm's start."""
+    sent: dict[tuple[str, str], list[float]] = {}  # (from bare, to bare) -> times
+    heard: dict[tuple[str, str], list[float]] = {}  # (member bare, from bare) -> times
+    ups: dict[str, list[float]] = {}
+    downs: dict[str, list[float]] = {}
+    for at, event, member, peer, _answer in trace:
+        other_bare = peer.split("/", 1)[0]
+        if event == "sent":
+            sent.setdefault((member, other_bare), []).append(at)
+        elif event == "heard":
+            heard.setdefault((member, other_bare), []).append(at)
+        elif event == "up":
+            ups.setdefault(member, []).append(at)
+        elif event == "down":
+            downs.setdefault(member, []).append(at)
+    kinds: dict[str, int] = {}
+    examples: dict[str, list[str]] = {}
+    for node, view in views.items():
+        x = view.jid
+        for contact in view.contacts - view.present:
+            other = views.get(contact)
+            if other is None:
+                continue
+            y = other.jid
+            y_sent = sent.get((y, x), [])
+            x_up = ups.get(x, [])
+            if heard.get((x, y)):
+                kind = "heard, not kept"
+            elif not y_sent:
+                kind = "never sent" + (" (it holds ours)" if node in other.present else "")
+            elif all(t < min(x_up, default=float("inf")) for t in y_sent):
+                kind = "sent before it was up"
+            else:
+                kind = "sent while it was up, not heard"
+            kinds[kind] = kinds.get(kind, 0) + 1
+            ex = examples.setdefault(kind, [])
+            if len(ex) < 4:
+                ex.append(f"{x} lacks {y}: {y} sent at {[round(t - t0, 1) for t in y_sent]}, {x} up at "
+                          f"{[round(t - t0, 1) for t in x_up]} down at {[round(t - t0, 1) for t in downs.get(x, [])]}; "
+                          f"{x} sent to {y} at {[round(t - t0, 1) for t in sent.get((x, y), [])]}, {y} up at "
+                          f"{[round(t - t0, 1) for t in ups.get(y, [])]}")  # fmt: skip
+    drops: dict[str, int] = {}
+    for view in views.values():
+        for reason, number in view.drops.items():
+            drops[reason] = drops.get(reason, 0) + number
+    lines = [f"missing pairs by where they were lost: {kinds or 'none'}; the crowd's drops: {drops or 'none'}"]
+    buckets: dict[int, dict[str, int]] = {}
+    for at, event, _member, _other, answer in trace:
+        if at >= t0:
+            bucket = buckets.setdefault(int((at - t0) / 2), {})
+            name = event + (" (answer)" if answer else "")
+            bucket[name] = bucket.get(name, 0) + 1
+    lines += [f"  {2 * b:3d}-{2 * b + 2:3d} s: {counts}" for b, counts in sorted(buckets.items())]
+    for kind, ex in examples.items():
+        lines += [f"  {kind}: {e}" for e in ex]
+    return lines
 
 
 def link_sets(n: int) -> list[frozenset[str]]:
@@ -885,7 +1130,17 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     rng = random.Random(n)
     probe = ProbePair(server.port, args.login_timeout)
     linked = args.presence == "linked"
-    trusted = linked_identities(n, rng) if linked and args.crowd == "signalclient" else {}
+    shards: list[CrowdShard] = []
+    if args.crowd_processes > 1:
+        # The crowd in K processes of its own (CrowdShard); this one waits and counts.
+        ca = make_linked_ca(n, rng)
+        indexes = sorted(ca.ids)
+        shards = [CrowdShard(server.port, args.login_timeout, ca.subset(indexes[k :: args.crowd_processes]),
+                             args.trace) for k in range(args.crowd_processes)]  # fmt: skip
+        for shard in shards:
+            await asyncio.to_thread(shard._conn.recv)  # its certificates issued
+    trusted = linked_identities(n, rng) if linked and args.crowd == "signalclient" and not shards else {}
+    f["crowd"] = f"{args.crowd} in {len(shards)} processes" if shards else args.crowd
 
     def one(i: int) -> Member | LeanMember:
         if args.crowd == "signalclient":
@@ -894,13 +1149,42 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
         return LeanMember(i, server.port, rng.getrandbits(128), random.Random(rng.getrandbits(64)), args.rules,
                           args.login_timeout)  # fmt: skip
 
-    crowd = [one(i) for i in range(2, n)]
+    crowd: list[Member | LeanMember | ShardMember] = [m for sh in shards for m in sh.members] if shards else \
+        [one(i) for i in range(2, n)]  # fmt: skip
     members: list[MemberLike] = [*probe.seen, *crowd]
-    refresh = probe.refresh
+
+    def refresh() -> None:
+        probe.refresh()
+        for shard in shards:
+            shard.refresh()
+
+    def views() -> dict[int, ContactView]:
+        if not shards:
+            return contact_views(crowd)
+        out: dict[int, ContactView] = {}
+        for shard in shards:
+            out.update(cast(dict[int, ContactView], shard.ask("views")))
+        return out
+
+    def trace() -> list[tuple[float, str, str, str, bool]]:
+        if not shards:
+            return TRACE or []
+        return [event for shard in shards for event in cast(list[tuple[float, str, str, str, bool]],
+                                                            shard.ask("trace"))]  # fmt: skip
+
+    def crowd_pids() -> list[int]:
+        return [os.getpid(), *(shard.pid for shard in shards)]
+
+    def crowd_cpu() -> float:
+        return sum(usage(pid).cpu for pid in crowd_pids())
+
+    def crowd_sched() -> tuple[float, float]:
+        both = [run_and_wait(pid) for pid in crowd_pids()]
+        return sum(r for r, _ in both), sum(w for _, w in both)
     for m in crowd:
         if isinstance(m, LeanMember):
             m.silent = args.presence == "silent"
-    if linked and not trusted:
+    if linked and not trusted and not shards:
         for m, links in zip(crowd, link_sets(n), strict=True):
             assert isinstance(m, LeanMember)
             m.links = links
@@ -909,6 +1193,9 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
     def all_know(group: Sequence[MemberLike]) -> Callable[[], bool]:
         if args.presence == "silent" and len(group) > 2:
             return lambda: all_know(probe.seen)() and all(m.connected for m in crowd)
+        if shards and len(group) > 2:
+            pair = all_know(probe.seen)
+            return lambda: pair() and all(cast(ShardMember, m).contacts_known for m in crowd)
         if trusted and len(group) > 2:
             # The shipped client (0059): each of the crowd has the presence of every contact it picked from the
             # CA's member list (its ring neighbours and fingers, and those whose finger it is).
@@ -943,18 +1230,32 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
             raise RuntimeError("the first two members did not find each other in 60 s")
         probe.ask("rtt_start")
         before = usage(server.pid())
-        members_cpu = time.process_time()
+        members_cpu = crowd_cpu()
+        sched_before = crowd_sched(), run_and_wait(server.pid())
+        profile = cProfile.Profile() if args.profile else None
+        if profile is not None:
+            profile.enable()
         t0 = time.perf_counter()
+        if shards:
+            await asyncio.gather(*(asyncio.to_thread(shard.ask, "start") for shard in shards))
         for m in crowd:
-            await m.client.start()
+            if not isinstance(m, ShardMember):
+                await m.client.start()
         in_s = await wait_for(lambda: all(m.connected for m in members), args.timeout, refresh)
         f["signed in"] = f"{in_s:.1f} s" if in_s is not None else count(lambda m: m.connected, args.timeout)
-        if trusted:
-            f["missing at signed in"] = missing_contacts(crowd)
+        if trusted or shards:
+            f["missing at signed in"] = missing_contacts(views())
         left = args.timeout - (time.perf_counter() - t0)
         know_s = await wait_for(all_know(members), max(left, 1.0), refresh)
         f["all know all"] = f"{time.perf_counter() - t0:.1f} s" if know_s is not None else \
             f"{pairs(members)} after {args.timeout:.0f} s"  # fmt: skip
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(args.profile)
+        if trusted or shards:
+            f["missing at the end"] = missing_contacts(views())
+        if args.trace and (trusted or shards):
+            print("\n".join(trace_missing(views(), trace(), t0)), file=sys.stderr, flush=True)
         await probe.trips("rtt_stop")
         f["RTT storm p50/p90"] = probe.summary()
         logins = sorted(m.last_login for m in members)
@@ -966,7 +1267,11 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
                 m.failures.clear()
         after = usage(server.pid())
         f["server CPU"] = f"{after.cpu - before.cpu:.1f} s"
-        f["members' CPU"] = f"{time.process_time() - members_cpu:.1f} s"
+        f["members' CPU"] = f"{crowd_cpu() - members_cpu:.1f} s"
+        sched_after = crowd_sched(), run_and_wait(server.pid())
+        (m_ran, m_wait), (s_ran, s_wait) = ((a[0] - b[0], a[1] - b[1]) for a, b in zip(sched_after, sched_before,
+                                                                                       strict=True))  # fmt: skip
+        f["ran/waited for a CPU: members, server"] = f"{m_ran:.1f}/{m_wait:.1f} s, {s_ran:.1f}/{s_wait:.1f} s"
         f["load"] = f"{load1():.1f}"
 
         # 2. settled
@@ -1006,10 +1311,14 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
             # Stopped and started with the crowd's loop held: its members notice the end of their sessions at
             # the same moment, once the server listens again (as when a restarted server had closed all streams
             # at once). "signed in" counts from then; "all know" from the start command (the start included).
+            for shard in shards:  # the crowd's processes held as this one's loop is
+                os.kill(shard.pid, signal.SIGSTOP)
             server.stop()
             t0 = time.perf_counter()
             server.start()
-            members_cpu = time.process_time()
+            for shard in shards:
+                os.kill(shard.pid, signal.SIGCONT)
+            members_cpu = crowd_cpu()
             back = await wait_for(lambda: all(m.sessions > sessions[m.jid] and m.connected for m in members),
                                   args.timeout, refresh)  # fmt: skip
             f["restart: signed in"] = f"{back:.1f} s" if back is not None else \
@@ -1020,10 +1329,13 @@ async def run_one(server: BenchServer, n: int, args: argparse.Namespace) -> Row:
             f["restart: failed logins"] = f"{sum(m.failed_logins for m in members) - storm_failures}{_failure_steps(crowd)}"
             restarted = usage(server.pid())
             f["restart: CPU/RSS"] = f"{restarted.cpu:.1f} s/{restarted.peak_rss_mb:.0f} MB"
-            f["restart: members' CPU"] = f"{time.process_time() - members_cpu:.1f} s"
+            f["restart: members' CPU"] = f"{crowd_cpu() - members_cpu:.1f} s"
             f["restart: load"] = f"{load1():.1f}"
     finally:
-        await asyncio.gather(*(m.client.stop() for m in crowd), return_exceptions=True)
+        await asyncio.gather(*(m.client.stop() for m in crowd if not isinstance(m, ShardMember)),
+                             return_exceptions=True)  # fmt: skip
+        for shard in shards:
+            await asyncio.to_thread(shard.close)
         await asyncio.to_thread(probe.close)
     return row
 
@@ -1050,7 +1362,8 @@ def bench_server(kind: str, n: int, args: argparse.Namespace) -> Iterator[BenchS
             shutil.rmtree(directory, ignore_errors=True)
 
 
-COLUMNS = ("presence", "crowd", "signed in", "missing at signed in", "all know all", "login p50/max", "failed logins", "server CPU", "members' CPU", "server peak RSS",
+COLUMNS = ("presence", "crowd", "signed in", "missing at signed in", "all know all", "missing at the end", "login p50/max", "failed logins", "server CPU", "members' CPU",
+           "ran/waited for a CPU: members, server", "server peak RSS",
            "RTT storm p50/p90", "RTT settled p50/p90", "add: all know", "remove: none knows", "load",
            "restart: signed in", "restart: all know", "restart: failed logins", "restart: CPU/RSS", "restart: members' CPU", "restart: load")
 
@@ -1102,12 +1415,21 @@ def main() -> int:
     parser.add_argument("--ejabberd-packaged", action="store_true",
                         help="ejabberd with its packaged listener backlog and caches, not evio's")
     parser.add_argument("--keep", action="store_true", help="keep the servers' directories")
+    parser.add_argument("--crowd-processes", type=int, default=1, metavar="K",
+                        help="--presence linked --crowd signalclient: the crowd in K processes of its own (CrowdShard)")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile this process (the crowd) over the storm into FILE")
+    parser.add_argument("--trace", action="store_true",
+                        help="--presence linked --crowd signalclient: where the contact pairs still missing were lost")
     args = parser.parse_args()
     if args.quick:
         args.members = [100]
     for kind in args.servers:
         if kind not in ("prosody", "ejabberd"):
             parser.error(f"unknown server {kind!r} (prosody or ejabberd)")
+    if args.crowd_processes > 1 and (args.presence != "linked" or args.crowd != "signalclient"):
+        parser.error("--crowd-processes: with --presence linked --crowd signalclient only")
+    if args.crowd_processes > 1 and args.profile:
+        parser.error("--profile: the crowd in this process only (not with --crowd-processes)")
     if any(n < 3 for n in args.members):
         parser.error("--members: at least 3")
     if os.geteuid() != 0:
@@ -1115,6 +1437,9 @@ def main() -> int:
     logging.basicConfig(level=logging.CRITICAL, format="%(levelname)s %(name)s: %(message)s")
     # SIGTERM unwinds like ^C: the servers of the run under way are stopped and their directories removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.trace:
+        global TRACE
+        TRACE = []
     rows = asyncio.run(main_async(args))
     print("\n".join(table(rows)))
     return 0
