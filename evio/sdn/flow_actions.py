@@ -26,7 +26,8 @@ ARP_ASK_PRIORITY = 21  # above the answers: the requests the controller must see
 FRB_TO_CONTROLLER_PRIORITY = 100
 POLICY_RULE_PRIORITY = 2000  # rule i of a policy: this less i (at most 1000 rules, config/semantic_checks.py)
 FRB_PAST_POLICY_PRIORITY = 3000  # FRBs pass table 0 whole: the controller polices their inner frames
-GUARD_PRIORITY = 2500  # the RA and ARP guards' table-0 flows (evio.sdn.neighbor_guard); +1: a certified pair's
+GUARD_PRIORITY = 2500  # the RA and ARP guards' table-0 flows (evio.sdn.neighbor_guard); +1: a certified pair's;
+# +2: a tunnel port's frames the guards refuse (a VLAN-0 or second tag, ARP Open vSwitch does not read)
 
 
 @dataclass(frozen=True)
@@ -175,14 +176,18 @@ class DeletePolicyFlow:
 
 @dataclass(frozen=True)
 class AddGuardFlow:
-    """Install a table-0 guard flow (evio.sdn.neighbor_guard): `fields` as OpenFlow match keywords; `to_switching`
-    goes on to table 1 at GUARD_PRIORITY + 1 (a certified pair), else the frame goes to the controller."""
+    """Install a table-0 guard flow (evio.sdn.neighbor_guard): `fields` as OpenFlow match keywords (a masked one as
+    (value, mask)); `to_switching` goes on to table 1 at GUARD_PRIORITY + 1 (a certified pair), else the frame goes
+    to the controller, at GUARD_PRIORITY + 2 if `unreadable` (a tunnel port's frames the guards refuse)."""
 
-    fields: tuple[tuple[str, int | str], ...]
+    fields: tuple[tuple[str, int | str | tuple[int, int]], ...]
     to_switching: bool
+    unreadable: bool = False
 
     @property
     def priority(self) -> int:
+        if self.unreadable:
+            return GUARD_PRIORITY + 2
         return GUARD_PRIORITY + 1 if self.to_switching else GUARD_PRIORITY
 
 

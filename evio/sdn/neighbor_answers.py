@@ -60,6 +60,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _ARP = struct.Struct("!6s6sHHHBBH6s4s6s4s")
 _IPV6 = struct.Struct("!IHBB16s16s")  # version/class/flow, payload length, next header, hop limit, src, dst
 _ICMPV6 = 58
+_EXTENSIONS = (0, 43, 60)  # hop-by-hop, routing, destination options: ND may follow them (RFC 4861 asks no less)
+_FRAGMENT = 44
 _NS, _NA = 135, 136
 _NA_ROUTER, _NA_SOLICITED, _NA_OVERRIDE = 0x80000000, 0x40000000, 0x20000000
 _OPT_SOURCE_LL, _OPT_TARGET_LL = 1, 2
@@ -84,8 +86,10 @@ class NeighborMessage:
     announcement: bool = False  # gratuitous ARP, unsolicited advertisement: meant for everyone, never answered
 
 
-def parse(frame: bytes) -> NeighborMessage | None:
-    """The ARP or NDP message in an untagged frame, or None (no exception for bad input)."""
+def parse(frame: bytes, icmpv6: tuple[int, int, bool] | None = None) -> NeighborMessage | None:
+    """The ARP or NDP message in an untagged frame, or None (no exception for bad input). ARP of hardware type 1
+    or 6 (Linux takes both on Ethernet: review21k K3); neighbour discovery past extension headers (K6), never in
+    a fragment. `icmpv6`: what `icmpv6_at(frame)` said, if the caller asked already (the guards do)."""
     if len(frame) < 14:
         return None
     ethertype = int.from_bytes(frame[12:14], "big")
@@ -97,17 +101,37 @@ def parse(frame: bytes) -> NeighborMessage | None:
         return NeighborMessage(kind, arp.eth_src, arp.sender_mac, arp.sender_ip, arp.target_ip,
                                announcement=arp.is_gratuitous)  # fmt: skip
     if ethertype == ETH_TYPE_IPV6:
-        return _parse_nd(frame)
+        return _parse_nd(frame, icmpv6 or icmpv6_at(frame))
     return None
 
 
-def _parse_nd(frame: bytes) -> NeighborMessage | None:
-    if len(frame) < 14 + _IPV6.size + 24:
+def icmpv6_at(frame: bytes) -> tuple[int, int, bool] | None:
+    """(ICMPv6 type, offset of the ICMPv6 header, whether in a fragment) of an untagged IPv6 frame, past any
+    hop-by-hop, routing and destination-options headers and a first fragment's header, as Linux and OVS read
+    them (review21k K6); None: no ICMPv6 header to read (another protocol, a later fragment, truncated)."""
+    if len(frame) < 54 or frame[12:14] != b"\x86\xdd":
         return None
-    _, length, next_header, hop_limit, src, _ = _IPV6.unpack_from(frame, 14)
-    icmp = frame[14 + _IPV6.size : 14 + _IPV6.size + length]
-    # RFC 4861 7.1.1/7.1.2: hop limit 255 (from the link itself), no extension headers here, code 0.
-    if next_header != _ICMPV6 or hop_limit != 255 or len(icmp) < 24 or len(icmp) != length or icmp[1] != 0:
+    proto, at, fragment = frame[20], 54, False
+    while len(frame) >= at + 8:
+        if proto in _EXTENSIONS:
+            proto, at = frame[at], at + 8 + frame[at + 1] * 8
+        elif proto == _FRAGMENT and not int.from_bytes(frame[at + 2:at + 4], "big") & 0xFFF8:
+            proto, at, fragment = frame[at], at + 8, True  # a first fragment: its headers are all in it (RFC 7112)
+        else:
+            break
+    if proto != _ICMPV6 or len(frame) <= at:
+        return None
+    return frame[at], at, fragment
+
+
+def _parse_nd(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMessage | None:
+    if found is None or found[0] not in (_NS, _NA) or found[2]:
+        return None  # RFC 6980: no neighbour discovery in fragments (Linux's suppress_frag_ndisc)
+    _, length, _, hop_limit, src, _ = _IPV6.unpack_from(frame, 14)
+    at, end = found[1], 14 + _IPV6.size + length
+    icmp = frame[at:end]
+    # RFC 4861 7.1.1/7.1.2: hop limit 255 (from the link itself), code 0; extension headers may come first (K6).
+    if hop_limit != 255 or len(icmp) < 24 or end > len(frame) or icmp[1] != 0:
         return None
     kind, flags, target = icmp[0], int.from_bytes(icmp[4:8], "big"), ipaddress.IPv6Address(icmp[8:24])
     if kind not in (_NS, _NA) or target.is_multicast:

@@ -17,16 +17,28 @@ holds two flows per certified IPv4 address (bounded by `MAX_GUARDED`): the true 
 other ARP naming the address goes to the controller, which applies this check (and the per-port packet-in rate).
 Neighbour solicitations and advertisements in FRBs and packet-ins are checked the same way.
 
+Read as the kernel reads it, or refused (decision 0068, amended for review21k K1-K3 and K6). A frame from a tunnel
+port is judged as the receiving kernel will take it (`as_received`): Linux strips any number of VLAN-0
+(priority) tags and delivers the frame as untagged, and takes ARP of hardware type 6 as it takes 1, and
+neighbour discovery behind extension headers. So a frame with a VLAN-0 tag, or a second tag (Open vSwitch
+reads one: its vlan-limit is 1), ARP other than Ethernet/IPv4 request or reply, and neighbour discovery in a
+fragment (RFC 6980) or malformed are dropped from tunnel ports and counted (`Drop.UNREADABLE_FRAME`); one tag
+of a non-zero VLAN id (a host's VLAN device takes it: an attached trunk's frames) is read through, so a
+tagged RA or ARP is judged like an untagged one. Table 0 sends each tunnel port's such frames to the controller
+(`tunnel_flows`, above the certified pairs' flows), so none rides a flow past the check: Open vSwitch reads no
+ARP field of hardware type 6 (all 0: `arp_op=0` matches it) and matches `eth_type` past one tag only.
+
 Pure: frames in, verdicts and flow descriptions out.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from evio.sdn.flow_actions import AddGuardFlow
-from evio.sdn.neighbor_answers import IPAddress, NeighborMessage
+from evio.sdn.garp import is_readable_arp
+from evio.sdn.neighbor_answers import IPAddress, NeighborMessage, icmpv6_at
 
 ETH_TYPE_ARP = 0x0806
 ETH_TYPE_IPV6 = 0x86DD
@@ -34,21 +46,33 @@ ICMPV6 = 58
 ROUTER_ADVERTISEMENT, REDIRECT = 134, 137
 ROUTER_TYPES = (ROUTER_ADVERTISEMENT, REDIRECT)
 MAX_GUARDED = 4096  # certified IPv4 addresses guarded by flows (two each); members beyond: packet-ins still checked
-_EXTENSIONS = (0, 43, 60)  # hop-by-hop, routing, destination options: an RA may hide behind them (RFC 7113)
-_FRAGMENT = 44
+ND_TYPES = frozenset(range(133, 138))  # router solicitation and advertisement, neighbour ones, redirect
+NEIGHBOR_TYPES = (135, 136)  # what `neighbor_answers.parse` reads
+_TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad: Linux and Open vSwitch read both as a VLAN tag
+VLAN_PRESENT = 0x1000  # OFPVID_PRESENT in an OpenFlow vlan_vid
+
+
+def as_received(frame: bytes) -> bytes | None:
+    """A frame from a tunnel port as the receiving kernel reads it, for the guards: untagged as it is, one tag of a
+    VLAN id other than 0 removed (a host's VLAN device takes the frame so); None where the switch refuses it
+    instead: a VLAN-0 tag (Linux strips any number of them and takes the frame as untagged: K1, K2), a second
+    tag (more than Open vSwitch reads), a truncated tag, or ARP `parse_arp` does not read (K3)."""
+    kind = frame[12:14]
+    if kind in _TAGS:
+        if len(frame) < 18 or not (frame[14] & 0x0F or frame[15]) or frame[16:18] in _TAGS:
+            return None
+        frame = frame[:12] + frame[16:]
+        kind = frame[12:14]
+    if kind == b"\x08\x06" and not is_readable_arp(frame):
+        return None
+    return frame
 
 
 def icmpv6_type(frame: bytes) -> int | None:
     """The ICMPv6 type of an untagged IPv6 frame (after any extension headers), or None. A fragment is not read:
-    the kernel ignores fragmented neighbour discovery (RFC 6980), and OVS reads no type from it either."""
-    if len(frame) < 54 or frame[12:14] != b"\x86\xdd":
-        return None
-    proto, at = frame[20], 54
-    while proto in _EXTENSIONS and len(frame) >= at + 8:
-        proto, at = frame[at], at + 8 + frame[at + 1] * 8
-    if proto != ICMPV6 or len(frame) <= at:
-        return None
-    return frame[at]
+    the kernel ignores fragmented neighbour discovery (RFC 6980), and the guard drops it (`ND_TYPES`)."""
+    found = icmpv6_at(frame)
+    return None if found is None or found[2] else found[0]
 
 
 def is_router_message(frame: bytes) -> bool:
@@ -74,8 +98,8 @@ def spoofs_certified(certified: Mapping[IPAddress, str], msg: NeighborMessage) -
     return msg.eth_src.lower() != mac or (msg.sender_mac is not None and msg.sender_mac.lower() != mac)
 
 
-def guard_flows(certified: Mapping[IPAddress, str]) -> frozenset[AddGuardFlow]:
-    """The table-0 flows of the guards for these certified addresses."""
+def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] = ()) -> frozenset[AddGuardFlow]:
+    """The table-0 flows of the guards for these certified addresses and tunnel ports."""
     flows = {AddGuardFlow((("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6), ("icmpv6_type", kind)), to_switching=False)
              for kind in ROUTER_TYPES}
     ipv4 = sorted((ip, mac.lower()) for ip, mac in certified.items() if isinstance(ip, ipaddress.IPv4Address))
@@ -83,4 +107,18 @@ def guard_flows(certified: Mapping[IPAddress, str]) -> frozenset[AddGuardFlow]:
         flows.add(AddGuardFlow((("eth_type", ETH_TYPE_ARP), ("arp_spa", str(ip))), to_switching=False))
         flows.add(AddGuardFlow((("eth_type", ETH_TYPE_ARP), ("eth_src", mac), ("arp_spa", str(ip)), ("arp_sha", mac)),
                                to_switching=True))
+    for port in tunnel_ports:
+        flows |= tunnel_flows(port)
     return frozenset(flows)
+
+
+def tunnel_flows(port: int) -> set[AddGuardFlow]:
+    """A tunnel port's frames `as_received` refuses, as Open vSwitch (vlan-limit 1) can match them, to the controller:
+    a VLAN-0 tag; a second tag (its type is then the frame's `eth_type`); ARP whose fields OVS does not read (a
+    hardware type other than 1, say: every ARP field 0) or whose op is none (0, or above 255)."""
+    return {
+        AddGuardFlow((("in_port", port), ("vlan_vid", (VLAN_PRESENT, 0x1FFF))), to_switching=False, unreadable=True),
+        *(AddGuardFlow((("in_port", port), ("vlan_vid", (VLAN_PRESENT, VLAN_PRESENT)), ("eth_type", int(tag.hex(), 16))),
+                       to_switching=False, unreadable=True) for tag in _TAGS),
+        AddGuardFlow((("in_port", port), ("eth_type", ETH_TYPE_ARP), ("arp_op", 0)), to_switching=False, unreadable=True),
+    }

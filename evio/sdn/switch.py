@@ -130,7 +130,7 @@ from evio.sdn.flow_book import FlowBook
 from evio.sdn.garp import ETH_TYPE_ARP
 from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 from evio.sdn.link_local import LINK_LOCAL_MULTICAST_RATE, ROUTER_SOLICITATION_RATE, LinkLocalKind, link_local_kind
-from evio.sdn.neighbor_answers import ASK_WINDOW, IPAddress, NeighborAnswers, NeighborMessage
+from evio.sdn.neighbor_answers import ASK_WINDOW, IPAddress, NeighborAnswers, NeighborMessage, icmpv6_at
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.switch_terms import (
     ETH_HEADER_LEN,
@@ -311,6 +311,7 @@ class BoundedFloodSwitch:
         self.ipv6_routers: frozenset[int] = frozenset()
         self._guards: frozenset[AddGuardFlow] = frozenset()
         self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
+        self._guarded_tunnels: frozenset[int] = frozenset()  # and the tunnel ports
 
     @property
     def broadcasts_seen(self) -> int:
@@ -339,7 +340,7 @@ class BoundedFloodSwitch:
                  format_node_id(port.peer) if port.peer is not None else None)
         if port.kind is PortKind.PEER:
             actions += self._leaf_announce(port)
-        return actions
+        return actions + self.guard_sync()  # a tunnel port's guard flows before any flow from it (K1-K3)
 
     def port_removed(self, port_no: int, now: float) -> list[FlowAction]:
         """A port went: its flows and everything learned on it go at once."""
@@ -365,7 +366,7 @@ class BoundedFloodSwitch:
         log.info("port removed port=%s name=%s forgot=%d", port_no, port.name, len(forgotten))
         # DeleteFlowsOfPort also removes the flows that output to the port,
         # so nothing still leads to the forgotten MACs.
-        return self._booked([DeleteFlowsOfPort(port_no)])
+        return self._booked([DeleteFlowsOfPort(port_no)]) + self.guard_sync()
 
     def _leaf_announce(self, port: SwitchPort) -> list[FlowAction]:
         # Stale MACs not yet expired are announced too: harmless, they age out at the peer as here.
@@ -790,9 +791,17 @@ class BoundedFloodSwitch:
 
     def guard_allows(self, in_port: int, data: bytes, root: int | None, now: float) -> bool:
         """Whether a frame from a tunnel port passes the RA and ARP guards (decision 0068); `root` the FRB's, if
-        it came in one. A frame refused is counted, and said once per port and interval."""
+        it came in one. The frame is judged as the receiving kernel reads it, or refused where it cannot be
+        (`neighbor_guard.as_received`). A frame refused is counted, and said once per port and interval."""
+        if data[12:14] == b"\x08\x00":
+            return True  # untagged IPv4: no router message, ARP or ND (a flow's first frame, mostly: kept quick)
         reason: Drop | None = None
-        if neighbor_guard.is_router_message(data):
+        frame = neighbor_guard.as_received(data)
+        found = None if frame is None else icmpv6_at(frame)  # (ICMPv6 type, offset, in a fragment)
+        kind = None if found is None or found[2] else found[0]
+        if frame is None or found is not None and found[2] and found[0] in neighbor_guard.ND_TYPES:
+            reason = Drop.UNREADABLE_FRAME  # review21k K1-K3, and neighbour discovery in a fragment (RFC 6980)
+        elif kind in neighbor_guard.ROUTER_TYPES:
             src = data[6:12].hex(":")
             if root is None:  # a unicast one: its sender is the member holding (or rooting) its source MAC
                 owner = self.mac_owners.get(src)
@@ -800,10 +809,12 @@ class BoundedFloodSwitch:
                 root = owner if self.mac_owners else (entry.root if entry is not None else None)
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
-        elif (self.neighbors.certified and data[12:14] in (b"\x08\x06", b"\x86\xdd")
-              and (msg := parse_neighbor(data)) is not None
-              and neighbor_guard.spoofs_certified(self.neighbors.certified, msg)):
-            reason = Drop.CERTIFIED_ADDRESS_SPOOFED
+        elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.NEIGHBOR_TYPES):
+            msg = parse_neighbor(frame, found)
+            if msg is None:
+                reason = Drop.UNREADABLE_FRAME  # a solicitation or advertisement the guard cannot read (K6)
+            elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):
+                reason = Drop.CERTIFIED_ADDRESS_SPOOFED
         if reason is None:
             return True
         self._bounded(reason, in_port, now, f"src={data[6:12].hex(':')}")
@@ -813,13 +824,16 @@ class BoundedFloodSwitch:
         return False
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
-        """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`)."""
+        """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified
+        addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`)."""
+        tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
         if cleared:
             self._guards = frozenset()
-        elif self._guarded == self.neighbors.certified:
+        elif self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels:
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
-        wanted = neighbor_guard.guard_flows(self._guarded)
+        self._guarded_tunnels = tunnels
+        wanted = neighbor_guard.guard_flows(self._guarded, sorted(tunnels))
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted

@@ -81,6 +81,9 @@ class Drop(enum.Enum):
                     "(evio.sdn.neighbor_guard, decision 0068)")
     CERTIFIED_ADDRESS_SPOOFED = ("ARP or neighbour discovery from a tunnel port speaking for a member's certified "
                                  "address with another MAC (evio.sdn.neighbor_guard, decision 0068)")
+    UNREADABLE_FRAME = ("a frame from a tunnel port the guards cannot read as the receiving kernel will: a VLAN-0 "
+                        "(priority) tag or a second tag, ARP other than Ethernet/IPv4 request or reply, neighbour "
+                        "discovery in a fragment or malformed (evio.sdn.neighbor_guard, decision 0068 amended)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,8 +48,9 @@ from typing import Any
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
 from evio.ids import RING_SIZE
-from evio.sdn import l2policy, neighbor_guard
+from evio.sdn import l2policy
 from evio.sdn.flow_actions import SWITCHING_TABLE, UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
+from evio.sdn.neighbor_answers import icmpv6_at
 from evio.sdn.openflow_messages import (
     EVIO_COOKIE,
     EVIO_COOKIE_MASK,
@@ -427,13 +428,20 @@ def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
 
 
 def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:
-    """The fields the RA and ARP guards match (evio.sdn.neighbor_guard), as OVS reads them."""
-    if packet.get("eth_type") == 0x0806 and len(frame) >= 42:
-        packet.setdefault("arp_sha", frame[22:28].hex(":"))
-        packet.setdefault("arp_spa", ".".join(str(b) for b in frame[28:32]))
-    kind = neighbor_guard.icmpv6_type(frame)
-    if kind is not None:
-        packet["icmpv6_type"] = kind
+    """The fields the RA and ARP guards match (evio.sdn.neighbor_guard), as OVS reads them: past one VLAN tag (its
+    vlan-limit is 1); ARP's fields only for hardware type 1 with IPv4 and lengths 6 and 4, its op only up to 255,
+    all 0 otherwise (lib/flow.c); the ICMPv6 type past extension headers, a first fragment's too."""
+    if packet.get("vlan_vid"):
+        frame = frame[:12] + frame[16:]
+    if packet.get("eth_type") == 0x0806:
+        ethernet_ipv4 = len(frame) >= 42 and frame[14:16] == b"\x00\x01" and frame[16:20] == b"\x08\x00\x06\x04"
+        op = int.from_bytes(frame[20:22], "big") if ethernet_ipv4 else 0
+        packet["arp_op"] = op if op <= 0xFF else 0
+        packet["arp_sha"] = frame[22:28].hex(":") if ethernet_ipv4 else "00:00:00:00:00:00"
+        packet["arp_spa"] = ".".join(str(b) for b in frame[28:32]) if ethernet_ipv4 else "0.0.0.0"
+    found = icmpv6_at(frame)
+    if found is not None:
+        packet["icmpv6_type"] = found[0]
 
 
 def _masked(value: Any, mask: Any) -> Any:

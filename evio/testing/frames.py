@@ -1,6 +1,8 @@
 """Ethernet frames as unit tests of the switch logic send them: hosts' MACs, broadcasts, ARP.
 
-Frames are the minimum Ethernet payload long (46 bytes) unless a test gives its own payload.
+Frames are the minimum Ethernet payload long (46 bytes) unless a test gives its own payload. An ARP frame's
+default payload is a well-formed request (a probe: Ethernet/IPv4, sender `src` at 0.0.0.0): the switch drops ARP
+it cannot read from tunnel ports (decision 0068, amended for review21k K3).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ _ARP = 0x0806
 _ARP_HEADER = b"\x00\x01\x08\x00\x06\x04"  # Ethernet, IPv4, 6-byte MACs, 4-byte addresses (RFC 826)
 
 
-def eth(dst: bytes | str, src: str, ethertype: int = 0x0800, payload: bytes = b"x" * 46) -> bytes:
+def eth(dst: bytes | str, src: str, ethertype: int = 0x0800, payload: bytes | None = None) -> bytes:
     """A frame from `src` to `dst` (a MAC string, or 6 bytes such as `BROADCAST`)."""
+    if payload is None:
+        payload = (_ARP_HEADER + b"\x00\x01" + frb.parse_mac(src)).ljust(46, b"\x00") if ethertype == _ARP else b"x" * 46
     to = dst if isinstance(dst, bytes) else frb.parse_mac(dst)
     return to + frb.parse_mac(src) + ethertype.to_bytes(2, "big") + payload
 

@@ -5,7 +5,8 @@
 - Tagged frames sent on one node's bridge port (AF_PACKET: this machine has no 8021q module for VLAN
   devices) arrive tag and all on the other's: broadcast (the FRB path), unicast (the controller's
   first frame, then the flow it installs) and the answer back (learned from them); a rule on a VLAN
-  drops that VLAN's frames only.
+  drops that VLAN's frames only; a priority-tagged or double-tagged frame is dropped where it enters node2
+  and counted (decision 0068 amended).
 """
 
 from __future__ import annotations
@@ -221,3 +222,19 @@ def test_tagged_frames_cross_end_to_end_with_their_tag_and_a_vlan_rule_drops_onl
         assert rules[2]["frb_packets"] >= 1  # the broadcast, dropped by its inner frame in the controller
     finally:
         set_policy(lab, [])
+
+
+def test_priority_tagged_and_double_tagged_frames_are_dropped_where_they_enter_a_node_and_counted(lab: Lab) -> None:
+    """Decision 0068 amended (review21k K1, K2): the kernel would take a priority-tagged frame as untagged, past the
+    guards and the policy; Open vSwitch reads one tag. Real OVS takes the tunnel ports' guard flows and matches them."""
+    mac1, mac2 = bridge_mac(lab, 1), bridge_mac(lab, 2)
+    flows = lab.ovs(2).ofctl("dump-flows", BRIDGE, "table=0")
+    assert "dl_vlan=0" in flows and "arp_op=0" in flows and "dl_type=0x8100" in flows, flows
+    before = overlay(lab, 2)["drops"].get("UNREADABLE_FRAME", 0)
+    double = mac2 + mac1 + bytes.fromhex("8100002a81000007") + ETH_TYPE_TEST.to_bytes(2, "big") + b"evio-qinq" + (
+        b"\x00" * 40)
+    refused = [tagged(mac2, mac1, 0, b"evio-prio-uni"), tagged(b"\xff" * 6, mac1, 0, b"evio-prio-bcast"), double]
+    kept = [tagged(mac2, mac1, 42, b"evio-one-tag")]
+    assert carry(lab, 1, 2, refused + kept, b"evio-", 4) == kept
+    wait_for_value(lambda: overlay(lab, 2)["drops"].get("UNREADABLE_FRAME", 0), lambda n: n >= before + 3,
+                   COUNT_TIMEOUT, what="node2's UNREADABLE_FRAME drops counted")

@@ -44,7 +44,7 @@ def storm(k_roots: int) -> dict[str, int]:
         net.from_neighbour(first_hop, hostile, forged(eth(BROADCAST, random_mac(rng), 0x0806), root, ids[4]))
         if i % 100 == 0:
             arps += 1
-            net.inject(victim, 1, eth(BROADCAST, victim_mac, 0x0806)[:14] + arps.to_bytes(2, "big") + b"a" * 44)
+            net.inject(victim, 1, eth(BROADCAST, victim_mac, 0x0806)[:38] + arps.to_bytes(4, "big") + b"a" * 18)
     at_target = net.nodes[target].received[1][start:]
     answered = [f for f in at_target if f[6:12] == frb.parse_mac(victim_mac)]
     flood = [f for f in at_target if f[6:12] != frb.parse_mac(victim_mac) and f[:6] == b"\xff" * 6]
@@ -95,7 +95,7 @@ def two_hostile_members(k_roots: int, seconds: float = 6.0) -> tuple[int, int, i
         )
         if i % 100 == 0:
             arps += 1
-            net.inject(first_hop, 1, eth(BROADCAST, victim_mac, 0x0806)[:14] + arps.to_bytes(2, "big") + b"a" * 44)
+            net.inject(first_hop, 1, eth(BROADCAST, victim_mac, 0x0806)[:38] + arps.to_bytes(4, "big") + b"a" * 18)
     at = net.nodes[target].received[1][start:]
     arrived = sum(1 for f in at if f[6:12] == frb.parse_mac(victim_mac))
     return arps, arrived, net.nodes[second].switch.drops[Drop.RATE_LIMITED]

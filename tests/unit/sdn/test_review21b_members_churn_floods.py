@@ -63,7 +63,7 @@ def real_members_as_roots(n: int, seconds: float = 3.0) -> tuple[int, int, int]:
         net.from_neighbour(first_hop, hostile2, forged(eth(BROADCAST, random_mac(rng), 0x0806), r2, r2))
         if i % 100 == 0:
             arps += 1
-            net.inject(first_hop, 1, eth(BROADCAST, victim_mac, 0x0806)[:14] + arps.to_bytes(2, "big") + b"a" * 44)
+            net.inject(first_hop, 1, eth(BROADCAST, victim_mac, 0x0806)[:38] + arps.to_bytes(4, "big") + b"a" * 18)
     at = net.nodes[target].received[1][start:]
     arrived = sum(1 for f in at if f[6:12] == frb.parse_mac(victim_mac))
     print("drops at the first hop:", dict(net.nodes[first_hop].switch.drops))

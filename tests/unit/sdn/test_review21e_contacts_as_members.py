@@ -40,7 +40,7 @@ def storm(listed: bool) -> tuple[int, int]:
         net.from_neighbour(first_hop, hostile, forged(eth(BROADCAST, random_mac(rng), 0x0806), roots[i % 40], ids[4]))
         if i % 100 == 0:
             arps += 1
-            net.inject(first_hop, 1, eth(BROADCAST, victim_mac, 0x0806)[:14] + arps.to_bytes(2, "big") + b"a" * 44)
+            net.inject(first_hop, 1, eth(BROADCAST, victim_mac, 0x0806)[:38] + arps.to_bytes(4, "big") + b"a" * 18)
     arrived = sum(1 for f in net.nodes[target].received[1][start:] if f[6:12] == frb.parse_mac(victim_mac))
     return arrived, arps
 

@@ -45,7 +45,6 @@ def arp(dst: str, src: str, op: int, sender_ip: str, target_mac: str, target_ip:
                        ipaddress.IPv4Address(target_ip).packed).ljust(60, b"\x00")  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="review21k K3: ARP of hardware type 6 is not read by the ARP guard")
 @pytest.mark.parametrize("how", ["unicast", "flooded"])
 def test_arp_of_hardware_type_6_for_a_certified_address_does_not_reach_the_interface(how: str) -> None:
     net, ids, macs, _ = trusted_ring(4)

@@ -32,8 +32,6 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-import pytest
-
 from evio.sdn import frb
 from evio.sdn.switch import Drop
 from evio.testing.fake_flow_table import FakeNetwork
@@ -83,7 +81,6 @@ def test_a_plain_advertisement_for_a_certified_address_is_dropped() -> None:
     assert _sent_to_u(with_extension=False) == (False, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="review21k K6: an NA behind a destination-options header is not read")
 def test_an_advertisement_behind_an_extension_header_is_dropped_too() -> None:
     delivered, drops = _sent_to_u(with_extension=True)
     print(f"NA for V's certified fd00::3 at A's MAC behind destination options delivered to u's interface: "

@@ -26,8 +26,6 @@ OVS reads what `frame_fields` reads (or make `frame_fields` read one tag, as OVS
 
 from __future__ import annotations
 
-import pytest
-
 from evio.config.model import PolicyRule
 from tests.unit.sdn.test_sdn_l2policy import drop_count, eth, ipv4, tcp, two_nodes, with_policy
 
@@ -38,7 +36,6 @@ def priority_tagged(frame: bytes, tags: int) -> bytes:
     return frame[:12] + b"\x81\x00\x00\x00" * tags + frame[12:]
 
 
-@pytest.mark.xfail(strict=True, reason="review21k K2: three VLAN-0 tags hide a frame's IP fields from the policy")
 def test_a_members_tagged_frame_meets_the_policy_as_the_kernel_reads_it() -> None:
     net, mac1, mac2 = two_nodes()
     with_policy(net, 0x200, NO_SSH_FROM_MEMBERS)

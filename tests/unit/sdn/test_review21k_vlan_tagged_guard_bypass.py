@@ -54,7 +54,6 @@ def _drops(net: FakeNetwork, ids: list[int], reason: Drop) -> int:
     return sum(net.nodes[n].switch.drops[reason] for n in ids)
 
 
-@pytest.mark.xfail(strict=True, reason="review21k K1: a VLAN-0 tag hides an RA from the RA guard")
 @pytest.mark.parametrize("tags", [1, 3])  # Linux strips any number of VLAN-0 tags; a fix reading two is not enough
 def test_a_priority_tagged_router_advertisement_does_not_reach_other_nodes_interfaces(tags: int) -> None:
     net, ids = ring_network(6)
@@ -68,7 +67,6 @@ def test_a_priority_tagged_router_advertisement_does_not_reach_other_nodes_inter
     assert not reached
 
 
-@pytest.mark.xfail(strict=True, reason="review21k K1: a VLAN-0 tag hides ARP for a certified address from the guard")
 @pytest.mark.parametrize("how", ["flooded", "unicast"])
 def test_a_priority_tagged_arp_for_a_certified_address_does_not_reach_the_interface(how: str) -> None:
     net, ids, macs, _ = trusted_ring(4)

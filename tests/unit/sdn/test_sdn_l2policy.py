@@ -76,6 +76,11 @@ def ipv6(next_header: int, payload: bytes, hop_by_hop: bool = False) -> bytes:
                        b"\xff\x02" + b"\0" * 13 + b"\x01") + payload
 
 
+def arp_body(sender: str, op: int = 1) -> bytes:
+    """A well-formed Ethernet/IPv4 ARP body: the switch drops ARP it cannot read from tunnels (0068, review21k K3)."""
+    return struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, op, mac_bytes(sender), bytes(4), bytes(6), bytes(4))
+
+
 ICMPV6_ECHO = bytes([128, 0, 0, 0, 0, 1, 0, 1]) + b"p" * 32
 
 
@@ -209,8 +214,8 @@ def two_nodes() -> tuple[FakeNetwork, str, str]:
     mac1, mac2 = net.nodes[0x100].switch.ports[1].hw_addr, net.nodes[0x200].switch.ports[1].hw_addr
     assert mac1 is not None and mac2 is not None
     # Each host learned where the other is (an ARP each way), so unicast has flows.
-    net.inject(0x100, 1, eth(BCAST, mac1, 0x0806, b"a" * 28))
-    net.inject(0x200, 1, eth(mac1, mac2, 0x0806, b"r" * 28))
+    net.inject(0x100, 1, eth(BCAST, mac1, 0x0806, arp_body(mac1)))
+    net.inject(0x200, 1, eth(mac1, mac2, 0x0806, arp_body(mac2, 2)))
     for node in net.nodes.values():
         node.received[1].clear()
     return net, mac1, mac2
@@ -278,7 +283,7 @@ def test_a_reload_that_removes_the_rule_lets_the_frames_through_again() -> None:
 
 def test_tagged_frames_cross_the_frb_path_and_unicast_flows_with_their_tag() -> None:
     net, mac1, mac2 = two_nodes()
-    tagged_broadcast = eth(BCAST, mac1, 0x0806, b"a" * 28, vlan=42)
+    tagged_broadcast = eth(BCAST, mac1, 0x0806, arp_body(mac1), vlan=42)
     net.inject(0x100, 1, tagged_broadcast)
     assert net.nodes[0x200].received[1] == [tagged_broadcast]  # through an FRB, tag and all
     tagged = eth(mac2, mac1, 0x0800, ipv4(17, udp(1, 2)), vlan=42)
@@ -297,7 +302,7 @@ def test_tagged_frames_cross_the_frb_path_and_unicast_flows_with_their_tag() -> 
 def test_frbs_pass_table_0_whatever_the_rules() -> None:
     net, mac1, mac2 = two_nodes()
     with_policy(net, 0x200, ONLY_IP)  # "rest" would drop ethertype 0xC0C0 if FRBs met the rules
-    arp = eth(BCAST, mac1, 0x0806, b"a" * 28)
+    arp = eth(BCAST, mac1, 0x0806, arp_body(mac1))
     net.inject(0x100, 1, arp)
     assert net.nodes[0x200].received[1] == [arp]
 

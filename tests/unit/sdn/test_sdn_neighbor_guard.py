@@ -133,7 +133,8 @@ def test_the_guards_flows_are_two_plus_two_per_certified_ipv4_address_and_follow
     def guards() -> int:
         return sum(1 for f in node.table.entries if f.cookie == GUARD_COOKIE)
 
-    assert guards() == 2 + 2 * 3  # RA and redirect; the three others' addresses
+    # RA and redirect; the three others' addresses; four for each of its two tunnel ports (review21k K1-K3)
+    assert guards() == 2 + 2 * 3 + 4 * 2
     node.switch.neighbors.certified = {}
     net.advance(0.5)
-    assert guards() == 2
+    assert guards() == 2 + 4 * 2

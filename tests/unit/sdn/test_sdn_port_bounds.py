@@ -199,7 +199,7 @@ def test_a_member_flooding_at_its_full_rate_reaches_past_its_neighbour_thinned_a
         net.from_neighbour(first_hop, hostile, forged(eth(BROADCAST, random_mac(rng), 0x0806), root, ids[4]))
         if i % 100 == 0:  # the victim's host ARPs ten times a second
             arps += 1
-            net.inject(victim, 1, eth(BROADCAST, victim_mac, 0x0806)[:14] + arps.to_bytes(2, "big") + b"a" * 44)
+            net.inject(victim, 1, eth(BROADCAST, victim_mac, 0x0806)[:38] + arps.to_bytes(4, "big") + b"a" * 18)
     at_target = net.nodes[target].received[1]
     answered = [f for f in at_target if f[6:12] == frb.parse_mac(victim_mac)]
     assert len(answered) == arps  # every ARP of the victim's host reached the host it asked

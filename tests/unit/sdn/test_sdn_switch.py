@@ -7,8 +7,8 @@ import random
 import pytest
 
 from evio.ids import sorted_clockwise
-from evio.sdn import frb, garp
-from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, FlowMatch, PacketOut
+from evio.sdn import frb, garp, neighbor_guard
+from evio.sdn.flow_actions import AddFlow, DeleteFlowsOfPort, DeleteFlowsToMac, DeleteGuardFlow, FlowMatch, PacketOut
 from evio.sdn.learning_table import MOVE_HOLD
 from evio.sdn.switch import FLOW_HARD_TIMEOUT, BoundedFloodSwitch, Drop, PortKind, SwitchPort
 from evio.testing.fake_flow_table import FakeNetwork, host_mac, symphony_network
@@ -177,7 +177,9 @@ def test_peer_port_removed_deletes_its_flows_and_learned_macs_at_once() -> None:
     sw = switch_with_ports()
     sw.packet_in(10, frb.pack(frb.broadcast(arp_request(H2), 200, 100, 1)), now=1)
     assert sw.learning.lookup(H2, now=1) is not None
-    assert sw.port_removed(10, now=2) == [DeleteFlowsOfPort(10)]
+    # Its flows, and the guard flows of the tunnel port (decision 0068 amended: review21k K1-K3).
+    assert sw.port_removed(10, now=2) == [DeleteFlowsOfPort(10),
+                                          *(DeleteGuardFlow(f) for f in sorted(neighbor_guard.tunnel_flows(10), key=repr))]
     assert sw.learning.lookup(H2, now=2) is None
     assert 200 not in sw.peer_ports()
 
