@@ -98,7 +98,7 @@ from dataclasses import dataclass
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
-from evio.sdn import frb, frb_receive, neighbor_guard, proactive_flows, segmentation
+from evio.sdn import frb, frb_receive, neighbor_guard, proactive_flows, router_addresses, segmentation
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.flood_shares import FloodShares
 from evio.sdn.flooding_bounds import (
@@ -283,6 +283,7 @@ class BoundedFloodSwitch:
         self.ipv6_routers: frozenset[int] = frozenset()
         self._guards: frozenset[AddGuardFlow] = frozenset()
         self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
+        self.router_addresses = router_addresses.RouterAddresses()  # named routers' link-local addresses (K7)
 
     @property
     def broadcasts_seen(self) -> int:
@@ -379,7 +380,10 @@ class BoundedFloodSwitch:
 
     def packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
         """A frame the bridge had no flow for (or an FRB, which always comes here)."""
-        return self._booked(self._packet_in(in_port, data, now))
+        actions = self._booked(self._packet_in(in_port, data, now))
+        if self.router_addresses.changed:  # an RA bound a router's address: its guard flows before the RA goes on
+            return self.guard_sync() + actions
+        return actions
 
     def _packet_in(self, in_port: int, data: bytes, now: float) -> list[FlowAction]:
         self.counters.packet_ins += 1
@@ -719,6 +723,7 @@ class BoundedFloodSwitch:
         for mac in [m for m, (port, at) in self._aged_hosts.items() if now - at >= HOSTED_GRACE or port not in leaves]:
             del self._aged_hosts[mac]
         self.neighbors.expire(now)
+        self.router_addresses.expire(now)
         for mac in self.learning.claimed():
             self._vouch_if_sending(mac, now)
         if self.mac_owners:
@@ -741,6 +746,10 @@ class BoundedFloodSwitch:
                 root = owner if self.mac_owners else (entry.root if entry is not None else None)
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
+            elif not self._router_address_allowed(data, root, now):
+                reason = Drop.ROUTER_ADDRESS_SPOOFED
+        elif self.router_addresses and self._router_address_spoofed(data, now):
+            reason = Drop.ROUTER_ADDRESS_SPOOFED
         elif (self.neighbors.certified and data[12:14] in (b"\x08\x06", b"\x86\xdd")
               and (msg := parse_neighbor(data)) is not None
               and neighbor_guard.spoofs_certified(self.neighbors.certified, msg)):
@@ -753,14 +762,28 @@ class BoundedFloodSwitch:
             self.port_drops[(port.name, reason)] += 1
         return False
 
+    def _router_address_allowed(self, data: bytes, router: int | None, now: float) -> bool:
+        """Whether a router advertisement the RA guard let by may bind its source address to `router` (a redirect:
+        nothing to bind), its source link-layer option a MAC the router holds (router_addresses.py, review21k K7)."""
+        said = router_addresses.claim(data)
+        if said is None or said.kind != neighbor_guard.ROUTER_ADVERTISEMENT or router is None:
+            return True  # router_allowed passes no router None
+        return self.router_addresses.admit_advert(router, said, self.mac_owners, now)
+
+    def _router_address_spoofed(self, data: bytes, now: float) -> bool:
+        """Whether a solicitation or advertisement speaks for a named router's bound address with a MAC the router
+        does not hold (router_addresses.py, review21k K7)."""
+        said = router_addresses.claim(data) if data[12:14] == b"\x86\xdd" else None
+        return said is not None and self.router_addresses.spoofs(said, self.mac_owners, now)
+
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`)."""
         if cleared:
             self._guards = frozenset()
-        elif self._guarded == self.neighbors.certified:
+        elif self._guarded == self.neighbors.certified and not self.router_addresses.changed:
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
-        wanted = neighbor_guard.guard_flows(self._guarded)
+        wanted = neighbor_guard.guard_flows(self._guarded) | self.router_addresses.flows()
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted

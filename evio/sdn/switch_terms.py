@@ -81,6 +81,9 @@ class Drop(enum.Enum):
                     "(evio.sdn.neighbor_guard, decision 0068)")
     CERTIFIED_ADDRESS_SPOOFED = ("ARP or neighbour discovery from a tunnel port speaking for a member's certified "
                                  "address with another MAC (evio.sdn.neighbor_guard, decision 0068)")
+    ROUTER_ADDRESS_SPOOFED = ("neighbour discovery from a tunnel port speaking for a named router's link-local "
+                              "address (an RA's source) with a MAC the router does not hold, or an RA that cannot "
+                              "bind its source to its router (evio.sdn.router_addresses, decision 0068 amended)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ they test the translation to OpenFlow too.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import random
 import struct
@@ -45,7 +46,7 @@ from typing import Any
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
 from evio.ids import RING_SIZE
-from evio.sdn import l2policy, neighbor_guard
+from evio.sdn import l2policy, neighbor_guard, router_addresses
 from evio.sdn.flow_actions import SWITCHING_TABLE, UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
 from evio.sdn.openflow_messages import (
     EVIO_COOKIE,
@@ -361,7 +362,19 @@ def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
         if kind is not None and fields.src_port is not None:
             packet[f"{kind}_src"], packet[f"{kind}_dst"] = fields.src_port, fields.dst_port
     _guard_fields(packet, frame)
+    _nd_fields(packet, frame)
     return packet
+
+
+def _nd_fields(packet: dict[str, Any], frame: bytes) -> None:
+    """The IPv6 source and a neighbour message's target, as OVS reads them (the target only for code 0), for the
+    guard of named routers' addresses (evio.sdn.router_addresses)."""
+    if packet.get("eth_type") != 0x86DD or len(frame) < 54:
+        return
+    packet["ipv6_src"] = str(ipaddress.IPv6Address(frame[22:38]))
+    said = router_addresses.claim(frame)
+    if said is not None and said.kind == 136:
+        packet["ipv6_nd_target"] = str(said.address)
 
 
 def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:
