@@ -40,6 +40,7 @@ _EXTENSIONS = (0, 43, 60)  # hop-by-hop, routing, destination options: the kerne
 _RS, _RA, _NS, _NA = 133, 134, 135, 136
 _FIXED = {_RS: 8, _RA: 16, _NS: 24, _NA: 24}  # bytes before the options
 _SOURCE_LL, _TARGET_LL = 1, 2
+_TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +62,11 @@ class _Binding:
 
 
 def claim(frame: bytes) -> Claim | None:
-    """The claim of an untagged IPv6 frame carrying an RS, RA, NS or NA of code 0 (past extension headers), or
-    None. The hop limit is not read: a frame the kernel ignores may be judged all the same."""
+    """The claim of an IPv6 frame carrying an RS, RA, NS or NA of code 0 (past one VLAN tag, as a host's VLAN device
+    takes it, and extension headers), or None. The hop limit is not read: a frame the kernel ignores may be judged
+    all the same."""
+    if frame[12:14] in _TAGS:
+        frame = frame[:12] + frame[16:]
     if len(frame) < 54 or frame[12:14] != b"\x86\xdd":
         return None
     proto, at = frame[20], 54

@@ -773,7 +773,7 @@ class BoundedFloodSwitch:
     def _router_address_spoofed(self, data: bytes, now: float) -> bool:
         """Whether a solicitation or advertisement speaks for a named router's bound address with a MAC the router
         does not hold (router_addresses.py, review21k K7)."""
-        said = router_addresses.claim(data) if data[12:14] == b"\x86\xdd" else None
+        said = router_addresses.claim(data) if data[12:14] != b"\x08\x00" else None  # (IPv4 first: the usual)
         return said is not None and self.router_addresses.spoofs(said, self.mac_owners, now)
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:

@@ -369,12 +369,16 @@ def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
 def _nd_fields(packet: dict[str, Any], frame: bytes) -> None:
     """The IPv6 source and a neighbour message's target, as OVS reads them (the target only for code 0), for the
     guard of named routers' addresses (evio.sdn.router_addresses)."""
+    if packet.get("vlan_vid"):
+        frame = frame[:12] + frame[16:]  # past one tag, as OVS reads (its vlan-limit is 1)
     if packet.get("eth_type") != 0x86DD or len(frame) < 54:
         return
     packet["ipv6_src"] = str(ipaddress.IPv6Address(frame[22:38]))
     said = router_addresses.claim(frame)
-    if said is not None and said.kind == 136:
-        packet["ipv6_nd_target"] = str(said.address)
+    if said is not None:
+        packet.setdefault("icmpv6_type", said.kind)  # past the tag too
+        if said.kind == 136:
+            packet["ipv6_nd_target"] = str(said.address)
 
 
 def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:

@@ -129,6 +129,21 @@ def test_a_unicast_advertisement_for_the_routers_address_rides_no_flow_past_the_
                                            Drop.ROUTER_ADDRESS_SPOOFED)] == 1
 
 
+def test_an_advertisement_for_the_routers_address_in_a_vlan_is_dropped_too() -> None:
+    # A host's VLAN device takes the tagged frame as its own: the guard reads past one tag, as table 0 matches.
+    net, ids, macs, _ = trusted_ring(6)
+    u, a, r = ids[0], ids[1], ids[3]
+    _named(net, ids, r)
+    net.inject(r, 1, advert(macs[r], macs[r]))
+    heard = len(net.nodes[u].received[1])
+    for solicited, dst in ((False, ALL_NODES), (True, macs[u])):
+        plain = neighbor_advert(macs[a], dst, RA_SOURCE, macs[a], solicited=solicited)
+        tagged = plain[:12] + b"\x81\x00\x00\x2a" + plain[12:]
+        net.inject(a, 1, tagged)
+        assert tagged not in net.nodes[u].received[1][heard:]
+    assert net.nodes[u].switch.drops[Drop.ROUTER_ADDRESS_SPOOFED] == 2
+
+
 def test_a_solicitation_from_the_routers_address_at_another_mac_is_dropped() -> None:
     net, ids, macs, _ = trusted_ring(6)
     u, a, r = ids[0], ids[1], ids[3]
