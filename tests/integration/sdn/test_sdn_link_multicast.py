@@ -200,10 +200,10 @@ def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works
         routes = lab.exec(i, ["ip", "-6", "route", "show", "default", "dev", BRIDGE], check=False).stdout
         assert f"via {router_ll}" in routes, f"node{i}: {routes}"
         assert f"nd_target={router_ll}" in lab.ovs(i).ofctl("dump-flows", BRIDGE, "table=0")
-    failed = [i for i in (2, 3)
-              if lab.exec(i, ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", BEHIND_ROUTER], check=False,
-                          timeout=20).returncode != 0]
-    assert failed == [], f"no answer from node -> an address behind the router: {failed}"
+    unreached = [i for i in (2, 3)
+                 if lab.exec(i, ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", BEHIND_ROUTER], check=False,
+                             timeout=20).returncode != 0]
+    assert unreached == [], f"no answer from node -> an address behind the router: {unreached}"
     assert all(int(lab.daemon_status(i)["overlays"]["ov1"]["drops"].get("ROUTER_ADDRESS_SPOOFED", 0)) == 0
                for i in (2, 3))
 
