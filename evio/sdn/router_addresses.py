@@ -97,18 +97,12 @@ class RouterAddresses:
     """The named routers' bound link-local addresses of one switch."""
 
     def __init__(self) -> None:
-        self._bound: dict[ipaddress.IPv6Address, _Binding] = {}
+        self.bound: dict[ipaddress.IPv6Address, _Binding] = {}  # (read it; an attribute: the guard asks per frame)
         self.changed = False  # the set of bound addresses changed since `flows` last ran
-
-    def __bool__(self) -> bool:
-        return bool(self._bound)
-
-    def addresses(self) -> frozenset[ipaddress.IPv6Address]:
-        return frozenset(self._bound)
 
     def admit_advert(self, router: int, ra: Claim, mac_owners: Mapping[str, int], now: float) -> bool:
         """Check 1: whether an RA `router` may send (the guard let it by) is taken; binds its source if so."""
-        held = self._bound.get(ra.address)
+        held = self.bound.get(ra.address)
         if held is not None and held.until < now:
             held = None  # expired: `expire` had not run yet
         mac = held.mac if held is not None and held.router == router else ra.eth_src
@@ -117,25 +111,25 @@ class RouterAddresses:
         if not _holds(router, mac, ra.eth_src, mac_owners) or (
                 ra.lladdr is not None and not _holds(router, mac, ra.lladdr, mac_owners)):
             return False
-        if held is None and sum(b.router == router for b in self._bound.values()) >= MAX_PER_ROUTER:
+        if held is None and sum(b.router == router for b in self.bound.values()) >= MAX_PER_ROUTER:
             return False
         until = now + max(float(ra.lifetime), MIN_HOLD)
-        self._bound[ra.address] = _Binding(router, mac, max(until, held.until if held is not None else 0.0))
+        self.bound[ra.address] = _Binding(router, mac, max(until, held.until if held is not None else 0.0))
         self.changed |= held is None
         return True
 
     def spoofs(self, said: Claim, mac_owners: Mapping[str, int], now: float) -> bool:
         """Check 2: whether a solicitation or advertisement speaks for a bound address with a MAC its router does
         not hold (an RA is judged by `admit_advert`)."""
-        held = self._bound.get(said.address)
+        held = self.bound.get(said.address)
         if held is None or held.until < now:
             return False
         return not _holds(held.router, held.mac, said.eth_src, mac_owners) or (
             said.lladdr is not None and not _holds(held.router, held.mac, said.lladdr, mac_owners))
 
     def expire(self, now: float) -> None:
-        for address in [a for a, b in self._bound.items() if b.until < now]:
-            del self._bound[address]
+        for address in [a for a, b in self.bound.items() if b.until < now]:
+            del self.bound[address]
             self.changed = True
 
     def flows(self) -> frozenset[AddGuardFlow]:
@@ -143,7 +137,7 @@ class RouterAddresses:
         self.changed = False
         icmpv6 = (("eth_type", 0x86DD), ("ip_proto", _ICMPV6))
         flows = set()
-        for address in sorted(self._bound):
+        for address in sorted(self.bound):
             flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", kind), ("ipv6_src", str(address))), to_switching=False)
                       for kind in (_RS, _NS)}
             flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))),

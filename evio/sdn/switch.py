@@ -748,7 +748,7 @@ class BoundedFloodSwitch:
                 reason = Drop.ROUTER_GUARD
             elif not self._router_address_allowed(data, root, now):
                 reason = Drop.ROUTER_ADDRESS_SPOOFED
-        elif self.router_addresses and self._router_address_spoofed(data, now):
+        elif self.router_addresses.bound and data[12:14] != b"\x08\x00" and self._router_address_spoofed(data, now):
             reason = Drop.ROUTER_ADDRESS_SPOOFED
         elif (self.neighbors.certified and data[12:14] in (b"\x08\x06", b"\x86\xdd")
               and (msg := parse_neighbor(data)) is not None
@@ -773,7 +773,7 @@ class BoundedFloodSwitch:
     def _router_address_spoofed(self, data: bytes, now: float) -> bool:
         """Whether a solicitation or advertisement speaks for a named router's bound address with a MAC the router
         does not hold (router_addresses.py, review21k K7)."""
-        said = router_addresses.claim(data) if data[12:14] != b"\x08\x00" else None  # (IPv4 first: the usual)
+        said = router_addresses.claim(data)
         return said is not None and self.router_addresses.spoofs(said, self.mac_owners, now)
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
