@@ -12,7 +12,9 @@ or thread boundary is crossed: this is the data path's own share of the RTT a tu
 which the wake-ups of separate processes (benchmarks/peers_bench.py's "RTT added") can be told apart.
 
 It prints the median and 90th percentile RTT and, per ping, the time in each receive and send pass
-(timed around the pass). No root, no namespaces; a benchmark, not a test.
+(timed around the pass). ``--interval MS`` waits that long between pings (as ``ping -i`` does), so
+each ping meets a thread that slept and caches others used: the cold cost of a pass, against the
+hot one of back-to-back pings. No root, no namespaces; a benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def timed_passes(dp: FdDatapath, into: dict[str, list[int]]) -> None:
     loop.add_reader(dp._tap_fd, wrap("send", tap_reader))
 
 
-async def run(datapath: str, pings: int, size: int) -> None:
+async def run(datapath: str, pings: int, size: int, interval: float = 0.0) -> None:
     pair = await make_pair(datapath)
     loop = asyncio.get_running_loop()
     passes: dict[str, list[int]] = {"receive": [], "send": []}
@@ -70,7 +72,10 @@ async def run(datapath: str, pings: int, size: int) -> None:
             if len(rtts) >= pings:
                 done.set()
                 return
-            loop.call_soon(send)
+            if interval:
+                loop.call_later(interval, send)
+            else:
+                loop.call_soon(send)
 
     def send() -> None:
         sent_at[0] = time.perf_counter_ns()
@@ -80,13 +85,14 @@ async def run(datapath: str, pings: int, size: int) -> None:
     loop.add_reader(b_test.fileno(), at_b)
     loop.add_reader(a_test.fileno(), at_a)
     send()
-    await asyncio.wait_for(done.wait(), timeout=120)
+    await asyncio.wait_for(done.wait(), timeout=120 + pings * interval)
     loop.remove_reader(b_test.fileno())
     loop.remove_reader(a_test.fileno())
     close(pair)
     rtts = rtts[len(rtts) // 10:]  # the first tenth warms up
     us = sorted(r / 1000 for r in rtts)
-    print(f"{datapath}: {len(us)} pings of {size} bytes: RTT median {statistics.median(us):.1f} us, "
+    gap = f", {interval * 1000:g} ms apart" if interval else ", back to back"
+    print(f"{datapath}: {len(us)} pings of {size} bytes{gap}: RTT median {statistics.median(us):.1f} us, "
           f"90th percentile {us[int(0.9 * len(us))]:.1f} us")
     for name, values in passes.items():
         tail = sorted(v / 1000 for v in values[len(values) // 10:])
@@ -99,10 +105,11 @@ def main() -> int:
     ap.add_argument("--datapath", choices=["native", "python"], default="native")
     ap.add_argument("--pings", type=int, default=2000)
     ap.add_argument("--size", type=int, default=98, help="frame bytes (default 98: a 56-byte ping)")
+    ap.add_argument("--interval", type=float, default=0.0, help="ms between pings (default 0: back to back)")
     args = ap.parse_args()
     import uvloop
 
-    uvloop.run(run(args.datapath, args.pings, args.size))
+    uvloop.run(run(args.datapath, args.pings, args.size, args.interval / 1000))
     return 0
 
 

@@ -27,6 +27,7 @@ import socket
 import struct
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,13 @@ FIRM_RATE = Rate(0.5, 4)  # firm answers by this node to all askers together
 LEVEL_MEMORY = 2 * FIRM_INTERVAL  # an asker's honoured level remembered this long: its longest back-off, twice
 MAX_ASKERS = 4096  # asks remembered for FIRM_WINDOW: more than one port's flood budget brings in that time
 LEVEL_MAX = 255  # a HAVE's ask level, in its index field: fits the narrowest (one byte)
+# An ask given up for another node's (rule 4) is made after all if the list has not come this long after: the
+# answer to that ask, or to its follow-up, would have come by then (review21j J5's residual)
+ASK_GRACE = ANSWER_JITTER + FOLLOW_UP
+# ... but only for a serial this many distinct senders said HAVE of: one sender (a forged HAVE of a serial nobody
+# holds) costs the overlay still about one ask (review21c R3)
+NEWER_SENDERS = 2
+NEWER_MEMORY = 2 * HAVE_PERIOD_MAX  # a sender of a newer serial counts this long after its HAVE
 HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
 MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
 
@@ -154,6 +162,29 @@ class SignedDocumentFlood:
         self._ask_timer: Timer | None = None
         self._ask_not_before = float("-inf")
         self._ask_backoff = HAVE_INTERVAL
+        self._ask_firm = False  # the ask waiting its jitter is made whoever asks meanwhile (rule 4, J5's residual)
+        self._newer_serial = 0  # the newest serial a HAVE named above ours, and its senders -> when last heard
+        self._newer_senders: OrderedDict[bytes, float] = OrderedDict()
+        self._recheck_timer: Timer | None = None
+        self._member_of: Callable[[bytes], int | None] | None = None
+
+    def use_members(self, member_of: Callable[[bytes], int | None]) -> None:
+        """Know HAVE senders by the member whose signed host claims hold their MAC (`host_claims`): only members
+        go on the ring of rules 3 and 5, each once whatever MACs it claims, and only a member's ask stands for ours
+        (rule 4). HAVEs from MACs nobody certifies crowded the ring the firm answerers are chosen on, so a node the
+        copies missed was answered by nobody for minutes (review21j J5's residual, invented MACs); and a member's
+        claims hold many MACs (a site's hosts), its node id one place."""
+        self._member_of = member_of
+
+    def _ring_key(self, mac: bytes) -> bytes | None:
+        """Who `mac` is on the ring: itself, or its member's id; None for a MAC no member holds."""
+        if self._member_of is None:
+            return mac
+        owner = self._member_of(mac)
+        return None if owner is None else owner.to_bytes(16, "big")
+
+    def _own_key(self) -> bytes:
+        return self.mac if self._member_of is None else self._node_id.to_bytes(16, "big")
 
     def start(self) -> None:
         sock = self._sock = open_ethertype_socket(self.ifname, ETHERTYPE)
@@ -167,10 +198,12 @@ class SignedDocumentFlood:
             self._subscription.cancel()
             self._subscription = None
         for timer in (self._have_timer, self._answer_timer, self._periodic_timer, self._ask_timer,
-                      self._follow_timer, self._server_copy_timer, *self._repeat_timers, *self._firm_timers.values()):
+                      self._follow_timer, self._server_copy_timer, self._recheck_timer, *self._repeat_timers,
+                      *self._firm_timers.values()):  # fmt: skip
             if timer is not None:
                 timer.cancel()
         self._have_timer = self._answer_timer = self._periodic_timer = self._ask_timer = self._follow_timer = None
+        self._recheck_timer = None
         self._server_copy_timer = None
         self._repeat_timers.clear()
         self._firm_timers.clear()
@@ -234,7 +267,7 @@ class SignedDocumentFlood:
         self._heard_senders()  # the ring as it stands: senders unheard for HEARD_WINDOW leave it
         if level >= FIRM_LEVEL_MAX:
             return True
-        ours, theirs, places = _place(self.mac), _place(asker), self._places
+        ours, theirs, places = _place(self._own_key()), _place(self._ring_key(asker) or asker), self._places
         if theirs < ours:
             before = bisect.bisect_left(places, ours) - bisect.bisect_right(places, theirs)
         else:  # the way round passes the top of the ring
@@ -253,13 +286,56 @@ class SignedDocumentFlood:
 
     def _ask_now(self) -> None:
         self._ask_timer = None
+        self._ask_firm = False
         self._asks += 1
         self.counts["sent_ask"] += 1
         self.link_up()
+        self._arm_recheck(ASK_GRACE)
+
+    def _heard_newer(self, sender: bytes, serial: int) -> None:
+        if serial > self._newer_serial:
+            self._newer_serial = serial
+            self._newer_senders.clear()
+        if serial == self._newer_serial:
+            self._newer_senders.pop(sender, None)
+            if len(self._newer_senders) >= 2 * NEWER_SENDERS:  # the count only needs a few: bounded
+                self._newer_senders.popitem(last=False)
+            self._newer_senders[sender] = self._clock.now()
+
+    def _newer_confirmed(self) -> bool:
+        """Did `NEWER_SENDERS` distinct senders say HAVE of a serial newer than ours lately?"""
+        cutoff = self._clock.now() - NEWER_MEMORY
+        heard = sum(1 for at in self._newer_senders.values() if at >= cutoff)
+        return self._newer_serial > self._serial() and heard >= NEWER_SENDERS
+
+    def _arm_recheck(self, delay: float) -> None:
+        if self._recheck_timer is None:
+            self._recheck_timer = self._clock.call_later(delay, self._recheck)
+
+    def _recheck(self) -> None:
+        """Still without the newer list that several senders hold: ask (again), and let no other asker's ask
+        stand for ours. Another's ask stood for ours (rule 4) on the promise of a broadcast answer; in the holders'
+        answer quiet (`ANSWER_QUIET`) they answer it by unicast to that asker, so a member saying HAVE of our serial
+        every few milliseconds, its own MAC or invented ones, kept us from ever asking (review21j J5's residual).
+        Each such ask still waits out the back-off of rule 4, and one sender alone never makes one: a forged HAVE
+        of a serial nobody holds costs about one ask, as before (review21c R3)."""
+        self._recheck_timer = None
+        if not self._newer_confirmed():
+            return
+        wait = self._ask_not_before - self._clock.now()
+        if self._ask_timer is not None or wait > 0:
+            self._arm_recheck(max(wait, 0.0) + ANSWER_JITTER)
+            return
+        self.counts["ask_made_after_all"] += 1
+        self._ask()
+        self._ask_firm = True
 
     def _adopted(self, event: RevocationAdopted | MemberListAdopted) -> None:
         if event.overlay != self.overlay:
             return
+        if self._recheck_timer is not None and self._newer_serial <= self._serial():
+            self._recheck_timer.cancel()
+            self._recheck_timer = None
         self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once
         self._ask_not_before = float("-inf")
         self._asks = 0
@@ -468,8 +544,9 @@ class SignedDocumentFlood:
             self.counts["dropped_malformed"] += 1
             return
         self.counts["received_have" if kind == HAVE else "received_frame"] += 1
-        if kind == HAVE:
-            self._heard_have(sender)
+        key = self._ring_key(sender) if kind == HAVE else None
+        if key is not None:
+            self._heard_have(key)
         ours = self._serial()
         if serial < ours:
             if kind == HAVE:  # only a HAVE is an ask (a list comes in chunks); its index is the ask's level
@@ -479,11 +556,14 @@ class SignedDocumentFlood:
             return
         if kind == HAVE:
             if serial > ours:
+                if key is not None:
+                    self._heard_newer(key, serial)
                 self._ask()  # they hold a newer one: our HAVE makes them send it
-            elif self._ask_timer is not None:
-                self._ask_timer.cancel()  # a node of our serial asked: the answer reaches us too
+            elif self._ask_timer is not None and not self._ask_firm and key is not None:
+                self._ask_timer.cancel()  # a node of our serial asked: the answer reaches us too...
                 self._ask_timer = None
                 self.counts["ask_heard_elsewhere"] += 1
+                self._arm_recheck(ASK_GRACE)  # ...or, should it not come, we ask after all
             return
         if serial == ours and kind != MANIFEST and not any(a.serial == serial for a in self._pending.values()):
             return  # a broadcast of the list we hold, no signed manifest of it under way: nothing to learn

@@ -225,6 +225,10 @@ class HostClaimsFlood:
             self._sock.close()
             self._sock = None
 
+    def owner_of(self, mac: bytes) -> int | None:
+        """The member holding `mac` (six bytes) as last worked out here, or None (nobody's, disputed, or ours)."""
+        return self._owners.get(mac.hex(":"))
+
     def certificate_key(self, node_id: int) -> ec.EllipticCurvePublicKey | None:
         """The key of a certificate of `node_id` found the overlay CA's here (in its announcements), or None: what
         a link request or offer along the ring to it is sealed to (decision 0064, review21f F8). Not revoked."""

@@ -251,6 +251,9 @@ class OverlayStack:
             log.warning("overlay %s: hosts not announced over the overlay (%s)", self.overlay, self.host_claims_error)
             return
         self.host_claims = flood
+        for document_flood in (self.revocations, self.member_lists):  # HAVE senders known by member (0043, J5)
+            if document_flood is not None:
+                document_flood.use_members(flood.owner_of)
         if isinstance(self.signaling, RingSignaling):  # offers along the ring are sealed to the target's key (0064)
             self.signaling.use_keys(flood.certificate_key)
 

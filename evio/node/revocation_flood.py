@@ -35,7 +35,10 @@ overlay, and each node reads the others' off the same interface:
 4. A node hearing HAVE of a newer serial asks (its own HAVE) after a random wait of up to `ANSWER_JITTER`,
    not at all if another node of its serial asked meanwhile, and, while no such list arrives, at most once
    per back-off that doubles from `HAVE_INTERVAL` to `HAVE_PERIOD`: a forged HAVE of a serial nobody holds
-   costs the overlay about one HAVE, and ever fewer, not one per node (review21c R3).
+   costs the overlay about one HAVE, and ever fewer, not one per node (review21c R3). An ask given up is made
+   after all `ASK_GRACE` later if the list has not come and two members said HAVE of the newer serial (a member
+   saying HAVE of our serial every few milliseconds kept us from asking: review21j J5's residual). With host
+   claims, HAVE senders count (here and in rules 3 and 5) by the member whose claims hold their MAC, each once.
 5. Silence after a HAVE does not mean it was answered, so a node says each HAVE of its own again `FOLLOW_UP`
    later unless a newer list came meanwhile. A sender asking again within `FIRM_WINDOW` still lacks the list
    (or is forged): whatever copies came by, none reached it (review21d R1'). Such a repeated ask is answered

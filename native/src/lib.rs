@@ -8,6 +8,9 @@
 //! to Python (control records, other epochs, STUN/DTLS/TURN) by its place in the ring. A frame
 //! whose destination MAC has a transit entry (`RxRing::set_transit`) is opened here too, and handed
 //! back opened, so Python's transit hook decides where it goes (evio/tunnel/datapath/transit_table.py).
+//! With the table's keys instead (`RxRing::set_transit_routes`: destination and source MAC, as the
+//! flow matches), such a frame is only noted by its route; Python decides once per route and burst,
+//! and the egress's ring seals the run from where it lies (`TxRing::seal_routed`, decision 0069).
 //!
 //! Records are byte-identical to evio/tunnel/datapath/record.py: kind(1) | epoch(1) | counter(8, BE) |
 //! AEAD(frame) | tag(16), the header as associated data, nonce = IV with the counter XORed into
@@ -54,6 +57,9 @@ const TSO_COUNTER_RESERVE: u64 = 64;
 const TSO_READ_LEN: usize = VNET_HDR_LEN + ETHERNET_HEADER_LEN + 4 + 65536 + 256;
 /// As many destinations as the transit table has entries at most (transit.MAX_ENTRIES).
 const MAX_TRANSIT_DESTINATIONS: usize = 4096;
+/// A transit route's key: the frame's destination and source MAC, its first 12 bytes.
+const ROUTE_KEY_LEN: usize = 12;
+type RouteKey = [u8; ROUTE_KEY_LEN];
 /// What a leftover is: a datagram for the socket's owner, a record to open, an opened frame.
 const LEFT_DATAGRAM: u8 = 0;
 const LEFT_RECORD: u8 = 1;
@@ -604,6 +610,9 @@ struct TxRing {
 
 const TOO_BIG_HELD: usize = 64;
 
+/// `seal_routed`'s answer: (sent, nbytes, counter, send_failed, gso_refused, done, at_limit, left).
+type SealRoutedResult = (usize, usize, u64, usize, bool, usize, bool, Vec<(usize, usize)>);
+
 struct TxResult {
     sent: usize,
     nbytes: usize,
@@ -987,6 +996,74 @@ impl TxRing {
         let r = py.allow_threads(|| self.pass(tap_fd, sock_fd, aead, epoch, counter, limit, reads_max));
         (r.sent, r.nbytes, r.counter, r.oversized, r.bad_offload, r.send_failed, r.reads, r.error, r.at_limit, r.gso_refused)
     }
+
+    /// Another tunnel's transit frames, as its ring's last pass left them for `route` (from the
+    /// `skip`-th on), copied into the slots, sealed and sent (decision 0069). Frames over the path
+    /// are not taken. Returns (sent, nbytes, counter, send_failed, gso_refused, done, at_limit, left):
+    /// `done` frames of the route were dealt with (sealed, or over the path and listed in `left` as
+    /// (start, length) in that ring); `at_limit`: stopped at `limit`, rekey and call again from `done`.
+    #[allow(clippy::too_many_arguments)]
+    fn seal_routed(
+        &mut self, py: Python<'_>, rx: PyRef<'_, RxRing>, route: u16, skip: usize, sock_fd: i32, aead: &Aead, epoch: u8,
+        counter: u64, limit: u64,
+    ) -> SealRoutedResult {
+        let frames: Vec<(usize, usize)> = rx.run_of(route).iter().skip(skip).map(|&(_, start, n)| (start, n)).collect();
+        let total = rx.slots * rx.slot_size;
+        // As an address, to cross allow_threads: the bytearray is held by `rx` for this call, and
+        // Python does not touch it meanwhile (the same contract as RxRing::pass).
+        let base = rx.buf.buf_ptr() as usize;
+        let (r, done, left) = py.allow_threads(|| {
+            let src = unsafe { std::slice::from_raw_parts(base as *const u8, total) };
+            self.seal_frames(src, &frames, sock_fd, aead, epoch, counter, limit)
+        });
+        (r.sent, r.nbytes, r.counter, r.send_failed, r.gso_refused, skip + done, r.at_limit, left)
+    }
+}
+
+impl TxRing {
+    /// `seal_routed`'s loop: the frames at `src[start..start + n]` into the slots, sealed, sent.
+    #[allow(clippy::too_many_arguments)]
+    fn seal_frames(
+        &mut self, src: &[u8], frames: &[(usize, usize)], sock_fd: i32, aead: &Aead, epoch: u8, mut counter: u64,
+        limit: u64,
+    ) -> (TxResult, usize, Vec<(usize, usize)>) {
+        let mut r = TxResult {
+            sent: 0, nbytes: 0, counter, oversized: 0, bad_offload: 0, send_failed: 0, reads: 0, error: 0,
+            at_limit: false, gso_refused: false,
+        };
+        let mut left = Vec::new();
+        let mut slot = 0;
+        let mut done = 0;
+        for &(start, n) in frames {
+            if start + n > src.len() {
+                break; // not the ring's last pass (cannot happen): leave the rest
+            }
+            if n > self.path_frame {
+                // Larger than this tunnel carries: the bridge answers it (as accept_plain refuses it).
+                left.push((start, n));
+                done += 1;
+                continue;
+            }
+            if counter >= limit {
+                r.at_limit = true;
+                break;
+            }
+            if slot == self.slots {
+                self.send_slots(sock_fd, slot, &mut r);
+                slot = 0;
+            }
+            let at = slot * self.slot_size + self.hoff + HEADER_LEN;
+            self.ring[at..at + n].copy_from_slice(&src[start..start + n]);
+            self.seal_slot(slot, n, aead, epoch, counter);
+            counter += 1;
+            slot += 1;
+            r.nbytes += n;
+            done += 1;
+        }
+        r.counter = counter;
+        self.send_slots(sock_fd, slot, &mut r);
+        (r, done, left)
+    }
 }
 
 /// Underlay -> TAP: a receive ring (a Python bytearray, so the slow path reads it in place).
@@ -1003,6 +1080,10 @@ struct RxRing {
     controls: Vec<u64>, // CMSG_SPACE bytes per slot, 8-aligned
     transit: Vec<[u8; MAC_LEN]>, // sorted: destinations whose frames go back to Python opened
     transit_all: bool,
+    routes: Vec<(RouteKey, u16)>, // sorted by key: frames noted by route for the egress's ring (0069)
+    excluded: Vec<u16>,           // ethertypes never routed (the FRB)
+    routed: Vec<(u16, usize, usize)>, // the last pass's routed frames: (route, start, length), by route, in order
+    runs: Vec<(u16, usize, usize)>,   // where each route's frames are in `routed`: (route, first, count), by route
     coalescer: Option<Box<Coalescer>>, // made on the first pass to a vnet TAP
 }
 
@@ -1027,8 +1108,9 @@ struct RxResult {
     tap_write_failed: usize,
     tap_writes: usize, // with a vnet TAP: writes, frames and super-frames
     gro_writes: usize, // super-frames among them
-    transit: usize, // opened frames among the leftovers
+    transit: usize, // opened frames among the leftovers, and those routed
     leftovers: Vec<Leftover>,
+    routed: Vec<(u16, usize, usize)>,
 }
 
 /// What every datagram of one pass is checked and opened against.
@@ -1040,6 +1122,8 @@ struct RxContext<'a> {
     max_record: usize,
     transit: &'a [[u8; MAC_LEN]],
     transit_all: bool,
+    routes: &'a [(RouteKey, u16)],
+    excluded: &'a [u16],
 }
 
 /// One datagram at `buf[start..start + n]` (n within the buffer): a frame record of the epoch is
@@ -1110,6 +1194,19 @@ fn datagram(
     window.mark(counter);
     r.frames += 1;
     r.nbytes += n - OVERHEAD;
+    if !cx.routes.is_empty() {
+        // At least MIN_FRAME_RECORD: the body holds both MACs and the ethertype.
+        let key: RouteKey = body[..ROUTE_KEY_LEN].try_into().unwrap();
+        if let Ok(i) = cx.routes.binary_search_by(|e| e.0.cmp(&key)) {
+            let ethertype = u16::from_be_bytes([body[ROUTE_KEY_LEN], body[ROUTE_KEY_LEN + 1]]);
+            if !cx.excluded.contains(&ethertype) {
+                // Left in place for the egress's ring (TxRing::seal_routed), once Python has looked the route up.
+                r.transit += 1;
+                r.routed.push((cx.routes[i].1, at + HEADER_LEN, n - OVERHEAD));
+                return;
+            }
+        }
+    }
     if cx.transit_all || (!cx.transit.is_empty() && cx.transit.binary_search(&body[..MAC_LEN].try_into().unwrap()).is_ok()) {
         // Opened and counted, the window moved: Python only runs the transit hook (or the TAP write).
         r.transit += 1;
@@ -1127,6 +1224,28 @@ fn datagram(
 }
 
 impl RxRing {
+    /// Keep a pass's routed frames grouped by route (a stable sort keeps each flow's order), so
+    /// each run is found in O(log n) however many entries a burst touches.
+    fn set_routed(&mut self, mut routed: Vec<(u16, usize, usize)>) {
+        routed.sort_by_key(|e| e.0);
+        self.runs.clear();
+        for (i, e) in routed.iter().enumerate() {
+            match self.runs.last_mut() {
+                Some(run) if run.0 == e.0 => run.2 += 1,
+                _ => self.runs.push((e.0, i, 1)),
+            }
+        }
+        self.routed = routed;
+    }
+
+    /// The last pass's frames of `route`, in order.
+    fn run_of(&self, route: u16) -> &[(u16, usize, usize)] {
+        match self.runs.binary_search_by_key(&route, |run| run.0) {
+            Ok(i) => &self.routed[self.runs[i].1..self.runs[i].1 + self.runs[i].2],
+            Err(_) => &[],
+        }
+    }
+
     fn pass(&mut self, sock_fd: i32, cx: &RxContext, window: &mut ReplayWindow, mut co: Option<&mut Coalescer>) -> RxResult {
         let mut r = RxResult::default();
         let base = self.buf.buf_ptr() as *mut u8;
@@ -1211,8 +1330,43 @@ impl RxRing {
         Ok(RxRing {
             slots, slot_size, gro, buf, lens: vec![0; slots], segments: vec![0; slots],
             names: vec![unsafe { std::mem::zeroed() }; slots], namelens: vec![0; slots],
-            controls: vec![0; slots * CMSG_SPACE / 8], transit: Vec::new(), transit_all: false, coalescer: None,
+            controls: vec![0; slots * CMSG_SPACE / 8], transit: Vec::new(), transit_all: false,
+            routes: Vec::new(), excluded: Vec::new(), routed: Vec::new(), runs: Vec::new(), coalescer: None,
         })
+    }
+
+    /// Frames whose first 12 bytes (destination and source MAC) are one of `keys` (12 bytes each,
+    /// concatenated; route i is the i-th) and whose ethertype is not in `excluded` are opened and left
+    /// in the ring, noted by route (`take_routes`), for the egress's `TxRing::seal_routed` or the TAP.
+    /// Empty: none. Checked before the destinations of `set_transit`.
+    #[pyo3(signature = (keys, excluded = Vec::new()))]
+    fn set_transit_routes(&mut self, keys: &[u8], excluded: Vec<u16>) -> PyResult<()> {
+        if keys.len() % ROUTE_KEY_LEN != 0 || keys.len() / ROUTE_KEY_LEN > MAX_TRANSIT_DESTINATIONS {
+            return Err(PyValueError::new_err("keys must be at most 4096 MAC pairs of 12 bytes"));
+        }
+        let mut routes: Vec<(RouteKey, u16)> =
+            keys.chunks_exact(ROUTE_KEY_LEN).enumerate().map(|(i, k)| (k.try_into().unwrap(), i as u16)).collect();
+        routes.sort_unstable();
+        routes.dedup_by(|a, b| a.0 == b.0);
+        self.routes = routes;
+        self.excluded = excluded;
+        Ok(())
+    }
+
+    /// How many keys `set_transit_routes` holds.
+    #[getter]
+    fn transit_routes(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// The last pass's routed frames: (route, how many), each route once.
+    fn take_routes(&self) -> Vec<(u16, usize)> {
+        self.runs.iter().map(|&(route, _, count)| (route, count)).collect()
+    }
+
+    /// Where the last pass left the frames of `route`: (start, length) in the ring, in order.
+    fn routed_frames(&self, route: u16) -> Vec<(usize, usize)> {
+        self.run_of(route).iter().map(|&(_, start, n)| (start, n)).collect()
     }
 
     /// Frames to these destinations (`dsts`: 6-byte MACs, concatenated) are handed back opened
@@ -1251,10 +1405,18 @@ impl RxRing {
     ) -> SockPassResult {
         let w: &mut ReplayWindow = &mut window;
         let transit = std::mem::take(&mut self.transit);
-        let cx = RxContext { tap_fd, aead, epoch, channel, max_record, transit: &transit, transit_all: self.transit_all };
+        let routes = std::mem::take(&mut self.routes);
+        let excluded = std::mem::take(&mut self.excluded);
+        let cx = RxContext {
+            tap_fd, aead, epoch, channel, max_record, transit: &transit, transit_all: self.transit_all, routes: &routes,
+            excluded: &excluded,
+        };
         let mut co = if vnet { Some(self.coalescer.take().unwrap_or_else(|| Box::new(Coalescer::new()))) } else { None };
         let r = py.allow_threads(|| self.pass(sock_fd, &cx, w, co.as_deref_mut()));
         self.transit = transit;
+        self.routes = routes;
+        self.excluded = excluded;
+        self.set_routed(r.routed);
         if co.is_some() {
             self.coalescer = co;
         }

@@ -27,6 +27,14 @@ handed back opened by its place in the ring, and Python runs the hook on it
 Frames to other destinations never leave the native pass. Within a burst the
 handed-back frames reach the TAP after the native ones.
 
+Where the build has routes (decision 0069), the pass holds the entries' whole
+keys (destination and source MAC) instead and hands back no frame: it notes
+each transit frame by its entry, in place in the ring; Python asks the table
+once per entry and burst (``forward.run``: deadline, egress, counters), and an
+egress with a native send ring copies the run into its slots, seals and sends it
+(``accept_routed``, one call per run, the GIL released). A Python egress takes
+them frame by frame (``accept_plain``); frames nobody takes go to the TAP.
+
 The records are the same bytes as the Python path's (a native end talks to
 a Python end), keys and epochs still come from Python (``_set_tx``,
 ``_new_rx_epoch``), and the replay window of each epoch is the native
@@ -132,6 +140,13 @@ class NativeFdDatapath(FdDatapath):
         self._tx_native_aead: Any = None
         self._transit_destinations: TransitDestinations | None = None
         self._transit_seen = -1  # the prefilter version the native ring holds
+        # Routes (0069): the table's keys of this ingress, numbered as the native ring holds them.
+        self._transit_keys: Callable[[int], tuple[int, list[bytes]] | None] | None = None
+        self._transit_run: Callable[[bytes, int, Callable[[Any], int]], int] | None = None
+        self._transit_excluded: list[int] = []
+        self._route_keys: list[bytes] = []
+        self._routed_route = 0  # the run _take_routed is asked about
+        self._routed_left: list[tuple[int, int]] | None = None  # what that run's egress did not take
 
     # -- hooks of FdDatapath -------------------------------------------------------
 
@@ -181,14 +196,24 @@ class NativeFdDatapath(FdDatapath):
         """As ``FdDatapath.set_transit``; without ``destinations`` every frame is handed back for the hook."""
         super().set_transit(hook, done, destinations)
         self._transit_destinations = destinations if hook is not None else None
+        keys, run = getattr(destinations, "keys", None), getattr(hook, "run", None)
+        if keys is not None and run is not None and hasattr(module().RxRing, "set_transit_routes"):
+            self._transit_keys, self._transit_run = keys, run
+            self._transit_excluded = sorted(getattr(destinations, "excluded", ()))
+        else:
+            self._transit_keys = self._transit_run = None
         self._reset_prefilter()
 
     def _reset_prefilter(self) -> None:
         """No hook: every frame stays native; a hook without a prefilter: every frame comes back;
         with one: none until the next burst asks it."""
         self._transit_seen = -1
+        self._route_keys = []
         if self._native_rx is not None:
-            self._native_rx.native.set_transit(b"", self._transit is not None and self._transit_destinations is None)
+            native = self._native_rx.native
+            native.set_transit(b"", self._transit is not None and self._transit_destinations is None)
+            if hasattr(native, "set_transit_routes"):
+                native.set_transit_routes(b"")
 
     def _set_tx(self, secret: TrafficSecret) -> None:
         super()._set_tx(secret)
@@ -254,7 +279,12 @@ class NativeFdDatapath(FdDatapath):
         rx = self._rx
         ring = self._native_rx
         assert rx is not None and ring is not None
-        if self._transit_destinations is not None:
+        if self._transit_keys is not None:
+            routes = self._transit_keys(self._transit_seen)
+            if routes is not None:
+                self._transit_seen, self._route_keys = routes
+                ring.native.set_transit_routes(b"".join(self._route_keys), self._transit_excluded)
+        elif self._transit_destinations is not None:
             changed = self._transit_destinations(self._transit_seen)
             if changed is not None:
                 self._transit_seen, destinations = changed
@@ -278,7 +308,10 @@ class NativeFdDatapath(FdDatapath):
             drops[DropReason.STALE] += stale
             drops[DropReason.FORGED] += forged
             drops[DropReason.TAP_WRITE_FAILED] += tap_failed
-        if leftovers:
+        routed = transit and self._transit_keys is not None
+        if routed:
+            self._forward_routed(ring)
+        if leftovers or routed:
             before = self._rx_frames
             view = ring.view
             for slot, start, n, kind in leftovers:
@@ -295,6 +328,80 @@ class NativeFdDatapath(FdDatapath):
                 self._transit_done()
             frames += self._rx_frames - before
         return frames
+
+    # -- transit runs (0069) -------------------------------------------------------
+
+    def _forward_routed(self, ring: _NativeRecvRing) -> None:
+        """The runs of the last burst's routed frames: each entry asked once, then the egress takes the
+        run (``_take_routed``) and whatever it did not take goes to the TAP."""
+        native = ring.native
+        keys = self._route_keys
+        run = self._transit_run
+        assert run is not None
+        view = ring.view
+        for route, count in native.take_routes():
+            self._routed_route = route
+            self._routed_left = None
+            taken = run(keys[route], count, self._take_routed)
+            self._transit_frames += taken
+            left = self._routed_left
+            if left is None:  # no entry, expired, or no egress: the whole run to the bridge
+                left = native.routed_frames(route)
+            for start, n in left:
+                self._to_tap(view[start : start + n])
+
+    def _take_routed(self, out: Any) -> int:
+        """The egress of the current run: natively where it can, else frame by frame."""
+        ring = self._native_rx
+        assert ring is not None
+        route = self._routed_route
+        accept = getattr(out, "accept_routed", None)
+        done = accept(ring.native, route) if accept is not None else None
+        if done is not None:
+            taken, self._routed_left = done
+            return int(taken)
+        view = ring.view
+        taken = 0
+        left = []
+        for start, n in ring.native.routed_frames(route):
+            if out.accept_plain(view[start : start + n]):
+                taken += 1
+            else:
+                left.append((start, n))
+        self._routed_left = left
+        return taken
+
+    def accept_routed(self, rx: Any, route: int) -> tuple[int, list[tuple[int, int]]] | None:
+        """Another tunnel's run of transit frames (its native ring's ``route``), sealed and sent from
+        this tunnel's native ring: (how many, the (start, length) of those over this path, not taken);
+        None if this data path cannot take them natively (not running, no native ring)."""
+        tx = self._native_tx
+        secret = self._tx_secret
+        if not self._running or tx is None or secret is None or not hasattr(tx, "seal_routed"):
+            return None
+        taken = done = 0
+        left: list[tuple[int, int]] = []
+        while True:
+            sent, nbytes, counter, failed, gso_refused, done, at_limit, over = tx.seal_routed(
+                rx, route, done, self._sock_fd, self._tx_native_aead, secret.epoch & 0xFF, self._tx_counter,
+                self._tx_limit,
+            )
+            self._tx_counter = counter
+            self._tx_frames += sent
+            self._tx_bytes += nbytes
+            taken += sent + failed
+            left += over
+            if failed:
+                self._drops[DropReason.SEND_FAILED] += failed
+            if gso_refused:
+                logger.info("UDP GSO refused; sending one datagram per message")
+            if not at_limit:
+                break
+            self.rekey()
+            secret = self._tx_secret
+            assert secret is not None
+        self._plain_sealed += taken
+        return taken, left
 
 
 def pick_implementation(choice: str) -> str:

@@ -36,7 +36,11 @@ A reload switches it for the tunnels that are up as well.
 A data path that opens frames outside Python (the native one) cannot call the
 hook per frame cheaply; it asks ``destinations`` once per burst for the
 destination MACs this ingress has entries for (only when they changed) and
-hands back only frames to those, which the hook then looks up in full.
+hands back only frames to those, which the hook then looks up in full. Where
+its build has routes (decision 0069), it asks ``destinations.keys`` for the
+entries' whole keys instead, notes each frame by its entry, and asks the hook
+once per entry and burst (``forward.run``): the table's checks and counters as
+per frame, and an egress that seals natively takes the run where it lies.
 
 Threads: the controller's thread adds and removes entries (under a lock,
 one writer at a time), the event loop's thread looks them up per frame
@@ -80,6 +84,9 @@ TransitHook = Callable[[memoryview], bool]
 TransitDestinations = Callable[[int], tuple[int, bytes] | None]
 """Given the version a data path last saw: None if unchanged, else (version, the destination MACs
 of the ingress's entries, 6 bytes each, concatenated). A prefilter only: the hook decides."""
+
+TransitTake = Callable[[TransitEgress], int]
+"""Given the egress of a run of frames: how many of them it took (the ingress sends the rest to its TAP)."""
 
 
 @runtime_checkable
@@ -142,44 +149,12 @@ class TransitTable:
         with self._lock:
             self._egress[tap] = egress
             routes = self._routes.setdefault(tap, {})
-        excluded = self._excluded
-        clock = self._clock
-        egresses = self._egress
-        pending = self._pending
-
-        def forward(frame: memoryview) -> bool:
-            if not routes:
-                return False
-            route = routes.get(frame[:_MAC_PAIR].tobytes())
-            if route is None:
-                return False
-            if excluded and (frame[_ETHERTYPE_AT] << 8 | frame[_ETHERTYPE_AT + 1]) in excluded:
-                return False
-            route.hits += 1
-            if clock() >= route.deadline:
-                self.expired += 1
-                return False
-            out = egresses.get(route.egress)
-            if out is None or not out.accept_plain(frame):
-                self.no_egress += 1
-                return False
-            pending[route.egress] = out
-            self.forwarded += 1
-            return True
-
-        return forward
+        return _Forward(self, routes)
 
     def destinations(self, tap: str) -> TransitDestinations:
-        """The prefilter of ingress ``tap`` (``TransitDestinations``); called by its data path per burst."""
-
-        def changed(seen: int) -> tuple[int, bytes] | None:
-            if self.version == seen:
-                return None
-            with self._lock:
-                routes = self._routes.get(tap, {})
-                return self.version, b"".join({key[:6] for key in routes})
-
-        return changed
+        """The prefilter of ingress ``tap`` (``TransitDestinations``); called by its data path per burst.
+        Its ``keys`` gives the entries' whole keys instead (``_Destinations``)."""
+        return _Destinations(self, tap)
 
     def flush(self) -> None:
         """End of an ingress burst: send what the egresses queued."""
@@ -293,3 +268,93 @@ class TransitTable:
         self._count -= removed
         self.version += 1
         return removed
+
+
+class _Forward:
+    """An ingress's hook (``TransitHook``): one frame at a time, or a run of frames of one entry (``run``)."""
+
+    __slots__ = ("_clock", "_egresses", "_excluded", "_pending", "_routes", "_table")
+
+    def __init__(self, table: TransitTable, routes: dict[bytes, TransitRoute]) -> None:
+        self._table = table
+        self._routes = routes
+        self._excluded = table._excluded
+        self._clock = table._clock
+        self._egresses = table._egress
+        self._pending = table._pending
+
+    def __call__(self, frame: memoryview) -> bool:
+        routes = self._routes
+        if not routes:
+            return False
+        route = routes.get(frame[:_MAC_PAIR].tobytes())
+        if route is None:
+            return False
+        excluded = self._excluded
+        if excluded and (frame[_ETHERTYPE_AT] << 8 | frame[_ETHERTYPE_AT + 1]) in excluded:
+            return False
+        table = self._table
+        route.hits += 1
+        if self._clock() >= route.deadline:
+            table.expired += 1
+            return False
+        out = self._egresses.get(route.egress)
+        if out is None or not out.accept_plain(frame):
+            table.no_egress += 1
+            return False
+        self._pending[route.egress] = out
+        table.forwarded += 1
+        return True
+
+    def run(self, key: bytes, count: int, take: TransitTake) -> int:
+        """``count`` frames of one burst with the entry ``key`` (their ethertypes checked by the data
+        path): the checks and counters of ``count`` calls, ``take`` called once with the egress;
+        returns how many went on (0 without calling ``take``: no entry, expired, no egress)."""
+        route = self._routes.get(key)
+        if route is None:
+            return 0
+        table = self._table
+        route.hits += count
+        if self._clock() >= route.deadline:
+            table.expired += count
+            return 0
+        out = self._egresses.get(route.egress)
+        taken = take(out) if out is not None else 0
+        if taken < count:
+            table.no_egress += count - taken
+        if taken:
+            self._pending[route.egress] = out  # type: ignore[assignment]
+            table.forwarded += taken
+        return taken
+
+
+class _Destinations:
+    """An ingress's prefilter (``TransitDestinations``), and its entries' keys (``keys``)."""
+
+    __slots__ = ("_table", "_tap")
+
+    def __init__(self, table: TransitTable, tap: str) -> None:
+        self._table = table
+        self._tap = tap
+
+    def __call__(self, seen: int) -> tuple[int, bytes] | None:
+        table = self._table
+        if table.version == seen:
+            return None
+        with table._lock:
+            routes = table._routes.get(self._tap, {})
+            return table.version, b"".join({key[:6] for key in routes})
+
+    @property
+    def excluded(self) -> frozenset[int]:
+        """Ethertypes never sent on by the fast path (the data path checks them per frame)."""
+        return self._table._excluded
+
+    def keys(self, seen: int) -> tuple[int, list[bytes]] | None:
+        """As calling it, but every key (destination and source MAC, 12 bytes) of the ingress's
+        entries, in an order the caller numbers them by."""
+        table = self._table
+        if table.version == seen:
+            return None
+        with table._lock:
+            return table.version, list(table._routes.get(self._tap, {}))

@@ -3,11 +3,14 @@
 Two tunnel pairs over fake TAPs and socketpairs stand for a transit node M
 between X and Y: X <-> M.a and M.b <-> Y. With an entry (M.a, dst, src) -> M.b
 a frame X sends comes out of Y's TAP and never out of M's. M's data paths are
-the Python and the native ones in turn (the native one hands frames to the
-hook back from its receive pass, filtered by destination).
+the Python and the native ones in turn (the native one notes frames by their
+entry in its receive pass and the egress's native ring seals each run, 0069;
+a build without routes hands them back to the hook, filtered by destination).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 
@@ -166,6 +169,44 @@ def test_the_prefilter_moves_with_the_destinations_only() -> None:
     assert after is not None and after[1] == b""
 
 
+def test_a_run_of_one_entry_is_checked_and_counted_as_its_frames_one_by_one() -> None:
+    """``run`` (a native ingress's runs, 0069): no entry, expired or no egress -> 0, take not asked;
+    otherwise what the egress took, the rest counted as refused."""
+    clock = ManualTime()
+    table = TransitTable(clock=clock)
+    hook = table.attach("a", Egress())
+    out = Egress()
+    table.attach("b", out)
+    asked: list[object] = []
+
+    def take(n: int) -> Callable[[object], int]:
+        def taking(egress: object) -> int:
+            asked.append(egress)
+            return n
+
+        return taking
+
+    key = DST + SRC
+    assert hook.run(key, 5, take(5)) == 0 and asked == []  # type: ignore[attr-defined]
+    table.add("a", DST, SRC, "b", deadline=clock.now + 10)
+    assert hook.run(key, 5, take(5)) == 5 and asked == [out]  # type: ignore[attr-defined]
+    assert hook.run(key, 4, take(3)) == 3  # type: ignore[attr-defined]
+    table.flush()
+    assert out.flushes == 1
+    clock.now += 11
+    assert hook.run(key, 2, take(2)) == 0 and len(asked) == 2  # type: ignore[attr-defined]
+    counters = table.counters()
+    assert (counters.forwarded, counters.no_egress, counters.expired) == (8, 1, 2)
+    assert table.get("a", DST, SRC).hits == 11  # type: ignore[union-attr]
+    keys = table.destinations("a").keys(-1)  # type: ignore[attr-defined]
+    assert keys is not None and keys[1] == [key]
+
+
+def _held(ring: object) -> int:
+    """What a native ring holds for the fast path: its keys where the build has routes, else destinations."""
+    return int(getattr(ring, "transit_routes", getattr(ring, "transit_destinations", 0)))
+
+
 # -- through real data paths ----------------------------------------------------------------------
 
 
@@ -224,7 +265,7 @@ async def test_transit_frames_skip_the_middle_taps_until_the_entry_goes(implemen
         assert (s_in.rx_frames, s_in.transit_frames, s_in.tap_writes, s_in.drops) == (42, 40, 2, {})
         if implementation == "native" and prefilter:
             native_ring = m_in.datapath._native_rx  # type: ignore[attr-defined]
-            assert native_ring.native.transit_destinations == 1
+            assert _held(native_ring.native) == 1
 
         # The entry goes (its flow was deleted): the next frames take M's TAP, as before.
         assert table.remove("ma", DST, SRC)
@@ -235,7 +276,7 @@ async def test_transit_frames_skip_the_middle_taps_until_the_entry_goes(implemen
         assert m_in.datapath.stats().transit_frames == 40
         assert y.tap.frames() == []
         if implementation == "native" and prefilter:
-            assert native_ring.native.transit_destinations == 0
+            assert _held(native_ring.native) == 0
     finally:
         close(left)
         close(right)
@@ -253,7 +294,7 @@ async def test_a_native_pass_without_a_hook_hands_nothing_back(implementation: s
         assert left.a.datapath.stats().transit_frames == 0 and table.counters().forwarded == 0
         if isinstance(left.a.datapath, NativeFdDatapath):
             assert left.a.datapath._native_rx is not None
-            assert left.a.datapath._native_rx.native.transit_destinations == 0
+            assert _held(left.a.datapath._native_rx.native) == 0
     finally:
         close(left)
         close(right)
@@ -263,7 +304,8 @@ async def test_a_frame_larger_than_the_egress_carries_goes_to_the_tap(implementa
     left, right, table = await _transit_node(implementation, False)
     try:
         small = right.a.datapath
-        small._max_frame = small._path_frame = 100  # an egress tunnel with a smaller MTU than the ingress one
+        small._max_frame = 100  # an egress tunnel with a smaller MTU than the ingress one
+        small.set_path_mtu(None)  # its largest frame, in its native ring too
         table.add("ma", DST, SRC, "mb", 1e18)
         left.b.tap.send_frame(frame(1, size=MTU))
         got: list[bytes] = []
@@ -313,3 +355,50 @@ def test_the_native_prefilter_is_bounded_and_checked() -> None:
             ring.set_transit(bad)
     ring.set_transit(b"".join(i.to_bytes(6, "big") for i in range(MAX_ENTRIES)))
     assert ring.transit_destinations == MAX_ENTRIES
+
+
+@pytest.mark.usefixtures("native_built")
+async def test_native_runs_keep_frb_out_rekey_midway_and_fall_back_to_a_python_egress() -> None:
+    """Routes (0069): an FRB with an entry's key goes to the bridge; an egress whose record limit
+    falls inside a run rekeys and goes on (every frame arrives, none replayed); a Python egress takes
+    the run frame by frame."""
+    left, right = await make_pair("native"), await make_pair("native")
+    python_right = await make_pair("python")
+    table = TransitTable(excluded_ethertypes=(ETH_TYPE_FRB,))
+    try:
+        m_in = left.a.datapath
+        assert isinstance(m_in, NativeFdDatapath) and m_in._native_rx is not None
+        for tap, dp in (("ma", m_in), ("mb", right.a.datapath), ("mp", python_right.b.datapath)):
+            assert isinstance(dp, TransitPort)
+            dp.set_transit(table.attach(tap, dp), table.flush, table.destinations(tap))
+        if not hasattr(m_in._native_rx.native, "set_transit_routes"):
+            pytest.skip("evio_native older than 0069: run scripts/build-native")
+        table.add("ma", DST, SRC, "mb", 1e18)
+        egress = right.a.datapath
+        egress._tx_limit = egress._tx_counter + 7  # the next epoch midway through the first run
+        sent = [frame(i) for i in range(30)]
+        got: list[bytes] = []
+        for i in range(0, 30, 10):
+            for f in sent[i : i + 10]:
+                left.b.tap.send_frame(f)
+            await wait_until(collected(right.b.tap, got, i + 10))
+        assert got == sent
+        assert egress._tx_secret is not None and egress._tx_secret.epoch >= 1
+        assert not right.b.datapath.stats().drops and not egress.stats().drops
+        assert m_in.stats().transit_frames == 30 and left.a.tap.frames() == []
+
+        left.b.tap.send_frame(frame(40, ethertype=ETH_TYPE_FRB))
+        bridge: list[bytes] = []
+        await wait_until(collected(left.a.tap, bridge, 1))
+        assert bridge == [frame(40, ethertype=ETH_TYPE_FRB)] and m_in.stats().transit_frames == 30
+
+        table.add("ma", DST, OTHER, "mp", 1e18)  # another source, to the Python egress
+        for i in range(5):
+            left.b.tap.send_frame(frame(50 + i, src=OTHER))
+        to_python: list[bytes] = []
+        await wait_until(collected(python_right.a.tap, to_python, 5))
+        assert to_python == [frame(50 + i, src=OTHER) for i in range(5)]
+        assert table.counters().forwarded == 35 and table.counters().no_egress == 0
+    finally:
+        for pair in (left, right, python_right):
+            close(pair)
