@@ -2,7 +2,7 @@
 """Scale: a lab of many full nodes behind mixed NATs; ring closure, pings, memory and CPU per node.
 
     flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/scale_lab.py \
-        [--nodes 32,64] [--pairs 200] [--idle 30] [--ring-timeout 300] [--logs DIR]
+        [--nodes 32,64] [--xmpp prosody,ejabberd-cluster] [--pairs 200] [--idle 30] [--ring-timeout 300] [--logs DIR]
 
 For each n: a lab of n full nodes (`evio lab`, daemons on, NATs cycling
 endpoint-independent, symmetric and none, s = 2, k = floor(log2 n): the
@@ -21,6 +21,13 @@ prosody, coturn) and thread name: CPU as a % of one core and wake-ups
 the idle window, with the load average at "up" and at the ring's closure. --logs copies every daemon's log there before the lab is removed
 (also when the ring does not close). Root only; each lab is removed at the
 end, also on failure or Ctrl-C. A benchmark, not a test: it asserts nothing.
+
+--xmpp runs each n once per signaling server (`evio lab up --xmpp`: prosody, one ejabberd, or a three-node
+ejabberd cluster with the members spread over it), in the order given, and prints the ring closure of each
+beside the first's (the baseline) with their ratio (issue 24's target: a 64-node lab over the cluster closes
+its ring as fast as over one server), the load averages, the servers' CPU while the ring formed, and what the
+daemons report of their signaling once it closed (the server each is on, logins after the first, messages sent
+through the server, presences recovered by probes).
 """
 
 from __future__ import annotations
@@ -44,7 +51,9 @@ sys.path.insert(0, str(REPO))
 import profiling  # noqa: E402
 
 from evio.cli.lab_node_cmd import wait_ring  # noqa: E402
+from evio.lab import ejabberd  # noqa: E402
 from evio.lab.lab import Lab, Progress  # noqa: E402
+from evio.lab.netns import LinuxHost  # noqa: E402
 from evio.node.control_client import ControlError  # noqa: E402
 
 TARGET = {"ring_s": 120.0, "rss_mb": 80.0, "ping_share": 1.0}
@@ -53,6 +62,7 @@ TARGET = {"ring_s": 120.0, "rss_mb": 80.0, "ping_share": 1.0}
 @dataclass
 class Result:
     nodes: int
+    xmpp: str = "prosody"
     up_s: float = 0.0
     ring_s: float | None = None
     gaps: list[tuple[str, str]] = field(default_factory=list)
@@ -76,6 +86,10 @@ class Result:
     # Where "up" went: each step of Lab.up with the seconds (since the start) it was first and last
     # reported, and the load average then.
     phases: list[tuple[str, float, float, float]] = field(default_factory=list)
+    # Once the ring closed, over the daemons: members per server signed in to, logins after the first,
+    # messages sent through the server, and presences that came only on a probe (decision 0067).
+    servers: dict[str, int] = field(default_factory=dict)
+    signal: dict[str, int] = field(default_factory=dict)
 
 
 class UpTimeline:
@@ -141,7 +155,8 @@ def drop_counts(lab: Lab) -> dict[str, dict[str, int]]:
 
 def processes_by_kind(lab: Lab) -> dict[str, list[int]]:
     """PIDs of the lab's processes by kind: each node's daemon, ovs-vswitchd, ovsdb-server; prosody; coturn."""
-    kinds: dict[str, list[int]] = {"daemon": [], "ovs-vswitchd": [], "ovsdb-server": [], "prosody": [], "coturn": []}
+    kinds: dict[str, list[int]] = {"daemon": [], "ovs-vswitchd": [], "ovsdb-server": [], "prosody": [], "coturn": [],
+                                   "ejabberd": ejabberd.beam_pids(LinuxHost(), lab.plan)}
     for node in lab.nodes:
         record = lab.daemon(node.index)
         if record is not None:
@@ -195,6 +210,24 @@ def pss_mb(pid: int) -> float | None:
     return None
 
 
+def signal_summary(lab: Lab) -> tuple[dict[str, int], dict[str, int]]:
+    """Members per server they are signed in to; reconnects, messages out and failed status reads, summed."""
+    servers: dict[str, int] = {}
+    totals = {"reconnects": 0, "messages_out": 0, "not_connected": 0, "status_failed": 0}
+    for node in lab.nodes:
+        try:
+            overlay = lab.daemon_status(node.index, timeout=20)["overlays"][lab.plan.overlay]
+        except (ControlError, KeyError):
+            totals["status_failed"] += 1
+            continue
+        signal = overlay.get("signal") or {}
+        servers[str(signal.get("server"))] = servers.get(str(signal.get("server")), 0) + 1
+        totals["reconnects"] += int(signal.get("reconnects", 0))
+        totals["not_connected"] += 0 if signal.get("connected") else 1
+        totals["messages_out"] += sum((signal.get("messages") or {}).get("out", {}).values())
+    return dict(sorted(servers.items())), totals
+
+
 def sample_pairs(lab: Lab, count: int, rng: random.Random) -> list[tuple[int, int]]:
     indices = [n.index for n in lab.nodes]
     pairs = [(a, b) for a in indices for b in indices if a != b]
@@ -220,12 +253,12 @@ def ping_pairs(lab: Lab, pairs: list[tuple[int, int]], tries: int = 3, wait: flo
     return [name for name, _, good in results if not good], [rtt for _, rtt, good in results if good and rtt]
 
 
-def run(n: int, args: argparse.Namespace) -> Result:
-    result = Result(n)
+def run(n: int, args: argparse.Namespace, xmpp: str = "prosody") -> Result:
+    result = Result(n, xmpp)
     started = time.monotonic()
     timeline = UpTimeline(n)
     lab = Lab.up(f"{args.name}{n}"[:5], nodes=n, nat=args.nat, topology={"successors": 2}, daemons=True,
-                 progress=timeline)  # fmt: skip
+                 xmpp=xmpp, progress=timeline)  # fmt: skip
     try:
         result.up_s = time.monotonic() - started
         result.phases = [(step, first, last, load) for step, (first, last, load) in timeline.steps.items()]
@@ -234,7 +267,7 @@ def run(n: int, args: argparse.Namespace) -> Result:
             print(f"n={n}: daemon launch to ready: mean {statistics.mean(waits):.1f} s, median "
                   f"{statistics.median(waits):.1f}, max {max(waits):.1f} (first 16: {statistics.mean(waits[:16]):.1f},"
                   f" last 16: {statistics.mean(waits[-16:]):.1f})", flush=True)  # fmt: skip
-        print(f"n={n}: up in {result.up_s:.1f} s; waiting for the ring ...", flush=True)
+        print(f"n={n} {xmpp}: up in {result.up_s:.1f} s; waiting for the ring ...", flush=True)
         ring_started = time.monotonic()
         kinds = processes_by_kind(lab)
         at_up, load_up = counters(kinds), os.getloadavg()[0]
@@ -244,8 +277,10 @@ def run(n: int, args: argparse.Namespace) -> Result:
         result.ring_s = time.monotonic() - ring_started if closed else None
         result.gaps = topo.ring_gaps()
         result.pending = sum(1 for link in topo.links if link.state != "up")
-        print(f"n={n}: ring {'closed' if closed else 'NOT closed'} after {time.monotonic() - ring_started:.1f} s"
-              f" ({len(result.gaps)} gaps, {result.pending} links not up)", flush=True)  # fmt: skip
+        print(f"n={n} {xmpp}: ring {'closed' if closed else 'NOT closed'} after {time.monotonic() - ring_started:.1f} s"
+              f" ({len(result.gaps)} gaps, {result.pending} links not up; load {result.load[1]:.1f})",
+              flush=True)  # fmt: skip
+        result.servers, result.signal = signal_summary(lab)
         before = {node.index: lab.daemon_usage(node.index) for node in lab.nodes}
         kinds = processes_by_kind(lab)
         idle_start = counters(kinds)
@@ -271,7 +306,7 @@ def run(n: int, args: argparse.Namespace) -> Result:
         result.counts = drop_counts(lab)
     finally:
         if args.logs is not None:
-            target = Path(args.logs) / f"n{n}"
+            target = Path(args.logs) / f"n{n}-{xmpp}"
             target.mkdir(parents=True, exist_ok=True)
             for node in lab.nodes:
                 log = lab.directory / "nodes" / node.name / "evio.log"
@@ -281,9 +316,13 @@ def run(n: int, args: argparse.Namespace) -> Result:
     return result
 
 
+def label(r: Result) -> str:
+    return f"n={r.nodes} {r.xmpp}"
+
+
 def print_table(results: list[Result]) -> None:
     print()
-    print(f"{'n':>4} {'up s':>6} {'ring s':>7} {'target':>7} {'pairs':>6} {'answered':>9} {'RTT ms':>7}"
+    print(f"{'n':>4} {'xmpp':>16} {'up s':>6} {'ring s':>7} {'target':>7} {'pairs':>6} {'answered':>9} {'RTT ms':>7}"
           f" {'RSS MB mean/max':>16} {'target':>7} {'PSS MB mean':>12} {'idle CPU % mean/max':>20}")  # fmt: skip
     for r in results:
         ring = f"{r.ring_s:.1f}" if r.ring_s is not None else "open"
@@ -291,38 +330,73 @@ def print_table(results: list[Result]) -> None:
         rss = f"{statistics.mean(r.rss_mb):.1f}/{max(r.rss_mb):.1f}" if r.rss_mb else "-"
         cpu = f"{statistics.mean(r.cpu_pct):.2f}/{max(r.cpu_pct):.2f}" if r.cpu_pct else "-"
         pss = f"{statistics.mean(r.pss_mb):.1f}" if r.pss_mb else "-"
-        print(f"{r.nodes:>4} {r.up_s:>6.1f} {ring:>7} {TARGET['ring_s']:>7.0f} {r.pairs:>6} {r.answered:>9} {rtt:>7}"
+        print(f"{r.nodes:>4} {r.xmpp:>16} {r.up_s:>6.1f} {ring:>7} {TARGET['ring_s']:>7.0f} {r.pairs:>6} {r.answered:>9} {rtt:>7}"
               f" {rss:>16} {TARGET['rss_mb']:>7.0f} {pss:>12} {cpu:>20}")  # fmt: skip
     for r in results:
         if r.gaps:
-            print(f"n={r.nodes}: ring gaps: " + " ".join(f"{a}-{b}" for a, b in r.gaps))
+            print(f"{label(r)}: ring gaps: " + " ".join(f"{a}-{b}" for a, b in r.gaps))
         if r.failed:
-            print(f"n={r.nodes}: no answer within 2 s per ping ({len(r.failed)}): " + " ".join(r.failed[:40]))
-            print(f"n={r.nodes}: of those, {len(r.failed) - len(r.failed_patient)} answered when asked again with "
+            print(f"{label(r)}: no answer within 2 s per ping ({len(r.failed)}): " + " ".join(r.failed[:40]))
+            print(f"{label(r)}: of those, {len(r.failed) - len(r.failed_patient)} answered when asked again with "
                   f"10 s per ping; still no answer ({len(r.failed_patient)}): " + " ".join(r.failed_patient[:40]))
     for r in results:
         for kind, counts in r.counts.items():
-            print(f"n={r.nodes}: {kind}: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+            print(f"{label(r)}: {kind}: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
     for r in results:
         if r.phases:
-            print(f"n={r.nodes}: where up's {r.up_s:.1f} s went (step: first..last report, s since the start; load then)")
+            print(f"{label(r)}: where up's {r.up_s:.1f} s went (step: first..last report, s since the start; load then)")
             previous = 0.0
             for step, first, last, load in r.phases:
                 print(f"  {step:<13} {first:7.1f} .. {last:7.1f}  ({last - previous:6.1f} s after the previous step)"
                       f"  load {load:5.1f}")  # fmt: skip
                 previous = last
     for r in results:
-        print(f"n={r.nodes}: load average {r.load[0]:.1f} at up, {r.load[1]:.1f} when the ring wait ended")
+        print(f"{label(r)}: load average {r.load[0]:.1f} at up, {r.load[1]:.1f} when the ring wait ended")
         for title, split in (("while the ring formed", r.forming), ("idle, after the ring", r.split)):
             if not split:
                 continue
-            print(f"n={r.nodes}: CPU and wake-ups per process {title}, by kind (and thread name)")
+            print(f"{label(r)}: CPU and wake-ups per process {title}, by kind (and thread name)")
             print(f"  {'kind':<14} {'procs':>5} {'CPU %':>7} {'wake-ups/s':>11}   threads (CPU % / wake-ups/s)")
             for kind, (count, share, wakeups, threads) in split.items():
                 top = sorted(threads.items(), key=lambda item: -item[1][0])[:5]
                 names = ", ".join(f"{name} {c:.2f}/{w:.0f}" for name, (c, w) in top)
                 print(f"  {kind:<14} {count:>5} {share:>7.2f} {wakeups:>11.1f}   {names}")
     print("targets (issue 13): n = 64 ring closed within 120 s, every sampled pair answers; idle RSS <= 80 MB")
+
+
+def server_cpu(split: Split) -> float:
+    """The signaling server's CPU, % of one core, over all its processes (prosody, or every ejabberd VM)."""
+    return sum(count * share for kind, (count, share, _, _) in split.items() if kind in ("prosody", "ejabberd"))
+
+
+def print_comparison(results: list[Result]) -> None:
+    """Per n, each signaling server's ring closure beside the first's (the baseline), with the load then."""
+    sizes = sorted({r.nodes for r in results})
+    if len({r.xmpp for r in results}) < 2:
+        return
+    print()
+    print("ring closure from \"up\" by signaling server (issue 24: over the cluster as fast as over one server)")
+    print(f"{'n':>4} {'xmpp':>16} {'ring s':>7} {'ratio':>6} {'load up':>8} {'load closed':>12} {'server CPU %':>13}"
+          f" {'re-logins':>9} {'msgs via server':>15}   members per server")  # fmt: skip
+    for n in sizes:
+        runs = [r for r in results if r.nodes == n]
+        base = runs[0].ring_s
+        for r in runs:
+            ring = f"{r.ring_s:.1f}" if r.ring_s is not None else "open"
+            ratio = f"{r.ring_s / base:.2f}" if r.ring_s is not None and base else "-"
+            spread = " ".join(f"{server} {count}" for server, count in r.servers.items())
+            print(f"{n:>4} {r.xmpp:>16} {ring:>7} {ratio:>6} {r.load[0]:>8.1f} {r.load[1]:>12.1f}"
+                  f" {server_cpu(r.forming):>13.1f} {r.signal.get('reconnects', 0):>9} {r.signal.get('messages_out', 0):>15}"
+                  f"   {spread}")  # fmt: skip
+
+
+def settle(seconds: float) -> None:
+    """Between runs: the load average the last lab left decays (a 64-node lab leaves 40 or more, and the next
+    lab's "load at up" would carry it); at most `seconds`, less once it is under the cores' count."""
+    deadline = time.monotonic() + seconds
+    while os.getloadavg()[0] > (os.cpu_count() or 1) and time.monotonic() < deadline:
+        time.sleep(1.0)
+    print(f"settled: load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def main() -> int:
@@ -334,6 +408,11 @@ def main() -> int:
     parser.add_argument("--ring-timeout", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--name", default="sc", help="lab name prefix (the size is appended)")
+    parser.add_argument("--xmpp", default="prosody",
+                        help="comma-separated signaling servers, each n run on each, the first the baseline "
+                        "(prosody, ejabberd, ejabberd-cluster; default prosody)")  # fmt: skip
+    parser.add_argument("--settle", type=float, default=60.0,
+                        help="seconds at most between runs for the load average to fall to the cores' count (default 60)")
     parser.add_argument("--logs", default=None, help="copy the daemons' logs into this directory")
     args = parser.parse_args()
 
@@ -342,9 +421,14 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, interrupt)
     results = []
+    kinds = [ejabberd.xmpp_kind(x) for x in args.xmpp.split(",")]
     for n in (int(x) for x in args.nodes.split(",")):
-        results.append(run(n, args))
-        print_table(results)
+        for xmpp in kinds:
+            if results:
+                settle(args.settle)
+            results.append(run(n, args, xmpp))
+            print_table(results)
+            print_comparison(results)
     return 0
 
 

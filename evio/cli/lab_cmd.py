@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from evio.cli.count_arguments import not_negative, positive
+from evio.lab.ejabberd import XMPP_KINDS
 from evio.lab.errors import LabError, LabNotFoundError
 from evio.lab.lab import Lab, LabStatus, Progress
 from evio.lab.netns import LinuxHost
@@ -110,6 +111,9 @@ def _register_up(lab_sub: Any) -> None:
     p.add_argument("--switching", choices=("bounded-flood", "stp"), default="bounded-flood",
                    help="how every bridge switches: bounded-flood (the SDN controller, default) or stp "
                    "(Open vSwitch's RSTP and MAC learning over the same tunnels, no controller)")  # fmt: skip
+    p.add_argument("--xmpp", choices=XMPP_KINDS, default="prosody",
+                   help="the signaling server: prosody (default), ejabberd, or ejabberd-cluster (three nodes, "
+                   "the members spread over them, each listing all three from its own)")  # fmt: skip
     p.add_argument("--no-daemons", action="store_true",
                    help="only the network and servers: no Open vSwitch and no evio daemon in the nodes")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -133,6 +137,7 @@ def _up(args: argparse.Namespace) -> int:
             daemon_timeout=args.timeout,
             trust=args.trust,
             switching=args.switching,
+            xmpp=args.xmpp,
             progress=printer,
         )
     printer.finish()
@@ -274,6 +279,8 @@ def _print_status(status: LabStatus) -> None:
         f"(room {pub.muc_room}, group {pub.roster_group})  stun/turn :{pub.stun_port}"
     )
     print(f"        CA {pub.ca_file}")
+    if status.xmpp != "prosody":
+        print(f"        xmpp: {status.xmpp} at {' '.join(status.xmpp_servers)} (each node lists them from its own)")
     for proc in status.processes:
         state = "running" if proc.running else "NOT RUNNING"
         print(f"process {proc.role:<8} pid {proc.pid:<7} {proc.netns or '-':<12} {state}")

@@ -36,9 +36,9 @@ from typing import Any, TypeVar
 
 from evio.bridge.ovs_instance import OvsInstance
 from evio.lab import daemons as full_nodes
+from evio.lab import ejabberd, pki, services, shaping, wiring
 from evio.lab import nat as nat_rules
 from evio.lab import node_config as configs
-from evio.lab import pki, services, shaping, wiring
 from evio.lab.errors import LabDaemonsRunningError, LabError, LabExistsError, LabNotFoundError, LabStateError
 from evio.lab.netns import Host, LinuxHost
 from evio.lab.state import (
@@ -150,6 +150,8 @@ class LabStatus:
     processes: tuple[ProcessStatus, ...]
     missing_namespaces: tuple[str, ...]
     rate_mbit: float | None
+    xmpp: str = "prosody"
+    xmpp_servers: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -201,6 +203,7 @@ class Lab:
         switching: str = "bounded-flood",
         node_evio: Mapping[int, Sequence[str]] | None = None,
         trust_options: Mapping[str, Any] | None = None,
+        xmpp: str = "prosody",
         progress: ProgressCallback | None = None,
         root: Path = DEFAULT_ROOT,
         host: Host | None = None,
@@ -222,13 +225,16 @@ class Lab:
         ("stp": Open vSwitch's RSTP over the same tunnels, no SDN controller; E9). `node_evio`
         {index: argv} runs those nodes' daemons with another evio than this one (the argv that runs
         its CLI, e.g. the previous release's `python -I -m evio`: a rolling upgrade's mixed overlay);
-        the others run this one's.
+        the others run this one's. `xmpp` is the signaling server: "prosody", "ejabberd" (one node) or
+        "ejabberd-cluster" (three, the members spread over them: evio.lab.ejabberd).
 
         On any failure or interruption (KeyboardInterrupt included) everything
         made so far is removed before the exception propagates.
         """
         host = host or LinuxHost()
         host.check_ready()
+        if ejabberd.xmpp_kind(xmpp) != "prosody":
+            ejabberd.check_installed()
         kinds = nat_kinds(nat, nodes)
         plan = plan_lab(name, kinds, overlay=overlay, domain=domain)
         _refuse_existing(plan, root, host)
@@ -247,6 +253,7 @@ class Lab:
             rate_mbit=rate_mbit,
             created_at=time.time(),
             evio_commands={index: tuple(argv) for index, argv in (node_evio or {}).items()},
+            xmpp=xmpp,
         )
         _make_lab_dir(root, name)
         lab = cls(plan, state, root, host)
@@ -368,6 +375,8 @@ class Lab:
             processes=tuple(ProcessStatus(r.role, r.pid, r.netns, host.is_running(r)) for r in state.processes),
             missing_namespaces=tuple(ns for ns in plan.namespaces if ns not in present),
             rate_mbit=state.rate_mbit,
+            xmpp=state.xmpp,
+            xmpp_servers=lab.xmpp_servers,
         )
 
     @staticmethod
@@ -414,6 +423,18 @@ class Lab:
     def public(self) -> PublicInfo:
         return _from_plan(PublicInfo, self.plan.public, turn_secret=self._state.secrets.turn_secret,
                           ca_file=self._paths.ca_cert, overlay=self.plan.overlay)
+
+    @property
+    def xmpp_servers(self) -> tuple[str, ...]:
+        """host:port of the XMPP servers (one prosody or ejabberd, or the cluster's nodes)."""
+        if self.ejabberd_servers:
+            return tuple(server.server for server in self.ejabberd_servers)
+        return (f"{self.plan.public.address}:{self.plan.public.xmpp_port}",)
+
+    @property
+    def ejabberd_servers(self) -> tuple[ejabberd.EjabberdNodePlan, ...]:
+        """The ejabberd nodes of a lab `up(xmpp="ejabberd...")`, none on prosody."""
+        return ejabberd.plan_servers(self.plan, ejabberd.xmpp_kind(self._state.xmpp), self.directory)
 
     @property
     def processes(self) -> tuple[ProcessRecord, ...]:
@@ -490,14 +511,21 @@ class Lab:
     def register_account(self, localpart: str, password: str | None = None) -> tuple[str, str]:
         """Add an XMPP account that is in no overlay group (e.g. to test rejection of non-members)."""
         password = password or secrets.token_urlsafe(12)
-        services.register_accounts(self._host, self._paths, self.plan.public.domain, [(localpart, password)])
+        if self.ejabberd_servers:
+            ejabberd.api(self.plan.public.netns, ejabberd.register_calls(self.plan.public.domain, [(localpart, password)]))
+        else:
+            services.register_accounts(self._host, self._paths, self.plan.public.domain, [(localpart, password)])
         with self._lock:
             self._state.accounts[localpart] = password
             save_state(self._root, self._state)
         return f"{localpart}@{self.plan.public.domain}", password
 
     def add_overlay_group(self, overlay: str, jids: Sequence[str]) -> None:
-        """Give the running prosody one more shared-roster group (another overlay and its members)."""
+        """Give the running prosody (or ejabberd) one more shared-roster group (another overlay and its members)."""
+        if self.ejabberd_servers:
+            users = [jid.partition("@")[0] for jid in jids]
+            ejabberd.api(self.plan.public.netns, ejabberd.group_calls(self.plan.public.domain, overlay, users))
+            return
         path = self._paths.groups_file
         path.write_text(path.read_text() + f"[{overlay}]\n" + "".join(f"{jid}\n" for jid in jids))
         domain = self.plan.public.domain
@@ -770,11 +798,12 @@ class Lab:
 
         # prosodyctl costs ~0.1 s of CPU per account: register while the network is built.
         accounts = [(n.localpart, pw) for n, pw in zip(plan.nodes, state.secrets.passwords)]
+        servers = self.ejabberd_servers
         pool = ThreadPoolExecutor(max_workers=services.REGISTER_WORKERS, thread_name_prefix="register")
         try:
             registered = [
                 pool.submit(services.register_accounts, host, paths, plan.public.domain, [account])
-                for account in accounts
+                for account in (accounts if not servers else [])
             ]
             self._build_network(report)
             for done, future in enumerate(as_completed(registered), start=1):
@@ -784,12 +813,13 @@ class Lab:
             # Never leave prosodyctl writing into a lab directory that cleanup is about to remove.
             pool.shutdown(wait=True, cancel_futures=True)
 
-        for role, start in (("coturn", services.start_coturn), ("prosody", services.start_prosody)):
+        starters = [("coturn", services.start_coturn)] + ([] if servers else [("prosody", services.start_prosody)])
+        for role, start in starters:
             record = start(host, plan, paths)
-            with self._lock:
-                state.processes.append(record)
-                save_state(self._root, state)
+            self._record(record)
             report(role, 1, 1)
+        if servers:
+            self._start_ejabberd(servers, accounts, report)
 
         for node, node_id, password in zip(plan.nodes, state.secrets.node_ids, state.secrets.passwords):
             home = configs.node_dir(self.directory, node)
@@ -809,11 +839,30 @@ class Lab:
                                                   node.overlay_address.ip),
                        **(trust_options or {})} if overlay_ca else None,
                 tunnel=dict(tunnel) if tunnel else None,
+                servers=ejabberd.node_servers(servers, node.index) if len(servers) > 1 else None,
             )
             path = configs.node_config_path(self.directory, node)
             path.write_text(json.dumps(document, indent=2) + "\n")
             path.chmod(0o600)
         report("configs", count, count)
+
+    def _record(self, record: ProcessRecord) -> None:
+        with self._lock:
+            self._state.processes.append(record)
+            save_state(self._root, self._state)
+
+    def _start_ejabberd(self, servers: Sequence[ejabberd.EjabberdNodePlan], accounts: Sequence[tuple[str, str]],
+                        report: Callable[[str, int, int], None]) -> None:  # fmt: skip
+        """ejabberd instead of prosody: its node(s) started and clustered, the accounts and the group made."""
+        plan, domain = self.plan, self.plan.public.domain
+        self._host.ip_batch(ejabberd.extra_addresses(plan, servers))
+        certs = self._paths.prosody_certs  # the lab's server certificate (_build), for prosody or ejabberd
+        ejabberd.write_files(plan, servers, self.directory, certs / f"{domain}.crt", certs / f"{domain}.key")
+        ejabberd.start_cluster(self._host, plan, servers, services.SERVICE_NICE, self._record)
+        report("ejabberd", len(servers), len(servers))
+        ejabberd.api(plan.public.netns, ejabberd.register_calls(domain, accounts)
+                     + ejabberd.group_calls(domain, plan.overlay, [user for user, _ in accounts]))  # fmt: skip
+        report("accounts", len(accounts), len(accounts))
 
     def _build_network(self, report: Callable[[str, int, int], None]) -> None:
         plan, host = self.plan, self._host

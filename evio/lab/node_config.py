@@ -37,6 +37,7 @@ def node_config(
     trust: dict[str, Any] | None = None,
     switching: str = "bounded-flood",
     tunnel: dict[str, Any] | None = None,
+    servers: list[str] | None = None,
 ) -> dict[str, Any]:
     """The config `evio run --config` reads on this node: its identity, the lab's servers, its overlay.
 
@@ -44,6 +45,7 @@ def node_config(
     `trust` is the overlay's `trust` section (CA, certificate, key files); absent, XMPP-only trust.
     `switching` is the bridge's switching mode ("stp": RSTP in OVS, no controller, no on-demand links).
     `tunnel` is the overlay's `tunnel` section; absent, the defaults apply.
+    `servers` (host:port each, in the order tried) replaces the one server on the public address (a cluster).
     """
     pub = plan.public
     stun = f"{pub.address}:{pub.stun_port}"
@@ -56,6 +58,9 @@ def node_config(
         "ca_file": str(ca_file),
         "tls": "starttls",
     }
+    if servers:
+        del signal["server"], signal["port"]
+        signal["servers"] = list(servers)
     if plaintext:
         signal["insecure_plaintext"] = True
     overlay: dict[str, Any] = {

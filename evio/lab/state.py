@@ -59,6 +59,7 @@ class LabState:
     accounts: dict[str, str] = field(default_factory=dict)  # extra accounts: localpart -> password
     # Nodes whose daemon runs another evio than the lab's own (e.g. the previous release): index -> argv
     evio_commands: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    xmpp: str = "prosody"  # the signaling server: prosody, ejabberd or ejabberd-cluster (evio.lab.ejabberd)
 
     def to_json(self) -> str:
         document = {"version": STATE_VERSION, **asdict(self)}
@@ -88,6 +89,7 @@ class LabState:
                 processes=[_process(p) for p in doc.get("processes", [])],
                 accounts={str(k): str(v) for k, v in doc.get("accounts", {}).items()},
                 evio_commands={int(k): tuple(str(a) for a in v) for k, v in doc.get("evio_commands", {}).items()},
+                xmpp=str(doc.get("xmpp", "prosody")),
             )
         except LabStateError:
             raise
