@@ -100,7 +100,15 @@ from dataclasses import dataclass
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
 from evio.ratelimit import LogLimiter, PeerRateLimiter, Rate
-from evio.sdn import destination_flows, frb, frb_receive, neighbor_guard, proactive_flows, segmentation
+from evio.sdn import (
+    destination_flows,
+    frb,
+    frb_receive,
+    neighbor_guard,
+    proactive_flows,
+    router_addresses,
+    segmentation,
+)
 from evio.sdn.broadcast_log import BroadcastLog
 from evio.sdn.broadcast_twins import BroadcastTwins
 from evio.sdn.flood_shares import FloodShares
@@ -312,6 +320,7 @@ class BoundedFloodSwitch:
         self._guards: frozenset[AddGuardFlow] = frozenset()
         self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
         self._guarded_tunnels: frozenset[int] = frozenset()  # and the tunnel ports
+        self.router_addresses = router_addresses.RouterAddresses()  # named routers' link-local addresses (K7)
 
     @property
     def broadcasts_seen(self) -> int:
@@ -416,7 +425,10 @@ class BoundedFloodSwitch:
             self.destination_copies += 1
         if len(data) >= 14 and not data[0] & 1 and int.from_bytes(data[12:14]) != frb.ETH_TYPE_FRB:
             self.unicast_packet_ins += 1
-        return self._booked(self._packet_in(in_port, data, now, forwarded))
+        actions = self._booked(self._packet_in(in_port, data, now, forwarded))
+        if self.router_addresses.changed:  # an RA bound a router's address: its guard flows before the RA goes on
+            return self.guard_sync() + actions
+        return actions
 
     def _packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:
         self.counters.packet_ins += 1
@@ -779,6 +791,7 @@ class BoundedFloodSwitch:
         for mac in [m for m, (port, at) in self._aged_hosts.items() if now - at >= HOSTED_GRACE or port not in leaves]:
             del self._aged_hosts[mac]
         self.neighbors.expire(now)
+        self.router_addresses.expire(now)
         for mac in self.learning.claimed():
             self._vouch_if_sending(mac, now)
         if self.mac_owners:
@@ -809,6 +822,11 @@ class BoundedFloodSwitch:
                 root = owner if self.mac_owners else (entry.root if entry is not None else None)
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
+            elif not self._router_address_allowed(frame, root, now):
+                reason = Drop.ROUTER_ADDRESS_SPOOFED
+        elif (self.router_addresses.bound and kind in router_addresses.CLAIM_TYPES
+              and self._router_address_spoofed(frame, now)):
+            reason = Drop.ROUTER_ADDRESS_SPOOFED
         elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.NEIGHBOR_TYPES):
             msg = parse_neighbor(frame, found)
             if msg is None:
@@ -823,17 +841,32 @@ class BoundedFloodSwitch:
             self.port_drops[(port.name, reason)] += 1
         return False
 
+    def _router_address_allowed(self, data: bytes, router: int | None, now: float) -> bool:
+        """Whether a router advertisement the RA guard let by may bind its source address to `router` (a redirect:
+        nothing to bind), its source link-layer option a MAC the router holds (router_addresses.py, review21k K7)."""
+        said = router_addresses.claim(data)
+        if said is None or said.kind != neighbor_guard.ROUTER_ADVERTISEMENT or router is None:
+            return True  # router_allowed passes no router None
+        return self.router_addresses.admit_advert(router, said, self.mac_owners, now)
+
+    def _router_address_spoofed(self, data: bytes, now: float) -> bool:
+        """Whether a solicitation or advertisement speaks for a named router's bound address with a MAC the router
+        does not hold (router_addresses.py, review21k K7)."""
+        said = router_addresses.claim(data)
+        return said is not None and self.router_addresses.spoofs(said, self.mac_owners, now)
+
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified
         addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`)."""
         tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
         if cleared:
             self._guards = frozenset()
-        elif self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels:
+        elif (self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels
+              and not self.router_addresses.changed):
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
         self._guarded_tunnels = tunnels
-        wanted = neighbor_guard.guard_flows(self._guarded, sorted(tunnels))
+        wanted = neighbor_guard.guard_flows(self._guarded, sorted(tunnels)) | self.router_addresses.flows()
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted

@@ -84,6 +84,9 @@ class Drop(enum.Enum):
     UNREADABLE_FRAME = ("a frame from a tunnel port the guards cannot read as the receiving kernel will: a VLAN-0 "
                         "(priority) tag or a second tag, ARP other than Ethernet/IPv4 request or reply, neighbour "
                         "discovery in a fragment or malformed (evio.sdn.neighbor_guard, decision 0068 amended)")
+    ROUTER_ADDRESS_SPOOFED = ("neighbour discovery from a tunnel port speaking for a named router's link-local "
+                              "address (an RA's source) with a MAC the router does not hold, or an RA that cannot "
+                              "bind its source to its router (evio.sdn.router_addresses, decision 0068 amended)")
 
 
 @dataclass(frozen=True, slots=True)

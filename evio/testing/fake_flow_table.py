@@ -48,7 +48,7 @@ from typing import Any
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
 from evio.ids import RING_SIZE
-from evio.sdn import l2policy
+from evio.sdn import l2policy, router_addresses
 from evio.sdn.flow_actions import SWITCHING_TABLE, UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
 from evio.sdn.neighbor_answers import icmpv6_at
 from evio.sdn.openflow_messages import (
@@ -424,7 +424,23 @@ def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
         if kind is not None and fields.src_port is not None:
             packet[f"{kind}_src"], packet[f"{kind}_dst"] = fields.src_port, fields.dst_port
     _guard_fields(packet, frame)
+    _nd_fields(packet, frame)
     return packet
+
+
+def _nd_fields(packet: dict[str, Any], frame: bytes) -> None:
+    """The IPv6 source and a neighbour message's target, as OVS reads them (the target only for code 0), for the
+    guard of named routers' addresses (evio.sdn.router_addresses)."""
+    if packet.get("vlan_vid"):
+        frame = frame[:12] + frame[16:]  # past one tag, as OVS reads (its vlan-limit is 1)
+    if packet.get("eth_type") != 0x86DD or len(frame) < 54:
+        return
+    packet["ipv6_src"] = str(ipaddress.IPv6Address(frame[22:38]))
+    said = router_addresses.claim(frame)
+    if said is not None:
+        packet.setdefault("icmpv6_type", said.kind)  # past the tag too
+        if said.kind == 136:
+            packet["ipv6_nd_target"] = str(said.address)
 
 
 def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:

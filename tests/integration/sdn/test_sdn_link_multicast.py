@@ -3,7 +3,10 @@
 Three nodes, every pair linked, so each frame has two ways to every member and Bounded Flood must still
 deliver it once. node1 sends one mDNS query over IPv4 (224.0.0.251) and one over IPv6 (ff02::fb), and one
 router advertisement with a SLAAC prefix: listeners on the other two bridges count each marked frame (once
-each, no more), and both configure an address from the prefix that the others reach over the overlay.
+each, no more), and both configure an address from the prefix that the others reach over the overlay. The RA
+makes node1 their default router: they reach an address node1 alone holds through it, resolving node1's
+link-local address by neighbour discovery past the guard of its bound address (review21k K7: table 0 sends
+those solicitations and advertisements to the controller, which lets node1's own by).
 
 node1 is the overlay's named IPv6 router (`ipv6_routers`, the RA guard of decision 0068); node2 is not: its
 router advertisement (a default router of preference high, a prefix with autoconf) reaches no other bridge, and
@@ -33,6 +36,7 @@ pytestmark = pytest.mark.integration
 BRIDGE = "evbr-ov1"
 PREFIX = ipaddress.IPv6Network("fd5e:e510:1::/64")
 ROGUE_PREFIX = ipaddress.IPv6Network("fd5e:e510:66::/64")
+BEHIND_ROUTER = "fd5e:e510:2::1"  # node1's alone: reached by the default route the RA gives
 LINK_LOCAL = ipaddress.IPv6Network("fe80::/10")
 MARKS = {"mdns4": b"evio-mdns4-mark", "mdns6": b"evio-mdns6-mark", "after_rogue": b"evio-after-rogue-ra"}
 
@@ -76,8 +80,10 @@ v6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
 v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, index)
 v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
 v6.sendto(mark6, ("ff02::fb", 5353, 0, index))
-# RFC 4861 4.2: router lifetime 0 (not a default router), one prefix information option with L and A set.
-ra = struct.pack("!BBHBBHII", 134, 0, 0, 64, 0, 0, 0, 0)
+# RFC 4861 4.2: router lifetime 1800 s (a default router), a source link-layer option (as radvd sends),
+# one prefix information option with L and A set.
+mac = bytes.fromhex(open(f"/sys/class/net/{ifname}/address").read().strip().replace(":", ""))
+ra = struct.pack("!BBHBBHII", 134, 0, 0, 64, 0, 1800, 0, 0) + bytes([1, 1]) + mac
 ra += struct.pack("!BBBBIII", 3, 4, 64, 0xC0, 86400, 14400, 0) + prefix
 icmp = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)  # the kernel sums it
 icmp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, index)
@@ -186,6 +192,20 @@ def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works
               if lab.exec(i, ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", str(a)], check=False,
                           timeout=20).returncode != 0]
     assert failed == [], f"no answer from node -> SLAAC address: {failed}"
+    # An address node1 alone holds (off the prefix): nodes 2 and 3 reach it by their default route via node1's
+    # link-local address, resolved past the guard flows of that bound address (review21k K7).
+    router_ll = _address(lab, 1, "link", LINK_LOCAL)
+    lab.exec(1, ["ip", "-6", "address", "add", f"{BEHIND_ROUTER}/128", "dev", "lo"])
+    for i in (2, 3):
+        routes = lab.exec(i, ["ip", "-6", "route", "show", "default", "dev", BRIDGE], check=False).stdout
+        assert f"via {router_ll}" in routes, f"node{i}: {routes}"
+        assert f"nd_target={router_ll}" in lab.ovs(i).ofctl("dump-flows", BRIDGE, "table=0")
+    unreached = [i for i in (2, 3)
+                 if lab.exec(i, ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", BEHIND_ROUTER], check=False,
+                             timeout=20).returncode != 0]
+    assert unreached == [], f"no answer from node -> an address behind the router: {unreached}"
+    assert all(int(lab.daemon_status(i)["overlays"]["ov1"]["drops"].get("ROUTER_ADDRESS_SPOOFED", 0)) == 0
+               for i in (2, 3))
 
 
 def test_a_member_not_named_as_router_advertises_to_no_node(lab_factory: LabFactory) -> None:

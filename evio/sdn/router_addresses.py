@@ -1,0 +1,151 @@
+"""A named router's link-local addresses bound to the MACs it holds (decision 0068, amended for review21k K7).
+
+Once `ipv6_routers` names router R, every node's kernel takes `default via <the source of R's RA>`, a link-local
+address no CA certifies, and resolves it by neighbour discovery. Without this binding any member took it with one
+flooded override advertisement ("R's address is at my MAC"), and a relay of R's floods could pass an RA with R's
+MAC and root but its own MAC in the source link-layer option: the RA guard's threat, one member as every node's
+IPv6 router, back. So:
+
+1. An RA that passed the guard (`neighbor_guard.router_allowed`) binds its IPv6 source address to its router, for
+   as long as a kernel may route by it (its router lifetime, at least `MIN_HOLD`), each RA again. It is dropped
+   instead (`Drop.ROUTER_ADDRESS_SPOOFED`) if its source link-layer option names a MAC the router does not hold,
+   if the address is bound to another router (or, without trust, to another MAC), or if the router has
+   `MAX_PER_ROUTER` other addresses bound already: an RA a node takes always has its next hop bound.
+2. A router solicitation, RA or neighbour solicitation from a bound address, or an advertisement for one, from a
+   tunnel port, whose Ethernet source or link-layer option is not a MAC the router holds, is dropped and counted
+   the same way: the kernel would take that MAC as the router's.
+3. Table 0 sends every solicitation and advertisement naming a bound address (`ipv6_src` of an RS or NS,
+   `ipv6_nd_target` of an NA) to the controller (`flows`), so none rides a unicast flow (0066) past check 2; the
+   router's own are a packet-in each (neighbour unreachability detection: one exchange per node and half minute
+   of traffic at most).
+
+What a router holds: in trust mode the MACs its signed announcement holds (`mac_owners`, 0055); without trust only
+the MAC its first bound RA came from (a relay that forged the first RA in the router's name keeps the address for
+the hold; without trust the root of an FRB is all the guard judges anyway). Pure: frames, `now` and maps in.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from evio.sdn.flow_actions import AddGuardFlow
+from evio.sdn.frb import format_mac
+from evio.sdn.neighbor_answers import icmpv6_at
+
+MAX_PER_ROUTER = 4  # link-local addresses bound per router: one in practice, two while it changes
+MIN_HOLD = 600.0  # s a binding lasts at least (an RA of lifetime 0 ends routes, not neighbour entries at once)
+_ICMPV6 = 58
+_RS, _RA, _NS, _NA = 133, 134, 135, 136
+_FIXED = {_RS: 8, _RA: 16, _NS: 24, _NA: 24}  # bytes before the options
+CLAIM_TYPES = frozenset(_FIXED)
+_SOURCE_LL, _TARGET_LL = 1, 2
+_TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What an RS, RA, NS or NA says of an address's link-layer address."""
+
+    kind: int  # the ICMPv6 type
+    address: ipaddress.IPv6Address  # the source of an RS, RA or NS; the target of an NA
+    eth_src: str
+    lladdr: str | None  # the source (target, NA) link-layer option's MAC; None: none
+    lifetime: int = 0  # an RA's router lifetime (s)
+
+
+@dataclass(frozen=True, slots=True)
+class _Binding:
+    router: int
+    mac: str  # the first bound RA's Ethernet source (what a router holds without trust)
+    until: float
+
+
+def claim(frame: bytes) -> Claim | None:
+    """The claim of an IPv6 frame carrying an RS, RA, NS or NA of code 0 (past one VLAN tag, as a host's VLAN device
+    takes it, and extension headers), or None. The hop limit is not read: a frame the kernel ignores may be judged
+    all the same."""
+    if frame[12:14] in _TAGS:
+        frame = frame[:12] + frame[16:]
+    found = icmpv6_at(frame)
+    if found is None or found[2] or found[0] not in _FIXED:
+        return None  # (neighbour discovery in a fragment: the guard refuses it, UNREADABLE_FRAME)
+    kind, at = found[0], found[1]
+    if len(frame) < at + _FIXED[kind] or frame[at + 1] != 0:
+        return None  # code 0 only: the kernel drops others (RFC 4861 6.1, 7.1), and OVS reads no target of them
+    address = ipaddress.IPv6Address(frame[at + 8 : at + 24] if kind == _NA else frame[22:38])
+    lladdr = _option(frame[at + _FIXED[kind] :], _TARGET_LL if kind == _NA else _SOURCE_LL)
+    lifetime = int.from_bytes(frame[at + 6 : at + 8], "big") if kind == _RA else 0
+    return Claim(kind, address, format_mac(frame[6:12]), lladdr, lifetime)
+
+
+def _option(options: bytes, wanted: int) -> str | None:
+    """The Ethernet address in link-layer option `wanted` (RFC 4861 4.6.1), or None; malformed options end the walk."""
+    while len(options) >= 8:
+        kind, units = options[0], options[1]
+        if units == 0 or units * 8 > len(options):
+            return None
+        if kind == wanted and units == 1:
+            return format_mac(options[2:8])
+        options = options[units * 8 :]
+    return None
+
+
+class RouterAddresses:
+    """The named routers' bound link-local addresses of one switch."""
+
+    def __init__(self) -> None:
+        self.bound: dict[ipaddress.IPv6Address, _Binding] = {}  # (read it; an attribute: the guard asks per frame)
+        self.changed = False  # the set of bound addresses changed since `flows` last ran
+
+    def admit_advert(self, router: int, ra: Claim, mac_owners: Mapping[str, int], now: float) -> bool:
+        """Check 1: whether an RA `router` may send (the guard let it by) is taken; binds its source if so."""
+        held = self.bound.get(ra.address)
+        if held is not None and held.until < now:
+            held = None  # expired: `expire` had not run yet
+        mac = held.mac if held is not None and held.router == router else ra.eth_src
+        if held is not None and held.router != router:
+            return False  # another named router's address
+        if not _holds(router, mac, ra.eth_src, mac_owners) or (
+                ra.lladdr is not None and not _holds(router, mac, ra.lladdr, mac_owners)):
+            return False
+        if held is None and sum(b.router == router for b in self.bound.values()) >= MAX_PER_ROUTER:
+            return False
+        until = now + max(float(ra.lifetime), MIN_HOLD)
+        self.bound[ra.address] = _Binding(router, mac, max(until, held.until if held is not None else 0.0))
+        self.changed |= held is None
+        return True
+
+    def spoofs(self, said: Claim, mac_owners: Mapping[str, int], now: float) -> bool:
+        """Check 2: whether a solicitation or advertisement speaks for a bound address with a MAC its router does
+        not hold (an RA is judged by `admit_advert`)."""
+        held = self.bound.get(said.address)
+        if held is None or held.until < now:
+            return False
+        return not _holds(held.router, held.mac, said.eth_src, mac_owners) or (
+            said.lladdr is not None and not _holds(held.router, held.mac, said.lladdr, mac_owners))
+
+    def expire(self, now: float) -> None:
+        for address in [a for a, b in self.bound.items() if b.until < now]:
+            del self.bound[address]
+            self.changed = True
+
+    def flows(self) -> frozenset[AddGuardFlow]:
+        """Check 3's table-0 flows: every RS, NS and NA naming a bound address to the controller."""
+        self.changed = False
+        icmpv6 = (("eth_type", 0x86DD), ("ip_proto", _ICMPV6))
+        flows = set()
+        for address in sorted(self.bound):
+            flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", kind), ("ipv6_src", str(address))), to_switching=False)
+                      for kind in (_RS, _NS)}
+            flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))),
+                                   to_switching=False))
+        return frozenset(flows)
+
+
+def _holds(router: int, first_mac: str, mac: str, mac_owners: Mapping[str, int]) -> bool:
+    """Whether `router` holds `mac`: its signed announcement does (trust), or it is its first bound RA's (no trust)."""
+    if mac_owners:
+        return mac_owners.get(mac.lower()) == router
+    return mac.lower() == first_mac.lower()
