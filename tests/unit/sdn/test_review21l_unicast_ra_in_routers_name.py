@@ -14,7 +14,8 @@ node the same happens again, so the RA reaches any member's interface in the ove
 Impact: high: the RA guard's threat (decision 0068, review21i I7) with no position at all: the kernel takes the
 on-link prefix (and SLAAC addresses, and the default route's parameters: preference, lifetime 0 to delete it),
 so all IPv6 to 2000::/3 is resolved on the overlay, where the attacker's host answers solicitations for
-addresses no CA certifies. 0068's "still open" grants forgeries only to a relay of R's floods (an FRB whose way
+addresses no CA certifies. A redirect (137) in R's name passes the same way, to attached hosts that take
+redirects (the bridge's own interface has accept_redirects=0 for IPv6). 0068's "still open" grants forgeries only to a relay of R's floods (an FRB whose way
 is plausible), not to every member over every tunnel.
 
 Suggested fix: judge a unicast RA's sender by where it came from: allowed only if R's MAC is placed on the port
