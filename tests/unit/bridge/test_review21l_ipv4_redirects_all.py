@@ -10,6 +10,11 @@ kernel's default for `all` is 1 (devinet.c `ipv4_devconf`); this machine's 0 (it
 check here passes. IPv6 reads the interface's value alone, so K4's IPv6 half holds. The switch still delivers
 the redirect frame to u's interface (no table-0 flow or controller check looks at ICMP type 5).
 
+Measured on this machine's kernel (two namespaces, a veth, the interface's accept_redirects=0 and forwarding=0,
+`192.168.50.0/24 via 10.99.0.5`, a connected UDP socket to 192.168.50.7:53, K4's redirect frame "from" 10.99.0.5
+naming 10.99.0.66): with `all` 1, `ip route get 192.168.50.7` said `via 10.99.0.66 ... cache <redirected> expires
+299sec`; with `all` 0, `via 10.99.0.5` (unchanged).
+
 Impact: medium (K4's): on an ordinary member host (no forwarding, stock sysctls) one redirect frame misroutes its
 IPv4 traffic for a destination behind a gateway member through the attacker, 300 s per frame, renewed at will.
 
