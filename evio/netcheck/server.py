@@ -163,7 +163,9 @@ def _ejabberd(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], in
     if not isinstance(doc, dict):
         return [Verdict("problem", subject, f"{path} cannot be read: run `evio server init` again")], None, None
     out: list[Verdict] = []
-    listeners = [x for x in doc.get("listen") or [] if isinstance(x, dict) and x.get("module") == "ejabberd_c2s"]
+    listen = doc.get("listen")  # (any YAML at all: a malformed file is a verdict, never a traceback)
+    listeners = [x for x in listen if isinstance(x, dict) and x.get("module") == "ejabberd_c2s"] if isinstance(
+        listen, list) else []
     listener = next((x for x in listeners if x.get("port") == target.xmpp_port), listeners[0] if listeners else None)
     backlog = listener.get("backlog") if listener else None
     backlog = backlog if isinstance(backlog, int) else None
@@ -177,7 +179,7 @@ def _ejabberd(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], in
         out.append(Verdict("ok", subject, f"{path}: c2s listener backlog {backlog}"))
     shaper = listener.get("shaper") if listener else None
     rules = doc.get("shaper_rules") or {}
-    if shaper and isinstance(rules, dict) and shaper in rules:
+    if isinstance(shaper, str) and isinstance(rules, dict) and shaper in rules:
         out.append(Verdict("ok", "ejabberd c2s shaper", f"{path}: c2s listener shaped by {shaper} ({rules[shaper]})"))
     else:
         out.append(Verdict("warning", "ejabberd c2s shaper", f"{path}: the c2s listener has no shaper rule of its own: "

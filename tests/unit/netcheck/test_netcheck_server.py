@@ -113,6 +113,15 @@ def test_ejabberd_packaged_listener_shaper_and_caches(tmp_path: Path) -> None:
     assert [v.level for v in report.verdicts].count("warning") == 2, render_text(report)
 
 
+
+@pytest.mark.parametrize("text", ["listen: 5222\n", "listen:\n  - port: 5222\n    module: ejabberd_c2s\n    shaper: [a]\n",
+                                  "- just\n- a list\n", "cache_size: {a: 1}\nlisten: {x: 1}\n"])
+def test_an_ejabberd_config_of_any_shape_is_a_verdict_not_a_traceback(tmp_path: Path, text: str) -> None:
+    target = _init(tmp_path, "ejabberd")
+    Path(target.ejabberd_config).write_text(text)
+    report = check_server(target, FakeHost(EJABBERD))
+    assert report.problems, render_text(report)  # (review21l: `listen: 5222` and `shaper: [a]` raised TypeError)
+
 def test_the_open_files_limit_against_the_members(tmp_path: Path) -> None:
     target = _init(tmp_path, "ejabberd")
     # ejabberdctl started by hand as root: 1,024 descriptors for 1,000 members.
