@@ -40,13 +40,10 @@ Pure: reads the switch's tables, returns the wanted flows.
 from __future__ import annotations
 
 import ipaddress
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from evio.sdn import proactive_flows
 from evio.sdn.flow_actions import ArpAnswerMatch, DestinationMatch
-from evio.sdn.proactive_flows import PROACTIVE_MACS_PER_PORT
-from evio.sdn.switch_terms import PortKind
 
 if TYPE_CHECKING:
     from evio.sdn.switch import BoundedFloodSwitch
@@ -57,35 +54,13 @@ MAX_ARP_ANSWERS = 4096
 MAX_DESTINATION_FLOWS = 4096
 
 
-def member_places(switch: BoundedFloodSwitch, now: float) -> dict[str, int]:
-    """Certified member MAC -> the peer port learning places it on under its owner, by 0066's rules."""
-    certified = {mac.lower() for mac in switch.neighbors.certified.values()}
-    places: dict[str, int] = {}
-    if not certified or not switch.mac_owners:
-        return places
-    per_port: Counter[int] = Counter()
-    for mac in sorted(certified):
-        owner = switch.mac_owners.get(mac)
-        if owner is None or owner == switch.node_id:
-            continue
-        entry = switch.learning.lookup(mac, now)
-        if entry is None or entry.local or entry.root != owner:
-            continue
-        port = switch.ports.get(entry.port)
-        if port is None or port.kind is not PortKind.PEER or per_port[entry.port] >= PROACTIVE_MACS_PER_PORT:
-            continue
-        per_port[entry.port] += 1
-        places[mac] = entry.port
-    return places
-
-
 def wanted_destination_flows(
     switch: BoundedFloodSwitch, now: float, paused: frozenset[str] = frozenset()
 ) -> tuple[dict[DestinationMatch, int], int]:
     """(match -> out port of every flow wanted ahead by destination now, how many were left out by the cap): each
     member's certified MAC where 0066 places it, and this node's own interfaces (not while an ask of theirs floods,
     0056: its answer must reach the controller)."""
-    wanted = dict(member_places(switch, now))
+    wanted = dict(proactive_flows.member_places(switch, now))
     if not wanted:
         return {}, 0  # no member placed (or no trust): nothing comes this way that the controller need not see
     for leaf, own in proactive_flows.local_interfaces(switch, now):
@@ -103,7 +78,7 @@ def wanted_destination_flows(
 
 def wanted_arp_answers(switch: BoundedFloodSwitch, now: float) -> tuple[dict[ArpAnswerMatch, str], int]:
     """(match -> MAC of every ARP answer wanted on the bridge now, how many were left out by the cap)."""
-    places = member_places(switch, now)
+    places = proactive_flows.member_places(switch, now)
     addresses = sorted((str(ip), mac.lower()) for ip, mac in switch.neighbors.certified.items()
                        if isinstance(ip, ipaddress.IPv4Address) and mac.lower() in places)  # fmt: skip
     answers: dict[ArpAnswerMatch, str] = {}

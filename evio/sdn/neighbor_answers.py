@@ -136,7 +136,7 @@ def _parse_nd(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMess
     kind, flags, target = icmp[0], int.from_bytes(icmp[4:8], "big"), ipaddress.IPv6Address(icmp[8:24])
     if kind not in (_NS, _NA) or target.is_multicast:
         return None
-    option = _link_layer_option(icmp[24:], _OPT_SOURCE_LL if kind == _NS else _OPT_TARGET_LL)
+    option = link_layer_option(icmp[24:], _OPT_SOURCE_LL if kind == _NS else _OPT_TARGET_LL)
     eth_src = format_mac(frame[6:12])
     if kind == _NS:
         source = ipaddress.IPv6Address(src)
@@ -146,7 +146,7 @@ def _parse_nd(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMess
                            announcement=not flags & _NA_SOLICITED)  # fmt: skip
 
 
-def _link_layer_option(options: bytes, wanted: int) -> str | None:
+def link_layer_option(options: bytes, wanted: int) -> str | None:
     """The Ethernet address in option `wanted` (RFC 4861 4.6.1), or None; malformed options end the walk."""
     while len(options) >= 8:
         kind, units = options[0], options[1]

@@ -58,17 +58,13 @@ def local_interfaces(switch: BoundedFloodSwitch, now: float) -> list[tuple[int, 
     return found
 
 
-def wanted_flows(switch: BoundedFloodSwitch, now: float, paused: frozenset[str] = frozenset()) -> dict[FlowMatch, int]:
-    """Match -> out port of every flow wanted ahead now. `paused`: local MACs whose way back must not be installed
-    (a request of theirs was flooded: its answer must reach the controller, 0056)."""
+def member_places(switch: BoundedFloodSwitch, now: float) -> dict[str, int]:
+    """Certified member MAC -> the peer port learning places it on under its owner, by 0066's rules."""
     certified = {mac.lower() for mac in switch.neighbors.certified.values()}
+    places: dict[str, int] = {}
     if not certified or not switch.mac_owners:
-        return {}
-    ends = local_interfaces(switch, now)
-    if not ends:
-        return {}
+        return places
     per_port: Counter[int] = Counter()
-    flows: dict[FlowMatch, int] = {}
     for mac in sorted(certified):
         owner = switch.mac_owners.get(mac)
         if owner is None or owner == switch.node_id:
@@ -80,8 +76,23 @@ def wanted_flows(switch: BoundedFloodSwitch, now: float, paused: frozenset[str] 
         if port is None or port.kind is not PortKind.PEER or per_port[entry.port] >= PROACTIVE_MACS_PER_PORT:
             continue
         per_port[entry.port] += 1
+        places[mac] = entry.port
+    return places
+
+
+def wanted_flows(switch: BoundedFloodSwitch, now: float, paused: frozenset[str] = frozenset()) -> dict[FlowMatch, int]:
+    """Match -> out port of every flow wanted ahead now. `paused`: local MACs whose way back must not be installed
+    (a request of theirs was flooded: its answer must reach the controller, 0056)."""
+    places = member_places(switch, now)
+    if not places:
+        return {}
+    ends = local_interfaces(switch, now)
+    if not ends:
+        return {}
+    flows: dict[FlowMatch, int] = {}
+    for mac, port in places.items():
         for leaf, own in ends:
-            flows[FlowMatch(leaf, own, mac)] = entry.port
+            flows[FlowMatch(leaf, own, mac)] = port
             if own not in paused:
-                flows[FlowMatch(entry.port, mac, own)] = leaf
+                flows[FlowMatch(port, mac, own)] = leaf
     return flows

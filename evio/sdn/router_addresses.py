@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from evio.sdn.flow_actions import AddGuardFlow
 from evio.sdn.frb import format_mac
-from evio.sdn.neighbor_answers import icmpv6_at
+from evio.sdn.neighbor_answers import icmpv6_at, link_layer_option
 
 MAX_PER_ROUTER = 4  # link-local addresses bound per router: one in practice, two while it changes
 MIN_HOLD = 600.0  # s a binding lasts at least (an RA of lifetime 0 ends routes, not neighbour entries at once)
@@ -75,21 +75,9 @@ def claim(frame: bytes) -> Claim | None:
     if len(frame) < at + _FIXED[kind] or frame[at + 1] != 0:
         return None  # code 0 only: the kernel drops others (RFC 4861 6.1, 7.1), and OVS reads no target of them
     address = ipaddress.IPv6Address(frame[at + 8 : at + 24] if kind == _NA else frame[22:38])
-    lladdr = _option(frame[at + _FIXED[kind] :], _TARGET_LL if kind == _NA else _SOURCE_LL)
+    lladdr = link_layer_option(frame[at + _FIXED[kind] :], _TARGET_LL if kind == _NA else _SOURCE_LL)
     lifetime = int.from_bytes(frame[at + 6 : at + 8], "big") if kind == _RA else 0
     return Claim(kind, address, format_mac(frame[6:12]), lladdr, lifetime)
-
-
-def _option(options: bytes, wanted: int) -> str | None:
-    """The Ethernet address in link-layer option `wanted` (RFC 4861 4.6.1), or None; malformed options end the walk."""
-    while len(options) >= 8:
-        kind, units = options[0], options[1]
-        if units == 0 or units * 8 > len(options):
-            return None
-        if kind == wanted and units == 1:
-            return format_mac(options[2:8])
-        options = options[units * 8 :]
-    return None
 
 
 class RouterAddresses:

@@ -911,7 +911,7 @@ class BoundedFloodSwitch:
     def _ahead_inputs(self, now: float) -> tuple[object, ...]:
         """What the flows ahead (0066, 0072) are computed from, and the counts of changes to the books that hold
         them: while this stays the same, a sync would change nothing."""
-        places = destination_flows.member_places(self, now)
+        places = proactive_flows.member_places(self, now)
         return (self.flows.changes, self._ahead_changes, tuple(places.items()), tuple(self.peer_ports().items()),
                 tuple(proactive_flows.local_interfaces(self, now)), tuple(self.leaf_ports()),
                 tuple(sorted(self._proactive_paused)), tuple(self.neighbors.certified.items()), id(self.mac_owners))
