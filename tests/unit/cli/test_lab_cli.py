@@ -23,6 +23,10 @@ def test_lab_subcommands_parse() -> None:
     assert ex.node == "node2" and ex.cmd[-4:] == ["ping", "-c", "1", "198.51.100.1"]
     with pytest.raises(SystemExit):
         parser.parse_args(["lab", "up", "--nodes", "2", "--nat", "full-cone"])
+    assert up.xmpp == "prosody"
+    assert parser.parse_args(["lab", "up", "--xmpp", "ejabberd-cluster"]).xmpp == "ejabberd-cluster"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["lab", "up", "--xmpp", "openfire"])
 
 
 def test_other_modules_can_add_lab_subcommands(monkeypatch: pytest.MonkeyPatch) -> None:
