@@ -24,9 +24,9 @@ def test_lab_subcommands_parse() -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["lab", "up", "--nodes", "2", "--nat", "full-cone"])
     assert up.xmpp == "prosody"
-    assert parser.parse_args(["lab", "up", "--xmpp", "ejabberd-cluster"]).xmpp == "ejabberd-cluster"
+    assert parser.parse_args(["lab", "up", "--nodes", "4", "--xmpp", "ejabberd-cluster"]).xmpp == "ejabberd-cluster"
     with pytest.raises(SystemExit):
-        parser.parse_args(["lab", "up", "--xmpp", "openfire"])
+        parser.parse_args(["lab", "up", "--nodes", "4", "--xmpp", "openfire"])
 
 
 def test_other_modules_can_add_lab_subcommands(monkeypatch: pytest.MonkeyPatch) -> None:
