@@ -2,7 +2,7 @@
 """An idle daemon's cost: CPU and wake-ups per thread, this tree against another in the same lab.
 
     flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/idle_lab.py --against ../main \
-        [--separate] [--nodes 16] [--idle 30] [--settle 40]
+        [--separate] [--trust] [--nodes 16] [--idle 30] [--settle 40]
 
 A lab of --nodes full nodes behind mixed NATs (the daemon's default topology):
 the odd nodes run this checkout's daemon, the even ones --against's (restarted
@@ -115,7 +115,7 @@ def measure_lab(args: argparse.Namespace, everyone: str | None) -> Measured:
         os.chdir(path)
 
     use(everyone or THIS)
-    lab = Lab.up(args.name, nodes=args.nodes, nat="mixed", daemons=True)
+    lab = Lab.up(args.name, nodes=args.nodes, nat="mixed", daemons=True, trust=args.trust)
     try:
         trees = {node.index: everyone or THIS for node in lab.nodes}
         if everyone is None and args.against:
@@ -241,6 +241,9 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=40.0, help="seconds left alone after the ring closed (default 40)")
     parser.add_argument("--ring-timeout", type=float, default=180.0)
     parser.add_argument("--name", default="idle", help="lab name (default idle)")
+    parser.add_argument("--trust", action="store_true",
+                        help="an overlay CA and node certificates, as the operator commands make them: the signed "
+                             "documents' announcements and the host claims then cross the tunnels too")
     parser.add_argument("--separate", action="store_true",
                         help="with --against: two labs in turn, every node on one tree, instead of one lab of both")
     args = parser.parse_args()
