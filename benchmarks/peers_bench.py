@@ -12,7 +12,10 @@ take turns. Each round measures every tool and the bare veth (in reverse order
 on even rounds, so no tool always runs first): iperf3 TCP with one stream,
 iperf3 UDP offered at --udp-mbit (the goodput the server received), and ping
 RTT (100 x 10 ms), from which the RTT a tunnel adds over the bare veth. CPU
-per frame is both ends' CPU during the TCP run over the frames sent, per end.
+per GB is both ends' CPU during the TCP run over the bytes the sender's tunnel
+device carried, per end: per byte, not per frame, because a tool reading TCP
+super-frames from its device (TSO: evio, wireguard-go) has 40 times fewer
+frames than one reading MTU-sized frames for the same bytes.
 The 1-minute load average is printed beside every round and in the table: an
 absolute figure means little without it; the ratios against the peers and the
 bare veth, measured in the same run, are what to compare.
@@ -363,8 +366,8 @@ def iperf3(tb: VethTestbed, address: str, seconds: float, udp_mbit: int | None =
     return None
 
 
-def tx_packets(netns: str, device: str) -> int:
-    return profiling.links(netns).get(device, {}).get("tx_packets", 0)
+def tx_bytes(netns: str, device: str) -> int:
+    return profiling.links(netns).get(device, {}).get("tx_bytes", 0)
 
 
 def measure(tb: VethTestbed, name: str, address: str, tunnel: Tunnel | None, args: argparse.Namespace) -> dict[str, float]:
@@ -374,16 +377,16 @@ def measure(tb: VethTestbed, name: str, address: str, tunnel: Tunnel | None, arg
         out["rtt"] = rtt
     pids = tunnel.pids() if tunnel else {}
     before = profiling.snapshot(pids, [])
-    frames = tx_packets(tb.a.netns, tunnel.device_a) if tunnel and tunnel.device_a else 0
+    carried = tx_bytes(tb.a.netns, tunnel.device_a) if tunnel and tunnel.device_a else 0
     tcp = iperf3(tb, address, args.duration)
     if tcp is not None:
         out["tcp"] = tcp
     if tunnel and tunnel.device_a:
         delta = profiling.diff(before, profiling.snapshot(pids, []))
-        frames = tx_packets(tb.a.netns, tunnel.device_a) - frames
+        carried = tx_bytes(tb.a.netns, tunnel.device_a) - carried
         cpu = sum(delta.process(label).cpu for label in pids)
-        if frames > 0:
-            out["cpu_us"] = cpu / 2 / frames * 1e6
+        if carried > 0:
+            out["cpu_gb"] = cpu / 2 / carried * 1e9
     udp = iperf3(tb, address, args.duration, args.udp_mbit)
     if udp is not None:
         out["udp"] = udp
@@ -521,7 +524,7 @@ def print_table(results: dict[str, list[dict[str, float]]], broken: dict[tuple[s
         return " / ".join("BROKEN" if (name, key, i) in broken else _each([r[key]]) for i, r in enumerate(rounds))
 
     metrics = [("tcp", "TCP 1 stream, Mbit/s", True), ("udp", f"UDP offered {args.udp_mbit} Mbit/s: goodput", True),
-               ("rtt_added", "RTT added over the veth, ms", False), ("cpu_us", "CPU us per frame per end", False),
+               ("rtt_added", "RTT added over the veth, ms", False), ("cpu_gb", "CPU s per GB per end", False),
                ("load", "load average (1 min)", False)]
     print(f"\n{args.rounds} round(s), iperf3 {args.duration:g} s, veth MTU 1500, overlay MTU {MTU}; "
           f"bare veth: TCP {_each(_values(results, 'veth', 'tcp'))} Mbit/s, RTT {_each(veth_rtt)} ms, "
