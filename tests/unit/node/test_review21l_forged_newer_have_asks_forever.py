@@ -49,6 +49,7 @@ from tests.unit.node.test_revocation_flood import (
     FakeSignaling,
     certificate,
     fleet,
+    frames_of,
     node_id,
     signed,
 )
@@ -250,6 +251,18 @@ async def test_a_have_sent_to_one_nodes_mac_names_no_newer_serial() -> None:
     await clock.advance(rf.ANSWER_JITTER + 0.01)
     assert nodes[0].counts["have_unicast_ignored"] == 1 and nodes[0].counts["sent_ask"] == 0
     assert nodes[0]._heard_senders() == 0
+
+
+@pytest.mark.parametrize("signer", [1, 2], ids=["the HAVE's sender", "another member"])
+def test_a_signed_manifest_of_a_newer_serial_counts_as_its_signers_word(signer: int) -> None:
+    _, nodes, _ = fleet(3)
+    owners = {node.mac: node._node_id for node in nodes}
+    node = nodes[0]
+    node.use_members(owners.get)
+    node.receive(rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.HAVE, 9, 0, 0), nodes[1].mac)
+    assert not node._newer_confirmed()
+    node.receive(frames_of(signed(9, revoked=120), signer)[0], b"\x02\x00\x00\x00\x07\x07")  # any MAC: signed
+    assert node._newer_confirmed() == (signer != 1)
 
 
 @pytest.mark.parametrize("attacking", [False, True], ids=["quiet", "A saying HAVE under two MACs"])
