@@ -83,10 +83,18 @@ LEVEL_MAX = 255  # a HAVE's ask level, in its index field: fits the narrowest (o
 # An ask given up for another node's (rule 4) is made after all if the list has not come this long after: the
 # answer to that ask, or to its follow-up, would have come by then (review21j J5's residual)
 ASK_GRACE = ANSWER_JITTER + FOLLOW_UP
-# ... but only for a serial this many distinct senders said HAVE of: one sender (a forged HAVE of a serial nobody
-# holds) costs the overlay still about one ask (review21c R3)
+# ... but only for a serial this many distinct senders said HAVE of, by broadcast, or sent a signed manifest of: one
+# sender (a forged HAVE of a serial nobody holds) costs the overlay still about one ask (review21c R3). A sender is
+# a member only as far as the switch vouches: it delivers a broadcast of this flood only under the root of the member
+# whose claims hold its source MAC (`frb_receive._document_not_its_owners`), and a unicast reaches the interface by
+# flows no controller judges, so a HAVE sent to our MAC alone is nobody's word (review21l L4)
 NEWER_SENDERS = 2
 NEWER_MEMORY = 2 * HAVE_PERIOD_MAX  # a sender of a newer serial counts this long after its HAVE
+# and at most this many asks made after all while we hold one serial: a member on another's flood way may still
+# speak for it there (a copy under that member's root, which `_plausible` lets through), and two names made every
+# node ask once per back-off, for as long as their HAVEs came (review21l L4); a real newer list comes with the first
+# or the second (rule 5), and the periodic HAVE (rule 3) still asks after that
+ASKS_AFTER_ALL = 3
 HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
 MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
 
@@ -166,6 +174,7 @@ class SignedDocumentFlood:
         self._newer_serial = 0  # the newest serial a HAVE named above ours, and its senders -> when last heard
         self._newer_senders: OrderedDict[bytes, float] = OrderedDict()
         self._recheck_timer: Timer | None = None
+        self._asked_after_all = 0  # asks made after all since we last adopted a list (at most ASKS_AFTER_ALL)
         self._member_of: Callable[[bytes], int | None] | None = None
 
     def use_members(self, member_of: Callable[[bytes], int | None]) -> None:
@@ -182,6 +191,11 @@ class SignedDocumentFlood:
             return mac
         owner = self._member_of(mac)
         return None if owner is None else owner.to_bytes(16, "big")
+
+    def _signer_key(self, node_id: int, sender: bytes) -> bytes:
+        """Who the signer of a manifest is, as `_ring_key` names HAVE senders: its node id, or (no host claims) the
+        MAC it came from."""
+        return sender if self._member_of is None else node_id.to_bytes(16, "big")
 
     def _own_key(self) -> bytes:
         return self.mac if self._member_of is None else self._node_id.to_bytes(16, "big")
@@ -318,14 +332,20 @@ class SignedDocumentFlood:
         answer quiet (`ANSWER_QUIET`) they answer it by unicast to that asker, so a member saying HAVE of our serial
         every few milliseconds, its own MAC or invented ones, kept us from ever asking (review21j J5's residual).
         Each such ask still waits out the back-off of rule 4, and one sender alone never makes one: a forged HAVE
-        of a serial nobody holds costs about one ask, as before (review21c R3)."""
+        of a serial nobody holds costs about one ask, as before (review21c R3). Nor do more than `ASKS_AFTER_ALL`
+        while we hold one list: two members' word, where one speaks for the other, made every node ask once per
+        back-off for ever (review21l L4)."""
         self._recheck_timer = None
         if not self._newer_confirmed():
+            return
+        if self._asked_after_all >= ASKS_AFTER_ALL:
+            self.counts["ask_after_all_spent"] += 1  # our periodic HAVE (rule 3) and its follow-up still ask
             return
         wait = self._ask_not_before - self._clock.now()
         if self._ask_timer is not None or wait > 0:
             self._arm_recheck(max(wait, 0.0) + ANSWER_JITTER)
             return
+        self._asked_after_all += 1
         self.counts["ask_made_after_all"] += 1
         self._ask()
         self._ask_firm = True
@@ -339,6 +359,7 @@ class SignedDocumentFlood:
         self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once
         self._ask_not_before = float("-inf")
         self._asks = 0
+        self._asked_after_all = 0
         self._witnesses.clear()  # copies of the list held before
         if isinstance(event, RevocationAdopted) and event.from_server_host:
             if self._server_copy_timer is not None:
@@ -544,7 +565,11 @@ class SignedDocumentFlood:
             self.counts["dropped_malformed"] += 1
             return
         self.counts["received_have" if kind == HAVE else "received_frame"] += 1
-        key = self._ring_key(sender) if kind == HAVE else None
+        # A HAVE is a sender's word only by broadcast, which the switch delivers only under the root of its source
+        # MAC's owner; a unicast from any MAC reaches us by flows installed ahead (review21l L4). Honest HAVEs are
+        # all broadcast: one to our MAC alone still draws an answer, but it neither places a sender on the ring,
+        # nor names a newer serial, nor stands for our ask.
+        key = self._ring_key(sender) if kind == HAVE and broadcast else None
         if key is not None:
             self._heard_have(key)
         ours = self._serial()
@@ -555,7 +580,9 @@ class SignedDocumentFlood:
                 self._answer()
             return
         if kind == HAVE:
-            if serial > ours:
+            if serial > ours and not broadcast:
+                self.counts["have_unicast_ignored"] += 1
+            elif serial > ours:
                 if key is not None:
                     self._heard_newer(key, serial)
                 self._ask()  # they hold a newer one: our HAVE makes them send it
@@ -612,6 +639,8 @@ class SignedDocumentFlood:
         if len(self._pending) >= MAX_PENDING:
             del self._pending[min(self._pending, key=lambda k: self._pending[k].started)]
             self.counts["dropped_incomplete"] += 1
+        if serial > self._serial():
+            self._heard_newer(self._signer_key(manifest.node_id, sender), serial)  # a member's signed word (L4)
         assembly = _Assembly(serial, count, manifest.hashes, now, broadcast, manifest.node_id)
         if count <= revocation_manifest.PART_HASHES:
             assembly.hashes = dict(enumerate(manifest.hashes))  # else the parts bring them

@@ -37,8 +37,11 @@ overlay, and each node reads the others' off the same interface:
    per back-off that doubles from `HAVE_INTERVAL` to `HAVE_PERIOD`: a forged HAVE of a serial nobody holds
    costs the overlay about one HAVE, and ever fewer, not one per node (review21c R3). An ask given up is made
    after all `ASK_GRACE` later if the list has not come and two members said HAVE of the newer serial (a member
-   saying HAVE of our serial every few milliseconds kept us from asking: review21j J5's residual). With host
-   claims, HAVE senders count (here and in rules 3 and 5) by the member whose claims hold their MAC, each once.
+   saying HAVE of our serial every few milliseconds kept us from asking: review21j J5's residual), at most
+   `ASKS_AFTER_ALL` times while we hold one list. With host claims, HAVE senders count (here and in rules 3 and
+   5) by the member whose claims hold their MAC, each once, and only HAVEs sent to the broadcast address, which
+   the switch delivers only under that member's root; a member's signed manifest of the newer serial counts as its
+   word too (a member speaking under two members' MACs made every node ask every 30 s: review21l L4).
 5. Silence after a HAVE does not mean it was answered, so a node says each HAVE of its own again `FOLLOW_UP`
    later unless a newer list came meanwhile. A sender asking again within `FIRM_WINDOW` still lacks the list
    (or is forged): whatever copies came by, none reached it (review21d R1'). Such a repeated ask is answered
@@ -80,6 +83,8 @@ from __future__ import annotations
 from evio.node.document_flood import (  # noqa: F401 - the flood's constants, as tests and docs name them here
     ANSWER_INTERVAL,
     ANSWER_JITTER,
+    ASK_GRACE,
+    ASKS_AFTER_ALL,
     ASSEMBLY_TIMEOUT,
     BROADCAST,
     CHUNK,

@@ -9,6 +9,8 @@ learning table, flood budget, counters). Pure, as the switch is: frames and `now
   leaf ports (or only to the leaf the destination is learned on) and passed on within its bound; a
   BROADCAST_REVERSE (a broadcast's header sent the other way round the ring) is learned from and
   passed on, never delivered (docs/design.md, "Learning and unicast flows").
+- A broadcast of the signed documents' flood whose source MAC another member announced is not delivered
+  (`_document_not_its_owners`): the daemon reading it knows its sender by that MAC alone.
 - A flood must come the way one from its root could have come (`_plausible`; an adjacent root's by its
   own link, `_detours_its_root`), else it is dropped; one under a root whose floods come by another peer
   brings MACs new here only within that port's small budget (`_contested`);
@@ -31,6 +33,7 @@ from evio.sdn.flow_actions import FlowAction, PacketOut
 from evio.sdn.learning_table import Change, LearnedMac
 from evio.sdn.switch_terms import (
     HOST_CLAIMS_ETHERTYPE,
+    SIGNED_DOCUMENTS_ETHERTYPE,
     Drop,
     FloodedAnnouncement,
     SwitchPort,
@@ -52,6 +55,7 @@ ROOT_LINK_GRACE = 2.0
 CONTESTED_NEW_RATE, CONTESTED_NEW_BURST = 1.0, 10
 CONTESTED_PORT_RATE, CONTESTED_PORT_BURST = 4.0, 100
 _FLOOD_KINDS = (frb.FrbType.BROADCAST, frb.FrbType.BROADCAST_REVERSE)
+_VLAN_TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q and 802.1ad
 FLOOD_WAYS = 2 * 8192  # roots' ways held (two directions each): members, or roots with MACs in the learning table
 
 
@@ -315,6 +319,10 @@ def _broadcast_in(
         return []
     if not sw.guard_allows(in_port, inner, h.root_nid, now):
         return []  # a router advertisement from a member not named, or an address spoofed (decision 0068)
+    if _document_not_its_owners(sw, inner, h.root_nid):
+        sw._bounded(Drop.DOCUMENT_NOT_ITS_OWNERS, in_port, now,
+                    f"mac={frb.format_mac(inner[6:12])} root={format_node_id(h.root_nid)}")
+        return []
     sw.broadcasts.record(h.root_nid, inner, ingress, h.hop_count)
     hops = _hops(sw, h, ingress)
     inner_eth = parse_ethernet(inner)
@@ -362,6 +370,22 @@ def _broadcast_in(
         wire = frb.pack(frb.broadcast(inner, h.root_nid, bound, hop_count=hops + 1))
         actions.append(PacketOut(peers[peer], wire))
     return actions
+
+
+def _document_not_its_owners(sw: BoundedFloodSwitch, inner: bytes, root: int) -> bool:
+    """Whether `inner` is a broadcast of the signed documents' flood whose source MAC a member other than the flood's
+    root announced. The daemon reads that flood off the bridge's own interface, which tells the sender's MAC and
+    nothing of the root, and counts a HAVE as the word of the member whose claims hold that MAC; a member's
+    broadcast from another member's MAC (refused learning, `NOT_ANNOUNCER`, but delivered) counted as that member's,
+    and two names made every node ask for a serial nobody holds every 30 s (review21l L4, decision 0043 amended).
+    The flood's frames come from a member's interface only, whose MAC it announced and which never moves, so an
+    honest one always passes. A unicast is no flood: the daemon counts none as a sender's word. Behind one VLAN tag
+    too (a VLAN-0 tag, which the kernel strips, or two, the guards refused before: `neighbor_guard.as_received`)."""
+    kind = inner[12:14] if inner[12:14] not in _VLAN_TAGS else inner[16:18]
+    if inner[:6] != frb.BROADCAST_MAC or kind != SIGNED_DOCUMENTS_ETHERTYPE.to_bytes(2, "big"):
+        return False
+    owner = sw.mac_owners.get(frb.format_mac(inner[6:12]))
+    return owner is not None and owner != root
 
 
 def _reverse_in(

@@ -14,6 +14,10 @@ ETH_HEADER_LEN = 14
 # with the port they came in by, which the bridge's own interface, where the daemon reads the rest, does not tell.
 HOST_CLAIMS_ETHERTYPE = 0x88B6
 FLOODED_ANNOUNCEMENTS_KEPT = 64  # waiting for the adapter, which takes them after every packet-in
+# The signed documents' flood (the revocation and member lists, evio/node/document_flood.py): a broadcast of it is
+# delivered only under its source MAC's owner's root, since the daemon reading it off the bridge's interface knows
+# a sender by its MAC alone (review21l L4; decision 0043, amended).
+SIGNED_DOCUMENTS_ETHERTYPE = 0x88B5
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,8 @@ class Drop(enum.Enum):
                           "the other local ports, not flooded")
     NOT_ANNOUNCER = ("a frame placing a MAC under a member (or by a way) other than the one whose signed announcement "
                      "holds it (evio.sdn.host_claims): not learned, the frame itself went on")
+    DOCUMENT_NOT_ITS_OWNERS = ("a broadcast of the signed documents' flood (0x88B5) whose source MAC a member other "
+                               "than the flood's root announced: neither delivered nor passed on (0043 amended)")
     POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
     ROUTER_GUARD = ("router advertisement or redirect from a member the config does not name in ipv6_routers "
                     "(evio.sdn.neighbor_guard, decision 0068)")
