@@ -70,6 +70,9 @@ SERVER_COPY_WITNESSES = 2
 MAX_WITNESSES = 16  # signers of copies of the held list remembered (only the count up to the above matters)
 HAVE_PERIOD = 30.0  # mean seconds between a node's own periodic HAVEs, in an overlay of up to 30 nodes
 HAVE_PERIOD_MAX = 60.0  # and at most this, however many HAVE senders (some perhaps invented) were heard
+# While every HAVE heard names our serial, each period is twice the last, up to this (Trickle, RFC 6206): an idle
+# overlay of 16 sent 4 HAVEs per node a minute across the tunnels (issue 23's idle target: 1 multicast of any kind)
+HAVE_PERIOD_IDLE = 600.0
 FOLLOW_UP = 1.5  # a HAVE said again this long after, unless a newer list came (answers come within ANSWER_JITTER)
 FIRM_WINDOW = 4.0  # an ask repeated by the same sender this soon is answered firmly (by the few chosen)
 FIRM_FEW = 2  # holders that answer a repeated ask of level 0: one lost unicast is made up by the other
@@ -165,6 +168,7 @@ class SignedDocumentFlood:
         self._repeat_timers: list[Timer] = []
         self._server_copy_timer: Timer | None = None
         self._periodic_timer: Timer | None = None
+        self._quiet_periods = 0  # periodic HAVEs since a serial other than ours was last heard or adopted (rule 3)
         self._have_heard: dict[bytes, float] = {}  # sender MAC -> when its last HAVE came by (oldest first)
         self._places: list[int] = []  # the places of the senders in _have_heard, sorted
         self._ask_timer: Timer | None = None
@@ -245,12 +249,25 @@ class SignedDocumentFlood:
     def arm_periodic_have(self) -> None:
         """Broadcast HAVE after a random wait around the current period, and so on (rule 3)."""
         period = min(HAVE_PERIOD_MAX, max(HAVE_PERIOD, float(self._heard_senders())))
+        period = max(period, min(HAVE_PERIOD_IDLE, period * 2.0**self._quiet_periods))
         self._periodic_timer = self._clock.call_later(self._rng.uniform(0.5, 1.5) * period, self._periodic_have)
 
     def _periodic_have(self) -> None:
         self._periodic_timer = None
         self.link_up()
+        self._quiet_periods = min(self._quiet_periods + 1, 32)
         self.arm_periodic_have()
+
+    def _unsettled(self) -> None:
+        """A serial other than ours came by, or we adopted one: the periodic HAVE back to its short period, at
+        once (rule 3). Only a long period is cut short: a sender of such serials every second holds us at the
+        short period, as often as every node said HAVE before the back-off, and no more often."""
+        if self._quiet_periods == 0:
+            return
+        self._quiet_periods = 0
+        if self._periodic_timer is not None:
+            self._periodic_timer.cancel()
+            self.arm_periodic_have()
 
     def _heard_senders(self) -> int:
         cutoff = self._clock.now() - HEARD_WINDOW
@@ -357,6 +374,7 @@ class SignedDocumentFlood:
             self._recheck_timer.cancel()
             self._recheck_timer = None
         self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once
+        self._unsettled()  # nodes that missed it hear of it within a short period
         self._ask_not_before = float("-inf")
         self._asks = 0
         self._asked_after_all = 0
@@ -573,6 +591,8 @@ class SignedDocumentFlood:
         if key is not None:
             self._heard_have(key)
         ours = self._serial()
+        if serial != ours:
+            self._unsettled()
         if serial < ours:
             if kind == HAVE:  # only a HAVE is an ask (a list comes in chunks); its index is the ask's level
                 self._answer(sender, index)

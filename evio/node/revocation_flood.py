@@ -31,7 +31,12 @@ overlay, and each node reads the others' off the same interface:
    more than `HAVE_PERIOD` nodes doing so, every (nodes heard) seconds up to `HAVE_PERIOD_MAX`: the overlay
    sends about one HAVE a second up to 60 nodes (RTCP's rule, RFC 3550 6.2), and a member inventing HAVE
    senders cannot stretch the period further (review21c R2). A node that missed every copy while no link of
-   its came up (the XMPP server down: no new links) hears a newer serial within seconds and asks.
+   its came up (the XMPP server down: no new links) hears a newer serial within seconds and asks. While every
+   HAVE and list heard names our serial, each period is twice the last, up to `HAVE_PERIOD_IDLE` (Trickle, RFC
+   6206); a serial other than ours heard, or a list adopted, puts it back at the short period at once. So an
+   overlay that agrees sends a HAVE per node every 10 minutes, and a change, or a node behind saying its older
+   serial, brings the short period back everywhere the flood reaches (decision 0073). A member sending other
+   serials holds the overlay at the short period, the rate of before, never above it.
 4. A node hearing HAVE of a newer serial asks (its own HAVE) after a random wait of up to `ANSWER_JITTER`,
    not at all if another node of its serial asked meanwhile, and, while no such list arrives, at most once
    per back-off that doubles from `HAVE_INTERVAL` to `HAVE_PERIOD`: a forged HAVE of a serial nobody holds
@@ -99,6 +104,7 @@ from evio.node.document_flood import (  # noqa: F401 - the flood's constants, as
     HAVE,
     HAVE_INTERVAL,
     HAVE_PERIOD,
+    HAVE_PERIOD_IDLE,
     HAVE_PERIOD_MAX,
     HEARD_WINDOW,
     LIST,

@@ -283,3 +283,67 @@ async def test_a_list_the_server_host_sent_to_every_member_online_goes_over_the_
     assert sum(n.counts["sent_server_copy_have"] for n in nodes) == 11 - rf.SERVER_COPY_WITNESSES
     await clock.advance(max(rf.REPEATS) + 1)
     assert len(lists_sent(medium)) == rf.SERVER_COPY_WITNESSES  # and no repeats
+
+
+def haves_sent(medium: Medium, since: int = 0) -> int:
+    return sum(1 for _, f in medium.frames[since:] if rf.HEADER.unpack_from(f)[2] == rf.HAVE)
+
+
+async def settled_fleet(n: int) -> tuple[Medium, list[WiredFlood], VirtualClock]:
+    """`n` nodes holding the same list, their periodic HAVEs armed and left alone until every one backed off to
+    its longest period."""
+    medium, nodes, clock = fleet(n)
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(6)), "file")
+    for node in nodes:
+        node.arm_periodic_have()
+    await clock.advance(4 * rf.HAVE_PERIOD_IDLE)
+    return medium, nodes, clock
+
+
+async def test_an_overlay_that_agrees_backs_its_periodic_have_off_to_the_idle_period() -> None:
+    # Issue 23: an idle overlay sends at most one multicast per node a minute across the tunnels. Each periodic
+    # HAVE is two frames (its follow-up, rule 5); every 30 s that was 4 per node a minute for one document.
+    n = 16
+    medium, nodes, clock = await settled_fleet(n)
+    before, window = len(medium.frames), 3600.0
+    await clock.advance(window)
+    per_node_minute = haves_sent(medium, before) / n / (window / 60)
+    print(f"{n} nodes that agree: {per_node_minute:.3f} HAVE frames per node a minute (was "
+          f"{2 * 60 / rf.HAVE_PERIOD:.0f} at a {rf.HAVE_PERIOD:.0f} s period)")
+    assert per_node_minute <= 2 * 60 / rf.HAVE_PERIOD_IDLE * 1.3
+    assert len(medium.frames) - before == haves_sent(medium, before), "only HAVEs: nothing to answer"
+
+
+async def test_a_node_that_missed_a_list_in_a_settled_overlay_gets_it_within_the_short_period() -> None:
+    # The holders adopted the newer list: their periodic HAVEs go back to the short period, so a node that missed
+    # every copy (and no link of its came up) hears of it as soon as before the back-off.
+    medium, nodes, clock = await settled_fleet(8)
+    late = nodes[7]
+    late.connected = False
+    nodes[0].signaling.receive_revocation_list(identity.list_to_text(signed(7)), "file")
+    await clock.advance(max(rf.REPEATS) + 0.01)
+    late.connected = True
+    start = clock.now()
+    while late.signaling.list.serial != 7 and clock.now() - start < 2 * rf.HAVE_PERIOD_IDLE:
+        await clock.advance(0.5)
+    took = clock.now() - start
+    print(f"the node that missed serial 7 had it {took:.1f} s (virtual) after it came back")
+    assert late.signaling.list.serial == 7 and took <= 1.5 * rf.HAVE_PERIOD + rf.ANSWER_JITTER + 1.0
+
+
+async def test_a_node_behind_cuts_the_others_back_off_short_and_its_sender_cannot_speed_them_up() -> None:
+    # A HAVE of an older serial (a node that missed a list, or a member saying so every second) puts the holders
+    # back at the short period: the node behind is answered, and hears of the newer serial, as soon as before the
+    # back-off. A sender doing it every second holds the overlay at the rate every node had before, no higher.
+    n = 8
+    medium, nodes, clock = await settled_fleet(n)
+    old = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.HAVE, 5, 0, 0)
+    before, window = len(medium.frames), 600.0
+    for _ in range(int(window)):
+        for node in nodes:
+            node.receive(old, bytes([2, 0, 0, 0, 1, 0]))
+        await clock.advance(1.0)
+    haves = haves_sent(medium, before)
+    print(f"old-serial HAVEs every second for {window:.0f} s: {haves} HAVE frames from {n} nodes")
+    assert haves >= n * window / rf.HAVE_PERIOD / 2  # at the short period again
+    assert haves <= 2 * n * window / rf.HAVE_PERIOD * 1.3  # and no shorter (each with its follow-up)
