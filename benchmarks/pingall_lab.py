@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the pairs of an all-pairs ping are lost, right after the ring closes (issue 23).
 
-    flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/pingall_lab.py [--nodes 32] [--rounds 2] [--timeout 2] [--trust]
+    flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/pingall_lab.py [--nodes 32] [--rounds 2] [--timeout 2] [--idle 15] [--trust]
 
 A lab of --nodes full nodes behind mixed NATs (the daemon's defaults). As soon as successor links close
 the ring, `evio lab pingall` runs --rounds times. Around each round every daemon's status is read, and
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import scale_lab  # noqa: E402
 
 from evio.cli.lab_node_cmd import all_pairs_ping, wait_ring  # noqa: E402
 from evio.lab.lab import Lab  # noqa: E402
@@ -48,7 +51,17 @@ def counters(lab: Lab) -> collections.Counter[str]:
             total["link up events"] += events.get("up", 0)
             total["link down events"] += events.get("down", 0)
             for key, value in overlay.get("switch", {}).items():
-                total[f"switch {key}"] += value
+                if isinstance(value, dict):  # packet_ins_by_kind
+                    for kind, count in value.items():
+                        total[f"switch {key} {kind}"] += count
+                else:
+                    total[f"switch {key}"] += value
+            for kind, count in overlay.get("broadcasts", {}).get("by_ethertype", {}).items():
+                total[f"broadcasts received {kind}"] += count
+            trust = overlay.get("trust") or {}
+            for flood in ("revocation_flood", "member_list_flood"):
+                for key, value in (trust.get(flood) or {}).get("counts", {}).items():
+                    total[f"{flood} {key}"] += value
             for group in ("drops", "frb_errors", "segment_errors"):
                 for reason, value in overlay.get(group, {}).items():
                     total[f"{group} {reason}"] += value
@@ -62,6 +75,36 @@ def counters(lab: Lab) -> collections.Counter[str]:
                     if isinstance(value, int):
                         total[f"transit {key}"] += value
     return total
+
+
+def packet_ins(lab: Lab) -> dict[int, int]:
+    """Each switch's packet-ins so far (node index -> count); a daemon that does not answer is left out."""
+    counts = {}
+    for node in lab.nodes:
+        try:
+            overlays = lab.daemon_status(node.index).get("overlays", {})
+        except ControlError:
+            continue
+        counts[node.index] = sum(o.get("switch", {}).get("packet_ins", 0) for o in overlays.values())
+    return counts
+
+
+def spread(values: list[float]) -> str:
+    """min / median / p90 / max of `values`."""
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return f"{ordered[0]:.1f} / {statistics.median(ordered):.1f} / {p90:.1f} / {ordered[-1]:.1f}"
+
+
+def print_cpu(split: scale_lab.Split) -> None:
+    """CPU per process kind over the round (% of one core per process, and in all), with its busiest threads."""
+    for kind, (count, share, wakeups, threads) in split.items():
+        top = sorted(threads.items(), key=lambda item: -item[1][0])[:4]
+        names = ", ".join(f"{name} {cpu:.1f}" for name, (cpu, _) in top)
+        print(f"    {kind:<13} {count:>3} x {share:5.1f} % = {count * share / 100:5.2f} cores, "
+              f"{wakeups:6.0f} wake-ups/s each; threads: {names}")
 
 
 def host_table_fulls() -> int:
@@ -117,6 +160,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=2.0, help="per ping, as `evio lab pingall` (default 2)")
     parser.add_argument("--name", default="pa")
+    parser.add_argument("--idle", type=float, default=15.0, help="seconds measured with no ping after the rounds")
     parser.add_argument("--trust", action="store_true", help="an overlay CA; certificates name the nodes' addresses")
     args = parser.parse_args()
     lab = Lab.up(args.name, nodes=args.nodes, nat="mixed", daemons=True, trust=args.trust)
@@ -125,12 +169,22 @@ def main() -> int:
         _, closed = wait_ring(lab, 60.0 + 4.0 * args.nodes)
         print(f"n={args.nodes}{' trust' if args.trust else ''}: ring {'closed' if closed else 'NOT closed'} {time.monotonic() - started:.1f} s after "
               f"the daemons were ready (load average {os.getloadavg()[0]:.1f})", flush=True)
+        kinds = scale_lab.processes_by_kind(lab)
         for round_ in range(1, args.rounds + 1):
             before, sizes, fulls = counters(lab), log_sizes(lab), host_table_fulls()
+            switches, cpu, round_started = packet_ins(lab), scale_lab.counters(kinds), time.monotonic()
             load = os.getloadavg()[0]
             summary = all_pairs_ping(lab, 1, args.timeout)
+            seconds = time.monotonic() - round_started
+            cpu_split = scale_lab.split_cpu(kinds, cpu, scale_lab.counters(kinds), seconds)
+            switched = packet_ins(lab)
             after = counters(lab)
             print(f"\nround {round_} (load average {load:.1f} before, {os.getloadavg()[0]:.1f} after): {summary.text()}")
+            print(f"  RTT ms, min / median / p90 / max: {spread(list(summary.rtts_ms))}")
+            per_second = [(switched[i] - switches[i]) / seconds for i in switched if i in switches]
+            print(f"  packet-ins per switch per second, min / median / p90 / max: {spread(per_second)}")
+            print(f"  CPU over the round's {seconds:.1f} s (status reads included):")
+            print_cpu(cpu_split)
             by_source = collections.Counter(pair.split("->")[0] for pair in summary.failed)
             by_target = collections.Counter(pair.split("->")[1] for pair in summary.failed)
             print(f"  failed pairs by source: {dict(by_source.most_common(6))}; by target: {dict(by_target.most_common(6))}")
@@ -144,6 +198,17 @@ def main() -> int:
                 shown: Any = sorted(times)[-5:]
                 print(f"  the {len(summary.failed)} failed pairs again, one ping of up to 10 s each: {answered} answered"
                       f"; slowest {shown} ms (load average {os.getloadavg()[0]:.1f})", flush=True)
+        if args.idle > 0:  # the same counters with no ping: what the overlay costs by itself
+            before, switches, cpu = counters(lab), packet_ins(lab), scale_lab.counters(kinds)
+            time.sleep(args.idle)
+            cpu_split = scale_lab.split_cpu(kinds, cpu, scale_lab.counters(kinds), args.idle)
+            switched, after = packet_ins(lab), counters(lab)
+            per_second = [(switched[i] - switches[i]) / args.idle for i in switched if i in switches]
+            print(f"\nidle for {args.idle:g} s, no ping (load average {os.getloadavg()[0]:.1f}): packet-ins per switch "
+                  f"per second, min / median / p90 / max: {spread(per_second)}")
+            print_cpu(cpu_split)
+            for key, value in delta(before, after).items():
+                print(f"    {key:<44} {value:>8}")
     finally:
         lab.close()
     return 0

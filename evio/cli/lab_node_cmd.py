@@ -163,6 +163,7 @@ class PingSummary:
     failed: tuple[str, ...]
     mean_rtt_ms: float | None
     seconds: float
+    rtts_ms: tuple[float, ...] = ()  # each answered pair's mean RTT, in the pairs' order
 
     def text(self) -> str:
         line = (f"all-pairs ping over the overlay: {self.pairs - len(self.failed)}/{self.pairs} pairs answered "
@@ -194,6 +195,7 @@ def all_pairs_ping(lab: Lab, count: int = 1, timeout: float = 2.0) -> PingSummar
         failed=tuple(f"{a.name}->{b.name}" for a, b, good, _ in results if not good),
         mean_rtt_ms=sum(rtts) / len(rtts) if rtts else None,
         seconds=time.monotonic() - started,
+        rtts_ms=tuple(rtts),
     )
 
 

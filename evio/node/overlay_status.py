@@ -67,6 +67,7 @@ def overlay_status(stack: OverlayStack) -> dict[str, Any]:
             "neighbors_answered": traffic.neighbors_answered if traffic else 0,
             "copied_ahead": traffic.copied_ahead if traffic else 0,
             "unicast_packet_ins": traffic.unicast_packet_ins if traffic else 0,
+            "packet_ins_by_kind": dict(traffic.by_kind) if traffic else {},
         },
         "transit": transit_status(stack.links.transit),
         "drops": dict(stack.drops),
@@ -132,8 +133,8 @@ def _candidates_dropped(links: object) -> dict[str, int]:
 
 
 def _broadcasts(counts: boundary.BroadcastCounts | None) -> dict[str, Any]:
-    """FRB broadcasts received: totals, per root, and the latest ones (`recent`, oldest first)."""
+    """FRB broadcasts received: totals, per root, per inner ethertype, and the latest ones (`recent`, oldest first)."""
     if counts is None:
-        return {"received": 0, "own_returned": 0, "by_root": {}, "recent": []}
+        return {"received": 0, "own_returned": 0, "by_root": {}, "by_ethertype": {}, "recent": []}
     document = boundary.event_as_dict(counts)
-    return {key: document[key] for key in ("received", "own_returned", "by_root", "recent")}
+    return {key: document[key] for key in ("received", "own_returned", "by_root", "by_ethertype", "recent")}

@@ -261,6 +261,7 @@ class BroadcastCounts:
     own_returned: int
     by_root: Mapping[int, int]
     recent: tuple[BroadcastReceived, ...]
+    by_ethertype: Mapping[int, int] = field(default_factory=dict)  # of the inner frames (broadcast_log.OTHER_ETHERTYPE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +279,8 @@ class TrafficCounts:
     neighbors_answered: int = 0
     copied_ahead: int = 0  # of packet_ins: copies of frames a flow ahead by destination passed on (decision 0072)
     unicast_packet_ins: int = 0  # of packet_ins: frames for a unicast destination, FRBs aside
+    # of packet_ins, by what came (`switch.PacketInKind`): which frames keep the controller busy (issue 23)
+    by_kind: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +389,8 @@ def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
             {**asdict(seen), "root": format_node_id(seen.root), "peer": format_node_id(seen.peer)}
             for seen in event.recent
         ]
+        fields["by_ethertype"] = {("other" if kind < 0 else f"0x{kind:04x}"): n
+                                  for kind, n in sorted(event.by_ethertype.items())}
     return {"event": type(event).__name__, **fields}
 
 

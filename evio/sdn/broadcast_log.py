@@ -20,6 +20,10 @@ DEFAULT_KEEP = 128
 # inventing roots grows `by_root` without end. Far above a real overlay's node count;
 # when full, the root heard from least recently makes room (its count restarts if it returns).
 MAX_ROOTS = 4096
+# Inner ethertypes counted apart (issue 23: which broadcasts keep the switches busy); a peer may invent any of the
+# 65,536, so past these the rest are counted under OTHER_ETHERTYPE.
+MAX_ETHERTYPES = 32
+OTHER_ETHERTYPE = -1
 
 
 def frame_digest(frame: bytes) -> str:
@@ -45,6 +49,7 @@ class BroadcastLog:
         self.max_roots = max_roots
         self.roots_evicted = 0
         self.recent: deque[BroadcastReceived] = deque(maxlen=keep)
+        self.by_ethertype: Counter[int] = Counter()  # of the inner frame; OTHER_ETHERTYPE past MAX_ETHERTYPES
 
     def record(self, root: int, inner: bytes, peer: int, hop_count: int) -> BroadcastReceived:
         self.received += 1
@@ -53,6 +58,8 @@ class BroadcastLog:
             del self.by_root[next(iter(self.by_root))]
             self.roots_evicted += 1
         ethertype = int.from_bytes(inner[12:14], "big") if len(inner) >= 14 else 0
+        counted = ethertype if ethertype in self.by_ethertype or len(self.by_ethertype) < MAX_ETHERTYPES else OTHER_ETHERTYPE
+        self.by_ethertype[counted] += 1
         entry = BroadcastReceived(self.received, root, frame_digest(inner), ethertype, peer, hop_count)
         self.recent.append(entry)
         return entry

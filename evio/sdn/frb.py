@@ -209,6 +209,14 @@ def _is_group(mac_first_octet: int) -> bool:
 # ---------------------------------------------------------------------------- parse
 
 
+_TYPE_AT = FRB_MIN_FRAME_LEN - 2  # the frb_type byte: before pl_count, the header's last
+
+
+def peek_type(data: bytes | bytearray | memoryview) -> FrbType | None:
+    """The FRB type a frame says it is, unchecked (for counting; `parse` checks), or None."""
+    return _TYPES.get(data[_TYPE_AT]) if len(data) >= FRB_MIN_FRAME_LEN else None
+
+
 def parse(data: bytes | bytearray | memoryview) -> FrbFrame:
     """Decode one Ethernet frame carrying an FRB; raise FrbParseError with the reason if malformed."""
     size = len(data)

@@ -98,9 +98,11 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_D
 from os_ken.ofproto import ofproto_v1_3  # noqa: E402
 
 from evio.sdn.handed_listener import HandedListener  # noqa: E402
+from evio.sdn.osken_flow_stats import read_flow_stats_by_hand  # noqa: E402
 from evio.sdn.osken_guard import guard_os_ken_parsers  # noqa: E402
 
 guard_os_ken_parsers()  # lists whose elements say length 0 would loop forever (evio.sdn.osken_guard)
+read_flow_stats_by_hand()  # the byte counters' poll, twice a second (evio.sdn.osken_flow_stats)
 
 log = logging.getLogger(__name__)
 

@@ -85,7 +85,7 @@ class OverlaySwitch:
         self._flows_added_at_poll = -1  # flows_added when the poll in flight was asked for
         self._reported: tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, dict[str, int]]] | None = None
         self._broadcasts_reported = (0, 0)  # (received, own_returned) in the last BroadcastCounts
-        self._traffic_reported = (0, 0, 0, 0, 0, 0, 0, 0, 0)  # the switch's counters in the last TrafficCounts
+        self._traffic_reported: tuple[object, ...] = (0, 0, 0, 0, 0, 0, 0, 0, 0, ())  # the counters in the last TrafficCounts
         self._hosted_reported: tuple[str, ...] = ()  # the MACs in the last HostedMacs
 
     @property
@@ -327,12 +327,13 @@ class OverlaySwitch:
     def traffic_report(self) -> list[ControllerEvent]:
         """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""
         # The neighbour table counts its own answers (ARP and NS answered here instead of flooded).
+        kinds = tuple(sorted(self.switch.packet_in_kinds.items()))
         totals = (*self.switch.counters.as_tuple(), self.switch.neighbors.answered, self.switch.destination_copies,
-                  self.switch.unicast_packet_ins)
+                  self.switch.unicast_packet_ins, kinds)
         if totals == self._traffic_reported:
             return []
         self._traffic_reported = totals
-        return [TrafficCounts(self.overlay, *totals)]
+        return [TrafficCounts(self.overlay, *totals[:-1], by_kind=dict(kinds))]
 
     def hosted_report(self) -> list[ControllerEvent]:
         """What this node hosts, if it changed since the last report (decision 0055)."""
@@ -350,4 +351,4 @@ class OverlaySwitch:
             return []
         self._broadcasts_reported = totals
         return [BroadcastCounts(self.overlay, broadcasts.received, broadcasts.own_returned, dict(broadcasts.by_root),
-                                tuple(broadcasts.recent))]
+                                tuple(broadcasts.recent), dict(broadcasts.by_ethertype))]

@@ -96,6 +96,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
@@ -212,6 +213,19 @@ class SwitchCounters:
                 self.checksums_completed)
 
 
+class PacketInKind(StrEnum):
+    """What came to the controller (`BoundedFloodSwitch.packet_in_kinds`)."""
+
+    FRB_BROADCAST = "frb_broadcast"  # a peer's copy of a flood, to deliver and pass on
+    FRB_REVERSE = "frb_reverse"  # a flood's header the other way round, to learn from
+    FRB_OTHER = "frb_other"  # leaf announcements, link checks, malformed FRBs
+    LEAF_GROUP = "leaf_group"  # a broadcast or multicast of a local port: a flood rooted here
+    LEAF_UNICAST = "leaf_unicast"
+    PEER_UNICAST = "peer_unicast"
+    COPY = "copy"  # a flow ahead by destination passed the frame on already (0072)
+    OTHER = "other"  # too short, an unknown port, a group frame from a peer (dropped)
+
+
 _NEIGHBOR_TYPES = (ETH_TYPE_ARP, segmentation.ETH_TYPE_IPV6)  # what may be ARP or neighbour discovery
 
 
@@ -310,6 +324,8 @@ class BoundedFloodSwitch:
         # Packet-ins of frames for a unicast destination, FRBs aside: what a flow could have carried. Broadcasts
         # (each one a packet-in at every switch it reaches) are not (tests count a first contact's cost by these).
         self.unicast_packet_ins = 0
+        # Every packet-in by what it was (`PacketInKind`): which frames keep the controller busy (issue 23).
+        self.packet_in_kinds: Counter[str] = Counter()
         self._arp_answers: dict[ArpAnswerMatch, str] = {}  # members' certified addresses answered by the bridge
         self.arp_answers_capped = 0  # wanted but over MAX_ARP_ANSWERS, at the last sync
         self._ahead_changes = 0  # flows ahead by destination or ARP answers that went by others' doing
@@ -425,10 +441,27 @@ class BoundedFloodSwitch:
             self.destination_copies += 1
         if len(data) >= 14 and not data[0] & 1 and int.from_bytes(data[12:14]) != frb.ETH_TYPE_FRB:
             self.unicast_packet_ins += 1
+        self.packet_in_kinds[self._packet_in_kind(in_port, data, forwarded)] += 1
         actions = self._booked(self._packet_in(in_port, data, now, forwarded))
         if self.router_addresses.changed:  # an RA bound a router's address: its guard flows before the RA goes on
             return self.guard_sync() + actions
         return actions
+
+    def _packet_in_kind(self, in_port: int, data: bytes, forwarded: bool) -> str:
+        """What a packet-in was, read off its first bytes only (each is counted, so this stays cheap)."""
+        if forwarded:
+            return PacketInKind.COPY
+        port = self.ports.get(in_port)
+        if len(data) < 14 or port is None:
+            return PacketInKind.OTHER
+        if int.from_bytes(data[12:14]) == frb.ETH_TYPE_FRB:
+            kind = frb.peek_type(data)
+            return (PacketInKind.FRB_BROADCAST if kind is frb.FrbType.BROADCAST else
+                    PacketInKind.FRB_REVERSE if kind is frb.FrbType.BROADCAST_REVERSE else PacketInKind.FRB_OTHER)
+        group = bool(data[0] & 1)
+        if port.kind is PortKind.LEAF:
+            return PacketInKind.LEAF_GROUP if group else PacketInKind.LEAF_UNICAST
+        return PacketInKind.OTHER if group else PacketInKind.PEER_UNICAST
 
     def _packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:
         self.counters.packet_ins += 1

@@ -25,8 +25,8 @@ from evio.lab.nat_checks import stun_mapping, tcp_connect, turn_rest_credentials
 from evio.lab.netns import LinuxHost, run_in, socket_in
 from evio.lab.state import DEFAULT_ROOT, lab_dir, state_path
 from evio.lab.topology import lab_prefix
-from evio.testing.host_snapshot import HostSnapshot, netns_inodes, take_snapshot
-from evio.testing.labs import LabFactory, unique_lab_name
+from evio.testing.host_snapshot import netns_inodes, take_snapshot
+from evio.testing.labs import LabFactory, lab_cli, lab_leftovers, unique_lab_name
 from evio.testing.waiting import wait_until_blocking
 
 pytestmark = pytest.mark.integration
@@ -49,13 +49,6 @@ def mixed_lab() -> Iterator[Lab]:
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
     wait_until_blocking(condition, timeout, what=what)
-
-
-def leftovers(name: str, before: HostSnapshot, inodes: frozenset[int] = frozenset()) -> set[str]:
-    """What lab `name` left that was not there before."""
-    after = take_snapshot()
-    mine = after.owned(lab_prefix(name), lab_dir(DEFAULT_ROOT, name), inodes)
-    return mine - before.owned(lab_prefix(name), lab_dir(DEFAULT_ROOT, name), inodes)
 
 
 # -- reachability and NAT behaviour ------------------------------------------------------------
@@ -256,14 +249,14 @@ def test_down_removes_namespaces_links_processes_and_files(lab_factory: LabFacto
     lab.spawn(1, ["sleep", "600"], role="sleeper")
     # Something started behind the lab's back (e.g. a daemon a test launched itself): found by namespace.
     stray = subprocess.Popen(["ip", "netns", "exec", lab.node(2).netns, "sleep", "600"], start_new_session=True)
-    assert leftovers(name, before, inodes)  # the lab is there
+    assert lab_leftovers(name, before, inodes)  # the lab is there
     reaper = threading.Thread(target=stray.wait)  # it is our child: reap it as soon as down stops it
     reaper.start()
     report = Lab.down(name)
     reaper.join(timeout=10)
     assert stray.returncode == -signal.SIGTERM
     assert len(report.processes) == 4  # prosody, coturn, two sleeps
-    assert leftovers(name, before, inodes) == set()
+    assert lab_leftovers(name, before, inodes) == set()
 
 
 def test_failed_or_interrupted_up_removes_what_it_made() -> None:
@@ -276,7 +269,7 @@ def test_failed_or_interrupted_up_removes_what_it_made() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         Lab.up(name, nodes=3, nat="mixed", progress=interrupt)
-    assert leftovers(name, before) == set()
+    assert lab_leftovers(name, before) == set()
 
     def fail_after_services(progress: Progress) -> None:
         if progress.step == "prosody":
@@ -284,12 +277,11 @@ def test_failed_or_interrupted_up_removes_what_it_made() -> None:
 
     with pytest.raises(RuntimeError):
         Lab.up(name, nodes=2, progress=fail_after_services)
-    assert leftovers(name, before) == set()
+    assert lab_leftovers(name, before) == set()
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "evio", "lab", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    return lab_cli(*args, timeout=timeout, cwd=REPO)
 
 
 @pytest.mark.parametrize("kill_when", ["namespaces", "prosody"])
@@ -310,12 +302,12 @@ def test_down_removes_a_lab_whose_up_was_killed(kill_when: str) -> None:
         proc.send_signal(signal.SIGKILL)  # a crash: no cleanup code runs
         proc.wait(timeout=10)
         inodes = netns_inodes([ns for ns in LinuxHost().netns_list() if ns.startswith(lab_prefix(name))])
-        assert leftovers(name, before, inodes)
+        assert lab_leftovers(name, before, inodes)
         if state.exists():
             state.write_text(state.read_text()[: len(state.read_text()) // 2])  # and a half-written state file
         result = _cli("down", "--name", name)
         assert result.returncode == 0, result.stderr
-        assert leftovers(name, before, inodes) == set()
+        assert lab_leftovers(name, before, inodes) == set()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -337,7 +329,7 @@ def test_cli_up_interrupted_removes_what_it_made(signum: int) -> None:
         proc.send_signal(signum)  # Ctrl-C, or a service manager stopping it
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
-        assert leftovers(name, before) == set()
+        assert lab_leftovers(name, before) == set()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -360,7 +352,7 @@ def test_cli_up_8_nodes_then_down_leaves_the_machine_as_it_was() -> None:
         assert ran.returncode == 0 and "10.10.5.2/24" in ran.stdout
         down = _cli("down", "--name", name)
         assert down.returncode == 0, down.stderr
-        assert leftovers(name, before, inodes) == set()
+        assert lab_leftovers(name, before, inodes) == set()
         # Nothing of ours anywhere in the whole-machine comparison either.
         after = take_snapshot()
         prefix = lab_prefix(name)

@@ -7,7 +7,7 @@ from collections import Counter
 
 from evio.sdn import frb
 from evio.sdn.boundary import AttachOverlay, BroadcastCounts, event_as_dict
-from evio.sdn.broadcast_log import BroadcastLog, BroadcastReceived, frame_digest
+from evio.sdn.broadcast_log import MAX_ETHERTYPES, OTHER_ETHERTYPE, BroadcastLog, BroadcastReceived, frame_digest
 from evio.sdn.ofapp import EventTick
 from evio.sdn.overlay_switch import OverlaySwitch
 from evio.sdn.switch import BoundedFloodSwitch, Drop, PortKind, SwitchPort
@@ -17,6 +17,8 @@ from evio.testing.frames import H1, H3, arp_request
 from evio.testing.node_fleet import Fleet, nid
 from evio.testing.virtual_clock import VirtualClock
 from evio.testing.waiting import wait_until
+
+H1_BYTES = bytes.fromhex(H1.replace(":", ""))
 
 
 def test_the_log_counts_per_root_and_keeps_the_latest_frames_by_digest() -> None:
@@ -29,6 +31,33 @@ def test_the_log_counts_per_root_and_keeps_the_latest_frames_by_digest() -> None
     assert [e.seq for e in log.recent] == [2, 3]  # bounded: the oldest went
     assert last == BroadcastReceived(3, 200, frame_digest(a), 0x0806, 8, 3)
     assert frame_digest(a) == frame_digest(bytes(a)) != frame_digest(b)
+
+
+def test_the_log_counts_inner_ethertypes_and_lumps_the_invented_ones_past_its_bound() -> None:
+    log = BroadcastLog()
+    log.record(100, arp_request(H1), peer=7, hop_count=1)
+    log.record(100, arp_request(H1), peer=7, hop_count=1)
+    for kind in range(0x9000, 0x9000 + MAX_ETHERTYPES + 5):  # a peer inventing ethertypes
+        log.record(100, b"\xff" * 6 + H1_BYTES + kind.to_bytes(2, "big"), peer=7, hop_count=1)
+    assert log.by_ethertype[0x0806] == 2
+    assert len(log.by_ethertype) == MAX_ETHERTYPES + 1 and log.by_ethertype[OTHER_ETHERTYPE] == 6
+
+
+def test_the_switch_counts_its_packet_ins_by_kind() -> None:
+    sw = BoundedFloodSwitch(200, "02:aa:00:00:00:02")
+    sw.port_added(SwitchPort(1, "br0", PortKind.LEAF), now=0)
+    sw.port_added(SwitchPort(10, "t100", PortKind.PEER, 100), now=0)
+    inner = arp_request(H3)
+    sw.packet_in(10, frb.pack(frb.broadcast(inner, root_nid=100, bound_nid=100, hop_count=2)), now=1)
+    sw.packet_in(10, frb.pack(frb.broadcast(inner[:14], 100, 100, 2, frb.FrbType.BROADCAST_REVERSE)), now=1)
+    sw.packet_in(1, arp_request(H1), now=1)
+    sw.packet_in(1, b"\x02" * 6 + H1_BYTES + b"\x08\x00" + bytes(46), now=1)
+    sw.packet_in(10, b"\x02" * 6 + bytes.fromhex(H3.replace(":", "")) + b"\x08\x00" + bytes(46), now=1)
+    sw.packet_in(10, b"\x02" * 6 + bytes.fromhex(H3.replace(":", "")) + b"\x08\x00" + bytes(46), now=1, forwarded=True)
+    sw.packet_in(10, b"\x02" * 5, now=1)
+    assert dict(sw.packet_in_kinds) == {"frb_broadcast": 1, "frb_reverse": 1, "leaf_group": 1, "leaf_unicast": 1,
+                                        "peer_unicast": 1, "copy": 1, "other": 1}
+    assert sum(sw.packet_in_kinds.values()) == sw.counters.packet_ins
 
 
 def test_the_switch_logs_each_broadcast_from_a_peer_and_counts_its_own_coming_back() -> None:
@@ -98,13 +127,14 @@ async def test_the_daemon_status_shows_the_latest_broadcast_counts() -> None:
     try:
         node = fleet.nodes[1]
         assert node.status()["overlays"]["ov1"]["broadcasts"] == {
-            "received": 0, "own_returned": 0, "by_root": {}, "recent": []}
+            "received": 0, "own_returned": 0, "by_root": {}, "by_ethertype": {}, "recent": []}
         seen = BroadcastReceived(1, nid(2), "00" * 8, 0x0806, nid(3), 2)
-        fleet.platforms[1].sdn.emit(BroadcastCounts("ov1", 1, 0, {nid(2): 1}, (seen,)))
+        fleet.platforms[1].sdn.emit(BroadcastCounts("ov1", 1, 0, {nid(2): 1}, (seen,), {0x0806: 1}))
         counts = node.status
         await wait_until(lambda: counts()["overlays"]["ov1"]["broadcasts"]["received"] == 1, clock=fleet.clock)
         broadcasts = node.status()["overlays"]["ov1"]["broadcasts"]
         assert broadcasts["by_root"] == {f"{nid(2):032x}": 1}
+        assert broadcasts["by_ethertype"] == {"0x0806": 1}
         assert broadcasts["recent"] == [{"seq": 1, "root": f"{nid(2):032x}", "frame": "00" * 8, "ethertype": 0x0806,
                                          "peer": f"{nid(3):032x}", "hop_count": 2}]
     finally:
