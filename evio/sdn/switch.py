@@ -487,6 +487,12 @@ class BoundedFloodSwitch:
         if target is None:
             # Unknown unicast: a bounded flood reaches the host wherever it is.
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
+        if (self.node_id in self.ipv6_routers and target.port not in self.leaf_ports()
+                and (frame := neighbor_guard.as_received(data)) is not None and neighbor_guard.is_router_message(frame)):
+            # A named router's unicast RA or redirect (table 0 brings every one here): flooded rooted here, judged by
+            # its root wherever it passes. Unicast, a node takes one only by the port learning places the router's
+            # MAC on (`_unicast_sender`), and where two ways are equally short that need not be the way it came.
+            return actions + self._originate_flood(data)
         return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
 
     def _unicast_copy(
@@ -508,6 +514,8 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now)
         if actions is None:
             return []
+        if self.router_addresses.bound and self._speaks_for_router_astray(eth.src, data, in_port, now):
+            return actions  # counted NOT_ANNOUNCER by `_learn`; not forwarded (review21l L1)
         self._observe_neighbor(eth, data, in_port, None, now)
         target = self.learning.lookup(eth.dst, now)
         if target is None or target.port == in_port:
@@ -521,6 +529,24 @@ class BoundedFloodSwitch:
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
+
+    def _speaks_for_router_astray(self, src: str, data: bytes, in_port: int, now: float) -> bool:
+        """Whether a unicast solicitation or advertisement naming a named router's bound address (the guard checked
+        its MACs are the router's) came a way no frame of the router's comes: not its own link, not the port its MAC
+        is placed on, not a port its floods come by. Any member could write the router's MAC on one, an advertisement
+        with the router flag clear, say, which takes a kernel's default route away (RFC 4861 7.2.5). The router's
+        own come by its place or, where learning took the other of two equal ways, by a way of its floods of the
+        other direction (measured in even rings: its answer to a node's solicitation comes so, ahead of any flow);
+        it cannot flood them instead, as it does its RAs: they ride flows at its node. Not for other members'
+        addresses: a node's own asks are answered that way too (review21l L1)."""
+        said = router_addresses.claim(data)
+        held = None if said is None else self.router_addresses.bound.get(said.address)
+        if held is None or held.until < now:
+            return False
+        owner = self.mac_owners.get(src)
+        if owner is None or owner == self.node_id or self._may_speak_for(src, owner, in_port, None, now):
+            return False
+        return not frb_receive.way_holds(self, owner, in_port, now)
 
     def _neighbor_answer(self, in_port: int, msg: NeighborMessage, now: float) -> bytes | None:
         mac = self.neighbors.known_mac(msg)
@@ -816,10 +842,8 @@ class BoundedFloodSwitch:
             reason = Drop.UNREADABLE_FRAME  # review21k K1-K3, and neighbour discovery in a fragment (RFC 6980)
         elif kind in neighbor_guard.ROUTER_TYPES:
             src = data[6:12].hex(":")
-            if root is None:  # a unicast one: its sender is the member holding (or rooting) its source MAC
-                owner = self.mac_owners.get(src)
-                entry = self.learning.lookup(src, now)
-                root = owner if self.mac_owners else (entry.root if entry is not None else None)
+            if root is None:
+                root = self._unicast_sender(src, in_port, now)
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
             elif not self._router_address_allowed(frame, root, now):
@@ -834,6 +858,8 @@ class BoundedFloodSwitch:
             elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):
                 reason = Drop.CERTIFIED_ADDRESS_SPOOFED
         if reason is None:
+            if self.ipv6_routers and self.mac_owners and kind in router_addresses.CLAIM_TYPES:
+                self._hear_link_local(frame, now)
             return True
         self._bounded(reason, in_port, now, f"src={data[6:12].hex(':')}")
         port = self.ports.get(in_port)
@@ -841,13 +867,39 @@ class BoundedFloodSwitch:
             self.port_drops[(port.name, reason)] += 1
         return False
 
+    def _unicast_sender(self, src: str, in_port: int, now: float) -> int | None:
+        """The member a unicast router message from `src` by `in_port` counts as sent by (review21l L1): the one
+        holding (trust) or rooting (learning) `src`, if it came by that member's own link or by the port learning
+        places `src` on under it; else None. Anyone can write a named router's MAC as a frame's source: judged by
+        its MAC alone, any member's unicast RA over any tunnel was the router's. A named router's node floods its
+        hosts' unicast ones rooted at itself (`_leaf_frame_in`), so they come judged by their root, whichever of
+        two equal ways learning took here."""
+        entry = self.learning.lookup(src, now)
+        member = self.mac_owners.get(src) if self.mac_owners else (entry.root if entry is not None else None)
+        if member is None:
+            return None
+        if self.peer_ports().get(member) == in_port:
+            return member
+        return member if entry is not None and entry.port == in_port and entry.root == member else None
+
     def _router_address_allowed(self, data: bytes, router: int | None, now: float) -> bool:
         """Whether a router advertisement the RA guard let by may bind its source address to `router` (a redirect:
-        nothing to bind), its source link-layer option a MAC the router holds (router_addresses.py, review21k K7)."""
+        nothing to bind), its source link-layer option a MAC the router holds (router_addresses.py, review21k K7),
+        its source no address another member's MAC is certified for or was heard speaking for (review21l L2)."""
         said = router_addresses.claim(data)
         if said is None or said.kind != neighbor_guard.ROUTER_ADVERTISEMENT or router is None:
             return True  # router_allowed passes no router None
-        return self.router_addresses.admit_advert(router, said, self.mac_owners, now)
+        return self.router_addresses.admit_advert(router, said, self.mac_owners, now,
+                                                  self.neighbors.certified.get(said.address))
+
+    def _hear_link_local(self, data: bytes, now: float) -> None:
+        """Note which member's MAC a solicitation or advertisement from a tunnel port speaks for its link-local
+        address with, by whatever way it came (learning places a MAC by one of two flood directions, so a full
+        copy often comes by the other): no RA in a router's name binds that address here for a while (L2)."""
+        said = router_addresses.claim(data)
+        member = None if said is None else self.mac_owners.get(said.eth_src)
+        if said is not None and member is not None:
+            self.router_addresses.hear(said, member, now)
 
     def _router_address_spoofed(self, data: bytes, now: float) -> bool:
         """Whether a solicitation or advertisement speaks for a named router's bound address with a MAC the router

@@ -34,7 +34,6 @@ from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 VICTIM_ADDRESS = "fe80::77"  # V's link-local address
 
 
-@pytest.mark.xfail(strict=True, reason="review21l L2: a relay's RA in R's name binds V's address to R")
 def test_a_relays_ra_in_the_routers_name_does_not_take_another_members_address() -> None:
     net, ids, macs, _ = trusted_ring(6)
     u, v, r, a = ids[0], ids[2], ids[3], ids[5]  # A is on the arc from R to U: its copy of R's flood is plausible

@@ -34,7 +34,6 @@ from tests.unit.sdn.test_review21i_rogue_router_advertisement import router_adve
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 
 
-@pytest.mark.xfail(strict=True, reason="review21l L1: a unicast RA with R's Ethernet source from any member passes")
 def test_a_members_unicast_ra_with_the_routers_mac_reaches_no_interface() -> None:
     net, ids, macs, _ = trusted_ring(6)
     u, a, r, far = ids[0], ids[1], ids[3], ids[4]  # A: U's neighbour, not on R's way to U; far: 2 hops past U
