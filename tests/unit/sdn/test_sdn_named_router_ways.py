@@ -1,0 +1,138 @@
+"""A named router's unicast RAs, redirects and neighbour answers by either of two equal ways, and every other
+member's in its name by no way but the router's (decision 0068, amended for review21l L1).
+
+Learning places a MAC by one of its root's two flood directions; where both ways are equally short (the node
+opposite the router in an even ring) a unicast frame from the router may come by the other. So the router's node
+floods its hosts' unicast RAs and redirects rooted at itself, and a node takes a unicast solicitation or
+advertisement for a router's bound address by any way the router's floods come. Checked over rings of 4 to 8
+with every member as the target and, for the forgeries, every member adjacent to the target as the sender.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from evio.sdn import frb
+from evio.sdn.frb_receive import way_holds
+from evio.sdn.router_addresses import HEARD_FOR, MAX_HEARD_PER_MEMBER, MAX_HOLD, Claim, RouterAddresses, claim
+from evio.sdn.switch_terms import Drop
+from evio.testing.fake_flow_table import FakeNetwork
+from tests.unit.sdn.test_review21k_router_link_local_taken import RA_SOURCE, advert, neighbor_advert, neighbor_solicit
+from tests.unit.sdn.test_sdn_neighbor_guard import redirect
+from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
+
+
+def _named_ring(n: int) -> tuple[FakeNetwork, list[int], dict[int, str], int]:
+    net, ids, macs, _ = trusted_ring(n)
+    router = ids[0]
+    for nid in ids:
+        net.nodes[nid].switch.ipv6_routers = frozenset({router})
+    net.inject(router, 1, advert(macs[router], macs[router]))  # binds fe80::66 to the router everywhere
+    return net, ids, macs, router
+
+
+def _reached(net: FakeNetwork, frame: bytes, send: object) -> list[int]:
+    heard = {n: len(node.received[1]) for n, node in net.nodes.items()}
+    send()  # type: ignore[operator]
+    return [n for n, node in net.nodes.items() if frame in node.received[1][heard[n]:]]
+
+
+@pytest.mark.parametrize("n", [4, 5, 6, 8])
+def test_the_named_routers_unicast_ra_redirect_and_answer_reach_every_member_by_either_way(n: int) -> None:
+    net, ids, macs, r = _named_ring(n)
+    for u in ids[1:]:
+        ra = frb.parse_mac(macs[u]) + advert(macs[r], macs[r])[6:]
+        moved = redirect(macs[r], macs[u])
+        answer = neighbor_advert(macs[r], macs[u], RA_SOURCE, macs[r], solicited=True)  # to u's NUD probe
+        for frame in (ra, moved, answer):
+            net.advance(1.0)  # a flood budget's share refills: a router's RAs are a few a minute
+            assert u in _reached(net, frame, lambda f=frame: net.inject(r, 1, f)), (ids.index(u), frame[54])
+    drops = sum(net.nodes[x].switch.drops[reason] for x in ids
+                for reason in (Drop.ROUTER_GUARD, Drop.ROUTER_ADDRESS_SPOOFED))
+    assert drops == 0
+
+
+@pytest.mark.parametrize("n", [4, 5, 6, 8])
+def test_no_member_off_the_routers_ways_passes_a_unicast_ra_or_answer_in_its_name(n: int) -> None:
+    net, ids, macs, r = _named_ring(n)
+    forged_ways = relays = answers_refused = 0
+    for u in ids[1:]:
+        switch = net.nodes[u].switch
+        place = switch.learning.lookup(macs[r], net.now)
+        assert place is not None and place.root == r
+        for a, port in switch.peer_ports().items():
+            if a == r:
+                continue
+            ra = frb.parse_mac(macs[u]) + advert(macs[r], macs[r])[6:]
+            # "The router's address is at the router's MAC, and it is no router": u's kernel would drop its route.
+            no_router = neighbor_advert(macs[r], macs[u], RA_SOURCE, macs[r], solicited=False)
+            assert no_router[58] & 0x80 == 0  # the router flag clear
+            ra_in = _reached(net, ra, lambda f=ra, x=a: net.from_neighbour(u, x, f))
+            na_in = _reached(net, no_router, lambda f=no_router, x=a: net.from_neighbour(u, x, f))
+            if port == place.port:
+                relays += 1  # a relay of the router's floods: 0068's residual (it can forge them flooded too)
+                continue
+            forged_ways += 1
+            assert ra_in == [], (ids.index(u), ids.index(a))
+            if not _a_way_of(net, u, r, port):
+                answers_refused += 1
+                assert na_in == [], (ids.index(u), ids.index(a))
+    print(f"ring of {n}: unicast RAs of {forged_ways} forgers off the router's place refused ({answers_refused} off "
+          f"its ways: their advertisements too), {relays} relays left to 0068")
+    assert forged_ways > 0
+
+
+def _a_way_of(net: FakeNetwork, u: int, root: int, port: int) -> bool:
+    return way_holds(net.nodes[u].switch, root, port, net.now)
+
+
+# ---------------------------------------------------------------- what a binding may take (pure, review21l L2)
+
+R, V = 7, 9
+MAC_R, MAC_V = "02:00:00:00:00:07", "02:00:00:00:00:09"
+OWNERS = {MAC_R: R, MAC_V: V}
+
+
+def _ra(src: str, lifetime: int = 1800) -> Claim:
+    said = claim(advert(MAC_R, MAC_R, src, lifetime))
+    assert said is not None
+    return said
+
+
+def test_a_binding_takes_only_a_link_local_source_for_at_most_9000_s() -> None:
+    bound = RouterAddresses()
+    assert not bound.admit_advert(R, _ra("2001:db8::77"), OWNERS, now=0.0)  # no kernel takes it; some member's
+    assert not bound.admit_advert(R, _ra("fd00:7::3"), OWNERS, now=0.0)
+    assert bound.admit_advert(R, _ra(RA_SOURCE, lifetime=65535), OWNERS, now=0.0)
+    assert bound.bound[ipaddress.IPv6Address(RA_SOURCE)].until == MAX_HOLD == 9000.0
+
+
+def test_an_address_another_members_mac_spoke_for_or_is_certified_for_is_not_bound() -> None:
+    bound = RouterAddresses()
+    solicit = claim(neighbor_solicit(MAC_V, "fe80::77", MAC_V))
+    assert solicit is not None
+    bound.hear(solicit, V, now=0.0)
+    assert not bound.admit_advert(R, _ra("fe80::77"), OWNERS, now=HEARD_FOR)
+    assert not bound.admit_advert(R, _ra("fe80::78"), OWNERS, now=0.0, certified=MAC_V)
+    own = claim(neighbor_solicit(MAC_R, RA_SOURCE, MAC_R))  # the router speaking for its own address: no conflict
+    assert own is not None
+    bound.hear(own, R, now=0.0)
+    assert bound.admit_advert(R, _ra(RA_SOURCE), OWNERS, now=1.0)
+    bound.expire(HEARD_FOR + 1.0)
+    assert bound.admit_advert(R, _ra("fe80::77"), OWNERS, now=HEARD_FOR + 1.0)  # V silent since: no longer V's
+
+
+def test_a_member_inventing_addresses_pushes_out_only_its_own() -> None:
+    bound = RouterAddresses()
+    heard_v = claim(neighbor_solicit(MAC_V, "fe80::77", MAC_V))
+    assert heard_v is not None
+    bound.hear(heard_v, V, now=0.0)
+    mac_a = "02:00:00:00:00:0a"
+    for i in range(10 * MAX_HEARD_PER_MEMBER):
+        invented = claim(neighbor_solicit(mac_a, f"fe80::a:{i:x}", mac_a))
+        assert invented is not None
+        bound.hear(invented, 10, now=1.0)
+    assert not bound.admit_advert(R, _ra("fe80::77"), OWNERS, now=2.0)
+    assert sum(len(macs) for macs in bound._heard.values()) == MAX_HEARD_PER_MEMBER + 1
