@@ -230,10 +230,10 @@ def _keeps_its_way(
         return False
     if source.hops is None or hops < source.hops:
         return False  # a shorter way waits only for its twin (`_certified_way`): holding against one made loops
-    return way_holds(sw, root, source.port, now)
+    return _way_holds(sw, root, source.port, now)
 
 
-def way_holds(sw: BoundedFloodSwitch, root: int, port: int, now: float) -> bool:
+def _way_holds(sw: BoundedFloodSwitch, root: int, port: int, now: float) -> bool:
     """Whether `port` is still the way held for one of `root`'s flood directions: its floods of that direction came
     by it first, one within a MAC's max age, none by another port since."""
     for kind in _FLOOD_KINDS:
@@ -269,7 +269,7 @@ def _certified_way(
             return False, pending[0], pending[1]  # this copy is the twin of a shorter one held: the MAC takes it
     if source.port == port or source.hops is None or hops >= source.hops:
         return _keeps_its_way(sw, mac, source, root, port, hops, now), port, hops
-    if sw.broadcast_twins.twinned(seen, kind) or not way_holds(sw, root, source.port, now):
+    if sw.broadcast_twins.twinned(seen, kind) or not _way_holds(sw, root, source.port, now):
         return False, port, hops
     sw.broadcast_twins.hold(seen, kind, port, hops)
     sw.lone_shorter_held += 1

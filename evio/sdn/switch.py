@@ -320,6 +320,7 @@ class BoundedFloodSwitch:
         self._guards: frozenset[AddGuardFlow] = frozenset()
         self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
         self._guarded_tunnels: frozenset[int] = frozenset()  # and the tunnel ports
+        self._guarded_leaves: frozenset[int] = frozenset()  # and, named as a router, the leaf ports (review21l L1)
         self.router_addresses = router_addresses.RouterAddresses()  # named routers' link-local addresses (K7)
 
     @property
@@ -487,13 +488,23 @@ class BoundedFloodSwitch:
         if target is None:
             # Unknown unicast: a bounded flood reaches the host wherever it is.
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
-        if (self.node_id in self.ipv6_routers and target.port not in self.leaf_ports()
-                and (frame := neighbor_guard.as_received(data)) is not None and neighbor_guard.is_router_message(frame)):
-            # A named router's unicast RA or redirect (table 0 brings every one here): flooded rooted here, judged by
-            # its root wherever it passes. Unicast, a node takes one only by the port learning places the router's
-            # MAC on (`_unicast_sender`), and where two ways are equally short that need not be the way it came.
+        if self.node_id in self.ipv6_routers and target.port not in self.leaf_ports() and self._floods_for_router(data):
             return actions + self._originate_flood(data)
         return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
+
+    def _floods_for_router(self, data: bytes) -> bool:
+        """Whether a named router's node floods a unicast frame from its host rooted at itself (review21l L1): an RA or
+        redirect, or a solicitation or advertisement speaking for a link-local address (what other nodes bind to a
+        router). Unicast, a node takes such a frame in the router's name only by the port learning places the router's
+        MAC on (`_unicast_sender`, `_speaks_for_router_astray`), and where two ways are equally short, or Symphony's
+        routes to and from a node differ, that is not the way it comes; flooded, it is judged by its root wherever it
+        passes. Table 0 brings every one here (`neighbor_guard.router_node_flows`)."""
+        frame = neighbor_guard.as_received(data)
+        kind = None if frame is None else neighbor_guard.icmpv6_type(frame)
+        if kind in neighbor_guard.ROUTER_TYPES:
+            return True
+        said = router_addresses.claim(data) if kind in router_addresses.CLAIM_TYPES else None
+        return said is not None and said.address.is_link_local
 
     def _unicast_copy(
         self, in_port: int, eth: EthernetHeader, out_port: int, data: bytes, now: float, forwarded: bool
@@ -532,21 +543,19 @@ class BoundedFloodSwitch:
 
     def _speaks_for_router_astray(self, src: str, data: bytes, in_port: int, now: float) -> bool:
         """Whether a unicast solicitation or advertisement naming a named router's bound address (the guard checked
-        its MACs are the router's) came a way no frame of the router's comes: not its own link, not the port its MAC
-        is placed on, not a port its floods come by. Any member could write the router's MAC on one, an advertisement
-        with the router flag clear, say, which takes a kernel's default route away (RFC 4861 7.2.5). The router's
-        own come by its place or, where learning took the other of two equal ways, by a way of its floods of the
-        other direction (measured in even rings: its answer to a node's solicitation comes so, ahead of any flow);
-        it cannot flood them instead, as it does its RAs: they ride flows at its node. Not for other members'
-        addresses: a node's own asks are answered that way too (review21l L1)."""
+        its MACs are the router's) came by a port `_learn` refused its source on (`NOT_ANNOUNCER`): any member could
+        write the router's MAC on one, an advertisement with the router flag clear, say, which takes a kernel's
+        default route away (RFC 4861 7.2.5). The router's own come flooded (`_floods_for_router`). Not for other
+        members' addresses: a node's own asks are answered by the way learning did not place the answerer's MAC on,
+        too (review21l L1)."""
+        if data[12:14] == b"\x08\x00":
+            return False
         said = router_addresses.claim(data)
         held = None if said is None else self.router_addresses.bound.get(said.address)
         if held is None or held.until < now:
             return False
         owner = self.mac_owners.get(src)
-        if owner is None or owner == self.node_id or self._may_speak_for(src, owner, in_port, None, now):
-            return False
-        return not frb_receive.way_holds(self, owner, in_port, now)
+        return owner is not None and owner != self.node_id and not self._may_speak_for(src, owner, in_port, None, now)
 
     def _neighbor_answer(self, in_port: int, msg: NeighborMessage, now: float) -> bytes | None:
         mac = self.neighbors.known_mac(msg)
@@ -858,7 +867,7 @@ class BoundedFloodSwitch:
             elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):
                 reason = Drop.CERTIFIED_ADDRESS_SPOOFED
         if reason is None:
-            if self.ipv6_routers and self.mac_owners and kind in router_addresses.CLAIM_TYPES:
+            if self.ipv6_routers and self.mac_owners and kind in router_addresses.CLAIM_TYPES and frame is not None:
                 self._hear_link_local(frame, now)
             return True
         self._bounded(reason, in_port, now, f"src={data[6:12].hex(':')}")
@@ -911,14 +920,17 @@ class BoundedFloodSwitch:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified
         addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`)."""
         tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
+        leaves = frozenset(self.leaf_ports()) if self.node_id in self.ipv6_routers else frozenset()
         if cleared:
             self._guards = frozenset()
         elif (self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels
-              and not self.router_addresses.changed):
+              and self._guarded_leaves == leaves and not self.router_addresses.changed):
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
         self._guarded_tunnels = tunnels
-        wanted = neighbor_guard.guard_flows(self._guarded, sorted(tunnels)) | self.router_addresses.flows()
+        self._guarded_leaves = leaves
+        wanted = (neighbor_guard.guard_flows(self._guarded, sorted(tunnels)) | self.router_addresses.flows()
+                  | neighbor_guard.router_node_flows(sorted(leaves)))
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted
