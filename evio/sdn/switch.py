@@ -881,7 +881,7 @@ class BoundedFloodSwitch:
         holding (trust) or rooting (learning) `src`, if it came by that member's own link or by the port learning
         places `src` on under it; else None. Anyone can write a named router's MAC as a frame's source: judged by
         its MAC alone, any member's unicast RA over any tunnel was the router's. A named router's node floods its
-        hosts' unicast ones rooted at itself (`_leaf_frame_in`), so they come judged by their root, whichever of
+        hosts' unicast ones rooted at itself (`_floods_for_router`), so they come judged by their root, whichever of
         two equal ways learning took here."""
         entry = self.learning.lookup(src, now)
         member = self.mac_owners.get(src) if self.mac_owners else (entry.root if entry is not None else None)
@@ -918,7 +918,8 @@ class BoundedFloodSwitch:
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified
-        addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`)."""
+        addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`), the named routers' bound addresses', and,
+        named as a router, each leaf port's (`neighbor_guard.router_node_flows`)."""
         tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
         leaves = frozenset(self.leaf_ports()) if self.node_id in self.ipv6_routers else frozenset()
         if cleared:
