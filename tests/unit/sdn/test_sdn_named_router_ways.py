@@ -147,3 +147,18 @@ def test_a_member_inventing_addresses_pushes_out_only_its_own() -> None:
         bound.hear(invented, 10, now=1.0)
     assert not bound.admit_advert(R, _ra("fe80::77"), OWNERS, now=2.0)
     assert sum(len(macs) for macs in bound._heard.values()) == MAX_HEARD_PER_MEMBER + 1
+
+
+def test_only_the_routers_node_sends_its_hosts_solicitations_and_advertisements_to_its_controller() -> None:
+    net, ids, _, r = _named_ring(4)
+
+    def leaf_nd(nid: int) -> set[tuple[int, int]]:
+        return {(e.fields["in_port"], e.fields["icmpv6_type"]) for e in net.nodes[nid].table.entries
+                if e.table == 0 and "in_port" in e.fields and "icmpv6_type" in e.fields}
+
+    assert leaf_nd(r) == {(1, 133), (1, 135), (1, 136)}
+    assert all(leaf_nd(n) == set() for n in ids if n != r)
+    for nid in ids:
+        net.nodes[nid].switch.ipv6_routers = frozenset()
+    net.advance(0.0)
+    assert leaf_nd(r) == set()
