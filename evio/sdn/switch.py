@@ -844,6 +844,7 @@ class BoundedFloodSwitch:
         if data[12:14] == b"\x08\x00":
             return True  # untagged IPv4: no router message, ARP or ND (a flow's first frame, mostly: kept quick)
         reason: Drop | None = None
+        said: router_addresses.Claim | None = None  # what an RS, NS or NA says, read once a router is named
         frame = neighbor_guard.as_received(data)
         found = None if frame is None else icmpv6_at(frame)  # (ICMPv6 type, offset, in a fragment)
         kind = None if found is None or found[2] else found[0]
@@ -857,9 +858,10 @@ class BoundedFloodSwitch:
                 reason = Drop.ROUTER_GUARD
             elif not self._router_address_allowed(frame, root, now):
                 reason = Drop.ROUTER_ADDRESS_SPOOFED
-        elif (self.router_addresses.bound and kind in router_addresses.CLAIM_TYPES
-              and self._router_address_spoofed(frame, now)):
-            reason = Drop.ROUTER_ADDRESS_SPOOFED
+        elif (self.ipv6_routers and kind in router_addresses.CLAIM_TYPES
+              and (said := router_addresses.claim(frame)) is not None
+              and self.router_addresses.spoofs(said, self.mac_owners, now)):
+            reason = Drop.ROUTER_ADDRESS_SPOOFED  # speaks for a bound address with a MAC its router does not hold
         elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.NEIGHBOR_TYPES):
             msg = parse_neighbor(frame, found)
             if msg is None:
@@ -867,8 +869,11 @@ class BoundedFloodSwitch:
             elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):
                 reason = Drop.CERTIFIED_ADDRESS_SPOOFED
         if reason is None:
-            if self.ipv6_routers and self.mac_owners and kind in router_addresses.CLAIM_TYPES and frame is not None:
-                self._hear_link_local(frame, now)
+            if said is not None and (member := self.mac_owners.get(said.eth_src)) is not None:
+                # Which member's MAC speaks for a link-local address, by whatever way it came (learning places a
+                # MAC by one of two flood directions, so a full copy often comes by the other): no RA in a router's
+                # name binds that address here for a while (review21l L2).
+                self.router_addresses.hear(said, member, now)
             return True
         self._bounded(reason, in_port, now, f"src={data[6:12].hex(':')}")
         port = self.ports.get(in_port)
@@ -887,8 +892,9 @@ class BoundedFloodSwitch:
         member = self.mac_owners.get(src) if self.mac_owners else (entry.root if entry is not None else None)
         if member is None:
             return None
-        if self.peer_ports().get(member) == in_port:
-            return member
+        port = self.ports.get(in_port)
+        if port is not None and port.peer == member:
+            return member  # by its own link
         return member if entry is not None and entry.port == in_port and entry.root == member else None
 
     def _router_address_allowed(self, data: bytes, router: int | None, now: float) -> bool:
@@ -900,21 +906,6 @@ class BoundedFloodSwitch:
             return True  # router_allowed passes no router None
         return self.router_addresses.admit_advert(router, said, self.mac_owners, now,
                                                   self.neighbors.certified.get(said.address))
-
-    def _hear_link_local(self, data: bytes, now: float) -> None:
-        """Note which member's MAC a solicitation or advertisement from a tunnel port speaks for its link-local
-        address with, by whatever way it came (learning places a MAC by one of two flood directions, so a full
-        copy often comes by the other): no RA in a router's name binds that address here for a while (L2)."""
-        said = router_addresses.claim(data)
-        member = None if said is None else self.mac_owners.get(said.eth_src)
-        if said is not None and member is not None:
-            self.router_addresses.hear(said, member, now)
-
-    def _router_address_spoofed(self, data: bytes, now: float) -> bool:
-        """Whether a solicitation or advertisement speaks for a named router's bound address with a MAC the router
-        does not hold (router_addresses.py, review21k K7)."""
-        said = router_addresses.claim(data)
-        return said is not None and self.router_addresses.spoofs(said, self.mac_owners, now)
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified
