@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the RA and ARP guards (decision 0068) cost the controller per frame from a tunnel port.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/guard_bench.py [--calls 20000] [--rounds 7]
+    PYTHONPATH=. .venv/bin/python benchmarks/guard_bench.py [--calls 20000] [--rounds 7] [--router]
 
 `BoundedFloodSwitch.guard_allows` is run on every packet-in from a tunnel port and on the inner frame of
 every FRB broadcast, before anything else is done with it. This times it alone, in the process, on a switch
@@ -10,6 +10,11 @@ TCP segment of a flow, a broadcast ARP request, a neighbour solicitation and adv
 datagram, a TCP segment in VLAN 42 (an attached trunk's), and a router advertisement from a member not
 named (dropped). Prints the median over rounds of the mean per call of each, in nanoseconds. No root; a
 benchmark, not a test.
+
+`--router`: trust mode with `ipv6_routers` set (decision 0068, amended for review21k K7 and review21l): the tunnel's
+peer holds the frames' source MAC and is the named router, and its RA (then taken, from fe80::1) bound fe80::1
+before timing: the solicitation from fe80::1 meets the bound address's check and is noted as heard, the RA
+refreshes its binding.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def frames() -> dict[str, bytes]:
     }
 
 
-def switch() -> BoundedFloodSwitch:
+def switch(router: bool = False) -> BoundedFloodSwitch:
     sw = BoundedFloodSwitch(0x100, "02:00:00:00:01:00", packet_in_rate=1e9, packet_in_burst=10**9)
     sw.port_added(SwitchPort(1, "evbr", PortKind.LEAF, None, "02:00:00:00:01:fe"), 0.0)
     sw.port_added(SwitchPort(TUNNEL, "evt200", PortKind.PEER, 0x200), 0.0)
@@ -64,6 +69,11 @@ def switch() -> BoundedFloodSwitch:
         mac = f"02:00:00:00:{i // 256:02x}:{i % 256 + 3:02x}"
         sw.neighbors.certified[ipaddress.IPv4Address(f"10.7.0.{i + 3}")] = mac
         sw.neighbors.certified[ipaddress.IPv6Address(f"fd00::{i + 3:x}")] = mac
+    if router:
+        sw.ipv6_routers = frozenset({0x200})
+        sw.mac_owners = {A.hex(":"): 0x200}
+        assert sw.guard_allows(TUNNEL, frames()["router advertisement (dropped)"], None, 0.0)
+        assert sw.router_addresses.bound
     return sw
 
 
@@ -71,11 +81,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=20000, help="calls per frame and round")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--router", action="store_true", help="the peer is the named router, its address bound")
     args = ap.parse_args()
-    sw = switch()
-    results: dict[str, list[float]] = {name: [] for name in frames()}
+    sw = switch(args.router)
+    named = {name.replace("(dropped)", "(named router)") if args.router else name: frame
+             for name, frame in frames().items()}
+    results: dict[str, list[float]] = {name: [] for name in named}
     for _ in range(args.rounds):
-        for name, frame in frames().items():
+        for name, frame in named.items():
             allows = sw.guard_allows
             t0 = time.perf_counter_ns()
             for _ in range(args.calls):

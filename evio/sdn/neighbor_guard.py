@@ -7,8 +7,11 @@ that could otherwise make every node's kernel take it as IPv6 default router, or
 flag (2000::/3, say), the route for all global IPv6 traffic. The originator is judged as a relaying member cannot
 forge it: an FRB's root must be the named member and, in trust mode, the RA's source MAC must be one that member's
 signed announcement holds (0055); a unicast RA's sender is the member owning (trust) or rooting (learning) its
-source MAC. Table 0 sends every RA and redirect to the controller (`GUARD_PRIORITY`), so none rides a unicast flow
-past this check; they are rare (one a few minutes per router).
+source MAC, and only if it came by that member's own link or by the port learning places the MAC on under it
+(review21l L1: anyone can write the router's MAC; a named router's node floods its hosts' unicast RAs and
+redirects rooted at itself, `BoundedFloodSwitch._unicast_sender`). Table 0 sends every RA and redirect to the
+controller (`GUARD_PRIORITY`), so none rides a unicast flow past this check; they are rare (one a few minutes per
+router).
 
 ARP guard. An ARP frame from a tunnel port whose sender protocol address is certified by the overlay CA (0062) for
 another MAC than the one it gives (sender hardware address or Ethernet source) is dropped and counted
@@ -110,6 +113,16 @@ def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] 
     for port in tunnel_ports:
         flows |= tunnel_flows(port)
     return frozenset(flows)
+
+
+def router_node_flows(leaf_ports: Iterable[int]) -> set[AddGuardFlow]:
+    """At a named router's node: its hosts' router and neighbour solicitations and neighbour advertisements to the
+    controller (RAs and redirects go there from every port already), which floods the unicast ones speaking for a
+    link-local address rooted here (`BoundedFloodSwitch._floods_for_router`, decision 0068 amended for review21l):
+    riding flows, they reach a node opposite by the way learning did not place the router's MAC on, and are dropped."""
+    return {AddGuardFlow((("in_port", port), ("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6), ("icmpv6_type", kind)),
+                         to_switching=False)
+            for port in leaf_ports for kind in (133, 135, 136)}
 
 
 def tunnel_flows(port: int) -> set[AddGuardFlow]:

@@ -7,10 +7,16 @@ MAC and root but its own MAC in the source link-layer option: the RA guard's thr
 IPv6 router, back. So:
 
 1. An RA that passed the guard (`neighbor_guard.router_allowed`) binds its IPv6 source address to its router, for
-   as long as a kernel may route by it (its router lifetime, at least `MIN_HOLD`), each RA again. It is dropped
-   instead (`Drop.ROUTER_ADDRESS_SPOOFED`) if its source link-layer option names a MAC the router does not hold,
-   if the address is bound to another router (or, without trust, to another MAC), or if the router has
-   `MAX_PER_ROUTER` other addresses bound already: an RA a node takes always has its next hop bound.
+   as long as a kernel may route by it (its router lifetime, at least `MIN_HOLD`, at most RFC 4861's greatest
+   router lifetime `MAX_HOLD`), each RA again. It is dropped instead (`Drop.ROUTER_ADDRESS_SPOOFED`) if its source
+   link-layer option names a MAC the router does not hold, if the address is bound to another router (or, without
+   trust, to another MAC), or if the router has `MAX_PER_ROUTER` other addresses bound already: an RA a node takes
+   always has its next hop bound. Nor does a binding start (review21l L2: a relay of the router's floods bound
+   another member's address to it, and that member lost neighbour discovery there) for a source that is not
+   link-local (no kernel takes such an RA, RFC 4861 6.1.2), nor for an address the CA certified for, or this
+   switch heard a MAC the router does not hold speak for within `HEARD_FOR` (`hear`: every link-local solicitation
+   and advertisement from a tunnel port the guards let by, whichever way it came; trust mode, where the MAC's
+   member is known).
 2. A router solicitation, RA or neighbour solicitation from a bound address, or an advertisement for one, from a
    tunnel port, whose Ethernet source or link-layer option is not a MAC the router holds, is dropped and counted
    the same way: the kernel would take that MAC as the router's.
@@ -27,6 +33,7 @@ the hold; without trust the root of an FRB is all the guard judges anyway). Pure
 from __future__ import annotations
 
 import ipaddress
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -36,6 +43,9 @@ from evio.sdn.neighbor_answers import icmpv6_at, link_layer_option
 
 MAX_PER_ROUTER = 4  # link-local addresses bound per router: one in practice, two while it changes
 MIN_HOLD = 600.0  # s a binding lasts at least (an RA of lifetime 0 ends routes, not neighbour entries at once)
+MAX_HOLD = 9000.0  # s at most: RFC 4861 6.2.1's greatest router lifetime (an RA may write 65535)
+HEARD_FOR = 300.0  # s a member's MAC heard speaking for a link-local address keeps it from being bound to a router
+MAX_HEARD_PER_MEMBER = 64  # link-local addresses kept per member (its interface's and its hosts'), its oldest out
 _ICMPV6 = 58
 _RS, _RA, _NS, _NA = 133, 134, 135, 136
 _FIXED = {_RS: 8, _RA: 16, _NS: 24, _NA: 24}  # bytes before the options
@@ -86,9 +96,32 @@ class RouterAddresses:
     def __init__(self) -> None:
         self.bound: dict[ipaddress.IPv6Address, _Binding] = {}  # (read it; an attribute: the guard asks per frame)
         self.changed = False  # the set of bound addresses changed since `flows` last ran
+        # Link-local addresses members' MACs spoke for lately (check 1, review21l L2): address -> MAC -> when, and
+        # each member's (address, MAC) pairs, least recently heard first, at most MAX_HEARD_PER_MEMBER: a member
+        # inventing addresses pushes out only its own.
+        self._heard: dict[ipaddress.IPv6Address, dict[str, float]] = {}
+        self._heard_by: dict[int, OrderedDict[tuple[ipaddress.IPv6Address, str], None]] = {}
 
-    def admit_advert(self, router: int, ra: Claim, mac_owners: Mapping[str, int], now: float) -> bool:
-        """Check 1: whether an RA `router` may send (the guard let it by) is taken; binds its source if so."""
+    def hear(self, said: Claim, member: int, now: float) -> None:
+        """A solicitation or advertisement from a MAC `member` holds, which the guards let by: it speaks for its
+        address (an RS's, NS's source, an NA's target), if link-local and given with no other link-layer address."""
+        if said.kind == _RA or not said.address.is_link_local or said.lladdr not in (None, said.eth_src):
+            return
+        pair = (said.address, said.eth_src)
+        share = self._heard_by.setdefault(member, OrderedDict())
+        share.pop(pair, None)
+        share[pair] = None
+        self._heard.setdefault(said.address, {})[said.eth_src] = now
+        if len(share) > MAX_HEARD_PER_MEMBER:
+            self._forget_heard(*share.popitem(last=False)[0])
+
+    def admit_advert(
+        self, router: int, ra: Claim, mac_owners: Mapping[str, int], now: float, certified: str | None = None,
+    ) -> bool:
+        """Check 1: whether an RA `router` may send (the guard let it by) is taken; binds its source if so.
+        `certified`: the MAC the CA certified the source address for, if any."""
+        if not ra.address.is_link_local:
+            return False  # no kernel takes it (RFC 4861 6.1.2), and a global address is some member's (L2)
         held = self.bound.get(ra.address)
         if held is not None and held.until < now:
             held = None  # expired: `expire` had not run yet
@@ -98,9 +131,12 @@ class RouterAddresses:
         if not _holds(router, mac, ra.eth_src, mac_owners) or (
                 ra.lladdr is not None and not _holds(router, mac, ra.lladdr, mac_owners)):
             return False
+        speakers = [*self._heard.get(ra.address, {}), *([certified] if certified is not None else [])]
+        if held is None and any(not _holds(router, mac, other, mac_owners) for other in speakers):
+            return False  # another member's address: bound, it would lose neighbour discovery here (review21l L2)
         if held is None and sum(b.router == router for b in self.bound.values()) >= MAX_PER_ROUTER:
             return False
-        until = now + max(float(ra.lifetime), MIN_HOLD)
+        until = now + min(max(float(ra.lifetime), MIN_HOLD), MAX_HOLD)
         self.bound[ra.address] = _Binding(router, mac, max(until, held.until if held is not None else 0.0))
         self.changed |= held is None
         return True
@@ -118,6 +154,21 @@ class RouterAddresses:
         for address in [a for a, b in self.bound.items() if b.until < now]:
             del self.bound[address]
             self.changed = True
+        for member, share in list(self._heard_by.items()):
+            while share:
+                address, mac = next(iter(share))
+                if now - self._heard[address][mac] <= HEARD_FOR:
+                    break
+                del share[(address, mac)]
+                self._forget_heard(address, mac)
+            if not share:
+                del self._heard_by[member]
+
+    def _forget_heard(self, address: ipaddress.IPv6Address, mac: str) -> None:
+        macs = self._heard[address]
+        del macs[mac]
+        if not macs:
+            del self._heard[address]
 
     def flows(self) -> frozenset[AddGuardFlow]:
         """Check 3's table-0 flows: every RS, NS and NA naming a bound address to the controller."""

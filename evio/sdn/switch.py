@@ -336,6 +336,7 @@ class BoundedFloodSwitch:
         self._guards: frozenset[AddGuardFlow] = frozenset()
         self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
         self._guarded_tunnels: frozenset[int] = frozenset()  # and the tunnel ports
+        self._guarded_leaves: frozenset[int] = frozenset()  # and, named as a router, the leaf ports (review21l L1)
         self.router_addresses = router_addresses.RouterAddresses()  # named routers' link-local addresses (K7)
 
     @property
@@ -520,7 +521,23 @@ class BoundedFloodSwitch:
         if target is None:
             # Unknown unicast: a bounded flood reaches the host wherever it is.
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
+        if self.node_id in self.ipv6_routers and target.port not in self.leaf_ports() and self._floods_for_router(data):
+            return actions + self._originate_flood(data)
         return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
+
+    def _floods_for_router(self, data: bytes) -> bool:
+        """Whether a named router's node floods a unicast frame from its host rooted at itself (review21l L1): an RA or
+        redirect, or a solicitation or advertisement speaking for a link-local address (what other nodes bind to a
+        router). Unicast, a node takes such a frame in the router's name only by the port learning places the router's
+        MAC on (`_unicast_sender`, `_speaks_for_router_astray`), and where two ways are equally short, or Symphony's
+        routes to and from a node differ, that is not the way it comes; flooded, it is judged by its root wherever it
+        passes. Table 0 brings every one here (`neighbor_guard.router_node_flows`)."""
+        frame = neighbor_guard.as_received(data)
+        kind = None if frame is None else neighbor_guard.icmpv6_type(frame)
+        if kind in neighbor_guard.ROUTER_TYPES:
+            return True
+        said = router_addresses.claim(data) if kind in router_addresses.CLAIM_TYPES else None
+        return said is not None and said.address.is_link_local
 
     def _unicast_copy(
         self, in_port: int, eth: EthernetHeader, out_port: int, data: bytes, now: float, forwarded: bool
@@ -541,6 +558,8 @@ class BoundedFloodSwitch:
         actions = self._learn(eth.src, in_port, None, now)
         if actions is None:
             return []
+        if self.router_addresses.bound and self._speaks_for_router_astray(eth.src, data, in_port, now):
+            return actions  # counted NOT_ANNOUNCER by `_learn`; not forwarded (review21l L1)
         self._observe_neighbor(eth, data, in_port, None, now)
         target = self.learning.lookup(eth.dst, now)
         if target is None or target.port == in_port:
@@ -554,6 +573,22 @@ class BoundedFloodSwitch:
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
+
+    def _speaks_for_router_astray(self, src: str, data: bytes, in_port: int, now: float) -> bool:
+        """Whether a unicast solicitation or advertisement naming a named router's bound address (the guard checked
+        its MACs are the router's) came by a port `_learn` refused its source on (`NOT_ANNOUNCER`): any member could
+        write the router's MAC on one, an advertisement with the router flag clear, say, which takes a kernel's
+        default route away (RFC 4861 7.2.5). The router's own come flooded (`_floods_for_router`). Not for other
+        members' addresses: a node's own asks are answered by the way learning did not place the answerer's MAC on,
+        too (review21l L1)."""
+        if data[12:14] == b"\x08\x00":
+            return False
+        said = router_addresses.claim(data)
+        held = None if said is None else self.router_addresses.bound.get(said.address)
+        if held is None or held.until < now:
+            return False
+        owner = self.mac_owners.get(src)
+        return owner is not None and owner != self.node_id and not self._may_speak_for(src, owner, in_port, None, now)
 
     def _neighbor_answer(self, in_port: int, msg: NeighborMessage, now: float) -> bytes | None:
         mac = self.neighbors.known_mac(msg)
@@ -842,6 +877,7 @@ class BoundedFloodSwitch:
         if data[12:14] == b"\x08\x00":
             return True  # untagged IPv4: no router message, ARP or ND (a flow's first frame, mostly: kept quick)
         reason: Drop | None = None
+        said: router_addresses.Claim | None = None  # what an RS, NS or NA says, read once a router is named
         frame = neighbor_guard.as_received(data)
         found = None if frame is None else icmpv6_at(frame)  # (ICMPv6 type, offset, in a fragment)
         kind = None if found is None or found[2] else found[0]
@@ -849,17 +885,16 @@ class BoundedFloodSwitch:
             reason = Drop.UNREADABLE_FRAME  # review21k K1-K3, and neighbour discovery in a fragment (RFC 6980)
         elif kind in neighbor_guard.ROUTER_TYPES:
             src = data[6:12].hex(":")
-            if root is None:  # a unicast one: its sender is the member holding (or rooting) its source MAC
-                owner = self.mac_owners.get(src)
-                entry = self.learning.lookup(src, now)
-                root = owner if self.mac_owners else (entry.root if entry is not None else None)
+            if root is None:
+                root = self._unicast_sender(src, in_port, now)
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
             elif not self._router_address_allowed(frame, root, now):
                 reason = Drop.ROUTER_ADDRESS_SPOOFED
-        elif (self.router_addresses.bound and kind in router_addresses.CLAIM_TYPES
-              and self._router_address_spoofed(frame, now)):
-            reason = Drop.ROUTER_ADDRESS_SPOOFED
+        elif (self.ipv6_routers and kind in router_addresses.CLAIM_TYPES
+              and (said := router_addresses.claim(frame)) is not None
+              and self.router_addresses.spoofs(said, self.mac_owners, now)):
+            reason = Drop.ROUTER_ADDRESS_SPOOFED  # speaks for a bound address with a MAC its router does not hold
         elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.NEIGHBOR_TYPES):
             msg = parse_neighbor(frame, found)
             if msg is None:
@@ -867,6 +902,11 @@ class BoundedFloodSwitch:
             elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):
                 reason = Drop.CERTIFIED_ADDRESS_SPOOFED
         if reason is None:
+            if said is not None and (member := self.mac_owners.get(said.eth_src)) is not None:
+                # Which member's MAC speaks for a link-local address, by whatever way it came (learning places a
+                # MAC by one of two flood directions, so a full copy often comes by the other): no RA in a router's
+                # name binds that address here for a while (review21l L2).
+                self.router_addresses.hear(said, member, now)
             return True
         self._bounded(reason, in_port, now, f"src={data[6:12].hex(':')}")
         port = self.ports.get(in_port)
@@ -874,32 +914,48 @@ class BoundedFloodSwitch:
             self.port_drops[(port.name, reason)] += 1
         return False
 
+    def _unicast_sender(self, src: str, in_port: int, now: float) -> int | None:
+        """The member a unicast router message from `src` by `in_port` counts as sent by (review21l L1): the one
+        holding (trust) or rooting (learning) `src`, if it came by that member's own link or by the port learning
+        places `src` on under it; else None. Anyone can write a named router's MAC as a frame's source: judged by
+        its MAC alone, any member's unicast RA over any tunnel was the router's. A named router's node floods its
+        hosts' unicast ones rooted at itself (`_floods_for_router`), so they come judged by their root, whichever of
+        two equal ways learning took here."""
+        entry = self.learning.lookup(src, now)
+        member = self.mac_owners.get(src) if self.mac_owners else (entry.root if entry is not None else None)
+        if member is None:
+            return None
+        port = self.ports.get(in_port)
+        if port is not None and port.peer == member:
+            return member  # by its own link
+        return member if entry is not None and entry.port == in_port and entry.root == member else None
+
     def _router_address_allowed(self, data: bytes, router: int | None, now: float) -> bool:
         """Whether a router advertisement the RA guard let by may bind its source address to `router` (a redirect:
-        nothing to bind), its source link-layer option a MAC the router holds (router_addresses.py, review21k K7)."""
+        nothing to bind), its source link-layer option a MAC the router holds (router_addresses.py, review21k K7),
+        its source no address another member's MAC is certified for or was heard speaking for (review21l L2)."""
         said = router_addresses.claim(data)
         if said is None or said.kind != neighbor_guard.ROUTER_ADVERTISEMENT or router is None:
             return True  # router_allowed passes no router None
-        return self.router_addresses.admit_advert(router, said, self.mac_owners, now)
-
-    def _router_address_spoofed(self, data: bytes, now: float) -> bool:
-        """Whether a solicitation or advertisement speaks for a named router's bound address with a MAC the router
-        does not hold (router_addresses.py, review21k K7)."""
-        said = router_addresses.claim(data)
-        return said is not None and self.router_addresses.spoofs(said, self.mac_owners, now)
+        return self.router_addresses.admit_advert(router, said, self.mac_owners, now,
+                                                  self.neighbors.certified.get(said.address))
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified
-        addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`)."""
+        addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`), the named routers' bound addresses', and,
+        named as a router, each leaf port's (`neighbor_guard.router_node_flows`)."""
         tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
+        leaves = frozenset(self.leaf_ports()) if self.node_id in self.ipv6_routers else frozenset()
         if cleared:
             self._guards = frozenset()
         elif (self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels
-              and not self.router_addresses.changed):
+              and self._guarded_leaves == leaves and not self.router_addresses.changed):
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
         self._guarded_tunnels = tunnels
-        wanted = neighbor_guard.guard_flows(self._guarded, sorted(tunnels)) | self.router_addresses.flows()
+        self._guarded_leaves = leaves
+        wanted = (neighbor_guard.guard_flows(self._guarded, sorted(tunnels)) | self.router_addresses.flows()
+                  | neighbor_guard.router_node_flows(sorted(leaves)))
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted

@@ -79,11 +79,13 @@ class Drop(enum.Enum):
     LINK_LOCAL_LIMITED = ("link-local multicast (router solicitation, MLD, mDNS) over its port's rate: delivered to "
                           "the other local ports, not flooded")
     NOT_ANNOUNCER = ("a frame placing a MAC under a member (or by a way) other than the one whose signed announcement "
-                     "holds it (evio.sdn.host_claims): not learned, the frame itself went on")
+                     "holds it (evio.sdn.host_claims): not learned, the frame itself went on (not if it is neighbour "
+                     "discovery for a named router's address that came by none of the router's ways: decision 0068)")
     DOCUMENT_NOT_ITS_OWNERS = ("a broadcast of the signed documents' flood (0x88B5) whose source MAC a member other "
                                "than the flood's root announced: neither delivered nor passed on (0043 amended)")
     POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
-    ROUTER_GUARD = ("router advertisement or redirect from a member the config does not name in ipv6_routers "
+    ROUTER_GUARD = ("router advertisement or redirect from a member the config does not name in ipv6_routers, or "
+                    "a unicast one that came by neither the router's link nor its MAC's place "
                     "(evio.sdn.neighbor_guard, decision 0068)")
     CERTIFIED_ADDRESS_SPOOFED = ("ARP or neighbour discovery from a tunnel port speaking for a member's certified "
                                  "address with another MAC (evio.sdn.neighbor_guard, decision 0068)")
@@ -92,7 +94,8 @@ class Drop(enum.Enum):
                         "discovery in a fragment or malformed (evio.sdn.neighbor_guard, decision 0068 amended)")
     ROUTER_ADDRESS_SPOOFED = ("neighbour discovery from a tunnel port speaking for a named router's link-local "
                               "address (an RA's source) with a MAC the router does not hold, or an RA that cannot "
-                              "bind its source to its router (evio.sdn.router_addresses, decision 0068 amended)")
+                              "bind its source to its router: not link-local, another router's, or another member's "
+                              "(evio.sdn.router_addresses, decision 0068 amended)")
 
 
 @dataclass(frozen=True, slots=True)

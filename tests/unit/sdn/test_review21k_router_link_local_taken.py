@@ -92,6 +92,7 @@ def _spoofed(net: FakeNetwork, ids: list[int]) -> int:
 def _named(net: FakeNetwork, ids: list[int], router: int) -> None:
     for nid in ids:
         net.nodes[nid].switch.ipv6_routers = frozenset({router})
+    net.advance(0.0)  # a tick: the router's node installs the flows that bring its hosts' ND to its controller
 
 
 def test_a_member_cannot_take_the_named_routers_link_local_address() -> None:

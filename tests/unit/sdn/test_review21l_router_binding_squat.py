@@ -20,11 +20,13 @@ addresses. (Without the relay position, L1's unicast RA does the same from any m
 Suggested fix: bind only link-local sources (`is_link_local`); never bind an address the switch has heard from,
 or the CA certified for, a MAC the router does not hold (and drop that RA as `ROUTER_ADDRESS_SPOOFED`); hold a
 binding at most RFC 4861's 9000 s.
+
+Fixed (decision 0068, amended for review21l; evio/sdn/router_addresses.py): an RA binds only a link-local source,
+for at most 9000 s, and not one the CA certified for, or the switch heard (by whatever way it came, within 300 s)
+spoken for by, a MAC the router does not hold: such an RA is dropped as `ROUTER_ADDRESS_SPOOFED`.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from evio.sdn import frb
 from evio.sdn.switch import Drop
@@ -34,7 +36,6 @@ from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 VICTIM_ADDRESS = "fe80::77"  # V's link-local address
 
 
-@pytest.mark.xfail(strict=True, reason="review21l L2: a relay's RA in R's name binds V's address to R")
 def test_a_relays_ra_in_the_routers_name_does_not_take_another_members_address() -> None:
     net, ids, macs, _ = trusted_ring(6)
     u, v, r, a = ids[0], ids[2], ids[3], ids[5]  # A is on the arc from R to U: its copy of R's flood is plausible

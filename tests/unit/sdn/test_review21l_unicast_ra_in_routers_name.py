@@ -22,11 +22,16 @@ Suggested fix: judge a unicast RA's sender by where it came from: allowed only i
 it came by under R (`_may_speak_for(src, owner, in_port, None)` with the learning entry's port), else drop it as
 `ROUTER_GUARD`; more generally do not forward a frame whose source `_learn` refused (`NOT_ANNOUNCER`) when that
 frame is an RA, redirect or neighbour message, and bind nothing (router_addresses) before that check.
+
+Fixed (decision 0068, amended for review21l): a unicast RA or redirect counts as the router's only if it came by
+the router's own link or by the port learning places its MAC on under it, else it is dropped as `ROUTER_GUARD`
+before anything is bound (`BoundedFloodSwitch._unicast_sender`); a named router's node floods its hosts' unicast
+RAs and redirects rooted at itself, so they reach every member by either of two equal ways; a unicast solicitation
+or advertisement for a router's bound address whose source `_learn` refused, by none of the router's ways, is not
+forwarded (tests/unit/sdn/test_sdn_named_router_ways.py).
 """
 
 from __future__ import annotations
-
-import pytest
 
 from evio.sdn import frb
 from evio.sdn.switch import Drop
@@ -34,7 +39,6 @@ from tests.unit.sdn.test_review21i_rogue_router_advertisement import router_adve
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 
 
-@pytest.mark.xfail(strict=True, reason="review21l L1: a unicast RA with R's Ethernet source from any member passes")
 def test_a_members_unicast_ra_with_the_routers_mac_reaches_no_interface() -> None:
     net, ids, macs, _ = trusted_ring(6)
     u, a, r, far = ids[0], ids[1], ids[3], ids[4]  # A: U's neighbour, not on R's way to U; far: 2 hops past U

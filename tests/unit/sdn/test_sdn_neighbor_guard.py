@@ -21,6 +21,7 @@ from tests.unit.sdn.test_sdn_proactive_flows import packet_ins, trusted_ring
 def name_router(net: FakeNetwork, router: int) -> None:
     for node in net.nodes.values():
         node.switch.ipv6_routers = frozenset({router})
+    net.advance(0.0)  # a tick: the router's node installs the flows that bring its hosts' ND to its controller
 
 
 def reached(net: FakeNetwork, frame: bytes, heard: dict[int, int]) -> list[int]:
