@@ -50,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The daemon, before its config is read: cryptography loads bcrypt (0.4 MB) for encrypted
         # OpenSSH keys, which evio never reads; without it, loading one says "Need bcrypt module".
         sys.modules.setdefault("bcrypt", None)  # type: ignore[arg-type]
+        # cryptography loads OpenSSL's legacy provider (Blowfish, CAST5, IDEA, SEED, RC2, RC4) when
+        # imported unless told not to; no key, certificate or DTLS suite of evio uses one: 0.2 MB of
+        # text and provider tables (docs/performance.md, "An idle daemon's memory, fourth pass").
+        os.environ.setdefault("CRYPTOGRAPHY_OPENSSL_NO_LEGACY", "1")
     parser = build_parser(light)
     args = parser.parse_args(arguments)
     level = logging.WARNING - 10 * min(args.verbose, 2)

@@ -36,6 +36,9 @@ PROBE = textwrap.dedent(
     assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
     # slixmpp's and os-ken's own versions, read from their dist-info's name (evio.deferred_modules.installed_version).
     assert type(sys.modules["slixmpp.version"]) is DeferredModule and type(sys.modules["pbr.version"]) is DeferredModule
+    # OpenSSL's legacy provider is not loaded (evio.cli.main sets CRYPTOGRAPHY_OPENSSL_NO_LEGACY for `run`).
+    from cryptography.hazmat.bindings._rust import openssl
+    assert not openssl._legacy_provider_loaded
     import importlib.metadata, os_ken, slixmpp
     assert (slixmpp.__version__, os_ken.__version__) == (importlib.metadata.version("slixmpp"),
                                                         importlib.metadata.version("os-ken"))
