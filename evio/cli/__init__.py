@@ -54,6 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # imported unless told not to; no key, certificate or DTLS suite of evio uses one: 0.2 MB of
         # text and provider tables (docs/performance.md, "An idle daemon's memory, fourth pass").
         os.environ.setdefault("CRYPTOGRAPHY_OPENSSL_NO_LEGACY", "1")
+        # cryptography.x509 takes `parseaddr` from email.utils at import, for RFC822Name values made
+        # from strings, which the daemon never makes: email.utils runs on its first call.
+        from evio.deferred_modules import defer, parseaddr
+
+        defer("email.utils", {"parseaddr": parseaddr})
     parser = build_parser(light)
     args = parser.parse_args(arguments)
     level = logging.WARNING - 10 * min(args.verbose, 2)
