@@ -51,8 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # OpenSSH keys, which evio never reads; without it, loading one says "Need bcrypt module".
         sys.modules.setdefault("bcrypt", None)  # type: ignore[arg-type]
         # cryptography loads OpenSSL's legacy provider (Blowfish, CAST5, IDEA, SEED, RC2, RC4) when
-        # imported unless told not to; no key, certificate or DTLS suite of evio uses one: 0.2 MB of
-        # text and provider tables (docs/performance.md, "An idle daemon's memory, fourth pass").
+        # imported unless told not to; no key, certificate or DTLS suite of evio uses one
+        # (docs/performance.md, "A fourth look: where an idle daemon's 58 MB go (issue 25)").
         os.environ.setdefault("CRYPTOGRAPHY_OPENSSL_NO_LEGACY", "1")
         # cryptography.x509 takes `parseaddr` from email.utils at import, for RFC822Name values made
         # from strings, which the daemon never makes: email.utils runs on its first call.
