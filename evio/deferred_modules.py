@@ -11,7 +11,7 @@ so the library still works if it ever needs the module. importlib's own
 `LazyLoader` does not do here: it loads on any attribute, and the import
 system reads `__spec__` of a module each time it is imported again.
 
-Callers: evio.sdn.osken_imports, evio.tunnel.path.aioice_mdns, evio.cli.run_cmd.
+Callers: evio.sdn.osken_imports, evio.tunnel.path.aioice_mdns, evio.cli.run_cmd, evio.cli (`run`).
 
 Below, the presets of the version lookups some libraries run when imported: slixmpp and os-ken
 (through pbr) ask importlib.metadata for their own version, which brings zipfile, csv, email's
@@ -177,3 +177,16 @@ def version_info(version: str) -> tuple[int, int, int]:
     if len(parts) == 3 and all(part.isdigit() for part in parts):
         return int(parts[0]), int(parts[1]), int(parts[2])
     return 0, 0, 0
+
+
+# --- email.utils, for cryptography's x509 --------------------------------------------------------
+
+
+def parseaddr(*args: object, **kwargs: object) -> object:
+    """`email.utils.parseaddr`, the one name cryptography.x509 takes from email.utils at import. It calls it
+    only to check an `RFC822Name` made from a string, which a daemon never makes; email.utils itself
+    brings calendar, quopri and email's charsets and encoders (0.26 MB traced). The first call runs
+    the deferred module and answers with its own function."""
+    utils = importlib.import_module("email.utils")
+    utils.getaddresses  # noqa: B018  (a name the preset lacks: runs the deferred module's code)
+    return utils.parseaddr(*args, **kwargs)

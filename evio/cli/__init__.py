@@ -50,6 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The daemon, before its config is read: cryptography loads bcrypt (0.4 MB) for encrypted
         # OpenSSH keys, which evio never reads; without it, loading one says "Need bcrypt module".
         sys.modules.setdefault("bcrypt", None)  # type: ignore[arg-type]
+        # cryptography loads OpenSSL's legacy provider (Blowfish, CAST5, IDEA, SEED, RC2, RC4) when
+        # imported unless told not to; no key, certificate or DTLS suite of evio uses one
+        # (docs/performance.md, "A fourth look: where an idle daemon's 58 MB go (issue 25)").
+        os.environ.setdefault("CRYPTOGRAPHY_OPENSSL_NO_LEGACY", "1")
+        # cryptography.x509 takes `parseaddr` from email.utils at import, for RFC822Name values made
+        # from strings, which the daemon never makes: email.utils runs on its first call.
+        from evio.deferred_modules import defer, parseaddr
+
+        defer("email.utils", {"parseaddr": parseaddr})
     parser = build_parser(light)
     args = parser.parse_args(arguments)
     level = logging.WARNING - 10 * min(args.verbose, 2)

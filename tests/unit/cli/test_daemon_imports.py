@@ -29,13 +29,29 @@ PROBE = textwrap.dedent(
     assert "slixmpp" in sys.modules and "aioice.ice" in sys.modules
     unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds",
               "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4",
-              "importlib.metadata", "zipfile", "email.message", "difflib", "bcrypt")
+              "importlib.metadata", "zipfile", "email.message", "email._parseaddr", "email.charset",
+              "quopri", "difflib", "bcrypt")
     assert not loaded(*unused), loaded(*unused)
     from evio.deferred_modules import DeferredModule
     # oslo_config's URI parser and its plugin loader, until an option needs them.
     assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
     # slixmpp's and os-ken's own versions, read from their dist-info's name (evio.deferred_modules.installed_version).
     assert type(sys.modules["slixmpp.version"]) is DeferredModule and type(sys.modules["pbr.version"]) is DeferredModule
+    # email.utils, for cryptography.x509's RFC822Name, until its parseaddr is first called; then as before.
+    assert type(sys.modules["email.utils"]) is DeferredModule
+    from cryptography import x509
+    assert x509.RFC822Name("node@overlay.test").value == "node@overlay.test"
+    for wrong in ("Node <node@overlay.test>", ""):
+        try:
+            x509.RFC822Name(wrong)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(wrong)
+    assert "email.charset" in sys.modules and type(sys.modules["email.utils"]) is not DeferredModule
+    # OpenSSL's legacy provider is not loaded (evio.cli.main sets CRYPTOGRAPHY_OPENSSL_NO_LEGACY for `run`).
+    from cryptography.hazmat.bindings._rust import openssl
+    assert not openssl._legacy_provider_loaded
     import importlib.metadata, os_ken, slixmpp
     assert (slixmpp.__version__, os_ken.__version__) == (importlib.metadata.version("slixmpp"),
                                                         importlib.metadata.version("os-ken"))
