@@ -26,8 +26,8 @@ Suggested fix: drop ICMP redirects (IPv4 type 5) from tunnel ports in the switch
 from __future__ import annotations
 
 from evio.bridge import BridgeSpec, OvsBridge
+from evio.testing.frames import icmp_redirect
 from tests.unit.bridge.test_bridge_ovs import RecordingRunner
-from tests.unit.bridge.test_review21k_ipv4_redirects import icmp_redirect
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 
 ALL_OFF = ["sysctl", "-q", "-w", "net/ipv4/conf/all/accept_redirects=0"]

@@ -12,7 +12,7 @@ from evio.sdn import frb, neighbor_guard
 from evio.sdn.openflow_messages import GUARD_COOKIE
 from evio.sdn.switch_terms import Drop
 from evio.testing.fake_flow_table import FakeNetwork, host_mac, ring_network
-from tests.unit.bridge.test_review21k_ipv4_redirects import icmp_redirect
+from evio.testing.frames import icmp_redirect
 from tests.unit.sdn.test_review21i_certified_address_spoofed import arp
 from tests.unit.sdn.test_review21i_rogue_router_advertisement import router_advertisement
 from tests.unit.sdn.test_sdn_neighbor_answers import ndp
