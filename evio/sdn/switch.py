@@ -806,7 +806,9 @@ class BoundedFloodSwitch:
         """Whether a frame from a tunnel port passes the RA and ARP guards (decision 0068); `root` the FRB's, if
         it came in one. The frame is judged as the receiving kernel reads it, or refused where it cannot be
         (`neighbor_guard.as_received`). A frame refused is counted, and said once per port and interval."""
-        if data[12:14] == b"\x08\x00" and neighbor_guard.icmpv4_type(data) != neighbor_guard.ICMP_REDIRECT:
+        if data[12:14] == b"\x08\x00" and (
+            data[23:24] != b"\x01" or neighbor_guard.icmpv4_type(data) != neighbor_guard.ICMP_REDIRECT
+        ):
             return True  # untagged IPv4, no redirect: no router message, ARP or ND (a flow's first frame: kept quick)
         reason: Drop | None = None
         frame = neighbor_guard.as_received(data)
