@@ -87,11 +87,10 @@ def is_router_message(frame: bytes) -> bool:
 def icmpv4_type(frame: bytes) -> int | None:
     """The ICMP type of an untagged IPv4 frame, or None, as Open vSwitch's `icmp_type` reads it: in an unfragmented
     packet or a first fragment (a later one carries no ICMP header, and without its first the kernel takes none)."""
-    if len(frame) < 34 or frame[12:14] != b"\x08\x00" or frame[23] != ICMP:
-        return None
+    if len(frame) < 35 or frame[23] != ICMP or frame[12:14] != b"\x08\x00" or frame[20] & 0x1F or frame[21]:
+        return None  # not ICMP, or a later fragment (a fragment offset: 13 bits from byte 20)
     at = 14 + (frame[14] & 0x0F) * 4
-    later_fragment = int.from_bytes(frame[20:22], "big") & 0x1FFF
-    return None if later_fragment or len(frame) <= at else frame[at]
+    return frame[at] if len(frame) > at else None
 
 
 def router_allowed(routers: frozenset[int], origin: int | None, src_mac: str, mac_owners: Mapping[str, int]) -> bool:
