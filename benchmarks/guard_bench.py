@@ -7,8 +7,8 @@
 every FRB broadcast, before anything else is done with it. This times it alone, in the process, on a switch
 with one tunnel port and 64 certified IPv4 and IPv6 addresses, for the frames that come that way: the first
 TCP segment of a flow, a broadcast ARP request, a neighbour solicitation and advertisement, an mDNS
-datagram, a TCP segment in VLAN 42 (an attached trunk's), and a router advertisement from a member not
-named (dropped). Prints the median over rounds of the mean per call of each, in nanoseconds. No root; a
+datagram, a TCP segment in VLAN 42 (an attached trunk's), an ICMP echo request (the first of a ping), and a
+router advertisement from a member not named and an ICMP (IPv4) redirect (both dropped). Prints the median over rounds of the mean per call of each, in nanoseconds. No root; a
 benchmark, not a test.
 
 `--router`: trust mode with `ipv6_routers` set (decision 0068, amended for review21k K7 and review21l): the tunnel's
@@ -50,6 +50,9 @@ def frames() -> dict[str, bytes]:
     na = bytes([136, 0, 0, 0, 0x60, 0, 0, 0]) + ipaddress.IPv6Address("fd00::2").packed + bytes([2, 1]) + A
     ra = bytes([134, 0, 0, 0, 64, 0, 7, 8]) + bytes(8)
     mdns = struct.pack("!HHHH", 5353, 5353, 20, 0) + bytes(12)
+    icmp4 = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 56, 1, 0, 64, 1, 0, bytes([10, 7, 0, 2]), bytes([10, 7, 0, 1]))
+    echo = struct.pack("!BBHHH", 8, 0, 0, 1, 1) + bytes(28)
+    redirect = struct.pack("!BBH4s", 5, 1, 0, bytes([10, 7, 0, 2])) + ip4 + tcp[:8]
     return {
         "tcp (first of a flow)": B + A + b"\x08\x00" + ip4 + tcp,
         "arp request": (b"\xff" * 6 + A + b"\x08\x06" + arp).ljust(60, b"\0"),
@@ -57,7 +60,9 @@ def frames() -> dict[str, bytes]:
         "neighbour advertisement": B + A + b"\x86\xdd" + _ipv6(58, na, "fe80::2"),
         "mdns": b"\x33\x33\x00\x00\x00\xfb" + A + b"\x86\xdd" + _ipv6(17, mdns, "ff02::fb", 1),
         "tcp in vlan 42": B + A + b"\x81\x00\x00\x2a\x08\x00" + ip4 + tcp,
+        "icmp echo request": B + A + b"\x08\x00" + icmp4 + echo,
         "router advertisement (dropped)": b"\x33\x33\x00\x00\x00\x01" + A + b"\x86\xdd" + _ipv6(58, ra),
+        "icmp redirect (dropped)": B + A + b"\x08\x00" + icmp4 + redirect,
     }
 
 

@@ -234,7 +234,10 @@ class OvsBridge:
     async def _no_redirects(self) -> None:
         """ICMP redirects are not taken on the internal port, IPv4 or IPv6: a member could send one in a gateway
         member's name to reroute the node's traffic into the overlay to itself (review21k K4). The switch drops
-        ICMPv6 redirects from tunnels too (RA guard, decision 0068); this holds for frames from attached ports.
+        redirects from tunnels first (RA guard, decision 0068), IPv4 ones too: for IPv4 the kernel takes a redirect
+        when `net.ipv4.conf.all.accept_redirects` is 1 (its default) and forwarding is off, whatever this
+        interface's 0 says (review21l L5), and `all` is the host's, not evio's to change. So these sysctls are a
+        second layer there, and the one layer for frames from attached ports.
         Router advertisements stay accepted, for SLAAC from a router the config names (`ipv6_routers`).
         `arp_ignore=1`: the port answers ARP only for its own addresses, not the host's LAN or underlay ones,
         which members have no business learning (or reaching through the overlay)."""

@@ -9,6 +9,18 @@ On the server host, from what init saved (the command line reads ``server.json``
 * the kernel's ``net.core.somaxconn`` is not below the backlog (the kernel silently caps a backlog to it);
 * coturn's config keeps ``no-tcp-relay`` and every denied-peer range init writes.
 
+Which process is the server (review21l L3: any local user could run a decoy named like it, `~/beam.smp -s
+ejabberd <config>` with `ulimit -n 65536`, and have its limit reported as the server's):
+
+1. only a process owned by root or the server's packaged user (every uid in `/proc/PID/status`), whose
+   executable (`/proc/PID/exe`) is the server's installed one (`beam.smp`, a Lua interpreter for prosody) under
+   a system directory, may stand for it; a process that looks like the server but is not is named in the
+   verdict ("passed over"), never used;
+2. of those: the one prosody's pidfile names (from its config); else the ones started with this config (on the
+   command line, or ejabberdctl's EJABBERD_CONFIG_PATH); else the service manager's (systemd's MainPID of the
+   unit, or the server below it: ejabberd's unit runs `sh -c ejabberdctl`); else all of them;
+3. when several remain, the lowest open-files limit is judged and each process is named with its own.
+
 The host is read through `HostReader` so the unit tests give a fake /proc.
 """
 
@@ -16,10 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import pwd
 import re
-from collections.abc import Callable
+import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 import yaml
@@ -30,6 +44,9 @@ BACKLOG = 1024  # what `evio server init` writes for both XMPP servers (evio.ser
 EJABBERD_CACHE_SIZE = 10000
 OPEN_FILES_HEADROOM = 64  # the server's own descriptors beside one per member session
 OPEN_FILES_SIZED = 4096  # below this, a storm of the ~1,000 members evio sizes for runs out (init writes 65,536)
+# Where an installed server's executable lives: directories only root writes to (a user's copy is elsewhere).
+SYSTEM_DIRS = ("/usr/", "/opt/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/nix/store/", "/snap/")
+PASSED_OVER_SHOWN = 4  # look-alike processes named in a verdict, then a count
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,15 @@ class HostReader(Protocol):
     def cmdline(self, pid: int) -> list[str]: ...
 
     def environ(self, pid: int) -> dict[str, str]: ...
+
+    def executable(self, pid: int) -> str | None:
+        """The path `/proc/PID/exe` links to; None when it cannot be read (another user's process, unless root)."""
+
+    def user_id(self, name: str) -> int | None:
+        """The uid of a system user; None when there is none."""
+
+    def service_main_pid(self, unit: str) -> int | None:
+        """The main process of a running service unit; None when it is not running, or systemd does not run here."""
 
 
 class ProcReader:
@@ -86,6 +112,28 @@ class ProcReader:
         pairs = (part.decode(errors="replace").partition("=") for part in raw.split(b"\0") if part)
         return {key: value for key, _, value in pairs}
 
+    def executable(self, pid: int) -> str | None:
+        try:
+            return os.readlink(self.proc / str(pid) / "exe")
+        except OSError:
+            return None
+
+    def user_id(self, name: str) -> int | None:
+        try:
+            return pwd.getpwnam(name).pw_uid
+        except KeyError:
+            return None
+
+    def service_main_pid(self, unit: str) -> int | None:
+        if not Path("/run/systemd/system").is_dir():  # sd_booted(3): systemd is not this host's init
+            return None
+        try:
+            shown = subprocess.run(["systemctl", "show", "--property=MainPID", "--value", f"{unit}.service"],
+                                   capture_output=True, text=True, timeout=10, check=False).stdout.strip()  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return int(shown) if shown.isdigit() and int(shown) > 0 else None  # 0: the unit runs nothing
+
 
 @dataclass(frozen=True)
 class ServerReport:
@@ -102,10 +150,12 @@ class ServerReport:
 
 def check_server(target: ServerTarget, host: HostReader) -> ServerReport:
     if target.xmpp == "ejabberd":
-        config_verdicts, backlog, pid = _ejabberd(target, host)
+        config_verdicts, backlog, pidfile = _ejabberd(target, host)
     else:
-        config_verdicts, backlog, pid = _prosody(target, host)
-    return ServerReport((*config_verdicts, _open_files(target, host, pid), _somaxconn(host, backlog), _coturn(target, host)))
+        config_verdicts, backlog, pidfile = _prosody(target, host)
+    found = server_processes(target, host, pidfile)
+    return ServerReport((*config_verdicts, _open_files(target, host, found), _somaxconn(host, backlog),
+                         _coturn(target, host)))  # fmt: skip
 
 
 # -- the XMPP server's config ----------------------------------------------------------------------------
@@ -116,7 +166,8 @@ def _lua_code(text: str) -> str:
     return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
 
 
-def _prosody(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], int | None, int | None]:
+def _prosody(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], int | None, str | None]:
+    """The config's verdicts, its listen backlog and the pidfile it names."""
     path = target.prosody_config
     subject = "prosody listen backlog"
     text = host.read_text(path)
@@ -143,14 +194,10 @@ def _prosody(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], int
                            'holds a member\'s burst of offers for seconds; add `limits = { c2s = { rate = "256kb/s"; '
                            'burst = "2s" } }` (or run `evio server init` again)'))  # fmt: skip
     pidfile = re.search(r"""\bpidfile\s*=\s*["']([^"']+)["']""", code)
-    pid = _pid_from_file(host, pidfile.group(1)) if pidfile else None
-    if pid is None:
-        pid = _find_process(host, lambda argv: any(Path(a).name in ("prosody", "prosody.lua") for a in argv[:3]),
-                            path)  # fmt: skip
-    return out, backlog, pid
+    return out, backlog, pidfile.group(1) if pidfile else None
 
 
-def _ejabberd(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], int | None, int | None]:
+def _ejabberd(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], int | None, str | None]:
     path = target.ejabberd_config
     subject = "ejabberd listen backlog"
     text = host.read_text(path)
@@ -191,14 +238,89 @@ def _ejabberd(target: ServerTarget, host: HostReader) -> tuple[list[Verdict], in
     else:
         out.append(Verdict("warning", "ejabberd caches", f"{path}: cache_size {cache if cache is not None else 'unset'} "
                            f"(ejabberd's default keeps 1000 entries): set `cache_size: {EJABBERD_CACHE_SIZE}`"))  # fmt: skip
-    pid = _find_process(host, _ejabberd_node, path)
-    return out, backlog, pid
+    return out, backlog, None
+
+
+# -- which process is the server ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerProcesses:
+    """The processes taken for the XMPP server (several: each is reported), and the look-alikes passed over."""
+
+    pids: tuple[int, ...]
+    passed_over: tuple[str, ...] = ()  # "process 6100 (owned by uid 1000)"
+    unverified: bool = False  # some were passed over only because their executable could not be read
+
+
+def server_processes(target: ServerTarget, host: HostReader, pidfile: str | None) -> ServerProcesses:
+    """The running XMPP server's processes, from sources a local user cannot forge (the head of this file)."""
+    matches = _ejabberd_node if target.xmpp == "ejabberd" else _prosody_process
+    config = target.ejabberd_config if target.xmpp == "ejabberd" else target.prosody_config
+    service_uid = host.user_id(target.xmpp)  # the packaged user: `ejabberd`, `prosody`
+    owners = {0} if service_uid is None else {0, service_uid}
+    genuine: list[int] = []
+    passed_over: list[str] = []
+    unreadable = 0
+    for pid in host.pids():
+        argv = host.cmdline(pid)
+        if not argv or not matches(argv):
+            continue
+        why = _not_the_server(host, pid, target.xmpp, owners)
+        if why is None:
+            genuine.append(pid)
+        else:
+            passed_over.append(f"process {pid} ({why})")
+            unreadable += why.startswith("its executable cannot be read")
+    named = _pid_from_file(host, pidfile) if pidfile is not None else None
+    if named is not None and named not in genuine:  # a stale pidfile whose number another process took
+        why = _not_the_server(host, named, target.xmpp, owners) or "not the server's command line"
+        passed_over = [p for p in passed_over if not p.startswith(f"process {named} (")]  # named once, as the pidfile's
+        passed_over.append(f"process {named} of pidfile {pidfile} ({why})")
+        named = None
+    chosen = [named] if named is not None else _of_config(host, genuine, config) or _of_service(
+        host, genuine, target.xmpp) or genuine  # fmt: skip
+    return ServerProcesses(tuple(chosen), tuple(passed_over), unverified=bool(unreadable) and not chosen)
+
+
+def _prosody_process(argv: list[str]) -> bool:
+    return any(Path(a).name in ("prosody", "prosody.lua") for a in argv[:3])
 
 
 def _ejabberd_node(argv: list[str]) -> bool:
     """The server's Erlang node (`-s ejabberd`), not an ejabberdctl call's (`-hidden ... -s ejabberd_ctl`)."""
     started = any(a == "-s" and b == "ejabberd" for a, b in zip(argv, argv[1:], strict=False))
     return bool(argv) and "beam" in Path(argv[0]).name and started and "-hidden" not in argv
+
+
+def _not_the_server(host: HostReader, pid: int, xmpp: str, owners: set[int]) -> str | None:
+    """Why a process that looks like the server is not taken for it (None: it is). A local user can name any
+    program `beam.smp` or `prosody` and give it any command line and limit, but not run it as root or as the
+    server's user, nor place it where the packages install."""
+    uids = _status_field(host.read_text(f"/proc/{pid}/status"), "Uid")
+    if not uids or not all(u.isdigit() for u in uids):
+        return "its owner cannot be read"
+    strangers = sorted({int(u) for u in uids} - owners)
+    if strangers:
+        return f"owned by uid {strangers[0]}"
+    exe = host.executable(pid)
+    if exe is None:
+        return "its executable cannot be read: run as root"
+    exe = exe.removesuffix(" (deleted)")  # upgraded under it: still the installed server, the older one
+    name = PurePosixPath(exe).name
+    wanted = name in ("beam.smp", "beam") if xmpp == "ejabberd" else name.startswith("lua") or name == "prosody"
+    if not (wanted and exe.startswith(SYSTEM_DIRS)):
+        return f"runs {exe}, not an installed {xmpp}"
+    return None
+
+
+def _status_field(status: str | None, key: str) -> list[str]:
+    """A field of a /proc/PID/status text, split (`Uid:` gives real, effective, saved, filesystem)."""
+    for line in (status or "").splitlines():
+        name, _, value = line.partition(":")
+        if name == key:
+            return value.split()
+    return []
 
 
 def _pid_from_file(host: HostReader, pidfile: str) -> int | None:
@@ -209,14 +331,33 @@ def _pid_from_file(host: HostReader, pidfile: str) -> int | None:
     return pid if host.cmdline(pid) else None  # a stale pidfile names no process
 
 
-def _find_process(host: HostReader, matches: Callable[[list[str]], bool], config: str) -> int | None:
-    """Several servers may run on one host: the one started with this config (on its command line, or in
-    ejabberdctl's EJABBERD_CONFIG_PATH), else the first."""
-    found = [(pid, argv) for pid in host.pids() if (argv := host.cmdline(pid)) and matches(argv)]
-    for pid, argv in found:
-        if any(config in a for a in argv) or host.environ(pid).get("EJABBERD_CONFIG_PATH") == config:
-            return pid
-    return found[0][0] if found else None
+def _of_config(host: HostReader, pids: list[int], config: str) -> list[int]:
+    """Several servers may run on one host: those started with this config (on the command line, or in
+    ejabberdctl's EJABBERD_CONFIG_PATH)."""
+    return [pid for pid in pids
+            if any(config in a for a in host.cmdline(pid)) or host.environ(pid).get("EJABBERD_CONFIG_PATH") == config
+            ]  # fmt: skip
+
+
+def _of_service(host: HostReader, pids: list[int], unit: str) -> list[int]:
+    """The service manager's: the unit's main process if it is the server, else the server's processes below it
+    (ejabberd's unit runs `sh -c 'ejabberdctl foreground'`), else the main process itself (it has the unit's
+    limits, which its children inherit)."""
+    main = host.service_main_pid(unit)
+    if main is None:
+        return []
+    return [pid for pid in pids if _descends_from(host, pid, main)] or [main]
+
+
+def _descends_from(host: HostReader, pid: int, ancestor: int) -> bool:
+    for _ in range(64):  # deeper than any service's tree; a loop in a racing /proc ends here too
+        if pid == ancestor:
+            return True
+        parent = _status_field(host.read_text(f"/proc/{pid}/status"), "PPid")
+        if not parent or not parent[0].isdigit() or int(parent[0]) <= 1:
+            return False
+        pid = int(parent[0])
+    return False
 
 
 # -- the process, the kernel, coturn ---------------------------------------------------------------------
@@ -231,29 +372,42 @@ def open_files_soft_limit(limits: str) -> int | None:
     return None
 
 
-def _open_files(target: ServerTarget, host: HostReader, pid: int | None) -> Verdict:
+def _open_files(target: ServerTarget, host: HostReader, found: ServerProcesses) -> Verdict:
     subject = f"{target.xmpp} open files"
-    if pid is None:
+    shown = "; ".join(found.passed_over[:PASSED_OVER_SHOWN])
+    more = len(found.passed_over) - PASSED_OVER_SHOWN
+    aside = f"; passed over: {shown}" + (f" and {more} more" if more > 0 else "") if found.passed_over else ""
+    if not found.pids:
+        if found.unverified:
+            return Verdict("warning", subject, f"cannot tell which process is {target.xmpp}{aside}")
         return Verdict("problem", subject, f"no running {target.xmpp} process found: start it "
-                       f"(`systemctl start {target.xmpp}`)")  # fmt: skip
-    limits = host.read_text(f"/proc/{pid}/limits")
-    if limits is None:
-        return Verdict("warning", subject, f"cannot read /proc/{pid}/limits (run as root)")
-    soft = open_files_soft_limit(limits)
+                       f"(`systemctl start {target.xmpp}`){aside}")  # fmt: skip
+    limits: dict[int, int | None] = {}
+    for pid in found.pids:
+        text = host.read_text(f"/proc/{pid}/limits")
+        if text is not None:
+            limits[pid] = open_files_soft_limit(text)
+    if not limits:
+        return Verdict("warning", subject, f"cannot read /proc/{found.pids[0]}/limits (run as root){aside}")
+    # Several servers' processes: the one with the fewest files fails first; each is named.
+    pid, soft = min(limits.items(), key=lambda item: float("inf") if item[1] is None else item[1])
+    if len(found.pids) > 1:
+        each = ", ".join(f"{p} {'unreadable' if p not in limits else limits[p] or 'unlimited'}" for p in found.pids)
+        aside = f" (the fewest of {len(found.pids)} {target.xmpp} processes: {each}){aside}"
     fix = ("start it through systemd (ejabberd's unit sets LimitNOFILE=65536; `ejabberdctl start` as root "
            "gets 1,024)") if target.xmpp == "ejabberd" else (
            "`evio server init` writes LimitNOFILE=65536 in a prosody.service drop-in: `systemctl daemon-reload`, "
            "then restart prosody")  # fmt: skip
     if soft is None:
-        return Verdict("ok", subject, f"process {pid}: unlimited")
+        return Verdict("ok", subject, f"process {pid}: unlimited{aside}")
     needed = target.members + OPEN_FILES_HEADROOM
     if soft < needed:
         return Verdict("problem", subject, f"process {pid} may open {soft} files, fewer than its {target.members} "
-                       f"members need (one per session, and its own): accepts fail in a loop; {fix}")  # fmt: skip
+                       f"members need (one per session, and its own): accepts fail in a loop; {fix}{aside}")  # fmt: skip
     if soft < OPEN_FILES_SIZED:
         return Verdict("warning", subject, f"process {pid} may open {soft} files: enough for {target.members} "
-                       f"members, not past about {soft - OPEN_FILES_HEADROOM}; {fix}")  # fmt: skip
-    return Verdict("ok", subject, f"process {pid} may open {soft} files ({target.members} members)")
+                       f"members, not past about {soft - OPEN_FILES_HEADROOM}; {fix}{aside}")  # fmt: skip
+    return Verdict("ok", subject, f"process {pid} may open {soft} files ({target.members} members){aside}")
 
 
 def _somaxconn(host: HostReader, backlog: int | None) -> Verdict:

@@ -11,7 +11,10 @@ source MAC, and only if it came by that member's own link or by the port learnin
 (review21l L1: anyone can write the router's MAC; a named router's node floods its hosts' unicast RAs and
 redirects rooted at itself, `BoundedFloodSwitch._unicast_sender`). Table 0 sends every RA and redirect to the
 controller (`GUARD_PRIORITY`), so none rides a unicast flow past this check; they are rare (one a few minutes per
-router).
+router). An ICMP (IPv4) redirect (type 5) from a tunnel port is dropped and counted the same way from every member
+(review21l L5): no config names IPv4 routers, and the kernel takes one whatever the bridge interface's own
+`accept_redirects=0` says when `all` is 1 and forwarding is off (the kernel's default); a table-0 flow sends each to
+the controller, so none rides a unicast flow past it.
 
 ARP guard. An ARP frame from a tunnel port whose sender protocol address is certified by the overlay CA (0062) for
 another MAC than the one it gives (sender hardware address or Ethernet source) is dropped and counted
@@ -44,7 +47,9 @@ from evio.sdn.garp import is_readable_arp
 from evio.sdn.neighbor_answers import IPAddress, NeighborMessage, icmpv6_at
 
 ETH_TYPE_ARP = 0x0806
+ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_IPV6 = 0x86DD
+ICMP, ICMP_REDIRECT = 1, 5
 ICMPV6 = 58
 ROUTER_ADVERTISEMENT, REDIRECT = 134, 137
 ROUTER_TYPES = (ROUTER_ADVERTISEMENT, REDIRECT)
@@ -82,6 +87,15 @@ def is_router_message(frame: bytes) -> bool:
     return icmpv6_type(frame) in ROUTER_TYPES
 
 
+def icmpv4_type(frame: bytes) -> int | None:
+    """The ICMP type of an untagged IPv4 frame, or None, as Open vSwitch's `icmp_type` reads it: in an unfragmented
+    packet or a first fragment (a later one carries no ICMP header, and without its first the kernel takes none)."""
+    if len(frame) < 35 or frame[23] != ICMP or frame[12:14] != b"\x08\x00" or frame[20] & 0x1F or frame[21]:
+        return None  # not ICMP, or a later fragment (a fragment offset: 13 bits from byte 20)
+    at = 14 + (frame[14] & 0x0F) * 4
+    return frame[at] if len(frame) > at else None
+
+
 def router_allowed(routers: frozenset[int], origin: int | None, src_mac: str, mac_owners: Mapping[str, int]) -> bool:
     """Whether a router advertisement or redirect from member `origin` (None: not known), sent from `src_mac`,
     may reach this node's ports: the member is named, and in trust mode (`mac_owners` told) holds the MAC."""
@@ -105,6 +119,8 @@ def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] 
     """The table-0 flows of the guards for these certified addresses and tunnel ports."""
     flows = {AddGuardFlow((("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6), ("icmpv6_type", kind)), to_switching=False)
              for kind in ROUTER_TYPES}
+    flows.add(AddGuardFlow((("eth_type", ETH_TYPE_IPV4), ("ip_proto", ICMP), ("icmpv4_type", ICMP_REDIRECT)),
+                           to_switching=False))  # review21l L5
     ipv4 = sorted((ip, mac.lower()) for ip, mac in certified.items() if isinstance(ip, ipaddress.IPv4Address))
     for ip, mac in ipv4[:MAX_GUARDED]:
         flows.add(AddGuardFlow((("eth_type", ETH_TYPE_ARP), ("arp_spa", str(ip))), to_switching=False))

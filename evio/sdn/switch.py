@@ -874,8 +874,10 @@ class BoundedFloodSwitch:
         """Whether a frame from a tunnel port passes the RA and ARP guards (decision 0068); `root` the FRB's, if
         it came in one. The frame is judged as the receiving kernel reads it, or refused where it cannot be
         (`neighbor_guard.as_received`). A frame refused is counted, and said once per port and interval."""
-        if data[12:14] == b"\x08\x00":
-            return True  # untagged IPv4: no router message, ARP or ND (a flow's first frame, mostly: kept quick)
+        if data[12:14] == b"\x08\x00" and (
+            data[23:24] != b"\x01" or neighbor_guard.icmpv4_type(data) != neighbor_guard.ICMP_REDIRECT
+        ):
+            return True  # untagged IPv4, no redirect: no router message, ARP or ND (a flow's first frame: kept quick)
         reason: Drop | None = None
         said: router_addresses.Claim | None = None  # what an RS, NS or NA says, read once a router is named
         frame = neighbor_guard.as_received(data)
@@ -883,6 +885,8 @@ class BoundedFloodSwitch:
         kind = None if found is None or found[2] else found[0]
         if frame is None or found is not None and found[2] and found[0] in neighbor_guard.ND_TYPES:
             reason = Drop.UNREADABLE_FRAME  # review21k K1-K3, and neighbour discovery in a fragment (RFC 6980)
+        elif neighbor_guard.icmpv4_type(frame) == neighbor_guard.ICMP_REDIRECT:
+            reason = Drop.ROUTER_GUARD  # review21l L5: an IPv4 redirect from any member (no config names IPv4 routers)
         elif kind in neighbor_guard.ROUTER_TYPES:
             src = data[6:12].hex(":")
             if root is None:

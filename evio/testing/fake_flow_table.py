@@ -48,7 +48,7 @@ from typing import Any
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
 from evio.ids import RING_SIZE
-from evio.sdn import l2policy, router_addresses
+from evio.sdn import l2policy, neighbor_guard, router_addresses
 from evio.sdn.flow_actions import SWITCHING_TABLE, UNICAST_PRIORITY, DeleteFlowsToMac, FlowAction, FlowMatch
 from evio.sdn.neighbor_answers import icmpv6_at
 from evio.sdn.openflow_messages import (
@@ -446,7 +446,8 @@ def _nd_fields(packet: dict[str, Any], frame: bytes) -> None:
 def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:
     """The fields the RA and ARP guards match (evio.sdn.neighbor_guard), as OVS reads them: past one VLAN tag (its
     vlan-limit is 1); ARP's fields only for hardware type 1 with IPv4 and lengths 6 and 4, its op only up to 255,
-    all 0 otherwise (lib/flow.c); the ICMPv6 type past extension headers, a first fragment's too."""
+    all 0 otherwise (lib/flow.c); the ICMPv6 type past extension headers, and the ICMP (IPv4) type, a first
+    fragment's too."""
     if packet.get("vlan_vid"):
         frame = frame[:12] + frame[16:]
     if packet.get("eth_type") == 0x0806:
@@ -458,6 +459,9 @@ def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:
     found = icmpv6_at(frame)
     if found is not None:
         packet["icmpv6_type"] = found[0]
+    icmp = neighbor_guard.icmpv4_type(frame)
+    if icmp is not None:
+        packet["icmpv4_type"] = icmp
 
 
 def _masked(value: Any, mask: Any) -> Any:

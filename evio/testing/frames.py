@@ -1,4 +1,4 @@
-"""Ethernet frames as unit tests of the switch logic send them: hosts' MACs, broadcasts, ARP.
+"""Ethernet frames as unit tests of the switch logic send them: hosts' MACs, broadcasts, ARP, an ICMP redirect.
 
 Frames are the minimum Ethernet payload long (46 bytes) unless a test gives its own payload. An ARP frame's
 default payload is a well-formed request (a probe: Ethernet/IPv4, sender `src` at 0.0.0.0): the switch drops ARP
@@ -7,7 +7,11 @@ it cannot read from tunnel ports (decision 0068, amended for review21k K3).
 
 from __future__ import annotations
 
+import ipaddress
+import struct
+
 from evio.sdn import frb
+from evio.tcpip import finish, ipv4_header_checksum, ones_sum
 
 BROADCAST = b"\xff" * 6
 H1 = "02:00:00:00:00:01"
@@ -32,3 +36,25 @@ def arp_request(src: str) -> bytes:
 
 def arp_reply(src: str, dst: str) -> bytes:
     return eth(dst, src, _ARP, _ARP_HEADER + b"\x00\x02" + b"\x00" * 20)
+
+
+def ipv4(src: str, dst: str, proto: int, payload: bytes) -> bytes:
+    """An IPv4 packet without options, TTL 64, its header checksum right."""
+    header = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 1, 0, 64, proto, 0,
+                                   ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed))  # fmt: skip
+    header[10:12] = ipv4_header_checksum(header, 0).to_bytes(2, "big")
+    return bytes(header) + payload
+
+
+def icmp_redirect(dst_mac: str, src_mac: str, gateway: str, victim: str, destination: str, new_gateway: str,
+                  quoting: str = "udp") -> bytes:  # fmt: skip
+    """"From `gateway`: for `destination`, use `new_gateway`" (ICMP type 5, code 1: host), to `victim`, quoting a
+    packet of `victim`'s to `destination`: a UDP datagram (Linux acts on it for a socket of that datagram's), or
+    with `quoting="echo reply"` an ICMP echo reply (Linux acts on that one with no socket: icmp_err)."""
+    if quoting == "udp":
+        quoted = ipv4(victim, destination, 17, struct.pack("!HHHH", 1234, 53, 8, 0))
+    else:
+        quoted = ipv4(victim, destination, 1, struct.pack("!BBHHH", 0, 0, 0, 1, 1))
+    icmp = bytearray(struct.pack("!BBH4s", 5, 1, 0, ipaddress.IPv4Address(new_gateway).packed) + quoted)
+    icmp[2:4] = finish(ones_sum(icmp)).to_bytes(2, "big")
+    return frb.parse_mac(dst_mac) + frb.parse_mac(src_mac) + b"\x08\x00" + ipv4(gateway, victim, 1, bytes(icmp))

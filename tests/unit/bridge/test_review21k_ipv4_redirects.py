@@ -29,38 +29,12 @@ This test passes with either.
 
 from __future__ import annotations
 
-import ipaddress
-import struct
-
 from evio.bridge import BridgeSpec, OvsBridge
-from evio.sdn import frb
+from evio.testing.frames import icmp_redirect
 from tests.unit.bridge.test_bridge_ovs import RecordingRunner
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 
 IPV4_REDIRECTS_OFF = ["sysctl", "-q", "-w", "net/ipv4/conf/evobr0/accept_redirects=0"]
-
-
-def _checksum(data: bytes) -> int:
-    data += b"\x00" * (len(data) % 2)
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
-def _ipv4(src: str, dst: str, proto: int, payload: bytes) -> bytes:
-    header = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 1, 0, 64, proto, 0,
-                                   ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed))
-    header[10:12] = _checksum(bytes(header)).to_bytes(2, "big")
-    return bytes(header) + payload
-
-
-def icmp_redirect(dst_mac: str, src_mac: str, gateway: str, victim: str, destination: str, new_gateway: str) -> bytes:
-    """"From `gateway`: for `destination`, use `new_gateway`", quoting a UDP datagram of `victim`'s."""
-    quoted = _ipv4(victim, destination, 17, struct.pack("!HHHH", 1234, 53, 8, 0))
-    icmp = bytearray(struct.pack("!BBH4s", 5, 1, 0, ipaddress.IPv4Address(new_gateway).packed) + quoted)
-    icmp[2:4] = _checksum(bytes(icmp)).to_bytes(2, "big")
-    return frb.parse_mac(dst_mac) + frb.parse_mac(src_mac) + b"\x08\x00" + _ipv4(gateway, victim, 1, bytes(icmp))
 
 
 async def test_a_members_ipv4_redirect_is_not_taken_by_a_nodes_interface() -> None:

@@ -25,17 +25,14 @@ Suggested fix: drop ICMP redirects (IPv4 type 5) from tunnel ports in the switch
 
 from __future__ import annotations
 
-import pytest
-
 from evio.bridge import BridgeSpec, OvsBridge
+from evio.testing.frames import icmp_redirect
 from tests.unit.bridge.test_bridge_ovs import RecordingRunner
-from tests.unit.bridge.test_review21k_ipv4_redirects import icmp_redirect
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 
 ALL_OFF = ["sysctl", "-q", "-w", "net/ipv4/conf/all/accept_redirects=0"]
 
 
-@pytest.mark.xfail(strict=True, reason="review21l L5: accept_redirects=0 on the bridge alone; `all` (default 1) wins")
 async def test_a_members_ipv4_redirect_is_refused_whatever_the_hosts_all_setting() -> None:
     runner = RecordingRunner()
     await OvsBridge(BridgeSpec("evobr0", 6653, "10.7.0.1/24"), runner, "netdev").create()

@@ -8,21 +8,29 @@ from pathlib import Path
 import pytest
 
 from evio.cli import main
+from evio.netcheck.findings import Verdict
 from evio.netcheck.server import ServerTarget, check_server, open_files_soft_limit, render_text, to_json
 from evio.server.configs import DENIED_PEER_RANGES
 from evio.server.init import InitOptions, run_init
 
+STATUS = "Name:\tserver\nPPid:\t{ppid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
 LIMITS = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            {soft}                {soft}                files\n"
 
 
 class FakeHost:
-    """Real files; /proc and the kernel's sysctl from dictionaries."""
+    """Real files; /proc and the kernel's sysctl from dictionaries. Every process is root's, started by init, and
+    runs its argv[0] (a bare name from /usr/bin), unless a test says otherwise."""
 
     def __init__(self, processes: dict[int, list[str]], soft: str = "65536", somaxconn: str = "4096") -> None:
         self.processes = processes
         self.environs: dict[int, dict[str, str]] = {}
         self.proc = {"/proc/sys/net/core/somaxconn": somaxconn + "\n"}
         self.proc.update({f"/proc/{pid}/limits": LIMITS.format(soft=soft) for pid in processes})
+        self.proc.update({f"/proc/{pid}/status": STATUS.format(uid=0, ppid=1) for pid in processes})
+        self.executables = {pid: argv[0] if argv[0].startswith("/") else f"/usr/bin/{argv[0]}"
+                            for pid, argv in processes.items()}  # fmt: skip
+        self.users = {"ejabberd": 109, "prosody": 106}
+        self.services: dict[str, int] = {}  # unit -> MainPID: systemd runs here
 
     def read_text(self, path: str) -> str | None:
         if path.startswith("/proc/"):
@@ -40,6 +48,15 @@ class FakeHost:
 
     def environ(self, pid: int) -> dict[str, str]:
         return self.environs.get(pid, {})
+
+    def executable(self, pid: int) -> str | None:
+        return self.executables.get(pid)
+
+    def user_id(self, name: str) -> int | None:
+        return self.users.get(name)
+
+    def service_main_pid(self, unit: str) -> int | None:
+        return self.services.get(unit)
 
 
 def _init(d: Path, xmpp: str = "prosody") -> ServerTarget:
@@ -181,3 +198,85 @@ def test_the_ejabberd_node_of_this_config_not_an_ejabberdctl_call_nor_another_no
     opened = [v for v in check_server(target, host).verdicts if v.subject == "ejabberd open files"]
     assert opened[0].text.startswith("process 6000 may open")
     assert check_server(target, FakeHost({5000: CTL})).problems[0].text.startswith("no running ejabberd process")
+
+
+# -- which process is the server (review21l L3) -----------------------------------------------------------
+
+
+def _opened(target: ServerTarget, host: FakeHost) -> Verdict:
+    return next(v for v in check_server(target, host).verdicts if v.subject == f"{target.xmpp} open files")
+
+
+def test_a_stale_pidfile_taken_by_a_users_process_does_not_stand_in_for_prosody(tmp_path: Path) -> None:
+    target = _init(tmp_path)
+    pidfile = tmp_path / "prosody.pid"
+    config = Path(target.prosody_config)
+    config.write_text(config.read_text().replace('"/run/prosody/prosody.pid"', f'"{pidfile}"'))
+    pidfile.write_text("6100\n")  # prosody restarted meanwhile as 4242; mallory's `exec -a prosody sleep inf` took 6100
+    host = FakeHost({**PROSODY, 6100: ["prosody"]}, soft="1024")
+    host.proc["/proc/4242/limits"] = LIMITS.format(soft="65536")
+    host.proc["/proc/6100/status"] = STATUS.format(uid=1000, ppid=1)
+    host.executables[6100] = "/usr/bin/sleep"
+    opened = _opened(target, host)
+    assert opened.level == "ok" and opened.text.startswith("process 4242 may open 65536 files"), opened.text
+    assert opened.text.endswith(f"passed over: process 6100 of pidfile {pidfile} (owned by uid 1000)"), opened.text
+    # run as root, the look-alike is still no prosody: its executable is not
+    host.proc["/proc/6100/status"] = STATUS.format(uid=0, ppid=1)
+    opened = _opened(target, host)
+    assert opened.text.endswith("(runs /usr/bin/sleep, not an installed prosody)") and opened.text.count("6100") == 1
+    pidfile.write_text("4242\n")
+    assert _opened(target, host).text.startswith("process 4242 may open 65536 files")
+
+
+def test_a_copy_of_the_server_binary_outside_the_system_directories_is_passed_over(tmp_path: Path) -> None:
+    target = _init(tmp_path, "ejabberd")
+    copy = ["/srv/mallory/beam.smp", "-s", "ejabberd", target.ejabberd_config]
+    host = FakeHost({6100: copy})  # root's, say: a program a user placed in a directory of its own
+    opened = _opened(target, host)
+    assert opened.level == "problem" and opened.text.startswith("no running ejabberd process found"), opened.text
+    assert "passed over: process 6100 (runs /srv/mallory/beam.smp, not an installed ejabberd)" in opened.text
+    host.executables[6100] = BEAM + " (deleted)"  # the installed one, upgraded under the running server
+    assert _opened(target, host).text.startswith("process 6100 may open 65536 files")
+
+
+def test_the_servers_own_user_may_run_it(tmp_path: Path) -> None:
+    target = _init(tmp_path, "ejabberd")
+    host = FakeHost(EJABBERD)
+    host.proc["/proc/5151/status"] = STATUS.format(uid=109, ppid=1)  # ejabberdctl's su to the ejabberd user
+    assert _opened(target, host).text.startswith("process 5151 may open")
+    host.users = {}  # no such user on this host: root alone
+    assert "passed over: process 5151 (owned by uid 109)" in _opened(target, host).text
+
+
+def test_several_servers_none_of_this_config_the_fewest_files_judged_and_each_named(tmp_path: Path) -> None:
+    target = _init(tmp_path, "ejabberd")
+    host = FakeHost({5151: EJABBERD[5151], 6000: EJABBERD[5151]})
+    host.proc["/proc/6000/limits"] = LIMITS.format(soft="1024")
+    opened = _opened(target, host)
+    assert opened.level == "problem" and opened.text.startswith("process 6000 may open 1024 files"), opened.text
+    assert "(the fewest of 2 ejabberd processes: 5151 65536, 6000 1024)" in opened.text
+
+
+def test_the_service_managers_process_or_the_server_below_it(tmp_path: Path) -> None:
+    target = _init(tmp_path, "ejabberd")
+    unit_sh = ["/bin/sh", "-c", "/usr/sbin/ejabberdctl foreground"]
+    host = FakeHost({300: unit_sh, 310: ["/bin/sh", "/usr/sbin/ejabberdctl", "foreground"],
+                     320: EJABBERD[5151], 5151: EJABBERD[5151]}, soft="1024")  # fmt: skip
+    host.proc["/proc/310/status"] = STATUS.format(uid=109, ppid=300)
+    host.proc["/proc/320/status"] = STATUS.format(uid=109, ppid=310)
+    host.proc["/proc/320/limits"] = LIMITS.format(soft="65536")
+    host.services["ejabberd"] = 300
+    assert _opened(target, host).text.startswith("process 320 may open 65536 files")  # not 5151, started by hand
+    del host.processes[320]
+    assert _opened(target, host).text.startswith("process 300 may open 1024 files")  # the unit's limits
+    host.environs[5151] = {"EJABBERD_CONFIG_PATH": target.ejabberd_config}  # this config's, though
+    assert _opened(target, host).text.startswith("process 5151 may open")
+
+
+def test_an_executable_that_cannot_be_read_is_a_warning_to_run_as_root(tmp_path: Path) -> None:
+    target = _init(tmp_path, "ejabberd")
+    host = FakeHost(EJABBERD)
+    del host.executables[5151]
+    opened = _opened(target, host)
+    assert opened.level == "warning" and opened.text.startswith("cannot tell which process is ejabberd"), opened.text
+    assert "its executable cannot be read: run as root" in opened.text

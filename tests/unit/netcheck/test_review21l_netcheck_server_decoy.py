@@ -24,15 +24,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from evio.netcheck.server import check_server
 from tests.unit.netcheck.test_netcheck_server import BEAM, LIMITS, FakeHost, _init
 
 STATUS = "Name:\tbeam.smp\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
 
 
-@pytest.mark.xfail(strict=True, reason="review21l L3: a local user's decoy process is read as the XMPP server")
 def test_a_local_users_decoy_does_not_stand_in_for_the_ejabberd_node(tmp_path: Path) -> None:
     target = _init(tmp_path, "ejabberd")
     real = [BEAM, "--", "-sname", "ejabberd@localhost", "--", "-mnesia", "dir", '"/var/lib/ejabberd"', "-s", "ejabberd",

@@ -12,6 +12,7 @@ from evio.sdn import frb, neighbor_guard
 from evio.sdn.openflow_messages import GUARD_COOKIE
 from evio.sdn.switch_terms import Drop
 from evio.testing.fake_flow_table import FakeNetwork, host_mac, ring_network
+from evio.testing.frames import icmp_redirect
 from tests.unit.sdn.test_review21i_certified_address_spoofed import arp
 from tests.unit.sdn.test_review21i_rogue_router_advertisement import router_advertisement
 from tests.unit.sdn.test_sdn_neighbor_answers import ndp
@@ -94,6 +95,55 @@ def test_a_unicast_advertisement_or_redirect_riding_a_flow_is_stopped(kind: str)
     assert net.nodes[u].switch.drops[Drop.ROUTER_GUARD] == 1
 
 
+def ipv4_redirect(src_mac: str, dst_mac: str) -> bytes:
+    """"From 10.7.0.5 (a gateway member): for 192.168.50.7, use 10.7.0.2 (the sender)", to u at 10.7.0.1."""
+    return icmp_redirect(dst_mac, src_mac, "10.7.0.5", "10.7.0.1", "192.168.50.7", "10.7.0.2")
+
+
+def tagged(frame: bytes, vlan: int) -> bytes:
+    return frame[:12] + b"\x81\x00" + vlan.to_bytes(2, "big") + frame[12:]
+
+
+@pytest.mark.parametrize("kind", ["unicast", "unicast in VLAN 42", "first fragment"])
+def test_an_ipv4_redirect_from_a_member_riding_a_flow_is_stopped_and_counted(kind: str) -> None:
+    """review21l L5: whatever the host's sysctls say (`all` 1, forwarding off: the kernel takes it), no interface
+    behind the switch is given a member's ICMP redirect; table 0 sends it past the flows installed ahead."""
+    net, ids, macs, _ = trusted_ring(4)
+    u, a = ids[0], ids[1]
+    frame = ipv4_redirect(macs[a], macs[u])
+    if kind == "first fragment":  # more fragments: the kernel reassembles it, then takes it
+        frame = frame[:20] + b"\x20\x00" + frame[22:]
+    elif kind != "unicast":
+        frame = tagged(frame, 42)
+    before, asked = heard(net), packet_ins(net)[u]
+    net.from_neighbour(u, a, frame)
+    assert reached(net, frame, before) == []
+    assert packet_ins(net)[u] == asked + 1
+    assert net.nodes[u].switch.drops[Drop.ROUTER_GUARD] == 1
+    assert sum(n for (_, reason), n in net.nodes[u].switch.port_drops.items() if reason is Drop.ROUTER_GUARD) == 1
+
+
+def test_an_ipv4_redirect_flooded_by_a_members_host_reaches_no_node_and_other_icmp_rides_the_flows() -> None:
+    net, ids, macs, _ = trusted_ring(4)
+    a = ids[1]
+    before = heard(net)
+    flooded = ipv4_redirect(macs[a], "ff:ff:ff:ff:ff:ff")  # the kernel takes an L2 broadcast addressed to it by IP
+    net.inject(a, 1, flooded)
+    assert reached(net, flooded, before) == []
+    assert sum(node.switch.drops[Drop.ROUTER_GUARD] for node in net.nodes.values()) == 2  # A's two neighbours
+    # An echo request (type 8), and a later fragment of anything (no ICMP header in it), from A to u: flows only.
+    u = ids[0]
+    echo = bytearray(ipv4_redirect(macs[a], macs[u]))
+    echo[34] = 8
+    later = ipv4_redirect(macs[a], macs[u])
+    later = later[:20] + b"\x00\x02" + later[22:]
+    for frame in (bytes(echo), later):
+        before, asked = heard(net), packet_ins(net)[u]
+        net.from_neighbour(u, a, frame)
+        assert reached(net, frame, before) == [u]
+        assert packet_ins(net)[u] == asked
+
+
 def test_the_true_pairs_arp_still_rides_the_flows_and_a_spoofed_flood_is_dropped() -> None:
     net, ids, macs, _ = trusted_ring(4)
     u, a, v = ids[0], ids[1], ids[2]
@@ -127,15 +177,16 @@ def test_a_neighbour_advertisement_for_a_certified_ipv6_address_with_another_mac
     assert u in reached(net, own, before)
 
 
-def test_the_guards_flows_are_two_plus_two_per_certified_ipv4_address_and_follow_the_certificates() -> None:
+def test_the_guards_flows_are_three_plus_two_per_certified_ipv4_address_and_follow_the_certificates() -> None:
     net, ids, _, _ = trusted_ring(4)
     node = net.nodes[ids[0]]
 
     def guards() -> int:
         return sum(1 for f in node.table.entries if f.cookie == GUARD_COOKIE)
 
-    # RA and redirect; the three others' addresses; four for each of its two tunnel ports (review21k K1-K3)
-    assert guards() == 2 + 2 * 3 + 4 * 2
+    # RA and redirect, and the IPv4 redirect (review21l L5); the three others' addresses; four for each of its two
+    # tunnel ports (review21k K1-K3)
+    assert guards() == 3 + 2 * 3 + 4 * 2
     node.switch.neighbors.certified = {}
     net.advance(0.5)
-    assert guards() == 2 + 4 * 2
+    assert guards() == 3 + 4 * 2
