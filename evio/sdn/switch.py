@@ -814,6 +814,8 @@ class BoundedFloodSwitch:
         kind = None if found is None or found[2] else found[0]
         if frame is None or found is not None and found[2] and found[0] in neighbor_guard.ND_TYPES:
             reason = Drop.UNREADABLE_FRAME  # review21k K1-K3, and neighbour discovery in a fragment (RFC 6980)
+        elif kind == neighbor_guard.REDIRECT:
+            reason = Drop.ROUTER_GUARD  # review21m M2: from no member, a named router's neither (decision 0076)
         elif kind in neighbor_guard.ROUTER_TYPES:
             src = data[6:12].hex(":")
             if root is None:  # a unicast one: its sender is the member holding (or rooting) its source MAC
@@ -827,8 +829,8 @@ class BoundedFloodSwitch:
         elif (self.router_addresses.bound and kind in router_addresses.CLAIM_TYPES
               and self._router_address_spoofed(frame, now)):
             reason = Drop.ROUTER_ADDRESS_SPOOFED
-        elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.NEIGHBOR_TYPES):
-            msg = parse_neighbor(frame, found)
+        elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.CERTIFIED_TYPES):
+            msg = neighbor_guard.certified_claim(frame, found)  # an RS like an NS (review21m M3)
             if msg is None:
                 reason = Drop.UNREADABLE_FRAME  # a solicitation or advertisement the guard cannot read (K6)
             elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):

@@ -77,8 +77,8 @@ class Drop(enum.Enum):
     NOT_ANNOUNCER = ("a frame placing a MAC under a member (or by a way) other than the one whose signed announcement "
                      "holds it (evio.sdn.host_claims): not learned, the frame itself went on")
     POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
-    ROUTER_GUARD = ("router advertisement or redirect from a member the config does not name in ipv6_routers "
-                    "(evio.sdn.neighbor_guard, decision 0068)")
+    ROUTER_GUARD = ("router advertisement from a member the config does not name in ipv6_routers, or a redirect "
+                    "from any member (evio.sdn.neighbor_guard, decisions 0068, 0076)")
     CERTIFIED_ADDRESS_SPOOFED = ("ARP or neighbour discovery from a tunnel port speaking for a member's certified "
                                  "address with another MAC (evio.sdn.neighbor_guard, decision 0068)")
     UNREADABLE_FRAME = ("a frame from a tunnel port the guards cannot read as the receiving kernel will: a VLAN-0 "
