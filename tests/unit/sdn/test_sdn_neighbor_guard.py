@@ -126,15 +126,16 @@ def test_a_neighbour_advertisement_for_a_certified_ipv6_address_with_another_mac
     assert u in reached(net, own, before)
 
 
-def test_the_guards_flows_are_two_plus_two_per_certified_ipv4_address_and_follow_the_certificates() -> None:
+def test_the_guards_flows_are_three_plus_two_per_certified_ipv4_address_and_follow_the_certificates() -> None:
     net, ids, _, _ = trusted_ring(4)
     node = net.nodes[ids[0]]
 
     def guards() -> int:
         return sum(1 for f in node.table.entries if f.cookie == GUARD_COOKIE)
 
-    # RA and redirect; the three others' addresses; four for each of its two tunnel ports (review21k K1-K3)
-    assert guards() == 2 + 2 * 3 + 4 * 2
+    # RA, redirect and an NA whose target OVS does not read (0076); the three others' addresses; four for each of
+    # its two tunnel ports (review21k K1-K3)
+    assert guards() == 3 + 2 * 3 + 4 * 2
     node.switch.neighbors.certified = {}
     net.advance(0.5)
-    assert guards() == 2 + 4 * 2
+    assert guards() == 3 + 4 * 2
