@@ -6,9 +6,11 @@
 `BoundedFloodSwitch.guard_allows` is run on every packet-in from a tunnel port and on the inner frame of
 every FRB broadcast, before anything else is done with it. This times it alone, in the process, on a switch
 with one tunnel port and 64 certified IPv4 and IPv6 addresses, for the frames that come that way: the first
-TCP segment of a flow, a broadcast ARP request, a neighbour solicitation and advertisement, an mDNS
-datagram, a TCP segment in VLAN 42 (an attached trunk's), an ICMP echo request (the first of a ping), and a
-router advertisement from a member not named and an ICMP (IPv4) redirect (both dropped). Prints the median over rounds of the mean per call of each, in nanoseconds. No root; a
+TCP segment of a flow, a broadcast ARP request, a neighbour solicitation and advertisement, a router
+solicitation from a certified address (its owner's: judged, passed), an ICMPv6 redirect (dropped, decision 0075),
+an mDNS datagram, a TCP segment in VLAN 42 (an attached trunk's), an ICMP echo request (the first of a ping), and a
+router advertisement from a member not named and an ICMP (IPv4) redirect (both dropped). Prints the median over
+rounds of the mean per call of each, in nanoseconds. No root; a
 benchmark, not a test.
 
 `--router`: trust mode with `ipv6_routers` set (decision 0068, amended for review21k K7 and review21l): the tunnel's
@@ -37,9 +39,9 @@ A, B = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
 TUNNEL = 2
 
 
-def _ipv6(next_header: int, payload: bytes, dst: str = "ff02::1", hop_limit: int = 255) -> bytes:
+def _ipv6(next_header: int, payload: bytes, dst: str = "ff02::1", hop_limit: int = 255, src: str = "fe80::1") -> bytes:
     return struct.pack("!IHBB16s16s", 6 << 28, len(payload), next_header, hop_limit,
-                       ipaddress.IPv6Address("fe80::1").packed, ipaddress.IPv6Address(dst).packed) + payload
+                       ipaddress.IPv6Address(src).packed, ipaddress.IPv6Address(dst).packed) + payload
 
 
 def frames() -> dict[str, bytes]:
@@ -48,6 +50,9 @@ def frames() -> dict[str, bytes]:
     arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, A, bytes([10, 7, 0, 2]), bytes(6), bytes([10, 7, 0, 1]))
     ns = bytes([135, 0, 0, 0, 0, 0, 0, 0]) + ipaddress.IPv6Address("fd00::1").packed + bytes([1, 1]) + A
     na = bytes([136, 0, 0, 0, 0x60, 0, 0, 0]) + ipaddress.IPv6Address("fd00::2").packed + bytes([2, 1]) + A
+    owner = bytes.fromhex("020000000003")  # certified for fd00::3 (`switch`): its own RS is judged and passes
+    rs = bytes([133, 0, 0, 0, 0, 0, 0, 0, 1, 1]) + owner
+    redirect6 = bytes([137, 0, 0, 0, 0, 0, 0, 0]) + ipaddress.IPv6Address("2001:db8::1").packed * 2 + bytes([2, 1]) + A
     ra = bytes([134, 0, 0, 0, 64, 0, 7, 8]) + bytes(8)
     mdns = struct.pack("!HHHH", 5353, 5353, 20, 0) + bytes(12)
     icmp4 = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 56, 1, 0, 64, 1, 0, bytes([10, 7, 0, 2]), bytes([10, 7, 0, 1]))
@@ -58,6 +63,9 @@ def frames() -> dict[str, bytes]:
         "arp request": (b"\xff" * 6 + A + b"\x08\x06" + arp).ljust(60, b"\0"),
         "neighbour solicitation": b"\x33\x33\xff\x00\x00\x01" + A + b"\x86\xdd" + _ipv6(58, ns, "ff02::1:ff00:1"),
         "neighbour advertisement": B + A + b"\x86\xdd" + _ipv6(58, na, "fe80::2"),
+        "router solicitation (certified)": b"\x33\x33\x00\x00\x00\x02" + owner + b"\x86\xdd"
+        + _ipv6(58, rs, "ff02::2", src="fd00::3"),
+        "icmpv6 redirect (dropped)": B + A + b"\x86\xdd" + _ipv6(58, redirect6, "fe80::2"),
         "mdns": b"\x33\x33\x00\x00\x00\xfb" + A + b"\x86\xdd" + _ipv6(17, mdns, "ff02::fb", 1),
         "tcp in vlan 42": B + A + b"\x81\x00\x00\x2a\x08\x00" + ip4 + tcp,
         "icmp echo request": B + A + b"\x08\x00" + icmp4 + echo,

@@ -21,7 +21,14 @@ another MAC than the one it gives (sender hardware address or Ethernet source) i
 (`Drop.CERTIFIED_ADDRESS_SPOOFED`): the kernel would otherwise send that member's traffic to the sender. Table 0
 holds two flows per certified IPv4 address (bounded by `MAX_GUARDED`): the true pair goes on to switching, any
 other ARP naming the address goes to the controller, which applies this check (and the per-port packet-in rate).
-Neighbour solicitations and advertisements in FRBs and packet-ins are checked the same way.
+Neighbour solicitations and advertisements and router solicitations in FRBs and packet-ins are checked the same way
+(an RS's source link-layer option is what a forwarding kernel stores: review21m M3). Table 0 sends every one naming
+a certified IPv6 address to the controller (`ipv6_src` of an RS or NS, `ipv6_nd_target` of an NA), and every NA
+whose target Open vSwitch does not read, so none rides a unicast flow past the check (review21m M1, decision 0075).
+
+Redirects (137) from a tunnel port reach no port, whoever sent them (review21m M2, decision 0075): a redirect's
+target link-layer option names another host's MAC by design, so no binding can judge it, and a router on another
+node has no business redirecting hosts across the overlay.
 
 Read as the kernel reads it, or refused (decision 0068, amended for review21k K1-K3 and K6). A frame from a tunnel
 port is judged as the receiving kernel will take it (`as_received`): Linux strips any number of VLAN-0
@@ -42,9 +49,11 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 
+from evio.sdn import router_addresses
 from evio.sdn.flow_actions import AddGuardFlow
 from evio.sdn.garp import is_readable_arp
-from evio.sdn.neighbor_answers import IPAddress, NeighborMessage, icmpv6_at
+from evio.sdn.neighbor_answers import IPAddress, Kind, NeighborMessage, icmpv6_at
+from evio.sdn.neighbor_answers import parse as parse_neighbor
 
 ETH_TYPE_ARP = 0x0806
 ETH_TYPE_IPV4 = 0x0800
@@ -53,9 +62,13 @@ ICMP, ICMP_REDIRECT = 1, 5
 ICMPV6 = 58
 ROUTER_ADVERTISEMENT, REDIRECT = 134, 137
 ROUTER_TYPES = (ROUTER_ADVERTISEMENT, REDIRECT)
-MAX_GUARDED = 4096  # certified IPv4 addresses guarded by flows (two each); members beyond: packet-ins still checked
+# Certified addresses of each family guarded by flows (IPv4 two each, IPv6 three); members beyond: packet-ins still
+# checked, their unicast neighbour messages ride flows.
+MAX_GUARDED = 4096
 ND_TYPES = frozenset(range(133, 138))  # router solicitation and advertisement, neighbour ones, redirect
-NEIGHBOR_TYPES = (135, 136)  # what `neighbor_answers.parse` reads
+ROUTER_SOLICITATION, NEIGHBOR_SOLICITATION, NEIGHBOR_ADVERTISEMENT = 133, 135, 136
+NEIGHBOR_TYPES = (NEIGHBOR_SOLICITATION, NEIGHBOR_ADVERTISEMENT)  # what `neighbor_answers.parse` reads
+CERTIFIED_TYPES = (ROUTER_SOLICITATION, *NEIGHBOR_TYPES)  # what speaks for a certified IPv6 address (M1, M3)
 _TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad: Linux and Open vSwitch read both as a VLAN tag
 VLAN_PRESENT = 0x1000  # OFPVID_PRESENT in an OpenFlow vlan_vid
 
@@ -115,17 +128,43 @@ def spoofs_certified(certified: Mapping[IPAddress, str], msg: NeighborMessage) -
     return msg.eth_src.lower() != mac or (msg.sender_mac is not None and msg.sender_mac.lower() != mac)
 
 
+def certified_claim(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMessage | None:
+    """What an untagged ARP, NS, NA or RS frame says of an address's MAC, for `spoofs_certified`, or None where it
+    cannot be read. An RS speaks for its source with its source link-layer option: a kernel forwarding IPv6 creates
+    or overrides its entry for that source with it (Linux `ndisc_recv_rs`), as it does for an NS's (review21m M3).
+    Its code must be 0 (the kernel drops others); its hop limit is not read (judging a frame the kernel ignores
+    harms nothing)."""
+    if found is None or found[0] != ROUTER_SOLICITATION:
+        return parse_neighbor(frame, found)
+    said = router_addresses.claim(frame)
+    if said is None:
+        return None
+    return NeighborMessage(Kind.REQUEST, said.eth_src, said.lladdr, said.address, None)
+
+
 def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] = ()) -> frozenset[AddGuardFlow]:
     """The table-0 flows of the guards for these certified addresses and tunnel ports."""
-    flows = {AddGuardFlow((("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6), ("icmpv6_type", kind)), to_switching=False)
-             for kind in ROUTER_TYPES}
+    icmpv6 = (("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6))
+    flows = {AddGuardFlow((*icmpv6, ("icmpv6_type", kind)), to_switching=False) for kind in ROUTER_TYPES}
     flows.add(AddGuardFlow((("eth_type", ETH_TYPE_IPV4), ("ip_proto", ICMP), ("icmpv4_type", ICMP_REDIRECT)),
                            to_switching=False))  # review21l L5
+    # An NA whose target Open vSwitch did not read: it reads none when a link-layer option comes twice (Linux takes
+    # the first) or the code is not 0; `ipv6_nd_target` is then ::, and no flow by target would catch it (M1).
+    flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT), ("ipv6_nd_target", "::")),
+                           to_switching=False))
     ipv4 = sorted((ip, mac.lower()) for ip, mac in certified.items() if isinstance(ip, ipaddress.IPv4Address))
     for ip, mac in ipv4[:MAX_GUARDED]:
         flows.add(AddGuardFlow((("eth_type", ETH_TYPE_ARP), ("arp_spa", str(ip))), to_switching=False))
         flows.add(AddGuardFlow((("eth_type", ETH_TYPE_ARP), ("eth_src", mac), ("arp_spa", str(ip)), ("arp_sha", mac)),
                                to_switching=True))
+    # Certified IPv6 addresses: every RS, NS and NA naming one to the controller (review21m M1, M3), with no pass
+    # flow for the owner's true pair (decision 0075: OVS and Linux read a doubled link-layer option differently).
+    ipv6 = sorted(ip for ip in certified if isinstance(ip, ipaddress.IPv6Address))
+    for address in ipv6[:MAX_GUARDED]:
+        flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", kind), ("ipv6_src", str(address))), to_switching=False)
+                  for kind in (ROUTER_SOLICITATION, NEIGHBOR_SOLICITATION)}
+        flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT), ("ipv6_nd_target", str(address))),
+                               to_switching=False))
     for port in tunnel_ports:
         flows |= tunnel_flows(port)
     return frozenset(flows)

@@ -887,6 +887,8 @@ class BoundedFloodSwitch:
             reason = Drop.UNREADABLE_FRAME  # review21k K1-K3, and neighbour discovery in a fragment (RFC 6980)
         elif neighbor_guard.icmpv4_type(frame) == neighbor_guard.ICMP_REDIRECT:
             reason = Drop.ROUTER_GUARD  # review21l L5: an IPv4 redirect from any member (no config names IPv4 routers)
+        elif kind == neighbor_guard.REDIRECT:
+            reason = Drop.ROUTER_GUARD  # review21m M2: from no member, a named router's neither (decision 0075)
         elif kind in neighbor_guard.ROUTER_TYPES:
             src = data[6:12].hex(":")
             if root is None:
@@ -899,8 +901,8 @@ class BoundedFloodSwitch:
               and (said := router_addresses.claim(frame)) is not None
               and self.router_addresses.spoofs(said, self.mac_owners, now)):
             reason = Drop.ROUTER_ADDRESS_SPOOFED  # speaks for a bound address with a MAC its router does not hold
-        elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.NEIGHBOR_TYPES):
-            msg = parse_neighbor(frame, found)
+        elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.CERTIFIED_TYPES):
+            msg = neighbor_guard.certified_claim(frame, found)  # an RS like an NS (review21m M3)
             if msg is None:
                 reason = Drop.UNREADABLE_FRAME  # a solicitation or advertisement the guard cannot read (K6)
             elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):

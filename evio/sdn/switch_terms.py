@@ -84,9 +84,9 @@ class Drop(enum.Enum):
     DOCUMENT_NOT_ITS_OWNERS = ("a broadcast of the signed documents' flood (0x88B5) whose source MAC a member other "
                                "than the flood's root announced: neither delivered nor passed on (0043 amended)")
     POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
-    ROUTER_GUARD = ("router advertisement or redirect from a member the config does not name in ipv6_routers, or "
-                    "a unicast one that came by neither the router's link nor its MAC's place, or an ICMP (IPv4) "
-                    "redirect from any member (evio.sdn.neighbor_guard, decision 0068)")
+    ROUTER_GUARD = ("router advertisement from a member the config does not name in ipv6_routers, or a unicast one "
+                    "that came by neither the router's link nor its MAC's place, or a redirect (ICMPv6 or IPv4) from "
+                    "any member (evio.sdn.neighbor_guard, decisions 0068, 0075)")
     CERTIFIED_ADDRESS_SPOOFED = ("ARP or neighbour discovery from a tunnel port speaking for a member's certified "
                                  "address with another MAC (evio.sdn.neighbor_guard, decision 0068)")
     UNREADABLE_FRAME = ("a frame from a tunnel port the guards cannot read as the receiving kernel will: a VLAN-0 "

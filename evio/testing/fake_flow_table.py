@@ -429,18 +429,40 @@ def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
 
 
 def _nd_fields(packet: dict[str, Any], frame: bytes) -> None:
-    """The IPv6 source and a neighbour message's target, as OVS reads them (the target only for code 0), for the
-    guard of named routers' addresses (evio.sdn.router_addresses)."""
+    """The IPv6 source and a neighbour message's target, as OVS reads them, for the guards of named routers' and
+    certified addresses (evio.sdn.router_addresses, neighbor_guard): the target only for code 0 and while no
+    link-layer option of one type comes twice with a non-zero MAC in each, :: otherwise (lib/flow.c
+    `parse_icmpv6`; Linux takes the first such option: decision 0075)."""
     if packet.get("vlan_vid"):
         frame = frame[:12] + frame[16:]  # past one tag, as OVS reads (its vlan-limit is 1)
     if packet.get("eth_type") != 0x86DD or len(frame) < 54:
         return
     packet["ipv6_src"] = str(ipaddress.IPv6Address(frame[22:38]))
+    found = icmpv6_at(frame)
+    if found is not None and found[0] == 136:
+        packet["ipv6_nd_target"] = "::"  # read below when OVS reads it
     said = router_addresses.claim(frame)
     if said is not None:
         packet.setdefault("icmpv6_type", said.kind)  # past the tag too
-        if said.kind == 136:
+        if said.kind == 136 and found is not None and not _lladdr_doubled(frame[found[1] + 24:]):
             packet["ipv6_nd_target"] = str(said.address)
+
+
+def _lladdr_doubled(options: bytes) -> bool:
+    """Whether OVS finds a source or target link-layer option (8 bytes) again after one of its type with a non-zero
+    MAC: it then reads no target and no link-layer address of the message (a zero MAC counts as none read)."""
+    read: set[int] = set()
+    while len(options) >= 8:
+        kind, units = options[0], options[1]
+        if units == 0 or units * 8 > len(options):
+            return False  # OVS stops reading, keeping what it read
+        if kind in (1, 2) and units == 1:
+            if kind in read:
+                return True
+            if any(options[2:8]):
+                read.add(kind)
+        options = options[units * 8 :]
+    return False
 
 
 def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:

@@ -44,8 +44,6 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-import pytest
-
 from evio.sdn import frb
 from evio.sdn.switch import Drop
 from evio.testing.fake_flow_table import FakeNetwork
@@ -75,8 +73,6 @@ def _setup() -> tuple[FakeNetwork, list[int], dict[int, str], int]:
     return net, ids, macs, host
 
 
-@pytest.mark.xfail(strict=True, reason="review21m M2: a relay's redirect in the named router's name, its own MAC "
-                                       "in the target link-layer option, reaches an attached host")
 def test_a_relays_redirect_in_the_routers_name_reaches_no_attached_host() -> None:
     net, ids, macs, host = _setup()
     u, a, r = ids[0], ids[5], ids[3]  # A relays R's floods to U (as in review21k K7's relay test)

@@ -34,15 +34,11 @@ from __future__ import annotations
 
 import struct
 
-import pytest
-
 from evio.sdn.switch import Drop
 from evio.testing.fake_flow_table import FakeNetwork
 from tests.unit.sdn.test_review21k_nd_behind_extension_header import V6, _certify_v6
 from tests.unit.sdn.test_review21k_router_link_local_taken import _SOURCE_LL, _named, nd_frame
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
-
-REASON = "review21m M3: an RS from another member's certified IPv6 address at the attacker's MAC is not judged"
 
 
 def _setup() -> tuple[FakeNetwork, list[int], dict[int, str]]:
@@ -58,7 +54,6 @@ def solicitation(eth_src: str, eth_dst: str, source: str, lladdr: str) -> bytes:
     return nd_frame(133, eth_src, eth_dst, source, "ff02::2", struct.pack("!I", 0), (_SOURCE_LL, lladdr))
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
 def test_a_flooded_solicitation_from_a_certified_address_at_another_mac_reaches_no_router() -> None:
     net, ids, macs = _setup()
     a, v, r = ids[1], ids[2], ids[3]
@@ -73,7 +68,6 @@ def test_a_flooded_solicitation_from_a_certified_address_at_another_mac_reaches_
     assert drops >= 1
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
 def test_a_unicast_solicitation_from_a_certified_address_at_another_mac_reaches_no_router() -> None:
     net, ids, macs = _setup()
     a, r = ids[1], ids[3]

@@ -37,16 +37,11 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-import pytest
-
 from evio.sdn.switch import Drop
 from evio.testing.fake_flow_table import FakeNetwork
 from tests.unit.sdn.test_review21k_nd_behind_extension_header import V6, _certify_v6
 from tests.unit.sdn.test_review21k_router_link_local_taken import _SOURCE_LL, nd_frame, neighbor_advert
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
-
-REASON = ("review21m M1: a unicast NA/NS for a certified IPv6 address at another member's MAC rides a flow "
-          "ahead to the interface (no table-0 guard flow for certified IPv6)")
 
 
 def _setup() -> tuple[FakeNetwork, list[int], dict[int, str]]:
@@ -56,7 +51,6 @@ def _setup() -> tuple[FakeNetwork, list[int], dict[int, str]]:
     return net, ids, macs
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
 def test_a_unicast_advertisement_for_a_certified_ipv6_address_is_judged() -> None:
     net, ids, macs = _setup()
     u, a = ids[0], ids[1]
@@ -72,7 +66,6 @@ def test_a_unicast_advertisement_for_a_certified_ipv6_address_is_judged() -> Non
     assert drops == 1
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
 def test_a_unicast_solicitation_from_a_certified_ipv6_address_is_judged() -> None:
     net, ids, macs = _setup()
     u, a = ids[0], ids[1]

@@ -387,11 +387,11 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1), port_desc(2, "evot200", "02:00:00:00:00:99")])
     assert sock.options[(socket.IPPROTO_TCP, socket.TCP_NODELAY)] == 1
     assert dp.sent == []  # nothing through os-ken's send queue
-    # Connect: base flows and the port request in one write, the RA guard's three flows (0068; the IPv4 redirect's:
-    # review21l L5) in the connect step's; the new peer port's leaf announcement and its four guard flows (0068
-    # amended: review21k K1-K3) in another.
+    # Connect: base flows and the port request in one write, the RA guard's two flows (0068), the IPv4 redirect's
+    # (review21l L5) and the one for NAs whose target OVS does not read (0075) in the connect step's; the new peer
+    # port's leaf announcement and its four guard flows (0068 amended: review21k K1-K3) in another.
     assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_FLOW_MOD] * 5 + [ofp.OFPT_MULTIPART_REQUEST],
-                                                       [ofp.OFPT_FLOW_MOD] * 3,
+                                                       [ofp.OFPT_FLOW_MOD] * 4,
                                                        [ofp.OFPT_PACKET_OUT] + [ofp.OFPT_FLOW_MOD] * 4]
     sock.writes.clear()
     app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
