@@ -526,15 +526,15 @@ class BoundedFloodSwitch:
         return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
 
     def _floods_for_router(self, data: bytes) -> bool:
-        """Whether a named router's node floods a unicast frame from its host rooted at itself (review21l L1): an RA or
-        redirect, or a solicitation or advertisement speaking for a link-local address (what other nodes bind to a
-        router). Unicast, a node takes such a frame in the router's name only by the port learning places the router's
+        """Whether a named router's node floods a unicast frame from its host rooted at itself (review21l L1): an RA,
+        or a solicitation or advertisement speaking for a link-local address (what other nodes bind to a router); not
+        a redirect, which no node takes from a tunnel (decision 0075). Unicast, a node takes such a frame in the router's name only by the port learning places the router's
         MAC on (`_unicast_sender`, `_speaks_for_router_astray`), and where two ways are equally short, or Symphony's
         routes to and from a node differ, that is not the way it comes; flooded, it is judged by its root wherever it
         passes. Table 0 brings every one here (`neighbor_guard.router_node_flows`)."""
         frame = neighbor_guard.as_received(data)
         kind = None if frame is None else neighbor_guard.icmpv6_type(frame)
-        if kind in neighbor_guard.ROUTER_TYPES:
+        if kind == neighbor_guard.ROUTER_ADVERTISEMENT:
             return True
         said = router_addresses.claim(data) if kind in router_addresses.CLAIM_TYPES else None
         return said is not None and said.address.is_link_local

@@ -84,7 +84,8 @@ def test_three_flows_per_certified_ipv6_address_bounded_like_ipv4() -> None:
     certified = {ipaddress.ip_address(f"fd00::{i:x}"): mac for i in range(1, neighbor_guard.MAX_GUARDED + 11)}
     certified[ipaddress.IPv4Address("10.0.0.3")] = mac
     flows = neighbor_guard.guard_flows(certified)
-    assert len(flows) == 3 + 2 + 3 * neighbor_guard.MAX_GUARDED  # RA, redirect, unread NA target; ARP; IPv6
+    # RA, redirect, IPv4 redirect, unread NA target; ARP; IPv6
+    assert len(flows) == 4 + 2 + 3 * neighbor_guard.MAX_GUARDED
     assert AddGuardFlow((("eth_type", 0x86DD), ("ip_proto", 58), ("icmpv6_type", 136), ("ipv6_nd_target", "fd00::1")),
                         to_switching=False) in flows
     assert not any(f.to_switching for f in flows if ("eth_type", 0x86DD) in f.fields)  # no pass flow (0075)

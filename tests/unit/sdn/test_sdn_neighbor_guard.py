@@ -189,4 +189,4 @@ def test_the_guards_flows_are_three_plus_two_per_certified_ipv4_address_and_foll
     assert guards() == 4 + 2 * 3 + 4 * 2
     node.switch.neighbors.certified = {}
     net.advance(0.5)
-    assert guards() == 3 + 4 * 2
+    assert guards() == 4 + 4 * 2
