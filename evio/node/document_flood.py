@@ -591,7 +591,7 @@ class SignedDocumentFlood:
         if key is not None:
             self._heard_have(key)
         ours = self._serial()
-        if serial != ours:
+        if serial != ours and broadcast:  # (a unicast from any MAC is no one's word: review21l L4)
             self._unsettled()
         if serial < ours:
             if kind == HAVE:  # only a HAVE is an ask (a list comes in chunks); its index is the ask's level
