@@ -19,8 +19,8 @@ owner at hearing time) ... `BoundedFloodSwitch.expire` -> `RouterAddresses.expir
 Impact: medium. `ofapp.tick` contains the exception (`_contained`: logged, counted), but the tick stops at
 `overlay.expire` for this overlay and every overlay after it: `BoundedFloodSwitch.expire` loses the flow deletes of
 MACs that aged out (`learning.expire` already ran), never settles moves, and never runs `_proactive_sync` or
-`guard_sync` (a member certified from then on gets no table-0 guard flows: review21m M1's unicast NA rides a flow
-ahead again for its address); transit refresh, flow-stats polls, drop, policy, broadcast and traffic reports stop
+`guard_sync` (a member certified from then on gets no table-0 guard flows until a tunnel port comes or goes or an
+RA binds a router address: review21m M1's unicast NA rides a flow ahead again for its address); transit refresh, flow-stats polls, drop, policy, broadcast and traffic reports stop
 too. Overlay-wide (every node the floods reached), for as long as the attacker likes, from one MAC changing owner.
 Against the preamble's rule "input from outside ... never raised into a loop".
 
