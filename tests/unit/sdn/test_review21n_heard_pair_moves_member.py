@@ -3,9 +3,10 @@
 
 Attack (trust mode, `ipv6_routers` names a router R; review21l L2's "heard" record, `RouterAddresses.hear`): a MAC
 M speaks for link-local fe80::5 (a flooded neighbour solicitation, its source option M) while member A1's signed
-claims hold M; then M's owner becomes A2 (A1's claim dropped and A2's the one left: a host moved between two
-members' sites, or two members' accounts an attacker holds, or one member that claims another's host MAC second
-and waits for the first claim to go), and M speaks for fe80::5 again. Every switch the floods reached records the
+claims hold M; then M's owner becomes A2 (`HostClaims.owners`: A1 stops naming M and A2 names it alone for
+`ALONE_HOLD`, "a host that moved is its new node's": an honest host moving between two members' sites, or two
+members' accounts one attacker holds, or one member naming another's host MAC until its owner stops), and M speaks
+for fe80::5 again. Every switch the floods reached records the
 pair (fe80::5, M) in both members' shares (`_heard_by`) but once in `_heard` (address -> MAC -> when). When the
 pair lapses (`HEARD_FOR`, 300 s after the last frame) `RouterAddresses.expire` forgets it from A1's share and
 deletes `_heard[fe80::5]` (`_forget_heard`); it then reads `_heard[fe80::5][M]` for A2's share: `KeyError`. The same
