@@ -54,7 +54,6 @@ async def test_a_have_of_the_highest_serial_said_once_does_not_silence_the_ask_a
     owners = {node.mac: node._node_id for node in nodes}  # the members' interface MACs, as their host claims hold them
     for node in nodes:
         node.use_members(owners.get)
-    rng = random.Random(5)
     by_m = {n.mac for n in honest[:5]}  # sources whose floods and unicasts reach X through M
     for i, node in enumerate(nodes):
         node._rng = random.Random(1000 + i)
