@@ -175,8 +175,10 @@ class SignedDocumentFlood:
         self._ask_not_before = float("-inf")
         self._ask_backoff = HAVE_INTERVAL
         self._ask_firm = False  # the ask waiting its jitter is made whoever asks meanwhile (rule 4, J5's residual)
-        self._newer_serial = 0  # the newest serial a HAVE named above ours, and its senders -> when last heard
-        self._newer_senders: OrderedDict[bytes, float] = OrderedDict()
+        # Senders of serials above ours -> (the last such serial each named, when), least recent first. Per sender,
+        # not per the highest serial named: one HAVE of 2**64 - 1 from a member left the real list's holders
+        # uncounted for good (review21n N2).
+        self._newer_senders: OrderedDict[bytes, tuple[int, float]] = OrderedDict()
         self._recheck_timer: Timer | None = None
         self._asked_after_all = 0  # asks made after all since we last adopted a list (at most ASKS_AFTER_ALL)
         self._member_of: Callable[[bytes], int | None] | None = None
@@ -324,20 +326,15 @@ class SignedDocumentFlood:
         self._arm_recheck(ASK_GRACE)
 
     def _heard_newer(self, sender: bytes, serial: int) -> None:
-        if serial > self._newer_serial:
-            self._newer_serial = serial
-            self._newer_senders.clear()
-        if serial == self._newer_serial:
-            self._newer_senders.pop(sender, None)
-            if len(self._newer_senders) >= 2 * NEWER_SENDERS:  # the count only needs a few: bounded
-                self._newer_senders.popitem(last=False)
-            self._newer_senders[sender] = self._clock.now()
+        self._newer_senders.pop(sender, None)
+        if len(self._newer_senders) >= 2 * NEWER_SENDERS:  # the count only needs a few: bounded
+            self._newer_senders.popitem(last=False)
+        self._newer_senders[sender] = (serial, self._clock.now())
 
     def _newer_confirmed(self) -> bool:
-        """Did `NEWER_SENDERS` distinct senders say HAVE of a serial newer than ours lately?"""
-        cutoff = self._clock.now() - NEWER_MEMORY
-        heard = sum(1 for at in self._newer_senders.values() if at >= cutoff)
-        return self._newer_serial > self._serial() and heard >= NEWER_SENDERS
+        """Did `NEWER_SENDERS` distinct senders say HAVE of a serial newer than ours lately (any such serial)?"""
+        cutoff, ours = self._clock.now() - NEWER_MEMORY, self._serial()
+        return sum(1 for serial, at in self._newer_senders.values() if at >= cutoff and serial > ours) >= NEWER_SENDERS
 
     def _arm_recheck(self, delay: float) -> None:
         if self._recheck_timer is None:
@@ -370,7 +367,7 @@ class SignedDocumentFlood:
     def _adopted(self, event: RevocationAdopted | MemberListAdopted) -> None:
         if event.overlay != self.overlay:
             return
-        if self._recheck_timer is not None and self._newer_serial <= self._serial():
+        if self._recheck_timer is not None and all(serial <= self._serial() for serial, _ in self._newer_senders.values()):
             self._recheck_timer.cancel()
             self._recheck_timer = None
         self._ask_backoff = HAVE_INTERVAL  # a newer list came: the next claim of one is asked for at once

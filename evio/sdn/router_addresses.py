@@ -96,10 +96,12 @@ class RouterAddresses:
     def __init__(self) -> None:
         self.bound: dict[ipaddress.IPv6Address, _Binding] = {}  # (read it; an attribute: the guard asks per frame)
         self.changed = False  # the set of bound addresses changed since `flows` last ran
-        # Link-local addresses members' MACs spoke for lately (check 1, review21l L2): address -> MAC -> when, and
-        # each member's (address, MAC) pairs, least recently heard first, at most MAX_HEARD_PER_MEMBER: a member
-        # inventing addresses pushes out only its own.
-        self._heard: dict[ipaddress.IPv6Address, dict[str, float]] = {}
+        # Link-local addresses members' MACs spoke for lately (check 1, review21l L2): address -> MAC -> (when, the
+        # member holding the MAC then), and each member's (address, MAC) pairs, least recently heard first, at most
+        # MAX_HEARD_PER_MEMBER: a member inventing addresses pushes out only its own. A pair is in one share only,
+        # its last speaker's: a MAC changes holder (host claims' ALONE_HOLD), and a pair in two shares was
+        # forgotten by the first and then not found by the second (review21n N1: every tick raised KeyError).
+        self._heard: dict[ipaddress.IPv6Address, dict[str, tuple[float, int]]] = {}
         self._heard_by: dict[int, OrderedDict[tuple[ipaddress.IPv6Address, str], None]] = {}
 
     def hear(self, said: Claim, member: int, now: float) -> None:
@@ -108,10 +110,16 @@ class RouterAddresses:
         if said.kind == _RA or not said.address.is_link_local or said.lladdr not in (None, said.eth_src):
             return
         pair = (said.address, said.eth_src)
+        macs = self._heard.setdefault(said.address, {})
+        before = macs.get(said.eth_src)
+        if before is not None and before[1] != member and (other := self._heard_by.get(before[1])) is not None:
+            other.pop(pair, None)  # the MAC's holder changed: the pair moves to the new one's share
+            if not other:
+                del self._heard_by[before[1]]
         share = self._heard_by.setdefault(member, OrderedDict())
         share.pop(pair, None)
         share[pair] = None
-        self._heard.setdefault(said.address, {})[said.eth_src] = now
+        macs[said.eth_src] = (now, member)
         if len(share) > MAX_HEARD_PER_MEMBER:
             self._forget_heard(*share.popitem(last=False)[0])
 
@@ -157,7 +165,7 @@ class RouterAddresses:
         for member, share in list(self._heard_by.items()):
             while share:
                 address, mac = next(iter(share))
-                if now - self._heard[address][mac] <= HEARD_FOR:
+                if now - self._heard[address][mac][0] <= HEARD_FOR:
                     break
                 del share[(address, mac)]
                 self._forget_heard(address, mac)

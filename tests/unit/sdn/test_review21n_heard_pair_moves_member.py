@@ -43,8 +43,6 @@ MOVED_MAC = "02:00:00:00:05:55"  # a host's MAC, first A1's, then A2's
 ADDRESS = "fe80::5"
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError,
-                   reason="review21n N1: a heard (address, MAC) pair in two members' shares makes expire raise")
 def test_a_heard_pair_whose_mac_changes_member_does_not_break_the_tick() -> None:
     net, ids, _, _ = trusted_ring(6)
     u, r, a1, a2 = ids[0], ids[2], ids[4], ids[5]
@@ -61,7 +59,7 @@ def test_a_heard_pair_whose_mac_changes_member_does_not_break_the_tick() -> None
     net.inject(a2, 1, neighbor_solicit(MOVED_MAC, ADDRESS, MOVED_MAC))  # heard under A2 too
     net.advance(1.0)
     shares = [m for m, share in switch.router_addresses._heard_by.items() if any(str(a) == ADDRESS for a, _ in share)]
-    assert shares == [a1, a2]  # the precondition: one pair, two members' shares
+    assert shares == [a2]  # fixed: the pair moved to its MAC's new holder's share (it was in both: the precondition)
 
     later = net.now + HEARD_FOR + 1.0
     switch.expire(later)  # the pair lapses: raises KeyError here
