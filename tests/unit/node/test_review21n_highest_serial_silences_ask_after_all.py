@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from evio.node import revocation_flood as rf
 from evio.signal import identity
 from tests.unit.node.test_revocation_flood import SERVER_HOST, Medium, WiredFlood, fleet, frames_of, signed

@@ -33,8 +33,6 @@ two hearings, both through expiry and through `MAX_HEARD_PER_MEMBER`.
 
 from __future__ import annotations
 
-import pytest
-
 from evio.sdn.router_addresses import HEARD_FOR
 from tests.unit.sdn.test_review21k_router_link_local_taken import neighbor_solicit
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
