@@ -60,12 +60,15 @@ def _target(address: str, flags: int = 0x60000000) -> bytes:
     return struct.pack("!I16s", flags, ipaddress.IPv6Address(address).packed)
 
 
+_OFCTL_NAMES = {"ipv6_nd_target": "nd_target", "icmpv4_type": "icmp_type"}
+
+
 def _ofctl_flow(flow: AddGuardFlow) -> str:
-    """A guard flow as ovs-ofctl writes it (the OXM names os-ken uses, but `nd_target`)."""
+    """A guard flow as ovs-ofctl writes it (the OXM names os-ken uses, but `nd_target` and `icmp_type`)."""
     fields = []
     for name, value in flow.fields:
         text = f"{value[0]:#x}/{value[1]:#x}" if isinstance(value, tuple) else str(value)
-        fields.append(f"{'nd_target' if name == 'ipv6_nd_target' else name}={text}")
+        fields.append(f"{_OFCTL_NAMES.get(name, name)}={text}")
     action = "goto_table:1" if flow.to_switching else "controller"
     return f"table=0,priority={flow.priority},{','.join(fields)},actions={action}"
 
