@@ -94,7 +94,10 @@ MAX_KEYS = 1024  # certificate keys of senders learned from their messages along
 MAX_INFLIGHT_PER_SENDER = 4  # one member's slow requests do not take every slot (review21f F3)
 HANDLER_TIMEOUT = 10.0
 FIRST_LINK_WAIT = 6.0  # a link request held while our first link comes up through the server (1-3 s in the lab)
-UNREACHABLE_WAIT = 3.0  # a link request to a node not reachable along the ring yet: tried there again after
+# a link request to a node not reachable along the ring yet: tried there again after (then through the server). Every
+# member asks a newcomer the moment its presence comes, and a newcomer has no link to be reached by: 3 s here put a
+# member added on ejabberd past the 5 s it has to be linked in (tests/integration/test_operations.py)
+UNREACHABLE_WAIT = 1.0
 RELAY_POLL = 0.25  # how often a held request looks for a new link
 DUPLICATE_WINDOW = 60.0  # a ring message is fresh for 60 s (ring_signal): its copy comes within that of the other
 MAX_SERVED = 4096  # routed requests remembered for their duplicates
