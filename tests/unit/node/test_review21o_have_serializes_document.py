@@ -1,0 +1,100 @@
+"""Review21o O2: every signed-document frame a node receives, a 22-byte HAVE included, costs it a serialization of
+the whole document it holds (the member list, up to 1 MB; the revocation list): a member stalls the event loop of
+every node it reaches with HAVEs at the flood rate, and of any node it sends unicast HAVEs to at any rate.
+
+Attack: member A sends frames of ethertype 0x88B5 with a well-formed header (`EVML` or `EVRL`, version 1, HAVE, any
+serial; 22 bytes), broadcast from its own MAC under its own root (the switch delivers them:
+`_document_not_its_owners` holds; an adjacent node's switch delivers them locally before any flood budget, up to the
+port's packet-in rate, `PACKET_IN_RATE` 1000/s; a node further on gets what each ingress port passes on,
+`FLOOD_RATE` 100/s per root), or unicast to one node's bridge MAC (flows ahead by destination, 0072: no packet-in,
+no budget). `SignedDocumentFlood.receive` reads `ours = self._serial()` for every frame, and `_serial()` is
+`_held()[0]`, where `_held()` is `member_list.to_text(ml)` (`MemberListFlood`) or `identity.list_to_text(rl)`
+(`RevocationFlood`): `json.dumps(..., indent=1)`, which runs Python's pure-Python encoder (`indent` turns off the C
+one), over every entry of the list. LIST, PARTS and MANIFEST frames pay it too, honest ones included: a 1 MB member
+list broadcast (874 chunks) costs each receiver 874 serializations of the list it holds.
+
+Code path: `read_frames` (64 frames a wake-up) -> `SignedDocumentFlood.receive` -> `_serial` -> `_held` ->
+`to_text` / `list_to_text`; also `_newer_confirmed`, `_send_server_copy`, `_complete`.
+
+Measured (this machine, load 2.9-4.1, one unicast HAVE of u's own serial, in-process, the fleets of
+tests/unit/node/test_member_list_flood.py and test_revocation_flood.py): member list of 8 members 131 us a frame,
+500 members 4.9 ms, 2,000 members 12.6 ms, 10,000 members 98 ms; revocation list of 1 entry 61 us, 64 entries
+0.43 ms, 256 (`MAX_REVOKED`) 1.6 ms. So in an overlay of 500 members A's broadcast HAVEs at 100/s take half of
+every node's event loop (1000/s: five times an adjacent node's), at 2,000 members all of it; 200 unicast HAVEs a
+second (35 kbit/s) take all of one chosen node's loop. The loop also runs the node's tunnels' timers, ICE consent,
+DTLS retransmissions and signaling: its tunnels fail.
+
+Impact: high: one member takes a node's availability broadly (every node it reaches, overlay-wide with broadcasts,
+at a cost to it of a few kbit/s), at any overlay size with unicast frames at a higher rate.
+
+Suggested fix: keep the held document's serial (and its text, serialized once when adopted) instead of serializing
+it per frame: `_serial()` from `ml.serial` / `rl.serial` without `to_text`, `_held()`'s text cached by serial; and a
+per-sender budget on frames handed to `receive` (unicast ones above all, which no switch budget bounds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from evio.node import document_flood as df
+from evio.node import member_list_flood as mf
+from evio.node import revocation_flood as rf
+from evio.signal import identity, member_list
+from tests.unit.node import test_member_list_flood as ml_fleet
+from tests.unit.node import test_revocation_flood as rl_fleet
+
+FRAMES = 200
+ATTACKER_MAC = bytes([2, 0x66, 0, 0, 0, 1])
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    calls = [0]
+    real = getattr(module, name)
+
+    def counted(*args: object) -> object:
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+@pytest.mark.xfail(strict=True, reason="review21o O2: each HAVE received serializes the whole member list held")
+def test_a_members_haves_do_not_each_serialize_the_member_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(500)
+    members = {rng.getrandbits(128): f"member{i}@x.test" for i in range(500)}
+    held = member_list.sign_members(ml_fleet.CA_KEY, ml_fleet.OV, 5, int(time.time()), members)
+    _, nodes, _ = ml_fleet.fleet(tmp_path, 2, held)
+    u = nodes[0]
+    have = mf.HEADER.pack(mf.MAGIC, df.VERSION, df.HAVE, held.serial, 0, 0)  # a HAVE of u's own serial
+    serialized = _counting(monkeypatch, member_list, "to_text")
+    started = time.perf_counter()
+    for _ in range(FRAMES):
+        u.receive(have, ATTACKER_MAC, False)  # unicast to u's MAC: flows ahead carry it, no budget
+    spent = (time.perf_counter() - started) / FRAMES
+    print(f"500 members: {spent * 1e6:.0f} us of u's loop a HAVE, {serialized[0]} serializations for {FRAMES} frames")
+    assert serialized[0] <= 2, f"{serialized[0]} serializations of the 500-member list for {FRAMES} HAVEs"
+
+
+@pytest.mark.xfail(strict=True, reason="review21o O2: each HAVE received serializes the whole revocation list held")
+def test_a_members_haves_do_not_each_serialize_the_revocation_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def run() -> tuple[int, float]:
+        _, nodes, _ = rl_fleet.fleet(2)
+        u = nodes[0]
+        rl = rl_fleet.signed(3, revoked=identity.MAX_REVOKED)
+        assert u.signaling.receive_revocation_list(identity.list_to_text(rl), "/etc/evio/trust/revoked.json")
+        have = rf.RevocationFlood.HEADER.pack(rf.RevocationFlood.MAGIC, df.VERSION, df.HAVE, rl.serial, 0, 0)
+        serialized = _counting(monkeypatch, rf, "list_to_text")
+        started = time.perf_counter()
+        for _ in range(FRAMES):
+            u.receive(have, ATTACKER_MAC, True)  # broadcast from A's own MAC, under its root
+        return serialized[0], (time.perf_counter() - started) / FRAMES
+
+    serialized, spent = asyncio.run(run())
+    print(f"{identity.MAX_REVOKED} revocations: {spent * 1e6:.0f} us of u's loop a HAVE, {serialized} serializations")
+    assert serialized <= 2, f"{serialized} serializations of the revocation list for {FRAMES} HAVEs"
