@@ -17,12 +17,14 @@ older page beyond the newest's `pages` is kept) -> `HostClaims.owners`.
 
 Impact: medium (a chosen host of a chosen member, bounded, under a condition). H is unheld at every node A replays
 to, one frame each, for as long as the old page is within `LIFETIME` (1800 s after V issued it; each of V's refreshes,
-every 600 s, deletes it again and A sends it again); H's MAC then falls to decision 0034's rules, where a leaf
-announcement or flood from A places it (`frb_receive`: `mac_owners.get(mac, root)` admits any root for a MAC nobody
-holds; inferred, not run here): the H4 hijack, back for a host that moved. The condition: V announced more than one
+every 600 s, deletes it again and A sends it again). An unheld MAC is learning's (decision 0034) again: measured
+with the real switches (`trusted_ring(6)` of tests/unit/sdn/test_sdn_proactive_flows.py), once H's entries had aged
+out (a quiet host), one ARP A sent from H's MAC placed H under A at every other node when H was unheld, and at none
+when W held it (`mac_owners`); a forged broadcast or leaf announcement while W's entry for H was live moved nothing.
+So the H4 hijack comes back for a host that moved, whenever it goes quiet. The condition: V announced more than one
 page within the last 30 min and H was on a page it dropped (a node bridging a LAN, a VM moving between sites).
-Measured (virtual clock, 3 nodes): after `ALONE_HOLD` U held H for W; one replayed frame later U held H for nobody,
-disputed between V and W.
+Measured (virtual clock, 3 nodes, this test): after `ALONE_HOLD` U held H for W; one replayed frame later U held H
+for nobody, disputed between V and W.
 
 Suggested fix: in `HostClaims.take` (or before the check, in `receive`), refuse a page `p` of a member whose held
 list has a page issued later than it with `pages <= p` (that page said the list ended before `p`); keep, per
