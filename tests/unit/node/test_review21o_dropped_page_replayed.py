@@ -19,8 +19,10 @@ Impact: medium (a chosen host of a chosen member, bounded, under a condition). H
 to, one frame each, for as long as the old page is within `LIFETIME` (1800 s after V issued it; each of V's refreshes,
 every 600 s, deletes it again and A sends it again). An unheld MAC is learning's (decision 0034) again: measured
 with the real switches (`trusted_ring(6)` of tests/unit/sdn/test_sdn_proactive_flows.py), once H's entries had aged
-out (a quiet host), one ARP A sent from H's MAC placed H under A at every other node when H was unheld, and at none
-when W held it (`mac_owners`); a forged broadcast or leaf announcement while W's entry for H was live moved nothing.
+out (a quiet host), one ARP A sent from H's MAC placed H under A at the four nodes other than A and W when H was
+unheld, and at none of them when W held it (`mac_owners`; W's own switch took it in both runs, whose leaf entry the
+run forgot too, which `HOSTED_GRACE` keeps in practice); a forged broadcast or leaf announcement while the entries
+for H were live moved nothing.
 So the H4 hijack comes back for a host that moved, whenever it goes quiet. The condition: V announced more than one
 page within the last 30 min and H was on a page it dropped (a node bridging a LAN, a VM moving between sites).
 Measured (virtual clock, 3 nodes, this test): after `ALONE_HOLD` U held H for W; one replayed frame later U held H
