@@ -1,0 +1,94 @@
+"""Review21q Q1 (medium): revocation lists that outgrow the identity element take a node off signaling for good.
+
+Attack (no attacker needed: the operator's ordinary removals): a node in several trust-mode overlays puts every
+overlay's claim proof and every revocation list it holds into one identity element of its presence
+(`SignalEndpoint._identity_document`). `identity.encode` raises `IdentityError` past `MAX_DOCUMENT_BYTES`
+(16 KiB), while each list may hold `MAX_REVOKED` (256) entries and a node up to `MAX_LISTS` (8) of them: one list
+of 256 entries is 13.2 KB with its claim, two lists of 200 are 20.3 KB. `evio member remove` (members.revoke)
+checks only the 256 per overlay. The raise happens inside `_fill_presence`, from `on_session_start`
+(signal/client.py) before `_session_up`: the login never completes, the watch ends the session, and the next
+login fails the same way, forever; the lists come back from the config and `revoked.json` at every restart.
+`_announce_again` (a newer list adopted from a peer's presence) raises out of the presence handler likewise.
+
+Impact: every member of two trust-mode overlays that each removed about 170 members within a certificate lifetime
+(30 days; 365 for legacy members), or of four that removed about 60 each, goes silent: no presence, so no peer
+links to it and all its tunnels end. The lists spread member to member, so every such node is hit at once.
+
+Measured: two overlays with 200 revoked ids each: `identity.encode` raised "identity document of 20265 bytes >
+16384" at the fake hub's login (the same `_identity_document` the real client's `_fill_presence` calls); with 100
+each (10,665 bytes) the node is seen.
+
+Suggested fix: bound what the element carries to what the receiver accepts (`decode` refuses past 16 KiB whole):
+e.g. claims first, then lists while they fit (the rest still spread by the overlay's revocation flood and the
+files), logged once; or budget `MAX_REVOKED` x `MAX_LISTS` into `MAX_DOCUMENT_BYTES`; and `member remove` warn
+when a list nears its share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import random
+
+import pytest
+
+from evio.signal import identity
+from evio.signal.endpoint import OverlayIdentity
+from evio.testing.fake_signal import FakeSignalHub
+from evio.testing.virtual_clock import VirtualClock
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
+
+M_ID, P_ID = 0x1 << 124, 0x2 << 124
+
+
+def _pki(node_id: int, revoked: int) -> tuple[dict[str, OverlayIdentity], list[str]]:
+    """Two trust-mode overlays' identities for `node_id`, and a CA-signed list of `revoked` ids for each."""
+    now = datetime.datetime.now(datetime.UTC)
+    until = int(now.timestamp()) + 30 * 86400
+    rng = random.Random(21)
+    identities, lists = {}, []
+    for overlay in ("ov1", "ov2"):
+        ca_key, ca_cert = make_overlay_ca(f"{overlay} CA", now, 3650)
+        key, cert = issue_node_certificate(ca_key, ca_cert, [overlay], node_id, now, 30)
+        identities[overlay] = OverlayIdentity(TrustAnchor(overlay, (ca_cert,)), cert, key)
+        rl = identity.sign_list(ca_key, overlay, 7, int(now.timestamp()),
+                                {rng.getrandbits(128): until for _ in range(revoked)})  # fmt: skip
+        lists.append(identity.list_to_text(rl))
+    return identities, lists
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("revoked", [100, 200])
+async def test_a_node_in_two_overlays_with_long_revocation_lists_stays_on_signaling(revoked: int) -> None:
+    hub = FakeSignalHub(VirtualClock())
+    hub.set_group("ov1", ["m@x.test", "p@x.test"])
+    hub.set_group("ov2", ["m@x.test", "p@x.test"])
+    peer = hub.client("p@x.test", {"ov1": P_ID, "ov2": P_ID})
+    identities, lists = _pki(M_ID, revoked)
+    node = hub.client("m@x.test", {"ov1": M_ID, "ov2": M_ID}, identities=identities)
+    await peer.start()
+    await node.start()
+    await _settle()
+    assert M_ID in peer.peers("ov1")
+    errors = []
+    for text in lists:  # the operator's revoked.json for each overlay (or a peer's presence) brings them
+        try:
+            node.receive_revocation_list(text, "file")
+        except identity.IdentityError as exc:  # the real client: raised out of the file watcher, never re-armed
+            errors.append(f"adopting: {exc}")
+    hub.kick(node.full_jid)  # any later login (a server restart, a network blip, a daemon restart)
+    loop = asyncio.get_running_loop()
+    default = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, ctx: errors.append(f"login: {ctx.get('exception')}"))
+    try:
+        await _settle()
+    finally:
+        loop.set_exception_handler(default)
+    print(f"{revoked} revoked ids in each of two overlays: {errors or 'fine'}; peer sees the node:",
+          M_ID in peer.peers("ov1"))  # fmt: skip
+    assert not errors and M_ID in peer.peers("ov1") and M_ID in peer.peers("ov2")
