@@ -14,9 +14,10 @@ Impact: every member of two trust-mode overlays that each removed about 170 memb
 (30 days; 365 for legacy members), or of four that removed about 60 each, goes silent: no presence, so no peer
 links to it and all its tunnels end. The lists spread member to member, so every such node is hit at once.
 
-Measured: two overlays with 200 revoked ids each: `identity.encode` raised "identity document of 20265 bytes >
-16384" at the fake hub's login (the same `_identity_document` the real client's `_fill_presence` calls); with 100
-each (10,665 bytes) the node is seen.
+Measured (the fake hub, whose presence comes from the same `_identity_document` the real client's
+`_fill_presence` calls): two overlays with 200 revoked ids each: adopting the second list raised "identity document
+of 20984 bytes > 16384" out of `receive_revocation_list`, and after one kick the login raised the same and the peer
+no longer saw the node; with 100 ids each the node stays seen (the passing case below).
 
 Suggested fix: bound what the element carries to what the receiver accepts (`decode` refuses past 16 KiB whole):
 e.g. claims first, then lists while they fit (the rest still spread by the overlay's revocation flood and the
@@ -63,7 +64,11 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-@pytest.mark.parametrize("revoked", [100, 200])
+XFAIL = pytest.mark.xfail(strict=True, raises=AssertionError,
+                          reason="review21q Q1: the identity element outgrows MAX_DOCUMENT_BYTES and encode raises")
+
+
+@pytest.mark.parametrize("revoked", [100, pytest.param(200, marks=XFAIL)])
 async def test_a_node_in_two_overlays_with_long_revocation_lists_stays_on_signaling(revoked: int) -> None:
     hub = FakeSignalHub(VirtualClock())
     hub.set_group("ov1", ["m@x.test", "p@x.test"])
