@@ -1,0 +1,62 @@
+"""Review21q Q2 (low): a listed member makes a node answer every presence of its with a directed presence.
+
+Attack: presence to linked peers only (decision 0059): `SignalEndpoint._presence_available` answers a member's
+presence with our own directed presence (`_send_directed(sender, answer=True)`) when the sender was not told yet
+*or its member-list hint changed* (`changed`: it took a newer list and may have refused ours). Nothing bounds how
+often: a listed member (its claim proven once, then cached per session) sends presences from one session whose
+`evio_members` hint alternates between two serials ({"ov1": 3}, {"ov1": 4}, ...), and every one is answered with
+our presence, identity element and all (our proofs and every revocation list we hold: up to 13 KB with one full
+list, against the member's ~0.9 KB presence).
+
+Impact: the node sends, and the XMPP server carries, one presence per presence the member sends (up to ~15 times
+its bytes when the node holds long revocation lists), for as long as the member keeps at it; the server's own
+stanza shaper is the only bound. Low: the member pays the presence it sends, and the node's cost per answer is small.
+
+Measured (FakeSignalHub client in links mode, the member listed and proven): 1,000 presences from `b@x.test/r1`
+with the hint alternating, 1,000 directed presences sent back (754 bytes of identity element each here); no drop
+counted.
+
+Suggested fix: answer a changed hint only when its serial for an overlay rises above what the sender said before
+(a member cannot take back a list), or at most once per sender per interval (`PeerRateLimiter`), counted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import pytest
+
+from evio.signal import identity, member_list, protocol
+from evio.signal.endpoint import OverlayIdentity
+from evio.signal.protocol import Announcement, Membership
+from evio.testing.fake_signal import FakeSignalHub
+from evio.testing.virtual_clock import VirtualClock
+from evio.tunnel.path.overlay_ca import issue_node_certificate, make_overlay_ca
+from evio.tunnel.path.trust import TrustAnchor
+
+NOW = datetime.datetime.now(datetime.UTC)
+PRESENCES = 1000
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="review21q Q2: every changed hint is answered")
+async def test_a_member_toggling_its_hint_is_not_answered_every_presence(tmp_path: Path) -> None:
+    ca_key, ca_cert = make_overlay_ca("ov1 CA", NOW, 3650)
+    key, cert = issue_node_certificate(ca_key, ca_cert, ["ov1"], 5, NOW, 30)
+    b_key, b_cert = issue_node_certificate(ca_key, ca_cert, ["ov1"], 6, NOW, 30)
+    listed = member_list.sign_members(ca_key, "ov1", 3, int(NOW.timestamp()), {5: "a@x.test", 6: "b@x.test"})
+    member_file = tmp_path / "member-list.json"
+    member_file.write_text(member_list.to_text(listed))
+    ident = OverlayIdentity(TrustAnchor("ov1", (ca_cert,)), cert, key, member_file=member_file, members=listed)
+    node = FakeSignalHub(VirtualClock()).client("a@x.test", {"ov1": 5}, identities={"ov1": ident})
+    await node.start()
+    answered: list[str] = []
+    node._send_directed = lambda to, answer: answered.append(to)  # type: ignore[method-assign]
+    announcement = protocol.encode_announcement(Announcement((Membership("ov1", 6),), protocol.FEATURES))
+    proof = identity.make_proof(b_key, b_cert, "b@x.test/r1", "ov1", 6)
+    document = identity.encode(identity.IdentityDocument((proof,)))
+    for i in range(PRESENCES):
+        node._presence_available("b@x.test/r1", announcement, document, members_json=json.dumps({"ov1": 3 + i % 2}))
+    print(f"{PRESENCES} presences from one session, hint alternating: {len(answered)} directed presences back")
+    assert len(answered) <= 10
