@@ -13,6 +13,9 @@ AttributeError out of the constructor (`SystemPlatform.signal_client`), so `evio
 
 Impact: every node the operator handed a revocation list to in the documented way stays down from its next
 start until someone removes the file: no signaling, no tunnels. The same happens with any list known at start.
+Read from the code, not run: a config reload (`Node.reload`) after the file appeared sees the account's settings
+changed (`OverlayIdentity.revocations` is compared, unlike its key and member list), stops the account
+(`accounts_stopped`) and raises the same AttributeError in `_add_account`, leaving the node without signaling.
 
 Measured: `SignalClient(SignalSettings(..., identities={"ov1": overlay_identity(...)}))` with a one-entry
 revoked.json beside the CA raised "AttributeError: 'SignalClient' object has no attribute '_xmpp'". Broken since
