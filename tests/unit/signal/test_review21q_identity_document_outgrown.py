@@ -66,8 +66,11 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-XFAIL = pytest.mark.xfail(strict=True, raises=AssertionError,
-                          reason="review21q Q1: the identity element outgrows MAX_DOCUMENT_BYTES and encode raises")
+XFAIL = pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="review21q Q1: the identity element outgrows MAX_DOCUMENT_BYTES and encode raises",
+)
 
 
 @pytest.mark.parametrize("revoked", [100, pytest.param(200, marks=XFAIL)])
