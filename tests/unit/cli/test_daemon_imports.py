@@ -33,8 +33,15 @@ PROBE = textwrap.dedent(
               "quopri", "difflib", "bcrypt")
     assert not loaded(*unused), loaded(*unused)
     from evio.deferred_modules import DeferredModule
-    # oslo_config's URI parser and its plugin loader, until an option needs them.
-    assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
+    # os-ken's configuration without oslo_config (evio.sdn.osken_config), and what oslo_config imported.
+    no_oslo = ("oslo_config", "oslo_log", "rfc3986", "stevedore")
+    assert not loaded(*no_oslo), loaded(*no_oslo)
+    import evio.sdn.osken_config
+    assert sys.modules["os_ken.cfg"] is evio.sdn.osken_config
+    # The other OpenFlow versions' constants and 1.0's Nicira match rules, until a name beyond their presets.
+    from evio.sdn.osken_imports import NXM_RULES, OTHER_VERSION_CONSTANTS
+    for name in (NXM_RULES, *OTHER_VERSION_CONSTANTS):
+        assert type(sys.modules[name]) is DeferredModule, name
     # slixmpp's and os-ken's own versions, read from their dist-info's name (evio.deferred_modules.installed_version).
     assert type(sys.modules["slixmpp.version"]) is DeferredModule and type(sys.modules["pbr.version"]) is DeferredModule
     # email.utils, for cryptography.x509's RFC822Name, until its parseaddr is first called; then as before.
