@@ -190,3 +190,50 @@ def parseaddr(*args: object, **kwargs: object) -> object:
     utils = importlib.import_module("email.utils")
     utils.getaddresses  # noqa: B018  (a name the preset lacks: runs the deferred module's code)
     return utils.parseaddr(*args, **kwargs)
+
+
+# --- slixmpp's GPG wrapper ----------------------------------------------------------------------
+
+
+def gpg(*args: object, **kwargs: object) -> object:
+    """`slixmpp.thirdparty.GPG`, which slixmpp binds at import and only its XEP-0027 plugin calls (evio
+    does not register it). The first call runs the deferred module and makes its own GPG."""
+    gnupg = importlib.import_module("slixmpp.thirdparty.gnupg")
+    gnupg.GenKey  # noqa: B018  (a name the preset lacks: runs the deferred module's code)
+    return gnupg.GPG(*args, **kwargs)
+
+
+# --- dis and ast, for inspect -------------------------------------------------------------------
+#
+# asyncio and dataclasses import inspect, and inspect imports dis and ast, of which a daemon runs nothing:
+# they serve inspect's source and bytecode tools (getsource, getclosurevars, a builtin's signature read from
+# its text). When inspect is imported it reads two names of theirs, the compiler flags' names (for its
+# CO_* constants) and ast's `NodeVisitor` (the base of its class finder): 0.6 MB traced for those.
+
+# dis.COMPILER_FLAG_NAMES (tests/unit/cli/test_daemon_imports.py checks it against this Python's dis).
+COMPILER_FLAG_NAMES = {1: "OPTIMIZED", 2: "NEWLOCALS", 4: "VARARGS", 8: "VARKEYWORDS", 16: "NESTED", 32: "GENERATOR",
+                       64: "NOFREE", 128: "COROUTINE", 256: "ITERABLE_COROUTINE", 512: "ASYNC_GENERATOR"}
+
+
+class NodeVisitor:
+    """ast.NodeVisitor's walk, on the tree's own node type (`_ast.AST`, built in): inspect subclasses it
+    when imported, for the class finder `getsource` uses. ast itself runs when anything else of it is
+    looked up, and its `NodeVisitor` is then its own."""
+
+    def visit(self, node: object) -> object:
+        return getattr(self, "visit_" + type(node).__name__, self.generic_visit)(node)
+
+    def generic_visit(self, node: object) -> None:
+        import _ast
+
+        for name in getattr(node, "_fields", ()):
+            value = getattr(node, name, None)
+            for item in value if isinstance(value, list) else (value,):
+                if isinstance(item, _ast.AST):
+                    self.visit(item)
+
+
+def defer_inspect_tools() -> None:
+    """dis and ast run on their first use beyond what inspect reads of them when imported; before inspect is."""
+    defer("dis", {"COMPILER_FLAG_NAMES": COMPILER_FLAG_NAMES})
+    defer("ast", {"NodeVisitor": NodeVisitor})

@@ -49,6 +49,10 @@ OTHER_VERSION_CONSTANTS = {
 # Nicira's match rules for OpenFlow 1.0 (NXM), which os-ken's controller imports for 1.0's flow
 # formats only: 0.23 MB traced.
 NXM_RULES = "os_ken.ofproto.nx_match"
+# os-ken's address converters without netaddr (evio.sdn.osken_addrconv; 0.65 MB traced), and netaddr itself,
+# which os_ken.lib.ip imports for validity checks a daemon does not call: both load on another name's use.
+ADDRESS_CONVERTERS = "os_ken.lib.addrconv"
+NETADDR = "netaddr"
 # os-ken's configuration: evio.sdn.osken_config in the place of oslo_config (0.9 MB traced; and with it
 # rfc3986 and stevedore, for URI options and configuration-source plugins, which were deferred before).
 CONFIG = "os_ken.cfg"
@@ -70,6 +74,8 @@ def trim_os_ken() -> None:
         defer(name)
     for name, constants in OTHER_VERSION_CONSTANTS.items():
         defer(name, constants)
+    defer(ADDRESS_CONVERTERS, importlib.import_module("evio.sdn.osken_addrconv").CONVERTERS)
+    defer(NETADDR)
     sys.modules.setdefault(CONFIG, importlib.import_module("evio.sdn.osken_config"))
     defer(VERSION_LOOKUP, {"VersionInfo": InstalledVersionInfo})
     # Imported now, the deferred `packet` is an attribute of the deferred package, so the parser's

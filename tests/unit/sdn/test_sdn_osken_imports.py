@@ -1,5 +1,6 @@
 """os-ken as the daemon loads it: OpenFlow 1.3 only, the packet library and BGP and zebra codecs on first use,
-the other versions' constants on first use beyond their presets, and its configuration without oslo_config.
+the other versions' constants on first use beyond their presets, its configuration without oslo_config and its
+address converters without netaddr.
 
 Checked in a fresh interpreter: the test process may already hold os-ken in full.
 """
@@ -29,6 +30,15 @@ PROBE = textwrap.dedent(
     assert ofproto_protocol._supported_versions >= {ofproto_v1_3.OFP_VERSION}
     assert ofproto_v1_3_parser.OFPPacketIn is not None
     assert "EventOFPPacketIn" in ofp_event._OFP_MSG_EVENTS
+    # Matches made and parsed with evio's address converters: netaddr not loaded.
+    match = ofproto_v1_3_parser.OFPMatch(eth_dst="AA:BB:CC:DD:EE:FF", ipv4_src=("10.0.0.1", "255.255.255.0"),
+                                         ipv6_dst="fe80::1", arp_tpa="10.0.0.9")
+    buffer = bytearray()
+    match.serialize(buffer, 0)
+    back = ofproto_v1_3_parser.OFPMatch.parser(bytes(buffer), 0)
+    assert (back["eth_dst"], back["ipv4_src"], back["ipv6_dst"], back["arp_tpa"]) == (
+        "aa:bb:cc:dd:ee:ff", ("10.0.0.0", "255.255.255.0"), "fe80::1", "10.0.0.9")  # the value masked
+    assert type(sys.modules["netaddr"]) is _DeferredModule and type(sys.modules["os_ken.lib.addrconv"]) is _DeferredModule
     try:
         sys.modules["os_ken.ofproto.ofproto_v1_0_parser"].OFPPacketIn
     except AttributeError as exc:
