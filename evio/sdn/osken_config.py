@@ -26,17 +26,17 @@ class Opt:
     convert: Callable[[str], object] = str
 
     # oslo_config's order of the first arguments (os_ken.flags passes a type by position).
-    def __init__(self, name: str, type: Callable[[str], object] | None = None, dest: str | None = None,  # noqa: A002
-                 short: str | None = None, default: object = None, *, help: str | None = None, **_: object) -> None:  # noqa: A002
+    def __init__(self, name: str, type: Callable[[str], object] | None = None, dest: str | None = None,
+                 short: str | None = None, default: object = None, *, help: str | None = None, **_: object) -> None:
         self.name = name
         self.dest = dest or name.replace("-", "_")
         self.default = default
         self.help = help
         if type is not None:
-            self.convert = type  # type: ignore[assignment]
+            self.convert = type
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and (other.dest, other.default) == (self.dest, self.default)  # type: ignore[attr-defined]
+        return isinstance(other, Opt) and type(other) is type(self) and (other.dest, other.default) == (self.dest, self.default)
 
     def __hash__(self) -> int:
         return hash((type(self), self.dest))
@@ -64,7 +64,7 @@ class FloatOpt(_TypedOpt):
 
 class BoolOpt(_TypedOpt):
     @staticmethod
-    def convert(text: str) -> bool:  # type: ignore[override]
+    def convert(text: str) -> bool:
         lowered = text.lower()
         if lowered in ("1", "true", "yes", "on"):
             return True
@@ -78,7 +78,7 @@ class ListOpt(_TypedOpt):
         super().__init__(name, **kwargs)
         self.item_type = item_type or str
 
-    def convert(self, text: str) -> list[object]:  # type: ignore[override]
+    def convert(self, text: str) -> list[object]:
         return [self.item_type(item.strip()) for item in text.split(",") if item.strip()]
 
 
@@ -151,6 +151,7 @@ class ConfigOpts(_Group):
     def __call__(self, args: Sequence[str] | None = None, project: str | None = None, **_: object) -> None:
         """Set the command-line options from `args` (`--name value` or `--name=value`); the rest keep their defaults."""
         values: dict[str, object] = {}
+        multiple: dict[str, list[object]] = {}
         remaining = list(args or ())
         while remaining:
             word = remaining.pop(0)
@@ -165,7 +166,8 @@ class ConfigOpts(_Group):
                 text = remaining.pop(0)
             value = opt.convert(text)
             if isinstance(opt, MultiStrOpt):
-                values.setdefault(dest, []).append(value)  # type: ignore[union-attr]
+                values[dest] = multiple.setdefault(dest, [])
+                multiple[dest].append(value)
             else:
                 values[dest] = value
         self._values = values

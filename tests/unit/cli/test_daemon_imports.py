@@ -30,7 +30,7 @@ PROBE = textwrap.dedent(
     unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds",
               "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4",
               "importlib.metadata", "zipfile", "email.message", "email._parseaddr", "email.charset",
-              "quopri", "difflib", "bcrypt")
+              "quopri", "difflib", "bcrypt", "importlib.resources", "importlib.abc")
     assert not loaded(*unused), loaded(*unused)
     from evio.deferred_modules import DeferredModule
     # What a daemon runs nothing of: inspect's dis and ast, pyOpenSSL's calendar, netaddr's pprint, slixmpp's GPG.
