@@ -11,6 +11,7 @@ imported. It keeps the names os_ken.cfg exports, each option's default and type,
 raises ValueError). What it leaves out, because no daemon uses it: configuration files (oslo_config
 would read /etc/os_ken/os_ken.conf or ~/.os_ken/os_ken.conf if either existed: os-ken in a daemon is
 configured by evio alone), environment sources, `--help` and option groups' own command-line options.
+A BoolOpt is a flag on the command line (`--name`, `--noname`), as in oslo_config.
 Figures: docs/performance.md, "A fifth pass: os-ken without oslo_config or netaddr (issue 25)".
 """
 
@@ -158,6 +159,10 @@ class ConfigOpts(_Group):
             name, equals, text = word.partition("=")
             dest = name.removeprefix("--").replace("-", "_")
             opt = self._opts.get(dest)
+            if opt is None and dest.startswith("no") and isinstance(self._opts.get(dest[2:]), BoolOpt) and not equals:
+                dest, opt, equals, text = dest[2:], self._opts[dest[2:]], "=", "false"  # as oslo_config: --noNAME
+            elif isinstance(opt, BoolOpt) and not equals:
+                equals, text = "=", "true"  # a flag, as in oslo_config
             if not name.startswith("--") or dest not in self._cli or opt is None:
                 raise ValueError(f"os-ken: unknown option {word!r}")
             if not equals:

@@ -22,16 +22,20 @@ def options() -> ConfigOpts:
 def test_defaults_until_the_command_line_sets_an_option() -> None:
     conf = options()
     assert (conf.listen_host, conf.tcp_port, conf.switches, conf.verbose, conf.socket_timeout) == ("0.0.0.0", None, [], False, 5.0)
-    conf(args=["--listen-host", "127.0.0.1", "--tcp-port=6653", "--switches", "a:1, b:2", "--verbose", "yes",
+    conf(args=["--listen-host", "127.0.0.1", "--tcp-port=6653", "--switches", "a:1, b:2", "--verbose",
                "--tag", "x", "--tag", "y"], project="os_ken")
     assert (conf.listen_host, conf.tcp_port, conf.switches, conf.verbose, conf.tag) == ("127.0.0.1", 6653, ["a:1", "b:2"], True, ["x", "y"])
     conf(args=[])  # called again: the defaults again
-    assert (conf.listen_host, conf.tcp_port) == ("0.0.0.0", None)
+    assert (conf.listen_host, conf.tcp_port, conf.verbose) == ("0.0.0.0", None, False)
+    conf(args=["--verbose=no"])
+    assert conf.verbose is False
+    conf(args=["--verbose", "--noverbose"])  # a boolean is a flag, and --noNAME clears it
+    assert conf.verbose is False
 
 
 @pytest.mark.parametrize("args", [["--socket-timeout", "1"],  # registered, but not a command-line option
                                   ["--nonesuch", "1"], ["listen-host"], ["--tcp-port"], ["--tcp-port", "many"],
-                                  ["--verbose", "maybe"]])
+                                  ["--verbose=maybe"], ["--notcp-port"]])
 def test_an_unknown_option_or_a_value_that_does_not_convert_is_refused(args: list[str]) -> None:
     conf = options()
     with pytest.raises(ValueError):
