@@ -217,7 +217,9 @@ def gpg(*args: object, **kwargs: object) -> object:
 # its text). When inspect is imported it reads two names of theirs, the compiler flags' names (for its
 # CO_* constants) and ast's `NodeVisitor` (the base of its class finder): 0.6 MB traced for those.
 
-# dis.COMPILER_FLAG_NAMES (tests/unit/cli/test_daemon_imports.py checks it against this Python's dis).
+# dis.COMPILER_FLAG_NAMES of Python 3.11 (tests/unit/cli/test_daemon_imports.py checks it against this
+# Python's dis); inspect makes its CO_* flags from it, which iscoroutinefunction and the like test.
+COMPILER_FLAG_NAMES_VERSION = (3, 11)
 COMPILER_FLAG_NAMES = {1: "OPTIMIZED", 2: "NEWLOCALS", 4: "VARARGS", 8: "VARKEYWORDS", 16: "NESTED", 32: "GENERATOR",
                        64: "NOFREE", 128: "COROUTINE", 256: "ITERABLE_COROUTINE", 512: "ASYNC_GENERATOR"}
 
@@ -241,6 +243,8 @@ class NodeVisitor:
 
 
 def defer_inspect_tools() -> None:
-    """dis and ast run on their first use beyond what inspect reads of them when imported; before inspect is."""
-    defer("dis", {"COMPILER_FLAG_NAMES": COMPILER_FLAG_NAMES})
+    """dis and ast run on their first use beyond what inspect reads of them when imported; before inspect is.
+    On another Python than the one whose flags are preset, dis loads as usual."""
+    if sys.version_info[:2] == COMPILER_FLAG_NAMES_VERSION:
+        defer("dis", {"COMPILER_FLAG_NAMES": COMPILER_FLAG_NAMES})
     defer("ast", {"NodeVisitor": NodeVisitor})
