@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What one ping costs inside the data path: a frame and its answer through two ends in one event loop.
 
-    .venv/bin/python benchmarks/datapath_rtt.py [--datapath native] [--pings 2000]
+    .venv/bin/python benchmarks/datapath_rtt.py [--datapath native] [--pings 2000] [--loop uvloop]
 
 Two data paths joined over loopback UDP (evio.testing.datapath_pair, the unit tests' pair: TAPs are
 socketpairs), on uvloop as in the daemon. A frame written into A's TAP comes out of B's, is written
@@ -14,7 +14,8 @@ which the wake-ups of separate processes (benchmarks/peers_bench.py's "RTT added
 It prints the median and 90th percentile RTT and, per ping, the time in each receive and send pass
 (timed around the pass). ``--interval MS`` waits that long between pings (as ``ping -i`` does), so
 each ping meets a thread that slept and caches others used: the cold cost of a pass, against the
-hot one of back-to-back pings. No root, no namespaces; a benchmark, not a test.
+hot one of back-to-back pings. ``--loop asyncio`` runs the pair on asyncio's own loop instead (what
+`evio run --no-uvloop` runs), for the loop's share. No root, no namespaces; a benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -106,10 +107,15 @@ def main() -> int:
     ap.add_argument("--pings", type=int, default=2000)
     ap.add_argument("--size", type=int, default=98, help="frame bytes (default 98: a 56-byte ping)")
     ap.add_argument("--interval", type=float, default=0.0, help="ms between pings (default 0: back to back)")
+    ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="the event loop (default uvloop, the daemon's)")
     args = ap.parse_args()
+    pings = run(args.datapath, args.pings, args.size, args.interval / 1000)
+    if args.loop == "asyncio":
+        asyncio.run(pings)
+        return 0
     import uvloop
 
-    uvloop.run(run(args.datapath, args.pings, args.size, args.interval / 1000))
+    uvloop.run(pings)
     return 0
 
 

@@ -3,6 +3,7 @@
 
     flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/memory_lab.py \
         [--nodes 16] [--nat mixed] [--against ../main] [--idle 20] [--ring-timeout 180] [--no-drain] [--breakdown]
+        [--traffic 5]
 
 For this checkout (and, with --against TREE, that checkout first: the
 baseline, main say), a lab of --nodes full nodes (`evio lab`, daemons on,
@@ -21,7 +22,11 @@ cost. Beside them the target (issue 25: an idle daemon at most 50 MB) and, with
 average when each tree's reading was taken. --breakdown prints, for each
 daemon, its resident memory by mapping: each shared library or extension,
 the malloc heap, thread stacks and the other anonymous memory (Python's
-arenas, large allocations, other threads' malloc arenas).
+arenas, large allocations, other threads' malloc arenas). --traffic SECONDS then has
+the daemons serve traffic: an iperf3 TCP run of that long from each node to the next
+one along the ring, one after the other, then --idle seconds more (a tunnel hands back
+its buffers after 10 s without a frame), and reads every daemon again: a second row per
+tree, "after traffic".
 
 How RSS is measured (the figure issue 25's target is about): /proc/PID/smaps_rollup's
 `Rss`, the same figure as `VmRSS` in /proc/PID/status that `evio lab` and
@@ -73,6 +78,9 @@ class TreeResult:
     drained_rss_mb: float | None = None  # the first daemon's, once every other daemon stopped and its tunnels ended
     drained_from: tuple[int, float] | None = None  # its tunnels and RSS before
     load: str = ""  # the 1-minute load average when the daemons were read
+    served: list[Daemon] = field(default_factory=list)  # read again after --traffic
+    served_load: str = ""
+    served_mbit: list[float] = field(default_factory=list)  # each iperf3 run's, received
 
     def fit(self) -> tuple[float, float] | None:
         """(fixed MB, MB per tunnel): RSS against live tunnels, least squares."""
@@ -166,6 +174,8 @@ def run_tree(tree: str, args: argparse.Namespace) -> TreeResult:
                 if args.breakdown:
                     print_breakdown(f"{node.name} ({live} tunnels)", record.pid)
         result.load = Path("/proc/loadavg").read_text().split()[0]
+        if args.traffic:
+            serve_traffic(lab, tree, args, result)
         if args.drain:
             first = lab.nodes[0].index
             before = result.daemons[0] if result.daemons else None
@@ -183,6 +193,37 @@ def run_tree(tree: str, args: argparse.Namespace) -> TreeResult:
     finally:
         lab.close()
     return result
+
+
+def read_daemons(lab: Lab) -> list[Daemon]:
+    daemons = []
+    for node in lab.nodes:
+        record = lab.daemon(node.index)
+        kb = rollup(record.pid) if record is not None else {}
+        if kb:
+            live, _, _ = tunnels_of(lab.daemon_status(node.index))
+            daemons.append(Daemon(live, kb["Rss"] * KIB, kb["Pss"] * KIB, kb["Anonymous"] * KIB))
+    return daemons
+
+
+def serve_traffic(lab: Lab, tree: str, args: argparse.Namespace, result: TreeResult) -> None:
+    """An iperf3 TCP run from each node to the next, then --idle seconds, then every daemon read again."""
+    from evio.lab.iperf import tcp_run
+
+    count = len(lab.nodes)
+    for i, node in enumerate(lab.nodes):
+        run = tcp_run(lab, node.index, lab.nodes[(i + 1) % count].index, args.traffic, role="memory-lab-iperf")
+        result.served_mbit.append(run.mbit if run is not None else 0.0)
+    print(f"{tree}: served traffic, Mbit/s " + ", ".join(f"{m:.0f}" for m in result.served_mbit)
+          + f"; idling {args.idle:g} s", flush=True)
+    time.sleep(args.idle)
+    result.served = read_daemons(lab)
+    result.served_load = Path("/proc/loadavg").read_text().split()[0]
+    if args.breakdown:
+        for node in lab.nodes:
+            record = lab.daemon(node.index)
+            if record is not None:
+                print_breakdown(f"{node.name} after traffic", record.pid)
 
 
 def print_breakdown(name: str, pid: int) -> None:
@@ -213,6 +254,14 @@ def print_table(results: list[TreeResult]) -> None:
               f"| {statistics.mean(x.rss_mb for x in d):.1f} / {max(x.rss_mb for x in d):.1f} "
               f"| {statistics.mean(x.pss_mb for x in d):.1f} | {statistics.mean(x.anon_mb for x in d):.1f} "
               f"| {fixed} | {slope} | {at} | {TARGET_MB:.0f} | {drained} | {r.load} |")
+    for r in results:
+        if r.served:
+            d = r.served
+            print(f"| {r.tree}, after traffic | {statistics.mean(x.tunnels for x in d):.1f} "
+                  f"({min(x.tunnels for x in d)}-{max(x.tunnels for x in d)}) "
+                  f"| {statistics.mean(x.rss_mb for x in d):.1f} / {max(x.rss_mb for x in d):.1f} "
+                  f"| {statistics.mean(x.pss_mb for x in d):.1f} | {statistics.mean(x.anon_mb for x in d):.1f} "
+                  f"| | | | {TARGET_MB:.0f} | | {r.served_load} |")
     if len(results) == 2 and results[0].daemons and results[1].daemons:
         base, this = results
         ratio = statistics.mean(x.rss_mb for x in this.daemons) / statistics.mean(x.rss_mb for x in base.daemons)
@@ -237,6 +286,8 @@ def main() -> int:
     parser.add_argument("--drain-timeout", type=float, default=90.0, help="how long the lone daemon's tunnels may take to end")
     parser.add_argument("--name", default="mem", help="lab name")
     parser.add_argument("--breakdown", action="store_true", help="print each daemon's resident memory by mapping")
+    parser.add_argument("--traffic", type=float, default=0.0, metavar="SECONDS",
+                        help="then an iperf3 TCP run of SECONDS from each node to the next, --idle, and every daemon read again")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("memory_lab: needs root (network namespaces, OVS, daemons)", file=sys.stderr)

@@ -24,7 +24,6 @@ importlib.metadata as before.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import os
 import re
@@ -32,6 +31,14 @@ import sys
 import threading
 import types
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader, MetaPathFinder
+else:
+    # The import system only calls their methods; importlib.abc would bring importlib.resources, tempfile
+    # and shutil's archivers into every daemon (0.13 MB resident) for two base classes.
+    Loader = MetaPathFinder = object
 
 
 class DeferredModule(types.ModuleType):
@@ -69,10 +76,10 @@ _running_lock = threading.RLock()
 _running: set[types.ModuleType] = set()
 
 
-class _OnFirstUse(importlib.abc.Loader):
+class _OnFirstUse(Loader):
     """Makes the module as usual but leaves running its code to `DeferredModule`."""
 
-    def __init__(self, real: importlib.abc.Loader, preset: Mapping[str, object]) -> None:
+    def __init__(self, real: Loader, preset: Mapping[str, object]) -> None:
         self.real = real
         self.preset = preset
 
@@ -85,7 +92,7 @@ class _OnFirstUse(importlib.abc.Loader):
             setattr(module, name, value)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder(MetaPathFinder):
     """Finds the deferred modules as usual, with a loader that runs them on first use."""
 
     def __init__(self) -> None:
@@ -190,3 +197,54 @@ def parseaddr(*args: object, **kwargs: object) -> object:
     utils = importlib.import_module("email.utils")
     utils.getaddresses  # noqa: B018  (a name the preset lacks: runs the deferred module's code)
     return utils.parseaddr(*args, **kwargs)
+
+
+# --- slixmpp's GPG wrapper ----------------------------------------------------------------------
+
+
+def gpg(*args: object, **kwargs: object) -> object:
+    """`slixmpp.thirdparty.GPG`, which slixmpp binds at import and only its XEP-0027 plugin calls (evio
+    does not register it). The first call runs the deferred module and makes its own GPG."""
+    gnupg = importlib.import_module("slixmpp.thirdparty.gnupg")
+    gnupg.GenKey  # noqa: B018  (a name the preset lacks: runs the deferred module's code)
+    return gnupg.GPG(*args, **kwargs)
+
+
+# --- dis and ast, for inspect -------------------------------------------------------------------
+#
+# asyncio and dataclasses import inspect, and inspect imports dis and ast, of which a daemon runs nothing:
+# they serve inspect's source and bytecode tools (getsource, getclosurevars, a builtin's signature read from
+# its text). When inspect is imported it reads two names of theirs, the compiler flags' names (for its
+# CO_* constants) and ast's `NodeVisitor` (the base of its class finder): 0.6 MB traced for those.
+
+# dis.COMPILER_FLAG_NAMES of Python 3.11 (tests/unit/cli/test_daemon_imports.py checks it against this
+# Python's dis); inspect makes its CO_* flags from it, which iscoroutinefunction and the like test.
+COMPILER_FLAG_NAMES_VERSION = (3, 11)
+COMPILER_FLAG_NAMES = {1: "OPTIMIZED", 2: "NEWLOCALS", 4: "VARARGS", 8: "VARKEYWORDS", 16: "NESTED", 32: "GENERATOR",
+                       64: "NOFREE", 128: "COROUTINE", 256: "ITERABLE_COROUTINE", 512: "ASYNC_GENERATOR"}
+
+
+class NodeVisitor:
+    """ast.NodeVisitor's walk, on the tree's own node type (`_ast.AST`, built in): inspect subclasses it
+    when imported, for the class finder `getsource` uses. ast itself runs when anything else of it is
+    looked up, and its `NodeVisitor` is then its own."""
+
+    def visit(self, node: object) -> object:
+        return getattr(self, "visit_" + type(node).__name__, self.generic_visit)(node)
+
+    def generic_visit(self, node: object) -> None:
+        import _ast
+
+        for name in getattr(node, "_fields", ()):
+            value = getattr(node, name, None)
+            for item in value if isinstance(value, list) else (value,):
+                if isinstance(item, _ast.AST):
+                    self.visit(item)
+
+
+def defer_inspect_tools() -> None:
+    """dis and ast run on their first use beyond what inspect reads of them when imported; before inspect is.
+    On another Python than the one whose flags are preset, dis loads as usual."""
+    if sys.version_info[:2] == COMPILER_FLAG_NAMES_VERSION:
+        defer("dis", {"COMPILER_FLAG_NAMES": COMPILER_FLAG_NAMES})
+    defer("ast", {"NodeVisitor": NodeVisitor})

@@ -56,9 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("CRYPTOGRAPHY_OPENSSL_NO_LEGACY", "1")
         # cryptography.x509 takes `parseaddr` from email.utils at import, for RFC822Name values made
         # from strings, which the daemon never makes: email.utils runs on its first call.
-        from evio.deferred_modules import defer, parseaddr
+        from evio.deferred_modules import defer, defer_inspect_tools, parseaddr
 
         defer("email.utils", {"parseaddr": parseaddr})
+        # inspect (asyncio, dataclasses) imports dis and ast for its source and bytecode tools, which a
+        # daemon never runs: each runs on its first use beyond the names inspect reads of it when imported.
+        defer_inspect_tools()
     parser = build_parser(light)
     args = parser.parse_args(arguments)
     level = logging.WARNING - 10 * min(args.verbose, 2)

@@ -30,11 +30,35 @@ PROBE = textwrap.dedent(
     unused = ("pygments", "matplotlib", "pyroute2", "prometheus_client", "evio.lab", "evio.sim", "jsonschema", "rpds",
               "dns", "aiodns", "pycares", "idna", "os_ken.lib.packet.ethernet", "os_ken.lib.packet.ipv4",
               "importlib.metadata", "zipfile", "email.message", "email._parseaddr", "email.charset",
-              "quopri", "difflib", "bcrypt")
+              "quopri", "difflib", "bcrypt", "importlib.resources", "importlib.abc")
     assert not loaded(*unused), loaded(*unused)
     from evio.deferred_modules import DeferredModule
-    # oslo_config's URI parser and its plugin loader, until an option needs them.
-    assert type(sys.modules["rfc3986"]) is DeferredModule and type(sys.modules["stevedore"]) is DeferredModule
+    # What a daemon runs nothing of: inspect's dis and ast, pyOpenSSL's calendar, netaddr's pprint, slixmpp's GPG.
+    # (pprint's only importer is netaddr, itself deferred now.)
+    for name in ("dis", "ast", "calendar", "pprint", "slixmpp.thirdparty.gnupg"):
+        assert name not in sys.modules or type(sys.modules[name]) is DeferredModule, name
+    assert "dis" in sys.modules and "calendar" in sys.modules
+    import inspect
+    from evio.deferred_modules import COMPILER_FLAG_NAMES
+    assert inspect.CO_COROUTINE == 128 and inspect.getsource(DeferredModule).startswith("class DeferredModule")
+    import dis
+    assert dis.opname and type(sys.modules["dis"]) is not DeferredModule  # a name not preset: runs dis
+    assert dis.COMPILER_FLAG_NAMES == COMPILER_FLAG_NAMES  # now its own
+    from slixmpp.thirdparty import GPG
+    assert GPG.__module__ == "evio.deferred_modules"
+    import calendar, pprint
+    assert calendar.timegm((1970, 1, 2, 0, 0, 0)) == 86400 and pprint.pformat([1]) == "[1]"
+    # os-ken's configuration without oslo_config (evio.sdn.osken_config), and what oslo_config imported.
+    no_oslo = ("oslo_config", "oslo_log", "rfc3986", "stevedore")
+    assert not loaded(*no_oslo), loaded(*no_oslo)
+    import evio.sdn.osken_config
+    assert sys.modules["os_ken.cfg"] is evio.sdn.osken_config
+    # The other OpenFlow versions' constants and 1.0's Nicira match rules, until a name beyond their presets.
+    from evio.sdn.osken_imports import NXM_RULES, OTHER_VERSION_CONSTANTS
+    # os-ken's address converters are evio's (evio.sdn.osken_addrconv) and netaddr has not run.
+    from evio.sdn.osken_imports import ADDRESS_CONVERTERS, NETADDR
+    for name in (NXM_RULES, *OTHER_VERSION_CONSTANTS, ADDRESS_CONVERTERS, NETADDR):
+        assert type(sys.modules[name]) is DeferredModule, name
     # slixmpp's and os-ken's own versions, read from their dist-info's name (evio.deferred_modules.installed_version).
     assert type(sys.modules["slixmpp.version"]) is DeferredModule and type(sys.modules["pbr.version"]) is DeferredModule
     # email.utils, for cryptography.x509's RFC822Name, until its parseaddr is first called; then as before.
