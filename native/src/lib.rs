@@ -1049,7 +1049,7 @@ impl TxRing {
     fn __call__(slf: &Bound<'_, Self>) -> PyResult<usize> {
         let py = slf.py();
         let (r, fallback) = {
-            let mut this = slf.borrow_mut();
+            let mut this = slf.try_borrow_mut()?;
             let Some(b) = this.binding.as_ref() else { return Ok(0) };
             let (tap_fd, sock_fd, epoch, limit) = (b.tap_fd, b.sock_fd, b.epoch, b.limit);
             let aead = b.aead.clone_ref(py);
@@ -1546,12 +1546,12 @@ impl RxRing {
     fn __call__(slf: &Bound<'_, Self>) -> PyResult<usize> {
         let py = slf.py();
         let (r, fallback) = {
-            let mut this = slf.borrow_mut();
+            let mut this = slf.try_borrow_mut()?;
             let Some(b) = this.binding.as_ref() else { return Ok(0) };
             let (sock_fd, tap_fd, epoch, max_record, channel, vnet) = (b.sock_fd, b.tap_fd, b.epoch, b.max_record, b.channel, b.vnet);
             let aead = b.aead.clone_ref(py);
             let window = b.window.clone_ref(py);
-            let mut w = window.bind(py).borrow_mut();
+            let mut w = window.bind(py).try_borrow_mut()?;
             let r = this.run_pass(py, sock_fd, tap_fd, aead.get(), &mut w, epoch, max_record, channel, vnet);
             drop(w);
             if r.count == 0 {
