@@ -26,6 +26,7 @@ use chacha20poly1305::ChaCha20Poly1305;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::{PyTraverseError, PyVisit};
 use pyo3::types::PyBytes;
 
 #[cfg(target_arch = "x86_64")]
@@ -606,6 +607,24 @@ struct TxRing {
     path_frame: usize,
     too_big: Vec<Vec<u8>>,
     too_big_overflow: usize,
+    /// `bind`'s arguments: the event loop calls the ring itself (`__call__`), no Python frame per pass.
+    binding: Option<TxBinding>,
+    /// The next counter to seal with, while bound (Python reads and sets it: control records).
+    counter: u64,
+    /// What the bound passes sent with nothing for Python: (records, bytes, TAP reads with `vnet`).
+    totals: [usize; 3],
+}
+
+/// What a bound TxRing's pass runs with (`TxRing::bind`).
+struct TxBinding {
+    tap_fd: i32,
+    sock_fd: i32,
+    aead: Py<Aead>,
+    epoch: u8,
+    limit: u64,
+    /// Called with `tap_pass`'s tuple when a pass has anything but records sent (drops, an error,
+    /// the counter at its limit, frames over the path held): Python counts and answers it.
+    fallback: PyObject,
 }
 
 const TOO_BIG_HELD: usize = 64;
@@ -941,6 +960,7 @@ impl TxRing {
             ring: Pages::new(slots * slot_size).map_err(os)?,
             lens: vec![0; slots], dest: dest.to_vec(),
             path_frame: max_frame, too_big: Vec::new(), too_big_overflow: 0,
+            binding: None, counter: 0, totals: [0; 3],
         })
     }
 
@@ -995,6 +1015,79 @@ impl TxRing {
     ) -> (usize, usize, u64, usize, usize, usize, usize, i32, bool, bool) {
         let r = py.allow_threads(|| self.pass(tap_fd, sock_fd, aead, epoch, counter, limit, reads_max));
         (r.sent, r.nbytes, r.counter, r.oversized, r.bad_offload, r.send_failed, r.reads, r.error, r.at_limit, r.gso_refused)
+    }
+
+    /// Bind `tap_pass`'s arguments (the counter apart: `counter`), so that the event loop can call the
+    /// ring itself when the TAP is readable: a pass with nothing for Python runs no Python code.
+    #[allow(clippy::too_many_arguments)]
+    fn bind(&mut self, tap_fd: i32, sock_fd: i32, aead: Py<Aead>, epoch: u8, limit: u64, fallback: PyObject) {
+        self.binding = Some(TxBinding { tap_fd, sock_fd, aead, epoch, limit, fallback });
+    }
+
+    fn unbind(&mut self) {
+        self.binding = None;
+    }
+
+    #[getter]
+    fn get_counter(&self) -> u64 {
+        self.counter
+    }
+
+    #[setter]
+    fn set_counter(&mut self, counter: u64) {
+        self.counter = counter;
+    }
+
+    /// (records, bytes, TAP reads) the bound passes sent without Python.
+    fn totals(&self) -> (usize, usize, usize) {
+        (self.totals[0], self.totals[1], self.totals[2])
+    }
+
+    /// One bound pass (at most twice the slots in reads, as Python's); returns how many records went
+    /// out. Anything but records sent goes to the binding's fallback, after the ring is released, so
+    /// the fallback may use the ring again.
+    fn __call__(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        let py = slf.py();
+        let (r, fallback) = {
+            let mut this = slf.try_borrow_mut()?;
+            let Some(b) = this.binding.as_ref() else { return Ok(0) };
+            let (tap_fd, sock_fd, epoch, limit) = (b.tap_fd, b.sock_fd, b.epoch, b.limit);
+            let aead = b.aead.clone_ref(py);
+            let budget = 2 * this.slots;
+            let counter = this.counter;
+            let ring: &mut TxRing = &mut this;
+            let a: &Aead = aead.get();
+            let r = py.allow_threads(|| ring.pass(tap_fd, sock_fd, a, epoch, counter, limit, budget));
+            this.counter = r.counter;
+            let plain = r.oversized == 0 && r.bad_offload == 0 && r.send_failed == 0 && r.error == 0 && !r.at_limit
+                && !r.gso_refused && this.too_big.is_empty() && this.too_big_overflow == 0;
+            if plain {
+                this.totals[0] += r.sent;
+                this.totals[1] += r.nbytes;
+                if this.vnet {
+                    this.totals[2] += r.reads;
+                }
+                return Ok(r.sent);
+            }
+            (r, this.binding.as_ref().map(|b| b.fallback.clone_ref(py)))
+        };
+        if let Some(fallback) = fallback {
+            fallback.call1(py, ((r.sent, r.nbytes, r.counter, r.oversized, r.bad_offload, r.send_failed, r.reads, r.error,
+                                  r.at_limit, r.gso_refused),))?;
+        }
+        Ok(r.sent)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(b) = &self.binding {
+            visit.call(&b.aead)?;
+            visit.call(&b.fallback)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.binding = None;
     }
 
     /// Another tunnel's transit frames, as its ring's last pass left them for `route` (from the
@@ -1085,9 +1178,28 @@ struct RxRing {
     routed: Vec<(u16, usize, usize)>, // the last pass's routed frames: (route, start, length), by route, in order
     runs: Vec<(u16, usize, usize)>,   // where each route's frames are in `routed`: (route, first, count), by route
     coalescer: Option<Box<Coalescer>>, // made on the first pass to a vnet TAP
+    /// `bind`'s arguments: the event loop calls the ring itself (`__call__`), no Python frame per pass.
+    binding: Option<RxBinding>,
+    /// What the bound passes delivered with nothing for Python: (frames, bytes, tap_writes, gro_writes).
+    totals: [usize; 4],
 }
 
 unsafe impl Send for RxRing {}
+
+/// What a bound RxRing's pass runs with (`RxRing::bind`).
+struct RxBinding {
+    sock_fd: i32,
+    tap_fd: i32,
+    aead: Py<Aead>,
+    window: Py<ReplayWindow>,
+    epoch: u8,
+    max_record: usize,
+    channel: Option<u16>,
+    vnet: bool,
+    /// Called with `sock_pass`'s tuple when a pass left anything for Python (drops, leftovers,
+    /// transit frames): Python counts and handles it as after `sock_pass`.
+    fallback: PyObject,
+}
 
 /// What one pass left for Python, by place in the ring: (slot, start, length, LEFT_*).
 type Leftover = (usize, usize, usize, u8);
@@ -1332,6 +1444,7 @@ impl RxRing {
             names: vec![unsafe { std::mem::zeroed() }; slots], namelens: vec![0; slots],
             controls: vec![0; slots * CMSG_SPACE / 8], transit: Vec::new(), transit_all: false,
             routes: Vec::new(), excluded: Vec::new(), routed: Vec::new(), runs: Vec::new(), coalescer: None,
+            binding: None, totals: [0; 4],
         })
     }
 
@@ -1403,27 +1516,76 @@ impl RxRing {
         &mut self, py: Python<'_>, sock_fd: i32, tap_fd: i32, aead: &Aead, mut window: PyRefMut<'_, ReplayWindow>, epoch: u8,
         max_record: usize, channel: Option<u16>, vnet: bool,
     ) -> SockPassResult {
-        let w: &mut ReplayWindow = &mut window;
-        let transit = std::mem::take(&mut self.transit);
-        let routes = std::mem::take(&mut self.routes);
-        let excluded = std::mem::take(&mut self.excluded);
-        let cx = RxContext {
-            tap_fd, aead, epoch, channel, max_record, transit: &transit, transit_all: self.transit_all, routes: &routes,
-            excluded: &excluded,
+        let r = self.run_pass(py, sock_fd, tap_fd, aead, &mut window, epoch, max_record, channel, vnet);
+        sock_pass_result(r)
+    }
+
+    /// Bind `sock_pass`'s arguments, so that the event loop can call the ring itself when the socket
+    /// is readable: a pass that leaves nothing for Python runs no Python code.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (sock_fd, tap_fd, aead, window, epoch, max_record, channel, vnet, fallback))]
+    fn bind(
+        &mut self, sock_fd: i32, tap_fd: i32, aead: Py<Aead>, window: Py<ReplayWindow>, epoch: u8, max_record: usize,
+        channel: Option<u16>, vnet: bool, fallback: PyObject,
+    ) {
+        self.binding = Some(RxBinding { sock_fd, tap_fd, aead, window, epoch, max_record, channel, vnet, fallback });
+    }
+
+    fn unbind(&mut self) {
+        self.binding = None;
+    }
+
+    /// (frames, bytes, tap_writes, gro_writes) the bound passes delivered without Python.
+    fn totals(&self) -> (usize, usize, usize, usize) {
+        (self.totals[0], self.totals[1], self.totals[2], self.totals[3])
+    }
+
+    /// One bound pass; returns how many frames it delivered. A pass that left anything for Python
+    /// goes to the binding's fallback after the ring and the window are released (the fallback reads
+    /// the ring and may move to the next epoch).
+    fn __call__(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        let py = slf.py();
+        let (r, fallback) = {
+            let mut this = slf.try_borrow_mut()?;
+            let Some(b) = this.binding.as_ref() else { return Ok(0) };
+            let (sock_fd, tap_fd, epoch, max_record, channel, vnet) = (b.sock_fd, b.tap_fd, b.epoch, b.max_record, b.channel, b.vnet);
+            let aead = b.aead.clone_ref(py);
+            let window = b.window.clone_ref(py);
+            let mut w = window.bind(py).try_borrow_mut()?;
+            let r = this.run_pass(py, sock_fd, tap_fd, aead.get(), &mut w, epoch, max_record, channel, vnet);
+            drop(w);
+            if r.count == 0 {
+                return Ok(0);
+            }
+            let plain = r.truncated == 0 && r.replayed == 0 && r.stale == 0 && r.forged == 0 && r.tap_write_failed == 0
+                && r.transit == 0 && r.leftovers.is_empty();
+            if plain {
+                this.totals[0] += r.frames;
+                this.totals[1] += r.nbytes;
+                this.totals[2] += r.tap_writes;
+                this.totals[3] += r.gro_writes;
+                return Ok(r.frames);
+            }
+            (r, this.binding.as_ref().map(|b| b.fallback.clone_ref(py)))
         };
-        let mut co = if vnet { Some(self.coalescer.take().unwrap_or_else(|| Box::new(Coalescer::new()))) } else { None };
-        let r = py.allow_threads(|| self.pass(sock_fd, &cx, w, co.as_deref_mut()));
-        self.transit = transit;
-        self.routes = routes;
-        self.excluded = excluded;
-        self.set_routed(r.routed);
-        if co.is_some() {
-            self.coalescer = co;
+        let frames = r.frames;
+        if let Some(fallback) = fallback {
+            fallback.call1(py, (sock_pass_result(r),))?;
         }
-        (
-            r.count, r.frames, r.nbytes, (r.truncated, r.replayed, r.stale, r.forged, r.tap_write_failed), r.transit,
-            (r.tap_writes, r.gro_writes), r.leftovers,
-        )
+        Ok(frames)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(b) = &self.binding {
+            visit.call(&b.aead)?;
+            visit.call(&b.window)?;
+            visit.call(&b.fallback)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.binding = None;
     }
 
     fn length(&self, slot: usize) -> usize {
@@ -1444,6 +1606,40 @@ impl RxRing {
         let raw = unsafe { std::slice::from_raw_parts(&self.names[slot] as *const _ as *const u8, len) };
         Ok(PyBytes::new(py, raw))
     }
+}
+
+impl RxRing {
+    /// `sock_pass`'s work, for it and for the bound pass.
+    #[allow(clippy::too_many_arguments)]
+    fn run_pass(
+        &mut self, py: Python<'_>, sock_fd: i32, tap_fd: i32, aead: &Aead, w: &mut ReplayWindow, epoch: u8, max_record: usize,
+        channel: Option<u16>, vnet: bool,
+    ) -> RxResult {
+        let transit = std::mem::take(&mut self.transit);
+        let routes = std::mem::take(&mut self.routes);
+        let excluded = std::mem::take(&mut self.excluded);
+        let cx = RxContext {
+            tap_fd, aead, epoch, channel, max_record, transit: &transit, transit_all: self.transit_all, routes: &routes,
+            excluded: &excluded,
+        };
+        let mut co = if vnet { Some(self.coalescer.take().unwrap_or_else(|| Box::new(Coalescer::new()))) } else { None };
+        let mut r = py.allow_threads(|| self.pass(sock_fd, &cx, w, co.as_deref_mut()));
+        self.transit = transit;
+        self.routes = routes;
+        self.excluded = excluded;
+        self.set_routed(std::mem::take(&mut r.routed));
+        if co.is_some() {
+            self.coalescer = co;
+        }
+        r
+    }
+}
+
+fn sock_pass_result(r: RxResult) -> SockPassResult {
+    (
+        r.count, r.frames, r.nbytes, (r.truncated, r.replayed, r.stale, r.forged, r.tap_write_failed), r.transit,
+        (r.tap_writes, r.gro_writes), r.leftovers,
+    )
 }
 
 #[pymodule]

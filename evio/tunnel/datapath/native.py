@@ -35,6 +35,12 @@ egress with a native send ring copies the run into its slots, seals and sends it
 (``accept_routed``, one call per run, the GIL released). A Python egress takes
 them frame by frame (``accept_plain``); frames nobody takes go to the TAP.
 
+Where the build can (``bound()``), the event loop calls the rings themselves: each ring holds its
+pass's arguments (``bind``), so a pass that leaves nothing for Python (no drop, no leftover, no
+transit frame, the counter below its limit) runs no Python code, and the counters it adds to are
+kept in the ring (``totals``) and read through this class's properties. The RTT a tunnel adds fell
+by a fifth (decision 0077, docs/performance.md).
+
 The records are the same bytes as the Python path's (a native end talks to
 a Python end), keys and epochs still come from Python (``_set_tx``,
 ``_new_rx_epoch``), and the replay window of each epoch is the native
@@ -83,6 +89,42 @@ elif _native is not None and not hasattr(_native.TxRing, "tso"):
     logger.warning("evio_native at %s cuts no TSO super-frames: run scripts/build-native", _native.__file__)
 
 
+_BOUND = _native is not None and hasattr(_native.TxRing, "bind") and hasattr(_native.RxRing, "bind")
+
+
+def bound() -> bool:
+    """Whether the event loop calls the native rings themselves (a build older than 0077 does not)."""
+    return _BOUND
+
+
+class _Counted:
+    """A counter that bound native passes add to as well (``totals()[index]`` of the ring bound at
+    ``ring``): its value is what Python counted plus what the ring did, so ``+=`` anywhere keeps working."""
+
+    def __init__(self, ring: str, index: int) -> None:
+        self._ring = ring
+        self._index = index
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = "_py" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        ring = obj.__dict__.get(self._ring)
+        base = obj.__dict__.get(self._name, 0)
+        return base if ring is None else base + ring.totals()[self._index]
+
+    def __set__(self, obj: Any, value: int) -> None:
+        ring = obj.__dict__.get(self._ring)
+        obj.__dict__[self._name] = value if ring is None else value - ring.totals()[self._index]
+
+
+_TX_COUNTED = ("_tx_frames", "_tx_bytes", "_tap_reads")
+_RX_COUNTED = ("_rx_frames", "_rx_bytes", "_tap_writes", "_gro_writes")
+
+
 def available() -> bool:
     """Whether the native extension is installed."""
     return _native is not None
@@ -127,14 +169,50 @@ class NativeFdDatapath(FdDatapath):
 
     implementation = "native"
 
+    # What the bound rings count (module doc): the TxRing's and the RxRing's totals.
+    _tx_frames = _Counted("_bound_tx", 0)
+    _tx_bytes = _Counted("_bound_tx", 1)
+    _tap_reads = _Counted("_bound_tx", 2)
+    _rx_frames = _Counted("_bound_rx", 0)
+    _rx_bytes = _Counted("_bound_rx", 1)
+    _tap_writes = _Counted("_bound_rx", 2)
+    _gro_writes = _Counted("_bound_rx", 3)
+
+    @property
+    def _tx_counter(self) -> int:
+        """The next counter to seal with: the bound TxRing's while there is one (its passes move it)."""
+        tx = self.__dict__.get("_bound_tx")
+        return int(tx.counter) if tx is not None else int(self.__dict__.get("_py_tx_counter", 0))
+
+    @_tx_counter.setter
+    def _tx_counter(self, counter: int) -> None:
+        self.__dict__["_py_tx_counter"] = counter
+        tx = self.__dict__.get("_bound_tx")
+        if tx is not None:
+            tx.counter = counter
+
+    @property
+    def _gso_reads(self) -> int:
+        """Super-frames cut: the bound TxRing keeps its own until taken."""
+        tx = self.__dict__.get("_bound_tx")
+        if tx is not None and self._tso:
+            self.__dict__["_py_gso_reads"] = self.__dict__.get("_py_gso_reads", 0) + tx.take_gso_reads()
+        return int(self.__dict__.get("_py_gso_reads", 0))
+
+    @_gso_reads.setter
+    def _gso_reads(self, n: int) -> None:
+        self.__dict__["_py_gso_reads"] = n
+
     def __init__(self, mtu: int, rekey: RekeyPolicy | None = None, replay_window: int = 2048, batch: int = 64,
                  gro: bool = False, tso: bool = False, trim_after: float = TRIM_AFTER) -> None:  # fmt: skip
         """``gro``: receive with UDP GRO where the kernel has it; ``tso``: the TAP may hand over TCP
         super-frames (tunnel.tso), which the native TAP pass segments (Python's where the build
         cannot); ``trim_after``: as ``FdDatapath``'s."""
         module()
-        super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=gro, trim_after=trim_after)
         self._tso = tso
+        self._bound_tx: Any = None  # the TxRing the event loop calls, while there is one
+        self._bound_rx: Any = None  # the RxRing likewise (not with a transit hook: its prefilter is Python's)
+        super().__init__(mtu, rekey=rekey, replay_window=replay_window, batch=batch, gro=gro, trim_after=trim_after)
         self._native_tx: Any = None
         self._native_rx: _NativeRecvRing | None = None
         self._tx_native_aead: Any = None
@@ -151,16 +229,84 @@ class NativeFdDatapath(FdDatapath):
     # -- hooks of FdDatapath -------------------------------------------------------
 
     def _readers(self) -> tuple[Callable[[], int], Callable[[], int]]:
+        """The rings themselves where the build can (bound with the current fds, keys and epoch),
+        else the Python methods that call their passes."""
         sock_reader, tap_reader = super()._readers()
-        if self._native_rx is not None:
-            sock_reader = self._sock_pass_native
         if self._native_tx is not None:
             tap_reader = self._tap_pass_native
+            if _BOUND:
+                self._bind_tx()
+                tap_reader = self._native_tx
+        if self._native_rx is not None:
+            sock_reader = self._sock_pass_native
+            if _BOUND and self._transit is None:
+                self._bind_rx()
+                sock_reader = self._native_rx.native
+            else:
+                self._set_bound_rx(None)
         return sock_reader, tap_reader
+
+    def _bind_tx(self) -> None:
+        tx = self._native_tx
+        assert tx is not None and self._tx_secret is not None
+        tx.bind(self._tap_fd, self._sock_fd, self._tx_native_aead, self._tx_secret.epoch & 0xFF, self._tx_limit,
+                self._tap_fallback)  # fmt: skip
+        self._set_bound_tx(tx)
+
+    def _bind_rx(self) -> None:
+        ring, rx = self._native_rx, self._rx
+        assert ring is not None and rx is not None
+        ring.native.bind(self._sock_fd, self._tap_fd, rx.native, rx.window, rx.epoch & 0xFF, self._max_record,
+                         self._channel, self._vnet, self._sock_fallback)  # fmt: skip
+        self._set_bound_rx(ring.native)
+
+    def _set_bound_tx(self, tx: Any) -> None:
+        """Make ``tx`` (or None) the ring the counters and the counter are read from, carrying them over."""
+        old = self._bound_tx
+        if tx is old:
+            return
+        counts = [getattr(self, name) for name in _TX_COUNTED]
+        counter, gso_reads = self._tx_counter, self._gso_reads
+        self._bound_tx = tx
+        if old is not None:
+            old.unbind()  # its references back to this data path go with it
+        for name, value in zip(_TX_COUNTED, counts, strict=True):
+            setattr(self, name, value)
+        self._tx_counter, self._gso_reads = counter, gso_reads
+
+    def _set_bound_rx(self, rx: Any) -> None:
+        old = self._bound_rx
+        if rx is old:
+            return
+        counts = [getattr(self, name) for name in _RX_COUNTED]
+        self._bound_rx = rx
+        if old is not None:
+            old.unbind()
+        for name, value in zip(_RX_COUNTED, counts, strict=True):
+            setattr(self, name, value)
+
+    def _install(self, underlay: Underlay) -> None:
+        super()._install(underlay)
+        if self._running and self._bound_tx is not None:
+            # A path move made a new send ring: the TAP's reader was the one replaced.
+            assert self._loop is not None
+            self._loop.remove_reader(self._tap_fd)
+            self._loop.add_reader(self._tap_fd, self._readers()[1])
+
+    def stop(self) -> None:
+        super().stop()
+        self._set_bound_rx(None)
+        self._set_bound_tx(None)
+
+    def _promote_rx(self) -> None:
+        super()._promote_rx()
+        if self._bound_rx is not None:
+            self._bind_rx()
 
     def _prepare_buffers(self, underlay: Underlay) -> None:
         super()._prepare_buffers(underlay)
         peer = underlay.peer
+        self._set_bound_tx(None)
         self._native_tx = None
         tso = self._vnet and self._tso
         if isinstance(peer, tuple) and (not tso or native_tso()):
@@ -185,6 +331,7 @@ class NativeFdDatapath(FdDatapath):
     def _receive_rings(self, slot_size: int) -> tuple[ReceiveBatch, GroRecvBatch | None]:
         """The native pass's ring only: _to_owner and the slow path read it too (view, length, source;
         it has no recv of its own). Python's ring would be 1 MiB more per tunnel with GRO, never read."""
+        self._set_bound_rx(None)
         if self._gro:
             self._native_rx = _NativeRecvRing(GRO_SLOTS, GRO_SLOT_SIZE, gro=True)
         else:
@@ -203,6 +350,12 @@ class NativeFdDatapath(FdDatapath):
         else:
             self._transit_keys = self._transit_run = None
         self._reset_prefilter()
+        if self._running and self._native_rx is not None:
+            # With a hook the Python pass runs (it refreshes the prefilter first); without, the ring.
+            assert self._loop is not None
+            self._loop.remove_reader(self._sock_fd)
+            self._sock_reader = self._readers()[0]
+            self._loop.add_reader(self._sock_fd, self._sock_reader)
 
     def _reset_prefilter(self) -> None:
         """No hook: every frame stays native; a hook without a prefilter: every frame comes back;
@@ -219,6 +372,8 @@ class NativeFdDatapath(FdDatapath):
         super()._set_tx(secret)
         keys = secret.keys()
         self._tx_native_aead = native_aead(self._cipher, keys.key, keys.iv)
+        if self._bound_tx is not None:
+            self._bind_tx()  # the new key and epoch (the counter went back to 0 above)
 
     def _new_rx_epoch(self, secret: TrafficSecret) -> _RxEpoch:
         state = super()._new_rx_epoch(secret)
@@ -230,49 +385,59 @@ class NativeFdDatapath(FdDatapath):
     # -- the passes ----------------------------------------------------------------
 
     def _tap_pass_native(self) -> int:
-        """Drain the TAP through the native ring; returns how many records went out."""
+        """Drain the TAP through the native ring; returns how many records went out. The pass the event
+        loop calls where the ring is not bound, and the rest of a bound one's after a rekey."""
         tx = self._native_tx
-        drops = self._drops
-        total = reads_done = 0
+        total = 0
         budget = 2 * self._batch  # oversized frames use a read but no slot
         while budget > 0:
             assert self._tx_secret is not None
-            sent, nbytes, counter, oversized, bad_offload, failed, reads, error, at_limit, gso_refused = tx.tap_pass(
-                self._tap_fd, self._sock_fd, self._tx_native_aead, self._tx_secret.epoch & 0xFF, self._tx_counter,
-                self._tx_limit, budget,
-            )
-            self._tx_counter = counter
-            self._tx_frames += sent
-            self._tx_bytes += nbytes
-            total += sent
-            reads_done += reads
-            if oversized:
-                drops[DropReason.OVERSIZED] += oversized
-            if bad_offload:
-                drops[DropReason.BAD_OFFLOAD] += bad_offload
-            if failed:
-                drops[DropReason.SEND_FAILED] += failed
-            if gso_refused:
-                logger.info("UDP GSO refused; sending one datagram per message")
-            if error:
-                # The TAP went away under us; the session notices and tears down.
-                logger.warning("tunnel tap read failed: errno %d", error)
-                self._loop.remove_reader(self._tap_fd)  # type: ignore[union-attr]
-                break
-            if self._path_frame < self._max_frame:
-                held, overflow = tx.take_too_big()
-                for frame in held:
-                    self._too_big(memoryview(frame))
-                drops[DropReason.PATH_TOO_BIG_UNANSWERED] += overflow
-            if not at_limit:
+            result = tx.tap_pass(self._tap_fd, self._sock_fd, self._tx_native_aead, self._tx_secret.epoch & 0xFF,
+                                 self._tx_counter, self._tx_limit, budget)  # fmt: skip
+            self._tx_counter = result[2]
+            total += result[0]
+            if not self._tap_result(result):
                 break
             self.rekey()
-            budget -= max(reads, 1)
-        if self._vnet:
-            self._tap_reads += reads_done
-            if self._tso:
-                self._gso_reads += tx.take_gso_reads()
+            budget -= max(result[6], 1)
         return total
+
+    def _tap_fallback(self, result: tuple[Any, ...]) -> None:
+        """A bound pass that had more than records sent: as the Python pass does after its call."""
+        if self._tap_result(result):
+            self.rekey()
+            self._tap_pass_native()
+
+    def _tap_result(self, result: tuple[Any, ...]) -> bool:
+        """Count one TAP pass and answer what it held; True: it stopped at the counter's limit (rekey)."""
+        tx = self._native_tx
+        sent, nbytes, _counter, oversized, bad_offload, failed, reads, error, at_limit, gso_refused = result
+        self._tx_frames += sent
+        self._tx_bytes += nbytes
+        if self._vnet:
+            self._tap_reads += reads
+            if self._tso and self._bound_tx is None:
+                self._gso_reads += tx.take_gso_reads()
+        drops = self._drops
+        if oversized:
+            drops[DropReason.OVERSIZED] += oversized
+        if bad_offload:
+            drops[DropReason.BAD_OFFLOAD] += bad_offload
+        if failed:
+            drops[DropReason.SEND_FAILED] += failed
+        if gso_refused:
+            logger.info("UDP GSO refused; sending one datagram per message")
+        if error:
+            # The TAP went away under us; the session notices and tears down.
+            logger.warning("tunnel tap read failed: errno %d", error)
+            self._loop.remove_reader(self._tap_fd)  # type: ignore[union-attr]
+            return False
+        if self._path_frame < self._max_frame:
+            held, overflow = tx.take_too_big()
+            for frame in held:
+                self._too_big(memoryview(frame))
+            drops[DropReason.PATH_TOO_BIG_UNANSWERED] += overflow
+        return bool(at_limit)
 
     def _sock_pass_native(self) -> int:
         """One burst through the native ring; the rest of it through the Python slow path."""
@@ -289,10 +454,21 @@ class NativeFdDatapath(FdDatapath):
             if changed is not None:
                 self._transit_seen, destinations = changed
                 ring.native.set_transit(destinations)
-        received, frames, nbytes, counts, transit, (tap_writes, gro_writes), leftovers = ring.native.sock_pass(
+        result = ring.native.sock_pass(
             self._sock_fd, self._tap_fd, rx.native, rx.window, rx.epoch & 0xFF, self._max_record,
             self._channel, self._vnet,
-        )
+        )  # fmt: skip
+        return self._sock_result(result)
+
+    def _sock_fallback(self, result: tuple[Any, ...]) -> None:
+        """A bound pass that left something for Python (drops, leftovers): as after ``sock_pass``."""
+        self._sock_result(result)
+
+    def _sock_result(self, result: tuple[Any, ...]) -> int:
+        """Count one receive pass and handle what it left in the ring; returns the frames delivered."""
+        ring = self._native_rx
+        assert ring is not None
+        received, frames, nbytes, counts, transit, (tap_writes, gro_writes), leftovers = result
         if not received:
             return 0
         self._rx_frames += frames

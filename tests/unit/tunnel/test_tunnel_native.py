@@ -6,14 +6,18 @@ implementations; these check the pieces the native path brings along.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+import select
 import socket
+import sys
+from typing import Any
 
 import pytest
 
 from evio.config.model import Cipher
-from evio.testing.datapath_pair import MTU, frame
+from evio.testing.datapath_pair import MTU, close, collected, frame, make_pair
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.testing.waiting import wait_until
 from evio.tunnel.config import TunnelSettings
@@ -21,7 +25,15 @@ from evio.tunnel.datapath import native
 from evio.tunnel.datapath.fd_datapath import FdDatapath
 from evio.tunnel.datapath.interface import DropReason
 from evio.tunnel.datapath.keys import EXPORTER_LEN, make_aead, split_exporter
-from evio.tunnel.datapath.record import KIND_CONTROL, KIND_FRAME, ControlMessage, open_, pack_control, seal
+from evio.tunnel.datapath.record import (
+    KIND_CONTROL,
+    KIND_FRAME,
+    ControlMessage,
+    ControlOpcode,
+    open_,
+    pack_control,
+    seal,
+)
 from evio.tunnel.datapath.replay import ReplayWindow
 from evio.tunnel.session import default_datapath_factory
 
@@ -299,3 +311,79 @@ async def test_native_receiver_on_a_vnet_tap_writes_what_the_python_one_does(nam
     assert our_counts == their_counts == (len(expected), sum(w[1] != GSO_NONE for w in expected))
     if name != "garbage":
         assert our_counts[1] >= 1  # each of the other sets has a run to join
+
+
+async def test_the_event_loop_calls_the_rings_and_a_plain_pass_runs_no_python() -> None:
+    """Decision 0077: the readers the loop holds are the native rings, and a pass with nothing for Python
+    (a frame record of the current epoch one way, a frame off the TAP the other) calls no Python function."""
+    if not native.bound():
+        pytest.skip("evio_native older than 0077: the event loop calls the Python passes")
+    pair = await make_pair("native")
+    try:
+        a, b = pair.a, pair.b
+        sender, receiver = a.datapath, b.datapath
+        assert isinstance(sender, native.NativeFdDatapath) and isinstance(receiver, native.NativeFdDatapath)
+        assert receiver._native_rx is not None and receiver._sock_reader is receiver._native_rx.native
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(a.tap.fd)  # the passes below are called by hand, under the profiler
+        loop.remove_reader(b.underlay.sock.fileno())
+        tap_reader, sock_reader = sender._readers()[1], receiver._sock_reader
+        assert tap_reader is sender._native_tx
+        a.tap.send_frame(frame(1))
+        await wait_until(lambda: _readable(a.tap.fd))
+        calls: list[str] = []
+
+        def profile(frame_: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                calls.append(frame_.f_code.co_name)
+
+        sys.setprofile(profile)
+        try:
+            sent = tap_reader()
+        finally:
+            sys.setprofile(None)
+        assert sent == 1
+        await wait_until(lambda: _readable(b.underlay.sock.fileno()))
+        sys.setprofile(profile)
+        try:
+            delivered = sock_reader()
+        finally:
+            sys.setprofile(None)
+        assert delivered == 1 and calls == []
+        assert b.tap.frames() == [frame(1)]
+        assert sender.stats().tx_frames == 1 and receiver.stats().rx_frames == 1
+    finally:
+        close(pair)
+
+
+def _readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+async def test_bound_passes_keep_the_counters_and_the_nonces() -> None:
+    """What the rings send and deliver without Python is in the stats, and a control record sealed in Python
+    after them takes the next counter: B opens it (a counter used twice would be dropped as replayed)."""
+    if not native.bound():
+        pytest.skip("evio_native older than 0077: the event loop calls the Python passes")
+    pair = await make_pair("native")
+    try:
+        a, b = pair.a, pair.b
+        got: list[bytes] = []
+        for i in range(5):
+            a.tap.send_frame(frame(i))
+        await wait_until(collected(b.tap, got, 5))
+        sa, sb = a.datapath.stats(), b.datapath.stats()
+        assert (sa.tx_frames, sb.rx_frames, sa.tx_bytes, sb.rx_bytes) == (5, 5, 1000, 1000)
+        assert a.datapath._tx_counter == 5
+        a.datapath.send_control(ControlMessage(ControlOpcode.KEEPALIVE, 1, 7, b""))
+        await wait_until(lambda: len(b.control) == 1)
+        assert b.datapath.stats().drops == {}
+        a.datapath.rekey()
+        a.tap.send_frame(frame(9))
+        await wait_until(collected(b.tap, got, 6))
+        a.tap.send_frame(frame(10))  # B moved to the new epoch in Python; its ring opens this one
+        await wait_until(collected(b.tap, got, 7))
+        assert got[5:] == [frame(9), frame(10)] and a.datapath.stats().tx_frames == 7
+        assert b.datapath.stats().rx_frames == 7 and b.datapath.stats().drops == {}
+    finally:
+        close(pair)
