@@ -19,7 +19,7 @@ for as long as A keeps speaking, one frame each 300 s; the drops are counted aga
 A relay of R's floods did the same by another way: it filled R's `MAX_PER_ROUTER` (4) bindings with forged RAs from
 other addresses in R's name, and R's true one was then refused (0068's K7 amendment, "still open").
 
-Suggested fix: take a link-local address whose
+Fixed (decision 0068, amended for review21p; evio/sdn/router_addresses.py `derived_from`): a link-local address whose
 interface identifier is the modified EUI-64 of a MAC a named router holds is that router's from the start: its RA
 from it binds whatever another member's MAC said of it and whatever else is bound in the router's name, and a
 solicitation or advertisement speaking for it from a MAC the router does not hold is dropped as
@@ -30,8 +30,6 @@ from a MAC another member holds (review21l L2 for a victim quiet for 300 s).
 from __future__ import annotations
 
 import ipaddress
-
-import pytest
 
 from evio.sdn import frb
 from evio.sdn.router_addresses import HEARD_FOR, MAX_PER_ROUTER
@@ -47,17 +45,18 @@ def eui64_link_local(mac: str) -> str:
     return str(ipaddress.IPv6Address(b"\xfe\x80" + bytes(6) + octets[:3] + b"\xff\xfe" + octets[3:]))
 
 
-@pytest.mark.xfail(strict=True, reason="review21p: open")
 def test_a_member_speaking_for_the_routers_address_keeps_no_node_from_binding_it() -> None:
     net, ids, macs, _ = trusted_ring(6)
     r, a = ids[3], ids[1]
     _named(net, ids, r)
     address = eui64_link_local(macs[r])
     squat = neighbor_solicit(macs[a], address, macs[a])  # from R's address, at A's own MAC
+    others = [n for n in ids if n != r]
+    heard = {n: len(net.nodes[n].received[1]) for n in ids}
     for _ in range(3):  # once within each HEARD_FOR: the claim never lapses
         net.inject(a, 1, squat)
         net.advance(HEARD_FOR - 50.0)
-    others = [n for n in ids if n != r]
+    assert not any(squat in net.nodes[n].received[1][heard[n]:] for n in ids if n != a)  # refused by A's neighbours
     heard = {n: len(net.nodes[n].received[1]) for n in ids}
     ra = advert(macs[r], macs[r], src=address)
     net.inject(r, 1, ra)
@@ -69,7 +68,6 @@ def test_a_member_speaking_for_the_routers_address_keeps_no_node_from_binding_it
     assert all(address in map(str, net.nodes[n].switch.router_addresses.bound) for n in others)
 
 
-@pytest.mark.xfail(strict=True, reason="review21p: open")
 def test_a_relay_filling_the_routers_bindings_keeps_its_true_address_bindable() -> None:
     net, ids, macs, _ = trusted_ring(6)
     u, r, a = ids[0], ids[3], ids[5]  # A is on the arc from R to u: its copies of R's floods are plausible
@@ -83,7 +81,6 @@ def test_a_relay_filling_the_routers_bindings_keeps_its_true_address_bindable() 
     assert ra in net.nodes[u].received[1][heard:]
 
 
-@pytest.mark.xfail(strict=True, reason="review21p: open")
 def test_a_relays_ra_does_not_take_a_quiet_members_address_made_from_its_mac() -> None:
     # Review21l L2's residual: V spoke for its address more than HEARD_FOR ago, so nothing at u says it is V's but
     # the address itself, made from V's MAC.
@@ -102,7 +99,6 @@ def test_a_relays_ra_does_not_take_a_quiet_members_address_made_from_its_mac() -
     assert solicit in net.nodes[u].received[1][heard:]
 
 
-@pytest.mark.xfail(strict=True, reason="review21p: open")
 def test_before_any_ra_a_members_claim_for_the_routers_address_is_dropped() -> None:
     net, ids, macs, _ = trusted_ring(6)
     u, a, r = ids[0], ids[1], ids[3]
