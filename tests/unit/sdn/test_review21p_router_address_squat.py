@@ -32,10 +32,18 @@ from __future__ import annotations
 import ipaddress
 
 from evio.sdn import frb
-from evio.sdn.router_addresses import HEARD_FOR, MAX_PER_ROUTER
+from evio.sdn.boundary import AttachOverlay
+from evio.sdn.overlay_switch import OverlaySwitch
+from evio.sdn.router_addresses import HEARD_FOR, MAX_PER_ROUTER, Claim, RouterAddresses, claim
 from evio.sdn.switch import Drop
-from tests.unit.sdn.test_review21k_router_link_local_taken import _named, advert, neighbor_solicit
+from tests.unit.sdn.test_review21k_router_link_local_taken import RA_SOURCE, _named, advert, neighbor_solicit
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
+
+
+def claim_of(frame: bytes) -> Claim:
+    said = claim(frame)
+    assert said is not None
+    return said
 
 
 def eui64_link_local(mac: str) -> str:
@@ -111,3 +119,43 @@ def test_before_any_ra_a_members_claim_for_the_routers_address_is_dropped() -> N
     own = neighbor_solicit(macs[r], eui64_link_local(macs[r]), macs[r])  # R's own, before its first RA
     net.inject(r, 1, own)
     assert own in net.nodes[u].received[1][heard:]
+
+
+def test_an_address_the_config_names_for_the_router_is_its_from_the_start() -> None:
+    # A router whose link-local address is not made from its MAC (RFC 7217, a configured fe80::66): without the
+    # config naming it, the squat holds (0068's limit); named (`ipv6_router_addresses`), it does not.
+    for named in (False, True):
+        net, ids, macs, _ = trusted_ring(6)
+        r, a = ids[3], ids[1]
+        _named(net, ids, r)
+        if named:
+            for nid in ids:
+                net.nodes[nid].switch.router_addresses.named = {ipaddress.IPv6Address(RA_SOURCE): r}
+        net.inject(a, 1, neighbor_solicit(macs[a], RA_SOURCE, macs[a]))
+        net.advance(HEARD_FOR - 50.0)
+        others = [n for n in ids if n != r]
+        heard = {n: len(net.nodes[n].received[1]) for n in ids}
+        ra = advert(macs[r], macs[r])
+        net.inject(r, 1, ra)
+        reached = [n for n in others if ra in net.nodes[n].received[1][heard[n]:]]
+        assert reached == (others if named else [])
+
+
+def test_an_address_named_or_made_for_one_router_binds_to_no_other() -> None:
+    mac_r, mac_a = "02:00:00:00:00:07", "02:00:00:00:00:0a"
+    owners = {mac_r: 7, mac_a: 8}
+    fresh = RouterAddresses()
+    fresh.named = {ipaddress.IPv6Address(RA_SOURCE): 7}
+    assert not fresh.admit_advert(8, claim_of(advert(mac_a, mac_a)), owners, now=0.0)
+    assert not fresh.admit_advert(8, claim_of(advert(mac_a, mac_a, src=eui64_link_local(mac_r))), owners, now=0.0)
+    assert fresh.admit_advert(7, claim_of(advert(mac_r, mac_r)), owners, now=0.0)
+    assert set(map(str, fresh.bound)) == {RA_SOURCE}
+    assert not RouterAddresses().spoofs(claim_of(neighbor_solicit(mac_a, RA_SOURCE, mac_a)), owners, 0.0, frozenset({7}))
+    assert fresh.spoofs(claim_of(neighbor_solicit(mac_a, eui64_link_local(mac_r), mac_a)), owners, 0.0, frozenset({7}))
+
+
+def test_the_config_s_addresses_reach_the_switch() -> None:
+    pinned = ipaddress.IPv6Address("fe80::1")
+    attached = OverlaySwitch(AttachOverlay("ov1", datapath_id=1, node_id=5, ipv6_routers=(7,),
+                                           ipv6_router_addresses=((7, pinned),)))
+    assert attached.switch.router_addresses.named == {pinned: 7}
