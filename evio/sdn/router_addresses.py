@@ -143,7 +143,7 @@ class RouterAddresses:
             return False  # no kernel takes it (RFC 4861 6.1.2), and a global address is some member's (L2)
         maker = self.owner(ra.address, mac_owners)
         if maker is not None and maker != router:
-            return False  # made from another member's MAC: its address, heard lately or not (L2, review21p)
+            return False  # another member's by its MAC or the config, heard lately or not (L2, review21p)
         held = self.bound.get(ra.address)
         if held is not None and held.until < now:
             held = None  # expired: `expire` had not run yet
@@ -153,8 +153,8 @@ class RouterAddresses:
         if not _holds(router, mac, ra.eth_src, mac_owners) or (
                 ra.lladdr is not None and not _holds(router, mac, ra.lladdr, mac_owners)):
             return False
-        # Made from the router's own MAC, the address is the router's: another MAC that spoke for it squats it, and a
-        # relay's forged addresses in the router's name cannot crowd it out (review21p).
+        # Made from one of the router's MACs, or named for it, the address is the router's: another MAC that spoke for
+        # it squats it, and a relay's forged addresses in the router's name cannot crowd it out (review21p).
         own = maker == router
         speakers = [*(() if own else self._heard.get(ra.address, {})), *([certified] if certified is not None else [])]
         if held is None and any(not _holds(router, mac, other, mac_owners) for other in speakers):
