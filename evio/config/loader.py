@@ -302,7 +302,10 @@ def _build_overlay(overlay_id: str, overlay: Mapping[str, Any], base_dir: Path) 
     return _section(OverlayConfig, overlay, base_dir, id=overlay_id,
                     bridge=_section(BridgeConfig, bridge, base_dir, name=name),
                     policy=tuple(_policy_rule(rule) for rule in overlay.get("policy", ())),
-                    ipv6_routers=tuple(parse_node_id(nid) for nid in overlay.get("ipv6_routers", ())))
+                    ipv6_routers=tuple(parse_node_id(nid) for nid in overlay.get("ipv6_routers", ())),
+                    ipv6_router_addresses=tuple(
+                        (parse_node_id(nid), ipaddress.IPv6Address(address))
+                        for nid, addresses in overlay.get("ipv6_router_addresses", {}).items() for address in addresses))
 
 
 T = TypeVar("T")

@@ -351,6 +351,8 @@ class OverlayConfig:
     attach: tuple[str, ...] = ()  # host interfaces put on the bridge as leaf ports (evio.bridge.host_ports)
     policy: tuple[PolicyRule, ...] = ()  # L2 policy, first match decides; none: everything allowed
     ipv6_routers: tuple[int, ...] = ()  # node ids of members whose router advertisements pass (decision 0068)
+    # (router node id, link-local address) pairs bound to their router from the start (0068, review21p)
+    ipv6_router_addresses: tuple[tuple[int, ipaddress.IPv6Address], ...] = ()
 
 
 @dataclass(frozen=True)

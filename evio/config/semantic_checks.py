@@ -360,6 +360,7 @@ def semantic_problems(document: Any, base_dir: Path) -> list[Problem]:
             problems.extend(_trust_problems(overlay["trust"], (*at, "trust"), base_dir))
         problems.extend(_switching_problems(overlay, at))
         problems.extend(_policy_problems(overlay.get("policy"), (*at, "policy")))
+        problems.extend(_router_address_problems(overlay, at))
     problems.extend(_bridge_problems(overlays))
     problems.extend(_attach_problems(overlays))
     return problems
@@ -383,6 +384,35 @@ def _attach_problems(overlays: Mapping[str, Any]) -> Iterator[Problem]:
                 yield Problem(at, f"{name!r} is already attached to overlay {owner[name]!r}")
             else:
                 owner[name] = overlay_id
+
+
+MAX_ROUTER_ADDRESSES = 4  # a router's link-local addresses bound at once (evio.sdn.router_addresses.MAX_PER_ROUTER)
+
+
+def _router_address_problems(overlay: Mapping[str, Any], at: tuple[str | int, ...]) -> Iterator[Problem]:
+    """A named router's addresses (decision 0068, review21p): link-local ones (no kernel takes an RA from another
+    source), each one router's, and the router named in `ipv6_routers`."""
+    routers = {r.lower() for r in overlay.get("ipv6_routers") or () if isinstance(r, str)}
+    seen: dict[ipaddress.IPv6Address, str] = {}
+    for router, addresses in _dict(overlay.get("ipv6_router_addresses")).items():
+        here = (*at, "ipv6_router_addresses", router)
+        if router.lower() not in routers:
+            yield Problem(json_path(here), "names a router that ipv6_routers does not name")
+        if isinstance(addresses, list) and not 0 < len(addresses) <= MAX_ROUTER_ADDRESSES:
+            yield Problem(json_path(here), f"give 1 to {MAX_ROUTER_ADDRESSES} addresses (or leave the router out)")
+        for index, text in enumerate(addresses if isinstance(addresses, list) else []):
+            if not isinstance(text, str):
+                continue  # the schema's to report
+            try:
+                address = ipaddress.IPv6Address(text)
+            except ValueError:
+                yield Problem(json_path((*here, index)), f"{text!r} is not an IPv6 address")
+                continue
+            if not address.is_link_local:
+                yield Problem(json_path((*here, index)), f"{text!r} is not link-local (fe80::/10): a kernel takes "
+                              "router advertisements only from a link-local source")
+            elif seen.setdefault(address, router) != router:
+                yield Problem(json_path((*here, index)), f"{text!r} is already router {seen[address]}'s")
 
 
 def _switching_problems(overlay: Mapping[str, Any], at: tuple[str | int, ...]) -> Iterator[Problem]:

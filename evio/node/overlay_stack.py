@@ -170,6 +170,7 @@ class OverlayStack:
                 transit=self.links.transit,  # the fast path's table, mirrored by the switch (evio.node.transit_wiring)
                 policy=self.plan.config.policy,
                 ipv6_routers=self.plan.config.ipv6_routers,
+                ipv6_router_addresses=self.plan.config.ipv6_router_addresses,
             )
             self._attached = True
         self._bridge_made = True  # from here on, stop() deletes it even if create() failed half-way

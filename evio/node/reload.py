@@ -145,8 +145,10 @@ def _only_servers_differ(old: AccountPlan | None, new: AccountPlan | None) -> bo
 
 
 def _bridge(plan: OverlayPlan) -> tuple[object, ...]:
-    # ipv6_routers: the switch's RA guard takes them at attach (decision 0068); a new list restarts the overlay.
-    return (plan.bridge, plan.datapath, plan.datapath_id, plan.config.bridge, plan.config.ipv6_routers)
+    # ipv6_routers and their addresses: the switch's RA guard takes them at attach (decision 0068); a new list
+    # restarts the overlay.
+    return (plan.bridge, plan.datapath, plan.datapath_id, plan.config.bridge, plan.config.ipv6_routers,
+            plan.config.ipv6_router_addresses)
 
 
 def accounts_of(plan: NodePlan, jids: tuple[str, ...]) -> list[AccountPlan]:

@@ -36,6 +36,7 @@ Out of the controller (`ControllerEvent`, os-ken thread -> asyncio): an
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import queue
 import threading
@@ -69,6 +70,7 @@ class AttachOverlay:
     transit: TransitSink | None = None  # the data path's fast-path table to mirror tunnel-to-tunnel flows into
     policy: tuple[PolicyRule, ...] = ()  # the overlay's L2 policy (evio.sdn.l2policy)
     ipv6_routers: tuple[int, ...] = ()  # members whose router advertisements pass the RA guard (decision 0068)
+    ipv6_router_addresses: tuple[tuple[int, ipaddress.IPv6Address], ...] = ()  # their addresses named in the config
 
 
 @dataclass(frozen=True, slots=True)

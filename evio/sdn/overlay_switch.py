@@ -70,6 +70,7 @@ class OverlaySwitch:
         self.policy = PolicyTable(settings.policy)
         self.switch.frame_filter = self._policy_allows
         self.switch.ipv6_routers = frozenset(settings.ipv6_routers)  # the RA guard's named members (0068)
+        self.switch.router_addresses.named = {address: router for router, address in settings.ipv6_router_addresses}
         self._policy_reported: tuple[object, ...] | None = None
         self.rates = FlowRates()
         self.peer_by_name: dict[str, int] = {}

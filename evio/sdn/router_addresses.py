@@ -25,6 +25,16 @@ IPv6 router, back. So:
    router's own are a packet-in each (neighbour unreachability detection: one exchange per node and half minute
    of traffic at most).
 
+4. Some addresses are known to be a member's before any frame (`owner`, review21p: a member speaking for the
+   router's address from its own MAC, once each `HEARD_FOR`, kept the router's RAs from binding it anywhere; a relay
+   filling the router's `MAX_PER_ROUTER` bindings with forged addresses in its name did the same): one the config
+   names for a router (`ipv6_router_addresses`, `named`), and, in trust mode, one made from a MAC (modified EUI-64,
+   RFC 4291 appendix A: what a kernel makes by default), the member's holding that MAC (`made_by`). A named router's
+   RA from its own binds over what other MACs said of it and past the cap; a router's RA from another member's never
+   binds (L2, for an owner quiet for `HEARD_FOR` too); and a solicitation or advertisement speaking for a named
+   router's own is judged by check 2 before any RA bound it. An address made otherwise (RFC 7217's stable privacy, a
+   configured fe80::1 the config does not name) is judged by check 1 only.
+
 What a router holds: in trust mode the MACs its signed announcement holds (`mac_owners`, 0055); without trust only
 the MAC its first bound RA came from (a relay that forged the first RA in the router's name keeps the address for
 the hold; without trust the root of an FRB is all the guard judges anyway). Pure: frames, `now` and maps in.
@@ -96,6 +106,7 @@ class RouterAddresses:
     def __init__(self) -> None:
         self.bound: dict[ipaddress.IPv6Address, _Binding] = {}  # (read it; an attribute: the guard asks per frame)
         self.changed = False  # the set of bound addresses changed since `flows` last ran
+        self.named: Mapping[ipaddress.IPv6Address, int] = {}  # routers' addresses the config names (check 4)
         # Link-local addresses members' MACs spoke for lately (check 1, review21l L2): address -> MAC -> (when, the
         # member holding the MAC then), and each member's (address, MAC) pairs, least recently heard first, at most
         # MAX_HEARD_PER_MEMBER: a member inventing addresses pushes out only its own. A pair is in one share only,
@@ -130,6 +141,9 @@ class RouterAddresses:
         `certified`: the MAC the CA certified the source address for, if any."""
         if not ra.address.is_link_local:
             return False  # no kernel takes it (RFC 4861 6.1.2), and a global address is some member's (L2)
+        maker = self.owner(ra.address, mac_owners)
+        if maker is not None and maker != router:
+            return False  # another member's by its MAC or the config, heard lately or not (L2, review21p)
         held = self.bound.get(ra.address)
         if held is not None and held.until < now:
             held = None  # expired: `expire` had not run yet
@@ -139,24 +153,39 @@ class RouterAddresses:
         if not _holds(router, mac, ra.eth_src, mac_owners) or (
                 ra.lladdr is not None and not _holds(router, mac, ra.lladdr, mac_owners)):
             return False
-        speakers = [*self._heard.get(ra.address, {}), *([certified] if certified is not None else [])]
+        # Made from one of the router's MACs, or named for it, the address is the router's: another MAC that spoke for
+        # it squats it, and a relay's forged addresses in the router's name cannot crowd it out (review21p).
+        own = maker == router
+        speakers = [*(() if own else self._heard.get(ra.address, {})), *([certified] if certified is not None else [])]
         if held is None and any(not _holds(router, mac, other, mac_owners) for other in speakers):
             return False  # another member's address: bound, it would lose neighbour discovery here (review21l L2)
-        if held is None and sum(b.router == router for b in self.bound.values()) >= MAX_PER_ROUTER:
+        if held is None and not own and sum(b.router == router for b in self.bound.values()) >= MAX_PER_ROUTER:
             return False
         until = now + min(max(float(ra.lifetime), MIN_HOLD), MAX_HOLD)
         self.bound[ra.address] = _Binding(router, mac, max(until, held.until if held is not None else 0.0))
         self.changed |= held is None
         return True
 
-    def spoofs(self, said: Claim, mac_owners: Mapping[str, int], now: float) -> bool:
-        """Check 2: whether a solicitation or advertisement speaks for a bound address with a MAC its router does
-        not hold (an RA is judged by `admit_advert`)."""
+    def spoofs(
+        self, said: Claim, mac_owners: Mapping[str, int], now: float, routers: frozenset[int] = frozenset(),
+    ) -> bool:
+        """Check 2: whether a solicitation or advertisement speaks for a bound address, or one known to be one of the
+        named `routers`' (check 4, trust mode), with a MAC its router does not hold (an RA: `admit_advert`)."""
         held = self.bound.get(said.address)
-        if held is None or held.until < now:
+        if held is not None and held.until >= now:
+            router, first = held.router, held.mac
+        elif mac_owners and (maker := self.owner(said.address, mac_owners)) in routers:
+            router, first = maker, ""  # (trust mode: `_holds` asks `mac_owners`, not a first MAC)
+        else:
             return False
-        return not _holds(held.router, held.mac, said.eth_src, mac_owners) or (
-            said.lladdr is not None and not _holds(held.router, held.mac, said.lladdr, mac_owners))
+        return not _holds(router, first, said.eth_src, mac_owners) or (
+            said.lladdr is not None and not _holds(router, first, said.lladdr, mac_owners))
+
+    def owner(self, address: ipaddress.IPv6Address, mac_owners: Mapping[str, int]) -> int | None:
+        """The member `address` is known to be of before any frame (check 4): the router the config names it for, or
+        the holder of the MAC it was made from; None: no frame-free fact says."""
+        named = self.named.get(address)
+        return named if named is not None else made_by(address, mac_owners)
 
     def expire(self, now: float) -> None:
         for address in [a for a, b in self.bound.items() if b.until < now]:
@@ -189,6 +218,21 @@ class RouterAddresses:
             flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))),
                                    to_switching=False))
         return frozenset(flows)
+
+
+def made_from(address: ipaddress.IPv6Address) -> str | None:
+    """The MAC a link-local address's interface identifier is the modified EUI-64 of (fe80::/64, ff:fe in its middle
+    and the universal/local bit flipped: RFC 4291 appendix A, Linux's `addr_gen_mode` 0), or None."""
+    packed = address.packed
+    if packed[:8] != b"\xfe\x80" + bytes(6) or packed[11:13] != b"\xff\xfe":
+        return None
+    return format_mac(bytes([packed[8] ^ 0x02]) + packed[9:11] + packed[13:16])
+
+
+def made_by(address: ipaddress.IPv6Address, mac_owners: Mapping[str, int]) -> int | None:
+    """The member holding the MAC `address` was made from (trust mode; without it no MAC's member is known)."""
+    mac = made_from(address) if mac_owners else None
+    return None if mac is None else mac_owners.get(mac)
 
 
 def _holds(router: int, first_mac: str, mac: str, mac_owners: Mapping[str, int]) -> bool:

@@ -899,8 +899,8 @@ class BoundedFloodSwitch:
                 reason = Drop.ROUTER_ADDRESS_SPOOFED
         elif (self.ipv6_routers and kind in router_addresses.CLAIM_TYPES
               and (said := router_addresses.claim(frame)) is not None
-              and self.router_addresses.spoofs(said, self.mac_owners, now)):
-            reason = Drop.ROUTER_ADDRESS_SPOOFED  # speaks for a bound address with a MAC its router does not hold
+              and self.router_addresses.spoofs(said, self.mac_owners, now, self.ipv6_routers)):
+            reason = Drop.ROUTER_ADDRESS_SPOOFED  # speaks for a router's address with a MAC the router does not hold
         elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.CERTIFIED_TYPES):
             msg = neighbor_guard.certified_claim(frame, found)  # an RS like an NS (review21m M3)
             if msg is None:
