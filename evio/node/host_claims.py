@@ -26,7 +26,8 @@ What comes in costs a signature check only when it could change something (revie
 sender MACs took a budget shared by all and no honest announcement was checked):
 
 1. free refusals first: what does not parse, another overlay's, stale or from the future, naming a group MAC,
-   this node's own, a revoked member's, one not newer than the list held for its node, the exact bytes of one
+   this node's own, a revoked member's, one not newer than the list held for its node, a page its member's list
+   dropped (`HostClaims.dropped`: a later page said the list ended before it; review21o O1), the exact bytes of one
    refused lately, a certificate refused lately for the id it names;
 2. then a budget per port the announcement came in by, shared fairly among the node ids named
    (`evio.sdn.flood_shares`, max-min, no queue): each member the node knows (signaling's peers, or a certificate
@@ -413,6 +414,9 @@ class HostClaimsFlood:
         held = self.claims.issued_ms(parsed.node_id, parsed.page)
         if held is not None and parsed.issued_ms <= held:
             self.counts["unchanged"] += 1  # a copy by another way, or a replay: nothing to check
+            return
+        if self.claims.dropped(parsed.node_id, parsed.page, parsed.issued_ms):
+            self.counts["refused_dropped_page"] += 1  # a page its member's later one said is gone: a replay (O1)
             return
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if digest in self._refused:

@@ -21,8 +21,9 @@ version 1 while it has no certified address to name, so nodes of the previous re
 
 Version 3 is one *page* of a node's list (review21e E1): a node hosting more than `MAX_MACS` (a site gateway
 bridging a LAN) names them all in up to `MAX_PAGES` pages, each signed on its own and held by (node, page); a
-page says how many the list has, and pages past that count issued before it are dropped. A MAC stays on the
-page it was put on while the node hosts it (`Pager`), so a change re-signs only its page and no MAC is, even
+page says how many the list has, and pages past that count issued before it are dropped, and refused when they
+come again (review21o O1: a member replaying another's dropped page within `LIFETIME`; decision 0079). A MAC stays
+on the page it was put on while the node hosts it (`Pager`), so a change re-signs only its page and no MAC is, even
 for a moment, named by none. A one-page list goes as version 1 or 2, as before.
 
 The signature covers `_CONTEXT` and everything before it. An announcement is the node's whole list (or one
@@ -346,6 +347,9 @@ class HostClaims:
     def __init__(self, self_id: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.self_id = self_id
         self._lists: dict[int, dict[int, Announcement]] = {}  # member -> page -> its latest announcement
+        # member -> page count its pages stated -> when the latest page stating it was issued (ms): what `dropped` asks,
+        # kept after the pages it dropped went (review21o O1), at most MAX_PAGES a member, each for LIFETIME.
+        self._ends: dict[int, dict[int, int]] = {}
         self.disputed: frozenset[str] = frozenset()
         self._since: dict[tuple[int, str], int] = {}  # (member, MAC) -> when (in takes) it first named it
         self._taken = 0
@@ -363,7 +367,12 @@ class HostClaims:
 
     def take(self, ann: Announcement) -> bool:
         """A verified announcement; True when it changed who holds what, or the addresses it names (an older or
-        equal one never does)."""
+        equal one never does, nor a page its member's list had dropped: `dropped`)."""
+        if self.dropped(ann.node_id, ann.page, ann.issued_ms):
+            return False
+        ends = self._ends.setdefault(ann.node_id, {})
+        if ends.get(ann.pages, -1) < ann.issued_ms:
+            ends[ann.pages] = ann.issued_ms
         pages = self._lists.setdefault(ann.node_id, {})
         held = pages.get(ann.page)
         if held is not None and held.issued_ms >= ann.issued_ms:
@@ -388,12 +397,26 @@ class HostClaims:
         held = self._lists.get(node_id, {}).get(page)
         return held.issued_ms if held is not None else None
 
+    def dropped(self, node_id: int, page: int, issued_ms: int) -> bool:
+        """Whether page `page` of `node_id`'s list, issued at `issued_ms`, is one its list had dropped: a page of that
+        member issued after it said the list had `page` pages or fewer (review21o O1). Each page is signed on its own
+        and an unchanged one is not signed again, so a page older than another of its list may be current; but once
+        a list said it ended before `page`, every page `page` issued earlier is gone for good: a list that grows
+        again signs its pages anew (each names the count), after saying so. Held per count, not only the latest: a
+        list that shrank and grew again still drops what it had before it shrank, where its new page `page` was
+        lost. Whatever the order its pages come in, the same pages are held."""
+        ends = self._ends.get(node_id)
+        return ends is not None and any(at > issued_ms for count, at in ends.items() if count <= page)
+
     def holds(self, node_id: int) -> bool:
         return node_id in self._lists
 
     def forget(self, node_ids: Iterable[int]) -> bool:
         """Members that left or were revoked: their claims go. True when any did."""
-        gone = [(n, self._lists.pop(n)) for n in list(node_ids) if n in self._lists]
+        node_ids = list(node_ids)
+        for node in node_ids:
+            self._ends.pop(node, None)
+        gone = [(n, self._lists.pop(n)) for n in node_ids if n in self._lists]
         for node, pages in gone:
             for mac in self._named(pages):
                 self._since.pop((node, mac), None)
@@ -403,6 +426,11 @@ class HostClaims:
         """Lists (pages) issued more than `LIFETIME` ago go, but those of `keep` (members whose refresh may have gone
         unchecked here). True when any went."""
         changed = False
+        for node, ends in list(self._ends.items()):  # a page issued before one of these is stale anyway (`parse`)
+            for count in [c for c, at in ends.items() if at / 1000 < now - LIFETIME]:
+                del ends[count]
+            if not ends:
+                del self._ends[node]
         for node, pages in list(self._lists.items()):
             if node in keep:
                 continue

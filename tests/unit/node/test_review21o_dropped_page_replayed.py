@@ -28,7 +28,13 @@ page within the last 30 min and H was on a page it dropped (a node bridging a LA
 Measured (virtual clock, 3 nodes, this test): after `ALONE_HOLD` U held H for W; one replayed frame later U held H
 for nobody, disputed between V and W.
 
-Suggested fix: in `HostClaims.take` (or before the check, in `receive`), refuse a page `p` of a member whose held
+Fixed (decision 0079): each member's page counts are kept with when a page last stated each, for `LIFETIME`, after
+the pages they dropped went (`HostClaims.dropped`): a page `p` issued before a page of its member saying the list
+has `p` pages or fewer is refused, free, before any check (`refused_dropped_page`), and never taken. The tests after
+the pin: the honest orders (a page 1 before its page 0, across a shrink and a regrowth) are all taken, and an old
+page 0 replayed after a newer one changes nothing.
+
+Suggested fix (the review's): in `HostClaims.take` (or before the check, in `receive`), refuse a page `p` of a member whose held
 list has a page issued later than it with `pages <= p` (that page said the list ended before `p`); keep, per
 member, the newest `(issued_ms, pages)` seen even after the pages went, so a page dropped cannot be taken again
 while it is within `LIFETIME`.
@@ -36,18 +42,17 @@ while it is within `LIFETIME`.
 
 from __future__ import annotations
 
-import pytest
-
 from evio.node import host_claims as hcf
 from evio.signal import host_claims
-from tests.unit.node.test_host_claims_flood import fleet
+from tests.unit.node.test_host_claims_flood import Medium, Wired, fleet
+from tests.unit.node.test_review21d_host_claims_by_port import virtual_wall
 
 MOVED = "02:00:00:00:0b:01"  # host H: V's, on page 1 of V's list, then W's
 
 
-@pytest.mark.xfail(strict=True, reason="review21o O1: a dropped page of another member's list is taken again")
 async def test_a_replayed_page_the_member_dropped_does_not_take_a_moved_host_from_its_new_node() -> None:
     medium, nodes, clock = fleet(3)
+    virtual_wall(nodes, clock)  # issued times a page gap apart, as on a real node, not within one real ms
     v, w, u = nodes
     sent_by_v: list[bytes] = []
     deliver = medium.send
@@ -74,3 +79,99 @@ async def test_a_replayed_page_the_member_dropped_does_not_take_a_moved_host_fro
     await clock.advance(1.0)
     assert MOVED not in u.claims.disputed
     assert u.told[-1].get(MOVED) == w.node_id  # fixed: the page V dropped is not taken again
+    assert u.counts["refused_dropped_page"] == 1  # refused before any check
+
+
+HOSTS = tuple(f"02:00:00:00:0a:{k:02x}" for k in range(host_claims.MAX_MACS))  # V's page 0, full
+NEW = "02:00:00:00:0b:02"  # a host V gains later: page 1 again
+
+
+def spied(medium: Medium, v: Wired, away: list[Wired]) -> tuple[list[bytes], list[bytes], list[bool]]:
+    """(every frame V sends; those of them held back from the nodes `away` while the flag is set; the flag)."""
+    sent_by_v: list[bytes] = []
+    held_back: list[bytes] = []
+    hold = [False]
+    deliver = medium.send
+
+    def spy(sender: hcf.HostClaimsFlood, frame: bytes, to: bytes = hcf.BROADCAST) -> None:
+        if sender is v:
+            sent_by_v.append(frame)
+        if sender is not v or not hold[0]:
+            deliver(sender, frame, to)  # type: ignore[arg-type]
+            return
+        held_back.append(frame)
+        for node in away:
+            medium.nodes.remove(node)
+        try:
+            deliver(sender, frame, to)
+        finally:
+            medium.nodes.extend(away)
+
+    medium.send = spy  # type: ignore[method-assign]
+    return sent_by_v, held_back, hold
+
+
+def page_of(frames: list[bytes], number: int, wall: float) -> bytes:
+    return next(f for f in reversed(frames) if host_claims.parse("ov1", f, wall).page == number)
+
+
+async def test_a_list_that_shrank_and_grew_again_is_taken_in_any_order_and_its_old_page_is_not() -> None:
+    medium, nodes, clock = fleet(4)
+    virtual_wall(nodes, clock)
+    v, w, u, x = nodes
+    sent_by_v, held_back, hold = spied(medium, v, [u, x])
+    v.set_hosted((*HOSTS, MOVED))
+    await clock.advance(5.0)
+    old_page_1 = page_of(sent_by_v, 1, v._wall())
+    v.set_hosted(HOSTS)  # one page: page 1 dropped everywhere
+    await clock.advance(5.0)
+    assert MOVED not in u.told[-1] and MOVED not in x.told[-1]
+
+    hold[0] = True
+    v.set_hosted((*HOSTS, NEW))  # two pages again, each signed anew: U and X miss both as they go ...
+    await clock.advance(5.0)
+    hold[0] = False
+    assert [host_claims.parse("ov1", f, v._wall()).page for f in held_back] == [0, 1]
+    assert w.told[-1].get(NEW) == v.node_id
+    new_page_0, new_page_1 = held_back
+    attacker = b"\x02\x66\x00\x00\x00\x09"
+    # ... and U has them late, page 1 before its page 0 (a catch-up's unicast and the flood's copy crossing):
+    u.receive(new_page_1, v.mac)
+    await clock.advance(1.0)
+    assert u.told[-1].get(NEW) == v.node_id  # page 1 taken before its page 0: it is newer than the shrink
+    u.receive(new_page_0, v.mac, ingress=v.node_id, root=v.node_id)
+    # X has the new page 0 only (saying two pages again) when A replays the page 1 from before the shrink: the
+    # shrink still drops it, though the newest page 0 held says the list has a page 1.
+    x.receive(new_page_0, v.mac, ingress=v.node_id, root=v.node_id)
+    x.receive(old_page_1, attacker)
+    await clock.advance(1.0)
+    assert x.counts["refused_dropped_page"] == 1 and x.claims.issued_ms(v.node_id, 1) is None
+    x.receive(new_page_1, v.mac)  # the new page 1, late: taken
+    await clock.advance(1.0)
+    for node in (u, x):
+        assert node.told[-1] == {**dict.fromkeys((*HOSTS, NEW), v.node_id)}, node
+        assert node.claims.issued_ms(v.node_id, 1) == w.claims.issued_ms(v.node_id, 1)
+
+
+async def test_an_old_page_0_replayed_after_a_newer_one_changes_nothing_with_its_page_1_or_without() -> None:
+    medium, nodes, clock = fleet(3)
+    virtual_wall(nodes, clock)
+    v, w, u = nodes
+    sent_by_v, _, _ = spied(medium, v, [u])
+    v.set_hosted((*HOSTS, MOVED))
+    await clock.advance(5.0)
+    old_page_0, old_page_1 = page_of(sent_by_v, 0, v._wall()), page_of(sent_by_v, 1, v._wall())
+    v.set_hosted(HOSTS)
+    await clock.advance(5.0)
+    w.set_hosted((MOVED,))
+    await clock.advance(host_claims.ALONE_HOLD + 5.0)
+    assert u.told[-1].get(MOVED) == w.node_id
+    told, unchanged = len(u.told), u.counts["unchanged"]
+
+    attacker = b"\x02\x66\x00\x00\x00\x09"
+    u.receive(old_page_0, attacker)  # V's list as it was, page 0 first (it said: two pages) ...
+    u.receive(old_page_1, attacker)  # ... then its page 1
+    await clock.advance(1.0)
+    assert (u.counts["unchanged"] - unchanged, u.counts["refused_dropped_page"]) == (1, 1)
+    assert len(u.told) == told and MOVED not in u.claims.disputed
+    assert u.claims.issued_ms(v.node_id, 1) is None

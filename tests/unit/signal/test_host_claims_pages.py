@@ -3,6 +3,7 @@ a paged list and its bound, and the pager that keeps each MAC on its page."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -57,6 +58,37 @@ def test_a_paged_list_is_the_union_of_its_pages_and_fewer_pages_withdraw_the_res
     # One page, as version 1: page 0 of 1, so page 1 goes too.
     assert claims.take(hc.Announcement(OV, M, now + 11, tuple(macs[:5])))
     assert claims.owners() == dict.fromkeys(macs[:5], M)
+
+
+@pytest.mark.parametrize("last", ["shrank", "page 1 changed", "page 0 changed"])
+def test_a_members_pages_in_any_order_leave_the_same_list_held(last: str) -> None:
+    """Decision 0079 (review21o O1): a page issued before one of its list saying the list had that page or fewer is
+    gone for good, whatever the order the pages come in; the honest orders all end where the in-order one does."""
+    now = int(time.time() * 1000)
+    a, b, c, d = lan(64, 1), lan(1, 2), lan(1, 3), lan(1, 4)
+    sent = [
+        hc.Announcement(OV, M, now, tuple(a), (), 0, 2),
+        hc.Announcement(OV, M, now + 250, tuple(b), (), 1, 2),
+        hc.Announcement(OV, M, now + 1000, tuple(a), (), 0, 1),  # shrank: page 1 dropped
+        hc.Announcement(OV, M, now + 2000, tuple(a), (), 0, 2),  # grew again: every page signed anew
+        hc.Announcement(OV, M, now + 2250, tuple(c), (), 1, 2),
+    ]
+    if last == "shrank":
+        sent.append(hc.Announcement(OV, M, now + 3000, tuple(a), (), 0, 1))
+        held = a
+    elif last == "page 1 changed":  # alone: page 0 stays as it was, older than it
+        sent.append(hc.Announcement(OV, M, now + 3000, tuple(d), (), 1, 2))
+        held = a + d
+    else:  # alone: page 1 stays as it was, older than it, and current (so "older than a newer page" is no test)
+        sent.append(hc.Announcement(OV, M, now + 3000, tuple(a[:-1] + d), (), 0, 2))
+        held = a[:-1] + d + c
+    for order in itertools.permutations(sent):
+        claims = hc.HostClaims()
+        for ann in order:
+            claims.take(ann)
+        assert claims.owners() == dict.fromkeys(held, M), order
+        # Every page sent before, replayed now, changes nothing (page 1 of the first list above all: dropped).
+        assert not any(claims.take(ann) for ann in sent)
 
 
 def test_a_page_expires_on_its_own_and_a_mac_on_a_live_page_keeps_its_place() -> None:
