@@ -27,14 +27,18 @@ neither: the owner's probe is multicast); else dropped as `CERTIFIED_ADDRESS_SPO
 NS naming a certified address as its source to the controller; a probe's source is ::, so its flow would match the
 target (`icmpv6_type=135, ipv6_src=::, ipv6_nd_target=<address>`) if unicast probes are to be judged too. Or add the
 overlay address with `nodad` (the CA's certificate is the uniqueness check) and keep the guard as it is.
+
+Fixed (decision 0076): both. The guard drops a probe for a certified address unless flooded rooted at its owner from
+the certified MAC, a table-0 flow by target brings unicast ones to it, and the owner's switch, told its own
+certified addresses, drops every probe for them and advertisement of them from a tunnel port (a neighbour's probe
+reached V without crossing another switch); the bridge adds a certified IPv6 address with `nodad`. The ways around
+it: `test_sdn_dad_guard.py`.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import struct
-
-import pytest
 
 from evio.sdn import frb
 from evio.testing.fake_flow_table import FakeNetwork
@@ -64,8 +68,6 @@ def _setup() -> tuple[FakeNetwork, list[int], dict[int, str]]:
     return net, ids, macs
 
 
-@pytest.mark.xfail(strict=True, reason="review21n N3: another member's DAD probe for a certified address reaches "
-                                       "its owner's interface (its kernel fails the address)")
 def test_a_members_dad_probe_for_anothers_certified_address_does_not_reach_its_owner() -> None:
     net, ids, macs = _setup()
     a, v = ids[0], ids[2]
