@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from evio.bridge import BridgeSpec
+from evio.testing.frames import dad_probe
 from evio.testing.waiting import wait_until_blocking
-from tests.unit.sdn.test_review21n_dad_probe_for_certified_address import dad_probe
 
 pytestmark = pytest.mark.integration
 

@@ -37,28 +37,10 @@ it: `test_sdn_dad_guard.py`.
 
 from __future__ import annotations
 
-import ipaddress
-import struct
-
-from evio.sdn import frb
 from evio.testing.fake_flow_table import FakeNetwork
+from evio.testing.frames import dad_probe
 from tests.unit.sdn.test_review21k_nd_behind_extension_header import V6, _certify_v6
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
-
-
-def dad_probe(eth_src: str, target: str) -> bytes:
-    """A duplicate-address-detection probe: an NS from :: for `target`, to its solicited-node group, no option."""
-    tgt = ipaddress.IPv6Address(target)
-    group = ipaddress.IPv6Address("ff02::1:ff00:0").packed[:13] + tgt.packed[13:]
-    src = bytes(16)
-    icmp = bytearray(bytes([135, 0, 0, 0, 0, 0, 0, 0]) + tgt.packed)
-    data = src + group + struct.pack("!I3xB", len(icmp), 58) + bytes(icmp)
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    icmp[2:4] = (~total & 0xFFFF).to_bytes(2, "big")
-    ipv6 = struct.pack("!IHBB16s16s", 6 << 28, len(icmp), 58, 255, src, group)
-    return b"\x33\x33" + group[12:] + frb.parse_mac(eth_src) + b"\x86\xdd" + ipv6 + bytes(icmp)
 
 
 def _setup() -> tuple[FakeNetwork, list[int], dict[int, str]]:

@@ -18,9 +18,9 @@ import pytest
 from evio.sdn import frb
 from evio.sdn.switch import Drop
 from evio.testing.fake_flow_table import FakeNetwork
+from evio.testing.frames import dad_probe
 from tests.unit.sdn.test_review21k_nd_behind_extension_header import V6, _certify_v6
 from tests.unit.sdn.test_review21k_router_link_local_taken import neighbor_advert
-from tests.unit.sdn.test_review21n_dad_probe_for_certified_address import dad_probe
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 
 NEIGHBOUR, TWO_HOPS = 1, 0  # of V = ids[2] on the ring: ids[1] has a tunnel to it, ids[0] does not
