@@ -1,4 +1,5 @@
-"""Ethernet frames as unit tests of the switch logic send them: hosts' MACs, broadcasts, ARP, an ICMP redirect, an IPv6 DAD probe.
+"""Ethernet frames as unit tests of the switch logic send them: hosts' MACs, broadcasts, ARP, an ICMP redirect, an
+IPv6 duplicate address detection probe.
 
 Frames are the minimum Ethernet payload long (46 bytes) unless a test gives its own payload. An ARP frame's
 default payload is a well-formed request (a probe: Ethernet/IPv4, sender `src` at 0.0.0.0): the switch drops ARP
