@@ -25,6 +25,10 @@ Neighbour solicitations and advertisements and router solicitations in FRBs and 
 (an RS's source link-layer option is what a forwarding kernel stores: review21m M3). Table 0 sends every one naming
 a certified IPv6 address to the controller (`ipv6_src` of an RS or NS, `ipv6_nd_target` of an NA), and every NA
 whose target Open vSwitch does not read, so none rides a unicast flow past the check (review21m M1, decision 0075).
+A duplicate address detection probe (an NS from ::) for a certified IPv6 address, which fails the address at its
+owner while tentative, passes only as the owner's own flood; at the owner's node no probe for its own certified
+address nor advertisement of it from a tunnel port passes (`fails_owners_dad`; table 0 sends them by target: review21n
+N3, decision 0076).
 
 Redirects (137) from a tunnel port reach no port, whoever sent them (review21m M2, decision 0075): a redirect's
 target link-layer option names another host's MAC by design, so no binding can judge it, and a router on another
