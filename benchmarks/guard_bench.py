@@ -7,7 +7,8 @@
 every FRB broadcast, before anything else is done with it. This times it alone, in the process, on a switch
 with one tunnel port and 64 certified IPv4 and IPv6 addresses, for the frames that come that way: the first
 TCP segment of a flow, a broadcast ARP request, a neighbour solicitation and advertisement, a router
-solicitation from a certified address (its owner's: judged, passed), an ICMPv6 redirect (dropped, decision 0075),
+solicitation from a certified address (its owner's: judged, passed), a duplicate address detection probe for a
+certified address, unicast so not its owner's (dropped, decision 0076), an ICMPv6 redirect (dropped, decision 0075),
 an mDNS datagram, a TCP segment in VLAN 42 (an attached trunk's), an ICMP echo request (the first of a ping), and a
 router advertisement from a member not named and an ICMP (IPv4) redirect (both dropped). Prints the median over
 rounds of the mean per call of each, in nanoseconds. No root; a
@@ -52,6 +53,7 @@ def frames() -> dict[str, bytes]:
     na = bytes([136, 0, 0, 0, 0x60, 0, 0, 0]) + ipaddress.IPv6Address("fd00::2").packed + bytes([2, 1]) + A
     owner = bytes.fromhex("020000000003")  # certified for fd00::3 (`switch`): its own RS is judged and passes
     rs = bytes([133, 0, 0, 0, 0, 0, 0, 0, 1, 1]) + owner
+    probe = bytes([135, 0, 0, 0, 0, 0, 0, 0]) + ipaddress.IPv6Address("fd00::3").packed  # DAD, not its owner's
     redirect6 = bytes([137, 0, 0, 0, 0, 0, 0, 0]) + ipaddress.IPv6Address("2001:db8::1").packed * 2 + bytes([2, 1]) + A
     ra = bytes([134, 0, 0, 0, 64, 0, 7, 8]) + bytes(8)
     mdns = struct.pack("!HHHH", 5353, 5353, 20, 0) + bytes(12)
@@ -65,6 +67,8 @@ def frames() -> dict[str, bytes]:
         "neighbour advertisement": B + A + b"\x86\xdd" + _ipv6(58, na, "fe80::2"),
         "router solicitation (certified)": b"\x33\x33\x00\x00\x00\x02" + owner + b"\x86\xdd"
         + _ipv6(58, rs, "ff02::2", src="fd00::3"),
+        "dad probe, certified (dropped)": b"\x33\x33\xff\x00\x00\x03" + A + b"\x86\xdd"
+        + _ipv6(58, probe, "ff02::1:ff00:3", src="::"),
         "icmpv6 redirect (dropped)": B + A + b"\x86\xdd" + _ipv6(58, redirect6, "fe80::2"),
         "mdns": b"\x33\x33\x00\x00\x00\xfb" + A + b"\x86\xdd" + _ipv6(17, mdns, "ff02::fb", 1),
         "tcp in vlan 42": B + A + b"\x81\x00\x00\x2a\x08\x00" + ip4 + tcp,

@@ -87,6 +87,9 @@ class BridgeSpec:
     controller_port: int
     overlay_address: str | None = None  # interface form, "10.10.0.5/24", put on the internal port
     mtu: int | None = None
+    # The overlay CA's certificate names `overlay_address` as this node's (decision 0062): an IPv6 one is added
+    # without duplicate address detection (`nodad`, decision 0076).
+    address_certified: bool = False
     controller_host: str = "127.0.0.1"
     datapath_id: int | None = None  # None: OVS picks one (from the bridge's MAC)
     switching: str = "bounded-flood"  # or "stp": RSTP + MAC learning in OVS, no controller
@@ -105,6 +108,16 @@ class BridgeSpec:
     @property
     def stp(self) -> bool:
         return self.switching == "stp"
+
+    @property
+    def address_flags(self) -> tuple[str, ...]:
+        """`ip address` flags for `overlay_address`. A certified IPv6 address skips duplicate address detection:
+        the CA's certificate is its uniqueness check, and while it was tentative (a second at each setup, and at each
+        link-up) any member's probe for it or advertisement of it failed it for good, `dadfailed` (review21n N3).
+        Others keep DAD: nothing else tells a duplicate (IPv4 has none in the kernel)."""
+        if not self.address_certified or self.overlay_address is None:
+            return ()
+        return ("nodad",) if ipaddress.ip_interface(self.overlay_address).version == 6 else ()
 
     def __post_init__(self) -> None:
         if self.switching not in SWITCHING_MODES:
@@ -192,7 +205,7 @@ class OvsBridge:
         await self._ipv6_link_local()
         await self._no_redirects()
         if c.overlay_address is not None:
-            await self.runner.run(["ip", "address", "replace", c.overlay_address, "dev", c.name])
+            await self.runner.run(["ip", "address", "replace", c.overlay_address, "dev", c.name, *c.address_flags])
         await self.runner.run(["ip", "link", "set", c.name, "up"])
         if c.stp:
             log.info("bridge created bridge=%s datapath=%s switching=stp rstp_address=%s address=%s",

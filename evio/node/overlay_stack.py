@@ -252,6 +252,8 @@ class OverlayStack:
             log.warning("overlay %s: hosts not announced over the overlay (%s)", self.overlay, self.host_claims_error)
             return
         self.host_claims = flood
+        # No probe for the bridge's own certified address from a tunnel port reaches it (decision 0076).
+        self._sdn.commands.set_own_addresses(self.overlay, frozenset(flood.own_addresses))
         for document_flood in (self.revocations, self.member_lists):  # HAVE senders known by member (0043, J5)
             if document_flood is not None:
                 document_flood.use_members(flood.owner_of)

@@ -21,6 +21,7 @@ from evio.node.errors import NodeConfigError
 from evio.signal import identity, member_list
 from evio.signal.client import SignalSettings
 from evio.signal.endpoint import OverlayIdentity
+from evio.signal.overlay_addresses import certified_addresses
 from evio.tunnel.config import TunnelSettings, from_overlay_config
 from evio.tunnel.path.dtls import TunnelCertificate
 from evio.tunnel.path.trust import TrustAnchor
@@ -122,11 +123,18 @@ def plan_node(
         wanted = overlay.bridge.datapath
         datapath = datapath_type(kernel_module_loaded) if wanted == "auto" else wanted
         dpid = datapath_id_for(overlay.id)
+        certificate = None
+        if overlay.id in trusts:
+            anchor, certificate = trusts[overlay.id]
+            tunnel = replace(tunnel, trust=anchor)
+        address = overlay.bridge.address_for(node_id)
         bridge = BridgeSpec(
             name=overlay.bridge.name,
             controller_port=controller_port,
             controller_socket=str(controller_socket) if controller_socket is not None else None,
-            overlay_address=str(address) if (address := overlay.bridge.address_for(node_id)) is not None else None,
+            overlay_address=str(address) if address is not None else None,
+            address_certified=(address is not None and certificate is not None
+                               and address.ip in certified_addresses(certificate.cert, overlay.id)),
             # Checked against the tunnels' by the config (evio.config.model); unset, the tunnels' here, which
             # is lower than the config's on a host with IPv6 underlay paths.
             mtu=overlay.bridge.mtu if overlay.bridge.mtu is not None else tunnel.tap_mtu,
@@ -134,10 +142,6 @@ def plan_node(
             switching=overlay.bridge.switching,
             rstp_address=rstp_address_for(node_id) if overlay.bridge.switching == "stp" else None,
         )
-        certificate = None
-        if overlay.id in trusts:
-            anchor, certificate = trusts[overlay.id]
-            tunnel = replace(tunnel, trust=anchor)
         plans.append(OverlayPlan(overlay, overlay.signal.jid, tunnel, bridge, datapath, dpid, certificate))
     metrics = config.metrics.host_port if config.metrics.enabled else None
     return NodePlan(node_id, account_plans, tuple(plans), metrics)

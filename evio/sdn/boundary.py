@@ -128,9 +128,18 @@ class SetCertifiedAddresses:
     addresses: Mapping[IPAddress, str]
 
 
+@dataclass(frozen=True, slots=True)
+class SetOwnAddresses:
+    """This node's own overlay addresses its CA certificate names (not among `SetCertifiedAddresses`': the bridge
+    answers for itself): a duplicate address detection probe for one from a tunnel port is dropped (decision 0076)."""
+
+    overlay: str
+    addresses: frozenset[IPAddress]
+
+
 ControllerCommand = (
     AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown | SetMembers | SetMacOwners
-    | SetCertifiedAddresses
+    | SetCertifiedAddresses | SetOwnAddresses
 )
 
 
@@ -171,6 +180,9 @@ class CommandQueue:
 
     def set_certified_addresses(self, overlay: str, addresses: Mapping[IPAddress, str]) -> None:
         self.put(SetCertifiedAddresses(overlay, addresses))
+
+    def set_own_addresses(self, overlay: str, addresses: frozenset[IPAddress]) -> None:
+        self.put(SetOwnAddresses(overlay, addresses))
 
     def drain(self) -> list[ControllerCommand]:
         out: list[ControllerCommand] = []

@@ -25,6 +25,10 @@ Neighbour solicitations and advertisements and router solicitations in FRBs and 
 (an RS's source link-layer option is what a forwarding kernel stores: review21m M3). Table 0 sends every one naming
 a certified IPv6 address to the controller (`ipv6_src` of an RS or NS, `ipv6_nd_target` of an NA), and every NA
 whose target Open vSwitch does not read, so none rides a unicast flow past the check (review21m M1, decision 0075).
+A duplicate address detection probe (an NS from ::) for a certified IPv6 address, which fails the address at its
+owner while tentative, passes only as the owner's own flood; at the owner's node no probe for its own certified
+address nor advertisement of it from a tunnel port passes (`fails_owners_dad`; table 0 sends them by target: review21n
+N3, decision 0076).
 
 Redirects (137) from a tunnel port reach no port, whoever sent them (review21m M2, decision 0075): a redirect's
 target link-layer option names another host's MAC by design, so no binding can judge it, and a router on another
@@ -47,7 +51,7 @@ Pure: frames in, verdicts and flow descriptions out.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from evio.sdn import router_addresses
 from evio.sdn.flow_actions import AddGuardFlow
@@ -62,7 +66,7 @@ ICMP, ICMP_REDIRECT = 1, 5
 ICMPV6 = 58
 ROUTER_ADVERTISEMENT, REDIRECT = 134, 137
 ROUTER_TYPES = (ROUTER_ADVERTISEMENT, REDIRECT)
-# Certified addresses of each family guarded by flows (IPv4 two each, IPv6 three); members beyond: packet-ins still
+# Certified addresses of each family guarded by flows (IPv4 two each, IPv6 four); members beyond: packet-ins still
 # checked, their unicast neighbour messages ride flows.
 MAX_GUARDED = 4096
 ND_TYPES = frozenset(range(133, 138))  # router solicitation and advertisement, neighbour ones, redirect
@@ -128,6 +132,28 @@ def spoofs_certified(certified: Mapping[IPAddress, str], msg: NeighborMessage) -
     return msg.eth_src.lower() != mac or (msg.sender_mac is not None and msg.sender_mac.lower() != mac)
 
 
+def fails_owners_dad(certified: Mapping[IPAddress, str], own: Collection[IPAddress], msg: NeighborMessage,
+                     root: int | None, mac_owners: Mapping[str, int]) -> bool:
+    """Whether an IPv6 neighbour message from a tunnel port would fail its certified target's duplicate address
+    detection at the owner (review21n N3): the owner's kernel, the address still tentative, takes any probe (an NS
+    from ::, RFC 4862 5.4.2) for it or advertisement of it as a duplicate's and gives the address up (`dadfailed`,
+    5.4.3). A probe for a certified address passes only as its owner's own: multicast, so flooded rooted at the
+    owner (`root`; None: unicast), from the certified MAC. At the owner's node (`own`: this node's certified
+    addresses) none passes, nor an advertisement: its own frames do not come back to it by a tunnel. Elsewhere
+    another's advertisement is `spoofs_certified`'s (review21m M1)."""
+    probe = msg.kind is Kind.REQUEST and msg.sender_ip is not None and msg.sender_ip.is_unspecified
+    address = msg.target_ip if probe else msg.sender_ip if msg.kind is Kind.SPEAKS else None
+    if address is None or address.version != 6:
+        return False  # ARP: no kernel of ours detects IPv4 address conflicts
+    if address in own:
+        return True
+    mac = certified.get(address) if probe else None
+    if mac is None:
+        return False
+    mac = mac.lower()
+    return root is None or mac_owners.get(mac) != root or msg.eth_src.lower() != mac
+
+
 def certified_claim(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMessage | None:
     """What an untagged ARP, NS, NA or RS frame says of an address's MAC, for `spoofs_certified`, or None where it
     cannot be read. An RS speaks for its source with its source link-layer option: a kernel forwarding IPv6 creates
@@ -142,8 +168,10 @@ def certified_claim(frame: bytes, found: tuple[int, int, bool] | None) -> Neighb
     return NeighborMessage(Kind.REQUEST, said.eth_src, said.lladdr, said.address, None)
 
 
-def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] = ()) -> frozenset[AddGuardFlow]:
-    """The table-0 flows of the guards for these certified addresses and tunnel ports."""
+def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] = (),
+                own: Iterable[IPAddress] = ()) -> frozenset[AddGuardFlow]:
+    """The table-0 flows of the guards for these certified addresses, tunnel ports and this node's own certified
+    addresses (`own`: their probes and advertisements, `fails_owners_dad`)."""
     icmpv6 = (("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6))
     flows = {AddGuardFlow((*icmpv6, ("icmpv6_type", kind)), to_switching=False) for kind in ROUTER_TYPES}
     flows.add(AddGuardFlow((("eth_type", ETH_TYPE_IPV4), ("ip_proto", ICMP), ("icmpv4_type", ICMP_REDIRECT)),
@@ -160,11 +188,20 @@ def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] 
     # Certified IPv6 addresses: every RS, NS and NA naming one to the controller (review21m M1, M3), with no pass
     # flow for the owner's true pair (decision 0075: OVS and Linux read a doubled link-layer option differently).
     ipv6 = sorted(ip for ip in certified if isinstance(ip, ipaddress.IPv6Address))
+    own_ipv6 = sorted(ip for ip in own if isinstance(ip, ipaddress.IPv6Address))
     for address in ipv6[:MAX_GUARDED]:
         flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", kind), ("ipv6_src", str(address))), to_switching=False)
                   for kind in (ROUTER_SOLICITATION, NEIGHBOR_SOLICITATION)}
         flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT), ("ipv6_nd_target", str(address))),
                                to_switching=False))
+    # A probe's source is ::, so the flows by source miss it: by its target, or a unicast one to the owner's MAC
+    # rides 0072's flow ahead to its interface past `fails_owners_dad` (review21n N3); at the owner's node, the
+    # advertisements of its own addresses too.
+    for address in [*ipv6[:MAX_GUARDED], *own_ipv6]:
+        flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_SOLICITATION), ("ipv6_src", "::"),
+                                ("ipv6_nd_target", str(address))), to_switching=False))
+    flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT), ("ipv6_nd_target", str(address))),
+                           to_switching=False) for address in own_ipv6}
     for port in tunnel_ports:
         flows |= tunnel_flows(port)
     return frozenset(flows)

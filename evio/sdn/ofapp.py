@@ -71,6 +71,7 @@ from evio.sdn.boundary import (
     SetMacOwners,
     SetMembers,
     SetOnDemand,
+    SetOwnAddresses,
     SetPolicy,
 )
 from evio.sdn.openflow_messages import (
@@ -373,6 +374,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
                     self._send(overlay, overlay.switch.set_mac_owners(command.owners, now))
                 elif isinstance(command, SetCertifiedAddresses):
                     overlay.switch.neighbors.certified = dict(command.addresses)
+                elif isinstance(command, SetOwnAddresses):
+                    overlay.switch.own_certified = command.addresses  # its guard flows at the next tick
 
     def _attach(self, settings: AttachOverlay) -> None:
         known = self.overlays.get(settings.overlay)

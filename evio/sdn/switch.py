@@ -337,6 +337,10 @@ class BoundedFloodSwitch:
         self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
         self._guarded_tunnels: frozenset[int] = frozenset()  # and the tunnel ports
         self._guarded_leaves: frozenset[int] = frozenset()  # and, named as a router, the leaf ports (review21l L1)
+        # This node's own overlay addresses its certificate names: not in `neighbors.certified` (its bridge answers
+        # for itself), but no probe for one nor advertisement of one from a tunnel port is its own (review21n N3).
+        self.own_certified: frozenset[IPAddress] = frozenset()
+        self._guarded_own: frozenset[IPAddress] = frozenset()  # and these
         self.router_addresses = router_addresses.RouterAddresses()  # named routers' link-local addresses (K7)
 
     @property
@@ -901,12 +905,15 @@ class BoundedFloodSwitch:
               and (said := router_addresses.claim(frame)) is not None
               and self.router_addresses.spoofs(said, self.mac_owners, now, self.ipv6_routers)):
             reason = Drop.ROUTER_ADDRESS_SPOOFED  # speaks for a router's address with a MAC the router does not hold
-        elif self.neighbors.certified and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.CERTIFIED_TYPES):
+        elif ((self.neighbors.certified or self.own_certified)
+              and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.CERTIFIED_TYPES)):
             msg = neighbor_guard.certified_claim(frame, found)  # an RS like an NS (review21m M3)
             if msg is None:
                 reason = Drop.UNREADABLE_FRAME  # a solicitation or advertisement the guard cannot read (K6)
-            elif neighbor_guard.spoofs_certified(self.neighbors.certified, msg):
-                reason = Drop.CERTIFIED_ADDRESS_SPOOFED
+            elif (neighbor_guard.spoofs_certified(self.neighbors.certified, msg)
+                  or neighbor_guard.fails_owners_dad(self.neighbors.certified, self.own_certified, msg, root,
+                                                     self.mac_owners)):
+                reason = Drop.CERTIFIED_ADDRESS_SPOOFED  # a claim, or a probe (review21n N3), not the owner's
         if reason is None:
             if said is not None and (member := self.mac_owners.get(said.eth_src)) is not None:
                 # Which member's MAC speaks for a link-local address, by whatever way it came (learning places a
@@ -955,12 +962,15 @@ class BoundedFloodSwitch:
         if cleared:
             self._guards = frozenset()
         elif (self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels
-              and self._guarded_leaves == leaves and not self.router_addresses.changed):
+              and self._guarded_leaves == leaves and self._guarded_own == self.own_certified
+              and not self.router_addresses.changed):
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
         self._guarded_tunnels = tunnels
         self._guarded_leaves = leaves
-        wanted = (neighbor_guard.guard_flows(self._guarded, sorted(tunnels)) | self.router_addresses.flows()
+        self._guarded_own = self.own_certified
+        wanted = (neighbor_guard.guard_flows(self._guarded, sorted(tunnels), sorted(self._guarded_own, key=str))
+                  | self.router_addresses.flows()
                   | neighbor_guard.router_node_flows(sorted(leaves)))
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)

@@ -429,9 +429,9 @@ def _packet_fields(in_port: int, frame: bytes) -> dict[str, Any]:
 
 
 def _nd_fields(packet: dict[str, Any], frame: bytes) -> None:
-    """The IPv6 source and a neighbour message's target, as OVS reads them, for the guards of named routers' and
-    certified addresses (evio.sdn.router_addresses, neighbor_guard): the target only for code 0 and while no
-    link-layer option of one type comes twice with a non-zero MAC in each, :: otherwise (lib/flow.c
+    """The IPv6 source and a neighbour solicitation's or advertisement's target, as OVS reads them, for the guards of
+    named routers' and certified addresses (evio.sdn.router_addresses, neighbor_guard): the target only for code 0
+    and while no link-layer option of one type comes twice with a non-zero MAC in each, :: otherwise (lib/flow.c
     `parse_icmpv6`; Linux takes the first such option: decision 0075)."""
     if packet.get("vlan_vid"):
         frame = frame[:12] + frame[16:]  # past one tag, as OVS reads (its vlan-limit is 1)
@@ -439,13 +439,13 @@ def _nd_fields(packet: dict[str, Any], frame: bytes) -> None:
         return
     packet["ipv6_src"] = str(ipaddress.IPv6Address(frame[22:38]))
     found = icmpv6_at(frame)
-    if found is not None and found[0] == 136:
+    if found is not None and found[0] in (135, 136):
         packet["ipv6_nd_target"] = "::"  # read below when OVS reads it
     said = router_addresses.claim(frame)
     if said is not None:
         packet.setdefault("icmpv6_type", said.kind)  # past the tag too
-        if said.kind == 136 and found is not None and not _lladdr_doubled(frame[found[1] + 24:]):
-            packet["ipv6_nd_target"] = str(said.address)
+        if said.kind in (135, 136) and found is not None and not _lladdr_doubled(frame[found[1] + 24:]):
+            packet["ipv6_nd_target"] = str(ipaddress.IPv6Address(frame[found[1] + 8:found[1] + 24]))
 
 
 def _lladdr_doubled(options: bytes) -> bool:

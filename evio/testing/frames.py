@@ -1,4 +1,5 @@
-"""Ethernet frames as unit tests of the switch logic send them: hosts' MACs, broadcasts, ARP, an ICMP redirect.
+"""Ethernet frames as unit tests of the switch logic send them: hosts' MACs, broadcasts, ARP, an ICMP redirect, an
+IPv6 duplicate address detection probe.
 
 Frames are the minimum Ethernet payload long (46 bytes) unless a test gives its own payload. An ARP frame's
 default payload is a well-formed request (a probe: Ethernet/IPv4, sender `src` at 0.0.0.0): the switch drops ARP
@@ -58,3 +59,15 @@ def icmp_redirect(dst_mac: str, src_mac: str, gateway: str, victim: str, destina
     icmp = bytearray(struct.pack("!BBH4s", 5, 1, 0, ipaddress.IPv4Address(new_gateway).packed) + quoted)
     icmp[2:4] = finish(ones_sum(icmp)).to_bytes(2, "big")
     return frb.parse_mac(dst_mac) + frb.parse_mac(src_mac) + b"\x08\x00" + ipv4(gateway, victim, 1, bytes(icmp))
+
+
+def dad_probe(eth_src: str, target: str) -> bytes:
+    """A duplicate-address-detection probe (RFC 4862 5.4.2): an NS from :: for `target`, to its solicited-node
+    group, no option, no nonce (what another member floods for an address: review21n N3)."""
+    tgt = ipaddress.IPv6Address(target)
+    group = ipaddress.IPv6Address("ff02::1:ff00:0").packed[:13] + tgt.packed[13:]
+    src = bytes(16)
+    icmp = bytearray(bytes([135, 0, 0, 0, 0, 0, 0, 0]) + tgt.packed)
+    icmp[2:4] = finish(ones_sum(src + group + struct.pack("!I3xB", len(icmp), 58) + icmp)).to_bytes(2, "big")
+    ipv6 = struct.pack("!IHBB16s16s", 6 << 28, len(icmp), 58, 255, src, group)
+    return b"\x33\x33" + group[12:] + frb.parse_mac(eth_src) + b"\x86\xdd" + ipv6 + bytes(icmp)

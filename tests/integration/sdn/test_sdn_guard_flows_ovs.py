@@ -1,17 +1,20 @@
-"""The guards' table-0 flows for certified IPv6 addresses in a real Open vSwitch, read by `ofproto/trace` (decision
-0075, review21m M1-M3).
+"""The guards' table-0 flows for certified IPv6 addresses in a real Open vSwitch, read by `ofproto/trace` (decisions
+0075 and 0076, review21m M1-M3, review21n N3).
 
 A private OVS (its own ovsdb-server and ovs-vswitchd in a namespace of this test) holds one bridge with a tunnel
-port and a leaf port, the flows `neighbor_guard.guard_flows` makes for one certified IPv6 address, a table-0 miss
-to table 1, and in table 1 a flow ahead to the node's MAC (0072's kind: any source, any port). Each frame is traced
-from the tunnel port; the test reads which table-0 flow took it and whether a flow it met sends it to the
-controller (else the flow ahead sends it out of the leaf port):
+port and a leaf port, the flows `neighbor_guard.guard_flows` makes for one certified IPv6 address and the node's own
+certified one, a table-0 miss to table 1, and in table 1 a flow ahead to the node's MAC (0072's kind: any source,
+any port). Each frame is traced from the tunnel port; the test reads which table-0 flow took it and whether a flow
+it met sends it to the controller (else the flow ahead sends it out of the leaf port):
 
 - M1's forged advertisement for the certified address, unicast to the node's MAC: the target flow, controller;
 - the same with its target link-layer option twice (Open vSwitch reads no target then; Linux takes the first):
   the flow for unread targets, controller; without that flow, the flow ahead to the leaf port (the way around
   every flow by target that the fix closes);
 - M1's solicitation and M3's router solicitation from the certified address: the source flows, controller;
+- a duplicate address detection probe (from ::) for the certified address or the node's own, unicast to the node's
+  MAC, and an advertisement of the node's own address: the flows by target, controller (review21n N3, 0076); a
+  probe for another address: the flow ahead;
 - a redirect (M2): the RA guard's flow, controller (which drops it from tunnel ports);
 - a solicitation from another address, and a TCP segment: the flow ahead, out of the leaf port.
 
@@ -42,6 +45,7 @@ BRIDGE = "evgd0"
 TUNNEL, LEAF = 2, 1
 NODE_MAC, ATTACKER, OWNER = "02:00:00:00:00:01", "02:00:00:00:00:0a", "02:00:00:00:00:03"
 CERTIFIED = "fd00::3"
+NODE_ADDRESS = "fd00::1"  # the node's own certified address (decision 0076)
 
 
 def _mac(text: str) -> bytes:
@@ -114,7 +118,9 @@ def _traced(ovs: OvsInstance, frame: bytes) -> tuple[str, bool]:
 
 
 def test_every_neighbour_message_naming_a_certified_ipv6_address_goes_to_the_controller(ovs: OvsInstance) -> None:
-    for flow in sorted(neighbor_guard.guard_flows({ipaddress.IPv6Address(CERTIFIED): OWNER}, [TUNNEL]), key=repr):
+    flows = neighbor_guard.guard_flows({ipaddress.IPv6Address(CERTIFIED): OWNER}, [TUNNEL],
+                                       [ipaddress.IPv6Address(NODE_ADDRESS)])
+    for flow in sorted(flows, key=repr):
         ovs.ofctl("add-flow", BRIDGE, _ofctl_flow(flow))
     ovs.ofctl("add-flow", BRIDGE, "table=0,priority=0,actions=goto_table:1")
     ovs.ofctl("add-flow", BRIDGE, f"table=1,priority=5,eth_dst={NODE_MAC},actions=output:{LEAF}")  # a flow ahead
@@ -131,6 +137,13 @@ def test_every_neighbour_message_naming_a_certified_ipv6_address_goes_to_the_con
         "M3 RS from the certified address": (_nd(133, CERTIFIED, "ff02::2", bytes(4), [(1, ATTACKER)]), guard, True),
         "M2 redirect": (_nd(137, "fe80::66", "fd00::aa", _target("2001:db8::1", 0) + bytes(16), [(2, ATTACKER)]),
                         guard, True),
+        "N3 DAD probe for the certified address, unicast": (
+            _nd(135, "::", "ff02::1:ff00:3", _target(CERTIFIED, 0), []), guard, True),
+        "N3 DAD probe for the node's own address": (_nd(135, "::", "ff02::1:ff00:1", _target(NODE_ADDRESS, 0), []),
+                                                   guard, True),
+        "an NA for the node's own address": (_nd(136, NODE_ADDRESS, "ff02::1", _target(NODE_ADDRESS, 0x20000000),
+                                                 [(2, ATTACKER)]), guard, True),
+        "a DAD probe for another address": (_nd(135, "::", "ff02::1:ff00:9", _target("fd00::9", 0), []), 0, False),
         "an NS from another address": (_nd(135, "fd00::9", "fd00::1", _target("fd00::1", 0), [(1, ATTACKER)]), 0, False),
         "an NA for another address": (_nd(136, "fd00::9", "fe80::1", _target("fd00::9"), [(2, ATTACKER)]), 0, False),
     }

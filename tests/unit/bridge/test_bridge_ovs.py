@@ -224,3 +224,17 @@ async def test_bridge_is_created_with_the_overlays_datapath_id_so_the_controller
     assert await bridge.datapath_id() == 0xCAFE0001
     with pytest.raises(BridgeError):
         BridgeSpec("evobr0", 6653, datapath_id=0)
+
+
+@pytest.mark.parametrize(("address", "certified", "flags"), [
+    ("fd00:77::5/64", True, ["nodad"]),  # the CA's certificate is its uniqueness check (decision 0076)
+    ("fd00:77::5/64", False, []),  # nothing else tells a duplicate: DAD as on any Ethernet
+    ("10.10.0.5/24", True, []),  # IPv4: no DAD in the kernel, no flag
+])
+async def test_a_certified_ipv6_overlay_address_is_added_without_duplicate_address_detection(
+    address: str, certified: bool, flags: list[str],
+) -> None:
+    # Review21n N3: while the address was tentative, any member's probe for it failed it (`dadfailed`).
+    runner = RecordingRunner()
+    await OvsBridge(BridgeSpec("evobr0", 6653, address, address_certified=certified), runner, "system").create()
+    assert ["ip", "address", "replace", address, "dev", "evobr0", *flags] in runner.calls

@@ -27,34 +27,20 @@ neither: the owner's probe is multicast); else dropped as `CERTIFIED_ADDRESS_SPO
 NS naming a certified address as its source to the controller; a probe's source is ::, so its flow would match the
 target (`icmpv6_type=135, ipv6_src=::, ipv6_nd_target=<address>`) if unicast probes are to be judged too. Or add the
 overlay address with `nodad` (the CA's certificate is the uniqueness check) and keep the guard as it is.
+
+Fixed (decision 0076): both. The guard drops a probe for a certified address unless flooded rooted at its owner from
+the certified MAC, a table-0 flow by target brings unicast ones to it, and the owner's switch, told its own
+certified addresses, drops every probe for them and advertisement of them from a tunnel port (a neighbour's probe
+reached V without crossing another switch); the bridge adds a certified IPv6 address with `nodad`. The ways around
+it: `test_sdn_dad_guard.py`.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import struct
-
-import pytest
-
-from evio.sdn import frb
 from evio.testing.fake_flow_table import FakeNetwork
+from evio.testing.frames import dad_probe
 from tests.unit.sdn.test_review21k_nd_behind_extension_header import V6, _certify_v6
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
-
-
-def dad_probe(eth_src: str, target: str) -> bytes:
-    """A duplicate-address-detection probe: an NS from :: for `target`, to its solicited-node group, no option."""
-    tgt = ipaddress.IPv6Address(target)
-    group = ipaddress.IPv6Address("ff02::1:ff00:0").packed[:13] + tgt.packed[13:]
-    src = bytes(16)
-    icmp = bytearray(bytes([135, 0, 0, 0, 0, 0, 0, 0]) + tgt.packed)
-    data = src + group + struct.pack("!I3xB", len(icmp), 58) + bytes(icmp)
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    icmp[2:4] = (~total & 0xFFFF).to_bytes(2, "big")
-    ipv6 = struct.pack("!IHBB16s16s", 6 << 28, len(icmp), 58, 255, src, group)
-    return b"\x33\x33" + group[12:] + frb.parse_mac(eth_src) + b"\x86\xdd" + ipv6 + bytes(icmp)
 
 
 def _setup() -> tuple[FakeNetwork, list[int], dict[int, str]]:
@@ -64,8 +50,6 @@ def _setup() -> tuple[FakeNetwork, list[int], dict[int, str]]:
     return net, ids, macs
 
 
-@pytest.mark.xfail(strict=True, reason="review21n N3: another member's DAD probe for a certified address reaches "
-                                       "its owner's interface (its kernel fails the address)")
 def test_a_members_dad_probe_for_anothers_certified_address_does_not_reach_its_owner() -> None:
     net, ids, macs = _setup()
     a, v = ids[0], ids[2]

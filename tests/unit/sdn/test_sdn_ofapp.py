@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import threading
 from typing import Any
@@ -514,3 +515,20 @@ def test_the_tick_slows_down_when_nothing_needs_it_and_a_packet_in_brings_it_bac
     clock.now += 0.5
     assert app.tick_pace() == 5.0  # ... and then the slow pace again: it added no flow
 
+
+
+def test_the_nodes_own_certified_address_gets_the_flows_of_its_probes_and_advertisements() -> None:
+    # Decision 0076 (review21n N3): none from a tunnel port is the node's own, so none rides a flow to its interface.
+    app, commands, _, clock = make_app()
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100)
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1)])
+    dp.sent.clear()
+    own = ipaddress.IPv6Address("fd00::3")
+    commands.set_own_addresses("red", frozenset({own}))
+    clock.now += 1
+    app.tick(EventTick(periodic=True))
+    assert app.overlays["red"].switch.own_certified == {own}
+    guarded = sorted((m.match["icmpv6_type"], m.match.get("ipv6_src")) for m in dp.sent
+                     if isinstance(m, parser.OFPFlowMod) and m.match.get("ipv6_nd_target") == str(own))
+    assert guarded == [(135, "::"), (136, None)]
