@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evio.config.model import Cipher
-from evio.ratelimit import LogLimiter
+from evio.ratelimit import LogLimiter, Rate, TokenBucket
 from evio.tunnel.datapath.interface import ControlHandler, DropReason, Underlay
 from evio.tunnel.datapath.keys import RekeyPolicy, TrafficSecret, make_aead
 from evio.tunnel.datapath.mmsg import DatagramBatch, ReceiveBatch, make_batch, make_receive_batch
@@ -26,8 +26,15 @@ from evio.tunnel.datapath.replay import ReplayWindow
 from evio.tunnel.datapath.transit_table import TransitHook
 
 TRIM_AFTER = 10.0
-_OWNER_FAILURE_LOG_INTERVAL = 10.0  # seconds between warnings that the datagram owner (ICE) failed
 """Seconds without a frame after which a data path's buffers are handed back to the kernel."""
+_OWNER_FAILURE_LOG_INTERVAL = 10.0  # seconds between warnings that the datagram owner (ICE) failed
+CONTROL_BUDGET = Rate(per_second=200.0, burst=200)
+"""Authenticated control records a tunnel takes from its peer (receive.py, ``_open_slow``); the rest are
+dropped as ``control-rate`` before they are parsed. An honest peer sends at most about 110 a second, every
+sender at its own limit at once, and about 55 at once (decision 0080)."""
+CLOSE_BUDGET = Rate(per_second=1.0, burst=2)
+"""CLOSE records, apart from ``CONTROL_BUDGET``: a peer that spent that budget can still be heard closing.
+CLOSE ends the tunnel, so one is all an honest peer sends."""
 
 
 class _RxEpoch:
@@ -91,6 +98,9 @@ class FdState:
         self._rx_prev: _RxEpoch | None = None
         self._rx_next: _RxEpoch | None = None
         self._owner_failure_log = LogLimiter[None](_OWNER_FAILURE_LOG_INTERVAL)
+        # Spent on the event loop's clock, only by authenticated records: a forger cannot drain them.
+        self._control_budget = TokenBucket(CONTROL_BUDGET, 0.0)
+        self._close_budget = TokenBucket(CLOSE_BUDGET, 0.0)
         self._want_gro = gro
         self._gro = False
         self._vnet = False

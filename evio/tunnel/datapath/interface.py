@@ -47,6 +47,9 @@ class DropReason(enum.Enum):
     """Authenticated control record with a malformed payload."""
     UNKNOWN_CONTROL = "unknown-control"
     """Authenticated control record with an opcode this release does not know (a newer peer's; record.py)."""
+    CONTROL_RATE = "control-rate"
+    """Authenticated control record past the tunnel's budget of them (fd_state.py, ``CONTROL_BUDGET``; decision 0080):
+    dropped before it is parsed or handled."""
     EARLY = "early"
     """A record that arrived before keys were in place."""
     SEND_FAILED = "send-failed"

@@ -23,9 +23,11 @@ The flow, for each burst (the socket is readable, and the event loop calls the s
 
 The slow path (``_open_slow``) does 4-7 allocating, for any epoch of the three
 it keeps (previous, current, next): a record of the next epoch promotes it
-(``_promote_rx``, the peer rekeyed), and a control record goes to the session's
-``on_control`` (liveness). ``native.py`` runs steps 1-7 in Rust for frame
-records of the current epoch (``_sock_pass_native``) and hands the rest here.
+(``_promote_rx``, the peer rekeyed), and a control record, within the tunnel's
+budget of them (``CONTROL_BUDGET``, CLOSE apart: decision 0080), goes to the
+session's ``on_control`` (liveness); past it, it is dropped unparsed.
+``native.py`` runs steps 1-7 in Rust for frame records of the current epoch
+(``_sock_pass_native``) and hands the rest here.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from evio.tunnel.datapath.record import (
     KIND_CONTROL,
     KIND_FRAME,
     OVERHEAD,
+    ControlOpcode,
     nonce,
     parse_control,
 )
@@ -60,6 +63,7 @@ logger = logging.getLogger(__name__)
 _U64 = struct.Struct("!Q")
 _MIN_FRAME_RECORD = OVERHEAD + ETHERNET_HEADER_LEN
 _MIN_RX_SLOT = 2048
+_CLOSE = bytes([ControlOpcode.CLOSE])
 GRO_SLOTS = 16  # 64 KiB each: up to 16 bursts of records per recvmmsg
 
 
@@ -355,7 +359,8 @@ class ReceivePath(FdState):
 
     def _open_slow(self, record: memoryview | bytes, n: int) -> bool:
         """Any record: other epochs, control, odd sizes, injected. Allocates; rare. True when it was
-        authentic and new (a frame delivered or a control message taken, even a malformed one)."""
+        authentic and new (a frame delivered or a control message taken, even a malformed one or one
+        past the budget)."""
         if n < OVERHEAD:
             self._drops[DropReason.TRUNCATED] += 1
             return False
@@ -387,6 +392,14 @@ class ReceivePath(FdState):
             self._rx_bytes += len(plaintext)
             self._deliver(memoryview(plaintext))
             return True
+        if not self._within_control_budget(plaintext):
+            # The peer holds the keys, so it can send these as fast as it likes (review21o O4): past the
+            # budget, nothing more of this record is read; the window above has moved, as for any record.
+            # Still counted received (rx_records): authentic, so the peer was heard, and liveness is not
+            # to take a tunnel whose peer's answers were squeezed out for silent.
+            self._drops[DropReason.CONTROL_RATE] += 1
+            self._rx_control += 1
+            return True
         try:
             message = parse_control(plaintext)
         except UnknownControlError:
@@ -399,6 +412,14 @@ class ReceivePath(FdState):
         assert self._on_control is not None
         self._on_control(message)
         return True
+
+    def _within_control_budget(self, plaintext: bytes) -> bool:
+        """Spend a token for an authenticated control record: CLOSE from its own allowance (the opcode
+        byte, all that is read of it here), any other from the tunnel's budget (decision 0080)."""
+        now = self._loop.time() if self._loop is not None else 0.0
+        if plaintext[:1] == _CLOSE:
+            return self._close_budget.take(now)
+        return self._control_budget.take(now)
 
     def _epoch_for(self, epoch_byte: int) -> _RxEpoch | None:
         for state in (self._rx, self._rx_next, self._rx_prev):

@@ -25,6 +25,10 @@ fewer and smaller datagrams than M4's 107,000 STUN requests a second).
 Suggested fix: a token bucket of control records per tunnel in the receive path (a few hundred a second covers
 HELLO, keepalives, echo probes, PMTU probes and OVERLAY_SIGNAL's `CHUNK_RATE` of 20/s with room), records past
 it dropped and counted (a `DropReason` of their own) before `parse_control` and the handler.
+
+Fixed (decision 0080): `_open_slow` spends a token of the tunnel's `CONTROL_BUDGET` (200 a second, 200 at once)
+for each authenticated control record before parsing it, CLOSE from an allowance of its own (`CLOSE_BUDGET`);
+past them a record is counted `control-rate` and read no further. Both data paths take control records there.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ import pytest
 
 from evio.testing.datapath_pair import close, make_pair
 from evio.testing.waiting import wait_until
+from evio.tunnel.datapath.fd_state import CONTROL_BUDGET
+from evio.tunnel.datapath.interface import DropReason
 from evio.tunnel.datapath.keys import make_aead, split_exporter
-from evio.tunnel.datapath.record import KIND_CONTROL, ControlOpcode, pack_control, seal
+from evio.tunnel.datapath.record import KIND_CONTROL, ControlOpcode, pack_control, pack_probe, seal
 
 _implementation = "python"
 RECORDS = 8000  # back to back (about 0.5 s here): 0.4 s of a 20,000 a second sender
@@ -48,7 +54,6 @@ def _each_implementation(implementation: str, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(sys.modules[__name__], "_implementation", implementation)
 
 
-@pytest.mark.xfail(strict=True, reason="review21o O4: a linked member's control records are all handled, unbudgeted")
 async def test_a_linked_members_control_records_are_handled_within_a_budget() -> None:
     pair = await make_pair(_implementation)
     try:
@@ -67,5 +72,34 @@ async def test_a_linked_members_control_records_are_handled_within_a_budget() ->
             await wait_until(lambda sent=first + 100: taken_or_counted() >= sent, timeout=10)  # (100 fit any buffer)
         print(f"{_implementation}: {len(b.control)} of {RECORDS} control records handed to the handler")
         assert len(b.control) <= HANDLED_ALLOWED
+        # Every record past the budget counted under its own reason, none lost unaccounted.
+        assert b.datapath.stats().dropped(DropReason.CONTROL_RATE) == RECORDS - len(b.control)
+        assert b.datapath.stats().rx_records == RECORDS  # authentic: the peer was heard (liveness), handled or not
+        # The member spent the budget; its CLOSE is still heard (an allowance of its own).
+        record = seal(aead, keys.iv, KIND_CONTROL, 0, 1000 + RECORDS, pack_control(ControlOpcode.CLOSE))
+        pair.wire.deliver_to_b(record)
+        await wait_until(lambda: bool(b.control) and b.control[-1].opcode is ControlOpcode.CLOSE, timeout=10)
+    finally:
+        close(pair)
+
+
+async def test_an_honest_burst_of_control_records_is_all_handled() -> None:
+    """The budget's burst at once, every opcode an honest peer sends (a PMTU round, ring signaling's burst of 40,
+    echoes, HELLOs): all handled, nothing dropped."""
+    pair = await make_pair(_implementation)
+    try:
+        keys = split_exporter(pair.material, pair.cipher, True).tx.keys()
+        aead = make_aead(pair.cipher, keys.key)
+        b = pair.b
+        opcodes = [op for op in ControlOpcode if op not in (ControlOpcode.CLOSE, ControlOpcode.PMTU_PROBE)]
+        for counter in range(CONTROL_BUDGET.burst):
+            opcode = opcodes[counter % len(opcodes)]
+            payload = pack_probe(counter, 100) if counter % 10 == 0 else pack_control(opcode, 0, counter, b"signal")
+            pair.wire.deliver_to_b(seal(aead, keys.iv, KIND_CONTROL, 0, 1000 + counter, payload))
+            if counter % 50 == 49:
+                await wait_until(lambda sent=counter + 1: len(b.control) + sum(b.datapath.stats().drops.values()) >= sent,
+                                 timeout=10)  # fmt: skip
+        assert len(b.control) == CONTROL_BUDGET.burst
+        assert b.datapath.stats().dropped(DropReason.CONTROL_RATE) == 0
     finally:
         close(pair)
