@@ -34,6 +34,7 @@ from typing import Any
 from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.node.ethertype_socket import open_ethertype_socket, read_frames
 from evio.ratelimit import LogLimiter, Rate, TokenBucket
+from evio.sdn.flood_shares import FloodShares
 from evio.signal import revocation_manifest
 from evio.signal.events import MemberListAdopted, RevocationAdopted, Subscription
 from evio.signal.host_claims import Certificates
@@ -100,6 +101,18 @@ NEWER_MEMORY = 2 * HAVE_PERIOD_MAX  # a sender of a newer serial counts this lon
 ASKS_AFTER_ALL = 3
 HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
 MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
+# Signature checks of manifests (one ECDSA verification, 0.1-0.35 ms; a certificate new here a chain as well), budgeted
+# before they are made, per way in and shared fairly among the signers within it (`evio.sdn.flood_shares`, as the host
+# claims' checks are: review21f F9). A broadcast reaches us only under the root of the member whose claims hold its
+# source MAC, within the switches' flood budgets: the signer is that member. A unicast reaches us by flows installed
+# ahead, no controller and no budget on its way (0072): the signer is the node id it names if its certificate was
+# found the CA's here, any other one key for all. Unbudgeted, 1,000 manifests a second to one node's MAC, each signed
+# badly, took 1.8 s of its loop each second (review21o O3). An honest signer sends a few manifests per change (the list
+# and its `REPEATS`), broadcasts an answer at most every `ANSWER_INTERVAL` and one asker a firm one every
+# `FIRM_INTERVAL`; a copy of a document under way costs no check (`manifest_known`), nor one of the document held.
+CHECK_RATE = Rate(50.0, 100)  # checks a second by one way in, for all signers: 100 a second in all, about 3 % of a core
+SIGNER_CHECK_RATE = Rate(2.0, 10)  # and for one signer, if contested
+BROADCAST_WAY, UNICAST_WAY = 0, 1  # the ways in of the check budget ("ports" of `FloodShares`)
 
 
 @dataclass
@@ -127,8 +140,13 @@ class SignedDocumentFlood:
     def max_chunks(self) -> int:
         return -(-self.MAX_BYTES // CHUNK)
 
-    def _held(self) -> tuple[int, str] | None:
-        """The serial and text of the document held now, or None."""
+    def _serial(self) -> int:
+        """The serial of the document held now (0: none), read off it: every frame asks (review21o O2)."""
+        raise NotImplementedError
+
+    def _held_text(self) -> str | None:
+        """The text of the document held now, or None: the endpoint's, made once per serial (review21o O2: made
+        for every frame, a whole member list's `json.dumps` took 4.9 ms a HAVE at 500 members)."""
         raise NotImplementedError
 
     def _hand_in(self, text: str, source: str) -> bool:
@@ -146,6 +164,9 @@ class SignedDocumentFlood:
         self._subscription: Subscription[Any] | None = None
         self._node_id, self._certificate, self._anchor = node_id, certificate, anchor
         self._certificates = Certificates()  # members' certificates found the CA's: checked once
+        # (way in) -> manifest checks, shared among their signers (`_check_key`)
+        self._check_budget = FloodShares[bytes | None](CHECK_RATE, SIGNER_CHECK_RATE)
+        self._listing: tuple[int, tuple[bytes, ...]] | None = None  # (serial held, what its manifest lists)
         self._pending: dict[int, _Assembly] = {}  # the signer's node id -> its document's chunks so far
         self._log_refused: LogLimiter[bytes] = LogLimiter(60.0)
         self.mac = b""  # the bridge interface's, ours: its place on the ring of HAVE senders (rule 5)
@@ -419,9 +440,20 @@ class SignedDocumentFlood:
 
     # -- sending ------------------------------------------------------------------------------
 
-    def _serial(self) -> int:
-        held = self._held()
-        return held[0] if held is not None else 0
+    def _held(self) -> tuple[int, str] | None:
+        """The serial and text of the document held now, or None."""
+        text = self._held_text()
+        return (self._serial(), text) if text is not None else None
+
+    def _held_listing(self) -> tuple[bytes, ...] | None:
+        """What a manifest of the document held lists (`revocation_manifest.listing`), worked out once per serial, or
+        None: a broadcast copy of it is known by its manifest, and compared by its hashes, never by its text."""
+        if self._listing is None or self._listing[0] != self._serial():
+            held = self._held()
+            if held is None:
+                return None
+            self._listing = (held[0], revocation_manifest.listing(_chunks(held[1].encode())))
+        return self._listing[1]
 
     def _send_have(self) -> None:
         self._have_timer = None
@@ -447,7 +479,7 @@ class SignedDocumentFlood:
         if len(text) > self.MAX_BYTES:  # no node would take it: the server host and the join token carry it
             self.counts["not_sent_oversize"] += 1
             return
-        chunks = [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
+        chunks = _chunks(text)
         cert = self._certificate
         header = self.HEADER.pack(self.MAGIC, VERSION, MANIFEST, serial, 0, len(chunks))
         try:
@@ -636,11 +668,22 @@ class SignedDocumentFlood:
         except revocation_manifest.ManifestError:
             self.counts["dropped_malformed"] += 1
             return
+        # A copy of the document we hold tells us only that others heard it (`_complete`), and only if broadcast and
+        # of the very chunks of ours: by unicast, or listing others, it is dropped here, before its check, and its
+        # chunks join nothing (a whole member list broadcast cost each holder 0.27 s at 500 members: review21o O2).
+        listing = self._held_listing() if serial == self._serial() else None
+        if listing is not None and (not broadcast or manifest.hashes != listing):
+            self.counts["manifest_held"] += 1
+            return
         for assembly in self._pending.values():
             if assembly.serial == serial and assembly.count == count and assembly.listed == manifest.hashes:
                 assembly.broadcast = assembly.broadcast or broadcast
                 self.counts["manifest_known"] += 1  # another node sends the document under way: its chunks are listed
                 return
+        if not self._check_budget.allow(BROADCAST_WAY if broadcast else UNICAST_WAY,
+                                        self._check_key(manifest, sender, broadcast), now):  # fmt: skip
+            self.counts["dropped_verify_rate"] += 1  # over its signer's share of its way in (review21o O3)
+            return
         try:
             revocation_manifest.check(self._anchor, self.overlay, manifest, time.time(), self._certificates)
         except revocation_manifest.ManifestError as exc:
@@ -662,6 +705,17 @@ class SignedDocumentFlood:
         if count <= revocation_manifest.PART_HASHES:
             assembly.hashes = dict(enumerate(manifest.hashes))  # else the parts bring them
         self._pending[manifest.node_id] = assembly
+
+    def _check_key(self, manifest: revocation_manifest.Manifest, sender: bytes, broadcast: bool) -> bytes | None:
+        """Whose share of the check budget `manifest` spends (see `CHECK_RATE`): a broadcast's, the member the switch
+        delivered it for (`_ring_key`); a unicast's, the node id it names if that certificate was found the CA's
+        here (a member naming another's, public, spends only that share of our unicast way), else the one key of
+        those nobody knows, so invented ids crowd out no known signer."""
+        if broadcast:
+            return self._ring_key(sender)
+        if self._certificates.found(manifest.der, manifest.node_id):
+            return manifest.node_id.to_bytes(16, "big")
+        return None
 
     def _part(self, serial: int, index: int, count: int, part: bytes) -> None:
         """Part `index` of the chunk hashes of a document of `count` chunks: into every assembly listing it."""
@@ -700,27 +754,32 @@ class SignedDocumentFlood:
 
     def _complete(self, assembly: _Assembly, sender: bytes, broadcast: bool, now: float) -> None:
         serial, count = assembly.serial, assembly.count
-        try:
-            text = b"".join(assembly.chunks[i] for i in range(count)).decode()
-        except UnicodeDecodeError:
-            self.counts["dropped_malformed"] += 1
-            return
-        held = self._held()
-        if held is not None and serial == held[0]:
-            # Another node broadcast the list we hold: ours can wait. Only the whole list, the same as ours,
-            # counts: a forged header of our serial must not keep a node that missed it without it.
-            if broadcast and text == held[1]:
+        listing = self._held_listing()
+        if listing is not None and serial == self._serial():
+            # Another node broadcast the list we hold: ours can wait. Only the whole list, the same as ours (its
+            # chunks are those its signed manifest lists, and those ours), counts: a forged header of our serial
+            # must not keep a node that missed it without it.
+            if broadcast and assembly.listed == listing:
                 self._heard_list_at = now
                 self._witnesses.pop(assembly.signer, None)  # newest last: the oldest goes when full
                 self._witnesses[assembly.signer] = now
                 while len(self._witnesses) > MAX_WITNESSES:
                     del self._witnesses[next(iter(self._witnesses))]
             return
+        try:
+            text = b"".join(assembly.chunks[i] for i in range(count)).decode()
+        except UnicodeDecodeError:
+            self.counts["dropped_malformed"] += 1
+            return
         mac = sender.hex(":")
         if self._hand_in(text, f"overlay {mac}"):
             self.counts["adopted"] += 1
         else:
             self.counts["not_adopted"] += 1  # the endpoint counted and logged why (bad_revocation)
+
+
+def _chunks(text: bytes) -> list[bytes]:
+    return [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)]
 
 
 def _earned_after(level: int) -> float:

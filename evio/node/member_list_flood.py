@@ -25,7 +25,6 @@ from __future__ import annotations
 import struct
 
 from evio.node.document_flood import SignedDocumentFlood
-from evio.signal import member_list
 from evio.signal.events import MemberListAdopted
 
 MAGIC = b"EVML"
@@ -42,9 +41,12 @@ class MemberListFlood(SignedDocumentFlood):
     MAX_BYTES = MAX_BYTES
     EVENT = MemberListAdopted
 
-    def _held(self) -> tuple[int, str] | None:
+    def _serial(self) -> int:
         ml = self._signaling.listed_members(self.overlay)
-        return (ml.serial, member_list.to_text(ml)) if ml is not None else None
+        return ml.serial if ml is not None else 0
+
+    def _held_text(self) -> str | None:
+        return self._signaling.member_list_text(self.overlay)
 
     def _hand_in(self, text: str, source: str) -> bool:
         return self._signaling.receive_member_list(text, source)

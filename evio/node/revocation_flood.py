@@ -76,9 +76,14 @@ E3); now a forged chunk joins nothing and a member's manifests replace only its 
 Everything that comes in is bounded before it costs anything: only lists newer than ours are assembled, at
 most `MAX_PENDING` signers' at once (the oldest given up), each of at most `MAX_CHUNKS` chunks and
 `identity.MAX_DOCUMENT_BYTES`, and given up after `ASSEMBLY_TIMEOUT`; a manifest costs one signature check (a
-certificate is checked once, `host_claims.Certificates`), and one listing the hashes of an assembly under way
-none. Checking the signature is the signal endpoint's (`bad_revocation`; a refused signature is not checked twice); what this module refuses is counted
-by reason in `counts`. A member that floods such frames is held by the switch's flood budget per port.
+certificate is checked once, `host_claims.Certificates`), within a budget per way in (broadcast, unicast) shared
+fairly among the signers (`CHECK_RATE`, `SIGNER_CHECK_RATE`; past it `dropped_verify_rate`), and one listing the
+hashes of an assembly under way none, nor one of the list held but by broadcast and listing its very chunks
+(`manifest_held`); a frame's serial is read off the list held, never by serializing it (decision 0078). Checking
+the list's signature is the signal endpoint's (`bad_revocation`; a refused signature is not checked twice); what
+this module refuses is counted by reason in `counts`. A member that floods such frames is held by the switch's
+flood budget per port, and what it sends to this node's MAC alone, which no switch budgets (0072), by the check
+budget.
 
 The mechanism is `document_flood.SignedDocumentFlood`, which the member list's flood shares (decision 0063).
 """
@@ -92,6 +97,7 @@ from evio.node.document_flood import (  # noqa: F401 - the flood's constants, as
     ASKS_AFTER_ALL,
     ASSEMBLY_TIMEOUT,
     BROADCAST,
+    CHECK_RATE,
     CHUNK,
     ETHERTYPE,
     FIRM_FEW,
@@ -115,11 +121,12 @@ from evio.node.document_flood import (  # noqa: F401 - the flood's constants, as
     REPEATS,
     SERVER_COPY_JITTER,
     SERVER_COPY_WITNESSES,
+    SIGNER_CHECK_RATE,
     VERSION,
     SignedDocumentFlood,
 )
 from evio.signal.events import RevocationAdopted
-from evio.signal.identity import MAX_DOCUMENT_BYTES, list_to_text
+from evio.signal.identity import MAX_DOCUMENT_BYTES
 
 MAGIC = b"EVRL"
 HEADER = SignedDocumentFlood.HEADER
@@ -134,9 +141,12 @@ class RevocationFlood(SignedDocumentFlood):
     MAX_BYTES = MAX_DOCUMENT_BYTES
     EVENT = RevocationAdopted
 
-    def _held(self) -> tuple[int, str] | None:
+    def _serial(self) -> int:
         rl = self._signaling.revocation_list(self.overlay)
-        return (rl.serial, list_to_text(rl)) if rl is not None else None
+        return rl.serial if rl is not None else 0
+
+    def _held_text(self) -> str | None:
+        return self._signaling.revocation_list_text(self.overlay)
 
     def _hand_in(self, text: str, source: str) -> bool:
         return self._signaling.receive_revocation_list(text, source)

@@ -580,6 +580,9 @@ class RingSignaling:
     def revocation_list(self, overlay: str) -> RevocationList | None:
         return self.inner.revocation_list(overlay)
 
+    def revocation_list_text(self, overlay: str) -> str | None:
+        return self.inner.revocation_list_text(overlay)
+
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         return self.inner.receive_revocation_list(text, source)
 
@@ -588,6 +591,9 @@ class RingSignaling:
 
     def listed_members(self, overlay: str) -> MemberList | None:
         return self.inner.listed_members(overlay)
+
+    def member_list_text(self, overlay: str) -> str | None:
+        return self.inner.member_list_text(overlay)
 
     def receive_member_list(self, text: str, source: str = "local") -> bool:
         return self.inner.receive_member_list(text, source)

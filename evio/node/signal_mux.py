@@ -106,6 +106,9 @@ class OverlaySignaling:
     def revocation_list(self, overlay: str) -> RevocationList | None:
         return self._client.revocation_list(overlay)
 
+    def revocation_list_text(self, overlay: str) -> str | None:
+        return self._client.revocation_list_text(overlay)
+
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         return self._client.receive_revocation_list(text, source)
 
@@ -114,6 +117,9 @@ class OverlaySignaling:
 
     def listed_members(self, overlay: str) -> MemberList | None:
         return self._client.listed_members(overlay)
+
+    def member_list_text(self, overlay: str) -> str | None:
+        return self._client.member_list_text(overlay)
 
     def receive_member_list(self, text: str, source: str = "local") -> bool:
         return self._client.receive_member_list(text, source)

@@ -237,7 +237,9 @@ class SignalEndpoint:
         self._members_asked_at: dict[str, tuple[int, float]] = {}  # overlay -> the serial we last asked for, when
         self._members_answered: OrderedDict[str, float] = OrderedDict()  # bare JID -> when we last sent it ours
         self._answer_budgets: tuple[TokenBucket, TokenBucket] | None = None  # all askers, unproven ones (H9)
-        self._members_text: dict[str, tuple[int, str]] = {}  # overlay -> (serial, text): made once per serial
+        # (document, overlay) -> (serial, text) of the member list or revocation list held, made once per serial:
+        # O(entries) to make, asked for by every asker answered (review21h H9) and every list the floods send
+        self._texts: dict[tuple[str, str], tuple[int, str]] = {}
         self._parse_budget: TokenBucket | None = None  # member lists parsed from messages (H2)
         self._list_held: tuple[int, str, str] | None = None  # (serial read, text, sender): parsed when budget allows
         self._change_held: tuple[member_list.MemberChange, str] | None = None  # a change (and its sender), likewise
@@ -314,6 +316,10 @@ class SignalEndpoint:
         """The overlay CA's newest member list held here (presence to linked peers only), or None."""
         return self._links_mode.get(overlay)
 
+    def member_list_text(self, overlay: str) -> str | None:
+        ml = self._links_mode.get(overlay)
+        return self._member_text(ml) if ml is not None else None
+
     def is_listed(self, overlay: str, node_id: int) -> bool:
         ml = self._links_mode.get(overlay)
         return ml is not None and node_id in ml.members
@@ -379,6 +385,12 @@ class SignalEndpoint:
 
     def revocation_list(self, overlay: str) -> identity.RevocationList | None:
         return self._lists.get(overlay)
+
+    def revocation_list_text(self, overlay: str) -> str | None:
+        rl = self._lists.get(overlay)
+        if rl is None:
+            return None
+        return self._text("revocations", overlay, rl.serial, lambda: identity.list_to_text(rl))
 
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         """A revocation list from anywhere (a file, the server host, a peer): adopted if it verifies and is newer."""
@@ -821,10 +833,13 @@ class SignalEndpoint:
         self._send_members(sender, self._member_text(ml))
 
     def _member_text(self, ml: member_list.MemberList) -> str:
-        """The list's text, made once per serial (O(members) to make; H9)."""
-        cached = self._members_text.get(ml.overlay)
-        if cached is None or cached[0] != ml.serial:
-            cached = self._members_text[ml.overlay] = (ml.serial, member_list.to_text(ml))
+        return self._text("members", ml.overlay, ml.serial, lambda: member_list.to_text(ml))
+
+    def _text(self, document: str, overlay: str, serial: int, make: Callable[[], str]) -> str:
+        """The text of `overlay`'s list `document` of `serial`, made once per serial (O(entries) to make; H9)."""
+        cached = self._texts.get((document, overlay))
+        if cached is None or cached[0] != serial:
+            cached = self._texts[document, overlay] = (serial, make())
         return cached[1]
 
     def _read_hint(self, sender: str, members_json: str | None) -> dict[str, int]:

@@ -71,6 +71,11 @@ class Signaling(Protocol):
         """The overlay CA's newest verified revocation list held here (trust mode), to pass on."""
         ...
 
+    def revocation_list_text(self, overlay: str) -> str | None:
+        """That list as text (`identity.list_to_text`), made once per serial: what the overlay's flood sends, and
+        asks for at every frame it takes in (review21o O2)."""
+        ...
+
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         """A revocation list from anywhere (a file, the overlay): adopted if it verifies and is newer."""
         ...
@@ -81,6 +86,10 @@ class Signaling(Protocol):
 
     def listed_members(self, overlay: str) -> MemberList | None:
         """The overlay CA's newest verified member list held here (presence to linked peers only), to pass on."""
+        ...
+
+    def member_list_text(self, overlay: str) -> str | None:
+        """That list as text (`member_list.to_text`), made once per serial (review21h H9, review21o O2)."""
         ...
 
     def receive_member_list(self, text: str, source: str = "local") -> bool:

@@ -73,6 +73,11 @@ def parts(chunks: list[bytes]) -> list[bytes]:
     return [b"".join(hashed[i : i + PART_HASHES]) for i in range(0, len(hashed), PART_HASHES)]
 
 
+def listing(chunks: list[bytes]) -> tuple[bytes, ...]:
+    """What the manifest of `chunks` lists (`Manifest.hashes`): their hashes, or (`listed`) their parts'."""
+    return tuple(chunk_hash(c) for c in parts(chunks) or chunks)
+
+
 def split(part: bytes) -> tuple[bytes, ...]:
     return tuple(part[i : i + HASH_BYTES] for i in range(0, len(part), HASH_BYTES))
 
@@ -81,9 +86,7 @@ def pack(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, overlay: str, 
          chunks: list[bytes]) -> bytes:  # fmt: skip
     """The manifest of `chunks` after the flood's `header`, signed with `key` (of `cert`, naming `node_id`)."""
     der = cert.public_bytes(serialization.Encoding.DER)
-    hashed = parts(chunks) or chunks
-    body = (header + node_id.to_bytes(16, "big") + _LEN.pack(len(der)) + der
-            + b"".join(chunk_hash(c) for c in hashed))  # fmt: skip
+    body = header + node_id.to_bytes(16, "big") + _LEN.pack(len(der)) + der + b"".join(listing(chunks))
     frame = body + key.sign(_CONTEXT + overlay.encode() + b"\x00" + body, ec.ECDSA(hashes.SHA256()))
     if len(der) > MAX_CERT_BYTES or len(frame) > MAX_FRAME_BYTES:
         raise ValueError(f"a manifest of {len(frame)} bytes does not fit a frame")

@@ -44,7 +44,10 @@ def test_forged_chunks_and_manifests_from_invented_macs_do_not_evict_a_member_li
             victim.receive(frames_of(b"x" * 3000, 1000 + forged, FORGER)[0], invented(forged))
     assert serials(nodes) == [1, 7]
     assert victim.counts["adopted"] == 1 and victim.counts["dropped_unlisted"] == df.MAX_PENDING * len(real)
-    assert victim.counts["dropped_replaced"] == df.MAX_PENDING * len(real) - 1  # the forger's one assembly, replaced
+    # The forger's one assembly, replaced by each of its manifests checked (more than MAX_PENDING), the rest past the
+    # check budget at this instant (review21o O3) and never checked
+    assert victim.counts["dropped_replaced"] > df.MAX_PENDING
+    assert victim.counts["dropped_replaced"] + victim.counts["dropped_verify_rate"] == df.MAX_PENDING * len(real) - 1
 
 
 def test_a_list_of_more_chunks_than_a_manifest_lists_goes_in_parts_and_forged_parts_join_nothing(

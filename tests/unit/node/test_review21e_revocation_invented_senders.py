@@ -59,7 +59,10 @@ def test_a_member_signing_manifests_from_invented_macs_holds_one_assembly_and_ev
                            invented(forged_mac))  # fmt: skip
     assert victim.signaling.list == rl
     assert len(victim._pending) <= 1
-    assert victim.counts["dropped_replaced"] == 4 * rf.MAX_PENDING * len(real) - 1
+    # Each of its manifests checked replaces its one assembly (more than MAX_PENDING of them); the rest, past the
+    # check budget at this instant (review21o O3), are never checked
+    assert victim.counts["dropped_replaced"] > rf.MAX_PENDING
+    assert victim.counts["dropped_replaced"] + victim.counts["dropped_verify_rate"] == 4 * rf.MAX_PENDING * len(real) - 1
 
 
 def test_manifests_not_signed_by_a_member_for_the_id_they_name_are_dropped_after_one_check() -> None:

@@ -67,6 +67,9 @@ class FakeSignaling:
     def revocation_list(self, overlay: str) -> identity.RevocationList | None:
         return self.list
 
+    def revocation_list_text(self, overlay: str) -> str | None:
+        return identity.list_to_text(self.list) if self.list is not None else None
+
     def receive_revocation_list(self, text: str, source: str = "local") -> bool:
         rl = identity.load_list(text)
         if self.list is not None and rl.serial <= self.list.serial:
