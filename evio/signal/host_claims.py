@@ -22,7 +22,7 @@ version 1 while it has no certified address to name, so nodes of the previous re
 Version 3 is one *page* of a node's list (review21e E1): a node hosting more than `MAX_MACS` (a site gateway
 bridging a LAN) names them all in up to `MAX_PAGES` pages, each signed on its own and held by (node, page); a
 page says how many the list has, and pages past that count issued before it are dropped, and refused when they
-come again (review21o O1: a member replaying another's dropped page within `LIFETIME`; decision 0079). A MAC stays
+come again (review21o O1: a member replaying another's dropped page within `LIFETIME`; decision 0078). A MAC stays
 on the page it was put on while the node hosts it (`Pager`), so a change re-signs only its page and no MAC is, even
 for a moment, named by none. A one-page list goes as version 1 or 2, as before.
 

@@ -31,7 +31,7 @@ _OWNER_FAILURE_LOG_INTERVAL = 10.0  # seconds between warnings that the datagram
 CONTROL_BUDGET = Rate(per_second=200.0, burst=200)
 """Authenticated control records a tunnel takes from its peer (receive.py, ``_open_slow``); the rest are
 dropped as ``control-rate`` before they are parsed. An honest peer sends at most about 110 a second, every
-sender at its own limit at once, and about 55 at once (decision 0080)."""
+sender at its own limit at once, and about 55 at once (decision 0079)."""
 CLOSE_BUDGET = Rate(per_second=1.0, burst=2)
 """CLOSE records, apart from ``CONTROL_BUDGET``: a peer that spent that budget can still be heard closing.
 CLOSE ends the tunnel, so one is all an honest peer sends."""

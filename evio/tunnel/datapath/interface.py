@@ -48,7 +48,7 @@ class DropReason(enum.Enum):
     UNKNOWN_CONTROL = "unknown-control"
     """Authenticated control record with an opcode this release does not know (a newer peer's; record.py)."""
     CONTROL_RATE = "control-rate"
-    """Authenticated control record past the tunnel's budget of them (fd_state.py, ``CONTROL_BUDGET``; decision 0080):
+    """Authenticated control record past the tunnel's budget of them (fd_state.py, ``CONTROL_BUDGET``; decision 0079):
     dropped before it is parsed or handled."""
     EARLY = "early"
     """A record that arrived before keys were in place."""

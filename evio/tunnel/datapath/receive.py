@@ -24,7 +24,7 @@ The flow, for each burst (the socket is readable, and the event loop calls the s
 The slow path (``_open_slow``) does 4-7 allocating, for any epoch of the three
 it keeps (previous, current, next): a record of the next epoch promotes it
 (``_promote_rx``, the peer rekeyed), and a control record, within the tunnel's
-budget of them (``CONTROL_BUDGET``, CLOSE apart: decision 0080), goes to the
+budget of them (``CONTROL_BUDGET``, CLOSE apart: decision 0079), goes to the
 session's ``on_control`` (liveness); past it, it is dropped unparsed.
 ``native.py`` runs steps 1-7 in Rust for frame records of the current epoch
 (``_sock_pass_native``) and hands the rest here.
@@ -415,7 +415,7 @@ class ReceivePath(FdState):
 
     def _within_control_budget(self, plaintext: bytes) -> bool:
         """Spend a token for an authenticated control record: CLOSE from its own allowance (the opcode
-        byte, all that is read of it here), any other from the tunnel's budget (decision 0080)."""
+        byte, all that is read of it here), any other from the tunnel's budget (decision 0079)."""
         now = self._loop.time() if self._loop is not None else 0.0
         if plaintext[:1] == _CLOSE:
             return self._close_budget.take(now)

@@ -28,7 +28,7 @@ page within the last 30 min and H was on a page it dropped (a node bridging a LA
 Measured (virtual clock, 3 nodes, this test): after `ALONE_HOLD` U held H for W; one replayed frame later U held H
 for nobody, disputed between V and W.
 
-Fixed (decision 0079): each member's page counts are kept with when a page last stated each, for `LIFETIME`, after
+Fixed (decision 0078): each member's page counts are kept with when a page last stated each, for `LIFETIME`, after
 the pages they dropped went (`HostClaims.dropped`): a page `p` issued before a page of its member saying the list
 has `p` pages or fewer is refused, free, before any check (`refused_dropped_page`), and never taken. The tests after
 the pin: the honest orders (a page 1 before its page 0, across a shrink and a regrowth) are all taken, and an old

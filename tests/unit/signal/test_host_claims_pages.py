@@ -62,7 +62,7 @@ def test_a_paged_list_is_the_union_of_its_pages_and_fewer_pages_withdraw_the_res
 
 @pytest.mark.parametrize("last", ["shrank", "page 1 changed", "page 0 changed"])
 def test_a_members_pages_in_any_order_leave_the_same_list_held(last: str) -> None:
-    """Decision 0079 (review21o O1): a page issued before one of its list saying the list had that page or fewer is
+    """Decision 0078 (review21o O1): a page issued before one of its list saying the list had that page or fewer is
     gone for good, whatever the order the pages come in; the honest orders all end where the in-order one does."""
     now = int(time.time() * 1000)
     a, b, c, d = lan(64, 1), lan(1, 2), lan(1, 3), lan(1, 4)

@@ -26,7 +26,7 @@ Suggested fix: a token bucket of control records per tunnel in the receive path 
 HELLO, keepalives, echo probes, PMTU probes and OVERLAY_SIGNAL's `CHUNK_RATE` of 20/s with room), records past
 it dropped and counted (a `DropReason` of their own) before `parse_control` and the handler.
 
-Fixed (decision 0080): `_open_slow` spends a token of the tunnel's `CONTROL_BUDGET` (200 a second, 200 at once)
+Fixed (decision 0079): `_open_slow` spends a token of the tunnel's `CONTROL_BUDGET` (200 a second, 200 at once)
 for each authenticated control record before parsing it, CLOSE from an allowance of its own (`CLOSE_BUDGET`);
 past them a record is counted `control-rate` and read no further. Both data paths take control records there.
 """
