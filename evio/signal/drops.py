@@ -34,6 +34,8 @@ class DropReason(enum.Enum):
     OVERLOADED = "overloaded"  # too many requests in flight from peers
     PEER_OVERLOADED = "peer_overloaded"  # too many requests in flight from this one peer
     TOO_MANY_SESSIONS = "too_many_sessions"  # an account's sessions past the cap: its oldest forgotten
+    HINT_ANSWER_RATE = "hint_answer_rate"  # a presence's changed member list serials answered again within the interval
+    SENDER_RATE = "sender_rate"  # a stanza past its account's budget (evio.signal.client.SENDER_RATE), unread
 
 
 class DropAccounting:

@@ -141,6 +141,10 @@ MAX_PROOF_CACHE = 4096  # verified proofs remembered, so a repeated presence cos
 # again (of whoever says it next) only after this long (one answer is enough; a forged serial costs one small
 # ask); we accept the list from whom we asked for this long, and answer one member's asks at most this often.
 MEMBERS_ASK_INTERVAL = 5.0
+# A member's presence whose member list serials changed is answered again at most this often (review21q Q2): a
+# list changes a few times an hour at most, and a member that took a newer one tells its silent contacts again
+# every RECONTACT_INTERVAL, so one held back is answered within a round.
+HINT_ANSWER_INTERVAL = 10.0
 MEMBERS_ASK_WAIT = 30.0
 MEMBERS_ANSWER_INTERVAL = 10.0
 MAX_MEMBERS_HINT_BYTES = 4096
@@ -229,7 +233,9 @@ class SignalEndpoint:
         self._roster_membership: dict[str, frozenset[str]] = {}  # what the server's roster says (group overlays)
         for ov, ml in self._links_mode.items():
             self._table.set_listed(ov, frozenset(ml.members.values()) - {account} if ml is not None else ())
-        self._told: set[str] = set()  # full JIDs our presence went to in this session (directed)
+        # Full JIDs our presence went to in this session (directed) as an answer: the member list serials each said
+        # then, and when (a changed hint is answered again at most once per HINT_ANSWER_INTERVAL, review21q Q2).
+        self._told: dict[str, tuple[dict[str, int], float]] = {}
         # full JID -> the member list serials its last presence said it holds (decision 0063): a change means
         # it may have refused our presence under its older list, so it is answered again.
         self._hints: dict[str, dict[str, int]] = {}
@@ -1086,17 +1092,34 @@ class SignalEndpoint:
             self._probed.discard(bare_jid(sender))
             self._probe_answers.append(bare_jid(sender))
             self.presences_recovered += 1
-        changed = self._hints.get(sender, hint) != hint  # it took a newer list: it may have refused our presence
         if self._links_mode:
             self._hints[sender] = hint
             if len(self._hints) > MAX_PROOF_CACHE:  # senders come and go; their unavailable may never come
                 del self._hints[next(iter(self._hints))]
-        if (self._links_mode and not answer and (sender not in self._told or changed) and self._connected
-                and any(m.overlay in self._links_mode for m in announcement.members)):
-            self._told.add(sender)
-            self._send_directed(sender, answer=True)
+        if (self._links_mode and not answer and self._connected
+                and any(m.overlay in self._links_mode for m in announcement.members)):  # fmt: skip
+            self._answer_presence(sender, hint)
         if hint and self._connected:
             self._ask_members(sender, hint)
+
+    def _answer_presence(self, sender: str, hint: dict[str, int]) -> None:
+        """Presence to linked peers only: a listed member's presence is answered with ours once per session, and
+        again when its member list serials changed (it took a newer list: it may have refused our presence under
+        the older one). That again at most once per `HINT_ANSWER_INTERVAL`: a member alternating its serials had
+        every presence answered, ours up to 15 times its bytes (review21q Q2). One held back is owed, not lost:
+        its next presence after the interval is answered (a member we are silent to tells us again each round)."""
+        now = self.clock.now()
+        told = self._told.get(sender)
+        if told is not None:
+            said, at = told
+            if said == hint:
+                return
+            if now - at < HINT_ANSWER_INTERVAL:
+                self._drop(DropReason.HINT_ANSWER_RATE, sender, "member list serials changed again: answered "
+                           f"{now - at:.1f} s ago, not again before {HINT_ANSWER_INTERVAL:g} s")  # fmt: skip
+                return
+        self._told[sender] = (hint, now)
+        self._send_directed(sender, answer=True)
 
     def _listed_claims(self, sender: str, announcement: Announcement, proven: set[str]) -> Announcement:
         """Presence to linked peers only: a claim stands only proven and as the CA's member list pairs them."""
@@ -1221,7 +1244,7 @@ class SignalEndpoint:
 
     def _presence_unavailable(self, sender: str, returning: bool = False) -> None:
         """`returning`: the session said it ends only to log in again at once (a membership check)."""
-        self._told.discard(sender)
+        self._told.pop(sender, None)
         self._hints.pop(sender, None)
         if "/" in sender:
             self._apply(self._table.on_unavailable(sender, returning))

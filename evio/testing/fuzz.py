@@ -1313,6 +1313,7 @@ def _xmpp_target(stack: ExitStack) -> Target:
     from slixmpp.xmlstream.handler import Callback
     from slixmpp.xmlstream.matcher import StanzaPath
 
+    from evio.ratelimit import PeerRateLimiter, Rate
     from evio.signal import protocol
     from evio.signal.client import SignalClient, SignalSettings
 
@@ -1334,6 +1335,8 @@ def _xmpp_target(stack: ExitStack) -> Target:
     def session() -> None:
         client = SignalClient(SignalSettings(jid=me, server="127.0.0.1", memberships={"ov1": int(node_a, 16)},
                                              password="pw", insecure_plaintext=True))  # fmt: skip
+        # Every input comes from one peer: its stanza budget (SENDER_RATE) would leave all but the first 200 unread.
+        client._sender_budget = PeerRateLimiter[str](Rate(1.0, 1 << 40))
         xmpp = client._make_xmpp()
         xmpp.exception = raised.append  # type: ignore[method-assign]  # event handlers' exceptions
         xmpp.add_filter("in", client._count_in)
