@@ -16,12 +16,17 @@ switch that takes A's copies, up to 1,024 bindings and 3,072 table-0 flows in R'
 4 forged ones (the decision says the router's own bypass the cap, not that a router has a thousand own); and every
 neighbour message any of R's LAN hosts sends from its own link-local address becomes a packet-in at each such
 switch (a bound address's RS, NS and NA go to the controller), for 2.5 h after A's last RA. A cannot bind a MAC R
-does not hold, so the bound is R's host count, not A's choice.
+does not hold, so the bound is R's host count, not A's choice. And such a binding hurts the host it was made from
+(the third test): H, on R's LAN when A forged the RA, moves to W's site; once W holds H, every solicitation H sends
+from its own link-local address is dropped as `ROUTER_ADDRESS_SPOOFED` at u (`spoofs`: the binding is R's, R no
+longer holds H's MAC) for up to 2.5 h: a relay takes IPv6 neighbour discovery from a moved host of its choice at
+every switch past it. (Before review21p the same was possible for 4 of R's hosts, the cap; now for all.)
 
 Suggested fix: the cap counts the router's own addresses too, with its own small allowance (e.g. the config's named
 addresses plus those made from the MACs of R's *own* interfaces, not every host its announcement lists: a host on
 R's leaf ports is not R's router), or `made_by` looks only at the router's bridge MAC(s) (the kernel's address of
-the router's interface), not at every MAC its announcement holds.
+the router's interface), not at every MAC its announcement holds; and `spoofs` (or `expire`) drops a binding whose
+address `owner()` now says is another member's, instead of judging that member's own frames by it.
 """
 
 from __future__ import annotations
@@ -71,3 +76,34 @@ def test_a_relays_forged_ras_from_the_routers_hosts_bind_no_more_than_the_cap_at
     print(f"at u: {bound} addresses bound in R's name by A's copies, "
           f"{len(net.nodes[u].switch.router_addresses.flows())} router-address flows")
     assert bound <= MAX_PER_ROUTER
+
+
+@pytest.mark.xfail(strict=True, reason="review21r: a forged binding of a host's address in the router's name "
+                                       "outlives the host's move and drops its neighbour discovery")
+def test_a_host_that_left_the_router_s_site_keeps_its_neighbour_discovery() -> None:
+    # What the bindings above cost a host: H, on R's LAN when A forged the RA, moves to W's site (0078's host that
+    # moved); the binding, R's for 2.5 h, makes H's own solicitations "spoofed" at u once W holds H.
+    from evio.signal.host_claims import ALONE_HOLD
+    from tests.unit.sdn.test_review21k_router_link_local_taken import _named, neighbor_solicit
+    from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
+
+    net, ids, _, announcer = trusted_ring(6)
+    u, w, r, a = ids[0], ids[1], ids[3], ids[5]
+    host = "02:10:00:00:00:01"
+    announcer.announce(net, ids, extra={r: [host]})
+    _named(net, ids, r)
+    forged = advert(host, host, src=eui64_link_local(host), lifetime=65535)
+    net.from_neighbour(u, a, frb.pack(frb.broadcast(forged, root_nid=r, bound_nid=r, hop_count=2)))
+    assert eui64_link_local(host) in map(str, net.nodes[u].switch.router_addresses.bound)
+    announcer.announce(net, ids, extra={w: [host]})  # H moved: R's list drops it, W's names it
+    net.advance(ALONE_HOLD + 1.0)
+    announcer.announce(net, ids, extra={w: [host]})
+    assert net.nodes[u].switch.mac_owners.get(host) == w
+    heard = len(net.nodes[u].received[1])
+    solicit = neighbor_solicit(host, eui64_link_local(host), host)  # H's own, from its own address, at W's site
+    net.inject(w, 1, solicit)
+    from evio.sdn.switch import Drop
+
+    print(f"H's solicitation reached u: {solicit in net.nodes[u].received[1][heard:]}; "
+          f"ROUTER_ADDRESS_SPOOFED at u {net.nodes[u].switch.drops[Drop.ROUTER_ADDRESS_SPOOFED]}")
+    assert solicit in net.nodes[u].received[1][heard:]
