@@ -107,7 +107,10 @@ class OverlayIdentity:
     # Not compared (keys compare by identity): the certificate names the key, and a config reload must see
     # the same files as the same settings, or it would log the account in again.
     key: ec.EllipticCurvePrivateKey = field(compare=False)
-    revocations: identity.RevocationList | None = None  # a list known at start (e.g. from a file)
+    # A list known at start (e.g. from a file). Not compared, as `members`: the running client adopts a newer list
+    # in the file as it comes, and a reload after the operator dropped one there must not log the account in
+    # again (review21q Q3: it stopped the account, and its tunnels, for what the watcher does anyway).
+    revocations: identity.RevocationList | None = field(default=None, compare=False)
     # Watched while we run: a list the operator drops here is adopted within `REVOCATION_POLL` s, whatever
     # the XMPP server does (it is then passed on to the other members in our presence).
     revocation_file: Path | None = None
@@ -516,11 +519,14 @@ class SignalEndpoint:
         """Send our presence again (a newer revocation list to pass on); the transport does it."""
 
     def _load_initial_lists(self) -> None:
+        """The lists known at start (a file beside the CA): adopted without announcing them, since nothing was
+        announced yet (the subclass is still being made) and the first presence of each session carries them
+        (review21q Q3: announcing here read the transport before it was set, and the node could not start)."""
         for ident in self._identities.values():
             if ident.revocations is not None:
-                self._adopt_list(ident.revocations, "config")
+                self._adopt_list(ident.revocations, "config", announce=False)
 
-    def _adopt_list(self, rl: identity.RevocationList, source: str) -> bool:
+    def _adopt_list(self, rl: identity.RevocationList, source: str, announce: bool = True) -> bool:
         ident = self._identities.get(rl.overlay)
         if ident is None:
             return False  # not an overlay we hold in trust mode: not ours to judge
@@ -550,7 +556,7 @@ class SignalEndpoint:
         # Passed on in our presence, unless the server host sent it: it sent it to every member online, and a
         # re-announcement to every link of every member is O(members x links) stanzas (decision 0065).
         from_server_host = source == self.account.split("@", 1)[-1]
-        if not from_server_host:
+        if announce and not from_server_host:
             self._announce_again()
         self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source, from_server_host))
         return True
