@@ -267,6 +267,10 @@ class SignalEndpoint:
         self._membership_failures: dict[str, LoginFailure] = {}  # overlay -> logged in but not a member
         self._failure_log: LogLimiter[tuple[str, str]] = LogLimiter(FAILURE_RELOG_INTERVAL)
         self.failures_in_row = 0  # login attempts that failed since the last login
+        # Overlays whose revocation list did not fit in our presence's identity element now (decision 0081), and
+        # how many lists were left out of the documents made so far.
+        self.lists_left_out: tuple[str, ...] = ()
+        self.lists_left_out_total = 0
         self._load_initial_lists()
 
     # ------------------------------------------------------------------ public API
@@ -488,11 +492,28 @@ class SignalEndpoint:
                 for ov, i in sorted(self._identities.items())
             )[: identity.MAX_CLAIMS]
             self._own_proofs = (own_full_jid, proofs)
-        lists = tuple(rl for _, rl in sorted(self._lists.items()))[: identity.MAX_LISTS]
-        key = (own_full_jid, tuple((rl.overlay, rl.serial) for rl in lists))
+        key = (own_full_jid, tuple((ov, rl.serial) for ov, rl in sorted(self._lists.items())))
         if self._own_document[0] != key:  # encoded once per session and list: sent in every directed presence
-            self._own_document = (key, identity.encode(identity.IdentityDocument(self._own_proofs[1], lists)))
+            self._own_document = (key, self._fit_document(self._own_proofs[1]))
         return self._own_document[1]
+
+    def _fit_document(self, proofs: tuple[identity.ClaimProof, ...]) -> str:
+        """Our claims and the lists that fit beside them (`identity.encode_within`, decision 0081); what is left
+        out is counted and logged here, once per document made. Never raises: this runs in the session start
+        and in presence handlers (review21q Q1)."""
+        try:
+            text, left = identity.encode_within(proofs, self._lists.values())
+        except identity.IdentityError as exc:  # our claims alone too large: our own certificates, not a peer's
+            log.error("signal %s: identity element without claims or lists: %s", self.account, exc)
+            text, left = identity.encode(identity.IdentityDocument()), tuple(self._lists.values())
+        self.lists_left_out = tuple(sorted(rl.overlay for rl in left))
+        if left:
+            self.lists_left_out_total += len(left)
+            log.warning("signal %s: revocation lists of %s left out of our presence (%d bytes at most): they spread "
+                        "over the overlay and from the file beside the CA", self.account,
+                        ", ".join(f"{rl.overlay} ({len(rl.revoked)} ids)" for rl in left),
+                        identity.MAX_DOCUMENT_BYTES)  # fmt: skip
+        return text
 
     def _watch_revocation_files(self) -> None:
         self._file_timer = None
