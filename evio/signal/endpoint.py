@@ -553,6 +553,7 @@ class SignalEndpoint:
             return False  # not an overlay we hold in trust mode: not ours to judge
         current = self._lists.get(rl.overlay)
         if current is not None and rl.serial <= current.serial:
+            self._stale(rl.overlay, "revocation", rl.serial, rl.signature, current.serial, current.signature, source)
             return False  # what we have already (the common case: every presence repeats it)
         if rl.signature in self._refused_lists:  # a bad list repeated in every presence: checked once
             self._drop(DropReason.BAD_REVOCATION, source, f"revocation list for {rl.overlay}: refused before")
@@ -587,6 +588,7 @@ class SignalEndpoint:
             return False  # an overlay whose membership is the roster's (or not ours): not ours to judge
         current = self._links_mode[ml.overlay]
         if current is not None and ml.serial <= current.serial:
+            self._stale(ml.overlay, "member", ml.serial, ml.signature, current.serial, current.signature, source)
             return False
         refusal = member_list.refusal(self._identities[ml.overlay].anchor, ml)
         if refusal is not None:
@@ -605,6 +607,14 @@ class SignalEndpoint:
         self._reach_contacts()
         self._events.publish(MemberListAdopted(ml.overlay, ml.serial, source, flood))
         return True
+
+    def _stale(self, overlay: str, kind: str, serial: int, signature: bytes, held: int, held_signature: bytes,
+               source: str) -> None:  # fmt: skip
+        """A signed list not adopted as it is not newer: counted (`stale_list`) when its serial is lower than ours,
+        or equal with another signature (other contents). The same list again, what every presence repeats, is not.
+        A server host whose serial went back (review21q Q4) shows here, not as silence."""
+        if serial < held or signature != held_signature:
+            self._drop(DropReason.STALE_LIST, source, f"{kind} list for {overlay}: serial {serial}, ours {held}")
 
     def _keep_member_file(self, ml: member_list.MemberList, source: str) -> None:
         """A list adopted from elsewhere than its file (the overlay, the server host) replaces the file beside the
@@ -676,6 +686,8 @@ class SignalEndpoint:
                 return  # as `_adopt_members`: not ours to judge
             ml = self._links_mode[head[1]]
             if ml is not None and serial <= ml.serial:
+                if serial < ml.serial:  # an equal one is most often ours again (from the overlay first)
+                    self._stale(ml.overlay, "member", serial, b"", ml.serial, b"", sender)
                 return  # not newer: nothing to parse
         now = self.clock.now()
         budget = self._members_parse_budget(now)
@@ -735,6 +747,8 @@ class SignalEndpoint:
             return  # an overlay whose membership is the roster's (or not ours)
         held = self._links_mode[change.overlay]
         if held is not None and change.serial <= held.serial:
+            if change.serial < held.serial:  # an equal one is most often ours again (from the overlay first)
+                self._stale(change.overlay, "member", change.serial, b"", held.serial, b"", sender)
             return  # we have it already (from the overlay, or a member we asked)
         now = self.clock.now()
         budget = self._members_parse_budget(now)
