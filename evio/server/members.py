@@ -275,6 +275,7 @@ def add_member(
                 f"{name} is already a member of overlay {existing[0]} (names are per server):"
                 f" `evio member remove {name} --overlay {existing[0]}` first, or pick another name"
             )
+        previous = read_member_list(registry, overlay)  # a damaged one refused before anything changes
         record = registry.load(overlay)
         created = record is None
         if record is None:
@@ -299,8 +300,7 @@ def add_member(
             record.members[name] = member
             registry.save(record)
             undo.append(lambda: _forget(registry, overlay, name))
-            previous = read_member_list(registry, overlay)
-            listed = write_member_list(registry, record, settings.domain, now)
+            listed = write_member_list(registry, record, settings.domain, now, previous)
             # Last: from here on the running members see the new one (a live roster push).
             accounts.add_to_group(name, overlay)
         except Exception:
@@ -348,6 +348,7 @@ def remove_member(
     now = now or datetime.datetime.now(datetime.UTC)
     with registry.locked():
         record, member = _member_of(registry, overlay, name)
+        previous = read_member_list(registry, overlay) if domain is not None else None  # refused before any change
         # The list first: if signing fails nothing is cut yet, and once written it holds whatever follows.
         listed = revoke(registry, overlay, {member.node_id: member.certificates_expire()}, now)
         # Handed on at once: members whose membership is the CA's member list (decision 0059) ignore the group
@@ -366,8 +367,7 @@ def remove_member(
         del record.members[name]
         registry.save(record)
         if domain is not None:
-            previous = read_member_list(registry, overlay)
-            deliver_member_list(accounts, write_member_list(registry, record, domain, now), previous)
+            deliver_member_list(accounts, write_member_list(registry, record, domain, now, previous), previous)
         return member
 
 
@@ -397,21 +397,31 @@ def deliver_member_list(accounts: Accounts, listed: MemberList, previous: Member
 
 
 def read_member_list(registry: Registry, overlay: str) -> MemberList | None:
-    """The member list last written for `overlay` (``member-list.json``), or None."""
+    """The member list last written for `overlay` (``member-list.json``), or None when there is none yet.
+
+    MemberError, as `load_revocations`, when the file is there but cannot be read: the next list's serial comes
+    from it, and nodes adopt only a higher serial than the one they hold, so a list written from serial 1 again
+    would be ignored by every node, silently (review21q Q4). Read before anything changes."""
+    path = registry.overlay_dir(overlay) / MEMBER_LIST_FILE
     try:
-        return member_list.load((registry.overlay_dir(overlay) / MEMBER_LIST_FILE).read_text())
-    except (OSError, IdentityError):
+        listed = member_list.load(path.read_text())
+    except FileNotFoundError:
         return None
+    except (OSError, IdentityError) as exc:
+        raise MemberError(f"{path}: cannot read the member list: {exc} (nothing changed: put the file right; the "
+                          "next list's serial must be above the one the nodes hold)") from None  # fmt: skip
+    if listed.overlay != overlay:
+        raise MemberError(f"{path}: a member list for overlay {listed.overlay}, not {overlay} (nothing changed)")
+    return listed
 
 
-def write_member_list(registry: Registry, record: Overlay, domain: str, now: datetime.datetime) -> MemberList:
+def write_member_list(
+    registry: Registry, record: Overlay, domain: str, now: datetime.datetime, previous: MemberList | None
+) -> MemberList:
     """The overlay's members as the CA signs them for nodes (``member-list.json``, 0644: it is public), its serial
-    one above the last."""
+    one above `previous` (`read_member_list`, read before the change)."""
     path = registry.overlay_dir(record.overlay) / MEMBER_LIST_FILE
-    try:
-        serial = member_list.load(path.read_text()).serial + 1
-    except (OSError, IdentityError):
-        serial = 1
+    serial = previous.serial + 1 if previous is not None else 1
     ca_key, _ = registry.ca(record.overlay)
     listed = member_list.sign_members(ca_key, record.overlay, serial, int(now.timestamp()),
                                       {m.node_id: f"{m.name}@{domain}" for m in record.members.values()})  # fmt: skip

@@ -30,6 +30,10 @@ class DropReason(enum.Enum):
     UNPROVEN = "unproven"  # trust mode: a claim's identity proof did not verify against the overlay CA
     PROOF_RATE = "proof_rate"  # trust mode: a proof not checked, its account over its checks a second (unproven)
     BAD_REVOCATION = "bad_revocation"  # a revocation list that does not verify or is malformed
+    # A CA-signed list (member or revocation) not adopted as its serial is below the one held, or equal with other
+    # contents: a race, or a server host whose serial went back (a restored file; review21q Q4), when it is not
+    # counted as news by anyone
+    STALE_LIST = "stale_list"
     MEMBER_LIST_GAP = "member_list_gap"  # a member list change whose base list we do not hold (decision 0065)
     OVERLOADED = "overloaded"  # too many requests in flight from peers
     PEER_OVERLOADED = "peer_overloaded"  # too many requests in flight from this one peer

@@ -107,7 +107,10 @@ class OverlayIdentity:
     # Not compared (keys compare by identity): the certificate names the key, and a config reload must see
     # the same files as the same settings, or it would log the account in again.
     key: ec.EllipticCurvePrivateKey = field(compare=False)
-    revocations: identity.RevocationList | None = None  # a list known at start (e.g. from a file)
+    # A list known at start (e.g. from a file). Not compared, as `members`: the running client adopts a newer list
+    # in the file as it comes, and a reload after the operator dropped one there must not log the account in
+    # again (review21q Q3: it stopped the account, and its tunnels, for what the watcher does anyway).
+    revocations: identity.RevocationList | None = field(default=None, compare=False)
     # Watched while we run: a list the operator drops here is adopted within `REVOCATION_POLL` s, whatever
     # the XMPP server does (it is then passed on to the other members in our presence).
     revocation_file: Path | None = None
@@ -272,6 +275,10 @@ class SignalEndpoint:
         self._membership_failures: dict[str, LoginFailure] = {}  # overlay -> logged in but not a member
         self._failure_log: LogLimiter[tuple[str, str]] = LogLimiter(FAILURE_RELOG_INTERVAL)
         self.failures_in_row = 0  # login attempts that failed since the last login
+        # Overlays whose revocation list did not fit in our presence's identity element now (decision 0081), and
+        # how many lists were left out of the documents made so far.
+        self.lists_left_out: tuple[str, ...] = ()
+        self.lists_left_out_total = 0
         self._load_initial_lists()
 
     # ------------------------------------------------------------------ public API
@@ -503,11 +510,28 @@ class SignalEndpoint:
                 for ov, i in sorted(self._identities.items())
             )[: identity.MAX_CLAIMS]
             self._own_proofs = (own_full_jid, proofs)
-        lists = tuple(rl for _, rl in sorted(self._lists.items()))[: identity.MAX_LISTS]
-        key = (own_full_jid, tuple((rl.overlay, rl.serial) for rl in lists))
+        key = (own_full_jid, tuple((ov, rl.serial) for ov, rl in sorted(self._lists.items())))
         if self._own_document[0] != key:  # encoded once per session and list: sent in every directed presence
-            self._own_document = (key, identity.encode(identity.IdentityDocument(self._own_proofs[1], lists)))
+            self._own_document = (key, self._fit_document(self._own_proofs[1]))
         return self._own_document[1]
+
+    def _fit_document(self, proofs: tuple[identity.ClaimProof, ...]) -> str:
+        """Our claims and the lists that fit beside them (`identity.encode_within`, decision 0081); what is left
+        out is counted and logged here, once per document made. Never raises: this runs in the session start
+        and in presence handlers (review21q Q1)."""
+        try:
+            text, left = identity.encode_within(proofs, self._lists.values())
+        except identity.IdentityError as exc:  # our claims alone too large: our own certificates, not a peer's
+            log.error("signal %s: identity element without claims or lists: %s", self.account, exc)
+            text, left = identity.encode(identity.IdentityDocument()), tuple(self._lists.values())
+        self.lists_left_out = tuple(sorted(rl.overlay for rl in left))
+        if left:
+            self.lists_left_out_total += len(left)
+            log.warning("signal %s: revocation lists of %s left out of our presence (%d bytes at most): they spread "
+                        "over the overlay and from the file beside the CA", self.account,
+                        ", ".join(f"{rl.overlay} ({len(rl.revoked)} ids)" for rl in left),
+                        identity.MAX_DOCUMENT_BYTES)  # fmt: skip
+        return text
 
     def _watch_revocation_files(self) -> None:
         self._file_timer = None
@@ -534,16 +558,20 @@ class SignalEndpoint:
         """Send our presence again (a newer revocation list to pass on); the transport does it."""
 
     def _load_initial_lists(self) -> None:
+        """The lists known at start (a file beside the CA): adopted without announcing them, since nothing was
+        announced yet (the subclass is still being made) and the first presence of each session carries them
+        (review21q Q3: announcing here read the transport before it was set, and the node could not start)."""
         for ident in self._identities.values():
             if ident.revocations is not None:
-                self._adopt_list(ident.revocations, "config")
+                self._adopt_list(ident.revocations, "config", announce=False)
 
-    def _adopt_list(self, rl: identity.RevocationList, source: str) -> bool:
+    def _adopt_list(self, rl: identity.RevocationList, source: str, announce: bool = True) -> bool:
         ident = self._identities.get(rl.overlay)
         if ident is None:
             return False  # not an overlay we hold in trust mode: not ours to judge
         current = self._lists.get(rl.overlay)
         if current is not None and rl.serial <= current.serial:
+            self._stale(rl.overlay, "revocation", rl.serial, rl.signature, current.serial, current.signature, source)
             return False  # what we have already (the common case: every presence repeats it)
         if rl.signature in self._refused_lists:  # a bad list repeated in every presence: checked once
             self._drop(DropReason.BAD_REVOCATION, source, f"revocation list for {rl.overlay}: refused before")
@@ -568,7 +596,7 @@ class SignalEndpoint:
         # Passed on in our presence, unless the server host sent it: it sent it to every member online, and a
         # re-announcement to every link of every member is O(members x links) stanzas (decision 0065).
         from_server_host = source == self.account.split("@", 1)[-1]
-        if not from_server_host:
+        if announce and not from_server_host:
             self._announce_again()
         self._events.publish(RevocationAdopted(rl.overlay, rl.serial, source, from_server_host))
         return True
@@ -578,6 +606,7 @@ class SignalEndpoint:
             return False  # an overlay whose membership is the roster's (or not ours): not ours to judge
         current = self._links_mode[ml.overlay]
         if current is not None and ml.serial <= current.serial:
+            self._stale(ml.overlay, "member", ml.serial, ml.signature, current.serial, current.signature, source)
             return False
         refusal = member_list.refusal(self._identities[ml.overlay].anchor, ml)
         if refusal is not None:
@@ -596,6 +625,14 @@ class SignalEndpoint:
         self._reach_contacts()
         self._events.publish(MemberListAdopted(ml.overlay, ml.serial, source, flood))
         return True
+
+    def _stale(self, overlay: str, kind: str, serial: int, signature: bytes, held: int, held_signature: bytes,
+               source: str) -> None:  # fmt: skip
+        """A signed list not adopted as it is not newer: counted (`stale_list`) when its serial is lower than ours,
+        or equal with another signature (other contents). The same list again, what every presence repeats, is not.
+        A server host whose serial went back (review21q Q4) shows here, not as silence."""
+        if serial < held or signature != held_signature:
+            self._drop(DropReason.STALE_LIST, source, f"{kind} list for {overlay}: serial {serial}, ours {held}")
 
     def _keep_member_file(self, ml: member_list.MemberList, source: str) -> None:
         """A list adopted from elsewhere than its file (the overlay, the server host) replaces the file beside the
@@ -667,6 +704,8 @@ class SignalEndpoint:
                 return  # as `_adopt_members`: not ours to judge
             ml = self._links_mode[head[1]]
             if ml is not None and serial <= ml.serial:
+                if serial < ml.serial:  # an equal one is most often ours again (from the overlay first)
+                    self._stale(ml.overlay, "member", serial, b"", ml.serial, b"", sender)
                 return  # not newer: nothing to parse
         now = self.clock.now()
         budget = self._members_parse_budget(now)
@@ -726,6 +765,8 @@ class SignalEndpoint:
             return  # an overlay whose membership is the roster's (or not ours)
         held = self._links_mode[change.overlay]
         if held is not None and change.serial <= held.serial:
+            if change.serial < held.serial:  # an equal one is most often ours again (from the overlay first)
+                self._stale(change.overlay, "member", change.serial, b"", held.serial, b"", sender)
             return  # we have it already (from the overlay, or a member we asked)
         now = self.clock.now()
         budget = self._members_parse_budget(now)

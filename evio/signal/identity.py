@@ -249,6 +249,32 @@ def encode(document: IdentityDocument) -> str:
     return text
 
 
+def encode_within(
+    claims: tuple[ClaimProof, ...], lists: Iterable[RevocationList]
+) -> tuple[str, tuple[RevocationList, ...]]:
+    """`claims` and as many of `lists` as fit in `MAX_DOCUMENT_BYTES` (what `decode` takes), and the lists left out.
+
+    Each list may hold `MAX_REVOKED` entries and a node `MAX_LISTS` lists, about 49 bytes an entry: a full list is
+    12.4 KB, eight are 100 KB, and two of 200 entries with their claims were already past the limit, which `encode`
+    refused, so the node could make no presence at all (review21q Q1). The claims go first (without them no peer links to us);
+    then the lists, shortest first, so that the most overlays' lists ride in the presence; a list left out still
+    spreads through its overlay's revocation flood and the file beside the CA (decision 0081). IdentityError
+    only if the claims alone do not fit (`MAX_CLAIMS` certificates of at most `MAX_CERT_BYTES`)."""
+    base = len(encode(IdentityDocument(claims, ())))
+    kept: list[RevocationList] = []
+    left: list[RevocationList] = []
+    size = base
+    for rl in sorted(lists, key=lambda rl: (len(rl.revoked), rl.overlay)):
+        grows = len(json.dumps(rl.to_json(), separators=(",", ":"))) + (1 if kept else 0)  # a comma between
+        if len(kept) < MAX_LISTS and size + grows <= MAX_DOCUMENT_BYTES:
+            kept.append(rl)
+            size += grows
+        else:
+            left.append(rl)
+    kept.sort(key=lambda rl: rl.overlay)
+    return encode(IdentityDocument(claims, tuple(kept))), tuple(left)
+
+
 def decode(text: str) -> IdentityDocument:
     if not isinstance(text, str) or len(text) > MAX_DOCUMENT_BYTES:
         raise IdentityError(f"not text of at most {MAX_DOCUMENT_BYTES} bytes")

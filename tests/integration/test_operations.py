@@ -73,6 +73,11 @@ def _status(node: Host) -> dict:
     return json.loads(done.stdout)
 
 
+def _revoked(node: Host) -> int | None:
+    """How many node ids the revocation list the node holds revokes (`evio status`), None if it says nothing."""
+    return _status(node).get("overlays", {}).get(OVERLAY, {}).get("trust", {}).get("revoked_nodes")
+
+
 def _overlay_address(node: Host) -> str:
     config = json.loads(node.path(CONFIG).read_text())
     return str(config["overlays"][OVERLAY]["bridge"]["address"]).split("/")[0]
@@ -223,6 +228,23 @@ def test_the_operators_guide_from_bare_hosts_to_a_running_overlay(overlay: Overl
     assert check.returncode != 0, check.stdout
     listed = net.server.run(_typed("evio member list")).stdout
     assert "node3" not in listed
+
+    # "copy that file into any one member's /etc/evio/<overlay>/: the node reads it within 2 s". The file stays
+    # there, and the member's next start (a reboot, an upgrade, `evio member renew`) reads it too (review21q Q3).
+    revoked = net.server.path(f"/etc/evio-server/overlays/{OVERLAY}/revoked.json").read_text()
+    node1 = hosts["node1"]
+    node1.path(f"/etc/evio/{OVERLAY}/revoked.json").write_text(revoked)
+    wait_until_blocking(lambda: _revoked(node1) == 1, 10, what="node1 reads revoked.json")
+    overlay.daemons["node1"].stop()
+    restarted = time.monotonic()
+    overlay.daemons["node1"] = node1.spawn(_typed(f"evio run --config {CONFIG}"))
+    others = [n for n in names if n not in ("node1", "node3")]
+    wait_until_blocking(lambda: all(_pings(node1, overlay.addresses[n]) for n in others), RING_TIMEOUT,
+                        what="node1, restarted with revoked.json in place, pings the others")  # fmt: skip
+    print(f"[{xmpp}] node1 restarted with revoked.json in place: pings node2 and node4"
+          f" {time.monotonic() - restarted:.2f} s after `evio run`")  # fmt: skip
+    assert overlay.daemons["node1"].alive() and _revoked(node1) == 1
+    assert node1.run(_typed("evio status --check"), check=False).returncode == 0
 
 
 def _member_serial(node: Host) -> int:

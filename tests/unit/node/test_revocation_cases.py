@@ -16,7 +16,7 @@ import pytest
 
 from evio.config.model import TrustConfig
 from evio.node.node import Node
-from evio.node.plan import plan_node
+from evio.node.plan import NodePlan, plan_node
 from evio.signal import identity
 from evio.testing.fake_node import FakeLinkHub, FakePlatform
 from evio.testing.fake_signal import FakeSignalHub
@@ -64,7 +64,7 @@ async def test_nodes_configured_with_trust_files_prove_their_claims_and_read_the
     hub = FakeSignalHub(clock)
     hub.set_group("ov1", members(3))
     link_hub = FakeLinkHub(clock=clock)
-    nodes, runs, platforms = {}, {}, {}
+    nodes, runs, platforms, configs = {}, {}, {}, {}
     for i in (1, 2, 3):
         d = tmp_path / f"n{i}"
         d.mkdir()
@@ -74,7 +74,7 @@ async def test_nodes_configured_with_trust_files_prove_their_claims_and_read_the
         write_private_key(d / "node.key", key)
         config = fleet_config(i)
         ov = replace(config.overlays["ov1"], trust=TrustConfig(d / "ca.crt", d / "node.crt", d / "node.key"))
-        config = replace(config, overlays={"ov1": ov})
+        config = configs[i] = replace(config, overlays={"ov1": ov})
         plan = plan_node(config, nid(i), controller_port=6653, kernel_module_loaded=False)
         platform = platforms[i] = FakePlatform(hub, link_hub, seed=i, clock=clock)
         nodes[i] = Node(plan, platform, clock=clock, freeze_startup_objects=False)
@@ -95,6 +95,24 @@ async def test_nodes_configured_with_trust_files_prove_their_claims_and_read_the
                          REMOVAL_BOUND, what="the list honoured everywhere", clock=clock)  # fmt: skip
         print(f"revocation file at one member -> honoured by every member in {clock.now() - start:.3f} s (virtual)")
         assert nodes[1].status()["overlays"]["ov1"]["trust"]["revoked_nodes"] == 1
+
+        # The file stays where the operator put it (review21q Q3). A reload now reads it into the plan: node 3's
+        # account is kept (its watcher took the list); and node 3 restarts with it there and is back, holding
+        # the list from its first presence.
+        def plan3() -> NodePlan:
+            return plan_node(configs[3], nid(3), controller_port=6653, kernel_module_loaded=False)
+
+        change = await nodes[3].reload(plan3())
+        assert change.changes_nothing and len(platforms[3].clients) == 1
+        nodes[3].stop()
+        await clock.run(runs[3], 10.0, what="node3 stopped")
+        platforms[3] = FakePlatform(hub, link_hub, seed=33, clock=clock)
+        nodes[3] = Node(plan3(), platforms[3], clock=clock, freeze_startup_objects=False)
+        runs[3] = asyncio.create_task(nodes[3].run())
+        await wait_until(lambda: nid(1) in platforms[3].clients[0].peers("ov1"), 30.0, what="node3 back",
+                         clock=clock)  # fmt: skip
+        assert platforms[3].clients[0].revoked_nodes("ov1") == {nid(2)}
+        assert nid(2) not in platforms[3].clients[0].peers("ov1")
     finally:
         for i, node in nodes.items():
             node.stop()
