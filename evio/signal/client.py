@@ -95,7 +95,7 @@ ANSWER_STATUS = "evio:answer"
 # 6.9 MB as sent. Past the bound the session is aborted and logged in again, as after any server failure.
 MAX_STANZA_BYTES = member_list.MAX_TEXT_BYTES * 5 // 4
 MAX_STANZA_DEPTH = 32  # below the stream's root; ours and a roster push go 4 deep
-# Stanzas from one account (review21q Q5, decision 0082): the server relays whatever a member sends to our full JID,
+# Stanzas from one account (review21q Q5, decision 0080): the server relays whatever a member sends to our full JID,
 # at its shaper's rate (256 kB/s, ~2,600 pings a second), and slixmpp answered each iq (a pong, or an error) on our
 # loop, 200-275 us each. What a member sends a node honestly, per overlay it shares with it: a presence per login
 # or change (and, to linked peers only, a directed one and its answer), a link request and a tunnel offer at most

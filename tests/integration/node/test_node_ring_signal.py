@@ -65,7 +65,7 @@ def test_links_are_made_over_the_overlay_without_their_offers_crossing_the_serve
         received = sum(s["messages"]["requests_in"].get(action, 0) for i, s in signals.items() if i != 1)
         assert received <= sent, action
     assert all(not s["ring"]["drops"].get(reason) for s in signals.values() for reason in ("bad_signature", "untrusted"))
-    # Honest members stay within each other's stanza budget, a restart included (decision 0082).
+    # Honest members stay within each other's stanza budget, a restart included (decision 0080).
     assert all(not s["drops"].get("sender_rate") for s in signals.values()), {i: s["drops"] for i, s in signals.items()}
     # The links so made carry traffic: node 1 (restarted, linked along the ring) answers every node.
     target = str(lab.node(1).overlay_address.ip)

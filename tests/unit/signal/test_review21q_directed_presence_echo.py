@@ -16,7 +16,7 @@ Measured (FakeSignalHub client in links mode, the member listed and proven): 1,0
 with the hint alternating, 1,000 directed presences sent back (754 bytes of identity element each here); no drop
 counted.
 
-Fixed (decision 0082): a changed hint is answered again at most once per `HINT_ANSWER_INTERVAL` (10 s) per session
+Fixed (decision 0080): a changed hint is answered again at most once per `HINT_ANSWER_INTERVAL` (10 s) per session
 (`SignalEndpoint._answer_presence`); one held back is counted `hint_answer_rate` and owed: the sender's next presence
 after the interval whose hint differs from the one we answered is answered (an honest member that took a newer
 list and still misses us tells us again within a recontact round).

@@ -18,7 +18,7 @@ Measured (the client's own `ClientXMPP` from `_make_xmpp`, fed in-process, `send
 are not counted; load average 4.5 on 2 cores): 213 us of CPU per ping (3,000 of 3,000 answered), 285 us per unknown
 iq (3,000 errors sent), 87 us per small message; at 256 kB/s that is 56 %, 83 % and 32 % of a core. No drop counted.
 
-Fixed (decision 0082): a budget per sending account (`evio.signal.client.SENDER_RATE`, 20 a second after 200),
+Fixed (decision 0080): a budget per sending account (`evio.signal.client.SENDER_RATE`, 20 a second after 200),
 read at each stanza's start tag by the client's stream parser (`_BoundedParser`, installed by `_make_xmpp`, as the
 login uses it): a stanza past it is dropped unread (slixmpp builds no stanza object and runs no handler), counted
 `sender_rate`. The server's domain and our own account are not budgeted. The test installs `_count_in` as the login
