@@ -102,16 +102,20 @@ ASKS_AFTER_ALL = 3
 HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long after it was last heard
 MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
 # Signature checks of manifests (one ECDSA verification, 0.1-0.35 ms; a certificate new here a chain as well), budgeted
-# before they are made, per way in and shared fairly among the signers within it (`evio.sdn.flood_shares`, as the host
-# claims' checks are: review21f F9). A broadcast reaches us only under the root of the member whose claims hold its
-# source MAC, within the switches' flood budgets: the signer is that member. A unicast reaches us by flows installed
-# ahead, no controller and no budget on its way (0072): the signer is the node id it names if its certificate was
-# found the CA's here, any other one key for all. Unbudgeted, 1,000 manifests a second to one node's MAC, each signed
-# badly, took 1.8 s of its loop each second (review21o O3). An honest signer sends a few manifests per change (the list
-# and its `REPEATS`), broadcasts an answer at most every `ANSWER_INTERVAL` and one asker a firm one every
-# `FIRM_INTERVAL`; a copy of a document under way costs no check (`manifest_known`), nor one of the document held.
-CHECK_RATE = Rate(50.0, 100)  # checks a second by one way in, for all signers: 100 a second in all, about 3 % of a core
-SIGNER_CHECK_RATE = Rate(2.0, 10)  # and for one signer, if contested
+# before they are made, per way in and shared fairly among the senders within it (`evio.sdn.flood_shares`, as the host
+# claims' checks are: review21f F9). A manifest is charged to whoever delivered it, as far as the frame tells: the
+# member whose claims hold its source MAC (`_ring_key`), one key for all MACs nobody holds. A broadcast reaches us only
+# under that member's root, within the switches' flood budgets. A unicast reaches us by flows installed ahead, no
+# controller and no budget on its way (0072); charged to the node id it named, a member naming another's (certificates
+# are public) spent that member's share, and the named member's own answers were dropped unchecked (review21r). A
+# unicast's source MAC is not checked on its way either: forging the very MAC of the member it means to silence still
+# spends that share (decision 0043, amended for review21r). Unbudgeted, 1,000 manifests a second to one node's MAC, each
+# signed badly, took 1.8 s of its loop each second (review21o O3). An honest sender sends a few manifests per change
+# (the list and its `REPEATS`), from its interface's MAC, broadcasts an answer at most every `ANSWER_INTERVAL` and one
+# asker a firm one every `FIRM_INTERVAL`; a copy of a document under way costs no check (`manifest_known`), nor one of
+# the document held.
+CHECK_RATE = Rate(50.0, 100)  # checks a second by one way in, for all senders: 100 a second in all, about 3 % of a core
+SIGNER_CHECK_RATE = Rate(2.0, 10)  # and for one sender, if contested
 BROADCAST_WAY, UNICAST_WAY = 0, 1  # the ways in of the check budget ("ports" of `FloodShares`)
 
 
@@ -164,7 +168,7 @@ class SignedDocumentFlood:
         self._subscription: Subscription[Any] | None = None
         self._node_id, self._certificate, self._anchor = node_id, certificate, anchor
         self._certificates = Certificates()  # members' certificates found the CA's: checked once
-        # (way in) -> manifest checks, shared among their signers (`_check_key`)
+        # (way in) -> manifest checks, shared among their deliverers (`_ring_key`: see `CHECK_RATE`)
         self._check_budget = FloodShares[bytes | None](CHECK_RATE, SIGNER_CHECK_RATE)
         self._listing: tuple[int, tuple[bytes, ...]] | None = None  # (serial held, what its manifest lists)
         self._pending: dict[int, _Assembly] = {}  # the signer's node id -> its document's chunks so far
@@ -680,9 +684,8 @@ class SignedDocumentFlood:
                 assembly.broadcast = assembly.broadcast or broadcast
                 self.counts["manifest_known"] += 1  # another node sends the document under way: its chunks are listed
                 return
-        if not self._check_budget.allow(BROADCAST_WAY if broadcast else UNICAST_WAY,
-                                        self._check_key(manifest, sender, broadcast), now):  # fmt: skip
-            self.counts["dropped_verify_rate"] += 1  # over its signer's share of its way in (review21o O3)
+        if not self._check_budget.allow(BROADCAST_WAY if broadcast else UNICAST_WAY, self._ring_key(sender), now):
+            self.counts["dropped_verify_rate"] += 1  # over its deliverer's share of its way in (review21o O3, 21r)
             return
         try:
             revocation_manifest.check(self._anchor, self.overlay, manifest, time.time(), self._certificates)
@@ -705,17 +708,6 @@ class SignedDocumentFlood:
         if count <= revocation_manifest.PART_HASHES:
             assembly.hashes = dict(enumerate(manifest.hashes))  # else the parts bring them
         self._pending[manifest.node_id] = assembly
-
-    def _check_key(self, manifest: revocation_manifest.Manifest, sender: bytes, broadcast: bool) -> bytes | None:
-        """Whose share of the check budget `manifest` spends (see `CHECK_RATE`): a broadcast's, the member the switch
-        delivered it for (`_ring_key`); a unicast's, the node id it names if that certificate was found the CA's
-        here (a member naming another's, public, spends only that share of our unicast way), else the one key of
-        those nobody knows, so invented ids crowd out no known signer."""
-        if broadcast:
-            return self._ring_key(sender)
-        if self._certificates.found(manifest.der, manifest.node_id):
-            return manifest.node_id.to_bytes(16, "big")
-        return None
 
     def _part(self, serial: int, index: int, count: int, part: bytes) -> None:
         """Part `index` of the chunk hashes of a document of `count` chunks: into every assembly listing it."""

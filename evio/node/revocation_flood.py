@@ -77,7 +77,8 @@ Everything that comes in is bounded before it costs anything: only lists newer t
 most `MAX_PENDING` signers' at once (the oldest given up), each of at most `MAX_CHUNKS` chunks and
 `identity.MAX_DOCUMENT_BYTES`, and given up after `ASSEMBLY_TIMEOUT`; a manifest costs one signature check (a
 certificate is checked once, `host_claims.Certificates`), within a budget per way in (broadcast, unicast) shared
-fairly among the signers (`CHECK_RATE`, `SIGNER_CHECK_RATE`; past it `dropped_verify_rate`), and one listing the
+fairly among the members that deliver them, never charged to the one a manifest names (`CHECK_RATE`,
+`SIGNER_CHECK_RATE`; past it `dropped_verify_rate`), and one listing the
 hashes of an assembly under way none, nor one of the list held but by broadcast and listing its very chunks
 (`manifest_held`); a frame's serial is read off the list held, never by serializing it (decision 0078). Checking
 the list's signature is the signal endpoint's (`bad_revocation`; a refused signature is not checked twice); what

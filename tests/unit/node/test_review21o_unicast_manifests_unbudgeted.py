@@ -29,9 +29,10 @@ it dropped and counted before `check`.
 Fixed (decision 0043, amended for review21o): a manifest is checked only within a budget per way in (broadcast,
 unicast: `document_flood.CHECK_RATE`), shared fairly among the signers (`SIGNER_CHECK_RATE`: the member the switch
 delivered a broadcast for; for a unicast, the node id named if its certificate was found here, else one key for all
-the others) by `evio.sdn.flood_shares`, as the host claims' checks are; past it the manifest is dropped unchecked and
-counted (`dropped_verify_rate`, in the flood's status). Measured (load 6.3-6.7): the 1,000 manifests of this test
-took 959 ms of u's loop before, 104 ms after (12 checks); another member's genuine list sent meanwhile is adopted.
+the others; since review21r a unicast too by the member holding its source MAC) by `evio.sdn.flood_shares`, as the
+host claims' checks are; past it the manifest is dropped unchecked and counted (`dropped_verify_rate`, in the flood's
+status). Measured (load 6.3-6.7): the 1,000 manifests of this test took 959 ms of u's loop before, 104 ms after (12
+checks); another member's genuine list sent meanwhile is adopted.
 """
 
 from __future__ import annotations

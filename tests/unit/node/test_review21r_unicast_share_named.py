@@ -23,6 +23,12 @@ it names (the source MAC's owner where the switch checks unicast sources, else t
 manifest naming a signer whose last unicast manifests failed their signature only after that signer's genuine ones
 (a failed check for V's id does not spend V's share: a separate share for "named V, signature not yet seen good"),
 so that only a signature that verified earns V's share.
+
+Fixed (decision 0043, amended for review21o and review21r): a manifest's check is charged to whoever delivered it as
+far as the frame tells, a unicast as a broadcast: the member whose host claims hold its source MAC (`_ring_key`), one
+key for MACs nobody holds; never to the node id it names. A's frames spend A's share (or, from invented MACs, the
+one key of the unknown), and V's answer from V's interface finds V's share whole. Residual: the switch does not check
+a unicast's source MAC (0072), so A forging V's very MAC still spends V's share (0043's "Not done").
 """
 
 from __future__ import annotations
@@ -42,11 +48,15 @@ RATE = 20  # A's frames a second, all naming V
 SECONDS = 5  # issue 21's bound for a revocation
 
 
-@pytest.mark.xfail(strict=True, reason="review21r: a unicast manifest naming V spends V's check share (_check_key)")
-def test_a_member_naming_another_cannot_spend_its_unicast_check_share() -> None:
+@pytest.mark.parametrize("claims", [True, False], ids=["host-claims", "no-host-claims"])
+def test_a_member_naming_another_cannot_spend_its_unicast_check_share(claims: bool) -> None:
     async def run() -> None:
         _, nodes, clock = fleet(3)
         u, victim, attacker = nodes[0], 1, 2
+        if claims:  # the daemon's case: senders known by the member whose host claims hold their MAC
+            owners = {node.mac: node._node_id for node in nodes}
+            for node in nodes:
+                node.use_members(owners.get)
         for frame in frames_of(signed(3), index=victim):  # a list V broadcast: adopted, V's certificate found at u
             u.receive(frame, nodes[victim].mac, True)
         cert = certificate(victim)
@@ -65,6 +75,7 @@ def test_a_member_naming_another_cannot_spend_its_unicast_check_share() -> None:
         counts = u.status()["counts"]
         print(f"after {SECONDS} s: adopted {counts.get('adopted', 0)}, dropped_verify_rate {counts.get('dropped_verify_rate', 0)}, "
               f"u's serial {u.signaling.list.serial if u.signaling.list else None}")
+        assert counts["dropped_verify_rate"] > 0, "A's forgeries were all checked: the budget was not what held them"
         assert u.signaling.list is not None and u.signaling.list.serial == 4, "V's genuine answer was never checked"
 
     asyncio.run(run())
