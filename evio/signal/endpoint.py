@@ -238,7 +238,7 @@ class SignalEndpoint:
             self._table.set_listed(ov, frozenset(ml.members.values()) - {account} if ml is not None else ())
         # Full JIDs our presence went to in this session (directed) as an answer: the member list serials each said
         # then, and when (a changed hint is answered again at most once per HINT_ANSWER_INTERVAL, review21q Q2).
-        self._told: dict[str, tuple[dict[str, int], float]] = {}
+        self._told: dict[str, tuple[dict[str, int], float, dict[str, int]]] = {}  # ..., the highest answered
         # full JID -> the member list serials its last presence said it holds (decision 0063): a change means
         # it may have refused our presence under its older list, so it is answered again.
         self._hints: dict[str, dict[str, int]] = {}
@@ -1148,18 +1148,28 @@ class SignalEndpoint:
         again when its member list serials changed (it took a newer list: it may have refused our presence under
         the older one). That again at most once per `HINT_ANSWER_INTERVAL`: a member alternating its serials had
         every presence answered, ours up to 15 times its bytes (review21q Q2). One held back is owed, not lost:
-        its next presence after the interval is answered (a member we are silent to tells us again each round)."""
+        its next presence after the interval is answered (a member we are silent to tells us again each round).
+        A serial that rose to the one we hold, above any answered for that session, is answered at once: the
+        member just took our list and may have refused our presence under its older one (a newcomer's first
+        links waited for the next round without it); each such rise is answered once, so a member alternating
+        its serials still gets nothing more."""
         now = self.clock.now()
         told = self._told.get(sender)
+        peak: dict[str, int] = {}
         if told is not None:
-            said, at = told
+            said, at, peak = told
             if said == hint:
                 return
-            if now - at < HINT_ANSWER_INTERVAL:
+            caught_up = any(
+                serial > peak.get(ov, 0) and (ml := self._links_mode.get(ov)) is not None and serial == ml.serial
+                for ov, serial in hint.items()
+            )
+            if not caught_up and now - at < HINT_ANSWER_INTERVAL:
                 self._drop(DropReason.HINT_ANSWER_RATE, sender, "member list serials changed again: answered "
                            f"{now - at:.1f} s ago, not again before {HINT_ANSWER_INTERVAL:g} s")  # fmt: skip
                 return
-        self._told[sender] = (hint, now)
+        peak = {ov: max(serial, peak.get(ov, 0)) for ov, serial in {**peak, **hint}.items()}
+        self._told[sender] = (hint, now, peak)
         self._send_directed(sender, answer=True)
 
     def _listed_claims(self, sender: str, announcement: Announcement, proven: set[str]) -> Announcement:

@@ -74,6 +74,23 @@ async def test_a_hint_change_held_back_is_answered_at_the_next_presence_after_th
     assert answered == ["b@x.test/r1"] * 4
 
 
+async def test_a_member_that_just_took_our_list_is_answered_at_once_and_once(tmp_path: Path) -> None:
+    """A newcomer's presence under an older list, then under ours (it took our list and may have refused our
+    presence under the older one): both answered at once, or its first links wait for the next recontact round
+    (the UDP-blocked site's lab: 21 s). A member toggling back and forth gets no more for it."""
+    clock = VirtualClock()
+    node, presence = await _node_and_member(tmp_path, clock)
+    answered: list[str] = []
+    node._send_directed = lambda to, answer: answered.append(to)  # type: ignore[method-assign]
+    presence({"ov1": 2})  # the session's first: answered
+    presence({"ov1": 3})  # took our serial 3 a moment later: answered at once
+    assert answered == ["b@x.test/r1"] * 2
+    for i in range(PRESENCES):
+        presence({"ov1": 2 + (i + 1) % 2})  # 2, 3, 2, 3, ...: our serial again, but never above the one answered
+    assert answered == ["b@x.test/r1"] * 2
+    assert node.drop_counts().get("hint_answer_rate", 0) == PRESENCES // 2
+
+
 Presence = Callable[[dict[str, int]], None]
 
 
