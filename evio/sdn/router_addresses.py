@@ -287,8 +287,8 @@ class RouterAddresses:
                                    to_switching=False))
         own = self.own_addresses()
         for address in sorted({*self.bound, *(a for a, _ in own)}):
-            flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", _NS), ("ipv6_src", "::"), ("ipv6_nd_target", str(address))),
-                                   to_switching=False))
+            probe = (*icmpv6, ("icmpv6_type", _NS), ("ipv6_src", "::"), ("ipv6_nd_target", str(address)))
+            flows.add(AddGuardFlow(probe, to_switching=False))
         flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))), to_switching=False)
                   for address, router in own if router == here}
         return frozenset(flows)
