@@ -29,11 +29,18 @@ IPv6 router, back. So:
    router's address from its own MAC, once each `HEARD_FOR`, kept the router's RAs from binding it anywhere; a relay
    filling the router's `MAX_PER_ROUTER` bindings with forged addresses in its name did the same): one the config
    names for a router (`ipv6_router_addresses`, `named`), and, in trust mode, one made from a MAC (modified EUI-64,
-   RFC 4291 appendix A: what a kernel makes by default), the member's holding that MAC (`made_by`). A named router's
-   RA from its own binds over what other MACs said of it and past the cap; a router's RA from another member's never
-   binds (L2, for an owner quiet for `HEARD_FOR` too); and a solicitation or advertisement speaking for a named
-   router's own is judged by check 2 before any RA bound it. An address made otherwise (RFC 7217's stable privacy, a
+   RFC 4291 appendix A: what a kernel makes by default), the member's holding that MAC (`made_by`). A router's RA
+   from another member's never binds (L2, for an owner quiet for `HEARD_FOR` too), and a solicitation or
+   advertisement speaking for a named router's is judged by check 2 before any RA bound it. A router's *own* (`own`,
+   review21r: the config's, and those made from its interface MACs, `interfaces`; not its hosts', of which a site
+   gateway holds up to 1,024) binds over what other MACs said of it and past `MAX_PER_ROUTER`, within its own
+   `MAX_OWN_PER_ROUTER`. New host claims drop a binding made from a MAC another member now holds (`rehome`: a
+   moved host's solicitations were judged by it). An address made otherwise (RFC 7217's stable privacy, a
    configured fe80::1 the config does not name) is judged by check 1 only.
+5. A duplicate address detection probe (an NS from ::) for a bound or own address passes only as its router's own
+   flood; at the router's node none from a tunnel does (`fails_dad`, review21r: the router's kernel failed its
+   link-local address and sent no RA). Table 0 brings each such probe by its target, and at the router's node each
+   advertisement of its own (`flows`).
 
 What a router holds: in trust mode the MACs its signed announcement holds (`mac_owners`, 0055); without trust only
 the MAC its first bound RA came from (a relay that forged the first RA in the router's name keeps the address for
@@ -52,6 +59,10 @@ from evio.sdn.frb import format_mac
 from evio.sdn.neighbor_answers import icmpv6_at, link_layer_option
 
 MAX_PER_ROUTER = 4  # link-local addresses bound per router: one in practice, two while it changes
+# A router's own (check 4's `own`) bound apart from MAX_PER_ROUTER, so forged ones crowd none out, and capped too: the
+# config names at most 4 (semantic_checks.MAX_ROUTER_ADDRESSES), and its interface's EUI-64 one and a second while
+# its certified MAC changes make 6 (review21r: own ones were uncapped, and "own" held every MAC the router hosts).
+MAX_OWN_PER_ROUTER = 6
 MIN_HOLD = 600.0  # s a binding lasts at least (an RA of lifetime 0 ends routes, not neighbour entries at once)
 MAX_HOLD = 9000.0  # s at most: RFC 4861 6.2.1's greatest router lifetime (an RA may write 65535)
 HEARD_FOR = 300.0  # s a member's MAC heard speaking for a link-local address keeps it from being bound to a router
@@ -73,6 +84,7 @@ class Claim:
     eth_src: str
     lladdr: str | None  # the source (target, NA) link-layer option's MAC; None: none
     lifetime: int = 0  # an RA's router lifetime (s)
+    target: ipaddress.IPv6Address | None = None  # an NS's target (a probe's, from ::, is what it speaks for)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +109,8 @@ def claim(frame: bytes) -> Claim | None:
     address = ipaddress.IPv6Address(frame[at + 8 : at + 24] if kind == _NA else frame[22:38])
     lladdr = link_layer_option(frame[at + _FIXED[kind] :], _TARGET_LL if kind == _NA else _SOURCE_LL)
     lifetime = int.from_bytes(frame[at + 6 : at + 8], "big") if kind == _RA else 0
-    return Claim(kind, address, format_mac(frame[6:12]), lladdr, lifetime)
+    target = ipaddress.IPv6Address(frame[at + 8 : at + 24]) if kind == _NS else None
+    return Claim(kind, address, format_mac(frame[6:12]), lladdr, lifetime, target)
 
 
 class RouterAddresses:
@@ -107,6 +120,10 @@ class RouterAddresses:
         self.bound: dict[ipaddress.IPv6Address, _Binding] = {}  # (read it; an attribute: the guard asks per frame)
         self.changed = False  # the set of bound addresses changed since `flows` last ran
         self.named: Mapping[ipaddress.IPv6Address, int] = {}  # routers' addresses the config names (check 4)
+        # The named routers' own interface MACs -> router (check 4's `own`; the switch tells them): those the CA
+        # certified an address for (0062) and the router holds, and, at a named router's node, its bridge's own.
+        # Not every MAC a router's announcement holds: its hosts are not its interfaces (review21r).
+        self.interfaces: Mapping[str, int] = {}
         # Link-local addresses members' MACs spoke for lately (check 1, review21l L2): address -> MAC -> (when, the
         # member holding the MAC then), and each member's (address, MAC) pairs, least recently heard first, at most
         # MAX_HEARD_PER_MEMBER: a member inventing addresses pushes out only its own. A pair is in one share only,
@@ -153,13 +170,16 @@ class RouterAddresses:
         if not _holds(router, mac, ra.eth_src, mac_owners) or (
                 ra.lladdr is not None and not _holds(router, mac, ra.lladdr, mac_owners)):
             return False
-        # Made from one of the router's MACs, or named for it, the address is the router's: another MAC that spoke for
-        # it squats it, and a relay's forged addresses in the router's name cannot crowd it out (review21p).
-        own = maker == router
+        # Made from one of the router's interface MACs, or named for it, the address is the router's own: another MAC
+        # that spoke for it squats it, and a relay's forged addresses in the router's name cannot crowd it out
+        # (review21p). Own ones have their own allowance, and only the router's own interfaces' count (review21r: a
+        # relay bound one address per MAC a site gateway hosts, up to 1,024, each three flows, past the cap).
+        own = self.own(ra.address) == router
         speakers = [*(() if own else self._heard.get(ra.address, {})), *([certified] if certified is not None else [])]
         if held is None and any(not _holds(router, mac, other, mac_owners) for other in speakers):
             return False  # another member's address: bound, it would lose neighbour discovery here (review21l L2)
-        if held is None and not own and sum(b.router == router for b in self.bound.values()) >= MAX_PER_ROUTER:
+        if held is None and sum(b.router == router and (self.own(a) == router) == own
+                                for a, b in self.bound.items()) >= (MAX_OWN_PER_ROUTER if own else MAX_PER_ROUTER):
             return False
         until = now + min(max(float(ra.lifetime), MIN_HOLD), MAX_HOLD)
         self.bound[ra.address] = _Binding(router, mac, max(until, held.until if held is not None else 0.0))
@@ -180,6 +200,49 @@ class RouterAddresses:
             return False
         return not _holds(router, first, said.eth_src, mac_owners) or (
             said.lladdr is not None and not _holds(router, first, said.lladdr, mac_owners))
+
+    def fails_dad(self, said: Claim, root: int | None, mac_owners: Mapping[str, int], now: float, here: int) -> bool:
+        """Check 5 (review21r): whether a duplicate address detection probe (an NS from ::) for a bound address or a
+        named router's own (`own`) would fail it at the router, as `neighbor_guard.fails_owners_dad` judges one for a
+        certified address: it passes only as the router's own flood (rooted at it, from a MAC it holds); at the
+        router's node (`here`) none from a tunnel passes: its own floods never come back to it. (An advertisement,
+        which fails DAD too, is check 2's: only the router's MACs speak for its address.)"""
+        if said.kind != _NS or not said.address.is_unspecified or said.target is None:
+            return False
+        address = said.target
+        held = self.bound.get(address)
+        if held is not None and held.until >= now:
+            router, first = held.router, held.mac
+        elif (named := self.own(address)) is not None:
+            router, first = named, ""  # (named without trust: the root alone is judged, as the RA guard judges it)
+        else:
+            return False
+        if router == here:
+            return True
+        return root != router or (bool(mac_owners or first) and not _holds(router, first, said.eth_src, mac_owners))
+
+    def own(self, address: ipaddress.IPv6Address) -> int | None:
+        """The named router `address` is its own of (check 4): the config names it, or it was made from one of the
+        router's interface MACs (`interfaces`); None: neither."""
+        named = self.named.get(address)
+        if named is not None:
+            return named
+        mac = made_from(address) if self.interfaces else None
+        return None if mac is None else self.interfaces.get(mac)
+
+    def own_addresses(self) -> list[tuple[ipaddress.IPv6Address, int]]:
+        """Every named router's own addresses (a config's named ones, and its interfaces' EUI-64 ones), sorted."""
+        found = dict(self.named)
+        found.update((link_local_of(mac), router) for mac, router in self.interfaces.items())
+        return sorted(found.items())
+
+    def rehome(self, mac_owners: Mapping[str, int]) -> None:
+        """New signed host claims: a binding whose address was made from a MAC another member now holds goes (review21r:
+        a relay's forged binding of a host's address in the router's name outlived the host's move, and check 2
+        then dropped the host's own solicitations at its new site for up to `MAX_HOLD`)."""
+        for address in [a for a, b in self.bound.items() if self.owner(a, mac_owners) not in (None, b.router)]:
+            del self.bound[address]
+            self.changed = True
 
     def owner(self, address: ipaddress.IPv6Address, mac_owners: Mapping[str, int]) -> int | None:
         """The member `address` is known to be of before any frame (check 4): the router the config names it for, or
@@ -207,8 +270,13 @@ class RouterAddresses:
         if not macs:
             del self._heard[address]
 
-    def flows(self) -> frozenset[AddGuardFlow]:
-        """Check 3's table-0 flows: every RS, NS and NA naming a bound address to the controller."""
+    def flows(self, here: int | None = None) -> frozenset[AddGuardFlow]:
+        """Check 3's table-0 flows: every RS, NS and NA naming a bound address to the controller; and check 5's: every
+        probe for a bound or own address (its source is ::, so the flows by source miss it: a unicast one to the
+        router's MAC rode a flow ahead past `fails_dad`), and at a router's node (`here`) every advertisement of its own
+        (not bound there: a neighbour's unicast one rode a flow ahead to its interface past check 2, and failed DAD).
+        Bound: 4 per bound address (`MAX_PER_ROUTER` + `MAX_OWN_PER_ROUTER` per router), 1 per own address, 2 at
+        its router's node (the config's named, at most 4, and its interface MACs')."""
         self.changed = False
         icmpv6 = (("eth_type", 0x86DD), ("ip_proto", _ICMPV6))
         flows = set()
@@ -217,6 +285,12 @@ class RouterAddresses:
                       for kind in (_RS, _NS)}
             flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))),
                                    to_switching=False))
+        own = self.own_addresses()
+        for address in sorted({*self.bound, *(a for a, _ in own)}):
+            probe = (*icmpv6, ("icmpv6_type", _NS), ("ipv6_src", "::"), ("ipv6_nd_target", str(address)))
+            flows.add(AddGuardFlow(probe, to_switching=False))
+        flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))), to_switching=False)
+                  for address, router in own if router == here}
         return frozenset(flows)
 
 
@@ -227,6 +301,13 @@ def made_from(address: ipaddress.IPv6Address) -> str | None:
     if packed[:8] != b"\xfe\x80" + bytes(6) or packed[11:13] != b"\xff\xfe":
         return None
     return format_mac(bytes([packed[8] ^ 0x02]) + packed[9:11] + packed[13:16])
+
+
+def link_local_of(mac: str) -> ipaddress.IPv6Address:
+    """The link-local address a kernel makes from `mac` (modified EUI-64: `made_from`'s inverse)."""
+    octets = bytes.fromhex(mac.replace(":", ""))
+    return ipaddress.IPv6Address(b"\xfe\x80" + bytes(6) + bytes([octets[0] ^ 0x02]) + octets[1:3] + b"\xff\xfe"
+                                 + octets[3:6])
 
 
 def made_by(address: ipaddress.IPv6Address, mac_owners: Mapping[str, int]) -> int | None:

@@ -342,6 +342,9 @@ class BoundedFloodSwitch:
         self.own_certified: frozenset[IPAddress] = frozenset()
         self._guarded_own: frozenset[IPAddress] = frozenset()  # and these
         self.router_addresses = router_addresses.RouterAddresses()  # named routers' link-local addresses (K7)
+        # (certified, mac_owners, ipv6_routers) the named routers' certified interface MACs were last found from
+        self._interfaces_of: tuple[object, ...] = ()
+        self._certified_interfaces: dict[str, int] = {}
 
     @property
     def broadcasts_seen(self) -> int:
@@ -724,6 +727,8 @@ class BoundedFloodSwitch:
         claim on it that its owner could not have made is dropped."""
         self.mac_owners = owners
         self.learning.owners = owners
+        self.router_addresses.rehome(owners)  # a host's address bound in a router's name leaves with the host (review21r)
+        self._sync_router_interfaces()
         gone: list[str] = []
         for mac, owner in owners.items():
             if owner == self.node_id:
@@ -903,8 +908,11 @@ class BoundedFloodSwitch:
                 reason = Drop.ROUTER_ADDRESS_SPOOFED
         elif (self.ipv6_routers and kind in router_addresses.CLAIM_TYPES
               and (said := router_addresses.claim(frame)) is not None
-              and self.router_addresses.spoofs(said, self.mac_owners, now, self.ipv6_routers)):
-            reason = Drop.ROUTER_ADDRESS_SPOOFED  # speaks for a router's address with a MAC the router does not hold
+              and (self.router_addresses.spoofs(said, self.mac_owners, now, self.ipv6_routers)
+                   or self.router_addresses.fails_dad(said, root, self.mac_owners, now, self.node_id))):
+            # speaks for a router's address with a MAC the router does not hold, or probes for it as another would
+            # (review21r: the router's kernel failed its link-local address and sent no RA)
+            reason = Drop.ROUTER_ADDRESS_SPOOFED
         elif ((self.neighbors.certified or self.own_certified)
               and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.CERTIFIED_TYPES)):
             msg = neighbor_guard.certified_claim(frame, found)  # an RS like an NS (review21m M3)
@@ -959,6 +967,7 @@ class BoundedFloodSwitch:
         named as a router, each leaf port's (`neighbor_guard.router_node_flows`)."""
         tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
         leaves = frozenset(self.leaf_ports()) if self.node_id in self.ipv6_routers else frozenset()
+        self._sync_router_interfaces()
         if cleared:
             self._guards = frozenset()
         elif (self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels
@@ -970,12 +979,30 @@ class BoundedFloodSwitch:
         self._guarded_leaves = leaves
         self._guarded_own = self.own_certified
         wanted = (neighbor_guard.guard_flows(self._guarded, sorted(tunnels), sorted(self._guarded_own, key=str))
-                  | self.router_addresses.flows()
+                  | self.router_addresses.flows(self.node_id)
                   | neighbor_guard.router_node_flows(sorted(leaves)))
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted
         return actions
+
+    def _sync_router_interfaces(self) -> None:
+        """Tell `router_addresses` the named routers' interface MACs (review21r): those the CA certified an address
+        for, each held by a named router, and, named itself, its leaf ports' (it is never told its own certified
+        MAC). Found again only when what they are found from was replaced (each is, never changed in place)."""
+        key = (self.neighbors.certified, self.mac_owners, self.ipv6_routers)
+        if len(key) != len(self._interfaces_of) or any(a is not b for a, b in zip(key, self._interfaces_of)):
+            self._interfaces_of = key
+            self._certified_interfaces = {
+                mac.lower(): owner for mac in self.neighbors.certified.values()
+                if (owner := self.mac_owners.get(mac.lower())) is not None and owner in self.ipv6_routers}
+        found = dict(self._certified_interfaces)
+        if self.node_id in self.ipv6_routers:  # its leaf ports' own MACs (its bridge interface's among them)
+            found.update((port.hw_addr.lower(), self.node_id) for port in self.ports.values()
+                         if port.kind is PortKind.LEAF and port.hw_addr is not None and not is_group_mac(port.hw_addr))
+        if found != self.router_addresses.interfaces:
+            self.router_addresses.interfaces = found
+            self.router_addresses.changed = True
 
     def _proactive_sync(self, now: float) -> list[FlowAction]:
         """Install the flows wanted ahead that are not (or no longer) in the table, delete the ones no longer wanted

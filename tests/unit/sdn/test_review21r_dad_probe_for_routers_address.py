@@ -24,12 +24,20 @@ Suggested fix: judge a probe (NS from ::) for an address `RouterAddresses.owner(
 as `fails_owners_dad` judges one for a certified address: delivered only as that router's own flood (rooted at
 it, from a MAC it holds), and its table-0 flow by target (`ipv6_src=::, ipv6_nd_target=<address>`) for the
 named and bound addresses, so that unicast ones are judged too.
+
+Fixed (decision 0068, amended for review21r; `RouterAddresses.fails_dad`, check 5): a probe for a bound address or
+a named router's own (the config's, or made from its interface MACs) passes only as the router's own flood, rooted
+at it and from a MAC it holds, and at the router's node none from a tunnel passes, nor an advertisement of its own;
+table 0 brings each probe for such an address to the controller by its target (a unicast one rode a flow ahead),
+counted as `ROUTER_ADDRESS_SPOOFED`.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from evio.sdn import frb
+from evio.sdn.switch import Drop
 from evio.testing.frames import dad_probe
 from tests.unit.sdn.test_review21k_router_link_local_taken import _named, advert
 from tests.unit.sdn.test_review21p_router_address_squat import eui64_link_local
@@ -37,7 +45,7 @@ from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 
 
 @pytest.mark.parametrize("bound", [False, True], ids=["first-start", "restart-after-its-ra-bound"])
-@pytest.mark.xfail(strict=True, reason="review21r: a DAD probe for the router's link-local address reaches the router")
+
 def test_a_members_dad_probe_for_the_routers_link_local_address_does_not_reach_the_router(bound: bool) -> None:
     net, ids, macs, _ = trusted_ring(6)
     a, r = ids[0], ids[3]
@@ -63,3 +71,52 @@ def test_the_routers_own_dad_probe_still_goes_out() -> None:
     probe = dad_probe(macs[r], eui64_link_local(macs[r]))
     net.inject(r, 1, probe)
     assert probe in net.nodes[u].received[1][heard:]
+
+
+@pytest.mark.parametrize("where", [2, 0], ids=["routers-neighbour", "two-hops"])
+def test_a_unicast_probe_to_the_routers_mac_is_brought_to_the_guard_by_its_target(where: int) -> None:
+    # Ethernet to R's MAC, IPv6 to the solicited-node group: R's kernel takes it as a probe. Without a flow by target
+    # it rode 0072's `eth_dst=<R's MAC>` flow to R's interface with no packet-in.
+    net, ids, macs, _ = trusted_ring(6)
+    a, r = ids[where], ids[3]  # ids[2] has a tunnel to R, ids[0] none
+    _named(net, ids, r)
+    unicast = frb.parse_mac(macs[r]) + dad_probe(macs[a], eui64_link_local(macs[r]))[6:]
+    heard = len(net.nodes[r].received[1])
+    net.inject(a, 1, unicast)
+    drops = sum(net.nodes[n].switch.drops[Drop.ROUTER_ADDRESS_SPOOFED] for n in ids)
+    print(f"A's unicast probe delivered to the router's port: {unicast in net.nodes[r].received[1][heard:]}, "
+          f"ROUTER_ADDRESS_SPOOFED {drops}")
+    assert unicast not in net.nodes[r].received[1][heard:]
+    assert drops == 1  # at the first switch after A's
+
+
+def test_a_neighbours_unicast_advertisement_of_the_routers_address_is_judged_at_the_routers_node() -> None:
+    # Linux fails DAD on any NA for a tentative address (RFC 4862 5.4.4). The router's node binds none of its own
+    # addresses (its RAs come by a leaf port), so no flow by target brought A's unicast NA to its controller: it rode
+    # the flow ahead to R's MAC, past check 2.
+    from tests.unit.sdn.test_review21k_router_link_local_taken import neighbor_advert
+
+    net, ids, macs, _ = trusted_ring(6)
+    a, r = ids[2], ids[3]  # A has a tunnel to R
+    _named(net, ids, r)
+    forged = neighbor_advert(macs[a], macs[r], eui64_link_local(macs[r]), macs[a], solicited=False)
+    heard, ins = len(net.nodes[r].received[1]), net.nodes[r].packet_ins
+    net.inject(a, 1, forged)
+    assert forged not in net.nodes[r].received[1][heard:]
+    assert net.nodes[r].packet_ins - ins == 1
+    assert net.nodes[r].switch.drops[Drop.ROUTER_ADDRESS_SPOOFED] == 1
+
+
+def test_the_router_address_flows_a_switch_holds() -> None:
+    # What check 5 adds to table 0 (decision 0068, review21r): per own address a probe flow by target, and at the
+    # router's node an advertisement flow too; a bound address has four, its probe flow shared with its own one's.
+    net, ids, macs, _ = trusted_ring(6)
+    u, r = ids[0], ids[3]
+    _named(net, ids, r)
+
+    def router_flows(node: int) -> int:
+        return len(net.nodes[node].switch.router_addresses.flows(node))
+
+    assert (router_flows(u), router_flows(r)) == (1, 2)
+    net.inject(r, 1, advert(macs[r], macs[r], src=eui64_link_local(macs[r])))
+    assert (router_flows(u), router_flows(r)) == (4, 2)

@@ -27,16 +27,21 @@ addresses plus those made from the MACs of R's *own* interfaces, not every host 
 R's leaf ports is not R's router), or `made_by` looks only at the router's bridge MAC(s) (the kernel's address of
 the router's interface), not at every MAC its announcement holds; and `spoofs` (or `expire`) drops a binding whose
 address `owner()` now says is another member's, instead of judging that member's own frames by it.
+
+Fixed (decision 0068, amended for review21r; evio/sdn/router_addresses.py): a router's own addresses (`own`) are only
+the config's named ones and those made from the router's interface MACs (`interfaces`: the MACs the CA certified an
+address for that the router holds, and at its own node its bridge's), not every MAC its announcement holds; they
+bind past `MAX_PER_ROUTER` but within their own `MAX_OWN_PER_ROUTER` (6); a host's address counts against the cap
+like any other. New signed host claims drop a binding whose address was made from a MAC another member now holds
+(`rehome`), so a moved host's solicitations are judged by nothing in the router's name.
 """
 
 from __future__ import annotations
 
 import ipaddress
 
-import pytest
-
 from evio.sdn import frb
-from evio.sdn.router_addresses import MAX_PER_ROUTER, RouterAddresses
+from evio.sdn.router_addresses import MAX_OWN_PER_ROUTER, MAX_PER_ROUTER, RouterAddresses
 from tests.unit.sdn.test_review21k_router_link_local_taken import advert
 from tests.unit.sdn.test_review21p_router_address_squat import claim_of, eui64_link_local
 
@@ -44,7 +49,6 @@ R = 7
 HOSTS = 256  # MACs R's signed list holds (four pages): a site gateway's LAN
 
 
-@pytest.mark.xfail(strict=True, reason="review21r: addresses made from a router's MACs bypass MAX_PER_ROUTER")
 def test_a_relay_cannot_bind_more_than_the_cap_of_addresses_in_a_routers_name() -> None:
     macs = [frb.format_mac(bytes([0x02, 0x10, 0, 0, i >> 8, i & 0xFF])) for i in range(HOSTS)]
     owners = {mac: R for mac in macs}
@@ -57,7 +61,6 @@ def test_a_relay_cannot_bind_more_than_the_cap_of_addresses_in_a_routers_name() 
     assert len(guard.bound) <= MAX_PER_ROUTER
 
 
-@pytest.mark.xfail(strict=True, reason="review21r: addresses made from a router's MACs bypass MAX_PER_ROUTER")
 def test_a_relays_forged_ras_from_the_routers_hosts_bind_no_more_than_the_cap_at_a_switch() -> None:
     from tests.unit.sdn.test_review21k_router_link_local_taken import _named
     from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
@@ -78,8 +81,6 @@ def test_a_relays_forged_ras_from_the_routers_hosts_bind_no_more_than_the_cap_at
     assert bound <= MAX_PER_ROUTER
 
 
-@pytest.mark.xfail(strict=True, reason="review21r: a forged binding of a host's address in the router's name "
-                                       "outlives the host's move and drops its neighbour discovery")
 def test_a_host_that_left_the_router_s_site_keeps_its_neighbour_discovery() -> None:
     # What the bindings above cost a host: H, on R's LAN when A forged the RA, moves to W's site (0078's host that
     # moved); the binding, R's for 2.5 h, makes H's own solicitations "spoofed" at u once W holds H.
@@ -107,3 +108,18 @@ def test_a_host_that_left_the_router_s_site_keeps_its_neighbour_discovery() -> N
     print(f"H's solicitation reached u: {solicit in net.nodes[u].received[1][heard:]}; "
           f"ROUTER_ADDRESS_SPOOFED at u {net.nodes[u].switch.drops[Drop.ROUTER_ADDRESS_SPOOFED]}")
     assert solicit in net.nodes[u].received[1][heard:]
+
+
+def test_a_routers_own_interfaces_bind_past_the_cap_within_their_own_allowance() -> None:
+    # What the fix keeps of review21p (its own addresses bind whatever forged ones fill the cap), and bounds: a router
+    # told more interface MACs than it has (or a certificate's error) binds at most MAX_OWN_PER_ROUTER of them.
+    interfaces = [frb.format_mac(bytes([0x02, 0x20, 0, 0, 0, i])) for i in range(MAX_OWN_PER_ROUTER + 4)]
+    hosts = [frb.format_mac(bytes([0x02, 0x10, 0, 0, 0, i])) for i in range(MAX_PER_ROUTER + 4)]
+    owners = {mac: R for mac in [*interfaces, *hosts]}
+    guard = RouterAddresses()
+    guard.interfaces = {mac: R for mac in interfaces}
+    for mac in [*hosts, *interfaces]:
+        guard.admit_advert(R, claim_of(advert(mac, mac, src=eui64_link_local(mac), lifetime=65535)), owners, now=0.0)
+    own = [a for a in guard.bound if guard.own(a) == R]
+    assert len(own) == MAX_OWN_PER_ROUTER
+    assert len(guard.bound) - len(own) == MAX_PER_ROUTER
