@@ -41,15 +41,7 @@ def _ping(i: int, sender: str) -> str:
 
 
 async def test_one_member_cannot_have_every_iq_of_a_flood_answered() -> None:
-    client = SignalClient(SignalSettings(jid="a@x.test", server="127.0.0.1", password="pw", memberships={"ov1": 1}))
-    xmpp, _ = _stream(client)
-    xmpp.add_filter("in", client._count_in)
-    replies: list[str] = []
-
-    def send(data: Any, use_filters: bool = True) -> None:
-        replies.append(str(data))
-
-    xmpp.send = send
+    client, xmpp, replies = _client_keeping_replies()
     try:
         flood = "".join(_ping(i, "b@x.test/evio") for i in range(FLOOD)).encode()
         for at in range(0, len(flood), 8192):  # one burst, as fast as the server relays it
@@ -71,15 +63,7 @@ async def test_one_member_cannot_have_every_iq_of_a_flood_answered() -> None:
 
 
 async def test_the_servers_stanzas_amid_a_members_flood_are_all_read_and_a_dropped_stanza_leaves_nothing() -> None:
-    client = SignalClient(SignalSettings(jid="a@x.test", server="127.0.0.1", password="pw", memberships={"ov1": 1}))
-    xmpp, _ = _stream(client)
-    xmpp.add_filter("in", client._count_in)
-    replies: list[str] = []
-
-    def send(data: Any, use_filters: bool = True) -> None:
-        replies.append(str(data))
-
-    xmpp.send = send
+    client, xmpp, replies = _client_keeping_replies()
     try:
         # A member's flood, deep stanzas among it, with the server's pings and our own account's between.
         deep = "<message from='b@x.test/evio' to='a@x.test/evio'>" + "<x>" * 20 + "</x>" * 20 + "</message>"
@@ -101,3 +85,17 @@ async def test_the_servers_stanzas_amid_a_members_flood_are_all_read_and_a_dropp
     assert SENDER_RATE.burst // 2 <= to_b <= FLOOD // 10
     assert held == 0, "a stanza dropped unread is not kept under the stream's root"
     assert client.stanzas_in >= 4 * FLOOD, "every stanza, read or not, tells the keepalive the server is there"
+
+
+def _client_keeping_replies() -> tuple[SignalClient, Any, list[str]]:
+    """A client on an in-process stream, its incoming filter installed as the login does, what it sends kept."""
+    client = SignalClient(SignalSettings(jid="a@x.test", server="127.0.0.1", password="pw", memberships={"ov1": 1}))
+    xmpp, _ = _stream(client)
+    xmpp.add_filter("in", client._count_in)
+    replies: list[str] = []
+
+    def send(data: Any, use_filters: bool = True) -> None:
+        replies.append(str(data))
+
+    xmpp.send = send
+    return client, xmpp, replies
