@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from pathlib import Path
 
 from evio.config import loads_config
 from tests.unit.config.test_config import problems_of, with_changes
@@ -48,3 +49,16 @@ def test_a_bad_router_address_is_named_by_its_path() -> None:
     assert problems_of(_with_addresses({"node1": ["fe80::1"]}))  # not a node id: the schema's
     assert set(problems_of(_with_addresses({ROUTER: []}))) == {at}
     assert set(problems_of(_with_addresses({ROUTER: [f"fe80::{i}" for i in range(1, 6)]}))) == {at}
+
+
+def test_the_operators_guides_router_snippets_load() -> None:
+    """docs/operations.md's `ipv6_routers` snippets, as typed into an overlay's config, load as they say."""
+    guide = (Path(__file__).parents[3] / "docs" / "operations.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in guide.split("```json\n")[1:] if '"ipv6_routers"' in b.split("```", 1)[0]]
+    assert len(blocks) >= 2, "the guide shows the router alone and with its address"
+    for block in blocks:
+        document = with_changes("overlays.ov1.policy", [])
+        document["overlays"]["ov1"].update(json.loads("{" + block.strip().rstrip(",") + "}"))
+        overlay = loads_config(json.dumps(document)).overlays["ov1"]
+        assert overlay.ipv6_routers == (int(ROUTER, 16),)
+    assert overlay.ipv6_router_addresses == ((int(ROUTER, 16), ipaddress.IPv6Address("fe80::1")),)
