@@ -13,7 +13,11 @@ resource from the node id: decision 0080). The depth is checked at every start e
 (decision 0080's `_admit_stanza`) is read, so a stanza past that budget aborts too.
 
 Measured (the client's own `ClientXMPP` from `SignalClient._make_xmpp`, fed in-process as H5's test): one 33-deep
-message from `m@x.test/r1`: the transport aborted, `oversized` 1; nothing charged to m.
+message from `m@x.test/r1`: the transport aborted, `oversized` 1; nothing charged to m. Against a real prosody 0.12
+(`evio.testing.prosody.local_prosody`, a throwaway script, load 2.6): account m, in no group (no roster relation to
+the victim), logged in with a bare socket, bound a resource and sent one 33-deep message (about 1 KB) to the
+victim's full JID; prosody relayed it and the victim's `SignalClient` logged "the server sent a stanza more than 32
+elements deep: session aborted, logging in again" and its session ended.
 
 Impact: high by the yardstick (a member stalls a node cheaply): one ~300-byte stanza per login of the victim,
 sent blindly every second or on its presence, keeps a chosen node's signaling down: every peer sees it leave and
