@@ -18,6 +18,8 @@ the bridge is set up again. A neighbour of V's does the same with an NA for the 
 
 Measured today (unit, fake network with the real switch and its flows, 6-node ring, trust mode): A's probe two
 hops away is delivered to V's interface, 0 drops counted; from V's neighbour likewise; a neighbour's NA likewise.
+The same for the global address V's kernel makes by SLAAC from an overlay router's prefix and its MAC (a router
+on the overlay advertises its prefix to every member, so A knows it too): V then has no SLAAC address.
 
 Impact: medium (the yardstick: a bounded denial against a chosen member, one frame per restart of the victim).
 V loses its link-local address on the overlay: no RS (Linux solicits a router only once link-local DAD completed,
@@ -50,10 +52,13 @@ from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 @pytest.mark.xfail(strict=True, reason="review21s finding 1: a member's DAD probe for another member's EUI-64 "
                    "link-local address reaches it (only certified and router addresses are judged)")
 @pytest.mark.parametrize("where", [0, 2], ids=["two-hops", "victims-neighbour"])
-def test_a_members_dad_probe_for_anothers_link_local_address_does_not_reach_it(where: int) -> None:
+@pytest.mark.parametrize("scope", ["link-local", "slaac"])
+def test_a_members_dad_probe_for_anothers_link_local_address_does_not_reach_it(where: int, scope: str) -> None:
     net, ids, macs, _ = trusted_ring(6)
     a, v = ids[where], ids[3]  # ids[2] has a tunnel to V, ids[0] none
     address = eui64_link_local(macs[v])  # V's bridge interface's, from its signed MAC
+    if scope == "slaac":  # the address V's kernel makes from an overlay router's advertised prefix, the same way
+        address = address.replace("fe80::", "2001:db8:1::")
     heard = len(net.nodes[v].received[1])
     probe = dad_probe(macs[a], address)
     net.inject(a, 1, probe)  # A's own interface floods it: A's MAC, A's root
