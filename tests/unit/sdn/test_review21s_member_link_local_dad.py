@@ -1,0 +1,88 @@
+"""Review21s finding 1: any member fails another member's IPv6 link-local address by duplicate address detection.
+
+Decision 0076 judges DAD probes (an NS from ::) only for certified addresses and this node's own; review21r
+(0068, check 5) added a named router's addresses. Every member's bridge interface also keeps an IPv6 link-local
+address (decision 0045, `OvsBridge._ipv6_link_local`: addrgenmode eui64), made from its MAC by modified EUI-64
+(RFC 4291 appendix A), and that MAC is in the member's signed host claims, so every member computes the address
+(review21p's argument, for routers). The kernel runs DAD on it at every link-up of the bridge port (a restart, a
+reload that sets the bridge up again): tentative for about a second, and the owner floods its own probe, which
+every member sees.
+
+Attack (trust mode, hostile member A, any position; V any other member, not a named router): on seeing V's probe,
+or blindly a few times a second within its link-local multicast budget, A floods its own probe for V's link-local
+address from its own MAC. Code path: `BoundedFloodSwitch.guard_allows` -> `neighbor_guard.fails_owners_dad`: the
+target is not certified and not V's own certified address (`own_certified` holds only the certificate's), and
+`RouterAddresses.fails_dad` knows no router address -> delivered to V's port, where Linux fails the address
+(RFC 4862 5.4.3; the same `ndisc_recv_ns` path 0076 measured for a global address): `dadfailed`, never used until
+the bridge is set up again. A neighbour of V's does the same with an NA for the address (5.4.4), flooded.
+
+Measured today (unit, fake network with the real switch and its flows, 6-node ring, trust mode): A's probe two
+hops away is delivered to V's interface, 0 drops counted; from V's neighbour likewise; a neighbour's NA likewise.
+The same for the global address V's kernel makes by SLAAC from an overlay router's prefix and its MAC (a router
+on the overlay advertises its prefix to every member, so A knows it too): V then has no SLAAC address.
+
+Impact: medium (the yardstick: a bounded denial against a chosen member, one frame per restart of the victim).
+V loses its link-local address on the overlay: no RS (Linux solicits a router only once link-local DAD completed,
+so SLAAC waits for an unsolicited RA, minutes), `ping -6 fe80::...%evbr`, mDNS and anything link-scoped over the
+overlay (routing daemons) fail at V, though its certified address (nodad) and IPv4 keep working. Lighter than
+review21r 4 (which denied routing through a router to every node); worse than 0076's accepted limit, which says
+uncertified addresses keep DAD because "nothing else tells a duplicate": here something does, the signed claim of
+the MAC the address is made from. Hosts on a member's leaf ports (their claimed MACs, their EUI-64 link-local and
+SLAAC addresses) are exposed the same way.
+
+Suggested fix: treat an IPv6 address made from a MAC a member holds (`router_addresses.made_from`, any member, not
+only named routers; at the owner's node its own interfaces' MACs) as that member's for DAD: a probe or NA for it
+from a tunnel passes only as its holder's own flood (rooted at the holder, from that MAC), never unicast, and at
+the holder's node none passes; a table-0 flow by target for the node's own link-local address (an NS from :: and an
+NA), so unicast probes riding 0072's flow to its MAC are judged. Alternatively add the bridge's link-local address
+`nodad` too (`ip address add fe80::.../64 dev evbr nodad` with addrgenmode none), which covers the bridge but not
+leaf hosts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from evio.testing.frames import dad_probe
+from tests.unit.sdn.test_review21k_router_link_local_taken import neighbor_advert
+from tests.unit.sdn.test_review21p_router_address_squat import eui64_link_local
+from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
+
+
+@pytest.mark.xfail(strict=True, reason="review21s finding 1: a member's DAD probe for another member's EUI-64 "
+                   "link-local address reaches it (only certified and router addresses are judged)")
+@pytest.mark.parametrize("where", [0, 2], ids=["two-hops", "victims-neighbour"])
+@pytest.mark.parametrize("scope", ["link-local", "slaac"])
+def test_a_members_dad_probe_for_anothers_link_local_address_does_not_reach_it(where: int, scope: str) -> None:
+    net, ids, macs, _ = trusted_ring(6)
+    a, v = ids[where], ids[3]  # ids[2] has a tunnel to V, ids[0] none
+    address = eui64_link_local(macs[v])  # V's bridge interface's, from its signed MAC
+    if scope == "slaac":  # the address V's kernel makes from an overlay router's advertised prefix, the same way
+        address = address.replace("fe80::", "2001:db8:1::")
+    heard = len(net.nodes[v].received[1])
+    probe = dad_probe(macs[a], address)
+    net.inject(a, 1, probe)  # A's own interface floods it: A's MAC, A's root
+    delivered = probe in net.nodes[v].received[1][heard:]
+    print(f"A's DAD probe for V's {address} delivered to V's interface: {delivered}")
+    assert not delivered
+
+
+@pytest.mark.xfail(strict=True, reason="review21s finding 1: a neighbour's NA for another member's tentative "
+                   "link-local address reaches it and fails its DAD")
+def test_a_neighbours_advertisement_of_anothers_link_local_address_does_not_reach_it() -> None:
+    net, ids, macs, _ = trusted_ring(6)
+    a, v = ids[2], ids[3]
+    forged = neighbor_advert(macs[a], "33:33:00:00:00:01", eui64_link_local(macs[v]), macs[a], solicited=False)
+    heard = len(net.nodes[v].received[1])
+    net.inject(a, 1, forged)
+    assert forged not in net.nodes[v].received[1][heard:]
+
+
+def test_a_members_own_dad_probe_for_its_link_local_address_still_goes_out() -> None:
+    """What a fix must keep: V's own probe reaches every other member."""
+    net, ids, macs, _ = trusted_ring(6)
+    v = ids[3]
+    probe = dad_probe(macs[v], eui64_link_local(macs[v]))
+    heard = {n: len(net.nodes[n].received[1]) for n in ids}
+    net.inject(v, 1, probe)
+    assert all(probe in net.nodes[n].received[1][heard[n]:] for n in ids if n != v)
