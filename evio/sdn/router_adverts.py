@@ -149,6 +149,10 @@ class RouterAdverts:
         self._signing_key = signing_key
         self._key_of = key_of
 
+    def has_key(self, router: int) -> bool:
+        """Whether `router`'s statements can be checked here (its certificate's key is known)."""
+        return self._key_of(router) is not None
+
     # -- at the router's node -----------------------------------------------------------------
 
     def statement(self, router: int, frame: bytes) -> bytes | None:
