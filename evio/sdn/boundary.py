@@ -308,6 +308,8 @@ class TrafficCounts:
     unicast_packet_ins: int = 0  # of packet_ins: frames for a unicast destination, FRBs aside
     # of packet_ins, by what came (`switch.PacketInKind`): which frames keep the controller busy (issue 23)
     by_kind: Mapping[str, int] = field(default_factory=dict)
+    # routers' RA statements (decision 0081): signed here, taken, RAs vouched for, refused by reason
+    router_adverts: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

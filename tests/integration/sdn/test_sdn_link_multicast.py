@@ -161,8 +161,8 @@ class _Listener:
 
 def _members_known(lab: Lab, index: int) -> bool:
     """Trust mode: the node holds both other members' signed host claims (the router's MAC and key among them)."""
-    claims = lab.daemon_status(index)["overlays"]["ov1"].get("host_claims", {})
-    return int(claims.get("owned", 0)) >= 2
+    claims = lab.daemon_status(index)["overlays"]["ov1"]["trust"].get("host_claims", {})
+    return int(claims.get("members", 0)) >= 2 and int(claims.get("owned", 0)) >= 2
 
 
 @pytest.mark.parametrize("trust", [False, True], ids=["learning", "trust"])
@@ -216,7 +216,11 @@ def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works
                              timeout=20).returncode != 0]
     assert unreached == [], f"no answer from node -> an address behind the router: {unreached}"
     drops = [lab.daemon_status(i)["overlays"]["ov1"]["drops"] for i in (2, 3)]
-    print(f"trust={trust}: drops at nodes 2 and 3: {drops}")
+    statements = [lab.daemon_status(i)["overlays"]["ov1"]["switch"]["router_adverts"] for i in (1, 2, 3)]
+    print(f"trust={trust}: drops at nodes 2 and 3: {drops}; RA statements at nodes 1-3: {statements}")
+    if trust:  # node1 signed its RA's statement, and each other node checked it and vouched for the RA by it
+        assert statements[0].get("signed", 0) >= 1
+        assert all(s.get("taken", 0) >= 1 and s.get("vouched", 0) >= 1 for s in statements[1:]), statements
     assert all(int(d.get("ROUTER_ADDRESS_SPOOFED", 0)) == 0 and int(d.get("ROUTER_ADVERT_UNVOUCHED", 0)) == 0
                and int(d.get("ROUTER_STATEMENT_REFUSED", 0)) == 0 for d in drops)
 
