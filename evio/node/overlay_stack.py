@@ -144,6 +144,7 @@ class OverlayStack:
         self.member_lists: MemberListFlood | None = None
         # Trust mode: the MACs each member hosts, announced signed over the overlay (decision 0055).
         self.host_claims: HostClaimsFlood | None = None
+        self._router_keys_told: dict[int, Any] | None = None  # what `_tell_router_keys` sent last (decision 0081)
         self.host_claims_error: str | None = None
         # Members signaling sees (kept while our own session is down), told to the switch: floods rooted at
         # anyone else are an invented root's (evio/sdn/switch.py, `_flood_budget_key`).
@@ -242,7 +243,7 @@ class OverlayStack:
             return
         own = self.plan.bridge.overlay_address
         flood = HostClaimsFlood(self.overlay, self.bridge.name, self.node_id, certificate, anchor, self.signaling,
-                                lambda owners: self._sdn.commands.set_mac_owners(self.overlay, owners), self.clock,
+                                self._owners_found, self.clock,
                                 own_addresses=[ipaddress.ip_interface(own).ip] if own is not None else [],
                                 tell_addresses=lambda found: self._sdn.commands.set_certified_addresses(self.overlay, found))  # fmt: skip
         try:
@@ -252,6 +253,7 @@ class OverlayStack:
             log.warning("overlay %s: hosts not announced over the overlay (%s)", self.overlay, self.host_claims_error)
             return
         self.host_claims = flood
+        self._tell_router_keys()  # this node's own key at once: named a router, it signs before any owner is known
         # No probe for the bridge's own certified address from a tunnel port reaches it (decision 0076).
         self._sdn.commands.set_own_addresses(self.overlay, frozenset(flood.own_addresses))
         for document_flood in (self.revocations, self.member_lists):  # HAVE senders known by member (0043, J5)
@@ -259,6 +261,23 @@ class OverlayStack:
                 document_flood.use_members(flood.owner_of)
         if isinstance(self.signaling, RingSignaling):  # offers along the ring are sealed to the target's key (0064)
             self.signaling.use_keys(flood.certificate_key)
+
+    def _owners_found(self, owners: Mapping[str, int]) -> None:
+        """Who holds which MAC changed (host claims): the switch places MACs by it, and the named routers' keys
+        found with their announcements go with it (decision 0081)."""
+        self._sdn.commands.set_mac_owners(self.overlay, owners)
+        self._tell_router_keys()
+
+    def _tell_router_keys(self) -> None:
+        """The switch's keys for routers' statements (decision 0081): this node's, and each named router's whose
+        certificate the host claims found the CA's (not revoked). Sent only when there are routers to vouch for."""
+        routers, flood, certificate = self.plan.config.ipv6_routers, self.host_claims, self.plan.certificate
+        if not routers or flood is None or certificate is None:
+            return
+        keys = {router: key for router in routers if (key := flood.certificate_key(router)) is not None}
+        if keys != self._router_keys_told:
+            self._router_keys_told = keys
+            self._sdn.commands.set_router_keys(self.overlay, certificate.key, keys)
 
     async def _remove_stale_ports(self) -> None:
         """TAP ports left on the bridge by an earlier run that was killed: their devices died with it."""

@@ -68,6 +68,7 @@ def overlay_status(stack: OverlayStack) -> dict[str, Any]:
             "copied_ahead": traffic.copied_ahead if traffic else 0,
             "unicast_packet_ins": traffic.unicast_packet_ins if traffic else 0,
             "packet_ins_by_kind": dict(traffic.by_kind) if traffic else {},
+            "router_adverts": dict(traffic.router_adverts) if traffic else {},  # decision 0081
         },
         "transit": transit_status(stack.links.transit),
         "drops": dict(stack.drops),

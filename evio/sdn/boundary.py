@@ -137,9 +137,19 @@ class SetOwnAddresses:
     addresses: frozenset[IPAddress]
 
 
+@dataclass(frozen=True, slots=True)
+class SetRouterKeys:
+    """Trust mode: this node's certificate key (a named router's node signs statements vouching for its RAs) and
+    the named routers' certificate keys the host claims found the CA's (their statements are checked): decision 0081."""
+
+    overlay: str
+    signing_key: Any  # cryptography's EllipticCurvePrivateKey (not imported here: the boundary stays light)
+    keys: Mapping[int, Any]  # router node id -> EllipticCurvePublicKey
+
+
 ControllerCommand = (
     AttachOverlay | DetachOverlay | SetOnDemand | SetPolicy | PeerPortUp | PeerPortDown | SetMembers | SetMacOwners
-    | SetCertifiedAddresses | SetOwnAddresses
+    | SetCertifiedAddresses | SetOwnAddresses | SetRouterKeys
 )
 
 
@@ -183,6 +193,9 @@ class CommandQueue:
 
     def set_own_addresses(self, overlay: str, addresses: frozenset[IPAddress]) -> None:
         self.put(SetOwnAddresses(overlay, addresses))
+
+    def set_router_keys(self, overlay: str, signing_key: Any, keys: Mapping[int, Any]) -> None:
+        self.put(SetRouterKeys(overlay, signing_key, keys))
 
     def drain(self) -> list[ControllerCommand]:
         out: list[ControllerCommand] = []
@@ -295,6 +308,8 @@ class TrafficCounts:
     unicast_packet_ins: int = 0  # of packet_ins: frames for a unicast destination, FRBs aside
     # of packet_ins, by what came (`switch.PacketInKind`): which frames keep the controller busy (issue 23)
     by_kind: Mapping[str, int] = field(default_factory=dict)
+    # routers' RA statements (decision 0081): signed here, taken, RAs vouched for, refused by reason
+    router_adverts: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

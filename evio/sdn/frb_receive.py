@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from evio.ids import RING_SIZE, format_node_id
-from evio.sdn import frb
+from evio.sdn import frb, router_adverts
 from evio.sdn.flooding_bounds import forward_bounds, mirror, reverse_forward_bounds
 from evio.sdn.flow_actions import FlowAction, PacketOut
 from evio.sdn.learning_table import Change, LearnedMac
@@ -314,6 +314,13 @@ def _broadcast_in(
         sw.drops[Drop.OWN_BROADCAST] += 1
         sw.broadcasts.record_own_return()
         return []
+    if router_adverts.is_statement(inner):
+        # A statement vouching for a router's RA (decision 0081): the switches' word to each other, never delivered
+        # nor learned; passed on once taken here (a forgery or a stale one goes no further), not at all without trust.
+        if sw.router_adverts is None:
+            return []
+        taken, released = sw.take_statement(inner, h.root_nid, in_port, now)
+        return (_pass_on(sw, frame, ingress, budget_key, now) if taken else []) + released  # the statement first
     if sw.frame_filter is not None and not sw.frame_filter(in_port, inner):
         sw.drops[Drop.POLICY] += 1  # as a flow in table 0 would: not learned, delivered nor passed on
         return []
@@ -361,13 +368,22 @@ def _broadcast_in(
                 # The daemon checks it by the port it came in by (decision 0055, amended review21d): forgeries
                 # a neighbour floods under a member's id then spend that port's checks, not the member's.
                 sw.flooded_announcements.append(FloodedAnnouncement(inner, ingress, h.root_nid))
+    return actions + _pass_on(sw, frame, ingress, budget_key, now, hops)
+
+
+def _pass_on(sw: BoundedFloodSwitch, frame: frb.FrbFrame, ingress: int, budget_key: tuple[int, int | None],
+             now: float, hops: int | None = None) -> list[FlowAction]:
+    """A broadcast passed on to the peers within its bound, if the flood budget allows."""
+    h = frame.header
+    hops = _hops(sw, h, ingress) if hops is None else hops
     bounds = forward_bounds(sw.node_id, h.bound_nid, sw.peer_ports(), ingress=ingress)
     if not _may_pass_on(sw, bounds, hops, budget_key, now):
-        return actions
+        return []
     peers = sw.peer_ports()
+    actions: list[FlowAction] = []
     for peer, bound in bounds.items():
         sw.counters.frb_forwarded += 1
-        wire = frb.pack(frb.broadcast(inner, h.root_nid, bound, hop_count=hops + 1))
+        wire = frb.pack(frb.broadcast(frame.payload, h.root_nid, bound, hop_count=hops + 1))
         actions.append(PacketOut(peers[peer], wire))
     return actions
 

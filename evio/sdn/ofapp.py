@@ -73,6 +73,7 @@ from evio.sdn.boundary import (
     SetOnDemand,
     SetOwnAddresses,
     SetPolicy,
+    SetRouterKeys,
 )
 from evio.sdn.openflow_messages import (
     base_flows,
@@ -376,6 +377,8 @@ class BoundedFloodApp(app_manager.OSKenApp):
                     overlay.switch.neighbors.certified = dict(command.addresses)
                 elif isinstance(command, SetOwnAddresses):
                     overlay.switch.own_certified = command.addresses  # its guard flows at the next tick
+                elif isinstance(command, SetRouterKeys):
+                    overlay.switch.use_router_keys(command.overlay, command.signing_key, command.keys, time.time)
 
     def _attach(self, settings: AttachOverlay) -> None:
         known = self.overlays.get(settings.overlay)

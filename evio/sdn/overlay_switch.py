@@ -329,12 +329,14 @@ class OverlaySwitch:
         """Packet-ins and FRBs sent and forwarded, if they changed since the last report."""
         # The neighbour table counts its own answers (ARP and NS answered here instead of flooded).
         kinds = tuple(sorted(self.switch.packet_in_kinds.items()))
+        adverts = self.switch.router_adverts
+        statements = tuple(sorted(adverts.counts.items())) if adverts is not None else ()
         totals = (*self.switch.counters.as_tuple(), self.switch.neighbors.answered, self.switch.destination_copies,
-                  self.switch.unicast_packet_ins, kinds)
+                  self.switch.unicast_packet_ins, kinds, statements)
         if totals == self._traffic_reported:
             return []
         self._traffic_reported = totals
-        return [TrafficCounts(self.overlay, *totals[:-1], by_kind=dict(kinds))]
+        return [TrafficCounts(self.overlay, *totals[:-2], by_kind=dict(kinds), router_adverts=dict(statements))]
 
     def hosted_report(self) -> list[ControllerEvent]:
         """What this node hosts, if it changed since the last report (decision 0055)."""

@@ -97,6 +97,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from evio.config.model import BridgeConfig
 from evio.ids import format_node_id
@@ -141,6 +142,7 @@ from evio.sdn.learning_table import MAX_ENTRIES, Change, Learned, LearningTable
 from evio.sdn.link_local import LINK_LOCAL_MULTICAST_RATE, ROUTER_SOLICITATION_RATE, LinkLocalKind, link_local_kind
 from evio.sdn.neighbor_answers import ASK_WINDOW, IPAddress, NeighborAnswers, NeighborMessage, icmpv6_at
 from evio.sdn.neighbor_answers import parse as parse_neighbor
+from evio.sdn.router_adverts import RouterAdverts
 from evio.sdn.switch_terms import (
     ETH_HEADER_LEN,
     FLOODED_ANNOUNCEMENTS_KEPT,
@@ -342,6 +344,9 @@ class BoundedFloodSwitch:
         self.own_certified: frozenset[IPAddress] = frozenset()
         self._guarded_own: frozenset[IPAddress] = frozenset()  # and these
         self.router_addresses = router_addresses.RouterAddresses()  # named routers' link-local addresses (K7)
+        # Trust mode: named routers' RAs vouched for by their nodes' signed statements (decision 0081); None: not asked
+        self.router_adverts: RouterAdverts | None = None
+        self._frame_in: tuple[int, bytes] | None = None  # the packet-in being handled, as it came (an RA held: 0081)
         # (certified, mac_owners, ipv6_routers) the named routers' certified interface MACs were last found from
         self._interfaces_of: tuple[object, ...] = ()
         self._certified_interfaces: dict[str, int] = {}
@@ -473,6 +478,7 @@ class BoundedFloodSwitch:
 
     def _packet_in(self, in_port: int, data: bytes, now: float, forwarded: bool = False) -> list[FlowAction]:
         self.counters.packet_ins += 1
+        self._frame_in = (in_port, data)
         port = self.ports.get(in_port)
         if port is None:
             self.drops[Drop.UNKNOWN_PORT] += 1
@@ -522,14 +528,14 @@ class BoundedFloodSwitch:
         if eth.is_group:
             if not self._link_local_allowed(in_port, data, now):
                 return actions + self._deliver_to_leaves(data, exclude=in_port)
-            return (actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
-                    + self._originate_reverse(data))
+            return (actions + self._deliver_to_leaves(data, exclude=in_port) + self._vouch_for(data)
+                    + self._originate_flood(data) + self._originate_reverse(data))
         target = self.learning.lookup(eth.dst, now)
         if target is None:
             # Unknown unicast: a bounded flood reaches the host wherever it is.
             return actions + self._deliver_to_leaves(data, exclude=in_port) + self._originate_flood(data)
         if self.node_id in self.ipv6_routers and target.port not in self.leaf_ports() and self._floods_for_router(data):
-            return actions + self._originate_flood(data)
+            return actions + self._vouch_for(data) + self._originate_flood(data)
         return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
 
     def _floods_for_router(self, data: bytes) -> bool:
@@ -545,6 +551,37 @@ class BoundedFloodSwitch:
             return True
         said = router_addresses.claim(data) if kind in router_addresses.CLAIM_TYPES else None
         return said is not None and said.address.is_link_local
+
+    def _vouch_for(self, data: bytes) -> list[FlowAction]:
+        """At a named router's node, the flood of a signed statement vouching for an RA from a leaf port, to go out
+        just before the RA's own on the same tunnels (decision 0081); nothing for another frame, or without trust."""
+        if self.router_adverts is None or self.node_id not in self.ipv6_routers:
+            return []
+        frame = neighbor_guard.as_received(data)
+        statement = None if frame is None else self.router_adverts.statement(self.node_id, frame)
+        return [] if statement is None else self._originate_flood(statement)
+
+    def use_router_keys(self, overlay: str, signing_key: Any, keys: Mapping[int, Any],
+                        wall: Callable[[], float]) -> None:
+        """Trust mode: sign statements for this node's RAs with `signing_key` (if named a router) and check the named
+        routers' with `keys` (node id -> public key); from now on a router's RA from a tunnel port needs one
+        (decision 0081). Statements already taken are kept."""
+        if self.router_adverts is None:
+            self.router_adverts = RouterAdverts(overlay, signing_key, dict(keys).get, wall)
+        else:
+            self.router_adverts.use_keys(signing_key, dict(keys).get)
+
+    def take_statement(self, inner: bytes, root: int, in_port: int, now: float) -> tuple[bool, list[FlowAction]]:
+        """A flooded statement vouching for a router's RA (decision 0081), never delivered to a leaf: taken or refused
+        and counted; (whether taken, what an RA held for it does when it runs again)."""
+        assert self.router_adverts is not None
+        router, refused = self.router_adverts.take(inner, root, in_port, self.ipv6_routers, self.mac_owners, now)
+        if refused is not None:
+            self._dropped(Drop.ROUTER_STATEMENT_REFUSED, in_port, now, f"root={format_node_id(root)} {refused}")
+        if router is None:
+            return False, []
+        held = self.router_adverts.release(router)
+        return True, [] if held is None else self._packet_in(held[0], held[1], now)
 
     def _unicast_copy(
         self, in_port: int, eth: EthernetHeader, out_port: int, data: bytes, now: float, forwarded: bool
@@ -869,6 +906,8 @@ class BoundedFloodSwitch:
             del self._aged_hosts[mac]
         self.neighbors.expire(now)
         self.router_addresses.expire(now)
+        if self.router_adverts is not None and (unvouched := self.router_adverts.expire(now)):
+            self.drops[Drop.ROUTER_ADVERT_UNVOUCHED] += unvouched  # their statements never came (decision 0081)
         for mac in self.learning.claimed():
             self._vouch_if_sending(mac, now)
         if self.mac_owners:
@@ -902,9 +941,19 @@ class BoundedFloodSwitch:
             src = data[6:12].hex(":")
             if root is None:
                 root = self._unicast_sender(src, in_port, now)
+            vouched = False
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
-            elif not self._router_address_allowed(frame, root, now):
+            elif (kind == neighbor_guard.ROUTER_ADVERTISEMENT and self.router_adverts is not None and root is not None
+                  and not (vouched := self.router_adverts.vouched(root, frame, now))):
+                # No fresh statement of its router's node names it (decision 0081): a relay's forgery, or the
+                # statement still to come; held for it (one per router), dropped and counted if it does not come.
+                if self._frame_in is not None and self._frame_in[0] == in_port:
+                    if self.router_adverts.hold(root, in_port, self._frame_in[1], now):
+                        self._dropped(Drop.ROUTER_ADVERT_UNVOUCHED, in_port, now, f"src={src} replaced in the hold")
+                    return False
+                reason = Drop.ROUTER_ADVERT_UNVOUCHED
+            elif not self._router_address_allowed(frame, root, now, vouched):
                 reason = Drop.ROUTER_ADDRESS_SPOOFED
         elif (self.ipv6_routers and kind in router_addresses.CLAIM_TYPES
               and (said := router_addresses.claim(frame)) is not None
@@ -929,11 +978,15 @@ class BoundedFloodSwitch:
                 # name binds that address here for a while (review21l L2).
                 self.router_addresses.hear(said, member, now)
             return True
-        self._bounded(reason, in_port, now, f"src={data[6:12].hex(':')}")
+        self._dropped(reason, in_port, now, f"src={data[6:12].hex(':')}")
+        return False
+
+    def _dropped(self, reason: Drop, in_port: int, now: float, detail: str) -> None:
+        """A frame from a tunnel port dropped by a guard: counted overall and by port, said once per interval."""
+        self._bounded(reason, in_port, now, detail)
         port = self.ports.get(in_port)
         if port is not None:
             self.port_drops[(port.name, reason)] += 1
-        return False
 
     def _unicast_sender(self, src: str, in_port: int, now: float) -> int | None:
         """The member a unicast router message from `src` by `in_port` counts as sent by (review21l L1): the one
@@ -951,15 +1004,16 @@ class BoundedFloodSwitch:
             return member  # by its own link
         return member if entry is not None and entry.port == in_port and entry.root == member else None
 
-    def _router_address_allowed(self, data: bytes, router: int | None, now: float) -> bool:
+    def _router_address_allowed(self, data: bytes, router: int | None, now: float, vouched: bool = False) -> bool:
         """Whether a router advertisement the RA guard let by may bind its source address to `router` (a redirect:
         nothing to bind), its source link-layer option a MAC the router holds (router_addresses.py, review21k K7),
-        its source no address another member's MAC is certified for or was heard speaking for (review21l L2)."""
+        its source no address another member's MAC is certified for or was heard speaking for (review21l L2), unless
+        `vouched` by the router's node's signed statement (decision 0081: the router's word beats a squatter's)."""
         said = router_addresses.claim(data)
         if said is None or said.kind != neighbor_guard.ROUTER_ADVERTISEMENT or router is None:
             return True  # router_allowed passes no router None
         return self.router_addresses.admit_advert(router, said, self.mac_owners, now,
-                                                  self.neighbors.certified.get(said.address))
+                                                  self.neighbors.certified.get(said.address), vouched)
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified

@@ -97,6 +97,11 @@ class Drop(enum.Enum):
                               "address (an RA's source) with a MAC the router does not hold, or an RA that cannot "
                               "bind its source to its router: not link-local, another router's, or another member's "
                               "(evio.sdn.router_addresses, decision 0068 amended)")
+    ROUTER_ADVERT_UNVOUCHED = ("a named router's RA from a tunnel port that no fresh statement signed by the router's "
+                               "node names (held for its statement, then dropped: a relay's forgery, or the "
+                               "statement lost; evio.sdn.router_adverts, decision 0081)")
+    ROUTER_STATEMENT_REFUSED = ("a flooded statement vouching for a router's RA that was refused: malformed, not its "
+                                "router's flood, stale, older than one held, or badly signed (decision 0081)")
 
 
 @dataclass(frozen=True, slots=True)

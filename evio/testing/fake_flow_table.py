@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric import ec
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
 from evio.ids import RING_SIZE
@@ -61,6 +62,7 @@ from evio.sdn.openflow_messages import (
     removed_flow_match,
     to_ofp_messages,
 )
+from evio.sdn.router_adverts import RouterAdverts
 from evio.sdn.switch import BoundedFloodSwitch, PortKind, SwitchPort
 
 ofp = ofproto_v1_3
@@ -712,3 +714,13 @@ def _mac_for(node_id: int, first_octet: int) -> str:
     """A locally administered unicast MAC derived from a node id (first octet's low bits set by caller)."""
     tail = (node_id & 0xFFFF_FFFF_FF).to_bytes(5, "big")
     return bytes([first_octet]).hex() + ":" + tail.hex(":")
+
+
+def sign_router_adverts(net: FakeNetwork, ids: list[int], overlay: str = "ov1", epoch: float = 1.8e9) -> None:
+    """Give every switch a node key, the others' public keys and a wall clock `epoch` + the network's time: named
+    routers' nodes then vouch for their RAs and every node asks for it (decision 0081, what the daemon does in trust
+    mode with the certificates the host claims found the CA's)."""
+    keys = {nid: ec.generate_private_key(ec.SECP256R1()) for nid in ids}
+    public = {nid: key.public_key() for nid, key in keys.items()}
+    for nid in ids:
+        net.nodes[nid].switch.router_adverts = RouterAdverts(overlay, keys[nid], public.get, lambda: epoch + net.now)

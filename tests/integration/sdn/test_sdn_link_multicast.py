@@ -159,8 +159,17 @@ class _Listener:
         raise AssertionError("the listener printed no totals")
 
 
-def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works(lab_factory: LabFactory) -> None:
-    lab = lab_factory(nodes=3, nat="mixed", topology={"successors": 2}, daemons=True)
+def _members_known(lab: Lab, index: int) -> bool:
+    """Trust mode: the node holds both other members' signed host claims (the router's MAC and key among them)."""
+    claims = lab.daemon_status(index)["overlays"]["ov1"]["trust"].get("host_claims", {})
+    return int(claims.get("members", 0)) >= 2 and int(claims.get("owned", 0)) >= 2
+
+
+@pytest.mark.parametrize("trust", [False, True], ids=["learning", "trust"])
+def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works(lab_factory: LabFactory,
+                                                                                  trust: bool) -> None:
+    # In trust mode node1's RA goes on only as its statement, signed by node1 and flooded first, names it (0081).
+    lab = lab_factory(nodes=3, nat="mixed", topology={"successors": 2}, daemons=True, trust=trust)
     wait_for_value(lab.topology, lambda t: _full_mesh(t, 3), 90, what="every pair of the 3 nodes linked")
     # node1 is named the overlay's IPv6 router on every node (a new list restarts the overlay: linked again).
     router = json.loads(lab.node(1).config_path.read_text())["node"]["id"]
@@ -169,6 +178,8 @@ def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works
     for i in (1, 2, 3):  # the bridges' link-local addresses, past their DAD: IPv6 is up on each
         wait_for_value(functools.partial(_address, lab, i, "link", LINK_LOCAL), lambda a: a is not None, 30,
                        what=f"node{i}'s link-local address")
+    for i in (2, 3) if trust else ():
+        wait_for_value(functools.partial(_members_known, lab, i), bool, 60, what=f"node{i} holds the others' claims")
     listeners = [_Listener(lab.netns(i)) for i in (2, 3)]
     try:
         prefix = PREFIX.network_address.packed.hex()
@@ -204,8 +215,14 @@ def test_mdns_and_a_router_advertisement_reach_every_member_once_and_slaac_works
                  if lab.exec(i, ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", BEHIND_ROUTER], check=False,
                              timeout=20).returncode != 0]
     assert unreached == [], f"no answer from node -> an address behind the router: {unreached}"
-    assert all(int(lab.daemon_status(i)["overlays"]["ov1"]["drops"].get("ROUTER_ADDRESS_SPOOFED", 0)) == 0
-               for i in (2, 3))
+    drops = [lab.daemon_status(i)["overlays"]["ov1"]["drops"] for i in (2, 3)]
+    statements = [lab.daemon_status(i)["overlays"]["ov1"]["switch"]["router_adverts"] for i in (1, 2, 3)]
+    print(f"trust={trust}: drops at nodes 2 and 3: {drops}; RA statements at nodes 1-3: {statements}")
+    if trust:  # node1 signed its RA's statement, and each other node checked it and vouched for the RA by it
+        assert statements[0].get("signed", 0) >= 1
+        assert all(s.get("taken", 0) >= 1 and s.get("vouched", 0) >= 1 for s in statements[1:]), statements
+    assert all(int(d.get("ROUTER_ADDRESS_SPOOFED", 0)) == 0 and int(d.get("ROUTER_ADVERT_UNVOUCHED", 0)) == 0
+               and int(d.get("ROUTER_STATEMENT_REFUSED", 0)) == 0 for d in drops)
 
 
 def test_a_member_not_named_as_router_advertises_to_no_node(lab_factory: LabFactory) -> None:

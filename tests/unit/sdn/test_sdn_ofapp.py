@@ -532,3 +532,24 @@ def test_the_nodes_own_certified_address_gets_the_flows_of_its_probes_and_advert
     guarded = sorted((m.match["icmpv6_type"], m.match.get("ipv6_src")) for m in dp.sent
                      if isinstance(m, parser.OFPFlowMod) and m.match.get("ipv6_nd_target") == str(own))
     assert guarded == [(135, "::"), (136, None)]
+
+
+def test_the_router_keys_reach_the_switch_and_later_ones_keep_what_it_took() -> None:
+    # Decision 0081: in trust mode the overlay stack tells the switch its own key and the named routers' keys.
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    app, commands, _, clock = make_app()
+    dp = FakeDatapath(1)
+    commands.attach("red", 1, node_id=100, ipv6_routers=(7,))
+    connect(app, dp, [port_desc(ofp.OFPP_LOCAL, "evored", H1)])
+    assert app.overlays["red"].switch.router_adverts is None  # no trust: nothing asked of a router's RA
+    own, router = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    commands.set_router_keys("red", own, {})
+    clock.now += 1
+    app.tick(EventTick(periodic=True))
+    adverts = app.overlays["red"].switch.router_adverts
+    assert adverts is not None and adverts.overlay == "red"
+    commands.set_router_keys("red", own, {7: router.public_key()})
+    app.tick(EventTick(periodic=True))
+    assert app.overlays["red"].switch.router_adverts is adverts  # the same: statements taken are kept
+    assert adverts.has_key(7) and not adverts.has_key(8)
