@@ -396,6 +396,9 @@ class SignalEndpoint:
     def drop_counts(self) -> dict[str, int]:
         return {reason.value: n for reason, n in sorted(self.drops.counts.items(), key=lambda i: i[0].value) if n}
 
+    def presence_lists_left_out(self) -> dict[str, list[str] | int]:
+        return {"lists_left_out": list(self.lists_left_out), "lists_left_out_total": self.lists_left_out_total}
+
     def revocation_list(self, overlay: str) -> identity.RevocationList | None:
         return self._lists.get(overlay)
 
