@@ -194,6 +194,9 @@ def render_status(status: Mapping[str, Any], now: float) -> str:
         error = ov.get("signal", {}).get("last_error")
         if isinstance(error, dict):
             lines.append(f"    last error ({error.get('step')}, {_ago(error.get('since'), now)}): {error.get('message')}")
+        left_out = _left_out_line(ov.get("signal", {}))
+        if left_out:
+            lines.append(left_out)
         lines.append(f"  links up: {sum(counts.values())} ({summary}); members online: {len(ov.get('peers', {}))}")
         links = ov.get("links", [])
         if links:
@@ -247,6 +250,17 @@ def _signal_line(signal: Mapping[str, Any], now: float) -> str:
         stamp = datetime.datetime.fromtimestamp(since, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         return f"{where}: connected since {stamp} ({_duration(now - since)}), {reconnects} reconnects"
     return f"{where}: connected, {reconnects} reconnects"
+
+
+def _left_out_line(signal: Mapping[str, Any]) -> str | None:
+    """Revocation lists that did not fit our presence (decision 0036, amended), once any was left out: still
+    revoked everywhere, but carried only by the overlay's flood and the files beside the CAs."""
+    total = signal.get("lists_left_out_total") or 0
+    if not total:
+        return None
+    now_out = ", ".join(signal.get("lists_left_out") or ()) or "none now"
+    return (f"    revocation lists left out of presence: {now_out} ({total} left out so far; they spread over the "
+            "overlay and from the file beside the CA)")
 
 
 def _ago(since: Any, now: float) -> str:

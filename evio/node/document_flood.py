@@ -117,6 +117,20 @@ MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the per
 CHECK_RATE = Rate(50.0, 100)  # checks a second by one way in, for all senders: 100 a second in all, about 3 % of a core
 SIGNER_CHECK_RATE = Rate(2.0, 10)  # and for one sender, if contested
 BROADCAST_WAY, UNICAST_WAY = 0, 1  # the ways in of the check budget ("ports" of `FloodShares`)
+# Every frame of the flood's kind, before it is read further, within a budget of the same shape: per way in, shared
+# fairly among the senders it is charged to (`_ring_key`, as the checks). A HAVE or a chunk costs no signature check
+# but still what Python takes to read it and act on it (an ask weighed for an answer, a chunk hashed and looked up),
+# 45-55 us at load 5.8: unbudgeted, a member at full rate held a node's loop as long as its frames came (issue 21).
+# An honest sender needs a whole document at once, the largest member list's 889 frames (`max_frames`), and its
+# repeat or an answer: a sender new to the node starts with its burst, two such documents.
+FRAME_RATE = Rate(1500.0, 3600)  # frames a second by one way in, for all senders
+SENDER_FRAME_RATE = Rate(300.0, 1800)  # and for one sender, if contested
+
+
+def max_frames(max_bytes: int) -> int:
+    """The frames of a document of `max_bytes`: its manifest, the parts of its chunk hashes, its chunks."""
+    chunks = -(-max_bytes // CHUNK)
+    return 1 + (revocation_manifest.listed(chunks) if chunks > revocation_manifest.PART_HASHES else 0) + chunks
 
 
 @dataclass
@@ -170,6 +184,8 @@ class SignedDocumentFlood:
         self._certificates = Certificates()  # members' certificates found the CA's: checked once
         # (way in) -> manifest checks, shared among their deliverers (`_ring_key`: see `CHECK_RATE`)
         self._check_budget = FloodShares[bytes | None](CHECK_RATE, SIGNER_CHECK_RATE)
+        # (way in) -> frames read, shared among their senders (see `FRAME_RATE`)
+        self._frame_budget = FloodShares[bytes | None](FRAME_RATE, SENDER_FRAME_RATE, SENDER_FRAME_RATE.burst)
         self._listing: tuple[int, tuple[bytes, ...]] | None = None  # (serial held, what its manifest lists)
         self._pending: dict[int, _Assembly] = {}  # the signer's node id -> its document's chunks so far
         self._log_refused: LogLimiter[bytes] = LogLimiter(60.0)
@@ -608,6 +624,10 @@ class SignedDocumentFlood:
         """One frame's payload from MAC `sender`, sent to the broadcast address or (`broadcast` false) to ours."""
         if data[:4] != self.MAGIC and data[:4] in MAGICS:
             return  # the other kind's, on the same ethertype: its own flood reads it
+        sender_key = self._ring_key(sender)
+        if not self._frame_budget.allow(BROADCAST_WAY if broadcast else UNICAST_WAY, sender_key, self._clock.now()):
+            self.counts["dropped_frame_rate"] += 1  # over its sender's share of its way in (see `FRAME_RATE`)
+            return
         if len(data) < self.HEADER.size:
             self.counts["dropped_short"] += 1
             return
@@ -620,7 +640,7 @@ class SignedDocumentFlood:
         # MAC's owner; a unicast from any MAC reaches us by flows installed ahead (review21l L4). Honest HAVEs are
         # all broadcast: one to our MAC alone still draws an answer, but it neither places a sender on the ring,
         # nor names a newer serial, nor stands for our ask.
-        key = self._ring_key(sender) if kind == HAVE and broadcast else None
+        key = sender_key if kind == HAVE and broadcast else None
         if key is not None:
             self._heard_have(key)
         ours = self._serial()

@@ -50,6 +50,8 @@ def overlay_status(stack: OverlayStack) -> dict[str, Any]:
                    "logins": signaling.sessions, "reconnects": max(signaling.sessions - 1, 0),
                    "last_error": error.as_dict() if (error := signaling.last_error(stack.overlay)) else None,
                    "drops": signaling.drop_counts(), "messages": signaling.message_counts(),
+                   # Revocation lists that did not fit our presence (they spread over the overlay: 0036 amended).
+                   **signaling.presence_lists_left_out(),
                    # Link requests and offers along the ring (decision 0064); None: all through the server.
                    "ring": signaling.counts() if isinstance(signaling, RingSignaling) else None},
         "peers": {format_node_id(p): jid for p, jid in sorted(names.items())},

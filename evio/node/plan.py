@@ -99,8 +99,9 @@ def plan_node(
     account_plans = tuple(
         AccountPlan(jid, replace(
             signal_settings(signal, {ov: node_id for ov in overlays}, read_password(signal)),
-            identities={ov: overlay_identity(ov, *trusts[ov], config.overlays[ov].trust) for ov in overlays
-                        if ov in trusts}), tuple(overlays))
+            identities={ov: overlay_identity(ov, *trusts[ov], config.overlays[ov].trust,
+                                             kept_dir=config.node.state_dir / KEPT_LISTS / ov)
+                        for ov in overlays if ov in trusts}), tuple(overlays))
         for jid, (signal, overlays) in accounts.items()
     )  # fmt: skip
     overlay_networks = tuple(
@@ -164,10 +165,13 @@ REVOCATION_FILE = "revoked.json"  # beside the overlay CA file: a revocation lis
 # Beside the overlay CA file: the CA's member list. There at start, the overlay's membership is that list and
 # presence goes to linked peers only (decision 0059); the roster group is then not needed.
 MEMBER_FILE = "member-list.json"
+# In the node's state directory, a folder per overlay: the newest lists the node adopted (decision 0063, amended), so
+# that one of the files above put back from a backup cannot set the serial back.
+KEPT_LISTS = "lists"
 
 
 def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCertificate,
-                     trust: TrustConfig | None) -> OverlayIdentity:  # fmt: skip
+                     trust: TrustConfig | None, kept_dir: Path | None = None) -> OverlayIdentity:  # fmt: skip
     """Trust mode for the signaling: the CA, our certificate and key, and the revocation list beside the CA, if any."""
     revocations, path = None, None
     members, members_path = None, None
@@ -182,7 +186,7 @@ def overlay_identity(overlay: str, anchor: TrustAnchor, certificate: TunnelCerti
                 raise NodeConfigError(f"overlay {overlay}: trust: {listed}: {refusal}")
             members_path = listed
     return OverlayIdentity(anchor, certificate.cert, certificate.key, revocations, revocation_file=path,
-                           member_file=members_path, members=members)  # fmt: skip
+                           member_file=members_path, members=members, kept_dir=kept_dir)  # fmt: skip
 
 
 def _beside_ca(overlay: str, path: Path, load: Callable[[str], T]) -> T | None:

@@ -601,6 +601,9 @@ class RingSignaling:
     def drop_counts(self) -> dict[str, int]:
         return self.inner.drop_counts()
 
+    def presence_lists_left_out(self) -> dict[str, list[str] | int]:
+        return self.inner.presence_lists_left_out()
+
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         return self.inner.subscribe(event_type, callback)
 

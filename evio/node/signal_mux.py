@@ -127,6 +127,9 @@ class OverlaySignaling:
     def drop_counts(self) -> dict[str, int]:
         return self._client.drop_counts()
 
+    def presence_lists_left_out(self) -> dict[str, list[str] | int]:
+        return self._client.presence_lists_left_out()
+
     def subscribe(self, event_type: type[E], callback: Callable[[E], None]) -> Subscription[E]:
         if event_type not in (PeerAdded, PeerRemoved, RevocationAdopted, MemberListAdopted):
             return self._client.subscribe(event_type, callback)

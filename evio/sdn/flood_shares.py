@@ -59,9 +59,13 @@ class _PortShares(Generic[R]):
 class FloodShares(Generic[R]):
     """Per ingress port: a total of `port_rate` floods, shared evenly among the roots that flood by it."""
 
-    def __init__(self, port_rate: Rate, root_rate: Rate) -> None:
+    def __init__(self, port_rate: Rate, root_rate: Rate, new_root_credit: float = NEW_ROOT_CREDIT) -> None:
+        """`new_root_credit`: what a root new to a port starts with. Small where a member names the roots (a flood's
+        root is the frame's word); up to `root_rate.burst` where the roots are who delivered the frame, as far as the
+        switch vouches, and an honest one's first burst is large (the document floods' frames, decision 0043)."""
         self.port_rate = port_rate
         self.root_rate = root_rate
+        self.new_root_credit = min(new_root_credit, float(root_rate.burst))
         self._ports: dict[int, _PortShares[R]] = {}
 
     def allow(self, port: int, root: R, now: float) -> bool:
@@ -81,7 +85,7 @@ class FloodShares(Generic[R]):
         share = roots.get(root)
         if share is None:
             # None stands for every root not known here (one key, so no member multiplies it): a burst's worth.
-            share = _RootShare(self.root_rate.burst if root is None else NEW_ROOT_CREDIT, shares.earned, now)
+            share = _RootShare(self.root_rate.burst if root is None else self.new_root_credit, shares.earned, now)
             roots[root] = share
             if len(roots) > MAX_ROOTS_PER_PORT:
                 roots.popitem(last=False)

@@ -45,6 +45,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -119,6 +120,14 @@ class OverlayIdentity:
     member_file: Path | None = None
     # Not compared: a newer list in the file is adopted as it comes, and must not log the account in again.
     members: member_list.MemberList | None = field(default=None, compare=False)
+    # Where this node keeps the newest list of each kind it adopted (its state directory's `lists/<overlay>`), apart
+    # from the files beside the CA, which are the operator's: a file there put back from a backup, older than what
+    # the node held, cannot set the serial back at start (decision 0063, amended). None: nothing kept.
+    kept_dir: Path | None = None
+
+
+KEPT_REVOCATIONS, KEPT_MEMBERS = "revoked.json", "member-list.json"  # in `OverlayIdentity.kept_dir`
+_Signed = TypeVar("_Signed", identity.RevocationList, member_list.MemberList)
 
 
 REVOCATION_POLL = 2.0  # seconds between looks at the revocation files
@@ -396,6 +405,9 @@ class SignalEndpoint:
     def drop_counts(self) -> dict[str, int]:
         return {reason.value: n for reason, n in sorted(self.drops.counts.items(), key=lambda i: i[0].value) if n}
 
+    def presence_lists_left_out(self) -> dict[str, list[str] | int]:
+        return {"lists_left_out": list(self.lists_left_out), "lists_left_out_total": self.lists_left_out_total}
+
     def revocation_list(self, overlay: str) -> identity.RevocationList | None:
         return self._lists.get(overlay)
 
@@ -560,10 +572,86 @@ class SignalEndpoint:
     def _load_initial_lists(self) -> None:
         """The lists known at start (a file beside the CA): adopted without announcing them, since nothing was
         announced yet (the subclass is still being made) and the first presence of each session carries them
-        (review21q Q3: announcing here read the transport before it was set, and the node could not start)."""
-        for ident in self._identities.values():
-            if ident.revocations is not None:
-                self._adopt_list(ident.revocations, "config", announce=False)
+        (review21q Q3: announcing here read the transport before it was set, and the node could not start).
+
+        The newest this node adopted before, kept in its state directory, goes first: a file beside the CA older
+        than it (a backup put back) is not taken, and is logged and counted (`stale_list`); an older member list
+        file is written over with the kept one. Without this the node started from the older serial and took any
+        list above it, a revoked member's readmission among them, until a newer one reached it (0063, amended)."""
+        for overlay, ident in self._identities.items():
+            kept = self._read_kept(ident, KEPT_REVOCATIONS, identity.load_list, identity.list_refusal)
+            if kept is not None:
+                self._adopt_list(kept, self._kept_source(ident, KEPT_REVOCATIONS), announce=False)
+            started = ident.revocations
+            if started is not None and not self._rolled_back(ident, "revocation", ident.revocation_file,
+                                                             started.serial, kept):  # fmt: skip
+                self._adopt_list(started, "config", announce=False)
+            if overlay not in self._links_mode:
+                continue  # the roster's membership: a member list kept from before does not change the mode
+            kept_members = self._read_kept(ident, KEPT_MEMBERS, member_list.load, member_list.refusal)
+            held = self._links_mode[overlay]
+            if kept_members is not None and (held is None or kept_members.serial > held.serial):
+                if held is not None:
+                    self._rolled_back(ident, "member", ident.member_file, held.serial, kept_members)
+                self._adopt_members(kept_members, self._kept_source(ident, KEPT_MEMBERS), flood=False)
+            elif held is not None and (kept_members is None or held.serial > kept_members.serial):
+                self._keep_copy(ident, KEPT_MEMBERS, self._member_text(held), "config")
+
+    def _read_kept(self, ident: OverlayIdentity, name: str, load: Callable[[str], _Signed],
+                   refusal: Callable[[identity.TrustAnchor, _Signed], str | None]) -> _Signed | None:  # fmt: skip
+        """The list of kind `name` kept in `ident.kept_dir`, if there and the overlay CA's (a CA since replaced
+        signed none of the new CA's lists: its kept ones are ignored, and logged)."""
+        if ident.kept_dir is None:
+            return None
+        path = ident.kept_dir / name
+        try:
+            document = load(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, identity.IdentityError) as exc:
+            log.warning("signal overlay=%s: %s not read (%s): the files beside the CA are used", ident.anchor.overlay,
+                        path, exc)  # fmt: skip
+            return None
+        why = refusal(ident.anchor, document)
+        if why is not None:
+            log.warning("signal overlay=%s: %s ignored: %s", ident.anchor.overlay, path, why)
+            return None
+        return document
+
+    @staticmethod
+    def _kept_source(ident: OverlayIdentity, name: str) -> str:
+        return str(ident.kept_dir / name) if ident.kept_dir is not None else "kept"
+
+    def _rolled_back(self, ident: OverlayIdentity, kind: str, path: Path | None, serial: int,
+                     kept: identity.RevocationList | member_list.MemberList | None) -> bool:  # fmt: skip
+        """Whether the `kind` list of `serial` in the file `path` beside the CA is older than the one this node kept:
+        then logged and counted (`stale_list`), and not taken."""
+        if kept is None or serial >= kept.serial:
+            return False
+        self.drops.record(DropReason.STALE_LIST, str(path), self.clock.now())
+        if path is not None:
+            try:
+                st = path.stat()
+                self._file_seen[path] = (st.st_mtime_ns, st.st_size)  # counted here: not again by the file watcher
+            except OSError:
+                pass
+        log.warning("signal %s list overlay=%s: %s has serial %d, older than serial %d this node adopted before "
+                    "(kept in %s): the newer one is kept; was a backup put back?", kind, ident.anchor.overlay, path,
+                    serial, kept.serial, ident.kept_dir)  # fmt: skip
+        return True
+
+    def _keep_copy(self, ident: OverlayIdentity, name: str, text: str, source: str) -> None:
+        """The list just adopted (`text`), kept in the state directory for the next start (see `_load_initial_lists`)."""
+        if ident.kept_dir is None or source == self._kept_source(ident, name):
+            return
+        try:
+            # Every directory made here private, the state directory too when this makes it first (`mkdir`'s
+            # parents would take the umask's mode, and the control socket's `mkdir` leaves an existing one as it is)
+            for directory in reversed([d for d in (ident.kept_dir, *ident.kept_dir.parents) if not d.exists()]):
+                directory.mkdir(mode=0o700, exist_ok=True)
+            _write_whole(ident.kept_dir / name, text)
+        except OSError as exc:
+            log.warning("signal overlay=%s: %s not kept: %s", ident.anchor.overlay, ident.kept_dir / name, exc)
 
     def _adopt_list(self, rl: identity.RevocationList, source: str, announce: bool = True) -> bool:
         ident = self._identities.get(rl.overlay)
@@ -584,6 +672,8 @@ class SignalEndpoint:
             self._drop(DropReason.BAD_REVOCATION, source, f"revocation list for {rl.overlay}: {refusal}")
             return False
         self._lists[rl.overlay] = rl
+        self._keep_copy(ident, KEPT_REVOCATIONS, self._text("revocations", rl.overlay, rl.serial,
+                                                            lambda: identity.list_to_text(rl)), source)  # fmt: skip
         revoked = rl.node_ids(time.time())
         log.warning("signal revocation list overlay=%s serial=%d: %d node ids revoked (from %s)",
                     rl.overlay, rl.serial, len(revoked), source)  # fmt: skip
@@ -618,6 +708,7 @@ class SignalEndpoint:
         log.info("signal member list overlay=%s serial=%d: %d members (from %s)", ml.overlay, ml.serial,
                  len(ml.members), source)  # fmt: skip
         self._keep_member_file(ml, source)
+        self._keep_copy(self._identities[ml.overlay], KEPT_MEMBERS, self._member_text(ml), source)
         self._listed_changed(ml.overlay, ml)
         # Contacts told under the older list may have refused us (their older list) or been refused: told
         # again, with the newer serial, which makes them answer again.
@@ -640,11 +731,8 @@ class SignalEndpoint:
         path = self._identities[ml.overlay].member_file
         if path is None or source == str(path):
             return
-        tmp = path.with_name(f".{path.name}.tmp")
         try:
-            tmp.write_text(self._member_text(ml))
-            tmp.chmod(0o644)
-            os.replace(tmp, path)
+            _write_whole(path, self._member_text(ml))
             st = path.stat()
             self._file_seen[path] = (st.st_mtime_ns, st.st_size)  # ours: not read back as news
         except OSError as exc:
@@ -1508,6 +1596,14 @@ _DROP_REASONS = {
     Malformed.UNKNOWN_KIND: DropReason.UNKNOWN_KIND,
     Malformed.BAD_VERSION: DropReason.UNSUPPORTED_VERSION,
 }
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """`text` to `path`, written whole to a temporary file and renamed (mode 0644): never half a list."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    os.replace(tmp, path)
 
 
 def _drop_reason(exc: ProtocolError) -> DropReason:

@@ -92,6 +92,29 @@ async def test_the_failed_step_reaches_status_json_text_and_check(
     assert err == f"evio status: overlay ov1: signaling not connected (tcp: {refused.message})\n"
 
 
+async def test_revocation_lists_left_out_of_presence_reach_status_json_and_text(
+        fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Lists that did not fit the identity element (decision 0036, amended) are counted by the endpoint; the operator
+    sees them in the status document and, once any was left out, under the signaling line."""
+    client = fleet.nodes[1].accounts[f"node1@{DOMAIN}"]
+    assert isinstance(client, SignalEndpoint)
+    code, out, _ = await cli(capsys, "status", "--state-dir", str(tmp_path), "--json")
+    signal = json.loads(out)["overlays"]["ov1"]["signal"]
+    assert (signal["lists_left_out"], signal["lists_left_out_total"]) == ([], 0)
+    code, out, _ = await cli(capsys, "status", "--state-dir", str(tmp_path))
+    assert "left out of presence" not in out
+    # What `_fit_document` keeps after making documents that left lists out (tests/unit/signal/
+    # test_review21q_identity_document_outgrown.py makes them for real).
+    client.lists_left_out, client.lists_left_out_total = ("ov1", "ov7"), 5
+    code, out, _ = await cli(capsys, "status", "--state-dir", str(tmp_path), "--json")
+    signal = json.loads(out)["overlays"]["ov1"]["signal"]
+    assert (signal["lists_left_out"], signal["lists_left_out_total"]) == (["ov1", "ov7"], 5)
+    code, out, _ = await cli(capsys, "status", "--state-dir", str(tmp_path))
+    assert code == 0
+    assert ("    revocation lists left out of presence: ov1, ov7 (5 left out so far; they spread over the overlay and "
+            "from the file beside the CA)") in out.splitlines()
+
+
 def test_health_problems_one_per_problem_with_the_failed_step() -> None:
     failing = {"step": "tls", "message": "TLS: the certificate of x:5222 was refused", "since": 100.0}
     status = {"overlays": {

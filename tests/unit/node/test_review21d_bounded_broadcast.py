@@ -16,7 +16,7 @@ from evio.signal import identity
 from evio.signal.events import RevocationAdopted
 from evio.testing.virtual_clock import VirtualClock
 from tests.unit.node.test_review21c_revocation_flood import HOSTILE, list_frames
-from tests.unit.node.test_revocation_flood import Medium, WiredFlood, fleet, signed
+from tests.unit.node.test_revocation_flood import Medium, WiredFlood, fleet, signed, without_frame_budget
 
 REACTION = 0.005  # from L's HAVE to the hostile copy at each holder (or: the copy streamed every 5 ms)
 
@@ -242,7 +242,7 @@ async def test_asks_are_remembered_within_bounds() -> None:
     """Every ask is noted for FIRM_WINDOW (to know a repeated one): at most MAX_ASKERS, the oldest forgotten and
     counted; all forgotten once the window passed."""
     _, nodes, clock = fleet(1)
-    node = nodes[0]
+    node = without_frame_budget(nodes[0])
     node.signaling.receive_revocation_list(identity.list_to_text(signed(5)), "file")
     have = rf.HEADER.pack(rf.MAGIC, rf.VERSION, rf.HAVE, 0, 0, 0)
     for sender in range(rf.MAX_ASKERS + 10):

@@ -74,7 +74,8 @@ async def test_nodes_configured_with_trust_files_prove_their_claims_and_read_the
         write_private_key(d / "node.key", key)
         config = fleet_config(i)
         ov = replace(config.overlays["ov1"], trust=TrustConfig(d / "ca.crt", d / "node.crt", d / "node.key"))
-        config = configs[i] = replace(config, overlays={"ov1": ov})
+        # node.state_dir: where a node keeps the newest lists it adopted (decision 0063), in the test's directory
+        config = configs[i] = replace(config, overlays={"ov1": ov}, node=replace(config.node, state_dir=d / "state"))
         plan = plan_node(config, nid(i), controller_port=6653, kernel_module_loaded=False)
         platform = platforms[i] = FakePlatform(hub, link_hub, seed=i, clock=clock)
         nodes[i] = Node(plan, platform, clock=clock, freeze_startup_objects=False)

@@ -139,6 +139,8 @@ def test_at_the_most_a_node_holds_its_presence_carries_every_claim_and_the_lists
     carried = {rl.overlay for rl in doc.revocations}
     assert carried.isdisjoint(client.lists_left_out) and carried | set(client.lists_left_out) == set(identities)
     assert client.lists_left_out_total == len(client.lists_left_out) > 0
+    assert client.presence_lists_left_out() == {"lists_left_out": sorted(client.lists_left_out),  # `evio status`
+                                                "lists_left_out_total": len(client.lists_left_out)}
     # 8 claims (about 1 KB each) leave no room for a full list (about 12.4 KB): none rides in the presence.
     assert not carried
     print(f"{overlays} overlays x {identity.MAX_REVOKED} revoked ids: {len(text)} bytes, {len(carried)} list(s) "

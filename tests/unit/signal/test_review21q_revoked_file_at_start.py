@@ -87,7 +87,8 @@ def test_a_reload_after_the_file_appeared_keeps_the_account_or_makes_its_real_cl
 
     def plan(password: str = "pw") -> NodePlan:
         ov1 = dataclasses.replace(base.overlays["ov1"], trust=trust)
-        config: Config = dataclasses.replace(base, overlays={"ov1": ov1})
+        config: Config = dataclasses.replace(base, overlays={"ov1": ov1},  # lists kept in the test's directory
+                                             node=dataclasses.replace(base.node, state_dir=tmp_path / "state"))
         return plan_node(config, NODE, controller_port=6653, kernel_module_loaded=False,
                          read_password=lambda _: password)  # fmt: skip
 
