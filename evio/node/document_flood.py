@@ -689,7 +689,8 @@ class SignedDocumentFlood:
             self.counts["dropped_oversize" if count > self.max_chunks else "dropped_malformed"] += 1
             return
         if kind == MANIFEST:
-            self._manifest(data, sender, serial, count, broadcast, self._ring_key(sender) if isinstance(charge, _ByMac) else charge)
+            key = self._ring_key(sender) if isinstance(charge, _ByMac) else charge
+            self._manifest(data, sender, serial, count, broadcast, key)
         elif kind == PARTS:
             self._part(serial, index, count, data[self.HEADER.size :])
         else:

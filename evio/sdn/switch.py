@@ -162,17 +162,6 @@ log = logging.getLogger(__name__)
 _DOCUMENTS = SIGNED_DOCUMENTS_ETHERTYPE.to_bytes(2, "big")
 _VLAN_TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q and 802.1ad (as `frb_receive` reads a broadcast's)
 
-
-def document_flows(own_macs: list[str]) -> frozenset[AddGuardFlow]:
-    """Table 0: every unicast of the signed documents' flood (0x88B5, tagged or not: Open vSwitch matches the type
-    behind one tag) to one of the bridge's own MACs to the controller alone, which hands it to the daemon with the
-    port it came by (`BoundedFloodSwitch._document_unicast`; decision 0043, amended for review21r's residual). One
-    flow per own MAC; honest unicasts of the flood are rare (a firm answer to one asker: rule 5), and every one now
-    costs a packet-in, within its port's budget. Broadcasts come in FRBs and are judged by their root as before; what
-    this node sends, and what passes through it to other nodes, rides the flows as before."""
-    return frozenset(AddGuardFlow((("eth_type", SIGNED_DOCUMENTS_ETHERTYPE), ("eth_dst", mac)), to_switching=False)
-                     for mac in own_macs)
-
 BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malformed frames
 # Packet-ins per port and second. Bulk traffic rides installed flows; what comes to the
 # controller is broadcasts (ARP, ND, DHCP, mDNS) and the first frames of new flows, a few
@@ -244,6 +233,17 @@ class PacketInKind(StrEnum):
 
 
 _NEIGHBOR_TYPES = (ETH_TYPE_ARP, segmentation.ETH_TYPE_IPV6)  # what may be ARP or neighbour discovery
+
+
+def document_flows(own_macs: list[str]) -> frozenset[AddGuardFlow]:
+    """Table 0: every unicast of the signed documents' flood (0x88B5, tagged or not: Open vSwitch matches the type
+    behind one tag) to one of the bridge's own MACs to the controller alone, which hands it to the daemon with the
+    port it came by (`BoundedFloodSwitch._document_unicast`; decision 0043, amended for review21r's residual). One
+    flow per own MAC; honest unicasts of the flood are rare (a firm answer to one asker: rule 5), and every one now
+    costs a packet-in, within its port's budget. Broadcasts come in FRBs and are judged by their root as before; what
+    this node sends, and what passes through it to other nodes, rides the flows as before."""
+    return frozenset(AddGuardFlow((("eth_type", SIGNED_DOCUMENTS_ETHERTYPE), ("eth_dst", mac)), to_switching=False)
+                     for mac in own_macs)
 
 
 class BoundedFloodSwitch:
@@ -574,7 +574,8 @@ class BoundedFloodSwitch:
         if eth.src in own:
             self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
             return []
-        self.document_unicasts.append(DocumentUnicast(data, port.peer, self._unicast_sender(eth.src, port.port_no, now)))
+        sender = self._unicast_sender(eth.src, port.port_no, now)
+        self.document_unicasts.append(DocumentUnicast(data, port.peer, sender))
         return []
 
     def _floods_for_router(self, data: bytes) -> bool:
