@@ -52,6 +52,7 @@ from evio.signal import revocation_manifest
 from evio.testing.fake_flow_table import FakeNetwork
 from evio.testing.fake_ofapp import FakeDatapath, FakeEvent, FakeMsg, connect, make_app, port_desc
 from evio.testing.frames import eth
+from evio.testing.node_fleet import Fleet
 from evio.testing.virtual_clock import VirtualClock
 from tests.unit.node.test_revocation_flood import OV, WiredFlood, certificate, fleet, frames_of, node_id, signed
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
@@ -268,3 +269,26 @@ def test_the_adapter_hands_a_unicast_of_the_flood_to_the_daemon_with_its_tunnel_
     assert handed == [DocumentUnicastIn("red", frame, 200, None)]  # a MAC nobody holds: vouched for by nobody
     assert not [m for m in dp.packet_outs()[sent:] if bytes(m.data) == frame], "delivered to the interface as well"
     assert json.loads(json.dumps(event_as_dict(handed[0])))["frame"] == frame.hex()  # the lab controller's JSON lines
+
+
+async def test_the_daemon_passes_a_handed_unicast_to_both_floods_with_its_tunnel_and_sender() -> None:
+    fleet = Fleet(1)
+    await fleet.start()
+    stack = fleet.nodes[1].overlays["ov1"]
+    kept = stack.revocations, stack.member_lists
+    seen: list[tuple[str, bytes, int | None, int | None]] = []
+
+    class Recorder:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+        def switched(self, frame: bytes, peer: int | None, sender: int | None) -> None:
+            seen.append((self.kind, frame, peer, sender))
+
+    try:
+        stack.revocations, stack.member_lists = Recorder("revocation"), Recorder("member list")  # type: ignore[assignment]
+        stack.controller_event(DocumentUnicastIn("ov1", b"frame", 200, 300))
+        assert seen == [("revocation", b"frame", 200, 300), ("member list", b"frame", 200, 300)]
+    finally:
+        stack.revocations, stack.member_lists = kept
+        await fleet.stop_all()
