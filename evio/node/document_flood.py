@@ -35,6 +35,7 @@ from evio.clock import REAL_CLOCK, Clock, Timer
 from evio.node.ethertype_socket import open_ethertype_socket, read_frames
 from evio.ratelimit import LogLimiter, Rate, TokenBucket
 from evio.sdn.flood_shares import FloodShares
+from evio.sdn.switch_terms import ETH_HEADER_LEN
 from evio.signal import revocation_manifest
 from evio.signal.events import MemberListAdopted, RevocationAdopted, Subscription
 from evio.signal.host_claims import Certificates
@@ -103,13 +104,14 @@ HEARD_WINDOW = 300.0  # a HAVE sender counts toward the overlay's size this long
 MAX_HEARD = 4096  # senders tracked for that count: forged MACs can slow the periodic HAVE to this, no more
 # Signature checks of manifests (one ECDSA verification, 0.1-0.35 ms; a certificate new here a chain as well), budgeted
 # before they are made, per way in and shared fairly among the senders within it (`evio.sdn.flood_shares`, as the host
-# claims' checks are: review21f F9). A manifest is charged to whoever delivered it, as far as the frame tells: the
-# member whose claims hold its source MAC (`_ring_key`), one key for all MACs nobody holds. A broadcast reaches us only
-# under that member's root, within the switches' flood budgets. A unicast reaches us by flows installed ahead, no
-# controller and no budget on its way (0072); charged to the node id it named, a member naming another's (certificates
-# are public) spent that member's share, and the named member's own answers were dropped unchecked (review21r). A
-# unicast's source MAC is not checked on its way either: forging the very MAC of the member it means to silence still
-# spends that share (decision 0043, amended for review21r). Unbudgeted, 1,000 manifests a second to one node's MAC, each
+# claims' checks are: review21f F9). A manifest is charged to whoever delivered it, never to the node id it names (a
+# member naming another's, certificates being public, spent that member's share and the named member's own answers
+# were dropped unchecked: review21r). A broadcast reaches us only under the root of the member whose claims hold its
+# source MAC (`_ring_key`, one key for all MACs nobody holds), within the switches' flood budgets. A unicast's source
+# MAC is its sender's word alone (flows ahead by destination carry it, 0072): forging the very MAC of the member it
+# meant to silence spent that member's share, so the switch hands it over instead (`switched`), charged to the member
+# it vouches sent it, else to the tunnel it came by (decision 0043, amended for review21r's residual). Unbudgeted,
+# 1,000 manifests a second to one node's MAC, each
 # signed badly, took 1.8 s of its loop each second (review21o O3). An honest sender sends a few manifests per change
 # (the list and its `REPEATS`), from its interface's MAC, broadcasts an answer at most every `ANSWER_INTERVAL` and one
 # asker a firm one every `FIRM_INTERVAL`; a copy of a document under way costs no check (`manifest_known`), nor one of
@@ -131,6 +133,20 @@ def max_frames(max_bytes: int) -> int:
     """The frames of a document of `max_bytes`: its manifest, the parts of its chunk hashes, its chunks."""
     chunks = -(-max_bytes // CHUNK)
     return 1 + (revocation_manifest.listed(chunks) if chunks > revocation_manifest.PART_HASHES else 0) + chunks
+
+
+class _ByMac:
+    """`receive`'s default charge: the member whose host claims hold the frame's source MAC (`_ring_key`)."""
+
+
+_BY_MAC = _ByMac()
+
+
+def _unvouched_key(peer: int | None) -> bytes:
+    """The check share of unicast manifests that came by `peer`'s tunnel (None: by a leaf port) vouched for by no
+    member: apart from every member's own (a node id, 16 bytes) and from MACs (6), so what a neighbour passes on in
+    others' names spends its own tunnel's share, not theirs, nor that of its own answers."""
+    return b"via" + (b"" if peer is None else peer.to_bytes(16, "big"))
 
 
 @dataclass
@@ -620,8 +636,29 @@ class SignedDocumentFlood:
         if self._sock is not None:
             read_frames(self._sock, self.counts, log, f"{self.KIND} flood on {self.ifname}", self.receive)
 
-    def receive(self, data: bytes, sender: bytes, broadcast: bool = True) -> None:
-        """One frame's payload from MAC `sender`, sent to the broadcast address or (`broadcast` false) to ours."""
+    def switched(self, frame: bytes, peer: int | None, sender: int | None) -> None:
+        """A unicast Ethernet `frame` for our interface that the switch handed over instead of delivering it
+        (`evio.sdn.switch.document_flows`), with what it could tell: the adjacent member `peer` whose tunnel it came
+        by (None: a leaf port), and the member `sender` it counts it as sent by (the one holding its source MAC, if it
+        came by that member's link or by the port learning places the MAC on under it), else None. A manifest's
+        check is charged to `sender`'s share, else to the share of what came by `peer`'s tunnel vouched for by
+        nobody (`_unvouched_key`), never to a member only its source MAC names (review21r's residual)."""
+        if len(frame) < ETH_HEADER_LEN or frame[12:14] != ETHERTYPE.to_bytes(2, "big"):
+            self.counts["dropped_short" if len(frame) < ETH_HEADER_LEN else "dropped_malformed"] += 1
+            return
+        self.counts["received_switched" if sender is not None else "received_switched_unvouched"] += 1
+        source = frame[6:12]
+        if sender is not None:
+            key = source if self._member_of is None else sender.to_bytes(16, "big")
+        else:
+            key = _unvouched_key(peer)
+        self.receive(frame[ETH_HEADER_LEN:], source, False, charge=key)
+
+    def receive(self, data: bytes, sender: bytes, broadcast: bool = True,
+                charge: bytes | None | _ByMac = _BY_MAC) -> None:  # fmt: skip
+        """One frame's payload from MAC `sender`, sent to the broadcast address or (`broadcast` false) to ours;
+        `charge`, whose share of the checks a manifest spends, where the switch told (`switched`): by default the
+        member whose host claims hold `sender` (`_ring_key`)."""
         if data[:4] != self.MAGIC and data[:4] in MAGICS:
             return  # the other kind's, on the same ethertype: its own flood reads it
         sender_key = self._ring_key(sender)
@@ -672,7 +709,8 @@ class SignedDocumentFlood:
             self.counts["dropped_oversize" if count > self.max_chunks else "dropped_malformed"] += 1
             return
         if kind == MANIFEST:
-            self._manifest(data, sender, serial, count, broadcast)
+            key = self._ring_key(sender) if isinstance(charge, _ByMac) else charge
+            self._manifest(data, sender, serial, count, broadcast, key)
         elif kind == PARTS:
             self._part(serial, index, count, data[self.HEADER.size :])
         else:
@@ -683,7 +721,8 @@ class SignedDocumentFlood:
             del self._pending[key]
             self.counts["dropped_incomplete"] += 1
 
-    def _manifest(self, data: bytes, sender: bytes, serial: int, count: int, broadcast: bool) -> None:
+    def _manifest(self, data: bytes, sender: bytes, serial: int, count: int, broadcast: bool,
+                  charge: bytes | None) -> None:  # fmt: skip
         """A member's signed list of the chunks of `serial` it is about to send: an assembly of its own (E3)."""
         now = self._clock.now()
         self._expire(now)
@@ -704,7 +743,7 @@ class SignedDocumentFlood:
                 assembly.broadcast = assembly.broadcast or broadcast
                 self.counts["manifest_known"] += 1  # another node sends the document under way: its chunks are listed
                 return
-        if not self._check_budget.allow(BROADCAST_WAY if broadcast else UNICAST_WAY, self._ring_key(sender), now):
+        if not self._check_budget.allow(BROADCAST_WAY if broadcast else UNICAST_WAY, charge, now):
             self.counts["dropped_verify_rate"] += 1  # over its deliverer's share of its way in (review21o O3, 21r)
             return
         try:

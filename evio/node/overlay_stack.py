@@ -600,6 +600,10 @@ class OverlayStack:
         elif isinstance(event, boundary.HostAnnouncementFlooded):
             if self.host_claims is not None:
                 self.host_claims.flooded(event.frame, event.peer, event.root)
+        elif isinstance(event, boundary.DocumentUnicastIn):
+            for document_flood in (self.revocations, self.member_lists):  # each takes its own kind's (its magic)
+                if document_flood is not None:
+                    document_flood.switched(event.frame, event.peer, event.sender)
         else:  # kinds this daemon does not act on (counters, reports): kept for the status
             self.sdn_other[type(event).__name__] = boundary.event_as_dict(event)
 

@@ -340,9 +340,23 @@ class HostAnnouncementFlooded:
     root: int
 
 
+@dataclass(frozen=True, slots=True)
+class DocumentUnicastIn:
+    """A unicast frame of the signed documents' flood (0x88B5) for the bridge's interface, which table 0 brought to
+    the controller instead (evio.sdn.switch.document_flows): `peer` the adjacent member whose tunnel it came by (None:
+    a leaf port), `sender` the member the switch counts it as sent by, or None. The daemon's flood charges its check by
+    these (evio.node.document_flood, decision 0043 amended): the interface would tell only its source MAC."""
+
+    overlay: str
+    frame: bytes
+    peer: int | None
+    sender: int | None
+
+
 ControllerEvent = (
     HostedMacs
     | HostAnnouncementFlooded
+    | DocumentUnicastIn
     | SwitchConnected
     | SwitchDisconnected
     | PortAdded
@@ -402,7 +416,9 @@ def event_as_dict(event: ControllerEvent) -> dict[str, Any]:
     fields = asdict(event)
     if isinstance(event, HostAnnouncementFlooded):
         fields["frame"], fields["root"] = event.frame.hex(), format_node_id(event.root)
-    for key in ("peer",):
+    if isinstance(event, DocumentUnicastIn):
+        fields["frame"] = event.frame.hex()
+    for key in ("peer", "sender"):
         if isinstance(fields.get(key), int):
             fields[key] = format_node_id(fields[key])
     if "datapath_id" in fields:

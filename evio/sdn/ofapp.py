@@ -508,7 +508,7 @@ class BoundedFloodApp(app_manager.OSKenApp):
             now = self.config.clock()
             self._last_packet_in = now
             self._run(overlay, Step(overlay.packet_in(msg.match["in_port"], bytes(msg.data), now, copied_ahead(msg)),
-                                    overlay.flooded_announcements()))
+                                    overlay.flooded_announcements() + overlay.document_unicasts()))
             if not self._fast_ticks:  # its reports, and the counters of a flow it adds, are due soon
                 self._fast_ticks = True
                 self.commands.wake()  # after the answer: the woken ticker would only wait for our lock

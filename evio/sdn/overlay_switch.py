@@ -20,6 +20,7 @@ from evio.sdn.boundary import (
     AttachOverlay,
     BroadcastCounts,
     ControllerEvent,
+    DocumentUnicastIn,
     DropCounts,
     HostAnnouncementFlooded,
     HostedMacs,
@@ -223,6 +224,13 @@ class OverlaySwitch:
         """The host announcements floods brought since the last call, each with the peer it came from."""
         queued = self.switch.flooded_announcements
         events: list[ControllerEvent] = [HostAnnouncementFlooded(self.overlay, a.frame, a.peer, a.root) for a in queued]
+        queued.clear()
+        return events
+
+    def document_unicasts(self) -> list[ControllerEvent]:
+        """The signed documents' unicasts for the interface since the last call, with their tunnel and sender."""
+        queued = self.switch.document_unicasts
+        events: list[ControllerEvent] = [DocumentUnicastIn(self.overlay, d.frame, d.peer, d.sender) for d in queued]
         queued.clear()
         return events
 

@@ -144,8 +144,11 @@ from evio.sdn.neighbor_answers import ASK_WINDOW, IPAddress, NeighborAnswers, Ne
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 from evio.sdn.router_adverts import RouterAdverts
 from evio.sdn.switch_terms import (
+    DOCUMENT_UNICASTS_KEPT,
     ETH_HEADER_LEN,
     FLOODED_ANNOUNCEMENTS_KEPT,
+    SIGNED_DOCUMENTS_ETHERTYPE,
+    DocumentUnicast,
     Drop,
     EthernetHeader,
     FloodedAnnouncement,
@@ -157,6 +160,9 @@ from evio.sdn.switch_terms import (
 )
 
 log = logging.getLogger(__name__)
+
+_DOCUMENTS = SIGNED_DOCUMENTS_ETHERTYPE.to_bytes(2, "big")
+_VLAN_TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q and 802.1ad (as `frb_receive` reads a broadcast's)
 
 BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malformed frames
 # Packet-ins per port and second. Bulk traffic rides installed flows; what comes to the
@@ -231,6 +237,17 @@ class PacketInKind(StrEnum):
 _NEIGHBOR_TYPES = (ETH_TYPE_ARP, segmentation.ETH_TYPE_IPV6)  # what may be ARP or neighbour discovery
 
 
+def document_flows(own_macs: list[str]) -> frozenset[AddGuardFlow]:
+    """Table 0: every unicast of the signed documents' flood (0x88B5, tagged or not: Open vSwitch matches the type
+    behind one tag) to one of the bridge's own MACs to the controller alone, which hands it to the daemon with the
+    port it came by (`BoundedFloodSwitch._document_unicast`; decision 0043, amended for review21r's residual). One
+    flow per own MAC; honest unicasts of the flood are rare (a firm answer to one asker: rule 5), and every one now
+    costs a packet-in, within its port's budget. Broadcasts come in FRBs and are judged by their root as before; what
+    this node sends, and what passes through it to other nodes, rides the flows as before."""
+    return frozenset(AddGuardFlow((("eth_type", SIGNED_DOCUMENTS_ETHERTYPE), ("eth_dst", mac)), to_switching=False)
+                     for mac in own_macs)
+
+
 class BoundedFloodSwitch:
     """The controller's view of one bridge; one instance per overlay, owned by one thread."""
 
@@ -289,6 +306,8 @@ class BoundedFloodSwitch:
         self.broadcasts = BroadcastLog()  # FRB broadcasts received from peers (E1 counts these)
         # Host announcements floods brought, with their ingress, for the daemon (frb_receive; OverlaySwitch drains)
         self.flooded_announcements: deque[FloodedAnnouncement] = deque(maxlen=FLOODED_ANNOUNCEMENTS_KEPT)
+        # and the signed documents' unicasts for the interface, with the port and the sender it vouches for (0043)
+        self.document_unicasts: deque[DocumentUnicast] = deque(maxlen=DOCUMENT_UNICASTS_KEPT)
         self.counters = SwitchCounters()
         self.transit_floods = 0  # unicast from peers to a MAC not known here, flooded onward
         self._bad_input_logged = LogLimiter[int](BAD_INPUT_LOG_INTERVAL)  # peer
@@ -339,6 +358,7 @@ class BoundedFloodSwitch:
         self._guarded: dict[IPAddress, str] | None = None  # the certified addresses `_guards` were made of
         self._guarded_tunnels: frozenset[int] = frozenset()  # and the tunnel ports
         self._guarded_leaves: frozenset[int] = frozenset()  # and, named as a router, the leaf ports (review21l L1)
+        self._guarded_macs: frozenset[str] = frozenset()  # and the leaf ports' own MACs (`document_flows`)
         # This node's own overlay addresses its certificate names: not in `neighbors.certified` (its bridge answers
         # for itself), but no probe for one nor advertisement of one from a tunnel port is its own (review21n N3).
         self.own_certified: frozenset[IPAddress] = frozenset()
@@ -499,6 +519,10 @@ class BoundedFloodSwitch:
         if eth.has_group_source:
             self.drops[Drop.GROUP_SOURCE] += 1  # never a real sender; learning it would poison the table
             return []
+        if data[12:14] == _DOCUMENTS or (data[16:18] == _DOCUMENTS and data[12:14] in _VLAN_TAGS):
+            own = self._own_macs()
+            if not eth.is_group and eth.dst in own:
+                return self._document_unicast(port, eth, data, own, now)
         if eth.ethertype in (segmentation.ETH_TYPE_IPV4, segmentation.ETH_TYPE_IPV6):
             completed = segmentation.complete_partial_checksum(data)
             if completed is not data:
@@ -537,6 +561,28 @@ class BoundedFloodSwitch:
         if self.node_id in self.ipv6_routers and target.port not in self.leaf_ports() and self._floods_for_router(data):
             return actions + self._vouch_for(data) + self._originate_flood(data)
         return actions + self._unicast_copy(in_port, eth, target.port, data, now, forwarded)
+
+    def _document_unicast(
+        self, port: SwitchPort, eth: EthernetHeader, data: bytes, own: set[str], now: float
+    ) -> list[FlowAction]:
+        """A unicast of the signed documents' flood for one of the bridge's own MACs, which table 0 brings here
+        (`document_flows`): not sent on, but handed to the daemon with the tunnel it came by and the member it counts as
+        sent by (review21r finding 1's residual, decision 0043 amended). The flood charges a manifest's signature check
+        to that member's share, or, vouched for by nobody, to the share of what came by that tunnel: by its MAC alone,
+        a member that wrote another's MAC as its source spent the other's share, and the other's answers were dropped
+        unchecked. The flows ahead by destination (0072) took it to the interface before, past any controller."""
+        if data[12:14] != _DOCUMENTS:
+            self.drops[Drop.DOCUMENT_TAGGED] += 1  # the interface's kernel would strip the tag: the flood would read it
+            return []
+        if port.kind is PortKind.LEAF:
+            self.document_unicasts.append(DocumentUnicast(data, None, None))  # a local host's: no member's word
+            return []
+        if eth.src in own:
+            self.drops[Drop.LOCAL_MAC_CLAIMED] += 1
+            return []
+        sender = self._unicast_sender(eth.src, port.port_no, now)
+        self.document_unicasts.append(DocumentUnicast(data, port.peer, sender))
+        return []
 
     def _floods_for_router(self, data: bytes) -> bool:
         """Whether a named router's node floods a unicast frame from its host rooted at itself (review21l L1): an RA,
@@ -1018,23 +1064,28 @@ class BoundedFloodSwitch:
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified
         addresses' and each tunnel port's (`neighbor_guard.tunnel_flows`), the named routers' bound addresses', and,
-        named as a router, each leaf port's (`neighbor_guard.router_node_flows`)."""
+        named as a router, each leaf port's (`neighbor_guard.router_node_flows`), and the signed documents' unicasts
+        to the bridge's own MACs (`document_flows`)."""
         tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
         leaves = frozenset(self.leaf_ports()) if self.node_id in self.ipv6_routers else frozenset()
         self._sync_router_interfaces()
+        own_macs = frozenset(m for m in self._own_macs() - {self.switch_mac.lower()}
+                             if m != "00:00:00:00:00:00" and not is_group_mac(m))
         if cleared:
             self._guards = frozenset()
         elif (self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels
               and self._guarded_leaves == leaves and self._guarded_own == self.own_certified
-              and not self.router_addresses.changed):
+              and self._guarded_macs == own_macs and not self.router_addresses.changed):
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
         self._guarded_tunnels = tunnels
         self._guarded_leaves = leaves
         self._guarded_own = self.own_certified
+        self._guarded_macs = own_macs
         wanted = (neighbor_guard.guard_flows(self._guarded, sorted(tunnels), sorted(self._guarded_own, key=str))
                   | self.router_addresses.flows(self.node_id)
-                  | neighbor_guard.router_node_flows(sorted(leaves)))
+                  | neighbor_guard.router_node_flows(sorted(leaves))
+                  | document_flows(sorted(own_macs)))
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted

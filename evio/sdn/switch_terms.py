@@ -18,6 +18,11 @@ FLOODED_ANNOUNCEMENTS_KEPT = 64  # waiting for the adapter, which takes them aft
 # delivered only under its source MAC's owner's root, since the daemon reading it off the bridge's interface knows
 # a sender by its MAC alone (review21l L4; decision 0043, amended).
 SIGNED_DOCUMENTS_ETHERTYPE = 0x88B5
+# A unicast of it to one of the bridge's own MACs goes to the controller from table 0 (`document_flows`), which hands
+# it to the daemon with the port it came in by (`DocumentUnicast`), since no switch on its way vouched for its source
+# MAC (review21r finding 1's residual; decision 0043, amended). Waiting for the adapter, which takes them after every
+# packet-in, as the announcements above.
+DOCUMENT_UNICASTS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +32,18 @@ class FloodedAnnouncement:
     frame: bytes
     peer: int
     root: int
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentUnicast:
+    """A unicast frame of the signed documents' flood for the bridge's interface: its Ethernet frame; `peer`, the
+    adjacent member whose tunnel it came in by (None: a leaf port); `sender`, the member the switch counts it as sent
+    by (`BoundedFloodSwitch._unicast_sender`: the one holding its source MAC, if it came by that member's own link or
+    by the port learning places the MAC on under it), else None."""
+
+    frame: bytes
+    peer: int | None
+    sender: int | None
 
 
 class PortKind(enum.Enum):
@@ -83,6 +100,8 @@ class Drop(enum.Enum):
                      "discovery for a named router's address that came by none of the router's ways: decision 0068)")
     DOCUMENT_NOT_ITS_OWNERS = ("a broadcast of the signed documents' flood (0x88B5) whose source MAC a member other "
                                "than the flood's root announced: neither delivered nor passed on (0043 amended)")
+    DOCUMENT_TAGGED = ("a unicast of the signed documents' flood (0x88B5) to this node's interface behind a VLAN tag: "
+                       "no member's flood sends one (0043 amended)")
     POLICY = "FRB broadcast whose inner frame an L2 policy rule drops (evio.sdn.l2policy; by rule in the status)"
     ROUTER_GUARD = ("router advertisement from a member the config does not name in ipv6_routers, or a unicast one "
                     "that came by neither the router's link nor its MAC's place, or a redirect (ICMPv6 or IPv4) from "

@@ -38,6 +38,7 @@ import pytest
 from evio.bridge import OvsInstance
 from evio.sdn import neighbor_guard
 from evio.sdn.flow_actions import AddGuardFlow
+from evio.sdn.switch import document_flows
 
 pytestmark = pytest.mark.integration
 
@@ -165,3 +166,29 @@ def test_every_neighbour_message_naming_a_certified_ipv6_address_goes_to_the_con
     without = _trace(ovs, doubled)
     print(f"the doubled NA without that flow: table-0 priority {without[0]}, to the controller: {without[1]}")
     assert without == (0, False)
+
+
+def test_a_unicast_of_the_signed_documents_flood_for_the_node_goes_to_the_controller_alone(ovs: OvsInstance) -> None:
+    """Decision 0043, amended for review21r's residual: `switch.document_flows` takes every unicast of the flood
+    (0x88B5) for the node's MAC, tagged or not, to the controller, ahead of the flow ahead by destination; a frame of
+    the flood for another MAC, or another type for the node, rides the flows as before."""
+    for flow in sorted(document_flows([NODE_MAC]), key=repr):
+        ovs.ofctl("add-flow", BRIDGE, _ofctl_flow(flow))
+    ovs.ofctl("add-flow", BRIDGE, "table=0,priority=0,actions=goto_table:1")
+    ovs.ofctl("add-flow", BRIDGE, f"table=1,priority=5,eth_dst={NODE_MAC},actions=output:{LEAF}")  # a flow ahead
+    body = b"EVRL" + bytes(60)
+    frames = {
+        "a manifest for the node in V's name": (_mac(NODE_MAC) + _mac(OWNER) + b"\x88\xb5" + body, 2500, True),
+        "the same behind a VLAN tag": (_mac(NODE_MAC) + _mac(OWNER) + b"\x81\x00\x00\x05\x88\xb5" + body, 2500, True),
+        "one for another node": (_mac(OWNER) + _mac(ATTACKER) + b"\x88\xb5" + body, 0, False),
+        "another type for the node": (_mac(NODE_MAC) + _mac(OWNER) + b"\x88\xb6" + body, 0, False),
+    }
+    seen = {}
+    for name, (frame, _, _) in frames.items():
+        seen[name] = _trace(ovs, frame)
+        print(f"{name}: table-0 priority {seen[name][0]}, to the controller: {seen[name][1]}")
+    assert seen == {name: (priority, to_controller) for name, (_, priority, to_controller) in frames.items()}
+    out = subprocess.run(["ovs-appctl", "-t", str(ovs.run_dir / "ovs-vswitchd.ctl"), "ofproto/trace", BRIDGE,
+                          f"in_port={TUNNEL}", frames["a manifest for the node in V's name"][0].hex()],
+                         capture_output=True, text=True, timeout=30, check=True, env=ovs.env).stdout  # fmt: skip
+    assert f"output:{LEAF}" not in out.split("Final flow", 1)[0], "the interface got it past the controller"

@@ -390,10 +390,13 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     assert dp.sent == []  # nothing through os-ken's send queue
     # Connect: base flows and the port request in one write, the RA guard's two flows (0068), the IPv4 redirect's
     # (review21l L5) and the one for NAs whose target OVS does not read (0075) in the connect step's; the new peer
-    # port's leaf announcement and its four guard flows (0068 amended: review21k K1-K3) in another.
-    assert [message_types(w) for w in sock.writes] == [[ofp.OFPT_FLOW_MOD] * 5 + [ofp.OFPT_MULTIPART_REQUEST],
-                                                       [ofp.OFPT_FLOW_MOD] * 4,
-                                                       [ofp.OFPT_PACKET_OUT] + [ofp.OFPT_FLOW_MOD] * 4]
+    # port's leaf announcement and its four guard flows (0068 amended: review21k K1-K3) in another, after the flow
+    # that the interface's port brought, taking the signed documents' unicasts for it to the controller (0043 amended
+    # for review21r's residual).
+    assert [message_types(w) for w in sock.writes] == [
+        [ofp.OFPT_FLOW_MOD] * 5 + [ofp.OFPT_MULTIPART_REQUEST],
+        [ofp.OFPT_FLOW_MOD] * 4,
+        [ofp.OFPT_FLOW_MOD, ofp.OFPT_PACKET_OUT] + [ofp.OFPT_FLOW_MOD] * 4]
     sock.writes.clear()
     app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
     sock.writes.clear()
