@@ -35,7 +35,7 @@ costs on top (its daemon, crypto, UDP) is in peers_bench.py.
 Per path, `--rounds` times, paths interleaved: iperf3 TCP, one stream, with
 its retransmissions and ovs-vswitchd's CPU seconds per GB (every vswitchd of
 the path); the median ping RTT (50 pings 20 ms apart, after a warm-up); and
-the first packet of a new flow: after a warm-up (the neighbour entries are
+the first packet of a new flow (median of 3 trials): after a warm-up (the neighbour entries are
 fresh), every bridge's MAC table (`fdb/flush`) and datapath flows
 (`dpctl/del-flows`) flushed, then one ping (each bridge floods the echo and
 learns, every frame an upcall in vswitchd) and 4 more 0.2 s apart (datapath
@@ -84,10 +84,14 @@ from evio.tunnel.datapath.offload import VNET_HDR_LEN  # noqa: E402
 from evio.tunnel.datapath.tap import LinuxTap  # noqa: E402
 
 SUBNET = "10.203.0"
+FIRST_TRIALS = 3
+"""Flushes per first-packet figure (its median): one ping's RTT on a shared machine is one scheduler's whim."""
 MTU = tap_mtu()
 """The tunnels' TAP MTU, which evio also puts on the bridge's internal port: every path here uses it."""
 PATHS = (0, 1, 2, 6)
 """Bridges on each path measured; 0 is the bare veth."""
+SWITCHES = ("ovs", "linux")
+"""Open vSwitch's netdev bridge as evio makes it, or a Linux bridge (the kernel switching)."""
 LINKS = ("veth", "tap")
 """Links between bridges: a veth pair, or two TAPs (as evio's tunnels') joined by a forwarder process."""
 EVIO_PATH = {2: 0, 6: 4}
@@ -109,16 +113,17 @@ class Measured:
 
 
 class SwitchPath:
-    """`bridges` nodes in a row, each a namespace with its own Open vSwitch and one evio-made netdev bridge,
-    linked by veth pairs; A's address on the first bridge's internal port, B's on the last one's (with one
-    bridge, on a plain veth end in a namespace of its own). `a_netns`, `b_netns`, `b_address` to measure."""
+    """`bridges` nodes in a row, each a namespace with its own switch: an evio-made netdev bridge of its own
+    Open vSwitch ("ovs"), or a Linux bridge ("linux"); linked by veth pairs or TAP pairs with a forwarder.
+    A's address on the first bridge's internal port (a Linux bridge's own device), B's on the last one's (with
+    one bridge, on a plain veth end in a namespace of its own). `a_netns`, `b_netns`, `b_address` to measure."""
 
-    def __init__(self, prefix: str, bridges: int, link: str = "veth", mtu: int = MTU) -> None:
+    def __init__(self, prefix: str, bridges: int, switch: str = "ovs", link: str = "veth", mtu: int = MTU) -> None:
         if bridges < 1:
             raise ValueError("a path of bridges has at least one")
-        if link not in LINKS or (link == "tap" and bridges < 2):
-            raise ValueError(f"no {link!r} link on a path of {bridges} bridges")
-        self.prefix, self.bridges, self.link, self.mtu = prefix, bridges, link, mtu
+        if switch not in SWITCHES or link not in LINKS or (link == "tap" and bridges < 2):
+            raise ValueError(f"no {switch!r} path of {bridges} bridges with {link!r} links")
+        self.prefix, self.bridges, self.switch, self.link, self.mtu = prefix, bridges, switch, link, mtu
         self.forwarders: list[subprocess.Popen[str]] = []
         self.namespaces = [f"{prefix}n{i}" for i in range(bridges)] + ([f"{prefix}b"] if bridges == 1 else [])
         self.a_netns, self.b_netns = self.namespaces[0], self.namespaces[-1]
@@ -134,10 +139,13 @@ class SwitchPath:
                 run(["ip", "netns", "add", netns])
                 run(["ip", "-n", netns, "link", "set", "lo", "up"])
             for i in range(self.bridges):
+                address = self.a_address if i == 0 else self.b_address if i == self.bridges - 1 else None
+                if self.switch == "linux":
+                    self._linux_bridge(i, address)
+                    continue
                 ovs = OvsInstance(self.base / f"ovs{i}", netns=self.namespaces[i])
                 self.instances.append(ovs)
                 ovs.start()
-                address = self.a_address if i == 0 else self.b_address if i == self.bridges - 1 else None
                 spec = BridgeSpec(self.bridge_name, 6653, f"{address}/24" if address else None, mtu=self.mtu,
                                   datapath_id=i + 1)
                 bridge = OvsBridge(spec, SubprocessRunner(prefix=["ip", "netns", "exec", self.namespaces[i]]),
@@ -155,6 +163,21 @@ class SwitchPath:
         except BaseException:
             self.down()
             raise
+
+    def _linux_bridge(self, i: int, address: str | None) -> None:
+        """The kernel's own switch, as a stand-in for Open vSwitch's kernel datapath (the module is missing
+        here): frames switched in softirq, no process woken. The address goes on the bridge device."""
+        netns, name = self.namespaces[i], self.bridge_name
+        run(["ip", "-n", netns, "link", "add", name, "mtu", str(self.mtu), "type", "bridge"])
+        if address is not None:
+            run(["ip", "-n", netns, "addr", "add", f"{address}/24", "dev", name])
+        run(["ip", "-n", netns, "link", "set", name, "up"])
+
+    def _add_port(self, node: int, port: str) -> None:
+        if self.switch == "linux":
+            run(["ip", "-n", self.namespaces[node], "link", "set", port, "master", self.bridge_name])
+        else:
+            asyncio.run(self.ovs_bridges[node].add_port(port))
 
     def _link(self, i: int) -> None:
         """Node i's bridge to node i + 1's (or to namespace B, on a path of one bridge): a veth pair, or two
@@ -182,7 +205,7 @@ class SwitchPath:
                 raise RuntimeError(f"forwarder {left} <-> {right} did not start: {ready!r}")
         for node, _, end in ends:
             if node < self.bridges:
-                asyncio.run(self.ovs_bridges[node].add_port(end))
+                self._add_port(node, end)
 
     def down(self) -> None:
         """Stop the forwarders (their TAPs go with them) and every Open vSwitch, kill what else runs inside,
@@ -198,8 +221,8 @@ class SwitchPath:
         for netns in self.namespaces:
             for pid in run(["ip", "netns", "pids", netns], check=False).stdout.split():
                 try:
-                    subprocess.run(["kill", "-KILL", pid], check=False, capture_output=True)
-                except OSError:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
                     pass
             run(["ip", "netns", "del", netns], check=False)
         shutil.rmtree(self.base, ignore_errors=True)
@@ -209,6 +232,9 @@ class SwitchPath:
 
     def flush(self) -> None:
         """Every bridge forgets its MACs and its datapath flows: the next frame is a new flow everywhere."""
+        if self.switch == "linux":
+            for netns in self.namespaces[: self.bridges]:
+                run(["ip", "-n", netns, "link", "set", self.bridge_name, "type", "bridge", "fdb_flush"])
         for ovs in self.instances:
             for command in (["fdb/flush", self.bridge_name], ["dpctl/del-flows"]):
                 done = subprocess.run(["ovs-appctl", "-t", str(ovs.run_dir / "ovs-vswitchd.ctl"), *command],
@@ -254,13 +280,18 @@ def ping_median(netns: str, address: str, count: int = 50) -> float | None:
     return statistics.median(times) if times else None
 
 
-def first_packet(netns: str, address: str, flush: Callable[[], None]) -> tuple[float | None, float | None]:
-    """(first RTT, median of the 4 later ones) in ms after `flush()`; the neighbour entry is made fresh first."""
-    run(["ping", "-c", "2", "-i", "0.2", "-W", "2", address], netns, check=False)
-    flush()
-    first = _times(run(["ping", "-c", "1", "-W", "2", address], netns, check=False).stdout)
-    later = _times(run(["ping", "-c", "4", "-i", "0.2", "-W", "2", address], netns, check=False).stdout)
-    return (first[0] if first else None), (statistics.median(later) if later else None)
+def first_packet(netns: str, address: str, flush: Callable[[], None], trials: int = FIRST_TRIALS
+                 ) -> tuple[float | None, float | None]:
+    """(first RTT, RTT of the 4 pings after it) in ms after `flush()`, the median of each over `trials` flushes;
+    the neighbour entry is made fresh before each."""
+    firsts: list[float] = []
+    laters: list[float] = []
+    for _ in range(trials):
+        run(["ping", "-c", "2", "-i", "0.2", "-W", "2", address], netns, check=False)
+        flush()
+        firsts += _times(run(["ping", "-c", "1", "-W", "2", address], netns, check=False).stdout)
+        laters += _times(run(["ping", "-c", "4", "-i", "0.2", "-W", "2", address], netns, check=False).stdout)
+    return _median(list(firsts)), _median(list(laters))
 
 
 def measure(a_netns: str, b_netns: str, address: str, seconds: float, switches: list[int], forwarders: list[int],
@@ -282,12 +313,12 @@ def measure(a_netns: str, b_netns: str, address: str, seconds: float, switches: 
                     load_average())
 
 
-def measure_path(bridges: int, link: str, seconds: float) -> Measured:
+def measure_path(bridges: int, switch: str, link: str, seconds: float) -> Measured:
     prefix = unique_prefix("evsw")
     if bridges == 0:
         with VethTestbed(prefix, SUBNET, MTU) as tb:
             return measure(tb.a.netns, tb.b.netns, tb.b.address, seconds, [], [], lambda: None)
-    path = SwitchPath(prefix, bridges, link)
+    path = SwitchPath(prefix, bridges, switch, link)
     try:
         path.up()
         return measure(path.a_netns, path.b_netns, path.b_address, seconds, path.switch_pids(),
@@ -366,23 +397,24 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-Key = tuple[int, str]
-"""(bridges on the path, link kind between them); the bare veth is (0, "veth")."""
+Key = tuple[int, str, str]
+"""(bridges on the path, switch, link kind between them)."""
+BARE: Key = (0, "none", "veth")
 
 
 def label_of(key: Key) -> str:
-    bridges, link = key
+    bridges, switch, link = key
     if bridges == 0:
         return "bare veth"
-    label = f"{bridges} bridge{'s' if bridges > 1 else ''}"
+    label = f"{bridges} {'OVS netdev' if switch == 'ovs' else 'Linux'} bridge{'s' if bridges > 1 else ''}"
     if bridges in EVIO_PATH:
         label += f" ({'adjacent' if EVIO_PATH[bridges] == 0 else f'{EVIO_PATH[bridges]} intermediates'})"
     return label + (", TAP links + forwarder" if link == "tap" else ", veth links" if bridges > 1 else "")
 
 
 def print_table(results: dict[Key, list[Measured]], evio: EvioFigures | None) -> None:
-    base_mbit = _median([m.mbit for m in results.get((0, "veth"), [])])
-    base_rtt = _median([m.rtt_ms for m in results.get((0, "veth"), [])])
+    base_mbit = _median([m.mbit for m in results.get(BARE, [])])
+    base_rtt = _median([m.rtt_ms for m in results.get(BARE, [])])
     print("\n| path | iperf3 TCP 1 stream, Mbit/s (each round) | x bare veth | retransmitted "
           "| CPU s/GB vswitchd / forwarder | ping RTT median, ms | x bare veth | first packet / later, ms | load "
           "| evio full stack (node_bench): Mbit/s, RTT ms, first packet ms | evio / switch alone: Mbit/s, RTT |")
@@ -391,7 +423,7 @@ def print_table(results: dict[Key, list[Measured]], evio: EvioFigures | None) ->
         bridges = key[0]
         mbit, rtt = _median([m.mbit for m in runs]), _median([m.rtt_ms for m in runs])
         evio_cell, ratio_cell = "", ""
-        if evio is not None and bridges in EVIO_PATH:
+        if evio is not None and bridges in EVIO_PATH and key[1] == "ovs":
             cells, ratios = [], []
             for mode in ("off", "on"):
                 at = (mode, EVIO_PATH[bridges])
@@ -413,16 +445,17 @@ def print_table(results: dict[Key, list[Measured]], evio: EvioFigures | None) ->
     if evio is not None and evio.per_node_ms:
         print("evio full stack, one-way latency added per intermediate node: " + ", ".join(
             f"transit {mode} {ms:.3f} ms" for mode, ms in sorted(evio.per_node_ms.items())))
-    for link in LINKS:
-        two = _median([m.rtt_ms for m in results.get((2, link), [])])
-        six = _median([m.rtt_ms for m in results.get((6, link), [])])
-        adjacent = _median([m.mbit for m in results.get((2, link), [])])
-        four = _median([m.mbit for m in results.get((6, link), [])])
+    for switch, link in ((switch, link) for switch in SWITCHES for link in LINKS):
+        two = _median([m.rtt_ms for m in results.get((2, switch, link), [])])
+        six = _median([m.rtt_ms for m in results.get((6, switch, link), [])])
+        adjacent = _median([m.mbit for m in results.get((2, switch, link), [])])
+        four = _median([m.mbit for m in results.get((6, switch, link), [])])
         if adjacent is None and four is None:
             continue
         per_node = (six - two) / 4 / 2 if two is not None and six is not None else None
-        firsts = [m.first_ms for m in results.get((6, link), []) if m.first_ms is not None]
-        print(f"switch alone, {link} links, against issue 25's targets: adjacent {_fmt(adjacent, '.0f')} Mbit/s "
+        firsts = [m.first_ms for m in results.get((6, switch, link), []) if m.first_ms is not None]
+        print(f"{'OVS netdev' if switch == 'ovs' else 'Linux'} bridges alone, {link} links, against issue 25's "
+              f"targets: adjacent {_fmt(adjacent, '.0f')} Mbit/s "
               f"(>= {TARGETS['adjacent_mbit']:.0f}), 4 intermediates {_fmt(four, '.0f')} Mbit/s "
               f"(>= {TARGETS['four_mbit']:.0f}), one-way per intermediate node {_fmt(per_node, '.3f')} ms (half the "
               f"median RTT's growth from 2 to 6 bridges, over 4; <= {TARGETS['per_node_ms']}), first packet through "
@@ -443,6 +476,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="measurements per path, paths interleaved (default 1)")
     ap.add_argument("--paths", default=",".join(map(str, PATHS)),
                     help="bridges on the paths measured, 0 for the bare veth (default 0,1,2,6)")
+    ap.add_argument("--switches", default=",".join(SWITCHES),
+                    help="switches: ovs (Open vSwitch netdev, as evio here), linux (Linux bridge); default both")
     ap.add_argument("--links", default=",".join(LINKS),
                     help="links between bridges: veth, tap (TAP pair + forwarder; paths of 2 bridges or more); "
                          "default both")
@@ -456,12 +491,14 @@ def main() -> int:
         return 0
     signal.signal(signal.SIGTERM, _terminate)
     links = [x.strip() for x in args.links.split(",") if x.strip()]
+    switches = [x.strip() for x in args.switches.split(",") if x.strip()]
     keys: list[Key] = []
     for bridges in (int(x) for x in args.paths.split(",") if x.strip()):
         if bridges == 0:
-            keys.append((0, "veth"))
+            keys.append(BARE)
         else:
-            keys += [(bridges, link) for link in links if link == "veth" or bridges >= 2]
+            keys += [(bridges, switch, link) for switch in switches for link in links
+                     if link == "veth" or bridges >= 2]
     print(f"load average at start: {load_average():.2f}; MTU {MTU} on every path (the tunnels' TAP MTU)", flush=True)
     results: dict[Key, list[Measured]] = {key: [] for key in keys}
     for round_no in range(1, args.rounds + 1):
