@@ -2,14 +2,14 @@
 """What Open vSwitch's userspace (netdev) datapath alone allows on this machine, beside evio's full stack.
 
     flock /tmp/evio-heavy.lock .venv/bin/python benchmarks/switch_ceiling.py [--duration 4] [--rounds 1]
-                                                                            [--node-bench]
+        [--paths 0,1,2,6] [--switches ovs,linux] [--links veth,tap] [--node-bench]
 
 Where the openvswitch kernel module is missing, every evio bridge is a netdev
 bridge: ovs-vswitchd moves every frame itself, reading and writing its ports
 through AF_PACKET sockets (a "system" port: evio's tunnel TAPs) and the TAP
 behind the bridge's internal port (the node's interface). This benchmark takes
 evio out and measures the switch with nothing else on the path, in paths built
-from namespaces it creates and removes (also on failure or Ctrl-C):
+from namespaces it creates and removes (also on failure, Ctrl-C or SIGTERM):
 
 - bare veth: two namespaces joined by one veth (the baseline);
 - 1 bridge: node A's bridge, A's address on its internal port, a veth from a
@@ -20,32 +20,44 @@ from namespaces it creates and removes (also on failure or Ctrl-C):
   link ports (the full stack with the transit fast path off, where every
   intermediate node's bridge switches every frame).
 
-Each bridge is a node's own: a private ovsdb-server and ovs-vswitchd in the
-node's namespace (evio.bridge.ovs_instance, as the lab runs them, userspace TSO
-on), made by evio's OvsBridge (datapath_type=netdev, OpenFlow 1.3, fail_mode
-secure, in-band off, RSTP off, the tunnels' MTU on the internal port, and the
-4 MiB receive buffer on vswitchd's packet socket of every added port); then its
-controller is removed and one flow, `priority=0,actions=NORMAL`, does the
-switching (MAC learning in vswitchd). A link between two bridges is a veth
-pair: vswitchd reads and writes it through the same AF_PACKET "system" port
-code as evio's tunnel TAPs, so a veth is a TAP pair joined by a forwarder that
-costs nothing (the kernel hands the frame across in softirq). What the tunnel
-costs on top (its daemon, crypto, UDP) is in peers_bench.py.
+Switches (--switches): "ovs", each bridge a node's own: a private ovsdb-server
+and ovs-vswitchd in the node's namespace (evio.bridge.ovs_instance, as the lab
+runs them, userspace TSO on), made by evio's OvsBridge (datapath_type=netdev,
+OpenFlow 1.3, fail_mode secure, in-band off, RSTP off, the tunnels' MTU on the
+internal port, and the 4 MiB receive buffer on vswitchd's packet socket of
+every added port); then its controller is removed and one flow,
+`priority=0,actions=NORMAL`, does the switching (MAC learning in vswitchd).
+"linux": a Linux bridge per node, the address on the bridge device: switching
+in the kernel, in softirq, no process woken; a stand-in for Open vSwitch's
+kernel datapath, which the daemon uses where the module is loaded.
+
+Links between bridges (--links): "veth", a veth pair: vswitchd reads and writes
+it through the same AF_PACKET "system" port code as evio's tunnel TAPs, so a
+veth is a TAP pair joined by a forwarder that costs nothing (the kernel hands
+the frame across); "tap", two TAPs made as evio makes its tunnels'
+(evio.tunnel.datapath.tap: virtio-net header, TSO, no addresses) joined by a
+forwarder process of this script that copies every read, super-frames whole,
+to the other TAP: a tunnel that does no work, one process and two TAP
+crossings per hop. Neither splits a super-frame into MTU-sized records as a
+real tunnel does, so both are ceilings. What the tunnel costs on top (its
+daemon, crypto, UDP) is in peers_bench.py.
 
 Per path, `--rounds` times, paths interleaved: iperf3 TCP, one stream, with
-its retransmissions and ovs-vswitchd's CPU seconds per GB (every vswitchd of
-the path); the median ping RTT (50 pings 20 ms apart, after a warm-up); and
-the first packet of a new flow (median of 3 trials): after a warm-up (the neighbour entries are
-fresh), every bridge's MAC table (`fdb/flush`) and datapath flows
-(`dpctl/del-flows`) flushed, then one ping (each bridge floods the echo and
-learns, every frame an upcall in vswitchd) and 4 more 0.2 s apart (datapath
-flows). Each row shows its ratio to the bare veth, with the 1-minute load
-average beside it.
+its retransmissions, CPU seconds per GB of every vswitchd and forwarder of
+the path, and the bytes per frame the links carried towards B (over the MTU:
+TCP super-frames crossed whole); the median ping RTT (50 pings 20 ms apart,
+after a warm-up); and the first packet of a new flow (median of 3 trials):
+after a warm-up (the neighbour entries are fresh), every bridge's MAC table
+(`fdb/flush`) and datapath flows (`dpctl/del-flows`) flushed, then one ping
+(each OVS bridge floods the echo and learns, the echo and its reply an upcall
+in every vswitchd; no controller) and 4 more 0.2 s apart (datapath flows).
+Each row shows its ratio to the bare veth, with the 1-minute load average
+beside it.
 
 With `--node-bench`, `benchmarks/node_bench.py` runs afterwards in the same
 invocation (a ring of 10 full nodes, paths of 0 and 4 intermediates, transit
 fast path off and on, --first-packet; a few minutes) and its figures are put
-beside the switch's: the adjacent pair beside 2 bridges, 4 intermediates
+beside the OVS rows: the adjacent pair beside 2 bridges, 4 intermediates
 beside 6 bridges, and the ratio evio / switch alone. A benchmark, not a test:
 it asserts nothing. Root only.
 """
@@ -72,6 +84,7 @@ from types import FrameType
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import profiling  # noqa: E402
 from node_bench import _times, cpu_seconds, load_average  # noqa: E402  benchmarks/ is on sys.path
 
 from evio.bridge.commands import SubprocessRunner  # noqa: E402
@@ -106,6 +119,7 @@ class Measured:
     retransmits: int | None
     switch_cpu_gb: float | None  # ovs-vswitchd CPU seconds per GB delivered, every vswitchd of the path
     forwarder_cpu_gb: float | None  # the same of the TAP links' forwarders
+    frame_bytes: float | None  # bytes per frame the links carried towards B: over 1428, TSO super-frames survived
     rtt_ms: float | None  # median
     first_ms: float | None
     later_ms: float | None  # median of the 4 pings after the first
@@ -227,6 +241,10 @@ class SwitchPath:
             run(["ip", "netns", "del", netns], check=False)
         shutil.rmtree(self.base, ignore_errors=True)
 
+    def link_ends(self) -> list[tuple[str, str]]:
+        """(namespace, interface) of each link's end on A's side."""
+        return [(self.namespaces[i], f"{self.prefix}l{i}a") for i in range(len(self.namespaces) - 1)]
+
     def switch_pids(self) -> list[int]:
         return [p for p in (ovs.pid("ovs-vswitchd") for ovs in self.instances) if p is not None]
 
@@ -294,35 +312,48 @@ def first_packet(netns: str, address: str, flush: Callable[[], None], trials: in
     return _median(list(firsts)), _median(list(laters))
 
 
+def sent_towards_b(ends: list[tuple[str, str]]) -> tuple[int, int]:
+    """(bytes, frames) sent so far by the link ends on A's side of each link (the data's direction)."""
+    total = [0, 0]
+    for netns, name in ends:
+        counters = profiling.links(netns).get(name, {})
+        total[0] += counters.get("tx_bytes", 0)
+        total[1] += counters.get("tx_packets", 0)
+    return total[0], total[1]
+
+
 def measure(a_netns: str, b_netns: str, address: str, seconds: float, switches: list[int], forwarders: list[int],
-            flush: Callable[[], None]) -> Measured:
+            flush: Callable[[], None], ends: list[tuple[str, str]]) -> Measured:
     rtt = ping_median(a_netns, address)
     first, later = first_packet(a_netns, address, flush)
     before = cpu_seconds(switches), cpu_seconds(forwarders)
+    sent = sent_towards_b(ends)
     try:
         tcp = iperf(a_netns, b_netns, address, seconds)
     except RuntimeError as err:
         print(f"  iperf3 failed: {err}", flush=True)
         tcp = None
     used = cpu_seconds(switches) - before[0], cpu_seconds(forwarders) - before[1]
+    sent_bytes, sent_frames = (now - then for now, then in zip(sent_towards_b(ends), sent, strict=True))
     mbit = tcp["mbit"] if tcp else None
     gigabytes = mbit * seconds / 8000 if mbit else 0.0
     per_gb = [u / gigabytes if pids and gigabytes > 0 else None for u, pids in zip(used, (switches, forwarders),
                                                                                    strict=True)]
-    return Measured(mbit, int(tcp["retransmits"]) if tcp else None, per_gb[0], per_gb[1], rtt, first, later,
-                    load_average())
+    return Measured(mbit, int(tcp["retransmits"]) if tcp else None, per_gb[0], per_gb[1],
+                    sent_bytes / sent_frames if sent_frames else None, rtt, first, later, load_average())
 
 
 def measure_path(bridges: int, switch: str, link: str, seconds: float) -> Measured:
     prefix = unique_prefix("evsw")
     if bridges == 0:
         with VethTestbed(prefix, SUBNET, MTU) as tb:
-            return measure(tb.a.netns, tb.b.netns, tb.b.address, seconds, [], [], lambda: None)
+            return measure(tb.a.netns, tb.b.netns, tb.b.address, seconds, [], [], lambda: None,
+                           [(tb.a.netns, tb.a.interface)])
     path = SwitchPath(prefix, bridges, switch, link)
     try:
         path.up()
         return measure(path.a_netns, path.b_netns, path.b_address, seconds, path.switch_pids(),
-                       [f.pid for f in path.forwarders], path.flush)
+                       [f.pid for f in path.forwarders], path.flush, path.link_ends())
     finally:
         path.down()
 
@@ -416,9 +447,9 @@ def print_table(results: dict[Key, list[Measured]], evio: EvioFigures | None) ->
     base_mbit = _median([m.mbit for m in results.get(BARE, [])])
     base_rtt = _median([m.rtt_ms for m in results.get(BARE, [])])
     print("\n| path | iperf3 TCP 1 stream, Mbit/s (each round) | x bare veth | retransmitted "
-          "| CPU s/GB vswitchd / forwarder | ping RTT median, ms | x bare veth | first packet / later, ms | load "
+          "| CPU s/GB vswitchd / forwarder | bytes per frame on the links | ping RTT median, ms | x bare veth | first packet / later, ms | load "
           "| evio full stack (node_bench): Mbit/s, RTT ms, first packet ms | evio / switch alone: Mbit/s, RTT |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key, runs in results.items():
         bridges = key[0]
         mbit, rtt = _median([m.mbit for m in runs]), _median([m.rtt_ms for m in runs])
@@ -437,7 +468,8 @@ def print_table(results: dict[Key, list[Measured]], evio: EvioFigures | None) ->
             evio_cell, ratio_cell = "; ".join(cells), "; ".join(ratios)
         cpu = f"{_fmt(_median([m.switch_cpu_gb for m in runs]), '.2f')} / {_fmt(_median([m.forwarder_cpu_gb for m in runs]), '.2f')}"
         print(f"| {label_of(key)} | {' / '.join(_fmt(m.mbit, '.0f') for m in runs)} | {_ratio(mbit, base_mbit)} "
-              f"| {' / '.join(_fmt(m.retransmits, 'd') for m in runs)} | {cpu} | {_fmt(rtt, '.3f')} "
+              f"| {' / '.join(_fmt(m.retransmits, 'd') for m in runs)} | {cpu} "
+              f"| {' / '.join(_fmt(m.frame_bytes, ',.0f') for m in runs)} | {_fmt(rtt, '.3f')} "
               f"| {_ratio(rtt, base_rtt)} "
               f"| {' , '.join(_fmt(m.first_ms, '.3f') + ' / ' + _fmt(m.later_ms, '.3f') for m in runs)} "
               f"| {' / '.join(f'{m.load:.2f}' for m in runs)} | {evio_cell} | {ratio_cell} |")
@@ -507,7 +539,8 @@ def main() -> int:
             results[key].append(m)
             print(f"  round {round_no}, {label_of(key)}: iperf {_fmt(m.mbit, '.0f')} Mbit/s "
                   f"({_fmt(m.retransmits, 'd')} retransmitted), CPU vswitchd {_fmt(m.switch_cpu_gb, '.2f')} s/GB, "
-                  f"forwarders {_fmt(m.forwarder_cpu_gb, '.2f')} s/GB, RTT median {_fmt(m.rtt_ms, '.3f')} ms, "
+                  f"forwarders {_fmt(m.forwarder_cpu_gb, '.2f')} s/GB, {_fmt(m.frame_bytes, ',.0f')} bytes per frame on "
+                  f"the links, RTT median {_fmt(m.rtt_ms, '.3f')} ms, "
                   f"first packet {_fmt(m.first_ms, '.3f')} ms (later {_fmt(m.later_ms, '.3f')}), load {m.load:.2f}",
                   flush=True)
     evio = run_node_bench(args.duration) if args.node_bench else None
