@@ -657,11 +657,12 @@ class SignedDocumentFlood:
     def receive(self, data: bytes, sender: bytes, broadcast: bool = True,
                 charge: bytes | None | _ByMac = _BY_MAC) -> None:  # fmt: skip
         """One frame's payload from MAC `sender`, sent to the broadcast address or (`broadcast` false) to ours;
-        `charge`, whose share of the checks a manifest spends, where the switch told (`switched`): by default the
-        member whose host claims hold `sender` (`_ring_key`)."""
+        `charge`, whose share of the frames and of the checks it spends, where the switch told (`switched`): by
+        default the member whose host claims hold `sender` (`_ring_key`)."""
         if data[:4] != self.MAGIC and data[:4] in MAGICS:
             return  # the other kind's, on the same ethertype: its own flood reads it
-        sender_key = self._ring_key(sender)
+        # Charged where the switch told, else by the source MAC: a frame's budget and its check, alike.
+        sender_key = self._ring_key(sender) if isinstance(charge, _ByMac) else charge
         if not self._frame_budget.allow(BROADCAST_WAY if broadcast else UNICAST_WAY, sender_key, self._clock.now()):
             self.counts["dropped_frame_rate"] += 1  # over its sender's share of its way in (see `FRAME_RATE`)
             return
@@ -709,8 +710,7 @@ class SignedDocumentFlood:
             self.counts["dropped_oversize" if count > self.max_chunks else "dropped_malformed"] += 1
             return
         if kind == MANIFEST:
-            key = self._ring_key(sender) if isinstance(charge, _ByMac) else charge
-            self._manifest(data, sender, serial, count, broadcast, key)
+            self._manifest(data, sender, serial, count, broadcast, sender_key)
         elif kind == PARTS:
             self._part(serial, index, count, data[self.HEADER.size :])
         else:
