@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from switch_ceiling import parse_node_bench  # noqa: E402
+from switch_ceiling import parse_node_bench
 
 # node_bench.py --nodes 10 --rounds 1 --paths 0,4 --first-packet (2026-11-29), trimmed.
 SUMMARY = """\
