@@ -94,6 +94,8 @@ ANSWER_STATUS = "evio:answer"
 # quotes the XML escapes (4 a member: 1.3 MB more at 65,536); a 65,536-member list of 30-character accounts is
 # 6.9 MB as sent. Past the bound the session is aborted and logged in again, as after any server failure.
 MAX_STANZA_BYTES = member_list.MAX_TEXT_BYTES * 5 // 4
+# Past the depth bound, a stanza only the server could send ends the session too; a peer's is read past and counted
+# against its account (review21s finding 3: the depth is the sender's to choose, and the server relays it).
 MAX_STANZA_DEPTH = 32  # below the stream's root; ours and a roster push go 4 deep
 # Stanzas from one account (review21q Q5, decision 0080): the server relays whatever a member sends to our full JID,
 # at its shaper's rate (256 kB/s, ~2,600 pings a second), and slixmpp answered each iq (a pong, or an error) on our

@@ -34,6 +34,10 @@ element taken off the root) once it goes past `MAX_STANZA_DEPTH`, counted (`over
 its sender, not the server, and the session kept; only stanzas that only the server could have sent (no `from`,
 its domain, our own account) end the session. The byte bound can stay a session abort (the server's own
 `max_stanza_size`, 256 KB, already refuses a member's stanza long before 10 MB).
+
+Fixed as suggested (decision 0063, amended): a peer's stanza past the depth bound is read past whole and counted
+`oversized` against its account; slixmpp is handed a stanza only at its end, so one read past after its start is
+never half seen; only a stanza with no `from`, the server's domain or our own account ends the session.
 """
 
 from __future__ import annotations

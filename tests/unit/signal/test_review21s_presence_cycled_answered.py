@@ -20,6 +20,10 @@ Suggested fix: keep the time of the last answer per bare account across the sess
 or a `TokenBucket` per account of a few answers, then one per `HINT_ANSWER_INTERVAL`), so a new session of an
 account answered a moment ago waits for the interval (held back and owed, as 0080 does for a changed hint); an
 honest member logging in again twice within 10 s is rare, and its recontact round covers the wait.
+
+Fixed (decision 0080, amended): the last answer's time is kept per account past the session's end; an answer
+within the interval is held back, counted and owed, and a timer sends it when the interval ends if the session is
+still there. 200 pairs: 1 answer.
 """
 
 from __future__ import annotations
