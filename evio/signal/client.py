@@ -94,6 +94,8 @@ ANSWER_STATUS = "evio:answer"
 # quotes the XML escapes (4 a member: 1.3 MB more at 65,536); a 65,536-member list of 30-character accounts is
 # 6.9 MB as sent. Past the bound the session is aborted and logged in again, as after any server failure.
 MAX_STANZA_BYTES = member_list.MAX_TEXT_BYTES * 5 // 4
+# Past the depth bound, a stanza only the server could send ends the session too; a peer's is read past and counted
+# against its account (review21s finding 3: the depth is the sender's to choose, and the server relays it).
 MAX_STANZA_DEPTH = 32  # below the stream's root; ours and a roster push go 4 deep
 # Stanzas from one account (review21q Q5, decision 0080): the server relays whatever a member sends to our full JID,
 # at its shaper's rate (256 kB/s, ~2,600 pings a second), and slixmpp answered each iq (a pong, or an error) on our
@@ -112,21 +114,33 @@ class _BoundedParser(XMLPullParser):
     each sender may send.
 
     Bytes are counted as fed, before the parser takes them; a stanza's end resets the count to the chunk it
-    ended in (what follows it is within that chunk: an upper bound, never an underestimate). Once past a bound
+    ended in (what follows it is within that chunk: an upper bound, never an underestimate). Past the byte bound
     it takes nothing more and calls `refused` once (which aborts the session). A stanza whose sender `admit`
-    refuses (its `from` read at the stanza's start) is not handed on: slixmpp never sees it, so no stanza object
-    is built and no handler or error reply runs (8 us a dropped ping instead of 31 us in an incoming filter)."""
+    refuses (its `from` read at the stanza's start) is read past: slixmpp never sees it, so no stanza object is
+    built and no handler or error reply runs (8 us a dropped ping instead of 31 us in an incoming filter). A
+    stanza past `MAX_STANZA_DEPTH` is judged by its sender (review21s finding 3): `too_deep` says whether it is a
+    peer's, read past the same way (its depth is the member's to choose, and a session ended by it was a member
+    ending ours), or the server's, which calls `refused`.
 
-    def __init__(self, refused: Callable[[str], None], admit: Callable[[str | None], bool]) -> None:
+    slixmpp is handed the stream's start and end as they come, and a stanza read only at its end (its start
+    then its end): it does nothing at a stanza's start but count depth, so one read past after it started is
+    never half seen. What a stanza read past builds is cut off the tree at the end of each batch of events: the
+    parser's own tree builder keeps its open elements only, so it holds what one unread batch built."""
+
+    def __init__(self, refused: Callable[[str], None], admit: Callable[[str | None], bool],
+                 too_deep: Callable[[str | None], bool]) -> None:  # fmt: skip
         super().__init__(("start", "end"))
         self._refused = refused
         self._admit = admit
+        self._too_deep = too_deep
         self._since = 0
         self._last = 0
         self._depth = 0
         self._dead = False
         self._root: Element | None = None  # the stream's
-        self._skipped: Element | None = None  # the stanza being read past, refused
+        self._path: list[Element] = []  # the stanza being read and its open elements, deepest last
+        self._skipping = False  # the stanza being read is read past
+        self._pruned = 0  # while read past: the elements of `_path` before this index hold no child but the open one
 
     def feed(self, data: Any) -> None:  # bytes from the transport
         if self._dead:
@@ -141,30 +155,60 @@ class _BoundedParser(XMLPullParser):
 
     def read_events(self) -> Iterator[tuple[str, Any]]:
         events: Iterator[tuple[str, Any]] = super().read_events()  # type: ignore[assignment]
+        path = self._path
         for event, item in events:
             if self._dead:
                 return
             if event == "start":
-                self._depth += 1
-                if self._depth > MAX_STANZA_DEPTH + 1:  # + the stream's root
-                    self._dead = True
-                    self._refused(f"a stanza more than {MAX_STANZA_DEPTH} elements deep")
-                    return
-                if self._depth == 1:
+                depth = self._depth = self._depth + 1
+                if depth == 1:
                     self._root = item
-                elif self._depth == 2 and not self._admit(item.get("from")):
-                    self._skipped = item
-            elif event == "end":
-                self._depth -= 1
-                if self._depth == 1:
+                    yield event, item
+                    continue
+                path.append(item)
+                if depth == 2:
+                    self._skipping = not self._admit(item.get("from"))
+                    self._pruned = 0
+                elif depth > MAX_STANZA_DEPTH + 1 and not self._skipping:  # + the stream's root
+                    if not self._too_deep(path[0].get("from")):
+                        self._dead = True
+                        self._refused(f"a stanza more than {MAX_STANZA_DEPTH} elements deep")
+                        return
+                    self._skipping = True
+                    self._pruned = 0
+            else:
+                depth = self._depth = self._depth - 1
+                if depth == 0:
+                    yield event, item
+                    continue
+                path.pop()
+                if depth == 1:
                     self._since = self._last
-                    if item is self._skipped:
-                        self._skipped = None
-                        if self._root is not None and len(self._root) and self._root[-1] is item:
-                            del self._root[-1]  # slixmpp clears the root of the stanzas it took, not of this one
+                    if self._skipping:
+                        self._skipping = False
                         continue
-            if self._skipped is None:
-                yield event, item
+                    yield "start", item
+                    yield event, item
+                elif self._skipping and self._pruned >= depth - 1:
+                    self._pruned = depth - 2  # the innermost open one, `path[-1]`, takes children again
+        if self._skipping or self._root is not None and len(self._root):
+            self._prune()
+
+    def _prune(self) -> None:
+        """Cut off the tree what was built of stanzas read past: slixmpp clears the root of the stanzas it took,
+        not of these, and their elements would stay until the stanza (or a long flood of them) ends."""
+        root, path = self._root, self._path
+        if root is not None and len(root):
+            keep = 1 if path and root[-1] is path[0] else 0  # the stanza still open
+            if len(root) > keep:
+                del root[: len(root) - keep]
+        if not self._skipping:
+            return
+        for at in range(self._pruned, len(path)):  # those that took children since the last batch
+            element = path[at]
+            del element[: -1 if at + 1 < len(path) else None]
+            element.text = None
+        self._pruned = max(len(path) - 1, 0)
 
 
 class _ReportedBetter(logging.Filter):
@@ -635,24 +679,44 @@ class SignalClient(SignalEndpoint):
 
         def bounded_parser() -> None:  # at each connection and stream restart
             init_parser()
-            xmpp.parser = _BoundedParser(lambda why: self._stanza_refused(xmpp, why), self._admit_stanza)
+            xmpp.parser = _BoundedParser(
+                lambda why: self._stanza_refused(xmpp, why), self._admit_stanza, self._read_past_deep
+            )
 
         xmpp.init_parser = bounded_parser  # type: ignore[method-assign]
         return xmpp
 
+    def _from_server(self, sender: str | None) -> str | None:
+        """The account `sender` (a stanza's `from`, as the server wrote it) names, lower-cased; None for what only
+        the server sends: no `from` (stream features, our roster, answers to our requests), its own domain (its
+        pings, the member lists and revocation lists of the server host) or our own account (roster pushes)."""
+        if not sender:
+            return None
+        bare = sender.partition("/")[0].lower()
+        return None if bare in self._unbudgeted else bare
+
     def _admit_stanza(self, sender: str | None) -> bool:
         """Whether a stanza from `sender` (its `from`, as the server wrote it) is read: within its account's budget
         (`SENDER_RATE`), or the server's or our own account's. Past it, dropped unread and counted."""
-        if not sender:
-            return True  # the server's: stream features, our roster, answers to our requests
-        bare = sender.partition("/")[0].lower()
-        if bare in self._unbudgeted:
+        bare = self._from_server(sender)
+        if bare is None:
             return True
         if self._sender_budget.allow(bare, self.clock.now()):
             return True
         self.stanzas_in += 1  # the server is sending (the keepalive's proof of life)
         self._drop(DropReason.SENDER_RATE, bare, f"stanzas past {SENDER_RATE.per_second:g}/s from one account")
         return False
+
+    def _read_past_deep(self, sender: str | None) -> bool:
+        """A stanza from `sender` went past `MAX_STANZA_DEPTH` (review21s finding 3): a peer's is read past and
+        counted against its account, as one past its budget (its depth is its own to choose, and the server
+        relays a member's or a stranger's message as it is); the server's ends the session (`_stanza_refused`)."""
+        bare = self._from_server(sender)
+        if bare is None:
+            return False
+        self.stanzas_in += 1  # the server is sending (the keepalive's proof of life)
+        self._drop(DropReason.OVERSIZED, bare, f"a stanza more than {MAX_STANZA_DEPTH} elements deep, read past")
+        return True
 
     def _stanza_refused(self, xmpp: ClientXMPP, why: str) -> None:
         """The server sent a stanza past the bounds (`_BoundedParser`): the session ends, and we log in again."""

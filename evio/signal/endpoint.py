@@ -248,6 +248,14 @@ class SignalEndpoint:
         # Full JIDs our presence went to in this session (directed) as an answer: the member list serials each said
         # then, and when (a changed hint is answered again at most once per HINT_ANSWER_INTERVAL, review21q Q2).
         self._told: dict[str, tuple[dict[str, int], float, dict[str, int]]] = {}  # ..., the highest answered
+        # Bare account -> when a session of it was last answered, kept past that session's end (review21s finding 2:
+        # a session cycling available and unavailable was a new one each time, answered at once); pruned once older
+        # than HINT_ANSWER_INTERVAL, oldest first. Full JID -> the hint of a presence held back, and when it is due:
+        # answered then (`_answer_owed`) if the session is still there.
+        self._answered: OrderedDict[str, float] = OrderedDict()
+        self._owed: dict[str, tuple[dict[str, int], float]] = {}
+        self._owed_timer: Timer | None = None
+        self._owed_due = 0.0
         # full JID -> the member list serials its last presence said it holds (decision 0063): a change means
         # it may have refused our presence under its older list, so it is answered again.
         self._hints: dict[str, dict[str, int]] = {}
@@ -1086,6 +1094,11 @@ class SignalEndpoint:
         self._membership.clear()
         self._roster_membership.clear()
         self._told.clear()
+        self._answered.clear()
+        self._owed.clear()
+        if self._owed_timer is not None:
+            self._owed_timer.cancel()
+            self._owed_timer = None
         self._hints.clear()
         self._reached.clear()
         if self._recontact_timer is not None:
@@ -1234,31 +1247,75 @@ class SignalEndpoint:
     def _answer_presence(self, sender: str, hint: dict[str, int]) -> None:
         """Presence to linked peers only: a listed member's presence is answered with ours once per session, and
         again when its member list serials changed (it took a newer list: it may have refused our presence under
-        the older one). That again at most once per `HINT_ANSWER_INTERVAL`: a member alternating its serials had
-        every presence answered, ours up to 15 times its bytes (review21q Q2). One held back is owed, not lost:
-        its next presence after the interval is answered (a member we are silent to tells us again each round).
-        A serial that rose to the one we hold, above any answered for that session, is answered at once: the
-        member just took our list and may have refused our presence under its older one (a newcomer's first
-        links waited for the next round without it); each such rise is answered once, so a member alternating
-        its serials still gets nothing more."""
+        the older one). Either at most once per `HINT_ANSWER_INTERVAL` per account: a member alternating its
+        serials (review21q Q2), or ending and starting its session (review21s finding 2), had every presence
+        answered, ours up to 15 times its bytes. One held back is owed, not lost: answered when the interval
+        ends, if that session is still there and says the same (`_answer_owed`), so an honest member that
+        restarted waits for it at most the interval. A serial that rose to the one we hold, above any answered
+        for that session, is answered at once: the member just took our list and may have refused our presence
+        under its older one (a newcomer's first links waited for the next round without it); each such rise is
+        answered once, so a member alternating its serials still gets nothing more."""
         now = self.clock.now()
+        account = bare_jid(sender).lower()
         told = self._told.get(sender)
         peak: dict[str, int] = {}
+        caught_up = False
         if told is not None:
-            said, at, peak = told
+            said, _, peak = told
             if said == hint:
+                self._owed.pop(sender, None)  # what it said when answered: nothing owed any more
                 return
             caught_up = any(
                 serial > peak.get(ov, 0) and (ml := self._links_mode.get(ov)) is not None and serial == ml.serial
                 for ov, serial in hint.items()
             )
-            if not caught_up and now - at < HINT_ANSWER_INTERVAL:
-                self._drop(DropReason.HINT_ANSWER_RATE, sender, "member list serials changed again: answered "
-                           f"{now - at:.1f} s ago, not again before {HINT_ANSWER_INTERVAL:g} s")  # fmt: skip
-                return
+        last = self._answered.get(account)
+        if not caught_up and last is not None and now - last < HINT_ANSWER_INTERVAL:
+            what = "member list serials changed again" if told is not None else "a new session"
+            self._drop(DropReason.HINT_ANSWER_RATE, sender, f"{what}: {account} answered {now - last:.1f} s ago, "
+                       f"answered again {HINT_ANSWER_INTERVAL:g} s after that")  # fmt: skip
+            self._owe(sender, hint, last + HINT_ANSWER_INTERVAL)
+            return
+        self._owed.pop(sender, None)
         peak = {ov: max(serial, peak.get(ov, 0)) for ov, serial in {**peak, **hint}.items()}
         self._told[sender] = (hint, now, peak)
+        self._answered[account] = now
+        self._answered.move_to_end(account)
+        while self._answered:  # oldest first: those past the interval hold nothing back any more
+            first, at = next(iter(self._answered.items()))
+            if now - at < HINT_ANSWER_INTERVAL and len(self._answered) <= MAX_PROOF_CACHE:
+                break
+            del self._answered[first]
         self._send_directed(sender, answer=True)
+
+    def _owe(self, sender: str, hint: dict[str, int], due: float) -> None:
+        self._owed.pop(sender, None)
+        self._owed[sender] = (hint, due)  # last: the latest due
+        if len(self._owed) > MAX_PROOF_CACHE:  # sessions come and go; their unavailable may never come
+            del self._owed[next(iter(self._owed))]
+        self._arm_owed()
+
+    def _arm_owed(self) -> None:
+        if not self._owed:
+            return
+        due = min(d for _, d in self._owed.values())
+        if self._owed_timer is not None and self._owed_due <= due:
+            return
+        if self._owed_timer is not None:
+            self._owed_timer.cancel()
+        self._owed_timer, self._owed_due = self.clock.call_at(due, self._answer_owed), due
+
+    def _answer_owed(self) -> None:
+        """The presences held back whose interval ended are answered now (`_answer_presence` again: one of the
+        account answered meanwhile holds it back once more)."""
+        self._owed_timer = None
+        now = self.clock.now()
+        due = [sender for sender, (_, at) in self._owed.items() if at <= now]
+        for sender in due:
+            hint, _ = self._owed.pop(sender)
+            if self._connected and sender in self._hints:  # the session is still there
+                self._answer_presence(sender, hint)
+        self._arm_owed()
 
     def _listed_claims(self, sender: str, announcement: Announcement, proven: set[str]) -> Announcement:
         """Presence to linked peers only: a claim stands only proven and as the CA's member list pairs them."""
@@ -1384,6 +1441,7 @@ class SignalEndpoint:
     def _presence_unavailable(self, sender: str, returning: bool = False) -> None:
         """`returning`: the session said it ends only to log in again at once (a membership check)."""
         self._told.pop(sender, None)
+        self._owed.pop(sender, None)  # its last answer's time stays with its account (_answered)
         self._hints.pop(sender, None)
         if "/" in sender:
             self._apply(self._table.on_unavailable(sender, returning))

@@ -15,7 +15,8 @@ and every tunnel with it).
 Fixed: the client's stream parser is bounded (`evio.signal.client._BoundedParser`, installed at every
 `init_parser`): the bytes fed since the last stanza ended (`MAX_STANZA_BYTES`, 10 MB, above the largest member list
 as sent) and a stanza's depth (`MAX_STANZA_DEPTH`, 32); past either the session is aborted (counted `oversized`,
-logged) and logged in again as after any server failure.
+logged) and logged in again as after any server failure. The depth bound ends the session only for a stanza the
+server alone could send; a peer's is read past (review21s finding 3).
 """
 
 from __future__ import annotations
