@@ -154,6 +154,52 @@ def fails_owners_dad(certified: Mapping[IPAddress, str], own: Collection[IPAddre
     return root is None or mac_owners.get(mac) != root or msg.eth_src.lower() != mac
 
 
+def fails_holders_dad(said: router_addresses.Claim, root: int | None, mac_owners: Mapping[str, int],
+                      own_macs: Collection[str], here: int) -> bool:
+    """Whether a neighbour solicitation or advertisement from a tunnel port would fail, by duplicate address
+    detection, an address made from a MAC a member holds (review21s 1): a kernel makes its link-local address, and
+    SLAAC its global ones, from its interface's MAC (modified EUI-64), and the MAC is in the member's signed host
+    claims, so the address is the holder's as a certified one is its owner's (`fails_owners_dad`). Found by the
+    target's interface identifier (`router_addresses.interface_mac`, a dict lookup), whatever its prefix. A probe
+    (an NS from ::) passes only as the holder's own flood (rooted at it, `root`; None: unicast) from that MAC; an
+    advertisement only from the holder's MACs (its source and link-layer option). At the holder's node (`here`, or
+    a MAC of the bridge's own, `own_macs`, which no trust is needed to know) none from a tunnel passes: its own
+    frames do not come back to it. Without trust (`mac_owners` empty) another member's MAC has no known holder."""
+    if said.kind == NEIGHBOR_SOLICITATION and said.address.is_unspecified and said.target is not None:
+        address, probe = said.target, True
+    elif said.kind == NEIGHBOR_ADVERTISEMENT:
+        address, probe = said.address, False
+    else:
+        return False
+    mac = router_addresses.interface_mac(address)
+    if mac is None:
+        return False
+    holder = mac_owners.get(mac)
+    if holder == here or mac in own_macs:
+        return True
+    if holder is None:
+        return False
+    if probe:
+        return root != holder or said.eth_src != mac
+    return mac_owners.get(said.eth_src) != holder or (said.lladdr is not None and mac_owners.get(said.lladdr) != holder)
+
+
+def holder_flows(own_macs: Iterable[str]) -> set[AddGuardFlow]:
+    """Table-0 flows for `fails_holders_dad` (review21s 1): every DAD probe (an NS from ::, any target) to the
+    controller, one flow: a member's probe is multicast, flooded in an FRB and judged there, so only a unicast one
+    (riding 0072's flow to the victim's MAC past the judge otherwise) or a local host's own probe (flooded through
+    the controller anyway) meets it; and per MAC of the bridge's own (`own_macs`), every advertisement of an address
+    made from it, whatever its prefix, by the target's interface identifier under a mask (a neighbour's unicast one
+    rode the flow to this node's interface and failed its DAD). This replaces a flow per member and prefix."""
+    icmpv6 = (("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6))
+    flows = {AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_SOLICITATION), ("ipv6_src", "::")), to_switching=False)}
+    mask = str(router_addresses.INTERFACE_ID_MASK)
+    flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT),
+                            ("ipv6_nd_target", (str(router_addresses.interface_id_of(mac)), mask))), to_switching=False)
+              for mac in own_macs}
+    return flows
+
+
 def certified_claim(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMessage | None:
     """What an untagged ARP, NS, NA or RS frame says of an address's MAC, for `spoofs_certified`, or None where it
     cannot be read. An RS speaks for its source with its source link-layer option: a kernel forwarding IPv6 creates

@@ -73,6 +73,7 @@ _FIXED = {_RS: 8, _RA: 16, _NS: 24, _NA: 24}  # bytes before the options
 CLAIM_TYPES = frozenset(_FIXED)
 _SOURCE_LL, _TARGET_LL = 1, 2
 _TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad
+INTERFACE_ID_MASK = ipaddress.IPv6Address("::ffff:ffff:ffff:ffff")  # an address's interface identifier (its low 64 bits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,10 +298,22 @@ class RouterAddresses:
 def made_from(address: ipaddress.IPv6Address) -> str | None:
     """The MAC a link-local address's interface identifier is the modified EUI-64 of (fe80::/64, ff:fe in its middle
     and the universal/local bit flipped: RFC 4291 appendix A, Linux's `addr_gen_mode` 0), or None."""
+    return interface_mac(address) if address.packed[:8] == b"\xfe\x80" + bytes(6) else None
+
+
+def interface_mac(address: ipaddress.IPv6Address) -> str | None:
+    """The MAC an address's interface identifier is the modified EUI-64 of, whatever its prefix (a link-local one,
+    or one SLAAC made from an advertised prefix: RFC 4862 5.5.3), or None (review21s 1)."""
     packed = address.packed
-    if packed[:8] != b"\xfe\x80" + bytes(6) or packed[11:13] != b"\xff\xfe":
+    if packed[11:13] != b"\xff\xfe":
         return None
     return format_mac(bytes([packed[8] ^ 0x02]) + packed[9:11] + packed[13:16])
+
+
+def interface_id_of(mac: str) -> ipaddress.IPv6Address:
+    """The modified EUI-64 interface identifier a kernel makes from `mac`, as an address (::iid; `interface_mac`'s
+    inverse): with `INTERFACE_ID_MASK`, a flow matching every address made from the MAC, whatever its prefix."""
+    return ipaddress.IPv6Address(int(link_local_of(mac)) & int(INTERFACE_ID_MASK))
 
 
 def link_local_of(mac: str) -> ipaddress.IPv6Address:

@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import pytest
 
+from evio.sdn import neighbor_guard
+from evio.sdn.switch_terms import Drop, is_group_mac
 from evio.testing.frames import dad_probe
 from tests.unit.sdn.test_review21k_router_link_local_taken import neighbor_advert
 from tests.unit.sdn.test_review21p_router_address_squat import eui64_link_local
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
 
 
-@pytest.mark.xfail(strict=True, reason="review21s finding 1: a member's DAD probe for another member's EUI-64 "
-                   "link-local address reaches it (only certified and router addresses are judged)")
 @pytest.mark.parametrize("where", [0, 2], ids=["two-hops", "victims-neighbour"])
 @pytest.mark.parametrize("scope", ["link-local", "slaac"])
 def test_a_members_dad_probe_for_anothers_link_local_address_does_not_reach_it(where: int, scope: str) -> None:
@@ -67,8 +67,6 @@ def test_a_members_dad_probe_for_anothers_link_local_address_does_not_reach_it(w
     assert not delivered
 
 
-@pytest.mark.xfail(strict=True, reason="review21s finding 1: a neighbour's NA for another member's tentative "
-                   "link-local address reaches it and fails its DAD")
 def test_a_neighbours_advertisement_of_anothers_link_local_address_does_not_reach_it() -> None:
     net, ids, macs, _ = trusted_ring(6)
     a, v = ids[2], ids[3]
@@ -86,3 +84,64 @@ def test_a_members_own_dad_probe_for_its_link_local_address_still_goes_out() -> 
     heard = {n: len(net.nodes[n].received[1]) for n in ids}
     net.inject(v, 1, probe)
     assert all(probe in net.nodes[n].received[1][heard[n]:] for n in ids if n != v)
+
+
+@pytest.mark.parametrize("scope", ["link-local", "slaac"])
+def test_a_neighbours_unicast_probe_or_advertisement_to_the_holders_mac_is_judged_not_ridden_through(scope: str) -> None:
+    """The ways no flood goes: V's neighbour sends to V's MAC, which 0072's flow ahead carries to V's interface with
+    no packet-in. Table 0 brings every probe (an NS from ::) to the controller, and at V's node every advertisement
+    of an address made from its MAC (by the target's interface identifier, whatever the prefix)."""
+    net, ids, macs, _ = trusted_ring(6)
+    a, v = ids[2], ids[3]
+    address = eui64_link_local(macs[v])
+    if scope == "slaac":
+        address = address.replace("fe80::", "2001:db8:1::")
+    probe = bytes.fromhex(macs[v].replace(":", "")) + dad_probe(macs[a], address)[6:]  # Ethernet to V's MAC
+    advert = neighbor_advert(macs[a], macs[v], address, macs[a], solicited=True)
+    for frame in (probe, advert):
+        heard = len(net.nodes[v].received[1])
+        before = net.nodes[v].switch.drops[Drop.CERTIFIED_ADDRESS_SPOOFED] + net.nodes[a].switch.drops[
+            Drop.CERTIFIED_ADDRESS_SPOOFED]
+        net.inject(a, 1, frame)
+        assert frame not in net.nodes[v].received[1][heard:]
+        after = net.nodes[v].switch.drops[Drop.CERTIFIED_ADDRESS_SPOOFED] + net.nodes[a].switch.drops[
+            Drop.CERTIFIED_ADDRESS_SPOOFED]
+        assert after == before + 1  # dropped at V's switch (the NA) or where it entered the overlay (the probe)
+
+
+def test_the_holders_own_advertisement_of_its_address_still_reaches_its_neighbour() -> None:
+    net, ids, macs, _ = trusted_ring(6)
+    a, v = ids[2], ids[3]
+    advert = neighbor_advert(macs[v], macs[a], eui64_link_local(macs[v]), macs[v], solicited=True)
+    net.inject(v, 1, advert)
+    assert advert in net.nodes[a].received[1]
+
+
+def test_a_host_whose_mac_merely_looks_like_a_members_is_not_affected() -> None:
+    """A host on a leaf port of node H whose MAC differs from V's in the universal/local bit only (its EUI-64
+    interface identifier then differs from V's in that bit alone): its own probe and advertisement for its own
+    address reach V and every other member, and a probe for an address whose interface identifier is no held
+    MAC's passes (no holder to fail)."""
+    net, ids, macs, announcer = trusted_ring(6)
+    h, v = ids[0], ids[3]
+    look_alike = f"{int(macs[v][:2], 16) ^ 0x02:02x}{macs[v][2:]}"
+    announcer.announce(net, ids, extra={h: [look_alike]})  # H's host, signed as H's
+    net.advance(0.5)
+    own = eui64_link_local(look_alike)
+    assert own != eui64_link_local(macs[v])
+    for frame in (dad_probe(look_alike, own), dad_probe(look_alike, "fe80::1:2:3:4"),
+                  neighbor_advert(look_alike, "33:33:00:00:00:01", own, look_alike, solicited=False)):
+        heard = {n: len(net.nodes[n].received[1]) for n in ids}
+        net.inject(h, 1, frame)
+        assert all(frame in net.nodes[n].received[1][heard[n]:] for n in ids if n != h)
+
+
+def test_flows_added_per_switch_are_one_probe_flow_and_one_advertisement_flow_per_own_mac() -> None:
+    """The cost in table 0 (review21s 1): no flow per member or prefix."""
+    net, ids, macs, _ = trusted_ring(6)
+    switch = net.nodes[ids[3]].switch
+    own = [m for m in switch._own_macs() if not is_group_mac(m)]
+    flows = neighbor_guard.holder_flows(own)
+    assert len(flows) == 1 + len(own)
+    installed = switch.guard_sync(cleared=True)
+    assert flows <= set(installed)
