@@ -75,6 +75,12 @@ NEIGHBOR_TYPES = (NEIGHBOR_SOLICITATION, NEIGHBOR_ADVERTISEMENT)  # what `neighb
 CERTIFIED_TYPES = (ROUTER_SOLICITATION, *NEIGHBOR_TYPES)  # what speaks for a certified IPv6 address (M1, M3)
 _TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad: Linux and Open vSwitch read both as a VLAN tag
 VLAN_PRESENT = 0x1000  # OFPVID_PRESENT in an OpenFlow vlan_vid
+# Every duplicate address detection probe (an NS from ::), whatever its target, to the controller (review21n N3,
+# review21s 1): a member's own probe is multicast, flooded in an FRB and judged there, so this flow meets only a
+# unicast one (which no kernel sends: it would otherwise ride 0072's flow to its victim's MAC past the guards) and a
+# local host's own (one per address and link-up).
+DAD_PROBE_FLOW = AddGuardFlow((("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6), ("icmpv6_type", 135),
+                               ("ipv6_src", "::")), to_switching=False)
 
 
 def as_received(frame: bytes) -> bytes | None:
@@ -185,19 +191,14 @@ def fails_holders_dad(said: router_addresses.Claim, root: int | None, mac_owners
 
 
 def holder_flows(own_macs: Iterable[str]) -> set[AddGuardFlow]:
-    """Table-0 flows for `fails_holders_dad` (review21s 1): every DAD probe (an NS from ::, any target) to the
-    controller, one flow: a member's probe is multicast, flooded in an FRB and judged there, so only a unicast one
-    (riding 0072's flow to the victim's MAC past the judge otherwise) or a local host's own probe (flooded through
-    the controller anyway) meets it; and per MAC of the bridge's own (`own_macs`), every advertisement of an address
-    made from it, whatever its prefix, by the target's interface identifier under a mask (a neighbour's unicast one
-    rode the flow to this node's interface and failed its DAD). This replaces a flow per member and prefix."""
-    icmpv6 = (("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6))
-    flows = {AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_SOLICITATION), ("ipv6_src", "::")), to_switching=False)}
+    """Table-0 flows for `fails_holders_dad` (review21s 1) beside `DAD_PROBE_FLOW` (`guard_flows`): per MAC of the
+    bridge's own (`own_macs`), every advertisement of an address made from it, whatever its prefix, by the target's
+    interface identifier under a mask (a neighbour's unicast one rode 0072's flow to this node's interface and failed
+    its DAD). One flow per own MAC, none per member or prefix."""
     mask = str(router_addresses.INTERFACE_ID_MASK)
-    flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT),
-                            ("ipv6_nd_target", (str(router_addresses.interface_id_of(mac)), mask))), to_switching=False)
-              for mac in own_macs}
-    return flows
+    return {AddGuardFlow((("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6), ("icmpv6_type", NEIGHBOR_ADVERTISEMENT),
+                          ("ipv6_nd_target", (str(router_addresses.interface_id_of(mac)), mask))), to_switching=False)
+            for mac in own_macs}
 
 
 def certified_claim(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMessage | None:
@@ -240,12 +241,11 @@ def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] 
                   for kind in (ROUTER_SOLICITATION, NEIGHBOR_SOLICITATION)}
         flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT), ("ipv6_nd_target", str(address))),
                                to_switching=False))
-    # A probe's source is ::, so the flows by source miss it: by its target, or a unicast one to the owner's MAC
-    # rides 0072's flow ahead to its interface past `fails_owners_dad` (review21n N3); at the owner's node, the
-    # advertisements of its own addresses too.
-    for address in [*ipv6[:MAX_GUARDED], *own_ipv6]:
-        flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_SOLICITATION), ("ipv6_src", "::"),
-                                ("ipv6_nd_target", str(address))), to_switching=False))
+    # A probe's source is ::, so the flows by source miss it, and a unicast one to the owner's MAC rode 0072's flow
+    # ahead to its interface past `fails_owners_dad` (review21n N3): every probe, whatever its target, by one flow
+    # (review21s 1: it was one per certified, own and router address, and addresses made from members' MACs would
+    # have wanted one per member and prefix); at the owner's node, the advertisements of its own addresses too.
+    flows.add(DAD_PROBE_FLOW)
     flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT), ("ipv6_nd_target", str(address))),
                            to_switching=False) for address in own_ipv6}
     for port in tunnel_ports:

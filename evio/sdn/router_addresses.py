@@ -39,8 +39,8 @@ IPv6 router, back. So:
    configured fe80::1 the config does not name) is judged by check 1 only.
 5. A duplicate address detection probe (an NS from ::) for a bound or own address passes only as its router's own
    flood; at the router's node none from a tunnel does (`fails_dad`, review21r: the router's kernel failed its
-   link-local address and sent no RA). Table 0 brings each such probe by its target, and at the router's node each
-   advertisement of its own (`flows`).
+   link-local address and sent no RA). Table 0 brings every probe (`neighbor_guard.DAD_PROBE_FLOW`, one flow for all
+   targets since review21s 1), and at the router's node each advertisement of its own (`flows`).
 
 What a router holds: in trust mode the MACs its signed announcement holds (`mac_owners`, 0055); without trust only
 the MAC its first bound RA came from (a relay that forged the first RA in the router's name keeps the address for
@@ -272,12 +272,12 @@ class RouterAddresses:
             del self._heard[address]
 
     def flows(self, here: int | None = None) -> frozenset[AddGuardFlow]:
-        """Check 3's table-0 flows: every RS, NS and NA naming a bound address to the controller; and check 5's: every
-        probe for a bound or own address (its source is ::, so the flows by source miss it: a unicast one to the
-        router's MAC rode a flow ahead past `fails_dad`), and at a router's node (`here`) every advertisement of its own
-        (not bound there: a neighbour's unicast one rode a flow ahead to its interface past check 2, and failed DAD).
-        Bound: 4 per bound address (`MAX_PER_ROUTER` + `MAX_OWN_PER_ROUTER` per router), 1 per own address, 2 at
-        its router's node (the config's named, at most 4, and its interface MACs')."""
+        """Check 3's table-0 flows: every RS, NS and NA naming a bound address to the controller; and check 5's: at a
+        router's node (`here`) every advertisement of its own (not bound there: a neighbour's unicast one rode a flow
+        ahead to its interface past check 2, and failed DAD). Probes for bound and own addresses, whose source is ::,
+        come by `neighbor_guard.DAD_PROBE_FLOW`, one for every target (review21s 1; it was one flow per address
+        here). Bound: 3 per bound address (`MAX_PER_ROUTER` + `MAX_OWN_PER_ROUTER` per router), 1 per own address
+        at its router's node (the config's named, at most 4, and its interface MACs')."""
         self.changed = False
         icmpv6 = (("eth_type", 0x86DD), ("ip_proto", _ICMPV6))
         flows = set()
@@ -287,9 +287,6 @@ class RouterAddresses:
             flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))),
                                    to_switching=False))
         own = self.own_addresses()
-        for address in sorted({*self.bound, *(a for a, _ in own)}):
-            probe = (*icmpv6, ("icmpv6_type", _NS), ("ipv6_src", "::"), ("ipv6_nd_target", str(address)))
-            flows.add(AddGuardFlow(probe, to_switching=False))
         flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))), to_switching=False)
                   for address, router in own if router == here}
         return frozenset(flows)

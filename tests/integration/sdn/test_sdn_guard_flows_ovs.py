@@ -12,9 +12,9 @@ it met sends it to the controller (else the flow ahead sends it out of the leaf 
   the flow for unread targets, controller; without that flow, the flow ahead to the leaf port (the way around
   every flow by target that the fix closes);
 - M1's solicitation and M3's router solicitation from the certified address: the source flows, controller;
-- a duplicate address detection probe (from ::) for the certified address or the node's own, unicast to the node's
-  MAC, and an advertisement of the node's own address: the flows by target, controller (review21n N3, 0076); a
-  probe for another address: the flow ahead;
+- a duplicate address detection probe (from ::), unicast to the node's MAC, for the certified address, the node's
+  own or any other: the one probe flow, controller (review21n N3, 0076; one flow for every target since review21s
+  1); an advertisement of the node's own address: the flow by target, controller;
 - a redirect (M2): the RA guard's flow, controller (which drops it from tunnel ports);
 - a solicitation from another address, and a TCP segment: the flow ahead, out of the leaf port;
 - with `neighbor_guard.holder_flows` (review21s 1): any probe, unicast, for whatever target (another member's
@@ -150,7 +150,7 @@ def test_every_neighbour_message_naming_a_certified_ipv6_address_goes_to_the_con
                                                    guard, True),
         "an NA for the node's own address": (_nd(136, NODE_ADDRESS, "ff02::1", _target(NODE_ADDRESS, 0x20000000),
                                                  [(2, ATTACKER)]), guard, True),
-        "a DAD probe for another address": (_nd(135, "::", "ff02::1:ff00:9", _target("fd00::9", 0), []), 0, False),
+        "a DAD probe for another address": (_nd(135, "::", "ff02::1:ff00:9", _target("fd00::9", 0), []), guard, True),
         "an NS from another address": (_nd(135, "fd00::9", "fd00::1", _target("fd00::1", 0), [(1, ATTACKER)]), 0, False),
         "an NA for another address": (_nd(136, "fd00::9", "fe80::1", _target("fd00::9"), [(2, ATTACKER)]), 0, False),
     }
@@ -182,8 +182,9 @@ def _eui64(mac: str, prefix: str = "fe80::") -> str:
 
 
 def test_the_holders_flows_bring_every_probe_and_the_advertisements_of_the_nodes_eui64_addresses(ovs: OvsInstance) -> None:
-    """review21s 1: one probe flow, and per own MAC one advertisement flow by the target's interface identifier
-    under a mask, as Open vSwitch matches them (`nd_target` takes an arbitrary bitwise mask)."""
+    """review21s 1: the one probe flow (`guard_flows`), and per own MAC one advertisement flow by the target's
+    interface identifier under a mask (`holder_flows`), as Open vSwitch matches them (`nd_target` takes an arbitrary
+    bitwise mask)."""
     flows = neighbor_guard.guard_flows({}, [TUNNEL]) | neighbor_guard.holder_flows([NODE_MAC])
     for flow in sorted(flows, key=repr):
         ovs.ofctl("add-flow", BRIDGE, _ofctl_flow(flow))

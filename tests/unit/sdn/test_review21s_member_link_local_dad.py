@@ -137,11 +137,16 @@ def test_a_host_whose_mac_merely_looks_like_a_members_is_not_affected() -> None:
 
 
 def test_flows_added_per_switch_are_one_probe_flow_and_one_advertisement_flow_per_own_mac() -> None:
-    """The cost in table 0 (review21s 1): no flow per member or prefix."""
+    """The cost in table 0 (review21s 1): no flow per member or prefix. The one probe flow replaces 0076's one per
+    certified IPv6 address and own one, and 0068's (review21r) one per bound and own router address."""
     net, ids, macs, _ = trusted_ring(6)
     switch = net.nodes[ids[3]].switch
     own = [m for m in switch._own_macs() if not is_group_mac(m)]
     flows = neighbor_guard.holder_flows(own)
-    assert len(flows) == 1 + len(own)
-    installed = switch.guard_sync(cleared=True)
-    assert flows <= set(installed)
+    assert len(flows) == len(own)
+    installed = set(switch.guard_sync(cleared=True))
+    assert flows | {neighbor_guard.DAD_PROBE_FLOW} <= installed
+    probes = [f for f in installed if ("icmpv6_type", 135) in f.fields and ("ipv6_src", "::") in f.fields]
+    print(f"guard flows at V's switch: {len(installed)}, of them probe flows: {len(probes)}, "
+          f"advertisement flows by own MAC: {len(flows)} (own MACs {len(own)})")
+    assert probes == [neighbor_guard.DAD_PROBE_FLOW]
