@@ -73,7 +73,7 @@ _FIXED = {_RS: 8, _RA: 16, _NS: 24, _NA: 24}  # bytes before the options
 CLAIM_TYPES = frozenset(_FIXED)
 _SOURCE_LL, _TARGET_LL = 1, 2
 _TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad
-INTERFACE_ID_MASK = ipaddress.IPv6Address("::ffff:ffff:ffff:ffff")  # an address's interface identifier (its low 64 bits)
+INTERFACE_ID_MASK = ipaddress.IPv6Address("::ffff:ffff:ffff:ffff")  # an address's interface identifier: low 64 bits
 
 
 @dataclass(frozen=True, slots=True)

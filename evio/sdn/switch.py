@@ -914,9 +914,9 @@ class BoundedFloodSwitch:
             # speaks for a router's address with a MAC the router does not hold, or probes for it as another would
             # (review21r: the router's kernel failed its link-local address and sent no RA)
             reason = Drop.ROUTER_ADDRESS_SPOOFED
-        elif (kind in neighbor_guard.NEIGHBOR_TYPES
-              and (nd := said or router_addresses.claim(frame)) is not None
-              and neighbor_guard.fails_holders_dad(nd, root, self.mac_owners, self._own_macs(), self.node_id)):
+        elif (kind in neighbor_guard.NEIGHBOR_TYPES and found is not None
+              and neighbor_guard.fails_holders_dad(frame, found[1], root, self.mac_owners, self._own_macs,
+                                                   self.node_id)):
             # a probe for, or advertisement of, an address made from a MAC another member holds (its link-local or
             # SLAAC address, EUI-64), not as its holder's own: it failed the address at the holder (review21s 1)
             reason = Drop.CERTIFIED_ADDRESS_SPOOFED

@@ -45,7 +45,8 @@ import pytest
 
 from evio.sdn import neighbor_guard
 from evio.sdn.switch_terms import Drop, is_group_mac
-from evio.testing.frames import dad_probe
+from evio.testing.fake_flow_table import host_mac, ring_network
+from evio.testing.frames import arp_request, dad_probe
 from tests.unit.sdn.test_review21k_router_link_local_taken import neighbor_advert
 from tests.unit.sdn.test_review21p_router_address_squat import eui64_link_local
 from tests.unit.sdn.test_sdn_proactive_flows import trusted_ring
@@ -150,3 +151,21 @@ def test_flows_added_per_switch_are_one_probe_flow_and_one_advertisement_flow_pe
     print(f"guard flows at V's switch: {len(installed)}, of them probe flows: {len(probes)}, "
           f"advertisement flows by own MAC: {len(flows)} (own MACs {len(own)})")
     assert probes == [neighbor_guard.DAD_PROBE_FLOW]
+
+
+def test_without_trust_the_node_still_refuses_probes_for_its_own_link_local_address_from_a_tunnel() -> None:
+    """No member's MAC has a known holder without trust, but the bridge knows its own MACs: a probe from a tunnel for
+    the address made from one is another's (its own floods never come back to it)."""
+    net, ids = ring_network(6)
+    for nid in ids:
+        net.inject(nid, 1, arp_request(host_mac(net, nid)))
+    a, v = ids[2], ids[3]
+    probe = dad_probe(host_mac(net, a), eui64_link_local(host_mac(net, v)))
+    heard = len(net.nodes[v].received[1])
+    net.inject(a, 1, probe)
+    assert probe not in net.nodes[v].received[1][heard:]
+    assert net.nodes[v].switch.drops[Drop.CERTIFIED_ADDRESS_SPOOFED] == 1
+    own = dad_probe(host_mac(net, v), eui64_link_local(host_mac(net, v)))
+    heard = {n: len(net.nodes[n].received[1]) for n in ids}
+    net.inject(v, 1, own)
+    assert all(own in net.nodes[n].received[1][heard[n]:] for n in ids if n != v)
