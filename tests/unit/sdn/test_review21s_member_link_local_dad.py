@@ -37,6 +37,10 @@ the holder's node none passes; a table-0 flow by target for the node's own link-
 NA), so unicast probes riding 0072's flow to its MAC are judged. Alternatively add the bridge's link-local address
 `nodad` too (`ip address add fe80::.../64 dev evbr nodad` with addrgenmode none), which covers the bridge but not
 leaf hosts.
+
+Fixed (decision 0076 amended for review21s 1): the reviewer's suggestion, judged at the controller by the target's
+interface identifier (`neighbor_guard.fails_holders_dad`), one probe flow for every target and one advertisement flow
+per own MAC (`holder_flows`); the xfail marks removed, and the ways around it pinned below.
 """
 
 from __future__ import annotations
