@@ -18,6 +18,11 @@ benchmark, not a test.
 peer holds the frames' source MAC and is the named router, and its RA (then taken, from fe80::1) bound fe80::1
 before timing: the solicitation from fe80::1 meets the bound address's check and is noted as heard, the RA
 refreshes its binding.
+
+`--trust`: trust mode (`mac_owners` told: the 64 certified MACs and the frames' source MAC held by the tunnel's peer),
+and three more frames (review21s 1, decision 0076 amended): a duplicate address detection probe for the link-local
+address made from a certified member's MAC, unicast so not its holder's (dropped); the holder's own advertisement
+of it (judged, passed); and a probe for a link-local address made from no held MAC (judged, passed).
 """
 
 from __future__ import annotations
@@ -78,7 +83,23 @@ def frames() -> dict[str, bytes]:
     }
 
 
-def switch(router: bool = False) -> BoundedFloodSwitch:
+def held_frames() -> dict[str, bytes]:
+    """`--trust`'s frames: the link-local address made from 02:00:00:00:00:03 (a certified MAC) is fe80::ff:fe00:3."""
+    holder = bytes.fromhex("020000000003")
+    held, unheld = "fe80::ff:fe00:3", "fe80::ff:fe00:ff03"  # 02:00:00:00:ff:03 is nobody's
+    probe = bytes([135, 0, 0, 0, 0, 0, 0, 0]) + ipaddress.IPv6Address(held).packed
+    free = bytes([135, 0, 0, 0, 0, 0, 0, 0]) + ipaddress.IPv6Address(unheld).packed
+    na = bytes([136, 0, 0, 0, 0x60, 0, 0, 0]) + ipaddress.IPv6Address(held).packed + bytes([2, 1]) + holder
+    return {
+        "dad probe, held mac's (dropped)": b"\x33\x33\xff\x00\x00\x03" + A + b"\x86\xdd"
+        + _ipv6(58, probe, "ff02::1:ff00:3", src="::"),
+        "dad probe, no held mac's": b"\x33\x33\xff\x00\xff\x03" + A + b"\x86\xdd"
+        + _ipv6(58, free, "ff02::1:ff00:ff03", src="::"),
+        "advertisement, holder's own": B + holder + b"\x86\xdd" + _ipv6(58, na, "fe80::2", src=held),
+    }
+
+
+def switch(router: bool = False, trust: bool = False) -> BoundedFloodSwitch:
     sw = BoundedFloodSwitch(0x100, "02:00:00:00:01:00", packet_in_rate=1e9, packet_in_burst=10**9)
     sw.port_added(SwitchPort(1, "evbr", PortKind.LEAF, None, "02:00:00:00:01:fe"), 0.0)
     sw.port_added(SwitchPort(TUNNEL, "evt200", PortKind.PEER, 0x200), 0.0)
@@ -86,9 +107,12 @@ def switch(router: bool = False) -> BoundedFloodSwitch:
         mac = f"02:00:00:00:{i // 256:02x}:{i % 256 + 3:02x}"
         sw.neighbors.certified[ipaddress.IPv4Address(f"10.7.0.{i + 3}")] = mac
         sw.neighbors.certified[ipaddress.IPv6Address(f"fd00::{i + 3:x}")] = mac
+    if trust:
+        sw.mac_owners = {**{mac: 0x300 + i for i, mac in enumerate(sorted(set(sw.neighbors.certified.values())))},
+                         A.hex(":"): 0x200}
     if router:
         sw.ipv6_routers = frozenset({0x200})
-        sw.mac_owners = {A.hex(":"): 0x200}
+        sw.mac_owners = {**sw.mac_owners, A.hex(":"): 0x200}
         assert sw.guard_allows(TUNNEL, frames()["router advertisement (dropped)"], None, 0.0)
         assert sw.router_addresses.bound
     return sw
@@ -99,10 +123,11 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20000, help="calls per frame and round")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--router", action="store_true", help="the peer is the named router, its address bound")
+    ap.add_argument("--trust", action="store_true", help="mac_owners told; probes for held MACs' addresses too")
     args = ap.parse_args()
-    sw = switch(args.router)
+    sw = switch(args.router, args.trust)
     named = {name.replace("(dropped)", "(named router)") if args.router else name: frame
-             for name, frame in frames().items()}
+             for name, frame in {**frames(), **(held_frames() if args.trust else {})}.items()}
     results: dict[str, list[float]] = {name: [] for name in named}
     for _ in range(args.rounds):
         for name, frame in named.items():

@@ -180,7 +180,7 @@ class AddGuardFlow:
     (value, mask)); `to_switching` goes on to table 1 at GUARD_PRIORITY + 1 (a certified pair), else the frame goes
     to the controller, at GUARD_PRIORITY + 2 if `unreadable` (a tunnel port's frames the guards refuse)."""
 
-    fields: tuple[tuple[str, int | str | tuple[int, int]], ...]
+    fields: tuple[tuple[str, int | str | tuple[int, int] | tuple[str, str]], ...]
     to_switching: bool
     unreadable: bool = False
 

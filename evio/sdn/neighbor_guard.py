@@ -27,8 +27,13 @@ a certified IPv6 address to the controller (`ipv6_src` of an RS or NS, `ipv6_nd_
 whose target Open vSwitch does not read, so none rides a unicast flow past the check (review21m M1, decision 0075).
 A duplicate address detection probe (an NS from ::) for a certified IPv6 address, which fails the address at its
 owner while tentative, passes only as the owner's own flood; at the owner's node no probe for its own certified
-address nor advertisement of it from a tunnel port passes (`fails_owners_dad`; table 0 sends them by target: review21n
-N3, decision 0076).
+address nor advertisement of it from a tunnel port passes (`fails_owners_dad`; review21n N3, decision 0076). So too
+for an address made from a MAC a member holds (its interface identifier the MAC's modified EUI-64, whatever the
+prefix: the link-local address every kernel makes, and SLAAC's), its holder's as a certified one is its owner's:
+a probe passes only as the holder's own flood from that MAC, an advertisement only from the holder's MACs, and at the
+holder's node none from a tunnel (`fails_holders_dad`, review21s 1, 0076 amended). Table 0 sends every probe to the
+controller by one flow (`DAD_PROBE_FLOW`), and at the holder's node every advertisement of an address made from one
+of the bridge's own MACs, by its interface identifier under a mask (`holder_flows`).
 
 Redirects (137) from a tunnel port reach no port, whoever sent them (review21m M2, decision 0075): a redirect's
 target link-layer option names another host's MAC by design, so no binding can judge it, and a router on another
@@ -51,12 +56,12 @@ Pure: frames in, verdicts and flow descriptions out.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from evio.sdn import router_addresses
 from evio.sdn.flow_actions import AddGuardFlow
 from evio.sdn.garp import is_readable_arp
-from evio.sdn.neighbor_answers import IPAddress, Kind, NeighborMessage, icmpv6_at
+from evio.sdn.neighbor_answers import IPAddress, Kind, NeighborMessage, icmpv6_at, link_layer_option
 from evio.sdn.neighbor_answers import parse as parse_neighbor
 
 ETH_TYPE_ARP = 0x0806
@@ -75,6 +80,13 @@ NEIGHBOR_TYPES = (NEIGHBOR_SOLICITATION, NEIGHBOR_ADVERTISEMENT)  # what `neighb
 CERTIFIED_TYPES = (ROUTER_SOLICITATION, *NEIGHBOR_TYPES)  # what speaks for a certified IPv6 address (M1, M3)
 _TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad: Linux and Open vSwitch read both as a VLAN tag
 VLAN_PRESENT = 0x1000  # OFPVID_PRESENT in an OpenFlow vlan_vid
+_UNSPECIFIED = bytes(16)  # ::, a DAD probe's source
+# Every duplicate address detection probe (an NS from ::), whatever its target, to the controller (review21n N3,
+# review21s 1): a member's own probe is multicast, flooded in an FRB and judged there, so this flow meets only a
+# unicast one (which no kernel sends: it would otherwise ride 0072's flow to its victim's MAC past the guards) and a
+# local host's own (one per address and link-up).
+DAD_PROBE_FLOW = AddGuardFlow((("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6), ("icmpv6_type", 135),
+                               ("ipv6_src", "::")), to_switching=False)
 
 
 def as_received(frame: bytes) -> bytes | None:
@@ -154,6 +166,49 @@ def fails_owners_dad(certified: Mapping[IPAddress, str], own: Collection[IPAddre
     return root is None or mac_owners.get(mac) != root or msg.eth_src.lower() != mac
 
 
+def fails_holders_dad(frame: bytes, at: int, root: int | None, mac_owners: Mapping[str, int],
+                      own_macs: Callable[[], Collection[str]], here: int) -> bool:
+    """Whether an untagged neighbour solicitation or advertisement from a tunnel port (its ICMPv6 header at `at`)
+    would fail, by duplicate address detection, an address made from a MAC a member holds (review21s 1): a kernel
+    makes its link-local address, and SLAAC its global ones, from its interface's MAC (modified EUI-64), and the MAC
+    is in the member's signed host claims, so the address is the holder's as a certified one is its owner's
+    (`fails_owners_dad`). Found by the target's interface identifier (ff:fe in its middle), whatever its prefix, and a
+    dict lookup, read from the frame's bytes: every NS and NA from a tunnel comes this way, and one for an address
+    made otherwise costs a slice compare. A probe (an NS from ::) passes only as the holder's own flood (rooted at
+    it, `root`; None: unicast) from that MAC; an advertisement only from the holder's MACs (its source and target
+    link-layer option, the first, as Linux reads it). At the holder's node (`here`; or, where no member is known to
+    hold the MAC, one of the bridge's own, `own_macs()`, known without trust) none from a tunnel passes: its own frames
+    do not come back to it. Without trust (`mac_owners` empty) another member's MAC has no known holder. A code other than 0 is not judged (the kernel
+    drops the message, RFC 4861 7.1)."""
+    kind = frame[at] if len(frame) >= at + 24 else None
+    probe = kind == NEIGHBOR_SOLICITATION and frame[22:38] == _UNSPECIFIED
+    if (not probe and kind != NEIGHBOR_ADVERTISEMENT) or frame[at + 1] != 0 or frame[at + 19 : at + 21] != b"\xff\xfe":
+        return False
+    iid = frame[at + 16 : at + 24]  # the target's interface identifier (`router_addresses.interface_mac`, from bytes)
+    mac = (bytes([iid[0] ^ 0x02]) + iid[1:3] + iid[5:8]).hex(":")
+    holder = mac_owners.get(mac)
+    if holder is None:
+        return mac in own_macs()  # (without trust, or a MAC of the bridge's own its claims left out)
+    if holder == here:
+        return True
+    eth_src = frame[6:12].hex(":")
+    if probe:
+        return root != holder or eth_src != mac
+    lladdr = link_layer_option(frame[at + 24 :], 2)
+    return mac_owners.get(eth_src) != holder or (lladdr is not None and mac_owners.get(lladdr) != holder)
+
+
+def holder_flows(own_macs: Iterable[str]) -> set[AddGuardFlow]:
+    """Table-0 flows for `fails_holders_dad` (review21s 1) beside `DAD_PROBE_FLOW` (`guard_flows`): per MAC of the
+    bridge's own (`own_macs`), every advertisement of an address made from it, whatever its prefix, by the target's
+    interface identifier under a mask (a neighbour's unicast one rode 0072's flow to this node's interface and failed
+    its DAD). One flow per own MAC, none per member or prefix."""
+    mask = str(router_addresses.INTERFACE_ID_MASK)
+    return {AddGuardFlow((("eth_type", ETH_TYPE_IPV6), ("ip_proto", ICMPV6), ("icmpv6_type", NEIGHBOR_ADVERTISEMENT),
+                          ("ipv6_nd_target", (str(router_addresses.interface_id_of(mac)), mask))), to_switching=False)
+            for mac in own_macs}
+
+
 def certified_claim(frame: bytes, found: tuple[int, int, bool] | None) -> NeighborMessage | None:
     """What an untagged ARP, NS, NA or RS frame says of an address's MAC, for `spoofs_certified`, or None where it
     cannot be read. An RS speaks for its source with its source link-layer option: a kernel forwarding IPv6 creates
@@ -194,12 +249,11 @@ def guard_flows(certified: Mapping[IPAddress, str], tunnel_ports: Iterable[int] 
                   for kind in (ROUTER_SOLICITATION, NEIGHBOR_SOLICITATION)}
         flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT), ("ipv6_nd_target", str(address))),
                                to_switching=False))
-    # A probe's source is ::, so the flows by source miss it: by its target, or a unicast one to the owner's MAC
-    # rides 0072's flow ahead to its interface past `fails_owners_dad` (review21n N3); at the owner's node, the
-    # advertisements of its own addresses too.
-    for address in [*ipv6[:MAX_GUARDED], *own_ipv6]:
-        flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_SOLICITATION), ("ipv6_src", "::"),
-                                ("ipv6_nd_target", str(address))), to_switching=False))
+    # A probe's source is ::, so the flows by source miss it, and a unicast one to the owner's MAC rode 0072's flow
+    # ahead to its interface past `fails_owners_dad` (review21n N3): every probe, whatever its target, by one flow
+    # (review21s 1: it was one per certified, own and router address, and addresses made from members' MACs would
+    # have wanted one per member and prefix); at the owner's node, the advertisements of its own addresses too.
+    flows.add(DAD_PROBE_FLOW)
     flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", NEIGHBOR_ADVERTISEMENT), ("ipv6_nd_target", str(address))),
                            to_switching=False) for address in own_ipv6}
     for port in tunnel_ports:

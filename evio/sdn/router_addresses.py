@@ -39,8 +39,8 @@ IPv6 router, back. So:
    configured fe80::1 the config does not name) is judged by check 1 only.
 5. A duplicate address detection probe (an NS from ::) for a bound or own address passes only as its router's own
    flood; at the router's node none from a tunnel does (`fails_dad`, review21r: the router's kernel failed its
-   link-local address and sent no RA). Table 0 brings each such probe by its target, and at the router's node each
-   advertisement of its own (`flows`).
+   link-local address and sent no RA). Table 0 brings every probe (`neighbor_guard.DAD_PROBE_FLOW`, one flow for all
+   targets since review21s 1), and at the router's node each advertisement of its own (`flows`).
 
 What a router holds: in trust mode the MACs its signed announcement holds (`mac_owners`, 0055); without trust only
 the MAC its first bound RA came from (a relay that forged the first RA in the router's name keeps the address for
@@ -73,6 +73,7 @@ _FIXED = {_RS: 8, _RA: 16, _NS: 24, _NA: 24}  # bytes before the options
 CLAIM_TYPES = frozenset(_FIXED)
 _SOURCE_LL, _TARGET_LL = 1, 2
 _TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q, 802.1ad
+INTERFACE_ID_MASK = ipaddress.IPv6Address("::ffff:ffff:ffff:ffff")  # an address's interface identifier: low 64 bits
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,12 +276,12 @@ class RouterAddresses:
             del self._heard[address]
 
     def flows(self, here: int | None = None) -> frozenset[AddGuardFlow]:
-        """Check 3's table-0 flows: every RS, NS and NA naming a bound address to the controller; and check 5's: every
-        probe for a bound or own address (its source is ::, so the flows by source miss it: a unicast one to the
-        router's MAC rode a flow ahead past `fails_dad`), and at a router's node (`here`) every advertisement of its own
-        (not bound there: a neighbour's unicast one rode a flow ahead to its interface past check 2, and failed DAD).
-        Bound: 4 per bound address (`MAX_PER_ROUTER` + `MAX_OWN_PER_ROUTER` per router), 1 per own address, 2 at
-        its router's node (the config's named, at most 4, and its interface MACs')."""
+        """Check 3's table-0 flows: every RS, NS and NA naming a bound address to the controller; and check 5's: at a
+        router's node (`here`) every advertisement of its own (not bound there: a neighbour's unicast one rode a flow
+        ahead to its interface past check 2, and failed DAD). Probes for bound and own addresses, whose source is ::,
+        come by `neighbor_guard.DAD_PROBE_FLOW`, one for every target (review21s 1; it was one flow per address
+        here). Bound: 3 per bound address (`MAX_PER_ROUTER` + `MAX_OWN_PER_ROUTER` per router), 1 per own address
+        at its router's node (the config's named, at most 4, and its interface MACs')."""
         self.changed = False
         icmpv6 = (("eth_type", 0x86DD), ("ip_proto", _ICMPV6))
         flows = set()
@@ -290,9 +291,6 @@ class RouterAddresses:
             flows.add(AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))),
                                    to_switching=False))
         own = self.own_addresses()
-        for address in sorted({*self.bound, *(a for a, _ in own)}):
-            probe = (*icmpv6, ("icmpv6_type", _NS), ("ipv6_src", "::"), ("ipv6_nd_target", str(address)))
-            flows.add(AddGuardFlow(probe, to_switching=False))
         flows |= {AddGuardFlow((*icmpv6, ("icmpv6_type", _NA), ("ipv6_nd_target", str(address))), to_switching=False)
                   for address, router in own if router == here}
         return frozenset(flows)
@@ -301,10 +299,22 @@ class RouterAddresses:
 def made_from(address: ipaddress.IPv6Address) -> str | None:
     """The MAC a link-local address's interface identifier is the modified EUI-64 of (fe80::/64, ff:fe in its middle
     and the universal/local bit flipped: RFC 4291 appendix A, Linux's `addr_gen_mode` 0), or None."""
+    return interface_mac(address) if address.packed[:8] == b"\xfe\x80" + bytes(6) else None
+
+
+def interface_mac(address: ipaddress.IPv6Address) -> str | None:
+    """The MAC an address's interface identifier is the modified EUI-64 of, whatever its prefix (a link-local one,
+    or one SLAAC made from an advertised prefix: RFC 4862 5.5.3), or None (review21s 1)."""
     packed = address.packed
-    if packed[:8] != b"\xfe\x80" + bytes(6) or packed[11:13] != b"\xff\xfe":
+    if packed[11:13] != b"\xff\xfe":
         return None
     return format_mac(bytes([packed[8] ^ 0x02]) + packed[9:11] + packed[13:16])
+
+
+def interface_id_of(mac: str) -> ipaddress.IPv6Address:
+    """The modified EUI-64 interface identifier a kernel makes from `mac`, as an address (::iid; `interface_mac`'s
+    inverse): with `INTERFACE_ID_MASK`, a flow matching every address made from the MAC, whatever its prefix."""
+    return ipaddress.IPv6Address(int(link_local_of(mac)) & int(INTERFACE_ID_MASK))
 
 
 def link_local_of(mac: str) -> ipaddress.IPv6Address:

@@ -363,6 +363,7 @@ class BoundedFloodSwitch:
         # for itself), but no probe for one nor advertisement of one from a tunnel port is its own (review21n N3).
         self.own_certified: frozenset[IPAddress] = frozenset()
         self._guarded_own: frozenset[IPAddress] = frozenset()  # and these
+        self._guarded_own_macs: frozenset[str] = frozenset()  # and the bridge's own MACs (review21s 1)
         self.router_addresses = router_addresses.RouterAddresses()  # named routers' link-local addresses (K7)
         # Trust mode: named routers' RAs vouched for by their nodes' signed statements (decision 0081); None: not asked
         self.router_adverts: RouterAdverts | None = None
@@ -1008,6 +1009,12 @@ class BoundedFloodSwitch:
             # speaks for a router's address with a MAC the router does not hold, or probes for it as another would
             # (review21r: the router's kernel failed its link-local address and sent no RA)
             reason = Drop.ROUTER_ADDRESS_SPOOFED
+        elif (kind in neighbor_guard.NEIGHBOR_TYPES and found is not None
+              and neighbor_guard.fails_holders_dad(frame, found[1], root, self.mac_owners, self._own_macs,
+                                                   self.node_id)):
+            # a probe for, or advertisement of, an address made from a MAC another member holds (its link-local or
+            # SLAAC address, EUI-64), not as its holder's own: it failed the address at the holder (review21s 1)
+            reason = Drop.CERTIFIED_ADDRESS_SPOOFED
         elif ((self.neighbors.certified or self.own_certified)
               and (frame[12:14] == b"\x08\x06" or kind in neighbor_guard.CERTIFIED_TYPES)):
             msg = neighbor_guard.certified_claim(frame, found)  # an RS like an NS (review21m M3)
@@ -1068,24 +1075,27 @@ class BoundedFloodSwitch:
         to the bridge's own MACs (`document_flows`)."""
         tunnels = frozenset(p for p, port in self.ports.items() if port.kind is PortKind.PEER)
         leaves = frozenset(self.leaf_ports()) if self.node_id in self.ipv6_routers else frozenset()
+        own_macs = frozenset(mac for mac in self._own_macs() if not is_group_mac(mac))
         self._sync_router_interfaces()
-        own_macs = frozenset(m for m in self._own_macs() - {self.switch_mac.lower()}
-                             if m != "00:00:00:00:00:00" and not is_group_mac(m))
+        leaf_macs = frozenset(m for m in own_macs - {self.switch_mac.lower()} if m != "00:00:00:00:00:00")
         if cleared:
             self._guards = frozenset()
         elif (self._guarded == self.neighbors.certified and self._guarded_tunnels == tunnels
               and self._guarded_leaves == leaves and self._guarded_own == self.own_certified
-              and self._guarded_macs == own_macs and not self.router_addresses.changed):
+              and self._guarded_macs == leaf_macs and self._guarded_own_macs == own_macs
+              and not self.router_addresses.changed):
             return []  # a tick's usual case: nothing certified changed (a dict compare, no flows made)
         self._guarded = dict(self.neighbors.certified)
         self._guarded_tunnels = tunnels
         self._guarded_leaves = leaves
         self._guarded_own = self.own_certified
-        self._guarded_macs = own_macs
+        self._guarded_macs = leaf_macs
+        self._guarded_own_macs = own_macs
         wanted = (neighbor_guard.guard_flows(self._guarded, sorted(tunnels), sorted(self._guarded_own, key=str))
+                  | neighbor_guard.holder_flows(sorted(own_macs))
                   | self.router_addresses.flows(self.node_id)
                   | neighbor_guard.router_node_flows(sorted(leaves))
-                  | document_flows(sorted(own_macs)))
+                  | document_flows(sorted(leaf_macs)))
         actions: list[FlowAction] = [DeleteGuardFlow(f) for f in sorted(self._guards - wanted, key=repr)]
         actions += sorted(wanted - self._guards, key=repr)
         self._guards = wanted

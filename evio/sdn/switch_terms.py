@@ -108,7 +108,9 @@ class Drop(enum.Enum):
                     "any member (evio.sdn.neighbor_guard, decisions 0068, 0075)")
     CERTIFIED_ADDRESS_SPOOFED = ("ARP or neighbour discovery from a tunnel port speaking for a member's certified "
                                  "address with another MAC, or a duplicate address detection probe for one that is "
-                                 "not its owner's (evio.sdn.neighbor_guard, decisions 0068, 0076)")
+                                 "not its owner's; likewise a probe for, or advertisement of, an address made from a "
+                                 "MAC a member's signed claims hold (its link-local or SLAAC address) not by its "
+                                 "holder (evio.sdn.neighbor_guard, decisions 0068, 0076)")
     UNREADABLE_FRAME = ("a frame from a tunnel port the guards cannot read as the receiving kernel will: a VLAN-0 "
                         "(priority) tag or a second tag, ARP other than Ethernet/IPv4 request or reply, neighbour "
                         "discovery in a fragment or malformed (evio.sdn.neighbor_guard, decision 0068 amended)")

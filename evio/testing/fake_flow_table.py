@@ -489,8 +489,10 @@ def _guard_fields(packet: dict[str, Any], frame: bytes) -> None:
 
 
 def _masked(value: Any, mask: Any) -> Any:
-    if isinstance(value, str):  # a MAC address
+    if isinstance(value, str) and "::" not in value and value.count(":") == 5:  # a MAC address
         return bytes(a & b for a, b in zip(bytes.fromhex(value.replace(":", "")), bytes.fromhex(mask.replace(":", ""))))
+    if isinstance(value, str):  # an IPv6 address (an NA's target by its interface identifier: review21s 1)
+        return int(ipaddress.IPv6Address(value)) & int(ipaddress.IPv6Address(mask))
     return value & mask
 
 

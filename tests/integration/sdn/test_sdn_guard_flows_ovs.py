@@ -12,11 +12,15 @@ it met sends it to the controller (else the flow ahead sends it out of the leaf 
   the flow for unread targets, controller; without that flow, the flow ahead to the leaf port (the way around
   every flow by target that the fix closes);
 - M1's solicitation and M3's router solicitation from the certified address: the source flows, controller;
-- a duplicate address detection probe (from ::) for the certified address or the node's own, unicast to the node's
-  MAC, and an advertisement of the node's own address: the flows by target, controller (review21n N3, 0076); a
-  probe for another address: the flow ahead;
+- a duplicate address detection probe (from ::), unicast to the node's MAC, for the certified address, the node's
+  own or any other: the one probe flow, controller (review21n N3, 0076; one flow for every target since review21s
+  1); an advertisement of the node's own address: the flow by target, controller;
 - a redirect (M2): the RA guard's flow, controller (which drops it from tunnel ports);
-- a solicitation from another address, and a TCP segment: the flow ahead, out of the leaf port.
+- a solicitation from another address, and a TCP segment: the flow ahead, out of the leaf port;
+- with `neighbor_guard.holder_flows` (review21s 1): any probe, unicast, for whatever target (another member's
+  link-local or SLAAC address); an advertisement of an address made from the node's MAC, link-local or any prefix:
+  controller; an advertisement of an address made from another MAC, or from one differing in its universal/local
+  bit, and a solicitation from an address (not a probe) for the node's link-local one: the flow ahead.
 
 Needs root, `ip` and Open vSwitch; cleans up its namespace and daemons, pass or fail.
 """
@@ -72,7 +76,10 @@ def _ofctl_flow(flow: AddGuardFlow) -> str:
     """A guard flow as ovs-ofctl writes it (the OXM names os-ken uses, but `nd_target` and `icmp_type`)."""
     fields = []
     for name, value in flow.fields:
-        text = f"{value[0]:#x}/{value[1]:#x}" if isinstance(value, tuple) else str(value)
+        if isinstance(value, tuple):  # masked: an int (vlan_vid) or an IPv6 address (nd_target, review21s 1)
+            text = "/".join(v if isinstance(v, str) else f"{v:#x}" for v in value)
+        else:
+            text = str(value)
         fields.append(f"{_OFCTL_NAMES.get(name, name)}={text}")
     action = "goto_table:1" if flow.to_switching else "controller"
     return f"table=0,priority={flow.priority},{','.join(fields)},actions={action}"
@@ -144,7 +151,7 @@ def test_every_neighbour_message_naming_a_certified_ipv6_address_goes_to_the_con
                                                    guard, True),
         "an NA for the node's own address": (_nd(136, NODE_ADDRESS, "ff02::1", _target(NODE_ADDRESS, 0x20000000),
                                                  [(2, ATTACKER)]), guard, True),
-        "a DAD probe for another address": (_nd(135, "::", "ff02::1:ff00:9", _target("fd00::9", 0), []), 0, False),
+        "a DAD probe for another address": (_nd(135, "::", "ff02::1:ff00:9", _target("fd00::9", 0), []), guard, True),
         "an NS from another address": (_nd(135, "fd00::9", "fd00::1", _target("fd00::1", 0), [(1, ATTACKER)]), 0, False),
         "an NA for another address": (_nd(136, "fd00::9", "fe80::1", _target("fd00::9"), [(2, ATTACKER)]), 0, False),
     }
@@ -192,3 +199,45 @@ def test_a_unicast_of_the_signed_documents_flood_for_the_node_goes_to_the_contro
                           f"in_port={TUNNEL}", frames["a manifest for the node in V's name"][0].hex()],
                          capture_output=True, text=True, timeout=30, check=True, env=ovs.env).stdout  # fmt: skip
     assert f"output:{LEAF}" not in out.split("Final flow", 1)[0], "the interface got it past the controller"
+
+
+def _eui64(mac: str, prefix: str = "fe80::") -> str:
+    octets = bytearray(_mac(mac))
+    octets[0] ^= 0x02
+    iid = bytes(octets[:3]) + b"\xff\xfe" + bytes(octets[3:])
+    return str(ipaddress.IPv6Address(ipaddress.IPv6Address(prefix).packed[:8] + iid))
+
+
+def test_the_holders_flows_bring_every_probe_and_the_advertisements_of_the_nodes_eui64_addresses(ovs: OvsInstance) -> None:
+    """review21s 1: the one probe flow (`guard_flows`), and per own MAC one advertisement flow by the target's
+    interface identifier under a mask (`holder_flows`), as Open vSwitch matches them (`nd_target` takes an arbitrary
+    bitwise mask)."""
+    flows = neighbor_guard.guard_flows({}, [TUNNEL]) | neighbor_guard.holder_flows([NODE_MAC])
+    for flow in sorted(flows, key=repr):
+        ovs.ofctl("add-flow", BRIDGE, _ofctl_flow(flow))
+    ovs.ofctl("add-flow", BRIDGE, "table=0,priority=0,actions=goto_table:1")
+    ovs.ofctl("add-flow", BRIDGE, f"table=1,priority=5,eth_dst={NODE_MAC},actions=output:{LEAF}")  # a flow ahead
+    guard = 2500
+    own_ll, own_slaac = _eui64(NODE_MAC), _eui64(NODE_MAC, "2001:db8:1::")
+    other, look_alike = _eui64(OWNER), _eui64("00:00:00:00:00:01")  # 02:..:01 with its universal/local bit flipped
+    frames = {
+        "a unicast probe for the node's link-local address": (_nd(135, "::", "ff02::1:ff00:1", _target(own_ll, 0), []),
+                                                               guard, True),
+        "a unicast probe for another member's link-local address": (
+            _nd(135, "::", "ff02::1:ff00:3", _target(other, 0), []), guard, True),
+        "an NA for the node's link-local address": (
+            _nd(136, own_ll, "ff02::1", _target(own_ll, 0x20000000), [(2, ATTACKER)]), guard, True),
+        "an NA for the node's SLAAC address": (
+            _nd(136, own_slaac, "ff02::1", _target(own_slaac, 0x20000000), [(2, ATTACKER)]), guard, True),
+        "an NA for another MAC's link-local address": (
+            _nd(136, other, "fe80::1", _target(other), [(2, ATTACKER)]), 0, False),
+        "an NA for a look-alike MAC's link-local address": (
+            _nd(136, look_alike, "fe80::1", _target(look_alike), [(2, ATTACKER)]), 0, False),
+        "an NS from an address for the node's link-local one": (
+            _nd(135, other, own_ll, _target(own_ll, 0), [(1, ATTACKER)]), 0, False),
+    }
+    seen = {}
+    for name, (frame, _, _) in frames.items():
+        seen[name] = _trace(ovs, frame)
+        print(f"{name}: table-0 priority {seen[name][0]}, to the controller: {seen[name][1]}")
+    assert seen == {name: (priority, to_controller) for name, (_, priority, to_controller) in frames.items()}

@@ -243,7 +243,7 @@ def _ra(src: str = RA_SOURCE, eth_src: str = MAC_R, lladdr: str = MAC_R, lifetim
 def test_a_binding_lasts_the_routers_lifetime_and_then_goes_with_its_flows() -> None:
     bound = RouterAddresses()
     assert bound.admit_advert(R, _ra(lifetime=1800), {MAC_R: R}, now=0.0)
-    assert len(bound.flows()) == 4 and not bound.changed  # RS and NS from it, NA and DAD probe for it (review21r)
+    assert len(bound.flows()) == 3 and not bound.changed  # RS and NS from it, NA for it (probes: review21s 1's flow)
     na = claim(neighbor_advert(MAC_A, ALL_NODES, RA_SOURCE, MAC_A, solicited=False))
     assert na is not None
     assert bound.spoofs(na, {MAC_R: R, MAC_A: 9}, now=1799.0)

@@ -184,10 +184,11 @@ def test_the_guards_flows_are_three_plus_two_per_certified_ipv4_address_and_foll
     def guards() -> int:
         return sum(1 for f in node.table.entries if f.cookie == GUARD_COOKIE)
 
-    # RA and redirect, the IPv4 redirect (review21l L5) and an NA whose target OVS does not read (0075); the three
-    # others' addresses; four for each of its two tunnel ports (review21k K1-K3); the signed documents' unicasts for its
-    # interface (decision 0043, amended for review21r's residual)
-    assert guards() == 4 + 2 * 3 + 4 * 2 + 1
+    # RA and redirect, the IPv4 redirect (review21l L5), an NA whose target OVS does not read (0075) and every DAD
+    # probe (review21s 1); the three others' addresses; four for each of its two tunnel ports (review21k K1-K3); an NA
+    # of an address made from each of the bridge's two own MACs (the switch's and its internal port's: review21s 1);
+    # the signed documents' unicasts for its interface (decision 0043, amended for review21r's residual)
+    assert guards() == 5 + 2 * 3 + 4 * 2 + 2 + 1
     node.switch.neighbors.certified = {}
     net.advance(0.5)
-    assert guards() == 4 + 4 * 2 + 1
+    assert guards() == 5 + 4 * 2 + 2 + 1

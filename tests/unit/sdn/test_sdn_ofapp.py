@@ -14,7 +14,7 @@ from os_ken.controller.handler import MAIN_DISPATCHER
 from os_ken.ofproto import ofproto_parser, ofproto_v1_3, ofproto_v1_3_parser
 
 from evio.config.model import OnDemandConfig
-from evio.sdn import frb
+from evio.sdn import frb, neighbor_guard
 from evio.sdn.boundary import (
     AsyncioEventSink,
     CommandQueue,
@@ -389,14 +389,14 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     assert sock.options[(socket.IPPROTO_TCP, socket.TCP_NODELAY)] == 1
     assert dp.sent == []  # nothing through os-ken's send queue
     # Connect: base flows and the port request in one write, the RA guard's two flows (0068), the IPv4 redirect's
-    # (review21l L5) and the one for NAs whose target OVS does not read (0075) in the connect step's; the new peer
-    # port's leaf announcement and its four guard flows (0068 amended: review21k K1-K3) in another, after the flow
-    # that the interface's port brought, taking the signed documents' unicasts for it to the controller (0043 amended
-    # for review21r's residual).
-    assert [message_types(w) for w in sock.writes] == [
-        [ofp.OFPT_FLOW_MOD] * 5 + [ofp.OFPT_MULTIPART_REQUEST],
-        [ofp.OFPT_FLOW_MOD] * 4,
-        [ofp.OFPT_FLOW_MOD, ofp.OFPT_PACKET_OUT] + [ofp.OFPT_FLOW_MOD] * 4]
+    # (review21l L5), the one for NAs whose target OVS does not read (0075), the one for every DAD probe and the one
+    # for NAs of the switch MAC's EUI-64 addresses (review21s 1) in the connect step's; the local port's (its own MAC's
+    # NA flow, review21s 1), the new peer port's leaf announcement and its four guard flows (0068 amended: review21k
+    # K1-K3) in another, with the flow that the interface's port brought, taking the signed documents' unicasts for
+    # it to the controller (0043 amended for review21r's residual).
+    flow_mod = ofp.OFPT_FLOW_MOD
+    assert [message_types(w) for w in sock.writes] == [[flow_mod] * 5 + [ofp.OFPT_MULTIPART_REQUEST], [flow_mod] * 7,
+                                                       [flow_mod, ofp.OFPT_PACKET_OUT] + [flow_mod] * 4]
     sock.writes.clear()
     app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
     sock.writes.clear()
@@ -534,7 +534,8 @@ def test_the_nodes_own_certified_address_gets_the_flows_of_its_probes_and_advert
     assert app.overlays["red"].switch.own_certified == {own}
     guarded = sorted((m.match["icmpv6_type"], m.match.get("ipv6_src")) for m in dp.sent
                      if isinstance(m, parser.OFPFlowMod) and m.match.get("ipv6_nd_target") == str(own))
-    assert guarded == [(135, "::"), (136, None)]
+    assert guarded == [(136, None)]  # its probes: the one flow for every probe, installed at connect (review21s 1)
+    assert app.overlays["red"].switch._guards >= {neighbor_guard.DAD_PROBE_FLOW}
 
 
 def test_the_router_keys_reach_the_switch_and_later_ones_keep_what_it_took() -> None:
