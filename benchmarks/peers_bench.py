@@ -11,9 +11,10 @@ an overlay subnet of its own (10.200.N.1 <-> .2, overlay MTU 1400, evio's TAP
 take turns. Each round measures every tool and the bare veth (in reverse order
 on even rounds, so no tool always runs first): iperf3 TCP with one stream,
 iperf3 UDP offered at --udp-mbit (the goodput the server received), and ping
-RTT (100 x 10 ms), from which the RTT a tunnel adds over the bare veth. CPU
-per GB is both ends' CPU during the TCP run over the bytes the sender's tunnel
-device carried, per end: per byte, not per frame, because a tool reading TCP
+RTT (100 x 10 ms), from which the RTT a tunnel adds over the bare veth (the
+mean of the pings, and their median, which one late ping on a shared machine
+does not move). CPU per GB is both ends' CPU during the TCP run over the bytes
+the sender's tunnel device carried, per end: per byte, not per frame, because a tool reading TCP
 super-frames from its device (TSO: evio, wireguard-go) has 40 times fewer
 frames than one reading MTU-sized frames for the same bytes.
 The 1-minute load average is printed beside every round and in the table: an
@@ -68,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import profiling  # noqa: E402
 
 from evio.lab.outliers import BROKEN_FRACTION  # noqa: E402
-from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, ping_rtt, run, unique_prefix  # noqa: E402
+from evio.lab.tunnel_testbed import EndpointProcess, VethTestbed, ping_times, run, unique_prefix  # noqa: E402
 
 ID_A, ID_B = "aa" * 16, "bb" * 16
 MTU = 1400
@@ -372,9 +373,10 @@ def tx_bytes(netns: str, device: str) -> int:
 
 def measure(tb: VethTestbed, name: str, address: str, tunnel: Tunnel | None, args: argparse.Namespace) -> dict[str, float]:
     out: dict[str, float] = {}
-    rtt, received = ping_rtt(tb.a.netns, address, 100, 0.01)
-    if received:
-        out["rtt"] = rtt
+    times = ping_times(tb.a.netns, address, 100, 0.01)
+    if times:
+        out["rtt"] = statistics.mean(times)
+        out["rtt_median"] = statistics.median(times)
     pids = tunnel.pids() if tunnel else {}
     before = profiling.snapshot(pids, [])
     carried = tx_bytes(tb.a.netns, tunnel.device_a) if tunnel and tunnel.device_a else 0
@@ -498,11 +500,15 @@ def print_table(results: dict[str, list[dict[str, float]]], broken: dict[tuple[s
                 args: argparse.Namespace) -> None:
     veth_rtt = _values(results, "veth", "rtt")
     base_rtt = statistics.mean(veth_rtt) if veth_rtt else None
+    veth_median = _values(results, "veth", "rtt_median")
+    base_median = statistics.mean(veth_median) if veth_median else None
     peers = [n for n in results if n != "veth" and not n.startswith("evio") and n not in EXTRAS]
 
     def values(name: str, key: str) -> list[float]:
         if key == "rtt_added":
             return [v - base_rtt for v in _values(results, name, "rtt")] if base_rtt is not None else []
+        if key == "rtt_median_added":
+            return [v - base_median for v in _values(results, name, "rtt_median")] if base_median is not None else []
         return _values(results, name, key, broken)
 
     def mean(name: str, key: str) -> float | None:
@@ -524,7 +530,8 @@ def print_table(results: dict[str, list[dict[str, float]]], broken: dict[tuple[s
         return " / ".join("BROKEN" if (name, key, i) in broken else _each([r[key]]) for i, r in enumerate(rounds))
 
     metrics = [("tcp", "TCP 1 stream, Mbit/s", True), ("udp", f"UDP offered {args.udp_mbit} Mbit/s: goodput", True),
-               ("rtt_added", "RTT added over the veth, ms", False), ("cpu_gb", "CPU s per GB per end", False),
+               ("rtt_added", "RTT added over the veth, ms", False),
+               ("rtt_median_added", "RTT added, median ping, ms", False), ("cpu_gb", "CPU s per GB per end", False),
                ("load", "load average (1 min)", False)]
     print(f"\n{args.rounds} round(s), iperf3 {args.duration:g} s, veth MTU 1500, overlay MTU {MTU}; "
           f"bare veth: TCP {_each(_values(results, 'veth', 'tcp'))} Mbit/s, RTT {_each(veth_rtt)} ms, "
