@@ -11,7 +11,10 @@ address is not made from its MAC, `neighbor_guard`'s holder judge (`holder_flows
 whose it is, and any member seeing the bridge's DAD probe (flooded overlay-wide to the solicited-node group) fails it
 with one NA or probe of its own. Stable privacy retries with the next DAD counter up to `idgen_retries` (3) and then
 gives up: no link-local address, hence no router solicitation, no SLAAC, no IPv6 on the overlay for that node.
-`ip -j -d link show` reports such a port as `"inet6_addr_gen_mode": "stable_secret"` or `"random"`.
+`ip -j -d link show` reports such a port as `"inet6_addr_gen_mode": "stable_secret"` or `"random"`. Measured on
+this kernel in a fresh network namespace with `net.ipv6.conf.default.addr_gen_mode=3`: a new interface reads
+`"random"` and its link-local address is `fe80::e68e:bae1:d241:7f1` (flag `stable-privacy`) for MAC
+`ca:2a:e2:8d:91:70`: not its EUI-64.
 
 Rated medium (conditional): a denial of a chosen member's IPv6 on the overlay by any member, each time its bridge
 comes up, on hosts whose default address generation mode is not EUI-64; the accepted limit's premise does not hold
