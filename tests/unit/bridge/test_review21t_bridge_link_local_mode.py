@@ -14,7 +14,9 @@ gives up: no link-local address, hence no router solicitation, no SLAAC, no IPv6
 `ip -j -d link show` reports such a port as `"inet6_addr_gen_mode": "stable_secret"` or `"random"`. Measured on
 this kernel in a fresh network namespace with `net.ipv6.conf.default.addr_gen_mode=3`: a new interface reads
 `"random"` and its link-local address is `fe80::e68e:bae1:d241:7f1` (flag `stable-privacy`) for MAC
-`ca:2a:e2:8d:91:70`: not its EUI-64.
+`ca:2a:e2:8d:91:70`: not its EUI-64. And (unit, fake network with the real switch and its flows, 6-node ring,
+trust mode) member A's DAD probe for that address of V's, from A's own MAC, two hops away, is delivered to V's
+interface with 0 drops, as 0076's limit says of addresses not made from a MAC.
 
 Rated medium (conditional): a denial of a chosen member's IPv6 on the overlay by any member, each time its bridge
 comes up, on hosts whose default address generation mode is not EUI-64; the accepted limit's premise does not hold
