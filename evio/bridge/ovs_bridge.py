@@ -223,7 +223,10 @@ class OvsBridge:
         RFC 7559) is bounded per port in the switch (evio.sdn.link_local), not by
         switching IPv6 off. Releases from 2026-11-23 to 2026-11-27 created the port
         with `addrgenmode none`; a bridge such a release left behind is set back to
-        the kernel's default (eui64) here, before the port comes up again.
+        the kernel's default (eui64) here, before the port comes up again. So is a port the host's default made
+        otherwise (`net.ipv6.conf.default.addr_gen_mode` 2 or 3, or a `stable_secret`): the DAD guard knows a
+        member's link-local address only as the one made from its MAC (decision 0076), and any member could fail a
+        stable-privacy one with one probe, leaving the node no IPv6 on the overlay (review21t finding 2).
         """
         name = self.config.name
         try:
@@ -232,7 +235,8 @@ class OvsBridge:
             log.info("bridge port not read bridge=%s: %s", name, err)
             return
         link = links[0] if links else {}
-        if link.get("inet6_addr_gen_mode") != "none":
+        mode = link.get("inet6_addr_gen_mode")
+        if mode is None or mode == "eui64":  # no IPv6 here, or already made from the MAC
             return
         try:
             await self.runner.run(["ip", "link", "set", "dev", name, "addrgenmode", "eui64"])
@@ -242,7 +246,7 @@ class OvsBridge:
         except CommandError as err:  # a kernel without IPv6: nothing to restore
             log.info("no IPv6 link-local to restore bridge=%s: %s", name, err)
             return
-        log.info("IPv6 link-local restored bridge=%s (left off by an earlier release)", name)
+        log.info("IPv6 link-local made from the MAC bridge=%s (was %s)", name, mode)
 
     async def _no_redirects(self) -> None:
         """ICMP redirects are not taken on the internal port, IPv4 or IPv6: a member could send one in a gateway

@@ -32,9 +32,6 @@ from evio.bridge import BridgeSpec, OvsBridge
 from tests.unit.bridge.test_bridge_ovs import RecordingRunner
 
 
-@pytest.mark.xfail(strict=True, reason="review21t finding 2: a bridge whose kernel default made its link-local by "
-                   "stable privacy or at random keeps it; 0076's DAD guard covers only EUI-64 addresses, so any member "
-                   "fails the bridge's link-local address by DAD on such hosts")
 @pytest.mark.parametrize("mode", ["stable_secret", "random"])
 async def test_the_bridge_link_local_address_is_made_by_eui64_whatever_the_hosts_default(mode: str) -> None:
     shown = f'[{{"ifname": "evobr0", "flags": ["UP"], "inet6_addr_gen_mode": "{mode}"}}]'
