@@ -154,12 +154,11 @@ class RouterAddresses:
 
     def admit_advert(
         self, router: int, ra: Claim, mac_owners: Mapping[str, int], now: float, certified: str | None = None,
-        vouched: bool = False,
     ) -> bool:
         """Check 1: whether an RA `router` may send (the guard let it by) is taken; binds its source if so.
-        `certified`: the MAC the CA certified the source address for, if any. `vouched`: the router's node signed a
-        statement naming this RA (decision 0081): what other MACs said of the address lately does not keep it
-        from the router (the squat of an address neither named nor made from the router's MAC), as for its own."""
+        `certified`: the MAC the CA certified the source address for, if any. A signed statement (decision 0081)
+        does not override what other MACs said of the address: a member using a stable-privacy address of its own
+        and a squatter of the router's look alike here (review21t 1); name such a router address instead."""
         if not ra.address.is_link_local:
             return False  # no kernel takes it (RFC 4861 6.1.2), and a global address is some member's (L2)
         maker = self.owner(ra.address, mac_owners)
@@ -179,7 +178,7 @@ class RouterAddresses:
         # (review21p). Own ones have their own allowance, and only the router's own interfaces' count (review21r: a
         # relay bound one address per MAC a site gateway hosts, up to 1,024, each three flows, past the cap).
         own = self.own(ra.address) == router
-        speakers = [*(() if own or vouched else self._heard.get(ra.address, {})),
+        speakers = [*(() if own else self._heard.get(ra.address, {})),
                     *([certified] if certified is not None else [])]
         if held is None and any(not _holds(router, mac, other, mac_owners) for other in speakers):
             return False  # another member's address: bound, it would lose neighbour discovery here (review21l L2)

@@ -21,9 +21,10 @@ bridge's interface or an attached host), so in trust mode:
 4. An RA whose statement has not come yet is held (`hold`), one per router, for `HOLD` seconds, and goes on when it
    does (the switch runs it again); else it is dropped and counted (`Drop.ROUTER_ADVERT_UNVOUCHED`).
 
-A statement naming R's address binds it to R over what another member's MAC said of it first (`router_addresses`,
-`admit_advert(vouched=True)`): the squat of a router address neither named nor made from R's interface MAC ends at
-R's first RA. Without trust no statements are signed or asked for (the daemon warns in that mode).
+A statement does not bind R's address over what another member's MAC said of it first: a member using a
+stable-privacy address of its own and a squatter of R's look alike (review21t 1); a router address neither named nor
+made from R's interface MAC is protected once named. Without trust no statements are signed or asked for (the
+daemon warns in that mode).
 
 Pure: frames, `now` (monotonic) and the wall clock's reading in; crypto is `cryptography`'s ECDSA P-256 / SHA-256.
 """

@@ -988,11 +988,10 @@ class BoundedFloodSwitch:
             src = data[6:12].hex(":")
             if root is None:
                 root = self._unicast_sender(src, in_port, now)
-            vouched = False
             if not neighbor_guard.router_allowed(self.ipv6_routers, root, src, self.mac_owners):
                 reason = Drop.ROUTER_GUARD
             elif (kind == neighbor_guard.ROUTER_ADVERTISEMENT and self.router_adverts is not None and root is not None
-                  and not (vouched := self.router_adverts.vouched(root, frame, now))):
+                  and not self.router_adverts.vouched(root, frame, now)):
                 # No fresh statement of its router's node names it (decision 0081): a relay's forgery, or the
                 # statement still to come; held for it (one per router), dropped and counted if it does not come.
                 if self._frame_in is not None and self._frame_in[0] == in_port:
@@ -1000,7 +999,7 @@ class BoundedFloodSwitch:
                         self._dropped(Drop.ROUTER_ADVERT_UNVOUCHED, in_port, now, f"src={src} replaced in the hold")
                     return False
                 reason = Drop.ROUTER_ADVERT_UNVOUCHED
-            elif not self._router_address_allowed(frame, root, now, vouched):
+            elif not self._router_address_allowed(frame, root, now):
                 reason = Drop.ROUTER_ADDRESS_SPOOFED
         elif (self.ipv6_routers and kind in router_addresses.CLAIM_TYPES
               and (said := router_addresses.claim(frame)) is not None
@@ -1057,16 +1056,16 @@ class BoundedFloodSwitch:
             return member  # by its own link
         return member if entry is not None and entry.port == in_port and entry.root == member else None
 
-    def _router_address_allowed(self, data: bytes, router: int | None, now: float, vouched: bool = False) -> bool:
+    def _router_address_allowed(self, data: bytes, router: int | None, now: float) -> bool:
         """Whether a router advertisement the RA guard let by may bind its source address to `router` (a redirect:
         nothing to bind), its source link-layer option a MAC the router holds (router_addresses.py, review21k K7),
-        its source no address another member's MAC is certified for or was heard speaking for (review21l L2), unless
-        `vouched` by the router's node's signed statement (decision 0081: the router's word beats a squatter's)."""
+        its source no address another member's MAC is certified for or was heard speaking for (review21l L2), signed
+        statement or not: a squatter and a member using its own address look alike (decision 0081, review21t 1)."""
         said = router_addresses.claim(data)
         if said is None or said.kind != neighbor_guard.ROUTER_ADVERTISEMENT or router is None:
             return True  # router_allowed passes no router None
         return self.router_addresses.admit_advert(router, said, self.mac_owners, now,
-                                                  self.neighbors.certified.get(said.address), vouched)
+                                                  self.neighbors.certified.get(said.address))
 
     def guard_sync(self, cleared: bool = False) -> list[FlowAction]:
         """The guards' table-0 flows that change (all of them once the switch's flows were `cleared`): the certified

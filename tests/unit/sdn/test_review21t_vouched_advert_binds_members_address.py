@@ -41,8 +41,6 @@ source the router's node has used before any other MAC spoke for it (first-come 
 
 from __future__ import annotations
 
-import pytest
-
 from evio.sdn.switch import Drop
 from tests.unit.sdn.test_review21_relay_forges_router_advert import _fleet
 from tests.unit.sdn.test_review21k_router_link_local_taken import RA_SOURCE, advert, neighbor_solicit
@@ -50,9 +48,6 @@ from tests.unit.sdn.test_review21k_router_link_local_taken import RA_SOURCE, adv
 STABLE_PRIVACY = "fe80::3c1a:9e2b:77d4:51f0"  # V's link-local address: RFC 7217, not made from V's MAC
 
 
-@pytest.mark.xfail(strict=True, reason="review21t finding 1: a named router's node signs an RA from another "
-                   "member's in-use stable-privacy link-local address, which binds it to the router at every node "
-                   "and drops the member's own neighbour discovery overlay-wide (0068 L2 back via 0081's vouched)")
 def test_a_named_routers_vouched_advert_does_not_take_a_members_in_use_link_local_address() -> None:
     net, ids, macs, u, a, r = _fleet()
     v = ids[1]  # the victim, not R's neighbour's relay, not u
@@ -81,9 +76,6 @@ def test_a_named_routers_vouched_advert_does_not_take_a_members_in_use_link_loca
     assert after == others
 
 
-@pytest.mark.xfail(strict=True, reason="review21t finding 1 (variant): a named router's node binds another named "
-                   "router's unnamed, non-EUI-64 link-local address first with a vouched RA, and the other router's "
-                   "RAs are then refused at every node")
 def test_a_named_router_cannot_take_another_named_routers_address_with_a_vouched_advert() -> None:
     net, ids, macs, u, a, r = _fleet()
     r2 = ids[1]  # a second named router, hostile: R's address is fe80::66 (neither named nor made from its MAC)
