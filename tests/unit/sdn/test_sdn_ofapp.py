@@ -392,11 +392,11 @@ def test_once_connected_a_switch_gets_each_steps_messages_in_one_write_on_a_node
     # (review21l L5), the one for NAs whose target OVS does not read (0075), the one for every DAD probe and the one
     # for NAs of the switch MAC's EUI-64 addresses (review21s 1) in the connect step's; the local port's (its own MAC's
     # NA flow, review21s 1), the new peer port's leaf announcement and its four guard flows (0068 amended: review21k
-    # K1-K3) in another, with the flow that the interface's port brought, taking the signed documents' unicasts for
-    # it to the controller (0043 amended for review21r's residual).
+    # K1-K3) in another, with the two flows that the interface's port brought: its MAC's NA flow (review21s 1) and
+    # the one taking the signed documents' unicasts for it to the controller (0043 amended for review21r's residual).
     flow_mod = ofp.OFPT_FLOW_MOD
-    assert [message_types(w) for w in sock.writes] == [[flow_mod] * 5 + [ofp.OFPT_MULTIPART_REQUEST], [flow_mod] * 7,
-                                                       [flow_mod, ofp.OFPT_PACKET_OUT] + [flow_mod] * 4]
+    assert [message_types(w) for w in sock.writes] == [[flow_mod] * 5 + [ofp.OFPT_MULTIPART_REQUEST], [flow_mod] * 6,
+                                                       [flow_mod] * 2 + [ofp.OFPT_PACKET_OUT] + [flow_mod] * 4]
     sock.writes.clear()
     app.packet_in(FakeEvent(FakeMsg(datapath=dp, match={"in_port": 2}, data=eth(H1, H2))))  # teaches H2 on port 2
     sock.writes.clear()
