@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from evio.config.model import Config, TrustConfig
 from evio.node.plan import KEPT_LISTS, MEMBER_FILE, REVOCATION_FILE, plan_node
@@ -44,16 +45,9 @@ def _lists(ca_key: identity.CaKey, serial: int) -> tuple[str, str]:
             member_list.to_text(member_list.sign_members(ca_key, OV, serial, issued, members)))  # fmt: skip
 
 
-def _start(config: Config) -> SignalClient:
-    """What `evio run` makes: the plan (which reads the files beside the CA), then the account's client."""
-    plan = plan_node(config, nid(1), controller_port=6653, kernel_module_loaded=False)
-    return SignalClient(plan.accounts[0].settings)
-
-
-def test_a_list_file_put_back_from_a_backup_does_not_set_the_serial_back(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    etc, state = tmp_path / "etc" / OV, tmp_path / "state"  # /etc/evio/ov1/ and /var/lib/evio on a node
+def _node_files(tmp_path: Path) -> tuple[Path, Path, ed25519.Ed25519PrivateKey, Config]:
+    """A trust-mode node's files: /etc/evio/ov1/ (the CA, its certificate and key) and /var/lib/evio, and its config."""
+    etc, state = tmp_path / "etc" / OV, tmp_path / "state"
     etc.mkdir(parents=True)
     ca_key, ca_cert = make_overlay_ca("ov1 CA", NOW, 3650)
     key, cert = issue_node_certificate(ca_key, ca_cert, [OV], nid(1), NOW, 30)
@@ -65,6 +59,19 @@ def test_a_list_file_put_back_from_a_backup_does_not_set_the_serial_back(
         base, node=dataclasses.replace(base.node, state_dir=state),
         overlays={OV: dataclasses.replace(base.overlays[OV], trust=TrustConfig(etc / "ca.crt", etc / "node.crt",
                                                                                etc / "node.key"))})  # fmt: skip
+    return etc, state, ca_key, config
+
+
+def _start(config: Config) -> SignalClient:
+    """What `evio run` makes: the plan (which reads the files beside the CA), then the account's client."""
+    plan = plan_node(config, nid(1), controller_port=6653, kernel_module_loaded=False)
+    return SignalClient(plan.accounts[0].settings)
+
+
+def test_a_list_file_put_back_from_a_backup_does_not_set_the_serial_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    etc, state, ca_key, config = _node_files(tmp_path)
     backup = _lists(ca_key, 1)
     (etc / REVOCATION_FILE).write_text(backup[0])  # the operator's copies, backed up as they are
     (etc / MEMBER_FILE).write_text(backup[1])
@@ -103,18 +110,7 @@ def test_a_list_file_put_back_from_a_backup_does_not_set_the_serial_back(
 def test_a_newer_file_beside_the_ca_still_wins_and_a_kept_list_of_another_ca_is_ignored(tmp_path: Path) -> None:
     """The operator's newer file (copied while the node was down) is taken over the kept list, and becomes the kept
     one; a kept list the overlay's CA did not sign (the CA replaced) is ignored, and the file taken."""
-    etc, state = tmp_path / "etc" / OV, tmp_path / "state"
-    etc.mkdir(parents=True)
-    ca_key, ca_cert = make_overlay_ca("ov1 CA", NOW, 3650)
-    key, cert = issue_node_certificate(ca_key, ca_cert, [OV], nid(1), NOW, 30)
-    write_certificate(etc / "ca.crt", ca_cert)
-    write_certificate(etc / "node.crt", cert)
-    write_private_key(etc / "node.key", key)
-    base = fleet_config(1)
-    config = dataclasses.replace(
-        base, node=dataclasses.replace(base.node, state_dir=state),
-        overlays={OV: dataclasses.replace(base.overlays[OV], trust=TrustConfig(etc / "ca.crt", etc / "node.crt",
-                                                                               etc / "node.key"))})  # fmt: skip
+    etc, state, ca_key, config = _node_files(tmp_path)
     (etc / REVOCATION_FILE).write_text(_lists(ca_key, 2)[0])
     client = _start(config)
     assert client.revocation_list(OV).serial == 2  # type: ignore[union-attr]
