@@ -4,7 +4,8 @@ member's: beyond one switch the hostile member spends another member's packet-in
 share, and the floods are dropped (`RATE_LIMITED`) before any flood share (0033, review21) can judge them.
 
 0072 lists the copies ("each copied to the controllers on the way, within their packet-in budgets") as a cost on the
-controllers; what it does not say is whose budget they spend. The forwarding itself runs in Open vSwitch at line rate,
+controllers, and 0043's last amendment says such a member "spends its own port's packet-ins, as unicasts from invented
+sources (each a copy, 0072) and floods could before": past its neighbour it spends the transit member's. The forwarding itself runs in Open vSwitch at line rate,
 so the hostile member's own packet-in budget at its neighbour (its copies there are dropped past it) does not bound
 what reaches the next switch. Measured (6-node trusted ring, the fake network with the real switch, default budgets of
 1,000/s and a burst of 2,000, 3 s): at 1,000 frames a second nothing is lost; at 2,000 a second the first hop's host's
