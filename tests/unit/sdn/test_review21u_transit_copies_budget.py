@@ -19,9 +19,9 @@ import random
 
 import pytest
 
+from evio.ratelimit import PeerRateLimiter, Rate
 from evio.sdn import frb
 from evio.sdn.switch import Drop
-from evio.ratelimit import PeerRateLimiter, Rate
 from evio.testing.fake_flow_table import host_mac
 from evio.testing.frames import eth
 from tests.unit.sdn.test_review21_flood_roots import told_members
