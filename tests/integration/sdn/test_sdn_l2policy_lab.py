@@ -29,7 +29,8 @@ RING_TIMEOUT = 60.0
 COUNT_TIMEOUT = 20.0  # the controller reads the policy flows' counters every few seconds
 OVERLAY = "ov1"
 BRIDGE = "evbr-ov1"
-ETH_TYPE_TEST = 0x88B5  # IEEE 802 local experimental: nothing on the nodes answers or sends it
+ETH_TYPE_TEST = 0x9000  # Ethernet loopback (configuration testing), which no node acts on; not 0x88B5 or 0x88B6,
+# the signed documents and host claims (0043, 0055), whose unicasts to a node the switch takes to its controller
 
 POLICY: list[dict[str, Any]] = [
     {"name": "no-ping", "action": "drop", "in_port": "members", "ip_proto": "icmp"},
