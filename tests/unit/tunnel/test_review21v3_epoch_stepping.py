@@ -26,7 +26,9 @@ from any linked member; decision 0079 closed it for control records only).
 Suggested fix: bound epoch promotions per tunnel (a token bucket of a few at once and one every few seconds is far
 above `RekeyPolicy`'s pace); a record of the next epoch past it dropped and counted (a `DropReason` of its own)
 before `_promote_rx` derives anything, and the one after `_rx_next` derived lazily, so one record costs at most one
-derivation within the bound.
+derivation within the bound. The bound is a setting of the data path: tests that rekey every few records
+(`test_tunnel_datapath.py`'s `RekeyPolicy(max_records=4)`, the differential test's 260 epochs) step far faster
+than any node, and would set it high.
 """
 
 from __future__ import annotations
