@@ -250,7 +250,10 @@ class Target:
 
     def inputs(self, rng: random.Random, count: int) -> Iterator[bytes]:
         strings = [s for doc in self.json_docs for s in _strings(doc, [])]
-        for _ in range(count):
+        # The seeds as they are first: whether a mutation of a signed seed stays valid depends on where its
+        # random key's bytes fall, so without them a run could accept nothing and test nothing.
+        yield from self.seeds[:count]
+        for _ in range(count - min(count, len(self.seeds))):
             if self.json_docs and rng.random() < 0.7:
                 yield mutate_json(rng, rng.choice(self.json_docs), strings).encode("utf-8", "surrogatepass")
             else:
