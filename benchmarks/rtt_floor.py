@@ -8,15 +8,20 @@
 the evio it runs has the bound rings of decision 0077.)
 
 The veth topology of benchmarks/peers_bench.py (two namespaces, one veth, MTU 1500, the underlay
-10.201.0.1 <-> .2), with four tunnels up side by side, each with an overlay subnet of its own (MTU 1400):
+10.201.0.1 <-> .2), with six tunnels up side by side, each with an overlay subnet of its own (MTU 1400):
 
 1. veth: the bare underlay, the baseline every other row is less;
 2. forwarder: a TAP and a UDP socket, one thread per end blocking in epoll, one read and one write per
    wake-up, no crypto (benchmarks/rtt_floor_forwarder.rs, built here with cargo);
 3. forwarder-aead: the same, each frame sealed and opened with AES-256-GCM (the native data path's own
    native/src/gcm.rs, compiled into the forwarder);
-4. evio: `evio.lab.tunnel_endpoint`, native data path, AES-256-GCM, as peers_bench runs it;
-5. fastd: `mode tap`, salsa2012+umac, as peers_bench runs it.
+   forwarder-evio: the same sealing with the native passes' system calls (a vnet header, the TAP read
+   until EAGAIN, sendmmsg, recvmmsg, writev): what a Rust thread per tunnel running them would pay;
+4. evio-rings: evio's native passes, the rings bound as decision 0077 binds them, called from a plain
+   Python thread blocking in epoll, no uvloop (benchmarks/rtt_floor_rings.py): what the passes cost
+   without the event loop, an upper bound of the same passes run from a Rust thread per tunnel;
+5. evio: `evio.lab.tunnel_endpoint`, native data path, AES-256-GCM, as peers_bench runs it;
+6. fastd: `mode tap`, salsa2012+umac, as peers_bench runs it.
 
 Paired and alternating: each round pings every row in turn (the order reversed on even rounds), --pings
 pings --interval ms apart, and takes each row's median ping. The RTT a row adds is, per round, its median
@@ -61,8 +66,9 @@ from peers_bench import (  # noqa: E402
 from evio.lab.tunnel_testbed import VethTestbed, ping_times, unique_prefix  # noqa: E402
 
 FORWARDER_SOURCE = Path(__file__).resolve().parent / "rtt_floor_forwarder.rs"
-FORWARDER_PORTS = {"forwarder": 10010, "forwarder-aead": 10011}
-ROWS = ["forwarder", "forwarder-aead", "evio", "fastd"]
+RINGS_END = Path(__file__).resolve().parent / "rtt_floor_rings.py"
+PORTS = {"forwarder": 10010, "forwarder-aead": 10011, "forwarder-evio": 10013, "evio-rings": 10012}
+ROWS = ["forwarder", "forwarder-aead", "forwarder-evio", "evio-rings", "evio", "fastd"]
 """Every tunnel, in the order brought up (each with the subnet 10.200.N, N from 1)."""
 
 
@@ -88,18 +94,19 @@ def build_forwarder(build_dir: Path) -> Path:
     return build_dir / "target" / "release" / "forwarder"
 
 
-def start_forwarder(tb: VethTestbed, t: Tunnel, d: Path, binary: Path, sealed: bool) -> None:
-    """One forwarder per end, both with the same key when `sealed`."""
+def start_ends(tb: VethTestbed, t: Tunnel, d: Path, program: list[str], tag: str, sealed: bool,
+               extra: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """`program TAP LOCAL REMOTE [KEY] [extra]` at each end (the forwarder, the rings), the same key at both."""
     ends = {"a": tb.a, "b": tb.b}
-    port = FORWARDER_PORTS[t.name]
+    port = PORTS[t.name]
     key = [secrets.token_hex(32)] if sealed else []
     for end, other in (("a", "b"), ("b", "a")):
-        device = f"{tb.prefix}{'fs' if sealed else 'fp'}{end}"
-        argv = [str(binary), device, f"{ends[end].address}:{port}", f"{ends[other].address}:{port}", *key]
+        device = f"{tb.prefix}{tag}{end}"
+        argv = [*program, device, f"{ends[end].address}:{port}", f"{ends[other].address}:{port}", *key, *extra]
         t.processes.append(spawn(ends[end].netns, argv, d / f"{end}.log"))
         wait_device(ends[end].netns, device)
         address_device(ends[end].netns, device, t.address(end))
-    t.device_a = f"{tb.prefix}{'fs' if sealed else 'fp'}a"
+    t.device_a = f"{tb.prefix}{tag}a"
 
 
 @dataclass
@@ -197,7 +204,11 @@ def main() -> int:
                 workdir.mkdir()
                 if name.startswith("forwarder"):
                     assert binary is not None
-                    start_forwarder(tb, tunnel, workdir, binary, sealed=name == "forwarder-aead")
+                    sealed, evio = name != "forwarder", name == "forwarder-evio"
+                    tag = {"forwarder": "fp", "forwarder-aead": "fs", "forwarder-evio": "fe"}[name]
+                    start_ends(tb, tunnel, workdir, [str(binary)], tag, sealed, ("--like-evio",) if evio else ())
+                elif name == "evio-rings":
+                    start_ends(tb, tunnel, workdir, [sys.executable, str(RINGS_END)], "fr", sealed=True)
                 elif name == "evio":
                     start_evio(tb, tunnel, workdir)
                 else:
@@ -219,6 +230,9 @@ def main() -> int:
         finally:
             for tunnel in tunnels.values():
                 tunnel.stop()
+            for log in sorted(Path(tmp).glob("evio-rings/*.log")):
+                lines = log.read_text(errors="replace").strip().splitlines()
+                print(f"evio-rings {log.stem}: {lines[-1] if lines else 'no output'}")
     print_table(rows, args)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
