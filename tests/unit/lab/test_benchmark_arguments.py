@@ -37,3 +37,10 @@ def test_rtt_floor_refuses_bad_values_before_it_needs_root(argv: list[str]) -> N
     done = _run("rtt_floor.py", *argv)
     assert done.returncode == 2
     assert "error:" in done.stderr
+
+
+def test_rtt_floor_rings_end_prints_its_usage_without_its_arguments() -> None:
+    # rtt_floor.py starts it in each namespace; its imports and usage must hold without root.
+    done = _run("rtt_floor_rings.py")
+    assert done.returncode == 2
+    assert "rtt_floor_rings.py TAP LOCAL_ADDR:PORT REMOTE_ADDR:PORT KEY_HEX" in done.stderr
