@@ -15,23 +15,24 @@ The veth topology of benchmarks/peers_bench.py (two namespaces, one veth, MTU 15
    wake-up, no crypto (benchmarks/rtt_floor_forwarder.rs, built here with cargo);
 3. forwarder-aead: the same, each frame sealed and opened with AES-256-GCM (the native data path's own
    native/src/gcm.rs, compiled into the forwarder);
-   forwarder-evio: the same sealing with the native passes' system calls (a vnet header, the TAP read
+4. forwarder-evio: the same sealing with the native passes' system calls (a vnet header, the TAP read
    until EAGAIN, sendmmsg, recvmmsg, writev): what a Rust thread per tunnel running them would pay;
-4. evio-rings: evio's native passes, the rings bound as decision 0077 binds them, called from a plain
+5. evio-rings: evio's native passes, the rings bound as decision 0077 binds them, called from a plain
    Python thread blocking in epoll, no uvloop (benchmarks/rtt_floor_rings.py): what the passes cost
    without the event loop, an upper bound of the same passes run from a Rust thread per tunnel;
-5. evio: `evio.lab.tunnel_endpoint`, native data path, AES-256-GCM, as peers_bench runs it;
-6. fastd: `mode tap`, salsa2012+umac, as peers_bench runs it.
+6. evio: `evio.lab.tunnel_endpoint`, native data path, AES-256-GCM, as peers_bench runs it;
+7. fastd: `mode tap`, salsa2012+umac, as peers_bench runs it.
 
 Paired and alternating: each round pings every row in turn (the order reversed on even rounds), --pings
 pings --interval ms apart, and takes each row's median ping. The RTT a row adds is, per round, its median
 less the bare veth's in the same round; the table gives the median over the rounds, with the load average
-of the rounds beside it and the ratio to fastd. A median of medians, because on a shared machine one late
-ping moves a mean, and a stalled round moves a mean of rounds.
+of the rounds beside it, the ratio to fastd, and evio's median less the row's, paired per round (what evio
+would shed by being that row). A median of medians, because on a shared machine one late ping moves a
+mean, and a stalled round moves a mean of rounds.
 
 Figures and what they decided: docs/performance.md, "The floor of a tunnel's added RTT on this machine
-(issue 25, deliverable 5)". A benchmark, not a test: it asserts nothing. Root only; the namespaces and every process in them are
-removed at the end, also on failure or Ctrl-C.
+(issue 25, deliverable 5)". A benchmark, not a test: it asserts nothing. Root only; the namespaces and
+every process in them are removed at the end, also on failure or Ctrl-C.
 """
 
 from __future__ import annotations
