@@ -75,7 +75,10 @@ Adjacent peers are members, not trusted with this node's switching:
   a lower hop count is raised to 2 and counted (`hop_counts_raised`), so no
   peer beats a root that is adjacent here by lying about hops;
 - each port may cause at most `PACKET_IN_RATE` packet-ins a second on average
-  (`PACKET_IN_BURST` at once); the rest are dropped and counted;
+  (`PACKET_IN_BURST` at once); the rest are dropped and counted. A tunnel port's unicast
+  packet-ins have a budget as large apart, shared fairly among the members vouched for as
+  their senders (`UNICAST_LIMITED`), so a member's unicasts riding flows through another's
+  tunnel never spend that member's floods' budget (review21u);
 - floods passed on for one ingress port (or started for a peer's unicast
   this node cannot place) are at most `PORT_FLOOD_RATE` a second in all,
   shared evenly among their roots, each root at most `FLOOD_RATE`
@@ -171,6 +174,12 @@ BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malfo
 # all, so one port (one peer, one local storm) may take a fraction and never all of it.
 PACKET_IN_RATE = 1000.0
 PACKET_IN_BURST = 2000
+# A tunnel port's unicast packet-ins (the copies of flows ahead by destination, table 0's checks, a frame no flow
+# took) have a budget of the same size apart from its floods', shared fairly among the members the switch vouches
+# for as their senders, one share for all it vouches nobody for (`unicast_shares`, `_unicast_sender`). Such a unicast rides other
+# switches' flows to here past their controllers, so it may be a member's beyond the adjacent one: charged to the
+# adjacent member's budget, one member's unicasts with invented sources, or its probes, crowded out the adjacent
+# member's floods and ARP (review21u, decisions 0072 and 0076 amended).
 # Floods a node passes on (or starts, for a peer's unicast it cannot place) on behalf of one ingress port
 # and one root, a second. A member flooding at its full packet-in rate costs its neighbours that, but
 # every node beyond sees at most this much of it, in its own bucket: other roots' broadcasts (ARP) are
@@ -248,6 +257,17 @@ def document_flows(own_macs: list[str]) -> frozenset[AddGuardFlow]:
                      for mac in own_macs)
 
 
+def unicast_shares(rate: float, burst: int) -> FloodShares[int | None]:
+    """The budget of a tunnel port's unicast packet-ins (review21u): `rate` a second (`burst` at once) per port, as
+    large as its floods' budget and apart from it, shared evenly among the members vouched for as their senders (None:
+    nobody), each at most half of it. Half, so that a sender alone on the port never holds all of its tokens: one
+    that took the whole port's rate left none for another's first frame (a first contact's copy refused; measured in
+    `test_review21u_transit_copies_budget.py`), and the port's total stays what one budget was. A sender new to the
+    port starts with its whole burst, as the switch vouches for it: an honest answer of the signed documents' flood
+    comes as up to 874 unicasts at once (decision 0043)."""
+    return FloodShares[int | None](Rate(rate, burst), Rate(rate / 2, burst // 2), burst // 2)
+
+
 class BoundedFloodSwitch:
     """The controller's view of one bridge; one instance per overlay, owned by one thread."""
 
@@ -285,6 +305,7 @@ class BoundedFloodSwitch:
         self.neighbors = NeighborAnswers(mac_max_age)  # local hosts' ARP and NS answered here when known
         self._aged_hosts: dict[str, tuple[int, float]] = {}  # leaf MAC aged out -> (its port, when): HOSTED_GRACE
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
+        self.unicast_budget = unicast_shares(packet_in_rate, packet_in_burst)  # a tunnel port's unicast packet-ins
         # Floods passed on per ingress port, shared among their roots (None: the roots not known here).
         self.flood_budget = FloodShares[int | None](Rate(PORT_FLOOD_RATE, PORT_FLOOD_BURST),
                                                     Rate(FLOOD_RATE, FLOOD_BURST))
@@ -405,6 +426,7 @@ class BoundedFloodSwitch:
         """A port went: its flows and everything learned on it go at once."""
         port = self.ports.pop(port_no, None)
         self.packet_in_budget.forget(port_no)
+        self.unicast_budget.forget(port_no)
         for budget in self.link_local_budgets.values():
             budget.forget(port_no)
         self.flood_budget.forget(port_no)
@@ -504,11 +526,20 @@ class BoundedFloodSwitch:
         if port is None:
             self.drops[Drop.UNKNOWN_PORT] += 1
             return []
-        if not self.packet_in_budget.allow(in_port, now):
+        eth = parse_ethernet(data)
+        if port.peer is not None and eth is not None and not eth.is_group and eth.ethertype != frb.ETH_TYPE_FRB:
+            # A unicast comes here by flows no controller on its way judged (0072's flows ahead forward any source),
+            # so it may be any member's behind this tunnel: it spends the share of the member the switch vouches for
+            # as its sender (by its own link, or the port learning places its MAC on under it), else the one share of
+            # all vouched for by nobody, so invented sources cannot multiply shares (review21u).
+            if not self.unicast_budget.allow(in_port, self._unicast_sender(eth.src, in_port, now), now):
+                self.drops[Drop.UNICAST_LIMITED] += 1
+                self.port_drops[(port.name, Drop.UNICAST_LIMITED)] += 1
+                return []
+        elif not self.packet_in_budget.allow(in_port, now):
             self.drops[Drop.RATE_LIMITED] += 1
             self.port_drops[(port.name, Drop.RATE_LIMITED)] += 1
             return []
-        eth = parse_ethernet(data)
         if eth is None:
             self.drops[Drop.RUNT] += 1
             return []
