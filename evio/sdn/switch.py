@@ -166,6 +166,7 @@ log = logging.getLogger(__name__)
 
 _DOCUMENTS = SIGNED_DOCUMENTS_ETHERTYPE.to_bytes(2, "big")
 _VLAN_TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q and 802.1ad (as `frb_receive` reads a broadcast's)
+_FRB = frb.ETH_TYPE_FRB.to_bytes(2, "big")
 
 BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malformed frames
 # Packet-ins per port and second. Bulk traffic rides installed flows; what comes to the
@@ -526,13 +527,12 @@ class BoundedFloodSwitch:
         if port is None:
             self.drops[Drop.UNKNOWN_PORT] += 1
             return []
-        eth = parse_ethernet(data)
-        if port.peer is not None and eth is not None and not eth.is_group and eth.ethertype != frb.ETH_TYPE_FRB:
+        if port.peer is not None and len(data) >= ETH_HEADER_LEN and not data[0] & 1 and data[12:14] != _FRB:
             # A unicast comes here by flows no controller on its way judged (0072's flows ahead forward any source),
             # so it may be any member's behind this tunnel: it spends the share of the member the switch vouches for
             # as its sender (by its own link, or the port learning places its MAC on under it), else the one share of
             # all vouched for by nobody, so invented sources cannot multiply shares (review21u).
-            if not self.unicast_budget.allow(in_port, self._unicast_sender(eth.src, in_port, now), now):
+            if not self.unicast_budget.allow(in_port, self._unicast_sender(data[6:12].hex(":"), in_port, now), now):
                 self.drops[Drop.UNICAST_LIMITED] += 1
                 self.port_drops[(port.name, Drop.UNICAST_LIMITED)] += 1
                 return []
@@ -540,6 +540,7 @@ class BoundedFloodSwitch:
             self.drops[Drop.RATE_LIMITED] += 1
             self.port_drops[(port.name, Drop.RATE_LIMITED)] += 1
             return []
+        eth = parse_ethernet(data)
         if eth is None:
             self.drops[Drop.RUNT] += 1
             return []
