@@ -175,12 +175,6 @@ BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malfo
 # all, so one port (one peer, one local storm) may take a fraction and never all of it.
 PACKET_IN_RATE = 1000.0
 PACKET_IN_BURST = 2000
-# A tunnel port's unicast packet-ins (the copies of flows ahead by destination, table 0's checks, a frame no flow
-# took) have a budget of the same size apart from its floods', shared fairly among the members the switch vouches
-# for as their senders, one share for all it vouches nobody for (`unicast_shares`, `_unicast_sender`). Such a unicast rides other
-# switches' flows to here past their controllers, so it may be a member's beyond the adjacent one: charged to the
-# adjacent member's budget, one member's unicasts with invented sources, or its probes, crowded out the adjacent
-# member's floods and ARP (review21u, decisions 0072 and 0076 amended).
 # Floods a node passes on (or starts, for a peer's unicast it cannot place) on behalf of one ingress port
 # and one root, a second. A member flooding at its full packet-in rate costs its neighbours that, but
 # every node beyond sees at most this much of it, in its own bucket: other roots' broadcasts (ARP) are
@@ -259,9 +253,12 @@ def document_flows(own_macs: list[str]) -> frozenset[AddGuardFlow]:
 
 
 def unicast_shares(rate: float, burst: int) -> FloodShares[int | None]:
-    """The budget of a tunnel port's unicast packet-ins (review21u): `rate` a second (`burst` at once) per port, as
-    large as its floods' budget and apart from it, shared evenly among the members vouched for as their senders (None:
-    nobody), each at most half of it. Half, so that a sender alone on the port never holds all of its tokens: one
+    """The budget of a tunnel port's unicast packet-ins (the copies of flows ahead by destination, table 0's checks, a
+    frame no flow took; review21u, decision 0082): `rate` a second (`burst` at once) per port, as large as its floods'
+    budget and apart from it, shared evenly among the members vouched for as their senders (`_unicast_sender`; None:
+    nobody), each at most half of it. Such a unicast rides other switches' flows past their controllers, so it may be
+    a member's beyond the adjacent one: charged with the port's floods, one member's unicasts with invented sources,
+    or its unicast DAD probes, crowded out the adjacent member's floods and ARP. Half, so that a sender alone on the port never holds all of its tokens: one
     that took the whole port's rate left none for another's first frame (a first contact's copy refused; measured in
     `test_review21u_transit_copies_budget.py`), and the port's total stays what one budget was. A sender new to the
     port starts with its whole burst, as the switch vouches for it: an honest answer of the signed documents' flood
@@ -1073,7 +1070,8 @@ class BoundedFloodSwitch:
             self.port_drops[(port.name, reason)] += 1
 
     def _unicast_sender(self, src: str, in_port: int, now: float) -> int | None:
-        """The member a unicast router message from `src` by `in_port` counts as sent by (review21l L1): the one
+        """The member a unicast from `src` by `in_port` counts as sent by (a router message's, review21l L1; a signed
+        document's, 0043; whose share of the port's unicast packet-ins it spends, 0082): the one
         holding (trust) or rooting (learning) `src`, if it came by that member's own link or by the port learning
         places `src` on under it; else None. Anyone can write a named router's MAC as a frame's source: judged by
         its MAC alone, any member's unicast RA over any tunnel was the router's. A named router's node floods its

@@ -10,7 +10,7 @@ tenfold: 100/s and a burst of 200, the probes at 100/s, the transit member's hos
 the first switch (the hostile member within its budget), 4,000 probes delivered to the target's interface, and after
 the burst drained 602 packet-ins refused at the next switch: 99 of the transit member's 400 ARPs arrived in 40 s.
 
-Fixed (decision 0076, amended for review21u): a tunnel port's unicast packet-ins have a budget apart from its floods',
+Fixed (decision 0082): a tunnel port's unicast packet-ins have a budget apart from its floods',
 shared fairly among the senders the switch vouches for, each at most half of it (`switch.unicast_shares`): the probes
 spend the hostile member's share of the unicasts only, at the first switch as at the next, and past it are dropped
 and counted (`UNICAST_LIMITED`); every ARP arrives.

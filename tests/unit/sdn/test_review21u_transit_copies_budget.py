@@ -12,10 +12,10 @@ with the real switch, default budgets of 1,000/s and a burst of 2,000, 3 s): at 
 lost; at 2,000 a second the first hop's host's ARP floods lost a third at the next node (20 of 30 arrived), 1,061
 packet-ins refused there.
 
-Fixed (decision 0072, amended for review21u): a tunnel port's unicast packet-ins have a budget apart from its floods',
+Fixed (decision 0082): a tunnel port's unicast packet-ins have a budget apart from its floods',
 shared fairly among the senders the switch vouches for, invented sources all in nobody's share
 (`BoundedFloodSwitch.unicast_budget`, `Drop.UNICAST_LIMITED`). The tests scale the budgets and the rate down tenfold
-(the fake table's lookups are linear in its flows: unscaled, one run takes minutes; its figures are in 0072).
+(the fake table's lookups are linear in its flows: unscaled, one run takes minutes; its figures are in 0082).
 """
 
 from __future__ import annotations
