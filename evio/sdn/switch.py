@@ -75,7 +75,10 @@ Adjacent peers are members, not trusted with this node's switching:
   a lower hop count is raised to 2 and counted (`hop_counts_raised`), so no
   peer beats a root that is adjacent here by lying about hops;
 - each port may cause at most `PACKET_IN_RATE` packet-ins a second on average
-  (`PACKET_IN_BURST` at once); the rest are dropped and counted;
+  (`PACKET_IN_BURST` at once); the rest are dropped and counted. A tunnel port's unicast
+  packet-ins have a budget as large apart, shared fairly among the members vouched for as
+  their senders (`UNICAST_LIMITED`), so a member's unicasts riding flows through another's
+  tunnel never spend that member's floods' budget (review21u);
 - floods passed on for one ingress port (or started for a peer's unicast
   this node cannot place) are at most `PORT_FLOOD_RATE` a second in all,
   shared evenly among their roots, each root at most `FLOOD_RATE`
@@ -163,6 +166,7 @@ log = logging.getLogger(__name__)
 
 _DOCUMENTS = SIGNED_DOCUMENTS_ETHERTYPE.to_bytes(2, "big")
 _VLAN_TAGS = (b"\x81\x00", b"\x88\xa8")  # 802.1Q and 802.1ad (as `frb_receive` reads a broadcast's)
+_FRB = frb.ETH_TYPE_FRB.to_bytes(2, "big")
 
 BAD_INPUT_LOG_INTERVAL = 60.0  # seconds between warnings about one peer's malformed frames
 # Packet-ins per port and second. Bulk traffic rides installed flows; what comes to the
@@ -248,6 +252,20 @@ def document_flows(own_macs: list[str]) -> frozenset[AddGuardFlow]:
                      for mac in own_macs)
 
 
+def unicast_shares(rate: float, burst: int) -> FloodShares[int | None]:
+    """The budget of a tunnel port's unicast packet-ins (the copies of flows ahead by destination, table 0's checks, a
+    frame no flow took; review21u, decision 0082): `rate` a second (`burst` at once) per port, as large as its floods'
+    budget and apart from it, shared evenly among the members vouched for as their senders (`_unicast_sender`; None:
+    nobody), each at most half of it. Such a unicast rides other switches' flows past their controllers, so it may be
+    a member's beyond the adjacent one: charged with the port's floods, one member's unicasts with invented sources,
+    or its unicast DAD probes, crowded out the adjacent member's floods and ARP. Half, so that a sender alone on the port never holds all of its tokens: one
+    that took the whole port's rate left none for another's first frame (a first contact's copy refused; measured in
+    `test_review21u_transit_copies_budget.py`), and the port's total stays what one budget was. A sender new to the
+    port starts with its whole burst, as the switch vouches for it: an honest answer of the signed documents' flood
+    comes as up to 874 unicasts at once (decision 0043)."""
+    return FloodShares[int | None](Rate(rate, burst), Rate(rate / 2, burst // 2), burst // 2)
+
+
 class BoundedFloodSwitch:
     """The controller's view of one bridge; one instance per overlay, owned by one thread."""
 
@@ -285,6 +303,7 @@ class BoundedFloodSwitch:
         self.neighbors = NeighborAnswers(mac_max_age)  # local hosts' ARP and NS answered here when known
         self._aged_hosts: dict[str, tuple[int, float]] = {}  # leaf MAC aged out -> (its port, when): HOSTED_GRACE
         self.packet_in_budget = PeerRateLimiter[int](Rate(packet_in_rate, packet_in_burst))
+        self.unicast_budget = unicast_shares(packet_in_rate, packet_in_burst)  # a tunnel port's unicast packet-ins
         # Floods passed on per ingress port, shared among their roots (None: the roots not known here).
         self.flood_budget = FloodShares[int | None](Rate(PORT_FLOOD_RATE, PORT_FLOOD_BURST),
                                                     Rate(FLOOD_RATE, FLOOD_BURST))
@@ -405,6 +424,7 @@ class BoundedFloodSwitch:
         """A port went: its flows and everything learned on it go at once."""
         port = self.ports.pop(port_no, None)
         self.packet_in_budget.forget(port_no)
+        self.unicast_budget.forget(port_no)
         for budget in self.link_local_budgets.values():
             budget.forget(port_no)
         self.flood_budget.forget(port_no)
@@ -504,7 +524,16 @@ class BoundedFloodSwitch:
         if port is None:
             self.drops[Drop.UNKNOWN_PORT] += 1
             return []
-        if not self.packet_in_budget.allow(in_port, now):
+        if port.peer is not None and len(data) >= ETH_HEADER_LEN and not data[0] & 1 and data[12:14] != _FRB:
+            # A unicast comes here by flows no controller on its way judged (0072's flows ahead forward any source),
+            # so it may be any member's behind this tunnel: it spends the share of the member the switch vouches for
+            # as its sender (by its own link, or the port learning places its MAC on under it), else the one share of
+            # all vouched for by nobody, so invented sources cannot multiply shares (review21u).
+            if not self.unicast_budget.allow(in_port, self._unicast_sender(data[6:12].hex(":"), in_port, now), now):
+                self.drops[Drop.UNICAST_LIMITED] += 1
+                self.port_drops[(port.name, Drop.UNICAST_LIMITED)] += 1
+                return []
+        elif not self.packet_in_budget.allow(in_port, now):
             self.drops[Drop.RATE_LIMITED] += 1
             self.port_drops[(port.name, Drop.RATE_LIMITED)] += 1
             return []
@@ -1041,7 +1070,8 @@ class BoundedFloodSwitch:
             self.port_drops[(port.name, reason)] += 1
 
     def _unicast_sender(self, src: str, in_port: int, now: float) -> int | None:
-        """The member a unicast router message from `src` by `in_port` counts as sent by (review21l L1): the one
+        """The member a unicast from `src` by `in_port` counts as sent by (a router message's, review21l L1; a signed
+        document's, 0043; whose share of the port's unicast packet-ins it spends, 0082): the one
         holding (trust) or rooting (learning) `src`, if it came by that member's own link or by the port learning
         places `src` on under it; else None. Anyone can write a named router's MAC as a frame's source: judged by
         its MAC alone, any member's unicast RA over any tunnel was the router's. A named router's node floods its

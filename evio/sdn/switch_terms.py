@@ -84,6 +84,9 @@ class Drop(enum.Enum):
     LOCAL_MAC_CLAIMED = "a peer sent from (or announced) one of this node's local MACs"
     FOREIGN_ANNOUNCE = "leaf announcement for a root other than the announcing peer"
     RATE_LIMITED = "more packet-ins from the port than its rate allows"
+    UNICAST_LIMITED = ("a unicast from a tunnel port over its sender's share of the port's unicast packet-ins (flows "
+                       "ahead's copies, table 0's checks: review21u; the sender as the switch vouches for it, or "
+                       "nobody's share)")
     TABLE_FULL = "learning table full of local MACs; a remote one was not learned"
     OWN_FRAME = "flooded frame from one of our own leaf MACs came back (forwarded, not delivered or learned)"
     OVERSIZED = "larger than a tunnel carries and not TCP that can be segmented (why: segment_errors)"
