@@ -316,7 +316,8 @@ def _broadcast_in(
         return []
     if router_adverts.is_statement(inner):
         # A statement vouching for a router's RA (decision 0081): the switches' word to each other, never delivered
-        # nor learned; passed on once taken here (a forgery or a stale one goes no further), not at all without trust.
+        # nor learned; passed on only when taken here, now or before (a forgery or a stale one goes no further), not at
+        # all without trust.
         if sw.router_adverts is None:
             return []
         refused, released = sw.take_statement(inner, h.root_nid, in_port, now)

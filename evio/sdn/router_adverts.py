@@ -15,6 +15,9 @@ bridge's interface or an attached host), so in trust mode:
    the same (router, MAC, source), and signed by the key of that node's certificate (found the CA's by the host
    claims, 0055): one signature check, within `VERIFY_RATE` per (tunnel port, router) and none for a copy (the same
    bytes by another way). It holds the newest per (router, MAC, source), at most `MAX_SOURCES` per router.
+   Its flood's fields (root, bound, hop count) are not signed, so the switch passes on the statement held here for
+   a copy too (`to_pass`): the first as far as its bound, and the first wider than that once more, as far as its
+   root; a member's narrow copy sent ahead of the flood's own no longer keeps it from the nodes behind (review21v1 1).
 3. An RA in a named router's name from a tunnel port is delivered (`vouched`) only if a statement held for its
    (router, MAC, source), taken here within `FRESH`, names its digest. A replayed older statement is refused by 2,
    so a genuine RA that R no longer sends (lifetime 1800 before R said 0) cannot come back either.
@@ -176,7 +179,7 @@ class RouterAdverts:
              now: float) -> tuple[int | None, str | None]:
         """A flooded statement `inner` rooted at `root` from tunnel `port`: (the router it vouches for if taken, the
         switch then running an RA it held for it again; the reason it was refused, counted), both None for a copy
-        of one taken (by another way)."""
+        of one taken (by another way), which `to_pass` may still pass on."""
         parsed = parse(inner)
         if parsed is None:
             return self._refused("malformed")

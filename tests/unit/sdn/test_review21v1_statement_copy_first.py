@@ -203,3 +203,24 @@ def test_a_member_replaying_the_statement_makes_no_node_pass_it_on_more_than_twi
     assert sent == 4  # ids[8] to ids[9], on to ids[2], each bounded at R; ids[2] got it from R with that bound
     assert copies >= 1000
     assert spent / len(replays) < check  # no signature check per replay, and less than one costs
+
+
+def test_a_pass_the_flood_budget_stopped_does_not_stand_for_the_flood_s_own_copy() -> None:
+    """A member could spend its port's flood share for R at a node, then send R's statement with the bound the
+    flood's own copy will have: taken, but not passed. Only a pass that went is noted, so the flood's copy still goes.
+    And what goes is the statement as checked, whatever signature bytes the copy came with."""
+    router, mac = 0x3000, "02:00:00:00:00:33"
+    key = ec.generate_private_key(ec.SECP256R1())
+    statement = RouterAdverts("ov1", key, lambda _: None, lambda: 1.8e9).statement(router, advert(mac, mac))
+    assert statement is not None
+    here = RouterAdverts("ov1", None, {router: key.public_key()}.get, lambda: 1.8e9)
+    assert here.take(statement, router, 2, frozenset({router}), {mac: router}, 0.0) == (router, None)
+    garbled = statement[:-8] + bytes(8)
+    assert here.to_pass(garbled, 5, 100) == (statement, 5)  # the flood budget stops it: `passed` not told
+    assert here.to_pass(statement, 5, 100) == (statement, 5)  # so the next copy still has the first pass
+    here.passed(statement, 5)
+    assert here.to_pass(statement, 5, 100) is None
+    assert here.to_pass(garbled, 6, 100) == (statement, 100)  # wider: once more, as far as the root
+    here.passed(statement, 100)
+    assert here.to_pass(statement, 100, 100) is None
+    assert here.counts["widened"] == 1 and here.counts["taken"] == 1
