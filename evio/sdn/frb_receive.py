@@ -316,11 +316,12 @@ def _broadcast_in(
         return []
     if router_adverts.is_statement(inner):
         # A statement vouching for a router's RA (decision 0081): the switches' word to each other, never delivered
-        # nor learned; passed on once taken here (a forgery or a stale one goes no further), not at all without trust.
+        # nor learned; passed on only when taken here, now or before (a forgery or a stale one goes no further), not at
+        # all without trust.
         if sw.router_adverts is None:
             return []
-        taken, released = sw.take_statement(inner, h.root_nid, in_port, now)
-        return (_pass_on(sw, frame, ingress, budget_key, now) if taken else []) + released  # the statement first
+        refused, released = sw.take_statement(inner, h.root_nid, in_port, now)
+        return ([] if refused else _pass_statement(sw, frame, ingress, budget_key, now)) + released  # it goes first
     if sw.frame_filter is not None and not sw.frame_filter(in_port, inner):
         sw.drops[Drop.POLICY] += 1  # as a flow in table 0 would: not learned, delivered nor passed on
         return []
@@ -385,6 +386,33 @@ def _pass_on(sw: BoundedFloodSwitch, frame: frb.FrbFrame, ingress: int, budget_k
         sw.counters.frb_forwarded += 1
         wire = frb.pack(frb.broadcast(frame.payload, h.root_nid, bound, hop_count=hops + 1))
         actions.append(PacketOut(peers[peer], wire))
+    return actions
+
+
+def _pass_statement(sw: BoundedFloodSwitch, frame: frb.FrbFrame, ingress: int, budget_key: tuple[int, int | None],
+                    now: float) -> list[FlowAction]:
+    """A copy of a router's statement taken here (now or before) passed on as any flood, within the flood budget: as
+    far as `RouterAdverts.to_pass` says, the first copy's bound or, once, for a wider copy, the statement's root.
+    The statement passed is the one whose signature was checked here, whatever bytes this copy came with."""
+    adverts = sw.router_adverts
+    assert adverts is not None
+    h = frame.header
+    reach = (h.bound_nid - sw.node_id) % RING_SIZE  # `_plausible`: at most the root's distance (bound at us: 0)
+    passing = adverts.to_pass(frame.payload, reach, (h.root_nid - sw.node_id) % RING_SIZE)
+    if passing is None:
+        return []
+    statement, far = passing
+    hops = _hops(sw, h, ingress)
+    bound = (sw.node_id + far) % RING_SIZE
+    bounds = forward_bounds(sw.node_id, bound, sw.peer_ports(), ingress=ingress)
+    if not _may_pass_on(sw, bounds, hops, budget_key, now):
+        return []
+    adverts.passed(frame.payload, far)
+    peers = sw.peer_ports()
+    actions: list[FlowAction] = []
+    for peer, peer_bound in bounds.items():
+        sw.counters.frb_forwarded += 1
+        actions.append(PacketOut(peers[peer], frb.pack(frb.broadcast(statement, h.root_nid, peer_bound, hops + 1))))
     return actions
 
 
