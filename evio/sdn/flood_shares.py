@@ -37,6 +37,10 @@ ACTIVE_WINDOW = 2.0  # seconds a root stays active on a port after its last floo
 NEW_ROOT_CREDIT = 10.0  # floods a root new to a port may send at once (a host's ARP, ND, DHCP on boot)
 MAX_ROOTS_PER_PORT = 4096  # roots are members (plus one key for the unknown ones); the table is bounded anyway
 MAX_PORTS = 4096
+# Credit a root's share on its held way keeps from the copies of a contested way (`FloodShares.allow`'s `held`): the
+# held way's next burst (a host's first broadcasts) passes here, and at the next node, whose share the same copies
+# spend as they spend this one, unthinned.
+HELD_WAY_RESERVE = NEW_ROOT_CREDIT
 
 
 @dataclass(slots=True)
@@ -68,13 +72,36 @@ class FloodShares(Generic[R]):
         self.new_root_credit = min(new_root_credit, float(root_rate.burst))
         self._ports: dict[int, _PortShares[R]] = {}
 
-    def allow(self, port: int, root: R, now: float) -> bool:
-        """Whether one flood of `root` that came in by `port` may go on (and spend its share if so)."""
+    def allow(self, port: int, root: R, now: float, held: int | None = None) -> bool:
+        """Whether one flood of `root` that came in by `port` may go on (and spend its share if so).
+
+        `held`: the port `root`'s floods come by here when this copy came by another (a contested way,
+        `frb_receive._contested`). Such a copy goes on only from what the held way's share leaves above
+        `HELD_WAY_RESERVE`, and spends its own port's total: what this node passes on under one root stays within
+        one root's share whichever ports bring it, the held way's copies first (review21v1 finding 2). The node
+        after this one gets both ways' copies by one port, under one share: a forger's copies passed on from their
+        own port's share took it there, and the root's real floods stopped at that node. The held way's own
+        copies spend their share as before, so a forger never thins them here nor, as the next node's share for
+        the root earns as this one's does, there; a tree that moved (the held way silent) passes its new way's
+        copies at the root's full rate, its burst less the reserve, until the old way lapses."""
+        way = port if held is None else held  # whose share for `root` the copy spends
+        share = self._share(self._port(way, now), root, now)
+        reserve = 0.0 if way == port else HELD_WAY_RESERVE
+        if share.credit >= reserve + 1.0 and self._port(port, now).bucket.take(now):
+            share.credit -= 1.0
+            return True
+        return False
+
+    def _port(self, port: int, now: float) -> _PortShares[R]:
         shares = self._ports.get(port)
         if shares is None:
             if len(self._ports) >= MAX_PORTS:
                 del self._ports[next(iter(self._ports))]  # ports are forgotten as they go; this is a backstop
             shares = self._ports[port] = _PortShares[R](self.port_rate, now)
+        return shares
+
+    def _share(self, shares: _PortShares[R], root: R, now: float) -> _RootShare:
+        """`root`'s share of one port's floods, brought up to `now` (made if new, marked as asking)."""
         roots = shares.roots
         while roots and now - next(iter(roots.values())).last >= ACTIVE_WINDOW:
             roots.popitem(last=False)  # quiet for a window: no longer shares (and starts anew)
@@ -93,10 +120,7 @@ class FloodShares(Generic[R]):
             share.credit = min(float(self.root_rate.burst), share.credit + shares.earned - share.earned_at)
             share.earned_at, share.last = shares.earned, now
             roots.move_to_end(root)
-        if share.credit >= 1.0 and shares.bucket.take(now):
-            share.credit -= 1.0
-            return True
-        return False
+        return share
 
     def forget(self, port: int) -> None:
         self._ports.pop(port, None)
