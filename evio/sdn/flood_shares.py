@@ -71,6 +71,7 @@ class FloodShares(Generic[R]):
         self.root_rate = root_rate
         self.new_root_credit = min(new_root_credit, float(root_rate.burst))
         self._ports: dict[int, _PortShares[R]] = {}
+        self._merged: OrderedDict[R, _RootShare] = OrderedDict()  # roots a contested way brings (`allow`'s `held`)
 
     def allow(self, port: int, root: R, now: float, held: int | None = None) -> bool:
         """Whether one flood of `root` that came in by `port` may go on (and spend its share if so).
@@ -86,11 +87,44 @@ class FloodShares(Generic[R]):
         copies at the root's full rate, its burst less the reserve, until the old way lapses."""
         way = port if held is None else held  # whose share for `root` the copy spends
         share = self._share(self._port(way, now), root, now)
-        reserve = 0.0 if way == port else HELD_WAY_RESERVE
-        if share.credit >= reserve + 1.0 and self._port(port, now).bucket.take(now):
+        merged = self._merged_share(root, now) if way != port or root in self._merged else None
+        if way == port:
+            if share.credit < 1.0 or not self._port(port, now).bucket.take(now):
+                return False
+            if merged is not None:  # the held way's copies first: what they spend, a contested way cannot
+                merged.credit = max(merged.credit - 1.0, -float(self.root_rate.burst))
             share.credit -= 1.0
             return True
-        return False
+        assert merged is not None
+        reserve = HELD_WAY_RESERVE + 1.0
+        if share.credit < reserve or merged.credit < reserve or not self._port(port, now).bucket.take(now):
+            return False
+        share.credit -= 1.0
+        merged.credit -= 1.0
+        return True
+
+    def _merged_share(self, root: R, now: float) -> _RootShare:
+        """What a root whose floods come here by two ports may have passed on in all: the share the next node gives
+        it by the port from here, where both ways' copies come by one port. That port carries the roots this node
+        passes on and its own, so their number here (one more) is never below theirs there, and the share earned
+        here never above it: a contested way's copies then leave the next node room for the held way's, however
+        many roots are active there (with one share per ingress port alone, 5 roots more there let 24 of 30 pass).
+        Kept only for roots a contested way brings, gone after a quiet window."""
+        merged = self._merged
+        while merged and now - next(iter(merged.values())).last >= ACTIVE_WINDOW:
+            merged.popitem(last=False)
+        share = merged.get(root)
+        if share is None:
+            share = merged[root] = _RootShare(self.new_root_credit, 0.0, now)
+            if len(merged) > MAX_ROOTS_PER_PORT:
+                merged.popitem(last=False)
+            return share
+        active = {r for shares in self._ports.values() for r, s in shares.roots.items() if now - s.last < ACTIVE_WINDOW}
+        rate = min(self.port_rate.per_second / (len(active) + 1), self.root_rate.per_second)
+        share.credit = min(float(self.root_rate.burst), share.credit + (now - share.last) * rate)
+        share.last = now
+        merged.move_to_end(root)
+        return share
 
     def _port(self, port: int, now: float) -> _PortShares[R]:
         shares = self._ports.get(port)

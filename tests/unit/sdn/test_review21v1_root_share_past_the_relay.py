@@ -68,12 +68,14 @@ def chorded_ring(trusted: bool = True) -> tuple[FakeNetwork, list[int]]:
 
 
 def roots_broadcasts_past(
-    named_root: bool, rate: float = 200.0, seconds: float = 3.0, trusted: bool = True
+    named_root: bool, rate: float = 200.0, seconds: float = 3.0, trusted: bool = True, others_rate: float = 0.0
 ) -> tuple[int, int, int]:
     """A = ids[4] floods ids[7] at `rate` from one invented MAC, rooted at R = ids[3] (`named_root`) or at itself;
-    R's host broadcasts 10 a second. Returns (R's broadcasts sent, arrived at ids[9]'s host, FLOOD_LIMITED at ids[8])."""
+    R's host broadcasts 10 a second, and the hosts of ids[1], ids[2], ids[5], ids[6] and ids[7] `others_rate` each.
+    Returns (R's broadcasts sent, arrived at ids[9]'s host, FLOOD_LIMITED at ids[8])."""
     net, ids = chorded_ring(trusted)
     r, a, p, c = ids[3], ids[4], ids[7], ids[9]
+    others = [ids[1], ids[2], ids[5], ids[6], ids[7]]
     rmac = host_mac(net, r)
     root = r if named_root else a
     start, t0, sent = len(net.nodes[c].received[1]), net.now + 1, 0
@@ -84,6 +86,9 @@ def roots_broadcasts_past(
         if i % int(rate / 10) == 0:
             sent += 1
             net.inject(r, 1, eth(BROADCAST, rmac, EXPERIMENTAL, payload=b"R" + sent.to_bytes(4, "big") + b"r" * 41))
+        if others_rate and i % int(rate / others_rate) == 1:
+            for other in others:
+                net.inject(other, 1, eth(BROADCAST, host_mac(net, other), EXPERIMENTAL, payload=b"O" * 46))
     mine = frb.parse_mac(rmac)
     arrived = sum(1 for f in net.nodes[c].received[1][start:] if f[6:12] == mine and f[14:15] == b"R")
     return sent, arrived, net.nodes[ids[8]].switch.drops[Drop.FLOOD_LIMITED]
@@ -107,3 +112,14 @@ def test_a_member_naming_the_root_behind_it_does_not_silence_that_roots_floods_f
           f"{arrived}/{sent}, FLOOD_LIMITED at ids[8] {limited}")
     assert arrived == sent
     assert limited == 0  # ids[7] sends ids[8] no more under R than R's share there
+
+
+def test_the_forgers_copies_leave_room_for_the_roots_where_more_roots_share_the_next_nodes_port() -> None:
+    """Five more members' hosts broadcast 10 a second: ids[8] shares its port from ids[7] among seven roots (57 a
+    second each), ids[7] its port from ids[6] among four (100). Passing A's copies on from R's share on the held way
+    alone let 24 of 30 of R's through; ids[7] also keeps them within the share a node after it gives R (the roots
+    active here, and its own)."""
+    sent, arrived, limited = roots_broadcasts_past(named_root=True, others_rate=10.0)
+    print(f"A's 200/s rooted at R, 5 more roots at 10/s: R's broadcasts at ids[9] {arrived}/{sent}, "
+          f"FLOOD_LIMITED at ids[8] {limited}")
+    assert arrived == sent
