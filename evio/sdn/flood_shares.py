@@ -39,8 +39,10 @@ MAX_ROOTS_PER_PORT = 4096  # roots are members (plus one key for the unknown one
 MAX_PORTS = 4096
 # Credit a root's share on its held way keeps from the copies of a contested way (`FloodShares.allow`'s `held`): the
 # held way's next burst (a host's first broadcasts) passes here, and at the next node, whose share the same copies
-# spend as they spend this one, unthinned.
-HELD_WAY_RESERVE = NEW_ROOT_CREDIT
+# spend as they spend this one, unthinned. Below what a share starts with (both here and at the next node, which
+# starts when this one's first copy comes), so a tree that moved passes its first copies by its new way at once: with
+# the whole of it as the reserve, a moved tree's lone broadcasts were refused there (the Symphony churn fleet).
+HELD_WAY_RESERVE = NEW_ROOT_CREDIT / 2
 
 
 @dataclass(slots=True)

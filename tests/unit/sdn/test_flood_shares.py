@@ -79,3 +79,12 @@ def test_a_contested_way_alone_passes_at_its_roots_rate() -> None:
     rate, its burst less the held way's reserve."""
     contested, _, _ = held_and_contested(1000.0, held_rate=0.0)
     assert ROOT.per_second * 5 * 0.9 <= contested <= ROOT.per_second * 5 + ROOT.burst
+
+
+def test_a_moved_trees_lone_copy_by_its_new_way_passes_at_once() -> None:
+    """The old way silent for a window (its share gone), a root's next flood comes by its new way, contested until
+    the old lapses: it goes on (a reserve as big as a new share refused each of the Symphony churn fleet's)."""
+    shares = FloodShares[int](PORT, ROOT)
+    assert shares.allow(1, 7, 0.0)
+    assert shares.allow(2, 7, 5.0, held=1)
+    assert shares.allow(2, 7, 10.0, held=1)
