@@ -15,7 +15,8 @@ learning table, flood budget, counters). Pure, as the switch is: frames and `now
   own link, `_detours_its_root`), else it is dropped; one under a root whose floods come by another peer
   brings MACs new here only within that port's small budget (`_contested`);
   a copy from a peer that is not its root cannot claim fewer than 2 hops (`_hops`); floods passed on
-  for one ingress port share its total, each root its share (`_flood_budget_key`, flood_shares.py).
+  for one ingress port share its total, each root its share (`_flood_budget_key`, flood_shares.py), and a
+  contested copy is passed on from its root's share on the way held (review21v1 finding 2).
 - A LEAF_ANNOUNCE is taken only for the announcing peer's own root; the first one from a peer since
   its port came is answered with ours. A LINK_CHECK is answered with a LINK_ACK.
 """

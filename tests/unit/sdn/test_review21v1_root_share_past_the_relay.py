@@ -32,6 +32,9 @@ copies first (a contested way's copies pass on only from what the held way leave
 copies a forger adds cannot take the root's own share further on. Thinning a contested way outright (as
 `CONTESTED_ROOT` does new MACs) would thin an honest root for up to a MAC's max age after its tree moved (0033's
 "Honest cost").
+
+Closed (decision 0033, amended): ids[7] passes a contested way's copies on only from what R's share on the held way
+leaves (a reserve kept) and within the share a node after it gives R: 30 of 30 in every variant below.
 """
 
 from __future__ import annotations
