@@ -43,6 +43,7 @@ MAX_PORTS = 4096
 # starts when this one's first copy comes), so a tree that moved passes its first copies by its new way at once: with
 # the whole of it as the reserve, a moved tree's lone broadcasts were refused there (the Symphony churn fleet).
 HELD_WAY_RESERVE = NEW_ROOT_CREDIT / 2
+ACTIVE_RECOUNT = 0.1  # seconds a count of the roots active on every port serves the merged shares
 
 
 @dataclass(slots=True)
@@ -74,6 +75,7 @@ class FloodShares(Generic[R]):
         self.new_root_credit = min(new_root_credit, float(root_rate.burst))
         self._ports: dict[int, _PortShares[R]] = {}
         self._merged: OrderedDict[R, _RootShare] = OrderedDict()  # roots a contested way brings (`allow`'s `held`)
+        self._active, self._active_at = 0, float("-inf")  # roots active on any port, counted at (`_merged_share`)
 
     def allow(self, port: int, root: R, now: float, held: int | None = None) -> bool:
         """Whether one flood of `root` that came in by `port` may go on (and spend its share if so).
@@ -121,8 +123,11 @@ class FloodShares(Generic[R]):
             if len(merged) > MAX_ROOTS_PER_PORT:
                 merged.popitem(last=False)
             return share
-        active = {r for shares in self._ports.values() for r, s in shares.roots.items() if now - s.last < ACTIVE_WINDOW}
-        rate = min(self.port_rate.per_second / (len(active) + 1), self.root_rate.per_second)
+        if not self._active_at <= now < self._active_at + ACTIVE_RECOUNT:  # a count over every port's roots: not per copy
+            self._active = len({r for shares in self._ports.values() for r, s in shares.roots.items()
+                                if now - s.last < ACTIVE_WINDOW})
+            self._active_at = now
+        rate = min(self.port_rate.per_second / (self._active + 1), self.root_rate.per_second)
         share.credit = min(float(self.root_rate.burst), share.credit + (now - share.last) * rate)
         share.last = now
         merged.move_to_end(root)
