@@ -82,13 +82,13 @@ class FloodShares(Generic[R]):
 
         `held`: the port `root`'s floods come by here when this copy came by another (a contested way,
         `frb_receive._contested`). Such a copy goes on only from what the held way's share leaves above
-        `HELD_WAY_RESERVE`, and spends its own port's total: what this node passes on under one root stays within
-        one root's share whichever ports bring it, the held way's copies first (review21v1 finding 2). The node
-        after this one gets both ways' copies by one port, under one share: a forger's copies passed on from their
-        own port's share took it there, and the root's real floods stopped at that node. The held way's own
-        copies spend their share as before, so a forger never thins them here nor, as the next node's share for
-        the root earns as this one's does, there; a tree that moved (the held way silent) passes its new way's
-        copies at the root's full rate, its burst less the reserve, until the old way lapses."""
+        `HELD_WAY_RESERVE`, within the share the next node gives the root (`_merged_share`), and spends its own
+        port's total: what this node passes on under one root stays within one root's share whichever ports bring
+        it, the held way's copies first (review21v1 finding 2). The node after this one gets both ways' copies by
+        one port, under one share: a forger's copies passed on from their own port's share took it there, and the
+        root's real floods stopped at that node. The held way's own copies spend their share as before, so a
+        forger never thins them here nor there; a tree that moved (the held way silent) passes its new way's
+        copies at the root's share, its burst less the reserve, until the old way lapses."""
         way = port if held is None else held  # whose share for `root` the copy spends
         share = self._share(self._port(way, now), root, now)
         merged = self._merged_share(root, now) if way != port or root in self._merged else None
