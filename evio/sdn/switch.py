@@ -946,8 +946,8 @@ class BoundedFloodSwitch:
         self.port_drops[(self.ports[in_port].name, Drop.LINK_LOCAL_LIMITED)] += 1
         return False
 
-    def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
-        if self.flood_budget.allow(key[0], key[1], now):
+    def _flood_allowed(self, key: tuple[int, int | None], now: float, held: int | None = None) -> bool:
+        if self.flood_budget.allow(key[0], key[1], now, held):
             return True
         root = "unknown" if key[1] is None else format_node_id(key[1])
         self._bounded(Drop.FLOOD_LIMITED, key[0], now, f"root={root}")
