@@ -103,7 +103,6 @@ def _send_from_a(ta: Tunnel, datagrams: list[bytes]) -> None:
         underlay.sock.sendto(datagram, underlay.peer)
 
 
-@pytest.mark.xfail(strict=True, reason="review21v3 finding 2: a member's HelloRequest makes its peer run a full DTLS handshake, unbounded")
 async def test_a_member_cannot_make_its_peer_renegotiate_dtls(
     nodes: tuple[Node, Node], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -65,7 +65,6 @@ def _rx_epoch(pair: Pair) -> int:
     return rx.epoch
 
 
-@pytest.mark.xfail(strict=True, reason="review21v3 finding 1: every record in a new epoch derives the next epoch's keys, unbounded")
 async def test_a_member_stepping_its_epoch_on_every_record_is_bounded() -> None:
     pair = await make_pair(_implementation)
     try:
