@@ -4,28 +4,38 @@
 
 In order: check the token (well formed, signed by its overlay CA, not expired),
 that we are root, that Open vSwitch runs; only then write the files
-(`evio.server.join`), check the config with the daemon's own loader, and start
-the service (systemd) or print the one command that starts the daemon. With
-systemd it waits until the node is signed in and linked. Any refusal before
-the files are written changes nothing; a failure while writing removes what
-this run wrote and puts back what was there.
+(`evio.server.join`), check the config with the daemon's own loader, spend the
+token (log in to the XMPP server with its password and change that password to
+a fresh one, which only the node's `xmpp.password` holds: decision 0083), and
+start the service (systemd) or print the one command that starts the daemon.
+With systemd it waits until the node is signed in and linked. Any refusal before
+the files are written changes nothing; a failure while writing or spending the
+token removes what this run wrote and puts back what was there, so a token used
+a second time fails at its login with nothing changed.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import datetime
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evio.server.join import CONFIG_DIR, STATE_DIR, NodeFile, config_path, joined_overlay, node_files
 from evio.server.token import JoinToken, TokenError, decode
+
+if TYPE_CHECKING:
+    from evio.signal.client import SignalSettings
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -87,8 +97,13 @@ def join_command(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(f"token: {token.node_name} in overlay {token.overlay}, node id {token.node_id:032x}, address {token.address},"
           f" signaling {token.jid} at {token.xmpp_server}:{token.xmpp_port}")  # fmt: skip
+    # The node's own XMPP password, written in place of the token's, which dies when this one takes over.
+    fresh = dataclasses.replace(token, xmpp_password=secrets.token_urlsafe(24))
+    files = node_files(fresh, CONFIG_DIR, STATE_DIR)
     try:
-        written = _write_files(node_files(token, CONFIG_DIR, STATE_DIR))
+        written = _write_files(files, lambda: _spend_token(token, fresh.xmpp_password))
+    except TokenSpent as exc:
+        return _fail(f"{exc}; nothing was written")
     except (OSError, ValueError) as exc:
         return _fail(f"could not write the node's files, none kept: {exc}")
     for path, mode in written:
@@ -123,10 +138,42 @@ def _open_vswitch_problems() -> list[str]:
     return [p.reason for p in preflight(LinuxProbe()) if p.what in ("program", "ovsdb", "vswitchd", "tun")]
 
 
-def _write_files(files: list[NodeFile]) -> list[tuple[Path, int]]:
-    """Secrets first, config last and only once the daemon's loader takes it. A file already there is set aside
-    first; on any failure what we wrote is removed and what was there is put back, so a refused join loses
-    nothing (with --force, the node's old key and certificates)."""
+class TokenSpent(Exception):
+    """The token's password did not log in, or could not be changed: the join is refused, nothing written."""
+
+
+def _spend_token(token: JoinToken, new_password: str) -> None:
+    """Make `new_password` the account's in place of the token's (decision 0083): the token is good for one join.
+    Runs once the files are staged (the XMPP server's CA among them), before the config takes its place."""
+    from evio.signal.client import SignalSettings
+    from evio.signal.errors import PasswordChangeError
+
+    settings = SignalSettings(
+        jid=token.jid, server=token.xmpp_server, port=token.xmpp_port, memberships={token.overlay: token.node_id},
+        password=token.xmpp_password, ca_file=CONFIG_DIR / token.overlay / "xmpp-ca.crt", resource="evio-join",
+    )  # fmt: skip
+    try:
+        _change_password(settings, new_password)
+    except PasswordChangeError as exc:
+        if exc.refused:
+            raise TokenSpent(f"{token.xmpp_server}:{token.xmpp_port} refused the token's login as {token.jid}: a "
+                             "token is good for one join, and this one was used already (or the member was "
+                             "removed); ask the operator for a new one (evio member add)") from None  # fmt: skip
+        raise TokenSpent(f"could not change the password of {token.jid} at {token.xmpp_server}:{token.xmpp_port}"
+                         f" ({exc}); run evio join again once the XMPP server answers") from None  # fmt: skip
+
+
+def _change_password(settings: SignalSettings, new_password: str) -> None:
+    """The XMPP server's in-band change (`SignalClient.change_password`); unit tests fake the server here."""
+    from evio.signal.client import SignalClient
+
+    asyncio.run(SignalClient(settings).change_password(new_password))
+
+
+def _write_files(files: list[NodeFile], before_commit: Callable[[], None] = lambda: None) -> list[tuple[Path, int]]:
+    """Secrets first, config last and only once the daemon's loader takes it and `before_commit` returned. A
+    file already there is set aside first; on any failure what we wrote is removed and what was there is put
+    back, so a refused join loses nothing (with --force, the node's old key and certificates)."""
     from evio.config import ConfigError, load_config
     from evio.config.secrets import secret_problems
 
@@ -152,6 +199,7 @@ def _write_files(files: list[NodeFile]) -> list[tuple[Path, int]]:
         problems = secret_problems(staged, loaded)
         if problems:
             raise ValueError("; ".join(problems))
+        before_commit()
         os.replace(staged, config.path)
         made[-1] = config.path
     except BaseException:

@@ -143,6 +143,7 @@ def ejabberd_config(plan: LabPlan, server: EjabberdNodePlan, pem: Path, *, api: 
             "mod_ping": {},
             "mod_roster": {"versioning": False},
             "mod_shared_roster": {},
+            "mod_register": {"access": "none"},  # a member changes its own password, nobody registers (0083)
             "mod_multicast": {"access": "evio_multicast", "limits": {"local": {"message": "infinite", "presence": 0}}},
         },
     }  # fmt: skip

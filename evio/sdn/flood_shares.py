@@ -37,6 +37,13 @@ ACTIVE_WINDOW = 2.0  # seconds a root stays active on a port after its last floo
 NEW_ROOT_CREDIT = 10.0  # floods a root new to a port may send at once (a host's ARP, ND, DHCP on boot)
 MAX_ROOTS_PER_PORT = 4096  # roots are members (plus one key for the unknown ones); the table is bounded anyway
 MAX_PORTS = 4096
+# Credit a root's share on its held way keeps from the copies of a contested way (`FloodShares.allow`'s `held`): the
+# held way's next burst (a host's first broadcasts) passes here, and at the next node, whose share the same copies
+# spend as they spend this one, unthinned. Below what a share starts with (both here and at the next node, which
+# starts when this one's first copy comes), so a tree that moved passes its first copies by its new way at once: with
+# the whole of it as the reserve, a moved tree's lone broadcasts were refused there (the Symphony churn fleet).
+HELD_WAY_RESERVE = NEW_ROOT_CREDIT / 2
+ACTIVE_RECOUNT = 0.1  # seconds a count of the roots active on every port serves the merged shares
 
 
 @dataclass(slots=True)
@@ -67,14 +74,75 @@ class FloodShares(Generic[R]):
         self.root_rate = root_rate
         self.new_root_credit = min(new_root_credit, float(root_rate.burst))
         self._ports: dict[int, _PortShares[R]] = {}
+        self._merged: OrderedDict[R, _RootShare] = OrderedDict()  # roots a contested way brings (`allow`'s `held`)
+        self._active, self._active_at = 0, float("-inf")  # roots active on any port, counted at (`_merged_share`)
 
-    def allow(self, port: int, root: R, now: float) -> bool:
-        """Whether one flood of `root` that came in by `port` may go on (and spend its share if so)."""
+    def allow(self, port: int, root: R, now: float, held: int | None = None) -> bool:
+        """Whether one flood of `root` that came in by `port` may go on (and spend its share if so).
+
+        `held`: the port `root`'s floods come by here when this copy came by another (a contested way,
+        `frb_receive._contested`). Such a copy goes on only from what the held way's share leaves above
+        `HELD_WAY_RESERVE`, within the share the next node gives the root (`_merged_share`), and spends its own
+        port's total: what this node passes on under one root stays within one root's share whichever ports bring
+        it, the held way's copies first (review21v1 finding 2). The node after this one gets both ways' copies by
+        one port, under one share: a forger's copies passed on from their own port's share took it there, and the
+        root's real floods stopped at that node. The held way's own copies spend their share as before, so a
+        forger never thins them here nor there; a tree that moved (the held way silent) passes its new way's
+        copies at the root's share, its burst less the reserve, until the old way lapses."""
+        way = port if held is None else held  # whose share for `root` the copy spends
+        share = self._share(self._port(way, now), root, now)
+        merged = self._merged_share(root, now) if way != port or root in self._merged else None
+        if way == port:
+            if share.credit < 1.0 or not self._port(port, now).bucket.take(now):
+                return False
+            if merged is not None:  # the held way's copies first: what they spend, a contested way cannot
+                merged.credit = max(merged.credit - 1.0, -float(self.root_rate.burst))
+            share.credit -= 1.0
+            return True
+        assert merged is not None
+        reserve = HELD_WAY_RESERVE + 1.0
+        if share.credit < reserve or merged.credit < reserve or not self._port(port, now).bucket.take(now):
+            return False
+        share.credit -= 1.0
+        merged.credit -= 1.0
+        return True
+
+    def _merged_share(self, root: R, now: float) -> _RootShare:
+        """What a root whose floods come here by two ports may have passed on in all: the share the next node gives
+        it by the port from here, where both ways' copies come by one port. That port carries the roots this node
+        passes on and its own, so their number here (one more) is never below theirs there, and the share earned
+        here never above it: a contested way's copies then leave the next node room for the held way's, however
+        many roots are active there (with one share per ingress port alone, 5 roots more there let 24 of 30 pass).
+        Kept only for roots a contested way brings, gone after a quiet window."""
+        merged = self._merged
+        while merged and now - next(iter(merged.values())).last >= ACTIVE_WINDOW:
+            merged.popitem(last=False)
+        share = merged.get(root)
+        if share is None:
+            share = merged[root] = _RootShare(self.new_root_credit, 0.0, now)
+            if len(merged) > MAX_ROOTS_PER_PORT:
+                merged.popitem(last=False)
+            return share
+        if not self._active_at <= now < self._active_at + ACTIVE_RECOUNT:  # a count over every port's roots: not per copy
+            self._active = len({r for shares in self._ports.values() for r, s in shares.roots.items()
+                                if now - s.last < ACTIVE_WINDOW})
+            self._active_at = now
+        rate = min(self.port_rate.per_second / (self._active + 1), self.root_rate.per_second)
+        share.credit = min(float(self.root_rate.burst), share.credit + (now - share.last) * rate)
+        share.last = now
+        merged.move_to_end(root)
+        return share
+
+    def _port(self, port: int, now: float) -> _PortShares[R]:
         shares = self._ports.get(port)
         if shares is None:
             if len(self._ports) >= MAX_PORTS:
                 del self._ports[next(iter(self._ports))]  # ports are forgotten as they go; this is a backstop
             shares = self._ports[port] = _PortShares[R](self.port_rate, now)
+        return shares
+
+    def _share(self, shares: _PortShares[R], root: R, now: float) -> _RootShare:
+        """`root`'s share of one port's floods, brought up to `now` (made if new, marked as asking)."""
         roots = shares.roots
         while roots and now - next(iter(roots.values())).last >= ACTIVE_WINDOW:
             roots.popitem(last=False)  # quiet for a window: no longer shares (and starts anew)
@@ -93,10 +161,7 @@ class FloodShares(Generic[R]):
             share.credit = min(float(self.root_rate.burst), share.credit + shares.earned - share.earned_at)
             share.earned_at, share.last = shares.earned, now
             roots.move_to_end(root)
-        if share.credit >= 1.0 and shares.bucket.take(now):
-            share.credit -= 1.0
-            return True
-        return False
+        return share
 
     def forget(self, port: int) -> None:
         self._ports.pop(port, None)

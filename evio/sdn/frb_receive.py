@@ -15,7 +15,8 @@ learning table, flood budget, counters). Pure, as the switch is: frames and `now
   own link, `_detours_its_root`), else it is dropped; one under a root whose floods come by another peer
   brings MACs new here only within that port's small budget (`_contested`);
   a copy from a peer that is not its root cannot claim fewer than 2 hops (`_hops`); floods passed on
-  for one ingress port share its total, each root its share (`_flood_budget_key`, flood_shares.py).
+  for one ingress port share its total, each root its share (`_flood_budget_key`, flood_shares.py), and a
+  contested copy is passed on from its root's share on the way held (review21v1 finding 2).
 - A LEAF_ANNOUNCE is taken only for the announcing peer's own root; the first one from a peer since
   its port came is answered with ours. A LINK_CHECK is answered with a LINK_ACK.
 """
@@ -83,8 +84,10 @@ def frb_in(sw: BoundedFloodSwitch, port: SwitchPort, ingress: int, data: bytes, 
         # A root not known before its first copy (members not told) is known from it on: that copy's way is held too.
         contested = ((key[1] is not None or sw.members is None) and h.root_nid != sw.node_id
                      and _contested(sw, h, port.port_no, ingress, now))
+        # A contested copy is passed on from its root's share on the way held (review21v1 finding 2, flood_shares.py).
+        held = sw._flood_ways[(h.root_nid, h.frb_type)][0] if contested else None
         receive = _broadcast_in if h.frb_type is frb.FrbType.BROADCAST else _reverse_in
-        return receive(sw, port.port_no, ingress, frame, now, key, contested)
+        return receive(sw, port.port_no, ingress, frame, now, key, held)
     if h.frb_type is frb.FrbType.LEAF_ANNOUNCE:
         if h.root_nid != ingress:
             sw.drops[Drop.FOREIGN_ANNOUNCE] += 1  # only a root speaks for its own leaves
@@ -306,8 +309,9 @@ def _flood_budget_key(sw: BoundedFloodSwitch, port: SwitchPort, h: frb.FrbHeader
 
 def _broadcast_in(
     sw: BoundedFloodSwitch, in_port: int, ingress: int, frame: frb.FrbFrame, now: float,
-    budget_key: tuple[int, int | None], contested: bool = False,
+    budget_key: tuple[int, int | None], held: int | None = None,
 ) -> list[FlowAction]:
+    """`held`: the port this root's floods come by, when this copy came by another (`_contested`)."""
     h = frame.header
     inner = frame.payload
     if h.root_nid == sw.node_id:
@@ -316,11 +320,12 @@ def _broadcast_in(
         return []
     if router_adverts.is_statement(inner):
         # A statement vouching for a router's RA (decision 0081): the switches' word to each other, never delivered
-        # nor learned; passed on once taken here (a forgery or a stale one goes no further), not at all without trust.
+        # nor learned; passed on only when taken here, now or before (a forgery or a stale one goes no further), not at
+        # all without trust.
         if sw.router_adverts is None:
             return []
-        taken, released = sw.take_statement(inner, h.root_nid, in_port, now)
-        return (_pass_on(sw, frame, ingress, budget_key, now) if taken else []) + released  # the statement first
+        refused, released = sw.take_statement(inner, h.root_nid, in_port, now)
+        return ([] if refused else _pass_statement(sw, frame, ingress, budget_key, now, held)) + released  # it goes first
     if sw.frame_filter is not None and not sw.frame_filter(in_port, inner):
         sw.drops[Drop.POLICY] += 1  # as a flow in table 0 would: not learned, delivered nor passed on
         return []
@@ -338,7 +343,7 @@ def _broadcast_in(
     source = sw.learning.lookup(inner_eth.src, now)
     if source is not None and source.port in sw.leaf_ports():
         sw.drops[Drop.OWN_FRAME] += 1  # ours, flooded on by a node whose path ended (see the docstring)
-    elif contested and source is None and _contested_new_mac(sw, in_port, h.root_nid, now):
+    elif held is not None and source is None and _contested_new_mac(sw, in_port, h.root_nid, now):
         return sw._deliver_to_leaves(inner, exclude=None)  # as any flood; its MAC stays unknown, to us and past us
     else:
         if inner_eth.is_group or source is None:
@@ -368,16 +373,16 @@ def _broadcast_in(
                 # The daemon checks it by the port it came in by (decision 0055, amended review21d): forgeries
                 # a neighbour floods under a member's id then spend that port's checks, not the member's.
                 sw.flooded_announcements.append(FloodedAnnouncement(inner, ingress, h.root_nid))
-    return actions + _pass_on(sw, frame, ingress, budget_key, now, hops)
+    return actions + _pass_on(sw, frame, ingress, budget_key, now, hops, held)
 
 
 def _pass_on(sw: BoundedFloodSwitch, frame: frb.FrbFrame, ingress: int, budget_key: tuple[int, int | None],
-             now: float, hops: int | None = None) -> list[FlowAction]:
+             now: float, hops: int | None = None, held: int | None = None) -> list[FlowAction]:
     """A broadcast passed on to the peers within its bound, if the flood budget allows."""
     h = frame.header
     hops = _hops(sw, h, ingress) if hops is None else hops
     bounds = forward_bounds(sw.node_id, h.bound_nid, sw.peer_ports(), ingress=ingress)
-    if not _may_pass_on(sw, bounds, hops, budget_key, now):
+    if not _may_pass_on(sw, bounds, hops, budget_key, now, held):
         return []
     peers = sw.peer_ports()
     actions: list[FlowAction] = []
@@ -385,6 +390,33 @@ def _pass_on(sw: BoundedFloodSwitch, frame: frb.FrbFrame, ingress: int, budget_k
         sw.counters.frb_forwarded += 1
         wire = frb.pack(frb.broadcast(frame.payload, h.root_nid, bound, hop_count=hops + 1))
         actions.append(PacketOut(peers[peer], wire))
+    return actions
+
+
+def _pass_statement(sw: BoundedFloodSwitch, frame: frb.FrbFrame, ingress: int, budget_key: tuple[int, int | None],
+                    now: float, held: int | None = None) -> list[FlowAction]:
+    """A copy of a router's statement taken here (now or before) passed on as any flood, within the flood budget: as
+    far as `RouterAdverts.to_pass` says, the first copy's bound or, once, for a wider copy, the statement's root.
+    The statement passed is the one whose signature was checked here, whatever bytes this copy came with."""
+    adverts = sw.router_adverts
+    assert adverts is not None
+    h = frame.header
+    reach = (h.bound_nid - sw.node_id) % RING_SIZE  # `_plausible`: at most the root's distance (bound at us: 0)
+    passing = adverts.to_pass(frame.payload, reach, (h.root_nid - sw.node_id) % RING_SIZE)
+    if passing is None:
+        return []
+    statement, far = passing
+    hops = _hops(sw, h, ingress)
+    bound = (sw.node_id + far) % RING_SIZE
+    bounds = forward_bounds(sw.node_id, bound, sw.peer_ports(), ingress=ingress)
+    if not _may_pass_on(sw, bounds, hops, budget_key, now, held):
+        return []
+    adverts.passed(frame.payload, far)
+    peers = sw.peer_ports()
+    actions: list[FlowAction] = []
+    for peer, peer_bound in bounds.items():
+        sw.counters.frb_forwarded += 1
+        actions.append(PacketOut(peers[peer], frb.pack(frb.broadcast(statement, h.root_nid, peer_bound, hops + 1))))
     return actions
 
 
@@ -406,7 +438,7 @@ def _document_not_its_owners(sw: BoundedFloodSwitch, inner: bytes, root: int) ->
 
 def _reverse_in(
     sw: BoundedFloodSwitch, in_port: int, ingress: int, frame: frb.FrbFrame, now: float,
-    budget_key: tuple[int, int | None], contested: bool = False,
+    budget_key: tuple[int, int | None], held: int | None = None,
 ) -> list[FlowAction]:
     """A broadcast's header flooded counter-clockwise: learn its source by it, pass it on, deliver nothing."""
     h = frame.header
@@ -420,7 +452,7 @@ def _reverse_in(
     actions: list[FlowAction] = []
     if source is not None and source.port in sw.leaf_ports():
         sw.drops[Drop.OWN_FRAME] += 1
-    elif contested and source is None and _contested_new_mac(sw, in_port, h.root_nid, now):
+    elif held is not None and source is None and _contested_new_mac(sw, in_port, h.root_nid, now):
         return []
     else:
         stay, way, way_hops = (_certified_way(sw, inner_eth.src, source, h, frame.payload, in_port, hops, now)
@@ -430,7 +462,7 @@ def _reverse_in(
             return []  # forged from one of the bridge's own MACs: not passed on either
         actions += learned
     bounds = reverse_forward_bounds(sw.node_id, h.bound_nid, sw.peer_ports(), ingress=ingress)
-    if not _may_pass_on(sw, bounds, hops, budget_key, now):
+    if not _may_pass_on(sw, bounds, hops, budget_key, now, held):
         return actions
     peers = sw.peer_ports()
     for peer, bound in bounds.items():
@@ -449,10 +481,12 @@ def _hops(sw: BoundedFloodSwitch, header: frb.FrbHeader, ingress: int) -> int:
 
 
 def _may_pass_on(
-    sw: BoundedFloodSwitch, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float
+    sw: BoundedFloodSwitch, bounds: Mapping[int, int], hops: int, key: tuple[int, int | None], now: float,
+    held: int | None = None,
 ) -> bool:
-    """Whether a flood's copies to `bounds` may go: under the hop limit and within the flood budget."""
+    """Whether a flood's copies to `bounds` may go: under the hop limit and within the flood budget (a contested
+    copy's from its root's share on the `held` way, flood_shares.py)."""
     if bounds and hops >= frb.MAX_HOP_COUNT:
         sw.drops[Drop.HOP_LIMIT] += 1
         return False
-    return not bounds or sw._flood_allowed(key, now)
+    return not bounds or sw._flood_allowed(key, now, held)

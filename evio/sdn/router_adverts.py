@@ -15,6 +15,9 @@ bridge's interface or an attached host), so in trust mode:
    the same (router, MAC, source), and signed by the key of that node's certificate (found the CA's by the host
    claims, 0055): one signature check, within `VERIFY_RATE` per (tunnel port, router) and none for a copy (the same
    bytes by another way). It holds the newest per (router, MAC, source), at most `MAX_SOURCES` per router.
+   Its flood's fields (root, bound, hop count) are not signed, so the switch passes on the statement held here for
+   a copy too (`to_pass`): the first as far as its bound, and the first wider than that once more, as far as its
+   root; a member's narrow copy sent ahead of the flood's own no longer keeps it from the nodes behind (review21v1 1).
 3. An RA in a named router's name from a tunnel port is delivered (`vouched`) only if a statement held for its
    (router, MAC, source), taken here within `FRESH`, names its digest. A replayed older statement is refused by 2,
    so a genuine RA that R no longer sends (lifetime 1800 before R said 0) cannot come back either.
@@ -84,6 +87,9 @@ class _Held:
     issued_ms: int
     digest: bytes
     taken: float  # when taken here (monotonic)
+    frame: bytes  # the statement as taken (its signature checked): what any copy of it passes on
+    reach: int = -1  # how far round the ring from this node its passes went (-1: none yet)
+    widened: bool = False  # passed on once more, as far as its root, for a copy that came wider (review21v1 1)
 
 
 def advert_of(frame: bytes) -> Advert | None:
@@ -173,7 +179,7 @@ class RouterAdverts:
              now: float) -> tuple[int | None, str | None]:
         """A flooded statement `inner` rooted at `root` from tunnel `port`: (the router it vouches for if taken, the
         switch then running an RA it held for it again; the reason it was refused, counted), both None for a copy
-        of one taken (by another way)."""
+        of one taken (by another way), which `to_pass` may still pass on."""
         parsed = parse(inner)
         if parsed is None:
             return self._refused("malformed")
@@ -210,11 +216,55 @@ class RouterAdverts:
             self._seen.popitem(last=False)
         sources = self._held.setdefault(router, OrderedDict())
         sources.pop(pair, None)  # (the newest last)
-        sources[pair] = _Held(statement.issued_ms, advert.digest, now)
+        sources[pair] = _Held(statement.issued_ms, advert.digest, now, bytes(inner))
         while len(sources) > MAX_SOURCES:
             sources.popitem(last=False)  # its least lately stated pair
         self.counts["taken"] += 1
         return router, None
+
+    def to_pass(self, inner: bytes, reach: int, farthest: int) -> tuple[bytes, int] | None:
+        """What to pass on for a copy `inner` of a statement held here (taken now or before), that came with its bound
+        `reach` round the ring from this node, its root `farthest`: (the statement as taken, how far to pass it), or
+        None when its passes already went that far, or it is no statement held here.
+
+        Its flood (root, bound, hop count) is not signed: the first copy to come, a member's with a narrow bound
+        say, must not decide alone where the router's word goes from here (review21v1 finding 1). So the first
+        copy goes as far as its bound, and the first copy wider than that sends it once more, to its root: the
+        farthest a flood rooted there goes, so no copy can be wider after. At most two passes per statement, however
+        many copies come, none checked again."""
+        held = self._held_as(inner)
+        if held is None:
+            return None  # not the statement held: these bytes were never checked here
+        if held.reach < 0:
+            return held.frame, reach
+        if reach <= held.reach or held.widened:
+            return None
+        return held.frame, farthest
+
+    def passed(self, inner: bytes, reach: int) -> None:
+        """Note that the statement held for copy `inner` (`to_pass`) went `reach` round the ring: the flood budget
+        let it go. Noted only then, so a copy whose pass the budget stopped does not stand for the next."""
+        held = self._held_as(inner)
+        if held is None:
+            return
+        if held.reach >= 0:
+            held.widened = True
+            self.counts["widened"] += 1
+        held.reach = max(held.reach, reach)
+
+    def _held_as(self, inner: bytes) -> _Held | None:
+        """The statement held here that `inner` says the same as (router, MAC, source, issue time, digest: its whole
+        signed body), or None."""
+        parsed = parse(inner)
+        if parsed is None:
+            return None
+        statement = parsed[0]
+        advert = statement.advert
+        sources = self._held.get(statement.router)
+        held = None if sources is None else sources.get((advert.mac, advert.source))
+        if held is None or held.issued_ms != statement.issued_ms or held.digest != advert.digest:
+            return None
+        return held
 
     def vouched(self, router: int, frame: bytes, now: float) -> bool:
         """Check 3: whether RA `frame` (untagged) in `router`'s name is the one its newest statement names."""

@@ -648,16 +648,16 @@ class BoundedFloodSwitch:
             self.router_adverts.use_keys(signing_key, dict(keys).get)
 
     def take_statement(self, inner: bytes, root: int, in_port: int, now: float) -> tuple[bool, list[FlowAction]]:
-        """A flooded statement vouching for a router's RA (decision 0081), never delivered to a leaf: taken or refused
-        and counted; (whether taken, what an RA held for it does when it runs again)."""
+        """A flooded statement vouching for a router's RA (decision 0081), never delivered to a leaf: taken, a copy of
+        one taken, or refused and counted; (whether refused, what an RA held for it does when it runs again)."""
         assert self.router_adverts is not None
         router, refused = self.router_adverts.take(inner, root, in_port, self.ipv6_routers, self.mac_owners, now)
         if refused is not None:
             self._dropped(Drop.ROUTER_STATEMENT_REFUSED, in_port, now, f"root={format_node_id(root)} {refused}")
         if router is None:
-            return False, []
+            return refused is not None, []
         held = self.router_adverts.release(router)
-        return True, [] if held is None else self._packet_in(held[0], held[1], now)
+        return False, [] if held is None else self._packet_in(held[0], held[1], now)
 
     def _unicast_copy(
         self, in_port: int, eth: EthernetHeader, out_port: int, data: bytes, now: float, forwarded: bool
@@ -946,8 +946,8 @@ class BoundedFloodSwitch:
         self.port_drops[(self.ports[in_port].name, Drop.LINK_LOCAL_LIMITED)] += 1
         return False
 
-    def _flood_allowed(self, key: tuple[int, int | None], now: float) -> bool:
-        if self.flood_budget.allow(key[0], key[1], now):
+    def _flood_allowed(self, key: tuple[int, int | None], now: float, held: int | None = None) -> bool:
+        if self.flood_budget.allow(key[0], key[1], now, held):
             return True
         root = "unknown" if key[1] is None else format_node_id(key[1])
         self._bounded(Drop.FLOOD_LIMITED, key[0], now, f"root={root}")

@@ -99,7 +99,7 @@ def prosody_config(
     run_as_root: bool = False,
 ) -> str:
     """A complete prosody.cfg.lua (prosody 0.12) serving evio's overlays on `domain`."""
-    modules = ("roster", "saslauth", "tls", "disco", "ping", "posix", "groups", "admin_shell", "limits")
+    modules = ("roster", "saslauth", "tls", "disco", "ping", "posix", "groups", "admin_shell", "limits", "register")
     lines = [
         f"-- prosody for the evio overlays on {domain}: written by `evio server init`.",
         "-- Members log in with the accounts `evio member add` creates; the shared roster group named",
@@ -132,6 +132,8 @@ def prosody_config(
         "-- groups: the shared roster, one group per overlay, from the file `evio member add|remove` edits",
         "--   (it pushes each change to the online members at once through the admin shell).",
         "-- admin_shell: `prosodyctl shell`, on a unix socket only root and prosody can open.",
+        "-- register: a logged-in member changes its own password (XEP-0077), as `evio join` does with",
+        "--   the join token's; with allow_registration = false it makes no account.",
         "modules_enabled = { " + "; ".join(lua_string(m) for m in modules) + " }",
         f"groups_file = {lua_string(groups_file)}",
         *([f"admin_socket = {lua_string(paths.admin_socket)}"] if paths.admin_socket else []),
@@ -150,7 +152,7 @@ def prosody_additions(*, domain: str, cert: str, key: str, groups_file: str) -> 
     """What an existing prosody needs for evio (`evio server init --print`)."""
     return "\n".join([
         "-- Global section: add these modules to modules_enabled, and these settings.",
-        'modules_enabled = { ...; "groups"; "admin_shell"; "ping" }  -- keep your own modules',
+        'modules_enabled = { ...; "groups"; "admin_shell"; "ping"; "register" }  -- keep your own modules',
         f"groups_file = {lua_string(groups_file)}",
         "c2s_require_encryption = true",
         "allow_registration = false",
@@ -259,6 +261,7 @@ def ejabberd_config(
         "  mod_roster:",
         "    versioning: false",
         "  mod_shared_roster: {}",
+        *_EJABBERD_REGISTER,
         *_EJABBERD_MULTICAST,
         "",
     ])  # fmt: skip
@@ -267,6 +270,15 @@ def ejabberd_config(
 def ejabberd_multicast_service(domain: str) -> str:
     """The JID of the multicast service below (mod_multicast's default, ``multicast.@HOST@``)."""
     return f"multicast.{domain}"
+
+
+# XEP-0077 for a logged-in member to change its own password, as `evio join` does with the join token's (decision
+# 0083); `access: none` makes no account in-band (the accounts come from `evio member add`).
+_EJABBERD_REGISTER = (
+    "  # A member changes its own password (`evio join`, decision 0083); no account is made in-band.",
+    "  mod_register:",
+    "    access: none",
+)
 
 
 # XEP-0033 for the server host alone: `evio member add|remove` hands a change to every member online in one
@@ -298,6 +310,7 @@ def ejabberd_additions(*, domain: str, certfile: str) -> str:
         "modules:",
         "  mod_admin_extra: {}",
         "  mod_shared_roster: {}",
+        *_EJABBERD_REGISTER,
         *_EJABBERD_MULTICAST,
         "",
     ])  # fmt: skip

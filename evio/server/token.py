@@ -15,8 +15,17 @@ who want to check the token came from their operator and not from someone who
 made an overlay CA of their own.
 
 A token holds secrets (the XMPP and TURN passwords, the node's private key):
-treat it as a password, and it expires (default 24 h) so a token left in a
-chat log is worth little later. Pure but for the clock passed in.
+treat it as a password. It is good for one join (decision 0083): `evio join`
+signs in with its XMPP password and changes it to one only the node holds, so
+a used token no longer signs in as the member, and a second `evio join` with it
+is refused at that sign-in. Its `expires` (default 24 h) bounds a token that was
+never used; it is checked here against the clock the caller passes, so it is
+no defence by itself: whoever holds a token can read it with any clock. What a
+used token still carries: the node key, which speaks for no other account
+(a node takes a node id only from the account the CA's member list pairs it
+with) but still signs the member's offers along the ring (0064), and the TURN
+password, which buys relayed bandwidth and no identity; `evio member renew` and
+`evio member remove` end those. Pure but for the clock passed in.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ from evio.ratelimit import PeerRateLimiter, Rate
 from evio.signal import identity, member_list, protocol
 from evio.signal.drops import DropReason
 from evio.signal.endpoint import EndpointLimits, OverlayIdentity, SignalEndpoint
-from evio.signal.errors import LoginFailure, SignalSettingsError, SignalStep
+from evio.signal.errors import LoginFailure, PasswordChangeError, SignalSettingsError, SignalStep
 from evio.signal.failover import ServerRotation
 from evio.signal.login_steps import LoginAttempt, LoginTarget, membership_failure
 from evio.signal.pacing import LIMIT_FACTOR, LoginWatch, login_patience
@@ -446,6 +446,69 @@ class SignalClient(SignalEndpoint):
             except asyncio.CancelledError:
                 pass
         await self._stop_endpoint()
+
+    async def change_password(self, new_password: str) -> None:
+        """Log in once with the configured password, make `new_password` the account's (XEP-0077 section 3.3, an
+        in-band change by the logged-in account) and leave; no presence is sent, so no member sees this session.
+        `evio join` calls it so a join token's password is spent at its first use (decision 0083).
+
+        Raises `PasswordChangeError` (`refused` when the login itself was refused) and changes nothing else.
+        """
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[None] = loop.create_future()
+        refused_login = False
+        xmpp = self._make_xmpp()
+
+        def fail(message: str, refused: bool = False) -> None:
+            if not result.done():
+                result.set_exception(PasswordChangeError(message, refused))
+
+        def on_failed_auth(failure: Any) -> None:
+            nonlocal refused_login
+            refused_login = True  # slixmpp tries the next mechanism; failed_all_auth or the stream's end follow
+
+        async def on_session_start(_: Any) -> None:
+            if xmpp.boundjid.bare != s.jid:
+                fail(f"the server bound the session to {xmpp.boundjid}, not to {s.jid}")
+                return
+            query = Element("{jabber:iq:register}query")
+            for tag, text in (("username", xmpp.boundjid.user), ("password", new_password)):
+                child = Element(f"{{jabber:iq:register}}{tag}")
+                child.text = text
+                query.append(child)
+            try:
+                await xmpp.make_iq_set(query, ito=s.domain).send(timeout=s.request_timeout)
+            except IqTimeout:
+                fail(f"{s.domain} did not answer the password change")
+            except IqError as exc:
+                fail(f"{s.domain} refused the password change: {exc.iq['error']['condition']} "
+                     f"{exc.iq['error']['text']}".rstrip())  # fmt: skip
+            else:
+                if not result.done():
+                    result.set_result(None)
+
+        xmpp.add_event_handler("session_start", on_session_start)
+        xmpp.add_event_handler("failed_auth", on_failed_auth)
+        xmpp.add_event_handler("failed_all_auth", lambda _: fail(f"the server refused the login of {s.jid}", True))
+        xmpp.add_event_handler("ssl_invalid_chain", lambda error: fail(f"TLS failed: {error}"))
+        xmpp.add_event_handler("connection_failed", lambda error: fail(f"connection failed: {error}"))
+        xmpp.add_event_handler("stream_error", lambda error: fail(f"stream error: {error['condition']}"))
+        xmpp.add_event_handler("disconnected", lambda reason: fail(
+            f"the server refused the login of {s.jid}" if refused_login else f"disconnected: {reason}", refused_login))
+        host, port = self.rotation.current
+        xmpp.connect(host, port)
+        try:
+            await asyncio.wait_for(result, s.login_timeout + s.request_timeout)
+        except TimeoutError:
+            raise PasswordChangeError(
+                f"no answer from {host}:{port} within {s.login_timeout + s.request_timeout:g} s"
+            ) from None
+        finally:
+            await self._close_stream(xmpp)
+            output_task = getattr(xmpp, "_run_out_filters", None)
+            if output_task is not None:
+                output_task.cancel()
 
     # ------------------------------------------------------------------ connection supervision
 

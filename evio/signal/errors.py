@@ -100,6 +100,15 @@ class HandlerBadRequest(SignalError):
     """Raised by a handler to answer with a ``bad_request`` error (unusable body)."""
 
 
+class PasswordChangeError(SignalError):
+    """`SignalClient.change_password` did not change the account's password (decision 0083). `refused` when the
+    server refused the login itself: the password given no longer logs in (a join token used already)."""
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
 class SignalSettingsError(SignalError):
     """Settings that cannot work (e.g. no credential, or a CA file missing)."""
 

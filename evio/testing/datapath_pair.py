@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from evio.config.model import Cipher
+from evio.ratelimit import Rate
 from evio.testing.fake_tunnel import DatagramWire, FakeTap, FakeUnderlay
 from evio.tunnel.datapath.fd_datapath import FdDatapath
 from evio.tunnel.datapath.keys import EXPORTER_LEN, RekeyPolicy, split_exporter
@@ -21,6 +22,9 @@ from evio.tunnel.datapath.native import NativeFdDatapath
 from evio.tunnel.datapath.record import ControlMessage
 
 MTU = 1428
+RAPID_EPOCHS = Rate(per_second=100_000.0, burst=100_000)
+"""``RekeyPolicy.peer_epochs`` for tests whose senders move on every few records, far faster than any node's
+(whose bound, ``PEER_EPOCHS``, is a few at once and then one a second)."""
 
 
 def frame(i: int, size: int = 200) -> bytes:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evio.server.members import Registry
 from evio.server.settings import ServerSettings
 from evio.tunnel.path.overlay_ca import make_overlay_ca, write_certificate
+
+if TYPE_CHECKING:
+    from evio.signal.client import SignalSettings
 
 
 class FakeAccounts:
@@ -28,6 +32,15 @@ class FakeAccounts:
 
     def delete_account(self, user: str) -> None:
         del self.accounts[user]
+
+    def change_password(self, settings: SignalSettings, new_password: str) -> None:
+        """The XMPP server's side of `SignalClient.change_password`: log in as `settings`, then change (0083)."""
+        from evio.signal.errors import PasswordChangeError
+
+        user = settings.jid.partition("@")[0]
+        if self.accounts.get(user) != settings.password:
+            raise PasswordChangeError(f"the server refused the login of {settings.jid}", refused=True)
+        self.accounts[user] = new_password
 
     def add_to_group(self, user: str, group: str) -> None:
         if self.fail_group:

@@ -34,13 +34,14 @@ import logging
 import secrets as pysecrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from cryptography import x509
 
 from evio.config.model import Cipher
+from evio.ratelimit import TokenBucket
 from evio.tunnel import lifecycle
 from evio.tunnel.config import TunnelSettings
 from evio.tunnel.datapath.fd_datapath import FdDatapath
@@ -72,6 +73,7 @@ from evio.tunnel.liveness import DownReason, EchoAnswered, Liveness, PeerAlive, 
 from evio.tunnel.liveness_ticks import tick_grid
 from evio.tunnel.path.deadlines import MAX_PATIENCE, Lateness, LoopBudget
 from evio.tunnel.path.dtls import (
+    AFTER_HANDSHAKE,
     FINGERPRINT_MISMATCH,
     UNTRUSTED,
     DtlsHandshake,
@@ -177,6 +179,9 @@ class Tunnel:
         self._path: SelectedPath | None = None
         self._dtls: DtlsHandshake | None = None
         self._dtls_progress = asyncio.Event()
+        # DTLS datagrams OpenSSL reads once the handshake is done, and those dropped past them (``_pump``).
+        self._dtls_budget = TokenBucket(AFTER_HANDSHAKE, clock())
+        self._dtls_dropped = 0
         self._tap: TapDevice | None = None
         self._tap_task: asyncio.Task[TapDevice] | None = None
         self._pump_task: asyncio.Task[None] | None = None
@@ -219,7 +224,11 @@ class Tunnel:
         return self.state not in (TunnelState.CLOSED, TunnelState.FAILED)
 
     def stats(self) -> DatapathStats:
-        return self._datapath.stats()
+        """The data path's counters, with the DTLS datagrams this tunnel dropped among its drops."""
+        stats = self._datapath.stats()
+        if not self._dtls_dropped:
+            return stats
+        return replace(stats, drops={**stats.drops, DropReason.DTLS_RATE: self._dtls_dropped})
 
     @property
     def rtt(self) -> RttStats:
@@ -498,6 +507,11 @@ class Tunnel:
                     continue
                 first = data[0]
                 if 20 <= first <= 63:
+                    if dtls.state is DtlsState.CONNECTED and not self._dtls_budget.take(self._clock()):
+                        # The peer (or whoever sends from its address) may send these as fast as it likes, and
+                        # OpenSSL reads each: past AFTER_HANDSHAKE, not at all (review21v3).
+                        self._dtls_dropped += 1
+                        continue
                     await self._send_all(dtls.receive(data))
                     self._dtls_progress.set()
                     if dtls.state is DtlsState.CLOSED and self._datapath_running:
@@ -547,7 +561,7 @@ class Tunnel:
                 logger.warning("tunnel %s peer %032x: the underlay socket failed: %s", self.info.tunnel_id, self.peer, exc)
                 self._link_down("underlay failed")
                 break
-            stats = self._datapath.stats()
+            stats = self.stats()
             patience = self._patience_now()
             self._execute(liveness.tick(now, stats.rx_records, stats.tx_records, patience))
             self._suspect(now, stats)

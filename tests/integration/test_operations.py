@@ -184,6 +184,12 @@ def test_the_operators_guide_from_bare_hosts_to_a_running_overlay(overlay: Overl
         pytest.fail(f"pairs not answering: {overlay.all_pairs_ping()}\n{overlay.diagnose()}")
     for name in names[:3]:
         assert hosts[name].run(_typed("evio status --check"), check=False).returncode == 0
+    # A token is good for one join (decision 0083): used again, even forced, it is refused and changes nothing.
+    before = {p: p.read_bytes() for p in node1.path("/etc/evio").rglob("*") if p.is_file()}
+    done = node1.run(["evio", "join", tokens["node1"], "--force"], check=False)
+    assert done.returncode == 1 and "used already" in done.stderr, done.stdout + done.stderr
+    assert {p: p.read_bytes() for p in node1.path("/etc/evio").rglob("*") if p.is_file()} == before
+    assert node1.run(_typed("evio status --check"), check=False).returncode == 0  # still signed in, linked
     listed = net.server.run(_typed("evio member list")).stdout
     assert all(n in listed for n in names[:3]) and listed.count(" yes ") == 3, listed
 

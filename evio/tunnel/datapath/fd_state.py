@@ -101,6 +101,7 @@ class FdState:
         # Spent on the event loop's clock, only by authenticated records: a forger cannot drain them.
         self._control_budget = TokenBucket(CONTROL_BUDGET, 0.0)
         self._close_budget = TokenBucket(CLOSE_BUDGET, 0.0)
+        self._epoch_budget = TokenBucket(self._rekey_policy.peer_epochs, 0.0)  # the peer's moves to a next epoch
         self._want_gro = gro
         self._gro = False
         self._vnet = False

@@ -50,6 +50,13 @@ class DropReason(enum.Enum):
     CONTROL_RATE = "control-rate"
     """Authenticated control record past the tunnel's budget of them (fd_state.py, ``CONTROL_BUDGET``; decision 0079):
     dropped before it is parsed or handled."""
+    EPOCH_RATE = "epoch-rate"
+    """A record of the peer's next epoch while the tunnel's budget of epoch moves is spent (keys.py,
+    ``RekeyPolicy.peer_epochs``; decision 0079, amendment 1): dropped unopened, no epoch derived."""
+    DTLS_RATE = "dtls-rate"
+    """A DTLS datagram after the handshake past the tunnel's budget of them (path/dtls.py, ``AFTER_HANDSHAKE``;
+    decision 0008, amendment 1): dropped before OpenSSL reads it. Counted by the tunnel (session.py), which the
+    datagram reaches past the data path."""
     EARLY = "early"
     """A record that arrived before keys were in place."""
     SEND_FAILED = "send-failed"

@@ -9,7 +9,8 @@ secret and receives with the other.
 Rekeying: instead of a new DTLS handshake, each direction ratchets its secret
 forward with HKDF-Expand (``next``), like TLS 1.3 KeyUpdate (RFC 8446 section
 7.2). The sender decides alone: it bumps the record's epoch byte and resets its
-counter; the receiver derives the next epoch on demand. Old secrets are
+counter; the receiver derives the next epoch on demand, as often as
+``RekeyPolicy.peer_epochs`` lets the peer move on. Old secrets are
 discarded, so a later key compromise does not expose earlier epochs. A new
 DTLS handshake would add post-compromise security; the tunnel gets that by
 being torn down and set up again (for instance after the peer's certificate
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from evio.config.model import Cipher
+from evio.ratelimit import Rate
 
 EXPORTER_LABEL = b"EXPERIMENTAL evio frame aead v1"
 SECRET_LEN = 32
@@ -95,13 +97,23 @@ def make_aead(cipher: Cipher, key: bytes) -> AESGCM | ChaCha20Poly1305:
     return ChaCha20Poly1305(key)
 
 
+PEER_EPOCHS = Rate(per_second=1.0, burst=4)
+"""How often the peer may move to its next epoch. An honest one moves on after ``max_seconds`` or 2^23 AES-GCM
+records, which at a million records a second (more than a tunnel carries) is every 8 s; each move costs the
+receiver a derivation, a new AEAD and replay window on the event loop, and a peer holds the keys to move on
+with every record it sends (review21v3; decision 0079, amendment 1)."""
+
+
 @dataclass(frozen=True)
 class RekeyPolicy:
-    """When the sender moves to the next epoch (whichever comes first)."""
+    """When the sender moves to the next epoch (whichever comes first), and how often the peer may."""
 
     max_records: int | None = None
     """None: the cipher's confidentiality limit."""
     max_seconds: float = 3600.0
+    peer_epochs: Rate = PEER_EPOCHS
+    """The receiving side's bound: records of the peer's next epoch past it are dropped unopened, counted
+    ``epoch-rate`` (receive.py). Tests whose senders move on every few records raise it."""
 
     def record_limit(self, cipher: Cipher) -> int:
         limit = CONFIDENTIALITY_LIMIT[cipher]

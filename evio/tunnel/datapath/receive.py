@@ -23,7 +23,8 @@ The flow, for each burst (the socket is readable, and the event loop calls the s
 
 The slow path (``_open_slow``) does 4-7 allocating, for any epoch of the three
 it keeps (previous, current, next): a record of the next epoch promotes it
-(``_promote_rx``, the peer rekeyed), and a control record, within the tunnel's
+(``_promote_rx``, the peer rekeyed) within the tunnel's budget of epochs
+(``RekeyPolicy.peer_epochs``; past it, it is dropped unopened), and a control record, within the tunnel's
 budget of them (``CONTROL_BUDGET``, CLOSE apart: decision 0079), goes to the
 session's ``on_control`` (liveness); past it, it is dropped unparsed.
 ``native.py`` runs steps 1-7 in Rust for frame records of the current epoch
@@ -372,6 +373,13 @@ class ReceivePath(FdState):
         if state is None:
             self._drops[DropReason.UNKNOWN_EPOCH] += 1
             return False
+        promotes = state is self._rx_next
+        if promotes and not self._epoch_budget_left():
+            # The peer holds its keys, so it can move to a new epoch with every record (review21v3): while
+            # it has spent the budget, a record of the next epoch is not even opened. Spent below, only by
+            # an authenticated record, so a forger cannot hold back an honest rekey.
+            self._drops[DropReason.EPOCH_RATE] += 1
+            return False
         verdict = state.window.check(counter)
         if verdict != ACCEPT:
             self._count_unfresh(verdict)
@@ -382,7 +390,8 @@ class ReceivePath(FdState):
             self._drops[DropReason.FORGED] += 1
             return False
         state.window.update(counter)
-        if state is self._rx_next:
+        if promotes:
+            self._epoch_budget.take(self._now())
             self._promote_rx()
         if kind == KIND_FRAME:
             if len(plaintext) < ETHERNET_HEADER_LEN:
@@ -416,10 +425,19 @@ class ReceivePath(FdState):
     def _within_control_budget(self, plaintext: bytes) -> bool:
         """Spend a token for an authenticated control record: CLOSE from its own allowance (the opcode
         byte, all that is read of it here), any other from the tunnel's budget (decision 0079)."""
-        now = self._loop.time() if self._loop is not None else 0.0
+        now = self._now()
         if plaintext[:1] == _CLOSE:
             return self._close_budget.take(now)
         return self._control_budget.take(now)
+
+    def _epoch_budget_left(self) -> bool:
+        """Whether the peer may move to its next epoch now (a token left, not spent here)."""
+        now = self._now()
+        return self._epoch_budget.next_token(now) <= now
+
+    def _now(self) -> float:
+        """The event loop's clock, which the budgets are spent on."""
+        return self._loop.time() if self._loop is not None else 0.0
 
     def _epoch_for(self, epoch_byte: int) -> _RxEpoch | None:
         for state in (self._rx, self._rx_next, self._rx_prev):

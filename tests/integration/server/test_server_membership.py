@@ -17,6 +17,7 @@ Run with -s for the times.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import pwd
@@ -24,6 +25,7 @@ import random
 import secrets
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -33,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from slixmpp import ClientXMPP
+from slixmpp.exceptions import IqError, IqTimeout
 
 from evio.node.sdn import free_tcp_port
 from evio.server import tls
@@ -41,6 +45,7 @@ from evio.server.init import InitOptions, run_init
 from evio.server.settings import ServerSettings
 from evio.server.xmpp_admin import EjabberdAdmin, XmppAdmin, xmpp_admin
 from evio.signal.client import SignalClient, SignalSettings
+from evio.signal.errors import PasswordChangeError
 from evio.signal.events import PeerRemoved, RemovalCause
 from evio.testing.waiting import tcp_listening, wait_until, wait_until_blocking
 
@@ -393,3 +398,74 @@ async def test_ejabberd_delivers_to_every_member_online_in_a_few_calls(
     await wait_until(lambda: bool(bounced), SLOW, what="n3's multicast refused")
     assert bounced == ["forbidden"]
     assert all(len(v) == 1 for v in got.values()), got
+
+
+async def test_a_member_changes_its_own_password_once_and_the_old_one_is_dead(server: Server) -> None:
+    """Decision 0083: `evio join` logs in with the join token's password and makes a fresh one the account's
+    (XEP-0077, which the config `evio server init` wrote allows a logged-in member and nobody else); the token's
+    password then no longer logs in, so a token used once, or found later, is refused at its login."""
+    server.admin.create_account("n1", "pw-from-the-token")
+    server.admin.add_to_group("n1", OV)
+
+    def client(password: str) -> SignalClient:
+        settings = SignalSettings(jid=f"n1@{DOMAIN}", server="127.0.0.1", port=server.port, password=password,
+                                  memberships={OV: random.Random("n1").getrandbits(128)}, resource="evio-join",
+                                  ca_file=Path(server.settings.xmpp_tls_ca), reconnect_base=0.2,
+                                  reconnect_cap=1.0)  # fmt: skip
+        return SignalClient(settings, rng=random.Random(1))
+
+    started = time.monotonic()
+    await client("pw-from-the-token").change_password("pw-of-the-node")
+    print(f"\n{server.kind}: password changed in {time.monotonic() - started:.2f} s ({_load()})")
+    with pytest.raises(PasswordChangeError) as second:
+        await client("pw-from-the-token").change_password("pw-of-a-finder")
+    assert second.value.refused, str(second.value)
+    node = client("pw-of-the-node")
+    await node.start()
+    try:
+        await node.wait_connected(SLOW)
+    finally:
+        await node.stop()
+    # What makes the change possible makes no account: a stranger's in-band registration gets none.
+    print(f"{server.kind}: in-band registration by a stranger: {await _register_in_band(server, 'n9', 'pw-n9')}")
+    with pytest.raises(PasswordChangeError) as stranger:
+        await SignalClient(SignalSettings(jid=f"n9@{DOMAIN}", server="127.0.0.1", port=server.port, password="pw-n9",
+                                          memberships={OV: 9}, ca_file=Path(server.settings.xmpp_tls_ca))
+                           ).change_password("pw-n9b")  # fmt: skip
+    assert stranger.value.refused, str(stranger.value)
+
+
+async def _register_in_band(server: Server, user: str, password: str) -> str:
+    """XEP-0077 registration of a new account, before any login: what the server answered."""
+    xmpp = ClientXMPP(f"{user}@{DOMAIN}", password,
+                      ssl_context=ssl.create_default_context(cafile=server.settings.xmpp_tls_ca))  # fmt: skip
+    xmpp.enable_direct_tls, xmpp.enable_starttls, xmpp.enable_plaintext = False, True, False
+    xmpp.register_plugin("xep_0077", {"force_registration": True})
+    answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def said(text: str) -> None:
+        if not answer.done():
+            answer.set_result(text)
+
+    async def on_register(_: object) -> None:
+        iq = xmpp.Iq()
+        iq["type"] = "set"
+        iq["register"]["username"] = user
+        iq["register"]["password"] = password
+        try:
+            await iq.send(timeout=10)
+            said("registered")
+        except IqError as exc:
+            said(f"refused ({exc.iq['error']['condition']})")
+        except IqTimeout:
+            said("no answer")
+
+    xmpp.add_event_handler("register", on_register)
+    xmpp.add_event_handler("failed_all_auth", lambda _: said("not offered; login refused"))
+    xmpp.add_event_handler("session_start", lambda _: said("logged in"))
+    xmpp.add_event_handler("disconnected", lambda _: said("disconnected"))
+    xmpp.connect("127.0.0.1", server.port)
+    try:
+        return await asyncio.wait_for(answer, SLOW)
+    finally:
+        xmpp.abort()

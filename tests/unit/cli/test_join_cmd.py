@@ -12,19 +12,27 @@ import pytest
 
 from evio.cli import join_cmd, main
 from evio.server.members import add_member
-from evio.testing.fake_server import fake_server_host
+from evio.server.token import decode
+from evio.signal.errors import PasswordChangeError
+from evio.testing.fake_server import FakeAccounts, fake_server_host
 
 
 @pytest.fixture
-def token(tmp_path: Path) -> str:
+def accounts() -> FakeAccounts:
+    return FakeAccounts()
+
+
+@pytest.fixture
+def token(tmp_path: Path, accounts: FakeAccounts) -> str:
     now = datetime.datetime.now(datetime.UTC)
-    registry, settings, accounts, relay = fake_server_host(tmp_path / "server", now, address="203.0.113.10")
+    registry, settings, _, relay = fake_server_host(tmp_path / "server", now, address="203.0.113.10")
     return add_member(registry, settings, accounts, relay, "ov1", "node1", now).token
 
 
 @pytest.fixture
-def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accounts: FakeAccounts) -> Path:
     etc = tmp_path / "etc-evio"
+    monkeypatch.setattr(join_cmd, "_change_password", accounts.change_password)  # the XMPP server's side
     monkeypatch.setattr(join_cmd, "CONFIG_DIR", etc)
     monkeypatch.setattr(join_cmd, "STATE_DIR", tmp_path / "var-lib-evio")
     monkeypatch.setattr(join_cmd, "SYSTEMD_RUN_DIR", tmp_path / "no-systemd")
@@ -42,6 +50,37 @@ def test_join_writes_private_files_and_prints_the_command_without_systemd(
     for name in ("config.json", "ov1/xmpp.password", "ov1/turn.password", "ov1/node.key"):
         assert stat.S_IMODE((node / name).stat().st_mode) == 0o600, name
     assert '"password":' not in (node / "config.json").read_text()  # secrets live in files beside it
+
+
+def test_the_join_spends_the_token_and_a_second_use_changes_nothing(
+    node: Path, token: str, accounts: FakeAccounts, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Decision 0083: the node's password is its own, not the token's; the token's no longer logs in."""
+    from_token = decode(token, datetime.datetime.now(datetime.UTC)).xmpp_password
+    assert main(["join", token]) == 0
+    kept = (node / "ov1" / "xmpp.password").read_text().strip()
+    assert accounts.accounts["node1"] == kept != from_token and len(kept) >= 32
+    before = {p: p.read_bytes() for p in node.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["join", token, "--force"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "used already" in err and "nothing was written" in err, err
+    assert {p: p.read_bytes() for p in node.rglob("*") if p.is_file()} == before
+    assert accounts.accounts["node1"] == kept
+
+
+def test_a_server_that_does_not_answer_leaves_nothing_and_the_token_good(
+    node: Path, token: str, accounts: FakeAccounts, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def silent(*_args: Any) -> None:
+        raise PasswordChangeError("no answer from 203.0.113.10:5222 within 30 s")
+
+    monkeypatch.setattr(join_cmd, "_change_password", silent)
+    assert main(["join", token]) == 1
+    assert "run evio join again once the XMPP server answers" in capsys.readouterr().err
+    assert not node.exists()
+    monkeypatch.setattr(join_cmd, "_change_password", accounts.change_password)
+    assert main(["join", token]) == 0
 
 
 @pytest.mark.parametrize("mangle", [lambda t: t[:-8], lambda t: t.replace(".", "", 1), lambda t: "x" + t])

@@ -49,3 +49,42 @@ def test_ports_do_not_share() -> None:
     assert shares.allow(2, 0, 2.0)
     shares.forget(2)
     assert len(shares) == 1
+
+
+def held_and_contested(contested_rate: float, held_rate: float, seconds: float = 5.0) -> tuple[int, int, int]:
+    """One root: its floods by port 1 (the way held) at `held_rate`, a contested way's by port 2 at `contested_rate`
+    (review21v1 finding 2). Returns (contested passed, held sent, held passed)."""
+    shares = FloodShares[int](PORT, ROOT)
+    contested = held_sent = held_passed = 0
+    for i in range(int(seconds * 1000)):
+        now = i / 1000
+        if i % max(1, round(1000 / contested_rate)) == 0:
+            contested += shares.allow(2, 7, now, held=1)
+        if held_rate and i % round(1000 / held_rate) == 3:
+            held_sent += 1
+            held_passed += shares.allow(1, 7, now)
+    return contested, held_sent, held_passed
+
+
+def test_a_contested_way_passes_only_what_the_held_way_leaves_of_its_roots_share() -> None:
+    for contested_rate in (120.0, 200.0, 1000.0):
+        contested, sent, got = held_and_contested(contested_rate, held_rate=10.0)
+        print(f"contested way at {contested_rate:.0f}/s: {contested} passed in 5 s, held way {got}/{sent}")
+        assert got == sent  # the held way's copies first
+        assert contested + got <= ROOT.burst + 5 * ROOT.per_second  # one root's share, whichever ports bring it
+
+
+def test_a_contested_way_alone_passes_at_its_roots_rate() -> None:
+    """A tree that moved: the held way is silent, and the new one (contested until the old lapses) keeps the root's
+    rate, its burst less the held way's reserve."""
+    contested, _, _ = held_and_contested(1000.0, held_rate=0.0)
+    assert ROOT.per_second * 5 * 0.9 <= contested <= ROOT.per_second * 5 + ROOT.burst
+
+
+def test_a_moved_trees_lone_copy_by_its_new_way_passes_at_once() -> None:
+    """The old way silent for a window (its share gone), a root's next flood comes by its new way, contested until
+    the old lapses: it goes on (a reserve as big as a new share refused each of the Symphony churn fleet's)."""
+    shares = FloodShares[int](PORT, ROOT)
+    assert shares.allow(1, 7, 0.0)
+    assert shares.allow(2, 7, 5.0, held=1)
+    assert shares.allow(2, 7, 10.0, held=1)

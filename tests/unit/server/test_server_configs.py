@@ -55,8 +55,18 @@ def test_ejabberd_config_has_a_deep_backlog_and_the_shared_roster() -> None:
     assert listener["port"] == 5333 and listener["starttls_required"] is True
     assert listener["backlog"] >= 1024  # the packaged listener keeps 5 (issue 24)
     assert {"mod_shared_roster", "mod_admin_extra", "mod_roster"} <= set(doc["modules"])
-    assert "mod_register" not in doc["modules"]
     assert doc["certfiles"] == ["/e/evio.pem"]
+
+
+def test_a_member_may_change_its_password_and_nobody_may_register() -> None:
+    """Decision 0083: `evio join` changes the join token's password in-band (XEP-0077); no account is made so
+    (the integration test tries both on the real servers)."""
+    yaml = pytest.importorskip("yaml")
+    for text in (configs.ejabberd_config(domain=DOMAIN, certfile="/e/evio.pem"),
+                 configs.ejabberd_additions(domain=DOMAIN, certfile="/e/evio.pem")):  # fmt: skip
+        assert yaml.safe_load(text)["modules"]["mod_register"] == {"access": "none"}
+    for text in (_prosody(), configs.prosody_additions(domain=DOMAIN, cert="c", key="k", groups_file="g")):
+        assert '"register"' in text and "allow_registration = false" in text
 
 
 def test_ejabberd_multicast_is_for_the_server_host_alone() -> None:

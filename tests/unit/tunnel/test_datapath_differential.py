@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from evio.config.model import Cipher
+from evio.testing.datapath_pair import RAPID_EPOCHS
 from evio.testing.fake_tunnel import FakeTap, FakeUnderlay
 from evio.tunnel.datapath import native
 from evio.tunnel.datapath.fd_datapath import FdDatapath
@@ -100,7 +101,8 @@ class _Receiver:
         self.controls: list[ControlMessage] = []
         self.hooked: list[bytes] = []
         cls = native.NativeFdDatapath if implementation == "native" else FdDatapath
-        self.dp = cls(MTU, replay_window=WINDOW)
+        # Senders here move on every few records, through the wrap: followed, not bounded (keys.py, PEER_EPOCHS).
+        self.dp = cls(MTU, replay_window=WINDOW, rekey=RekeyPolicy(peer_epochs=RAPID_EPOCHS))
         self.dp.start(self.tap.fd, self.main, secrets, self.controls.append)
         self.path = self.main  # where the next datagrams arrive
 

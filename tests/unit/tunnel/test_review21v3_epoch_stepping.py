@@ -29,6 +29,11 @@ before `_promote_rx` derives anything, and the one after `_rx_next` derived lazi
 derivation within the bound. The bound is a setting of the data path: tests that rekey every few records
 (`test_tunnel_datapath.py`'s `RekeyPolicy(max_records=4)`, the differential test's 260 epochs) step far faster
 than any node, and would set it high.
+
+Fixed (decision 0079, amendment 1): `RekeyPolicy.peer_epochs` (by default 4 at once, then 1 a second) bounds the
+moves to a next epoch; while it is spent a record of the next epoch is dropped unopened, counted `epoch-rate`, and a
+token is spent only by a record that authenticated. Measured in the harness above (load 5.0-5.4): 4 of 4,000 stepping
+records opened, 54 us a datagram (Python) and 40 (native) against 231 and 278 before, no more than forged records.
 """
 
 from __future__ import annotations
@@ -65,7 +70,6 @@ def _rx_epoch(pair: Pair) -> int:
     return rx.epoch
 
 
-@pytest.mark.xfail(strict=True, reason="review21v3 finding 1: every record in a new epoch derives the next epoch's keys, unbounded")
 async def test_a_member_stepping_its_epoch_on_every_record_is_bounded() -> None:
     pair = await make_pair(_implementation)
     try:

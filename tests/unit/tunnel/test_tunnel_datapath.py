@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from evio.config.model import Cipher
-from evio.testing.datapath_pair import MTU, Pair, close, collected, frame, make_pair, make_vnet_pair
+from evio.ratelimit import Rate
+from evio.testing.datapath_pair import MTU, RAPID_EPOCHS, Pair, close, collected, frame, make_pair, make_vnet_pair
 from evio.testing.waiting import wait_until
 from evio.tunnel.datapath.interface import DropReason
 from evio.tunnel.datapath.keys import RekeyPolicy, make_aead, split_exporter
@@ -178,7 +179,7 @@ async def test_malformed_control_payload_counted(pair: Pair) -> None:
 
 
 async def test_rekey_by_record_count_keeps_traffic_flowing() -> None:
-    p = await make_pair(_implementation, rekey=RekeyPolicy(max_records=10))
+    p = await make_pair(_implementation, rekey=RekeyPolicy(max_records=10, peer_epochs=RAPID_EPOCHS))
     try:
         sent = [frame(i, 100) for i in range(45)]
         got: list[bytes] = []
@@ -198,7 +199,7 @@ async def test_rekey_by_record_count_keeps_traffic_flowing() -> None:
 
 
 async def test_reordered_records_across_an_epoch_change() -> None:
-    p = await make_pair(_implementation, rekey=RekeyPolicy(max_records=4))
+    p = await make_pair(_implementation, rekey=RekeyPolicy(max_records=4, peer_epochs=RAPID_EPOCHS))
     try:
         held: list[bytes] = []
 
@@ -215,6 +216,28 @@ async def test_reordered_records_across_an_epoch_change() -> None:
         assert p.b.datapath.stats().rx_epoch == 1
         p.wire.deliver_to_b(held[0])  # the straggler of epoch 0
         await wait_until(lambda: p.b.datapath.stats().rx_frames == 6)
+    finally:
+        close(p)
+
+
+async def test_only_the_peers_own_records_spend_its_budget_of_epochs() -> None:
+    """Records of the next epoch that fail authentication spend nothing (a stranger cannot hold back an honest
+    rekey); the peer's own moves do, and past the budget a record of the next epoch is dropped unopened."""
+    p = await make_pair(_implementation, rekey=RekeyPolicy(peer_epochs=Rate(per_second=0.001, burst=1)))
+    try:
+        secret = split_exporter(p.material, p.cipher, True).tx
+        forged = [bytes([KIND_FRAME, 1]) + i.to_bytes(8, "big") + os.urandom(80) for i in range(1, 51)]
+        for record in forged:
+            p.wire.deliver_to_b(record)
+        await wait_until(lambda: p.b.datapath.stats().dropped(DropReason.FORGED) == 50)
+        for _ in range(2):
+            secret = secret.next()
+            keys = secret.keys()
+            p.wire.deliver_to_b(seal(make_aead(p.cipher, keys.key), keys.iv, KIND_FRAME, secret.epoch, 1, frame(secret.epoch)))
+        await wait_until(lambda: p.b.datapath.stats().dropped(DropReason.EPOCH_RATE) == 1)
+        assert p.b.tap.frames() == [frame(1)]  # the peer's first move followed, its second dropped
+        stats = p.b.datapath.stats()
+        assert stats.rx_epoch == 1 and stats.dropped(DropReason.FORGED) == 50
     finally:
         close(p)
 

@@ -72,6 +72,17 @@ def test_lost_flight_is_retransmitted_on_timeout(certs: tuple[TunnelCertificate,
     assert client2.state is DtlsState.CONNECTED and server.state is DtlsState.CONNECTED
 
 
+def test_a_lost_last_flight_is_answered_again_after_the_handshake(certs: tuple[TunnelCertificate, ...]) -> None:
+    """The server is connected once the client's flight is in; its own last flight is lost, so the client sends its
+    flight again, which the server, without renegotiation (OP_NO_RENEGOTIATION), still answers."""
+    a, b, _ = certs
+    client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)
+    server = DtlsHandshake(b, DtlsRole.SERVER, a.fingerprint)
+    sent = shuttle(client, server, drop={4})  # ClientHello, the server's flight, the client's, the server's last
+    assert sent > 4
+    assert client.state is DtlsState.CONNECTED and server.state is DtlsState.CONNECTED
+
+
 def test_close_notify_reaches_the_peer(certs: tuple[TunnelCertificate, ...]) -> None:
     a, b, _ = certs
     client = DtlsHandshake(a, DtlsRole.CLIENT, b.fingerprint)

@@ -16,7 +16,7 @@ import pytest
 
 from evio.config.model import Cipher
 from evio.node.status import link_document
-from evio.testing.datapath_pair import collected
+from evio.testing.datapath_pair import RAPID_EPOCHS, collected
 from evio.testing.fake_tunnel import FakeTapDevice
 from evio.testing.fake_tunnel_signaling import FakeTunnelSignalingHub
 from evio.testing.tunnel_nodes import FAST, FRAME, NOW, A, B, Node, make_node
@@ -132,7 +132,7 @@ async def test_simultaneous_connects_give_one_tunnel(nodes: tuple[Node, Node]) -
 
 
 async def test_rekey_by_time_keeps_the_link(hub: FakeTunnelSignalingHub) -> None:
-    config = TunnelSettings(liveness=FAST, rekey=RekeyPolicy(max_seconds=0.15), ciphers=(Cipher.CHACHA20_POLY1305,))
+    config = TunnelSettings(liveness=FAST, rekey=RekeyPolicy(max_seconds=0.15, peer_epochs=RAPID_EPOCHS), ciphers=(Cipher.CHACHA20_POLY1305,))
     a, b = make_node(hub, A, config), make_node(hub, B, config)
     try:
         await a.manager.connect(B)
