@@ -1,0 +1,191 @@
+"""Review21w2 finding 1 (medium): a used join token's node key still speaks for the member along the ring, and the
+answers come back to whoever holds it.
+
+Decision 0083 made a join token good for one join (its XMPP password is changed by `evio join`) and wrote as its
+residual that a *member* of the overlay who finds another member's used token "can sign link requests and offers
+along the ring (0064) as the victim's node id". That undersells it. A ring request's answer is sealed to the key of
+the certificate the request carried (`RingSignaling._serve` -> `_send(reply, request.sender_key, came_from)`) and
+goes greedily towards the victim's node id or, with no link closer, back the way the request came. The finder sends
+from its own tunnel to the target, so the target's only way back to the "victim" is often the finder itself, and the
+finder, holding the token's key, opens the answer. So the finder both asks and reads: a link request accepted as
+the victim, then an offer as the victim answered with the target's ICE credentials and fingerprint; the DTLS check
+passes too (the certificate and key are the victim's, the CA's own). That is the H2 consequence (another member's
+node id, its tunnels from the target) behind one precondition: a used token, found within its certificate's 30 days.
+`evio join` installs the token's key and certificate unchanged (`evio/server/join.py`: `node.key`, `node.crt`), so
+the victim's node keeps running on the very key the token gave away; nothing on the node or the server host ever
+replaces it short of `evio member renew`, which nobody runs on a token they think is spent.
+
+Attack reproduced (below, in-process): node1 (victim), node2 (finder, a member with a tunnel to node3) and node3
+(target) added by `evio member add` on a fake server host; node1 joined with `evio join` and runs on what it wrote.
+Two days later (the token expired) node2 runs a `RingSignaling` as node1's node id with the token's certificate and
+key over its own tunnel to node3 and sends a `tunnel.offer`. Measured: node3 served it as from node1 and the answer
+(standing for the target's ICE credentials) reached the finder, opened with the token's key; node1, alive and
+linked to node2, saw nothing. Not carried through a real ICE/DTLS handshake here (the tunnel check needs nothing the
+finder lacks: it is `TrustAnchor.refusal` on the same certificate).
+
+Severity: medium (the issue's H2 consequence, taking another member's node id and receiving its tunnels, behind the
+precondition of a leaked used token in the hands of a member). 0083 itself treated "a used token found later" as the
+threat worth closing; the residual keeps the part that matters in trust mode for 28 days.
+
+Suggested fix: the node key is made on the node. `evio join` generates a fresh key and sends a certificate request
+signed by it, authorised by the token's one-time secret, to the server host over the session it already opens (the
+CA's answer comes back as a member list does), and the token carries no long-lived key: its certificate is issued
+to expire with the token (24 h) or not at all. Until then, a shorter certificate in the token plus a renewal at
+first login with a node-made key closes the window to the token's own life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from evio.cli import join_cmd, main
+from evio.node.ring_signaling import RingSignaling
+from evio.server import token as join_token
+from evio.server.members import add_member
+from evio.signal.errors import RequestError
+from evio.signal.interface import Signaling
+from evio.signal.protocol import Body
+from evio.testing.fake_server import fake_server_host
+from evio.tunnel.path.trust import TrustAnchor
+
+ISSUED = datetime.datetime.now(datetime.UTC).replace(microsecond=0)  # `evio join` checks the token on the real clock
+FOUND = ISSUED + datetime.timedelta(days=2)  # in a chat log, a day after the token expired
+OFFER = "tunnel.offer"
+
+
+class NoServer:
+    """The server view: the finder's account cannot ask as the victim through the server (0083's test shows it
+    dropped as `not_member`), so a request that falls back fails here."""
+
+    async def request(self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
+        raise RequestError("through the server: refused")
+
+    def register_handler(self, action: str, handler: object) -> None:
+        pass
+
+    def revoked_nodes(self, overlay: str) -> frozenset[int]:
+        return frozenset()
+
+
+class Tunnel:
+    def __init__(self, ring: Ring, src: int, dst: int) -> None:
+        self.ring, self.src, self.dst = ring, src, dst
+
+    def send_overlay_signal(self, payload: bytes) -> bool:
+        sink = self.ring.sinks[self.dst]
+        asyncio.get_running_loop().call_soon(sink, self.src, payload)
+        return True
+
+
+class Relays:
+    """A node's tunnels: `at` is the node whose tunnels these are (the finder runs the victim's id on its own)."""
+
+    def __init__(self, ring: Ring, at: int) -> None:
+        self.ring, self.at = ring, at
+
+    def relay_signal_to(self, sink: Callable[[int, bytes], None]) -> None:
+        self.ring.sinks[self.at] = sink
+
+    def signal_relays(self) -> dict[int, Tunnel]:
+        return {p: Tunnel(self.ring, self.at, p) for p in self.ring.links[self.at]}
+
+
+class Ring:
+    def __init__(self, links: list[tuple[int, int]]) -> None:
+        self.links: dict[int, set[int]] = {}
+        for a, b in links:
+            self.links.setdefault(a, set()).add(b)
+            self.links.setdefault(b, set()).add(a)
+        self.sinks: dict[int, Callable[[int, bytes], None]] = {}
+
+
+def _keys(cert_pem: str, key_pem: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = serialization.load_pem_private_key(key_pem.encode(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return x509.load_pem_x509_certificate(cert_pem.encode()), key
+
+
+def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[join_token.JoinToken], Path]:
+    """node1, node2 and node3 added; node1 joins with `evio join` (its files under tmp_path, the XMPP server faked)."""
+    registry, settings, accounts, relay = fake_server_host(tmp_path / "server", ISSUED)
+    texts = [add_member(registry, settings, accounts, relay, "ov1", f"node{i}", ISSUED).token for i in (1, 2, 3)]
+    etc = tmp_path / "etc-evio"
+    monkeypatch.setattr(join_cmd, "CONFIG_DIR", etc)
+    monkeypatch.setattr(join_cmd, "STATE_DIR", tmp_path / "var-lib-evio")
+    monkeypatch.setattr(join_cmd, "_open_vswitch_problems", lambda: [])
+    monkeypatch.setattr(join_cmd.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(join_cmd, "_change_password", accounts.change_password)
+    assert main(["join", texts[0], "--no-start"]) == 0
+    return [join_token.decode(t, ISSUED) for t in texts], etc / "ov1"
+
+
+def _node(ring: Ring, at: int, node_id: int, keys: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
+          anchor: TrustAnchor, served: list[tuple[int, int, Body]] | None = None) -> RingSignaling:  # fmt: skip
+    node = RingSignaling(cast(Signaling, NoServer()), "ov1", node_id, *keys, anchor, wall_clock=FOUND.timestamp)
+    node.attach(Relays(ring, at))
+    if served is not None:
+        async def handle(overlay: str, peer: int, body: Body) -> Body:
+            served.append((node_id, peer, body))
+            return {"ice": "the target's ICE credentials and fingerprint"}
+
+        node.register_handler(OFFER, handle)
+    return node
+
+
+async def _offer(node: RingSignaling, target: int) -> Body | None:
+    try:
+        return await node.request("ov1", target, OFFER, {"candidates": ["the sender's"]}, timeout=1.0)
+    except RequestError:
+        return None
+
+
+async def test_the_member_running_on_what_evio_join_wrote_is_served_along_the_ring(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    (victim, finder, target), files = _setup(tmp_path, monkeypatch)
+    anchor = TrustAnchor("ov1", (x509.load_pem_x509_certificate(victim.ca_pem.encode()),))
+    ring = Ring([(victim.node_id, target.node_id)])
+    served: list[tuple[int, int, Body]] = []
+    own = _keys((files / "node.crt").read_text(), (files / "node.key").read_text())
+    node1 = _node(ring, victim.node_id, victim.node_id, own, anchor)
+    node3 = _node(ring, target.node_id, target.node_id, _keys(target.cert_pem, target.key_pem), anchor, served)
+    keys = {victim.node_id: own[0].public_key(), target.node_id: node3._cert.public_key()}
+    for n in (node1, node3):
+        n.use_keys(keys.get)
+    answer = await _offer(node1, target.node_id)
+    assert answer == {"ice": "the target's ICE credentials and fingerprint"}
+    assert served == [(target.node_id, victim.node_id, {"candidates": ["the sender's"]})]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="review21w2 finding 1: a used token's node key signs "
+                   "ring offers as the member and reads their answers (decision 0083's residual)")  # fmt: skip
+async def test_a_used_tokens_key_found_by_a_member_is_not_served_as_the_member_along_the_ring(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    (victim, finder, target), files = _setup(tmp_path, monkeypatch)
+    anchor = TrustAnchor("ov1", (x509.load_pem_x509_certificate(victim.ca_pem.encode()),))
+    # node1 is up and linked to node2; node2 (the finder) has its own tunnel to node3.
+    ring = Ring([(victim.node_id, finder.node_id), (finder.node_id, target.node_id)])
+    served: list[tuple[int, int, Body]] = []
+    own = _keys((files / "node.crt").read_text(), (files / "node.key").read_text())
+    node1 = _node(ring, victim.node_id, victim.node_id, own, anchor)
+    node3 = _node(ring, target.node_id, target.node_id, _keys(target.cert_pem, target.key_pem), anchor, served)
+    stolen = _keys(victim.cert_pem, victim.key_pem)  # the used token, decoded with the finder's own clock
+    # The finder runs the victim's node id over its own tunnels (it receives on them in place of relaying).
+    impostor = _node(ring, finder.node_id, victim.node_id, stolen, anchor)
+    keys = {victim.node_id: own[0].public_key(), target.node_id: node3._cert.public_key()}
+    for n in (node1, node3, impostor):
+        n.use_keys(keys.get)
+    answer = await _offer(impostor, target.node_id)
+    print(f"token expired {victim.expires:%Y-%m-%d}, used by node2 on {FOUND:%Y-%m-%d}: node3 served "
+          f"{len(served)} offer(s) as node1, the finder read the answer: {answer}, node1 saw "
+          f"{sum(node1.drops.values())} drop(s)")  # fmt: skip
+    assert not served, "node3 served an offer signed with the used token's key as node1, sent by node2"
+    assert answer is None, "node2 opened node3's answer to node1 with the token's key"
