@@ -13,14 +13,19 @@ passes too (the certificate and key are the victim's, the CA's own). That is the
 node id, its tunnels from the target) behind one precondition: a used token, found within its certificate's 30 days.
 `evio join` installs the token's key and certificate unchanged (`evio/server/join.py`: `node.key`, `node.crt`), so
 the victim's node keeps running on the very key the token gave away; nothing on the node or the server host ever
-replaces it short of `evio member renew`, which nobody runs on a token they think is spent.
+replaces it. And the remedy 0083 names, "`evio member renew` replaces a leaked key", does not: `renew_member`
+issues a new key and certificate for the same node id and leaves the old one valid until it expires ("the old one
+stays valid until it expires"); revocation lists name node ids, not certificates, and `TrustAnchor.refusal` takes
+any unexpired certificate the CA issued for the id. Only `evio member remove` (the member's node id revoked, the
+member gone) ends it.
 
 Attack reproduced (below, in-process): node1 (victim), node2 (finder, a member with a tunnel to node3) and node3
 (target) added by `evio member add` on a fake server host; node1 joined with `evio join` and runs on what it wrote.
 Two days later (the token expired) node2 runs a `RingSignaling` as node1's node id with the token's certificate and
 key over its own tunnel to node3 and sends a `tunnel.offer`. Measured: node3 served it as from node1 and the answer
 (standing for the target's ICE credentials) reached the finder, opened with the token's key; node1, alive and
-linked to node2, saw nothing. Not carried through a real ICE/DTLS handshake here (the tunnel check needs nothing the
+linked to node2, saw nothing. The same after `evio member renew node1` a day after the join, node1 running on the
+renewed key (third test). Not carried through a real ICE/DTLS handshake here (the tunnel check needs nothing the
 finder lacks: it is `TrustAnchor.refusal` on the same certificate).
 
 Severity: medium (the issue's H2 consequence, taking another member's node id and receiving its tunnels, behind the
@@ -31,7 +36,9 @@ Suggested fix: the node key is made on the node. `evio join` generates a fresh k
 signed by it, authorised by the token's one-time secret, to the server host over the session it already opens (the
 CA's answer comes back as a member list does), and the token carries no long-lived key: its certificate is issued
 to expire with the token (24 h) or not at all. Until then, a shorter certificate in the token plus a renewal at
-first login with a node-made key closes the window to the token's own life.
+first login with a node-made key closes the window to the token's own life. Either way `renew` should make
+the older certificates of the id worthless (a revocation by certificate serial or by "issued before", spread like
+the node-id list), or 0083 should stop naming it as the remedy.
 """
 
 from __future__ import annotations
@@ -50,8 +57,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from evio.cli import join_cmd, main
 from evio.node.ring_signaling import RingSignaling
 from evio.server import token as join_token
-from evio.server.members import add_member
-from evio.signal.errors import RequestError
+from evio.server.members import Registry, add_member, renew_member
+from evio.signal.errors import ErrorReason, RequestError
 from evio.signal.interface import Signaling
 from evio.signal.protocol import Body
 from evio.testing.fake_server import fake_server_host
@@ -67,7 +74,7 @@ class NoServer:
     dropped as `not_member`), so a request that falls back fails here."""
 
     async def request(self, overlay: str, peer: int, action: str, body: Body, timeout: float | None = None) -> Body:
-        raise RequestError("through the server: refused")
+        raise RequestError(ErrorReason.REJECTED, "through the server: not as this node id")
 
     def register_handler(self, action: str, handler: object) -> None:
         pass
@@ -116,6 +123,11 @@ def _keys(cert_pem: str, key_pem: str) -> tuple[x509.Certificate, ec.EllipticCur
 
 def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[join_token.JoinToken], Path]:
     """node1, node2 and node3 added; node1 joins with `evio join` (its files under tmp_path, the XMPP server faked)."""
+    tokens, files, _ = _setup_host(tmp_path, monkeypatch)
+    return tokens, files
+
+
+def _setup_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[join_token.JoinToken], Path, Registry]:
     registry, settings, accounts, relay = fake_server_host(tmp_path / "server", ISSUED)
     texts = [add_member(registry, settings, accounts, relay, "ov1", f"node{i}", ISSUED).token for i in (1, 2, 3)]
     etc = tmp_path / "etc-evio"
@@ -125,7 +137,7 @@ def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[join_t
     monkeypatch.setattr(join_cmd.os, "geteuid", lambda: 0)
     monkeypatch.setattr(join_cmd, "_change_password", accounts.change_password)
     assert main(["join", texts[0], "--no-start"]) == 0
-    return [join_token.decode(t, ISSUED) for t in texts], etc / "ov1"
+    return [join_token.decode(t, ISSUED) for t in texts], etc / "ov1", registry
 
 
 def _node(ring: Ring, at: int, node_id: int, keys: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
@@ -133,6 +145,7 @@ def _node(ring: Ring, at: int, node_id: int, keys: tuple[x509.Certificate, ec.El
     node = RingSignaling(cast(Signaling, NoServer()), "ov1", node_id, *keys, anchor, wall_clock=FOUND.timestamp)
     node.attach(Relays(ring, at))
     if served is not None:
+
         async def handle(overlay: str, peer: int, body: Body) -> Body:
             served.append((node_id, peer, body))
             return {"ice": "the target's ICE credentials and fingerprint"}
@@ -156,8 +169,9 @@ async def test_the_member_running_on_what_evio_join_wrote_is_served_along_the_ri
     served: list[tuple[int, int, Body]] = []
     own = _keys((files / "node.crt").read_text(), (files / "node.key").read_text())
     node1 = _node(ring, victim.node_id, victim.node_id, own, anchor)
-    node3 = _node(ring, target.node_id, target.node_id, _keys(target.cert_pem, target.key_pem), anchor, served)
-    keys = {victim.node_id: own[0].public_key(), target.node_id: node3._cert.public_key()}
+    node3_keys = _keys(target.cert_pem, target.key_pem)
+    node3 = _node(ring, target.node_id, target.node_id, node3_keys, anchor, served)
+    keys = {victim.node_id: own[1].public_key(), target.node_id: node3_keys[1].public_key()}
     for n in (node1, node3):
         n.use_keys(keys.get)
     answer = await _offer(node1, target.node_id)
@@ -165,22 +179,21 @@ async def test_the_member_running_on_what_evio_join_wrote_is_served_along_the_ri
     assert served == [(target.node_id, victim.node_id, {"candidates": ["the sender's"]})]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="review21w2 finding 1: a used token's node key signs "
-                   "ring offers as the member and reads their answers (decision 0083's residual)")  # fmt: skip
-async def test_a_used_tokens_key_found_by_a_member_is_not_served_as_the_member_along_the_ring(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    (victim, finder, target), files = _setup(tmp_path, monkeypatch)
+async def _finder_offers_as_the_victim(victim: join_token.JoinToken, finder: join_token.JoinToken,
+                                      target: join_token.JoinToken,
+                                      own: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]) -> None:  # fmt: skip
+    """node1 runs on `own`; node2 sends node3 an offer as node1 with the token's certificate and key."""
     anchor = TrustAnchor("ov1", (x509.load_pem_x509_certificate(victim.ca_pem.encode()),))
     # node1 is up and linked to node2; node2 (the finder) has its own tunnel to node3.
     ring = Ring([(victim.node_id, finder.node_id), (finder.node_id, target.node_id)])
     served: list[tuple[int, int, Body]] = []
-    own = _keys((files / "node.crt").read_text(), (files / "node.key").read_text())
     node1 = _node(ring, victim.node_id, victim.node_id, own, anchor)
-    node3 = _node(ring, target.node_id, target.node_id, _keys(target.cert_pem, target.key_pem), anchor, served)
+    node3_keys = _keys(target.cert_pem, target.key_pem)
+    node3 = _node(ring, target.node_id, target.node_id, node3_keys, anchor, served)
     stolen = _keys(victim.cert_pem, victim.key_pem)  # the used token, decoded with the finder's own clock
     # The finder runs the victim's node id over its own tunnels (it receives on them in place of relaying).
     impostor = _node(ring, finder.node_id, victim.node_id, stolen, anchor)
-    keys = {victim.node_id: own[0].public_key(), target.node_id: node3._cert.public_key()}
+    keys = {victim.node_id: own[1].public_key(), target.node_id: node3_keys[1].public_key()}
     for n in (node1, node3, impostor):
         n.use_keys(keys.get)
     answer = await _offer(impostor, target.node_id)
@@ -189,3 +202,21 @@ async def test_a_used_tokens_key_found_by_a_member_is_not_served_as_the_member_a
           f"{sum(node1.drops.values())} drop(s)")  # fmt: skip
     assert not served, "node3 served an offer signed with the used token's key as node1, sent by node2"
     assert answer is None, "node2 opened node3's answer to node1 with the token's key"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="review21w2 finding 1: a used token's node key signs "
+                   "ring offers as the member and reads their answers (decision 0083's residual)")  # fmt: skip
+async def test_a_used_tokens_key_found_by_a_member_is_not_served_as_the_member_along_the_ring(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    (victim, finder, target), files = _setup(tmp_path, monkeypatch)
+    own = _keys((files / "node.crt").read_text(), (files / "node.key").read_text())  # what `evio join` wrote
+    await _finder_offers_as_the_victim(victim, finder, target, own)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="review21w2 finding 1: `evio member renew`, which 0083 "
+                   "names as the remedy for a leaked key, leaves the token's certificate valid")  # fmt: skip
+async def test_after_evio_member_renew_the_used_tokens_key_is_not_served_as_the_member(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    (victim, finder, target), _, registry = _setup_host(tmp_path, monkeypatch)
+    renewed = renew_member(registry, "ov1", "node1", ISSUED + datetime.timedelta(days=1))
+    await _finder_offers_as_the_victim(victim, finder, target, _keys(renewed.cert_pem, renewed.key_pem))
