@@ -17,7 +17,15 @@ replaces it. And the remedy 0083 names, "`evio member renew` replaces a leaked k
 issues a new key and certificate for the same node id and leaves the old one valid until it expires ("the old one
 stays valid until it expires"); revocation lists name node ids, not certificates, and `TrustAnchor.refusal` takes
 any unexpired certificate the CA issued for the id. Only `evio member remove` (the member's node id revoked, the
-member gone) ends it.
+member gone) ends it. `evio/server/token.py` says the same ("`evio member renew` and `evio member remove` end
+those", of the node key and the TURN password); `renew_member` touches neither the old certificate nor the TURN
+password.
+
+Where it reaches: a node with no live tunnel to the victim (most of an overlay: a member links to a few peers)
+takes the finder's offer as the victim's and sets the tunnel up to the finder's candidates. A node with a live one
+is kept by review21h H7's fix (a replacing offer waits for the old tunnel's echo, refused `tunnel_alive` when the
+real peer answers). Once up, the target sends the victim's certified MACs and addresses to the finder over that
+tunnel, as it would to the victim.
 
 Attack reproduced (below, in-process): node1 (victim), node2 (finder, a member with a tunnel to node3) and node3
 (target) added by `evio member add` on a fake server host; node1 joined with `evio join` and runs on what it wrote.
