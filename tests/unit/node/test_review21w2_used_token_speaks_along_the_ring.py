@@ -24,8 +24,9 @@ password.
 Where it reaches: a node with no live tunnel to the victim (most of an overlay: a member links to a few peers)
 takes the finder's offer as the victim's and sets the tunnel up to the finder's candidates. A node with a live one
 is kept by review21h H7's fix (a replacing offer waits for the old tunnel's echo, refused `tunnel_alive` when the
-real peer answers). Once up, the target sends the victim's certified MACs and addresses to the finder over that
-tunnel, as it would to the victim.
+real peer answers). Once up, the finder also holds the key the victim's signed host claims (0055) are made with, so
+it can send them on that tunnel and draw the victim's MACs towards itself at the target (not reproduced here: this
+file stops at the offer served and its answer read).
 
 Attack reproduced (below, in-process): node1 (victim), node2 (finder, a member with a tunnel to node3) and node3
 (target) added by `evio member add` on a fake server host; node1 joined with `evio join` and runs on what it wrote.
