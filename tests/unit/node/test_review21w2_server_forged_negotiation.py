@@ -33,17 +33,17 @@ link to node1 down at once on one forged request; it was not up again at node2 6
 later in a longer run, node1 still holding it `UP` and the fake tunnel still up): a half-dead link for good, one
 message per link, at `link_requests_per_s` (1/s) per peer at most, which is plenty.
 
-Severity: medium each (the issue's "ending another's session" and H7's class: the party that trust mode does
-not rely on ends members' tunnels at will; it cannot read them). Suggested fix for finding 2, as H7's: a release from a peer
-whose tunnel is up is believed only when it comes over that tunnel (a control record, authenticated by the tunnel's
-keys) or signed with the peer's certificate key like the ring's messages; through the server alone it at most asks
-the holder again over the tunnel (an echo, as `REPLACE_PROBE_TIMEOUT` does for offers) and keeps the tunnel while
-the holder says it holds it. For finding 3: in trust mode, a request through the server that would end a live link
-is taken only if the peer's tunnel says so too (the restarted peer's tunnel is dead or answers with a new epoch: ask
-over it, as H7's echo does), or only signed, or only along the ring; and `end_tunnel` on a peer's restart should
-close the old tunnel rather than leave it to the peer's liveness. A token finder of finding 1 can send the same
-request signed as the victim along the ring, where the same handler takes it (not reproduced): the victim's live
-links would end at each of its peers.
+Severity: medium each (the issue's "ending another's session" and H7's class: the party that trust mode does not
+rely on ends members' tunnels at will; it cannot read them). Suggested fix for finding 2, as H7's: a release from a
+peer whose tunnel is up is believed only when it comes over that tunnel (a control record, authenticated by the
+tunnel's keys) or signed with the peer's certificate key like the ring's messages; through the server alone it at
+most asks the holder again over the tunnel (an echo, as `REPLACE_PROBE_TIMEOUT` does for offers) and keeps the
+tunnel while the holder says it holds it. For finding 3: in trust mode, a request through the server that would end
+a live link is taken only if the peer's tunnel says so too (the restarted peer's tunnel is dead or answers with a
+new epoch: ask over it, as H7's echo does), or only signed, or only along the ring; and `end_tunnel` on a peer's
+restart should close the old tunnel rather than leave it to the peer's liveness. A token finder of finding 1 can
+send the same request signed as the victim along the ring, where the same handler takes it (not reproduced): the
+victim's live links would end at each of its peers.
 """
 
 from __future__ import annotations
