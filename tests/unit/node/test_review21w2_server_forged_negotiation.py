@@ -31,7 +31,8 @@ tunnel alive (`end_tunnel` closes nothing), so after `await_tunnel` the receiver
 still holds it as up. Any live link, held one way or both. Measured (below, same fleet): node2 took its live
 link to node1 down at once on one forged request; it was not up again at node2 60 s later (and still not 300 s
 later in a longer run, node1 still holding it `UP` and the fake tunnel still up): a half-dead link for good, one
-message per link, at `link_requests_per_s` (1/s) per peer at most, which is plenty.
+message per link (the fleet's links are `FakeLinkHub`'s; whether the real tunnel manager closes a tunnel no link
+owns any sooner was not checked), at `link_requests_per_s` (1/s) per peer at most, which is plenty.
 
 Severity: medium each (the issue's "ending another's session" and H7's class: the party that trust mode does not
 rely on ends members' tunnels at will; it cannot read them). Suggested fix for finding 2, as H7's: a release from a
