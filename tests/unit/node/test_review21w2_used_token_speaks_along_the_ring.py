@@ -23,8 +23,12 @@ password.
 
 Where it reaches: a node with no live tunnel to the victim (most of an overlay: a member links to a few peers)
 takes the finder's offer as the victim's and sets the tunnel up to the finder's candidates. A node with a live one
-is kept by review21h H7's fix (a replacing offer waits for the old tunnel's echo, refused `tunnel_alive` when the
-real peer answers). Once up, the finder also holds the key the victim's signed host claims (0055) are made with, so
+is kept from a replacing offer by review21h H7's fix (it waits for the old tunnel's echo), but not from a link
+request: one signed with the token's key, of another epoch, is the victim's "restart" (`Orchestrator.link_request`,
+finding 3 of this round) and ends the victim's live link there at once (fourth test: node3's real state machine,
+its link to node1 `up` before, `awaiting` after one request from node2; the answer went to node1, which dropped it
+as unexpected, and the finder needs none). So the finder can also take the victim's links down at each of its
+peers, one message each, for the certificate's life. Once up, the finder also holds the key the victim's signed host claims (0055) are made with, so
 it can send them on that tunnel and draw the victim's MACs towards itself at the target (not reproduced here: this
 file stops at the offer served and its answer read).
 
@@ -37,8 +41,8 @@ linked to node2, saw nothing. The same after `evio member renew node1` a day aft
 renewed key (third test). Not carried through a real ICE/DTLS handshake here (the tunnel check needs nothing the
 finder lacks: it is `TrustAnchor.refusal` on the same certificate).
 
-Severity: medium (the issue's H2 consequence, taking another member's node id and receiving its tunnels, behind the
-precondition of a leaked used token in the hands of a member). 0083 itself treated "a used token found later" as the
+Severity: medium (the issue's H2 consequences, taking another member's node id and its tunnels, or ending its links,
+behind the precondition of a leaked used token in the hands of a member). 0083 itself treated "a used token found later" as the
 threat worth closing; the residual keeps the part that matters in trust mode for 28 days.
 
 Suggested fix: the node key is made on the node. `evio join` generates a fresh key and sends a certificate request
@@ -54,6 +58,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -64,7 +70,18 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from evio.cli import join_cmd, main
+from evio.config.model import TopologyConfig
 from evio.node.ring_signaling import RingSignaling
+from evio.overlay.adjacency import LinkType
+from evio.overlay.negotiation import (
+    ACTION_LINK,
+    LinkRequest,
+    decode_link_answer,
+    decode_link_request,
+    encode_link_answer,
+    encode_link_request,
+)
+from evio.overlay.orchestrator import Orchestrator, Phase
 from evio.server import token as join_token
 from evio.server.members import Registry, add_member, renew_member
 from evio.signal.errors import ErrorReason, RequestError
@@ -163,9 +180,10 @@ def _node(ring: Ring, at: int, node_id: int, keys: tuple[x509.Certificate, ec.El
     return node
 
 
-async def _offer(node: RingSignaling, target: int) -> Body | None:
+async def _offer(node: RingSignaling, target: int, action: str = OFFER, body: Body | None = None) -> Body | None:
+    """`node`'s request to `target` along the ring: its answer, or None when it fell back to the server (refused)."""
     try:
-        return await node.request("ov1", target, OFFER, {"candidates": ["the sender's"]}, timeout=1.0)
+        return await node.request("ov1", target, action, body or {"candidates": ["the sender's"]}, timeout=1.0)
     except RequestError:
         return None
 
@@ -229,3 +247,43 @@ async def test_after_evio_member_renew_the_used_tokens_key_is_not_served_as_the_
     (victim, finder, target), _, registry = _setup_host(tmp_path, monkeypatch)
     renewed = renew_member(registry, "ov1", "node1", ISSUED + datetime.timedelta(days=1))
     await _finder_offers_as_the_victim(victim, finder, target, _keys(renewed.cert_pem, renewed.key_pem))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="review21w2 finding 1: a used token's node key ends the "
+                   "member's live links along the ring (a link request of another epoch)")  # fmt: skip
+async def test_a_used_tokens_key_cannot_end_the_members_live_link_along_the_ring(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    (victim, finder, target), files = _setup(tmp_path, monkeypatch)
+    anchor = TrustAnchor("ov1", (x509.load_pem_x509_certificate(victim.ca_pem.encode()),))
+    ring = Ring([(victim.node_id, target.node_id), (finder.node_id, target.node_id)])
+    own = _keys((files / "node.crt").read_text(), (files / "node.key").read_text())
+    node1 = _node(ring, victim.node_id, victim.node_id, own, anchor)
+    target_keys = _keys(target.cert_pem, target.key_pem)
+    node3 = _node(ring, target.node_id, target.node_id, target_keys, anchor)
+    impostor = _node(ring, finder.node_id, victim.node_id, _keys(victim.cert_pem, victim.key_pem), anchor)
+    keys = {victim.node_id: own[1].public_key(), target.node_id: target_keys[1].public_key()}
+    for n in (node1, node3, impostor):
+        n.use_keys(keys.get)
+    # node3's real link state machine: node1 asked for a successor link (its epoch 7) and the tunnel came up.
+    orch = Orchestrator(target.node_id, TopologyConfig(successors=0, long_distance=0), random.Random(1),
+                        time.monotonic(), name="ov1")  # fmt: skip
+    orch.signal_connected(time.monotonic())
+    for peer in (victim.node_id, finder.node_id):
+        orch.peer_added(peer, time.monotonic())
+
+    async def handle(overlay: str, peer: int, body: Body) -> Body:
+        answer, _ = orch.link_request(peer, decode_link_request(body), time.monotonic())
+        return encode_link_answer(answer)
+
+    node3.register_handler(ACTION_LINK, handle)
+    ask = encode_link_request(LinkRequest(LinkType.SUCCESSOR, epoch=7))
+    assert decode_link_answer(await node1.request("ov1", target.node_id, ACTION_LINK, ask, timeout=1.0)).accepted
+    orch.tunnel_up(victim.node_id, "t1", "tap1", time.monotonic())
+    assert orch.phase(victim.node_id) is Phase.UP
+    # The finder, over its own tunnel to node3, as node1 "restarted":
+    forged = encode_link_request(LinkRequest(LinkType.SUCCESSOR, epoch=8))
+    # Its answer goes to node1 itself (linked to node3), which drops it as unexpected: the finder needs none.
+    await _offer(impostor, target.node_id, ACTION_LINK, forged)
+    print(f"node3's live link to node1 after a ring request signed with node1's used token, from node2: "
+          f"{orch.phase(victim.node_id).value}")  # fmt: skip
+    assert orch.phase(victim.node_id) is Phase.UP, "the token's key ended node1's live link at node3"
