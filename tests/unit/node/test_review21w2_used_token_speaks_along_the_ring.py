@@ -21,16 +21,16 @@ member gone) ends it. `evio/server/token.py` says the same ("`evio member renew`
 those", of the node key and the TURN password); `renew_member` touches neither the old certificate nor the TURN
 password.
 
-Where it reaches: a node with no live tunnel to the victim (most of an overlay: a member links to a few peers)
-takes the finder's offer as the victim's and sets the tunnel up to the finder's candidates. A node with a live one
-is kept from a replacing offer by review21h H7's fix (it waits for the old tunnel's echo), but not from a link
-request: one signed with the token's key, of another epoch, is the victim's "restart" (`Orchestrator.link_request`,
-finding 3 of this round) and ends the victim's live link there at once (fourth test: node3's real state machine,
-its link to node1 `up` before, `awaiting` after one request from node2; the answer went to node1, which dropped it
-as unexpected, and the finder needs none). So the finder can also take the victim's links down at each of its
-peers, one message each, for the certificate's life. Once up, the finder also holds the key the victim's signed host claims (0055) are made with, so
-it can send them on that tunnel and draw the victim's MACs towards itself at the target (not reproduced here: this
-file stops at the offer served and its answer read).
+Where it reaches: a node with no live tunnel to the victim (most of an overlay: a member links to a few peers) takes
+the finder's offer as the victim's and sets the tunnel up to the finder's candidates. A node with a live one is kept
+from a replacing offer by review21h H7's fix (it waits for the old tunnel's echo), but not from a link request: one
+signed with the token's key, of another epoch, is the victim's "restart" (`Orchestrator.link_request`, finding 3 of
+this round) and ends the victim's live link there at once (fourth test: node3's real state machine, its link to
+node1 `up` before, `awaiting` after one request from node2; the answer went to node1, which dropped it as
+unexpected, and the finder needs none). So the finder can also take the victim's links down at each of its peers,
+one message each, for the certificate's life. Once up, the finder also holds the key the victim's signed host claims
+(0055) are made with, so it can send them on that tunnel and draw the victim's MACs towards itself at the target
+(not reproduced here: this file stops at the offer served and its answer read).
 
 Attack reproduced (below, in-process): node1 (victim), node2 (finder, a member with a tunnel to node3) and node3
 (target) added by `evio member add` on a fake server host; node1 joined with `evio join` and runs on what it wrote.
@@ -42,8 +42,8 @@ renewed key (third test). Not carried through a real ICE/DTLS handshake here (th
 finder lacks: it is `TrustAnchor.refusal` on the same certificate).
 
 Severity: medium (the issue's H2 consequences, taking another member's node id and its tunnels, or ending its links,
-behind the precondition of a leaked used token in the hands of a member). 0083 itself treated "a used token found later" as the
-threat worth closing; the residual keeps the part that matters in trust mode for 28 days.
+behind the precondition of a leaked used token in the hands of a member). 0083 itself treated "a used token found
+later" as the threat worth closing; the residual keeps the part that matters in trust mode for 28 days.
 
 Suggested fix: the node key is made on the node. `evio join` generates a fresh key and sends a certificate request
 signed by it, authorised by the token's one-time secret, to the server host over the session it already opens (the
