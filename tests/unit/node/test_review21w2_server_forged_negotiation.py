@@ -6,22 +6,22 @@ to be whoever the server stamps. Trust mode is meant to keep the overlay working
 review21h H7 (a forged offer replacing a live tunnel) was closed for this reason, by asking the live tunnel first.
 Two more messages still end a live link, and nothing asks the link's other end.
 
-Finding 2, a forged release. `overlay.release` travels only through the server (decision 0064:
-"Releases stay on the server"), unsigned, in the account's name the server stamps. `OverlayController.
-_on_release_request` hands it to `Orchestrator.release_request`, and `answers.answer_release` believes it: the peer's
-hold is cleared (`st.theirs = None`) and, when we do not hold the link ourselves, `released_by_peer` is set ("the
-releaser now closes the tunnel"). Nothing closes it from the real holder's side, which never released, so
-`PeerLinks.expire` finds an up tunnel nobody holds and closes it after `orphan_grace`. Links are
-held by one side (a successor or long-distance link by the node that asked for it; the other accepts with
-`held_as=None`), so one forged message per link closes every link of the overlay that is not held both ways, again
-whenever one is back. The holder then sees its tunnel fail and asks again: along the ring while it has links left,
-through the server (which drops it) once it has none.
+Finding 2, a forged release. `overlay.release` travels only through the server (decision 0064: "Releases stay on the
+server"), unsigned, in the account's name the server stamps. `OverlayController. _on_release_request` hands it to
+`Orchestrator.release_request`, and `answers.answer_release` believes it: the peer's hold is cleared (`st.theirs =
+None`) and, when we do not hold the link ourselves, `released_by_peer` is set ("the releaser now closes the
+tunnel"). Nothing closes it from the real holder's side, which never released, so `PeerLinks.expire` finds an up
+tunnel nobody holds and closes it after `orphan_grace`. Links are held by one side (a successor or long-distance
+link by the node that asked for it; the other accepts with `held_as=None`), so one forged message per link closes
+every link of the overlay that is not held both ways, again whenever one is back. The holder then sees its tunnel
+fail and asks again: along the ring while it has links left, through the server (which drops it) once it has none.
 
-Measured (below; `TrustFleet`, 6 nodes (in 4 every link is held both ways), real overlay controllers over the
-fake hub, virtual clock): the server sends node B one release "from" node A for the link A holds to B; B closed the
-live tunnel 1.0 s later (the fleet's `orphan_grace`; with the default `Timings` an `Orchestrator` driven by hand,
-ticked every 0.5 s, closed it 100 s after the release), A still holding the link. The fake server then passed A's new request and the link was back
-0.1 s later (the fleet's backoff); a server that drops it leaves the link down unless A asks along the ring.
+Measured (below; `TrustFleet`, 6 nodes (in 4 every link is held both ways), real overlay controllers over the fake
+hub, virtual clock): the server sends node B one release "from" node A for the link A holds to B; B closed the live
+tunnel 1.0 s later (the fleet's `orphan_grace`; with the default `Timings` an `Orchestrator` driven by hand, ticked
+every 0.5 s, closed it 100 s after the release), A still holding the link. The fake server then passed A's new
+request and the link was back 0.1 s later (the fleet's backoff); a server that drops it leaves the link down unless
+A asks along the ring.
 
 Finding 3, a forged link request with another epoch. `Orchestrator.link_request` takes a request whose epoch is
 not the one the live link was agreed with as the peer's restart: "its new request replaces the stale link"
