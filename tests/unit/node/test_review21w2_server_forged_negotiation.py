@@ -7,10 +7,10 @@ review21h H7 (a forged offer replacing a live tunnel) was closed for this reason
 Two more messages still end a live link, and nothing asks the link's other end.
 
 Finding 2, a forged release. `overlay.release` travels only through the server (decision 0064: "Releases stay on the
-server"), unsigned, in the account's name the server stamps. `OverlayController. _on_release_request` hands it to
-`Orchestrator.release_request`, and `answers.answer_release` believes it: the peer's hold is cleared (`st.theirs =
-None`) and, when we do not hold the link ourselves, `released_by_peer` is set ("the releaser now closes the
-tunnel"). Nothing closes it from the real holder's side, which never released, so `PeerLinks.expire` finds an up
+server"), unsigned, in the account's name the server stamps. `OverlayController._on_release_request` hands it to
+`Orchestrator.release_request`, and `answers.answer_release` believes it: the peer's hold is cleared
+(`st.theirs=None`) and, when we do not hold the link ourselves, `released_by_peer` is set ("the releaser now closes
+the tunnel"). Nothing closes it from the real holder's side, which never released, so `PeerLinks.expire` finds an up
 tunnel nobody holds and closes it after `orphan_grace`. Links are held by one side (a successor or long-distance
 link by the node that asked for it; the other accepts with `held_as=None`), so one forged message per link closes
 every link of the overlay that is not held both ways, again whenever one is back. The holder then sees its tunnel
