@@ -152,7 +152,7 @@ class Orchestrator:
                 self._stand_ins.doubt(peer, now + self.timings.standby_window)
                 self._schedule.membership_now(now)
         else:
-            self._presence.forget(peer)
+            self._presence.forget(peer, revoked=cause is RemovalCause.MEMBERSHIP_REVOKED)
         self._links.forget_if_idle(peer)
         return out
 

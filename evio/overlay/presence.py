@@ -7,6 +7,11 @@
   how long a peer that dropped out is given before we ask whether it is still a member
   (`check_later`): a linked peer gone from signaling keeps its link while its tunnel lives, unless
   signaling, asked a little later (`CheckMembership`), says it was removed.
+- A peer a check found still a member (back after it) is given twice as long at each absence after, up to
+  `relogin_grace`, until it has stayed that long (`_FoundBack`): each check is a login of ours, and a member
+  leaving for 2 s every 6 s made every node it linked to log in again every 6 s. A first absence is still
+  checked after `absent_wait`, and the backoff is the peer's own while a check is for everyone: another peer's
+  removal is seen as soon as before, whoever cycles meanwhile.
 
 Pure: `now` comes in, actions come out. Owned by `evio.overlay.orchestrator`.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from evio.overlay.actions import Action, CheckMembership
 from evio.overlay.peer_links import Phase
@@ -40,6 +46,14 @@ def absent_wait(cause: RemovalCause, rejoin_time: float, timings: Timings) -> fl
     return max(timings.revalidate_after, min(rejoin_time, timings.relogin_grace))
 
 
+@dataclass
+class _FoundBack:
+    """A peer that a check, asked while it was gone, found still a member: it came back after it."""
+
+    times: int  # checks in a row that found it back: its next absence is given 2**times as long ...
+    back_at: float  # ... unless it stays from this return until `relogin_grace` has passed
+
+
 class Presence:
     def __init__(self, node_id: int, timings: Timings, now: float, name: str = "") -> None:
         self.node_id = node_id
@@ -54,6 +68,8 @@ class Presence:
         self.settle_until = now
         self._settle_deadline = now  # the latest settle_until may be after a login
         self._absent_check: dict[int, float] = {}  # linked peer gone from signaling -> when to ask about it
+        self._asked: set[int] = set()  # peers gone when we last asked, not back since
+        self._found_back: dict[int, _FoundBack] = {}
 
     def logged_in(self, now: float) -> float:
         """Our session is up: when the membership will have settled (evaluate then)."""
@@ -81,15 +97,37 @@ class Presence:
             # from asking its successors while its predecessors already linked to it and handed it
             # broadcasts it could not pass on (a 1.6 s outage for a pair crossing it, E8).
             self.settle_until = min(self._settle_deadline, now + self.timings.membership_debounce)
-        self._absent_check.pop(peer, None)  # back: still a member
+        was_away = self._absent_check.pop(peer, None) is not None  # back: still a member
+        found = self._found_back.get(peer)
+        if peer in self._asked:
+            self._asked.discard(peer)
+            self._found_back[peer] = _FoundBack(1 if found is None else found.times + 1, now)
+        elif found is not None and was_away:
+            found.back_at = now  # back before we asked: it stays backed off, from now
         return True
 
     def check_later(self, peer: int, cause: RemovalCause, now: float) -> None:
-        """A linked peer left signaling: ask about it after `absent_wait`."""
-        self._absent_check[peer] = now + absent_wait(cause, self.rejoin_time, self.timings)
+        """A linked peer left signaling: ask about it after `absent_wait`, longer if checks found it back before."""
+        wait = absent_wait(cause, self.rejoin_time, self.timings)
+        found = self._found_back.get(peer)
+        if found is not None and now - found.back_at >= self.timings.relogin_grace:
+            del self._found_back[peer]  # it stayed: its next absence is a first one again
+        elif found is not None:
+            # Doubling, not `evio.backoff.backoff_delay`: its jitter would halve the wait, and a check has no
+            # crowd to spread. Capped at what a peer saying it logs in again is given: a removal by a group
+            # edit the server does not push is still seen within `relogin_grace` (and at once by any check).
+            wait = max(wait, min(wait * 2.0 ** min(found.times, 16), self.timings.relogin_grace))
+        self._asked.discard(peer)
+        self._absent_check[peer] = now + wait
 
-    def forget(self, peer: int) -> None:
+    def forget(self, peer: int, revoked: bool = False) -> None:
+        """Stop asking about `peer`; `revoked`: it is no member any more, so no backoff of its checks is kept
+        either (a member that merely dropped a link keeps it: dropping one and asking for another must not
+        buy a fresh, immediate check)."""
         self._absent_check.pop(peer, None)
+        self._asked.discard(peer)
+        if revoked:
+            self._found_back.pop(peer, None)
 
     def check_absent(self, now: float, phase: Callable[[int], Phase]) -> list[Action]:
         """Checks that are due, while we can ask: one `CheckMembership` if a linked peer is still gone."""
@@ -101,6 +139,10 @@ class Presence:
         linked = [p for p in due if p not in self.members and phase(p) is Phase.UP]
         if not linked:
             return []
+        self._asked.update(linked)
+        for peer in [p for p, f in self._found_back.items() if now - f.back_at >= self.timings.relogin_grace]:
+            if peer not in self._asked:
+                del self._found_back[peer]  # stayed long enough: kept no longer than it matters
         log.info("overlay %s %d linked peer(s) gone from signaling: checking membership", self.name, len(linked))
         return [CheckMembership()]
 
@@ -110,3 +152,5 @@ class Presence:
     def clear(self) -> None:
         self.members.clear()
         self._absent_check.clear()
+        self._asked.clear()
+        self._found_back.clear()

@@ -28,6 +28,10 @@ Severity: medium. One member repeatedly ends the signaling sessions of the membe
 session", "crowding out another member's signaling") and multiplies its one login into O(links x group) presences
 at the server; tunnels stay up, so no traffic is lost.
 
+Fixed (decision 0007's amendment, `evio/overlay/presence.py`): a peer a check found back is given twice as long
+at each absence after, up to `relogin_grace`, until it has stayed that long; per peer, so another member's removal
+is seen as soon as before (`test_a_member_removed_while_another_cycles_loses_its_tunnels_within_the_bound`).
+
 Suggested fix: a check that found the peer back (still a member) makes the next check for that peer wait longer,
 doubling up to the relogin grace (30 s) or more, per peer; or checks only for peers whose session did not come back
 within `relogin_grace` after a first check found them present. Revocation stays within 5 s for a peer that leaves
@@ -36,10 +40,9 @@ once (the first check is at once) and through the revocation list (trust mode).
 
 from __future__ import annotations
 
-import pytest
-
-from evio.testing.node_fleet import DOMAIN
-from evio.testing.trust_fleet import TrustFleet
+from evio.testing.node_fleet import DOMAIN, FLEET_TIMINGS, nid
+from evio.testing.trust_fleet import REMOVAL_BOUND, TrustFleet, members
+from evio.testing.waiting import wait_until
 
 ROUNDS = 10
 PERIOD = 6.0  # seconds per round: above the client's membership_check_interval (5 s), so each check is a login
@@ -71,11 +74,6 @@ async def _checks_under_cycling(rounds: int) -> dict[int, int]:
         await tf.fleet.stop_all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21v2 finding 1: a member leaving and coming back sets off a membership "
-    "check (a login) on every node it links to, each time",
-)
 async def test_a_member_cycling_its_session_does_not_make_its_peers_log_in_each_round() -> None:
     checks = await _checks_under_cycling(ROUNDS)
     assert max(checks.values()) <= 3, f"{checks} checks (logins) in {ROUNDS * PERIOD:g} s"
@@ -84,3 +82,44 @@ async def test_a_member_cycling_its_session_does_not_make_its_peers_log_in_each_
 async def test_a_peer_that_leaves_once_is_checked_once() -> None:
     checks = await _checks_under_cycling(1)
     assert max(checks.values()) == 1
+
+
+async def test_a_member_removed_while_another_cycles_loses_its_tunnels_within_the_bound() -> None:
+    """A check is for everything, and A's backoff is A's alone: node5, removed by a group edit the server does not
+    push (prosody's mod_groups edited by hand) as its session ends, while node4 cycles and is gone too, loses every
+    tunnel within the bound; node4, still a member, keeps its own."""
+    tf = TrustFleet(5)
+    hub = tf.fleet.signal_hub
+    await tf.fleet.start()
+    try:
+        await tf.linked(4)
+        await tf.linked(5)
+        attacker, honest = tf.client(4).full_jid, tf.client(5).full_jid
+        honest_ids = {nid(i) for i in (1, 2, 3)}
+        assert any(p & honest_ids for p in tf.tunnels_to(5)), "node5 linked to an honest node"
+        before = {i: tf.client(i).membership_checks for i in (1, 2, 3)}
+        for _ in range(3):  # node4's checks are backed off on every node it links to by now
+            hub.kick(attacker, relogin=False)
+            await tf.clock.advance(2.0)
+            hub.relogin(attacker)
+            await tf.clock.advance(PERIOD - 2.0)
+        backed_off = {i: tf.client(i).membership_checks - before[i] for i in (1, 2, 3)}
+        assert max(backed_off.values()) <= 1, f"node4 cycling: {backed_off} checks"
+        hub.kick(attacker, relogin=False)  # gone again, longer than its backed-off wait this time
+        hub.set_group("ov1", members(5, 5), push=False)
+        hub.kick(honest, relogin=False)
+        # Node4's own signaling is down too, so its tunnel to node5 waits for its next login: the honest nodes'.
+        start = tf.clock.now()
+        await wait_until(lambda: not [p for p in tf.tunnels_to(5) if p & honest_ids], REMOVAL_BOUND, clock=tf.clock,
+                         what="every honest node's tunnel to node5 closed within the bound")  # fmt: skip
+        took = tf.clock.now() - start
+        print(f"node5 removed while node4 cycles: every honest node's tunnel to it closed in {took:.3f} s (virtual)")
+        # As soon as with nobody cycling: node5's first absence is checked after `revalidate_after`, not after a
+        # wait doubled by node4's record.
+        assert took < 2 * FLEET_TIMINGS.revalidate_after
+        await tf.clock.advance(REMOVAL_BOUND)
+        hub.relogin(attacker)
+        await tf.clock.advance(2.0)
+        assert tf.tunnels_to(4), "node4, still a member, keeps its tunnels"
+    finally:
+        await tf.fleet.stop_all()

@@ -332,6 +332,60 @@ def test_membership_is_checked_for_linked_peers_still_gone_and_only_while_logged
     assert presence.check_absent(7.0, lambda p: phases[p]) == []  # asked once
 
 
+def _absence(presence: Presence, peer: int, left: float) -> float:
+    """`peer` leaves at `left` (as `Orchestrator.peer_removed` tells it): when its check is due."""
+    presence.members.discard(peer)
+    presence.check_later(peer, RemovalCause.LEFT, left)
+    return min(presence.wakeups())
+
+
+def test_a_peer_a_check_found_back_is_given_twice_as_long_each_time_up_to_the_relogin_grace() -> None:
+    """Review21v2 finding 1: a member cycling its session made each node it links to log in again each time."""
+    presence = Presence(100, T, 0.0)
+    presence.logged_in(0.0)
+    up = {1: Phase.UP, 2: Phase.UP}
+    t, waits = 10.0, []
+    for _ in range(6):  # gone past its wait each time: every absence is checked, and it comes back after
+        due = _absence(presence, 1, t)
+        waits.append(due - t)
+        assert presence.check_absent(due, lambda p: up[p]) == [CheckMembership()]
+        t = due + 1.0
+        presence.add(1, t)
+        t += 1.0
+    assert waits == [1.5, 3.0, 6.0, 12.0, 24.0, T.relogin_grace]
+    # Back before its wait: no check, and it stays backed off (the attack: 2 s away every 6 s).
+    due = _absence(presence, 1, t)
+    assert due - t == T.relogin_grace
+    presence.add(1, t + 2.0)
+    assert presence.check_absent(due, lambda p: up[p]) == []
+    # Another peer's first absence is checked as soon as ever: the backoff is per peer, a check for everyone.
+    assert _absence(presence, 2, t + 3.0) == t + 3.0 + T.revalidate_after
+
+
+def test_a_peer_found_back_that_stays_for_the_relogin_grace_is_checked_at_once_again() -> None:
+    presence = Presence(100, T, 0.0)
+    presence.logged_in(0.0)
+    due = _absence(presence, 1, 10.0)
+    assert presence.check_absent(due, lambda p: Phase.UP) == [CheckMembership()]
+    presence.add(1, 12.0)
+    assert _absence(presence, 1, 12.0 + T.relogin_grace - 0.1) == 12.0 + T.relogin_grace - 0.1 + 3.0
+    presence.add(1, 50.0)  # back before it was asked about: its clock starts again from here
+    assert _absence(presence, 1, 50.0 + T.relogin_grace) == 50.0 + T.relogin_grace + T.revalidate_after
+
+
+def test_only_a_revoked_peer_loses_its_checks_backoff() -> None:
+    presence = Presence(100, T, 0.0)
+    presence.logged_in(0.0)
+    due = _absence(presence, 1, 10.0)
+    assert presence.check_absent(due, lambda p: Phase.UP) == [CheckMembership()]
+    presence.add(1, 12.0)
+    _absence(presence, 1, 13.0)
+    presence.forget(1)  # its link went: dropping one and asking for another buys no fresh check
+    assert _absence(presence, 1, 14.0) == 14.0 + 3.0
+    presence.forget(1, revoked=True)
+    assert _absence(presence, 1, 15.0) == 15.0 + T.revalidate_after
+
+
 # -- stand-ins ----------------------------------------------------------------------------------
 
 
