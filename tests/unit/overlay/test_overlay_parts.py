@@ -362,23 +362,25 @@ def test_a_peer_a_check_found_back_is_given_twice_as_long_each_time_up_to_the_re
     assert _absence(presence, 2, t + 3.0) == t + 3.0 + T.revalidate_after
 
 
-def test_a_peer_found_back_that_stays_for_the_relogin_grace_is_checked_at_once_again() -> None:
+def _found_back_once() -> Presence:
+    """Peer 1 gone at 10 s, a check asked for it, and back at 12 s: its next absence waits twice as long."""
     presence = Presence(100, T, 0.0)
     presence.logged_in(0.0)
     due = _absence(presence, 1, 10.0)
     assert presence.check_absent(due, lambda p: Phase.UP) == [CheckMembership()]
     presence.add(1, 12.0)
+    return presence
+
+
+def test_a_peer_found_back_that_stays_for_the_relogin_grace_is_checked_at_once_again() -> None:
+    presence = _found_back_once()
     assert _absence(presence, 1, 12.0 + T.relogin_grace - 0.1) == 12.0 + T.relogin_grace - 0.1 + 3.0
     presence.add(1, 50.0)  # back before it was asked about: its clock starts again from here
     assert _absence(presence, 1, 50.0 + T.relogin_grace) == 50.0 + T.relogin_grace + T.revalidate_after
 
 
 def test_only_a_revoked_peer_loses_its_checks_backoff() -> None:
-    presence = Presence(100, T, 0.0)
-    presence.logged_in(0.0)
-    due = _absence(presence, 1, 10.0)
-    assert presence.check_absent(due, lambda p: Phase.UP) == [CheckMembership()]
-    presence.add(1, 12.0)
+    presence = _found_back_once()
     _absence(presence, 1, 13.0)
     presence.forget(1)  # its link went: dropping one and asking for another buys no fresh check
     assert _absence(presence, 1, 14.0) == 14.0 + 3.0
