@@ -9,9 +9,10 @@ datagram to `DtlsHandshake.receive` (`bio_write`, then `do_handshake` on u's eve
 HANDSHAKING: `AFTER_HANDSHAKE` is spent only once it is CONNECTED ("the handshake itself spends nothing: it has its
 own deadline", 0008 amendment 1, point 2). Records OpenSSL discards without failing the handshake (an epoch it has no
 keys for, a retransmitted flight with a new record number, an alert of a later epoch) leave it HANDSHAKING, so every
-one is read. The deadline is `dtls_timeout` (3 s, longer with ICE patience), and A starts again with its next offer
-(1 a second, a burst of 5: `LimitsConfig.offers_per_s`), so A keeps u's tunnel with it in its handshake nearly all the
-time.
+one is read. The deadline is `dtls_timeout` (3 s), counted in loop time: it grows by each late wake-up of u's loop, up
+to `MAX_PATIENCE` (4) times, so a flood that makes the loop late keeps its own window open for up to 12 s. A's next
+attempt is bounded by u's acceptance of its offers (1 a second, a burst of 5: `LimitsConfig.offers_per_s`) and of its
+link requests (not measured here).
 
 Measured (`DtlsHandshake` in memory, 3,000 datagrams each, load 3.6 on 2 cores shared with a CI run; u's state after
 all of them in brackets):
