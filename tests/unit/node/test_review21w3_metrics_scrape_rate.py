@@ -12,18 +12,20 @@ scrapes a second, 16 connections reopened in a loop by an unprivileged process, 
 traffic this node carries or relays is slowed with it. Prometheus needs one scrape per `scrape_interval` (15 s by
 default).
 
-Measured (`/tmp`, not kept: a `MetricsServer` with a 16-link status document on its own loop, a 10 ms timer
-measuring the loop's lateness, a second process reopening 16 connections in a loop for 5 s; see the report for the
-load average): see `FIGURES` below; in this test (the client on the same loop, so it pays its own share) every
-request builds the status document again: 320 requests, 320 builds, in 2.6 s at load 4.6 (a bound of
-16 at once and 10 a second would have allowed 42).
+Measured: in this test (the client on the same loop, so it pays its own share) every request builds the status
+document again: 320 requests, 320 builds, in 2.6 s at load 4.6 (a bound of 16 at once and 10 a second would have
+allowed 42). The cost of one build on a real node is docs/reference.md's (2.1 ms median with 16 tunnels, p95 3.3 ms,
+`benchmarks/ops_lab_bench.py`); the reviewer's loop-lateness measurement was queued on the heavy lock behind a CI run
+(see the round's report).
 
-Severity: medium (the yardstick of issue 21's M4 and review21o O4: a chosen node's event loop filled at a sustained
-rate, here by any local user when metrics are on, at some 2 ms of the daemon's time per request against M4's 9.4 us
-per datagram; no member is needed and nothing is counted).
+Severity: medium at its low edge. Per request it costs the daemon some 2 ms, 120 times the accepted floor of a
+stranger's forged 0x71 record (~17 us), so some 500 requests a second fill the loop, and nothing counts or bounds
+them. Against it: metrics are off by default, the attacker must be a local user, and a local user can already fill
+the loop through that accepted floor (some 60,000 datagrams a second to a tunnel port); what this adds is that 16
+connections do it with no traffic to speak of, and Prometheus is refused meanwhile (the cap is full).
 
 Suggested fix: serve a scrape from the last answer while it is younger than a second or so (one status build a
-second whatever the request rate; Prometheus never scrapes faster), or a token bucket on answered scrapes
+second whatever the request rate; below any usual `scrape_interval`), or a token bucket on answered scrapes
 (`evio.ratelimit.TokenBucket`, a few at once and a few a second) with the rest answered `429` unbuilt and counted
 beside `refused_connections`.
 """
