@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-
 import pytest
 
 from evio.testing.tunnel_nodes import A, B, Node
@@ -97,7 +96,6 @@ async def test_a_member_holding_the_handshake_open_gets_a_bounded_number_of_data
         dtls = tb._dtls
         await ta._send_all([_junk(i) for i in range(JUNK)])  # from the address ICE selected: A's own
         await wait_until(lambda: fed[0] >= JUNK or dtls.state is not DtlsState.HANDSHAKING, timeout=5)
-        await asyncio.sleep(0)  # noqa: ASYNC110 - one more turn for any datagram still queued
         print(f"{fed[0]} of {JUNK} junk DTLS datagrams read by u's OpenSSL during the handshake "
               f"(u's DTLS {dtls.state.value})")
         assert fed[0] <= READ_AT_MOST
