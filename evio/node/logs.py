@@ -20,6 +20,8 @@ CHATTY_LIBRARIES = ("aioice", "slixmpp", "os_ken", "pyroute2")
 # the ICE passwords of tunnel offers, in evio payloads (JSON, possibly XML-escaped).
 _SECRETS = (
     (re.compile(r"(<(auth|response|challenge|success)\b[^>]*>)[^<]+(</\2>)"), r"\1[redacted]\3"),
+    # XEP-0077's password change (`evio join`, decision 0083), with or without a namespace prefix
+    (re.compile(r"(<((?:[\w.-]+:)?password)\b[^>]*>)[^<]+(</\2>)"), r"\1[redacted]\3"),
     (re.compile(r'((?:"|&quot;)(?:pwd|password|rest_secret|secret)(?:"|&quot;)\s*:\s*(?:"|&quot;))(?:(?!"|&quot;).)*'),
      r"\1[redacted]"),
 )
