@@ -36,8 +36,6 @@ import asyncio
 import time
 from typing import Any
 
-import pytest
-
 from evio.node.metrics import MetricsServer
 
 CONNECTIONS = 16  # MAX_CONNECTIONS: all one local user needs
@@ -85,8 +83,6 @@ async def _scrape_many(port: int, count: int) -> list[bytes]:
     return answers
 
 
-@pytest.mark.xfail(strict=True, reason="review21w3 finding 1: every metrics request builds the status document on the "
-                                       "daemon's loop, at any rate a local user asks")
 async def test_a_local_user_scraping_in_a_loop_builds_the_status_a_bounded_number_of_times() -> None:
     status = CountingStatus()
     server = MetricsServer("127.0.0.1", 0, status)
