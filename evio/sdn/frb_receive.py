@@ -405,18 +405,18 @@ def _pass_statement(sw: BoundedFloodSwitch, frame: frb.FrbFrame, ingress: int, b
     passing = adverts.to_pass(frame.payload, reach, (h.root_nid - sw.node_id) % RING_SIZE)
     if passing is None:
         return []
-    statement, far = passing
+    taken, far = passing
     hops = _hops(sw, h, ingress)
     bound = (sw.node_id + far) % RING_SIZE
     bounds = forward_bounds(sw.node_id, bound, sw.peer_ports(), ingress=ingress)
     if not _may_pass_on(sw, bounds, hops, budget_key, now, held):
         return []
-    adverts.passed(frame.payload, far)
+    adverts.passed(taken, far)
     peers = sw.peer_ports()
     actions: list[FlowAction] = []
     for peer, peer_bound in bounds.items():
         sw.counters.frb_forwarded += 1
-        actions.append(PacketOut(peers[peer], frb.pack(frb.broadcast(statement, h.root_nid, peer_bound, hops + 1))))
+        actions.append(PacketOut(peers[peer], frb.pack(frb.broadcast(taken.frame, h.root_nid, peer_bound, hops + 1))))
     return actions
 
 

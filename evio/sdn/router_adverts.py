@@ -222,10 +222,10 @@ class RouterAdverts:
         self.counts["taken"] += 1
         return router, None
 
-    def to_pass(self, inner: bytes, reach: int, farthest: int) -> tuple[bytes, int] | None:
+    def to_pass(self, inner: bytes, reach: int, farthest: int) -> tuple[_Held, int] | None:
         """What to pass on for a copy `inner` of a statement held here (taken now or before), that came with its bound
-        `reach` round the ring from this node, its root `farthest`: (the statement as taken, how far to pass it), or
-        None when its passes already went that far, or it is no statement held here.
+        `reach` round the ring from this node, its root `farthest`: (the statement held, whose `frame` is what to pass
+        on, how far to pass it), or None when its passes already went that far, or it is no statement held here.
 
         Its flood (root, bound, hop count) is not signed: the first copy to come, a member's with a narrow bound
         say, must not decide alone where the router's word goes from here (review21v1 finding 1). So the first
@@ -236,17 +236,14 @@ class RouterAdverts:
         if held is None:
             return None  # not the statement held: these bytes were never checked here
         if held.reach < 0:
-            return held.frame, reach
+            return held, reach
         if reach <= held.reach or held.widened:
             return None
-        return held.frame, farthest
+        return held, farthest
 
-    def passed(self, inner: bytes, reach: int) -> None:
-        """Note that the statement held for copy `inner` (`to_pass`) went `reach` round the ring: the flood budget
-        let it go. Noted only then, so a copy whose pass the budget stopped does not stand for the next."""
-        held = self._held_as(inner)
-        if held is None:
-            return
+    def passed(self, held: _Held, reach: int) -> None:
+        """Note that statement `held` (`to_pass`) went `reach` round the ring: the flood budget let it go. Noted only
+        then, so a copy whose pass the budget stopped does not stand for the next."""
         if held.reach >= 0:
             held.widened = True
             self.counts["widened"] += 1

@@ -506,9 +506,7 @@ class SignalClient(SignalEndpoint):
             ) from None
         finally:
             await self._close_stream(xmpp)
-            output_task = getattr(xmpp, "_run_out_filters", None)
-            if output_task is not None:
-                output_task.cancel()
+            self._cancel_output(xmpp)
 
     # ------------------------------------------------------------------ connection supervision
 
@@ -543,6 +541,13 @@ class SignalClient(SignalEndpoint):
                 await asyncio.sleep(delay)
         finally:
             self._session_down("stopped")
+
+    @staticmethod
+    def _cancel_output(xmpp: ClientXMPP) -> None:
+        """slixmpp cancels a stream's output-filter task only in __del__: called when the stream object is done."""
+        output_task = getattr(xmpp, "_run_out_filters", None)
+        if output_task is not None:
+            output_task.cancel()
 
     @staticmethod
     async def _close_stream(xmpp: ClientXMPP) -> None:
@@ -692,10 +697,7 @@ class SignalClient(SignalEndpoint):
                     # (each such check is a re-login their peers see, and so on around the overlay).
                     xmpp.send_presence(ptype="unavailable", pstatus=RELOGIN_STATUS)
                 await self._close_stream(xmpp)
-            # slixmpp cancels its output-filter task only in __del__; this stream object is done.
-            output_task = getattr(xmpp, "_run_out_filters", None)
-            if output_task is not None:
-                output_task.cancel()
+            self._cancel_output(xmpp)
             self._xmpp = None
             self._attempt = None
             self._session_down("stopped" if stopped else ended.result() if ended.done() else "login timed out")

@@ -216,11 +216,19 @@ def test_a_pass_the_flood_budget_stopped_does_not_stand_for_the_flood_s_own_copy
     here = RouterAdverts("ov1", None, {router: key.public_key()}.get, lambda: 1.8e9)
     assert here.take(statement, router, 2, frozenset({router}), {mac: router}, 0.0) == (router, None)
     garbled = statement[:-8] + bytes(8)
-    assert here.to_pass(garbled, 5, 100) == (statement, 5)  # the flood budget stops it: `passed` not told
-    assert here.to_pass(statement, 5, 100) == (statement, 5)  # so the next copy still has the first pass
-    here.passed(statement, 5)
-    assert here.to_pass(statement, 5, 100) is None
-    assert here.to_pass(garbled, 6, 100) == (statement, 100)  # wider: once more, as far as the root
-    here.passed(statement, 100)
-    assert here.to_pass(statement, 100, 100) is None
+
+    def to_pass(copy: bytes, reach: int) -> tuple[bytes, int] | None:
+        """What `here` would pass on for `copy` (the statement's bytes, how far), None for nothing."""
+        passing = here.to_pass(copy, reach, 100)
+        return None if passing is None else (passing[0].frame, passing[1])
+
+    assert to_pass(garbled, 5) == (statement, 5)  # the flood budget stops it: `passed` not told
+    assert to_pass(statement, 5) == (statement, 5)  # so the next copy still has the first pass
+    first = here.to_pass(statement, 5, 100)
+    assert first is not None
+    here.passed(first[0], 5)
+    assert to_pass(statement, 5) is None
+    assert to_pass(garbled, 6) == (statement, 100)  # wider: once more, as far as the root
+    here.passed(first[0], 100)
+    assert to_pass(statement, 100) is None
     assert here.counts["widened"] == 1 and here.counts["taken"] == 1
